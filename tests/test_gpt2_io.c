@@ -1,0 +1,881 @@
+/* Tests for demos/gpt2_io.h.  Writes every file it needs into a fresh
+ * mkdtemp directory and removes it afterwards.
+ *   gcc -std=c99 -O2 -Wall -Wextra -Werror -o /tmp/tgio tests/test_gpt2_io.c && /tmp/tgio
+ * The last line printed is "N passed, M failed"; exit status is nonzero on failure. */
+#define _POSIX_C_SOURCE 200809L
+#define GPT2_IO_IMPLEMENTATION
+#include "../demos/gpt2_io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <unistd.h>
+
+static int g_pass, g_fail;
+
+#define CHECK(c) check_((c) != 0, __FILE__, __LINE__, #c, NULL)
+/* Like CHECK, but also prints the library's error message on failure. */
+#define CHECKE(c, msg) check_((c) != 0, __FILE__, __LINE__, #c, msg)
+
+static void check_(int ok, const char *file, int line, const char *expr, const char *msg) {
+    if (ok) { g_pass++; return; }
+    g_fail++;
+    printf("%s:%d: check failed: %s%s%s\n", file, line, expr, msg ? "  -- " : "", msg ? msg : "");
+}
+
+static char g_dir[64];
+
+static char *path_in(const char *name) {
+    static char bufs[8][512];
+    static int k;
+    char *b = bufs[k++ % 8];
+    snprintf(b, 512, "%s/%s", g_dir, name);
+    return b;
+}
+
+static int dir_has_tmp_files(void) {
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    int found = 0;
+    if (!d) return 1;
+    while ((e = readdir(d)) != NULL)
+        if (strstr(e->d_name, ".tmp.")) found = 1;
+    closedir(d);
+    return found;
+}
+
+static void remove_dir(void) {
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        unlink(path_in(e->d_name));
+    }
+    closedir(d);
+    rmdir(g_dir);
+}
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+
+static int write_raw(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    size_t w;
+    if (!f) return 1;
+    w = fwrite(p, 1, n, f);
+    fclose(f);
+    return w != n;
+}
+
+static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+
+/* ------------------------------------------------------------------ */
+
+static void test_dtypes(void) {
+    gio_dtype d;
+    CHECK(gio_dtype_size(GIO_F32) == 4 && gio_dtype_size(GIO_BF16) == 2 && gio_dtype_size(GIO_F16) == 2);
+    CHECK(gio_dtype_size(GIO_I64) == 8 && gio_dtype_size(GIO_U8) == 1 && gio_dtype_size(GIO_F64) == 8);
+    CHECK(gio_dtype_size((gio_dtype)99) == 0);
+    CHECK(gio_dtype_parse("BF16", &d) == 0 && d == GIO_BF16);
+    CHECK(gio_dtype_parse("U16", &d) == 0 && d == GIO_U16);
+    CHECK(gio_dtype_parse("f32", &d) != 0);
+    CHECK(strcmp(gio_dtype_name(GIO_I32), "I32") == 0);
+}
+
+/* Round trip of every dtype at ranks 0..4 plus odd names and metadata. */
+static void test_st_roundtrip(void) {
+    enum { NT = GIO_DTYPE_COUNT * 5 + 2 };
+    gio_st_entry e[NT];
+    int64_t shapes[NT][4];
+    unsigned char *data[NT];
+    char names[NT][64];
+    const char *meta[] = {"format", "pt", "quote\"back\\slash", "tab\there\nnewline", "unicode", "h\xc3\xa9llo \xe2\x9c\x93"};
+    gio_safetensors st;
+    char err[512];
+    int i, k, n = 0, ok;
+    unsigned char hdr8[8];
+    FILE *f;
+
+    for (i = 0; i < GIO_DTYPE_COUNT * 5; i++) {
+        gio_dtype dt = (gio_dtype)(i / 5);
+        int rank = i % 5;
+        size_t numel = 1, nb, b;
+        for (k = 0; k < rank; k++) { shapes[n][k] = 1 + (i + k) % 3; numel *= (size_t)shapes[n][k]; }
+        nb = numel * gio_dtype_size(dt);
+        data[n] = (unsigned char *)malloc(nb);
+        for (b = 0; b < nb; b++) data[n][b] = (unsigned char)(rnd() & 0xFF);
+        snprintf(names[n], sizeof names[n], "t.%s.rank%d", gio_dtype_name(dt), rank);
+        e[n].name = names[n];
+        e[n].dtype = dt;
+        e[n].rank = rank;
+        e[n].shape = rank ? shapes[n] : NULL;
+        e[n].data = data[n];
+        n++;
+    }
+    /* zero-sized tensor and a name needing JSON escapes */
+    shapes[n][0] = 0; shapes[n][1] = 3;
+    data[n] = NULL;
+    snprintf(names[n], sizeof names[n], "empty");
+    e[n].name = names[n]; e[n].dtype = GIO_F32; e[n].rank = 2; e[n].shape = shapes[n]; e[n].data = NULL;
+    n++;
+    shapes[n][0] = 2;
+    data[n] = (unsigned char *)malloc(2);
+    data[n][0] = 7; data[n][1] = 9;
+    snprintf(names[n], sizeof names[n], "we\"ird\\name/\xc3\xbc\x01");
+    e[n].name = names[n]; e[n].dtype = GIO_U8; e[n].rank = 1; e[n].shape = shapes[n]; e[n].data = data[n];
+    n++;
+
+    ok = gio_st_save(path_in("rt.safetensors"), e, n, meta, 3, err, sizeof err);
+    CHECKE(ok == 0, err);
+    CHECK(!dir_has_tmp_files());
+    f = fopen(path_in("rt.safetensors"), "rb");
+    CHECK(f && fread(hdr8, 1, 8, f) == 8);
+    if (f) fclose(f);
+    {
+        uint64_t hl = 0;
+        for (k = 7; k >= 0; k--) hl = (hl << 8) | hdr8[k];
+        CHECK((8 + hl) % 8 == 0);
+    }
+
+    ok = gio_st_load(&st, path_in("rt.safetensors"), err, sizeof err);
+    CHECKE(ok == 0, err);
+    if (ok == 0) {
+        CHECK(st.n_tensors == n);
+        for (i = 0; i < n; i++) {
+            const gio_tensor *t = gio_st_find(&st, names[i]);
+            int good = t != NULL;
+            if (!good) { printf("missing tensor %s\n", names[i]); CHECK(t != NULL); continue; }
+            good = good && t->dtype == e[i].dtype && t->rank == e[i].rank;
+            for (k = 0; good && k < e[i].rank; k++) good = t->shape[k] == e[i].shape[k];
+            good = good && (t->nbytes == 0 || memcmp(t->data, e[i].data, t->nbytes) == 0);
+            /* writer promises natural alignment */
+            good = good && ((uintptr_t)t->data % gio_dtype_size(t->dtype)) == 0;
+            if (!good) printf("tensor %s mismatch\n", names[i]);
+            CHECK(good);
+        }
+        CHECK(strcmp(st.tensors[0].name, names[0]) == 0);   /* header order kept */
+        CHECK(gio_st_find(&st, "nope") == NULL);
+        CHECK(gio_st_find(&st, "empty") && gio_st_find(&st, "empty")->nbytes == 0);
+        CHECK(st.n_meta == 3);
+        CHECK(gio_st_meta(&st, "format") && strcmp(gio_st_meta(&st, "format"), "pt") == 0);
+        CHECK(gio_st_meta(&st, "quote\"back\\slash") &&
+              strcmp(gio_st_meta(&st, "quote\"back\\slash"), "tab\there\nnewline") == 0);
+        CHECK(gio_st_meta(&st, "unicode") && strcmp(gio_st_meta(&st, "unicode"), "h\xc3\xa9llo \xe2\x9c\x93") == 0);
+        CHECK(gio_st_meta(&st, "missing") == NULL);
+        {
+            const gio_tensor *t;
+            int64_t want[2] = {0, 3}, bad[2] = {0, 4};
+            CHECKE(gio_st_expect(&st, "empty", GIO_F32, 2, want, &t, err, sizeof err) == 0, err);
+            CHECK(gio_st_expect(&st, "empty", GIO_F32, 2, bad, &t, err, sizeof err) != 0 &&
+                  contains(err, "'empty' has shape [0,3], want [0,4]") && contains(err, "rt.safetensors"));
+            CHECK(gio_st_expect(&st, "empty", GIO_F16, 2, want, &t, err, sizeof err) != 0 &&
+                  contains(err, "dtype F32, want F16"));
+            CHECK(gio_st_expect(&st, "empty", GIO_F32, 1, NULL, &t, err, sizeof err) != 0 && contains(err, "rank 1"));
+            CHECK(gio_st_expect(&st, "absent", GIO_F32, 1, NULL, &t, err, sizeof err) != 0 &&
+                  contains(err, "no tensor named 'absent'") && t == NULL);
+        }
+        gio_st_free(&st);
+    }
+    /* Overwrite must replace atomically and leave no temp files behind. */
+    ok = gio_st_save(path_in("rt.safetensors"), e, 1, NULL, 0, err, sizeof err);
+    CHECKE(ok == 0, err);
+    ok = gio_st_load(&st, path_in("rt.safetensors"), err, sizeof err);
+    CHECKE(ok == 0 && st.n_tensors == 1 && st.n_meta == 0, err);
+    gio_st_free(&st);
+    CHECK(!dir_has_tmp_files());
+
+    /* writer input validation */
+    {
+        gio_st_entry dup[2];
+        int64_t neg = -1;
+        dup[0] = e[0];
+        dup[1] = e[0];
+        CHECK(gio_st_save(path_in("bad.safetensors"), dup, 2, NULL, 0, err, sizeof err) != 0 &&
+              contains(err, "duplicate tensor name"));
+        dup[0].name = "__metadata__";
+        CHECK(gio_st_save(path_in("bad.safetensors"), dup, 1, NULL, 0, err, sizeof err) != 0);
+        dup[0] = e[n - 1];
+        dup[0].shape = &neg;
+        CHECK(gio_st_save(path_in("bad.safetensors"), dup, 1, NULL, 0, err, sizeof err) != 0 &&
+              contains(err, "negative"));
+        dup[0] = e[n - 1];
+        dup[0].data = NULL;
+        CHECK(gio_st_save(path_in("bad.safetensors"), dup, 1, NULL, 0, err, sizeof err) != 0 &&
+              contains(err, "NULL data"));
+        CHECK(gio_st_save(path_in("no/such/dir/x.safetensors"), e, 1, NULL, 0, err, sizeof err) != 0 &&
+              contains(err, "cannot create"));
+        CHECK(access(path_in("bad.safetensors"), F_OK) != 0);
+    }
+    for (i = 0; i < n; i++) free(data[i]);
+}
+
+static void test_to_f32(void) {
+    gio_tensor t;
+    float out[5];
+    unsigned char f16[10] = {0x00, 0x3C, 0x00, 0xC0, 0x01, 0x00, 0x00, 0x7C, 0x00, 0x00};
+    unsigned char bf16[4] = {0x80, 0x3F, 0x40, 0xC0};
+    unsigned char i8[2] = {0xFF, 0x05};
+    double d = -3.25;
+    memset(&t, 0, sizeof t);
+    t.dtype = GIO_F16; t.numel = 5; t.data = f16;
+    CHECK(gio_tensor_to_f32(&t, out) == 0);
+    CHECK(out[0] == 1.0f && out[1] == -2.0f && out[2] > 5.9e-8f && out[2] < 6.0e-8f && out[3] > 1e38f && out[4] == 0.0f);
+    t.dtype = GIO_BF16; t.numel = 2; t.data = bf16;
+    CHECK(gio_tensor_to_f32(&t, out) == 0 && out[0] == 1.0f && out[1] == -3.0f);
+    t.dtype = GIO_I8; t.numel = 2; t.data = i8;
+    CHECK(gio_tensor_to_f32(&t, out) == 0 && out[0] == -1.0f && out[1] == 5.0f);
+    t.dtype = GIO_F64; t.numel = 1; t.data = &d;
+    CHECK(gio_tensor_to_f32(&t, out) == 0 && out[0] == -3.25f);
+}
+
+/* Builds an in-memory safetensors file from a literal header and zeroed data. */
+static unsigned char *make_st(const char *header, size_t data_len, size_t *len) {
+    size_t hl = strlen(header), k;
+    unsigned char *b = (unsigned char *)calloc(1, 8 + hl + data_len + 1);
+    for (k = 0; k < 8; k++) b[k] = (unsigned char)((uint64_t)hl >> (8 * k));
+    memcpy(b + 8, header, hl);
+    *len = 8 + hl + data_len;
+    return b;
+}
+
+static int parse_err(const char *header, size_t data_len, const char *want, char *err, size_t errlen) {
+    gio_safetensors st;
+    size_t len;
+    unsigned char *b = make_st(header, data_len, &len);
+    int rc = gio_st_parse(&st, b, len, "x.safetensors", err, errlen);
+    free(b);
+    if (rc == 0) { gio_st_free(&st); snprintf(err, errlen, "unexpectedly parsed"); return 0; }
+    if (!contains(err, want) || !contains(err, "x.safetensors")) return 0;
+    return 1;
+}
+
+static void test_st_bad(void) {
+    char err[512];
+    gio_safetensors st;
+    unsigned char hdr[16] = {0x7F, 0x96, 0x98, 0, 0, 0, 0, 0, '{', '}'};  /* 9999999 */
+    size_t len;
+    unsigned char *b;
+    char deep[1200];
+    int i;
+
+    CHECK(gio_st_parse(&st, hdr, 1200 < 16 ? 16 : 16, "model.safetensors", err, sizeof err) != 0 &&
+          contains(err, "model.safetensors: header length 9999999 exceeds file size 16"));
+    CHECK(gio_st_parse(&st, hdr, 5, "model.safetensors", err, sizeof err) != 0 && contains(err, "too short"));
+    CHECK(gio_st_load(&st, path_in("does_not_exist.safetensors"), err, sizeof err) != 0 &&
+          contains(err, "does_not_exist.safetensors: cannot open"));
+
+    b = make_st("{}", 0, &len);
+    CHECKE(gio_st_parse(&st, b, len, "empty", err, sizeof err) == 0 && st.n_tensors == 0, err);
+    gio_st_free(&st);
+    free(b);
+    b = make_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}    ", 8, &len);
+    CHECKE(gio_st_parse(&st, b, len, "ok", err, sizeof err) == 0 && st.n_tensors == 1, err);
+    gio_st_free(&st);
+    free(b);
+
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unsupported dtype \"Q4\"", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "span 8 bytes, but F32 shape needs 12", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "outside data section", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "4 trailing bytes", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "hole", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "overlaps", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                     "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2, "duplicate tensor name 'a'", err, sizeof err), err);
+    CHECKE(parse_err(" {}", 0, "must start with '{'", err, sizeof err), err);
+    CHECKE(parse_err("{\"__metadata__\":{\"k\":1}}", 0, "not a string", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}", 1, "missing data_offsets", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 1, "2 entries", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 1, "non-negative integer", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1.5],\"data_offsets\":[0,1]}}", 1, "fraction", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1, "rank exceeds", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,1]}}", 1, "overflows", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\\q\":{}}", 0, "bad escape", err, sizeof err), err);
+    CHECKE(parse_err("{\"\\ud800\":{}}", 0, "unpaired surrogate", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\\u0000b\":{}}", 0, "\\u0000", err, sizeof err), err);
+    CHECKE(parse_err("{\"\xff\":{}}", 0, "invalid UTF-8", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}} x", 1, "trailing garbage", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},}", 1, "expected string", err, sizeof err), err);
+    /* Unknown fields are skipped, but nesting is bounded. */
+    strcpy(deep, "{\"a\":{\"x\":");
+    for (i = 0; i < 1000; i++) strcat(deep, "[");
+    CHECKE(parse_err(deep, 0, "nesting too deep", err, sizeof err), err);
+    b = make_st("{\"a\":{\"x\":[1,-2.5e+3,true,null,{\"y\":\"z\"}],\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]}}", 1, &len);
+    CHECKE(gio_st_parse(&st, b, len, "ok", err, sizeof err) == 0 && st.tensors[0].rank == 0, err);
+    gio_st_free(&st);
+    free(b);
+}
+
+/* Every prefix of a valid file must be rejected, and random byte flips must
+   never crash (ASan/UBSan builds catch out-of-bounds reads). */
+static void test_st_fuzz(void) {
+    const char *path = path_in("fuzz.safetensors");
+    gio_st_entry e[3];
+    int64_t s0[2] = {2, 3}, s1[1] = {5};
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t h[5] = {1, 2, 3, 4, 5};
+    const char *meta[] = {"k\\u", "v\"x"};
+    char *file, err[512];
+    size_t len, cut;
+    int bad_trunc = 0, bad_msg = 0, it, parsed_ok = 0;
+    gio_safetensors st;
+
+    e[0].name = "h.0.attn.c_attn.weight"; e[0].dtype = GIO_F32; e[0].rank = 2; e[0].shape = s0; e[0].data = a;
+    e[1].name = "b\xc3\xa9"; e[1].dtype = GIO_BF16; e[1].rank = 1; e[1].shape = s1; e[1].data = h;
+    e[2].name = "scalar"; e[2].dtype = GIO_U8; e[2].rank = 0; e[2].shape = NULL; e[2].data = "z";
+    CHECKE(gio_st_save(path, e, 3, meta, 1, err, sizeof err) == 0, err);
+    CHECKE(gio_read_file(path, &file, &len, err, sizeof err) == 0, err);
+    if (!file) return;
+    CHECKE(gio_st_parse(&st, file, len, "fuzz", err, sizeof err) == 0, err);
+    gio_st_free(&st);
+
+    for (cut = 0; cut < len; cut++) {
+        /* Copy to an exact-size block so ASan sees any read past the cut. */
+        char *p = (char *)malloc(cut ? cut : 1);
+        memcpy(p, file, cut);
+        err[0] = 0;
+        if (gio_st_parse(&st, p, cut, "fuzz", err, sizeof err) == 0) { bad_trunc++; gio_st_free(&st); }
+        else if (!contains(err, "fuzz: ")) bad_msg++;
+        free(p);
+    }
+    CHECK(bad_trunc == 0);
+    CHECK(bad_msg == 0);
+
+    for (it = 0; it < 4000; it++) {
+        char *p = (char *)malloc(len);
+        int flips = 1 + (int)(rnd() % 4), f;
+        memcpy(p, file, len);
+        for (f = 0; f < flips; f++) {
+            size_t at = (it & 1) ? 8 + rnd() % 120 : rnd() % len;   /* bias towards the header */
+            if (at >= len) at = rnd() % len;
+            p[at] = (char)(rnd() & 0xFF);
+        }
+        err[0] = 0;
+        if (gio_st_parse(&st, p, len, "fuzz", err, sizeof err) == 0) {
+            int k;
+            parsed_ok++;
+            /* Whatever parsed must be internally consistent. */
+            for (k = 0; k < st.n_tensors; k++) {
+                const gio_tensor *t = &st.tensors[k];
+                const unsigned char *d = (const unsigned char *)t->data;
+                if (d < st.buf + st.data_start || d + t->nbytes > st.buf + st.len) bad_trunc++;
+                if (gio_st_find(&st, t->name) != t) bad_trunc++;
+            }
+            gio_st_free(&st);
+        } else if (!contains(err, "fuzz: ")) {
+            bad_msg++;
+        }
+        free(p);
+    }
+    CHECK(bad_trunc == 0);
+    CHECK(bad_msg == 0);
+    CHECK(parsed_ok > 0);   /* flips in the data section are legal */
+    free(file);
+}
+
+/* Tensor names and layout as in Hugging Face's gpt2 model.safetensors, with
+   and without the "transformer." prefix. */
+static void test_st_gpt2_names(void) {
+    static const char *per_layer[] = {
+        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+        "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+        "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    enum { L = 12, C = 4, V = 10, T = 6, N = 4 + L * 12 };
+    int pass;
+    for (pass = 0; pass < 2; pass++) {
+        const char *prefix = pass ? "transformer." : "";
+        char names[N][64], err[512];
+        int64_t shapes[N][2];
+        gio_st_entry e[N];
+        float *data[N];
+        int n = 0, l, k, good = 1;
+        const char *meta[] = {"format", "pt"};
+        gio_safetensors st;
+        const char *path = path_in(pass ? "gpt2_prefixed.safetensors" : "gpt2.safetensors");
+
+#define ADD(nm, r, d0, d1)                                                    \
+    do {                                                                      \
+        size_t ne_ = (size_t)(d0) * (size_t)((r) == 2 ? (d1) : 1), q_;        \
+        snprintf(names[n], 64, "%s%s", prefix, nm);                           \
+        shapes[n][0] = d0; shapes[n][1] = d1;                                 \
+        data[n] = (float *)malloc(sizeof(float) * ne_);                       \
+        for (q_ = 0; q_ < ne_; q_++) data[n][q_] = (float)n + 0.001f * (float)q_; \
+        e[n].name = names[n]; e[n].dtype = GIO_F32; e[n].rank = r;            \
+        e[n].shape = shapes[n]; e[n].data = data[n]; n++;                     \
+    } while (0)
+        ADD("wte.weight", 2, V, C);
+        ADD("wpe.weight", 2, T, C);
+        for (l = 0; l < L; l++)
+            for (k = 0; k < 12; k++) {
+                char nm[48];
+                const char *p = per_layer[k];
+                int r = contains(p, "weight") && !contains(p, "ln_") ? 2 : 1;
+                int d0 = contains(p, "mlp.c_proj.weight") ? 4 * C : C;
+                int d1 = contains(p, "c_attn") ? 3 * C : contains(p, "c_fc") ? 4 * C : C;
+                if (r == 1) d0 = contains(p, "c_attn") ? 3 * C : contains(p, "c_fc") ? 4 * C : C;
+                snprintf(nm, sizeof nm, "h.%d.%s", l, p);
+                ADD(nm, r, d0, d1);
+            }
+        ADD("ln_f.weight", 1, C, 0);
+        ADD("ln_f.bias", 1, C, 0);
+#undef ADD
+        CHECKE(gio_st_save(path, e, n, meta, 1, err, sizeof err) == 0, err);
+        CHECKE(gio_st_load(&st, path, err, sizeof err) == 0, err);
+        if (st.buf) {
+            CHECK(st.n_tensors == N);
+            for (k = 0; k < n; k++) {
+                const gio_tensor *t;
+                if (gio_st_expect(&st, names[k], GIO_F32, e[k].rank, shapes[k], &t, err, sizeof err) != 0 ||
+                    memcmp(t->data, data[k], t->nbytes) != 0) {
+                    printf("%s\n", err);
+                    good = 0;
+                }
+            }
+            CHECK(good);
+            CHECK(gio_st_find(&st, pass ? "h.0.attn.c_attn.weight" : "transformer.h.0.attn.c_attn.weight") == NULL);
+            {
+                char nm[64];
+                const gio_tensor *t;
+                int64_t want[2] = {C, 3 * C};
+                snprintf(nm, sizeof nm, "%sh.11.attn.c_attn.weight", prefix);
+                CHECKE(gio_st_expect(&st, nm, GIO_F32, 2, want, &t, err, sizeof err) == 0, err);
+            }
+            CHECK(gio_st_meta(&st, "format") && strcmp(gio_st_meta(&st, "format"), "pt") == 0);
+            gio_st_free(&st);
+        }
+        for (k = 0; k < n; k++) free(data[k]);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+
+static void put_le32(unsigned char *p, uint32_t v) {
+    int k;
+    for (k = 0; k < 4; k++) p[k] = (unsigned char)(v >> (8 * k));
+}
+
+static void test_tokens(void) {
+    enum { NTOK = 1000 };
+    int32_t toks[NTOK], *got = NULL, bad = 70000;
+    size_t n = 0, len, i;
+    char err[512], *file;
+    const char *p = path_in("tokens.bin");
+    int same = 1;
+    for (i = 0; i < NTOK; i++) toks[i] = (int32_t)((i * 7919u) % 65536u);
+    toks[0] = 65535;
+    toks[1] = 0;
+    CHECKE(gio_tokens_write(p, toks, NTOK, err, sizeof err) == 0, err);
+    CHECKE(gio_tokens_read(p, &got, &n, err, sizeof err) == 0, err);
+    CHECK(n == NTOK);
+    for (i = 0; got && i < n && i < NTOK; i++) same &= got[i] == toks[i];
+    CHECK(got && same);
+    free(got);
+
+    CHECK(gio_read_file(p, &file, &len, err, sizeof err) == 0 && len == 1024 + 2 * NTOK);
+    CHECK((unsigned char)file[0] == (20240520 & 0xFF) && file[4] == 1);
+
+    put_le32((unsigned char *)file, 12345);
+    write_raw(path_in("badmagic.bin"), file, len);
+    CHECK(gio_tokens_read(path_in("badmagic.bin"), &got, &n, err, sizeof err) != 0 &&
+          contains(err, "badmagic.bin: bad magic 12345 (want 20240520)") && got == NULL && n == 0);
+    put_le32((unsigned char *)file, 20240520);
+    put_le32((unsigned char *)file + 4, 2);
+    write_raw(path_in("badver.bin"), file, len);
+    CHECK(gio_tokens_read(path_in("badver.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "version 2"));
+    put_le32((unsigned char *)file + 4, 1);
+    write_raw(path_in("trunc.bin"), file, len - 1);
+    CHECK(gio_tokens_read(path_in("trunc.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "trunc.bin: truncated"));
+    write_raw(path_in("trunchdr.bin"), file, 100);
+    CHECK(gio_tokens_read(path_in("trunchdr.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "truncated"));
+    put_le32((unsigned char *)file + 8, NTOK - 10);
+    write_raw(path_in("count.bin"), file, len);
+    CHECK(gio_tokens_read(path_in("count.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "count mismatch"));
+    put_le32((unsigned char *)file + 8, 0x80000000u);
+    write_raw(path_in("neg.bin"), file, len);
+    CHECK(gio_tokens_read(path_in("neg.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "negative"));
+    free(file);
+    CHECK(gio_tokens_read(path_in("missing.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "cannot open"));
+    CHECK(gio_tokens_write(path_in("x.bin"), &bad, 1, err, sizeof err) != 0 && contains(err, "uint16"));
+    CHECKE(gio_tokens_write(path_in("empty.bin"), toks, 0, err, sizeof err) == 0, err);
+    CHECKE(gio_tokens_read(path_in("empty.bin"), &got, &n, err, sizeof err) == 0 && n == 0, err);
+    free(got);
+}
+
+/* ------------------------------------------------------------------ */
+
+/* Reference bytes_to_unicode, transcribed from GPT-2's encoder.py. */
+static void ref_bytes_to_unicode(uint32_t cs[256]) {
+    int bs[256], n = 0, in[256], b, extra = 0;
+    memset(in, 0, sizeof in);
+    for (b = '!'; b <= '~'; b++) bs[n++] = b;
+    for (b = 0xA1; b <= 0xAC; b++) bs[n++] = b;
+    for (b = 0xAE; b <= 0xFF; b++) bs[n++] = b;
+    for (b = 0; b < n; b++) { in[bs[b]] = 1; cs[bs[b]] = (uint32_t)bs[b]; }
+    for (b = 0; b < 256; b++)
+        if (!in[b]) cs[b] = 256 + (uint32_t)extra++;
+}
+
+/* GPT-2 vocab order: the 256 byte tokens in bytes_to_unicode order. */
+static int byte_order_id(unsigned char byte) {
+    int b, id = 0;
+    uint32_t cs[256];
+    ref_bytes_to_unicode(cs);
+    for (b = 0; b < 256; b++) {
+        int printable = cs[b] == (uint32_t)b;
+        if (printable) { if (b == byte) return id; id++; }
+    }
+    for (b = 0; b < 256; b++)
+        if (cs[b] != (uint32_t)b) { if (b == byte) return id; id++; }
+    return -1;
+}
+
+static void json_token(gio_strbuf *sb, const char *raw) {
+    /* Write the mapped string, escaping all non-ASCII as \uXXXX as Python's
+       json.dump does, so the loader's escape handling is exercised. */
+    uint32_t cs[256];
+    const unsigned char *p = (const unsigned char *)raw;
+    ref_bytes_to_unicode(cs);
+    gio__sb_puts(sb, "\"");
+    for (; *p; p++) {
+        uint32_t c = cs[*p];
+        if (c == '"' || c == '\\') gio__sb_printf(sb, "\\%c", (char)c);
+        else if (c < 0x80) gio__sb_printf(sb, "%c", (char)c);
+        else gio__sb_printf(sb, "\\u%04x", (unsigned)c);
+    }
+    gio__sb_puts(sb, "\"");
+}
+
+static void test_bpe(void) {
+    /* merges in rank order; raw bytes (space = ' ') */
+    static const char *merges[][2] = {
+        {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"o", "r"},
+        {" w", "or"}, {"l", "d"}, {" wor", "ld"}, {" ", " "}, {"1", "2"}, {" ", "t"}, {"\n", "\n"}};
+    enum { NM = sizeof merges / sizeof merges[0] };
+    uint32_t cs[256];
+    gio_strbuf vj, mt;
+    gio_tokenizer tok, bt;
+    char err[512];
+    int b, m, same = 1;
+    memset(&vj, 0, sizeof vj);
+    memset(&mt, 0, sizeof mt);
+
+    ref_bytes_to_unicode(cs);
+    for (b = 0; b < 256; b++) same &= gio_gpt2_byte_to_unicode((unsigned char)b) == cs[b];
+    CHECK(same);
+    CHECK(byte_order_id('!') == 0 && byte_order_id('h') == 71 && byte_order_id(' ') == 220 && byte_order_id('\n') == 198);
+
+    gio__sb_puts(&vj, "{\n");
+    for (b = 0; b < 256; b++) {
+        char raw[2];
+        raw[0] = (char)b;
+        raw[1] = 0;
+        if (b == 0) {   /* NUL can't go through a C string; write Ā directly */
+            gio__sb_puts(&vj, "  \"\\u0100\"");
+        } else {
+            gio__sb_puts(&vj, "  ");
+            json_token(&vj, raw);
+        }
+        gio__sb_printf(&vj, ": %d,\n", byte_order_id((unsigned char)b));
+    }
+    gio__sb_puts(&mt, "#version: 0.2\n");
+    for (m = 0; m < NM; m++) {
+        char cat[32];
+        snprintf(cat, sizeof cat, "%s%s", merges[m][0], merges[m][1]);
+        gio__sb_puts(&vj, "  ");
+        json_token(&vj, cat);
+        gio__sb_printf(&vj, ": %d,\n", 256 + m);
+        {
+            /* merges.txt uses the mapped alphabet too, unescaped UTF-8 */
+            const char *parts[2];
+            int q;
+            parts[0] = merges[m][0];
+            parts[1] = merges[m][1];
+            for (q = 0; q < 2; q++) {
+                const unsigned char *p = (const unsigned char *)parts[q];
+                if (q) gio__sb_puts(&mt, " ");
+                for (; *p; p++) {
+                    char u[4];
+                    size_t ul = gio__utf8_enc(cs[*p], u);
+                    gio__sb_put(&mt, u, ul);
+                }
+            }
+            gio__sb_puts(&mt, m == NM - 1 ? "\r\n" : "\n");   /* tolerate CRLF */
+        }
+    }
+    gio__sb_printf(&vj, "  \"<|endoftext|>\": %d\n}\n", 256 + NM);
+    CHECK(write_raw(path_in("vocab.json"), vj.p, vj.n) == 0);
+    CHECK(write_raw(path_in("merges.txt"), mt.p, mt.n) == 0);
+
+    CHECKE(gio_tok_load_gpt2(&tok, path_in("vocab.json"), path_in("merges.txt"), err, sizeof err) == 0, err);
+    if (tok.kind == GIO_TOK_GPT2) {
+        static const struct { const char *s; size_t n; } texts[] = {
+            {"hello world", 0},
+            {"hello, world!\n", 0},
+            {"  leading and trailing   ", 0},
+            {"tabs\tand\nnewlines\n\n\n  indented\r\n", 0},
+            {"numbers 12345 and 1.5e-3, 121212", 0},
+            {"punct!!! ?? ... (a) [b] {c} #$%^&*", 0},
+            {"don't you'll we're I'd they've I'm it's DON'T", 0},
+            {"h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80!", 0},
+            {"\xff\xfe\x00\x01 raw \x80 bytes\x00", 17},
+            {"", 0}};
+        size_t t;
+        int32_t *ids;
+        size_t n;
+        char *back;
+        size_t blen;
+        for (t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+            size_t len = texts[t].n ? texts[t].n : strlen(texts[t].s);
+            int ok = gio_tok_encode(&tok, texts[t].s, len, &ids, &n, err, sizeof err) == 0;
+            CHECKE(ok, err);
+            if (!ok) continue;
+            ok = gio_tok_decode(&tok, ids, n, &back, &blen, err, sizeof err) == 0;
+            CHECKE(ok, err);
+            if (ok) {
+                if (!(blen == len && memcmp(back, texts[t].s, len) == 0)) printf("round trip failed for text %zu\n", t);
+                CHECK(blen == len && memcmp(back, texts[t].s, len) == 0);
+                free(back);
+            }
+            free(ids);
+        }
+        /* exact ids */
+        CHECK(gio_tok_encode(&tok, "hello world", 11, &ids, &n, err, sizeof err) == 0);
+        CHECK(n == 2 && ids[0] == 259 && ids[1] == 264);
+        free(ids);
+        CHECK(gio_tok_encode(&tok, "hello, world!\n", 14, &ids, &n, err, sizeof err) == 0);
+        CHECK(n == 5 && ids[0] == 259 && ids[1] == 11 && ids[2] == 264 && ids[3] == 0 && ids[4] == 198);
+        free(ids);
+        /* pieces "12" " 121" " \n\n" "\n" "hello" (see test_pretok) */
+        CHECK(gio_tok_encode(&tok, "12 121 \n\n\nhello", 15, &ids, &n, err, sizeof err) == 0);
+        {
+            int32_t want[] = {266, 220, 266, 16, 220, 268, 198, 259};
+            size_t q;
+            int eq = n == sizeof want / sizeof want[0];
+            for (q = 0; eq && q < n; q++) eq = ids[q] == want[q];
+            CHECK(eq);
+        }
+        free(ids);
+        CHECK(gio_tok_lookup(&tok, "<|endoftext|>", 13) == 256 + NM);
+        CHECK(gio_tok_lookup(&tok, " world", 6) == 264);
+        CHECK(gio_tok_lookup(&tok, "zzz", 3) == -1);
+        {
+            size_t pl;
+            const char *pc = gio_tok_piece(&tok, 264, &pl);
+            CHECK(pc && pl == 6 && memcmp(pc, " world", 6) == 0);
+            CHECK(gio_tok_piece(&tok, 99999, &pl) == NULL);
+        }
+        {
+            int32_t badid[2] = {5, 9999};
+            CHECK(gio_tok_decode(&tok, badid, 2, &back, &blen, err, sizeof err) != 0 && contains(err, "9999"));
+        }
+        CHECK(tok.vocab_size == 256 + NM + 1);
+        gio_tok_free(&tok);
+    }
+
+    /* byte tokenizer */
+    gio_tok_init_bytes(&bt);
+    {
+        const char text[] = "abc\x00\xff\n";
+        int32_t *ids;
+        size_t n, blen;
+        char *back;
+        CHECK(bt.vocab_size == 256);
+        CHECK(gio_tok_encode(&bt, text, 6, &ids, &n, err, sizeof err) == 0 && n == 6 && ids[4] == 255 && ids[3] == 0);
+        CHECK(gio_tok_decode(&bt, ids, n, &back, &blen, err, sizeof err) == 0 && blen == 6 && memcmp(back, text, 6) == 0);
+        free(ids);
+        free(back);
+        CHECK(gio_tok_lookup(&bt, "A", 1) == 65);
+        {
+            int32_t badid = 256;
+            CHECK(gio_tok_decode(&bt, &badid, 1, &back, &blen, err, sizeof err) != 0);
+        }
+        gio_tok_free(&bt);
+    }
+
+    /* load errors name the file and line */
+    {
+        gio_tokenizer t2;
+        write_raw(path_in("bad_merges.txt"), "#version: 0.2\nh e\nq zz\n", 23);
+        CHECK(gio_tok_load_gpt2(&t2, path_in("vocab.json"), path_in("bad_merges.txt"), err, sizeof err) != 0 &&
+              contains(err, "bad_merges.txt:3:") && contains(err, "not in"));
+        write_raw(path_in("bad_merges2.txt"), "h e x\n", 6);
+        CHECK(gio_tok_load_gpt2(&t2, path_in("vocab.json"), path_in("bad_merges2.txt"), err, sizeof err) != 0 &&
+              contains(err, "bad_merges2.txt:1:"));
+        write_raw(path_in("bad_vocab.json"), "{\"a\": 1, \"b\": }", 15);
+        CHECK(gio_tok_load_gpt2(&t2, path_in("bad_vocab.json"), path_in("merges.txt"), err, sizeof err) != 0 &&
+              contains(err, "bad_vocab.json: bad JSON at byte 14"));
+        write_raw(path_in("small_vocab.json"), "{\"a\": 0}", 8);
+        CHECK(gio_tok_load_gpt2(&t2, path_in("small_vocab.json"), path_in("merges.txt"), err, sizeof err) != 0 &&
+              contains(err, "no token for byte"));
+        CHECK(gio_tok_load_gpt2(&t2, path_in("nonexistent.json"), path_in("merges.txt"), err, sizeof err) != 0 &&
+              contains(err, "nonexistent.json: cannot open"));
+    }
+    free(vj.p);
+    free(mt.p);
+}
+
+/* Checks the hand-written GPT-2 split against outputs of the real regex
+   (computed with Python's `regex` module). */
+static void test_pretok(void) {
+    static const struct { const char *text; const char *pieces[16]; } cases[] = {
+        {"Hello world's  test\n\n 123!!  x", {"Hello", " world", "'s", " ", " test", "\n\n", " 123", "!!", " ", " x"}},
+        {"I'm   here.\n", {"I", "'m", "  ", " here", ".", "\n"}},
+        {"don't 'tis 'S", {"don", "'t", " '", "tis", " '", "S"}},
+        {"a1b2 3.14", {"a", "1", "b", "2", " 3", ".", "14"}},
+        {"  ", {"  "}},
+        {"x \n y", {"x", " \n", " y"}},
+        {"caf\xc3\xa9 na\xc3\xafve \xc2\xbd", {"caf\xc3\xa9", " na\xc3\xafve", " \xc2\xbd"}},
+        {"emoji \xf0\x9f\x98\x80\xf0\x9f\x98\x80!", {"emoji", " \xf0\x9f\x98\x80\xf0\x9f\x98\x80!"}},
+        {"tab\tx", {"tab", "\t", "x"}},
+        {"''ll 'll", {"''", "ll", " '", "ll"}},
+        {"12 121 \n\n\nhello", {"12", " 121", " \n\n", "\n", "hello"}},
+    };
+    size_t c;
+    for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *s = cases[c].text;
+        size_t n = strlen(s), pos = 0, k = 0;
+        int good = 1;
+        while (pos < n) {
+            size_t l = gio_gpt2_pretok_next(s, n, pos);
+            const char *want = cases[c].pieces[k];
+            if (l == 0 || !want || strlen(want) != l || memcmp(want, s + pos, l) != 0) {
+                printf("pretok case %zu piece %zu: got \"%.*s\", want \"%s\"\n", c, k, (int)l, s + pos, want ? want : "(end)");
+                good = 0;
+                break;
+            }
+            pos += l;
+            k++;
+        }
+        if (good && cases[c].pieces[k]) { printf("pretok case %zu: missing piece \"%s\"\n", c, cases[c].pieces[k]); good = 0; }
+        CHECK(good);
+    }
+    CHECK(gio_gpt2_pretok_next("abc", 3, 3) == 0);
+}
+
+/* ------------------------------------------------------------------ */
+
+/* Validates a whole file as JSON with the header's own (separately tested)
+   parser, which is stricter than needed but catches escaping bugs. */
+static int is_valid_json(const char *s, size_t n) {
+    gio__js j;
+    char err[256];
+    memset(&j, 0, sizeof j);
+    j.s = (const unsigned char *)s;
+    j.n = n;
+    j.label = "json";
+    j.err = err;
+    j.errlen = sizeof err;
+    if (gio__js_skip(&j)) { printf("%s\n", err); return 0; }
+    return gio__js_peek(&j) == -1;
+}
+
+static void test_svg_trace(void) {
+    double ts[100], tl[100], vs[5], vl[5];
+    char err[512], *file;
+    size_t len;
+    int i;
+    gio_trace tr;
+    for (i = 0; i < 100; i++) { ts[i] = i; tl[i] = 4.5 / (1 + 0.05 * i); }
+    tl[50] = 0.0 / (tl[1] - tl[1]);  /* NaN must not wreck the plot */
+    for (i = 0; i < 5; i++) { vs[i] = 20.0 * i; vl[i] = 4.6 / (1 + 0.04 * 20 * i); }
+    CHECKE(gio_svg_loss_curve(path_in("loss.svg"), "GPT-2 <tiny> & loss", ts, tl, 100, vs, vl, 5, err, sizeof err) == 0, err);
+    CHECK(gio_read_file(path_in("loss.svg"), &file, &len, err, sizeof err) == 0);
+    if (file) {
+        CHECK(strncmp(file, "<svg", 4) == 0);
+        CHECK(contains(file, "</svg>") && contains(file, "train loss") && contains(file, "val loss"));
+        CHECK(contains(file, "&lt;tiny&gt; &amp;") && !contains(file, "nan") && contains(file, "<polyline"));
+        free(file);
+    }
+    CHECKE(gio_svg_loss_curve(path_in("empty.svg"), NULL, NULL, NULL, 0, NULL, NULL, 0, err, sizeof err) == 0, err);
+    CHECK(gio_svg_loss_curve(path_in("nodir/x.svg"), NULL, ts, tl, 3, NULL, NULL, 0, err, sizeof err) != 0 &&
+          contains(err, "nodir/x.svg"));
+
+    gio_trace_init(&tr);
+    CHECK(gio_trace_process_name(&tr, 1, "tinyjax") == 0);
+    CHECK(gio_trace_track_name(&tr, 1, 0, "device 0 (cpu)") == 0);
+    CHECK(gio_trace_track_name(&tr, 1, 1, "device \"1\"") == 0);
+    for (i = 0; i < 200; i++)
+        CHECK(gio_trace_event(&tr, i % 2 ? "matmul" : "add\n\"q\"", "op", 1, i % 2, 10.0 * i, 7.5,
+                              i % 3 ? "shape=[2,3] \\ \"x\"" : NULL) == 0);
+    CHECK(gio_trace_counter(&tr, "bytes", 1, 5.0, 1e9) == 0);
+    CHECK(gio_trace_event(&tr, "nan", "op", 1, 0, 0.0 / (ts[0] - ts[0]), 1, NULL) == 0);
+    CHECKE(gio_trace_write(&tr, path_in("trace.json")) == 0, tr.err);
+    CHECK(gio_read_file(path_in("trace.json"), &file, &len, err, sizeof err) == 0);
+    if (file) {
+        CHECK(file[0] == '{' && contains(file, "\"traceEvents\""));
+        CHECK(contains(file, "thread_name") && contains(file, "device 0 (cpu)"));
+        CHECK(is_valid_json(file, len));
+        free(file);
+    }
+    CHECK(gio_trace_write(&tr, path_in("nodir/trace.json")) != 0 && contains(tr.err, "nodir/trace.json"));
+    gio_trace_free(&tr);
+    CHECK(!dir_has_tmp_files());
+}
+
+static void test_json_parser(void) {
+    static const char *good[] = {"{}", "[]", "\"\\u00e9\\ud83d\\ude00\"", "[1,-0,0.5,1e10,-2E-3,true,false,null]",
+                                 " {\"a\" : [ {} , [ ] ] } "};
+    static const char *bad[] = {"{", "[1,]", "01", "1.", "-", "\"abc", "\"\\u12\"", "tru", "{\"a\" 1}",
+                                "[1 2]", "\"\\udc00\"", "\"\x01\"", "{1:2}", "", "1e"};
+    size_t i;
+    for (i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int ok = is_valid_json(good[i], strlen(good[i]));
+        if (!ok) printf("json good case %zu rejected\n", i);
+        CHECK(ok);
+    }
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gio__js j;
+        char err[256];
+        int ok;
+        memset(&j, 0, sizeof j);
+        j.s = (const unsigned char *)bad[i];
+        j.n = strlen(bad[i]);
+        j.label = "json";
+        j.err = err;
+        j.errlen = sizeof err;
+        ok = gio__js_skip(&j) == 0 && gio__js_peek(&j) == -1;
+        if (ok) printf("json bad case %zu accepted\n", i);
+        CHECK(!ok);
+    }
+}
+
+static void test_atomic(void) {
+    char err[512], *file;
+    size_t len;
+    CHECKE(gio_write_file_atomic(path_in("a.txt"), "first", 5, err, sizeof err) == 0, err);
+    CHECKE(gio_write_file_atomic(path_in("a.txt"), "second!", 7, err, sizeof err) == 0, err);
+    CHECK(gio_read_file(path_in("a.txt"), &file, &len, err, sizeof err) == 0 && len == 7 && strcmp(file, "second!") == 0);
+    free(file);
+    CHECK(gio_write_file_atomic(path_in("missing/a.txt"), "x", 1, err, sizeof err) != 0 && contains(err, "missing/a.txt"));
+    CHECK(!dir_has_tmp_files());
+}
+
+int main(void) {
+    strcpy(g_dir, "/tmp/test_gpt2_io.XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        printf("mkdtemp failed\n0 passed, 1 failed\n");
+        return 1;
+    }
+    test_dtypes();
+    test_st_roundtrip();
+    test_to_f32();
+    test_st_bad();
+    test_st_fuzz();
+    test_st_gpt2_names();
+    test_tokens();
+    test_bpe();
+    test_pretok();
+    test_json_parser();
+    test_svg_trace();
+    test_atomic();
+    remove_dir();
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
