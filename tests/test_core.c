@@ -1,0 +1,63 @@
+/* Core tests: tracing, autodiff through composites, memory plan, donation. */
+#define TINYJAX_IMPLEMENTATION
+#include "../tinyjax.h"
+#include "tj_test.h"
+
+static void mlp2(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w1 = tj_tree_v(in, "w1"), b1 = tj_tree_v(in, "b1"), w2 = tj_tree_v(in, "w2");
+    tj_v h = tj_gelu(tj_add(tj_dot(x, w1, "in"), b1));
+    tj_v o = tj_dot(h, w2, "hid");
+    tj_v lbl = tj_tree_v(in, "labels");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "loss", tj_cross_entropy(o, lbl, "cls", "batch"));
+}
+static void attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), wq = tj_tree_v(in, "wq"), wk = tj_tree_v(in, "wk"), wv = tj_tree_v(in, "wv");
+    tj_v q = tj_dot(x, wq, "embed"), k = tj_rename(tj_dot(x, wk, "embed"), "pos", "kpos"), v = tj_rename(tj_dot(x, wv, "embed"), "pos", "kpos");
+    tj_v s = tj_muls(tj_dot(q, k, "hd"), 0.5);
+    tj_v a = tj_softmax(tj_causal_mask(s, "pos", "kpos", -1e9), "kpos");
+    tj_v o = tj_dot(a, v, "kpos");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "loss", tj_sum(tj_mul(o, o), "pos hd"));
+}
+static void lnce(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), gam = tj_tree_v(in, "gamma"), w = tj_tree_v(in, "w");
+    tj_v h = tj_mul(tj_layer_norm(x, "embed", 1e-5), gam);
+    (void)g; (void)u;
+    tj_tree_set_v(out, "loss", tj_cross_entropy(tj_dot(h, w, "embed"), tj_tree_v(in, "labels"), "vocab", "pos"));
+}
+
+int main(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in;
+    int32_t lbl[4] = {0, 2, 1, 2}, lbl2[5] = {1, 0, 3, 2, 1};
+
+    tjt_current = "composites";
+    in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "batch=4 in=3", 1, -1, 1));
+    tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F64, "in=3 hid=5", 2, -1, 1));
+    tj_tree_set_array(in, "b1", tjt_rand(ctx, TJ_F64, "hid=5", 3, -1, 1));
+    tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F64, "hid=5 cls=3", 4, -1, 1));
+    tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=4", lbl));
+    TJT_GRADCHECK(ctx, "2-layer MLP", mlp2, NULL, in, "x w1 b1 w2");
+    tj_tree_free(in);
+
+    in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "pos=5 embed=4", 5, -1, 1));
+    tj_tree_set_array(in, "wq", tjt_rand(ctx, TJ_F64, "embed=4 hd=3", 6, -1, 1));
+    tj_tree_set_array(in, "wk", tjt_rand(ctx, TJ_F64, "embed=4 hd=3", 7, -1, 1));
+    tj_tree_set_array(in, "wv", tjt_rand(ctx, TJ_F64, "embed=4 hd=3", 8, -1, 1));
+    TJT_GRADCHECK(ctx, "attention head, causal", attn, NULL, in, "x wq wk wv");
+    tj_tree_free(in);
+
+    in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "pos=5 embed=6", 9, -2, 2));
+    tj_tree_set_array(in, "gamma", tjt_rand(ctx, TJ_F64, "embed=6", 10, 0.5, 1.5));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, "embed=6 vocab=4", 11, -1, 1));
+    tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "pos=5", lbl2));
+    TJT_GRADCHECK(ctx, "layer norm + cross-entropy", lnce, NULL, in, "x gamma w");
+    tj_tree_free(in);
+
+    tj_ctx_free(ctx);
+    return tjt_finish();
+}

@@ -1,0 +1,189 @@
+/* tj_test.h — the tiny test runner shared by tests/test_*.c.
+ *
+ * TJT_CHECK(cond, fmt, ...) counts a check; a failure prints file:line and
+ * the message. tjt_gradcheck() compares reverse-mode gradients with central
+ * finite differences. tjt_finish() prints the closing "N passed, N failed"
+ * line and returns the exit code. Include after tinyjax.h. */
+#ifndef TJ_TEST_H
+#define TJ_TEST_H
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int tjt_pass, tjt_fail;
+static const char *tjt_current = "";
+
+#define TJT_CHECK(cond, ...)                                                  \
+    do {                                                                      \
+        if (cond) tjt_pass++;                                                 \
+        else {                                                                \
+            tjt_fail++;                                                       \
+            fprintf(stderr, "FAIL %s:%d [%s] ", __FILE__, __LINE__, tjt_current); \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fprintf(stderr, "\n");                                            \
+        }                                                                     \
+    } while (0)
+
+/* An error check: `expr` must return NULL/nonzero status and the context
+   message must contain every one of the given substrings. */
+#define TJT_ERROR_HAS(ctx, ...) tjt_error_has(__FILE__, __LINE__, ctx, __VA_ARGS__, (const char *)NULL)
+static inline void tjt_error_has(const char *file, int line, tj_ctx *ctx, ...) {
+    va_list ap;
+    const char *s;
+    int ok = tj_status_of(ctx) != TJ_OK;
+    va_start(ap, ctx);
+    while ((s = va_arg(ap, const char *)) != NULL)
+        if (!strstr(tj_error(ctx), s)) ok = 0;
+    va_end(ap);
+    if (ok) tjt_pass++;
+    else {
+        tjt_fail++;
+        fprintf(stderr, "FAIL %s:%d [%s] error message \"%s\" lacks an expected part\n", file, line, tjt_current, tj_error(ctx));
+    }
+    tj_clear_error(ctx);
+}
+
+static inline int tjt_finish(void) {
+    printf("%d passed, %d failed\n", tjt_pass, tjt_fail);
+    return tjt_fail ? 1 : 0;
+}
+
+/* Deterministic pseudo-random array in [-1, 1) (or [lo, hi)). */
+static inline tj_array *tjt_rand(tj_ctx *ctx, tj_dtype dt, const char *shape, unsigned seed, double lo, double hi) {
+    tj_array *a = tj_zeros(ctx, dt, shape);
+    int64_t i, n;
+    double *buf;
+    uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+    if (!a) return NULL;
+    n = tj_array_numel(a);
+    buf = (double *)malloc(sizeof(double) * (size_t)(n + 1));
+    for (i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = lo + (hi - lo) * (double)(s >> 11) / 9007199254740992.0;
+    }
+    tj_array_free(a);
+    {
+        tj_array *b = tj_zeros(ctx, TJ_F64, shape);
+        memcpy(b->data[0], buf, sizeof(double) * (size_t)n);
+        free(buf);
+        if (dt == TJ_F64) return b;
+        a = tj_zeros(ctx, dt, shape);
+        for (i = 0; i < n; i++) tj__st(a->data[0], dt, i, ((double *)b->data[0])[i]);
+        tj_array_free(b);
+        return a;
+    }
+}
+
+/* ---- finite-difference gradient check ----
+   fn maps the input tree to a scalar leaf "loss". Every float array leaf
+   whose name is in `wrt` (space separated) is checked: reverse-mode grads
+   against (L(x+h) - L(x-h)) / 2h, element by element (up to max_elems per
+   leaf, spread over the array). Inputs should be f64 for tight tolerance. */
+typedef struct {
+    tj_fn fn;
+    void *user;
+    const char *wrt;
+} tjt__gc;
+static void tjt__gc_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tjt__gc *gc = (tjt__gc *)u;
+    tj_tree *tmp = tj_tree_new(tj_graph_ctx(g));
+    tj_v loss;
+    int i;
+    gc->fn(g, in, tmp, gc->user);
+    loss = tj_tree_v(tmp, "loss");
+    tj_tree_set_v(out, "loss", loss);
+    for (i = 0; i < tj_tree_size(in); i++) {
+        const char *nm = tj_tree_name(in, i);
+        char pat[256];
+        tj_v w, gw;
+        snprintf(pat, sizeof pat, " %s ", nm);
+        {
+            char list[1024];
+            snprintf(list, sizeof list, " %s ", gc->wrt);
+            if (!strstr(list, pat)) continue;
+        }
+        w = tj_tree_v_at(in, i);
+        if (!w || tj_grad(loss, 1, &w, &gw) != TJ_OK) break;
+        snprintf(pat, sizeof pat, "grad.%s", nm);
+        tj_tree_set_v(out, pat, gw);
+    }
+    tj_tree_free(tmp);
+}
+static void tjt__loss_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tjt__gc *gc = (tjt__gc *)u;
+    tj_tree *tmp = tj_tree_new(tj_graph_ctx(g));
+    gc->fn(g, in, tmp, gc->user);
+    tj_tree_set_v(out, "loss", tj_tree_v(tmp, "loss"));
+    tj_tree_free(tmp);
+}
+static double tjt__run_loss(tj_prog *p, tj_tree *in) {
+    tj_tree *o = tj_tree_new(p->ctx);
+    double v = NAN;
+    if (tj_run(p, in, o) == TJ_OK) tj_array_read(tj_tree_array(o, "loss"), TJ_F64, &v);
+    tj_tree_free(o);
+    return v;
+}
+/* returns the max relative error seen; checks it against tol */
+static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, const char *what, tj_fn fn, void *user, tj_tree *in, const char *wrt, double tol) {
+    tjt__gc gc;
+    tj_prog *pg, *pl;
+    tj_tree *out;
+    double worst = 0;
+    int i, checked = 0;
+    gc.fn = fn;
+    gc.user = user;
+    gc.wrt = wrt;
+    pg = tj_jit(ctx, what, tjt__gc_fn, &gc, in, NULL);
+    pl = tj_jit(ctx, what, tjt__loss_fn, &gc, in, NULL);
+    out = tj_tree_new(ctx);
+    if (!pg || !pl || tj_run(pg, in, out) != TJ_OK) {
+        tjt_fail++;
+        fprintf(stderr, "FAIL %s:%d [%s] gradcheck '%s' could not build/run: %s\n", file, line, tjt_current, what, tj_error(ctx));
+        tj_clear_error(ctx);
+        tj_prog_free(pg);
+        tj_prog_free(pl);
+        tj_tree_free(out);
+        return 1e9;
+    }
+    for (i = 0; i < tj_tree_size(in); i++) {
+        char gname[256];
+        tj_array *a = tj_tree_array_at(in, i), *ga;
+        int64_t n, k, step;
+        if (!a) continue;
+        snprintf(gname, sizeof gname, "grad.%s", tj_tree_name(in, i));
+        if (tj_tree_find(out, gname) < 0) continue;
+        ga = tj_tree_array(out, gname);
+        n = tj_array_numel(a);
+        step = n > 24 ? n / 24 : 1;
+        for (k = 0; k < n; k += step) {
+            double x0 = tj__ld(a->data[0], a->t.dt, k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
+            if (a->t.dt != TJ_F64) h = 1e-2 * (fabs(x0) > 1 ? fabs(x0) : 1.0);
+            tj__st(a->data[0], a->t.dt, k, x0 + h);
+            lp = tjt__run_loss(pl, in);
+            tj__st(a->data[0], a->t.dt, k, x0 - h);
+            lm = tjt__run_loss(pl, in);
+            tj__st(a->data[0], a->t.dt, k, x0);
+            fd = (lp - lm) / (2 * h);
+            an = tj__ld(ga->data[0], ga->t.dt, k);
+            err = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-6);
+            if (!(err <= worst)) worst = err;
+            checked++;
+            if (!(err <= tol)) {
+                fprintf(stderr, "  %s: d/d %s[%lld]: autodiff %.9g, finite difference %.9g\n", what, tj_tree_name(in, i), (long long)k, an, fd);
+            }
+        }
+    }
+    if (worst <= tol && checked > 0) tjt_pass++;
+    else {
+        tjt_fail++;
+        fprintf(stderr, "FAIL %s:%d [%s] gradcheck '%s': worst relative error %.3g (tol %.3g), %d elements\n", file, line, tjt_current, what, worst, tol, checked);
+    }
+    tj_prog_free(pg);
+    tj_prog_free(pl);
+    tj_tree_free(out);
+    return worst;
+}
+#define TJT_GRADCHECK(ctx, what, fn, user, in, wrt) tjt_gradcheck(__FILE__, __LINE__, ctx, what, fn, user, in, wrt, 1e-6)
+#endif

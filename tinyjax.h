@@ -1,0 +1,3347 @@
+/* tinyjax.h — JAX's core ideas in one readable C header.            MIT license
+ *
+ * Trace a C function into a graph of named-axis tensors, differentiate it,
+ * choose what the backward pass saves or recomputes, plan every buffer, and run
+ * it on the CPU (or on CUDA with tinyjax_cuda.cu).
+ *
+ * Do this in exactly one C or C++ file:
+ *     #define TINYJAX_IMPLEMENTATION
+ *     #include "tinyjax.h"
+ * and just #include "tinyjax.h" everywhere else. Link with -lm -pthread.
+ *
+ * Configuration macros (define before the implementation include):
+ *     TJ_STATIC          make every function static to that file
+ *     TJ_MALLOC/TJ_REALLOC/TJ_FREE   allocation hooks (all three or none)
+ *
+ * ---------------------------------------------------------------- manual ---
+ * Values have a dtype (f32, bf16, i32, f64), and a shape whose axes have
+ * names: "batch=4 embed=128". Ops refer to axes by name:
+ *     tj_dot(x, w, "embed")      contract "embed"; axes both share are batch
+ *     tj_sum(x, "pos")           reduce over "pos"
+ *     tj_add(x, b)               broadcast by name: b's axes ⊆ result's axes
+ * Two axes with the same name must have the same size.
+ *
+ * A traced function receives a graph and a tree of input values, and fills a
+ * tree of outputs. tj_jit traces it once and compiles it (schedule + memory
+ * plan); tj_run calls it on arrays as often as you like:
+ *
+ *   static void loss_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+ *       tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), y = tj_tree_v(in, "y");
+ *       tj_v h = tj_tanh(tj_dot(x, w, "in"));             // (batch, out)
+ *       tj_v d = tj_sub(h, y);
+ *       tj_v loss = tj_mean(tj_mul(d, d), "batch out");   // scalar
+ *       tj_v gw;  tj_grad(loss, 1, &w, &gw);              // d loss / d w
+ *       tj_tree_set_v(out, "loss", loss);  tj_tree_set_v(out, "gw", gw);
+ *       (void)g; (void)u;
+ *   }
+ *   ...
+ *   tj_ctx *ctx = tj_ctx_new();
+ *   tj_tree *in = tj_tree_new(ctx);
+ *   tj_tree_set_array(in, "x", tj_full(ctx, TJ_F32, "batch=8 in=4", 0.5));
+ *   ...
+ *   tj_prog *p = tj_jit(ctx, "loss", loss_fn, NULL, in, NULL);
+ *   tj_tree *out = tj_tree_new(ctx);
+ *   if (!p || tj_run(p, in, out)) fprintf(stderr, "%s\n", tj_error(ctx));
+ *
+ * Errors: no function exits or aborts on a caller's mistake. A failing op
+ * returns NULL and records a message naming the op, the axes and the caller's
+ * file:line; later ops given NULL return NULL quietly, so the first message
+ * survives and tj_jit reports it. Other calls return a tj_status.
+ *
+ * Dumps: set TJ_DUMP=1 (or tj_set_dump) to print every pipeline stage: the
+ * traced graph, the graph after autodiff and remat, the schedule with buffer
+ * offsets, and the memory analysis.
+ *
+ * ------------------------------------------------------------- contents ---
+ *   [1]  basics: status, errors, allocation, dtypes, named shapes
+ *   [2]  arrays and parameter trees
+ *   [3]  graph and tracing: nodes, the op table, builders
+ *   [4]  ops: one block each (shape rule, CPU kernel, VJP rule, cost)
+ *   [5]  autodiff: vjp, grad, stop_gradient
+ *   [6]  schedule
+ *   [7]  memory plan and analysis, donation
+ *   [8]  run: backend interface, CPU backend, matmul kernel
+ *   [9]  jit: trace + compile + call
+ *   [10] program text
+ */
+#ifndef TINYJAX_H
+#define TINYJAX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef TJ_STATIC
+#define TJDEF static
+#else
+#ifdef __cplusplus
+#define TJDEF extern "C"
+#else
+#define TJDEF extern
+#endif
+#endif
+
+#define TJ_MAXDIM 8   /* axes per value */
+#define TJ_MAXDEV 64  /* simulated devices */
+
+/* ==== [1] basics ========================================================= */
+
+typedef enum { TJ_F32 = 0, TJ_BF16, TJ_I32, TJ_F64, TJ_NDTYPE } tj_dtype;
+
+typedef enum {
+    TJ_OK = 0,
+    TJ_ERR_SHAPE,       /* axis sizes do not fit                          */
+    TJ_ERR_AXIS,        /* unknown or duplicated axis name                */
+    TJ_ERR_DTYPE,       /* wrong or mixed dtypes                          */
+    TJ_ERR_ARG,         /* wrong argument: count, NULL, range, tree leaf  */
+    TJ_ERR_OOM,         /* allocation failed                              */
+    TJ_ERR_IO,          /* file missing, truncated or corrupt             */
+    TJ_ERR_STATE,       /* e.g. using a donated array                     */
+    TJ_ERR_UNSUPPORTED  /* a rule this op does not have                   */
+} tj_status;
+
+typedef struct tj_ctx tj_ctx;
+typedef struct tj_graph tj_graph;
+typedef struct tj_node tj_node;
+typedef tj_node *tj_v;            /* a traced value: a node of a graph     */
+typedef struct tj_array tj_array; /* a concrete array in device memory     */
+typedef struct tj_tree tj_tree;   /* ordered named leaves (a pytree)       */
+typedef struct tj_prog tj_prog;   /* a compiled program                    */
+
+/* One context per thread of control: it owns axis names, the error message,
+   devices and allocation statistics. */
+TJDEF tj_ctx *tj_ctx_new(void);
+TJDEF void tj_ctx_free(tj_ctx *ctx);
+/* The last error message ("" if none), its status, and a reset. */
+TJDEF const char *tj_error(tj_ctx *ctx);
+TJDEF tj_status tj_status_of(tj_ctx *ctx);
+TJDEF void tj_clear_error(tj_ctx *ctx);
+/* Print each pipeline stage to stderr (also: environment TJ_DUMP=1). */
+TJDEF void tj_set_dump(tj_ctx *ctx, int on);
+/* Threads the CPU kernels of one device may use (default: all cores). */
+TJDEF void tj_set_threads(tj_ctx *ctx, int n);
+
+TJDEF const char *tj_dtype_name(tj_dtype t);
+TJDEF size_t tj_dtype_size(tj_dtype t);
+/* bf16 <-> f32: round to nearest even; NaN stays NaN. */
+TJDEF uint16_t tj_f32_to_bf16(float f);
+TJDEF float tj_bf16_to_f32(uint16_t h);
+
+/* Bytes the library has allocated, by kind (the memory-analysis tests
+   compare these with the planner's prediction). */
+typedef struct {
+    int64_t arena_bytes;      /* temp arenas of runs in flight              */
+    int64_t array_bytes;      /* live arrays (arguments, outputs)           */
+    int64_t peak_arena_bytes; /* most arena bytes live at one time          */
+    int64_t arena_allocs;     /* how many arenas were allocated             */
+} tj_alloc_stats;
+TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *ctx);
+
+/* ==== [2] arrays and parameter trees ===================================== */
+
+/* Shapes are strings of "name=size" separated by spaces or commas:
+   "batch=4 embed=128"; "" is a scalar. Arrays hold their data in device
+   memory (host memory for the CPU backend). Creating returns NULL and sets
+   the context error on a bad shape or out of memory. */
+#define tj_array_new(ctx, dt, shape, data) tj_array_new_at(__FILE__, __LINE__, ctx, dt, shape, data)
+#define tj_zeros(ctx, dt, shape) tj_full_at(__FILE__, __LINE__, ctx, dt, shape, 0.0)
+#define tj_ones(ctx, dt, shape) tj_full_at(__FILE__, __LINE__, ctx, dt, shape, 1.0)
+#define tj_full(ctx, dt, shape, v) tj_full_at(__FILE__, __LINE__, ctx, dt, shape, v)
+#define tj_iota(ctx, dt, shape, axis) tj_iota_at(__FILE__, __LINE__, ctx, dt, shape, axis)
+/* data: row-major, in dtype dt (bf16 as uint16 bits); NULL = zeros. */
+TJDEF tj_array *tj_array_new_at(const char *file, int line, tj_ctx *ctx, tj_dtype dt, const char *shape, const void *data);
+TJDEF tj_array *tj_full_at(const char *file, int line, tj_ctx *ctx, tj_dtype dt, const char *shape, double v);
+/* values 0,1,2.. along `axis`, constant along the others */
+TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *ctx, tj_dtype dt, const char *shape, const char *axis);
+TJDEF void tj_array_free(tj_array *a);
+/* Read the whole array back, row-major, converted to `dt`. dst holds
+   tj_array_numel(a) elements. */
+TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst);
+TJDEF int64_t tj_array_numel(const tj_array *a);
+TJDEF tj_dtype tj_array_dtype(const tj_array *a);
+TJDEF int tj_array_rank(const tj_array *a);
+/* Size of the axis called `name`, or -1. */
+TJDEF int64_t tj_array_dim(const tj_array *a, const char *name);
+/* "f32[batch=4,embed=128]" into buf; returns buf. */
+TJDEF const char *tj_array_describe(const tj_array *a, char *buf, size_t n);
+/* 1 if the array's buffer was donated to a program and is gone. */
+TJDEF int tj_array_is_deleted(const tj_array *a);
+
+/* A tree is an ordered list of leaves with path names ("blocks.0.w1").
+   A leaf is an array, a traced value (inside a traced function), an integer,
+   a float or a string. Non-array leaves pass through transformations
+   untouched, as in Equinox. The tree owns its arrays (tj_tree_free frees
+   them) unless set with tj_tree_set_array_ref. Setting an existing name
+   replaces the leaf in place (order kept). */
+typedef enum { TJ_LEAF_ARRAY, TJ_LEAF_VALUE, TJ_LEAF_INT, TJ_LEAF_FLOAT, TJ_LEAF_STRING } tj_leaf_kind;
+TJDEF tj_tree *tj_tree_new(tj_ctx *ctx);
+TJDEF void tj_tree_free(tj_tree *t);
+TJDEF void tj_tree_clear(tj_tree *t);
+TJDEF int tj_tree_size(const tj_tree *t);
+TJDEF const char *tj_tree_name(const tj_tree *t, int i);
+TJDEF tj_leaf_kind tj_tree_kind(const tj_tree *t, int i);
+TJDEF int tj_tree_find(const tj_tree *t, const char *name); /* index or -1 */
+TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a);     /* takes ownership */
+TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a); /* borrows */
+TJDEF tj_status tj_tree_set_v(tj_tree *t, const char *name, tj_v v);
+TJDEF tj_status tj_tree_set_int(tj_tree *t, const char *name, int64_t v);
+TJDEF tj_status tj_tree_set_float(tj_tree *t, const char *name, double v);
+TJDEF tj_status tj_tree_set_string(tj_tree *t, const char *name, const char *s);
+/* Getters return NULL / 0 and set the context error if the leaf is missing
+   or of another kind. tj_tree_v is for traced functions. */
+TJDEF tj_array *tj_tree_array(const tj_tree *t, const char *name);
+TJDEF tj_v tj_tree_v(const tj_tree *t, const char *name);
+TJDEF int64_t tj_tree_int(const tj_tree *t, const char *name);
+TJDEF double tj_tree_float(const tj_tree *t, const char *name);
+TJDEF const char *tj_tree_string(const tj_tree *t, const char *name);
+TJDEF tj_array *tj_tree_array_at(const tj_tree *t, int i);
+TJDEF tj_v tj_tree_v_at(const tj_tree *t, int i);
+/* Move every leaf of src into dst (replacing same names); src ends empty. */
+TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src);
+/* Apply fn to every array leaf; fn returns the replacement (or the same
+   array). Non-array leaves are passed through. */
+typedef tj_array *(*tj_tree_map_fn)(tj_array *a, const char *name, void *user);
+TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user);
+/* Save all array leaves (and int/float/string leaves as metadata) to a
+   safetensors file, atomically; load it back into a tree. */
+TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path);
+TJDEF tj_status tj_tree_load(tj_tree *t, const char *path);
+
+/* ==== [3] graph and tracing ============================================= */
+
+/* Every builder records the caller's file:line; the macros pass it. Use the
+   _at forms to attribute ops to your own caller (e.g. inside a layer helper). */
+#define TJ_AT __FILE__, __LINE__
+TJDEF tj_graph *tj_graph_of(tj_v v);
+TJDEF tj_ctx *tj_graph_ctx(tj_graph *g);
+TJDEF tj_dtype tj_v_dtype(tj_v v);
+TJDEF int tj_v_rank(tj_v v);
+TJDEF int64_t tj_v_dim(tj_v v, const char *axis);     /* -1 if absent */
+TJDEF const char *tj_v_axis(tj_v v, int i);           /* name of axis i */
+TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n);
+
+/* ---- constants ---- */
+#define tj_scalar(g, dt, v) tj_scalar_at(TJ_AT, g, dt, v)
+#define tj_fill(g, dt, shape, v) tj_fill_at(TJ_AT, g, dt, shape, v)
+#define tj_arange(g, dt, shape, axis) tj_arange_at(TJ_AT, g, dt, shape, axis)
+TJDEF tj_v tj_scalar_at(const char *f, int l, tj_graph *g, tj_dtype dt, double v);
+TJDEF tj_v tj_fill_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, double v);
+TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, const char *axis);
+
+/* ---- elementwise, unary ---- */
+#define tj_neg(x) tj_neg_at(TJ_AT, x)
+#define tj_exp(x) tj_exp_at(TJ_AT, x)
+#define tj_log(x) tj_log_at(TJ_AT, x)
+#define tj_tanh(x) tj_tanh_at(TJ_AT, x)
+#define tj_sqrt(x) tj_sqrt_at(TJ_AT, x)
+#define tj_rsqrt(x) tj_rsqrt_at(TJ_AT, x)
+#define tj_relu(x) tj_relu_at(TJ_AT, x)
+#define tj_gelu(x) tj_gelu_at(TJ_AT, x)     /* tanh approximation (GPT-2)  */
+#define tj_pows(x, p) tj_pows_at(TJ_AT, x, p) /* x^p, p a constant          */
+#define tj_cast(x, dt) tj_cast_at(TJ_AT, x, dt)
+TJDEF tj_v tj_neg_at(const char *f, int l, tj_v x);
+TJDEF tj_v tj_exp_at(const char *f, int l, tj_v x);
+TJDEF tj_v tj_log_at(const char *f, int l, tj_v x);
+TJDEF tj_v tj_tanh_at(const char *f, int l, tj_v x);
+TJDEF tj_v tj_sqrt_at(const char *f, int l, tj_v x);
+TJDEF tj_v tj_rsqrt_at(const char *f, int l, tj_v x);
+TJDEF tj_v tj_relu_at(const char *f, int l, tj_v x);
+TJDEF tj_v tj_gelu_at(const char *f, int l, tj_v x);
+TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p);
+TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
+
+/* ---- elementwise, binary, broadcasting by axis name ----
+   The result has a's axes followed by b's axes that a lacks. Dtypes must
+   match (cast first). Compare ops give i32 0/1 masks. */
+#define tj_add(a, b) tj_add_at(TJ_AT, a, b)
+#define tj_sub(a, b) tj_sub_at(TJ_AT, a, b)
+#define tj_mul(a, b) tj_mul_at(TJ_AT, a, b)
+#define tj_div(a, b) tj_div_at(TJ_AT, a, b)
+#define tj_max2(a, b) tj_max2_at(TJ_AT, a, b)
+#define tj_min2(a, b) tj_min2_at(TJ_AT, a, b)
+#define tj_lt(a, b) tj_lt_at(TJ_AT, a, b)
+#define tj_le(a, b) tj_le_at(TJ_AT, a, b)
+#define tj_gt(a, b) tj_gt_at(TJ_AT, a, b)
+#define tj_ge(a, b) tj_ge_at(TJ_AT, a, b)
+#define tj_eq(a, b) tj_eq_at(TJ_AT, a, b)
+#define tj_ne(a, b) tj_ne_at(TJ_AT, a, b)
+#define tj_adds(a, s) tj_adds_at(TJ_AT, a, s)  /* a + constant */
+#define tj_muls(a, s) tj_muls_at(TJ_AT, a, s)  /* a * constant */
+TJDEF tj_v tj_add_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_sub_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_mul_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_div_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_max2_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_min2_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_lt_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_le_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_gt_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_ge_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_eq_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_ne_at(const char *f, int l, tj_v a, tj_v b);
+TJDEF tj_v tj_adds_at(const char *f, int l, tj_v a, double s);
+TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s);
+/* where(mask != 0, a, b); mask is i32 and broadcasts by name too. */
+#define tj_select(m, a, b) tj_select_at(TJ_AT, m, a, b)
+TJDEF tj_v tj_select_at(const char *f, int l, tj_v mask, tj_v a, tj_v b);
+
+/* ---- reductions over named axes ("pos" or "batch pos") ---- */
+#define tj_sum(x, axes) tj_sum_at(TJ_AT, x, axes)
+#define tj_mean(x, axes) tj_mean_at(TJ_AT, x, axes)
+#define tj_max(x, axes) tj_max_at(TJ_AT, x, axes)
+TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes);
+TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes);
+TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes);
+
+/* ---- dot: contract the named axes; axes in both operands that are not
+   contracted are batch axes; the result is (batch, a's free, b's free). ---- */
+#define tj_dot(a, b, contract) tj_dot_at(TJ_AT, a, b, contract)
+TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract);
+
+/* ---- shape ops ---- */
+#define tj_rename(x, from, to) tj_rename_at(TJ_AT, x, from, to)
+#define tj_transpose(x, order) tj_transpose_at(TJ_AT, x, order)
+#define tj_split(x, axis, into) tj_split_at(TJ_AT, x, axis, into)
+#define tj_merge(x, axes, into) tj_merge_at(TJ_AT, x, axes, into)
+#define tj_slice(x, axis, start, stop) tj_slice_at(TJ_AT, x, axis, start, stop)
+#define tj_concat(n, xs, axis) tj_concat_at(TJ_AT, n, xs, axis)
+#define tj_pad(x, axis, lo, hi, v) tj_pad_at(TJ_AT, x, axis, lo, hi, v)
+#define tj_broadcast(x, shape) tj_broadcast_at(TJ_AT, x, shape)
+TJDEF tj_v tj_rename_at(const char *f, int l, tj_v x, const char *from, const char *to);
+/* order: all axis names, space separated, in the new order */
+TJDEF tj_v tj_transpose_at(const char *f, int l, tj_v x, const char *order);
+/* split "embed" into "heads=12 head_dim=64" (sizes must multiply out; one
+   size may be left as 0 and is inferred) */
+TJDEF tj_v tj_split_at(const char *f, int l, tj_v x, const char *axis, const char *into);
+/* merge adjacent axes "heads head_dim" into one axis "embed" */
+TJDEF tj_v tj_merge_at(const char *f, int l, tj_v x, const char *axes, const char *into);
+TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t start, int64_t stop);
+TJDEF tj_v tj_concat_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
+TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value);
+/* broadcast x to a shape that contains all its axes (extra axes added) */
+TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape);
+
+/* ---- indexing ---- */
+/* take(x, axis, idx): gather along `axis` of x with i32 indices idx; the
+   result has x's axes with `axis` replaced by idx's axes (embedding lookup:
+   take(wte[vocab,embed], "vocab", tokens[batch,pos]) -> [batch,pos,embed]).
+   Out-of-range indices are a run-time error. Its transpose is scatter-add. */
+#define tj_take(x, axis, idx) tj_take_at(TJ_AT, x, axis, idx)
+TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx);
+/* one_hot(idx, "vocab=256", dt): idx's axes plus the new axis. */
+#define tj_one_hot(idx, axis, dt) tj_one_hot_at(TJ_AT, idx, axis, dt)
+TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dtype dt);
+
+/* ---- neural-network ops (fused, numerically stable) ---- */
+/* set x to `fill` where key position > query position (causal attention) */
+#define tj_causal_mask(x, q_axis, k_axis, fill) tj_causal_mask_at(TJ_AT, x, q_axis, k_axis, fill)
+#define tj_softmax(x, axis) tj_softmax_at(TJ_AT, x, axis)
+#define tj_log_softmax(x, axis) tj_log_softmax_at(TJ_AT, x, axis)
+/* normalise over `axis` (no scale/shift: multiply and add yours) */
+#define tj_layer_norm(x, axis, eps) tj_layer_norm_at(TJ_AT, x, axis, eps)
+/* mean over `mean_axes` of -log softmax(logits)[label] along class_axis;
+   labels are i32 with logits' axes minus class_axis. */
+#define tj_cross_entropy(logits, labels, class_axis, mean_axes) \
+    tj_cross_entropy_at(TJ_AT, logits, labels, class_axis, mean_axes)
+TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill);
+TJDEF tj_v tj_softmax_at(const char *f, int l, tj_v x, const char *axis);
+TJDEF tj_v tj_log_softmax_at(const char *f, int l, tj_v x, const char *axis);
+TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, double eps);
+TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v logits, tj_v labels, const char *class_axis, const char *mean_axes);
+
+/* ---- random numbers (counter-based) ----
+   Element i of a random tensor (its row-major index in the full shape) has
+   bits hash(key, i): the same key and index give the same number whatever
+   shape or sharding surrounds it. */
+#define tj_uniform(g, key, dt, shape) tj_uniform_at(TJ_AT, g, key, dt, shape)
+#define tj_normal(g, key, dt, shape) tj_normal_at(TJ_AT, g, key, dt, shape)
+#define tj_dropout(x, key, rate) tj_dropout_at(TJ_AT, x, key, rate)
+TJDEF tj_v tj_uniform_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape);
+TJDEF tj_v tj_normal_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape);
+TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate);
+/* derive a new key from a key and a counter (fold_in) */
+TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data);
+
+/* ==== [5] autodiff ====================================================== */
+
+/* Identity in the forward pass, zero gradient. */
+#define tj_stop_gradient(x) tj_stop_gradient_at(TJ_AT, x)
+TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x);
+/* Identity that names a value, so remat policies and reports can refer to
+   it. Gradients flowing through it are not named. */
+#define tj_checkpoint_name(x, name) tj_checkpoint_name_at(TJ_AT, x, name)
+TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name);
+/* Reverse mode. Given outputs `outs` with cotangents `cts` (NULL: ones, for
+   scalar outputs), write d(sum <outs,cts>)/d wrt[i] into grads[i]. The
+   backward ops are ordinary nodes of the same graph: they can be printed,
+   compiled and differentiated again. A wrt value the outputs do not depend
+   on gets zeros. Returns TJ_OK or an error status. */
+TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt, tj_v *grads);
+/* grad of a scalar */
+TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
+/* Convenience for trees: gradients of scalar `loss` w.r.t. every VALUE leaf
+   of `params`, written to `grads` under the same names (non-array leaves are
+   copied through). */
+TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads);
+
+/* ==== [9] jit =========================================================== */
+
+typedef void (*tj_fn)(tj_graph *g, const tj_tree *in, tj_tree *out, void *user);
+
+typedef struct {
+    /* space-separated input leaf names (or prefixes ending in '.') whose
+       buffers an output of the same shape and dtype may reuse; after a run
+       those arrays are deleted. */
+    const char *donate;
+} tj_jit_opts;
+
+/* Memory analysis of a compiled program, per device, in bytes. peak is the
+   most live at once: arguments + outputs + temp arena - donated. */
+typedef struct {
+    int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes, peak_bytes;
+    int64_t host_temp_bytes; /* host memory space (offload)               */
+} tj_memory_analysis;
+
+/* Trace fn on the structure, shapes and dtypes of `example` and compile it.
+   Returns NULL (and sets the context error) if tracing or compiling fails. */
+#define tj_jit(ctx, name, fn, user, example, opts) tj_jit_at(TJ_AT, ctx, name, fn, user, example, opts)
+TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *ctx, const char *name, tj_fn fn, void *user,
+                         const tj_tree *example, const tj_jit_opts *opts);
+/* Run on arrays whose tree matches the example's names, shapes and dtypes.
+   Fills `out` with new arrays (and the non-array leaves the function set). */
+#define tj_run(p, in, out) tj_run_at(TJ_AT, p, in, out)
+TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree *in, tj_tree *out);
+TJDEF void tj_prog_free(tj_prog *p);
+TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p);
+/* Estimated floating point ops of one call (from each op's cost rule). */
+TJDEF double tj_prog_flops(const tj_prog *p);
+
+/* ==== [10] program text ================================================= */
+
+/* The scheduled program: one line per node with op, named shape, dtype,
+   buffer offset, and the caller's file:line. */
+TJDEF void tj_prog_print(const tj_prog *p, FILE *out);
+TJDEF void tj_graph_print(tj_graph *g, FILE *out);
+TJDEF void tj_memory_print(const tj_prog *p, FILE *out);
+
+#endif /* TINYJAX_H */
+
+/* ======================================================================== */
+/*                            IMPLEMENTATION                                 */
+/* ======================================================================== */
+#ifdef TINYJAX_IMPLEMENTATION
+#ifndef TINYJAX_IMPLEMENTATION_DONE
+#define TINYJAX_IMPLEMENTATION_DONE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#if defined(TJ_MALLOC) && defined(TJ_REALLOC) && defined(TJ_FREE)
+#elif !defined(TJ_MALLOC) && !defined(TJ_REALLOC) && !defined(TJ_FREE)
+#define TJ_MALLOC(sz) malloc(sz)
+#define TJ_REALLOC(p, sz) realloc(p, sz)
+#define TJ_FREE(p) free(p)
+#else
+#error "define all of TJ_MALLOC, TJ_REALLOC, TJ_FREE or none"
+#endif
+
+/* ==== [1] basics: status, errors, allocation, dtypes, named shapes ======= */
+/* Axis names are interned into small integers per context, so shapes are
+   cheap to compare. A value's type is a tj__type: dtype, rank, and per axis
+   a name id and a global size. Sharding (per-axis mesh axes) and the set of
+   mesh axes a value varies over live in the type too, so every stage after
+   tracing sees them. */
+
+#define TJ__MAXNAMES 256
+#define TJ__MSG 1024
+#define TJ__ALIGN 64
+
+typedef struct {
+    tj_dtype dt;
+    int rank;
+    int ax[TJ_MAXDIM];       /* axis name ids                             */
+    int64_t dim[TJ_MAXDIM];  /* global sizes                              */
+} tj__type;
+
+struct tj_ctx {
+    char *names[TJ__MAXNAMES];
+    int nnames;
+    char msg[TJ__MSG];
+    tj_status status;
+    int dump;
+    int threads;
+    pthread_mutex_t stats_mu;
+    tj_alloc_stats stats;
+};
+
+static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
+static void *tj__calloc(size_t n) {
+    void *p = tj__malloc(n);
+    if (p) memset(p, 0, n ? n : 1);
+    return p;
+}
+static char *tj__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = (char *)tj__malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+static const char *tj__base(const char *file) {
+    const char *s = file ? strrchr(file, '/') : NULL;
+    return s ? s + 1 : (file ? file : "?");
+}
+
+/* Record an error; the first one wins until tj_clear_error, so the message
+   the user sees names the op that really failed. */
+static void tj__err(tj_ctx *ctx, tj_status st, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    size_t k;
+    if (!ctx || ctx->status != TJ_OK) return;
+    ctx->status = st;
+    va_start(ap, fmt);
+    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    va_end(ap);
+    if (file) {
+        k = strlen(ctx->msg);
+        snprintf(ctx->msg + k, sizeof ctx->msg - k, " (at %s:%d)", tj__base(file), line);
+    }
+    if (ctx->dump) fprintf(stderr, "tinyjax: error: %s\n", ctx->msg);
+}
+
+TJDEF tj_ctx *tj_ctx_new(void) {
+    tj_ctx *c = (tj_ctx *)tj__calloc(sizeof *c);
+    const char *d;
+    long nc;
+    if (!c) return NULL;
+    pthread_mutex_init(&c->stats_mu, NULL);
+    d = getenv("TJ_DUMP");
+    c->dump = d && *d && strcmp(d, "0") != 0;
+    nc = sysconf(_SC_NPROCESSORS_ONLN);
+    c->threads = nc > 0 ? (int)nc : 1;
+    if (c->threads > 16) c->threads = 16;
+    return c;
+}
+TJDEF void tj_ctx_free(tj_ctx *c) {
+    int i;
+    if (!c) return;
+    for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
+    pthread_mutex_destroy(&c->stats_mu);
+    TJ_FREE(c);
+}
+TJDEF const char *tj_error(tj_ctx *c) { return c ? c->msg : "no context"; }
+TJDEF tj_status tj_status_of(tj_ctx *c) { return c ? c->status : TJ_ERR_ARG; }
+TJDEF void tj_clear_error(tj_ctx *c) {
+    if (!c) return;
+    c->status = TJ_OK;
+    c->msg[0] = 0;
+}
+TJDEF void tj_set_dump(tj_ctx *c, int on) { c->dump = on; }
+TJDEF void tj_set_threads(tj_ctx *c, int n) { c->threads = n < 1 ? 1 : n; }
+TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *c) {
+    tj_alloc_stats s;
+    pthread_mutex_lock(&c->stats_mu);
+    s = c->stats;
+    pthread_mutex_unlock(&c->stats_mu);
+    return s;
+}
+static void tj__count(tj_ctx *c, int arena, int64_t bytes) {
+    pthread_mutex_lock(&c->stats_mu);
+    if (arena) {
+        c->stats.arena_bytes += bytes;
+        if (bytes > 0) c->stats.arena_allocs++;
+        if (c->stats.arena_bytes > c->stats.peak_arena_bytes) c->stats.peak_arena_bytes = c->stats.arena_bytes;
+    } else {
+        c->stats.array_bytes += bytes;
+    }
+    pthread_mutex_unlock(&c->stats_mu);
+}
+
+static const char *tj__dtnames[TJ_NDTYPE] = {"f32", "bf16", "i32", "f64"};
+static const size_t tj__dtsize[TJ_NDTYPE] = {4, 2, 4, 8};
+TJDEF const char *tj_dtype_name(tj_dtype t) { return (unsigned)t < TJ_NDTYPE ? tj__dtnames[t] : "bad-dtype"; }
+TJDEF size_t tj_dtype_size(tj_dtype t) { return (unsigned)t < TJ_NDTYPE ? tj__dtsize[t] : 0; }
+static int tj__isfloat(tj_dtype t) { return t == TJ_F32 || t == TJ_BF16 || t == TJ_F64; }
+
+TJDEF uint16_t tj_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+TJDEF float tj_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* Element access through double: every dtype's value fits exactly (i32
+   included), so generic kernels are written once. */
+static double tj__ld(const void *p, tj_dtype t, int64_t i) {
+    switch (t) {
+    case TJ_F32: return ((const float *)p)[i];
+    case TJ_BF16: return tj_bf16_to_f32(((const uint16_t *)p)[i]);
+    case TJ_I32: return ((const int32_t *)p)[i];
+    case TJ_F64: return ((const double *)p)[i];
+    default: return 0;
+    }
+}
+static void tj__st(void *p, tj_dtype t, int64_t i, double v) {
+    switch (t) {
+    case TJ_F32: ((float *)p)[i] = (float)v; break;
+    case TJ_BF16: ((uint16_t *)p)[i] = tj_f32_to_bf16((float)v); break;
+    case TJ_I32: ((int32_t *)p)[i] = (int32_t)(v >= 2147483647.0 ? 2147483647.0 : v <= -2147483648.0 ? -2147483648.0 : v); break;
+    case TJ_F64: ((double *)p)[i] = v; break;
+    default: break;
+    }
+}
+/* Bulk conversions of n contiguous elements (the hot path of kernels). */
+static void tj__load_n(const void *p, tj_dtype t, int64_t i0, int64_t stride, int64_t n, double *dst) {
+    int64_t k;
+    if (t == TJ_F32) {
+        const float *s = (const float *)p + i0;
+        if (stride == 1) for (k = 0; k < n; k++) dst[k] = s[k];
+        else for (k = 0; k < n; k++) dst[k] = s[k * stride];
+    } else if (t == TJ_F64) {
+        const double *s = (const double *)p + i0;
+        for (k = 0; k < n; k++) dst[k] = s[k * stride];
+    } else {
+        for (k = 0; k < n; k++) dst[k] = tj__ld(p, t, i0 + k * stride);
+    }
+}
+static void tj__store_n(void *p, tj_dtype t, int64_t i0, int64_t n, const double *src) {
+    int64_t k;
+    if (t == TJ_F32) {
+        float *d = (float *)p + i0;
+        for (k = 0; k < n; k++) d[k] = (float)src[k];
+    } else if (t == TJ_F64) {
+        memcpy((double *)p + i0, src, (size_t)n * 8);
+    } else {
+        for (k = 0; k < n; k++) tj__st(p, t, i0 + k, src[k]);
+    }
+}
+
+static int tj__intern(tj_ctx *c, const char *s, size_t n) {
+    int i;
+    for (i = 0; i < c->nnames; i++)
+        if (strlen(c->names[i]) == n && memcmp(c->names[i], s, n) == 0) return i;
+    if (c->nnames >= TJ__MAXNAMES) return -1;
+    c->names[c->nnames] = (char *)tj__malloc(n + 1);
+    if (!c->names[c->nnames]) return -1;
+    memcpy(c->names[c->nnames], s, n);
+    c->names[c->nnames][n] = 0;
+    return c->nnames++;
+}
+static const char *tj__name(tj_ctx *c, int id) { return id >= 0 && id < c->nnames ? c->names[id] : "?"; }
+static int tj__isname(char ch) { return ch == '_' || ch == '.' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'); }
+
+/* Parse "a b c" (or "a,b,c") into name ids. Returns count, or -1 with the
+   context error set (what = the op, for the message). */
+static int tj__parse_names(tj_ctx *c, const char *s, int *ids, int max, const char *what, const char *file, int line) {
+    int n = 0;
+    if (!s) s = "";
+    while (*s) {
+        const char *b;
+        if (*s == ' ' || *s == ',' || *s == '\t') { s++; continue; }
+        b = s;
+        while (*s && tj__isname(*s)) s++;
+        if (s == b) {
+            tj__err(c, TJ_ERR_AXIS, file, line, "%s: bad character '%c' in axis list", what, *s);
+            return -1;
+        }
+        if (n >= max) {
+            tj__err(c, TJ_ERR_AXIS, file, line, "%s: more than %d axes", what, max);
+            return -1;
+        }
+        ids[n++] = tj__intern(c, b, (size_t)(s - b));
+    }
+    return n;
+}
+
+static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) {
+    size_t k;
+    int i;
+    snprintf(buf, n, "%s[", tj_dtype_name(t->dt));
+    for (i = 0; i < t->rank; i++) {
+        k = strlen(buf);
+        snprintf(buf + k, n - k, "%s%s=%lld", i ? "," : "", tj__name(c, t->ax[i]), (long long)t->dim[i]);
+    }
+    k = strlen(buf);
+    snprintf(buf + k, n - k, "]");
+}
+
+/* Parse "batch=4 embed=128" into a type. Sizes must be >= 1 (0 allowed only
+   when allow_zero, for split's inferred size); names must be distinct. */
+static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, int allow_zero, const char *what, const char *file, int line) {
+    memset(t, 0, sizeof *t);
+    t->dt = dt;
+    if ((unsigned)dt >= TJ_NDTYPE) {
+        tj__err(c, TJ_ERR_DTYPE, file, line, "%s: bad dtype %d", what, (int)dt);
+        return -1;
+    }
+    if (!s) s = "";
+    while (*s) {
+        const char *b;
+        char *e;
+        long long v;
+        int i, id;
+        if (*s == ' ' || *s == ',' || *s == '\t') { s++; continue; }
+        b = s;
+        while (*s && tj__isname(*s)) s++;
+        if (s == b || (*s != '=' && *s != ':')) {
+            tj__err(c, TJ_ERR_SHAPE, file, line, "%s: bad shape string near \"%s\" (want \"name=size name=size\")", what, b);
+            return -1;
+        }
+        if (t->rank >= TJ_MAXDIM) {
+            tj__err(c, TJ_ERR_SHAPE, file, line, "%s: more than %d axes", what, TJ_MAXDIM);
+            return -1;
+        }
+        id = tj__intern(c, b, (size_t)(s - b));
+        s++;
+        v = strtoll(s, &e, 10);
+        if (e == s || v < (allow_zero ? 0 : 1) || v > ((long long)1 << 40)) {
+            tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' has bad size \"%.12s\"", what, tj__name(c, id), s);
+            return -1;
+        }
+        s = e;
+        for (i = 0; i < t->rank; i++)
+            if (t->ax[i] == id) {
+                tj__err(c, TJ_ERR_AXIS, file, line, "%s: axis '%s' appears twice in \"%s\"", what, tj__name(c, id), b);
+                return -1;
+            }
+        t->ax[t->rank] = id;
+        t->dim[t->rank++] = v;
+    }
+    return 0;
+}
+static int64_t tj__numel(const tj__type *t) {
+    int64_t n = 1;
+    int i;
+    for (i = 0; i < t->rank; i++) n *= t->dim[i];
+    return n;
+}
+static int64_t tj__bytes(const tj__type *t) { return tj__numel(t) * (int64_t)tj_dtype_size(t->dt); }
+static int tj__axis_index(const tj__type *t, int id) {
+    int i;
+    for (i = 0; i < t->rank; i++)
+        if (t->ax[i] == id) return i;
+    return -1;
+}
+/* row-major strides of t, in elements */
+static void tj__strides(const tj__type *t, int64_t *st) {
+    int64_t s = 1;
+    int i;
+    for (i = t->rank - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= t->dim[i];
+    }
+}
+static int64_t tj__align(int64_t n) { return (n + TJ__ALIGN - 1) / TJ__ALIGN * TJ__ALIGN; }
+static void *tj__aligned_alloc(int64_t n, void **raw) {
+    char *p = (char *)tj__malloc((size_t)n + TJ__ALIGN);
+    uintptr_t u;
+    *raw = p;
+    if (!p) return NULL;
+    u = ((uintptr_t)p + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1);
+    return (void *)u;
+}
+
+/* ==== [2] arrays and parameter trees ===================================== */
+/* An array is a typed buffer per device. With one device (this section's
+   case) data[0] holds the whole row-major array. A donated array keeps its
+   type but loses its buffer: using it again is an error, not a crash. */
+
+struct tj_array {
+    tj_ctx *ctx;
+    tj__type t;
+    int ndev;
+    void *data[TJ_MAXDEV]; /* aligned per-device buffers                   */
+    void *raw[TJ_MAXDEV];  /* what was allocated (NULL if not owned)       */
+    int64_t local_bytes;   /* bytes per device                             */
+    int deleted;
+};
+
+static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file, int line) {
+    tj_array *a = (tj_array *)tj__calloc(sizeof *a);
+    int64_t nb = tj__bytes(t);
+    if (!a) {
+        tj__err(c, TJ_ERR_OOM, file, line, "out of memory allocating an array header");
+        return NULL;
+    }
+    a->ctx = c;
+    a->t = *t;
+    a->ndev = 1;
+    a->local_bytes = nb;
+    a->data[0] = tj__aligned_alloc(nb, &a->raw[0]);
+    if (!a->data[0]) {
+        char b[256];
+        tj__type_str(c, t, b, sizeof b);
+        tj__err(c, TJ_ERR_OOM, file, line, "out of memory allocating %lld bytes for array %s", (long long)nb, b);
+        TJ_FREE(a);
+        return NULL;
+    }
+    tj__count(c, 0, nb);
+    return a;
+}
+TJDEF void tj_array_free(tj_array *a) {
+    int d;
+    if (!a) return;
+    for (d = 0; d < a->ndev; d++)
+        if (a->raw[d]) {
+            TJ_FREE(a->raw[d]);
+            tj__count(a->ctx, 0, -a->local_bytes);
+        }
+    TJ_FREE(a);
+}
+TJDEF tj_array *tj_array_new_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const void *data) {
+    tj__type t;
+    tj_array *a;
+    if (!c) return NULL;
+    if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_new", file, line)) return NULL;
+    a = tj__array_alloc(c, &t, file, line);
+    if (!a) return NULL;
+    if (data) memcpy(a->data[0], data, (size_t)a->local_bytes);
+    else memset(a->data[0], 0, (size_t)a->local_bytes);
+    return a;
+}
+TJDEF tj_array *tj_full_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, double v) {
+    tj_array *a = tj_array_new_at(file, line, c, dt, shape, NULL);
+    int64_t i, n;
+    if (!a) return NULL;
+    n = tj__numel(&a->t);
+    for (i = 0; i < n; i++) tj__st(a->data[0], dt, i, v);
+    return a;
+}
+TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *axis) {
+    tj_array *a = tj_array_new_at(file, line, c, dt, shape, NULL);
+    int64_t st[TJ_MAXDIM], i, n;
+    int id, k;
+    if (!a) return NULL;
+    id = tj__intern(c, axis ? axis : "", axis ? strlen(axis) : 0);
+    k = tj__axis_index(&a->t, id);
+    if (k < 0) {
+        tj__err(c, TJ_ERR_AXIS, file, line, "tj_iota: axis '%s' is not in shape \"%s\"", axis ? axis : "(null)", shape);
+        tj_array_free(a);
+        return NULL;
+    }
+    tj__strides(&a->t, st);
+    n = tj__numel(&a->t);
+    for (i = 0; i < n; i++) tj__st(a->data[0], dt, i, (double)((i / st[k]) % a->t.dim[k]));
+    return a;
+}
+static int tj__array_live(tj_array *a, const char *what, const char *file, int line) {
+    if (!a) return 0;
+    if (a->deleted) {
+        tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: this array was donated to a program and its buffer is gone", what);
+        return 0;
+    }
+    return 1;
+}
+TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
+    int64_t i, n;
+    if (!a) return TJ_ERR_ARG;
+    if (!tj__array_live(a, "tj_array_read", NULL, 0)) return TJ_ERR_STATE;
+    if ((unsigned)dt >= TJ_NDTYPE) {
+        tj__err(a->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_array_read: bad dtype %d", (int)dt);
+        return TJ_ERR_DTYPE;
+    }
+    n = tj__numel(&a->t);
+    if (dt == a->t.dt) memcpy(dst, a->data[0], (size_t)a->local_bytes);
+    else for (i = 0; i < n; i++) tj__st(dst, dt, i, tj__ld(a->data[0], a->t.dt, i));
+    return TJ_OK;
+}
+TJDEF int64_t tj_array_numel(const tj_array *a) { return a ? tj__numel(&a->t) : 0; }
+TJDEF tj_dtype tj_array_dtype(const tj_array *a) { return a ? a->t.dt : TJ_F32; }
+TJDEF int tj_array_rank(const tj_array *a) { return a ? a->t.rank : 0; }
+TJDEF int tj_array_is_deleted(const tj_array *a) { return a ? a->deleted : 1; }
+TJDEF int64_t tj_array_dim(const tj_array *a, const char *name) {
+    int i;
+    if (!a || !name) return -1;
+    for (i = 0; i < a->t.rank; i++)
+        if (strcmp(tj__name(a->ctx, a->t.ax[i]), name) == 0) return a->t.dim[i];
+    return -1;
+}
+TJDEF const char *tj_array_describe(const tj_array *a, char *buf, size_t n) {
+    if (!a) snprintf(buf, n, "(null)");
+    else tj__type_str(a->ctx, &a->t, buf, n);
+    return buf;
+}
+
+/* ---- trees ---- */
+typedef struct {
+    char *name;
+    tj_leaf_kind kind;
+    tj_array *arr;
+    int owned;
+    tj_v v;
+    int64_t i;
+    double f;
+    char *s;
+} tj__leaf;
+
+struct tj_tree {
+    tj_ctx *ctx;
+    tj__leaf *leaf;
+    int n, cap;
+};
+
+TJDEF tj_tree *tj_tree_new(tj_ctx *c) {
+    tj_tree *t = (tj_tree *)tj__calloc(sizeof *t);
+    if (t) t->ctx = c;
+    else tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_new: out of memory");
+    return t;
+}
+static void tj__leaf_release(tj__leaf *l) {
+    if (l->kind == TJ_LEAF_ARRAY && l->owned) tj_array_free(l->arr);
+    if (l->kind == TJ_LEAF_STRING) TJ_FREE(l->s);
+    l->arr = NULL;
+    l->s = NULL;
+}
+TJDEF void tj_tree_clear(tj_tree *t) {
+    int i;
+    if (!t) return;
+    for (i = 0; i < t->n; i++) {
+        tj__leaf_release(&t->leaf[i]);
+        TJ_FREE(t->leaf[i].name);
+    }
+    t->n = 0;
+}
+TJDEF void tj_tree_free(tj_tree *t) {
+    if (!t) return;
+    tj_tree_clear(t);
+    TJ_FREE(t->leaf);
+    TJ_FREE(t);
+}
+TJDEF int tj_tree_size(const tj_tree *t) { return t ? t->n : 0; }
+TJDEF const char *tj_tree_name(const tj_tree *t, int i) { return t && i >= 0 && i < t->n ? t->leaf[i].name : NULL; }
+TJDEF tj_leaf_kind tj_tree_kind(const tj_tree *t, int i) { return t && i >= 0 && i < t->n ? t->leaf[i].kind : TJ_LEAF_INT; }
+TJDEF int tj_tree_find(const tj_tree *t, const char *name) {
+    int i;
+    if (!t || !name) return -1;
+    for (i = 0; i < t->n; i++)
+        if (strcmp(t->leaf[i].name, name) == 0) return i;
+    return -1;
+}
+/* The slot for `name`: an existing leaf (released) or a new one at the end. */
+static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) {
+    int i;
+    if (!t) return NULL;
+    if (!name || !*name) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: empty leaf name");
+        return NULL;
+    }
+    i = tj_tree_find(t, name);
+    if (i >= 0) {
+        tj__leaf_release(&t->leaf[i]);
+        return &t->leaf[i];
+    }
+    if (t->n == t->cap) {
+        int nc = t->cap ? t->cap * 2 : 8;
+        tj__leaf *nl = (tj__leaf *)TJ_REALLOC(t->leaf, sizeof(tj__leaf) * (size_t)nc);
+        if (!nl) {
+            tj__err(t->ctx, TJ_ERR_OOM, NULL, 0, "tree: out of memory adding leaf '%s'", name);
+            return NULL;
+        }
+        t->leaf = nl;
+        t->cap = nc;
+    }
+    memset(&t->leaf[t->n], 0, sizeof(tj__leaf));
+    t->leaf[t->n].name = tj__strdup(name);
+    if (!t->leaf[t->n].name) return NULL;
+    return &t->leaf[t->n++];
+}
+TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
+    tj__leaf *l;
+    if (!a) {
+        if (t) tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array: leaf '%s' is a NULL array", name ? name : "?");
+        return TJ_ERR_ARG;
+    }
+    if (!(l = tj__tree_slot(t, name))) return tj_status_of(t ? t->ctx : NULL);
+    l->kind = TJ_LEAF_ARRAY;
+    l->arr = a;
+    l->owned = 1;
+    return TJ_OK;
+}
+TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a) {
+    tj_status s = tj_tree_set_array(t, name, a);
+    if (s == TJ_OK) t->leaf[tj_tree_find(t, name)].owned = 0;
+    return s;
+}
+TJDEF tj_status tj_tree_set_v(tj_tree *t, const char *name, tj_v v) {
+    tj__leaf *l;
+    if (!v) return t ? (t->ctx->status ? t->ctx->status : TJ_ERR_ARG) : TJ_ERR_ARG;
+    if (!(l = tj__tree_slot(t, name))) return tj_status_of(t ? t->ctx : NULL);
+    l->kind = TJ_LEAF_VALUE;
+    l->v = v;
+    return TJ_OK;
+}
+TJDEF tj_status tj_tree_set_int(tj_tree *t, const char *name, int64_t v) {
+    tj__leaf *l = tj__tree_slot(t, name);
+    if (!l) return TJ_ERR_ARG;
+    l->kind = TJ_LEAF_INT;
+    l->i = v;
+    return TJ_OK;
+}
+TJDEF tj_status tj_tree_set_float(tj_tree *t, const char *name, double v) {
+    tj__leaf *l = tj__tree_slot(t, name);
+    if (!l) return TJ_ERR_ARG;
+    l->kind = TJ_LEAF_FLOAT;
+    l->f = v;
+    return TJ_OK;
+}
+TJDEF tj_status tj_tree_set_string(tj_tree *t, const char *name, const char *s) {
+    tj__leaf *l = tj__tree_slot(t, name);
+    if (!l) return TJ_ERR_ARG;
+    l->kind = TJ_LEAF_STRING;
+    l->s = tj__strdup(s ? s : "");
+    return TJ_OK;
+}
+static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k) {
+    static const char *kn[] = {"array", "traced value", "int", "float", "string"};
+    int i;
+    if (!t) return NULL;
+    i = tj_tree_find(t, name);
+    if (i < 0) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: no leaf named '%s'", name ? name : "(null)");
+        return NULL;
+    }
+    if (t->leaf[i].kind != k) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: leaf '%s' is a %s, not a %s", name, kn[t->leaf[i].kind], kn[k]);
+        return NULL;
+    }
+    return &t->leaf[i];
+}
+TJDEF tj_array *tj_tree_array(const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY);
+    return l ? l->arr : NULL;
+}
+TJDEF tj_v tj_tree_v(const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_VALUE);
+    return l ? l->v : NULL;
+}
+TJDEF int64_t tj_tree_int(const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_INT);
+    return l ? l->i : 0;
+}
+TJDEF double tj_tree_float(const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_FLOAT);
+    return l ? l->f : 0;
+}
+TJDEF const char *tj_tree_string(const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_STRING);
+    return l ? l->s : NULL;
+}
+TJDEF tj_array *tj_tree_array_at(const tj_tree *t, int i) {
+    return t && i >= 0 && i < t->n && t->leaf[i].kind == TJ_LEAF_ARRAY ? t->leaf[i].arr : NULL;
+}
+TJDEF tj_v tj_tree_v_at(const tj_tree *t, int i) {
+    return t && i >= 0 && i < t->n && t->leaf[i].kind == TJ_LEAF_VALUE ? t->leaf[i].v : NULL;
+}
+TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src) {
+    int i;
+    for (i = 0; i < src->n; i++) {
+        tj__leaf *l = tj__tree_slot(dst, src->leaf[i].name), *s = &src->leaf[i];
+        if (!l) continue;
+        l->kind = s->kind;
+        l->arr = s->arr;
+        l->owned = s->owned;
+        l->v = s->v;
+        l->i = s->i;
+        l->f = s->f;
+        l->s = s->s;
+        s->kind = TJ_LEAF_INT; /* ownership moved */
+        s->s = NULL;
+    }
+    tj_tree_clear(src);
+}
+TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
+    int i;
+    for (i = 0; i < t->n; i++) {
+        tj__leaf *l = &t->leaf[i];
+        tj_array *r;
+        if (l->kind != TJ_LEAF_ARRAY) continue;
+        r = fn(l->arr, l->name, user);
+        if (!r) return tj_status_of(t->ctx) ? tj_status_of(t->ctx) : TJ_ERR_ARG;
+        if (r != l->arr) {
+            if (l->owned) tj_array_free(l->arr);
+            l->arr = r;
+            l->owned = 1;
+        }
+    }
+    return TJ_OK;
+}
+
+/* ==== [3] graph and tracing ============================================= */
+/* A graph is a list of nodes in creation order, which is a topological
+   order: an op can only use values that exist. A node is one op applied to
+   earlier nodes; its type is fully known when it is made (shape rules run at
+   trace time), and it remembers the caller's file:line. Nodes made by an
+   autodiff call carry that call's pass number, so later stages can tell the
+   forward pass from the backward pass. */
+
+typedef struct {
+    int axis, axis2;             /* axis name ids (slice, concat, take, ...) */
+    int axes[TJ_MAXDIM], naxes;  /* reduced / contracted axes                */
+    int64_t start, stop;         /* slice bounds; pad lo, hi                 */
+    double s;                    /* constant, exponent, eps, fill            */
+    uint64_t key;                /* random key                               */
+    int nb, nm, nk, nn;          /* dot: batch, m, k, n axis counts          */
+    int trans_a, trans_b;        /* dot: operand layouts                     */
+    int index;                   /* param: input position                    */
+} tj__attr;
+
+struct tj_node {
+    tj_graph *g;
+    int id, op;
+    tj__type t;
+    int nin;
+    tj_node **in;
+    tj__attr a;
+    const char *file;
+    int line;
+    char *name;   /* checkpoint name (name op) or param leaf name           */
+    int pass;     /* 0: forward; k: made by the k-th tj_vjp of the graph     */
+    /* filled by the later stages */
+    int live;     /* reachable from the outputs                              */
+    int sched;    /* position in the schedule                                */
+    int last;     /* schedule position of the last use                       */
+    tj_node *root;/* the node whose buffer this one uses (views)             */
+    int64_t off;  /* offset in the arena; -1: argument or output buffer     */
+    int out_index;/* >= 0: this node's buffer is output #out_index          */
+    int64_t scratch_off; /* kernel workspace in the arena, if any          */
+};
+
+struct tj_graph {
+    tj_ctx *ctx;
+    tj_node **nodes;
+    int n, cap;
+    tj_node **params;
+    int nparam, capparam;
+    int npass;    /* how many tj_vjp calls this graph has seen          */
+    int cur_pass; /* the pass new nodes belong to (0 outside tj_vjp)     */
+    const char *file;
+    int line;
+};
+
+/* What a CPU kernel sees: the node (op, attributes), local types of inputs
+   and output, and buffers. With sharding, local types are each device's
+   shard; kernels never look at global shapes. */
+typedef struct {
+    tj_ctx *ctx;
+    tj_node *n;
+    int nin;
+    const tj__type *it[16];
+    const void *in[16];
+    tj__type ot;
+    void *out;
+    void *scratch;
+    int nthreads;
+    int dev;
+    char *err; /* a kernel that finds bad data (index out of range) writes here */
+} tj__kern;
+
+typedef tj_status (*tj__vjp_fn)(tj_node *n, tj_v g, tj_v *gin);
+
+enum { TJ__VIEW = 1, TJ__NODIFF = 2, TJ__SOURCE = 4 };
+
+typedef struct {
+    const char *name;
+    unsigned flags;
+    void (*cpu)(tj__kern *k);
+    tj__vjp_fn vjp;
+    double (*flops)(const tj_node *n);
+    int64_t (*scratch)(const tj_node *n); /* kernel workspace in the arena */
+} tj__opdef;
+
+/* The op table. Unary and binary elementwise ops are generated from the
+   math tables in [4]; every other op is one line here plus one block in [4]
+   holding its builder (shape rule), CPU kernel, VJP rule and cost. */
+#define TJ__UNARY_OPS(X)                                                            \
+    X(NEG, "neg", -a)                                                               \
+    X(EXP, "exp", exp(a))                                                           \
+    X(LOG, "log", log(a))                                                           \
+    X(TANH, "tanh", tanh(a))                                                        \
+    X(SQRT, "sqrt", sqrt(a))                                                        \
+    X(RSQRT, "rsqrt", 1.0 / sqrt(a))                                                \
+    X(RELU, "relu", a > 0 ? a : 0.0)                                                \
+    X(GELU, "gelu", 0.5 * a * (1.0 + tanh(TJ__GELU_C * (a + 0.044715 * a * a * a)))) \
+    X(GELU_D, "gelu_grad", tj__gelu_d(a))                                           \
+    X(POWS, "pows", pow(a, s))                                                      \
+    X(CAST, "cast", a)
+#define TJ__BINARY_OPS(X)            \
+    X(ADD, "add", a + b)             \
+    X(SUB, "sub", a - b)             \
+    X(MUL, "mul", a * b)             \
+    X(DIV, "div", a / b)             \
+    X(MAX2, "max", a > b ? a : b)    \
+    X(MIN2, "min", a < b ? a : b)    \
+    X(LT, "lt", (double)(a < b))     \
+    X(LE, "le", (double)(a <= b))    \
+    X(GT, "gt", (double)(a > b))     \
+    X(GE, "ge", (double)(a >= b))    \
+    X(EQ, "eq", (double)(a == b))    \
+    X(NE, "ne", (double)(a != b))
+#define TJ__OTHER_OPS(X)                                                                                       \
+    /*  op             name            flags                    CPU kernel        VJP rule            flops            scratch */ \
+    X(PARAM, "param", TJ__SOURCE | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0)                                         \
+    X(FILL, "fill", TJ__SOURCE | TJ__NODIFF, tj__k_fill, 0, tj__flops_out, 0)                                            \
+    X(ARANGE, "arange", TJ__SOURCE | TJ__NODIFF, tj__k_arange, 0, tj__flops_out, 0)                                      \
+    X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0)                                    \
+    X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0)                                      \
+    X(SELECT, "select", 0, tj__k_binary, tj__vjp_select, tj__flops_out, 0)                                              \
+    X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0)                                                        \
+    X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0)                                               \
+    X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch)                                            \
+    X(RELAYOUT, "relayout", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0)                                               \
+    X(RESHAPE, "reshape", TJ__VIEW, tj__k_none, tj__vjp_reshape, tj__flops_zero, 0)                                     \
+    X(SLICE, "slice", 0, tj__k_slice, tj__vjp_slice, tj__flops_zero, 0)                                                 \
+    X(CONCAT, "concat", 0, tj__k_concat, tj__vjp_concat, tj__flops_zero, 0)                                             \
+    X(PAD, "pad", 0, tj__k_pad, tj__vjp_pad, tj__flops_zero, 0)                                                         \
+    X(TAKE, "take", 0, tj__k_take, tj__vjp_take, tj__flops_zero, 0)                                                     \
+    X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0)                                      \
+    X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0)                                              \
+    X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0)                                        \
+    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, tj__row_scratch)                              \
+    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, tj__row_scratch)                  \
+    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, tj__row_scratch)                     \
+    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_cross_entropy, tj__vjp_cross_entropy, tj__flops_row, tj__row_scratch)    \
+    X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0)                          \
+    X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0)                                                \
+    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0)
+
+enum {
+#define TJ__E1(op, nm, expr) TJ__OP_##op,
+#define TJ__E2(op, nm, fl, k, v, fp, sc) TJ__OP_##op,
+    TJ__UNARY_OPS(TJ__E1) TJ__BINARY_OPS(TJ__E1) TJ__OTHER_OPS(TJ__E2)
+#undef TJ__E1
+#undef TJ__E2
+    TJ__NOPS
+};
+
+static const char *tj__opname(int op);
+#define TJ__OPNAME(op) tj__opname(op)
+
+static tj_graph *tj__graph_new(tj_ctx *c, const char *file, int line) {
+    tj_graph *g = (tj_graph *)tj__calloc(sizeof *g);
+    if (!g) {
+        tj__err(c, TJ_ERR_OOM, file, line, "out of memory creating a graph");
+        return NULL;
+    }
+    g->ctx = c;
+    g->file = file;
+    g->line = line;
+    return g;
+}
+static void tj__graph_free(tj_graph *g) {
+    int i;
+    if (!g) return;
+    for (i = 0; i < g->n; i++) {
+        TJ_FREE(g->nodes[i]->in);
+        TJ_FREE(g->nodes[i]->name);
+        TJ_FREE(g->nodes[i]);
+    }
+    TJ_FREE(g->nodes);
+    TJ_FREE(g->params);
+    TJ_FREE(g);
+}
+TJDEF tj_graph *tj_graph_of(tj_v v) { return v ? v->g : NULL; }
+TJDEF tj_ctx *tj_graph_ctx(tj_graph *g) { return g ? g->ctx : NULL; }
+TJDEF tj_dtype tj_v_dtype(tj_v v) { return v ? v->t.dt : TJ_F32; }
+TJDEF int tj_v_rank(tj_v v) { return v ? v->t.rank : 0; }
+TJDEF int64_t tj_v_dim(tj_v v, const char *axis) {
+    int i;
+    if (!v || !axis) return -1;
+    for (i = 0; i < v->t.rank; i++)
+        if (strcmp(tj__name(v->g->ctx, v->t.ax[i]), axis) == 0) return v->t.dim[i];
+    return -1;
+}
+TJDEF const char *tj_v_axis(tj_v v, int i) { return v && i >= 0 && i < v->t.rank ? tj__name(v->g->ctx, v->t.ax[i]) : NULL; }
+TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n) {
+    if (!v) snprintf(buf, n, "(null)");
+    else tj__type_str(v->g->ctx, &v->t, buf, n);
+    return buf;
+}
+
+/* Append a node. Inputs must be non-NULL values of g (a NULL input means an
+   earlier op failed: return NULL quietly so its message survives). */
+static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const char *file, int line) {
+    tj_node *n;
+    int i;
+    if (!g) return NULL;
+    for (i = 0; i < nin; i++) {
+        if (!in[i]) return NULL;
+        if (in[i]->g != g) {
+            tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: input %d belongs to another traced function", TJ__OPNAME(op), i);
+            return NULL;
+        }
+    }
+    if (g->ctx->status != TJ_OK) return NULL; /* tracing already failed */
+    if (g->n == g->cap) {
+        int nc = g->cap ? g->cap * 2 : 64;
+        tj_node **nn = (tj_node **)TJ_REALLOC(g->nodes, sizeof(tj_node *) * (size_t)nc);
+        if (!nn) {
+            tj__err(g->ctx, TJ_ERR_OOM, file, line, "%s: out of memory growing the graph", TJ__OPNAME(op));
+            return NULL;
+        }
+        g->nodes = nn;
+        g->cap = nc;
+    }
+    n = (tj_node *)tj__calloc(sizeof *n);
+    if (!n || (nin && !(n->in = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)nin)))) {
+        TJ_FREE(n);
+        tj__err(g->ctx, TJ_ERR_OOM, file, line, "%s: out of memory", TJ__OPNAME(op));
+        return NULL;
+    }
+    n->g = g;
+    n->id = g->n;
+    n->op = op;
+    n->t = *t;
+    n->nin = nin;
+    for (i = 0; i < nin; i++) n->in[i] = in[i];
+    n->file = file;
+    n->line = line;
+    n->pass = g->cur_pass;
+    n->off = -1;
+    n->out_index = -1;
+    g->nodes[g->n++] = n;
+    return n;
+}
+static tj_ctx *tj__vctx(tj_v v) { return v ? v->g->ctx : NULL; }
+/* Axis list of a builder argument, each of which must be an axis of x. */
+static int tj__axes_of(tj_v x, const char *s, int *ids, const char *what, const char *file, int line) {
+    tj_ctx *c = tj__vctx(x);
+    int n = tj__parse_names(c, s, ids, TJ_MAXDIM, what, file, line), i;
+    char b[256];
+    for (i = 0; i < n; i++)
+        if (tj__axis_index(&x->t, ids[i]) < 0) {
+            tj__type_str(c, &x->t, b, sizeof b);
+            tj__err(c, TJ_ERR_AXIS, file, line, "%s: axis '%s' is not an axis of %s", what, tj__name(c, ids[i]), b);
+            return -1;
+        }
+    return n;
+}
+static int tj__one_axis(tj_v x, const char *s, const char *what, const char *file, int line) {
+    int ids[TJ_MAXDIM], n = tj__axes_of(x, s, ids, what, file, line);
+    if (n < 0) return -1;
+    if (n != 1) {
+        tj__err(tj__vctx(x), TJ_ERR_AXIS, file, line, "%s: want exactly one axis name, got \"%s\"", what, s ? s : "");
+        return -1;
+    }
+    return ids[0];
+}
+
+/* ==== [4] ops =========================================================== */
+/* Each op: its builder (the shape and dtype rule, run while tracing), its
+   CPU kernel, its VJP rule (which emits graph ops, so gradients are graphs
+   too) and its cost. VJP rules may return cotangents in any axis order, with
+   axes to sum out or broadcast in, and in another float dtype: the autodiff
+   driver fits each one to its input's exact type (tj__fit), so rules stay
+   short. F and L below are the node's own source location: backward ops are
+   attributed to the forward line that caused them. */
+
+#define F (n->file)
+#define L (n->line)
+#define TJ__GELU_C 0.7978845608028654 /* sqrt(2/pi) */
+#define TJ__CHUNK 256
+
+static double tj__gelu_d(double a) {
+    double u = TJ__GELU_C * (a + 0.044715 * a * a * a), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a);
+}
+
+/* ---- shared iteration: strided copies and elementwise loops ----
+   A view of an operand is (buffer, dtype, base offset, stride per output
+   axis); broadcast axes have stride 0, so one loop serves broadcasting,
+   transposes, slices and pads. */
+static void tj__bstrides(const tj__type *it, const tj__type *ot, int64_t *st) {
+    int64_t s[TJ_MAXDIM];
+    int i, k;
+    tj__strides(it, s);
+    for (i = 0; i < ot->rank; i++) {
+        k = tj__axis_index(it, ot->ax[i]);
+        st[i] = k < 0 ? 0 : s[k];
+    }
+}
+typedef struct {
+    const void *p;
+    tj_dtype dt;
+    int64_t base;
+    int64_t st[TJ_MAXDIM];
+} tj__opnd;
+
+/* Walk the output (dims[rank], row-major, contiguous from out_base) in rows
+   of the last axis; for each chunk, load operands into doubles, combine with
+   fn, store. fn == NULL copies operand 0. */
+typedef void (*tj__ew_fn)(int op, double s, double *const *in, double *out, int64_t n);
+static void tj__ew_loop(int op, double s, int nin, const tj__opnd *x, void *out, tj_dtype odt, int64_t obase, const int64_t *ostride,
+                        const int64_t *dims, int rank, tj__ew_fn fn) {
+    double buf[3][TJ__CHUNK], res[TJ__CHUNK];
+    double *ins[3] = {buf[0], buf[1], buf[2]};
+    int64_t idx[TJ_MAXDIM] = {0}, off[3], oo = obase, inner = rank ? dims[rank - 1] : 1, outer = 1, o, c0, m;
+    int i, d;
+    for (d = 0; d + 1 < rank; d++) outer *= dims[d];
+    for (d = 0; d < rank; d++)
+        if (dims[d] == 0) return;
+    for (i = 0; i < nin; i++) off[i] = x[i].base;
+    for (o = 0; o < outer; o++) {
+        for (c0 = 0; c0 < inner; c0 += m) {
+            m = inner - c0 < TJ__CHUNK ? inner - c0 : TJ__CHUNK;
+            for (i = 0; i < nin; i++) {
+                int64_t sl = rank ? x[i].st[rank - 1] : 0;
+                tj__load_n(x[i].p, x[i].dt, off[i] + c0 * sl, sl, m, buf[i]);
+            }
+            if (fn) fn(op, s, ins, res, m);
+            else memcpy(res, buf[0], sizeof(double) * (size_t)m);
+            if (!ostride || (rank && ostride[rank - 1] == 1)) tj__store_n(out, odt, oo + c0, m, res);
+            else {
+                int64_t j;
+                for (j = 0; j < m; j++) tj__st(out, odt, oo + (c0 + j) * ostride[rank - 1], res[j]);
+            }
+        }
+        for (d = rank - 2; d >= 0; d--) {
+            idx[d]++;
+            for (i = 0; i < nin; i++) off[i] += x[i].st[d];
+            oo += ostride ? ostride[d] : 0;
+            if (idx[d] < dims[d]) break;
+            for (i = 0; i < nin; i++) off[i] -= x[i].st[d] * dims[d];
+            oo -= ostride ? ostride[d] * dims[d] : 0;
+            idx[d] = 0;
+        }
+        if (!ostride) oo = (o + 1) * inner + obase;
+    }
+}
+/* out (type ot, contiguous) <- elementwise fn of inputs broadcast by name */
+static void tj__ew_kernel_fn(tj__kern *k, tj__ew_fn fn) {
+    tj__opnd x[3];
+    int i;
+    for (i = 0; i < k->nin && i < 3; i++) {
+        x[i].p = k->in[i];
+        x[i].dt = k->it[i]->dt;
+        x[i].base = 0;
+        tj__bstrides(k->it[i], &k->ot, x[i].st);
+    }
+    tj__ew_loop(k->n->op, k->n->a.s, k->nin, x, k->out, k->ot.dt, 0, NULL, k->ot.dim, k->ot.rank, fn);
+}
+static double tj__flops_out(const tj_node *n) { return (double)tj__numel(&n->t); }
+static double tj__flops_in(const tj_node *n) { return (double)tj__numel(&n->in[0]->t); }
+static double tj__flops_zero(const tj_node *n) { (void)n; return 0; }
+
+/* ---- fitting a cotangent to a type (used by autodiff and by builders) ---- */
+static tj_v tj__relayout(const char *f, int l, tj_v x, const tj__type *to);
+static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n);
+/* Make v have exactly type t's axes (in t's order) and dtype: sum out axes t
+   lacks, broadcast in axes v lacks, reorder, cast. */
+static tj_v tj__fit(const char *f, int l, tj_v v, const tj__type *t) {
+    int extra[TJ_MAXDIM], ne = 0, i, same;
+    if (!v) return NULL;
+    for (i = 0; i < v->t.rank; i++)
+        if (tj__axis_index(t, v->t.ax[i]) < 0) extra[ne++] = v->t.ax[i];
+    if (ne) v = tj__sum_ids(f, l, v, extra, ne);
+    if (!v) return NULL;
+    same = v->t.rank == t->rank;
+    for (i = 0; same && i < t->rank; i++) same = v->t.ax[i] == t->ax[i];
+    if (!same) v = tj__relayout(f, l, v, t);
+    if (v && v->t.dt != t->dt) v = tj_cast_at(f, l, v, t->dt);
+    return v;
+}
+
+/* ---- unary elementwise (TJ__UNARY_OPS) ---- */
+static void tj__unary_math(int op, double s, double *const *in, double *out, int64_t n) {
+    const double *A = in[0];
+    int64_t j;
+    (void)s;
+    switch (op) {
+#define TJ__U(op_, nm, expr)          \
+    case TJ__OP_##op_:                \
+        for (j = 0; j < n; j++) {     \
+            double a = A[j];          \
+            out[j] = (expr);          \
+        }                             \
+        break;
+        TJ__UNARY_OPS(TJ__U)
+#undef TJ__U
+    default: memcpy(out, A, sizeof(double) * (size_t)n);
+    }
+}
+static void tj__k_unary(tj__kern *k) { tj__ew_kernel_fn(k, tj__unary_math); }
+static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double s) {
+    tj__type t;
+    tj_node *n;
+    if (!x) return NULL;
+    if (op != TJ__OP_CAST && op != TJ__OP_NEG && !tj__isfloat(x->t.dt)) {
+        char b[256];
+        tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "%s: needs a float dtype, got %s (cast first)", TJ__OPNAME(op), tj_v_describe(x, b, sizeof b));
+        return NULL;
+    }
+    t = x->t;
+    t.dt = odt;
+    n = tj__node(x->g, op, &t, 1, &x, f, l);
+    if (n) n->a.s = s;
+    return n;
+}
+#define TJ__U(op_, nm, expr) \
+    TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x) { return tj__unary(f, l, TJ__OP_##op_, x, x ? x->t.dt : TJ_F32, 0); }
+TJ__U(NEG, neg, 0)
+TJ__U(EXP, exp, 0)
+TJ__U(LOG, log, 0)
+TJ__U(TANH, tanh, 0)
+TJ__U(SQRT, sqrt, 0)
+TJ__U(RSQRT, rsqrt, 0)
+TJ__U(RELU, relu, 0)
+TJ__U(GELU, gelu, 0)
+#undef TJ__U
+TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p) { return tj__unary(f, l, TJ__OP_POWS, x, x ? x->t.dt : TJ_F32, p); }
+TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt) {
+    if (x && (unsigned)dt >= TJ_NDTYPE) {
+        tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "cast: bad dtype %d", (int)dt);
+        return NULL;
+    }
+    if (x && x->t.dt == dt) return x;
+    return tj__unary(f, l, TJ__OP_CAST, x, dt, 0);
+}
+/* d/dx of each unary op, in graph ops: g is the cotangent, x the input, y the output */
+static tj_v tj__gelu_d_composite(const char *f, int l, tj_v x) {
+    /* gelu'(x) = 0.5(1+t) + 0.5 x (1-t^2) c (1 + 3k x^2),  t = tanh(c(x + k x^3)) */
+    tj_v x2 = tj_mul_at(f, l, x, x);
+    tj_v u = tj_muls_at(f, l, tj_add_at(f, l, x, tj_muls_at(f, l, tj_mul_at(f, l, x2, x), 0.044715)), TJ__GELU_C);
+    tj_v t = tj_tanh_at(f, l, u);
+    tj_v a = tj_muls_at(f, l, tj_adds_at(f, l, t, 1.0), 0.5);
+    tj_v sech2 = tj_adds_at(f, l, tj_neg_at(f, l, tj_mul_at(f, l, t, t)), 1.0);
+    tj_v du = tj_muls_at(f, l, tj_adds_at(f, l, tj_muls_at(f, l, x2, 3 * 0.044715), 1.0), TJ__GELU_C);
+    return tj_add_at(f, l, a, tj_mul_at(f, l, tj_muls_at(f, l, x, 0.5), tj_mul_at(f, l, sech2, du)));
+}
+static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
+    tj_v x = n->in[0], y = n, d = NULL;
+    switch (n->op) {
+    case TJ__OP_NEG: d = tj_neg_at(F, L, g); break;
+    case TJ__OP_EXP: d = tj_mul_at(F, L, g, y); break;
+    case TJ__OP_LOG: d = tj_div_at(F, L, g, x); break;
+    case TJ__OP_TANH: d = tj_mul_at(F, L, g, tj_adds_at(F, L, tj_neg_at(F, L, tj_mul_at(F, L, y, y)), 1.0)); break;
+    case TJ__OP_SQRT: d = tj_div_at(F, L, tj_muls_at(F, L, g, 0.5), y); break;
+    case TJ__OP_RSQRT: d = tj_mul_at(F, L, g, tj_muls_at(F, L, tj_mul_at(F, L, y, tj_mul_at(F, L, y, y)), -0.5)); break;
+    case TJ__OP_RELU: d = tj_mul_at(F, L, g, tj_cast_at(F, L, tj_gt_at(F, L, x, tj_scalar_at(F, L, x->g, x->t.dt, 0)), g->t.dt)); break;
+    case TJ__OP_GELU: d = tj_mul_at(F, L, g, tj__unary(F, L, TJ__OP_GELU_D, x, x->t.dt, 0)); break;
+    case TJ__OP_GELU_D: {
+        /* the second derivative: differentiate gelu' written in primitives */
+        tj_v c = tj__gelu_d_composite(F, L, x);
+        if (tj_vjp(1, &c, &g, 1, &x, &d)) return tj_status_of(x->g->ctx);
+        break;
+    }
+    case TJ__OP_POWS:
+        d = tj_mul_at(F, L, g, tj_muls_at(F, L, tj_pows_at(F, L, x, n->a.s - 1.0), n->a.s));
+        break;
+    case TJ__OP_CAST: d = g; break;
+    default: break;
+    }
+    gin[0] = d;
+    return d ? TJ_OK : tj_status_of(x->g->ctx);
+}
+
+/* ---- binary elementwise (TJ__BINARY_OPS), broadcasting by name ---- */
+static void tj__binary_math(int op, double s, double *const *in, double *out, int64_t n) {
+    const double *A = in[0], *B = in[1];
+    int64_t j;
+    (void)s;
+    switch (op) {
+#define TJ__B(op_, nm, expr)              \
+    case TJ__OP_##op_:                    \
+        for (j = 0; j < n; j++) {         \
+            double a = A[j], b = B[j];    \
+            out[j] = (expr);              \
+        }                                 \
+        break;
+        TJ__BINARY_OPS(TJ__B)
+#undef TJ__B
+    case TJ__OP_SELECT:
+        for (j = 0; j < n; j++) out[j] = A[j] != 0 ? B[j] : in[2][j];
+        break;
+    default: break;
+    }
+}
+static void tj__k_binary(tj__kern *k) { tj__ew_kernel_fn(k, tj__binary_math); }
+/* The broadcast type of a and b: a's axes then b's axes a lacks; shared
+   names must have equal sizes. */
+static int tj__bcast(const char *what, tj_v a, tj_v b, tj__type *t, const char *f, int l) {
+    int i, k;
+    char ba[256], bb[256];
+    *t = a->t;
+    for (i = 0; i < b->t.rank; i++) {
+        k = tj__axis_index(&a->t, b->t.ax[i]);
+        if (k >= 0 && a->t.dim[k] != b->t.dim[i]) {
+            tj__err(a->g->ctx, TJ_ERR_SHAPE, f, l, "%s: axis '%s' has size %lld in %s but %lld in %s", what, tj__name(a->g->ctx, b->t.ax[i]),
+                    (long long)a->t.dim[k], tj_v_describe(a, ba, sizeof ba), (long long)b->t.dim[i], tj_v_describe(b, bb, sizeof bb));
+            return -1;
+        }
+        if (k < 0) {
+            if (t->rank >= TJ_MAXDIM) {
+                tj__err(a->g->ctx, TJ_ERR_SHAPE, f, l, "%s: result would have more than %d axes", what, TJ_MAXDIM);
+                return -1;
+            }
+            t->ax[t->rank] = b->t.ax[i];
+            t->dim[t->rank++] = b->t.dim[i];
+        }
+    }
+    return 0;
+}
+static tj_v tj__binary(const char *f, int l, int op, tj_v a, tj_v b) {
+    tj__type t;
+    tj_node *in[2];
+    char ba[256], bb[256];
+    if (!a || !b) return NULL;
+    if (a->g != b->g) {
+        tj__err(a->g->ctx, TJ_ERR_ARG, f, l, "%s: operands come from different traced functions", TJ__OPNAME(op));
+        return NULL;
+    }
+    if (a->t.dt != b->t.dt) {
+        tj__err(a->g->ctx, TJ_ERR_DTYPE, f, l, "%s: dtypes differ: %s vs %s (cast one)", TJ__OPNAME(op), tj_v_describe(a, ba, sizeof ba),
+                tj_v_describe(b, bb, sizeof bb));
+        return NULL;
+    }
+    if (tj__bcast(TJ__OPNAME(op), a, b, &t, f, l)) return NULL;
+    if (op >= TJ__OP_LT && op <= TJ__OP_NE) t.dt = TJ_I32;
+    in[0] = a;
+    in[1] = b;
+    return tj__node(a->g, op, &t, 2, in, f, l);
+}
+#define TJ__B(op_, nm, expr) \
+    TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v a, tj_v b) { return tj__binary(f, l, TJ__OP_##op_, a, b); }
+TJ__B(ADD, add, 0)
+TJ__B(SUB, sub, 0)
+TJ__B(MUL, mul, 0)
+TJ__B(DIV, div, 0)
+TJ__B(MAX2, max2, 0)
+TJ__B(MIN2, min2, 0)
+TJ__B(LT, lt, 0)
+TJ__B(LE, le, 0)
+TJ__B(GT, gt, 0)
+TJ__B(GE, ge, 0)
+TJ__B(EQ, eq, 0)
+TJ__B(NE, ne, 0)
+#undef TJ__B
+TJDEF tj_v tj_adds_at(const char *f, int l, tj_v a, double s) { return a ? tj_add_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
+TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s) { return a ? tj_mul_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
+static tj_status tj__vjp_binary(tj_node *n, tj_v g, tj_v *gin) {
+    tj_v a = n->in[0], b = n->in[1], half, eq;
+    switch (n->op) {
+    case TJ__OP_ADD: gin[0] = g; gin[1] = g; break;
+    case TJ__OP_SUB: gin[0] = g; gin[1] = tj_neg_at(F, L, g); break;
+    case TJ__OP_MUL: gin[0] = tj_mul_at(F, L, g, b); gin[1] = tj_mul_at(F, L, g, a); break;
+    case TJ__OP_DIV:
+        gin[0] = tj_div_at(F, L, g, b);
+        gin[1] = tj_neg_at(F, L, tj_div_at(F, L, tj_mul_at(F, L, g, n), b)); /* -g a/b^2 = -g y/b */
+        break;
+    case TJ__OP_MAX2:
+    case TJ__OP_MIN2:
+        /* the winner gets g; a tie splits it in halves (as JAX does) */
+        eq = tj_cast_at(F, L, tj_eq_at(F, L, a, b), g->t.dt);
+        half = tj_muls_at(F, L, tj_mul_at(F, L, g, eq), 0.5);
+        {
+            tj_v wa = tj_cast_at(F, L, n->op == TJ__OP_MAX2 ? tj_gt_at(F, L, a, b) : tj_lt_at(F, L, a, b), g->t.dt);
+            tj_v wb = tj_cast_at(F, L, n->op == TJ__OP_MAX2 ? tj_gt_at(F, L, b, a) : tj_lt_at(F, L, b, a), g->t.dt);
+            gin[0] = tj_add_at(F, L, tj_mul_at(F, L, g, wa), half);
+            gin[1] = tj_add_at(F, L, tj_mul_at(F, L, g, wb), half);
+        }
+        break;
+    default: break; /* compares: no gradient */
+    }
+    return TJ_OK;
+}
+
+/* ---- select(mask, a, b) ---- */
+TJDEF tj_v tj_select_at(const char *f, int l, tj_v m, tj_v a, tj_v b) {
+    tj__type t, t2;
+    tj_node *in[3];
+    char bm[256];
+    if (!m || !a || !b) return NULL;
+    if (m->t.dt != TJ_I32) {
+        tj__err(m->g->ctx, TJ_ERR_DTYPE, f, l, "select: mask must be i32 (from a compare), got %s", tj_v_describe(m, bm, sizeof bm));
+        return NULL;
+    }
+    if (a->t.dt != b->t.dt) {
+        tj__err(m->g->ctx, TJ_ERR_DTYPE, f, l, "select: branches have dtypes %s and %s", tj_dtype_name(a->t.dt), tj_dtype_name(b->t.dt));
+        return NULL;
+    }
+    if (tj__bcast("select", a, b, &t, f, l)) return NULL;
+    {   /* t ∪ mask's axes */
+        tj_node tmp;
+        tmp = *a;
+        tmp.t = t;
+        if (tj__bcast("select", &tmp, m, &t2, f, l)) return NULL;
+    }
+    t2.dt = a->t.dt;
+    in[0] = m;
+    in[1] = a;
+    in[2] = b;
+    return tj__node(m->g, TJ__OP_SELECT, &t2, 3, in, f, l);
+}
+static tj_status tj__vjp_select(tj_node *n, tj_v g, tj_v *gin) {
+    tj_v z = tj_scalar_at(F, L, n->g, g->t.dt, 0);
+    gin[1] = tj_select_at(F, L, n->in[0], g, z);
+    gin[2] = tj_select_at(F, L, n->in[0], z, g);
+    return TJ_OK;
+}
+
+/* ---- constants and random sources ---- */
+static tj_v tj__source(const char *f, int l, tj_graph *g, int op, tj_dtype dt, const char *shape, const char *what) {
+    tj__type t;
+    if (!g) return NULL;
+    if (tj__parse_shape(g->ctx, shape, dt, &t, 0, what, f, l)) return NULL;
+    return tj__node(g, op, &t, 0, NULL, f, l);
+}
+TJDEF tj_v tj_fill_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, double v) {
+    tj_node *n = tj__source(f, l, g, TJ__OP_FILL, dt, shape, "fill");
+    if (n) n->a.s = v;
+    return n;
+}
+TJDEF tj_v tj_scalar_at(const char *f, int l, tj_graph *g, tj_dtype dt, double v) { return tj_fill_at(f, l, g, dt, "", v); }
+TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, const char *axis) {
+    tj_node *n = tj__source(f, l, g, TJ__OP_ARANGE, dt, shape, "arange");
+    if (n && (n->a.axis = tj__one_axis(n, axis, "arange", f, l)) < 0) return NULL;
+    return n;
+}
+static void tj__k_fill(tj__kern *k) {
+    int64_t i, m = tj__numel(&k->ot);
+    double v = k->n->a.s;
+    if (k->ot.dt == TJ_F32) {
+        float fv = (float)v, *o = (float *)k->out;
+        for (i = 0; i < m; i++) o[i] = fv;
+    } else
+        for (i = 0; i < m; i++) tj__st(k->out, k->ot.dt, i, v);
+}
+static void tj__k_arange(tj__kern *k) {
+    int64_t st[TJ_MAXDIM], i, m = tj__numel(&k->ot);
+    int ax = tj__axis_index(&k->ot, k->n->a.axis);
+    tj__strides(&k->ot, st);
+    for (i = 0; i < m; i++) tj__st(k->out, k->ot.dt, i, (double)((i / st[ax]) % k->ot.dim[ax]));
+}
+/* Counter-based bits: a keyed mix of the element's global index (splitmix64
+   finaliser applied twice, keyed by xor). */
+static uint64_t tj__mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static uint64_t tj__bits(uint64_t key, uint64_t i) { return tj__mix(tj__mix(i + 0x9e3779b97f4a7c15ull) ^ key); }
+static double tj__u01(uint64_t key, uint64_t i) { return (double)(tj__bits(key, i) >> 11) * (1.0 / 9007199254740992.0); }
+TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data) { return tj__mix(key ^ tj__mix(data ^ 0x5851f42d4c957f2dull)); }
+TJDEF tj_v tj_uniform_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) {
+    tj_node *n = tj__source(f, l, g, TJ__OP_UNIFORM, dt, shape, "uniform");
+    if (n) n->a.key = key;
+    return n;
+}
+TJDEF tj_v tj_normal_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) {
+    tj_node *n = tj__source(f, l, g, TJ__OP_NORMAL, dt, shape, "normal");
+    if (n) n->a.key = key;
+    return n;
+}
+static void tj__k_random(tj__kern *k) {
+    int64_t i, m = tj__numel(&k->ot);
+    uint64_t key = k->n->a.key;
+    for (i = 0; i < m; i++) {
+        double v;
+        if (k->n->op == TJ__OP_UNIFORM) v = tj__u01(key, (uint64_t)i);
+        else { /* Box-Muller from two draws of this element's own counters */
+            double u1 = tj__u01(key, 2 * (uint64_t)i), u2 = tj__u01(key, 2 * (uint64_t)i + 1);
+            v = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+        }
+        tj__st(k->out, k->ot.dt, i, v);
+    }
+}
+TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate) {
+    tj_v u, keep;
+    char sh[512];
+    size_t k = 0;
+    int i;
+    if (!x) return NULL;
+    if (!(rate >= 0 && rate < 1)) {
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "dropout: rate %g not in [0, 1)", rate);
+        return NULL;
+    }
+    if (rate == 0) return x;
+    sh[0] = 0;
+    for (i = 0; i < x->t.rank; i++) {
+        snprintf(sh + k, sizeof sh - k, "%s=%lld ", tj__name(x->g->ctx, x->t.ax[i]), (long long)x->t.dim[i]);
+        k = strlen(sh);
+    }
+    u = tj_uniform_at(f, l, x->g, key, x->t.dt, sh);
+    keep = tj_ge_at(f, l, u, tj_scalar_at(f, l, x->g, x->t.dt, rate));
+    return tj_select_at(f, l, keep, tj_muls_at(f, l, x, 1.0 / (1.0 - rate)), tj_scalar_at(f, l, x->g, x->t.dt, 0));
+}
+
+/* ---- reductions: sum, max over named axes ---- */
+static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
+    tj__type t;
+    tj_node *n;
+    int i, j, keep;
+    if (!x) return NULL;
+    if (nr == 0) return x;
+    t = x->t;
+    t.rank = 0;
+    for (i = 0; i < x->t.rank; i++) {
+        keep = 1;
+        for (j = 0; j < nr; j++)
+            if (ids[j] == x->t.ax[i]) keep = 0;
+        if (keep) {
+            t.ax[t.rank] = x->t.ax[i];
+            t.dim[t.rank++] = x->t.dim[i];
+        }
+    }
+    n = tj__node(x->g, op, &t, 1, &x, f, l);
+    if (n) {
+        n->a.naxes = nr;
+        for (j = 0; j < nr; j++) n->a.axes[j] = ids[j];
+    }
+    return n;
+}
+static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n) { return tj__reduce_ids(f, l, TJ__OP_SUM, x, ids, n); }
+TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes) {
+    int ids[TJ_MAXDIM], n;
+    if (!x || (n = tj__axes_of(x, axes, ids, "sum", f, l)) < 0) return NULL;
+    return tj__sum_ids(f, l, x, ids, n);
+}
+TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes) {
+    int ids[TJ_MAXDIM], n;
+    if (!x || (n = tj__axes_of(x, axes, ids, "max", f, l)) < 0) return NULL;
+    return tj__reduce_ids(f, l, TJ__OP_MAXR, x, ids, n);
+}
+TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
+    int ids[TJ_MAXDIM], n, i;
+    double cnt = 1;
+    if (!x || (n = tj__axes_of(x, axes, ids, "mean", f, l)) < 0) return NULL;
+    if (!tj__isfloat(x->t.dt)) {
+        tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "mean: needs a float dtype, got %s", tj_dtype_name(x->t.dt));
+        return NULL;
+    }
+    for (i = 0; i < n; i++) cnt *= (double)x->t.dim[tj__axis_index(&x->t, ids[i])];
+    return tj_muls_at(f, l, tj__sum_ids(f, l, x, ids, n), 1.0 / cnt);
+}
+/* For each output element, loop over the reduced axes (innermost reduced
+   axis in chunks); accumulate in double. */
+static void tj__k_reduce(tj__kern *k) {
+    const tj__type *it = k->it[0];
+    int64_t ist[TJ_MAXDIM], rd[TJ_MAXDIM], rs[TJ_MAXDIM], od[TJ_MAXDIM], os[TJ_MAXDIM];
+    int nr = 0, no = 0, i, j, red, ismax = k->n->op == TJ__OP_MAXR;
+    int64_t on = tj__numel(&k->ot), o, oi[TJ_MAXDIM] = {0}, ob = 0, rn = 1, inner, r;
+    double buf[TJ__CHUNK];
+    tj__strides(it, ist);
+    for (i = 0; i < it->rank; i++) {
+        red = 0;
+        for (j = 0; j < k->n->a.naxes; j++)
+            if (k->n->a.axes[j] == it->ax[i]) red = 1;
+        if (red) { rd[nr] = it->dim[i]; rs[nr++] = ist[i]; }
+        else { od[no] = it->dim[i]; os[no++] = ist[i]; }
+    }
+    for (i = 0; i + 1 < nr; i++) rn *= rd[i];
+    inner = nr ? rd[nr - 1] : 1;
+    for (o = 0; o < on; o++) {
+        double acc = ismax ? -INFINITY : 0.0;
+        int64_t ri[TJ_MAXDIM] = {0}, rb = 0, c0, m;
+        for (r = 0; r < rn; r++) {
+            for (c0 = 0; c0 < inner; c0 += m) {
+                m = inner - c0 < TJ__CHUNK ? inner - c0 : TJ__CHUNK;
+                tj__load_n(k->in[0], it->dt, ob + rb + c0 * (nr ? rs[nr - 1] : 0), nr ? rs[nr - 1] : 0, m, buf);
+                if (ismax) { for (j = 0; j < m; j++) if (buf[j] > acc || buf[j] != buf[j]) acc = buf[j]; }
+                else for (j = 0; j < m; j++) acc += buf[j];
+            }
+            for (i = nr - 2; i >= 0; i--) {
+                ri[i]++;
+                rb += rs[i];
+                if (ri[i] < rd[i]) break;
+                rb -= rs[i] * rd[i];
+                ri[i] = 0;
+            }
+        }
+        tj__st(k->out, k->ot.dt, o, acc);
+        for (i = no - 1; i >= 0; i--) {
+            oi[i]++;
+            ob += os[i];
+            if (oi[i] < od[i]) break;
+            ob -= os[i] * od[i];
+            oi[i] = 0;
+        }
+    }
+}
+static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = tj__relayout(F, L, g, &n->in[0]->t); /* broadcast back */
+    return TJ_OK;
+}
+static tj_status tj__vjp_maxr(tj_node *n, tj_v g, tj_v *gin) {
+    /* g flows to every position equal to the max, shared equally */
+    tj_v x = n->in[0];
+    tj_v mask = tj_cast_at(F, L, tj_eq_at(F, L, x, n), g->t.dt);
+    tj_v cnt = tj__sum_ids(F, L, mask, n->a.axes, n->a.naxes);
+    gin[0] = tj_mul_at(F, L, mask, tj_div_at(F, L, g, cnt));
+    return TJ_OK;
+}
+
+/* ---- relayout: transpose and broadcast (output axes ⊇ input axes) ---- */
+static tj_v tj__relayout(const char *f, int l, tj_v x, const tj__type *to) {
+    tj__type t;
+    int i, k;
+    char b1[256], b2[256];
+    if (!x) return NULL;
+    t = *to;
+    t.dt = x->t.dt;
+    for (i = 0; i < x->t.rank; i++) {
+        k = tj__axis_index(&t, x->t.ax[i]);
+        if (k < 0 || t.dim[k] != x->t.dim[i]) {
+            tj__type_str(x->g->ctx, to, b2, sizeof b2);
+            tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "broadcast: %s does not fit in %s", tj_v_describe(x, b1, sizeof b1), b2);
+            return NULL;
+        }
+    }
+    return tj__node(x->g, TJ__OP_RELAYOUT, &t, 1, &x, f, l);
+}
+static void tj__k_copy(tj__kern *k) {
+    if (k->it[0]->rank == k->ot.rank && k->it[0]->dt == k->ot.dt) {
+        int i, same = 1;
+        for (i = 0; i < k->ot.rank; i++) same &= k->it[0]->ax[i] == k->ot.ax[i];
+        if (same) {
+            memcpy(k->out, k->in[0], (size_t)tj__bytes(&k->ot));
+            return;
+        }
+    }
+    tj__ew_kernel_fn(k, NULL);
+}
+static tj_status tj__vjp_id(tj_node *n, tj_v g, tj_v *gin) {
+    (void)n;
+    gin[0] = g; /* tj__fit sums broadcast axes and restores the order */
+    return TJ_OK;
+}
+TJDEF tj_v tj_transpose_at(const char *f, int l, tj_v x, const char *order) {
+    int ids[TJ_MAXDIM], n, i;
+    tj__type t;
+    if (!x || (n = tj__axes_of(x, order, ids, "transpose", f, l)) < 0) return NULL;
+    if (n != x->t.rank) {
+        tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "transpose: \"%s\" names %d axes, the value has %d", order, n, x->t.rank);
+        return NULL;
+    }
+    t = x->t;
+    for (i = 0; i < n; i++) {
+        int j;
+        for (j = 0; j < i; j++)
+            if (ids[j] == ids[i]) {
+                tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "transpose: axis '%s' named twice", tj__name(x->g->ctx, ids[i]));
+                return NULL;
+            }
+        t.ax[i] = ids[i];
+        t.dim[i] = x->t.dim[tj__axis_index(&x->t, ids[i])];
+    }
+    return tj__relayout(f, l, x, &t);
+}
+TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape) {
+    tj__type t;
+    if (!x || tj__parse_shape(x->g->ctx, shape, x->t.dt, &t, 0, "broadcast", f, l)) return NULL;
+    return tj__relayout(f, l, x, &t);
+}
+
+/* ---- reshape: rename, split, merge (same elements, same order; a view) ---- */
+static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t) {
+    return tj__node(x->g, TJ__OP_RESHAPE, t, 1, &x, f, l);
+}
+static tj_status tj__vjp_reshape(tj_node *n, tj_v g, tj_v *gin) {
+    /* g has n's type once fitted; reinterpret it with the input's axes */
+    tj_v gf = tj__fit(F, L, g, &n->t);
+    tj__type t = n->in[0]->t;
+    if (!gf) return tj_status_of(n->g->ctx);
+    t.dt = gf->t.dt;
+    gin[0] = tj__reshape(F, L, gf, &t);
+    return TJ_OK;
+}
+TJDEF tj_v tj_rename_at(const char *f, int l, tj_v x, const char *from, const char *to) {
+    int a, b[TJ_MAXDIM], nb;
+    tj__type t;
+    if (!x || (a = tj__one_axis(x, from, "rename", f, l)) < 0) return NULL;
+    if ((nb = tj__parse_names(x->g->ctx, to, b, TJ_MAXDIM, "rename", f, l)) != 1) {
+        if (nb >= 0) tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "rename: want one new axis name, got \"%s\"", to ? to : "");
+        return NULL;
+    }
+    if (b[0] != a && tj__axis_index(&x->t, b[0]) >= 0) {
+        tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "rename: '%s' is already an axis", tj__name(x->g->ctx, b[0]));
+        return NULL;
+    }
+    t = x->t;
+    t.ax[tj__axis_index(&t, a)] = b[0];
+    return tj__reshape(f, l, x, &t);
+}
+TJDEF tj_v tj_split_at(const char *f, int l, tj_v x, const char *axis, const char *into) {
+    int a, k, i, zero = -1;
+    tj__type parts, t;
+    int64_t prod = 1;
+    if (!x || (a = tj__one_axis(x, axis, "split", f, l)) < 0) return NULL;
+    if (tj__parse_shape(x->g->ctx, into, x->t.dt, &parts, 1, "split", f, l)) return NULL;
+    k = tj__axis_index(&x->t, a);
+    for (i = 0; i < parts.rank; i++) {
+        if (parts.dim[i] == 0) {
+            if (zero >= 0) {
+                tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "split: only one size in \"%s\" may be inferred", into);
+                return NULL;
+            }
+            zero = i;
+        } else prod *= parts.dim[i];
+        if (parts.ax[i] != a && tj__axis_index(&x->t, parts.ax[i]) >= 0) {
+            tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "split: '%s' is already an axis", tj__name(x->g->ctx, parts.ax[i]));
+            return NULL;
+        }
+    }
+    if (zero >= 0 && prod > 0 && x->t.dim[k] % prod == 0) { parts.dim[zero] = x->t.dim[k] / prod; prod = x->t.dim[k]; }
+    if (parts.rank < 1 || prod != x->t.dim[k] || x->t.rank - 1 + parts.rank > TJ_MAXDIM) {
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "split: axis '%s' of size %lld cannot split into \"%s\"", axis, (long long)x->t.dim[k], into);
+        return NULL;
+    }
+    t = x->t;
+    t.rank = 0;
+    for (i = 0; i < x->t.rank; i++) {
+        if (i == k) {
+            int j;
+            for (j = 0; j < parts.rank; j++) { t.ax[t.rank] = parts.ax[j]; t.dim[t.rank++] = parts.dim[j]; }
+        } else { t.ax[t.rank] = x->t.ax[i]; t.dim[t.rank++] = x->t.dim[i]; }
+    }
+    return tj__reshape(f, l, x, &t);
+}
+TJDEF tj_v tj_merge_at(const char *f, int l, tj_v x, const char *axes, const char *into) {
+    int ids[TJ_MAXDIM], n, i, k0, b[TJ_MAXDIM];
+    tj__type t;
+    int64_t prod = 1;
+    if (!x || (n = tj__axes_of(x, axes, ids, "merge", f, l)) < 0) return NULL;
+    if (tj__parse_names(x->g->ctx, into, b, TJ_MAXDIM, "merge", f, l) != 1 || n < 1) {
+        tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "merge: want axes to merge and one new name, got \"%s\" -> \"%s\"", axes ? axes : "", into ? into : "");
+        return NULL;
+    }
+    k0 = tj__axis_index(&x->t, ids[0]);
+    for (i = 0; i < n; i++) {
+        if (tj__axis_index(&x->t, ids[i]) != k0 + i) {
+            tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "merge: axes \"%s\" must be adjacent and in this order (tj_transpose first)", axes);
+            return NULL;
+        }
+        prod *= x->t.dim[k0 + i];
+    }
+    for (i = 0; i < x->t.rank; i++)
+        if ((i < k0 || i >= k0 + n) && x->t.ax[i] == b[0]) {
+            tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "merge: '%s' is already an axis", into);
+            return NULL;
+        }
+    t = x->t;
+    t.rank = 0;
+    for (i = 0; i < x->t.rank; i++) {
+        if (i == k0) { t.ax[t.rank] = b[0]; t.dim[t.rank++] = prod; }
+        else if (i < k0 || i >= k0 + n) { t.ax[t.rank] = x->t.ax[i]; t.dim[t.rank++] = x->t.dim[i]; }
+    }
+    return tj__reshape(f, l, x, &t);
+}
+
+/* ---- slice, pad, concat along one axis ---- */
+static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt, int64_t dbase, const int64_t *dims) {
+    tj__opnd x;
+    int64_t dstr[TJ_MAXDIM];
+    x.p = src;
+    x.dt = st->dt;
+    x.base = sbase;
+    tj__strides(st, x.st);
+    tj__strides(dt, dstr);
+    tj__ew_loop(0, 0, 1, &x, dst, dt->dt, dbase, dstr, dims, dt->rank, NULL);
+}
+TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t start, int64_t stop) {
+    int a, k;
+    tj__type t;
+    tj_node *n;
+    if (!x || (a = tj__one_axis(x, axis, "slice", f, l)) < 0) return NULL;
+    k = tj__axis_index(&x->t, a);
+    if (start < 0 || stop > x->t.dim[k] || start >= stop) {
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "slice: [%lld, %lld) is not a non-empty range of axis '%s' (size %lld)", (long long)start,
+                (long long)stop, axis, (long long)x->t.dim[k]);
+        return NULL;
+    }
+    t = x->t;
+    t.dim[k] = stop - start;
+    n = tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, f, l);
+    if (n) { n->a.axis = a; n->a.start = start; n->a.stop = stop; }
+    return n;
+}
+static void tj__k_slice(tj__kern *k) {
+    int64_t st[TJ_MAXDIM];
+    int ax = tj__axis_index(k->it[0], k->n->a.axis);
+    tj__strides(k->it[0], st);
+    tj__copy_region(k->in[0], k->it[0], k->n->a.start * st[ax], k->out, &k->ot, 0, k->ot.dim);
+}
+static tj_status tj__vjp_slice(tj_node *n, tj_v g, tj_v *gin) {
+    int k = tj__axis_index(&n->in[0]->t, n->a.axis);
+    gin[0] = tj_pad_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->in[0]->t.dim[k] - n->a.stop, 0.0);
+    return TJ_OK;
+}
+TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value) {
+    int a, k;
+    tj__type t;
+    tj_node *n;
+    if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
+    if (lo < 0 || hi < 0) {
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: negative padding (%lld, %lld) on axis '%s'", (long long)lo, (long long)hi, axis);
+        return NULL;
+    }
+    k = tj__axis_index(&x->t, a);
+    t = x->t;
+    t.dim[k] += lo + hi;
+    n = tj__node(x->g, TJ__OP_PAD, &t, 1, &x, f, l);
+    if (n) { n->a.axis = a; n->a.start = lo; n->a.stop = hi; n->a.s = value; }
+    return n;
+}
+static void tj__k_pad(tj__kern *k) {
+    int64_t st[TJ_MAXDIM];
+    int ax = tj__axis_index(&k->ot, k->n->a.axis);
+    tj__k_fill(k);
+    tj__strides(&k->ot, st);
+    tj__copy_region(k->in[0], k->it[0], 0, k->out, &k->ot, k->n->a.start * st[ax], k->it[0]->dim);
+}
+static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
+    int k = tj__axis_index(&n->in[0]->t, n->a.axis);
+    gin[0] = tj_slice_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->a.start + n->in[0]->t.dim[k]);
+    return TJ_OK;
+}
+TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
+    int a, k, i, j;
+    tj__type t;
+    tj_node *n;
+    char b1[256], b2[256];
+    if (nx < 1 || nx > 16 || !xs) {
+        if (nx >= 1 && xs && xs[0]) tj__err(xs[0]->g->ctx, TJ_ERR_ARG, f, l, "concat: %d inputs (1..16 allowed)", nx);
+        return NULL;
+    }
+    for (i = 0; i < nx; i++)
+        if (!xs[i]) return NULL;
+    if ((a = tj__one_axis(xs[0], axis, "concat", f, l)) < 0) return NULL;
+    k = tj__axis_index(&xs[0]->t, a);
+    t = xs[0]->t;
+    for (i = 1; i < nx; i++) {
+        int ok = xs[i]->t.rank == t.rank && xs[i]->t.dt == t.dt;
+        for (j = 0; ok && j < t.rank; j++) ok = xs[i]->t.ax[j] == t.ax[j] && (j == k || xs[i]->t.dim[j] == t.dim[j]);
+        if (!ok) {
+            tj__err(xs[0]->g->ctx, TJ_ERR_SHAPE, f, l, "concat: input %d %s does not match input 0 %s except along '%s'", i,
+                    tj_v_describe(xs[i], b1, sizeof b1), tj_v_describe(xs[0], b2, sizeof b2), axis);
+            return NULL;
+        }
+        t.dim[k] += xs[i]->t.dim[k];
+    }
+    n = tj__node(xs[0]->g, TJ__OP_CONCAT, &t, nx, xs, f, l);
+    if (n) n->a.axis = a;
+    return n;
+}
+static void tj__k_concat(tj__kern *k) {
+    int64_t st[TJ_MAXDIM], at = 0;
+    int ax = tj__axis_index(&k->ot, k->n->a.axis), i;
+    tj__strides(&k->ot, st);
+    for (i = 0; i < k->nin; i++) {
+        tj__copy_region(k->in[i], k->it[i], 0, k->out, &k->ot, at * st[ax], k->it[i]->dim);
+        at += k->it[i]->dim[ax];
+    }
+}
+static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
+    int64_t at = 0;
+    int i, k = tj__axis_index(&n->t, n->a.axis);
+    tj_v gf = tj__fit(F, L, g, &n->t);
+    for (i = 0; i < n->nin; i++) {
+        gin[i] = tj_slice_at(F, L, gf, tj__name(n->g->ctx, n->a.axis), at, at + n->in[i]->t.dim[k]);
+        at += n->in[i]->t.dim[k];
+    }
+    return TJ_OK;
+}
+
+/* ---- dot ----
+   The builder sorts axes into batch (B, in both, not contracted), free (M in
+   a, N in b) and contracted (K). The kernel wants a as [B,M,K] or [B,K,M]
+   and b as [B,K,N] or [B,N,K]; any other layout gets an explicit relayout
+   node, visible in the program text and counted by the memory plan. */
+#ifndef TJ__HAVE_SGEMM
+/* Portable fallback; the tuned kernel in [8] replaces it. */
+static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth);
+#endif
+static void tj__dgemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B, double *C) {
+    int64_t i, j, p;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++) {
+            double s = 0;
+            for (p = 0; p < K; p++) s += (ta ? A[p * M + i] : A[i * K + p]) * (tb ? B[j * K + p] : B[p * N + j]);
+            C[i * N + j] = s;
+        }
+}
+TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract) {
+    int ck[TJ_MAXDIM], nk, i, j, nb = 0, nm = 0, nn = 0;
+    int B[TJ_MAXDIM], M[TJ_MAXDIM], N[TJ_MAXDIM];
+    tj__type ta, tb, to;
+    tj_node *in[2], *n;
+    int trans_a, trans_b;
+    char b1[256], b2[256];
+    tj_ctx *c;
+    if (!a || !b) return NULL;
+    c = a->g->ctx;
+    if (a->t.dt != b->t.dt || !tj__isfloat(a->t.dt)) {
+        tj__err(c, TJ_ERR_DTYPE, f, l, "dot: operands must share a float dtype: %s vs %s", tj_v_describe(a, b1, sizeof b1), tj_v_describe(b, b2, sizeof b2));
+        return NULL;
+    }
+    if ((nk = tj__axes_of(a, contract, ck, "dot", f, l)) < 0 || tj__axes_of(b, contract, ck, "dot", f, l) < 0) return NULL;
+    if (nk == 0) {
+        tj__err(c, TJ_ERR_AXIS, f, l, "dot: no contracting axis given (use tj_mul for an outer product)");
+        return NULL;
+    }
+    for (i = 0; i < nk; i++)
+        if (a->t.dim[tj__axis_index(&a->t, ck[i])] != b->t.dim[tj__axis_index(&b->t, ck[i])]) {
+            tj__err(c, TJ_ERR_SHAPE, f, l, "dot: contracted axis '%s' has size %lld in %s but %lld in %s", tj__name(c, ck[i]),
+                    (long long)a->t.dim[tj__axis_index(&a->t, ck[i])], tj_v_describe(a, b1, sizeof b1),
+                    (long long)b->t.dim[tj__axis_index(&b->t, ck[i])], tj_v_describe(b, b2, sizeof b2));
+            return NULL;
+        }
+    for (i = 0; i < a->t.rank; i++) {
+        int isk = 0, kb;
+        for (j = 0; j < nk; j++) isk |= ck[j] == a->t.ax[i];
+        if (isk) continue;
+        kb = tj__axis_index(&b->t, a->t.ax[i]);
+        if (kb >= 0) {
+            if (b->t.dim[kb] != a->t.dim[i]) {
+                tj__err(c, TJ_ERR_SHAPE, f, l, "dot: batch axis '%s' has size %lld in %s but %lld in %s", tj__name(c, a->t.ax[i]),
+                        (long long)a->t.dim[i], tj_v_describe(a, b1, sizeof b1), (long long)b->t.dim[kb], tj_v_describe(b, b2, sizeof b2));
+                return NULL;
+            }
+            B[nb++] = i;
+        } else M[nm++] = i;
+    }
+    for (i = 0; i < b->t.rank; i++) {
+        int isk = 0;
+        for (j = 0; j < nk; j++) isk |= ck[j] == b->t.ax[i];
+        if (!isk && tj__axis_index(&a->t, b->t.ax[i]) < 0) N[nn++] = i;
+    }
+    /* canonical layouts: a = [B, M, K] and b = [B, K, N] (K in the order given) */
+    ta = a->t; ta.rank = 0;
+    tb = b->t; tb.rank = 0;
+    to = a->t; to.rank = 0;
+#define TJ__PUSH(T, X, I) ((T).ax[(T).rank] = (X)->t.ax[I], (T).dim[(T).rank++] = (X)->t.dim[I])
+    for (i = 0; i < nb; i++) { TJ__PUSH(ta, a, B[i]); TJ__PUSH(tb, a, B[i]); TJ__PUSH(to, a, B[i]); }
+    for (i = 0; i < nm; i++) { TJ__PUSH(ta, a, M[i]); TJ__PUSH(to, a, M[i]); }
+    for (i = 0; i < nk; i++) { TJ__PUSH(ta, a, tj__axis_index(&a->t, ck[i])); TJ__PUSH(tb, a, tj__axis_index(&a->t, ck[i])); }
+    for (i = 0; i < nn; i++) { TJ__PUSH(tb, b, N[i]); TJ__PUSH(to, b, N[i]); }
+#undef TJ__PUSH
+    if (to.rank > TJ_MAXDIM) {
+        tj__err(c, TJ_ERR_SHAPE, f, l, "dot: result would have more than %d axes", TJ_MAXDIM);
+        return NULL;
+    }
+    /* accept the transposed layouts [B,K,M] / [B,N,K] without a copy */
+    {
+        tj__type tat = ta, tbt = tb;
+        int same = 1, samet = 1;
+        for (i = 0; i < nk; i++) { tat.ax[nb + i] = ta.ax[nb + nm + i]; tat.dim[nb + i] = ta.dim[nb + nm + i]; }
+        for (i = 0; i < nm; i++) { tat.ax[nb + nk + i] = ta.ax[nb + i]; tat.dim[nb + nk + i] = ta.dim[nb + i]; }
+        for (i = 0; i < a->t.rank; i++) { same &= a->t.ax[i] == ta.ax[i]; samet &= a->t.ax[i] == tat.ax[i]; }
+        trans_a = !same && samet;
+        in[0] = same || samet ? a : tj__relayout(f, l, a, &ta);
+        for (i = 0; i < nn; i++) { tbt.ax[nb + i] = tb.ax[nb + nk + i]; tbt.dim[nb + i] = tb.dim[nb + nk + i]; }
+        for (i = 0; i < nk; i++) { tbt.ax[nb + nn + i] = tb.ax[nb + i]; tbt.dim[nb + nn + i] = tb.dim[nb + i]; }
+        same = samet = 1;
+        for (i = 0; i < b->t.rank; i++) { same &= b->t.ax[i] == tb.ax[i]; samet &= b->t.ax[i] == tbt.ax[i]; }
+        trans_b = !same && samet;
+        in[1] = same || samet ? b : tj__relayout(f, l, b, &tb);
+    }
+    n = tj__node(a->g, TJ__OP_DOT, &to, 2, in, f, l);
+    if (n) {
+        n->a.nb = nb; n->a.nm = nm; n->a.nk = nk; n->a.nn = nn;
+        n->a.trans_a = trans_a; n->a.trans_b = trans_b;
+        n->a.naxes = nk;
+        for (i = 0; i < nk; i++) n->a.axes[i] = ck[i];
+    }
+    return n;
+}
+/* sizes of the dot's batch, m, k, n groups from the (local) types */
+static void tj__dot_dims(const tj_node *n, const tj__type *ot, const tj__type *at, int64_t *Bn, int64_t *Mn, int64_t *Kn, int64_t *Nn) {
+    int i;
+    *Bn = *Mn = *Kn = *Nn = 1;
+    for (i = 0; i < n->a.nb; i++) *Bn *= ot->dim[i];
+    for (i = 0; i < n->a.nm; i++) *Mn *= ot->dim[n->a.nb + i];
+    for (i = 0; i < n->a.nn; i++) *Nn *= ot->dim[n->a.nb + n->a.nm + i];
+    for (i = 0; i < n->a.nk; i++) *Kn *= at->dim[tj__axis_index(at, n->a.axes[i])];
+}
+static int64_t tj__dot_scratch(const tj_node *n) {
+    int64_t Bn, Mn, Kn, Nn;
+    if (n->t.dt == TJ_F32) return 0;
+    tj__dot_dims(n, &n->t, &n->in[0]->t, &Bn, &Mn, &Kn, &Nn);
+    /* one batch of a, b and c converted to f32 (f64: to double) */
+    return (Mn * Kn + Kn * Nn + Mn * Nn) * (n->t.dt == TJ_F64 ? 8 : 4);
+}
+static void tj__k_dot(tj__kern *k) {
+    tj_node *n = k->n;
+    int64_t Bn, Mn, Kn, Nn, bi, i;
+    int ta = n->a.trans_a, tb = n->a.trans_b;
+    tj__dot_dims(n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
+    for (bi = 0; bi < Bn; bi++) {
+        if (k->ot.dt == TJ_F32) {
+            tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, ta ? (int)Mn : (int)Kn,
+                      (const float *)k->in[1] + bi * Kn * Nn, tb ? (int)Kn : (int)Nn, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, k->nthreads);
+        } else if (k->ot.dt == TJ_F64) {
+            tj__dgemm_ref(ta, tb, Mn, Nn, Kn, (const double *)k->in[0] + bi * Mn * Kn, (const double *)k->in[1] + bi * Kn * Nn,
+                          (double *)k->out + bi * Mn * Nn);
+        } else { /* bf16: widen one batch to f32, multiply, round once */
+            float *A = (float *)k->scratch, *Bm = A + Mn * Kn, *C = Bm + Kn * Nn;
+            for (i = 0; i < Mn * Kn; i++) A[i] = (float)tj__ld(k->in[0], k->it[0]->dt, bi * Mn * Kn + i);
+            for (i = 0; i < Kn * Nn; i++) Bm[i] = (float)tj__ld(k->in[1], k->it[1]->dt, bi * Kn * Nn + i);
+            tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, A, ta ? (int)Mn : (int)Kn, Bm, tb ? (int)Kn : (int)Nn, C, (int)Nn, 0, k->nthreads);
+            for (i = 0; i < Mn * Nn; i++) tj__st(k->out, k->ot.dt, bi * Mn * Nn + i, C[i]);
+        }
+    }
+}
+static double tj__flops_dot(const tj_node *n) {
+    int64_t Bn, Mn, Kn, Nn;
+    tj__dot_dims(n, &n->t, &n->in[0]->t, &Bn, &Mn, &Kn, &Nn);
+    return 2.0 * (double)Bn * (double)Mn * (double)Nn * (double)Kn;
+}
+/* names of a group of axes of a type, as a string for a builder */
+static const char *tj__names_str(tj_ctx *c, const int *ids, int n, char *buf, size_t cap) {
+    size_t k = 0;
+    int i;
+    buf[0] = 0;
+    for (i = 0; i < n; i++) {
+        snprintf(buf + k, cap - k, "%s%s", i ? " " : "", tj__name(c, ids[i]));
+        k = strlen(buf);
+    }
+    return buf;
+}
+static tj_status tj__vjp_dot(tj_node *n, tj_v g, tj_v *gin) {
+    /* da = g . b over N;  db = a . g over M (names put every axis in place) */
+    tj_ctx *c = n->g->ctx;
+    int Nids[TJ_MAXDIM], Mids[TJ_MAXDIM], i;
+    char buf[512];
+    tj_v a = n->in[0], b = n->in[1];
+    for (i = 0; i < n->a.nm; i++) Mids[i] = n->t.ax[n->a.nb + i];
+    for (i = 0; i < n->a.nn; i++) Nids[i] = n->t.ax[n->a.nb + n->a.nm + i];
+    if (n->a.nn) gin[0] = tj_dot_at(F, L, g, b, tj__names_str(c, Nids, n->a.nn, buf, sizeof buf));
+    else gin[0] = tj_mul_at(F, L, g, b);
+    if (n->a.nm) gin[1] = tj_dot_at(F, L, a, g, tj__names_str(c, Mids, n->a.nm, buf, sizeof buf));
+    else gin[1] = tj_mul_at(F, L, a, g);
+    return TJ_OK;
+}
+
+/* ---- take (gather), scatter_add, one_hot ---- */
+/* x = [pre, V, post], idx = [I...] -> out = [pre, I..., post] */
+static int tj__take_type(const char *what, tj_v x, int axis, tj_v idx, tj__type *t, const char *f, int l) {
+    int k = tj__axis_index(&x->t, axis), i;
+    *t = x->t;
+    t->rank = 0;
+    if (x->t.rank - 1 + idx->t.rank > TJ_MAXDIM) {
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "%s: result would have more than %d axes", what, TJ_MAXDIM);
+        return -1;
+    }
+    for (i = 0; i < x->t.rank; i++) {
+        if (i == k) {
+            int j;
+            for (j = 0; j < idx->t.rank; j++) {
+                if (tj__axis_index(&x->t, idx->t.ax[j]) >= 0) {
+                    tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "%s: index axis '%s' is also an axis of the operand", what, tj__name(x->g->ctx, idx->t.ax[j]));
+                    return -1;
+                }
+                t->ax[t->rank] = idx->t.ax[j];
+                t->dim[t->rank++] = idx->t.dim[j];
+            }
+        } else { t->ax[t->rank] = x->t.ax[i]; t->dim[t->rank++] = x->t.dim[i]; }
+    }
+    return 0;
+}
+TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) {
+    int a;
+    tj__type t;
+    tj_node *in[2], *n;
+    char b[256];
+    if (!x || !idx || (a = tj__one_axis(x, axis, "take", f, l)) < 0) return NULL;
+    if (idx->t.dt != TJ_I32) {
+        tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "take: indices must be i32, got %s", tj_v_describe(idx, b, sizeof b));
+        return NULL;
+    }
+    if (tj__take_type("take", x, a, idx, &t, f, l)) return NULL;
+    in[0] = x;
+    in[1] = idx;
+    n = tj__node(x->g, TJ__OP_TAKE, &t, 2, in, f, l);
+    if (n) n->a.axis = a;
+    return n;
+}
+/* pre/V/post extents of x around axis k (local type) */
+static void tj__ppv(const tj__type *t, int k, int64_t *pre, int64_t *v, int64_t *post) {
+    int i;
+    *pre = *post = 1;
+    for (i = 0; i < k; i++) *pre *= t->dim[i];
+    for (i = k + 1; i < t->rank; i++) *post *= t->dim[i];
+    *v = t->dim[k];
+}
+static void tj__k_take(tj__kern *k) {
+    const tj__type *xt = k->n->op == TJ__OP_TAKE ? k->it[0] : &k->ot;
+    int ax = tj__axis_index(xt, k->n->a.axis);
+    int64_t pre, V, post, ni = tj__numel(k->it[1]), p, j, e;
+    size_t es = tj_dtype_size(k->ot.dt);
+    const int32_t *idx = (const int32_t *)k->in[1];
+    tj__ppv(xt, ax, &pre, &V, &post);
+    if (k->n->op == TJ__OP_SCATTER_ADD) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
+    for (j = 0; j < ni; j++)
+        if (idx[j] < 0 || idx[j] >= V) {
+            if (k->err) snprintf(k->err, TJ__MSG, "%s: index %d at position %lld is out of range [0, %lld) for axis '%s' (at %s:%d)", TJ__OPNAME(k->n->op),
+                                 (int)idx[j], (long long)j, (long long)V, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
+            return;
+        }
+    for (p = 0; p < pre; p++)
+        for (j = 0; j < ni; j++) {
+            int64_t xo = (p * V + idx[j]) * post, oo = (p * ni + j) * post;
+            if (k->n->op == TJ__OP_TAKE) memcpy((char *)k->out + oo * (int64_t)es, (const char *)k->in[0] + xo * (int64_t)es, (size_t)post * es);
+            else for (e = 0; e < post; e++) tj__st(k->out, k->ot.dt, xo + e, tj__ld(k->out, k->ot.dt, xo + e) + tj__ld(k->in[0], k->it[0]->dt, oo + e));
+        }
+}
+/* scatter_add(g, idx) into the shape of x: the transpose of take */
+static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int axis) {
+    tj__type t, gt;
+    tj_node *in[2], *n;
+    if (!g || tj__take_type("scatter_add", x, axis, idx, &gt, f, l)) return NULL;
+    in[0] = tj__fit(f, l, g, &gt);
+    in[1] = idx;
+    t = x->t;
+    t.dt = g->t.dt;
+    n = tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, f, l);
+    if (n) n->a.axis = axis;
+    return n;
+}
+static tj_status tj__vjp_take(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = tj__scatter_add(F, L, g, n->in[1], n->in[0], n->a.axis);
+    return TJ_OK;
+}
+static tj_status tj__vjp_scatter(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = tj_take_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->in[1]);
+    return TJ_OK;
+}
+TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dtype dt) {
+    tj__type nt, t;
+    tj_node *n;
+    if (!idx || tj__parse_shape(idx->g->ctx, axis, dt, &nt, 0, "one_hot", f, l)) return NULL;
+    if (nt.rank != 1 || idx->t.dt != TJ_I32 || tj__axis_index(&idx->t, nt.ax[0]) >= 0 || idx->t.rank >= TJ_MAXDIM) {
+        tj__err(idx->g->ctx, TJ_ERR_ARG, f, l, "one_hot: want i32 indices and one new axis \"name=size\", got \"%s\"", axis);
+        return NULL;
+    }
+    t = idx->t;
+    t.dt = dt;
+    t.ax[t.rank] = nt.ax[0];
+    t.dim[t.rank++] = nt.dim[0];
+    n = tj__node(idx->g, TJ__OP_ONE_HOT, &t, 1, &idx, f, l);
+    if (n) n->a.axis = nt.ax[0];
+    return n;
+}
+static void tj__k_one_hot(tj__kern *k) {
+    int64_t ni = tj__numel(k->it[0]), V = k->ot.dim[k->ot.rank - 1], j, v;
+    const int32_t *idx = (const int32_t *)k->in[0];
+    for (j = 0; j < ni; j++)
+        for (v = 0; v < V; v++) tj__st(k->out, k->ot.dt, j * V + v, idx[j] == v ? 1.0 : 0.0);
+}
+
+/* ---- fused row ops along one axis: causal mask, softmax, log_softmax,
+   layer_norm, cross_entropy. A "row" is every element along the axis with
+   the other indices fixed: row r starts at (r / st) * st * d + r % st, and
+   steps by st, the axis's stride. ---- */
+static tj_v tj__rowop(const char *f, int l, int op, tj_v x, const char *axis, double s) {
+    int a;
+    tj_node *n;
+    if (!x || (a = tj__one_axis(x, axis, TJ__OPNAME(op), f, l)) < 0) return NULL;
+    if (!tj__isfloat(x->t.dt)) {
+        tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "%s: needs a float dtype, got %s", TJ__OPNAME(op), tj_dtype_name(x->t.dt));
+        return NULL;
+    }
+    n = tj__node(x->g, op, &x->t, 1, &x, f, l);
+    if (n) { n->a.axis = a; n->a.s = s; }
+    return n;
+}
+TJDEF tj_v tj_softmax_at(const char *f, int l, tj_v x, const char *axis) { return tj__rowop(f, l, TJ__OP_SOFTMAX, x, axis, 0); }
+TJDEF tj_v tj_log_softmax_at(const char *f, int l, tj_v x, const char *axis) { return tj__rowop(f, l, TJ__OP_LOG_SOFTMAX, x, axis, 0); }
+TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, double eps) {
+    if (x && !(eps >= 0)) {
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "layer_norm: eps %g must be >= 0", eps);
+        return NULL;
+    }
+    return tj__rowop(f, l, TJ__OP_LAYER_NORM, x, axis, eps);
+}
+static void tj__k_rowop(tj__kern *k) {
+    const tj__type *t = k->it[0];
+    int ax = tj__axis_index(t, k->n->a.axis), op = k->n->op;
+    int64_t st[TJ_MAXDIM], d, rows, r, j;
+    double *row;
+    tj__strides(t, st);
+    d = t->dim[ax];
+    rows = d ? tj__numel(t) / d : 0;
+    row = (double *)k->scratch;
+    for (r = 0; r < rows; r++) {
+        int64_t base = (r / st[ax]) * st[ax] * d + r % st[ax], s1 = st[ax];
+        double m = -INFINITY, sum = 0, mean = 0, var = 0;
+        tj__load_n(k->in[0], t->dt, base, s1, d, row);
+        if (op == TJ__OP_LAYER_NORM) {
+            for (j = 0; j < d; j++) mean += row[j];
+            mean /= (double)d;
+            for (j = 0; j < d; j++) var += (row[j] - mean) * (row[j] - mean);
+            var = 1.0 / sqrt(var / (double)d + k->n->a.s);
+            for (j = 0; j < d; j++) row[j] = (row[j] - mean) * var;
+        } else {
+            for (j = 0; j < d; j++) if (row[j] > m) m = row[j];
+            if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
+            for (j = 0; j < d; j++) sum += exp(row[j] - m);
+            if (op == TJ__OP_SOFTMAX) for (j = 0; j < d; j++) row[j] = exp(row[j] - m) / sum;
+            else { double lse = m + log(sum); for (j = 0; j < d; j++) row[j] -= lse; }
+        }
+        for (j = 0; j < d; j++) tj__st(k->out, k->ot.dt, base + j * s1, row[j]);
+    }
+}
+static int64_t tj__row_scratch(const tj_node *n) { return 8 * n->in[0]->t.dim[tj__axis_index(&n->in[0]->t, n->a.axis)]; }
+static double tj__flops_row(const tj_node *n) { return 5.0 * (double)tj__numel(&n->in[0]->t); }
+static tj_status tj__vjp_softmax(tj_node *n, tj_v g, tj_v *gin) {
+    /* dx = y (g - sum(g y)) */
+    tj_v gy = tj_mul_at(F, L, g, n);
+    gin[0] = tj_mul_at(F, L, n, tj_sub_at(F, L, g, tj__sum_ids(F, L, gy, &n->a.axis, 1)));
+    return TJ_OK;
+}
+static tj_status tj__vjp_log_softmax(tj_node *n, tj_v g, tj_v *gin) {
+    /* dx = g - softmax(x) sum(g) */
+    gin[0] = tj_sub_at(F, L, g, tj_mul_at(F, L, tj_exp_at(F, L, n), tj__sum_ids(F, L, g, &n->a.axis, 1)));
+    return TJ_OK;
+}
+static tj_status tj__vjp_layer_norm(tj_node *n, tj_v g, tj_v *gin) {
+    /* y = (x - mu) r,  dx = r (g - mean(g) - y mean(g y)),  r = 1/sqrt(var + eps) */
+    tj_v x = n->in[0];
+    const char *ax = tj__name(n->g->ctx, n->a.axis);
+    tj_v xc = tj_sub_at(F, L, x, tj_mean_at(F, L, x, ax));
+    tj_v r = tj_rsqrt_at(F, L, tj_adds_at(F, L, tj_mean_at(F, L, tj_mul_at(F, L, xc, xc), ax), n->a.s));
+    tj_v mg = tj_mean_at(F, L, g, ax), mgy = tj_mean_at(F, L, tj_mul_at(F, L, g, n), ax);
+    gin[0] = tj_mul_at(F, L, r, tj_sub_at(F, L, tj_sub_at(F, L, g, mg), tj_mul_at(F, L, n, mgy)));
+    return TJ_OK;
+}
+TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill) {
+    int q, kk;
+    tj_node *n;
+    if (!x || (q = tj__one_axis(x, q_axis, "causal_mask", f, l)) < 0 || (kk = tj__one_axis(x, k_axis, "causal_mask", f, l)) < 0) return NULL;
+    if (q == kk) {
+        tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "causal_mask: query and key axes must differ (rename one), both are '%s'", q_axis);
+        return NULL;
+    }
+    n = tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, f, l);
+    if (n) { n->a.axis = q; n->a.axis2 = kk; n->a.s = fill; }
+    return n;
+}
+static void tj__k_causal(tj__kern *k) {
+    const tj__type *t = &k->ot;
+    int qa = tj__axis_index(t, k->n->a.axis), ka = tj__axis_index(t, k->n->a.axis2);
+    int64_t st[TJ_MAXDIM], i, m = tj__numel(t);
+    tj__strides(t, st);
+    for (i = 0; i < m; i++) {
+        int64_t qi = (i / st[qa]) % t->dim[qa], ki = (i / st[ka]) % t->dim[ka];
+        tj__st(k->out, t->dt, i, ki > qi ? k->n->a.s : tj__ld(k->in[0], k->it[0]->dt, i));
+    }
+}
+static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = tj_causal_mask_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), tj__name(n->g->ctx, n->a.axis2), 0.0);
+    return TJ_OK;
+}
+/* cross-entropy: per position lse(z) - z[label]; then the mean */
+TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
+    int a, i;
+    tj__type t;
+    tj_node *in[2], *n;
+    char b1[256], b2[256];
+    if (!z || !labels || (a = tj__one_axis(z, class_axis, "cross_entropy", f, l)) < 0) return NULL;
+    if (!tj__isfloat(z->t.dt) || labels->t.dt != TJ_I32) {
+        tj__err(z->g->ctx, TJ_ERR_DTYPE, f, l, "cross_entropy: want float logits and i32 labels, got %s and %s", tj_v_describe(z, b1, sizeof b1),
+                tj_v_describe(labels, b2, sizeof b2));
+        return NULL;
+    }
+    t = z->t;
+    t.rank = 0;
+    for (i = 0; i < z->t.rank; i++)
+        if (z->t.ax[i] != a) { t.ax[t.rank] = z->t.ax[i]; t.dim[t.rank++] = z->t.dim[i]; }
+    {
+        int ok = labels->t.rank == t.rank;
+        for (i = 0; ok && i < labels->t.rank; i++) {
+            int k = tj__axis_index(&t, labels->t.ax[i]);
+            ok = k >= 0 && t.dim[k] == labels->t.dim[i];
+        }
+        if (!ok) {
+            tj__err(z->g->ctx, TJ_ERR_SHAPE, f, l, "cross_entropy: labels %s must have the axes of logits %s without '%s'", tj_v_describe(labels, b1, sizeof b1),
+                    tj_v_describe(z, b2, sizeof b2), class_axis);
+            return NULL;
+        }
+    }
+    t.dt = TJ_I32;
+    in[0] = z;
+    in[1] = tj__fit(f, l, labels, &t);
+    t.dt = z->t.dt;
+    n = tj__node(z->g, TJ__OP_CROSS_ENTROPY, &t, 2, in, f, l);
+    if (!n) return NULL;
+    n->a.axis = a;
+    return mean_axes && *mean_axes ? tj_mean_at(f, l, n, mean_axes) : n;
+}
+static void tj__k_cross_entropy(tj__kern *k) {
+    const tj__type *t = k->it[0];
+    int ax = tj__axis_index(t, k->n->a.axis);
+    int64_t st[TJ_MAXDIM], d, rows, r, j;
+    const int32_t *lab = (const int32_t *)k->in[1];
+    double *row = (double *)k->scratch;
+    tj__strides(t, st);
+    d = t->dim[ax];
+    rows = tj__numel(t) / d;
+    for (r = 0; r < rows; r++) {
+        int64_t base = (r / st[ax]) * st[ax] * d + r % st[ax];
+        double m = -INFINITY, s = 0;
+        if (lab[r] < 0 || lab[r] >= d) {
+            if (k->err) snprintf(k->err, TJ__MSG, "cross_entropy: label %d at position %lld is out of range [0, %lld) (at %s:%d)", (int)lab[r], (long long)r,
+                                 (long long)d, tj__base(k->n->file), k->n->line);
+            return;
+        }
+        tj__load_n(k->in[0], t->dt, base, st[ax], d, row);
+        for (j = 0; j < d; j++) if (row[j] > m) m = row[j];
+        for (j = 0; j < d; j++) s += exp(row[j] - m);
+        tj__st(k->out, k->ot.dt, r, m + log(s) - row[lab[r]]);
+    }
+}
+static tj_status tj__vjp_cross_entropy(tj_node *n, tj_v g, tj_v *gin) {
+    /* dz = g (softmax(z) - onehot(label)) */
+    tj_v z = n->in[0];
+    const char *ax = tj__name(n->g->ctx, n->a.axis);
+    char sh[128];
+    snprintf(sh, sizeof sh, "%s=%lld", ax, (long long)z->t.dim[tj__axis_index(&z->t, n->a.axis)]);
+    gin[0] = tj_mul_at(F, L, g, tj_sub_at(F, L, tj_softmax_at(F, L, z, ax), tj_one_hot_at(F, L, n->in[1], sh, z->t.dt)));
+    return TJ_OK;
+}
+
+/* ---- identities: stop_gradient, name, copy; and parameters ---- */
+TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_STOP_GRADIENT, &x->t, 1, &x, f, l) : NULL; }
+TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name) {
+    tj_node *n;
+    if (!x) return NULL;
+    if (!name || !*name) {
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "checkpoint_name: empty name");
+        return NULL;
+    }
+    n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, f, l);
+    if (n && !(n->name = tj__strdup(name))) return NULL;
+    return n;
+}
+static tj_v tj__copy(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_COPY, &x->t, 1, &x, f, l) : NULL; }
+static void tj__k_none(tj__kern *k) { (void)k; }
+
+#undef F
+#undef L
+
+/* ---- the op table ---- */
+#define TJ__OPDEF_U(op, nm, expr) {nm, 0, tj__k_unary, tj__vjp_unary, tj__flops_out, 0},
+#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_binary, tj__vjp_binary, tj__flops_out, 0},
+#define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc) {nm, (fl), k, v, fp, sc},
+static const tj__opdef tj__ops[TJ__NOPS] = {TJ__UNARY_OPS(TJ__OPDEF_U) TJ__BINARY_OPS(TJ__OPDEF_B) TJ__OTHER_OPS(TJ__OPDEF_O)};
+static const char *tj__opname(int op) { return op >= 0 && op < TJ__NOPS ? tj__ops[op].name : "?"; }
+
+/* ==== [5] autodiff ====================================================== */
+/* Reverse mode over the graph built so far. Walk the nodes that lie between
+   `wrt` and `outs` in reverse creation order (a reverse topological order),
+   call each op's VJP rule on its accumulated cotangent, fit each result to
+   the input's exact type, and accumulate with add (fan-out is a sum). The
+   new nodes belong to a fresh pass number, so the remat stage can tell the
+   backward pass from the forward pass. */
+
+TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt, tj_v *grads) {
+    tj_graph *g;
+    tj_ctx *c;
+    int i, j, top = -1, n0, saved_pass;
+    unsigned char *needs = NULL, *reach = NULL;
+    tj_v *ct = NULL;
+    tj_status st = TJ_OK;
+    if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt || !grads))) {
+        if (nout >= 1 && outs && outs[0]) tj__err(outs[0]->g->ctx, TJ_ERR_ARG, NULL, 0, "vjp: bad arguments (nout %d, nwrt %d)", nout, nwrt);
+        return TJ_ERR_ARG;
+    }
+    g = outs[0]->g;
+    c = g->ctx;
+    for (i = 0; i < nwrt; i++) grads[i] = NULL;
+    for (i = 0; i < nout; i++) {
+        if (!outs[i] || (cts && !cts[i])) return c->status ? c->status : TJ_ERR_ARG;
+        if (outs[i]->g != g) {
+            tj__err(c, TJ_ERR_ARG, outs[i]->file, outs[i]->line, "vjp: output %d belongs to another traced function", i);
+            return TJ_ERR_ARG;
+        }
+        if (!cts && outs[i]->t.rank != 0) {
+            char b[256];
+            tj__err(c, TJ_ERR_SHAPE, outs[i]->file, outs[i]->line, "grad: output %s is not a scalar (reduce it, or pass cotangents to tj_vjp)",
+                    tj_v_describe(outs[i], b, sizeof b));
+            return TJ_ERR_SHAPE;
+        }
+        if (outs[i]->id > top) top = outs[i]->id;
+    }
+    for (i = 0; i < nwrt; i++) {
+        if (!wrt[i]) return c->status ? c->status : TJ_ERR_ARG;
+        if (wrt[i]->g != g) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "vjp: wrt %d belongs to another traced function", i);
+            return TJ_ERR_ARG;
+        }
+        if (!tj__isfloat(wrt[i]->t.dt)) {
+            char b[256];
+            tj__err(c, TJ_ERR_DTYPE, wrt[i]->file, wrt[i]->line, "vjp: cannot differentiate with respect to %s (not a float)", tj_v_describe(wrt[i], b, sizeof b));
+            return TJ_ERR_DTYPE;
+        }
+    }
+    n0 = g->n;
+    needs = (unsigned char *)tj__calloc((size_t)n0);
+    reach = (unsigned char *)tj__calloc((size_t)n0);
+    ct = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)n0);
+    if (!needs || !reach || !ct) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "vjp: out of memory");
+        st = TJ_ERR_OOM;
+        goto done;
+    }
+    /* needs: depends on some wrt; reach: some output depends on it */
+    for (i = 0; i < nwrt; i++) needs[wrt[i]->id] = 1;
+    for (i = 0; i <= top; i++) {
+        tj_node *n = g->nodes[i];
+        if (tj__ops[n->op].flags & TJ__NODIFF) continue;
+        for (j = 0; j < n->nin && !needs[i]; j++) needs[i] = needs[n->in[j]->id];
+    }
+    for (i = 0; i < nout; i++) reach[outs[i]->id] = 1;
+    for (i = top; i >= 0; i--)
+        if (reach[i])
+            for (j = 0; j < g->nodes[i]->nin; j++) reach[g->nodes[i]->in[j]->id] = 1;
+    saved_pass = g->cur_pass;
+    g->cur_pass = ++g->npass;
+    for (i = 0; i < nout; i++) {
+        tj_node *o = outs[i];
+        tj_v v = cts ? tj__fit(o->file, o->line, cts[i], &o->t) : tj_scalar_at(o->file, o->line, g, o->t.dt, 1.0);
+        ct[o->id] = ct[o->id] ? tj_add_at(o->file, o->line, ct[o->id], v) : v;
+    }
+    for (i = top; i >= 0 && c->status == TJ_OK; i--) {
+        tj_node *n = g->nodes[i];
+        tj_v gin[16];
+        const tj__opdef *d = &tj__ops[n->op];
+        int any = 0;
+        if (!ct[i] || !needs[i] || !reach[i] || (d->flags & TJ__NODIFF)) continue;
+        for (j = 0; j < n->nin; j++) any |= needs[n->in[j]->id];
+        if (!any) continue;
+        if (!d->vjp) {
+            tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: op '%s' has no VJP rule", d->name);
+            break;
+        }
+        for (j = 0; j < 16; j++) gin[j] = NULL;
+        if (d->vjp(n, ct[i], gin) != TJ_OK) break;
+        for (j = 0; j < n->nin; j++) {
+            tj_node *x = n->in[j];
+            tj_v v;
+            if (!gin[j] || !needs[x->id] || !tj__isfloat(x->t.dt)) continue;
+            v = tj__fit(n->file, n->line, gin[j], &x->t);
+            ct[x->id] = ct[x->id] ? tj_add_at(n->file, n->line, ct[x->id], v) : v;
+        }
+    }
+    for (i = 0; i < nwrt && c->status == TJ_OK; i++) {
+        tj_node *w = wrt[i];
+        grads[i] = w->id < n0 && ct[w->id] ? ct[w->id] : tj__relayout(w->file, w->line, tj_scalar_at(w->file, w->line, g, w->t.dt, 0.0), &w->t);
+    }
+    g->cur_pass = saved_pass;
+    st = c->status;
+done:
+    TJ_FREE(needs);
+    TJ_FREE(reach);
+    TJ_FREE(ct);
+    return st;
+}
+TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads) { return tj_vjp(1, &loss, NULL, nwrt, wrt, grads); }
+TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
+    tj_v *w, *gr;
+    int i, k = 0;
+    tj_status st;
+    if (!loss || !params || !grads) return TJ_ERR_ARG;
+    w = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(params->n + 1));
+    gr = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(params->n + 1));
+    if (!w || !gr) {
+        TJ_FREE(w);
+        TJ_FREE(gr);
+        tj__err(loss->g->ctx, TJ_ERR_OOM, NULL, 0, "grad_tree: out of memory");
+        return TJ_ERR_OOM;
+    }
+    for (i = 0; i < params->n; i++)
+        if (params->leaf[i].kind == TJ_LEAF_VALUE && tj__isfloat(params->leaf[i].v->t.dt)) w[k++] = params->leaf[i].v;
+    st = tj_grad(loss, k, w, gr);
+    for (i = 0, k = 0; st == TJ_OK && i < params->n; i++) {
+        const tj__leaf *l = &params->leaf[i];
+        if (l->kind == TJ_LEAF_VALUE && tj__isfloat(l->v->t.dt)) tj_tree_set_v(grads, l->name, gr[k++]);
+        else if (l->kind == TJ_LEAF_INT) tj_tree_set_int(grads, l->name, l->i);
+        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(grads, l->name, l->f);
+        else if (l->kind == TJ_LEAF_STRING) tj_tree_set_string(grads, l->name, l->s);
+    }
+    TJ_FREE(w);
+    TJ_FREE(gr);
+    return st;
+}
+
+/* ==== [6] schedule ====================================================== */
+/* One linear order of the nodes the outputs need. Creation order is already
+   topological, so the schedule keeps it and drops dead nodes (autodiff rules
+   emit cotangents for every input; the ones nobody uses vanish here). */
+
+struct tj_prog {
+    tj_ctx *ctx;
+    tj_graph *g;
+    char *name;
+    const char *file;
+    int line;
+    int nout;
+    tj_node **outs;        /* graph outputs, in output-tree order          */
+    char **out_names;
+    tj_tree *static_out;   /* non-array leaves the function returned       */
+    tj_node **sched;
+    int nsched;
+    int *donate;           /* per param: may its buffer be reused          */
+    int *out_donor;        /* per output: param index whose buffer it takes, or -1 */
+    int64_t arena_bytes;
+    tj_memory_analysis mem;
+    double flops;
+};
+
+static tj_node *tj__root(tj_node *n) {
+    while (tj__ops[n->op].flags & TJ__VIEW) n = n->in[0];
+    return n;
+}
+static tj_status tj__schedule(tj_prog *p) {
+    tj_graph *g = p->g;
+    int i, j, k = 0;
+    for (i = 0; i < g->n; i++) g->nodes[i]->live = 0;
+    for (i = 0; i < p->nout; i++) p->outs[i]->live = 1;
+    for (i = g->n - 1; i >= 0; i--)
+        if (g->nodes[i]->live)
+            for (j = 0; j < g->nodes[i]->nin; j++) g->nodes[i]->in[j]->live = 1;
+    for (i = 0; i < g->nparam; i++) g->params[i]->live = 1; /* arguments always exist */
+    TJ_FREE(p->sched);
+    p->sched = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(g->n + 1));
+    if (!p->sched) {
+        tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory scheduling", p->name);
+        return TJ_ERR_OOM;
+    }
+    for (i = 0; i < g->n; i++)
+        if (g->nodes[i]->live) {
+            g->nodes[i]->sched = k;
+            p->sched[k++] = g->nodes[i];
+        }
+    p->nsched = k;
+    return TJ_OK;
+}
+
+/* ==== [7] memory plan and analysis, donation ============================= */
+/* Every non-view node gets a buffer: arguments live in the caller's arrays,
+   outputs in fresh arrays (or a donated argument's buffer), and everything
+   else in one temp arena, placed first-fit by liveness over the schedule.
+   A view (reshape, name, stop_gradient) shares its root's buffer and keeps
+   it alive. Kernel workspace is planned like any other buffer, freed right
+   after its node. The run allocates exactly what this plan says. */
+
+typedef struct {
+    int64_t off, size;
+} tj__blk;
+typedef struct {
+    tj__blk *b;
+    int n, cap;
+    int64_t peak;
+} tj__heap;
+
+static int64_t tj__heap_alloc(tj__heap *h, int64_t size) {
+    int64_t at = 0;
+    int i, pos;
+    size = tj__align(size ? size : 1);
+    for (pos = 0; pos < h->n; pos++) {
+        if (h->b[pos].off - at >= size) break;
+        at = h->b[pos].off + h->b[pos].size;
+    }
+    if (h->n == h->cap) {
+        int nc = h->cap ? h->cap * 2 : 64;
+        tj__blk *nb = (tj__blk *)TJ_REALLOC(h->b, sizeof(tj__blk) * (size_t)nc);
+        if (!nb) return -1;
+        h->b = nb;
+        h->cap = nc;
+    }
+    for (i = h->n; i > pos; i--) h->b[i] = h->b[i - 1];
+    h->b[pos].off = at;
+    h->b[pos].size = size;
+    h->n++;
+    if (at + size > h->peak) h->peak = at + size;
+    return at;
+}
+static void tj__heap_free(tj__heap *h, int64_t off) {
+    int i;
+    for (i = 0; i < h->n; i++)
+        if (h->b[i].off == off) {
+            for (; i + 1 < h->n; i++) h->b[i] = h->b[i + 1];
+            h->n--;
+            return;
+        }
+}
+
+/* Can output node o (a root) take the buffer of param p? Every use of p
+   must come before o is computed, or o must be an elementwise op reading p
+   in exactly o's layout (in place is then safe). */
+static int tj__can_donate(tj_node *p, tj_node *o) {
+    int i, j, ok = 1, ew = o->op < TJ__OP_LT || o->op == TJ__OP_SELECT;
+    tj_graph *g = p->g;
+    if (p->t.dt != o->t.dt || tj__bytes(&p->t) != tj__bytes(&o->t)) return 0;
+    for (i = 0; i < g->n && ok; i++) {
+        tj_node *u = g->nodes[i];
+        if (!u->live || u == o) continue;
+        for (j = 0; j < u->nin; j++)
+            if (tj__root(u->in[j]) == p && u->sched > o->sched) ok = 0;
+    }
+    for (j = 0; ok && j < o->nin; j++) {
+        tj_node *x = o->in[j];
+        if (tj__root(x) != p) continue;
+        if (!ew || x->t.rank != o->t.rank) ok = 0;
+        else {
+            int k;
+            for (k = 0; k < o->t.rank; k++) ok &= x->t.ax[k] == o->t.ax[k];
+        }
+    }
+    return ok;
+}
+
+static tj_status tj__plan(tj_prog *p) {
+    tj_graph *g = p->g;
+    tj__heap h;
+    int i, j;
+    tj_memory_analysis *m = &p->mem;
+    memset(&h, 0, sizeof h);
+    memset(m, 0, sizeof *m);
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *n = p->sched[i];
+        n->root = tj__root(n);
+        n->last = n->sched;
+        n->off = -1;
+        n->out_index = -1;
+        n->scratch_off = -1;
+    }
+    for (i = 0; i < p->nsched; i++)
+        for (j = 0; j < p->sched[i]->nin; j++) {
+            tj_node *r = p->sched[i]->in[j]->root;
+            if (r->last < i) r->last = i;
+        }
+    for (i = 0; i < p->nout; i++) {
+        tj_node *r = p->outs[i]->root;
+        r->last = p->nsched; /* outputs outlive the run */
+        r->out_index = i;
+        p->out_donor[i] = -1;
+    }
+    /* donation: pair each output with a donated argument it may overwrite */
+    for (i = 0; i < p->nout; i++) {
+        tj_node *r = p->outs[i]->root;
+        for (j = 0; j < g->nparam; j++) {
+            int k, used = 0;
+            if (!p->donate[j]) continue;
+            for (k = 0; k < i; k++) used |= p->out_donor[k] == j;
+            if (!used && tj__can_donate(g->params[j], r)) {
+                p->out_donor[i] = j;
+                m->alias_bytes += tj__bytes(&r->t);
+                break;
+            }
+        }
+    }
+    for (i = 0; i < g->nparam; i++) m->argument_bytes += tj__align(tj__bytes(&g->params[i]->t));
+    for (i = 0; i < p->nout; i++) m->output_bytes += tj__align(tj__bytes(&p->outs[i]->t));
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *n = p->sched[i];
+        const tj__opdef *d = &tj__ops[n->op];
+        if (n->root == n && n->op != TJ__OP_PARAM && n->out_index < 0) {
+            if ((n->off = tj__heap_alloc(&h, tj__bytes(&n->t))) < 0) goto oom;
+        }
+        if (d->scratch && d->scratch(n) > 0) {
+            if ((n->scratch_off = tj__heap_alloc(&h, d->scratch(n))) < 0) goto oom;
+            tj__heap_free(&h, n->scratch_off);
+        }
+        /* free the buffers whose last use is this node (its own, if unused) */
+        for (j = -1; j < n->nin; j++) {
+            tj_node *r = (j < 0 ? n : n->in[j])->root;
+            if (r->off >= 0 && r->last == i && r->live != 2) {
+                tj__heap_free(&h, r->off);
+                r->live = 2; /* freed once even if used twice here */
+            }
+        }
+    }
+    for (i = 0; i < p->nsched; i++) p->sched[i]->live = 1;
+    p->arena_bytes = h.peak;
+    m->temp_bytes = h.peak;
+    m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
+    p->flops = 0;
+    for (i = 0; i < p->nsched; i++) p->flops += tj__ops[p->sched[i]->op].flops(p->sched[i]);
+    TJ_FREE(h.b);
+    return TJ_OK;
+oom:
+    TJ_FREE(h.b);
+    tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
+    return TJ_ERR_OOM;
+}
+TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p) {
+    tj_memory_analysis z;
+    memset(&z, 0, sizeof z);
+    return p ? p->mem : z;
+}
+TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
+
+/* ==== [8] run: backend interface, CPU backend, matmul kernel ============= */
+/* The CPU backend runs the schedule: one arena allocation per call (its
+   size is the plan's temp bytes), then each node's kernel on pointers into
+   the arena, the argument arrays, or the output arrays. */
+
+#ifndef TJ__HAVE_SGEMM
+/* Plain blocked loop; the tuned AVX-512 kernel replaces this. */
+static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth) {
+    int i, j, p;
+    (void)nth;
+    for (i = 0; i < M; i++) {
+        float *c = C + (int64_t)i * ldc;
+        if (!acc) for (j = 0; j < N; j++) c[j] = 0;
+        for (p = 0; p < K; p++) {
+            float a = ta ? A[(int64_t)p * lda + i] : A[(int64_t)i * lda + p];
+            if (tb) for (j = 0; j < N; j++) c[j] += a * B[(int64_t)j * ldb + p];
+            else {
+                const float *b = B + (int64_t)p * ldb;
+                for (j = 0; j < N; j++) c[j] += a * b[j];
+            }
+        }
+    }
+}
+#endif
+
+static void *tj__buf(tj_prog *p, tj_node *n, char *arena, tj_array *const *args, tj_array **outs) {
+    tj_node *r = n->root;
+    if (r->op == TJ__OP_PARAM) return args[r->a.index]->data[0];
+    if (r->out_index >= 0) return outs[r->out_index]->data[0];
+    (void)p;
+    return arena + r->off;
+}
+
+static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs) {
+    char *arena = NULL;
+    void *raw = NULL;
+    char err[TJ__MSG];
+    int i, j;
+    tj_status st = TJ_OK;
+    if (p->arena_bytes) {
+        arena = (char *)tj__aligned_alloc(p->arena_bytes, &raw);
+        if (!arena) {
+            tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "run '%s': out of memory allocating a %lld-byte temp arena", p->name, (long long)p->arena_bytes);
+            return TJ_ERR_OOM;
+        }
+        tj__count(p->ctx, 1, p->arena_bytes);
+    }
+    err[0] = 0;
+    for (i = 0; i < p->nsched && !err[0]; i++) {
+        tj_node *n = p->sched[i];
+        tj__kern k;
+        if (n->op == TJ__OP_PARAM || (tj__ops[n->op].flags & TJ__VIEW)) continue;
+        memset(&k, 0, sizeof k);
+        k.ctx = p->ctx;
+        k.n = n;
+        k.nin = n->nin;
+        for (j = 0; j < n->nin && j < 16; j++) {
+            k.it[j] = &n->in[j]->t;
+            k.in[j] = tj__buf(p, n->in[j], arena, args, outs);
+        }
+        k.ot = n->t;
+        k.out = tj__buf(p, n, arena, args, outs);
+        k.scratch = n->scratch_off >= 0 ? arena + n->scratch_off : NULL;
+        k.nthreads = p->ctx->threads;
+        k.err = err;
+        tj__ops[n->op].cpu(&k);
+    }
+    if (err[0]) {
+        tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "run '%s': %s", p->name, err);
+        st = TJ_ERR_ARG;
+    }
+    if (raw) {
+        TJ_FREE(raw);
+        tj__count(p->ctx, 1, -p->arena_bytes);
+    }
+    return st;
+}
+
+/* ==== [9] jit: trace + compile + call ==================================== */
+/* Tracing runs the user's C function once on PARAM nodes shaped like the
+   example tree's arrays. Compiling inserts a copy where an output would
+   share a buffer it cannot own (an argument, or another output), then
+   schedules and plans. */
+
+TJDEF void tj_prog_free(tj_prog *p) {
+    int i;
+    if (!p) return;
+    tj__graph_free(p->g);
+    for (i = 0; i < p->nout; i++) TJ_FREE(p->out_names[i]);
+    TJ_FREE(p->out_names);
+    TJ_FREE(p->outs);
+    TJ_FREE(p->sched);
+    TJ_FREE(p->donate);
+    TJ_FREE(p->out_donor);
+    TJ_FREE(p->name);
+    tj_tree_free(p->static_out);
+    TJ_FREE(p);
+}
+static int tj__donated(const char *list, const char *name) {
+    const char *s = list;
+    size_t n;
+    if (!list) return 0;
+    while (*s) {
+        while (*s == ' ' || *s == ',') s++;
+        n = 0;
+        while (s[n] && s[n] != ' ' && s[n] != ',') n++;
+        if (n && ((strlen(name) == n && strncmp(name, s, n) == 0) || (s[n - 1] == '.' && strncmp(name, s, n) == 0))) return 1;
+        s += n;
+    }
+    return 0;
+}
+TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name, tj_fn fn, void *user, const tj_tree *ex, const tj_jit_opts *opts) {
+    tj_prog *p;
+    tj_tree *tin = NULL, *tout = NULL;
+    int i, j, nv;
+    if (!c) return NULL;
+    if (!fn || !ex) {
+        tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': NULL function or example tree", name ? name : "?");
+        return NULL;
+    }
+    p = (tj_prog *)tj__calloc(sizeof *p);
+    if (!p) {
+        tj__err(c, TJ_ERR_OOM, file, line, "jit: out of memory");
+        return NULL;
+    }
+    p->ctx = c;
+    p->file = file;
+    p->line = line;
+    p->name = tj__strdup(name ? name : "fn");
+    p->g = tj__graph_new(c, file, line);
+    tin = tj_tree_new(c);
+    tout = tj_tree_new(c);
+    p->static_out = tj_tree_new(c);
+    if (!p->g || !tin || !tout || !p->static_out || !p->name) goto fail;
+    /* parameters: one PARAM node per array leaf */
+    for (i = 0; i < ex->n; i++) {
+        const tj__leaf *l = &ex->leaf[i];
+        if (l->kind == TJ_LEAF_ARRAY) {
+            tj_node *n;
+            if (!tj__array_live(l->arr, "jit", file, line)) goto fail;
+            n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, file, line);
+            if (!n || !(n->name = tj__strdup(l->name))) goto fail;
+            if (p->g->nparam == p->g->capparam) {
+                int nc = p->g->capparam ? 2 * p->g->capparam : 16;
+                tj_node **np = (tj_node **)TJ_REALLOC(p->g->params, sizeof(tj_node *) * (size_t)nc);
+                if (!np) goto fail;
+                p->g->params = np;
+                p->g->capparam = nc;
+            }
+            n->a.index = p->g->nparam;
+            p->g->params[p->g->nparam++] = n;
+            tj_tree_set_v(tin, l->name, n);
+        } else if (l->kind == TJ_LEAF_VALUE) {
+            tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': example leaf '%s' is a traced value, not an array", p->name, l->name);
+            goto fail;
+        } else if (l->kind == TJ_LEAF_INT) tj_tree_set_int(tin, l->name, l->i);
+        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(tin, l->name, l->f);
+        else tj_tree_set_string(tin, l->name, l->s);
+    }
+    if (c->status) goto fail;
+    fn(p->g, tin, tout, user);
+    if (c->status) goto fail;
+    /* outputs */
+    for (i = 0, nv = 0; i < tout->n; i++) nv += tout->leaf[i].kind == TJ_LEAF_VALUE;
+    p->outs = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(nv + 1));
+    p->out_names = (char **)tj__calloc(sizeof(char *) * (size_t)(nv + 1));
+    p->out_donor = (int *)tj__calloc(sizeof(int) * (size_t)(nv + 1));
+    p->donate = (int *)tj__calloc(sizeof(int) * (size_t)(p->g->nparam + 1));
+    if (!p->outs || !p->out_names || !p->out_donor || !p->donate) goto oom;
+    for (i = 0; i < tout->n; i++) {
+        tj__leaf *l = &tout->leaf[i];
+        tj_node *o;
+        if (l->kind != TJ_LEAF_VALUE) {
+            tj__leaf *s = tj__tree_slot(p->static_out, l->name);
+            if (!s) goto fail;
+            *s = *l;
+            s->name = tj__strdup(l->name);
+            if (l->kind == TJ_LEAF_STRING) s->s = tj__strdup(l->s);
+            if (l->kind == TJ_LEAF_ARRAY) s->owned = 0;
+            continue;
+        }
+        o = l->v;
+        if (o->g != p->g) {
+            tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': output '%s' was made in another traced function", p->name, l->name);
+            goto fail;
+        }
+        /* an output must own its buffer: copy arguments and shared buffers */
+        {
+            int shared = tj__root(o)->op == TJ__OP_PARAM;
+            for (j = 0; j < p->nout; j++) shared |= tj__root(p->outs[j]) == tj__root(o);
+            if (shared && !(o = tj__copy(file, line, o))) goto fail;
+        }
+        p->out_names[p->nout] = tj__strdup(l->name);
+        p->outs[p->nout++] = o;
+    }
+    for (i = 0; i < p->g->nparam; i++) p->donate[i] = opts && tj__donated(opts->donate, p->g->params[i]->name);
+    if (c->dump) {
+        fprintf(stderr, "=== traced graph '%s' (%d nodes)\n", p->name, p->g->n);
+        tj_graph_print(p->g, stderr);
+    }
+    if (tj__schedule(p) || tj__plan(p)) goto fail;
+    if (c->dump) {
+        fprintf(stderr, "=== scheduled program '%s'\n", p->name);
+        tj_prog_print(p, stderr);
+        tj_memory_print(p, stderr);
+    }
+    tj_tree_free(tin);
+    tj_tree_free(tout);
+    return p;
+oom:
+    tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory", p->name);
+fail:
+    if (!c->status) tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory while tracing", name ? name : "?");
+    tj_tree_free(tin);
+    tj_tree_free(tout);
+    tj_prog_free(p);
+    return NULL;
+}
+
+TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree *in, tj_tree *out) {
+    tj_array **args = NULL, **outs = NULL;
+    tj_ctx *c;
+    tj_graph *g;
+    int i, j;
+    tj_status st = TJ_OK;
+    char b1[256], b2[256];
+    if (!p || !in || !out) return TJ_ERR_ARG;
+    c = p->ctx;
+    g = p->g;
+    args = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(g->nparam + 1));
+    outs = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(p->nout + 1));
+    if (!args || !outs) {
+        tj__err(c, TJ_ERR_OOM, file, line, "run '%s': out of memory", p->name);
+        st = TJ_ERR_OOM;
+        goto done;
+    }
+    for (i = 0; i < g->nparam; i++) {
+        tj_node *n = g->params[i];
+        int k = tj_tree_find(in, n->name), same;
+        tj_array *a;
+        if (k < 0 || in->leaf[k].kind != TJ_LEAF_ARRAY) {
+            tj__err(c, TJ_ERR_ARG, file, line, "run '%s': input tree has no array leaf '%s' (want %s)", p->name, n->name, tj_v_describe(n, b1, sizeof b1));
+            st = TJ_ERR_ARG;
+            goto done;
+        }
+        a = in->leaf[k].arr;
+        if (!tj__array_live(a, "run", file, line)) { st = TJ_ERR_STATE; goto done; }
+        same = a->t.dt == n->t.dt && a->t.rank == n->t.rank;
+        for (j = 0; same && j < n->t.rank; j++) same = a->t.ax[j] == n->t.ax[j] && a->t.dim[j] == n->t.dim[j];
+        if (!same) {
+            tj__err(c, TJ_ERR_SHAPE, file, line, "run '%s': input '%s' is %s but the program was traced for %s", p->name, n->name,
+                    tj_array_describe(a, b2, sizeof b2), tj_v_describe(n, b1, sizeof b1));
+            st = TJ_ERR_SHAPE;
+            goto done;
+        }
+        for (j = 0; j < i; j++)
+            if (args[j] == a && (p->donate[i] || p->donate[j])) {
+                tj__err(c, TJ_ERR_ARG, file, line, "run '%s': array passed as both '%s' and '%s' while one is donated", p->name, g->params[j]->name, n->name);
+                st = TJ_ERR_ARG;
+                goto done;
+            }
+        args[i] = a;
+    }
+    for (i = 0; i < p->nout; i++) {
+        int d = p->out_donor[i];
+        if (d >= 0) { /* take over the donated argument's buffer */
+            tj_array *a = (tj_array *)tj__calloc(sizeof *a);
+            if (!a) { st = TJ_ERR_OOM; break; }
+            *a = *args[d];
+            a->t = p->outs[i]->t;
+            outs[i] = a;
+        } else if (!(outs[i] = tj__array_alloc(c, &p->outs[i]->t, file, line))) {
+            st = TJ_ERR_OOM;
+            break;
+        }
+    }
+    if (st == TJ_OK) st = tj__execute(p, args, outs);
+    if (st != TJ_OK) {
+        for (i = 0; i < p->nout; i++)
+            if (outs[i] && p->out_donor[i] >= 0) TJ_FREE(outs[i]); /* the argument keeps its buffer */
+            else tj_array_free(outs[i]);
+        goto done;
+    }
+    for (i = 0; i < p->nout; i++) {
+        int d = p->out_donor[i];
+        if (d >= 0) { /* the argument is gone: its buffer now belongs to the output */
+            args[d]->raw[0] = NULL;
+            args[d]->data[0] = NULL;
+            args[d]->deleted = 1;
+        }
+        tj_tree_set_array(out, p->out_names[i], outs[i]);
+    }
+    for (i = 0; i < g->nparam; i++) /* donated but not reused: still deleted, as promised */
+        if (p->donate[i] && !args[i]->deleted) {
+            TJ_FREE(args[i]->raw[0]);
+            tj__count(c, 0, -args[i]->local_bytes);
+            args[i]->raw[0] = args[i]->data[0] = NULL;
+            args[i]->deleted = 1;
+        }
+    for (i = 0; i < p->static_out->n; i++) {
+        const tj__leaf *l = &p->static_out->leaf[i];
+        if (l->kind == TJ_LEAF_INT) tj_tree_set_int(out, l->name, l->i);
+        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(out, l->name, l->f);
+        else if (l->kind == TJ_LEAF_STRING) tj_tree_set_string(out, l->name, l->s);
+    }
+done:
+    TJ_FREE(args);
+    TJ_FREE(outs);
+    return st;
+}
+
+/* ==== [10] program text ================================================= */
+
+static void tj__node_line(tj_node *n, FILE *f, int planned) {
+    char b[256];
+    int j;
+    fprintf(f, "  %%%-4d = %-13s(", n->id, tj__ops[n->op].name);
+    for (j = 0; j < n->nin; j++) fprintf(f, "%s%%%d", j ? ", " : "", n->in[j]->id);
+    fprintf(f, ")");
+    if (n->op == TJ__OP_PARAM || n->op == TJ__OP_NAME) fprintf(f, " '%s'", n->name);
+    if (n->op == TJ__OP_FILL || n->op == TJ__OP_POWS) fprintf(f, " %g", n->a.s);
+    if (n->op == TJ__OP_DOT) fprintf(f, " contract=%d%s%s", n->a.nk, n->a.trans_a ? " aT" : "", n->a.trans_b ? " bT" : "");
+    if (n->a.naxes && n->op != TJ__OP_DOT) {
+        fprintf(f, " over");
+        for (j = 0; j < n->a.naxes; j++) fprintf(f, " %s", tj__name(n->g->ctx, n->a.axes[j]));
+    }
+    fprintf(f, "  %s", tj_v_describe(n, b, sizeof b));
+    if (n->pass) fprintf(f, "  bwd%d", n->pass);
+    if (planned) {
+        if (n->root != n) fprintf(f, "  view of %%%d", n->root->id);
+        else if (n->op == TJ__OP_PARAM) fprintf(f, "  @arg%d", n->a.index);
+        else if (n->out_index >= 0) fprintf(f, "  @out%d", n->out_index);
+        else fprintf(f, "  @%lld+%lld", (long long)n->off, (long long)tj__bytes(&n->t));
+    }
+    fprintf(f, "  %s:%d\n", tj__base(n->file), n->line);
+}
+TJDEF void tj_graph_print(tj_graph *g, FILE *f) {
+    int i;
+    for (i = 0; g && i < g->n; i++) tj__node_line(g->nodes[i], f, 0);
+}
+TJDEF void tj_prog_print(const tj_prog *p, FILE *f) {
+    int i;
+    if (!p) return;
+    fprintf(f, "program '%s' (%s:%d): %d ops, %.3g flops\n", p->name, tj__base(p->file), p->line, p->nsched, p->flops);
+    for (i = 0; i < p->nsched; i++) tj__node_line(p->sched[i], f, 1);
+    for (i = 0; i < p->nout; i++)
+        fprintf(f, "  out%d '%s' = %%%d%s\n", i, p->out_names[i], p->outs[i]->id, p->out_donor[i] >= 0 ? "  (reuses donated argument)" : "");
+}
+TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
+    const tj_memory_analysis *m = &p->mem;
+    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B, peak %lld B\n", p->name, (long long)m->argument_bytes,
+            (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes, (long long)m->peak_bytes);
+}
+
+TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
+    (void)path;
+    if (t) tj__err(t->ctx, TJ_ERR_UNSUPPORTED, NULL, 0, "tj_tree_save: safetensors support is not built yet");
+    return TJ_ERR_UNSUPPORTED;
+}
+TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
+    (void)path;
+    if (t) tj__err(t->ctx, TJ_ERR_UNSUPPORTED, NULL, 0, "tj_tree_load: safetensors support is not built yet");
+    return TJ_ERR_UNSUPPORTED;
+}
+
+#endif /* TINYJAX_IMPLEMENTATION_DONE */
+#endif /* TINYJAX_IMPLEMENTATION */
