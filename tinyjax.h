@@ -384,6 +384,33 @@ TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
    copied through). */
 TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads);
 
+/* ==== [8] backends ====================================================== */
+
+/* One interface for every backend. Memory space 0 is device memory, 1 is
+   host memory (the offload target). The CPU backend is built in and used
+   when none is set; tinyjax_cuda.cu provides tj_cuda_backend(). A kernel
+   call describes one node: op id, local shapes of inputs and output,
+   buffers (see struct tj__kern in the implementation). */
+typedef struct tj_backend tj_backend;
+struct tj__kern;
+struct tj_backend {
+    const char *name;
+    void *state;
+    void *(*alloc)(tj_backend *b, int space, size_t bytes);   /* NULL on failure */
+    void (*free)(tj_backend *b, int space, void *p);
+    /* copy bytes between spaces; host_ptr: src or dst is plain host memory */
+    int (*copy)(tj_backend *b, void *dst, int dst_space, const void *src, int src_space, size_t bytes);
+    /* run one node; returns 0, or nonzero after writing a message to k->err */
+    int (*run)(tj_backend *b, struct tj__kern *k);
+    int (*sync)(tj_backend *b);
+};
+/* space ids for tj_backend */
+#define TJ_SPACE_DEVICE 0
+#define TJ_SPACE_HOST 1
+#define TJ_SPACE_USER (-1) /* caller memory (for copies) */
+/* Use backend b for arrays and runs created from now on (NULL: CPU). */
+TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
+
 /* ==== [9] jit =========================================================== */
 
 typedef void (*tj_fn)(tj_graph *g, const tj_tree *in, tj_tree *out, void *user);
@@ -476,6 +503,7 @@ struct tj_ctx {
     int threads;
     pthread_mutex_t stats_mu;
     tj_alloc_stats stats;
+    tj_backend *backend; /* NULL: the built-in CPU backend                */
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -741,6 +769,7 @@ static void tj__strides(const tj__type *t, int64_t *st) {
     }
 }
 static int64_t tj__align(int64_t n) { return (n + TJ__ALIGN - 1) / TJ__ALIGN * TJ__ALIGN; }
+TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) { c->backend = b; }
 static void *tj__aligned_alloc(int64_t n, void **raw) {
     char *p = (char *)tj__malloc((size_t)n + TJ__ALIGN);
     uintptr_t u;
@@ -748,6 +777,26 @@ static void *tj__aligned_alloc(int64_t n, void **raw) {
     if (!p) return NULL;
     u = ((uintptr_t)p + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1);
     return (void *)u;
+}
+/* Memory of a space through the context's backend (CPU: aligned malloc).
+   *raw is what to pass to tj__mem_free. */
+static void *tj__mem_alloc(tj_ctx *c, int space, int64_t n, void **raw) {
+    if (c->backend) {
+        *raw = c->backend->alloc(c->backend, space, (size_t)(n ? n : 1));
+        return *raw;
+    }
+    return tj__aligned_alloc(n, raw);
+}
+static void tj__mem_free(tj_ctx *c, int space, void *raw) {
+    if (!raw) return;
+    if (c->backend) c->backend->free(c->backend, space, raw);
+    else TJ_FREE(raw);
+}
+/* host <-> device copies; on the CPU backend device memory is host memory */
+static int tj__mem_copy(tj_ctx *c, void *dst, int dspace, const void *src, int sspace, int64_t n) {
+    if (c->backend) return c->backend->copy(c->backend, dst, dspace, src, sspace, (size_t)n);
+    memcpy(dst, src, (size_t)n);
+    return 0;
 }
 
 /* ==== [2] arrays and parameter trees ===================================== */
@@ -776,7 +825,7 @@ static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file,
     a->t = *t;
     a->ndev = 1;
     a->local_bytes = nb;
-    a->data[0] = tj__aligned_alloc(nb, &a->raw[0]);
+    a->data[0] = tj__mem_alloc(c, TJ_SPACE_DEVICE, nb, &a->raw[0]);
     if (!a->data[0]) {
         char b[256];
         tj__type_str(c, t, b, sizeof b);
@@ -792,7 +841,7 @@ TJDEF void tj_array_free(tj_array *a) {
     if (!a) return;
     for (d = 0; d < a->ndev; d++)
         if (a->raw[d]) {
-            TJ_FREE(a->raw[d]);
+            tj__mem_free(a->ctx, TJ_SPACE_DEVICE, a->raw[d]);
             tj__count(a->ctx, 0, -a->local_bytes);
         }
     TJ_FREE(a);
@@ -804,34 +853,61 @@ TJDEF tj_array *tj_array_new_at(const char *file, int line, tj_ctx *c, tj_dtype 
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_new", file, line)) return NULL;
     a = tj__array_alloc(c, &t, file, line);
     if (!a) return NULL;
-    if (data) memcpy(a->data[0], data, (size_t)a->local_bytes);
-    else memset(a->data[0], 0, (size_t)a->local_bytes);
+    if (data) tj__mem_copy(c, a->data[0], TJ_SPACE_DEVICE, data, TJ_SPACE_USER, a->local_bytes);
+    else if (!c->backend) memset(a->data[0], 0, (size_t)a->local_bytes);
+    else {
+        void *z = tj__calloc((size_t)a->local_bytes);
+        if (!z) {
+            tj__err(c, TJ_ERR_OOM, file, line, "tj_array_new: out of memory");
+            tj_array_free(a);
+            return NULL;
+        }
+        tj__mem_copy(c, a->data[0], TJ_SPACE_DEVICE, z, TJ_SPACE_USER, a->local_bytes);
+        TJ_FREE(z);
+    }
     return a;
 }
-TJDEF tj_array *tj_full_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, double v) {
-    tj_array *a = tj_array_new_at(file, line, c, dt, shape, NULL);
+/* Fill an array from a host-side generator (value of element i). */
+static tj_array *tj__array_gen(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, double (*gen)(int64_t i, const tj__type *t, const void *u), const void *u,
+                               const char *what) {
+    tj__type t;
     int64_t i, n;
-    if (!a) return NULL;
-    n = tj__numel(&a->t);
-    for (i = 0; i < n; i++) tj__st(a->data[0], dt, i, v);
-    return a;
-}
-TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *axis) {
-    tj_array *a = tj_array_new_at(file, line, c, dt, shape, NULL);
-    int64_t st[TJ_MAXDIM], i, n;
-    int id, k;
-    if (!a) return NULL;
-    id = tj__intern(c, axis ? axis : "", axis ? strlen(axis) : 0);
-    k = tj__axis_index(&a->t, id);
-    if (k < 0) {
-        tj__err(c, TJ_ERR_AXIS, file, line, "tj_iota: axis '%s' is not in shape \"%s\"", axis ? axis : "(null)", shape);
-        tj_array_free(a);
+    void *h;
+    tj_array *a;
+    if (!c) return NULL;
+    if (tj__parse_shape(c, shape, dt, &t, 0, what, file, line)) return NULL;
+    n = tj__numel(&t);
+    h = tj__malloc((size_t)tj__bytes(&t));
+    if (!h) {
+        tj__err(c, TJ_ERR_OOM, file, line, "%s: out of memory", what);
         return NULL;
     }
-    tj__strides(&a->t, st);
-    n = tj__numel(&a->t);
-    for (i = 0; i < n; i++) tj__st(a->data[0], dt, i, (double)((i / st[k]) % a->t.dim[k]));
+    for (i = 0; i < n; i++) tj__st(h, dt, i, gen(i, &t, u));
+    a = tj_array_new_at(file, line, c, dt, shape, h);
+    TJ_FREE(h);
     return a;
+}
+static double tj__gen_const(int64_t i, const tj__type *t, const void *u) { (void)i; (void)t; return *(const double *)u; }
+static double tj__gen_iota(int64_t i, const tj__type *t, const void *u) {
+    int64_t st[TJ_MAXDIM];
+    int k = *(const int *)u;
+    tj__strides(t, st);
+    return (double)((i / st[k]) % t->dim[k]);
+}
+TJDEF tj_array *tj_full_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, double v) {
+    return tj__array_gen(file, line, c, dt, shape, tj__gen_const, &v, "tj_full");
+}
+TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *axis) {
+    tj__type t;
+    int k;
+    if (!c) return NULL;
+    if (tj__parse_shape(c, shape, dt, &t, 0, "tj_iota", file, line)) return NULL;
+    k = tj__axis_index(&t, tj__intern(c, axis ? axis : "", axis ? strlen(axis) : 0));
+    if (k < 0) {
+        tj__err(c, TJ_ERR_AXIS, file, line, "tj_iota: axis '%s' is not in shape \"%s\"", axis ? axis : "(null)", shape);
+        return NULL;
+    }
+    return tj__array_gen(file, line, c, dt, shape, tj__gen_iota, &k, "tj_iota");
 }
 static int tj__array_live(tj_array *a, const char *what, const char *file, int line) {
     if (!a) return 0;
@@ -850,8 +926,14 @@ TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
         return TJ_ERR_DTYPE;
     }
     n = tj__numel(&a->t);
-    if (dt == a->t.dt) memcpy(dst, a->data[0], (size_t)a->local_bytes);
-    else for (i = 0; i < n; i++) tj__st(dst, dt, i, tj__ld(a->data[0], a->t.dt, i));
+    if (dt == a->t.dt) tj__mem_copy(a->ctx, dst, TJ_SPACE_USER, a->data[0], TJ_SPACE_DEVICE, a->local_bytes);
+    else {
+        void *h = a->ctx->backend ? tj__malloc((size_t)a->local_bytes) : a->data[0];
+        if (!h) return TJ_ERR_OOM;
+        if (h != a->data[0]) tj__mem_copy(a->ctx, h, TJ_SPACE_USER, a->data[0], TJ_SPACE_DEVICE, a->local_bytes);
+        for (i = 0; i < n; i++) tj__st(dst, dt, i, tj__ld(h, a->t.dt, i));
+        if (h != a->data[0]) TJ_FREE(h);
+    }
     return TJ_OK;
 }
 TJDEF int64_t tj_array_numel(const tj_array *a) { return a ? tj__numel(&a->t) : 0; }
@@ -1130,7 +1212,8 @@ struct tj_graph {
 /* What a CPU kernel sees: the node (op, attributes), local types of inputs
    and output, and buffers. With sharding, local types are each device's
    shard; kernels never look at global shapes. */
-typedef struct {
+typedef struct tj__kern tj__kern;
+struct tj__kern {
     tj_ctx *ctx;
     tj_node *n;
     int nin;
@@ -1142,7 +1225,7 @@ typedef struct {
     int nthreads;
     int dev;
     char *err; /* a kernel that finds bad data (index out of range) writes here */
-} tj__kern;
+};
 
 typedef tj_status (*tj__vjp_fn)(tj_node *n, tj_v g, tj_v *gin);
 
@@ -3018,7 +3101,7 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
     int i, j;
     tj_status st = TJ_OK;
     if (p->arena_bytes) {
-        arena = (char *)tj__aligned_alloc(p->arena_bytes, &raw);
+        arena = (char *)tj__mem_alloc(p->ctx, TJ_SPACE_DEVICE, p->arena_bytes, &raw);
         if (!arena) {
             tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "run '%s': out of memory allocating a %lld-byte temp arena", p->name, (long long)p->arena_bytes);
             return TJ_ERR_OOM;
@@ -3043,14 +3126,16 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
         k.scratch = n->scratch_off >= 0 ? arena + n->scratch_off : NULL;
         k.nthreads = p->ctx->threads;
         k.err = err;
-        tj__ops[n->op].cpu(&k);
+        if (p->ctx->backend) p->ctx->backend->run(p->ctx->backend, &k);
+        else tj__ops[n->op].cpu(&k);
     }
+    if (p->ctx->backend && p->ctx->backend->sync) p->ctx->backend->sync(p->ctx->backend);
     if (err[0]) {
         tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "run '%s': %s", p->name, err);
         st = TJ_ERR_ARG;
     }
     if (raw) {
-        TJ_FREE(raw);
+        tj__mem_free(p->ctx, TJ_SPACE_DEVICE, raw);
         tj__count(p->ctx, 1, -p->arena_bytes);
     }
     return st;
@@ -3272,7 +3357,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
     }
     for (i = 0; i < g->nparam; i++) /* donated but not reused: still deleted, as promised */
         if (p->donate[i] && !args[i]->deleted) {
-            TJ_FREE(args[i]->raw[0]);
+            tj__mem_free(c, TJ_SPACE_DEVICE, args[i]->raw[0]);
             tj__count(c, 0, -args[i]->local_bytes);
             args[i]->raw[0] = args[i]->data[0] = NULL;
             args[i]->deleted = 1;
