@@ -196,6 +196,9 @@ TJDEF double tj_tree_float(const tj_tree *t, const char *name);
 TJDEF const char *tj_tree_string(const tj_tree *t, const char *name);
 TJDEF tj_array *tj_tree_array_at(const tj_tree *t, int i);
 TJDEF tj_v tj_tree_v_at(const tj_tree *t, int i);
+/* Remove the array leaf `name` and hand its ownership to the caller (NULL
+   and an error if there is no such array leaf). */
+TJDEF tj_array *tj_tree_take(tj_tree *t, const char *name);
 /* Move every leaf of src into dst (replacing same names); src ends empty. */
 TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src);
 /* Apply fn to every array leaf; fn returns the replacement (or the same
@@ -1036,8 +1039,26 @@ static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) {
     if (!t->leaf[t->n].name) return NULL;
     return &t->leaf[t->n++];
 }
+static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k);
+TJDEF tj_array *tj_tree_take(tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY);
+    tj_array *a;
+    int i;
+    if (!l) return NULL;
+    a = l->arr;
+    i = (int)(l - t->leaf);
+    TJ_FREE(t->leaf[i].name);
+    for (; i + 1 < t->n; i++) t->leaf[i] = t->leaf[i + 1];
+    t->n--;
+    return a;
+}
 TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
     tj__leaf *l;
+    int k = tj_tree_find(t, name);
+    if (k >= 0 && t->leaf[k].kind == TJ_LEAF_ARRAY && t->leaf[k].arr == a) { /* same array: just take ownership */
+        t->leaf[k].owned = 1;
+        return TJ_OK;
+    }
     if (!a) {
         if (t) tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array: leaf '%s' is a NULL array", name ? name : "?");
         return TJ_ERR_ARG;

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# tinyjax build driver.
+#   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors),
+#                      again under -fsanitize=address,undefined, check the header
+#                      compiles as C99 and C++, compile the CUDA backend with nvcc
+#                      when present; ends with one "total: N passed, N failed" line
+#   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
+#   ./build.sh bench   build and run the benchmark programs
+#   ./build.sh build   just build everything into build/
+set -u
+cd "$(dirname "$0")"
+mode=${1:-build}
+shift || true
+mkdir -p build
+
+CC=${CC:-gcc}
+CXX=${CXX:-g++}
+WARN="-Wall -Wextra -Werror"
+LIBS="-lm -pthread"
+
+ensure_tools() {
+    local missing=()
+    command -v "$CC" >/dev/null 2>&1 || missing+=(gcc)
+    command -v "$CXX" >/dev/null 2>&1 || missing+=(g++)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "build.sh: installing ${missing[*]} (Debian packages)"
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}" libc6-dev >/dev/null
+    fi
+}
+
+total_pass=0
+total_fail=0
+# run a test binary, echo its output, add its closing line to the totals
+run_test() {
+    local name=$1; shift
+    local out rc line p f
+    out=$("$@" 2>&1); rc=$?
+    printf "%s\n" "$out" | sed "s|^|  [$name] |"
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "  [$name] no closing line (exit $rc): counted as 1 failure"
+        total_fail=$((total_fail + 1)); return
+    fi
+    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "  [$name] exit code $rc"; fi
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+}
+
+build_tests() { # $1 = output dir, rest = flags
+    local dir=$1; shift
+    mkdir -p "$dir"
+    local ok=0 t
+    for t in tests/test_*.c; do
+        local n; n=$(basename "$t" .c)
+        if ! $CC -std=c99 "$@" $WARN -I. -o "$dir/$n" "$t" $LIBS; then
+            echo "build.sh: $t failed to compile"; total_fail=$((total_fail + 1)); ok=1
+        fi
+    done
+    return $ok
+}
+
+case "$mode" in
+test)
+    ensure_tools
+    echo "== header compiles as C99 and C++ with $WARN"
+    printf '#define TINYJAX_IMPLEMENTATION\n#include "tinyjax.h"\nint main(void){return 0;}\n' > build/hdr.c
+    cp build/hdr.c build/hdr.cpp
+    if $CC -std=c99 $WARN -I. -c build/hdr.c -o build/hdr_c.o && $CXX -std=c++11 $WARN -I. -c build/hdr.cpp -o build/hdr_cpp.o \
+        && $CXX -std=c++17 $WARN -I. -fsyntax-only -x c++ tinyjax.h; then
+        echo "  ok"; total_pass=$((total_pass + 1))
+    else echo "  FAILED"; total_fail=$((total_fail + 1)); fi
+
+    echo "== tests, -O2"
+    build_tests build/o2 -O2 -g
+    for b in build/o2/test_*; do [ -x "$b" ] && run_test "$(basename "$b")" "$b"; done
+
+    echo "== tests, -fsanitize=address,undefined"
+    build_tests build/asan -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer
+    for b in build/asan/test_*; do
+        [ -x "$b" ] && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TJ_TEST_QUICK=1 run_test "asan/$(basename "$b")" "$b"
+    done
+
+    echo "== CUDA backend"
+    NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    if [ -x "$NVCC" ] && [ -f tinyjax_cuda.cu ]; then
+        if "$NVCC" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o; then
+            echo "  tinyjax_cuda.cu compiles with nvcc, warnings as errors"; total_pass=$((total_pass + 1))
+            if [ -f tests/test_cuda.cu ] && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda; then
+                run_test test_cuda build/test_cuda
+            fi
+        else echo "  tinyjax_cuda.cu FAILED to compile"; total_fail=$((total_fail + 1)); fi
+    else
+        echo "  nvcc or tinyjax_cuda.cu not found: CUDA backend not compiled (skipped)"
+    fi
+    echo "total: $total_pass passed, $total_fail failed"
+    [ "$total_fail" -eq 0 ]
+    ;;
+demo)
+    ensure_tools
+    if [ -f demos/gpt2_train.c ]; then
+        $CC -std=c99 -O2 $WARN -I. -o build/gpt2_train demos/gpt2_train.c $LIBS && exec ./build/gpt2_train "$@"
+    else
+        $CC -std=c99 -O2 $WARN -I. -o build/hello_grad demos/hello_grad.c $LIBS && exec ./build/hello_grad "$@"
+    fi
+    ;;
+bench)
+    ensure_tools
+    for d in demos/bench_*.c; do
+        n=$(basename "$d" .c)
+        $CC -std=c99 -O2 $WARN -I. -o "build/$n" "$d" $LIBS && "./build/$n" "$@"
+    done
+    ;;
+build)
+    ensure_tools
+    for d in demos/*.c; do
+        n=$(basename "$d" .c)
+        $CC -std=c99 -O2 $WARN -I. -o "build/$n" "$d" $LIBS || exit 1
+    done
+    build_tests build/o2 -O2 -g || exit 1
+    echo "built into build/"
+    ;;
+*)
+    echo "usage: ./build.sh [test|demo|bench|build]"; exit 2 ;;
+esac
