@@ -1902,20 +1902,31 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
     return n;
 }
 static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n) { return tj__reduce_ids(f, l, TJ__OP_SUM, x, ids, n); }
+/* an axis named twice in a list is a mistake (mean "x x" would divide twice) */
+static int tj__dup_axis(tj_v x, const int *ids, int n, const char *what, const char *f, int l) {
+    int i, j;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < i; j++)
+            if (ids[i] == ids[j]) {
+                tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "%s: axis '%s' named twice", what, tj__name(x->g->ctx, ids[i]));
+                return 1;
+            }
+    return 0;
+}
 TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes) {
     int ids[TJ_MAXDIM], n;
-    if (!x || (n = tj__axes_of(x, axes, ids, "sum", f, l)) < 0) return NULL;
+    if (!x || (n = tj__axes_of(x, axes, ids, "sum", f, l)) < 0 || tj__dup_axis(x, ids, n, "sum", f, l)) return NULL;
     return tj__sum_ids(f, l, x, ids, n);
 }
 TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes) {
     int ids[TJ_MAXDIM], n;
-    if (!x || (n = tj__axes_of(x, axes, ids, "max", f, l)) < 0) return NULL;
+    if (!x || (n = tj__axes_of(x, axes, ids, "max", f, l)) < 0 || tj__dup_axis(x, ids, n, "max", f, l)) return NULL;
     return tj__reduce_ids(f, l, TJ__OP_MAXR, x, ids, n);
 }
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
     int ids[TJ_MAXDIM], n, i;
     double cnt = 1;
-    if (!x || (n = tj__axes_of(x, axes, ids, "mean", f, l)) < 0) return NULL;
+    if (!x || (n = tj__axes_of(x, axes, ids, "mean", f, l)) < 0 || tj__dup_axis(x, ids, n, "mean", f, l)) return NULL;
     if (!tj__isfloat(x->t.dt)) {
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "mean: needs a float dtype, got %s", tj_dtype_name(x->t.dt));
         return NULL;
@@ -2285,7 +2296,7 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
         tj__err(c, TJ_ERR_DTYPE, f, l, "dot: operands must share a float dtype: %s vs %s", tj_v_describe(a, b1, sizeof b1), tj_v_describe(b, b2, sizeof b2));
         return NULL;
     }
-    if ((nk = tj__axes_of(a, contract, ck, "dot", f, l)) < 0 || tj__axes_of(b, contract, ck, "dot", f, l) < 0) return NULL;
+    if ((nk = tj__axes_of(a, contract, ck, "dot", f, l)) < 0 || tj__axes_of(b, contract, ck, "dot", f, l) < 0 || tj__dup_axis(a, ck, nk, "dot", f, l)) return NULL;
     if (nk == 0) {
         tj__err(c, TJ_ERR_AXIS, f, l, "dot: no contracting axis given (use tj_mul for an outer product)");
         return NULL;

@@ -1,0 +1,1331 @@
+/* Per-op tests: a finite-difference gradient check for every differentiable
+   op (f64 inputs), forward values against hand computations, clear error
+   messages for bad input, and the memory analysis against what a run really
+   allocates (including donation). */
+#define TINYJAX_IMPLEMENTATION
+#include "../tinyjax.h"
+#include "tj_test.h"
+
+/* ------------------------------------------------------------ helpers --- */
+/* "x=3 y=4" and "x y" of a traced value */
+static const char *shape_of(tj_v v, char *buf, size_t n) {
+    size_t k = 0;
+    int i;
+    buf[0] = 0;
+    for (i = 0; i < tj_v_rank(v); i++) {
+        snprintf(buf + k, n - k, "%s%s=%lld", i ? " " : "", tj_v_axis(v, i), (long long)tj_v_dim(v, tj_v_axis(v, i)));
+        k = strlen(buf);
+    }
+    return buf;
+}
+static const char *axes_of(tj_v v, char *buf, size_t n) {
+    size_t k = 0;
+    int i;
+    buf[0] = 0;
+    for (i = 0; i < tj_v_rank(v); i++) {
+        snprintf(buf + k, n - k, "%s%s", i ? " " : "", tj_v_axis(v, i));
+        k = strlen(buf);
+    }
+    return buf;
+}
+/* sum of all elements */
+static tj_v sum_all(tj_v y) {
+    char ax[256];
+    if (!y || tj_v_rank(y) == 0) return y;
+    return tj_sum(y, axes_of(y, ax, sizeof ax));
+}
+/* sum(y * w) with fixed weights w in [0.25, 1.25): a loss whose gradient
+   reaches every element with a different weight (plain sums hide bugs:
+   e.g. the gradient of sum(softmax) is zero) */
+static tj_v wsum(tj_v y, uint64_t key) {
+    char sh[256];
+    tj_v w;
+    if (!y) return NULL;
+    w = tj_adds(tj_uniform(tj_graph_of(y), key, tj_v_dtype(y), shape_of(y, sh, sizeof sh)), 0.25);
+    return sum_all(tj_mul(y, w));
+}
+static tj_v leaf(const tj_tree *in, const char *nm) { return tj_tree_find(in, nm) >= 0 ? tj_tree_v(in, nm) : NULL; }
+
+/* jit + run; the output tree (empty on failure, which is counted) */
+static tj_tree *run_fn(tj_ctx *ctx, const char *what, tj_fn fn, void *u, tj_tree *in) {
+    tj_prog *p = tj_jit(ctx, what, fn, u, in, NULL);
+    tj_tree *out = tj_tree_new(ctx);
+    if (!p || tj_run(p, in, out) != TJ_OK) {
+        TJT_CHECK(0, "%s: could not build/run: %s", what, tj_error(ctx));
+        tj_clear_error(ctx);
+    }
+    tj_prog_free(p);
+    return out;
+}
+/* a leaf read back as doubles (malloc'd; NULL if missing) */
+static double *get(tj_tree *t, const char *nm, int64_t *n) {
+    tj_array *a;
+    double *d;
+    if (tj_tree_find(t, nm) < 0 || !(a = tj_tree_array(t, nm))) {
+        TJT_CHECK(0, "no output '%s'", nm);
+        if (n) *n = 0;
+        return NULL;
+    }
+    d = (double *)malloc(sizeof(double) * (size_t)(tj_array_numel(a) + 1));
+    tj_array_read(a, TJ_F64, d);
+    if (n) *n = tj_array_numel(a);
+    return d;
+}
+static double *arr(tj_array *a) {
+    double *d = (double *)malloc(sizeof(double) * (size_t)(tj_array_numel(a) + 1));
+    tj_array_read(a, TJ_F64, d);
+    return d;
+}
+static double maxdiff(const double *a, const double *b, int64_t n) {
+    double m = 0;
+    int64_t i;
+    if (!a || !b) return 1e30;
+    for (i = 0; i < n; i++)
+        if (!(fabs(a[i] - b[i]) <= m)) m = fabs(a[i] - b[i]);
+    return m;
+}
+/* does the scheduled program text contain s? */
+static int prog_has(tj_prog *p, const char *s) {
+    FILE *f = tmpfile();
+    char line[1024];
+    int found = 0;
+    if (!f) return 0;
+    tj_prog_print(p, f);
+    rewind(f);
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, s)) found = 1;
+    fclose(f);
+    return found;
+}
+
+/* -------------------------------------------- one traced function per op ---
+   `user` is the case name; leaves a, b, c (float) and idx (i32) are used as
+   the case needs. Outputs "y" (the op's result) and "loss" (a weighted sum
+   of y, or for "2s:" cases a plain sum of a first gradient). */
+static tj_v op_y(const char *c, tj_v a, tj_v b, tj_v cc, tj_v idx) {
+#define IS(s) (strcmp(c, s) == 0)
+    /* unary */
+    if (IS("neg")) return tj_neg(a);
+    if (IS("exp")) return tj_exp(a);
+    if (IS("log")) return tj_log(a);
+    if (IS("tanh")) return tj_tanh(a);
+    if (IS("sqrt")) return tj_sqrt(a);
+    if (IS("rsqrt")) return tj_rsqrt(a);
+    if (IS("relu")) return tj_relu(a);
+    if (IS("gelu")) return tj_gelu(a);
+    if (IS("pows3")) return tj_pows(a, 3.0);
+    if (IS("pows0.5")) return tj_pows(a, 0.5);
+    if (IS("cast64")) return tj_cast(a, TJ_F64);
+    if (IS("cast32-64")) return tj_mul(tj_cast(tj_cast(a, TJ_F32), TJ_F64), tj_cast(a, TJ_F64));
+    /* binary (b's shape varies per tree) */
+    if (IS("add")) return tj_add(a, b);
+    if (IS("sub")) return tj_sub(a, b);
+    if (IS("mul")) return tj_mul(a, b);
+    if (IS("div")) return tj_div(a, b);
+    if (IS("max2")) return tj_max2(a, b);
+    if (IS("min2")) return tj_min2(a, b);
+    if (IS("adds")) return tj_adds(a, 1.5);
+    if (IS("muls")) return tj_muls(a, -2.5);
+    if (IS("select")) return tj_select(tj_gt(a, b), tj_mul(a, a), b);
+    /* reductions */
+    if (IS("sum:y")) return tj_sum(a, "y");
+    if (IS("sum:x")) return tj_sum(a, "x");
+    if (IS("sum:x z")) return tj_sum(a, "x z");
+    if (IS("mean:x")) return tj_mean(a, "x");
+    if (IS("mean:z x")) return tj_mean(a, "z x");
+    if (IS("max:y")) return tj_max(a, "y");
+    if (IS("max:x")) return tj_max(a, "x");
+    if (IS("max:x z")) return tj_max(a, "x z");
+    /* dot */
+    if (IS("dot:k")) return tj_dot(a, b, "k");
+    if (IS("dot:k1 k2")) return tj_dot(a, b, "k1 k2");
+    if (IS("dot:k2 k1")) return tj_dot(a, b, "k2 k1");
+    /* shapes */
+    if (IS("rename")) return tj_mul(tj_rename(a, "y", "w"), b); /* b has axis w */
+    if (IS("transpose")) return tj_transpose(a, "z x y");
+    if (IS("split:h d=0")) return tj_split(a, "y", "h=2 d=0");
+    if (IS("split:h=0 d")) return tj_mul(tj_split(a, "y", "h=0 d=3"), b); /* b "d=3" */
+    if (IS("merge")) return tj_merge(a, "y z", "yz");
+    if (IS("slice")) return tj_slice(a, "x", 1, 4);
+    if (IS("concat")) {
+        tj_v xs[3];
+        xs[0] = a; xs[1] = b; xs[2] = cc;
+        return tj_concat(3, xs, "y");
+    }
+    if (IS("pad")) return tj_pad(a, "x", 1, 2, 0.5);
+    if (IS("broadcast")) return tj_broadcast(a, "y=2 x=3 z=4");
+    if (IS("take")) return tj_take(a, "vocab", idx);
+    if (IS("take:mid")) return tj_take(a, "v", idx); /* a [p, v, q]: pre and post extents */
+    if (IS("one_hot")) return tj_one_hot(idx, "cls=5", TJ_F64);
+    /* nn */
+    if (IS("causal_mask")) return tj_causal_mask(a, "q", "k", -3.0);
+    if (IS("softmax:k")) return tj_softmax(a, "k");
+    if (IS("softmax:q")) return tj_softmax(a, "q");
+    if (IS("log_softmax:k")) return tj_log_softmax(a, "k");
+    if (IS("log_softmax:q")) return tj_log_softmax(a, "q");
+    if (IS("layer_norm:e")) return tj_layer_norm(a, "e", 1e-5);
+    if (IS("layer_norm:p")) return tj_layer_norm(a, "p", 1e-5);
+    if (IS("cross_entropy")) return tj_cross_entropy(a, idx, "cls", "pos b");
+    if (IS("cross_entropy:nomean")) return tj_cross_entropy(a, idx, "cls", NULL);
+    if (IS("dropout")) return tj_dropout(a, 1234, 0.3);
+    if (IS("checkpoint_name")) return tj_mul(tj_checkpoint_name(tj_exp(a), "act"), a);
+    /* second order: y = d/da of a scalar f */
+    if (IS("2s:gelu") || IS("2s:tanh2") || IS("2w:layer_norm") || IS("2w:softmax") || IS("2w:dot")) {
+        tj_v f = NULL, ga = NULL;
+        if (IS("2s:gelu")) f = sum_all(tj_mul(tj_gelu(a), b));
+        if (IS("2s:tanh2")) f = sum_all(tj_pows(tj_tanh(a), 2.0));
+        if (IS("2w:layer_norm")) f = wsum(tj_layer_norm(a, "e", 1e-5), 99);
+        if (IS("2w:softmax")) f = wsum(tj_softmax(a, "k"), 99);
+        if (IS("2w:dot")) f = wsum(tj_tanh(tj_dot(a, b, "k")), 99);
+        if (!f || tj_grad(f, 1, &a, &ga) != TJ_OK) return NULL;
+        return ga;
+    }
+#undef IS
+    return NULL;
+}
+static void op_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const char *c = (const char *)u;
+    tj_v y = op_y(c, leaf(in, "a"), leaf(in, "b"), leaf(in, "c"), leaf(in, "idx"));
+    (void)g;
+    if (!y) {
+        if (tj_status_of(tj_graph_ctx(g)) == TJ_OK) fprintf(stderr, "op_fn: unknown case '%s'\n", c);
+        return;
+    }
+    tj_tree_set_v(out, "y", y);
+    if (tj_v_dtype(y) == TJ_I32) return;
+    if (c[0] == '2' && c[1] == 's') tj_tree_set_v(out, "loss", sum_all(y));
+    else tj_tree_set_v(out, "loss", wsum(y, 7));
+}
+
+/* build a tree of f64 leaves a, b, c (shape "" = absent) in [lo, hi) */
+static unsigned seed_ctr = 100;
+static tj_tree *tree3(tj_ctx *ctx, const char *sa, const char *sb, const char *sc, double lo, double hi) {
+    tj_tree *in = tj_tree_new(ctx);
+    if (sa) tj_tree_set_array(in, "a", tjt_rand(ctx, TJ_F64, sa, seed_ctr++, lo, hi));
+    if (sb) tj_tree_set_array(in, "b", tjt_rand(ctx, TJ_F64, sb, seed_ctr++, lo, hi));
+    if (sc) tj_tree_set_array(in, "c", tjt_rand(ctx, TJ_F64, sc, seed_ctr++, lo, hi));
+    return in;
+}
+/* gradient-check case c on a fresh tree; wrt: leaves present among a b c */
+static void gc(tj_ctx *ctx, const char *c, const char *sa, const char *sb, const char *sc, double lo, double hi) {
+    tj_tree *in = tree3(ctx, sa, sb, sc, lo, hi);
+    char what[128];
+    snprintf(what, sizeof what, "%s a[%s] b[%s]", c, sa ? sa : "", sb ? sb : "");
+    /* second-order checks difference a gradient: a little less precise */
+    tjt_gradcheck(__FILE__, __LINE__, ctx, what, op_fn, (void *)c, in, "a b c", c[0] == '2' ? 1e-5 : 1e-6);
+    tj_tree_free(in);
+}
+
+/* ------------------------------------------------ 1. gradient checks --- */
+static void test_grads(tj_ctx *ctx) {
+    static const char *bops[] = {"add", "sub", "mul", "div", "max2", "min2"};
+    static const char *bshapes[] = {"y=4", "z=2 x=3", "z=2 y=4 x=3"};
+    int i, j;
+    tj_tree *in;
+
+    tjt_current = "grad: unary";
+    gc(ctx, "neg", "r=3 c=4", NULL, NULL, -1, 1);
+    gc(ctx, "exp", "r=3 c=4", NULL, NULL, -1, 1);
+    gc(ctx, "log", "r=3 c=4", NULL, NULL, 0.3, 2);
+    gc(ctx, "tanh", "r=3 c=4", NULL, NULL, -2, 2);
+    gc(ctx, "sqrt", "r=3 c=4", NULL, NULL, 0.3, 2);
+    gc(ctx, "rsqrt", "r=3 c=4", NULL, NULL, 0.3, 2);
+    gc(ctx, "relu", "r=3 c=4", NULL, NULL, -1, 1);
+    gc(ctx, "gelu", "r=3 c=4", NULL, NULL, -3, 3);
+    gc(ctx, "pows3", "r=3 c=4", NULL, NULL, -1, 1);
+    gc(ctx, "pows0.5", "r=3 c=4", NULL, NULL, 0.3, 2);
+    gc(ctx, "cast64", "r=3 c=4", NULL, NULL, -1, 1);
+    /* f64 -> f32 -> f64: the f32 rounding makes finite differences coarse */
+    in = tree3(ctx, "r=3 c=4", NULL, NULL, 0.5, 1);
+    tjt_gradcheck(__FILE__, __LINE__, ctx, "cast f64->f32->f64", op_fn, (void *)"cast32-64", in, "a", 0.1);
+    tj_tree_free(in);
+    /* an f32 leaf cast up to f64 (the gradient is cast back down) */
+    in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "a", tjt_rand(ctx, TJ_F32, "r=3 c=4", 7, -1, 1));
+    tjt_gradcheck(__FILE__, __LINE__, ctx, "cast f32->f64", op_fn, (void *)"cast64", in, "a", 1e-3);
+    tj_tree_free(in);
+
+    tjt_current = "grad: binary, broadcasting by name";
+    for (i = 0; i < 6; i++)
+        for (j = 0; j < 3; j++) {
+            int div = strcmp(bops[i], "div") == 0;
+            tj_tree *t = tj_tree_new(ctx);
+            char what[128];
+            tj_tree_set_array(t, "a", tjt_rand(ctx, TJ_F64, "x=3 y=4 z=2", seed_ctr++, -1, 1));
+            tj_tree_set_array(t, "b", tjt_rand(ctx, TJ_F64, bshapes[j], seed_ctr++, div ? 0.5 : -1, div ? 2 : 1));
+            snprintf(what, sizeof what, "%s a[x=3 y=4 z=2] b[%s]", bops[i], bshapes[j]);
+            tjt_gradcheck(__FILE__, __LINE__, ctx, what, op_fn, (void *)bops[i], t, "a b", 1e-6);
+            /* and with the operands swapped: b's axes first, a's extra ones after */
+            tj_tree_free(t);
+            t = tj_tree_new(ctx);
+            tj_tree_set_array(t, "a", tjt_rand(ctx, TJ_F64, bshapes[j], seed_ctr++, -1, 1));
+            tj_tree_set_array(t, "b", tjt_rand(ctx, TJ_F64, "x=3 y=4 z=2", seed_ctr++, div ? 0.5 : -1, div ? 2 : 1));
+            snprintf(what, sizeof what, "%s a[%s] b[x=3 y=4 z=2]", bops[i], bshapes[j]);
+            tjt_gradcheck(__FILE__, __LINE__, ctx, what, op_fn, (void *)bops[i], t, "a b", 1e-6);
+            tj_tree_free(t);
+        }
+    gc(ctx, "adds", "x=3 y=4", NULL, NULL, -1, 1);
+    gc(ctx, "muls", "x=3 y=4", NULL, NULL, -1, 1);
+    gc(ctx, "select", "x=3 y=4", "y=4", NULL, -1, 1);
+    gc(ctx, "select", "x=3 y=4", "y=4 x=3", NULL, -1, 1);
+
+    tjt_current = "grad: reductions";
+    gc(ctx, "sum:y", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "sum:x", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "sum:x z", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "mean:x", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "mean:z x", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "max:y", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "max:x", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "max:x z", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+
+    tjt_current = "grad: dot";
+    gc(ctx, "dot:k", "m=3 k=4", "k=4 n=5", NULL, -1, 1);                 /* plain */
+    gc(ctx, "dot:k", "bt=2 m=3 k=4", "bt=2 k=4 n=5", NULL, -1, 1);       /* batch */
+    gc(ctx, "dot:k", "bt=2 m=3 k=4", "k=4 n=5 bt=2", NULL, -1, 1);       /* batch, b relaid */
+    gc(ctx, "dot:k1 k2", "m=3 k1=2 k2=4", "k1=2 k2=4 n=3", NULL, -1, 1); /* two contracting */
+    gc(ctx, "dot:k2 k1", "m=3 k1=2 k2=4", "k2=4 n=3 k1=2", NULL, -1, 1);
+    gc(ctx, "dot:k", "k=4 m=3", "n=5 k=4", NULL, -1, 1);                 /* transposed layouts */
+    gc(ctx, "dot:k", "m=3 k=4 p=2", "k=4 n=5", NULL, -1, 1);             /* middle axis: relayout */
+    gc(ctx, "dot:k", "k=4", "k=4 n=3", NULL, -1, 1);                     /* vector x matrix */
+    gc(ctx, "dot:k", "m=3 k=4", "k=4", NULL, -1, 1);                     /* matrix x vector */
+    gc(ctx, "dot:k", "bt=2 k=4", "bt=2 k=4", NULL, -1, 1);               /* batched inner product */
+
+    tjt_current = "grad: shape ops";
+    gc(ctx, "rename", "x=3 y=4", "w=4", NULL, -1, 1);
+    gc(ctx, "transpose", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "split:h d=0", "x=3 y=6", NULL, NULL, -1, 1);
+    gc(ctx, "split:h=0 d", "x=3 y=6", "d=3", NULL, -1, 1);
+    gc(ctx, "merge", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "slice", "x=5 y=4", NULL, NULL, -1, 1);
+    gc(ctx, "concat", "x=2 y=3 z=2", "x=2 y=1 z=2", "x=2 y=4 z=2", -1, 1);
+    gc(ctx, "pad", "x=3 y=4", NULL, NULL, -1, 1);
+    gc(ctx, "broadcast", "x=3", NULL, NULL, -1, 1);
+    {
+        int32_t ix[6] = {0, 2, 2, 4, 0, 2}, ix2[3] = {3, 1, 3};
+        in = tree3(ctx, "vocab=5 embed=3", NULL, NULL, -1, 1);
+        tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "bt=2 p=3", ix));
+        tjt_gradcheck(__FILE__, __LINE__, ctx, "take (embedding, repeated indices)", op_fn, (void *)"take", in, "a", 1e-6);
+        tj_tree_free(in);
+        in = tree3(ctx, "p=2 v=4 q=3", NULL, NULL, -1, 1);
+        tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "j=3", ix2));
+        tjt_gradcheck(__FILE__, __LINE__, ctx, "take (middle axis)", op_fn, (void *)"take:mid", in, "a", 1e-6);
+        tj_tree_free(in);
+    }
+
+    tjt_current = "grad: nn ops";
+    gc(ctx, "causal_mask", "q=4 k=4 h=2", NULL, NULL, -1, 1);
+    gc(ctx, "softmax:k", "q=3 k=4 h=2", NULL, NULL, -2, 2);
+    gc(ctx, "softmax:q", "q=3 k=4 h=2", NULL, NULL, -2, 2);
+    gc(ctx, "log_softmax:k", "q=3 k=4 h=2", NULL, NULL, -2, 2);
+    gc(ctx, "log_softmax:q", "q=3 k=4 h=2", NULL, NULL, -2, 2);
+    gc(ctx, "layer_norm:e", "p=3 e=5", NULL, NULL, -2, 2);
+    gc(ctx, "layer_norm:p", "p=4 e=3", NULL, NULL, -2, 2);
+    {
+        int32_t lab[6] = {0, 3, 1, 2, 3, 0}; /* labels [b=2, pos=3], logits [pos=3, b=2, cls=4] */
+        in = tree3(ctx, "pos=3 b=2 cls=4", NULL, NULL, -2, 2);
+        tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "b=2 pos=3", lab));
+        tjt_gradcheck(__FILE__, __LINE__, ctx, "cross_entropy (labels in another order)", op_fn, (void *)"cross_entropy", in, "a", 1e-6);
+        tjt_gradcheck(__FILE__, __LINE__, ctx, "cross_entropy (no mean)", op_fn, (void *)"cross_entropy:nomean", in, "a", 1e-6);
+        tj_tree_free(in);
+        in = tree3(ctx, "cls=4 pos=3 b=2", NULL, NULL, -2, 2); /* class axis first */
+        tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "b=2 pos=3", lab));
+        tjt_gradcheck(__FILE__, __LINE__, ctx, "cross_entropy (class axis first)", op_fn, (void *)"cross_entropy", in, "a", 1e-6);
+        tj_tree_free(in);
+    }
+    gc(ctx, "dropout", "x=6 y=5", NULL, NULL, -1, 1);
+    gc(ctx, "checkpoint_name", "x=3 y=4", NULL, NULL, -1, 1);
+
+    tjt_current = "grad: second order";
+    gc(ctx, "2s:gelu", "x=3 y=4", "x=3 y=4", NULL, -2, 2);
+    gc(ctx, "2s:tanh2", "x=3 y=4", NULL, NULL, -1.5, 1.5);
+    gc(ctx, "2w:layer_norm", "p=3 e=5", NULL, NULL, -2, 2);
+    gc(ctx, "2w:softmax", "q=3 k=4", NULL, NULL, -2, 2);
+    gc(ctx, "2w:dot", "m=3 k=4", "k=4 n=2", NULL, -1, 1);
+}
+
+/* stop_gradient: d/da sum(exp(stop(a)) * b) = 0, d/db = exp(a) */
+static void stop_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = tj_tree_v(in, "a"), b = tj_tree_v(in, "b"), w[2], gr[2];
+    tj_v f = sum_all(tj_mul(tj_exp(tj_stop_gradient(a)), b));
+    (void)g; (void)u;
+    w[0] = a; w[1] = b;
+    if (tj_grad(f, 2, w, gr) != TJ_OK) return;
+    tj_tree_set_v(out, "ga", gr[0]);
+    tj_tree_set_v(out, "gb", gr[1]);
+    tj_tree_set_v(out, "y", tj_stop_gradient(a)); /* identity forward */
+}
+static void test_stop_gradient(tj_ctx *ctx) {
+    tj_tree *in = tree3(ctx, "x=3 y=4", "x=3 y=4", NULL, -1, 1), *out;
+    double *a, *ga, *gb, *y, e[12], z[12];
+    int i;
+    tjt_current = "stop_gradient";
+    out = run_fn(ctx, "stop", stop_fn, NULL, in);
+    a = arr(tj_tree_array(in, "a"));
+    ga = get(out, "ga", NULL);
+    gb = get(out, "gb", NULL);
+    y = get(out, "y", NULL);
+    for (i = 0; i < 12; i++) { e[i] = exp(a[i]); z[i] = 0; }
+    TJT_CHECK(maxdiff(ga, z, 12) == 0, "gradient through stop_gradient is not zero");
+    TJT_CHECK(maxdiff(gb, e, 12) < 1e-12, "gradient beside stop_gradient is wrong");
+    TJT_CHECK(maxdiff(y, a, 12) == 0, "stop_gradient is not the identity");
+    free(a); free(ga); free(gb); free(y);
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
+
+/* ------------------------------------------------ 2. forward values --- */
+static tj_tree *fwd(tj_ctx *ctx, const char *c, tj_tree *in) { return run_fn(ctx, c, op_fn, (void *)c, in); }
+
+static void test_dot_values(tj_ctx *ctx) {
+    /* f64: every layout against a naive loop over named indices */
+    static const char *la[] = {"bt=2 m=3 k=5", "k=5 m=3 bt=2", "m=3 bt=2 k=5", "bt=2 k=5 m=3"};
+    static const char *lb[] = {"bt=2 k=5 n=4", "n=4 k=5 bt=2", "bt=2 n=4 k=5", "k=5 bt=2 n=4"};
+    int ia, ib;
+    tjt_current = "values: dot";
+    for (ia = 0; ia < 4; ia++)
+        for (ib = 0; ib < 4; ib++) {
+            tj_tree *in = tree3(ctx, la[ia], lb[ib], NULL, -1, 1), *out = fwd(ctx, "dot:k", in);
+            tj_array *A = tj_tree_array(in, "a"), *B = tj_tree_array(in, "b"), *Y;
+            double *a = arr(A), *b = arr(B), *y = get(out, "y", NULL), worst = 0;
+            int64_t sa[TJ_MAXDIM], sb[TJ_MAXDIM], sy[TJ_MAXDIM];
+            int bt, m, n, k;
+            /* strides by axis name */
+            const char *nm[4] = {"bt", "m", "k", "n"};
+            int d;
+            Y = tj_tree_find(out, "y") >= 0 ? tj_tree_array(out, "y") : NULL;
+            TJT_CHECK(Y && tj_array_rank(Y) == 3 && tj_array_dim(Y, "bt") == 2 && tj_array_dim(Y, "m") == 3 && tj_array_dim(Y, "n") == 4,
+                      "dot result shape wrong for a[%s] b[%s]", la[ia], lb[ib]);
+            if (!Y || !y) { free(a); free(b); free(y); tj_tree_free(in); tj_tree_free(out); continue; }
+            for (d = 0; d < 4; d++) {
+                sa[d] = sb[d] = sy[d] = 0;
+            }
+            /* row-major strides of each array, looked up per axis name */
+            {
+                tj_array *X[3];
+                int64_t *S[3];
+                int q;
+                X[0] = A; X[1] = B; X[2] = Y;
+                S[0] = sa; S[1] = sb; S[2] = sy;
+                for (q = 0; q < 3; q++) {
+                    int r;
+                    for (d = 0; d < 4; d++) {
+                        int64_t s = 1;
+                        if (tj_array_dim(X[q], nm[d]) < 0) continue;
+                        /* product of the sizes of the axes after this one */
+                        for (r = tj_array_rank(X[q]) - 1; r >= 0 && X[q]->t.ax[r] != tj__intern(ctx, nm[d], strlen(nm[d])); r--) s *= X[q]->t.dim[r];
+                        S[q][d] = s;
+                    }
+                }
+            }
+            for (bt = 0; bt < 2; bt++)
+                for (m = 0; m < 3; m++)
+                    for (n = 0; n < 4; n++) {
+                        double s = 0, got;
+                        for (k = 0; k < 5; k++) s += a[bt * sa[0] + m * sa[1] + k * sa[2]] * b[bt * sb[0] + k * sb[2] + n * sb[3]];
+                        got = y[bt * sy[0] + m * sy[1] + n * sy[3]];
+                        if (fabs(got - s) > worst) worst = fabs(got - s);
+                    }
+            TJT_CHECK(worst < 1e-12, "dot a[%s] b[%s] differs from the naive loop by %g", la[ia], lb[ib], worst);
+            free(a); free(b); free(y);
+            tj_tree_free(in);
+            tj_tree_free(out);
+        }
+    /* the layout rules: transposed operands are used in place, others relaid */
+    {
+        tj_tree *in = tree3(ctx, "k=4 m=3", "n=5 k=4", NULL, -1, 1);
+        tj_prog *p = tj_jit(ctx, "dot T", op_fn, (void *)"dot:k", in, NULL);
+        TJT_CHECK(p && prog_has(p, "aT bT") && !prog_has(p, "relayout"), "a=[k,m], b=[n,k] should use the transposed kernel without a copy");
+        tj_prog_free(p);
+        tj_tree_free(in);
+        in = tree3(ctx, "m=3 k=4 p=2", "k=4 n=5", NULL, -1, 1);
+        p = tj_jit(ctx, "dot mid", op_fn, (void *)"dot:k", in, NULL);
+        TJT_CHECK(p && prog_has(p, "relayout"), "contracting a middle axis should insert a relayout");
+        tj_prog_free(p);
+        tj_tree_free(in);
+    }
+    /* f32: the dot equals tj__sgemm on the same data, and is close to a double loop */
+    {
+        tj_tree *in = tj_tree_new(ctx), *out;
+        float A[7 * 9], B[9 * 5], C[7 * 5];
+        double *y;
+        int i, j, k;
+        double werr = 0;
+        tj_tree_set_array(in, "a", tjt_rand(ctx, TJ_F32, "m=7 k=9", 41, -1, 1));
+        tj_tree_set_array(in, "b", tjt_rand(ctx, TJ_F32, "k=9 n=5", 42, -1, 1));
+        tj_array_read(tj_tree_array(in, "a"), TJ_F32, A);
+        tj_array_read(tj_tree_array(in, "b"), TJ_F32, B);
+        tj__sgemm(0, 0, 7, 5, 9, A, 9, B, 5, C, 5, 0, 1);
+        out = fwd(ctx, "dot:k", in);
+        y = get(out, "y", NULL);
+        if (y) {
+            int same = 1;
+            for (i = 0; i < 35; i++) same &= (float)y[i] == C[i];
+            TJT_CHECK(same, "f32 dot differs from tj__sgemm");
+            for (i = 0; i < 7; i++)
+                for (j = 0; j < 5; j++) {
+                    double s = 0;
+                    for (k = 0; k < 9; k++) s += (double)A[i * 9 + k] * B[k * 5 + j];
+                    if (fabs(s - y[i * 5 + j]) > werr) werr = fabs(s - y[i * 5 + j]);
+                }
+            TJT_CHECK(werr < 1e-5, "f32 dot vs double loop: %g", werr);
+        }
+        free(y);
+        tj_tree_free(out);
+        tj_tree_free(in);
+    }
+}
+
+static void test_row_values(tj_ctx *ctx) {
+    tj_tree *in, *out;
+    double *a, *y;
+    int q, k, h, i;
+    tjt_current = "values: softmax, log_softmax, layer_norm, cross_entropy";
+    in = tree3(ctx, "q=3 k=4 h=2", NULL, NULL, -3, 3);
+    a = arr(tj_tree_array(in, "a"));
+    /* softmax over a non-last axis: sums to 1 along q, and equals exp(x)/sum */
+    out = fwd(ctx, "softmax:q", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        double worst = 0, wv = 0;
+        for (k = 0; k < 4; k++)
+            for (h = 0; h < 2; h++) {
+                double s = 0, z = 0;
+                for (q = 0; q < 3; q++) { s += y[q * 8 + k * 2 + h]; z += exp(a[q * 8 + k * 2 + h]); }
+                if (fabs(s - 1) > worst) worst = fabs(s - 1);
+                for (q = 0; q < 3; q++)
+                    if (fabs(y[q * 8 + k * 2 + h] - exp(a[q * 8 + k * 2 + h]) / z) > wv) wv = fabs(y[q * 8 + k * 2 + h] - exp(a[q * 8 + k * 2 + h]) / z);
+            }
+        TJT_CHECK(worst < 1e-14 && wv < 1e-14, "softmax over q: rows sum off by %g, values by %g", worst, wv);
+    }
+    free(y);
+    tj_tree_free(out);
+    out = fwd(ctx, "log_softmax:k", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        double wv = 0;
+        for (q = 0; q < 3; q++)
+            for (h = 0; h < 2; h++) {
+                double z = 0;
+                for (k = 0; k < 4; k++) z += exp(a[q * 8 + k * 2 + h]);
+                for (k = 0; k < 4; k++)
+                    if (fabs(y[q * 8 + k * 2 + h] - (a[q * 8 + k * 2 + h] - log(z))) > wv) wv = fabs(y[q * 8 + k * 2 + h] - (a[q * 8 + k * 2 + h] - log(z)));
+            }
+        TJT_CHECK(wv < 1e-13, "log_softmax over k (middle axis) off by %g", wv);
+    }
+    free(y);
+    tj_tree_free(out);
+    out = fwd(ctx, "causal_mask", in); /* a is q=3 k=4 h=2 */
+    y = get(out, "y", NULL);
+    if (y) {
+        int ok = 1;
+        for (q = 0; q < 3; q++)
+            for (k = 0; k < 4; k++)
+                for (h = 0; h < 2; h++) ok &= y[q * 8 + k * 2 + h] == (k > q ? -3.0 : a[q * 8 + k * 2 + h]);
+        TJT_CHECK(ok, "causal_mask values");
+    }
+    free(y);
+    tj_tree_free(out);
+    free(a);
+    tj_tree_free(in);
+
+    /* softmax with huge logits stays finite */
+    in = tj_tree_new(ctx);
+    {
+        double big[4] = {1000, 1001, -1000, 1002};
+        tj_tree_set_array(in, "a", tj_array_new(ctx, TJ_F64, "q=1 k=4", big));
+        out = fwd(ctx, "softmax:k", in);
+        y = get(out, "y", NULL);
+        if (y) {
+            double z = 1 + exp(-1.0) + exp(-2.0);
+            TJT_CHECK(fabs(y[3] - 1 / z) < 1e-14 && y[2] == 0 && fabs(y[0] - exp(-2.0) / z) < 1e-14, "softmax of large logits: %g %g %g %g", y[0], y[1], y[2], y[3]);
+        }
+        free(y);
+        tj_tree_free(out);
+    }
+    tj_tree_free(in);
+
+    /* layer_norm over a non-last axis: mean 0, variance 1 */
+    in = tree3(ctx, "p=6 e=3", NULL, NULL, -3, 5);
+    out = fwd(ctx, "layer_norm:p", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        double wm = 0, wv = 0;
+        int e, p;
+        for (e = 0; e < 3; e++) {
+            double m = 0, v = 0;
+            for (p = 0; p < 6; p++) m += y[p * 3 + e];
+            m /= 6;
+            for (p = 0; p < 6; p++) v += (y[p * 3 + e] - m) * (y[p * 3 + e] - m);
+            v /= 6;
+            if (fabs(m) > wm) wm = fabs(m);
+            if (fabs(v - 1) > wv) wv = fabs(v - 1);
+        }
+        TJT_CHECK(wm < 1e-14 && wv < 1e-4, "layer_norm: mean off by %g, variance by %g", wm, wv); /* eps 1e-5 */
+    }
+    free(y);
+    tj_tree_free(out);
+    tj_tree_free(in);
+
+    /* cross_entropy vs a manual log-sum-exp; labels [b, pos], logits [pos, b, cls] */
+    {
+        int32_t lab[6] = {0, 3, 1, 2, 3, 0};
+        int pos, b, c;
+        double want = 0, per[6];
+        in = tree3(ctx, "pos=3 b=2 cls=4", NULL, NULL, -3, 3);
+        tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "b=2 pos=3", lab));
+        a = arr(tj_tree_array(in, "a"));
+        for (pos = 0; pos < 3; pos++)
+            for (b = 0; b < 2; b++) {
+                double m = -1e300, s = 0;
+                const double *z = a + (pos * 2 + b) * 4;
+                for (c = 0; c < 4; c++) if (z[c] > m) m = z[c];
+                for (c = 0; c < 4; c++) s += exp(z[c] - m);
+                per[pos * 2 + b] = m + log(s) - z[lab[b * 3 + pos]];
+                want += per[pos * 2 + b] / 6;
+            }
+        out = fwd(ctx, "cross_entropy", in);
+        y = get(out, "y", NULL);
+        TJT_CHECK(y && fabs(y[0] - want) < 1e-13, "cross_entropy %g, want %g", y ? y[0] : NAN, want);
+        free(y);
+        tj_tree_free(out);
+        out = fwd(ctx, "cross_entropy:nomean", in);
+        y = get(out, "y", NULL);
+        TJT_CHECK(y && maxdiff(y, per, 6) < 1e-13, "cross_entropy per position");
+        free(y);
+        free(a);
+        tj_tree_free(out);
+        tj_tree_free(in);
+    }
+    (void)i;
+}
+
+static void test_shape_values(tj_ctx *ctx) {
+    tj_tree *in, *out;
+    double *a, *y;
+    int x, yy, z, i;
+    tjt_current = "values: shape ops";
+    in = tree3(ctx, "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    a = arr(tj_tree_array(in, "a"));
+#define A3(x_, y_, z_) a[(x_) * 8 + (y_) * 2 + (z_)]
+    out = fwd(ctx, "transpose", in); /* z x y */
+    y = get(out, "y", NULL);
+    if (y) {
+        int ok = 1;
+        for (x = 0; x < 3; x++) for (yy = 0; yy < 4; yy++) for (z = 0; z < 2; z++) ok &= y[z * 12 + x * 4 + yy] == A3(x, yy, z);
+        TJT_CHECK(ok, "transpose values");
+    }
+    free(y); tj_tree_free(out);
+    out = fwd(ctx, "merge", in); /* x, yz: same order */
+    y = get(out, "y", NULL);
+    TJT_CHECK(y && maxdiff(y, a, 24) == 0 && tj_array_dim(tj_tree_array(out, "y"), "yz") == 8, "merge values/shape");
+    free(y); tj_tree_free(out);
+    out = fwd(ctx, "sum:x z", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        double w = 0;
+        for (yy = 0; yy < 4; yy++) {
+            double s = 0;
+            for (x = 0; x < 3; x++) for (z = 0; z < 2; z++) s += A3(x, yy, z);
+            if (fabs(s - y[yy]) > w) w = fabs(s - y[yy]);
+        }
+        TJT_CHECK(w < 1e-14, "sum over x z");
+    }
+    free(y); tj_tree_free(out);
+    out = fwd(ctx, "max:x", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        int ok = 1;
+        for (yy = 0; yy < 4; yy++) for (z = 0; z < 2; z++) {
+            double m = -1e300;
+            for (x = 0; x < 3; x++) if (A3(x, yy, z) > m) m = A3(x, yy, z);
+            ok &= y[yy * 2 + z] == m;
+        }
+        TJT_CHECK(ok, "max over x");
+    }
+    free(y); tj_tree_free(out);
+    out = fwd(ctx, "mean:z x", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        double w = 0;
+        for (yy = 0; yy < 4; yy++) {
+            double s = 0;
+            for (x = 0; x < 3; x++) for (z = 0; z < 2; z++) s += A3(x, yy, z);
+            if (fabs(s / 6 - y[yy]) > w) w = fabs(s / 6 - y[yy]);
+        }
+        TJT_CHECK(w < 1e-14, "mean over z x");
+    }
+    free(y); tj_tree_free(out);
+    free(a);
+    tj_tree_free(in);
+
+    /* slice [1,4) of x (non-last) and pad x by (1, 2) with 0.5 */
+    in = tree3(ctx, "x=5 y=4", NULL, NULL, -1, 1);
+    a = arr(tj_tree_array(in, "a"));
+    out = fwd(ctx, "slice", in);
+    y = get(out, "y", NULL);
+    TJT_CHECK(y && maxdiff(y, a + 4, 12) == 0, "slice values");
+    free(y); tj_tree_free(out);
+    out = fwd(ctx, "pad", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        int ok = tj_array_dim(tj_tree_array(out, "y"), "x") == 8;
+        for (i = 0; i < 32; i++) ok &= y[i] == (i < 4 || i >= 24 ? 0.5 : a[i - 4]);
+        TJT_CHECK(ok, "pad values");
+    }
+    free(y); tj_tree_free(out);
+    free(a);
+    tj_tree_free(in);
+
+    /* concat along the middle axis y: 3 + 1 + 4 */
+    in = tree3(ctx, "x=2 y=3 z=2", "x=2 y=1 z=2", "x=2 y=4 z=2", -1, 1);
+    out = fwd(ctx, "concat", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        double *p0 = arr(tj_tree_array(in, "a")), *p1 = arr(tj_tree_array(in, "b")), *p2 = arr(tj_tree_array(in, "c"));
+        int ok = 1;
+        for (x = 0; x < 2; x++)
+            for (yy = 0; yy < 8; yy++)
+                for (z = 0; z < 2; z++) {
+                    double w = yy < 3 ? p0[x * 6 + yy * 2 + z] : yy < 4 ? p1[x * 2 + z] : p2[x * 8 + (yy - 4) * 2 + z];
+                    ok &= y[x * 16 + yy * 2 + z] == w;
+                }
+        TJT_CHECK(ok, "concat values");
+        free(p0); free(p1); free(p2);
+    }
+    free(y); tj_tree_free(out);
+    tj_tree_free(in);
+
+    /* split with an inferred size; broadcast */
+    in = tree3(ctx, "x=3 y=6", NULL, NULL, -1, 1);
+    out = fwd(ctx, "split:h d=0", in);
+    {
+        tj_array *Y = tj_tree_find(out, "y") >= 0 ? tj_tree_array(out, "y") : NULL;
+        double *yv = Y ? arr(Y) : NULL, *av = arr(tj_tree_array(in, "a"));
+        TJT_CHECK(Y && tj_array_rank(Y) == 3 && tj_array_dim(Y, "h") == 2 && tj_array_dim(Y, "d") == 3 && maxdiff(yv, av, 18) == 0,
+                  "split h=2 d=0 should give h=2 d=3 with the same elements");
+        free(yv); free(av);
+    }
+    tj_tree_free(out);
+    tj_tree_free(in);
+    in = tree3(ctx, "x=3", NULL, NULL, -1, 1);
+    out = fwd(ctx, "broadcast", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        double *av = arr(tj_tree_array(in, "a"));
+        int ok = 1, w;
+        for (w = 0; w < 2; w++) for (x = 0; x < 3; x++) for (z = 0; z < 4; z++) ok &= y[w * 12 + x * 4 + z] == av[x];
+        TJT_CHECK(ok, "broadcast values");
+        free(av);
+    }
+    free(y); tj_tree_free(out);
+    tj_tree_free(in);
+#undef A3
+}
+
+static void test_index_values(tj_ctx *ctx) {
+    tj_tree *in, *out;
+    double *a, *y;
+    int32_t ix[6] = {0, 2, 2, 4, 0, 2}, ix2[3] = {3, 1, 3};
+    int i, e, p, j, q;
+    tjt_current = "values: take, one_hot";
+    in = tree3(ctx, "vocab=5 embed=3", NULL, NULL, -1, 1);
+    tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "bt=2 p=3", ix));
+    a = arr(tj_tree_array(in, "a"));
+    out = fwd(ctx, "take", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        int ok = tj_array_rank(tj_tree_array(out, "y")) == 3;
+        for (i = 0; i < 6; i++) for (e = 0; e < 3; e++) ok &= y[i * 3 + e] == a[ix[i] * 3 + e];
+        TJT_CHECK(ok, "take values");
+    }
+    free(y); free(a); tj_tree_free(out);
+    out = fwd(ctx, "one_hot", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        int ok = tj_array_dim(tj_tree_array(out, "y"), "cls") == 5;
+        for (i = 0; i < 6; i++) for (e = 0; e < 5; e++) ok &= y[i * 5 + e] == (e == ix[i] ? 1.0 : 0.0);
+        TJT_CHECK(ok, "one_hot values");
+    }
+    free(y); tj_tree_free(out);
+    tj_tree_free(in);
+    in = tree3(ctx, "p=2 v=4 q=3", NULL, NULL, -1, 1);
+    tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "j=3", ix2));
+    a = arr(tj_tree_array(in, "a"));
+    out = fwd(ctx, "take:mid", in);
+    y = get(out, "y", NULL);
+    if (y) {
+        int ok = 1;
+        for (p = 0; p < 2; p++) for (j = 0; j < 3; j++) for (q = 0; q < 3; q++) ok &= y[p * 9 + j * 3 + q] == a[p * 12 + ix2[j] * 3 + q];
+        TJT_CHECK(ok, "take along a middle axis");
+    }
+    free(y); free(a); tj_tree_free(out);
+    tj_tree_free(in);
+}
+
+/* constants and random numbers */
+static void src_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)in; (void)u;
+    tj_tree_set_v(out, "fill", tj_fill(g, TJ_F32, "a=2 b=3", 2.5));
+    tj_tree_set_v(out, "filli", tj_fill(g, TJ_I32, "a=2", -7));
+    tj_tree_set_v(out, "scalar", tj_scalar(g, TJ_F64, 0.125));
+    tj_tree_set_v(out, "ar_b", tj_arange(g, TJ_I32, "a=2 b=3", "b"));
+    tj_tree_set_v(out, "ar_a", tj_arange(g, TJ_F32, "a=2 b=3", "a"));
+    tj_tree_set_v(out, "u1", tj_uniform(g, 42, TJ_F64, "n=100000"));
+    tj_tree_set_v(out, "u2", tj_uniform(g, 42, TJ_F64, "n=100000"));
+    tj_tree_set_v(out, "u3", tj_uniform(g, 43, TJ_F64, "n=100000"));
+    tj_tree_set_v(out, "n1", tj_normal(g, 42, TJ_F64, "n=100000"));
+    tj_tree_set_v(out, "n2", tj_normal(g, 42, TJ_F64, "n=100000"));
+    tj_tree_set_v(out, "u10", tj_uniform(g, 42, TJ_F64, "n=10"));
+    tj_tree_set_v(out, "u2d", tj_uniform(g, 42, TJ_F64, "r=100 c=1000"));
+    tj_tree_set_v(out, "n10", tj_normal(g, 42, TJ_F64, "n=10"));
+    tj_tree_set_v(out, "uf32", tj_uniform(g, 42, TJ_F32, "n=1000"));
+    {
+        tj_v x = tj_fill(g, TJ_F32, "n=100000", 1.0);
+        tj_tree_set_v(out, "d1", tj_dropout(x, 5, 0.3));
+        tj_tree_set_v(out, "d2", tj_dropout(x, 5, 0.3));
+        tj_tree_set_v(out, "d3", tj_dropout(x, 6, 0.3));
+    }
+}
+static void test_sources(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx), *out;
+    double *v, *w;
+    int64_t n, m, i;
+    tjt_current = "values: fill, arange, uniform, normal, dropout";
+    out = run_fn(ctx, "sources", src_fn, NULL, in);
+    v = get(out, "fill", &n);
+    {
+        double e[6] = {2.5, 2.5, 2.5, 2.5, 2.5, 2.5};
+        TJT_CHECK(n == 6 && maxdiff(v, e, 6) == 0 && tj_array_dtype(tj_tree_array(out, "fill")) == TJ_F32, "fill values");
+    }
+    free(v);
+    v = get(out, "filli", &n);
+    TJT_CHECK(n == 2 && v && v[0] == -7 && v[1] == -7, "i32 fill");
+    free(v);
+    v = get(out, "scalar", &n);
+    TJT_CHECK(n == 1 && v && v[0] == 0.125 && tj_array_rank(tj_tree_array(out, "scalar")) == 0, "scalar");
+    free(v);
+    v = get(out, "ar_b", &n);
+    {
+        double e[6] = {0, 1, 2, 0, 1, 2};
+        TJT_CHECK(n == 6 && maxdiff(v, e, 6) == 0, "arange along b");
+    }
+    free(v);
+    v = get(out, "ar_a", &n);
+    {
+        double e[6] = {0, 0, 0, 1, 1, 1};
+        TJT_CHECK(n == 6 && maxdiff(v, e, 6) == 0, "arange along a");
+    }
+    free(v);
+    /* uniform: mean 1/2, variance 1/12; same key same values; counter-based */
+    v = get(out, "u1", &n);
+    w = get(out, "u2", &m);
+    if (v && w) {
+        double s = 0, s2 = 0, lo = 1, hi = 0;
+        for (i = 0; i < n; i++) { s += v[i]; s2 += v[i] * v[i]; if (v[i] < lo) lo = v[i]; if (v[i] > hi) hi = v[i]; }
+        s /= (double)n;
+        s2 = s2 / (double)n - s * s;
+        TJT_CHECK(fabs(s - 0.5) < 0.005 && fabs(s2 - 1.0 / 12) < 0.002 && lo >= 0 && hi < 1, "uniform: mean %g var %g range [%g, %g]", s, s2, lo, hi);
+        TJT_CHECK(maxdiff(v, w, n) == 0, "uniform: the same key gives different values");
+    }
+    free(w);
+    w = get(out, "u3", &m);
+    if (v && w) {
+        int64_t same = 0;
+        for (i = 0; i < n; i++) same += v[i] == w[i];
+        TJT_CHECK(same < 10, "uniform: keys 42 and 43 agree on %lld elements", (long long)same);
+    }
+    free(w);
+    w = get(out, "u10", &m);
+    TJT_CHECK(m == 10 && maxdiff(v, w, 10) == 0, "uniform element i of n=10 differs from element i of n=100000");
+    free(w);
+    w = get(out, "u2d", &m);
+    TJT_CHECK(m == 100000 && maxdiff(v, w, 100000) == 0, "uniform [r=100 c=1000] differs from [n=100000] (row-major index)");
+    free(w);
+    w = get(out, "uf32", &m);
+    if (v && w) {
+        int ok = 1;
+        for (i = 0; i < m; i++) ok &= w[i] == (double)(float)v[i] || fabs(w[i] - v[i]) < 1e-7;
+        TJT_CHECK(ok, "f32 uniform is not the f64 stream rounded");
+    }
+    free(w);
+    free(v);
+    v = get(out, "n1", &n);
+    w = get(out, "n2", &m);
+    if (v && w) {
+        double s = 0, s2 = 0, s4 = 0;
+        for (i = 0; i < n; i++) { s += v[i]; s2 += v[i] * v[i]; s4 += v[i] * v[i] * v[i] * v[i]; }
+        s /= (double)n;
+        s2 = s2 / (double)n - s * s;
+        s4 /= (double)n;
+        TJT_CHECK(fabs(s) < 0.015 && fabs(s2 - 1) < 0.02 && fabs(s4 - 3) < 0.15, "normal: mean %g var %g 4th moment %g", s, s2, s4);
+        TJT_CHECK(maxdiff(v, w, n) == 0, "normal: the same key gives different values");
+    }
+    free(w);
+    w = get(out, "n10", &m);
+    TJT_CHECK(m == 10 && maxdiff(v, w, 10) == 0, "normal element i of n=10 differs from element i of n=100000");
+    free(w);
+    free(v);
+    /* dropout: kept fraction ~ 0.7, kept values 1/0.7, same key same mask */
+    v = get(out, "d1", &n);
+    w = get(out, "d2", &m);
+    if (v && w) {
+        int64_t kept = 0, bad = 0;
+        for (i = 0; i < n; i++) {
+            if (v[i] != 0) kept++;
+            if (v[i] != 0 && v[i] != (double)(float)(1.0 / 0.7)) bad++;
+        }
+        TJT_CHECK(fabs((double)kept / (double)n - 0.7) < 0.005, "dropout kept fraction %g, want 0.7", (double)kept / (double)n);
+        TJT_CHECK(bad == 0, "dropout: %lld kept values are not scaled by 1/(1-rate)", (long long)bad);
+        TJT_CHECK(maxdiff(v, w, n) == 0, "dropout: the same key gives another mask");
+    }
+    free(w);
+    w = get(out, "d3", &m);
+    if (v && w) {
+        int64_t diff = 0;
+        for (i = 0; i < n; i++) diff += (v[i] != 0) != (w[i] != 0);
+        TJT_CHECK(diff > n / 10, "dropout: another key gives nearly the same mask (%lld differ)", (long long)diff);
+    }
+    free(w);
+    free(v);
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
+
+/* bf16 rounding, and exact i32 arithmetic */
+static float f_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static void i32_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = tj_tree_v(in, "a"), b = tj_tree_v(in, "b"), x = tj_tree_v(in, "x");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "add", tj_add(a, b));
+    tj_tree_set_v(out, "sub", tj_sub(a, b));
+    tj_tree_set_v(out, "neg", tj_neg(a));
+    tj_tree_set_v(out, "lt", tj_lt(a, b));
+    tj_tree_set_v(out, "le", tj_le(a, b));
+    tj_tree_set_v(out, "gt", tj_gt(a, b));
+    tj_tree_set_v(out, "ge", tj_ge(a, b));
+    tj_tree_set_v(out, "eq", tj_eq(a, b));
+    tj_tree_set_v(out, "ne", tj_ne(a, b));
+    tj_tree_set_v(out, "sum", tj_sum(a, "n"));
+    tj_tree_set_v(out, "bf", tj_cast(x, TJ_BF16));
+    tj_tree_set_v(out, "bfmul", tj_cast(tj_mul(tj_cast(x, TJ_BF16), tj_cast(x, TJ_BF16)), TJ_F32));
+}
+static void test_dtypes(tj_ctx *ctx) {
+    /* (input bits, expected bf16 bits) */
+    static const uint32_t cases[][2] = {
+        {0x3f800000u, 0x3f80}, /* 1.0 exact */
+        {0x3f808000u, 0x3f80}, /* tie, even stays */
+        {0x3f818000u, 0x3f82}, /* tie, odd rounds up */
+        {0x3f808001u, 0x3f81}, /* above the tie */
+        {0x3f807fffu, 0x3f80}, /* below the tie */
+        {0xbf818000u, 0xbf82}, /* negative tie, odd */
+        {0x7f7fffffu, 0x7f80}, /* max float rounds to inf */
+        {0x7f800000u, 0x7f80}, /* inf */
+        {0xff800000u, 0xff80}, /* -inf */
+        {0x00000001u, 0x0000}, /* smallest denormal -> 0 */
+        {0x80000000u, 0x8000}, /* -0 */
+        {0x007f8000u, 0x0080}, /* denormal tie, odd -> rounds up to min normal */
+    };
+    int i, ok = 1;
+    tjt_current = "values: bf16 rounding, i32 exact";
+    for (i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        uint16_t h = tj_f32_to_bf16(f_of(cases[i][0]));
+        if (h != cases[i][1]) {
+            ok = 0;
+            fprintf(stderr, "  bf16(0x%08x) = 0x%04x, want 0x%04x\n", (unsigned)cases[i][0], (unsigned)h, (unsigned)cases[i][1]);
+        }
+    }
+    TJT_CHECK(ok, "tj_f32_to_bf16 round-to-nearest-even");
+    {   /* NaNs stay NaN (quiet), even when the payload lives in the low bits only */
+        uint32_t nans[4] = {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7f80ffffu};
+        int nan_ok = 1;
+        for (i = 0; i < 4; i++) {
+            uint16_t h = tj_f32_to_bf16(f_of(nans[i]));
+            float back = tj_bf16_to_f32(h);
+            nan_ok &= back != back && (h & 0x7f80) == 0x7f80 && (h & 0x0040) && (h & 0x8000) == ((nans[i] >> 16) & 0x8000);
+        }
+        TJT_CHECK(nan_ok, "NaN -> bf16 stays a (quiet) NaN with its sign");
+        TJT_CHECK(tj_bf16_to_f32(0x3f80) == 1.0f && tj_bf16_to_f32(0xc040) == -3.0f, "bf16 -> f32");
+    }
+    {
+        int32_t a[6] = {1073741824, -5, 16777217, 7, -2147483647, 0};
+        int32_t b[6] = {1073741823, -5, 16777216, 9, 0, -1};
+        float x[4];
+        tj_tree *in = tj_tree_new(ctx), *out;
+        double *v;
+        x[0] = f_of(0x3f808000u); x[1] = f_of(0x3f818000u); x[2] = 3.14159f; x[3] = f_of(0x7fc00000u);
+        tj_tree_set_array(in, "a", tj_array_new(ctx, TJ_I32, "n=6", a));
+        tj_tree_set_array(in, "b", tj_array_new(ctx, TJ_I32, "n=6", b));
+        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "m=4", x));
+        out = run_fn(ctx, "i32", i32_fn, NULL, in);
+        if (tj_tree_find(out, "add") >= 0) {
+            int32_t r[6];
+            uint16_t bf[4];
+            float bm[4];
+            int k, ok2 = 1;
+            const char *cmp[6] = {"lt", "le", "gt", "ge", "eq", "ne"};
+            TJT_CHECK(tj_array_dtype(tj_tree_array(out, "add")) == TJ_I32 && tj_array_dtype(tj_tree_array(out, "lt")) == TJ_I32, "i32 results are i32");
+            tj_array_read(tj_tree_array(out, "add"), TJ_I32, r);
+            for (k = 0; k < 6; k++) ok2 &= r[k] == a[k] + b[k];
+            TJT_CHECK(ok2, "i32 add exact (2^30 + 2^30-1 = %d, 2^24+1 + 2^24 = %d)", r[0], r[2]);
+            tj_array_read(tj_tree_array(out, "sub"), TJ_I32, r);
+            ok2 = 1;
+            for (k = 0; k < 6; k++) ok2 &= r[k] == a[k] - b[k];
+            TJT_CHECK(ok2, "i32 sub exact");
+            tj_array_read(tj_tree_array(out, "neg"), TJ_I32, r);
+            ok2 = 1;
+            for (k = 0; k < 6; k++) ok2 &= r[k] == -a[k];
+            TJT_CHECK(ok2, "i32 neg exact");
+            for (i = 0; i < 6; i++) {
+                ok2 = 1;
+                tj_array_read(tj_tree_array(out, cmp[i]), TJ_I32, r);
+                for (k = 0; k < 6; k++) {
+                    int want = i == 0 ? a[k] < b[k] : i == 1 ? a[k] <= b[k] : i == 2 ? a[k] > b[k] : i == 3 ? a[k] >= b[k] : i == 4 ? a[k] == b[k] : a[k] != b[k];
+                    ok2 &= r[k] == want;
+                }
+                TJT_CHECK(ok2, "i32 compare '%s' exact (2^24+1 vs 2^24 must differ)", cmp[i]);
+            }
+            v = get(out, "sum", NULL);
+            TJT_CHECK(v && v[0] == (double)a[0] + b[0] * 0 + a[1] + a[2] + a[3] + a[4] + a[5], "i32 sum exact: %.17g", v ? v[0] : NAN);
+            free(v);
+            tj_array_read(tj_tree_array(out, "bf"), TJ_BF16, bf);
+            ok2 = 1;
+            for (k = 0; k < 4; k++) ok2 &= bf[k] == tj_f32_to_bf16(x[k]) || (k == 3 && (bf[k] & 0x7fc0) == 0x7fc0);
+            TJT_CHECK(ok2, "cast f32 -> bf16 in a program rounds like tj_f32_to_bf16");
+            tj_array_read(tj_tree_array(out, "bfmul"), TJ_F32, bm);
+            ok2 = 1;
+            for (k = 0; k < 3; k++) {
+                float q = tj_bf16_to_f32(tj_f32_to_bf16(x[k]));
+                ok2 &= bm[k] == tj_bf16_to_f32(tj_f32_to_bf16(q * q));
+            }
+            TJT_CHECK(ok2, "bf16 mul rounds its result to bf16");
+        }
+        tj_tree_free(out);
+        tj_tree_free(in);
+    }
+}
+
+/* ------------------------------------------------ 3. clear errors --- */
+static tj_v stash; /* a value of another traced function */
+static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const char *c = (const char *)u;
+    tj_v a = leaf(in, "a"), b = leaf(in, "b"), y = NULL;
+#define IS(s) (strcmp(c, s) == 0)
+    if (IS("add size")) y = tj_add(a, b);
+    if (IS("sum axis")) y = tj_sum(a, "nope");
+    if (IS("mean dup")) y = tj_mean(a, "x x");
+    if (IS("dot size")) y = tj_dot(a, b, "k");
+    if (IS("dot dtype")) y = tj_dot(a, tj_cast(b, TJ_F32), "k");
+    if (IS("dot dup")) y = tj_dot(a, b, "k k");
+    if (IS("log i32")) y = tj_log(tj_cast(a, TJ_I32));
+    if (IS("shape 0")) y = tj_fill(g, TJ_F32, "batch=0", 1);
+    if (IS("shape x")) y = tj_fill(g, TJ_F32, "batch=x", 1);
+    if (IS("shape dup")) y = tj_fill(g, TJ_F32, "batch=2 batch=3", 1);
+    if (IS("split")) y = tj_split(a, "k", "h=3 d=2");
+    if (IS("split infer")) y = tj_split(a, "k", "h=3 d=0");
+    if (IS("merge")) y = tj_merge(a, "m k", "mk"); /* a = m, j, k */
+    if (IS("slice")) y = tj_slice(a, "k", 2, 9);
+    if (IS("take f32")) y = tj_take(a, "k", b);
+    if (IS("take oob")) y = tj_take(a, "vocab", leaf(in, "idx"));
+    if (IS("ce oob")) y = tj_cross_entropy(a, leaf(in, "idx"), "cls", "pos");
+    if (IS("foreign op")) y = tj_add(a, stash);
+    if (IS("foreign out")) y = stash;
+    if (IS("grad nonscalar")) {
+        tj_v e = tj_exp(a), ga;
+        if (tj_grad(e, 1, &a, &ga) == TJ_OK) y = ga;
+    }
+    if (IS("stash")) { y = tj_exp(a); stash = y; }
+    if (IS("update")) y = tj_sub(a, tj_muls(b, 0.1)); /* w - 0.1 g */
+#undef IS
+    tj_tree_set_v(out, "y", y);
+}
+/* jit case c on tree in; expect failure; check the message parts */
+#define EXPECT_JIT_ERROR(ctx, c, in, ...)                                                   \
+    do {                                                                                    \
+        tj_prog *p_ = tj_jit(ctx, c, err_fn, (void *)(c), in, NULL);                        \
+        TJT_CHECK(!p_, "jit '%s' should fail", c);                                          \
+        TJT_ERROR_HAS(ctx, __VA_ARGS__);                                                    \
+        tj_prog_free(p_);                                                                   \
+    } while (0)
+
+static void test_errors(tj_ctx *ctx) {
+    tj_tree *in, *out;
+    tj_prog *p;
+    tjt_current = "errors: trace time";
+    in = tree3(ctx, "x=3 y=4", "y=5", NULL, -1, 1);
+    EXPECT_JIT_ERROR(ctx, "add size", in, "add", "'y'", "size 4", "5", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "sum axis", in, "sum", "'nope'", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "mean dup", in, "mean", "'x'", "test_ops.c");
+    tj_tree_free(in);
+    in = tree3(ctx, "m=3 k=4", "k=5 n=2", NULL, -1, 1);
+    EXPECT_JIT_ERROR(ctx, "dot size", in, "dot", "'k'", "4", "5", "test_ops.c");
+    tj_tree_free(in);
+    in = tree3(ctx, "m=3 k=4", "k=4 n=2", NULL, -1, 1);
+    EXPECT_JIT_ERROR(ctx, "dot dtype", in, "dot", "f64", "f32", "k=4", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "dot dup", in, "dot", "'k'", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "log i32", in, "log", "i32", "m=3", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "shape 0", in, "fill", "'batch'", "\"0\"", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "shape x", in, "fill", "'batch'", "\"x\"", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "shape dup", in, "fill", "'batch'", "twice", "test_ops.c");
+    tj_tree_free(in);
+    in = tree3(ctx, "m=3 j=2 k=8", "k=8", NULL, -1, 1);
+    EXPECT_JIT_ERROR(ctx, "split", in, "split", "'k'", "8", "h=3 d=2", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "split infer", in, "split", "'k'", "h=3 d=0", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "merge", in, "merge", "m k", "adjacent", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "slice", in, "slice", "'k'", "[2, 9)", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "take f32", in, "take", "i32", "f64[k=8]", "test_ops.c");
+    tj_tree_free(in);
+    /* shapes of arrays, outside tracing */
+    TJT_CHECK(!tj_zeros(ctx, TJ_F32, "batch=0"), "zeros batch=0 should fail");
+    TJT_ERROR_HAS(ctx, "tj_", "'batch'", "\"0\"", "test_ops.c");
+    TJT_CHECK(!tj_array_new(ctx, TJ_F32, "batch=x", NULL), "array batch=x should fail");
+    TJT_ERROR_HAS(ctx, "tj_array_new", "'batch'", "\"x\"", "test_ops.c");
+    TJT_CHECK(!tj_zeros(ctx, TJ_F32, "batch=2 embed=3 batch=2"), "duplicate axis should fail");
+    TJT_ERROR_HAS(ctx, "tj_", "'batch'", "twice", "test_ops.c");
+
+    /* grad of a non-scalar */
+    in = tree3(ctx, "x=3", NULL, NULL, -1, 1);
+    EXPECT_JIT_ERROR(ctx, "grad nonscalar", in, "grad", "not a scalar", "x=3", "test_ops.c");
+    /* an output of one traced function used inside another */
+    p = tj_jit(ctx, "stash", err_fn, (void *)"stash", in, NULL);
+    TJT_CHECK(p != NULL, "stash jit: %s", tj_error(ctx));
+    EXPECT_JIT_ERROR(ctx, "foreign op", in, "add", "traced function", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "foreign out", in, "output 'y'", "another traced function", "test_ops.c");
+    tj_prog_free(p);
+    stash = NULL;
+    tj_tree_free(in);
+
+    tjt_current = "errors: run time";
+    {   /* take with an index out of range: found by the kernel */
+        int32_t ix[3] = {1, 7, 0};
+        in = tree3(ctx, "vocab=5 embed=2", NULL, NULL, -1, 1);
+        tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "p=3", ix));
+        p = tj_jit(ctx, "take oob", err_fn, (void *)"take oob", in, NULL);
+        out = tj_tree_new(ctx);
+        TJT_CHECK(p && tj_run(p, in, out) != TJ_OK, "take with index 7 of 5 should fail at run time");
+        TJT_ERROR_HAS(ctx, "take", "out of range", "7", "'vocab'", "test_ops.c");
+        TJT_CHECK(tj_tree_size(out) == 0, "a failed run should leave no outputs");
+        tj_prog_free(p);
+        tj_tree_free(out);
+        tj_tree_free(in);
+    }
+    {
+        int32_t lab[2] = {0, 4};
+        in = tree3(ctx, "pos=2 cls=4", NULL, NULL, -1, 1);
+        tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "pos=2", lab));
+        p = tj_jit(ctx, "ce oob", err_fn, (void *)"ce oob", in, NULL);
+        out = tj_tree_new(ctx);
+        TJT_CHECK(p && tj_run(p, in, out) != TJ_OK, "cross_entropy with label 4 of 4 should fail at run time");
+        TJT_ERROR_HAS(ctx, "cross_entropy", "out of range", "test_ops.c");
+        tj_prog_free(p);
+        tj_tree_free(out);
+        tj_tree_free(in);
+    }
+    {   /* wrong input shape; missing leaf */
+        tj_tree *in2;
+        in = tree3(ctx, "x=3 y=4", "y=4", NULL, -1, 1);
+        p = tj_jit(ctx, "add", err_fn, (void *)"add size", in, NULL);
+        TJT_CHECK(p != NULL, "jit add: %s", tj_error(ctx));
+        in2 = tree3(ctx, "x=3 y=4", "y=5", NULL, -1, 1);
+        out = tj_tree_new(ctx);
+        TJT_CHECK(tj_run(p, in2, out) != TJ_OK, "run with a wrongly shaped input should fail");
+        TJT_ERROR_HAS(ctx, "run", "'b'", "y=5", "y=4", "test_ops.c");
+        tj_tree_free(in2);
+        in2 = tree3(ctx, "x=3 y=4", NULL, NULL, -1, 1);
+        TJT_CHECK(tj_run(p, in2, out) != TJ_OK, "run with a missing leaf should fail");
+        TJT_ERROR_HAS(ctx, "run", "'b'", "test_ops.c");
+        tj_tree_free(in2);
+        tj_tree_free(out);
+        tj_prog_free(p);
+        tj_tree_free(in);
+    }
+    {   /* a donated array used afterwards */
+        tj_jit_opts o;
+        memset(&o, 0, sizeof o);
+        o.donate = "a";
+        in = tree3(ctx, "p=10", "p=10", NULL, -1, 1);
+        p = tj_jit(ctx, "update", err_fn, (void *)"update", in, &o);
+        out = tj_tree_new(ctx);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "donating run: %s", tj_error(ctx));
+        TJT_CHECK(tj_array_is_deleted(tj_tree_array(in, "a")), "donated input should be deleted");
+        tj_tree_clear(out);
+        TJT_CHECK(tj_run(p, in, out) != TJ_OK, "running again on a donated array should fail");
+        TJT_ERROR_HAS(ctx, "run", "donated", "test_ops.c");
+        {
+            double d[10];
+            TJT_CHECK(tj_array_read(tj_tree_array(in, "a"), TJ_F64, d) != TJ_OK, "reading a donated array should fail");
+            TJT_ERROR_HAS(ctx, "donated");
+        }
+        tj_tree_free(out);
+        tj_prog_free(p);
+        tj_tree_free(in);
+    }
+    tj_clear_error(ctx);
+}
+
+/* ------------------------------------------------ 4. memory analysis --- */
+static void mlp_fb(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w1 = tj_tree_v(in, "w1"), b1 = tj_tree_v(in, "b1"), w2 = tj_tree_v(in, "w2");
+    tj_v h = tj_gelu(tj_add(tj_dot(x, w1, "in"), b1));
+    tj_v o = tj_dot(h, w2, "hid");
+    tj_v loss = tj_cross_entropy(o, tj_tree_v(in, "labels"), "cls", "batch");
+    tj_v w[3], gr[3];
+    (void)g;
+    w[0] = w1; w[1] = b1; w[2] = w2;
+    if (tj_grad(loss, 3, w, gr) != TJ_OK) return;
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "gw1", gr[0]);
+    tj_tree_set_v(out, "gb1", gr[1]);
+    tj_tree_set_v(out, "gw2", gr[2]);
+    if (u) tj_tree_set_v(out, "h", h); /* an extra output (a forward activation) */
+}
+/* fresh context: jit, run once, compare the analysis with the counters */
+static void check_memory(tj_dtype dt, const char *what, int extra, int batch) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    tj_alloc_stats s0, s1;
+    tj_memory_analysis m;
+    int32_t lbl[64];
+    char sh[64];
+    int i;
+    int64_t out_exact = 0, arg_exact = 0;
+    for (i = 0; i < batch; i++) lbl[i] = (i * 7) % 10;
+    snprintf(sh, sizeof sh, "batch=%d in=13", batch);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, dt, sh, 1, -1, 1));
+    tj_tree_set_array(in, "w1", tjt_rand(ctx, dt, "in=13 hid=24", 2, -1, 1));
+    tj_tree_set_array(in, "b1", tjt_rand(ctx, dt, "hid=24", 3, -1, 1));
+    tj_tree_set_array(in, "w2", tjt_rand(ctx, dt, "hid=24 cls=10", 4, -1, 1));
+    snprintf(sh, sizeof sh, "batch=%d", batch);
+    tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, sh, lbl));
+    p = tj_jit(ctx, what, mlp_fb, extra ? (void *)1 : NULL, in, NULL);
+    TJT_CHECK(p != NULL, "%s: %s", what, tj_error(ctx));
+    if (!p) goto done;
+    m = tj_prog_memory(p);
+    s0 = tj_get_alloc_stats(ctx);
+    TJT_CHECK(s0.peak_arena_bytes == 0, "fresh context has arena history");
+    for (i = 0; i < tj_tree_size(in); i++) arg_exact += tj_array_numel(tj_tree_array_at(in, i)) * (int64_t)tj_dtype_size(tj_array_dtype(tj_tree_array_at(in, i)));
+    if (tj_run(p, in, out) != TJ_OK) {
+        TJT_CHECK(0, "%s run: %s", what, tj_error(ctx));
+        goto done;
+    }
+    s1 = tj_get_alloc_stats(ctx);
+    for (i = 0; i < tj_tree_size(out); i++) out_exact += tj_array_numel(tj_tree_array_at(out, i)) * (int64_t)tj_dtype_size(tj_array_dtype(tj_tree_array_at(out, i)));
+    TJT_CHECK(m.temp_bytes > 0 && m.temp_bytes == s1.peak_arena_bytes - s0.peak_arena_bytes,
+              "%s: temp_bytes %lld but the run's arena peaked at %lld", what, (long long)m.temp_bytes, (long long)(s1.peak_arena_bytes - s0.peak_arena_bytes));
+    TJT_CHECK(s1.arena_bytes == 0 && s1.arena_allocs == 1, "%s: %lld arena bytes left, %lld arenas", what, (long long)s1.arena_bytes, (long long)s1.arena_allocs);
+    /* the arrays a run creates are its outputs: the analysis must predict them */
+    TJT_CHECK(s1.array_bytes - s0.array_bytes == out_exact, "%s: array bytes grew by %lld, outputs hold %lld", what,
+              (long long)(s1.array_bytes - s0.array_bytes), (long long)out_exact);
+    TJT_CHECK(m.output_bytes == s1.array_bytes - s0.array_bytes, "%s: output_bytes %lld but the run allocated %lld bytes of outputs", what,
+              (long long)m.output_bytes, (long long)(s1.array_bytes - s0.array_bytes));
+    TJT_CHECK(m.argument_bytes == s0.array_bytes && s0.array_bytes == arg_exact, "%s: argument_bytes %lld but the arguments hold %lld", what,
+              (long long)m.argument_bytes, (long long)s0.array_bytes);
+    TJT_CHECK(m.alias_bytes == 0 && m.peak_bytes == m.argument_bytes + m.output_bytes + m.temp_bytes, "%s: peak %lld", what, (long long)m.peak_bytes);
+    /* a second run allocates the same again */
+    tj_tree_clear(out);
+    s0 = tj_get_alloc_stats(ctx);
+    TJT_CHECK(tj_run(p, in, out) == TJ_OK, "%s second run", what);
+    s1 = tj_get_alloc_stats(ctx);
+    TJT_CHECK(s1.peak_arena_bytes == m.temp_bytes && s1.arena_allocs == 2 && s1.array_bytes - s0.array_bytes == out_exact, "%s: second run", what);
+done:
+    tj_clear_error(ctx);
+    tj_prog_free(p);
+    tj_tree_free(out);
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+}
+static void upd_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), gr = tj_tree_v(in, "g");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "w", tj_sub(w, tj_muls(gr, 0.1)));
+}
+static void test_donation(const char *donate, int n) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in1 = tj_tree_new(ctx), *in2 = tj_tree_new(ctx), *o1 = tj_tree_new(ctx), *o2 = tj_tree_new(ctx);
+    tj_prog *plain, *don;
+    tj_jit_opts opts;
+    tj_memory_analysis m;
+    tj_alloc_stats s0, s1;
+    char sh[32];
+    int64_t wbytes = (int64_t)n * 4;
+    void *wbuf;
+    memset(&opts, 0, sizeof opts);
+    opts.donate = donate;
+    snprintf(sh, sizeof sh, "p=%d", n);
+    tj_tree_set_array(in1, "w", tjt_rand(ctx, TJ_F32, sh, 5, -1, 1));
+    tj_tree_set_array(in1, "g", tjt_rand(ctx, TJ_F32, sh, 6, -1, 1));
+    tj_tree_set_array(in2, "w", tjt_rand(ctx, TJ_F32, sh, 5, -1, 1));
+    tj_tree_set_array(in2, "g", tjt_rand(ctx, TJ_F32, sh, 6, -1, 1));
+    plain = tj_jit(ctx, "update", upd_fn, NULL, in1, NULL);
+    don = tj_jit(ctx, "update donated", upd_fn, NULL, in2, &opts);
+    TJT_CHECK(plain && don, "update jit: %s", tj_error(ctx));
+    if (!plain || !don) goto done;
+    m = tj_prog_memory(don);
+    TJT_CHECK(m.alias_bytes == wbytes, "donate \"%s\": alias_bytes %lld, want %lld", donate, (long long)m.alias_bytes, (long long)wbytes);
+    TJT_CHECK(m.peak_bytes == m.argument_bytes + m.output_bytes + m.temp_bytes - m.alias_bytes, "donate \"%s\": peak %lld is not args + outs + temp - alias",
+              donate, (long long)m.peak_bytes);
+    TJT_CHECK(m.argument_bytes == 2 * wbytes && m.output_bytes == wbytes, "donate \"%s\": arguments %lld (want %lld), outputs %lld (want %lld)", donate,
+              (long long)m.argument_bytes, (long long)(2 * wbytes), (long long)m.output_bytes, (long long)wbytes);
+    /* donation removes exactly the output's bytes from the peak */
+    TJT_CHECK(tj_prog_memory(plain).alias_bytes == 0 && tj_prog_memory(plain).temp_bytes == m.temp_bytes &&
+              tj_prog_memory(plain).peak_bytes - m.peak_bytes == wbytes, "no donation: peak %lld, donated %lld",
+              (long long)tj_prog_memory(plain).peak_bytes, (long long)m.peak_bytes);
+    TJT_CHECK(tj_run(plain, in1, o1) == TJ_OK, "plain run: %s", tj_error(ctx));
+    wbuf = tj_tree_array(in2, "w")->data[0];
+    s0 = tj_get_alloc_stats(ctx);
+    TJT_CHECK(tj_run(don, in2, o2) == TJ_OK, "donated run: %s", tj_error(ctx));
+    s1 = tj_get_alloc_stats(ctx);
+    TJT_CHECK(tj_array_is_deleted(tj_tree_array(in2, "w")), "donated w should be deleted");
+    TJT_CHECK(tj_tree_find(o2, "w") >= 0 && tj_tree_array(o2, "w")->data[0] == wbuf, "the new w should live in the donated buffer");
+    if (strstr(donate, "g")) {
+        TJT_CHECK(tj_array_is_deleted(tj_tree_array(in2, "g")), "donated (unused) g should be deleted");
+        TJT_CHECK(s1.array_bytes - s0.array_bytes == -wbytes, "donate \"%s\": array bytes changed by %lld, want %lld", donate,
+                  (long long)(s1.array_bytes - s0.array_bytes), (long long)-wbytes);
+    } else {
+        TJT_CHECK(!tj_array_is_deleted(tj_tree_array(in2, "g")), "g was not donated");
+        TJT_CHECK(s1.array_bytes == s0.array_bytes, "donate \"%s\": array bytes grew by %lld, want 0", donate, (long long)(s1.array_bytes - s0.array_bytes));
+    }
+    TJT_CHECK(m.output_bytes - m.alias_bytes == s1.array_bytes - s0.array_bytes + (strstr(donate, "g") ? wbytes : 0),
+              "donate \"%s\": fresh output bytes predicted %lld", donate, (long long)(m.output_bytes - m.alias_bytes));
+    if (tj_tree_find(o1, "w") >= 0 && tj_tree_find(o2, "w") >= 0) {
+        double *a = arr(tj_tree_array(o1, "w")), *b = arr(tj_tree_array(o2, "w"));
+        TJT_CHECK(maxdiff(a, b, n) == 0, "donated and plain updates differ");
+        free(a); free(b);
+    }
+done:
+    tj_clear_error(ctx);
+    tj_prog_free(plain);
+    tj_prog_free(don);
+    tj_tree_free(in1); tj_tree_free(in2); tj_tree_free(o1); tj_tree_free(o2);
+    tj_ctx_free(ctx);
+}
+static void test_memory(void) {
+    tjt_current = "memory analysis";
+    check_memory(TJ_F32, "mlp f32 fwd+bwd", 0, 8);
+    check_memory(TJ_F32, "mlp f32 fwd+bwd + activation output", 1, 5);
+    check_memory(TJ_F64, "mlp f64 fwd+bwd", 0, 7);
+    check_memory(TJ_BF16, "mlp bf16 fwd+bwd", 1, 3);
+    tjt_current = "donation";
+    test_donation("w", 100);
+    test_donation("w", 64);
+    test_donation("w g", 100);
+}
+
+int main(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_set_threads(ctx, 2);
+    test_grads(ctx);
+    test_stop_gradient(ctx);
+    test_dot_values(ctx);
+    test_row_values(ctx);
+    test_shape_values(ctx);
+    test_index_values(ctx);
+    test_sources(ctx);
+    test_dtypes(ctx);
+    test_errors(ctx);
+    test_memory();
+    TJT_CHECK(tj_status_of(ctx) == TJ_OK, "stray error left: %s", tj_error(ctx));
+    tj_ctx_free(ctx);
+    return tjt_finish();
+}
