@@ -169,6 +169,12 @@ static tj_v op_y(const char *c, tj_v a, tj_v b, tj_v cc, tj_v idx) {
     if (IS("cross_entropy:nomean")) return tj_cross_entropy(a, idx, "cls", NULL);
     if (IS("dropout")) return tj_dropout(a, 1234, 0.3);
     if (IS("checkpoint_name")) return tj_mul(tj_checkpoint_name(tj_exp(a), "act"), a);
+    /* second order of any case: y = d/da wsum(case) */
+    if (c[0] == '2' && c[1] == ':') {
+        tj_v f = wsum(op_y(c + 2, a, b, cc, idx), 99), ga = NULL;
+        if (!f || tj_grad(f, 1, &a, &ga) != TJ_OK) return NULL;
+        return ga;
+    }
     /* second order: y = d/da of a scalar f */
     if (IS("2s:gelu") || IS("2s:tanh2") || IS("2w:layer_norm") || IS("2w:softmax") || IS("2w:dot")) {
         tj_v f = NULL, ga = NULL;
@@ -206,15 +212,16 @@ static tj_tree *tree3(tj_ctx *ctx, const char *sa, const char *sb, const char *s
     if (sc) tj_tree_set_array(in, "c", tjt_rand(ctx, TJ_F64, sc, seed_ctr++, lo, hi));
     return in;
 }
-/* gradient-check case c on a fresh tree; wrt: leaves present among a b c */
-static void gc(tj_ctx *ctx, const char *c, const char *sa, const char *sb, const char *sc, double lo, double hi) {
+/* gradient-check case c on a fresh tree, w.r.t. the leaves in wrt */
+static void gcw(tj_ctx *ctx, const char *c, const char *sa, const char *sb, const char *sc, double lo, double hi, const char *wrt) {
     tj_tree *in = tree3(ctx, sa, sb, sc, lo, hi);
     char what[128];
     snprintf(what, sizeof what, "%s a[%s] b[%s]", c, sa ? sa : "", sb ? sb : "");
     /* second-order checks difference a gradient: a little less precise */
-    tjt_gradcheck(__FILE__, __LINE__, ctx, what, op_fn, (void *)c, in, "a b c", c[0] == '2' ? 1e-5 : 1e-6);
+    tjt_gradcheck(__FILE__, __LINE__, ctx, what, op_fn, (void *)c, in, wrt, c[0] == '2' ? 1e-5 : 1e-6);
     tj_tree_free(in);
 }
+static void gc(tj_ctx *ctx, const char *c, const char *sa, const char *sb, const char *sc, double lo, double hi) { gcw(ctx, c, sa, sb, sc, lo, hi, "a b c"); }
 
 /* ------------------------------------------------ 1. gradient checks --- */
 static void test_grads(tj_ctx *ctx) {
@@ -342,6 +349,35 @@ static void test_grads(tj_ctx *ctx) {
     gc(ctx, "2w:layer_norm", "p=3 e=5", NULL, NULL, -2, 2);
     gc(ctx, "2w:softmax", "q=3 k=4", NULL, NULL, -2, 2);
     gc(ctx, "2w:dot", "m=3 k=4", "k=4 n=2", NULL, -1, 1);
+    /* d/da of wsum(op): the backward graph of each op differentiated again
+       (only w.r.t. leaves the first gradient depends on smoothly: finite
+       differences of an exactly-zero derivative are pure noise) */
+    gc(ctx, "2:exp", "x=3 y=4", NULL, NULL, -1, 1);
+    gc(ctx, "2:log", "x=3 y=4", NULL, NULL, 0.5, 2);
+    gc(ctx, "2:tanh", "x=3 y=4", NULL, NULL, -1, 1);
+    gc(ctx, "2:sqrt", "x=3 y=4", NULL, NULL, 0.5, 2);
+    gc(ctx, "2:rsqrt", "x=3 y=4", NULL, NULL, 0.5, 2);
+    gc(ctx, "2:gelu", "x=3 y=4", NULL, NULL, -2, 2);
+    gc(ctx, "2:pows3", "x=3 y=4", NULL, NULL, -1, 1);
+    gc(ctx, "2:pows0.5", "x=3 y=4", NULL, NULL, 0.5, 2);
+    gc(ctx, "2:cast64", "x=3 y=4", NULL, NULL, -1, 1); /* zero: linear (exact 0 both ways) */
+    gcw(ctx, "2:mul", "x=3 y=4 z=2", "z=2 x=3", NULL, -1, 1, "b");
+    gcw(ctx, "2:div", "x=3 y=4 z=2", "z=2 x=3", NULL, 0.5, 2, "a b");
+    gc(ctx, "2:select", "x=3 y=4", "y=4", NULL, -1, 1);
+    gcw(ctx, "2:dot:k", "k=4 m=3", "n=5 k=4", NULL, -1, 1, "b");
+    gcw(ctx, "2:dot:k", "m=3 k=4 p=2", "k=4 n=5", NULL, -1, 1, "b");
+    gc(ctx, "2:softmax:k", "q=3 k=4 h=2", NULL, NULL, -2, 2);
+    gc(ctx, "2:softmax:q", "q=3 k=4 h=2", NULL, NULL, -2, 2);
+    gc(ctx, "2:log_softmax:q", "q=3 k=4 h=2", NULL, NULL, -2, 2);
+    gc(ctx, "2:layer_norm:p", "p=4 e=3", NULL, NULL, -2, 2);
+    gc(ctx, "2:checkpoint_name", "x=3 y=4", NULL, NULL, -1, 1);
+    {
+        int32_t lab[6] = {0, 3, 1, 2, 3, 0};
+        in = tree3(ctx, "pos=3 b=2 cls=4", NULL, NULL, -2, 2);
+        tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "b=2 pos=3", lab));
+        tjt_gradcheck(__FILE__, __LINE__, ctx, "2:cross_entropy", op_fn, (void *)"2:cross_entropy:nomean", in, "a", 1e-5);
+        tj_tree_free(in);
+    }
 }
 
 /* stop_gradient: d/da sum(exp(stop(a)) * b) = 0, d/db = exp(a) */
@@ -763,6 +799,196 @@ static void test_index_values(tj_ctx *ctx) {
     tj_tree_free(in);
 }
 
+/* long rows (more than one kernel chunk), strided and broadcast operands */
+static void big_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = tj_tree_v(in, "a"), r = tj_tree_v(in, "r"), c = tj_tree_v(in, "c"), xs[3];
+    (void)g; (void)u;
+    tj_tree_set_v(out, "add_r", tj_add(a, r));           /* b lacks the last axis: stride 0 */
+    tj_tree_set_v(out, "mul_c", tj_mul(c, a));           /* a's axes after c's */
+    tj_tree_set_v(out, "sum_c", tj_sum(a, "c"));
+    tj_tree_set_v(out, "sum_r", tj_sum(a, "r"));
+    tj_tree_set_v(out, "max_rc", tj_max(a, "r c"));
+    tj_tree_set_v(out, "tr", tj_transpose(a, "c r"));
+    tj_tree_set_v(out, "slice", tj_slice(a, "c", 100, 650));
+    tj_tree_set_v(out, "pad", tj_pad(a, "c", 3, 300, -1.0));
+    xs[0] = a; xs[1] = tj_slice(a, "c", 0, 300); xs[2] = a;
+    tj_tree_set_v(out, "concat", tj_concat(3, xs, "c"));
+    tj_tree_set_v(out, "sm_c", tj_softmax(a, "c"));
+    tj_tree_set_v(out, "ln_c", tj_layer_norm(a, "c", 0.0));
+}
+static void test_big_values(tj_ctx *ctx, tj_dtype dt) {
+    enum { R = 3, C = 700 };
+    tj_tree *in = tj_tree_new(ctx), *out;
+    double *a, *r, *c, *y;
+    int i, j;
+    double tol = dt == TJ_F64 ? 1e-12 : 1e-5;
+    tjt_current = dt == TJ_F64 ? "values: long rows f64" : "values: long rows f32";
+    tj_tree_set_array(in, "a", tjt_rand(ctx, dt, "r=3 c=700", 61, -2, 2));
+    tj_tree_set_array(in, "r", tjt_rand(ctx, dt, "r=3", 62, -2, 2));
+    tj_tree_set_array(in, "c", tjt_rand(ctx, dt, "c=700", 63, -2, 2));
+    a = arr(tj_tree_array(in, "a"));
+    r = arr(tj_tree_array(in, "r"));
+    c = arr(tj_tree_array(in, "c"));
+    out = run_fn(ctx, "long rows", big_fn, NULL, in);
+    if (tj_tree_find(out, "ln_c") < 0) goto done;
+    {
+        double w = 0;
+        y = get(out, "add_r", NULL);
+        for (i = 0; i < R; i++) for (j = 0; j < C; j++) w = fmax(w, fabs(y[i * C + j] - (a[i * C + j] + r[i])));
+        free(y);
+        TJT_CHECK(w < tol, "add with a broadcast last axis: %g", w);
+        w = 0;
+        y = get(out, "mul_c", NULL); /* axes c, r */
+        TJT_CHECK(tj_array_dim(tj_tree_array(out, "mul_c"), "c") == C && tj_array_rank(tj_tree_array(out, "mul_c")) == 2, "mul_c shape");
+        for (i = 0; i < R; i++) for (j = 0; j < C; j++) w = fmax(w, fabs(y[j * R + i] - c[j] * a[i * C + j]));
+        free(y);
+        TJT_CHECK(w < tol, "mul c * a (result [c, r]): %g", w);
+        w = 0;
+        y = get(out, "sum_c", NULL);
+        for (i = 0; i < R; i++) {
+            double s = 0;
+            for (j = 0; j < C; j++) s += a[i * C + j];
+            w = fmax(w, fabs(y[i] - s));
+        }
+        free(y);
+        TJT_CHECK(w < tol * 100, "sum over a long axis: %g", w);
+        w = 0;
+        y = get(out, "sum_r", NULL);
+        for (j = 0; j < C; j++) w = fmax(w, fabs(y[j] - (a[j] + a[C + j] + a[2 * C + j])));
+        free(y);
+        TJT_CHECK(w < tol, "sum over r: %g", w);
+        {
+            double m = -1e300;
+            for (i = 0; i < R * C; i++) m = fmax(m, a[i]);
+            y = get(out, "max_rc", NULL);
+            TJT_CHECK(y && y[0] == m, "max over r c");
+            free(y);
+        }
+        w = 0;
+        y = get(out, "tr", NULL);
+        for (i = 0; i < R; i++) for (j = 0; j < C; j++) w = fmax(w, fabs(y[j * R + i] - a[i * C + j]));
+        free(y);
+        TJT_CHECK(w == 0, "transpose of long rows");
+        w = 0;
+        y = get(out, "slice", NULL);
+        for (i = 0; i < R; i++) for (j = 0; j < 550; j++) w = fmax(w, fabs(y[i * 550 + j] - a[i * C + 100 + j]));
+        free(y);
+        TJT_CHECK(w == 0, "slice of long rows");
+        w = 0;
+        y = get(out, "pad", NULL);
+        for (i = 0; i < R; i++) for (j = 0; j < C + 303; j++) w = fmax(w, fabs(y[i * (C + 303) + j] - (j < 3 || j >= C + 3 ? -1.0 : a[i * C + j - 3])));
+        free(y);
+        TJT_CHECK(w == 0, "pad of long rows");
+        w = 0;
+        y = get(out, "concat", NULL);
+        for (i = 0; i < R; i++)
+            for (j = 0; j < 2 * C + 300; j++) {
+                int k = j < C ? j : j < C + 300 ? j - C : j - C - 300;
+                w = fmax(w, fabs(y[i * (2 * C + 300) + j] - a[i * C + k]));
+            }
+        free(y);
+        TJT_CHECK(w == 0, "concat of long rows");
+        w = 0;
+        y = get(out, "sm_c", NULL);
+        for (i = 0; i < R; i++) {
+            double z = 0;
+            for (j = 0; j < C; j++) z += exp(a[i * C + j]);
+            for (j = 0; j < C; j++) w = fmax(w, fabs(y[i * C + j] - exp(a[i * C + j]) / z) * C);
+        }
+        free(y);
+        TJT_CHECK(w < tol * 10, "softmax over a long axis: %g", w);
+        w = 0;
+        y = get(out, "ln_c", NULL);
+        for (i = 0; i < R; i++) {
+            double m = 0, v = 0;
+            for (j = 0; j < C; j++) m += a[i * C + j];
+            m /= C;
+            for (j = 0; j < C; j++) v += (a[i * C + j] - m) * (a[i * C + j] - m);
+            v /= C;
+            for (j = 0; j < C; j++) w = fmax(w, fabs(y[i * C + j] - (a[i * C + j] - m) / sqrt(v)));
+        }
+        free(y);
+        TJT_CHECK(w < tol * 10, "layer_norm over a long axis: %g", w);
+    }
+done:
+    free(a); free(r); free(c);
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
+
+/* f32 and bf16 dots in every layout against a double loop */
+static void test_dot_lowp(tj_ctx *ctx, tj_dtype dt) {
+    static const char *la[] = {"b2=2 b1=3 m=5 k=17", "k=17 m=5 b1=3 b2=2", "b1=3 b2=2 k=17 m=5", "m=5 k=17 b1=3 b2=2"};
+    static const char *lb[] = {"b1=3 b2=2 k=17 n=4", "b2=2 b1=3 n=4 k=17", "n=4 k=17 b2=2 b1=3", "b2=2 b1=3 k=17 n=4"};
+    int ia, ib;
+    tjt_current = dt == TJ_F32 ? "values: f32 dot layouts" : "values: bf16 dot layouts";
+    for (ia = 0; ia < 4; ia++)
+        for (ib = 0; ib < 4; ib++) {
+            tj_tree *in = tj_tree_new(ctx), *out, *in64 = tj_tree_new(ctx), *out64;
+            double *y, *y64, w = 0, scale = 0;
+            int64_t n, n64, i;
+            tj_tree_set_array(in, "a", tjt_rand(ctx, dt, la[ia], 70 + ia, -1, 1));
+            tj_tree_set_array(in, "b", tjt_rand(ctx, dt, lb[ib], 80 + ib, -1, 1));
+            /* the same (rounded) values in f64 */
+            {
+                tj_array *A = tj_tree_array(in, "a"), *B = tj_tree_array(in, "b");
+                double *av = arr(A), *bv = arr(B);
+                tj_tree_set_array(in64, "a", tj_array_new(ctx, TJ_F64, la[ia], av));
+                tj_tree_set_array(in64, "b", tj_array_new(ctx, TJ_F64, lb[ib], bv));
+                free(av); free(bv);
+            }
+            out = fwd(ctx, "dot:k", in);
+            out64 = fwd(ctx, "dot:k", in64);
+            y = get(out, "y", &n);
+            y64 = get(out64, "y", &n64);
+            if (y && y64 && n == n64 && n == 2 * 3 * 5 * 4) {
+                for (i = 0; i < n; i++) { w = fmax(w, fabs(y[i] - y64[i])); scale = fmax(scale, fabs(y64[i])); }
+                TJT_CHECK(w <= (dt == TJ_F32 ? 1e-5 : 2e-2 * scale), "%s dot a[%s] b[%s]: off by %g", tj_dtype_name(dt), la[ia], lb[ib], w);
+                TJT_CHECK(tj_array_dtype(tj_tree_array(out, "y")) == dt, "dot result dtype");
+            } else TJT_CHECK(0, "%s dot a[%s] b[%s]: no result", tj_dtype_name(dt), la[ia], lb[ib]);
+            free(y); free(y64);
+            tj_tree_free(out); tj_tree_free(out64); tj_tree_free(in); tj_tree_free(in64);
+        }
+}
+
+/* gradients at ties: max reductions share, max2/min2 split in halves */
+static void tie_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = tj_tree_v(in, "a"), b = tj_tree_v(in, "b"), ga, gm[2], w[2];
+    (void)g; (void)u;
+    if (tj_grad(tj_sum(tj_max(a, "n"), "m"), 1, &a, &ga) != TJ_OK) return;
+    tj_tree_set_v(out, "gmax", ga);
+    w[0] = a; w[1] = b;
+    if (tj_grad(tj_sum(tj_sum(tj_max2(a, b), "m"), "n"), 2, w, gm) != TJ_OK) return;
+    tj_tree_set_v(out, "gmax2a", gm[0]);
+    tj_tree_set_v(out, "gmax2b", gm[1]);
+    if (tj_grad(tj_sum(tj_sum(tj_relu(a), "m"), "n"), 1, &a, &ga) != TJ_OK) return;
+    tj_tree_set_v(out, "grelu", ga);
+}
+static void test_ties(tj_ctx *ctx) {
+    double a[6] = {1, 3, 3, 0, -2, 5}, b[6] = {1, 4, 3, 1, -2, 0};
+    double wmax[6] = {0, .5, .5, 0, 0, 1}, wa[6] = {.5, 0, .5, 0, .5, 1}, wb[6] = {.5, 1, .5, 1, .5, 0}, wr[6] = {1, 1, 1, 0, 0, 1};
+    tj_tree *in = tj_tree_new(ctx), *out;
+    double *y;
+    tjt_current = "gradients at ties";
+    tj_tree_set_array(in, "a", tj_array_new(ctx, TJ_F64, "m=2 n=3", a));
+    tj_tree_set_array(in, "b", tj_array_new(ctx, TJ_F64, "m=2 n=3", b));
+    out = run_fn(ctx, "ties", tie_fn, NULL, in);
+    y = get(out, "gmax", NULL);
+    TJT_CHECK(maxdiff(y, wmax, 6) == 0, "max: tied maxima share the gradient");
+    free(y);
+    y = get(out, "gmax2a", NULL);
+    TJT_CHECK(maxdiff(y, wa, 6) == 0, "max2: d/da with ties");
+    free(y);
+    y = get(out, "gmax2b", NULL);
+    TJT_CHECK(maxdiff(y, wb, 6) == 0, "max2: d/db with ties");
+    free(y);
+    y = get(out, "grelu", NULL);
+    TJT_CHECK(maxdiff(y, wr, 6) == 0, "relu gradient (0 at 0)");
+    free(y);
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
+
 /* constants and random numbers */
 static void src_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)in; (void)u;
@@ -1036,6 +1262,19 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     }
     if (IS("stash")) { y = tj_exp(a); stash = y; }
     if (IS("update")) y = tj_sub(a, tj_muls(b, 0.1)); /* w - 0.1 g */
+    if (IS("concat")) { tj_v xs[2]; xs[0] = a; xs[1] = b; y = tj_concat(2, xs, "m"); } /* b has another k */
+    if (IS("pad")) y = tj_pad(a, "k", -1, 0, 0.0);
+    if (IS("transpose dup")) y = tj_transpose(a, "k m k");
+    if (IS("rename")) y = tj_rename(a, "m", "k");
+    if (IS("one_hot")) y = tj_one_hot(tj_cast(a, TJ_I32), "k=3", TJ_F32);
+    if (IS("causal")) y = tj_causal_mask(a, "k", "k", 0.0);
+    if (IS("ce labels")) y = tj_cross_entropy(a, tj_cast(b, TJ_I32), "k", NULL);
+    if (IS("select mask")) y = tj_select(a, a, a);
+    if (IS("dropout rate")) y = tj_dropout(a, 1, 1.0);
+    if (IS("broadcast")) y = tj_broadcast(a, "m=3 k=5");
+    if (IS("checkpoint_name")) y = tj_checkpoint_name(a, "");
+    if (IS("softmax axis")) y = tj_softmax(a, "m k");
+    if (IS("take axis")) y = tj_take(a, "vocab", tj_cast(b, TJ_I32));
 #undef IS
     tj_tree_set_v(out, "y", y);
 }
@@ -1074,6 +1313,21 @@ static void test_errors(tj_ctx *ctx) {
     EXPECT_JIT_ERROR(ctx, "merge", in, "merge", "m k", "adjacent", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "slice", in, "slice", "'k'", "[2, 9)", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "take f32", in, "take", "i32", "f64[k=8]", "test_ops.c");
+    tj_tree_free(in);
+    in = tree3(ctx, "m=3 k=4", "m=2 k=5", NULL, -1, 1);
+    EXPECT_JIT_ERROR(ctx, "concat", in, "concat", "input 1", "'m'", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "pad", in, "pad", "'k'", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "transpose dup", in, "transpose", "k m k", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "rename", in, "rename", "'k'", "already", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "one_hot", in, "one_hot", "k=3", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "causal", in, "causal_mask", "'k'", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "ce labels", in, "cross_entropy", "labels", "m=2", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "select mask", in, "select", "i32", "f64[m=3,k=4]", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "dropout rate", in, "dropout", "rate", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "broadcast", in, "broadcast", "k=4", "k=5", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "checkpoint_name", in, "checkpoint_name", "empty", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "softmax axis", in, "softmax", "m k", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "take axis", in, "take", "'vocab'", "test_ops.c");
     tj_tree_free(in);
     /* shapes of arrays, outside tracing */
     TJT_CHECK(!tj_zeros(ctx, TJ_F32, "batch=0"), "zeros batch=0 should fail");
@@ -1321,6 +1575,11 @@ int main(void) {
     test_row_values(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
+    test_big_values(ctx, TJ_F64);
+    test_big_values(ctx, TJ_F32);
+    test_dot_lowp(ctx, TJ_F32);
+    test_dot_lowp(ctx, TJ_BF16);
+    test_ties(ctx);
     test_sources(ctx);
     test_dtypes(ctx);
     test_errors(ctx);
