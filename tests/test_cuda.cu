@@ -1,0 +1,359 @@
+/* test_cuda.cu — the CUDA backend against the CPU backend.
+ *
+ * Every program runs twice: in a context on the built-in CPU backend and in a
+ * context on tj_cuda_backend(0); every output leaf must agree (relative
+ * tolerance 1e-4 for f32, 1e-2 for bf16, 1e-9 for f64, exact for i32).
+ * Without a GPU the test prints why, "0 passed, 0 failed, 1 skipped" and
+ * exits 0. TJ_CUDA_TEST_CPU=1 compares the CPU backend with itself, which
+ * checks the test programs on a machine without a GPU. Only the public API is used: the library implementation lives in
+ * tinyjax_cuda.cu, which this file links against.
+ *
+ *   nvcc -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu tinyjax_cuda.cu -lcublas -o build/test_cuda
+ */
+#include "tinyjax.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
+extern "C" void tj_cuda_backend_free(tj_backend *b);
+
+static int npass, nfail;
+static tj_ctx *cpu, *gpu;
+
+#define CHECK(cond, ...)                                     \
+    do {                                                     \
+        if (cond) npass++;                                   \
+        else {                                               \
+            nfail++;                                         \
+            fprintf(stderr, "FAIL %s:%d ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                    \
+            fprintf(stderr, "\n");                           \
+        }                                                    \
+    } while (0)
+
+/* ---- inputs: deterministic data, the same bytes in both contexts ---- */
+
+typedef struct {
+    const char *name;
+    tj_dtype dt;
+    const char *shape;
+    double lo, hi; /* uniform in [lo, hi); i32: floor of it */
+} spec;
+
+static int64_t numel_of(const char *shape) {
+    int64_t n = 1;
+    const char *s = shape;
+    while ((s = strchr(s, '=')) != NULL) n *= strtoll(++s, NULL, 10);
+    return n;
+}
+static void *host_data(const spec *sp, unsigned seed) {
+    int64_t n = numel_of(sp->shape), i;
+    uint64_t st = seed * 6364136223846793005ull + 1442695040888963407ull;
+    void *buf = malloc((size_t)(n + 1) * 8);
+    for (i = 0; i < n; i++) {
+        double v;
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        v = sp->lo + (sp->hi - sp->lo) * (double)(st >> 11) / 9007199254740992.0;
+        switch (sp->dt) {
+        case TJ_F32: ((float *)buf)[i] = (float)v; break;
+        case TJ_BF16: ((uint16_t *)buf)[i] = tj_f32_to_bf16((float)v); break;
+        case TJ_I32: ((int32_t *)buf)[i] = (int32_t)floor(v); break;
+        default: ((double *)buf)[i] = v; break;
+        }
+    }
+    return buf;
+}
+static tj_tree *make_inputs(tj_ctx *ctx, const spec *sp, int n) {
+    tj_tree *t = tj_tree_new(ctx);
+    int i;
+    for (i = 0; i < n; i++) {
+        void *h = host_data(&sp[i], 1234u + 77u * (unsigned)i);
+        tj_tree_set_array(t, sp[i].name, tj_array_new(ctx, sp[i].dt, sp[i].shape, h));
+        free(h);
+    }
+    return t;
+}
+
+/* ---- compare one program on both backends ---- */
+
+static double tol_of(tj_dtype dt) { return dt == TJ_BF16 ? 1e-2 : dt == TJ_F32 ? 1e-4 : dt == TJ_F64 ? 1e-9 : 0.0; }
+
+static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
+    tj_ctx *cs[2] = {cpu, gpu};
+    tj_tree *in[2], *out[2];
+    tj_prog *p[2];
+    int b, i, ok = 1;
+    for (b = 0; b < 2; b++) {
+        in[b] = make_inputs(cs[b], sp, nsp);
+        out[b] = tj_tree_new(cs[b]);
+        p[b] = tj_jit(cs[b], what, fn, NULL, in[b], NULL);
+        if (!p[b]) {
+            CHECK(0, "[%s] jit on %s: %s", what, b ? "cuda" : "cpu", tj_error(cs[b]));
+            ok = 0;
+        } else if (tj_run(p[b], in[b], out[b]) != TJ_OK) {
+            CHECK(0, "[%s] run on %s: %s", what, b ? "cuda" : "cpu", tj_error(cs[b]));
+            ok = 0;
+        }
+    }
+    if (ok) {
+        CHECK(tj_tree_size(out[0]) == tj_tree_size(out[1]), "[%s] %d vs %d outputs", what, tj_tree_size(out[0]), tj_tree_size(out[1]));
+        for (i = 0; i < tj_tree_size(out[0]) && i < tj_tree_size(out[1]); i++) {
+            tj_array *a = tj_tree_array_at(out[0], i), *g = tj_tree_array_at(out[1], i);
+            const char *name = tj_tree_name(out[0], i);
+            int64_t n, j, worst = -1;
+            double *va, *vg, tol, excess = 0;
+            char da[256], dg[256];
+            if (!a || !g) continue;
+            tj_array_describe(a, da, sizeof da);
+            tj_array_describe(g, dg, sizeof dg);
+            if (strcmp(da, dg) != 0) {
+                CHECK(0, "[%s] output '%s' is %s on cpu but %s on cuda", what, name, da, dg);
+                continue;
+            }
+            n = tj_array_numel(a);
+            tol = tol_of(tj_array_dtype(a));
+            va = (double *)malloc(sizeof(double) * (size_t)n);
+            vg = (double *)malloc(sizeof(double) * (size_t)n);
+            tj_array_read(a, TJ_F64, va);
+            tj_array_read(g, TJ_F64, vg);
+            for (j = 0; j < n; j++) {
+                double d = fabs(va[j] - vg[j]), lim = tol * (1.0 + fabs(va[j]));
+                int same = va[j] == vg[j] || (isnan(va[j]) && isnan(vg[j]));
+                if (!same && !(d <= lim) && d - lim >= excess) {
+                    excess = d - lim;
+                    worst = j;
+                }
+            }
+            CHECK(worst < 0, "[%s] output '%s' %s: element %lld is %.9g on cpu, %.9g on cuda (tol %g)", what, name, da, (long long)worst,
+                  worst >= 0 ? va[worst] : 0.0, worst >= 0 ? vg[worst] : 0.0, tol);
+            free(va);
+            free(vg);
+        }
+    }
+    for (b = 0; b < 2; b++) {
+        tj_prog_free(p[b]);
+        tj_tree_free(in[b]);
+        tj_tree_free(out[b]);
+        tj_clear_error(cs[b]);
+    }
+}
+
+/* ---- programs ---- */
+
+static void f_elementwise(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), b = tj_tree_v(in, "b"), z = tj_tree_v(in, "z"), p = tj_tree_v(in, "p");
+    tj_v x64 = tj_tree_v(in, "x64"), b64 = tj_tree_v(in, "b64"), xb = tj_tree_v(in, "xb"), bb = tj_tree_v(in, "bb");
+    tj_v n = tj_tree_v(in, "n"), lab = tj_tree_v(in, "lab"), s = tj_tree_v(in, "s");
+    tj_v parts[2];
+    (void)u;
+    tj_tree_set_v(out, "bcast", tj_tanh(tj_add(tj_mul(x, b), z))); /* z is [feat, batch]: strided broadcast */
+    tj_tree_set_v(out, "unary", tj_sub(tj_add(tj_gelu(x), tj_relu(x)), tj_mul(tj_sqrt(p), tj_log(p))));
+    tj_tree_set_v(out, "unary2", tj_add(tj_add(tj_rsqrt(p), tj_pows(p, 1.5)), tj_add(tj_neg(x), tj_exp(x))));
+    tj_tree_set_v(out, "minmax", tj_add(tj_max2(x, z), tj_min2(x, b)));
+    tj_tree_set_v(out, "div", tj_div(x, tj_adds(p, 0.5)));
+    tj_tree_set_v(out, "cmp", tj_add(tj_lt(x, z), tj_add(tj_ge(x, b), tj_ne(x, x))));
+    tj_tree_set_v(out, "select", tj_select(tj_gt(x, b), x, tj_muls(z, 2.0)));
+    tj_tree_set_v(out, "cast", tj_add(tj_cast(tj_cast(x, TJ_BF16), TJ_F32), tj_cast(tj_cast(tj_muls(x, 10.0), TJ_I32), TJ_F32)));
+    tj_tree_set_v(out, "transpose", tj_transpose(x, "feat batch"));
+    tj_tree_set_v(out, "broadcast", tj_broadcast(b, "feat=6 k=3"));
+    tj_tree_set_v(out, "slice", tj_slice(x, "feat", 1, 4));
+    tj_tree_set_v(out, "pad", tj_pad(x, "batch", 1, 2, 0.5));
+    parts[0] = x;
+    parts[1] = tj_muls(x, 3.0);
+    tj_tree_set_v(out, "concat", tj_concat(2, parts, "feat"));
+    tj_tree_set_v(out, "causal", tj_causal_mask(s, "q", "k", -1e9));
+    tj_tree_set_v(out, "one_hot", tj_one_hot(lab, "cls=5", TJ_F32));
+    tj_tree_set_v(out, "arange", tj_arange(g, TJ_F32, "a=3 b=4", "b"));
+    tj_tree_set_v(out, "uniform", tj_uniform(g, 42, TJ_F32, "a=3 b=5"));
+    tj_tree_set_v(out, "normal", tj_normal(g, 7, TJ_F32, "a=4 b=5"));
+    tj_tree_set_v(out, "f64", tj_tanh(tj_add(tj_mul(x64, b64), x64)));
+    tj_tree_set_v(out, "bf16", tj_gelu(tj_add(tj_mul(xb, bb), xb)));
+    tj_tree_set_v(out, "i32", tj_add(tj_mul(n, n), tj_neg(n)));
+}
+static const spec s_elementwise[] = {
+    {"x", TJ_F32, "batch=4 feat=6", -1, 1},   {"b", TJ_F32, "feat=6", -1, 1},        {"z", TJ_F32, "feat=6 batch=4", -1, 1},
+    {"p", TJ_F32, "batch=4 feat=6", 0.1, 2},  {"x64", TJ_F64, "batch=4 feat=6", -1, 1}, {"b64", TJ_F64, "feat=6", -1, 1},
+    {"xb", TJ_BF16, "batch=4 feat=6", -1, 1}, {"bb", TJ_BF16, "feat=6", -1, 1},      {"n", TJ_I32, "batch=4 feat=6", -1000, 1000},
+    {"lab", TJ_I32, "batch=4", 0, 5},         {"s", TJ_F32, "q=5 k=5", -1, 1},
+};
+
+static void f_reduce(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), x64 = tj_tree_v(in, "x64"), xb = tj_tree_v(in, "xb"), n = tj_tree_v(in, "n"), big = tj_tree_v(in, "big");
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "sum_b", tj_sum(x, "b")); /* a middle axis: strided */
+    tj_tree_set_v(out, "sum_ac", tj_sum(x, "a c"));
+    tj_tree_set_v(out, "max_bc", tj_max(x, "b c"));
+    tj_tree_set_v(out, "max_a", tj_max(x, "a"));
+    tj_tree_set_v(out, "mean_all", tj_mean(x, "a b c"));
+    tj_tree_set_v(out, "sum64", tj_sum(x64, "c"));
+    tj_tree_set_v(out, "sumbf16", tj_sum(xb, "c"));
+    tj_tree_set_v(out, "sum_i32", tj_sum(n, "a b"));
+    tj_tree_set_v(out, "sum_big", tj_sum(big, "r")); /* more elements than threads in a block */
+    tj_tree_set_v(out, "max_big", tj_max(big, "r"));
+}
+static const spec s_reduce[] = {
+    {"x", TJ_F32, "a=3 b=4 c=5", -1, 1},   {"x64", TJ_F64, "a=3 b=4 c=5", -1, 1}, {"xb", TJ_BF16, "a=3 b=4 c=5", -1, 1},
+    {"n", TJ_I32, "a=3 b=4 c=5", -50, 50}, {"big", TJ_F32, "o=3 r=3000", -1, 1},
+};
+
+static void f_dot(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "plain", tj_dot(tj_tree_v(in, "a"), tj_tree_v(in, "b"), "k"));
+    tj_tree_set_v(out, "batched", tj_dot(tj_tree_v(in, "a3"), tj_tree_v(in, "b3"), "k"));
+    tj_tree_set_v(out, "trans", tj_dot(tj_tree_v(in, "at"), tj_tree_v(in, "bt"), "k")); /* [k,m] . [n,k]: both transposed layouts */
+    tj_tree_set_v(out, "relayout", tj_dot(tj_tree_v(in, "amid"), tj_tree_v(in, "b"), "k")); /* k in the middle: an explicit relayout */
+    tj_tree_set_v(out, "swapped", tj_dot(tj_tree_v(in, "b3"), tj_tree_v(in, "a3"), "k"));   /* [bt,k,n] . [bt,m,k] */
+    tj_tree_set_v(out, "f64", tj_dot(tj_tree_v(in, "a64"), tj_tree_v(in, "b64"), "k"));
+    tj_tree_set_v(out, "bf16", tj_dot(tj_tree_v(in, "ab"), tj_tree_v(in, "bb"), "k"));
+    tj_tree_set_v(out, "bf16_trans", tj_dot(tj_tree_v(in, "abt"), tj_tree_v(in, "bbt"), "k"));
+}
+static const spec s_dot[] = {
+    {"a", TJ_F32, "m=5 k=7", -1, 1},         {"b", TJ_F32, "k=7 n=3", -1, 1},           {"a3", TJ_F32, "bt=2 m=5 k=7", -1, 1},
+    {"b3", TJ_F32, "bt=2 k=7 n=3", -1, 1},   {"at", TJ_F32, "k=7 m=5", -1, 1},          {"bt", TJ_F32, "n=3 k=7", -1, 1},
+    {"a64", TJ_F64, "m=33 k=65", -1, 1},     {"b64", TJ_F64, "k=65 n=17", -1, 1},       {"ab", TJ_BF16, "bt=3 m=16 k=40", -1, 1},
+    {"bb", TJ_BF16, "bt=3 k=40 n=24", -1, 1}, {"abt", TJ_BF16, "k=40 m=16", -1, 1},     {"bbt", TJ_BF16, "n=24 k=40", -1, 1},
+    {"amid", TJ_F32, "m=5 k=7 j=2", -1, 1},
+};
+
+static void f_rows(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), xb = tj_tree_v(in, "xb"), x64 = tj_tree_v(in, "x64"), big = tj_tree_v(in, "big");
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "softmax_last", tj_softmax(x, "e"));
+    tj_tree_set_v(out, "softmax_first", tj_softmax(x, "r")); /* strided rows */
+    tj_tree_set_v(out, "log_softmax", tj_log_softmax(x, "e"));
+    tj_tree_set_v(out, "masked", tj_softmax(tj_causal_mask(tj_tree_v(in, "s"), "q", "k", -INFINITY), "k"));
+    tj_tree_set_v(out, "layer_norm", tj_layer_norm(x, "e", 1e-5));
+    tj_tree_set_v(out, "layer_norm_r", tj_layer_norm(x, "r", 1e-5));
+    tj_tree_set_v(out, "softmax_bf16", tj_softmax(xb, "e"));
+    tj_tree_set_v(out, "layer_norm64", tj_layer_norm(x64, "e", 1e-5));
+    tj_tree_set_v(out, "softmax_big", tj_softmax(big, "e"));
+    tj_tree_set_v(out, "layer_norm_big", tj_layer_norm(big, "e", 1e-5));
+}
+static const spec s_rows[] = {
+    {"x", TJ_F32, "r=6 e=16", -3, 3},     {"xb", TJ_BF16, "r=6 e=16", -3, 3}, {"x64", TJ_F64, "r=6 e=16", -3, 3},
+    {"big", TJ_F32, "r=3 e=1000", -3, 3}, {"s", TJ_F32, "q=4 k=4", -1, 1},
+};
+
+static void f_xent(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v z = tj_tree_v(in, "z"), lab = tj_tree_v(in, "lab");
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "mean", tj_cross_entropy(z, lab, "c", "b"));
+    tj_tree_set_v(out, "per_row", tj_cross_entropy(z, lab, "c", ""));
+    tj_tree_set_v(out, "class_first", tj_cross_entropy(tj_tree_v(in, "zt"), lab, "c", "b"));
+    tj_tree_set_v(out, "bf16", tj_cross_entropy(tj_tree_v(in, "zb"), lab, "c", "b"));
+}
+static const spec s_xent[] = {
+    {"z", TJ_F32, "b=8 c=10", -2, 2}, {"zt", TJ_F32, "c=10 b=8", -2, 2}, {"zb", TJ_BF16, "b=8 c=10", -2, 2}, {"lab", TJ_I32, "b=8", 0, 10},
+};
+
+/* embedding -> dense + gelu -> layer norm -> dense -> cross entropy, and its
+   gradients (scatter_add, dots in every layout, row-op VJPs) */
+static void f_mlp(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v wte = tj_tree_v(in, "wte"), w1 = tj_tree_v(in, "w1"), b1 = tj_tree_v(in, "b1"), w2 = tj_tree_v(in, "w2");
+    tj_v wrt[4] = {wte, w1, b1, w2}, gr[4];
+    tj_v x = tj_take(wte, "vocab", tj_tree_v(in, "tok"));
+    tj_v h = tj_gelu(tj_add(tj_dot(x, w1, "in"), b1));
+    tj_v logits = tj_dot(tj_layer_norm(h, "hid", 1e-5), w2, "hid");
+    tj_v loss = tj_cross_entropy(logits, tj_tree_v(in, "lab"), "cls", "batch");
+    (void)g;
+    (void)u;
+    tj_grad(loss, 4, wrt, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_wte", gr[0]);
+    tj_tree_set_v(out, "g_w1", gr[1]);
+    tj_tree_set_v(out, "g_b1", gr[2]);
+    tj_tree_set_v(out, "g_w2", gr[3]);
+}
+static const spec s_mlp[] = {
+    {"wte", TJ_F32, "vocab=11 in=6", -1, 1}, {"w1", TJ_F32, "in=6 hid=16", -0.5, 0.5}, {"b1", TJ_F32, "hid=16", -0.1, 0.1},
+    {"w2", TJ_F32, "hid=16 cls=5", -0.5, 0.5}, {"tok", TJ_I32, "batch=8", 0, 11}, /* repeats: scatter_add accumulates */
+    {"lab", TJ_I32, "batch=8", 0, 5},
+};
+
+static void f_take(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "y", tj_take(tj_tree_v(in, "w"), "vocab", tj_tree_v(in, "tok")));
+}
+
+/* a bad index is a run-time error with the CPU's wording, not a crash */
+static void test_bad_index(void) {
+    tj_ctx *cs[2] = {cpu, gpu};
+    char msg[2][1024];
+    int b;
+    for (b = 0; b < 2; b++) {
+        int32_t tok[4] = {1, 2, 9, 0};
+        tj_tree *in = tj_tree_new(cs[b]), *out = tj_tree_new(cs[b]);
+        tj_prog *p;
+        tj_tree_set_array(in, "w", tj_ones(cs[b], TJ_F32, "vocab=5 e=3"));
+        tj_tree_set_array(in, "tok", tj_array_new(cs[b], TJ_I32, "t=4", tok));
+        p = tj_jit(cs[b], "bad_index", f_take, NULL, in, NULL);
+        CHECK(p && tj_run(p, in, out) != TJ_OK, "[bad index] %s: the run should fail", b ? "cuda" : "cpu");
+        snprintf(msg[b], sizeof msg[b], "%s", tj_error(cs[b]));
+        CHECK(strstr(msg[b], "out of range") != NULL, "[bad index] %s message: \"%s\"", b ? "cuda" : "cpu", msg[b]);
+        tj_clear_error(cs[b]);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+    CHECK(strcmp(msg[0], msg[1]) == 0, "[bad index] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
+}
+
+/* the same compiled program, run again (fresh arena, same results) */
+static void test_rerun(void) {
+    tj_tree *in = make_inputs(gpu, s_mlp, 6), *o1 = tj_tree_new(gpu), *o2 = tj_tree_new(gpu);
+    tj_prog *p = tj_jit(gpu, "mlp_rerun", f_mlp, NULL, in, NULL);
+    float a = 0, b = 1;
+    CHECK(p && tj_run(p, in, o1) == TJ_OK && tj_run(p, in, o2) == TJ_OK, "[rerun] %s", tj_error(gpu));
+    if (p && tj_tree_array(o1, "loss") && tj_tree_array(o2, "loss")) {
+        tj_array_read(tj_tree_array(o1, "loss"), TJ_F32, &a);
+        tj_array_read(tj_tree_array(o2, "loss"), TJ_F32, &b);
+        CHECK(a == b, "[rerun] loss %.9g then %.9g", a, b);
+    }
+    tj_clear_error(gpu);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(o1);
+    tj_tree_free(o2);
+}
+
+int main(void) {
+    char why[512];
+    const char *self = getenv("TJ_CUDA_TEST_CPU");
+    int selfcheck = self && *self && strcmp(self, "0") != 0;
+    tj_backend *be = selfcheck ? NULL : tj_cuda_backend(0, why, sizeof why);
+    if (!be && !selfcheck) {
+        printf("cuda: no GPU available (%s), skipped\n", why);
+        printf("0 passed, 0 failed, 1 skipped\n");
+        return 0;
+    }
+    cpu = tj_ctx_new();
+    gpu = tj_ctx_new();
+    if (be) tj_set_backend(gpu, be);
+    else printf("cuda: TJ_CUDA_TEST_CPU set: comparing the CPU backend with itself (checks this test, not the GPU)\n");
+    compare("elementwise", f_elementwise, s_elementwise, (int)(sizeof s_elementwise / sizeof *s_elementwise));
+    compare("reduce", f_reduce, s_reduce, (int)(sizeof s_reduce / sizeof *s_reduce));
+    compare("dot", f_dot, s_dot, (int)(sizeof s_dot / sizeof *s_dot));
+    compare("rows", f_rows, s_rows, (int)(sizeof s_rows / sizeof *s_rows));
+    compare("cross_entropy", f_xent, s_xent, (int)(sizeof s_xent / sizeof *s_xent));
+    compare("mlp", f_mlp, s_mlp, (int)(sizeof s_mlp / sizeof *s_mlp));
+    test_bad_index();
+    test_rerun();
+    {
+        tj_alloc_stats st = tj_get_alloc_stats(gpu);
+        CHECK(st.array_bytes == 0 && st.arena_bytes == 0, "[leaks] %lld array bytes, %lld arena bytes still live on the GPU", (long long)st.array_bytes,
+              (long long)st.arena_bytes);
+    }
+    tj_ctx_free(cpu);
+    tj_ctx_free(gpu);
+    if (be) tj_cuda_backend_free(be);
+    printf("%d passed, %d failed\n", npass, nfail);
+    return nfail ? 1 : 0;
+}

@@ -1,0 +1,936 @@
+/* tinyjax_cuda.cu — the CUDA backend of tinyjax.h.                 MIT license
+ *
+ * This file is the translation unit that holds the library: it defines
+ * TINYJAX_IMPLEMENTATION, includes tinyjax.h, and adds a tj_backend that runs
+ * every node of a program on one CUDA device. Build and link:
+ *
+ *     nvcc -std=c++17 -O2 -I. -c tinyjax_cuda.cu -o tinyjax_cuda.o
+ *     nvcc -std=c++17 -O2 -I. my_program.cu tinyjax_cuda.o -lcublas -o my_program
+ *
+ * (my_program includes tinyjax.h WITHOUT TINYJAX_IMPLEMENTATION). tinyjax.h
+ * does not declare the constructor; declare it yourself:
+ *
+ *     extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
+ *     extern "C" void tj_cuda_backend_free(tj_backend *b);
+ *
+ *     char err[256];
+ *     tj_backend *gpu = tj_cuda_backend(0, err, sizeof err);
+ *     if (!gpu) fprintf(stderr, "no GPU: %s\n", err);
+ *     else tj_set_backend(ctx, gpu);   // arrays and runs of ctx now live on the GPU
+ *
+ * Arrays keep the CPU layout (row-major over their named axes, bf16 as the
+ * upper 16 bits of an f32), so the planner, tj_array_read and the trees do
+ * not know which backend ran. Create arrays in a context after setting its
+ * backend, and free them before freeing the backend.
+ *
+ * The CUDA code mirrors section [4] of tinyjax.h: the same op names, the same
+ * stride rules (tj__bstrides), the same row formula (tj__k_rowop), the same
+ * error messages for bad indices. Math runs in float for f32 and bf16 and in
+ * double for f64 and i32 (the CPU uses double throughout, so f32 results may
+ * differ in the last bits; bf16 rounds to nearest even as tj_f32_to_bf16).
+ * Dots go through cuBLAS.
+ *
+ * ------------------------------------------------------------- contents ---
+ *   [8] CUDA backend: state and error messages
+ *   [8] CUDA backend: device helpers (dtype access, math, block reductions)
+ *   [8] CUDA backend: kernels
+ *   [8] CUDA backend: launchers (one per CPU kernel of [4])
+ *   [8] CUDA backend: memory spaces, copies, sync
+ *   [8] CUDA backend: dispatch and constructor
+ */
+#define TINYJAX_IMPLEMENTATION
+#include "tinyjax.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+
+extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
+extern "C" void tj_cuda_backend_free(tj_backend *b);
+
+// ==== [8] CUDA backend: state and error messages ==========================
+
+#define TJC_THREADS 256        /* threads per block (a power of two)          */
+#define TJC_MAXGRID (1 << 20)  /* blocks per launch; kernels loop beyond this */
+#define TJC_NOERR (~0ull)      /* "no bad index seen" in the error slot       */
+
+typedef struct {
+    tj_backend b;              /* what tj_cuda_backend returns; b.state = this */
+    int device;
+    cudaStream_t compute;      /* every kernel and cuBLAS call               */
+    cudaStream_t copy;         /* host <-> device copies                     */
+    cublasHandle_t blas;
+    unsigned long long *d_errpos; /* first bad index position, on the device */
+    unsigned long long *h_errpos; /* its pinned host mirror                  */
+    /* an error the interface could not return (a failed sync or copy); the
+       next run reports it */
+    char pending[512];
+} tjc_state;
+
+static tjc_state *tjc_st_of(tj_backend *b) { return (tjc_state *)b->state; }
+
+/* Write "cuda backend: op 'X': <what> (at file:line)" to k->err; returns 1. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static int tjc_fail(tj__kern *k, const char *fmt, ...) {
+    char m[640];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    if (k->err && !k->err[0])
+        snprintf(k->err, TJ__MSG, "cuda backend: op '%s': %s (at %s:%d)", tj__opname(k->n->op), m, tj__base(k->n->file), k->n->line);
+    return 1;
+}
+static int tjc_unsupported(tj__kern *k) {
+    if (k->err && !k->err[0])
+        snprintf(k->err, TJ__MSG, "cuda backend: op '%s' has no CUDA kernel yet (at %s:%d)", tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
+    return 1;
+}
+/* check a CUDA / cuBLAS call or a launch inside a launcher */
+#define TJC_CUDA(k, call)                                                                             \
+    do {                                                                                              \
+        cudaError_t e_ = (call);                                                                      \
+        if (e_ != cudaSuccess) return tjc_fail((k), "%s failed: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+#define TJC_BLAS(k, what, call)                                                                            \
+    do {                                                                                                   \
+        cublasStatus_t s_ = (call);                                                                        \
+        if (s_ != CUBLAS_STATUS_SUCCESS) return tjc_fail((k), "%s failed: %s", what, cublasGetStatusString(s_)); \
+    } while (0)
+#define TJC_LAUNCHED(k, name)                                                                                  \
+    do {                                                                                                       \
+        cudaError_t e_ = cudaGetLastError();                                                                   \
+        if (e_ != cudaSuccess) return tjc_fail((k), "launching kernel %s failed: %s", name, cudaGetErrorString(e_)); \
+    } while (0)
+
+static unsigned tjc_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > TJC_MAXGRID ? TJC_MAXGRID : b);
+}
+static unsigned tjc_grid(int64_t n) { return (unsigned)(n < 1 ? 1 : n > TJC_MAXGRID ? TJC_MAXGRID : n); }
+/* compute in double when the data needs it (f64, or i32 which float would round) */
+static int tjc_wide(tj_dtype t) { return t == TJ_F64 || t == TJ_I32; }
+
+// ==== [8] CUDA backend: device helpers (dtype access, math, block reductions)
+
+/* element i of a buffer of dtype dt, as T (the device twin of tj__ld) */
+template <typename T>
+__device__ __forceinline__ T tjc_ld(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case TJ_F32: return (T)((const float *)p)[i];
+    case TJ_BF16: return (T)__bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    case TJ_I32: return (T)((const int32_t *)p)[i];
+    default: return (T)((const double *)p)[i];
+    }
+}
+/* the device twin of tj__st: bf16 rounds to nearest even, i32 saturates */
+template <typename T>
+__device__ __forceinline__ void tjc_st(void *p, int dt, int64_t i, T v) {
+    switch (dt) {
+    case TJ_F32: ((float *)p)[i] = (float)v; break;
+    case TJ_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;
+    case TJ_I32: {
+        double d = (double)v;
+        ((int32_t *)p)[i] = d >= 2147483647.0 ? INT_MAX : d <= -2147483648.0 ? INT_MIN : (int32_t)d;
+        break;
+    }
+    default: ((double *)p)[i] = (double)v; break;
+    }
+}
+/* copy one element between same-dtype buffers, bit for bit */
+__device__ __forceinline__ void tjc_move(void *dst, int64_t di, const void *src, int64_t si, int es) {
+    if (es == 2) ((uint16_t *)dst)[di] = ((const uint16_t *)src)[si];
+    else if (es == 4) ((uint32_t *)dst)[di] = ((const uint32_t *)src)[si];
+    else ((uint64_t *)dst)[di] = ((const uint64_t *)src)[si];
+}
+/* offset of row-major index i of dims[rank] in a view with strides st */
+__device__ __forceinline__ int64_t tjc_offset(int64_t i, int rank, const int64_t *dim, const int64_t *st) {
+    int64_t o = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+        o += (i % dim[d]) * st[d];
+        i /= dim[d];
+    }
+    return o;
+}
+
+/* float math in float, double math in double */
+__device__ __forceinline__ float tjc_exp(float x) { return expf(x); }
+__device__ __forceinline__ double tjc_exp(double x) { return exp(x); }
+__device__ __forceinline__ float tjc_log(float x) { return logf(x); }
+__device__ __forceinline__ double tjc_log(double x) { return log(x); }
+__device__ __forceinline__ float tjc_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double tjc_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float tjc_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double tjc_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float tjc_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double tjc_pow(double x, double y) { return pow(x, y); }
+
+/* TJ__UNARY_OPS, one case each (the CPU formulas, in T) */
+template <typename T>
+__device__ __forceinline__ T tjc_unary(int op, T a, T s) {
+    const T c = (T)TJ__GELU_C, g = (T)0.044715;
+    switch (op) {
+    case TJ__OP_NEG: return -a;
+    case TJ__OP_EXP: return tjc_exp(a);
+    case TJ__OP_LOG: return tjc_log(a);
+    case TJ__OP_TANH: return tjc_tanh(a);
+    case TJ__OP_SQRT: return tjc_sqrt(a);
+    case TJ__OP_RSQRT: return (T)1 / tjc_sqrt(a);
+    case TJ__OP_RELU: return a > (T)0 ? a : (T)0;
+    case TJ__OP_GELU: return (T)0.5 * a * ((T)1 + tjc_tanh(c * (a + g * a * a * a)));
+    case TJ__OP_GELU_D: {
+        T t = tjc_tanh(c * (a + g * a * a * a));
+        return (T)0.5 * ((T)1 + t) + (T)0.5 * a * ((T)1 - t * t) * c * ((T)1 + (T)3 * g * a * a);
+    }
+    case TJ__OP_POWS: return tjc_pow(a, s);
+    default: return a; /* cast: the store converts */
+    }
+}
+/* TJ__BINARY_OPS, one case each; compares give 0/1 */
+template <typename T>
+__device__ __forceinline__ T tjc_binary(int op, T a, T b) {
+    switch (op) {
+    case TJ__OP_ADD: return a + b;
+    case TJ__OP_SUB: return a - b;
+    case TJ__OP_MUL: return a * b;
+    case TJ__OP_DIV: return a / b;
+    case TJ__OP_MAX2: return a > b ? a : b;
+    case TJ__OP_MIN2: return a < b ? a : b;
+    case TJ__OP_LT: return (T)(a < b);
+    case TJ__OP_LE: return (T)(a <= b);
+    case TJ__OP_GT: return (T)(a > b);
+    case TJ__OP_GE: return (T)(a >= b);
+    case TJ__OP_EQ: return (T)(a == b);
+    case TJ__OP_NE: return (T)(a != b);
+    default: return a;
+    }
+}
+/* the max of tj__k_reduce: NaN wins */
+template <typename T>
+__device__ __forceinline__ T tjc_maxnan(T acc, T v) { return (v > acc || v != v) ? v : acc; }
+
+/* Shared-memory tree reduction over the block (blockDim.x a power of two,
+   sh holds blockDim.x values). Every thread gets the result. */
+template <typename T>
+__device__ T tjc_block_reduce(T v, T *sh, int ismax) {
+    int t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] = ismax ? tjc_maxnan(sh[t], sh[t + s]) : sh[t] + sh[t + s];
+        __syncthreads();
+    }
+    T r = sh[0];
+    __syncthreads(); /* sh may be reused right away */
+    return r;
+}
+
+/* atomic out[i] += v in out's dtype (bf16: compare-and-swap on its word) */
+__device__ __forceinline__ void tjc_atomic_add(void *p, int dt, int64_t i, double v) {
+    switch (dt) {
+    case TJ_F32: atomicAdd((float *)p + i, (float)v); break;
+    case TJ_F64: atomicAdd((double *)p + i, v); break;
+    case TJ_I32: atomicAdd((int *)p + i, (int)v); break;
+    default: {
+        uintptr_t a = (uintptr_t)((__nv_bfloat16 *)p + i);
+        unsigned int *w = (unsigned int *)(a & ~(uintptr_t)3);
+        int hi = (a & 2) != 0;
+        unsigned int old = *w, assumed;
+        do {
+            assumed = old;
+            unsigned short h = (unsigned short)(hi ? assumed >> 16 : assumed & 0xffffu);
+            float f = __bfloat162float(__ushort_as_bfloat16(h)) + (float)v;
+            unsigned int nh = __bfloat16_as_ushort(__float2bfloat16_rn(f));
+            unsigned int nw = hi ? ((assumed & 0xffffu) | (nh << 16)) : ((assumed & 0xffff0000u) | nh);
+            old = atomicCAS(w, assumed, nw);
+        } while (old != assumed);
+    }
+    }
+}
+
+/* the counter-based bits of tj__k_random (same constants, same values) */
+__device__ __forceinline__ uint64_t tjc_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+__device__ __forceinline__ double tjc_u01(uint64_t key, uint64_t i) {
+    return (double)(tjc_mix(tjc_mix(i + 0x9e3779b97f4a7c15ull) ^ key) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// ==== [8] CUDA backend: kernels ===========================================
+/* Kernels take small structs by value (dims and strides, up to TJ_MAXDIM)
+   and loop grid-stride, so any size runs with a bounded grid. */
+
+/* elementwise: up to 3 operands broadcast by strides (tj__bstrides) */
+typedef struct {
+    int rank, nin;
+    int64_t n;                  /* output elements                         */
+    int64_t dim[TJ_MAXDIM];     /* output dims                             */
+    const void *in[3];
+    int dt[3];
+    int contig[3];              /* operand laid out exactly as the output  */
+    int64_t st[3][TJ_MAXDIM];   /* operand strides per output axis         */
+} tjc_ew;
+
+template <typename T>
+__global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < e.n; i += (int64_t)gridDim.x * blockDim.x) {
+        T v[3] = {(T)0, (T)0, (T)0}, r;
+        for (int j = 0; j < e.nin; j++) {
+            int64_t o = e.contig[j] ? i : tjc_offset(i, e.rank, e.dim, e.st[j]);
+            v[j] = tjc_ld<T>(e.in[j], e.dt[j], o);
+        }
+        if (op == TJ__OP_SELECT) r = v[0] != (T)0 ? v[1] : v[2];
+        else if (op >= TJ__OP_ADD && op <= TJ__OP_NE) r = tjc_binary<T>(op, v[0], v[1]);
+        else r = tjc_unary<T>(op, v[0], s);
+        tjc_st<T>(out, odt, i, r);
+    }
+}
+
+/* strided copy of a region (tj__copy_region / tj__k_copy) */
+typedef struct {
+    int rank, sdt, ddt, es;
+    int64_t n, sbase, dbase;
+    int64_t dim[TJ_MAXDIM], sst[TJ_MAXDIM], dst[TJ_MAXDIM];
+} tjc_cp;
+
+__global__ void tjc_k_copy(tjc_cp c, const void *src, void *dst) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t so = c.sbase, dof = c.dbase, r = i;
+        for (int d = c.rank - 1; d >= 0; d--) {
+            int64_t x = r % c.dim[d];
+            r /= c.dim[d];
+            so += x * c.sst[d];
+            dof += x * c.dst[d];
+        }
+        if (c.sdt == c.ddt) tjc_move(dst, dof, src, so, c.es);
+        else tjc_st<double>(dst, c.ddt, dof, tjc_ld<double>(src, c.sdt, so));
+    }
+}
+
+/* fill, arange, uniform / normal */
+__global__ void tjc_k_fill(void *out, int dt, int64_t n, double v) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) tjc_st<double>(out, dt, i, v);
+}
+__global__ void tjc_k_arange(void *out, int dt, int64_t n, int64_t st, int64_t dim) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        tjc_st<double>(out, dt, i, (double)((i / st) % dim));
+}
+__global__ void tjc_k_random(void *out, int dt, int64_t n, uint64_t key, int normal) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double v;
+        if (!normal) v = tjc_u01(key, (uint64_t)i);
+        else {
+            double u1 = tjc_u01(key, 2 * (uint64_t)i), u2 = tjc_u01(key, 2 * (uint64_t)i + 1);
+            v = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+        }
+        tjc_st<double>(out, dt, i, v);
+    }
+}
+
+/* sum / max over named axes: one block per output element */
+typedef struct {
+    int nr, no;                 /* reduced / kept axis counts              */
+    int64_t rn, on;             /* reduced / kept element counts           */
+    int64_t rd[TJ_MAXDIM], rs[TJ_MAXDIM]; /* reduced dims, input strides    */
+    int64_t od[TJ_MAXDIM], os[TJ_MAXDIM]; /* kept dims, input strides       */
+} tjc_red;
+
+template <typename T>
+__global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int odt, int ismax) {
+    __shared__ T sh[TJC_THREADS];
+    for (int64_t o = blockIdx.x; o < r.on; o += gridDim.x) {
+        int64_t ob = tjc_offset(o, r.no, r.od, r.os);
+        T acc = ismax ? (T)(-INFINITY) : (T)0;
+        for (int64_t j = threadIdx.x; j < r.rn; j += blockDim.x) {
+            T v = tjc_ld<T>(in, idt, ob + tjc_offset(j, r.nr, r.rd, r.rs));
+            acc = ismax ? tjc_maxnan(acc, v) : acc + v;
+        }
+        acc = tjc_block_reduce(acc, sh, ismax);
+        if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
+    }
+}
+
+/* softmax, log_softmax, layer_norm along one axis: one block per row; row r
+   starts at (r / st) * st * d + r % st and steps by st (tj__k_rowop) */
+template <typename T>
+__global__ void tjc_k_rowop(const void *in, int idt, void *out, int odt, int op, int64_t rows, int64_t d, int64_t st, T eps) {
+    __shared__ T sh[TJC_THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t base = (r / st) * st * d + r % st, j;
+        if (op == TJ__OP_LAYER_NORM) {
+            T sum = 0, var = 0, mean, rs;
+            for (j = threadIdx.x; j < d; j += blockDim.x) sum += tjc_ld<T>(in, idt, base + j * st);
+            mean = tjc_block_reduce(sum, sh, 0) / (T)d;
+            for (j = threadIdx.x; j < d; j += blockDim.x) {
+                T x = tjc_ld<T>(in, idt, base + j * st) - mean;
+                var += x * x;
+            }
+            rs = (T)1 / tjc_sqrt(tjc_block_reduce(var, sh, 0) / (T)d + eps);
+            for (j = threadIdx.x; j < d; j += blockDim.x) tjc_st<T>(out, odt, base + j * st, (tjc_ld<T>(in, idt, base + j * st) - mean) * rs);
+        } else {
+            T m = (T)(-INFINITY), s = 0;
+            for (j = threadIdx.x; j < d; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(in, idt, base + j * st));
+            m = tjc_block_reduce(m, sh, 1);
+            if (m == (T)(-INFINITY)) m = 0; /* a fully masked row: all -inf */
+            for (j = threadIdx.x; j < d; j += blockDim.x) s += tjc_exp(tjc_ld<T>(in, idt, base + j * st) - m);
+            s = tjc_block_reduce(s, sh, 0);
+            if (op == TJ__OP_SOFTMAX)
+                for (j = threadIdx.x; j < d; j += blockDim.x) tjc_st<T>(out, odt, base + j * st, tjc_exp(tjc_ld<T>(in, idt, base + j * st) - m) / s);
+            else {
+                T lse = m + tjc_log(s);
+                for (j = threadIdx.x; j < d; j += blockDim.x) tjc_st<T>(out, odt, base + j * st, tjc_ld<T>(in, idt, base + j * st) - lse);
+            }
+        }
+    }
+}
+
+/* cross_entropy per row: lse(z) - z[label]; a bad label records its row */
+template <typename T>
+__global__ void tjc_k_cross_entropy(const void *z, int zdt, const int32_t *lab, void *out, int odt, int64_t rows, int64_t d, int64_t st,
+                                    unsigned long long *errpos) {
+    __shared__ T sh[TJC_THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t base = (r / st) * st * d + r % st, j;
+        int32_t l = lab[r];
+        T m = (T)(-INFINITY), s = 0;
+        if (l < 0 || l >= d) { /* the whole block takes this branch */
+            if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
+            continue;
+        }
+        for (j = threadIdx.x; j < d; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(z, zdt, base + j * st));
+        m = tjc_block_reduce(m, sh, 1);
+        for (j = threadIdx.x; j < d; j += blockDim.x) s += tjc_exp(tjc_ld<T>(z, zdt, base + j * st) - m);
+        s = tjc_block_reduce(s, sh, 0);
+        if (threadIdx.x == 0) tjc_st<T>(out, odt, r, m + tjc_log(s) - tjc_ld<T>(z, zdt, base + (int64_t)l * st));
+    }
+}
+
+/* take: x = [pre, V, post], idx = [ni] -> out = [pre, ni, post] */
+__global__ void tjc_k_take(const void *x, void *out, int es, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni,
+                           unsigned long long *errpos) {
+    int64_t n = pre * ni * post;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t e = i % post, j = (i / post) % ni, p = i / (post * ni);
+        int32_t v = idx[j];
+        if (v < 0 || v >= V) {
+            atomicMin(errpos, (unsigned long long)j);
+            continue;
+        }
+        tjc_move(out, i, x, (p * V + v) * post + e, es);
+    }
+}
+/* scatter_add: the transpose of take; out (zeroed) [pre, V, post] += g [pre, ni, post] */
+__global__ void tjc_k_scatter_add(const void *g, int gdt, void *out, int odt, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni,
+                                  unsigned long long *errpos) {
+    int64_t n = pre * ni * post;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t e = i % post, j = (i / post) % ni, p = i / (post * ni);
+        int32_t v = idx[j];
+        if (v < 0 || v >= V) {
+            atomicMin(errpos, (unsigned long long)j);
+            continue;
+        }
+        tjc_atomic_add(out, odt, (p * V + v) * post + e, tjc_ld<double>(g, gdt, i));
+    }
+}
+/* one_hot: out[j, v] = idx[j] == v */
+__global__ void tjc_k_one_hot(const int32_t *idx, void *out, int dt, int64_t n, int64_t V) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        tjc_st<double>(out, dt, i, idx[i / V] == i % V ? 1.0 : 0.0);
+}
+/* causal mask: fill where key index > query index */
+__global__ void tjc_k_causal(const void *in, int idt, void *out, int odt, int64_t n, int64_t qst, int64_t qd, int64_t kst, int64_t kd, double fill) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t qi = (i / qst) % qd, ki = (i / kst) % kd;
+        if (ki > qi) tjc_st<double>(out, odt, i, fill);
+        else if (idt == odt) {
+            int es = idt == TJ_BF16 ? 2 : idt == TJ_F64 ? 8 : 4;
+            tjc_move(out, i, in, i, es);
+        } else tjc_st<double>(out, odt, i, tjc_ld<double>(in, idt, i));
+    }
+}
+
+// ==== [8] CUDA backend: launchers (one per CPU kernel of [4]) =============
+/* Each returns 0, or 1 after writing k->err. They mirror the CPU kernels'
+   setup code, then launch on the compute stream. */
+
+/* tj__k_unary, tj__k_binary (and select) */
+static int tjc_elementwise(tjc_state *s, tj__kern *k) {
+    tjc_ew e;
+    int64_t ost[TJ_MAXDIM];
+    int i, d, wide = k->ot.dt == TJ_F64, op = k->n->op;
+    if (k->nin < 1 || k->nin > 3) return tjc_fail(k, "%d inputs (want 1 to 3)", k->nin);
+    memset(&e, 0, sizeof e);
+    e.rank = k->ot.rank;
+    e.nin = k->nin;
+    e.n = tj__numel(&k->ot);
+    for (d = 0; d < e.rank; d++) e.dim[d] = k->ot.dim[d];
+    tj__strides(&k->ot, ost);
+    for (i = 0; i < k->nin; i++) {
+        e.in[i] = k->in[i];
+        e.dt[i] = k->it[i]->dt;
+        tj__bstrides(k->it[i], &k->ot, e.st[i]);
+        e.contig[i] = tj__numel(k->it[i]) == e.n;
+        for (d = 0; d < e.rank; d++) e.contig[i] &= e.st[i][d] == ost[d];
+        if (!(op == TJ__OP_SELECT && i == 0)) wide |= tjc_wide(k->it[i]->dt); /* the mask is only tested for zero */
+    }
+    if (wide)
+        tjc_k_elementwise<double><<<tjc_blocks(e.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(e, op, k->n->a.s, k->out, k->ot.dt);
+    else
+        tjc_k_elementwise<float><<<tjc_blocks(e.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(e, op, (float)k->n->a.s, k->out, k->ot.dt);
+    TJC_LAUNCHED(k, "tjc_k_elementwise");
+    return 0;
+}
+
+/* tj__copy_region: copy dims[] from src (type st, at sbase) into dst (type dt, at dbase) */
+static int tjc_copy_region(tjc_state *s, tj__kern *k, const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt,
+                           int64_t dbase, const int64_t *dims) {
+    tjc_cp c;
+    int d;
+    memset(&c, 0, sizeof c);
+    c.rank = dt->rank;
+    c.sdt = st->dt;
+    c.ddt = dt->dt;
+    c.es = (int)tj_dtype_size(st->dt);
+    c.sbase = sbase;
+    c.dbase = dbase;
+    c.n = 1;
+    for (d = 0; d < c.rank; d++) {
+        c.dim[d] = dims[d];
+        c.n *= dims[d];
+    }
+    tj__strides(st, c.sst);
+    tj__strides(dt, c.dst);
+    tjc_k_copy<<<tjc_blocks(c.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(c, src, dst);
+    TJC_LAUNCHED(k, "tjc_k_copy");
+    return 0;
+}
+/* tj__k_copy: relayout (transpose / broadcast) and copy */
+static int tjc_copy_op(tjc_state *s, tj__kern *k) {
+    tjc_cp c;
+    int d, same = k->it[0]->rank == k->ot.rank && k->it[0]->dt == k->ot.dt;
+    for (d = 0; same && d < k->ot.rank; d++) same = k->it[0]->ax[d] == k->ot.ax[d];
+    if (same) {
+        TJC_CUDA(k, cudaMemcpyAsync(k->out, k->in[0], (size_t)tj__bytes(&k->ot), cudaMemcpyDeviceToDevice, s->compute));
+        return 0;
+    }
+    memset(&c, 0, sizeof c);
+    c.rank = k->ot.rank;
+    c.sdt = k->it[0]->dt;
+    c.ddt = k->ot.dt;
+    c.es = (int)tj_dtype_size(k->ot.dt);
+    c.n = tj__numel(&k->ot);
+    for (d = 0; d < c.rank; d++) c.dim[d] = k->ot.dim[d];
+    tj__bstrides(k->it[0], &k->ot, c.sst);
+    tj__strides(&k->ot, c.dst);
+    tjc_k_copy<<<tjc_blocks(c.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(c, k->in[0], k->out);
+    TJC_LAUNCHED(k, "tjc_k_copy");
+    return 0;
+}
+/* tj__k_fill */
+static int tjc_fill(tjc_state *s, tj__kern *k) {
+    int64_t n = tj__numel(&k->ot);
+    tjc_k_fill<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, k->n->a.s);
+    TJC_LAUNCHED(k, "tjc_k_fill");
+    return 0;
+}
+/* tj__k_arange */
+static int tjc_arange(tjc_state *s, tj__kern *k) {
+    int64_t st[TJ_MAXDIM], n = tj__numel(&k->ot);
+    int ax = tj__axis_index(&k->ot, k->n->a.axis);
+    if (ax < 0) return tjc_fail(k, "axis not found in the output");
+    tj__strides(&k->ot, st);
+    tjc_k_arange<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, st[ax], k->ot.dim[ax]);
+    TJC_LAUNCHED(k, "tjc_k_arange");
+    return 0;
+}
+/* tj__k_random */
+static int tjc_random(tjc_state *s, tj__kern *k) {
+    int64_t n = tj__numel(&k->ot);
+    tjc_k_random<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, k->n->a.key, k->n->op == TJ__OP_NORMAL);
+    TJC_LAUNCHED(k, "tjc_k_random");
+    return 0;
+}
+/* tj__k_reduce: split the input's axes into reduced and kept, as the CPU does */
+static int tjc_reduce(tjc_state *s, tj__kern *k) {
+    const tj__type *it = k->it[0];
+    int64_t ist[TJ_MAXDIM];
+    tjc_red r;
+    int i, j, red, threads = 32, ismax = k->n->op == TJ__OP_MAXR;
+    memset(&r, 0, sizeof r);
+    tj__strides(it, ist);
+    r.rn = 1;
+    for (i = 0; i < it->rank; i++) {
+        red = 0;
+        for (j = 0; j < k->n->a.naxes; j++)
+            if (k->n->a.axes[j] == it->ax[i]) red = 1;
+        if (red) { r.rd[r.nr] = it->dim[i]; r.rs[r.nr++] = ist[i]; r.rn *= it->dim[i]; }
+        else { r.od[r.no] = it->dim[i]; r.os[r.no++] = ist[i]; }
+    }
+    r.on = tj__numel(&k->ot);
+    while (threads < r.rn && threads < TJC_THREADS) threads *= 2;
+    if (tjc_wide(it->dt) || k->ot.dt == TJ_F64)
+        tjc_k_reduce<double><<<tjc_grid(r.on), threads, 0, s->compute>>>(r, k->in[0], it->dt, k->out, k->ot.dt, ismax);
+    else
+        tjc_k_reduce<float><<<tjc_grid(r.on), threads, 0, s->compute>>>(r, k->in[0], it->dt, k->out, k->ot.dt, ismax);
+    TJC_LAUNCHED(k, "tjc_k_reduce");
+    return 0;
+}
+/* tj__k_dot through cuBLAS. Row-major C[M,N] = A[M,K] B[K,N] is column-major
+   C^T[N,M] = B^T A^T, so cuBLAS gets (b, a) with m = N, n = M. a is [M,K]
+   (lda K) or, with trans_a, [K,M] (lda M); b is [K,N] (ldb N) or, with
+   trans_b, [N,K] (ldb K). */
+static int tjc_dot(tjc_state *s, tj__kern *k) {
+    int64_t Bn, Mn, Kn, Nn;
+    int ta = k->n->a.trans_a, tb = k->n->a.trans_b;
+    tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
+    if (Bn > INT_MAX || Mn > INT_MAX || Kn > INT_MAX || Nn > INT_MAX)
+        return tjc_fail(k, "sizes B=%lld M=%lld K=%lld N=%lld exceed cuBLAS's int range", (long long)Bn, (long long)Mn, (long long)Kn, (long long)Nn);
+    if (k->it[0]->dt != k->ot.dt || k->it[1]->dt != k->ot.dt) return tjc_fail(k, "operand dtypes differ from the result's");
+    {
+        cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+        int M = (int)Mn, N = (int)Nn, K = (int)Kn, batch = (int)Bn, ldb = tb ? K : N, lda = ta ? M : K;
+        long long sb = Kn * Nn, sa = Mn * Kn, sc = Mn * Nn;
+        switch (k->ot.dt) {
+        case TJ_F32: {
+            const float one = 1.0f, zero = 0.0f;
+            TJC_BLAS(k, "cublasSgemmStridedBatched",
+                     cublasSgemmStridedBatched(s->blas, opb, opa, N, M, K, &one, (const float *)k->in[1], ldb, sb, (const float *)k->in[0], lda, sa, &zero,
+                                               (float *)k->out, N, sc, batch));
+            break;
+        }
+        case TJ_F64: {
+            const double one = 1.0, zero = 0.0;
+            TJC_BLAS(k, "cublasDgemmStridedBatched",
+                     cublasDgemmStridedBatched(s->blas, opb, opa, N, M, K, &one, (const double *)k->in[1], ldb, sb, (const double *)k->in[0], lda, sa,
+                                               &zero, (double *)k->out, N, sc, batch));
+            break;
+        }
+        case TJ_BF16: { /* bf16 in and out, f32 accumulation: rounds once, as the CPU */
+            const float one = 1.0f, zero = 0.0f;
+            TJC_BLAS(k, "cublasGemmStridedBatchedEx",
+                     cublasGemmStridedBatchedEx(s->blas, opb, opa, N, M, K, &one, k->in[1], CUDA_R_16BF, ldb, sb, k->in[0], CUDA_R_16BF, lda, sa, &zero,
+                                                k->out, CUDA_R_16BF, N, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            break;
+        }
+        default: return tjc_fail(k, "dtype %s is not supported by the CUDA dot", tj_dtype_name(k->ot.dt));
+        }
+    }
+    return 0;
+}
+/* after a kernel that checks indices: wait for it, read the first bad
+   position, and word the error as the CPU kernel does */
+static int tjc_index_check(tjc_state *s, tj__kern *k, const int32_t *idx, int64_t bound) {
+    unsigned long long pos;
+    int32_t v = 0;
+    TJC_CUDA(k, cudaMemcpyAsync(s->h_errpos, s->d_errpos, sizeof *s->d_errpos, cudaMemcpyDeviceToHost, s->compute));
+    TJC_CUDA(k, cudaStreamSynchronize(s->compute));
+    pos = *s->h_errpos;
+    if (pos == TJC_NOERR) return 0;
+    TJC_CUDA(k, cudaMemcpy(&v, idx + pos, sizeof v, cudaMemcpyDeviceToHost));
+    if (k->err && !k->err[0]) {
+        if (k->n->op == TJ__OP_CROSS_ENTROPY)
+            snprintf(k->err, TJ__MSG, "cross_entropy: label %d at position %lld is out of range [0, %lld) (at %s:%d)", (int)v, (long long)pos,
+                     (long long)bound, tj__base(k->n->file), k->n->line);
+        else
+            snprintf(k->err, TJ__MSG, "%s: index %d at position %lld is out of range [0, %lld) for axis '%s' (at %s:%d)", tj__opname(k->n->op), (int)v,
+                     (long long)pos, (long long)bound, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
+    }
+    return 1;
+}
+/* tj__k_take: take and scatter_add */
+static int tjc_take(tjc_state *s, tj__kern *k) {
+    const tj__type *xt = k->n->op == TJ__OP_TAKE ? k->it[0] : &k->ot;
+    int ax = tj__axis_index(xt, k->n->a.axis);
+    int64_t pre, V, post, ni = tj__numel(k->it[1]), n;
+    const int32_t *idx = (const int32_t *)k->in[1];
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__ppv(xt, ax, &pre, &V, &post);
+    n = pre * ni * post;
+    TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (k->n->op == TJ__OP_TAKE) {
+        if (k->it[0]->dt != k->ot.dt) return tjc_fail(k, "operand and result dtypes differ");
+        tjc_k_take<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->out, (int)tj_dtype_size(k->ot.dt), idx, pre, V, post, ni,
+                                                                             s->d_errpos);
+        TJC_LAUNCHED(k, "tjc_k_take");
+    } else {
+        TJC_CUDA(k, cudaMemsetAsync(k->out, 0, (size_t)tj__bytes(&k->ot), s->compute));
+        tjc_k_scatter_add<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->it[0]->dt, k->out, k->ot.dt, idx, pre, V, post, ni,
+                                                                                    s->d_errpos);
+        TJC_LAUNCHED(k, "tjc_k_scatter_add");
+    }
+    return tjc_index_check(s, k, idx, V);
+}
+/* tj__k_one_hot */
+static int tjc_one_hot(tjc_state *s, tj__kern *k) {
+    int64_t n = tj__numel(&k->ot), V = k->ot.dim[k->ot.rank - 1];
+    tjc_k_one_hot<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>((const int32_t *)k->in[0], k->out, k->ot.dt, n, V);
+    TJC_LAUNCHED(k, "tjc_k_one_hot");
+    return 0;
+}
+/* tj__k_causal */
+static int tjc_causal(tjc_state *s, tj__kern *k) {
+    const tj__type *t = &k->ot;
+    int qa = tj__axis_index(t, k->n->a.axis), ka = tj__axis_index(t, k->n->a.axis2);
+    int64_t st[TJ_MAXDIM], n = tj__numel(t);
+    if (qa < 0 || ka < 0) return tjc_fail(k, "axes not found");
+    tj__strides(t, st);
+    tjc_k_causal<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->it[0]->dt, k->out, t->dt, n, st[qa], t->dim[qa], st[ka],
+                                                                           t->dim[ka], k->n->a.s);
+    TJC_LAUNCHED(k, "tjc_k_causal");
+    return 0;
+}
+/* tj__k_slice, tj__k_pad, tj__k_concat: strided region copies */
+static int tjc_slice(tjc_state *s, tj__kern *k) {
+    int64_t st[TJ_MAXDIM];
+    int ax = tj__axis_index(k->it[0], k->n->a.axis);
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__strides(k->it[0], st);
+    return tjc_copy_region(s, k, k->in[0], k->it[0], k->n->a.start * st[ax], k->out, &k->ot, 0, k->ot.dim);
+}
+static int tjc_pad(tjc_state *s, tj__kern *k) {
+    int64_t st[TJ_MAXDIM];
+    int ax = tj__axis_index(&k->ot, k->n->a.axis);
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    if (tjc_fill(s, k)) return 1;
+    tj__strides(&k->ot, st);
+    return tjc_copy_region(s, k, k->in[0], k->it[0], 0, k->out, &k->ot, k->n->a.start * st[ax], k->it[0]->dim);
+}
+static int tjc_concat(tjc_state *s, tj__kern *k) {
+    int64_t st[TJ_MAXDIM], at = 0;
+    int ax = tj__axis_index(&k->ot, k->n->a.axis), i;
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__strides(&k->ot, st);
+    for (i = 0; i < k->nin; i++) {
+        if (tjc_copy_region(s, k, k->in[i], k->it[i], 0, k->out, &k->ot, at * st[ax], k->it[i]->dim)) return 1;
+        at += k->it[i]->dim[ax];
+    }
+    return 0;
+}
+/* tj__k_rowop: softmax, log_softmax, layer_norm */
+static int tjc_rowop(tjc_state *s, tj__kern *k) {
+    const tj__type *t = k->it[0];
+    int ax = tj__axis_index(t, k->n->a.axis);
+    int64_t st[TJ_MAXDIM], d, rows;
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__strides(t, st);
+    d = t->dim[ax];
+    rows = tj__numel(t) / d;
+    if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
+        tjc_k_rowop<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, k->out, k->ot.dt, k->n->op, rows, d, st[ax], k->n->a.s);
+    else
+        tjc_k_rowop<float><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, k->out, k->ot.dt, k->n->op, rows, d, st[ax],
+                                                                        (float)k->n->a.s);
+    TJC_LAUNCHED(k, "tjc_k_rowop");
+    return 0;
+}
+/* tj__k_cross_entropy */
+static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
+    const tj__type *t = k->it[0];
+    int ax = tj__axis_index(t, k->n->a.axis);
+    int64_t st[TJ_MAXDIM], d, rows;
+    const int32_t *lab = (const int32_t *)k->in[1];
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__strides(t, st);
+    d = t->dim[ax];
+    rows = tj__numel(t) / d;
+    TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
+        tjc_k_cross_entropy<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, st[ax], s->d_errpos);
+    else
+        tjc_k_cross_entropy<float><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, st[ax], s->d_errpos);
+    TJC_LAUNCHED(k, "tjc_k_cross_entropy");
+    return tjc_index_check(s, k, lab, d);
+}
+
+// ==== [8] CUDA backend: memory spaces, copies, sync =======================
+/* TJ_SPACE_DEVICE is cudaMalloc memory, TJ_SPACE_HOST pinned host memory
+   (cudaHostAlloc, the offload target), TJ_SPACE_USER the caller's pageable
+   memory. Copies are synchronous for the caller: they wait for the compute
+   stream (a kernel may still read or write the buffers), copy, and wait for
+   the copy to land. */
+
+static void tjc_pending(tjc_state *s, const char *what, cudaError_t e) {
+    if (!s->pending[0]) snprintf(s->pending, sizeof s->pending, "cuda backend: %s failed: %s", what, cudaGetErrorString(e));
+}
+static void *tjc_alloc(tj_backend *b, int space, size_t bytes) {
+    tjc_state *s = tjc_st_of(b);
+    void *p = NULL;
+    cudaError_t e = cudaSetDevice(s->device);
+    if (e == cudaSuccess) {
+        if (space == TJ_SPACE_DEVICE) e = cudaMalloc(&p, bytes ? bytes : 1);
+        else if (space == TJ_SPACE_HOST) e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+        else return NULL;
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is not sticky: clear it; the library reports OOM */
+        return NULL;
+    }
+    return p;
+}
+static void tjc_free(tj_backend *b, int space, void *p) {
+    tjc_state *s = tjc_st_of(b);
+    cudaError_t e = cudaSuccess;
+    if (!p) return;
+    if (space == TJ_SPACE_DEVICE) e = cudaFree(p);
+    else if (space == TJ_SPACE_HOST) e = cudaFreeHost(p);
+    if (e != cudaSuccess) tjc_pending(s, space == TJ_SPACE_DEVICE ? "cudaFree" : "cudaFreeHost", e);
+}
+static int tjc_copy(tj_backend *b, void *dst, int dst_space, const void *src, int src_space, size_t bytes) {
+    tjc_state *s = tjc_st_of(b);
+    cudaError_t e;
+    if (!bytes) return 0;
+    if ((e = cudaStreamSynchronize(s->compute)) != cudaSuccess) {
+        tjc_pending(s, "cudaStreamSynchronize before a copy", e);
+        return 1;
+    }
+    if (dst_space != TJ_SPACE_DEVICE && src_space != TJ_SPACE_DEVICE) { /* host and user memory: both are plain host memory */
+        memcpy(dst, src, bytes);
+        return 0;
+    }
+    /* Pinned host memory gets a real async DMA on the copy stream. User
+       memory is pageable: the driver stages it; the stream sync below makes
+       sure the bytes have landed before a kernel on the compute stream (which
+       does not order against the copy stream) can read them. */
+    e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->copy);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->copy);
+    if (e != cudaSuccess) {
+        tjc_pending(s, "cudaMemcpyAsync", e);
+        return 1;
+    }
+    return 0;
+}
+static int tjc_sync(tj_backend *b) {
+    tjc_state *s = tjc_st_of(b);
+    cudaError_t e = cudaStreamSynchronize(s->compute);
+    if (e != cudaSuccess) {
+        tjc_pending(s, "a kernel (seen at cudaStreamSynchronize)", e);
+        return 1;
+    }
+    return 0;
+}
+
+// ==== [8] CUDA backend: dispatch and constructor ==========================
+
+static int tjc_run(tj_backend *b, tj__kern *k) {
+    tjc_state *s = tjc_st_of(b);
+    cudaError_t e;
+    if (s->pending[0]) { /* an error the interface could not return earlier */
+        if (k->err && !k->err[0]) snprintf(k->err, TJ__MSG, "%.511s (reported at op '%s', %s:%d)", s->pending, tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
+        s->pending[0] = 0;
+        return 1;
+    }
+    if ((e = cudaSetDevice(s->device)) != cudaSuccess) return tjc_fail(k, "cudaSetDevice(%d) failed: %s", s->device, cudaGetErrorString(e));
+    switch (k->n->op) {
+    case TJ__OP_NEG: case TJ__OP_EXP: case TJ__OP_LOG: case TJ__OP_TANH: case TJ__OP_SQRT: case TJ__OP_RSQRT:
+    case TJ__OP_RELU: case TJ__OP_GELU: case TJ__OP_GELU_D: case TJ__OP_POWS: case TJ__OP_CAST:
+    case TJ__OP_ADD: case TJ__OP_SUB: case TJ__OP_MUL: case TJ__OP_DIV: case TJ__OP_MAX2: case TJ__OP_MIN2:
+    case TJ__OP_LT: case TJ__OP_LE: case TJ__OP_GT: case TJ__OP_GE: case TJ__OP_EQ: case TJ__OP_NE:
+    case TJ__OP_SELECT: return tjc_elementwise(s, k);
+    case TJ__OP_FILL: return tjc_fill(s, k);
+    case TJ__OP_ARANGE: return tjc_arange(s, k);
+    case TJ__OP_UNIFORM: case TJ__OP_NORMAL: return tjc_random(s, k);
+    case TJ__OP_SUM: case TJ__OP_MAXR: return tjc_reduce(s, k);
+    case TJ__OP_DOT: return tjc_dot(s, k);
+    case TJ__OP_RELAYOUT: case TJ__OP_COPY: return tjc_copy_op(s, k);
+    case TJ__OP_SLICE: return tjc_slice(s, k);
+    case TJ__OP_CONCAT: return tjc_concat(s, k);
+    case TJ__OP_PAD: return tjc_pad(s, k);
+    case TJ__OP_TAKE: case TJ__OP_SCATTER_ADD: return tjc_take(s, k);
+    case TJ__OP_ONE_HOT: return tjc_one_hot(s, k);
+    case TJ__OP_CAUSAL: return tjc_causal(s, k);
+    case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: return tjc_rowop(s, k);
+    case TJ__OP_CROSS_ENTROPY: return tjc_cross_entropy(s, k);
+    /* arguments and views own no work (tj__execute skips them anyway) */
+    case TJ__OP_PARAM: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: return 0;
+    default: {
+        /* ops newer than this switch, recognised by name: moving a buffer
+           between memory spaces (pinned host memory is device-addressable,
+           so one async copy on the compute stream keeps the order), and the
+           outputs of a multi-output op (written by that op, as on the CPU) */
+        const char *nm = tj__opname(k->n->op);
+        if (!strcmp(nm, "offload") || !strcmp(nm, "fetch")) {
+            TJC_CUDA(k, cudaMemcpyAsync(k->out, k->in[0], (size_t)tj__bytes(&k->ot), cudaMemcpyDefault, s->compute));
+            return 0;
+        }
+        if (!strcmp(nm, "out")) return 0;
+        return tjc_unsupported(k);
+    }
+    }
+}
+
+extern "C" void tj_cuda_backend_free(tj_backend *b) {
+    tjc_state *s;
+    if (!b) return;
+    s = tjc_st_of(b);
+    cudaSetDevice(s->device);
+    if (s->compute) cudaStreamSynchronize(s->compute);
+    if (s->blas) cublasDestroy(s->blas);
+    if (s->d_errpos) cudaFree(s->d_errpos);
+    if (s->h_errpos) cudaFreeHost(s->h_errpos);
+    if (s->copy) cudaStreamDestroy(s->copy);
+    if (s->compute) cudaStreamDestroy(s->compute);
+    TJ_FREE(s);
+}
+
+extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
+    char dummy[1];
+    int n = 0;
+    cudaError_t e;
+    cublasStatus_t bs;
+    tjc_state *s;
+    if (!err || !errlen) { err = dummy; errlen = sizeof dummy; }
+    err[0] = 0;
+    if ((e = cudaGetDeviceCount(&n)) != cudaSuccess) {
+        snprintf(err, errlen, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    if (n < 1) {
+        snprintf(err, errlen, "no CUDA device found");
+        return NULL;
+    }
+    if (device < 0 || device >= n) {
+        snprintf(err, errlen, "CUDA device %d does not exist (%d device%s)", device, n, n == 1 ? "" : "s");
+        return NULL;
+    }
+    if ((e = cudaSetDevice(device)) != cudaSuccess) {
+        snprintf(err, errlen, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    s = (tjc_state *)tj__calloc(sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->b.state = s;
+    s->device = device;
+#define TJC_INIT(call)                                                                              \
+    if ((e = (call)) != cudaSuccess) {                                                            \
+        snprintf(err, errlen, "%s: %s", #call, cudaGetErrorString(e));                            \
+        tj_cuda_backend_free(&s->b);                                                              \
+        return NULL;                                                                              \
+    }
+    TJC_INIT(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
+    TJC_INIT(cudaStreamCreateWithFlags(&s->copy, cudaStreamNonBlocking));
+    TJC_INIT(cudaMalloc((void **)&s->d_errpos, sizeof *s->d_errpos));
+    TJC_INIT(cudaHostAlloc((void **)&s->h_errpos, sizeof *s->h_errpos, cudaHostAllocDefault));
+#undef TJC_INIT
+    if ((bs = cublasCreate(&s->blas)) != CUBLAS_STATUS_SUCCESS || (bs = cublasSetStream(s->blas, s->compute)) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cuBLAS initialisation: %s", cublasGetStatusString(bs));
+        tj_cuda_backend_free(&s->b);
+        return NULL;
+    }
+    s->b.name = "cuda";
+    s->b.alloc = tjc_alloc;
+    s->b.free = tjc_free;
+    s->b.copy = tjc_copy;
+    s->b.run = tjc_run;
+    s->b.sync = tjc_sync;
+    return &s->b;
+}
