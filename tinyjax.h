@@ -387,6 +387,89 @@ TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
    copied through). */
 TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads);
 
+/* ==== [6] control flow: scan ============================================ */
+
+/* scan(body, carry, xs): the body is traced ONCE into a subgraph and run
+   `length` times. It receives the carry and one slice of each x (the
+   `axis` removed), and returns the next carry (same types) and per-
+   iteration outputs y, which come back stacked along `axis` (leading).
+   Values of the enclosing function used in the body (weights) are captured
+   automatically. Its VJP is a reverse scan over the body's VJP; what each
+   iteration keeps for the backward pass (its residuals, the carry included)
+   is decided by `policy` (NULL: everything_saveable).
+   axis: the scanned axis name, e.g. "layer" (length from xs), or
+   "layer=12" when there are no xs. */
+typedef struct tj_policy tj_policy;
+typedef void (*tj_scan_fn)(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *user);
+#define tj_scan(body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy) \
+    tj_scan_at(TJ_AT, body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy)
+TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int ncarry, const tj_v *init, int nx,
+                           const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy);
+
+/* ==== [7] remat and offload policies ==================================== */
+
+/* After autodiff, a residual is a forward value that the backward pass
+   uses. A policy decides, per residual: keep it in device memory, offload
+   it to host memory (copied out when made, copied back before its backward
+   use), or recompute it in the backward pass from kept values. The policy
+   sees the op kind, the names given with tj_checkpoint_name (a scan
+   carry is named by the name of the value the body returns for it), and
+   the shape. Policies are plain structs; the name strings must stay valid
+   until tj_jit returns. */
+typedef enum { TJ_SAVE = 0, TJ_RECOMPUTE = 1, TJ_OFFLOAD = 2 } tj_decision;
+typedef tj_decision (*tj_policy_fn)(const char *op, const char *name, const char *shape, void *user);
+typedef enum {
+    TJ_POLICY_EVERYTHING_SAVEABLE,
+    TJ_POLICY_NOTHING_SAVEABLE,
+    TJ_POLICY_DOTS_SAVEABLE,
+    TJ_POLICY_DOTS_NO_BATCH_SAVEABLE,
+    TJ_POLICY_SAVE_ONLY_THESE_NAMES,
+    TJ_POLICY_SAVE_ANY_NAMES_BUT_THESE,
+    TJ_POLICY_SAVE_AND_OFFLOAD_ONLY_THESE_NAMES,
+    TJ_POLICY_SAVE_FROM_BOTH,
+    TJ_POLICY_FN
+} tj_policy_kind;
+struct tj_policy {
+    tj_policy_kind kind;
+    const char *names;          /* space-separated names to save (or to exclude) */
+    const char *offload_names;  /* names to offload (save_and_offload)           */
+    const char *offload_dst;    /* memory space to offload to: "host" (default)  */
+    const tj_policy *a, *b;     /* save_from_both                                */
+    tj_policy_fn fn;            /* TJ_POLICY_FN                                  */
+    void *user;
+};
+TJDEF tj_policy tj_everything_saveable(void);
+TJDEF tj_policy tj_nothing_saveable(void);
+TJDEF tj_policy tj_dots_saveable(void);
+TJDEF tj_policy tj_dots_with_no_batch_dims_saveable(void);
+TJDEF tj_policy tj_save_only_these_names(const char *names);
+TJDEF tj_policy tj_save_any_names_but_these(const char *names);
+TJDEF tj_policy tj_save_and_offload_only_these_names(const char *save, const char *offload);
+/* saves what either saves; offloads what either offloads and none saves */
+TJDEF tj_policy tj_save_from_both(const tj_policy *a, const tj_policy *b);
+TJDEF tj_policy tj_policy_from_fn(tj_policy_fn fn, void *user);
+
+/* The saved-residuals report (JAX's print_saved_residuals, but after every
+   decision): one row per residual of every differentiated scan. */
+typedef struct {
+    char name[64];      /* checkpoint name, or ""                          */
+    char op[32];        /* op that made it ("param" for a carry)           */
+    char shape[160];    /* named shape of one iteration's value            */
+    int64_t bytes;      /* bytes over all iterations                       */
+    tj_decision decision;
+    char rule[160];     /* why                                             */
+    const char *file;   /* where the value was made                        */
+    int line;
+    int carry;          /* 1: the value is a scan carry                    */
+} tj_residual;
+/* Number of residual rows of p; copies up to max into rows. */
+TJDEF int tj_prog_residuals(const tj_prog *p, tj_residual *rows, int max);
+TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *out);
+/* Policy lint: names a policy mentions that no residual carries, and
+   policies that decide nothing differently from saving everything. Returns
+   the number of warnings; writes them, one per line, into buf. */
+TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n);
+
 /* ==== [8] backends ====================================================== */
 
 /* One interface for every backend. Memory space 0 is device memory, 1 is
@@ -1194,7 +1277,9 @@ typedef struct {
     uint64_t key;                /* random key                               */
     int nb, nm, nk, nn;          /* dot: batch, m, k, n axis counts          */
     int trans_a, trans_b;        /* dot: operand layouts                     */
-    int index;                   /* param: input position                    */
+    int index;                   /* param: input position; proj: output #    */
+    int ncarry, nx, ncap;        /* scan: inputs are carry, xs, captures     */
+    int length, reverse;         /* scan: iterations, direction              */
 } tj__attr;
 
 struct tj_node {
@@ -1216,6 +1301,11 @@ struct tj_node {
     int64_t off;  /* offset in the arena; -1: argument or output buffer     */
     int out_index;/* >= 0: this node's buffer is output #out_index          */
     int64_t scratch_off; /* kernel workspace in the arena, if any          */
+    int space;    /* memory space of its buffer: TJ_SPACE_DEVICE or _HOST   */
+    tj_graph *sub;/* scan: the body                                         */
+    tj_node **proj; /* multi-output ops: the projection nodes, one per output */
+    int nproj;
+    const tj_policy *policy; /* scan: what its VJP keeps per iteration      */
 };
 
 struct tj_graph {
@@ -1228,6 +1318,37 @@ struct tj_graph {
     int cur_pass; /* the pass new nodes belong to (0 outside tj_vjp)     */
     const char *file;
     int line;
+    /* subgraphs (scan bodies): the enclosing graph, values captured from it
+       (outer value -> this graph's PARAM), and the body's outputs */
+    tj_graph *parent;
+    tj_node **cap_outer, **cap_param;
+    int ncap, capcap;
+    tj_node **outs;
+    int nout;
+    int refs;              /* bodies are shared by clones of scan nodes  */
+    struct tj_prog *prog;  /* the compiled body                          */
+    struct tj__report *report; /* residual decisions (top graph only)    */
+};
+
+/* A compiled program: the schedule and the memory plan of a graph. */
+struct tj_prog {
+    tj_ctx *ctx;
+    tj_graph *g;
+    int owns_graph;        /* top-level programs own their graph; bodies don't */
+    char *name;
+    const char *file;
+    int line;
+    int nout;
+    tj_node **outs;        /* graph outputs, in output-tree order          */
+    char **out_names;
+    tj_tree *static_out;   /* non-array leaves the function returned       */
+    tj_node **sched;
+    int nsched;
+    int *donate;           /* per param: may its buffer be reused          */
+    int *out_donor;        /* per output: param index whose buffer it takes, or -1 */
+    int64_t arena_bytes[2];/* temp arena per memory space                  */
+    tj_memory_analysis mem;
+    double flops;
 };
 
 /* What a CPU kernel sees: the node (op, attributes), local types of inputs
@@ -1243,14 +1364,18 @@ struct tj__kern {
     tj__type ot;
     void *out;
     void *scratch;
+    void *pout[64]; /* multi-output ops: the buffers of their outputs        */
     int nthreads;
     int dev;
     char *err; /* a kernel that finds bad data (index out of range) writes here */
 };
 
 typedef tj_status (*tj__vjp_fn)(tj_node *n, tj_v g, tj_v *gin);
+/* The cotangents of a multi-output node's projections (indexed by node id),
+   set by the autodiff driver just before it calls that node's VJP rule. */
+static tj_v *tj__proj_ct;
 
-enum { TJ__VIEW = 1, TJ__NODIFF = 2, TJ__SOURCE = 4 };
+enum { TJ__VIEW = 1, TJ__NODIFF = 2, TJ__SOURCE = 4, TJ__MULTI = 8 };
 
 typedef struct {
     const char *name;
@@ -1315,7 +1440,11 @@ typedef struct {
     X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_cross_entropy, tj__vjp_cross_entropy, tj__flops_row, tj__row_scratch)    \
     X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0)                          \
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0)                                                \
-    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0)
+    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0)                                                      \
+    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0)                                              \
+    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0)                                              \
+    X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch)                              \
+    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0)
 
 enum {
 #define TJ__E1(op, nm, expr) TJ__OP_##op,
@@ -1338,18 +1467,29 @@ static tj_graph *tj__graph_new(tj_ctx *c, const char *file, int line) {
     g->ctx = c;
     g->file = file;
     g->line = line;
+    g->refs = 1;
     return g;
 }
+struct tj_prog;
+static void tj__prog_free_body(struct tj_prog *p);
+static void tj__report_free(struct tj__report *r);
 static void tj__graph_free(tj_graph *g) {
     int i;
-    if (!g) return;
+    if (!g || --g->refs > 0) return;
     for (i = 0; i < g->n; i++) {
+        tj__graph_free(g->nodes[i]->sub);
+        TJ_FREE(g->nodes[i]->proj);
         TJ_FREE(g->nodes[i]->in);
         TJ_FREE(g->nodes[i]->name);
         TJ_FREE(g->nodes[i]);
     }
+    tj__prog_free_body(g->prog);
+    tj__report_free(g->report);
     TJ_FREE(g->nodes);
     TJ_FREE(g->params);
+    TJ_FREE(g->cap_outer);
+    TJ_FREE(g->cap_param);
+    TJ_FREE(g->outs);
     TJ_FREE(g);
 }
 TJDEF tj_graph *tj_graph_of(tj_v v) { return v ? v->g : NULL; }
@@ -1372,15 +1512,20 @@ TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n) {
 
 /* Append a node. Inputs must be non-NULL values of g (a NULL input means an
    earlier op failed: return NULL quietly so its message survives). */
+static tj_node *tj__capture(tj_graph *g, tj_node *v);
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const char *file, int line) {
     tj_node *n;
     int i;
+    tj_node *cin[64];
     if (!g) return NULL;
     for (i = 0; i < nin; i++) {
         if (!in[i]) return NULL;
-        if (in[i]->g != g) {
-            tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: input %d belongs to another traced function", TJ__OPNAME(op), i);
-            return NULL;
+        if (in[i]->g != g) { /* a value of an enclosing function: capture it */
+            if (i >= 64 || !(cin[i] = tj__capture(g, in[i]))) {
+                if (g->ctx->status == TJ_OK)
+                    tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: input %d belongs to another traced function", TJ__OPNAME(op), i);
+                return NULL;
+            }
         }
     }
     if (g->ctx->status != TJ_OK) return NULL; /* tracing already failed */
@@ -1405,7 +1550,7 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     n->op = op;
     n->t = *t;
     n->nin = nin;
-    for (i = 0; i < nin; i++) n->in[i] = in[i];
+    for (i = 0; i < nin; i++) n->in[i] = in[i]->g == g ? in[i] : cin[i];
     n->file = file;
     n->line = line;
     n->pass = g->cur_pass;
@@ -1415,6 +1560,48 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     return n;
 }
 static tj_ctx *tj__vctx(tj_v v) { return v ? v->g->ctx : NULL; }
+/* Append p to g's parameter list (p->a.index is its position). */
+static int tj__add_param(tj_graph *g, tj_node *p) {
+    if (g->nparam == g->capparam) {
+        int nc = g->capparam ? 2 * g->capparam : 16;
+        tj_node **np = (tj_node **)TJ_REALLOC(g->params, sizeof(tj_node *) * (size_t)nc);
+        if (!np) return -1;
+        g->params = np;
+        g->capparam = nc;
+    }
+    p->a.index = g->nparam;
+    g->params[g->nparam++] = p;
+    return 0;
+}
+/* The PARAM of g standing for v, a value of an enclosing graph (made on
+   first use, through every graph in between). This is how a scan body
+   closes over the weights of the function around it. */
+static tj_node *tj__capture(tj_graph *g, tj_node *v) {
+    tj_node *outer, *p;
+    int i;
+    if (v->g == g) return v;
+    if (!g->parent) return NULL;
+    for (i = 0; i < g->ncap; i++)
+        if (g->cap_outer[i] == v || g->cap_param[i] == v) return g->cap_param[i];
+    if (!(outer = tj__capture(g->parent, v))) return NULL;
+    for (i = 0; i < g->ncap; i++)
+        if (g->cap_outer[i] == outer) return g->cap_param[i];
+    if (g->ncap == g->capcap) {
+        int nc = g->capcap ? 2 * g->capcap : 8;
+        tj_node **a = (tj_node **)TJ_REALLOC(g->cap_outer, sizeof(tj_node *) * (size_t)nc);
+        tj_node **b = a ? (tj_node **)TJ_REALLOC(g->cap_param, sizeof(tj_node *) * (size_t)nc) : NULL;
+        if (a) g->cap_outer = a;
+        if (!b) return NULL;
+        g->cap_param = b;
+        g->capcap = nc;
+    }
+    p = tj__node(g, TJ__OP_PARAM, &v->t, 0, NULL, v->file, v->line);
+    if (!p || tj__add_param(g, p)) return NULL;
+    p->name = tj__strdup("capture");
+    g->cap_outer[g->ncap] = outer;
+    g->cap_param[g->ncap++] = p;
+    return p;
+}
 /* Axis list of a builder argument, each of which must be an axis of x. */
 static int tj__axes_of(tj_v x, const char *s, int *ids, const char *what, const char *file, int line) {
     tj_ctx *c = tj__vctx(x);
@@ -2742,6 +2929,12 @@ static void tj__k_none(tj__kern *k) { (void)k; }
 #undef L
 
 /* ---- the op table ---- */
+/* ops whose blocks live in later sections */
+static void tj__k_memcpy(tj__kern *k);
+static void tj__k_scan(tj__kern *k);
+static tj_status tj__vjp_scan(tj_node *n, tj_v g, tj_v *gin);
+static double tj__flops_scan(const tj_node *n);
+static int64_t tj__scan_scratch(const tj_node *n);
 #define TJ__OPDEF_U(op, nm, expr) {nm, 0, tj__k_unary, tj__vjp_unary, tj__flops_out, 0},
 #define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_binary, tj__vjp_binary, tj__flops_out, 0},
 #define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc) {nm, (fl), k, v, fp, sc},
@@ -2825,17 +3018,23 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
     }
     for (i = top; i >= 0 && c->status == TJ_OK; i--) {
         tj_node *n = g->nodes[i];
-        tj_v gin[16];
+        tj_v gin[64];
         const tj__opdef *d = &tj__ops[n->op];
         int any = 0;
-        if (!ct[i] || !needs[i] || !reach[i] || (d->flags & TJ__NODIFF)) continue;
+        if (d->flags & TJ__MULTI) { /* its cotangents sit on its projections */
+            for (j = 0; j < n->nproj; j++) any |= n->proj[j]->id < n0 && ct[n->proj[j]->id] != NULL;
+            if (!any) continue;
+            tj__proj_ct = ct;
+        } else if (!ct[i] || n->op == TJ__OP_PROJ) continue;
+        if (!needs[i] || !reach[i] || (d->flags & TJ__NODIFF) || n->nin > 64) continue;
+        any = 0;
         for (j = 0; j < n->nin; j++) any |= needs[n->in[j]->id];
         if (!any) continue;
         if (!d->vjp) {
             tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: op '%s' has no VJP rule", d->name);
             break;
         }
-        for (j = 0; j < 16; j++) gin[j] = NULL;
+        for (j = 0; j < 64; j++) gin[j] = NULL;
         if (d->vjp(n, ct[i], gin) != TJ_OK) break;
         for (j = 0; j < n->nin; j++) {
             tj_node *x = n->in[j];
@@ -2886,29 +3085,757 @@ TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
     return st;
 }
 
-/* ==== [6] schedule ====================================================== */
+/* ==== [6] control flow: scan ============================================ */
+/* A SCAN node holds its body graph. Its inputs are the initial carries, the
+   stacked xs (scanned axis leading) and the captured outer values; its
+   outputs are PROJ nodes: final carries, stacked ys, and (after autodiff)
+   stacked residuals. The kernel runs the compiled body once per iteration
+   on pointers: x slices and y slices are offsets into the stacked buffers,
+   and the carry ping-pongs between two buffers in the node's workspace. */
+
+struct tj__report {
+    tj_residual *rows;
+    int n, cap;
+    char lint[2048];
+    int nlint;
+};
+static void tj__report_free(struct tj__report *r) {
+    if (!r) return;
+    TJ_FREE(r->rows);
+    TJ_FREE(r);
+}
+
+static tj__type tj__type_drop(const tj__type *t, int axis) {
+    tj__type o = *t;
+    int i;
+    o.rank = 0;
+    for (i = 0; i < t->rank; i++)
+        if (t->ax[i] != axis) { o.ax[o.rank] = t->ax[i]; o.dim[o.rank++] = t->dim[i]; }
+    return o;
+}
+static tj__type tj__type_lead(const tj__type *t, int axis, int64_t len) {
+    tj__type o = *t;
+    int i;
+    o.ax[0] = axis;
+    o.dim[0] = len;
+    o.rank = 1;
+    for (i = 0; i < t->rank; i++)
+        if (t->ax[i] != axis) { o.ax[o.rank] = t->ax[i]; o.dim[o.rank++] = t->dim[i]; }
+    return o;
+}
+/* A multi-output node's outputs: one PROJ node each, made right after it. */
+static int tj__add_proj(tj_node *m, const tj__type *t, int space) {
+    tj_node **np, *p;
+    np = (tj_node **)TJ_REALLOC(m->proj, sizeof(tj_node *) * (size_t)(m->nproj + 1));
+    if (!np) return -1;
+    m->proj = np;
+    p = tj__node(m->g, TJ__OP_PROJ, t, 1, &m, m->file, m->line);
+    if (!p) return -1;
+    p->a.index = m->nproj;
+    p->space = space;
+    m->proj[m->nproj++] = p;
+    return 0;
+}
+static int tj__body_add_out(tj_graph *b, tj_node *v) {
+    tj_node **no = (tj_node **)TJ_REALLOC(b->outs, sizeof(tj_node *) * (size_t)(b->nout + 1));
+    if (!no) return -1;
+    b->outs = no;
+    b->outs[b->nout++] = v;
+    return 0;
+}
+static int tj__same_axes(const tj__type *a, const tj__type *b) {
+    int i, k;
+    if (a->rank != b->rank || a->dt != b->dt) return 0;
+    for (i = 0; i < a->rank; i++) {
+        k = tj__axis_index(b, a->ax[i]);
+        if (k < 0 || b->dim[k] != a->dim[i]) return 0;
+    }
+    return 1;
+}
+
+/* Make the SCAN node: inputs carry, xs (axis-first), captures; outputs
+   (PROJ) final carries and stacked ys. */
+static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, int axis, int64_t len, int reverse, int nc, tj_node *const *init,
+                              int nx, tj_node *const *xs, int ny, const tj_policy *policy) {
+    tj_node *in[64], *n;
+    tj__type t;
+    int i, nin = 0;
+    if (nc + nx + b->ncap > 64) {
+        tj__err(g->ctx, TJ_ERR_ARG, f, l, "scan: more than 64 carries, xs and captured values together");
+        return NULL;
+    }
+    for (i = 0; i < nc; i++) in[nin++] = init[i];
+    for (i = 0; i < nx; i++) in[nin++] = xs[i];
+    for (i = 0; i < b->ncap; i++) in[nin++] = b->cap_outer[i];
+    memset(&t, 0, sizeof t);
+    t.dt = TJ_I32;
+    n = tj__node(g, TJ__OP_SCAN, &t, nin, in, f, l);
+    if (!n) return NULL;
+    n->sub = b;
+    b->refs++;
+    n->a.ncarry = nc;
+    n->a.nx = nx;
+    n->a.ncap = b->ncap;
+    n->a.length = (int)len;
+    n->a.reverse = reverse;
+    n->a.axis = axis;
+    n->policy = policy;
+    for (i = 0; i < nc; i++)
+        if (tj__add_proj(n, &b->outs[i]->t, TJ_SPACE_DEVICE)) return NULL;
+    for (i = 0; i < ny; i++) {
+        tj__type yt = tj__type_lead(&b->outs[nc + i]->t, axis, len);
+        if (tj__add_proj(n, &yt, b->outs[nc + i]->space)) return NULL;
+    }
+    return n;
+}
+
+TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx, const tj_v *xs,
+                           int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
+    tj_graph *g = NULL, *b = NULL;
+    tj_ctx *c;
+    tj_node *cp[32], *xp[32], *co[32], *yo[32], *xr[32], *n;
+    tj__type at;
+    int i, ax;
+    int64_t len = -1;
+    char b1[256];
+    for (i = 0; i < nc && !g; i++) if (init && init[i]) g = init[i]->g;
+    for (i = 0; i < nx && !g; i++) if (xs && xs[i]) g = xs[i]->g;
+    if (!g) return TJ_ERR_ARG; /* an input failed earlier (or none given) */
+    c = g->ctx;
+    if (c->status) return c->status;
+    if (!body || nc < 0 || nx < 0 || ny < 0 || nc > 32 || nx > 32 || ny > 32 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
+        tj__err(c, TJ_ERR_ARG, f, l, "scan: bad arguments (%d carries, %d xs, %d ys; at most 32 each)", nc, nx, ny);
+        return TJ_ERR_ARG;
+    }
+    for (i = 0; i < nc; i++) if (!init[i]) return c->status ? c->status : TJ_ERR_ARG;
+    for (i = 0; i < nx; i++) if (!xs[i]) return c->status ? c->status : TJ_ERR_ARG;
+    /* the axis, and the length */
+    if (axis && strchr(axis, '=')) {
+        if (tj__parse_shape(c, axis, TJ_F32, &at, 0, "scan", f, l)) return c->status;
+        if (at.rank != 1) { tj__err(c, TJ_ERR_AXIS, f, l, "scan: want one axis, got \"%s\"", axis); return TJ_ERR_AXIS; }
+        ax = at.ax[0];
+        len = at.dim[0];
+    } else {
+        int ids[TJ_MAXDIM];
+        if (tj__parse_names(c, axis, ids, TJ_MAXDIM, "scan", f, l) != 1) {
+            if (!c->status) tj__err(c, TJ_ERR_AXIS, f, l, "scan: want one axis name, got \"%s\"", axis ? axis : "(null)");
+            return c->status;
+        }
+        ax = ids[0];
+    }
+    for (i = 0; i < nx; i++) {
+        int k = tj__axis_index(&xs[i]->t, ax);
+        if (k < 0 || (len >= 0 && xs[i]->t.dim[k] != len)) {
+            tj__err(c, TJ_ERR_SHAPE, f, l, "scan: x %d %s %s axis '%s'%s", i, tj_v_describe(xs[i], b1, sizeof b1), k < 0 ? "has no" : "disagrees on the length of",
+                    tj__name(c, ax), k < 0 ? "" : " with the other xs");
+            return TJ_ERR_SHAPE;
+        }
+        len = xs[i]->t.dim[k];
+    }
+    if (len < 1) {
+        tj__err(c, TJ_ERR_ARG, f, l, "scan: no xs to take the length of '%s' from: write \"%s=N\"", tj__name(c, ax), tj__name(c, ax));
+        return TJ_ERR_ARG;
+    }
+    for (i = 0; i < nc; i++)
+        if (tj__axis_index(&init[i]->t, ax) >= 0) {
+            tj__err(c, TJ_ERR_AXIS, f, l, "scan: carry %d %s must not have the scanned axis '%s'", i, tj_v_describe(init[i], b1, sizeof b1), tj__name(c, ax));
+            return TJ_ERR_AXIS;
+        }
+    /* trace the body once */
+    if (!(b = tj__graph_new(c, f, l))) return c->status;
+    b->parent = g;
+    for (i = 0; i < nc; i++) {
+        if (!(cp[i] = tj__node(b, TJ__OP_PARAM, &init[i]->t, 0, NULL, f, l)) || tj__add_param(b, cp[i])) goto fail;
+        cp[i]->name = tj__strdup("carry");
+    }
+    for (i = 0; i < nx; i++) {
+        tj__type xt = tj__type_drop(&xs[i]->t, ax);
+        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
+        xp[i]->name = tj__strdup("x");
+    }
+    for (i = 0; i < 32; i++) co[i] = yo[i] = NULL;
+    body(b, cp, xp, co, yo, user);
+    if (c->status) goto fail;
+    for (i = 0; i < nc; i++) {
+        tj_node *v = co[i] ? tj__capture(b, co[i]) : NULL;
+        if (!v) {
+            tj__err(c, TJ_ERR_ARG, f, l, "scan: the body returned no carry %d", i);
+            goto fail;
+        }
+        if (!tj__same_axes(&v->t, &init[i]->t)) {
+            char b2[256];
+            tj__err(c, TJ_ERR_SHAPE, f, l, "scan: carry %d goes in as %s but the body returns %s", i, tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2));
+            goto fail;
+        }
+        if (tj__body_add_out(b, tj__fit(f, l, v, &init[i]->t))) goto oom;
+    }
+    for (i = 0; i < ny; i++) {
+        tj_node *v = yo[i] ? tj__capture(b, yo[i]) : NULL;
+        if (!v) {
+            tj__err(c, TJ_ERR_ARG, f, l, "scan: the body returned no y %d", i);
+            goto fail;
+        }
+        if (tj__axis_index(&v->t, ax) >= 0 || v->t.rank >= TJ_MAXDIM) {
+            tj__err(c, TJ_ERR_AXIS, f, l, "scan: y %d %s already has the scanned axis '%s' (or too many axes)", i, tj_v_describe(v, b1, sizeof b1), tj__name(c, ax));
+            goto fail;
+        }
+        if (tj__body_add_out(b, v)) goto oom;
+    }
+    if (c->status) goto fail;
+    /* stacked xs with the scanned axis leading, so a slice is contiguous */
+    for (i = 0; i < nx; i++) {
+        tj__type lt = tj__type_lead(&xs[i]->t, ax, len);
+        xr[i] = xs[i]->t.ax[0] == ax ? xs[i] : tj__relayout(f, l, xs[i], &lt);
+    }
+    n = tj__scan_node(f, l, g, b, ax, len, 0, nc, init, nx, xr, ny, policy);
+    tj__graph_free(b); /* the node holds its own reference */
+    if (!n) return c->status ? c->status : TJ_ERR_OOM;
+    for (i = 0; i < nc; i++) final[i] = n->proj[i];
+    for (i = 0; i < ny; i++) ys[i] = n->proj[nc + i];
+    return TJ_OK;
+oom:
+    tj__err(c, TJ_ERR_OOM, f, l, "scan: out of memory");
+fail:
+    tj__graph_free(b);
+    return c->status ? c->status : TJ_ERR_ARG;
+}
+
+/* scratch: the body's device arena, then two sets of carry buffers */
+static int64_t tj__carry_bytes(const tj_node *n) {
+    int64_t s = 0;
+    int i;
+    for (i = 0; i < n->a.ncarry; i++) s += tj__align(tj__bytes(&n->proj[i]->t));
+    return s;
+}
+static int64_t tj__scan_scratch(const tj_node *n) {
+    int64_t body = n->sub->prog ? n->sub->prog->arena_bytes[TJ_SPACE_DEVICE] : 0;
+    return tj__align(body) + 2 * tj__carry_bytes(n);
+}
+static double tj__flops_scan(const tj_node *n) { return n->sub->prog ? n->sub->prog->flops * n->a.length : 0; }
+static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads);
+static void tj__k_scan(tj__kern *k) {
+    tj_node *n = k->n;
+    tj_prog *bp = n->sub->prog;
+    int nc = n->a.ncarry, nx = n->a.nx, ncap = n->a.ncap, ny = n->nproj - nc, i, s;
+    int np = n->sub->nparam;
+    void *args[128], *outs[128], *cur[32], *nxt[32];
+    char *arena[2];
+    char *carry0 = (char *)k->scratch + tj__align(bp->arena_bytes[TJ_SPACE_DEVICE]);
+    int64_t off = 0, xsl[32], ysl[64];
+    if (np > 128 || n->nproj > 128) {
+        snprintf(k->err, TJ__MSG, "scan: too many body parameters or outputs");
+        return;
+    }
+    arena[TJ_SPACE_DEVICE] = (char *)k->scratch;
+    arena[TJ_SPACE_HOST] = NULL;
+    for (i = 0; i < nc; i++) {
+        cur[i] = carry0 + off;
+        nxt[i] = carry0 + tj__carry_bytes(n) + off;
+        off += tj__align(tj__bytes(&n->proj[i]->t));
+    }
+    for (i = 0; i < np; i++) args[i] = NULL; /* cotangent params of a differentiated body are unused here */
+    for (i = 0; i < ncap; i++) args[nc + nx + i] = (void *)k->in[nc + nx + i];
+    for (i = 0; i < nx; i++) xsl[i] = tj__bytes(k->it[nc + i]) / n->a.length;
+    for (i = 0; i < ny; i++) ysl[i] = tj__bytes(&n->proj[nc + i]->t) / n->a.length;
+    for (s = 0; s < n->a.length; s++) {
+        int t = n->a.reverse ? n->a.length - 1 - s : s;
+        for (i = 0; i < nc; i++) {
+            args[i] = s == 0 ? (void *)k->in[i] : cur[i];
+            outs[i] = nxt[i];
+        }
+        for (i = 0; i < nx; i++) args[nc + i] = (char *)k->in[nc + i] + t * xsl[i];
+        for (i = 0; i < ny; i++) outs[nc + i] = (char *)k->pout[nc + i] + t * ysl[i];
+        if (tj__run_body(bp, args, outs, arena, k->err, k->nthreads) != TJ_OK) return;
+        for (i = 0; i < nc; i++) {
+            void *tmp = cur[i];
+            cur[i] = nxt[i];
+            nxt[i] = tmp;
+        }
+    }
+    for (i = 0; i < nc; i++) memcpy(k->pout[i], n->a.length ? cur[i] : k->in[i], (size_t)tj__bytes(&n->proj[i]->t));
+}
+static void tj__k_memcpy(tj__kern *k) {
+    tj_ctx *c = k->ctx;
+    int64_t nb = tj__bytes(&k->ot);
+    if (c->backend) c->backend->copy(c->backend, k->out, k->n->space, k->in[0], k->n->in[0]->space, (size_t)nb);
+    else memcpy(k->out, k->in[0], (size_t)nb);
+}
+
+/* ==== [7] remat and offload policies ==================================== */
+/* The VJP rule of scan is where policies act. It differentiates the body
+   in place (the body graph becomes the joint forward+backward graph), then
+   builds the backward body by cloning the backward nodes. Each forward
+   value a cloned node needs is a residual, and the policy decides it:
+     save       the forward body returns it; the scan stacks it per iteration
+     offload    the forward body returns offload(it), stacked in host memory;
+                the backward body fetches each slice back before use
+     recompute  its producer is cloned into the backward body (recursively,
+                down to saved values, xs and captured weights)
+   A carry cannot be recomputed inside one iteration, so "recompute" on a
+   carry means save (and the report says so); it can be offloaded. */
+
+TJDEF tj_policy tj_everything_saveable(void) {
+    tj_policy p;
+    memset(&p, 0, sizeof p);
+    p.kind = TJ_POLICY_EVERYTHING_SAVEABLE;
+    return p;
+}
+TJDEF tj_policy tj_nothing_saveable(void) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_NOTHING_SAVEABLE;
+    return p;
+}
+TJDEF tj_policy tj_dots_saveable(void) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_DOTS_SAVEABLE;
+    return p;
+}
+TJDEF tj_policy tj_dots_with_no_batch_dims_saveable(void) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_DOTS_NO_BATCH_SAVEABLE;
+    return p;
+}
+TJDEF tj_policy tj_save_only_these_names(const char *names) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_SAVE_ONLY_THESE_NAMES;
+    p.names = names;
+    return p;
+}
+TJDEF tj_policy tj_save_any_names_but_these(const char *names) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_SAVE_ANY_NAMES_BUT_THESE;
+    p.names = names;
+    return p;
+}
+TJDEF tj_policy tj_save_and_offload_only_these_names(const char *save, const char *offload) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_SAVE_AND_OFFLOAD_ONLY_THESE_NAMES;
+    p.names = save;
+    p.offload_names = offload;
+    return p;
+}
+TJDEF tj_policy tj_save_from_both(const tj_policy *a, const tj_policy *b) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_SAVE_FROM_BOTH;
+    p.a = a;
+    p.b = b;
+    return p;
+}
+TJDEF tj_policy tj_policy_from_fn(tj_policy_fn fn, void *user) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_FN;
+    p.fn = fn;
+    p.user = user;
+    return p;
+}
+static int tj__in_list(const char *list, const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    const char *s = list;
+    if (!list || !n) return 0;
+    while (*s) {
+        size_t k;
+        while (*s == ' ' || *s == ',') s++;
+        k = 0;
+        while (s[k] && s[k] != ' ' && s[k] != ',') k++;
+        if (k == n && strncmp(s, name, n) == 0) return 1;
+        s += k;
+    }
+    return 0;
+}
+/* The decision for residual v (named `name`, or ""), with the reason. */
+static tj_decision tj__decide(const tj_policy *p, const tj_node *v, const char *name, char *why, size_t wn) {
+    char shape[256];
+    tj_decision a, b;
+    char wa[160], wb[160];
+    if (!p) {
+        snprintf(why, wn, "no policy: everything saveable");
+        return TJ_SAVE;
+    }
+    switch (p->kind) {
+    case TJ_POLICY_EVERYTHING_SAVEABLE: snprintf(why, wn, "everything_saveable"); return TJ_SAVE;
+    case TJ_POLICY_NOTHING_SAVEABLE: snprintf(why, wn, "nothing_saveable"); return TJ_RECOMPUTE;
+    case TJ_POLICY_DOTS_SAVEABLE:
+        snprintf(why, wn, "dots_saveable: %s", v->op == TJ__OP_DOT ? "a dot" : "not a dot");
+        return v->op == TJ__OP_DOT ? TJ_SAVE : TJ_RECOMPUTE;
+    case TJ_POLICY_DOTS_NO_BATCH_SAVEABLE:
+        snprintf(why, wn, "dots_with_no_batch_dims_saveable: %s", v->op != TJ__OP_DOT ? "not a dot" : v->a.nb ? "a dot with batch axes" : "a dot, no batch axes");
+        return v->op == TJ__OP_DOT && v->a.nb == 0 ? TJ_SAVE : TJ_RECOMPUTE;
+    case TJ_POLICY_SAVE_ONLY_THESE_NAMES:
+        snprintf(why, wn, "save_only_these_names: %s", tj__in_list(p->names, name) ? "named in the list" : *name ? "name not in the list" : "unnamed");
+        return tj__in_list(p->names, name) ? TJ_SAVE : TJ_RECOMPUTE;
+    case TJ_POLICY_SAVE_ANY_NAMES_BUT_THESE:
+        snprintf(why, wn, "save_any_names_but_these: %s", !*name ? "unnamed" : tj__in_list(p->names, name) ? "excluded by name" : "named, not excluded");
+        return *name && !tj__in_list(p->names, name) ? TJ_SAVE : TJ_RECOMPUTE;
+    case TJ_POLICY_SAVE_AND_OFFLOAD_ONLY_THESE_NAMES:
+        if (tj__in_list(p->names, name)) { snprintf(why, wn, "save_and_offload: '%s' in the save list", name); return TJ_SAVE; }
+        if (tj__in_list(p->offload_names, name)) { snprintf(why, wn, "save_and_offload: '%s' in the offload list", name); return TJ_OFFLOAD; }
+        snprintf(why, wn, "save_and_offload: %s", *name ? "name in neither list" : "unnamed");
+        return TJ_RECOMPUTE;
+    case TJ_POLICY_SAVE_FROM_BOTH:
+        a = tj__decide(p->a, v, name, wa, sizeof wa);
+        b = tj__decide(p->b, v, name, wb, sizeof wb);
+        if (a == TJ_SAVE || b == TJ_SAVE) { snprintf(why, wn, "save_from_both: %s", a == TJ_SAVE ? wa : wb); return TJ_SAVE; }
+        if (a == TJ_OFFLOAD || b == TJ_OFFLOAD) { snprintf(why, wn, "save_from_both: %s", a == TJ_OFFLOAD ? wa : wb); return TJ_OFFLOAD; }
+        snprintf(why, wn, "save_from_both: neither saves");
+        return TJ_RECOMPUTE;
+    case TJ_POLICY_FN:
+        tj_v_describe((tj_v)v, shape, sizeof shape);
+        snprintf(why, wn, "user policy function");
+        return p->fn ? p->fn(tj__ops[v->op].name, name, shape, p->user) : TJ_SAVE;
+    }
+    return TJ_SAVE;
+}
+/* The checkpoint name of v: its own (a name node), or, for a carry
+   parameter of body b, the name on the value the body returns for it. */
+static const char *tj__resid_name(const tj_node *v, const tj_graph *b, int ncarry) {
+    const tj_node *o;
+    if (v->op == TJ__OP_NAME) return v->name;
+    if (v->op == TJ__OP_PARAM && v->a.index < ncarry && b->nout > v->a.index) {
+        for (o = b->outs[v->a.index]; o; o = (tj__ops[o->op].flags & TJ__VIEW) || o->op == TJ__OP_RELAYOUT ? o->in[0] : NULL)
+            if (o->op == TJ__OP_NAME) return o->name;
+    }
+    return "";
+}
+static struct tj__report *tj__report_of(tj_graph *g) {
+    while (g->parent) g = g->parent;
+    if (!g->report) g->report = (struct tj__report *)tj__calloc(sizeof(struct tj__report));
+    return g->report;
+}
+static void tj__report_add(tj_graph *g, const tj_node *v, const char *name, int64_t bytes, tj_decision d, const char *why, int carry) {
+    struct tj__report *r = tj__report_of(g);
+    tj_residual *row;
+    if (!r) return;
+    if (r->n == r->cap) {
+        int nc = r->cap ? 2 * r->cap : 16;
+        tj_residual *nr = (tj_residual *)TJ_REALLOC(r->rows, sizeof(tj_residual) * (size_t)nc);
+        if (!nr) return;
+        r->rows = nr;
+        r->cap = nc;
+    }
+    row = &r->rows[r->n++];
+    memset(row, 0, sizeof *row);
+    snprintf(row->name, sizeof row->name, "%s", name);
+    snprintf(row->op, sizeof row->op, "%s", tj__ops[v->op].name);
+    tj_v_describe((tj_v)v, row->shape, sizeof row->shape);
+    row->bytes = bytes;
+    row->decision = d;
+    snprintf(row->rule, sizeof row->rule, "%s", why);
+    row->file = v->file;
+    row->line = v->line;
+    row->carry = carry;
+}
+/* Lint: every name a policy lists must be carried by some residual it saw. */
+static void tj__lint_names(tj_graph *g, const char *list, const char *policy_name, tj_graph *b, int ncarry);
+static void tj__lint_policy(tj_graph *g, const tj_policy *p, tj_graph *b, int ncarry, int first_row) {
+    struct tj__report *r = tj__report_of(g);
+    int i, changed = 0;
+    if (!p || !r) return;
+    if (p->kind == TJ_POLICY_SAVE_FROM_BOTH) {
+        tj__lint_policy(g, p->a, b, ncarry, r->n);
+        tj__lint_policy(g, p->b, b, ncarry, r->n);
+    }
+    tj__lint_names(g, p->names, "names", b, ncarry);
+    tj__lint_names(g, p->offload_names, "offload names", b, ncarry);
+    if (p->offload_dst && strcmp(p->offload_dst, "host") != 0 && strcmp(p->offload_dst, "pinned_host") != 0) {
+        tj__err(g->ctx, TJ_ERR_ARG, b->file, b->line, "scan policy: unknown memory space '%s' to offload to (use \"host\" or \"pinned_host\")", p->offload_dst);
+        return;
+    }
+    for (i = first_row; i < r->n; i++) changed |= r->rows[i].decision != TJ_SAVE;
+    if (!changed && p->kind != TJ_POLICY_EVERYTHING_SAVEABLE && first_row < r->n) {
+        size_t m = strlen(r->lint);
+        snprintf(r->lint + m, sizeof r->lint - m, "the policy of the scan at %s:%d saves every residual: it changes nothing\n", tj__base(b->file), b->line);
+        r->nlint++;
+    }
+}
+static void tj__lint_names(tj_graph *g, const char *list, const char *policy_name, tj_graph *b, int ncarry) {
+    struct tj__report *r = tj__report_of(g);
+    const char *s = list;
+    if (!r || !list) return;
+    while (*s) {
+        size_t k = 0, m;
+        int found = 0, i;
+        char nm[64];
+        while (*s == ' ' || *s == ',') s++;
+        while (s[k] && s[k] != ' ' && s[k] != ',') k++;
+        if (!k) break;
+        snprintf(nm, sizeof nm, "%.*s", (int)(k < 63 ? k : 63), s);
+        for (i = 0; i < b->n && !found; i++) {
+            const tj_node *v = b->nodes[i];
+            found = (v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (v->op == TJ__OP_PARAM && strcmp(tj__resid_name(v, b, ncarry), nm) == 0);
+        }
+        if (!found) {
+            m = strlen(r->lint);
+            snprintf(r->lint + m, sizeof r->lint - m, "policy %s names '%s', but no value in the scan body (%s:%d) carries that name\n", policy_name, nm,
+                     tj__base(b->file), b->line);
+            r->nlint++;
+        }
+        s += k;
+    }
+}
+
+/* ---- the VJP of scan ---- */
+typedef struct {
+    tj_graph *b, *bk;     /* forward (now joint) body, backward body          */
+    tj_node *scan;        /* the forward scan node in the outer graph         */
+    tj_node **map;        /* body node id -> backward-body node               */
+    int nmap;
+    const tj_policy *policy;
+    int nc, nx;
+    /* the backward scan's xs, in order: (outer stacked value, body slice param) */
+    tj_node *bx_outer[64], *bx_param[64];
+    int nbx;
+    tj_status st;
+} tj__bwd;
+
+static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice, int space) {
+    tj_node *p;
+    if (w->nbx >= 64) {
+        tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, w->scan->file, w->scan->line, "scan: more than 64 residuals per iteration");
+        return NULL;
+    }
+    p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, w->scan->file, w->scan->line);
+    if (!p || tj__add_param(w->bk, p)) return NULL;
+    p->name = tj__strdup("residual");
+    p->space = space;
+    w->bx_outer[w->nbx] = outer;
+    w->bx_param[w->nbx++] = p;
+    return p;
+}
+/* A residual: make the forward body return it (offloaded if so decided),
+   and give the backward body a slice parameter for it. */
+static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
+    tj_node *out = v, *p;
+    int space = d == TJ_OFFLOAD ? TJ_SPACE_HOST : TJ_SPACE_DEVICE;
+    if (d == TJ_OFFLOAD) {
+        out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, v->file, v->line);
+        if (!out) return NULL;
+        out->space = TJ_SPACE_HOST;
+        out->pass = 0;
+    }
+    if (tj__body_add_out(w->b, out)) return NULL;
+    {
+        tj__type yt = tj__type_lead(&v->t, w->scan->a.axis, w->scan->a.length);
+        if (tj__add_proj(w->scan, &yt, space)) return NULL;
+    }
+    p = tj__bk_xparam(w, w->scan->proj[w->scan->nproj - 1], &v->t, space);
+    if (p && d == TJ_OFFLOAD) { /* copied back to the device before its backward use */
+        p = tj__node(w->bk, TJ__OP_TO_DEVICE, &v->t, 1, &p, v->file, v->line);
+        if (p) p->space = TJ_SPACE_DEVICE;
+    }
+    return p;
+}
+static tj_node *tj__clone(tj__bwd *w, tj_node *v);
+static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
+    tj_node *in[64], *n;
+    int i;
+    if (v->op == TJ__OP_PROJ) { /* clone the multi-output node, then pick */
+        tj_node *m = tj__clone(w, v->in[0]);
+        return m ? m->proj[v->a.index] : NULL;
+    }
+    if (v->nin > 64) return NULL;
+    for (i = 0; i < v->nin; i++)
+        if (!(in[i] = tj__clone(w, v->in[i]))) return NULL;
+    n = tj__node(w->bk, v->op, &v->t, v->nin, in, v->file, v->line);
+    if (!n) return NULL;
+    n->a = v->a;
+    n->space = v->space;
+    if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
+    if (v->sub) {
+        n->sub = v->sub;
+        v->sub->refs++;
+        n->policy = v->policy;
+        for (i = 0; i < v->nproj; i++)
+            if (tj__add_proj(n, &v->proj[i]->t, v->proj[i]->space)) return NULL;
+    }
+    return n;
+}
+/* The backward body's node for body node v. */
+static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
+    tj_node *r = NULL;
+    if (v->id < w->nmap && w->map[v->id]) return w->map[v->id];
+    if (w->b->ctx->status) return NULL;
+    if (v->op == TJ__OP_PARAM && v->pass == 0) {
+        int idx = v->a.index, k;
+        if (idx >= w->nc && idx < w->nc + w->nx) { /* an x: slice the same stacked input */
+            r = tj__bk_xparam(w, w->scan->in[idx], &v->t, TJ_SPACE_DEVICE);
+        } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again */
+            for (k = 0; k < w->b->ncap; k++)
+                if (w->b->cap_param[k] == v) r = tj__capture(w->bk, w->b->cap_outer[k]);
+        } else { /* a carry: a residual by nature */
+            char why[160];
+            const char *nm = tj__resid_name(v, w->b, w->nc);
+            tj_decision d = tj__decide(w->policy, v, nm, why, sizeof why);
+            if (d == TJ_RECOMPUTE) {
+                d = TJ_SAVE;
+                snprintf(why + strlen(why), sizeof why - strlen(why), "; a carry cannot be recomputed, saved");
+            }
+            tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 1);
+            r = tj__residual(w, v, d);
+        }
+    } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
+        /* a forward value the backward pass needs */
+        char why[160];
+        const char *nm = tj__resid_name(v, w->b, w->nc);
+        tj_decision d = tj__decide(w->policy, v, nm, why, sizeof why);
+        if ((tj__ops[v->op].flags & TJ__VIEW) && d != TJ_RECOMPUTE && !nm[0]) d = TJ_RECOMPUTE, snprintf(why, sizeof why, "a view: recomputed from its root");
+        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE) { /* never re-run a nested scan for one of its outputs */
+            d = TJ_SAVE;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested scan, saved");
+        }
+        tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0);
+        r = d == TJ_RECOMPUTE ? tj__clone_op(w, v) : tj__residual(w, v, d);
+    } else {
+        r = tj__clone_op(w, v); /* backward nodes, and constants */
+    }
+    if (r && v->id < w->nmap) w->map[v->id] = r;
+    return r;
+}
+
+static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
+    tj_graph *G = n->g, *B = n->sub, *bk = NULL;
+    tj_ctx *c = G->ctx;
+    int nc = n->a.ncarry, nx = n->a.nx, ncap = n->a.ncap, ny = n->nproj - nc, i, k, nw = 0, nf = 0;
+    tj_v *pct = tj__proj_ct, cts[64], outs[64], wrt[128], grads[128], ctp[64];
+    int wrt_kind[128], wrt_idx[128];
+    tj__bwd w;
+    tj_node *binit[64], *bxs[64], *bn, *bfinal[64];
+    int nbinit = 0, first_row;
+    (void)g_unused;
+    memset(&w, 0, sizeof w);
+    if (n->nproj > 64 || nc + nx + ncap > 64) {
+        tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: too many outputs");
+        return TJ_ERR_UNSUPPORTED;
+    }
+    /* 1. differentiate the body in place: cotangent params in, grads out */
+    B->cur_pass = ++B->npass;
+    for (i = 0; i < nc + ny; i++) {
+        tj_node *o = B->outs[i];
+        ctp[i] = NULL;
+        if (!tj__isfloat(o->t.dt)) continue;
+        ctp[i] = tj__node(B, TJ__OP_PARAM, &o->t, 0, NULL, n->file, n->line);
+        if (!ctp[i] || tj__add_param(B, ctp[i])) goto fail;
+        ctp[i]->name = tj__strdup(i < nc ? "carry cotangent" : "y cotangent");
+        outs[nf] = o;
+        cts[nf++] = ctp[i];
+    }
+    B->cur_pass = 0;
+    for (i = 0; i < nc + nx + ncap; i++) {
+        tj_node *p = B->params[i];
+        if (!tj__isfloat(p->t.dt)) continue;
+        wrt_kind[nw] = i < nc ? 0 : i < nc + nx ? 1 : 2;
+        wrt_idx[nw] = i;
+        wrt[nw++] = p;
+    }
+    if (nf == 0 || tj_vjp(nf, outs, cts, nw, wrt, grads) != TJ_OK) goto fail;
+    /* 2. the backward body: carries are (carry cotangents, capture grad sums) */
+    if (!(bk = tj__graph_new(c, n->file, n->line))) goto fail;
+    bk->parent = G;
+    w.b = B;
+    w.bk = bk;
+    w.scan = n;
+    w.policy = n->policy;
+    w.nc = nc;
+    w.nx = nx;
+    w.nmap = B->n;
+    w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
+    if (!w.map) goto fail;
+    for (i = 0; i < nc; i++) { /* backward carry i: cotangent of carry i */
+        tj_node *p = tj__node(bk, TJ__OP_PARAM, &B->outs[i]->t, 0, NULL, n->file, n->line);
+        if (!p || tj__add_param(bk, p)) goto fail;
+        p->name = tj__strdup("carry cotangent");
+        if (ctp[i]) w.map[ctp[i]->id] = p;
+        binit[nbinit++] = pct[n->proj[i]->id] ? pct[n->proj[i]->id]
+                                              : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, n->proj[i]->t.dt, 0), &n->proj[i]->t);
+    }
+    for (k = 0; k < nw; k++) /* a gradient-sum carry per float capture */
+        if (wrt_kind[k] == 2) {
+            tj_node *p = tj__node(bk, TJ__OP_PARAM, &wrt[k]->t, 0, NULL, n->file, n->line);
+            if (!p || tj__add_param(bk, p)) goto fail;
+            p->name = tj__strdup("capture gradient sum");
+            binit[nbinit++] = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, wrt[k]->t.dt, 0), &wrt[k]->t);
+        }
+    for (i = 0; i < ny; i++) /* y cotangent slices */
+        if (ctp[nc + i]) {
+            tj_node *yct = pct[n->proj[nc + i]->id];
+            if (!yct) yct = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, n->proj[nc + i]->t.dt, 0), &n->proj[nc + i]->t);
+            w.map[ctp[nc + i]->id] = tj__bk_xparam(&w, yct, &B->outs[nc + i]->t, TJ_SPACE_DEVICE);
+        }
+    /* 3. clone what the gradients need; residuals appear on the way */
+    first_row = tj__report_of(G) ? tj__report_of(G)->n : 0;
+    {
+        int ncar = 0;
+        for (i = 0; i < nc; i++) { /* d carry_in */
+            tj_node *gv = NULL;
+            for (k = 0; k < nw; k++) if (wrt_kind[k] == 0 && wrt_idx[k] == i) gv = tj__clone(&w, grads[k]);
+            if (!gv) gv = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, bk, B->outs[i]->t.dt, 0), &B->outs[i]->t);
+            if (tj__body_add_out(bk, tj__fit(n->file, n->line, gv, &B->outs[i]->t))) goto fail;
+            ncar++;
+        }
+        for (k = 0; k < nw; k++)
+            if (wrt_kind[k] == 2) { /* running sum of the capture's gradient */
+                tj_node *acc = bk->params[ncar++];
+                if (tj__body_add_out(bk, tj_add_at(n->file, n->line, acc, tj__clone(&w, grads[k])))) goto fail;
+            }
+        for (k = 0; k < nw; k++)
+            if (wrt_kind[k] == 1 && tj__body_add_out(bk, tj__clone(&w, grads[k]))) goto fail;
+    }
+    if (c->status) goto fail;
+    tj__lint_policy(G, n->policy, B, nc, first_row);
+    if (c->status) goto fail;
+    /* the forward body's new outputs made new PROJ nodes of n; its
+       captures are the same, so its inputs are unchanged */
+    /* 4. the reverse scan */
+    for (i = 0; i < w.nbx; i++) bxs[i] = w.bx_outer[i];
+    {
+        /* the backward body's params must be ordered carry, xs, captures: the
+           slice params were added in discovery order after the carries, and
+           captures after them as found. Reorder the param list to match. */
+        tj_node *ordered[256];
+        int np = 0;
+        if (bk->nparam > 256) goto fail;
+        for (i = 0; i < nbinit; i++) ordered[np++] = bk->params[i];
+        for (i = 0; i < w.nbx; i++) ordered[np++] = w.bx_param[i];
+        for (i = 0; i < bk->ncap; i++) ordered[np++] = bk->cap_param[i];
+        if (np != bk->nparam) {
+            tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: internal parameter bookkeeping mismatch (%d vs %d)", np, bk->nparam);
+            goto fail;
+        }
+        for (i = 0; i < np; i++) {
+            bk->params[i] = ordered[i];
+            ordered[i]->a.index = i;
+        }
+    }
+    {
+        int nyb = bk->nout - nbinit;
+        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, 1, nbinit, binit, w.nbx, bxs, nyb, n->policy);
+        if (!bn) goto fail;
+        for (i = 0; i < nbinit; i++) bfinal[i] = bn->proj[i];
+        /* 5. cotangents of the forward scan's inputs */
+        for (i = 0; i < nc; i++) gin[i] = bfinal[i];
+        {
+            int ci = nc, yi = nbinit;
+            for (k = 0; k < nw; k++) {
+                if (wrt_kind[k] == 2) gin[nc + nx + (wrt_idx[k] - nc - nx)] = bfinal[ci++];
+                else if (wrt_kind[k] == 1) gin[nc + (wrt_idx[k] - nc)] = bn->proj[yi++];
+            }
+        }
+    }
+    TJ_FREE(w.map);
+    tj__graph_free(bk);
+    return TJ_OK;
+fail:
+    TJ_FREE(w.map);
+    tj__graph_free(bk);
+    if (!c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
+    return c->status;
+}
+
+/* ==== [8] schedule ====================================================== */
 /* One linear order of the nodes the outputs need. Creation order is already
    topological, so the schedule keeps it and drops dead nodes (autodiff rules
-   emit cotangents for every input; the ones nobody uses vanish here). */
+   emit cotangents for every input; the ones nobody uses vanish here). A
+   multi-output node keeps all its outputs: its kernel writes them all. */
 
-struct tj_prog {
-    tj_ctx *ctx;
-    tj_graph *g;
-    char *name;
-    const char *file;
-    int line;
-    int nout;
-    tj_node **outs;        /* graph outputs, in output-tree order          */
-    char **out_names;
-    tj_tree *static_out;   /* non-array leaves the function returned       */
-    tj_node **sched;
-    int nsched;
-    int *donate;           /* per param: may its buffer be reused          */
-    int *out_donor;        /* per output: param index whose buffer it takes, or -1 */
-    int64_t arena_bytes;
-    tj_memory_analysis mem;
-    double flops;
-};
 
 static tj_node *tj__root(tj_node *n) {
     while (tj__ops[n->op].flags & TJ__VIEW) n = n->in[0];
@@ -2919,9 +3846,13 @@ static tj_status tj__schedule(tj_prog *p) {
     int i, j, k = 0;
     for (i = 0; i < g->n; i++) g->nodes[i]->live = 0;
     for (i = 0; i < p->nout; i++) p->outs[i]->live = 1;
-    for (i = g->n - 1; i >= 0; i--)
-        if (g->nodes[i]->live)
-            for (j = 0; j < g->nodes[i]->nin; j++) g->nodes[i]->in[j]->live = 1;
+    for (i = g->n - 1; i >= 0; i--) {
+        tj_node *n = g->nodes[i];
+        if (n->op == TJ__OP_PROJ && n->live) n->in[0]->live = 1;
+        if (!n->live) continue;
+        for (j = 0; j < n->nin; j++) n->in[j]->live = 1;
+        for (j = 0; j < n->nproj; j++) n->proj[j]->live = 1;
+    }
     for (i = 0; i < g->nparam; i++) g->params[i]->live = 1; /* arguments always exist */
     TJ_FREE(p->sched);
     p->sched = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(g->n + 1));
@@ -2938,13 +3869,15 @@ static tj_status tj__schedule(tj_prog *p) {
     return TJ_OK;
 }
 
-/* ==== [7] memory plan and analysis, donation ============================= */
-/* Every non-view node gets a buffer: arguments live in the caller's arrays,
-   outputs in fresh arrays (or a donated argument's buffer), and everything
-   else in one temp arena, placed first-fit by liveness over the schedule.
-   A view (reshape, name, stop_gradient) shares its root's buffer and keeps
-   it alive. Kernel workspace is planned like any other buffer, freed right
-   after its node. The run allocates exactly what this plan says. */
+/* ==== [9] memory plan and analysis, donation ============================= */
+/* Every non-view node gets a buffer in its memory space: arguments live in
+   the caller's arrays, outputs in fresh arrays (or a donated argument's
+   buffer), and everything else in one temp arena per space, placed
+   first-fit by liveness over the schedule. A view (reshape, name,
+   stop_gradient) shares its root's buffer and keeps it alive. The outputs
+   of a multi-output node (scan) are placed when it runs. Kernel workspace
+   is planned like any other buffer, freed right after its node. The run
+   allocates exactly what this plan says. */
 
 typedef struct {
     int64_t off, size;
@@ -2993,7 +3926,7 @@ static void tj__heap_free(tj__heap *h, int64_t off) {
 static int tj__can_donate(tj_node *p, tj_node *o) {
     int i, j, ok = 1, ew = o->op < TJ__OP_LT || o->op == TJ__OP_SELECT;
     tj_graph *g = p->g;
-    if (p->t.dt != o->t.dt || tj__bytes(&p->t) != tj__bytes(&o->t)) return 0;
+    if (p->t.dt != o->t.dt || tj__bytes(&p->t) != tj__bytes(&o->t) || o->space != TJ_SPACE_DEVICE) return 0;
     for (i = 0; i < g->n && ok; i++) {
         tj_node *u = g->nodes[i];
         if (!u->live || u == o) continue;
@@ -3011,13 +3944,16 @@ static int tj__can_donate(tj_node *p, tj_node *o) {
     }
     return ok;
 }
+static int tj__needs_buffer(const tj_node *n) {
+    return n->root == n && n->op != TJ__OP_PARAM && n->out_index < 0 && !(tj__ops[n->op].flags & TJ__MULTI);
+}
 
 static tj_status tj__plan(tj_prog *p) {
     tj_graph *g = p->g;
-    tj__heap h;
-    int i, j;
+    tj__heap h[2];
+    int i, j, s;
     tj_memory_analysis *m = &p->mem;
-    memset(&h, 0, sizeof h);
+    memset(h, 0, sizeof h);
     memset(m, 0, sizeof *m);
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
@@ -3039,7 +3975,7 @@ static tj_status tj__plan(tj_prog *p) {
         p->out_donor[i] = -1;
     }
     /* donation: pair each output with a donated argument it may overwrite */
-    for (i = 0; i < p->nout; i++) {
+    for (i = 0; p->donate && i < p->nout; i++) {
         tj_node *r = p->outs[i]->root;
         for (j = 0; j < g->nparam; j++) {
             int k, used = 0;
@@ -3047,7 +3983,7 @@ static tj_status tj__plan(tj_prog *p) {
             for (k = 0; k < i; k++) used |= p->out_donor[k] == j;
             if (!used && tj__can_donate(g->params[j], r)) {
                 p->out_donor[i] = j;
-                m->alias_bytes += tj__bytes(&r->t);
+                m->alias_bytes += tj__align(tj__bytes(&r->t));
                 break;
             }
         }
@@ -3057,32 +3993,41 @@ static tj_status tj__plan(tj_prog *p) {
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
         const tj__opdef *d = &tj__ops[n->op];
-        if (n->root == n && n->op != TJ__OP_PARAM && n->out_index < 0) {
-            if ((n->off = tj__heap_alloc(&h, tj__bytes(&n->t))) < 0) goto oom;
+        if (tj__needs_buffer(n) && n->op != TJ__OP_PROJ) {
+            if ((n->off = tj__heap_alloc(&h[n->space], tj__bytes(&n->t))) < 0) goto oom;
+        }
+        for (j = 0; j < n->nproj; j++) { /* a scan writes all its outputs */
+            tj_node *q = n->proj[j];
+            q->root = q;
+            if (tj__needs_buffer(q) && (q->off = tj__heap_alloc(&h[q->space], tj__bytes(&q->t))) < 0) goto oom;
         }
         if (d->scratch && d->scratch(n) > 0) {
-            if ((n->scratch_off = tj__heap_alloc(&h, d->scratch(n))) < 0) goto oom;
-            tj__heap_free(&h, n->scratch_off);
+            if ((n->scratch_off = tj__heap_alloc(&h[TJ_SPACE_DEVICE], d->scratch(n))) < 0) goto oom;
+            tj__heap_free(&h[TJ_SPACE_DEVICE], n->scratch_off);
         }
         /* free the buffers whose last use is this node (its own, if unused) */
         for (j = -1; j < n->nin; j++) {
             tj_node *r = (j < 0 ? n : n->in[j])->root;
             if (r->off >= 0 && r->last == i && r->live != 2) {
-                tj__heap_free(&h, r->off);
+                tj__heap_free(&h[r->space], r->off);
                 r->live = 2; /* freed once even if used twice here */
             }
         }
     }
     for (i = 0; i < p->nsched; i++) p->sched[i]->live = 1;
-    p->arena_bytes = h.peak;
-    m->temp_bytes = h.peak;
+    for (s = 0; s < 2; s++) {
+        p->arena_bytes[s] = h[s].peak;
+        TJ_FREE(h[s].b);
+    }
+    m->temp_bytes = h[TJ_SPACE_DEVICE].peak;
+    m->host_temp_bytes = h[TJ_SPACE_HOST].peak;
     m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
     p->flops = 0;
     for (i = 0; i < p->nsched; i++) p->flops += tj__ops[p->sched[i]->op].flops(p->sched[i]);
-    TJ_FREE(h.b);
     return TJ_OK;
 oom:
-    TJ_FREE(h.b);
+    TJ_FREE(h[0].b);
+    TJ_FREE(h[1].b);
     tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
     return TJ_ERR_OOM;
 }
@@ -3093,13 +4038,14 @@ TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p) {
 }
 TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 
-/* ==== [8] run: backend interface, CPU backend, matmul kernel ============= */
-/* The CPU backend runs the schedule: one arena allocation per call (its
-   size is the plan's temp bytes), then each node's kernel on pointers into
-   the arena, the argument arrays, or the output arrays. */
+/* ==== [10] run: CPU backend, matmul kernel =============================== */
+/* The CPU backend runs the schedule: one arena allocation per memory space
+   per call (its size is the plan's temp bytes), then each node's kernel on
+   pointers into the arenas, the argument buffers, or the output buffers.
+   A scan body runs through the same loop on its parent's workspace. */
 
 #ifndef TJ__HAVE_SGEMM
-/* Plain blocked loop; the tuned AVX-512 kernel replaces this. */
+/* Plain loop; the tuned AVX-512 kernel replaces this. */
 static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth) {
     int i, j, p;
     (void)nth;
@@ -3118,67 +4064,91 @@ static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int l
 }
 #endif
 
-static void *tj__buf(tj_prog *p, tj_node *n, char *arena, tj_array *const *args, tj_array **outs) {
+static void *tj__buf(tj_node *n, char **arena, void **args, void **outs) {
     tj_node *r = n->root;
-    if (r->op == TJ__OP_PARAM) return args[r->a.index]->data[0];
-    if (r->out_index >= 0) return outs[r->out_index]->data[0];
-    (void)p;
-    return arena + r->off;
+    if (r->op == TJ__OP_PARAM) return args[r->a.index];
+    if (r->out_index >= 0) return outs[r->out_index];
+    return arena[r->space] + r->off;
 }
-
-static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs) {
-    char *arena = NULL;
-    void *raw = NULL;
-    char err[TJ__MSG];
+/* Run a compiled program on raw buffers: args[param index], outs[output
+   index], arena[space]. Kernel errors land in err. */
+static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads) {
     int i, j;
-    tj_status st = TJ_OK;
-    if (p->arena_bytes) {
-        arena = (char *)tj__mem_alloc(p->ctx, TJ_SPACE_DEVICE, p->arena_bytes, &raw);
-        if (!arena) {
-            tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "run '%s': out of memory allocating a %lld-byte temp arena", p->name, (long long)p->arena_bytes);
-            return TJ_ERR_OOM;
-        }
-        tj__count(p->ctx, 1, p->arena_bytes);
-    }
-    err[0] = 0;
     for (i = 0; i < p->nsched && !err[0]; i++) {
         tj_node *n = p->sched[i];
         tj__kern k;
-        if (n->op == TJ__OP_PARAM || (tj__ops[n->op].flags & TJ__VIEW)) continue;
+        if (n->op == TJ__OP_PARAM || n->op == TJ__OP_PROJ || (tj__ops[n->op].flags & TJ__VIEW)) continue;
         memset(&k, 0, sizeof k);
         k.ctx = p->ctx;
         k.n = n;
         k.nin = n->nin;
         for (j = 0; j < n->nin && j < 16; j++) {
             k.it[j] = &n->in[j]->t;
-            k.in[j] = tj__buf(p, n->in[j], arena, args, outs);
+            k.in[j] = tj__buf(n->in[j], arena, args, outs);
         }
+        if (n->nin > 16) { /* scans may have many inputs; their kernel reads n->in */
+            static const void *none[1];
+            (void)none;
+        }
+        for (j = 0; j < n->nproj && j < 64; j++) k.pout[j] = tj__buf(n->proj[j], arena, args, outs);
         k.ot = n->t;
-        k.out = tj__buf(p, n, arena, args, outs);
-        k.scratch = n->scratch_off >= 0 ? arena + n->scratch_off : NULL;
-        k.nthreads = p->ctx->threads;
+        k.out = tj__buf(n, arena, args, outs);
+        k.scratch = n->scratch_off >= 0 ? arena[TJ_SPACE_DEVICE] + n->scratch_off : NULL;
+        k.nthreads = nthreads;
         k.err = err;
         if (p->ctx->backend) p->ctx->backend->run(p->ctx->backend, &k);
         else tj__ops[n->op].cpu(&k);
     }
+    return err[0] ? TJ_ERR_ARG : TJ_OK;
+}
+
+static tj_status tj__execute(tj_prog *p, void **args, void **outs) {
+    char *arena[2] = {NULL, NULL};
+    void *raw[2] = {NULL, NULL};
+    char err[TJ__MSG];
+    int s;
+    tj_status st = TJ_OK;
+    for (s = 0; s < 2; s++)
+        if (p->arena_bytes[s]) {
+            arena[s] = (char *)tj__mem_alloc(p->ctx, s, p->arena_bytes[s], &raw[s]);
+            if (!arena[s]) {
+                tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "run '%s': out of memory allocating a %lld-byte %s arena", p->name, (long long)p->arena_bytes[s],
+                        s ? "host" : "device");
+                st = TJ_ERR_OOM;
+                goto done;
+            }
+            tj__count(p->ctx, 1, p->arena_bytes[s]);
+        }
+    err[0] = 0;
+    tj__run_body(p, args, outs, arena, err, p->ctx->threads);
     if (p->ctx->backend && p->ctx->backend->sync) p->ctx->backend->sync(p->ctx->backend);
     if (err[0]) {
         tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "run '%s': %s", p->name, err);
         st = TJ_ERR_ARG;
     }
-    if (raw) {
-        tj__mem_free(p->ctx, TJ_SPACE_DEVICE, raw);
-        tj__count(p->ctx, 1, -p->arena_bytes);
-    }
+done:
+    for (s = 0; s < 2; s++)
+        if (raw[s]) {
+            tj__mem_free(p->ctx, s, raw[s]);
+            tj__count(p->ctx, 1, -p->arena_bytes[s]);
+        }
     return st;
 }
 
-/* ==== [9] jit: trace + compile + call ==================================== */
+/* ==== [11] jit: trace + compile + call =================================== */
 /* Tracing runs the user's C function once on PARAM nodes shaped like the
-   example tree's arrays. Compiling inserts a copy where an output would
-   share a buffer it cannot own (an argument, or another output), then
+   example tree's arrays. Compiling makes every output own its buffer
+   (copying an argument or a buffer two outputs share), compiles each scan
+   body (innermost first: a scan's workspace is its body's arena), then
    schedules and plans. */
 
+static void tj__prog_free_body(tj_prog *p) {
+    if (!p) return;
+    TJ_FREE(p->sched);
+    TJ_FREE(p->out_donor);
+    TJ_FREE(p->name);
+    TJ_FREE(p);
+}
 TJDEF void tj_prog_free(tj_prog *p) {
     int i;
     if (!p) return;
@@ -3186,12 +4156,61 @@ TJDEF void tj_prog_free(tj_prog *p) {
     for (i = 0; i < p->nout; i++) TJ_FREE(p->out_names[i]);
     TJ_FREE(p->out_names);
     TJ_FREE(p->outs);
-    TJ_FREE(p->sched);
     TJ_FREE(p->donate);
-    TJ_FREE(p->out_donor);
-    TJ_FREE(p->name);
     tj_tree_free(p->static_out);
-    TJ_FREE(p);
+    tj__prog_free_body(p);
+}
+/* outputs must own their buffers: copy arguments and shared buffers */
+static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n) {
+    int i, j;
+    for (i = 0; i < n; i++) {
+        int shared = tj__root(outs[i])->op == TJ__OP_PARAM;
+        for (j = 0; j < i; j++) shared |= tj__root(outs[j]) == tj__root(outs[i]);
+        if (shared) {
+            int saved = g->cur_pass;
+            g->cur_pass = outs[i]->pass;
+            outs[i] = tj__copy(outs[i]->file, outs[i]->line, outs[i]);
+            g->cur_pass = saved;
+            if (!outs[i]) return g->ctx->status ? g->ctx->status : TJ_ERR_OOM;
+            outs[i]->space = outs[i]->in[0]->space;
+        }
+    }
+    return TJ_OK;
+}
+static tj_status tj__compile(tj_prog *p);
+/* compile the bodies of the scans this program runs */
+static tj_status tj__compile_bodies(tj_prog *p) {
+    int i;
+    for (i = 0; i < p->nsched; i++) {
+        tj_graph *b = p->sched[i]->sub;
+        tj_prog *bp;
+        if (!b || b->prog) continue;
+        bp = (tj_prog *)tj__calloc(sizeof *bp);
+        if (!bp) return TJ_ERR_OOM;
+        b->prog = bp;
+        bp->ctx = p->ctx;
+        bp->g = b;
+        bp->name = tj__strdup("scan body");
+        bp->file = b->file;
+        bp->line = b->line;
+        bp->outs = b->outs;
+        bp->nout = b->nout;
+        bp->out_donor = (int *)tj__calloc(sizeof(int) * (size_t)(b->nout + 1));
+        if (!bp->name || !bp->out_donor) return TJ_ERR_OOM;
+        if (tj__own_outputs(b, b->outs, b->nout) || tj__compile(bp)) return p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
+        if (bp->arena_bytes[TJ_SPACE_HOST]) {
+            tj__err(p->ctx, TJ_ERR_UNSUPPORTED, b->file, b->line, "scan: a body needs %lld bytes of host temp memory; only its outputs may live on the host",
+                    (long long)bp->arena_bytes[TJ_SPACE_HOST]);
+            return TJ_ERR_UNSUPPORTED;
+        }
+    }
+    return TJ_OK;
+}
+static tj_status tj__compile(tj_prog *p) {
+    tj_status st = tj__schedule(p);
+    if (!st) st = tj__compile_bodies(p);
+    if (!st) st = tj__plan(p);
+    return st;
 }
 static int tj__donated(const char *list, const char *name) {
     const char *s = list;
@@ -3209,7 +4228,7 @@ static int tj__donated(const char *list, const char *name) {
 TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name, tj_fn fn, void *user, const tj_tree *ex, const tj_jit_opts *opts) {
     tj_prog *p;
     tj_tree *tin = NULL, *tout = NULL;
-    int i, j, nv;
+    int i, nv;
     if (!c) return NULL;
     if (!fn || !ex) {
         tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': NULL function or example tree", name ? name : "?");
@@ -3236,16 +4255,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
             tj_node *n;
             if (!tj__array_live(l->arr, "jit", file, line)) goto fail;
             n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, file, line);
-            if (!n || !(n->name = tj__strdup(l->name))) goto fail;
-            if (p->g->nparam == p->g->capparam) {
-                int nc = p->g->capparam ? 2 * p->g->capparam : 16;
-                tj_node **np = (tj_node **)TJ_REALLOC(p->g->params, sizeof(tj_node *) * (size_t)nc);
-                if (!np) goto fail;
-                p->g->params = np;
-                p->g->capparam = nc;
-            }
-            n->a.index = p->g->nparam;
-            p->g->params[p->g->nparam++] = n;
+            if (!n || !(n->name = tj__strdup(l->name)) || tj__add_param(p->g, n)) goto fail;
             tj_tree_set_v(tin, l->name, n);
         } else if (l->kind == TJ_LEAF_VALUE) {
             tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': example leaf '%s' is a traced value, not an array", p->name, l->name);
@@ -3266,40 +4276,35 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     if (!p->outs || !p->out_names || !p->out_donor || !p->donate) goto oom;
     for (i = 0; i < tout->n; i++) {
         tj__leaf *l = &tout->leaf[i];
-        tj_node *o;
         if (l->kind != TJ_LEAF_VALUE) {
             tj__leaf *s = tj__tree_slot(p->static_out, l->name);
             if (!s) goto fail;
-            *s = *l;
-            s->name = tj__strdup(l->name);
-            if (l->kind == TJ_LEAF_STRING) s->s = tj__strdup(l->s);
-            if (l->kind == TJ_LEAF_ARRAY) s->owned = 0;
+            s->kind = l->kind;
+            s->i = l->i;
+            s->f = l->f;
+            s->s = l->kind == TJ_LEAF_STRING ? tj__strdup(l->s) : NULL;
+            if (l->kind == TJ_LEAF_ARRAY) s->kind = TJ_LEAF_INT; /* arrays are not static outputs */
             continue;
         }
-        o = l->v;
-        if (o->g != p->g) {
+        if (l->v->g != p->g) {
             tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': output '%s' was made in another traced function", p->name, l->name);
             goto fail;
         }
-        /* an output must own its buffer: copy arguments and shared buffers */
-        {
-            int shared = tj__root(o)->op == TJ__OP_PARAM;
-            for (j = 0; j < p->nout; j++) shared |= tj__root(p->outs[j]) == tj__root(o);
-            if (shared && !(o = tj__copy(file, line, o))) goto fail;
-        }
         p->out_names[p->nout] = tj__strdup(l->name);
-        p->outs[p->nout++] = o;
+        p->outs[p->nout++] = l->v;
     }
+    if (tj__own_outputs(p->g, p->outs, p->nout)) goto fail;
     for (i = 0; i < p->g->nparam; i++) p->donate[i] = opts && tj__donated(opts->donate, p->g->params[i]->name);
     if (c->dump) {
         fprintf(stderr, "=== traced graph '%s' (%d nodes)\n", p->name, p->g->n);
         tj_graph_print(p->g, stderr);
     }
-    if (tj__schedule(p) || tj__plan(p)) goto fail;
+    if (tj__compile(p)) goto fail;
     if (c->dump) {
         fprintf(stderr, "=== scheduled program '%s'\n", p->name);
         tj_prog_print(p, stderr);
         tj_memory_print(p, stderr);
+        if (p->g->report) tj_prog_residuals_print(p, stderr);
     }
     tj_tree_free(tin);
     tj_tree_free(tout);
@@ -3371,7 +4376,16 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             break;
         }
     }
-    if (st == TJ_OK) st = tj__execute(p, args, outs);
+    if (st == TJ_OK) {
+        void **ap = (void **)tj__calloc(sizeof(void *) * (size_t)(g->nparam + p->nout + 2));
+        if (!ap) st = TJ_ERR_OOM;
+        else {
+            for (i = 0; i < g->nparam; i++) ap[i] = args[i]->data[0];
+            for (i = 0; i < p->nout; i++) ap[g->nparam + 1 + i] = outs[i]->data[0];
+            st = tj__execute(p, ap, ap + g->nparam + 1);
+            TJ_FREE(ap);
+        }
+    }
     if (st != TJ_OK) {
         for (i = 0; i < p->nout; i++)
             if (outs[i] && p->out_donor[i] >= 0) TJ_FREE(outs[i]); /* the argument keeps its buffer */
@@ -3406,7 +4420,7 @@ done:
     return st;
 }
 
-/* ==== [10] program text ================================================= */
+/* ==== [12] program text ================================================= */
 
 static void tj__node_line(tj_node *n, FILE *f, int planned) {
     char b[256];
@@ -3443,10 +4457,35 @@ TJDEF void tj_prog_print(const tj_prog *p, FILE *f) {
     for (i = 0; i < p->nout; i++)
         fprintf(f, "  out%d '%s' = %%%d%s\n", i, p->out_names[i], p->outs[i]->id, p->out_donor[i] >= 0 ? "  (reuses donated argument)" : "");
 }
+static const char *tj__decision_name(tj_decision d) { return d == TJ_SAVE ? "saved" : d == TJ_OFFLOAD ? "offloaded" : "recomputed"; }
+TJDEF int tj_prog_residuals(const tj_prog *p, tj_residual *rows, int max) {
+    struct tj__report *r = p && p->g ? p->g->report : NULL;
+    int i;
+    if (!r) return 0;
+    for (i = 0; rows && i < r->n && i < max; i++) rows[i] = r->rows[i];
+    return r->n;
+}
+TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *f) {
+    struct tj__report *r = p && p->g ? p->g->report : NULL;
+    int i;
+    fprintf(f, "residuals of '%s' (%d):\n", p ? p->name : "?", r ? r->n : 0);
+    for (i = 0; r && i < r->n; i++) {
+        const tj_residual *x = &r->rows[i];
+        fprintf(f, "  %-10s %-12s %-36s %10lld B  %-10s %s:%d  (%s)\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes,
+                tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule);
+    }
+    if (r && r->nlint) fprintf(f, "policy lint:\n%s", r->lint);
+}
+TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n) {
+    struct tj__report *r = p && p->g ? p->g->report : NULL;
+    if (buf && n) snprintf(buf, n, "%s", r ? r->lint : "");
+    return r ? r->nlint : 0;
+}
 TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
     const tj_memory_analysis *m = &p->mem;
-    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B, peak %lld B\n", p->name, (long long)m->argument_bytes,
-            (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes, (long long)m->peak_bytes);
+    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B, peak %lld B; host temp %lld B\n", p->name,
+            (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes, (long long)m->peak_bytes,
+            (long long)m->host_temp_bytes);
 }
 
 TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
