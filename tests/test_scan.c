@@ -101,6 +101,100 @@ int main(void) {
     TJT_GRADCHECK(ctx, "scanned MLP stack", stack_loss, &cs, in, "x w1 w2 wout");
     tj_tree_free(in);
 
+    /* every policy: same bits as everything_saveable; bytes as the shapes say */
+    tjt_current = "policies";
+    {
+        tj_policy pol[8];
+        const char *pname[8] = {"everything_saveable", "nothing_saveable", "dots_saveable", "save 'hidden'", "offload 'hidden'", "offload 'residual'",
+                                "offload both", "save_from_both(save hidden, offload residual)"};
+        tj_policy sh, orr;
+        tj_tree *outs[8];
+        tj_memory_analysis mem[8];
+        int i, k;
+        int64_t hidden_bytes = (int64_t)L * B * H * 4, resid_bytes = (int64_t)L * B * E * 4, saved_bytes[8];
+        sh = tj_save_only_these_names("hidden");
+        orr = tj_save_and_offload_only_these_names("", "residual");
+        pol[0] = tj_everything_saveable();
+        pol[1] = tj_nothing_saveable();
+        pol[2] = tj_dots_saveable();
+        pol[3] = tj_save_only_these_names("hidden");
+        pol[4] = tj_save_and_offload_only_these_names("", "hidden");
+        pol[5] = tj_save_and_offload_only_these_names("", "residual");
+        pol[6] = tj_save_and_offload_only_these_names("", "hidden residual");
+        pol[7] = tj_save_from_both(&sh, &orr);
+        in = make_inputs(ctx, TJ_F32, L, B, E, H);
+        for (i = 0; i < 8; i++) {
+            cfg c = {&pol[i], 0, L};
+            tj_prog *p = tj_jit(ctx, pname[i], stack_grads, &c, in, NULL);
+            outs[i] = tj_tree_new(ctx);
+            TJT_CHECK(p != NULL, "%s: jit failed: %s", pname[i], tj_error(ctx));
+            if (!p) { tj_clear_error(ctx); continue; }
+            TJT_CHECK(tj_run(p, in, outs[i]) == TJ_OK, "%s: run failed: %s", pname[i], tj_error(ctx));
+            mem[i] = tj_prog_memory(p);
+            if (getenv("TJ_TEST_VERBOSE")) { tj_prog_residuals_print(p, stdout); tj_memory_print(p, stdout); }
+            if (i > 0)
+                for (k = 0; k < 4; k++) {
+                    const char *nm[] = {"loss", "g_w1", "g_w2", "g_x"};
+                    TJT_CHECK(bits_equal(tj_tree_array(outs[0], nm[k]), tj_tree_array(outs[i], nm[k])), "%s: %s not bit-identical to everything_saveable (max diff %g)",
+                              pname[i], nm[k], maxdiff(tj_tree_array(outs[0], nm[k]), tj_tree_array(outs[i], nm[k])));
+                }
+            /* the report: what each policy kept */
+            {
+                tj_residual rows[64];
+                int nr = tj_prog_residuals(p, rows, 64), j;
+                int64_t saved = 0, off = 0;
+                for (j = 0; j < nr && j < 64; j++) {
+                    if (rows[j].decision == TJ_SAVE) saved += rows[j].bytes;
+                    if (rows[j].decision == TJ_OFFLOAD) off += rows[j].bytes;
+                }
+                /* host memory holds exactly the offloaded stacks (each 64-byte aligned) */
+                {
+                    int64_t host = 0;
+                    for (j = 0; j < nr && j < 64; j++) if (rows[j].decision == TJ_OFFLOAD) host += tj__align(rows[j].bytes);
+                    TJT_CHECK(host == mem[i].host_temp_bytes, "%s: offloaded %lld B per report but host temp %lld B", pname[i], (long long)host,
+                              (long long)mem[i].host_temp_bytes);
+                }
+                saved_bytes[i] = saved;
+                if (i == 4) TJT_CHECK(off == hidden_bytes, "offload hidden: %lld B offloaded, want L*size(hidden) = %lld", (long long)off, (long long)hidden_bytes);
+                if (i == 5) TJT_CHECK(off == resid_bytes, "offload residual: %lld B offloaded, want L*size(carry) = %lld", (long long)off, (long long)resid_bytes);
+                if (i == 6) TJT_CHECK(off == hidden_bytes + resid_bytes, "offload both: %lld B", (long long)off);
+            }
+            tj_prog_free(p);
+        }
+        /* offloading 'hidden' instead of saving it moves exactly its bytes off the device */
+        TJT_CHECK(saved_bytes[3] - saved_bytes[4] == hidden_bytes, "saved on device: save hidden %lld B, offload hidden %lld B, want a difference of %lld",
+                  (long long)saved_bytes[3], (long long)saved_bytes[4], (long long)hidden_bytes);
+        TJT_CHECK(mem[4].temp_bytes < mem[3].temp_bytes, "offloading hidden should lower device temp (%lld vs %lld)", (long long)mem[4].temp_bytes,
+                  (long long)mem[3].temp_bytes);
+        TJT_CHECK(saved_bytes[5] == 0 && mem[5].host_temp_bytes == tj__align(resid_bytes), "offload residual: %lld B still saved on device",
+                  (long long)saved_bytes[5]);
+        TJT_CHECK(mem[1].temp_bytes < mem[0].temp_bytes, "nothing_saveable should need less device memory (%lld vs %lld)", (long long)mem[1].temp_bytes,
+                  (long long)mem[0].temp_bytes);
+        for (i = 0; i < 8; i++) tj_tree_free(outs[i]);
+        tj_tree_free(in);
+    }
+
+    /* lint: a name no value carries; an unknown memory space */
+    tjt_current = "lint";
+    {
+        tj_policy bad = tj_save_only_these_names("hiddden");
+        tj_policy space = tj_save_and_offload_only_these_names("", "hidden");
+        cfg c = {&bad, 0, L};
+        tj_prog *p;
+        char buf[1024];
+        in = make_inputs(ctx, TJ_F32, L, B, E, H);
+        p = tj_jit(ctx, "lint", stack_grads, &c, in, NULL);
+        TJT_CHECK(p && tj_prog_lint(p, buf, sizeof buf) >= 1 && strstr(buf, "'hiddden'"), "lint should name 'hiddden': %s", p ? buf : tj_error(ctx));
+        tj_prog_free(p);
+        space.offload_dst = "nvme";
+        c.policy = &space;
+        p = tj_jit(ctx, "space", stack_grads, &c, in, NULL);
+        TJT_CHECK(p == NULL, "unknown memory space accepted");
+        TJT_ERROR_HAS(ctx, "nvme", "memory space", "test_scan.c");
+        tj_prog_free(p);
+        tj_tree_free(in);
+    }
+
     tj_ctx_free(ctx);
     return tjt_finish();
 }
