@@ -2040,6 +2040,9 @@ static void tj__k_random(tj__kern *k) {
             v = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
         }
         tj__st(k->out, k->ot.dt, i, v);
+        /* u < 1 can round up to 1 in f32/bf16: keep uniform in [0, 1) */
+        if (k->n->op == TJ__OP_UNIFORM && tj__ld(k->out, k->ot.dt, i) >= 1.0)
+            tj__st(k->out, k->ot.dt, i, k->ot.dt == TJ_BF16 ? 0.99609375 : 0.99999994039535522);
     }
 }
 TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate) {
@@ -2564,10 +2567,10 @@ static void tj__dot_dims(const tj_node *n, const tj__type *ot, const tj__type *a
 }
 static int64_t tj__dot_scratch(const tj_node *n) {
     int64_t Bn, Mn, Kn, Nn;
-    if (n->t.dt == TJ_F32) return 0;
+    if (n->t.dt != TJ_BF16) return 0; /* f32 and f64 multiply in place */
     tj__dot_dims(n, &n->t, &n->in[0]->t, &Bn, &Mn, &Kn, &Nn);
-    /* one batch of a, b and c converted to f32 (f64: to double) */
-    return (Mn * Kn + Kn * Nn + Mn * Nn) * (n->t.dt == TJ_F64 ? 8 : 4);
+    /* one batch of a, b and c converted to f32 */
+    return (Mn * Kn + Kn * Nn + Mn * Nn) * 4;
 }
 static void tj__k_dot(tj__kern *k) {
     tj_node *n = k->n;

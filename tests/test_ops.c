@@ -1006,6 +1006,8 @@ static void src_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "u2d", tj_uniform(g, 42, TJ_F64, "r=100 c=1000"));
     tj_tree_set_v(out, "n10", tj_normal(g, 42, TJ_F64, "n=10"));
     tj_tree_set_v(out, "uf32", tj_uniform(g, 42, TJ_F32, "n=1000"));
+    tj_tree_set_v(out, "ubf16", tj_uniform(g, 42, TJ_BF16, "n=100000"));
+    tj_tree_set_v(out, "uf32big", tj_uniform(g, 42, TJ_F32, "n=100000"));
     {
         tj_v x = tj_fill(g, TJ_F32, "n=100000", 1.0);
         tj_tree_set_v(out, "d1", tj_dropout(x, 5, 0.3));
@@ -1076,6 +1078,19 @@ static void test_sources(tj_ctx *ctx) {
     }
     free(w);
     free(v);
+    /* rounding to a narrow dtype must not turn u < 1 into 1 */
+    v = get(out, "ubf16", &n);
+    w = get(out, "uf32big", &m);
+    if (v && w) {
+        int64_t ones = 0, ones32 = 0;
+        double s = 0;
+        for (i = 0; i < n; i++) { ones += v[i] >= 1.0 || v[i] < 0; s += v[i]; }
+        for (i = 0; i < m; i++) ones32 += w[i] >= 1.0 || w[i] < 0;
+        TJT_CHECK(ones == 0 && ones32 == 0, "uniform outside [0, 1): %lld bf16 and %lld f32 elements", (long long)ones, (long long)ones32);
+        TJT_CHECK(fabs(s / (double)n - 0.5) < 0.005, "bf16 uniform mean %g", s / (double)n);
+    }
+    free(v);
+    free(w);
     v = get(out, "n1", &n);
     w = get(out, "n2", &m);
     if (v && w) {
@@ -1433,6 +1448,33 @@ static void mlp_fb(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "gw2", gr[2]);
     if (u) tj_tree_set_v(out, "h", h); /* an extra output (a forward activation) */
 }
+/* a lone dot of two arguments needs no temp memory, except bf16's f32 staging */
+static void dot_only(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_dot(tj_tree_v(in, "a"), tj_tree_v(in, "b"), "k"));
+}
+static void test_dot_temp(void) {
+    tj_dtype dts[3] = {TJ_F32, TJ_F64, TJ_BF16};
+    int i;
+    for (i = 0; i < 3; i++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        int64_t want;
+        tj_tree_set_array(in, "a", tjt_rand(ctx, dts[i], "bt=2 m=3 k=5", 1, -1, 1));
+        tj_tree_set_array(in, "b", tjt_rand(ctx, dts[i], "bt=2 k=5 n=4", 2, -1, 1));
+        p = tj_jit(ctx, "dot only", dot_only, NULL, in, NULL);
+        /* per batch: a [3,5], b [5,4], c [3,4] staged as f32 */
+        want = dts[i] == TJ_BF16 ? tj__align((3 * 5 + 5 * 4 + 3 * 4) * 4) : 0;
+        TJT_CHECK(p && tj_prog_memory(p).temp_bytes == want, "%s dot: temp_bytes %lld, want %lld", tj_dtype_name(dts[i]),
+                  (long long)tj_prog_memory(p).temp_bytes, (long long)want);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && tj_get_alloc_stats(ctx).peak_arena_bytes == want, "%s dot run", tj_dtype_name(dts[i]));
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+    }
+}
 /* fresh context: jit, run once, compare the analysis with the counters */
 static void check_memory(tj_dtype dt, const char *what, int extra, int batch) {
     tj_ctx *ctx = tj_ctx_new();
@@ -1560,6 +1602,7 @@ static void test_memory(void) {
     check_memory(TJ_F32, "mlp f32 fwd+bwd + activation output", 1, 5);
     check_memory(TJ_F64, "mlp f64 fwd+bwd", 0, 7);
     check_memory(TJ_BF16, "mlp bf16 fwd+bwd", 1, 3);
+    test_dot_temp();
     tjt_current = "donation";
     test_donation("w", 100);
     test_donation("w", 64);
