@@ -496,6 +496,10 @@ struct tj_backend {
 #define TJ_SPACE_USER (-1) /* caller memory (for copies) */
 /* Use backend b for arrays and runs created from now on (NULL: CPU). */
 TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
+/* In tinyjax_cuda.cu: a backend for CUDA device `device`, or NULL with a
+   reason in err (no GPU, driver too old, ...). */
+TJDEF tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
+TJDEF void tj_cuda_backend_free(tj_backend *b);
 
 /* ==== [9] jit =========================================================== */
 
@@ -2459,10 +2463,8 @@ static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
    a, N in b) and contracted (K). The kernel wants a as [B,M,K] or [B,K,M]
    and b as [B,K,N] or [B,N,K]; any other layout gets an explicit relayout
    node, visible in the program text and counted by the memory plan. */
-#ifndef TJ__HAVE_SGEMM
-/* Portable fallback; the tuned kernel in [8] replaces it. */
+/* the tuned f32 kernel lives with the CPU backend in [10] */
 static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth);
-#endif
 static void tj__dgemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B, double *C) {
     int64_t i, j, p;
     for (i = 0; i < M; i++)
@@ -3477,8 +3479,8 @@ static tj_decision tj__decide(const tj_policy *p, const tj_node *v, const char *
     case TJ_POLICY_SAVE_FROM_BOTH:
         a = tj__decide(p->a, v, name, wa, sizeof wa);
         b = tj__decide(p->b, v, name, wb, sizeof wb);
-        if (a == TJ_SAVE || b == TJ_SAVE) { snprintf(why, wn, "save_from_both: %s", a == TJ_SAVE ? wa : wb); return TJ_SAVE; }
-        if (a == TJ_OFFLOAD || b == TJ_OFFLOAD) { snprintf(why, wn, "save_from_both: %s", a == TJ_OFFLOAD ? wa : wb); return TJ_OFFLOAD; }
+        if (a == TJ_SAVE || b == TJ_SAVE) { snprintf(why, wn, "save_from_both: %.120s", a == TJ_SAVE ? wa : wb); return TJ_SAVE; }
+        if (a == TJ_OFFLOAD || b == TJ_OFFLOAD) { snprintf(why, wn, "save_from_both: %.120s", a == TJ_OFFLOAD ? wa : wb); return TJ_OFFLOAD; }
         snprintf(why, wn, "save_from_both: neither saves");
         return TJ_RECOMPUTE;
     case TJ_POLICY_FN:
@@ -3701,7 +3703,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj_v *pct = tj__proj_ct, cts[64], outs[64], wrt[128], grads[128], ctp[64];
     int wrt_kind[128], wrt_idx[128];
     tj__bwd w;
-    tj_node *binit[64], *bxs[64], *bn, *bfinal[64];
+    tj_node *binit[64], *bxs[64] = {0}, *bn, *bfinal[64];
     int nbinit = 0, first_row;
     (void)g_unused;
     memset(&w, 0, sizeof w);
@@ -4047,25 +4049,739 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
    pointers into the arenas, the argument buffers, or the output buffers.
    A scan body runs through the same loop on its parent's workspace. */
 
-#ifndef TJ__HAVE_SGEMM
-/* Plain loop; the tuned AVX-512 kernel replaces this. */
-static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth) {
-    int i, j, p;
-    (void)nth;
+/* ---- the f32 matmul (sgemm) ---- */
+/* ---------------------------------------------------------------------------
+   tj_matmul.inc: the f32 matrix multiply (sgemm) of the CPU backend.
+
+   C[M,N] = (accumulate ? C : 0) + op(A)[M,K] * op(B)[K,N], all row-major.
+
+   Blocking scheme (GotoBLAS/BLIS style, adapted to row-major C):
+   the output is first cut into one rectangle per thread (split along N when
+   that balances, else along M), so threads never share a C element and need
+   no synchronisation beyond the final join. Inside its rectangle a thread
+   loops ic (MC rows) -> pc (KC deep slice of K) -> jc (NC columns). For each
+   (ic,pc) it packs op(A)[ic:ic+MC, pc:pc+KC] into MR-row micro-panels stored
+   k-major (MR floats per k step), for each (ic,pc,jc) it packs
+   op(B)[pc:pc+KC, jc:jc+NC] into NR-column micro-panels stored k-major (NR
+   floats per k step). Packing absorbs the four transpose combinations and
+   any leading dimensions, so one micro-kernel serves everything; edges are
+   zero-padded in the packs and masked at store time. The micro-kernel keeps
+   an MR x NR tile of C in registers (AVX-512: 14x32 = 28 zmm accumulators,
+   2 zmm of B and one broadcast of A per k step) and runs over the whole KC.
+   Loop order inside a block is ir (A micro-panel, ~14 KB, stays in L1) then
+   jr (B micro-panels streamed from the packed B block, ~512 KB, in L2), so
+   each A micro-panel is loaded from L1 NC/NR times and the B block from L2
+   MC/MR times. Every element of A and B is packed once per (rectangle)
+   except B, which is repacked once per MC rows (MC is large, so that's a
+   small cost).
+
+   Dispatch is at run time: AVX-512F (14x32), AVX2+FMA (6x16), or portable C
+   (4x16 plain loops, left to the auto-vectoriser). Tiny products skip all of
+   this and use a direct loop. Threads come from a small persistent pthread
+   pool created on first use; callers with nthreads == 1 never touch the pool
+   or any global state, so they may run concurrently from many threads.
+   Calls with nthreads > 1 serialize on the pool mutex.
+   ------------------------------------------------------------------------- */
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#if !defined(_WIN32)
+#include <pthread.h>
+#define TJ__SGEMM_THREADS 1
+#else
+#define TJ__SGEMM_THREADS 0
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TJ__SGEMM_X86 1
+#else
+#define TJ__SGEMM_X86 0
+#endif
+
+#if defined(__GNUC__)
+#define TJ__MAYBE_UNUSED __attribute__((unused))
+#else
+#define TJ__MAYBE_UNUSED
+#endif
+
+/* micro-kernel: C[0:mr,0:nr] = (load_c ? C : 0) + sum_k Ap[k*MR+i]*Bp[k*NR+j].
+   Ap/Bp are packed, zero-padded micro-panels; mr<=MR, nr<=NR mark the valid
+   part of the tile (edge tiles). */
+typedef void (*tj__sgemm_kernel_fn)(int kc, const float *Ap, const float *Bp,
+                                    float *C, int ldc, int mr, int nr, int load_c);
+
+/* packers: op(A)[i0:i0+mc, p0:p0+kc] into MR-row micro-panels and
+   op(B)[p0:p0+kc, j0:j0+nc] into NR-column micro-panels (see tj__sgemm_pack_a/b) */
+typedef void (*tj__sgemm_pack_fn)(int trans, const float *X, int ldx, int r0, int rn,
+                                  int c0, int cn, int R, float *dst);
+
+typedef struct {
+    int mr, nr;      /* register tile */
+    int kc, mc, nc;  /* cache blocks; mc multiple of mr, nc multiple of nr */
+    tj__sgemm_kernel_fn kernel;
+    tj__sgemm_pack_fn pack_a, pack_b;
+    const char *name;
+} tj__sgemm_cfg;
+
+/* ---- packing ------------------------------------------------------------------ */
+/* op(A)[i0:i0+mc, p0:p0+kc] -> MR-row micro-panels, k-major, rows padded with 0 */
+static void tj__sgemm_pack_a(int trans_a, const float *A, int lda, int i0, int mc,
+                             int p0, int kc, int MR, float *dst) {
+    int ir, i, k;
+    for (ir = 0; ir < mc; ir += MR) {
+        int rows = mc - ir < MR ? mc - ir : MR;
+        if (!trans_a) {
+            /* each source row is contiguous in k: read it once, scatter with stride MR */
+            for (i = 0; i < rows; i++) {
+                const float *src = A + (size_t)(i0 + ir + i) * lda + p0;
+                for (k = 0; k < kc; k++) dst[(size_t)k * MR + i] = src[k];
+            }
+        } else {
+            /* A stored K x M: the MR rows for one k are contiguous */
+            for (k = 0; k < kc; k++) {
+                const float *src = A + (size_t)(p0 + k) * lda + i0 + ir;
+                for (i = 0; i < rows; i++) dst[(size_t)k * MR + i] = src[i];
+            }
+        }
+        for (i = rows; i < MR; i++)
+            for (k = 0; k < kc; k++) dst[(size_t)k * MR + i] = 0.0f;
+        dst += (size_t)MR * kc;
+    }
+}
+
+/* op(B)[p0:p0+kc, j0:j0+nc] -> NR-column micro-panels, k-major, columns padded with 0 */
+static void tj__sgemm_pack_b(int trans_b, const float *B, int ldb, int p0, int kc,
+                             int j0, int nc, int NR, float *dst) {
+    int jr, j, k;
+    for (jr = 0; jr < nc; jr += NR) {
+        int cols = nc - jr < NR ? nc - jr : NR;
+        if (!trans_b) {
+            for (k = 0; k < kc; k++) {
+                const float *src = B + (size_t)(p0 + k) * ldb + j0 + jr;
+                float *d = dst + (size_t)k * NR;
+                for (j = 0; j < cols; j++) d[j] = src[j];
+                for (; j < NR; j++) d[j] = 0.0f;
+            }
+        } else {
+            /* B stored N x K: each of the NR source rows is contiguous in k */
+            for (j = 0; j < cols; j++) {
+                const float *src = B + (size_t)(j0 + jr + j) * ldb + p0;
+                for (k = 0; k < kc; k++) dst[(size_t)k * NR + j] = src[k];
+            }
+            for (; j < NR; j++)
+                for (k = 0; k < kc; k++) dst[(size_t)k * NR + j] = 0.0f;
+        }
+        dst += (size_t)NR * kc;
+    }
+}
+
+/* ---- portable kernel ---------------------------------------------------- */
+#define TJ__P_MR 4
+#define TJ__P_NR 16
+static void tj__sgemm_kernel_portable(int kc, const float *Ap, const float *Bp,
+                                      float *C, int ldc, int mr, int nr, int load_c) {
+    float acc[TJ__P_MR][TJ__P_NR];
+    int i, j, k;
+    for (i = 0; i < TJ__P_MR; i++)
+        for (j = 0; j < TJ__P_NR; j++) acc[i][j] = 0.0f;
+    for (k = 0; k < kc; k++) {
+        const float *a = Ap + (size_t)k * TJ__P_MR, *b = Bp + (size_t)k * TJ__P_NR;
+        for (i = 0; i < TJ__P_MR; i++) {
+            float ai = a[i];
+            for (j = 0; j < TJ__P_NR; j++) acc[i][j] += ai * b[j];
+        }
+    }
+    for (i = 0; i < mr; i++) {
+        float *c = C + (size_t)i * ldc;
+        if (load_c) for (j = 0; j < nr; j++) c[j] += acc[i][j];
+        else        for (j = 0; j < nr; j++) c[j] = acc[i][j];
+    }
+}
+
+#if TJ__SGEMM_X86
+/* ---- AVX-512 kernel: 14 x 32 ------------------------------------------------
+   28 accumulators + 2 B vectors + 1 broadcast = 31 of 32 zmm registers. Per k
+   step: 2 vector loads of B, 14 broadcasts of A (folded into the FMA as
+   {1to16} memory operands), 28 FMAs; the FMA:load ratio keeps the FMA pipes
+   the bottleneck rather than the load ports. */
+#define TJ__A5_MR 14
+#define TJ__A5_NR 32
+#define TJ__A5_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+__attribute__((target("avx512f,fma")))
+TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx512(int kc, const float *Ap, const float *Bp,
+                                    float *C, int ldc, int mr, int nr, int load_c) {
+#define TJ__A5_DECL(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
+    TJ__A5_ROWS(TJ__A5_DECL)
+#undef TJ__A5_DECL
+    int k;
+    /* pull the C tile toward L1 while the k loop runs; it is touched at the end */
+    for (k = 0; k < mr; k++) {
+        _mm_prefetch((const char *)(C + (size_t)k * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + (size_t)k * ldc + 16), _MM_HINT_T0);
+    }
+    for (k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
+        __m512 a;
+#define TJ__A5_FMA(i) a = _mm512_set1_ps(Ap[i]); \
+        c##i##_0 = _mm512_fmadd_ps(a, b0, c##i##_0); c##i##_1 = _mm512_fmadd_ps(a, b1, c##i##_1);
+        TJ__A5_ROWS(TJ__A5_FMA)
+#undef TJ__A5_FMA
+        Ap += TJ__A5_MR;
+        Bp += TJ__A5_NR;
+    }
+    {
+        /* store: masks cover a partial N edge, mr cuts a partial M edge */
+        __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : ((1u << nr) - 1u));
+        __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : ((1u << (nr - 16)) - 1u));
+        float *c = C;
+#define TJ__A5_ST(i) if (i < mr) { \
+            if (load_c) { c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, c)); \
+                          c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, c + 16)); } \
+            _mm512_mask_storeu_ps(c, m0, c##i##_0); _mm512_mask_storeu_ps(c + 16, m1, c##i##_1); \
+            c += ldc; }
+        TJ__A5_ROWS(TJ__A5_ST)
+#undef TJ__A5_ST
+    }
+}
+
+/* ---- AVX-512 packing ------------------------------------------------------------
+   The generic packers move one float per iteration with strided stores, which
+   cost ~20% of the run time on GPT-2 shapes; these move whole vectors. The two
+   layouts that need a transpose (A not transposed: rows of A become columns of
+   the micro-panel; B transposed: likewise) go through a 16x16 in-register
+   transpose. */
+
+/* Full-mask forms of the shuffles: the plain intrinsics pass
+   _mm512_undefined_ps() through, which g++ 12 -Wall flags as uninitialised. */
+#define TJ__UNPLO(a, b) _mm512_mask_unpacklo_ps(a, (__mmask16)0xFFFF, a, b)
+#define TJ__UNPHI(a, b) _mm512_mask_unpackhi_ps(a, (__mmask16)0xFFFF, a, b)
+#define TJ__SHUF(a, b, i) _mm512_mask_shuffle_ps(a, (__mmask16)0xFFFF, a, b, i)
+#define TJ__SHUF4(a, b, i) _mm512_mask_shuffle_f32x4(a, (__mmask16)0xFFFF, a, b, i)
+
+/* dst[c*ldd + r] = src[r*lds + c] for a 16x16 block; rows >= nr and columns
+   >= nc of the source read as zero; each of the nc output rows is written with
+   store mask sm. */
+__attribute__((target("avx512f")))
+TJ__MAYBE_UNUSED static void tj__tr16_avx512(const float *src, size_t lds, int nr, int nc,
+                            float *dst, size_t ldd, __mmask16 sm) {
+    __mmask16 lm = (__mmask16)(nc >= 16 ? 0xFFFF : ((1u << nc) - 1u));
+    __m512 r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15;
+    __m512 t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15;
+#define TJ__TR_LD(i) r##i = i < nr ? _mm512_maskz_loadu_ps(lm, src + (size_t)i * lds) : _mm512_setzero_ps();
+    TJ__TR_LD(0) TJ__TR_LD(1) TJ__TR_LD(2) TJ__TR_LD(3) TJ__TR_LD(4) TJ__TR_LD(5) TJ__TR_LD(6) TJ__TR_LD(7)
+    TJ__TR_LD(8) TJ__TR_LD(9) TJ__TR_LD(10) TJ__TR_LD(11) TJ__TR_LD(12) TJ__TR_LD(13) TJ__TR_LD(14) TJ__TR_LD(15)
+#undef TJ__TR_LD
+    /* 32-bit interleave, 64-bit interleave, then two 128-bit lane shuffles */
+    t0 = TJ__UNPLO(r0, r1);   t1 = TJ__UNPHI(r0, r1);
+    t2 = TJ__UNPLO(r2, r3);   t3 = TJ__UNPHI(r2, r3);
+    t4 = TJ__UNPLO(r4, r5);   t5 = TJ__UNPHI(r4, r5);
+    t6 = TJ__UNPLO(r6, r7);   t7 = TJ__UNPHI(r6, r7);
+    t8 = TJ__UNPLO(r8, r9);   t9 = TJ__UNPHI(r8, r9);
+    t10 = TJ__UNPLO(r10, r11); t11 = TJ__UNPHI(r10, r11);
+    t12 = TJ__UNPLO(r12, r13); t13 = TJ__UNPHI(r12, r13);
+    t14 = TJ__UNPLO(r14, r15); t15 = TJ__UNPHI(r14, r15);
+    r0 = TJ__SHUF(t0, t2, 0x44);   r1 = TJ__SHUF(t0, t2, 0xEE);
+    r2 = TJ__SHUF(t1, t3, 0x44);   r3 = TJ__SHUF(t1, t3, 0xEE);
+    r4 = TJ__SHUF(t4, t6, 0x44);   r5 = TJ__SHUF(t4, t6, 0xEE);
+    r6 = TJ__SHUF(t5, t7, 0x44);   r7 = TJ__SHUF(t5, t7, 0xEE);
+    r8 = TJ__SHUF(t8, t10, 0x44);  r9 = TJ__SHUF(t8, t10, 0xEE);
+    r10 = TJ__SHUF(t9, t11, 0x44); r11 = TJ__SHUF(t9, t11, 0xEE);
+    r12 = TJ__SHUF(t12, t14, 0x44); r13 = TJ__SHUF(t12, t14, 0xEE);
+    r14 = TJ__SHUF(t13, t15, 0x44); r15 = TJ__SHUF(t13, t15, 0xEE);
+    t0 = TJ__SHUF4(r0, r4, 0x88);  t1 = TJ__SHUF4(r1, r5, 0x88);
+    t2 = TJ__SHUF4(r2, r6, 0x88);  t3 = TJ__SHUF4(r3, r7, 0x88);
+    t4 = TJ__SHUF4(r0, r4, 0xDD);  t5 = TJ__SHUF4(r1, r5, 0xDD);
+    t6 = TJ__SHUF4(r2, r6, 0xDD);  t7 = TJ__SHUF4(r3, r7, 0xDD);
+    t8 = TJ__SHUF4(r8, r12, 0x88); t9 = TJ__SHUF4(r9, r13, 0x88);
+    t10 = TJ__SHUF4(r10, r14, 0x88); t11 = TJ__SHUF4(r11, r15, 0x88);
+    t12 = TJ__SHUF4(r8, r12, 0xDD); t13 = TJ__SHUF4(r9, r13, 0xDD);
+    t14 = TJ__SHUF4(r10, r14, 0xDD); t15 = TJ__SHUF4(r11, r15, 0xDD);
+    r0 = TJ__SHUF4(t0, t8, 0x88);  r1 = TJ__SHUF4(t1, t9, 0x88);
+    r2 = TJ__SHUF4(t2, t10, 0x88); r3 = TJ__SHUF4(t3, t11, 0x88);
+    r4 = TJ__SHUF4(t4, t12, 0x88); r5 = TJ__SHUF4(t5, t13, 0x88);
+    r6 = TJ__SHUF4(t6, t14, 0x88); r7 = TJ__SHUF4(t7, t15, 0x88);
+    r8 = TJ__SHUF4(t0, t8, 0xDD);  r9 = TJ__SHUF4(t1, t9, 0xDD);
+    r10 = TJ__SHUF4(t2, t10, 0xDD); r11 = TJ__SHUF4(t3, t11, 0xDD);
+    r12 = TJ__SHUF4(t4, t12, 0xDD); r13 = TJ__SHUF4(t5, t13, 0xDD);
+    r14 = TJ__SHUF4(t6, t14, 0xDD); r15 = TJ__SHUF4(t7, t15, 0xDD);
+#define TJ__TR_ST(i) if (i < nc) _mm512_mask_storeu_ps(dst + (size_t)i * ldd, sm, r##i);
+    TJ__TR_ST(0) TJ__TR_ST(1) TJ__TR_ST(2) TJ__TR_ST(3) TJ__TR_ST(4) TJ__TR_ST(5) TJ__TR_ST(6) TJ__TR_ST(7)
+    TJ__TR_ST(8) TJ__TR_ST(9) TJ__TR_ST(10) TJ__TR_ST(11) TJ__TR_ST(12) TJ__TR_ST(13) TJ__TR_ST(14) TJ__TR_ST(15)
+#undef TJ__TR_ST
+}
+
+__attribute__((target("avx512f")))
+TJ__MAYBE_UNUSED static void tj__sgemm_pack_a_avx512(int trans_a, const float *A, int lda, int i0, int mc,
+                                    int p0, int kc, int MR, float *dst) {
+    int ir, k;
+    (void)MR; /* always TJ__A5_MR */
+    for (ir = 0; ir < mc; ir += TJ__A5_MR) {
+        int rows = mc - ir < TJ__A5_MR ? mc - ir : TJ__A5_MR;
+        if (!trans_a) {
+            /* 14 rows x 16 k -> 16 k-steps of 14 floats; the overlapping 14-lane
+               stores land in k order so later ones never clobber earlier ones */
+            const float *src = A + (size_t)(i0 + ir) * lda + p0;
+            int nnext = mc - ir - TJ__A5_MR, r;
+            if (nnext > TJ__A5_MR) nnext = TJ__A5_MR;
+            for (k = 0; k < kc; k += 16) {
+                /* same k range of the next panel's rows: see pack_b */
+                for (r = 0; r < nnext; r++)
+                    _mm_prefetch((const char *)(src + (size_t)(TJ__A5_MR + r) * lda + k), _MM_HINT_T0);
+                tj__tr16_avx512(src + k, (size_t)lda, rows, kc - k < 16 ? kc - k : 16,
+                                dst + (size_t)k * TJ__A5_MR, TJ__A5_MR, (__mmask16)0x3FFF);
+            }
+        } else {
+            __mmask16 m = (__mmask16)((1u << rows) - 1u);
+            const float *src = A + (size_t)p0 * lda + i0 + ir;
+            for (k = 0; k < kc; k++)
+                _mm512_mask_storeu_ps(dst + (size_t)k * TJ__A5_MR, (__mmask16)0x3FFF,
+                                      _mm512_maskz_loadu_ps(m, src + (size_t)k * lda));
+        }
+        dst += (size_t)TJ__A5_MR * kc;
+    }
+}
+
+__attribute__((target("avx512f")))
+TJ__MAYBE_UNUSED static void tj__sgemm_pack_b_avx512(int trans_b, const float *B, int ldb, int p0, int kc,
+                                    int j0, int nc, int NR, float *dst) {
+    int jr, k, g;
+    (void)NR; /* always TJ__A5_NR */
+    for (jr = 0; jr < nc; jr += TJ__A5_NR) {
+        int cols = nc - jr < TJ__A5_NR ? nc - jr : TJ__A5_NR;
+        if (!trans_b) {
+            /* 32 floats from each of kc rows: one short piece per row, which the
+               hardware prefetcher does not see coming, so ask 8 rows ahead */
+            __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xFFFF : ((1u << cols) - 1u));
+            __mmask16 m1 = (__mmask16)(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : ((1u << (cols - 16)) - 1u));
+            const float *src = B + (size_t)p0 * ldb + j0 + jr;
+            for (k = 0; k < kc; k++) {
+                const float *s = src + (size_t)k * ldb;
+                if (k + 8 < kc) {
+                    _mm_prefetch((const char *)(s + (size_t)8 * ldb), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(s + (size_t)8 * ldb + 16), _MM_HINT_T0);
+                }
+                _mm512_store_ps(dst + (size_t)k * TJ__A5_NR, _mm512_maskz_loadu_ps(m0, s));
+                _mm512_store_ps(dst + (size_t)k * TJ__A5_NR + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+            }
+        } else {
+            /* B stored N x K: 16 source rows (= 16 columns of op(B)) at a time.
+               Sixteen interleaved streams are more than the hardware prefetcher
+               tracks, so while transposing one group, prefetch the same k range
+               of the next group's 16 rows (one line per row per 16x16 block). */
+            for (g = 0; g < 2; g++) {
+                int nrow = cols - 16 * g, r;
+                const float *src = B + (size_t)(j0 + jr + 16 * g) * ldb + p0;
+                int nnext = nc - (jr + 16 * g + 16);
+                if (nrow < 0) nrow = 0;
+                if (nrow > 16) nrow = 16;
+                if (nnext > 16) nnext = 16;
+                for (k = 0; k < kc; k += 16) {
+                    for (r = 0; r < nnext; r++)
+                        _mm_prefetch((const char *)(src + (size_t)(16 + r) * ldb + k), _MM_HINT_T0);
+                    tj__tr16_avx512(src + k, (size_t)ldb, nrow, kc - k < 16 ? kc - k : 16,
+                                    dst + (size_t)k * TJ__A5_NR + 16 * g, TJ__A5_NR, (__mmask16)0xFFFF);
+                }
+            }
+        }
+        dst += (size_t)TJ__A5_NR * kc;
+    }
+}
+
+/* ---- AVX2 kernel: 6 x 16 ------------------------------------------------------
+   12 ymm accumulators + 2 B + 1 broadcast of the 16 ymm registers. */
+#define TJ__A2_MR 6
+#define TJ__A2_NR 16
+#define TJ__A2_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+__attribute__((target("avx2,fma")))
+TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx2(int kc, const float *Ap, const float *Bp,
+                                  float *C, int ldc, int mr, int nr, int load_c) {
+#define TJ__A2_DECL(i) __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps();
+    TJ__A2_ROWS(TJ__A2_DECL)
+#undef TJ__A2_DECL
+    int k;
+    for (k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
+        __m256 a;
+#define TJ__A2_FMA(i) a = _mm256_broadcast_ss(Ap + i); \
+        c##i##_0 = _mm256_fmadd_ps(a, b0, c##i##_0); c##i##_1 = _mm256_fmadd_ps(a, b1, c##i##_1);
+        TJ__A2_ROWS(TJ__A2_FMA)
+#undef TJ__A2_FMA
+        Ap += TJ__A2_MR;
+        Bp += TJ__A2_NR;
+    }
+    if (nr == TJ__A2_NR) {
+        float *c = C;
+#define TJ__A2_ST(i) if (i < mr) { \
+            if (load_c) { c##i##_0 = _mm256_add_ps(c##i##_0, _mm256_loadu_ps(c)); \
+                          c##i##_1 = _mm256_add_ps(c##i##_1, _mm256_loadu_ps(c + 8)); } \
+            _mm256_storeu_ps(c, c##i##_0); _mm256_storeu_ps(c + 8, c##i##_1); c += ldc; }
+        TJ__A2_ROWS(TJ__A2_ST)
+#undef TJ__A2_ST
+    } else {
+        /* partial N edge: spill the tile and copy the valid part */
+        float t[TJ__A2_MR * TJ__A2_NR];
+        int i, j;
+#define TJ__A2_SP(i) _mm256_storeu_ps(t + i * 16, c##i##_0); _mm256_storeu_ps(t + i * 16 + 8, c##i##_1);
+        TJ__A2_ROWS(TJ__A2_SP)
+#undef TJ__A2_SP
+        for (i = 0; i < mr; i++) {
+            float *c = C + (size_t)i * ldc;
+            if (load_c) for (j = 0; j < nr; j++) c[j] += t[i * 16 + j];
+            else        for (j = 0; j < nr; j++) c[j] = t[i * 16 + j];
+        }
+    }
+}
+#endif /* TJ__SGEMM_X86 */
+
+/* pick the widest kernel the CPU (and OS) support. Tests can define
+   TJ_SGEMM_NO_AVX512 / TJ_SGEMM_NO_SIMD to exercise the narrower paths. */
+static void tj__sgemm_get_cfg(tj__sgemm_cfg *cfg) {
+#if TJ__SGEMM_X86 && !defined(TJ_SGEMM_NO_SIMD)
+#if !defined(TJ_SGEMM_NO_AVX512)
+    if (__builtin_cpu_supports("avx512f")) {
+        /* KC*MR*4 = 14 KB A micro-panel (L1); KC*NC*4 = 512 KB B block (L2);
+           MC*KC*4 = ~1 MB A block (L3, re-read once per NC columns) */
+        cfg->mr = TJ__A5_MR; cfg->nr = TJ__A5_NR;
+        cfg->kc = 256; cfg->nc = 512; cfg->mc = 70 * TJ__A5_MR;
+        cfg->kernel = tj__sgemm_kernel_avx512; cfg->name = "avx512";
+        cfg->pack_a = tj__sgemm_pack_a_avx512; cfg->pack_b = tj__sgemm_pack_b_avx512;
+        return;
+    }
+#endif
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        cfg->mr = TJ__A2_MR; cfg->nr = TJ__A2_NR;
+        cfg->kc = 256; cfg->nc = 512; cfg->mc = 168 * TJ__A2_MR;
+        cfg->kernel = tj__sgemm_kernel_avx2; cfg->name = "avx2";
+        cfg->pack_a = tj__sgemm_pack_a; cfg->pack_b = tj__sgemm_pack_b;
+        return;
+    }
+#endif
+    cfg->mr = TJ__P_MR; cfg->nr = TJ__P_NR;
+    cfg->kc = 256; cfg->nc = 512; cfg->mc = 256;
+    cfg->kernel = tj__sgemm_kernel_portable; cfg->name = "portable";
+    cfg->pack_a = tj__sgemm_pack_a; cfg->pack_b = tj__sgemm_pack_b;
+}
+
+TJ__MAYBE_UNUSED static const char *tj__sgemm_path(void) {
+    tj__sgemm_cfg cfg;
+    tj__sgemm_get_cfg(&cfg);
+    return cfg.name;
+}
+
+/* ---- reference ---------------------------------------------------------------- */
+TJ__MAYBE_UNUSED static void tj__sgemm_ref(int trans_a, int trans_b, int M, int N, int K,
+                                           const float *A, int lda, const float *B, int ldb,
+                                           float *C, int ldc, int accumulate) {
+    int i, j, k;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++) {
+            double s = accumulate ? (double)C[(size_t)i * ldc + j] : 0.0;
+            for (k = 0; k < K; k++) {
+                float a = trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = trans_b ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                s += (double)a * (double)b;
+            }
+            C[(size_t)i * ldc + j] = (float)s;
+        }
+}
+
+/* ---- small products: direct loops, no packing, no threads ----------------------
+   Row i of C is built in place: for non-transposed B an axpy per k (contiguous
+   in j, vectorisable); for transposed B a dot product per j (contiguous in k). */
+static void tj__sgemm_small(int trans_a, int trans_b, int M, int N, int K,
+                            const float *A, int lda, const float *B, int ldb,
+                            float *C, int ldc, int accumulate) {
+    int i, j, k;
     for (i = 0; i < M; i++) {
-        float *c = C + (int64_t)i * ldc;
-        if (!acc) for (j = 0; j < N; j++) c[j] = 0;
-        for (p = 0; p < K; p++) {
-            float a = ta ? A[(int64_t)p * lda + i] : A[(int64_t)i * lda + p];
-            if (tb) for (j = 0; j < N; j++) c[j] += a * B[(int64_t)j * ldb + p];
-            else {
-                const float *b = B + (int64_t)p * ldb;
+        float *c = C + (size_t)i * ldc;
+        if (!trans_b) {
+            if (!accumulate) for (j = 0; j < N; j++) c[j] = 0.0f;
+            for (k = 0; k < K; k++) {
+                float a = trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                const float *b = B + (size_t)k * ldb;
                 for (j = 0; j < N; j++) c[j] += a * b[j];
+            }
+        } else {
+            for (j = 0; j < N; j++) {
+                const float *b = B + (size_t)j * ldb;
+                float s = 0.0f;
+                if (trans_a) for (k = 0; k < K; k++) s += A[(size_t)k * lda + i] * b[k];
+                else { const float *a = A + (size_t)i * lda; for (k = 0; k < K; k++) s += a[k] * b[k]; }
+                c[j] = accumulate ? c[j] + s : s;
             }
         }
     }
 }
+
+/* ---- one thread's rectangle ------------------------------------------------------ */
+typedef struct {
+    const tj__sgemm_cfg *cfg;
+    int trans_a, trans_b, K;
+    const float *A, *B;
+    int lda, ldb, ldc, accumulate;
+    float *C;
+    int m0[65], n0[65];   /* rectangle t = rows [m0[t],m0[t+1]) x cols [n0[t],n0[t+1]) */
+    int split_n;          /* 1: rectangles split N (m0 = {0,M}), 0: split M */
+    int nparts;
+} tj__sgemm_job;
+
+/* returns 0 on success, -1 if the pack buffer could not be allocated */
+static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo, int n_hi) {
+    const tj__sgemm_cfg *cf = jb->cfg;
+    const int MR = cf->mr, NR = cf->nr, KC = cf->kc, MC = cf->mc, NC = cf->nc;
+    const int K = jb->K;
+    size_t a_sz = (size_t)MC * KC, b_sz = (size_t)KC * NC;
+    char *raw;
+    float *Ap, *Bp;
+    int ic, pc, jc, ir, jr;
+    if (m_lo >= m_hi || n_lo >= n_hi) return 0;
+    /* over-allocate and round up by hand: 64-byte aligned packs keep every
+       micro-panel row on a cache line boundary */
+    raw = (char *)TJ_MALLOC((a_sz + b_sz) * sizeof(float) + 128);
+    if (!raw) return -1;
+    Ap = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    Bp = Ap + a_sz;
+    for (ic = m_lo; ic < m_hi; ic += MC) {
+        int mc = m_hi - ic < MC ? m_hi - ic : MC;
+        for (pc = 0; pc < K; pc += KC) {
+            int kc = K - pc < KC ? K - pc : KC;
+            /* the first K slice overwrites C unless the caller accumulates */
+            int load_c = pc > 0 || jb->accumulate;
+            cf->pack_a(jb->trans_a, jb->A, jb->lda, ic, mc, pc, kc, MR, Ap);
+            for (jc = n_lo; jc < n_hi; jc += NC) {
+                int nc = n_hi - jc < NC ? n_hi - jc : NC;
+                cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
+                for (ir = 0; ir < mc; ir += MR) {
+                    int mr = mc - ir < MR ? mc - ir : MR;
+                    const float *ap = Ap + (size_t)ir * kc;
+                    float *crow = jb->C + (size_t)(ic + ir) * jb->ldc + jc;
+                    for (jr = 0; jr < nc; jr += NR) {
+                        int nr = nc - jr < NR ? nc - jr : NR;
+                        cf->kernel(kc, ap, Bp + (size_t)jr * kc, crow + jr, jb->ldc, mr, nr, load_c);
+                    }
+                }
+            }
+        }
+    }
+    TJ_FREE(raw);
+    return 0;
+}
+
+static void tj__sgemm_run_part(const tj__sgemm_job *jb, int t) {
+    int m_lo, m_hi, n_lo, n_hi;
+    if (t >= jb->nparts) return;
+    if (jb->split_n) { m_lo = jb->m0[0]; m_hi = jb->m0[1]; n_lo = jb->n0[t]; n_hi = jb->n0[t + 1]; }
+    else             { m_lo = jb->m0[t]; m_hi = jb->m0[t + 1]; n_lo = jb->n0[0]; n_hi = jb->n0[1]; }
+    if (tj__sgemm_rect(jb, m_lo, m_hi, n_lo, n_hi) != 0) {
+        /* out of memory for the pack buffer: still produce the right answer */
+        tj__sgemm_small(jb->trans_a, jb->trans_b, m_hi - m_lo, n_hi - n_lo, jb->K,
+                        jb->trans_a ? jb->A + m_lo : jb->A + (size_t)m_lo * jb->lda, jb->lda,
+                        jb->trans_b ? jb->B + (size_t)n_lo * jb->ldb : jb->B + n_lo, jb->ldb,
+                        jb->C + (size_t)m_lo * jb->ldc + n_lo, jb->ldc, jb->accumulate);
+    }
+}
+
+/* ---- persistent worker pool ------------------------------------------------------
+   Workers sleep on a condition variable and wake on a generation bump; the
+   caller runs part 0 itself and waits for the rest. One multi-threaded sgemm
+   at a time (tj__pool_call_mu).
+   Both sides spin briefly (~1 ms) before sleeping. Besides saving the wake-up
+   latency for back-to-back calls, this matters for placement: a worker that
+   sleeps between every few-ms call tends to be woken onto the caller's core
+   and time-share it (measured: 2-thread GPT-2 shapes stuck at 1-thread
+   speed); a spinning worker stays on its own core. */
+#define TJ__SGEMM_MAXT 64
+#if TJ__SGEMM_THREADS
+static pthread_mutex_t tj__pool_call_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t tj__pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tj__pool_wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t tj__pool_done = PTHREAD_COND_INITIALIZER;
+static pthread_t tj__pool_th[TJ__SGEMM_MAXT];
+static int tj__pool_n;               /* workers alive (thread ids 1..n) */
+static unsigned long tj__pool_gen;   /* bumped per job */
+static int tj__pool_pending;         /* workers still busy with the current job */
+static int tj__pool_quit;
+static const tj__sgemm_job *tj__pool_job;
+static unsigned long tj__pool_start_gen[TJ__SGEMM_MAXT + 1];
+/* gen, pending and quit are written under tj__pool_mu but also polled without
+   it while spinning, hence the atomics */
+#if defined(__GNUC__)
+#define TJ__LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define TJ__STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#define TJ__DEC(x) __atomic_sub_fetch(&(x), 1, __ATOMIC_ACQ_REL)
+#if defined(__x86_64__) || defined(__i386__)
+#define TJ__PAUSE() __builtin_ia32_pause()
+#else
+#define TJ__PAUSE() ((void)0)
 #endif
+#ifndef TJ_SGEMM_SPIN
+#define TJ_SGEMM_SPIN 50000   /* polls before sleeping, ~1 ms with pause */
+#endif
+#else
+#define TJ__LOAD(x) (x)
+#define TJ__STORE(x, v) ((x) = (v))
+#define TJ__DEC(x) (--(x))
+#define TJ__PAUSE() ((void)0)
+#undef TJ_SGEMM_SPIN
+#define TJ_SGEMM_SPIN 0       /* no atomics: never poll outside the mutex */
+#endif
+
+static void *tj__pool_worker(void *arg) {
+    int id = (int)(intptr_t)arg;
+    unsigned long seen;
+    pthread_mutex_lock(&tj__pool_mu);
+    /* the generation current when we were created, not when we got scheduled:
+       a job posted in between must not be missed */
+    seen = tj__pool_start_gen[id];
+    for (;;) {
+        const tj__sgemm_job *jb;
+        if (tj__pool_gen == seen && !tj__pool_quit) {
+            int spin;
+            pthread_mutex_unlock(&tj__pool_mu);
+            for (spin = 0; spin < TJ_SGEMM_SPIN; spin++) {
+                if (TJ__LOAD(tj__pool_gen) != seen || TJ__LOAD(tj__pool_quit)) break;
+                TJ__PAUSE();
+            }
+            pthread_mutex_lock(&tj__pool_mu);
+        }
+        while (tj__pool_gen == seen && !tj__pool_quit) pthread_cond_wait(&tj__pool_wake, &tj__pool_mu);
+        if (tj__pool_quit) break;
+        seen = tj__pool_gen;
+        jb = tj__pool_job;
+        pthread_mutex_unlock(&tj__pool_mu);
+        tj__sgemm_run_part(jb, id);
+        pthread_mutex_lock(&tj__pool_mu);
+        if (TJ__DEC(tj__pool_pending) == 0)
+            pthread_cond_signal(&tj__pool_done);
+    }
+    pthread_mutex_unlock(&tj__pool_mu);
+    return NULL;
+}
+
+/* run jb->nparts parts on the pool; the caller does part 0 (and any part no
+   worker exists for, if thread creation failed) */
+static void tj__pool_run(tj__sgemm_job *jb) {
+    pthread_mutex_lock(&tj__pool_call_mu);
+    while (tj__pool_n < jb->nparts - 1) {
+        /* a new worker must see the current generation as already done */
+        int id = tj__pool_n + 1;
+        pthread_mutex_lock(&tj__pool_mu);
+        tj__pool_start_gen[id] = tj__pool_gen;
+        if (pthread_create(&tj__pool_th[tj__pool_n], NULL, tj__pool_worker, (void *)(intptr_t)id) != 0) {
+            pthread_mutex_unlock(&tj__pool_mu);
+            break;
+        }
+        tj__pool_n++;
+        pthread_mutex_unlock(&tj__pool_mu);
+    }
+    if (tj__pool_n > 0) {
+        pthread_mutex_lock(&tj__pool_mu);
+        tj__pool_job = jb;
+        TJ__STORE(tj__pool_pending, tj__pool_n);
+        TJ__STORE(tj__pool_gen, tj__pool_gen + 1);
+        pthread_cond_broadcast(&tj__pool_wake);
+        pthread_mutex_unlock(&tj__pool_mu);
+    }
+    tj__sgemm_run_part(jb, 0);
+    {
+        /* parts nobody could take (thread creation failed) run here */
+        int t;
+        for (t = tj__pool_n + 1; t < jb->nparts; t++) tj__sgemm_run_part(jb, t);
+    }
+    if (tj__pool_n > 0) {
+        int spin;
+        for (spin = 0; spin < TJ_SGEMM_SPIN && TJ__LOAD(tj__pool_pending) > 0; spin++) TJ__PAUSE();
+        pthread_mutex_lock(&tj__pool_mu);
+        while (tj__pool_pending > 0) pthread_cond_wait(&tj__pool_done, &tj__pool_mu);
+        tj__pool_job = NULL;
+        pthread_mutex_unlock(&tj__pool_mu);
+    }
+    pthread_mutex_unlock(&tj__pool_call_mu);
+}
+#endif
+
+/* join and free the worker pool; the next multi-threaded call recreates it */
+TJ__MAYBE_UNUSED static void tj__sgemm_shutdown(void) {
+#if TJ__SGEMM_THREADS
+    int i;
+    pthread_mutex_lock(&tj__pool_call_mu);
+    pthread_mutex_lock(&tj__pool_mu);
+    TJ__STORE(tj__pool_quit, 1);
+    pthread_cond_broadcast(&tj__pool_wake);
+    pthread_mutex_unlock(&tj__pool_mu);
+    for (i = 0; i < tj__pool_n; i++) pthread_join(tj__pool_th[i], NULL);
+    tj__pool_n = 0;
+    TJ__STORE(tj__pool_quit, 0);
+    pthread_mutex_unlock(&tj__pool_call_mu);
+#endif
+}
+
+/* split [0,n) into parts pieces on multiples of unit, as evenly as possible */
+static void tj__sgemm_split(int n, int unit, int parts, int *bounds) {
+    int units = (n + unit - 1) / unit, t;
+    for (t = 0; t <= parts; t++) {
+        long long u = (long long)units * t / parts;
+        long long b = u * unit;
+        bounds[t] = (int)(b > n ? n : b);
+    }
+}
+
+/* ---- entry point -------------------------------------------------------------------- */
+TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, int K,
+                                       const float *A, int lda, const float *B, int ldb,
+                                       float *C, int ldc, int accumulate, int nthreads) {
+    tj__sgemm_cfg cfg;
+    tj__sgemm_job jb;
+    double flops;
+    int i, j;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        if (!accumulate)
+            for (i = 0; i < M; i++)
+                for (j = 0; j < N; j++) C[(size_t)i * ldc + j] = 0.0f;
+        return;
+    }
+    flops = (double)M * N * K;
+    if (flops < 64.0 * 64.0 * 64.0) {
+        tj__sgemm_small(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return;
+    }
+    tj__sgemm_get_cfg(&cfg);
+    jb.cfg = &cfg;
+    jb.trans_a = trans_a; jb.trans_b = trans_b; jb.K = K;
+    jb.A = A; jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.C = C; jb.ldc = ldc;
+    jb.accumulate = accumulate;
+    /* waking a worker costs ~10-50 us, so give each thread at least ~8 MFLOP
+       (4M multiply-adds); never more threads than register tiles (below) */
+    if (nthreads > TJ__SGEMM_MAXT) nthreads = TJ__SGEMM_MAXT;
+    if (nthreads < 1) nthreads = 1;
+    if (nthreads > 1 && flops < 4e6 * nthreads) nthreads = (int)(flops / 4e6) > 1 ? (int)(flops / 4e6) : 1;
+    {
+        /* split along whichever dimension wastes less in partial tiles; prefer N
+           (each thread then packs only its own part of B, A is shared read-only) */
+        int un = (N + cfg.nr - 1) / cfg.nr, um = (M + cfg.mr - 1) / cfg.mr;
+        int tn = un < nthreads ? un : nthreads, tm = um < nthreads ? um : nthreads;
+        double eff_n = (double)un / (((un + tn - 1) / tn) * (double)tn);
+        double eff_m = (double)um / (((um + tm - 1) / tm) * (double)tm);
+        eff_n *= (double)tn / nthreads; eff_m *= (double)tm / nthreads;
+        if (eff_n >= eff_m * 0.98) {
+            jb.split_n = 1; jb.nparts = tn;
+            jb.m0[0] = 0; jb.m0[1] = M;
+            tj__sgemm_split(N, cfg.nr, tn, jb.n0);
+        } else {
+            jb.split_n = 0; jb.nparts = tm;
+            jb.n0[0] = 0; jb.n0[1] = N;
+            tj__sgemm_split(M, cfg.mr, tm, jb.m0);
+        }
+    }
+#if TJ__SGEMM_THREADS
+    if (jb.nparts > 1) { tj__pool_run(&jb); return; }
+#else
+    for (i = 1; i < jb.nparts; i++) tj__sgemm_run_part(&jb, i);
+#endif
+    tj__sgemm_run_part(&jb, 0);
+}
+
 
 static void *tj__buf(tj_node *n, char **arena, void **args, void **outs) {
     tj_node *r = n->root;
@@ -4089,10 +4805,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
             k.it[j] = &n->in[j]->t;
             k.in[j] = tj__buf(n->in[j], arena, args, outs);
         }
-        if (n->nin > 16) { /* scans may have many inputs; their kernel reads n->in */
-            static const void *none[1];
-            (void)none;
-        }
+        /* (scans may have more than 16 inputs; their kernel reads n->in) */
         for (j = 0; j < n->nproj && j < 64; j++) k.pout[j] = tj__buf(n->proj[j], arena, args, outs);
         k.ot = n->t;
         k.out = tj__buf(n, arena, args, outs);
@@ -4124,7 +4837,8 @@ static tj_status tj__execute(tj_prog *p, void **args, void **outs) {
         }
     err[0] = 0;
     tj__run_body(p, args, outs, arena, err, p->ctx->threads);
-    if (p->ctx->backend && p->ctx->backend->sync) p->ctx->backend->sync(p->ctx->backend);
+    if (p->ctx->backend && p->ctx->backend->sync && p->ctx->backend->sync(p->ctx->backend) && !err[0])
+        snprintf(err, sizeof err, "backend '%s': synchronising after the run failed", p->ctx->backend->name);
     if (err[0]) {
         tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "run '%s': %s", p->name, err);
         st = TJ_ERR_ARG;

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <time.h>
 #include <pthread.h>
-#include "../src/tj_matmul.inc"
+#define TINYJAX_IMPLEMENTATION
+#include "../tinyjax.h"
 
 static double now(void) {
     struct timespec ts;

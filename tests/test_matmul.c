@@ -10,7 +10,8 @@
 #include <string.h>
 #include <math.h>
 #include <pthread.h>
-#include "../src/tj_matmul.inc"
+#define TINYJAX_IMPLEMENTATION
+#include "../tinyjax.h"
 
 static int n_pass, n_fail;
 /* xorshift; each thread passes its own state */
