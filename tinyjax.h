@@ -406,6 +406,15 @@ typedef void (*tj_scan_fn)(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *
 TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int ncarry, const tj_v *init, int nx,
                            const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy);
 
+/* A remat region: checkpoint(fn, policy)(in) computes fn(in), and in the
+   backward pass keeps only what the policy says, recomputing the rest from
+   the region's inputs. It is a scan of length one, so regions and scans
+   share one mechanism (and nest in each other). */
+typedef void (*tj_region_fn)(tj_graph *g, const tj_v *in, tj_v *out, void *user);
+#define tj_checkpoint(fn, user, nin, in, nout, out, policy) tj_checkpoint_at(TJ_AT, fn, user, nin, in, nout, out, policy)
+TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, int nout, tj_v *out,
+                                 const tj_policy *policy);
+
 /* ==== [7] remat and offload policies ==================================== */
 
 /* After autodiff, a residual is a forward value that the backward pass
@@ -3138,6 +3147,7 @@ static int tj__add_proj(tj_node *m, const tj__type *t, int space) {
     if (!p) return -1;
     p->a.index = m->nproj;
     p->space = space;
+    p->pass = m->pass; /* outputs added by a later VJP still belong to m's pass */
     m->proj[m->nproj++] = p;
     return 0;
 }
@@ -3194,18 +3204,26 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     return n;
 }
 
+static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
+                          const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy);
 TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx, const tj_v *xs,
                            int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
-    tj_graph *g = NULL, *b = NULL;
+    tj_graph *g = NULL;
+    int i;
+    for (i = 0; i < nc && !g; i++) if (init && init[i]) g = init[i]->g;
+    for (i = 0; i < nx && !g; i++) if (xs && xs[i]) g = xs[i]->g;
+    if (!g) return TJ_ERR_ARG; /* an input failed earlier (or none given: use tj_checkpoint) */
+    return tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy);
+}
+static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
+                          const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
+    tj_graph *b = NULL;
     tj_ctx *c;
     tj_node *cp[32], *xp[32], *co[32], *yo[32], *xr[32], *n;
     tj__type at;
     int i, ax;
     int64_t len = -1;
     char b1[256];
-    for (i = 0; i < nc && !g; i++) if (init && init[i]) g = init[i]->g;
-    for (i = 0; i < nx && !g; i++) if (xs && xs[i]) g = xs[i]->g;
-    if (!g) return TJ_ERR_ARG; /* an input failed earlier (or none given) */
     c = g->ctx;
     if (c->status) return c->status;
     if (!body || nc < 0 || nx < 0 || ny < 0 || nc > 32 || nx > 32 || ny > 32 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
@@ -3303,6 +3321,47 @@ oom:
 fail:
     tj__graph_free(b);
     return c->status ? c->status : TJ_ERR_ARG;
+}
+
+/* checkpoint = scan over a private axis of length one */
+typedef struct {
+    tj_region_fn fn;
+    void *user;
+    int nin, nout;
+    const tj_v *in;
+} tj__region;
+static void tj__region_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    tj__region *r = (tj__region *)u;
+    (void)carry; (void)x; (void)carry_out;
+    r->fn(g, r->in, y, r->user); /* the inputs are captured by the body */
+}
+TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, int nout, tj_v *out, const tj_policy *policy) {
+    tj__region r;
+    tj_v ys[32];
+    tj_status st;
+    tj_graph *g = NULL;
+    int i, ax;
+    for (i = 0; i < nin && !g; i++) if (in && in[i]) g = in[i]->g;
+    if (!g) return TJ_ERR_ARG;
+    if (!fn || nout < 1 || nout > 32 || !out || nin < 0) {
+        tj__err(g->ctx, TJ_ERR_ARG, f, l, "checkpoint: bad arguments (%d inputs, %d outputs; 1..32 outputs)", nin, nout);
+        return TJ_ERR_ARG;
+    }
+    for (i = 0; i < nin; i++) if (!in[i]) return g->ctx->status ? g->ctx->status : TJ_ERR_ARG;
+    r.fn = fn;
+    r.user = user;
+    r.nin = nin;
+    r.nout = nout;
+    r.in = in;
+    st = tj__scan(f, l, g, tj__region_body, &r, "_remat=1", 0, NULL, 0, NULL, nout, NULL, ys, policy);
+    if (st) return st;
+    ax = tj__intern(g->ctx, "_remat", 6);
+    for (i = 0; i < nout; i++) {
+        tj__type t = tj__type_drop(&ys[i]->t, ax);
+        out[i] = tj__reshape(f, l, ys[i], &t);
+        if (!out[i]) return g->ctx->status;
+    }
+    return TJ_OK;
 }
 
 /* scratch: the body's device arena, then two sets of carry buffers */
@@ -3988,13 +4047,13 @@ static tj_status tj__plan(tj_prog *p) {
             for (k = 0; k < i; k++) used |= p->out_donor[k] == j;
             if (!used && tj__can_donate(g->params[j], r)) {
                 p->out_donor[i] = j;
-                m->alias_bytes += tj__align(tj__bytes(&r->t));
+                m->alias_bytes += tj__bytes(&r->t);
                 break;
             }
         }
     }
-    for (i = 0; i < g->nparam; i++) m->argument_bytes += tj__align(tj__bytes(&g->params[i]->t));
-    for (i = 0; i < p->nout; i++) m->output_bytes += tj__align(tj__bytes(&p->outs[i]->t));
+    for (i = 0; i < g->nparam; i++) m->argument_bytes += tj__bytes(&g->params[i]->t);
+    for (i = 0; i < p->nout; i++) m->output_bytes += tj__bytes(&p->outs[i]->t);
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
         const tj__opdef *d = &tj__ops[n->op];

@@ -72,6 +72,50 @@ static inline int bits_equal(tj_array *a, tj_array *b) {
     return tj_array_numel(a) == tj_array_numel(b) && memcmp(a->data[0], b->data[0], (size_t)n) == 0;
 }
 
+/* nested: each layer scans a small inner loop over "sub" (two half-blocks) */
+static void inner_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    (void)g; (void)u;
+    carry_out[0] = tj_add(carry[0], tj_tanh(tj_mul(carry[0], x[0]))); /* x: (embed) scale per sub-step */
+    y[0] = tj_sum(carry_out[0], "embed");                                /* (batch) per sub-step */
+}
+static void outer_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    tj_v h, ys;
+    tj_policy *p = (tj_policy *)u;
+    (void)g; (void)y;
+    tj_scan(inner_body, NULL, "sub", 1, carry, 1, x, 1, &h, &ys, p);          /* x[0]: (sub, embed) */
+    carry_out[0] = tj_add(h, tj_muls(tj_tanh(tj_mean(tj_mul(ys, ys), "sub")), 0.1)); /* broadcast over embed; tanh keeps it tame */
+}
+static void nested_loss(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), s = tj_tree_v(in, "s"), h;
+    (void)g;
+    tj_scan(outer_body, u, "layer", 1, &x, 1, &s, 0, &h, NULL, (tj_policy *)u);   /* s: (layer, sub, embed) */
+    tj_tree_set_v(out, "loss", tj_sum(tj_mul(h, h), "batch embed"));
+}
+/* a remat region inside a scan body, and a scan inside a remat region */
+static void region_fn(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = block(in[0], in[1], in[2]);
+}
+static void body_with_region(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    tj_v in[3];
+    (void)g; (void)y;
+    in[0] = carry[0]; in[1] = x[0]; in[2] = x[1];
+    tj_checkpoint(region_fn, NULL, 3, in, 1, carry_out, (tj_policy *)u);
+}
+static void scan_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v xs[2];
+    (void)g;
+    xs[0] = in[1]; xs[1] = in[2];
+    tj_scan(body_with_region, u, "layer", 1, in, 2, xs, 0, out, NULL, (tj_policy *)u);
+}
+static void remat_loss(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a[3], h;
+    (void)g;
+    a[0] = tj_tree_v(in, "x"); a[1] = tj_tree_v(in, "w1"); a[2] = tj_tree_v(in, "w2");
+    tj_checkpoint(scan_region, u, 3, a, 1, &h, (tj_policy *)u);
+    tj_tree_set_v(out, "loss", tj_mean(tj_dot(h, tj_tree_v(in, "wout"), "embed"), "batch"));
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     enum { L = 3, B = 4, E = 6, H = 8 };
@@ -100,6 +144,24 @@ int main(void) {
     tj_prog_free(p2);
     TJT_GRADCHECK(ctx, "scanned MLP stack", stack_loss, &cs, in, "x w1 w2 wout");
     tj_tree_free(in);
+
+    tjt_current = "nested scan";
+    {
+        tj_policy ev = tj_everything_saveable(), no = tj_nothing_saveable();
+        tj_tree *nin = tj_tree_new(ctx);
+        tj_tree_set_array(nin, "x", tjt_rand(ctx, TJ_F64, "batch=2 embed=3", 7, -1, 1));
+        tj_tree_set_array(nin, "s", tjt_rand(ctx, TJ_F64, "layer=3 sub=2 embed=3", 8, -0.7, 0.7));
+        TJT_GRADCHECK(ctx, "nested scan, everything saveable", nested_loss, &ev, nin, "x s");
+        TJT_GRADCHECK(ctx, "nested scan, nothing saveable", nested_loss, &no, nin, "x s");
+        tj_tree_free(nin);
+    }
+    tjt_current = "remat regions";
+    {
+        tj_policy no = tj_nothing_saveable();
+        in = make_inputs(ctx, TJ_F64, L, B, E, H);
+        TJT_GRADCHECK(ctx, "checkpoint inside scan inside checkpoint", remat_loss, &no, in, "x w1 w2 wout");
+        tj_tree_free(in);
+    }
 
     /* every policy: same bits as everything_saveable; bytes as the shapes say */
     tjt_current = "policies";
