@@ -365,6 +365,54 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
 /* derive a new key from a key and a counter (fold_in) */
 TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data);
 
+/* ==== [4] sharding on a device mesh ===================================== */
+
+/* The CPU backend simulates N devices, each a thread with its own memory
+   (tj_set_devices, or the environment variable TJ_DEVICES). A mesh names the
+   devices' axes: "data=2 model=4" (row-major device order; the product must
+   be N). A value's sharding is part of its type: for each of its axes, the
+   mesh axes it is split over. Specs are strings "batch:data embed:model",
+   "pos:data+model" (a tuple of mesh axes), "vocab:none"; axes not named are
+   replicated. While tracing, each op's sharding rule fits its inputs
+   together and inserts the collectives it needs (all-gather, psum, reduce-
+   scatter) as graph nodes that remember which op and line caused them, so
+   autodiff, remat policies and the program text all see them. */
+TJDEF tj_status tj_set_devices(tj_ctx *ctx, int n);
+TJDEF int tj_devices(tj_ctx *ctx);
+/* Set the mesh for everything traced or placed from now on. */
+TJDEF tj_status tj_set_mesh(tj_ctx *ctx, const char *mesh);
+/* Reshard x to `spec` (every axis it names must be an axis of x). The
+   collective it inserts is attributed to this call. */
+#define tj_with_sharding_constraint(x, spec) tj_with_sharding_constraint_at(TJ_AT, x, spec)
+TJDEF tj_v tj_with_sharding_constraint_at(const char *f, int l, tj_v x, const char *spec);
+/* Logical axis rules (Levanter's mapping): like a spec, but rules for axes x
+   does not have are ignored, so one rule string serves every value. */
+#define tj_shard_by_rules(x, rules) tj_shard_by_rules_at(TJ_AT, x, rules)
+TJDEF tj_v tj_shard_by_rules_at(const char *f, int l, tj_v x, const char *rules);
+/* Outside tracing: a copy of array a placed with `spec` (each device gets
+   only its slice). spec NULL or "" replicates. */
+#define tj_device_put(a, spec) tj_device_put_at(TJ_AT, a, spec)
+TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *spec);
+/* One call for a whole tree, inside or outside tracing: every array (or
+   traced value) leaf is placed by the logical `rules`; other leaves are
+   untouched. Outside tracing the tree's arrays are replaced. */
+#define tj_filter_shard(t, rules) tj_filter_shard_at(TJ_AT, t, rules)
+TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char *rules);
+/* "batch:data embed:-" for a value or an array (buf returned). */
+TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n);
+TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n);
+/* Collectives of a compiled program, for tests and reports. */
+typedef struct {
+    char kind[16];      /* all_gather, psum, reduce_scatter, shard_slice   */
+    char axes[64];      /* mesh axes                                       */
+    int64_t bytes;      /* bytes each device receives                      */
+    int backward;       /* made by autodiff                                */
+    char cause[96];     /* the op (or constraint) whose rule inserted it   */
+    const char *file;
+    int line;
+} tj_collective;
+TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max);
+
 /* ==== [5] autodiff ====================================================== */
 
 /* Identity in the forward pass, zero gradient. */
@@ -586,11 +634,14 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *out);
 #define TJ__MSG 1024
 #define TJ__ALIGN 64
 
+#define TJ__MAXMESH 6
 typedef struct {
     tj_dtype dt;
     int rank;
     int ax[TJ_MAXDIM];       /* axis name ids                             */
     int64_t dim[TJ_MAXDIM];  /* global sizes                              */
+    uint8_t sh[TJ_MAXDIM];   /* per axis: mesh axes it is split over (bits) */
+    uint8_t partial;         /* mesh axes over which the value is an unreduced sum */
 } tj__type;
 
 struct tj_ctx {
@@ -603,6 +654,10 @@ struct tj_ctx {
     pthread_mutex_t stats_mu;
     tj_alloc_stats stats;
     tj_backend *backend; /* NULL: the built-in CPU backend                */
+    int ndev;            /* simulated devices                             */
+    int nmesh;           /* mesh axes (0: no mesh)                         */
+    int mesh_ax[TJ__MAXMESH];
+    int mesh_size[TJ__MAXMESH];
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -647,6 +702,9 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     pthread_mutex_init(&c->stats_mu, NULL);
     d = getenv("TJ_DUMP");
     c->dump = d && *d && strcmp(d, "0") != 0;
+    c->ndev = 1;
+    d = getenv("TJ_DEVICES");
+    if (d && atoi(d) >= 1 && atoi(d) <= TJ_MAXDEV) c->ndev = atoi(d);
     nc = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = nc > 0 ? (int)nc : 1;
     if (c->threads > 16) c->threads = 16;
@@ -796,9 +854,26 @@ static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) {
     for (i = 0; i < t->rank; i++) {
         k = strlen(buf);
         snprintf(buf + k, n - k, "%s%s=%lld", i ? "," : "", tj__name(c, t->ax[i]), (long long)t->dim[i]);
+        if (t->sh[i]) { /* "@data+model": the mesh axes this axis is split over */
+            int j, first = 1;
+            for (j = 0; j < c->nmesh; j++)
+                if (t->sh[i] >> j & 1) {
+                    k = strlen(buf);
+                    snprintf(buf + k, n - k, "%s%s", first ? "@" : "+", tj__name(c, c->mesh_ax[j]));
+                    first = 0;
+                }
+        }
     }
     k = strlen(buf);
     snprintf(buf + k, n - k, "]");
+    if (t->partial) {
+        int j;
+        for (j = 0; j < c->nmesh; j++)
+            if (t->partial >> j & 1) {
+                k = strlen(buf);
+                snprintf(buf + k, n - k, "{partial sum over %s}", tj__name(c, c->mesh_ax[j]));
+            }
+    }
 }
 
 /* Parse "batch=4 embed=128" into a type. Sizes must be >= 1 (0 allowed only
@@ -913,27 +988,68 @@ struct tj_array {
     int deleted;
 };
 
+static tj__type tj__local(const tj_ctx *c, const tj__type *t);
+static int tj__mesh_rank(const tj_ctx *c, int dev, unsigned m);
+static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt, int64_t dbase, const int64_t *dims);
+/* One buffer per device: the device's shard (the whole array where it is
+   replicated). */
 static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file, int line) {
     tj_array *a = (tj_array *)tj__calloc(sizeof *a);
-    int64_t nb = tj__bytes(t);
+    tj__type lt = tj__local(c, t);
+    int64_t nb = tj__bytes(&lt);
+    int d;
     if (!a) {
         tj__err(c, TJ_ERR_OOM, file, line, "out of memory allocating an array header");
         return NULL;
     }
     a->ctx = c;
     a->t = *t;
-    a->ndev = 1;
+    a->t.partial = 0;
+    a->ndev = c->ndev;
     a->local_bytes = nb;
-    a->data[0] = tj__mem_alloc(c, TJ_SPACE_DEVICE, nb, &a->raw[0]);
-    if (!a->data[0]) {
-        char b[256];
-        tj__type_str(c, t, b, sizeof b);
-        tj__err(c, TJ_ERR_OOM, file, line, "out of memory allocating %lld bytes for array %s", (long long)nb, b);
-        TJ_FREE(a);
-        return NULL;
+    for (d = 0; d < a->ndev; d++) {
+        a->data[d] = tj__mem_alloc(c, TJ_SPACE_DEVICE, nb, &a->raw[d]);
+        if (!a->data[d]) {
+            char b[256];
+            tj__type_str(c, t, b, sizeof b);
+            tj__err(c, TJ_ERR_OOM, file, line, "out of memory allocating %lld bytes for array %s on device %d", (long long)nb, b, d);
+            a->ndev = d;
+            tj_array_free(a);
+            return NULL;
+        }
+        tj__count(c, 0, nb);
     }
-    tj__count(c, 0, nb);
     return a;
+}
+/* element offset of device d's shard inside the global row-major array */
+static int64_t tj__shard_base(const tj_ctx *c, const tj__type *t, int d) {
+    int64_t st[TJ_MAXDIM], base = 0;
+    tj__type lt = tj__local(c, t);
+    int i;
+    tj__strides(t, st);
+    for (i = 0; i < t->rank; i++)
+        if (t->sh[i]) base += (int64_t)tj__mesh_rank(c, d, t->sh[i]) * lt.dim[i] * st[i];
+    return base;
+}
+/* global host data (row-major, dtype of a) -> every device's shard */
+static tj_status tj__array_upload(tj_array *a, const void *host) {
+    tj_ctx *c = a->ctx;
+    tj__type gt = a->t, lt = tj__local(c, &a->t);
+    void *tmp = NULL;
+    int d;
+    memset(gt.sh, 0, sizeof gt.sh);
+    if (c->backend && !(tmp = tj__malloc((size_t)a->local_bytes))) return TJ_ERR_OOM;
+    for (d = 0; d < a->ndev; d++) {
+        void *dst = tmp ? tmp : a->data[d];
+        tj__copy_region(host, &gt, tj__shard_base(c, &a->t, d), dst, &lt, 0, lt.dim);
+        if (tmp && tj__mem_copy(c, a->data[d], TJ_SPACE_DEVICE, tmp, TJ_SPACE_USER, a->local_bytes)) {
+            TJ_FREE(tmp);
+            tj__err(c, TJ_ERR_IO, NULL, 0, "copying an array to device %d failed", d);
+            return TJ_ERR_IO;
+        }
+    }
+    TJ_FREE(tmp);
+    return TJ_OK;
 }
 TJDEF void tj_array_free(tj_array *a) {
     int d;
@@ -952,16 +1068,23 @@ TJDEF tj_array *tj_array_new_at(const char *file, int line, tj_ctx *c, tj_dtype 
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_new", file, line)) return NULL;
     a = tj__array_alloc(c, &t, file, line);
     if (!a) return NULL;
-    if (data) tj__mem_copy(c, a->data[0], TJ_SPACE_DEVICE, data, TJ_SPACE_USER, a->local_bytes);
-    else if (!c->backend) memset(a->data[0], 0, (size_t)a->local_bytes);
-    else {
-        void *z = tj__calloc((size_t)a->local_bytes);
-        if (!z) {
+    if (data) {
+        if (tj__array_upload(a, data)) {
+            if (!c->status) tj__err(c, TJ_ERR_OOM, file, line, "tj_array_new: out of memory");
+            tj_array_free(a);
+            return NULL;
+        }
+    } else if (!c->backend) {
+        int d;
+        for (d = 0; d < a->ndev; d++) memset(a->data[d], 0, (size_t)a->local_bytes);
+    } else {
+        void *z = tj__calloc((size_t)tj__bytes(&t));
+        if (!z || tj__array_upload(a, z)) {
+            TJ_FREE(z);
             tj__err(c, TJ_ERR_OOM, file, line, "tj_array_new: out of memory");
             tj_array_free(a);
             return NULL;
         }
-        tj__mem_copy(c, a->data[0], TJ_SPACE_DEVICE, z, TJ_SPACE_USER, a->local_bytes);
         TJ_FREE(z);
     }
     return a;
@@ -1025,13 +1148,29 @@ TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
         return TJ_ERR_DTYPE;
     }
     n = tj__numel(&a->t);
-    if (dt == a->t.dt) tj__mem_copy(a->ctx, dst, TJ_SPACE_USER, a->data[0], TJ_SPACE_DEVICE, a->local_bytes);
-    else {
-        void *h = a->ctx->backend ? tj__malloc((size_t)a->local_bytes) : a->data[0];
-        if (!h) return TJ_ERR_OOM;
-        if (h != a->data[0]) tj__mem_copy(a->ctx, h, TJ_SPACE_USER, a->data[0], TJ_SPACE_DEVICE, a->local_bytes);
-        for (i = 0; i < n; i++) tj__st(dst, dt, i, tj__ld(h, a->t.dt, i));
-        if (h != a->data[0]) TJ_FREE(h);
+    (void)i;
+    if (n == 0) return TJ_OK;
+    {   /* every device's shard into its place in the global array */
+        tj_ctx *c = a->ctx;
+        tj__type gt = a->t, lt = tj__local(c, &a->t);
+        int d;
+        void *h = c->backend ? tj__malloc((size_t)a->local_bytes) : NULL;
+        if (c->backend && !h) return TJ_ERR_OOM;
+        memset(gt.sh, 0, sizeof gt.sh);
+        gt.dt = dt;
+        for (d = 0; d < a->ndev; d++) {
+            const void *src = a->data[d];
+            if (h) {
+                if (tj__mem_copy(c, h, TJ_SPACE_USER, a->data[d], TJ_SPACE_DEVICE, a->local_bytes)) {
+                    TJ_FREE(h);
+                    tj__err(c, TJ_ERR_IO, NULL, 0, "tj_array_read: copying from device %d failed", d);
+                    return TJ_ERR_IO;
+                }
+                src = h;
+            }
+            tj__copy_region(src, &lt, 0, dst, &gt, tj__shard_base(c, &a->t, d), lt.dim);
+        }
+        TJ_FREE(h);
     }
     return TJ_OK;
 }
@@ -1314,6 +1453,7 @@ struct tj_node {
     int64_t off;  /* offset in the arena; -1: argument or output buffer     */
     int out_index;/* >= 0: this node's buffer is output #out_index          */
     int64_t scratch_off; /* kernel workspace in the arena, if any          */
+    tj__type lt;  /* its local (per-device) type, set by the planner        */
     int space;    /* memory space of its buffer: TJ_SPACE_DEVICE or _HOST   */
     tj_graph *sub;/* scan: the body                                         */
     tj_node **proj; /* multi-output ops: the projection nodes, one per output */
@@ -1341,6 +1481,8 @@ struct tj_graph {
     int refs;              /* bodies are shared by clones of scan nodes  */
     struct tj_prog *prog;  /* the compiled body                          */
     struct tj__report *report; /* residual decisions (top graph only)    */
+    tj__attr pend;         /* attributes for the next node (its sharding rule reads them) */
+    int has_pend;
 };
 
 /* A compiled program: the schedule and the memory plan of a graph. */
@@ -1379,6 +1521,7 @@ struct tj__kern {
     void *scratch;
     void *pout[64]; /* multi-output ops: the buffers of their outputs        */
     int nthreads;
+    struct tj__rdv *rdv; /* where this device meets the others (collectives) */
     int dev;
     char *err; /* a kernel that finds bad data (index out of range) writes here */
 };
@@ -1397,6 +1540,7 @@ typedef struct {
     tj__vjp_fn vjp;
     double (*flops)(const tj_node *n);
     int64_t (*scratch)(const tj_node *n); /* kernel workspace in the arena */
+    int shard;                            /* sharding rule class (TJ__SH_*) */
 } tj__opdef;
 
 /* The op table. Unary and binary elementwise ops are generated from the
@@ -1428,40 +1572,44 @@ typedef struct {
     X(EQ, "eq", (double)(a == b))    \
     X(NE, "ne", (double)(a != b))
 #define TJ__OTHER_OPS(X)                                                                                       \
-    /*  op             name            flags                    CPU kernel        VJP rule            flops            scratch */ \
-    X(PARAM, "param", TJ__SOURCE | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0)                                         \
-    X(FILL, "fill", TJ__SOURCE | TJ__NODIFF, tj__k_fill, 0, tj__flops_out, 0)                                            \
-    X(ARANGE, "arange", TJ__SOURCE | TJ__NODIFF, tj__k_arange, 0, tj__flops_out, 0)                                      \
-    X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0)                                    \
-    X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0)                                      \
-    X(SELECT, "select", 0, tj__k_binary, tj__vjp_select, tj__flops_out, 0)                                              \
-    X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0)                                                        \
-    X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0)                                               \
-    X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch)                                            \
-    X(RELAYOUT, "relayout", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0)                                               \
-    X(RESHAPE, "reshape", TJ__VIEW, tj__k_none, tj__vjp_reshape, tj__flops_zero, 0)                                     \
-    X(SLICE, "slice", 0, tj__k_slice, tj__vjp_slice, tj__flops_zero, 0)                                                 \
-    X(CONCAT, "concat", 0, tj__k_concat, tj__vjp_concat, tj__flops_zero, 0)                                             \
-    X(PAD, "pad", 0, tj__k_pad, tj__vjp_pad, tj__flops_zero, 0)                                                         \
-    X(TAKE, "take", 0, tj__k_take, tj__vjp_take, tj__flops_zero, 0)                                                     \
-    X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0)                                      \
-    X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0)                                              \
-    X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0)                                        \
-    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, tj__row_scratch)                              \
-    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, tj__row_scratch)                  \
-    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, tj__row_scratch)                     \
-    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_cross_entropy, tj__vjp_cross_entropy, tj__flops_row, tj__row_scratch)    \
-    X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0)                          \
-    X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0)                                                \
-    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0)                                                      \
-    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0)                                              \
-    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0)                                              \
-    X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch)                              \
-    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0)
+    /*  op             name            flags                    CPU kernel        VJP rule            flops            scratch   sharding rule */ \
+    X(PARAM, "param", TJ__SOURCE | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                         \
+    X(FILL, "fill", TJ__SOURCE | TJ__NODIFF, tj__k_fill, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                            \
+    X(ARANGE, "arange", TJ__SOURCE | TJ__NODIFF, tj__k_arange, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                      \
+    X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                    \
+    X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                      \
+    X(SELECT, "select", 0, tj__k_binary, tj__vjp_select, tj__flops_out, 0, TJ__SH_EW)                                              \
+    X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0, TJ__SH_REDUCE)                                                        \
+    X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0, TJ__SH_WHOLE)                                               \
+    X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch, TJ__SH_DOT)                                            \
+    X(RELAYOUT, "relayout", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                               \
+    X(RESHAPE, "reshape", TJ__VIEW, tj__k_none, tj__vjp_reshape, tj__flops_zero, 0, TJ__SH_RESHAPE)                                     \
+    X(SLICE, "slice", 0, tj__k_slice, tj__vjp_slice, tj__flops_zero, 0, TJ__SH_WHOLE)                                                 \
+    X(CONCAT, "concat", 0, tj__k_concat, tj__vjp_concat, tj__flops_zero, 0, TJ__SH_WHOLE)                                             \
+    X(PAD, "pad", 0, tj__k_pad, tj__vjp_pad, tj__flops_zero, 0, TJ__SH_WHOLE)                                                         \
+    X(TAKE, "take", 0, tj__k_take, tj__vjp_take, tj__flops_zero, 0, TJ__SH_TAKE)                                                     \
+    X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0, TJ__SH_SCATTER)                                      \
+    X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0, TJ__SH_EW)                                              \
+    X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0, TJ__SH_WHOLE)                                        \
+    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, tj__row_scratch, TJ__SH_WHOLE)                              \
+    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, tj__row_scratch, TJ__SH_WHOLE)                  \
+    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, tj__row_scratch, TJ__SH_WHOLE)                     \
+    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_cross_entropy, tj__vjp_cross_entropy, tj__flops_row, tj__row_scratch, TJ__SH_WHOLE)    \
+    X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_EW)                          \
+    X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                \
+    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                      \
+    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
+    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
+    X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, TJ__SH_GIVEN)                              \
+    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                                 \
+    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)                  \
+    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)                                    \
+    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)      \
+    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)
 
 enum {
 #define TJ__E1(op, nm, expr) TJ__OP_##op,
-#define TJ__E2(op, nm, fl, k, v, fp, sc) TJ__OP_##op,
+#define TJ__E2(op, nm, fl, k, v, fp, sc, sh) TJ__OP_##op,
     TJ__UNARY_OPS(TJ__E1) TJ__BINARY_OPS(TJ__E1) TJ__OTHER_OPS(TJ__E2)
 #undef TJ__E1
 #undef TJ__E2
@@ -1469,6 +1617,7 @@ enum {
 };
 
 static const char *tj__opname(int op);
+static unsigned tj__ops_flags(int op);
 #define TJ__OPNAME(op) tj__opname(op)
 
 static tj_graph *tj__graph_new(tj_ctx *c, const char *file, int line) {
@@ -1526,10 +1675,17 @@ TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n) {
 /* Append a node. Inputs must be non-NULL values of g (a NULL input means an
    earlier op failed: return NULL quietly so its message survives). */
 static tj_node *tj__capture(tj_graph *g, tj_node *v);
+static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line);
+static void tj__pend_attr(tj_graph *g, const tj__attr *a) {
+    g->pend = *a;
+    g->has_pend = 1;
+}
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const char *file, int line) {
     tj_node *n;
     int i;
-    tj_node *cin[64];
+    tj_node *cin[64], *fin[64];
+    tj__type tt;
+    tj__attr at;
     if (!g) return NULL;
     for (i = 0; i < nin; i++) {
         if (!in[i]) return NULL;
@@ -1542,6 +1698,12 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
         }
     }
     if (g->ctx->status != TJ_OK) return NULL; /* tracing already failed */
+    memset(&at, 0, sizeof at);
+    if (g->has_pend) { at = g->pend; g->has_pend = 0; }
+    for (i = 0; i < nin; i++) fin[i] = in[i]->g == g ? in[i] : cin[i];
+    tt = *t;
+    if (g->ctx->nmesh && nin <= 64 && tj__shard_rule(g, op, &tt, nin, fin, &at, file, line)) return NULL;
+    t = &tt;
     if (g->n == g->cap) {
         int nc = g->cap ? g->cap * 2 : 64;
         tj_node **nn = (tj_node **)TJ_REALLOC(g->nodes, sizeof(tj_node *) * (size_t)nc);
@@ -1563,7 +1725,8 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     n->op = op;
     n->t = *t;
     n->nin = nin;
-    for (i = 0; i < nin; i++) n->in[i] = in[i]->g == g ? in[i] : cin[i];
+    for (i = 0; i < nin; i++) n->in[i] = fin[i];
+    n->a = at;
     n->file = file;
     n->line = line;
     n->pass = g->cur_pass;
@@ -1638,6 +1801,454 @@ static int tj__one_axis(tj_v x, const char *s, const char *what, const char *fil
     return ids[0];
 }
 
+/* ==== [4] sharding on a device mesh ===================================== */
+/* The mesh lives in the context; a sharding lives in each value's type
+   (tj__type.sh: per axis a bit set of mesh axes, in mesh order; .partial:
+   mesh axes over which devices hold partial sums still to be added). Local
+   (per-device) shapes divide each axis by the sizes of its mesh axes.
+   tj__node calls tj__shard_rule before it records a node: the op's class
+   (in the op table) says how inputs must be laid out, tj__reshard inserts
+   the collectives that get them there, and the output's sharding follows.
+   Collectives are ordinary nodes; their VJP is "reshard the cotangent back",
+   which turns all-gather into reduce-scatter and psum into a broadcast. */
+
+enum { TJ__SH_EW, TJ__SH_REDUCE, TJ__SH_DOT, TJ__SH_WHOLE, TJ__SH_RESHAPE, TJ__SH_TAKE, TJ__SH_SCATTER, TJ__SH_GIVEN };
+static int tj__opshard(int op);
+
+TJDEF int tj_devices(tj_ctx *c) { return c ? c->ndev : 0; }
+TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
+    if (n < 1 || n > TJ_MAXDEV) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices (1..%d)", n, TJ_MAXDEV);
+        return TJ_ERR_ARG;
+    }
+    c->ndev = n;
+    c->nmesh = 0;
+    return TJ_OK;
+}
+TJDEF tj_status tj_set_mesh(tj_ctx *c, const char *mesh) {
+    tj__type t;
+    int64_t prod = 1;
+    int i;
+    if (tj__parse_shape(c, mesh, TJ_F32, &t, 0, "tj_set_mesh", NULL, 0)) return c->status;
+    if (t.rank > TJ__MAXMESH) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_mesh: \"%s\" has %d axes (at most %d)", mesh, t.rank, TJ__MAXMESH);
+        return TJ_ERR_ARG;
+    }
+    for (i = 0; i < t.rank; i++) prod *= t.dim[i];
+    if (prod != c->ndev) {
+        tj__err(c, TJ_ERR_SHAPE, NULL, 0, "tj_set_mesh: mesh \"%s\" has %lld devices but there are %d (tj_set_devices / TJ_DEVICES)", mesh, (long long)prod, c->ndev);
+        return TJ_ERR_SHAPE;
+    }
+    c->nmesh = t.rank;
+    for (i = 0; i < t.rank; i++) {
+        c->mesh_ax[i] = t.ax[i];
+        c->mesh_size[i] = (int)t.dim[i];
+    }
+    return TJ_OK;
+}
+/* devices along the mesh axes in mask m */
+static int tj__mesh_count(const tj_ctx *c, unsigned m) {
+    int i, n = 1;
+    for (i = 0; i < c->nmesh; i++) if (m >> i & 1) n *= c->mesh_size[i];
+    return n;
+}
+static int tj__mesh_coord(const tj_ctx *c, int dev, int i) {
+    int k, stride = 1;
+    for (k = c->nmesh - 1; k > i; k--) stride *= c->mesh_size[k];
+    return dev / stride % c->mesh_size[i];
+}
+/* rank of dev inside its group along mask m (mixed radix, mesh order) */
+static int tj__mesh_rank(const tj_ctx *c, int dev, unsigned m) {
+    int i, r = 0;
+    for (i = 0; i < c->nmesh; i++) if (m >> i & 1) r = r * c->mesh_size[i] + tj__mesh_coord(c, dev, i);
+    return r;
+}
+/* the device of rank r in dev's group along m */
+static int tj__mesh_peer(const tj_ctx *c, int dev, unsigned m, int r) {
+    int i, d = 0, coord[TJ__MAXMESH];
+    for (i = c->nmesh - 1; i >= 0; i--) {
+        if (m >> i & 1) { coord[i] = r % c->mesh_size[i]; r /= c->mesh_size[i]; }
+        else coord[i] = tj__mesh_coord(c, dev, i);
+    }
+    for (i = 0; i < c->nmesh; i++) d = d * c->mesh_size[i] + coord[i];
+    return d;
+}
+static tj__type tj__local(const tj_ctx *c, const tj__type *t) {
+    tj__type l = *t;
+    int i;
+    for (i = 0; i < t->rank; i++) {
+        if (t->sh[i]) l.dim[i] = t->dim[i] / tj__mesh_count(c, t->sh[i]);
+        l.sh[i] = 0;
+    }
+    l.partial = 0;
+    return l;
+}
+static int64_t tj__lbytes(const tj_ctx *c, const tj__type *t) {
+    tj__type l = tj__local(c, t);
+    return tj__bytes(&l);
+}
+static const char *tj__mesh_names(const tj_ctx *c, unsigned m, char *buf, size_t n) {
+    size_t k = 0;
+    int i;
+    buf[0] = 0;
+    for (i = 0; i < c->nmesh; i++)
+        if (m >> i & 1) {
+            snprintf(buf + k, n - k, "%s%s", k ? "+" : "", tj__name((tj_ctx *)c, c->mesh_ax[i]));
+            k = strlen(buf);
+        }
+    return buf;
+}
+static const char *tj__spec_str(const tj_ctx *c, const tj__type *t, char *buf, size_t n) {
+    size_t k = 0;
+    int i;
+    char m[64];
+    buf[0] = 0;
+    for (i = 0; i < t->rank; i++) {
+        snprintf(buf + k, n - k, "%s%s:%s", i ? " " : "", tj__name((tj_ctx *)c, t->ax[i]), t->sh[i] ? tj__mesh_names(c, t->sh[i], m, sizeof m) : "-");
+        k = strlen(buf);
+    }
+    if (t->partial) snprintf(buf + k, n - k, " (partial sum over %s)", tj__mesh_names(c, t->partial, m, sizeof m));
+    return buf;
+}
+/* Parse a spec into sh[] for type t. strict: every named axis must be an
+   axis of t. Checks: known mesh axes, each used once, divisible sizes. */
+static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, int strict, const char *what, const char *file, int line) {
+    const char *s = spec ? spec : "";
+    unsigned used = 0;
+    int i;
+    for (i = 0; i < TJ_MAXDIM; i++) sh[i] = 0;
+    while (*s) {
+        const char *b;
+        int id, k;
+        unsigned m = 0;
+        if (*s == ' ' || *s == ',' || *s == '\t') { s++; continue; }
+        b = s;
+        while (*s && tj__isname(*s)) s++;
+        if (s == b || *s != ':') {
+            tj__err(c, TJ_ERR_ARG, file, line, "%s: bad partition spec near \"%s\" (want \"axis:mesh_axis axis:mesh_axis+mesh_axis\")", what, b);
+            return -1;
+        }
+        id = tj__intern(c, b, (size_t)(s - b));
+        s++;
+        while (*s && *s != ' ' && *s != ',') {
+            const char *e = s;
+            int j, mid, found = -1;
+            while (*e && tj__isname(*e)) e++;
+            if (e == s) {
+                tj__err(c, TJ_ERR_ARG, file, line, "%s: bad mesh axis in spec near \"%s\"", what, s);
+                return -1;
+            }
+            if (!((e - s == 4 && strncmp(s, "none", 4) == 0) || (e - s == 1 && *s == '-'))) {
+                mid = tj__intern(c, s, (size_t)(e - s));
+                for (j = 0; j < c->nmesh; j++) if (c->mesh_ax[j] == mid) found = j;
+                if (found < 0) {
+                    tj__err(c, TJ_ERR_AXIS, file, line, "%s: '%s' is not an axis of the mesh (spec \"%s\")", what, tj__name(c, mid), spec);
+                    return -1;
+                }
+                if ((used | m) >> found & 1) {
+                    tj__err(c, TJ_ERR_AXIS, file, line, "%s: mesh axis '%s' is used twice in spec \"%s\"", what, tj__name(c, mid), spec);
+                    return -1;
+                }
+                m |= 1u << found;
+            }
+            s = *e == '+' ? e + 1 : e;
+            if (*e == '-' && e == s) s++;
+        }
+        k = tj__axis_index(t, id);
+        if (k < 0) {
+            if (strict) {
+                char b2[256];
+                tj__type_str(c, t, b2, sizeof b2);
+                tj__err(c, TJ_ERR_AXIS, file, line, "%s: spec names axis '%s', which %s does not have", what, tj__name(c, id), b2);
+                return -1;
+            }
+            continue;
+        }
+        if (m && t->dim[k] % tj__mesh_count(c, m)) {
+            char mb[64];
+            tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of size %lld is not divisible by mesh axes %s (%d devices)", what, tj__name(c, id),
+                    (long long)t->dim[k], tj__mesh_names(c, m, mb, sizeof mb), tj__mesh_count(c, m));
+            return -1;
+        }
+        used |= m;
+        sh[k] = (uint8_t)m;
+    }
+    return 0;
+}
+
+/* ---- collectives as nodes ---- */
+static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *t, int axis, unsigned mesh, const char *cause, const char *file, int line) {
+    tj_node *n;
+    int saved = g->ctx->nmesh;
+    g->ctx->nmesh = saved; /* collectives have given types: no rule runs */
+    n = tj__node(g, op, t, 1, &x, file, line);
+    if (!n) return NULL;
+    n->a.axis = axis;
+    n->a.index = (int)mesh;
+    if (cause && !(n->name = tj__strdup(cause))) return NULL;
+    return n;
+}
+/* Make x have sharding sh (and no partial sums): psum / reduce-scatter the
+   partial sums, all-gather axes that must lose mesh axes, slice axes that
+   gain them (a local slice moves no data). */
+static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, const char *file, int line) {
+    tj_graph *g;
+    tj__type t;
+    int i;
+    if (!x) return NULL;
+    g = x->g;
+    t = x->t;
+    if (t.partial) {
+        int a = -1;
+        for (i = 0; i < t.rank; i++) if (!t.sh[i] && sh[i] == t.partial && t.dim[i] % tj__mesh_count(g->ctx, t.partial) == 0) a = i;
+        if (a >= 0) {
+            t.sh[a] = t.partial;
+            t.partial = 0;
+            x = tj__collective(g, TJ__OP_REDUCE_SCATTER, x, &t, x->t.ax[a], x->t.partial, cause, file, line);
+        } else {
+            t.partial = 0;
+            x = tj__collective(g, TJ__OP_PSUM, x, &t, -1, x->t.partial, cause, file, line);
+        }
+        if (!x) return NULL;
+    }
+    for (i = 0; i < t.rank; i++)
+        if (t.sh[i] && t.sh[i] != sh[i]) {
+            unsigned m = t.sh[i];
+            t.sh[i] = 0;
+            if (!(x = tj__collective(g, TJ__OP_ALL_GATHER, x, &t, t.ax[i], m, cause, file, line))) return NULL;
+        }
+    for (i = 0; i < t.rank; i++)
+        if (!t.sh[i] && sh[i]) {
+            t.sh[i] = sh[i];
+            if ((tj__ops_flags(x->op) & TJ__SOURCE) && x->op != TJ__OP_PARAM) {
+                /* a constant or random source: make only this device's slice */
+                tj_node *n = tj__node(g, x->op, &t, 0, NULL, x->file, x->line);
+                if (!n) return NULL;
+                n->a = x->a;
+                x = n;
+            } else if (!(x = tj__collective(g, TJ__OP_SHARD_SLICE, x, &t, t.ax[i], sh[i], cause, file, line))) return NULL;
+        }
+    return x;
+}
+/* Does sharding sh use any mesh axis twice (across axes, or with partial)? */
+static unsigned tj__sh_used(const uint8_t *sh, int rank) {
+    unsigned u = 0;
+    int i;
+    for (i = 0; i < rank; i++) u |= sh[i];
+    return u;
+}
+/* The sharding rule, run by tj__node: fits inputs (replacing in[]) and sets
+   the output's sharding in *t. Returns -1 on error. */
+static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    tj_ctx *c = g->ctx;
+    int cls = tj__opshard(op), i, j, k;
+    uint8_t want[TJ_MAXDIM];
+    const char *cause = tj__opname(op);
+    (void)c;
+    if (cls == TJ__SH_GIVEN) return 0;
+    for (i = 0; i < TJ_MAXDIM; i++) t->sh[i] = 0;
+    t->partial = 0;
+    if (cls == TJ__SH_DOT) {
+        /* handled by tj__shard_dot, called from the dot builder */
+        return 0;
+    }
+    /* output sharding by axis name: the first input that shards an axis wins;
+       axes a rule needs whole stay replicated; a mesh axis is used once */
+    for (i = 0; i < t->rank; i++) {
+        int whole = 0;
+        if (cls == TJ__SH_WHOLE || cls == TJ__SH_TAKE || cls == TJ__SH_SCATTER)
+            whole = t->ax[i] == at->axis || t->ax[i] == at->axis2;
+        if (cls == TJ__SH_WHOLE)
+            for (j = 0; j < at->naxes; j++) whole |= t->ax[i] == at->axes[j];
+        for (j = 0; j < nin && !whole && !t->sh[i]; j++) {
+            if (cls == TJ__SH_RESHAPE) {
+                k = tj__axis_index(&in[j]->t, t->ax[i]);
+                if (k >= 0 && in[j]->t.dim[k] == t->dim[i] && k == i) t->sh[i] = in[j]->t.sh[k];
+            } else {
+                k = tj__axis_index(&in[j]->t, t->ax[i]);
+                if (k >= 0 && in[j]->t.dim[k] == t->dim[i]) t->sh[i] = in[j]->t.sh[k];
+            }
+        }
+        if (t->sh[i] & tj__sh_used(t->sh, i)) t->sh[i] = 0;
+    }
+    if (cls == TJ__SH_RESHAPE && nin == 1 && in[0]->t.rank != t->rank) {
+        /* split/merge: only axes kept as they are may stay sharded */
+        for (i = 0; i < t->rank; i++) {
+            k = tj__axis_index(&in[0]->t, t->ax[i]);
+            if (k < 0 || k != i) t->sh[i] = 0;
+        }
+    }
+    /* each input takes the output's sharding on the axes it shares */
+    for (j = 0; j < nin; j++) {
+        tj_node *x = in[j];
+        int need = 0;
+        if (cls == TJ__SH_TAKE && j == 1) { /* indices: their axes sit inside the output */
+            for (i = 0; i < x->t.rank; i++) {
+                k = tj__axis_index(t, x->t.ax[i]);
+                want[i] = k >= 0 ? t->sh[k] : 0;
+            }
+        } else if (cls == TJ__SH_SCATTER && j == 0) {
+            for (i = 0; i < x->t.rank; i++) {
+                k = tj__axis_index(t, x->t.ax[i]);
+                want[i] = k >= 0 ? t->sh[k] : x->t.sh[i] & ~tj__sh_used(t->sh, t->rank);
+            }
+        } else if (cls == TJ__SH_SCATTER && j == 1) {
+            for (i = 0; i < x->t.rank; i++) {
+                k = tj__axis_index(&in[0]->t, x->t.ax[i]);
+                want[i] = k >= 0 ? tj__axis_index(t, x->t.ax[i]) >= 0 ? 0 : in[0]->t.sh[k] & ~tj__sh_used(t->sh, t->rank) : 0;
+            }
+        } else {
+            for (i = 0; i < x->t.rank; i++) {
+                k = tj__axis_index(t, x->t.ax[i]);
+                want[i] = k >= 0 ? t->sh[k] : 0;
+                if (cls == TJ__SH_REDUCE && k < 0) want[i] = x->t.sh[i] & ~tj__sh_used(t->sh, t->rank);
+                if (cls == TJ__SH_RESHAPE && x->t.rank != t->rank && (k < 0 || k != i)) want[i] = 0;
+            }
+        }
+        for (i = 0; i < x->t.rank; i++) need |= want[i] != x->t.sh[i];
+        need |= x->t.partial != 0;
+        if (need && !(in[j] = tj__reshard(x, want, cause, file, line))) return -1;
+    }
+    /* reductions over sharded axes, and scatters of sharded indices, leave partial sums */
+    if (cls == TJ__SH_REDUCE)
+        for (i = 0; i < in[0]->t.rank; i++)
+            if (tj__axis_index(t, in[0]->t.ax[i]) < 0) t->partial |= in[0]->t.sh[i];
+    if (cls == TJ__SH_SCATTER)
+        for (i = 0; i < in[1]->t.rank; i++) t->partial |= in[1]->t.sh[i];
+    return 0;
+}
+
+/* dot: contracted and batch axes must be sharded alike on both sides (slice
+   the replicated side when it can, else gather); the result is a partial
+   sum over the contracted axes' mesh axes. */
+static int tj__shard_dot(tj_node **a, tj_node **b, const int *ck, int nk, const char *file, int line) {
+    uint8_t wa[TJ_MAXDIM], wb[TJ_MAXDIM];
+    int i, ka, kb, changed;
+    tj_node *x = *a, *y = *b;
+    for (i = 0; i < x->t.rank; i++) wa[i] = x->t.sh[i];
+    for (i = 0; i < y->t.rank; i++) wb[i] = y->t.sh[i];
+    /* every axis the two share (contracted or batch) */
+    for (ka = 0; ka < x->t.rank; ka++) {
+        unsigned sa, sb;
+        kb = tj__axis_index(&y->t, x->t.ax[ka]);
+        if (kb < 0) continue;
+        sa = wa[ka];
+        sb = wb[kb];
+        if (sa == sb) continue;
+        if (sa && !sb && !(tj__sh_used(wb, y->t.rank) & sa)) wb[kb] = (uint8_t)sa;       /* slice y: free */
+        else if (sb && !sa && !(tj__sh_used(wa, x->t.rank) & sb)) wa[ka] = (uint8_t)sb;  /* slice x: free */
+        else if (tj__lbytes(x->g->ctx, &x->t) <= tj__lbytes(y->g->ctx, &y->t)) { wa[ka] = 0; wb[kb] = 0; } /* gather both sides' axis */
+        else { wa[ka] = 0; wb[kb] = 0; }
+    }
+    /* a mesh axis may appear once in the result: free axes of a and b, plus the contracted ones */
+    do {
+        unsigned ua = 0, ub = 0, uk = 0;
+        changed = 0;
+        for (i = 0; i < x->t.rank; i++) {
+            int isk = 0, j;
+            for (j = 0; j < nk; j++) isk |= x->t.ax[i] == ck[j];
+            if (isk) uk |= wa[i];
+            else ua |= wa[i];
+        }
+        for (i = 0; i < y->t.rank; i++) if (tj__axis_index(&x->t, y->t.ax[i]) < 0) ub |= wb[i];
+        if (ub & (ua | uk))
+            for (i = 0; i < y->t.rank; i++)
+                if (tj__axis_index(&x->t, y->t.ax[i]) < 0 && (wb[i] & (ua | uk))) { wb[i] = 0; changed = 1; }
+        if (!changed && (ua & uk))
+            for (i = 0; i < x->t.rank; i++) {
+                int isk = 0, j;
+                for (j = 0; j < nk; j++) isk |= x->t.ax[i] == ck[j];
+                if (!isk && (wa[i] & uk)) { wa[i] = 0; changed = 1; }
+            }
+    } while (changed);
+    if (x->t.partial || memcmp(wa, x->t.sh, (size_t)x->t.rank)) *a = tj__reshard(x, wa, "dot", file, line);
+    if (y->t.partial || memcmp(wb, y->t.sh, (size_t)y->t.rank)) *b = tj__reshard(y, wb, "dot", file, line);
+    return *a && *b ? 0 : -1;
+}
+/* The output sharding of a dot whose operands are fitted. */
+static void tj__dot_out_sharding(const tj_node *a, const tj_node *b, const int *ck, int nk, tj__type *t) {
+    int i, j, k;
+    for (i = 0; i < TJ_MAXDIM; i++) t->sh[i] = 0;
+    t->partial = 0;
+    for (i = 0; i < t->rank; i++) {
+        k = tj__axis_index(&a->t, t->ax[i]);
+        if (k >= 0) t->sh[i] = a->t.sh[k];
+        else if ((k = tj__axis_index(&b->t, t->ax[i])) >= 0) t->sh[i] = b->t.sh[k];
+    }
+    for (j = 0; j < nk; j++) t->partial |= a->t.sh[tj__axis_index(&a->t, ck[j])];
+}
+
+TJDEF tj_v tj_with_sharding_constraint_at(const char *f, int l, tj_v x, const char *spec) {
+    uint8_t sh[TJ_MAXDIM];
+    if (!x) return NULL;
+    if (tj__parse_spec(x->g->ctx, spec, &x->t, sh, 1, "with_sharding_constraint", f, l)) return NULL;
+    return tj__reshard(x, sh, "with_sharding_constraint", f, l);
+}
+TJDEF tj_v tj_shard_by_rules_at(const char *f, int l, tj_v x, const char *rules) {
+    uint8_t sh[TJ_MAXDIM];
+    if (!x) return NULL;
+    if (tj__parse_spec(x->g->ctx, rules, &x->t, sh, 0, "shard_by_rules", f, l)) return NULL;
+    return tj__reshard(x, sh, "shard_by_rules", f, l);
+}
+TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *spec) {
+    tj__type t;
+    tj_array *b;
+    void *host;
+    if (!a || !tj__array_live(a, "device_put", f, l)) return NULL;
+    t = a->t;
+    if (tj__parse_spec(a->ctx, spec, &a->t, t.sh, 1, "device_put", f, l)) return NULL;
+    host = tj__malloc((size_t)tj__bytes(&a->t));
+    if (!host) {
+        tj__err(a->ctx, TJ_ERR_OOM, f, l, "device_put: out of memory");
+        return NULL;
+    }
+    /* through the host: gather a's shards, give each device its new slice */
+    if (tj_array_read(a, a->t.dt, host) || !(b = tj__array_alloc(a->ctx, &t, f, l)) || tj__array_upload(b, host)) {
+        TJ_FREE(host);
+        return NULL;
+    }
+    TJ_FREE(host);
+    return b;
+}
+TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char *rules) {
+    int i;
+    if (!t) return TJ_ERR_ARG;
+    for (i = 0; i < t->n; i++) {
+        tj__leaf *x = &t->leaf[i];
+        if (x->kind == TJ_LEAF_VALUE) {
+            tj_v v = tj_shard_by_rules_at(f, l, x->v, rules);
+            if (!v) return tj_status_of(t->ctx);
+            x->v = v;
+        } else if (x->kind == TJ_LEAF_ARRAY) {
+            uint8_t sh[TJ_MAXDIM];
+            char spec[512];
+            size_t k = 0;
+            int j;
+            tj_array *b;
+            if (tj__parse_spec(t->ctx, rules, &x->arr->t, sh, 0, "filter_shard", f, l)) return t->ctx->status;
+            spec[0] = 0;
+            for (j = 0; j < x->arr->t.rank; j++) { /* the rules, restricted to this leaf's axes */
+                char mb[64];
+                snprintf(spec + k, sizeof spec - k, "%s:%s ", tj__name(t->ctx, x->arr->t.ax[j]), sh[j] ? tj__mesh_names(t->ctx, sh[j], mb, sizeof mb) : "-");
+                k = strlen(spec);
+            }
+            if (!(b = tj_device_put_at(f, l, x->arr, spec))) return t->ctx->status;
+            if (x->owned) tj_array_free(x->arr);
+            x->arr = b;
+            x->owned = 1;
+        }
+    }
+    return TJ_OK;
+}
+TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n) {
+    if (!v) { snprintf(buf, n, "(null)"); return buf; }
+    return tj__spec_str(v->g->ctx, &v->t, buf, n);
+}
+TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n) {
+    if (!a) { snprintf(buf, n, "(null)"); return buf; }
+    return tj__spec_str(a->ctx, &a->t, buf, n);
+}
+
 /* ==== [4] ops =========================================================== */
 /* Each op: its builder (the shape and dtype rule, run while tracing), its
    CPU kernel, its VJP rule (which emits graph ops, so gradients are graphs
@@ -1700,7 +2311,7 @@ static void tj__ew_loop(int op, double s, int nin, const tj__opnd *x, void *out,
             }
             if (fn) fn(op, s, ins, res, m);
             else memcpy(res, buf[0], sizeof(double) * (size_t)m);
-            if (!ostride || (rank && ostride[rank - 1] == 1)) tj__store_n(out, odt, oo + c0, m, res);
+            if (!ostride || !rank || ostride[rank - 1] == 1) tj__store_n(out, odt, oo + c0, m, res);
             else {
                 int64_t j;
                 for (j = 0; j < m; j++) tj__st(out, odt, oo + (c0 + j) * ostride[rank - 1], res[j]);
@@ -1736,6 +2347,7 @@ static double tj__flops_zero(const tj_node *n) { (void)n; return 0; }
 
 /* ---- fitting a cotangent to a type (used by autodiff and by builders) ---- */
 static tj_v tj__relayout(const char *f, int l, tj_v x, const tj__type *to);
+static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, const char *file, int line);
 static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n);
 /* Make v have exactly type t's axes (in t's order) and dtype: sum out axes t
    lacks, broadcast in axes v lacks, reorder, cast. */
@@ -1750,6 +2362,11 @@ static tj_v tj__fit(const char *f, int l, tj_v v, const tj__type *t) {
     for (i = 0; same && i < t->rank; i++) same = v->t.ax[i] == t->ax[i];
     if (!same) v = tj__relayout(f, l, v, t);
     if (v && v->t.dt != t->dt) v = tj_cast_at(f, l, v, t->dt);
+    if (v && v->g->ctx->nmesh) { /* and its sharding (a cotangent of a partial sum is replicated) */
+        int need = v->t.partial != 0;
+        for (i = 0; i < t->rank; i++) need |= v->t.sh[i] != t->sh[i];
+        if (need) v = tj__reshard(v, t->sh, "autodiff", f, l);
+    }
     return v;
 }
 
@@ -2007,6 +2624,7 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
     if (n && (n->a.axis = tj__one_axis(n, axis, "arange", f, l)) < 0) return NULL;
     return n;
 }
+static int64_t tj__global_index(const tj__kern *k, int64_t i);
 static void tj__k_fill(tj__kern *k) {
     int64_t i, m = tj__numel(&k->ot);
     double v = k->n->a.s;
@@ -2020,7 +2638,8 @@ static void tj__k_arange(tj__kern *k) {
     int64_t st[TJ_MAXDIM], i, m = tj__numel(&k->ot);
     int ax = tj__axis_index(&k->ot, k->n->a.axis);
     tj__strides(&k->ot, st);
-    for (i = 0; i < m; i++) tj__st(k->out, k->ot.dt, i, (double)((i / st[ax]) % k->ot.dim[ax]));
+    tj__strides(&k->n->t, st);
+    for (i = 0; i < m; i++) tj__st(k->out, k->ot.dt, i, (double)((tj__global_index(k, i) / st[ax]) % k->n->t.dim[ax]));
 }
 /* Counter-based bits: a keyed mix of the element's global index (splitmix64
    finaliser applied twice, keyed by xor). */
@@ -2047,9 +2666,10 @@ static void tj__k_random(tj__kern *k) {
     uint64_t key = k->n->a.key;
     for (i = 0; i < m; i++) {
         double v;
-        if (k->n->op == TJ__OP_UNIFORM) v = tj__u01(key, (uint64_t)i);
+        uint64_t gi = (uint64_t)tj__global_index(k, i); /* each device makes only its slice */
+        if (k->n->op == TJ__OP_UNIFORM) v = tj__u01(key, gi);
         else { /* Box-Muller from two draws of this element's own counters */
-            double u1 = tj__u01(key, 2 * (uint64_t)i), u2 = tj__u01(key, 2 * (uint64_t)i + 1);
+            double u1 = tj__u01(key, 2 * gi), u2 = tj__u01(key, 2 * gi + 1);
             v = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
         }
         tj__st(k->out, k->ot.dt, i, v);
@@ -2096,6 +2716,13 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
             t.ax[t.rank] = x->t.ax[i];
             t.dim[t.rank++] = x->t.dim[i];
         }
+    }
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.naxes = nr;
+        for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
+        tj__pend_attr(x->g, &pa);
     }
     n = tj__node(x->g, op, &t, 1, &x, f, l);
     if (n) {
@@ -2376,6 +3003,12 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
     }
     t = x->t;
     t.dim[k] = stop - start;
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.axis = a;
+        tj__pend_attr(x->g, &pa);
+    }
     n = tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, f, l);
     if (n) { n->a.axis = a; n->a.start = start; n->a.stop = stop; }
     return n;
@@ -2403,6 +3036,12 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     k = tj__axis_index(&x->t, a);
     t = x->t;
     t.dim[k] += lo + hi;
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.axis = a;
+        tj__pend_attr(x->g, &pa);
+    }
     n = tj__node(x->g, TJ__OP_PAD, &t, 1, &x, f, l);
     if (n) { n->a.axis = a; n->a.start = lo; n->a.stop = hi; n->a.s = value; }
     return n;
@@ -2442,6 +3081,12 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
             return NULL;
         }
         t.dim[k] += xs[i]->t.dim[k];
+    }
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.axis = a;
+        tj__pend_attr(xs[0]->g, &pa);
     }
     n = tj__node(xs[0]->g, TJ__OP_CONCAT, &t, nx, xs, f, l);
     if (n) n->a.axis = a;
@@ -2509,6 +3154,7 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
                     (long long)b->t.dim[tj__axis_index(&b->t, ck[i])], tj_v_describe(b, b2, sizeof b2));
             return NULL;
         }
+    if (c->nmesh && tj__shard_dot(&a, &b, ck, nk, f, l)) return NULL;
     for (i = 0; i < a->t.rank; i++) {
         int isk = 0, kb;
         for (j = 0; j < nk; j++) isk |= ck[j] == a->t.ax[i];
@@ -2558,6 +3204,8 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
         trans_b = !same && samet;
         in[1] = same || samet ? b : tj__relayout(f, l, b, &tb);
     }
+    if (!in[0] || !in[1]) return NULL;
+    if (c->nmesh) tj__dot_out_sharding(in[0], in[1], ck, nk, &to);
     n = tj__node(a->g, TJ__OP_DOT, &to, 2, in, f, l);
     if (n) {
         n->a.nb = nb; n->a.nm = nm; n->a.nk = nk; n->a.nn = nn;
@@ -2579,8 +3227,8 @@ static void tj__dot_dims(const tj_node *n, const tj__type *ot, const tj__type *a
 static int64_t tj__dot_scratch(const tj_node *n) {
     int64_t Bn, Mn, Kn, Nn;
     if (n->t.dt != TJ_BF16) return 0; /* f32 and f64 multiply in place */
-    tj__dot_dims(n, &n->t, &n->in[0]->t, &Bn, &Mn, &Kn, &Nn);
-    /* one batch of a, b and c converted to f32 */
+    tj__dot_dims(n, &n->lt, &n->in[0]->lt, &Bn, &Mn, &Kn, &Nn);
+    /* one batch of a, b and c converted to f32 (local shapes) */
     return (Mn * Kn + Kn * Nn + Mn * Nn) * 4;
 }
 static void tj__k_dot(tj__kern *k) {
@@ -2673,6 +3321,12 @@ TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) 
     if (tj__take_type("take", x, a, idx, &t, f, l)) return NULL;
     in[0] = x;
     in[1] = idx;
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.axis = a;
+        tj__pend_attr(x->g, &pa);
+    }
     n = tj__node(x->g, TJ__OP_TAKE, &t, 2, in, f, l);
     if (n) n->a.axis = a;
     return n;
@@ -2715,6 +3369,12 @@ static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int 
     in[1] = idx;
     t = x->t;
     t.dt = g->t.dt;
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.axis = axis;
+        tj__pend_attr(x->g, &pa);
+    }
     n = tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, f, l);
     if (n) n->a.axis = axis;
     return n;
@@ -2762,6 +3422,13 @@ static tj_v tj__rowop(const char *f, int l, int op, tj_v x, const char *axis, do
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "%s: needs a float dtype, got %s", TJ__OPNAME(op), tj_dtype_name(x->t.dt));
         return NULL;
     }
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.axis = a;
+        pa.s = s;
+        tj__pend_attr(x->g, &pa);
+    }
     n = tj__node(x->g, op, &x->t, 1, &x, f, l);
     if (n) { n->a.axis = a; n->a.s = s; }
     return n;
@@ -2804,7 +3471,7 @@ static void tj__k_rowop(tj__kern *k) {
         for (j = 0; j < d; j++) tj__st(k->out, k->ot.dt, base + j * s1, row[j]);
     }
 }
-static int64_t tj__row_scratch(const tj_node *n) { return 8 * n->in[0]->t.dim[tj__axis_index(&n->in[0]->t, n->a.axis)]; }
+static int64_t tj__row_scratch(const tj_node *n) { return 8 * n->in[0]->t.dim[tj__axis_index(&n->in[0]->t, n->a.axis)]; } /* the axis is whole */
 static double tj__flops_row(const tj_node *n) { return 5.0 * (double)tj__numel(&n->in[0]->t); }
 static tj_status tj__vjp_softmax(tj_node *n, tj_v g, tj_v *gin) {
     /* dx = y (g - sum(g y)) */
@@ -2834,6 +3501,13 @@ TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, c
     if (q == kk) {
         tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "causal_mask: query and key axes must differ (rename one), both are '%s'", q_axis);
         return NULL;
+    }
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.axis = q;
+        pa.axis2 = kk;
+        tj__pend_attr(x->g, &pa);
     }
     n = tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, f, l);
     if (n) { n->a.axis = q; n->a.axis2 = kk; n->a.s = fill; }
@@ -2885,6 +3559,12 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     in[0] = z;
     in[1] = tj__fit(f, l, labels, &t);
     t.dt = z->t.dt;
+    {
+        tj__attr pa;
+        memset(&pa, 0, sizeof pa);
+        pa.axis = a;
+        tj__pend_attr(z->g, &pa);
+    }
     n = tj__node(z->g, TJ__OP_CROSS_ENTROPY, &t, 2, in, f, l);
     if (!n) return NULL;
     n->a.axis = a;
@@ -2943,17 +3623,130 @@ static void tj__k_none(tj__kern *k) { (void)k; }
 #undef L
 
 /* ---- the op table ---- */
-/* ops whose blocks live in later sections */
+/* ---- collective kernels (CPU backend) ----
+   Devices are threads of one process, so a collective is a rendezvous: each
+   device publishes its input buffer, waits for the others, reads its
+   peers' buffers in a fixed (mesh) order, and waits again before anyone may
+   reuse a buffer. Sums add peers in rank order, so runs are bit-identical. */
+typedef struct tj__rdv {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n, waiting;
+    unsigned long gen;
+    const void *slot[TJ_MAXDEV];
+} tj__rdv;
+static void tj__barrier(tj__rdv *r) {
+    unsigned long gen;
+    if (!r || r->n <= 1) return;
+    pthread_mutex_lock(&r->mu);
+    gen = r->gen;
+    if (++r->waiting == r->n) {
+        r->waiting = 0;
+        r->gen++;
+        pthread_cond_broadcast(&r->cv);
+    } else
+        while (gen == r->gen) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+static const void *tj__peer_in(tj__kern *k, unsigned m, int r) {
+    int d = tj__mesh_peer(k->ctx, k->dev, m, r);
+    return k->rdv && k->rdv->n > 1 ? k->rdv->slot[d] : k->in[0];
+}
+static void tj__publish(tj__kern *k) {
+    if (k->rdv && k->rdv->n > 1) k->rdv->slot[k->dev] = k->in[0];
+    tj__barrier(k->rdv);
+}
+static void tj__k_all_gather(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis);
+    int64_t st[TJ_MAXDIM];
+    tj__strides(&k->ot, st);
+    tj__publish(k);
+    for (r = 0; r < G; r++) tj__copy_region(tj__peer_in(k, m, r), k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim);
+    tj__barrier(k->rdv);
+}
+static void tj__k_psum(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r;
+    int64_t n = tj__numel(&k->ot), c0, c, j;
+    double acc[TJ__CHUNK], b[TJ__CHUNK];
+    tj__publish(k);
+    for (c0 = 0; c0 < n; c0 += c) {
+        c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
+        tj__load_n(tj__peer_in(k, m, 0), k->it[0]->dt, c0, 1, c, acc);
+        for (r = 1; r < G; r++) {
+            tj__load_n(tj__peer_in(k, m, r), k->it[0]->dt, c0, 1, c, b);
+            for (j = 0; j < c; j++) acc[j] += b[j];
+        }
+        tj__store_n(k->out, k->ot.dt, c0, c, acc);
+    }
+    tj__barrier(k->rdv);
+}
+static void tj__k_reduce_scatter(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
+    int64_t ist[TJ_MAXDIM];
+    tj__opnd x[2];
+    tj__strides(k->it[0], ist);
+    tj__publish(k);
+    x[0].p = k->out;
+    x[0].dt = k->ot.dt;
+    x[0].base = 0;
+    tj__strides(&k->ot, x[0].st);
+    x[1].dt = k->it[0]->dt;
+    x[1].base = me * k->ot.dim[ax] * ist[ax];
+    memcpy(x[1].st, ist, sizeof ist);
+    for (r = 0; r < G; r++) {
+        x[1].p = tj__peer_in(k, m, r);
+        if (r == 0) tj__copy_region(x[1].p, k->it[0], x[1].base, k->out, &k->ot, 0, k->ot.dim);
+        else tj__ew_loop(TJ__OP_ADD, 0, 2, x, k->out, k->ot.dt, 0, NULL, k->ot.dim, k->ot.rank, tj__binary_math);
+    }
+    tj__barrier(k->rdv);
+}
+static void tj__k_shard_slice(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
+    int64_t ist[TJ_MAXDIM];
+    tj__strides(k->it[0], ist);
+    tj__copy_region(k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim);
+}
+/* a collective's VJP: bring the cotangent back to the input's sharding
+   (tj__fit reshards), which makes all-gather's transpose a reduce-scatter
+   (or a free slice) and psum's a plain broadcast */
+static tj_status tj__vjp_reshard(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = g;
+    (void)n;
+    return TJ_OK;
+}
+/* global row-major index of local element i on device dev (for random and
+   arange: the values do not depend on the sharding) */
+static int64_t tj__global_index(const tj__kern *k, int64_t i) {
+    const tj__type *gt = &k->n->t;
+    int64_t gi = 0, gs = 1, li = i;
+    int d;
+    for (d = gt->rank - 1; d >= 0; d--) {
+        int64_t ld = k->ot.dim[d], c = li % ld;
+        li /= ld;
+        if (gt->sh[d]) c += (int64_t)tj__mesh_rank(k->ctx, k->dev, gt->sh[d]) * ld;
+        gi += c * gs;
+        gs *= gt->dim[d];
+    }
+    return gi;
+}
+
+/* ops whose blocks live in other sections */
 static void tj__k_memcpy(tj__kern *k);
 static void tj__k_scan(tj__kern *k);
 static tj_status tj__vjp_scan(tj_node *n, tj_v g, tj_v *gin);
 static double tj__flops_scan(const tj_node *n);
 static int64_t tj__scan_scratch(const tj_node *n);
-#define TJ__OPDEF_U(op, nm, expr) {nm, 0, tj__k_unary, tj__vjp_unary, tj__flops_out, 0},
-#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_binary, tj__vjp_binary, tj__flops_out, 0},
-#define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc) {nm, (fl), k, v, fp, sc},
+#define TJ__OPDEF_U(op, nm, expr) {nm, 0, tj__k_unary, tj__vjp_unary, tj__flops_out, 0, TJ__SH_EW},
+#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_binary, tj__vjp_binary, tj__flops_out, 0, TJ__SH_EW},
+#define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc, sh) {nm, (fl), k, v, fp, sc, sh},
 static const tj__opdef tj__ops[TJ__NOPS] = {TJ__UNARY_OPS(TJ__OPDEF_U) TJ__BINARY_OPS(TJ__OPDEF_B) TJ__OTHER_OPS(TJ__OPDEF_O)};
 static const char *tj__opname(int op) { return op >= 0 && op < TJ__NOPS ? tj__ops[op].name : "?"; }
+static int tj__opshard(int op) { return tj__ops[op].shard; }
+static unsigned tj__ops_flags(int op) { return tj__ops[op].flags; }
 
 /* ==== [5] autodiff ====================================================== */
 /* Reverse mode over the graph built so far. Walk the nodes that lie between
@@ -3123,8 +3916,9 @@ static tj__type tj__type_drop(const tj__type *t, int axis) {
     tj__type o = *t;
     int i;
     o.rank = 0;
+    for (i = 0; i < TJ_MAXDIM; i++) o.sh[i] = 0;
     for (i = 0; i < t->rank; i++)
-        if (t->ax[i] != axis) { o.ax[o.rank] = t->ax[i]; o.dim[o.rank++] = t->dim[i]; }
+        if (t->ax[i] != axis) { o.ax[o.rank] = t->ax[i]; o.sh[o.rank] = t->sh[i]; o.dim[o.rank++] = t->dim[i]; }
     return o;
 }
 static tj__type tj__type_lead(const tj__type *t, int axis, int64_t len) {
@@ -3133,8 +3927,9 @@ static tj__type tj__type_lead(const tj__type *t, int axis, int64_t len) {
     o.ax[0] = axis;
     o.dim[0] = len;
     o.rank = 1;
+    for (i = 0; i < TJ_MAXDIM; i++) o.sh[i] = 0;
     for (i = 0; i < t->rank; i++)
-        if (t->ax[i] != axis) { o.ax[o.rank] = t->ax[i]; o.dim[o.rank++] = t->dim[i]; }
+        if (t->ax[i] != axis) { o.ax[o.rank] = t->ax[i]; o.sh[o.rank] = t->sh[i]; o.dim[o.rank++] = t->dim[i]; }
     return o;
 }
 /* A multi-output node's outputs: one PROJ node each, made right after it. */
@@ -3308,7 +4103,16 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     /* stacked xs with the scanned axis leading, so a slice is contiguous */
     for (i = 0; i < nx; i++) {
         tj__type lt = tj__type_lead(&xs[i]->t, ax, len);
-        xr[i] = xs[i]->t.ax[0] == ax ? xs[i] : tj__relayout(f, l, xs[i], &lt);
+        int k = tj__axis_index(&xs[i]->t, ax);
+        xr[i] = xs[i];
+        if (xs[i]->t.sh[k] || xs[i]->t.partial) { /* each device runs every iteration */
+            uint8_t sh[TJ_MAXDIM];
+            memcpy(sh, xs[i]->t.sh, sizeof sh);
+            sh[k] = 0;
+            xr[i] = tj__reshard(xs[i], sh, "scan", f, l);
+        }
+        if (xr[i] && xr[i]->t.ax[0] != ax) xr[i] = tj__relayout(f, l, xr[i], &lt);
+        if (!xr[i]) goto fail;
     }
     n = tj__scan_node(f, l, g, b, ax, len, 0, nc, init, nx, xr, ny, policy);
     tj__graph_free(b); /* the node holds its own reference */
@@ -3368,7 +4172,7 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
 static int64_t tj__carry_bytes(const tj_node *n) {
     int64_t s = 0;
     int i;
-    for (i = 0; i < n->a.ncarry; i++) s += tj__align(tj__bytes(&n->proj[i]->t));
+    for (i = 0; i < n->a.ncarry; i++) s += tj__align(tj__lbytes(n->g->ctx, &n->proj[i]->t));
     return s;
 }
 static int64_t tj__scan_scratch(const tj_node *n) {
@@ -3376,7 +4180,7 @@ static int64_t tj__scan_scratch(const tj_node *n) {
     return tj__align(body) + 2 * tj__carry_bytes(n);
 }
 static double tj__flops_scan(const tj_node *n) { return n->sub->prog ? n->sub->prog->flops * n->a.length : 0; }
-static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads);
+static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, struct tj__rdv *rdv);
 static void tj__k_scan(tj__kern *k) {
     tj_node *n = k->n;
     tj_prog *bp = n->sub->prog;
@@ -3395,12 +4199,12 @@ static void tj__k_scan(tj__kern *k) {
     for (i = 0; i < nc; i++) {
         cur[i] = carry0 + off;
         nxt[i] = carry0 + tj__carry_bytes(n) + off;
-        off += tj__align(tj__bytes(&n->proj[i]->t));
+        off += tj__align(tj__lbytes(n->g->ctx, &n->proj[i]->t));
     }
     for (i = 0; i < np; i++) args[i] = NULL; /* cotangent params of a differentiated body are unused here */
     for (i = 0; i < ncap; i++) args[nc + nx + i] = (void *)k->in[nc + nx + i];
     for (i = 0; i < nx; i++) xsl[i] = tj__bytes(k->it[nc + i]) / n->a.length;
-    for (i = 0; i < ny; i++) ysl[i] = tj__bytes(&n->proj[nc + i]->t) / n->a.length;
+    for (i = 0; i < ny; i++) ysl[i] = tj__lbytes(n->g->ctx, &n->proj[nc + i]->t) / n->a.length;
     for (s = 0; s < n->a.length; s++) {
         int t = n->a.reverse ? n->a.length - 1 - s : s;
         for (i = 0; i < nc; i++) {
@@ -3409,14 +4213,14 @@ static void tj__k_scan(tj__kern *k) {
         }
         for (i = 0; i < nx; i++) args[nc + i] = (char *)k->in[nc + i] + t * xsl[i];
         for (i = 0; i < ny; i++) outs[nc + i] = (char *)k->pout[nc + i] + t * ysl[i];
-        if (tj__run_body(bp, args, outs, arena, k->err, k->nthreads) != TJ_OK) return;
+        if (tj__run_body(bp, args, outs, arena, k->err, k->nthreads, k->dev, k->rdv) != TJ_OK) return;
         for (i = 0; i < nc; i++) {
             void *tmp = cur[i];
             cur[i] = nxt[i];
             nxt[i] = tmp;
         }
     }
-    for (i = 0; i < nc; i++) memcpy(k->pout[i], n->a.length ? cur[i] : k->in[i], (size_t)tj__bytes(&n->proj[i]->t));
+    for (i = 0; i < nc; i++) memcpy(k->pout[i], n->a.length ? cur[i] : k->in[i], (size_t)tj__lbytes(n->g->ctx, &n->proj[i]->t));
 }
 static void tj__k_memcpy(tj__kern *k) {
     tj_ctx *c = k->ctx;
@@ -3990,7 +4794,7 @@ static void tj__heap_free(tj__heap *h, int64_t off) {
 static int tj__can_donate(tj_node *p, tj_node *o) {
     int i, j, ok = 1, ew = o->op < TJ__OP_LT || o->op == TJ__OP_SELECT;
     tj_graph *g = p->g;
-    if (p->t.dt != o->t.dt || tj__bytes(&p->t) != tj__bytes(&o->t) || o->space != TJ_SPACE_DEVICE) return 0;
+    if (p->t.dt != o->t.dt || memcmp(p->t.sh, o->t.sh, TJ_MAXDIM) || tj__bytes(&p->t) != tj__bytes(&o->t) || o->space != TJ_SPACE_DEVICE) return 0;
     for (i = 0; i < g->n && ok; i++) {
         tj_node *u = g->nodes[i];
         if (!u->live || u == o) continue;
@@ -4021,6 +4825,7 @@ static tj_status tj__plan(tj_prog *p) {
     memset(m, 0, sizeof *m);
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
+        n->lt = tj__local(p->ctx, &n->t);
         n->root = tj__root(n);
         n->last = n->sched;
         n->off = -1;
@@ -4047,23 +4852,23 @@ static tj_status tj__plan(tj_prog *p) {
             for (k = 0; k < i; k++) used |= p->out_donor[k] == j;
             if (!used && tj__can_donate(g->params[j], r)) {
                 p->out_donor[i] = j;
-                m->alias_bytes += tj__bytes(&r->t);
+                m->alias_bytes += tj__lbytes(p->ctx, &r->t);
                 break;
             }
         }
     }
-    for (i = 0; i < g->nparam; i++) m->argument_bytes += tj__bytes(&g->params[i]->t);
-    for (i = 0; i < p->nout; i++) m->output_bytes += tj__bytes(&p->outs[i]->t);
+    for (i = 0; i < g->nparam; i++) m->argument_bytes += tj__lbytes(p->ctx, &g->params[i]->t);
+    for (i = 0; i < p->nout; i++) m->output_bytes += tj__lbytes(p->ctx, &p->outs[i]->t);
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
         const tj__opdef *d = &tj__ops[n->op];
         if (tj__needs_buffer(n) && n->op != TJ__OP_PROJ) {
-            if ((n->off = tj__heap_alloc(&h[n->space], tj__bytes(&n->t))) < 0) goto oom;
+            if ((n->off = tj__heap_alloc(&h[n->space], tj__bytes(&n->lt))) < 0) goto oom;
         }
         for (j = 0; j < n->nproj; j++) { /* a scan writes all its outputs */
             tj_node *q = n->proj[j];
             q->root = q;
-            if (tj__needs_buffer(q) && (q->off = tj__heap_alloc(&h[q->space], tj__bytes(&q->t))) < 0) goto oom;
+            if (tj__needs_buffer(q) && (q->off = tj__heap_alloc(&h[q->space], tj__bytes(&q->lt))) < 0) goto oom;
         }
         if (d->scratch && d->scratch(n) > 0) {
             if ((n->scratch_off = tj__heap_alloc(&h[TJ_SPACE_DEVICE], d->scratch(n))) < 0) goto oom;
@@ -4850,7 +5655,7 @@ static void *tj__buf(tj_node *n, char **arena, void **args, void **outs) {
 }
 /* Run a compiled program on raw buffers: args[param index], outs[output
    index], arena[space]. Kernel errors land in err. */
-static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads) {
+static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, tj__rdv *rdv) {
     int i, j;
     for (i = 0; i < p->nsched && !err[0]; i++) {
         tj_node *n = p->sched[i];
@@ -4861,15 +5666,17 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         k.n = n;
         k.nin = n->nin;
         for (j = 0; j < n->nin && j < 16; j++) {
-            k.it[j] = &n->in[j]->t;
+            k.it[j] = &n->in[j]->lt;
             k.in[j] = tj__buf(n->in[j], arena, args, outs);
         }
         /* (scans may have more than 16 inputs; their kernel reads n->in) */
         for (j = 0; j < n->nproj && j < 64; j++) k.pout[j] = tj__buf(n->proj[j], arena, args, outs);
-        k.ot = n->t;
+        k.ot = n->lt;
         k.out = tj__buf(n, arena, args, outs);
         k.scratch = n->scratch_off >= 0 ? arena[TJ_SPACE_DEVICE] + n->scratch_off : NULL;
         k.nthreads = nthreads;
+        k.dev = dev;
+        k.rdv = rdv;
         k.err = err;
         if (p->ctx->backend) p->ctx->backend->run(p->ctx->backend, &k);
         else tj__ops[n->op].cpu(&k);
@@ -4877,37 +5684,106 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
     return err[0] ? TJ_ERR_ARG : TJ_OK;
 }
 
-static tj_status tj__execute(tj_prog *p, void **args, void **outs) {
+/* One device's run: its arenas, its argument and output buffers. With
+   several devices each runs on its own thread; they meet only in
+   collectives (the rendezvous), so the same program could run one process
+   per GPU with NCCL in their place. */
+typedef struct {
+    tj_prog *p;
+    int dev;
+    void **args, **outs;
+    tj__rdv *rdv;
+    char err[TJ__MSG];
+    tj_status st;
+} tj__devrun;
+static void *tj__device_main(void *arg) {
+    tj__devrun *r = (tj__devrun *)arg;
+    tj_prog *p = r->p;
+    tj_ctx *c = p->ctx;
     char *arena[2] = {NULL, NULL};
     void *raw[2] = {NULL, NULL};
-    char err[TJ__MSG];
-    int s;
-    tj_status st = TJ_OK;
+    int s, nth = c->threads / (c->ndev > 0 ? c->ndev : 1);
+    r->err[0] = 0;
+    r->st = TJ_OK;
     for (s = 0; s < 2; s++)
         if (p->arena_bytes[s]) {
-            arena[s] = (char *)tj__mem_alloc(p->ctx, s, p->arena_bytes[s], &raw[s]);
+            arena[s] = (char *)tj__mem_alloc(c, s, p->arena_bytes[s], &raw[s]);
             if (!arena[s]) {
-                tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "run '%s': out of memory allocating a %lld-byte %s arena", p->name, (long long)p->arena_bytes[s],
-                        s ? "host" : "device");
-                st = TJ_ERR_OOM;
-                goto done;
-            }
-            tj__count(p->ctx, 1, p->arena_bytes[s]);
+                snprintf(r->err, sizeof r->err, "out of memory allocating a %lld-byte %s arena on device %d", (long long)p->arena_bytes[s], s ? "host" : "device", r->dev);
+                r->st = TJ_ERR_OOM;
+            } else tj__count(c, 1, p->arena_bytes[s]);
         }
-    err[0] = 0;
-    tj__run_body(p, args, outs, arena, err, p->ctx->threads);
-    if (p->ctx->backend && p->ctx->backend->sync && p->ctx->backend->sync(p->ctx->backend) && !err[0])
-        snprintf(err, sizeof err, "backend '%s': synchronising after the run failed", p->ctx->backend->name);
-    if (err[0]) {
-        tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "run '%s': %s", p->name, err);
-        st = TJ_ERR_ARG;
+    /* every device plans the same sizes, so an allocation fails on all of
+       them alike and no device is left waiting in a collective */
+    if (r->st == TJ_OK) {
+        tj__run_body(p, r->args, r->outs, arena, r->err, nth < 1 ? 1 : nth, r->dev, r->rdv);
+        if (r->err[0]) r->st = TJ_ERR_ARG;
     }
-done:
     for (s = 0; s < 2; s++)
         if (raw[s]) {
-            tj__mem_free(p->ctx, s, raw[s]);
-            tj__count(p->ctx, 1, -p->arena_bytes[s]);
+            tj__mem_free(c, s, raw[s]);
+            tj__count(c, 1, -p->arena_bytes[s]);
         }
+    return NULL;
+}
+static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs) {
+    tj_ctx *c = p->ctx;
+    int nd = c->ndev, d, i, np = p->g->nparam;
+    tj__devrun *runs;
+    void **bufs;
+    pthread_t th[TJ_MAXDEV];
+    tj__rdv rdv;
+    tj_status st = TJ_OK;
+    runs = (tj__devrun *)tj__calloc(sizeof(tj__devrun) * (size_t)nd);
+    bufs = (void **)tj__calloc(sizeof(void *) * (size_t)nd * (size_t)(np + p->nout + 1));
+    if (!runs || !bufs) {
+        TJ_FREE(runs);
+        TJ_FREE(bufs);
+        tj__err(c, TJ_ERR_OOM, p->file, p->line, "run '%s': out of memory", p->name);
+        return TJ_ERR_OOM;
+    }
+    memset(&rdv, 0, sizeof rdv);
+    rdv.n = nd;
+    pthread_mutex_init(&rdv.mu, NULL);
+    pthread_cond_init(&rdv.cv, NULL);
+    for (d = 0; d < nd; d++) {
+        void **b = bufs + (size_t)d * (size_t)(np + p->nout + 1);
+        for (i = 0; i < np; i++) b[i] = args[i]->data[d];
+        for (i = 0; i < p->nout; i++) b[np + 1 + i] = outs[i]->data[d];
+        runs[d].p = p;
+        runs[d].dev = d;
+        runs[d].args = b;
+        runs[d].outs = b + np + 1;
+        runs[d].rdv = &rdv;
+    }
+    if (nd == 1) tj__device_main(&runs[0]);
+    else {
+        for (d = 0; d < nd; d++)
+            if (pthread_create(&th[d], NULL, tj__device_main, &runs[d])) {
+                /* cannot start a device: run the rest inline is impossible (they
+                   would wait on each other); fail before any started */
+                int k;
+                tj__err(c, TJ_ERR_OOM, p->file, p->line, "run '%s': cannot start the thread of device %d", p->name, d);
+                rdv.n = d; /* let the started ones... they may block; join them after waking */
+                for (k = 0; k < d; k++) pthread_join(th[k], NULL);
+                st = TJ_ERR_OOM;
+                nd = 0;
+                break;
+            }
+        for (d = 0; d < nd; d++) pthread_join(th[d], NULL);
+    }
+    if (c->backend && c->backend->sync && c->backend->sync(c->backend) && st == TJ_OK)
+        tj__err(c, TJ_ERR_IO, p->file, p->line, "run '%s': backend '%s' failed to synchronise", p->name, c->backend->name);
+    for (d = 0; d < nd && st == TJ_OK; d++)
+        if (runs[d].st != TJ_OK) {
+            tj__err(c, runs[d].st, NULL, 0, "run '%s'%s: %s", p->name, c->ndev > 1 ? " (a device)" : "", runs[d].err);
+            st = runs[d].st;
+        }
+    if (st == TJ_OK && c->status) st = c->status;
+    pthread_mutex_destroy(&rdv.mu);
+    pthread_cond_destroy(&rdv.cv);
+    TJ_FREE(runs);
+    TJ_FREE(bufs);
     return st;
 }
 
@@ -4940,7 +5816,15 @@ TJDEF void tj_prog_free(tj_prog *p) {
 static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n) {
     int i, j;
     for (i = 0; i < n; i++) {
-        int shared = tj__root(outs[i])->op == TJ__OP_PARAM;
+        int shared;
+        if (outs[i]->t.partial) { /* finish pending sums */
+            int saved = g->cur_pass;
+            g->cur_pass = outs[i]->pass;
+            outs[i] = tj__reshard(outs[i], outs[i]->t.sh, "output", outs[i]->file, outs[i]->line);
+            g->cur_pass = saved;
+            if (!outs[i]) return g->ctx->status ? g->ctx->status : TJ_ERR_OOM;
+        }
+        shared = tj__root(outs[i])->op == TJ__OP_PARAM;
         for (j = 0; j < i; j++) shared |= tj__root(outs[j]) == tj__root(outs[i]);
         if (shared) {
             int saved = g->cur_pass;
@@ -5123,8 +6007,8 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         }
         a = in->leaf[k].arr;
         if (!tj__array_live(a, "run", file, line)) { st = TJ_ERR_STATE; goto done; }
-        same = a->t.dt == n->t.dt && a->t.rank == n->t.rank;
-        for (j = 0; same && j < n->t.rank; j++) same = a->t.ax[j] == n->t.ax[j] && a->t.dim[j] == n->t.dim[j];
+        same = a->t.dt == n->t.dt && a->t.rank == n->t.rank && a->ndev == c->ndev;
+        for (j = 0; same && j < n->t.rank; j++) same = a->t.ax[j] == n->t.ax[j] && a->t.dim[j] == n->t.dim[j] && a->t.sh[j] == n->t.sh[j];
         if (!same) {
             tj__err(c, TJ_ERR_SHAPE, file, line, "run '%s': input '%s' is %s but the program was traced for %s", p->name, n->name,
                     tj_array_describe(a, b2, sizeof b2), tj_v_describe(n, b1, sizeof b1));
@@ -5152,16 +6036,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             break;
         }
     }
-    if (st == TJ_OK) {
-        void **ap = (void **)tj__calloc(sizeof(void *) * (size_t)(g->nparam + p->nout + 2));
-        if (!ap) st = TJ_ERR_OOM;
-        else {
-            for (i = 0; i < g->nparam; i++) ap[i] = args[i]->data[0];
-            for (i = 0; i < p->nout; i++) ap[g->nparam + 1 + i] = outs[i]->data[0];
-            st = tj__execute(p, ap, ap + g->nparam + 1);
-            TJ_FREE(ap);
-        }
-    }
+    if (st == TJ_OK) st = tj__execute(p, args, outs);
     if (st != TJ_OK) {
         for (i = 0; i < p->nout; i++)
             if (outs[i] && p->out_donor[i] >= 0) TJ_FREE(outs[i]); /* the argument keeps its buffer */
@@ -5171,17 +6046,20 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
     for (i = 0; i < p->nout; i++) {
         int d = p->out_donor[i];
         if (d >= 0) { /* the argument is gone: its buffer now belongs to the output */
-            args[d]->raw[0] = NULL;
-            args[d]->data[0] = NULL;
+            int dv;
+            for (dv = 0; dv < args[d]->ndev; dv++) args[d]->raw[dv] = args[d]->data[dv] = NULL;
             args[d]->deleted = 1;
         }
         tj_tree_set_array(out, p->out_names[i], outs[i]);
     }
     for (i = 0; i < g->nparam; i++) /* donated but not reused: still deleted, as promised */
         if (p->donate[i] && !args[i]->deleted) {
-            tj__mem_free(c, TJ_SPACE_DEVICE, args[i]->raw[0]);
-            tj__count(c, 0, -args[i]->local_bytes);
-            args[i]->raw[0] = args[i]->data[0] = NULL;
+            int dv;
+            for (dv = 0; dv < args[i]->ndev; dv++) {
+                tj__mem_free(c, TJ_SPACE_DEVICE, args[i]->raw[dv]);
+                tj__count(c, 0, -args[i]->local_bytes);
+                args[i]->raw[dv] = args[i]->data[dv] = NULL;
+            }
             args[i]->deleted = 1;
         }
     for (i = 0; i < p->static_out->n; i++) {
@@ -5205,6 +6083,12 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
     for (j = 0; j < n->nin; j++) fprintf(f, "%s%%%d", j ? ", " : "", n->in[j]->id);
     fprintf(f, ")");
     if (n->op == TJ__OP_PARAM || n->op == TJ__OP_NAME) fprintf(f, " '%s'", n->name);
+    if (n->op >= TJ__OP_ALL_GATHER && n->op <= TJ__OP_SHARD_SLICE) {
+        char mb[64];
+        fprintf(f, " over %s", tj__mesh_names(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb));
+        if (n->a.axis >= 0 && n->op != TJ__OP_PSUM) fprintf(f, " along %s", tj__name(n->g->ctx, n->a.axis));
+        fprintf(f, " [%lld B/device, caused by %s]", (long long)tj__lbytes(n->g->ctx, &n->in[0]->t), n->name ? n->name : "?");
+    }
     if (n->op == TJ__OP_FILL || n->op == TJ__OP_POWS) fprintf(f, " %g", n->a.s);
     if (n->op == TJ__OP_DOT) fprintf(f, " contract=%d%s%s", n->a.nk, n->a.trans_a ? " aT" : "", n->a.trans_b ? " bT" : "");
     if (n->a.naxes && n->op != TJ__OP_DOT) {
@@ -5217,7 +6101,7 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
         if (n->root != n) fprintf(f, "  view of %%%d", n->root->id);
         else if (n->op == TJ__OP_PARAM) fprintf(f, "  @arg%d", n->a.index);
         else if (n->out_index >= 0) fprintf(f, "  @out%d", n->out_index);
-        else fprintf(f, "  @%lld+%lld", (long long)n->off, (long long)tj__bytes(&n->t));
+        else fprintf(f, "  @%lld+%lld", (long long)n->off, (long long)tj__bytes(&n->lt));
     }
     fprintf(f, "  %s:%d\n", tj__base(n->file), n->line);
 }
@@ -5256,6 +6140,32 @@ TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n) {
     struct tj__report *r = p && p->g ? p->g->report : NULL;
     if (buf && n) snprintf(buf, n, "%s", r ? r->lint : "");
     return r ? r->nlint : 0;
+}
+static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n) {
+    int i;
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *x = p->sched[i];
+        if (x->op >= TJ__OP_ALL_GATHER && x->op <= TJ__OP_SHARD_SLICE) {
+            if (rows && *n < max) {
+                tj_collective *r = &rows[*n];
+                memset(r, 0, sizeof *r);
+                snprintf(r->kind, sizeof r->kind, "%s", tj__ops[x->op].name);
+                tj__mesh_names(p->ctx, (unsigned)x->a.index, r->axes, sizeof r->axes);
+                r->bytes = x->op == TJ__OP_ALL_GATHER ? tj__lbytes(p->ctx, &x->t) : x->op == TJ__OP_SHARD_SLICE ? 0 : tj__lbytes(p->ctx, &x->in[0]->t);
+                r->backward = x->pass > 0;
+                snprintf(r->cause, sizeof r->cause, "%s", x->name ? x->name : "?");
+                r->file = x->file;
+                r->line = x->line;
+            }
+            (*n)++;
+        }
+        if (x->sub && x->sub->prog) tj__collect(x->sub->prog, rows, max, n);
+    }
+}
+TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max) {
+    int n = 0;
+    if (p) tj__collect(p, rows, max, &n);
+    return n;
 }
 TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
     const tj_memory_analysis *m = &p->mem;
