@@ -1933,6 +1933,10 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
         while (*s && *s != ' ' && *s != ',') {
             const char *e = s;
             int j, mid, found = -1;
+            if (*s == '-') { /* "-": replicated */
+                s++;
+                continue;
+            }
             while (*e && tj__isname(*e)) e++;
             if (e == s) {
                 tj__err(c, TJ_ERR_ARG, file, line, "%s: bad mesh axis in spec near \"%s\"", what, s);
@@ -1946,13 +1950,16 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
                     return -1;
                 }
                 if ((used | m) >> found & 1) {
+                    if (!strict) { /* rules: the first rule that claims a mesh axis wins */
+                        s = *e == '+' ? e + 1 : e;
+                        continue;
+                    }
                     tj__err(c, TJ_ERR_AXIS, file, line, "%s: mesh axis '%s' is used twice in spec \"%s\"", what, tj__name(c, mid), spec);
                     return -1;
                 }
                 m |= 1u << found;
             }
             s = *e == '+' ? e + 1 : e;
-            if (*e == '-' && e == s) s++;
         }
         k = tj__axis_index(t, id);
         if (k < 0) {
@@ -1964,6 +1971,7 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
             }
             continue;
         }
+        if (m && t->dim[k] % tj__mesh_count(c, m) && !strict) m = 0; /* rules do not apply to axes they cannot split */
         if (m && t->dim[k] % tj__mesh_count(c, m)) {
             char mb[64];
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of size %lld is not divisible by mesh axes %s (%d devices)", what, tj__name(c, id),
@@ -2045,13 +2053,9 @@ static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
     uint8_t want[TJ_MAXDIM];
     const char *cause = tj__opname(op);
     (void)c;
-    if (cls == TJ__SH_GIVEN) return 0;
+    if (cls == TJ__SH_GIVEN || cls == TJ__SH_DOT) return 0; /* dot: the builder calls tj__shard_dot */
     for (i = 0; i < TJ_MAXDIM; i++) t->sh[i] = 0;
     t->partial = 0;
-    if (cls == TJ__SH_DOT) {
-        /* handled by tj__shard_dot, called from the dot builder */
-        return 0;
-    }
     /* output sharding by axis name: the first input that shards an axis wins;
        axes a rule needs whole stay replicated; a mesh axis is used once */
     for (i = 0; i < t->rank; i++) {
@@ -2351,7 +2355,13 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
 static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n);
 /* Make v have exactly type t's axes (in t's order) and dtype: sum out axes t
    lacks, broadcast in axes v lacks, reorder, cast. */
-static tj_v tj__fit(const char *f, int l, tj_v v, const tj__type *t) {
+static tj_v tj__fit2(const char *f, int l, tj_v v, const tj__type *t, int keep_partial);
+static tj_v tj__fit(const char *f, int l, tj_v v, const tj__type *t) { return tj__fit2(f, l, v, t, 0); }
+/* Cotangents may stay unreduced (partial sums) until something needs them
+   reduced: then an all-gather's transpose becomes one reduce-scatter rather
+   than a psum and a slice. */
+static tj_v tj__fit_ct(const char *f, int l, tj_v v, const tj__type *t) { return tj__fit2(f, l, v, t, 1); }
+static tj_v tj__fit2(const char *f, int l, tj_v v, const tj__type *t, int keep_partial) {
     int extra[TJ_MAXDIM], ne = 0, i, same;
     if (!v) return NULL;
     for (i = 0; i < v->t.rank; i++)
@@ -2363,7 +2373,7 @@ static tj_v tj__fit(const char *f, int l, tj_v v, const tj__type *t) {
     if (!same) v = tj__relayout(f, l, v, t);
     if (v && v->t.dt != t->dt) v = tj_cast_at(f, l, v, t->dt);
     if (v && v->g->ctx->nmesh) { /* and its sharding (a cotangent of a partial sum is replicated) */
-        int need = v->t.partial != 0;
+        int need = v->t.partial != 0 && !keep_partial;
         for (i = 0; i < t->rank; i++) need |= v->t.sh[i] != t->sh[i];
         if (need) v = tj__reshard(v, t->sh, "autodiff", f, l);
     }
@@ -3847,7 +3857,7 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
             tj_node *x = n->in[j];
             tj_v v;
             if (!gin[j] || !needs[x->id] || !tj__isfloat(x->t.dt)) continue;
-            v = tj__fit(n->file, n->line, gin[j], &x->t);
+            v = tj__fit_ct(n->file, n->line, gin[j], &x->t);
             ct[x->id] = ct[x->id] ? tj_add_at(n->file, n->line, ct[x->id], v) : v;
         }
     }
@@ -4014,6 +4024,9 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
                           const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
     tj_graph *b = NULL;
     tj_ctx *c;
+    int z;
+    for (z = 0; final && z < nc; z++) final[z] = NULL; /* a failed scan leaves NULLs, never garbage */
+    for (z = 0; ys && z < ny; z++) ys[z] = NULL;
     tj_node *cp[32], *xp[32], *co[32], *yo[32], *xr[32], *n;
     tj__type at;
     int i, ax;
@@ -5813,11 +5826,12 @@ TJDEF void tj_prog_free(tj_prog *p) {
     tj__prog_free_body(p);
 }
 /* outputs must own their buffers: copy arguments and shared buffers */
-static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n) {
+static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n, int resolve_partial) {
     int i, j;
     for (i = 0; i < n; i++) {
         int shared;
-        if (outs[i]->t.partial) { /* finish pending sums */
+        if (outs[i]->t.partial && resolve_partial) { /* finish pending sums (a scan body's
+            outputs may stay partial: the scan's output type says so) */
             int saved = g->cur_pass;
             g->cur_pass = outs[i]->pass;
             outs[i] = tj__reshard(outs[i], outs[i]->t.sh, "output", outs[i]->file, outs[i]->line);
@@ -5857,7 +5871,7 @@ static tj_status tj__compile_bodies(tj_prog *p) {
         bp->nout = b->nout;
         bp->out_donor = (int *)tj__calloc(sizeof(int) * (size_t)(b->nout + 1));
         if (!bp->name || !bp->out_donor) return TJ_ERR_OOM;
-        if (tj__own_outputs(b, b->outs, b->nout) || tj__compile(bp)) return p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
+        if (tj__own_outputs(b, b->outs, b->nout, 0) || tj__compile(bp)) return p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
         if (bp->arena_bytes[TJ_SPACE_HOST]) {
             tj__err(p->ctx, TJ_ERR_UNSUPPORTED, b->file, b->line, "scan: a body needs %lld bytes of host temp memory; only its outputs may live on the host",
                     (long long)bp->arena_bytes[TJ_SPACE_HOST]);
@@ -5953,7 +5967,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         p->out_names[p->nout] = tj__strdup(l->name);
         p->outs[p->nout++] = l->v;
     }
-    if (tj__own_outputs(p->g, p->outs, p->nout)) goto fail;
+    if (tj__own_outputs(p->g, p->outs, p->nout, 1)) goto fail;
     for (i = 0; i < p->g->nparam; i++) p->donate[i] = opts && tj__donated(opts->donate, p->g->params[i]->name);
     if (c->dump) {
         fprintf(stderr, "=== traced graph '%s' (%d nodes)\n", p->name, p->g->n);

@@ -52,28 +52,25 @@ static inline int tjt_finish(void) {
 
 /* Deterministic pseudo-random array in [-1, 1) (or [lo, hi)). */
 static inline tj_array *tjt_rand(tj_ctx *ctx, tj_dtype dt, const char *shape, unsigned seed, double lo, double hi) {
-    tj_array *a = tj_zeros(ctx, dt, shape);
+    tj_array *shape_of = tj_zeros(ctx, TJ_F64, shape), *a;
     int64_t i, n;
     double *buf;
+    void *host;
     uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
-    if (!a) return NULL;
-    n = tj_array_numel(a);
+    if (!shape_of) return NULL;
+    n = tj_array_numel(shape_of);
+    tj_array_free(shape_of);
     buf = (double *)malloc(sizeof(double) * (size_t)(n + 1));
+    host = malloc(8 * (size_t)(n + 1));
     for (i = 0; i < n; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         buf[i] = lo + (hi - lo) * (double)(s >> 11) / 9007199254740992.0;
+        tj__st(host, dt, i, buf[i]);
     }
-    tj_array_free(a);
-    {
-        tj_array *b = tj_zeros(ctx, TJ_F64, shape);
-        memcpy(b->data[0], buf, sizeof(double) * (size_t)n);
-        free(buf);
-        if (dt == TJ_F64) return b;
-        a = tj_zeros(ctx, dt, shape);
-        for (i = 0; i < n; i++) tj__st(a->data[0], dt, i, ((double *)b->data[0])[i]);
-        tj_array_free(b);
-        return a;
-    }
+    a = tj_array_new(ctx, dt, shape, host); /* through the public API: every device gets its copy */
+    free(buf);
+    free(host);
+    return a;
 }
 
 /* ---- finite-difference gradient check ----

@@ -1,0 +1,287 @@
+/* Named sharding: every sharded program against the same program on one
+   device; collective counts against the analytical ones; errors. */
+#define TINYJAX_IMPLEMENTATION
+#include "../tinyjax.h"
+#include "tj_test.h"
+
+typedef struct {
+    const char *compute; /* logical rules for activations inside the function */
+} opts;
+
+/* 2-layer MLP: loss and gradients w.r.t. w1, w2 and x */
+static void mlp(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    opts *o = (opts *)u;
+    tj_v x = tj_tree_v(in, "x"), w1 = tj_tree_v(in, "w1"), w2 = tj_tree_v(in, "w2"), y = tj_tree_v(in, "y");
+    tj_v h = tj_gelu(tj_dot(x, w1, "embed"));                 /* (batch, mlp)   */
+    tj_v o2, d, loss, w[3], gr[3];
+    (void)g;
+    if (o && o->compute) h = tj_shard_by_rules(h, o->compute);
+    o2 = tj_dot(h, w2, "mlp");                                /* (batch, embed2) */
+    d = tj_sub(o2, y);
+    loss = tj_mean(tj_mul(d, d), "batch embed2");
+    w[0] = w1; w[1] = w2; w[2] = x;
+    tj_grad(loss, 3, w, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_w1", gr[0]);
+    tj_tree_set_v(out, "g_w2", gr[1]);
+    tj_tree_set_v(out, "g_x", gr[2]);
+}
+/* attention-ish block with layer norm, softmax and cross-entropy */
+static void attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), wq = tj_tree_v(in, "wq"), wk = tj_tree_v(in, "wk"), wo = tj_tree_v(in, "wo");
+    tj_v xn = tj_layer_norm(x, "embed", 1e-5);
+    tj_v q = tj_dot(xn, wq, "embed"), k = tj_rename(tj_dot(xn, wk, "embed"), "pos", "kpos");
+    tj_v a = tj_softmax(tj_causal_mask(tj_muls(tj_dot(q, k, "hd"), 0.5), "pos", "kpos", -1e9), "kpos");
+    tj_v v = tj_dot(a, tj_rename(xn, "pos", "kpos"), "kpos");          /* (batch, pos, embed) */
+    tj_v logits = tj_dot(v, wo, "embed");                              /* (batch, pos, vocab) */
+    tj_v loss = tj_cross_entropy(logits, tj_tree_v(in, "labels"), "vocab", "batch pos"), w[3], gr[3];
+    (void)g; (void)u;
+    w[0] = wq; w[1] = wk; w[2] = wo;
+    tj_grad(loss, 3, w, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_wq", gr[0]);
+    tj_tree_set_v(out, "g_wk", gr[1]);
+    tj_tree_set_v(out, "g_wo", gr[2]);
+}
+/* embedding lookup + scan stack */
+static void blk(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)y; (void)u;
+    co[0] = tj_add(c[0], tj_rename(tj_tanh(tj_dot(c[0], x[0], "embed")), "embed2", "embed")); /* x[0]: (embed, embed2) */
+}
+static void emb_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v wte = tj_tree_v(in, "wte"), tok = tj_tree_v(in, "tokens"), ws = tj_tree_v(in, "ws");
+    tj_v h = tj_take(wte, "vocab", tok);                            /* (batch, pos, embed) */
+    tj_v hs = NULL, w[2], gr[2], loss;
+    tj_policy pol = tj_nothing_saveable();
+    (void)g; (void)u;
+    tj_scan(blk, NULL, "layer", 1, &h, 1, &ws, 0, &hs, NULL, &pol);
+    loss = tj_mean(tj_mul(hs, hs), "batch pos embed");
+    w[0] = wte; w[1] = ws;
+    tj_grad(loss, 2, w, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_wte", gr[0]);
+    tj_tree_set_v(out, "g_ws", gr[1]);
+}
+
+static void random_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const char *spec = tj_tree_string(in, "spec");
+    tj_v r = tj_uniform(g, 1234, TJ_F32, "batch=8 embed=8");
+    (void)u;
+    if (spec && *spec) r = tj_with_sharding_constraint(r, spec);
+    tj_tree_set_v(out, "u", tj_add(r, tj_sum(tj_tree_v(in, "dummy"), "one")));
+}
+
+/* Build the inputs (same values whatever the mesh), place them by `rules`,
+   run fn on ndev devices with `mesh`; return outputs read back to host. */
+typedef struct {
+    int n;
+    char name[8][32];
+    double *v[8];
+    int64_t len[8];
+    int count[4]; /* all_gather, psum, reduce_scatter, shard_slice (forward+backward) */
+    int fwd[4], bwd[4];
+} result;
+static const char *kinds[4] = {"all_gather", "psum", "reduce_scatter", "shard_slice"};
+static void free_result(result *r) {
+    int i;
+    for (i = 0; i < r->n; i++) free(r->v[i]);
+    memset(r, 0, sizeof *r);
+}
+static int run_prog(int which, int ndev, const char *mesh, const char *rules, opts *o, result *r, int bf) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    tj_collective cols[256];
+    int i, nc, ok = 1;
+    tj_fn fn = which == 0 ? mlp : which == 1 ? attn : emb_scan;
+    (void)bf;
+    memset(r, 0, sizeof *r);
+    tj_set_devices(ctx, ndev);
+    if (mesh) tj_set_mesh(ctx, mesh);
+    if (which == 0) {
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=8 embed=8", 1, -1, 1));
+        tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "embed=8 mlp=16", 2, -0.5, 0.5));
+        tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F32, "mlp=16 embed2=8", 3, -0.5, 0.5));
+        tj_tree_set_array(in, "y", tjt_rand(ctx, TJ_F32, "batch=8 embed2=8", 4, -1, 1));
+    } else if (which == 1) {
+        int32_t lab[2 * 8];
+        for (i = 0; i < 16; i++) lab[i] = (i * 7) % 8;
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=2 pos=8 embed=8", 5, -1, 1));
+        tj_tree_set_array(in, "wq", tjt_rand(ctx, TJ_F32, "embed=8 hd=4", 6, -0.5, 0.5));
+        tj_tree_set_array(in, "wk", tjt_rand(ctx, TJ_F32, "embed=8 hd=4", 7, -0.5, 0.5));
+        tj_tree_set_array(in, "wo", tjt_rand(ctx, TJ_F32, "embed=8 vocab=8", 8, -0.5, 0.5));
+        tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=2 pos=8", lab));
+    } else {
+        int32_t tok[4 * 8];
+        for (i = 0; i < 32; i++) tok[i] = (i * 5 + 3) % 16;
+        tj_tree_set_array(in, "wte", tjt_rand(ctx, TJ_F32, "vocab=16 embed=8", 9, -1, 1));
+        tj_tree_set_array(in, "tokens", tj_array_new(ctx, TJ_I32, "batch=4 pos=8", tok));
+        tj_tree_set_array(in, "ws", tjt_rand(ctx, TJ_F32, "layer=3 embed=8 embed2=8", 10, -0.3, 0.3));
+    }
+    if (rules && tj_filter_shard(in, rules)) { fprintf(stderr, "filter_shard: %s\n", tj_error(ctx)); ok = 0; }
+    p = ok ? tj_jit(ctx, "prog", fn, o, in, NULL) : NULL;
+    if (!p || tj_run(p, in, out)) {
+        fprintf(stderr, "run_prog(%d, %s, %s): %s\n", which, mesh ? mesh : "-", rules ? rules : "-", tj_error(ctx));
+        ok = 0;
+    }
+    if (ok) {
+        if (getenv("TJ_TEST_VERBOSE")) tj_prog_print(p, stdout);
+        for (i = 0; i < tj_tree_size(out) && i < 8; i++) {
+            tj_array *a = tj_tree_array_at(out, i);
+            snprintf(r->name[i], 32, "%s", tj_tree_name(out, i) ? tj_tree_name(out, i) : "?");
+            r->len[i] = tj_array_numel(a);
+            r->v[i] = (double *)malloc(sizeof(double) * (size_t)(r->len[i] + 1));
+            tj_array_read(a, TJ_F64, r->v[i]);
+            r->n++;
+        }
+        nc = tj_prog_collectives(p, cols, 256);
+        for (i = 0; i < nc && i < 256; i++) {
+            int k;
+            for (k = 0; k < 4; k++)
+                if (!strcmp(cols[i].kind, kinds[k])) {
+                    r->count[k]++;
+                    if (cols[i].backward) r->bwd[k]++;
+                    else r->fwd[k]++;
+                }
+        }
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+    return ok;
+}
+static void compare(const char *what, const result *a, const result *b, double tol) {
+    int i;
+    int64_t j;
+    TJT_CHECK(a->n == b->n && a->n > 0, "%s: %d vs %d outputs", what, a->n, b->n);
+    for (i = 0; i < a->n && i < b->n; i++) {
+        double worst = 0, scale = 1e-6;
+        for (j = 0; j < a->len[i]; j++) if (fabs(a->v[i][j]) > scale) scale = fabs(a->v[i][j]);
+        for (j = 0; j < a->len[i] && j < b->len[i]; j++) {
+            double d = fabs(a->v[i][j] - b->v[i][j]) / scale;
+            if (!(d <= worst)) worst = d;
+        }
+        TJT_CHECK(a->len[i] == b->len[i] && worst <= tol, "%s: output '%s' differs from one device by %.3g (relative to its max)", what, a->name[i], worst);
+    }
+}
+static void bit_identical(const char *what, const result *a, const result *b) {
+    int i, same = a->n == b->n;
+    for (i = 0; same && i < a->n; i++) same = a->len[i] == b->len[i] && !memcmp(a->v[i], b->v[i], sizeof(double) * (size_t)a->len[i]);
+    TJT_CHECK(same, "%s: two runs are not bit-identical", what);
+}
+
+int main(void) {
+    result ref, r, r2;
+    int which, m;
+    struct { int ndev; const char *mesh, *rules; const char *name; } cases[] = {
+        {2, "data=2", "batch:data", "data parallel, 2"},
+        {4, "data=4", "batch:data", "data parallel, 4"},
+        {8, "data=8", "batch:data", "data parallel, 8"},
+        {2, "model=2", "mlp:model", "tensor parallel, 2"},
+        {4, "data=2 model=2", "batch:data mlp:model", "data x tensor, 2x2"},
+        {8, "data=2 model=4", "batch:data mlp:model hd:model", "data x tensor, 2x4"},
+        {4, "data=4", "batch:data embed:data", "FSDP, 4"},
+        {8, "data=4 model=2", "batch:data embed:data mlp:model", "FSDP x tensor, 4x2"},
+        {2, "data=2", "pos:data", "sequence, 2"},
+        {8, "data=2 seq=4", "batch:data pos:seq", "data x sequence, 2x4"},
+        {8, "all=8", "batch:all", "1-d mesh of 8, batch"},
+    };
+    tjt_current = "equivalence";
+    for (which = 0; which < 3; which++) {
+        if (!run_prog(which, 1, NULL, NULL, NULL, &ref, 0)) { TJT_CHECK(0, "single-device program %d failed", which); continue; }
+        for (m = 0; m < (int)(sizeof cases / sizeof cases[0]); m++) {
+            char what[128];
+            snprintf(what, sizeof what, "program %d on %s", which, cases[m].name);
+            if (!run_prog(which, cases[m].ndev, cases[m].mesh, cases[m].rules, NULL, &r, 0)) { TJT_CHECK(0, "%s failed", what); continue; }
+            compare(what, &ref, &r, 1e-5);
+            if (m == 5 && run_prog(which, cases[m].ndev, cases[m].mesh, cases[m].rules, NULL, &r2, 0)) {
+                bit_identical(what, &r, &r2);
+                free_result(&r2);
+            }
+            free_result(&r);
+        }
+        free_result(&ref);
+    }
+
+    /* collective counts */
+    tjt_current = "collective counts";
+    if (run_prog(0, 4, "data=4", "batch:data", NULL, &r, 0)) {
+        /* data parallel: one all-reduce per parameter gradient (w1, w2), plus the loss's mean */
+        TJT_CHECK(r.fwd[0] == 0 && r.fwd[2] == 0, "data parallel: %d all-gathers, %d reduce-scatters forward", r.fwd[0], r.fwd[2]);
+        TJT_CHECK(r.bwd[1] == 2, "data parallel: want one psum per parameter gradient (2), got %d", r.bwd[1]);
+        free_result(&r);
+    }
+    if (run_prog(0, 4, "data=4", "batch:data embed:data mlp:data", NULL, &r, 0)) {
+        /* FSDP: x batch-sharded, w1 (embed) and w2 (mlp) sharded on data */
+        TJT_CHECK(r.fwd[0] == 2, "FSDP: want one all-gather per parameter forward (2), got %d", r.fwd[0]);
+        TJT_CHECK(r.bwd[2] == 2, "FSDP: want one reduce-scatter per gradient (2), got %d", r.bwd[2]);
+        TJT_CHECK(r.bwd[1] == 0, "FSDP: want no psum in the backward pass, got %d", r.bwd[1]);
+        free_result(&r);
+    }
+    if (run_prog(0, 2, "model=2", "mlp:model", NULL, &r, 0)) {
+        /* Megatron MLP: w1 column-sharded, w2 row-sharded: one psum forward, one backward (for dx) */
+        TJT_CHECK(r.fwd[1] == 1, "tensor parallel: want exactly one psum forward, got %d", r.fwd[1]);
+        TJT_CHECK(r.bwd[1] == 1, "tensor parallel: want exactly one psum backward, got %d", r.bwd[1]);
+        TJT_CHECK(r.count[0] == 0, "tensor parallel: want no all-gather, got %d", r.count[0]);
+        free_result(&r);
+    }
+
+    tjt_current = "errors";
+    {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_array *a;
+        TJT_CHECK(tj_set_devices(ctx, 8) == TJ_OK, "8 devices");
+        TJT_CHECK(tj_set_mesh(ctx, "data=2 model=2") != TJ_OK, "a mesh of 4 on 8 devices was accepted");
+        TJT_ERROR_HAS(ctx, "data=2 model=2", "4 devices", "8");
+        TJT_CHECK(tj_set_mesh(ctx, "data=2 model=4") == TJ_OK, "mesh: %s", tj_error(ctx));
+        a = tj_zeros(ctx, TJ_F32, "batch=6 embed=8");
+        TJT_CHECK(tj_device_put(a, "batch:dta") == NULL, "unknown mesh axis accepted");
+        TJT_ERROR_HAS(ctx, "dta", "not an axis of the mesh", "test_shard.c");
+        TJT_CHECK(tj_device_put(a, "batch:data embed:data") == NULL, "mesh axis used twice accepted");
+        TJT_ERROR_HAS(ctx, "data", "used twice", "test_shard.c");
+        TJT_CHECK(tj_device_put(a, "batch:model") == NULL, "indivisible axis accepted");
+        TJT_ERROR_HAS(ctx, "batch", "not divisible", "model", "test_shard.c");
+        TJT_CHECK(tj_device_put(a, "pos:data") == NULL, "unknown value axis accepted");
+        TJT_ERROR_HAS(ctx, "pos", "does not have", "test_shard.c");
+        tj_array_free(a);
+        tj_ctx_free(ctx);
+    }
+
+    tjt_current = "random";
+    {
+        /* the same key gives the same numbers whatever the sharding, and each
+           device generates only its slice (no slice collective, no full tensor) */
+        const char *specs[3] = {"batch:data", "embed:data", "batch:data embed:model"};
+        const char *meshes[3] = {"data=4", "data=4", "data=2 model=2"};
+        double ref_v[64], v[64];
+        int k;
+        for (k = -1; k < 3; k++) {
+            tj_ctx *c = tj_ctx_new();
+            tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+            tj_prog *p;
+            const char *spec = k < 0 ? NULL : specs[k];
+            tj_set_devices(c, k < 0 ? 1 : 4);
+            if (k >= 0) tj_set_mesh(c, meshes[k]);
+            tj_tree_set_string(in, "spec", spec ? spec : "");
+            tj_tree_set_array(in, "dummy", tj_zeros(c, TJ_F32, "one=1"));
+            p = tj_jit(c, "random", random_fn, NULL, in, NULL);
+            TJT_CHECK(p && !tj_run(p, in, out), "random %d: %s", k, tj_error(c));
+            if (p) {
+                tj_collective cols[8];
+                tj_array_read(tj_tree_array(out, "u"), TJ_F64, k < 0 ? ref_v : v);
+                if (k >= 0) {
+                    TJT_CHECK(!memcmp(ref_v, v, sizeof v), "random values depend on the sharding %s", spec);
+                    TJT_CHECK(tj_prog_collectives(p, cols, 8) == 0, "sharded random made by slicing a full tensor (%d collectives)", tj_prog_collectives(p, cols, 8));
+                    TJT_CHECK(tj_tree_array(out, "u")->local_bytes * 4 == 64 * 4, "each device holds %lld B of a 256 B tensor sharded 4 ways",
+                              (long long)tj_tree_array(out, "u")->local_bytes);
+                }
+            }
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+            tj_ctx_free(c);
+        }
+    }
+    return tjt_finish();
+}
