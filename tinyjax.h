@@ -1605,7 +1605,8 @@ typedef struct {
     X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)                  \
     X(PSUM, "psum", 0, tj__k_psum, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)                                    \
     X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)      \
-    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)
+    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)                \
+    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)
 
 enum {
 #define TJ__E1(op, nm, expr) TJ__OP_##op,
@@ -2018,6 +2019,21 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
             x = tj__collective(g, TJ__OP_PSUM, x, &t, -1, x->t.partial, cause, file, line);
         }
         if (!x) return NULL;
+    }
+    for (i = 0; i < t.rank; i++) { /* a mesh set moving to another axis: one all-to-all */
+        int j;
+        if (!t.sh[i] || t.sh[i] == sh[i]) continue;
+        for (j = 0; j < t.rank; j++)
+            if (j != i && !t.sh[j] && sh[j] == t.sh[i] && !sh[i] && t.dim[j] % tj__mesh_count(g->ctx, t.sh[i]) == 0) {
+                tj_node *y;
+                t.sh[j] = t.sh[i];
+                t.sh[i] = 0;
+                y = tj__collective(g, TJ__OP_ALL_TO_ALL, x, &t, t.ax[j], t.sh[j], cause, file, line);
+                if (!y) return NULL;
+                y->a.axis2 = t.ax[i];
+                x = y;
+                break;
+            }
     }
     for (i = 0; i < t.rank; i++)
         if (t.sh[i] && t.sh[i] != sh[i]) {
@@ -3666,6 +3682,7 @@ static void tj__publish(tj__kern *k) {
     if (k->rdv && k->rdv->n > 1) k->rdv->slot[k->dev] = k->in[0];
     tj__barrier(k->rdv);
 }
+static void tj__k_all_to_all(tj__kern *k);
 static void tj__k_all_gather(tj__kern *k) {
     unsigned m = (unsigned)k->n->a.index;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis);
@@ -3719,6 +3736,23 @@ static void tj__k_shard_slice(tj__kern *k) {
     int64_t ist[TJ_MAXDIM];
     tj__strides(k->it[0], ist);
     tj__copy_region(k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim);
+}
+/* all_to_all: mesh axes m move from axis `axis2` (split on input) to
+   `axis` (split on output): each device sends peer r the r-th block of its
+   `axis` and receives peer r's block of `axis2`. */
+static void tj__k_all_to_all(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r, me = tj__mesh_rank(k->ctx, k->dev, m);
+    int to = tj__axis_index(&k->ot, k->n->a.axis), from = tj__axis_index(&k->ot, k->n->a.axis2);
+    int64_t ist[TJ_MAXDIM], ost[TJ_MAXDIM], dims[TJ_MAXDIM];
+    tj__strides(k->it[0], ist);
+    tj__strides(&k->ot, ost);
+    memcpy(dims, k->ot.dim, sizeof dims);
+    dims[from] = k->it[0]->dim[from]; /* one peer's block */
+    tj__publish(k);
+    for (r = 0; r < G; r++)
+        tj__copy_region(tj__peer_in(k, m, r), k->it[0], me * k->ot.dim[to] * ist[to], k->out, &k->ot, r * k->it[0]->dim[from] * ost[from], dims);
+    tj__barrier(k->rdv);
 }
 /* a collective's VJP: bring the cotangent back to the input's sharding
    (tj__fit reshards), which makes all-gather's transpose a reduce-scatter
@@ -6097,10 +6131,11 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
     for (j = 0; j < n->nin; j++) fprintf(f, "%s%%%d", j ? ", " : "", n->in[j]->id);
     fprintf(f, ")");
     if (n->op == TJ__OP_PARAM || n->op == TJ__OP_NAME) fprintf(f, " '%s'", n->name);
-    if (n->op >= TJ__OP_ALL_GATHER && n->op <= TJ__OP_SHARD_SLICE) {
+    if (n->op >= TJ__OP_ALL_GATHER && n->op <= TJ__OP_ALL_TO_ALL) {
         char mb[64];
         fprintf(f, " over %s", tj__mesh_names(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb));
-        if (n->a.axis >= 0 && n->op != TJ__OP_PSUM) fprintf(f, " along %s", tj__name(n->g->ctx, n->a.axis));
+        if (n->op == TJ__OP_ALL_TO_ALL) fprintf(f, " from %s to %s", tj__name(n->g->ctx, n->a.axis2), tj__name(n->g->ctx, n->a.axis));
+        else if (n->a.axis >= 0 && n->op != TJ__OP_PSUM) fprintf(f, " along %s", tj__name(n->g->ctx, n->a.axis));
         fprintf(f, " [%lld B/device, caused by %s]", (long long)tj__lbytes(n->g->ctx, &n->in[0]->t), n->name ? n->name : "?");
     }
     if (n->op == TJ__OP_FILL || n->op == TJ__OP_POWS) fprintf(f, " %g", n->a.s);
@@ -6159,7 +6194,7 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n) 
     int i;
     for (i = 0; i < p->nsched; i++) {
         tj_node *x = p->sched[i];
-        if (x->op >= TJ__OP_ALL_GATHER && x->op <= TJ__OP_SHARD_SLICE) {
+        if (x->op >= TJ__OP_ALL_GATHER && x->op <= TJ__OP_ALL_TO_ALL) {
             if (rows && *n < max) {
                 tj_collective *r = &rows[*n];
                 memset(r, 0, sizeof *r);

@@ -63,6 +63,15 @@ static void emb_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "g_ws", gr[1]);
 }
 
+/* moving a mesh axis from batch to embed: one all-to-all each way */
+static void a2a_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = tj_with_sharding_constraint(x, "embed:data"), w = tj_tree_v(in, "w"), gx;
+    tj_v loss = tj_sum(tj_mul(tj_mul(y, y), w), "batch embed");
+    (void)g; (void)u;
+    tj_grad(loss, 1, &x, &gx);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "gx", gx);
+}
 static void random_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     const char *spec = tj_tree_string(in, "spec");
     tj_v r = tj_uniform(g, 1234, TJ_F32, "batch=8 embed=8");
@@ -225,6 +234,46 @@ int main(void) {
         TJT_CHECK(r.bwd[1] == 1, "tensor parallel: want exactly one psum backward, got %d", r.bwd[1]);
         TJT_CHECK(r.count[0] == 0, "tensor parallel: want no all-gather, got %d", r.count[0]);
         free_result(&r);
+    }
+
+    tjt_current = "all_to_all";
+    {
+        double ref_v[2][64], v[2][64];
+        int k;
+        for (k = 0; k < 2; k++) {
+            tj_ctx *c = tj_ctx_new();
+            tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+            tj_prog *p;
+            tj_set_devices(c, k ? 4 : 1);
+            tj_set_mesh(c, k ? "data=4" : "data=1"); /* one device: a mesh of one */
+            tj_tree_set_array(in, "x", tjt_rand(c, TJ_F32, "batch=8 embed=8", 11, -1, 1));
+            tj_tree_set_array(in, "w", tjt_rand(c, TJ_F32, "batch=8 embed=8", 12, -1, 1));
+            if (k) {
+                tj_array *w = tj_device_put(tj_tree_array(in, "w"), ""); /* w replicated */
+                tj_filter_shard(in, "batch:data");
+                tj_tree_set_array(in, "w", w);
+            }
+            p = tj_jit(c, "a2a", a2a_fn, NULL, in, NULL);
+            TJT_CHECK(p && !tj_run(p, in, out), "all_to_all program: %s", tj_error(c));
+            if (p) {
+                tj_collective cols[32];
+                int n = tj_prog_collectives(p, cols, 32), i, fa = 0, ba = 0;
+                tj_array_read(tj_tree_array(out, "loss"), TJ_F64, k ? v[0] : ref_v[0]);
+                tj_array_read(tj_tree_array(out, "gx"), TJ_F64, k ? v[1] : ref_v[1]);
+                for (i = 0; i < n && i < 32; i++)
+                    if (!strcmp(cols[i].kind, "all_to_all")) { if (cols[i].backward) ba++; else fa++; }
+                if (k) {
+                    double d = 0;
+                    for (i = 0; i < 64; i++) if (fabs(v[1][i] - ref_v[1][i]) > d) d = fabs(v[1][i] - ref_v[1][i]);
+                    TJT_CHECK(fabs(v[0][0] - ref_v[0][0]) <= 1e-5 * fabs(ref_v[0][0]) && d < 1e-5, "all_to_all: results differ from one device (%g)", d);
+                    TJT_CHECK(fa == 1 && ba == 1, "want one all_to_all forward and one backward, got %d and %d", fa, ba);
+                }
+            }
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+            tj_ctx_free(c);
+        }
     }
 
     tjt_current = "errors";
