@@ -1987,10 +1987,7 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
 
 /* ---- collectives as nodes ---- */
 static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *t, int axis, unsigned mesh, const char *cause, const char *file, int line) {
-    tj_node *n;
-    int saved = g->ctx->nmesh;
-    g->ctx->nmesh = saved; /* collectives have given types: no rule runs */
-    n = tj__node(g, op, t, 1, &x, file, line);
+    tj_node *n = tj__node(g, op, t, 1, &x, file, line); /* a given type: no rule runs */
     if (!n) return NULL;
     n->a.axis = axis;
     n->a.index = (int)mesh;
@@ -2064,11 +2061,10 @@ static unsigned tj__sh_used(const uint8_t *sh, int rank) {
 /* The sharding rule, run by tj__node: fits inputs (replacing in[]) and sets
    the output's sharding in *t. Returns -1 on error. */
 static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
-    tj_ctx *c = g->ctx;
     int cls = tj__opshard(op), i, j, k;
     uint8_t want[TJ_MAXDIM];
     const char *cause = tj__opname(op);
-    (void)c;
+    (void)g;
     if (cls == TJ__SH_GIVEN || cls == TJ__SH_DOT) return 0; /* dot: the builder calls tj__shard_dot */
     for (i = 0; i < TJ_MAXDIM; i++) t->sh[i] = 0;
     t->partial = 0;
