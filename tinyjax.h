@@ -4218,22 +4218,36 @@ static int64_t tj__carry_bytes(const tj_node *n) {
     for (i = 0; i < n->a.ncarry; i++) s += tj__align(tj__lbytes(n->g->ctx, &n->proj[i]->t));
     return s;
 }
+/* two device staging buffers per x that lives in host memory (prefetch) */
+static int64_t tj__stage_bytes(const tj_node *n) {
+    int64_t s = 0;
+    int i;
+    for (i = 0; i < n->a.nx; i++)
+        if (n->in[n->a.ncarry + i]->space == TJ_SPACE_HOST) s += 2 * tj__align(tj__lbytes(n->g->ctx, &n->in[n->a.ncarry + i]->t) / n->a.length);
+    return s;
+}
 static int64_t tj__scan_scratch(const tj_node *n) {
     int64_t body = n->sub->prog ? n->sub->prog->arena_bytes[TJ_SPACE_DEVICE] : 0;
-    return tj__align(body) + 2 * tj__carry_bytes(n);
+    return tj__align(body) + 2 * tj__carry_bytes(n) + tj__stage_bytes(n);
 }
 static double tj__flops_scan(const tj_node *n) { return n->sub->prog ? n->sub->prog->flops * n->a.length : 0; }
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, struct tj__rdv *rdv);
+static void tj__stage_copy(tj__kern *k, void *dst, const void *src, int64_t n) {
+    tj_ctx *c = k->ctx;
+    if (c->backend) c->backend->copy(c->backend, dst, TJ_SPACE_DEVICE, src, TJ_SPACE_HOST, (size_t)n);
+    else memcpy(dst, src, (size_t)n);
+}
 static void tj__k_scan(tj__kern *k) {
     tj_node *n = k->n;
     tj_prog *bp = n->sub->prog;
     int nc = n->a.ncarry, nx = n->a.nx, ncap = n->a.ncap, ny = n->nproj - nc, i, s;
     int np = n->sub->nparam;
     void *args[128], *outs[128], *cur[32], *nxt[32];
+    char *stage[64][2];
     char *arena[2];
     char *carry0 = (char *)k->scratch + tj__align(bp->arena_bytes[TJ_SPACE_DEVICE]);
-    int64_t off = 0, xsl[32], ysl[64];
-    if (np > 128 || n->nproj > 128) {
+    int64_t off = 0, xsl[64], ysl[128];
+    if (np > 128 || n->nproj > 64 || nx > 64 || nc > 32) {
         snprintf(k->err, TJ__MSG, "scan: too many body parameters or outputs");
         return;
     }
@@ -4248,13 +4262,34 @@ static void tj__k_scan(tj__kern *k) {
     for (i = 0; i < ncap; i++) args[nc + nx + i] = (void *)k->in[nc + nx + i];
     for (i = 0; i < nx; i++) xsl[i] = tj__bytes(k->it[nc + i]) / n->a.length;
     for (i = 0; i < ny; i++) ysl[i] = tj__lbytes(n->g->ctx, &n->proj[nc + i]->t) / n->a.length;
+    {   /* xs in host memory (offloaded residuals) are staged into device
+           buffers, the next iteration's slice copied while this one runs */
+        char *st = carry0 + 2 * tj__carry_bytes(n);
+        for (i = 0; i < nx; i++) {
+            stage[i][0] = stage[i][1] = NULL;
+            if (n->in[nc + i]->space != TJ_SPACE_HOST) continue;
+            stage[i][0] = st;
+            stage[i][1] = st + tj__align(xsl[i]);
+            st += 2 * tj__align(xsl[i]);
+            tj__stage_copy(k, stage[i][0], (char *)k->in[nc + i] + (n->a.reverse ? n->a.length - 1 : 0) * xsl[i], xsl[i]);
+        }
+    }
     for (s = 0; s < n->a.length; s++) {
         int t = n->a.reverse ? n->a.length - 1 - s : s;
+        int tn = n->a.reverse ? t - 1 : t + 1;
         for (i = 0; i < nc; i++) {
             args[i] = s == 0 ? (void *)k->in[i] : cur[i];
             outs[i] = nxt[i];
         }
-        for (i = 0; i < nx; i++) args[nc + i] = (char *)k->in[nc + i] + t * xsl[i];
+        for (i = 0; i < nx; i++) {
+            if (!stage[i][0]) {
+                args[nc + i] = (char *)k->in[nc + i] + t * xsl[i];
+                continue;
+            }
+            args[nc + i] = stage[i][s & 1];
+            if (s + 1 < n->a.length) /* prefetch: on CUDA an async copy on the copy stream */
+                tj__stage_copy(k, stage[i][(s + 1) & 1], (char *)k->in[nc + i] + tn * xsl[i], xsl[i]);
+        }
         for (i = 0; i < ny; i++) outs[nc + i] = (char *)k->pout[nc + i] + t * ysl[i];
         if (tj__run_body(bp, args, outs, arena, k->err, k->nthreads, k->dev, k->rdv) != TJ_OK) return;
         for (i = 0; i < nc; i++) {
@@ -4528,11 +4563,10 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
         tj__type yt = tj__type_lead(&v->t, w->scan->a.axis, w->scan->a.length);
         if (tj__add_proj(w->scan, &yt, space)) return NULL;
     }
-    p = tj__bk_xparam(w, w->scan->proj[w->scan->nproj - 1], &v->t, space);
-    if (p && d == TJ_OFFLOAD) { /* copied back to the device before its backward use */
-        p = tj__node(w->bk, TJ__OP_TO_DEVICE, &v->t, 1, &p, v->file, v->line);
-        if (p) p->space = TJ_SPACE_DEVICE;
-    }
+    /* the backward body sees a device buffer either way: for an offloaded
+       residual the reverse scan copies each slice back from host memory one
+       iteration ahead of its use (see tj__k_scan) */
+    p = tj__bk_xparam(w, w->scan->proj[w->scan->nproj - 1], &v->t, TJ_SPACE_DEVICE);
     return p;
 }
 static tj_node *tj__clone(tj__bwd *w, tj_node *v);
