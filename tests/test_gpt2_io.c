@@ -1,8 +1,11 @@
-/* Tests for demos/gpt2_io.h.  Writes every file it needs into a fresh
- * mkdtemp directory and removes it afterwards.
- *   gcc -std=c99 -O2 -Wall -Wextra -Werror -o /tmp/tgio tests/test_gpt2_io.c && /tmp/tgio
+/* Tests for demos/gpt2_io.h and the safetensors files it relies on (which
+ * tinyjax.h implements).  Writes every file it needs into a fresh mkdtemp
+ * directory and removes it afterwards.
+ *   gcc -std=c99 -O2 -Wall -Wextra -Werror -o /tmp/tgio tests/test_gpt2_io.c -lm -pthread && /tmp/tgio
  * The last line printed is "N passed, M failed"; exit status is nonzero on failure. */
 #define _POSIX_C_SOURCE 200809L
+#define TINYJAX_IMPLEMENTATION
+#include "../tinyjax.h"
 #define GPT2_IO_IMPLEMENTATION
 #include "../demos/gpt2_io.h"
 
@@ -77,41 +80,51 @@ static int write_raw(const char *path, const void *p, size_t n) {
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
 /* ------------------------------------------------------------------ */
+/* Safetensors is tinyjax's (tj_st_*); these are gio's original format tests,
+   kept against the one implementation the demo uses. */
+
+static tj_ctx *g_ctx;
+/* the context's error message, then clear it (for CHECKE) */
+static const char *tjerr(void) {
+    static char m[1100];
+    snprintf(m, sizeof m, "%s", tj_error(g_ctx));
+    tj_clear_error(g_ctx);
+    return m;
+}
 
 static void test_dtypes(void) {
-    gio_dtype d;
-    CHECK(gio_dtype_size(GIO_F32) == 4 && gio_dtype_size(GIO_BF16) == 2 && gio_dtype_size(GIO_F16) == 2);
-    CHECK(gio_dtype_size(GIO_I64) == 8 && gio_dtype_size(GIO_U8) == 1 && gio_dtype_size(GIO_F64) == 8);
-    CHECK(gio_dtype_size((gio_dtype)99) == 0);
-    CHECK(gio_dtype_parse("BF16", &d) == 0 && d == GIO_BF16);
-    CHECK(gio_dtype_parse("U16", &d) == 0 && d == GIO_U16);
-    CHECK(gio_dtype_parse("f32", &d) != 0);
-    CHECK(strcmp(gio_dtype_name(GIO_I32), "I32") == 0);
+    CHECK(tj_st_dtype_size(TJ_ST_F32) == 4 && tj_st_dtype_size(TJ_ST_BF16) == 2 && tj_st_dtype_size(TJ_ST_F16) == 2);
+    CHECK(tj_st_dtype_size(TJ_ST_I64) == 8 && tj_st_dtype_size(TJ_ST_U8) == 1 && tj_st_dtype_size(TJ_ST_F64) == 8);
+    CHECK(tj_st_dtype_size((tj_st_dtype)99) == 0);
+    CHECK(tj_st_dtype_from_name("BF16") == TJ_ST_BF16);
+    CHECK(tj_st_dtype_from_name("U16") == TJ_ST_U16);
+    CHECK(tj_st_dtype_from_name("f32") == TJ_ST_NDTYPE);
+    CHECK(strcmp(tj_st_dtype_name(TJ_ST_I32), "I32") == 0);
+    CHECK(tj_st_dtype_of(TJ_BF16) == TJ_ST_BF16 && tj_st_dtype_of(TJ_F64) == TJ_ST_F64);
 }
 
 /* Round trip of every dtype at ranks 0..4 plus odd names and metadata. */
 static void test_st_roundtrip(void) {
-    enum { NT = GIO_DTYPE_COUNT * 5 + 2 };
-    gio_st_entry e[NT];
+    enum { NT = TJ_ST_NDTYPE * 5 + 2 };
+    tj_st_entry e[NT];
     int64_t shapes[NT][4];
     unsigned char *data[NT];
     char names[NT][64];
     const char *meta[] = {"format", "pt", "quote\"back\\slash", "tab\there\nnewline", "unicode", "h\xc3\xa9llo \xe2\x9c\x93"};
-    gio_safetensors st;
-    char err[512];
-    int i, k, n = 0, ok;
+    tj_safetensors *st;
+    int i, k, n = 0;
     unsigned char hdr8[8];
     FILE *f;
 
-    for (i = 0; i < GIO_DTYPE_COUNT * 5; i++) {
-        gio_dtype dt = (gio_dtype)(i / 5);
+    for (i = 0; i < TJ_ST_NDTYPE * 5; i++) {
+        tj_st_dtype dt = (tj_st_dtype)(i / 5);
         int rank = i % 5;
         size_t numel = 1, nb, b;
         for (k = 0; k < rank; k++) { shapes[n][k] = 1 + (i + k) % 3; numel *= (size_t)shapes[n][k]; }
-        nb = numel * gio_dtype_size(dt);
+        nb = numel * tj_st_dtype_size(dt);
         data[n] = (unsigned char *)malloc(nb);
         for (b = 0; b < nb; b++) data[n][b] = (unsigned char)(rnd() & 0xFF);
-        snprintf(names[n], sizeof names[n], "t.%s.rank%d", gio_dtype_name(dt), rank);
+        snprintf(names[n], sizeof names[n], "t.%s.rank%d", tj_st_dtype_name(dt), rank);
         e[n].name = names[n];
         e[n].dtype = dt;
         e[n].rank = rank;
@@ -123,17 +136,16 @@ static void test_st_roundtrip(void) {
     shapes[n][0] = 0; shapes[n][1] = 3;
     data[n] = NULL;
     snprintf(names[n], sizeof names[n], "empty");
-    e[n].name = names[n]; e[n].dtype = GIO_F32; e[n].rank = 2; e[n].shape = shapes[n]; e[n].data = NULL;
+    e[n].name = names[n]; e[n].dtype = TJ_ST_F32; e[n].rank = 2; e[n].shape = shapes[n]; e[n].data = NULL;
     n++;
     shapes[n][0] = 2;
     data[n] = (unsigned char *)malloc(2);
     data[n][0] = 7; data[n][1] = 9;
     snprintf(names[n], sizeof names[n], "we\"ird\\name/\xc3\xbc\x01");
-    e[n].name = names[n]; e[n].dtype = GIO_U8; e[n].rank = 1; e[n].shape = shapes[n]; e[n].data = data[n];
+    e[n].name = names[n]; e[n].dtype = TJ_ST_U8; e[n].rank = 1; e[n].shape = shapes[n]; e[n].data = data[n];
     n++;
 
-    ok = gio_st_save(path_in("rt.safetensors"), e, n, meta, 3, err, sizeof err);
-    CHECKE(ok == 0, err);
+    CHECKE(tj_st_save(g_ctx, path_in("rt.safetensors"), e, n, meta, 3) == TJ_OK, tjerr());
     CHECK(!dir_has_tmp_files());
     f = fopen(path_in("rt.safetensors"), "rb");
     CHECK(f && fread(hdr8, 1, 8, f) == 8);
@@ -144,95 +156,93 @@ static void test_st_roundtrip(void) {
         CHECK((8 + hl) % 8 == 0);
     }
 
-    ok = gio_st_load(&st, path_in("rt.safetensors"), err, sizeof err);
-    CHECKE(ok == 0, err);
-    if (ok == 0) {
-        CHECK(st.n_tensors == n);
+    st = tj_st_load(g_ctx, path_in("rt.safetensors"));
+    CHECKE(st != NULL, tjerr());
+    if (st) {
+        CHECK(tj_st_count(st) == n);
         for (i = 0; i < n; i++) {
-            const gio_tensor *t = gio_st_find(&st, names[i]);
+            const tj_st_tensor *t = tj_st_find(st, names[i]);
             int good = t != NULL;
             if (!good) { printf("missing tensor %s\n", names[i]); CHECK(t != NULL); continue; }
             good = good && t->dtype == e[i].dtype && t->rank == e[i].rank;
             for (k = 0; good && k < e[i].rank; k++) good = t->shape[k] == e[i].shape[k];
             good = good && (t->nbytes == 0 || memcmp(t->data, e[i].data, t->nbytes) == 0);
             /* writer promises natural alignment */
-            good = good && ((uintptr_t)t->data % gio_dtype_size(t->dtype)) == 0;
+            good = good && ((uintptr_t)t->data % tj_st_dtype_size(t->dtype)) == 0;
             if (!good) printf("tensor %s mismatch\n", names[i]);
             CHECK(good);
         }
-        CHECK(strcmp(st.tensors[0].name, names[0]) == 0);   /* header order kept */
-        CHECK(gio_st_find(&st, "nope") == NULL);
-        CHECK(gio_st_find(&st, "empty") && gio_st_find(&st, "empty")->nbytes == 0);
-        CHECK(st.n_meta == 3);
-        CHECK(gio_st_meta(&st, "format") && strcmp(gio_st_meta(&st, "format"), "pt") == 0);
-        CHECK(gio_st_meta(&st, "quote\"back\\slash") &&
-              strcmp(gio_st_meta(&st, "quote\"back\\slash"), "tab\there\nnewline") == 0);
-        CHECK(gio_st_meta(&st, "unicode") && strcmp(gio_st_meta(&st, "unicode"), "h\xc3\xa9llo \xe2\x9c\x93") == 0);
-        CHECK(gio_st_meta(&st, "missing") == NULL);
+        CHECK(strcmp(tj_st_at(st, 0)->name, names[0]) == 0);   /* header order kept */
+        CHECK(tj_st_at(st, n) == NULL && tj_st_at(st, -1) == NULL);
+        CHECK(tj_st_find(st, "nope") == NULL);
+        CHECK(tj_st_find(st, "empty") && tj_st_find(st, "empty")->nbytes == 0);
+        CHECK(tj_st_meta_count(st) == 3 && strcmp(tj_st_meta_key(st, 1), "quote\"back\\slash") == 0);
+        CHECK(tj_st_meta(st, "format") && strcmp(tj_st_meta(st, "format"), "pt") == 0);
+        CHECK(tj_st_meta(st, "quote\"back\\slash") &&
+              strcmp(tj_st_meta(st, "quote\"back\\slash"), "tab\there\nnewline") == 0);
+        CHECK(tj_st_meta(st, "unicode") && strcmp(tj_st_meta(st, "unicode"), "h\xc3\xa9llo \xe2\x9c\x93") == 0);
+        CHECK(tj_st_meta(st, "missing") == NULL);
+        CHECK(tj_status_of(g_ctx) == TJ_OK);
         {
-            const gio_tensor *t;
             int64_t want[2] = {0, 3}, bad[2] = {0, 4};
-            CHECKE(gio_st_expect(&st, "empty", GIO_F32, 2, want, &t, err, sizeof err) == 0, err);
-            CHECK(gio_st_expect(&st, "empty", GIO_F32, 2, bad, &t, err, sizeof err) != 0 &&
-                  contains(err, "'empty' has shape [0,3], want [0,4]") && contains(err, "rt.safetensors"));
-            CHECK(gio_st_expect(&st, "empty", GIO_F16, 2, want, &t, err, sizeof err) != 0 &&
-                  contains(err, "dtype F32, want F16"));
-            CHECK(gio_st_expect(&st, "empty", GIO_F32, 1, NULL, &t, err, sizeof err) != 0 && contains(err, "rank 1"));
-            CHECK(gio_st_expect(&st, "absent", GIO_F32, 1, NULL, &t, err, sizeof err) != 0 &&
-                  contains(err, "no tensor named 'absent'") && t == NULL);
+            CHECKE(tj_st_expect(st, "empty", TJ_ST_F32, 2, want) != NULL, tjerr());
+            CHECK(tj_st_expect(st, "empty", TJ_ST_F32, 2, bad) == NULL &&
+                  contains(tj_error(g_ctx), "'empty' has shape [0,3], want [0,4]") && contains(tj_error(g_ctx), "rt.safetensors"));
+            tj_clear_error(g_ctx);
+            CHECK(tj_st_expect(st, "empty", TJ_ST_F16, 2, want) == NULL && contains(tj_error(g_ctx), "dtype F32, want F16"));
+            tj_clear_error(g_ctx);
+            CHECK(tj_st_expect(st, "empty", TJ_ST_F32, 1, NULL) == NULL && contains(tj_error(g_ctx), "rank 1"));
+            tj_clear_error(g_ctx);
+            CHECK(tj_st_expect(st, "absent", TJ_ST_F32, 1, NULL) == NULL && contains(tj_error(g_ctx), "no tensor named 'absent'"));
+            tj_clear_error(g_ctx);
         }
-        gio_st_free(&st);
+        tj_st_free(st);
     }
     /* Overwrite must replace atomically and leave no temp files behind. */
-    ok = gio_st_save(path_in("rt.safetensors"), e, 1, NULL, 0, err, sizeof err);
-    CHECKE(ok == 0, err);
-    ok = gio_st_load(&st, path_in("rt.safetensors"), err, sizeof err);
-    CHECKE(ok == 0 && st.n_tensors == 1 && st.n_meta == 0, err);
-    gio_st_free(&st);
+    CHECKE(tj_st_save(g_ctx, path_in("rt.safetensors"), e, 1, NULL, 0) == TJ_OK, tjerr());
+    st = tj_st_load(g_ctx, path_in("rt.safetensors"));
+    CHECKE(st && tj_st_count(st) == 1 && tj_st_meta_count(st) == 0, tjerr());
+    tj_st_free(st);
     CHECK(!dir_has_tmp_files());
 
     /* writer input validation */
     {
-        gio_st_entry dup[2];
+        tj_st_entry dup[2];
         int64_t neg = -1;
         dup[0] = e[0];
         dup[1] = e[0];
-        CHECK(gio_st_save(path_in("bad.safetensors"), dup, 2, NULL, 0, err, sizeof err) != 0 &&
-              contains(err, "duplicate tensor name"));
+        CHECK(tj_st_save(g_ctx, path_in("bad.safetensors"), dup, 2, NULL, 0) != TJ_OK && contains(tjerr(), "duplicate tensor name"));
         dup[0].name = "__metadata__";
-        CHECK(gio_st_save(path_in("bad.safetensors"), dup, 1, NULL, 0, err, sizeof err) != 0);
+        CHECK(tj_st_save(g_ctx, path_in("bad.safetensors"), dup, 1, NULL, 0) != TJ_OK && contains(tjerr(), "invalid name"));
         dup[0] = e[n - 1];
         dup[0].shape = &neg;
-        CHECK(gio_st_save(path_in("bad.safetensors"), dup, 1, NULL, 0, err, sizeof err) != 0 &&
-              contains(err, "negative"));
+        CHECK(tj_st_save(g_ctx, path_in("bad.safetensors"), dup, 1, NULL, 0) != TJ_OK && contains(tjerr(), "negative"));
         dup[0] = e[n - 1];
         dup[0].data = NULL;
-        CHECK(gio_st_save(path_in("bad.safetensors"), dup, 1, NULL, 0, err, sizeof err) != 0 &&
-              contains(err, "NULL data"));
-        CHECK(gio_st_save(path_in("no/such/dir/x.safetensors"), e, 1, NULL, 0, err, sizeof err) != 0 &&
-              contains(err, "cannot create"));
+        CHECK(tj_st_save(g_ctx, path_in("bad.safetensors"), dup, 1, NULL, 0) != TJ_OK && contains(tjerr(), "NULL data"));
+        CHECK(tj_st_save(g_ctx, path_in("no/such/dir/x.safetensors"), e, 1, NULL, 0) == TJ_ERR_IO && contains(tjerr(), "cannot create"));
         CHECK(access(path_in("bad.safetensors"), F_OK) != 0);
     }
     for (i = 0; i < n; i++) free(data[i]);
 }
 
 static void test_to_f32(void) {
-    gio_tensor t;
+    tj_st_tensor t;
     float out[5];
     unsigned char f16[10] = {0x00, 0x3C, 0x00, 0xC0, 0x01, 0x00, 0x00, 0x7C, 0x00, 0x00};
     unsigned char bf16[4] = {0x80, 0x3F, 0x40, 0xC0};
     unsigned char i8[2] = {0xFF, 0x05};
     double d = -3.25;
     memset(&t, 0, sizeof t);
-    t.dtype = GIO_F16; t.numel = 5; t.data = f16;
-    CHECK(gio_tensor_to_f32(&t, out) == 0);
+    t.dtype = TJ_ST_F16; t.numel = 5; t.data = f16;
+    CHECK(tj_st_to_f32(&t, out) == TJ_OK);
     CHECK(out[0] == 1.0f && out[1] == -2.0f && out[2] > 5.9e-8f && out[2] < 6.0e-8f && out[3] > 1e38f && out[4] == 0.0f);
-    t.dtype = GIO_BF16; t.numel = 2; t.data = bf16;
-    CHECK(gio_tensor_to_f32(&t, out) == 0 && out[0] == 1.0f && out[1] == -3.0f);
-    t.dtype = GIO_I8; t.numel = 2; t.data = i8;
-    CHECK(gio_tensor_to_f32(&t, out) == 0 && out[0] == -1.0f && out[1] == 5.0f);
-    t.dtype = GIO_F64; t.numel = 1; t.data = &d;
-    CHECK(gio_tensor_to_f32(&t, out) == 0 && out[0] == -3.25f);
+    t.dtype = TJ_ST_BF16; t.numel = 2; t.data = bf16;
+    CHECK(tj_st_to_f32(&t, out) == TJ_OK && out[0] == 1.0f && out[1] == -3.0f);
+    t.dtype = TJ_ST_I8; t.numel = 2; t.data = i8;
+    CHECK(tj_st_to_f32(&t, out) == TJ_OK && out[0] == -1.0f && out[1] == 5.0f);
+    t.dtype = TJ_ST_F64; t.numel = 1; t.data = &d;
+    CHECK(tj_st_to_f32(&t, out) == TJ_OK && out[0] == -3.25f);
 }
 
 /* Builds an in-memory safetensors file from a literal header and zeroed data. */
@@ -246,43 +256,47 @@ static unsigned char *make_st(const char *header, size_t data_len, size_t *len) 
 }
 
 static int parse_err(const char *header, size_t data_len, const char *want, char *err, size_t errlen) {
-    gio_safetensors st;
+    tj_safetensors *st;
     size_t len;
     unsigned char *b = make_st(header, data_len, &len);
-    int rc = gio_st_parse(&st, b, len, "x.safetensors", err, errlen);
+    st = tj_st_parse(g_ctx, b, len, "x.safetensors");
     free(b);
-    if (rc == 0) { gio_st_free(&st); snprintf(err, errlen, "unexpectedly parsed"); return 0; }
+    snprintf(err, errlen, "%s", tj_error(g_ctx));
+    tj_clear_error(g_ctx);
+    if (st) { tj_st_free(st); snprintf(err, errlen, "unexpectedly parsed"); return 0; }
     if (!contains(err, want) || !contains(err, "x.safetensors")) return 0;
     return 1;
 }
 
 static void test_st_bad(void) {
-    char err[512];
-    gio_safetensors st;
+    char err[1100];
+    tj_safetensors *st;
     unsigned char hdr[16] = {0x7F, 0x96, 0x98, 0, 0, 0, 0, 0, '{', '}'};  /* 9999999 */
     size_t len;
     unsigned char *b;
     char deep[1200];
     int i;
 
-    CHECK(gio_st_parse(&st, hdr, 1200 < 16 ? 16 : 16, "model.safetensors", err, sizeof err) != 0 &&
-          contains(err, "model.safetensors: header length 9999999 exceeds file size 16"));
-    CHECK(gio_st_parse(&st, hdr, 5, "model.safetensors", err, sizeof err) != 0 && contains(err, "too short"));
-    CHECK(gio_st_load(&st, path_in("does_not_exist.safetensors"), err, sizeof err) != 0 &&
-          contains(err, "does_not_exist.safetensors: cannot open"));
+    CHECK(tj_st_parse(g_ctx, hdr, 16, "model.safetensors") == NULL &&
+          contains(tjerr(), "model.safetensors: header length 9999999 exceeds file size 16"));
+    CHECK(tj_st_parse(g_ctx, hdr, 5, "model.safetensors") == NULL && contains(tjerr(), "too short"));
+    CHECK(tj_st_load(g_ctx, path_in("does_not_exist.safetensors")) == NULL &&
+          contains(tjerr(), "does_not_exist.safetensors: cannot open"));
 
     b = make_st("{}", 0, &len);
-    CHECKE(gio_st_parse(&st, b, len, "empty", err, sizeof err) == 0 && st.n_tensors == 0, err);
-    gio_st_free(&st);
+    st = tj_st_parse(g_ctx, b, len, "empty");
+    CHECKE(st && tj_st_count(st) == 0, tjerr());
+    tj_st_free(st);
     free(b);
     b = make_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}    ", 8, &len);
-    CHECKE(gio_st_parse(&st, b, len, "ok", err, sizeof err) == 0 && st.n_tensors == 1, err);
-    gio_st_free(&st);
+    st = tj_st_parse(g_ctx, b, len, "ok");
+    CHECKE(st && tj_st_count(st) == 1, tjerr());
+    tj_st_free(st);
     free(b);
 
     CHECKE(parse_err("{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unsupported dtype \"Q4\"", err, sizeof err), err);
     CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "span 8 bytes, but F32 shape needs 12", err, sizeof err), err);
-    CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "outside data section", err, sizeof err), err);
+    CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "outside the data section", err, sizeof err), err);
     CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "4 trailing bytes", err, sizeof err), err);
     CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "hole", err, sizeof err), err);
     CHECKE(parse_err("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
@@ -303,13 +317,17 @@ static void test_st_bad(void) {
     CHECKE(parse_err("{\"\xff\":{}}", 0, "invalid UTF-8", err, sizeof err), err);
     CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}} x", 1, "trailing garbage", err, sizeof err), err);
     CHECKE(parse_err("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},}", 1, "expected string", err, sizeof err), err);
+    /* tinyjax's checksum must be first in __metadata__, and match */
+    CHECKE(parse_err("{\"__metadata__\":{\"a\":\"b\",\"tinyjax.checksum\":\"0000000000000000\"}}", 0, "not where tinyjax writes it", err, sizeof err), err);
+    CHECKE(parse_err("{\"__metadata__\":{\"tinyjax.checksum\":\"0000000000000000\"}}", 0, "checksum 0000000000000000 does not match", err, sizeof err), err);
     /* Unknown fields are skipped, but nesting is bounded. */
     strcpy(deep, "{\"a\":{\"x\":");
     for (i = 0; i < 1000; i++) strcat(deep, "[");
     CHECKE(parse_err(deep, 0, "nesting too deep", err, sizeof err), err);
     b = make_st("{\"a\":{\"x\":[1,-2.5e+3,true,null,{\"y\":\"z\"}],\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]}}", 1, &len);
-    CHECKE(gio_st_parse(&st, b, len, "ok", err, sizeof err) == 0 && st.tensors[0].rank == 0, err);
-    gio_st_free(&st);
+    st = tj_st_parse(g_ctx, b, len, "ok");
+    CHECKE(st && tj_st_at(st, 0)->rank == 0, tjerr());
+    tj_st_free(st);
     free(b);
 }
 
@@ -317,7 +335,7 @@ static void test_st_bad(void) {
    never crash (ASan/UBSan builds catch out-of-bounds reads). */
 static void test_st_fuzz(void) {
     const char *path = path_in("fuzz.safetensors");
-    gio_st_entry e[3];
+    tj_st_entry e[3];
     int64_t s0[2] = {2, 3}, s1[1] = {5};
     float a[6] = {1, 2, 3, 4, 5, 6};
     uint16_t h[5] = {1, 2, 3, 4, 5};
@@ -325,24 +343,25 @@ static void test_st_fuzz(void) {
     char *file, err[512];
     size_t len, cut;
     int bad_trunc = 0, bad_msg = 0, it, parsed_ok = 0;
-    gio_safetensors st;
+    tj_safetensors *st;
 
-    e[0].name = "h.0.attn.c_attn.weight"; e[0].dtype = GIO_F32; e[0].rank = 2; e[0].shape = s0; e[0].data = a;
-    e[1].name = "b\xc3\xa9"; e[1].dtype = GIO_BF16; e[1].rank = 1; e[1].shape = s1; e[1].data = h;
-    e[2].name = "scalar"; e[2].dtype = GIO_U8; e[2].rank = 0; e[2].shape = NULL; e[2].data = "z";
-    CHECKE(gio_st_save(path, e, 3, meta, 1, err, sizeof err) == 0, err);
+    e[0].name = "h.0.attn.c_attn.weight"; e[0].dtype = TJ_ST_F32; e[0].rank = 2; e[0].shape = s0; e[0].data = a;
+    e[1].name = "b\xc3\xa9"; e[1].dtype = TJ_ST_BF16; e[1].rank = 1; e[1].shape = s1; e[1].data = h;
+    e[2].name = "scalar"; e[2].dtype = TJ_ST_U8; e[2].rank = 0; e[2].shape = NULL; e[2].data = "z";
+    CHECKE(tj_st_save(g_ctx, path, e, 3, meta, 1) == TJ_OK, tjerr());
     CHECKE(gio_read_file(path, &file, &len, err, sizeof err) == 0, err);
     if (!file) return;
-    CHECKE(gio_st_parse(&st, file, len, "fuzz", err, sizeof err) == 0, err);
-    gio_st_free(&st);
+    st = tj_st_parse(g_ctx, file, len, "fuzz");
+    CHECKE(st != NULL, tjerr());
+    tj_st_free(st);
 
     for (cut = 0; cut < len; cut++) {
         /* Copy to an exact-size block so ASan sees any read past the cut. */
         char *p = (char *)malloc(cut ? cut : 1);
         memcpy(p, file, cut);
-        err[0] = 0;
-        if (gio_st_parse(&st, p, cut, "fuzz", err, sizeof err) == 0) { bad_trunc++; gio_st_free(&st); }
-        else if (!contains(err, "fuzz: ")) bad_msg++;
+        if ((st = tj_st_parse(g_ctx, p, cut, "fuzz")) != NULL) { bad_trunc++; tj_st_free(st); }
+        else if (!contains(tj_error(g_ctx), "fuzz: ")) bad_msg++;
+        tj_clear_error(g_ctx);
         free(p);
     }
     CHECK(bad_trunc == 0);
@@ -357,21 +376,21 @@ static void test_st_fuzz(void) {
             if (at >= len) at = rnd() % len;
             p[at] = (char)(rnd() & 0xFF);
         }
-        err[0] = 0;
-        if (gio_st_parse(&st, p, len, "fuzz", err, sizeof err) == 0) {
+        if ((st = tj_st_parse(g_ctx, p, len, "fuzz")) != NULL) {
             int k;
             parsed_ok++;
             /* Whatever parsed must be internally consistent. */
-            for (k = 0; k < st.n_tensors; k++) {
-                const gio_tensor *t = &st.tensors[k];
+            for (k = 0; k < tj_st_count(st); k++) {
+                const tj_st_tensor *t = tj_st_at(st, k);
                 const unsigned char *d = (const unsigned char *)t->data;
-                if (d < st.buf + st.data_start || d + t->nbytes > st.buf + st.len) bad_trunc++;
-                if (gio_st_find(&st, t->name) != t) bad_trunc++;
+                if (d < st->buf + st->data_start || d + t->nbytes > st->buf + st->len) bad_trunc++;
+                if (tj_st_find(st, t->name) != t) bad_trunc++;
             }
-            gio_st_free(&st);
-        } else if (!contains(err, "fuzz: ")) {
+            tj_st_free(st);
+        } else if (!contains(tj_error(g_ctx), "fuzz: ")) {
             bad_msg++;
         }
+        tj_clear_error(g_ctx);
         free(p);
     }
     CHECK(bad_trunc == 0);
@@ -391,13 +410,13 @@ static void test_st_gpt2_names(void) {
     int pass;
     for (pass = 0; pass < 2; pass++) {
         const char *prefix = pass ? "transformer." : "";
-        char names[N][64], err[512];
+        char names[N][64];
         int64_t shapes[N][2];
-        gio_st_entry e[N];
+        tj_st_entry e[N];
         float *data[N];
         int n = 0, l, k, good = 1;
         const char *meta[] = {"format", "pt"};
-        gio_safetensors st;
+        tj_safetensors *st;
         const char *path = path_in(pass ? "gpt2_prefixed.safetensors" : "gpt2.safetensors");
 
 #define ADD(nm, r, d0, d1)                                                    \
@@ -407,7 +426,7 @@ static void test_st_gpt2_names(void) {
         shapes[n][0] = d0; shapes[n][1] = d1;                                 \
         data[n] = (float *)malloc(sizeof(float) * ne_);                       \
         for (q_ = 0; q_ < ne_; q_++) data[n][q_] = (float)n + 0.001f * (float)q_; \
-        e[n].name = names[n]; e[n].dtype = GIO_F32; e[n].rank = r;            \
+        e[n].name = names[n]; e[n].dtype = TJ_ST_F32; e[n].rank = r;          \
         e[n].shape = shapes[n]; e[n].data = data[n]; n++;                     \
     } while (0)
         ADD("wte.weight", 2, V, C);
@@ -426,34 +445,32 @@ static void test_st_gpt2_names(void) {
         ADD("ln_f.weight", 1, C, 0);
         ADD("ln_f.bias", 1, C, 0);
 #undef ADD
-        CHECKE(gio_st_save(path, e, n, meta, 1, err, sizeof err) == 0, err);
-        CHECKE(gio_st_load(&st, path, err, sizeof err) == 0, err);
-        if (st.buf) {
-            CHECK(st.n_tensors == N);
+        CHECKE(tj_st_save(g_ctx, path, e, n, meta, 1) == TJ_OK, tjerr());
+        st = tj_st_load(g_ctx, path);
+        CHECKE(st != NULL, tjerr());
+        if (st) {
+            CHECK(tj_st_count(st) == N);
             for (k = 0; k < n; k++) {
-                const gio_tensor *t;
-                if (gio_st_expect(&st, names[k], GIO_F32, e[k].rank, shapes[k], &t, err, sizeof err) != 0 ||
-                    memcmp(t->data, data[k], t->nbytes) != 0) {
-                    printf("%s\n", err);
+                const tj_st_tensor *t = tj_st_expect(st, names[k], TJ_ST_F32, e[k].rank, shapes[k]);
+                if (!t || memcmp(t->data, data[k], t->nbytes) != 0) {
+                    printf("%s\n", tjerr());
                     good = 0;
                 }
             }
             CHECK(good);
-            CHECK(gio_st_find(&st, pass ? "h.0.attn.c_attn.weight" : "transformer.h.0.attn.c_attn.weight") == NULL);
+            CHECK(tj_st_find(st, pass ? "h.0.attn.c_attn.weight" : "transformer.h.0.attn.c_attn.weight") == NULL);
             {
                 char nm[64];
-                const gio_tensor *t;
                 int64_t want[2] = {C, 3 * C};
                 snprintf(nm, sizeof nm, "%sh.11.attn.c_attn.weight", prefix);
-                CHECKE(gio_st_expect(&st, nm, GIO_F32, 2, want, &t, err, sizeof err) == 0, err);
+                CHECKE(tj_st_expect(st, nm, TJ_ST_F32, 2, want) != NULL, tjerr());
             }
-            CHECK(gio_st_meta(&st, "format") && strcmp(gio_st_meta(&st, "format"), "pt") == 0);
-            gio_st_free(&st);
+            CHECK(tj_st_meta(st, "format") && strcmp(tj_st_meta(st, "format"), "pt") == 0);
+            tj_st_free(st);
         }
         for (k = 0; k < n; k++) free(data[k]);
     }
 }
-
 /* ------------------------------------------------------------------ */
 
 static void put_le32(unsigned char *p, uint32_t v) {
@@ -761,19 +778,18 @@ static void test_pretok(void) {
 
 /* ------------------------------------------------------------------ */
 
-/* Validates a whole file as JSON with the header's own (separately tested)
-   parser, which is stricter than needed but catches escaping bugs. */
+/* Validates a whole file as JSON with tinyjax's safetensors header parser
+   (separately tested below), which is stricter than needed but catches
+   escaping bugs. */
 static int is_valid_json(const char *s, size_t n) {
-    gio__js j;
-    char err[256];
+    tj__json j;
     memset(&j, 0, sizeof j);
     j.s = (const unsigned char *)s;
     j.n = n;
     j.label = "json";
-    j.err = err;
-    j.errlen = sizeof err;
-    if (gio__js_skip(&j)) { printf("%s\n", err); return 0; }
-    return gio__js_peek(&j) == -1;
+    j.ctx = g_ctx;
+    if (tj__json_skip(&j)) { printf("%s\n", tjerr()); return 0; }
+    return tj__json_peek(&j) == -1;
 }
 
 static void test_svg_trace(void) {
@@ -831,16 +847,15 @@ static void test_json_parser(void) {
         CHECK(ok);
     }
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        gio__js j;
-        char err[256];
+        tj__json j;
         int ok;
         memset(&j, 0, sizeof j);
         j.s = (const unsigned char *)bad[i];
         j.n = strlen(bad[i]);
         j.label = "json";
-        j.err = err;
-        j.errlen = sizeof err;
-        ok = gio__js_skip(&j) == 0 && gio__js_peek(&j) == -1;
+        j.ctx = g_ctx;
+        ok = tj__json_skip(&j) == 0 && tj__json_peek(&j) == -1;
+        tj_clear_error(g_ctx);
         if (ok) printf("json bad case %zu accepted\n", i);
         CHECK(!ok);
     }
@@ -863,6 +878,7 @@ int main(void) {
         printf("mkdtemp failed\n0 passed, 1 failed\n");
         return 1;
     }
+    g_ctx = tj_ctx_new();
     test_dtypes();
     test_st_roundtrip();
     test_to_f32();
@@ -876,6 +892,7 @@ int main(void) {
     test_svg_trace();
     test_atomic();
     remove_dir();
+    tj_ctx_free(g_ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }
