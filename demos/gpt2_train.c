@@ -1,0 +1,1099 @@
+/* gpt2_train.c - train a GPT-2 with tinyjax: named axes, autodiff, scan over
+ * layers with a remat policy, AdamW as traced ops, FSDP + tensor parallelism
+ * on a simulated device mesh, optional bf16 compute.
+ *
+ *   ./build.sh demo                      default: 8 devices, mesh data=4 model=2,
+ *                                        trains on the project's own sources
+ *   ./build/gpt2_train --help            every flag
+ *   ./build/gpt2_train --bench           GPT-2 124M shape, one device, ms/step
+ *
+ * The model (B = batch, T = pos, C = embed, H = heads, D = head_dim, M = mlp,
+ * V = vocab, L = layer):
+ *   x   = wte[tokens] + wpe[pos]                             (batch, pos, embed)
+ *   per layer (tj_scan over the `layer` axis of the stacked block params):
+ *     h = LN(x) g1 + b1
+ *     q, k, v = h . w{q,k,v} + b{q,k,v}                      (batch, pos, heads, head_dim)
+ *     a = softmax_kpos(causal(q . k[pos->kpos] / sqrt(D)))   (batch, heads, pos, kpos)
+ *     x = x + (a . v) . wo + bo                              contract kpos, then heads head_dim
+ *     x = x + gelu(LN(x) g2 + b2) . wfc + bfc) . wproj + bproj
+ *     x is named "block_out" (what the default remat policy saves)
+ *   logits = LN(x) gf + bf . wte                             (tied LM head)
+ *   loss   = cross_entropy(logits, targets) over batch, pos
+ *
+ * The training step is one jitted program: forward, backward, global-norm
+ * clipping, AdamW with bias correction (lr and the step count are rank-0
+ * array inputs, so one program serves every step), and the new params, m, v
+ * as outputs that reuse the donated buffers of the old ones.
+ *
+ * Structure: everything but main() is usable from tests: define GPT2_NO_MAIN
+ * and #include "demos/gpt2_train.c" (tests/test_gpt2.c does).
+ */
+#define _POSIX_C_SOURCE 200809L
+#define TINYJAX_IMPLEMENTATION
+#include "tinyjax.h"
+#define GPT2_IO_IMPLEMENTATION
+#include "gpt2_io.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <dirent.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- config */
+
+enum { REMAT_BLOCK_OUT = 0, REMAT_NOTHING, REMAT_DOTS, REMAT_EVERYTHING, REMAT_OFFLOAD };
+static const char *remat_names[] = {"block_out", "nothing", "dots", "everything", "offload"};
+
+typedef struct {
+    int V;          /* vocab (padded)                                 */
+    int V_real;     /* vocab actually used by the tokenizer           */
+    int T;          /* context length of a training sequence          */
+    int block;      /* rows of the position table (>= T)              */
+    int C, L, H, M; /* embed, layers, heads, mlp                      */
+    int B;          /* batch                                          */
+    int bf16;       /* compute in bf16 (params and loss stay f32)     */
+    int remat;      /* REMAT_*                                        */
+    uint64_t seed;
+    /* AdamW */
+    double beta1, beta2, eps, wd, clip;
+    /* sharding: logical axis rules; NULL on one device */
+    const char *param_rules, *compute_rules;
+} gpt2_config;
+
+static void gpt2_default_config(gpt2_config *c) {
+    memset(c, 0, sizeof *c);
+    c->V = 256; c->V_real = 256;
+    c->T = 128; c->block = 128;
+    c->C = 128; c->L = 4; c->H = 4; c->M = 4 * 128;
+    c->B = 8;
+    c->remat = REMAT_BLOCK_OUT;
+    c->seed = 1337;
+    c->beta1 = 0.9; c->beta2 = 0.95; c->eps = 1e-8; c->wd = 0.1; c->clip = 1.0;
+}
+
+/* ------------------------------------------------------------ parameters */
+
+/* init kinds */
+enum { INIT_NORMAL, INIT_PROJ, INIT_POS, INIT_ONES, INIT_ZEROS, INIT_LN };
+typedef struct {
+    const char *name;   /* leaf name under "params."                    */
+    const char *shape;  /* axes; sizes filled in by param_shape()       */
+    int init;
+} gpt2_pspec;
+/* Block parameters (stacked on `layer`) first, in scan xs order. The four
+   layer-norm vectors share one leaf (axis lnp: g1 b1 g2 b2) and q, k, v one
+   matrix (axis qkv, as GPT-2's c_attn), which keeps the scan's operand count
+   small (see the report on tinyjax's 16-input kernel limit). */
+enum { P_LN, P_WQKV, P_BQKV, P_WO, P_BO, P_WFC, P_BFC, P_WPROJ, P_BPROJ, NBLOCKP };
+static const gpt2_pspec gpt2_params[] = {
+    {"h.ln", "layer lnp embed", INIT_LN},
+    {"h.wqkv", "layer embed qkv heads head_dim", INIT_NORMAL},
+    {"h.bqkv", "layer qkv heads head_dim", INIT_ZEROS},
+    {"h.wo", "layer heads head_dim embed", INIT_PROJ},
+    {"h.bo", "layer embed", INIT_ZEROS},
+    {"h.wfc", "layer embed mlp", INIT_NORMAL},
+    {"h.bfc", "layer mlp", INIT_ZEROS},
+    {"h.wproj", "layer mlp embed", INIT_PROJ},
+    {"h.bproj", "layer embed", INIT_ZEROS},
+    {"wte", "vocab embed", INIT_NORMAL},
+    {"wpe", "pos embed", INIT_POS},
+    {"lnf_g", "embed", INIT_ONES},
+    {"lnf_b", "embed", INIT_ZEROS},
+};
+#define NPARAMS ((int)(sizeof gpt2_params / sizeof gpt2_params[0]))
+
+/* AdamW's weight decay applies to matrices: the leaves whose last name
+   component starts with 'w' (wte, wpe, wq, wk, wv, wo, wfc, wproj), not to
+   gains and biases (which have rank >= 2 too, once stacked on `layer`). */
+static int gpt2_decayed(const char *name) {
+    const char *s = strrchr(name, '.');
+    return (s ? s[1] : name[0]) == 'w';
+}
+
+static int64_t axis_size(const gpt2_config *c, const char *ax, size_t n) {
+#define IS(s) (n == strlen(s) && !strncmp(ax, s, n))
+    if (IS("layer")) return c->L;
+    if (IS("embed")) return c->C;
+    if (IS("heads")) return c->H;
+    if (IS("head_dim")) return c->C / c->H;
+    if (IS("mlp")) return c->M;
+    if (IS("vocab")) return c->V;
+    if (IS("pos")) return c->block;
+    if (IS("lnp")) return 4;
+    if (IS("qkv")) return 3;
+#undef IS
+    return -1;
+}
+/* "layer=4 embed=128" for parameter i */
+static const char *param_shape(const gpt2_config *c, int i, char *buf, size_t n) {
+    const char *s = gpt2_params[i].shape;
+    size_t k = 0;
+    buf[0] = 0;
+    while (*s) {
+        size_t len = strcspn(s, " ");
+        snprintf(buf + k, n - k, "%s%.*s=%lld", k ? " " : "", (int)len, s, (long long)axis_size(c, s, len));
+        k = strlen(buf);
+        s += len;
+        while (*s == ' ') s++;
+    }
+    return buf;
+}
+static int64_t gpt2_num_params(const gpt2_config *c) {
+    int64_t total = 0;
+    int i;
+    for (i = 0; i < NPARAMS; i++) {
+        const char *s = gpt2_params[i].shape;
+        int64_t p = 1;
+        while (*s) {
+            size_t len = strcspn(s, " ");
+            p *= axis_size(c, s, len);
+            s += len;
+            while (*s == ' ') s++;
+        }
+        total += p;
+    }
+    return total;
+}
+
+/* ------------------------------------------------------------------ model */
+
+static tj_v shard(const gpt2_config *c, tj_v x) { return c->compute_rules ? tj_shard_by_rules(x, c->compute_rules) : x; }
+
+/* sum of every element (a rank-0 value) */
+static tj_v sum_all(tj_v x) {
+    char axes[256];
+    size_t k = 0;
+    int i;
+    if (!x || tj_v_rank(x) == 0) return x;
+    axes[0] = 0;
+    for (i = 0; i < tj_v_rank(x); i++) {
+        snprintf(axes + k, sizeof axes - k, "%s%s", i ? " " : "", tj_v_axis(x, i));
+        k = strlen(axes);
+    }
+    return tj_sum(x, axes);
+}
+
+static tj_v affine_ln(tj_v x, tj_v g, tj_v b) { return tj_add(tj_mul(tj_layer_norm(x, "embed", 1e-5), g), b); }
+
+/* x with axis `axis` reduced to its element i */
+static tj_v pick(tj_v x, const char *axis, int i) { return tj_sum(tj_slice(x, axis, i, i + 1), axis); }
+
+/* one transformer block; p[] are this layer's slices of the stacked params */
+static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
+    double scale = 1.0 / sqrt((double)(c->C / c->H));
+    tj_v h, qkv, q, k, v, s, a, o, m;
+    h = affine_ln(x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1));
+    qkv = shard(c, tj_add(tj_dot(h, p[P_WQKV], "embed"), p[P_BQKV])); /* (batch, pos, qkv, heads, head_dim) */
+    q = pick(qkv, "qkv", 0);
+    k = tj_rename(pick(qkv, "qkv", 1), "pos", "kpos");
+    v = tj_rename(pick(qkv, "qkv", 2), "pos", "kpos");
+    s = tj_dot(tj_muls(q, scale), k, "head_dim");                  /* (batch, heads, pos, kpos) */
+    s = tj_causal_mask(shard(c, s), "pos", "kpos", -1e9);
+    a = tj_softmax(s, "kpos");
+    o = shard(c, tj_dot(a, v, "kpos"));                            /* (batch, heads, pos, head_dim) */
+    x = tj_add(x, tj_add(tj_dot(o, p[P_WO], "heads head_dim"), p[P_BO]));
+    x = shard(c, x);
+    h = affine_ln(x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3));
+    m = shard(c, tj_gelu(tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
+    x = tj_add(x, tj_add(tj_dot(m, p[P_WPROJ], "mlp"), p[P_BPROJ]));
+    return tj_checkpoint_name(shard(c, x), "block_out");
+}
+static void gpt2_scan_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *user) {
+    (void)g; (void)y;
+    carry_out[0] = gpt2_block((const gpt2_config *)user, carry[0], xs);
+}
+
+/* logits (batch, pos, vocab) in f32 from a tree of parameter values named
+   as in gpt2_params (already in the compute dtype) and tokens (batch, pos) */
+static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
+    tj_v x, wte = tj_tree_v(P, "wte"), wpe = tj_tree_v(P, "wpe"), xs[NBLOCKP], out = NULL, logits;
+    /* static: tj_scan keeps a pointer to the policy until tj_jit returns */
+    static tj_policy pol;
+    int i, T = (int)tj_v_dim(tokens, "pos");
+    switch (c->remat) {
+    case REMAT_NOTHING: pol = tj_nothing_saveable(); break;
+    case REMAT_DOTS: pol = tj_dots_saveable(); break;
+    case REMAT_EVERYTHING: pol = tj_everything_saveable(); break;
+    case REMAT_OFFLOAD: pol = tj_save_and_offload_only_these_names("", "block_out"); break;
+    default: pol = tj_save_only_these_names("block_out"); break;
+    }
+    if (T < c->block) wpe = tj_slice(wpe, "pos", 0, T);
+    x = shard(c, tj_add(tj_take(wte, "vocab", tokens), wpe));     /* (batch, pos, embed) */
+    for (i = 0; i < NBLOCKP; i++) xs[i] = tj_tree_v(P, gpt2_params[i].name);
+    if (tj_scan(gpt2_scan_body, (void *)c, "layer", 1, &x, NBLOCKP, xs, 0, &out, NULL, &pol)) return NULL;
+    x = affine_ln(out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"));
+    logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
+    return tj_v_dtype(logits) == TJ_F32 ? logits : tj_cast(logits, TJ_F32);
+}
+
+/* the "params." leaves of `in` as a tree named without the prefix; also the
+   same values cast to the compute dtype */
+static void gpt2_param_trees(const gpt2_config *c, const tj_tree *in, tj_tree *P, tj_tree *Pc) {
+    char name[128];
+    int i;
+    for (i = 0; i < NPARAMS; i++) {
+        tj_v p;
+        snprintf(name, sizeof name, "params.%s", gpt2_params[i].name);
+        p = tj_tree_v(in, name);
+        tj_tree_set_v(P, gpt2_params[i].name, p);
+        tj_tree_set_v(Pc, gpt2_params[i].name, c->bf16 ? tj_cast(p, TJ_BF16) : p);
+    }
+}
+
+/* ------------------------------------------------------------- programs */
+
+/* init: every parameter drawn (or filled) directly with its sharding, so
+   each device makes only its slice; same numbers on every mesh. m, v zero. */
+static void gpt2_init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
+    const gpt2_config *c = (const gpt2_config *)user;
+    char shape[256], name[128];
+    int i, pass;
+    (void)in;
+    for (i = 0; i < NPARAMS; i++) {
+        const gpt2_pspec *s = &gpt2_params[i];
+        uint64_t key = tj_key_fold(c->seed, (uint64_t)i + 1);
+        double std = s->init == INIT_PROJ ? 0.02 / sqrt(2.0 * c->L) : s->init == INIT_POS ? 0.01 : 0.02;
+        tj_v v;
+        param_shape(c, i, shape, sizeof shape);
+        if (s->init == INIT_ONES || s->init == INIT_ZEROS) v = tj_fill(g, TJ_F32, shape, s->init == INIT_ONES ? 1.0 : 0.0);
+        else if (s->init == INIT_LN) { /* gains 1, biases 0 */
+            char one[128];
+            tj_v parts[4];
+            int k;
+            snprintf(one, sizeof one, "layer=%d lnp=1 embed=%d", c->L, c->C);
+            for (k = 0; k < 4; k++) parts[k] = tj_fill(g, TJ_F32, one, k % 2 ? 0.0 : 1.0);
+            v = tj_concat(4, parts, "lnp");
+        }
+        else v = tj_muls(tj_normal(g, key, TJ_F32, shape), std);
+        if (c->param_rules) v = tj_shard_by_rules(v, c->param_rules);
+        snprintf(name, sizeof name, "params.%s", s->name);
+        tj_tree_set_v(out, name, v);
+        for (pass = 0; pass < 2; pass++) {
+            tj_v z = tj_fill(g, TJ_F32, shape, 0.0);
+            if (c->param_rules) z = tj_shard_by_rules(z, c->param_rules);
+            snprintf(name, sizeof name, "%s.%s", pass ? "v" : "m", s->name);
+            tj_tree_set_v(out, name, z);
+        }
+    }
+}
+
+/* one training step: loss, grads, clip, AdamW; new params, m, v */
+static void gpt2_step_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
+    const gpt2_config *c = (const gpt2_config *)user;
+    tj_ctx *ctx = tj_graph_ctx(g);
+    tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx), *G = tj_tree_new(ctx);
+    tj_v tokens = tj_tree_v(in, "tokens"), targets = tj_tree_v(in, "targets");
+    tj_v lr = tj_tree_v(in, "lr"), t = tj_tree_v(in, "t");
+    tj_v logits, loss, sq = NULL, gnorm, clipc, bc1, bc2;
+    char name[128];
+    int i;
+    gpt2_param_trees(c, in, P, Pc);
+    logits = gpt2_forward(c, Pc, tokens);
+    loss = tj_cross_entropy(logits, targets, "vocab", "batch pos");
+    if (loss) tj_grad_tree(loss, P, G);
+    /* global gradient norm, clip coefficient min(1, clip / norm) */
+    for (i = 0; i < NPARAMS; i++) {
+        tj_v gi = tj_tree_v(G, gpt2_params[i].name), s = sum_all(tj_mul(gi, gi));
+        sq = sq ? tj_add(sq, s) : s;
+    }
+    gnorm = tj_sqrt(sq);
+    clipc = tj_div(tj_scalar(g, TJ_F32, c->clip), tj_max2(gnorm, tj_scalar(g, TJ_F32, c->clip)));
+    /* bias corrections 1 - beta^t, t a rank-0 f32 input */
+    bc1 = tj_adds(tj_neg(tj_exp(tj_muls(t, log(c->beta1)))), 1.0);
+    bc2 = tj_adds(tj_neg(tj_exp(tj_muls(t, log(c->beta2)))), 1.0);
+    for (i = 0; i < NPARAMS; i++) {
+        const char *pn = gpt2_params[i].name;
+        tj_v p = tj_tree_v(P, pn), gr = tj_mul(tj_tree_v(G, pn), clipc), m, v, upd;
+        snprintf(name, sizeof name, "m.%s", pn);
+        m = tj_add(tj_muls(tj_tree_v(in, name), c->beta1), tj_muls(gr, 1.0 - c->beta1));
+        snprintf(name, sizeof name, "v.%s", pn);
+        v = tj_add(tj_muls(tj_tree_v(in, name), c->beta2), tj_muls(tj_mul(gr, gr), 1.0 - c->beta2));
+        upd = tj_div(tj_div(m, bc1), tj_adds(tj_sqrt(tj_div(v, bc2)), c->eps));
+        if (gpt2_decayed(pn) && c->wd > 0) upd = tj_add(upd, tj_muls(p, c->wd));
+        p = tj_sub(p, tj_mul(upd, lr));
+        snprintf(name, sizeof name, "params.%s", pn);
+        tj_tree_set_v(out, name, p);
+        snprintf(name, sizeof name, "m.%s", pn);
+        tj_tree_set_v(out, name, m);
+        snprintf(name, sizeof name, "v.%s", pn);
+        tj_tree_set_v(out, name, v);
+    }
+    /* the new state keeps the old one's sharding (so it can be donated and
+       fed back to this same program) */
+    if (c->param_rules) tj_filter_shard(out, c->param_rules);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "gnorm", gnorm);
+    tj_tree_free(P);
+    tj_tree_free(Pc);
+    tj_tree_free(G);
+}
+
+/* loss only (validation) */
+static void gpt2_eval_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
+    const gpt2_config *c = (const gpt2_config *)user;
+    tj_ctx *ctx = tj_graph_ctx(g);
+    tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx);
+    gpt2_param_trees(c, in, P, Pc);
+    tj_tree_set_v(out, "loss", tj_cross_entropy(gpt2_forward(c, Pc, tj_tree_v(in, "tokens")), tj_tree_v(in, "targets"), "vocab", "batch pos"));
+    tj_tree_free(P);
+    tj_tree_free(Pc);
+}
+
+/* logits for sampling */
+static void gpt2_logits_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
+    const gpt2_config *c = (const gpt2_config *)user;
+    tj_ctx *ctx = tj_graph_ctx(g);
+    tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx);
+    gpt2_param_trees(c, in, P, Pc);
+    tj_tree_set_v(out, "logits", gpt2_forward(c, Pc, tj_tree_v(in, "tokens")));
+    tj_tree_free(P);
+    tj_tree_free(Pc);
+}
+
+/* --------------------------------------------------------------- trainer */
+
+typedef struct {
+    gpt2_config cfg;
+    tj_ctx *ctx;
+    tj_tree *state;     /* params.*, m.*, v.* (and the step's other inputs) */
+    tj_prog *init, *step, *eval, *logits;
+    int64_t step_no;    /* steps taken                                   */
+    float last_gnorm;
+} gpt2_trainer;
+
+static int gpt2_fail(gpt2_trainer *tr, const char *what) {
+    fprintf(stderr, "gpt2: %s: %s\n", what, tj_error(tr->ctx));
+    return 1;
+}
+
+/* place a (batch, pos) token array by the compute rules' batch/pos entries */
+static int gpt2_set_tokens(gpt2_trainer *tr, tj_tree *t, const char *name, const int32_t *tok, int B, int T) {
+    tj_tree *tmp = tj_tree_new(tr->ctx);
+    char shape[64];
+    tj_array *a;
+    snprintf(shape, sizeof shape, "batch=%d pos=%d", B, T);
+    a = tj_array_new(tr->ctx, TJ_I32, shape, tok);
+    if (!a) { tj_tree_free(tmp); return 1; }
+    tj_tree_set_array(tmp, name, a);
+    if (tr->cfg.compute_rules && tj_filter_shard(tmp, tr->cfg.compute_rules)) { tj_tree_free(tmp); return 1; }
+    tj_tree_set_array(t, name, tj_tree_take(tmp, name));
+    tj_tree_free(tmp);
+    return 0;
+}
+static int gpt2_set_scalar(gpt2_trainer *tr, tj_tree *t, const char *name, double v) {
+    float f = (float)v;
+    tj_array *a = tj_array_new(tr->ctx, TJ_F32, "", &f);
+    return !a || tj_tree_set_array(t, name, a);
+}
+/* a tree referring to the current params (for eval / sampling) */
+static tj_tree *gpt2_param_refs(gpt2_trainer *tr) {
+    tj_tree *t = tj_tree_new(tr->ctx);
+    int i;
+    for (i = 0; i < tj_tree_size(tr->state); i++) {
+        const char *n = tj_tree_name(tr->state, i);
+        if (!strncmp(n, "params.", 7)) tj_tree_set_array_ref(t, n, tj_tree_array_at(tr->state, i));
+    }
+    return t;
+}
+
+/* Make the context, mesh, programs and the initial state. mesh NULL or ""
+   for one device. Returns 0 on success. */
+static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads) {
+    tj_tree *empty, *out;
+    tj_jit_opts donate;
+    int32_t *zeros;
+    memset(tr, 0, sizeof *tr);
+    tr->cfg = *cfg;
+    tr->ctx = tj_ctx_new();
+    if (!tr->ctx) return 1;
+    if (threads > 0) tj_set_threads(tr->ctx, threads);
+    if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
+    if (devices > 1 && mesh && *mesh) {
+        if (tj_set_mesh(tr->ctx, mesh)) return gpt2_fail(tr, "mesh");
+    } else {
+        tr->cfg.param_rules = tr->cfg.compute_rules = NULL;
+    }
+    if (tr->cfg.C % tr->cfg.H) {
+        fprintf(stderr, "gpt2: embed %d is not divisible by heads %d\n", tr->cfg.C, tr->cfg.H);
+        return 1;
+    }
+    /* init */
+    empty = tj_tree_new(tr->ctx);
+    tr->state = tj_tree_new(tr->ctx);
+    tr->init = tj_jit(tr->ctx, "gpt2_init", gpt2_init_fn, &tr->cfg, empty, NULL);
+    if (!tr->init || tj_run(tr->init, empty, tr->state)) { tj_tree_free(empty); return gpt2_fail(tr, "init"); }
+    tj_tree_free(empty);
+    /* example inputs for the step */
+    zeros = (int32_t *)calloc((size_t)tr->cfg.B * (size_t)tr->cfg.T, sizeof(int32_t));
+    if (!zeros) return 1;
+    if (gpt2_set_tokens(tr, tr->state, "tokens", zeros, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, tr->state, "targets", zeros, tr->cfg.B, tr->cfg.T) ||
+        gpt2_set_scalar(tr, tr->state, "lr", 0.0) || gpt2_set_scalar(tr, tr->state, "t", 1.0)) {
+        free(zeros);
+        return gpt2_fail(tr, "inputs");
+    }
+    donate.donate = "params. m. v.";
+    tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
+    if (!tr->step) { free(zeros); return gpt2_fail(tr, "jit train step"); }
+    out = gpt2_param_refs(tr);
+    gpt2_set_tokens(tr, out, "tokens", zeros, tr->cfg.B, tr->cfg.T);
+    gpt2_set_tokens(tr, out, "targets", zeros, tr->cfg.B, tr->cfg.T);
+    tr->eval = tj_jit(tr->ctx, "gpt2_eval", gpt2_eval_fn, &tr->cfg, out, NULL);
+    tj_tree_free(out);
+    free(zeros);
+    if (!tr->eval) return gpt2_fail(tr, "jit eval");
+    return 0;
+}
+/* the sampling program (batch 1), compiled on first use */
+static int gpt2_ensure_logits(gpt2_trainer *tr) {
+    tj_tree *ex;
+    int32_t *z;
+    if (tr->logits) return 0;
+    ex = gpt2_param_refs(tr);
+    z = (int32_t *)calloc((size_t)tr->cfg.T, sizeof(int32_t));
+    gpt2_set_tokens(tr, ex, "tokens", z, 1, tr->cfg.T);
+    tr->logits = tj_jit(tr->ctx, "gpt2_logits", gpt2_logits_fn, &tr->cfg, ex, NULL);
+    free(z);
+    tj_tree_free(ex);
+    return tr->logits ? 0 : gpt2_fail(tr, "jit logits");
+}
+static void gpt2_trainer_free(gpt2_trainer *tr) {
+    tj_prog_free(tr->init);
+    tj_prog_free(tr->step);
+    tj_prog_free(tr->eval);
+    tj_prog_free(tr->logits);
+    tj_tree_free(tr->state);
+    tj_ctx_free(tr->ctx);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* One step on a host batch (B*T inputs and targets). Returns the loss, or
+   NAN on error. */
+static float gpt2_train_step(gpt2_trainer *tr, const int32_t *x, const int32_t *y, double lr) {
+    tj_tree *out = tj_tree_new(tr->ctx);
+    float loss = NAN, gn = NAN;
+    int i;
+    if (gpt2_set_tokens(tr, tr->state, "tokens", x, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, tr->state, "targets", y, tr->cfg.B, tr->cfg.T) ||
+        gpt2_set_scalar(tr, tr->state, "lr", lr) || gpt2_set_scalar(tr, tr->state, "t", (double)(tr->step_no + 1)) || tj_run(tr->step, tr->state, out)) {
+        gpt2_fail(tr, "train step");
+        tj_tree_free(out);
+        return NAN;
+    }
+    tj_array_read(tj_tree_array(out, "loss"), TJ_F32, &loss);
+    tj_array_read(tj_tree_array(out, "gnorm"), TJ_F32, &gn);
+    tr->last_gnorm = gn;
+    /* the new params, m, v replace the donated (now deleted) old ones */
+    for (i = tj_tree_size(out) - 1; i >= 0; i--) {
+        char n[128];
+        snprintf(n, sizeof n, "%s", tj_tree_name(out, i));
+        if (!strncmp(n, "params.", 7) || !strncmp(n, "m.", 2) || !strncmp(n, "v.", 2)) tj_tree_set_array(tr->state, n, tj_tree_take(out, n));
+    }
+    tj_tree_free(out);
+    tr->step_no++;
+    return loss;
+}
+static float gpt2_eval_loss(gpt2_trainer *tr, const int32_t *x, const int32_t *y) {
+    tj_tree *in = gpt2_param_refs(tr), *out = tj_tree_new(tr->ctx);
+    float loss = NAN;
+    if (gpt2_set_tokens(tr, in, "tokens", x, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, in, "targets", y, tr->cfg.B, tr->cfg.T) || tj_run(tr->eval, in, out))
+        gpt2_fail(tr, "eval");
+    else tj_array_read(tj_tree_array(out, "loss"), TJ_F32, &loss);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    return loss;
+}
+/* logits of the last real position of a window of n <= T tokens */
+static int gpt2_next_logits(gpt2_trainer *tr, const int32_t *window, int n, float *logits_row) {
+    tj_tree *in, *out;
+    int32_t *tok;
+    float *all;
+    int st = 1;
+    if (gpt2_ensure_logits(tr)) return 1;
+    tok = (int32_t *)calloc((size_t)tr->cfg.T, sizeof(int32_t));
+    all = (float *)malloc(sizeof(float) * (size_t)tr->cfg.T * (size_t)tr->cfg.V);
+    in = gpt2_param_refs(tr);
+    out = tj_tree_new(tr->ctx);
+    memcpy(tok, window, sizeof(int32_t) * (size_t)n);
+    if (!gpt2_set_tokens(tr, in, "tokens", tok, 1, tr->cfg.T) && !tj_run(tr->logits, in, out) &&
+        !tj_array_read(tj_tree_array(out, "logits"), TJ_F32, all)) {
+        memcpy(logits_row, all + (size_t)(n - 1) * (size_t)tr->cfg.V, sizeof(float) * (size_t)tr->cfg.V);
+        st = 0;
+    } else gpt2_fail(tr, "sample");
+    free(tok);
+    free(all);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    return st;
+}
+
+/* ------------------------------------------------------------ utilities */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+/* batch number `k` of a stream: B windows of T+1 tokens at counter-based
+   random offsets (same batch for the same seed, stream and k) */
+static void get_batch(const int32_t *data, size_t n, int B, int T, uint64_t seed, uint64_t stream, uint64_t k, int32_t *x, int32_t *y) {
+    int b;
+    for (b = 0; b < B; b++) {
+        uint64_t r = mix64(seed ^ mix64(stream * 0x100000001b3ull ^ mix64(k * (uint64_t)B + (uint64_t)b)));
+        size_t off = (size_t)(r % (uint64_t)(n - (size_t)T - 1));
+        int t;
+        for (t = 0; t < T; t++) {
+            x[b * T + t] = data[off + (size_t)t];
+            y[b * T + t] = data[off + (size_t)t + 1];
+        }
+    }
+}
+/* learning rate: linear warmup, then cosine decay to lr * min_frac */
+static double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_frac) {
+    double p;
+    if (step < warmup) return lr * (double)(step + 1) / (double)warmup;
+    if (total <= warmup) return lr;
+    p = (double)(step - warmup) / (double)(total - warmup);
+    if (p > 1) p = 1;
+    return lr * (min_frac + (1 - min_frac) * 0.5 * (1 + cos(3.14159265358979323846 * p)));
+}
+static double unigram_entropy(const int32_t *d, size_t n, int V) {
+    double *cnt = (double *)calloc((size_t)V, sizeof(double)), h = 0;
+    size_t i;
+    int v;
+    if (!cnt || !n) { free(cnt); return 0; }
+    for (i = 0; i < n; i++) if (d[i] >= 0 && d[i] < V) cnt[d[i]] += 1;
+    for (v = 0; v < V; v++) if (cnt[v] > 0) h -= cnt[v] / (double)n * log(cnt[v] / (double)n);
+    free(cnt);
+    return h;
+}
+
+#ifndef GPT2_NO_MAIN
+/* ----------------------------------------------------------------- main */
+
+typedef struct {
+    gpt2_config cfg;
+    int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
+    double lr, min_lr_frac, temperature;
+    const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace;
+} gpt2_args;
+
+static void usage(void) {
+    printf(
+        "usage: gpt2_train [flags]   (./build.sh demo runs it with none)\n"
+        "Trains a GPT-2 with tinyjax. Default: 4 layers, 4 heads, 128 channels, context 128,\n"
+        "batch 8, 300 steps on 8 simulated devices (mesh data=4 model=2, FSDP + tensor parallel),\n"
+        "on the project's own source files as bytes (vocab 256).\n"
+        "\n"
+        "model\n"
+        "  --layers N          transformer blocks (4)\n"
+        "  --heads N           attention heads (4)\n"
+        "  --embed N           channels (128); head_dim = embed / heads, mlp = 4 * embed\n"
+        "  --context N         tokens per sequence (128)\n"
+        "  --batch N           sequences per step (8)\n"
+        "  --bf16              compute in bf16 (params, optimizer state and loss stay f32)\n"
+        "  --remat P           what the backward pass keeps of each block: block_out (default:\n"
+        "                      only block outputs, the rest recomputed), nothing, dots,\n"
+        "                      everything, offload (block outputs offloaded to host memory)\n"
+        "training\n"
+        "  --steps N           optimizer steps (300)\n"
+        "  --lr X              peak learning rate (3e-3)\n"
+        "  --warmup N          linear warmup steps (30), then cosine decay\n"
+        "  --min-lr-frac X     final lr as a fraction of the peak (0.1)\n"
+        "  --wd X              AdamW weight decay on matrices (0.1); betas 0.9, 0.95; eps 1e-8\n"
+        "  --clip X            global gradient-norm clip (1.0)\n"
+        "  --seed N            init and batch-sampling seed (1337)\n"
+        "  --eval-every K      validation loss every K steps (50) and at the end\n"
+        "  --eval-batches N    validation batches per evaluation (8)\n"
+        "data\n"
+        "  --data FILE         train on a text file (bytes; or GPT-2 BPE with --tokenizer)\n"
+        "  --tokens FILE.bin   pre-tokenized llm.c token file (uint16 GPT-2 tokens)\n"
+        "  --tokenizer V M     GPT-2 BPE from vocab.json and merges.txt (encodes --data,\n"
+        "                      decodes samples)\n"
+        "                      default data: tinyjax.h, README.md, demos/*.c, demos/*.h,\n"
+        "                      tests/*.c found from the current directory or the executable's\n"
+        "parallelism\n"
+        "  --devices N         simulated devices (8)\n"
+        "  --mesh S            device mesh, e.g. \"data=4 model=2\" (default); product = devices\n"
+        "  --param-rules S     logical rules for parameters and optimizer state\n"
+        "                      (\"embed:data mlp:model heads:model vocab:model\": FSDP + tensor)\n"
+        "  --compute-rules S   logical rules for activations (\"batch:data mlp:model heads:model\")\n"
+        "  --threads N         kernel threads per device (default: cores / devices, at least 1)\n"
+        "output\n"
+        "  --sample N          bytes/tokens to sample at the end (200; 0: none)\n"
+        "  --prompt S          sampling prompt (\"/* \")\n"
+        "  --temperature X     sampling temperature (0.8; 0 = greedy)\n"
+        "  --top-k N           sample from the k most likely tokens (40; 0 = all)\n"
+        "  --svg FILE          loss curve (gpt2_loss.svg)\n"
+        "  --trace FILE        Chrome trace (Perfetto) JSON of host-side phases per step\n"
+        "  --print-program     print the compiled training step and its memory plan\n"
+        "  --save FILE         checkpoint (safetensors via tj_tree_save) at the end\n"
+        "  --resume FILE       resume params, optimizer state and step from a checkpoint\n"
+        "benchmark\n"
+        "  --bench             GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocab 50304,\n"
+        "                      B=4, T=64, f32, one device, all cores): median ms/step\n"
+        "  --bench-steps N     timed steps (10)\n"
+        "  --help              this text\n");
+}
+
+static int read_append(const char *path, char **buf, size_t *len) {
+    char *d = NULL, err[256];
+    size_t n = 0;
+    char *nb;
+    if (gio_read_file(path, &d, &n, err, sizeof err)) return 1;
+    nb = (char *)realloc(*buf, *len + n + 1);
+    if (!nb) { free(d); return 1; }
+    memcpy(nb + *len, d, n);
+    *len += n;
+    nb[*len] = 0;
+    *buf = nb;
+    free(d);
+    return 0;
+}
+static int has_suffix(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+/* files of dir ending in suf, sorted, appended */
+static int read_dir(const char *root, const char *dir, const char *suf, char **buf, size_t *len) {
+    char path[1024], *names[256];
+    int n = 0, i, got = 0;
+    DIR *d;
+    struct dirent *e;
+    snprintf(path, sizeof path, "%s%s", root, dir);
+    if (!(d = opendir(path))) return 0;
+    while ((e = readdir(d)) && n < 256)
+        if (has_suffix(e->d_name, suf)) {
+            names[n] = (char *)malloc(strlen(e->d_name) + 1);
+            if (names[n]) strcpy(names[n++], e->d_name);
+        }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    for (i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s%s/%s", root, dir, names[i]);
+        got += !read_append(path, buf, len);
+        free(names[i]);
+    }
+    return got;
+}
+/* the project's own sources: from ".", "..", or the executable's repo */
+static char *default_corpus(size_t *len, char *from, size_t fromlen) {
+    char exe[1024], roots[4][1100];
+    int nroots = 0, r;
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    strcpy(roots[nroots++], "");
+    strcpy(roots[nroots++], "../");
+    if (k > 0) {
+        char *s;
+        exe[k] = 0;
+        if ((s = strrchr(exe, '/'))) {
+            *s = 0;
+            snprintf(roots[nroots++], sizeof roots[0], "%s/", exe);
+            snprintf(roots[nroots++], sizeof roots[0], "%s/../", exe);
+        }
+    }
+    for (r = 0; r < nroots; r++) {
+        char path[1200], *buf = NULL;
+        snprintf(path, sizeof path, "%stinyjax.h", roots[r]);
+        *len = 0;
+        if (read_append(path, &buf, len)) continue;
+        snprintf(path, sizeof path, "%sREADME.md", roots[r]);
+        read_append(path, &buf, len);
+        read_dir(roots[r], "demos", ".c", &buf, len);
+        read_dir(roots[r], "demos", ".h", &buf, len);
+        read_dir(roots[r], "tests", ".c", &buf, len);
+        snprintf(from, fromlen, "%s", *roots[r] ? roots[r] : "./");
+        return buf;
+    }
+    return NULL;
+}
+
+static int parse_args(int argc, char **argv, gpt2_args *a) {
+    int i;
+    memset(a, 0, sizeof *a);
+    gpt2_default_config(&a->cfg);
+    a->steps = 300; a->warmup = 30; a->eval_every = 50; a->eval_batches = 8; a->sample_len = 200; a->top_k = 40;
+    a->devices = 8; a->threads = 0; a->bench_steps = 10;
+    a->lr = 3e-3; a->min_lr_frac = 0.1; a->temperature = 0.8;
+    a->mesh = "data=4 model=2";
+    a->cfg.param_rules = "embed:data mlp:model heads:model vocab:model";
+    a->cfg.compute_rules = "batch:data mlp:model heads:model";
+    a->svg = "gpt2_loss.svg";
+    a->prompt = "/* ";
+    for (i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        int more = i + 1 < argc;
+#define ARG(s) (!strcmp(f, s) && more)
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(); exit(0); }
+        else if (!strcmp(f, "--bf16")) a->cfg.bf16 = 1;
+        else if (!strcmp(f, "--bench")) a->bench = 1;
+        else if (!strcmp(f, "--print-program")) a->print_program = 1;
+        else if (ARG("--layers")) a->cfg.L = atoi(argv[++i]);
+        else if (ARG("--heads")) a->cfg.H = atoi(argv[++i]);
+        else if (ARG("--embed")) { a->cfg.C = atoi(argv[++i]); a->cfg.M = 4 * a->cfg.C; }
+        else if (ARG("--context")) a->cfg.T = a->cfg.block = atoi(argv[++i]);
+        else if (ARG("--batch")) a->cfg.B = atoi(argv[++i]);
+        else if (ARG("--remat")) {
+            int k, found = -1;
+            for (k = 0; k < 5; k++) if (!strcmp(argv[i + 1], remat_names[k])) found = k;
+            if (found < 0) { fprintf(stderr, "--remat: want block_out, nothing, dots, everything or offload\n"); return 1; }
+            a->cfg.remat = found;
+            i++;
+        }
+        else if (ARG("--steps")) a->steps = atoi(argv[++i]);
+        else if (ARG("--lr")) a->lr = atof(argv[++i]);
+        else if (ARG("--warmup")) a->warmup = atoi(argv[++i]);
+        else if (ARG("--min-lr-frac")) a->min_lr_frac = atof(argv[++i]);
+        else if (ARG("--wd")) a->cfg.wd = atof(argv[++i]);
+        else if (ARG("--clip")) a->cfg.clip = atof(argv[++i]);
+        else if (ARG("--seed")) a->cfg.seed = (uint64_t)strtoull(argv[++i], NULL, 10);
+        else if (ARG("--eval-every")) a->eval_every = atoi(argv[++i]);
+        else if (ARG("--eval-batches")) a->eval_batches = atoi(argv[++i]);
+        else if (ARG("--data")) a->data = argv[++i];
+        else if (ARG("--tokens")) a->tokens = argv[++i];
+        else if (!strcmp(f, "--tokenizer") && i + 2 < argc) { a->vocab_json = argv[++i]; a->merges_txt = argv[++i]; }
+        else if (ARG("--devices")) a->devices = atoi(argv[++i]);
+        else if (ARG("--mesh")) a->mesh = argv[++i];
+        else if (ARG("--param-rules")) a->cfg.param_rules = argv[++i];
+        else if (ARG("--compute-rules")) a->cfg.compute_rules = argv[++i];
+        else if (ARG("--threads")) a->threads = atoi(argv[++i]);
+        else if (ARG("--sample")) a->sample_len = atoi(argv[++i]);
+        else if (ARG("--prompt")) a->prompt = argv[++i];
+        else if (ARG("--temperature")) a->temperature = atof(argv[++i]);
+        else if (ARG("--top-k")) a->top_k = atoi(argv[++i]);
+        else if (ARG("--svg")) a->svg = argv[++i];
+        else if (ARG("--trace")) a->trace = argv[++i];
+        else if (ARG("--save")) a->save = argv[++i];
+        else if (ARG("--resume")) a->resume = argv[++i];
+        else if (ARG("--bench-steps")) a->bench_steps = atoi(argv[++i]);
+        else { fprintf(stderr, "gpt2_train: unknown flag or missing value: %s (see --help)\n", f); return 1; }
+#undef ARG
+    }
+    if (a->cfg.L < 1 || a->cfg.H < 1 || a->cfg.C < 1 || a->cfg.T < 2 || a->cfg.B < 1 || a->steps < 0 || a->devices < 1 || a->devices > TJ_MAXDEV) {
+        fprintf(stderr, "gpt2_train: bad sizes (see --help)\n");
+        return 1;
+    }
+    if (a->warmup < 1) a->warmup = 1;
+    if (a->eval_every < 1) a->eval_every = 1;
+    if (a->eval_batches < 1) a->eval_batches = 1;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int run_bench(gpt2_args *a) {
+    gpt2_config c = a->cfg;
+    gpt2_trainer tr;
+    int32_t *x, *y;
+    double *ms, t0;
+    int i, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    c.L = 12; c.H = 12; c.C = 768; c.M = 3072; c.V = 50304; c.V_real = 50257; c.T = 64; c.block = 1024; c.B = 4;
+    c.bf16 = a->cfg.bf16;
+    printf("bench: GPT-2 124M shape: %lld params, L=%d H=%d C=%d V=%d (50257 padded), B=%d T=%d, %s, 1 device, %ld threads, remat %s\n",
+           (long long)gpt2_num_params(&c), c.L, c.H, c.C, c.V, c.B, c.T, c.bf16 ? "bf16 compute" : "f32", ncpu, remat_names[c.remat]);
+    t0 = now_ms();
+    if (gpt2_trainer_init(&tr, &c, 1, NULL, a->threads > 0 ? a->threads : (int)ncpu)) return 1;
+    printf("bench: init + compile %.0f ms; step program: %.1f GFLOP/step (cost model), temp %.1f MB, peak %.1f MB\n", now_ms() - t0,
+           tj_prog_flops(tr.step) * 1e-9, tj_prog_memory(tr.step).temp_bytes / 1e6, tj_prog_memory(tr.step).peak_bytes / 1e6);
+    x = (int32_t *)malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
+    y = (int32_t *)malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
+    ms = (double *)malloc(sizeof(double) * (size_t)(n + warm));
+    for (i = 0; i < n + warm; i++) {
+        int k;
+        float loss;
+        for (k = 0; k < c.B * c.T; k++) {
+            x[k] = (int32_t)(mix64((uint64_t)(i * 100003 + k)) % 50257u);
+            y[k] = (int32_t)(mix64((uint64_t)(i * 100003 + k) ^ 0xabcdefull) % 50257u);
+        }
+        t0 = now_ms();
+        loss = gpt2_train_step(&tr, x, y, 1e-4);
+        ms[i] = now_ms() - t0;
+        if (loss != loss) { gpt2_trainer_free(&tr); return 1; }
+        printf("bench step %2d%s: loss %.4f  %.0f ms\n", i, i < warm ? " (warmup)" : "", loss, ms[i]);
+        fflush(stdout);
+    }
+    qsort(ms + warm, (size_t)n, sizeof(double), cmp_double);
+    {
+        double med = n % 2 ? ms[warm + n / 2] : 0.5 * (ms[warm + n / 2 - 1] + ms[warm + n / 2]);
+        printf("bench: median %.0f ms/step (best %.0f, worst %.0f) over %d steps, %.0f tokens/s, %.1f GFLOP/s by the cost model\n", med, ms[warm],
+               ms[warm + n - 1], n, c.B * c.T / (med * 1e-3), tj_prog_flops(tr.step) * 1e-9 / (med * 1e-3));
+    }
+    free(x);
+    free(y);
+    free(ms);
+    gpt2_trainer_free(&tr);
+    return 0;
+}
+
+/* sample n tokens after the prompt; prints as it goes */
+static void sample(gpt2_trainer *tr, const gio_tokenizer *tok, const int32_t *prompt, size_t np, int n, double temp, int top_k, uint64_t seed) {
+    int T = tr->cfg.T, V = tr->cfg.V, Vr = tr->cfg.V_real, i, j;
+    int32_t *ctx = (int32_t *)malloc(sizeof(int32_t) * (size_t)(np + (size_t)n + 1));
+    float *row = (float *)malloc(sizeof(float) * (size_t)V);
+    double *p = (double *)malloc(sizeof(double) * (size_t)V);
+    size_t len = np;
+    memcpy(ctx, prompt, sizeof(int32_t) * np);
+    for (i = 0; i < (int)np; i++) {
+        size_t pl;
+        const char *s = tok ? gio_tok_piece(tok, prompt[i], &pl) : NULL;
+        if (s) fwrite(s, 1, pl, stdout);
+    }
+    for (i = 0; i < n; i++) {
+        size_t start = len > (size_t)T ? len - (size_t)T : 0, pl;
+        int best = 0, pick;
+        double mx = -1e30, sum = 0, u;
+        const char *s;
+        if (gpt2_next_logits(tr, ctx + start, (int)(len - start), row)) break;
+        for (j = 0; j < Vr; j++) if (row[j] > mx) { mx = row[j]; best = j; }
+        if (temp <= 0) pick = best;
+        else {
+            float thresh = -1e30f;
+            if (top_k > 0 && top_k < Vr) { /* k-th largest by partial selection */
+                float *tmp = (float *)malloc(sizeof(float) * (size_t)Vr);
+                int a, b;
+                memcpy(tmp, row, sizeof(float) * (size_t)Vr);
+                for (a = 0; a < top_k; a++) {
+                    int m = a;
+                    for (b = a + 1; b < Vr; b++) if (tmp[b] > tmp[m]) m = b;
+                    { float t = tmp[a]; tmp[a] = tmp[m]; tmp[m] = t; }
+                }
+                thresh = tmp[top_k - 1];
+                free(tmp);
+            }
+            for (j = 0; j < Vr; j++) { p[j] = row[j] >= thresh ? exp((row[j] - mx) / temp) : 0; sum += p[j]; }
+            u = (double)(mix64(seed ^ mix64((uint64_t)i)) >> 11) / 9007199254740992.0 * sum;
+            for (pick = 0; pick < Vr - 1 && u >= p[pick]; pick++) u -= p[pick];
+        }
+        ctx[len++] = pick;
+        s = tok ? gio_tok_piece(tok, pick, &pl) : NULL;
+        if (s) fwrite(s, 1, pl, stdout);
+        else printf("<%d>", pick);
+        fflush(stdout);
+    }
+    printf("\n");
+    free(ctx);
+    free(row);
+    free(p);
+}
+
+int main(int argc, char **argv) {
+    gpt2_args a;
+    gpt2_trainer tr;
+    gio_tokenizer tok;
+    int have_tok = 0;
+    int32_t *data = NULL, *x, *y;
+    size_t ndata = 0, ntrain, nval;
+    double *tr_step, *tr_loss, *va_step, *va_loss, t_start, unigram, best_val = NAN;
+    size_t n_tr = 0, n_va = 0;
+    int64_t s;
+    char err[512], src[1100];
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    gio_trace trace;
+
+    if (parse_args(argc, argv, &a)) return 2;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (a.bench) return run_bench(&a);
+
+    /* ---- data */
+    if (a.vocab_json) {
+        if (gio_tok_load_gpt2(&tok, a.vocab_json, a.merges_txt, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
+        have_tok = 1;
+    } else if (!a.tokens) {
+        gio_tok_init_bytes(&tok);
+        have_tok = 1;
+    }
+    if (a.tokens) {
+        if (gio_tokens_read(a.tokens, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
+        a.cfg.V_real = 50257;
+        printf("data: %s, %zu GPT-2 tokens\n", a.tokens, ndata);
+    } else {
+        char *text = NULL;
+        size_t len = 0;
+        if (a.data) {
+            if (gio_read_file(a.data, &text, &len, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
+            snprintf(src, sizeof src, "%s", a.data);
+        } else if (!(text = default_corpus(&len, src, sizeof src))) {
+            fprintf(stderr, "gpt2_train: cannot find the project's sources (tinyjax.h) from here or the executable; use --data FILE\n");
+            return 1;
+        }
+        if (gio_tok_encode(&tok, text, len, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); free(text); return 1; }
+        a.cfg.V_real = tok.vocab_size;
+        printf("data: %s%s, %zu bytes -> %zu tokens (%s tokenizer, vocab %d)\n", a.data ? "" : "project sources under ", src, len, ndata,
+               tok.kind == GIO_TOK_GPT2 ? "GPT-2 BPE" : "byte", tok.vocab_size);
+        free(text);
+    }
+    a.cfg.V = (a.cfg.V_real + 63) / 64 * 64; /* padded: divisible by every mesh axis we use */
+    if (a.cfg.V_real <= 256) a.cfg.V = 256;
+    ntrain = ndata * 9 / 10;
+    nval = ndata - ntrain;
+    if (nval < (size_t)a.cfg.T + 2 || ntrain < (size_t)a.cfg.T + 2) { fprintf(stderr, "gpt2_train: %zu tokens is too little data for context %d\n", ndata, a.cfg.T); return 1; }
+    unigram = unigram_entropy(data, ntrain, a.cfg.V);
+    printf("data: %zu train / %zu validation tokens; unigram entropy of the training tokens %.4f nats (the loss of a model without context)\n", ntrain, nval,
+           unigram);
+
+    /* ---- model, mesh, programs */
+    if (a.threads <= 0) a.threads = (int)(ncpu / a.devices > 0 ? ncpu / a.devices : 1);
+    t_start = now_ms();
+    if (gpt2_trainer_init(&tr, &a.cfg, a.devices, a.mesh, a.threads)) return 1;
+    {
+        tj_memory_analysis m = tj_prog_memory(tr.step);
+        printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L, tr.cfg.H,
+               tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.B, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
+        printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "", a.threads,
+               tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated");
+        printf("train step: one program, %.2f GFLOP; per device: args %.2f MB, temp %.2f MB, host temp %.2f MB, peak %.2f MB; compiled in %.0f ms\n",
+               tj_prog_flops(tr.step) * 1e-9, m.argument_bytes / 1e6, m.temp_bytes / 1e6, m.host_temp_bytes / 1e6, m.peak_bytes / 1e6, now_ms() - t_start);
+        {
+            tj_collective cols[512];
+            int nc = tj_prog_collectives(tr.step, cols, 512), k, cnt[4] = {0, 0, 0, 0};
+            int64_t bytes = 0;
+            const char *kinds[4] = {"all_gather", "psum", "reduce_scatter", "shard_slice"};
+            for (k = 0; k < nc && k < 512; k++) {
+                int j;
+                for (j = 0; j < 4; j++) if (!strcmp(cols[k].kind, kinds[j])) cnt[j]++;
+                bytes += cols[k].bytes;
+            }
+            if (nc) printf("collectives: %d (%d all-gather, %d psum, %d reduce-scatter, %d shard-slice), %.2f MB received per device per step\n", nc, cnt[0],
+                           cnt[1], cnt[2], cnt[3], bytes / 1e6);
+        }
+        if (a.print_program) {
+            tj_prog_print(tr.step, stdout);
+            tj_memory_print(tr.step, stdout);
+            tj_prog_residuals_print(tr.step, stdout);
+        }
+    }
+    if (a.resume) {
+        tj_tree *ck = tj_tree_new(tr.ctx);
+        if (tj_tree_load(ck, a.resume)) {
+            if (tj_status_of(tr.ctx) == TJ_ERR_UNSUPPORTED) printf("checkpoints not available in this build (%s); starting from scratch\n", tj_error(tr.ctx));
+            else { fprintf(stderr, "gpt2_train: resume: %s\n", tj_error(tr.ctx)); tj_tree_free(ck); gpt2_trainer_free(&tr); return 1; }
+            tj_clear_error(tr.ctx);
+        } else {
+            int k, ok = 1;
+            if (tr.cfg.param_rules && tj_filter_shard(ck, tr.cfg.param_rules)) ok = 0;
+            for (k = 0; ok && k < tj_tree_size(tr.state); k++) {
+                const char *n = tj_tree_name(tr.state, k);
+                tj_array *old = tj_tree_array_at(tr.state, k), *nw;
+                char b1[256], b2[256];
+                if (strncmp(n, "params.", 7) && strncmp(n, "m.", 2) && strncmp(n, "v.", 2)) continue;
+                nw = tj_tree_find(ck, n) >= 0 ? tj_tree_array(ck, n) : NULL;
+                if (!nw || strcmp(tj_array_describe(old, b1, sizeof b1), tj_array_describe(nw, b2, sizeof b2))) {
+                    fprintf(stderr, "gpt2_train: resume: checkpoint leaf %s missing or of another shape (want %s)\n", n, b1);
+                    ok = 0;
+                }
+            }
+            if (!ok) { tj_tree_free(ck); gpt2_trainer_free(&tr); return 1; }
+            for (k = 0; k < tj_tree_size(tr.state); k++) {
+                const char *n = tj_tree_name(tr.state, k);
+                if (!strncmp(n, "params.", 7) || !strncmp(n, "m.", 2) || !strncmp(n, "v.", 2)) tj_tree_set_array(tr.state, n, tj_tree_take(ck, n));
+            }
+            if (tj_tree_find(ck, "step") >= 0) tr.step_no = tj_tree_int(ck, "step");
+            printf("resumed from %s at step %lld\n", a.resume, (long long)tr.step_no);
+        }
+        tj_tree_free(ck);
+    }
+
+    /* ---- train */
+    x = (int32_t *)malloc(sizeof(int32_t) * (size_t)(a.cfg.B * a.cfg.T));
+    y = (int32_t *)malloc(sizeof(int32_t) * (size_t)(a.cfg.B * a.cfg.T));
+    tr_step = (double *)malloc(sizeof(double) * (size_t)(a.steps + 1));
+    tr_loss = (double *)malloc(sizeof(double) * (size_t)(a.steps + 1));
+    va_step = (double *)malloc(sizeof(double) * (size_t)(a.steps / a.eval_every + 3));
+    va_loss = (double *)malloc(sizeof(double) * (size_t)(a.steps / a.eval_every + 3));
+    gio_trace_init(&trace);
+    gio_trace_process_name(&trace, 1, "gpt2_train (host)");
+    gio_trace_track_name(&trace, 1, 1, "steps");
+    t_start = now_ms();
+    for (s = tr.step_no; s <= a.steps; s++) {
+        int last = s == a.steps;
+        if (s % a.eval_every == 0 || last) {
+            double sum = 0, t0 = now_ms();
+            int k;
+            for (k = 0; k < a.eval_batches; k++) {
+                get_batch(data + ntrain, nval, a.cfg.B, a.cfg.T, a.cfg.seed, 2, (uint64_t)k, x, y);
+                sum += gpt2_eval_loss(&tr, x, y);
+            }
+            sum /= a.eval_batches;
+            va_step[n_va] = (double)s;
+            va_loss[n_va++] = sum;
+            if (!(sum >= best_val)) best_val = sum;
+            gio_trace_event(&trace, "eval", "eval", 1, 1, (t0 - t_start) * 1e3, (now_ms() - t0) * 1e3, NULL);
+            printf("step %5lld | val loss %.4f (unigram baseline %.4f) | %d batches in %.0f ms\n", (long long)s, sum, unigram, a.eval_batches, now_ms() - t0);
+            if (sum != sum) break;
+        }
+        if (last) break;
+        {
+            double lr = lr_at(s, a.steps, a.warmup, a.lr, a.min_lr_frac), t0 = now_ms(), dt;
+            float loss;
+            char args[96];
+            tj_memory_analysis m = tj_prog_memory(tr.step);
+            get_batch(data, ntrain, a.cfg.B, a.cfg.T, a.cfg.seed, 1, (uint64_t)s, x, y);
+            loss = gpt2_train_step(&tr, x, y, lr);
+            dt = now_ms() - t0;
+            snprintf(args, sizeof args, "loss %.4f", loss);
+            gio_trace_event(&trace, "train_step", "step", 1, 1, (t0 - t_start) * 1e3, dt * 1e3, args);
+            if (loss != loss) break;
+            tr_step[n_tr] = (double)s;
+            tr_loss[n_tr++] = loss;
+            printf("step %5lld | loss %.4f | lr %.2e | gnorm %6.3f | %7.0f tok/s | %6.1f ms | temp %.2f MB/device\n", (long long)s, loss, lr, tr.last_gnorm,
+                   a.cfg.B * a.cfg.T / (dt * 1e-3), dt, m.temp_bytes / 1e6);
+        }
+    }
+    printf("trained %zu steps in %.1f s; best val loss %.4f vs unigram %.4f (%s)\n", n_tr, (now_ms() - t_start) / 1e3, best_val, unigram,
+           best_val < unigram - 0.1 ? "clearly below: the model uses context" : "not clearly below the unigram baseline");
+    if (a.svg && n_tr && !gio_svg_loss_curve(a.svg, "tinyjax GPT-2: loss (nats)", tr_step, tr_loss, n_tr, va_step, va_loss, n_va, err, sizeof err))
+        printf("loss curve: %s\n", a.svg);
+    else if (a.svg && n_tr) fprintf(stderr, "svg: %s\n", err);
+    if (a.save) {
+        tj_tree *ck = tj_tree_new(tr.ctx);
+        int k;
+        for (k = 0; k < tj_tree_size(tr.state); k++) {
+            const char *n = tj_tree_name(tr.state, k);
+            if (!strncmp(n, "params.", 7) || !strncmp(n, "m.", 2) || !strncmp(n, "v.", 2)) tj_tree_set_array_ref(ck, n, tj_tree_array_at(tr.state, k));
+        }
+        tj_tree_set_int(ck, "step", tr.step_no);
+        if (tj_tree_save(ck, a.save)) {
+            if (tj_status_of(tr.ctx) == TJ_ERR_UNSUPPORTED) printf("checkpoints not available in this build\n");
+            else fprintf(stderr, "gpt2_train: save: %s\n", tj_error(tr.ctx));
+            tj_clear_error(tr.ctx);
+        } else printf("checkpoint: %s (step %lld)\n", a.save, (long long)tr.step_no);
+        tj_tree_free(ck);
+    }
+    if (a.sample_len > 0 && n_tr) {
+        int32_t *pr = NULL;
+        size_t np = 0;
+        if (have_tok && a.prompt && *a.prompt && !gio_tok_encode(&tok, a.prompt, strlen(a.prompt), &pr, &np, err, sizeof err) && np) {
+            printf("--- sample (temperature %.2f, top-k %d) ---\n", a.temperature, a.top_k);
+            sample(&tr, &tok, pr, np, a.sample_len, a.temperature, a.top_k, a.cfg.seed);
+        } else {
+            int32_t start = 0;
+            printf("--- sample (temperature %.2f, top-k %d) ---\n", a.temperature, a.top_k);
+            sample(&tr, have_tok ? &tok : NULL, &start, 1, a.sample_len, a.temperature, a.top_k, a.cfg.seed);
+        }
+        printf("---\n");
+        free(pr);
+    }
+    if (a.trace) {
+        if (gio_trace_write(&trace, a.trace)) fprintf(stderr, "trace: %s\n", trace.err);
+        else printf("trace: %s (open in ui.perfetto.dev)\n", a.trace);
+    }
+    gio_trace_free(&trace);
+    free(x); free(y); free(tr_step); free(tr_loss); free(va_step); free(va_loss);
+    free(data);
+    if (have_tok) gio_tok_free(&tok);
+    gpt2_trainer_free(&tr);
+    return 0;
+}
+#endif /* GPT2_NO_MAIN */
