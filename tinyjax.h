@@ -181,7 +181,7 @@ TJDEF int tj_tree_size(const tj_tree *t);
 TJDEF const char *tj_tree_name(const tj_tree *t, int i);
 TJDEF tj_leaf_kind tj_tree_kind(const tj_tree *t, int i);
 TJDEF int tj_tree_find(const tj_tree *t, const char *name); /* index or -1 */
-TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a);     /* takes ownership */
+TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a);     /* takes ownership, even on failure */
 TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a); /* borrows */
 TJDEF tj_status tj_tree_set_v(tj_tree *t, const char *name, tj_v v);
 TJDEF tj_status tj_tree_set_int(tj_tree *t, const char *name, int64_t v);
@@ -1343,7 +1343,10 @@ static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) {
     }
     memset(&t->leaf[t->n], 0, sizeof(tj__leaf));
     t->leaf[t->n].name = tj__strdup(name);
-    if (!t->leaf[t->n].name) return NULL;
+    if (!t->leaf[t->n].name) {
+        tj__err(t->ctx, TJ_ERR_OOM, NULL, 0, "tree: out of memory adding leaf '%s'", name);
+        return NULL;
+    }
     return &t->leaf[t->n++];
 }
 static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k);
@@ -1370,16 +1373,28 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
         if (t) tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array: leaf '%s' is a NULL array", name ? name : "?");
         return TJ_ERR_ARG;
     }
-    if (!(l = tj__tree_slot(t, name))) return tj_status_of(t ? t->ctx : NULL);
+    if (!(l = tj__tree_slot(t, name))) { /* ownership was given: do not leak it */
+        tj_array_free(a);
+        return tj_status_of(t ? t->ctx : NULL);
+    }
     l->kind = TJ_LEAF_ARRAY;
     l->arr = a;
     l->owned = 1;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a) {
-    tj_status s = tj_tree_set_array(t, name, a);
-    if (s == TJ_OK) t->leaf[tj_tree_find(t, name)].owned = 0;
-    return s;
+    tj__leaf *l;
+    int k = tj_tree_find(t, name);
+    if (!a) return tj_tree_set_array(t, name, a);
+    if (k >= 0 && t->leaf[k].kind == TJ_LEAF_ARRAY && t->leaf[k].arr == a) {
+        t->leaf[k].owned = 0;
+        return TJ_OK;
+    }
+    if (!(l = tj__tree_slot(t, name))) return tj_status_of(t ? t->ctx : NULL); /* borrowed: not ours to free */
+    l->kind = TJ_LEAF_ARRAY;
+    l->arr = a;
+    l->owned = 0;
+    return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_v(tj_tree *t, const char *name, tj_v v) {
     tj__leaf *l;
@@ -3433,7 +3448,10 @@ static int tj__add_param(tj_graph *g, tj_node *p) {
     if (g->nparam == g->capparam) {
         int nc = g->capparam ? 2 * g->capparam : 16;
         tj_node **np = (tj_node **)TJ_REALLOC(g->params, sizeof(tj_node *) * (size_t)nc);
-        if (!np) return -1;
+        if (!np) {
+            tj__err(g->ctx, TJ_ERR_OOM, p->file, p->line, "out of memory adding a parameter");
+            return -1;
+        }
         g->params = np;
         g->capparam = nc;
     }
@@ -3459,12 +3477,18 @@ static tj_node *tj__capture(tj_graph *g, tj_node *v) {
         tj_node **a = (tj_node **)TJ_REALLOC(g->cap_outer, sizeof(tj_node *) * (size_t)nc);
         tj_node **b = a ? (tj_node **)TJ_REALLOC(g->cap_param, sizeof(tj_node *) * (size_t)nc) : NULL;
         if (a) g->cap_outer = a;
-        if (!b) return NULL;
+        if (!b) {
+            tj__err(g->ctx, TJ_ERR_OOM, v->file, v->line, "out of memory capturing a value into a scan body");
+            return NULL;
+        }
         g->cap_param = b;
         g->capcap = nc;
     }
     p = tj__node(g, TJ__OP_PARAM, &v->t, 0, NULL, v->file, v->line);
-    if (!p || tj__add_param(g, p)) return NULL;
+    if (!p || tj__add_param(g, p)) {
+        tj__err(g->ctx, TJ_ERR_OOM, v->file, v->line, "out of memory capturing a value into a scan body");
+        return NULL;
+    }
     p->name = tj__strdup("capture");
     g->cap_outer[g->ncap] = outer;
     g->cap_param[g->ncap++] = p;
@@ -5667,7 +5691,10 @@ static tj__type tj__type_lead(const tj__type *t, int axis, int64_t len) {
 static int tj__add_proj(tj_node *m, const tj__type *t, int space) {
     tj_node **np, *p;
     np = (tj_node **)TJ_REALLOC(m->proj, sizeof(tj_node *) * (size_t)(m->nproj + 1));
-    if (!np) return -1;
+    if (!np) {
+        tj__err(m->g->ctx, TJ_ERR_OOM, m->file, m->line, "%s: out of memory adding an output", tj__opname(m->op));
+        return -1;
+    }
     m->proj = np;
     p = tj__node(m->g, TJ__OP_PROJ, t, 1, &m, m->file, m->line);
     if (!p) return -1;
@@ -5678,8 +5705,13 @@ static int tj__add_proj(tj_node *m, const tj__type *t, int space) {
     return 0;
 }
 static int tj__body_add_out(tj_graph *b, tj_node *v) {
-    tj_node **no = (tj_node **)TJ_REALLOC(b->outs, sizeof(tj_node *) * (size_t)(b->nout + 1));
-    if (!no) return -1;
+    tj_node **no;
+    if (!v) return -1; /* the value failed to build: its error is already set */
+    no = (tj_node **)TJ_REALLOC(b->outs, sizeof(tj_node *) * (size_t)(b->nout + 1));
+    if (!no) {
+        tj__err(b->ctx, TJ_ERR_OOM, b->file, b->line, "scan: out of memory adding a body output");
+        return -1;
+    }
     b->outs = no;
     b->outs[b->nout++] = v;
     return 0;
