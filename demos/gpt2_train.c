@@ -42,10 +42,16 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#if defined(__GNUC__)
+#define GPT2_UNUSED __attribute__((unused)) /* helpers main uses and tests may not */
+#else
+#define GPT2_UNUSED
+#endif
+
 /* ---------------------------------------------------------------- config */
 
 enum { REMAT_BLOCK_OUT = 0, REMAT_NOTHING, REMAT_DOTS, REMAT_EVERYTHING, REMAT_OFFLOAD };
-static const char *remat_names[] = {"block_out", "nothing", "dots", "everything", "offload"};
+GPT2_UNUSED static const char *remat_names[] = {"block_out", "nothing", "dots", "everything", "offload"};
 
 typedef struct {
     int V;          /* vocab (padded)                                 */
@@ -141,7 +147,7 @@ static const char *param_shape(const gpt2_config *c, int i, char *buf, size_t n)
     }
     return buf;
 }
-static int64_t gpt2_num_params(const gpt2_config *c) {
+GPT2_UNUSED static int64_t gpt2_num_params(const gpt2_config *c) {
     int64_t total = 0;
     int i;
     for (i = 0; i < NPARAMS; i++) {
@@ -355,8 +361,50 @@ static void gpt2_logits_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u
 
 /* --------------------------------------------------------------- trainer */
 
+/* 1 if the mesh "data=4 model=2" has an axis called name[0..len) */
+static int mesh_has(const char *mesh, const char *name, size_t len) {
+    const char *h = mesh;
+    while (*h) {
+        size_t nl = strcspn(h, "=: ,");
+        if (nl == len && !strncmp(h, name, len)) return 1;
+        h += strcspn(h, " ,");
+        while (*h == ' ' || *h == ',') h++;
+    }
+    return 0;
+}
+/* Keep the rules whose mesh axes all exist in `mesh` ("model" rules are
+   dropped on a mesh "data=8"), so one rule string serves every mesh. */
+static void filter_rules(const char *rules, const char *mesh, char *out, size_t n) {
+    const char *s = rules;
+    size_t k = 0;
+    out[0] = 0;
+    while (s && *s) {
+        size_t len = strcspn(s, " ,"), i;
+        const char *colon = memchr(s, ':', len);
+        int ok = colon != NULL;
+        if (colon) {
+            const char *m = colon + 1, *end = s + len;
+            while (ok && m < end) {
+                size_t ml = strcspn(m, "+");
+                if (m + ml > end) ml = (size_t)(end - m);
+                if (!(ml == 1 && *m == '-') && !(ml == 4 && !strncmp(m, "none", 4))) ok = mesh_has(mesh, m, ml);
+                m += ml;
+                if (m < end && *m == '+') m++;
+            }
+        }
+        if (ok && len && k + len + 2 < n) {
+            if (k) out[k++] = ' ';
+            for (i = 0; i < len; i++) out[k++] = s[i];
+            out[k] = 0;
+        }
+        s += len;
+        while (*s == ' ' || *s == ',') s++;
+    }
+}
+
 typedef struct {
     gpt2_config cfg;
+    char param_rules[512], compute_rules[512];
     tj_ctx *ctx;
     tj_tree *state;     /* params.*, m.*, v.* (and the step's other inputs) */
     tj_prog *init, *step, *eval, *logits;
@@ -413,6 +461,10 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
     if (devices > 1 && mesh && *mesh) {
         if (tj_set_mesh(tr->ctx, mesh)) return gpt2_fail(tr, "mesh");
+        filter_rules(cfg->param_rules, mesh, tr->param_rules, sizeof tr->param_rules);
+        filter_rules(cfg->compute_rules, mesh, tr->compute_rules, sizeof tr->compute_rules);
+        tr->cfg.param_rules = *tr->param_rules ? tr->param_rules : NULL;
+        tr->cfg.compute_rules = *tr->compute_rules ? tr->compute_rules : NULL;
     } else {
         tr->cfg.param_rules = tr->cfg.compute_rules = NULL;
     }
@@ -528,9 +580,64 @@ static int gpt2_next_logits(gpt2_trainer *tr, const int32_t *window, int n, floa
     return st;
 }
 
+
+static int is_state_leaf(const char *n) { return !strncmp(n, "params.", 7) || !strncmp(n, "m.", 2) || !strncmp(n, "v.", 2); }
+
+/* Checkpoint: params, m, v and the step (batches are counter-based on the
+   step, so that is the data position too), via tj_tree_save (safetensors,
+   written atomically). Returns the status; TJ_ERR_UNSUPPORTED when the
+   library has no safetensors support. */
+static tj_status gpt2_save(gpt2_trainer *tr, const char *path) {
+    tj_tree *ck = tj_tree_new(tr->ctx);
+    tj_status st;
+    int k;
+    for (k = 0; k < tj_tree_size(tr->state); k++) {
+        const char *n = tj_tree_name(tr->state, k);
+        if (is_state_leaf(n)) tj_tree_set_array_ref(ck, n, tj_tree_array_at(tr->state, k));
+    }
+    tj_tree_set_int(ck, "step", tr->step_no);
+    st = tj_tree_save(ck, path);
+    tj_tree_free(ck);
+    return st;
+}
+/* Load a checkpoint into the trainer's state (resharded for its mesh). Every
+   leaf must be present with the same shape; on any error nothing changes. */
+static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
+    tj_tree *ck = tj_tree_new(tr->ctx);
+    tj_status st = tj_tree_load(ck, path);
+    int k;
+    if (!st && tr->cfg.param_rules) st = tj_filter_shard(ck, tr->cfg.param_rules);
+    for (k = 0; !st && k < tj_tree_size(tr->state); k++) {
+        const char *n = tj_tree_name(tr->state, k);
+        tj_array *old = tj_tree_array_at(tr->state, k), *nw;
+        char b1[256], b2[256];
+        if (!is_state_leaf(n)) continue;
+        nw = tj_tree_find(ck, n) >= 0 ? tj_tree_array(ck, n) : NULL;
+        if (!nw || strcmp(tj_array_describe(old, b1, sizeof b1), tj_array_describe(nw, b2, sizeof b2))) {
+            tj_clear_error(tr->ctx);
+            fprintf(stderr, "gpt2: resume: %s: leaf %s is %s, want %s\n", path, n, nw ? b2 : "missing", b1);
+            st = TJ_ERR_IO;
+        }
+    }
+    if (!st && tj_tree_find(ck, "step") < 0) {
+        fprintf(stderr, "gpt2: resume: %s has no step\n", path);
+        st = TJ_ERR_IO;
+    }
+    if (!st) {
+        for (k = 0; k < tj_tree_size(tr->state); k++) {
+            char n[128];
+            snprintf(n, sizeof n, "%s", tj_tree_name(tr->state, k));
+            if (is_state_leaf(n)) tj_tree_set_array(tr->state, n, tj_tree_take(ck, n));
+        }
+        tr->step_no = tj_tree_int(ck, "step");
+    }
+    tj_tree_free(ck);
+    return st;
+}
+
 /* ------------------------------------------------------------ utilities */
 
-static double now_ms(void) {
+GPT2_UNUSED static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
@@ -564,7 +671,7 @@ static double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, doub
     if (p > 1) p = 1;
     return lr * (min_frac + (1 - min_frac) * 0.5 * (1 + cos(3.14159265358979323846 * p)));
 }
-static double unigram_entropy(const int32_t *d, size_t n, int V) {
+GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
     double *cnt = (double *)calloc((size_t)V, sizeof(double)), h = 0;
     size_t i;
     int v;
@@ -975,34 +1082,15 @@ int main(int argc, char **argv) {
         }
     }
     if (a.resume) {
-        tj_tree *ck = tj_tree_new(tr.ctx);
-        if (tj_tree_load(ck, a.resume)) {
-            if (tj_status_of(tr.ctx) == TJ_ERR_UNSUPPORTED) printf("checkpoints not available in this build (%s); starting from scratch\n", tj_error(tr.ctx));
-            else { fprintf(stderr, "gpt2_train: resume: %s\n", tj_error(tr.ctx)); tj_tree_free(ck); gpt2_trainer_free(&tr); return 1; }
+        tj_status st = gpt2_resume(&tr, a.resume);
+        if (st == TJ_ERR_UNSUPPORTED) {
+            printf("checkpoints not available in this build (%s); starting from scratch\n", tj_error(tr.ctx));
             tj_clear_error(tr.ctx);
-        } else {
-            int k, ok = 1;
-            if (tr.cfg.param_rules && tj_filter_shard(ck, tr.cfg.param_rules)) ok = 0;
-            for (k = 0; ok && k < tj_tree_size(tr.state); k++) {
-                const char *n = tj_tree_name(tr.state, k);
-                tj_array *old = tj_tree_array_at(tr.state, k), *nw;
-                char b1[256], b2[256];
-                if (strncmp(n, "params.", 7) && strncmp(n, "m.", 2) && strncmp(n, "v.", 2)) continue;
-                nw = tj_tree_find(ck, n) >= 0 ? tj_tree_array(ck, n) : NULL;
-                if (!nw || strcmp(tj_array_describe(old, b1, sizeof b1), tj_array_describe(nw, b2, sizeof b2))) {
-                    fprintf(stderr, "gpt2_train: resume: checkpoint leaf %s missing or of another shape (want %s)\n", n, b1);
-                    ok = 0;
-                }
-            }
-            if (!ok) { tj_tree_free(ck); gpt2_trainer_free(&tr); return 1; }
-            for (k = 0; k < tj_tree_size(tr.state); k++) {
-                const char *n = tj_tree_name(tr.state, k);
-                if (!strncmp(n, "params.", 7) || !strncmp(n, "m.", 2) || !strncmp(n, "v.", 2)) tj_tree_set_array(tr.state, n, tj_tree_take(ck, n));
-            }
-            if (tj_tree_find(ck, "step") >= 0) tr.step_no = tj_tree_int(ck, "step");
-            printf("resumed from %s at step %lld\n", a.resume, (long long)tr.step_no);
-        }
-        tj_tree_free(ck);
+        } else if (st) {
+            fprintf(stderr, "gpt2_train: resume from %s failed: %s\n", a.resume, tj_error(tr.ctx));
+            gpt2_trainer_free(&tr);
+            return 1;
+        } else printf("resumed from %s at step %lld\n", a.resume, (long long)tr.step_no);
     }
 
     /* ---- train */
@@ -1057,19 +1145,11 @@ int main(int argc, char **argv) {
         printf("loss curve: %s\n", a.svg);
     else if (a.svg && n_tr) fprintf(stderr, "svg: %s\n", err);
     if (a.save) {
-        tj_tree *ck = tj_tree_new(tr.ctx);
-        int k;
-        for (k = 0; k < tj_tree_size(tr.state); k++) {
-            const char *n = tj_tree_name(tr.state, k);
-            if (!strncmp(n, "params.", 7) || !strncmp(n, "m.", 2) || !strncmp(n, "v.", 2)) tj_tree_set_array_ref(ck, n, tj_tree_array_at(tr.state, k));
-        }
-        tj_tree_set_int(ck, "step", tr.step_no);
-        if (tj_tree_save(ck, a.save)) {
-            if (tj_status_of(tr.ctx) == TJ_ERR_UNSUPPORTED) printf("checkpoints not available in this build\n");
-            else fprintf(stderr, "gpt2_train: save: %s\n", tj_error(tr.ctx));
-            tj_clear_error(tr.ctx);
-        } else printf("checkpoint: %s (step %lld)\n", a.save, (long long)tr.step_no);
-        tj_tree_free(ck);
+        tj_status st = gpt2_save(&tr, a.save);
+        if (st == TJ_ERR_UNSUPPORTED) printf("checkpoints not available in this build\n");
+        else if (st) fprintf(stderr, "gpt2_train: save: %s\n", tj_error(tr.ctx));
+        else printf("checkpoint: %s (step %lld)\n", a.save, (long long)tr.step_no);
+        tj_clear_error(tr.ctx);
     }
     if (a.sample_len > 0 && n_tr) {
         int32_t *pr = NULL;
