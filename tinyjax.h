@@ -3220,8 +3220,8 @@ struct tj__kern {
     tj_ctx *ctx;
     tj_node *n;
     int nin;
-    const tj__type *it[16];
-    const void *in[16];
+    const tj__type *it[128];
+    const void *in[128];
     tj__type ot;
     void *out;
     void *scratch;
@@ -3773,6 +3773,18 @@ static unsigned tj__sh_used(const uint8_t *sh, int rank) {
     for (i = 0; i < rank; i++) u |= sh[i];
     return u;
 }
+/* Do a and b differ only by axes of size 1 (a reshape that adds or drops
+   them moves no data, so sharding can follow the axis names)? */
+static int tj__same_but_ones(const tj__type *a, const tj__type *b) {
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < a->rank && a->dim[i] == 1) i++;
+        while (j < b->rank && b->dim[j] == 1) j++;
+        if (i == a->rank || j == b->rank) return i == a->rank && j == b->rank;
+        if (a->ax[i] != b->ax[j] || a->dim[i] != b->dim[j]) return 0;
+        i++, j++;
+    }
+}
 /* The sharding rule, run by tj__node: fits inputs (replacing in[]) and sets
    the output's sharding in *t. Returns -1 on error. */
 static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
@@ -3794,7 +3806,7 @@ static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
         for (j = 0; j < nin && !whole && !t->sh[i]; j++) {
             if (cls == TJ__SH_RESHAPE) {
                 k = tj__axis_index(&in[j]->t, t->ax[i]);
-                if (k >= 0 && in[j]->t.dim[k] == t->dim[i] && k == i) t->sh[i] = in[j]->t.sh[k];
+                if (k >= 0 && in[j]->t.dim[k] == t->dim[i] && (k == i || tj__same_but_ones(&in[j]->t, t))) t->sh[i] = in[j]->t.sh[k];
             } else {
                 k = tj__axis_index(&in[j]->t, t->ax[i]);
                 if (k >= 0 && in[j]->t.dim[k] == t->dim[i]) t->sh[i] = in[j]->t.sh[k];
@@ -3802,7 +3814,7 @@ static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
         }
         if (t->sh[i] & tj__sh_used(t->sh, i)) t->sh[i] = 0;
     }
-    if (cls == TJ__SH_RESHAPE && nin == 1 && in[0]->t.rank != t->rank) {
+    if (cls == TJ__SH_RESHAPE && nin == 1 && in[0]->t.rank != t->rank && !tj__same_but_ones(&in[0]->t, t)) {
         /* split/merge: only axes kept as they are may stay sharded */
         for (i = 0; i < t->rank; i++) {
             k = tj__axis_index(&in[0]->t, t->ax[i]);
@@ -3833,7 +3845,7 @@ static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
                 k = tj__axis_index(t, x->t.ax[i]);
                 want[i] = k >= 0 ? t->sh[k] : 0;
                 if (cls == TJ__SH_REDUCE && k < 0) want[i] = x->t.sh[i] & ~tj__sh_used(t->sh, t->rank);
-                if (cls == TJ__SH_RESHAPE && x->t.rank != t->rank && (k < 0 || k != i)) want[i] = 0;
+                if (cls == TJ__SH_RESHAPE && x->t.rank != t->rank && (k < 0 || k != i) && !tj__same_but_ones(&x->t, t)) want[i] = 0;
             }
         }
         for (i = 0; i < x->t.rank; i++) need |= want[i] != x->t.sh[i];
@@ -4223,6 +4235,25 @@ static void tj__binary_math(int op, double s, double *const *in, double *out, in
 static void tj__k_binary(tj__kern *k) { tj__ew_kernel_fn(k, tj__binary_math); }
 /* The broadcast type of a and b: a's axes then b's axes a lacks; shared
    names must have equal sizes. */
+/* The graph an op on these values belongs to: the innermost of their
+   graphs, when the others enclose it (a scan body using outer weights;
+   tj__node captures them). NULL, with an error, for unrelated graphs. */
+static tj_graph *tj__inner(int n, tj_node *const *v, const char *what, const char *f, int l) {
+    tj_graph *g = NULL, *h;
+    int i;
+    for (i = 0; i < n; i++) {
+        if (!v[i]) return NULL;
+        if (!g) { g = v[i]->g; continue; }
+        for (h = v[i]->g; h && h != g; h = h->parent) {}
+        if (h == g) { g = v[i]->g; continue; } /* v[i] is deeper */
+        for (h = g; h && h != v[i]->g; h = h->parent) {}
+        if (!h) {
+            tj__err(g->ctx, TJ_ERR_ARG, f, l, "%s: operands come from unrelated traced functions", what);
+            return NULL;
+        }
+    }
+    return g;
+}
 static int tj__bcast(const char *what, tj_v a, tj_v b, tj__type *t, const char *f, int l) {
     int i, k;
     char ba[256], bb[256];
@@ -4246,14 +4277,14 @@ static int tj__bcast(const char *what, tj_v a, tj_v b, tj__type *t, const char *
     return 0;
 }
 static tj_v tj__binary(const char *f, int l, int op, tj_v a, tj_v b) {
+    tj_graph *g;
     tj__type t;
     tj_node *in[2];
     char ba[256], bb[256];
     if (!a || !b) return NULL;
-    if (a->g != b->g) {
-        tj__err(a->g->ctx, TJ_ERR_ARG, f, l, "%s: operands come from different traced functions", TJ__OPNAME(op));
-        return NULL;
-    }
+    in[0] = a;
+    in[1] = b;
+    if (!(g = tj__inner(2, in, TJ__OPNAME(op), f, l))) return NULL;
     if (a->t.dt != b->t.dt) {
         tj__err(a->g->ctx, TJ_ERR_DTYPE, f, l, "%s: dtypes differ: %s vs %s (cast one)", TJ__OPNAME(op), tj_v_describe(a, ba, sizeof ba),
                 tj_v_describe(b, bb, sizeof bb));
@@ -4263,7 +4294,7 @@ static tj_v tj__binary(const char *f, int l, int op, tj_v a, tj_v b) {
     if (op >= TJ__OP_LT && op <= TJ__OP_NE) t.dt = TJ_I32;
     in[0] = a;
     in[1] = b;
-    return tj__node(a->g, op, &t, 2, in, f, l);
+    return tj__node(g, op, &t, 2, in, f, l);
 }
 #define TJ__B(op_, nm, expr) \
     TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v a, tj_v b) { return tj__binary(f, l, TJ__OP_##op_, a, b); }
@@ -4334,7 +4365,10 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v m, tj_v a, tj_v b) {
     in[0] = m;
     in[1] = a;
     in[2] = b;
-    return tj__node(m->g, TJ__OP_SELECT, &t2, 3, in, f, l);
+    {
+        tj_graph *g = tj__inner(3, in, "select", f, l);
+        return g ? tj__node(g, TJ__OP_SELECT, &t2, 3, in, f, l) : NULL;
+    }
 }
 static tj_status tj__vjp_select(tj_node *n, tj_v g, tj_v *gin) {
     tj_v z = tj_scalar_at(F, L, n->g, g->t.dt, 0);
@@ -4823,9 +4857,10 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
         tj__attr pa;
         memset(&pa, 0, sizeof pa);
         pa.axis = a;
-        tj__pend_attr(xs[0]->g, &pa);
+        if (!tj__inner(nx, xs, "concat", f, l)) return NULL;
+        tj__pend_attr(tj__inner(nx, xs, "concat", f, l), &pa);
     }
-    n = tj__node(xs[0]->g, TJ__OP_CONCAT, &t, nx, xs, f, l);
+    n = tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, f, l);
     if (n) n->a.axis = a;
     return n;
 }
@@ -4943,7 +4978,10 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
     }
     if (!in[0] || !in[1]) return NULL;
     if (c->nmesh) tj__dot_out_sharding(in[0], in[1], ck, nk, &to);
-    n = tj__node(a->g, TJ__OP_DOT, &to, 2, in, f, l);
+    {
+        tj_graph *g = tj__inner(2, in, "dot", f, l);
+        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, f, l) : NULL;
+    }
     if (n) {
         n->a.nb = nb; n->a.nm = nm; n->a.nk = nk; n->a.nn = nn;
         n->a.trans_a = trans_a; n->a.trans_b = trans_b;
@@ -5062,9 +5100,10 @@ TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) 
         tj__attr pa;
         memset(&pa, 0, sizeof pa);
         pa.axis = a;
-        tj__pend_attr(x->g, &pa);
+        if (!tj__inner(2, in, "take", f, l)) return NULL;
+        tj__pend_attr(tj__inner(2, in, "take", f, l), &pa);
     }
-    n = tj__node(x->g, TJ__OP_TAKE, &t, 2, in, f, l);
+    n = tj__node(tj__inner(2, in, "take", f, l), TJ__OP_TAKE, &t, 2, in, f, l);
     if (n) n->a.axis = a;
     return n;
 }
@@ -5300,9 +5339,10 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
         tj__attr pa;
         memset(&pa, 0, sizeof pa);
         pa.axis = a;
-        tj__pend_attr(z->g, &pa);
+        if (!tj__inner(2, in, "cross_entropy", f, l)) return NULL;
+        tj__pend_attr(tj__inner(2, in, "cross_entropy", f, l), &pa);
     }
-    n = tj__node(z->g, TJ__OP_CROSS_ENTROPY, &t, 2, in, f, l);
+    n = tj__node(tj__inner(2, in, "cross_entropy", f, l), TJ__OP_CROSS_ENTROPY, &t, 2, in, f, l);
     if (!n) return NULL;
     n->a.axis = a;
     return mean_axes && *mean_axes ? tj_mean_at(f, l, n, mean_axes) : n;
@@ -5902,8 +5942,12 @@ typedef struct {
 } tj__region;
 static void tj__region_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
     tj__region *r = (tj__region *)u;
+    tj_v cin[64];
+    int i;
     (void)carry; (void)x; (void)carry_out;
-    r->fn(g, r->in, y, r->user); /* the inputs are captured by the body */
+    for (i = 0; i < r->nin && i < 64; i++) /* capture the inputs, so fn's ops are traced into the body */
+        if (!(cin[i] = tj__capture(g, r->in[i]))) return;
+    r->fn(g, cin, y, r->user);
 }
 TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, int nout, tj_v *out, const tj_policy *policy) {
     tj__region r;
@@ -7465,7 +7509,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         k.ctx = p->ctx;
         k.n = n;
         k.nin = n->nin;
-        for (j = 0; j < n->nin && j < 16; j++) {
+        for (j = 0; j < n->nin && j < 128; j++) {
             k.it[j] = &n->in[j]->lt;
             k.in[j] = tj__buf(n->in[j], arena, args, outs);
         }
@@ -7943,7 +7987,7 @@ TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n) {
     if (buf && n) snprintf(buf, n, "%s", r ? r->lint : "");
     return r ? r->nlint : 0;
 }
-static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n) {
+static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, int bwd) {
     int i;
     for (i = 0; i < p->nsched; i++) {
         tj_node *x = p->sched[i];
@@ -7954,19 +7998,19 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n) 
                 snprintf(r->kind, sizeof r->kind, "%s", tj__ops[x->op].name);
                 tj__mesh_names(p->ctx, (unsigned)x->a.index, r->axes, sizeof r->axes);
                 r->bytes = x->op == TJ__OP_ALL_GATHER ? tj__lbytes(p->ctx, &x->t) : x->op == TJ__OP_SHARD_SLICE ? 0 : tj__lbytes(p->ctx, &x->in[0]->t);
-                r->backward = x->pass > 0;
+                r->backward = bwd || x->pass > 0;
                 snprintf(r->cause, sizeof r->cause, "%s", x->name ? x->name : "?");
                 r->file = x->file;
                 r->line = x->line;
             }
             (*n)++;
         }
-        if (x->sub && x->sub->prog) tj__collect(x->sub->prog, rows, max, n);
+        if (x->sub && x->sub->prog) tj__collect(x->sub->prog, rows, max, n, bwd || x->pass > 0);
     }
 }
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max) {
     int n = 0;
-    if (p) tj__collect(p, rows, max, &n);
+    if (p) tj__collect(p, rows, max, &n, 0);
     return n;
 }
 TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {

@@ -72,6 +72,23 @@ static inline int bits_equal(tj_array *a, tj_array *b) {
     return tj_array_numel(a) == tj_array_numel(b) && memcmp(a->data[0], b->data[0], (size_t)n) == 0;
 }
 
+/* a body mixing its own values with outer ones, in either operand order */
+static void mix_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    tj_v b = ((tj_v *)u)[0], w = ((tj_v *)u)[1]; /* outer values: (embed), (embed, e2) */
+    (void)g; (void)x; (void)y;
+    /* outer value first, body value second, in a binary op and in a dot */
+    carry_out[0] = tj_add(tj_mul(b, tj_tanh(carry[0])), tj_rename(tj_dot(w, carry[0], "embed"), "e2", "embed"));
+    carry_out[0] = tj_sub(carry_out[0], tj_mul(b, b));
+}
+static void mix_loss(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), ow[2], h;
+    (void)g; (void)u;
+    ow[0] = tj_tanh(tj_tree_v(in, "b")); /* made outside the body */
+    ow[1] = tj_tree_v(in, "w");
+    tj_scan(mix_body, ow, "layer=3", 1, &x, 0, NULL, 0, &h, NULL, NULL);
+    tj_tree_set_v(out, "loss", tj_sum(tj_mul(h, h), "batch embed"));
+}
+
 /* nested: each layer scans a small inner loop over "sub" (two half-blocks) */
 static void inner_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
     (void)g; (void)u;
@@ -145,6 +162,15 @@ int main(void) {
     TJT_GRADCHECK(ctx, "scanned MLP stack", stack_loss, &cs, in, "x w1 w2 wout");
     tj_tree_free(in);
 
+    tjt_current = "outer values in a body";
+    {
+        tj_tree *mi = tj_tree_new(ctx);
+        tj_tree_set_array(mi, "x", tjt_rand(ctx, TJ_F64, "batch=2 embed=3", 21, -1, 1));
+        tj_tree_set_array(mi, "b", tjt_rand(ctx, TJ_F64, "embed=3", 22, -1, 1));
+        tj_tree_set_array(mi, "w", tjt_rand(ctx, TJ_F64, "embed=3 e2=3", 23, -0.5, 0.5));
+        TJT_GRADCHECK(ctx, "outer value as either operand", mix_loss, NULL, mi, "x b w");
+        tj_tree_free(mi);
+    }
     tjt_current = "nested scan";
     {
         tj_policy ev = tj_everything_saveable(), no = tj_nothing_saveable();
