@@ -3880,8 +3880,10 @@ static int tj__shard_dot(tj_node **a, tj_node **b, const int *ck, int nk, const 
         if (sa == sb) continue;
         if (sa && !sb && !(tj__sh_used(wb, y->t.rank) & sa)) wb[kb] = (uint8_t)sa;       /* slice y: free */
         else if (sb && !sa && !(tj__sh_used(wa, x->t.rank) & sb)) wa[ka] = (uint8_t)sb;  /* slice x: free */
-        else if (tj__lbytes(x->g->ctx, &x->t) <= tj__lbytes(y->g->ctx, &y->t)) { wa[ka] = 0; wb[kb] = 0; } /* gather both sides' axis */
-        else { wa[ka] = 0; wb[kb] = 0; }
+        else if (sa && sb && tj__lbytes(x->g->ctx, &x->t) <= tj__lbytes(y->g->ctx, &y->t) && !(tj__sh_used(wa, x->t.rank) & sb & ~sa))
+            wa[ka] = (uint8_t)sb; /* move the smaller operand to the other's sharding */
+        else if (sa && sb && !(tj__sh_used(wb, y->t.rank) & sa & ~sb)) wb[kb] = (uint8_t)sa;
+        else { wa[ka] = 0; wb[kb] = 0; } /* gather the axis on both sides */
     }
     /* a mesh axis may appear once in the result: free axes of a and b, plus the contracted ones */
     do {
@@ -7921,6 +7923,27 @@ done:
 
 /* ==== [12] program text ================================================= */
 
+/* the device groups a collective over mesh axes m runs in: "{0,1}{2,3}" */
+static const char *tj__groups_str(const tj_ctx *c, unsigned m, char *buf, size_t n) {
+    int d, r, G = tj__mesh_count(c, m), seen[TJ_MAXDEV];
+    size_t k = 0;
+    buf[0] = 0;
+    memset(seen, 0, sizeof seen);
+    for (d = 0; d < c->ndev && k + 8 < n; d++) {
+        if (seen[d]) continue;
+        snprintf(buf + k, n - k, "{");
+        k = strlen(buf);
+        for (r = 0; r < G; r++) {
+            int p = tj__mesh_peer(c, d, m, r);
+            seen[p] = 1;
+            snprintf(buf + k, n - k, "%s%d", r ? "," : "", p);
+            k = strlen(buf);
+        }
+        snprintf(buf + k, n - k, "}");
+        k = strlen(buf);
+    }
+    return buf;
+}
 static void tj__node_line(tj_node *n, FILE *f, int planned) {
     char b[256];
     int j;
@@ -7929,11 +7952,12 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
     fprintf(f, ")");
     if (n->op == TJ__OP_PARAM || n->op == TJ__OP_NAME) fprintf(f, " '%s'", n->name);
     if (n->op >= TJ__OP_ALL_GATHER && n->op <= TJ__OP_ALL_TO_ALL) {
-        char mb[64];
+        char mb[256];
         fprintf(f, " over %s", tj__mesh_names(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb));
         if (n->op == TJ__OP_ALL_TO_ALL) fprintf(f, " from %s to %s", tj__name(n->g->ctx, n->a.axis2), tj__name(n->g->ctx, n->a.axis));
         else if (n->a.axis >= 0 && n->op != TJ__OP_PSUM) fprintf(f, " along %s", tj__name(n->g->ctx, n->a.axis));
-        fprintf(f, " [%lld B/device, caused by %s]", (long long)tj__lbytes(n->g->ctx, &n->in[0]->t), n->name ? n->name : "?");
+        fprintf(f, " [%lld B/device, groups %s, caused by %s]", (long long)tj__lbytes(n->g->ctx, &n->in[0]->t),
+                tj__groups_str(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb), n->name ? n->name : "?");
     }
     if (n->op == TJ__OP_FILL || n->op == TJ__OP_POWS) fprintf(f, " %g", n->a.s);
     if (n->op == TJ__OP_DOT) fprintf(f, " contract=%d%s%s", n->a.nk, n->a.trans_a ? " aT" : "", n->a.trans_b ? " bT" : "");
