@@ -54,15 +54,21 @@
  *
  * ------------------------------------------------------------- contents ---
  *   [1]  basics: status, errors, allocation, dtypes, named shapes
- *   [2]  arrays and parameter trees
- *   [3]  graph and tracing: nodes, the op table, builders
- *   [4]  ops: one block each (shape rule, CPU kernel, VJP rule, cost)
- *   [5]  autodiff: vjp, grad, stop_gradient
- *   [6]  schedule
- *   [7]  memory plan and analysis, donation
- *   [8]  run: backend interface, CPU backend, matmul kernel
- *   [9]  jit: trace + compile + call
- *   [10] program text
+ *   [2]  arrays and parameter trees (safetensors save/load)
+ *   [3]  graph and tracing: nodes, the op table, captures
+ *   [4]  sharding on a device mesh: specs, rules, collectives
+ *   [5]  ops: one block each (builder = shape and sharding rule, CPU kernel,
+ *        VJP rule, cost)
+ *   [6]  autodiff: vjp, grad, stop_gradient, checkpoint_name
+ *   [7]  control flow: scan, remat regions
+ *   [8]  remat and offload policies, the saved-residuals report, lint
+ *   [9]  schedule
+ *   [10] memory plan and analysis (device and host), donation
+ *   [11] run: backend interface, CPU backend (device threads), matmul
+ *   [12] jit: trace + compile + call
+ *   [13] program text
+ * The API below follows the same numbers; find a stage with
+ *   grep -n '==== \[' tinyjax.h
  */
 #ifndef TINYJAX_H
 #define TINYJAX_H
@@ -282,7 +288,7 @@ TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype
    every tensor of a file written here is naturally aligned. */
 TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *tensors, int n, const char *const *meta_kv, int n_meta);
 
-/* ==== [3] graph and tracing ============================================= */
+/* ==== [3] graph and tracing (op builders: [5]) =========================== */
 
 /* Every builder records the caller's file:line; the macros pass it. Use the
    _at forms to attribute ops to your own caller (e.g. inside a layer helper). */
@@ -437,7 +443,7 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
 /* derive a new key from a key and a counter (fold_in) */
 TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data);
 
-/* ==== [4] sharding on a device mesh ===================================== */
+/* ==== [4] sharding on a device mesh ====================================== */
 
 /* The CPU backend simulates N devices, each a thread with its own memory
    (tj_set_devices, or the environment variable TJ_DEVICES). A mesh names the
@@ -485,7 +491,7 @@ typedef struct {
 } tj_collective;
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max);
 
-/* ==== [5] autodiff ====================================================== */
+/* ==== [6] autodiff ======================================================= */
 
 /* Identity in the forward pass, zero gradient. */
 #define tj_stop_gradient(x) tj_stop_gradient_at(TJ_AT, x)
@@ -507,7 +513,7 @@ TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
    copied through). */
 TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads);
 
-/* ==== [6] control flow: scan ============================================ */
+/* ==== [7] control flow: scan ============================================= */
 
 /* scan(body, carry, xs): the body is traced ONCE into a subgraph and run
    `length` times. It receives the carry and one slice of each x (the
@@ -535,7 +541,7 @@ typedef void (*tj_region_fn)(tj_graph *g, const tj_v *in, tj_v *out, void *user)
 TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, int nout, tj_v *out,
                                  const tj_policy *policy);
 
-/* ==== [7] remat and offload policies ==================================== */
+/* ==== [8] remat and offload policies ===================================== */
 
 /* After autodiff, a residual is a forward value that the backward pass
    uses. A policy decides, per residual: keep it in device memory, offload
@@ -599,7 +605,7 @@ TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *out);
    the number of warnings; writes them, one per line, into buf. */
 TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n);
 
-/* ==== [8] backends ====================================================== */
+/* ==== [11] backends ====================================================== */
 
 /* One interface for every backend. Memory space 0 is device memory, 1 is
    host memory (the offload target). The CPU backend is built in and used
@@ -630,7 +636,7 @@ TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
 TJDEF tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 TJDEF void tj_cuda_backend_free(tj_backend *b);
 
-/* ==== [9] jit =========================================================== */
+/* ==== [12] jit =========================================================== */
 
 typedef void (*tj_fn)(tj_graph *g, const tj_tree *in, tj_tree *out, void *user);
 
@@ -662,7 +668,7 @@ TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p);
 /* Estimated floating point ops of one call (from each op's cost rule). */
 TJDEF double tj_prog_flops(const tj_prog *p);
 
-/* ==== [10] program text ================================================= */
+/* ==== [13] program text ================================================== */
 
 /* The scheduled program: one line per node with op, named shape, dtype,
    buffer offset, and the caller's file:line. */
@@ -3119,7 +3125,7 @@ done:
     return rc;
 }
 
-/* ==== [3] graph and tracing ============================================= */
+/* ==== [3] graph and tracing ============================================== */
 /* A graph is a list of nodes in creation order, which is a topological
    order: an op can only use values that exist. A node is one op applied to
    earlier nodes; its type is fully known when it is made (shape rules run at
@@ -3250,7 +3256,7 @@ typedef struct {
 } tj__opdef;
 
 /* The op table. Unary and binary elementwise ops are generated from the
-   math tables in [4]; every other op is one line here plus one block in [4]
+   math tables in [5]; every other op is one line here plus one block in [5]
    holding its builder (shape rule), CPU kernel, VJP rule and cost. */
 #define TJ__UNARY_OPS(X)                                                            \
     X(NEG, "neg", -a)                                                               \
@@ -3517,7 +3523,7 @@ static int tj__one_axis(tj_v x, const char *s, const char *what, const char *fil
     return ids[0];
 }
 
-/* ==== [4] sharding on a device mesh ===================================== */
+/* ==== [4] sharding on a device mesh ====================================== */
 /* The mesh lives in the context; a sharding lives in each value's type
    (tj__type.sh: per axis a bit set of mesh axes, in mesh order; .partial:
    mesh axes over which devices hold partial sums still to be added). Local
@@ -3994,7 +4000,7 @@ TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n) {
     return tj__spec_str(a->ctx, &a->t, buf, n);
 }
 
-/* ==== [4] ops =========================================================== */
+/* ==== [5] ops ============================================================ */
 /* Each op: its builder (the shape and dtype rule, run while tracing), its
    CPU kernel, its VJP rule (which emits graph ops, so gradients are graphs
    too) and its cost. VJP rules may return cotangents in any axis order, with
@@ -4891,7 +4897,7 @@ static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
    a, N in b) and contracted (K). The kernel wants a as [B,M,K] or [B,K,M]
    and b as [B,K,N] or [B,N,K]; any other layout gets an explicit relayout
    node, visible in the program text and counted by the memory plan. */
-/* the tuned f32 kernel lives with the CPU backend in [10] */
+/* the tuned f32 kernel lives with the CPU backend in [11] */
 static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth);
 static void tj__dgemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B, double *C) {
     int64_t i, j, p;
@@ -5545,7 +5551,7 @@ static const char *tj__opname(int op) { return op >= 0 && op < TJ__NOPS ? tj__op
 static int tj__opshard(int op) { return tj__ops[op].shard; }
 static unsigned tj__ops_flags(int op) { return tj__ops[op].flags; }
 
-/* ==== [5] autodiff ====================================================== */
+/* ==== [6] autodiff ======================================================= */
 /* Reverse mode over the graph built so far. Walk the nodes that lie between
    `wrt` and `outs` in reverse creation order (a reverse topological order),
    call each op's VJP rule on its accumulated cotangent, fit each result to
@@ -5689,7 +5695,7 @@ TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
     return st;
 }
 
-/* ==== [6] control flow: scan ============================================ */
+/* ==== [7] control flow: scan ============================================= */
 /* A SCAN node holds its body graph. Its inputs are the initial carries, the
    stacked xs (scanned axis leading) and the captured outer values; its
    outputs are PROJ nodes: final carries, stacked ys, and (after autodiff)
@@ -6076,7 +6082,7 @@ static void tj__k_memcpy(tj__kern *k) {
     else memcpy(k->out, k->in[0], (size_t)nb);
 }
 
-/* ==== [7] remat and offload policies ==================================== */
+/* ==== [8] remat and offload policies ===================================== */
 /* The VJP rule of scan is where policies act. It differentiates the body
    in place (the body graph becomes the joint forward+backward graph), then
    builds the backward body by cloning the backward nodes. Each forward
@@ -6544,7 +6550,7 @@ fail:
     return c->status;
 }
 
-/* ==== [8] schedule ====================================================== */
+/* ==== [9] schedule ======================================================= */
 /* One linear order of the nodes the outputs need. Creation order is already
    topological, so the schedule keeps it and drops dead nodes (autodiff rules
    emit cotangents for every input; the ones nobody uses vanish here). A
@@ -6583,7 +6589,7 @@ static tj_status tj__schedule(tj_prog *p) {
     return TJ_OK;
 }
 
-/* ==== [9] memory plan and analysis, donation ============================= */
+/* ==== [10] memory plan and analysis, donation ============================ */
 /* Every non-view node gets a buffer in its memory space: arguments live in
    the caller's arrays, outputs in fresh arrays (or a donated argument's
    buffer), and everything else in one temp arena per space, placed
@@ -6753,7 +6759,7 @@ TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p) {
 }
 TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 
-/* ==== [10] run: CPU backend, matmul kernel =============================== */
+/* ==== [11] run: backends, CPU backend, matmul kernel ===================== */
 /* The CPU backend runs the schedule: one arena allocation per memory space
    per call (its size is the plan's temp bytes), then each node's kernel on
    pointers into the arenas, the argument buffers, or the output buffers.
@@ -7633,7 +7639,7 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
     return st;
 }
 
-/* ==== [11] jit: trace + compile + call =================================== */
+/* ==== [12] jit: trace + compile + call =================================== */
 /* Tracing runs the user's C function once on PARAM nodes shaped like the
    example tree's arrays. Compiling makes every output own its buffer
    (copying an argument or a buffer two outputs share), compiles each scan
@@ -7921,7 +7927,7 @@ done:
     return st;
 }
 
-/* ==== [12] program text ================================================= */
+/* ==== [13] program text ================================================== */
 
 /* the device groups a collective over mesh axes m runs in: "{0,1}{2,3}" */
 static const char *tj__groups_str(const tj_ctx *c, unsigned m, char *buf, size_t n) {

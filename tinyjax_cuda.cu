@@ -34,7 +34,7 @@
  *   [8] CUDA backend: state and error messages
  *   [8] CUDA backend: device helpers (dtype access, math, block reductions)
  *   [8] CUDA backend: kernels
- *   [8] CUDA backend: launchers (one per CPU kernel of [4])
+ *   [8] CUDA backend: launchers (one per CPU kernel of [5])
  *   [8] CUDA backend: memory spaces, copies, sync
  *   [8] CUDA backend: dispatch and constructor
  */
@@ -49,7 +49,7 @@
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 extern "C" void tj_cuda_backend_free(tj_backend *b);
 
-// ==== [8] CUDA backend: state and error messages ==========================
+// ==== [11] CUDA backend: state and error messages ==========================
 
 #define TJC_THREADS 256        /* threads per block (a power of two)          */
 #define TJC_MAXGRID (1 << 20)  /* blocks per launch; kernels loop beyond this */
@@ -114,7 +114,7 @@ static unsigned tjc_grid(int64_t n) { return (unsigned)(n < 1 ? 1 : n > TJC_MAXG
 /* compute in double when the data needs it (f64, or i32 which float would round) */
 static int tjc_wide(tj_dtype t) { return t == TJ_F64 || t == TJ_I32; }
 
-// ==== [8] CUDA backend: device helpers (dtype access, math, block reductions)
+// ==== [11] CUDA backend: device helpers (dtype access, math, block reductions)
 
 /* element i of a buffer of dtype dt, as T (the device twin of tj__ld) */
 template <typename T>
@@ -261,7 +261,7 @@ __device__ __forceinline__ double tjc_u01(uint64_t key, uint64_t i) {
     return (double)(tjc_mix(tjc_mix(i + 0x9e3779b97f4a7c15ull) ^ key) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// ==== [8] CUDA backend: kernels ===========================================
+// ==== [11] CUDA backend: kernels ===========================================
 /* Kernels take small structs by value (dims and strides, up to TJ_MAXDIM)
    and loop grid-stride, so any size runs with a bounded grid. */
 
@@ -455,7 +455,7 @@ __global__ void tjc_k_causal(const void *in, int idt, void *out, int odt, int64_
     }
 }
 
-// ==== [8] CUDA backend: launchers (one per CPU kernel of [4]) =============
+// ==== [11] CUDA backend: launchers (one per CPU kernel of [5]) =============
 /* Each returns 0, or 1 after writing k->err. They mirror the CPU kernels'
    setup code, then launch on the compute stream. */
 
@@ -748,7 +748,7 @@ static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
     return tjc_index_check(s, k, lab, d);
 }
 
-// ==== [8] CUDA backend: memory spaces, copies, sync =======================
+// ==== [11] CUDA backend: memory spaces, copies, sync =======================
 /* TJ_SPACE_DEVICE is cudaMalloc memory, TJ_SPACE_HOST pinned host memory
    (cudaHostAlloc, the offload target), TJ_SPACE_USER the caller's pageable
    memory. Copies are synchronous for the caller: they wait for the compute
@@ -815,7 +815,7 @@ static int tjc_sync(tj_backend *b) {
     return 0;
 }
 
-// ==== [8] CUDA backend: dispatch and constructor ==========================
+// ==== [11] CUDA backend: dispatch and constructor ==========================
 
 static int tjc_run(tj_backend *b, tj__kern *k) {
     tjc_state *s = tjc_st_of(b);
