@@ -72,7 +72,7 @@ typedef struct {
 static void gpt2_default_config(gpt2_config *c) {
     memset(c, 0, sizeof *c);
     c->V = 256; c->V_real = 256;
-    c->T = 128; c->block = 128;
+    c->T = 64; c->block = 64;
     c->C = 128; c->L = 4; c->H = 4; c->M = 4 * 128;
     c->B = 8;
     c->remat = REMAT_BLOCK_OUT;
@@ -380,7 +380,7 @@ static void filter_rules(const char *rules, const char *mesh, char *out, size_t 
     out[0] = 0;
     while (s && *s) {
         size_t len = strcspn(s, " ,"), i;
-        const char *colon = memchr(s, ':', len);
+        const char *colon = (const char *)memchr(s, ':', len);
         int ok = colon != NULL;
         if (colon) {
             const char *m = colon + 1, *end = s + len;
@@ -695,7 +695,7 @@ typedef struct {
 static void usage(void) {
     printf(
         "usage: gpt2_train [flags]   (./build.sh demo runs it with none)\n"
-        "Trains a GPT-2 with tinyjax. Default: 4 layers, 4 heads, 128 channels, context 128,\n"
+        "Trains a GPT-2 with tinyjax. Default: 4 layers, 4 heads, 128 channels, context 64,\n"
         "batch 8, 300 steps on 8 simulated devices (mesh data=4 model=2, FSDP + tensor parallel),\n"
         "on the project's own source files as bytes (vocab 256).\n"
         "\n"
@@ -703,7 +703,7 @@ static void usage(void) {
         "  --layers N          transformer blocks (4)\n"
         "  --heads N           attention heads (4)\n"
         "  --embed N           channels (128); head_dim = embed / heads, mlp = 4 * embed\n"
-        "  --context N         tokens per sequence (128)\n"
+        "  --context N         tokens per sequence (64)\n"
         "  --batch N           sequences per step (8)\n"
         "  --bf16              compute in bf16 (params, optimizer state and loss stay f32)\n"
         "  --remat P           what the backward pass keeps of each block: block_out (default:\n"
