@@ -232,7 +232,7 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
     if (tj_scan(gpt2_scan_body, (void *)c, "layer", 1, &x, NBLOCKP, xs, 0, &out, NULL, &pol)) return NULL;
     x = affine_ln(out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"));
     logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
-    return tj_v_dtype(logits) == TJ_F32 ? logits : tj_cast(logits, TJ_F32);
+    return tj_v_dtype(logits) == TJ_BF16 ? tj_cast(logits, TJ_F32) : logits; /* f64 stays f64 (gradient checks) */
 }
 
 /* the "params." leaves of `in` as a tree named without the prefix; also the
