@@ -91,8 +91,8 @@ typedef struct {
 } gpt2_pspec;
 /* Block parameters (stacked on `layer`) first, in scan xs order. The four
    layer-norm vectors share one leaf (axis lnp: g1 b1 g2 b2) and q, k, v one
-   matrix (axis qkv, as GPT-2's c_attn), which keeps the scan's operand count
-   small (see the report on tinyjax's 16-input kernel limit). */
+   matrix (axis qkv, as GPT-2's c_attn: one dot instead of three), which also
+   keeps the scan's operand count small. */
 enum { P_LN, P_WQKV, P_BQKV, P_WO, P_BO, P_WFC, P_BFC, P_WPROJ, P_BPROJ, NBLOCKP };
 static const gpt2_pspec gpt2_params[] = {
     {"h.ln", "layer lnp embed", INIT_LN},
@@ -251,6 +251,8 @@ static void gpt2_param_trees(const gpt2_config *c, const tj_tree *in, tj_tree *P
 
 /* ------------------------------------------------------------- programs */
 
+static tj_v init_shard(const gpt2_config *c, tj_v v) { return c->param_rules ? tj_shard_by_rules(v, c->param_rules) : v; }
+
 /* init: every parameter drawn (or filled) directly with its sharding, so
    each device makes only its slice; same numbers on every mesh. m, v zero. */
 static void gpt2_init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
@@ -264,22 +266,21 @@ static void gpt2_init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
         double std = s->init == INIT_PROJ ? 0.02 / sqrt(2.0 * c->L) : s->init == INIT_POS ? 0.01 : 0.02;
         tj_v v;
         param_shape(c, i, shape, sizeof shape);
-        if (s->init == INIT_ONES || s->init == INIT_ZEROS) v = tj_fill(g, TJ_F32, shape, s->init == INIT_ONES ? 1.0 : 0.0);
+        /* the sharding constraint goes right on the source op, so each device
+           generates only its slice (no full tensor, no slicing) */
+        if (s->init == INIT_ONES || s->init == INIT_ZEROS) v = init_shard(c, tj_fill(g, TJ_F32, shape, s->init == INIT_ONES ? 1.0 : 0.0));
         else if (s->init == INIT_LN) { /* gains 1, biases 0 */
             char one[128];
             tj_v parts[4];
             int k;
             snprintf(one, sizeof one, "layer=%d lnp=1 embed=%d", c->L, c->C);
-            for (k = 0; k < 4; k++) parts[k] = tj_fill(g, TJ_F32, one, k % 2 ? 0.0 : 1.0);
-            v = tj_concat(4, parts, "lnp");
-        }
-        else v = tj_muls(tj_normal(g, key, TJ_F32, shape), std);
-        if (c->param_rules) v = tj_shard_by_rules(v, c->param_rules);
+            for (k = 0; k < 4; k++) parts[k] = init_shard(c, tj_fill(g, TJ_F32, one, k % 2 ? 0.0 : 1.0));
+            v = init_shard(c, tj_concat(4, parts, "lnp"));
+        } else v = tj_muls(init_shard(c, tj_normal(g, key, TJ_F32, shape)), std);
         snprintf(name, sizeof name, "params.%s", s->name);
         tj_tree_set_v(out, name, v);
         for (pass = 0; pass < 2; pass++) {
-            tj_v z = tj_fill(g, TJ_F32, shape, 0.0);
-            if (c->param_rules) z = tj_shard_by_rules(z, c->param_rules);
+            tj_v z = init_shard(c, tj_fill(g, TJ_F32, shape, 0.0));
             snprintf(name, sizeof name, "%s.%s", pass ? "v" : "m", s->name);
             tj_tree_set_v(out, name, z);
         }

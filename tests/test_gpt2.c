@@ -136,6 +136,11 @@ int main(void) {
                 else TJT_CHECK(fabs(l - ref[s]) <= 1e-5 * fabs(ref[s]), "%s: step %d loss %.9g vs one device %.9g (rel %.2g)", ms[m].name, s, l, ref[s],
                                fabs(l - ref[s]) / fabs(ref[s]));
             }
+            if (m > 0) { /* sharded init: each device generates only its slice */
+                tj_collective cols[4];
+                TJT_CHECK(tj_prog_collectives(tr.init, cols, 4) == 0, "%s: the init program has %d collectives (a full tensor made and sliced?)", ms[m].name,
+                          tj_prog_collectives(tr.init, cols, 4));
+            }
             if (m == 3) { /* FSDP: every parameter leaf is split over the 8 devices */
                 char b[128];
                 tj_array_sharding(tj_tree_array(tr.state, "params.wte"), b, sizeof b);
