@@ -549,8 +549,11 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
    use), or recompute it in the backward pass from kept values. The policy
    sees the op kind, the names given with tj_checkpoint_name (a scan
    carry is named by the name of the value the body returns for it), and
-   the shape. Policies are plain structs; the name strings must stay valid
-   until tj_jit returns. */
+   the shape. Policies are plain structs that tj_scan copies; the name
+   strings, and the two policies a save_from_both points to, must stay
+   valid until tj_jit returns. Logical rules (tj_shard_by_rules,
+   tj_filter_shard) skip mesh axes the mesh does not have, so one rule string
+   serves every mesh; explicit specs treat them as errors. */
 typedef enum { TJ_SAVE = 0, TJ_RECOMPUTE = 1, TJ_OFFLOAD = 2 } tj_decision;
 typedef tj_decision (*tj_policy_fn)(const char *op, const char *name, const char *shape, void *user);
 typedef enum {
@@ -3170,7 +3173,8 @@ struct tj_node {
     tj_graph *sub;/* scan: the body                                         */
     tj_node **proj; /* multi-output ops: the projection nodes, one per output */
     int nproj;
-    const tj_policy *policy; /* scan: what its VJP keeps per iteration      */
+    const tj_policy *policy; /* scan: what its VJP keeps per iteration (-> pol) */
+    tj_policy pol;           /* the caller's policy, copied                   */
 };
 
 struct tj_graph {
@@ -3667,6 +3671,10 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
             if (!((e - s == 4 && strncmp(s, "none", 4) == 0) || (e - s == 1 && *s == '-'))) {
                 mid = tj__intern(c, s, (size_t)(e - s));
                 for (j = 0; j < c->nmesh; j++) if (c->mesh_ax[j] == mid) found = j;
+                if (found < 0 && !strict) { /* rules may name mesh axes this mesh lacks */
+                    s = *e == '+' ? e + 1 : e;
+                    continue;
+                }
                 if (found < 0) {
                     tj__err(c, TJ_ERR_AXIS, file, line, "%s: '%s' is not an axis of the mesh (spec \"%s\")", what, tj__name(c, mid), spec);
                     return -1;
@@ -5800,7 +5808,10 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     n->a.length = (int)len;
     n->a.reverse = reverse;
     n->a.axis = axis;
-    n->policy = policy;
+    if (policy) { /* copy: the caller's struct may be a local of a helper function */
+        n->pol = *policy;
+        n->policy = &n->pol;
+    }
     for (i = 0; i < nc; i++)
         if (tj__add_proj(n, &b->outs[i]->t, TJ_SPACE_DEVICE)) return NULL;
     for (i = 0; i < ny; i++) {
@@ -6363,7 +6374,10 @@ static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
     if (v->sub) {
         n->sub = v->sub;
         v->sub->refs++;
-        n->policy = v->policy;
+        if (v->policy) {
+            n->pol = v->pol;
+            n->policy = &n->pol;
+        }
         for (i = 0; i < v->nproj; i++)
             if (tj__add_proj(n, &v->proj[i]->t, v->proj[i]->space)) return NULL;
     }
