@@ -3218,6 +3218,8 @@ struct tj_prog {
     int *donate;           /* per param: may its buffer be reused          */
     int *out_donor;        /* per output: param index whose buffer it takes, or -1 */
     int64_t arena_bytes[2];/* temp arena per memory space                  */
+    void *arena_raw[TJ_MAXDEV][2]; /* kept between runs (no page faults per
+                                      step); freed with the program         */
     tj_memory_analysis mem;
     double flops;
 };
@@ -4091,12 +4093,22 @@ static void tj__ew_loop(int op, double s, int nin, const tj__opnd *x, void *out,
 /* out (type ot, contiguous) <- elementwise fn of inputs broadcast by name */
 static void tj__ew_kernel_fn(tj__kern *k, tj__ew_fn fn) {
     tj__opnd x[3];
-    int i;
+    int i, j, flat = 1;
+    int64_t n = tj__numel(&k->ot);
     for (i = 0; i < k->nin && i < 3; i++) {
         x[i].p = k->in[i];
         x[i].dt = k->it[i]->dt;
         x[i].base = 0;
         tj__bstrides(k->it[i], &k->ot, x[i].st);
+        /* the common case: every operand laid out like the output, or a
+           scalar; then the whole array is one long row */
+        if (k->it[i]->rank && k->it[i]->rank != k->ot.rank) flat = 0;
+        for (j = 0; flat && k->it[i]->rank && j < k->ot.rank; j++) flat = k->it[i]->ax[j] == k->ot.ax[j];
+    }
+    if (flat && k->ot.rank > 1) {
+        for (i = 0; i < k->nin && i < 3; i++) x[i].st[0] = k->it[i]->rank ? 1 : 0;
+        tj__ew_loop(k->n->op, k->n->a.s, k->nin, x, k->out, k->ot.dt, 0, NULL, &n, 1, fn);
+        return;
     }
     tj__ew_loop(k->n->op, k->n->a.s, k->nin, x, k->out, k->ot.dt, 0, NULL, k->ot.dim, k->ot.rank, fn);
 }
@@ -4566,6 +4578,29 @@ static void tj__k_reduce(tj__kern *k) {
             if (k->n->a.axes[j] == it->ax[i]) red = 1;
         if (red) { rd[nr] = it->dim[i]; rs[nr++] = ist[i]; }
         else { od[no] = it->dim[i]; os[no++] = ist[i]; }
+    }
+    {   /* fast path: the kept axes are the trailing (contiguous) ones, e.g. a
+           bias gradient summed over (batch, pos): accumulate whole rows */
+        int lead = 1;
+        for (i = 0; i < no && lead; i++) lead = os[i] == (no - 1 - i == 0 ? 1 : os[i]);
+        for (i = 0; i < it->rank && lead; i++) {
+            int kept = tj__axis_index(&k->ot, it->ax[i]) >= 0;
+            if (kept && i < it->rank - no) lead = 0;
+        }
+        if (lead && nr > 0 && no > 0 && !ismax) {
+            int64_t K = on, R = tj__numel(it) / (on ? on : 1), r0, c0b, m2, jj;
+            double acc2[TJ__CHUNK];
+            for (c0b = 0; c0b < K; c0b += m2) {
+                m2 = K - c0b < TJ__CHUNK ? K - c0b : TJ__CHUNK;
+                for (jj = 0; jj < m2; jj++) acc2[jj] = 0;
+                for (r0 = 0; r0 < R; r0++) {
+                    tj__load_n(k->in[0], it->dt, r0 * K + c0b, 1, m2, buf);
+                    for (jj = 0; jj < m2; jj++) acc2[jj] += buf[jj];
+                }
+                tj__store_n(k->out, k->ot.dt, c0b, m2, acc2);
+            }
+            return;
+        }
     }
     for (i = 0; i + 1 < nr; i++) rn *= rd[i];
     inner = nr ? rd[nr - 1] : 1;
@@ -7567,17 +7602,24 @@ static void *tj__device_main(void *arg) {
     tj_prog *p = r->p;
     tj_ctx *c = p->ctx;
     char *arena[2] = {NULL, NULL};
-    void *raw[2] = {NULL, NULL};
     int s, nth = c->threads / (c->ndev > 0 ? c->ndev : 1);
     r->err[0] = 0;
     r->st = TJ_OK;
     for (s = 0; s < 2; s++)
         if (p->arena_bytes[s]) {
-            arena[s] = (char *)tj__mem_alloc(c, s, p->arena_bytes[s], &raw[s]);
-            if (!arena[s]) {
-                snprintf(r->err, sizeof r->err, "out of memory allocating a %lld-byte %s arena on device %d", (long long)p->arena_bytes[s], s ? "host" : "device", r->dev);
-                r->st = TJ_ERR_OOM;
-            } else tj__count(c, 1, p->arena_bytes[s]);
+            /* the first run allocates exactly the planned bytes; later runs of
+               the same program reuse them (one call at a time per program) */
+            void **raw = &p->arena_raw[r->dev][s];
+            if (!*raw) {
+                if (!tj__mem_alloc(c, s, p->arena_bytes[s], raw)) {
+                    snprintf(r->err, sizeof r->err, "out of memory allocating a %lld-byte %s arena on device %d", (long long)p->arena_bytes[s],
+                             s ? "host" : "device", r->dev);
+                    r->st = TJ_ERR_OOM;
+                    continue;
+                }
+                tj__count(c, 1, p->arena_bytes[s]);
+            }
+            arena[s] = c->backend ? (char *)*raw : (char *)(((uintptr_t)*raw + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
         }
     /* every device plans the same sizes, so an allocation fails on all of
        them alike and no device is left waiting in a collective */
@@ -7585,11 +7627,6 @@ static void *tj__device_main(void *arg) {
         tj__run_body(p, r->args, r->outs, arena, r->err, nth < 1 ? 1 : nth, r->dev, r->rdv);
         if (r->err[0]) r->st = TJ_ERR_ARG;
     }
-    for (s = 0; s < 2; s++)
-        if (raw[s]) {
-            tj__mem_free(c, s, raw[s]);
-            tj__count(c, 1, -p->arena_bytes[s]);
-        }
     return NULL;
 }
 static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs) {
@@ -7668,8 +7705,14 @@ static void tj__prog_free_body(tj_prog *p) {
     TJ_FREE(p);
 }
 TJDEF void tj_prog_free(tj_prog *p) {
-    int i;
+    int i, s;
     if (!p) return;
+    for (i = 0; i < TJ_MAXDEV; i++)
+        for (s = 0; s < 2; s++)
+            if (p->arena_raw[i][s]) {
+                tj__mem_free(p->ctx, s, p->arena_raw[i][s]);
+                tj__count(p->ctx, 1, -p->arena_bytes[s]);
+            }
     tj__graph_free(p->g);
     for (i = 0; i < p->nout; i++) TJ_FREE(p->out_names[i]);
     TJ_FREE(p->out_names);
