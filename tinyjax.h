@@ -3169,6 +3169,9 @@ struct tj_node {
     int out_index;/* >= 0: this node's buffer is output #out_index          */
     int64_t scratch_off; /* kernel workspace in the arena, if any          */
     tj__type lt;  /* its local (per-device) type, set by the planner        */
+    tj_node *fused;   /* computed inside this consumer's fused loop (no buffer) */
+    tj_node **members;/* a fused group's root: the nodes it computes, in order */
+    int nmembers;
     int space;    /* memory space of its buffer: TJ_SPACE_DEVICE or _HOST   */
     tj_graph *sub;/* scan: the body                                         */
     tj_node **proj; /* multi-output ops: the projection nodes, one per output */
@@ -3359,6 +3362,7 @@ static void tj__graph_free(tj_graph *g) {
     if (!g || --g->refs > 0) return;
     for (i = 0; i < g->n; i++) {
         tj__graph_free(g->nodes[i]->sub);
+        TJ_FREE(g->nodes[i]->members);
         TJ_FREE(g->nodes[i]->proj);
         TJ_FREE(g->nodes[i]->in);
         TJ_FREE(g->nodes[i]->name);
@@ -6717,6 +6721,131 @@ static int tj__needs_buffer(const tj_node *n) {
     return n->root == n && n->op != TJ__OP_PARAM && n->out_index < 0 && !(tj__ops[n->op].flags & TJ__MULTI);
 }
 
+/* ---- fusion of elementwise chains ----
+   An elementwise node whose only consumer is an elementwise node of the
+   same local layout is computed inside that consumer's loop, one chunk at a
+   time, with no buffer of its own (AdamW, GELU's backward, bias adds: one
+   pass over memory instead of one per op). Each member's result is rounded
+   to its dtype as if it had been stored, so fused and unfused runs give the
+   same bits. */
+#define TJ__MAXFUSE 24
+static int tj__is_ew(const tj_node *n) { return n->op < TJ__OP_PARAM || n->op == TJ__OP_SELECT; }
+static int tj__same_layout(const tj__type *a, const tj__type *b) {
+    int i;
+    if (a->rank != b->rank) return 0;
+    for (i = 0; i < a->rank; i++)
+        if (a->ax[i] != b->ax[i] || a->dim[i] != b->dim[i]) return 0;
+    return 1;
+}
+static tj_node *tj__froot(tj_node *n) {
+    while (n->fused) n = n->fused;
+    return n;
+}
+/* elementwise, on the device, every input laid out like it or a scalar */
+static int tj__fusable(const tj_node *n) {
+    int j;
+    if (!tj__is_ew(n) || n->space != TJ_SPACE_DEVICE || n->nin > 3) return 0;
+    for (j = 0; j < n->nin; j++)
+        if (n->in[j]->lt.rank && !tj__same_layout(&n->in[j]->lt, &n->lt)) return 0;
+    return 1;
+}
+static tj_status tj__fuse(tj_prog *p) {
+    int i, j, *uses, *size;
+    if (p->ctx->backend) return TJ_OK; /* the CUDA backend runs one kernel per node */
+    uses = (int *)tj__calloc(sizeof(int) * (size_t)(p->g->n + 1));
+    size = (int *)tj__calloc(sizeof(int) * (size_t)(p->g->n + 1));
+    if (!uses || !size) {
+        TJ_FREE(uses);
+        TJ_FREE(size);
+        tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory fusing", p->name);
+        return TJ_ERR_OOM;
+    }
+    for (i = 0; i < p->nsched; i++)
+        for (j = 0; j < p->sched[i]->nin; j++) uses[p->sched[i]->in[j]->id]++;
+    for (i = 0; i < p->nout; i++) uses[p->outs[i]->id] += 2; /* an output needs its buffer */
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *c = p->sched[i];
+        size[c->id] = 1;
+        if (!tj__fusable(c)) continue;
+        for (j = 0; j < c->nin; j++) {
+            tj_node *x = c->in[j];
+            if (x->g != p->g || uses[x->id] != 1 || x->fused || !x->live || !tj__fusable(x) || x->lt.rank != c->lt.rank ||
+                !tj__same_layout(&x->lt, &c->lt) || size[c->id] + size[x->id] > TJ__MAXFUSE)
+                continue;
+            x->fused = c;
+            size[c->id] += size[x->id];
+        }
+    }
+    for (i = 0; i < p->nsched; i++) { /* each root's members, in schedule order */
+        tj_node *n = p->sched[i], *r;
+        if (!n->fused) continue;
+        r = tj__froot(n);
+        if (!r->members) {
+            r->members = (tj_node **)tj__malloc(sizeof(tj_node *) * (TJ__MAXFUSE + 1));
+            if (!r->members) {
+                TJ_FREE(uses);
+                TJ_FREE(size);
+                tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory fusing", p->name);
+                return TJ_ERR_OOM;
+            }
+        }
+        r->members[r->nmembers++] = n;
+    }
+    for (i = 0; i < p->nsched; i++)
+        if (p->sched[i]->members) p->sched[i]->members[p->sched[i]->nmembers++] = p->sched[i];
+    TJ_FREE(uses);
+    TJ_FREE(size);
+    return TJ_OK;
+}
+/* round n doubles as if stored in dtype dt and loaded again */
+static void tj__round_n(double *v, int64_t n, tj_dtype dt) {
+    int64_t i;
+    if (dt == TJ_F32) for (i = 0; i < n; i++) v[i] = (float)v[i];
+    else if (dt != TJ_F64) for (i = 0; i < n; i++) {
+        double t[1];
+        unsigned char b[8];
+        tj__st(b, dt, 0, v[i]);
+        t[0] = tj__ld(b, dt, 0);
+        v[i] = t[0];
+    }
+}
+/* the fused loop of group root r: leaves are read from their buffers */
+static void tj__k_fused(tj_node *r, const void **leafp, void *out) {
+    static double zero[1];
+    double res[TJ__MAXFUSE][TJ__CHUNK], opnd[3][TJ__CHUNK];
+    int64_t n = tj__numel(&r->lt), c0, m;
+    int mi, j;
+    (void)zero;
+    for (c0 = 0; c0 < n; c0 += m) {
+        m = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
+        for (mi = 0; mi < r->nmembers; mi++) {
+            tj_node *x = r->members[mi];
+            double *ins[3];
+            for (j = 0; j < x->nin; j++) {
+                tj_node *y = x->in[j];
+                int k;
+                ins[j] = NULL;
+                if (y->fused && tj__froot(y) == r)
+                    for (k = 0; k < mi; k++)
+                        if (r->members[k] == y) ins[j] = res[k];
+                if (!ins[j]) {
+                    const void *pp = leafp[mi * 3 + j];
+                    if (y->lt.rank == 0) {
+                        int64_t q;
+                        double v = tj__ld(pp, y->lt.dt, 0);
+                        for (q = 0; q < m; q++) opnd[j][q] = v;
+                    } else tj__load_n(pp, y->lt.dt, c0, 1, m, opnd[j]);
+                    ins[j] = opnd[j];
+                }
+            }
+            if (x->op == TJ__OP_SELECT || x->op >= TJ__OP_ADD) tj__binary_math(x->op, x->a.s, ins, res[mi], m);
+            else tj__unary_math(x->op, x->a.s, ins, res[mi], m);
+            tj__round_n(res[mi], m, x->lt.dt);
+        }
+        tj__store_n(out, r->lt.dt, c0, m, res[r->nmembers - 1]);
+    }
+}
+
 static tj_status tj__plan(tj_prog *p) {
     tj_graph *g = p->g;
     tj__heap h[2];
@@ -6732,11 +6861,17 @@ static tj_status tj__plan(tj_prog *p) {
         n->off = -1;
         n->out_index = -1;
         n->scratch_off = -1;
+        n->fused = NULL;
+        TJ_FREE(n->members);
+        n->members = NULL;
+        n->nmembers = 0;
     }
+    if (tj__fuse(p)) return p->ctx->status;
     for (i = 0; i < p->nsched; i++)
         for (j = 0; j < p->sched[i]->nin; j++) {
             tj_node *r = p->sched[i]->in[j]->root;
-            if (r->last < i) r->last = i;
+            int at = p->sched[i]->fused ? tj__froot(p->sched[i])->sched : i; /* read when the group runs */
+            if (r->last < at) r->last = at;
         }
     for (i = 0; i < p->nout; i++) {
         tj_node *r = p->outs[i]->root;
@@ -6763,6 +6898,7 @@ static tj_status tj__plan(tj_prog *p) {
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
         const tj__opdef *d = &tj__ops[n->op];
+        if (n->fused) continue; /* computed inside its group's loop: no buffer */
         if (tj__needs_buffer(n) && n->op != TJ__OP_PROJ) {
             if ((n->off = tj__heap_alloc(&h[n->space], tj__bytes(&n->lt))) < 0) goto oom;
         }
@@ -6775,12 +6911,19 @@ static tj_status tj__plan(tj_prog *p) {
             if ((n->scratch_off = tj__heap_alloc(&h[TJ_SPACE_DEVICE], d->scratch(n))) < 0) goto oom;
             tj__heap_free(&h[TJ_SPACE_DEVICE], n->scratch_off);
         }
-        /* free the buffers whose last use is this node (its own, if unused) */
-        for (j = -1; j < n->nin; j++) {
-            tj_node *r = (j < 0 ? n : n->in[j])->root;
-            if (r->off >= 0 && r->last == i && r->live != 2) {
-                tj__heap_free(&h[r->space], r->off);
-                r->live = 2; /* freed once even if used twice here */
+        /* free the buffers whose last use is this node (its own, if unused;
+           a fused group frees what its members read) */
+        {
+            int mi, nm = n->members ? n->nmembers : 1;
+            for (mi = 0; mi < nm; mi++) {
+                tj_node *x = n->members ? n->members[mi] : n;
+                for (j = -1; j < x->nin; j++) {
+                    tj_node *r = (j < 0 ? x : x->in[j])->root;
+                    if (r->off >= 0 && r->last == i && r->live != 2) {
+                        tj__heap_free(&h[r->space], r->off);
+                        r->live = 2; /* freed once even if used twice here */
+                    }
+                }
             }
         }
     }
@@ -7561,7 +7704,18 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
     for (i = 0; i < p->nsched && !err[0]; i++) {
         tj_node *n = p->sched[i];
         tj__kern k;
-        if (n->op == TJ__OP_PARAM || n->op == TJ__OP_PROJ || (tj__ops[n->op].flags & TJ__VIEW)) continue;
+        if (n->op == TJ__OP_PARAM || n->op == TJ__OP_PROJ || (tj__ops[n->op].flags & TJ__VIEW) || n->fused) continue;
+        if (n->members) {
+            const void *leafp[TJ__MAXFUSE * 3];
+            int mi;
+            for (mi = 0; mi < n->nmembers; mi++)
+                for (j = 0; j < n->members[mi]->nin; j++) {
+                    tj_node *y = n->members[mi]->in[j];
+                    leafp[mi * 3 + j] = y->fused && tj__froot(y) == n ? NULL : tj__buf(y, arena, args, outs);
+                }
+            tj__k_fused(n, leafp, tj__buf(n, arena, args, outs));
+            continue;
+        }
         memset(&k, 0, sizeof k);
         k.ctx = p->ctx;
         k.n = n;
@@ -8031,7 +8185,8 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
     fprintf(f, "  %s", tj_v_describe(n, b, sizeof b));
     if (n->pass) fprintf(f, "  bwd%d", n->pass);
     if (planned) {
-        if (n->root != n) fprintf(f, "  view of %%%d", n->root->id);
+        if (n->fused) fprintf(f, "  fused into %%%d", tj__froot(n)->id);
+        else if (n->root != n) fprintf(f, "  view of %%%d", n->root->id);
         else if (n->op == TJ__OP_PARAM) fprintf(f, "  @arg%d", n->a.index);
         else if (n->out_index >= 0) fprintf(f, "  @out%d", n->out_index);
         else fprintf(f, "  @%lld+%lld", (long long)n->off, (long long)tj__bytes(&n->lt));
