@@ -6811,11 +6811,16 @@ static void tj__round_n(double *v, int64_t n, tj_dtype dt) {
 }
 /* the fused loop of group root r: leaves are read from their buffers */
 static void tj__k_fused(tj_node *r, const void **leafp, void *out) {
-    static double zero[1];
     double res[TJ__MAXFUSE][TJ__CHUNK], opnd[3][TJ__CHUNK];
     int64_t n = tj__numel(&r->lt), c0, m;
-    int mi, j;
-    (void)zero;
+    int mi, j, src[TJ__MAXFUSE][3];
+    for (mi = 0; mi < r->nmembers; mi++) /* where each operand comes from: a member's result, or a leaf (-1) */
+        for (j = 0; j < r->members[mi]->nin; j++) {
+            int k;
+            src[mi][j] = -1;
+            for (k = 0; k < mi; k++)
+                if (r->members[k] == r->members[mi]->in[j]) src[mi][j] = k;
+        }
     for (c0 = 0; c0 < n; c0 += m) {
         m = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
         for (mi = 0; mi < r->nmembers; mi++) {
@@ -6823,11 +6828,7 @@ static void tj__k_fused(tj_node *r, const void **leafp, void *out) {
             double *ins[3];
             for (j = 0; j < x->nin; j++) {
                 tj_node *y = x->in[j];
-                int k;
-                ins[j] = NULL;
-                if (y->fused && tj__froot(y) == r)
-                    for (k = 0; k < mi; k++)
-                        if (r->members[k] == y) ins[j] = res[k];
+                ins[j] = src[mi][j] >= 0 ? res[src[mi][j]] : NULL;
                 if (!ins[j]) {
                     const void *pp = leafp[mi * 3 + j];
                     if (y->lt.rank == 0) {
@@ -7434,6 +7435,31 @@ typedef struct {
 } tj__sgemm_job;
 
 /* returns 0 on success, -1 if the pack buffer could not be allocated */
+/* Pack buffers are kept per thread (freed when the thread ends): a fresh
+   megabyte per call would come from mmap and fault in every page again. */
+#if TJ__SGEMM_THREADS
+static pthread_key_t tj__pack_key;
+static pthread_once_t tj__pack_once = PTHREAD_ONCE_INIT;
+static void tj__pack_free(void *p) { TJ_FREE(p); }
+static void tj__pack_init(void) { pthread_key_create(&tj__pack_key, tj__pack_free); }
+static char *tj__pack_get(size_t n) {
+    size_t *h;
+    pthread_once(&tj__pack_once, tj__pack_init);
+    h = (size_t *)pthread_getspecific(tj__pack_key);
+    if (h && h[0] >= n) return (char *)(h + 8);
+    TJ_FREE(h);
+    h = (size_t *)TJ_MALLOC(n + 8 * sizeof(size_t));
+    pthread_setspecific(tj__pack_key, h);
+    if (!h) return NULL;
+    h[0] = n;
+    return (char *)(h + 8);
+}
+#define TJ__PACK_GET(n) tj__pack_get(n)
+#define TJ__PACK_PUT(p) ((void)(p))
+#else
+#define TJ__PACK_GET(n) ((char *)TJ_MALLOC(n))
+#define TJ__PACK_PUT(p) TJ_FREE(p)
+#endif
 static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo, int n_hi) {
     const tj__sgemm_cfg *cf = jb->cfg;
     const int MR = cf->mr, NR = cf->nr, KC = cf->kc, MC = cf->mc, NC = cf->nc;
@@ -7445,7 +7471,7 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo,
     if (m_lo >= m_hi || n_lo >= n_hi) return 0;
     /* over-allocate and round up by hand: 64-byte aligned packs keep every
        micro-panel row on a cache line boundary */
-    raw = (char *)TJ_MALLOC((a_sz + b_sz) * sizeof(float) + 128);
+    raw = TJ__PACK_GET((a_sz + b_sz) * sizeof(float) + 128);
     if (!raw) return -1;
     Ap = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     Bp = Ap + a_sz;
@@ -7471,7 +7497,7 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo,
             }
         }
     }
-    TJ_FREE(raw);
+    TJ__PACK_PUT(raw);
     return 0;
 }
 
