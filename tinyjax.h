@@ -895,9 +895,15 @@ static int tj__intern(tj_ctx *c, const char *s, size_t n) {
     int i;
     for (i = 0; i < c->nnames; i++)
         if (strlen(c->names[i]) == n && memcmp(c->names[i], s, n) == 0) return i;
-    if (c->nnames >= TJ__MAXNAMES) return -1;
+    if (c->nnames >= TJ__MAXNAMES) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "more than %d distinct axis names in one context (\"%.*s\")", TJ__MAXNAMES, (int)(n < 64 ? n : 64), s);
+        return -1;
+    }
     c->names[c->nnames] = (char *)tj__malloc(n + 1);
-    if (!c->names[c->nnames]) return -1;
+    if (!c->names[c->nnames]) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "out of memory recording an axis name");
+        return -1;
+    }
     memcpy(c->names[c->nnames], s, n);
     c->names[c->nnames][n] = 0;
     return c->nnames++;
@@ -923,7 +929,7 @@ static int tj__parse_names(tj_ctx *c, const char *s, int *ids, int max, const ch
             tj__err(c, TJ_ERR_AXIS, file, line, "%s: more than %d axes", what, max);
             return -1;
         }
-        ids[n++] = tj__intern(c, b, (size_t)(s - b));
+        if ((ids[n++] = tj__intern(c, b, (size_t)(s - b))) < 0) return -1;
     }
     return n;
 }
@@ -984,6 +990,7 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
             return -1;
         }
         id = tj__intern(c, b, (size_t)(s - b));
+        if (id < 0) return -1;
         s++;
         v = strtoll(s, &e, 10);
         if (e == s || v < (allow_zero ? 0 : 1) || v > ((long long)1 << 40)) {

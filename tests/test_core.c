@@ -58,6 +58,24 @@ int main(void) {
     TJT_GRADCHECK(ctx, "layer norm + cross-entropy", lnce, NULL, in, "x gamma w");
     tj_tree_free(in);
 
+    /* the axis-name table is finite: running out is an error, not garbage */
+    tjt_current = "axis names";
+    {
+        tj_ctx *c2 = tj_ctx_new();
+        int k, failed = 0;
+        for (k = 0; k < 300 && !failed; k++) {
+            char sh[32];
+            tj_array *a;
+            snprintf(sh, sizeof sh, "axis%d=2", k);
+            a = tj_zeros(c2, TJ_F32, sh);
+            if (!a) failed = 1;
+            tj_array_free(a);
+        }
+        TJT_CHECK(failed, "300 distinct axis names were all accepted");
+        TJT_ERROR_HAS(c2, "distinct axis names");
+        tj_ctx_free(c2);
+    }
+
     tj_ctx_free(ctx);
     return tjt_finish();
 }
