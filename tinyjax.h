@@ -1228,7 +1228,7 @@ static int tj__array_live(tj_array *a, const char *what, const char *file, int l
     return 1;
 }
 TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
-    int64_t i, n;
+    int64_t n;
     if (!a) return TJ_ERR_ARG;
     if (!tj__array_live(a, "tj_array_read", NULL, 0)) return TJ_ERR_STATE;
     if ((unsigned)dt >= TJ_NDTYPE) {
@@ -1236,7 +1236,6 @@ TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
         return TJ_ERR_DTYPE;
     }
     n = tj__numel(&a->t);
-    (void)i;
     if (n == 0) return TJ_OK;
     {   /* every device's shard into its place in the global array */
         tj_ctx *c = a->ctx;
