@@ -678,6 +678,23 @@ TJDEF double tj_prog_flops(const tj_prog *p);
 TJDEF void tj_prog_print(const tj_prog *p, FILE *out);
 TJDEF void tj_graph_print(tj_graph *g, FILE *out);
 TJDEF void tj_memory_print(const tj_prog *p, FILE *out);
+/* Profiling: with tj_set_profile(ctx, 1), each run records a timeline, one
+   event per kernel, fused group, collective and memory-space copy on every
+   device (scan bodies included, each iteration). tj_prog_events returns the
+   last run's events; tj_prog_write_trace writes them as a Chrome trace /
+   Perfetto JSON file (a track per device), atomically. */
+typedef struct {
+    int device;
+    char op[24];      /* op name ("dot", "all_gather", "offload", "fused x4") */
+    char what[64];    /* the collective's cause, or the node id             */
+    const char *file; /* the source line that made the node                 */
+    int line;
+    double start_us, dur_us; /* from the start of the run                   */
+    int kind;         /* 0 kernel, 1 collective, 2 copy between spaces       */
+} tj_event;
+TJDEF void tj_set_profile(tj_ctx *ctx, int on);
+TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max);
+TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path);
 
 #endif /* TINYJAX_H */
 
@@ -694,6 +711,7 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *out);
 #include <string.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <sys/time.h>
 
 #if defined(TJ_MALLOC) && defined(TJ_REALLOC) && defined(TJ_FREE)
 #elif !defined(TJ_MALLOC) && !defined(TJ_REALLOC) && !defined(TJ_FREE)
@@ -736,6 +754,7 @@ struct tj_ctx {
     tj_alloc_stats stats;
     tj_backend *backend; /* NULL: the built-in CPU backend                */
     int ndev;            /* simulated devices                             */
+    int profile;         /* record a timeline of each run                 */
     int nmesh;           /* mesh axes (0: no mesh)                         */
     int mesh_ax[TJ__MAXMESH];
     int mesh_size[TJ__MAXMESH];
@@ -807,6 +826,12 @@ TJDEF void tj_clear_error(tj_ctx *c) {
 }
 TJDEF void tj_set_dump(tj_ctx *c, int on) { c->dump = on; }
 TJDEF void tj_set_threads(tj_ctx *c, int n) { c->threads = n < 1 ? 1 : n; }
+TJDEF void tj_set_profile(tj_ctx *c, int on) { c->profile = on; }
+static double tj__now_us(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec * 1e6 + (double)tv.tv_usec;
+}
 TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *c) {
     tj_alloc_stats s;
     pthread_mutex_lock(&c->stats_mu);
@@ -3229,6 +3254,8 @@ struct tj_prog {
     int64_t arena_bytes[2];/* temp arena per memory space                  */
     void *arena_raw[TJ_MAXDEV][2]; /* kept between runs (no page faults per
                                       step); freed with the program         */
+    tj_event *events;      /* the last profiled run's timeline              */
+    int nevents;
     tj_memory_analysis mem;
     double flops;
 };
@@ -5472,6 +5499,10 @@ typedef struct tj__rdv {
     int n, waiting;
     unsigned long gen;
     const void *slot[TJ_MAXDEV];
+    /* profiling: each device appends to its own list (no locks) */
+    tj_event *ev[TJ_MAXDEV];
+    int nev[TJ_MAXDEV], capev[TJ_MAXDEV];
+    double t0;
 } tj__rdv;
 static void tj__barrier(tj__rdv *r) {
     unsigned long gen;
@@ -7731,12 +7762,37 @@ static void *tj__buf(tj_node *n, char **arena, void **args, void **outs) {
 }
 /* Run a compiled program on raw buffers: args[param index], outs[output
    index], arena[space]. Kernel errors land in err. */
+/* one timeline event for node n on device dev (profiling) */
+static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double t1) {
+    tj_event *e;
+    if (r->nev[dev] == r->capev[dev]) {
+        int nc = r->capev[dev] ? 2 * r->capev[dev] : 256;
+        tj_event *ne = (tj_event *)TJ_REALLOC(r->ev[dev], sizeof(tj_event) * (size_t)nc);
+        if (!ne) return; /* a profile is best effort: drop the event */
+        r->ev[dev] = ne;
+        r->capev[dev] = nc;
+    }
+    e = &r->ev[dev][r->nev[dev]++];
+    memset(e, 0, sizeof *e);
+    e->device = dev;
+    if (n->members) snprintf(e->op, sizeof e->op, "fused x%d", n->nmembers);
+    else snprintf(e->op, sizeof e->op, "%s", tj__ops[n->op].name);
+    e->kind = n->op >= TJ__OP_ALL_GATHER && n->op <= TJ__OP_ALL_TO_ALL ? 1 : n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
+    if (e->kind == 1 && n->name) snprintf(e->what, sizeof e->what, "caused by %s", n->name);
+    else snprintf(e->what, sizeof e->what, "%%%d", n->id);
+    e->file = n->file;
+    e->line = n->line;
+    e->start_us = t0 - r->t0;
+    e->dur_us = t1 - t0;
+}
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, tj__rdv *rdv) {
-    int i, j;
+    int i, j, prof = p->ctx->profile && rdv;
     for (i = 0; i < p->nsched && !err[0]; i++) {
         tj_node *n = p->sched[i];
         tj__kern k;
+        double t0 = 0;
         if (n->op == TJ__OP_PARAM || n->op == TJ__OP_PROJ || (tj__ops[n->op].flags & TJ__VIEW) || n->fused) continue;
+        if (prof) t0 = tj__now_us();
         if (n->members) {
             const void *leafp[TJ__MAXFUSE * 3];
             int mi;
@@ -7746,6 +7802,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
                     leafp[mi * 3 + j] = y->fused && tj__froot(y) == n ? NULL : tj__buf(y, arena, args, outs);
                 }
             tj__k_fused(n, leafp, tj__buf(n, arena, args, outs));
+            if (prof) tj__record(rdv, dev, n, t0, tj__now_us());
             continue;
         }
         memset(&k, 0, sizeof k);
@@ -7756,7 +7813,6 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
             k.it[j] = &n->in[j]->lt;
             k.in[j] = tj__buf(n->in[j], arena, args, outs);
         }
-        /* (scans may have more than 16 inputs; their kernel reads n->in) */
         for (j = 0; j < n->nproj && j < 64; j++) k.pout[j] = tj__buf(n->proj[j], arena, args, outs);
         k.ot = n->lt;
         k.out = tj__buf(n, arena, args, outs);
@@ -7767,6 +7823,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         k.err = err;
         if (p->ctx->backend) p->ctx->backend->run(p->ctx->backend, &k);
         else tj__ops[n->op].cpu(&k);
+        if (prof && n->op != TJ__OP_SCAN) tj__record(rdv, dev, n, t0, tj__now_us()); /* a scan's body records its own */
     }
     return err[0] ? TJ_ERR_ARG : TJ_OK;
 }
@@ -7833,6 +7890,7 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
     }
     memset(&rdv, 0, sizeof rdv);
     rdv.n = nd;
+    rdv.t0 = c->profile ? tj__now_us() : 0;
     pthread_mutex_init(&rdv.mu, NULL);
     pthread_cond_init(&rdv.cv, NULL);
     for (d = 0; d < nd; d++) {
@@ -7869,6 +7927,18 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
             st = runs[d].st;
         }
     if (st == TJ_OK && c->status) st = c->status;
+    if (c->profile) { /* keep this run's timeline, devices in order */
+        int total = 0;
+        for (d = 0; d < c->ndev; d++) total += rdv.nev[d];
+        TJ_FREE(p->events);
+        p->nevents = 0;
+        p->events = (tj_event *)tj__malloc(sizeof(tj_event) * (size_t)(total + 1));
+        for (d = 0; p->events && d < c->ndev; d++) {
+            if (rdv.nev[d]) memcpy(p->events + p->nevents, rdv.ev[d], sizeof(tj_event) * (size_t)rdv.nev[d]);
+            p->nevents += rdv.nev[d];
+        }
+    }
+    for (d = 0; d < c->ndev; d++) TJ_FREE(rdv.ev[d]);
     pthread_mutex_destroy(&rdv.mu);
     pthread_cond_destroy(&rdv.cv);
     TJ_FREE(runs);
@@ -7905,6 +7975,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
     TJ_FREE(p->outs);
     TJ_FREE(p->donate);
     tj_tree_free(p->static_out);
+    TJ_FREE(p->events);
     tj__prog_free_body(p);
 }
 /* outputs must own their buffers: copy arguments and shared buffers */
@@ -8286,6 +8357,64 @@ TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max) {
     int n = 0;
     if (p) tj__collect(p, rows, max, &n, 0);
     return n;
+}
+TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max) {
+    int i;
+    if (!p) return 0;
+    for (i = 0; rows && i < p->nevents && i < max; i++) rows[i] = p->events[i];
+    return p->nevents;
+}
+static void tj__trace_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
+    char tmp[4096];
+    FILE *f;
+    int i, d;
+    static const char *cat[3] = {"kernel", "collective", "copy"};
+    if (!p || !path) return TJ_ERR_ARG;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (!(f = fopen(tmp, "w"))) {
+        tj__err(p->ctx, TJ_ERR_IO, NULL, 0, "%s: cannot write the trace", tmp);
+        return TJ_ERR_IO;
+    }
+    fprintf(f, "{\"traceEvents\": [\n");
+    for (d = 0; d < p->ctx->ndev; d++)
+        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d\"}},\n", d, d);
+    for (i = 0; i < p->nevents; i++) {
+        const tj_event *e = &p->events[i];
+        char where[256];
+        fprintf(f, "{\"name\": ");
+        tj__trace_str(f, e->op);
+        fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": ", cat[e->kind], e->device,
+                e->start_us, e->dur_us);
+        tj__trace_str(f, e->what);
+        snprintf(where, sizeof where, "%s:%d", tj__base(e->file), e->line);
+        fprintf(f, ", \"source\": ");
+        tj__trace_str(f, where);
+        fprintf(f, "}},\n");
+    }
+    fprintf(f, "{\"name\": \"end\", \"ph\": \"i\", \"pid\": 1, \"tid\": 0, \"ts\": 0, \"s\": \"g\"}\n]}\n");
+    if (fflush(f) || ferror(f)) {
+        fclose(f);
+        remove(tmp);
+        tj__err(p->ctx, TJ_ERR_IO, NULL, 0, "%s: writing the trace failed", tmp);
+        return TJ_ERR_IO;
+    }
+    fclose(f);
+    if (rename(tmp, path)) {
+        remove(tmp);
+        tj__err(p->ctx, TJ_ERR_IO, NULL, 0, "%s: cannot rename the trace into place", path);
+        return TJ_ERR_IO;
+    }
+    return TJ_OK;
 }
 TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
     const tj_memory_analysis *m = &p->mem;

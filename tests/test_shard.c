@@ -276,6 +276,54 @@ int main(void) {
         }
     }
 
+    tjt_current = "profile";
+    {   /* a timeline: every device, kernels and collectives, written as a Chrome trace */
+        tj_ctx *c = tj_ctx_new();
+        tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+        tj_prog *p;
+        tj_event ev[4096];
+        int n, i, devs[8] = {0}, colls = 0, ok = 1;
+        tj_set_devices(c, 4);
+        tj_set_mesh(c, "data=4");
+        tj_set_profile(c, 1);
+        tj_tree_set_array(in, "wte", tjt_rand(c, TJ_F32, "vocab=16 embed=8", 9, -1, 1));
+        {
+            int32_t tok[32];
+            for (i = 0; i < 32; i++) tok[i] = (i * 5 + 3) % 16;
+            tj_tree_set_array(in, "tokens", tj_array_new(c, TJ_I32, "batch=4 pos=8", tok));
+        }
+        tj_tree_set_array(in, "ws", tjt_rand(c, TJ_F32, "layer=3 embed=8 embed2=8", 10, -0.3, 0.3));
+        tj_filter_shard(in, "batch:data");
+        p = tj_jit(c, "profiled", emb_scan, NULL, in, NULL);
+        TJT_CHECK(p && !tj_run(p, in, out), "profiled run: %s", tj_error(c));
+        n = p ? tj_prog_events(p, ev, 4096) : 0;
+        for (i = 0; i < n && i < 4096; i++) {
+            if (ev[i].device >= 0 && ev[i].device < 4) devs[ev[i].device]++;
+            colls += ev[i].kind == 1;
+            ok &= ev[i].dur_us >= 0 && ev[i].start_us >= 0 && ev[i].file != NULL;
+        }
+        TJT_CHECK(n > 0 && devs[0] > 0 && devs[0] == devs[1] && devs[1] == devs[2] && devs[2] == devs[3], "events per device: %d %d %d %d", devs[0], devs[1],
+                  devs[2], devs[3]);
+        TJT_CHECK(colls > 0 && ok, "%d collective events; times and sources %s", colls, ok ? "ok" : "bad");
+        if (p) {
+            char path[] = "/tmp/tj_trace_test.json";
+            FILE *f;
+            char head[32] = {0};
+            TJT_CHECK(tj_prog_write_trace(p, path) == TJ_OK, "write trace: %s", tj_error(c));
+            f = fopen(path, "r");
+            if (f) {
+                if (!fgets(head, sizeof head, f)) head[0] = 0;
+                fclose(f);
+            }
+            TJT_CHECK(strncmp(head, "{\"traceEvents\"", 14) == 0, "trace file starts with \"%s\"", head);
+            remove(path);
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(c);
+    }
+
     tjt_current = "errors";
     {
         tj_ctx *ctx = tj_ctx_new();
