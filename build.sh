@@ -17,6 +17,9 @@ CC=${CC:-gcc}
 CXX=${CXX:-g++}
 WARN="-Wall -Wextra -Werror"
 LIBS="-lm -pthread"
+# demos and benchmarks: -O3 lets gcc vectorise the elementwise kernels
+# (about 1.5x faster GPT-2 steps than -O2); tests stay at -O2 as specified
+OPT=${OPT:--O3}
 
 ensure_tools() {
     local missing=()
@@ -99,23 +102,23 @@ test)
 demo)
     ensure_tools
     if [ -f demos/gpt2_train.c ]; then
-        $CC -std=c99 -O2 $WARN -I. -o build/gpt2_train demos/gpt2_train.c $LIBS && exec ./build/gpt2_train "$@"
+        $CC -std=c99 $OPT $WARN -I. -o build/gpt2_train demos/gpt2_train.c $LIBS && exec ./build/gpt2_train "$@"
     else
-        $CC -std=c99 -O2 $WARN -I. -o build/hello_grad demos/hello_grad.c $LIBS && exec ./build/hello_grad "$@"
+        $CC -std=c99 $OPT $WARN -I. -o build/hello_grad demos/hello_grad.c $LIBS && exec ./build/hello_grad "$@"
     fi
     ;;
 bench)
     ensure_tools
     for d in demos/bench_*.c; do
         n=$(basename "$d" .c)
-        $CC -std=c99 -O2 $WARN -I. -o "build/$n" "$d" $LIBS && "./build/$n" "$@"
+        $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS && "./build/$n" "$@"
     done
     ;;
 build)
     ensure_tools
     for d in demos/*.c; do
         n=$(basename "$d" .c)
-        $CC -std=c99 -O2 $WARN -I. -o "build/$n" "$d" $LIBS || exit 1
+        $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS || exit 1
     done
     build_tests build/o2 -O2 -g || exit 1
     echo "built into build/"

@@ -3443,10 +3443,15 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     tj__type tt;
     tj__attr at;
     if (!g) return NULL;
+    if (nin > 64) {
+        tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: %d inputs (at most 64)", TJ__OPNAME(op), nin);
+        return NULL;
+    }
     for (i = 0; i < nin; i++) {
         if (!in[i]) return NULL;
+        cin[i] = in[i];
         if (in[i]->g != g) { /* a value of an enclosing function: capture it */
-            if (i >= 64 || !(cin[i] = tj__capture(g, in[i]))) {
+            if (!(cin[i] = tj__capture(g, in[i]))) {
                 if (g->ctx->status == TJ_OK)
                     tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: input %d belongs to another traced function", TJ__OPNAME(op), i);
                 return NULL;
@@ -3456,9 +3461,9 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     if (g->ctx->status != TJ_OK) return NULL; /* tracing already failed */
     memset(&at, 0, sizeof at);
     if (g->has_pend) { at = g->pend; g->has_pend = 0; }
-    for (i = 0; i < nin; i++) fin[i] = in[i]->g == g ? in[i] : cin[i];
+    for (i = 0; i < nin; i++) fin[i] = cin[i];
     tt = *t;
-    if (g->ctx->nmesh && nin <= 64 && tj__shard_rule(g, op, &tt, nin, fin, &at, file, line)) return NULL;
+    if (g->ctx->nmesh && tj__shard_rule(g, op, &tt, nin, fin, &at, file, line)) return NULL;
     t = &tt;
     if (g->n == g->cap) {
         int nc = g->cap ? g->cap * 2 : 64;
@@ -5529,7 +5534,7 @@ static void tj__k_all_to_all(tj__kern *k);
 static void tj__k_all_gather(tj__kern *k) {
     unsigned m = (unsigned)k->n->a.index;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis);
-    int64_t st[TJ_MAXDIM];
+    int64_t st[TJ_MAXDIM] = {0};
     tj__strides(&k->ot, st);
     tj__publish(k);
     for (r = 0; r < G; r++) tj__copy_region(tj__peer_in(k, m, r), k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim);
@@ -5555,7 +5560,7 @@ static void tj__k_psum(tj__kern *k) {
 static void tj__k_reduce_scatter(tj__kern *k) {
     unsigned m = (unsigned)k->n->a.index;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
-    int64_t ist[TJ_MAXDIM];
+    int64_t ist[TJ_MAXDIM] = {0};
     tj__opnd x[2];
     tj__strides(k->it[0], ist);
     tj__publish(k);
@@ -5576,7 +5581,7 @@ static void tj__k_reduce_scatter(tj__kern *k) {
 static void tj__k_shard_slice(tj__kern *k) {
     unsigned m = (unsigned)k->n->a.index;
     int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
-    int64_t ist[TJ_MAXDIM];
+    int64_t ist[TJ_MAXDIM] = {0};
     tj__strides(k->it[0], ist);
     tj__copy_region(k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim);
 }
@@ -5587,7 +5592,7 @@ static void tj__k_all_to_all(tj__kern *k) {
     unsigned m = (unsigned)k->n->a.index;
     int G = tj__mesh_count(k->ctx, m), r, me = tj__mesh_rank(k->ctx, k->dev, m);
     int to = tj__axis_index(&k->ot, k->n->a.axis), from = tj__axis_index(&k->ot, k->n->a.axis2);
-    int64_t ist[TJ_MAXDIM], ost[TJ_MAXDIM], dims[TJ_MAXDIM];
+    int64_t ist[TJ_MAXDIM] = {0}, ost[TJ_MAXDIM] = {0}, dims[TJ_MAXDIM];
     tj__strides(k->it[0], ist);
     tj__strides(&k->ot, ost);
     memcpy(dims, k->ot.dim, sizeof dims);
