@@ -35,6 +35,7 @@
 #include "gpt2_io.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -636,6 +637,244 @@ static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
     return st;
 }
 
+/* ------------------------------------------- Hugging Face GPT-2 weights */
+
+/* A Hugging Face GPT-2 safetensors file (model.safetensors of "gpt2",
+   "gpt2-medium", ..): tensors wte.weight (vocab, embed), wpe.weight (pos,
+   embed), h.{i}.ln_1.{weight,bias}, h.{i}.attn.c_attn.{weight,bias},
+   h.{i}.attn.c_proj.{weight,bias}, h.{i}.ln_2.{weight,bias},
+   h.{i}.mlp.c_fc.{weight,bias}, h.{i}.mlp.c_proj.{weight,bias},
+   ln_f.{weight,bias}, all optionally under "transformer.". The linear
+   layers are Conv1D: weight (in, out), y = x . W + b. Stored F32, F16, BF16
+   or F64; converted to f32. Other tensors (lm_head.weight, which is tied to
+   wte, and the h.{i}.attn.bias / masked_bias buffers of older files) are
+   ignored. */
+typedef struct {
+    tj_ctx *ctx;        /* for the parse (its errors)                     */
+    tj_safetensors *st;
+    char path[512];
+    const char *prefix; /* "" or "transformer."                           */
+    int L, C, V, P, M;  /* layers, embed, vocab, positions, mlp           */
+} gpt2_hf;
+
+static int hf_fail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && n) vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+static void gpt2_hf_close(gpt2_hf *hf) {
+    if (hf->st) tj_st_free(hf->st);
+    if (hf->ctx) tj_ctx_free(hf->ctx);
+    memset(hf, 0, sizeof *hf);
+}
+static int hf_is_float(tj_st_dtype d) { return d == TJ_ST_F32 || d == TJ_ST_F16 || d == TJ_ST_BF16 || d == TJ_ST_F64; }
+/* tensor prefix+name as f32 into out, after checking its dtype and shape
+   (rank 1: d0; rank 2: d0 x d1) */
+static int hf_tensor(const gpt2_hf *hf, const char *name, int rank, int64_t d0, int64_t d1, float *out, char *err, size_t n) {
+    char full[160], have[64], want[64];
+    const tj_st_tensor *t;
+    int k;
+    snprintf(full, sizeof full, "%s%s", hf->prefix, name);
+    if (!(t = tj_st_find(hf->st, full))) return hf_fail(err, n, "%s: tensor '%s' is missing (not a complete Hugging Face GPT-2 file?)", hf->path, full);
+    if (!hf_is_float(t->dtype)) return hf_fail(err, n, "%s: tensor '%s' has dtype %s, want F32, F16, BF16 or F64", hf->path, full, tj_st_dtype_name(t->dtype));
+    have[0] = 0;
+    for (k = 0; k < t->rank && k < 4; k++) snprintf(have + strlen(have), sizeof have - strlen(have), k ? ",%lld" : "%lld", (long long)t->shape[k]);
+    if (rank == 1) snprintf(want, sizeof want, "%lld", (long long)d0);
+    else snprintf(want, sizeof want, "%lld,%lld", (long long)d0, (long long)d1);
+    if (t->rank != rank || t->shape[0] != d0 || (rank == 2 && t->shape[1] != d1))
+        return hf_fail(err, n, "%s: tensor '%s' has shape [%s], want [%s]", hf->path, full, have, want);
+    if (out && tj_st_to_f32(t, out)) return hf_fail(err, n, "%s: tensor '%s': cannot convert to f32", hf->path, full);
+    return 0;
+}
+/* Parse the file and infer the sizes (not the heads: the file has no config).
+   Returns 0, or 1 and a message naming the file in err. */
+static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
+    const tj_st_tensor *wte, *wpe;
+    int i, maxl = -1;
+    memset(hf, 0, sizeof *hf);
+    snprintf(hf->path, sizeof hf->path, "%s", path ? path : "(null)");
+    if (!(hf->ctx = tj_ctx_new())) return hf_fail(err, n, "%s: out of memory", hf->path);
+    if (!(hf->st = tj_st_load(hf->ctx, path))) {
+        hf_fail(err, n, "cannot read Hugging Face GPT-2 weights from %s: %s", hf->path, tj_error(hf->ctx));
+        gpt2_hf_close(hf);
+        return 1;
+    }
+    hf->prefix = tj_st_find(hf->st, "transformer.wte.weight") ? "transformer." : "";
+    if (!(wte = tj_st_find(hf->st, *hf->prefix ? "transformer.wte.weight" : "wte.weight"))) {
+        hf_fail(err, n, "%s: no tensor 'wte.weight' or 'transformer.wte.weight': not a Hugging Face GPT-2 file", hf->path);
+        gpt2_hf_close(hf);
+        return 1;
+    }
+    if (wte->rank != 2 || wte->shape[0] < 1 || wte->shape[1] < 1 || wte->shape[0] > (1 << 24) || wte->shape[1] > (1 << 16)) {
+        hf_fail(err, n, "%s: tensor '%swte.weight' has rank %d / bad sizes, want (vocab, embed)", hf->path, hf->prefix, wte->rank);
+        gpt2_hf_close(hf);
+        return 1;
+    }
+    hf->V = (int)wte->shape[0];
+    hf->C = (int)wte->shape[1];
+    {
+        char nm[64];
+        snprintf(nm, sizeof nm, "%swpe.weight", hf->prefix);
+        wpe = tj_st_find(hf->st, nm);
+        if (!wpe || wpe->rank != 2 || wpe->shape[1] != hf->C || wpe->shape[0] < 2 || wpe->shape[0] > (1 << 20)) {
+            hf_fail(err, n, "%s: tensor '%s' is %s, want (positions, %d)", hf->path, nm, wpe ? "of another shape" : "missing", hf->C);
+            gpt2_hf_close(hf);
+            return 1;
+        }
+        hf->P = (int)wpe->shape[0];
+    }
+    /* layers: the largest i of any "h.{i}." tensor, plus one (a gap is a
+       missing-tensor error when loading) */
+    for (i = 0; i < tj_st_count(hf->st); i++) {
+        const char *s = tj_st_at(hf->st, i)->name;
+        size_t pl = strlen(hf->prefix);
+        if (!strncmp(s, hf->prefix, pl) && !strncmp(s + pl, "h.", 2) && s[pl + 2] >= '0' && s[pl + 2] <= '9') {
+            long v = strtol(s + pl + 2, NULL, 10);
+            if (v > 4096) {
+                hf_fail(err, n, "%s: tensor '%s': layer index %ld is too large", hf->path, s, v);
+                gpt2_hf_close(hf);
+                return 1;
+            }
+            if (v > maxl) maxl = (int)v;
+        }
+    }
+    hf->L = maxl + 1;
+    if (hf->L < 1) {
+        hf_fail(err, n, "%s: no transformer blocks (no tensor '%sh.0.ln_1.weight')", hf->path, hf->prefix);
+        gpt2_hf_close(hf);
+        return 1;
+    }
+    {
+        char nm[96];
+        const tj_st_tensor *fc;
+        snprintf(nm, sizeof nm, "%sh.0.mlp.c_fc.weight", hf->prefix);
+        fc = tj_st_find(hf->st, nm);
+        if (!fc || fc->rank != 2 || fc->shape[0] != hf->C || fc->shape[1] < 1 || fc->shape[1] > (1 << 20)) {
+            hf_fail(err, n, "%s: tensor '%s' is %s, want (%d, mlp)", hf->path, nm, fc ? "of another shape" : "missing", hf->C);
+            gpt2_hf_close(hf);
+            return 1;
+        }
+        hf->M = (int)fc->shape[1];
+    }
+    return 0;
+}
+/* The model config of the file: layers, embed, mlp, vocab (padded as the
+   demo pads: 256, else a multiple of 64), position table; heads as given,
+   or embed / 64 (GPT-2's head size: 12 heads for 768 channels) when 0.
+   The training context T is clipped to the position table. */
+static int gpt2_hf_config(const gpt2_hf *hf, gpt2_config *c, int heads, char *err, size_t n) {
+    if (heads <= 0) {
+        if (hf->C % 64) return hf_fail(err, n, "%s: embed %d is not a multiple of 64: give the number of heads (--heads)", hf->path, hf->C);
+        heads = hf->C / 64;
+    }
+    if (hf->C % heads) return hf_fail(err, n, "%s: embed %d is not divisible by %d heads", hf->path, hf->C, heads);
+    c->L = hf->L; c->C = hf->C; c->H = heads; c->M = hf->M;
+    c->V_real = hf->V;
+    c->V = hf->V <= 256 ? 256 : (hf->V + 63) / 64 * 64;
+    c->block = hf->P;
+    if (c->T > hf->P) c->T = hf->P;
+    return 0;
+}
+static int64_t param_numel(const gpt2_config *c, int i) {
+    const char *s = gpt2_params[i].shape;
+    int64_t p = 1;
+    while (*s) {
+        size_t len = strcspn(s, " ");
+        p *= axis_size(c, s, len);
+        s += len;
+        while (*s == ' ') s++;
+    }
+    return p;
+}
+/* Replace the trainer's parameters by the file's, placed by the param rules.
+   The trainer's config must be the file's (gpt2_hf_config). Everything or
+   nothing: on an error the parameters are unchanged. Optimizer state and
+   step are left as they are (zero for a fresh trainer). */
+static int gpt2_hf_load(gpt2_trainer *tr, const gpt2_hf *hf, char *err, size_t n) {
+    const gpt2_config *c = &tr->cfg;
+    tj_tree *nt;
+    int i, l, k, C = c->C, M = c->M, bad = 0;
+    char nm[96], shape[256], pn[128];
+    if (c->L != hf->L || c->C != hf->C || c->M != hf->M || c->V < hf->V || c->block != hf->P || c->H < 1 || C % c->H)
+        return hf_fail(err, n, "%s: the file's GPT-2 (layers %d, embed %d, mlp %d, vocab %d, positions %d) does not fit the model (layers %d, embed %d, mlp %d, vocab %d, positions %d)",
+                       hf->path, hf->L, hf->C, hf->M, hf->V, hf->P, c->L, c->C, c->M, c->V, c->block);
+    nt = tj_tree_new(tr->ctx);
+    if (!nt) return hf_fail(err, n, "out of memory");
+    for (i = 0; i < NPARAMS && !bad; i++) {
+        int64_t numel = param_numel(c, i);
+        float *b = (float *)calloc((size_t)numel, sizeof(float));
+        tj_array *a;
+        if (!b) { bad = hf_fail(err, n, "%s: out of memory for %s", hf->path, gpt2_params[i].name); break; }
+        /* Conv1D weights (in, out) are already (embed, qkv heads head_dim),
+           (heads head_dim, embed), (embed, mlp), (mlp, embed) row-major: the
+           c_attn output index is qkv * C + head * D + d, as GPT-2 splits it */
+        for (l = 0; l < (i < NBLOCKP ? c->L : 1) && !bad; l++) {
+#define HF(suffix, rank, d0, d1, dst) (snprintf(nm, sizeof nm, "h.%d.%s", l, suffix), hf_tensor(hf, nm, rank, d0, d1, dst, err, n))
+            switch (i) {
+            case P_LN:
+                bad = HF("ln_1.weight", 1, C, 0, b + ((size_t)l * 4 + 0) * C) || HF("ln_1.bias", 1, C, 0, b + ((size_t)l * 4 + 1) * C) ||
+                      HF("ln_2.weight", 1, C, 0, b + ((size_t)l * 4 + 2) * C) || HF("ln_2.bias", 1, C, 0, b + ((size_t)l * 4 + 3) * C);
+                break;
+            case P_WQKV: bad = HF("attn.c_attn.weight", 2, C, 3 * C, b + (size_t)l * C * 3 * C); break;
+            case P_BQKV: bad = HF("attn.c_attn.bias", 1, 3 * C, 0, b + (size_t)l * 3 * C); break;
+            case P_WO: bad = HF("attn.c_proj.weight", 2, C, C, b + (size_t)l * C * C); break;
+            case P_BO: bad = HF("attn.c_proj.bias", 1, C, 0, b + (size_t)l * C); break;
+            case P_WFC: bad = HF("mlp.c_fc.weight", 2, C, M, b + (size_t)l * C * M); break;
+            case P_BFC: bad = HF("mlp.c_fc.bias", 1, M, 0, b + (size_t)l * M); break;
+            case P_WPROJ: bad = HF("mlp.c_proj.weight", 2, M, C, b + (size_t)l * M * C); break;
+            case P_BPROJ: bad = HF("mlp.c_proj.bias", 1, C, 0, b + (size_t)l * C); break;
+            default: {
+                const char *s = gpt2_params[i].name;
+                /* wte: the padded rows stay zero (the demo samples only real tokens) */
+                if (!strcmp(s, "wte")) bad = hf_tensor(hf, "wte.weight", 2, hf->V, C, b, err, n);
+                else if (!strcmp(s, "wpe")) bad = hf_tensor(hf, "wpe.weight", 2, hf->P, C, b, err, n);
+                else if (!strcmp(s, "lnf_g")) bad = hf_tensor(hf, "ln_f.weight", 1, C, 0, b, err, n);
+                else if (!strcmp(s, "lnf_b")) bad = hf_tensor(hf, "ln_f.bias", 1, C, 0, b, err, n);
+                else bad = hf_fail(err, n, "internal: no Hugging Face tensor for parameter %s", s);
+            }
+            }
+#undef HF
+        }
+        for (k = 0; !bad && k < numel; k++)
+            if (!isfinite(b[k])) bad = hf_fail(err, n, "%s: parameter %s has a non-finite value (element %lld)", hf->path, gpt2_params[i].name, (long long)k);
+        if (!bad) {
+            snprintf(pn, sizeof pn, "params.%s", gpt2_params[i].name);
+            a = tj_array_new(tr->ctx, TJ_F32, param_shape(c, i, shape, sizeof shape), b);
+            if (!a || tj_tree_set_array(nt, pn, a)) bad = hf_fail(err, n, "%s: %s: %s", hf->path, gpt2_params[i].name, tj_error(tr->ctx));
+        }
+        free(b);
+    }
+    if (!bad && c->param_rules && tj_filter_shard(nt, c->param_rules)) bad = hf_fail(err, n, "%s: placing the parameters: %s", hf->path, tj_error(tr->ctx));
+    for (i = 0; i < NPARAMS && !bad; i++) { /* same shapes and placement as the trainer's own */
+        char b1[256], b2[256];
+        tj_array *old, *nw;
+        snprintf(pn, sizeof pn, "params.%s", gpt2_params[i].name);
+        old = tj_tree_array(tr->state, pn);
+        nw = tj_tree_array(nt, pn);
+        if (!old || !nw || strcmp(tj_array_describe(old, b1, sizeof b1), tj_array_describe(nw, b2, sizeof b2)))
+            bad = hf_fail(err, n, "%s: internal: parameter %s is %s, want %s", hf->path, pn, nw ? b2 : "missing", old ? b1 : "missing");
+    }
+    if (!bad)
+        for (i = 0; i < NPARAMS; i++) {
+            snprintf(pn, sizeof pn, "params.%s", gpt2_params[i].name);
+            tj_tree_set_array(tr->state, pn, tj_tree_take(nt, pn));
+        }
+    tj_tree_free(nt);
+    if (bad) tj_clear_error(tr->ctx);
+    return bad;
+}
+/* open + load + close; the trainer's config must already be the file's */
+GPT2_UNUSED static int gpt2_init_from(gpt2_trainer *tr, const char *path, char *err, size_t n) {
+    gpt2_hf hf;
+    int st;
+    if (gpt2_hf_open(&hf, path, err, n)) return 1;
+    st = gpt2_hf_load(tr, &hf, err, n);
+    gpt2_hf_close(&hf);
+    return st;
+}
+
 /* ------------------------------------------------------------ utilities */
 
 GPT2_UNUSED static double now_ms(void) {
@@ -689,8 +928,9 @@ GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
 typedef struct {
     gpt2_config cfg;
     int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
+    int heads_set, layers_set, embed_set, context_set; /* given by flag */
     double lr, min_lr_frac, temperature;
-    const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace;
+    const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
 } gpt2_args;
 
 static void usage(void) {
@@ -744,6 +984,10 @@ static void usage(void) {
         "  --print-program     print the compiled training step and its memory plan\n"
         "  --save FILE         checkpoint (safetensors via tj_tree_save) at the end\n"
         "  --resume FILE       resume params, optimizer state and step from a checkpoint\n"
+        "  --init-from FILE    start from Hugging Face GPT-2 weights (model.safetensors, names\n"
+        "                      h.0.attn.c_attn.weight .., with or without \"transformer.\"):\n"
+        "                      layers, embed, vocab and positions come from the file, heads\n"
+        "                      from --heads or embed / 64; with --steps 0 it only samples\n"
         "benchmark\n"
         "  --bench             GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocab 50304,\n"
         "                      B=4, T=64, f32, one device, all cores): median ms/step\n"
@@ -844,10 +1088,10 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--bf16")) a->cfg.bf16 = 1;
         else if (!strcmp(f, "--bench")) a->bench = 1;
         else if (!strcmp(f, "--print-program")) a->print_program = 1;
-        else if (ARG("--layers")) a->cfg.L = atoi(argv[++i]);
-        else if (ARG("--heads")) a->cfg.H = atoi(argv[++i]);
-        else if (ARG("--embed")) { a->cfg.C = atoi(argv[++i]); a->cfg.M = 4 * a->cfg.C; }
-        else if (ARG("--context")) a->cfg.T = a->cfg.block = atoi(argv[++i]);
+        else if (ARG("--layers")) { a->cfg.L = atoi(argv[++i]); a->layers_set = 1; }
+        else if (ARG("--heads")) { a->cfg.H = atoi(argv[++i]); a->heads_set = 1; }
+        else if (ARG("--embed")) { a->cfg.C = atoi(argv[++i]); a->cfg.M = 4 * a->cfg.C; a->embed_set = 1; }
+        else if (ARG("--context")) { a->cfg.T = a->cfg.block = atoi(argv[++i]); a->context_set = 1; }
         else if (ARG("--batch")) a->cfg.B = atoi(argv[++i]);
         else if (ARG("--remat")) {
             int k, found = -1;
@@ -881,6 +1125,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (ARG("--trace")) a->trace = argv[++i];
         else if (ARG("--save")) a->save = argv[++i];
         else if (ARG("--resume")) a->resume = argv[++i];
+        else if (ARG("--init-from")) a->init_from = argv[++i];
         else if (ARG("--bench-steps")) a->bench_steps = atoi(argv[++i]);
         else { fprintf(stderr, "gpt2_train: unknown flag or missing value: %s (see --help)\n", f); return 1; }
 #undef ARG
@@ -1009,7 +1254,9 @@ int main(int argc, char **argv) {
     char err[512], src[1100];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     gio_trace trace;
+    gpt2_hf hf;
 
+    memset(&hf, 0, sizeof hf);
     if (parse_args(argc, argv, &a)) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (a.bench) return run_bench(&a);
@@ -1042,8 +1289,23 @@ int main(int argc, char **argv) {
                tok.kind == GIO_TOK_GPT2 ? "GPT-2 BPE" : "byte", tok.vocab_size);
         free(text);
     }
-    a.cfg.V = (a.cfg.V_real + 63) / 64 * 64; /* padded: divisible by every mesh axis we use */
-    if (a.cfg.V_real <= 256) a.cfg.V = 256;
+    if (a.init_from) { /* the model's sizes are the file's */
+        int data_vocab = a.cfg.V_real;
+        if (gpt2_hf_open(&hf, a.init_from, err, sizeof err)) { fprintf(stderr, "gpt2_train: --init-from: %s\n", err); free(data); return 1; }
+        if ((a.layers_set && a.cfg.L != hf.L) || (a.embed_set && a.cfg.C != hf.C) || (a.context_set && a.cfg.T > hf.P)) {
+            fprintf(stderr, "gpt2_train: --init-from %s: the file has %d layers, %d channels, %d positions; --layers/--embed/--context disagree\n", a.init_from,
+                    hf.L, hf.C, hf.P);
+            return 1;
+        }
+        if (gpt2_hf_config(&hf, &a.cfg, a.heads_set ? a.cfg.H : 0, err, sizeof err)) { fprintf(stderr, "gpt2_train: --init-from: %s\n", err); return 1; }
+        if (data_vocab > a.cfg.V_real) {
+            fprintf(stderr, "gpt2_train: --init-from %s: the data has vocabulary %d, the model only %d tokens\n", a.init_from, data_vocab, a.cfg.V_real);
+            return 1;
+        }
+    } else {
+        a.cfg.V = (a.cfg.V_real + 63) / 64 * 64; /* padded: divisible by every mesh axis we use */
+        if (a.cfg.V_real <= 256) a.cfg.V = 256;
+    }
     ntrain = ndata * 9 / 10;
     nval = ndata - ntrain;
     if (nval < (size_t)a.cfg.T + 2 || ntrain < (size_t)a.cfg.T + 2) { fprintf(stderr, "gpt2_train: %zu tokens is too little data for context %d\n", ndata, a.cfg.T); return 1; }
@@ -1081,6 +1343,18 @@ int main(int argc, char **argv) {
             tj_memory_print(tr.step, stdout);
             tj_prog_residuals_print(tr.step, stdout);
         }
+    }
+    if (a.init_from) {
+        double t0 = now_ms();
+        int bad = gpt2_hf_load(&tr, &hf, err, sizeof err);
+        gpt2_hf_close(&hf);
+        if (bad) {
+            fprintf(stderr, "gpt2_train: --init-from: %s\n", err);
+            gpt2_trainer_free(&tr);
+            return 1;
+        }
+        printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions) in %.0f ms\n", a.init_from, tr.cfg.L, tr.cfg.H,
+               tr.cfg.C, tr.cfg.V_real, tr.cfg.V, tr.cfg.block, now_ms() - t0);
     }
     if (a.resume) {
         tj_status st = gpt2_resume(&tr, a.resume);
@@ -1152,7 +1426,7 @@ int main(int argc, char **argv) {
         else printf("checkpoint: %s (step %lld)\n", a.save, (long long)tr.step_no);
         tj_clear_error(tr.ctx);
     }
-    if (a.sample_len > 0 && n_tr) {
+    if (a.sample_len > 0 && (n_tr || a.init_from || a.resume)) {
         int32_t *pr = NULL;
         size_t np = 0;
         if (have_tok && a.prompt && *a.prompt && !gio_tok_encode(&tok, a.prompt, strlen(a.prompt), &pr, &np, err, sizeof err) && np) {

@@ -1,6 +1,7 @@
 /* GPT-2 demo model: a 2-layer, 32-channel GPT-2 learns, and gives the same
    initial parameters and the same losses on one device and on meshes (data
-   parallel, data x tensor, FSDP); a checkpoint round trip resumes exactly. */
+   parallel, data x tensor, FSDP); a checkpoint round trip resumes exactly;
+   Hugging Face GPT-2 safetensors load (--init-from) to the same logits. */
 #define GPT2_NO_MAIN
 #include "../demos/gpt2_train.c"
 #include "tj_test.h"
@@ -36,6 +37,308 @@ static float *read_leaf(gpt2_trainer *tr, const char *name, int64_t *n) {
     v = (float *)malloc(sizeof(float) * (size_t)(*n + 1));
     if (!a || tj_array_read(a, TJ_F32, v)) { free(v); return NULL; }
     return v;
+}
+
+/* ---- Hugging Face GPT-2 files (written here with HF's names and Conv1D
+   layouts) load to the same parameters and logits as the same numbers put
+   into the demo's tree by hand */
+#define HL 2
+#define HC 32
+#define HH 2
+#define HD (HC / HH)
+#define HM (4 * HC)
+#define HV 256
+#define HP 16
+typedef struct { char name[64]; int rank; int64_t shape[2]; float *data; } hf_ten;
+typedef struct { hf_ten t[16 * HL + 8]; int n; } hf_set;
+static float hf_rand(uint64_t *s, float lo, float hi) { /* bf16-exact values, so F32 and BF16 files hold the same numbers */
+    float f;
+    uint32_t u;
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    f = lo + (hi - lo) * (float)((*s >> 40) / 16777216.0);
+    memcpy(&u, &f, 4);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void hf_add(hf_set *h, const char *name, int64_t d0, int64_t d1, uint64_t *s, float lo, float hi) {
+    hf_ten *t = &h->t[h->n++];
+    int64_t k, n = d0 * (d1 ? d1 : 1);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->rank = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->data = (float *)malloc(sizeof(float) * (size_t)n);
+    for (k = 0; k < n; k++) t->data[k] = hf_rand(s, lo, hi);
+}
+static void hf_make(hf_set *h) {
+    uint64_t s = 12345;
+    char nm[64];
+    int l;
+    h->n = 0;
+    hf_add(h, "wte.weight", HV, HC, &s, -0.5f, 0.5f);
+    hf_add(h, "wpe.weight", HP, HC, &s, -0.5f, 0.5f);
+    for (l = 0; l < HL; l++) {
+#define A(suf, d0, d1, lo, hi) (snprintf(nm, sizeof nm, "h.%d.%s", l, suf), hf_add(h, nm, d0, d1, &s, lo, hi))
+        A("ln_1.weight", HC, 0, 0.5f, 1.5f);
+        A("ln_1.bias", HC, 0, -0.2f, 0.2f);
+        A("attn.c_attn.weight", HC, 3 * HC, -0.3f, 0.3f);
+        A("attn.c_attn.bias", 3 * HC, 0, -0.2f, 0.2f);
+        A("attn.c_proj.weight", HC, HC, -0.3f, 0.3f);
+        A("attn.c_proj.bias", HC, 0, -0.2f, 0.2f);
+        A("ln_2.weight", HC, 0, 0.5f, 1.5f);
+        A("ln_2.bias", HC, 0, -0.2f, 0.2f);
+        A("mlp.c_fc.weight", HC, HM, -0.3f, 0.3f);
+        A("mlp.c_fc.bias", HM, 0, -0.2f, 0.2f);
+        A("mlp.c_proj.weight", HM, HC, -0.2f, 0.2f);
+        A("mlp.c_proj.bias", HC, 0, -0.2f, 0.2f);
+#undef A
+    }
+    hf_add(h, "ln_f.weight", HC, 0, &s, 0.5f, 1.5f);
+    hf_add(h, "ln_f.bias", HC, 0, &s, -0.2f, 0.2f);
+}
+static const float *hf_get(const hf_set *h, const char *fmt, int l) {
+    char nm[64];
+    int i;
+    snprintf(nm, sizeof nm, fmt, l);
+    for (i = 0; i < h->n; i++) if (!strcmp(h->t[i].name, nm)) return h->t[i].data;
+    return NULL;
+}
+/* write the set with names under `prefix`, as F32 or BF16, leaving out `skip` */
+static int hf_write(const hf_set *h, const char *path, const char *prefix, int bf16, const char *skip) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_st_entry e[16 * HL + 8];
+    char names[16 * HL + 8][80];
+    uint16_t *bf[16 * HL + 8];
+    int i, n = 0, st;
+    for (i = 0; i < h->n; i++) {
+        const hf_ten *t = &h->t[i];
+        int64_t k, numel = t->shape[0] * (t->rank == 2 ? t->shape[1] : 1);
+        bf[i] = NULL;
+        if (skip && !strcmp(t->name, skip)) continue;
+        snprintf(names[n], sizeof names[n], "%s%s", prefix, t->name);
+        e[n].name = names[n];
+        e[n].rank = t->rank;
+        e[n].shape = t->shape;
+        e[n].dtype = bf16 ? TJ_ST_BF16 : TJ_ST_F32;
+        e[n].data = t->data;
+        if (bf16) {
+            bf[i] = (uint16_t *)malloc(2 * (size_t)numel);
+            for (k = 0; k < numel; k++) {
+                uint32_t u;
+                memcpy(&u, &t->data[k], 4);
+                bf[i][k] = (uint16_t)(u >> 16);
+            }
+            e[n].data = bf[i];
+        }
+        n++;
+    }
+    st = tj_st_save(ctx, path, e, n, NULL, 0);
+    if (st) fprintf(stderr, "hf_write: %s\n", tj_error(ctx));
+    for (i = 0; i < h->n; i++) free(bf[i]);
+    tj_ctx_free(ctx);
+    return st;
+}
+/* the demo tree, built from the HF arrays by explicit index mapping */
+static int hf_set_by_hand(gpt2_trainer *tr, const hf_set *h) {
+    const gpt2_config *c = &tr->cfg;
+    int i, l, e, q, hh, d, m, v;
+    for (i = 0; i < NPARAMS; i++) {
+        int64_t numel = param_numel(c, i);
+        float *b = (float *)calloc((size_t)numel, sizeof(float));
+        char shape[256], pn[128];
+        const char *nm = gpt2_params[i].name;
+        for (l = 0; l < HL; l++) {
+            if (!strcmp(nm, "h.ln"))
+                for (e = 0; e < HC; e++) {
+                    b[(l * 4 + 0) * HC + e] = hf_get(h, "h.%d.ln_1.weight", l)[e];
+                    b[(l * 4 + 1) * HC + e] = hf_get(h, "h.%d.ln_1.bias", l)[e];
+                    b[(l * 4 + 2) * HC + e] = hf_get(h, "h.%d.ln_2.weight", l)[e];
+                    b[(l * 4 + 3) * HC + e] = hf_get(h, "h.%d.ln_2.bias", l)[e];
+                }
+            if (!strcmp(nm, "h.wqkv")) /* (layer, embed, qkv, heads, head_dim) <- c_attn (in=embed, out=3*embed) */
+                for (e = 0; e < HC; e++)
+                    for (q = 0; q < 3; q++)
+                        for (hh = 0; hh < HH; hh++)
+                            for (d = 0; d < HD; d++)
+                                b[(((l * HC + e) * 3 + q) * HH + hh) * HD + d] = hf_get(h, "h.%d.attn.c_attn.weight", l)[e * 3 * HC + q * HC + hh * HD + d];
+            if (!strcmp(nm, "h.bqkv"))
+                for (q = 0; q < 3; q++)
+                    for (hh = 0; hh < HH; hh++)
+                        for (d = 0; d < HD; d++) b[((l * 3 + q) * HH + hh) * HD + d] = hf_get(h, "h.%d.attn.c_attn.bias", l)[q * HC + hh * HD + d];
+            if (!strcmp(nm, "h.wo")) /* (layer, heads, head_dim, embed) <- c_proj (in, out) */
+                for (hh = 0; hh < HH; hh++)
+                    for (d = 0; d < HD; d++)
+                        for (e = 0; e < HC; e++) b[((l * HH + hh) * HD + d) * HC + e] = hf_get(h, "h.%d.attn.c_proj.weight", l)[(hh * HD + d) * HC + e];
+            if (!strcmp(nm, "h.bo")) for (e = 0; e < HC; e++) b[l * HC + e] = hf_get(h, "h.%d.attn.c_proj.bias", l)[e];
+            if (!strcmp(nm, "h.wfc"))
+                for (e = 0; e < HC; e++)
+                    for (m = 0; m < HM; m++) b[(l * HC + e) * HM + m] = hf_get(h, "h.%d.mlp.c_fc.weight", l)[e * HM + m];
+            if (!strcmp(nm, "h.bfc")) for (m = 0; m < HM; m++) b[l * HM + m] = hf_get(h, "h.%d.mlp.c_fc.bias", l)[m];
+            if (!strcmp(nm, "h.wproj"))
+                for (m = 0; m < HM; m++)
+                    for (e = 0; e < HC; e++) b[(l * HM + m) * HC + e] = hf_get(h, "h.%d.mlp.c_proj.weight", l)[m * HC + e];
+            if (!strcmp(nm, "h.bproj")) for (e = 0; e < HC; e++) b[l * HC + e] = hf_get(h, "h.%d.mlp.c_proj.bias", l)[e];
+        }
+        if (!strcmp(nm, "wte")) for (v = 0; v < HV * HC; v++) b[v] = hf_get(h, "wte.weight", 0)[v];
+        if (!strcmp(nm, "wpe")) for (v = 0; v < HP * HC; v++) b[v] = hf_get(h, "wpe.weight", 0)[v];
+        if (!strcmp(nm, "lnf_g")) for (e = 0; e < HC; e++) b[e] = hf_get(h, "ln_f.weight", 0)[e];
+        if (!strcmp(nm, "lnf_b")) for (e = 0; e < HC; e++) b[e] = hf_get(h, "ln_f.bias", 0)[e];
+        snprintf(pn, sizeof pn, "params.%s", nm);
+        if (tj_tree_set_array(tr->state, pn, tj_array_new(tr->ctx, TJ_F32, param_shape(c, i, shape, sizeof shape), b))) { free(b); return 1; }
+        free(b);
+    }
+    return 0;
+}
+/* logits (1, T, V) of the sampling program */
+static int hf_logits(gpt2_trainer *tr, const int32_t *tok, float *out) {
+    tj_tree *in, *o;
+    int st;
+    if (gpt2_ensure_logits(tr)) return 1;
+    in = gpt2_param_refs(tr);
+    o = tj_tree_new(tr->ctx);
+    st = gpt2_set_tokens(tr, in, "tokens", tok, 1, tr->cfg.T) || tj_run(tr->logits, in, o) || tj_array_read(tj_tree_array(o, "logits"), TJ_F32, out);
+    tj_tree_free(in);
+    tj_tree_free(o);
+    return st;
+}
+static double max_rel(const float *a, const float *b, int64_t n) {
+    double worst = 0, scale = 0;
+    int64_t k;
+    for (k = 0; k < n; k++) if (fabs(b[k]) > scale) scale = fabs(b[k]);
+    for (k = 0; k < n; k++) {
+        double r = fabs((double)a[k] - b[k]) / (scale > 0 ? scale : 1);
+        if (!(r <= worst)) worst = r;
+    }
+    return worst;
+}
+static void test_hf(void) {
+    hf_set h;
+    gpt2_config base, c;
+    gpt2_trainer ref, tr;
+    gpt2_hf hf;
+    char err[1024];
+    const char *path = "build/test_gpt2_hf.safetensors";
+    int32_t tok[HP];
+    float *want = (float *)malloc(sizeof(float) * HP * HV), *got = (float *)malloc(sizeof(float) * HP * HV);
+    int i, v;
+    tjt_current = "hf init-from";
+    hf_make(&h);
+    for (i = 0; i < HP; i++) tok[i] = (i * 37 + 11) % HV;
+    gpt2_default_config(&base);
+    base.B = 2; base.T = 64; /* clipped to the file's 16 positions */
+    /* the reference: the same numbers put into the demo's tree by hand */
+    c = base;
+    c.L = HL; c.C = HC; c.H = HH; c.M = HM; c.V = c.V_real = HV; c.T = c.block = HP;
+    if (gpt2_trainer_init(&ref, &c, 1, NULL, 2) || hf_set_by_hand(&ref, &h) || hf_logits(&ref, tok, want)) {
+        TJT_CHECK(0, "reference model: %s", ref.ctx ? tj_error(ref.ctx) : "init");
+        free(want); free(got);
+        return;
+    }
+    for (v = 0; v < 4; v++) {
+        /* v: 0 "transformer." F32, 1 no prefix BF16, 2 no prefix F32 on a
+           data=2 x model=2 mesh, 3 prefix BF16 on data=2 (FSDP) */
+        const char *prefix = v == 0 || v == 3 ? "transformer." : "";
+        int ndev = v == 2 ? 4 : v == 3 ? 2 : 1;
+        const char *mesh = v == 2 ? "data=2 model=2" : v == 3 ? "data=2" : NULL;
+        TJT_CHECK(hf_write(&h, path, prefix, v & 1, NULL) == 0, "write %s", path);
+        if (gpt2_hf_open(&hf, path, err, sizeof err)) { TJT_CHECK(0, "open: %s", err); continue; }
+        c = base;
+        c.param_rules = v == 3 ? "embed:data vocab:data mlp:data" : "embed:data mlp:model heads:model vocab:model";
+        c.compute_rules = "batch:data mlp:model heads:model";
+        TJT_CHECK(!strcmp(hf.prefix, prefix), "variant %d: prefix '%s', want '%s'", v, hf.prefix, prefix);
+        TJT_CHECK(gpt2_hf_config(&hf, &c, HH, err, sizeof err) == 0, "config: %s", err);
+        TJT_CHECK(c.L == HL && c.C == HC && c.H == HH && c.M == HM && c.V == HV && c.V_real == HV && c.block == HP && c.T == HP,
+                  "variant %d: inferred L=%d C=%d H=%d M=%d V=%d/%d block=%d T=%d", v, c.L, c.C, c.H, c.M, c.V, c.V_real, c.block, c.T);
+        if (gpt2_trainer_init(&tr, &c, ndev, mesh, 1)) { TJT_CHECK(0, "variant %d: trainer init", v); gpt2_hf_close(&hf); continue; }
+        TJT_CHECK(gpt2_hf_load(&tr, &hf, err, sizeof err) == 0, "variant %d: load: %s", v, err);
+        gpt2_hf_close(&hf);
+        if (v < 2) { /* the very same parameter values */
+            int p, same = 1;
+            for (p = 0; p < NPARAMS; p++) {
+                char pn[128];
+                int64_t n1, n2;
+                float *a, *b;
+                snprintf(pn, sizeof pn, "params.%s", gpt2_params[p].name);
+                a = read_leaf(&tr, pn, &n1);
+                b = read_leaf(&ref, pn, &n2);
+                if (!a || !b || n1 != n2 || memcmp(a, b, sizeof(float) * (size_t)n1)) { same = 0; fprintf(stderr, "  %s differs\n", pn); }
+                free(a);
+                free(b);
+            }
+            TJT_CHECK(same, "variant %d: loaded parameters differ from the hand-built ones", v);
+        }
+        if (hf_logits(&tr, tok, got)) TJT_CHECK(0, "variant %d: logits: %s", v, tj_error(tr.ctx));
+        else {
+            double r = max_rel(got, want, (int64_t)HP * HV);
+            TJT_CHECK(r <= (ndev > 1 ? 1e-5 : 1e-6), "variant %d (%s, %s, %d devices): logits differ, max rel %.3g", v, *prefix ? "prefix" : "no prefix",
+                      v & 1 ? "BF16" : "F32", ndev, r);
+        }
+        gpt2_trainer_free(&tr);
+    }
+
+    tjt_current = "hf errors";
+    {
+        float *before = NULL, *after = NULL;
+        int64_t n1 = 0, n2 = 0;
+        c = base;
+        c.L = HL; c.C = HC; c.H = HH; c.M = HM; c.V = c.V_real = HV; c.T = c.block = HP;
+        c.param_rules = c.compute_rules = NULL;
+        if (!gpt2_trainer_init(&tr, &c, 1, NULL, 1)) {
+            before = read_leaf(&tr, "params.h.wfc", &n1);
+            /* a file missing one tensor: the error names it and the file; nothing loaded */
+            hf_write(&h, path, "transformer.", 0, "h.1.mlp.c_fc.bias");
+            err[0] = 0;
+            TJT_CHECK(gpt2_init_from(&tr, path, err, sizeof err) != 0, "a file without h.1.mlp.c_fc.bias loaded");
+            TJT_CHECK(strstr(err, "transformer.h.1.mlp.c_fc.bias") && strstr(err, path) && strstr(err, "missing"), "missing tensor: message \"%s\"", err);
+            after = read_leaf(&tr, "params.h.wfc", &n2);
+            TJT_CHECK(before && after && n1 == n2 && !memcmp(before, after, sizeof(float) * (size_t)n1), "a failed load changed the parameters (half-loaded)");
+            free(after);
+            /* a truncated file */
+            hf_write(&h, path, "", 0, NULL);
+            {
+                FILE *f = fopen(path, "rb");
+                long len;
+                char *buf;
+                fseek(f, 0, SEEK_END);
+                len = ftell(f);
+                fseek(f, 0, SEEK_SET);
+                buf = (char *)malloc((size_t)len);
+                TJT_CHECK(fread(buf, 1, (size_t)len, f) == (size_t)len, "read back");
+                fclose(f);
+                f = fopen(path, "wb");
+                fwrite(buf, 1, (size_t)len / 2, f);
+                fclose(f);
+                free(buf);
+            }
+            err[0] = 0;
+            TJT_CHECK(gpt2_init_from(&tr, path, err, sizeof err) != 0, "a truncated file loaded");
+            TJT_CHECK(strstr(err, path) != NULL && strlen(err) > strlen(path) + 10, "truncated file: message \"%s\"", err);
+            printf("  truncated file: %s\n", err);
+            /* a wrong shape */
+            {
+                hf_set h2 = h;
+                h2.t[1].shape[1] = HC / 2; /* wpe (16, 16): only the first half of the data is written */
+                hf_write(&h2, path, "", 0, NULL);
+                err[0] = 0;
+                TJT_CHECK(gpt2_init_from(&tr, path, err, sizeof err) != 0, "a file with a wrong wpe shape loaded");
+                TJT_CHECK(strstr(err, "wpe.weight") && strstr(err, path), "wrong shape: message \"%s\"", err);
+            }
+            /* not a file at all */
+            err[0] = 0;
+            TJT_CHECK(gpt2_init_from(&tr, "build/no_such_file.safetensors", err, sizeof err) != 0 && strstr(err, "no_such_file"), "missing file: \"%s\"", err);
+            after = read_leaf(&tr, "params.h.wfc", &n2);
+            TJT_CHECK(before && after && n1 == n2 && !memcmp(before, after, sizeof(float) * (size_t)n1), "failed loads changed the parameters");
+            free(after);
+            free(before);
+            gpt2_trainer_free(&tr);
+        } else TJT_CHECK(0, "trainer init");
+    }
+    remove(path);
+    for (i = 0; i < h.n; i++) free(h.t[i].data);
+    gpt2_trainer_free(&ref);
+    free(want);
+    free(got);
 }
 
 int main(void) {
@@ -181,6 +484,7 @@ int main(void) {
         }
         gpt2_trainer_free(&a);
     }
+    test_hf();
     free(data);
     return tjt_finish();
 }
