@@ -980,7 +980,9 @@ static void usage(void) {
         "  --temperature X     sampling temperature (0.8; 0 = greedy)\n"
         "  --top-k N           sample from the k most likely tokens (40; 0 = all)\n"
         "  --svg FILE          loss curve (gpt2_loss.svg)\n"
-        "  --trace FILE        Chrome trace (Perfetto) JSON of host-side phases per step\n"
+        "  --trace FILE        Chrome trace (Perfetto) JSON of one training step: a track per\n"
+        "                      device with every kernel, fused loop, collective and offload\n"
+        "                      copy; host-side phases of all steps go to FILE.steps.json\n"
         "  --print-program     print the compiled training step and its memory plan\n"
         "  --save FILE         checkpoint (safetensors via tj_tree_save) at the end\n"
         "  --resume FILE       resume params, optimizer state and step from a checkpoint\n"
@@ -1403,8 +1405,16 @@ int main(int argc, char **argv) {
             char args[96];
             tj_memory_analysis m = tj_prog_memory(tr.step);
             get_batch(data, ntrain, a.cfg.B, a.cfg.T, a.cfg.seed, 1, (uint64_t)s, x, y);
+            /* --trace: profile the second step (the first one also allocates) */
+            if (a.trace && n_tr == 1) tj_set_profile(tr.ctx, 1);
             loss = gpt2_train_step(&tr, x, y, lr);
             dt = now_ms() - t0;
+            if (a.trace && n_tr == 1) {
+                tj_set_profile(tr.ctx, 0);
+                if (tj_prog_write_trace(tr.step, a.trace)) fprintf(stderr, "trace: %s\n", tj_error(tr.ctx));
+                else printf("trace: %s: one step, a track per device: kernels, fused loops, collectives, offload copies (open in ui.perfetto.dev)\n",
+                            a.trace);
+            }
             snprintf(args, sizeof args, "loss %.4f", loss);
             gio_trace_event(&trace, "train_step", "step", 1, 1, (t0 - t_start) * 1e3, dt * 1e3, args);
             if (loss != loss) break;
@@ -1440,9 +1450,11 @@ int main(int argc, char **argv) {
         printf("---\n");
         free(pr);
     }
-    if (a.trace) {
-        if (gio_trace_write(&trace, a.trace)) fprintf(stderr, "trace: %s\n", trace.err);
-        else printf("trace: %s (open in ui.perfetto.dev)\n", a.trace);
+    if (a.trace) { /* the host's view of every step, beside the one-step device trace */
+        char host[1024];
+        snprintf(host, sizeof host, "%s.steps.json", a.trace);
+        if (gio_trace_write(&trace, host)) fprintf(stderr, "trace: %s\n", trace.err);
+        else printf("trace: %s: host-side phases of every step\n", host);
     }
     gio_trace_free(&trace);
     free(x); free(y); free(tr_step); free(tr_loss); free(va_step); free(va_loss);
