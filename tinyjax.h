@@ -8369,56 +8369,49 @@ TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max) {
     for (i = 0; rows && i < p->nevents && i < max; i++) rows[i] = p->events[i];
     return p->nevents;
 }
-static void tj__trace_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; s && *s; s++) {
+/* a JSON string (quoted, escaped) into buf */
+static const char *tj__trace_str(const char *s, char *buf, size_t n) {
+    size_t k = 0;
+    buf[k++] = '"';
+    for (; s && *s && k + 8 < n; s++) {
         unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
+        if (ch == '"' || ch == '\\') k += (size_t)snprintf(buf + k, n - k, "\\%c", ch);
+        else if (ch < 0x20) k += (size_t)snprintf(buf + k, n - k, "\\u%04x", ch);
+        else buf[k++] = (char)ch;
     }
-    fputc('"', f);
+    buf[k++] = '"';
+    buf[k] = 0;
+    return buf;
 }
+/* Written like every other file of the library: a temp file, fsync, rename
+   (tj__afile in [2]), so a crash never leaves half a trace at path. */
 TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
-    char tmp[4096];
-    FILE *f;
-    int i, d;
+    tj__afile af;
+    char line[1024], b1[160], b2[160], b3[320], where[280];
+    int i, d, bad = 0;
     static const char *cat[3] = {"kernel", "collective", "copy"};
     if (!p || !path) return TJ_ERR_ARG;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (!(f = fopen(tmp, "w"))) {
-        tj__err(p->ctx, TJ_ERR_IO, NULL, 0, "%s: cannot write the trace", tmp);
-        return TJ_ERR_IO;
+    if (tj__af_open(&af, p->ctx, path)) return tj_status_of(p->ctx);
+    snprintf(line, sizeof line, "{\"traceEvents\": [\n");
+    bad |= tj__af_write(&af, line, strlen(line));
+    for (d = 0; d < p->ctx->ndev && !bad; d++) {
+        snprintf(line, sizeof line, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d\"}},\n", d, d);
+        bad |= tj__af_write(&af, line, strlen(line));
     }
-    fprintf(f, "{\"traceEvents\": [\n");
-    for (d = 0; d < p->ctx->ndev; d++)
-        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d\"}},\n", d, d);
-    for (i = 0; i < p->nevents; i++) {
+    for (i = 0; i < p->nevents && !bad; i++) {
         const tj_event *e = &p->events[i];
-        char where[256];
-        fprintf(f, "{\"name\": ");
-        tj__trace_str(f, e->op);
-        fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": ", cat[e->kind], e->device,
-                e->start_us, e->dur_us);
-        tj__trace_str(f, e->what);
         snprintf(where, sizeof where, "%s:%d", tj__base(e->file), e->line);
-        fprintf(f, ", \"source\": ");
-        tj__trace_str(f, where);
-        fprintf(f, "}},\n");
+        snprintf(line, sizeof line,
+                 "{\"name\": %s, \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": %s, \"source\": %s}},\n",
+                 tj__trace_str(e->op, b1, sizeof b1), cat[e->kind], e->device, e->start_us, e->dur_us, tj__trace_str(e->what, b2, sizeof b2),
+                 tj__trace_str(where, b3, sizeof b3));
+        bad |= tj__af_write(&af, line, strlen(line));
     }
-    fprintf(f, "{\"name\": \"end\", \"ph\": \"i\", \"pid\": 1, \"tid\": 0, \"ts\": 0, \"s\": \"g\"}\n]}\n");
-    if (fflush(f) || ferror(f)) {
-        fclose(f);
-        remove(tmp);
-        tj__err(p->ctx, TJ_ERR_IO, NULL, 0, "%s: writing the trace failed", tmp);
-        return TJ_ERR_IO;
+    if (!bad) {
+        snprintf(line, sizeof line, "{\"name\": \"end\", \"ph\": \"i\", \"pid\": 1, \"tid\": 0, \"ts\": 0, \"s\": \"g\"}\n]}\n");
+        bad |= tj__af_write(&af, line, strlen(line));
     }
-    fclose(f);
-    if (rename(tmp, path)) {
-        remove(tmp);
-        tj__err(p->ctx, TJ_ERR_IO, NULL, 0, "%s: cannot rename the trace into place", path);
-        return TJ_ERR_IO;
-    }
+    if (bad || tj__af_commit(&af)) return tj_status_of(p->ctx) ? tj_status_of(p->ctx) : TJ_ERR_IO;
     return TJ_OK;
 }
 TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
