@@ -363,47 +363,6 @@ static void gpt2_logits_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u
 
 /* --------------------------------------------------------------- trainer */
 
-/* 1 if the mesh "data=4 model=2" has an axis called name[0..len) */
-static int mesh_has(const char *mesh, const char *name, size_t len) {
-    const char *h = mesh;
-    while (*h) {
-        size_t nl = strcspn(h, "=: ,");
-        if (nl == len && !strncmp(h, name, len)) return 1;
-        h += strcspn(h, " ,");
-        while (*h == ' ' || *h == ',') h++;
-    }
-    return 0;
-}
-/* Keep the rules whose mesh axes all exist in `mesh` ("model" rules are
-   dropped on a mesh "data=8"), so one rule string serves every mesh. */
-static void filter_rules(const char *rules, const char *mesh, char *out, size_t n) {
-    const char *s = rules;
-    size_t k = 0;
-    out[0] = 0;
-    while (s && *s) {
-        size_t len = strcspn(s, " ,"), i;
-        const char *colon = (const char *)memchr(s, ':', len);
-        int ok = colon != NULL;
-        if (colon) {
-            const char *m = colon + 1, *end = s + len;
-            while (ok && m < end) {
-                size_t ml = strcspn(m, "+");
-                if (m + ml > end) ml = (size_t)(end - m);
-                if (!(ml == 1 && *m == '-') && !(ml == 4 && !strncmp(m, "none", 4))) ok = mesh_has(mesh, m, ml);
-                m += ml;
-                if (m < end && *m == '+') m++;
-            }
-        }
-        if (ok && len && k + len + 2 < n) {
-            if (k) out[k++] = ' ';
-            for (i = 0; i < len; i++) out[k++] = s[i];
-            out[k] = 0;
-        }
-        s += len;
-        while (*s == ' ' || *s == ',') s++;
-    }
-}
-
 typedef struct {
     gpt2_config cfg;
     char param_rules[512], compute_rules[512];
@@ -463,8 +422,10 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
     if (devices > 1 && mesh && *mesh) {
         if (tj_set_mesh(tr->ctx, mesh)) return gpt2_fail(tr, "mesh");
-        filter_rules(cfg->param_rules, mesh, tr->param_rules, sizeof tr->param_rules);
-        filter_rules(cfg->compute_rules, mesh, tr->compute_rules, sizeof tr->compute_rules);
+        /* the library's logical rules skip mesh axes this mesh lacks, so
+           one rule string serves every mesh */
+        snprintf(tr->param_rules, sizeof tr->param_rules, "%s", cfg->param_rules ? cfg->param_rules : "");
+        snprintf(tr->compute_rules, sizeof tr->compute_rules, "%s", cfg->compute_rules ? cfg->compute_rules : "");
         tr->cfg.param_rules = *tr->param_rules ? tr->param_rules : NULL;
         tr->cfg.compute_rules = *tr->compute_rules ? tr->compute_rules : NULL;
     } else {
