@@ -443,6 +443,43 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
 /* derive a new key from a key and a counter (fold_in) */
 TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data);
 
+/* ---- custom ops: your own kernels ----
+   Register an op by name once per context, then call it while tracing with
+   tj_custom. A tj_buf describes one input or output: on each device, its
+   local block (inside tj_shard_map) or the whole value (outside, where the
+   inputs are first made whole). */
+typedef struct {
+    void *data;                   /* NULL in shape rules                   */
+    tj_dtype dtype;
+    int rank;
+    int64_t dim[TJ_MAXDIM];
+    const char *axis[TJ_MAXDIM];  /* axis names                            */
+} tj_buf;
+typedef struct {
+    const char *name;
+    int nout;  /* outputs, 1..16 */
+    /* Shape rule, NULL: every output has input 0's shape and dtype. Else
+       write output j's shape ("batch=4 embed=128") and dtype; return 0, or
+       nonzero after writing the reason into shape. */
+    int (*shape)(const tj_buf *in, int nin, int j, char *shape, size_t n, tj_dtype *dt, void *user);
+    /* CPU kernel; optional CUDA launcher (run on the backend's stream) */
+    void (*cpu)(const tj_buf *in, int nin, tj_buf *out, int nout, void *user);
+    void (*cuda)(const tj_buf *in, int nin, tj_buf *out, int nout, void *stream, void *user);
+    /* Replication rule: which mesh axes (bit i = the i-th axis of the mesh)
+       each output varies over, given the inputs' sets. Needed to use the op
+       in a checked tj_shard_map; tj_rep_same says "like the union of the
+       inputs" (an op that does not communicate). Return nonzero to reject. */
+    int (*replication)(const unsigned *in_vary, int nin, unsigned *out_vary, int nout, void *user);
+    /* VJP rule, optional: trace the input cotangents gin[i] from the
+       inputs, outputs and output cotangents (NULL gin[i]: zero). */
+    tj_status (*vjp)(tj_graph *g, int nin, const tj_v *in, int nout, const tj_v *out, const tj_v *ct, tj_v *gin, void *user);
+    void *user;
+} tj_op_def;
+TJDEF tj_status tj_register_op(tj_ctx *ctx, const tj_op_def *def); /* again with the same name: replaces */
+TJDEF int tj_rep_same(const unsigned *in_vary, int nin, unsigned *out_vary, int nout, void *user);
+#define tj_custom(name, nin, in, out) tj_custom_at(TJ_AT, name, nin, in, out)
+TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out);
+
 /* ==== [4] sharding on a device mesh ====================================== */
 
 /* The CPU backend simulates N devices, each a thread with its own memory
@@ -491,6 +528,37 @@ typedef struct {
 } tj_collective;
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max);
 
+/* ---- shard_map's explicit collectives (only inside tj_shard_map; see [7]) ----
+   mesh_axes: "model", or several ("data model" / "data+model"; groups and
+   block order follow the mesh order). In a checked shard_map the input is
+   first made to vary over those axes (pvary), so psum of an invariant
+   value is n times it, as in JAX. Types change as:
+     psum, pmax      varying -> invariant over mesh_axes     (transpose: pvary)
+     pvary           invariant -> varying (no data moves)    (transpose: psum)
+     all_gather      `axis` grows n times, blocks in rank order  (psum_scatter)
+     psum_scatter    sum, then keep this rank's block of `axis`  (all_gather)
+     all_to_all      split `split_axis` into n blocks, send block r to rank r,
+                     concatenate what arrives along `concat_axis` (all_to_all)
+     ppermute        rank pairs[2i] sends to rank pairs[2i+1]; ranks nobody
+                     sends to get zeros                       (the inverse)
+     axis_index      this device's rank along mesh_axes (i32, varying) */
+#define tj_psum(x, mesh_axes) tj_psum_at(TJ_AT, x, mesh_axes)
+#define tj_pmax(x, mesh_axes) tj_pmax_at(TJ_AT, x, mesh_axes)
+#define tj_pvary(x, mesh_axes) tj_pvary_at(TJ_AT, x, mesh_axes)
+#define tj_all_gather(x, mesh_axes, axis) tj_all_gather_at(TJ_AT, x, mesh_axes, axis)
+#define tj_psum_scatter(x, mesh_axes, axis) tj_psum_scatter_at(TJ_AT, x, mesh_axes, axis)
+#define tj_all_to_all(x, mesh_axes, split_axis, concat_axis) tj_all_to_all_at(TJ_AT, x, mesh_axes, split_axis, concat_axis)
+#define tj_ppermute(x, mesh_axes, npairs, pairs) tj_ppermute_at(TJ_AT, x, mesh_axes, npairs, pairs)
+#define tj_axis_index(g, mesh_axes) tj_axis_index_at(TJ_AT, g, mesh_axes)
+TJDEF tj_v tj_psum_at(const char *f, int l, tj_v x, const char *mesh_axes);
+TJDEF tj_v tj_pmax_at(const char *f, int l, tj_v x, const char *mesh_axes);
+TJDEF tj_v tj_pvary_at(const char *f, int l, tj_v x, const char *mesh_axes);
+TJDEF tj_v tj_all_gather_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *axis);
+TJDEF tj_v tj_psum_scatter_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *axis);
+TJDEF tj_v tj_all_to_all_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *split_axis, const char *concat_axis);
+TJDEF tj_v tj_ppermute_at(const char *f, int l, tj_v x, const char *mesh_axes, int npairs, const int *pairs);
+TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_axes);
+
 /* ==== [6] autodiff ======================================================= */
 
 /* Identity in the forward pass, zero gradient. */
@@ -512,6 +580,32 @@ TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
    of `params`, written to `grads` under the same names (non-array leaves are
    copied through). */
 TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads);
+
+/* custom_vjp(fwd, bwd): out = the outputs fwd traces from in; autodiff
+   does not look inside fwd but calls bwd with the nres residuals fwd
+   returned and the outputs' cotangents, and gives bwd's gin[i] (NULL:
+   zero) to in[i]. Works inside tj_shard_map, scan and remat regions (the
+   residuals are ordinary forward values there, so policies decide them).
+   user must stay valid until tj_jit returns. */
+typedef void (*tj_vjp_fwd_fn)(tj_graph *g, const tj_v *in, tj_v *out, tj_v *res, void *user);
+typedef void (*tj_vjp_bwd_fn)(tj_graph *g, const tj_v *res, const tj_v *ct, tj_v *gin, void *user);
+#define tj_custom_vjp(fwd, bwd, user, nin, in, nout, out, nres) tj_custom_vjp_at(TJ_AT, fwd, bwd, user, nin, in, nout, out, nres)
+TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
+                                 int nres);
+
+/* The transpose report: every collective and pvary that autodiff put into
+   a shard_map body (and each defensive rescaling of an unchecked one),
+   with the value it applies to and the rule that required it. */
+typedef struct {
+    char kind[16];      /* psum, pvary, all_gather, psum_scatter, .., scale */
+    char axes[64];      /* mesh axes                                       */
+    char value[160];    /* the cotangent it applies to                     */
+    char rule[256];     /* why it exists                                   */
+    const char *file;   /* the forward op it belongs to                    */
+    int line;
+} tj_transpose;
+TJDEF int tj_prog_transposes(const tj_prog *p, tj_transpose *rows, int max);
+TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *out);
 
 /* ==== [7] control flow: scan ============================================= */
 
@@ -540,6 +634,27 @@ typedef void (*tj_region_fn)(tj_graph *g, const tj_v *in, tj_v *out, void *user)
 #define tj_checkpoint(fn, user, nin, in, nout, out, policy) tj_checkpoint_at(TJ_AT, fn, user, nin, in, nout, out, policy)
 TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, int nout, tj_v *out,
                                  const tj_policy *policy);
+
+/* shard_map(fn, in_specs, out_specs, check): manual SPMD. in[i] is
+   resharded to in_specs[i] ("batch:data embed:-"; unnamed axes
+   replicated) and fn runs once per device on its local block, with local
+   shapes, calling explicit collectives ([4]) as it likes. Output out[i] is
+   the blocks fn returns, laid out by out_specs[i]: an axis sharded over
+   mesh axes has global size local size x their devices. Values of the
+   enclosing function that fn uses are captured whole (replicated).
+   Every value inside records the mesh axes it varies over. With check on,
+   an out_spec that replicates a value over a mesh axis it varies over is
+   an error, and autodiff adds a psum only where a value went from
+   invariant to varying. With check off (JAX's check_vma=False) nothing is
+   tracked and the transpose is defensive: output cotangents are divided by
+   the devices their out_spec replicates over, and input gradients psummed
+   over the mesh axes their in_spec does not name. It nests inside traced
+   code with automatic sharding (scan bodies included), and scans and remat
+   regions nest inside it. It is a scan of length one over a manual body. */
+#define tj_shard_map(fn, user, nin, in, in_specs, nout, out, out_specs, check) \
+    tj_shard_map_at(TJ_AT, fn, user, nin, in, in_specs, nout, out, out_specs, check)
+TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
+                                tj_v *out, const char *const *out_specs, int check);
 
 /* ==== [8] remat and offload policies ===================================== */
 
@@ -741,6 +856,8 @@ typedef struct {
     int64_t dim[TJ_MAXDIM];  /* global sizes                              */
     uint8_t sh[TJ_MAXDIM];   /* per axis: mesh axes it is split over (bits) */
     uint8_t partial;         /* mesh axes over which the value is an unreduced sum */
+    uint8_t vary;            /* inside shard_map: mesh axes it varies over ({V:..});
+                                outside: a per-device value (a residual stack) */
 } tj__type;
 
 struct tj_ctx {
@@ -758,6 +875,10 @@ struct tj_ctx {
     int nmesh;           /* mesh axes (0: no mesh)                         */
     int mesh_ax[TJ__MAXMESH];
     int mesh_size[TJ__MAXMESH];
+    struct tj__opreg *ops;  /* custom ops (tj_register_op)                  */
+    int nops, capops;
+    struct tj__cvjp *cvjps; /* custom_vjp backward functions                */
+    int ncvjp, capcvjp;
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -810,10 +931,12 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     if (c->threads > 16) c->threads = 16;
     return c;
 }
+static void tj__free_ops(tj_ctx *c); /* custom ops, in [5] */
 TJDEF void tj_ctx_free(tj_ctx *c) {
     int i;
     if (!c) return;
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
+    tj__free_ops(c);
     pthread_mutex_destroy(&c->stats_mu);
     TJ_FREE(c);
 }
@@ -978,6 +1101,17 @@ static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) {
     }
     k = strlen(buf);
     snprintf(buf + k, n - k, "]");
+    if (t->vary) {
+        int j, first = 1;
+        for (j = 0; j < c->nmesh; j++)
+            if (t->vary >> j & 1) {
+                k = strlen(buf);
+                snprintf(buf + k, n - k, "%s%s", first ? "{V:" : ",", tj__name(c, c->mesh_ax[j]));
+                first = 0;
+            }
+        k = strlen(buf);
+        snprintf(buf + k, n - k, "}");
+    }
     if (t->partial) {
         int j;
         for (j = 0; j < c->nmesh; j++)
@@ -3178,6 +3312,7 @@ typedef struct {
     int index;                   /* param: input position; proj: output #    */
     int ncarry, nx, ncap;        /* scan: inputs are carry, xs, captures     */
     int length, reverse;         /* scan: iterations, direction              */
+    signed char perm[TJ_MAXDEV]; /* ppermute: destination rank of each rank, -1 none */
 } tj__attr;
 
 struct tj_node {
@@ -3233,6 +3368,10 @@ struct tj_graph {
     struct tj__report *report; /* residual decisions (top graph only)    */
     tj__attr pend;         /* attributes for the next node (its sharding rule reads them) */
     int has_pend;
+    /* inside shard_map: types are per-device (local) and record the mesh
+       axes each value varies over; check: enforce and use those sets */
+    int manual, check;
+    tj_node **cap_src;     /* a capture into shard_map: the value before it was replicated */
 };
 
 /* A compiled program: the schedule and the memory plan of a graph. */
@@ -3278,6 +3417,8 @@ struct tj__kern {
     struct tj__rdv *rdv; /* where this device meets the others (collectives) */
     int dev;
     char *err; /* a kernel that finds bad data (index out of range) writes here */
+    /* a GPU backend runs a custom op's launcher on its stream with this */
+    int (*custom_gpu)(struct tj__kern *k, void *stream);
 };
 
 typedef tj_status (*tj__vjp_fn)(tj_node *n, tj_v g, tj_v *gin);
@@ -3356,12 +3497,20 @@ typedef struct {
     X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, TJ__SH_GIVEN)                              \
     X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                                 \
-    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)                  \
-    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)                                    \
-    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)      \
-    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)                \
-    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_reshard, tj__flops_zero, 0, TJ__SH_GIVEN)
+    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                  \
+    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                                    \
+    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)      \
+    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                \
+    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                    \
+    X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                          \
+    X(PMAX, "pmax", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                                      \
+    X(PVARY, "pvary", TJ__VIEW, tj__k_none, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                             \
+    X(AXIS_INDEX, "axis_index", TJ__SOURCE | TJ__NODIFF, tj__k_axis_index, 0, tj__flops_zero, 0, TJ__SH_GIVEN)         \
+    X(CUSTOM, "custom", TJ__MULTI, tj__k_custom, tj__vjp_custom, tj__flops_zero, 0, TJ__SH_GIVEN)                     \
+    X(CUSTOM_VJP, "custom_vjp", TJ__MULTI, tj__k_custom_vjp, tj__vjp_custom_vjp, tj__flops_zero, 0, TJ__SH_GIVEN)
 
+/* ops that move data between devices (all_gather .. pmax) */
+#define TJ__IS_COLL(op) ((op) >= TJ__OP_ALL_GATHER && (op) <= TJ__OP_PMAX)
 enum {
 #define TJ__E1(op, nm, expr) TJ__OP_##op,
 #define TJ__E2(op, nm, fl, k, v, fp, sc, sh) TJ__OP_##op,
@@ -3407,6 +3556,7 @@ static void tj__graph_free(tj_graph *g) {
     TJ_FREE(g->params);
     TJ_FREE(g->cap_outer);
     TJ_FREE(g->cap_param);
+    TJ_FREE(g->cap_src);
     TJ_FREE(g->outs);
     TJ_FREE(g);
 }
@@ -3432,6 +3582,7 @@ TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n) {
    earlier op failed: return NULL quietly so its message survives). */
 static tj_node *tj__capture(tj_graph *g, tj_node *v);
 static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line);
+static int tj__vary_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const char *file, int line);
 static void tj__pend_attr(tj_graph *g, const tj__attr *a) {
     g->pend = *a;
     g->has_pend = 1;
@@ -3463,7 +3614,7 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     if (g->has_pend) { at = g->pend; g->has_pend = 0; }
     for (i = 0; i < nin; i++) fin[i] = cin[i];
     tt = *t;
-    if (g->ctx->nmesh && tj__shard_rule(g, op, &tt, nin, fin, &at, file, line)) return NULL;
+    if (g->manual ? tj__vary_rule(g, op, &tt, nin, fin, file, line) : g->ctx->nmesh && tj__shard_rule(g, op, &tt, nin, fin, &at, file, line)) return NULL;
     t = &tt;
     if (g->n == g->cap) {
         int nc = g->cap ? g->cap * 2 : 64;
@@ -3515,35 +3666,51 @@ static int tj__add_param(tj_graph *g, tj_node *p) {
 }
 /* The PARAM of g standing for v, a value of an enclosing graph (made on
    first use, through every graph in between). This is how a scan body
-   closes over the weights of the function around it. */
+   closes over the weights of the function around it. A value captured
+   into a shard_map body is replicated first (in_spec "all replicated"),
+   so the body sees all of it, invariant over every mesh axis. */
+static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, const char *file, int line);
+static unsigned tj__sh_used(const uint8_t *sh, int rank);
 static tj_node *tj__capture(tj_graph *g, tj_node *v) {
-    tj_node *outer, *p;
+    tj_node *outer, *src, *p;
     int i;
     if (v->g == g) return v;
     if (!g->parent) return NULL;
     for (i = 0; i < g->ncap; i++)
-        if (g->cap_outer[i] == v || g->cap_param[i] == v) return g->cap_param[i];
-    if (!(outer = tj__capture(g->parent, v))) return NULL;
+        if (g->cap_outer[i] == v || g->cap_param[i] == v || g->cap_src[i] == v) return g->cap_param[i];
+    if (!(outer = src = tj__capture(g->parent, v))) return NULL;
     for (i = 0; i < g->ncap; i++)
-        if (g->cap_outer[i] == outer) return g->cap_param[i];
+        if (g->cap_src[i] == src) return g->cap_param[i];
+    if (g->manual && !g->parent->manual && (outer->t.partial || outer->t.vary || tj__sh_used(outer->t.sh, outer->t.rank))) {
+        uint8_t none[TJ_MAXDIM] = {0};
+        char b[256];
+        if (outer->t.vary) { /* a per-device value (a residual stack) has no replicated form */
+            tj__err(g->ctx, TJ_ERR_ARG, v->file, v->line, "shard_map: cannot capture the per-device value %s", tj_v_describe(outer, b, sizeof b));
+            return NULL;
+        }
+        if (!(outer = tj__reshard(outer, none, "shard_map capture", v->file, v->line))) return NULL;
+    }
     if (g->ncap == g->capcap) {
         int nc = g->capcap ? 2 * g->capcap : 8;
         tj_node **a = (tj_node **)TJ_REALLOC(g->cap_outer, sizeof(tj_node *) * (size_t)nc);
         tj_node **b = a ? (tj_node **)TJ_REALLOC(g->cap_param, sizeof(tj_node *) * (size_t)nc) : NULL;
+        tj_node **c = b ? (tj_node **)TJ_REALLOC(g->cap_src, sizeof(tj_node *) * (size_t)nc) : NULL;
         if (a) g->cap_outer = a;
-        if (!b) {
+        if (b) g->cap_param = b;
+        if (!c) {
             tj__err(g->ctx, TJ_ERR_OOM, v->file, v->line, "out of memory capturing a value into a scan body");
             return NULL;
         }
-        g->cap_param = b;
+        g->cap_src = c;
         g->capcap = nc;
     }
-    p = tj__node(g, TJ__OP_PARAM, &v->t, 0, NULL, v->file, v->line);
+    p = tj__node(g, TJ__OP_PARAM, &outer->t, 0, NULL, v->file, v->line);
     if (!p || tj__add_param(g, p)) {
         tj__err(g->ctx, TJ_ERR_OOM, v->file, v->line, "out of memory capturing a value into a scan body");
         return NULL;
     }
     p->name = tj__strdup("capture");
+    g->cap_src[g->ncap] = src;
     g->cap_outer[g->ncap] = outer;
     g->cap_param[g->ncap++] = p;
     return p;
@@ -3981,15 +4148,21 @@ static void tj__dot_out_sharding(const tj_node *a, const tj_node *b, const int *
     for (j = 0; j < nk; j++) t->partial |= a->t.sh[tj__axis_index(&a->t, ck[j])];
 }
 
+/* inside shard_map there is no sharding to constrain: types are local */
+static int tj__auto_only(tj_v x, const char *what, const char *f, int l) {
+    if (!x->g->manual) return 0;
+    tj__err(x->g->ctx, TJ_ERR_STATE, f, l, "%s: not inside tj_shard_map, whose values are per-device blocks (use the explicit collectives there)", what);
+    return -1;
+}
 TJDEF tj_v tj_with_sharding_constraint_at(const char *f, int l, tj_v x, const char *spec) {
     uint8_t sh[TJ_MAXDIM];
-    if (!x) return NULL;
+    if (!x || tj__auto_only(x, "with_sharding_constraint", f, l)) return NULL;
     if (tj__parse_spec(x->g->ctx, spec, &x->t, sh, 1, "with_sharding_constraint", f, l)) return NULL;
     return tj__reshard(x, sh, "with_sharding_constraint", f, l);
 }
 TJDEF tj_v tj_shard_by_rules_at(const char *f, int l, tj_v x, const char *rules) {
     uint8_t sh[TJ_MAXDIM];
-    if (!x) return NULL;
+    if (!x || tj__auto_only(x, "shard_by_rules", f, l)) return NULL;
     if (tj__parse_spec(x->g->ctx, rules, &x->t, sh, 0, "shard_by_rules", f, l)) return NULL;
     return tj__reshard(x, sh, "shard_by_rules", f, l);
 }
@@ -4050,6 +4223,168 @@ TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n) {
 TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n) {
     if (!a) { snprintf(buf, n, "(null)"); return buf; }
     return tj__spec_str(a->ctx, &a->t, buf, n);
+}
+
+/* ---- manual mode: inside shard_map ----
+   A shard_map body is traced with each device's local types: no sharding
+   rule runs there. Instead every value's type records the mesh axes it
+   varies over (tj__type.vary, printed {V:data}): a body input varies over
+   the mesh axes its in_spec names, a captured value over none. With
+   checking on, each op's output varies over the union of its inputs' sets,
+   and an input that varies over fewer axes is cast with pvary, a no-op at
+   run time whose transpose is a psum. That psum is the only one autodiff
+   adds, so a cotangent is summed only where a value really went from
+   invariant to varying. With checking off nothing is tracked, and the
+   boundary transposes defensively as JAX does (see tj__vjp_scan). The
+   body calls collectives itself (tj_psum, tj_all_gather, ..); in manual
+   graphs their VJPs are explicit transposes (tj__vjp_coll). */
+
+/* "data model" or "data+model" -> mesh axis bits; -1 and an error */
+static int tj__mesh_mask(tj_ctx *c, const char *axes, const char *what, const char *f, int l) {
+    char buf[256], *q;
+    int ids[TJ__MAXMESH], n, i, j, m = 0;
+    snprintf(buf, sizeof buf, "%s", axes ? axes : "");
+    for (q = buf; *q; q++) if (*q == '+') *q = ' ';
+    if ((n = tj__parse_names(c, buf, ids, TJ__MAXMESH, what, f, l)) < 0) return -1;
+    if (n == 0) {
+        tj__err(c, TJ_ERR_AXIS, f, l, "%s: no mesh axes given", what);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        int found = -1;
+        for (j = 0; j < c->nmesh; j++) if (c->mesh_ax[j] == ids[i]) found = j;
+        if (found < 0 || (m >> found & 1)) {
+            char mb[64];
+            tj__err(c, TJ_ERR_AXIS, f, l, "%s: '%s' %s (mesh axes: %s)", what, tj__name(c, ids[i]), found < 0 ? "is not an axis of the mesh" : "is named twice",
+                    tj__mesh_names(c, (1u << c->nmesh) - 1, mb, sizeof mb));
+            return -1;
+        }
+        m |= 1 << found;
+    }
+    return m;
+}
+static tj_node *tj__manual_coll(int op, tj_node *x, unsigned m, int axis, int axis2, const signed char *perm, const char *cause, const char *f, int l);
+static tj_node *tj__pvary(tj_node *x, unsigned m, const char *cause, const char *f, int l) {
+    return tj__manual_coll(TJ__OP_PVARY, x, m, -1, -1, NULL, cause, f, l);
+}
+/* The vary rule: run by tj__node in place of the sharding rule. Ops whose
+   class is GIVEN (params, sources, collectives, scan, custom ops) set their
+   own set in their builders. */
+static int tj__vary_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const char *file, int line) {
+    unsigned u = 0;
+    int j;
+    if (tj__opshard(op) == TJ__SH_GIVEN) return 0;
+    for (j = 0; j < TJ_MAXDIM; j++) t->sh[j] = 0;
+    t->partial = 0;
+    for (j = 0; j < nin; j++) u |= in[j]->t.vary;
+    t->vary = g->check ? (uint8_t)u : 0;
+    for (j = 0; g->check && j < nin; j++)
+        if (in[j]->t.vary != u && !(in[j] = tj__pvary(in[j], u & ~in[j]->t.vary, tj__opname(op), file, line))) return -1;
+    return 0;
+}
+/* A collective inside shard_map on local types. Under checking, its input
+   is first made to vary over the mesh axes it communicates over (psum of
+   an invariant value is then n times it, as in JAX). */
+static tj_node *tj__manual_coll(int op, tj_node *x, unsigned m, int axis, int axis2, const signed char *perm, const char *cause, const char *f, int l) {
+    tj_graph *g;
+    tj_ctx *c;
+    tj__type t;
+    int G, k, k2;
+    tj_node *n;
+    char b[256];
+    if (!x) return NULL;
+    g = x->g;
+    c = g->ctx;
+    if (g->check && op != TJ__OP_PVARY && (x->t.vary & m) != m && !(x = tj__pvary(x, m & ~x->t.vary, cause, f, l))) return NULL;
+    t = x->t;
+    G = tj__mesh_count(c, m);
+    k = axis >= 0 ? tj__axis_index(&t, axis) : -1;
+    k2 = axis2 >= 0 ? tj__axis_index(&t, axis2) : -1;
+    if (op == TJ__OP_ALL_TO_ALL && k == k2) { /* the public builder checked that the axes exist */
+        tj__err(c, TJ_ERR_AXIS, f, l, "all_to_all: the split and concat axes of %s must differ", tj_v_describe(x, b, sizeof b));
+        return NULL;
+    }
+    if ((op == TJ__OP_REDUCE_SCATTER || op == TJ__OP_ALL_TO_ALL) && t.dim[k] % G) {
+        char mb[64];
+        tj__err(c, TJ_ERR_SHAPE, f, l, "%s: axis '%s' of %s has size %lld, not divisible by the %d devices of %s", tj__opname(op), tj__name(c, axis),
+                tj_v_describe(x, b, sizeof b), (long long)t.dim[k], G, tj__mesh_names(c, m, mb, sizeof mb));
+        return NULL;
+    }
+    if (op == TJ__OP_PSUM || op == TJ__OP_PMAX) t.vary &= (uint8_t)~m;
+    if (op == TJ__OP_PVARY) t.vary |= (uint8_t)m;
+    if (op == TJ__OP_ALL_GATHER) t.dim[k] *= G;
+    if (op == TJ__OP_REDUCE_SCATTER || op == TJ__OP_ALL_TO_ALL) t.dim[k] /= G;
+    if (op == TJ__OP_ALL_TO_ALL) t.dim[k2] *= G;
+    if (!g->check) t.vary = 0;
+    /* the all_to_all kernel names the axis split on the output `axis` and
+       the one gathered `axis2` */
+    n = tj__collective(g, op, x, &t, axis, m, cause, f, l);
+    if (!n) return NULL;
+    n->a.axis2 = axis2;
+    if (perm) memcpy(n->a.perm, perm, sizeof n->a.perm);
+    return n;
+}
+/* the public collectives: only inside shard_map */
+static tj_node *tj__mcoll(const char *what, int op, tj_v x, const char *mesh_axes, const char *axis, const char *axis2, const signed char *perm,
+                          const char *f, int l) {
+    int m, a = -1, a2 = -1;
+    if (!x) return NULL;
+    if (!x->g->manual) {
+        tj__err(x->g->ctx, TJ_ERR_STATE, f, l,
+                "%s: explicit collectives exist only inside tj_shard_map (outside it, sharding rules insert them; use tj_with_sharding_constraint)", what);
+        return NULL;
+    }
+    if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, what, f, l)) < 0) return NULL;
+    if (axis && (a = tj__one_axis(x, axis, what, f, l)) < 0) return NULL;
+    if (axis2 && (a2 = tj__one_axis(x, axis2, what, f, l)) < 0) return NULL;
+    return tj__manual_coll(op, x, (unsigned)m, a, a2, perm, what, f, l);
+}
+TJDEF tj_v tj_psum_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("psum", TJ__OP_PSUM, x, mesh_axes, NULL, NULL, NULL, f, l); }
+TJDEF tj_v tj_pmax_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("pmax", TJ__OP_PMAX, x, mesh_axes, NULL, NULL, NULL, f, l); }
+TJDEF tj_v tj_pvary_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("pvary", TJ__OP_PVARY, x, mesh_axes, NULL, NULL, NULL, f, l); }
+TJDEF tj_v tj_all_gather_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *axis) {
+    return tj__mcoll("all_gather", TJ__OP_ALL_GATHER, x, mesh_axes, axis, NULL, NULL, f, l);
+}
+TJDEF tj_v tj_psum_scatter_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *axis) {
+    return tj__mcoll("psum_scatter", TJ__OP_REDUCE_SCATTER, x, mesh_axes, axis, NULL, NULL, f, l);
+}
+TJDEF tj_v tj_all_to_all_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *split_axis, const char *concat_axis) {
+    return tj__mcoll("all_to_all", TJ__OP_ALL_TO_ALL, x, mesh_axes, split_axis, concat_axis, NULL, f, l);
+}
+TJDEF tj_v tj_ppermute_at(const char *f, int l, tj_v x, const char *mesh_axes, int npairs, const int *pairs) {
+    signed char perm[TJ_MAXDEV];
+    int m, G, i;
+    if (!x) return NULL;
+    if (!x->g->manual) return tj__mcoll("ppermute", TJ__OP_PPERMUTE, x, mesh_axes, NULL, NULL, NULL, f, l); /* the error */
+    if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, "ppermute", f, l)) < 0) return NULL;
+    G = tj__mesh_count(x->g->ctx, (unsigned)m);
+    memset(perm, -1, sizeof perm);
+    for (i = 0; i < npairs; i++) {
+        int s = pairs ? pairs[2 * i] : -1, d = pairs ? pairs[2 * i + 1] : -1, j, dup = 0;
+        for (j = 0; j < G && s >= 0 && d >= 0 && s < G && d < G; j++) dup |= perm[j] == d;
+        if (s < 0 || d < 0 || s >= G || d >= G || perm[s] >= 0 || dup) {
+            tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "ppermute: pair %d (%d -> %d) is out of range [0, %d) or repeats a source or destination", i, s, d, G);
+            return NULL;
+        }
+        perm[s] = (signed char)d;
+    }
+    return tj__mcoll("ppermute", TJ__OP_PPERMUTE, x, mesh_axes, NULL, NULL, perm, f, l);
+}
+TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_axes) {
+    tj__type t;
+    int m;
+    tj_node *n;
+    if (!g || g->ctx->status) return NULL;
+    if (!g->manual) {
+        tj__err(g->ctx, TJ_ERR_STATE, f, l, "axis_index: only inside tj_shard_map");
+        return NULL;
+    }
+    if ((m = tj__mesh_mask(g->ctx, mesh_axes, "axis_index", f, l)) < 0) return NULL;
+    memset(&t, 0, sizeof t);
+    t.dt = TJ_I32;
+    t.vary = g->check ? (uint8_t)m : 0;
+    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, f, l))) n->a.index = m;
+    return n;
 }
 
 /* ==== [5] ops ============================================================ */
@@ -4165,6 +4500,8 @@ static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n);
 /* Make v have exactly type t's axes (in t's order) and dtype: sum out axes t
    lacks, broadcast in axes v lacks, reorder, cast. */
 static tj_v tj__fit2(const char *f, int l, tj_v v, const tj__type *t, int keep_partial);
+static tj_node *tj__manual_coll(int op, tj_node *x, unsigned m, int axis, int axis2, const signed char *perm, const char *cause, const char *f, int l);
+static tj_node *tj__pvary(tj_node *x, unsigned m, const char *cause, const char *f, int l);
 static tj_v tj__fit(const char *f, int l, tj_v v, const tj__type *t) { return tj__fit2(f, l, v, t, 0); }
 /* Cotangents may stay unreduced (partial sums) until something needs them
    reduced: then an all-gather's transpose becomes one reduce-scatter rather
@@ -4181,10 +4518,15 @@ static tj_v tj__fit2(const char *f, int l, tj_v v, const tj__type *t, int keep_p
     for (i = 0; same && i < t->rank; i++) same = v->t.ax[i] == t->ax[i];
     if (!same) v = tj__relayout(f, l, v, t);
     if (v && v->t.dt != t->dt) v = tj_cast_at(f, l, v, t->dt);
-    if (v && v->g->ctx->nmesh) { /* and its sharding (a cotangent of a partial sum is replicated) */
+    if (v && v->g->ctx->nmesh && !v->g->manual) { /* and its sharding (a cotangent of a partial sum is replicated) */
         int need = v->t.partial != 0 && !keep_partial;
         for (i = 0; i < t->rank; i++) need |= v->t.sh[i] != t->sh[i];
         if (need) v = tj__reshard(v, t->sh, "autodiff", f, l);
+    }
+    if (v && v->g->manual && v->g->check && v->t.vary != t->vary) { /* and its vary set (shard_map) */
+        unsigned more = v->t.vary & ~t->vary, fewer = t->vary & ~v->t.vary;
+        if (more) v = tj__manual_coll(TJ__OP_PSUM, v, more, -1, -1, NULL, "a cotangent varies over mesh axes its primal does not", f, l);
+        if (v && fewer) v = tj__pvary(v, fewer, "autodiff", f, l);
     }
     return v;
 }
@@ -4998,7 +5340,7 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
     int B[TJ_MAXDIM], M[TJ_MAXDIM], N[TJ_MAXDIM];
     tj__type ta, tb, to;
     tj_node *in[2], *n;
-    int trans_a, trans_b;
+    int trans_a, trans_b, autosh;
     char b1[256], b2[256];
     tj_ctx *c;
     if (!a || !b) return NULL;
@@ -5019,7 +5361,15 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
                     (long long)b->t.dim[tj__axis_index(&b->t, ck[i])], tj_v_describe(b, b2, sizeof b2));
             return NULL;
         }
-    if (c->nmesh && tj__shard_dot(&a, &b, ck, nk, f, l)) return NULL;
+    {
+        tj_node *ab[2];
+        tj_graph *ig;
+        ab[0] = a;
+        ab[1] = b;
+        if (!(ig = tj__inner(2, ab, "dot", f, l))) return NULL;
+        autosh = c->nmesh && !ig->manual; /* inside shard_map: local types, no rule */
+    }
+    if (autosh && tj__shard_dot(&a, &b, ck, nk, f, l)) return NULL;
     for (i = 0; i < a->t.rank; i++) {
         int isk = 0, kb;
         for (j = 0; j < nk; j++) isk |= ck[j] == a->t.ax[i];
@@ -5070,7 +5420,7 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
         in[1] = same || samet ? b : tj__relayout(f, l, b, &tb);
     }
     if (!in[0] || !in[1]) return NULL;
-    if (c->nmesh) tj__dot_out_sharding(in[0], in[1], ck, nk, &to);
+    if (autosh) tj__dot_out_sharding(in[0], in[1], ck, nk, &to);
     {
         tj_graph *g = tj__inner(2, in, "dot", f, l);
         n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, f, l) : NULL;
@@ -5531,6 +5881,8 @@ static void tj__publish(tj__kern *k) {
     tj__barrier(k->rdv);
 }
 static void tj__k_all_to_all(tj__kern *k);
+static void tj__k_ppermute(tj__kern *k);
+static void tj__k_axis_index(tj__kern *k);
 static void tj__k_all_gather(tj__kern *k) {
     unsigned m = (unsigned)k->n->a.index;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis);
@@ -5551,7 +5903,10 @@ static void tj__k_psum(tj__kern *k) {
         tj__load_n(tj__peer_in(k, m, 0), k->it[0]->dt, c0, 1, c, acc);
         for (r = 1; r < G; r++) {
             tj__load_n(tj__peer_in(k, m, r), k->it[0]->dt, c0, 1, c, b);
-            for (j = 0; j < c; j++) acc[j] += b[j];
+            if (k->n->op == TJ__OP_PMAX)
+                for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] ? b[j] : acc[j];
+            else
+                for (j = 0; j < c; j++) acc[j] += b[j];
         }
         tj__store_n(k->out, k->ot.dt, c0, c, acc);
     }
@@ -5602,13 +5957,57 @@ static void tj__k_all_to_all(tj__kern *k) {
         tj__copy_region(tj__peer_in(k, m, r), k->it[0], me * k->ot.dim[to] * ist[to], k->out, &k->ot, r * k->it[0]->dim[from] * ost[from], dims);
     tj__barrier(k->rdv);
 }
-/* a collective's VJP: bring the cotangent back to the input's sharding
-   (tj__fit reshards), which makes all-gather's transpose a reduce-scatter
-   (or a free slice) and psum's a plain broadcast */
-static tj_status tj__vjp_reshard(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = g;
-    (void)n;
-    return TJ_OK;
+/* ppermute: rank r's block goes to rank perm[r]; a rank nobody sends to
+   gets zeros */
+static void tj__k_ppermute(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r, me = tj__mesh_rank(k->ctx, k->dev, m), src = -1;
+    tj__publish(k);
+    for (r = 0; r < G; r++) if (k->n->a.perm[r] == me) src = r;
+    if (src >= 0) memcpy(k->out, tj__peer_in(k, m, src), (size_t)tj__bytes(&k->ot));
+    else memset(k->out, 0, (size_t)tj__bytes(&k->ot));
+    tj__barrier(k->rdv);
+}
+static void tj__k_axis_index(tj__kern *k) { *(int32_t *)k->out = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index); }
+/* A collective's VJP. Outside shard_map: bring the cotangent back to the
+   input's sharding (tj__fit reshards), which makes all-gather's transpose
+   a reduce-scatter (or a free slice) and psum's a plain broadcast. Inside:
+   the explicit transposes (psum <-> pvary, all_gather <-> psum_scatter,
+   all_to_all with its axes swapped, ppermute inverted). With checking off
+   psum transposes to psum, as in JAX. */
+static tj_status tj__vjp_coll(tj_node *n, tj_v g, tj_v *gin) {
+    unsigned m = (unsigned)n->a.index;
+    signed char inv[TJ_MAXDEV];
+    char why[256];
+    int r;
+    if (!n->g->manual) {
+        gin[0] = g;
+        return TJ_OK;
+    }
+    if (n->op == TJ__OP_PVARY)
+        snprintf(why, sizeof why, "transpose of the pvary that '%s' at %s:%d needed to mix %s values", n->name ? n->name : "?", tj__base(n->file), n->line,
+                 n->in[0]->t.vary ? "less and more varying" : "invariant and varying");
+    else
+        snprintf(why, sizeof why, "transpose of %s at %s:%d", tj__opname(n->op), tj__base(n->file), n->line);
+    switch (n->op) {
+    case TJ__OP_PSUM: gin[0] = tj__manual_coll(n->g->check ? TJ__OP_PVARY : TJ__OP_PSUM, g, m, -1, -1, NULL, why, n->file, n->line); break;
+    case TJ__OP_PVARY: gin[0] = tj__manual_coll(TJ__OP_PSUM, g, m, -1, -1, NULL, why, n->file, n->line); break;
+    case TJ__OP_ALL_GATHER: gin[0] = tj__manual_coll(TJ__OP_REDUCE_SCATTER, g, m, n->a.axis, -1, NULL, why, n->file, n->line); break;
+    case TJ__OP_REDUCE_SCATTER: gin[0] = tj__manual_coll(TJ__OP_ALL_GATHER, g, m, n->a.axis, -1, NULL, why, n->file, n->line); break;
+    case TJ__OP_ALL_TO_ALL: gin[0] = tj__manual_coll(TJ__OP_ALL_TO_ALL, g, m, n->a.axis2, n->a.axis, NULL, why, n->file, n->line); break;
+    case TJ__OP_PPERMUTE:
+        memset(inv, -1, sizeof inv);
+        for (r = 0; r < TJ_MAXDEV; r++) if (n->a.perm[r] >= 0) inv[(int)n->a.perm[r]] = (signed char)r;
+        gin[0] = tj__manual_coll(TJ__OP_PPERMUTE, g, m, -1, -1, inv, why, n->file, n->line);
+        break;
+    case TJ__OP_PMAX: /* the gradient goes to the devices that hold the maximum */
+        gin[0] = tj_mul_at(n->file, n->line, g, tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, n->in[0], n), g->t.dt));
+        break;
+    default:
+        tj__err(n->g->ctx, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: %s has no transpose inside shard_map", tj__opname(n->op));
+        return TJ_ERR_UNSUPPORTED;
+    }
+    return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
 }
 /* global row-major index of local element i on device dev (for random and
    arange: the values do not depend on the sharding) */
@@ -5626,7 +6025,204 @@ static int64_t tj__global_index(const tj__kern *k, int64_t i) {
     return gi;
 }
 
+/* ---- custom ops: your kernels, registered by name ----
+   A registered op is a multi-output node (its outputs are PROJ nodes, as
+   for scan). Its shape rule runs while tracing; its replication rule gives
+   the vary sets of its outputs inside shard_map; its kernel runs on each
+   device's block; its VJP rule, if any, is a traced function. Outside
+   shard_map the sharding rule cannot know what the kernel does with a
+   block, so its inputs are first made whole (replicated). */
+static int tj__add_proj(tj_node *m, const tj__type *t, int space); /* in [7] */
+struct tj__opreg {
+    tj_op_def d;
+    char *name;
+};
+static void tj__free_ops(tj_ctx *c) {
+    int i;
+    for (i = 0; i < c->nops; i++) TJ_FREE(c->ops[i].name);
+    TJ_FREE(c->ops);
+    TJ_FREE(c->cvjps);
+}
+TJDEF tj_status tj_register_op(tj_ctx *c, const tj_op_def *d) {
+    int i;
+    if (!c) return TJ_ERR_ARG;
+    if (!d || !d->name || !*d->name || d->nout < 1 || d->nout > 16) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "register_op: need a name and 1..16 outputs (got %s, %d)", d && d->name ? d->name : "no name", d ? d->nout : 0);
+        return TJ_ERR_ARG;
+    }
+    for (i = 0; i < c->nops; i++)
+        if (!strcmp(c->ops[i].name, d->name)) break; /* registering again replaces */
+    if (i == c->nops) {
+        if (c->nops == c->capops) {
+            int nc = c->capops ? 2 * c->capops : 8;
+            struct tj__opreg *no = (struct tj__opreg *)TJ_REALLOC(c->ops, sizeof *no * (size_t)nc);
+            if (!no) {
+                tj__err(c, TJ_ERR_OOM, NULL, 0, "register_op '%s': out of memory", d->name);
+                return TJ_ERR_OOM;
+            }
+            c->ops = no;
+            c->capops = nc;
+        }
+        if (!(c->ops[i].name = tj__strdup(d->name))) {
+            tj__err(c, TJ_ERR_OOM, NULL, 0, "register_op '%s': out of memory", d->name);
+            return TJ_ERR_OOM;
+        }
+        c->nops++;
+    }
+    c->ops[i].d = *d;
+    c->ops[i].d.name = c->ops[i].name;
+    return TJ_OK;
+}
+TJDEF int tj_rep_same(const unsigned *in_vary, int nin, unsigned *out_vary, int nout, void *user) {
+    unsigned u = 0;
+    int i;
+    (void)user;
+    for (i = 0; i < nin; i++) u |= in_vary[i];
+    for (i = 0; i < nout; i++) out_vary[i] = u;
+    return 0;
+}
+static void tj__to_buf(tj_ctx *c, const tj__type *t, void *data, tj_buf *b) {
+    int i;
+    memset(b, 0, sizeof *b);
+    b->data = data;
+    b->dtype = t->dt;
+    b->rank = t->rank;
+    for (i = 0; i < t->rank; i++) {
+        b->dim[i] = t->dim[i];
+        b->axis[i] = tj__name(c, t->ax[i]);
+    }
+}
+TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out) {
+    tj_ctx *c;
+    tj_graph *g;
+    const tj_op_def *d = NULL;
+    tj_node *x[16], *n;
+    tj_buf ib[16];
+    tj__type t[16];
+    unsigned iv[16], ov[16];
+    int i, j, k = -1;
+    if (nin < 1 || nin > 16 || !in || !out) return TJ_ERR_ARG;
+    for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
+    if (!(g = tj__inner(nin, in, name ? name : "custom", f, l))) return tj_status_of(in[0]->g->ctx);
+    c = g->ctx;
+    for (i = 0; name && i < c->nops; i++) if (!strcmp(c->ops[i].name, name)) k = i;
+    if (k < 0) {
+        tj__err(c, TJ_ERR_ARG, f, l, "custom: no op named '%s' is registered (tj_register_op)", name ? name : "(null)");
+        return TJ_ERR_ARG;
+    }
+    d = &c->ops[k].d;
+    for (i = 0; i < d->nout; i++) out[i] = NULL;
+    for (i = 0; i < nin; i++) {
+        uint8_t none[TJ_MAXDIM] = {0};
+        x[i] = tj__capture(g, in[i]);
+        if (x[i] && !g->manual && (x[i]->t.partial || tj__sh_used(x[i]->t.sh, x[i]->t.rank))) x[i] = tj__reshard(x[i], none, d->name, f, l);
+        if (!x[i]) return c->status ? c->status : TJ_ERR_ARG;
+        tj__to_buf(c, &x[i]->t, NULL, &ib[i]);
+        iv[i] = x[i]->t.vary;
+    }
+    /* the shape rule */
+    for (j = 0; j < d->nout; j++) {
+        char shape[512];
+        tj_dtype dt = x[0]->t.dt;
+        shape[0] = 0;
+        if (!d->shape) t[j] = x[0]->t;
+        else if (d->shape(ib, nin, j, shape, sizeof shape, &dt, d->user)) {
+            tj__err(c, TJ_ERR_SHAPE, f, l, "custom op '%s': its shape rule rejects the inputs: %s", d->name, shape[0] ? shape : "(no reason given)");
+            return TJ_ERR_SHAPE;
+        } else if (tj__parse_shape(c, shape, dt, &t[j], 0, d->name, f, l))
+            return c->status;
+        memset(t[j].sh, 0, sizeof t[j].sh);
+        t[j].partial = 0;
+        t[j].vary = 0;
+    }
+    /* the replication rule */
+    if (g->manual && g->check) {
+        if (!d->replication) {
+            tj__err(c, TJ_ERR_UNSUPPORTED, f, l,
+                    "custom op '%s' has no replication rule, so a checked shard_map cannot know which mesh axes its outputs vary over: register one "
+                    "(tj_op_def.replication; tj_rep_same if every output varies like the union of the inputs), or call tj_shard_map with check off",
+                    d->name);
+            return TJ_ERR_UNSUPPORTED;
+        }
+        for (j = 0; j < d->nout; j++) ov[j] = 0;
+        if (d->replication(iv, nin, ov, d->nout, d->user)) {
+            tj__err(c, TJ_ERR_ARG, f, l, "custom op '%s': its replication rule rejects the inputs' vary sets", d->name);
+            return TJ_ERR_ARG;
+        }
+        for (j = 0; j < d->nout; j++) {
+            if (ov[j] >> c->nmesh) {
+                tj__err(c, TJ_ERR_ARG, f, l, "custom op '%s': its replication rule names mesh axis bits beyond the %d of the mesh", d->name, c->nmesh);
+                return TJ_ERR_ARG;
+            }
+            t[j].vary = (uint8_t)ov[j];
+        }
+    }
+    {
+        tj__type dummy;
+        memset(&dummy, 0, sizeof dummy);
+        dummy.dt = TJ_I32;
+        if (!(n = tj__node(g, TJ__OP_CUSTOM, &dummy, nin, x, f, l))) return c->status ? c->status : TJ_ERR_OOM;
+    }
+    n->a.index = k;
+    for (j = 0; j < d->nout; j++) {
+        if (tj__add_proj(n, &t[j], TJ_SPACE_DEVICE)) return c->status;
+        out[j] = n->proj[j];
+    }
+    return TJ_OK;
+}
+static void tj__custom_bufs(tj__kern *k, tj_buf *ib, tj_buf *ob) {
+    int i;
+    for (i = 0; i < k->nin && i < 16; i++) tj__to_buf(k->ctx, k->it[i], (void *)k->in[i], &ib[i]);
+    for (i = 0; i < k->n->nproj && i < 16; i++) tj__to_buf(k->ctx, &k->n->proj[i]->lt, k->pout[i], &ob[i]);
+}
+static void tj__k_custom(tj__kern *k) {
+    const tj_op_def *d = &k->ctx->ops[k->n->a.index].d;
+    tj_buf ib[16], ob[16];
+    if (!d->cpu) {
+        snprintf(k->err, TJ__MSG, "custom op '%s' has no CPU kernel (at %s:%d)", d->name, tj__base(k->n->file), k->n->line);
+        return;
+    }
+    tj__custom_bufs(k, ib, ob);
+    d->cpu(ib, k->nin, ob, k->n->nproj, d->user);
+}
+/* for GPU backends: run a custom op's CUDA launcher on `stream` */
+static int tj__k_custom_gpu(tj__kern *k, void *stream) {
+    const tj_op_def *d = &k->ctx->ops[k->n->a.index].d;
+    tj_buf ib[16], ob[16];
+    if (!d->cuda) {
+        snprintf(k->err, TJ__MSG, "custom op '%s' has no CUDA kernel (tj_op_def.cuda) (at %s:%d)", d->name, tj__base(k->n->file), k->n->line);
+        return 1;
+    }
+    tj__custom_bufs(k, ib, ob);
+    d->cuda(ib, k->nin, ob, k->n->nproj, stream, d->user);
+    return 0;
+}
+/* output cotangents of a multi-output node: the accumulated ones, zeros
+   where an output got none */
+static void tj__multi_cts(tj_node *n, tj_v *ct) {
+    int j;
+    for (j = 0; j < n->nproj; j++) {
+        tj_node *p = n->proj[j];
+        ct[j] = tj__proj_ct[p->id] ? tj__fit(n->file, n->line, tj__proj_ct[p->id], &p->t) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, n->g, p->t.dt, 0.0), &p->t);
+    }
+}
+static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
+    const tj_op_def *d = &n->g->ctx->ops[n->a.index].d;
+    tj_v ct[16];
+    (void)g;
+    if (!d->vjp) {
+        tj__err(n->g->ctx, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: custom op '%s' has no VJP rule: set tj_op_def.vjp, or wrap the call in tj_custom_vjp", d->name);
+        return TJ_ERR_UNSUPPORTED;
+    }
+    tj__multi_cts(n, ct);
+    if (n->g->ctx->status) return n->g->ctx->status;
+    d->vjp(n->g, n->nin, n->in, n->nproj, n->proj, ct, gin, d->user);
+    return n->g->ctx->status;
+}
+
 /* ops whose blocks live in other sections */
+static void tj__k_custom_vjp(tj__kern *k);
+static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g, tj_v *gin);
 static void tj__k_memcpy(tj__kern *k);
 static void tj__k_scan(tj__kern *k);
 static tj_status tj__vjp_scan(tj_node *n, tj_v g, tj_v *gin);
@@ -5784,6 +6380,90 @@ TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
     return st;
 }
 
+/* ---- custom_vjp ----
+   fwd is traced inline: its ops are ordinary nodes that compute the
+   outputs y and residuals r. A CUSTOM_VJP node takes (x, y, r) and hands
+   y on as its outputs; its VJP rule calls bwd(r, cotangents of y) and
+   gives the results to x directly. So autodiff never looks inside fwd,
+   and under a remat policy the residuals r are saved, offloaded or
+   recomputed like any other forward value. */
+struct tj__cvjp {
+    tj_vjp_bwd_fn bwd;
+    void *user;
+    int nin, nout, nres;
+};
+TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
+                                 int nres) {
+    tj_graph *g;
+    tj_ctx *c;
+    tj_node *all[64], *n;
+    tj_v y[16], r[16];
+    tj__type dummy;
+    int i, k;
+    if (nin < 1 || !in || !out || nout < 1 || nout > 16 || nres < 0 || nres > 16 || nin + nout + nres > 64) return TJ_ERR_ARG;
+    for (i = 0; i < nout; i++) out[i] = NULL;
+    for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
+    if (!(g = tj__inner(nin, in, "custom_vjp", f, l))) return tj_status_of(in[0]->g->ctx);
+    c = g->ctx;
+    if (!fwd || !bwd) {
+        tj__err(c, TJ_ERR_ARG, f, l, "custom_vjp: fwd and bwd are both needed");
+        return TJ_ERR_ARG;
+    }
+    for (i = 0; i < 16; i++) y[i] = r[i] = NULL;
+    for (i = 0; i < nin; i++) if (!(all[i] = tj__capture(g, in[i]))) return c->status ? c->status : TJ_ERR_ARG;
+    fwd(g, all, y, r, user);
+    if (c->status) return c->status;
+    for (i = 0; i < nout + nres; i++) {
+        tj_v v = i < nout ? y[i] : r[i - nout];
+        if (!v || !(all[nin + i] = tj__capture(g, v))) {
+            if (!c->status) tj__err(c, TJ_ERR_ARG, f, l, "custom_vjp: fwd returned no %s %d", i < nout ? "output" : "residual", i < nout ? i : i - nout);
+            return c->status;
+        }
+    }
+    if (c->ncvjp == c->capcvjp) {
+        int nc = c->capcvjp ? 2 * c->capcvjp : 8;
+        struct tj__cvjp *nv = (struct tj__cvjp *)TJ_REALLOC(c->cvjps, sizeof *nv * (size_t)nc);
+        if (!nv) {
+            tj__err(c, TJ_ERR_OOM, f, l, "custom_vjp: out of memory");
+            return TJ_ERR_OOM;
+        }
+        c->cvjps = nv;
+        c->capcvjp = nc;
+    }
+    k = c->ncvjp++;
+    c->cvjps[k].bwd = bwd;
+    c->cvjps[k].user = user;
+    c->cvjps[k].nin = nin;
+    c->cvjps[k].nout = nout;
+    c->cvjps[k].nres = nres;
+    memset(&dummy, 0, sizeof dummy);
+    dummy.dt = TJ_I32;
+    if (!(n = tj__node(g, TJ__OP_CUSTOM_VJP, &dummy, nin + nout + nres, all, f, l))) return c->status ? c->status : TJ_ERR_OOM;
+    n->a.index = k;
+    for (i = 0; i < nout; i++) {
+        if (tj__add_proj(n, &all[nin + i]->t, TJ_SPACE_DEVICE)) return c->status;
+        out[i] = n->proj[i];
+    }
+    return TJ_OK;
+}
+static void tj__k_custom_vjp(tj__kern *k) { /* hand y on */
+    const struct tj__cvjp *cv = &k->ctx->cvjps[k->n->a.index];
+    int j;
+    for (j = 0; j < cv->nout; j++) memcpy(k->pout[j], k->in[cv->nin + j], (size_t)tj__bytes(&k->n->proj[j]->lt));
+}
+static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g_unused, tj_v *gin) {
+    const struct tj__cvjp *cv = &n->g->ctx->cvjps[n->a.index];
+    tj_v ct[16], gx[64];
+    int i;
+    (void)g_unused;
+    for (i = 0; i < 64; i++) gx[i] = NULL;
+    tj__multi_cts(n, ct);
+    if (n->g->ctx->status) return n->g->ctx->status;
+    cv->bwd(n->g, n->in + cv->nin + cv->nout, ct, gx, cv->user);
+    for (i = 0; i < cv->nin; i++) gin[i] = gx[i];
+    return n->g->ctx->status;
+}
+
 /* ==== [7] control flow: scan ============================================= */
 /* A SCAN node holds its body graph. Its inputs are the initial carries, the
    stacked xs (scanned axis leading) and the captured outer values; its
@@ -5864,9 +6544,10 @@ static int tj__same_axes(const tj__type *a, const tj__type *b) {
 }
 
 /* Make the SCAN node: inputs carry, xs (axis-first), captures; outputs
-   (PROJ) final carries and stacked ys. */
+   (PROJ) final carries and stacked ys. yt: the ys' outer types when they
+   are not the body's (a shard_map body's are local blocks), else NULL. */
 static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, int axis, int64_t len, int reverse, int nc, tj_node *const *init,
-                              int nx, tj_node *const *xs, int ny, const tj_policy *policy) {
+                              int nx, tj_node *const *xs, int ny, const tj_policy *policy, const tj__type *yt) {
     tj_node *in[64], *n;
     tj__type t;
     int i, nin = 0;
@@ -5896,8 +6577,8 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     for (i = 0; i < nc; i++)
         if (tj__add_proj(n, &b->outs[i]->t, TJ_SPACE_DEVICE)) return NULL;
     for (i = 0; i < ny; i++) {
-        tj__type yt = tj__type_lead(&b->outs[nc + i]->t, axis, len);
-        if (tj__add_proj(n, &yt, b->outs[nc + i]->space)) return NULL;
+        tj__type t1 = yt ? yt[i] : tj__type_lead(&b->outs[nc + i]->t, axis, len);
+        if (tj__add_proj(n, &t1, b->outs[nc + i]->space)) return NULL;
     }
     return n;
 }
@@ -5968,6 +6649,8 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     /* trace the body once */
     if (!(b = tj__graph_new(c, f, l))) return c->status;
     b->parent = g;
+    b->manual = g->manual; /* a scan inside shard_map works on local blocks too */
+    b->check = g->check;
     for (i = 0; i < nc; i++) {
         if (!(cp[i] = tj__node(b, TJ__OP_PARAM, &init[i]->t, 0, NULL, f, l)) || tj__add_param(b, cp[i])) goto fail;
         cp[i]->name = tj__strdup("carry");
@@ -5989,6 +6672,12 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
         if (!tj__same_axes(&v->t, &init[i]->t)) {
             char b2[256];
             tj__err(c, TJ_ERR_SHAPE, f, l, "scan: carry %d goes in as %s but the body returns %s", i, tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2));
+            goto fail;
+        }
+        if (v->t.vary & ~init[i]->t.vary) { /* shard_map: the carry's type must not change across iterations */
+            char b2[256], mb[64];
+            tj__err(c, TJ_ERR_ARG, f, l, "scan: carry %d goes in as %s but the body returns %s, which varies over %s too: pvary the initial value (tj_pvary)", i,
+                    tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2), tj__mesh_names(c, v->t.vary & ~init[i]->t.vary, mb, sizeof mb));
             goto fail;
         }
         if (tj__body_add_out(b, tj__fit(f, l, v, &init[i]->t))) goto oom;
@@ -6020,7 +6709,7 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
         if (xr[i] && xr[i]->t.ax[0] != ax) xr[i] = tj__relayout(f, l, xr[i], &lt);
         if (!xr[i]) goto fail;
     }
-    n = tj__scan_node(f, l, g, b, ax, len, 0, nc, init, nx, xr, ny, policy);
+    n = tj__scan_node(f, l, g, b, ax, len, 0, nc, init, nx, xr, ny, policy, NULL);
     tj__graph_free(b); /* the node holds its own reference */
     if (!n) return c->status ? c->status : TJ_ERR_OOM;
     for (i = 0; i < nc; i++) final[i] = n->proj[i];
@@ -6076,6 +6765,142 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
         if (!out[i]) return g->ctx->status;
     }
     return TJ_OK;
+}
+
+/* ---- shard_map: a scan of length one over a manual body ----
+   Each input is resharded to its in_spec and gets a leading axis of size
+   one, so the scan machinery (residuals, policies, the reverse scan) works
+   unchanged. The body's parameters are the local blocks, varying over the
+   mesh axes the in_spec names. Each output's outer type is the block
+   scaled up by its out_spec. Residuals that the backward pass needs are
+   per-device values in the outer graph: their type keeps the body's vary
+   set and no sharding, so each device stores exactly its own block. */
+typedef struct {
+    tj_region_fn fn;
+    void *user;
+    int nout;
+} tj__smap;
+static void tj__smap_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    tj__smap *s = (tj__smap *)u;
+    (void)carry; (void)carry_out;
+    s->fn(g, x, y, s->user);
+}
+/* the sharding a spec gives a block of local type t (every axis it names
+   is scaled up, so divisibility is not in question) */
+static int tj__out_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, int i, const char *f, int l) {
+    tj__type big = *t;
+    int k;
+    char what[64];
+    snprintf(what, sizeof what, "shard_map out_specs[%d]", i);
+    for (k = 0; k < big.rank; k++) big.dim[k] *= c->ndev;
+    return tj__parse_spec(c, spec, &big, sh, 1, what, f, l);
+}
+TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
+                                tj_v *out, const char *const *out_specs, int check) {
+    tj_graph *g = NULL, *b = NULL;
+    tj_ctx *c;
+    tj_node *xs[32], *xp[32], *yo[32], *n;
+    tj__type yt[32], gt[32];
+    tj__smap s;
+    int i, ax;
+    char b1[256], what[64];
+    for (i = 0; out && i < nout && i < 32; i++) out[i] = NULL;
+    for (i = 0; i < nin && !g; i++) if (in && in[i]) g = in[i]->g;
+    if (!g) return TJ_ERR_ARG;
+    c = g->ctx;
+    if (c->status) return c->status;
+    if (!fn || nin < 1 || nin > 32 || nout < 1 || nout > 32 || !out || !in_specs || !out_specs) {
+        tj__err(c, TJ_ERR_ARG, f, l, "shard_map: bad arguments (%d inputs, %d outputs: 1..32 each, with a spec for each)", nin, nout);
+        return TJ_ERR_ARG;
+    }
+    if (!c->nmesh) {
+        tj__err(c, TJ_ERR_STATE, f, l, "shard_map: no mesh (tj_set_mesh)");
+        return TJ_ERR_STATE;
+    }
+    for (i = 0; i < nin; i++) {
+        if (!in[i]) return c->status ? c->status : TJ_ERR_ARG;
+        if (in[i]->g->manual || g->manual) {
+            tj__err(c, TJ_ERR_UNSUPPORTED, f, l, "shard_map: a shard_map inside another one is not supported");
+            return TJ_ERR_UNSUPPORTED;
+        }
+    }
+    if (!(g = tj__inner(nin, in, "shard_map", f, l))) return c->status;
+    ax = tj__intern(c, "_shard_map", 10);
+    /* the inputs: resharded to their specs, with the scanned axis of one */
+    for (i = 0; i < nin; i++) {
+        uint8_t sh[TJ_MAXDIM];
+        tj__type lt;
+        tj_node *x = tj__capture(g, in[i]);
+        snprintf(what, sizeof what, "shard_map in_specs[%d]", i);
+        if (!x || tj__parse_spec(c, in_specs[i], &x->t, sh, 1, what, f, l)) return c->status ? c->status : TJ_ERR_ARG;
+        if (x->t.vary) {
+            tj__err(c, TJ_ERR_ARG, f, l, "shard_map: input %d %s is a per-device value", i, tj_v_describe(x, b1, sizeof b1));
+            return TJ_ERR_ARG;
+        }
+        if (!(x = tj__reshard(x, sh, "shard_map in_specs", f, l))) return c->status;
+        lt = tj__type_lead(&x->t, ax, 1);
+        if (!(xs[i] = tj__reshape(f, l, x, &lt))) return c->status;
+    }
+    /* trace the body once on local blocks */
+    if (!(b = tj__graph_new(c, f, l))) return c->status;
+    b->parent = g;
+    b->manual = 1;
+    b->check = check != 0;
+    for (i = 0; i < nin; i++) {
+        tj__type lt = tj__type_drop(&xs[i]->t, ax);
+        unsigned v = tj__sh_used(lt.sh, lt.rank);
+        lt = tj__local(c, &lt);
+        lt.vary = check ? (uint8_t)v : 0;
+        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
+        xp[i]->name = tj__strdup("block");
+    }
+    for (i = 0; i < 32; i++) yo[i] = NULL;
+    s.fn = fn;
+    s.user = user;
+    s.nout = nout;
+    tj__smap_body(b, NULL, xp, NULL, yo, &s);
+    if (c->status) goto fail;
+    /* the outputs: blocks laid out by their specs */
+    for (i = 0; i < nout; i++) {
+        tj_node *v = yo[i] ? tj__capture(b, yo[i]) : NULL;
+        uint8_t sh[TJ_MAXDIM];
+        unsigned spread;
+        int k;
+        if (!v) {
+            if (!c->status) tj__err(c, TJ_ERR_ARG, f, l, "shard_map: the function returned no output %d", i);
+            goto fail;
+        }
+        if (v->t.rank >= TJ_MAXDIM) {
+            tj__err(c, TJ_ERR_SHAPE, f, l, "shard_map: output %d %s has too many axes", i, tj_v_describe(v, b1, sizeof b1));
+            goto fail;
+        }
+        if (tj__out_spec(c, out_specs[i], &v->t, sh, i, f, l)) goto fail;
+        spread = tj__sh_used(sh, v->t.rank);
+        if (check && (v->t.vary & ~spread)) {
+            char mb[64];
+            tj__err(c, TJ_ERR_SHAPE, f, l,
+                    "shard_map: output %d %s varies over %s, but out_specs[%d] \"%s\" replicates it there: psum it over %s, or name %s in the spec", i,
+                    tj_v_describe(v, b1, sizeof b1), tj__mesh_names(c, v->t.vary & ~spread, mb, sizeof mb), i, out_specs[i], mb, mb);
+            goto fail;
+        }
+        gt[i] = v->t;
+        gt[i].vary = 0;
+        for (k = 0; k < v->t.rank; k++) {
+            gt[i].sh[k] = sh[k];
+            gt[i].dim[k] *= tj__mesh_count(c, sh[k]);
+        }
+        yt[i] = tj__type_lead(&gt[i], ax, 1);
+        if (tj__body_add_out(b, v)) goto fail;
+    }
+    n = tj__scan_node(f, l, g, b, ax, 1, 0, 0, NULL, nin, xs, nout, NULL, yt);
+    tj__graph_free(b); /* the node holds its own reference */
+    if (!n) return c->status ? c->status : TJ_ERR_OOM;
+    for (i = 0; i < nout; i++)
+        if (!(out[i] = tj__reshape(f, l, n->proj[i], &gt[i]))) return c->status;
+    return TJ_OK;
+fail:
+    tj__graph_free(b);
+    return c->status ? c->status : TJ_ERR_ARG;
 }
 
 /* scratch: the body's device arena, then two sets of carry buffers */
@@ -6515,6 +7340,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj__bwd w;
     tj_node *binit[64], *bxs[64] = {0}, *bn, *bfinal[64];
     int nbinit = 0, first_row;
+    /* the boundary of a shard_map body; unchecked, its transpose is defensive */
+    int smap = B->manual && !G->manual, defensive = smap && !B->check;
+    unsigned all = (1u << c->nmesh) - 1;
+    tj__type yt[64];
     (void)g_unused;
     memset(&w, 0, sizeof w);
     if (n->nproj > 64 || nc + nx + ncap > 64) {
@@ -6545,6 +7374,8 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     /* 2. the backward body: carries are (carry cotangents, capture grad sums) */
     if (!(bk = tj__graph_new(c, n->file, n->line))) goto fail;
     bk->parent = G;
+    bk->manual = B->manual;
+    bk->check = B->check;
     w.b = B;
     w.bk = bk;
     w.scan = n;
@@ -6559,7 +7390,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         if (!p || tj__add_param(bk, p)) goto fail;
         p->name = tj__strdup("carry cotangent");
         if (ctp[i]) w.map[ctp[i]->id] = p;
-        binit[nbinit++] = pct[n->proj[i]->id] ? pct[n->proj[i]->id]
+        binit[nbinit++] = pct[n->proj[i]->id] ? tj__fit(n->file, n->line, pct[n->proj[i]->id], &n->proj[i]->t) /* partial sums resolved */
                                               : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, n->proj[i]->t.dt, 0), &n->proj[i]->t);
     }
     for (k = 0; k < nw; k++) /* a gradient-sum carry per float capture */
@@ -6571,9 +7402,20 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         }
     for (i = 0; i < ny; i++) /* y cotangent slices */
         if (ctp[nc + i]) {
-            tj_node *yct = pct[n->proj[nc + i]->id];
-            if (!yct) yct = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, n->proj[nc + i]->t.dt, 0), &n->proj[nc + i]->t);
-            w.map[ctp[nc + i]->id] = tj__bk_xparam(&w, yct, &B->outs[nc + i]->t, TJ_SPACE_DEVICE);
+            tj_node *yct = pct[n->proj[nc + i]->id], *p;
+            const tj__type *pt = &n->proj[nc + i]->t;
+            yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, pt->dt, 0), pt);
+            p = tj__bk_xparam(&w, yct, &B->outs[nc + i]->t, TJ_SPACE_DEVICE);
+            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
+                /* every device holds the replicated output: each gets 1/n of its cotangent */
+                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank);
+                char why[256], mb[64];
+                p = tj_muls_at(n->file, n->line, p, 1.0 / tj__mesh_count(c, rep));
+                snprintf(why, sizeof why, "check off: output %d's out_spec replicates it over %s, so its cotangent is divided by %d", i,
+                         tj__mesh_names(c, rep, mb, sizeof mb), tj__mesh_count(c, rep));
+                if (p && !(p->name = tj__strdup(why))) goto fail;
+            }
+            w.map[ctp[nc + i]->id] = p;
         }
     /* 3. clone what the gradients need; residuals appear on the way */
     first_row = tj__report_of(G) ? tj__report_of(G)->n : 0;
@@ -6588,11 +7430,24 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         }
         for (k = 0; k < nw; k++)
             if (wrt_kind[k] == 2) { /* running sum of the capture's gradient */
-                tj_node *acc = bk->params[ncar++];
-                if (tj__body_add_out(bk, tj_add_at(n->file, n->line, acc, tj__clone(&w, grads[k])))) goto fail;
+                tj_node *acc = bk->params[ncar++], *gk = tj__clone(&w, grads[k]);
+                if (defensive && c->ndev > 1) gk = tj__manual_coll(TJ__OP_PSUM, gk, all, -1, -1, NULL, "check off: a captured value is replicated, so its gradient is summed over every mesh axis", n->file, n->line);
+                if (tj__body_add_out(bk, tj_add_at(n->file, n->line, acc, gk))) goto fail;
             }
         for (k = 0; k < nw; k++)
-            if (wrt_kind[k] == 1 && tj__body_add_out(bk, tj__clone(&w, grads[k]))) goto fail;
+            if (wrt_kind[k] == 1) {
+                tj_node *gk = tj__clone(&w, grads[k]);
+                const tj__type *xt = &n->in[wrt_idx[k]]->t;
+                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank);
+                if (defensive && gk && tj__mesh_count(c, rep) > 1) {
+                    char why[256], mb[64];
+                    snprintf(why, sizeof why, "check off: input %d's in_spec does not name %s, so its gradient is summed over them", wrt_idx[k] - nc,
+                             tj__mesh_names(c, rep, mb, sizeof mb));
+                    gk = tj__manual_coll(TJ__OP_PSUM, gk, rep, -1, -1, NULL, why, n->file, n->line);
+                }
+                if (smap) yt[bk->nout - nbinit] = *xt; /* the gradient of a block is laid out like the block */
+                if (tj__body_add_out(bk, gk)) goto fail;
+            }
     }
     if (c->status) goto fail;
     tj__lint_policy(G, n->policy, B, nc, first_row);
@@ -6622,7 +7477,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     }
     {
         int nyb = bk->nout - nbinit;
-        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, 1, nbinit, binit, w.nbx, bxs, nyb, n->policy);
+        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, 1, nbinit, binit, w.nbx, bxs, nyb, n->policy, smap ? yt : NULL);
         if (!bn) goto fail;
         for (i = 0; i < nbinit; i++) bfinal[i] = bn->proj[i];
         /* 5. cotangents of the forward scan's inputs */
@@ -7782,7 +8637,7 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
     e->device = dev;
     if (n->members) snprintf(e->op, sizeof e->op, "fused x%d", n->nmembers);
     else snprintf(e->op, sizeof e->op, "%s", tj__ops[n->op].name);
-    e->kind = n->op >= TJ__OP_ALL_GATHER && n->op <= TJ__OP_ALL_TO_ALL ? 1 : n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
+    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
     if (e->kind == 1 && n->name) snprintf(e->what, sizeof e->what, "caused by %s", n->name);
     else snprintf(e->what, sizeof e->what, "%%%d", n->id);
     e->file = n->file;
@@ -7826,6 +8681,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         k.dev = dev;
         k.rdv = rdv;
         k.err = err;
+        k.custom_gpu = tj__k_custom_gpu;
         if (p->ctx->backend) p->ctx->backend->run(p->ctx->backend, &k);
         else tj__ops[n->op].cpu(&k);
         if (prof && n->op != TJ__OP_SCAN) tj__record(rdv, dev, n, t0, tj__now_us()); /* a scan's body records its own */
@@ -8276,7 +9132,7 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
     for (j = 0; j < n->nin; j++) fprintf(f, "%s%%%d", j ? ", " : "", n->in[j]->id);
     fprintf(f, ")");
     if (n->op == TJ__OP_PARAM || n->op == TJ__OP_NAME) fprintf(f, " '%s'", n->name);
-    if (n->op >= TJ__OP_ALL_GATHER && n->op <= TJ__OP_ALL_TO_ALL) {
+    if (TJ__IS_COLL(n->op)) {
         char mb[256];
         fprintf(f, " over %s", tj__mesh_names(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb));
         if (n->op == TJ__OP_ALL_TO_ALL) fprintf(f, " from %s to %s", tj__name(n->g->ctx, n->a.axis2), tj__name(n->g->ctx, n->a.axis));
@@ -8284,6 +9140,11 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
         fprintf(f, " [%lld B/device, groups %s, caused by %s]", (long long)tj__lbytes(n->g->ctx, &n->in[0]->t),
                 tj__groups_str(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb), n->name ? n->name : "?");
     }
+    if (n->op == TJ__OP_PVARY || n->op == TJ__OP_AXIS_INDEX) {
+        char mb[64];
+        fprintf(f, " over %s (no data moves)", tj__mesh_names(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb));
+    }
+    if (n->op == TJ__OP_CUSTOM) fprintf(f, " '%s'", n->g->ctx->ops[n->a.index].name);
     if (n->op == TJ__OP_FILL || n->op == TJ__OP_POWS) fprintf(f, " %g", n->a.s);
     if (n->op == TJ__OP_DOT) fprintf(f, " contract=%d%s%s", n->a.nk, n->a.trans_a ? " aT" : "", n->a.trans_b ? " bT" : "");
     if (n->a.naxes && n->op != TJ__OP_DOT) {
@@ -8341,7 +9202,7 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, 
     int i;
     for (i = 0; i < p->nsched; i++) {
         tj_node *x = p->sched[i];
-        if (x->op >= TJ__OP_ALL_GATHER && x->op <= TJ__OP_ALL_TO_ALL) {
+        if (TJ__IS_COLL(x->op)) {
             if (rows && *n < max) {
                 tj_collective *r = &rows[*n];
                 memset(r, 0, sizeof *r);
@@ -8357,6 +9218,43 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, 
         }
         if (x->sub && x->sub->prog) tj__collect(x->sub->prog, rows, max, n, bwd || x->pass > 0);
     }
+}
+/* the transpose report: nodes autodiff put into shard_map bodies */
+static void tj__transposes(const tj_prog *p, tj_transpose *rows, int max, int *n, int bwd) {
+    int i;
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *x = p->sched[i];
+        int scale = x->op == TJ__OP_MUL && x->name;
+        if (x->g->manual && (bwd || x->pass > 0) && (TJ__IS_COLL(x->op) || x->op == TJ__OP_PVARY || scale)) {
+            if (rows && *n < max) {
+                tj_transpose *r = &rows[*n];
+                memset(r, 0, sizeof *r);
+                snprintf(r->kind, sizeof r->kind, "%s", scale ? "scale" : x->op == TJ__OP_REDUCE_SCATTER ? "psum_scatter" : tj__ops[x->op].name);
+                if (!scale) tj__mesh_names(p->ctx, (unsigned)x->a.index, r->axes, sizeof r->axes);
+                tj_v_describe(x->in[0], r->value, sizeof r->value);
+                if (x->op == TJ__OP_PVARY && x->name && !strchr(x->name, ' ')) /* made by the vary rule of op x->name */
+                    snprintf(r->rule, sizeof r->rule, "'%s' mixes values that vary over different mesh axes", x->name);
+                else
+                    snprintf(r->rule, sizeof r->rule, "%s", x->name ? x->name : "?");
+                r->file = x->file;
+                r->line = x->line;
+            }
+            (*n)++;
+        }
+        if (x->sub && x->sub->prog) tj__transposes(x->sub->prog, rows, max, n, bwd || x->pass > 0);
+    }
+}
+TJDEF int tj_prog_transposes(const tj_prog *p, tj_transpose *rows, int max) {
+    int n = 0;
+    if (p) tj__transposes(p, rows, max, &n, 0);
+    return n;
+}
+TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *f) {
+    tj_transpose r[256];
+    int i, n = tj_prog_transposes(p, r, 256);
+    fprintf(f, "transposes of '%s': %d inserted by autodiff inside shard_map\n", p ? p->name : "?", n);
+    for (i = 0; i < n && i < 256; i++)
+        fprintf(f, "  %-12s %-10s %s:%d  on %s\n      because %s\n", r[i].kind, r[i].axes[0] ? r[i].axes : "-", tj__base(r[i].file), r[i].line, r[i].value, r[i].rule);
 }
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max) {
     int n = 0;

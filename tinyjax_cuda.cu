@@ -846,6 +846,10 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
     case TJ__OP_CAUSAL: return tjc_causal(s, k);
     case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: return tjc_rowop(s, k);
     case TJ__OP_CROSS_ENTROPY: return tjc_cross_entropy(s, k);
+    case TJ__OP_CUSTOM: return k->custom_gpu(k, (void *)s->compute); /* the op's own launcher */
+    case TJ__OP_CUSTOM_VJP: /* hands its inputs y on as outputs */
+        for (int j = 0; j < k->n->nproj; j++) TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[k->nin - k->n->nproj - k->ctx->cvjps[k->n->a.index].nres + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
+        return 0;
     /* arguments and views own no work (tj__execute skips them anyway) */
     case TJ__OP_PARAM: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: return 0;
     default: {
