@@ -7284,9 +7284,9 @@ static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
             n->pol = v->pol;
             n->policy = &n->pol;
         }
-        for (i = 0; i < v->nproj; i++)
-            if (tj__add_proj(n, &v->proj[i]->t, v->proj[i]->space)) return NULL;
     }
+    for (i = 0; i < v->nproj; i++) /* a multi-output node's outputs */
+        if (tj__add_proj(n, &v->proj[i]->t, v->proj[i]->space)) return NULL;
     return n;
 }
 /* The backward body's node for body node v. */
