@@ -3326,6 +3326,7 @@ struct tj_node {
     int line;
     char *name;   /* checkpoint name (name op) or param leaf name           */
     int pass;     /* 0: forward; k: made by the k-th tj_vjp of the graph     */
+    int remat;    /* a forward node that a backward body re-runs (recompute) */
     /* filled by the later stages */
     int live;     /* reachable from the outputs                              */
     int sched;    /* position in the schedule                                */
@@ -4341,7 +4342,11 @@ static tj_node *tj__mcoll(const char *what, int op, tj_v x, const char *mesh_axe
 }
 TJDEF tj_v tj_psum_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("psum", TJ__OP_PSUM, x, mesh_axes, NULL, NULL, NULL, f, l); }
 TJDEF tj_v tj_pmax_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("pmax", TJ__OP_PMAX, x, mesh_axes, NULL, NULL, NULL, f, l); }
-TJDEF tj_v tj_pvary_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("pvary", TJ__OP_PVARY, x, mesh_axes, NULL, NULL, NULL, f, l); }
+/* unchecked, nothing is tracked and pvary is the identity (as in JAX) */
+TJDEF tj_v tj_pvary_at(const char *f, int l, tj_v x, const char *mesh_axes) {
+    tj_v y = tj__mcoll("pvary", TJ__OP_PVARY, x, mesh_axes, NULL, NULL, NULL, f, l);
+    return y && !y->g->check ? x : y;
+}
 TJDEF tj_v tj_all_gather_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *axis) {
     return tj__mcoll("all_gather", TJ__OP_ALL_GATHER, x, mesh_axes, axis, NULL, NULL, f, l);
 }
@@ -6000,8 +6005,10 @@ static tj_status tj__vjp_coll(tj_node *n, tj_v g, tj_v *gin) {
         for (r = 0; r < TJ_MAXDEV; r++) if (n->a.perm[r] >= 0) inv[(int)n->a.perm[r]] = (signed char)r;
         gin[0] = tj__manual_coll(TJ__OP_PPERMUTE, g, m, -1, -1, inv, why, n->file, n->line);
         break;
-    case TJ__OP_PMAX: /* the gradient goes to the devices that hold the maximum */
-        gin[0] = tj_mul_at(n->file, n->line, g, tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, n->in[0], n), g->t.dt));
+    case TJ__OP_PMAX: /* the gradient goes to the devices that hold the maximum (unchecked,
+                         each device holds a share of the cotangent: add them up first) */
+        if (!n->g->check) g = tj__manual_coll(TJ__OP_PSUM, g, m, -1, -1, NULL, why, n->file, n->line);
+        gin[0] = tj_mul_at(n->file, n->line, g, tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, n->in[0], n), g ? g->t.dt : TJ_F32));
         break;
     default:
         tj__err(n->g->ctx, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: %s has no transpose inside shard_map", tj__opname(n->op));
@@ -7324,8 +7331,10 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         }
         tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0);
         r = d == TJ_RECOMPUTE ? tj__clone_op(w, v) : tj__residual(w, v, d);
+        if (r && d == TJ_RECOMPUTE) r->remat = 1;
     } else {
         r = tj__clone_op(w, v); /* backward nodes, and constants */
+        if (r && v->pass == 0) r->remat = 1;
     }
     if (r && v->id < w->nmap) w->map[v->id] = r;
     return r;
@@ -9225,7 +9234,7 @@ static void tj__transposes(const tj_prog *p, tj_transpose *rows, int max, int *n
     for (i = 0; i < p->nsched; i++) {
         tj_node *x = p->sched[i];
         int scale = x->op == TJ__OP_MUL && x->name;
-        if (x->g->manual && (bwd || x->pass > 0) && (TJ__IS_COLL(x->op) || x->op == TJ__OP_PVARY || scale)) {
+        if (x->g->manual && (bwd || x->pass > 0) && !x->remat && (TJ__IS_COLL(x->op) || x->op == TJ__OP_PVARY || scale)) {
             if (rows && *n < max) {
                 tj_transpose *r = &rows[*n];
                 memset(r, 0, sizeof *r);

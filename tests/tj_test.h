@@ -77,7 +77,8 @@ static inline tj_array *tjt_rand(tj_ctx *ctx, tj_dtype dt, const char *shape, un
    fn maps the input tree to a scalar leaf "loss". Every float array leaf
    whose name is in `wrt` (space separated) is checked: reverse-mode grads
    against (L(x+h) - L(x-h)) / 2h, element by element (up to max_elems per
-   leaf, spread over the array). Inputs should be f64 for tight tolerance. */
+   leaf, spread over the array). Inputs should be f64 for tight tolerance, and
+   replicated (plain arrays: every device holds a copy, and all are moved). */
 typedef struct {
     tj_fn fn;
     void *user;
@@ -122,6 +123,11 @@ static double tjt__run_loss(tj_prog *p, tj_tree *in) {
     tj_tree_free(o);
     return v;
 }
+/* set element k of a replicated array on every device (each holds a copy) */
+static void tjt__set_all(tj_array *a, int64_t k, double v) {
+    int d;
+    for (d = 0; d < a->ndev; d++) tj__st(a->data[d], a->t.dt, k, v);
+}
 /* returns the max relative error seen; checks it against tol */
 static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, const char *what, tj_fn fn, void *user, tj_tree *in, const char *wrt, double tol) {
     tjt__gc gc;
@@ -157,11 +163,11 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
         for (k = 0; k < n; k += step) {
             double x0 = tj__ld(a->data[0], a->t.dt, k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
             if (a->t.dt != TJ_F64) h = 1e-2 * (fabs(x0) > 1 ? fabs(x0) : 1.0);
-            tj__st(a->data[0], a->t.dt, k, x0 + h);
+            tjt__set_all(a, k, x0 + h);
             lp = tjt__run_loss(pl, in);
-            tj__st(a->data[0], a->t.dt, k, x0 - h);
+            tjt__set_all(a, k, x0 - h);
             lm = tjt__run_loss(pl, in);
-            tj__st(a->data[0], a->t.dt, k, x0);
+            tjt__set_all(a, k, x0);
             fd = (lp - lm) / (2 * h);
             an = tj__ld(ga->data[0], ga->t.dt, k);
             err = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-6);
