@@ -7232,7 +7232,7 @@ typedef struct {
     tj_status st;
 } tj__bwd;
 
-static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice, int space) {
+static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice, int space, const char *name) {
     tj_node *p;
     if (w->nbx >= 64) {
         tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, w->scan->file, w->scan->line, "scan: more than 64 residuals per iteration");
@@ -7240,7 +7240,7 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
     }
     p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, w->scan->file, w->scan->line);
     if (!p || tj__add_param(w->bk, p)) return NULL;
-    p->name = tj__strdup("residual");
+    p->name = tj__strdup(name);
     p->space = space;
     w->bx_outer[w->nbx] = outer;
     w->bx_param[w->nbx++] = p;
@@ -7265,7 +7265,7 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     /* the backward body sees a device buffer either way: for an offloaded
        residual the reverse scan copies each slice back from host memory one
        iteration ahead of its use (see tj__k_scan) */
-    p = tj__bk_xparam(w, w->scan->proj[w->scan->nproj - 1], &v->t, TJ_SPACE_DEVICE);
+    p = tj__bk_xparam(w, w->scan->proj[w->scan->nproj - 1], &v->t, TJ_SPACE_DEVICE, "residual");
     return p;
 }
 static tj_node *tj__clone(tj__bwd *w, tj_node *v);
@@ -7304,7 +7304,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
     if (v->op == TJ__OP_PARAM && v->pass == 0) {
         int idx = v->a.index, k;
         if (idx >= w->nc && idx < w->nc + w->nx) { /* an x: slice the same stacked input */
-            r = tj__bk_xparam(w, w->scan->in[idx], &v->t, TJ_SPACE_DEVICE);
+            r = tj__bk_xparam(w, w->scan->in[idx], &v->t, TJ_SPACE_DEVICE, "x");
         } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again */
             for (k = 0; k < w->b->ncap; k++)
                 if (w->b->cap_param[k] == v) r = tj__capture(w->bk, w->b->cap_outer[k]);
@@ -7414,7 +7414,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             tj_node *yct = pct[n->proj[nc + i]->id], *p;
             const tj__type *pt = &n->proj[nc + i]->t;
             yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, pt->dt, 0), pt);
-            p = tj__bk_xparam(&w, yct, &B->outs[nc + i]->t, TJ_SPACE_DEVICE);
+            p = tj__bk_xparam(&w, yct, &B->outs[nc + i]->t, TJ_SPACE_DEVICE, "y cotangent");
             if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
                 /* every device holds the replicated output: each gets 1/n of its cotangent */
                 unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank);
@@ -7423,6 +7423,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
                 snprintf(why, sizeof why, "check off: output %d's out_spec replicates it over %s, so its cotangent is divided by %d", i,
                          tj__mesh_names(c, rep, mb, sizeof mb), tj__mesh_count(c, rep));
                 if (p && !(p->name = tj__strdup(why))) goto fail;
+                if (p) p->a.index = (int)rep; /* for the transpose report */
             }
             w.map[ctp[nc + i]->id] = p;
         }
@@ -8627,7 +8628,7 @@ static void *tj__buf(tj_node *n, char **arena, void **args, void **outs) {
     tj_node *r = n->root;
     if (r->op == TJ__OP_PARAM) return args[r->a.index];
     if (r->out_index >= 0) return outs[r->out_index];
-    return arena[r->space] + r->off;
+    return r->off < 0 ? NULL : arena[r->space] + r->off; /* a multi-output node has no buffer of its own */
 }
 /* Run a compiled program on raw buffers: args[param index], outs[output
    index], arena[space]. Kernel errors land in err. */
@@ -9134,10 +9135,10 @@ static const char *tj__groups_str(const tj_ctx *c, unsigned m, char *buf, size_t
     }
     return buf;
 }
-static void tj__node_line(tj_node *n, FILE *f, int planned) {
+static void tj__node_line(tj_node *n, FILE *f, int planned, int indent) {
     char b[256];
     int j;
-    fprintf(f, "  %%%-4d = %-13s(", n->id, tj__ops[n->op].name);
+    fprintf(f, "%*s  %%%-4d = %-13s(", indent, "", n->id, tj__ops[n->op].name);
     for (j = 0; j < n->nin; j++) fprintf(f, "%s%%%d", j ? ", " : "", n->in[j]->id);
     fprintf(f, ")");
     if (n->op == TJ__OP_PARAM || n->op == TJ__OP_NAME) fprintf(f, " '%s'", n->name);
@@ -9146,7 +9147,7 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
         fprintf(f, " over %s", tj__mesh_names(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb));
         if (n->op == TJ__OP_ALL_TO_ALL) fprintf(f, " from %s to %s", tj__name(n->g->ctx, n->a.axis2), tj__name(n->g->ctx, n->a.axis));
         else if (n->a.axis >= 0 && n->op != TJ__OP_PSUM) fprintf(f, " along %s", tj__name(n->g->ctx, n->a.axis));
-        fprintf(f, " [%lld B/device, groups %s, caused by %s]", (long long)tj__lbytes(n->g->ctx, &n->in[0]->t),
+        fprintf(f, " [%lld B/device, groups %s, caused by %s]", n->op == TJ__OP_SHARD_SLICE ? 0LL : (long long)tj__lbytes(n->g->ctx, &n->in[0]->t),
                 tj__groups_str(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb), n->name ? n->name : "?");
     }
     if (n->op == TJ__OP_PVARY || n->op == TJ__OP_AXIS_INDEX) {
@@ -9162,10 +9163,12 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
     }
     fprintf(f, "  %s", tj_v_describe(n, b, sizeof b));
     if (n->pass) fprintf(f, "  bwd%d", n->pass);
+    if (n->remat) fprintf(f, "  remat");
     if (planned) {
         if (n->fused) fprintf(f, "  fused into %%%d", tj__froot(n)->id);
         else if (n->root != n) fprintf(f, "  view of %%%d", n->root->id);
         else if (n->op == TJ__OP_PARAM) fprintf(f, "  @arg%d", n->a.index);
+        else if (tj__ops[n->op].flags & TJ__MULTI) fprintf(f, "  (writes the outputs below)");
         else if (n->out_index >= 0) fprintf(f, "  @out%d", n->out_index);
         else fprintf(f, "  @%lld+%lld", (long long)n->off, (long long)tj__bytes(&n->lt));
     }
@@ -9173,13 +9176,29 @@ static void tj__node_line(tj_node *n, FILE *f, int planned) {
 }
 TJDEF void tj_graph_print(tj_graph *g, FILE *f) {
     int i;
-    for (i = 0; g && i < g->n; i++) tj__node_line(g->nodes[i], f, 0);
+    for (i = 0; g && i < g->n; i++) tj__node_line(g->nodes[i], f, 0, 0);
+}
+/* a program's schedule, each scan body printed under its scan node */
+static void tj__sched_print(const tj_prog *p, FILE *f, int indent) {
+    int i;
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *n = p->sched[i];
+        tj__node_line(n, f, 1, indent);
+        if (n->sub && n->sub->prog) {
+            tj_graph *b = n->sub;
+            fprintf(f, "%*s    body of %%%d: %s, %d iteration%s, temp %lld B\n", indent, "", n->id,
+                    b->manual && !n->g->manual ? (b->check ? "shard_map, per-device blocks, vary sets checked" : "shard_map, per-device blocks, unchecked")
+                                               : n->a.reverse ? "reverse scan (backward pass)" : "scan",
+                    n->a.length, n->a.length == 1 ? "" : "s", (long long)b->prog->arena_bytes[TJ_SPACE_DEVICE]);
+            tj__sched_print(b->prog, f, indent + 4);
+        }
+    }
 }
 TJDEF void tj_prog_print(const tj_prog *p, FILE *f) {
     int i;
     if (!p) return;
     fprintf(f, "program '%s' (%s:%d): %d ops, %.3g flops\n", p->name, tj__base(p->file), p->line, p->nsched, p->flops);
-    for (i = 0; i < p->nsched; i++) tj__node_line(p->sched[i], f, 1);
+    tj__sched_print(p, f, 0);
     for (i = 0; i < p->nout; i++)
         fprintf(f, "  out%d '%s' = %%%d%s\n", i, p->out_names[i], p->outs[i]->id, p->out_donor[i] >= 0 ? "  (reuses donated argument)" : "");
 }
@@ -9239,7 +9258,7 @@ static void tj__transposes(const tj_prog *p, tj_transpose *rows, int max, int *n
                 tj_transpose *r = &rows[*n];
                 memset(r, 0, sizeof *r);
                 snprintf(r->kind, sizeof r->kind, "%s", scale ? "scale" : x->op == TJ__OP_REDUCE_SCATTER ? "psum_scatter" : tj__ops[x->op].name);
-                if (!scale) tj__mesh_names(p->ctx, (unsigned)x->a.index, r->axes, sizeof r->axes);
+                tj__mesh_names(p->ctx, (unsigned)x->a.index, r->axes, sizeof r->axes); /* a scale keeps the replicated axes there */
                 tj_v_describe(x->in[0], r->value, sizeof r->value);
                 if (x->op == TJ__OP_PVARY && x->name && !strchr(x->name, ' ')) /* made by the vary rule of op x->name */
                     snprintf(r->rule, sizeof r->rule, "'%s' mixes values that vary over different mesh axes", x->name);
