@@ -119,7 +119,7 @@ static int run(int ndev, const char *mesh, inputs_fn inputs, const char *rules, 
         }
         for (i = 0; i < tj_tree_size(out) && i < 8; i++) {
             tj_array *a = tj_tree_array_at(out, i);
-            snprintf(r->name[i], 32, "%s", tj_tree_name(out, i));
+            snprintf(r->name[i], 32, "%s", tj_tree_name(out, i) ? tj_tree_name(out, i) : "?");
             r->len[i] = tj_array_numel(a);
             r->v[i] = (double *)malloc(sizeof(double) * (size_t)(r->len[i] + 1));
             tj_array_read(a, TJ_F64, r->v[i]);
