@@ -83,17 +83,13 @@ static void random_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 /* Build the inputs (same values whatever the mesh), place them by `rules`,
    run fn on ndev devices with `mesh`; return outputs read back to host. */
 typedef struct {
-    int n;
-    char name[8][32];
-    double *v[8];
-    int64_t len[8];
+    tjt_outs o;
     int count[4]; /* all_gather, psum, reduce_scatter, shard_slice (forward+backward) */
     int fwd[4], bwd[4];
 } result;
 static const char *kinds[4] = {"all_gather", "psum", "reduce_scatter", "shard_slice"};
 static void free_result(result *r) {
-    int i;
-    for (i = 0; i < r->n; i++) free(r->v[i]);
+    tjt_outs_free(&r->o);
     memset(r, 0, sizeof *r);
 }
 static int run_prog(int which, int ndev, const char *mesh, const char *rules, opts *o, result *r, int bf) {
@@ -135,14 +131,7 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
     }
     if (ok) {
         if (getenv("TJ_TEST_VERBOSE")) tj_prog_print(p, stdout);
-        for (i = 0; i < tj_tree_size(out) && i < 8; i++) {
-            tj_array *a = tj_tree_array_at(out, i);
-            snprintf(r->name[i], 32, "%s", tj_tree_name(out, i) ? tj_tree_name(out, i) : "?");
-            r->len[i] = tj_array_numel(a);
-            r->v[i] = (double *)malloc(sizeof(double) * (size_t)(r->len[i] + 1));
-            tj_array_read(a, TJ_F64, r->v[i]);
-            r->n++;
-        }
+        tjt_outs_read(&r->o, out);
         nc = tj_prog_collectives(p, cols, 256);
         for (i = 0; i < nc && i < 256; i++) {
             int k;
@@ -160,23 +149,10 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
     tj_ctx_free(ctx);
     return ok;
 }
-static void compare(const char *what, const result *a, const result *b, double tol) {
-    int i;
-    int64_t j;
-    TJT_CHECK(a->n == b->n && a->n > 0, "%s: %d vs %d outputs", what, a->n, b->n);
-    for (i = 0; i < a->n && i < b->n; i++) {
-        double worst = 0, scale = 1e-6;
-        for (j = 0; j < a->len[i]; j++) if (fabs(a->v[i][j]) > scale) scale = fabs(a->v[i][j]);
-        for (j = 0; j < a->len[i] && j < b->len[i]; j++) {
-            double d = fabs(a->v[i][j] - b->v[i][j]) / scale;
-            if (!(d <= worst)) worst = d;
-        }
-        TJT_CHECK(a->len[i] == b->len[i] && worst <= tol, "%s: output '%s' differs from one device by %.3g (relative to its max)", what, a->name[i], worst);
-    }
-}
+static void compare(const char *what, const result *a, const result *b, double tol) { tjt_outs_compare(what, &a->o, &b->o, tol); }
 static void bit_identical(const char *what, const result *a, const result *b) {
-    int i, same = a->n == b->n;
-    for (i = 0; same && i < a->n; i++) same = a->len[i] == b->len[i] && !memcmp(a->v[i], b->v[i], sizeof(double) * (size_t)a->len[i]);
+    int i, same = a->o.n == b->o.n;
+    for (i = 0; same && i < a->o.n; i++) same = a->o.len[i] == b->o.len[i] && !memcmp(a->o.v[i], b->o.v[i], sizeof(double) * (size_t)a->o.len[i]);
     TJT_CHECK(same, "%s: two runs are not bit-identical", what);
 }
 

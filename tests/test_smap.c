@@ -81,18 +81,14 @@ static void register_ops(tj_ctx *ctx) {
 
 /* ---- running a program and reading everything back ---- */
 typedef struct {
-    int n;
-    char name[8][32];
-    double *v[8];
-    int64_t len[8];
+    tjt_outs o;
     tj_collective col[256];
     int ncol;
     tj_transpose tr[64];
     int ntr;
 } result;
 static void free_result(result *r) {
-    int i;
-    for (i = 0; i < r->n; i++) free(r->v[i]);
+    tjt_outs_free(&r->o);
     memset(r, 0, sizeof *r);
 }
 typedef void (*inputs_fn)(tj_ctx *ctx, tj_tree *in);
@@ -100,7 +96,7 @@ static int run(int ndev, const char *mesh, inputs_fn inputs, const char *rules, 
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
     tj_prog *p = NULL;
-    int i, ok = 1;
+    int ok = 1;
     memset(r, 0, sizeof *r);
     tj_set_devices(ctx, ndev);
     if (mesh) tj_set_mesh(ctx, mesh);
@@ -117,14 +113,7 @@ static int run(int ndev, const char *mesh, inputs_fn inputs, const char *rules, 
             tj_prog_print(p, stdout);
             tj_prog_transposes_print(p, stdout);
         }
-        for (i = 0; i < tj_tree_size(out) && i < 8; i++) {
-            tj_array *a = tj_tree_array_at(out, i);
-            snprintf(r->name[i], 32, "%s", tj_tree_name(out, i) ? tj_tree_name(out, i) : "?");
-            r->len[i] = tj_array_numel(a);
-            r->v[i] = (double *)malloc(sizeof(double) * (size_t)(r->len[i] + 1));
-            tj_array_read(a, TJ_F64, r->v[i]);
-            r->n++;
-        }
+        tjt_outs_read(&r->o, out);
         r->ncol = tj_prog_collectives(p, r->col, 256);
         r->ntr = tj_prog_transposes(p, r->tr, 64);
     }
@@ -134,20 +123,7 @@ static int run(int ndev, const char *mesh, inputs_fn inputs, const char *rules, 
     tj_ctx_free(ctx);
     return ok;
 }
-static void compare(const char *what, const result *a, const result *b, double tol) {
-    int i;
-    int64_t j;
-    TJT_CHECK(a->n == b->n && a->n > 0, "%s: %d vs %d outputs", what, a->n, b->n);
-    for (i = 0; i < a->n && i < b->n; i++) {
-        double worst = 0, scale = 1e-9;
-        for (j = 0; j < a->len[i]; j++) if (fabs(a->v[i][j]) > scale) scale = fabs(a->v[i][j]);
-        for (j = 0; j < a->len[i] && j < b->len[i]; j++) {
-            double d = fabs(a->v[i][j] - b->v[i][j]) / scale;
-            if (!(d <= worst)) worst = d;
-        }
-        TJT_CHECK(a->len[i] == b->len[i] && worst <= tol, "%s: output '%s' differs by %.3g (relative to its max)", what, a->name[i], worst);
-    }
-}
+static void compare(const char *what, const result *a, const result *b, double tol) { tjt_outs_compare(what, &a->o, &b->o, tol); }
 /* backward collectives of one kind over given mesh axes ("" = any) */
 static int count_bwd(const result *r, const char *kind, const char *axes) {
     int i, n = 0;
@@ -190,7 +166,7 @@ static void test_scenario(void) {
             TJT_CHECK(0, "scenario (check=%d) failed to run", check);
             continue;
         }
-        for (j = 0; j < r.len[1]; j++) ones += r.v[1][j] == 1.0;
+        for (j = 0; j < r.o.len[1]; j++) ones += r.o.v[1][j] == 1.0;
         TJT_CHECK(ones == 512, "check=%d: gradient is all ones (analytical): %lld of 512", check, (long long)ones);
         if (check) {
             TJT_CHECK(count_bwd(&r, "psum", "") == 0, "checked: zero all-reduces in the backward pass, got %d", count_bwd(&r, "psum", ""));

@@ -73,6 +73,46 @@ static inline tj_array *tjt_rand(tj_ctx *ctx, tj_dtype dt, const char *shape, un
     return a;
 }
 
+/* ---- a program's outputs, read back to host doubles, and comparisons ---- */
+typedef struct {
+    int n;
+    char name[8][32];
+    double *v[8];
+    int64_t len[8];
+} tjt_outs;
+static inline void tjt_outs_read(tjt_outs *o, tj_tree *out) {
+    int i;
+    for (i = 0; i < tj_tree_size(out) && o->n < 8; i++) {
+        tj_array *a = tj_tree_array_at(out, i);
+        if (!a) continue;
+        snprintf(o->name[o->n], 32, "%s", tj_tree_name(out, i) ? tj_tree_name(out, i) : "?");
+        o->len[o->n] = tj_array_numel(a);
+        o->v[o->n] = (double *)malloc(sizeof(double) * (size_t)(o->len[o->n] + 1));
+        tj_array_read(a, TJ_F64, o->v[o->n]);
+        o->n++;
+    }
+}
+static inline void tjt_outs_free(tjt_outs *o) {
+    int i;
+    for (i = 0; i < o->n; i++) free(o->v[i]);
+    memset(o, 0, sizeof *o);
+}
+/* every output of b within tol of a's, relative to the largest of a's */
+static inline void tjt_outs_compare(const char *what, const tjt_outs *a, const tjt_outs *b, double tol) {
+    int i;
+    int64_t j;
+    TJT_CHECK(a->n == b->n && a->n > 0, "%s: %d vs %d outputs", what, a->n, b->n);
+    for (i = 0; i < a->n && i < b->n; i++) {
+        double worst = 0, scale = 1e-9;
+        for (j = 0; j < a->len[i]; j++) if (fabs(a->v[i][j]) > scale) scale = fabs(a->v[i][j]);
+        for (j = 0; j < a->len[i] && j < b->len[i]; j++) {
+            double d = fabs(a->v[i][j] - b->v[i][j]) / scale;
+            if (!(d <= worst)) worst = d;
+        }
+        TJT_CHECK(a->len[i] == b->len[i] && worst <= tol, "%s: output '%s' differs by %.3g (relative to its max)", what, a->name[i], worst);
+    }
+}
+
 /* ---- finite-difference gradient check ----
    fn maps the input tree to a scalar leaf "loss". Every float array leaf
    whose name is in `wrt` (space separated) is checked: reverse-mode grads
