@@ -714,6 +714,11 @@ typedef struct {
     const char *file;   /* where the value was made                        */
     int line;
     int carry;          /* 1: the value is a scan carry                    */
+    char via[96];       /* "" if the backward pass uses the value itself;
+                           else the recomputed value whose recomputation
+                           needs it ("hidden (name) at f.c:12"): a chain
+                           member, whose bytes a total of recomputed
+                           values should not count again                 */
 } tj_residual;
 /* Number of residual rows of p; copies up to max into rows. */
 TJDEF int tj_prog_residuals(const tj_prog *p, tj_residual *rows, int max);
@@ -7146,7 +7151,7 @@ static struct tj__report *tj__report_of(tj_graph *g) {
     if (!g->report) g->report = (struct tj__report *)tj__calloc(sizeof(struct tj__report));
     return g->report;
 }
-static void tj__report_add(tj_graph *g, const tj_node *v, const char *name, int64_t bytes, tj_decision d, const char *why, int carry) {
+static void tj__report_add(tj_graph *g, const tj_node *v, const char *name, int64_t bytes, tj_decision d, const char *why, int carry, const tj_node *via) {
     struct tj__report *r = tj__report_of(g);
     tj_residual *row;
     if (!r) return;
@@ -7168,6 +7173,8 @@ static void tj__report_add(tj_graph *g, const tj_node *v, const char *name, int6
     row->file = v->file;
     row->line = v->line;
     row->carry = carry;
+    if (via) snprintf(row->via, sizeof row->via, "%s (%s) at %s:%d", via->op == TJ__OP_NAME ? via->name : tj__ops[via->op].name, via->op == TJ__OP_NAME ? "name" : "op",
+                      tj__base(via->file), via->line);
 }
 /* Lint: every name a policy lists must be carried by some residual it saw. */
 static void tj__lint_names(tj_graph *g, const char *list, const char *policy_name, tj_graph *b, int ncarry);
@@ -7229,6 +7236,7 @@ typedef struct {
     /* the backward scan's xs, in order: (outer stacked value, body slice param) */
     tj_node *bx_outer[64], *bx_param[64];
     int nbx;
+    tj_node *via;         /* the forward value being recomputed right now     */
     tj_status st;
 } tj__bwd;
 
@@ -7316,7 +7324,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
                 d = TJ_SAVE;
                 snprintf(why + strlen(why), sizeof why - strlen(why), "; a carry cannot be recomputed, saved");
             }
-            tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 1);
+            tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 1, w->via);
             r = tj__residual(w, v, d);
         }
     } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
@@ -7329,9 +7337,15 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested scan, saved");
         }
-        tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0);
-        r = d == TJ_RECOMPUTE ? tj__clone_op(w, v) : tj__residual(w, v, d);
-        if (r && d == TJ_RECOMPUTE) r->remat = 1;
+        tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
+        if (d == TJ_RECOMPUTE) {
+            tj_node *outer = w->via;
+            w->via = v; /* the values its producers need are rows "via" v */
+            r = tj__clone_op(w, v);
+            w->via = outer;
+            if (r) r->remat = 1;
+        } else
+            r = tj__residual(w, v, d);
     } else {
         r = tj__clone_op(w, v); /* backward nodes, and constants */
         if (r && v->pass == 0) r->remat = 1;
@@ -9216,8 +9230,8 @@ TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *f) {
     fprintf(f, "residuals of '%s' (%d):\n", p ? p->name : "?", r ? r->n : 0);
     for (i = 0; r && i < r->n; i++) {
         const tj_residual *x = &r->rows[i];
-        fprintf(f, "  %-10s %-12s %-36s %10lld B  %-10s %s:%d  (%s)\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes,
-                tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule);
+        fprintf(f, "  %-10s %-12s %-36s %10lld B  %-10s %s:%d  (%s)%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes,
+                tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule, x->via[0] ? ", needed to recompute " : "", x->via);
     }
     if (r && r->nlint) fprintf(f, "policy lint:\n%s", r->lint);
 }

@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
         for (k = 0; k < nres && k < 64; k++) {
             if (res[k].decision == TJ_SAVE) w->saved += res[k].bytes;
             else if (res[k].decision == TJ_OFFLOAD) w->offloaded += res[k].bytes;
-            else w->recomputed += res[k].bytes;
+            else if (!res[k].via[0]) w->recomputed += res[k].bytes; /* not again for each chain member */
         }
         /* one untimed run (its outputs are kept for the comparison), then the timed ones */
         if (tj_run(w->prog, in, out) != TJ_OK) die(ctx, "tj_run");
@@ -267,8 +267,8 @@ int main(int argc, char **argv) {
                fmt_bytes(w->recomputed, b5, sizeof b5), w->ms, w->vals[0][0], md, identical ? "" : "  (NOT bit-identical)");
     }
     printf("\n  device temp, host: the planned temp arenas (tj_prog_memory: temp_bytes, host_temp_bytes)\n"
-           "  saved/offloaded/recomputed: residual bytes over all %d layers (tj_prog_residuals); a recomputed\n"
-           "  chain counts every value in it, so \"hidden\" and the dot it names count twice\n", L);
+           "  saved/offloaded/recomputed: residual bytes over all %d layers (tj_prog_residuals); the producers\n"
+           "  a recomputation re-runs (rows with a `via`) are not counted again\n", L);
     printf("\n%s\n\n", all_identical ? "loss and every gradient are bit-identical to nothing_saveable's under every policy (memcmp)"
                                      : "WARNING: some policy changed the bits of the loss or a gradient");
 
