@@ -277,6 +277,54 @@ static const spec s_mlp[] = {
     {"lab", TJ_I32, "batch=8", 0, 5},
 };
 
+/* a custom op with a CPU kernel and a CUDA launcher: out = 3 x (f32) */
+static int64_t buf_numel(const tj_buf *b) {
+    int64_t n = 1;
+    for (int i = 0; i < b->rank; i++) n *= b->dim[i];
+    return n;
+}
+static void scale3_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *u) {
+    (void)nin; (void)nout; (void)u;
+    for (int64_t i = 0; i < buf_numel(&in[0]); i++) ((float *)out[0].data)[i] = 3 * ((const float *)in[0].data)[i];
+}
+__global__ void scale3_kernel(const float *x, float *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 3 * x[i];
+}
+static void scale3_cuda(const tj_buf *in, int nin, tj_buf *out, int nout, void *stream, void *u) {
+    int64_t n = buf_numel(&in[0]);
+    (void)nin; (void)nout; (void)u;
+    scale3_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>((const float *)in[0].data, (float *)out[0].data, n);
+}
+static void register_scale3(tj_ctx *ctx) {
+    tj_op_def d;
+    memset(&d, 0, sizeof d);
+    d.name = "scale3";
+    d.nout = 1;
+    d.cpu = scale3_cpu;
+    d.cuda = scale3_cuda;
+    d.replication = tj_rep_same;
+    tj_register_op(ctx, &d);
+}
+static void scale3_fwd(tj_graph *g, const tj_v *in, tj_v *out, tj_v *res, void *u) {
+    (void)g; (void)res; (void)u;
+    tj_custom("scale3", 1, in, out);
+}
+static void scale3_bwd(tj_graph *g, const tj_v *res, const tj_v *ct, tj_v *gin, void *u) {
+    (void)g; (void)res; (void)u;
+    tj_custom("scale3", 1, ct, gin);
+}
+static void f_custom(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = NULL, gx;
+    (void)g; (void)u;
+    tj_custom_vjp(scale3_fwd, scale3_bwd, NULL, 1, &x, 1, &y, 0);
+    tj_v loss = tj_sum(tj_mul(tj_tanh(y), y), "rows cols");
+    tj_grad(loss, 1, &x, &gx);
+    tj_tree_set_v(out, "y", y);
+    tj_tree_set_v(out, "gx", gx);
+}
+static const spec s_custom[] = {{"x", TJ_F32, "rows=7 cols=300", -1, 1}};
+
 static void f_take(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g;
     (void)u;
@@ -344,6 +392,9 @@ int main(void) {
     compare("rows", f_rows, s_rows, (int)(sizeof s_rows / sizeof *s_rows));
     compare("cross_entropy", f_xent, s_xent, (int)(sizeof s_xent / sizeof *s_xent));
     compare("mlp", f_mlp, s_mlp, (int)(sizeof s_mlp / sizeof *s_mlp));
+    register_scale3(cpu);
+    register_scale3(gpu);
+    compare("custom op + custom_vjp", f_custom, s_custom, 1);
     test_bad_index();
     test_rerun();
     {
