@@ -3340,6 +3340,7 @@ struct tj_node {
     int64_t off;  /* offset in the arena; -1: argument or output buffer     */
     int out_index;/* >= 0: this node's buffer is output #out_index          */
     int64_t scratch_off; /* kernel workspace in the arena, if any          */
+    int64_t scratch_host_off; /* a scan body's host temp (nested offload)  */
     tj__type lt;  /* its local (per-device) type, set by the planner        */
     tj_node *fused;   /* computed inside this consumer's fused loop (no buffer) */
     tj_node **members;/* a fused group's root: the nodes it computes, in order */
@@ -3418,6 +3419,7 @@ struct tj__kern {
     tj__type ot;
     void *out;
     void *scratch;
+    void *scratch_host; /* a scan's body temp in host memory (offload inside nested scans) */
     void *pout[64]; /* multi-output ops: the buffers of their outputs        */
     int nthreads;
     struct tj__rdv *rdv; /* where this device meets the others (collectives) */
@@ -6956,7 +6958,7 @@ static void tj__k_scan(tj__kern *k) {
         return;
     }
     arena[TJ_SPACE_DEVICE] = (char *)k->scratch;
-    arena[TJ_SPACE_HOST] = NULL;
+    arena[TJ_SPACE_HOST] = (char *)k->scratch_host;
     for (i = 0; i < nc; i++) {
         cur[i] = carry0 + off;
         nxt[i] = carry0 + tj__carry_bytes(n) + off;
@@ -7783,6 +7785,7 @@ static tj_status tj__plan(tj_prog *p) {
         n->off = -1;
         n->out_index = -1;
         n->scratch_off = -1;
+        n->scratch_host_off = -1;
         n->fused = NULL;
         TJ_FREE(n->members);
         n->members = NULL;
@@ -7832,6 +7835,10 @@ static tj_status tj__plan(tj_prog *p) {
         if (d->scratch && d->scratch(n) > 0) {
             if ((n->scratch_off = tj__heap_alloc(&h[TJ_SPACE_DEVICE], d->scratch(n))) < 0) goto oom;
             tj__heap_free(&h[TJ_SPACE_DEVICE], n->scratch_off);
+        }
+        if (n->sub && n->sub->prog && n->sub->prog->arena_bytes[TJ_SPACE_HOST] > 0) { /* a nested scan's offloaded residuals */
+            if ((n->scratch_host_off = tj__heap_alloc(&h[TJ_SPACE_HOST], n->sub->prog->arena_bytes[TJ_SPACE_HOST])) < 0) goto oom;
+            tj__heap_free(&h[TJ_SPACE_HOST], n->scratch_host_off);
         }
         /* free the buffers whose last use is this node (its own, if unused;
            a fused group frees what its members read) */
@@ -8701,6 +8708,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         k.ot = n->lt;
         k.out = tj__buf(n, arena, args, outs);
         k.scratch = n->scratch_off >= 0 ? arena[TJ_SPACE_DEVICE] + n->scratch_off : NULL;
+        k.scratch_host = n->scratch_host_off >= 0 ? arena[TJ_SPACE_HOST] + n->scratch_host_off : NULL;
         k.nthreads = nthreads;
         k.dev = dev;
         k.rdv = rdv;
@@ -8910,11 +8918,6 @@ static tj_status tj__compile_bodies(tj_prog *p) {
         bp->out_donor = (int *)tj__calloc(sizeof(int) * (size_t)(b->nout + 1));
         if (!bp->name || !bp->out_donor) return TJ_ERR_OOM;
         if (tj__own_outputs(b, b->outs, b->nout, 0) || tj__compile(bp)) return p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
-        if (bp->arena_bytes[TJ_SPACE_HOST]) {
-            tj__err(p->ctx, TJ_ERR_UNSUPPORTED, b->file, b->line, "scan: a body needs %lld bytes of host temp memory; only its outputs may live on the host",
-                    (long long)bp->arena_bytes[TJ_SPACE_HOST]);
-            return TJ_ERR_UNSUPPORTED;
-        }
     }
     return TJ_OK;
 }

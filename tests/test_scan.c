@@ -44,6 +44,37 @@ static void stack_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "g_x", gr[2]);
     tj_tree_free(tmp);
 }
+/* gradient accumulation: an outer scan over micro-batches whose body runs
+   the layer scan forward and backward; with an offload policy the inner
+   scan's stacks live in the outer body's host memory */
+typedef struct { const tj_policy *policy; } accum_cfg;
+static void accum_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    accum_cfg *a = (accum_cfg *)u;
+    tj_v xs[2], h = NULL, w[2], gr[2], loss;
+    (void)g; (void)y;
+    xs[0] = carry[2]; /* the weights ride along as carries so the body can differentiate them */
+    xs[1] = carry[3];
+    tj_scan(body, NULL, "layer", 1, &x[0], 2, xs, 0, &h, NULL, a->policy);
+    loss = tj_mean(tj_mul(h, h), "batch embed");
+    w[0] = carry[2];
+    w[1] = carry[3];
+    tj_grad(loss, 2, w, gr);
+    carry_out[0] = tj_add(carry[0], gr[0]);
+    carry_out[1] = tj_add(carry[1], gr[1]);
+    carry_out[2] = carry[2];
+    carry_out[3] = carry[3];
+}
+static void accum_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w1 = tj_tree_v(in, "w1"), w2 = tj_tree_v(in, "w2"), init[4], fin[4] = {NULL, NULL, NULL, NULL}, xm = tj_tree_v(in, "xm");
+    (void)g;
+    init[0] = tj_muls(w1, 0.0);
+    init[1] = tj_muls(w2, 0.0);
+    init[2] = w1;
+    init[3] = w2;
+    tj_scan(accum_body, u, "micro", 4, init, 1, &xm, 0, fin, NULL, NULL);
+    tj_tree_set_v(out, "g_w1", fin[0]);
+    tj_tree_set_v(out, "g_w2", fin[1]);
+}
 static tj_tree *make_inputs(tj_ctx *ctx, tj_dtype dt, int L, int B, int E, int H) {
     tj_tree *in = tj_tree_new(ctx);
     char s[128];
@@ -259,6 +290,35 @@ int main(void) {
         TJT_CHECK(mem[1].temp_bytes < mem[0].temp_bytes, "nothing_saveable should need less device memory (%lld vs %lld)", (long long)mem[1].temp_bytes,
                   (long long)mem[0].temp_bytes);
         for (i = 0; i < 8; i++) tj_tree_free(outs[i]);
+        tj_tree_free(in);
+    }
+
+    /* offload inside a scan inside a scan: same bits, host memory in use */
+    tjt_current = "nested offload";
+    {
+        tj_policy save = tj_everything_saveable(), off = tj_save_and_offload_only_these_names("", "hidden residual");
+        accum_cfg a0 = {&save}, a1 = {&off};
+        tj_prog *p0, *p1;
+        tj_tree *o0 = tj_tree_new(ctx), *o1 = tj_tree_new(ctx);
+        char s[96];
+        in = make_inputs(ctx, TJ_F32, L, B, E, H);
+        snprintf(s, sizeof s, "micro=3 batch=%d embed=%d", B, E);
+        tj_tree_set_array(in, "xm", tjt_rand(ctx, TJ_F32, s, 5, -1, 1));
+        p0 = tj_jit(ctx, "accum saved", accum_grads, &a0, in, NULL);
+        p1 = tj_jit(ctx, "accum offloaded", accum_grads, &a1, in, NULL);
+        TJT_CHECK(p0 && p1 && !tj_run(p0, in, o0) && !tj_run(p1, in, o1), "nested offload programs: %s", tj_error(ctx));
+        if (p0 && p1 && tj_tree_size(o1) == 2) {
+            tj_memory_analysis m0 = tj_prog_memory(p0), m1 = tj_prog_memory(p1);
+            TJT_CHECK(bits_equal(tj_tree_array(o0, "g_w1"), tj_tree_array(o1, "g_w1")) && bits_equal(tj_tree_array(o0, "g_w2"), tj_tree_array(o1, "g_w2")),
+                      "offloading inside a nested scan changes the gradients");
+            TJT_CHECK(m1.host_temp_bytes > 0 && m0.host_temp_bytes == 0 && m1.temp_bytes < m0.temp_bytes,
+                      "nested offload: host temp %lld B (want > 0), device temp %lld B vs %lld B saved", (long long)m1.host_temp_bytes,
+                      (long long)m1.temp_bytes, (long long)m0.temp_bytes);
+        }
+        tj_prog_free(p0);
+        tj_prog_free(p1);
+        tj_tree_free(o0);
+        tj_tree_free(o1);
         tj_tree_free(in);
     }
 
