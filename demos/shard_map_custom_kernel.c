@@ -105,7 +105,7 @@ static int run_case(tj_ctx *ctx, tj_tree *in, cfg *c, int dump) {
     }
     tj_prog_transposes_print(p, stdout);
     n = tj_prog_transposes(p, tr, 64);
-    for (i = 0; i < n && i < 64; i++) nscale2 += !strcmp(tr[i].kind, "scale") && strstr(tr[i].rule, "divided by 2") != NULL;
+    for (i = 0; i < n && i < 64; i++) nscale2 += !strcmp(tr[i].kind, "scale") && !strcmp(tr[i].axes, "model");
 
     tj_array_read(tj_tree_array(in, "x"), TJ_F32, x);
     tj_array_read(tj_tree_array(out, "gx"), TJ_F32, gx);
