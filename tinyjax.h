@@ -6917,7 +6917,8 @@ fail:
     return c->status ? c->status : TJ_ERR_ARG;
 }
 
-/* scratch: the body's device arena, then two sets of carry buffers */
+/* scratch: the body's device arena, then one buffer per carry: the carry
+   ping-pongs between it and the final output's buffer */
 static int64_t tj__carry_bytes(const tj_node *n) {
     int64_t s = 0;
     int i;
@@ -6934,7 +6935,7 @@ static int64_t tj__stage_bytes(const tj_node *n) {
 }
 static int64_t tj__scan_scratch(const tj_node *n) {
     int64_t body = n->sub->prog ? n->sub->prog->arena_bytes[TJ_SPACE_DEVICE] : 0;
-    return tj__align(body) + 2 * tj__carry_bytes(n) + tj__stage_bytes(n);
+    return tj__align(body) + tj__carry_bytes(n) + tj__stage_bytes(n);
 }
 static double tj__flops_scan(const tj_node *n) { return n->sub->prog ? n->sub->prog->flops * n->a.length : 0; }
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, struct tj__rdv *rdv);
@@ -6948,7 +6949,8 @@ static void tj__k_scan(tj__kern *k) {
     tj_prog *bp = n->sub->prog;
     int nc = n->a.ncarry, nx = n->a.nx, ncap = n->a.ncap, ny = n->nproj - nc, i, s;
     int np = n->sub->nparam;
-    void *args[128], *outs[128], *cur[32], *nxt[32];
+    void *args[128], *outs[128], *buf[32][2];
+    int par[32];
     char *stage[64][2];
     char *arena[2];
     char *carry0 = (char *)k->scratch + tj__align(bp->arena_bytes[TJ_SPACE_DEVICE]);
@@ -6960,8 +6962,12 @@ static void tj__k_scan(tj__kern *k) {
     arena[TJ_SPACE_DEVICE] = (char *)k->scratch;
     arena[TJ_SPACE_HOST] = (char *)k->scratch_host;
     for (i = 0; i < nc; i++) {
-        cur[i] = carry0 + off;
-        nxt[i] = carry0 + tj__carry_bytes(n) + off;
+        /* iteration s writes buf[i][(s + par) & 1]; par makes the last one
+           write the output, unless the output is the initial carry's buffer
+           (donated), which the first iteration reads while it writes */
+        buf[i][0] = carry0 + off;
+        buf[i][1] = k->pout[i];
+        par[i] = k->pout[i] == k->in[i] ? 0 : n->a.length & 1;
         off += tj__align(tj__lbytes(n->g->ctx, &n->proj[i]->t));
     }
     for (i = 0; i < np; i++) args[i] = NULL; /* cotangent params of a differentiated body are unused here */
@@ -6970,7 +6976,7 @@ static void tj__k_scan(tj__kern *k) {
     for (i = 0; i < ny; i++) ysl[i] = tj__lbytes(n->g->ctx, &n->proj[nc + i]->t) / n->a.length;
     {   /* xs in host memory (offloaded residuals) are staged into device
            buffers, the next iteration's slice copied while this one runs */
-        char *st = carry0 + 2 * tj__carry_bytes(n);
+        char *st = carry0 + tj__carry_bytes(n);
         for (i = 0; i < nx; i++) {
             stage[i][0] = stage[i][1] = NULL;
             if (n->in[nc + i]->space != TJ_SPACE_HOST) continue;
@@ -6984,8 +6990,8 @@ static void tj__k_scan(tj__kern *k) {
         int t = n->a.reverse ? n->a.length - 1 - s : s;
         int tn = n->a.reverse ? t - 1 : t + 1;
         for (i = 0; i < nc; i++) {
-            args[i] = s == 0 ? (void *)k->in[i] : cur[i];
-            outs[i] = nxt[i];
+            args[i] = s == 0 ? (void *)k->in[i] : buf[i][(s - 1 + par[i]) & 1];
+            outs[i] = buf[i][(s + par[i]) & 1];
         }
         for (i = 0; i < nx; i++) {
             if (!stage[i][0]) {
@@ -6998,13 +7004,11 @@ static void tj__k_scan(tj__kern *k) {
         }
         for (i = 0; i < ny; i++) outs[nc + i] = (char *)k->pout[nc + i] + t * ysl[i];
         if (tj__run_body(bp, args, outs, arena, k->err, k->nthreads, k->dev, k->rdv) != TJ_OK) return;
-        for (i = 0; i < nc; i++) {
-            void *tmp = cur[i];
-            cur[i] = nxt[i];
-            nxt[i] = tmp;
-        }
     }
-    for (i = 0; i < nc; i++) memcpy(k->pout[i], n->a.length ? cur[i] : k->in[i], (size_t)tj__lbytes(n->g->ctx, &n->proj[i]->t));
+    for (i = 0; i < nc; i++) {
+        const void *last = n->a.length ? buf[i][(n->a.length - 1 + par[i]) & 1] : k->in[i];
+        if (last != k->pout[i]) memcpy(k->pout[i], last, (size_t)tj__lbytes(n->g->ctx, &n->proj[i]->t));
+    }
 }
 static void tj__k_memcpy(tj__kern *k) {
     tj_ctx *c = k->ctx;
@@ -7650,7 +7654,10 @@ static int tj__needs_buffer(const tj_node *n) {
    time, with no buffer of its own (AdamW, GELU's backward, bias adds: one
    pass over memory instead of one per op). Each member's result is rounded
    to its dtype as if it had been stored, so fused and unfused runs give the
-   same bits. */
+   same bits. A member runs at its root's place in the schedule, so only
+   nodes that come right before it fuse: otherwise the member's inputs would
+   stay alive across everything in between (a sum of dots made far apart
+   would keep every dot). */
 #define TJ__MAXFUSE 24
 static int tj__is_ew(const tj_node *n) { return n->op < TJ__OP_PARAM || n->op == TJ__OP_SELECT; }
 static int tj__same_layout(const tj__type *a, const tj__type *b) {
@@ -7670,6 +7677,16 @@ static int tj__fusable(const tj_node *n) {
     if (!tj__is_ew(n) || n->space != TJ_SPACE_DEVICE || n->nin > 3) return 0;
     for (j = 0; j < n->nin; j++)
         if (n->in[j]->lt.rank && !tj__same_layout(&n->in[j]->lt, &n->lt)) return 0;
+    return 1;
+}
+/* may x run at c's place? Everything scheduled between them must be part
+   of the group, a scalar, or a view (nothing whose memory fusing extends) */
+static int tj__adjacent(const tj_prog *p, tj_node *x, tj_node *c) {
+    int i;
+    for (i = x->sched + 1; i < c->sched; i++) {
+        tj_node *y = p->sched[i], *r = tj__froot(y);
+        if (r != x && r != c && tj__numel(&y->lt) > 1 && !(tj__ops[y->op].flags & TJ__VIEW)) return 0;
+    }
     return 1;
 }
 static tj_status tj__fuse(tj_prog *p) {
@@ -7693,7 +7710,7 @@ static tj_status tj__fuse(tj_prog *p) {
         for (j = 0; j < c->nin; j++) {
             tj_node *x = c->in[j];
             if (x->g != p->g || uses[x->id] != 1 || x->fused || !x->live || !tj__fusable(x) || x->lt.rank != c->lt.rank ||
-                !tj__same_layout(&x->lt, &c->lt) || size[c->id] + size[x->id] > TJ__MAXFUSE)
+                !tj__same_layout(&x->lt, &c->lt) || size[c->id] + size[x->id] > TJ__MAXFUSE || !tj__adjacent(p, x, c))
                 continue;
             x->fused = c;
             size[c->id] += size[x->id];

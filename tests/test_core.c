@@ -27,6 +27,51 @@ static void lnce(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "loss", tj_cross_entropy(tj_dot(h, w, "embed"), tj_tree_v(in, "labels"), "vocab", "pos"));
 }
 
+/* an elementwise chain (fuses: one loop) and a sum of dots made far apart
+   (must not fuse: every dot would stay alive until the last add) */
+static void chain(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_tanh(tj_adds(tj_mul(tj_muls(x, 2.0), x), 1.0)));
+}
+static void dot_sum(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), s = NULL;
+    int k;
+    (void)g; (void)u;
+    for (k = 0; k < 8; k++) {
+        tj_v t = tj_dot(tj_muls(x, k + 1.0), w, "in");
+        s = s ? tj_add(s, t) : t;
+    }
+    tj_tree_set_v(out, "s", s);
+}
+static void test_fusion(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    tj_event ev[64];
+    int i, n, fused = 0;
+    tjt_current = "fusion";
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "b=64 in=64", 12, -1, 1));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "in=64 out=64", 13, -1, 1));
+    tj_set_profile(ctx, 1);
+    p = tj_jit(ctx, "chain", chain, NULL, in, NULL);
+    TJT_CHECK(p && !tj_run(p, in, out), "chain: %s", tj_error(ctx));
+    n = tj_prog_events(p, ev, 64);
+    for (i = 0; i < n && i < 64; i++) fused += !strncmp(ev[i].op, "fused x4", 8);
+    TJT_CHECK(fused == 1, "the 4-op chain runs as one fused loop (%d events)", n);
+    tj_prog_free(p);
+    tj_set_profile(ctx, 0);
+    p = tj_jit(ctx, "dot sum", dot_sum, NULL, in, NULL);
+    if (p) { /* buffers of 64x64 f32: the scaled x, a dot, the running sum, and one more in flight */
+        int64_t buf = 64 * 64 * 4;
+        TJT_CHECK(tj_prog_memory(p).temp_bytes <= 4 * buf, "a sum of 8 dots needs %lld B of temp, want at most 4 buffers (%lld B)",
+                  (long long)tj_prog_memory(p).temp_bytes, (long long)(4 * buf));
+    } else
+        TJT_CHECK(0, "dot sum: %s", tj_error(ctx));
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -57,6 +102,8 @@ int main(void) {
     tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "pos=5", lbl2));
     TJT_GRADCHECK(ctx, "layer norm + cross-entropy", lnce, NULL, in, "x gamma w");
     tj_tree_free(in);
+
+    test_fusion(ctx);
 
     /* the axis-name table is finite: running out is an error, not garbage */
     tjt_current = "axis names";
