@@ -6258,14 +6258,14 @@ static unsigned tj__ops_flags(int op) { return tj__ops[op].flags; }
    new nodes belong to a fresh pass number, so the remat stage can tell the
    backward pass from the forward pass. */
 
-TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt, tj_v *grads) {
+TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
     tj_graph *g;
     tj_ctx *c;
     int i, j, top = -1, n0, saved_pass;
     unsigned char *needs = NULL, *reach = NULL;
-    tj_v *ct = NULL;
+    tj_v *ct = NULL, *wrt = NULL;
     tj_status st = TJ_OK;
-    if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt || !grads))) {
+    if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
         if (nout >= 1 && outs && outs[0]) tj__err(outs[0]->g->ctx, TJ_ERR_ARG, NULL, 0, "vjp: bad arguments (nout %d, nwrt %d)", nout, nwrt);
         return TJ_ERR_ARG;
     }
@@ -6286,15 +6286,23 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
         }
         if (outs[i]->id > top) top = outs[i]->id;
     }
+    if (!(wrt = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(nwrt + 1)))) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "vjp: out of memory");
+        return TJ_ERR_OOM;
+    }
     for (i = 0; i < nwrt; i++) {
-        if (!wrt[i]) return c->status ? c->status : TJ_ERR_ARG;
-        if (wrt[i]->g != g) {
+        /* a value of an enclosing function (a scan body differentiating
+           with respect to a weight it closes over): its capture */
+        if (!wrt_in[i] || !(wrt[i] = tj__capture(g, wrt_in[i]))) {
+            TJ_FREE(wrt);
+            if (!wrt_in[i] || c->status) return c->status ? c->status : TJ_ERR_ARG;
             tj__err(c, TJ_ERR_ARG, NULL, 0, "vjp: wrt %d belongs to another traced function", i);
             return TJ_ERR_ARG;
         }
         if (!tj__isfloat(wrt[i]->t.dt)) {
             char b[256];
             tj__err(c, TJ_ERR_DTYPE, wrt[i]->file, wrt[i]->line, "vjp: cannot differentiate with respect to %s (not a float)", tj_v_describe(wrt[i], b, sizeof b));
+            TJ_FREE(wrt);
             return TJ_ERR_DTYPE;
         }
     }
@@ -6363,6 +6371,7 @@ done:
     TJ_FREE(needs);
     TJ_FREE(reach);
     TJ_FREE(ct);
+    TJ_FREE(wrt);
     return st;
 }
 TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads) { return tj_vjp(1, &loss, NULL, nwrt, wrt, grads); }

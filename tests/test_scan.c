@@ -75,6 +75,22 @@ static void accum_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "g_w1", fin[0]);
     tj_tree_set_v(out, "g_w2", fin[1]);
 }
+/* a body that differentiates with respect to a weight it closes over:
+   sum over x rows of d/dw |x.w|^2 = 2 sum_x x (x.w) */
+static void capgrad_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v w = *(tj_v *)u, t = tj_dot(x[0], w, "in"), gw;
+    (void)g; (void)y;
+    tj_grad(tj_sum(tj_mul(t, t), "out"), 1, &w, &gw);
+    co[0] = tj_add(c[0], gw);
+}
+static void capgrad(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), x = tj_tree_v(in, "xm"), z = tj_muls(w, 0.0), s = NULL, ref;
+    (void)g; (void)u;
+    tj_scan(capgrad_body, &w, "micro", 1, &z, 1, &x, 0, &s, NULL, NULL);
+    ref = tj_muls(tj_dot(x, tj_dot(x, w, "in"), "micro"), 2.0); /* (in, out) */
+    tj_tree_set_v(out, "g", s);
+    tj_tree_set_v(out, "ref", ref);
+}
 static tj_tree *make_inputs(tj_ctx *ctx, tj_dtype dt, int L, int B, int E, int H) {
     tj_tree *in = tj_tree_new(ctx);
     char s[128];
@@ -290,6 +306,22 @@ int main(void) {
         TJT_CHECK(mem[1].temp_bytes < mem[0].temp_bytes, "nothing_saveable should need less device memory (%lld vs %lld)", (long long)mem[1].temp_bytes,
                   (long long)mem[0].temp_bytes);
         for (i = 0; i < 8; i++) tj_tree_free(outs[i]);
+        tj_tree_free(in);
+    }
+
+    /* tj_grad inside a body, with respect to a captured weight */
+    tjt_current = "grad of a capture";
+    {
+        tj_tree *o = tj_tree_new(ctx);
+        tj_prog *p;
+        in = tj_tree_new(ctx);
+        tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, "in=3 out=2", 6, -1, 1));
+        tj_tree_set_array(in, "xm", tjt_rand(ctx, TJ_F64, "micro=4 in=3", 7, -1, 1));
+        p = tj_jit(ctx, "capgrad", capgrad, NULL, in, NULL);
+        TJT_CHECK(p && !tj_run(p, in, o), "grad inside a body w.r.t. a capture: %s", tj_error(ctx));
+        if (p && tj_tree_size(o) == 2) TJT_CHECK(maxdiff(tj_tree_array(o, "g"), tj_tree_array(o, "ref")) < 1e-12, "gradient of a captured weight is wrong");
+        tj_prog_free(p);
+        tj_tree_free(o);
         tj_tree_free(in);
     }
 
