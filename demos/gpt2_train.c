@@ -26,7 +26,8 @@
  * array inputs, so one program serves every step), and the new params, m, v
  * as outputs that reuse the donated buffers of the old ones. With --accum K
  * its tokens are (micro=K, batch, pos) and forward + backward run in a
- * tj_scan over `micro` whose carry is the gradient sum.
+ * tj_scan over `micro` whose carry is the gradient sum (or, unrolled, K
+ * times in a row).
  *
  * Structure: everything but main() is usable from tests: define GPT2_NO_MAIN
  * and #include "demos/gpt2_train.c" (tests/test_gpt2.c does).
@@ -65,6 +66,7 @@ typedef struct {
     int C, L, H, M; /* embed, layers, heads, mlp                      */
     int B;          /* batch (of one micro-batch)                     */
     int accum;      /* micro-batches per optimizer step (K)           */
+    int accum_unroll; /* trace them one after another, not as a scan  */
     int bf16;       /* compute in bf16 (params and loss stay f32)     */
     int remat;      /* REMAT_*                                        */
     uint64_t seed;
@@ -273,10 +275,11 @@ static void gpt2_compute_params(const gpt2_config *c, const tj_tree *P, tj_tree 
     }
 }
 /* mean loss of one batch (tokens, targets: (batch, pos)) from the params Pc
-   in the compute dtype, and its gradients with respect to W's leaves (the
-   values Pc was made from, or Pc itself) into G under the same names */
-static tj_v gpt2_loss_grads(const gpt2_config *c, const tj_tree *Pc, const tj_tree *W, tj_v tokens, tj_v targets, tj_tree *G) {
+   in the compute dtype, times `scale`, and its gradients with respect to W's
+   leaves (the values Pc was made from, or Pc itself) into G, same names */
+static tj_v gpt2_loss_grads(const gpt2_config *c, const tj_tree *Pc, const tj_tree *W, tj_v tokens, tj_v targets, double scale, tj_tree *G) {
     tj_v loss = tj_cross_entropy(gpt2_forward(c, Pc, tokens), targets, "vocab", "batch pos");
+    if (scale != 1.0) loss = tj_muls(loss, scale);
     if (loss) tj_grad_tree(loss, W, G);
     return loss;
 }
@@ -319,19 +322,23 @@ static void gpt2_init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
     }
 }
 
-/* Gradient accumulation: a tj_scan over the micro axis of the tokens and
-   targets (micro, batch, pos). Each iteration is the forward and backward
-   pass of one micro-batch; the carry is the running sum of the gradients
-   (f32, sharded like the params) and of the loss, so the step holds one
-   micro-batch's activations, not K. (The scan keeps a carry in four
-   buffers: the zeros it starts from, two it alternates between, and the
-   result; with the copy of the params below, accumulation costs about five
-   parameter-sized buffers per device over a plain step.)
-   The body captures the compute-dtype params (cast once per step, outside).
-   tj_grad in a body differentiates only with respect to the body's own
-   values, and an op on a captured value alone is traced outside the body,
-   so each param is multiplied by a body constant 1: a copy per micro-batch,
-   exact, that the gradients are taken with respect to. */
+/* Gradient accumulation over the micro axis of the tokens and targets
+   (micro, batch, pos): K forward and backward passes of one micro-batch
+   each, on the same params, whose gradients are summed. Each micro-batch's
+   loss is scaled by 1/K first, so the sums are the means. Two ways:
+
+   scan (default): a tj_scan over `micro` whose carry is the gradient sum
+   (f32, sharded like the params) and the loss sum: one traced body, so the
+   program's size does not grow with K. With this tinyjax a carry lives in
+   four buffers (the zeros it starts from, two it alternates between, the
+   result), and the body needs its own copy of the params (below), so the
+   step needs about four parameter-sized buffers more than a plain step.
+
+   unrolled (--accum-unroll, and always with --remat offload, since a scan
+   body cannot hold host memory): the K micro-batches traced one after
+   another; the schedule keeps creation order, so micro-batch j's
+   activations are freed before j + 1's forward pass. About one gradient-
+   sized buffer more than a plain step, but a program K times as long. */
 typedef struct {
     const gpt2_config *c;
     const tj_tree *Pc; /* the step's params in the compute dtype */
@@ -343,11 +350,14 @@ static void gpt2_accum_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v
     tj_v loss;
     int i;
     (void)y;
+    /* tj_grad in a body differentiates only with respect to the body's own
+       values, and an op on a captured value alone is traced outside the
+       body: multiplying by a body constant 1 makes an exact copy in it */
     for (i = 0; i < NPARAMS; i++) {
         tj_v p = tj_tree_v(a->Pc, gpt2_params[i].name);
         tj_tree_set_v(Pb, gpt2_params[i].name, tj_mul(p, tj_scalar(g, tj_v_dtype(p), 1.0)));
     }
-    loss = gpt2_loss_grads(a->c, Pb, Pb, xs[0], xs[1], G);
+    loss = gpt2_loss_grads(a->c, Pb, Pb, xs[0], xs[1], 1.0 / a->c->accum, G);
     for (i = 0; i < NPARAMS; i++) {
         tj_v gi = tj_tree_v(G, gpt2_params[i].name);
         carry_out[i] = tj_add(carry[i], tj_v_dtype(gi) == TJ_F32 ? gi : tj_cast(gi, TJ_F32));
@@ -356,8 +366,8 @@ static void gpt2_accum_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v
     tj_tree_free(Pb);
     tj_tree_free(G);
 }
-/* mean loss and mean f32 gradients (into G) over the c->accum micro-batches */
-static tj_v gpt2_accum_grads(const gpt2_config *c, tj_graph *g, const tj_tree *Pc, tj_v tokens, tj_v targets, tj_tree *G) {
+/* mean loss, and mean f32 gradients into G, by a scan over micro-batches */
+static tj_v gpt2_accum_scan(const gpt2_config *c, tj_graph *g, const tj_tree *Pc, tj_v tokens, tj_v targets, tj_tree *G) {
     gpt2_accum a;
     tj_v init[NPARAMS + 1], sum[NPARAMS + 1], xs[2];
     char shape[256];
@@ -369,9 +379,29 @@ static tj_v gpt2_accum_grads(const gpt2_config *c, tj_graph *g, const tj_tree *P
     for (i = 0; i < NPARAMS; i++) init[i] = init_shard(c, tj_fill(g, TJ_F32, param_shape(c, i, shape, sizeof shape), 0.0));
     init[NPARAMS] = tj_scalar(g, TJ_F32, 0.0);
     if (tj_scan(gpt2_accum_body, &a, "micro", NPARAMS + 1, init, 2, xs, 0, sum, NULL, NULL)) return NULL;
-    for (i = 0; i < NPARAMS; i++) tj_tree_set_v(G, gpt2_params[i].name, tj_muls(sum[i], 1.0 / c->accum));
-    return tj_muls(sum[NPARAMS], 1.0 / c->accum);
+    for (i = 0; i < NPARAMS; i++) tj_tree_set_v(G, gpt2_params[i].name, sum[i]);
+    return sum[NPARAMS];
 }
+/* the same, unrolled: gradients with respect to the f32 params P */
+static tj_v gpt2_accum_unrolled(const gpt2_config *c, const tj_tree *Pc, const tj_tree *P, tj_v tokens, tj_v targets, tj_tree *G) {
+    tj_v loss = NULL;
+    int i, j;
+    for (j = 0; j < c->accum; j++) {
+        tj_tree *Gj = tj_tree_new(tj_graph_ctx(tj_graph_of(tokens)));
+        tj_v lj = gpt2_loss_grads(c, Pc, P, pick(tokens, "micro", j), pick(targets, "micro", j), 1.0 / c->accum, Gj);
+        loss = j ? tj_add(loss, lj) : lj;
+        /* the running sums are named (a view, no copy) because the fusion
+           pass would otherwise compute the whole chain of K adds in one loop
+           at the end, keeping every micro-batch's gradients alive */
+        for (i = 0; i < NPARAMS; i++) {
+            const char *pn = gpt2_params[i].name;
+            tj_tree_set_v(G, pn, j ? tj_checkpoint_name(tj_add(tj_tree_v(G, pn), tj_tree_v(Gj, pn)), "grad_sum") : tj_tree_v(Gj, pn));
+        }
+        tj_tree_free(Gj);
+    }
+    return loss;
+}
+static int accum_unrolled(const gpt2_config *c) { return c->accum_unroll || c->remat == REMAT_OFFLOAD; }
 
 /* one training step: loss, grads (accumulated over micro-batches when
    accum > 1), clip, AdamW; new params, m, v */
@@ -386,7 +416,9 @@ static void gpt2_step_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
     int i;
     gpt2_param_tree(in, P);
     gpt2_compute_params(c, P, Pc);
-    loss = c->accum > 1 ? gpt2_accum_grads(c, g, Pc, tokens, targets, G) : gpt2_loss_grads(c, Pc, P, tokens, targets, G);
+    if (c->accum == 1) loss = gpt2_loss_grads(c, Pc, P, tokens, targets, 1.0, G);
+    else if (accum_unrolled(c)) loss = gpt2_accum_unrolled(c, Pc, P, tokens, targets, G);
+    else loss = gpt2_accum_scan(c, g, Pc, tokens, targets, G);
     /* global gradient norm, clip coefficient min(1, clip / norm) */
     for (i = 0; i < NPARAMS; i++) {
         tj_v gi = tj_tree_v(G, gpt2_params[i].name), s = sum_all(tj_mul(gi, gi));
@@ -1013,8 +1045,13 @@ static void usage(void) {
         "  --context N         tokens per sequence (64)\n"
         "  --batch N           sequences per micro-batch (8)\n"
         "  --accum K           gradient accumulation: K micro-batches per optimizer step (1),\n"
-        "                      the mean of their gradients; a scan inside the compiled step,\n"
-        "                      so activations take the memory of one micro-batch\n"
+        "                      the mean of their gradients; a scan over them inside the\n"
+        "                      compiled step, so activations take the memory of one\n"
+        "                      micro-batch (the scan's gradient sum: about 4 param copies)\n"
+        "  --accum-unroll      trace the K micro-batches one after another instead: about 1\n"
+        "                      param copy over a plain step, a program K times as long\n"
+        "                      (always so with --remat offload: a scan body cannot hold\n"
+        "                      host memory)\n"
         "  --bf16              compute in bf16 (params, optimizer state and loss stay f32)\n"
         "  --remat P           what the backward pass keeps of each block: block_out (default:\n"
         "                      only block outputs, the rest recomputed), nothing, dots,\n"
@@ -1161,6 +1198,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(); exit(0); }
         else if (!strcmp(f, "--bf16")) a->cfg.bf16 = 1;
         else if (!strcmp(f, "--seq-parallel")) a->cfg.seq_parallel = 1;
+        else if (!strcmp(f, "--accum-unroll")) a->cfg.accum_unroll = 1;
         else if (!strcmp(f, "--bench")) a->bench = 1;
         else if (!strcmp(f, "--print-program")) a->print_program = 1;
         else if (ARG("--layers")) { a->cfg.L = atoi(argv[++i]); a->layers_set = 1; }
@@ -1400,8 +1438,9 @@ int main(int argc, char **argv) {
     if (gpt2_trainer_init(&tr, &a.cfg, a.devices, a.mesh, a.threads)) return 1;
     {
         tj_memory_analysis m = tj_prog_memory(tr.step);
-        printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d x %d micro-batch%s of %d, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg),
-               tr.cfg.L, tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, tr.cfg.accum, tr.cfg.accum > 1 ? "es" : "", tr.cfg.B,
+        printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d = %d micro-batch%s of %d%s, %s compute, remat %s\n",
+               (long long)gpt2_num_params(&tr.cfg), tr.cfg.L, tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, tr.cfg.accum,
+               tr.cfg.accum > 1 ? "es" : "", tr.cfg.B, tr.cfg.accum == 1 ? "" : accum_unrolled(&tr.cfg) ? " (accumulated, unrolled)" : " (accumulated by a scan)",
                tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
         printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
                a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
