@@ -332,13 +332,13 @@ static void gpt2_init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
    program's size does not grow with K. With this tinyjax a carry lives in
    four buffers (the zeros it starts from, two it alternates between, the
    result), and the body needs its own copy of the params (below), so the
-   step needs about four parameter-sized buffers more than a plain step.
+   step needs four to five parameter-sized buffers more than a plain step.
 
    unrolled (--accum-unroll, and always with --remat offload, since a scan
    body cannot hold host memory): the K micro-batches traced one after
    another; the schedule keeps creation order, so micro-batch j's
-   activations are freed before j + 1's forward pass. About one gradient-
-   sized buffer more than a plain step, but a program K times as long. */
+   activations are freed before j + 1's forward pass. One to two parameter-
+   sized buffers more than a plain step, but a program K times as long. */
 typedef struct {
     const gpt2_config *c;
     const tj_tree *Pc; /* the step's params in the compute dtype */
@@ -1047,9 +1047,9 @@ static void usage(void) {
         "  --accum K           gradient accumulation: K micro-batches per optimizer step (1),\n"
         "                      the mean of their gradients; a scan over them inside the\n"
         "                      compiled step, so activations take the memory of one\n"
-        "                      micro-batch (the scan's gradient sum: about 4 param copies)\n"
-        "  --accum-unroll      trace the K micro-batches one after another instead: about 1\n"
-        "                      param copy over a plain step, a program K times as long\n"
+        "                      micro-batch, plus 4-5 parameter-sized buffers for the sum\n"
+        "  --accum-unroll      trace the K micro-batches one after another instead: 1-2\n"
+        "                      parameter-sized buffers, but a program K times as long\n"
         "                      (always so with --remat offload: a scan body cannot hold\n"
         "                      host memory)\n"
         "  --bf16              compute in bf16 (params, optimizer state and loss stay f32)\n"
@@ -1438,10 +1438,12 @@ int main(int argc, char **argv) {
     if (gpt2_trainer_init(&tr, &a.cfg, a.devices, a.mesh, a.threads)) return 1;
     {
         tj_memory_analysis m = tj_prog_memory(tr.step);
-        printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d = %d micro-batch%s of %d%s, %s compute, remat %s\n",
-               (long long)gpt2_num_params(&tr.cfg), tr.cfg.L, tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, tr.cfg.accum,
-               tr.cfg.accum > 1 ? "es" : "", tr.cfg.B, tr.cfg.accum == 1 ? "" : accum_unrolled(&tr.cfg) ? " (accumulated, unrolled)" : " (accumulated by a scan)",
-               tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
+        char accum[96] = "";
+        if (tr.cfg.accum > 1)
+            snprintf(accum, sizeof accum, " = %d micro-batches of %d (gradients accumulated %s)", tr.cfg.accum, tr.cfg.B,
+                     accum_unrolled(&tr.cfg) ? "unrolled" : "by a scan");
+        printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d%s, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L,
+               tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, accum, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
         printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
                a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
                tr.cfg.seq_parallel && tr.cfg.compute_rules ? "; residual stream: + pos:model (sequence parallel)" : "");
