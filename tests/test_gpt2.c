@@ -348,11 +348,11 @@ static void test_hf(void) {
    so gradients, losses and parameters agree up to float rounding. */
 
 /* Leaves `prefix`<param> of two trainers agree to within tol of each leaf's
-   largest value. The key third of h.bqkv gets a looser 5e-4 when checking
-   parameters: its gradient is exactly zero (softmax over kpos ignores a
-   shift), so Adam, which divides by sqrt(v), turns the rounding noise left
-   in it into steps of up to lr whose signs follow the summation order
-   (measured: 1.1e-4 of the leaf's largest value after 4 steps). */
+   largest value. The parameters h.bqkv get a looser 5e-4: the key bias
+   (a third of the leaf) has an exactly zero gradient (softmax over kpos
+   ignores a shift), so Adam, which divides by sqrt(v), turns the rounding
+   noise left in it into steps of up to lr whose signs follow the order of
+   summation (measured: 1.1e-4 of the leaf's largest value after 4 steps). */
 static void check_leaves(gpt2_trainer *a, gpt2_trainer *b, const char *prefix, double tol, const char *what) {
     int i;
     for (i = 0; i < NPARAMS; i++) {
@@ -484,6 +484,7 @@ static void check_seq_parallel(gpt2_trainer *sp, int tp_gather, int tp_scatter, 
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
+    tjt_current = "seq-parallel";
     model_collectives(sp, &ag, &rs, &ps);
     /* tensor parallel alone: the LM head's vocab gather, and a psum after each
        row-parallel dot (attention's wo, the MLP's wproj) */
@@ -502,6 +503,7 @@ static void check_seq_parallel(gpt2_trainer *sp, int tp_gather, int tp_scatter, 
     /* the block outputs the backward pass keeps are split along pos */
     for (k = 0; k < nr && k < 64; k++) split |= !strcmp(res[k].name, "block_out") && res[k].decision == TJ_SAVE && strstr(res[k].shape, "pos=16@model");
     TJT_CHECK(split, "the saved block_out is not split along pos over model");
+    tjt_current = "meshes";
 }
 
 int main(void) {
