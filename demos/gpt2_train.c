@@ -1,6 +1,7 @@
 /* gpt2_train.c - train a GPT-2 with tinyjax: named axes, autodiff, scan over
- * layers with a remat policy, AdamW as traced ops, FSDP + tensor parallelism
- * on a simulated device mesh, optional bf16 compute.
+ * layers with a remat policy, AdamW as traced ops, FSDP + tensor (+ sequence)
+ * parallelism on a simulated device mesh, gradient accumulation, optional
+ * bf16 compute.
  *
  *   ./build.sh demo                      default: 8 devices, mesh data=4 model=2,
  *                                        trains on the project's own sources
@@ -23,7 +24,10 @@
  * The training step is one jitted program: forward, backward, global-norm
  * clipping, AdamW with bias correction (lr and the step count are rank-0
  * array inputs, so one program serves every step), and the new params, m, v
- * as outputs that reuse the donated buffers of the old ones.
+ * as outputs that reuse the donated buffers of the old ones. With --accum K
+ * its tokens are (micro=K, batch, pos) and forward + backward run in a
+ * tj_scan over `micro` whose carry is the gradient sum (or, unrolled, K
+ * times in a row).
  *
  * Structure: everything but main() is usable from tests: define GPT2_NO_MAIN
  * and #include "demos/gpt2_train.c" (tests/test_gpt2.c does).
@@ -60,7 +64,9 @@ typedef struct {
     int T;          /* context length of a training sequence          */
     int block;      /* rows of the position table (>= T)              */
     int C, L, H, M; /* embed, layers, heads, mlp                      */
-    int B;          /* batch                                          */
+    int B;          /* batch (of one micro-batch)                     */
+    int accum;      /* micro-batches per optimizer step (K)           */
+    int accum_unroll; /* trace them one after another, not as a scan  */
     int bf16;       /* compute in bf16 (params and loss stay f32)     */
     int remat;      /* REMAT_*                                        */
     uint64_t seed;
@@ -68,6 +74,7 @@ typedef struct {
     double beta1, beta2, eps, wd, clip;
     /* sharding: logical axis rules; NULL on one device */
     const char *param_rules, *compute_rules;
+    int seq_parallel; /* residual stream split along pos over mesh axis model */
 } gpt2_config;
 
 static void gpt2_default_config(gpt2_config *c) {
@@ -76,6 +83,7 @@ static void gpt2_default_config(gpt2_config *c) {
     c->T = 64; c->block = 64;
     c->C = 128; c->L = 4; c->H = 4; c->M = 4 * 128;
     c->B = 8;
+    c->accum = 1;
     c->remat = REMAT_BLOCK_OUT;
     c->seed = 1337;
     c->beta1 = 0.9; c->beta2 = 0.95; c->eps = 1e-8; c->wd = 0.1; c->clip = 1.0;
@@ -168,6 +176,20 @@ GPT2_UNUSED static int64_t gpt2_num_params(const gpt2_config *c) {
 /* ------------------------------------------------------------------ model */
 
 static tj_v shard(const gpt2_config *c, tj_v x) { return c->compute_rules ? tj_shard_by_rules(x, c->compute_rules) : x; }
+/* The residual stream (embeddings, block inputs and outputs, what layer norm
+   reads). Sequence parallelism (Megatron-LM's) also splits it along pos over
+   the tensor-parallel mesh axis: layer norms and residual adds then work on
+   a slice of the positions, and the block outputs the backward pass keeps
+   shrink by the same factor. The compute rules come first, so an axis they
+   give `model` to keeps it; shard(c, LN(x)) all-gathers pos back before the
+   column-parallel dots, and shard_resid of a row-parallel dot's partial sum
+   is a reduce-scatter along pos instead of a psum. */
+static tj_v shard_resid(const gpt2_config *c, tj_v x) {
+    char rules[600];
+    if (!c->seq_parallel || !c->compute_rules) return shard(c, x);
+    snprintf(rules, sizeof rules, "%s pos:model", c->compute_rules);
+    return tj_shard_by_rules(x, rules);
+}
 
 /* sum of every element (a rank-0 value) */
 static tj_v sum_all(tj_v x) {
@@ -192,7 +214,7 @@ static tj_v pick(tj_v x, const char *axis, int i) { return tj_sum(tj_slice(x, ax
 static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     double scale = 1.0 / sqrt((double)(c->C / c->H));
     tj_v h, qkv, q, k, v, s, a, o, m;
-    h = affine_ln(x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1));
+    h = shard(c, affine_ln(x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1)));
     qkv = shard(c, tj_add(tj_dot(h, p[P_WQKV], "embed"), p[P_BQKV])); /* (batch, pos, qkv, heads, head_dim) */
     q = pick(qkv, "qkv", 0);
     k = tj_rename(pick(qkv, "qkv", 1), "pos", "kpos");
@@ -201,12 +223,11 @@ static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     s = tj_causal_mask(shard(c, s), "pos", "kpos", -1e9);
     a = tj_softmax(s, "kpos");
     o = shard(c, tj_dot(a, v, "kpos"));                            /* (batch, heads, pos, head_dim) */
-    x = tj_add(x, tj_add(tj_dot(o, p[P_WO], "heads head_dim"), p[P_BO]));
-    x = shard(c, x);
-    h = affine_ln(x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3));
+    x = shard_resid(c, tj_add(x, tj_add(shard_resid(c, tj_dot(o, p[P_WO], "heads head_dim")), p[P_BO])));
+    h = shard(c, affine_ln(x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3)));
     m = shard(c, tj_gelu(tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
-    x = tj_add(x, tj_add(tj_dot(m, p[P_WPROJ], "mlp"), p[P_BPROJ]));
-    return tj_checkpoint_name(shard(c, x), "block_out");
+    x = tj_add(x, tj_add(shard_resid(c, tj_dot(m, p[P_WPROJ], "mlp")), p[P_BPROJ]));
+    return tj_checkpoint_name(shard_resid(c, x), "block_out");
 }
 static void gpt2_scan_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *user) {
     (void)g; (void)y;
@@ -228,26 +249,39 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
     default: pol = tj_save_only_these_names("block_out"); break;
     }
     if (T < c->block) wpe = tj_slice(wpe, "pos", 0, T);
-    x = shard(c, tj_add(tj_take(wte, "vocab", tokens), wpe));     /* (batch, pos, embed) */
+    x = shard_resid(c, tj_add(tj_take(wte, "vocab", tokens), wpe)); /* (batch, pos, embed) */
     for (i = 0; i < NBLOCKP; i++) xs[i] = tj_tree_v(P, gpt2_params[i].name);
     if (tj_scan(gpt2_scan_body, (void *)c, "layer", 1, &x, NBLOCKP, xs, 0, &out, NULL, &pol)) return NULL;
-    x = affine_ln(out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"));
+    x = shard(c, affine_ln(out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
     logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
     return tj_v_dtype(logits) == TJ_BF16 ? tj_cast(logits, TJ_F32) : logits; /* f64 stays f64 (gradient checks) */
 }
 
-/* the "params." leaves of `in` as a tree named without the prefix; also the
-   same values cast to the compute dtype */
-static void gpt2_param_trees(const gpt2_config *c, const tj_tree *in, tj_tree *P, tj_tree *Pc) {
+/* the "params." leaves of `in` as a tree P named without the prefix */
+static void gpt2_param_tree(const tj_tree *in, tj_tree *P) {
     char name[128];
     int i;
     for (i = 0; i < NPARAMS; i++) {
-        tj_v p;
         snprintf(name, sizeof name, "params.%s", gpt2_params[i].name);
-        p = tj_tree_v(in, name);
-        tj_tree_set_v(P, gpt2_params[i].name, p);
+        tj_tree_set_v(P, gpt2_params[i].name, tj_tree_v(in, name));
+    }
+}
+/* P's values in the compute dtype, into Pc */
+static void gpt2_compute_params(const gpt2_config *c, const tj_tree *P, tj_tree *Pc) {
+    int i;
+    for (i = 0; i < NPARAMS; i++) {
+        tj_v p = tj_tree_v(P, gpt2_params[i].name);
         tj_tree_set_v(Pc, gpt2_params[i].name, c->bf16 ? tj_cast(p, TJ_BF16) : p);
     }
+}
+/* mean loss of one batch (tokens, targets: (batch, pos)) from the params Pc
+   in the compute dtype, times `scale`, and its gradients with respect to W's
+   leaves (the values Pc was made from, or Pc itself) into G, same names */
+static tj_v gpt2_loss_grads(const gpt2_config *c, const tj_tree *Pc, const tj_tree *W, tj_v tokens, tj_v targets, double scale, tj_tree *G) {
+    tj_v loss = tj_cross_entropy(gpt2_forward(c, Pc, tokens), targets, "vocab", "batch pos");
+    if (scale != 1.0) loss = tj_muls(loss, scale);
+    if (loss) tj_grad_tree(loss, W, G);
+    return loss;
 }
 
 /* ------------------------------------------------------------- programs */
@@ -288,20 +322,103 @@ static void gpt2_init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
     }
 }
 
-/* one training step: loss, grads, clip, AdamW; new params, m, v */
+/* Gradient accumulation over the micro axis of the tokens and targets
+   (micro, batch, pos): K forward and backward passes of one micro-batch
+   each, on the same params, whose gradients are summed. Each micro-batch's
+   loss is scaled by 1/K first, so the sums are the means. Two ways:
+
+   scan (default): a tj_scan over `micro` whose carry is the gradient sum
+   (f32, sharded like the params) and the loss sum: one traced body, so the
+   program's size does not grow with K. With this tinyjax a carry lives in
+   four buffers (the zeros it starts from, two it alternates between, the
+   result), and the body needs its own copy of the params (below), so the
+   step needs four to five parameter-sized buffers more than a plain step.
+
+   unrolled (--accum-unroll, and always with --remat offload, since a scan
+   body cannot hold host memory): the K micro-batches traced one after
+   another; the schedule keeps creation order, so micro-batch j's
+   activations are freed before j + 1's forward pass. One to two parameter-
+   sized buffers more than a plain step, but a program K times as long. */
+typedef struct {
+    const gpt2_config *c;
+    const tj_tree *Pc; /* the step's params in the compute dtype */
+} gpt2_accum;
+static void gpt2_accum_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *user) {
+    const gpt2_accum *a = (const gpt2_accum *)user;
+    tj_ctx *ctx = tj_graph_ctx(g);
+    tj_tree *Pb = tj_tree_new(ctx), *G = tj_tree_new(ctx);
+    tj_v loss;
+    int i;
+    (void)y;
+    /* tj_grad in a body differentiates only with respect to the body's own
+       values, and an op on a captured value alone is traced outside the
+       body: multiplying by a body constant 1 makes an exact copy in it */
+    for (i = 0; i < NPARAMS; i++) {
+        tj_v p = tj_tree_v(a->Pc, gpt2_params[i].name);
+        tj_tree_set_v(Pb, gpt2_params[i].name, tj_mul(p, tj_scalar(g, tj_v_dtype(p), 1.0)));
+    }
+    loss = gpt2_loss_grads(a->c, Pb, Pb, xs[0], xs[1], 1.0 / a->c->accum, G);
+    for (i = 0; i < NPARAMS; i++) {
+        tj_v gi = tj_tree_v(G, gpt2_params[i].name);
+        carry_out[i] = tj_add(carry[i], tj_v_dtype(gi) == TJ_F32 ? gi : tj_cast(gi, TJ_F32));
+    }
+    carry_out[NPARAMS] = tj_add(carry[NPARAMS], loss);
+    tj_tree_free(Pb);
+    tj_tree_free(G);
+}
+/* mean loss, and mean f32 gradients into G, by a scan over micro-batches */
+static tj_v gpt2_accum_scan(const gpt2_config *c, tj_graph *g, const tj_tree *Pc, tj_v tokens, tj_v targets, tj_tree *G) {
+    gpt2_accum a;
+    tj_v init[NPARAMS + 1], sum[NPARAMS + 1], xs[2];
+    char shape[256];
+    int i;
+    a.c = c;
+    a.Pc = Pc;
+    xs[0] = tokens;
+    xs[1] = targets;
+    for (i = 0; i < NPARAMS; i++) init[i] = init_shard(c, tj_fill(g, TJ_F32, param_shape(c, i, shape, sizeof shape), 0.0));
+    init[NPARAMS] = tj_scalar(g, TJ_F32, 0.0);
+    if (tj_scan(gpt2_accum_body, &a, "micro", NPARAMS + 1, init, 2, xs, 0, sum, NULL, NULL)) return NULL;
+    for (i = 0; i < NPARAMS; i++) tj_tree_set_v(G, gpt2_params[i].name, sum[i]);
+    return sum[NPARAMS];
+}
+/* the same, unrolled: gradients with respect to the f32 params P */
+static tj_v gpt2_accum_unrolled(const gpt2_config *c, const tj_tree *Pc, const tj_tree *P, tj_v tokens, tj_v targets, tj_tree *G) {
+    tj_v loss = NULL;
+    int i, j;
+    for (j = 0; j < c->accum; j++) {
+        tj_tree *Gj = tj_tree_new(tj_graph_ctx(tj_graph_of(tokens)));
+        tj_v lj = gpt2_loss_grads(c, Pc, P, pick(tokens, "micro", j), pick(targets, "micro", j), 1.0 / c->accum, Gj);
+        loss = j ? tj_add(loss, lj) : lj;
+        /* the running sums are named (a view, no copy) because the fusion
+           pass would otherwise compute the whole chain of K adds in one loop
+           at the end, keeping every micro-batch's gradients alive */
+        for (i = 0; i < NPARAMS; i++) {
+            const char *pn = gpt2_params[i].name;
+            tj_tree_set_v(G, pn, j ? tj_checkpoint_name(tj_add(tj_tree_v(G, pn), tj_tree_v(Gj, pn)), "grad_sum") : tj_tree_v(Gj, pn));
+        }
+        tj_tree_free(Gj);
+    }
+    return loss;
+}
+static int accum_unrolled(const gpt2_config *c) { return c->accum_unroll || c->remat == REMAT_OFFLOAD; }
+
+/* one training step: loss, grads (accumulated over micro-batches when
+   accum > 1), clip, AdamW; new params, m, v */
 static void gpt2_step_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
     const gpt2_config *c = (const gpt2_config *)user;
     tj_ctx *ctx = tj_graph_ctx(g);
     tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx), *G = tj_tree_new(ctx);
     tj_v tokens = tj_tree_v(in, "tokens"), targets = tj_tree_v(in, "targets");
     tj_v lr = tj_tree_v(in, "lr"), t = tj_tree_v(in, "t");
-    tj_v logits, loss, sq = NULL, gnorm, clipc, bc1, bc2;
+    tj_v loss, sq = NULL, gnorm, clipc, bc1, bc2;
     char name[128];
     int i;
-    gpt2_param_trees(c, in, P, Pc);
-    logits = gpt2_forward(c, Pc, tokens);
-    loss = tj_cross_entropy(logits, targets, "vocab", "batch pos");
-    if (loss) tj_grad_tree(loss, P, G);
+    gpt2_param_tree(in, P);
+    gpt2_compute_params(c, P, Pc);
+    if (c->accum == 1) loss = gpt2_loss_grads(c, Pc, P, tokens, targets, 1.0, G);
+    else if (accum_unrolled(c)) loss = gpt2_accum_unrolled(c, Pc, P, tokens, targets, G);
+    else loss = gpt2_accum_scan(c, g, Pc, tokens, targets, G);
     /* global gradient norm, clip coefficient min(1, clip / norm) */
     for (i = 0; i < NPARAMS; i++) {
         tj_v gi = tj_tree_v(G, gpt2_params[i].name), s = sum_all(tj_mul(gi, gi));
@@ -344,7 +461,8 @@ static void gpt2_eval_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
     const gpt2_config *c = (const gpt2_config *)user;
     tj_ctx *ctx = tj_graph_ctx(g);
     tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx);
-    gpt2_param_trees(c, in, P, Pc);
+    gpt2_param_tree(in, P);
+    gpt2_compute_params(c, P, Pc);
     tj_tree_set_v(out, "loss", tj_cross_entropy(gpt2_forward(c, Pc, tj_tree_v(in, "tokens")), tj_tree_v(in, "targets"), "vocab", "batch pos"));
     tj_tree_free(P);
     tj_tree_free(Pc);
@@ -355,7 +473,8 @@ static void gpt2_logits_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u
     const gpt2_config *c = (const gpt2_config *)user;
     tj_ctx *ctx = tj_graph_ctx(g);
     tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx);
-    gpt2_param_trees(c, in, P, Pc);
+    gpt2_param_tree(in, P);
+    gpt2_compute_params(c, P, Pc);
     tj_tree_set_v(out, "logits", gpt2_forward(c, Pc, tj_tree_v(in, "tokens")));
     tj_tree_free(P);
     tj_tree_free(Pc);
@@ -370,6 +489,7 @@ typedef struct {
     tj_tree *state;     /* params.*, m.*, v.* (and the step's other inputs) */
     tj_prog *init, *step, *eval, *logits;
     int64_t step_no;    /* steps taken                                   */
+    int64_t data_pos;   /* micro-batches consumed (the data position)    */
     float last_gnorm;
 } gpt2_trainer;
 
@@ -378,12 +498,14 @@ static int gpt2_fail(gpt2_trainer *tr, const char *what) {
     return 1;
 }
 
-/* place a (batch, pos) token array by the compute rules' batch/pos entries */
-static int gpt2_set_tokens(gpt2_trainer *tr, tj_tree *t, const char *name, const int32_t *tok, int B, int T) {
+/* place a (batch, pos) token array, or (micro, batch, pos) when K > 1, by
+   the compute rules' batch/pos entries */
+static int gpt2_set_tokens(gpt2_trainer *tr, tj_tree *t, const char *name, const int32_t *tok, int K, int B, int T) {
     tj_tree *tmp = tj_tree_new(tr->ctx);
     char shape[64];
     tj_array *a;
-    snprintf(shape, sizeof shape, "batch=%d pos=%d", B, T);
+    if (K > 1) snprintf(shape, sizeof shape, "micro=%d batch=%d pos=%d", K, B, T);
+    else snprintf(shape, sizeof shape, "batch=%d pos=%d", B, T);
     a = tj_array_new(tr->ctx, TJ_I32, shape, tok);
     if (!a) { tj_tree_free(tmp); return 1; }
     tj_tree_set_array(tmp, name, a);
@@ -442,9 +564,10 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     if (!tr->init || tj_run(tr->init, empty, tr->state)) { tj_tree_free(empty); return gpt2_fail(tr, "init"); }
     tj_tree_free(empty);
     /* example inputs for the step */
-    zeros = (int32_t *)calloc((size_t)tr->cfg.B * (size_t)tr->cfg.T, sizeof(int32_t));
+    zeros = (int32_t *)calloc((size_t)tr->cfg.accum * (size_t)tr->cfg.B * (size_t)tr->cfg.T, sizeof(int32_t));
     if (!zeros) return 1;
-    if (gpt2_set_tokens(tr, tr->state, "tokens", zeros, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, tr->state, "targets", zeros, tr->cfg.B, tr->cfg.T) ||
+    if (gpt2_set_tokens(tr, tr->state, "tokens", zeros, tr->cfg.accum, tr->cfg.B, tr->cfg.T) ||
+        gpt2_set_tokens(tr, tr->state, "targets", zeros, tr->cfg.accum, tr->cfg.B, tr->cfg.T) ||
         gpt2_set_scalar(tr, tr->state, "lr", 0.0) || gpt2_set_scalar(tr, tr->state, "t", 1.0)) {
         free(zeros);
         return gpt2_fail(tr, "inputs");
@@ -453,8 +576,8 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
     if (!tr->step) { free(zeros); return gpt2_fail(tr, "jit train step"); }
     out = gpt2_param_refs(tr);
-    gpt2_set_tokens(tr, out, "tokens", zeros, tr->cfg.B, tr->cfg.T);
-    gpt2_set_tokens(tr, out, "targets", zeros, tr->cfg.B, tr->cfg.T);
+    gpt2_set_tokens(tr, out, "tokens", zeros, 1, tr->cfg.B, tr->cfg.T);
+    gpt2_set_tokens(tr, out, "targets", zeros, 1, tr->cfg.B, tr->cfg.T);
     tr->eval = tj_jit(tr->ctx, "gpt2_eval", gpt2_eval_fn, &tr->cfg, out, NULL);
     tj_tree_free(out);
     free(zeros);
@@ -468,7 +591,7 @@ static int gpt2_ensure_logits(gpt2_trainer *tr) {
     if (tr->logits) return 0;
     ex = gpt2_param_refs(tr);
     z = (int32_t *)calloc((size_t)tr->cfg.T, sizeof(int32_t));
-    gpt2_set_tokens(tr, ex, "tokens", z, 1, tr->cfg.T);
+    gpt2_set_tokens(tr, ex, "tokens", z, 1, 1, tr->cfg.T);
     tr->logits = tj_jit(tr->ctx, "gpt2_logits", gpt2_logits_fn, &tr->cfg, ex, NULL);
     free(z);
     tj_tree_free(ex);
@@ -484,13 +607,13 @@ static void gpt2_trainer_free(gpt2_trainer *tr) {
     memset(tr, 0, sizeof *tr);
 }
 
-/* One step on a host batch (B*T inputs and targets). Returns the loss, or
-   NAN on error. */
+/* One step on a host batch: inputs and targets of K = accum micro-batches
+   (K*B*T each, micro-batch-major). Returns the mean loss, or NAN on error. */
 static float gpt2_train_step(gpt2_trainer *tr, const int32_t *x, const int32_t *y, double lr) {
     tj_tree *out = tj_tree_new(tr->ctx);
     float loss = NAN, gn = NAN;
-    int i;
-    if (gpt2_set_tokens(tr, tr->state, "tokens", x, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, tr->state, "targets", y, tr->cfg.B, tr->cfg.T) ||
+    int i, K = tr->cfg.accum;
+    if (gpt2_set_tokens(tr, tr->state, "tokens", x, K, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, tr->state, "targets", y, K, tr->cfg.B, tr->cfg.T) ||
         gpt2_set_scalar(tr, tr->state, "lr", lr) || gpt2_set_scalar(tr, tr->state, "t", (double)(tr->step_no + 1)) || tj_run(tr->step, tr->state, out)) {
         gpt2_fail(tr, "train step");
         tj_tree_free(out);
@@ -507,12 +630,14 @@ static float gpt2_train_step(gpt2_trainer *tr, const int32_t *x, const int32_t *
     }
     tj_tree_free(out);
     tr->step_no++;
+    tr->data_pos += K;
     return loss;
 }
 static float gpt2_eval_loss(gpt2_trainer *tr, const int32_t *x, const int32_t *y) {
     tj_tree *in = gpt2_param_refs(tr), *out = tj_tree_new(tr->ctx);
     float loss = NAN;
-    if (gpt2_set_tokens(tr, in, "tokens", x, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, in, "targets", y, tr->cfg.B, tr->cfg.T) || tj_run(tr->eval, in, out))
+    if (gpt2_set_tokens(tr, in, "tokens", x, 1, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, in, "targets", y, 1, tr->cfg.B, tr->cfg.T) ||
+        tj_run(tr->eval, in, out))
         gpt2_fail(tr, "eval");
     else tj_array_read(tj_tree_array(out, "loss"), TJ_F32, &loss);
     tj_tree_free(in);
@@ -531,7 +656,7 @@ static int gpt2_next_logits(gpt2_trainer *tr, const int32_t *window, int n, floa
     in = gpt2_param_refs(tr);
     out = tj_tree_new(tr->ctx);
     memcpy(tok, window, sizeof(int32_t) * (size_t)n);
-    if (!gpt2_set_tokens(tr, in, "tokens", tok, 1, tr->cfg.T) && !tj_run(tr->logits, in, out) &&
+    if (!gpt2_set_tokens(tr, in, "tokens", tok, 1, 1, tr->cfg.T) && !tj_run(tr->logits, in, out) &&
         !tj_array_read(tj_tree_array(out, "logits"), TJ_F32, all)) {
         memcpy(logits_row, all + (size_t)(n - 1) * (size_t)tr->cfg.V, sizeof(float) * (size_t)tr->cfg.V);
         st = 0;
@@ -546,9 +671,9 @@ static int gpt2_next_logits(gpt2_trainer *tr, const int32_t *window, int n, floa
 
 static int is_state_leaf(const char *n) { return !strncmp(n, "params.", 7) || !strncmp(n, "m.", 2) || !strncmp(n, "v.", 2); }
 
-/* Checkpoint: params, m, v and the step (batches are counter-based on the
-   step, so that is the data position too), via tj_tree_save (safetensors,
-   written atomically). Returns the status; TJ_ERR_UNSUPPORTED when the
+/* Checkpoint: params, m, v, the step and the data position (micro-batches
+   are counter-based on it), via tj_tree_save (safetensors, written
+   atomically). Returns the status; TJ_ERR_UNSUPPORTED when the
    library has no safetensors support. */
 static tj_status gpt2_save(gpt2_trainer *tr, const char *path) {
     tj_tree *ck = tj_tree_new(tr->ctx);
@@ -559,6 +684,7 @@ static tj_status gpt2_save(gpt2_trainer *tr, const char *path) {
         if (is_state_leaf(n)) tj_tree_set_array_ref(ck, n, tj_tree_array_at(tr->state, k));
     }
     tj_tree_set_int(ck, "step", tr->step_no);
+    tj_tree_set_int(ck, "data_pos", tr->data_pos);
     st = tj_tree_save(ck, path);
     tj_tree_free(ck);
     return st;
@@ -593,6 +719,8 @@ static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
             if (is_state_leaf(n)) tj_tree_set_array(tr->state, n, tj_tree_take(ck, n));
         }
         tr->step_no = tj_tree_int(ck, "step");
+        /* checkpoints from before --accum took one micro-batch per step */
+        tr->data_pos = tj_tree_find(ck, "data_pos") >= 0 ? tj_tree_int(ck, "data_pos") : tr->step_no;
     }
     tj_tree_free(ck);
     return st;
@@ -863,6 +991,15 @@ static void get_batch(const int32_t *data, size_t n, int B, int T, uint64_t seed
         }
     }
 }
+/* The inputs and targets of the trainer's next step: its accum micro-batches
+   (batch numbers data_pos, data_pos + 1, .. of B sequences), micro-batch-
+   major. They are the same windows as batch number data_pos / K of K*B
+   sequences, so --accum K --batch B sees the data --batch K*B sees. */
+static void gpt2_next_batch(const gpt2_trainer *tr, const int32_t *data, size_t n, uint64_t seed, int32_t *x, int32_t *y) {
+    int j, BT = tr->cfg.B * tr->cfg.T;
+    for (j = 0; j < tr->cfg.accum; j++)
+        get_batch(data, n, tr->cfg.B, tr->cfg.T, seed, 1, (uint64_t)(tr->data_pos + j), x + (size_t)j * BT, y + (size_t)j * BT);
+}
 /* learning rate: linear warmup, then cosine decay to lr * min_frac */
 static double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_frac) {
     double p;
@@ -906,7 +1043,15 @@ static void usage(void) {
         "  --heads N           attention heads (4)\n"
         "  --embed N           channels (128); head_dim = embed / heads, mlp = 4 * embed\n"
         "  --context N         tokens per sequence (64)\n"
-        "  --batch N           sequences per step (8)\n"
+        "  --batch N           sequences per micro-batch (8)\n"
+        "  --accum K           gradient accumulation: K micro-batches per optimizer step (1),\n"
+        "                      the mean of their gradients; a scan over them inside the\n"
+        "                      compiled step, so activations take the memory of one\n"
+        "                      micro-batch, plus 4-5 parameter-sized buffers for the sum\n"
+        "  --accum-unroll      trace the K micro-batches one after another instead: 1-2\n"
+        "                      parameter-sized buffers, but a program K times as long\n"
+        "                      (always so with --remat offload: a scan body cannot hold\n"
+        "                      host memory)\n"
         "  --bf16              compute in bf16 (params, optimizer state and loss stay f32)\n"
         "  --remat P           what the backward pass keeps of each block: block_out (default:\n"
         "                      only block outputs, the rest recomputed), nothing, dots,\n"
@@ -934,6 +1079,9 @@ static void usage(void) {
         "  --param-rules S     logical rules for parameters and optimizer state\n"
         "                      (\"embed:data mlp:model heads:model vocab:model\": FSDP + tensor)\n"
         "  --compute-rules S   logical rules for activations (\"batch:data mlp:model heads:model\")\n"
+        "  --seq-parallel      sequence parallelism (Megatron-LM style): the residual stream is\n"
+        "                      also split along pos over mesh axis model, all-gathered before\n"
+        "                      attention and the MLP, reduce-scattered after them\n"
         "  --threads N         kernel threads per device (default: cores / devices, at least 1)\n"
         "output\n"
         "  --sample N          bytes/tokens to sample at the end (200; 0: none)\n"
@@ -1049,6 +1197,8 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
 #define ARG(s) (!strcmp(f, s) && more)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(); exit(0); }
         else if (!strcmp(f, "--bf16")) a->cfg.bf16 = 1;
+        else if (!strcmp(f, "--seq-parallel")) a->cfg.seq_parallel = 1;
+        else if (!strcmp(f, "--accum-unroll")) a->cfg.accum_unroll = 1;
         else if (!strcmp(f, "--bench")) a->bench = 1;
         else if (!strcmp(f, "--print-program")) a->print_program = 1;
         else if (ARG("--layers")) { a->cfg.L = atoi(argv[++i]); a->layers_set = 1; }
@@ -1056,6 +1206,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (ARG("--embed")) { a->cfg.C = atoi(argv[++i]); a->cfg.M = 4 * a->cfg.C; a->embed_set = 1; }
         else if (ARG("--context")) { a->cfg.T = a->cfg.block = atoi(argv[++i]); a->context_set = 1; }
         else if (ARG("--batch")) a->cfg.B = atoi(argv[++i]);
+        else if (ARG("--accum")) a->cfg.accum = atoi(argv[++i]);
         else if (ARG("--remat")) {
             int k, found = -1;
             for (k = 0; k < 5; k++) if (!strcmp(argv[i + 1], remat_names[k])) found = k;
@@ -1093,8 +1244,12 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else { fprintf(stderr, "gpt2_train: unknown flag or missing value: %s (see --help)\n", f); return 1; }
 #undef ARG
     }
-    if (a->cfg.L < 1 || a->cfg.H < 1 || a->cfg.C < 1 || a->cfg.T < 2 || a->cfg.B < 1 || a->steps < 0 || a->devices < 1 || a->devices > TJ_MAXDEV) {
+    if (a->cfg.L < 1 || a->cfg.H < 1 || a->cfg.C < 1 || a->cfg.T < 2 || a->cfg.B < 1 || a->cfg.accum < 1 || a->steps < 0 || a->devices < 1 || a->devices > TJ_MAXDEV) {
         fprintf(stderr, "gpt2_train: bad sizes (see --help)\n");
+        return 1;
+    }
+    if (a->cfg.seq_parallel && (a->devices < 2 || !strstr(a->mesh, "model="))) {
+        fprintf(stderr, "gpt2_train: --seq-parallel splits pos over the mesh axis model, and mesh \"%s\" on %d devices has none\n", a->mesh, a->devices);
         return 1;
     }
     if (a->warmup < 1) a->warmup = 1;
@@ -1113,23 +1268,24 @@ static int run_bench(gpt2_args *a) {
     gpt2_trainer tr;
     int32_t *x, *y;
     double *ms, t0;
-    int i, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2;
+    int i, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2, ntok;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     c.L = 12; c.H = 12; c.C = 768; c.M = 3072; c.V = 50304; c.V_real = 50257; c.T = 64; c.block = 1024; c.B = 4;
     c.bf16 = a->cfg.bf16;
-    printf("bench: GPT-2 124M shape: %lld params, L=%d H=%d C=%d V=%d (50257 padded), B=%d T=%d, %s, 1 device, %ld threads, remat %s\n",
-           (long long)gpt2_num_params(&c), c.L, c.H, c.C, c.V, c.B, c.T, c.bf16 ? "bf16 compute" : "f32", ncpu, remat_names[c.remat]);
+    ntok = c.accum * c.B * c.T;
+    printf("bench: GPT-2 124M shape: %lld params, L=%d H=%d C=%d V=%d (50257 padded), B=%d T=%d, accum %d, %s, 1 device, %ld threads, remat %s\n",
+           (long long)gpt2_num_params(&c), c.L, c.H, c.C, c.V, c.B, c.T, c.accum, c.bf16 ? "bf16 compute" : "f32", ncpu, remat_names[c.remat]);
     t0 = now_ms();
     if (gpt2_trainer_init(&tr, &c, 1, NULL, a->threads > 0 ? a->threads : (int)ncpu)) return 1;
     printf("bench: init + compile %.0f ms; step program: %.1f GFLOP/step (cost model), temp %.1f MB, peak %.1f MB\n", now_ms() - t0,
            tj_prog_flops(tr.step) * 1e-9, tj_prog_memory(tr.step).temp_bytes / 1e6, tj_prog_memory(tr.step).peak_bytes / 1e6);
-    x = (int32_t *)malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
-    y = (int32_t *)malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
+    x = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
+    y = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     ms = (double *)malloc(sizeof(double) * (size_t)(n + warm));
     for (i = 0; i < n + warm; i++) {
         int k;
         float loss;
-        for (k = 0; k < c.B * c.T; k++) {
+        for (k = 0; k < ntok; k++) {
             x[k] = (int32_t)(mix64((uint64_t)(i * 100003 + k)) % 50257u);
             y[k] = (int32_t)(mix64((uint64_t)(i * 100003 + k) ^ 0xabcdefull) % 50257u);
         }
@@ -1144,7 +1300,7 @@ static int run_bench(gpt2_args *a) {
     {
         double med = n % 2 ? ms[warm + n / 2] : 0.5 * (ms[warm + n / 2 - 1] + ms[warm + n / 2]);
         printf("bench: median %.0f ms/step (best %.0f, worst %.0f) over %d steps, %.0f tokens/s, %.1f GFLOP/s by the cost model\n", med, ms[warm],
-               ms[warm + n - 1], n, c.B * c.T / (med * 1e-3), tj_prog_flops(tr.step) * 1e-9 / (med * 1e-3));
+               ms[warm + n - 1], n, ntok / (med * 1e-3), tj_prog_flops(tr.step) * 1e-9 / (med * 1e-3));
     }
     free(x);
     free(y);
@@ -1282,10 +1438,15 @@ int main(int argc, char **argv) {
     if (gpt2_trainer_init(&tr, &a.cfg, a.devices, a.mesh, a.threads)) return 1;
     {
         tj_memory_analysis m = tj_prog_memory(tr.step);
-        printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L, tr.cfg.H,
-               tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.B, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
-        printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "", a.threads,
-               tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated");
+        char accum[96] = "";
+        if (tr.cfg.accum > 1)
+            snprintf(accum, sizeof accum, " = %d micro-batches of %d (gradients accumulated %s)", tr.cfg.accum, tr.cfg.B,
+                     accum_unrolled(&tr.cfg) ? "unrolled" : "by a scan");
+        printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d%s, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L,
+               tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, accum, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
+        printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
+               a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
+               tr.cfg.seq_parallel && tr.cfg.compute_rules ? "; residual stream: + pos:model (sequence parallel)" : "");
         printf("train step: one program, %.2f GFLOP; per device: args %.2f MB, temp %.2f MB, host temp %.2f MB, peak %.2f MB; compiled in %.0f ms\n",
                tj_prog_flops(tr.step) * 1e-9, m.argument_bytes / 1e6, m.temp_bytes / 1e6, m.host_temp_bytes / 1e6, m.peak_bytes / 1e6, now_ms() - t_start);
         {
@@ -1332,8 +1493,8 @@ int main(int argc, char **argv) {
     }
 
     /* ---- train */
-    x = (int32_t *)malloc(sizeof(int32_t) * (size_t)(a.cfg.B * a.cfg.T));
-    y = (int32_t *)malloc(sizeof(int32_t) * (size_t)(a.cfg.B * a.cfg.T));
+    x = (int32_t *)malloc(sizeof(int32_t) * (size_t)(a.cfg.accum * a.cfg.B * a.cfg.T));
+    y = (int32_t *)malloc(sizeof(int32_t) * (size_t)(a.cfg.accum * a.cfg.B * a.cfg.T));
     tr_step = (double *)malloc(sizeof(double) * (size_t)(a.steps + 1));
     tr_loss = (double *)malloc(sizeof(double) * (size_t)(a.steps + 1));
     va_step = (double *)malloc(sizeof(double) * (size_t)(a.steps / a.eval_every + 3));
@@ -1365,7 +1526,7 @@ int main(int argc, char **argv) {
             float loss;
             char args[96];
             tj_memory_analysis m = tj_prog_memory(tr.step);
-            get_batch(data, ntrain, a.cfg.B, a.cfg.T, a.cfg.seed, 1, (uint64_t)s, x, y);
+            gpt2_next_batch(&tr, data, ntrain, a.cfg.seed, x, y);
             /* --trace: profile the second step (the first one also allocates) */
             if (a.trace && n_tr == 1) tj_set_profile(tr.ctx, 1);
             loss = gpt2_train_step(&tr, x, y, lr);
@@ -1381,8 +1542,8 @@ int main(int argc, char **argv) {
             if (loss != loss) break;
             tr_step[n_tr] = (double)s;
             tr_loss[n_tr++] = loss;
-            printf("step %5lld | loss %.4f | lr %.2e | gnorm %6.3f | %7.0f tok/s | %6.1f ms | temp %.2f MB/device\n", (long long)s, loss, lr, tr.last_gnorm,
-                   a.cfg.B * a.cfg.T / (dt * 1e-3), dt, m.temp_bytes / 1e6);
+            printf("step %5lld | loss %.4f | lr %.2e | gnorm %6.3f | %dx%d seqs | %7.0f tok/s | %6.1f ms | temp %.2f MB/device\n", (long long)s, loss, lr,
+                   tr.last_gnorm, a.cfg.accum, a.cfg.B, a.cfg.accum * a.cfg.B * a.cfg.T / (dt * 1e-3), dt, m.temp_bytes / 1e6);
         }
     }
     printf("trained %zu steps in %.1f s; best val loss %.4f vs unigram %.4f (%s)\n", n_tr, (now_ms() - t_start) / 1e3, best_val, unigram,

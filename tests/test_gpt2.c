@@ -1,7 +1,9 @@
 /* GPT-2 demo model: a 2-layer, 32-channel GPT-2 learns, and gives the same
    initial parameters and the same losses on one device and on meshes (data
-   parallel, data x tensor, FSDP); a checkpoint round trip resumes exactly;
-   Hugging Face GPT-2 safetensors load (--init-from) to the same logits. */
+   parallel, data x tensor, FSDP, data x tensor with sequence parallelism);
+   a checkpoint round trip resumes exactly; gradient accumulation over K
+   micro-batches of B equals one batch of K*B; Hugging Face GPT-2
+   safetensors load (--init-from) to the same logits. */
 #define GPT2_NO_MAIN
 #include "../demos/gpt2_train.c"
 #include "tj_test.h"
@@ -197,7 +199,7 @@ static int hf_logits(gpt2_trainer *tr, const int32_t *tok, float *out) {
     if (gpt2_ensure_logits(tr)) return 1;
     in = gpt2_param_refs(tr);
     o = tj_tree_new(tr->ctx);
-    st = gpt2_set_tokens(tr, in, "tokens", tok, 1, tr->cfg.T) || tj_run(tr->logits, in, o) || tj_array_read(tj_tree_array(o, "logits"), TJ_F32, out);
+    st = gpt2_set_tokens(tr, in, "tokens", tok, 1, 1, tr->cfg.T) || tj_run(tr->logits, in, o) || tj_array_read(tj_tree_array(o, "logits"), TJ_F32, out);
     tj_tree_free(in);
     tj_tree_free(o);
     return st;
@@ -341,6 +343,169 @@ static void test_hf(void) {
     free(got);
 }
 
+/* ---- gradient accumulation: --accum 2 --batch TB/2 reads the windows
+   --batch TB reads, and its mean gradient is the same sum in another order,
+   so gradients, losses and parameters agree up to float rounding. */
+
+/* Leaves `prefix`<param> of two trainers agree to within tol of each leaf's
+   largest value. The parameters h.bqkv get a looser 5e-4: the key bias
+   (a third of the leaf) has an exactly zero gradient (softmax over kpos
+   ignores a shift), so Adam, which divides by sqrt(v), turns the rounding
+   noise left in it into steps of up to lr whose signs follow the order of
+   summation (measured: 1.1e-4 of the leaf's largest value after 4 steps). */
+static void check_leaves(gpt2_trainer *a, gpt2_trainer *b, const char *prefix, double tol, const char *what) {
+    int i;
+    for (i = 0; i < NPARAMS; i++) {
+        char pn[128];
+        int64_t n1, n2;
+        float *pa, *pb;
+        double r = 1, t = tol;
+        snprintf(pn, sizeof pn, "%s%s", prefix, gpt2_params[i].name);
+        pa = read_leaf(a, pn, &n1);
+        pb = read_leaf(b, pn, &n2);
+        if (pa && pb && n1 == n2) r = max_rel(pa, pb, n1);
+        if (i == P_BQKV && !strcmp(prefix, "params.")) t = 5e-4;
+        TJT_CHECK(r <= t, "%s: %s differs by %.3g of its largest value (tolerance %.0e)", what, pn, r, t);
+        free(pa);
+        free(pb);
+    }
+}
+static void test_accum(const int32_t *data, size_t n) {
+    struct { int ndev; const char *mesh; int seq_parallel, remat, unroll; const char *name; } vs[] = {
+        {1, NULL, 0, REMAT_BLOCK_OUT, 0, "one device, scan"},
+        {2, "data=2", 0, REMAT_BLOCK_OUT, 0, "data=2, scan"},
+        {4, "data=2 model=2", 1, REMAT_NOTHING, 0, "data=2 x model=2, sequence parallel, remat nothing, scan"},
+        {1, NULL, 0, REMAT_BLOCK_OUT, 1, "one device, unrolled"},
+        {4, "data=2 model=2", 0, REMAT_OFFLOAD, 0, "data=2 x model=2, remat offload (unrolled)"},
+    };
+    const char *path = "build/test_gpt2_accum.safetensors";
+    int32_t x1[TB * TT], y1[TB * TT], x2[TB * TT], y2[TB * TT];
+    int v, s;
+    tjt_current = "accum";
+    for (v = 0; v < (int)(sizeof vs / sizeof vs[0]); v++) {
+        gpt2_config c1, c2;
+        gpt2_trainer one, two;
+        float l1 = 0, l2 = 0;
+        char what[160];
+        tiny_config(&c1);
+        c1.seq_parallel = vs[v].seq_parallel;
+        c1.remat = vs[v].remat;
+        c2 = c1;
+        c2.B = TB / 2;
+        c2.accum = 2;
+        c2.accum_unroll = vs[v].unroll;
+        if (gpt2_trainer_init(&one, &c1, vs[v].ndev, vs[v].mesh, 1)) { TJT_CHECK(0, "%s: init batch %d", vs[v].name, TB); continue; }
+        if (gpt2_trainer_init(&two, &c2, vs[v].ndev, vs[v].mesh, 1)) {
+            TJT_CHECK(0, "%s: init 2 x %d", vs[v].name, TB / 2);
+            gpt2_trainer_free(&one);
+            continue;
+        }
+        /* the mean gradient: its norm every step, and its direction from
+           step 0 at lr 0, which leaves m = (1 - beta1) * gradient / norm
+           (clipped: Adam and clipping do not see the gradient's scale) */
+        for (s = 0; s < 5; s++) {
+            gpt2_next_batch(&one, data, n, 5, x1, y1);
+            gpt2_next_batch(&two, data, n, 5, x2, y2);
+            TJT_CHECK(!memcmp(x1, x2, sizeof x1) && !memcmp(y1, y2, sizeof y1), "%s: step %d: 2 micro-batches of %d are not the batch of %d", vs[v].name, s,
+                      TB / 2, TB);
+            l1 = gpt2_train_step(&one, x1, y1, s ? 3e-3 : 0.0);
+            l2 = gpt2_train_step(&two, x2, y2, s ? 3e-3 : 0.0);
+            TJT_CHECK(fabs(l1 - l2) <= 1e-5 * fabs(l1), "%s: step %d loss %.9g with accum 2 vs %.9g with batch %d (rel %.2g)", vs[v].name, s, l2, l1, TB,
+                      fabs(l1 - l2) / fabs(l1));
+            TJT_CHECK(fabs(one.last_gnorm - two.last_gnorm) <= 1e-5 * one.last_gnorm, "%s: step %d gradient norm %.9g with accum 2 vs %.9g", vs[v].name, s,
+                      two.last_gnorm, one.last_gnorm);
+            if (s == 0) {
+                snprintf(what, sizeof what, "%s, gradient of step 0", vs[v].name);
+                check_leaves(&one, &two, "m.", 1e-5, what);
+            }
+        }
+        snprintf(what, sizeof what, "%s, after 5 steps", vs[v].name);
+        check_leaves(&one, &two, "params.", 1e-5, what);
+        TJT_CHECK(one.data_pos == 5 && two.data_pos == 10, "%s: data positions %lld and %lld micro-batches, want 5 and 10", vs[v].name,
+                  (long long)one.data_pos, (long long)two.data_pos);
+        if (v == 0) { /* resume: the data position comes back, the next step is the same */
+            gpt2_trainer three;
+            TJT_CHECK(gpt2_save(&two, path) == 0, "save: %s", tj_error(two.ctx));
+            if (!gpt2_trainer_init(&three, &c2, 1, NULL, 1)) {
+                TJT_CHECK(gpt2_resume(&three, path) == 0, "resume: %s", tj_error(three.ctx));
+                TJT_CHECK(three.step_no == 5 && three.data_pos == 10, "resumed at step %lld, data position %lld; want 5, 10", (long long)three.step_no,
+                          (long long)three.data_pos);
+                gpt2_next_batch(&two, data, n, 5, x1, y1);
+                gpt2_next_batch(&three, data, n, 5, x2, y2);
+                l1 = gpt2_train_step(&two, x1, y1, 3e-3);
+                l2 = gpt2_train_step(&three, x2, y2, 3e-3);
+                TJT_CHECK(l1 == l2, "resumed accum step loss %.9g vs uninterrupted %.9g", l2, l1);
+                gpt2_trainer_free(&three);
+            } else TJT_CHECK(0, "init for resume");
+            remove(path);
+        }
+        gpt2_trainer_free(&one);
+        gpt2_trainer_free(&two);
+    }
+    /* memory: the step's temp does not grow with K (one micro-batch's
+       activations and a gradient sum, whatever the number of micro-batches;
+       unrolled, from K = 2 to 4 the arena's layout still changes a little) */
+    for (v = 0; v < 2; v++) {
+        gpt2_config c;
+        gpt2_trainer k4, k8;
+        tiny_config(&c);
+        c.B = TB / 2;
+        c.accum_unroll = v;
+        c.accum = 4;
+        if (gpt2_trainer_init(&k4, &c, 1, NULL, 1)) { TJT_CHECK(0, "init accum 4"); continue; }
+        c.accum = 8;
+        if (!gpt2_trainer_init(&k8, &c, 1, NULL, 1)) {
+            int64_t t4 = tj_prog_memory(k4.step).temp_bytes, t8 = tj_prog_memory(k8.step).temp_bytes;
+            TJT_CHECK(t4 == t8, "%s: temp %lld B with accum 4, %lld B with accum 8", v ? "unrolled" : "scan", (long long)t4, (long long)t8);
+            gpt2_trainer_free(&k8);
+        } else TJT_CHECK(0, "init accum 8");
+        gpt2_trainer_free(&k4);
+    }
+}
+
+/* Forward-pass collectives over mesh axis model that the compute rules'
+   shard_by_rules calls caused (the ones sequence parallelism changes). */
+static void model_collectives(gpt2_trainer *tr, int *all_gather, int *reduce_scatter, int *psum) {
+    tj_collective cols[512];
+    int n = tj_prog_collectives(tr->step, cols, 512), k;
+    *all_gather = *reduce_scatter = *psum = 0;
+    for (k = 0; k < n && k < 512; k++) {
+        if (cols[k].backward || strcmp(cols[k].axes, "model") || strcmp(cols[k].cause, "shard_by_rules")) continue;
+        *all_gather += !strcmp(cols[k].kind, "all_gather");
+        *reduce_scatter += !strcmp(cols[k].kind, "reduce_scatter");
+        *psum += !strcmp(cols[k].kind, "psum");
+    }
+}
+/* The sequence-parallel program (data=2 x model=2) against the same mesh
+   without it. Collectives in the layer scan's body are listed once. */
+static void check_seq_parallel(gpt2_trainer *sp, int tp_gather, int tp_scatter, int tp_psum) {
+    tj_residual res[64];
+    int ag, rs, ps, k, nr = tj_prog_residuals(sp->step, res, 64), split = 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    tjt_current = "seq-parallel";
+    model_collectives(sp, &ag, &rs, &ps);
+    /* tensor parallel alone: the LM head's vocab gather, and a psum after each
+       row-parallel dot (attention's wo, the MLP's wproj) */
+    TJT_CHECK(tp_gather == 1 && tp_scatter == 0 && tp_psum == 2, "tensor parallel: %d all-gathers, %d reduce-scatters, %d psums over model, want 1, 0, 2",
+              tp_gather, tp_scatter, tp_psum);
+    /* sequence parallel: also a gather before attention, the MLP and the
+       head (layer-norm outputs), and the two psums became reduce-scatters */
+    TJT_CHECK(ag == 4 && rs == 2 && ps == 0, "sequence parallel: %d all-gathers, %d reduce-scatters, %d psums over model, want 4, 2, 0", ag, rs, ps);
+    /* along pos: the program text of the top level (the final layer norm's gather) */
+    if (f) {
+        tj_prog_print(sp->step, f);
+        fclose(f);
+    }
+    TJT_CHECK(text && strstr(text, "all_gather   (") && strstr(text, "over model along pos"), "no all_gather over model along pos in the program text");
+    free(text);
+    /* the block outputs the backward pass keeps are split along pos */
+    for (k = 0; k < nr && k < 64; k++) split |= !strcmp(res[k].name, "block_out") && res[k].decision == TJ_SAVE && strstr(res[k].shape, "pos=16@model");
+    TJT_CHECK(split, "the saved block_out is not split along pos over model");
+    tjt_current = "meshes";
+}
+
 int main(void) {
     gpt2_config c;
     gpt2_trainer tr;
@@ -403,19 +568,22 @@ int main(void) {
 
     tjt_current = "meshes";
     {
-        struct { int ndev; const char *mesh, *prules, *crules, *name; } ms[] = {
-            {1, NULL, NULL, NULL, "one device"},
-            {2, "data=2", "embed:data", "batch:data", "data=2"},
-            {4, "data=2 model=2", NULL, NULL, "data=2 x model=2"},
-            {8, "data=8", "embed:data vocab:data mlp:data", "batch:data", "data=8 FSDP"},
+        struct { int ndev; const char *mesh, *prules, *crules; int seq_parallel; const char *name; } ms[] = {
+            {1, NULL, NULL, NULL, 0, "one device"},
+            {2, "data=2", "embed:data", "batch:data", 0, "data=2"},
+            {4, "data=2 model=2", NULL, NULL, 0, "data=2 x model=2"},
+            {8, "data=8", "embed:data vocab:data mlp:data", "batch:data", 0, "data=8 FSDP"},
+            {4, "data=2 model=2", NULL, NULL, 1, "data=2 x model=2, sequence parallel"},
         };
         float ref[5] = {0, 0, 0, 0, 0};
         float *ref_wte = NULL, *ref_wqkv = NULL;
         int64_t nw = 0, nq = 0;
-        for (m = 0; m < 4; m++) {
+        int tp_gather = 0, tp_scatter = 0, tp_psum = 0;
+        for (m = 0; m < (int)(sizeof ms / sizeof ms[0]); m++) {
             gpt2_config cm = c;
             if (ms[m].prules) cm.param_rules = ms[m].prules;
             if (ms[m].crules) cm.compute_rules = ms[m].crules;
+            cm.seq_parallel = ms[m].seq_parallel;
             if (gpt2_trainer_init(&tr, &cm, ms[m].ndev, ms[m].mesh, 1)) {
                 TJT_CHECK(0, "%s: init failed", ms[m].name);
                 continue;
@@ -449,6 +617,8 @@ int main(void) {
                 tj_array_sharding(tj_tree_array(tr.state, "params.wte"), b, sizeof b);
                 TJT_CHECK(strstr(b, "data") != NULL, "FSDP: wte is %s, want it sharded on data", b);
             }
+            if (m == 2) model_collectives(&tr, &tp_gather, &tp_scatter, &tp_psum);
+            if (ms[m].seq_parallel) check_seq_parallel(&tr, tp_gather, tp_scatter, tp_psum);
             gpt2_trainer_free(&tr);
         }
         free(ref_wte);
@@ -484,6 +654,7 @@ int main(void) {
         }
         gpt2_trainer_free(&a);
     }
+    test_accum(data, n);
     test_hf();
     free(data);
     return tjt_finish();
