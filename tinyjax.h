@@ -880,6 +880,7 @@ struct tj_ctx {
     int nmesh;           /* mesh axes (0: no mesh)                         */
     int mesh_ax[TJ__MAXMESH];
     int mesh_size[TJ__MAXMESH];
+    tj_graph *cur;          /* the scan or shard_map body being traced now  */
     struct tj__opreg *ops;  /* custom ops (tj_register_op)                  */
     int nops, capops;
     struct tj__cvjp *cvjps; /* custom_vjp backward functions                */
@@ -3595,6 +3596,14 @@ static void tj__pend_attr(tj_graph *g, const tj__attr *a) {
     g->pend = *a;
     g->has_pend = 1;
 }
+/* The graph new ops go to: while a body is being traced, an op whose
+   inputs all come from enclosing functions still belongs to the body (its
+   inputs are captured), as in JAX: the body function's ops are the body. */
+static int tj__encloses(const tj_graph *outer, const tj_graph *g) {
+    for (; g; g = g->parent) if (g == outer) return 1;
+    return 0;
+}
+static tj_graph *tj__cur(tj_graph *g) { return g && g->ctx->cur && tj__encloses(g, g->ctx->cur) ? g->ctx->cur : g; }
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const char *file, int line) {
     tj_node *n;
     int i;
@@ -3602,6 +3611,7 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     tj__type tt;
     tj__attr at;
     if (!g) return NULL;
+    g = tj__cur(g);
     if (nin > 64) {
         tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: %d inputs (at most 64)", TJ__OPNAME(op), nin);
         return NULL;
@@ -3679,14 +3689,23 @@ static int tj__add_param(tj_graph *g, tj_node *p) {
    so the body sees all of it, invariant over every mesh axis. */
 static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, const char *file, int line);
 static unsigned tj__sh_used(const uint8_t *sh, int rank);
-static tj_node *tj__capture(tj_graph *g, tj_node *v) {
+static tj_node *tj__capture1(tj_graph *g, tj_node *v);
+static tj_node *tj__capture(tj_graph *g, tj_node *v) { /* makes nodes in exactly these graphs */
+    tj_graph *saved = g->ctx->cur;
+    tj_node *p;
+    g->ctx->cur = NULL;
+    p = tj__capture1(g, v);
+    g->ctx->cur = saved;
+    return p;
+}
+static tj_node *tj__capture1(tj_graph *g, tj_node *v) {
     tj_node *outer, *src, *p;
     int i;
     if (v->g == g) return v;
     if (!g->parent) return NULL;
     for (i = 0; i < g->ncap; i++)
         if (g->cap_outer[i] == v || g->cap_param[i] == v || g->cap_src[i] == v) return g->cap_param[i];
-    if (!(outer = src = tj__capture(g->parent, v))) return NULL;
+    if (!(outer = src = tj__capture1(g->parent, v))) return NULL;
     for (i = 0; i < g->ncap; i++)
         if (g->cap_src[i] == src) return g->cap_param[i];
     if (g->manual && !g->parent->manual && (outer->t.partial || outer->t.vary || tj__sh_used(outer->t.sh, outer->t.rank))) {
@@ -6117,7 +6136,7 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
     int i, j, k = -1;
     if (nin < 1 || nin > 16 || !in || !out) return TJ_ERR_ARG;
     for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
-    if (!(g = tj__inner(nin, in, name ? name : "custom", f, l))) return tj_status_of(in[0]->g->ctx);
+    if (!(g = tj__cur(tj__inner(nin, in, name ? name : "custom", f, l)))) return tj_status_of(in[0]->g->ctx);
     c = g->ctx;
     for (i = 0; name && i < c->nops; i++) if (!strcmp(c->ops[i].name, name)) k = i;
     if (k < 0) {
@@ -6264,6 +6283,7 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
     int i, j, top = -1, n0, saved_pass;
     unsigned char *needs = NULL, *reach = NULL;
     tj_v *ct = NULL, *wrt = NULL;
+    tj_graph *saved_cur;
     tj_status st = TJ_OK;
     if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
         if (nout >= 1 && outs && outs[0]) tj__err(outs[0]->g->ctx, TJ_ERR_ARG, NULL, 0, "vjp: bad arguments (nout %d, nwrt %d)", nout, nwrt);
@@ -6328,6 +6348,8 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
             for (j = 0; j < g->nodes[i]->nin; j++) reach[g->nodes[i]->in[j]->id] = 1;
     saved_pass = g->cur_pass;
     g->cur_pass = ++g->npass;
+    saved_cur = c->cur;
+    c->cur = NULL; /* autodiff puts each node in the graph it names */
     for (i = 0; i < nout; i++) {
         tj_node *o = outs[i];
         tj_v v = cts ? tj__fit(o->file, o->line, cts[i], &o->t) : tj_scalar_at(o->file, o->line, g, o->t.dt, 1.0);
@@ -6366,6 +6388,7 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
         grads[i] = w->id < n0 && ct[w->id] ? ct[w->id] : tj__relayout(w->file, w->line, tj_scalar_at(w->file, w->line, g, w->t.dt, 0.0), &w->t);
     }
     g->cur_pass = saved_pass;
+    c->cur = saved_cur;
     st = c->status;
 done:
     TJ_FREE(needs);
@@ -6426,7 +6449,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     if (nin < 1 || !in || !out || nout < 1 || nout > 16 || nres < 0 || nres > 16 || nin + nout + nres > 64) return TJ_ERR_ARG;
     for (i = 0; i < nout; i++) out[i] = NULL;
     for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
-    if (!(g = tj__inner(nin, in, "custom_vjp", f, l))) return tj_status_of(in[0]->g->ctx);
+    if (!(g = tj__cur(tj__inner(nin, in, "custom_vjp", f, l)))) return tj_status_of(in[0]->g->ctx);
     c = g->ctx;
     if (!fwd || !bwd) {
         tj__err(c, TJ_ERR_ARG, f, l, "custom_vjp: fwd and bwd are both needed");
@@ -6611,10 +6634,12 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
 TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx, const tj_v *xs,
                            int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
     tj_graph *g = NULL;
-    int i;
-    for (i = 0; i < nc && !g; i++) if (init && init[i]) g = init[i]->g;
-    for (i = 0; i < nx && !g; i++) if (xs && xs[i]) g = xs[i]->g;
-    if (!g) return TJ_ERR_ARG; /* an input failed earlier (or none given: use tj_checkpoint) */
+    tj_node *all[64];
+    int i, n = 0;
+    for (i = 0; i < nc && init && n < 64; i++) all[n++] = init[i];
+    for (i = 0; i < nx && xs && n < 64; i++) all[n++] = xs[i];
+    for (i = 0; i < n; i++) if (!all[i]) return n && all[0] ? tj_status_of(all[0]->g->ctx) : TJ_ERR_ARG; /* an input failed earlier */
+    if (!n || !(g = tj__inner(n, all, "scan", f, l))) return n ? tj_status_of(all[0]->g->ctx) : TJ_ERR_ARG; /* none given: use tj_checkpoint */
     return tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy);
 }
 static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
@@ -6631,6 +6656,7 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     char b1[256];
     c = g->ctx;
     if (c->status) return c->status;
+    g = tj__cur(g); /* a scan written inside a body belongs to it */
     if (!body || nc < 0 || nx < 0 || ny < 0 || nc > 32 || nx > 32 || ny > 32 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
         tj__err(c, TJ_ERR_ARG, f, l, "scan: bad arguments (%d carries, %d xs, %d ys; at most 32 each)", nc, nx, ny);
         return TJ_ERR_ARG;
@@ -6684,7 +6710,12 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
         xp[i]->name = tj__strdup("x");
     }
     for (i = 0; i < 32; i++) co[i] = yo[i] = NULL;
-    body(b, cp, xp, co, yo, user);
+    {
+        tj_graph *saved = c->cur;
+        c->cur = b; /* ops the body makes belong to it */
+        body(b, cp, xp, co, yo, user);
+        c->cur = saved;
+    }
     if (c->status) goto fail;
     for (i = 0; i < nc; i++) {
         tj_node *v = co[i] ? tj__capture(b, co[i]) : NULL;
@@ -6847,7 +6878,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
             return TJ_ERR_UNSUPPORTED;
         }
     }
-    if (!(g = tj__inner(nin, in, "shard_map", f, l))) return c->status;
+    if (!(g = tj__cur(tj__inner(nin, in, "shard_map", f, l)))) return c->status;
     ax = tj__intern(c, "_shard_map", 10);
     /* the inputs: resharded to their specs, with the scanned axis of one */
     for (i = 0; i < nin; i++) {
@@ -6881,7 +6912,12 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
     s.fn = fn;
     s.user = user;
     s.nout = nout;
-    tj__smap_body(b, NULL, xp, NULL, yo, &s);
+    {
+        tj_graph *saved = c->cur;
+        c->cur = b;
+        tj__smap_body(b, NULL, xp, NULL, yo, &s);
+        c->cur = saved;
+    }
     if (c->status) goto fail;
     /* the outputs: blocks laid out by their specs */
     for (i = 0; i < nout; i++) {

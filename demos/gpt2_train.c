@@ -329,41 +329,30 @@ static void gpt2_init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
 
    scan (default): a tj_scan over `micro` whose carry is the gradient sum
    (f32, sharded like the params) and the loss sum: one traced body, so the
-   program's size does not grow with K. With this tinyjax a carry lives in
-   four buffers (the zeros it starts from, two it alternates between, the
-   result), and the body needs its own copy of the params (below), so the
-   step needs four to five parameter-sized buffers more than a plain step.
+   program's size does not grow with K. The body differentiates with
+   respect to the params it closes over. A carry lives in three buffers
+   (the zeros it starts from, one it alternates with, the result).
 
-   unrolled (--accum-unroll, and always with --remat offload, since a scan
-   body cannot hold host memory): the K micro-batches traced one after
-   another; the schedule keeps creation order, so micro-batch j's
-   activations are freed before j + 1's forward pass. One to two parameter-
-   sized buffers more than a plain step, but a program K times as long. */
+   unrolled (--accum-unroll): the K micro-batches traced one after another;
+   the schedule keeps creation order, so micro-batch j's activations are
+   freed before j + 1's forward pass. Fewer parameter-sized buffers, but a
+   program K times as long. */
 typedef struct {
     const gpt2_config *c;
     const tj_tree *Pc; /* the step's params in the compute dtype */
 } gpt2_accum;
 static void gpt2_accum_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *user) {
     const gpt2_accum *a = (const gpt2_accum *)user;
-    tj_ctx *ctx = tj_graph_ctx(g);
-    tj_tree *Pb = tj_tree_new(ctx), *G = tj_tree_new(ctx);
+    tj_tree *G = tj_tree_new(tj_graph_ctx(g));
     tj_v loss;
     int i;
     (void)y;
-    /* tj_grad in a body differentiates only with respect to the body's own
-       values, and an op on a captured value alone is traced outside the
-       body: multiplying by a body constant 1 makes an exact copy in it */
-    for (i = 0; i < NPARAMS; i++) {
-        tj_v p = tj_tree_v(a->Pc, gpt2_params[i].name);
-        tj_tree_set_v(Pb, gpt2_params[i].name, tj_mul(p, tj_scalar(g, tj_v_dtype(p), 1.0)));
-    }
-    loss = gpt2_loss_grads(a->c, Pb, Pb, xs[0], xs[1], 1.0 / a->c->accum, G);
+    loss = gpt2_loss_grads(a->c, a->Pc, a->Pc, xs[0], xs[1], 1.0 / a->c->accum, G);
     for (i = 0; i < NPARAMS; i++) {
         tj_v gi = tj_tree_v(G, gpt2_params[i].name);
         carry_out[i] = tj_add(carry[i], tj_v_dtype(gi) == TJ_F32 ? gi : tj_cast(gi, TJ_F32));
     }
     carry_out[NPARAMS] = tj_add(carry[NPARAMS], loss);
-    tj_tree_free(Pb);
     tj_tree_free(G);
 }
 /* mean loss, and mean f32 gradients into G, by a scan over micro-batches */
@@ -390,18 +379,15 @@ static tj_v gpt2_accum_unrolled(const gpt2_config *c, const tj_tree *Pc, const t
         tj_tree *Gj = tj_tree_new(tj_graph_ctx(tj_graph_of(tokens)));
         tj_v lj = gpt2_loss_grads(c, Pc, P, pick(tokens, "micro", j), pick(targets, "micro", j), 1.0 / c->accum, Gj);
         loss = j ? tj_add(loss, lj) : lj;
-        /* the running sums are named (a view, no copy) because the fusion
-           pass would otherwise compute the whole chain of K adds in one loop
-           at the end, keeping every micro-batch's gradients alive */
         for (i = 0; i < NPARAMS; i++) {
             const char *pn = gpt2_params[i].name;
-            tj_tree_set_v(G, pn, j ? tj_checkpoint_name(tj_add(tj_tree_v(G, pn), tj_tree_v(Gj, pn)), "grad_sum") : tj_tree_v(Gj, pn));
+            tj_tree_set_v(G, pn, j ? tj_add(tj_tree_v(G, pn), tj_tree_v(Gj, pn)) : tj_tree_v(Gj, pn));
         }
         tj_tree_free(Gj);
     }
     return loss;
 }
-static int accum_unrolled(const gpt2_config *c) { return c->accum_unroll || c->remat == REMAT_OFFLOAD; }
+static int accum_unrolled(const gpt2_config *c) { return c->accum_unroll; }
 
 /* one training step: loss, grads (accumulated over micro-batches when
    accum > 1), clip, AdamW; new params, m, v */
@@ -1047,11 +1033,9 @@ static void usage(void) {
         "  --accum K           gradient accumulation: K micro-batches per optimizer step (1),\n"
         "                      the mean of their gradients; a scan over them inside the\n"
         "                      compiled step, so activations take the memory of one\n"
-        "                      micro-batch, plus 4-5 parameter-sized buffers for the sum\n"
-        "  --accum-unroll      trace the K micro-batches one after another instead: 1-2\n"
-        "                      parameter-sized buffers, but a program K times as long\n"
-        "                      (always so with --remat offload: a scan body cannot hold\n"
-        "                      host memory)\n"
+        "                      micro-batch, plus 3 parameter-sized buffers for the sum\n"
+        "  --accum-unroll      trace the K micro-batches one after another instead: about\n"
+        "                      one parameter-sized buffer, but a program K times as long\n"
         "  --bf16              compute in bf16 (params, optimizer state and loss stay f32)\n"
         "  --remat P           what the backward pass keeps of each block: block_out (default:\n"
         "                      only block outputs, the rest recomputed), nothing, dots,\n"
