@@ -614,7 +614,9 @@ TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *out);
    `axis` removed), and returns the next carry (same types) and per-
    iteration outputs y, which come back stacked along `axis` (leading).
    Values of the enclosing function used in the body (weights) are captured
-   automatically. Its VJP is a reverse scan over the body's VJP; what each
+   automatically; every op the body function makes belongs to the body,
+   even one on captured values alone, and the body may differentiate with
+   respect to them. Its VJP is a reverse scan over the body's VJP; what each
    iteration keeps for the backward pass (its residuals, the carry included)
    is decided by `policy` (NULL: everything_saveable).
    axis: the scanned axis name, e.g. "layer" (length from xs), or
