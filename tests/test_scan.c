@@ -343,6 +343,8 @@ int main(void) {
             tj_memory_analysis m0 = tj_prog_memory(p0), m1 = tj_prog_memory(p1);
             TJT_CHECK(bits_equal(tj_tree_array(o0, "g_w1"), tj_tree_array(o1, "g_w1")) && bits_equal(tj_tree_array(o0, "g_w2"), tj_tree_array(o1, "g_w2")),
                       "offloading inside a nested scan changes the gradients");
+            TJT_CHECK(tj_get_alloc_stats(ctx).arena_bytes == m0.temp_bytes + m1.temp_bytes + m1.host_temp_bytes,
+                      "nested offload: the arenas held (%lld B) are not what the two analyses say", (long long)tj_get_alloc_stats(ctx).arena_bytes);
             TJT_CHECK(m1.host_temp_bytes > 0 && m0.host_temp_bytes == 0 && m1.temp_bytes < m0.temp_bytes,
                       "nested offload: host temp %lld B (want > 0), device temp %lld B vs %lld B saved", (long long)m1.host_temp_bytes,
                       (long long)m1.temp_bytes, (long long)m0.temp_bytes);

@@ -107,6 +107,11 @@ static int run(int ndev, const char *mesh, inputs_fn inputs, const char *rules, 
     if (!p || tj_run(p, in, out)) {
         fprintf(stderr, "run(%s): %s\n", mesh ? mesh : "1 device", tj_error(ctx));
         ok = 0;
+    } else { /* the memory analysis is what the run allocated, on every device */
+        tj_memory_analysis m = tj_prog_memory(p);
+        tj_alloc_stats st = tj_get_alloc_stats(ctx);
+        TJT_CHECK(st.arena_bytes == ndev * (m.temp_bytes + m.host_temp_bytes), "%s: arenas of %lld B, the analysis says %d x %lld B",
+                  mesh ? mesh : "1 device", (long long)st.arena_bytes, ndev, (long long)(m.temp_bytes + m.host_temp_bytes));
     }
     if (ok) {
         if (getenv("TJ_TEST_VERBOSE")) {
