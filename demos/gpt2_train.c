@@ -277,8 +277,57 @@ static void gpt2_compute_params(const gpt2_config *c, const tj_tree *P, tj_tree 
 /* mean loss of one batch (tokens, targets: (batch, pos)) from the params Pc
    in the compute dtype, times `scale`, and its gradients with respect to W's
    leaves (the values Pc was made from, or Pc itself) into G, same names */
+/* Cross-entropy with the vocabulary split over mesh axes (Megatron's
+   vocab-parallel loss), written with tj_shard_map: each device holds the
+   logits of its slice of the vocabulary, and the row max (pmax), the sum
+   of exponentials and the target's logit (psum) are all that moves, one
+   float per position each, instead of all-gathering the logits (batch x
+   pos x vocab). Checked, so autodiff adds no psum: the gradient of each
+   logit slice stays on its device. */
+static void vp_xent_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const char *mesh = (const char *)u; /* the mesh axes the vocabulary is split over */
+    char vocab[64];
+    tj_v z = in[0], y = in[1]; /* (batch, pos, vocab slice), (batch, pos) */
+    int64_t vl = tj_v_dim(z, "vocab");
+    tj_v zs = tj_sub(z, tj_pmax(tj_stop_gradient(tj_max(z, "vocab")), mesh)); /* the max cancels: no gradient */
+    tj_v lse = tj_log(tj_psum(tj_sum(tj_exp(zs), "vocab"), mesh));
+    tj_v local = tj_sub(y, tj_muls(tj_axis_index(g, mesh), (double)vl)); /* the target's index in this slice */
+    snprintf(vocab, sizeof vocab, "vocab=%lld", (long long)vl);            /* (out of range: no entry) */
+    out[0] = tj_sub(lse, tj_psum(tj_sum(tj_mul(tj_one_hot(local, vocab, tj_v_dtype(z)), zs), "vocab"), mesh));
+}
+/* the spec of a value's sharding, without `drop`'s entry (or "" for none) */
+static void spec_without(tj_v x, const char *drop, char *spec, size_t n, char *dropped, size_t dn) {
+    char sh[256], *tok, *save = NULL;
+    size_t k = 0, dl = strlen(drop);
+    tj_v_sharding(x, sh, sizeof sh);
+    if (strchr(sh, '(')) *strchr(sh, '(') = 0; /* " (partial sum over ..)": the in_spec sums it */
+    spec[0] = dropped[0] = 0;
+    for (tok = strtok_r(sh, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        if (!strncmp(tok, drop, dl) && tok[dl] == ':') snprintf(dropped, dn, "%s", tok + dl + 1);
+        else k += (size_t)snprintf(spec + k, n - k, "%s%s", k ? " " : "", tok);
+    }
+}
+/* mean cross-entropy over batch and pos; vocab-parallel when the logits'
+   vocabulary is split over the mesh */
+static tj_v gpt2_xent(tj_v logits, tj_v targets) {
+    char s0[256], s1[256], mesh[64];
+    const char *is[2], *os[1];
+    tj_v in[2], per = NULL;
+    if (!logits) return NULL;
+    spec_without(logits, "vocab", s1, sizeof s1, mesh, sizeof mesh);
+    if (!mesh[0] || !strcmp(mesh, "-")) return tj_cross_entropy(logits, targets, "vocab", "batch pos");
+    tj_v_sharding(logits, s0, sizeof s0);
+    if (strchr(s0, '(')) *strchr(s0, '(') = 0;
+    is[0] = s0;
+    is[1] = s1;
+    os[0] = s1;
+    in[0] = logits;
+    in[1] = targets;
+    if (tj_shard_map(vp_xent_body, mesh, 2, in, is, 1, &per, os, 1)) return NULL;
+    return tj_mean(per, "batch pos");
+}
 static tj_v gpt2_loss_grads(const gpt2_config *c, const tj_tree *Pc, const tj_tree *W, tj_v tokens, tj_v targets, double scale, tj_tree *G) {
-    tj_v loss = tj_cross_entropy(gpt2_forward(c, Pc, tokens), targets, "vocab", "batch pos");
+    tj_v loss = gpt2_xent(gpt2_forward(c, Pc, tokens), targets);
     if (scale != 1.0) loss = tj_muls(loss, scale);
     if (loss) tj_grad_tree(loss, W, G);
     return loss;
@@ -1062,7 +1111,8 @@ static void usage(void) {
         "  --mesh S            device mesh, e.g. \"data=4 model=2\" (default); product = devices\n"
         "  --param-rules S     logical rules for parameters and optimizer state\n"
         "                      (\"embed:data mlp:model heads:model vocab:model\": FSDP + tensor)\n"
-        "  --compute-rules S   logical rules for activations (\"batch:data mlp:model heads:model\")\n"
+        "  --compute-rules S   logical rules for activations (\"batch:data mlp:model heads:model vocab:model\";\n"
+        "                      with vocab split, the loss is the vocab-parallel one, in tj_shard_map)\n"
         "  --seq-parallel      sequence parallelism (Megatron-LM style): the residual stream is\n"
         "                      also split along pos over mesh axis model, all-gathered before\n"
         "                      attention and the MLP, reduce-scattered after them\n"
@@ -1172,7 +1222,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
     a->lr = 3e-3; a->min_lr_frac = 0.1; a->temperature = 0.8;
     a->mesh = "data=4 model=2";
     a->cfg.param_rules = "embed:data mlp:model heads:model vocab:model";
-    a->cfg.compute_rules = "batch:data mlp:model heads:model";
+    a->cfg.compute_rules = "batch:data mlp:model heads:model vocab:model";
     a->svg = "gpt2_loss.svg";
     a->prompt = "/* ";
     for (i = 1; i < argc; i++) {

@@ -17,7 +17,7 @@ static void tiny_config(gpt2_config *c) {
     c->T = c->block = TT; c->B = TB;
     c->V = c->V_real = 256;
     c->param_rules = "embed:data mlp:model heads:model vocab:model";
-    c->compute_rules = "batch:data mlp:model heads:model";
+    c->compute_rules = "batch:data mlp:model heads:model vocab:model";
 }
 /* a small corpus with structure (a repeated sentence with a counter) */
 static int32_t *corpus(size_t *n) {
@@ -490,13 +490,23 @@ static void check_seq_parallel(gpt2_trainer *sp, int tp_gather, int tp_scatter, 
     FILE *f = open_memstream(&text, &len);
     tjt_current = "seq-parallel";
     model_collectives(sp, &ag, &rs, &ps);
-    /* tensor parallel alone: the LM head's vocab gather, and a psum after each
-       row-parallel dot (attention's wo, the MLP's wproj) */
-    TJT_CHECK(tp_gather == 1 && tp_scatter == 0 && tp_psum == 2, "tensor parallel: %d all-gathers, %d reduce-scatters, %d psums over model, want 1, 0, 2",
+    /* tensor parallel alone: a psum after each row-parallel dot (attention's
+       wo, the MLP's wproj); the logits stay split over the vocabulary (the
+       loss is vocab-parallel), so no gather for the LM head */
+    TJT_CHECK(tp_gather == 0 && tp_scatter == 0 && tp_psum == 2, "tensor parallel: %d all-gathers, %d reduce-scatters, %d psums over model, want 0, 0, 2",
               tp_gather, tp_scatter, tp_psum);
     /* sequence parallel: also a gather before attention, the MLP and the
        head (layer-norm outputs), and the two psums became reduce-scatters */
-    TJT_CHECK(ag == 4 && rs == 2 && ps == 0, "sequence parallel: %d all-gathers, %d reduce-scatters, %d psums over model, want 4, 2, 0", ag, rs, ps);
+    TJT_CHECK(ag == 3 && rs == 2 && ps == 0, "sequence parallel: %d all-gathers, %d reduce-scatters, %d psums over model, want 3, 2, 0", ag, rs, ps);
+    { /* the vocab-parallel loss: one pmax (row max) and two psums of one float per position, forward */
+        tj_collective cols[512];
+        int n = tj_prog_collectives(sp->step, cols, 512), pmax = 0, lpsum = 0;
+        for (k = 0; k < n && k < 512; k++) {
+            pmax += !cols[k].backward && !strcmp(cols[k].kind, "pmax") && !strcmp(cols[k].axes, "model");
+            lpsum += !cols[k].backward && !strcmp(cols[k].kind, "psum") && !strcmp(cols[k].axes, "model") && !strcmp(cols[k].cause, "psum");
+        }
+        TJT_CHECK(pmax == 1 && lpsum == 2, "vocab-parallel loss: %d pmax, %d psums over model, want 1, 2", pmax, lpsum);
+    }
     /* along pos: the program text of the top level (the final layer norm's gather) */
     if (f) {
         tj_prog_print(sp->step, f);
