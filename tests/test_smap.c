@@ -556,7 +556,7 @@ typedef struct {
 } err_case;
 static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     const err_case *e = (const err_case *)u;
-    tj_region_fn bodies[] = {norule_body, identity_body, carry_body, identity_body, misuse_body, misuse_body, misuse_body};
+    tj_region_fn bodies[] = {norule_body, identity_body, carry_body, identity_body, misuse_body, misuse_body, misuse_body, NULL, identity_body};
     static int misuse[3] = {0, 1, 2};
     const char *is[1], *os[1];
     tj_v x = tj_tree_v(in, "x"), y = NULL;
@@ -567,7 +567,7 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         return;
     }
     (void)g;
-    tj_shard_map(bodies[e->which], e->which >= 4 ? &misuse[e->which - 4] : NULL, 1, &x, is, 1, &y, os, e->check);
+    tj_shard_map(bodies[e->which], e->which >= 4 && e->which <= 6 ? &misuse[e->which - 4] : NULL, 1, &x, is, 1, &y, os, e->check);
     tj_tree_set_v(out, "y", y);
 }
 static void test_errors(void) {
@@ -576,6 +576,7 @@ static void test_errors(void) {
     err_case cases[] = {
         {0, "batch:data", "batch:data", 1}, {1, "batch:data", "", 1},          {2, "batch:data", "", 1},       {3, "batch:data pos:model", "batch:data", 1},
         {4, "batch:data", "batch:data", 1}, {5, "batch:data", "batch:data", 1}, {6, "batch:data", "batch:data", 1}, {7, "", "", 1},
+        {8, "batch:data", "batch:data heads:model", 1},
     };
     const char *want[][3] = {
         {"custom op 'copy_norule' has no replication rule", "tj_op_def.replication", "test_smap.c"},
@@ -586,6 +587,7 @@ static void test_errors(void) {
         {"with_sharding_constraint", "not inside tj_shard_map", "test_smap.c"},
         {"all_to_all", "must differ", "test_smap.c"},
         {"psum", "only inside tj_shard_map", "test_smap.c"},
+        {"out_specs[0]", "names axis 'heads'", "does not have"},
     };
     int i;
     tjt_current = "errors";
