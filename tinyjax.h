@@ -4654,10 +4654,12 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
 }
 
 /* ---- reductions: sum, max over named axes ---- */
+static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t);
 static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
     tj__type t;
     tj_node *n;
     int i, j, keep;
+    int64_t size = 1;
     if (!x) return NULL;
     if (nr == 0) return x;
     t = x->t;
@@ -4669,8 +4671,9 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
         if (keep) {
             t.ax[t.rank] = x->t.ax[i];
             t.dim[t.rank++] = x->t.dim[i];
-        }
+        } else size *= x->t.dim[i];
     }
+    if (size == 1) return tj__reshape(f, l, x, &t); /* axes of size 1: same elements, a view */
     {
         tj__attr pa;
         memset(&pa, 0, sizeof pa);
@@ -4772,7 +4775,7 @@ static double tj__red_one(const tj__red *e, int64_t ob, int64_t r0, int64_t r1) 
 static void tj__red_part(const void *arg, int part, int nparts) {
     const tj__red *e = (const tj__red *)arg;
     double buf[TJ__CHUNK], acc[TJ__CHUNK];
-    int64_t o, o0, o1, r, c0, m, j, ob = 0;
+    int64_t o, o0, o1, r, c0, m, j, ob = 0, oi[TJ_MAXDIM];
     int i;
     if (e->lead) { /* a block of kept columns; each sums its rows in order */
         int64_t lo = e->on * part / nparts, hi = e->on * (part + 1) / nparts;
@@ -4793,16 +4796,19 @@ static void tj__red_part(const void *arg, int part, int nparts) {
     }
     o0 = e->on * part / nparts;
     o1 = e->on * (part + 1) / nparts;
-    for (i = e->no - 1, o = o0; i >= 0; i--) { /* the input offset of output o0 */
-        ob += o % e->od[i] * e->os[i];
+    for (i = e->no - 1, o = o0; i >= 0; i--) { /* the index and input offset of output o0 */
+        oi[i] = o % e->od[i];
+        ob += oi[i] * e->os[i];
         o /= e->od[i];
     }
     for (o = o0; o < o1; o++) {
-        int64_t q = o + 1;
         tj__st(e->out, e->odt, o, tj__red_one(e, ob, 0, e->rn));
-        for (i = e->no - 1, ob = 0; i >= 0; i--) {
-            ob += q % e->od[i] * e->os[i];
-            q /= e->od[i];
+        for (i = e->no - 1; i >= 0; i--) {
+            oi[i]++;
+            ob += e->os[i];
+            if (oi[i] < e->od[i]) break;
+            ob -= e->os[i] * e->od[i];
+            oi[i] = 0;
         }
     }
 }
@@ -5175,6 +5181,7 @@ static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
    node, visible in the program text and counted by the memory plan. */
 /* the tuned f32 kernel lives with the CPU backend in [11] */
 static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth);
+#define TJ__SGEMM_PER_THREAD 4e6 /* multiply-adds that pay for waking one more sgemm thread */
 static void tj__dgemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B, double *C) {
     int64_t i, j, p;
     for (i = 0; i < M; i++)
@@ -5290,26 +5297,39 @@ static int64_t tj__dot_scratch(const tj_node *n) {
     /* one batch of a, b and c converted to f32 (local shapes) */
     return (Mn * Kn + Kn * Nn + Mn * Nn) * 4;
 }
-static void tj__k_dot(tj__kern *k) {
-    tj_node *n = k->n;
-    int64_t Bn, Mn, Kn, Nn, bi, i;
-    int ta = n->a.trans_a, tb = n->a.trans_b;
-    tj__dot_dims(n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
-    for (bi = 0; bi < Bn; bi++) {
-        if (k->ot.dt == TJ_F32) {
-            tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, ta ? (int)Mn : (int)Kn,
-                      (const float *)k->in[1] + bi * Kn * Nn, tb ? (int)Kn : (int)Nn, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, k->nthreads);
-        } else if (k->ot.dt == TJ_F64) {
-            tj__dgemm_ref(ta, tb, Mn, Nn, Kn, (const double *)k->in[0] + bi * Mn * Kn, (const double *)k->in[1] + bi * Kn * Nn,
-                          (double *)k->out + bi * Mn * Nn);
-        } else { /* bf16: widen one batch to f32, multiply, round once */
-            float *A = (float *)k->scratch, *Bm = A + Mn * Kn, *C = Bm + Kn * Nn;
-            for (i = 0; i < Mn * Kn; i++) A[i] = (float)tj__ld(k->in[0], k->it[0]->dt, bi * Mn * Kn + i);
-            for (i = 0; i < Kn * Nn; i++) Bm[i] = (float)tj__ld(k->in[1], k->it[1]->dt, bi * Kn * Nn + i);
-            tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, A, ta ? (int)Mn : (int)Kn, Bm, tb ? (int)Kn : (int)Nn, C, (int)Nn, 0, k->nthreads);
-            for (i = 0; i < Mn * Nn; i++) tj__st(k->out, k->ot.dt, bi * Mn * Nn + i, C[i]);
-        }
+/* batch bi of a dot */
+static void tj__dot_batch(const tj__kern *k, int64_t bi, int64_t Mn, int64_t Kn, int64_t Nn, int nthreads) {
+    int ta = k->n->a.trans_a, tb = k->n->a.trans_b;
+    int64_t i;
+    if (k->ot.dt == TJ_F32) {
+        tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, ta ? (int)Mn : (int)Kn, (const float *)k->in[1] + bi * Kn * Nn,
+                  tb ? (int)Kn : (int)Nn, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, nthreads);
+    } else if (k->ot.dt == TJ_F64) {
+        tj__dgemm_ref(ta, tb, Mn, Nn, Kn, (const double *)k->in[0] + bi * Mn * Kn, (const double *)k->in[1] + bi * Kn * Nn, (double *)k->out + bi * Mn * Nn);
+    } else { /* bf16: widen one batch to f32, multiply, round once */
+        float *A = (float *)k->scratch, *Bm = A + Mn * Kn, *C = Bm + Kn * Nn;
+        for (i = 0; i < Mn * Kn; i++) A[i] = (float)tj__ld(k->in[0], k->it[0]->dt, bi * Mn * Kn + i);
+        for (i = 0; i < Kn * Nn; i++) Bm[i] = (float)tj__ld(k->in[1], k->it[1]->dt, bi * Kn * Nn + i);
+        tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, A, ta ? (int)Mn : (int)Kn, Bm, tb ? (int)Kn : (int)Nn, C, (int)Nn, 0, nthreads);
+        for (i = 0; i < Mn * Nn; i++) tj__st(k->out, k->ot.dt, bi * Mn * Nn + i, C[i]);
     }
+}
+static void tj__dot_part(const void *arg, int part, int nparts) {
+    const tj__kern *k = (const tj__kern *)arg;
+    int64_t Bn, Mn, Kn, Nn, bi;
+    tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
+    for (bi = Bn * part / nparts; bi < Bn * (part + 1) / nparts; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, 1);
+}
+static void tj__k_dot(tj__kern *k) {
+    int64_t Bn, Mn, Kn, Nn, bi;
+    tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
+    /* many small products (attention's heads): a batch per thread, except
+       bf16, whose one scratch batch is shared */
+    if (Bn > 1 && k->ot.dt != TJ_BF16 && (double)Mn * (double)Nn * (double)Kn < TJ__SGEMM_PER_THREAD * k->nthreads) {
+        tj__parallel(Bn < k->nthreads ? (int)Bn : k->nthreads, tj__dot_part, k);
+        return;
+    }
+    for (bi = 0; bi < Bn; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, k->nthreads);
 }
 static double tj__flops_dot(const tj_node *n) {
     int64_t Bn, Mn, Kn, Nn;
@@ -5715,15 +5735,29 @@ TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, c
     if (n) { n->a.axis = q; n->a.axis2 = kk; n->a.s = fill; }
     return n;
 }
-static void tj__k_causal(tj__kern *k) {
+/* in rows of the last axis; the threads split the rows */
+static void tj__causal_part(const void *arg, int part, int nparts) {
+    const tj__kern *k = (const tj__kern *)arg;
     const tj__type *t = &k->ot;
-    int qa = tj__axis_index(t, k->n->a.axis), ka = tj__axis_index(t, k->n->a.axis2);
-    int64_t st[TJ_MAXDIM], i, m = tj__numel(t);
+    int qa = tj__axis_index(t, k->n->a.axis), ka = tj__axis_index(t, k->n->a.axis2), last = t->rank - 1;
+    int64_t st[TJ_MAXDIM], d = t->dim[last], rows = tj__numel(t) / d, r, c0, m, j;
+    double a[TJ__CHUNK];
     tj__strides(t, st);
-    for (i = 0; i < m; i++) {
-        int64_t qi = (i / st[qa]) % t->dim[qa], ki = (i / st[ka]) % t->dim[ka];
-        tj__st(k->out, t->dt, i, ki > qi ? k->n->a.s : tj__ld(k->in[0], k->it[0]->dt, i));
+    for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {
+        int64_t i0 = r * d, qi = i0 / st[qa] % t->dim[qa], ki = i0 / st[ka] % t->dim[ka];
+        for (c0 = 0; c0 < d; c0 += m) {
+            m = d - c0 < TJ__CHUNK ? d - c0 : TJ__CHUNK;
+            tj__load_n(k->in[0], k->it[0]->dt, i0 + c0, 1, m, a);
+            for (j = 0; j < m; j++)
+                if ((ka == last ? c0 + j : ki) > (qa == last ? c0 + j : qi)) a[j] = k->n->a.s;
+            tj__store_n(k->out, t->dt, i0 + c0, 1, m, a);
+        }
     }
+}
+static void tj__k_causal(tj__kern *k) {
+    int64_t n = tj__numel(&k->ot), rows = n ? n / k->ot.dim[k->ot.rank - 1] : 0;
+    int np = tj__nparts(n, k->nthreads);
+    if (rows) tj__parallel(np < rows ? np : (int)rows, tj__causal_part, k);
 }
 static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj_causal_mask_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), tj__name(n->g->ctx, n->a.axis2), 0.0);
@@ -8046,7 +8080,7 @@ TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, i
        (4M multiply-adds); never more threads than register tiles (below) */
     if (nthreads > TJ__SGEMM_MAXT) nthreads = TJ__SGEMM_MAXT;
     if (nthreads < 1) nthreads = 1;
-    if (nthreads > 1 && flops < 4e6 * nthreads) nthreads = (int)(flops / 4e6) > 1 ? (int)(flops / 4e6) : 1;
+    if (nthreads > 1 && flops < TJ__SGEMM_PER_THREAD * nthreads) nthreads = (int)(flops / TJ__SGEMM_PER_THREAD) > 1 ? (int)(flops / TJ__SGEMM_PER_THREAD) : 1;
     {
         /* split along whichever dimension wastes less in partial tiles; prefer N
            (each thread then packs only its own part of B, A is shared read-only) */
