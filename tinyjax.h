@@ -712,6 +712,15 @@ TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path);
 #include <pthread.h>
 #include <unistd.h>
 #include <sys/time.h>
+/* x86-64 with gcc or clang: the hot kernels (sgemm, float elementwise math)
+   have AVX-512 / AVX2 versions compiled with target attributes, chosen at
+   run time, so a plain -O2 build uses the wide units */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TJ__X86 1
+#else
+#define TJ__X86 0
+#endif
 
 #if defined(TJ_MALLOC) && defined(TJ_REALLOC) && defined(TJ_FREE)
 #elif !defined(TJ_MALLOC) && !defined(TJ_REALLOC) && !defined(TJ_FREE)
@@ -3329,17 +3338,20 @@ typedef struct {
 
 /* The op table. Unary and binary elementwise ops are generated from the
    math tables in [5]; every other op is one line here plus one block in [5]
-   holding its builder (shape rule), CPU kernel, VJP rule and cost. */
+   holding its builder (shape rule), CPU kernel, VJP rule and cost. Unary
+   formulas evaluate in double; TJ__EXP and TJ__TANH are libm's, or, for
+   f32 and bf16 results, tj__fexp and tj__ftanh (see there). */
+#define TJ__GELU_U(a) (TJ__GELU_C * ((a) + 0.044715 * (a) * (a) * (a)))
 #define TJ__UNARY_OPS(X)                                                            \
     X(NEG, "neg", -a)                                                               \
-    X(EXP, "exp", exp(a))                                                           \
+    X(EXP, "exp", TJ__EXP(a))                                                       \
     X(LOG, "log", log(a))                                                           \
-    X(TANH, "tanh", tanh(a))                                                        \
+    X(TANH, "tanh", TJ__TANH(a))                                                    \
     X(SQRT, "sqrt", sqrt(a))                                                        \
     X(RSQRT, "rsqrt", 1.0 / sqrt(a))                                                \
     X(RELU, "relu", a > 0 ? a : 0.0)                                                \
-    X(GELU, "gelu", 0.5 * a * (1.0 + tanh(TJ__GELU_C * (a + 0.044715 * a * a * a)))) \
-    X(GELU_D, "gelu_grad", tj__gelu_d(a))                                           \
+    X(GELU, "gelu", 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))))                      \
+    X(GELU_D, "gelu_grad", tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))))                  \
     X(POWS, "pows", pow(a, s))                                                      \
     X(CAST, "cast", a)
 #define TJ__BINARY_OPS(X)            \
@@ -4099,10 +4111,14 @@ TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n) {
 #define TJ__GELU_C 0.7978845608028654 /* sqrt(2/pi) */
 #define TJ__CHUNK 256
 
-static double tj__gelu_d(double a) {
-    double u = TJ__GELU_C * (a + 0.044715 * a * a * a), t = tanh(u);
-    return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a);
-}
+/* gelu'(a), given t = tanh(TJ__GELU_U(a)) */
+/* inlined into every chunk loop that uses it (a call stops vectorisation) */
+#if defined(__GNUC__)
+#define TJ__INLINE __attribute__((always_inline)) inline
+#else
+#define TJ__INLINE inline
+#endif
+static TJ__INLINE double tj__gelu_d(double a, double t) { return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a); }
 
 /* ---- shared iteration: strided copies and elementwise loops ----
    A view of an operand is (buffer, dtype, base offset, stride per output
@@ -4150,6 +4166,60 @@ static int tj__flt_ok(int op, tj_dtype odt, int nin, const tj_dtype *idt) {
         if (idt[j] != TJ_F32 && idt[j] != TJ_BF16 && !(idt[j] == TJ_I32 && (op == TJ__OP_CAST || (op == TJ__OP_SELECT && j == 0)))) return 0;
     return 1;
 }
+/* The chunk math below is compiled without floating-point contraction (so
+   every build and every vector width gives the same bits) and, for gcc,
+   without -ftrapping-math, under which gcc keeps a select of a constant (the
+   clamps in tj__fexp_q) as a branch, and a branch stops a loop from
+   vectorising. Nothing here relies on floating-point traps. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+#endif
+/* exp and tanh for results stored as f32 or bf16: double arithmetic with
+   relative error below 1e-14, and no calls or branches, so chunk loops
+   vectorise (libm's are calls). Rounded to f32 they give libm's bits except
+   where the exact value lies within 1e-14 of an f32 rounding boundary, and
+   there they are one ulp off. */
+static TJ__INLINE double tj__fexp_q(double x, double *s) {
+    /* e^x = s (1 + q): s = 2^n, n = round(x / ln 2), q = e^r - 1 for
+       r = x - n ln 2, |r| <= ln 2 / 2, by Taylor to r^12 */
+    double t, n, r, q;
+    uint64_t b;
+    x = x < -708.0 ? -708.0 : x; /* exp(-708) and exp(709) round to f32 0 and inf */
+    x = x > 709.0 ? 709.0 : x;
+    t = x * 1.4426950408889634 + 6755399441055744.0; /* + 1.5 * 2^52: n lands in the low bits */
+    n = t - 6755399441055744.0;
+    r = x - n * 6.93147180369123816490e-01 - n * 1.90821492927058770002e-10; /* ln 2 in two parts: n * hi is exact */
+    q = 1.0 / 479001600;
+    q = q * r + 1.0 / 39916800;
+    q = q * r + 1.0 / 3628800;
+    q = q * r + 1.0 / 362880;
+    q = q * r + 1.0 / 40320;
+    q = q * r + 1.0 / 5040;
+    q = q * r + 1.0 / 720;
+    q = q * r + 1.0 / 120;
+    q = q * r + 1.0 / 24;
+    q = q * r + 1.0 / 6;
+    q = q * r + 0.5;
+    q = q * r + 1.0;
+    q = q * r;
+    memcpy(&b, &t, 8);
+    b = (b - 0x4338000000000000ull + 1023) << 52;
+    memcpy(s, &b, 8);
+    return q;
+}
+static TJ__INLINE double tj__fexp(double x) {
+    double s, q = tj__fexp_q(x, &s);
+    return (q + 1.0) * s;
+}
+static TJ__INLINE double tj__ftanh(double x) {
+    /* e / (e + 2) for e = e^2|x| - 1 = s q + (s - 1): no cancellation near 0,
+       one rounding near 1 */
+    double s, q = tj__fexp_q(2.0 * fabs(x), &s), e = s * q + (s - 1.0);
+    return copysign(e / (e + 2.0), x);
+}
 /* One chunk of an elementwise op (TJ__UNARY_OPS, TJ__BINARY_OPS, select)
    in the compute type `real`; unary ops evaluate in double. */
 #define TJ__MATH_U(op_, nm, expr)     \
@@ -4166,8 +4236,8 @@ static int tj__flt_ok(int op, tj_dtype odt, int nin, const tj_dtype *idt) {
             out[j] = (real)(expr);      \
         }                               \
         break;
-#define TJ__MATH(name, T)                                                           \
-    static void name(int op, double s, const T *const *in, T *out, int64_t n) {     \
+#define TJ__MATH(name, T, attr)                                                     \
+    attr static void name(int op, double s, const T *const *in, T *out, int64_t n) { \
         typedef T real;                                                             \
         const real *A = in[0], *B = in[1], *C = in[2];                              \
         int64_t j;                                                                  \
@@ -4181,14 +4251,73 @@ static int tj__flt_ok(int op, tj_dtype odt, int nin, const tj_dtype *idt) {
         default: break;                                                             \
         }                                                                           \
     }
-TJ__MATH(tj__math_d, double)
-TJ__MATH(tj__math_f, float)
+/* a[j] = exp(a[j] - sub) for results stored as f32 or bf16 */
+#define TJ__EXP_N(name, attr) \
+    attr static void name(double *a, int64_t m, double sub) { \
+        int64_t j;                                            \
+        for (j = 0; j < m; j++) a[j] = tj__fexp(a[j] - sub);  \
+    }
+#define TJ__EXP exp
+#define TJ__TANH tanh
+TJ__MATH(tj__math_d, double, )
+#undef TJ__EXP
+#undef TJ__TANH
+#define TJ__EXP tj__fexp
+#define TJ__TANH tj__ftanh
+TJ__MATH(tj__math_f, float, )
+TJ__EXP_N(tj__fexp_n, )
+#if TJ__X86 /* the same code, 8 doubles or 16 floats wide */
+TJ__MATH(tj__math_f512, float, __attribute__((target("avx512f"))))
+TJ__EXP_N(tj__fexp_n512, __attribute__((target("avx512f"))))
+/* libm's sqrt may set errno, so compilers keep it scalar */
+__attribute__((target("avx512f"))) static void tj__sqrt_f512(const float *a, float *out, int64_t n) {
+    int64_t j;
+    for (j = 0; j + 16 <= n; j += 16) { /* the full-mask form keeps g++ 12 -Wall quiet (see TJ__UNPLO) */
+        __m512 x = _mm512_loadu_ps(a + j);
+        _mm512_storeu_ps(out + j, _mm512_mask_sqrt_ps(x, (__mmask16)0xFFFF, x));
+    }
+    for (; j < n; j++) out[j] = (float)sqrt(a[j]);
+}
+#endif
+#undef TJ__EXP
+#undef TJ__TANH
 #undef TJ__MATH
 #undef TJ__MATH_U
 #undef TJ__MATH_B
+#undef TJ__EXP_N
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#elif defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#endif
 static void tj__math(int flt, int op, double s, const void *const *in, void *out, int64_t n) {
-    if (flt) tj__math_f(op, s, (const float *const *)in, (float *)out, n);
-    else tj__math_d(op, s, (const double *const *)in, (double *)out, n);
+    if (!flt) {
+        tj__math_d(op, s, (const double *const *)in, (double *)out, n);
+        return;
+    }
+#if TJ__X86
+    if (__builtin_cpu_supports("avx512f")) {
+        if (op == TJ__OP_SQRT) tj__sqrt_f512(*(const float *const *)in, (float *)out, n);
+        else tj__math_f512(op, s, (const float *const *)in, (float *)out, n);
+        return;
+    }
+#endif
+    tj__math_f(op, s, (const float *const *)in, (float *)out, n);
+}
+/* a[j] = exp(a[j] - sub); results stored as f32 or bf16 take tj__fexp */
+static void tj__exp_n(int fast, double *a, int64_t m, double sub) {
+    int64_t j;
+    if (!fast) {
+        for (j = 0; j < m; j++) a[j] = exp(a[j] - sub);
+        return;
+    }
+#if TJ__X86
+    if (__builtin_cpu_supports("avx512f")) {
+        tj__fexp_n512(a, m, sub);
+        return;
+    }
+#endif
+    tj__fexp_n(a, m, sub);
 }
 /* m elements of a view from offset `at` with stride st, in the compute
    type: converted into buf, or read in place when already contiguous f32 */
@@ -5636,13 +5765,17 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
     int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
     int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;
     tj_dtype odt = k->ot.dt;
+    int fast = odt != TJ_F64;
     if (ce || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++)
                 if (a[j] > mx) mx = a[j];
         if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */
-        for (c0 = 0; c0 < d; c0 += m)
-            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) s += exp(a[j] - mx);
+        for (c0 = 0; c0 < d; c0 += m) {
+            m = tj__row_get(k, 0, base, s1, d, c0, a);
+            tj__exp_n(fast, a, m, mx);
+            for (j = 0; j < m; j++) s += a[j];
+        }
     }
     if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */
         for (c0 = 0; c0 < d; c0 += m)
@@ -5672,13 +5805,14 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
     for (c0 = 0; c0 < d; c0 += m) {
         m = tj__row_get(k, 0, base, s1, d, c0, a);
         if (rowg) tj__row_get(k, g, base, s1, d, c0, b);
+        if (op == TJ__OP_SOFTMAX || op == TJ__OP_CROSS_ENTROPY_GRAD) tj__exp_n(fast, a, m, mx);
         for (j = 0; j < m; j++) switch (op) {
-            case TJ__OP_SOFTMAX: a[j] = exp(a[j] - mx) / s; break;
+            case TJ__OP_SOFTMAX: a[j] /= s; break;
             case TJ__OP_LOG_SOFTMAX: a[j] -= mx + log(s); break;
             case TJ__OP_LAYER_NORM: a[j] = (a[j] - mean) * var; break;
             case TJ__OP_SOFTMAX_GRAD: a[j] *= b[j] - gy; break;
             case TJ__OP_LAYER_NORM_GRAD: a[j] = var * (b[j] - gr - (a[j] - mean) * var * gy); break;
-            default: a[j] = gr * (exp(a[j] - mx) / s - (double)(c0 + j == lab)); break;
+            default: a[j] = gr * (a[j] / s - (double)(c0 + j == lab)); break;
             }
         tj__store_n(k->out, odt, base + c0 * s1, s1, m, a);
     }
@@ -7369,12 +7503,6 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 #else
 #define TJ__SGEMM_THREADS 0
 #endif
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TJ__SGEMM_X86 1
-#else
-#define TJ__SGEMM_X86 0
-#endif
 
 #if defined(__GNUC__)
 #define TJ__MAYBE_UNUSED __attribute__((unused))
@@ -7476,7 +7604,7 @@ static void tj__sgemm_kernel_portable(int kc, const float *Ap, const float *Bp,
     }
 }
 
-#if TJ__SGEMM_X86
+#if TJ__X86
 /* ---- AVX-512 kernel: 14 x 32 ------------------------------------------------
    28 accumulators + 2 B vectors + 1 broadcast = 31 of 32 zmm registers. Per k
    step: 2 vector loads of B, 14 broadcasts of A (folded into the FMA as
@@ -7709,12 +7837,12 @@ TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx2(int kc, const float *Ap, cons
         }
     }
 }
-#endif /* TJ__SGEMM_X86 */
+#endif /* TJ__X86 */
 
 /* pick the widest kernel the CPU (and OS) support. Tests can define
    TJ_SGEMM_NO_AVX512 / TJ_SGEMM_NO_SIMD to exercise the narrower paths. */
 static void tj__sgemm_get_cfg(tj__sgemm_cfg *cfg) {
-#if TJ__SGEMM_X86 && !defined(TJ_SGEMM_NO_SIMD)
+#if TJ__X86 && !defined(TJ_SGEMM_NO_SIMD)
 #if !defined(TJ_SGEMM_NO_AVX512)
     if (__builtin_cpu_supports("avx512f")) {
         /* KC*MR*4 = 14 KB A micro-panel (L1); KC*NC*4 = 512 KB B block (L2);
