@@ -834,6 +834,15 @@ TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path);
 #include <pthread.h>
 #include <unistd.h>
 #include <sys/time.h>
+/* x86-64 with gcc or clang: the hot kernels (sgemm, float elementwise math)
+   have AVX-512 / AVX2 versions compiled with target attributes, chosen at
+   run time, so a plain -O2 build uses the wide units */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TJ__X86 1
+#else
+#define TJ__X86 0
+#endif
 
 #if defined(TJ_MALLOC) && defined(TJ_REALLOC) && defined(TJ_FREE)
 #elif !defined(TJ_MALLOC) && !defined(TJ_REALLOC) && !defined(TJ_FREE)
@@ -1021,7 +1030,9 @@ static void tj__st(void *p, tj_dtype t, int64_t i, double v) {
     default: break;
     }
 }
-/* Bulk conversions of n contiguous elements (the hot path of kernels). */
+/* Bulk conversions of n elements (the hot path of kernels), to and from
+   double, or float (exact for f32, bf16, and i32 below 2^24; kernels use it
+   only where it gives the same bits, see tj__flt_ok). */
 static void tj__load_n(const void *p, tj_dtype t, int64_t i0, int64_t stride, int64_t n, double *dst) {
     int64_t k;
     if (t == TJ_F32) {
@@ -1035,15 +1046,42 @@ static void tj__load_n(const void *p, tj_dtype t, int64_t i0, int64_t stride, in
         for (k = 0; k < n; k++) dst[k] = tj__ld(p, t, i0 + k * stride);
     }
 }
-static void tj__store_n(void *p, tj_dtype t, int64_t i0, int64_t n, const double *src) {
+static void tj__store_n(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_t n, const double *src) {
     int64_t k;
     if (t == TJ_F32) {
         float *d = (float *)p + i0;
-        for (k = 0; k < n; k++) d[k] = (float)src[k];
-    } else if (t == TJ_F64) {
+        if (stride == 1) for (k = 0; k < n; k++) d[k] = (float)src[k];
+        else for (k = 0; k < n; k++) d[k * stride] = (float)src[k];
+    } else if (t == TJ_F64 && stride == 1) {
         memcpy((double *)p + i0, src, (size_t)n * 8);
     } else {
-        for (k = 0; k < n; k++) tj__st(p, t, i0 + k, src[k]);
+        for (k = 0; k < n; k++) tj__st(p, t, i0 + k * stride, src[k]);
+    }
+}
+static void tj__load_nf(const void *p, tj_dtype t, int64_t i0, int64_t stride, int64_t n, float *dst) {
+    int64_t k;
+    if (t == TJ_F32) {
+        const float *s = (const float *)p + i0;
+        if (stride == 1) memcpy(dst, s, (size_t)n * 4);
+        else for (k = 0; k < n; k++) dst[k] = s[k * stride];
+    } else if (t == TJ_BF16) {
+        const uint16_t *s = (const uint16_t *)p + i0;
+        for (k = 0; k < n; k++) dst[k] = tj_bf16_to_f32(s[k * stride]);
+    } else {
+        for (k = 0; k < n; k++) dst[k] = (float)tj__ld(p, t, i0 + k * stride);
+    }
+}
+static void tj__store_nf(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_t n, const float *src) {
+    int64_t k;
+    if (t == TJ_F32) {
+        float *d = (float *)p + i0;
+        if (stride == 1) memcpy(d, src, (size_t)n * 4);
+        else for (k = 0; k < n; k++) d[k * stride] = src[k];
+    } else if (t == TJ_BF16) {
+        uint16_t *d = (uint16_t *)p + i0;
+        for (k = 0; k < n; k++) d[k * stride] = tj_f32_to_bf16(src[k]);
+    } else {
+        for (k = 0; k < n; k++) tj__st(p, t, i0 + k * stride, src[k]);
     }
 }
 
@@ -1245,7 +1283,8 @@ struct tj_array {
 
 static tj__type tj__local(const tj_ctx *c, const tj__type *t);
 static int tj__mesh_rank(const tj_ctx *c, int dev, unsigned m);
-static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt, int64_t dbase, const int64_t *dims);
+static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt, int64_t dbase, const int64_t *dims,
+                            int nthreads);
 /* One buffer per device: the device's shard (the whole array where it is
    replicated). */
 static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file, int line) {
@@ -1296,7 +1335,7 @@ static tj_status tj__array_upload(tj_array *a, const void *host) {
     if (c->backend && !(tmp = tj__malloc((size_t)a->local_bytes))) return TJ_ERR_OOM;
     for (d = 0; d < a->ndev; d++) {
         void *dst = tmp ? tmp : a->data[d];
-        tj__copy_region(host, &gt, tj__shard_base(c, &a->t, d), dst, &lt, 0, lt.dim);
+        tj__copy_region(host, &gt, tj__shard_base(c, &a->t, d), dst, &lt, 0, lt.dim, 1);
         if (tmp && tj__mem_copy(c, a->data[d], TJ_SPACE_DEVICE, tmp, TJ_SPACE_USER, a->local_bytes)) {
             TJ_FREE(tmp);
             tj__err(c, TJ_ERR_IO, NULL, 0, "copying an array to device %d failed", d);
@@ -1422,7 +1461,7 @@ TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
                 }
                 src = h;
             }
-            tj__copy_region(src, &lt, 0, dst, &gt, tj__shard_base(c, &a->t, d), lt.dim);
+            tj__copy_region(src, &lt, 0, dst, &gt, tj__shard_base(c, &a->t, d), lt.dim, 1);
         }
         TJ_FREE(h);
     }
@@ -3451,17 +3490,20 @@ typedef struct {
 
 /* The op table. Unary and binary elementwise ops are generated from the
    math tables in [5]; every other op is one line here plus one block in [5]
-   holding its builder (shape rule), CPU kernel, VJP rule and cost. */
+   holding its builder (shape rule), CPU kernel, VJP rule and cost. Unary
+   formulas evaluate in double; TJ__EXP and TJ__TANH are libm's, or, for
+   f32 and bf16 results, tj__fexp and tj__ftanh (see there). */
+#define TJ__GELU_U(a) (TJ__GELU_C * ((a) + 0.044715 * (a) * (a) * (a)))
 #define TJ__UNARY_OPS(X)                                                            \
     X(NEG, "neg", -a)                                                               \
-    X(EXP, "exp", exp(a))                                                           \
+    X(EXP, "exp", TJ__EXP(a))                                                       \
     X(LOG, "log", log(a))                                                           \
-    X(TANH, "tanh", tanh(a))                                                        \
+    X(TANH, "tanh", TJ__TANH(a))                                                    \
     X(SQRT, "sqrt", sqrt(a))                                                        \
     X(RSQRT, "rsqrt", 1.0 / sqrt(a))                                                \
     X(RELU, "relu", a > 0 ? a : 0.0)                                                \
-    X(GELU, "gelu", 0.5 * a * (1.0 + tanh(TJ__GELU_C * (a + 0.044715 * a * a * a)))) \
-    X(GELU_D, "gelu_grad", tj__gelu_d(a))                                           \
+    X(GELU, "gelu", 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))))                      \
+    X(GELU_D, "gelu_grad", tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))))                  \
     X(POWS, "pows", pow(a, s))                                                      \
     X(CAST, "cast", a)
 #define TJ__BINARY_OPS(X)            \
@@ -3484,7 +3526,7 @@ typedef struct {
     X(ARANGE, "arange", TJ__SOURCE | TJ__NODIFF, tj__k_arange, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                      \
     X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                    \
     X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                      \
-    X(SELECT, "select", 0, tj__k_binary, tj__vjp_select, tj__flops_out, 0, TJ__SH_EW)                                              \
+    X(SELECT, "select", 0, tj__k_ew, tj__vjp_select, tj__flops_out, 0, TJ__SH_EW)                                              \
     X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0, TJ__SH_REDUCE)                                                        \
     X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0, TJ__SH_WHOLE)                                               \
     X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch, TJ__SH_DOT)                                            \
@@ -3497,10 +3539,13 @@ typedef struct {
     X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0, TJ__SH_SCATTER)                                      \
     X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0, TJ__SH_EW)                                              \
     X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0, TJ__SH_WHOLE)                                        \
-    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, tj__row_scratch, TJ__SH_WHOLE)                              \
-    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, tj__row_scratch, TJ__SH_WHOLE)                  \
-    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, tj__row_scratch, TJ__SH_WHOLE)                     \
-    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_cross_entropy, tj__vjp_cross_entropy, tj__flops_row, tj__row_scratch, TJ__SH_WHOLE)    \
+    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, 0, TJ__SH_WHOLE)                                            \
+    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, 0, TJ__SH_WHOLE)                                \
+    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, 0, TJ__SH_WHOLE)                                   \
+    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, TJ__SH_WHOLE)                          \
+    X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, TJ__SH_WHOLE)                                 \
+    X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, TJ__SH_WHOLE)                           \
+    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, TJ__SH_WHOLE)                     \
     X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_EW)                          \
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                \
     X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                      \
@@ -4434,15 +4479,20 @@ TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_
 #define TJ__GELU_C 0.7978845608028654 /* sqrt(2/pi) */
 #define TJ__CHUNK 256
 
-static double tj__gelu_d(double a) {
-    double u = TJ__GELU_C * (a + 0.044715 * a * a * a), t = tanh(u);
-    return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a);
-}
+/* gelu'(a), given t = tanh(TJ__GELU_U(a)) */
+/* inlined into every chunk loop that uses it (a call stops vectorisation) */
+#if defined(__GNUC__)
+#define TJ__INLINE __attribute__((always_inline)) inline
+#else
+#define TJ__INLINE inline
+#endif
+static TJ__INLINE double tj__gelu_d(double a, double t) { return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a); }
 
 /* ---- shared iteration: strided copies and elementwise loops ----
    A view of an operand is (buffer, dtype, base offset, stride per output
    axis); broadcast axes have stride 0, so one loop serves broadcasting,
-   transposes, slices and pads. */
+   transposes, slices and pads. The loop walks the output in chunks of its
+   last axis; the device's threads take slices of its first axis. */
 static void tj__bstrides(const tj__type *it, const tj__type *ot, int64_t *st) {
     int64_t s[TJ_MAXDIM];
     int i, k;
@@ -4459,69 +4509,300 @@ typedef struct {
     int64_t st[TJ_MAXDIM];
 } tj__opnd;
 
-/* Walk the output (dims[rank], row-major, contiguous from out_base) in rows
-   of the last axis; for each chunk, load operands into doubles, combine with
-   fn, store. fn == NULL copies operand 0. */
-typedef void (*tj__ew_fn)(int op, double s, double *const *in, double *out, int64_t n);
-static void tj__ew_loop(int op, double s, int nin, const tj__opnd *x, void *out, tj_dtype odt, int64_t obase, const int64_t *ostride,
-                        const int64_t *dims, int rank, tj__ew_fn fn) {
+/* run fn(arg, part, nparts) for each part on the thread pool of [11],
+   part 0 on the calling thread */
+static void tj__parallel(int nparts, void (*fn)(const void *arg, int part, int nparts), const void *arg);
+/* how many threads a loop over n elements gets: waking a worker costs
+   ~10 us, so each gets at least TJ__PAR_MIN elements */
+#define TJ__PAR_MIN 32768
+static int tj__nparts(int64_t n, int nthreads) {
+    int64_t p = n / TJ__PAR_MIN;
+    return p < 1 ? 1 : p < nthreads ? (int)p : nthreads;
+}
+
+/* Chunks compute in double, or in float when every value is f32 or bf16
+   (or a compare's 0/1, or an i32 read only as a select mask or cast input).
+   Float gives the same bits: + - * / rounded once to f32 equal the double
+   result rounded to f32 (53 >= 2*24 + 2 bits, so the double rounding is
+   innocuous), compares and selects are exact, and unary ops still evaluate
+   in double (tj__math). It halves the memory a chunk touches and doubles
+   the vector width. */
+static int tj__flt_ok(int op, tj_dtype odt, int nin, const tj_dtype *idt) {
+    int j, cmp = op >= TJ__OP_LT && op <= TJ__OP_NE;
+    if (odt != TJ_F32 && odt != TJ_BF16 && !(cmp && odt == TJ_I32)) return 0;
+    for (j = 0; j < nin; j++)
+        if (idt[j] != TJ_F32 && idt[j] != TJ_BF16 && !(idt[j] == TJ_I32 && (op == TJ__OP_CAST || (op == TJ__OP_SELECT && j == 0)))) return 0;
+    return 1;
+}
+/* The chunk math below is compiled without floating-point contraction (so
+   every build and every vector width gives the same bits) and, for gcc,
+   without -ftrapping-math, under which gcc keeps a select of a constant (the
+   clamps in tj__fexp_q) as a branch, and a branch stops a loop from
+   vectorising. Nothing here relies on floating-point traps. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+#endif
+/* exp and tanh for results stored as f32 or bf16: double arithmetic with
+   relative error below 1e-14, and no calls or branches, so chunk loops
+   vectorise (libm's are calls). Rounded to f32 they give libm's bits except
+   where the exact value lies within 1e-14 of an f32 rounding boundary, and
+   there they are one ulp off. */
+static TJ__INLINE double tj__fexp_q(double x, double *s) {
+    /* e^x = s (1 + q): s = 2^n, n = round(x / ln 2), q = e^r - 1 for
+       r = x - n ln 2, |r| <= ln 2 / 2, by Taylor to r^12 */
+    double t, n, r, q;
+    uint64_t b;
+    x = x < -708.0 ? -708.0 : x; /* exp(-708) and exp(709) round to f32 0 and inf */
+    x = x > 709.0 ? 709.0 : x;
+    t = x * 1.4426950408889634 + 6755399441055744.0; /* + 1.5 * 2^52: n lands in the low bits */
+    n = t - 6755399441055744.0;
+    r = x - n * 6.93147180369123816490e-01 - n * 1.90821492927058770002e-10; /* ln 2 in two parts: n * hi is exact */
+    q = 1.0 / 479001600;
+    q = q * r + 1.0 / 39916800;
+    q = q * r + 1.0 / 3628800;
+    q = q * r + 1.0 / 362880;
+    q = q * r + 1.0 / 40320;
+    q = q * r + 1.0 / 5040;
+    q = q * r + 1.0 / 720;
+    q = q * r + 1.0 / 120;
+    q = q * r + 1.0 / 24;
+    q = q * r + 1.0 / 6;
+    q = q * r + 0.5;
+    q = q * r + 1.0;
+    q = q * r;
+    memcpy(&b, &t, 8);
+    b = (b - 0x4338000000000000ull + 1023) << 52;
+    memcpy(s, &b, 8);
+    return q;
+}
+static TJ__INLINE double tj__fexp(double x) {
+    double s, q = tj__fexp_q(x, &s);
+    return (q + 1.0) * s;
+}
+static TJ__INLINE double tj__ftanh(double x) {
+    /* e / (e + 2) for e = e^2|x| - 1 = s q + (s - 1): no cancellation near 0,
+       one rounding near 1 */
+    double s, q = tj__fexp_q(2.0 * fabs(x), &s), e = s * q + (s - 1.0);
+    return copysign(e / (e + 2.0), x);
+}
+/* One chunk of an elementwise op (TJ__UNARY_OPS, TJ__BINARY_OPS, select)
+   in the compute type `real`; unary ops evaluate in double. */
+#define TJ__MATH_U(op_, nm, expr)     \
+    case TJ__OP_##op_:                \
+        for (j = 0; j < n; j++) {     \
+            double a = A[j];          \
+            out[j] = (real)(expr);    \
+        }                             \
+        break;
+#define TJ__MATH_B(op_, nm, expr)       \
+    case TJ__OP_##op_:                  \
+        for (j = 0; j < n; j++) {       \
+            real a = A[j], b = B[j];    \
+            out[j] = (real)(expr);      \
+        }                               \
+        break;
+#define TJ__MATH(name, T, attr)                                                     \
+    attr static void name(int op, double s, const T *const *in, T *out, int64_t n) { \
+        typedef T real;                                                             \
+        const real *A = in[0], *B = in[1], *C = in[2];                              \
+        int64_t j;                                                                  \
+        (void)s;                                                                    \
+        switch (op) {                                                               \
+            TJ__UNARY_OPS(TJ__MATH_U)                                               \
+            TJ__BINARY_OPS(TJ__MATH_B)                                              \
+        case TJ__OP_SELECT:                                                         \
+            for (j = 0; j < n; j++) out[j] = A[j] != 0 ? B[j] : C[j];               \
+            break;                                                                  \
+        default: break;                                                             \
+        }                                                                           \
+    }
+/* a[j] = exp(a[j] - sub) for results stored as f32 or bf16 */
+#define TJ__EXP_N(name, attr) \
+    attr static void name(double *a, int64_t m, double sub) { \
+        int64_t j;                                            \
+        for (j = 0; j < m; j++) a[j] = tj__fexp(a[j] - sub);  \
+    }
+#define TJ__EXP exp
+#define TJ__TANH tanh
+TJ__MATH(tj__math_d, double, )
+#undef TJ__EXP
+#undef TJ__TANH
+#define TJ__EXP tj__fexp
+#define TJ__TANH tj__ftanh
+TJ__MATH(tj__math_f, float, )
+TJ__EXP_N(tj__fexp_n, )
+#if TJ__X86 /* the same code, 8 doubles or 16 floats wide */
+TJ__MATH(tj__math_f512, float, __attribute__((target("avx512f"))))
+TJ__EXP_N(tj__fexp_n512, __attribute__((target("avx512f"))))
+/* libm's sqrt may set errno, so compilers keep it scalar */
+__attribute__((target("avx512f"))) static void tj__sqrt_f512(const float *a, float *out, int64_t n) {
+    int64_t j;
+    for (j = 0; j + 16 <= n; j += 16) { /* the full-mask form keeps g++ 12 -Wall quiet (see TJ__UNPLO) */
+        __m512 x = _mm512_loadu_ps(a + j);
+        _mm512_storeu_ps(out + j, _mm512_mask_sqrt_ps(x, (__mmask16)0xFFFF, x));
+    }
+    for (; j < n; j++) out[j] = (float)sqrt(a[j]);
+}
+#endif
+#undef TJ__EXP
+#undef TJ__TANH
+#undef TJ__MATH
+#undef TJ__MATH_U
+#undef TJ__MATH_B
+#undef TJ__EXP_N
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#elif defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#endif
+static void tj__math(int flt, int op, double s, const void *const *in, void *out, int64_t n) {
+    if (!flt) {
+        tj__math_d(op, s, (const double *const *)in, (double *)out, n);
+        return;
+    }
+#if TJ__X86
+    if (__builtin_cpu_supports("avx512f")) {
+        if (op == TJ__OP_SQRT) tj__sqrt_f512(*(const float *const *)in, (float *)out, n);
+        else tj__math_f512(op, s, (const float *const *)in, (float *)out, n);
+        return;
+    }
+#endif
+    tj__math_f(op, s, (const float *const *)in, (float *)out, n);
+}
+/* a[j] = exp(a[j] - sub); results stored as f32 or bf16 take tj__fexp */
+static void tj__exp_n(int fast, double *a, int64_t m, double sub) {
+    int64_t j;
+    if (!fast) {
+        for (j = 0; j < m; j++) a[j] = exp(a[j] - sub);
+        return;
+    }
+#if TJ__X86
+    if (__builtin_cpu_supports("avx512f")) {
+        tj__fexp_n512(a, m, sub);
+        return;
+    }
+#endif
+    tj__fexp_n(a, m, sub);
+}
+/* m elements of a view from offset `at` with stride st, in the compute
+   type: converted into buf, or read in place when already contiguous f32 */
+static const void *tj__chunk(int flt, const void *p, tj_dtype dt, int64_t at, int64_t st, int64_t m, double *buf) {
+    if (flt && dt == TJ_F32 && st == 1) return (const float *)p + at;
+    if (flt) tj__load_nf(p, dt, at, st, m, (float *)buf);
+    else tj__load_n(p, dt, at, st, m, buf);
+    return buf;
+}
+static void tj__unchunk(int flt, void *p, tj_dtype dt, int64_t at, int64_t st, int64_t m, const void *v) {
+    if (flt) tj__store_nf(p, dt, at, st, m, (const float *)v);
+    else tj__store_n(p, dt, at, st, m, (const double *)v);
+}
+
+/* out (dims, strides ost, from obase) <- op of the operand views, or a
+   copy of operand 0 (op < 0) */
+typedef struct {
+    int op, nin, rank, flt;
+    double s;
+    tj__opnd x[3];
+    void *out;
+    tj_dtype odt;
+    int64_t obase, ost[TJ_MAXDIM], dims[TJ_MAXDIM];
+} tj__ew;
+/* the slice [lo, hi) of the first axis */
+static void tj__ew_rows(const tj__ew *e, int64_t lo, int64_t hi) {
     double buf[3][TJ__CHUNK], res[TJ__CHUNK];
-    double *ins[3] = {buf[0], buf[1], buf[2]};
-    int64_t idx[TJ_MAXDIM] = {0}, off[3], oo = obase, inner = rank ? dims[rank - 1] : 1, outer = 1, o, c0, m;
-    int i, d;
-    for (d = 0; d + 1 < rank; d++) outer *= dims[d];
-    for (d = 0; d < rank; d++)
-        if (dims[d] == 0) return;
-    for (i = 0; i < nin; i++) off[i] = x[i].base;
+    const void *ins[3];
+    int64_t idx[TJ_MAXDIM] = {0}, dims[TJ_MAXDIM], off[3], oo, outer = 1, inner, o, c0, m;
+    int i, d, r = e->rank;
+    int64_t osl = e->ost[r - 1];
+    memcpy(dims, e->dims, sizeof dims);
+    dims[0] = hi - lo;
+    for (d = 0; d < r; d++) outer *= dims[d];
+    if (outer == 0) return;
+    inner = dims[r - 1];
+    outer /= inner;
+    for (i = 0; i < e->nin; i++) off[i] = e->x[i].base + lo * e->x[i].st[0];
+    oo = e->obase + lo * e->ost[0];
     for (o = 0; o < outer; o++) {
         for (c0 = 0; c0 < inner; c0 += m) {
+            void *dst = res;
             m = inner - c0 < TJ__CHUNK ? inner - c0 : TJ__CHUNK;
-            for (i = 0; i < nin; i++) {
-                int64_t sl = rank ? x[i].st[rank - 1] : 0;
-                tj__load_n(x[i].p, x[i].dt, off[i] + c0 * sl, sl, m, buf[i]);
+            for (i = 0; i < e->nin; i++) {
+                int64_t sl = e->x[i].st[r - 1];
+                ins[i] = tj__chunk(e->flt, e->x[i].p, e->x[i].dt, off[i] + c0 * sl, sl, m, buf[i]);
             }
-            if (fn) fn(op, s, ins, res, m);
-            else memcpy(res, buf[0], sizeof(double) * (size_t)m);
-            if (!ostride || !rank || ostride[rank - 1] == 1) tj__store_n(out, odt, oo + c0, m, res);
-            else {
-                int64_t j;
-                for (j = 0; j < m; j++) tj__st(out, odt, oo + (c0 + j) * ostride[rank - 1], res[j]);
+            if (e->op < 0) {
+                tj__unchunk(e->flt, e->out, e->odt, oo + c0 * osl, osl, m, ins[0]);
+                continue;
             }
+            if (e->flt && e->odt == TJ_F32 && osl == 1) dst = (float *)e->out + oo + c0; /* straight into the output */
+            tj__math(e->flt, e->op, e->s, ins, dst, m);
+            if (dst == res) tj__unchunk(e->flt, e->out, e->odt, oo + c0 * osl, osl, m, res);
         }
-        for (d = rank - 2; d >= 0; d--) {
+        for (d = r - 2; d >= 0; d--) {
             idx[d]++;
-            for (i = 0; i < nin; i++) off[i] += x[i].st[d];
-            oo += ostride ? ostride[d] : 0;
+            for (i = 0; i < e->nin; i++) off[i] += e->x[i].st[d];
+            oo += e->ost[d];
             if (idx[d] < dims[d]) break;
-            for (i = 0; i < nin; i++) off[i] -= x[i].st[d] * dims[d];
-            oo -= ostride ? ostride[d] * dims[d] : 0;
+            for (i = 0; i < e->nin; i++) off[i] -= e->x[i].st[d] * dims[d];
+            oo -= e->ost[d] * dims[d];
             idx[d] = 0;
         }
-        if (!ostride) oo = (o + 1) * inner + obase;
     }
 }
-/* out (type ot, contiguous) <- elementwise fn of inputs broadcast by name */
-static void tj__ew_kernel_fn(tj__kern *k, tj__ew_fn fn) {
-    tj__opnd x[3];
+static void tj__ew_part(const void *arg, int part, int nparts) {
+    const tj__ew *e = (const tj__ew *)arg;
+    tj__ew_rows(e, e->dims[0] * part / nparts, e->dims[0] * (part + 1) / nparts);
+}
+static void tj__ew_run(tj__ew *e, int nthreads) {
+    int64_t n = 1;
+    int i, d, np;
+    if (e->rank == 0) { /* a scalar: one element along one axis */
+        e->rank = 1;
+        e->dims[0] = 1;
+        e->ost[0] = 1;
+        for (i = 0; i < e->nin; i++) e->x[i].st[0] = 0;
+    }
+    for (d = 0; d < e->rank; d++) n *= e->dims[d];
+    np = tj__nparts(n, nthreads);
+    tj__parallel(np < e->dims[0] ? np : (int)e->dims[0], tj__ew_part, e);
+}
+/* out (type ot, contiguous) <- elementwise op of the inputs broadcast by
+   name; op < 0 copies input 0 */
+static void tj__ew_kernel(tj__kern *k, int op) {
+    tj__ew e;
+    tj_dtype idt[3];
     int i, j, flat = 1;
-    int64_t n = tj__numel(&k->ot);
-    for (i = 0; i < k->nin && i < 3; i++) {
-        x[i].p = k->in[i];
-        x[i].dt = k->it[i]->dt;
-        x[i].base = 0;
-        tj__bstrides(k->it[i], &k->ot, x[i].st);
+    memset(&e, 0, sizeof e);
+    e.op = op;
+    e.s = k->n->a.s;
+    e.nin = k->nin < 3 ? k->nin : 3;
+    e.out = k->out;
+    e.odt = k->ot.dt;
+    e.rank = k->ot.rank;
+    memcpy(e.dims, k->ot.dim, sizeof e.dims);
+    tj__strides(&k->ot, e.ost);
+    for (i = 0; i < e.nin; i++) {
+        e.x[i].p = k->in[i];
+        e.x[i].dt = idt[i] = k->it[i]->dt;
+        tj__bstrides(k->it[i], &k->ot, e.x[i].st);
         /* the common case: every operand laid out like the output, or a
            scalar; then the whole array is one long row */
         if (k->it[i]->rank && k->it[i]->rank != k->ot.rank) flat = 0;
         for (j = 0; flat && k->it[i]->rank && j < k->ot.rank; j++) flat = k->it[i]->ax[j] == k->ot.ax[j];
     }
-    if (flat && k->ot.rank > 1) {
-        for (i = 0; i < k->nin && i < 3; i++) x[i].st[0] = k->it[i]->rank ? 1 : 0;
-        tj__ew_loop(k->n->op, k->n->a.s, k->nin, x, k->out, k->ot.dt, 0, NULL, &n, 1, fn);
-        return;
+    if (flat && e.rank > 1) {
+        e.dims[0] = tj__numel(&k->ot);
+        e.ost[0] = 1;
+        e.rank = 1;
+        for (i = 0; i < e.nin; i++) e.x[i].st[0] = k->it[i]->rank ? 1 : 0;
     }
-    tj__ew_loop(k->n->op, k->n->a.s, k->nin, x, k->out, k->ot.dt, 0, NULL, k->ot.dim, k->ot.rank, fn);
+    e.flt = tj__flt_ok(op < 0 ? TJ__OP_CAST : op, e.odt, e.nin, idt);
+    tj__ew_run(&e, k->nthreads);
 }
+static void tj__k_ew(tj__kern *k) { tj__ew_kernel(k, k->n->op); }
 static double tj__flops_out(const tj_node *n) { return (double)tj__numel(&n->t); }
 static double tj__flops_in(const tj_node *n) { return (double)tj__numel(&n->in[0]->t); }
 static double tj__flops_zero(const tj_node *n) { (void)n; return 0; }
@@ -4564,25 +4845,7 @@ static tj_v tj__fit2(const char *f, int l, tj_v v, const tj__type *t, int keep_p
     return v;
 }
 
-/* ---- unary elementwise (TJ__UNARY_OPS) ---- */
-static void tj__unary_math(int op, double s, double *const *in, double *out, int64_t n) {
-    const double *A = in[0];
-    int64_t j;
-    (void)s;
-    switch (op) {
-#define TJ__U(op_, nm, expr)          \
-    case TJ__OP_##op_:                \
-        for (j = 0; j < n; j++) {     \
-            double a = A[j];          \
-            out[j] = (expr);          \
-        }                             \
-        break;
-        TJ__UNARY_OPS(TJ__U)
-#undef TJ__U
-    default: memcpy(out, A, sizeof(double) * (size_t)n);
-    }
-}
-static void tj__k_unary(tj__kern *k) { tj__ew_kernel_fn(k, tj__unary_math); }
+/* ---- unary elementwise (TJ__UNARY_OPS; chunk math: tj__math) ---- */
 static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double s) {
     tj__type t;
     tj_node *n;
@@ -4657,27 +4920,6 @@ static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
 }
 
 /* ---- binary elementwise (TJ__BINARY_OPS), broadcasting by name ---- */
-static void tj__binary_math(int op, double s, double *const *in, double *out, int64_t n) {
-    const double *A = in[0], *B = in[1];
-    int64_t j;
-    (void)s;
-    switch (op) {
-#define TJ__B(op_, nm, expr)              \
-    case TJ__OP_##op_:                    \
-        for (j = 0; j < n; j++) {         \
-            double a = A[j], b = B[j];    \
-            out[j] = (expr);              \
-        }                                 \
-        break;
-        TJ__BINARY_OPS(TJ__B)
-#undef TJ__B
-    case TJ__OP_SELECT:
-        for (j = 0; j < n; j++) out[j] = A[j] != 0 ? B[j] : in[2][j];
-        break;
-    default: break;
-    }
-}
-static void tj__k_binary(tj__kern *k) { tj__ew_kernel_fn(k, tj__binary_math); }
 /* The broadcast type of a and b: a's axes then b's axes a lacks; shared
    names must have equal sizes. */
 /* The graph an op on these values belongs to: the innermost of their
@@ -4916,10 +5158,12 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
 }
 
 /* ---- reductions: sum, max over named axes ---- */
+static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t);
 static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
     tj__type t;
     tj_node *n;
     int i, j, keep;
+    int64_t size = 1;
     if (!x) return NULL;
     if (nr == 0) return x;
     t = x->t;
@@ -4931,8 +5175,9 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
         if (keep) {
             t.ax[t.rank] = x->t.ax[i];
             t.dim[t.rank++] = x->t.dim[i];
-        }
+        } else size *= x->t.dim[i];
     }
+    if (size == 1) return tj__reshape(f, l, x, &t); /* axes of size 1: same elements, a view */
     {
         tj__attr pa;
         memset(&pa, 0, sizeof pa);
@@ -4981,73 +5226,145 @@ TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
     return tj_muls_at(f, l, tj__sum_ids(f, l, x, ids, n), 1.0 / cnt);
 }
 /* For each output element, loop over the reduced axes (innermost reduced
-   axis in chunks); accumulate in double. */
+   axis in chunks). Sums accumulate in double, in 8 interleaved lanes so the
+   adds vectorise. The threads split the outputs, or, for one output, a
+   fixed number of blocks of it whose partial sums add in order: results
+   depend on the shapes only, never on the thread count. */
+typedef struct {
+    const void *p;
+    tj_dtype dt;
+    int nr, ismax;
+    int64_t rd[TJ_MAXDIM], rs[TJ_MAXDIM], od[TJ_MAXDIM], os[TJ_MAXDIM];
+    int64_t on, rn, inner, nblk;
+    int no, lead;   /* lead: the kept axes are the trailing ones */
+    void *out;
+    tj_dtype odt;
+    double *part;   /* nblk > 1: each block's result */
+} tj__red;
+static void tj__lanes(const double *v, int64_t m, double *lane) {
+    int64_t j;
+    int l;
+    for (j = 0; j + 8 <= m; j += 8)
+        for (l = 0; l < 8; l++) lane[l] += v[j + l];
+    for (l = 0; j < m; j++, l++) lane[l] += v[j];
+}
+static double tj__fold(int ismax, double acc, double v) { return ismax ? (v > acc || v != v ? v : acc) : acc + v; }
+/* the output whose first input element is at ob, over reduced rows [r0, r1) */
+static double tj__red_one(const tj__red *e, int64_t ob, int64_t r0, int64_t r1) {
+    double buf[TJ__CHUNK], lane[8] = {0}, acc = e->ismax ? -INFINITY : 0.0;
+    int64_t ri[TJ_MAXDIM], rb = 0, r, c0, m, q = r0, sl = e->nr ? e->rs[e->nr - 1] : 0;
+    int i, j;
+    for (i = e->nr - 2; i >= 0; i--) {
+        ri[i] = q % e->rd[i];
+        q /= e->rd[i];
+        rb += ri[i] * e->rs[i];
+    }
+    for (r = r0; r < r1; r++) {
+        for (c0 = 0; c0 < e->inner; c0 += m) {
+            m = e->inner - c0 < TJ__CHUNK ? e->inner - c0 : TJ__CHUNK;
+            tj__load_n(e->p, e->dt, ob + rb + c0 * sl, sl, m, buf);
+            if (e->ismax) for (j = 0; j < m; j++) acc = tj__fold(1, acc, buf[j]);
+            else tj__lanes(buf, m, lane);
+        }
+        for (i = e->nr - 2; i >= 0; i--) {
+            ri[i]++;
+            rb += e->rs[i];
+            if (ri[i] < e->rd[i]) break;
+            rb -= e->rs[i] * e->rd[i];
+            ri[i] = 0;
+        }
+    }
+    return e->ismax ? acc : ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+static void tj__red_part(const void *arg, int part, int nparts) {
+    const tj__red *e = (const tj__red *)arg;
+    double buf[TJ__CHUNK], acc[TJ__CHUNK];
+    int64_t o, o0, o1, r, c0, m, j, ob = 0, oi[TJ_MAXDIM];
+    int i;
+    if (e->lead) { /* a block of kept columns; each sums its rows in order */
+        int64_t lo = e->on * part / nparts, hi = e->on * (part + 1) / nparts;
+        for (c0 = lo; c0 < hi; c0 += m) {
+            m = hi - c0 < TJ__CHUNK ? hi - c0 : TJ__CHUNK;
+            for (j = 0; j < m; j++) acc[j] = 0;
+            for (r = 0; r < e->rn * e->inner; r++) {
+                tj__load_n(e->p, e->dt, r * e->on + c0, 1, m, buf);
+                for (j = 0; j < m; j++) acc[j] += buf[j];
+            }
+            tj__store_n(e->out, e->odt, c0, 1, m, acc);
+        }
+        return;
+    }
+    if (e->nblk > 1) {
+        for (o = e->nblk * part / nparts; o < e->nblk * (part + 1) / nparts; o++) e->part[o] = tj__red_one(e, 0, e->rn * o / e->nblk, e->rn * (o + 1) / e->nblk);
+        return;
+    }
+    o0 = e->on * part / nparts;
+    o1 = e->on * (part + 1) / nparts;
+    for (i = e->no - 1, o = o0; i >= 0; i--) { /* the index and input offset of output o0 */
+        oi[i] = o % e->od[i];
+        ob += oi[i] * e->os[i];
+        o /= e->od[i];
+    }
+    for (o = o0; o < o1; o++) {
+        tj__st(e->out, e->odt, o, tj__red_one(e, ob, 0, e->rn));
+        for (i = e->no - 1; i >= 0; i--) {
+            oi[i]++;
+            ob += e->os[i];
+            if (oi[i] < e->od[i]) break;
+            ob -= e->os[i] * e->od[i];
+            oi[i] = 0;
+        }
+    }
+}
 static void tj__k_reduce(tj__kern *k) {
     const tj__type *it = k->it[0];
-    int64_t ist[TJ_MAXDIM], rd[TJ_MAXDIM], rs[TJ_MAXDIM], od[TJ_MAXDIM], os[TJ_MAXDIM];
-    int nr = 0, no = 0, i, j, red, ismax = k->n->op == TJ__OP_MAXR;
-    int64_t on = tj__numel(&k->ot), o, oi[TJ_MAXDIM] = {0}, ob = 0, rn = 1, inner, r;
-    double buf[TJ__CHUNK];
+    tj__red e;
+    int64_t ist[TJ_MAXDIM], total = tj__numel(it);
+    double part[64];
+    int i, j, red;
+    memset(&e, 0, sizeof e);
+    e.p = k->in[0];
+    e.dt = it->dt;
+    e.out = k->out;
+    e.odt = k->ot.dt;
+    e.ismax = k->n->op == TJ__OP_MAXR;
+    e.on = tj__numel(&k->ot);
+    e.part = part;
     tj__strides(it, ist);
     for (i = 0; i < it->rank; i++) {
         red = 0;
         for (j = 0; j < k->n->a.naxes; j++)
             if (k->n->a.axes[j] == it->ax[i]) red = 1;
-        if (red) { rd[nr] = it->dim[i]; rs[nr++] = ist[i]; }
-        else { od[no] = it->dim[i]; os[no++] = ist[i]; }
+        if (red) { e.rd[e.nr] = it->dim[i]; e.rs[e.nr++] = ist[i]; }
+        else { e.od[e.no] = it->dim[i]; e.os[e.no++] = ist[i]; }
     }
-    {   /* fast path: the kept axes are the trailing (contiguous) ones, e.g. a
-           bias gradient summed over (batch, pos): accumulate whole rows */
-        int lead = 1;
-        for (i = 0; i < no && lead; i++) lead = os[i] == (no - 1 - i == 0 ? 1 : os[i]);
-        for (i = 0; i < it->rank && lead; i++) {
-            int kept = tj__axis_index(&k->ot, it->ax[i]) >= 0;
-            if (kept && i < it->rank - no) lead = 0;
-        }
-        if (lead && nr > 0 && no > 0 && !ismax) {
-            int64_t K = on, R = tj__numel(it) / (on ? on : 1), r0, c0b, m2, jj;
-            double acc2[TJ__CHUNK];
-            for (c0b = 0; c0b < K; c0b += m2) {
-                m2 = K - c0b < TJ__CHUNK ? K - c0b : TJ__CHUNK;
-                for (jj = 0; jj < m2; jj++) acc2[jj] = 0;
-                for (r0 = 0; r0 < R; r0++) {
-                    tj__load_n(k->in[0], it->dt, r0 * K + c0b, 1, m2, buf);
-                    for (jj = 0; jj < m2; jj++) acc2[jj] += buf[jj];
-                }
-                tj__store_n(k->out, k->ot.dt, c0b, m2, acc2);
-            }
-            return;
-        }
+    e.rn = 1;
+    for (i = 0; i + 1 < e.nr; i++) e.rn *= e.rd[i];
+    e.inner = e.nr ? e.rd[e.nr - 1] : 1;
+    if (total == 0) { /* nothing to reduce: zeros (sum), -inf (max) */
+        for (i = 0; i < e.on; i++) tj__st(e.out, e.odt, i, e.ismax ? -INFINITY : 0.0);
+        return;
     }
-    for (i = 0; i + 1 < nr; i++) rn *= rd[i];
-    inner = nr ? rd[nr - 1] : 1;
-    for (o = 0; o < on; o++) {
-        double acc = ismax ? -INFINITY : 0.0;
-        int64_t ri[TJ_MAXDIM] = {0}, rb = 0, c0, m;
-        for (r = 0; r < rn; r++) {
-            for (c0 = 0; c0 < inner; c0 += m) {
-                m = inner - c0 < TJ__CHUNK ? inner - c0 : TJ__CHUNK;
-                tj__load_n(k->in[0], it->dt, ob + rb + c0 * (nr ? rs[nr - 1] : 0), nr ? rs[nr - 1] : 0, m, buf);
-                if (ismax) { for (j = 0; j < m; j++) if (buf[j] > acc || buf[j] != buf[j]) acc = buf[j]; }
-                else for (j = 0; j < m; j++) acc += buf[j];
-            }
-            for (i = nr - 2; i >= 0; i--) {
-                ri[i]++;
-                rb += rs[i];
-                if (ri[i] < rd[i]) break;
-                rb -= rs[i] * rd[i];
-                ri[i] = 0;
-            }
-        }
-        tj__st(k->out, k->ot.dt, o, acc);
-        for (i = no - 1; i >= 0; i--) {
-            oi[i]++;
-            ob += os[i];
-            if (oi[i] < od[i]) break;
-            ob -= os[i] * od[i];
-            oi[i] = 0;
-        }
+    /* e.g. a bias gradient summed over (batch, pos): whole rows accumulate */
+    e.lead = e.nr > 0 && e.no > 0 && !e.ismax;
+    for (i = 0; i < e.no && e.lead; i++) e.lead = tj__axis_index(&k->ot, it->ax[it->rank - e.no + i]) >= 0;
+    if (e.lead) {
+        tj__parallel(tj__nparts(total, k->nthreads) < e.on ? tj__nparts(total, k->nthreads) : (int)e.on, tj__red_part, &e);
+        return;
     }
+    if (e.on == 1) {
+        e.nblk = total / TJ__PAR_MIN;
+        if (e.nblk > 64) e.nblk = 64;
+        if (e.nblk > e.rn) e.nblk = e.rn;
+    }
+    if (e.nblk > 1) {
+        double acc = e.ismax ? -INFINITY : 0.0;
+        tj__parallel(k->nthreads < e.nblk ? k->nthreads : (int)e.nblk, tj__red_part, &e);
+        for (i = 0; i < e.nblk; i++) acc = tj__fold(e.ismax, acc, part[i]);
+        tj__st(e.out, e.odt, 0, acc);
+        return;
+    }
+    tj__parallel(tj__nparts(total, k->nthreads) < e.on ? tj__nparts(total, k->nthreads) : (int)e.on, tj__red_part, &e);
 }
 static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj__relayout(F, L, g, &n->in[0]->t); /* broadcast back */
@@ -5089,7 +5406,7 @@ static void tj__k_copy(tj__kern *k) {
             return;
         }
     }
-    tj__ew_kernel_fn(k, NULL);
+    tj__ew_kernel(k, -1);
 }
 static tj_status tj__vjp_id(tj_node *n, tj_v g, tj_v *gin) {
     (void)n;
@@ -5219,15 +5536,24 @@ TJDEF tj_v tj_merge_at(const char *f, int l, tj_v x, const char *axes, const cha
 }
 
 /* ---- slice, pad, concat along one axis ---- */
-static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt, int64_t dbase, const int64_t *dims) {
-    tj__opnd x;
-    int64_t dstr[TJ_MAXDIM];
-    x.p = src;
-    x.dt = st->dt;
-    x.base = sbase;
-    tj__strides(st, x.st);
-    tj__strides(dt, dstr);
-    tj__ew_loop(0, 0, 1, &x, dst, dt->dt, dbase, dstr, dims, dt->rank, NULL);
+static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt, int64_t dbase, const int64_t *dims,
+                            int nthreads) {
+    tj__ew e;
+    memset(&e, 0, sizeof e);
+    e.op = -1;
+    e.nin = 1;
+    e.x[0].p = src;
+    e.x[0].dt = st->dt;
+    e.x[0].base = sbase;
+    tj__strides(st, e.x[0].st);
+    e.out = dst;
+    e.odt = dt->dt;
+    e.obase = dbase;
+    tj__strides(dt, e.ost);
+    e.rank = dt->rank;
+    memcpy(e.dims, dims, sizeof(int64_t) * (size_t)dt->rank);
+    e.flt = tj__flt_ok(TJ__OP_CAST, dt->dt, 1, &st->dt);
+    tj__ew_run(&e, nthreads);
 }
 TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t start, int64_t stop) {
     int a, k;
@@ -5256,7 +5582,7 @@ static void tj__k_slice(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
     int ax = tj__axis_index(k->it[0], k->n->a.axis);
     tj__strides(k->it[0], st);
-    tj__copy_region(k->in[0], k->it[0], k->n->a.start * st[ax], k->out, &k->ot, 0, k->ot.dim);
+    tj__copy_region(k->in[0], k->it[0], k->n->a.start * st[ax], k->out, &k->ot, 0, k->ot.dim, k->nthreads);
 }
 static tj_status tj__vjp_slice(tj_node *n, tj_v g, tj_v *gin) {
     int k = tj__axis_index(&n->in[0]->t, n->a.axis);
@@ -5290,7 +5616,7 @@ static void tj__k_pad(tj__kern *k) {
     int ax = tj__axis_index(&k->ot, k->n->a.axis);
     tj__k_fill(k);
     tj__strides(&k->ot, st);
-    tj__copy_region(k->in[0], k->it[0], 0, k->out, &k->ot, k->n->a.start * st[ax], k->it[0]->dim);
+    tj__copy_region(k->in[0], k->it[0], 0, k->out, &k->ot, k->n->a.start * st[ax], k->it[0]->dim, k->nthreads);
 }
 static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
     int k = tj__axis_index(&n->in[0]->t, n->a.axis);
@@ -5337,7 +5663,7 @@ static void tj__k_concat(tj__kern *k) {
     int ax = tj__axis_index(&k->ot, k->n->a.axis), i;
     tj__strides(&k->ot, st);
     for (i = 0; i < k->nin; i++) {
-        tj__copy_region(k->in[i], k->it[i], 0, k->out, &k->ot, at * st[ax], k->it[i]->dim);
+        tj__copy_region(k->in[i], k->it[i], 0, k->out, &k->ot, at * st[ax], k->it[i]->dim, k->nthreads);
         at += k->it[i]->dim[ax];
     }
 }
@@ -5359,6 +5685,7 @@ static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
    node, visible in the program text and counted by the memory plan. */
 /* the tuned f32 kernel lives with the CPU backend in [11] */
 static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth);
+#define TJ__SGEMM_PER_THREAD 4e6 /* multiply-adds that pay for waking one more sgemm thread */
 static void tj__dgemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B, double *C) {
     int64_t i, j, p;
     for (i = 0; i < M; i++)
@@ -5482,26 +5809,39 @@ static int64_t tj__dot_scratch(const tj_node *n) {
     /* one batch of a, b and c converted to f32 (local shapes) */
     return (Mn * Kn + Kn * Nn + Mn * Nn) * 4;
 }
-static void tj__k_dot(tj__kern *k) {
-    tj_node *n = k->n;
-    int64_t Bn, Mn, Kn, Nn, bi, i;
-    int ta = n->a.trans_a, tb = n->a.trans_b;
-    tj__dot_dims(n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
-    for (bi = 0; bi < Bn; bi++) {
-        if (k->ot.dt == TJ_F32) {
-            tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, ta ? (int)Mn : (int)Kn,
-                      (const float *)k->in[1] + bi * Kn * Nn, tb ? (int)Kn : (int)Nn, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, k->nthreads);
-        } else if (k->ot.dt == TJ_F64) {
-            tj__dgemm_ref(ta, tb, Mn, Nn, Kn, (const double *)k->in[0] + bi * Mn * Kn, (const double *)k->in[1] + bi * Kn * Nn,
-                          (double *)k->out + bi * Mn * Nn);
-        } else { /* bf16: widen one batch to f32, multiply, round once */
-            float *A = (float *)k->scratch, *Bm = A + Mn * Kn, *C = Bm + Kn * Nn;
-            for (i = 0; i < Mn * Kn; i++) A[i] = (float)tj__ld(k->in[0], k->it[0]->dt, bi * Mn * Kn + i);
-            for (i = 0; i < Kn * Nn; i++) Bm[i] = (float)tj__ld(k->in[1], k->it[1]->dt, bi * Kn * Nn + i);
-            tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, A, ta ? (int)Mn : (int)Kn, Bm, tb ? (int)Kn : (int)Nn, C, (int)Nn, 0, k->nthreads);
-            for (i = 0; i < Mn * Nn; i++) tj__st(k->out, k->ot.dt, bi * Mn * Nn + i, C[i]);
-        }
+/* batch bi of a dot */
+static void tj__dot_batch(const tj__kern *k, int64_t bi, int64_t Mn, int64_t Kn, int64_t Nn, int nthreads) {
+    int ta = k->n->a.trans_a, tb = k->n->a.trans_b;
+    int64_t i;
+    if (k->ot.dt == TJ_F32) {
+        tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, ta ? (int)Mn : (int)Kn, (const float *)k->in[1] + bi * Kn * Nn,
+                  tb ? (int)Kn : (int)Nn, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, nthreads);
+    } else if (k->ot.dt == TJ_F64) {
+        tj__dgemm_ref(ta, tb, Mn, Nn, Kn, (const double *)k->in[0] + bi * Mn * Kn, (const double *)k->in[1] + bi * Kn * Nn, (double *)k->out + bi * Mn * Nn);
+    } else { /* bf16: widen one batch to f32, multiply, round once */
+        float *A = (float *)k->scratch, *Bm = A + Mn * Kn, *C = Bm + Kn * Nn;
+        for (i = 0; i < Mn * Kn; i++) A[i] = (float)tj__ld(k->in[0], k->it[0]->dt, bi * Mn * Kn + i);
+        for (i = 0; i < Kn * Nn; i++) Bm[i] = (float)tj__ld(k->in[1], k->it[1]->dt, bi * Kn * Nn + i);
+        tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, A, ta ? (int)Mn : (int)Kn, Bm, tb ? (int)Kn : (int)Nn, C, (int)Nn, 0, nthreads);
+        for (i = 0; i < Mn * Nn; i++) tj__st(k->out, k->ot.dt, bi * Mn * Nn + i, C[i]);
     }
+}
+static void tj__dot_part(const void *arg, int part, int nparts) {
+    const tj__kern *k = (const tj__kern *)arg;
+    int64_t Bn, Mn, Kn, Nn, bi;
+    tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
+    for (bi = Bn * part / nparts; bi < Bn * (part + 1) / nparts; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, 1);
+}
+static void tj__k_dot(tj__kern *k) {
+    int64_t Bn, Mn, Kn, Nn, bi;
+    tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
+    /* many small products (attention's heads): a batch per thread, except
+       bf16, whose one scratch batch is shared */
+    if (Bn > 1 && k->ot.dt != TJ_BF16 && (double)Mn * (double)Nn * (double)Kn < TJ__SGEMM_PER_THREAD * k->nthreads) {
+        tj__parallel(Bn < k->nthreads ? (int)Bn : k->nthreads, tj__dot_part, k);
+        return;
+    }
+    for (bi = 0; bi < Bn; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, k->nthreads);
 }
 static double tj__flops_dot(const tj_node *n) {
     int64_t Bn, Mn, Kn, Nn;
@@ -5662,28 +6002,33 @@ static void tj__k_one_hot(tj__kern *k) {
         for (v = 0; v < V; v++) tj__st(k->out, k->ot.dt, j * V + v, idx[j] == v ? 1.0 : 0.0);
 }
 
-/* ---- fused row ops along one axis: causal mask, softmax, log_softmax,
-   layer_norm, cross_entropy. A "row" is every element along the axis with
-   the other indices fixed: row r starts at (r / st) * st * d + r % st, and
-   steps by st, the axis's stride. ---- */
+/* ---- fused row ops along one axis: softmax, log_softmax, layer_norm,
+   cross_entropy, and their gradients. A "row" is every element along the
+   axis with the other indices fixed: row r starts at (r / st) * st * d +
+   r % st, and steps by st, the axis's stride. Kernels compute in double,
+   reading each row in chunks once per pass; the threads split the rows. ---- */
+/* a row op node along axis id a: in[0] gives the rows, t is the output type */
+static tj_v tj__rownode(const char *f, int l, int op, int nin, tj_node **in, int a, double s, const tj__type *t) {
+    tj__attr pa;
+    tj_graph *g = tj__inner(nin, in, TJ__OPNAME(op), f, l);
+    tj_node *n;
+    if (!g) return NULL;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    pa.s = s;
+    tj__pend_attr(g, &pa);
+    n = tj__node(g, op, t, nin, in, f, l);
+    if (n) { n->a.axis = a; n->a.s = s; }
+    return n;
+}
 static tj_v tj__rowop(const char *f, int l, int op, tj_v x, const char *axis, double s) {
     int a;
-    tj_node *n;
     if (!x || (a = tj__one_axis(x, axis, TJ__OPNAME(op), f, l)) < 0) return NULL;
     if (!tj__isfloat(x->t.dt)) {
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "%s: needs a float dtype, got %s", TJ__OPNAME(op), tj_dtype_name(x->t.dt));
         return NULL;
     }
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        pa.s = s;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, op, &x->t, 1, &x, f, l);
-    if (n) { n->a.axis = a; n->a.s = s; }
-    return n;
+    return tj__rownode(f, l, op, 1, &x, a, s, &x->t);
 }
 TJDEF tj_v tj_softmax_at(const char *f, int l, tj_v x, const char *axis) { return tj__rowop(f, l, TJ__OP_SOFTMAX, x, axis, 0); }
 TJDEF tj_v tj_log_softmax_at(const char *f, int l, tj_v x, const char *axis) { return tj__rowop(f, l, TJ__OP_LOG_SOFTMAX, x, axis, 0); }
@@ -5693,91 +6038,6 @@ TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, doub
         return NULL;
     }
     return tj__rowop(f, l, TJ__OP_LAYER_NORM, x, axis, eps);
-}
-static void tj__k_rowop(tj__kern *k) {
-    const tj__type *t = k->it[0];
-    int ax = tj__axis_index(t, k->n->a.axis), op = k->n->op;
-    int64_t st[TJ_MAXDIM], d, rows, r, j;
-    double *row;
-    tj__strides(t, st);
-    d = t->dim[ax];
-    rows = d ? tj__numel(t) / d : 0;
-    row = (double *)k->scratch;
-    for (r = 0; r < rows; r++) {
-        int64_t base = (r / st[ax]) * st[ax] * d + r % st[ax], s1 = st[ax];
-        double m = -INFINITY, sum = 0, mean = 0, var = 0;
-        tj__load_n(k->in[0], t->dt, base, s1, d, row);
-        if (op == TJ__OP_LAYER_NORM) {
-            for (j = 0; j < d; j++) mean += row[j];
-            mean /= (double)d;
-            for (j = 0; j < d; j++) var += (row[j] - mean) * (row[j] - mean);
-            var = 1.0 / sqrt(var / (double)d + k->n->a.s);
-            for (j = 0; j < d; j++) row[j] = (row[j] - mean) * var;
-        } else {
-            for (j = 0; j < d; j++) if (row[j] > m) m = row[j];
-            if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
-            for (j = 0; j < d; j++) sum += exp(row[j] - m);
-            if (op == TJ__OP_SOFTMAX) for (j = 0; j < d; j++) row[j] = exp(row[j] - m) / sum;
-            else { double lse = m + log(sum); for (j = 0; j < d; j++) row[j] -= lse; }
-        }
-        for (j = 0; j < d; j++) tj__st(k->out, k->ot.dt, base + j * s1, row[j]);
-    }
-}
-static int64_t tj__row_scratch(const tj_node *n) { return 8 * n->in[0]->t.dim[tj__axis_index(&n->in[0]->t, n->a.axis)]; } /* the axis is whole */
-static double tj__flops_row(const tj_node *n) { return 5.0 * (double)tj__numel(&n->in[0]->t); }
-static tj_status tj__vjp_softmax(tj_node *n, tj_v g, tj_v *gin) {
-    /* dx = y (g - sum(g y)) */
-    tj_v gy = tj_mul_at(F, L, g, n);
-    gin[0] = tj_mul_at(F, L, n, tj_sub_at(F, L, g, tj__sum_ids(F, L, gy, &n->a.axis, 1)));
-    return TJ_OK;
-}
-static tj_status tj__vjp_log_softmax(tj_node *n, tj_v g, tj_v *gin) {
-    /* dx = g - softmax(x) sum(g) */
-    gin[0] = tj_sub_at(F, L, g, tj_mul_at(F, L, tj_exp_at(F, L, n), tj__sum_ids(F, L, g, &n->a.axis, 1)));
-    return TJ_OK;
-}
-static tj_status tj__vjp_layer_norm(tj_node *n, tj_v g, tj_v *gin) {
-    /* y = (x - mu) r,  dx = r (g - mean(g) - y mean(g y)),  r = 1/sqrt(var + eps) */
-    tj_v x = n->in[0];
-    const char *ax = tj__name(n->g->ctx, n->a.axis);
-    tj_v xc = tj_sub_at(F, L, x, tj_mean_at(F, L, x, ax));
-    tj_v r = tj_rsqrt_at(F, L, tj_adds_at(F, L, tj_mean_at(F, L, tj_mul_at(F, L, xc, xc), ax), n->a.s));
-    tj_v mg = tj_mean_at(F, L, g, ax), mgy = tj_mean_at(F, L, tj_mul_at(F, L, g, n), ax);
-    gin[0] = tj_mul_at(F, L, r, tj_sub_at(F, L, tj_sub_at(F, L, g, mg), tj_mul_at(F, L, n, mgy)));
-    return TJ_OK;
-}
-TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill) {
-    int q, kk;
-    tj_node *n;
-    if (!x || (q = tj__one_axis(x, q_axis, "causal_mask", f, l)) < 0 || (kk = tj__one_axis(x, k_axis, "causal_mask", f, l)) < 0) return NULL;
-    if (q == kk) {
-        tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "causal_mask: query and key axes must differ (rename one), both are '%s'", q_axis);
-        return NULL;
-    }
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = q;
-        pa.axis2 = kk;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, f, l);
-    if (n) { n->a.axis = q; n->a.axis2 = kk; n->a.s = fill; }
-    return n;
-}
-static void tj__k_causal(tj__kern *k) {
-    const tj__type *t = &k->ot;
-    int qa = tj__axis_index(t, k->n->a.axis), ka = tj__axis_index(t, k->n->a.axis2);
-    int64_t st[TJ_MAXDIM], i, m = tj__numel(t);
-    tj__strides(t, st);
-    for (i = 0; i < m; i++) {
-        int64_t qi = (i / st[qa]) % t->dim[qa], ki = (i / st[ka]) % t->dim[ka];
-        tj__st(k->out, t->dt, i, ki > qi ? k->n->a.s : tj__ld(k->in[0], k->it[0]->dt, i));
-    }
-}
-static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj_causal_mask_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), tj__name(n->g->ctx, n->a.axis2), 0.0);
-    return TJ_OK;
 }
 /* cross-entropy: per position lse(z) - z[label]; then the mean */
 TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
@@ -5809,50 +6069,215 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     }
     t.dt = TJ_I32;
     in[0] = z;
-    in[1] = tj__fit(f, l, labels, &t);
+    in[1] = tj__fit(f, l, labels, &t); /* label r belongs to row r */
     t.dt = z->t.dt;
+    if (!in[1] || !(n = tj__rownode(f, l, TJ__OP_CROSS_ENTROPY, 2, in, a, 0, &t))) return NULL;
+    return mean_axes && *mean_axes ? tj_mean_at(f, l, n, mean_axes) : n;
+}
+static tj_v tj__copy(const char *f, int l, tj_v x);
+/* The gradient op of row op n: dx from x (whose type the result takes), the
+   labels (cross_entropy) and the cotangent g of n. Rows as in n. */
+static tj_v tj__row_grad(const char *f, int l, int op, tj_node *n, tj_v x, tj_v labels, tj_v g) {
+    tj_node *in[3];
+    int nin = 0;
+    in[nin++] = x;
+    if (labels) in[nin++] = labels;
+    if (!(in[nin++] = tj__fit(f, l, g, &n->t))) return NULL;
+    return tj__rownode(f, l, op, nin, in, n->a.axis, n->a.s, &x->t);
+}
+static tj_status tj__vjp_softmax(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = tj__row_grad(F, L, TJ__OP_SOFTMAX_GRAD, n, n, NULL, g);
+    return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
+}
+static tj_status tj__vjp_log_softmax(tj_node *n, tj_v g, tj_v *gin) {
+    /* dx = g - softmax(x) sum(g) */
+    gin[0] = tj_sub_at(F, L, g, tj_mul_at(F, L, tj_exp_at(F, L, n), tj__sum_ids(F, L, g, &n->a.axis, 1)));
+    return TJ_OK;
+}
+static tj_status tj__vjp_layer_norm(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = tj__row_grad(F, L, TJ__OP_LAYER_NORM_GRAD, n, n->in[0], NULL, g);
+    return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
+}
+static tj_status tj__vjp_cross_entropy(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = tj__row_grad(F, L, TJ__OP_CROSS_ENTROPY_GRAD, n, n->in[0], n->in[1], g);
+    return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
+}
+/* What gradient op n computes from x and g, written in primitives: the
+   reference for its kernel, and the graph its own VJP differentiates. */
+static tj_v tj__row_grad_composite(const char *f, int l, const tj_node *n, tj_v x, tj_v g) {
+    const char *ax = tj__name(n->g->ctx, n->a.axis);
+    switch (n->op) {
+    case TJ__OP_SOFTMAX_GRAD: /* y = softmax(x): dx = y (g - sum(g y)) */
+        return tj_mul_at(f, l, x, tj_sub_at(f, l, g, tj__sum_ids(f, l, tj_mul_at(f, l, g, x), &n->a.axis, 1)));
+    case TJ__OP_LAYER_NORM_GRAD: { /* y = (x - mu) r,  dx = r (g - mean(g) - y mean(g y)),  r = 1/sqrt(var + eps) */
+        tj_v xc = tj_sub_at(f, l, x, tj_mean_at(f, l, x, ax));
+        tj_v r = tj_rsqrt_at(f, l, tj_adds_at(f, l, tj_mean_at(f, l, tj_mul_at(f, l, xc, xc), ax), n->a.s)), y = tj_mul_at(f, l, xc, r);
+        tj_v mg = tj_mean_at(f, l, g, ax), mgy = tj_mean_at(f, l, tj_mul_at(f, l, g, y), ax);
+        return tj_mul_at(f, l, r, tj_sub_at(f, l, tj_sub_at(f, l, g, mg), tj_mul_at(f, l, y, mgy)));
+    }
+    default: { /* cross_entropy: dz = g (softmax(z) - onehot(label)) */
+        char sh[128];
+        snprintf(sh, sizeof sh, "%s=%lld", ax, (long long)x->t.dim[tj__axis_index(&x->t, n->a.axis)]);
+        return tj_mul_at(f, l, g, tj_sub_at(f, l, tj_softmax_at(f, l, x, ax), tj_one_hot_at(f, l, n->in[1], sh, x->t.dt)));
+    }
+    }
+}
+static tj_status tj__vjp_row_grad(tj_node *n, tj_v h, tj_v *gin) {
+    /* partial derivatives: x and g enter as copies, so the inner vjp does not
+       also follow g's own dependence on x (the outer one does) */
+    tj_v wrt[2], c, d[2];
+    wrt[0] = tj__copy(F, L, n->in[0]);
+    wrt[1] = tj__copy(F, L, n->in[n->nin - 1]);
+    c = tj__row_grad_composite(F, L, n, wrt[0], wrt[1]);
+    if (!c || tj_vjp(1, &c, &h, 2, wrt, d)) return tj_status_of(n->g->ctx);
+    gin[0] = d[0];
+    gin[n->nin - 1] = d[1];
+    return TJ_OK;
+}
+/* elements [c0, c0 + m) of the row at base (stride s1, length d) of input
+   i, as doubles; returns m */
+static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, int64_t d, int64_t c0, double *buf) {
+    int64_t m = d - c0 < TJ__CHUNK ? d - c0 : TJ__CHUNK;
+    tj__load_n(k->in[i], k->it[i]->dt, base + c0 * s1, s1, m, buf);
+    return m;
+}
+/* row r of op k->n */
+static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {
+    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0;
+    int op = k->n->op, g = k->nin - 1; /* g: the cotangent's input */
+    int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
+    int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;
+    tj_dtype odt = k->ot.dt;
+    int fast = odt != TJ_F64;
+    if (ce || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
+        for (c0 = 0; c0 < d; c0 += m)
+            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++)
+                if (a[j] > mx) mx = a[j];
+        if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */
+        for (c0 = 0; c0 < d; c0 += m) {
+            m = tj__row_get(k, 0, base, s1, d, c0, a);
+            tj__exp_n(fast, a, m, mx);
+            for (j = 0; j < m; j++) s += a[j];
+        }
+    }
+    if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */
+        for (c0 = 0; c0 < d; c0 += m)
+            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) mean += a[j];
+        mean /= (double)d;
+        for (c0 = 0; c0 < d; c0 += m)
+            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) var += (a[j] - mean) * (a[j] - mean);
+        var = 1.0 / sqrt(var / (double)d + k->n->a.s);
+    }
+    if (rowg) { /* sum(g), sum(g y) */
+        for (c0 = 0; c0 < d; c0 += m) {
+            m = tj__row_get(k, 0, base, s1, d, c0, a);
+            tj__row_get(k, g, base, s1, d, c0, b);
+            for (j = 0; j < m; j++) {
+                gr += b[j];
+                gy += b[j] * (op == TJ__OP_SOFTMAX_GRAD ? a[j] : (a[j] - mean) * var);
+            }
+        }
+        gr /= (double)d;
+        gy /= op == TJ__OP_SOFTMAX_GRAD ? 1.0 : (double)d;
+    }
+    if (op == TJ__OP_CROSS_ENTROPY) {
+        tj__st(k->out, odt, r, mx + log(s) - tj__ld(k->in[0], k->it[0]->dt, base + lab * s1));
+        return;
+    }
+    if (op == TJ__OP_CROSS_ENTROPY_GRAD) gr = tj__ld(k->in[g], k->it[g]->dt, r);
+    for (c0 = 0; c0 < d; c0 += m) {
+        m = tj__row_get(k, 0, base, s1, d, c0, a);
+        if (rowg) tj__row_get(k, g, base, s1, d, c0, b);
+        if (op == TJ__OP_SOFTMAX || op == TJ__OP_CROSS_ENTROPY_GRAD) tj__exp_n(fast, a, m, mx);
+        for (j = 0; j < m; j++) switch (op) {
+            case TJ__OP_SOFTMAX: a[j] /= s; break;
+            case TJ__OP_LOG_SOFTMAX: a[j] -= mx + log(s); break;
+            case TJ__OP_LAYER_NORM: a[j] = (a[j] - mean) * var; break;
+            case TJ__OP_SOFTMAX_GRAD: a[j] *= b[j] - gy; break;
+            case TJ__OP_LAYER_NORM_GRAD: a[j] = var * (b[j] - gr - (a[j] - mean) * var * gy); break;
+            default: a[j] = gr * (a[j] / s - (double)(c0 + j == lab)); break;
+            }
+        tj__store_n(k->out, odt, base + c0 * s1, s1, m, a);
+    }
+}
+typedef struct {
+    const tj__kern *k;
+    int64_t st, d, rows;
+} tj__rows;
+static void tj__rows_part(const void *arg, int part, int nparts) {
+    const tj__rows *e = (const tj__rows *)arg;
+    int64_t r;
+    for (r = e->rows * part / nparts; r < e->rows * (part + 1) / nparts; r++) tj__row(e->k, r, (r / e->st) * e->st * e->d + r % e->st, e->st, e->d);
+}
+static void tj__k_rowop(tj__kern *k) {
+    const tj__type *t = k->it[0];
+    int64_t st[TJ_MAXDIM], r;
+    int ax = tj__axis_index(t, k->n->a.axis), np = tj__nparts(tj__numel(t), k->nthreads);
+    tj__rows e;
+    tj__strides(t, st);
+    e.k = k;
+    e.st = st[ax];
+    e.d = t->dim[ax];
+    e.rows = e.d ? tj__numel(t) / e.d : 0;
+    if (k->n->op == TJ__OP_CROSS_ENTROPY || k->n->op == TJ__OP_CROSS_ENTROPY_GRAD)
+        for (r = 0; r < e.rows; r++) {
+            int32_t lab = ((const int32_t *)k->in[1])[r];
+            if (lab < 0 || lab >= e.d) {
+                if (k->err) snprintf(k->err, TJ__MSG, "%s: label %d at position %lld is out of range [0, %lld) (at %s:%d)", TJ__OPNAME(k->n->op), (int)lab,
+                                     (long long)r, (long long)e.d, tj__base(k->n->file), k->n->line);
+                return;
+            }
+        }
+    tj__parallel(np < e.rows ? np : (int)e.rows, tj__rows_part, &e);
+}
+static double tj__flops_row(const tj_node *n) { return 5.0 * (double)tj__numel(&n->in[0]->t); }
+
+/* ---- causal mask ---- */
+TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill) {
+    int q, kk;
+    tj_node *n;
+    if (!x || (q = tj__one_axis(x, q_axis, "causal_mask", f, l)) < 0 || (kk = tj__one_axis(x, k_axis, "causal_mask", f, l)) < 0) return NULL;
+    if (q == kk) {
+        tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "causal_mask: query and key axes must differ (rename one), both are '%s'", q_axis);
+        return NULL;
+    }
     {
         tj__attr pa;
         memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        if (!tj__inner(2, in, "cross_entropy", f, l)) return NULL;
-        tj__pend_attr(tj__inner(2, in, "cross_entropy", f, l), &pa);
+        pa.axis = q;
+        pa.axis2 = kk;
+        tj__pend_attr(x->g, &pa);
     }
-    n = tj__node(tj__inner(2, in, "cross_entropy", f, l), TJ__OP_CROSS_ENTROPY, &t, 2, in, f, l);
-    if (!n) return NULL;
-    n->a.axis = a;
-    return mean_axes && *mean_axes ? tj_mean_at(f, l, n, mean_axes) : n;
+    n = tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, f, l);
+    if (n) { n->a.axis = q; n->a.axis2 = kk; n->a.s = fill; }
+    return n;
 }
-static void tj__k_cross_entropy(tj__kern *k) {
-    const tj__type *t = k->it[0];
-    int ax = tj__axis_index(t, k->n->a.axis);
-    int64_t st[TJ_MAXDIM], d, rows, r, j;
-    const int32_t *lab = (const int32_t *)k->in[1];
-    double *row = (double *)k->scratch;
+/* in rows of the last axis; the threads split the rows */
+static void tj__causal_part(const void *arg, int part, int nparts) {
+    const tj__kern *k = (const tj__kern *)arg;
+    const tj__type *t = &k->ot;
+    int qa = tj__axis_index(t, k->n->a.axis), ka = tj__axis_index(t, k->n->a.axis2), last = t->rank - 1;
+    int64_t st[TJ_MAXDIM], d = t->dim[last], rows = tj__numel(t) / d, r, c0, m, j;
+    double a[TJ__CHUNK];
     tj__strides(t, st);
-    d = t->dim[ax];
-    rows = tj__numel(t) / d;
-    for (r = 0; r < rows; r++) {
-        int64_t base = (r / st[ax]) * st[ax] * d + r % st[ax];
-        double m = -INFINITY, s = 0;
-        if (lab[r] < 0 || lab[r] >= d) {
-            if (k->err) snprintf(k->err, TJ__MSG, "cross_entropy: label %d at position %lld is out of range [0, %lld) (at %s:%d)", (int)lab[r], (long long)r,
-                                 (long long)d, tj__base(k->n->file), k->n->line);
-            return;
+    for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {
+        int64_t i0 = r * d, qi = i0 / st[qa] % t->dim[qa], ki = i0 / st[ka] % t->dim[ka];
+        for (c0 = 0; c0 < d; c0 += m) {
+            m = d - c0 < TJ__CHUNK ? d - c0 : TJ__CHUNK;
+            tj__load_n(k->in[0], k->it[0]->dt, i0 + c0, 1, m, a);
+            for (j = 0; j < m; j++)
+                if ((ka == last ? c0 + j : ki) > (qa == last ? c0 + j : qi)) a[j] = k->n->a.s;
+            tj__store_n(k->out, t->dt, i0 + c0, 1, m, a);
         }
-        tj__load_n(k->in[0], t->dt, base, st[ax], d, row);
-        for (j = 0; j < d; j++) if (row[j] > m) m = row[j];
-        for (j = 0; j < d; j++) s += exp(row[j] - m);
-        tj__st(k->out, k->ot.dt, r, m + log(s) - row[lab[r]]);
     }
 }
-static tj_status tj__vjp_cross_entropy(tj_node *n, tj_v g, tj_v *gin) {
-    /* dz = g (softmax(z) - onehot(label)) */
-    tj_v z = n->in[0];
-    const char *ax = tj__name(n->g->ctx, n->a.axis);
-    char sh[128];
-    snprintf(sh, sizeof sh, "%s=%lld", ax, (long long)z->t.dim[tj__axis_index(&z->t, n->a.axis)]);
-    gin[0] = tj_mul_at(F, L, g, tj_sub_at(F, L, tj_softmax_at(F, L, z, ax), tj_one_hot_at(F, L, n->in[1], sh, z->t.dt)));
+static void tj__k_causal(tj__kern *k) {
+    int64_t n = tj__numel(&k->ot), rows = n ? n / k->ot.dim[k->ot.rank - 1] : 0;
+    int np = tj__nparts(n, k->nthreads);
+    if (rows) tj__parallel(np < rows ? np : (int)rows, tj__causal_part, k);
+}
+static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
+    gin[0] = tj_causal_mask_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), tj__name(n->g->ctx, n->a.axis2), 0.0);
     return TJ_OK;
 }
 
@@ -5922,7 +6347,7 @@ static void tj__k_all_gather(tj__kern *k) {
     int64_t st[TJ_MAXDIM] = {0};
     tj__strides(&k->ot, st);
     tj__publish(k);
-    for (r = 0; r < G; r++) tj__copy_region(tj__peer_in(k, m, r), k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim);
+    for (r = 0; r < G; r++) tj__copy_region(tj__peer_in(k, m, r), k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim, k->nthreads);
     tj__barrier(k->rdv);
 }
 static void tj__k_psum(tj__kern *k) {
@@ -5941,7 +6366,7 @@ static void tj__k_psum(tj__kern *k) {
             else
                 for (j = 0; j < c; j++) acc[j] += b[j];
         }
-        tj__store_n(k->out, k->ot.dt, c0, c, acc);
+        tj__store_n(k->out, k->ot.dt, c0, 1, c, acc);
     }
     tj__barrier(k->rdv);
 }
@@ -5949,20 +6374,27 @@ static void tj__k_reduce_scatter(tj__kern *k) {
     unsigned m = (unsigned)k->n->a.index;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
     int64_t ist[TJ_MAXDIM] = {0};
-    tj__opnd x[2];
+    tj__ew e;
+    tj_dtype idt[2];
     tj__strides(k->it[0], ist);
     tj__publish(k);
-    x[0].p = k->out;
-    x[0].dt = k->ot.dt;
-    x[0].base = 0;
-    tj__strides(&k->ot, x[0].st);
-    x[1].dt = k->it[0]->dt;
-    x[1].base = me * k->ot.dim[ax] * ist[ax];
-    memcpy(x[1].st, ist, sizeof ist);
+    memset(&e, 0, sizeof e); /* out += each peer's block, in rank order */
+    e.op = TJ__OP_ADD;
+    e.nin = 2;
+    e.x[0].p = e.out = k->out;
+    e.x[0].dt = e.odt = idt[0] = k->ot.dt;
+    tj__strides(&k->ot, e.x[0].st);
+    memcpy(e.ost, e.x[0].st, sizeof e.ost);
+    e.x[1].dt = idt[1] = k->it[0]->dt;
+    e.x[1].base = me * k->ot.dim[ax] * ist[ax];
+    memcpy(e.x[1].st, ist, sizeof ist);
+    e.rank = k->ot.rank;
+    memcpy(e.dims, k->ot.dim, sizeof e.dims);
+    e.flt = tj__flt_ok(TJ__OP_ADD, e.odt, 2, idt);
     for (r = 0; r < G; r++) {
-        x[1].p = tj__peer_in(k, m, r);
-        if (r == 0) tj__copy_region(x[1].p, k->it[0], x[1].base, k->out, &k->ot, 0, k->ot.dim);
-        else tj__ew_loop(TJ__OP_ADD, 0, 2, x, k->out, k->ot.dt, 0, NULL, k->ot.dim, k->ot.rank, tj__binary_math);
+        e.x[1].p = tj__peer_in(k, m, r);
+        if (r == 0) tj__copy_region(e.x[1].p, k->it[0], e.x[1].base, k->out, &k->ot, 0, k->ot.dim, k->nthreads);
+        else tj__ew_run(&e, k->nthreads);
     }
     tj__barrier(k->rdv);
 }
@@ -5971,7 +6403,7 @@ static void tj__k_shard_slice(tj__kern *k) {
     int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
     int64_t ist[TJ_MAXDIM] = {0};
     tj__strides(k->it[0], ist);
-    tj__copy_region(k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim);
+    tj__copy_region(k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim, k->nthreads);
 }
 /* all_to_all: mesh axes m move from axis `axis2` (split on input) to
    `axis` (split on output): each device sends peer r the r-th block of its
@@ -5987,7 +6419,7 @@ static void tj__k_all_to_all(tj__kern *k) {
     dims[from] = k->it[0]->dim[from]; /* one peer's block */
     tj__publish(k);
     for (r = 0; r < G; r++)
-        tj__copy_region(tj__peer_in(k, m, r), k->it[0], me * k->ot.dim[to] * ist[to], k->out, &k->ot, r * k->it[0]->dim[from] * ost[from], dims);
+        tj__copy_region(tj__peer_in(k, m, r), k->it[0], me * k->ot.dim[to] * ist[to], k->out, &k->ot, r * k->it[0]->dim[from] * ost[from], dims, k->nthreads);
     tj__barrier(k->rdv);
 }
 /* ppermute: rank r's block goes to rank perm[r]; a rank nobody sends to
@@ -6263,8 +6695,8 @@ static void tj__k_scan(tj__kern *k);
 static tj_status tj__vjp_scan(tj_node *n, tj_v g, tj_v *gin);
 static double tj__flops_scan(const tj_node *n);
 static int64_t tj__scan_scratch(const tj_node *n);
-#define TJ__OPDEF_U(op, nm, expr) {nm, 0, tj__k_unary, tj__vjp_unary, tj__flops_out, 0, TJ__SH_EW},
-#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_binary, tj__vjp_binary, tj__flops_out, 0, TJ__SH_EW},
+#define TJ__OPDEF_U(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_unary, tj__flops_out, 0, TJ__SH_EW},
+#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_binary, tj__flops_out, 0, TJ__SH_EW},
 #define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc, sh) {nm, (fl), k, v, fp, sc, sh},
 static const tj__opdef tj__ops[TJ__NOPS] = {TJ__UNARY_OPS(TJ__OPDEF_U) TJ__BINARY_OPS(TJ__OPDEF_B) TJ__OTHER_OPS(TJ__OPDEF_O)};
 static const char *tj__opname(int op) { return op >= 0 && op < TJ__NOPS ? tj__ops[op].name : "?"; }
@@ -7784,54 +8216,83 @@ static tj_status tj__fuse(tj_prog *p) {
     TJ_FREE(size);
     return TJ_OK;
 }
-/* round n doubles as if stored in dtype dt and loaded again */
-static void tj__round_n(double *v, int64_t n, tj_dtype dt) {
+/* round n values of the compute type as if stored in dtype dt and loaded
+   again (in float, only bf16 needs it: see tj__flt_ok) */
+static void tj__round_n(int flt, void *v, int64_t n, tj_dtype dt) {
     int64_t i;
-    if (dt == TJ_F32) for (i = 0; i < n; i++) v[i] = (float)v[i];
-    else if (dt != TJ_F64) for (i = 0; i < n; i++) {
-        double t[1];
+    if (flt) {
+        float *f = (float *)v;
+        if (dt == TJ_BF16) for (i = 0; i < n; i++) f[i] = tj_bf16_to_f32(tj_f32_to_bf16(f[i]));
+    } else if (dt == TJ_F32) {
+        double *d = (double *)v;
+        for (i = 0; i < n; i++) d[i] = (float)d[i];
+    } else if (dt != TJ_F64) {
+        double *d = (double *)v;
         unsigned char b[8];
-        tj__st(b, dt, 0, v[i]);
-        t[0] = tj__ld(b, dt, 0);
-        v[i] = t[0];
+        for (i = 0; i < n; i++) {
+            tj__st(b, dt, 0, d[i]);
+            d[i] = tj__ld(b, dt, 0);
+        }
     }
 }
-/* the fused loop of group root r: leaves are read from their buffers */
-static void tj__k_fused(tj_node *r, const void **leafp, void *out) {
+/* The fused loop of group root r: leaves are read from their buffers.
+   The device's threads take slices of the elements. */
+typedef struct {
+    const tj_node *r;
+    const void *const *leafp;
+    void *out;
+    int flt;
+    int src[TJ__MAXFUSE][3]; /* where each operand comes from: a member's result, or a leaf (-1) */
+} tj__fused;
+static void tj__fused_part(const void *arg, int part, int nparts) {
+    const tj__fused *fu = (const tj__fused *)arg;
+    const tj_node *r = fu->r;
     double res[TJ__MAXFUSE][TJ__CHUNK], opnd[3][TJ__CHUNK];
-    int64_t n = tj__numel(&r->lt), c0, m;
-    int mi, j, src[TJ__MAXFUSE][3];
-    for (mi = 0; mi < r->nmembers; mi++) /* where each operand comes from: a member's result, or a leaf (-1) */
-        for (j = 0; j < r->members[mi]->nin; j++) {
-            int k;
-            src[mi][j] = -1;
-            for (k = 0; k < mi; k++)
-                if (r->members[k] == r->members[mi]->in[j]) src[mi][j] = k;
-        }
-    for (c0 = 0; c0 < n; c0 += m) {
-        m = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
-        for (mi = 0; mi < r->nmembers; mi++) {
-            tj_node *x = r->members[mi];
-            double *ins[3];
+    int64_t n = tj__numel(&r->lt), lo = n * part / nparts, hi = n * (part + 1) / nparts, c0, m, q;
+    int mi, j, flt = fu->flt, last = r->nmembers - 1;
+    for (c0 = lo; c0 < hi; c0 += m) {
+        void *dst = NULL;
+        m = hi - c0 < TJ__CHUNK ? hi - c0 : TJ__CHUNK;
+        for (mi = 0; mi <= last; mi++) {
+            const tj_node *x = r->members[mi];
+            const void *ins[3];
             for (j = 0; j < x->nin; j++) {
-                tj_node *y = x->in[j];
-                ins[j] = src[mi][j] >= 0 ? res[src[mi][j]] : NULL;
-                if (!ins[j]) {
-                    const void *pp = leafp[mi * 3 + j];
-                    if (y->lt.rank == 0) {
-                        int64_t q;
-                        double v = tj__ld(pp, y->lt.dt, 0);
-                        for (q = 0; q < m; q++) opnd[j][q] = v;
-                    } else tj__load_n(pp, y->lt.dt, c0, 1, m, opnd[j]);
+                const tj_node *y = x->in[j];
+                const void *pp = fu->leafp[mi * 3 + j];
+                if (fu->src[mi][j] >= 0) ins[j] = res[fu->src[mi][j]];
+                else if (y->lt.rank == 0) { /* a scalar, broadcast */
+                    double v = tj__ld(pp, y->lt.dt, 0);
+                    if (flt) for (q = 0; q < m; q++) ((float *)opnd[j])[q] = (float)v;
+                    else for (q = 0; q < m; q++) opnd[j][q] = v;
                     ins[j] = opnd[j];
-                }
+                } else ins[j] = tj__chunk(flt, pp, y->lt.dt, c0, 1, m, opnd[j]);
             }
-            if (x->op == TJ__OP_SELECT || x->op >= TJ__OP_ADD) tj__binary_math(x->op, x->a.s, ins, res[mi], m);
-            else tj__unary_math(x->op, x->a.s, ins, res[mi], m);
-            tj__round_n(res[mi], m, x->lt.dt);
+            dst = mi == last && flt && r->lt.dt == TJ_F32 ? (void *)((float *)fu->out + c0) : (void *)res[mi]; /* straight into the output */
+            tj__math(flt, x->op, x->a.s, ins, dst, m);
+            tj__round_n(flt, dst, m, x->lt.dt);
         }
-        tj__store_n(out, r->lt.dt, c0, m, res[r->nmembers - 1]);
+        if (dst == res[last]) tj__unchunk(flt, fu->out, r->lt.dt, c0, 1, m, dst);
     }
+}
+static void tj__k_fused(const tj_node *r, const void *const *leafp, void *out, int nthreads) {
+    tj__fused fu;
+    int mi, j, k;
+    fu.r = r;
+    fu.leafp = leafp;
+    fu.out = out;
+    fu.flt = 1;
+    for (mi = 0; mi < r->nmembers; mi++) {
+        const tj_node *x = r->members[mi];
+        tj_dtype idt[3];
+        for (j = 0; j < x->nin; j++) {
+            idt[j] = x->in[j]->lt.dt;
+            fu.src[mi][j] = -1;
+            for (k = 0; k < mi; k++)
+                if (r->members[k] == x->in[j]) fu.src[mi][j] = k;
+        }
+        fu.flt &= tj__flt_ok(x->op, x->lt.dt, x->nin, idt);
+    }
+    tj__parallel(tj__nparts(tj__numel(&r->lt), nthreads), tj__fused_part, &fu);
 }
 
 static tj_status tj__plan(tj_prog *p) {
@@ -7992,12 +8453,6 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 #else
 #define TJ__SGEMM_THREADS 0
 #endif
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TJ__SGEMM_X86 1
-#else
-#define TJ__SGEMM_X86 0
-#endif
 
 #if defined(__GNUC__)
 #define TJ__MAYBE_UNUSED __attribute__((unused))
@@ -8099,7 +8554,7 @@ static void tj__sgemm_kernel_portable(int kc, const float *Ap, const float *Bp,
     }
 }
 
-#if TJ__SGEMM_X86
+#if TJ__X86
 /* ---- AVX-512 kernel: 14 x 32 ------------------------------------------------
    28 accumulators + 2 B vectors + 1 broadcast = 31 of 32 zmm registers. Per k
    step: 2 vector loads of B, 14 broadcasts of A (folded into the FMA as
@@ -8332,12 +8787,12 @@ TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx2(int kc, const float *Ap, cons
         }
     }
 }
-#endif /* TJ__SGEMM_X86 */
+#endif /* TJ__X86 */
 
 /* pick the widest kernel the CPU (and OS) support. Tests can define
    TJ_SGEMM_NO_AVX512 / TJ_SGEMM_NO_SIMD to exercise the narrower paths. */
 static void tj__sgemm_get_cfg(tj__sgemm_cfg *cfg) {
-#if TJ__SGEMM_X86 && !defined(TJ_SGEMM_NO_SIMD)
+#if TJ__X86 && !defined(TJ_SGEMM_NO_SIMD)
 #if !defined(TJ_SGEMM_NO_AVX512)
     if (__builtin_cpu_supports("avx512f")) {
         /* KC*MR*4 = 14 KB A micro-panel (L1); KC*NC*4 = 512 KB B block (L2);
@@ -8493,9 +8948,10 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo,
     return 0;
 }
 
-static void tj__sgemm_run_part(const tj__sgemm_job *jb, int t) {
+static void tj__sgemm_run_part(const void *arg, int t, int nparts) {
+    const tj__sgemm_job *jb = (const tj__sgemm_job *)arg;
     int m_lo, m_hi, n_lo, n_hi;
-    if (t >= jb->nparts) return;
+    (void)nparts;
     if (jb->split_n) { m_lo = jb->m0[0]; m_hi = jb->m0[1]; n_lo = jb->n0[t]; n_hi = jb->n0[t + 1]; }
     else             { m_lo = jb->m0[t]; m_hi = jb->m0[t + 1]; n_lo = jb->n0[0]; n_hi = jb->n0[1]; }
     if (tj__sgemm_rect(jb, m_lo, m_hi, n_lo, n_hi) != 0) {
@@ -8508,15 +8964,21 @@ static void tj__sgemm_run_part(const tj__sgemm_job *jb, int t) {
 }
 
 /* ---- persistent worker pool ------------------------------------------------------
-   Workers sleep on a condition variable and wake on a generation bump; the
-   caller runs part 0 itself and waits for the rest. One multi-threaded sgemm
-   at a time (tj__pool_call_mu).
+   Runs the parts of a job (an sgemm, an elementwise or row loop: tj__parallel)
+   on worker threads. Workers sleep on a condition variable and wake on a
+   generation bump; the caller runs part 0 itself and waits for the rest. One
+   job at a time (tj__pool_call_mu).
    Both sides spin briefly (~1 ms) before sleeping. Besides saving the wake-up
    latency for back-to-back calls, this matters for placement: a worker that
    sleeps between every few-ms call tends to be woken onto the caller's core
    and time-share it (measured: 2-thread GPT-2 shapes stuck at 1-thread
    speed); a spinning worker stays on its own core. */
 #define TJ__SGEMM_MAXT 64
+typedef struct {
+    void (*fn)(const void *arg, int part, int nparts);
+    const void *arg;
+    int nparts;
+} tj__pool_task;
 #if TJ__SGEMM_THREADS
 static pthread_mutex_t tj__pool_call_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t tj__pool_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -8527,7 +8989,7 @@ static int tj__pool_n;               /* workers alive (thread ids 1..n) */
 static unsigned long tj__pool_gen;   /* bumped per job */
 static int tj__pool_pending;         /* workers still busy with the current job */
 static int tj__pool_quit;
-static const tj__sgemm_job *tj__pool_job;
+static const tj__pool_task *tj__pool_job;
 static unsigned long tj__pool_start_gen[TJ__SGEMM_MAXT + 1];
 /* gen, pending and quit are written under tj__pool_mu but also polled without
    it while spinning, hence the atomics */
@@ -8560,7 +9022,7 @@ static void *tj__pool_worker(void *arg) {
        a job posted in between must not be missed */
     seen = tj__pool_start_gen[id];
     for (;;) {
-        const tj__sgemm_job *jb;
+        const tj__pool_task *jb;
         if (tj__pool_gen == seen && !tj__pool_quit) {
             int spin;
             pthread_mutex_unlock(&tj__pool_mu);
@@ -8575,7 +9037,7 @@ static void *tj__pool_worker(void *arg) {
         seen = tj__pool_gen;
         jb = tj__pool_job;
         pthread_mutex_unlock(&tj__pool_mu);
-        tj__sgemm_run_part(jb, id);
+        if (id < jb->nparts) jb->fn(jb->arg, id, jb->nparts);
         pthread_mutex_lock(&tj__pool_mu);
         if (TJ__DEC(tj__pool_pending) == 0)
             pthread_cond_signal(&tj__pool_done);
@@ -8586,7 +9048,7 @@ static void *tj__pool_worker(void *arg) {
 
 /* run jb->nparts parts on the pool; the caller does part 0 (and any part no
    worker exists for, if thread creation failed) */
-static void tj__pool_run(tj__sgemm_job *jb) {
+static void tj__pool_run(const tj__pool_task *jb) {
     pthread_mutex_lock(&tj__pool_call_mu);
     while (tj__pool_n < jb->nparts - 1) {
         /* a new worker must see the current generation as already done */
@@ -8608,11 +9070,11 @@ static void tj__pool_run(tj__sgemm_job *jb) {
         pthread_cond_broadcast(&tj__pool_wake);
         pthread_mutex_unlock(&tj__pool_mu);
     }
-    tj__sgemm_run_part(jb, 0);
+    jb->fn(jb->arg, 0, jb->nparts);
     {
         /* parts nobody could take (thread creation failed) run here */
         int t;
-        for (t = tj__pool_n + 1; t < jb->nparts; t++) tj__sgemm_run_part(jb, t);
+        for (t = tj__pool_n + 1; t < jb->nparts; t++) jb->fn(jb->arg, t, jb->nparts);
     }
     if (tj__pool_n > 0) {
         int spin;
@@ -8625,6 +9087,21 @@ static void tj__pool_run(tj__sgemm_job *jb) {
     pthread_mutex_unlock(&tj__pool_call_mu);
 }
 #endif
+
+static void tj__parallel(int nparts, void (*fn)(const void *arg, int part, int nparts), const void *arg) {
+    tj__pool_task task;
+    int t;
+    task.fn = fn;
+    task.arg = arg;
+    task.nparts = nparts < TJ__SGEMM_MAXT ? nparts : TJ__SGEMM_MAXT;
+#if TJ__SGEMM_THREADS
+    if (task.nparts > 1) {
+        tj__pool_run(&task);
+        return;
+    }
+#endif
+    for (t = 0; t < task.nparts; t++) fn(arg, t, task.nparts);
+}
 
 /* join and free the worker pool; the next multi-threaded call recreates it */
 TJ__MAYBE_UNUSED static void tj__sgemm_shutdown(void) {
@@ -8681,7 +9158,7 @@ TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, i
        (4M multiply-adds); never more threads than register tiles (below) */
     if (nthreads > TJ__SGEMM_MAXT) nthreads = TJ__SGEMM_MAXT;
     if (nthreads < 1) nthreads = 1;
-    if (nthreads > 1 && flops < 4e6 * nthreads) nthreads = (int)(flops / 4e6) > 1 ? (int)(flops / 4e6) : 1;
+    if (nthreads > 1 && flops < TJ__SGEMM_PER_THREAD * nthreads) nthreads = (int)(flops / TJ__SGEMM_PER_THREAD) > 1 ? (int)(flops / TJ__SGEMM_PER_THREAD) : 1;
     {
         /* split along whichever dimension wastes less in partial tiles; prefer N
            (each thread then packs only its own part of B, A is shared read-only) */
@@ -8700,12 +9177,7 @@ TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, i
             tj__sgemm_split(M, cfg.mr, tm, jb.m0);
         }
     }
-#if TJ__SGEMM_THREADS
-    if (jb.nparts > 1) { tj__pool_run(&jb); return; }
-#else
-    for (i = 1; i < jb.nparts; i++) tj__sgemm_run_part(&jb, i);
-#endif
-    tj__sgemm_run_part(&jb, 0);
+    tj__parallel(jb.nparts, tj__sgemm_run_part, &jb);
 }
 
 
@@ -8756,7 +9228,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
                     tj_node *y = n->members[mi]->in[j];
                     leafp[mi * 3 + j] = y->fused && tj__froot(y) == n ? NULL : tj__buf(y, arena, args, outs);
                 }
-            tj__k_fused(n, leafp, tj__buf(n, arena, args, outs));
+            tj__k_fused(n, leafp, tj__buf(n, arena, args, outs), nthreads);
             if (prof) tj__record(rdv, dev, n, t0, tj__now_us());
             continue;
         }

@@ -410,6 +410,56 @@ __global__ void tjc_k_cross_entropy(const void *z, int zdt, const int32_t *lab, 
     }
 }
 
+/* the row ops' gradients (tj__row): softmax_grad(y, g), layer_norm_grad(x, g),
+   cross_entropy_grad(z, labels, g); one block per row */
+template <typename T>
+__global__ void tjc_k_row_grad(const void *x, int xdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int op, int64_t rows, int64_t d,
+                               int64_t st, T eps, unsigned long long *errpos) {
+    __shared__ T sh[TJC_THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t base = (r / st) * st * d + r % st, j;
+        if (op == TJ__OP_CROSS_ENTROPY_GRAD) {
+            int32_t l = lab[r];
+            T m = (T)(-INFINITY), s = 0, gr = tjc_ld<T>(g, gdt, r);
+            if (l < 0 || l >= d) { /* the whole block takes this branch */
+                if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
+                continue;
+            }
+            for (j = threadIdx.x; j < d; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(x, xdt, base + j * st));
+            m = tjc_block_reduce(m, sh, 1);
+            if (m == (T)(-INFINITY)) m = 0;
+            for (j = threadIdx.x; j < d; j += blockDim.x) s += tjc_exp(tjc_ld<T>(x, xdt, base + j * st) - m);
+            s = tjc_block_reduce(s, sh, 0);
+            for (j = threadIdx.x; j < d; j += blockDim.x)
+                tjc_st<T>(out, odt, base + j * st, gr * (tjc_exp(tjc_ld<T>(x, xdt, base + j * st) - m) / s - (T)(j == l)));
+        } else if (op == TJ__OP_LAYER_NORM_GRAD) { /* dx = r (g - mean(g) - y mean(g y)) */
+            T sum = 0, var = 0, mg = 0, mgy = 0, mean, rs;
+            for (j = threadIdx.x; j < d; j += blockDim.x) sum += tjc_ld<T>(x, xdt, base + j * st);
+            mean = tjc_block_reduce(sum, sh, 0) / (T)d;
+            for (j = threadIdx.x; j < d; j += blockDim.x) {
+                T v = tjc_ld<T>(x, xdt, base + j * st) - mean;
+                var += v * v;
+            }
+            rs = (T)1 / tjc_sqrt(tjc_block_reduce(var, sh, 0) / (T)d + eps);
+            for (j = threadIdx.x; j < d; j += blockDim.x) {
+                T gv = tjc_ld<T>(g, gdt, base + j * st);
+                mg += gv;
+                mgy += gv * (tjc_ld<T>(x, xdt, base + j * st) - mean) * rs;
+            }
+            mg = tjc_block_reduce(mg, sh, 0) / (T)d;
+            mgy = tjc_block_reduce(mgy, sh, 0) / (T)d;
+            for (j = threadIdx.x; j < d; j += blockDim.x)
+                tjc_st<T>(out, odt, base + j * st, rs * (tjc_ld<T>(g, gdt, base + j * st) - mg - (tjc_ld<T>(x, xdt, base + j * st) - mean) * rs * mgy));
+        } else { /* softmax_grad: dx = y (g - sum(g y)) */
+            T gy = 0;
+            for (j = threadIdx.x; j < d; j += blockDim.x) gy += tjc_ld<T>(g, gdt, base + j * st) * tjc_ld<T>(x, xdt, base + j * st);
+            gy = tjc_block_reduce(gy, sh, 0);
+            for (j = threadIdx.x; j < d; j += blockDim.x)
+                tjc_st<T>(out, odt, base + j * st, tjc_ld<T>(x, xdt, base + j * st) * (tjc_ld<T>(g, gdt, base + j * st) - gy));
+        }
+    }
+}
+
 /* take: x = [pre, V, post], idx = [ni] -> out = [pre, ni, post] */
 __global__ void tjc_k_take(const void *x, void *out, int es, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni,
                            unsigned long long *errpos) {
@@ -459,7 +509,7 @@ __global__ void tjc_k_causal(const void *in, int idt, void *out, int odt, int64_
 /* Each returns 0, or 1 after writing k->err. They mirror the CPU kernels'
    setup code, then launch on the compute stream. */
 
-/* tj__k_unary, tj__k_binary (and select) */
+/* tj__k_ew: unary and binary ops, select */
 static int tjc_elementwise(tjc_state *s, tj__kern *k) {
     tjc_ew e;
     int64_t ost[TJ_MAXDIM];
@@ -634,8 +684,8 @@ static int tjc_index_check(tjc_state *s, tj__kern *k, const int32_t *idx, int64_
     if (pos == TJC_NOERR) return 0;
     TJC_CUDA(k, cudaMemcpy(&v, idx + pos, sizeof v, cudaMemcpyDeviceToHost));
     if (k->err && !k->err[0]) {
-        if (k->n->op == TJ__OP_CROSS_ENTROPY)
-            snprintf(k->err, TJ__MSG, "cross_entropy: label %d at position %lld is out of range [0, %lld) (at %s:%d)", (int)v, (long long)pos,
+        if (k->n->op == TJ__OP_CROSS_ENTROPY || k->n->op == TJ__OP_CROSS_ENTROPY_GRAD)
+            snprintf(k->err, TJ__MSG, "%s: label %d at position %lld is out of range [0, %lld) (at %s:%d)", tj__opname(k->n->op), (int)v, (long long)pos,
                      (long long)bound, tj__base(k->n->file), k->n->line);
         else
             snprintf(k->err, TJ__MSG, "%s: index %d at position %lld is out of range [0, %lld) for axis '%s' (at %s:%d)", tj__opname(k->n->op), (int)v,
@@ -729,7 +779,7 @@ static int tjc_rowop(tjc_state *s, tj__kern *k) {
     TJC_LAUNCHED(k, "tjc_k_rowop");
     return 0;
 }
-/* tj__k_cross_entropy */
+/* tj__k_rowop: cross_entropy */
 static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
     const tj__type *t = k->it[0];
     int ax = tj__axis_index(t, k->n->a.axis);
@@ -746,6 +796,27 @@ static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
         tjc_k_cross_entropy<float><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, st[ax], s->d_errpos);
     TJC_LAUNCHED(k, "tjc_k_cross_entropy");
     return tjc_index_check(s, k, lab, d);
+}
+
+/* tj__k_rowop: softmax_grad, layer_norm_grad, cross_entropy_grad */
+static int tjc_row_grad(tjc_state *s, tj__kern *k) {
+    const tj__type *t = k->it[0];
+    int ax = tj__axis_index(t, k->n->a.axis), ce = k->n->op == TJ__OP_CROSS_ENTROPY_GRAD, gi = k->nin - 1;
+    int64_t st[TJ_MAXDIM], d, rows;
+    const int32_t *lab = ce ? (const int32_t *)k->in[1] : NULL;
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__strides(t, st);
+    d = t->dim[ax];
+    rows = tj__numel(t) / d;
+    TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
+        tjc_k_row_grad<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->in[gi], k->it[gi]->dt, k->out, k->ot.dt, k->n->op, rows,
+                                                                             d, st[ax], k->n->a.s, s->d_errpos);
+    else
+        tjc_k_row_grad<float><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->in[gi], k->it[gi]->dt, k->out, k->ot.dt, k->n->op, rows,
+                                                                            d, st[ax], (float)k->n->a.s, s->d_errpos);
+    TJC_LAUNCHED(k, "tjc_k_row_grad");
+    return ce ? tjc_index_check(s, k, lab, d) : 0;
 }
 
 // ==== [11] CUDA backend: memory spaces, copies, sync =======================
@@ -850,6 +921,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
     case TJ__OP_CUSTOM_VJP: /* hands its inputs y on as outputs */
         for (int j = 0; j < k->n->nproj; j++) TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[k->nin - k->n->nproj - k->ctx->cvjps[k->n->a.index].nres + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
         return 0;
+    case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: return tjc_row_grad(s, k);
     /* arguments and views own no work (tj__execute skips them anyway) */
     case TJ__OP_PARAM: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: return 0;
     default: {

@@ -167,6 +167,11 @@ static tj_v op_y(const char *c, tj_v a, tj_v b, tj_v cc, tj_v idx) {
     if (IS("layer_norm:p")) return tj_layer_norm(a, "p", 1e-5);
     if (IS("cross_entropy")) return tj_cross_entropy(a, idx, "cls", "pos b");
     if (IS("cross_entropy:nomean")) return tj_cross_entropy(a, idx, "cls", NULL);
+    /* squares: their second derivative also flows through the cotangent
+       input of the row ops' gradient ops (layer_norm_grad, ...) */
+    if (IS("sq:layer_norm")) return tj_pows(tj_layer_norm(a, "e", 1e-5), 2.0);
+    if (IS("sq:softmax")) return tj_pows(tj_softmax(a, "k"), 2.0);
+    if (IS("sq:cross_entropy")) return tj_pows(tj_cross_entropy(a, idx, "cls", NULL), 2.0);
     if (IS("dropout")) return tj_dropout(a, 1234, 0.3);
     if (IS("checkpoint_name")) return tj_mul(tj_checkpoint_name(tj_exp(a), "act"), a);
     /* second order of any case: y = d/da wsum(case) */
@@ -370,12 +375,15 @@ static void test_grads(tj_ctx *ctx) {
     gc(ctx, "2:softmax:q", "q=3 k=4 h=2", NULL, NULL, -2, 2);
     gc(ctx, "2:log_softmax:q", "q=3 k=4 h=2", NULL, NULL, -2, 2);
     gc(ctx, "2:layer_norm:p", "p=4 e=3", NULL, NULL, -2, 2);
+    gc(ctx, "2:sq:layer_norm", "e=5 p=3", NULL, NULL, -2, 2);
+    gc(ctx, "2:sq:softmax", "q=3 k=4 h=2", NULL, NULL, -2, 2);
     gc(ctx, "2:checkpoint_name", "x=3 y=4", NULL, NULL, -1, 1);
     {
         int32_t lab[6] = {0, 3, 1, 2, 3, 0};
         in = tree3(ctx, "pos=3 b=2 cls=4", NULL, NULL, -2, 2);
         tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "b=2 pos=3", lab));
         tjt_gradcheck(__FILE__, __LINE__, ctx, "2:cross_entropy", op_fn, (void *)"2:cross_entropy:nomean", in, "a", 1e-5);
+        tjt_gradcheck(__FILE__, __LINE__, ctx, "2:sq:cross_entropy", op_fn, (void *)"2:sq:cross_entropy", in, "a", 1e-5);
         tj_tree_free(in);
     }
 }
