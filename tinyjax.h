@@ -3387,6 +3387,7 @@ struct tj_node {
     tj_node *fused;   /* computed inside this consumer's fused loop (no buffer) */
     tj_node **members;/* a fused group's root: the nodes it computes, in order */
     int nmembers;
+    int store;        /* a fused member read outside its group: also written to its buffer */
     int space;    /* memory space of its buffer: TJ_SPACE_DEVICE or _HOST   */
     tj_graph *sub;/* scan: the body                                         */
     tj_node **proj; /* multi-output ops: the projection nodes, one per output */
@@ -4597,19 +4598,34 @@ static TJ__INLINE double tj__ftanh(double x) {
             out[j] = (real)(expr);    \
         }                             \
         break;
-#define TJ__MATH_B(op_, nm, expr)       \
-    case TJ__OP_##op_:                  \
-        for (j = 0; j < n; j++) {       \
-            real a = A[j], b = B[j];    \
-            out[j] = (real)(expr);      \
-        }                               \
+#define TJ__MATH_B(op_, nm, expr)              \
+    case TJ__OP_##op_:                         \
+        if (one & 2) {                         \
+            real b = B[0];                     \
+            for (j = 0; j < n; j++) {          \
+                real a = A[j];                 \
+                out[j] = (real)(expr);         \
+            }                                  \
+        } else if (one & 1) {                  \
+            real a = A[0];                     \
+            for (j = 0; j < n; j++) {          \
+                real b = B[j];                 \
+                out[j] = (real)(expr);         \
+            }                                  \
+        } else                                 \
+            for (j = 0; j < n; j++) {          \
+                real a = A[j], b = B[j];       \
+                out[j] = (real)(expr);         \
+            }                                  \
         break;
-#define TJ__MATH(name, T, attr)                                                     \
-    attr static void name(int op, double s, const T *const *in, T *out, int64_t n) { \
+/* bit j of `one`: in[j] is one value for all n (binary ops only, not both) */
+#define TJ__MATH(name, T, attr)                                                                   \
+    attr static void name(int op, double s, unsigned one, const T *const *in, T *out, int64_t n) { \
         typedef T real;                                                             \
         const real *A = in[0], *B = in[1], *C = in[2];                              \
         int64_t j;                                                                  \
         (void)s;                                                                    \
+        (void)one;                                                                  \
         switch (op) {                                                               \
             TJ__UNARY_OPS(TJ__MATH_U)                                               \
             TJ__BINARY_OPS(TJ__MATH_B)                                              \
@@ -4658,19 +4674,33 @@ __attribute__((target("avx512f"))) static void tj__sqrt_f512(const float *a, flo
 #elif defined(__GNUC__) && !defined(__CUDACC__)
 #pragma GCC pop_options
 #endif
-static void tj__math(int flt, int op, double s, const void *const *in, void *out, int64_t n) {
-    if (!flt) {
-        tj__math_d(op, s, (const double *const *)in, (double *)out, n);
-        return;
-    }
+/* out[0..n) <- op of in[]; bit j of `one` says in[j] holds one value for
+   all n (a broadcast scalar: binary ops read it as is, others get it
+   spread over a chunk); n <= TJ__CHUNK */
+static void tj__math_spread(int flt, int op, double s, unsigned one, const void *const *in, void *out, int64_t n);
+static void tj__math(int flt, int op, double s, unsigned one, const void *const *in, void *out, int64_t n) {
+    if (one && (op < TJ__OP_ADD || op > TJ__OP_NE || one == 3)) tj__math_spread(flt, op, s, one, in, out, n);
+    else if (!flt) tj__math_d(op, s, one, (const double *const *)in, (double *)out, n);
 #if TJ__X86
-    if (__builtin_cpu_supports("avx512f")) {
-        if (op == TJ__OP_SQRT) tj__sqrt_f512(*(const float *const *)in, (float *)out, n);
-        else tj__math_f512(op, s, (const float *const *)in, (float *)out, n);
-        return;
-    }
+    else if (__builtin_cpu_supports("avx512f") && op == TJ__OP_SQRT) tj__sqrt_f512(*(const float *const *)in, (float *)out, n);
+    else if (__builtin_cpu_supports("avx512f")) tj__math_f512(op, s, one, (const float *const *)in, (float *)out, n);
 #endif
-    tj__math_f(op, s, (const float *const *)in, (float *)out, n);
+    else tj__math_f(op, s, one, (const float *const *)in, (float *)out, n);
+}
+/* (kept out of tj__math: a large stack frame on every call costs more than the math) */
+static void tj__math_spread(int flt, int op, double s, unsigned one, const void *const *in, void *out, int64_t n) {
+    double spread[3][TJ__CHUNK];
+    const void *v[3];
+    int j;
+    int64_t q;
+    for (j = 0; j < 3; j++) {
+        v[j] = in[j];
+        if (!(one >> j & 1)) continue;
+        if (flt) for (q = 0; q < n; q++) ((float *)spread[j])[q] = *(const float *)in[j];
+        else for (q = 0; q < n; q++) spread[j][q] = *(const double *)in[j];
+        v[j] = spread[j];
+    }
+    tj__math(flt, op, s, 0, v, out, n);
 }
 /* a[j] = exp(a[j] - sub); results stored as f32 or bf16 take tj__fexp */
 static void tj__exp_n(int fast, double *a, int64_t m, double sub) {
@@ -4713,7 +4743,7 @@ typedef struct {
 /* the slice [lo, hi) of the first axis */
 static void tj__ew_rows(const tj__ew *e, int64_t lo, int64_t hi) {
     double buf[3][TJ__CHUNK], res[TJ__CHUNK];
-    const void *ins[3];
+    const void *ins[3] = {NULL, NULL, NULL};
     int64_t idx[TJ_MAXDIM] = {0}, dims[TJ_MAXDIM], off[3], oo, outer = 1, inner, o, c0, m;
     int i, d, r = e->rank;
     int64_t osl = e->ost[r - 1];
@@ -4729,16 +4759,18 @@ static void tj__ew_rows(const tj__ew *e, int64_t lo, int64_t hi) {
         for (c0 = 0; c0 < inner; c0 += m) {
             void *dst = res;
             m = inner - c0 < TJ__CHUNK ? inner - c0 : TJ__CHUNK;
-            for (i = 0; i < e->nin; i++) {
+            unsigned one = 0;
+            for (i = 0; i < e->nin; i++) { /* an operand broadcast along the last axis: one value */
                 int64_t sl = e->x[i].st[r - 1];
-                ins[i] = tj__chunk(e->flt, e->x[i].p, e->x[i].dt, off[i] + c0 * sl, sl, m, buf[i]);
+                ins[i] = tj__chunk(e->flt, e->x[i].p, e->x[i].dt, off[i] + c0 * sl, sl, sl || e->op < 0 ? m : 1, buf[i]);
+                one |= (unsigned)(!sl && e->op >= 0) << i;
             }
             if (e->op < 0) {
                 tj__unchunk(e->flt, e->out, e->odt, oo + c0 * osl, osl, m, ins[0]);
                 continue;
             }
             if (e->flt && e->odt == TJ_F32 && osl == 1) dst = (float *)e->out + oo + c0; /* straight into the output */
-            tj__math(e->flt, e->op, e->s, ins, dst, m);
+            tj__math(e->flt, e->op, e->s, one, ins, dst, m);
             if (dst == res) tj__unchunk(e->flt, e->out, e->odt, oo + c0 * osl, osl, m, res);
         }
         for (d = r - 2; d >= 0; d--) {
@@ -8127,16 +8159,19 @@ static int tj__needs_buffer(const tj_node *n) {
     return n->root == n && n->op != TJ__OP_PARAM && n->out_index < 0 && !(tj__ops[n->op].flags & TJ__MULTI);
 }
 
-/* ---- fusion of elementwise chains ----
-   An elementwise node whose only consumer is an elementwise node of the
-   same local layout is computed inside that consumer's loop, one chunk at a
-   time, with no buffer of its own (AdamW, GELU's backward, bias adds: one
-   pass over memory instead of one per op). Each member's result is rounded
-   to its dtype as if it had been stored, so fused and unfused runs give the
-   same bits. A member runs at its root's place in the schedule, so only
-   nodes that come right before it fuse: otherwise the member's inputs would
-   stay alive across everything in between (a sum of dots made far apart
-   would keep every dot). */
+/* ---- fusion of elementwise loops ----
+   Elementwise nodes of one local layout that feed one another run as one
+   loop, a chunk at a time, at the place of their last member in the
+   schedule (AdamW: the moments, the update and the new parameters in one
+   pass over memory; GELU's backward; bias adds). A member read outside its
+   group (an output, or an input of another node) is also written to its
+   buffer (it is "stored"); the others never touch memory. A producer's
+   group joins its consumer's when every node outside both that reads a
+   member comes after the consumer, and the group only moves past scalars
+   and elementwise nodes of its layout (moving past other work would keep
+   the group's inputs alive through it). Each member's result is rounded to its
+   dtype as if it had been stored, so fused and unfused runs give the same
+   bits. */
 #define TJ__MAXFUSE 24
 static int tj__is_ew(const tj_node *n) { return n->op < TJ__OP_PARAM || n->op == TJ__OP_SELECT; }
 static int tj__same_layout(const tj__type *a, const tj__type *b) {
@@ -8158,63 +8193,87 @@ static int tj__fusable(const tj_node *n) {
         if (n->in[j]->lt.rank && !tj__same_layout(&n->in[j]->lt, &n->lt)) return 0;
     return 1;
 }
-/* may x run at c's place? Everything scheduled between them must be part
-   of the group, a scalar, or a view (nothing whose memory fusing extends) */
-static int tj__adjacent(const tj_prog *p, tj_node *x, tj_node *c) {
-    int i;
-    for (i = x->sched + 1; i < c->sched; i++) {
-        tj_node *y = p->sched[i], *r = tj__froot(y);
-        if (r != x && r != c && tj__numel(&y->lt) > 1 && !(tj__ops[y->op].flags & TJ__VIEW)) return 0;
+typedef struct {
+    tj_node **cons;   /* the scheduled readers of node id: cons[at[id] .. at[id + 1]) */
+    int *at;
+    int *next, *tail; /* each group as a list of node ids from its root */
+    int *size;
+} tj__fusion;
+/* may group rx join group c? */
+static int tj__fuse_ok(const tj_prog *p, const tj__fusion *f, tj_node *rx, tj_node *c) {
+    int y, k, g;
+    for (k = rx->sched + 1; k < c->sched; k++) {
+        tj_node *z = p->sched[k], *r = tj__froot(z);
+        if (r != rx && r != c && z->lt.rank && !(tj__fusable(z) && tj__same_layout(&z->lt, &c->lt))) return 0;
     }
+    for (g = 0; g < 2; g++) /* members' other readers come after c */
+        for (y = (g ? c : rx)->id; y >= 0; y = f->next[y])
+            for (k = f->at[y]; k < f->at[y + 1]; k++) {
+                tj_node *r = tj__froot(f->cons[k]);
+                if (r != rx && r != c && f->cons[k]->sched < c->sched) return 0;
+            }
     return 1;
 }
 static tj_status tj__fuse(tj_prog *p) {
-    int i, j, *uses, *size;
+    int i, j, k, n = p->g->n;
+    tj__fusion f;
     if (p->ctx->backend) return TJ_OK; /* the CUDA backend runs one kernel per node */
-    uses = (int *)tj__calloc(sizeof(int) * (size_t)(p->g->n + 1));
-    size = (int *)tj__calloc(sizeof(int) * (size_t)(p->g->n + 1));
-    if (!uses || !size) {
-        TJ_FREE(uses);
-        TJ_FREE(size);
-        tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory fusing", p->name);
-        return TJ_ERR_OOM;
-    }
+    memset(&f, 0, sizeof f);
+    f.at = (int *)tj__calloc(sizeof(int) * (size_t)(n + 2));
+    f.next = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
+    f.tail = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
+    f.size = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
+    if (!f.at || !f.next || !f.tail || !f.size) goto oom;
+    for (i = 0; i < p->nsched; i++) /* readers: counted, then placed */
+        for (j = 0; j < p->sched[i]->nin; j++) f.at[p->sched[i]->in[j]->id + 2]++;
+    for (i = 2; i <= n + 1; i++) f.at[i] += f.at[i - 1];
+    if (!(f.cons = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(f.at[n + 1] + 1)))) goto oom;
     for (i = 0; i < p->nsched; i++)
-        for (j = 0; j < p->sched[i]->nin; j++) uses[p->sched[i]->in[j]->id]++;
-    for (i = 0; i < p->nout; i++) uses[p->outs[i]->id] += 2; /* an output needs its buffer */
+        for (j = 0; j < p->sched[i]->nin; j++) f.cons[f.at[p->sched[i]->in[j]->id + 1]++] = p->sched[i];
+    for (i = 0; i < n; i++) {
+        f.next[i] = -1;
+        f.tail[i] = i;
+        f.size[i] = 1;
+    }
     for (i = 0; i < p->nsched; i++) {
         tj_node *c = p->sched[i];
-        size[c->id] = 1;
         if (!tj__fusable(c)) continue;
         for (j = 0; j < c->nin; j++) {
-            tj_node *x = c->in[j];
-            if (x->g != p->g || uses[x->id] != 1 || x->fused || !x->live || !tj__fusable(x) || x->lt.rank != c->lt.rank ||
-                !tj__same_layout(&x->lt, &c->lt) || size[c->id] + size[x->id] > TJ__MAXFUSE || !tj__adjacent(p, x, c))
-                continue;
-            x->fused = c;
-            size[c->id] += size[x->id];
+            tj_node *x = c->in[j], *rx;
+            if (x->g != p->g || !x->live || !tj__fusable(x) || !tj__same_layout(&x->lt, &c->lt)) continue;
+            rx = tj__froot(x);
+            if (rx == c || f.size[c->id] + f.size[rx->id] > TJ__MAXFUSE || !tj__fuse_ok(p, &f, rx, c)) continue;
+            rx->fused = c;
+            f.next[f.tail[c->id]] = rx->id;
+            f.tail[c->id] = f.tail[rx->id];
+            f.size[c->id] += f.size[rx->id];
         }
     }
+    for (i = 0; i < p->nout; i++) p->outs[i]->store = 1;
     for (i = 0; i < p->nsched; i++) { /* each root's members, in schedule order */
-        tj_node *n = p->sched[i], *r;
-        if (!n->fused) continue;
-        r = tj__froot(n);
-        if (!r->members) {
-            r->members = (tj_node **)tj__malloc(sizeof(tj_node *) * (TJ__MAXFUSE + 1));
-            if (!r->members) {
-                TJ_FREE(uses);
-                TJ_FREE(size);
-                tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory fusing", p->name);
-                return TJ_ERR_OOM;
-            }
-        }
-        r->members[r->nmembers++] = n;
+        tj_node *m = p->sched[i], *r;
+        if (!m->fused) continue;
+        r = tj__froot(m);
+        for (k = f.at[m->id]; k < f.at[m->id + 1]; k++) m->store |= tj__froot(f.cons[k]) != r;
+        if (!r->members && !(r->members = (tj_node **)tj__malloc(sizeof(tj_node *) * (TJ__MAXFUSE + 1)))) goto oom;
+        r->members[r->nmembers++] = m;
     }
     for (i = 0; i < p->nsched; i++)
         if (p->sched[i]->members) p->sched[i]->members[p->sched[i]->nmembers++] = p->sched[i];
-    TJ_FREE(uses);
-    TJ_FREE(size);
+    TJ_FREE(f.cons);
+    TJ_FREE(f.at);
+    TJ_FREE(f.next);
+    TJ_FREE(f.tail);
+    TJ_FREE(f.size);
     return TJ_OK;
+oom:
+    TJ_FREE(f.cons);
+    TJ_FREE(f.at);
+    TJ_FREE(f.next);
+    TJ_FREE(f.tail);
+    TJ_FREE(f.size);
+    tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory fusing", p->name);
+    return TJ_ERR_OOM;
 }
 /* round n values of the compute type as if stored in dtype dt and loaded
    again (in float, only bf16 needs it: see tj__flt_ok) */
@@ -8239,47 +8298,52 @@ static void tj__round_n(int flt, void *v, int64_t n, tj_dtype dt) {
    The device's threads take slices of the elements. */
 typedef struct {
     const tj_node *r;
-    const void *const *leafp;
-    void *out;
+    const void *const *leafp; /* per member and input: a leaf's buffer (NULL: a member's result) */
+    void *const *storep;      /* per member: the buffer it is stored to, or NULL */
     int flt;
     int src[TJ__MAXFUSE][3]; /* where each operand comes from: a member's result, or a leaf (-1) */
 } tj__fused;
 static void tj__fused_part(const void *arg, int part, int nparts) {
     const tj__fused *fu = (const tj__fused *)arg;
     const tj_node *r = fu->r;
-    double res[TJ__MAXFUSE][TJ__CHUNK], opnd[3][TJ__CHUNK];
-    int64_t n = tj__numel(&r->lt), lo = n * part / nparts, hi = n * (part + 1) / nparts, c0, m, q;
+    double resbuf[TJ__MAXFUSE * TJ__CHUNK], opnd[3][TJ__CHUNK];
+    size_t es = fu->flt ? sizeof(float) : sizeof(double); /* results packed densely: the chunk's working set stays in L1 */
+#define TJ__RES(i) ((void *)((char *)resbuf + (size_t)(i) * TJ__CHUNK * es))
+    int64_t n = tj__numel(&r->lt), lo = n * part / nparts, hi = n * (part + 1) / nparts, c0, m;
     int mi, j, flt = fu->flt, last = r->nmembers - 1;
     for (c0 = lo; c0 < hi; c0 += m) {
         void *dst = NULL;
         m = hi - c0 < TJ__CHUNK ? hi - c0 : TJ__CHUNK;
         for (mi = 0; mi <= last; mi++) {
             const tj_node *x = r->members[mi];
-            const void *ins[3];
+            const void *ins[3] = {NULL, NULL, NULL};
+            unsigned one = 0;
             for (j = 0; j < x->nin; j++) {
                 const tj_node *y = x->in[j];
-                const void *pp = fu->leafp[mi * 3 + j];
-                if (fu->src[mi][j] >= 0) ins[j] = res[fu->src[mi][j]];
-                else if (y->lt.rank == 0) { /* a scalar, broadcast */
-                    double v = tj__ld(pp, y->lt.dt, 0);
-                    if (flt) for (q = 0; q < m; q++) ((float *)opnd[j])[q] = (float)v;
-                    else for (q = 0; q < m; q++) opnd[j][q] = v;
-                    ins[j] = opnd[j];
-                } else ins[j] = tj__chunk(flt, pp, y->lt.dt, c0, 1, m, opnd[j]);
+                if (fu->src[mi][j] >= 0) ins[j] = TJ__RES(fu->src[mi][j]);
+                else { /* a leaf; a scalar is one value, broadcast */
+                    ins[j] = tj__chunk(flt, fu->leafp[mi * 3 + j], y->lt.dt, y->lt.rank ? c0 : 0, 1, y->lt.rank ? m : 1, opnd[j]);
+                    one |= (unsigned)!y->lt.rank << j;
+                }
             }
-            dst = mi == last && flt && r->lt.dt == TJ_F32 ? (void *)((float *)fu->out + c0) : (void *)res[mi]; /* straight into the output */
-            tj__math(flt, x->op, x->a.s, ins, dst, m);
+            dst = mi == last && flt && r->lt.dt == TJ_F32 ? (void *)((float *)fu->storep[last] + c0) : TJ__RES(mi); /* straight into the output */
+            tj__math(flt, x->op, x->a.s, one, ins, dst, m);
             tj__round_n(flt, dst, m, x->lt.dt);
         }
-        if (dst == res[last]) tj__unchunk(flt, fu->out, r->lt.dt, c0, 1, m, dst);
+        /* stored after the whole chunk is computed: a member may overwrite a
+           donated argument that a later member reads */
+        for (mi = 0; mi < last; mi++)
+            if (fu->storep[mi]) tj__unchunk(flt, fu->storep[mi], r->members[mi]->lt.dt, c0, 1, m, TJ__RES(mi));
+        if (dst == TJ__RES(last)) tj__unchunk(flt, fu->storep[last], r->lt.dt, c0, 1, m, dst);
     }
+#undef TJ__RES
 }
-static void tj__k_fused(const tj_node *r, const void *const *leafp, void *out, int nthreads) {
+static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const *storep, int nthreads) {
     tj__fused fu;
     int mi, j, k;
     fu.r = r;
     fu.leafp = leafp;
-    fu.out = out;
+    fu.storep = storep;
     fu.flt = 1;
     for (mi = 0; mi < r->nmembers; mi++) {
         const tj_node *x = r->members[mi];
@@ -8315,6 +8379,7 @@ static tj_status tj__plan(tj_prog *p) {
         TJ_FREE(n->members);
         n->members = NULL;
         n->nmembers = 0;
+        n->store = 0;
     }
     if (tj__fuse(p)) return p->ctx->status;
     for (i = 0; i < p->nsched; i++)
@@ -8323,6 +8388,8 @@ static tj_status tj__plan(tj_prog *p) {
             int at = p->sched[i]->fused ? tj__froot(p->sched[i])->sched : i; /* read when the group runs */
             if (r->last < at) r->last = at;
         }
+    for (i = 0; i < p->nsched; i++) /* a stored member's buffer is written when its group runs */
+        if (p->sched[i]->store && p->sched[i]->fused && p->sched[i]->last < tj__froot(p->sched[i])->sched) p->sched[i]->last = tj__froot(p->sched[i])->sched;
     for (i = 0; i < p->nout; i++) {
         tj_node *r = p->outs[i]->root;
         r->last = p->nsched; /* outputs outlive the run */
@@ -8348,9 +8415,10 @@ static tj_status tj__plan(tj_prog *p) {
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
         const tj__opdef *d = &tj__ops[n->op];
-        if (n->fused) continue; /* computed inside its group's loop: no buffer */
-        if (tj__needs_buffer(n) && n->op != TJ__OP_PROJ) {
-            if ((n->off = tj__heap_alloc(&h[n->space], tj__bytes(&n->lt))) < 0) goto oom;
+        if (n->fused) continue; /* computed in its group's loop; buffers of stored members come with the group */
+        for (j = 0; j < (n->members ? n->nmembers : 1); j++) {
+            tj_node *x = n->members ? n->members[j] : n;
+            if ((x == n || x->store) && tj__needs_buffer(x) && x->op != TJ__OP_PROJ && (x->off = tj__heap_alloc(&h[x->space], tj__bytes(&x->lt))) < 0) goto oom;
         }
         for (j = 0; j < n->nproj; j++) { /* a scan writes all its outputs */
             tj_node *q = n->proj[j];
@@ -9222,13 +9290,17 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         if (prof) t0 = tj__now_us();
         if (n->members) {
             const void *leafp[TJ__MAXFUSE * 3];
+            void *storep[TJ__MAXFUSE];
             int mi;
-            for (mi = 0; mi < n->nmembers; mi++)
-                for (j = 0; j < n->members[mi]->nin; j++) {
-                    tj_node *y = n->members[mi]->in[j];
+            for (mi = 0; mi < n->nmembers; mi++) {
+                tj_node *x = n->members[mi];
+                storep[mi] = x == n || x->store ? tj__buf(x, arena, args, outs) : NULL;
+                for (j = 0; j < x->nin; j++) {
+                    tj_node *y = x->in[j];
                     leafp[mi * 3 + j] = y->fused && tj__froot(y) == n ? NULL : tj__buf(y, arena, args, outs);
                 }
-            tj__k_fused(n, leafp, tj__buf(n, arena, args, outs), nthreads);
+            }
+            tj__k_fused(n, leafp, storep, nthreads);
             if (prof) tj__record(rdv, dev, n, t0, tj__now_us());
             continue;
         }
@@ -9718,12 +9790,14 @@ static void tj__node_line(tj_node *n, FILE *f, int planned, int indent) {
     if (n->pass) fprintf(f, "  bwd%d", n->pass);
     if (n->remat) fprintf(f, "  remat");
     if (planned) {
-        if (n->fused) fprintf(f, "  fused into %%%d", tj__froot(n)->id);
-        else if (n->root != n) fprintf(f, "  view of %%%d", n->root->id);
-        else if (n->op == TJ__OP_PARAM) fprintf(f, "  @arg%d", n->a.index);
-        else if (tj__ops[n->op].flags & TJ__MULTI) fprintf(f, "  (writes the outputs below)");
-        else if (n->out_index >= 0) fprintf(f, "  @out%d", n->out_index);
-        else fprintf(f, "  @%lld+%lld", (long long)n->off, (long long)tj__bytes(&n->lt));
+        if (n->fused) fprintf(f, "  fused into %%%d%s", tj__froot(n)->id, n->store ? ", stored" : "");
+        if (!n->fused || n->store) {
+            if (n->root != n) fprintf(f, "  view of %%%d", n->root->id);
+            else if (n->op == TJ__OP_PARAM) fprintf(f, "  @arg%d", n->a.index);
+            else if (tj__ops[n->op].flags & TJ__MULTI) fprintf(f, "  (writes the outputs below)");
+            else if (n->out_index >= 0) fprintf(f, "  @out%d", n->out_index);
+            else fprintf(f, "  @%lld+%lld", (long long)n->off, (long long)tj__bytes(&n->lt));
+        }
     }
     fprintf(f, "  %s:%d\n", tj__base(n->file), n->line);
 }
