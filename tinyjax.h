@@ -5892,16 +5892,20 @@ static const char *tj__names_str(tj_ctx *c, const int *ids, int n, char *buf, si
     return buf;
 }
 static tj_status tj__vjp_dot(tj_node *n, tj_v g, tj_v *gin) {
-    /* da = g . b over N;  db = a . g over M (names put every axis in place) */
+    /* da = g . b over N;  db = a . g over M (names put every axis in place).
+       The operand order gives each result its input's layout ([B,M,K] or
+       [B,K,M] for a, [B,K,N] or [B,N,K] for b), so no relayout follows */
     tj_ctx *c = n->g->ctx;
     int Nids[TJ_MAXDIM], Mids[TJ_MAXDIM], i;
     char buf[512];
     tj_v a = n->in[0], b = n->in[1];
     for (i = 0; i < n->a.nm; i++) Mids[i] = n->t.ax[n->a.nb + i];
     for (i = 0; i < n->a.nn; i++) Nids[i] = n->t.ax[n->a.nb + n->a.nm + i];
-    if (n->a.nn) gin[0] = tj_dot_at(F, L, g, b, tj__names_str(c, Nids, n->a.nn, buf, sizeof buf));
+    if (n->a.nn) gin[0] = n->a.trans_a ? tj_dot_at(F, L, b, g, tj__names_str(c, Nids, n->a.nn, buf, sizeof buf))
+                                       : tj_dot_at(F, L, g, b, tj__names_str(c, Nids, n->a.nn, buf, sizeof buf));
     else gin[0] = tj_mul_at(F, L, g, b);
-    if (n->a.nm) gin[1] = tj_dot_at(F, L, a, g, tj__names_str(c, Mids, n->a.nm, buf, sizeof buf));
+    if (n->a.nm) gin[1] = n->a.trans_b ? tj_dot_at(F, L, g, a, tj__names_str(c, Mids, n->a.nm, buf, sizeof buf))
+                                       : tj_dot_at(F, L, a, g, tj__names_str(c, Mids, n->a.nm, buf, sizeof buf));
     else gin[1] = tj_mul_at(F, L, a, g);
     return TJ_OK;
 }
