@@ -3416,8 +3416,6 @@ struct tj_graph {
     int refs;              /* bodies are shared by clones of scan nodes  */
     struct tj_prog *prog;  /* the compiled body                          */
     struct tj__report *report; /* residual decisions (top graph only)    */
-    tj__attr pend;         /* attributes for the next node (its sharding rule reads them) */
-    int has_pend;
     /* inside shard_map: types are per-device (local) and record the mesh
        axes each value varies over; check: enforce and use those sets */
     int manual, check;
@@ -3636,14 +3634,12 @@ TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n) {
 }
 
 /* Append a node. Inputs must be non-NULL values of g (a NULL input means an
-   earlier op failed: return NULL quietly so its message survives). */
+   earlier op failed: return NULL quietly so its message survives). `a` holds
+   the op's attributes (NULL: none); they are set before the sharding rule
+   runs, which may read them (the axes a softmax needs whole, ...). */
 static tj_node *tj__capture(tj_graph *g, tj_node *v);
 static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line);
 static int tj__vary_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const char *file, int line);
-static void tj__pend_attr(tj_graph *g, const tj__attr *a) {
-    g->pend = *a;
-    g->has_pend = 1;
-}
 /* The graph new ops go to: while a body is being traced, an op whose
    inputs all come from enclosing functions still belongs to the body (its
    inputs are captured), as in JAX: the body function's ops are the body. */
@@ -3652,7 +3648,7 @@ static int tj__encloses(const tj_graph *outer, const tj_graph *g) {
     return 0;
 }
 static tj_graph *tj__cur(tj_graph *g) { return g && g->ctx->cur && tj__encloses(g, g->ctx->cur) ? g->ctx->cur : g; }
-static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const char *file, int line) {
+static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
     tj_node *n;
     int i;
     tj_node *cin[64], *fin[64];
@@ -3676,8 +3672,8 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
         }
     }
     if (g->ctx->status != TJ_OK) return NULL; /* tracing already failed */
-    memset(&at, 0, sizeof at);
-    if (g->has_pend) { at = g->pend; g->has_pend = 0; }
+    if (a) at = *a; /* the op's attributes: its sharding rule reads them */
+    else memset(&at, 0, sizeof at);
     for (i = 0; i < nin; i++) fin[i] = cin[i];
     tt = *t;
     if (g->manual ? tj__vary_rule(g, op, &tt, nin, fin, file, line) : g->ctx->nmesh && tj__shard_rule(g, op, &tt, nin, fin, &at, file, line)) return NULL;
@@ -3779,7 +3775,7 @@ static tj_node *tj__capture1(tj_graph *g, tj_node *v) {
         g->cap_src = c;
         g->capcap = nc;
     }
-    p = tj__node(g, TJ__OP_PARAM, &outer->t, 0, NULL, v->file, v->line);
+    p = tj__node(g, TJ__OP_PARAM, &outer->t, 0, NULL, NULL, v->file, v->line);
     if (!p || tj__add_param(g, p)) {
         tj__err(g->ctx, TJ_ERR_OOM, v->file, v->line, "out of memory capturing a value into a scan body");
         return NULL;
@@ -4002,7 +3998,7 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
 
 /* ---- collectives as nodes ---- */
 static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *t, int axis, unsigned mesh, const char *cause, const char *file, int line) {
-    tj_node *n = tj__node(g, op, t, 1, &x, file, line); /* a given type: no rule runs */
+    tj_node *n = tj__node(g, op, t, 1, &x, NULL, file, line); /* a given type: no rule runs */
     if (!n) return NULL;
     n->a.axis = axis;
     n->a.index = (int)mesh;
@@ -4058,10 +4054,7 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
             t.sh[i] = sh[i];
             if ((tj__ops_flags(x->op) & TJ__SOURCE) && x->op != TJ__OP_PARAM) {
                 /* a constant or random source: make only this device's slice */
-                tj_node *n = tj__node(g, x->op, &t, 0, NULL, x->file, x->line);
-                if (!n) return NULL;
-                n->a = x->a;
-                x = n;
+                if (!(x = tj__node(g, x->op, &t, 0, NULL, &x->a, x->file, x->line))) return NULL;
             } else if (!(x = tj__collective(g, TJ__OP_SHARD_SLICE, x, &t, t.ax[i], sh[i], cause, file, line))) return NULL;
         }
     return x;
@@ -4462,7 +4455,7 @@ TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
     t.vary = g->check ? (uint8_t)m : 0;
-    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, f, l))) n->a.index = m;
+    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, NULL, f, l))) n->a.index = m;
     return n;
 }
 
@@ -4889,7 +4882,7 @@ static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double
     }
     t = x->t;
     t.dt = odt;
-    n = tj__node(x->g, op, &t, 1, &x, f, l);
+    n = tj__node(x->g, op, &t, 1, &x, NULL, f, l);
     if (n) n->a.s = s;
     return n;
 }
@@ -5013,7 +5006,7 @@ static tj_v tj__binary(const char *f, int l, int op, tj_v a, tj_v b) {
     if (op >= TJ__OP_LT && op <= TJ__OP_NE) t.dt = TJ_I32;
     in[0] = a;
     in[1] = b;
-    return tj__node(g, op, &t, 2, in, f, l);
+    return tj__node(g, op, &t, 2, in, NULL, f, l);
 }
 #define TJ__B(op_, nm, expr) \
     TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v a, tj_v b) { return tj__binary(f, l, TJ__OP_##op_, a, b); }
@@ -5086,7 +5079,7 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v m, tj_v a, tj_v b) {
     in[2] = b;
     {
         tj_graph *g = tj__inner(3, in, "select", f, l);
-        return g ? tj__node(g, TJ__OP_SELECT, &t2, 3, in, f, l) : NULL;
+        return g ? tj__node(g, TJ__OP_SELECT, &t2, 3, in, NULL, f, l) : NULL;
     }
 }
 static tj_status tj__vjp_select(tj_node *n, tj_v g, tj_v *gin) {
@@ -5101,7 +5094,7 @@ static tj_v tj__source(const char *f, int l, tj_graph *g, int op, tj_dtype dt, c
     tj__type t;
     if (!g) return NULL;
     if (tj__parse_shape(g->ctx, shape, dt, &t, 0, what, f, l)) return NULL;
-    return tj__node(g, op, &t, 0, NULL, f, l);
+    return tj__node(g, op, &t, 0, NULL, NULL, f, l);
 }
 TJDEF tj_v tj_fill_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, double v) {
     tj_node *n = tj__source(f, l, g, TJ__OP_FILL, dt, shape, "fill");
@@ -5194,6 +5187,7 @@ static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t);
 static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
     tj__type t;
     tj_node *n;
+    tj__attr pa;
     int i, j, keep;
     int64_t size = 1;
     if (!x) return NULL;
@@ -5210,18 +5204,10 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
         } else size *= x->t.dim[i];
     }
     if (size == 1) return tj__reshape(f, l, x, &t); /* axes of size 1: same elements, a view */
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.naxes = nr;
-        for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, op, &t, 1, &x, f, l);
-    if (n) {
-        n->a.naxes = nr;
-        for (j = 0; j < nr; j++) n->a.axes[j] = ids[j];
-    }
+    memset(&pa, 0, sizeof pa);
+    pa.naxes = nr;
+    for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
+    n = tj__node(x->g, op, &t, 1, &x, &pa, f, l);
     return n;
 }
 static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n) { return tj__reduce_ids(f, l, TJ__OP_SUM, x, ids, n); }
@@ -5427,7 +5413,7 @@ static tj_v tj__relayout(const char *f, int l, tj_v x, const tj__type *to) {
             return NULL;
         }
     }
-    return tj__node(x->g, TJ__OP_RELAYOUT, &t, 1, &x, f, l);
+    return tj__node(x->g, TJ__OP_RELAYOUT, &t, 1, &x, NULL, f, l);
 }
 static void tj__k_copy(tj__kern *k) {
     if (k->it[0]->rank == k->ot.rank && k->it[0]->dt == k->ot.dt) {
@@ -5474,7 +5460,7 @@ TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape) {
 
 /* ---- reshape: rename, split, merge (same elements, same order; a view) ---- */
 static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t) {
-    return tj__node(x->g, TJ__OP_RESHAPE, t, 1, &x, f, l);
+    return tj__node(x->g, TJ__OP_RESHAPE, t, 1, &x, NULL, f, l);
 }
 static tj_status tj__vjp_reshape(tj_node *n, tj_v g, tj_v *gin) {
     /* g has n's type once fitted; reinterpret it with the input's axes */
@@ -5590,7 +5576,7 @@ static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, 
 TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t start, int64_t stop) {
     int a, k;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "slice", f, l)) < 0) return NULL;
     k = tj__axis_index(&x->t, a);
     if (start < 0 || stop > x->t.dim[k] || start >= stop) {
@@ -5600,15 +5586,11 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
     }
     t = x->t;
     t.dim[k] = stop - start;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, f, l);
-    if (n) { n->a.axis = a; n->a.start = start; n->a.stop = stop; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    pa.start = start;
+    pa.stop = stop;
+    return tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, &pa, f, l);
 }
 static void tj__k_slice(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
@@ -5624,7 +5606,7 @@ static tj_status tj__vjp_slice(tj_node *n, tj_v g, tj_v *gin) {
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value) {
     int a, k;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
     if (lo < 0 || hi < 0) {
         tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: negative padding (%lld, %lld) on axis '%s'", (long long)lo, (long long)hi, axis);
@@ -5633,15 +5615,12 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     k = tj__axis_index(&x->t, a);
     t = x->t;
     t.dim[k] += lo + hi;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_PAD, &t, 1, &x, f, l);
-    if (n) { n->a.axis = a; n->a.start = lo; n->a.stop = hi; n->a.s = value; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    pa.start = lo;
+    pa.stop = hi;
+    pa.s = value;
+    return tj__node(x->g, TJ__OP_PAD, &t, 1, &x, &pa, f, l);
 }
 static void tj__k_pad(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
@@ -5658,7 +5637,7 @@ static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
 TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
     int a, k, i, j;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     char b1[256], b2[256];
     if (nx < 1 || nx > 16 || !xs) {
         if (nx >= 1 && xs && xs[0]) tj__err(xs[0]->g->ctx, TJ_ERR_ARG, f, l, "concat: %d inputs (1..16 allowed)", nx);
@@ -5679,16 +5658,9 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
         }
         t.dim[k] += xs[i]->t.dim[k];
     }
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        if (!tj__inner(nx, xs, "concat", f, l)) return NULL;
-        tj__pend_attr(tj__inner(nx, xs, "concat", f, l), &pa);
-    }
-    n = tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, f, l);
-    if (n) n->a.axis = a;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    return tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, &pa, f, l);
 }
 static void tj__k_concat(tj__kern *k) {
     int64_t st[TJ_MAXDIM], at = 0;
@@ -5815,7 +5787,7 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
     if (autosh) tj__dot_out_sharding(in[0], in[1], ck, nk, &to);
     {
         tj_graph *g = tj__inner(2, in, "dot", f, l);
-        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, f, l) : NULL;
+        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, NULL, f, l) : NULL;
     }
     if (n) {
         n->a.nb = nb; n->a.nm = nm; n->a.nk = nk; n->a.nn = nn;
@@ -5938,7 +5910,8 @@ static int tj__take_type(const char *what, tj_v x, int axis, tj_v idx, tj__type 
 TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) {
     int a;
     tj__type t;
-    tj_node *in[2], *n;
+    tj_node *in[2];
+    tj__attr pa;
     char b[256];
     if (!x || !idx || (a = tj__one_axis(x, axis, "take", f, l)) < 0) return NULL;
     if (idx->t.dt != TJ_I32) {
@@ -5948,16 +5921,9 @@ TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) 
     if (tj__take_type("take", x, a, idx, &t, f, l)) return NULL;
     in[0] = x;
     in[1] = idx;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        if (!tj__inner(2, in, "take", f, l)) return NULL;
-        tj__pend_attr(tj__inner(2, in, "take", f, l), &pa);
-    }
-    n = tj__node(tj__inner(2, in, "take", f, l), TJ__OP_TAKE, &t, 2, in, f, l);
-    if (n) n->a.axis = a;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    return tj__node(tj__inner(2, in, "take", f, l), TJ__OP_TAKE, &t, 2, in, &pa, f, l);
 }
 /* pre/V/post extents of x around axis k (local type) */
 static void tj__ppv(const tj__type *t, int k, int64_t *pre, int64_t *v, int64_t *post) {
@@ -5991,21 +5957,16 @@ static void tj__k_take(tj__kern *k) {
 /* scatter_add(g, idx) into the shape of x: the transpose of take */
 static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int axis) {
     tj__type t, gt;
-    tj_node *in[2], *n;
+    tj_node *in[2];
+    tj__attr pa;
     if (!g || tj__take_type("scatter_add", x, axis, idx, &gt, f, l)) return NULL;
     in[0] = tj__fit(f, l, g, &gt);
     in[1] = idx;
     t = x->t;
     t.dt = g->t.dt;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = axis;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, f, l);
-    if (n) n->a.axis = axis;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = axis;
+    return tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, &pa, f, l);
 }
 static tj_status tj__vjp_take(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj__scatter_add(F, L, g, n->in[1], n->in[0], n->a.axis);
@@ -6027,7 +5988,7 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
     t.dt = dt;
     t.ax[t.rank] = nt.ax[0];
     t.dim[t.rank++] = nt.dim[0];
-    n = tj__node(idx->g, TJ__OP_ONE_HOT, &t, 1, &idx, f, l);
+    n = tj__node(idx->g, TJ__OP_ONE_HOT, &t, 1, &idx, NULL, f, l);
     if (n) n->a.axis = nt.ax[0];
     return n;
 }
@@ -6045,17 +6006,13 @@ static void tj__k_one_hot(tj__kern *k) {
    reading each row in chunks once per pass; the threads split the rows. ---- */
 /* a row op node along axis id a: in[0] gives the rows, t is the output type */
 static tj_v tj__rownode(const char *f, int l, int op, int nin, tj_node **in, int a, double s, const tj__type *t) {
-    tj__attr pa;
     tj_graph *g = tj__inner(nin, in, TJ__OPNAME(op), f, l);
-    tj_node *n;
+    tj__attr pa;
     if (!g) return NULL;
     memset(&pa, 0, sizeof pa);
     pa.axis = a;
     pa.s = s;
-    tj__pend_attr(g, &pa);
-    n = tj__node(g, op, t, nin, in, f, l);
-    if (n) { n->a.axis = a; n->a.s = s; }
-    return n;
+    return tj__node(g, op, t, nin, in, &pa, f, l);
 }
 static tj_v tj__rowop(const char *f, int l, int op, tj_v x, const char *axis, double s) {
     int a;
@@ -6271,22 +6228,17 @@ static double tj__flops_row(const tj_node *n) { return 5.0 * (double)tj__numel(&
 /* ---- causal mask ---- */
 TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill) {
     int q, kk;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (q = tj__one_axis(x, q_axis, "causal_mask", f, l)) < 0 || (kk = tj__one_axis(x, k_axis, "causal_mask", f, l)) < 0) return NULL;
     if (q == kk) {
         tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "causal_mask: query and key axes must differ (rename one), both are '%s'", q_axis);
         return NULL;
     }
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = q;
-        pa.axis2 = kk;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, f, l);
-    if (n) { n->a.axis = q; n->a.axis2 = kk; n->a.s = fill; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = q;
+    pa.axis2 = kk;
+    pa.s = fill;
+    return tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, &pa, f, l);
 }
 /* in rows of the last axis; the threads split the rows */
 static void tj__causal_part(const void *arg, int part, int nparts) {
@@ -6318,7 +6270,7 @@ static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
 }
 
 /* ---- identities: stop_gradient, name, copy; and parameters ---- */
-TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_STOP_GRADIENT, &x->t, 1, &x, f, l) : NULL; }
+TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_STOP_GRADIENT, &x->t, 1, &x, NULL, f, l) : NULL; }
 TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name) {
     tj_node *n;
     if (!x) return NULL;
@@ -6326,11 +6278,11 @@ TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name)
         tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "checkpoint_name: empty name");
         return NULL;
     }
-    n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, f, l);
+    n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, NULL, f, l);
     if (n && !(n->name = tj__strdup(name))) return NULL;
     return n;
 }
-static tj_v tj__copy(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_COPY, &x->t, 1, &x, f, l) : NULL; }
+static tj_v tj__copy(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_COPY, &x->t, 1, &x, NULL, f, l) : NULL; }
 static void tj__k_none(tj__kern *k) { (void)k; }
 
 #undef F
@@ -6664,7 +6616,7 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
         tj__type dummy;
         memset(&dummy, 0, sizeof dummy);
         dummy.dt = TJ_I32;
-        if (!(n = tj__node(g, TJ__OP_CUSTOM, &dummy, nin, x, f, l))) return c->status ? c->status : TJ_ERR_OOM;
+        if (!(n = tj__node(g, TJ__OP_CUSTOM, &dummy, nin, x, NULL, f, l))) return c->status ? c->status : TJ_ERR_OOM;
     }
     n->a.index = k;
     for (j = 0; j < d->nout; j++) {
@@ -6954,7 +6906,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     c->cvjps[k].nres = nres;
     memset(&dummy, 0, sizeof dummy);
     dummy.dt = TJ_I32;
-    if (!(n = tj__node(g, TJ__OP_CUSTOM_VJP, &dummy, nin + nout + nres, all, f, l))) return c->status ? c->status : TJ_ERR_OOM;
+    if (!(n = tj__node(g, TJ__OP_CUSTOM_VJP, &dummy, nin + nout + nres, all, NULL, f, l))) return c->status ? c->status : TJ_ERR_OOM;
     n->a.index = k;
     for (i = 0; i < nout; i++) {
         if (tj__add_proj(n, &all[nin + i]->t, TJ_SPACE_DEVICE)) return c->status;
@@ -7029,7 +6981,7 @@ static int tj__add_proj(tj_node *m, const tj__type *t, int space) {
         return -1;
     }
     m->proj = np;
-    p = tj__node(m->g, TJ__OP_PROJ, t, 1, &m, m->file, m->line);
+    p = tj__node(m->g, TJ__OP_PROJ, t, 1, &m, NULL, m->file, m->line);
     if (!p) return -1;
     p->a.index = m->nproj;
     p->space = space;
@@ -7076,7 +7028,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     for (i = 0; i < b->ncap; i++) in[nin++] = b->cap_outer[i];
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
-    n = tj__node(g, TJ__OP_SCAN, &t, nin, in, f, l);
+    n = tj__node(g, TJ__OP_SCAN, &t, nin, in, NULL, f, l);
     if (!n) return NULL;
     n->sub = b;
     b->refs++;
@@ -7171,12 +7123,12 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     b->manual = g->manual; /* a scan inside shard_map works on local blocks too */
     b->check = g->check;
     for (i = 0; i < nc; i++) {
-        if (!(cp[i] = tj__node(b, TJ__OP_PARAM, &init[i]->t, 0, NULL, f, l)) || tj__add_param(b, cp[i])) goto fail;
+        if (!(cp[i] = tj__node(b, TJ__OP_PARAM, &init[i]->t, 0, NULL, NULL, f, l)) || tj__add_param(b, cp[i])) goto fail;
         cp[i]->name = tj__strdup("carry");
     }
     for (i = 0; i < nx; i++) {
         tj__type xt = tj__type_drop(&xs[i]->t, ax);
-        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
+        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("x");
     }
     for (i = 0; i < 32; i++) co[i] = yo[i] = NULL;
@@ -7375,7 +7327,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
         unsigned v = tj__sh_used(lt.sh, lt.rank);
         lt = tj__local(c, &lt);
         lt.vary = check ? (uint8_t)v : 0;
-        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
+        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("block");
     }
     for (i = 0; i < 32; i++) yo[i] = NULL;
@@ -7767,7 +7719,7 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
         tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, w->scan->file, w->scan->line, "scan: more than 64 residuals per iteration");
         return NULL;
     }
-    p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, w->scan->file, w->scan->line);
+    p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, NULL, w->scan->file, w->scan->line);
     if (!p || tj__add_param(w->bk, p)) return NULL;
     p->name = tj__strdup(name);
     p->space = space;
@@ -7781,7 +7733,7 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     tj_node *out = v, *p;
     int space = d == TJ_OFFLOAD ? TJ_SPACE_HOST : TJ_SPACE_DEVICE;
     if (d == TJ_OFFLOAD) {
-        out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, v->file, v->line);
+        out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, NULL, v->file, v->line);
         if (!out) return NULL;
         out->space = TJ_SPACE_HOST;
         out->pass = 0;
@@ -7808,9 +7760,8 @@ static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
     if (v->nin > 64) return NULL;
     for (i = 0; i < v->nin; i++)
         if (!(in[i] = tj__clone(w, v->in[i]))) return NULL;
-    n = tj__node(w->bk, v->op, &v->t, v->nin, in, v->file, v->line);
+    n = tj__node(w->bk, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
     if (!n) return NULL;
-    n->a = v->a;
     n->space = v->space;
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
     if (v->sub) {
@@ -7875,6 +7826,13 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
     return r;
 }
 
+/* The type of a cotangent of a value of type t: a partial sum's cotangent is
+   the same on every device (d sum_k p_k / d p_k = 1), so it is not partial. */
+static tj__type tj__ct_type(const tj__type *t) {
+    tj__type c = *t;
+    c.partial = 0;
+    return c;
+}
 static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj_graph *G = n->g, *B = n->sub, *bk = NULL;
     tj_ctx *c = G->ctx;
@@ -7898,9 +7856,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     B->cur_pass = ++B->npass;
     for (i = 0; i < nc + ny; i++) {
         tj_node *o = B->outs[i];
+        tj__type ct = tj__ct_type(&o->t);
         ctp[i] = NULL;
         if (!tj__isfloat(o->t.dt)) continue;
-        ctp[i] = tj__node(B, TJ__OP_PARAM, &o->t, 0, NULL, n->file, n->line);
+        ctp[i] = tj__node(B, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
         if (!ctp[i] || tj__add_param(B, ctp[i])) goto fail;
         ctp[i]->name = tj__strdup(i < nc ? "carry cotangent" : "y cotangent");
         outs[nf] = o;
@@ -7930,7 +7889,8 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
     if (!w.map) goto fail;
     for (i = 0; i < nc; i++) { /* backward carry i: cotangent of carry i */
-        tj_node *p = tj__node(bk, TJ__OP_PARAM, &B->outs[i]->t, 0, NULL, n->file, n->line);
+        tj__type ct = tj__ct_type(&B->outs[i]->t);
+        tj_node *p = tj__node(bk, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
         if (!p || tj__add_param(bk, p)) goto fail;
         p->name = tj__strdup("carry cotangent");
         if (ctp[i]) w.map[ctp[i]->id] = p;
@@ -7939,7 +7899,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     }
     for (k = 0; k < nw; k++) /* a gradient-sum carry per float capture */
         if (wrt_kind[k] == 2) {
-            tj_node *p = tj__node(bk, TJ__OP_PARAM, &wrt[k]->t, 0, NULL, n->file, n->line);
+            tj_node *p = tj__node(bk, TJ__OP_PARAM, &wrt[k]->t, 0, NULL, NULL, n->file, n->line);
             if (!p || tj__add_param(bk, p)) goto fail;
             p->name = tj__strdup("capture gradient sum");
             binit[nbinit++] = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, wrt[k]->t.dt, 0), &wrt[k]->t);
@@ -7948,8 +7908,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         if (ctp[nc + i]) {
             tj_node *yct = pct[n->proj[nc + i]->id], *p;
             const tj__type *pt = &n->proj[nc + i]->t;
+            tj__type yt1 = tj__ct_type(&B->outs[nc + i]->t);
             yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, pt->dt, 0), pt);
-            p = tj__bk_xparam(&w, yct, &B->outs[nc + i]->t, TJ_SPACE_DEVICE, "y cotangent");
+            p = tj__bk_xparam(&w, yct, &yt1, TJ_SPACE_DEVICE, "y cotangent");
             if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
                 /* every device holds the replicated output: each gets 1/n of its cotangent */
                 unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank);
@@ -9581,7 +9542,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         if (l->kind == TJ_LEAF_ARRAY) {
             tj_node *n;
             if (!tj__array_live(l->arr, "jit", file, line)) goto fail;
-            n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, file, line);
+            n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, NULL, file, line);
             if (!n || !(n->name = tj__strdup(l->name)) || tj__add_param(p->g, n)) goto fail;
             tj_tree_set_v(tin, l->name, n);
         } else if (l->kind == TJ_LEAF_VALUE) {
