@@ -4015,6 +4015,13 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
     if (!x) return NULL;
     g = x->g;
     t = x->t;
+    for (i = 0; i < t.rank; i++) /* a rule that asks for an uneven split is a bug, never a silent wrong block */
+        if (sh[i] && t.dim[i] % tj__mesh_count(g->ctx, sh[i])) {
+            char mb[64];
+            tj__err(g->ctx, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of size %lld cannot be split over mesh axes %s (%d devices)", cause,
+                    tj__name(g->ctx, t.ax[i]), (long long)t.dim[i], tj__mesh_names(g->ctx, sh[i], mb, sizeof mb), tj__mesh_count(g->ctx, sh[i]));
+            return NULL;
+        }
     if (t.partial) {
         int a = -1;
         for (i = 0; i < t.rank; i++) if (!t.sh[i] && sh[i] == t.partial && t.dim[i] % tj__mesh_count(g->ctx, t.partial) == 0) a = i;
@@ -5901,10 +5908,25 @@ static int tj__take_type(const char *what, tj_v x, int axis, tj_v idx, tj__type 
                     return -1;
                 }
                 t->ax[t->rank] = idx->t.ax[j];
+                t->sh[t->rank] = idx->t.sh[j];
                 t->dim[t->rank++] = idx->t.dim[j];
             }
-        } else { t->ax[t->rank] = x->t.ax[i]; t->dim[t->rank++] = x->t.dim[i]; }
+        } else {
+            t->ax[t->rank] = x->t.ax[i];
+            t->sh[t->rank] = x->t.sh[i];
+            t->dim[t->rank++] = x->t.dim[i];
+        }
     }
+    /* shardings follow their axes (not their positions); an index axis
+       loses a mesh axis the operand's kept axes already use */
+    t->partial = 0;
+    for (i = 0; i < t->rank; i++)
+        if (tj__axis_index(&idx->t, t->ax[i]) >= 0) {
+            int j;
+            for (j = 0; j < t->rank; j++)
+                if (tj__axis_index(&idx->t, t->ax[j]) < 0) t->sh[i] &= (uint8_t)~t->sh[j];
+        }
+    for (i = t->rank; i < TJ_MAXDIM; i++) t->sh[i] = 0;
     return 0;
 }
 TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) {
@@ -7983,7 +8005,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     }
     {
         int nyb = bk->nout - nbinit;
-        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, 1, nbinit, binit, w.nbx, bxs, nyb, n->policy, smap ? yt : NULL);
+        /* it runs the other way round (the VJP of a reverse scan, as in a
+           second derivative, runs forward) */
+        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, !n->a.reverse, nbinit, binit, w.nbx, bxs, nyb, n->policy, smap ? yt : NULL);
         if (!bn) goto fail;
         for (i = 0; i < nbinit; i++) bfinal[i] = bn->proj[i];
         /* 5. cotangents of the forward scan's inputs */

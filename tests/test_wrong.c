@@ -97,12 +97,13 @@ static void mul_body_xs(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_
     (void)g; (void)y; (void)u;
     co[0] = tj_mul(c[0], x[0]);
 }
+static const tj_policy *gg_pol; /* the scan's remat policy (NULL: save everything) */
 static void gg_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     int xs = *(int *)u;
     tj_v c0 = tj_tree_v(in, "c0"), w = tj_tree_v(in, xs ? "ws" : "w"), c = NULL, loss, gw, s, ggw;
     (void)g;
-    if (xs) tj_scan(mul_body_xs, NULL, "step", 1, &c0, 1, &w, 0, &c, NULL, NULL);
-    else tj_scan(mul_body_cap, &w, "step=2", 1, &c0, 0, NULL, 0, &c, NULL, NULL);
+    if (xs) tj_scan(mul_body_xs, NULL, "step", 1, &c0, 1, &w, 0, &c, NULL, gg_pol);
+    else tj_scan(mul_body_cap, &w, "step=2", 1, &c0, 0, NULL, 0, &c, NULL, gg_pol);
     loss = tj_sum(c, "i");
     tj_grad(loss, 1, &w, &gw);
     s = tj_sum(gw, xs ? "step i" : "i");
@@ -120,23 +121,29 @@ static tj_tree *gg_in(tj_ctx *ctx) {
 }
 static void test_grad_of_grad_scan(void) {
     tjt_outs o;
-    int xs;
+    int xs, k;
+    tj_policy pols[2];
+    pols[0] = tj_everything_saveable();
+    pols[1] = tj_nothing_saveable();
     tjt_current = "grad of grad through scan";
-    xs = 0;
-    if (!run1(gg_fn, &xs, gg_in, 1, NULL, NULL, &o)) {
-        double g[2] = {2 * 1 * 0.5, 2 * 3.5 * 2}, gg[2] = {2, 7};
-        TJT_CHECK(all_near(&o, "g", g, 2, 1e-12), "captured w: first derivative 2 c0 w");
-        TJT_CHECK(all_near(&o, "gg", gg, 2, 1e-12), "captured w: second derivative 2 c0");
-        tjt_outs_free(&o);
-    } else TJT_CHECK(0, "captured: run failed");
-    xs = 1;
-    if (!run1(gg_fn, &xs, gg_in, 1, NULL, NULL, &o)) {
-        /* w rows: step0 (0.5, 2), step1 (4, 0.25); g step0 = c0 * w1, step1 = c0 * w0 */
-        double g[4] = {1 * 4, 3.5 * 0.25, 1 * 0.5, 3.5 * 2}, gg[4] = {1, 3.5, 1, 3.5};
-        TJT_CHECK(all_near(&o, "g", g, 4, 1e-12), "xs w: first derivative");
-        TJT_CHECK(all_near(&o, "gg", gg, 4, 1e-12), "xs w: second derivative c0");
-        tjt_outs_free(&o);
-    } else TJT_CHECK(0, "xs: run failed");
+    for (k = 0; k < 3; k++) {
+        gg_pol = k ? &pols[k - 1] : NULL;
+        xs = 0;
+        if (!run1(gg_fn, &xs, gg_in, 1, NULL, NULL, &o)) {
+            double g[2] = {2 * 1 * 0.5, 2 * 3.5 * 2}, gg[2] = {2, 7};
+            TJT_CHECK(all_near(&o, "g", g, 2, 1e-12), "captured w: first derivative 2 c0 w");
+            TJT_CHECK(all_near(&o, "gg", gg, 2, 1e-12), "captured w: second derivative 2 c0");
+            tjt_outs_free(&o);
+        } else TJT_CHECK(0, "captured: run failed");
+        xs = 1;
+        if (!run1(gg_fn, &xs, gg_in, 1, NULL, NULL, &o)) {
+            /* w rows: step0 (0.5, 2), step1 (4, 0.25); g step0 = c0 * w1, step1 = c0 * w0 */
+            double g[4] = {1 * 4, 3.5 * 0.25, 1 * 0.5, 3.5 * 2}, gg[4] = {1, 3.5, 1, 3.5};
+            TJT_CHECK(all_near(&o, "g", g, 4, 1e-12), "xs w: first derivative");
+            TJT_CHECK(all_near(&o, "gg", gg, 4, 1e-12), "xs w: second derivative c0");
+            tjt_outs_free(&o);
+        } else TJT_CHECK(0, "xs: run failed");
+    }
 }
 
 /* ---- 3. scan ys summing over a sharded axis ---- */
