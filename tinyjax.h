@@ -4008,6 +4008,36 @@ static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *
 /* Make x have sharding sh (and no partial sums): psum / reduce-scatter the
    partial sums, all-gather axes that must lose mesh axes, slice axes that
    gain them (a local slice moves no data). */
+/* A replicated value made by elementwise ops from constant and random
+   sources (scalars aside) need not be made whole and sliced: sharding
+   propagates back through the elementwise ops to the sources, so that each
+   device generates only its slice (JAX does the same for a sharded random
+   init). Sources are counter-based: a slice has the values it has in the
+   whole. The whole chain stays if something else uses it. */
+static int tj__regen_ok(const tj_node *x, int depth) {
+    int j;
+    if (depth > 16 || x->t.partial || tj__sh_used(x->t.sh, x->t.rank)) return 0;
+    if (tj__ops_flags(x->op) & TJ__SOURCE) return x->op != TJ__OP_PARAM && x->op != TJ__OP_AXIS_INDEX;
+    if (!(x->op < TJ__OP_PARAM || x->op == TJ__OP_SELECT)) return 0; /* unary, binary, select */
+    for (j = 0; j < x->nin; j++)
+        if (x->in[j]->t.rank > 0 && !tj__regen_ok(x->in[j], depth + 1)) return 0;
+    return 1;
+}
+static tj_node *tj__regen(tj_node *x, const uint8_t *sh) {
+    tj_node *in[3];
+    tj__type t = x->t;
+    int i, j;
+    for (i = 0; i < t.rank; i++) t.sh[i] = sh[i];
+    if (tj__ops_flags(x->op) & TJ__SOURCE) return tj__node(x->g, x->op, &t, 0, NULL, &x->a, x->file, x->line);
+    for (j = 0; j < x->nin && j < 3; j++) {
+        uint8_t w[TJ_MAXDIM];
+        in[j] = x->in[j];
+        if (in[j]->t.rank == 0) continue;
+        for (i = 0; i < in[j]->t.rank; i++) w[i] = sh[tj__axis_index(&x->t, in[j]->t.ax[i])];
+        if (!(in[j] = tj__regen(in[j], w))) return NULL;
+    }
+    return tj__node(x->g, x->op, &t, x->nin, in, &x->a, x->file, x->line);
+}
 static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, const char *file, int line) {
     tj_graph *g;
     tj__type t;
@@ -4056,6 +4086,8 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
             t.sh[i] = 0;
             if (!(x = tj__collective(g, TJ__OP_ALL_GATHER, x, &t, t.ax[i], m, cause, file, line))) return NULL;
         }
+    if (!tj__sh_used(t.sh, t.rank) && tj__sh_used(sh, t.rank) && !(tj__ops_flags(x->op) & TJ__SOURCE) && tj__regen_ok(x, 0))
+        return tj__regen(x, sh); /* e.g. normal * std: each device makes its slice of the normal */
     for (i = 0; i < t.rank; i++)
         if (!t.sh[i] && sh[i]) {
             t.sh[i] = sh[i];

@@ -217,10 +217,53 @@ static void test_take_grad(void) {
     tjt_outs_free(&a);
 }
 
+/* ---- 6. sharded random init in the usual order ---- */
+static void init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const char *rules = (const char *)u;
+    tj_v w = tj_muls(tj_normal(g, 7, TJ_F32, "vocab=64 embed=32"), 0.02), b = tj_adds(tj_uniform(g, 8, TJ_F32, "embed=32"), 1.0);
+    (void)in;
+    w = tj_add(w, b); /* broadcasting: b's slice too */
+    if (rules) w = tj_shard_by_rules(w, rules);
+    tj_tree_set_v(out, "w", w);
+}
+static tj_tree *init_in(tj_ctx *ctx) { return tj_tree_new(ctx); }
+static void test_sharded_init(void) {
+    const char *rules[3] = {"vocab:data", "embed:data", "vocab:data embed:model"};
+    tjt_outs a, b;
+    int k;
+    tjt_current = "sharded random init";
+    if (run1(init_fn, NULL, init_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "1-device run failed"); return; }
+    for (k = 0; k < 3; k++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx);
+        tj_prog *p;
+        tj_collective cols[16];
+        int nc = -1;
+        tj_set_devices(ctx, 4);
+        tj_set_mesh(ctx, k == 2 ? "data=2 model=2" : "data=4");
+        p = tj_jit(ctx, "init", init_fn, (void *)rules[k], in, NULL);
+        if (p) {
+            tj_memory_analysis m = tj_prog_memory(p);
+            nc = tj_prog_collectives(p, cols, 16);
+            /* the output slice lives in the output; the whole 64x32 tensor (8 KiB) is never made */
+            TJT_CHECK(m.temp_bytes < 64 * 32 * 4, "%s: temp %lld B per device (the whole tensor is 8192 B)", rules[k], (long long)m.temp_bytes);
+        }
+        TJT_CHECK(nc == 0, "%s: %d collectives (shard_slice) where each device should generate its slice", rules[k], nc);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_ctx_free(ctx);
+        if (run1(init_fn, (void *)rules[k], init_in, 4, k == 2 ? "data=2 model=2" : "data=4", NULL, &b)) { TJT_CHECK(0, "run failed"); continue; }
+        tjt_outs_compare(rules[k], &a, &b, 0);
+        tjt_outs_free(&b);
+    }
+    tjt_outs_free(&a);
+}
+
 int main(void) {
     test_captured_attr();
     test_grad_of_grad_scan();
     test_ys_sharded_sum();
     test_take_grad();
+    test_sharded_init();
     return tjt_finish();
 }
