@@ -122,6 +122,14 @@ TJDEF void tj_ctx_free(tj_ctx *ctx);
 TJDEF const char *tj_error(tj_ctx *ctx);
 TJDEF tj_status tj_status_of(tj_ctx *ctx);
 TJDEF void tj_clear_error(tj_ctx *ctx);
+/* Warnings: what the user asked for but cannot happen as asked (a policy
+   name no residual carries, a logical rule naming a mesh axis that looks
+   like a typo of one the mesh has, a rule on an axis its mesh axes cannot
+   divide). Each distinct warning is printed once to stderr ("tinyjax:
+   warning: ...", unless TJ_QUIET=1) and kept: tj_warnings returns them all,
+   one per line ("" if none). An error is different: it is sticky, and every
+   later call (tj_jit included) fails until tj_clear_error. */
+TJDEF const char *tj_warnings(tj_ctx *ctx);
 /* Print each pipeline stage to stderr (also: environment TJ_DUMP=1). */
 TJDEF void tj_set_dump(tj_ctx *ctx, int on);
 /* Threads the CPU kernels of one device may use (default: all cores). */
@@ -896,6 +904,9 @@ struct tj_ctx {
     int nops, capops;
     struct tj__cvjp *cvjps; /* custom_vjp backward functions                */
     int ncvjp, capcvjp;
+    char *warn;             /* the warnings so far, one per line            */
+    size_t nwarn;
+    int quiet;              /* TJ_QUIET: do not print warnings              */
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -931,6 +942,30 @@ static void tj__err(tj_ctx *ctx, tj_status st, const char *file, int line, const
     }
     if (ctx->dump) fprintf(stderr, "tinyjax: error: %s\n", ctx->msg);
 }
+/* Record a warning (once per distinct text) and print it. */
+static void tj__warn(tj_ctx *ctx, const char *file, int line, const char *fmt, ...) {
+    char m[TJ__MSG + 64];
+    va_list ap;
+    size_t k, n;
+    char *w;
+    if (!ctx) return;
+    va_start(ap, fmt);
+    vsnprintf(m, TJ__MSG, fmt, ap);
+    va_end(ap);
+    k = strlen(m);
+    if (file) snprintf(m + k, sizeof m - k, " (at %s:%d)", tj__base(file), line);
+    k = strlen(m);
+    m[k++] = '\n';
+    m[k] = 0;
+    if (ctx->warn && strstr(ctx->warn, m)) return;
+    n = ctx->nwarn;
+    if (!(w = (char *)TJ_REALLOC(ctx->warn, n + k + 1))) return;
+    memcpy(w + n, m, k + 1);
+    ctx->warn = w;
+    ctx->nwarn = n + k;
+    if (!ctx->quiet) fprintf(stderr, "tinyjax: warning: %s", m);
+}
+TJDEF const char *tj_warnings(tj_ctx *c) { return c && c->warn ? c->warn : ""; }
 
 TJDEF tj_ctx *tj_ctx_new(void) {
     tj_ctx *c = (tj_ctx *)tj__calloc(sizeof *c);
@@ -940,6 +975,8 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     pthread_mutex_init(&c->stats_mu, NULL);
     d = getenv("TJ_DUMP");
     c->dump = d && *d && strcmp(d, "0") != 0;
+    d = getenv("TJ_QUIET");
+    c->quiet = d && *d && strcmp(d, "0") != 0;
     c->ndev = 1;
     d = getenv("TJ_DEVICES");
     if (d && atoi(d) >= 1 && atoi(d) <= TJ_MAXDEV) c->ndev = atoi(d);
@@ -954,6 +991,7 @@ TJDEF void tj_ctx_free(tj_ctx *c) {
     if (!c) return;
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
     tj__free_ops(c);
+    TJ_FREE(c->warn);
     pthread_mutex_destroy(&c->stats_mu);
     TJ_FREE(c);
 }
@@ -3920,6 +3958,34 @@ static const char *tj__spec_str(const tj_ctx *c, const tj__type *t, char *buf, s
 }
 /* Parse a spec into sh[] for type t. strict: every named axis must be an
    axis of t. Checks: known mesh axes, each used once, divisible sizes. */
+/* Levenshtein distance between a and the n bytes at b (short names only) */
+static int tj__edit_distance(const char *a, const char *b, size_t n) {
+    int d[2][65], i, j;
+    size_t m = strlen(a);
+    if (m > 64 || n > 64) return 99;
+    for (j = 0; j <= (int)n; j++) d[0][j] = j;
+    for (i = 1; i <= (int)m; i++) {
+        int *p = d[(i - 1) & 1], *q = d[i & 1];
+        q[0] = i;
+        for (j = 1; j <= (int)n; j++) {
+            int v = p[j - 1] + (a[i - 1] != b[j - 1]);
+            if (p[j] + 1 < v) v = p[j] + 1;
+            if (q[j - 1] + 1 < v) v = q[j - 1] + 1;
+            q[j] = v;
+        }
+    }
+    return d[m & 1][n];
+}
+/* a likely misspelling: a few edits, few for the length ("dta" ~ "data", not "tp" ~ "dp") */
+static int tj__similar(const char *a, const char *b, size_t n) {
+    size_t m = strlen(a) > n ? strlen(a) : n;
+    int d = tj__edit_distance(a, b, n);
+    return d > 0 && d <= 2 && (size_t)(3 * d) <= m;
+}
+/* Parse a partition spec ("embed:data batch:data+model") or, not strict,
+   logical rules: a rule's mesh axis missing from the mesh is skipped (one
+   rule string serves every mesh), and when two rules claim the same mesh
+   axis for one value, the first in the string wins. */
 static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, int strict, const char *what, const char *file, int line) {
     const char *s = spec ? spec : "";
     unsigned used = 0;
@@ -3954,6 +4020,10 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
                 mid = tj__intern(c, s, (size_t)(e - s));
                 for (j = 0; j < c->nmesh; j++) if (c->mesh_ax[j] == mid) found = j;
                 if (found < 0 && !strict) { /* rules may name mesh axes this mesh lacks */
+                    for (j = 0; j < c->nmesh; j++) /* .. but not a misspelt one */
+                        if (tj__similar(tj__name(c, c->mesh_ax[j]), s, (size_t)(e - s)))
+                            tj__warn(c, file, line, "%s: the rules name mesh axis '%.*s', which the mesh does not have; did you mean '%s'? (the rule is skipped)", what,
+                                     (int)(e - s), s, tj__name(c, c->mesh_ax[j]));
                     s = *e == '+' ? e + 1 : e;
                     continue;
                 }
@@ -3983,7 +4053,13 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
             }
             continue;
         }
-        if (m && t->dim[k] % tj__mesh_count(c, m) && !strict) m = 0; /* rules do not apply to axes they cannot split */
+        if (m && t->dim[k] % tj__mesh_count(c, m) && !strict) { /* rules do not apply to axes they cannot split */
+            char mb[64];
+            if (t->dim[k] > 1) /* (a size-1 axis, e.g. one sample, is plainly whole) */
+                tj__warn(c, file, line, "%s: axis '%s' of size %lld cannot be split over mesh axes %s (%d devices): the rule is skipped, the axis replicated", what,
+                     tj__name(c, id), (long long)t->dim[k], tj__mesh_names(c, m, mb, sizeof mb), tj__mesh_count(c, m));
+            m = 0;
+        }
         if (m && t->dim[k] % tj__mesh_count(c, m)) {
             char mb[64];
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of size %lld is not divisible by mesh axes %s (%d devices)", what, tj__name(c, id),
@@ -7713,6 +7789,23 @@ static void tj__lint_policy(tj_graph *g, const tj_policy *p, tj_graph *b, int nc
         tj__lint_policy(g, p->a, b, ncarry, r->n);
         tj__lint_policy(g, p->b, b, ncarry, r->n);
     }
+    if (p->kind == TJ_POLICY_SAVE_AND_OFFLOAD_ONLY_THESE_NAMES && p->names && p->offload_names) { /* JAX raises this too */
+        const char *s = p->names;
+        while (*s) {
+            size_t k = 0;
+            char nm[64];
+            while (*s == ' ' || *s == ',') s++;
+            while (s[k] && s[k] != ' ' && s[k] != ',') k++;
+            if (!k) break;
+            snprintf(nm, sizeof nm, "%.*s", (int)(k < 63 ? k : 63), s);
+            if (tj__in_list(p->offload_names, nm)) {
+                tj__err(g->ctx, TJ_ERR_ARG, b->file, b->line, "save_and_offload_only_these_names: '%s' is in both the save list (\"%s\") and the offload list (\"%s\")", nm,
+                        p->names, p->offload_names);
+                return;
+            }
+            s += k;
+        }
+    }
     tj__lint_names(g, p->names, "names", b, ncarry);
     tj__lint_names(g, p->offload_names, "offload names", b, ncarry);
     if (p->offload_dst && strcmp(p->offload_dst, "host") != 0 && strcmp(p->offload_dst, "pinned_host") != 0) {
@@ -7747,6 +7840,8 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
             snprintf(r->lint + m, sizeof r->lint - m, "policy %s names '%s', but no value in the scan body (%s:%d) carries that name\n", policy_name, nm,
                      tj__base(b->file), b->line);
             r->nlint++;
+            /* the user asked for something that cannot happen: say so at tj_jit, not only in tj_prog_lint */
+            tj__warn(g->ctx, b->file, b->line, "remat policy: no value in the scan or checkpoint body carries the name '%s' (from the policy's %s)", nm, policy_name);
         }
         s += k;
     }
@@ -7786,7 +7881,7 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
 static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     tj_node *out = v, *p;
     int space = d == TJ_OFFLOAD ? TJ_SPACE_HOST : TJ_SPACE_DEVICE;
-    if (d == TJ_OFFLOAD) {
+    if (d == TJ_OFFLOAD && v->space != TJ_SPACE_HOST) {
         out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, NULL, v->file, v->line);
         if (!out) return NULL;
         out->space = TJ_SPACE_HOST;
@@ -7862,6 +7957,10 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE) { /* never re-run a nested scan for one of its outputs */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested scan, saved");
+        }
+        if (v->op == TJ__OP_PROJ && v->space == TJ_SPACE_HOST && d == TJ_SAVE) { /* a nested region's policy offloaded it: it stays on the host */
+            d = TJ_OFFLOAD;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
         }
         tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
         if (d == TJ_RECOMPUTE) {
@@ -9578,6 +9677,18 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': NULL function or example tree", name ? name : "?");
         return NULL;
     }
+    if (c->status != TJ_OK) { /* errors are sticky: say so, rather than repeat an old message as if new */
+        char pre[256];
+        int k = snprintf(pre, sizeof pre, "jit '%.64s' at %.64s:%d: an earlier error was never cleared (call tj_clear_error): ", name ? name : "?", tj__base(file), line);
+        size_t ol = strlen(c->msg);
+        if (!strstr(c->msg, "never cleared (call tj_clear_error)") && k > 0 && (size_t)k < sizeof pre) {
+            if (ol + (size_t)k >= sizeof c->msg) ol = sizeof c->msg - (size_t)k - 1;
+            memmove(c->msg + k, c->msg, ol);
+            c->msg[(size_t)k + ol] = 0;
+            memcpy(c->msg, pre, (size_t)k);
+        }
+        return NULL;
+    }
     p = (tj_prog *)tj__calloc(sizeof *p);
     if (!p) {
         tj__err(c, TJ_ERR_OOM, file, line, "jit: out of memory");
@@ -9639,6 +9750,24 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     }
     if (tj__own_outputs(p->g, p->outs, p->nout, 1)) goto fail;
     for (i = 0; i < p->g->nparam; i++) p->donate[i] = opts && tj__donated(opts->donate, p->g->params[i]->name);
+    if (opts && opts->donate) { /* every name or prefix in the list must match some input leaf */
+        const char *s = opts->donate;
+        while (*s) {
+            size_t k = 0;
+            int hit = 0;
+            char one[256];
+            while (*s == ' ' || *s == ',') s++;
+            while (s[k] && s[k] != ' ' && s[k] != ',') k++;
+            if (!k) break;
+            snprintf(one, sizeof one, "%.*s", (int)(k < 255 ? k : 255), s);
+            for (i = 0; i < p->g->nparam && !hit; i++) hit = tj__donated(one, p->g->params[i]->name);
+            if (!hit) {
+                tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': donate names '%s', which matches no input leaf (a prefix ends in '.')", p->name, one);
+                goto fail;
+            }
+            s += k;
+        }
+    }
     if (c->dump) {
         fprintf(stderr, "=== traced graph '%s' (%d nodes)\n", p->name, p->g->n);
         tj_graph_print(p->g, stderr);

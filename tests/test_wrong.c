@@ -259,11 +259,134 @@ static void test_sharded_init(void) {
     tjt_outs_free(&a);
 }
 
+/* ---- an offloading tj_checkpoint inside a tj_scan that has no policy:
+   the region's policy applies (JAX users write it this way; openxla/xla#17541) */
+static const tj_policy *off_inner;
+static void off_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v h = tj_checkpoint_name(tj_tanh(tj_dot(in[0], in[1], "embed")), "h"); /* b embed2 */
+    (void)g; (void)u;
+    out[0] = tj_rename(tj_tanh(tj_dot(tj_rename(h, "embed2", "embed"), in[1], "embed")), "embed2", "embed");
+}
+static void off_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v in[2];
+    (void)g; (void)y; (void)u;
+    in[0] = c[0];
+    in[1] = x[0];
+    if (off_inner) tj_checkpoint(off_region, NULL, 2, in, 1, co, off_inner);
+    else off_region(g, in, co, NULL);
+}
+static void off_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), h = NULL, gw, loss;
+    (void)g; (void)u;
+    tj_scan(off_body, NULL, "layer", 1, &x, 1, &w, 0, &h, NULL, NULL);
+    loss = tj_sum(tj_mul(h, h), "b embed");
+    tj_grad(loss, 1, &w, &gw);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "gw", gw);
+}
+static tj_tree *off_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "b=4 embed=8", 3, -1, 1));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "layer=3 embed=8 embed2=8", 4, -1, 1));
+    return in;
+}
+static void test_nested_offload(void) {
+    tj_policy pol = tj_save_and_offload_only_these_names("", "h");
+    tjt_outs a, b;
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = off_in(ctx);
+    tj_prog *p;
+    tjt_current = "offloading checkpoint inside a scan without policy";
+    off_inner = &pol;
+    p = tj_jit(ctx, "nested offload", off_fn, NULL, in, NULL);
+    TJT_CHECK(p && tj_prog_memory(p).host_temp_bytes == 3 * 4 * 8 * 4, "host temp %lld B: the region's named value is offloaded in every layer (3 x 128 B)",
+              p ? (long long)tj_prog_memory(p).host_temp_bytes : -1LL);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+    if (run1(off_fn, NULL, off_in, 1, NULL, NULL, &b)) { TJT_CHECK(0, "run failed"); return; }
+    off_inner = NULL;
+    if (run1(off_fn, NULL, off_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "run failed"); tjt_outs_free(&b); return; }
+    tjt_outs_compare("offload vs no region", &a, &b, 0);
+    tjt_outs_free(&a);
+    tjt_outs_free(&b);
+}
+
+/* ---- mistakes that used to pass silently ---- */
+static void rules_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    (void)g;
+    x = tj_shard_by_rules(x, (const char *)u);
+    tj_tree_set_v(out, "y", tj_muls(x, 2.0));
+}
+static void mistakes_scan_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), h = NULL, gw;
+    (void)g;
+    off_inner = NULL;
+    tj_scan(off_body, NULL, "layer", 1, &x, 1, &w, 0, &h, NULL, (const tj_policy *)u);
+    tj_grad(tj_sum(tj_mul(h, h), "b embed"), 1, &w, &gw);
+    tj_tree_set_v(out, "gw", gw);
+}
+static void test_mistakes(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *sin = off_in(ctx);
+    tj_prog *p;
+    tj_policy both = tj_save_and_offload_only_these_names("h", "h"), typo = tj_save_only_these_names("hh");
+    tj_jit_opts jo;
+    tjt_current = "silent mistakes";
+    tj_set_devices(ctx, 4);
+    tj_set_mesh(ctx, "data=2 model=2");
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 embed=6", 1, -1, 1));
+    /* a misspelt mesh axis in a logical rule */
+    p = tj_jit(ctx, "typo", rules_fn, (void *)"batch:dta", in, NULL);
+    TJT_CHECK(p && strstr(tj_warnings(ctx), "'dta'") && strstr(tj_warnings(ctx), "did you mean 'data'") && strstr(tj_warnings(ctx), "test_wrong.c"),
+              "a rule naming 'dta' warns, with the source line: \"%s\"", tj_warnings(ctx));
+    tj_prog_free(p);
+    /* ... but a mesh axis another mesh may have is fine */
+    p = tj_jit(ctx, "other mesh", rules_fn, (void *)"batch:data embed:tensor", in, NULL);
+    TJT_CHECK(p && !strstr(tj_warnings(ctx), "tensor"), "a rule for a mesh axis this mesh lacks is skipped quietly");
+    tj_prog_free(p);
+    /* a rule that cannot split its axis */
+    p = tj_jit(ctx, "uneven", rules_fn, (void *)"embed:data+model", in, NULL);
+    TJT_CHECK(p && strstr(tj_warnings(ctx), "axis 'embed' of size 6 cannot be split"), "an uneven rule warns: \"%s\"", tj_warnings(ctx));
+    tj_prog_free(p);
+    /* donate naming no input */
+    memset(&jo, 0, sizeof jo);
+    jo.donate = "params.";
+    p = tj_jit(ctx, "donate", rules_fn, (void *)"batch:data", in, &jo);
+    TJT_CHECK(!p, "donate of a prefix no leaf has is an error");
+    TJT_ERROR_HAS(ctx, "donate", "params.", "matches no input");
+    /* an error never cleared: the next jit says so */
+    tj_prog_free(tj_jit(ctx, "donate", rules_fn, (void *)"batch:data", in, &jo));
+    p = tj_jit(ctx, "after", rules_fn, (void *)"batch:data", in, NULL);
+    TJT_CHECK(!p && strstr(tj_error(ctx), "never cleared") && strstr(tj_error(ctx), "params."), "a stale error is named as such: \"%s\"", tj_error(ctx));
+    tj_clear_error(ctx);
+    p = tj_jit(ctx, "after clear", rules_fn, (void *)"batch:data", in, NULL);
+    TJT_CHECK(p != NULL, "after tj_clear_error jit works again");
+    tj_prog_free(p);
+    tj_ctx_free(ctx);
+    tj_tree_free(in);
+    /* policy mistakes (one device) */
+    ctx = tj_ctx_new();
+    tj_tree_free(sin);
+    sin = off_in(ctx);
+    p = tj_jit(ctx, "both lists", mistakes_scan_fn, &both, sin, NULL);
+    TJT_CHECK(!p, "a name in both the save and the offload list is an error");
+    TJT_ERROR_HAS(ctx, "'h'", "both the save list", "test_wrong.c");
+    p = tj_jit(ctx, "unknown name", mistakes_scan_fn, &typo, sin, NULL);
+    TJT_CHECK(p && strstr(tj_warnings(ctx), "'hh'"), "a policy name no residual carries warns at tj_jit: \"%s\"", tj_warnings(ctx));
+    tj_prog_free(p);
+    tj_tree_free(sin);
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     test_captured_attr();
     test_grad_of_grad_scan();
     test_ys_sharded_sum();
     test_take_grad();
     test_sharded_init();
+    test_nested_offload();
+    test_mistakes();
     return tjt_finish();
 }
