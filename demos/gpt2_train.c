@@ -234,6 +234,25 @@ static void gpt2_scan_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v 
     carry_out[0] = gpt2_block((const gpt2_config *)user, carry[0], xs);
 }
 
+/* The vocabulary is padded (50257 -> 50304, 1000 -> 1024) so the vocab axis
+   divides the mesh; the padded columns are no tokens. Their logits become
+   GPT2_PAD_LOGIT, so every loss (training, evaluation, the vocab-parallel
+   one) is the softmax over the real vocabulary only, as in transformers,
+   and select's gradient gives the padded columns (and the padded rows of
+   the tied wte) exactly zero. The mask is built from an arange constrained
+   right at its source, so each device makes only its slice. */
+#define GPT2_PAD_LOGIT (-1e30)
+static tj_v gpt2_mask_padded(const gpt2_config *c, tj_v logits) {
+    tj_graph *g;
+    char shape[64];
+    tj_v col;
+    if (!logits || c->V_real <= 0 || c->V_real >= c->V) return logits;
+    g = tj_graph_of(logits);
+    snprintf(shape, sizeof shape, "vocab=%d", c->V);
+    col = shard(c, tj_arange(g, TJ_I32, shape, "vocab"));
+    return tj_select(tj_lt(col, tj_scalar(g, TJ_I32, c->V_real)), logits, tj_scalar(g, tj_v_dtype(logits), GPT2_PAD_LOGIT));
+}
+
 /* logits (batch, pos, vocab) in f32 from a tree of parameter values named
    as in gpt2_params (already in the compute dtype) and tokens (batch, pos) */
 static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
@@ -254,7 +273,8 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
     if (tj_scan(gpt2_scan_body, (void *)c, "layer", 1, &x, NBLOCKP, xs, 0, &out, NULL, &pol)) return NULL;
     x = shard(c, affine_ln(out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
     logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
-    return tj_v_dtype(logits) == TJ_BF16 ? tj_cast(logits, TJ_F32) : logits; /* f64 stays f64 (gradient checks) */
+    if (tj_v_dtype(logits) == TJ_BF16) logits = tj_cast(logits, TJ_F32); /* f64 stays f64 (gradient checks) */
+    return gpt2_mask_padded(c, logits);
 }
 
 /* the "params." leaves of `in` as a tree P named without the prefix */

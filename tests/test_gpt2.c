@@ -343,6 +343,71 @@ static void test_hf(void) {
     free(got);
 }
 
+/* ---- padded vocabulary (issue 15, item 5): V_real 200 padded to 256. The
+   loss is the cross-entropy over the 200 real columns only (as transformers
+   computes it), in training, evaluation and the vocab-parallel shard_map
+   loss alike, and no gradient reaches the padded columns: after a step
+   with weight decay 0 the padded rows of the tied wte are unchanged. */
+static double ref_xent_real(gpt2_trainer *tr, const int32_t *x, const int32_t *y, int Vr) {
+    float *lg = (float *)malloc(sizeof(float) * TT * 256);
+    double sum = 0;
+    int b, t, v;
+    for (b = 0; b < TB; b++) {
+        if (hf_logits(tr, x + b * TT, lg)) { free(lg); return NAN; }
+        for (t = 0; t < TT; t++) {
+            const float *r = lg + (size_t)t * 256;
+            double mx = -1e300, se = 0;
+            for (v = 0; v < Vr; v++) if (r[v] > mx) mx = r[v];
+            for (v = 0; v < Vr; v++) se += exp(r[v] - mx);
+            sum += mx + log(se) - r[y[b * TT + t]];
+        }
+    }
+    free(lg);
+    return sum / (TB * TT);
+}
+static void test_padded_vocab(const int32_t *data, size_t n) {
+    struct { int ndev; const char *mesh; const char *name; } ms[] = {
+        {1, NULL, "one device"},
+        {4, "data=2 model=2", "data=2 x model=2, vocab-parallel loss"},
+    };
+    int32_t x[TB * TT], y[TB * TT];
+    int m;
+    tjt_current = "padded vocab";
+    for (m = 0; m < 2; m++) {
+        gpt2_config c;
+        gpt2_trainer tr;
+        float *w0, *w1, le, lt;
+        int64_t n0, n1;
+        double want;
+        tiny_config(&c);
+        c.V = 256;
+        c.V_real = 200;
+        c.wd = 0;
+        if (gpt2_trainer_init(&tr, &c, ms[m].ndev, ms[m].mesh, 1)) { TJT_CHECK(0, "%s: init", ms[m].name); continue; }
+        get_batch(data, n, TB, TT, 9, 1, 0, x, y);
+        want = ref_xent_real(&tr, x, y, 200);
+        le = gpt2_eval_loss(&tr, x, y);
+        TJT_CHECK(fabs(le - want) <= 1e-5 * want, "%s: eval loss %.7f, cross-entropy over the 200 real columns %.7f", ms[m].name, le, want);
+        w0 = read_leaf(&tr, "params.wte", &n0);
+        lt = gpt2_train_step(&tr, x, y, 1e-2);
+        TJT_CHECK(fabs(lt - want) <= 1e-5 * want, "%s: training loss %.7f, cross-entropy over the 200 real columns %.7f", ms[m].name, lt, want);
+        w1 = read_leaf(&tr, "params.wte", &n1);
+        TJT_CHECK(w0 && w1 && n0 == 256 * 32 && n1 == n0 && !memcmp(w0 + 200 * 32, w1 + 200 * 32, sizeof(float) * 56 * 32),
+                  "%s: a training step changed the padded rows of wte (gradient flowed into padded columns)", ms[m].name);
+        TJT_CHECK(w0 && w1 && memcmp(w0, w1, sizeof(float) * 200 * 32), "%s: the real rows of wte did not train", ms[m].name);
+        {
+            float row[256];
+            int32_t w[3] = {'t', 'h', 'e'}, v, bad = 0;
+            TJT_CHECK(gpt2_next_logits(&tr, w, 3, row) == 0, "%s: logits", ms[m].name);
+            for (v = 200; v < 256; v++) bad += !(row[v] <= -1e29f);
+            TJT_CHECK(!bad, "%s: %d padded columns have a logit above -1e29", ms[m].name, bad);
+        }
+        free(w0);
+        free(w1);
+        gpt2_trainer_free(&tr);
+    }
+}
+
 /* ---- gradient accumulation: --accum 2 --batch TB/2 reads the windows
    --batch TB reads, and its mean gradient is the same sum in another order,
    so gradients, losses and parameters agree up to float rounding. */
@@ -670,6 +735,7 @@ int main(void) {
     }
     test_accum(data, n);
     test_hf();
+    test_padded_vocab(data, n);
     free(data);
     return tjt_finish();
 }
