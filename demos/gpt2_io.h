@@ -24,11 +24,16 @@
  * "../tinyjax.h" for them (declarations only: define TINYJAX_IMPLEMENTATION
  * in one file of the program, as usual).
  *
- * --- llm.c token files (header: 256 int32, magic 20240520, version 1, count;
- *     then count uint16 tokens) -------------------------------------------
+ * --- llm.c token files (header: 256 int32: magic, version, count; then
+ *     count tokens) ------------------------------------------------------------
+ *   magic 20240520 version 1: uint16 tokens (GPT-2, llm.c's usual files)
+ *   magic 20240520 version 2: uint32 tokens (vocabularies over 65,535)
+ *   magic 20240801 version 7: uint32 tokens (llm.c's Llama 3 files; read only)
  *   int gio_tokens_read(const char *path, int32_t **tokens, size_t *n, char *err, size_t errlen);
  *   int gio_tokens_write(const char *path, const int32_t *tokens, size_t n, char *err, size_t errlen);
- *   (*tokens is malloc'ed; free() it.)
+ *   (*tokens is malloc'ed; free() it.  The writer uses version 1 when every
+ *   token fits in uint16, else version 2.  Token values above INT32_MAX are
+ *   an error.)
  *
  * --- tokenizers --------------------------------------------------------------
  *   void gio_tok_init_bytes(gio_tokenizer *t);            (vocab 256: id = byte)
@@ -649,11 +654,12 @@ static uint64_t gio__le(const unsigned char *p, int n) {
 /* ---- llm.c token files ---- */
 
 #define GIO__TOK_MAGIC 20240520
+#define GIO__TOK_MAGIC_LLAMA3 20240801
 #define GIO__TOK_HDR 256
 
 int gio_tokens_read(const char *path, int32_t **tokens, size_t *n, char *err, size_t errlen) {
     char *buf;
-    size_t len, i, want;
+    size_t len, i, want, w;
     const unsigned char *p;
     int32_t magic, version, count;
     *tokens = NULL;
@@ -668,13 +674,17 @@ int gio_tokens_read(const char *path, int32_t **tokens, size_t *n, char *err, si
     magic = (int32_t)(uint32_t)gio__le(p, 4);
     version = (int32_t)(uint32_t)gio__le(p + 4, 4);
     count = (int32_t)(uint32_t)gio__le(p + 8, 4);
-    if (magic != GIO__TOK_MAGIC) {
-        gio__seterr(err, errlen, "%s: bad magic %ld (want %d)", path, (long)magic, GIO__TOK_MAGIC);
+    if (magic != GIO__TOK_MAGIC && magic != GIO__TOK_MAGIC_LLAMA3) {
+        gio__seterr(err, errlen, "%s: bad magic %ld (want %d, or %d for llm.c's Llama 3 files)", path, (long)magic, GIO__TOK_MAGIC,
+                    GIO__TOK_MAGIC_LLAMA3);
         free(buf);
         return 1;
     }
-    if (version != 1) {
-        gio__seterr(err, errlen, "%s: unsupported version %ld (want 1: uint16 GPT-2 tokens)", path, (long)version);
+    if (magic == GIO__TOK_MAGIC && version == 1) w = 2;
+    else if ((magic == GIO__TOK_MAGIC && version == 2) || (magic == GIO__TOK_MAGIC_LLAMA3 && version == 7)) w = 4;
+    else {
+        gio__seterr(err, errlen, "%s: unsupported version %ld for magic %ld (want 1: uint16 tokens, or 2: uint32 tokens; magic %d wants 7)", path,
+                    (long)version, (long)magic, GIO__TOK_MAGIC_LLAMA3);
         free(buf);
         return 1;
     }
@@ -683,7 +693,7 @@ int gio_tokens_read(const char *path, int32_t **tokens, size_t *n, char *err, si
         free(buf);
         return 1;
     }
-    want = GIO__TOK_HDR * 4 + 2 * (size_t)count;
+    want = GIO__TOK_HDR * 4 + w * (size_t)count;
     if (len != want) {
         gio__seterr(err, errlen, "%s: %s: header says %ld tokens (%zu bytes) but file has %zu bytes", path,
                     len < want ? "truncated" : "token count mismatch", (long)count, want, len);
@@ -696,7 +706,17 @@ int gio_tokens_read(const char *path, int32_t **tokens, size_t *n, char *err, si
         free(buf);
         return 1;
     }
-    for (i = 0; i < (size_t)count; i++) (*tokens)[i] = (int32_t)gio__le(p + GIO__TOK_HDR * 4 + 2 * i, 2);
+    for (i = 0; i < (size_t)count; i++) {
+        uint64_t v = gio__le(p + GIO__TOK_HDR * 4 + w * i, (int)w);
+        if (v > (uint64_t)INT32_MAX) {
+            gio__seterr(err, errlen, "%s: token %zu = %llu is too large (over %ld)", path, i, (unsigned long long)v, (long)INT32_MAX);
+            free(*tokens);
+            *tokens = NULL;
+            free(buf);
+            return 1;
+        }
+        (*tokens)[i] = (int32_t)v;
+    }
     *n = (size_t)count;
     free(buf);
     return 0;
@@ -704,29 +724,31 @@ int gio_tokens_read(const char *path, int32_t **tokens, size_t *n, char *err, si
 
 int gio_tokens_write(const char *path, const int32_t *tokens, size_t n, char *err, size_t errlen) {
     unsigned char *buf;
-    size_t i, len;
+    size_t i, len, w = 2;
     int rc;
     if (n > (size_t)INT32_MAX) { gio__seterr(err, errlen, "%s: too many tokens (%zu)", path, n); return 1; }
-    for (i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] > 65535) {
-            gio__seterr(err, errlen, "%s: token %zu = %ld does not fit in uint16", path, i, (long)tokens[i]);
+    for (i = 0; i < n; i++) {
+        if (tokens[i] < 0) {
+            gio__seterr(err, errlen, "%s: token %zu = %ld is negative", path, i, (long)tokens[i]);
             return 1;
         }
-    len = GIO__TOK_HDR * 4 + 2 * n;
+        if (tokens[i] > 65535) w = 4;
+    }
+    len = GIO__TOK_HDR * 4 + w * n;
     buf = (unsigned char *)calloc(1, len);
     if (!buf) { gio__seterr(err, errlen, "%s: out of memory", path); return 1; }
     {
         uint32_t hdr[3];
         int k, b;
         hdr[0] = GIO__TOK_MAGIC;
-        hdr[1] = 1;
+        hdr[1] = w == 2 ? 1 : 2;
         hdr[2] = (uint32_t)n;
         for (k = 0; k < 3; k++)
             for (b = 0; b < 4; b++) buf[4 * k + b] = (unsigned char)(hdr[k] >> (8 * b));
     }
     for (i = 0; i < n; i++) {
-        buf[GIO__TOK_HDR * 4 + 2 * i] = (unsigned char)(tokens[i] & 0xFF);
-        buf[GIO__TOK_HDR * 4 + 2 * i + 1] = (unsigned char)(tokens[i] >> 8);
+        size_t b;
+        for (b = 0; b < w; b++) buf[GIO__TOK_HDR * 4 + w * i + b] = (unsigned char)((uint32_t)tokens[i] >> (8 * b));
     }
     rc = gio_write_file_atomic(path, buf, len, err, errlen);
     free(buf);

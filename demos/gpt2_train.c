@@ -1121,7 +1121,8 @@ static void usage(void) {
         "  --eval-batches N    validation batches per evaluation (8)\n"
         "data\n"
         "  --data FILE         train on a text file (bytes; or GPT-2 BPE with --tokenizer)\n"
-        "  --tokens FILE.bin   pre-tokenized llm.c token file (uint16 GPT-2 tokens)\n"
+        "  --tokens FILE.bin   pre-tokenized llm.c token file (version 1: uint16 GPT-2 tokens;\n"
+        "                      version 2, or llm.c's Llama 3 files: uint32 tokens)\n"
         "  --tokenizer V M     GPT-2 BPE from vocab.json and merges.txt (encodes --data,\n"
         "                      decodes samples)\n"
         "                      default data: tinyjax.h, README.md, demos/*.c, demos/*.h,\n"
@@ -1423,6 +1424,7 @@ int main(int argc, char **argv) {
     size_t ndata = 0, ntrain, nval;
     double *tr_step, *tr_loss, *va_step, *va_loss, t_start, unigram, best_val = NAN;
     size_t n_tr = 0, n_va = 0;
+    int32_t data_top = -1;
     int64_t s;
     char err[512], src[1100];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1443,9 +1445,23 @@ int main(int argc, char **argv) {
         have_tok = 1;
     }
     if (a.tokens) {
+        size_t k;
+        int32_t top = -1;
         if (gio_tokens_read(a.tokens, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
-        a.cfg.V_real = 50257;
-        printf("data: %s, %zu GPT-2 tokens\n", a.tokens, ndata);
+        for (k = 0; k < ndata; k++) if (data[k] > top) top = data[k];
+        /* GPT-2's vocabulary (or the tokenizer's), unless the file has larger ids */
+        a.cfg.V_real = a.vocab_json ? tok.vocab_size : 50257;
+        if (top >= a.cfg.V_real) {
+            if (top >= (1 << 24)) { fprintf(stderr, "gpt2_train: %s: token id %ld is too large for a vocabulary\n", a.tokens, (long)top); free(data); return 1; }
+            if (a.vocab_json) {
+                fprintf(stderr, "gpt2_train: %s: token id %ld is outside the tokenizer's vocabulary of %d\n", a.tokens, (long)top, tok.vocab_size);
+                free(data);
+                return 1;
+            }
+            a.cfg.V_real = top + 1;
+        }
+        data_top = top;
+        printf("data: %s, %zu tokens (largest id %ld; vocabulary %d)\n", a.tokens, ndata, (long)top, a.cfg.V_real);
     } else {
         char *text = NULL;
         size_t len = 0;
@@ -1463,7 +1479,7 @@ int main(int argc, char **argv) {
         free(text);
     }
     if (a.init_from) { /* the model's sizes are the file's */
-        int data_vocab = a.cfg.V_real;
+        int data_vocab = a.tokens ? (int)data_top + 1 : a.cfg.V_real;
         if (gpt2_hf_open(&hf, a.init_from, err, sizeof err)) { fprintf(stderr, "gpt2_train: --init-from: %s\n", err); free(data); return 1; }
         if ((a.layers_set && a.cfg.L != hf.L) || (a.embed_set && a.cfg.C != hf.C) || (a.context_set && a.cfg.T > hf.P)) {
             fprintf(stderr, "gpt2_train: --init-from %s: the file has %d layers, %d channels, %d positions; --layers/--embed/--context disagree\n", a.init_from,
