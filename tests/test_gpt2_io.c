@@ -801,6 +801,16 @@ static void test_pretok(void) {
         {"tab\tx", {"tab", "\t", "x"}},
         {"''ll 'll", {"''", "ll", " '", "ll"}},
         {"12 121 \n\n\nhello", {"12", " 121", " \n\n", "\n", "hello"}},
+        /* unassigned code points are neither letters nor numbers: they join
+           punctuation (U+0383, U+0378, U+0530, U+E0080, U+10FFFF, U+3FFFE, U+2EBF) */
+        {"\xce\x83't", {"\xce\x83'", "t"}},
+        {"ab\xcd\xb8" "cd", {"ab", "\xcd\xb8", "cd"}},
+        {" \xf3\xa0\x82\x80x", {" \xf3\xa0\x82\x80", "x"}},
+        {"x\xf4\x8f\xbf\xbf\xf0\xbf\xbf\xbe!", {"x", "\xf4\x8f\xbf\xbf\xf0\xbf\xbf\xbe!"}},
+        {"a\xd4\xb0" "b 1\xcd\xb7\xcd\xb8", {"a", "\xd4\xb0", "b", " 1", "\xcd\xb7", "\xcd\xb8"}},
+        /* letters assigned in Unicode 15.0 (U+1E030) and 17.0 (U+323B0, CJK Ext. J) */
+        {"\xf0\x9e\x80\xb0" "a \xf0\xb2\x8e\xb0\xf0\xb2\x8e\xb1 \xe2\xba\xbf" "0",
+         {"\xf0\x9e\x80\xb0" "a", " \xf0\xb2\x8e\xb0\xf0\xb2\x8e\xb1", " \xe2\xba\xbf", "0"}},
     };
     size_t c;
     for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -822,6 +832,14 @@ static void test_pretok(void) {
         CHECK(good);
     }
     CHECK(gio_gpt2_pretok_next("abc", 3, 3) == 0);
+    {   /* the whole table against the counts tools/gen_unicode_table.py
+           printed from Python's regex (Unicode 17.0) */
+        long cnt[4] = {0, 0, 0, 0};
+        uint32_t cp;
+        for (cp = 0x100; cp <= 0x10FFFF; cp++) cnt[gio__uclass(cp)]++;
+        CHECK(cnt[GIO__CO] == 966376 && cnt[GIO__CL] == 145555 && cnt[GIO__CN] == 1908 && cnt[GIO__CS] == 17);
+        if (cnt[GIO__CL] != 145555) printf("classes >= U+0100: %ld other, %ld letters, %ld numbers, %ld spaces\n", cnt[0], cnt[1], cnt[2], cnt[3]);
+    }
 }
 
 /* ------------------------------------------------------------------ */
