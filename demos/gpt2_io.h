@@ -35,6 +35,16 @@
  *   token fits in uint16, else version 2.  Token values above INT32_MAX are
  *   an error.)
  *
+ * --- Hugging Face GPT-2 config.json ----------------------------------------------
+ *   void gio_gpt2_config_init(gio_gpt2_config *c);       (every field absent)
+ *   int  gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t errlen);
+ *   int  gio_gpt2_config_write(const char *path, const gio_gpt2_config *c, char *err, size_t errlen);
+ *   Reads the fields that decide a GPT-2's shape and arithmetic (others are
+ *   skipped); a field of the wrong type is an error naming it.  Integers are
+ *   -1 when absent (n_inner, bos/eos_token_id: -2 for JSON null), booleans -1
+ *   when absent, layer_norm_epsilon < 0 when absent, strings "" when absent.
+ *   The writer gives what transformers.GPT2LMHeadModel.from_pretrained needs.
+ *
  * --- tokenizers --------------------------------------------------------------
  *   void gio_tok_init_bytes(gio_tokenizer *t);            (vocab 256: id = byte)
  *   int  gio_tok_load_gpt2(gio_tokenizer *t, const char *vocab_json,
@@ -100,6 +110,20 @@ extern "C" {
 
 int gio_tokens_read(const char *path, int32_t **tokens, size_t *n, char *err, size_t errlen);
 int gio_tokens_write(const char *path, const int32_t *tokens, size_t n, char *err, size_t errlen);
+
+typedef struct {
+    int n_layer, n_head, n_embd, n_positions, n_ctx, vocab_size;
+    int n_inner;                      /* -2: null (4 * n_embd)              */
+    int bos_token_id, eos_token_id;   /* -2: null                           */
+    double layer_norm_epsilon;
+    char activation_function[32], model_type[32];
+    int tie_word_embeddings, scale_attn_weights, scale_attn_by_inverse_layer_idx,
+        reorder_and_upcast_attn, add_cross_attention;
+} gio_gpt2_config;
+
+void gio_gpt2_config_init(gio_gpt2_config *c);
+int gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t errlen);
+int gio_gpt2_config_write(const char *path, const gio_gpt2_config *c, char *err, size_t errlen);
 
 enum { GIO_TOK_BYTES = 1, GIO_TOK_GPT2 = 2 };
 struct gio__bpe;
@@ -622,8 +646,91 @@ static int gio__js_u64(gio__js *j, uint64_t *v) {
     return 0;
 }
 
+/* A JSON number (strict grammar) as a double. */
+static int gio__js_num(gio__js *j, double *v) {
+    size_t k, st;
+    char tmp[64];
+    int c = gio__js_peek(j);
+    *v = 0;
+    if (c != '-' && (c < '0' || c > '9')) return gio__js_fail(j, "expected a number");
+    st = k = j->i;
+    if (k < j->n && j->s[k] == '-') k++;
+    if (k >= j->n || j->s[k] < '0' || j->s[k] > '9') return gio__js_fail(j, "bad number");
+    if (j->s[k] == '0') k++;
+    else while (k < j->n && j->s[k] >= '0' && j->s[k] <= '9') k++;
+    if (k < j->n && j->s[k] == '.') {
+        k++;
+        if (k >= j->n || j->s[k] < '0' || j->s[k] > '9') return gio__js_fail(j, "bad number");
+        while (k < j->n && j->s[k] >= '0' && j->s[k] <= '9') k++;
+    }
+    if (k < j->n && (j->s[k] == 'e' || j->s[k] == 'E')) {
+        k++;
+        if (k < j->n && (j->s[k] == '+' || j->s[k] == '-')) k++;
+        if (k >= j->n || j->s[k] < '0' || j->s[k] > '9') return gio__js_fail(j, "bad number");
+        while (k < j->n && j->s[k] >= '0' && j->s[k] <= '9') k++;
+    }
+    if (k - st >= sizeof tmp) return gio__js_fail(j, "number too long");
+    memcpy(tmp, j->s + st, k - st);
+    tmp[k - st] = 0;
+    *v = strtod(tmp, NULL);
+    j->i = k;
+    return 0;
+}
 
+/* true / false / null: *v = 1, 0, -1 */
+static int gio__js_lit(gio__js *j, int *v) {
+    static const char *const w[3] = {"null", "false", "true"};
+    int k;
+    gio__js_ws(j);
+    for (k = 0; k < 3; k++) {
+        size_t l = strlen(w[k]);
+        if (j->n - j->i >= l && !memcmp(j->s + j->i, w[k], l)) { j->i += l; *v = k - 1; return 0; }
+    }
+    return gio__js_fail(j, "expected true, false or null");
+}
 
+static int gio__js_obj_next(gio__js *j, int *first, char **key);
+/* Skips one value of any kind (nesting limited to 64 levels). */
+static int gio__js_skip(gio__js *j) {
+    int c = gio__js_peek(j), first = 1, r, b;
+    char *key;
+    double d;
+    if (c == '"') return gio__js_str(j, NULL, NULL);
+    if (c == '-' || (c >= '0' && c <= '9')) return gio__js_num(j, &d);
+    if (c == 't' || c == 'f' || c == 'n') return gio__js_lit(j, &b);
+    if (c != '{' && c != '[') return gio__js_fail(j, "expected a value");
+    if (++j->depth > 64) return gio__js_fail(j, "nested too deeply");
+    j->i++;
+    if (c == '{') {
+        while ((r = gio__js_obj_next(j, &first, &key)) == 1) {
+            free(key);
+            if (gio__js_skip(j)) return 1;
+        }
+        if (r < 0) return 1;
+    } else {
+        for (;;) {
+            c = gio__js_peek(j);
+            if (c == ']') { j->i++; break; }
+            if (!first) {
+                if (c != ',') return gio__js_fail(j, "expected ',' or ']'");
+                j->i++;
+            }
+            first = 0;
+            if (gio__js_skip(j)) return 1;
+        }
+    }
+    j->depth--;
+    return 0;
+}
+
+static void gio__js_init(gio__js *j, const char *s, size_t n, const char *label, char *err, size_t errlen) {
+    memset(j, 0, sizeof *j);
+    j->s = (const unsigned char *)s;
+    j->n = n;
+    j->label = label;
+    j->err = err;
+    j->errlen = errlen;
+}
 
 /* Object member iteration after the '{' is consumed: 1 = *key read and ':'
    consumed (caller frees key), 0 = '}' consumed, -1 = error. */
@@ -753,6 +860,123 @@ int gio_tokens_write(const char *path, const int32_t *tokens, size_t n, char *er
     }
     rc = gio_write_file_atomic(path, buf, len, err, errlen);
     free(buf);
+    return rc;
+}
+
+/* ---- Hugging Face GPT-2 config.json ---- */
+
+void gio_gpt2_config_init(gio_gpt2_config *c) {
+    memset(c, 0, sizeof *c);
+    c->n_layer = c->n_head = c->n_embd = c->n_positions = c->n_ctx = c->vocab_size = -1;
+    c->n_inner = c->bos_token_id = c->eos_token_id = -1;
+    c->layer_norm_epsilon = -1;
+    c->tie_word_embeddings = c->scale_attn_weights = c->scale_attn_by_inverse_layer_idx = -1;
+    c->reorder_and_upcast_attn = c->add_cross_attention = -1;
+}
+
+int gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t errlen) {
+    static const char *const ints[] = {"n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "vocab_size", "n_inner", "bos_token_id", "eos_token_id"};
+    static const char *const bools[] = {"tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+                                        "add_cross_attention"};
+    int *iv[9], *bv[5];
+    char *buf, *key;
+    size_t len, k;
+    gio__js j;
+    int first = 1, r, rc = 1;
+    gio_gpt2_config_init(c);
+    iv[0] = &c->n_layer; iv[1] = &c->n_head; iv[2] = &c->n_embd; iv[3] = &c->n_positions; iv[4] = &c->n_ctx;
+    iv[5] = &c->vocab_size; iv[6] = &c->n_inner; iv[7] = &c->bos_token_id; iv[8] = &c->eos_token_id;
+    bv[0] = &c->tie_word_embeddings; bv[1] = &c->scale_attn_weights; bv[2] = &c->scale_attn_by_inverse_layer_idx;
+    bv[3] = &c->reorder_and_upcast_attn; bv[4] = &c->add_cross_attention;
+    if (gio_read_file(path, &buf, &len, err, errlen)) return 1;
+    gio__js_init(&j, buf, len, path, err, errlen);
+    if (gio__js_expect(&j, '{')) goto done;
+    while ((r = gio__js_obj_next(&j, &first, &key)) == 1) {
+        int hit = 0;
+        for (k = 0; k < 9 && !hit; k++)
+            if (!strcmp(key, ints[k])) {
+                uint64_t v;
+                int lit;
+                hit = 1;
+                if (k >= 6 && gio__js_peek(&j) == 'n') {
+                    if (gio__js_lit(&j, &lit)) goto fail_key;
+                    *iv[k] = -2;
+                } else if (gio__js_u64(&j, &v) || v > (1u << 30)) {
+                    gio__seterr(err, errlen, "%s: \"%s\" must be a non-negative integer%s (of at most 2^30)", path, key, k >= 6 ? " or null" : "");
+                    goto fail_key;
+                } else *iv[k] = (int)v;
+            }
+        for (k = 0; k < 5 && !hit; k++)
+            if (!strcmp(key, bools[k])) {
+                int b;
+                hit = 1;
+                if (gio__js_lit(&j, &b) || b < 0) {
+                    gio__seterr(err, errlen, "%s: \"%s\" must be true or false", path, key);
+                    goto fail_key;
+                }
+                *bv[k] = b;
+            }
+        if (!hit && !strcmp(key, "layer_norm_epsilon")) {
+            hit = 1;
+            if (gio__js_num(&j, &c->layer_norm_epsilon) || !(c->layer_norm_epsilon >= 0 && c->layer_norm_epsilon < 1)) {
+                gio__seterr(err, errlen, "%s: \"layer_norm_epsilon\" must be a number in [0, 1)", path);
+                goto fail_key;
+            }
+        }
+        if (!hit && (!strcmp(key, "activation_function") || !strcmp(key, "model_type"))) {
+            char *v = NULL;
+            char *dst = key[0] == 'a' ? c->activation_function : c->model_type;
+            hit = 1;
+            if (gio__js_cstr(&j, &v) || strlen(v) >= sizeof c->model_type) {
+                free(v);
+                gio__seterr(err, errlen, "%s: \"%s\" must be a string of at most %d bytes", path, key, (int)sizeof c->model_type - 1);
+                goto fail_key;
+            }
+            strcpy(dst, v);
+            free(v);
+        }
+        if (!hit && gio__js_skip(&j)) goto fail_key;
+        free(key);
+        continue;
+    fail_key:
+        free(key);
+        goto done;
+    }
+    if (r < 0) goto done;
+    if (gio__js_peek(&j) != -1) { gio__js_fail(&j, "trailing garbage"); goto done; }
+    rc = 0;
+done:
+    free(buf);
+    return rc;
+}
+
+int gio_gpt2_config_write(const char *path, const gio_gpt2_config *c, char *err, size_t errlen) {
+    gio_strbuf b;
+    int rc;
+    memset(&b, 0, sizeof b);
+    if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->n_positions < 1 || c->vocab_size < 1 || !(c->layer_norm_epsilon >= 0)) {
+        gio__seterr(err, errlen, "%s: incomplete GPT-2 config (layers %d, heads %d, embed %d, positions %d, vocab %d)", path, c->n_layer, c->n_head,
+                    c->n_embd, c->n_positions, c->vocab_size);
+        return 1;
+    }
+    gio__sb_puts(&b, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n");
+    gio__sb_printf(&b, "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n", c->n_layer, c->n_head, c->n_embd);
+    gio__sb_printf(&b, "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n", c->n_positions, c->n_positions, c->vocab_size);
+    if (c->n_inner >= 0) gio__sb_printf(&b, "  \"n_inner\": %d,\n", c->n_inner);
+    else gio__sb_puts(&b, "  \"n_inner\": null,\n");
+    gio__sb_printf(&b, "  \"layer_norm_epsilon\": %.17g,\n", c->layer_norm_epsilon);
+    gio__sb_puts(&b, "  \"activation_function\": ");
+    gio__sb_json_str(&b, c->activation_function[0] ? c->activation_function : "gelu_new");
+    gio__sb_printf(&b, ",\n  \"tie_word_embeddings\": %s,\n", c->tie_word_embeddings == 0 ? "false" : "true");
+    gio__sb_puts(&b, "  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n");
+    gio__sb_puts(&b, "  \"add_cross_attention\": false,\n");
+    if (c->bos_token_id >= 0) gio__sb_printf(&b, "  \"bos_token_id\": %d,\n", c->bos_token_id);
+    else gio__sb_puts(&b, "  \"bos_token_id\": null,\n");
+    if (c->eos_token_id >= 0) gio__sb_printf(&b, "  \"eos_token_id\": %d,\n", c->eos_token_id);
+    else gio__sb_puts(&b, "  \"eos_token_id\": null,\n");
+    gio__sb_puts(&b, "  \"torch_dtype\": \"float32\"\n}\n");
+    rc = gio__write_sb(path, &b, err, errlen);
+    free(b.p);
     return rc;
 }
 

@@ -45,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #if defined(__GNUC__)
@@ -75,7 +76,10 @@ typedef struct {
     /* sharding: logical axis rules; NULL on one device */
     const char *param_rules, *compute_rules;
     int seq_parallel; /* residual stream split along pos over mesh axis model */
+    double ln_eps;    /* layer norm epsilon (1e-5; 0 means 1e-5)         */
+    int act;          /* ACT_GELU (tanh approximation) or ACT_RELU       */
 } gpt2_config;
+enum { ACT_GELU = 0, ACT_RELU = 1 };
 
 static void gpt2_default_config(gpt2_config *c) {
     memset(c, 0, sizeof *c);
@@ -87,6 +91,7 @@ static void gpt2_default_config(gpt2_config *c) {
     c->remat = REMAT_BLOCK_OUT;
     c->seed = 1337;
     c->beta1 = 0.9; c->beta2 = 0.95; c->eps = 1e-8; c->wd = 0.1; c->clip = 1.0;
+    c->ln_eps = 1e-5;
 }
 
 /* ------------------------------------------------------------ parameters */
@@ -205,7 +210,12 @@ static tj_v sum_all(tj_v x) {
     return tj_sum(x, axes);
 }
 
-static tj_v affine_ln(tj_v x, tj_v g, tj_v b) { return tj_add(tj_mul(tj_layer_norm(x, "embed", 1e-5), g), b); }
+/* layer norm with the config's epsilon (GPT-2's 1e-5 unless config.json says otherwise) */
+static tj_v affine_ln(const gpt2_config *c, tj_v x, tj_v g, tj_v b) {
+    return tj_add(tj_mul(tj_layer_norm(x, "embed", c->ln_eps > 0 ? c->ln_eps : 1e-5), g), b);
+}
+/* the MLP's activation: GPT-2's gelu (tanh approximation, HF "gelu_new"), or relu */
+static tj_v gpt2_act(const gpt2_config *c, tj_v x) { return c->act == ACT_RELU ? tj_relu(x) : tj_gelu(x); }
 
 /* x with axis `axis` reduced to its element i */
 static tj_v pick(tj_v x, const char *axis, int i) { return tj_sum(tj_slice(x, axis, i, i + 1), axis); }
@@ -214,7 +224,7 @@ static tj_v pick(tj_v x, const char *axis, int i) { return tj_sum(tj_slice(x, ax
 static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     double scale = 1.0 / sqrt((double)(c->C / c->H));
     tj_v h, qkv, q, k, v, s, a, o, m;
-    h = shard(c, affine_ln(x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1)));
+    h = shard(c, affine_ln(c, x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1)));
     qkv = shard(c, tj_add(tj_dot(h, p[P_WQKV], "embed"), p[P_BQKV])); /* (batch, pos, qkv, heads, head_dim) */
     q = pick(qkv, "qkv", 0);
     k = tj_rename(pick(qkv, "qkv", 1), "pos", "kpos");
@@ -224,8 +234,8 @@ static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     a = tj_softmax(s, "kpos");
     o = shard(c, tj_dot(a, v, "kpos"));                            /* (batch, heads, pos, head_dim) */
     x = shard_resid(c, tj_add(x, tj_add(shard_resid(c, tj_dot(o, p[P_WO], "heads head_dim")), p[P_BO])));
-    h = shard(c, affine_ln(x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3)));
-    m = shard(c, tj_gelu(tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
+    h = shard(c, affine_ln(c, x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3)));
+    m = shard(c, gpt2_act(c, tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
     x = tj_add(x, tj_add(shard_resid(c, tj_dot(m, p[P_WPROJ], "mlp")), p[P_BPROJ]));
     return tj_checkpoint_name(shard_resid(c, x), "block_out");
 }
@@ -271,7 +281,7 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
     x = shard_resid(c, tj_add(tj_take(wte, "vocab", tokens), wpe)); /* (batch, pos, embed) */
     for (i = 0; i < NBLOCKP; i++) xs[i] = tj_tree_v(P, gpt2_params[i].name);
     if (tj_scan(gpt2_scan_body, (void *)c, "layer", 1, &x, NBLOCKP, xs, 0, &out, NULL, &pol)) return NULL;
-    x = shard(c, affine_ln(out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
+    x = shard(c, affine_ln(c, out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
     logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
     if (tj_v_dtype(logits) == TJ_BF16) logits = tj_cast(logits, TJ_F32); /* f64 stays f64 (gradient checks) */
     return gpt2_mask_padded(c, logits);
@@ -792,13 +802,23 @@ static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
    layers are Conv1D: weight (in, out), y = x . W + b. Stored F32, F16, BF16
    or F64; converted to f32. Other tensors (lm_head.weight, which is tied to
    wte, and the h.{i}.attn.bias / masked_bias buffers of older files) are
-   ignored. */
+   ignored.
+
+   The sizes come from the tensors. config.json beside the file (or in the
+   directory given instead of the file, which then holds model.safetensors)
+   gives the heads, the layer norm epsilon and the activation, and must
+   agree with the tensors; without it the heads come from the caller
+   (--heads) or embed / 64. */
 typedef struct {
     tj_ctx *ctx;        /* for the parse (its errors)                     */
     tj_safetensors *st;
     char path[512];
     const char *prefix; /* "" or "transformer."                           */
     int L, C, V, P, M;  /* layers, embed, vocab, positions, mlp           */
+    char config[600];   /* config.json read ("" if there was none)        */
+    int H;              /* heads from config.json; 0 without one          */
+    double ln_eps;      /* layer norm epsilon (1e-5 without config.json)  */
+    int act;            /* ACT_*                                          */
 } gpt2_hf;
 
 static int hf_fail(char *err, size_t n, const char *fmt, ...) {
@@ -832,13 +852,24 @@ static int hf_tensor(const gpt2_hf *hf, const char *name, int rank, int64_t d0, 
     if (out && tj_st_to_f32(t, out)) return hf_fail(err, n, "%s: tensor '%s': cannot convert to f32", hf->path, full);
     return 0;
 }
-/* Parse the file and infer the sizes (not the heads: the file has no config).
-   Returns 0, or 1 and a message naming the file in err. */
+static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n);
+static int is_dir(const char *p) {
+    struct stat sb;
+    return p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+/* Parse the file (or DIR/model.safetensors), infer the sizes, read
+   config.json beside it when there is one. Returns 0, or 1 and a message
+   naming the file in err. */
 static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
     const tj_st_tensor *wte, *wpe;
     int i, maxl = -1;
     memset(hf, 0, sizeof *hf);
-    snprintf(hf->path, sizeof hf->path, "%s", path ? path : "(null)");
+    hf->ln_eps = 1e-5;
+    if (is_dir(path)) {
+        size_t pl = strlen(path);
+        snprintf(hf->path, sizeof hf->path, "%.480s%smodel.safetensors", path, pl && path[pl - 1] == '/' ? "" : "/");
+        path = hf->path;
+    } else snprintf(hf->path, sizeof hf->path, "%s", path ? path : "(null)");
     if (!(hf->ctx = tj_ctx_new())) return hf_fail(err, n, "%s: out of memory", hf->path);
     if (!(hf->st = tj_st_load(hf->ctx, path))) {
         hf_fail(err, n, "cannot read Hugging Face GPT-2 weights from %s: %s", hf->path, tj_error(hf->ctx));
@@ -902,6 +933,53 @@ static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
         }
         hf->M = (int)fc->shape[1];
     }
+    if (gpt2_hf_read_config(hf, err, n)) {
+        gpt2_hf_close(hf);
+        return 1;
+    }
+    return 0;
+}
+/* config.json beside hf->path: absent is fine; present, it must describe
+   a GPT-2 this demo computes exactly and agree with the tensors */
+static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n) {
+    gio_gpt2_config cf;
+    const char *slash = strrchr(hf->path, '/'), *act;
+    char cpath[600];
+    FILE *f;
+    int inner;
+    if (slash) snprintf(cpath, sizeof cpath, "%.*s/config.json", (int)(slash - hf->path), hf->path);
+    else snprintf(cpath, sizeof cpath, "config.json");
+    if (!(f = fopen(cpath, "rb"))) return 0;
+    fclose(f);
+    if (gio_gpt2_config_read(cpath, &cf, err, n)) return 1;
+    snprintf(hf->config, sizeof hf->config, "%s", cpath);
+#define DISAGREE(what, cv, tv, unit, src) \
+    if ((cv) >= 0 && (cv) != (tv)) return hf_fail(err, n, "%s: %s is %d, but %s has %d %s (%s)", cpath, what, (int)(cv), hf->path, (int)(tv), unit, src)
+    DISAGREE("n_layer", cf.n_layer, hf->L, "layers", "h.N.* tensors");
+    DISAGREE("n_embd", cf.n_embd, hf->C, "channels", "wte.weight columns");
+    DISAGREE("vocab_size", cf.vocab_size, hf->V, "tokens", "wte.weight rows");
+    DISAGREE("n_positions", cf.n_positions, hf->P, "positions", "wpe.weight rows");
+    inner = cf.n_inner >= 0 ? cf.n_inner : 4 * hf->C;
+    DISAGREE(cf.n_inner >= 0 ? "n_inner" : "4 * n_embd (n_inner null)", inner, hf->M, "MLP channels", "h.0.mlp.c_fc.weight columns");
+#undef DISAGREE
+    if (cf.model_type[0] && strcmp(cf.model_type, "gpt2"))
+        return hf_fail(err, n, "%s: model_type \"%s\" is not \"gpt2\"", cpath, cf.model_type);
+    if (cf.n_head == 0 || (cf.n_head > 0 && hf->C % cf.n_head))
+        return hf_fail(err, n, "%s: n_head %d does not divide n_embd %d", cpath, cf.n_head, hf->C);
+    hf->H = cf.n_head > 0 ? cf.n_head : 0;
+    if (cf.layer_norm_epsilon >= 0) {
+        if (!(cf.layer_norm_epsilon > 0)) return hf_fail(err, n, "%s: layer_norm_epsilon 0 is not supported (want > 0)", cpath);
+        hf->ln_eps = cf.layer_norm_epsilon;
+    }
+    act = cf.activation_function[0] ? cf.activation_function : "gelu_new";
+    if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast")) hf->act = ACT_GELU;
+    else if (!strcmp(act, "relu")) hf->act = ACT_RELU;
+    else
+        return hf_fail(err, n, "%s: activation_function \"%s\" is not supported (tinyjax's GPT-2 has gelu_new, gelu_pytorch_tanh and gelu_fast, "
+                               "all the tanh approximation, and relu)", cpath, act);
+    if (cf.scale_attn_weights == 0) return hf_fail(err, n, "%s: scale_attn_weights false is not supported (attention scores are scaled by 1/sqrt(head_dim))", cpath);
+    if (cf.scale_attn_by_inverse_layer_idx == 1) return hf_fail(err, n, "%s: scale_attn_by_inverse_layer_idx true is not supported", cpath);
+    if (cf.add_cross_attention == 1) return hf_fail(err, n, "%s: add_cross_attention true is not supported (a decoder-only GPT-2 has none)", cpath);
     return 0;
 }
 /* The model config of the file: layers, embed, mlp, vocab (padded as the
@@ -909,6 +987,10 @@ static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
    or embed / 64 (GPT-2's head size: 12 heads for 768 channels) when 0.
    The training context T is clipped to the position table. */
 static int gpt2_hf_config(const gpt2_hf *hf, gpt2_config *c, int heads, char *err, size_t n) {
+    if (hf->H > 0) {
+        if (heads > 0 && heads != hf->H) return hf_fail(err, n, "%s: n_head is %d, --heads says %d", hf->config, hf->H, heads);
+        heads = hf->H;
+    }
     if (heads <= 0) {
         if (hf->C % 64) return hf_fail(err, n, "%s: embed %d is not a multiple of 64: give the number of heads (--heads)", hf->path, hf->C);
         heads = hf->C / 64;
@@ -919,6 +1001,8 @@ static int gpt2_hf_config(const gpt2_hf *hf, gpt2_config *c, int heads, char *er
     c->V = hf->V <= 256 ? 256 : (hf->V + 63) / 64 * 64;
     c->block = hf->P;
     if (c->T > hf->P) c->T = hf->P;
+    c->ln_eps = hf->ln_eps;
+    c->act = hf->act;
     return 0;
 }
 static int64_t param_numel(const gpt2_config *c, int i) {
@@ -941,7 +1025,8 @@ static int gpt2_hf_load(gpt2_trainer *tr, const gpt2_hf *hf, char *err, size_t n
     tj_tree *nt;
     int i, l, k, C = c->C, M = c->M, bad = 0;
     char nm[96], shape[256], pn[128];
-    if (c->L != hf->L || c->C != hf->C || c->M != hf->M || c->V < hf->V || c->block != hf->P || c->H < 1 || C % c->H)
+    if (c->L != hf->L || c->C != hf->C || c->M != hf->M || c->V < hf->V || c->block != hf->P || c->H < 1 || C % c->H ||
+        (hf->H > 0 && c->H != hf->H) || c->act != hf->act || (c->ln_eps > 0 ? c->ln_eps : 1e-5) != hf->ln_eps)
         return hf_fail(err, n, "%s: the file's GPT-2 (layers %d, embed %d, mlp %d, vocab %d, positions %d) does not fit the model (layers %d, embed %d, mlp %d, vocab %d, positions %d)",
                        hf->path, hf->L, hf->C, hf->M, hf->V, hf->P, c->L, c->C, c->M, c->V, c->block);
     nt = tj_tree_new(tr->ctx);
@@ -1150,10 +1235,12 @@ static void usage(void) {
         "  --print-program     print the compiled training step and its memory plan\n"
         "  --save FILE         checkpoint (safetensors via tj_tree_save) at the end\n"
         "  --resume FILE       resume params, optimizer state and step from a checkpoint\n"
-        "  --init-from FILE    start from Hugging Face GPT-2 weights (model.safetensors, names\n"
-        "                      h.0.attn.c_attn.weight .., with or without \"transformer.\"):\n"
-        "                      layers, embed, vocab and positions come from the file, heads\n"
-        "                      from --heads or embed / 64; with --steps 0 it only samples\n"
+        "  --init-from F|DIR   start from Hugging Face GPT-2 weights (model.safetensors, names\n"
+        "                      h.0.attn.c_attn.weight .., with or without \"transformer.\"; or a\n"
+        "                      directory holding it): layers, embed, vocab and positions come\n"
+        "                      from the tensors; heads, layer norm epsilon and activation from\n"
+        "                      config.json beside them (without one: --heads or embed / 64);\n"
+        "                      a flag that disagrees is an error; with --steps 0 it only samples\n"
         "benchmark\n"
         "  --bench             GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocab 50304,\n"
         "                      B=4, T=64, f32, one device, all cores): median ms/step\n"
@@ -1541,14 +1628,18 @@ int main(int argc, char **argv) {
     if (a.init_from) {
         double t0 = now_ms();
         int bad = gpt2_hf_load(&tr, &hf, err, sizeof err);
+        char how[700];
+        if (hf.config[0]) snprintf(how, sizeof how, "config %s", hf.config);
+        else snprintf(how, sizeof how, "no config.json: heads from %s", a.heads_set ? "--heads" : "embed / 64");
         gpt2_hf_close(&hf);
         if (bad) {
             fprintf(stderr, "gpt2_train: --init-from: %s\n", err);
             gpt2_trainer_free(&tr);
             return 1;
         }
-        printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions) in %.0f ms\n", a.init_from, tr.cfg.L, tr.cfg.H,
-               tr.cfg.C, tr.cfg.V_real, tr.cfg.V, tr.cfg.block, now_ms() - t0);
+        printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions, layer norm eps %g, %s; %s) in %.0f ms\n",
+               a.init_from, tr.cfg.L, tr.cfg.H, tr.cfg.C, tr.cfg.V_real, tr.cfg.V, tr.cfg.block, tr.cfg.ln_eps, tr.cfg.act == ACT_RELU ? "relu" : "gelu_new",
+               how, now_ms() - t0);
     }
     if (a.resume) {
         tj_status st = gpt2_resume(&tr, a.resume);

@@ -343,6 +343,127 @@ static void test_hf(void) {
     free(got);
 }
 
+/* ---- config.json beside the weights (or --init-from DIR): heads, layer
+   norm epsilon and activation come from it; a disagreement with the
+   tensors or with --heads is an error naming both */
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (f) { fputs(text, f); fclose(f); }
+}
+/* a config.json as transformers writes it, with `extra` spliced in */
+static void write_config(const char *path, int heads, const char *extra) {
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "{\n  \"activation_function\": \"gelu_new\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"attn_pdrop\": 0.1,\n"
+             "  \"bos_token_id\": 50256,\n  \"embd_pdrop\": 0.1,\n  \"eos_token_id\": 50256,\n  \"initializer_range\": 0.02,\n"
+             "  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n"
+             "  \"n_inner\": null,\n  \"n_layer\": %d,\n  \"n_positions\": %d,\n  \"reorder_and_upcast_attn\": false,\n  \"resid_pdrop\": 0.1,\n"
+             "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"scale_attn_weights\": true,\n  \"summary_activation\": null,\n"
+             "  \"task_specific_params\": {\"text-generation\": {\"do_sample\": true, \"max_length\": 50}},\n"
+             "  \"torch_dtype\": \"float32\",\n  \"transformers_version\": \"4.46.0\",\n  \"use_cache\": true,%s\n  \"vocab_size\": %d\n}\n",
+             HP, HC, heads, HL, HP, extra ? extra : "", HV);
+    write_text(path, buf);
+}
+/* logits of the file's model loaded through gpt2_hf_open / config / load */
+static int load_logits(const char *path, int heads_flag, const int32_t *tok, float *out, gpt2_config *got, char *err, size_t n) {
+    gpt2_hf hf;
+    gpt2_config c;
+    gpt2_trainer tr;
+    int st;
+    gpt2_default_config(&c);
+    c.B = 2; c.T = HP;
+    c.param_rules = c.compute_rules = NULL;
+    if (gpt2_hf_open(&hf, path, err, n)) return 1;
+    if (gpt2_hf_config(&hf, &c, heads_flag, err, n)) { gpt2_hf_close(&hf); return 1; }
+    if (gpt2_trainer_init(&tr, &c, 1, NULL, 1)) { gpt2_hf_close(&hf); snprintf(err, n, "trainer init"); return 1; }
+    st = gpt2_hf_load(&tr, &hf, err, n) || hf_logits(&tr, tok, out);
+    if (got) *got = tr.cfg;
+    gpt2_hf_close(&hf);
+    gpt2_trainer_free(&tr);
+    return st;
+}
+/* the reference: the same numbers put in by hand into a model of config c */
+static int ref_logits(const hf_set *h, gpt2_config c, const int32_t *tok, float *out) {
+    gpt2_trainer tr;
+    int st;
+    c.L = HL; c.C = HC; c.M = HM; c.V = c.V_real = HV; c.T = c.block = HP; c.B = 2;
+    c.param_rules = c.compute_rules = NULL;
+    if (gpt2_trainer_init(&tr, &c, 1, NULL, 1)) return 1;
+    st = hf_set_by_hand(&tr, h) || hf_logits(&tr, tok, out);
+    gpt2_trainer_free(&tr);
+    return st;
+}
+static void test_hf_config(void) {
+    hf_set h;
+    const char *dir = "build/test_gpt2_hf_cfg", *wpath = "build/test_gpt2_hf_cfg/model.safetensors", *cpath = "build/test_gpt2_hf_cfg/config.json";
+    char err[1024];
+    int32_t tok[HP];
+    float *want = (float *)malloc(sizeof(float) * HP * HV), *got = (float *)malloc(sizeof(float) * HP * HV), *two = (float *)malloc(sizeof(float) * HP * HV);
+    gpt2_config c, lc;
+    int i;
+    tjt_current = "hf config.json";
+    hf_make(&h);
+    for (i = 0; i < HP; i++) tok[i] = (i * 37 + 11) % HV;
+    mkdir(dir, 0755);
+    TJT_CHECK(hf_write(&h, wpath, "", 0, NULL) == 0, "write %s", wpath);
+    gpt2_default_config(&c);
+    /* without config.json: heads from the flag */
+    remove(cpath);
+    TJT_CHECK(load_logits(wpath, 2, tok, two, &lc, err, sizeof err) == 0 && lc.H == 2, "no config.json, --heads 2: %s (H=%d)", err, lc.H);
+    err[0] = 0;
+    TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) != 0 && strstr(err, "--heads"), "no config.json, no --heads, embed 32: \"%s\"", err);
+    /* 4 heads from config.json, by file path and by directory: the logits of a 4-head model */
+    c.H = 4;
+    TJT_CHECK(ref_logits(&h, c, tok, want) == 0, "4-head reference");
+    write_config(cpath, 4, NULL);
+    err[0] = 0;
+    TJT_CHECK(load_logits(wpath, 0, tok, got, &lc, err, sizeof err) == 0 && lc.H == 4, "config n_head 4: %s (H=%d)", err, lc.H);
+    TJT_CHECK(max_rel(got, want, (int64_t)HP * HV) <= 1e-6, "config n_head 4: logits differ from a 4-head model's, max rel %.3g", max_rel(got, want, (int64_t)HP * HV));
+    TJT_CHECK(max_rel(two, want, (int64_t)HP * HV) > 1e-3, "2 and 4 heads give the same logits: the test cannot tell them apart");
+    err[0] = 0;
+    TJT_CHECK(load_logits(dir, 4, tok, got, &lc, err, sizeof err) == 0 && lc.H == 4 && max_rel(got, want, (int64_t)HP * HV) <= 1e-6,
+              "--init-from DIR with --heads 4 agreeing: %s", err);
+    err[0] = 0;
+    TJT_CHECK(load_logits(dir, 2, tok, got, NULL, err, sizeof err) != 0 && strstr(err, "n_head is 4, --heads says 2") && strstr(err, "config.json"),
+              "--heads 2 against n_head 4: \"%s\"", err);
+    /* layer norm epsilon and relu */
+    write_config(cpath, 4, "\n  \"layer_norm_epsilon\": 0.25,\n  \"activation_function\": \"relu\",");
+    c.ln_eps = 0.25;
+    c.act = ACT_RELU;
+    TJT_CHECK(ref_logits(&h, c, tok, want) == 0, "eps 0.25 relu reference");
+    err[0] = 0;
+    TJT_CHECK(load_logits(wpath, 0, tok, got, &lc, err, sizeof err) == 0 && lc.ln_eps == 0.25 && lc.act == ACT_RELU, "eps 0.25, relu: %s", err);
+    TJT_CHECK(max_rel(got, want, (int64_t)HP * HV) <= 1e-6, "eps 0.25, relu: logits differ, max rel %.3g", max_rel(got, want, (int64_t)HP * HV));
+    /* errors name the file and what is wrong */
+    {
+        static const struct { const char *extra, *want1, *want2; } bad[] = {
+            {"\n  \"n_layer\": 3,", "n_layer is 3", "has 2 layers"},
+            {"\n  \"n_positions\": 1024,", "n_positions is 1024", "has 16 positions"},
+            {"\n  \"n_inner\": 64,", "n_inner is 64", "128 MLP channels"},
+            {"\n  \"activation_function\": \"gelu\",", "activation_function \"gelu\" is not supported", "gelu_new"},
+            {"\n  \"model_type\": \"llama\",", "model_type \"llama\"", "gpt2"},
+            {"\n  \"n_head\": 3,", "n_head 3 does not divide n_embd 32", "config.json"},
+            {"\n  \"scale_attn_by_inverse_layer_idx\": true,", "scale_attn_by_inverse_layer_idx", "not supported"},
+            {"\n  \"n_embd\": \"32\",", "\"n_embd\" must be a non-negative integer", "config.json"},
+            {"\n  \"oops\": [1, 2,", "bad JSON", "config.json"},
+        };
+        size_t k;
+        for (k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            write_config(cpath, 4, bad[k].extra);
+            err[0] = 0;
+            TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) != 0 && strstr(err, bad[k].want1) && strstr(err, bad[k].want2),
+                      "config error %zu: message \"%s\" lacks \"%s\" or \"%s\"", k, err, bad[k].want1, bad[k].want2);
+        }
+    }
+    remove(cpath);
+    remove(wpath);
+    rmdir(dir);
+    for (i = 0; i < h.n; i++) free(h.t[i].data);
+    free(want);
+    free(got);
+    free(two);
+}
+
 /* ---- padded vocabulary (issue 15, item 5): V_real 200 padded to 256. The
    loss is the cross-entropy over the 200 real columns only (as transformers
    computes it), in training, evaluation and the vocab-parallel shard_map
@@ -735,6 +856,7 @@ int main(void) {
     }
     test_accum(data, n);
     test_hf();
+    test_hf_config();
     test_padded_vocab(data, n);
     free(data);
     return tjt_finish();
