@@ -964,7 +964,15 @@ int gio_gpt2_config_write(const char *path, const gio_gpt2_config *c, char *err,
     gio__sb_printf(&b, "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n", c->n_positions, c->n_positions, c->vocab_size);
     if (c->n_inner >= 0) gio__sb_printf(&b, "  \"n_inner\": %d,\n", c->n_inner);
     else gio__sb_puts(&b, "  \"n_inner\": null,\n");
-    gio__sb_printf(&b, "  \"layer_norm_epsilon\": %.17g,\n", c->layer_norm_epsilon);
+    {   /* the shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05) */
+        char num[40];
+        int prec;
+        for (prec = 1; prec <= 17; prec++) {
+            snprintf(num, sizeof num, "%.*g", prec, c->layer_norm_epsilon);
+            if (strtod(num, NULL) == c->layer_norm_epsilon) break;
+        }
+        gio__sb_printf(&b, "  \"layer_norm_epsilon\": %s,\n", num);
+    }
     gio__sb_puts(&b, "  \"activation_function\": ");
     gio__sb_json_str(&b, c->activation_function[0] ? c->activation_function : "gelu_new");
     gio__sb_printf(&b, ",\n  \"tie_word_embeddings\": %s,\n", c->tie_word_embeddings == 0 ? "false" : "true");

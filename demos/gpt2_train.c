@@ -38,6 +38,7 @@
 #define GPT2_IO_IMPLEMENTATION
 #include "gpt2_io.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1104,6 +1105,99 @@ GPT2_UNUSED static int gpt2_init_from(gpt2_trainer *tr, const char *path, char *
     return st;
 }
 
+/* Export the trainer's parameters as a Hugging Face GPT-2 directory: dir/
+   model.safetensors (names wte.weight, wpe.weight, h.{i}.ln_1.weight, ..,
+   ln_f.bias; Conv1D (in, out) weights; the tied head is wte, so no
+   lm_head.weight; F32; wte cut to the real vocabulary) and dir/config.json,
+   what transformers.GPT2LMHeadModel.from_pretrained(dir) loads. eos_id is
+   the tokenizer's <|endoftext|> (written as bos and eos), or -1 for none.
+   The directory is made if missing; each file is written atomically
+   (temporary file, fsync, rename). Returns 0, or 1 and a message. */
+static int param_index(const char *name) {
+    int i;
+    for (i = 0; i < NPARAMS; i++) if (!strcmp(gpt2_params[i].name, name)) return i;
+    return -1;
+}
+GPT2_UNUSED static int gpt2_export_hf(gpt2_trainer *tr, const char *dir, int eos_id, char *err, size_t n) {
+    const gpt2_config *c = &tr->cfg;
+    float *host[NPARAMS];
+    tj_st_entry *e = NULL;
+    int64_t *shapes = NULL;
+    char (*names)[64] = NULL, path[1100];
+    int i, l, k = 0, ne = 16 * c->L + 8, bad = 0, C = c->C, M = c->M;
+    gio_gpt2_config hc;
+    const char *meta[2] = {"format", "pt"};
+    struct stat sb;
+    memset(host, 0, sizeof host);
+    if (!dir || !*dir) return hf_fail(err, n, "--export-hf: empty directory name");
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode)) return hf_fail(err, n, "--export-hf %s: exists and is not a directory", dir);
+    } else if (mkdir(dir, 0755) != 0) return hf_fail(err, n, "--export-hf %s: cannot create the directory: %s", dir, strerror(errno));
+    for (i = 0; i < NPARAMS && !bad; i++) {
+        char pn[128];
+        tj_array *a;
+        snprintf(pn, sizeof pn, "params.%s", gpt2_params[i].name);
+        a = tj_tree_array(tr->state, pn);
+        host[i] = (float *)malloc(sizeof(float) * (size_t)param_numel(c, i));
+        if (!a || !host[i] || tj_array_read(a, TJ_F32, host[i])) bad = hf_fail(err, n, "--export-hf: reading %s: %s", pn, a ? tj_error(tr->ctx) : "missing");
+    }
+    e = (tj_st_entry *)calloc((size_t)ne, sizeof *e);
+    shapes = (int64_t *)calloc((size_t)ne * 2, sizeof *shapes);
+    names = (char (*)[64])calloc((size_t)ne, sizeof *names);
+    if (!bad && (!e || !shapes || !names)) bad = hf_fail(err, n, "--export-hf: out of memory");
+#define ADD(nm_fmt, layer, src, rank_, d0, d1) do {                                     \
+        snprintf(names[k], sizeof names[k], nm_fmt, layer);                              \
+        e[k].name = names[k]; e[k].dtype = TJ_ST_F32; e[k].rank = (rank_);                \
+        shapes[2 * k] = (d0); shapes[2 * k + 1] = (d1); e[k].shape = shapes + 2 * k;      \
+        e[k].data = (src); k++;                                                          \
+    } while (0)
+    if (!bad) {
+        ADD("%s", "wte.weight", host[param_index("wte")], 2, (int64_t)c->V_real, (int64_t)C); /* the first V_real rows */
+        ADD("%s", "wpe.weight", host[param_index("wpe")], 2, (int64_t)c->block, (int64_t)C);
+        for (l = 0; l < c->L; l++) {
+            size_t L_ = (size_t)l;
+            ADD("h.%d.ln_1.weight", l, host[P_LN] + (L_ * 4 + 0) * C, 1, C, 0);
+            ADD("h.%d.ln_1.bias", l, host[P_LN] + (L_ * 4 + 1) * C, 1, C, 0);
+            ADD("h.%d.attn.c_attn.weight", l, host[P_WQKV] + L_ * C * 3 * C, 2, C, 3 * C);
+            ADD("h.%d.attn.c_attn.bias", l, host[P_BQKV] + L_ * 3 * C, 1, 3 * C, 0);
+            ADD("h.%d.attn.c_proj.weight", l, host[P_WO] + L_ * C * C, 2, C, C);
+            ADD("h.%d.attn.c_proj.bias", l, host[P_BO] + L_ * C, 1, C, 0);
+            ADD("h.%d.ln_2.weight", l, host[P_LN] + (L_ * 4 + 2) * C, 1, C, 0);
+            ADD("h.%d.ln_2.bias", l, host[P_LN] + (L_ * 4 + 3) * C, 1, C, 0);
+            ADD("h.%d.mlp.c_fc.weight", l, host[P_WFC] + L_ * C * M, 2, C, M);
+            ADD("h.%d.mlp.c_fc.bias", l, host[P_BFC] + L_ * M, 1, M, 0);
+            ADD("h.%d.mlp.c_proj.weight", l, host[P_WPROJ] + L_ * M * C, 2, M, C);
+            ADD("h.%d.mlp.c_proj.bias", l, host[P_BPROJ] + L_ * C, 1, C, 0);
+        }
+        ADD("%s", "ln_f.weight", host[param_index("lnf_g")], 1, C, 0);
+        ADD("%s", "ln_f.bias", host[param_index("lnf_b")], 1, C, 0);
+    }
+#undef ADD
+    if (!bad) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (tj_st_save(tr->ctx, path, e, k, meta, 1)) {
+            bad = hf_fail(err, n, "--export-hf: %s", tj_error(tr->ctx));
+            tj_clear_error(tr->ctx);
+        }
+    }
+    if (!bad) {
+        gio_gpt2_config_init(&hc);
+        hc.n_layer = c->L; hc.n_head = c->H; hc.n_embd = C; hc.n_positions = c->block; hc.vocab_size = c->V_real;
+        hc.n_inner = M == 4 * C ? -2 : M;
+        hc.layer_norm_epsilon = c->ln_eps > 0 ? c->ln_eps : 1e-5;
+        snprintf(hc.activation_function, sizeof hc.activation_function, "%s", c->act == ACT_RELU ? "relu" : "gelu_new");
+        hc.tie_word_embeddings = 1;
+        hc.bos_token_id = hc.eos_token_id = eos_id >= 0 && eos_id < c->V_real ? eos_id : -2;
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        bad = gio_gpt2_config_write(path, &hc, err, n);
+    }
+    for (i = 0; i < NPARAMS; i++) free(host[i]);
+    free(e);
+    free(shapes);
+    free(names);
+    return bad;
+}
+
 /* ------------------------------------------------------------ utilities */
 
 GPT2_UNUSED static double now_ms(void) {
@@ -1169,6 +1263,7 @@ typedef struct {
     int heads_set, layers_set, embed_set, context_set; /* given by flag */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
+    const char *export_hf;
 } gpt2_args;
 
 static void usage(void) {
@@ -1235,6 +1330,10 @@ static void usage(void) {
         "  --print-program     print the compiled training step and its memory plan\n"
         "  --save FILE         checkpoint (safetensors via tj_tree_save) at the end\n"
         "  --resume FILE       resume params, optimizer state and step from a checkpoint\n"
+        "  --export-hf DIR     at the end, write DIR/model.safetensors (Hugging Face GPT-2 names and\n"
+        "                      layouts, tied head, real vocabulary) and DIR/config.json, which\n"
+        "                      transformers' GPT2LMHeadModel.from_pretrained(DIR) and --init-from\n"
+        "                      DIR load; the tokenizer files given are copied beside them\n"
         "  --init-from F|DIR   start from Hugging Face GPT-2 weights (model.safetensors, names\n"
         "                      h.0.attn.c_attn.weight .., with or without \"transformer.\"; or a\n"
         "                      directory holding it): layers, embed, vocab and positions come\n"
@@ -1382,6 +1481,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (ARG("--save")) a->save = argv[++i];
         else if (ARG("--resume")) a->resume = argv[++i];
         else if (ARG("--init-from")) a->init_from = argv[++i];
+        else if (ARG("--export-hf")) a->export_hf = argv[++i];
         else if (ARG("--bench-steps")) a->bench_steps = atoi(argv[++i]);
         else { fprintf(stderr, "gpt2_train: unknown flag or missing value: %s (see --help)\n", f); return 1; }
 #undef ARG
@@ -1500,6 +1600,24 @@ static void sample(gpt2_trainer *tr, const gio_tokenizer *tok, const int32_t *pr
     free(ctx);
     free(row);
     free(p);
+}
+
+/* copy a file into dir (atomically) */
+static int copy_into(const char *src, const char *dir, const char *name, char *err, size_t n) {
+    char *d, path[1100];
+    size_t len;
+    int st;
+    if (gio_read_file(src, &d, &len, err, n)) return 1;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    st = gio_write_file_atomic(path, d, len, err, n);
+    free(d);
+    return st;
+}
+/* the tokenizer files the run used, beside the exported model */
+static int export_tokenizer(const gpt2_args *a, char *err, size_t n) {
+    if (a->vocab_json && (copy_into(a->vocab_json, a->export_hf, "vocab.json", err, n) || copy_into(a->merges_txt, a->export_hf, "merges.txt", err, n)))
+        return 1;
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -1718,6 +1836,20 @@ int main(int argc, char **argv) {
         else if (st) fprintf(stderr, "gpt2_train: save: %s\n", tj_error(tr.ctx));
         else printf("checkpoint: %s (step %lld)\n", a.save, (long long)tr.step_no);
         tj_clear_error(tr.ctx);
+    }
+    if (a.export_hf) {
+        int eos = have_tok && tok.kind == GIO_TOK_GPT2 ? gio_tok_lookup(&tok, "<|endoftext|>", 13) : -1;
+        if (gpt2_export_hf(&tr, a.export_hf, eos, err, sizeof err) || export_tokenizer(&a, err, sizeof err)) {
+            fprintf(stderr, "gpt2_train: %s\n", err);
+            free(x); free(y); free(tr_step); free(tr_loss); free(va_step); free(va_loss);
+            free(data);
+            if (have_tok) gio_tok_free(&tok);
+            gio_trace_free(&trace);
+            gpt2_trainer_free(&tr);
+            return 1;
+        }
+        printf("export: %s/model.safetensors and config.json (Hugging Face GPT-2, L=%d H=%d C=%d, vocab %d)\n", a.export_hf, tr.cfg.L, tr.cfg.H, tr.cfg.C,
+               tr.cfg.V_real);
     }
     if (a.sample_len > 0 && (n_tr || a.init_from || a.resume)) {
         int32_t *pr = NULL;

@@ -7,6 +7,7 @@
 #define GPT2_NO_MAIN
 #include "../demos/gpt2_train.c"
 #include "tj_test.h"
+#include <dirent.h>
 
 #define TB 8
 #define TT 16
@@ -464,6 +465,97 @@ static void test_hf_config(void) {
     free(two);
 }
 
+/* ---- --export-hf: a trained tinyjax model (sharded over data=2 x model=2,
+   4 heads of 8 channels, vocab 200 padded to 256, relu, eps 1e-3) exported
+   as a Hugging Face directory loads back with --init-from DIR bit for bit:
+   config.json brings heads, eps and activation back */
+static int dir_has_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    if (!d) return 0;
+    while ((e = readdir(d)) != NULL) if (strstr(e->d_name, ".tmp.")) found = 1;
+    closedir(d);
+    return found;
+}
+static void test_hf_export(const int32_t *data, size_t n) {
+    const char *dir = "build/test_gpt2_export";
+    gpt2_config c, lc;
+    gpt2_trainer a, b;
+    gpt2_hf hf;
+    char err[1024], p1[256];
+    int32_t x[TB * TT], y[TB * TT];
+    int s, i;
+    tjt_current = "hf export";
+    tiny_config(&c);
+    c.H = 4;
+    c.V = 256;
+    c.V_real = 200;
+    c.act = ACT_RELU;
+    c.ln_eps = 1e-3;
+    if (gpt2_trainer_init(&a, &c, 4, "data=2 model=2", 1)) { TJT_CHECK(0, "init"); return; }
+    for (s = 0; s < 2; s++) {
+        get_batch(data, n, TB, TT, 13, 1, (uint64_t)s, x, y);
+        gpt2_train_step(&a, x, y, 1e-2);
+    }
+    err[0] = 0;
+    TJT_CHECK(gpt2_export_hf(&a, dir, 199, err, sizeof err) == 0, "export: %s", err);
+    TJT_CHECK(!dir_has_tmp(dir), "temporary files left in %s", dir);
+    err[0] = 0;
+    if (gpt2_hf_open(&hf, dir, err, sizeof err)) { TJT_CHECK(0, "open the export: %s", err); gpt2_trainer_free(&a); return; }
+    TJT_CHECK(tj_st_find(hf.st, "h.1.attn.c_attn.weight") && tj_st_find(hf.st, "wte.weight")->shape[0] == 200 && !tj_st_find(hf.st, "lm_head.weight") &&
+                  tj_st_meta(hf.st, "format") && !strcmp(tj_st_meta(hf.st, "format"), "pt"),
+              "the export lacks Hugging Face names, a 200-row wte or format pt");
+    gpt2_default_config(&lc);
+    lc.T = TT; lc.B = TB;
+    lc.param_rules = lc.compute_rules = NULL;
+    TJT_CHECK(gpt2_hf_config(&hf, &lc, 0, err, sizeof err) == 0, "config: %s", err);
+    TJT_CHECK(lc.L == 2 && lc.C == 32 && lc.H == 4 && lc.M == 128 && lc.V_real == 200 && lc.V == 256 && lc.block == TT && lc.act == ACT_RELU && lc.ln_eps == 1e-3,
+              "exported config read back as L=%d C=%d H=%d M=%d V=%d/%d block=%d act=%d eps=%g", lc.L, lc.C, lc.H, lc.M, lc.V_real, lc.V, lc.block, lc.act,
+              lc.ln_eps);
+    if (!gpt2_trainer_init(&b, &lc, 1, NULL, 1)) {
+        TJT_CHECK(gpt2_hf_load(&b, &hf, err, sizeof err) == 0, "load the export: %s", err);
+        for (i = 0; i < NPARAMS; i++) {
+            int64_t n1, n2, cmp;
+            float *pa, *pb;
+            snprintf(p1, sizeof p1, "params.%s", gpt2_params[i].name);
+            pa = read_leaf(&a, p1, &n1);
+            pb = read_leaf(&b, p1, &n2);
+            cmp = strcmp(gpt2_params[i].name, "wte") ? n1 : 200 * 32; /* wte: the real rows */
+            TJT_CHECK(pa && pb && n1 == n2 && !memcmp(pa, pb, sizeof(float) * (size_t)cmp), "%s differs after export and --init-from", p1);
+            free(pa);
+            free(pb);
+        }
+        get_batch(data, n, TB, TT, 13, 2, 0, x, y);
+        {
+            float la = gpt2_eval_loss(&a, x, y), lb = gpt2_eval_loss(&b, x, y);
+            TJT_CHECK(fabs(la - lb) <= 1e-5 * la, "eval loss %.7f exported and reloaded, %.7f before", lb, la);
+        }
+        gpt2_trainer_free(&b);
+    } else TJT_CHECK(0, "init for the reload");
+    gpt2_hf_close(&hf);
+    {   /* config.json's token ids and inner size */
+        gio_gpt2_config cf;
+        snprintf(p1, sizeof p1, "%s/config.json", dir);
+        TJT_CHECK(gio_gpt2_config_read(p1, &cf, err, sizeof err) == 0 && cf.eos_token_id == 199 && cf.bos_token_id == 199 && cf.n_inner == -2 &&
+                      cf.tie_word_embeddings == 1 && !strcmp(cf.activation_function, "relu") && !strcmp(cf.model_type, "gpt2"),
+                  "config.json: %s", err);
+    }
+    /* failures: a file where the directory should be, a missing parent */
+    err[0] = 0;
+    snprintf(p1, sizeof p1, "%s/config.json", dir);
+    TJT_CHECK(gpt2_export_hf(&a, p1, -1, err, sizeof err) != 0 && strstr(err, "not a directory"), "export onto a file: \"%s\"", err);
+    err[0] = 0;
+    TJT_CHECK(gpt2_export_hf(&a, "build/no_such_dir/sub", -1, err, sizeof err) != 0 && strstr(err, "no_such_dir/sub") && strstr(err, "cannot create"),
+              "export under a missing directory: \"%s\"", err);
+    snprintf(p1, sizeof p1, "%s/model.safetensors", dir);
+    remove(p1);
+    snprintf(p1, sizeof p1, "%s/config.json", dir);
+    remove(p1);
+    rmdir(dir);
+    gpt2_trainer_free(&a);
+}
+
 /* ---- padded vocabulary (issue 15, item 5): V_real 200 padded to 256. The
    loss is the cross-entropy over the 200 real columns only (as transformers
    computes it), in training, evaluation and the vocab-parallel shard_map
@@ -857,6 +949,7 @@ int main(void) {
     test_accum(data, n);
     test_hf();
     test_hf_config();
+    test_hf_export(data, n);
     test_padded_vocab(data, n);
     free(data);
     return tjt_finish();
