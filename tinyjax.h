@@ -201,18 +201,26 @@ TJDEF tj_status tj_tree_set_v(tj_tree *t, const char *name, tj_v v);
 TJDEF tj_status tj_tree_set_int(tj_tree *t, const char *name, int64_t v);
 TJDEF tj_status tj_tree_set_float(tj_tree *t, const char *name, double v);
 TJDEF tj_status tj_tree_set_string(tj_tree *t, const char *name, const char *s);
-/* Getters return NULL / 0 and set the context error if the leaf is missing
-   or of another kind. tj_tree_v is for traced functions. */
-TJDEF tj_array *tj_tree_array(const tj_tree *t, const char *name);
-TJDEF tj_v tj_tree_v(const tj_tree *t, const char *name);
-TJDEF int64_t tj_tree_int(const tj_tree *t, const char *name);
-TJDEF double tj_tree_float(const tj_tree *t, const char *name);
-TJDEF const char *tj_tree_string(const tj_tree *t, const char *name);
+/* Getters return NULL / 0 and set the context error, naming the leaf and
+   the caller's file:line, if the leaf is missing or of another kind.
+   tj_tree_v is for traced functions. (Macros over the _at functions, which
+   take the caller's file and line.) */
+#define tj_tree_array(t, name) tj_tree_get_array_at(__FILE__, __LINE__, t, name)
+#define tj_tree_v(t, name) tj_tree_get_v_at(__FILE__, __LINE__, t, name)
+#define tj_tree_int(t, name) tj_tree_get_int_at(__FILE__, __LINE__, t, name)
+#define tj_tree_float(t, name) tj_tree_get_float_at(__FILE__, __LINE__, t, name)
+#define tj_tree_string(t, name) tj_tree_get_string_at(__FILE__, __LINE__, t, name)
+TJDEF tj_array *tj_tree_get_array_at(const char *file, int line, const tj_tree *t, const char *name);
+TJDEF tj_v tj_tree_get_v_at(const char *file, int line, const tj_tree *t, const char *name);
+TJDEF int64_t tj_tree_get_int_at(const char *file, int line, const tj_tree *t, const char *name);
+TJDEF double tj_tree_get_float_at(const char *file, int line, const tj_tree *t, const char *name);
+TJDEF const char *tj_tree_get_string_at(const char *file, int line, const tj_tree *t, const char *name);
 TJDEF tj_array *tj_tree_array_at(const tj_tree *t, int i);
 TJDEF tj_v tj_tree_v_at(const tj_tree *t, int i);
 /* Remove the array leaf `name` and hand its ownership to the caller (NULL
    and an error if there is no such array leaf). */
-TJDEF tj_array *tj_tree_take(tj_tree *t, const char *name);
+#define tj_tree_take(t, name) tj_tree_take_at(__FILE__, __LINE__, t, name)
+TJDEF tj_array *tj_tree_take_at(const char *file, int line, tj_tree *t, const char *name);
 /* Move every leaf of src into dst (replacing same names); src ends empty. */
 TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src);
 /* Apply fn to every array leaf; fn returns the replacement (or the same
@@ -979,7 +987,13 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     c->quiet = d && *d && strcmp(d, "0") != 0;
     c->ndev = 1;
     d = getenv("TJ_DEVICES");
-    if (d && atoi(d) >= 1 && atoi(d) <= TJ_MAXDEV) c->ndev = atoi(d);
+    if (d && *d) { /* a bad value is an error of the context, not silently 1 device */
+        char *e;
+        long v = strtol(d, &e, 10);
+        if (e == d || *e || v < 1 || v > TJ_MAXDEV)
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_DEVICES=\"%.32s\" is not a device count from 1 to %d", d, TJ_MAXDEV);
+        else c->ndev = (int)v;
+    }
     nc = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = nc > 0 ? (int)nc : 1;
     if (c->threads > 16) c->threads = 16;
@@ -1002,9 +1016,9 @@ TJDEF void tj_clear_error(tj_ctx *c) {
     c->status = TJ_OK;
     c->msg[0] = 0;
 }
-TJDEF void tj_set_dump(tj_ctx *c, int on) { c->dump = on; }
-TJDEF void tj_set_threads(tj_ctx *c, int n) { c->threads = n < 1 ? 1 : n; }
-TJDEF void tj_set_profile(tj_ctx *c, int on) { c->profile = on; }
+TJDEF void tj_set_dump(tj_ctx *c, int on) { if (c) c->dump = on; }
+TJDEF void tj_set_threads(tj_ctx *c, int n) { if (c) c->threads = n < 1 ? 1 : n; }
+TJDEF void tj_set_profile(tj_ctx *c, int on) { if (c) c->profile = on; }
 static double tj__now_us(void) {
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -1012,6 +1026,8 @@ static double tj__now_us(void) {
 }
 TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *c) {
     tj_alloc_stats s;
+    memset(&s, 0, sizeof s);
+    if (!c) return s;
     pthread_mutex_lock(&c->stats_mu);
     s = c->stats;
     pthread_mutex_unlock(&c->stats_mu);
@@ -1048,6 +1064,15 @@ TJDEF float tj_bf16_to_f32(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* The one float -> i32 conversion (element stores, tj_cast, loading a float
+   tensor as i32): truncate toward zero, saturate at the i32 range, NaN -> 0.
+   A plain (int32_t) cast of NaN or of an out-of-range value is undefined. */
+static int32_t tj__f2i32(double v) {
+    if (v != v) return 0;
+    if (v >= 2147483647.0) return INT32_MAX;
+    if (v <= -2147483648.0) return INT32_MIN;
+    return (int32_t)v;
+}
 /* Element access through double: every dtype's value fits exactly (i32
    included), so generic kernels are written once. */
 static double tj__ld(const void *p, tj_dtype t, int64_t i) {
@@ -1063,7 +1088,7 @@ static void tj__st(void *p, tj_dtype t, int64_t i, double v) {
     switch (t) {
     case TJ_F32: ((float *)p)[i] = (float)v; break;
     case TJ_BF16: ((uint16_t *)p)[i] = tj_f32_to_bf16((float)v); break;
-    case TJ_I32: ((int32_t *)p)[i] = (int32_t)(v >= 2147483647.0 ? 2147483647.0 : v <= -2147483648.0 ? -2147483648.0 : v); break;
+    case TJ_I32: ((int32_t *)p)[i] = tj__f2i32(v); break;
     case TJ_F64: ((double *)p)[i] = v; break;
     default: break;
     }
@@ -1123,23 +1148,27 @@ static void tj__store_nf(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_
     }
 }
 
-static int tj__intern(tj_ctx *c, const char *s, size_t n) {
+/* The id of axis name s[0..n) (interned on first use); -1 and an error
+   naming `what` and the caller's file:line when the table is full. */
+static int tj__intern_at(tj_ctx *c, const char *s, size_t n, const char *what, const char *file, int line) {
     int i;
     for (i = 0; i < c->nnames; i++)
         if (strlen(c->names[i]) == n && memcmp(c->names[i], s, n) == 0) return i;
     if (c->nnames >= TJ__MAXNAMES) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "more than %d distinct axis names in one context (\"%.*s\")", TJ__MAXNAMES, (int)(n < 64 ? n : 64), s);
+        tj__err(c, TJ_ERR_ARG, file, line, "%s: more than %d distinct axis names in one context (\"%.*s\")", what ? what : "axis name", TJ__MAXNAMES,
+                (int)(n < 64 ? n : 64), s);
         return -1;
     }
     c->names[c->nnames] = (char *)tj__malloc(n + 1);
     if (!c->names[c->nnames]) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "out of memory recording an axis name");
+        tj__err(c, TJ_ERR_OOM, file, line, "%s: out of memory recording an axis name", what ? what : "axis name");
         return -1;
     }
     memcpy(c->names[c->nnames], s, n);
     c->names[c->nnames][n] = 0;
     return c->nnames++;
 }
+static int tj__intern(tj_ctx *c, const char *s, size_t n) { return tj__intern_at(c, s, n, NULL, NULL, 0); }
 static const char *tj__name(tj_ctx *c, int id) { return id >= 0 && id < c->nnames ? c->names[id] : "?"; }
 static int tj__isname(char ch) { return ch == '_' || ch == '.' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'); }
 
@@ -1161,7 +1190,7 @@ static int tj__parse_names(tj_ctx *c, const char *s, int *ids, int max, const ch
             tj__err(c, TJ_ERR_AXIS, file, line, "%s: more than %d axes", what, max);
             return -1;
         }
-        if ((ids[n++] = tj__intern(c, b, (size_t)(s - b))) < 0) return -1;
+        if ((ids[n++] = tj__intern_at(c, b, (size_t)(s - b), what, file, line)) < 0) return -1;
     }
     return n;
 }
@@ -1206,6 +1235,39 @@ static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) {
     }
 }
 
+/* Sizes. An axis has at most 2^40 elements (TJ__MAXDIM_SIZE), and a whole
+   value at most TJ__MAXBYTES bytes: every element, byte and stride count
+   derived from a valid type then fits int64_t and size_t, and sums of many
+   buffers (the memory planner's) cannot overflow either. Every type is
+   checked once, where it is made (tj__parse_shape for user shapes, tj__node
+   for every traced value), with the one checked multiply below. */
+#define TJ__MAXDIM_SIZE ((int64_t)1 << 40)
+#define TJ__MAXBYTES ((int64_t)1 << 50 < (int64_t)(SIZE_MAX / 4) ? (int64_t)1 << 50 : (int64_t)(SIZE_MAX / 4))
+/* *r = a * b for 0 <= a, b; returns 1 (and leaves *r alone) if the product
+   exceeds `limit`. */
+static int tj__mul_ovf(int64_t a, int64_t b, int64_t limit, int64_t *r) {
+    if (a < 0 || b < 0) return 1;
+    if (a != 0 && b > limit / a) return 1;
+    *r = a * b;
+    return 0;
+}
+/* 0 if t's element count and bytes are within the limits, else -1 and an
+   error naming `what` (the function or op), the shape and file:line. */
+static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n);
+static int tj__type_check(tj_ctx *c, const tj__type *t, const char *what, const char *file, int line) {
+    int64_t n = 1, bytes = 0;
+    int i, bad = 0;
+    for (i = 0; i < t->rank && !bad; i++) bad = t->dim[i] < 0 || t->dim[i] > TJ__MAXDIM_SIZE || tj__mul_ovf(n, t->dim[i], TJ__MAXBYTES, &n);
+    if (!bad) bad = tj__mul_ovf(n, (int64_t)tj_dtype_size(t->dt), TJ__MAXBYTES, &bytes);
+    if (bad) {
+        char b[512];
+        tj__type_str(c, t, b, sizeof b);
+        tj__err(c, TJ_ERR_SHAPE, file, line, "%s: shape %s is too large: more than %lld bytes, the limit of one value", what, b, (long long)TJ__MAXBYTES);
+        return -1;
+    }
+    return 0;
+}
+
 /* Parse "batch=4 embed=128" into a type. Sizes must be >= 1 (0 allowed only
    when allow_zero, for split's inferred size); names must be distinct. */
 static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, int allow_zero, const char *what, const char *file, int line) {
@@ -1232,11 +1294,11 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: more than %d axes", what, TJ_MAXDIM);
             return -1;
         }
-        id = tj__intern(c, b, (size_t)(s - b));
+        id = tj__intern_at(c, b, (size_t)(s - b), what, file, line);
         if (id < 0) return -1;
         s++;
         v = strtoll(s, &e, 10);
-        if (e == s || v < (allow_zero ? 0 : 1) || v > ((long long)1 << 40)) {
+        if (e == s || v < (allow_zero ? 0 : 1) || v > TJ__MAXDIM_SIZE) {
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' has bad size \"%.12s\"", what, tj__name(c, id), s);
             return -1;
         }
@@ -1249,7 +1311,7 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
         t->ax[t->rank] = id;
         t->dim[t->rank++] = v;
     }
-    return 0;
+    return tj__type_check(c, t, what, file, line);
 }
 static int64_t tj__numel(const tj__type *t) {
     int64_t n = 1;
@@ -1274,7 +1336,7 @@ static void tj__strides(const tj__type *t, int64_t *st) {
     }
 }
 static int64_t tj__align(int64_t n) { return (n + TJ__ALIGN - 1) / TJ__ALIGN * TJ__ALIGN; }
-TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) { c->backend = b; }
+TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) { if (c) c->backend = b; }
 static void *tj__aligned_alloc(int64_t n, void **raw) {
     char *p = (char *)tj__malloc((size_t)n + TJ__ALIGN);
     uintptr_t u;
@@ -1456,7 +1518,11 @@ TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *c, tj_dtype dt, c
     int k;
     if (!c) return NULL;
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_iota", file, line)) return NULL;
-    k = tj__axis_index(&t, tj__intern(c, axis ? axis : "", axis ? strlen(axis) : 0));
+    if (!axis) {
+        tj__err(c, TJ_ERR_ARG, file, line, "tj_iota: argument axis is NULL");
+        return NULL;
+    }
+    k = tj__axis_index(&t, tj__intern_at(c, axis, strlen(axis), "tj_iota", file, line));
     if (k < 0) {
         tj__err(c, TJ_ERR_AXIS, file, line, "tj_iota: axis '%s' is not in shape \"%s\"", axis ? axis : "(null)", shape);
         return NULL;
@@ -1473,7 +1539,11 @@ static int tj__array_live(tj_array *a, const char *what, const char *file, int l
 }
 TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
     int64_t n;
-    if (!a) return TJ_ERR_ARG;
+    if (!a) return TJ_ERR_ARG; /* no context to put a message in */
+    if (!dst) {
+        tj__err(a->ctx, TJ_ERR_ARG, NULL, 0, "tj_array_read: argument dst is NULL");
+        return TJ_ERR_ARG;
+    }
     if (!tj__array_live(a, "tj_array_read", NULL, 0)) return TJ_ERR_STATE;
     if ((unsigned)dt >= TJ_NDTYPE) {
         tj__err(a->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_array_read: bad dtype %d", (int)dt);
@@ -1517,6 +1587,7 @@ TJDEF int64_t tj_array_dim(const tj_array *a, const char *name) {
     return -1;
 }
 TJDEF const char *tj_array_describe(const tj_array *a, char *buf, size_t n) {
+    if (!buf || !n) return "";
     if (!a) snprintf(buf, n, "(null)");
     else tj__type_str(a->ctx, &a->t, buf, n);
     return buf;
@@ -1541,7 +1612,9 @@ struct tj_tree {
 };
 
 TJDEF tj_tree *tj_tree_new(tj_ctx *c) {
-    tj_tree *t = (tj_tree *)tj__calloc(sizeof *t);
+    tj_tree *t;
+    if (!c) return NULL;
+    t = (tj_tree *)tj__calloc(sizeof *t);
     if (t) t->ctx = c;
     else tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_new: out of memory");
     return t;
@@ -1578,11 +1651,11 @@ TJDEF int tj_tree_find(const tj_tree *t, const char *name) {
     return -1;
 }
 /* The slot for `name`: an existing leaf (released) or a new one at the end. */
-static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) {
+static tj__leaf *tj__tree_slot_for(tj_tree *t, const char *name, const char *what) {
     int i;
     if (!t) return NULL;
     if (!name || !*name) {
-        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: empty leaf name");
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: argument name is %s", what, name ? "empty" : "NULL");
         return NULL;
     }
     i = tj_tree_find(t, name);
@@ -1608,9 +1681,10 @@ static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) {
     }
     return &t->leaf[t->n++];
 }
-static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k);
-TJDEF tj_array *tj_tree_take(tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY);
+static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) { return tj__tree_slot_for(t, name, "tree"); }
+static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line);
+TJDEF tj_array *tj_tree_take_at(const char *file, int line, tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY, "tj_tree_take", file, line);
     tj_array *a;
     int i;
     if (!l) return NULL;
@@ -1628,13 +1702,17 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
         t->leaf[k].owned = 1;
         return TJ_OK;
     }
-    if (!a) {
-        if (t) tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array: leaf '%s' is a NULL array", name ? name : "?");
+    if (!t) { /* ownership was given: do not leak it */
+        tj_array_free(a);
         return TJ_ERR_ARG;
     }
-    if (!(l = tj__tree_slot(t, name))) { /* ownership was given: do not leak it */
+    if (!a) { /* usually an earlier failure (its message stands) */
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array: argument a (leaf '%s') is NULL", name ? name : "(null)");
+        return t->ctx->status;
+    }
+    if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_array"))) {
         tj_array_free(a);
-        return tj_status_of(t ? t->ctx : NULL);
+        return tj_status_of(t->ctx);
     }
     l->kind = TJ_LEAF_ARRAY;
     l->arr = a;
@@ -1644,12 +1722,16 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
 TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a) {
     tj__leaf *l;
     int k = tj_tree_find(t, name);
-    if (!a) return tj_tree_set_array(t, name, a);
+    if (!t) return TJ_ERR_ARG;
+    if (!a) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array_ref: argument a (leaf '%s') is NULL", name ? name : "(null)");
+        return t->ctx->status;
+    }
     if (k >= 0 && t->leaf[k].kind == TJ_LEAF_ARRAY && t->leaf[k].arr == a) {
         t->leaf[k].owned = 0;
         return TJ_OK;
     }
-    if (!(l = tj__tree_slot(t, name))) return tj_status_of(t ? t->ctx : NULL); /* borrowed: not ours to free */
+    if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_array_ref"))) return tj_status_of(t->ctx); /* borrowed: not ours to free */
     l->kind = TJ_LEAF_ARRAY;
     l->arr = a;
     l->owned = 0;
@@ -1657,66 +1739,87 @@ TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a)
 }
 TJDEF tj_status tj_tree_set_v(tj_tree *t, const char *name, tj_v v) {
     tj__leaf *l;
-    if (!v) return t ? (t->ctx->status ? t->ctx->status : TJ_ERR_ARG) : TJ_ERR_ARG;
-    if (!(l = tj__tree_slot(t, name))) return tj_status_of(t ? t->ctx : NULL);
+    if (!t) return TJ_ERR_ARG;
+    if (!v) { /* usually an earlier failed op (its message stands) */
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_v: argument v (leaf '%s') is NULL", name ? name : "(null)");
+        return t->ctx->status;
+    }
+    if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_v"))) return tj_status_of(t->ctx);
     l->kind = TJ_LEAF_VALUE;
     l->v = v;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_int(tj_tree *t, const char *name, int64_t v) {
-    tj__leaf *l = tj__tree_slot(t, name);
-    if (!l) return TJ_ERR_ARG;
+    tj__leaf *l = tj__tree_slot_for(t, name, "tj_tree_set_int");
+    if (!l) return t ? tj_status_of(t->ctx) : TJ_ERR_ARG;
     l->kind = TJ_LEAF_INT;
     l->i = v;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_float(tj_tree *t, const char *name, double v) {
-    tj__leaf *l = tj__tree_slot(t, name);
-    if (!l) return TJ_ERR_ARG;
+    tj__leaf *l = tj__tree_slot_for(t, name, "tj_tree_set_float");
+    if (!l) return t ? tj_status_of(t->ctx) : TJ_ERR_ARG;
     l->kind = TJ_LEAF_FLOAT;
     l->f = v;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_string(tj_tree *t, const char *name, const char *s) {
-    tj__leaf *l = tj__tree_slot(t, name);
-    if (!l) return TJ_ERR_ARG;
+    tj__leaf *l;
+    char *copy;
+    if (!t) return TJ_ERR_ARG;
+    if (!s) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_string: argument s (leaf '%s') is NULL", name ? name : "(null)");
+        return t->ctx->status;
+    }
+    if (!(copy = tj__strdup(s))) {
+        tj__err(t->ctx, TJ_ERR_OOM, NULL, 0, "tj_tree_set_string: out of memory");
+        return t->ctx->status;
+    }
+    if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_string"))) {
+        TJ_FREE(copy);
+        return tj_status_of(t->ctx);
+    }
     l->kind = TJ_LEAF_STRING;
-    l->s = tj__strdup(s ? s : "");
+    l->s = copy;
     return TJ_OK;
 }
-static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k) {
+static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line) {
     static const char *kn[] = {"array", "traced value", "int", "float", "string"};
     int i;
     if (!t) return NULL;
+    if (!name) {
+        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: argument name is NULL", what);
+        return NULL;
+    }
     i = tj_tree_find(t, name);
     if (i < 0) {
-        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: no leaf named '%s'", name ? name : "(null)");
+        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: the tree has no leaf named '%s'", what, name);
         return NULL;
     }
     if (t->leaf[i].kind != k) {
-        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: leaf '%s' is a %s, not a %s", name, kn[t->leaf[i].kind], kn[k]);
+        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: leaf '%s' is a %s, not a %s", what, name, kn[t->leaf[i].kind], kn[k]);
         return NULL;
     }
     return &t->leaf[i];
 }
-TJDEF tj_array *tj_tree_array(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY);
+TJDEF tj_array *tj_tree_get_array_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY, "tj_tree_array", file, line);
     return l ? l->arr : NULL;
 }
-TJDEF tj_v tj_tree_v(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_VALUE);
+TJDEF tj_v tj_tree_get_v_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_VALUE, "tj_tree_v", file, line);
     return l ? l->v : NULL;
 }
-TJDEF int64_t tj_tree_int(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_INT);
+TJDEF int64_t tj_tree_get_int_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_INT, "tj_tree_int", file, line);
     return l ? l->i : 0;
 }
-TJDEF double tj_tree_float(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_FLOAT);
+TJDEF double tj_tree_get_float_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_FLOAT, "tj_tree_float", file, line);
     return l ? l->f : 0;
 }
-TJDEF const char *tj_tree_string(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_STRING);
+TJDEF const char *tj_tree_get_string_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_STRING, "tj_tree_string", file, line);
     return l ? l->s : NULL;
 }
 TJDEF tj_array *tj_tree_array_at(const tj_tree *t, int i) {
@@ -1727,6 +1830,11 @@ TJDEF tj_v tj_tree_v_at(const tj_tree *t, int i) {
 }
 TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src) {
     int i;
+    if (!src) return;
+    if (!dst) {
+        tj__err(src->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_merge: argument dst is NULL");
+        return;
+    }
     for (i = 0; i < src->n; i++) {
         tj__leaf *l = tj__tree_slot(dst, src->leaf[i].name), *s = &src->leaf[i];
         if (!l) continue;
@@ -1744,6 +1852,11 @@ TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src) {
 }
 TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
     int i;
+    if (!t) return TJ_ERR_ARG;
+    if (!fn) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_map: argument fn is NULL");
+        return TJ_ERR_ARG;
+    }
     for (i = 0; i < t->n; i++) {
         tj__leaf *l = &t->leaf[i];
         tj_array *r;
@@ -1762,6 +1875,8 @@ TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
 /* ---- safetensors ---- */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -1904,8 +2019,13 @@ static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size
     FILE *f;
     unsigned char *buf = NULL;
     size_t cap = 0, n = 0, got;
+    struct stat sb;
     *data = NULL;
     *len = 0;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file", path);
+        return 1;
+    }
     f = fopen(path, "rb");
     if (!f) {
         tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot open: %s", path, strerror(errno));
@@ -1933,14 +2053,16 @@ static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size
             buf = p;
             cap = nc;
         }
+        errno = 0;
         got = fread(buf + n, 1, cap - n, f);
         n += got;
         if (got == 0) break;
     }
     if (ferror(f)) {
+        int e = errno;
         TJ_FREE(buf);
         fclose(f);
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: read error", path);
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: read error: %s", path, e ? strerror(e) : "unknown");
         return 1;
     }
     fclose(f);
@@ -1963,17 +2085,89 @@ static void tj__af_abort(tj__afile *f) {
     f->fd = -1;
     f->tmp = NULL;
 }
+/* A write lock on a whole open file (fcntl, so it dies with its process);
+   0 if taken. */
+static int tj__lock_fd(int fd) {
+    struct flock l;
+    memset(&l, 0, sizeof l);
+    l.l_type = F_WRLCK;
+    l.l_whence = SEEK_SET;
+    l.l_start = 0;
+    l.l_len = 0;
+    return fcntl(fd, F_SETLK, &l);
+}
+/* 1 if name is "<base>.tmp.<pid>.<k>" with pid (decimal) not ours. */
+static int tj__is_foreign_tmp(const char *name, const char *base, size_t bl, long self) {
+    const char *p;
+    long pid = 0;
+    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
+    p = name + bl + 5;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') {
+        if (pid > 100000000L) return 0;
+        pid = pid * 10 + (*p++ - '0');
+    }
+    if (*p++ != '.' || *p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    return *p == 0 && pid != self;
+}
+/* Remove the temp files that writers of `path` killed mid-write left behind.
+   A live writer holds a lock on its temp file from before its first byte
+   (tj__af_open), so a temp file nobody holds a lock on, with data in it or
+   older than a minute, belongs to a dead process. Temp files of this
+   process are never touched (a lock is per process). Best effort: errors
+   are ignored. */
+static void tj__af_clean_stale(const char *path) {
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t dl = slash ? (size_t)(slash - path) : 0, bl = strlen(base);
+    char *dir, *full;
+    DIR *d;
+    struct dirent *e;
+    long self = (long)getpid();
+    if (!bl) return;
+    dir = (char *)tj__malloc(dl + 2);
+    if (!dir) return;
+    if (!slash) strcpy(dir, ".");
+    else if (dl == 0) strcpy(dir, "/");
+    else {
+        memcpy(dir, path, dl);
+        dir[dl] = 0;
+    }
+    d = opendir(dir);
+    while (d && (e = readdir(d)) != NULL) {
+        struct stat sb;
+        int fd;
+        if (!tj__is_foreign_tmp(e->d_name, base, bl, self)) continue;
+        if (!(full = (char *)tj__malloc(strlen(dir) + strlen(e->d_name) + 2))) break;
+        sprintf(full, "%s/%s", dir, e->d_name);
+        fd = open(full, O_RDWR);
+        if (fd >= 0) {
+            if (tj__lock_fd(fd) == 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_size > 0 || time(NULL) - sb.st_mtime > 60)) unlink(full);
+            close(fd); /* drops our lock */
+        }
+        TJ_FREE(full);
+    }
+    if (d) closedir(d);
+    TJ_FREE(dir);
+}
 static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
     size_t n = strlen(path) + 48;
     int k;
+    struct stat sb;
     f->ctx = c;
     f->path = path;
     f->fd = -1;
+    f->tmp = NULL;
+    if (!*path || path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file name to write", path);
+        return 1;
+    }
     f->tmp = (char *)tj__malloc(n);
     if (!f->tmp) {
         tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
         return 1;
     }
+    tj__af_clean_stale(path);
     /* O_EXCL: never write into another writer's (or a crashed one's) temp file */
     for (k = 0; k < 1000; k++) {
         snprintf(f->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), k);
@@ -1986,6 +2180,7 @@ static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
         f->tmp = NULL;
         return 1;
     }
+    (void)tj__lock_fd(f->fd); /* marks the temp file as in use (see tj__af_clean_stale) */
     return 0;
 }
 static int tj__af_write(tj__afile *f, const void *data, size_t len) {
@@ -2015,18 +2210,21 @@ static int tj__af_commit(tj__afile *f) {
         tj__af_abort(f);
         return 1;
     }
-    if (close(f->fd) != 0) {
-        f->fd = -1;
-        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: close of %s failed: %s", f->path, f->tmp, strerror(errno));
-        tj__af_abort(f);
-        return 1;
-    }
-    f->fd = -1;
+    /* rename while the temp file is still open: its lock tells cleaners of
+       stale temp files (tj__af_clean_stale) that it is in use */
     if (rename(f->tmp, f->path) != 0) {
         tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
         tj__af_abort(f);
         return 1;
     }
+    if (close(f->fd) != 0) { /* the data was synced: the new file is in place */
+        f->fd = -1;
+        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: close failed: %s", f->path, strerror(errno));
+        TJ_FREE(f->tmp);
+        f->tmp = NULL;
+        return 1;
+    }
+    f->fd = -1;
     /* The rename lives in the directory: sync it too (best effort, some
        filesystems refuse fsync on directories). */
     slash = strrchr(f->path, '/');
@@ -2639,7 +2837,7 @@ TJDEF tj_safetensors *tj_st_parse(tj_ctx *c, const void *bytes, size_t len, cons
     if (!label) label = "(bytes)";
     if (!c) return NULL;
     if (!bytes && len) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_parse: %s: NULL bytes", label);
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_parse: %s: argument bytes is NULL", label);
         return NULL;
     }
     if (!(copy = (unsigned char *)tj__malloc(len))) {
@@ -2654,7 +2852,7 @@ TJDEF tj_safetensors *tj_st_load(tj_ctx *c, const char *path) {
     size_t len;
     if (!c) return NULL;
     if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_load: NULL path");
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_load: argument path is NULL");
         return NULL;
     }
     if (tj__file_read(c, path, &buf, &len)) return NULL;
@@ -2782,11 +2980,14 @@ static void tj__st_copy_le(void *dst, const void *src, size_t n, size_t isz) {
     for (i = 0; i + isz <= n; i += isz)
         for (k = 0; k < isz; k++) ((unsigned char *)dst)[i + k] = ((const unsigned char *)src)[i + isz - 1 - k];
 }
+/* The longest axis name a file may carry: tj_tree_save refuses to write
+   longer ones, and every reader accepts up to this. */
+#define TJ__AXNAME_MAX 64
 /* "a=2 b=3" from axis names and a tensor's sizes; 0 and an error naming
    `who` on a bad axis list or a size tinyjax arrays cannot have. */
 static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const char *axes, const tj_st_tensor *t, char *out, size_t on) {
     const char *s = axes ? axes : "";
-    char nm[TJ_MAXDIM][72];
+    char nm[TJ_MAXDIM][TJ__AXNAME_MAX + 1];
     int n = 0, d, e;
     size_t m;
     while (*s) {
@@ -2797,8 +2998,9 @@ static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const 
         }
         b = s;
         while (*s && tj__isname(*s)) s++;
-        if (s == b || (*s && *s != ' ' && *s != ',' && *s != '\t') || s - b > 64 || n >= TJ_MAXDIM) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: bad axis names \"%.80s\"", file, who, axes);
+        if (s == b || (*s && *s != ' ' && *s != ',' && *s != '\t') || s - b > TJ__AXNAME_MAX || n >= TJ_MAXDIM) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: bad axis names \"%.80s\" (names of letters, digits, '_' and '.', at most %d characters)", file, who,
+                    axes, TJ__AXNAME_MAX);
             return 0;
         }
         memcpy(nm[n], b, (size_t)(s - b));
@@ -2815,7 +3017,7 @@ static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const 
                 tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: axis '%s' appears twice in \"%.80s\"", file, who, nm[d], axes);
                 return 0;
             }
-        if (t->shape[d] < 1 || t->shape[d] > ((int64_t)1 << 40)) {
+        if (t->shape[d] < 1 || t->shape[d] > TJ__MAXDIM_SIZE) {
             tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: axis '%s' has size %lld (tinyjax arrays need 1 .. 2^40)", file, who, nm[d], (long long)t->shape[d]);
             return 0;
         }
@@ -2872,7 +3074,7 @@ static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int
     char num[64], hex[17];
     memset(&h, 0, sizeof h);
     if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_save: NULL path");
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_save: argument path is NULL");
         return 1;
     }
     if (n < 0 || n_meta < 0 || (n && !ten) || (n_meta && !meta_kv)) {
@@ -3059,11 +3261,11 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
     void **bufs = NULL;
     int i, d, ne = 0, na = 0;
     tj_status rc = TJ_ERR_IO;
-    char num[64], axes[TJ_MAXDIM * 72];
+    char num[64], axes[TJ_MAXDIM * (TJ__AXNAME_MAX + 1) + 1];
     if (!t) return TJ_ERR_ARG;
     c = t->ctx;
     if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: NULL path");
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: argument path is NULL");
         return TJ_ERR_ARG;
     }
     memset(&kv, 0, sizeof kv);
@@ -3099,6 +3301,12 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
             axes[0] = 0;
             for (d = 0; d < a->t.rank; d++) {
                 size_t m = strlen(axes);
+                if (strlen(tj__name(c, a->t.ax[d])) > TJ__AXNAME_MAX) { /* what save writes, load must read */
+                    tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: leaf '%s': axis name '%.80s...' is longer than %d characters, the limit of saved axis names",
+                            path, l->name, tj__name(c, a->t.ax[d]), TJ__AXNAME_MAX);
+                    rc = TJ_ERR_ARG;
+                    goto done;
+                }
                 snprintf(axes + m, sizeof axes - m, "%s%s", d ? "," : "", tj__name(c, a->t.ax[d]));
                 shapes[ne][d] = a->t.dim[d];
             }
@@ -3186,7 +3394,7 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
     if (!t) return TJ_ERR_ARG;
     c = t->ctx;
     if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: NULL path");
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: argument path is NULL");
         return TJ_ERR_ARG;
     }
     if (!(st = tj_st_load(c, path))) return c->status ? c->status : TJ_ERR_IO;
@@ -3699,7 +3907,10 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
         return NULL;
     }
     for (i = 0; i < nin; i++) {
-        if (!in[i]) return NULL;
+        if (!in[i]) { /* an earlier op failed (its message stands), or the caller passed NULL */
+            if (g->ctx->status == TJ_OK) tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: input %d is NULL", TJ__OPNAME(op), i);
+            return NULL;
+        }
         cin[i] = in[i];
         if (in[i]->g != g) { /* a value of an enclosing function: capture it */
             if (!(cin[i] = tj__capture(g, in[i]))) {
@@ -3710,6 +3921,7 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
         }
     }
     if (g->ctx->status != TJ_OK) return NULL; /* tracing already failed */
+    if (tj__type_check(g->ctx, t, TJ__OPNAME(op), file, line)) return NULL; /* element and byte counts fit */
     if (a) at = *a; /* the op's attributes: its sharding rule reads them */
     else memset(&at, 0, sizeof at);
     for (i = 0; i < nin; i++) fin[i] = cin[i];
