@@ -8825,7 +8825,7 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 
 /* ---- the f32 matmul (sgemm) ---- */
 /* ---------------------------------------------------------------------------
-   tj_matmul.inc: the f32 matrix multiply (sgemm) of the CPU backend.
+   The f32 matrix multiply (sgemm) of the CPU backend.
 
    C[M,N] = (accumulate ? C : 0) + op(A)[M,K] * op(B)[K,N], all row-major.
 
@@ -8859,12 +8859,8 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
-#if !defined(_WIN32)
 #include <pthread.h>
 #define TJ__SGEMM_THREADS 1
-#else
-#define TJ__SGEMM_THREADS 0
-#endif
 
 #if defined(__GNUC__)
 #define TJ__MAYBE_UNUSED __attribute__((unused))
