@@ -49,6 +49,22 @@
  *   void gio_tok_init_bytes(gio_tokenizer *t);            (vocab 256: id = byte)
  *   int  gio_tok_load_gpt2(gio_tokenizer *t, const char *vocab_json,
  *                          const char *merges_txt, char *err, size_t errlen);
+ *        (GPT-2's files; its special token is <|endoftext|> when the vocabulary has it)
+ *   int  gio_tok_load_hf(gio_tokenizer *t, const char *tokenizer_json, char *err, size_t errlen);
+ *        (Hugging Face tokenizers' tokenizer.json of a byte-level BPE: model BPE,
+ *        pre_tokenizer ByteLevel with GPT-2's regex (add_prefix_space honoured),
+ *        no normalizer; merges as "a b" strings or ["a", "b"] pairs; ignore_merges
+ *        honoured.  added_tokens are matched in the text before pre-tokenization,
+ *        longest first, with lstrip / rstrip / single_word; the post_processor is
+ *        not applied (no BOS/EOS added).  Anything else is an error naming it.)
+ *   int  gio_tok_encode_special(const gio_tokenizer *t, const char *text, size_t len,
+ *                               int allow_special, int32_t **ids, size_t *n, char *err, size_t errlen);
+ *        (allow_special 0: special tokens in the text are encoded as ordinary
+ *        text, as tiktoken's encode_ordinary; 1: as their ids.  Non-special
+ *        added tokens are always matched, as Hugging Face tokenizers does.
+ *        gio_tok_encode is allow_special 0.)
+ *   int  gio_tok_special_count(const gio_tokenizer *t);
+ *   int32_t gio_tok_special_id(const gio_tokenizer *t, int i);
  *   void gio_tok_free(gio_tokenizer *t);
  *   int  gio_tok_encode(const gio_tokenizer *t, const char *text, size_t len,
  *                       int32_t **ids, size_t *n, char *err, size_t errlen);
@@ -139,6 +155,11 @@ int gio_tok_load_gpt2(gio_tokenizer *t, const char *vocab_json, const char *merg
 void gio_tok_free(gio_tokenizer *t);
 int gio_tok_encode(const gio_tokenizer *t, const char *text, size_t len,
                    int32_t **ids, size_t *n, char *err, size_t errlen);
+int gio_tok_load_hf(gio_tokenizer *t, const char *tokenizer_json, char *err, size_t errlen);
+int gio_tok_encode_special(const gio_tokenizer *t, const char *text, size_t len, int allow_special,
+                           int32_t **ids, size_t *n, char *err, size_t errlen);
+int gio_tok_special_count(const gio_tokenizer *t);
+int32_t gio_tok_special_id(const gio_tokenizer *t, int i);
 int gio_tok_decode(const gio_tokenizer *t, const int32_t *ids, size_t n,
                    char **text, size_t *len, char *err, size_t errlen);
 const char *gio_tok_piece(const gio_tokenizer *t, int32_t id, size_t *len);
@@ -1242,8 +1263,18 @@ size_t gio_gpt2_pretok_next(const char *text, size_t n, size_t i) {
     return last - i;
 }
 
+typedef struct {
+    int32_t id;
+    int special, lstrip, rstrip, single_word;
+} gio__added;
+
 struct gio__bpe {
     int vocab_size;
+    gio__added *added;        /* added tokens (content = tok[id])           */
+    size_t nadded, acap;
+    unsigned char added_first[256]; /* first bytes of added tokens         */
+    int ignore_merges;        /* a piece that is a token is taken whole     */
+    int add_prefix_space;     /* ByteLevel: a space before each segment     */
     char **tok;               /* id -> raw bytes (NULL for unused ids) */
     size_t *tok_len;
     size_t vcap;              /* power of two */
@@ -1281,7 +1312,8 @@ static int32_t gio__bpe_find(const struct gio__bpe *b, const char *s, size_t n) 
 static void gio__bpe_free(struct gio__bpe *b) {
     int i;
     if (!b) return;
-    for (i = 0; i < b->vocab_size; i++) free(b->tok[i]);
+    for (i = 0; b->tok && i < b->vocab_size; i++) free(b->tok[i]);
+    free(b->added);
     free(b->tok);
     free(b->tok_len);
     free(b->vslot);
@@ -1322,24 +1354,210 @@ static int gio__bpe_merge_find(const struct gio__bpe *b, int32_t x, int32_t y, i
 
 typedef struct { char *s; size_t n; uint64_t id; } gio__vent;
 
-static int gio__bpe_load(struct gio__bpe *b, const char *vpath, const char *mpath, char *err, size_t errlen) {
-    char *vb = NULL, *mb = NULL, *key;
-    size_t vlen, mlen, i, nent = 0, ecap = 0, nmerge = 0, line_no = 0, p;
-    gio__vent *ent = NULL;
-    gio__js j;
-    int first = 1, r, rc = 1, bt;
-    uint64_t max_id = 0;
-    int16_t inv[0x144];       /* GPT-2 alphabet code point -> byte */
+/* growable arrays of vocab entries and merge pairs, before the tables exist */
+typedef struct {
+    gio__vent *ent;
+    size_t nent, ecap;
+    char **mleft, **mright;   /* merge pairs as raw bytes (NUL-terminated copies) */
+    size_t *mlen_l, *mlen_r;
+    size_t *mline;            /* merges.txt line of each merge, for messages (0: none) */
+    size_t nmerge, mcap;
+} gio__bpe_src;
 
+static void gio__src_free(gio__bpe_src *s) {
+    size_t i;
+    for (i = 0; i < s->nent; i++) free(s->ent[i].s);
+    for (i = 0; i < s->nmerge; i++) { free(s->mleft[i]); free(s->mright[i]); }
+    free(s->ent);
+    free(s->mleft);
+    free(s->mright);
+    free(s->mlen_l);
+    free(s->mlen_r);
+    free(s->mline);
+    memset(s, 0, sizeof *s);
+}
+
+/* takes ownership of raw */
+static int gio__src_vocab(gio__bpe_src *s, char *raw, size_t n, uint64_t id) {
+    if (s->nent == s->ecap) {
+        size_t ncap = s->ecap ? s->ecap * 2 : 1024;
+        gio__vent *ne = (gio__vent *)realloc(s->ent, sizeof *ne * ncap);
+        if (!ne) { free(raw); return 1; }
+        s->ent = ne;
+        s->ecap = ncap;
+    }
+    s->ent[s->nent].s = raw;
+    s->ent[s->nent].n = n;
+    s->ent[s->nent].id = id;
+    s->nent++;
+    return 0;
+}
+
+/* takes ownership of l and r */
+static int gio__src_merge(gio__bpe_src *s, char *l, size_t nl, char *r, size_t nr, size_t line) {
+    if (s->nmerge == s->mcap) {
+        size_t ncap = s->mcap ? s->mcap * 2 : 1024;
+        char **a = (char **)realloc(s->mleft, sizeof(char *) * ncap);
+        char **b;
+        size_t *c, *d;
+        if (a) s->mleft = a;
+        b = a ? (char **)realloc(s->mright, sizeof(char *) * ncap) : NULL;
+        if (b) s->mright = b;
+        c = b ? (size_t *)realloc(s->mlen_l, sizeof(size_t) * ncap) : NULL;
+        if (c) s->mlen_l = c;
+        d = c ? (size_t *)realloc(s->mlen_r, sizeof(size_t) * ncap) : NULL;
+        if (d) s->mlen_r = d;
+        c = d ? (size_t *)realloc(s->mline, sizeof(size_t) * ncap) : NULL;
+        if (c) s->mline = c;
+        if (!c) { free(l); free(r); return 1; }
+        s->mcap = ncap;
+    }
+    s->mleft[s->nmerge] = l;
+    s->mright[s->nmerge] = r;
+    s->mlen_l[s->nmerge] = nl;
+    s->mlen_r[s->nmerge] = nr;
+    s->mline[s->nmerge] = line;
+    s->nmerge++;
+    return 0;
+}
+
+static void gio__inv_table(int16_t inv[0x144]) {
+    int bt;
     for (bt = 0; bt < 0x144; bt++) inv[bt] = -1;
     for (bt = 0; bt < 256; bt++) inv[gio_gpt2_byte_to_unicode((unsigned char)bt)] = (int16_t)bt;
+}
+
+static void gio__bpe_index(struct gio__bpe *b, int32_t id) {
+    /* First entry wins if two ids have the same bytes. */
+    if (gio__bpe_find(b, b->tok[id], b->tok_len[id]) < 0) {
+        size_t m = b->vcap - 1, s;
+        for (s = (size_t)gio__hash(b->tok[id], b->tok_len[id]) & m; b->vslot[s] >= 0; s = (s + 1) & m) {}
+        b->vslot[s] = id;
+    }
+}
+
+/* Builds the tables from the vocabulary entries (ownership of their
+   strings moves to b), then adds the merges in rank order.  `extra` more
+   ids may be added later (added tokens): the hash table leaves room. */
+static int gio__bpe_build(struct gio__bpe *b, gio__bpe_src *src, uint64_t max_id, size_t extra, const char *vlabel,
+                          const char *mlabel, char *err, size_t errlen) {
+    size_t i;
+    if (src->nent == 0) { gio__seterr(err, errlen, "%s: empty vocabulary", vlabel); return 1; }
+    b->tok = (char **)calloc((size_t)max_id + 1, sizeof(char *));
+    b->tok_len = (size_t *)calloc((size_t)max_id + 1, sizeof(size_t));
+    if (!b->tok || !b->tok_len) { gio__seterr(err, errlen, "%s: out of memory", vlabel); return 1; }
+    b->vocab_size = (int)max_id + 1;
+    for (b->vcap = 16; b->vcap < 2 * (src->nent + extra); b->vcap *= 2) {}
+    b->vslot = (int32_t *)malloc(sizeof(int32_t) * b->vcap);
+    if (!b->vslot) { gio__seterr(err, errlen, "%s: out of memory", vlabel); return 1; }
+    for (i = 0; i < b->vcap; i++) b->vslot[i] = -1;
+    for (i = 0; i < src->nent; i++) {
+        int32_t id = (int32_t)src->ent[i].id;
+        if (id >= b->vocab_size) continue; /* caller's max_id is below: cannot happen */
+        if (b->tok[id]) { gio__seterr(err, errlen, "%s: id %ld assigned to two tokens", vlabel, (long)id); return 1; }
+        b->tok[id] = src->ent[i].s;
+        b->tok_len[id] = src->ent[i].n;
+        src->ent[i].s = NULL;
+        gio__bpe_index(b, id);
+    }
+    for (i = 0; i < 256; i++) {
+        char c = (char)i;
+        b->byte_id[i] = gio__bpe_find(b, &c, 1);
+        if (b->byte_id[i] < 0) {
+            gio__seterr(err, errlen, "%s: no token for byte 0x%02x (byte-level BPE needs all 256)", vlabel, (unsigned)i);
+            return 1;
+        }
+    }
+    for (b->mcap = 16; b->mcap < 2 * (src->nmerge + 1); b->mcap *= 2) {}
+    b->mkey = (uint64_t *)malloc(sizeof(uint64_t) * b->mcap);
+    b->mrank = (int32_t *)malloc(sizeof(int32_t) * b->mcap);
+    b->mres = (int32_t *)malloc(sizeof(int32_t) * b->mcap);
+    if (!b->mkey || !b->mrank || !b->mres) { gio__seterr(err, errlen, "%s: out of memory", mlabel); return 1; }
+    for (i = 0; i < b->mcap; i++) b->mres[i] = -1;
+    for (i = 0; i < src->nmerge; i++) {
+        size_t na = src->mlen_l[i], nb2 = src->mlen_r[i];
+        char *rcat = (char *)malloc(na + nb2 + 1);
+        int32_t ia, ib, ic, rk, rs;
+        if (!rcat) { gio__seterr(err, errlen, "%s: out of memory", mlabel); return 1; }
+        memcpy(rcat, src->mleft[i], na);
+        memcpy(rcat + na, src->mright[i], nb2);
+        ia = gio__bpe_find(b, src->mleft[i], na);
+        ib = gio__bpe_find(b, src->mright[i], nb2);
+        ic = gio__bpe_find(b, rcat, na + nb2);
+        free(rcat);
+        if (ia < 0 || ib < 0 || ic < 0) {
+            /* merges.txt: file:line; tokenizer.json: the merge's index */
+            char where[700];
+            if (src->mline[i]) snprintf(where, sizeof where, "%s:%zu:", mlabel, src->mline[i]);
+            else snprintf(where, sizeof where, "%s[%zu]:", mlabel, i);
+            gio__seterr(err, errlen, "%s merge \"%.*s\" + \"%.*s\": %s not in %s", where, (int)(na > 30 ? 30 : na), src->mleft[i],
+                        (int)(nb2 > 30 ? 30 : nb2), src->mright[i], ia < 0 ? "left part" : ib < 0 ? "right part" : "merged token", vlabel);
+            return 1;
+        }
+        /* A repeated pair keeps its first (highest priority) rank. */
+        if (!gio__bpe_merge_find(b, ia, ib, &rk, &rs)) {
+            uint64_t k2 = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
+            size_t m = b->mcap - 1, s;
+            for (s = (size_t)gio__mix(k2) & m; b->mres[s] >= 0; s = (s + 1) & m) {}
+            b->mkey[s] = k2;
+            b->mrank[s] = (int32_t)i;
+            b->mres[s] = ic;
+        }
+    }
+    return 0;
+}
+
+/* An added token (tokenizer.json's added_tokens, or GPT-2's <|endoftext|>):
+   content is raw UTF-8, matched in the text before pre-tokenization. */
+static int gio__bpe_add_token(struct gio__bpe *b, const char *s, size_t n, int32_t id, int special, int lstrip, int rstrip, int single_word,
+                              const char *label, char *err, size_t errlen) {
+    gio__added *a;
+    if (n == 0) { gio__seterr(err, errlen, "%s: added token %ld has empty content", label, (long)id); return 1; }
+    if (id < 0 || id >= b->vocab_size) { gio__seterr(err, errlen, "%s: added token id %ld out of range", label, (long)id); return 1; }
+    if (b->tok[id] && (b->tok_len[id] != n || memcmp(b->tok[id], s, n))) {
+        gio__seterr(err, errlen, "%s: added token \"%.*s\" has id %ld, which the vocabulary gives to \"%.*s\"", label, (int)(n > 40 ? 40 : n), s, (long)id,
+                    (int)(b->tok_len[id] > 40 ? 40 : b->tok_len[id]), b->tok[id]);
+        return 1;
+    }
+    if (!b->tok[id]) {
+        b->tok[id] = (char *)gio__alloc(n + 1);
+        if (!b->tok[id]) { gio__seterr(err, errlen, "%s: out of memory", label); return 1; }
+        memcpy(b->tok[id], s, n);
+        b->tok[id][n] = 0;
+        b->tok_len[id] = n;
+        gio__bpe_index(b, id);
+    }
+    if (b->nadded == b->acap) {
+        size_t ncap = b->acap ? b->acap * 2 : 8;
+        gio__added *na = (gio__added *)realloc(b->added, sizeof *na * ncap);
+        if (!na) { gio__seterr(err, errlen, "%s: out of memory", label); return 1; }
+        b->added = na;
+        b->acap = ncap;
+    }
+    a = &b->added[b->nadded++];
+    a->id = id;
+    a->special = special;
+    a->lstrip = lstrip;
+    a->rstrip = rstrip;
+    a->single_word = single_word;
+    b->added_first[(unsigned char)s[0]] = 1;
+    return 0;
+}
+
+static int gio__bpe_load(struct gio__bpe *b, const char *vpath, const char *mpath, char *err, size_t errlen) {
+    char *vb = NULL, *mb = NULL, *key;
+    size_t vlen, mlen, line_no = 0, p;
+    gio__bpe_src src;
+    gio__js j;
+    int first = 1, r, rc = 1;
+    uint64_t max_id = 0;
+    int16_t inv[0x144];       /* GPT-2 alphabet code point -> byte */
+    char mlabel[600];
+
+    memset(&src, 0, sizeof src);
+    gio__inv_table(inv);
     if (gio_read_file(vpath, &vb, &vlen, err, errlen)) return 1;
-    memset(&j, 0, sizeof j);
-    j.s = (const unsigned char *)vb;
-    j.n = vlen;
-    j.label = vpath;
-    j.err = err;
-    j.errlen = errlen;
+    gio__js_init(&j, vb, vlen, vpath, err, errlen);
     if (gio__js_expect(&j, '{')) goto done;
     while ((r = gio__js_obj_next(&j, &first, &key)) == 1) {
         uint64_t id;
@@ -1349,66 +1567,16 @@ static int gio__bpe_load(struct gio__bpe *b, const char *vpath, const char *mpat
         if (id >= (1u << 24)) { free(key); gio__js_fail(&j, "token id %llu too large", (unsigned long long)id); goto done; }
         raw = gio__unmap(inv, key, strlen(key), &raw_n);
         free(key);
-        if (!raw) { gio__js_fail(&j, "out of memory"); goto done; }
-        if (nent == ecap) {
-            size_t ncap = ecap ? ecap * 2 : 1024;
-            gio__vent *ne = (gio__vent *)realloc(ent, sizeof *ent * ncap);
-            if (!ne) { free(raw); gio__js_fail(&j, "out of memory"); goto done; }
-            ent = ne;
-            ecap = ncap;
-        }
-        ent[nent].s = raw;
-        ent[nent].n = raw_n;
-        ent[nent].id = id;
-        nent++;
+        if (!raw || gio__src_vocab(&src, raw, raw_n, id)) { gio__js_fail(&j, "out of memory"); goto done; }
         if (id > max_id) max_id = id;
     }
     if (r < 0) goto done;
     if (gio__js_peek(&j) != -1) { gio__js_fail(&j, "trailing garbage"); goto done; }
-    if (nent == 0) { gio__seterr(err, errlen, "%s: empty vocabulary", vpath); goto done; }
-
-    b->vocab_size = (int)max_id + 1;
-    b->tok = (char **)calloc((size_t)b->vocab_size, sizeof(char *));
-    b->tok_len = (size_t *)calloc((size_t)b->vocab_size, sizeof(size_t));
-    for (b->vcap = 16; b->vcap < 2 * nent; b->vcap *= 2) {}
-    b->vslot = (int32_t *)malloc(sizeof(int32_t) * b->vcap);
-    if (!b->tok || !b->tok_len || !b->vslot) { gio__seterr(err, errlen, "%s: out of memory", vpath); goto done; }
-    for (i = 0; i < b->vcap; i++) b->vslot[i] = -1;
-    for (i = 0; i < nent; i++) {
-        int32_t id = (int32_t)ent[i].id;
-        if (b->tok[id]) { gio__seterr(err, errlen, "%s: id %ld assigned to two tokens", vpath, (long)id); goto done; }
-        b->tok[id] = ent[i].s;
-        b->tok_len[id] = ent[i].n;
-        ent[i].s = NULL;
-        /* First entry wins if two vocab strings map to the same bytes. */
-        if (gio__bpe_find(b, b->tok[id], b->tok_len[id]) < 0) {
-            size_t m = b->vcap - 1, s;
-            for (s = (size_t)gio__hash(b->tok[id], b->tok_len[id]) & m; b->vslot[s] >= 0; s = (s + 1) & m) {}
-            b->vslot[s] = id;
-        }
-    }
-    for (i = 0; i < 256; i++) {
-        char c = (char)i;
-        b->byte_id[i] = gio__bpe_find(b, &c, 1);
-        if (b->byte_id[i] < 0) {
-            gio__seterr(err, errlen, "%s: no token for byte 0x%02x (byte-level BPE needs all 256)", vpath, (unsigned)i);
-            goto done;
-        }
-    }
 
     if (gio_read_file(mpath, &mb, &mlen, err, errlen)) goto done;
-    for (i = 0; i < mlen; i++) nmerge += mb[i] == '\n';
-    for (b->mcap = 16; b->mcap < 2 * (nmerge + 1); b->mcap *= 2) {}
-    b->mkey = (uint64_t *)malloc(sizeof(uint64_t) * b->mcap);
-    b->mrank = (int32_t *)malloc(sizeof(int32_t) * b->mcap);
-    b->mres = (int32_t *)malloc(sizeof(int32_t) * b->mcap);
-    if (!b->mkey || !b->mrank || !b->mres) { gio__seterr(err, errlen, "%s: out of memory", mpath); goto done; }
-    for (i = 0; i < b->mcap; i++) b->mres[i] = -1;
-    nmerge = 0;
     for (p = 0; p < mlen;) {
-        size_t e = p, le, sp, na, nb2, nc;
-        char *ra = NULL, *rb = NULL, *rcat;
-        int32_t ia, ib, ic, rk, rs;
+        size_t e = p, le, sp, na, nb2;
+        char *ra, *rb;
         while (e < mlen && mb[e] != '\n') e++;
         line_no++;
         le = e;
@@ -1422,41 +1590,287 @@ static int gio__bpe_load(struct gio__bpe *b, const char *vpath, const char *mpat
         }
         ra = gio__unmap(inv, mb + p, sp - p, &na);
         rb = gio__unmap(inv, mb + sp + 1, le - sp - 1, &nb2);
-        rcat = (ra && rb) ? (char *)malloc(na + nb2 + 1) : NULL;
-        if (!rcat) { free(ra); free(rb); gio__seterr(err, errlen, "%s: out of memory", mpath); goto done; }
-        memcpy(rcat, ra, na);
-        memcpy(rcat + na, rb, nb2);
-        nc = na + nb2;
-        ia = gio__bpe_find(b, ra, na);
-        ib = gio__bpe_find(b, rb, nb2);
-        ic = gio__bpe_find(b, rcat, nc);
-        free(ra);
-        free(rb);
-        free(rcat);
-        if (ia < 0 || ib < 0 || ic < 0) {
-            gio__seterr(err, errlen, "%s:%zu: merge \"%.*s\": %s not in %s", mpath, line_no,
-                        (int)(le - p > 60 ? 60 : le - p), mb + p,
-                        ia < 0 ? "left part" : ib < 0 ? "right part" : "merged token", vpath);
-            goto done;
-        }
-        /* A repeated pair keeps its first (highest priority) rank. */
-        if (!gio__bpe_merge_find(b, ia, ib, &rk, &rs)) {
-            uint64_t k2 = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
-            size_t m = b->mcap - 1, s;
-            for (s = (size_t)gio__mix(k2) & m; b->mres[s] >= 0; s = (s + 1) & m) {}
-            b->mkey[s] = k2;
-            b->mrank[s] = (int32_t)nmerge;
-            b->mres[s] = ic;
-        }
-        nmerge++;
+        if (!ra || !rb) { free(ra); free(rb); gio__seterr(err, errlen, "%s: out of memory", mpath); goto done; }
+        if (gio__src_merge(&src, ra, na, rb, nb2, line_no)) { gio__seterr(err, errlen, "%s: out of memory", mpath); goto done; }
         p = e + 1;
+    }
+    snprintf(mlabel, sizeof mlabel, "%s", mpath);
+    if (gio__bpe_build(b, &src, max_id, 1, vpath, mlabel, err, errlen)) goto done;
+    /* GPT-2's one special token, when the vocabulary has it */
+    {
+        int32_t eot = gio__bpe_find(b, "<|endoftext|>", 13);
+        if (eot >= 0 && gio__bpe_add_token(b, "<|endoftext|>", 13, eot, 1, 0, 0, 0, vpath, err, errlen)) goto done;
     }
     rc = 0;
 done:
-    for (i = 0; i < nent; i++) free(ent[i].s);
-    free(ent);
+    gio__src_free(&src);
     free(vb);
     free(mb);
+    return rc;
+}
+
+/* ---- tokenizer.json (Hugging Face tokenizers) ---- */
+
+/* value of "type" in an object (after its '{'), other members skipped;
+   type gets "" if absent, "null" for a JSON null instead of an object */
+static int gio__js_type_of(gio__js *j, char *type, size_t tn, int *use_regex, int *add_prefix_space) {
+    int first = 1, r, lit;
+    char *key;
+    type[0] = 0;
+    if (gio__js_peek(j) == 'n') {
+        if (gio__js_lit(j, &lit) || lit != -1) return 1;
+        snprintf(type, tn, "null");
+        return 0;
+    }
+    if (gio__js_expect(j, '{')) return 1;
+    while ((r = gio__js_obj_next(j, &first, &key)) == 1) {
+        int bad = 0;
+        if (!strcmp(key, "type")) {
+            char *v = NULL;
+            if (gio__js_cstr(j, &v)) bad = 1;
+            else snprintf(type, tn, "%s", v);
+            free(v);
+        } else if (use_regex && !strcmp(key, "use_regex")) {
+            if (gio__js_lit(j, use_regex) || *use_regex < 0) bad = 1;
+        } else if (add_prefix_space && !strcmp(key, "add_prefix_space")) {
+            if (gio__js_lit(j, add_prefix_space) || *add_prefix_space < 0) bad = 1;
+        } else bad = gio__js_skip(j);
+        free(key);
+        if (bad) return 1;
+    }
+    return r < 0;
+}
+
+typedef struct { char *content; size_t n; int64_t id; int special, lstrip, rstrip, single_word; } gio__atok;
+
+static int gio__tj_added(gio__js *j, gio__atok **out, size_t *nout) {
+    size_t cap = 0;
+    int firstel = 1;
+    *out = NULL;
+    *nout = 0;
+    if (gio__js_expect(j, '[')) return 1;
+    for (;;) {
+        int c = gio__js_peek(j), first = 1, r;
+        char *key;
+        gio__atok t;
+        if (c == ']') { j->i++; return 0; }
+        if (!firstel) {
+            if (c != ',') return gio__js_fail(j, "expected ',' or ']'");
+            j->i++;
+        }
+        firstel = 0;
+        memset(&t, 0, sizeof t);
+        t.id = -1;
+        if (gio__js_expect(j, '{')) return 1;
+        while ((r = gio__js_obj_next(j, &first, &key)) == 1) {
+            int bad = 0, lit = 0;
+            if (!strcmp(key, "id")) {
+                uint64_t v;
+                if (gio__js_u64(j, &v) || v >= (1u << 24)) bad = 1;
+                else t.id = (int64_t)v;
+            } else if (!strcmp(key, "content")) {
+                free(t.content);
+                t.content = NULL;
+                bad = gio__js_str(j, &t.content, &t.n);
+            } else if (!strcmp(key, "special") || !strcmp(key, "lstrip") || !strcmp(key, "rstrip") || !strcmp(key, "single_word")) {
+                if (gio__js_lit(j, &lit) || lit < 0) bad = 1;
+                else if (key[0] == 's' && key[1] == 'p') t.special = lit;
+                else if (key[0] == 'l') t.lstrip = lit;
+                else if (key[0] == 'r') t.rstrip = lit;
+                else t.single_word = lit;
+            } else bad = gio__js_skip(j);
+            free(key);
+            if (bad) { free(t.content); return gio__js_fail(j, "bad added_tokens entry"); }
+        }
+        if (r < 0) { free(t.content); return 1; }
+        if (t.id < 0 || !t.content) { free(t.content); return gio__js_fail(j, "added_tokens entry without id or content"); }
+        if (*nout == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            gio__atok *na = (gio__atok *)realloc(*out, sizeof *na * ncap);
+            if (!na) { free(t.content); return gio__js_fail(j, "out of memory"); }
+            *out = na;
+            cap = ncap;
+        }
+        (*out)[(*nout)++] = t;
+    }
+}
+
+/* model: {"type": "BPE", "vocab": {..}, "merges": ["a b", ..] or [["a", "b"], ..], ..} */
+static int gio__tj_model(gio__js *j, const int16_t *inv, gio__bpe_src *src, uint64_t *max_id, int *ignore_merges, const char *path,
+                         char *err, size_t errlen) {
+    int first = 1, r;
+    char *key;
+    if (gio__js_expect(j, '{')) return 1;
+    while ((r = gio__js_obj_next(j, &first, &key)) == 1) {
+        int bad = 0, lit;
+        if (!strcmp(key, "type")) {
+            char *v = NULL;
+            if (gio__js_cstr(j, &v)) bad = 1;
+            else if (strcmp(v, "BPE")) {
+                gio__seterr(err, errlen, "%s: model type \"%s\" is not supported (tinyjax reads byte-level BPE)", path, v);
+                bad = 2;
+            }
+            free(v);
+        } else if (!strcmp(key, "vocab")) {
+            int f2 = 1, r2;
+            char *tk;
+            if (gio__js_expect(j, '{')) bad = 1;
+            while (!bad && (r2 = gio__js_obj_next(j, &f2, &tk)) == 1) {
+                uint64_t id;
+                size_t raw_n;
+                char *raw;
+                if (gio__js_u64(j, &id) || id >= (1u << 24)) { free(tk); bad = 1; gio__js_fail(j, "bad token id"); break; }
+                raw = gio__unmap(inv, tk, strlen(tk), &raw_n);
+                free(tk);
+                if (!raw || gio__src_vocab(src, raw, raw_n, id)) { bad = 1; gio__js_fail(j, "out of memory"); break; }
+                if (id > *max_id) *max_id = id;
+            }
+            if (!bad && r2 < 0) bad = 1;
+        } else if (!strcmp(key, "merges")) {
+            int f2 = 1;
+            if (gio__js_expect(j, '[')) bad = 1;
+            while (!bad) {
+                int c = gio__js_peek(j);
+                char *a = NULL, *b2 = NULL, *ra, *rb;
+                size_t la, lb, na, nb2;
+                if (c == ']') { j->i++; break; }
+                if (!f2) {
+                    if (c != ',') { bad = 1; gio__js_fail(j, "expected ',' or ']'"); break; }
+                    j->i++;
+                }
+                f2 = 0;
+                if (gio__js_peek(j) == '[') { /* ["left", "right"] */
+                    j->i++;
+                    if (gio__js_str(j, &a, &la) || gio__js_expect(j, ',') || gio__js_str(j, &b2, &lb) || gio__js_expect(j, ']')) {
+                        free(a); free(b2); bad = 1; break;
+                    }
+                } else { /* "left right" */
+                    char *sp;
+                    if (gio__js_str(j, &a, &la)) { bad = 1; break; }
+                    sp = (char *)memchr(a, ' ', la);
+                    if (!sp || sp == a || sp + 1 == a + la || memchr(sp + 1, ' ', la - (size_t)(sp + 1 - a))) {
+                        gio__js_fail(j, "merge \"%.*s\" is not \"left right\"", (int)(la > 40 ? 40 : la), a);
+                        free(a); bad = 1; break;
+                    }
+                    lb = la - (size_t)(sp + 1 - a);
+                    b2 = (char *)malloc(lb + 1);
+                    if (!b2) { free(a); bad = 1; break; }
+                    memcpy(b2, sp + 1, lb);
+                    b2[lb] = 0;
+                    la = (size_t)(sp - a);
+                }
+                ra = gio__unmap(inv, a, la, &na);
+                rb = gio__unmap(inv, b2, lb, &nb2);
+                free(a);
+                free(b2);
+                if (!ra || !rb) { free(ra); free(rb); bad = 1; gio__js_fail(j, "out of memory"); break; }
+                if (gio__src_merge(src, ra, na, rb, nb2, 0)) { bad = 1; gio__js_fail(j, "out of memory"); break; }
+            }
+        } else if (!strcmp(key, "ignore_merges") || !strcmp(key, "byte_fallback")) {
+            if (gio__js_peek(j) == 'n') { if (gio__js_lit(j, &lit)) bad = 1; }
+            else if (gio__js_lit(j, &lit) || lit < 0) bad = 1;
+            else if (key[0] == 'i') *ignore_merges = lit;
+            else if (lit) { gio__seterr(err, errlen, "%s: model.byte_fallback true is not supported (byte-level BPE needs none)", path); bad = 2; }
+        } else if (!strcmp(key, "continuing_subword_prefix") || !strcmp(key, "end_of_word_suffix")) {
+            if (gio__js_peek(j) == 'n') { if (gio__js_lit(j, &lit)) bad = 1; }
+            else {
+                size_t l;
+                char *v = NULL;
+                if (gio__js_str(j, &v, &l)) bad = 1;
+                else if (l) {
+                    gio__seterr(err, errlen, "%s: model.%s \"%s\" is not supported (byte-level BPE has none)", path, key, v);
+                    bad = 2;
+                }
+                free(v);
+            }
+        } else if (!strcmp(key, "dropout")) {
+            if (gio__js_peek(j) == 'n') { if (gio__js_lit(j, &lit)) bad = 1; }
+            else {
+                double d;
+                if (gio__js_num(j, &d)) bad = 1;
+                else if (d != 0) { gio__seterr(err, errlen, "%s: model.dropout %g is not supported (encoding is deterministic)", path, d); bad = 2; }
+            }
+        } else bad = gio__js_skip(j);
+        free(key);
+        if (bad) return 1;
+    }
+    return r < 0;
+}
+
+int gio_tok_load_hf(gio_tokenizer *t, const char *path, char *err, size_t errlen) {
+    struct gio__bpe *b = (struct gio__bpe *)calloc(1, sizeof *b);
+    char *buf = NULL, *key, typ[64], mlabel[600];
+    size_t len, i, nat = 0;
+    gio__js j;
+    gio__bpe_src src;
+    gio__atok *at = NULL;
+    int first = 1, r, rc = 1, have_model = 0, ignore_merges = 0, use_regex = 1, aps = 0;
+    uint64_t max_id = 0;
+    int16_t inv[0x144];
+    memset(t, 0, sizeof *t);
+    memset(&src, 0, sizeof src);
+    if (!b) { gio__seterr(err, errlen, "%s: out of memory", path); return 1; }
+    gio__inv_table(inv);
+    if (gio_read_file(path, &buf, &len, err, errlen)) { free(b); return 1; }
+    gio__js_init(&j, buf, len, path, err, errlen);
+    if (gio__js_expect(&j, '{')) goto done;
+    while ((r = gio__js_obj_next(&j, &first, &key)) == 1) {
+        int bad = 0;
+        if (!strcmp(key, "added_tokens")) {
+            for (i = 0; i < nat; i++) free(at[i].content);
+            free(at);
+            at = NULL;
+            nat = 0;
+            bad = gio__tj_added(&j, &at, &nat);
+        } else if (!strcmp(key, "model")) {
+            bad = gio__tj_model(&j, inv, &src, &max_id, &ignore_merges, path, err, errlen);
+            have_model = 1;
+        } else if (!strcmp(key, "normalizer")) {
+            bad = gio__js_type_of(&j, typ, sizeof typ, NULL, NULL);
+            if (!bad && strcmp(typ, "null")) {
+                gio__seterr(err, errlen, "%s: normalizer \"%s\" is not supported (GPT-2's byte-level BPE has none)", path, typ);
+                bad = 2;
+            }
+        } else if (!strcmp(key, "pre_tokenizer")) {
+            bad = gio__js_type_of(&j, typ, sizeof typ, &use_regex, &aps);
+            if (!bad && (strcmp(typ, "ByteLevel") || !use_regex)) {
+                gio__seterr(err, errlen, "%s: pre_tokenizer \"%s\"%s is not supported (tinyjax reads ByteLevel with GPT-2's split regex)", path, typ,
+                            !strcmp(typ, "ByteLevel") ? " with use_regex false" : "");
+                bad = 2;
+            }
+        } else if (!strcmp(key, "decoder")) {
+            bad = gio__js_type_of(&j, typ, sizeof typ, NULL, NULL);
+            if (!bad && strcmp(typ, "null") && strcmp(typ, "ByteLevel")) {
+                gio__seterr(err, errlen, "%s: decoder \"%s\" is not supported (want ByteLevel)", path, typ);
+                bad = 2;
+            }
+        } else bad = gio__js_skip(&j);
+        free(key);
+        if (bad) goto done;
+    }
+    if (r < 0) goto done;
+    if (gio__js_peek(&j) != -1) { gio__js_fail(&j, "trailing garbage"); goto done; }
+    if (!have_model) { gio__seterr(err, errlen, "%s: no \"model\": not a tokenizers tokenizer.json", path); goto done; }
+    for (i = 0; i < nat; i++) if ((uint64_t)at[i].id > max_id) max_id = (uint64_t)at[i].id;
+    snprintf(mlabel, sizeof mlabel, "%s: model.merges", path);
+    if (gio__bpe_build(b, &src, max_id, nat, path, mlabel, err, errlen)) goto done;
+    for (i = 0; i < nat; i++)
+        if (gio__bpe_add_token(b, at[i].content, at[i].n, (int32_t)at[i].id, at[i].special, at[i].lstrip, at[i].rstrip, at[i].single_word, path, err,
+                               errlen))
+            goto done;
+    b->ignore_merges = ignore_merges;
+    b->add_prefix_space = aps;
+    t->kind = GIO_TOK_GPT2;
+    t->vocab_size = b->vocab_size;
+    t->bpe = b;
+    b = NULL;
+    rc = 0;
+done:
+    for (i = 0; i < nat; i++) free(at[i].content);
+    free(at);
+    gio__src_free(&src);
+    gio__bpe_free(b);
+    free(buf);
     return rc;
 }
 
@@ -1483,44 +1897,135 @@ void gio_tok_free(gio_tokenizer *t) {
     memset(t, 0, sizeof *t);
 }
 
-int gio_tok_encode(const gio_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n,
-                   char *err, size_t errlen) {
+/* BPE of one segment (text between added tokens) into out; returns the count */
+static size_t gio__bpe_segment(const struct gio__bpe *b, const char *text, size_t len, int32_t *out) {
+    size_t m = 0, i = 0;
+    while (i < len) {
+        size_t pl = gio_gpt2_pretok_next(text, len, i), w = pl, k;
+        int32_t *sym = out + m, whole;
+        if (b->ignore_merges && (whole = gio__bpe_find(b, text + i, pl)) >= 0) {
+            sym[0] = whole;
+            m++;
+            i += pl;
+            continue;
+        }
+        for (k = 0; k < pl; k++) sym[k] = b->byte_id[(unsigned char)text[i + k]];
+        /* Classic GPT-2 loop: merge the best-ranked adjacent pair
+           everywhere, repeat.  Quadratic in piece length, but pieces are
+           words, so this is fine. */
+        for (;;) {
+            int32_t best = INT32_MAX, bx = -1, by = -1, bres = -1, rk, rs;
+            size_t q, o;
+            for (k = 0; k + 1 < w; k++)
+                if (gio__bpe_merge_find(b, sym[k], sym[k + 1], &rk, &rs) && rk < best) {
+                    best = rk; bx = sym[k]; by = sym[k + 1]; bres = rs;
+                }
+            if (bres < 0) break;
+            for (q = 0, o = 0; q < w;) {
+                if (q + 1 < w && sym[q] == bx && sym[q + 1] == by) { sym[o++] = bres; q += 2; }
+                else sym[o++] = sym[q++];
+            }
+            w = o;
+        }
+        m += w;
+        i += pl;
+    }
+    return m;
+}
+
+/* whitespace as the split regex's \s, and word characters (\w) for single_word */
+static int gio__space_at(const char *s, size_t n, size_t i, size_t *l) {
+    int c;
+    *l = gio__cp_at((const unsigned char *)s, n, i, &c);
+    return c == GIO__CS;
+}
+static int gio__wordch_before(const char *s, size_t i) {
+    size_t k = i;
+    int c;
+    if (i == 0) return 0;
+    while (k > 0 && ((unsigned char)s[k - 1] & 0xC0) == 0x80 && i - k < 3) k--;
+    if (k > 0) k--;
+    if (s[k] == '_') return 1;
+    gio__cp_at((const unsigned char *)s, i, k, &c);
+    return c == GIO__CL || c == GIO__CN;
+}
+static int gio__wordch_at(const char *s, size_t n, size_t i) {
+    int c;
+    if (i >= n) return 0;
+    if (s[i] == '_') return 1;
+    gio__cp_at((const unsigned char *)s, n, i, &c);
+    return c == GIO__CL || c == GIO__CN;
+}
+
+/* the longest enabled added token at text[i] (its index in b->added), or -1 */
+static long gio__added_at(const struct gio__bpe *b, const char *text, size_t len, size_t i, int allow_special) {
+    size_t k, best_n = 0;
+    long best = -1;
+    if (!b->added_first[(unsigned char)text[i]]) return -1;
+    for (k = 0; k < b->nadded; k++) {
+        const gio__added *a = &b->added[k];
+        size_t an = b->tok_len[a->id];
+        if (a->special && !allow_special) continue;
+        if (an <= best_n || an > len - i || memcmp(text + i, b->tok[a->id], an)) continue;
+        if (a->single_word && (gio__wordch_before(text, i) || gio__wordch_at(text, len, i + an))) continue;
+        best = (long)k;
+        best_n = an;
+    }
+    return best;
+}
+
+int gio_tok_encode_special(const gio_tokenizer *t, const char *text, size_t len, int allow_special, int32_t **ids, size_t *n,
+                           char *err, size_t errlen) {
     int32_t *out;
     size_t m = 0, i = 0;
     *ids = NULL;
     *n = 0;
-    /* Every token covers at least one byte, so len bounds the output. */
-    out = (int32_t *)gio__alloc(sizeof(int32_t) * len);
+    /* Every token covers at least one byte, and each segment may gain a
+       prefix space, so 2 len + 1 bounds the output. */
+    out = (int32_t *)gio__alloc(sizeof(int32_t) * (2 * len + 1));
     if (!out) { gio__seterr(err, errlen, "encode: out of memory for %zu bytes", len); return 1; }
     if (t->kind == GIO_TOK_BYTES) {
         for (i = 0; i < len; i++) out[i] = (unsigned char)text[i];
         m = len;
     } else if (t->kind == GIO_TOK_GPT2 && t->bpe) {
         const struct gio__bpe *b = t->bpe;
-        while (i < len) {
-            size_t pl = gio_gpt2_pretok_next(text, len, i), w = pl, k;
-            int32_t *sym = out + m;
-            for (k = 0; k < pl; k++) sym[k] = b->byte_id[(unsigned char)text[i + k]];
-            /* Classic GPT-2 loop: merge the best-ranked adjacent pair
-               everywhere, repeat.  Quadratic in piece length, but pieces are
-               words, so this is fine. */
-            for (;;) {
-                int32_t best = INT32_MAX, bx = -1, by = -1, bres = -1, rk, rs;
-                size_t q, o;
-                for (k = 0; k + 1 < w; k++)
-                    if (gio__bpe_merge_find(b, sym[k], sym[k + 1], &rk, &rs) && rk < best) {
-                        best = rk; bx = sym[k]; by = sym[k + 1]; bres = rs;
-                    }
-                if (bres < 0) break;
-                for (q = 0, o = 0; q < w;) {
-                    if (q + 1 < w && sym[q] == bx && sym[q + 1] == by) { sym[o++] = bres; q += 2; }
-                    else sym[o++] = sym[q++];
-                }
-                w = o;
-            }
-            m += w;
-            i += pl;
+        size_t seg = 0;
+        char *tmp = NULL;
+        if (b->add_prefix_space && !(tmp = (char *)gio__alloc(len + 1))) {
+            free(out);
+            gio__seterr(err, errlen, "encode: out of memory for %zu bytes", len);
+            return 1;
         }
+        for (;;) {
+            long hit = -1;
+            size_t end = i, after = i, l;
+            if (i < len && b->nadded) hit = gio__added_at(b, text, len, i, allow_special);
+            if (hit < 0 && i < len) { i++; continue; }
+            if (hit >= 0) {
+                const gio__added *a = &b->added[hit];
+                after = i + b->tok_len[a->id];
+                if (a->lstrip) /* the token takes the whitespace before it */
+                    while (end > seg) {
+                        size_t k = end - 1;
+                        while (k > seg && ((unsigned char)text[k] & 0xC0) == 0x80) k--;
+                        if (!gio__space_at(text, len, k, &l) || k + l != end) break;
+                        end = k;
+                    }
+                if (a->rstrip)
+                    while (after < len && gio__space_at(text, len, after, &l)) after += l;
+            }
+            if (end > seg) {
+                if (b->add_prefix_space && text[seg] != ' ') {
+                    tmp[0] = ' ';
+                    memcpy(tmp + 1, text + seg, end - seg);
+                    m += gio__bpe_segment(b, tmp, end - seg + 1, out + m);
+                } else m += gio__bpe_segment(b, text + seg, end - seg, out + m);
+            }
+            if (hit < 0) break;
+            out[m++] = b->added[hit].id;
+            i = seg = after;
+        }
+        free(tmp);
     } else {
         free(out);
         gio__seterr(err, errlen, "encode: tokenizer not initialized");
@@ -1529,6 +2034,26 @@ int gio_tok_encode(const gio_tokenizer *t, const char *text, size_t len, int32_t
     *ids = out;
     *n = m;
     return 0;
+}
+
+int gio_tok_encode(const gio_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n, char *err, size_t errlen) {
+    return gio_tok_encode_special(t, text, len, 0, ids, n, err, errlen);
+}
+
+int gio_tok_special_count(const gio_tokenizer *t) {
+    size_t k;
+    int c = 0;
+    if (t->kind != GIO_TOK_GPT2 || !t->bpe) return 0;
+    for (k = 0; k < t->bpe->nadded; k++) c += t->bpe->added[k].special;
+    return c;
+}
+
+int32_t gio_tok_special_id(const gio_tokenizer *t, int i) {
+    size_t k;
+    if (t->kind != GIO_TOK_GPT2 || !t->bpe) return -1;
+    for (k = 0; k < t->bpe->nadded; k++)
+        if (t->bpe->added[k].special && i-- == 0) return t->bpe->added[k].id;
+    return -1;
 }
 
 const char *gio_tok_piece(const gio_tokenizer *t, int32_t id, size_t *len) {

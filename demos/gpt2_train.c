@@ -1263,7 +1263,8 @@ typedef struct {
     int heads_set, layers_set, embed_set, context_set; /* given by flag */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
-    const char *export_hf;
+    const char *export_hf, *tokenizer_json;
+    int allow_special;
 } gpt2_args;
 
 static void usage(void) {
@@ -1305,6 +1306,13 @@ static void usage(void) {
         "                      version 2, or llm.c's Llama 3 files: uint32 tokens)\n"
         "  --tokenizer V M     GPT-2 BPE from vocab.json and merges.txt (encodes --data,\n"
         "                      decodes samples)\n"
+        "  --tokenizer-json F  byte-level BPE from a Hugging Face tokenizer.json (GPT-2 style:\n"
+        "                      ByteLevel pre-tokenizer, no normalizer); with --init-from and no\n"
+        "                      tokenizer flag, tokenizer.json or vocab.json + merges.txt beside\n"
+        "                      the weights are used\n"
+        "  --allow-special     special tokens in --data and --prompt (<|endoftext|>, tokenizer.json's\n"
+        "                      special added tokens) become their ids; otherwise they are\n"
+        "                      encoded as ordinary text\n"
         "                      default data: tinyjax.h, README.md, demos/*.c, demos/*.h,\n"
         "                      tests/*.c found from the current directory or the executable's\n"
         "parallelism\n"
@@ -1467,6 +1475,8 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (ARG("--data")) a->data = argv[++i];
         else if (ARG("--tokens")) a->tokens = argv[++i];
         else if (!strcmp(f, "--tokenizer") && i + 2 < argc) { a->vocab_json = argv[++i]; a->merges_txt = argv[++i]; }
+        else if (ARG("--tokenizer-json")) a->tokenizer_json = argv[++i];
+        else if (!strcmp(f, "--allow-special")) a->allow_special = 1;
         else if (ARG("--devices")) a->devices = atoi(argv[++i]);
         else if (ARG("--mesh")) a->mesh = argv[++i];
         else if (ARG("--param-rules")) a->cfg.param_rules = argv[++i];
@@ -1617,7 +1627,25 @@ static int copy_into(const char *src, const char *dir, const char *name, char *e
 static int export_tokenizer(const gpt2_args *a, char *err, size_t n) {
     if (a->vocab_json && (copy_into(a->vocab_json, a->export_hf, "vocab.json", err, n) || copy_into(a->merges_txt, a->export_hf, "merges.txt", err, n)))
         return 1;
+    if (a->tokenizer_json && copy_into(a->tokenizer_json, a->export_hf, "tokenizer.json", err, n)) return 1;
     return 0;
+}
+/* --init-from without a tokenizer flag: the tokenizer that came with the
+   weights (tokenizer.json, else vocab.json + merges.txt, beside them) */
+static void find_tokenizer_beside(gpt2_args *a) {
+    static char tj[1100], vj[1100], mt[1100];
+    char dir[1024];
+    const char *slash;
+    if (is_dir(a->init_from)) snprintf(dir, sizeof dir, "%s", a->init_from);
+    else if ((slash = strrchr(a->init_from, '/'))) snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->init_from), a->init_from);
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(vj, sizeof vj, "%s/vocab.json", dir);
+    snprintf(mt, sizeof mt, "%s/merges.txt", dir);
+    if (access(tj, R_OK) == 0) a->tokenizer_json = tj;
+    else if (access(vj, R_OK) == 0 && access(mt, R_OK) == 0) { a->vocab_json = vj; a->merges_txt = mt; }
+    else return;
+    printf("tokenizer: %s, found beside the --init-from weights\n", a->tokenizer_json ? tj : vj);
 }
 
 int main(int argc, char **argv) {
@@ -1642,7 +1670,12 @@ int main(int argc, char **argv) {
     if (a.bench) return run_bench(&a);
 
     /* ---- data */
-    if (a.vocab_json) {
+    if (a.vocab_json && a.tokenizer_json) { fprintf(stderr, "gpt2_train: give --tokenizer or --tokenizer-json, not both\n"); return 1; }
+    if (a.init_from && !a.vocab_json && !a.tokenizer_json) find_tokenizer_beside(&a);
+    if (a.tokenizer_json) {
+        if (gio_tok_load_hf(&tok, a.tokenizer_json, err, sizeof err)) { fprintf(stderr, "gpt2_train: --tokenizer-json: %s\n", err); return 1; }
+        have_tok = 1;
+    } else if (a.vocab_json) {
         if (gio_tok_load_gpt2(&tok, a.vocab_json, a.merges_txt, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
         have_tok = 1;
     } else if (!a.tokens) {
@@ -1655,10 +1688,10 @@ int main(int argc, char **argv) {
         if (gio_tokens_read(a.tokens, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
         for (k = 0; k < ndata; k++) if (data[k] > top) top = data[k];
         /* GPT-2's vocabulary (or the tokenizer's), unless the file has larger ids */
-        a.cfg.V_real = a.vocab_json ? tok.vocab_size : 50257;
+        a.cfg.V_real = have_tok ? tok.vocab_size : 50257;
         if (top >= a.cfg.V_real) {
             if (top >= (1 << 24)) { fprintf(stderr, "gpt2_train: %s: token id %ld is too large for a vocabulary\n", a.tokens, (long)top); free(data); return 1; }
-            if (a.vocab_json) {
+            if (have_tok) {
                 fprintf(stderr, "gpt2_train: %s: token id %ld is outside the tokenizer's vocabulary of %d\n", a.tokens, (long)top, tok.vocab_size);
                 free(data);
                 return 1;
@@ -1677,8 +1710,15 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gpt2_train: cannot find the project's sources (tinyjax.h) from here or the executable; use --data FILE\n");
             return 1;
         }
-        if (gio_tok_encode(&tok, text, len, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); free(text); return 1; }
+        if (gio_tok_encode_special(&tok, text, len, a.allow_special, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); free(text); return 1; }
         a.cfg.V_real = tok.vocab_size;
+        if (gio_tok_special_count(&tok)) {
+            size_t pl;
+            const char *p0 = gio_tok_piece(&tok, gio_tok_special_id(&tok, 0), &pl);
+            printf("tokenizer: %d special token%s (%.*s = %ld%s); in the text they are encoded %s\n", gio_tok_special_count(&tok),
+                   gio_tok_special_count(&tok) > 1 ? "s" : "", (int)pl, p0 ? p0 : "", (long)gio_tok_special_id(&tok, 0),
+                   gio_tok_special_count(&tok) > 1 ? ", .." : "", a.allow_special ? "as their ids (--allow-special)" : "as ordinary text (see --allow-special)");
+        }
         printf("data: %s%s, %zu bytes -> %zu tokens (%s tokenizer, vocab %d)\n", a.data ? "" : "project sources under ", src, len, ndata,
                tok.kind == GIO_TOK_GPT2 ? "GPT-2 BPE" : "byte", tok.vocab_size);
         free(text);
@@ -1854,7 +1894,7 @@ int main(int argc, char **argv) {
     if (a.sample_len > 0 && (n_tr || a.init_from || a.resume)) {
         int32_t *pr = NULL;
         size_t np = 0;
-        if (have_tok && a.prompt && *a.prompt && !gio_tok_encode(&tok, a.prompt, strlen(a.prompt), &pr, &np, err, sizeof err) && np) {
+        if (have_tok && a.prompt && *a.prompt && !gio_tok_encode_special(&tok, a.prompt, strlen(a.prompt), a.allow_special, &pr, &np, err, sizeof err) && np) {
             printf("--- sample (temperature %.2f, top-k %d) ---\n", a.temperature, a.top_k);
             sample(&tr, &tok, pr, np, a.sample_len, a.temperature, a.top_k, a.cfg.seed);
         } else {
