@@ -801,9 +801,9 @@ static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
    h.{i}.mlp.c_fc.{weight,bias}, h.{i}.mlp.c_proj.{weight,bias},
    ln_f.{weight,bias}, all optionally under "transformer.". The linear
    layers are Conv1D: weight (in, out), y = x . W + b. Stored F32, F16, BF16
-   or F64; converted to f32. Other tensors (lm_head.weight, which is tied to
-   wte, and the h.{i}.attn.bias / masked_bias buffers of older files) are
-   ignored.
+   or F64; converted to f32. lm_head.weight, when present, must equal wte
+   (the head is tied; an untied head is an error, not silently replaced);
+   the h.{i}.attn.bias / masked_bias buffers of older files are ignored.
 
    The sizes come from the tensors. config.json beside the file (or in the
    directory given instead of the file, which then holds model.safetensors)
@@ -854,6 +854,7 @@ static int hf_tensor(const gpt2_hf *hf, const char *name, int rank, int64_t d0, 
     return 0;
 }
 static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n);
+static int gpt2_hf_check_head(const gpt2_hf *hf, char *err, size_t n);
 static int is_dir(const char *p) {
     struct stat sb;
     return p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
@@ -934,7 +935,7 @@ static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
         }
         hf->M = (int)fc->shape[1];
     }
-    if (gpt2_hf_read_config(hf, err, n)) {
+    if (gpt2_hf_read_config(hf, err, n) || gpt2_hf_check_head(hf, err, n)) {
         gpt2_hf_close(hf);
         return 1;
     }
@@ -981,6 +982,31 @@ static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n) {
     if (cf.scale_attn_weights == 0) return hf_fail(err, n, "%s: scale_attn_weights false is not supported (attention scores are scaled by 1/sqrt(head_dim))", cpath);
     if (cf.scale_attn_by_inverse_layer_idx == 1) return hf_fail(err, n, "%s: scale_attn_by_inverse_layer_idx true is not supported", cpath);
     if (cf.add_cross_attention == 1) return hf_fail(err, n, "%s: add_cross_attention true is not supported (a decoder-only GPT-2 has none)", cpath);
+    if (cf.tie_word_embeddings == 0)
+        return hf_fail(err, n, "%s: tie_word_embeddings false (an untied lm_head) is not supported: tinyjax's GPT-2 ties the head to wte", cpath);
+    return 0;
+}
+/* lm_head.weight, when the file has one, must be wte itself (saved twice):
+   an untied head is refused, never silently replaced by wte */
+static int gpt2_hf_check_head(const gpt2_hf *hf, char *err, size_t n) {
+    const tj_st_tensor *h = tj_st_find(hf->st, "lm_head.weight"), *w;
+    char wn[64];
+    float *a, *b;
+    int same;
+    if (!h) return 0;
+    snprintf(wn, sizeof wn, "%swte.weight", hf->prefix);
+    w = tj_st_find(hf->st, wn);
+    if (!w || h->rank != 2 || h->shape[0] != w->shape[0] || h->shape[1] != w->shape[1])
+        return hf_fail(err, n, "%s: lm_head.weight has another shape than %s: an untied head is not supported (tinyjax's GPT-2 ties the head to wte)", hf->path,
+                       wn);
+    if (!hf_is_float(h->dtype)) return hf_fail(err, n, "%s: tensor 'lm_head.weight' has dtype %s", hf->path, tj_st_dtype_name(h->dtype));
+    a = (float *)malloc(sizeof(float) * (size_t)h->numel);
+    b = (float *)malloc(sizeof(float) * (size_t)w->numel);
+    same = a && b && !tj_st_to_f32(h, a) && !tj_st_to_f32(w, b) && !memcmp(a, b, sizeof(float) * (size_t)h->numel);
+    free(a);
+    free(b);
+    if (!same)
+        return hf_fail(err, n, "%s: lm_head.weight differs from %s: an untied head is not supported (tinyjax's GPT-2 ties the head to wte)", hf->path, wn);
     return 0;
 }
 /* The model config of the file: layers, embed, mlp, vocab (padded as the
