@@ -122,6 +122,14 @@ TJDEF void tj_ctx_free(tj_ctx *ctx);
 TJDEF const char *tj_error(tj_ctx *ctx);
 TJDEF tj_status tj_status_of(tj_ctx *ctx);
 TJDEF void tj_clear_error(tj_ctx *ctx);
+/* Warnings: what the user asked for but cannot happen as asked (a policy
+   name no residual carries, a logical rule naming a mesh axis that looks
+   like a typo of one the mesh has, a rule on an axis its mesh axes cannot
+   divide). Each distinct warning is printed once to stderr ("tinyjax:
+   warning: ...", unless TJ_QUIET=1) and kept: tj_warnings returns them all,
+   one per line ("" if none). An error is different: it is sticky, and every
+   later call (tj_jit included) fails until tj_clear_error. */
+TJDEF const char *tj_warnings(tj_ctx *ctx);
 /* Print each pipeline stage to stderr (also: environment TJ_DUMP=1). */
 TJDEF void tj_set_dump(tj_ctx *ctx, int on);
 /* Threads the CPU kernels of one device may use (default: all cores). */
@@ -193,18 +201,26 @@ TJDEF tj_status tj_tree_set_v(tj_tree *t, const char *name, tj_v v);
 TJDEF tj_status tj_tree_set_int(tj_tree *t, const char *name, int64_t v);
 TJDEF tj_status tj_tree_set_float(tj_tree *t, const char *name, double v);
 TJDEF tj_status tj_tree_set_string(tj_tree *t, const char *name, const char *s);
-/* Getters return NULL / 0 and set the context error if the leaf is missing
-   or of another kind. tj_tree_v is for traced functions. */
-TJDEF tj_array *tj_tree_array(const tj_tree *t, const char *name);
-TJDEF tj_v tj_tree_v(const tj_tree *t, const char *name);
-TJDEF int64_t tj_tree_int(const tj_tree *t, const char *name);
-TJDEF double tj_tree_float(const tj_tree *t, const char *name);
-TJDEF const char *tj_tree_string(const tj_tree *t, const char *name);
+/* Getters return NULL / 0 and set the context error, naming the leaf and
+   the caller's file:line, if the leaf is missing or of another kind.
+   tj_tree_v is for traced functions. (Macros over the _at functions, which
+   take the caller's file and line.) */
+#define tj_tree_array(t, name) tj_tree_get_array_at(__FILE__, __LINE__, t, name)
+#define tj_tree_v(t, name) tj_tree_get_v_at(__FILE__, __LINE__, t, name)
+#define tj_tree_int(t, name) tj_tree_get_int_at(__FILE__, __LINE__, t, name)
+#define tj_tree_float(t, name) tj_tree_get_float_at(__FILE__, __LINE__, t, name)
+#define tj_tree_string(t, name) tj_tree_get_string_at(__FILE__, __LINE__, t, name)
+TJDEF tj_array *tj_tree_get_array_at(const char *file, int line, const tj_tree *t, const char *name);
+TJDEF tj_v tj_tree_get_v_at(const char *file, int line, const tj_tree *t, const char *name);
+TJDEF int64_t tj_tree_get_int_at(const char *file, int line, const tj_tree *t, const char *name);
+TJDEF double tj_tree_get_float_at(const char *file, int line, const tj_tree *t, const char *name);
+TJDEF const char *tj_tree_get_string_at(const char *file, int line, const tj_tree *t, const char *name);
 TJDEF tj_array *tj_tree_array_at(const tj_tree *t, int i);
 TJDEF tj_v tj_tree_v_at(const tj_tree *t, int i);
 /* Remove the array leaf `name` and hand its ownership to the caller (NULL
    and an error if there is no such array leaf). */
-TJDEF tj_array *tj_tree_take(tj_tree *t, const char *name);
+#define tj_tree_take(t, name) tj_tree_take_at(__FILE__, __LINE__, t, name)
+TJDEF tj_array *tj_tree_take_at(const char *file, int line, tj_tree *t, const char *name);
 /* Move every leaf of src into dst (replacing same names); src ends empty. */
 TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src);
 /* Apply fn to every array leaf; fn returns the replacement (or the same
@@ -896,6 +912,9 @@ struct tj_ctx {
     int nops, capops;
     struct tj__cvjp *cvjps; /* custom_vjp backward functions                */
     int ncvjp, capcvjp;
+    char *warn;             /* the warnings so far, one per line            */
+    size_t nwarn;
+    int quiet;              /* TJ_QUIET: do not print warnings              */
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -931,6 +950,30 @@ static void tj__err(tj_ctx *ctx, tj_status st, const char *file, int line, const
     }
     if (ctx->dump) fprintf(stderr, "tinyjax: error: %s\n", ctx->msg);
 }
+/* Record a warning (once per distinct text) and print it. */
+static void tj__warn(tj_ctx *ctx, const char *file, int line, const char *fmt, ...) {
+    char m[TJ__MSG + 64];
+    va_list ap;
+    size_t k, n;
+    char *w;
+    if (!ctx) return;
+    va_start(ap, fmt);
+    vsnprintf(m, TJ__MSG, fmt, ap);
+    va_end(ap);
+    k = strlen(m);
+    if (file) snprintf(m + k, sizeof m - k, " (at %s:%d)", tj__base(file), line);
+    k = strlen(m);
+    m[k++] = '\n';
+    m[k] = 0;
+    if (ctx->warn && strstr(ctx->warn, m)) return;
+    n = ctx->nwarn;
+    if (!(w = (char *)TJ_REALLOC(ctx->warn, n + k + 1))) return;
+    memcpy(w + n, m, k + 1);
+    ctx->warn = w;
+    ctx->nwarn = n + k;
+    if (!ctx->quiet) fprintf(stderr, "tinyjax: warning: %s", m);
+}
+TJDEF const char *tj_warnings(tj_ctx *c) { return c && c->warn ? c->warn : ""; }
 
 TJDEF tj_ctx *tj_ctx_new(void) {
     tj_ctx *c = (tj_ctx *)tj__calloc(sizeof *c);
@@ -940,9 +983,17 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     pthread_mutex_init(&c->stats_mu, NULL);
     d = getenv("TJ_DUMP");
     c->dump = d && *d && strcmp(d, "0") != 0;
+    d = getenv("TJ_QUIET");
+    c->quiet = d && *d && strcmp(d, "0") != 0;
     c->ndev = 1;
     d = getenv("TJ_DEVICES");
-    if (d && atoi(d) >= 1 && atoi(d) <= TJ_MAXDEV) c->ndev = atoi(d);
+    if (d && *d) { /* a bad value is an error of the context, not silently 1 device */
+        char *e;
+        long v = strtol(d, &e, 10);
+        if (e == d || *e || v < 1 || v > TJ_MAXDEV)
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_DEVICES=\"%.32s\" is not a device count from 1 to %d", d, TJ_MAXDEV);
+        else c->ndev = (int)v;
+    }
     nc = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = nc > 0 ? (int)nc : 1;
     if (c->threads > 16) c->threads = 16;
@@ -954,6 +1005,7 @@ TJDEF void tj_ctx_free(tj_ctx *c) {
     if (!c) return;
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
     tj__free_ops(c);
+    TJ_FREE(c->warn);
     pthread_mutex_destroy(&c->stats_mu);
     TJ_FREE(c);
 }
@@ -964,9 +1016,9 @@ TJDEF void tj_clear_error(tj_ctx *c) {
     c->status = TJ_OK;
     c->msg[0] = 0;
 }
-TJDEF void tj_set_dump(tj_ctx *c, int on) { c->dump = on; }
-TJDEF void tj_set_threads(tj_ctx *c, int n) { c->threads = n < 1 ? 1 : n; }
-TJDEF void tj_set_profile(tj_ctx *c, int on) { c->profile = on; }
+TJDEF void tj_set_dump(tj_ctx *c, int on) { if (c) c->dump = on; }
+TJDEF void tj_set_threads(tj_ctx *c, int n) { if (c) c->threads = n < 1 ? 1 : n; }
+TJDEF void tj_set_profile(tj_ctx *c, int on) { if (c) c->profile = on; }
 static double tj__now_us(void) {
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -974,6 +1026,8 @@ static double tj__now_us(void) {
 }
 TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *c) {
     tj_alloc_stats s;
+    memset(&s, 0, sizeof s);
+    if (!c) return s;
     pthread_mutex_lock(&c->stats_mu);
     s = c->stats;
     pthread_mutex_unlock(&c->stats_mu);
@@ -1010,6 +1064,15 @@ TJDEF float tj_bf16_to_f32(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* The one float -> i32 conversion (element stores, tj_cast, loading a float
+   tensor as i32): truncate toward zero, saturate at the i32 range, NaN -> 0.
+   A plain (int32_t) cast of NaN or of an out-of-range value is undefined. */
+static int32_t tj__f2i32(double v) {
+    if (v != v) return 0;
+    if (v >= 2147483647.0) return INT32_MAX;
+    if (v <= -2147483648.0) return INT32_MIN;
+    return (int32_t)v;
+}
 /* Element access through double: every dtype's value fits exactly (i32
    included), so generic kernels are written once. */
 static double tj__ld(const void *p, tj_dtype t, int64_t i) {
@@ -1025,7 +1088,7 @@ static void tj__st(void *p, tj_dtype t, int64_t i, double v) {
     switch (t) {
     case TJ_F32: ((float *)p)[i] = (float)v; break;
     case TJ_BF16: ((uint16_t *)p)[i] = tj_f32_to_bf16((float)v); break;
-    case TJ_I32: ((int32_t *)p)[i] = (int32_t)(v >= 2147483647.0 ? 2147483647.0 : v <= -2147483648.0 ? -2147483648.0 : v); break;
+    case TJ_I32: ((int32_t *)p)[i] = tj__f2i32(v); break;
     case TJ_F64: ((double *)p)[i] = v; break;
     default: break;
     }
@@ -1085,23 +1148,27 @@ static void tj__store_nf(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_
     }
 }
 
-static int tj__intern(tj_ctx *c, const char *s, size_t n) {
+/* The id of axis name s[0..n) (interned on first use); -1 and an error
+   naming `what` and the caller's file:line when the table is full. */
+static int tj__intern_at(tj_ctx *c, const char *s, size_t n, const char *what, const char *file, int line) {
     int i;
     for (i = 0; i < c->nnames; i++)
         if (strlen(c->names[i]) == n && memcmp(c->names[i], s, n) == 0) return i;
     if (c->nnames >= TJ__MAXNAMES) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "more than %d distinct axis names in one context (\"%.*s\")", TJ__MAXNAMES, (int)(n < 64 ? n : 64), s);
+        tj__err(c, TJ_ERR_ARG, file, line, "%s: more than %d distinct axis names in one context (\"%.*s\")", what ? what : "axis name", TJ__MAXNAMES,
+                (int)(n < 64 ? n : 64), s);
         return -1;
     }
     c->names[c->nnames] = (char *)tj__malloc(n + 1);
     if (!c->names[c->nnames]) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "out of memory recording an axis name");
+        tj__err(c, TJ_ERR_OOM, file, line, "%s: out of memory recording an axis name", what ? what : "axis name");
         return -1;
     }
     memcpy(c->names[c->nnames], s, n);
     c->names[c->nnames][n] = 0;
     return c->nnames++;
 }
+static int tj__intern(tj_ctx *c, const char *s, size_t n) { return tj__intern_at(c, s, n, NULL, NULL, 0); }
 static const char *tj__name(tj_ctx *c, int id) { return id >= 0 && id < c->nnames ? c->names[id] : "?"; }
 static int tj__isname(char ch) { return ch == '_' || ch == '.' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'); }
 
@@ -1123,7 +1190,7 @@ static int tj__parse_names(tj_ctx *c, const char *s, int *ids, int max, const ch
             tj__err(c, TJ_ERR_AXIS, file, line, "%s: more than %d axes", what, max);
             return -1;
         }
-        if ((ids[n++] = tj__intern(c, b, (size_t)(s - b))) < 0) return -1;
+        if ((ids[n++] = tj__intern_at(c, b, (size_t)(s - b), what, file, line)) < 0) return -1;
     }
     return n;
 }
@@ -1168,6 +1235,39 @@ static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) {
     }
 }
 
+/* Sizes. An axis has at most 2^40 elements (TJ__MAXDIM_SIZE), and a whole
+   value at most TJ__MAXBYTES bytes: every element, byte and stride count
+   derived from a valid type then fits int64_t and size_t, and sums of many
+   buffers (the memory planner's) cannot overflow either. Every type is
+   checked once, where it is made (tj__parse_shape for user shapes, tj__node
+   for every traced value), with the one checked multiply below. */
+#define TJ__MAXDIM_SIZE ((int64_t)1 << 40)
+#define TJ__MAXBYTES ((int64_t)1 << 50 < (int64_t)(SIZE_MAX / 4) ? (int64_t)1 << 50 : (int64_t)(SIZE_MAX / 4))
+/* *r = a * b for 0 <= a, b; returns 1 (and leaves *r alone) if the product
+   exceeds `limit`. */
+static int tj__mul_ovf(int64_t a, int64_t b, int64_t limit, int64_t *r) {
+    if (a < 0 || b < 0) return 1;
+    if (a != 0 && b > limit / a) return 1;
+    *r = a * b;
+    return 0;
+}
+/* 0 if t's element count and bytes are within the limits, else -1 and an
+   error naming `what` (the function or op), the shape and file:line. */
+static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n);
+static int tj__type_check(tj_ctx *c, const tj__type *t, const char *what, const char *file, int line) {
+    int64_t n = 1, bytes = 0;
+    int i, bad = 0;
+    for (i = 0; i < t->rank && !bad; i++) bad = t->dim[i] < 0 || t->dim[i] > TJ__MAXDIM_SIZE || tj__mul_ovf(n, t->dim[i], TJ__MAXBYTES, &n);
+    if (!bad) bad = tj__mul_ovf(n, (int64_t)tj_dtype_size(t->dt), TJ__MAXBYTES, &bytes);
+    if (bad) {
+        char b[512];
+        tj__type_str(c, t, b, sizeof b);
+        tj__err(c, TJ_ERR_SHAPE, file, line, "%s: shape %s is too large: more than %lld bytes, the limit of one value", what, b, (long long)TJ__MAXBYTES);
+        return -1;
+    }
+    return 0;
+}
+
 /* Parse "batch=4 embed=128" into a type. Sizes must be >= 1 (0 allowed only
    when allow_zero, for split's inferred size); names must be distinct. */
 static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, int allow_zero, const char *what, const char *file, int line) {
@@ -1194,11 +1294,11 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: more than %d axes", what, TJ_MAXDIM);
             return -1;
         }
-        id = tj__intern(c, b, (size_t)(s - b));
+        id = tj__intern_at(c, b, (size_t)(s - b), what, file, line);
         if (id < 0) return -1;
         s++;
         v = strtoll(s, &e, 10);
-        if (e == s || v < (allow_zero ? 0 : 1) || v > ((long long)1 << 40)) {
+        if (e == s || v < (allow_zero ? 0 : 1) || v > TJ__MAXDIM_SIZE) {
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' has bad size \"%.12s\"", what, tj__name(c, id), s);
             return -1;
         }
@@ -1211,7 +1311,7 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
         t->ax[t->rank] = id;
         t->dim[t->rank++] = v;
     }
-    return 0;
+    return tj__type_check(c, t, what, file, line);
 }
 static int64_t tj__numel(const tj__type *t) {
     int64_t n = 1;
@@ -1236,7 +1336,7 @@ static void tj__strides(const tj__type *t, int64_t *st) {
     }
 }
 static int64_t tj__align(int64_t n) { return (n + TJ__ALIGN - 1) / TJ__ALIGN * TJ__ALIGN; }
-TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) { c->backend = b; }
+TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) { if (c) c->backend = b; }
 static void *tj__aligned_alloc(int64_t n, void **raw) {
     char *p = (char *)tj__malloc((size_t)n + TJ__ALIGN);
     uintptr_t u;
@@ -1418,7 +1518,11 @@ TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *c, tj_dtype dt, c
     int k;
     if (!c) return NULL;
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_iota", file, line)) return NULL;
-    k = tj__axis_index(&t, tj__intern(c, axis ? axis : "", axis ? strlen(axis) : 0));
+    if (!axis) {
+        tj__err(c, TJ_ERR_ARG, file, line, "tj_iota: argument axis is NULL");
+        return NULL;
+    }
+    k = tj__axis_index(&t, tj__intern_at(c, axis, strlen(axis), "tj_iota", file, line));
     if (k < 0) {
         tj__err(c, TJ_ERR_AXIS, file, line, "tj_iota: axis '%s' is not in shape \"%s\"", axis ? axis : "(null)", shape);
         return NULL;
@@ -1435,7 +1539,11 @@ static int tj__array_live(tj_array *a, const char *what, const char *file, int l
 }
 TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
     int64_t n;
-    if (!a) return TJ_ERR_ARG;
+    if (!a) return TJ_ERR_ARG; /* no context to put a message in */
+    if (!dst) {
+        tj__err(a->ctx, TJ_ERR_ARG, NULL, 0, "tj_array_read: argument dst is NULL");
+        return TJ_ERR_ARG;
+    }
     if (!tj__array_live(a, "tj_array_read", NULL, 0)) return TJ_ERR_STATE;
     if ((unsigned)dt >= TJ_NDTYPE) {
         tj__err(a->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_array_read: bad dtype %d", (int)dt);
@@ -1479,6 +1587,7 @@ TJDEF int64_t tj_array_dim(const tj_array *a, const char *name) {
     return -1;
 }
 TJDEF const char *tj_array_describe(const tj_array *a, char *buf, size_t n) {
+    if (!buf || !n) return "";
     if (!a) snprintf(buf, n, "(null)");
     else tj__type_str(a->ctx, &a->t, buf, n);
     return buf;
@@ -1503,7 +1612,9 @@ struct tj_tree {
 };
 
 TJDEF tj_tree *tj_tree_new(tj_ctx *c) {
-    tj_tree *t = (tj_tree *)tj__calloc(sizeof *t);
+    tj_tree *t;
+    if (!c) return NULL;
+    t = (tj_tree *)tj__calloc(sizeof *t);
     if (t) t->ctx = c;
     else tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_new: out of memory");
     return t;
@@ -1540,11 +1651,11 @@ TJDEF int tj_tree_find(const tj_tree *t, const char *name) {
     return -1;
 }
 /* The slot for `name`: an existing leaf (released) or a new one at the end. */
-static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) {
+static tj__leaf *tj__tree_slot_for(tj_tree *t, const char *name, const char *what) {
     int i;
     if (!t) return NULL;
     if (!name || !*name) {
-        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: empty leaf name");
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: argument name is %s", what, name ? "empty" : "NULL");
         return NULL;
     }
     i = tj_tree_find(t, name);
@@ -1570,9 +1681,10 @@ static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) {
     }
     return &t->leaf[t->n++];
 }
-static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k);
-TJDEF tj_array *tj_tree_take(tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY);
+static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) { return tj__tree_slot_for(t, name, "tree"); }
+static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line);
+TJDEF tj_array *tj_tree_take_at(const char *file, int line, tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY, "tj_tree_take", file, line);
     tj_array *a;
     int i;
     if (!l) return NULL;
@@ -1590,13 +1702,17 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
         t->leaf[k].owned = 1;
         return TJ_OK;
     }
-    if (!a) {
-        if (t) tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array: leaf '%s' is a NULL array", name ? name : "?");
+    if (!t) { /* ownership was given: do not leak it */
+        tj_array_free(a);
         return TJ_ERR_ARG;
     }
-    if (!(l = tj__tree_slot(t, name))) { /* ownership was given: do not leak it */
+    if (!a) { /* usually an earlier failure (its message stands) */
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array: argument a (leaf '%s') is NULL", name ? name : "(null)");
+        return t->ctx->status;
+    }
+    if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_array"))) {
         tj_array_free(a);
-        return tj_status_of(t ? t->ctx : NULL);
+        return tj_status_of(t->ctx);
     }
     l->kind = TJ_LEAF_ARRAY;
     l->arr = a;
@@ -1606,12 +1722,16 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
 TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a) {
     tj__leaf *l;
     int k = tj_tree_find(t, name);
-    if (!a) return tj_tree_set_array(t, name, a);
+    if (!t) return TJ_ERR_ARG;
+    if (!a) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array_ref: argument a (leaf '%s') is NULL", name ? name : "(null)");
+        return t->ctx->status;
+    }
     if (k >= 0 && t->leaf[k].kind == TJ_LEAF_ARRAY && t->leaf[k].arr == a) {
         t->leaf[k].owned = 0;
         return TJ_OK;
     }
-    if (!(l = tj__tree_slot(t, name))) return tj_status_of(t ? t->ctx : NULL); /* borrowed: not ours to free */
+    if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_array_ref"))) return tj_status_of(t->ctx); /* borrowed: not ours to free */
     l->kind = TJ_LEAF_ARRAY;
     l->arr = a;
     l->owned = 0;
@@ -1619,66 +1739,87 @@ TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a)
 }
 TJDEF tj_status tj_tree_set_v(tj_tree *t, const char *name, tj_v v) {
     tj__leaf *l;
-    if (!v) return t ? (t->ctx->status ? t->ctx->status : TJ_ERR_ARG) : TJ_ERR_ARG;
-    if (!(l = tj__tree_slot(t, name))) return tj_status_of(t ? t->ctx : NULL);
+    if (!t) return TJ_ERR_ARG;
+    if (!v) { /* usually an earlier failed op (its message stands) */
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_v: argument v (leaf '%s') is NULL", name ? name : "(null)");
+        return t->ctx->status;
+    }
+    if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_v"))) return tj_status_of(t->ctx);
     l->kind = TJ_LEAF_VALUE;
     l->v = v;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_int(tj_tree *t, const char *name, int64_t v) {
-    tj__leaf *l = tj__tree_slot(t, name);
-    if (!l) return TJ_ERR_ARG;
+    tj__leaf *l = tj__tree_slot_for(t, name, "tj_tree_set_int");
+    if (!l) return t ? tj_status_of(t->ctx) : TJ_ERR_ARG;
     l->kind = TJ_LEAF_INT;
     l->i = v;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_float(tj_tree *t, const char *name, double v) {
-    tj__leaf *l = tj__tree_slot(t, name);
-    if (!l) return TJ_ERR_ARG;
+    tj__leaf *l = tj__tree_slot_for(t, name, "tj_tree_set_float");
+    if (!l) return t ? tj_status_of(t->ctx) : TJ_ERR_ARG;
     l->kind = TJ_LEAF_FLOAT;
     l->f = v;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_string(tj_tree *t, const char *name, const char *s) {
-    tj__leaf *l = tj__tree_slot(t, name);
-    if (!l) return TJ_ERR_ARG;
+    tj__leaf *l;
+    char *copy;
+    if (!t) return TJ_ERR_ARG;
+    if (!s) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_string: argument s (leaf '%s') is NULL", name ? name : "(null)");
+        return t->ctx->status;
+    }
+    if (!(copy = tj__strdup(s))) {
+        tj__err(t->ctx, TJ_ERR_OOM, NULL, 0, "tj_tree_set_string: out of memory");
+        return t->ctx->status;
+    }
+    if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_string"))) {
+        TJ_FREE(copy);
+        return tj_status_of(t->ctx);
+    }
     l->kind = TJ_LEAF_STRING;
-    l->s = tj__strdup(s ? s : "");
+    l->s = copy;
     return TJ_OK;
 }
-static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k) {
+static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line) {
     static const char *kn[] = {"array", "traced value", "int", "float", "string"};
     int i;
     if (!t) return NULL;
+    if (!name) {
+        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: argument name is NULL", what);
+        return NULL;
+    }
     i = tj_tree_find(t, name);
     if (i < 0) {
-        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: no leaf named '%s'", name ? name : "(null)");
+        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: the tree has no leaf named '%s'", what, name);
         return NULL;
     }
     if (t->leaf[i].kind != k) {
-        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tree: leaf '%s' is a %s, not a %s", name, kn[t->leaf[i].kind], kn[k]);
+        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: leaf '%s' is a %s, not a %s", what, name, kn[t->leaf[i].kind], kn[k]);
         return NULL;
     }
     return &t->leaf[i];
 }
-TJDEF tj_array *tj_tree_array(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY);
+TJDEF tj_array *tj_tree_get_array_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY, "tj_tree_array", file, line);
     return l ? l->arr : NULL;
 }
-TJDEF tj_v tj_tree_v(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_VALUE);
+TJDEF tj_v tj_tree_get_v_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_VALUE, "tj_tree_v", file, line);
     return l ? l->v : NULL;
 }
-TJDEF int64_t tj_tree_int(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_INT);
+TJDEF int64_t tj_tree_get_int_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_INT, "tj_tree_int", file, line);
     return l ? l->i : 0;
 }
-TJDEF double tj_tree_float(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_FLOAT);
+TJDEF double tj_tree_get_float_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_FLOAT, "tj_tree_float", file, line);
     return l ? l->f : 0;
 }
-TJDEF const char *tj_tree_string(const tj_tree *t, const char *name) {
-    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_STRING);
+TJDEF const char *tj_tree_get_string_at(const char *file, int line, const tj_tree *t, const char *name) {
+    const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_STRING, "tj_tree_string", file, line);
     return l ? l->s : NULL;
 }
 TJDEF tj_array *tj_tree_array_at(const tj_tree *t, int i) {
@@ -1689,6 +1830,11 @@ TJDEF tj_v tj_tree_v_at(const tj_tree *t, int i) {
 }
 TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src) {
     int i;
+    if (!src) return;
+    if (!dst) {
+        tj__err(src->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_merge: argument dst is NULL");
+        return;
+    }
     for (i = 0; i < src->n; i++) {
         tj__leaf *l = tj__tree_slot(dst, src->leaf[i].name), *s = &src->leaf[i];
         if (!l) continue;
@@ -1706,6 +1852,11 @@ TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src) {
 }
 TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
     int i;
+    if (!t) return TJ_ERR_ARG;
+    if (!fn) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_map: argument fn is NULL");
+        return TJ_ERR_ARG;
+    }
     for (i = 0; i < t->n; i++) {
         tj__leaf *l = &t->leaf[i];
         tj_array *r;
@@ -1724,6 +1875,8 @@ TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
 /* ---- safetensors ---- */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -1866,8 +2019,13 @@ static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size
     FILE *f;
     unsigned char *buf = NULL;
     size_t cap = 0, n = 0, got;
+    struct stat sb;
     *data = NULL;
     *len = 0;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file", path);
+        return 1;
+    }
     f = fopen(path, "rb");
     if (!f) {
         tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot open: %s", path, strerror(errno));
@@ -1895,14 +2053,16 @@ static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size
             buf = p;
             cap = nc;
         }
+        errno = 0;
         got = fread(buf + n, 1, cap - n, f);
         n += got;
         if (got == 0) break;
     }
     if (ferror(f)) {
+        int e = errno;
         TJ_FREE(buf);
         fclose(f);
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: read error", path);
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: read error: %s", path, e ? strerror(e) : "unknown");
         return 1;
     }
     fclose(f);
@@ -1925,17 +2085,89 @@ static void tj__af_abort(tj__afile *f) {
     f->fd = -1;
     f->tmp = NULL;
 }
+/* A write lock on a whole open file (fcntl, so it dies with its process);
+   0 if taken. */
+static int tj__lock_fd(int fd) {
+    struct flock l;
+    memset(&l, 0, sizeof l);
+    l.l_type = F_WRLCK;
+    l.l_whence = SEEK_SET;
+    l.l_start = 0;
+    l.l_len = 0;
+    return fcntl(fd, F_SETLK, &l);
+}
+/* 1 if name is "<base>.tmp.<pid>.<k>" with pid (decimal) not ours. */
+static int tj__is_foreign_tmp(const char *name, const char *base, size_t bl, long self) {
+    const char *p;
+    long pid = 0;
+    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
+    p = name + bl + 5;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') {
+        if (pid > 100000000L) return 0;
+        pid = pid * 10 + (*p++ - '0');
+    }
+    if (*p++ != '.' || *p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    return *p == 0 && pid != self;
+}
+/* Remove the temp files that writers of `path` killed mid-write left behind.
+   A live writer holds a lock on its temp file from before its first byte
+   (tj__af_open), so a temp file nobody holds a lock on, with data in it or
+   older than a minute, belongs to a dead process. Temp files of this
+   process are never touched (a lock is per process). Best effort: errors
+   are ignored. */
+static void tj__af_clean_stale(const char *path) {
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t dl = slash ? (size_t)(slash - path) : 0, bl = strlen(base);
+    char *dir, *full;
+    DIR *d;
+    struct dirent *e;
+    long self = (long)getpid();
+    if (!bl) return;
+    dir = (char *)tj__malloc(dl + 2);
+    if (!dir) return;
+    if (!slash) strcpy(dir, ".");
+    else if (dl == 0) strcpy(dir, "/");
+    else {
+        memcpy(dir, path, dl);
+        dir[dl] = 0;
+    }
+    d = opendir(dir);
+    while (d && (e = readdir(d)) != NULL) {
+        struct stat sb;
+        int fd;
+        if (!tj__is_foreign_tmp(e->d_name, base, bl, self)) continue;
+        if (!(full = (char *)tj__malloc(strlen(dir) + strlen(e->d_name) + 2))) break;
+        sprintf(full, "%s/%s", dir, e->d_name);
+        fd = open(full, O_RDWR);
+        if (fd >= 0) {
+            if (tj__lock_fd(fd) == 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_size > 0 || time(NULL) - sb.st_mtime > 60)) unlink(full);
+            close(fd); /* drops our lock */
+        }
+        TJ_FREE(full);
+    }
+    if (d) closedir(d);
+    TJ_FREE(dir);
+}
 static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
     size_t n = strlen(path) + 48;
     int k;
+    struct stat sb;
     f->ctx = c;
     f->path = path;
     f->fd = -1;
+    f->tmp = NULL;
+    if (!*path || path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file name to write", path);
+        return 1;
+    }
     f->tmp = (char *)tj__malloc(n);
     if (!f->tmp) {
         tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
         return 1;
     }
+    tj__af_clean_stale(path);
     /* O_EXCL: never write into another writer's (or a crashed one's) temp file */
     for (k = 0; k < 1000; k++) {
         snprintf(f->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), k);
@@ -1948,6 +2180,7 @@ static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
         f->tmp = NULL;
         return 1;
     }
+    (void)tj__lock_fd(f->fd); /* marks the temp file as in use (see tj__af_clean_stale) */
     return 0;
 }
 static int tj__af_write(tj__afile *f, const void *data, size_t len) {
@@ -1977,18 +2210,21 @@ static int tj__af_commit(tj__afile *f) {
         tj__af_abort(f);
         return 1;
     }
-    if (close(f->fd) != 0) {
-        f->fd = -1;
-        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: close of %s failed: %s", f->path, f->tmp, strerror(errno));
-        tj__af_abort(f);
-        return 1;
-    }
-    f->fd = -1;
+    /* rename while the temp file is still open: its lock tells cleaners of
+       stale temp files (tj__af_clean_stale) that it is in use */
     if (rename(f->tmp, f->path) != 0) {
         tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
         tj__af_abort(f);
         return 1;
     }
+    if (close(f->fd) != 0) { /* the data was synced: the new file is in place */
+        f->fd = -1;
+        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: close failed: %s", f->path, strerror(errno));
+        TJ_FREE(f->tmp);
+        f->tmp = NULL;
+        return 1;
+    }
+    f->fd = -1;
     /* The rename lives in the directory: sync it too (best effort, some
        filesystems refuse fsync on directories). */
     slash = strrchr(f->path, '/');
@@ -2601,7 +2837,7 @@ TJDEF tj_safetensors *tj_st_parse(tj_ctx *c, const void *bytes, size_t len, cons
     if (!label) label = "(bytes)";
     if (!c) return NULL;
     if (!bytes && len) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_parse: %s: NULL bytes", label);
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_parse: %s: argument bytes is NULL", label);
         return NULL;
     }
     if (!(copy = (unsigned char *)tj__malloc(len))) {
@@ -2616,7 +2852,7 @@ TJDEF tj_safetensors *tj_st_load(tj_ctx *c, const char *path) {
     size_t len;
     if (!c) return NULL;
     if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_load: NULL path");
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_load: argument path is NULL");
         return NULL;
     }
     if (tj__file_read(c, path, &buf, &len)) return NULL;
@@ -2744,11 +2980,14 @@ static void tj__st_copy_le(void *dst, const void *src, size_t n, size_t isz) {
     for (i = 0; i + isz <= n; i += isz)
         for (k = 0; k < isz; k++) ((unsigned char *)dst)[i + k] = ((const unsigned char *)src)[i + isz - 1 - k];
 }
+/* The longest axis name a file may carry: tj_tree_save refuses to write
+   longer ones, and every reader accepts up to this. */
+#define TJ__AXNAME_MAX 64
 /* "a=2 b=3" from axis names and a tensor's sizes; 0 and an error naming
    `who` on a bad axis list or a size tinyjax arrays cannot have. */
 static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const char *axes, const tj_st_tensor *t, char *out, size_t on) {
     const char *s = axes ? axes : "";
-    char nm[TJ_MAXDIM][72];
+    char nm[TJ_MAXDIM][TJ__AXNAME_MAX + 1];
     int n = 0, d, e;
     size_t m;
     while (*s) {
@@ -2759,8 +2998,9 @@ static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const 
         }
         b = s;
         while (*s && tj__isname(*s)) s++;
-        if (s == b || (*s && *s != ' ' && *s != ',' && *s != '\t') || s - b > 64 || n >= TJ_MAXDIM) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: bad axis names \"%.80s\"", file, who, axes);
+        if (s == b || (*s && *s != ' ' && *s != ',' && *s != '\t') || s - b > TJ__AXNAME_MAX || n >= TJ_MAXDIM) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: bad axis names \"%.80s\" (names of letters, digits, '_' and '.', at most %d characters)", file, who,
+                    axes, TJ__AXNAME_MAX);
             return 0;
         }
         memcpy(nm[n], b, (size_t)(s - b));
@@ -2777,7 +3017,7 @@ static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const 
                 tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: axis '%s' appears twice in \"%.80s\"", file, who, nm[d], axes);
                 return 0;
             }
-        if (t->shape[d] < 1 || t->shape[d] > ((int64_t)1 << 40)) {
+        if (t->shape[d] < 1 || t->shape[d] > TJ__MAXDIM_SIZE) {
             tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: axis '%s' has size %lld (tinyjax arrays need 1 .. 2^40)", file, who, nm[d], (long long)t->shape[d]);
             return 0;
         }
@@ -2834,7 +3074,7 @@ static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int
     char num[64], hex[17];
     memset(&h, 0, sizeof h);
     if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_save: NULL path");
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_save: argument path is NULL");
         return 1;
     }
     if (n < 0 || n_meta < 0 || (n && !ten) || (n_meta && !meta_kv)) {
@@ -3021,11 +3261,11 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
     void **bufs = NULL;
     int i, d, ne = 0, na = 0;
     tj_status rc = TJ_ERR_IO;
-    char num[64], axes[TJ_MAXDIM * 72];
+    char num[64], axes[TJ_MAXDIM * (TJ__AXNAME_MAX + 1) + 1];
     if (!t) return TJ_ERR_ARG;
     c = t->ctx;
     if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: NULL path");
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: argument path is NULL");
         return TJ_ERR_ARG;
     }
     memset(&kv, 0, sizeof kv);
@@ -3061,6 +3301,12 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
             axes[0] = 0;
             for (d = 0; d < a->t.rank; d++) {
                 size_t m = strlen(axes);
+                if (strlen(tj__name(c, a->t.ax[d])) > TJ__AXNAME_MAX) { /* what save writes, load must read */
+                    tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: leaf '%s': axis name '%.80s...' is longer than %d characters, the limit of saved axis names",
+                            path, l->name, tj__name(c, a->t.ax[d]), TJ__AXNAME_MAX);
+                    rc = TJ_ERR_ARG;
+                    goto done;
+                }
                 snprintf(axes + m, sizeof axes - m, "%s%s", d ? "," : "", tj__name(c, a->t.ax[d]));
                 shapes[ne][d] = a->t.dim[d];
             }
@@ -3148,7 +3394,7 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
     if (!t) return TJ_ERR_ARG;
     c = t->ctx;
     if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: NULL path");
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: argument path is NULL");
         return TJ_ERR_ARG;
     }
     if (!(st = tj_st_load(c, path))) return c->status ? c->status : TJ_ERR_IO;
@@ -3416,8 +3662,6 @@ struct tj_graph {
     int refs;              /* bodies are shared by clones of scan nodes  */
     struct tj_prog *prog;  /* the compiled body                          */
     struct tj__report *report; /* residual decisions (top graph only)    */
-    tj__attr pend;         /* attributes for the next node (its sharding rule reads them) */
-    int has_pend;
     /* inside shard_map: types are per-device (local) and record the mesh
        axes each value varies over; check: enforce and use those sets */
     int manual, check;
@@ -3636,14 +3880,12 @@ TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n) {
 }
 
 /* Append a node. Inputs must be non-NULL values of g (a NULL input means an
-   earlier op failed: return NULL quietly so its message survives). */
+   earlier op failed: return NULL quietly so its message survives). `a` holds
+   the op's attributes (NULL: none); they are set before the sharding rule
+   runs, which may read them (the axes a softmax needs whole, ...). */
 static tj_node *tj__capture(tj_graph *g, tj_node *v);
 static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line);
 static int tj__vary_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const char *file, int line);
-static void tj__pend_attr(tj_graph *g, const tj__attr *a) {
-    g->pend = *a;
-    g->has_pend = 1;
-}
 /* The graph new ops go to: while a body is being traced, an op whose
    inputs all come from enclosing functions still belongs to the body (its
    inputs are captured), as in JAX: the body function's ops are the body. */
@@ -3652,7 +3894,7 @@ static int tj__encloses(const tj_graph *outer, const tj_graph *g) {
     return 0;
 }
 static tj_graph *tj__cur(tj_graph *g) { return g && g->ctx->cur && tj__encloses(g, g->ctx->cur) ? g->ctx->cur : g; }
-static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const char *file, int line) {
+static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
     tj_node *n;
     int i;
     tj_node *cin[64], *fin[64];
@@ -3665,7 +3907,10 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
         return NULL;
     }
     for (i = 0; i < nin; i++) {
-        if (!in[i]) return NULL;
+        if (!in[i]) { /* an earlier op failed (its message stands), or the caller passed NULL */
+            if (g->ctx->status == TJ_OK) tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: input %d is NULL", TJ__OPNAME(op), i);
+            return NULL;
+        }
         cin[i] = in[i];
         if (in[i]->g != g) { /* a value of an enclosing function: capture it */
             if (!(cin[i] = tj__capture(g, in[i]))) {
@@ -3676,8 +3921,9 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
         }
     }
     if (g->ctx->status != TJ_OK) return NULL; /* tracing already failed */
-    memset(&at, 0, sizeof at);
-    if (g->has_pend) { at = g->pend; g->has_pend = 0; }
+    if (tj__type_check(g->ctx, t, TJ__OPNAME(op), file, line)) return NULL; /* element and byte counts fit */
+    if (a) at = *a; /* the op's attributes: its sharding rule reads them */
+    else memset(&at, 0, sizeof at);
     for (i = 0; i < nin; i++) fin[i] = cin[i];
     tt = *t;
     if (g->manual ? tj__vary_rule(g, op, &tt, nin, fin, file, line) : g->ctx->nmesh && tj__shard_rule(g, op, &tt, nin, fin, &at, file, line)) return NULL;
@@ -3779,7 +4025,7 @@ static tj_node *tj__capture1(tj_graph *g, tj_node *v) {
         g->cap_src = c;
         g->capcap = nc;
     }
-    p = tj__node(g, TJ__OP_PARAM, &outer->t, 0, NULL, v->file, v->line);
+    p = tj__node(g, TJ__OP_PARAM, &outer->t, 0, NULL, NULL, v->file, v->line);
     if (!p || tj__add_param(g, p)) {
         tj__err(g->ctx, TJ_ERR_OOM, v->file, v->line, "out of memory capturing a value into a scan body");
         return NULL;
@@ -3924,6 +4170,34 @@ static const char *tj__spec_str(const tj_ctx *c, const tj__type *t, char *buf, s
 }
 /* Parse a spec into sh[] for type t. strict: every named axis must be an
    axis of t. Checks: known mesh axes, each used once, divisible sizes. */
+/* Levenshtein distance between a and the n bytes at b (short names only) */
+static int tj__edit_distance(const char *a, const char *b, size_t n) {
+    int d[2][65], i, j;
+    size_t m = strlen(a);
+    if (m > 64 || n > 64) return 99;
+    for (j = 0; j <= (int)n; j++) d[0][j] = j;
+    for (i = 1; i <= (int)m; i++) {
+        int *p = d[(i - 1) & 1], *q = d[i & 1];
+        q[0] = i;
+        for (j = 1; j <= (int)n; j++) {
+            int v = p[j - 1] + (a[i - 1] != b[j - 1]);
+            if (p[j] + 1 < v) v = p[j] + 1;
+            if (q[j - 1] + 1 < v) v = q[j - 1] + 1;
+            q[j] = v;
+        }
+    }
+    return d[m & 1][n];
+}
+/* a likely misspelling: a few edits, few for the length ("dta" ~ "data", not "tp" ~ "dp") */
+static int tj__similar(const char *a, const char *b, size_t n) {
+    size_t m = strlen(a) > n ? strlen(a) : n;
+    int d = tj__edit_distance(a, b, n);
+    return d > 0 && d <= 2 && (size_t)(3 * d) <= m;
+}
+/* Parse a partition spec ("embed:data batch:data+model") or, not strict,
+   logical rules: a rule's mesh axis missing from the mesh is skipped (one
+   rule string serves every mesh), and when two rules claim the same mesh
+   axis for one value, the first in the string wins. */
 static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, int strict, const char *what, const char *file, int line) {
     const char *s = spec ? spec : "";
     unsigned used = 0;
@@ -3958,6 +4232,10 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
                 mid = tj__intern(c, s, (size_t)(e - s));
                 for (j = 0; j < c->nmesh; j++) if (c->mesh_ax[j] == mid) found = j;
                 if (found < 0 && !strict) { /* rules may name mesh axes this mesh lacks */
+                    for (j = 0; j < c->nmesh; j++) /* .. but not a misspelt one */
+                        if (tj__similar(tj__name(c, c->mesh_ax[j]), s, (size_t)(e - s)))
+                            tj__warn(c, file, line, "%s: the rules name mesh axis '%.*s', which the mesh does not have; did you mean '%s'? (the rule is skipped)", what,
+                                     (int)(e - s), s, tj__name(c, c->mesh_ax[j]));
                     s = *e == '+' ? e + 1 : e;
                     continue;
                 }
@@ -3987,7 +4265,13 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
             }
             continue;
         }
-        if (m && t->dim[k] % tj__mesh_count(c, m) && !strict) m = 0; /* rules do not apply to axes they cannot split */
+        if (m && t->dim[k] % tj__mesh_count(c, m) && !strict) { /* rules do not apply to axes they cannot split */
+            char mb[64];
+            if (t->dim[k] > 1) /* (a size-1 axis, e.g. one sample, is plainly whole) */
+                tj__warn(c, file, line, "%s: axis '%s' of size %lld cannot be split over mesh axes %s (%d devices): the rule is skipped, the axis replicated", what,
+                     tj__name(c, id), (long long)t->dim[k], tj__mesh_names(c, m, mb, sizeof mb), tj__mesh_count(c, m));
+            m = 0;
+        }
         if (m && t->dim[k] % tj__mesh_count(c, m)) {
             char mb[64];
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of size %lld is not divisible by mesh axes %s (%d devices)", what, tj__name(c, id),
@@ -4002,7 +4286,7 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
 
 /* ---- collectives as nodes ---- */
 static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *t, int axis, unsigned mesh, const char *cause, const char *file, int line) {
-    tj_node *n = tj__node(g, op, t, 1, &x, file, line); /* a given type: no rule runs */
+    tj_node *n = tj__node(g, op, t, 1, &x, NULL, file, line); /* a given type: no rule runs */
     if (!n) return NULL;
     n->a.axis = axis;
     n->a.index = (int)mesh;
@@ -4012,6 +4296,36 @@ static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *
 /* Make x have sharding sh (and no partial sums): psum / reduce-scatter the
    partial sums, all-gather axes that must lose mesh axes, slice axes that
    gain them (a local slice moves no data). */
+/* A replicated value made by elementwise ops from constant and random
+   sources (scalars aside) need not be made whole and sliced: sharding
+   propagates back through the elementwise ops to the sources, so that each
+   device generates only its slice (JAX does the same for a sharded random
+   init). Sources are counter-based: a slice has the values it has in the
+   whole. The whole chain stays if something else uses it. */
+static int tj__regen_ok(const tj_node *x, int depth) {
+    int j;
+    if (depth > 16 || x->t.partial || tj__sh_used(x->t.sh, x->t.rank)) return 0;
+    if (tj__ops_flags(x->op) & TJ__SOURCE) return x->op != TJ__OP_PARAM && x->op != TJ__OP_AXIS_INDEX;
+    if (!(x->op < TJ__OP_PARAM || x->op == TJ__OP_SELECT)) return 0; /* unary, binary, select */
+    for (j = 0; j < x->nin; j++)
+        if (x->in[j]->t.rank > 0 && !tj__regen_ok(x->in[j], depth + 1)) return 0;
+    return 1;
+}
+static tj_node *tj__regen(tj_node *x, const uint8_t *sh) {
+    tj_node *in[3];
+    tj__type t = x->t;
+    int i, j;
+    for (i = 0; i < t.rank; i++) t.sh[i] = sh[i];
+    if (tj__ops_flags(x->op) & TJ__SOURCE) return tj__node(x->g, x->op, &t, 0, NULL, &x->a, x->file, x->line);
+    for (j = 0; j < x->nin && j < 3; j++) {
+        uint8_t w[TJ_MAXDIM];
+        in[j] = x->in[j];
+        if (in[j]->t.rank == 0) continue;
+        for (i = 0; i < in[j]->t.rank; i++) w[i] = sh[tj__axis_index(&x->t, in[j]->t.ax[i])];
+        if (!(in[j] = tj__regen(in[j], w))) return NULL;
+    }
+    return tj__node(x->g, x->op, &t, x->nin, in, &x->a, x->file, x->line);
+}
 static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, const char *file, int line) {
     tj_graph *g;
     tj__type t;
@@ -4019,6 +4333,13 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
     if (!x) return NULL;
     g = x->g;
     t = x->t;
+    for (i = 0; i < t.rank; i++) /* a rule that asks for an uneven split is a bug, never a silent wrong block */
+        if (sh[i] && t.dim[i] % tj__mesh_count(g->ctx, sh[i])) {
+            char mb[64];
+            tj__err(g->ctx, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of size %lld cannot be split over mesh axes %s (%d devices)", cause,
+                    tj__name(g->ctx, t.ax[i]), (long long)t.dim[i], tj__mesh_names(g->ctx, sh[i], mb, sizeof mb), tj__mesh_count(g->ctx, sh[i]));
+            return NULL;
+        }
     if (t.partial) {
         int a = -1;
         for (i = 0; i < t.rank; i++) if (!t.sh[i] && sh[i] == t.partial && t.dim[i] % tj__mesh_count(g->ctx, t.partial) == 0) a = i;
@@ -4053,15 +4374,14 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
             t.sh[i] = 0;
             if (!(x = tj__collective(g, TJ__OP_ALL_GATHER, x, &t, t.ax[i], m, cause, file, line))) return NULL;
         }
+    if (!tj__sh_used(t.sh, t.rank) && tj__sh_used(sh, t.rank) && !(tj__ops_flags(x->op) & TJ__SOURCE) && tj__regen_ok(x, 0))
+        return tj__regen(x, sh); /* e.g. normal * std: each device makes its slice of the normal */
     for (i = 0; i < t.rank; i++)
         if (!t.sh[i] && sh[i]) {
             t.sh[i] = sh[i];
             if ((tj__ops_flags(x->op) & TJ__SOURCE) && x->op != TJ__OP_PARAM) {
                 /* a constant or random source: make only this device's slice */
-                tj_node *n = tj__node(g, x->op, &t, 0, NULL, x->file, x->line);
-                if (!n) return NULL;
-                n->a = x->a;
-                x = n;
+                if (!(x = tj__node(g, x->op, &t, 0, NULL, &x->a, x->file, x->line))) return NULL;
             } else if (!(x = tj__collective(g, TJ__OP_SHARD_SLICE, x, &t, t.ax[i], sh[i], cause, file, line))) return NULL;
         }
     return x;
@@ -4462,7 +4782,7 @@ TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
     t.vary = g->check ? (uint8_t)m : 0;
-    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, f, l))) n->a.index = m;
+    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, NULL, f, l))) n->a.index = m;
     return n;
 }
 
@@ -4889,7 +5209,7 @@ static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double
     }
     t = x->t;
     t.dt = odt;
-    n = tj__node(x->g, op, &t, 1, &x, f, l);
+    n = tj__node(x->g, op, &t, 1, &x, NULL, f, l);
     if (n) n->a.s = s;
     return n;
 }
@@ -5013,7 +5333,7 @@ static tj_v tj__binary(const char *f, int l, int op, tj_v a, tj_v b) {
     if (op >= TJ__OP_LT && op <= TJ__OP_NE) t.dt = TJ_I32;
     in[0] = a;
     in[1] = b;
-    return tj__node(g, op, &t, 2, in, f, l);
+    return tj__node(g, op, &t, 2, in, NULL, f, l);
 }
 #define TJ__B(op_, nm, expr) \
     TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v a, tj_v b) { return tj__binary(f, l, TJ__OP_##op_, a, b); }
@@ -5086,7 +5406,7 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v m, tj_v a, tj_v b) {
     in[2] = b;
     {
         tj_graph *g = tj__inner(3, in, "select", f, l);
-        return g ? tj__node(g, TJ__OP_SELECT, &t2, 3, in, f, l) : NULL;
+        return g ? tj__node(g, TJ__OP_SELECT, &t2, 3, in, NULL, f, l) : NULL;
     }
 }
 static tj_status tj__vjp_select(tj_node *n, tj_v g, tj_v *gin) {
@@ -5101,7 +5421,7 @@ static tj_v tj__source(const char *f, int l, tj_graph *g, int op, tj_dtype dt, c
     tj__type t;
     if (!g) return NULL;
     if (tj__parse_shape(g->ctx, shape, dt, &t, 0, what, f, l)) return NULL;
-    return tj__node(g, op, &t, 0, NULL, f, l);
+    return tj__node(g, op, &t, 0, NULL, NULL, f, l);
 }
 TJDEF tj_v tj_fill_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, double v) {
     tj_node *n = tj__source(f, l, g, TJ__OP_FILL, dt, shape, "fill");
@@ -5194,6 +5514,7 @@ static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t);
 static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
     tj__type t;
     tj_node *n;
+    tj__attr pa;
     int i, j, keep;
     int64_t size = 1;
     if (!x) return NULL;
@@ -5210,18 +5531,10 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
         } else size *= x->t.dim[i];
     }
     if (size == 1) return tj__reshape(f, l, x, &t); /* axes of size 1: same elements, a view */
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.naxes = nr;
-        for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, op, &t, 1, &x, f, l);
-    if (n) {
-        n->a.naxes = nr;
-        for (j = 0; j < nr; j++) n->a.axes[j] = ids[j];
-    }
+    memset(&pa, 0, sizeof pa);
+    pa.naxes = nr;
+    for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
+    n = tj__node(x->g, op, &t, 1, &x, &pa, f, l);
     return n;
 }
 static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n) { return tj__reduce_ids(f, l, TJ__OP_SUM, x, ids, n); }
@@ -5427,7 +5740,7 @@ static tj_v tj__relayout(const char *f, int l, tj_v x, const tj__type *to) {
             return NULL;
         }
     }
-    return tj__node(x->g, TJ__OP_RELAYOUT, &t, 1, &x, f, l);
+    return tj__node(x->g, TJ__OP_RELAYOUT, &t, 1, &x, NULL, f, l);
 }
 static void tj__k_copy(tj__kern *k) {
     if (k->it[0]->rank == k->ot.rank && k->it[0]->dt == k->ot.dt) {
@@ -5474,7 +5787,7 @@ TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape) {
 
 /* ---- reshape: rename, split, merge (same elements, same order; a view) ---- */
 static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t) {
-    return tj__node(x->g, TJ__OP_RESHAPE, t, 1, &x, f, l);
+    return tj__node(x->g, TJ__OP_RESHAPE, t, 1, &x, NULL, f, l);
 }
 static tj_status tj__vjp_reshape(tj_node *n, tj_v g, tj_v *gin) {
     /* g has n's type once fitted; reinterpret it with the input's axes */
@@ -5590,7 +5903,7 @@ static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, 
 TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t start, int64_t stop) {
     int a, k;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "slice", f, l)) < 0) return NULL;
     k = tj__axis_index(&x->t, a);
     if (start < 0 || stop > x->t.dim[k] || start >= stop) {
@@ -5600,15 +5913,11 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
     }
     t = x->t;
     t.dim[k] = stop - start;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, f, l);
-    if (n) { n->a.axis = a; n->a.start = start; n->a.stop = stop; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    pa.start = start;
+    pa.stop = stop;
+    return tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, &pa, f, l);
 }
 static void tj__k_slice(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
@@ -5624,7 +5933,7 @@ static tj_status tj__vjp_slice(tj_node *n, tj_v g, tj_v *gin) {
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value) {
     int a, k;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
     if (lo < 0 || hi < 0) {
         tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: negative padding (%lld, %lld) on axis '%s'", (long long)lo, (long long)hi, axis);
@@ -5633,15 +5942,12 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     k = tj__axis_index(&x->t, a);
     t = x->t;
     t.dim[k] += lo + hi;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_PAD, &t, 1, &x, f, l);
-    if (n) { n->a.axis = a; n->a.start = lo; n->a.stop = hi; n->a.s = value; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    pa.start = lo;
+    pa.stop = hi;
+    pa.s = value;
+    return tj__node(x->g, TJ__OP_PAD, &t, 1, &x, &pa, f, l);
 }
 static void tj__k_pad(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
@@ -5658,7 +5964,7 @@ static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
 TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
     int a, k, i, j;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     char b1[256], b2[256];
     if (nx < 1 || nx > 16 || !xs) {
         if (nx >= 1 && xs && xs[0]) tj__err(xs[0]->g->ctx, TJ_ERR_ARG, f, l, "concat: %d inputs (1..16 allowed)", nx);
@@ -5679,16 +5985,9 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
         }
         t.dim[k] += xs[i]->t.dim[k];
     }
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        if (!tj__inner(nx, xs, "concat", f, l)) return NULL;
-        tj__pend_attr(tj__inner(nx, xs, "concat", f, l), &pa);
-    }
-    n = tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, f, l);
-    if (n) n->a.axis = a;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    return tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, &pa, f, l);
 }
 static void tj__k_concat(tj__kern *k) {
     int64_t st[TJ_MAXDIM], at = 0;
@@ -5815,7 +6114,7 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
     if (autosh) tj__dot_out_sharding(in[0], in[1], ck, nk, &to);
     {
         tj_graph *g = tj__inner(2, in, "dot", f, l);
-        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, f, l) : NULL;
+        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, NULL, f, l) : NULL;
     }
     if (n) {
         n->a.nb = nb; n->a.nm = nm; n->a.nk = nk; n->a.nn = nn;
@@ -5929,16 +6228,32 @@ static int tj__take_type(const char *what, tj_v x, int axis, tj_v idx, tj__type 
                     return -1;
                 }
                 t->ax[t->rank] = idx->t.ax[j];
+                t->sh[t->rank] = idx->t.sh[j];
                 t->dim[t->rank++] = idx->t.dim[j];
             }
-        } else { t->ax[t->rank] = x->t.ax[i]; t->dim[t->rank++] = x->t.dim[i]; }
+        } else {
+            t->ax[t->rank] = x->t.ax[i];
+            t->sh[t->rank] = x->t.sh[i];
+            t->dim[t->rank++] = x->t.dim[i];
+        }
     }
+    /* shardings follow their axes (not their positions); an index axis
+       loses a mesh axis the operand's kept axes already use */
+    t->partial = 0;
+    for (i = 0; i < t->rank; i++)
+        if (tj__axis_index(&idx->t, t->ax[i]) >= 0) {
+            int j;
+            for (j = 0; j < t->rank; j++)
+                if (tj__axis_index(&idx->t, t->ax[j]) < 0) t->sh[i] &= (uint8_t)~t->sh[j];
+        }
+    for (i = t->rank; i < TJ_MAXDIM; i++) t->sh[i] = 0;
     return 0;
 }
 TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) {
     int a;
     tj__type t;
-    tj_node *in[2], *n;
+    tj_node *in[2];
+    tj__attr pa;
     char b[256];
     if (!x || !idx || (a = tj__one_axis(x, axis, "take", f, l)) < 0) return NULL;
     if (idx->t.dt != TJ_I32) {
@@ -5948,16 +6263,9 @@ TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) 
     if (tj__take_type("take", x, a, idx, &t, f, l)) return NULL;
     in[0] = x;
     in[1] = idx;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        if (!tj__inner(2, in, "take", f, l)) return NULL;
-        tj__pend_attr(tj__inner(2, in, "take", f, l), &pa);
-    }
-    n = tj__node(tj__inner(2, in, "take", f, l), TJ__OP_TAKE, &t, 2, in, f, l);
-    if (n) n->a.axis = a;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    return tj__node(tj__inner(2, in, "take", f, l), TJ__OP_TAKE, &t, 2, in, &pa, f, l);
 }
 /* pre/V/post extents of x around axis k (local type) */
 static void tj__ppv(const tj__type *t, int k, int64_t *pre, int64_t *v, int64_t *post) {
@@ -5991,21 +6299,16 @@ static void tj__k_take(tj__kern *k) {
 /* scatter_add(g, idx) into the shape of x: the transpose of take */
 static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int axis) {
     tj__type t, gt;
-    tj_node *in[2], *n;
+    tj_node *in[2];
+    tj__attr pa;
     if (!g || tj__take_type("scatter_add", x, axis, idx, &gt, f, l)) return NULL;
     in[0] = tj__fit(f, l, g, &gt);
     in[1] = idx;
     t = x->t;
     t.dt = g->t.dt;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = axis;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, f, l);
-    if (n) n->a.axis = axis;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = axis;
+    return tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, &pa, f, l);
 }
 static tj_status tj__vjp_take(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj__scatter_add(F, L, g, n->in[1], n->in[0], n->a.axis);
@@ -6027,7 +6330,7 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
     t.dt = dt;
     t.ax[t.rank] = nt.ax[0];
     t.dim[t.rank++] = nt.dim[0];
-    n = tj__node(idx->g, TJ__OP_ONE_HOT, &t, 1, &idx, f, l);
+    n = tj__node(idx->g, TJ__OP_ONE_HOT, &t, 1, &idx, NULL, f, l);
     if (n) n->a.axis = nt.ax[0];
     return n;
 }
@@ -6045,17 +6348,13 @@ static void tj__k_one_hot(tj__kern *k) {
    reading each row in chunks once per pass; the threads split the rows. ---- */
 /* a row op node along axis id a: in[0] gives the rows, t is the output type */
 static tj_v tj__rownode(const char *f, int l, int op, int nin, tj_node **in, int a, double s, const tj__type *t) {
-    tj__attr pa;
     tj_graph *g = tj__inner(nin, in, TJ__OPNAME(op), f, l);
-    tj_node *n;
+    tj__attr pa;
     if (!g) return NULL;
     memset(&pa, 0, sizeof pa);
     pa.axis = a;
     pa.s = s;
-    tj__pend_attr(g, &pa);
-    n = tj__node(g, op, t, nin, in, f, l);
-    if (n) { n->a.axis = a; n->a.s = s; }
-    return n;
+    return tj__node(g, op, t, nin, in, &pa, f, l);
 }
 static tj_v tj__rowop(const char *f, int l, int op, tj_v x, const char *axis, double s) {
     int a;
@@ -6271,22 +6570,17 @@ static double tj__flops_row(const tj_node *n) { return 5.0 * (double)tj__numel(&
 /* ---- causal mask ---- */
 TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill) {
     int q, kk;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (q = tj__one_axis(x, q_axis, "causal_mask", f, l)) < 0 || (kk = tj__one_axis(x, k_axis, "causal_mask", f, l)) < 0) return NULL;
     if (q == kk) {
         tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "causal_mask: query and key axes must differ (rename one), both are '%s'", q_axis);
         return NULL;
     }
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = q;
-        pa.axis2 = kk;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, f, l);
-    if (n) { n->a.axis = q; n->a.axis2 = kk; n->a.s = fill; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = q;
+    pa.axis2 = kk;
+    pa.s = fill;
+    return tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, &pa, f, l);
 }
 /* in rows of the last axis; the threads split the rows */
 static void tj__causal_part(const void *arg, int part, int nparts) {
@@ -6318,7 +6612,7 @@ static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
 }
 
 /* ---- identities: stop_gradient, name, copy; and parameters ---- */
-TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_STOP_GRADIENT, &x->t, 1, &x, f, l) : NULL; }
+TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_STOP_GRADIENT, &x->t, 1, &x, NULL, f, l) : NULL; }
 TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name) {
     tj_node *n;
     if (!x) return NULL;
@@ -6326,11 +6620,11 @@ TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name)
         tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "checkpoint_name: empty name");
         return NULL;
     }
-    n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, f, l);
+    n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, NULL, f, l);
     if (n && !(n->name = tj__strdup(name))) return NULL;
     return n;
 }
-static tj_v tj__copy(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_COPY, &x->t, 1, &x, f, l) : NULL; }
+static tj_v tj__copy(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_COPY, &x->t, 1, &x, NULL, f, l) : NULL; }
 static void tj__k_none(tj__kern *k) { (void)k; }
 
 #undef F
@@ -6664,7 +6958,7 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
         tj__type dummy;
         memset(&dummy, 0, sizeof dummy);
         dummy.dt = TJ_I32;
-        if (!(n = tj__node(g, TJ__OP_CUSTOM, &dummy, nin, x, f, l))) return c->status ? c->status : TJ_ERR_OOM;
+        if (!(n = tj__node(g, TJ__OP_CUSTOM, &dummy, nin, x, NULL, f, l))) return c->status ? c->status : TJ_ERR_OOM;
     }
     n->a.index = k;
     for (j = 0; j < d->nout; j++) {
@@ -6954,7 +7248,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     c->cvjps[k].nres = nres;
     memset(&dummy, 0, sizeof dummy);
     dummy.dt = TJ_I32;
-    if (!(n = tj__node(g, TJ__OP_CUSTOM_VJP, &dummy, nin + nout + nres, all, f, l))) return c->status ? c->status : TJ_ERR_OOM;
+    if (!(n = tj__node(g, TJ__OP_CUSTOM_VJP, &dummy, nin + nout + nres, all, NULL, f, l))) return c->status ? c->status : TJ_ERR_OOM;
     n->a.index = k;
     for (i = 0; i < nout; i++) {
         if (tj__add_proj(n, &all[nin + i]->t, TJ_SPACE_DEVICE)) return c->status;
@@ -7029,7 +7323,7 @@ static int tj__add_proj(tj_node *m, const tj__type *t, int space) {
         return -1;
     }
     m->proj = np;
-    p = tj__node(m->g, TJ__OP_PROJ, t, 1, &m, m->file, m->line);
+    p = tj__node(m->g, TJ__OP_PROJ, t, 1, &m, NULL, m->file, m->line);
     if (!p) return -1;
     p->a.index = m->nproj;
     p->space = space;
@@ -7076,7 +7370,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     for (i = 0; i < b->ncap; i++) in[nin++] = b->cap_outer[i];
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
-    n = tj__node(g, TJ__OP_SCAN, &t, nin, in, f, l);
+    n = tj__node(g, TJ__OP_SCAN, &t, nin, in, NULL, f, l);
     if (!n) return NULL;
     n->sub = b;
     b->refs++;
@@ -7171,12 +7465,12 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     b->manual = g->manual; /* a scan inside shard_map works on local blocks too */
     b->check = g->check;
     for (i = 0; i < nc; i++) {
-        if (!(cp[i] = tj__node(b, TJ__OP_PARAM, &init[i]->t, 0, NULL, f, l)) || tj__add_param(b, cp[i])) goto fail;
+        if (!(cp[i] = tj__node(b, TJ__OP_PARAM, &init[i]->t, 0, NULL, NULL, f, l)) || tj__add_param(b, cp[i])) goto fail;
         cp[i]->name = tj__strdup("carry");
     }
     for (i = 0; i < nx; i++) {
         tj__type xt = tj__type_drop(&xs[i]->t, ax);
-        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
+        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("x");
     }
     for (i = 0; i < 32; i++) co[i] = yo[i] = NULL;
@@ -7375,7 +7669,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
         unsigned v = tj__sh_used(lt.sh, lt.rank);
         lt = tj__local(c, &lt);
         lt.vary = check ? (uint8_t)v : 0;
-        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
+        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("block");
     }
     for (i = 0; i < 32; i++) yo[i] = NULL;
@@ -7707,6 +8001,23 @@ static void tj__lint_policy(tj_graph *g, const tj_policy *p, tj_graph *b, int nc
         tj__lint_policy(g, p->a, b, ncarry, r->n);
         tj__lint_policy(g, p->b, b, ncarry, r->n);
     }
+    if (p->kind == TJ_POLICY_SAVE_AND_OFFLOAD_ONLY_THESE_NAMES && p->names && p->offload_names) { /* JAX raises this too */
+        const char *s = p->names;
+        while (*s) {
+            size_t k = 0;
+            char nm[64];
+            while (*s == ' ' || *s == ',') s++;
+            while (s[k] && s[k] != ' ' && s[k] != ',') k++;
+            if (!k) break;
+            snprintf(nm, sizeof nm, "%.*s", (int)(k < 63 ? k : 63), s);
+            if (tj__in_list(p->offload_names, nm)) {
+                tj__err(g->ctx, TJ_ERR_ARG, b->file, b->line, "save_and_offload_only_these_names: '%s' is in both the save list (\"%s\") and the offload list (\"%s\")", nm,
+                        p->names, p->offload_names);
+                return;
+            }
+            s += k;
+        }
+    }
     tj__lint_names(g, p->names, "names", b, ncarry);
     tj__lint_names(g, p->offload_names, "offload names", b, ncarry);
     if (p->offload_dst && strcmp(p->offload_dst, "host") != 0 && strcmp(p->offload_dst, "pinned_host") != 0) {
@@ -7741,6 +8052,8 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
             snprintf(r->lint + m, sizeof r->lint - m, "policy %s names '%s', but no value in the scan body (%s:%d) carries that name\n", policy_name, nm,
                      tj__base(b->file), b->line);
             r->nlint++;
+            /* the user asked for something that cannot happen: say so at tj_jit, not only in tj_prog_lint */
+            tj__warn(g->ctx, b->file, b->line, "remat policy: no value in the scan or checkpoint body carries the name '%s' (from the policy's %s)", nm, policy_name);
         }
         s += k;
     }
@@ -7767,7 +8080,7 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
         tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, w->scan->file, w->scan->line, "scan: more than 64 residuals per iteration");
         return NULL;
     }
-    p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, w->scan->file, w->scan->line);
+    p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, NULL, w->scan->file, w->scan->line);
     if (!p || tj__add_param(w->bk, p)) return NULL;
     p->name = tj__strdup(name);
     p->space = space;
@@ -7780,8 +8093,8 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
 static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     tj_node *out = v, *p;
     int space = d == TJ_OFFLOAD ? TJ_SPACE_HOST : TJ_SPACE_DEVICE;
-    if (d == TJ_OFFLOAD) {
-        out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, v->file, v->line);
+    if (d == TJ_OFFLOAD && v->space != TJ_SPACE_HOST) {
+        out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, NULL, v->file, v->line);
         if (!out) return NULL;
         out->space = TJ_SPACE_HOST;
         out->pass = 0;
@@ -7808,9 +8121,8 @@ static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
     if (v->nin > 64) return NULL;
     for (i = 0; i < v->nin; i++)
         if (!(in[i] = tj__clone(w, v->in[i]))) return NULL;
-    n = tj__node(w->bk, v->op, &v->t, v->nin, in, v->file, v->line);
+    n = tj__node(w->bk, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
     if (!n) return NULL;
-    n->a = v->a;
     n->space = v->space;
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
     if (v->sub) {
@@ -7858,6 +8170,10 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested scan, saved");
         }
+        if (v->op == TJ__OP_PROJ && v->space == TJ_SPACE_HOST && d == TJ_SAVE) { /* a nested region's policy offloaded it: it stays on the host */
+            d = TJ_OFFLOAD;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
+        }
         tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
         if (d == TJ_RECOMPUTE) {
             tj_node *outer = w->via;
@@ -7875,6 +8191,13 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
     return r;
 }
 
+/* The type of a cotangent of a value of type t: a partial sum's cotangent is
+   the same on every device (d sum_k p_k / d p_k = 1), so it is not partial. */
+static tj__type tj__ct_type(const tj__type *t) {
+    tj__type c = *t;
+    c.partial = 0;
+    return c;
+}
 static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj_graph *G = n->g, *B = n->sub, *bk = NULL;
     tj_ctx *c = G->ctx;
@@ -7898,9 +8221,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     B->cur_pass = ++B->npass;
     for (i = 0; i < nc + ny; i++) {
         tj_node *o = B->outs[i];
+        tj__type ct = tj__ct_type(&o->t);
         ctp[i] = NULL;
         if (!tj__isfloat(o->t.dt)) continue;
-        ctp[i] = tj__node(B, TJ__OP_PARAM, &o->t, 0, NULL, n->file, n->line);
+        ctp[i] = tj__node(B, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
         if (!ctp[i] || tj__add_param(B, ctp[i])) goto fail;
         ctp[i]->name = tj__strdup(i < nc ? "carry cotangent" : "y cotangent");
         outs[nf] = o;
@@ -7930,7 +8254,8 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
     if (!w.map) goto fail;
     for (i = 0; i < nc; i++) { /* backward carry i: cotangent of carry i */
-        tj_node *p = tj__node(bk, TJ__OP_PARAM, &B->outs[i]->t, 0, NULL, n->file, n->line);
+        tj__type ct = tj__ct_type(&B->outs[i]->t);
+        tj_node *p = tj__node(bk, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
         if (!p || tj__add_param(bk, p)) goto fail;
         p->name = tj__strdup("carry cotangent");
         if (ctp[i]) w.map[ctp[i]->id] = p;
@@ -7939,7 +8264,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     }
     for (k = 0; k < nw; k++) /* a gradient-sum carry per float capture */
         if (wrt_kind[k] == 2) {
-            tj_node *p = tj__node(bk, TJ__OP_PARAM, &wrt[k]->t, 0, NULL, n->file, n->line);
+            tj_node *p = tj__node(bk, TJ__OP_PARAM, &wrt[k]->t, 0, NULL, NULL, n->file, n->line);
             if (!p || tj__add_param(bk, p)) goto fail;
             p->name = tj__strdup("capture gradient sum");
             binit[nbinit++] = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, wrt[k]->t.dt, 0), &wrt[k]->t);
@@ -7948,8 +8273,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         if (ctp[nc + i]) {
             tj_node *yct = pct[n->proj[nc + i]->id], *p;
             const tj__type *pt = &n->proj[nc + i]->t;
+            tj__type yt1 = tj__ct_type(&B->outs[nc + i]->t);
             yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, pt->dt, 0), pt);
-            p = tj__bk_xparam(&w, yct, &B->outs[nc + i]->t, TJ_SPACE_DEVICE, "y cotangent");
+            p = tj__bk_xparam(&w, yct, &yt1, TJ_SPACE_DEVICE, "y cotangent");
             if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
                 /* every device holds the replicated output: each gets 1/n of its cotangent */
                 unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank);
@@ -8022,7 +8348,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     }
     {
         int nyb = bk->nout - nbinit;
-        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, 1, nbinit, binit, w.nbx, bxs, nyb, n->policy, smap ? yt : NULL);
+        /* it runs the other way round (the VJP of a reverse scan, as in a
+           second derivative, runs forward) */
+        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, !n->a.reverse, nbinit, binit, w.nbx, bxs, nyb, n->policy, smap ? yt : NULL);
         if (!bn) goto fail;
         for (i = 0; i < nbinit; i++) bfinal[i] = bn->proj[i];
         /* 5. cotangents of the forward scan's inputs */
@@ -9561,6 +9889,18 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': NULL function or example tree", name ? name : "?");
         return NULL;
     }
+    if (c->status != TJ_OK) { /* errors are sticky: say so, rather than repeat an old message as if new */
+        char pre[256];
+        int k = snprintf(pre, sizeof pre, "jit '%.64s' at %.64s:%d: an earlier error was never cleared (call tj_clear_error): ", name ? name : "?", tj__base(file), line);
+        size_t ol = strlen(c->msg);
+        if (!strstr(c->msg, "never cleared (call tj_clear_error)") && k > 0 && (size_t)k < sizeof pre) {
+            if (ol + (size_t)k >= sizeof c->msg) ol = sizeof c->msg - (size_t)k - 1;
+            memmove(c->msg + k, c->msg, ol);
+            c->msg[(size_t)k + ol] = 0;
+            memcpy(c->msg, pre, (size_t)k);
+        }
+        return NULL;
+    }
     p = (tj_prog *)tj__calloc(sizeof *p);
     if (!p) {
         tj__err(c, TJ_ERR_OOM, file, line, "jit: out of memory");
@@ -9581,7 +9921,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         if (l->kind == TJ_LEAF_ARRAY) {
             tj_node *n;
             if (!tj__array_live(l->arr, "jit", file, line)) goto fail;
-            n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, file, line);
+            n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, NULL, file, line);
             if (!n || !(n->name = tj__strdup(l->name)) || tj__add_param(p->g, n)) goto fail;
             tj_tree_set_v(tin, l->name, n);
         } else if (l->kind == TJ_LEAF_VALUE) {
@@ -9622,6 +9962,24 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     }
     if (tj__own_outputs(p->g, p->outs, p->nout, 1)) goto fail;
     for (i = 0; i < p->g->nparam; i++) p->donate[i] = opts && tj__donated(opts->donate, p->g->params[i]->name);
+    if (opts && opts->donate) { /* every name or prefix in the list must match some input leaf */
+        const char *s = opts->donate;
+        while (*s) {
+            size_t k = 0;
+            int hit = 0;
+            char one[256];
+            while (*s == ' ' || *s == ',') s++;
+            while (s[k] && s[k] != ' ' && s[k] != ',') k++;
+            if (!k) break;
+            snprintf(one, sizeof one, "%.*s", (int)(k < 255 ? k : 255), s);
+            for (i = 0; i < p->g->nparam && !hit; i++) hit = tj__donated(one, p->g->params[i]->name);
+            if (!hit) {
+                tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': donate names '%s', which matches no input leaf (a prefix ends in '.')", p->name, one);
+                goto fail;
+            }
+            s += k;
+        }
+    }
     if (c->dump) {
         fprintf(stderr, "=== traced graph '%s' (%d nodes)\n", p->name, p->g->n);
         tj_graph_print(p->g, stderr);

@@ -38,6 +38,7 @@
 #define GPT2_IO_IMPLEMENTATION
 #include "gpt2_io.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@
 #include <string.h>
 #include <time.h>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #if defined(__GNUC__)
@@ -75,7 +77,10 @@ typedef struct {
     /* sharding: logical axis rules; NULL on one device */
     const char *param_rules, *compute_rules;
     int seq_parallel; /* residual stream split along pos over mesh axis model */
+    double ln_eps;    /* layer norm epsilon (1e-5; 0 means 1e-5)         */
+    int act;          /* ACT_GELU (tanh approximation) or ACT_RELU       */
 } gpt2_config;
+enum { ACT_GELU = 0, ACT_RELU = 1 };
 
 static void gpt2_default_config(gpt2_config *c) {
     memset(c, 0, sizeof *c);
@@ -87,6 +92,7 @@ static void gpt2_default_config(gpt2_config *c) {
     c->remat = REMAT_BLOCK_OUT;
     c->seed = 1337;
     c->beta1 = 0.9; c->beta2 = 0.95; c->eps = 1e-8; c->wd = 0.1; c->clip = 1.0;
+    c->ln_eps = 1e-5;
 }
 
 /* ------------------------------------------------------------ parameters */
@@ -205,7 +211,12 @@ static tj_v sum_all(tj_v x) {
     return tj_sum(x, axes);
 }
 
-static tj_v affine_ln(tj_v x, tj_v g, tj_v b) { return tj_add(tj_mul(tj_layer_norm(x, "embed", 1e-5), g), b); }
+/* layer norm with the config's epsilon (GPT-2's 1e-5 unless config.json says otherwise) */
+static tj_v affine_ln(const gpt2_config *c, tj_v x, tj_v g, tj_v b) {
+    return tj_add(tj_mul(tj_layer_norm(x, "embed", c->ln_eps > 0 ? c->ln_eps : 1e-5), g), b);
+}
+/* the MLP's activation: GPT-2's gelu (tanh approximation, HF "gelu_new"), or relu */
+static tj_v gpt2_act(const gpt2_config *c, tj_v x) { return c->act == ACT_RELU ? tj_relu(x) : tj_gelu(x); }
 
 /* x with axis `axis` reduced to its element i */
 static tj_v pick(tj_v x, const char *axis, int i) { return tj_sum(tj_slice(x, axis, i, i + 1), axis); }
@@ -214,7 +225,7 @@ static tj_v pick(tj_v x, const char *axis, int i) { return tj_sum(tj_slice(x, ax
 static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     double scale = 1.0 / sqrt((double)(c->C / c->H));
     tj_v h, qkv, q, k, v, s, a, o, m;
-    h = shard(c, affine_ln(x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1)));
+    h = shard(c, affine_ln(c, x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1)));
     qkv = shard(c, tj_add(tj_dot(h, p[P_WQKV], "embed"), p[P_BQKV])); /* (batch, pos, qkv, heads, head_dim) */
     q = pick(qkv, "qkv", 0);
     k = tj_rename(pick(qkv, "qkv", 1), "pos", "kpos");
@@ -224,14 +235,33 @@ static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     a = tj_softmax(s, "kpos");
     o = shard(c, tj_dot(a, v, "kpos"));                            /* (batch, heads, pos, head_dim) */
     x = shard_resid(c, tj_add(x, tj_add(shard_resid(c, tj_dot(o, p[P_WO], "heads head_dim")), p[P_BO])));
-    h = shard(c, affine_ln(x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3)));
-    m = shard(c, tj_gelu(tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
+    h = shard(c, affine_ln(c, x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3)));
+    m = shard(c, gpt2_act(c, tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
     x = tj_add(x, tj_add(shard_resid(c, tj_dot(m, p[P_WPROJ], "mlp")), p[P_BPROJ]));
     return tj_checkpoint_name(shard_resid(c, x), "block_out");
 }
 static void gpt2_scan_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *user) {
     (void)g; (void)y;
     carry_out[0] = gpt2_block((const gpt2_config *)user, carry[0], xs);
+}
+
+/* The vocabulary is padded (50257 -> 50304, 1000 -> 1024) so the vocab axis
+   divides the mesh; the padded columns are no tokens. Their logits become
+   GPT2_PAD_LOGIT, so every loss (training, evaluation, the vocab-parallel
+   one) is the softmax over the real vocabulary only, as in transformers,
+   and select's gradient gives the padded columns (and the padded rows of
+   the tied wte) exactly zero. The mask is built from an arange constrained
+   right at its source, so each device makes only its slice. */
+#define GPT2_PAD_LOGIT (-1e30)
+static tj_v gpt2_mask_padded(const gpt2_config *c, tj_v logits) {
+    tj_graph *g;
+    char shape[64];
+    tj_v col;
+    if (!logits || c->V_real <= 0 || c->V_real >= c->V) return logits;
+    g = tj_graph_of(logits);
+    snprintf(shape, sizeof shape, "vocab=%d", c->V);
+    col = shard(c, tj_arange(g, TJ_I32, shape, "vocab"));
+    return tj_select(tj_lt(col, tj_scalar(g, TJ_I32, c->V_real)), logits, tj_scalar(g, tj_v_dtype(logits), GPT2_PAD_LOGIT));
 }
 
 /* logits (batch, pos, vocab) in f32 from a tree of parameter values named
@@ -252,9 +282,10 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
     x = shard_resid(c, tj_add(tj_take(wte, "vocab", tokens), wpe)); /* (batch, pos, embed) */
     for (i = 0; i < NBLOCKP; i++) xs[i] = tj_tree_v(P, gpt2_params[i].name);
     if (tj_scan(gpt2_scan_body, (void *)c, "layer", 1, &x, NBLOCKP, xs, 0, &out, NULL, &pol)) return NULL;
-    x = shard(c, affine_ln(out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
+    x = shard(c, affine_ln(c, out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
     logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
-    return tj_v_dtype(logits) == TJ_BF16 ? tj_cast(logits, TJ_F32) : logits; /* f64 stays f64 (gradient checks) */
+    if (tj_v_dtype(logits) == TJ_BF16) logits = tj_cast(logits, TJ_F32); /* f64 stays f64 (gradient checks) */
+    return gpt2_mask_padded(c, logits);
 }
 
 /* the "params." leaves of `in` as a tree P named without the prefix */
@@ -772,13 +803,23 @@ static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
    layers are Conv1D: weight (in, out), y = x . W + b. Stored F32, F16, BF16
    or F64; converted to f32. Other tensors (lm_head.weight, which is tied to
    wte, and the h.{i}.attn.bias / masked_bias buffers of older files) are
-   ignored. */
+   ignored.
+
+   The sizes come from the tensors. config.json beside the file (or in the
+   directory given instead of the file, which then holds model.safetensors)
+   gives the heads, the layer norm epsilon and the activation, and must
+   agree with the tensors; without it the heads come from the caller
+   (--heads) or embed / 64. */
 typedef struct {
     tj_ctx *ctx;        /* for the parse (its errors)                     */
     tj_safetensors *st;
     char path[512];
     const char *prefix; /* "" or "transformer."                           */
     int L, C, V, P, M;  /* layers, embed, vocab, positions, mlp           */
+    char config[600];   /* config.json read ("" if there was none)        */
+    int H;              /* heads from config.json; 0 without one          */
+    double ln_eps;      /* layer norm epsilon (1e-5 without config.json)  */
+    int act;            /* ACT_*                                          */
 } gpt2_hf;
 
 static int hf_fail(char *err, size_t n, const char *fmt, ...) {
@@ -812,13 +853,24 @@ static int hf_tensor(const gpt2_hf *hf, const char *name, int rank, int64_t d0, 
     if (out && tj_st_to_f32(t, out)) return hf_fail(err, n, "%s: tensor '%s': cannot convert to f32", hf->path, full);
     return 0;
 }
-/* Parse the file and infer the sizes (not the heads: the file has no config).
-   Returns 0, or 1 and a message naming the file in err. */
+static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n);
+static int is_dir(const char *p) {
+    struct stat sb;
+    return p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+/* Parse the file (or DIR/model.safetensors), infer the sizes, read
+   config.json beside it when there is one. Returns 0, or 1 and a message
+   naming the file in err. */
 static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
     const tj_st_tensor *wte, *wpe;
     int i, maxl = -1;
     memset(hf, 0, sizeof *hf);
-    snprintf(hf->path, sizeof hf->path, "%s", path ? path : "(null)");
+    hf->ln_eps = 1e-5;
+    if (is_dir(path)) {
+        size_t pl = strlen(path);
+        snprintf(hf->path, sizeof hf->path, "%.480s%smodel.safetensors", path, pl && path[pl - 1] == '/' ? "" : "/");
+        path = hf->path;
+    } else snprintf(hf->path, sizeof hf->path, "%s", path ? path : "(null)");
     if (!(hf->ctx = tj_ctx_new())) return hf_fail(err, n, "%s: out of memory", hf->path);
     if (!(hf->st = tj_st_load(hf->ctx, path))) {
         hf_fail(err, n, "cannot read Hugging Face GPT-2 weights from %s: %s", hf->path, tj_error(hf->ctx));
@@ -882,6 +934,53 @@ static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
         }
         hf->M = (int)fc->shape[1];
     }
+    if (gpt2_hf_read_config(hf, err, n)) {
+        gpt2_hf_close(hf);
+        return 1;
+    }
+    return 0;
+}
+/* config.json beside hf->path: absent is fine; present, it must describe
+   a GPT-2 this demo computes exactly and agree with the tensors */
+static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n) {
+    gio_gpt2_config cf;
+    const char *slash = strrchr(hf->path, '/'), *act;
+    char cpath[600];
+    FILE *f;
+    int inner;
+    if (slash) snprintf(cpath, sizeof cpath, "%.*s/config.json", (int)(slash - hf->path), hf->path);
+    else snprintf(cpath, sizeof cpath, "config.json");
+    if (!(f = fopen(cpath, "rb"))) return 0;
+    fclose(f);
+    if (gio_gpt2_config_read(cpath, &cf, err, n)) return 1;
+    snprintf(hf->config, sizeof hf->config, "%s", cpath);
+#define DISAGREE(what, cv, tv, unit, src) \
+    if ((cv) >= 0 && (cv) != (tv)) return hf_fail(err, n, "%s: %s is %d, but %s has %d %s (%s)", cpath, what, (int)(cv), hf->path, (int)(tv), unit, src)
+    DISAGREE("n_layer", cf.n_layer, hf->L, "layers", "h.N.* tensors");
+    DISAGREE("n_embd", cf.n_embd, hf->C, "channels", "wte.weight columns");
+    DISAGREE("vocab_size", cf.vocab_size, hf->V, "tokens", "wte.weight rows");
+    DISAGREE("n_positions", cf.n_positions, hf->P, "positions", "wpe.weight rows");
+    inner = cf.n_inner >= 0 ? cf.n_inner : 4 * hf->C;
+    DISAGREE(cf.n_inner >= 0 ? "n_inner" : "4 * n_embd (n_inner null)", inner, hf->M, "MLP channels", "h.0.mlp.c_fc.weight columns");
+#undef DISAGREE
+    if (cf.model_type[0] && strcmp(cf.model_type, "gpt2"))
+        return hf_fail(err, n, "%s: model_type \"%s\" is not \"gpt2\"", cpath, cf.model_type);
+    if (cf.n_head == 0 || (cf.n_head > 0 && hf->C % cf.n_head))
+        return hf_fail(err, n, "%s: n_head %d does not divide n_embd %d", cpath, cf.n_head, hf->C);
+    hf->H = cf.n_head > 0 ? cf.n_head : 0;
+    if (cf.layer_norm_epsilon >= 0) {
+        if (!(cf.layer_norm_epsilon > 0)) return hf_fail(err, n, "%s: layer_norm_epsilon 0 is not supported (want > 0)", cpath);
+        hf->ln_eps = cf.layer_norm_epsilon;
+    }
+    act = cf.activation_function[0] ? cf.activation_function : "gelu_new";
+    if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast")) hf->act = ACT_GELU;
+    else if (!strcmp(act, "relu")) hf->act = ACT_RELU;
+    else
+        return hf_fail(err, n, "%s: activation_function \"%s\" is not supported (tinyjax's GPT-2 has gelu_new, gelu_pytorch_tanh and gelu_fast, "
+                               "all the tanh approximation, and relu)", cpath, act);
+    if (cf.scale_attn_weights == 0) return hf_fail(err, n, "%s: scale_attn_weights false is not supported (attention scores are scaled by 1/sqrt(head_dim))", cpath);
+    if (cf.scale_attn_by_inverse_layer_idx == 1) return hf_fail(err, n, "%s: scale_attn_by_inverse_layer_idx true is not supported", cpath);
+    if (cf.add_cross_attention == 1) return hf_fail(err, n, "%s: add_cross_attention true is not supported (a decoder-only GPT-2 has none)", cpath);
     return 0;
 }
 /* The model config of the file: layers, embed, mlp, vocab (padded as the
@@ -889,6 +988,10 @@ static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
    or embed / 64 (GPT-2's head size: 12 heads for 768 channels) when 0.
    The training context T is clipped to the position table. */
 static int gpt2_hf_config(const gpt2_hf *hf, gpt2_config *c, int heads, char *err, size_t n) {
+    if (hf->H > 0) {
+        if (heads > 0 && heads != hf->H) return hf_fail(err, n, "%s: n_head is %d, --heads says %d", hf->config, hf->H, heads);
+        heads = hf->H;
+    }
     if (heads <= 0) {
         if (hf->C % 64) return hf_fail(err, n, "%s: embed %d is not a multiple of 64: give the number of heads (--heads)", hf->path, hf->C);
         heads = hf->C / 64;
@@ -899,6 +1002,8 @@ static int gpt2_hf_config(const gpt2_hf *hf, gpt2_config *c, int heads, char *er
     c->V = hf->V <= 256 ? 256 : (hf->V + 63) / 64 * 64;
     c->block = hf->P;
     if (c->T > hf->P) c->T = hf->P;
+    c->ln_eps = hf->ln_eps;
+    c->act = hf->act;
     return 0;
 }
 static int64_t param_numel(const gpt2_config *c, int i) {
@@ -921,7 +1026,8 @@ static int gpt2_hf_load(gpt2_trainer *tr, const gpt2_hf *hf, char *err, size_t n
     tj_tree *nt;
     int i, l, k, C = c->C, M = c->M, bad = 0;
     char nm[96], shape[256], pn[128];
-    if (c->L != hf->L || c->C != hf->C || c->M != hf->M || c->V < hf->V || c->block != hf->P || c->H < 1 || C % c->H)
+    if (c->L != hf->L || c->C != hf->C || c->M != hf->M || c->V < hf->V || c->block != hf->P || c->H < 1 || C % c->H ||
+        (hf->H > 0 && c->H != hf->H) || c->act != hf->act || (c->ln_eps > 0 ? c->ln_eps : 1e-5) != hf->ln_eps)
         return hf_fail(err, n, "%s: the file's GPT-2 (layers %d, embed %d, mlp %d, vocab %d, positions %d) does not fit the model (layers %d, embed %d, mlp %d, vocab %d, positions %d)",
                        hf->path, hf->L, hf->C, hf->M, hf->V, hf->P, c->L, c->C, c->M, c->V, c->block);
     nt = tj_tree_new(tr->ctx);
@@ -999,6 +1105,99 @@ GPT2_UNUSED static int gpt2_init_from(gpt2_trainer *tr, const char *path, char *
     return st;
 }
 
+/* Export the trainer's parameters as a Hugging Face GPT-2 directory: dir/
+   model.safetensors (names wte.weight, wpe.weight, h.{i}.ln_1.weight, ..,
+   ln_f.bias; Conv1D (in, out) weights; the tied head is wte, so no
+   lm_head.weight; F32; wte cut to the real vocabulary) and dir/config.json,
+   what transformers.GPT2LMHeadModel.from_pretrained(dir) loads. eos_id is
+   the tokenizer's <|endoftext|> (written as bos and eos), or -1 for none.
+   The directory is made if missing; each file is written atomically
+   (temporary file, fsync, rename). Returns 0, or 1 and a message. */
+static int param_index(const char *name) {
+    int i;
+    for (i = 0; i < NPARAMS; i++) if (!strcmp(gpt2_params[i].name, name)) return i;
+    return -1;
+}
+GPT2_UNUSED static int gpt2_export_hf(gpt2_trainer *tr, const char *dir, int eos_id, char *err, size_t n) {
+    const gpt2_config *c = &tr->cfg;
+    float *host[NPARAMS];
+    tj_st_entry *e = NULL;
+    int64_t *shapes = NULL;
+    char (*names)[64] = NULL, path[1100];
+    int i, l, k = 0, ne = 16 * c->L + 8, bad = 0, C = c->C, M = c->M;
+    gio_gpt2_config hc;
+    const char *meta[2] = {"format", "pt"};
+    struct stat sb;
+    memset(host, 0, sizeof host);
+    if (!dir || !*dir) return hf_fail(err, n, "--export-hf: empty directory name");
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode)) return hf_fail(err, n, "--export-hf %s: exists and is not a directory", dir);
+    } else if (mkdir(dir, 0755) != 0) return hf_fail(err, n, "--export-hf %s: cannot create the directory: %s", dir, strerror(errno));
+    for (i = 0; i < NPARAMS && !bad; i++) {
+        char pn[128];
+        tj_array *a;
+        snprintf(pn, sizeof pn, "params.%s", gpt2_params[i].name);
+        a = tj_tree_array(tr->state, pn);
+        host[i] = (float *)malloc(sizeof(float) * (size_t)param_numel(c, i));
+        if (!a || !host[i] || tj_array_read(a, TJ_F32, host[i])) bad = hf_fail(err, n, "--export-hf: reading %s: %s", pn, a ? tj_error(tr->ctx) : "missing");
+    }
+    e = (tj_st_entry *)calloc((size_t)ne, sizeof *e);
+    shapes = (int64_t *)calloc((size_t)ne * 2, sizeof *shapes);
+    names = (char (*)[64])calloc((size_t)ne, sizeof *names);
+    if (!bad && (!e || !shapes || !names)) bad = hf_fail(err, n, "--export-hf: out of memory");
+#define ADD(nm_fmt, layer, src, rank_, d0, d1) do {                                     \
+        snprintf(names[k], sizeof names[k], nm_fmt, layer);                              \
+        e[k].name = names[k]; e[k].dtype = TJ_ST_F32; e[k].rank = (rank_);                \
+        shapes[2 * k] = (d0); shapes[2 * k + 1] = (d1); e[k].shape = shapes + 2 * k;      \
+        e[k].data = (src); k++;                                                          \
+    } while (0)
+    if (!bad) {
+        ADD("%s", "wte.weight", host[param_index("wte")], 2, (int64_t)c->V_real, (int64_t)C); /* the first V_real rows */
+        ADD("%s", "wpe.weight", host[param_index("wpe")], 2, (int64_t)c->block, (int64_t)C);
+        for (l = 0; l < c->L; l++) {
+            size_t L_ = (size_t)l;
+            ADD("h.%d.ln_1.weight", l, host[P_LN] + (L_ * 4 + 0) * C, 1, C, 0);
+            ADD("h.%d.ln_1.bias", l, host[P_LN] + (L_ * 4 + 1) * C, 1, C, 0);
+            ADD("h.%d.attn.c_attn.weight", l, host[P_WQKV] + L_ * C * 3 * C, 2, C, 3 * C);
+            ADD("h.%d.attn.c_attn.bias", l, host[P_BQKV] + L_ * 3 * C, 1, 3 * C, 0);
+            ADD("h.%d.attn.c_proj.weight", l, host[P_WO] + L_ * C * C, 2, C, C);
+            ADD("h.%d.attn.c_proj.bias", l, host[P_BO] + L_ * C, 1, C, 0);
+            ADD("h.%d.ln_2.weight", l, host[P_LN] + (L_ * 4 + 2) * C, 1, C, 0);
+            ADD("h.%d.ln_2.bias", l, host[P_LN] + (L_ * 4 + 3) * C, 1, C, 0);
+            ADD("h.%d.mlp.c_fc.weight", l, host[P_WFC] + L_ * C * M, 2, C, M);
+            ADD("h.%d.mlp.c_fc.bias", l, host[P_BFC] + L_ * M, 1, M, 0);
+            ADD("h.%d.mlp.c_proj.weight", l, host[P_WPROJ] + L_ * M * C, 2, M, C);
+            ADD("h.%d.mlp.c_proj.bias", l, host[P_BPROJ] + L_ * C, 1, C, 0);
+        }
+        ADD("%s", "ln_f.weight", host[param_index("lnf_g")], 1, C, 0);
+        ADD("%s", "ln_f.bias", host[param_index("lnf_b")], 1, C, 0);
+    }
+#undef ADD
+    if (!bad) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (tj_st_save(tr->ctx, path, e, k, meta, 1)) {
+            bad = hf_fail(err, n, "--export-hf: %s", tj_error(tr->ctx));
+            tj_clear_error(tr->ctx);
+        }
+    }
+    if (!bad) {
+        gio_gpt2_config_init(&hc);
+        hc.n_layer = c->L; hc.n_head = c->H; hc.n_embd = C; hc.n_positions = c->block; hc.vocab_size = c->V_real;
+        hc.n_inner = M == 4 * C ? -2 : M;
+        hc.layer_norm_epsilon = c->ln_eps > 0 ? c->ln_eps : 1e-5;
+        snprintf(hc.activation_function, sizeof hc.activation_function, "%s", c->act == ACT_RELU ? "relu" : "gelu_new");
+        hc.tie_word_embeddings = 1;
+        hc.bos_token_id = hc.eos_token_id = eos_id >= 0 && eos_id < c->V_real ? eos_id : -2;
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        bad = gio_gpt2_config_write(path, &hc, err, n);
+    }
+    for (i = 0; i < NPARAMS; i++) free(host[i]);
+    free(e);
+    free(shapes);
+    free(names);
+    return bad;
+}
+
 /* ------------------------------------------------------------ utilities */
 
 GPT2_UNUSED static double now_ms(void) {
@@ -1064,6 +1263,7 @@ typedef struct {
     int heads_set, layers_set, embed_set, context_set; /* given by flag */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
+    const char *export_hf;
 } gpt2_args;
 
 static void usage(void) {
@@ -1101,7 +1301,8 @@ static void usage(void) {
         "  --eval-batches N    validation batches per evaluation (8)\n"
         "data\n"
         "  --data FILE         train on a text file (bytes; or GPT-2 BPE with --tokenizer)\n"
-        "  --tokens FILE.bin   pre-tokenized llm.c token file (uint16 GPT-2 tokens)\n"
+        "  --tokens FILE.bin   pre-tokenized llm.c token file (version 1: uint16 GPT-2 tokens;\n"
+        "                      version 2, or llm.c's Llama 3 files: uint32 tokens)\n"
         "  --tokenizer V M     GPT-2 BPE from vocab.json and merges.txt (encodes --data,\n"
         "                      decodes samples)\n"
         "                      default data: tinyjax.h, README.md, demos/*.c, demos/*.h,\n"
@@ -1129,10 +1330,16 @@ static void usage(void) {
         "  --print-program     print the compiled training step and its memory plan\n"
         "  --save FILE         checkpoint (safetensors via tj_tree_save) at the end\n"
         "  --resume FILE       resume params, optimizer state and step from a checkpoint\n"
-        "  --init-from FILE    start from Hugging Face GPT-2 weights (model.safetensors, names\n"
-        "                      h.0.attn.c_attn.weight .., with or without \"transformer.\"):\n"
-        "                      layers, embed, vocab and positions come from the file, heads\n"
-        "                      from --heads or embed / 64; with --steps 0 it only samples\n"
+        "  --export-hf DIR     at the end, write DIR/model.safetensors (Hugging Face GPT-2 names and\n"
+        "                      layouts, tied head, real vocabulary) and DIR/config.json, which\n"
+        "                      transformers' GPT2LMHeadModel.from_pretrained(DIR) and --init-from\n"
+        "                      DIR load; the tokenizer files given are copied beside them\n"
+        "  --init-from F|DIR   start from Hugging Face GPT-2 weights (model.safetensors, names\n"
+        "                      h.0.attn.c_attn.weight .., with or without \"transformer.\"; or a\n"
+        "                      directory holding it): layers, embed, vocab and positions come\n"
+        "                      from the tensors; heads, layer norm epsilon and activation from\n"
+        "                      config.json beside them (without one: --heads or embed / 64);\n"
+        "                      a flag that disagrees is an error; with --steps 0 it only samples\n"
         "benchmark\n"
         "  --bench             GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocab 50304,\n"
         "                      B=4, T=64, f32, one device, all cores): median ms/step\n"
@@ -1274,6 +1481,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (ARG("--save")) a->save = argv[++i];
         else if (ARG("--resume")) a->resume = argv[++i];
         else if (ARG("--init-from")) a->init_from = argv[++i];
+        else if (ARG("--export-hf")) a->export_hf = argv[++i];
         else if (ARG("--bench-steps")) a->bench_steps = atoi(argv[++i]);
         else { fprintf(stderr, "gpt2_train: unknown flag or missing value: %s (see --help)\n", f); return 1; }
 #undef ARG
@@ -1394,6 +1602,24 @@ static void sample(gpt2_trainer *tr, const gio_tokenizer *tok, const int32_t *pr
     free(p);
 }
 
+/* copy a file into dir (atomically) */
+static int copy_into(const char *src, const char *dir, const char *name, char *err, size_t n) {
+    char *d, path[1100];
+    size_t len;
+    int st;
+    if (gio_read_file(src, &d, &len, err, n)) return 1;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    st = gio_write_file_atomic(path, d, len, err, n);
+    free(d);
+    return st;
+}
+/* the tokenizer files the run used, beside the exported model */
+static int export_tokenizer(const gpt2_args *a, char *err, size_t n) {
+    if (a->vocab_json && (copy_into(a->vocab_json, a->export_hf, "vocab.json", err, n) || copy_into(a->merges_txt, a->export_hf, "merges.txt", err, n)))
+        return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     gpt2_args a;
     gpt2_trainer tr;
@@ -1403,6 +1629,7 @@ int main(int argc, char **argv) {
     size_t ndata = 0, ntrain, nval;
     double *tr_step, *tr_loss, *va_step, *va_loss, t_start, unigram, best_val = NAN;
     size_t n_tr = 0, n_va = 0;
+    int32_t data_top = -1;
     int64_t s;
     char err[512], src[1100];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1423,9 +1650,23 @@ int main(int argc, char **argv) {
         have_tok = 1;
     }
     if (a.tokens) {
+        size_t k;
+        int32_t top = -1;
         if (gio_tokens_read(a.tokens, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
-        a.cfg.V_real = 50257;
-        printf("data: %s, %zu GPT-2 tokens\n", a.tokens, ndata);
+        for (k = 0; k < ndata; k++) if (data[k] > top) top = data[k];
+        /* GPT-2's vocabulary (or the tokenizer's), unless the file has larger ids */
+        a.cfg.V_real = a.vocab_json ? tok.vocab_size : 50257;
+        if (top >= a.cfg.V_real) {
+            if (top >= (1 << 24)) { fprintf(stderr, "gpt2_train: %s: token id %ld is too large for a vocabulary\n", a.tokens, (long)top); free(data); return 1; }
+            if (a.vocab_json) {
+                fprintf(stderr, "gpt2_train: %s: token id %ld is outside the tokenizer's vocabulary of %d\n", a.tokens, (long)top, tok.vocab_size);
+                free(data);
+                return 1;
+            }
+            a.cfg.V_real = top + 1;
+        }
+        data_top = top;
+        printf("data: %s, %zu tokens (largest id %ld; vocabulary %d)\n", a.tokens, ndata, (long)top, a.cfg.V_real);
     } else {
         char *text = NULL;
         size_t len = 0;
@@ -1443,7 +1684,7 @@ int main(int argc, char **argv) {
         free(text);
     }
     if (a.init_from) { /* the model's sizes are the file's */
-        int data_vocab = a.cfg.V_real;
+        int data_vocab = a.tokens ? (int)data_top + 1 : a.cfg.V_real;
         if (gpt2_hf_open(&hf, a.init_from, err, sizeof err)) { fprintf(stderr, "gpt2_train: --init-from: %s\n", err); free(data); return 1; }
         if ((a.layers_set && a.cfg.L != hf.L) || (a.embed_set && a.cfg.C != hf.C) || (a.context_set && a.cfg.T > hf.P)) {
             fprintf(stderr, "gpt2_train: --init-from %s: the file has %d layers, %d channels, %d positions; --layers/--embed/--context disagree\n", a.init_from,
@@ -1505,14 +1746,18 @@ int main(int argc, char **argv) {
     if (a.init_from) {
         double t0 = now_ms();
         int bad = gpt2_hf_load(&tr, &hf, err, sizeof err);
+        char how[700];
+        if (hf.config[0]) snprintf(how, sizeof how, "config %s", hf.config);
+        else snprintf(how, sizeof how, "no config.json: heads from %s", a.heads_set ? "--heads" : "embed / 64");
         gpt2_hf_close(&hf);
         if (bad) {
             fprintf(stderr, "gpt2_train: --init-from: %s\n", err);
             gpt2_trainer_free(&tr);
             return 1;
         }
-        printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions) in %.0f ms\n", a.init_from, tr.cfg.L, tr.cfg.H,
-               tr.cfg.C, tr.cfg.V_real, tr.cfg.V, tr.cfg.block, now_ms() - t0);
+        printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions, layer norm eps %g, %s; %s) in %.0f ms\n",
+               a.init_from, tr.cfg.L, tr.cfg.H, tr.cfg.C, tr.cfg.V_real, tr.cfg.V, tr.cfg.block, tr.cfg.ln_eps, tr.cfg.act == ACT_RELU ? "relu" : "gelu_new",
+               how, now_ms() - t0);
     }
     if (a.resume) {
         tj_status st = gpt2_resume(&tr, a.resume);
@@ -1591,6 +1836,20 @@ int main(int argc, char **argv) {
         else if (st) fprintf(stderr, "gpt2_train: save: %s\n", tj_error(tr.ctx));
         else printf("checkpoint: %s (step %lld)\n", a.save, (long long)tr.step_no);
         tj_clear_error(tr.ctx);
+    }
+    if (a.export_hf) {
+        int eos = have_tok && tok.kind == GIO_TOK_GPT2 ? gio_tok_lookup(&tok, "<|endoftext|>", 13) : -1;
+        if (gpt2_export_hf(&tr, a.export_hf, eos, err, sizeof err) || export_tokenizer(&a, err, sizeof err)) {
+            fprintf(stderr, "gpt2_train: %s\n", err);
+            free(x); free(y); free(tr_step); free(tr_loss); free(va_step); free(va_loss);
+            free(data);
+            if (have_tok) gio_tok_free(&tok);
+            gio_trace_free(&trace);
+            gpt2_trainer_free(&tr);
+            return 1;
+        }
+        printf("export: %s/model.safetensors and config.json (Hugging Face GPT-2, L=%d H=%d C=%d, vocab %d)\n", a.export_hf, tr.cfg.L, tr.cfg.H, tr.cfg.C,
+               tr.cfg.V_real);
     }
     if (a.sample_len > 0 && (n_tr || a.init_from || a.resume)) {
         int32_t *pr = NULL;

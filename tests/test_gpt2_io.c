@@ -478,6 +478,50 @@ static void put_le32(unsigned char *p, uint32_t v) {
     for (k = 0; k < 4; k++) p[k] = (unsigned char)(v >> (8 * k));
 }
 
+/* version 2 (uint32 tokens, vocabularies over 65,535) and llm.c's Llama 3
+   files (magic 20240801, version 7, uint32) */
+static void test_tokens_v2(int32_t big) {
+    int32_t toks[5], *got = NULL;
+    size_t n = 0, len;
+    char err[512], *file;
+    unsigned char raw[1024 + 8];
+    toks[0] = big;
+    toks[1] = 0;
+    toks[2] = 65535;
+    toks[3] = 128255;
+    toks[4] = 0x7fffffff;
+    CHECKE(gio_tokens_write(path_in("v2.bin"), toks, 5, err, sizeof err) == 0, err);
+    CHECK(gio_read_file(path_in("v2.bin"), &file, &len, err, sizeof err) == 0 && len == 1024 + 4 * 5 && file[4] == 2);
+    free(file);
+    CHECKE(gio_tokens_read(path_in("v2.bin"), &got, &n, err, sizeof err) == 0, err);
+    CHECK(n == 5 && got && got[0] == big && got[1] == 0 && got[2] == 65535 && got[3] == 128255 && got[4] == 0x7fffffff);
+    free(got);
+    memset(raw, 0, sizeof raw);
+    put_le32(raw, 20240801);
+    put_le32(raw + 4, 7);
+    put_le32(raw + 8, 2);
+    put_le32(raw + 1024, 128000);
+    put_le32(raw + 1028, 17);
+    write_raw(path_in("llama3.bin"), raw, sizeof raw);
+    CHECKE(gio_tokens_read(path_in("llama3.bin"), &got, &n, err, sizeof err) == 0, err);
+    CHECK(n == 2 && got && got[0] == 128000 && got[1] == 17);
+    free(got);
+    put_le32(raw + 4, 1);
+    write_raw(path_in("llama3v1.bin"), raw, sizeof raw);
+    CHECK(gio_tokens_read(path_in("llama3v1.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "version 1") && got == NULL);
+    put_le32(raw, 20240520);
+    put_le32(raw + 4, 2);
+    put_le32(raw + 1028, 0x80000000u);
+    write_raw(path_in("v2big.bin"), raw, sizeof raw);
+    CHECK(gio_tokens_read(path_in("v2big.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "token 1 = 2147483648") && got == NULL);
+    write_raw(path_in("v2trunc.bin"), raw, sizeof raw - 2);
+    CHECK(gio_tokens_read(path_in("v2trunc.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "truncated"));
+    /* a version 1 header on uint32 data is a size mismatch, not garbage */
+    put_le32(raw + 4, 1);
+    write_raw(path_in("v1of4.bin"), raw, sizeof raw);
+    CHECK(gio_tokens_read(path_in("v1of4.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "count mismatch"));
+}
+
 static void test_tokens(void) {
     enum { NTOK = 1000 };
     int32_t toks[NTOK], *got = NULL, bad = 70000;
@@ -501,11 +545,11 @@ static void test_tokens(void) {
     put_le32((unsigned char *)file, 12345);
     write_raw(path_in("badmagic.bin"), file, len);
     CHECK(gio_tokens_read(path_in("badmagic.bin"), &got, &n, err, sizeof err) != 0 &&
-          contains(err, "badmagic.bin: bad magic 12345 (want 20240520)") && got == NULL && n == 0);
+          contains(err, "badmagic.bin: bad magic 12345 (want 20240520") && got == NULL && n == 0);
     put_le32((unsigned char *)file, 20240520);
-    put_le32((unsigned char *)file + 4, 2);
+    put_le32((unsigned char *)file + 4, 3);
     write_raw(path_in("badver.bin"), file, len);
-    CHECK(gio_tokens_read(path_in("badver.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "version 2"));
+    CHECK(gio_tokens_read(path_in("badver.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "version 3"));
     put_le32((unsigned char *)file + 4, 1);
     write_raw(path_in("trunc.bin"), file, len - 1);
     CHECK(gio_tokens_read(path_in("trunc.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "trunc.bin: truncated"));
@@ -519,7 +563,11 @@ static void test_tokens(void) {
     CHECK(gio_tokens_read(path_in("neg.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "negative"));
     free(file);
     CHECK(gio_tokens_read(path_in("missing.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "cannot open"));
-    CHECK(gio_tokens_write(path_in("x.bin"), &bad, 1, err, sizeof err) != 0 && contains(err, "uint16"));
+    {
+        int32_t neg = -1;
+        CHECK(gio_tokens_write(path_in("x.bin"), &neg, 1, err, sizeof err) != 0 && contains(err, "negative"));
+    }
+    test_tokens_v2(bad);
     CHECKE(gio_tokens_write(path_in("empty.bin"), toks, 0, err, sizeof err) == 0, err);
     CHECKE(gio_tokens_read(path_in("empty.bin"), &got, &n, err, sizeof err) == 0 && n == 0, err);
     free(got);
@@ -753,6 +801,16 @@ static void test_pretok(void) {
         {"tab\tx", {"tab", "\t", "x"}},
         {"''ll 'll", {"''", "ll", " '", "ll"}},
         {"12 121 \n\n\nhello", {"12", " 121", " \n\n", "\n", "hello"}},
+        /* unassigned code points are neither letters nor numbers: they join
+           punctuation (U+0383, U+0378, U+0530, U+E0080, U+10FFFF, U+3FFFE, U+2EBF) */
+        {"\xce\x83't", {"\xce\x83'", "t"}},
+        {"ab\xcd\xb8" "cd", {"ab", "\xcd\xb8", "cd"}},
+        {" \xf3\xa0\x82\x80x", {" \xf3\xa0\x82\x80", "x"}},
+        {"x\xf4\x8f\xbf\xbf\xf0\xbf\xbf\xbe!", {"x", "\xf4\x8f\xbf\xbf\xf0\xbf\xbf\xbe!"}},
+        {"a\xd4\xb0" "b 1\xcd\xb7\xcd\xb8", {"a", "\xd4\xb0", "b", " 1", "\xcd\xb7", "\xcd\xb8"}},
+        /* letters assigned in Unicode 15.0 (U+1E030) and 17.0 (U+323B0, CJK Ext. J) */
+        {"\xf0\x9e\x80\xb0" "a \xf0\xb2\x8e\xb0\xf0\xb2\x8e\xb1 \xe2\xba\xbf" "0",
+         {"\xf0\x9e\x80\xb0" "a", " \xf0\xb2\x8e\xb0\xf0\xb2\x8e\xb1", " \xe2\xba\xbf", "0"}},
     };
     size_t c;
     for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -774,6 +832,14 @@ static void test_pretok(void) {
         CHECK(good);
     }
     CHECK(gio_gpt2_pretok_next("abc", 3, 3) == 0);
+    {   /* the whole table against the counts tools/gen_unicode_table.py
+           printed from Python's regex (Unicode 17.0) */
+        long cnt[4] = {0, 0, 0, 0};
+        uint32_t cp;
+        for (cp = 0x100; cp <= 0x10FFFF; cp++) cnt[gio__uclass(cp)]++;
+        CHECK(cnt[GIO__CO] == 966376 && cnt[GIO__CL] == 145555 && cnt[GIO__CN] == 1908 && cnt[GIO__CS] == 17);
+        if (cnt[GIO__CL] != 145555) printf("classes >= U+0100: %ld other, %ld letters, %ld numbers, %ld spaces\n", cnt[0], cnt[1], cnt[2], cnt[3]);
+    }
 }
 
 /* ------------------------------------------------------------------ */
