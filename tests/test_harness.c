@@ -180,9 +180,15 @@ static void scale_in(const hx_cfg *c, const tj_v *x, double s, tj_v *o) {
 static tj_v B(tj_graph *g, const tj_v *x, const hx_cfg *c) { return c->r->build(g, x, c); }
 
 /* ----------------------------------------------------------- contexts --- */
+static const tj_policy *nothing_policy(void) {
+    static tj_policy p;
+    p = tj_nothing_saveable();
+    return &p;
+}
 static void xs_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v c = step_of(carry[0], B(g, x, (const hx_cfg *)u));
     (void)y;
-    co[0] = step_of(carry[0], B(g, x, (const hx_cfg *)u));
+    co[0] = c ? tj_checkpoint_name(c, "c") : NULL; /* the carry's name: scan_xs offloads it */
 }
 static void cap_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *co, tj_v *y, void *u) {
     const hx_cfg *c = (const hx_cfg *)u;
@@ -199,7 +205,7 @@ static void nest_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *co, t
     tj_v ixs[HX_MAXIN];
     (void)y;
     make_xs(g, c, x, "L", SC_C, ixs);
-    tj_scan(xs_body, u, "L", 1, carry, c->r->nin, ixs, 0, co, NULL, NULL);
+    tj_scan(xs_body, u, "L", 1, carry, c->r->nin, ixs, 0, co, NULL, nothing_policy());
 }
 static void region_fn(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     tj_v y = B(g, in, (const hx_cfg *)u);
@@ -275,13 +281,15 @@ static void prog_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         case C_TOP: y = B(g, x, c); loss = loss_of(y); break;
         case C_XS:
             make_xs(g, c, x, "L", SC_C, xs);
-            tj_scan(xs_body, c, "L", 1, &carry, r->nin, xs, 0, &fin, NULL, NULL);
+            pol = tj_save_and_offload_only_these_names("", "c"); /* the carry lives in host memory */
+            tj_scan(xs_body, c, "L", 1, &carry, r->nin, xs, 0, &fin, NULL, &pol);
             loss = fin;
             break;
         case C_CAP: {
             tj_v d = vec2(g, c->dt, "L", SC_D[0], SC_D[1]);
             for (i = 0; i < r->nin; i++) c->cap[i] = x[i];
-            tj_scan(cap_body, c, "L", 1, &carry, 1, &d, 0, &fin, NULL, NULL);
+            pol = tj_dots_saveable();
+            tj_scan(cap_body, c, "L", 1, &carry, 1, &d, 0, &fin, NULL, &pol);
             loss = fin;
             break;
         }
@@ -454,11 +462,6 @@ static tj_v b_scan(tj_graph *g, const tj_v *x, const hx_cfg *c) {
 static void inner_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     (void)g; (void)u;
     out[0] = tj_mul(tj_tanh(in[0]), in[0]);
-}
-static const tj_policy *nothing_policy(void) {
-    static tj_policy p;
-    p = tj_nothing_saveable();
-    return &p;
 }
 static tj_v b_checkpoint(tj_graph *g, const tj_v *x, const hx_cfg *c) {
     tj_v out = NULL;
@@ -746,7 +749,7 @@ static tj_tree *make_inputs(tj_ctx *ctx, const hx_row *r, int ri, tj_dtype dt) {
         double *v = host_input(r, ri, i, &n);
         tj_dtype d = r->kind[i] == 'i' ? TJ_I32 : dt;
         void *buf = malloc(8 * (size_t)(n + 1));
-        char nm[8];
+        char nm[16];
         for (k = 0; k < n; k++) tj__st(buf, d, k, v[k]);
         snprintf(nm, sizeof nm, "x%d", i);
         tj_tree_set_array(in, nm, tj_array_new(ctx, d, r->shape[i], buf));
@@ -1044,6 +1047,10 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
             record_fail2(ri, cx, 1, "%s [%s] %s: the grad of grad could not build/run (first order is fine): %s", r->name, ctx_names[cx], where, err);
             ok = nogg = 1;
         }
+    }
+    if (ok && cx == C_XS) { /* the named carry is offloaded */
+        if (pi.host_temp > 0) tjt_pass++;
+        else record_fail2(ri, cx, 2, "%s [%s] %s: offloading the carry 'c' uses no host memory", r->name, ctx_names[cx], where);
     }
     if (ok && (cx == C_CK_NAMES || cx == C_CK_OFFLOAD)) { /* the policy names 'y', which the region has, as a residual */
         if (pi.nlint) record_fail2(ri, cx, 2, "%s [%s] %s: the policy lint warns although the region names 'y'%s: %.200s", r->name, ctx_names[cx], where,
