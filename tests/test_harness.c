@@ -40,9 +40,19 @@
    outside shard_map must be a clear error, as must a sharding constraint
    inside shard_map.
 
+   The scans run under policies too: scan_xs offloads its carry (named
+   "c"), scan_cap keeps dots, the inner scan of nested saves nothing.
+   Remat-policy checks: offloading uses host memory, and tj_prog_lint has
+   nothing to say about a policy whose names the region does carry.
+
+   Failures are counted in three kinds: first order (y, loss, gradients,
+   a program that does not build, a missing error), grad of grad, and remat
+   policy; the summary at the end is a table of rows x contexts.
+
    Usage: test_harness [row|all] [context|all] [mesh index 0..3]
    TJ_TEST_QUICK=1: fewer meshes and shardings (every row, every context).
-   HX_VERBOSE=1: print each program's outcome. */
+   HX_VERBOSE=1: print each program's outcome; HX_BRIEF=1: print only the
+   first 3 failures of each row, context and kind. */
 #define TINYJAX_IMPLEMENTATION
 #include "../tinyjax.h"
 #include "tj_test.h"
@@ -836,8 +846,10 @@ static int run_prog_pi(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *er
 }
 static int run_prog(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *err, size_t nerr) { return run_prog_pi(ctx, c, in, o, err, nerr, NULL); }
 
-/* every failure counts; the first 3 of each (row, context, order) are
-   printed, the rest are in the summary */
+/* every failure is counted and printed ("FAIL [op ...] row [context]
+   mesh, sharding: what differed"; HX_BRIEF=1: only the first 3 of each
+   row, context and kind), and summarised at the end */
+static int brief;
 static void record_fail2(int ri, int cx, int second, const char *fmt, ...) {
     va_list ap;
     char msg[1024];
@@ -846,7 +858,8 @@ static void record_fail2(int ri, int cx, int second, const char *fmt, ...) {
     va_end(ap);
     tjt_fail++;
     if (!fails[ri][cx][second]) snprintf(first_fail[ri][cx][second], sizeof first_fail[ri][cx][second], "%.239s", msg);
-    if (fails[ri][cx][second]++ < 3) fprintf(stderr, "FAIL %s\n", msg);
+    if (!brief || fails[ri][cx][second] < 3) fprintf(stderr, "FAIL [op %s] %s\n", *rows[ri].ops ? rows[ri].ops : "(composite)", msg);
+    fails[ri][cx][second]++;
     nfail_printed++;
 }
 #define record_fail(ri, cx, ...) record_fail2(ri, cx, 0, __VA_ARGS__)
@@ -1229,6 +1242,7 @@ int main(int argc, char **argv) {
     const char *q = getenv("TJ_TEST_QUICK");
     quick = q && *q && strcmp(q, "0");
     verbose = getenv("HX_VERBOSE") != NULL;
+    brief = getenv("HX_BRIEF") != NULL;
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
     tjt_current = "op table";
