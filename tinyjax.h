@@ -8198,6 +8198,12 @@ static tj__type tj__ct_type(const tj__type *t) {
     c.partial = 0;
     return c;
 }
+/* Zeros of type t (its sharding: each device fills only its block). */
+static tj_node *tj__zeros(tj_graph *g, const tj__type *t, const char *f, int l) {
+    tj__type z = tj__ct_type(t);
+    if (g->manual) return tj__relayout(f, l, tj_scalar_at(f, l, g, t->dt, 0), t);
+    return tj__node(g, TJ__OP_FILL, &z, 0, NULL, NULL, f, l);
+}
 static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj_graph *G = n->g, *B = n->sub, *bk = NULL;
     tj_ctx *c = G->ctx;
@@ -8209,6 +8215,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     int nbinit = 0, first_row;
     /* the boundary of a shard_map body; unchecked, its transpose is defensive */
     int smap = B->manual && !G->manual, defensive = smap && !B->check;
+    /* a region (one iteration, no shard_map boundary) returns its captures'
+       gradients as outputs: no zero-filled running sums, no carry buffers */
+    int capy = n->a.length == 1 && !smap;
     unsigned all = (1u << c->nmesh) - 1;
     tj__type yt[64];
     (void)g_unused;
@@ -8260,21 +8269,21 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         p->name = tj__strdup("carry cotangent");
         if (ctp[i]) w.map[ctp[i]->id] = p;
         binit[nbinit++] = pct[n->proj[i]->id] ? tj__fit(n->file, n->line, pct[n->proj[i]->id], &n->proj[i]->t) /* partial sums resolved */
-                                              : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, n->proj[i]->t.dt, 0), &n->proj[i]->t);
+                                              : tj__zeros(G, &n->proj[i]->t, n->file, n->line);
     }
-    for (k = 0; k < nw; k++) /* a gradient-sum carry per float capture */
+    for (k = 0; k < nw && !capy; k++) /* a gradient-sum carry per float capture */
         if (wrt_kind[k] == 2) {
             tj_node *p = tj__node(bk, TJ__OP_PARAM, &wrt[k]->t, 0, NULL, NULL, n->file, n->line);
             if (!p || tj__add_param(bk, p)) goto fail;
             p->name = tj__strdup("capture gradient sum");
-            binit[nbinit++] = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, wrt[k]->t.dt, 0), &wrt[k]->t);
+            binit[nbinit++] = tj__zeros(G, &wrt[k]->t, n->file, n->line);
         }
     for (i = 0; i < ny; i++) /* y cotangent slices */
         if (ctp[nc + i]) {
             tj_node *yct = pct[n->proj[nc + i]->id], *p;
             const tj__type *pt = &n->proj[nc + i]->t;
             tj__type yt1 = tj__ct_type(&B->outs[nc + i]->t);
-            yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, pt->dt, 0), pt);
+            yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__zeros(G, pt, n->file, n->line);
             p = tj__bk_xparam(&w, yct, &yt1, TJ_SPACE_DEVICE, "y cotangent");
             if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
                 /* every device holds the replicated output: each gets 1/n of its cotangent */
@@ -8295,11 +8304,13 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         for (i = 0; i < nc; i++) { /* d carry_in */
             tj_node *gv = NULL;
             for (k = 0; k < nw; k++) if (wrt_kind[k] == 0 && wrt_idx[k] == i) gv = tj__clone(&w, grads[k]);
-            if (!gv) gv = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, bk, B->outs[i]->t.dt, 0), &B->outs[i]->t);
+            if (!gv) gv = tj__zeros(bk, &B->outs[i]->t, n->file, n->line);
             if (tj__body_add_out(bk, tj__fit(n->file, n->line, gv, &B->outs[i]->t))) goto fail;
             ncar++;
         }
-        for (k = 0; k < nw; k++)
+        for (k = 0; k < nw && capy; k++) /* a region: each capture's gradient is an output of its one iteration */
+            if (wrt_kind[k] == 2 && tj__body_add_out(bk, tj__clone(&w, grads[k]))) goto fail;
+        for (k = 0; k < nw && !capy; k++)
             if (wrt_kind[k] == 2) { /* running sum of the capture's gradient */
                 tj_node *acc = bk->params[ncar++], *gk = tj__clone(&w, grads[k]);
                 if (defensive && c->ndev > 1) gk = tj__manual_coll(TJ__OP_PSUM, gk, all, -1, -1, NULL, "check off: a captured value is replicated, so its gradient is summed over every mesh axis", n->file, n->line);
@@ -8357,10 +8368,11 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         for (i = 0; i < nc; i++) gin[i] = bfinal[i];
         {
             int ci = nc, yi = nbinit;
-            for (k = 0; k < nw; k++) {
-                if (wrt_kind[k] == 2) gin[nc + nx + (wrt_idx[k] - nc - nx)] = bfinal[ci++];
-                else if (wrt_kind[k] == 1) gin[nc + (wrt_idx[k] - nc)] = bn->proj[yi++];
-            }
+            for (k = 0; k < nw; k++) /* in the order the backward body's outputs were added */
+                if (wrt_kind[k] == 2 && capy) gin[wrt_idx[k]] = tj__fit(n->file, n->line, bn->proj[yi++], &n->in[wrt_idx[k]]->t); /* drops the length-1 axis */
+                else if (wrt_kind[k] == 2) gin[wrt_idx[k]] = bfinal[ci++];
+            for (k = 0; k < nw; k++)
+                if (wrt_kind[k] == 1) gin[wrt_idx[k]] = bn->proj[yi++];
         }
     }
     TJ_FREE(w.map);
@@ -8813,7 +8825,7 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 
 /* ---- the f32 matmul (sgemm) ---- */
 /* ---------------------------------------------------------------------------
-   tj_matmul.inc: the f32 matrix multiply (sgemm) of the CPU backend.
+   The f32 matrix multiply (sgemm) of the CPU backend.
 
    C[M,N] = (accumulate ? C : 0) + op(A)[M,K] * op(B)[K,N], all row-major.
 
@@ -8847,12 +8859,8 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
-#if !defined(_WIN32)
 #include <pthread.h>
 #define TJ__SGEMM_THREADS 1
-#else
-#define TJ__SGEMM_THREADS 0
-#endif
 
 #if defined(__GNUC__)
 #define TJ__MAYBE_UNUSED __attribute__((unused))
