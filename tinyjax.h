@@ -3142,6 +3142,7 @@ static void tj__kv_free(tj__kvlist *l) {
     TJ_FREE(l->kv);
 }
 
+static tj_status tj__procs_tree_io(const tj_tree *t, const char *path, int save); /* process mode: [11] */
 TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
     tj_ctx *c;
     tj__kvlist kv;
@@ -3158,6 +3159,7 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: NULL path");
         return TJ_ERR_ARG;
     }
+    if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 1);
     memset(&kv, 0, sizeof kv);
     memset(&order, 0, sizeof order);
     for (i = 0; i < t->n; i++) na += t->leaf[i].kind == TJ_LEAF_ARRAY;
@@ -3200,7 +3202,7 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
                 rc = TJ_ERR_OOM;
                 goto done;
             }
-            if ((rc = tj_array_read(l->arr, a->t.dt, bufs[ne])) != TJ_OK) goto done;
+            if ((rc = tj_array_read_all(l->arr, a->t.dt, bufs[ne])) != TJ_OK) goto done; /* process mode: from every process */
             rc = TJ_ERR_IO;
             e[ne].name = l->name;
             e[ne].dtype = tj_st_dtype_of(a->t.dt);
@@ -3245,7 +3247,9 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
         rc = TJ_ERR_OOM;
         goto done;
     }
-    rc = tj__st_write(c, path, e, ne, (const char *const *)kv.kv, kv.n, 1) ? (c->status ? c->status : TJ_ERR_IO) : TJ_OK;
+    if (tj_process_index(c) == 0) /* process mode: process 0 writes */
+        rc = tj__st_write(c, path, e, ne, (const char *const *)kv.kv, kv.n, 1) ? (c->status ? c->status : TJ_ERR_IO) : TJ_OK;
+    else rc = TJ_OK;
 done:
     for (i = 0; bufs && i < na; i++) TJ_FREE(bufs[i]);
     TJ_FREE(bufs);
@@ -3281,6 +3285,7 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: NULL path");
         return TJ_ERR_ARG;
     }
+    if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 0);
     if (!(st = tj_st_load(c, path))) return c->status ? c->status : TJ_ERR_IO;
     ord = tj_st_meta(st, "tinyjax.order");
     ver = tj_st_meta(st, "tinyjax.version");
@@ -9320,6 +9325,7 @@ struct tj__procs {
     struct tj__gset *groups;
     int64_t ncoll[TJ_MAXDEV], sent[TJ_MAXDEV];
     double us[TJ_MAXDEV];
+    int in_tree_io;          /* inside tj__procs_tree_io                      */
 };
 /* per device of this process: the collective it is in now, for the message
    printed when the process is stopped by a signal (its peer died) */
@@ -10523,6 +10529,32 @@ TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj
         return NULL;
     }
     return a;
+}
+
+/* tj_tree_save / tj_tree_load in process mode: the call itself (save reads
+   arrays with tj_array_read_all and writes from process 0), then every
+   process returns the first failure of any. save < 0: are we inside. A
+   load that fails in one process only leaves the file's leaves in the
+   others' trees, and they return the error too. */
+static tj_status tj__procs_tree_io(const tj_tree *t, const char *path, int save) {
+    tj_ctx *c = t->ctx;
+    struct tj__procs *P = c->procs;
+    tj_status st, g;
+    char out[TJ__MSG];
+    const char *fn = save ? "tj_tree_save" : "tj_tree_load";
+    if (save < 0) return P && P->in_tree_io ? TJ_ERR_STATE : TJ_OK;
+    P->in_tree_io = 1;
+    st = save ? tj_tree_save(t, path) : tj_tree_load((tj_tree *)t, path);
+    P->in_tree_io = 0;
+    if (tj__agree(c, st, -1, 0, c->msg, &g, out, sizeof out, NULL)) {
+        if (st == TJ_OK) tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: %s", fn, path, out);
+        return st == TJ_OK ? TJ_ERR_IO : st;
+    }
+    if (g != TJ_OK && st == TJ_OK) {
+        tj__err(c, g, NULL, 0, "%s: %s: %s", fn, path, out);
+        st = g;
+    }
+    return st;
 }
 
 /* ---- collective kernels: pack -> transport -> unpack ---- */
