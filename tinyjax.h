@@ -9825,6 +9825,7 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
     tj__ct *ct = (tj__ct *)t->state;
     int me = h->rank, G = g->G, m, rc = 0;
     const void *src[TJ_MAXDEV];
+    src[0] = send;
     if (ct->broken[0]) {
         snprintf(err, en, "the transport is broken: %s", ct->broken);
         return 1;

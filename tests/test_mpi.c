@@ -61,7 +61,7 @@ static uint64_t digest_tree(tj_tree *t) {
         if (!a) continue;
         nb = (size_t)tj_array_numel(a) * tj_dtype_size(tj_array_dtype(a));
         buf = malloc(nb + 1);
-        if (tj_array_read_all(a, tj_array_dtype(a), buf)) fprintf(stderr, "rank %d: tj_array_read_all of '%s' failed\n", R, tj_tree_name(t, i));
+        if (tj_array_read_all(a, tj_array_dtype(a), buf)) fprintf(stderr, "rank %d: tj_array_read_all of leaf %d failed\n", R, i);
         h = fnv(tj_tree_name(t, i), strlen(tj_tree_name(t, i)), h);
         h = fnv(buf, nb, h);
         free(buf);
@@ -279,7 +279,9 @@ static void case_coll(int devices) {
         int first, nl = tj_local_devices(pc, &first);
         tjt_current = "process-local arrays";
         fill(all, TJ_F32, n, 11);
-        g = tj_device_put(tj_array_new(pc, TJ_F32, "batch=8 embed=16", all), "batch:data");
+        l = tj_array_new(pc, TJ_F32, "batch=8 embed=16", all);
+        g = tj_device_put(l, "batch:data");
+        tj_array_free(l);
         tj_array_local_shape(g, shp, sizeof shp);
         {   /* the local block: the rows of the batch this process's devices hold
                (data rank of device d: d / (devices / 2)) */
@@ -584,7 +586,7 @@ static void case_faults(void) {
     {
         tj_tree *tin = tj_tree_new(c), *tout = tj_tree_new(c);
         tj_prog *tp;
-        int32_t idx[2] = {1, 3};
+        int32_t idx[8] = {1, 3, 1, 3, 1, 3, 1, 3}; /* this process's block of the batch (2 rows with 4 processes) */
         int first;
         tj_local_devices(c, &first);
         if (R == 1) idx[1] = 99;
@@ -611,6 +613,7 @@ static void case_faults(void) {
 static void single_process(void);
 
 /* ==== the driver =========================================================== */
+#if defined(TJ_MPI)
 typedef struct {
     char out[1 << 16];
     int rc;
@@ -651,6 +654,7 @@ static int count_lines(const char *s, const char *a, const char *b) {
     }
     return n;
 }
+static int line_len(const char *s) { return s ? (int)strcspn(s, "\n") : 0; }
 /* sum the "rank R: P passed, F failed" lines of a launch into the totals */
 static int add_counts(const launch *L, int want_ranks) {
     const char *l = L->out;
@@ -748,7 +752,8 @@ static int driver(const char *self) {
         ok = L->rc != 0 && L->secs < 30 && msgs >= 3 && !strstr(L->out, "no fault happened");
         TJT_CHECK(ok, "SIGKILL of process 2: exit %d after %.1f s, %d survivor messages naming the psum", L->rc, L->secs, msgs);
         show("process 2 killed with SIGKILL mid-step", L, ok);
-        if (ok) printf("     exit %d after %.1f s; %d survivors said where they were, e.g.\n     %.*s\n", L->rc, L->secs, msgs, 200, strstr(L->out, "tinyjax: process"));
+        if (ok) printf("     exit %d after %.1f s; %d survivors said where they were, e.g.\n     %.*s\n", L->rc, L->secs, msgs, line_len(strstr(L->out, "tinyjax: process")),
+                       strstr(L->out, "tinyjax: process"));
     }
     /* a process that hangs: the others time out with the collective's name and line */
     snprintf(cmd, sizeof cmd, "TJ_TIMEOUT=3 timeout -k 5 60 %s -np 4 %s --case hang 2>&1", mpi, self);
@@ -758,11 +763,13 @@ static int driver(const char *self) {
         ok = L->rc != 0 && L->secs < 20 && msgs >= 3;
         TJT_CHECK(ok, "hung process 2: exit %d after %.1f s, %d timeout messages", L->rc, L->secs, msgs);
         show("process 2 hangs: the others time out (TJ_TIMEOUT=3)", L, ok);
-        if (ok) printf("     exit %d after %.1f s, e.g.\n     %.*s\n", L->rc, L->secs, 300, strstr(L->out, "rank"));
+        if (ok) printf("     exit %d after %.1f s, e.g.\n     %.*s\n", L->rc, L->secs, line_len(strstr(L->out, "rank")), strstr(L->out, "rank"));
     }
     free(L);
     return tjt_finish();
 }
+
+#endif
 
 /* ==== one process, no MPI: what can be checked without a launcher ========= */
 static void single_process(void) {
