@@ -79,6 +79,7 @@ typedef struct {
     int seq_parallel; /* residual stream split along pos over mesh axis model */
     double ln_eps;    /* layer norm epsilon (1e-5; 0 means 1e-5)         */
     int act;          /* ACT_GELU (tanh approximation) or ACT_RELU       */
+    int distributed;  /* process mode: one of several processes (mpirun)  */
 } gpt2_config;
 enum { ACT_GELU = 0, ACT_RELU = 1 };
 
@@ -606,6 +607,7 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     tr->cfg = *cfg;
     tr->ctx = tj_ctx_new();
     if (!tr->ctx) return 1;
+    if (cfg->distributed && tj_distributed_init(tr->ctx, NULL)) return gpt2_fail(tr, "distributed init");
     if (threads > 0) tj_set_threads(tr->ctx, threads);
     if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
     if (devices > 1 && mesh && *mesh) {
@@ -723,7 +725,7 @@ static int gpt2_next_logits(gpt2_trainer *tr, const int32_t *window, int n, floa
     out = tj_tree_new(tr->ctx);
     memcpy(tok, window, sizeof(int32_t) * (size_t)n);
     if (!gpt2_set_tokens(tr, in, "tokens", tok, 1, 1, tr->cfg.T) && !tj_run(tr->logits, in, out) &&
-        !tj_array_read(tj_tree_array(out, "logits"), TJ_F32, all)) {
+        !tj_array_read_all(tj_tree_array(out, "logits"), TJ_F32, all)) {
         memcpy(logits_row, all + (size_t)(n - 1) * (size_t)tr->cfg.V, sizeof(float) * (size_t)tr->cfg.V);
         st = 0;
     } else gpt2_fail(tr, "sample");
