@@ -3930,7 +3930,6 @@ typedef struct {
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                \
     X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                      \
     X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
-    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, TJ__SH_GIVEN)                              \
     X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                                 \
     X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                  \
@@ -11047,7 +11046,7 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
     e->device = dev;
     if (n->members) snprintf(e->op, sizeof e->op, "fused x%d", n->nmembers);
     else snprintf(e->op, sizeof e->op, "%s", tj__ops[n->op].name);
-    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
+    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST ? 2 : 0;
     if (e->kind == 1 && n->name) snprintf(e->what, sizeof e->what, "caused by %s", n->name);
     else snprintf(e->what, sizeof e->what, "%%%d", n->id);
     e->file = n->file;
