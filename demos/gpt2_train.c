@@ -19,6 +19,7 @@
  *     x = x + gelu(LN(x) g2 + b2) . wfc + bfc) . wproj + bproj
  *     x is named "block_out" (what the default remat policy saves)
  *   logits = LN(x) gf + bf . wte                             (tied LM head)
+ *            padded vocabulary columns (>= the real vocab) set to -1e30
  *   loss   = cross_entropy(logits, targets) over batch, pos
  *
  * The training step is one jitted program: forward, backward, global-norm
