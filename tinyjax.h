@@ -5922,7 +5922,10 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
         return NULL;
     }
     for (i = 0; i < nx; i++)
-        if (!xs[i]) return tj__inner(nx, xs, "concat", f, l), NULL; /* reports a NULL the caller passed */
+        if (!xs[i]) {
+            (void)tj__inner(nx, xs, "concat", f, l); /* reports a NULL the caller passed */
+            return NULL;
+        }
     if ((a = tj__one_axis(xs[0], axis, "concat", f, l)) < 0) return NULL;
     k = tj__axis_index(&xs[0]->t, a);
     t = xs[0]->t;
