@@ -514,7 +514,8 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
 TJDEF tj_status tj_set_devices(tj_ctx *ctx, int n);
 TJDEF int tj_devices(tj_ctx *ctx);
 /* Set the mesh for everything traced or placed from now on. */
-TJDEF tj_status tj_set_mesh(tj_ctx *ctx, const char *mesh);
+#define tj_set_mesh(ctx, mesh) tj_set_mesh_at(TJ_AT, ctx, mesh)
+TJDEF tj_status tj_set_mesh_at(const char *file, int line, tj_ctx *ctx, const char *mesh);
 /* Reshard x to `spec` (every axis it names must be an axis of x). The
    collective it inserts is attributed to this call. */
 #define tj_with_sharding_constraint(x, spec) tj_with_sharding_constraint_at(TJ_AT, x, spec)
@@ -1292,7 +1293,10 @@ static int tj__isname(char ch) { return ch == '_' || ch == '.' || (ch >= 'a' && 
    context error set (what = the op, for the message). */
 static int tj__parse_names(tj_ctx *c, const char *s, int *ids, int max, const char *what, const char *file, int line) {
     int n = 0;
-    if (!s) s = "";
+    if (!s) {
+        tj__err(c, TJ_ERR_ARG, file, line, "%s: an axis-name argument is NULL", what);
+        return -1;
+    }
     while (*s) {
         const char *b;
         if (*s == ' ' || *s == ',' || *s == '\t') { s++; continue; }
@@ -1393,7 +1397,10 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
         tj__err(c, TJ_ERR_DTYPE, file, line, "%s: bad dtype %d", what, (int)dt);
         return -1;
     }
-    if (!s) s = "";
+    if (!s) {
+        tj__err(c, TJ_ERR_ARG, file, line, "%s: the shape argument is NULL (\"\" is a scalar)", what);
+        return -1;
+    }
     while (*s) {
         const char *b;
         char *e;
@@ -3016,6 +3023,10 @@ TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *nam
     const tj_st_tensor *t;
     int d, bad;
     if (!st) return NULL;
+    if (!name) {
+        tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_expect: %s: argument name is NULL", st->path);
+        return NULL;
+    }
     if (!(t = tj_st_find(st, name))) {
         tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: no tensor named '%s'", st->path, name ? name : "(null)");
         return NULL;
@@ -3180,6 +3191,10 @@ TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype
     if (!st) return NULL;
     if ((unsigned)dt >= TJ_NDTYPE) {
         tj__err(st->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_st_array: bad dtype %d", (int)dt);
+        return NULL;
+    }
+    if (!name || !axes) {
+        tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_array: %s: argument %s is NULL", st->path, !name ? "name" : "axes");
         return NULL;
     }
     if (!(t = tj_st_find(st, name))) {
@@ -4008,6 +4023,7 @@ TJDEF int64_t tj_v_dim(tj_v v, const char *axis) {
 }
 TJDEF const char *tj_v_axis(tj_v v, int i) { return v && i >= 0 && i < v->t.rank ? tj__name(v->g->ctx, v->t.ax[i]) : NULL; }
 TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n) {
+    if (!buf || !n) return "";
     if (!v) snprintf(buf, n, "(null)");
     else tj__type_str(v->g->ctx, &v->t, buf, n);
     return buf;
@@ -4173,7 +4189,8 @@ static tj_node *tj__capture1(tj_graph *g, tj_node *v) {
 /* Axis list of a builder argument, each of which must be an axis of x. */
 static int tj__axes_of(tj_v x, const char *s, int *ids, const char *what, const char *file, int line) {
     tj_ctx *c = tj__vctx(x);
-    int n = tj__parse_names(c, s, ids, TJ_MAXDIM, what, file, line), i;
+    int n = s ? tj__parse_names(c, s, ids, TJ_MAXDIM, what, file, line) : -1, i;
+    if (!s) tj__err(c, TJ_ERR_ARG, file, line, "%s: the axis argument is NULL", what);
     char b[256];
     for (i = 0; i < n; i++)
         if (tj__axis_index(&x->t, ids[i]) < 0) {
@@ -4210,6 +4227,7 @@ static tj_status tj__procs_devices(tj_ctx *c); /* process mode: this process's d
 
 TJDEF int tj_devices(tj_ctx *c) { return c ? c->ndev : 0; }
 TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
+    if (!c) return TJ_ERR_ARG;
     if (n < 1 || n > TJ_MAXDEV) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices (1..%d)", n, TJ_MAXDEV);
         return TJ_ERR_ARG;
@@ -4218,18 +4236,24 @@ TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
     c->nmesh = 0;
     return tj__procs_devices(c);
 }
-TJDEF tj_status tj_set_mesh(tj_ctx *c, const char *mesh) {
+TJDEF tj_status tj_set_mesh_at(const char *file, int line, tj_ctx *c, const char *mesh) {
     tj__type t;
     int64_t prod = 1;
     int i;
-    if (tj__parse_shape(c, mesh, TJ_F32, &t, 0, "tj_set_mesh", NULL, 0)) return c->status;
+    if (!c) return TJ_ERR_ARG;
+    if (!mesh) {
+        tj__err(c, TJ_ERR_ARG, file, line, "tj_set_mesh: argument mesh is NULL");
+        return TJ_ERR_ARG;
+    }
+    if (tj__parse_shape(c, mesh, TJ_F32, &t, 0, "tj_set_mesh", file, line)) return c->status;
     if (t.rank > TJ__MAXMESH) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_mesh: \"%s\" has %d axes (at most %d)", mesh, t.rank, TJ__MAXMESH);
+        tj__err(c, TJ_ERR_ARG, file, line, "tj_set_mesh: \"%s\" has %d axes (at most %d)", mesh, t.rank, TJ__MAXMESH);
         return TJ_ERR_ARG;
     }
     for (i = 0; i < t.rank; i++) prod *= t.dim[i];
     if (prod != c->ndev) {
-        tj__err(c, TJ_ERR_SHAPE, NULL, 0, "tj_set_mesh: mesh \"%s\" has %lld devices but there are %d (tj_set_devices / TJ_DEVICES)", mesh, (long long)prod, c->ndev);
+        tj__err(c, TJ_ERR_SHAPE, file, line, "tj_set_mesh: mesh \"%s\" has %lld devices but there are %d (tj_set_devices / TJ_DEVICES)", mesh, (long long)prod,
+                c->ndev);
         return TJ_ERR_SHAPE;
     }
     c->nmesh = t.rank;
@@ -4748,10 +4772,12 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
     return TJ_OK;
 }
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n) {
+    if (!buf || !n) return "";
     if (!v) { snprintf(buf, n, "(null)"); return buf; }
     return tj__spec_str(v->g->ctx, &v->t, buf, n);
 }
 TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n) {
+    if (!buf || !n) return "";
     if (!a) { snprintf(buf, n, "(null)"); return buf; }
     return tj__spec_str(a->ctx, &a->t, buf, n);
 }
@@ -5413,11 +5439,30 @@ static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
 /* The graph an op on these values belongs to: the innermost of their
    graphs, when the others enclose it (a scan body using outer weights;
    tj__node captures them). NULL, with an error, for unrelated graphs. */
+/* 1 if one of the n values is NULL: an earlier op failed (its message
+   stands) or the caller passed NULL, which is then reported. */
+static int tj__any_null(const char *what, const char *f, int l, int n, tj_v a, tj_v b, tj_v c) {
+    tj_v v[3];
+    int i, j;
+    v[0] = a, v[1] = b, v[2] = c;
+    for (i = 0; i < n; i++)
+        if (!v[i]) {
+            for (j = 0; j < n && !v[j]; j++) {}
+            if (j < n && v[j]->g->ctx->status == TJ_OK) tj__err(v[j]->g->ctx, TJ_ERR_ARG, f, l, "%s: operand %d is NULL", what, i);
+            return 1;
+        }
+    return 0;
+}
 static tj_graph *tj__inner(int n, tj_node *const *v, const char *what, const char *f, int l) {
     tj_graph *g = NULL, *h;
     int i;
     for (i = 0; i < n; i++) {
-        if (!v[i]) return NULL;
+        if (!v[i]) { /* an earlier op failed (its message stands), or the caller passed NULL */
+            int j;
+            for (j = 0; j < n && !v[j]; j++) {}
+            if (j < n && v[j]->g->ctx->status == TJ_OK) tj__err(v[j]->g->ctx, TJ_ERR_ARG, f, l, "%s: operand %d is NULL", what, i);
+            return NULL;
+        }
         if (!g) { g = v[i]->g; continue; }
         for (h = v[i]->g; h && h != g; h = h->parent) {}
         if (h == g) { g = v[i]->g; continue; } /* v[i] is deeper */
@@ -5456,7 +5501,7 @@ static tj_v tj__binary(const char *f, int l, int op, tj_v a, tj_v b) {
     tj__type t;
     tj_node *in[2];
     char ba[256], bb[256];
-    if (!a || !b) return NULL;
+    if (tj__any_null(TJ__OPNAME(op), f, l, 2, a, b, NULL)) return NULL;
     in[0] = a;
     in[1] = b;
     if (!(g = tj__inner(2, in, TJ__OPNAME(op), f, l))) return NULL;
@@ -5520,7 +5565,7 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v m, tj_v a, tj_v b) {
     tj__type t, t2;
     tj_node *in[3];
     char bm[256];
-    if (!m || !a || !b) return NULL;
+    if (tj__any_null("select", f, l, 3, m, a, b)) return NULL;
     if (m->t.dt != TJ_I32) {
         tj__err(m->g->ctx, TJ_ERR_DTYPE, f, l, "select: mask must be i32 (from a compare), got %s", tj_v_describe(m, bm, sizeof bm));
         return NULL;
@@ -6107,7 +6152,10 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
         return NULL;
     }
     for (i = 0; i < nx; i++)
-        if (!xs[i]) return NULL;
+        if (!xs[i]) {
+            (void)tj__inner(nx, xs, "concat", f, l); /* reports a NULL the caller passed */
+            return NULL;
+        }
     if ((a = tj__one_axis(xs[0], axis, "concat", f, l)) < 0) return NULL;
     k = tj__axis_index(&xs[0]->t, a);
     t = xs[0]->t;
@@ -6170,7 +6218,7 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
     int trans_a, trans_b, autosh;
     char b1[256], b2[256];
     tj_ctx *c;
-    if (!a || !b) return NULL;
+    if (tj__any_null("dot", f, l, 2, a, b, NULL)) return NULL;
     c = a->g->ctx;
     if (a->t.dt != b->t.dt || !tj__isfloat(a->t.dt)) {
         tj__err(c, TJ_ERR_DTYPE, f, l, "dot: operands must share a float dtype: %s vs %s", tj_v_describe(a, b1, sizeof b1), tj_v_describe(b, b2, sizeof b2));
@@ -6391,7 +6439,7 @@ TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) 
     tj_node *in[2];
     tj__attr pa;
     char b[256];
-    if (!x || !idx || (a = tj__one_axis(x, axis, "take", f, l)) < 0) return NULL;
+    if (tj__any_null("take", f, l, 2, x, idx, NULL) || (a = tj__one_axis(x, axis, "take", f, l)) < 0) return NULL;
     if (idx->t.dt != TJ_I32) {
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "take: indices must be i32, got %s", tj_v_describe(idx, b, sizeof b));
         return NULL;
@@ -6516,7 +6564,7 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     tj__type t;
     tj_node *in[2], *n;
     char b1[256], b2[256];
-    if (!z || !labels || (a = tj__one_axis(z, class_axis, "cross_entropy", f, l)) < 0) return NULL;
+    if (tj__any_null("cross_entropy", f, l, 2, z, labels, NULL) || (a = tj__one_axis(z, class_axis, "cross_entropy", f, l)) < 0) return NULL;
     if (!tj__isfloat(z->t.dt) || labels->t.dt != TJ_I32) {
         tj__err(z->g->ctx, TJ_ERR_DTYPE, f, l, "cross_entropy: want float logits and i32 labels, got %s and %s", tj_v_describe(z, b1, sizeof b1),
                 tj_v_describe(labels, b2, sizeof b2));
@@ -6913,7 +6961,10 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
     tj__type t[16];
     unsigned iv[16], ov[16];
     int i, j, k = -1;
-    if (nin < 1 || nin > 16 || !in || !out) return TJ_ERR_ARG;
+    if (nin < 1 || nin > 16 || !in || !out) {
+        if (nin >= 1 && in && in[0]) tj__err(tj__vctx(in[0]), TJ_ERR_ARG, f, l, "custom '%s': %s", name ? name : "(null)", !out ? "argument out is NULL" : "1..16 inputs");
+        return TJ_ERR_ARG;
+    }
     for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
     if (!(g = tj__cur(tj__inner(nin, in, name ? name : "custom", f, l)))) return tj_status_of(in[0]->g->ctx);
     c = g->ctx;
@@ -7187,7 +7238,10 @@ TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
     tj_v *w, *gr;
     int i, k = 0;
     tj_status st;
-    if (!loss || !params || !grads) return TJ_ERR_ARG;
+    if (!loss || !params || !grads) {
+        if (loss) tj__err(loss->g->ctx, TJ_ERR_ARG, NULL, 0, "tj_grad_tree: argument %s is NULL", !params ? "params" : "grads");
+        return TJ_ERR_ARG;
+    }
     w = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(params->n + 1));
     gr = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(params->n + 1));
     if (!w || !gr) {
@@ -7231,7 +7285,11 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     tj_v y[16], r[16];
     tj__type dummy;
     int i, k;
-    if (nin < 1 || !in || !out || nout < 1 || nout > 16 || nres < 0 || nres > 16 || nin + nout + nres > 64) return TJ_ERR_ARG;
+    if (nin < 1 || !in || !out || nout < 1 || nout > 16 || nres < 0 || nres > 16 || nin + nout + nres > 64) {
+        if (nin >= 1 && in && in[0])
+            tj__err(tj__vctx(in[0]), TJ_ERR_ARG, f, l, "custom_vjp: %s", !out ? "argument out is NULL" : "bad counts (1..16 outputs, 0..16 residuals, 64 in all)");
+        return TJ_ERR_ARG;
+    }
     for (i = 0; i < nout; i++) out[i] = NULL;
     for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
     if (!(g = tj__cur(tj__inner(nin, in, "custom_vjp", f, l)))) return tj_status_of(in[0]->g->ctx);
@@ -11487,7 +11545,11 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
     int i, j, ran = 0;
     tj_status st = TJ_OK;
     char b1[256], b2[256];
-    if (!p || !in || !out) return TJ_ERR_ARG;
+    if (!p) return TJ_ERR_ARG;
+    if (!in || !out) {
+        tj__err(p->ctx, TJ_ERR_ARG, file, line, "run '%s': argument %s is NULL", p->name, !in ? "in" : "out");
+        return TJ_ERR_ARG;
+    }
     c = p->ctx;
     g = p->g;
     args = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(g->nparam + 1));
@@ -11507,7 +11569,11 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             goto done;
         }
         a = in->leaf[k].arr;
-        if (!tj__array_live(a, "run", file, line)) { st = TJ_ERR_STATE; goto done; }
+        if (a && a->deleted) {
+            tj__err(c, TJ_ERR_STATE, file, line, "run '%s': input '%s' was donated to a program and its buffer is gone", p->name, n->name);
+            st = TJ_ERR_STATE;
+            goto done;
+        }
         same = a->t.dt == n->t.dt && a->t.rank == n->t.rank && a->ndev == c->ndev;
         for (j = 0; same && j < n->t.rank; j++) same = a->t.ax[j] == n->t.ax[j] && a->t.dim[j] == n->t.dim[j] && a->t.sh[j] == n->t.sh[j];
         if (!same) {
@@ -11644,8 +11710,15 @@ static void tj__node_line(tj_node *n, FILE *f, int planned, int indent) {
     }
     fprintf(f, "  %s:%d\n", tj__base(n->file), n->line);
 }
+/* a NULL stream for a print function: an error in p's context */
+static int tj__no_stream(tj_ctx *c, FILE *f, const char *what) {
+    if (f) return 0;
+    tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: argument out (the FILE) is NULL", what);
+    return 1;
+}
 TJDEF void tj_graph_print(tj_graph *g, FILE *f) {
     int i;
+    if (!g || tj__no_stream(g->ctx, f, "tj_graph_print")) return;
     for (i = 0; g && i < g->n; i++) tj__node_line(g->nodes[i], f, 0, 0);
 }
 /* a program's schedule, each scan body printed under its scan node */
@@ -11666,7 +11739,7 @@ static void tj__sched_print(const tj_prog *p, FILE *f, int indent) {
 }
 TJDEF void tj_prog_print(const tj_prog *p, FILE *f) {
     int i;
-    if (!p) return;
+    if (!p || tj__no_stream(p->ctx, f, "tj_prog_print")) return;
     fprintf(f, "program '%s' (%s:%d): %d ops, %.3g flops\n", p->name, tj__base(p->file), p->line, p->nsched, p->flops);
     tj__sched_print(p, f, 0);
     for (i = 0; i < p->nout; i++)
@@ -11683,6 +11756,7 @@ TJDEF int tj_prog_residuals(const tj_prog *p, tj_residual *rows, int max) {
 TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *f) {
     struct tj__report *r = p && p->g ? p->g->report : NULL;
     int i;
+    if (!p || tj__no_stream(p->ctx, f, "tj_prog_residuals_print")) return;
     fprintf(f, "residuals of '%s' (%d):\n", p ? p->name : "?", r ? r->n : 0);
     for (i = 0; r && i < r->n; i++) {
         const tj_residual *x = &r->rows[i];
@@ -11749,7 +11823,9 @@ TJDEF int tj_prog_transposes(const tj_prog *p, tj_transpose *rows, int max) {
 }
 TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *f) {
     tj_transpose r[256];
-    int i, n = tj_prog_transposes(p, r, 256);
+    int i, n;
+    if (!p || tj__no_stream(p->ctx, f, "tj_prog_transposes_print")) return;
+    n = tj_prog_transposes(p, r, 256);
     fprintf(f, "transposes of '%s': %d inserted by autodiff inside shard_map\n", p ? p->name : "?", n);
     for (i = 0; i < n && i < 256; i++)
         fprintf(f, "  %-12s %-10s %s:%d  on %s\n      because %s\n", r[i].kind, r[i].axes[0] ? r[i].axes : "-", tj__base(r[i].file), r[i].line, r[i].value, r[i].rule);
@@ -11786,7 +11862,11 @@ TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
     char line[1024], b1[160], b2[160], b3[320], where[280];
     int i, d, bad = 0;
     static const char *cat[3] = {"kernel", "collective", "copy"};
-    if (!p || !path) return TJ_ERR_ARG;
+    if (!p) return TJ_ERR_ARG;
+    if (!path) {
+        tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_prog_write_trace: argument path is NULL");
+        return TJ_ERR_ARG;
+    }
     if (tj__af_open(&af, p->ctx, path)) return tj_status_of(p->ctx);
     snprintf(line, sizeof line, "{\"traceEvents\": [\n");
     bad |= tj__af_write(&af, line, strlen(line));
@@ -11811,7 +11891,9 @@ TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
     return TJ_OK;
 }
 TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
-    const tj_memory_analysis *m = &p->mem;
+    const tj_memory_analysis *m;
+    if (!p || tj__no_stream(p->ctx, f, "tj_memory_print")) return;
+    m = &p->mem;
     fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B, peak %lld B; host temp %lld B\n", p->name,
             (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes, (long long)m->peak_bytes,
             (long long)m->host_temp_bytes);
