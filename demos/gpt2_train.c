@@ -1063,7 +1063,7 @@ GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
 typedef struct {
     gpt2_config cfg;
     int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
-    int heads_set, layers_set, embed_set, context_set; /* given by flag */
+    int heads_set, layers_set, embed_set, context_set, devices_set; /* given by flag */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
 } gpt2_args;
@@ -1109,7 +1109,8 @@ static void usage(void) {
         "                      default data: tinyjax.h, README.md, demos/*.c, demos/*.h,\n"
         "                      tests/*.c found from the current directory or the executable's\n"
         "parallelism\n"
-        "  --devices N         simulated devices (8)\n"
+        "  --devices N         simulated devices (8; with --mesh alone: the mesh's size); under\n"
+        "                      mpirun: all processes' devices, devices / processes each\n"
         "  --mesh S            device mesh, e.g. \"data=4 model=2\" (default); product = devices\n"
         "  --param-rules S     logical rules for parameters and optimizer state\n"
         "                      (\"embed:data mlp:model heads:model vocab:model\": FSDP + tensor)\n"
@@ -1262,7 +1263,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (ARG("--data")) a->data = argv[++i];
         else if (ARG("--tokens")) a->tokens = argv[++i];
         else if (!strcmp(f, "--tokenizer") && i + 2 < argc) { a->vocab_json = argv[++i]; a->merges_txt = argv[++i]; }
-        else if (ARG("--devices")) a->devices = atoi(argv[++i]);
+        else if (ARG("--devices")) { a->devices = atoi(argv[++i]); a->devices_set = 1; }
         else if (ARG("--mesh")) a->mesh = argv[++i];
         else if (ARG("--param-rules")) a->cfg.param_rules = argv[++i];
         else if (ARG("--compute-rules")) a->cfg.compute_rules = argv[++i];
@@ -1279,6 +1280,11 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (ARG("--bench-steps")) a->bench_steps = atoi(argv[++i]);
         else { fprintf(stderr, "gpt2_train: unknown flag or missing value: %s (see --help)\n", f); return 1; }
 #undef ARG
+    }
+    if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) { /* --mesh alone: as many devices as it has */
+        const char *m = a->mesh;
+        a->devices = 1;
+        while ((m = strchr(m, '='))) a->devices *= atoi(++m);
     }
     if (a->cfg.L < 1 || a->cfg.H < 1 || a->cfg.C < 1 || a->cfg.T < 2 || a->cfg.B < 1 || a->cfg.accum < 1 || a->steps < 0 || a->devices < 1 || a->devices > TJ_MAXDEV) {
         fprintf(stderr, "gpt2_train: bad sizes (see --help)\n");
@@ -1410,11 +1416,35 @@ int main(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     gio_trace trace;
     gpt2_hf hf;
+    int nprocs = 1, rank = 0;
 
     memset(&hf, 0, sizeof hf);
     if (parse_args(argc, argv, &a)) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (a.bench) return run_bench(&a);
+    {   /* under mpirun: one of several processes, each running devices /
+           processes of the mesh; every process reads the same data, process 0
+           prints and writes the loss curve, traces and checkpoints */
+        tj_ctx *c = tj_ctx_new();
+        if (!c || tj_distributed_init(c, NULL)) {
+            fprintf(stderr, "gpt2_train: %s\n", c ? tj_error(c) : "out of memory");
+            return 1;
+        }
+        nprocs = tj_process_count(c);
+        rank = tj_process_index(c);
+        tj_ctx_free(c);
+        a.cfg.distributed = nprocs > 1;
+        if (rank > 0) {
+            if (!freopen("/dev/null", "w", stdout)) return 1;
+            a.svg = NULL;
+            a.trace = NULL;
+        }
+        if (nprocs > 1) { /* cores per device: this host's processes share them */
+            const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+            int here = (ls && atoi(ls) > 0 ? atoi(ls) : nprocs) * (a.devices / nprocs > 0 ? a.devices / nprocs : 1);
+            if (a.threads <= 0) a.threads = (int)(ncpu / here > 0 ? ncpu / here : 1);
+        }
+    }
 
     /* ---- data */
     if (a.vocab_json) {
@@ -1480,6 +1510,7 @@ int main(int argc, char **argv) {
                      accum_unrolled(&tr.cfg) ? "unrolled" : "by a scan");
         printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d%s, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L,
                tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, accum, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
+        if (nprocs > 1) printf("processes: %d (transport %s), %d devices each; process 0 prints and writes files\n", nprocs, tj_transport_name(tr.ctx), a.devices / nprocs);
         printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
                a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
                tr.cfg.seq_parallel && tr.cfg.compute_rules ? "; residual stream: + pos:model (sequence parallel)" : "");
