@@ -849,8 +849,9 @@ struct tj_transport {
    multi-process launch is an error unless opts gives a transport. If the
    context still has one device (no tj_set_devices, no TJ_DEVICES), it gets
    one device per process. Timeout: opts, else TJ_TIMEOUT seconds, else 300.
-   Call tj_distributed_shutdown() before exit (MPI_Finalize, if tinyjax
-   initialized MPI; after a timeout it aborts the job instead). */
+   If tinyjax initialized MPI it finalizes it at exit, or earlier with
+   tj_distributed_shutdown() (after a timeout broke the transport, it
+   aborts the job instead: a finalize could wait forever). */
 typedef struct {
     int nprocs, rank;        /* 0, 0: from the environment                  */
     double timeout_s;        /* 0: TJ_TIMEOUT or 300                        */
@@ -9864,7 +9865,7 @@ static int tj__agree(tj_ctx *c, tj_status st, int dev, uint64_t hash, const char
     mine.st = (int32_t)st;
     mine.dev = dev;
     mine.hash = hash;
-    snprintf(mine.msg, sizeof mine.msg, "%s", msg ? msg : "");
+    snprintf(mine.msg, sizeof mine.msg, "%.495s", msg ? msg : "");
     all = (tj__agree_rec *)tj__calloc(sizeof *all * (size_t)P->nprocs);
     if (!all) {
         snprintf(out, on, "out of memory agreeing with the other processes");
@@ -10574,6 +10575,7 @@ static tj_transport *tj__mpi_transport(double timeout_s, char *err, size_t en) {
             return NULL;
         }
         tj__mpi_ours = 1;
+        atexit(tj_distributed_shutdown); /* MPI_Finalize at exit, unless called earlier */
     } else
         MPI_Query_thread(&prov);
     if (prov < MPI_THREAD_SERIALIZED) {
@@ -10707,8 +10709,7 @@ TJDEF void tj_distributed_shutdown(void) {
         fprintf(stderr, "tinyjax: process %d: the transport broke (%s); aborting the job\n", tj__mpi_t->rank, ((tj__ct *)tj__mpi_t->state)->broken);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    tj__ct_free(tj__mpi_t);
-    tj__mpi_t = NULL;
+    tj__mpi_t = NULL; /* contexts may still point at it: its memory stays */
     if (tj__mpi_ours) MPI_Finalize();
 #endif
 }

@@ -1294,7 +1294,7 @@ GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
 typedef struct {
     gpt2_config cfg;
     int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
-    int heads_set, layers_set, embed_set, context_set; /* given by flag */
+    int heads_set, layers_set, embed_set, context_set, devices_set; /* given by flag */
     int save_every, keep; /* periodic checkpoints: every K steps, the newest N kept */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
@@ -1351,7 +1351,8 @@ static void usage(void) {
         "                      special added tokens) become their ids; otherwise they are\n"
         "                      encoded as ordinary text\n"
         "parallelism\n"
-        "  --devices N         simulated devices (8)\n"
+        "  --devices N         simulated devices (8; with --mesh alone: the mesh's size); under\n"
+        "                      mpirun: all processes' devices, devices / processes each\n"
         "  --mesh S            device mesh, e.g. \"data=4 model=2\" (default); product = devices\n"
         "  --param-rules S     logical rules for parameters and optimizer state\n"
         "                      (\"embed:data mlp:model heads:model vocab:model\": FSDP + tensor)\n"
@@ -1696,7 +1697,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
             bad = arg_in_file(f, a->vocab_json) || arg_in_file(f, a->merges_txt);
             i++;
         }
-        else if (!strcmp(f, "--devices")) bad = arg_int(f, v, 1, TJ_MAXDEV, &a->devices);
+        else if (!strcmp(f, "--devices")) { bad = arg_int(f, v, 1, TJ_MAXDEV, &a->devices); a->devices_set = 1; }
         else if (!strcmp(f, "--mesh")) a->mesh = v;
         else if (!strcmp(f, "--param-rules")) a->cfg.param_rules = v;
         else if (!strcmp(f, "--compute-rules")) a->cfg.compute_rules = v;
@@ -1733,6 +1734,11 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         }
         if (bad) return 1;
         i++;
+    }
+    if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) { /* --mesh alone: as many devices as it has */
+        const char *m = a->mesh;
+        a->devices = 1;
+        while ((m = strchr(m, '='))) a->devices *= atoi(++m);
     }
     if (!a->init_from && a->cfg.C % a->cfg.H) {
         fprintf(stderr, "gpt2_train: --embed %d is not divisible by --heads %d\n", a->cfg.C, a->cfg.H);
@@ -1946,11 +1952,35 @@ static int gpt2_main(int argc, char **argv) {
     gpt2_hf hf;
     int rc = 0;      /* the exit status: 1 once a write failed or training stopped on an error */
     int stopped = 0; /* training stopped on an error: no final checkpoint, no sample */
+    int nprocs = 1, rank = 0;
 
     memset(&hf, 0, sizeof hf);
     if (parse_args(argc, argv, &a)) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (a.bench) return run_bench(&a);
+    {   /* under mpirun: one of several processes, each running devices /
+           processes of the mesh; every process reads the same data, process 0
+           prints and writes the loss curve, traces and checkpoints */
+        tj_ctx *c = tj_ctx_new();
+        if (!c || tj_distributed_init(c, NULL)) {
+            fprintf(stderr, "gpt2_train: %s\n", c ? tj_error(c) : "out of memory");
+            return 1;
+        }
+        nprocs = tj_process_count(c);
+        rank = tj_process_index(c);
+        tj_ctx_free(c);
+        a.cfg.distributed = nprocs > 1;
+        if (rank > 0) {
+            if (!freopen("/dev/null", "w", stdout)) return 1;
+            a.svg = NULL;
+            a.trace = NULL;
+        }
+        if (nprocs > 1) { /* cores per device: this host's processes share them */
+            const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+            int here = (ls && atoi(ls) > 0 ? atoi(ls) : nprocs) * (a.devices / nprocs > 0 ? a.devices / nprocs : 1);
+            if (a.threads <= 0) a.threads = (int)(ncpu / here > 0 ? ncpu / here : 1);
+        }
+    }
 
     /* ---- data */
     if (a.vocab_json && a.tokenizer_json) { fprintf(stderr, "gpt2_train: give --tokenizer or --tokenizer-json, not both\n"); return 1; }
@@ -2042,6 +2072,7 @@ static int gpt2_main(int argc, char **argv) {
                      accum_unrolled(&tr.cfg) ? "unrolled" : "by a scan");
         printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d%s, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L,
                tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, accum, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
+        if (nprocs > 1) printf("processes: %d (transport %s), %d devices each; process 0 prints and writes files\n", nprocs, tj_transport_name(tr.ctx), a.devices / nprocs);
         printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
                a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
                tr.cfg.seq_parallel && tr.cfg.compute_rules ? "; residual stream: + pos:model (sequence parallel)" : "");
