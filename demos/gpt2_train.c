@@ -1721,6 +1721,11 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
             struct stat sb;
             a->init_from = v;
             if (!*v || stat(v, &sb)) { fprintf(stderr, "gpt2_train: --init-from %s: %s\n", v, *v ? strerror(errno) : "empty name"); return 1; }
+            if (S_ISDIR(sb.st_mode)) {
+                char st[1100];
+                snprintf(st, sizeof st, "%s/model.safetensors", v);
+                if (access(st, R_OK)) { fprintf(stderr, "gpt2_train: --init-from %s: is a directory without a readable model.safetensors\n", v); return 1; }
+            }
         }
         else if (!strcmp(f, "--tokenizer-json")) { a->tokenizer_json = v; bad = arg_in_file(f, v); }
         else if (!strcmp(f, "--export-hf")) {
