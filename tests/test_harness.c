@@ -668,7 +668,9 @@ static const hx_row rows[] = {
     UN(stop_gradient, "stop_gradient", PQ, .nofd = 1),
     UN(name, "name", PQ),
     UN(param, "param copy", PQ, .via = "param: traced inputs, scan carries/xs/captures; copy: tj_jit returning an input"),
-    UN(offload, "offload fetch", PQ, .via = "tj_save_and_offload_only_these_names (context ckpt_offload)"),
+    UN(offload, "offload fetch", PQ,
+       .via = "offload: tj_save_and_offload_only_these_names (contexts ckpt_offload, scan_xs); fetch: should bring an offloaded residual back, "
+              "but nothing in tinyjax.h makes a fetch node (the scan kernel stages host xs itself)"),
     UN(scan, "scan out", PQ, .via = "tj_scan (out: its outputs); also tj_checkpoint, tj_shard_map"),
     UN(checkpoint, "scan out", PQ, .via = "tj_checkpoint: a scan of length one"),
     UN(custom, "custom", PQ, .via = "tj_register_op + tj_custom"),
@@ -805,10 +807,13 @@ static const double *outs_get(const hx_outs *o, const char *nm, int64_t *len) {
     return NULL;
 }
 
+static char seen_where[TJ__NOPS][128]; /* the first program an op appeared in */
+static char cur_where[128];
 static void walk_seen(tj_graph *g) {
     int i;
     if (!g) return;
     for (i = 0; i < g->n; i++) {
+        if (!seen[g->nodes[i]->op]) snprintf(seen_where[g->nodes[i]->op], sizeof seen_where[0], "%s", cur_where);
         seen[g->nodes[i]->op] = 1;
         if (g->nodes[i]->sub) walk_seen(g->nodes[i]->sub);
     }
@@ -924,6 +929,7 @@ static const hx_outs *get_ref(int ri, int rk, int D) {
         c.check = 1;
         c.dt = TJ_F32;
         in = make_inputs(ref_ctx, &rows[ri], ri, TJ_F32);
+        snprintf(cur_where, sizeof cur_where, "%s [reference for %s] D=%d", rows[ri].name, ctx_names[c.cx], D);
         R->done = 1;
         R->ok = run_prog(ref_ctx, &c, in, &R->o, err, sizeof err);
         if (!R->ok) record_fail(ri, c.cx, "%s: the one-device reference (%s, D=%d) failed: %s", rows[ri].name, ctx_names[c.cx], D, err);
@@ -1041,6 +1047,7 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
     c.rules = pl->put ? NULL : pl->spec;
     if (cx == C_SM_ON || cx == C_SM_OFF) smap_specs(&c, pl->spec);
     snprintf(where, sizeof where, "mesh [%s] sharding \"%.127s\" (%s)", meshes[mi].mesh, pl->spec, pl->put ? "device_put" : "shard_by_rules in the program");
+    snprintf(cur_where, sizeof cur_where, "%s [%s] mesh [%s] \"%.40s\"", r->name, ctx_names[cx], meshes[mi].mesh, pl->spec);
     ref = expect_err ? NULL : get_ref(ri, ref_kind(cx), r->coll ? c.D : 1);
     if (!expect_err && !ref) return;
     in = make_inputs(ctx, r, ri, TJ_F32);
@@ -1051,6 +1058,7 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
         return;
     }
     runs[ri][cx]++;
+    snprintf(cur_where, sizeof cur_where, "%s [%s] mesh [%s] \"%.40s\"", r->name, ctx_names[cx], meshes[mi].mesh, pl->spec);
     ok = run_prog_pi(ctx, &c, in, &o, err, sizeof err, &pi);
     if (!ok && !expect_err && r->twice) { /* does it work without the grad of grad? */
         hx_cfg c1 = c;
@@ -1103,6 +1111,7 @@ static void fd_check(int ri) {
     c.D = r->coll ? 2 : 1;
     c.check = 1;
     c.dt = TJ_F64;
+    snprintf(cur_where, sizeof cur_where, "%s [finite differences]", r->name);
     if (!run_prog(ctx, &c, in, &full, err, sizeof err)) {
         record_fail(ri, C_TOP, "%s [finite differences]: the f64 program failed: %s", r->name, err);
         goto done;
@@ -1189,6 +1198,7 @@ static void f64_check(int ri) {
     c.D = 1;
     c.check = 1;
     c.dt = TJ_F64;
+    snprintf(cur_where, sizeof cur_where, "%s [f64 reference]", r->name);
     if (ref && run_prog(ctx, &c, in, &o, err, sizeof err)) {
         compare(ri, C_TOP, "f64 vs f32, one device", ref, &o, 2e-4, 0);
         outs_free(&o);
@@ -1292,6 +1302,7 @@ int main(int argc, char **argv) {
             for (ri = 0; ri < NROWS; ri++)
                 if (row_claims(&rows[ri], tj__opname(op)) && rows[ri].via && *rows[ri].via) via = rows[ri].via;
             TJT_CHECK(seen[op], "op '%s' never appeared in a compiled program (its row says: %s)", tj__opname(op), via);
+            if (verbose && seen[op]) printf("  op %-18s first seen in %s\n", tj__opname(op), seen_where[op]);
         }
     }
 
