@@ -8332,7 +8332,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             }
     }
     if (c->status) goto fail;
-    tj__lint_policy(G, n->policy, B, nc, first_row);
+    if (n->pass == 0) tj__lint_policy(G, n->policy, B, nc, first_row); /* the user's scan, not a backward scan being differentiated again */
     if (c->status) goto fail;
     /* the forward body's new outputs made new PROJ nodes of n; its
        captures are the same, so its inputs are unchanged */

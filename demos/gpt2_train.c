@@ -801,9 +801,9 @@ static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
    h.{i}.mlp.c_fc.{weight,bias}, h.{i}.mlp.c_proj.{weight,bias},
    ln_f.{weight,bias}, all optionally under "transformer.". The linear
    layers are Conv1D: weight (in, out), y = x . W + b. Stored F32, F16, BF16
-   or F64; converted to f32. Other tensors (lm_head.weight, which is tied to
-   wte, and the h.{i}.attn.bias / masked_bias buffers of older files) are
-   ignored.
+   or F64; converted to f32. lm_head.weight, when present, must equal wte
+   (the head is tied; an untied head is an error, not silently replaced);
+   the h.{i}.attn.bias / masked_bias buffers of older files are ignored.
 
    The sizes come from the tensors. config.json beside the file (or in the
    directory given instead of the file, which then holds model.safetensors)
@@ -854,6 +854,7 @@ static int hf_tensor(const gpt2_hf *hf, const char *name, int rank, int64_t d0, 
     return 0;
 }
 static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n);
+static int gpt2_hf_check_head(const gpt2_hf *hf, char *err, size_t n);
 static int is_dir(const char *p) {
     struct stat sb;
     return p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
@@ -934,7 +935,7 @@ static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
         }
         hf->M = (int)fc->shape[1];
     }
-    if (gpt2_hf_read_config(hf, err, n)) {
+    if (gpt2_hf_read_config(hf, err, n) || gpt2_hf_check_head(hf, err, n)) {
         gpt2_hf_close(hf);
         return 1;
     }
@@ -981,6 +982,31 @@ static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n) {
     if (cf.scale_attn_weights == 0) return hf_fail(err, n, "%s: scale_attn_weights false is not supported (attention scores are scaled by 1/sqrt(head_dim))", cpath);
     if (cf.scale_attn_by_inverse_layer_idx == 1) return hf_fail(err, n, "%s: scale_attn_by_inverse_layer_idx true is not supported", cpath);
     if (cf.add_cross_attention == 1) return hf_fail(err, n, "%s: add_cross_attention true is not supported (a decoder-only GPT-2 has none)", cpath);
+    if (cf.tie_word_embeddings == 0)
+        return hf_fail(err, n, "%s: tie_word_embeddings false (an untied lm_head) is not supported: tinyjax's GPT-2 ties the head to wte", cpath);
+    return 0;
+}
+/* lm_head.weight, when the file has one, must be wte itself (saved twice):
+   an untied head is refused, never silently replaced by wte */
+static int gpt2_hf_check_head(const gpt2_hf *hf, char *err, size_t n) {
+    const tj_st_tensor *h = tj_st_find(hf->st, "lm_head.weight"), *w;
+    char wn[64];
+    float *a, *b;
+    int same;
+    if (!h) return 0;
+    snprintf(wn, sizeof wn, "%swte.weight", hf->prefix);
+    w = tj_st_find(hf->st, wn);
+    if (!w || h->rank != 2 || h->shape[0] != w->shape[0] || h->shape[1] != w->shape[1])
+        return hf_fail(err, n, "%s: lm_head.weight has another shape than %s: an untied head is not supported (tinyjax's GPT-2 ties the head to wte)", hf->path,
+                       wn);
+    if (!hf_is_float(h->dtype)) return hf_fail(err, n, "%s: tensor 'lm_head.weight' has dtype %s", hf->path, tj_st_dtype_name(h->dtype));
+    a = (float *)malloc(sizeof(float) * (size_t)h->numel);
+    b = (float *)malloc(sizeof(float) * (size_t)w->numel);
+    same = a && b && !tj_st_to_f32(h, a) && !tj_st_to_f32(w, b) && !memcmp(a, b, sizeof(float) * (size_t)h->numel);
+    free(a);
+    free(b);
+    if (!same)
+        return hf_fail(err, n, "%s: lm_head.weight differs from %s: an untied head is not supported (tinyjax's GPT-2 ties the head to wte)", hf->path, wn);
     return 0;
 }
 /* The model config of the file: layers, embed, mlp, vocab (padded as the
@@ -1263,7 +1289,8 @@ typedef struct {
     int heads_set, layers_set, embed_set, context_set; /* given by flag */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
-    const char *export_hf;
+    const char *export_hf, *tokenizer_json;
+    int allow_special;
 } gpt2_args;
 
 static void usage(void) {
@@ -1307,6 +1334,13 @@ static void usage(void) {
         "                      decodes samples)\n"
         "                      default data: tinyjax.h, README.md, demos/*.c, demos/*.h,\n"
         "                      tests/*.c found from the current directory or the executable's\n"
+        "  --tokenizer-json F  byte-level BPE from a Hugging Face tokenizer.json (GPT-2 style:\n"
+        "                      ByteLevel pre-tokenizer, no normalizer); with --init-from and no\n"
+        "                      tokenizer flag, tokenizer.json or vocab.json + merges.txt beside\n"
+        "                      the weights are used\n"
+        "  --allow-special     special tokens in --data and --prompt (<|endoftext|>, tokenizer.json's\n"
+        "                      special added tokens) become their ids; otherwise they are\n"
+        "                      encoded as ordinary text\n"
         "parallelism\n"
         "  --devices N         simulated devices (8)\n"
         "  --mesh S            device mesh, e.g. \"data=4 model=2\" (default); product = devices\n"
@@ -1467,6 +1501,8 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (ARG("--data")) a->data = argv[++i];
         else if (ARG("--tokens")) a->tokens = argv[++i];
         else if (!strcmp(f, "--tokenizer") && i + 2 < argc) { a->vocab_json = argv[++i]; a->merges_txt = argv[++i]; }
+        else if (ARG("--tokenizer-json")) a->tokenizer_json = argv[++i];
+        else if (!strcmp(f, "--allow-special")) a->allow_special = 1;
         else if (ARG("--devices")) a->devices = atoi(argv[++i]);
         else if (ARG("--mesh")) a->mesh = argv[++i];
         else if (ARG("--param-rules")) a->cfg.param_rules = argv[++i];
@@ -1617,7 +1653,25 @@ static int copy_into(const char *src, const char *dir, const char *name, char *e
 static int export_tokenizer(const gpt2_args *a, char *err, size_t n) {
     if (a->vocab_json && (copy_into(a->vocab_json, a->export_hf, "vocab.json", err, n) || copy_into(a->merges_txt, a->export_hf, "merges.txt", err, n)))
         return 1;
+    if (a->tokenizer_json && copy_into(a->tokenizer_json, a->export_hf, "tokenizer.json", err, n)) return 1;
     return 0;
+}
+/* --init-from without a tokenizer flag: the tokenizer that came with the
+   weights (tokenizer.json, else vocab.json + merges.txt, beside them) */
+static void find_tokenizer_beside(gpt2_args *a) {
+    static char tj[1100], vj[1100], mt[1100];
+    char dir[1024];
+    const char *slash;
+    if (is_dir(a->init_from)) snprintf(dir, sizeof dir, "%s", a->init_from);
+    else if ((slash = strrchr(a->init_from, '/'))) snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->init_from), a->init_from);
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(vj, sizeof vj, "%s/vocab.json", dir);
+    snprintf(mt, sizeof mt, "%s/merges.txt", dir);
+    if (access(tj, R_OK) == 0) a->tokenizer_json = tj;
+    else if (access(vj, R_OK) == 0 && access(mt, R_OK) == 0) { a->vocab_json = vj; a->merges_txt = mt; }
+    else return;
+    printf("tokenizer: %s, found beside the --init-from weights\n", a->tokenizer_json ? tj : vj);
 }
 
 int main(int argc, char **argv) {
@@ -1642,7 +1696,12 @@ int main(int argc, char **argv) {
     if (a.bench) return run_bench(&a);
 
     /* ---- data */
-    if (a.vocab_json) {
+    if (a.vocab_json && a.tokenizer_json) { fprintf(stderr, "gpt2_train: give --tokenizer or --tokenizer-json, not both\n"); return 1; }
+    if (a.init_from && !a.vocab_json && !a.tokenizer_json) find_tokenizer_beside(&a);
+    if (a.tokenizer_json) {
+        if (gio_tok_load_hf(&tok, a.tokenizer_json, err, sizeof err)) { fprintf(stderr, "gpt2_train: --tokenizer-json: %s\n", err); return 1; }
+        have_tok = 1;
+    } else if (a.vocab_json) {
         if (gio_tok_load_gpt2(&tok, a.vocab_json, a.merges_txt, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
         have_tok = 1;
     } else if (!a.tokens) {
@@ -1655,10 +1714,10 @@ int main(int argc, char **argv) {
         if (gio_tokens_read(a.tokens, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
         for (k = 0; k < ndata; k++) if (data[k] > top) top = data[k];
         /* GPT-2's vocabulary (or the tokenizer's), unless the file has larger ids */
-        a.cfg.V_real = a.vocab_json ? tok.vocab_size : 50257;
+        a.cfg.V_real = have_tok ? tok.vocab_size : 50257;
         if (top >= a.cfg.V_real) {
             if (top >= (1 << 24)) { fprintf(stderr, "gpt2_train: %s: token id %ld is too large for a vocabulary\n", a.tokens, (long)top); free(data); return 1; }
-            if (a.vocab_json) {
+            if (have_tok) {
                 fprintf(stderr, "gpt2_train: %s: token id %ld is outside the tokenizer's vocabulary of %d\n", a.tokens, (long)top, tok.vocab_size);
                 free(data);
                 return 1;
@@ -1677,8 +1736,15 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gpt2_train: cannot find the project's sources (tinyjax.h) from here or the executable; use --data FILE\n");
             return 1;
         }
-        if (gio_tok_encode(&tok, text, len, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); free(text); return 1; }
+        if (gio_tok_encode_special(&tok, text, len, a.allow_special, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); free(text); return 1; }
         a.cfg.V_real = tok.vocab_size;
+        if (gio_tok_special_count(&tok)) {
+            size_t pl;
+            const char *p0 = gio_tok_piece(&tok, gio_tok_special_id(&tok, 0), &pl);
+            printf("tokenizer: %d special token%s (%.*s = %ld%s); in the text they are encoded %s\n", gio_tok_special_count(&tok),
+                   gio_tok_special_count(&tok) > 1 ? "s" : "", (int)pl, p0 ? p0 : "", (long)gio_tok_special_id(&tok, 0),
+                   gio_tok_special_count(&tok) > 1 ? ", .." : "", a.allow_special ? "as their ids (--allow-special)" : "as ordinary text (see --allow-special)");
+        }
         printf("data: %s%s, %zu bytes -> %zu tokens (%s tokenizer, vocab %d)\n", a.data ? "" : "project sources under ", src, len, ndata,
                tok.kind == GIO_TOK_GPT2 ? "GPT-2 BPE" : "byte", tok.vocab_size);
         free(text);
@@ -1854,7 +1920,7 @@ int main(int argc, char **argv) {
     if (a.sample_len > 0 && (n_tr || a.init_from || a.resume)) {
         int32_t *pr = NULL;
         size_t np = 0;
-        if (have_tok && a.prompt && *a.prompt && !gio_tok_encode(&tok, a.prompt, strlen(a.prompt), &pr, &np, err, sizeof err) && np) {
+        if (have_tok && a.prompt && *a.prompt && !gio_tok_encode_special(&tok, a.prompt, strlen(a.prompt), a.allow_special, &pr, &np, err, sizeof err) && np) {
             printf("--- sample (temperature %.2f, top-k %d) ---\n", a.temperature, a.top_k);
             sample(&tr, &tok, pr, np, a.sample_len, a.temperature, a.top_k, a.cfg.seed);
         } else {

@@ -456,6 +456,32 @@ static void test_hf_config(void) {
                       "config error %zu: message \"%s\" lacks \"%s\" or \"%s\"", k, err, bad[k].want1, bad[k].want2);
         }
     }
+    /* lm_head.weight: wte saved twice loads; an untied head is refused, not ignored */
+    write_config(cpath, 4, NULL);
+    {
+        hf_set *h2 = (hf_set *)malloc(sizeof *h2);
+        float *other = (float *)malloc(sizeof(float) * HV * HC);
+        *h2 = h;
+        h2->t[h2->n] = h.t[0]; /* wte's data */
+        snprintf(h2->t[h2->n].name, sizeof h2->t[h2->n].name, "lm_head.weight");
+        h2->n++;
+        TJT_CHECK(hf_write(h2, wpath, "", 0, NULL) == 0, "write with lm_head");
+        err[0] = 0;
+        TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) == 0, "lm_head.weight equal to wte: %s", err);
+        memcpy(other, h.t[0].data, sizeof(float) * HV * HC);
+        other[5] += 1.0f;
+        h2->t[h2->n - 1].data = other;
+        TJT_CHECK(hf_write(h2, wpath, "", 0, NULL) == 0, "write with an untied lm_head");
+        err[0] = 0;
+        TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) != 0 && strstr(err, "lm_head.weight differs") && strstr(err, "untied"),
+                  "untied lm_head.weight: \"%s\"", err);
+        free(other);
+        free(h2);
+        TJT_CHECK(hf_write(&h, wpath, "", 0, NULL) == 0, "rewrite");
+        write_config(cpath, 4, "\n  \"tie_word_embeddings\": false,");
+        err[0] = 0;
+        TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) != 0 && strstr(err, "tie_word_embeddings false"), "untied config: \"%s\"", err);
+    }
     remove(cpath);
     remove(wpath);
     rmdir(dir);

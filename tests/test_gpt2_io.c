@@ -617,6 +617,174 @@ static void json_token(gio_strbuf *sb, const char *raw) {
     gio__sb_puts(sb, "\"");
 }
 
+/* tokenizer.json (Hugging Face tokenizers) with the vocabulary and merges of
+   test_bpe's vocab.json / merges.txt: the same ids; added tokens, special
+   ones only when allowed; lstrip / rstrip / single_word; errors */
+static void put_tok_json(gio_strbuf *b, const char *vocab_json, size_t vlen, const char *merges, int merges_as_pairs, const char *added, const char *pre,
+                         const char *model_extra) {
+    size_t i = 0;
+    int first = 1;
+    gio__sb_puts(b, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [");
+    gio__sb_puts(b, added);
+    gio__sb_puts(b, "], \"normalizer\": null, \"pre_tokenizer\": ");
+    gio__sb_puts(b, pre);
+    gio__sb_puts(b, ", \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true},"
+                    " \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},"
+                    " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\","
+                    " \"fuse_unk\": false, \"byte_fallback\": false, ");
+    gio__sb_puts(b, model_extra);
+    gio__sb_puts(b, "\"vocab\": ");
+    gio__sb_put(b, vocab_json, vlen);
+    gio__sb_puts(b, ", \"merges\": [");
+    /* merges.txt lines (mapped alphabet, UTF-8) -> JSON strings or pairs */
+    while (merges[i]) {
+        size_t e = i, sp;
+        while (merges[e] && merges[e] != '\n') e++;
+        if (e > i && merges[e - 1] == '\r') e--;
+        if (e > i && merges[i] != '#') {
+            for (sp = i; sp < e && merges[sp] != ' '; sp++) {}
+            if (!first) gio__sb_puts(b, ", ");
+            first = 0;
+            if (merges_as_pairs) {
+                gio__sb_puts(b, "[\"");
+                gio__sb_put(b, merges + i, sp - i);
+                gio__sb_puts(b, "\", \"");
+                gio__sb_put(b, merges + sp + 1, e - sp - 1);
+                gio__sb_puts(b, "\"]");
+            } else {
+                gio__sb_puts(b, "\"");
+                gio__sb_put(b, merges + i, e - i);
+                gio__sb_puts(b, "\"");
+            }
+        }
+        while (merges[e] && merges[e] != '\n') e++;
+        i = merges[e] ? e + 1 : e;
+    }
+    gio__sb_puts(b, "]}}\n");
+}
+static int ids_are(const int32_t *ids, size_t n, const int32_t *want, size_t wn) {
+    size_t k;
+    if (n != wn) return 0;
+    for (k = 0; k < n; k++) if (ids[k] != want[k]) return 0;
+    return 1;
+}
+static void test_tokenizer_json(const gio_strbuf *vj, const gio_strbuf *mt) {
+    static const char *pre = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
+    static const char *added =
+        "{\"id\": 269, \"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": true},"
+        "{\"id\": 270, \"content\": \"<pad>\", \"single_word\": false, \"lstrip\": true, \"rstrip\": true, \"normalized\": false, \"special\": true},"
+        "{\"id\": 271, \"content\": \"[X]\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": false},"
+        "{\"id\": 272, \"content\": \"ab\", \"single_word\": true, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": false},"
+        "{\"id\": 273, \"content\": \"<|endoftext|>x\", \"special\": true}";
+    static const char *texts[] = {"hello world", "hello, world!\n", "numbers 12345 and 1.5e-3", "don't you'll", "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80",
+                                  "  leading and trailing   ", ""};
+    gio_tokenizer ref, tj, tp;
+    gio_strbuf b;
+    char err[512];
+    int32_t *ids, *ids2;
+    size_t n, n2, k;
+    int v;
+    memset(&b, 0, sizeof b);
+    CHECKE(gio_tok_load_gpt2(&ref, path_in("vocab.json"), path_in("merges.txt"), err, sizeof err) == 0, err);
+    for (v = 0; v < 2; v++) { /* merges as "a b" strings, and as ["a", "b"] pairs (tokenizers >= 0.20) */
+        gio_tokenizer *t = v ? &tp : &tj;
+        b.n = 0;
+        put_tok_json(&b, vj->p, vj->n, mt->p, v, added, pre, "\"ignore_merges\": false, ");
+        write_raw(path_in("tokenizer.json"), b.p, b.n);
+        CHECKE(gio_tok_load_hf(t, path_in("tokenizer.json"), err, sizeof err) == 0, err);
+        CHECK(t->vocab_size == 274 && gio_tok_special_count(t) == 3 && gio_tok_special_id(t, 0) == 269);
+        for (k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+            int ok = gio_tok_encode(t, texts[k], strlen(texts[k]), &ids, &n, err, sizeof err) == 0 &&
+                     gio_tok_encode(&ref, texts[k], strlen(texts[k]), &ids2, &n2, err, sizeof err) == 0;
+            CHECKE(ok && ids_are(ids, n, ids2, n2), texts[k]);
+            if (ok) { free(ids); free(ids2); }
+        }
+    }
+    {   /* special tokens: text unless allowed; the longest match wins */
+        const char *s = "hello<|endoftext|>world";
+        int32_t want_allowed[] = {259, 269, 262, 5, 263};   /* hello <|endoftext|> wor l d (no leading space) */
+        CHECK(gio_tok_encode(&tj, s, strlen(s), &ids, &n, err, sizeof err) == 0 && n > 5 && ids[0] == 259 && ids[1] == 27);
+        free(ids);
+        CHECK(gio_tok_encode_special(&tj, s, strlen(s), 1, &ids, &n, err, sizeof err) == 0 && n >= 3 && ids[0] == 259 && ids[1] == 269);
+        if (n >= 3) {
+            CHECK(gio_tok_encode(&tj, "world", 5, &ids2, &n2, err, sizeof err) == 0 && n == n2 + 2 && !memcmp(ids + 2, ids2, n2 * sizeof *ids));
+            free(ids2);
+        }
+        (void)want_allowed;
+        free(ids);
+        CHECK(gio_tok_encode_special(&tj, "<|endoftext|>x", 14, 1, &ids, &n, err, sizeof err) == 0 && n == 1 && ids[0] == 273);
+        free(ids);
+        /* the vocab.json tokenizer: <|endoftext|> is its special token */
+        CHECK(gio_tok_special_count(&ref) == 1 && gio_tok_special_id(&ref, 0) == 269);
+        CHECK(gio_tok_encode_special(&ref, s, strlen(s), 1, &ids, &n, err, sizeof err) == 0 && n >= 3 && ids[0] == 259 && ids[1] == 269);
+        free(ids);
+        /* a non-special added token is always matched; lstrip/rstrip eat the spaces around <pad> */
+        CHECK(gio_tok_encode(&tj, "a[X]b", 5, &ids, &n, err, sizeof err) == 0 && n == 3 && ids[0] == 'a' - 33 && ids[1] == 271 && ids[2] == 'b' - 33);
+        free(ids);
+        CHECK(gio_tok_encode_special(&tj, "a  <pad>  b", 11, 1, &ids, &n, err, sizeof err) == 0 && n == 3 && ids[1] == 270 && ids[0] == 'a' - 33 &&
+              ids[2] == 'b' - 33);
+        free(ids);
+        /* single_word: "ab" alone is the added token, inside "cabd" it is not */
+        CHECK(gio_tok_encode(&tj, "x ab y", 6, &ids, &n, err, sizeof err) == 0 && n >= 3 && ids[2] == 272);
+        free(ids);
+        CHECK(gio_tok_encode(&tj, "cabd", 4, &ids, &n, err, sizeof err) == 0 && n == 4 && ids[1] == 'a' - 33);
+        free(ids);
+        /* decoding gives the content back */
+        {
+            int32_t d[3] = {259, 269, 271};
+            char *txt;
+            size_t tl;
+            CHECK(gio_tok_decode(&tj, d, 3, &txt, &tl, err, sizeof err) == 0 && tl == 21 && !memcmp(txt, "hello<|endoftext|>[X]", 21));
+            free(txt);
+        }
+    }
+    {   /* add_prefix_space: each segment gets a space in front ("hello" -> " hello" = " " "hello") */
+        gio_tokenizer ta;
+        b.n = 0;
+        put_tok_json(&b, vj->p, vj->n, mt->p, 0, added, "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}", "");
+        write_raw(path_in("tok_aps.json"), b.p, b.n);
+        CHECKE(gio_tok_load_hf(&ta, path_in("tok_aps.json"), err, sizeof err) == 0, err);
+        CHECK(gio_tok_encode(&ta, "world", 5, &ids, &n, err, sizeof err) == 0 && n == 1 && ids[0] == 264);
+        free(ids);
+        gio_tok_free(&ta);
+    }
+    {   /* errors name the file and the setting */
+        static const struct { const char *pre, *extra, *added, *want; } bad[] = {
+            {"{\"type\": \"Metaspace\"}", "", "", "pre_tokenizer \"Metaspace\" is not supported"},
+            {"{\"type\": \"ByteLevel\", \"use_regex\": false}", "", "", "use_regex false"},
+            {NULL, "\"byte_fallback\": true, ", "", "byte_fallback"},
+            {NULL, "\"dropout\": 0.1, ", "", "dropout"},
+            {NULL, "", "{\"id\": 5, \"content\": \"zz\", \"special\": true}", "which the vocabulary gives to"},
+            {NULL, "", "{\"content\": \"zz\"}", "without id or content"},
+        };
+        gio_tokenizer tb;
+        for (k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            b.n = 0;
+            put_tok_json(&b, vj->p, vj->n, mt->p, 0, bad[k].added, bad[k].pre ? bad[k].pre : pre, bad[k].extra);
+            write_raw(path_in("tok_bad.json"), b.p, b.n);
+            err[0] = 0;
+            CHECKE(gio_tok_load_hf(&tb, path_in("tok_bad.json"), err, sizeof err) != 0 && contains(err, bad[k].want) && contains(err, "tok_bad.json"), err);
+        }
+        write_raw(path_in("tok_wp.json"), "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", 45);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_wp.json"), err, sizeof err) != 0 && contains(err, "model type \"WordPiece\""));
+        write_raw(path_in("tok_norm.json"), "{\"normalizer\": {\"type\": \"NFC\"}, \"model\": {}}", 44);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_norm.json"), err, sizeof err) != 0 && contains(err, "normalizer \"NFC\""));
+        write_raw(path_in("tok_trunc.json"), b.p, b.n / 2);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_trunc.json"), err, sizeof err) != 0 && contains(err, "tok_trunc.json: bad JSON"));
+        write_raw(path_in("tok_nomodel.json"), "{\"version\": \"1.0\"}", 18);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_nomodel.json"), err, sizeof err) != 0 && contains(err, "no \"model\""));
+        /* a merge naming a token the vocabulary lacks */
+        b.n = 0;
+        put_tok_json(&b, vj->p, vj->n, "q zz\n", 0, "", pre, "");
+        write_raw(path_in("tok_merge.json"), b.p, b.n);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_merge.json"), err, sizeof err) != 0 && contains(err, "model.merges[0]") && contains(err, "not in"));
+    }
+    gio_tok_free(&tj);
+    gio_tok_free(&tp);
+    gio_tok_free(&ref);
+    free(b.p);
+}
+
 static void test_bpe(void) {
     /* merges in rank order; raw bytes (space = ' ') */
     static const char *merges[][2] = {
@@ -782,6 +950,7 @@ static void test_bpe(void) {
         CHECK(gio_tok_load_gpt2(&t2, path_in("nonexistent.json"), path_in("merges.txt"), err, sizeof err) != 0 &&
               contains(err, "nonexistent.json: cannot open"));
     }
+    test_tokenizer_json(&vj, &mt);
     free(vj.p);
     free(mt.p);
 }
@@ -808,9 +977,11 @@ static void test_pretok(void) {
         {" \xf3\xa0\x82\x80x", {" \xf3\xa0\x82\x80", "x"}},
         {"x\xf4\x8f\xbf\xbf\xf0\xbf\xbf\xbe!", {"x", "\xf4\x8f\xbf\xbf\xf0\xbf\xbf\xbe!"}},
         {"a\xd4\xb0" "b 1\xcd\xb7\xcd\xb8", {"a", "\xd4\xb0", "b", " 1", "\xcd\xb7", "\xcd\xb8"}},
-        /* letters assigned in Unicode 15.0 (U+1E030) and 17.0 (U+323B0, CJK Ext. J) */
+        /* letters assigned in Unicode 15.0 (U+1E030) and 16.0 (U+10D4A); U+323B0
+           (CJK Ext. J, Unicode 17.0) is unassigned for tiktoken's Unicode 16.0 */
         {"\xf0\x9e\x80\xb0" "a \xf0\xb2\x8e\xb0\xf0\xb2\x8e\xb1 \xe2\xba\xbf" "0",
          {"\xf0\x9e\x80\xb0" "a", " \xf0\xb2\x8e\xb0\xf0\xb2\x8e\xb1", " \xe2\xba\xbf", "0"}},
+        {"a\xf0\xb2\x8e\xb0" "b \xf0\x90\xb5\x8a" "x", {"a", "\xf0\xb2\x8e\xb0", "b", " \xf0\x90\xb5\x8a" "x"}},
     };
     size_t c;
     for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -833,12 +1004,12 @@ static void test_pretok(void) {
     }
     CHECK(gio_gpt2_pretok_next("abc", 3, 3) == 0);
     {   /* the whole table against the counts tools/gen_unicode_table.py
-           printed from Python's regex (Unicode 17.0) */
+           printed from tiktoken 0.14 (Unicode 16.0) */
         long cnt[4] = {0, 0, 0, 0};
         uint32_t cp;
         for (cp = 0x100; cp <= 0x10FFFF; cp++) cnt[gio__uclass(cp)]++;
-        CHECK(cnt[GIO__CO] == 966376 && cnt[GIO__CL] == 145555 && cnt[GIO__CN] == 1908 && cnt[GIO__CS] == 17);
-        if (cnt[GIO__CL] != 145555) printf("classes >= U+0100: %ld other, %ld letters, %ld numbers, %ld spaces\n", cnt[0], cnt[1], cnt[2], cnt[3]);
+        CHECK(cnt[GIO__CO] == 971033 && cnt[GIO__CL] == 140911 && cnt[GIO__CN] == 1895 && cnt[GIO__CS] == 17);
+        if (cnt[GIO__CL] != 140911) printf("classes >= U+0100: %ld other, %ld letters, %ld numbers, %ld spaces\n", cnt[0], cnt[1], cnt[2], cnt[3]);
     }
 }
 

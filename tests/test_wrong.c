@@ -364,11 +364,11 @@ static void test_mistakes(void) {
     p = tj_jit(ctx, "after clear", rules_fn, (void *)"batch:data", in, NULL);
     TJT_CHECK(p != NULL, "after tj_clear_error jit works again");
     tj_prog_free(p);
-    tj_ctx_free(ctx);
     tj_tree_free(in);
+    tj_tree_free(sin);
+    tj_ctx_free(ctx);
     /* policy mistakes (one device) */
     ctx = tj_ctx_new();
-    tj_tree_free(sin);
     sin = off_in(ctx);
     p = tj_jit(ctx, "both lists", mistakes_scan_fn, &both, sin, NULL);
     TJT_CHECK(!p, "a name in both the save and the offload list is an error");
