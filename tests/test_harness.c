@@ -22,8 +22,9 @@
                    axes the op is independent of
      nested        a scan inside a scan (2 x 2 steps)
    on each MESH: 1 device ("data=1"), data=2, data=2 model=2, data=4 model=2,
-   with the inputs sharded along each of their axes (device_put outside the
-   program, or tj_shard_by_rules inside it, alternately).
+   with the inputs sharded along each of their axes, over each mesh axis and
+   pairs of them (device_put outside the program, or tj_shard_by_rules inside
+   it: alternately, and both ways in the top context).
 
    Loss: L(y) = sum(w1 y) + 0.5 sum(w2 y^2) with fixed random weights; the
    scans carry c' = c * R(y) + L(y) so iterations interact (R(y) = mean(w3 y)).
