@@ -44,7 +44,8 @@
    The scans run under policies too: scan_xs offloads its carry (named
    "c"), scan_cap keeps dots, the inner scan of nested saves nothing.
    Remat-policy checks: offloading uses host memory, and tj_prog_lint has
-   nothing to say about a policy whose names the region does carry.
+   nothing to say about a policy whose names the region does carry. On the
+   8-device mesh, programs run twice and must give the same bits.
 
    Failures are counted in three kinds: first order (y, loss, gradients,
    a program that does not build, a missing error), grad of grad, and remat
@@ -822,6 +823,8 @@ static void walk_seen(tj_graph *g) {
 
 /* what a compiled program says about its remat policy */
 typedef struct {
+    int rerun;         /* in: run the program twice and compare the bits */
+    int same;          /* out: the two runs gave the same bits */
     int64_t host_temp; /* host bytes (offload) */
     int nlint;         /* policy lint warnings */
     char lint[512];
@@ -831,8 +834,13 @@ static int run_prog_pi(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *er
     tj_prog *p = tj_jit(ctx, "harness", prog_fn, c, in, NULL);
     tj_tree *out = tj_tree_new(ctx);
     int ok = 0;
+    int rerun = pi && pi->rerun;
     memset(o, 0, sizeof *o);
-    if (pi) memset(pi, 0, sizeof *pi);
+    if (pi) {
+        memset(pi, 0, sizeof *pi);
+        pi->rerun = rerun;
+        pi->same = 1;
+    }
     if (p && pi) {
         pi->host_temp = tj_prog_memory(p).host_temp_bytes;
         char *q;
@@ -844,6 +852,18 @@ static int run_prog_pi(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *er
         outs_read(o, out);
         walk_seen(p->g);
         ok = 1;
+        if (rerun) { /* deterministic: the same program on the same inputs gives the same bits */
+            tj_tree *out2 = tj_tree_new(ctx);
+            hx_outs o2;
+            int i;
+            if (tj_run(p, in, out2) == TJ_OK) {
+                outs_read(&o2, out2);
+                for (i = 0; i < o->n; i++)
+                    if (i >= o2.n || o2.len[i] != o->len[i] || memcmp(o2.v[i], o->v[i], sizeof(double) * (size_t)o->len[i])) pi->same = 0;
+                outs_free(&o2);
+            } else pi->same = 0;
+            tj_tree_free(out2);
+        }
     } else snprintf(err, nerr, "%s", tj_status_of(ctx) ? tj_error(ctx) : "failed with no message");
     tj_clear_error(ctx);
     tj_prog_free(p);
@@ -1030,7 +1050,7 @@ static void smap_specs(hx_cfg *c, const char *place) {
 }
 
 /* ---- one (row, context, mesh, placement) ---- */
-static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
+static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, int rerun) {
     const hx_row *r = &rows[ri];
     hx_cfg c;
     tj_tree *in;
@@ -1059,16 +1079,22 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
         return;
     }
     runs[ri][cx]++;
+    pi.rerun = rerun;
     snprintf(cur_where, sizeof cur_where, "%s [%s] mesh [%s] \"%.40s\"", r->name, ctx_names[cx], meshes[mi].mesh, pl->spec);
     ok = run_prog_pi(ctx, &c, in, &o, err, sizeof err, &pi);
     if (!ok && !expect_err && r->twice) { /* does it work without the grad of grad? */
         hx_cfg c1 = c;
         char err1[1024];
         c1.nogg = 1;
+        pi.rerun = 0;
         if (run_prog_pi(ctx, &c1, in, &o, err1, sizeof err1, &pi)) {
             record_fail2(ri, cx, 1, "%s [%s] %s: the grad of grad could not build/run (first order is fine): %s", r->name, ctx_names[cx], where, err);
             ok = nogg = 1;
         }
+    }
+    if (ok && pi.rerun) {
+        if (pi.same) tjt_pass++;
+        else record_fail(ri, cx, "%s [%s] %s: two runs of the same program give different bits", r->name, ctx_names[cx], where);
     }
     if (ok && cx == C_XS) { /* the named carry is offloaded */
         if (pi.host_temp > 0) tjt_pass++;
@@ -1283,12 +1309,12 @@ int main(int argc, char **argv) {
                 np = placements(&rows[ri], mi, pl);
                 if (quick && mi >= 2 && np > 2) np = 2;
                 for (j = 0; j < np; j++) {
-                    run_case(mctx[mi], ri, cx, mi, &pl[j]);
+                    run_case(mctx[mi], ri, cx, mi, &pl[j], mi == 3 && j < 2); /* 8 devices: run twice, same bits */
                     nprog++;
                     if (cx == C_TOP && *pl[j].spec) { /* top level: both ways of placing the inputs */
                         hx_place other = pl[j];
                         other.put = !other.put;
-                        run_case(mctx[mi], ri, cx, mi, &other);
+                        run_case(mctx[mi], ri, cx, mi, &other, 0);
                         nprog++;
                     }
                 }
