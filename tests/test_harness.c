@@ -47,14 +47,21 @@
    nothing to say about a policy whose names the region does carry. On the
    8-device mesh, programs run twice and must give the same bits.
 
-   Failures are counted in three kinds: first order (y, loss, gradients,
-   a program that does not build, a missing error), grad of grad, and remat
-   policy; the summary at the end is a table of rows x contexts.
+   Memory rules of issue #15, per mesh and sharding: a tj_checkpoint saving
+   everything needs no more device temp than the same program without it,
+   and a policy that saves less (nothing, dots, only "y", offload "y")
+   needs no more than everything_saveable.
+
+   Failures are counted in four kinds: first order (y, loss, gradients,
+   a program that does not build, a missing error), grad of grad, remat
+   policy, memory rules; the summary at the end is a table of rows x
+   contexts.
 
    Usage: test_harness [row|all] [context|all] [mesh index 0..3]
    TJ_TEST_QUICK=1: fewer meshes and shardings (every row, every context).
    HX_VERBOSE=1: print each program's outcome; HX_BRIEF=1: print only the
-   first 3 failures of each row, context and kind. */
+   first 3 failures of each row, context and kind; HX_NOGG=1: first-order
+   programs only (no grad of grad), to tell the two apart. */
 #define TINYJAX_IMPLEMENTATION
 #include "../tinyjax.h"
 #include "tj_test.h"
@@ -709,8 +716,9 @@ static const hx_mesh meshes[4] = {{1, "data=1", 1}, {2, "data=2", 2}, {4, "data=
 static int quick, verbose, nfail_printed;
 static int seen[TJ__NOPS];
 /* failures by row, context and kind: 0 first order (y, loss, gradients,
-   errors), 1 second order (grad of grad), 2 remat policy (offload, lint) */
-#define NKIND 3
+   errors), 1 second order (grad of grad), 2 remat policy (offload, lint),
+   3 memory rules */
+#define NKIND 4
 static int fails[NROWS][NCTX][NKIND];
 static int runs[NROWS][NCTX];
 static char first_fail[NROWS][NCTX][NKIND][240];
@@ -826,6 +834,7 @@ typedef struct {
     int rerun;         /* in: run the program twice and compare the bits */
     int same;          /* out: the two runs gave the same bits */
     int64_t host_temp; /* host bytes (offload) */
+    int64_t temp;      /* device temp bytes per device */
     int nlint;         /* policy lint warnings */
     char lint[512];
 } hx_polinfo;
@@ -843,6 +852,7 @@ static int run_prog_pi(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *er
     }
     if (p && pi) {
         pi->host_temp = tj_prog_memory(p).host_temp_bytes;
+        pi->temp = tj_prog_memory(p).temp_bytes;
         char *q;
         pi->nlint = tj_prog_lint(p, pi->lint, sizeof pi->lint);
         for (q = pi->lint; *q; q++)
@@ -1050,7 +1060,10 @@ static void smap_specs(hx_cfg *c, const char *place) {
 }
 
 /* ---- one (row, context, mesh, placement) ---- */
-static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, int rerun) {
+/* device temp bytes of each program of the current row, by context, mesh
+   and placement (-1: none), for the memory rules of issue #15 */
+static int64_t temps[NCTX][NMESH][32];
+static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, int rerun, int pl_index) {
     const hx_row *r = &rows[ri];
     hx_cfg c;
     tj_tree *in;
@@ -1066,6 +1079,7 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, in
     c.check = cx != C_SM_OFF;
     c.dt = TJ_F32;
     c.rules = pl->put ? NULL : pl->spec;
+    c.nogg = getenv("HX_NOGG") != NULL;
     if (cx == C_SM_ON || cx == C_SM_OFF) smap_specs(&c, pl->spec);
     snprintf(where, sizeof where, "mesh [%s] sharding \"%.127s\" (%s)", meshes[mi].mesh, pl->spec, pl->put ? "device_put" : "shard_by_rules in the program");
     snprintf(cur_where, sizeof cur_where, "%s [%s] mesh [%s] \"%.40s\"", r->name, ctx_names[cx], meshes[mi].mesh, pl->spec);
@@ -1080,6 +1094,7 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, in
     }
     runs[ri][cx]++;
     pi.rerun = rerun;
+    pi.temp = -1;
     snprintf(cur_where, sizeof cur_where, "%s [%s] mesh [%s] \"%.40s\"", r->name, ctx_names[cx], meshes[mi].mesh, pl->spec);
     ok = run_prog_pi(ctx, &c, in, &o, err, sizeof err, &pi);
     if (!ok && !expect_err && r->twice) { /* does it work without the grad of grad? */
@@ -1092,6 +1107,7 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, in
             ok = nogg = 1;
         }
     }
+    if (ok && !nogg && pl_index >= 0) temps[cx][mi][pl_index] = pi.temp; /* not the fallback program: compare like with like */
     if (ok && pi.rerun) {
         if (pi.same) tjt_pass++;
         else record_fail(ri, cx, "%s [%s] %s: two runs of the same program give different bits", r->name, ctx_names[cx], where);
@@ -1256,6 +1272,35 @@ static void raw_check(int ri) {
     tj_ctx_free(ctx);
 }
 
+/* Issue #15's memory rules, per (mesh, sharding): a region with
+   everything_saveable costs no more device temp than no region, and a
+   policy that saves less never raises it. */
+static void memory_rules(int ri) {
+    static const int pol[4] = {C_CK_NONE, C_CK_DOTS, C_CK_NAMES, C_CK_OFFLOAD};
+    int mi, j, k;
+    for (mi = 0; mi < NMESH; mi++) {
+        hx_place pl[32];
+        int np = placements(&rows[ri], mi, pl);
+        for (j = 0; j < np && j < 32; j++) {
+            int64_t top = temps[C_TOP][mi][j], all = temps[C_CK_ALL][mi][j];
+            char where[256];
+            snprintf(where, sizeof where, "mesh [%s] sharding \"%.127s\"", meshes[mi].mesh, pl[j].spec);
+            if (top >= 0 && all >= 0) {
+                if (all <= top) tjt_pass++;
+                else record_fail2(ri, C_CK_ALL, 3, "%s [ckpt_all] %s: memory: the region saving everything needs %lld B device temp, the same program without it %lld B",
+                                  rows[ri].name, where, (long long)all, (long long)top);
+            }
+            for (k = 0; k < 4; k++) {
+                int64_t t = temps[pol[k]][mi][j];
+                if (all < 0 || t < 0) continue;
+                if (t <= all) tjt_pass++;
+                else record_fail2(ri, pol[k], 3, "%s [%s] %s: memory: this policy saves less but needs %lld B device temp, everything_saveable %lld B", rows[ri].name,
+                                  ctx_names[pol[k]], where, (long long)t, (long long)all);
+            }
+        }
+    }
+}
+
 /* every op of the table has a row */
 static int row_claims(const hx_row *r, const char *op) {
     const char *s = r->ops;
@@ -1299,6 +1344,9 @@ int main(int argc, char **argv) {
             f64_check(ri);
             if (rows[ri].coll) raw_check(ri);
         }
+        for (cx = 0; cx < NCTX; cx++)
+            for (mi = 0; mi < NMESH; mi++)
+                for (k = 0; k < 32; k++) temps[cx][mi][k] = -1;
         for (cx = 0; cx < NCTX; cx++) {
             if (only_ctx && strcmp(ctx_names[cx], only_ctx)) continue;
             for (mi = 0; mi < NMESH; mi++) {
@@ -1309,17 +1357,18 @@ int main(int argc, char **argv) {
                 np = placements(&rows[ri], mi, pl);
                 if (quick && mi >= 2 && np > 2) np = 2;
                 for (j = 0; j < np; j++) {
-                    run_case(mctx[mi], ri, cx, mi, &pl[j], mi == 3 && j < 2); /* 8 devices: run twice, same bits */
+                    run_case(mctx[mi], ri, cx, mi, &pl[j], mi == 3 && j < 2, j); /* 8 devices: run twice, same bits */
                     nprog++;
                     if (cx == C_TOP && *pl[j].spec) { /* top level: both ways of placing the inputs */
                         hx_place other = pl[j];
                         other.put = !other.put;
-                        run_case(mctx[mi], ri, cx, mi, &other, 0);
+                        run_case(mctx[mi], ri, cx, mi, &other, 0, -1);
                         nprog++;
                     }
                 }
             }
         }
+        memory_rules(ri);
     }
 
     if (!filtered) {
@@ -1337,27 +1386,29 @@ int main(int argc, char **argv) {
     {
         int any = 0, o;
         for (ri = 0; ri < NROWS; ri++)
-            for (cx = 0; cx < NCTX; cx++) any |= fails[ri][cx][0] || fails[ri][cx][1] || fails[ri][cx][2];
+            for (cx = 0; cx < NCTX; cx++)
+                for (o = 0; o < NKIND; o++) any |= fails[ri][cx][o] != 0;
         if (any) {
-            fprintf(stderr, "\nfailures by row and context: first-order checks (y, loss, gradients, errors) + grad-of-grad checks + remat-policy checks / programs run\n%-14s", "");
-            for (cx = 0; cx < NCTX; cx++) fprintf(stderr, " %11.11s", ctx_names[cx]);
+            fprintf(stderr, "\nfailures by row and context: first-order (y, loss, gradients, errors) + grad-of-grad + remat-policy + memory-rule checks / programs run\n%-14s", "");
+            for (cx = 0; cx < NCTX; cx++) fprintf(stderr, " %12.12s", ctx_names[cx]);
             fprintf(stderr, "\n");
             for (ri = 0; ri < NROWS; ri++) {
                 int rowany = 0;
-                for (cx = 0; cx < NCTX; cx++) rowany |= fails[ri][cx][0] || fails[ri][cx][1] || fails[ri][cx][2];
+                for (cx = 0; cx < NCTX; cx++)
+                    for (o = 0; o < NKIND; o++) rowany |= fails[ri][cx][o] != 0;
                 if (!rowany) continue;
                 fprintf(stderr, "%-14s", rows[ri].name);
                 for (cx = 0; cx < NCTX; cx++) {
                     char cell[32];
-                    if (fails[ri][cx][0] || fails[ri][cx][1] || fails[ri][cx][2])
-                        snprintf(cell, sizeof cell, "%d+%d+%d/%d", fails[ri][cx][0], fails[ri][cx][1], fails[ri][cx][2], runs[ri][cx]);
+                    if (fails[ri][cx][0] || fails[ri][cx][1] || fails[ri][cx][2] || fails[ri][cx][3])
+                        snprintf(cell, sizeof cell, "%d+%d+%d+%d/%d", fails[ri][cx][0], fails[ri][cx][1], fails[ri][cx][2], fails[ri][cx][3], runs[ri][cx]);
                     else snprintf(cell, sizeof cell, ".");
-                    fprintf(stderr, " %11s", cell);
+                    fprintf(stderr, " %12s", cell);
                 }
                 fprintf(stderr, "\n");
             }
             for (o = 0; o < NKIND; o++) {
-                static const char *kn[NKIND] = {"first-order", "grad-of-grad", "remat-policy"};
+                static const char *kn[NKIND] = {"first-order", "grad-of-grad", "remat-policy", "memory-rule"};
                 fprintf(stderr, "\nfirst %s failure of each (row, context):\n", kn[o]);
                 for (ri = 0; ri < NROWS; ri++)
                     for (cx = 0; cx < NCTX; cx++)
