@@ -19,6 +19,7 @@
  *     x = x + gelu(LN(x) g2 + b2) . wfc + bfc) . wproj + bproj
  *     x is named "block_out" (what the default remat policy saves)
  *   logits = LN(x) gf + bf . wte                             (tied LM head)
+ *            padded vocabulary columns (>= the real vocab) set to -1e30
  *   loss   = cross_entropy(logits, targets) over batch, pos
  *
  * The training step is one jitted program: forward, backward, global-norm
@@ -46,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 #include <dirent.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,6 +81,7 @@ typedef struct {
     int seq_parallel; /* residual stream split along pos over mesh axis model */
     double ln_eps;    /* layer norm epsilon (1e-5; 0 means 1e-5)         */
     int act;          /* ACT_GELU (tanh approximation) or ACT_RELU       */
+    int distributed;  /* process mode: one of several processes (mpirun)  */
 } gpt2_config;
 enum { ACT_GELU = 0, ACT_RELU = 1 };
 
@@ -606,6 +609,8 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     tr->cfg = *cfg;
     tr->ctx = tj_ctx_new();
     if (!tr->ctx) return 1;
+    if (tj_status_of(tr->ctx)) return gpt2_fail(tr, "context"); /* e.g. a bad TJ_DEVICES */
+    if (cfg->distributed && tj_distributed_init(tr->ctx, NULL)) return gpt2_fail(tr, "distributed init");
     if (threads > 0) tj_set_threads(tr->ctx, threads);
     if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
     if (devices > 1 && mesh && *mesh) {
@@ -723,7 +728,7 @@ static int gpt2_next_logits(gpt2_trainer *tr, const int32_t *window, int n, floa
     out = tj_tree_new(tr->ctx);
     memcpy(tok, window, sizeof(int32_t) * (size_t)n);
     if (!gpt2_set_tokens(tr, in, "tokens", tok, 1, 1, tr->cfg.T) && !tj_run(tr->logits, in, out) &&
-        !tj_array_read(tj_tree_array(out, "logits"), TJ_F32, all)) {
+        !tj_array_read_all(tj_tree_array(out, "logits"), TJ_F32, all)) {
         memcpy(logits_row, all + (size_t)(n - 1) * (size_t)tr->cfg.V, sizeof(float) * (size_t)tr->cfg.V);
         st = 0;
     } else gpt2_fail(tr, "sample");
@@ -768,7 +773,9 @@ static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
         char b1[256], b2[256];
         if (!is_state_leaf(n)) continue;
         nw = tj_tree_find(ck, n) >= 0 ? tj_tree_array(ck, n) : NULL;
-        if (!nw || strcmp(tj_array_describe(old, b1, sizeof b1), tj_array_describe(nw, b2, sizeof b2))) {
+        tj_array_describe(old, b1, sizeof b1); /* both described before use: "want %s" below */
+        tj_array_describe(nw, b2, sizeof b2);
+        if (!nw || strcmp(b1, b2)) {
             tj_clear_error(tr->ctx);
             fprintf(stderr, "gpt2: resume: %s: leaf %s is %s, want %s\n", path, n, nw ? b2 : "missing", b1);
             st = TJ_ERR_IO;
@@ -1280,13 +1287,15 @@ GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
     return h;
 }
 
-#ifndef GPT2_NO_MAIN
-/* ----------------------------------------------------------------- main */
+#if !defined(GPT2_NO_MAIN) || defined(GPT2_CLI)
+/* ----------------------------------------------------------------- main
+   (gpt2_main; tests reach it with GPT2_NO_MAIN and GPT2_CLI defined) */
 
 typedef struct {
     gpt2_config cfg;
     int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
-    int heads_set, layers_set, embed_set, context_set; /* given by flag */
+    int heads_set, layers_set, embed_set, context_set, devices_set; /* given by flag */
+    int save_every, keep; /* periodic checkpoints: every K steps, the newest N kept */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
     const char *export_hf, *tokenizer_json;
@@ -1342,7 +1351,8 @@ static void usage(void) {
         "                      special added tokens) become their ids; otherwise they are\n"
         "                      encoded as ordinary text\n"
         "parallelism\n"
-        "  --devices N         simulated devices (8)\n"
+        "  --devices N         simulated devices (8; with --mesh alone: the mesh's size); under\n"
+        "                      mpirun: all processes' devices, devices / processes each\n"
         "  --mesh S            device mesh, e.g. \"data=4 model=2\" (default); product = devices\n"
         "  --param-rules S     logical rules for parameters and optimizer state\n"
         "                      (\"embed:data mlp:model heads:model vocab:model\": FSDP + tensor)\n"
@@ -1357,13 +1367,21 @@ static void usage(void) {
         "  --prompt S          sampling prompt (\"/* \")\n"
         "  --temperature X     sampling temperature (0.8; 0 = greedy)\n"
         "  --top-k N           sample from the k most likely tokens (40; 0 = all)\n"
-        "  --svg FILE          loss curve (gpt2_loss.svg)\n"
+        "  --svg FILE          loss curve (gpt2_loss.svg; \"\": none)\n"
         "  --trace FILE        Chrome trace (Perfetto) JSON of one training step: a track per\n"
         "                      device with every kernel, fused loop, collective and offload\n"
         "                      copy; host-side phases of all steps go to FILE.steps.json\n"
         "  --print-program     print the compiled training step and its memory plan\n"
-        "  --save FILE         checkpoint (safetensors via tj_tree_save) at the end\n"
-        "  --resume FILE       resume params, optimizer state and step from a checkpoint\n"
+        "checkpoints (safetensors via tj_tree_save: written atomically, a kill never\n"
+        "leaves a broken one)\n"
+        "  --save FILE         checkpoint at the end of training\n"
+        "  --save-every K      also every K steps, to FILE.stepNNNNNNNN, so a kill loses at\n"
+        "                      most K steps\n"
+        "  --keep N            periodic checkpoints kept, the newest N (3)\n"
+        "  --resume FILE       resume params, optimizer state, step and data position from\n"
+        "                      the newest valid checkpoint among FILE and FILE.step*\n"
+        "                      (newest written first; a corrupt one is skipped with a\n"
+        "                      warning); an error if there is none\n"
         "  --export-hf DIR     at the end, write DIR/model.safetensors (Hugging Face GPT-2 names and\n"
         "                      layouts, tied head, real vocabulary) and DIR/config.json, which\n"
         "                      transformers' GPT2LMHeadModel.from_pretrained(DIR) and --init-from\n"
@@ -1378,7 +1396,12 @@ static void usage(void) {
         "  --bench             GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocab 50304,\n"
         "                      B=4, T=64, f32, one device, all cores): median ms/step\n"
         "  --bench-steps N     timed steps (10)\n"
-        "  --help              this text\n");
+        "  --help              this text\n"
+        "Numbers must be whole and in range (every flag says its range when it is not).\n"
+        "Exit status: 0 success; 2 a bad command line; 1 anything else: bad input files,\n"
+        "a failed step or NaN loss, and every failed write (checkpoint, trace, loss curve),\n"
+        "with a message. A failed checkpoint ends the run at once; a failed trace or loss\n"
+        "curve does not stop training, but the exit status is 1.\n");
 }
 
 static int read_append(const char *path, char **buf, size_t *len) {
@@ -1440,18 +1463,158 @@ static char *default_corpus(size_t *len, char *from, size_t fromlen) {
     }
     for (r = 0; r < nroots; r++) {
         char path[1200], *buf = NULL;
-        snprintf(path, sizeof path, "%stinyjax.h", roots[r]);
+        snprintf(path, sizeof path, "%.1099stinyjax.h", roots[r]);
         *len = 0;
         if (read_append(path, &buf, len)) continue;
-        snprintf(path, sizeof path, "%sREADME.md", roots[r]);
+        snprintf(path, sizeof path, "%.1099sREADME.md", roots[r]);
         read_append(path, &buf, len);
         read_dir(roots[r], "demos", ".c", &buf, len);
         read_dir(roots[r], "demos", ".h", &buf, len);
         read_dir(roots[r], "tests", ".c", &buf, len);
-        snprintf(from, fromlen, "%s", *roots[r] ? roots[r] : "./");
+        snprintf(from, fromlen, "%.1099s", *roots[r] ? roots[r] : "./");
         return buf;
     }
     return NULL;
+}
+
+/* Strict flag values: the whole string must be a number within [lo, hi]
+   (no "ten", no "3x", no NaN); else a message naming the flag, the value
+   and the range, and 1. */
+static int arg_ll(const char *flag, const char *v, long long lo, long long hi, long long *out) {
+    char *e;
+    long long x;
+    errno = 0;
+    x = strtoll(v, &e, 10);
+    if (e == v || *e || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "gpt2_train: %s: \"%s\" is not a whole number from %lld to %lld\n", flag, v, lo, hi);
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+static int arg_int(const char *flag, const char *v, int lo, int hi, int *out) {
+    long long x;
+    if (arg_ll(flag, v, lo, hi, &x)) return 1;
+    *out = (int)x;
+    return 0;
+}
+static int arg_dbl(const char *flag, const char *v, double lo, double hi, double *out) {
+    char *e;
+    double x;
+    errno = 0;
+    x = strtod(v, &e);
+    if (e == v || *e || errno == ERANGE || !(x >= lo && x <= hi)) { /* !(..) also rejects NaN */
+        fprintf(stderr, "gpt2_train: %s: \"%s\" is not a number from %g to %g\n", flag, v, lo, hi);
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+/* a file to read: it must exist and not be a directory */
+static int arg_in_file(const char *flag, const char *path) {
+    struct stat sb;
+    if (!*path) { fprintf(stderr, "gpt2_train: %s: empty file name\n", flag); return 1; }
+    if (stat(path, &sb)) { fprintf(stderr, "gpt2_train: %s %s: %s\n", flag, path, strerror(errno)); return 1; }
+    if (S_ISDIR(sb.st_mode)) { fprintf(stderr, "gpt2_train: %s %s: is a directory, not a file\n", flag, path); return 1; }
+    return 0;
+}
+/* a file to write: not a directory, in a directory that exists */
+static int arg_out_file(const char *flag, const char *path) {
+    struct stat sb;
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    if (!*path) { fprintf(stderr, "gpt2_train: %s: empty file name\n", flag); return 1; }
+    if (path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        fprintf(stderr, "gpt2_train: %s %s: is a directory; give a file name\n", flag, path);
+        return 1;
+    }
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "gpt2_train: %s %s: directory %s does not exist\n", flag, path, dir);
+        return 1;
+    }
+    if (access(dir, W_OK)) {
+        fprintf(stderr, "gpt2_train: %s %s: directory %s is not writable: %s\n", flag, path, dir, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- checkpoint files: FILE (the final one) and FILE.stepNNNNNNNN (periodic) */
+static void ckpt_step_name(char *buf, size_t n, const char *base, int64_t step) { snprintf(buf, n, "%s.step%08lld", base, (long long)step); }
+/* the step of name if it is "<base of FILE>.step<digits>", else -1 */
+static int64_t ckpt_step_of(const char *name, const char *fbase) {
+    size_t bl = strlen(fbase);
+    const char *p;
+    int64_t v = 0;
+    if (strncmp(name, fbase, bl) || strncmp(name + bl, ".step", 5)) return -1;
+    p = name + bl + 5;
+    if (!*p) return -1;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || v > INT64_MAX / 10 - 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+typedef struct {
+    char path[1400];
+    int64_t step;   /* -1: FILE itself */
+    double mtime;
+} ckpt_file;
+static int ckpt_cmp_newest(const void *a, const void *b) {
+    const ckpt_file *x = (const ckpt_file *)a, *y = (const ckpt_file *)b;
+    int64_t sx = x->step < 0 ? INT64_MAX : x->step, sy = y->step < 0 ? INT64_MAX : y->step;
+    if (x->mtime != y->mtime) return x->mtime < y->mtime ? 1 : -1;
+    return sx < sy ? 1 : sx > sy ? -1 : 0;
+}
+/* FILE and the FILE.step* files beside it, newest written first (ties: the
+   higher step first). Returns the count (at most max), or -1 on error. */
+static int ckpt_list(const char *file, ckpt_file *out, int max) {
+    const char *slash = strrchr(file, '/'), *fbase = slash ? slash + 1 : file;
+    char dir[1024];
+    DIR *d;
+    struct dirent *e;
+    struct stat sb;
+    int n = 0;
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
+    else snprintf(dir, sizeof dir, ".");
+    if (stat(file, &sb) == 0 && S_ISREG(sb.st_mode) && n < max) {
+        snprintf(out[n].path, sizeof out[n].path, "%s", file);
+        out[n].step = -1;
+        out[n].mtime = (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
+        n++;
+    }
+    if (!(d = opendir(dir))) return n;
+    while ((e = readdir(d)) != NULL && n < max) {
+        int64_t st = ckpt_step_of(e->d_name, fbase);
+        if (st < 0) continue;
+        snprintf(out[n].path, sizeof out[n].path, "%s%s%s", slash ? dir : "", slash && strcmp(dir, "/") ? "/" : "", e->d_name);
+        if (stat(out[n].path, &sb) || !S_ISREG(sb.st_mode)) continue;
+        out[n].step = st;
+        out[n].mtime = (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
+        n++;
+    }
+    closedir(d);
+    qsort(out, (size_t)n, sizeof *out, ckpt_cmp_newest);
+    return n;
+}
+/* delete the periodic checkpoints of FILE beyond the `keep` of highest step */
+static void ckpt_prune(const char *file, int keep) {
+    ckpt_file *f = (ckpt_file *)malloc(sizeof(ckpt_file) * 4096);
+    int n, i, k, kept = 0;
+    if (!f) return;
+    n = ckpt_list(file, f, 4096);
+    for (i = 0; i < n; i++) { /* by step, highest first */
+        int best = -1;
+        for (k = 0; k < n; k++)
+            if (f[k].step >= 0 && (best < 0 || f[k].step > f[best].step)) best = k;
+        if (best < 0) break;
+        if (kept++ >= keep) unlink(f[best].path);
+        f[best].step = -2;
+    }
+    free(f);
 }
 
 static int parse_args(int argc, char **argv, gpt2_args *a) {
@@ -1459,7 +1622,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
     memset(a, 0, sizeof *a);
     gpt2_default_config(&a->cfg);
     a->steps = 300; a->warmup = 30; a->eval_every = 50; a->eval_batches = 8; a->sample_len = 200; a->top_k = 40;
-    a->devices = 8; a->threads = 0; a->bench_steps = 10;
+    a->devices = 8; a->threads = 0; a->bench_steps = 10; a->keep = 3;
     a->lr = 3e-3; a->min_lr_frac = 0.1; a->temperature = 0.8;
     a->mesh = "data=4 model=2";
     a->cfg.param_rules = "embed:data mlp:model heads:model vocab:model";
@@ -1467,72 +1630,140 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
     a->svg = "gpt2_loss.svg";
     a->prompt = "/* ";
     for (i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        int more = i + 1 < argc;
-#define ARG(s) (!strcmp(f, s) && more)
+        const char *f = argv[i], *v;
+        int bad = 0;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(); exit(0); }
-        else if (!strcmp(f, "--bf16")) a->cfg.bf16 = 1;
-        else if (!strcmp(f, "--seq-parallel")) a->cfg.seq_parallel = 1;
-        else if (!strcmp(f, "--accum-unroll")) a->cfg.accum_unroll = 1;
-        else if (!strcmp(f, "--bench")) a->bench = 1;
-        else if (!strcmp(f, "--print-program")) a->print_program = 1;
-        else if (ARG("--layers")) { a->cfg.L = atoi(argv[++i]); a->layers_set = 1; }
-        else if (ARG("--heads")) { a->cfg.H = atoi(argv[++i]); a->heads_set = 1; }
-        else if (ARG("--embed")) { a->cfg.C = atoi(argv[++i]); a->cfg.M = 4 * a->cfg.C; a->embed_set = 1; }
-        else if (ARG("--context")) { a->cfg.T = a->cfg.block = atoi(argv[++i]); a->context_set = 1; }
-        else if (ARG("--batch")) a->cfg.B = atoi(argv[++i]);
-        else if (ARG("--accum")) a->cfg.accum = atoi(argv[++i]);
-        else if (ARG("--remat")) {
+        else if (!strcmp(f, "--bf16")) { a->cfg.bf16 = 1; continue; }
+        else if (!strcmp(f, "--seq-parallel")) { a->cfg.seq_parallel = 1; continue; }
+        else if (!strcmp(f, "--accum-unroll")) { a->cfg.accum_unroll = 1; continue; }
+        else if (!strcmp(f, "--bench")) { a->bench = 1; continue; }
+        else if (!strcmp(f, "--print-program")) { a->print_program = 1; continue; }
+        else if (!strcmp(f, "--allow-special")) { a->allow_special = 1; continue; }
+        if (strncmp(f, "--", 2) || !f[2]) {
+            fprintf(stderr, "gpt2_train: unexpected argument \"%s\" (flags start with --; see --help)\n", f);
+            return 1;
+        }
+        if (i + 1 >= argc) {
+            static const char *valued[] = {"--layers", "--heads", "--embed", "--context", "--batch", "--accum", "--remat", "--steps", "--lr", "--warmup",
+                                           "--min-lr-frac", "--wd", "--clip", "--seed", "--eval-every", "--eval-batches", "--data", "--tokens",
+                                           "--tokenizer", "--devices", "--mesh", "--param-rules", "--compute-rules", "--threads", "--sample", "--prompt",
+                                           "--temperature", "--top-k", "--svg", "--trace", "--save", "--save-every", "--keep", "--resume",
+                                           "--init-from", "--bench-steps", "--tokenizer-json", "--export-hf"};
+            size_t k;
+            for (k = 0; k < sizeof valued / sizeof valued[0]; k++)
+                if (!strcmp(f, valued[k])) {
+                    fprintf(stderr, "gpt2_train: %s needs a value (see --help)\n", f);
+                    return 1;
+                }
+            fprintf(stderr, "gpt2_train: unknown flag %s (see --help)\n", f);
+            return 1;
+        }
+        v = argv[i + 1];
+        if (!strcmp(f, "--layers")) { bad = arg_int(f, v, 1, 1024, &a->cfg.L); a->layers_set = 1; }
+        else if (!strcmp(f, "--heads")) { bad = arg_int(f, v, 1, 4096, &a->cfg.H); a->heads_set = 1; }
+        else if (!strcmp(f, "--embed")) { bad = arg_int(f, v, 1, 1 << 16, &a->cfg.C); a->cfg.M = 4 * a->cfg.C; a->embed_set = 1; }
+        else if (!strcmp(f, "--context")) { bad = arg_int(f, v, 2, 1 << 16, &a->cfg.T); a->cfg.block = a->cfg.T; a->context_set = 1; }
+        else if (!strcmp(f, "--batch")) bad = arg_int(f, v, 1, 1 << 16, &a->cfg.B);
+        else if (!strcmp(f, "--accum")) bad = arg_int(f, v, 1, 1 << 16, &a->cfg.accum);
+        else if (!strcmp(f, "--remat")) {
             int k, found = -1;
-            for (k = 0; k < 5; k++) if (!strcmp(argv[i + 1], remat_names[k])) found = k;
-            if (found < 0) { fprintf(stderr, "--remat: want block_out, nothing, dots, everything or offload\n"); return 1; }
+            for (k = 0; k < 5; k++) if (!strcmp(v, remat_names[k])) found = k;
+            if (found < 0) { fprintf(stderr, "gpt2_train: --remat: \"%s\" is not one of block_out, nothing, dots, everything, offload\n", v); return 1; }
             a->cfg.remat = found;
+        }
+        else if (!strcmp(f, "--steps")) bad = arg_int(f, v, 0, 100000000, &a->steps);
+        else if (!strcmp(f, "--lr")) bad = arg_dbl(f, v, 0, 10, &a->lr);
+        else if (!strcmp(f, "--warmup")) bad = arg_int(f, v, 0, 100000000, &a->warmup);
+        else if (!strcmp(f, "--min-lr-frac")) bad = arg_dbl(f, v, 0, 1, &a->min_lr_frac);
+        else if (!strcmp(f, "--wd")) bad = arg_dbl(f, v, 0, 10, &a->cfg.wd);
+        else if (!strcmp(f, "--clip")) bad = arg_dbl(f, v, 0, 1e9, &a->cfg.clip);
+        else if (!strcmp(f, "--seed")) {
+            char *e;
+            errno = 0;
+            a->cfg.seed = (uint64_t)strtoull(v, &e, 10);
+            if (e == v || *e || errno == ERANGE || *v == '-' || *v == '+' || *v == ' ') {
+                fprintf(stderr, "gpt2_train: --seed: \"%s\" is not a whole number from 0 to 18446744073709551615\n", v);
+                return 1;
+            }
+        }
+        else if (!strcmp(f, "--eval-every")) bad = arg_int(f, v, 1, 100000000, &a->eval_every);
+        else if (!strcmp(f, "--eval-batches")) bad = arg_int(f, v, 1, 1000000, &a->eval_batches);
+        else if (!strcmp(f, "--data")) { a->data = v; bad = arg_in_file(f, v); }
+        else if (!strcmp(f, "--tokens")) { a->tokens = v; bad = arg_in_file(f, v); }
+        else if (!strcmp(f, "--tokenizer")) {
+            if (i + 2 >= argc) { fprintf(stderr, "gpt2_train: --tokenizer needs two files: vocab.json merges.txt\n"); return 1; }
+            a->vocab_json = v;
+            a->merges_txt = argv[i + 2];
+            bad = arg_in_file(f, a->vocab_json) || arg_in_file(f, a->merges_txt);
             i++;
         }
-        else if (ARG("--steps")) a->steps = atoi(argv[++i]);
-        else if (ARG("--lr")) a->lr = atof(argv[++i]);
-        else if (ARG("--warmup")) a->warmup = atoi(argv[++i]);
-        else if (ARG("--min-lr-frac")) a->min_lr_frac = atof(argv[++i]);
-        else if (ARG("--wd")) a->cfg.wd = atof(argv[++i]);
-        else if (ARG("--clip")) a->cfg.clip = atof(argv[++i]);
-        else if (ARG("--seed")) a->cfg.seed = (uint64_t)strtoull(argv[++i], NULL, 10);
-        else if (ARG("--eval-every")) a->eval_every = atoi(argv[++i]);
-        else if (ARG("--eval-batches")) a->eval_batches = atoi(argv[++i]);
-        else if (ARG("--data")) a->data = argv[++i];
-        else if (ARG("--tokens")) a->tokens = argv[++i];
-        else if (!strcmp(f, "--tokenizer") && i + 2 < argc) { a->vocab_json = argv[++i]; a->merges_txt = argv[++i]; }
-        else if (ARG("--tokenizer-json")) a->tokenizer_json = argv[++i];
-        else if (!strcmp(f, "--allow-special")) a->allow_special = 1;
-        else if (ARG("--devices")) a->devices = atoi(argv[++i]);
-        else if (ARG("--mesh")) a->mesh = argv[++i];
-        else if (ARG("--param-rules")) a->cfg.param_rules = argv[++i];
-        else if (ARG("--compute-rules")) a->cfg.compute_rules = argv[++i];
-        else if (ARG("--threads")) a->threads = atoi(argv[++i]);
-        else if (ARG("--sample")) a->sample_len = atoi(argv[++i]);
-        else if (ARG("--prompt")) a->prompt = argv[++i];
-        else if (ARG("--temperature")) a->temperature = atof(argv[++i]);
-        else if (ARG("--top-k")) a->top_k = atoi(argv[++i]);
-        else if (ARG("--svg")) a->svg = argv[++i];
-        else if (ARG("--trace")) a->trace = argv[++i];
-        else if (ARG("--save")) a->save = argv[++i];
-        else if (ARG("--resume")) a->resume = argv[++i];
-        else if (ARG("--init-from")) a->init_from = argv[++i];
-        else if (ARG("--export-hf")) a->export_hf = argv[++i];
-        else if (ARG("--bench-steps")) a->bench_steps = atoi(argv[++i]);
-        else { fprintf(stderr, "gpt2_train: unknown flag or missing value: %s (see --help)\n", f); return 1; }
-#undef ARG
+        else if (!strcmp(f, "--devices")) { bad = arg_int(f, v, 1, TJ_MAXDEV, &a->devices); a->devices_set = 1; }
+        else if (!strcmp(f, "--mesh")) a->mesh = v;
+        else if (!strcmp(f, "--param-rules")) a->cfg.param_rules = v;
+        else if (!strcmp(f, "--compute-rules")) a->cfg.compute_rules = v;
+        else if (!strcmp(f, "--threads")) bad = arg_int(f, v, 0, 4096, &a->threads);
+        else if (!strcmp(f, "--sample")) bad = arg_int(f, v, 0, 1000000, &a->sample_len);
+        else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--temperature")) bad = arg_dbl(f, v, 0, 100, &a->temperature);
+        else if (!strcmp(f, "--top-k")) bad = arg_int(f, v, 0, 1 << 30, &a->top_k);
+        else if (!strcmp(f, "--svg")) { a->svg = v; bad = *v && arg_out_file(f, v); }
+        else if (!strcmp(f, "--trace")) { a->trace = v; bad = arg_out_file(f, v); }
+        else if (!strcmp(f, "--save")) { a->save = v; bad = arg_out_file(f, v); }
+        else if (!strcmp(f, "--save-every")) bad = arg_int(f, v, 1, 100000000, &a->save_every);
+        else if (!strcmp(f, "--keep")) bad = arg_int(f, v, 1, 1000, &a->keep);
+        else if (!strcmp(f, "--resume")) {
+            struct stat sb;
+            a->resume = v;
+            if (!*v) { fprintf(stderr, "gpt2_train: --resume: empty file name\n"); return 1; }
+            if (stat(v, &sb) == 0 && S_ISDIR(sb.st_mode)) { fprintf(stderr, "gpt2_train: --resume %s: is a directory, not a checkpoint file\n", v); return 1; }
+        }
+        else if (!strcmp(f, "--init-from")) { /* model.safetensors, or a directory holding it */
+            struct stat sb;
+            a->init_from = v;
+            if (!*v || stat(v, &sb)) { fprintf(stderr, "gpt2_train: --init-from %s: %s\n", v, *v ? strerror(errno) : "empty name"); return 1; }
+        }
+        else if (!strcmp(f, "--tokenizer-json")) { a->tokenizer_json = v; bad = arg_in_file(f, v); }
+        else if (!strcmp(f, "--export-hf")) {
+            a->export_hf = v;
+            if (!*v) { fprintf(stderr, "gpt2_train: --export-hf: empty directory name\n"); return 1; }
+        }
+        else if (!strcmp(f, "--bench-steps")) bad = arg_int(f, v, 1, 1000000, &a->bench_steps);
+        else {
+            fprintf(stderr, "gpt2_train: unknown flag %s (see --help)\n", f);
+            return 1;
+        }
+        if (bad) return 1;
+        i++;
     }
-    if (a->cfg.L < 1 || a->cfg.H < 1 || a->cfg.C < 1 || a->cfg.T < 2 || a->cfg.B < 1 || a->cfg.accum < 1 || a->steps < 0 || a->devices < 1 || a->devices > TJ_MAXDEV) {
-        fprintf(stderr, "gpt2_train: bad sizes (see --help)\n");
+    if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) { /* --mesh alone: as many devices as it has */
+        const char *m = a->mesh;
+        a->devices = 1;
+        while ((m = strchr(m, '='))) a->devices *= atoi(++m);
+    }
+    if (!a->init_from && a->cfg.C % a->cfg.H) {
+        fprintf(stderr, "gpt2_train: --embed %d is not divisible by --heads %d\n", a->cfg.C, a->cfg.H);
         return 1;
+    }
+    if (a->save_every && !a->save) {
+        fprintf(stderr, "gpt2_train: --save-every %d needs --save FILE (the periodic checkpoints are FILE.stepNNNNNNNN)\n", a->save_every);
+        return 1;
+    }
+    if (a->mesh && a->devices > 1 && !*a->mesh) {
+        fprintf(stderr, "gpt2_train: --mesh is empty, but there are %d devices\n", a->devices);
+        return 1;
+    }
+    if (a->resume) {
+        ckpt_file f[1];
+        if (ckpt_list(a->resume, f, 1) < 1) {
+            fprintf(stderr, "gpt2_train: --resume %s: no checkpoint %s or %s.step* found\n", a->resume, a->resume, a->resume);
+            return 1;
+        }
     }
     if (a->cfg.seq_parallel && (a->devices < 2 || !strstr(a->mesh, "model="))) {
         fprintf(stderr, "gpt2_train: --seq-parallel splits pos over the mesh axis model, and mesh \"%s\" on %d devices has none\n", a->mesh, a->devices);
         return 1;
     }
     if (a->warmup < 1) a->warmup = 1;
-    if (a->eval_every < 1) a->eval_every = 1;
-    if (a->eval_batches < 1) a->eval_batches = 1;
     return 0;
 }
 
@@ -1587,13 +1818,19 @@ static int run_bench(gpt2_args *a) {
     return 0;
 }
 
-/* sample n tokens after the prompt; prints as it goes */
-static void sample(gpt2_trainer *tr, const gio_tokenizer *tok, const int32_t *prompt, size_t np, int n, double temp, int top_k, uint64_t seed) {
+/* sample n tokens after the prompt; prints as it goes. 0, or 1 if a step failed */
+static int sample(gpt2_trainer *tr, const gio_tokenizer *tok, const int32_t *prompt, size_t np, int n, double temp, int top_k, uint64_t seed) {
     int T = tr->cfg.T, V = tr->cfg.V, Vr = tr->cfg.V_real, i, j;
     int32_t *ctx = (int32_t *)malloc(sizeof(int32_t) * (size_t)(np + (size_t)n + 1));
     float *row = (float *)malloc(sizeof(float) * (size_t)V);
     double *p = (double *)malloc(sizeof(double) * (size_t)V);
     size_t len = np;
+    int failed = 0;
+    if (!ctx || !row || !p) {
+        free(ctx); free(row); free(p);
+        fprintf(stderr, "gpt2_train: sample: out of memory\n");
+        return 1;
+    }
     memcpy(ctx, prompt, sizeof(int32_t) * np);
     for (i = 0; i < (int)np; i++) {
         size_t pl;
@@ -1605,7 +1842,7 @@ static void sample(gpt2_trainer *tr, const gio_tokenizer *tok, const int32_t *pr
         int best = 0, pick;
         double mx = -1e30, sum = 0, u;
         const char *s;
-        if (gpt2_next_logits(tr, ctx + start, (int)(len - start), row)) break;
+        if (gpt2_next_logits(tr, ctx + start, (int)(len - start), row)) { failed = 1; break; }
         for (j = 0; j < Vr; j++) if (row[j] > mx) { mx = row[j]; best = j; }
         if (temp <= 0) pick = best;
         else {
@@ -1636,6 +1873,7 @@ static void sample(gpt2_trainer *tr, const gio_tokenizer *tok, const int32_t *pr
     free(ctx);
     free(row);
     free(p);
+    return failed;
 }
 
 /* copy a file into dir (atomically) */
@@ -1674,7 +1912,30 @@ static void find_tokenizer_beside(gpt2_args *a) {
     printf("tokenizer: %s, found beside the --init-from weights\n", a->tokenizer_json ? tj : vj);
 }
 
-int main(int argc, char **argv) {
+
+/* Resume from the newest valid checkpoint among FILE and FILE.step*:
+   0 on success, else 1 after a message. */
+static int resume_newest(gpt2_trainer *tr, const char *file) {
+    ckpt_file *f = (ckpt_file *)malloc(sizeof(ckpt_file) * 4096);
+    int n, i;
+    if (!f) { fprintf(stderr, "gpt2_train: resume: out of memory\n"); return 1; }
+    n = ckpt_list(file, f, 4096);
+    for (i = 0; i < n; i++) {
+        tj_status st = gpt2_resume(tr, f[i].path);
+        if (st == TJ_OK) {
+            printf("resumed from %s at step %lld (the newest valid of %d checkpoint%s)\n", f[i].path, (long long)tr->step_no, n, n == 1 ? "" : "s");
+            free(f);
+            return 0;
+        }
+        fprintf(stderr, "gpt2_train: resume: skipping %s: %s\n", f[i].path, *tj_error(tr->ctx) ? tj_error(tr->ctx) : "not a checkpoint of this model");
+        tj_clear_error(tr->ctx);
+    }
+    fprintf(stderr, "gpt2_train: resume: %s: no valid checkpoint among %d file%s\n", file, n, n == 1 ? "" : "s");
+    free(f);
+    return 1;
+}
+
+static int gpt2_main(int argc, char **argv) {
     gpt2_args a;
     gpt2_trainer tr;
     gio_tokenizer tok;
@@ -1689,11 +1950,37 @@ int main(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     gio_trace trace;
     gpt2_hf hf;
+    int rc = 0;      /* the exit status: 1 once a write failed or training stopped on an error */
+    int stopped = 0; /* training stopped on an error: no final checkpoint, no sample */
+    int nprocs = 1, rank = 0;
 
     memset(&hf, 0, sizeof hf);
     if (parse_args(argc, argv, &a)) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (a.bench) return run_bench(&a);
+    {   /* under mpirun: one of several processes, each running devices /
+           processes of the mesh; every process reads the same data, process 0
+           prints and writes the loss curve, traces and checkpoints */
+        tj_ctx *c = tj_ctx_new();
+        if (!c || tj_distributed_init(c, NULL)) {
+            fprintf(stderr, "gpt2_train: %s\n", c ? tj_error(c) : "out of memory");
+            return 1;
+        }
+        nprocs = tj_process_count(c);
+        rank = tj_process_index(c);
+        tj_ctx_free(c);
+        a.cfg.distributed = nprocs > 1;
+        if (rank > 0) {
+            if (!freopen("/dev/null", "w", stdout)) return 1;
+            a.svg = NULL;
+            a.trace = NULL;
+        }
+        if (nprocs > 1) { /* cores per device: this host's processes share them */
+            const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+            int here = (ls && atoi(ls) > 0 ? atoi(ls) : nprocs) * (a.devices / nprocs > 0 ? a.devices / nprocs : 1);
+            if (a.threads <= 0) a.threads = (int)(ncpu / here > 0 ? ncpu / here : 1);
+        }
+    }
 
     /* ---- data */
     if (a.vocab_json && a.tokenizer_json) { fprintf(stderr, "gpt2_train: give --tokenizer or --tokenizer-json, not both\n"); return 1; }
@@ -1785,6 +2072,7 @@ int main(int argc, char **argv) {
                      accum_unrolled(&tr.cfg) ? "unrolled" : "by a scan");
         printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d%s, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L,
                tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, accum, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
+        if (nprocs > 1) printf("processes: %d (transport %s), %d devices each; process 0 prints and writes files\n", nprocs, tj_transport_name(tr.ctx), a.devices / nprocs);
         printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
                a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
                tr.cfg.seq_parallel && tr.cfg.compute_rules ? "; residual stream: + pos:model (sequence parallel)" : "");
@@ -1825,16 +2113,11 @@ int main(int argc, char **argv) {
                a.init_from, tr.cfg.L, tr.cfg.H, tr.cfg.C, tr.cfg.V_real, tr.cfg.V, tr.cfg.block, tr.cfg.ln_eps, tr.cfg.act == ACT_RELU ? "relu" : "gelu_new",
                how, now_ms() - t0);
     }
-    if (a.resume) {
-        tj_status st = gpt2_resume(&tr, a.resume);
-        if (st == TJ_ERR_UNSUPPORTED) {
-            printf("checkpoints not available in this build (%s); starting from scratch\n", tj_error(tr.ctx));
-            tj_clear_error(tr.ctx);
-        } else if (st) {
-            fprintf(stderr, "gpt2_train: resume from %s failed: %s\n", a.resume, tj_error(tr.ctx));
-            gpt2_trainer_free(&tr);
-            return 1;
-        } else printf("resumed from %s at step %lld\n", a.resume, (long long)tr.step_no);
+    if (a.resume && resume_newest(&tr, a.resume)) {
+        gpt2_trainer_free(&tr);
+        free(data);
+        if (have_tok) gio_tok_free(&tok);
+        return 1;
     }
 
     /* ---- train */
@@ -1863,7 +2146,11 @@ int main(int argc, char **argv) {
             if (!(sum >= best_val)) best_val = sum;
             gio_trace_event(&trace, "eval", "eval", 1, 1, (t0 - t_start) * 1e3, (now_ms() - t0) * 1e3, NULL);
             printf("step %5lld | val loss %.4f (unigram baseline %.4f) | %d batches in %.0f ms\n", (long long)s, sum, unigram, a.eval_batches, now_ms() - t0);
-            if (sum != sum) break;
+            if (sum != sum) {
+                fprintf(stderr, "gpt2_train: the validation loss is NaN at step %lld (diverged, or the evaluation failed: see above)\n", (long long)s);
+                rc = stopped = 1;
+                break;
+            }
         }
         if (last) break;
         {
@@ -1878,29 +2165,52 @@ int main(int argc, char **argv) {
             dt = now_ms() - t0;
             if (a.trace && n_tr == 1) {
                 tj_set_profile(tr.ctx, 0);
-                if (tj_prog_write_trace(tr.step, a.trace)) fprintf(stderr, "trace: %s\n", tj_error(tr.ctx));
-                else printf("trace: %s: one step, a track per device: kernels, fused loops, collectives, offload copies (open in ui.perfetto.dev)\n",
+                if (tj_prog_write_trace(tr.step, a.trace)) { /* an optional output: training goes on, the exit status is 1 */
+                    fprintf(stderr, "gpt2_train: --trace: %s\n", tj_error(tr.ctx));
+                    tj_clear_error(tr.ctx); /* or the next step would fail on this error */
+                    rc = 1;
+                } else printf("trace: %s: one step, a track per device: kernels, fused loops, collectives, offload copies (open in ui.perfetto.dev)\n",
                             a.trace);
             }
             snprintf(args, sizeof args, "loss %.4f", loss);
             gio_trace_event(&trace, "train_step", "step", 1, 1, (t0 - t_start) * 1e3, dt * 1e3, args);
-            if (loss != loss) break;
+            if (loss != loss) {
+                fprintf(stderr, "gpt2_train: the loss is NaN at step %lld (diverged, or the step failed: see above)\n", (long long)s);
+                rc = stopped = 1;
+                break;
+            }
             tr_step[n_tr] = (double)s;
             tr_loss[n_tr++] = loss;
             printf("step %5lld | loss %.4f | lr %.2e | gnorm %6.3f | %dx%d seqs | %7.0f tok/s | %6.1f ms | temp %.2f MB/device\n", (long long)s, loss, lr,
                    tr.last_gnorm, a.cfg.accum, a.cfg.B, a.cfg.accum * a.cfg.B * a.cfg.T / (dt * 1e-3), dt, m.temp_bytes / 1e6);
+            if (a.save_every && tr.step_no % a.save_every == 0) { /* periodic checkpoint: a kill loses at most K steps */
+                char ck[1400];
+                ckpt_step_name(ck, sizeof ck, a.save, tr.step_no);
+                if (gpt2_save(&tr, ck)) {
+                    fprintf(stderr, "gpt2_train: checkpoint at step %lld to %s failed: %s\n", (long long)tr.step_no, ck, tj_error(tr.ctx));
+                    tj_clear_error(tr.ctx);
+                    rc = stopped = 1;
+                    break;
+                }
+                ckpt_prune(a.save, a.keep);
+                printf("checkpoint: %s (after %lld steps)\n", ck, (long long)tr.step_no);
+            }
         }
     }
     printf("trained %zu steps in %.1f s; best val loss %.4f vs unigram %.4f (%s)\n", n_tr, (now_ms() - t_start) / 1e3, best_val, unigram,
            best_val < unigram - 0.1 ? "clearly below: the model uses context" : "not clearly below the unigram baseline");
-    if (a.svg && n_tr && !gio_svg_loss_curve(a.svg, "tinyjax GPT-2: loss (nats)", tr_step, tr_loss, n_tr, va_step, va_loss, n_va, err, sizeof err))
+    if (a.svg && *a.svg && n_tr && !gio_svg_loss_curve(a.svg, "tinyjax GPT-2: loss (nats)", tr_step, tr_loss, n_tr, va_step, va_loss, n_va, err, sizeof err))
         printf("loss curve: %s\n", a.svg);
-    else if (a.svg && n_tr) fprintf(stderr, "svg: %s\n", err);
-    if (a.save) {
+    else if (a.svg && *a.svg && n_tr) {
+        fprintf(stderr, "gpt2_train: --svg: %s\n", err);
+        rc = 1;
+    }
+    if (a.save && !stopped) { /* not after a failed step: the state may be broken */
         tj_status st = gpt2_save(&tr, a.save);
-        if (st == TJ_ERR_UNSUPPORTED) printf("checkpoints not available in this build\n");
-        else if (st) fprintf(stderr, "gpt2_train: save: %s\n", tj_error(tr.ctx));
-        else printf("checkpoint: %s (step %lld)\n", a.save, (long long)tr.step_no);
+        if (st) {
+            fprintf(stderr, "gpt2_train: --save: checkpoint at step %lld failed: %s\n", (long long)tr.step_no, tj_error(tr.ctx));
+            rc = 1;
+        } else printf("checkpoint: %s (after %lld steps)\n", a.save, (long long)tr.step_no);
         tj_clear_error(tr.ctx);
     }
     if (a.export_hf) {
@@ -1917,16 +2227,16 @@ int main(int argc, char **argv) {
         printf("export: %s/model.safetensors and config.json (Hugging Face GPT-2, L=%d H=%d C=%d, vocab %d)\n", a.export_hf, tr.cfg.L, tr.cfg.H, tr.cfg.C,
                tr.cfg.V_real);
     }
-    if (a.sample_len > 0 && (n_tr || a.init_from || a.resume)) {
+    if (!stopped && a.sample_len > 0 && (n_tr || a.init_from || a.resume)) {
         int32_t *pr = NULL;
         size_t np = 0;
         if (have_tok && a.prompt && *a.prompt && !gio_tok_encode_special(&tok, a.prompt, strlen(a.prompt), a.allow_special, &pr, &np, err, sizeof err) && np) {
             printf("--- sample (temperature %.2f, top-k %d) ---\n", a.temperature, a.top_k);
-            sample(&tr, &tok, pr, np, a.sample_len, a.temperature, a.top_k, a.cfg.seed);
+            if (sample(&tr, &tok, pr, np, a.sample_len, a.temperature, a.top_k, a.cfg.seed)) rc = 1;
         } else {
             int32_t start = 0;
             printf("--- sample (temperature %.2f, top-k %d) ---\n", a.temperature, a.top_k);
-            sample(&tr, have_tok ? &tok : NULL, &start, 1, a.sample_len, a.temperature, a.top_k, a.cfg.seed);
+            if (sample(&tr, have_tok ? &tok : NULL, &start, 1, a.sample_len, a.temperature, a.top_k, a.cfg.seed)) rc = 1;
         }
         printf("---\n");
         free(pr);
@@ -1934,14 +2244,19 @@ int main(int argc, char **argv) {
     if (a.trace) { /* the host's view of every step, beside the one-step device trace */
         char host[1024];
         snprintf(host, sizeof host, "%s.steps.json", a.trace);
-        if (gio_trace_write(&trace, host)) fprintf(stderr, "trace: %s\n", trace.err);
-        else printf("trace: %s: host-side phases of every step\n", host);
+        if (gio_trace_write(&trace, host)) {
+            fprintf(stderr, "gpt2_train: --trace: %s\n", trace.err);
+            rc = 1;
+        } else printf("trace: %s: host-side phases of every step\n", host);
     }
     gio_trace_free(&trace);
     free(x); free(y); free(tr_step); free(tr_loss); free(va_step); free(va_loss);
     free(data);
     if (have_tok) gio_tok_free(&tok);
     gpt2_trainer_free(&tr);
-    return 0;
+    return rc;
 }
-#endif /* GPT2_NO_MAIN */
+#endif /* !GPT2_NO_MAIN || GPT2_CLI */
+#ifndef GPT2_NO_MAIN
+int main(int argc, char **argv) { return gpt2_main(argc, argv); }
+#endif

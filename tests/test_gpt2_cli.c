@@ -1,0 +1,401 @@
+/* The gpt2_train command line as a user meets it (issue 13): every flag is
+   validated (ranges, unknown flags, garbage numbers) with a message naming
+   the flag and the value, exit 2; a failed write (trace, checkpoint,
+   periodic checkpoint) is exit 1 with a message, an optional output failing
+   does not stop training, and its error does not poison the next step;
+   --save-every K keeps the newest --keep N checkpoints, --resume picks the
+   newest valid one; and kill -9 at random moments of a run with
+   --save-every loses at most K steps, with the losses after resuming equal
+   to an uninterrupted run's. Each case runs gpt2_main in a forked child
+   (its output through a pipe). Files go to a fresh mkdtemp directory. */
+#define GPT2_NO_MAIN
+#define GPT2_CLI
+#include "../demos/gpt2_train.c"
+#include "tj_test.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+static char g_dir[64];
+static const char *path_in(const char *name) {
+    static char bufs[8][512];
+    static int k;
+    char *b = bufs[k++ % 8];
+    snprintf(b, 512, "%s/%s", g_dir, name);
+    return b;
+}
+static void remove_dir(void) {
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    if (!d) return;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            const char *p = path_in(e->d_name);
+            if (unlink(p)) rmdir(p);
+        }
+    closedir(d);
+    rmdir(g_dir);
+}
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- running gpt2_main in a child */
+typedef struct {
+    int rc;          /* exit status, or 128 + signal */
+    char *out;       /* stdout and stderr, merged */
+    size_t len;
+    double seconds;
+} run_result;
+typedef struct {
+    const char *env_devices; /* TJ_DEVICES for the child, or NULL */
+    long fsize_limit;        /* RLIMIT_FSIZE in bytes (SIGXFSZ ignored), or 0 */
+    double kill_after;       /* seconds, or 0: SIGKILL the child then */
+} run_opts;
+static void run_free(run_result *r) { free(r->out); memset(r, 0, sizeof *r); }
+/* args: one string, split at spaces ('~' stands for an empty argument) */
+static run_result run_gpt2(const char *args, const run_opts *o) {
+    run_result r;
+    char *copy = strdup(args), *argv[64], *tok, *save = NULL;
+    int argc = 0, pfd[2], status = 0;
+    pid_t pid;
+    double t0 = now_s();
+    memset(&r, 0, sizeof r);
+    argv[argc++] = (char *)"gpt2_train";
+    for (tok = strtok_r(copy, " ", &save); tok && argc < 63; tok = strtok_r(NULL, " ", &save)) argv[argc++] = strcmp(tok, "~") ? tok : (char *)"";
+    argv[argc] = NULL;
+    if (pipe(pfd)) {
+        r.rc = -1;
+        free(copy);
+        return r;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        int rc;
+        close(pfd[0]);
+        dup2(pfd[1], 1);
+        dup2(pfd[1], 2);
+        close(pfd[1]);
+        if (o && o->env_devices) setenv("TJ_DEVICES", o->env_devices, 1);
+        else unsetenv("TJ_DEVICES");
+        if (o && o->fsize_limit) {
+            struct rlimit rl;
+            signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG instead */
+            rl.rlim_cur = rl.rlim_max = (rlim_t)o->fsize_limit;
+            setrlimit(RLIMIT_FSIZE, &rl);
+        }
+        alarm(300);
+        rc = gpt2_main(argc, argv);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    close(pfd[1]);
+    {
+        size_t cap = 4096;
+        int killed = 0;
+        r.out = (char *)malloc(cap);
+        if (o && o->kill_after > 0) fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+        for (;;) {
+            ssize_t k;
+            if (r.len + 1024 > cap) r.out = (char *)realloc(r.out, cap *= 2);
+            k = read(pfd[0], r.out + r.len, cap - r.len - 1);
+            if (k > 0) r.len += (size_t)k;
+            else if (k == 0) break;
+            else if (errno == EAGAIN) {
+                struct timespec ts = {0, 200000};
+                if (!killed && now_s() - t0 >= o->kill_after) {
+                    kill(pid, SIGKILL);
+                    killed = 1;
+                }
+                nanosleep(&ts, NULL);
+            } else if (errno != EINTR) break;
+        }
+        r.out[r.len] = 0;
+    }
+    close(pfd[0]);
+    waitpid(pid, &status, 0);
+    r.seconds = now_s() - t0;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    free(copy);
+    return r;
+}
+static int has(const run_result *r, const char *s) { return r->out && strstr(r->out, s) != NULL; }
+/* the loss printed for step s ("step     s | loss X.XXXX"), into buf; 0 if none */
+static int loss_of(const run_result *r, long s, char *buf, size_t n) {
+    char pat[64];
+    const char *p;
+    snprintf(pat, sizeof pat, "step %5ld | loss ", s);
+    if (!r->out || !(p = strstr(r->out, pat))) return 0;
+    p += strlen(pat);
+    snprintf(buf, n, "%.*s", (int)strcspn(p, " \n"), p);
+    return 1;
+}
+/* the last step with a printed loss, or -1 */
+static long last_step(const run_result *r) {
+    long best = -1, s;
+    const char *p = r->out;
+    while (p && (p = strstr(p, "step ")) != NULL) {
+        char *e;
+        s = strtol(p + 5, &e, 10);
+        if (e != p + 5 && strncmp(e, " | loss ", 8) == 0 && s > best) best = s;
+        p += 5;
+    }
+    return best;
+}
+static int count_files(const char *prefix) {
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return n;
+}
+
+static char g_model[1024]; /* the flags of a tiny model on the test's data */
+
+static void test_validation(void) {
+    static const struct {
+        const char *args, *want1, *want2;
+    } bad[] = {
+        {"--steps ten", "--steps", "\"ten\""},
+        {"--lr fast", "--lr", "\"fast\""},
+        {"--lr nan", "--lr", "\"nan\""},
+        {"--lr inf", "--lr", "\"inf\""},
+        {"--lr 1e400", "--lr", "1e400"},
+        {"--temperature -1", "--temperature", "\"-1\""},
+        {"--steps -5", "--steps", "\"-5\""},
+        {"--steps 3x", "--steps", "\"3x\""},
+        {"--steps 1e3", "--steps", "\"1e3\""},
+        {"--steps ~", "--steps", "\"\""},
+        {"--steps 99999999999999999999", "--steps", "99999999999999999999"},
+        {"--layers 0", "--layers", "\"0\""},
+        {"--heads 0", "--heads", "\"0\""},
+        {"--embed -3", "--embed", "\"-3\""},
+        {"--devices 65", "--devices", "\"65\""},
+        {"--devices 0", "--devices", "\"0\""},
+        {"--context 1", "--context", "\"1\""},
+        {"--accum 0", "--accum", "\"0\""},
+        {"--batch two", "--batch", "\"two\""},
+        {"--warmup -1", "--warmup", "\"-1\""},
+        {"--min-lr-frac 2", "--min-lr-frac", "\"2\""},
+        {"--wd -0.1", "--wd", "\"-0.1\""},
+        {"--clip x", "--clip", "\"x\""},
+        {"--seed abc", "--seed", "\"abc\""},
+        {"--seed -1", "--seed", "\"-1\""},
+        {"--eval-every 0", "--eval-every", "\"0\""},
+        {"--eval-batches 0", "--eval-batches", "\"0\""},
+        {"--threads -1", "--threads", "\"-1\""},
+        {"--sample -1", "--sample", "\"-1\""},
+        {"--top-k -1", "--top-k", "\"-1\""},
+        {"--bench-steps 0", "--bench-steps", "\"0\""},
+        {"--save-every 0 --save x", "--save-every", "\"0\""},
+        {"--keep 0", "--keep", "\"0\""},
+        {"--remat most", "--remat", "\"most\""},
+        {"--frobnicate 3", "unknown flag", "--frobnicate"},
+        {"--bf16 extra", "unexpected argument", "extra"},
+        {"--steps", "--steps", "needs a value"},
+        {"--tokenizer only_one", "--tokenizer", "two files"},
+        {"--embed 100 --heads 3", "--embed 100", "--heads 3"},
+        {"--save-every 5", "--save-every", "--save FILE"},
+    };
+    size_t i;
+    tjt_current = "CLI validation";
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_result r = run_gpt2(bad[i].args, NULL);
+        TJT_CHECK(r.rc == 2 && has(&r, bad[i].want1) && has(&r, bad[i].want2), "'%s': exit %d, want 2 with a message naming %s and %s; got: %s", bad[i].args,
+                  r.rc, bad[i].want1, bad[i].want2, r.out);
+        run_free(&r);
+    }
+    /* files: directories, missing files and directories */
+    {
+        char args[1200];
+        const char *cases[][3] = {
+            {"--data %s", "", "is a directory"},
+            {"--resume %s", "", "is a directory"},
+            {"--save %s", "", "is a directory"},
+            {"--trace %s", "", "is a directory"},
+            {"--svg %s", "", "is a directory"},
+            {"--init-from %s", "", "is a directory"},
+            {"--tokens %s", "", "is a directory"},
+            {"--save %s/nodir/ck", "", "does not exist"},
+            {"--data %s/missing.txt", "", "No such file"},
+            {"--resume %s/nock", "", "no checkpoint"},
+        };
+        size_t k;
+        for (k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            run_result r;
+            snprintf(args, sizeof args, cases[k][0], g_dir);
+            r = run_gpt2(args, NULL);
+            TJT_CHECK(r.rc == 2 && has(&r, cases[k][2]), "'%s': exit %d, want 2 and \"%s\"; got: %s", args, r.rc, cases[k][2], r.out);
+            run_free(&r);
+        }
+    }
+}
+
+static void test_runs(void) {
+    char args[2048];
+    run_result r;
+    run_opts o;
+    tjt_current = "CLI runs";
+    /* a good run */
+    snprintf(args, sizeof args, "%s --steps 6", g_model);
+    r = run_gpt2(args, NULL);
+    TJT_CHECK(r.rc == 0 && has(&r, "trained 6 steps"), "a good run: exit %d: %s", r.rc, r.out);
+    run_free(&r);
+    /* a bad TJ_DEVICES is an error, not silently ignored */
+    memset(&o, 0, sizeof o);
+    o.env_devices = "abc";
+    r = run_gpt2(args, &o);
+    TJT_CHECK(r.rc == 1 && has(&r, "TJ_DEVICES") && has(&r, "abc"), "TJ_DEVICES=abc: exit %d: %s", r.rc, r.out);
+    run_free(&r);
+    /* the trace cannot be written: training goes on (all steps, errors
+       cleared), the exit status is 1 */
+    memset(&o, 0, sizeof o);
+    o.fsize_limit = 2048;
+    snprintf(args, sizeof args, "%s --steps 6 --trace %s", g_model, path_in("t.json"));
+    r = run_gpt2(args, &o);
+    TJT_CHECK(r.rc == 1 && has(&r, "--trace") && has(&r, "File too large") && has(&r, "trained 6 steps") && last_step(&r) == 5,
+              "a failed trace write: exit %d, last step %ld: %s", r.rc, last_step(&r), r.out);
+    TJT_CHECK(!file_exists(path_in("t.json")), "no partial trace");
+    run_free(&r);
+    /* the final checkpoint cannot be written */
+    snprintf(args, sizeof args, "%s --steps 4 --save %s", g_model, path_in("ck_full"));
+    r = run_gpt2(args, &o);
+    TJT_CHECK(r.rc == 1 && has(&r, "--save") && has(&r, "ck_full") && has(&r, "File too large"), "a failed --save: exit %d: %s", r.rc, r.out);
+    TJT_CHECK(!file_exists(path_in("ck_full")) && count_files("ck_full.tmp") == 0, "no partial checkpoint, no temp file");
+    run_free(&r);
+    /* a periodic checkpoint cannot be written: the run stops there */
+    snprintf(args, sizeof args, "%s --steps 8 --save %s --save-every 2", g_model, path_in("ck_full"));
+    r = run_gpt2(args, &o);
+    TJT_CHECK(r.rc == 1 && has(&r, "checkpoint at step 2") && has(&r, "File too large") && last_step(&r) == 1, "a failed periodic checkpoint: exit %d: %s",
+              r.rc, r.out);
+    run_free(&r);
+    /* --save-every 3 --keep 2 over 10 steps: step 6 and 9 kept, 3 pruned, and the final one */
+    snprintf(args, sizeof args, "%s --steps 10 --save %s --save-every 3 --keep 2", g_model, path_in("ck"));
+    r = run_gpt2(args, NULL);
+    TJT_CHECK(r.rc == 0 && file_exists(path_in("ck")) && file_exists(path_in("ck.step00000006")) && file_exists(path_in("ck.step00000009")) &&
+                  !file_exists(path_in("ck.step00000003")) && count_files("ck.tmp") == 0,
+              "periodic checkpoints: exit %d: %s", r.rc, r.out);
+    run_free(&r);
+    /* resume: the newest valid one; a corrupt newest is skipped with a warning */
+    {
+        char want10[32], got10[32];
+        run_result base;
+        snprintf(args, sizeof args, "%s --steps 12", g_model);
+        base = run_gpt2(args, NULL);
+        snprintf(args, sizeof args, "%s --steps 12 --resume %s", g_model, path_in("ck"));
+        r = run_gpt2(args, NULL);
+        TJT_CHECK(r.rc == 0 && has(&r, "resumed from") && has(&r, "at step 10") && last_step(&r) == 11 && !loss_of(&r, 9, got10, sizeof got10),
+                  "resume from the final checkpoint: exit %d: %s", r.rc, r.out);
+        TJT_CHECK(loss_of(&base, 10, want10, sizeof want10) && loss_of(&r, 10, got10, sizeof got10) && !strcmp(want10, got10),
+                  "resumed loss at step 10 %s, uninterrupted %s", got10, want10);
+        run_free(&r);
+        unlink(path_in("ck"));
+        {
+            FILE *f = fopen(path_in("ck.step00000009"), "r+b");
+            if (f) {
+                fseek(f, 300, SEEK_SET);
+                fputc('#', f);
+                fclose(f);
+            }
+        }
+        r = run_gpt2(args, NULL);
+        TJT_CHECK(r.rc == 0 && has(&r, "skipping") && has(&r, "ck.step00000009") && has(&r, "resumed from") && has(&r, "ck.step00000006") &&
+                      has(&r, "at step 6"),
+                  "resume skips a corrupt newest checkpoint: exit %d: %s", r.rc, r.out);
+        TJT_CHECK(loss_of(&base, 10, want10, sizeof want10) && loss_of(&r, 10, got10, sizeof got10) && !strcmp(want10, got10),
+                  "resumed loss at step 10 %s, uninterrupted %s", got10, want10);
+        run_free(&r);
+        run_free(&base);
+    }
+}
+
+/* kill -9 at random moments of a run with --save-every K; resume (or start
+   over if no checkpoint was written yet) and compare with a run that was
+   never interrupted */
+static void test_kill(void) {
+    char args[2048], rargs[2600];
+    run_result base;
+    int trial, ntrials = getenv("TJ_TEST_QUICK") ? 3 : 5, K = 4, steps = 60;
+    uint64_t rng = 0x2545F4914F6CDD1Dull;
+    tjt_current = "kill -9 during --save-every";
+    snprintf(args, sizeof args, "%s --steps %d --save %s --save-every %d --keep 2", g_model, steps, path_in("kk"), K);
+    base = run_gpt2(args, NULL);
+    TJT_CHECK(base.rc == 0 && last_step(&base) == steps - 1, "the uninterrupted run: exit %d: %s", base.rc, base.out);
+    for (trial = 0; trial < ntrials; trial++) {
+        run_opts o;
+        run_result killed, resumed;
+        long done, first = -1, s;
+        int same = 1, ck_exists;
+        char a[32], b[32];
+        DIR *d = opendir(g_dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) /* a fresh start for every trial */
+            if (!strncmp(e->d_name, "kk", 2)) unlink(path_in(e->d_name));
+        if (d) closedir(d);
+        memset(&o, 0, sizeof o);
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        o.kill_after = (0.05 + 0.75 * (double)(rng >> 11) / 9007199254740992.0) * base.seconds;
+        killed = run_gpt2(args, &o);
+        done = last_step(&killed); /* the last step the killed run finished */
+        ck_exists = count_files("kk") > 0;
+        if (killed.rc == 0) { /* finished before the kill: nothing to test this time */
+            run_free(&killed);
+            continue;
+        }
+        TJT_CHECK(killed.rc == 128 + SIGKILL, "trial %d: the run was killed (status %d)", trial, killed.rc);
+        /* resume like a restart script would: from the checkpoints if any */
+        snprintf(rargs, sizeof rargs, "%s%s%s", args, ck_exists ? " --resume " : "", ck_exists ? path_in("kk") : "");
+        resumed = run_gpt2(rargs, NULL);
+        for (s = 0; s < steps; s++)
+            if (loss_of(&resumed, s, a, sizeof a)) {
+                if (first < 0) first = s;
+                if (!loss_of(&base, s, b, sizeof b) || strcmp(a, b)) same = 0;
+            }
+        TJT_CHECK(resumed.rc == 0 && last_step(&resumed) == steps - 1, "trial %d: the resumed run finishes: exit %d: %s", trial, resumed.rc, resumed.out);
+        TJT_CHECK(same, "trial %d: losses after resuming at step %ld equal the uninterrupted run's", trial, first);
+        TJT_CHECK(first >= 0 && first >= done + 1 - K, "trial %d: killed after step %ld, resumed at step %ld: lost %ld steps, at most %d allowed", trial, done, first,
+                  done + 1 - first, K);
+        TJT_CHECK(count_files("kk.tmp") == 0, "trial %d: no temp file left after the resumed run's saves", trial);
+        if (getenv("TJ_TEST_VERBOSE"))
+            printf("  trial %d: killed at %.3f s after step %ld, resumed at step %ld\n", trial, o.kill_after, done, first);
+        run_free(&killed);
+        run_free(&resumed);
+    }
+    run_free(&base);
+}
+
+int main(void) {
+    FILE *f;
+    int i;
+    unsetenv("TJ_DEVICES");
+    snprintf(g_dir, sizeof g_dir, "/tmp/tj_cli_XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        fprintf(stderr, "mkdtemp failed\n");
+        return 1;
+    }
+    /* data: 40 KB of text-like bytes */
+    f = fopen(path_in("data.txt"), "wb");
+    for (i = 0; f && i < 4000; i++) fprintf(f, "line %d: x = tj_add(x, y%d);\n", i, i % 7);
+    if (f) fclose(f);
+    snprintf(g_model, sizeof g_model,
+             "--layers 1 --heads 2 --embed 16 --context 16 --batch 2 --devices 1 --threads 1 --eval-every 1000 --eval-batches 1 --sample 0 --svg ~ --data %s",
+             path_in("data.txt"));
+    test_validation();
+    test_runs();
+    test_kill();
+    remove_dir();
+    return tjt_finish();
+}
