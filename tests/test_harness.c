@@ -1086,7 +1086,7 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, in
     char err[1024], where[512];
     const hx_outs *ref;
     hx_polinfo pi;
-    int ok, nogg = 0, expect_err = (cx == C_SM_ON || cx == C_SM_OFF) && r->smap_err;
+    int ok, nogg = 0, fallback = 0, expect_err = (cx == C_SM_ON || cx == C_SM_OFF) && r->smap_err;
     memset(&c, 0, sizeof c);
     c.r = r;
     c.cx = cx;
@@ -1094,7 +1094,7 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, in
     c.check = cx != C_SM_OFF;
     c.dt = TJ_F32;
     c.rules = pl->put ? NULL : pl->spec;
-    c.nogg = getenv("HX_NOGG") != NULL;
+    c.nogg = nogg = getenv("HX_NOGG") != NULL;
     if (cx == C_SM_ON || cx == C_SM_OFF) smap_specs(&c, pl->spec);
     snprintf(where, sizeof where, "mesh [%s] sharding \"%.127s\" (%s)", meshes[mi].mesh, pl->spec, pl->put ? "device_put" : "shard_by_rules in the program");
     snprintf(cur_where, sizeof cur_where, "%s [%s] mesh [%s] \"%.40s\"", r->name, ctx_names[cx], meshes[mi].mesh, pl->spec);
@@ -1119,10 +1119,10 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, in
         pi.rerun = 0;
         if (run_prog_pi(ctx, &c1, in, &o, err1, sizeof err1, &pi)) {
             record_fail2(ri, cx, 1, "%s [%s] %s: the grad of grad could not build/run (first order is fine): %s", r->name, ctx_names[cx], where, err);
-            ok = nogg = 1;
+            ok = nogg = fallback = 1;
         }
     }
-    if (ok && !nogg && pl_index >= 0) temps[cx][mi][pl_index] = pi.temp; /* not the fallback program: compare like with like */
+    if (ok && !fallback && pl_index >= 0) temps[cx][mi][pl_index] = pi.temp; /* not the fallback program: compare like with like */
     if (ok && pi.rerun) {
         if (pi.same) tjt_pass++;
         else record_fail(ri, cx, "%s [%s] %s: two runs of the same program give different bits", r->name, ctx_names[cx], where);
