@@ -22,8 +22,9 @@
                    axes the op is independent of
      nested        a scan inside a scan (2 x 2 steps)
    on each MESH: 1 device ("data=1"), data=2, data=2 model=2, data=4 model=2,
-   with the inputs sharded along each of their axes (device_put outside the
-   program, or tj_shard_by_rules inside it, alternately).
+   with the inputs sharded along each of their axes, over each mesh axis and
+   pairs of them (device_put outside the program, or tj_shard_by_rules inside
+   it: alternately, and both ways in the top context).
 
    Loss: L(y) = sum(w1 y) + 0.5 sum(w2 y^2) with fixed random weights; the
    scans carry c' = c * R(y) + L(y) so iterations interact (R(y) = mean(w3 y)).
@@ -43,16 +44,24 @@
    The scans run under policies too: scan_xs offloads its carry (named
    "c"), scan_cap keeps dots, the inner scan of nested saves nothing.
    Remat-policy checks: offloading uses host memory, and tj_prog_lint has
-   nothing to say about a policy whose names the region does carry.
+   nothing to say about a policy whose names the region does carry. On the
+   8-device mesh, programs run twice and must give the same bits.
 
-   Failures are counted in three kinds: first order (y, loss, gradients,
-   a program that does not build, a missing error), grad of grad, and remat
-   policy; the summary at the end is a table of rows x contexts.
+   Memory rules of issue #15, per mesh and sharding: a tj_checkpoint saving
+   everything needs no more device temp than the same program without it,
+   and a policy that saves less (nothing, dots, only "y", offload "y")
+   needs no more than everything_saveable.
+
+   Failures are counted in four kinds: first order (y, loss, gradients,
+   a program that does not build, a missing error), grad of grad, remat
+   policy, memory rules; the summary at the end is a table of rows x
+   contexts.
 
    Usage: test_harness [row|all] [context|all] [mesh index 0..3]
    TJ_TEST_QUICK=1: fewer meshes and shardings (every row, every context).
    HX_VERBOSE=1: print each program's outcome; HX_BRIEF=1: print only the
-   first 3 failures of each row, context and kind. */
+   first 3 failures of each row, context and kind; HX_NOGG=1: first-order
+   programs only (no grad of grad), to tell the two apart. */
 #define TINYJAX_IMPLEMENTATION
 #include "../tinyjax.h"
 #include "tj_test.h"
@@ -668,7 +677,7 @@ static const hx_row rows[] = {
     UN(stop_gradient, "stop_gradient", PQ, .nofd = 1),
     UN(name, "name", PQ),
     UN(param, "param copy", PQ, .via = "param: traced inputs, scan carries/xs/captures; copy: tj_jit returning an input"),
-    UN(offload, "offload", PQ, .via = "tj_save_and_offload_only_these_names (context ckpt_offload)"),
+    UN(offload, "offload", PQ, .via = "tj_save_and_offload_only_these_names (contexts ckpt_offload, scan_xs)"),
     UN(scan, "scan out", PQ, .via = "tj_scan (out: its outputs); also tj_checkpoint, tj_shard_map"),
     UN(checkpoint, "scan out", PQ, .via = "tj_checkpoint: a scan of length one"),
     UN(custom, "custom", PQ, .via = "tj_register_op + tj_custom"),
@@ -705,8 +714,9 @@ static const hx_mesh meshes[4] = {{1, "data=1", 1}, {2, "data=2", 2}, {4, "data=
 static int quick, verbose, nfail_printed;
 static int seen[TJ__NOPS];
 /* failures by row, context and kind: 0 first order (y, loss, gradients,
-   errors), 1 second order (grad of grad), 2 remat policy (offload, lint) */
-#define NKIND 3
+   errors), 1 second order (grad of grad), 2 remat policy (offload, lint),
+   3 memory rules */
+#define NKIND 4
 static int fails[NROWS][NCTX][NKIND];
 static int runs[NROWS][NCTX];
 static char first_fail[NROWS][NCTX][NKIND][240];
@@ -805,10 +815,13 @@ static const double *outs_get(const hx_outs *o, const char *nm, int64_t *len) {
     return NULL;
 }
 
+static char seen_where[TJ__NOPS][128]; /* the first program an op appeared in */
+static char cur_where[128];
 static void walk_seen(tj_graph *g) {
     int i;
     if (!g) return;
     for (i = 0; i < g->n; i++) {
+        if (!seen[g->nodes[i]->op]) snprintf(seen_where[g->nodes[i]->op], sizeof seen_where[0], "%s", cur_where);
         seen[g->nodes[i]->op] = 1;
         if (g->nodes[i]->sub) walk_seen(g->nodes[i]->sub);
     }
@@ -816,7 +829,10 @@ static void walk_seen(tj_graph *g) {
 
 /* what a compiled program says about its remat policy */
 typedef struct {
+    int rerun;         /* in: run the program twice and compare the bits */
+    int same;          /* out: the two runs gave the same bits */
     int64_t host_temp; /* host bytes (offload) */
+    int64_t temp;      /* device temp bytes per device */
     int nlint;         /* policy lint warnings */
     char lint[512];
 } hx_polinfo;
@@ -825,10 +841,16 @@ static int run_prog_pi(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *er
     tj_prog *p = tj_jit(ctx, "harness", prog_fn, c, in, NULL);
     tj_tree *out = tj_tree_new(ctx);
     int ok = 0;
+    int rerun = pi && pi->rerun;
     memset(o, 0, sizeof *o);
-    if (pi) memset(pi, 0, sizeof *pi);
+    if (pi) {
+        memset(pi, 0, sizeof *pi);
+        pi->rerun = rerun;
+        pi->same = 1;
+    }
     if (p && pi) {
         pi->host_temp = tj_prog_memory(p).host_temp_bytes;
+        pi->temp = tj_prog_memory(p).temp_bytes;
         char *q;
         pi->nlint = tj_prog_lint(p, pi->lint, sizeof pi->lint);
         for (q = pi->lint; *q; q++)
@@ -838,6 +860,18 @@ static int run_prog_pi(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *er
         outs_read(o, out);
         walk_seen(p->g);
         ok = 1;
+        if (rerun) { /* deterministic: the same program on the same inputs gives the same bits */
+            tj_tree *out2 = tj_tree_new(ctx);
+            hx_outs o2;
+            int i;
+            if (tj_run(p, in, out2) == TJ_OK) {
+                outs_read(&o2, out2);
+                for (i = 0; i < o->n; i++)
+                    if (i >= o2.n || o2.len[i] != o->len[i] || memcmp(o2.v[i], o->v[i], sizeof(double) * (size_t)o->len[i])) pi->same = 0;
+                outs_free(&o2);
+            } else pi->same = 0;
+            tj_tree_free(out2);
+        }
     } else snprintf(err, nerr, "%s", tj_status_of(ctx) ? tj_error(ctx) : "failed with no message");
     tj_clear_error(ctx);
     tj_prog_free(p);
@@ -868,6 +902,7 @@ static void record_fail2(int ri, int cx, int second, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (known_bug(ri, cx, second)) {
+        if (!fails[ri][cx][second]) snprintf(first_fail[ri][cx][second], sizeof first_fail[ri][cx][second], "%.239s", msg);
         if (!fails[ri][cx][second]++) fprintf(stderr, "KNOWN [op %s] %s\n", *rows[ri].ops ? rows[ri].ops : "(composite)", msg);
         nknown++;
         return;
@@ -940,6 +975,7 @@ static const hx_outs *get_ref(int ri, int rk, int D) {
         c.check = 1;
         c.dt = TJ_F32;
         in = make_inputs(ref_ctx, &rows[ri], ri, TJ_F32);
+        snprintf(cur_where, sizeof cur_where, "%s [reference for %s] D=%d", rows[ri].name, ctx_names[c.cx], D);
         R->done = 1;
         R->ok = run_prog(ref_ctx, &c, in, &R->o, err, sizeof err);
         if (!R->ok) record_fail(ri, c.cx, "%s: the one-device reference (%s, D=%d) failed: %s", rows[ri].name, ctx_names[c.cx], D, err);
@@ -1039,7 +1075,10 @@ static void smap_specs(hx_cfg *c, const char *place) {
 }
 
 /* ---- one (row, context, mesh, placement) ---- */
-static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
+/* device temp bytes of each program of the current row, by context, mesh
+   and placement (-1: none), for the memory rules of issue #15 */
+static int64_t temps[NCTX][NMESH][32];
+static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, int rerun, int pl_index) {
     const hx_row *r = &rows[ri];
     hx_cfg c;
     tj_tree *in;
@@ -1047,7 +1086,7 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
     char err[1024], where[512];
     const hx_outs *ref;
     hx_polinfo pi;
-    int ok, nogg = 0, expect_err = (cx == C_SM_ON || cx == C_SM_OFF) && r->smap_err;
+    int ok, nogg = 0, fallback = 0, expect_err = (cx == C_SM_ON || cx == C_SM_OFF) && r->smap_err;
     memset(&c, 0, sizeof c);
     c.r = r;
     c.cx = cx;
@@ -1055,8 +1094,10 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
     c.check = cx != C_SM_OFF;
     c.dt = TJ_F32;
     c.rules = pl->put ? NULL : pl->spec;
+    c.nogg = nogg = getenv("HX_NOGG") != NULL;
     if (cx == C_SM_ON || cx == C_SM_OFF) smap_specs(&c, pl->spec);
     snprintf(where, sizeof where, "mesh [%s] sharding \"%.127s\" (%s)", meshes[mi].mesh, pl->spec, pl->put ? "device_put" : "shard_by_rules in the program");
+    snprintf(cur_where, sizeof cur_where, "%s [%s] mesh [%s] \"%.40s\"", r->name, ctx_names[cx], meshes[mi].mesh, pl->spec);
     ref = expect_err ? NULL : get_ref(ri, ref_kind(cx), r->coll ? c.D : 1);
     if (!expect_err && !ref) return;
     in = make_inputs(ctx, r, ri, TJ_F32);
@@ -1067,15 +1108,24 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl) {
         return;
     }
     runs[ri][cx]++;
+    pi.rerun = rerun;
+    pi.temp = -1;
+    snprintf(cur_where, sizeof cur_where, "%s [%s] mesh [%s] \"%.40s\"", r->name, ctx_names[cx], meshes[mi].mesh, pl->spec);
     ok = run_prog_pi(ctx, &c, in, &o, err, sizeof err, &pi);
     if (!ok && !expect_err && r->twice) { /* does it work without the grad of grad? */
         hx_cfg c1 = c;
         char err1[1024];
         c1.nogg = 1;
+        pi.rerun = 0;
         if (run_prog_pi(ctx, &c1, in, &o, err1, sizeof err1, &pi)) {
             record_fail2(ri, cx, 1, "%s [%s] %s: the grad of grad could not build/run (first order is fine): %s", r->name, ctx_names[cx], where, err);
-            ok = nogg = 1;
+            ok = nogg = fallback = 1;
         }
+    }
+    if (ok && !fallback && pl_index >= 0) temps[cx][mi][pl_index] = pi.temp; /* not the fallback program: compare like with like */
+    if (ok && pi.rerun) {
+        if (pi.same) tjt_pass++;
+        else record_fail(ri, cx, "%s [%s] %s: two runs of the same program give different bits", r->name, ctx_names[cx], where);
     }
     if (ok && cx == C_XS) { /* the named carry is offloaded */
         if (pi.host_temp > 0) tjt_pass++;
@@ -1119,6 +1169,7 @@ static void fd_check(int ri) {
     c.D = r->coll ? 2 : 1;
     c.check = 1;
     c.dt = TJ_F64;
+    snprintf(cur_where, sizeof cur_where, "%s [finite differences]", r->name);
     if (!run_prog(ctx, &c, in, &full, err, sizeof err)) {
         record_fail(ri, C_TOP, "%s [finite differences]: the f64 program failed: %s", r->name, err);
         goto done;
@@ -1205,6 +1256,7 @@ static void f64_check(int ri) {
     c.D = 1;
     c.check = 1;
     c.dt = TJ_F64;
+    snprintf(cur_where, sizeof cur_where, "%s [f64 reference]", r->name);
     if (ref && run_prog(ctx, &c, in, &o, err, sizeof err)) {
         compare(ri, C_TOP, "f64 vs f32, one device", ref, &o, 2e-4, 0);
         outs_free(&o);
@@ -1233,6 +1285,35 @@ static void raw_check(int ri) {
     tj_prog_free(p);
     tj_tree_free(in);
     tj_ctx_free(ctx);
+}
+
+/* Issue #15's memory rules, per (mesh, sharding): a region with
+   everything_saveable costs no more device temp than no region, and a
+   policy that saves less never raises it. */
+static void memory_rules(int ri) {
+    static const int pol[4] = {C_CK_NONE, C_CK_DOTS, C_CK_NAMES, C_CK_OFFLOAD};
+    int mi, j, k;
+    for (mi = 0; mi < NMESH; mi++) {
+        hx_place pl[32];
+        int np = placements(&rows[ri], mi, pl);
+        for (j = 0; j < np && j < 32; j++) {
+            int64_t top = temps[C_TOP][mi][j], all = temps[C_CK_ALL][mi][j];
+            char where[256];
+            snprintf(where, sizeof where, "mesh [%s] sharding \"%.127s\"", meshes[mi].mesh, pl[j].spec);
+            if (top >= 0 && all >= 0) {
+                if (all <= top) tjt_pass++;
+                else record_fail2(ri, C_CK_ALL, 3, "%s [ckpt_all] %s: memory: the region saving everything needs %lld B device temp, the same program without it %lld B",
+                                  rows[ri].name, where, (long long)all, (long long)top);
+            }
+            for (k = 0; k < 4; k++) {
+                int64_t t = temps[pol[k]][mi][j];
+                if (all < 0 || t < 0) continue;
+                if (t <= all) tjt_pass++;
+                else record_fail2(ri, pol[k], 3, "%s [%s] %s: memory: this policy saves less but needs %lld B device temp, everything_saveable %lld B", rows[ri].name,
+                                  ctx_names[pol[k]], where, (long long)t, (long long)all);
+            }
+        }
+    }
 }
 
 /* every op of the table has a row */
@@ -1278,6 +1359,9 @@ int main(int argc, char **argv) {
             f64_check(ri);
             if (rows[ri].coll) raw_check(ri);
         }
+        for (cx = 0; cx < NCTX; cx++)
+            for (mi = 0; mi < NMESH; mi++)
+                for (k = 0; k < 32; k++) temps[cx][mi][k] = -1;
         for (cx = 0; cx < NCTX; cx++) {
             if (only_ctx && strcmp(ctx_names[cx], only_ctx)) continue;
             for (mi = 0; mi < NMESH; mi++) {
@@ -1288,17 +1372,18 @@ int main(int argc, char **argv) {
                 np = placements(&rows[ri], mi, pl);
                 if (quick && mi >= 2 && np > 2) np = 2;
                 for (j = 0; j < np; j++) {
-                    run_case(mctx[mi], ri, cx, mi, &pl[j]);
+                    run_case(mctx[mi], ri, cx, mi, &pl[j], mi == 3 && j < 2, j); /* 8 devices: run twice, same bits */
                     nprog++;
                     if (cx == C_TOP && *pl[j].spec) { /* top level: both ways of placing the inputs */
                         hx_place other = pl[j];
                         other.put = !other.put;
-                        run_case(mctx[mi], ri, cx, mi, &other);
+                        run_case(mctx[mi], ri, cx, mi, &other, 0, -1);
                         nprog++;
                     }
                 }
             }
         }
+        memory_rules(ri);
     }
 
     if (!filtered) {
@@ -1308,6 +1393,7 @@ int main(int argc, char **argv) {
             for (ri = 0; ri < NROWS; ri++)
                 if (row_claims(&rows[ri], tj__opname(op)) && rows[ri].via && *rows[ri].via) via = rows[ri].via;
             TJT_CHECK(seen[op], "op '%s' never appeared in a compiled program (its row says: %s)", tj__opname(op), via);
+            if (verbose && seen[op]) printf("  op %-18s first seen in %s\n", tj__opname(op), seen_where[op]);
         }
     }
 
@@ -1315,31 +1401,33 @@ int main(int argc, char **argv) {
     {
         int any = 0, o;
         for (ri = 0; ri < NROWS; ri++)
-            for (cx = 0; cx < NCTX; cx++) any |= fails[ri][cx][0] || fails[ri][cx][1] || fails[ri][cx][2];
+            for (cx = 0; cx < NCTX; cx++)
+                for (o = 0; o < NKIND; o++) any |= fails[ri][cx][o] != 0;
         if (any) {
-            fprintf(stderr, "\nfailures by row and context: first-order checks (y, loss, gradients, errors) + grad-of-grad checks + remat-policy checks / programs run\n%-14s", "");
-            for (cx = 0; cx < NCTX; cx++) fprintf(stderr, " %11.11s", ctx_names[cx]);
+            fprintf(stderr, "\nfailures by row and context: first-order (y, loss, gradients, errors) + grad-of-grad + remat-policy + memory-rule checks / programs run\n%-14s", "");
+            for (cx = 0; cx < NCTX; cx++) fprintf(stderr, " %12.12s", ctx_names[cx]);
             fprintf(stderr, "\n");
             for (ri = 0; ri < NROWS; ri++) {
                 int rowany = 0;
-                for (cx = 0; cx < NCTX; cx++) rowany |= fails[ri][cx][0] || fails[ri][cx][1] || fails[ri][cx][2];
+                for (cx = 0; cx < NCTX; cx++)
+                    for (o = 0; o < NKIND; o++) rowany |= fails[ri][cx][o] != 0;
                 if (!rowany) continue;
                 fprintf(stderr, "%-14s", rows[ri].name);
                 for (cx = 0; cx < NCTX; cx++) {
                     char cell[32];
-                    if (fails[ri][cx][0] || fails[ri][cx][1] || fails[ri][cx][2])
-                        snprintf(cell, sizeof cell, "%d+%d+%d/%d", fails[ri][cx][0], fails[ri][cx][1], fails[ri][cx][2], runs[ri][cx]);
+                    if (fails[ri][cx][0] || fails[ri][cx][1] || fails[ri][cx][2] || fails[ri][cx][3])
+                        snprintf(cell, sizeof cell, "%d+%d+%d+%d/%d", fails[ri][cx][0], fails[ri][cx][1], fails[ri][cx][2], fails[ri][cx][3], runs[ri][cx]);
                     else snprintf(cell, sizeof cell, ".");
-                    fprintf(stderr, " %11s", cell);
+                    fprintf(stderr, " %12s", cell);
                 }
                 fprintf(stderr, "\n");
             }
             for (o = 0; o < NKIND; o++) {
-                static const char *kn[NKIND] = {"first-order", "grad-of-grad", "remat-policy"};
+                static const char *kn[NKIND] = {"first-order", "grad-of-grad", "remat-policy", "memory-rule"};
                 fprintf(stderr, "\nfirst %s failure of each (row, context):\n", kn[o]);
                 for (ri = 0; ri < NROWS; ri++)
                     for (cx = 0; cx < NCTX; cx++)
-                        if (fails[ri][cx][o]) fprintf(stderr, "  %s\n", first_fail[ri][cx][o]);
+                        if (fails[ri][cx][o]) fprintf(stderr, "  %s%s\n", known_bug(ri, cx, o) ? "KNOWN " : "", first_fail[ri][cx][o]);
             }
         }
     }
