@@ -8226,9 +8226,10 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         int idx = v->a.index, k;
         if (idx >= w->nc && idx < w->nc + w->nx) { /* an x: slice the same stacked input */
             r = tj__bk_xparam(w, w->scan->in[idx], &v->t, TJ_SPACE_DEVICE, "x");
-        } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again */
+        } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again (the scan's own input:
+               a body shared by a clone of the scan has captures of another graph) */
             for (k = 0; k < w->b->ncap; k++)
-                if (w->b->cap_param[k] == v) r = tj__capture(w->bk, w->b->cap_outer[k]);
+                if (w->b->cap_param[k] == v) r = tj__capture(w->bk, idx < w->scan->nin ? w->scan->in[idx] : w->b->cap_outer[k]);
         } else { /* a carry: a residual by nature */
             char why[160];
             const char *nm = tj__resid_name(v, w->b, w->nc);

@@ -380,6 +380,45 @@ static void test_mistakes(void) {
     tj_ctx_free(ctx);
 }
 
+/* ---- grad of grad through a tj_checkpoint inside a scan (its backward
+   scan, cloned into the outer backward body, shares its body: captures
+   must come from the clone's own inputs) ---- */
+static void ck_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_mul(tj_tanh(in[0]), in[0]);
+}
+static void ck_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_policy p = tj_nothing_saveable();
+    tj_v r = NULL;
+    (void)y;
+    if (u) tj_checkpoint(ck_region, NULL, 1, x, 1, &r, &p);
+    else ck_region(g, x, &r, NULL);
+    co[0] = tj_add(c[0], r);
+}
+static void ck_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), c0, c = NULL, gx, ggx;
+    (void)g;
+    c0 = tj_muls(tj_sum(x, "s"), 0.0);
+    tj_scan(ck_body, u, "s", 1, &c0, 1, &x, 0, &c, NULL, NULL);
+    tj_grad(tj_sum(c, "i"), 1, &x, &gx);
+    tj_grad(tj_sum(gx, "s i"), 1, &x, &ggx);
+    tj_tree_set_v(out, "gg", ggx);
+}
+static tj_tree *ck_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "s=2 i=3", 3, -1, 1));
+    return in;
+}
+static void test_gg_nested_checkpoint(void) {
+    tjt_outs a, b;
+    tjt_current = "grad of grad, checkpoint inside a scan";
+    if (run1(ck_fn, NULL, ck_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "no-region run failed"); return; }
+    if (run1(ck_fn, (void *)1, ck_in, 1, NULL, NULL, &b)) { TJT_CHECK(0, "the checkpointed program does not build"); tjt_outs_free(&a); return; }
+    tjt_outs_compare("checkpoint vs none", &a, &b, 1e-12);
+    tjt_outs_free(&a);
+    tjt_outs_free(&b);
+}
+
 int main(void) {
     test_captured_attr();
     test_grad_of_grad_scan();
@@ -388,5 +427,6 @@ int main(void) {
     test_sharded_init();
     test_nested_offload();
     test_mistakes();
+    test_gg_nested_checkpoint();
     return tjt_finish();
 }
