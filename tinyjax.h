@@ -941,6 +941,19 @@ static void tj__err(tj_ctx *ctx, tj_status st, const char *file, int line, const
     if (ctx->dump) fprintf(stderr, "tinyjax: error: %s\n", ctx->msg);
 }
 
+/* Add "(<what> at file:line)" to the recorded message unless it already
+   names that line: errors found deep inside a call (a run's kernels, its
+   arena) then also name the caller's line. */
+static void tj__err_line(tj_ctx *ctx, const char *what, const char *file, int line) {
+    char at[300];
+    size_t k;
+    if (!ctx || ctx->status == TJ_OK || !file) return;
+    snprintf(at, sizeof at, "%s:%d)", tj__base(file), line);
+    if (strstr(ctx->msg, at)) return;
+    k = strlen(ctx->msg);
+    snprintf(ctx->msg + k, sizeof ctx->msg - k, " (%s at %s:%d)", what, tj__base(file), line);
+}
+
 TJDEF tj_ctx *tj_ctx_new(void) {
     tj_ctx *c = (tj_ctx *)tj__calloc(sizeof *c);
     const char *d;
@@ -9887,7 +9900,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
             tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': output '%s' was made in another traced function", p->name, l->name);
             goto fail;
         }
-        p->out_names[p->nout] = tj__strdup(l->name);
+        if (!(p->out_names[p->nout] = tj__strdup(l->name))) goto oom;
         p->outs[p->nout++] = l->v;
     }
     if (tj__own_outputs(p->g, p->outs, p->nout, 1)) goto fail;
@@ -9910,6 +9923,7 @@ oom:
     tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory", p->name);
 fail:
     if (!c->status) tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory while tracing", name ? name : "?");
+    tj__err_line(c, "in tj_jit", file, line); /* errors of calls without a line of their own (tj_vjp, trees) */
     tj_tree_free(tin);
     tj_tree_free(tout);
     tj_prog_free(p);
@@ -9972,7 +9986,11 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         int d = p->out_donor[i];
         if (d >= 0) { /* take over the donated argument's buffer */
             tj_array *a = (tj_array *)tj__calloc(sizeof *a);
-            if (!a) { st = TJ_ERR_OOM; break; }
+            if (!a) {
+                tj__err(c, TJ_ERR_OOM, file, line, "run '%s': out of memory", p->name);
+                st = TJ_ERR_OOM;
+                break;
+            }
             *a = *args[d];
             a->t = p->outs[i]->t;
             outs[i] = a;
@@ -9983,6 +10001,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
     }
     if (st == TJ_OK) st = tj__execute(p, args, outs);
     if (st != TJ_OK) {
+        if (!c->status) tj__err(c, st, file, line, "run '%s': failed (%s)", p->name, st == TJ_ERR_OOM ? "out of memory" : "error");
         for (i = 0; i < p->nout; i++)
             if (outs[i] && p->out_donor[i] >= 0) TJ_FREE(outs[i]); /* the argument keeps its buffer */
             else tj_array_free(outs[i]);
@@ -9995,7 +10014,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             for (dv = 0; dv < args[d]->ndev; dv++) args[d]->raw[dv] = args[d]->data[dv] = NULL;
             args[d]->deleted = 1;
         }
-        tj_tree_set_array(out, p->out_names[i], outs[i]);
+        if (tj_tree_set_array(out, p->out_names[i], outs[i]) != TJ_OK && st == TJ_OK) st = c->status ? c->status : TJ_ERR_OOM;
     }
     for (i = 0; i < g->nparam; i++) /* donated but not reused: still deleted, as promised */
         if (p->donate[i] && !args[i]->deleted) {
@@ -10009,11 +10028,14 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         }
     for (i = 0; i < p->static_out->n; i++) {
         const tj__leaf *l = &p->static_out->leaf[i];
-        if (l->kind == TJ_LEAF_INT) tj_tree_set_int(out, l->name, l->i);
-        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(out, l->name, l->f);
-        else if (l->kind == TJ_LEAF_STRING) tj_tree_set_string(out, l->name, l->s);
+        tj_status s2 = TJ_OK;
+        if (l->kind == TJ_LEAF_INT) s2 = tj_tree_set_int(out, l->name, l->i);
+        else if (l->kind == TJ_LEAF_FLOAT) s2 = tj_tree_set_float(out, l->name, l->f);
+        else if (l->kind == TJ_LEAF_STRING) s2 = tj_tree_set_string(out, l->name, l->s);
+        if (s2 != TJ_OK && st == TJ_OK) st = s2;
     }
 done:
+    if (st != TJ_OK) tj__err_line(c, "tj_run", file, line); /* errors found inside the run name the caller too */
     TJ_FREE(args);
     TJ_FREE(outs);
     return st;
