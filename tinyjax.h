@@ -47,6 +47,15 @@
  * returns NULL and records a message naming the op, the axes and the caller's
  * file:line; later ops given NULL return NULL quietly, so the first message
  * survives and tj_jit reports it. Other calls return a tj_status.
+ * Every pointer argument is checked: a NULL one is TJ_ERR_ARG with a message
+ * naming the function and the argument, recorded in the context of the
+ * call's other arguments (a call whose context, tree, array or program is
+ * itself NULL can only return NULL / TJ_ERR_ARG). NULL is a value only where
+ * documented: array data (zeros), specs and rules (""), cotangents (ones),
+ * policies and jit options (defaults), cross_entropy's mean_axes (none).
+ * Sizes: an axis has 1..2^40 elements and a value at most 2^50 bytes, checked
+ * with one overflow-safe multiply wherever a type is made, so no element,
+ * byte or stride count can overflow.
  *
  * Dumps: set TJ_DUMP=1 (or tj_set_dump) to print every pipeline stage: the
  * traced graph, the graph after autodiff and remat, the schedule with buffer
@@ -115,7 +124,9 @@ typedef struct tj_tree tj_tree;   /* ordered named leaves (a pytree)       */
 typedef struct tj_prog tj_prog;   /* a compiled program                    */
 
 /* One context per thread of control: it owns axis names, the error message,
-   devices and allocation statistics. */
+   devices and allocation statistics. A TJ_DEVICES environment variable that
+   is not a count from 1 to TJ_MAXDEV is an error of the new context (check
+   tj_status_of; tracing fails with that message until tj_clear_error). */
 TJDEF tj_ctx *tj_ctx_new(void);
 TJDEF void tj_ctx_free(tj_ctx *ctx);
 /* The last error message ("" if none), its status, and a reset. */
@@ -129,7 +140,9 @@ TJDEF void tj_set_threads(tj_ctx *ctx, int n);
 
 TJDEF const char *tj_dtype_name(tj_dtype t);
 TJDEF size_t tj_dtype_size(tj_dtype t);
-/* bf16 <-> f32: round to nearest even; NaN stays NaN. */
+/* bf16 <-> f32: round to nearest even; NaN stays NaN. Float -> i32 (tj_cast,
+   tj_array_read, loading a float tensor as i32) truncates toward zero,
+   saturates at INT32_MIN / INT32_MAX, and maps NaN to 0. */
 TJDEF uint16_t tj_f32_to_bf16(float f);
 TJDEF float tj_bf16_to_f32(uint16_t h);
 
@@ -230,16 +243,20 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path);
    is as strict as the reference implementation (valid UTF-8, no duplicate
    names, offsets tile the data section with no holes or overlaps, bounded
    nesting) and never crashes on a corrupt file: every problem is a
-   TJ_ERR_IO whose message names the file and the problem. Writes are
-   atomic: "<path>.tmp.<pid>.<k>", fsync, rename over <path>, fsync the
-   directory, so a crash leaves the old file or the new one.
+   TJ_ERR_IO whose message names the file and the problem (a directory
+   given as a file included). Writes are atomic: "<path>.tmp.<pid>.<k>"
+   (locked while it is written), fsync, rename over <path>, fsync the
+   directory, so a crash leaves the old file or the new one; the next write
+   to <path> removes the temp files that writers killed mid-write left.
 
    tj_tree_save writes each array leaf as a tensor named by its leaf path
    and keeps everything else in __metadata__: "tinyjax.order" (leaf names
    in order, one per line), "tinyjax.axes.<leaf>" ("batch,embed"),
    "tinyjax.int.<leaf>", "tinyjax.float.<leaf>", "tinyjax.string.<leaf>",
    and "tinyjax.checksum", a 64-bit hash of the whole file that the reader
-   verifies, so a flipped byte anywhere is an error. tj_tree_load restores
+   verifies, so a flipped byte anywhere is an error. Axis names of saved
+   arrays are at most 64 characters, the readers' limit: tj_tree_save
+   refuses longer ones (TJ_ERR_ARG), so every file it writes loads. tj_tree_load restores
    the same leaves: an array leaf already in the tree must have the file's
    dtype and named shape exactly and is replaced; other leaves replace or
    are appended in file order. It loads everything or nothing: on an error
