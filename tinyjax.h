@@ -1253,10 +1253,16 @@ static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n);
 static int tj__type_check(tj_ctx *c, const tj__type *t, const char *what, const char *file, int line) {
     int64_t n = 1, bytes = 0;
     int i, bad = 0;
-    for (i = 0; i < t->rank && !bad; i++) bad = t->dim[i] < 0 || t->dim[i] > TJ__MAXDIM_SIZE || tj__mul_ovf(n, t->dim[i], TJ__MAXBYTES, &n);
+    char b[512];
+    for (i = 0; i < t->rank; i++)
+        if (t->dim[i] < 0 || t->dim[i] > TJ__MAXDIM_SIZE) {
+            tj__type_str(c, t, b, sizeof b);
+            tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of shape %s has size %lld, outside 0..2^40", what, tj__name(c, t->ax[i]), b, (long long)t->dim[i]);
+            return -1;
+        }
+    for (i = 0; i < t->rank && !bad; i++) bad = tj__mul_ovf(n, t->dim[i], TJ__MAXBYTES, &n);
     if (!bad) bad = tj__mul_ovf(n, (int64_t)tj_dtype_size(t->dt), TJ__MAXBYTES, &bytes);
     if (bad) {
-        char b[512];
         tj__type_str(c, t, b, sizeof b);
         tj__err(c, TJ_ERR_SHAPE, file, line, "%s: shape %s is too large: more than %lld bytes, the limit of one value", what, b, (long long)TJ__MAXBYTES);
         return -1;
@@ -5913,8 +5919,8 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     tj__type t;
     tj_node *n;
     if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
-    if (lo < 0 || hi < 0) {
-        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: negative padding (%lld, %lld) on axis '%s'", (long long)lo, (long long)hi, axis);
+    if (lo < 0 || hi < 0 || lo > TJ__MAXDIM_SIZE || hi > TJ__MAXDIM_SIZE) { /* (and lo + hi cannot overflow) */
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) on axis '%s' is negative or more than 2^40", (long long)lo, (long long)hi, axis);
         return NULL;
     }
     k = tj__axis_index(&x->t, a);

@@ -62,7 +62,7 @@ static void write_file(const char *p, const char *data, size_t n) {
 /* ---------------------------------------------------------------- sizes */
 static void overflow_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_ctx *c = tj_graph_ctx(g);
-    tj_v x = tj_tree_v(in, "x"), a, b, big;
+    tj_v x = tj_tree_v(in, "x"), a, b, big, big_xs[2];
     (void)u;
     /* every axis legal, the product not */
     FAILS_WITH(c, tj_fill(g, TJ_F32, "a=1099511627776 b=4194304", 1.0) == NULL, "fill", "too large", "test_robust.c:");
@@ -76,6 +76,10 @@ static void overflow_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     big = tj_fill(g, TJ_F32, "i=1073741824", 1.0);
     FAILS_WITH(c, tj_broadcast(big, "i=1073741824 j=1073741824") == NULL, "too large");
     FAILS_WITH(c, tj_add(tj_rename(big, "i", "p"), tj_rename(big, "i", "q")) == NULL, "add", "too large");
+    FAILS_WITH(c, tj_pad(x, "a", INT64_MAX, 1, 0.0) == NULL, "pad", "2^40", "test_robust.c:"); /* lo + hi would overflow */
+    big_xs[0] = big_xs[1] = tj_broadcast(tj_sum(x, "a b"), "a=1099511627776");
+    FAILS_WITH(c, tj_concat(2, big_xs, "a") == NULL, "concat", "2^40");
+    FAILS_WITH(c, tj_split(x, "a", "p=1099511627776 q=1099511627776") == NULL, "split", "too large");
     tj_clear_error(c);
     tj_tree_set_v(out, "y", tj_adds(x, 1.0));
 }
