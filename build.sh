@@ -3,7 +3,7 @@
 #   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors),
 #                      again under -fsanitize=address,undefined, run the fuzz
 #                      targets of tests/fuzz under libFuzzer when clang is
-#                      present (TJ_FUZZ_SECONDS each, default 3), check the header
+#                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
 #                      when present; ends with one "total: N passed, N failed" line
 #   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
@@ -93,7 +93,7 @@ test)
                 -o build/fuzz/fuzz_all > build/fuzz/compile.log 2>&1 && [ -x build/o2/test_fuzz_smoke ] \
                 && TJ_FUZZ_WRITE_SEEDS=build/fuzz/corpus build/o2/test_fuzz_smoke > /dev/null; then
             for t in safetensors tree_load bpe tokens parsers; do
-                if TJF_TARGET=$t build/fuzz/fuzz_all -max_total_time="${TJ_FUZZ_SECONDS:-3}" -seed=1 -rss_limit_mb=2048 -max_len=8192 \
+                if TJF_TARGET=$t build/fuzz/fuzz_all -max_total_time="${TJ_LIBFUZZER_SECONDS:-3}" -seed=1 -rss_limit_mb=2048 -max_len=8192 \
                         -artifact_prefix=build/fuzz/ "build/fuzz/corpus/$t" > "build/fuzz/$t.log" 2>&1; then
                     echo "  $t: $(grep -E '^#[0-9]+.*DONE' "build/fuzz/$t.log" | tail -n 1 | cut -c1-60)"; total_pass=$((total_pass + 1))
                 else

@@ -744,8 +744,11 @@ static void test_donated(void) {
     tj_ctx_free(c);
 }
 
-int main(void) {
+/* ./test_robust [section]: one section only (overflow, f2i, names, dirs,
+   tmp, env, lines, null, donated) */
+int main(int argc, char **argv) {
     tj_ctx *c;
+    const char *only = argc > 1 ? argv[1] : NULL;
     unsetenv("TJ_DEVICES");
     c = tj_ctx_new();
     snprintf(g_dir, sizeof g_dir, "/tmp/tj_robust_XXXXXX");
@@ -753,15 +756,16 @@ int main(void) {
         fprintf(stderr, "mkdtemp failed\n");
         return 1;
     }
-    test_overflow(c);
-    test_f2i(c);
-    test_name_limit(c);
-    test_directories(c);
-    test_stale_tmp(c);
-    test_env_devices();
-    test_caller_lines();
-    test_null_args();
-    test_donated();
+#define SECTION(name, call) if (!only || !strcmp(only, name)) call
+    SECTION("overflow", test_overflow(c));
+    SECTION("f2i", test_f2i(c));
+    SECTION("names", test_name_limit(c));
+    SECTION("dirs", test_directories(c));
+    SECTION("tmp", test_stale_tmp(c));
+    SECTION("env", test_env_devices());
+    SECTION("lines", test_caller_lines());
+    SECTION("null", test_null_args());
+    SECTION("donated", test_donated());
     tj_ctx_free(c);
     remove_dir();
     return tjt_finish();
