@@ -2163,7 +2163,11 @@ static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
     f->path = path;
     f->fd = -1;
     f->tmp = NULL;
-    if (!*path || path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+    if (!*path) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "an empty file name to write");
+        return 1;
+    }
+    if (path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
         tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file name to write", path);
         return 1;
     }

@@ -206,6 +206,8 @@ static void test_directories(tj_ctx *c) {
     FAILS_WITH(c, tj_tree_save(t, path_in("adir")) != TJ_OK, "adir", "is a directory");
     FAILS_WITH(c, tj_tree_save(t, g_dir) != TJ_OK, "is a directory");
     FAILS_WITH(c, tj_tree_save(t, ".") != TJ_OK, "is a directory");
+    FAILS_WITH(c, tj_tree_save(t, "") != TJ_OK, "empty file name");
+    FAILS_WITH(c, tj_tree_load(t, "") != TJ_OK, "cannot open");
     FAILS_WITH(c, tj_tree_save(t, path_in("nodir/x.safetensors")) != TJ_OK, "nodir", "No such file");
     FAILS_WITH(c, tj_tree_load(t, path_in("missing.safetensors")) != TJ_OK, "missing.safetensors", "No such file");
     rmdir(path_in("adir"));
