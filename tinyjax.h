@@ -10994,7 +10994,8 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
     int rc, G = tj__mesh_count(c, m);
     double t0 = tj__now_us();
     tj_reduce_op op = n->op == TJ__OP_PMAX ? TJ_REDUCE_MAX : TJ_REDUCE_SUM;
-    tj__mesh_names(c, m, mb, sizeof mb);
+    mb[0] = 0;
+    if (!comm || P->nprocs > 1) tj__mesh_names(c, m, mb, sizeof mb);
     if (!comm) {
         snprintf(e, sizeof e, "no device group for mesh axes %s (was the program compiled under another mesh?)", mb);
         rc = 1;
@@ -11013,9 +11014,11 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
         P->ncoll[k->dev]++;
         P->sent[k->dev] += kind == TJ__PERM ? (to >= 0 && to != tj__mesh_rank(c, k->dev, m) ? (int64_t)bytes : 0) : (int64_t)bytes * (G - 1);
     }
-    if (rc && !k->err[0])
+    if (rc && !k->err[0]) {
+        if (!mb[0]) tj__mesh_names(c, m, mb, sizeof mb);
         snprintf(k->err, TJ__MSG, "%s over %s (caused by %s at %s:%d) on device %d: %s", tj__ops[n->op].name, mb, n->name ? n->name : "?", tj__base(n->file), n->line,
                  k->dev, e);
+    }
     return rc;
 }
 static void tj__k_all_gather(tj__kern *k) {
