@@ -864,6 +864,9 @@ TJDEF int tj_process_index(tj_ctx *ctx);
 /* number of this process's devices; *first gets the first one's index */
 TJDEF int tj_local_devices(tj_ctx *ctx, int *first);
 TJDEF const char *tj_transport_name(tj_ctx *ctx);
+/* The built-in threads transport, for wrapping (e.g. to count or trace
+   calls) and passing as tj_distributed_opts.transport; free with t->free. */
+TJDEF tj_transport *tj_threads_transport_new(double timeout_s);
 /* Arrays across processes. An array "spans processes" when some of its
    shards live only on other processes' devices; tj_array_read of such an
    array is an error. tj_array_read_all gathers it into every process (all
@@ -10453,6 +10456,7 @@ static tj_transport *tj__ct_new(const char *name, int nprocs, int rank, tj__wire
     return t;
 }
 static tj_transport *tj__threads_transport(double timeout_s) { return tj__ct_new("threads", 1, 0, NULL, 0, timeout_s); }
+TJDEF tj_transport *tj_threads_transport_new(double timeout_s) { return tj__threads_transport(timeout_s > 0 ? timeout_s : 300.0); }
 TJDEF tj_transport_stats tj_get_transport_stats(tj_ctx *c) {
     tj_transport_stats s;
     int d;
@@ -10692,7 +10696,7 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
         c->nmesh = 0;
     }
     if (tj__procs_devices(c)) return c->status;
-    if (tj__where_rank < 0) {
+    if (tj__where_rank < 0 && np > 1) {
         tj__where_rank = rank;
         void (*old)(int) = signal(SIGTERM, tj__on_signal);
         if (old != SIG_DFL && old != SIG_ERR) signal(SIGTERM, old); /* the program has a handler of its own */
