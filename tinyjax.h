@@ -10697,8 +10697,8 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
     }
     if (tj__procs_devices(c)) return c->status;
     if (tj__where_rank < 0 && np > 1) {
-        tj__where_rank = rank;
         void (*old)(int) = signal(SIGTERM, tj__on_signal);
+        tj__where_rank = rank;
         if (old != SIG_DFL && old != SIG_ERR) signal(SIGTERM, old); /* the program has a handler of its own */
     }
     return TJ_OK;
@@ -10918,15 +10918,24 @@ TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
 TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec, const void *data) {
     tj__type t;
     tj_array *a;
+    void *zeros = NULL;
     if (!c) return NULL;
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_from_local", file, line)) return NULL;
     if (tj__parse_spec(c, spec, &t, t.sh, 1, "tj_array_from_local", file, line)) return NULL;
     if (!(a = tj__array_alloc(c, &t, file, line))) return NULL;
-    if (!data) return a; /* zeros on the CPU */
-    if (tj__box_copy(a, dt, (void *)data, 0, "tj_array_from_local")) {
+    if (!data) { /* NULL: zeros */
+        int64_t start[TJ_MAXDIM], size[TJ_MAXDIM], nb = (int64_t)tj_dtype_size(dt);
+        int i;
+        if (!tj__local_box(a, start, size, "tj_array_from_local"))
+            for (i = 0; i < t.rank; i++) nb *= size[i];
+        if (!c->status && !(data = zeros = tj__calloc((size_t)nb))) tj__err(c, TJ_ERR_OOM, file, line, "tj_array_from_local: out of memory");
+    }
+    if (!data || tj__box_copy(a, dt, (void *)data, 0, "tj_array_from_local")) {
+        TJ_FREE(zeros);
         tj_array_free(a);
         return NULL;
     }
+    TJ_FREE(zeros);
     return a;
 }
 
