@@ -881,6 +881,9 @@ TJDEF int tj_process_index(tj_ctx *ctx);
 /* number of this process's devices; *first gets the first one's index */
 TJDEF int tj_local_devices(tj_ctx *ctx, int *first);
 TJDEF const char *tj_transport_name(tj_ctx *ctx);
+/* The built-in threads transport, for wrapping (e.g. to count or trace
+   calls) and passing as tj_distributed_opts.transport; free with t->free. */
+TJDEF tj_transport *tj_threads_transport_new(double timeout_s);
 /* Arrays across processes. An array "spans processes" when some of its
    shards live only on other processes' devices; tj_array_read of such an
    array is an error. tj_array_read_all gathers it into every process (all
@@ -10494,6 +10497,7 @@ static tj_transport *tj__ct_new(const char *name, int nprocs, int rank, tj__wire
     return t;
 }
 static tj_transport *tj__threads_transport(double timeout_s) { return tj__ct_new("threads", 1, 0, NULL, 0, timeout_s); }
+TJDEF tj_transport *tj_threads_transport_new(double timeout_s) { return tj__threads_transport(timeout_s > 0 ? timeout_s : 300.0); }
 TJDEF tj_transport_stats tj_get_transport_stats(tj_ctx *c) {
     tj_transport_stats s;
     int d;
@@ -10733,9 +10737,9 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
         c->nmesh = 0;
     }
     if (tj__procs_devices(c)) return c->status;
-    if (tj__where_rank < 0) {
-        tj__where_rank = rank;
+    if (tj__where_rank < 0 && np > 1) {
         void (*old)(int) = signal(SIGTERM, tj__on_signal);
+        tj__where_rank = rank;
         if (old != SIG_DFL && old != SIG_ERR) signal(SIGTERM, old); /* the program has a handler of its own */
     }
     return TJ_OK;
@@ -10955,15 +10959,24 @@ TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
 TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec, const void *data) {
     tj__type t;
     tj_array *a;
+    void *zeros = NULL;
     if (!c) return NULL;
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_from_local", file, line)) return NULL;
     if (tj__parse_spec(c, spec, &t, t.sh, 1, "tj_array_from_local", file, line)) return NULL;
     if (!(a = tj__array_alloc(c, &t, file, line))) return NULL;
-    if (!data) return a; /* zeros on the CPU */
-    if (tj__box_copy(a, dt, (void *)data, 0, "tj_array_from_local")) {
+    if (!data) { /* NULL: zeros */
+        int64_t start[TJ_MAXDIM], size[TJ_MAXDIM], nb = (int64_t)tj_dtype_size(dt);
+        int i;
+        if (!tj__local_box(a, start, size, "tj_array_from_local"))
+            for (i = 0; i < t.rank; i++) nb *= size[i];
+        if (!c->status && !(data = zeros = tj__calloc((size_t)nb))) tj__err(c, TJ_ERR_OOM, file, line, "tj_array_from_local: out of memory");
+    }
+    if (!data || tj__box_copy(a, dt, (void *)data, 0, "tj_array_from_local")) {
+        TJ_FREE(zeros);
         tj_array_free(a);
         return NULL;
     }
+    TJ_FREE(zeros);
     return a;
 }
 
@@ -11035,7 +11048,8 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
     int rc, G = tj__mesh_count(c, m);
     double t0 = tj__now_us();
     tj_reduce_op op = n->op == TJ__OP_PMAX ? TJ_REDUCE_MAX : TJ_REDUCE_SUM;
-    tj__mesh_names(c, m, mb, sizeof mb);
+    mb[0] = 0;
+    if (!comm || P->nprocs > 1) tj__mesh_names(c, m, mb, sizeof mb);
     if (!comm) {
         snprintf(e, sizeof e, "no device group for mesh axes %s (was the program compiled under another mesh?)", mb);
         rc = 1;
@@ -11054,9 +11068,11 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
         P->ncoll[k->dev]++;
         P->sent[k->dev] += kind == TJ__PERM ? (to >= 0 && to != tj__mesh_rank(c, k->dev, m) ? (int64_t)bytes : 0) : (int64_t)bytes * (G - 1);
     }
-    if (rc && !k->err[0])
+    if (rc && !k->err[0]) {
+        if (!mb[0]) tj__mesh_names(c, m, mb, sizeof mb);
         snprintf(k->err, TJ__MSG, "%s over %s (caused by %s at %s:%d) on device %d: %s", tj__ops[n->op].name, mb, n->name ? n->name : "?", tj__base(n->file), n->line,
                  k->dev, e);
+    }
     return rc;
 }
 static void tj__k_all_gather(tj__kern *k) {

@@ -2234,7 +2234,7 @@ static int gpt2_main(int argc, char **argv) {
                     rc = stopped = 1;
                     break;
                 }
-                ckpt_prune(a.save, a.keep);
+                if (rank == 0) ckpt_prune(a.save, a.keep); /* under mpirun process 0 owns the files */
                 printf("checkpoint: %s (after %lld steps)\n", ck, (long long)tr.step_no);
             }
         }
