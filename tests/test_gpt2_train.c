@@ -23,7 +23,7 @@
 #include "tj_test.h"
 
 #define STEPS 40       /* steps run (of the default run's --steps)        */
-#define SKIP 3         /* the first steps' norms are the init's (7-10)    */
+#define SKIP 5         /* the first steps' norms are the init's (5-10)    */
 #define GNORM_MAX 10.0 /* bound on the gradient norm after step SKIP      */
 #define GNORM_RATIO 4.0 /* bound on a norm over the median of the 10 before */
 #define LOSS_JUMP 0.5  /* bound on a loss over the mean of the 5 before   */
