@@ -4,19 +4,24 @@
    simulated devices, seed, learning-rate schedule over the full default
    --steps, clipping; the default corpus of the project's sources) keep the
    gradient norm bounded, with no step far above its recent ones, and the
-   loss falls without jumps. With the old defaults (peak lr 3e-3 reached in
-   30 steps) this run had gradient-norm spikes of 19 at steps 15 and 22
-   (typical 1-3) and fails here: `test_gpt2_train --lr 3e-3 --warmup 30`
-   checks other flags the same way (they go to parse_args).
+   loss falls without jumps. Flags given to the test go to parse_args, so
+   `test_gpt2_train --warmup 30` checks the old defaults (peak lr 3e-3
+   reached in 30 steps), which fail here: that run's norm spiked to 16-19
+   (typical 1-3) around step 15, and a spike on seed 1 (50 at step 24) left
+   that run's final validation loss 0.18 above the new defaults'.
 
    The corpus is the project's sources, so the batches change whenever a
-   source file does; the bounds leave room for that (see the numbers in the
-   README's demo section). Run from anywhere: the sources are looked for
-   from the current directory and the executable's, as gpt2_train does, and
-   then two directories above the executable (build/o2/test_gpt2_train).
-   With TJ_TEST_QUICK set (build.sh sets it for the sanitizer builds, where
-   a step is about 10 times slower) it runs 6 steps and checks only that
-   they run. */
+   source file does. The bounds were set from the first 40 steps on seeds
+   1-60 and 1-30 (stand-ins for such changes) with two snapshots of the
+   sources: the defaults stayed below norm 9.1, 3.9x the median of the 10
+   steps before and a loss jump of 0.25 on all 90; the old defaults broke
+   these bounds on 46 of the 90 (norms up to 94, 39x, jumps up to 3.1).
+   Run from anywhere: the sources are looked for from the current directory
+   and the executable's, as gpt2_train does, then two directories above the
+   executable (build/o2/test_gpt2_train). With TJ_TEST_QUICK set (build.sh
+   sets it for the sanitizer builds, where a step is about 10 times slower)
+   it runs 6 steps and checks only that they run; TJ_TEST_VERBOSE prints the
+   loss and norm of every step. */
 #define GPT2_NO_MAIN
 #define GPT2_CLI
 #include "../demos/gpt2_train.c"
@@ -24,8 +29,8 @@
 
 #define STEPS 40       /* steps run (of the default run's --steps)        */
 #define SKIP 5         /* the first steps' norms are the init's (5-10)    */
-#define GNORM_MAX 10.0 /* bound on the gradient norm after step SKIP      */
-#define GNORM_RATIO 4.0 /* bound on a norm over the median of the 10 before */
+#define GNORM_MAX 12.0 /* bound on the gradient norm after step SKIP      */
+#define GNORM_RATIO 5.0 /* bound on a norm over the median of the 10 before */
 #define LOSS_JUMP 0.5  /* bound on a loss over the mean of the 5 before   */
 
 static char *find_corpus(size_t *len, char *src, size_t n) {
