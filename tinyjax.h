@@ -8225,6 +8225,8 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     if (tj__body_add_out(w->b, out)) return NULL;
     {
         tj__type yt = tj__type_lead(&v->t, w->scan->a.axis, w->scan->a.length);
+        if (w->b->manual && !w->b->check && !w->scan->g->manual) /* an unchecked shard_map's residual is per-device all the same */
+            yt.vary = (uint8_t)((1u << w->b->ctx->nmesh) - 1);
         if (tj__add_proj(w->scan, &yt, space)) return NULL;
     }
     /* the backward body sees a device buffer either way: for an offloaded
@@ -8409,9 +8411,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             tj__type yt1 = tj__ct_type(&B->outs[nc + i]->t);
             yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__zeros(G, pt, n->file, n->line);
             p = tj__bk_xparam(&w, yct, &yt1, TJ_SPACE_DEVICE, "y cotangent");
-            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
-                /* every device holds the replicated output: each gets 1/n of its cotangent */
-                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank);
+            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank) & ~pt->vary) > 1) {
+                /* every device holds the replicated output: each gets 1/n of its cotangent
+                   (not a per-device output: the gradient of a residual) */
+                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank) & ~pt->vary;
                 char why[256], mb[64];
                 p = tj_muls_at(n->file, n->line, p, 1.0 / tj__mesh_count(c, rep));
                 snprintf(why, sizeof why, "check off: output %d's out_spec replicates it over %s, so its cotangent is divided by %d", i,
@@ -8444,7 +8447,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             if (wrt_kind[k] == 1) {
                 tj_node *gk = tj__clone(&w, grads[k]);
                 const tj__type *xt = &n->in[wrt_idx[k]]->t;
-                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank);
+                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank) & ~xt->vary; /* a per-device input (a residual) is not replicated */
                 if (defensive && gk && tj__mesh_count(c, rep) > 1) {
                     char why[256], mb[64];
                     snprintf(why, sizeof why, "check off: input %d's in_spec does not name %s, so its gradient is summed over them", wrt_idx[k] - nc,
