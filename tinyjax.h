@@ -3834,6 +3834,7 @@ struct tj_node {
     int nproj;
     const tj_policy *policy; /* scan: what its VJP keeps per iteration (-> pol) */
     tj_policy pol;           /* the caller's policy, copied                   */
+    tj_node *repl;           /* an inlined region's output: the node that replaced it */
 };
 
 struct tj_graph {
@@ -8523,6 +8524,164 @@ static tj_node *tj__root(tj_node *n) {
     while (tj__ops[n->op].flags & TJ__VIEW) n = n->in[0];
     return n;
 }
+/* ---- regions inline ----
+   A scan of one iteration over an automatically sharded body (a
+   tj_checkpoint region, and the backward scan autodiff made for it) needs
+   no loop: its body's nodes join the enclosing program in its place, so
+   the schedule and the planner see one liveness, and a region costs no
+   more memory than its own values. What the remat policy decided stays
+   decided: the backward body has its own copies of what it recomputes.
+   Regions whose values cross memory spaces (an offloaded residual read back
+   by the backward body) or whose boundary changes a type keep their scan,
+   as shard_map bodies do. TJ_NO_INLINE=1 keeps every region a scan (to
+   compare the plans). */
+static int tj__same_type(const tj__type *a, const tj__type *b) {
+    int i;
+    if (a->rank != b->rank || a->dt != b->dt || a->partial != b->partial) return 0;
+    for (i = 0; i < a->rank; i++)
+        if (a->ax[i] != b->ax[i] || a->dim[i] != b->dim[i] || a->sh[i] != b->sh[i]) return 0;
+    return 1;
+}
+/* a node of g with the given type and inputs; no shape or sharding rule runs */
+static tj_node *tj__raw_node(tj_graph *g, const tj_node *like, int op, const tj__type *t, int nin, tj_node *const *in) {
+    tj_node *n = (tj_node *)tj__calloc(sizeof *n), **ins = nin ? (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)nin) : NULL;
+    int i;
+    if (!n || (nin && !ins)) {
+        TJ_FREE(n);
+        TJ_FREE(ins);
+        return NULL;
+    }
+    if (like) *n = *like;
+    else n->off = -1, n->out_index = -1;
+    n->in = ins;
+    for (i = 0; i < nin && in; i++) ins[i] = in[i];
+    n->g = g;
+    n->op = op;
+    n->t = *t;
+    n->nin = nin;
+    return n;
+}
+static int tj__can_inline(const tj_node *n) {
+    const tj_graph *b = n->sub;
+    int i, nc = n->a.ncarry, nx = n->a.nx;
+    if (n->op != TJ__OP_SCAN || n->a.length != 1 || !b || b->manual || n->g->manual || n->repl) return 0; /* (repl: inlined already) */
+    if (b->nparam < n->nin || b->nout != n->nproj) return 0; /* (a differentiated body has cotangent params its forward run leaves alone) */
+    for (i = 0; i < n->nin; i++) {
+        const tj_node *p = b->params[i], *x = n->in[i];
+        if (x->space != TJ_SPACE_DEVICE || p->space != TJ_SPACE_DEVICE) return 0;
+        if (i >= nc && i < nc + nx) {
+            tj__type lead = tj__type_lead(&p->t, n->a.axis, 1);
+            if (!tj__same_type(&lead, &x->t)) return 0;
+        } else if (!tj__same_type(&p->t, &x->t)) return 0;
+    }
+    for (i = 0; i < n->nproj; i++) {
+        const tj_node *o = b->outs[i], *q = n->proj[i];
+        if (q->space != o->space) return 0;
+        if (i < nc && !tj__same_type(&o->t, &q->t)) return 0;
+    }
+    return 1;
+}
+/* Inline every inlinable region of g (again for regions inside them); outs
+   (n of them) are remapped. Returns TJ_OK or TJ_ERR_OOM. */
+static tj_status tj__inline_regions(tj_graph *g, tj_node **outs, int nout) {
+    int changed = 1;
+    while (changed) {
+        int i, j, k, m = 0, cap = 0;
+        tj_node **nn = NULL;
+        changed = 0;
+        for (i = 0; i < g->n; i++) cap += 1 + (g->nodes[i]->sub && tj__can_inline(g->nodes[i]) ? 2 * g->nodes[i]->sub->n + g->nodes[i]->nproj : 0);
+        if (!(nn = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(cap + 1)))) return TJ_ERR_OOM;
+        for (i = 0; i < g->n; i++) {
+            tj_node *n = g->nodes[i];
+            tj_graph *b = n->sub;
+            tj_node **map;
+            for (j = 0; j < n->nin; j++) /* an input that was a region's output: its replacement */
+                while (n->in[j]->repl && n->in[j]->repl != n->in[j]) n->in[j] = n->in[j]->repl;
+            if (n->op == TJ__OP_RESHAPE && n->in[0]->op == TJ__OP_RESHAPE && n->in[0]->nin == 1) { /* a region's boundary views, back to back */
+                n->in[0] = n->in[0]->in[0];
+                if (tj__same_type(&n->t, &n->in[0]->t) && n->space == n->in[0]->space) n->repl = n->in[0]; /* the same view as its input's input */
+            }
+            if (!(b && tj__can_inline(n))) { nn[m++] = n; continue; }
+            if (!(map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(2 * b->n + 1)))) { TJ_FREE(nn); return TJ_ERR_OOM; }
+            { /* the body nodes its outputs need (a multi-output node with all its outputs) */
+                char *need = (char *)(map + b->n);
+                for (j = 0; j < b->nout; j++) need[b->outs[j]->id] = 1;
+                for (j = b->n - 1; j >= 0; j--) {
+                    tj_node *v = b->nodes[j];
+                    if (v->op == TJ__OP_PROJ && need[j]) need[v->in[0]->id] = 1;
+                }
+                for (j = b->n - 1; j >= 0; j--) {
+                    tj_node *v = b->nodes[j];
+                    if (!need[j]) continue;
+                    for (k = 0; k < v->nin; k++) need[v->in[k]->id] = 1;
+                    for (k = 0; k < v->nproj; k++) need[v->proj[k]->id] = 1;
+                }
+                for (j = 0; j < b->n; j++) if (!need[j]) b->nodes[j]->repl = b->nodes[j]; /* (skipped below; reset after) */
+            }
+            for (j = 0; j < b->n; j++) {
+                tj_node *v = b->nodes[j], *c;
+                if (v->repl == v) { v->repl = NULL; continue; } /* not needed */
+                if (v->op == TJ__OP_PARAM) {
+                    int idx = v->a.index, nc = n->a.ncarry, nx = n->a.nx;
+                    if (idx >= nc && idx < nc + nx) { /* the one slice of a stacked x: a view without the scanned axis */
+                        if (!(c = tj__raw_node(g, NULL, TJ__OP_RESHAPE, &v->t, 1, &n->in[idx]))) goto oom;
+                        c->file = n->file;
+                        c->line = n->line;
+                        c->pass = n->pass;
+                        nn[m++] = c;
+                    } else c = n->in[idx];
+                } else {
+                    if (!(c = tj__raw_node(g, v, v->op, &v->t, v->nin, NULL))) goto oom;
+                    for (k = 0; k < v->nin; k++) c->in[k] = map[v->in[k]->id];
+                    c->pass = n->pass;
+                    c->name = v->name ? tj__strdup(v->name) : NULL;
+                    c->members = NULL, c->nmembers = 0, c->fused = NULL, c->store = 0;
+                    c->proj = NULL, c->nproj = 0, c->repl = NULL;
+                    if (v->sub) v->sub->refs++;
+                    if (v->policy == &v->pol) c->policy = &c->pol;
+                    if (v->nproj && !(c->proj = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)v->nproj))) goto oom;
+                    if (v->op == TJ__OP_PROJ) { /* an output of a multi-output body node */
+                        tj_node *mc = c->in[0];
+                        mc->proj[v->a.index] = c;
+                        if (mc->nproj <= v->a.index) mc->nproj = v->a.index + 1;
+                    }
+                    nn[m++] = c;
+                }
+                map[v->id] = c;
+            }
+            for (j = 0; j < n->nproj; j++) { /* the scan's outputs: the body's, the ys with their length-1 axis */
+                tj_node *q = n->proj[j], *o = map[b->outs[j]->id], *r = o;
+                if (j >= n->a.ncarry) {
+                    if (!(r = tj__raw_node(g, NULL, TJ__OP_RESHAPE, &q->t, 1, &o))) goto oom;
+                    r->file = q->file;
+                    r->line = q->line;
+                    r->pass = q->pass;
+                    r->space = q->space;
+                    nn[m++] = r;
+                }
+                q->repl = r;
+            }
+            TJ_FREE(map);
+            n->repl = n;  /* inlined: the scan and its outputs stay, unused, until the graph is freed */
+            nn[m++] = n;
+            changed = 1;
+            continue;
+        oom:
+            TJ_FREE(map);
+            TJ_FREE(nn);
+            return TJ_ERR_OOM;
+        }
+        for (j = 0; j < nout; j++)
+            while (outs[j]->repl && outs[j]->repl != outs[j]) outs[j] = outs[j]->repl;
+        for (j = 0; j < g->nout; j++)
+            while (g->outs[j]->repl && g->outs[j]->repl != g->outs[j]) g->outs[j] = g->outs[j]->repl;
+        for (j = 0; j < m; j++) nn[j]->id = j;
+        TJ_FREE(g->nodes);
+        g->nodes = nn;
+        g->n = g->cap = m;
+    }
+    return TJ_OK;
+}
 static tj_status tj__schedule(tj_prog *p) {
     tj_graph *g = p->g;
     int i, j, k = 0;
@@ -11454,7 +11613,15 @@ static tj_status tj__compile_bodies(tj_prog *p) {
     return TJ_OK;
 }
 static tj_status tj__compile(tj_prog *p) {
-    tj_status st = tj__schedule(p);
+    tj_status st = TJ_OK;
+    if (!getenv("TJ_NO_INLINE")) { /* regions run in the enclosing program (see [9]) */
+        if (tj__inline_regions(p->g, p->outs, p->nout)) {
+            tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory inlining regions", p->name);
+            return TJ_ERR_OOM;
+        }
+        if (tj__own_outputs(p->g, p->outs, p->nout, 0)) return p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
+    }
+    st = tj__schedule(p);
     if (!st) st = tj__compile_bodies(p);
     if (!st) st = tj__plan(p);
     return st;

@@ -453,6 +453,45 @@ static void test_gg_smap_unchecked(void) {
     }
 }
 
+/* ---- item 7: a region that saves everything costs no more memory than no
+   region (regions run inline in the enclosing program) ---- */
+static void mem_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_tanh(tj_dot(in[0], in[1], "k"));
+}
+static void mem_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[2], y = NULL, gr[2];
+    tj_policy p = tj_everything_saveable();
+    x[0] = tj_tree_v(in, "a");
+    x[1] = tj_tree_v(in, "b");
+    if (u) tj_checkpoint(mem_region, NULL, 2, x, 1, &y, &p);
+    else mem_region(g, x, &y, NULL);
+    tj_grad(tj_sum(tj_mul(y, y), "p q"), 2, x, gr);
+    tj_tree_set_v(out, "ga", gr[0]);
+    tj_tree_set_v(out, "gb", gr[1]);
+}
+static void test_region_memory(void) {
+    int64_t t[2];
+    int k;
+    tjt_current = "remat region memory";
+    for (k = 0; k < 2; k++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx);
+        tj_prog *p;
+        tj_set_devices(ctx, 2);
+        tj_set_mesh(ctx, "data=2");
+        tj_tree_set_array(in, "a", tjt_rand(ctx, TJ_F32, "p=8 k=16", 1, -1, 1));
+        tj_tree_set_array(in, "b", tjt_rand(ctx, TJ_F32, "k=16 q=8", 2, -1, 1));
+        tj_filter_shard(in, "p:data");
+        p = tj_jit(ctx, "mem", mem_fn, k ? (void *)1 : NULL, in, NULL);
+        t[k] = p ? tj_prog_memory(p).temp_bytes : -1;
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_ctx_free(ctx);
+    }
+    TJT_CHECK(t[0] > 0 && t[1] == t[0], "temp with an everything_saveable region %lld B, without %lld B", (long long)t[1], (long long)t[0]);
+}
+
 int main(void) {
     test_captured_attr();
     test_grad_of_grad_scan();
@@ -463,5 +502,6 @@ int main(void) {
     test_mistakes();
     test_gg_nested_checkpoint();
     test_gg_smap_unchecked();
+    test_region_memory();
     return tjt_finish();
 }
