@@ -10719,6 +10719,7 @@ TJDEF void tj_distributed_shutdown(void) {
     if (fin) return;
     if (((tj__ct *)tj__mpi_t->state)->broken[0]) {
         fprintf(stderr, "tinyjax: process %d: the transport broke (%s); aborting the job\n", tj__mpi_t->rank, ((tj__ct *)tj__mpi_t->state)->broken);
+        sleep(1); /* peers that timed out too get to say so before the job ends */
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     tj__mpi_t = NULL; /* contexts may still point at it: its memory stays */
