@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tinyjax build driver.
 #   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors),
-#                      again under -fsanitize=address,undefined, check the header
+#                      again under -fsanitize=address,undefined, run the fuzz
+#                      targets of tests/fuzz under libFuzzer when clang is
+#                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
 #                      when present, build tests/test_mpi.c with mpicc -DTJ_MPI and
 #                      run its multi-process cases under mpirun (OpenMPI is installed
@@ -99,6 +101,26 @@ test)
     for b in build/asan/test_*; do
         [ -x "$b" ] && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TJ_TEST_QUICK=1 run_test "asan/$(basename "$b")" "$b"
     done
+
+    echo "== fuzz targets under libFuzzer (tests/fuzz, clang; a few seconds each)"
+    if command -v clang >/dev/null 2>&1; then
+        rm -rf build/fuzz/corpus && mkdir -p build/fuzz/corpus/{safetensors,tree_load,bpe,tokens,parsers}
+        if clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. tests/fuzz/fuzz_all.c -lm -pthread \
+                -o build/fuzz/fuzz_all > build/fuzz/compile.log 2>&1 && [ -x build/o2/test_fuzz_smoke ] \
+                && TJ_FUZZ_WRITE_SEEDS=build/fuzz/corpus build/o2/test_fuzz_smoke > /dev/null; then
+            for t in safetensors tree_load bpe tokens parsers; do
+                if TJF_TARGET=$t build/fuzz/fuzz_all -max_total_time="${TJ_LIBFUZZER_SECONDS:-3}" -seed=1 -rss_limit_mb=2048 -max_len=8192 \
+                        -artifact_prefix=build/fuzz/ "build/fuzz/corpus/$t" > "build/fuzz/$t.log" 2>&1; then
+                    echo "  $t: $(grep -E '^#[0-9]+.*DONE' "build/fuzz/$t.log" | tail -n 1 | cut -c1-60)"; total_pass=$((total_pass + 1))
+                else
+                    echo "  $t: FAILED (build/fuzz/$t.log, crash input in build/fuzz/):"; tail -n 20 "build/fuzz/$t.log" | sed 's/^/    /'
+                    total_fail=$((total_fail + 1))
+                fi
+            done
+        else echo "  FAILED to build (build/fuzz/compile.log)"; total_fail=$((total_fail + 1)); fi
+    else
+        echo "  clang not found: skipped (test_fuzz_smoke above runs the same targets with gcc)"
+    fi
 
     echo "== CUDA backend"
     NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)

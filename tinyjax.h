@@ -49,6 +49,15 @@
  * returns NULL and records a message naming the op, the axes and the caller's
  * file:line; later ops given NULL return NULL quietly, so the first message
  * survives and tj_jit reports it. Other calls return a tj_status.
+ * Every pointer argument is checked: a NULL one is TJ_ERR_ARG with a message
+ * naming the function and the argument, recorded in the context of the
+ * call's other arguments (a call whose context, tree, array or program is
+ * itself NULL can only return NULL / TJ_ERR_ARG). NULL is a value only where
+ * documented: array data (zeros), specs and rules (""), cotangents (ones),
+ * policies and jit options (defaults), cross_entropy's mean_axes (none).
+ * Sizes: an axis has 1..2^40 elements and a value at most 2^50 bytes, checked
+ * with one overflow-safe multiply wherever a type is made, so no element,
+ * byte or stride count can overflow.
  *
  * Dumps: set TJ_DUMP=1 (or tj_set_dump) to print every pipeline stage: the
  * traced graph, the graph after autodiff and remat, the schedule with buffer
@@ -118,7 +127,9 @@ typedef struct tj_tree tj_tree;   /* ordered named leaves (a pytree)       */
 typedef struct tj_prog tj_prog;   /* a compiled program                    */
 
 /* One context per thread of control: it owns axis names, the error message,
-   devices and allocation statistics. */
+   devices and allocation statistics. A TJ_DEVICES environment variable that
+   is not a count from 1 to TJ_MAXDEV is an error of the new context (check
+   tj_status_of; tracing fails with that message until tj_clear_error). */
 TJDEF tj_ctx *tj_ctx_new(void);
 TJDEF void tj_ctx_free(tj_ctx *ctx);
 /* The last error message ("" if none), its status, and a reset. */
@@ -140,7 +151,9 @@ TJDEF void tj_set_threads(tj_ctx *ctx, int n);
 
 TJDEF const char *tj_dtype_name(tj_dtype t);
 TJDEF size_t tj_dtype_size(tj_dtype t);
-/* bf16 <-> f32: round to nearest even; NaN stays NaN. */
+/* bf16 <-> f32: round to nearest even; NaN stays NaN. Float -> i32 (tj_cast,
+   tj_array_read, loading a float tensor as i32) truncates toward zero,
+   saturates at INT32_MIN / INT32_MAX, and maps NaN to 0. */
 TJDEF uint16_t tj_f32_to_bf16(float f);
 TJDEF float tj_bf16_to_f32(uint16_t h);
 
@@ -241,16 +254,20 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path);
    is as strict as the reference implementation (valid UTF-8, no duplicate
    names, offsets tile the data section with no holes or overlaps, bounded
    nesting) and never crashes on a corrupt file: every problem is a
-   TJ_ERR_IO whose message names the file and the problem. Writes are
-   atomic: "<path>.tmp.<pid>.<k>", fsync, rename over <path>, fsync the
-   directory, so a crash leaves the old file or the new one.
+   TJ_ERR_IO whose message names the file and the problem (a directory
+   given as a file included). Writes are atomic: "<path>.tmp.<pid>.<k>"
+   (locked while it is written), fsync, rename over <path>, fsync the
+   directory, so a crash leaves the old file or the new one; the next write
+   to <path> removes the temp files that writers killed mid-write left.
 
    tj_tree_save writes each array leaf as a tensor named by its leaf path
    and keeps everything else in __metadata__: "tinyjax.order" (leaf names
    in order, one per line), "tinyjax.axes.<leaf>" ("batch,embed"),
    "tinyjax.int.<leaf>", "tinyjax.float.<leaf>", "tinyjax.string.<leaf>",
    and "tinyjax.checksum", a 64-bit hash of the whole file that the reader
-   verifies, so a flipped byte anywhere is an error. tj_tree_load restores
+   verifies, so a flipped byte anywhere is an error. Axis names of saved
+   arrays are at most 64 characters, the readers' limit: tj_tree_save
+   refuses longer ones (TJ_ERR_ARG), so every file it writes loads. tj_tree_load restores
    the same leaves: an array leaf already in the tree must have the file's
    dtype and named shape exactly and is replaced; other leaves replace or
    are appended in file order. It loads everything or nothing: on an error
@@ -1094,6 +1111,19 @@ static void tj__warn(tj_ctx *ctx, const char *file, int line, const char *fmt, .
 }
 TJDEF const char *tj_warnings(tj_ctx *c) { return c && c->warn ? c->warn : ""; }
 
+/* Add "(<what> at file:line)" to the recorded message unless it already
+   names that line: errors found deep inside a call (a run's kernels, its
+   arena) then also name the caller's line. */
+static void tj__err_line(tj_ctx *ctx, const char *what, const char *file, int line) {
+    char at[300];
+    size_t k;
+    if (!ctx || ctx->status == TJ_OK || !file) return;
+    snprintf(at, sizeof at, "%s:%d)", tj__base(file), line);
+    if (strstr(ctx->msg, at)) return;
+    k = strlen(ctx->msg);
+    snprintf(ctx->msg + k, sizeof ctx->msg - k, " (%s at %s:%d)", what, tj__base(file), line);
+}
+
 TJDEF tj_ctx *tj_ctx_new(void) {
     tj_ctx *c = (tj_ctx *)tj__calloc(sizeof *c);
     const char *d;
@@ -1381,10 +1411,16 @@ static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n);
 static int tj__type_check(tj_ctx *c, const tj__type *t, const char *what, const char *file, int line) {
     int64_t n = 1, bytes = 0;
     int i, bad = 0;
-    for (i = 0; i < t->rank && !bad; i++) bad = t->dim[i] < 0 || t->dim[i] > TJ__MAXDIM_SIZE || tj__mul_ovf(n, t->dim[i], TJ__MAXBYTES, &n);
+    char b[512];
+    for (i = 0; i < t->rank; i++)
+        if (t->dim[i] < 0 || t->dim[i] > TJ__MAXDIM_SIZE) {
+            tj__type_str(c, t, b, sizeof b);
+            tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of shape %s has size %lld, outside 0..2^40", what, tj__name(c, t->ax[i]), b, (long long)t->dim[i]);
+            return -1;
+        }
+    for (i = 0; i < t->rank && !bad; i++) bad = tj__mul_ovf(n, t->dim[i], TJ__MAXBYTES, &n);
     if (!bad) bad = tj__mul_ovf(n, (int64_t)tj_dtype_size(t->dt), TJ__MAXBYTES, &bytes);
     if (bad) {
-        char b[512];
         tj__type_str(c, t, b, sizeof b);
         tj__err(c, TJ_ERR_SHAPE, file, line, "%s: shape %s is too large: more than %lld bytes, the limit of one value", what, b, (long long)TJ__MAXBYTES);
         return -1;
@@ -2299,7 +2335,11 @@ static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
     f->path = path;
     f->fd = -1;
     f->tmp = NULL;
-    if (!*path || path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+    if (!*path) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "an empty file name to write");
+        return 1;
+    }
+    if (path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
         tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file name to write", path);
         return 1;
     }
@@ -6120,8 +6160,8 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     tj__type t;
     tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
-    if (lo < 0 || hi < 0) {
-        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: negative padding (%lld, %lld) on axis '%s'", (long long)lo, (long long)hi, axis);
+    if (lo < 0 || hi < 0 || lo > TJ__MAXDIM_SIZE || hi > TJ__MAXDIM_SIZE) { /* (and lo + hi cannot overflow) */
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) on axis '%s' is negative or more than 2^40", (long long)lo, (long long)hi, axis);
         return NULL;
     }
     k = tj__axis_index(&x->t, a);
@@ -8185,6 +8225,8 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     if (tj__body_add_out(w->b, out)) return NULL;
     {
         tj__type yt = tj__type_lead(&v->t, w->scan->a.axis, w->scan->a.length);
+        if (w->b->manual && !w->b->check && !w->scan->g->manual) /* an unchecked shard_map's residual is per-device all the same */
+            yt.vary = (uint8_t)((1u << w->b->ctx->nmesh) - 1);
         if (tj__add_proj(w->scan, &yt, space)) return NULL;
     }
     /* the backward body sees a device buffer either way: for an offloaded
@@ -8229,9 +8271,10 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         int idx = v->a.index, k;
         if (idx >= w->nc && idx < w->nc + w->nx) { /* an x: slice the same stacked input */
             r = tj__bk_xparam(w, w->scan->in[idx], &v->t, TJ_SPACE_DEVICE, "x");
-        } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again */
+        } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again (the scan's own input:
+               a body shared by a clone of the scan has captures of another graph) */
             for (k = 0; k < w->b->ncap; k++)
-                if (w->b->cap_param[k] == v) r = tj__capture(w->bk, w->b->cap_outer[k]);
+                if (w->b->cap_param[k] == v) r = tj__capture(w->bk, idx < w->scan->nin ? w->scan->in[idx] : w->b->cap_outer[k]);
         } else { /* a carry: a residual by nature */
             char why[160];
             const char *nm = tj__resid_name(v, w->b, w->nc);
@@ -8368,9 +8411,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             tj__type yt1 = tj__ct_type(&B->outs[nc + i]->t);
             yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__zeros(G, pt, n->file, n->line);
             p = tj__bk_xparam(&w, yct, &yt1, TJ_SPACE_DEVICE, "y cotangent");
-            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
-                /* every device holds the replicated output: each gets 1/n of its cotangent */
-                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank);
+            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank) & ~pt->vary) > 1) {
+                /* every device holds the replicated output: each gets 1/n of its cotangent
+                   (not a per-device output: the gradient of a residual) */
+                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank) & ~pt->vary;
                 char why[256], mb[64];
                 p = tj_muls_at(n->file, n->line, p, 1.0 / tj__mesh_count(c, rep));
                 snprintf(why, sizeof why, "check off: output %d's out_spec replicates it over %s, so its cotangent is divided by %d", i,
@@ -8403,7 +8447,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             if (wrt_kind[k] == 1) {
                 tj_node *gk = tj__clone(&w, grads[k]);
                 const tj__type *xt = &n->in[wrt_idx[k]]->t;
-                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank);
+                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank) & ~xt->vary; /* a per-device input (a residual) is not replicated */
                 if (defensive && gk && tj__mesh_count(c, rep) > 1) {
                     char why[256], mb[64];
                     snprintf(why, sizeof why, "check off: input %d's in_spec does not name %s, so its gradient is summed over them", wrt_idx[k] - nc,
@@ -11518,7 +11562,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
             tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': output '%s' was made in another traced function", p->name, l->name);
             goto fail;
         }
-        p->out_names[p->nout] = tj__strdup(l->name);
+        if (!(p->out_names[p->nout] = tj__strdup(l->name))) goto oom;
         p->outs[p->nout++] = l->v;
     }
     if (tj__own_outputs(p->g, p->outs, p->nout, 1)) goto fail;
@@ -11561,6 +11605,7 @@ oom:
     tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory", p->name);
 fail:
     if (!c->status) tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory while tracing", name ? name : "?");
+    tj__err_line(c, "in tj_jit", file, line); /* errors of calls without a line of their own (tj_vjp, trees) */
     if (!agreed) tj__procs_jit(c, NULL, name ? name : "fn");
     tj_tree_free(tin);
     tj_tree_free(tout);
@@ -11624,7 +11669,11 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         int d = p->out_donor[i];
         if (d >= 0) { /* take over the donated argument's buffer */
             tj_array *a = (tj_array *)tj__calloc(sizeof *a);
-            if (!a) { st = TJ_ERR_OOM; break; }
+            if (!a) {
+                tj__err(c, TJ_ERR_OOM, file, line, "run '%s': out of memory", p->name);
+                st = TJ_ERR_OOM;
+                break;
+            }
             *a = *args[d];
             a->t = p->outs[i]->t;
             outs[i] = a;
@@ -11638,6 +11687,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         st = tj__execute(p, args, outs);
     }
     if (st != TJ_OK) {
+        if (!c->status) tj__err(c, st, file, line, "run '%s': failed (%s)", p->name, st == TJ_ERR_OOM ? "out of memory" : "error");
         for (i = 0; i < p->nout; i++)
             if (outs[i] && p->out_donor[i] >= 0) TJ_FREE(outs[i]); /* the argument keeps its buffer */
             else tj_array_free(outs[i]);
@@ -11650,7 +11700,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             for (dv = 0; dv < args[d]->ndev; dv++) args[d]->raw[dv] = args[d]->data[dv] = NULL;
             args[d]->deleted = 1;
         }
-        tj_tree_set_array(out, p->out_names[i], outs[i]);
+        if (tj_tree_set_array(out, p->out_names[i], outs[i]) != TJ_OK && st == TJ_OK) st = c->status ? c->status : TJ_ERR_OOM;
     }
     for (i = 0; i < g->nparam; i++) /* donated but not reused: still deleted, as promised */
         if (p->donate[i] && !args[i]->deleted) {
@@ -11665,11 +11715,14 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         }
     for (i = 0; i < p->static_out->n; i++) {
         const tj__leaf *l = &p->static_out->leaf[i];
-        if (l->kind == TJ_LEAF_INT) tj_tree_set_int(out, l->name, l->i);
-        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(out, l->name, l->f);
-        else if (l->kind == TJ_LEAF_STRING) tj_tree_set_string(out, l->name, l->s);
+        tj_status s2 = TJ_OK;
+        if (l->kind == TJ_LEAF_INT) s2 = tj_tree_set_int(out, l->name, l->i);
+        else if (l->kind == TJ_LEAF_FLOAT) s2 = tj_tree_set_float(out, l->name, l->f);
+        else if (l->kind == TJ_LEAF_STRING) s2 = tj_tree_set_string(out, l->name, l->s);
+        if (s2 != TJ_OK && st == TJ_OK) st = s2;
     }
 done:
+    if (st != TJ_OK) tj__err_line(c, "tj_run", file, line); /* errors found inside the run name the caller too */
     if (!ran) tj__run_refused(p, st); /* process mode: the others must not wait for this one */
     TJ_FREE(args);
     TJ_FREE(outs);

@@ -48,6 +48,7 @@
 #include <time.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1600,10 +1601,46 @@ static int ckpt_list(const char *file, ckpt_file *out, int max) {
     qsort(out, (size_t)n, sizeof *out, ckpt_cmp_newest);
     return n;
 }
-/* delete the periodic checkpoints of FILE beyond the `keep` of highest step */
+/* Remove the temp files "<FILE>.step<N>.tmp.<pid>.<k>" of periodic saves
+   that a kill interrupted (the library cleans "<path>.tmp.*" only when it
+   writes that same path again, and every periodic checkpoint has a new
+   path). A writer holds a lock on its temp file while it writes (see
+   tinyjax.h, safetensors), so one we can lock, with data in it or older
+   than a minute, is stale; this process's own are never touched. */
+static void ckpt_clean_temps(const char *file) {
+    const char *slash = strrchr(file, '/'), *fbase = slash ? slash + 1 : file;
+    char dir[1024], path[1400];
+    size_t bl = strlen(fbase);
+    DIR *d;
+    struct dirent *e;
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
+    else snprintf(dir, sizeof dir, ".");
+    if (!(d = opendir(dir))) return;
+    while ((e = readdir(d)) != NULL) {
+        const char *p = e->d_name + bl, *t;
+        long pid;
+        struct stat sb;
+        struct flock l;
+        int fd;
+        if (strncmp(e->d_name, fbase, bl) || strncmp(p, ".step", 5) || !(t = strstr(p, ".tmp.")) || t == p + 5) continue;
+        for (p += 5; p < t; p++) if (*p < '0' || *p > '9') break;
+        if (p != t || (pid = strtol(t + 5, NULL, 10)) <= 0 || pid == (long)getpid()) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if ((fd = open(path, O_RDWR)) < 0) continue;
+        memset(&l, 0, sizeof l);
+        l.l_type = F_WRLCK;
+        l.l_whence = SEEK_SET;
+        if (fcntl(fd, F_SETLK, &l) == 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_size > 0 || time(NULL) - sb.st_mtime > 60)) unlink(path);
+        close(fd);
+    }
+    closedir(d);
+}
+/* delete the periodic checkpoints of FILE beyond the `keep` of highest step,
+   and temp files of periodic saves that were killed */
 static void ckpt_prune(const char *file, int keep) {
     ckpt_file *f = (ckpt_file *)malloc(sizeof(ckpt_file) * 4096);
     int n, i, k, kept = 0;
+    ckpt_clean_temps(file);
     if (!f) return;
     n = ckpt_list(file, f, 4096);
     for (i = 0; i < n; i++) { /* by step, highest first */

@@ -163,6 +163,17 @@ static int count_files(const char *prefix) {
     return n;
 }
 
+/* temp files of saves to prefix*: names that start with prefix and contain ".tmp." */
+static int count_tmp(const char *prefix) {
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) n += !strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return n;
+}
+
 static char g_model[1024]; /* the flags of a tiny model on the test's data */
 
 static void test_validation(void) {
@@ -289,6 +300,24 @@ static void test_runs(void) {
                   !file_exists(path_in("ck.step00000003")) && count_files("ck.tmp") == 0,
               "periodic checkpoints: exit %d: %s", r.rc, r.out);
     run_free(&r);
+    /* temp files of killed periodic saves are removed by the next periodic save */
+    {
+        char nm[600];
+        pid_t dead = fork();
+        FILE *f;
+        if (dead == 0) _exit(0);
+        waitpid(dead, NULL, 0);
+        snprintf(nm, sizeof nm, "%s.step00000004.tmp.%ld.0", path_in("ct"), (long)dead);
+        if ((f = fopen(nm, "wb"))) {
+            fputs("half a checkpoint", f);
+            fclose(f);
+        }
+        snprintf(args, sizeof args, "%s --steps 4 --save %s --save-every 2", g_model, path_in("ct"));
+        r = run_gpt2(args, NULL);
+        TJT_CHECK(r.rc == 0 && !file_exists(nm) && count_tmp("ct") == 0, "a killed periodic save's temp file is removed: exit %d, %d temp files", r.rc,
+                  count_tmp("ct"));
+        run_free(&r);
+    }
     /* resume: the newest valid one; a corrupt newest is skipped with a warning */
     {
         char want10[32], got10[32];
@@ -368,7 +397,7 @@ static void test_kill(void) {
         TJT_CHECK(same, "trial %d: losses after resuming at step %ld equal the uninterrupted run's", trial, first);
         TJT_CHECK(first >= 0 && first >= done + 1 - K, "trial %d: killed after step %ld, resumed at step %ld: lost %ld steps, at most %d allowed", trial, done, first,
                   done + 1 - first, K);
-        TJT_CHECK(count_files("kk.tmp") == 0, "trial %d: no temp file left after the resumed run's saves", trial);
+        TJT_CHECK(count_tmp("kk") == 0, "trial %d: no temp file (kk.tmp.*, kk.step*.tmp.*) left after the resumed run's saves", trial);
         if (getenv("TJ_TEST_VERBOSE"))
             printf("  trial %d: killed at %.3f s after step %ld, resumed at step %ld\n", trial, o.kill_after, done, first);
         run_free(&killed);

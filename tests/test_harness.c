@@ -893,7 +893,6 @@ static int nknown;
 static int known_bug(int ri, int cx, int second) {
     if (second == 3) return 1; /* issue #15 item 7, the memory rules of remat regions: not met yet */
     if (second != 1) return 0;
-    if (!strcmp(ctx_names[cx], "smap_off") || !strcmp(rows[ri].name, "checkpoint")) return 1;
     return !strcmp(ctx_names[cx], "scan_cap") && (!strcmp(rows[ri].name, "dot") || !strcmp(rows[ri].name, "dot_batch"));
 }
 static void record_fail2(int ri, int cx, int second, const char *fmt, ...) {

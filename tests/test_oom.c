@@ -65,9 +65,10 @@ int main(void) {
         oom_fail_at = -1;
         if (st != TJ_OK) {
             failures_seen++;
-            if (st != TJ_ERR_OOM || !strstr(tj_error(c), "out of memory")) {
+            /* the message names a line of this file: the op, tj_jit or tj_run that failed */
+            if (st != TJ_ERR_OOM || !strstr(tj_error(c), "out of memory") || !strstr(tj_error(c), "test_oom.c:")) {
                 bad++;
-                if (bad < 5) fprintf(stderr, "allocation %ld failed: status %d, message \"%s\"\n", k, (int)st, tj_error(c));
+                if (bad < 50) fprintf(stderr, "allocation %ld failed: status %d, message \"%s\"\n", k, (int)st, tj_error(c));
             }
         }
         /* the context stays usable */

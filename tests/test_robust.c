@@ -62,7 +62,7 @@ static void write_file(const char *p, const char *data, size_t n) {
 /* ---------------------------------------------------------------- sizes */
 static void overflow_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_ctx *c = tj_graph_ctx(g);
-    tj_v x = tj_tree_v(in, "x"), a, b, big;
+    tj_v x = tj_tree_v(in, "x"), a, b, big, big_xs[2];
     (void)u;
     /* every axis legal, the product not */
     FAILS_WITH(c, tj_fill(g, TJ_F32, "a=1099511627776 b=4194304", 1.0) == NULL, "fill", "too large", "test_robust.c:");
@@ -76,6 +76,10 @@ static void overflow_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     big = tj_fill(g, TJ_F32, "i=1073741824", 1.0);
     FAILS_WITH(c, tj_broadcast(big, "i=1073741824 j=1073741824") == NULL, "too large");
     FAILS_WITH(c, tj_add(tj_rename(big, "i", "p"), tj_rename(big, "i", "q")) == NULL, "add", "too large");
+    FAILS_WITH(c, tj_pad(x, "a", INT64_MAX, 1, 0.0) == NULL, "pad", "2^40", "test_robust.c:"); /* lo + hi would overflow */
+    big_xs[0] = big_xs[1] = tj_broadcast(tj_sum(x, "a b"), "a=1099511627776");
+    FAILS_WITH(c, tj_concat(2, big_xs, "a") == NULL, "concat", "2^40");
+    FAILS_WITH(c, tj_split(x, "a", "p=1099511627776 q=1099511627776") == NULL, "split", "too large");
     tj_clear_error(c);
     tj_tree_set_v(out, "y", tj_adds(x, 1.0));
 }
@@ -202,6 +206,8 @@ static void test_directories(tj_ctx *c) {
     FAILS_WITH(c, tj_tree_save(t, path_in("adir")) != TJ_OK, "adir", "is a directory");
     FAILS_WITH(c, tj_tree_save(t, g_dir) != TJ_OK, "is a directory");
     FAILS_WITH(c, tj_tree_save(t, ".") != TJ_OK, "is a directory");
+    FAILS_WITH(c, tj_tree_save(t, "") != TJ_OK, "empty file name");
+    FAILS_WITH(c, tj_tree_load(t, "") != TJ_OK, "cannot open");
     FAILS_WITH(c, tj_tree_save(t, path_in("nodir/x.safetensors")) != TJ_OK, "nodir", "No such file");
     FAILS_WITH(c, tj_tree_load(t, path_in("missing.safetensors")) != TJ_OK, "missing.safetensors", "No such file");
     rmdir(path_in("adir"));
@@ -740,8 +746,11 @@ static void test_donated(void) {
     tj_ctx_free(c);
 }
 
-int main(void) {
+/* ./test_robust [section]: one section only (overflow, f2i, names, dirs,
+   tmp, env, lines, null, donated) */
+int main(int argc, char **argv) {
     tj_ctx *c;
+    const char *only = argc > 1 ? argv[1] : NULL;
     unsetenv("TJ_DEVICES");
     c = tj_ctx_new();
     snprintf(g_dir, sizeof g_dir, "/tmp/tj_robust_XXXXXX");
@@ -749,15 +758,16 @@ int main(void) {
         fprintf(stderr, "mkdtemp failed\n");
         return 1;
     }
-    test_overflow(c);
-    test_f2i(c);
-    test_name_limit(c);
-    test_directories(c);
-    test_stale_tmp(c);
-    test_env_devices();
-    test_caller_lines();
-    test_null_args();
-    test_donated();
+#define SECTION(name, call) if (!only || !strcmp(only, name)) call
+    SECTION("overflow", test_overflow(c));
+    SECTION("f2i", test_f2i(c));
+    SECTION("names", test_name_limit(c));
+    SECTION("dirs", test_directories(c));
+    SECTION("tmp", test_stale_tmp(c));
+    SECTION("env", test_env_devices());
+    SECTION("lines", test_caller_lines());
+    SECTION("null", test_null_args());
+    SECTION("donated", test_donated());
     tj_ctx_free(c);
     remove_dir();
     return tjt_finish();

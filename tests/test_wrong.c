@@ -380,6 +380,79 @@ static void test_mistakes(void) {
     tj_ctx_free(ctx);
 }
 
+/* ---- grad of grad through a tj_checkpoint inside a scan (its backward
+   scan, cloned into the outer backward body, shares its body: captures
+   must come from the clone's own inputs) ---- */
+static void ck_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_mul(tj_tanh(in[0]), in[0]);
+}
+static void ck_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_policy p = tj_nothing_saveable();
+    tj_v r = NULL;
+    (void)y;
+    if (u) tj_checkpoint(ck_region, NULL, 1, x, 1, &r, &p);
+    else ck_region(g, x, &r, NULL);
+    co[0] = tj_add(c[0], r);
+}
+static void ck_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), c0, c = NULL, gx, ggx;
+    (void)g;
+    c0 = tj_muls(tj_sum(x, "s"), 0.0);
+    tj_scan(ck_body, u, "s", 1, &c0, 1, &x, 0, &c, NULL, NULL);
+    tj_grad(tj_sum(c, "i"), 1, &x, &gx);
+    tj_grad(tj_sum(gx, "s i"), 1, &x, &ggx);
+    tj_tree_set_v(out, "gg", ggx);
+}
+static tj_tree *ck_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "s=2 i=3", 3, -1, 1));
+    return in;
+}
+static void test_gg_nested_checkpoint(void) {
+    tjt_outs a, b;
+    tjt_current = "grad of grad, checkpoint inside a scan";
+    if (run1(ck_fn, NULL, ck_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "no-region run failed"); return; }
+    if (run1(ck_fn, (void *)1, ck_in, 1, NULL, NULL, &b)) { TJT_CHECK(0, "the checkpointed program does not build"); tjt_outs_free(&a); return; }
+    tjt_outs_compare("checkpoint vs none", &a, &b, 1e-12);
+    tjt_outs_free(&a);
+    tjt_outs_free(&b);
+}
+
+/* ---- grad of grad through a shard_map with check off: its residuals are
+   per-device values, not replicated ones (no psum, no 1/n for them) ---- */
+static void smexp(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_exp(in[0]);
+}
+static void smgg_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = NULL, gx, ggx;
+    const char *sp = "p:data";
+    (void)g;
+    tj_shard_map(smexp, NULL, 1, &x, &sp, 1, &y, &sp, u != NULL);
+    tj_grad(tj_sum(tj_mul(y, y), "p"), 1, &x, &gx);
+    tj_grad(tj_sum(gx, "p"), 1, &x, &ggx);
+    tj_tree_set_v(out, "gg", ggx);
+}
+static tj_tree *smgg_in(tj_ctx *ctx) {
+    double xv[4] = {.25, .5, 1, 2};
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "p=4", xv));
+    return in;
+}
+static void test_gg_smap_unchecked(void) {
+    double want[4];
+    int k, i;
+    tjt_outs o;
+    for (i = 0; i < 4; i++) want[i] = 4 * exp(2 * (i == 0 ? .25 : i == 1 ? .5 : i == 2 ? 1 : 2)); /* d/dx of 2 e^{2x} */
+    tjt_current = "grad of grad through shard_map";
+    for (k = 0; k < 2; k++) {
+        if (run1(smgg_fn, k ? (void *)1 : NULL, smgg_in, 2, "data=2", NULL, &o)) { TJT_CHECK(0, "run failed"); continue; }
+        TJT_CHECK(all_near(&o, "gg", want, 4, 1e-12), "4 e^{2x} with check %s", k ? "on" : "off");
+        tjt_outs_free(&o);
+    }
+}
+
 int main(void) {
     test_captured_attr();
     test_grad_of_grad_scan();
@@ -388,5 +461,7 @@ int main(void) {
     test_sharded_init();
     test_nested_offload();
     test_mistakes();
+    test_gg_nested_checkpoint();
+    test_gg_smap_unchecked();
     return tjt_finish();
 }

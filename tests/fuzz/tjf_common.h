@@ -1,0 +1,46 @@
+/* Shared by the fuzz targets in tests/fuzz/ (see README.md there): the
+   library and gpt2_io.h implementations, once per program, and scratch
+   files for parsers that read from a path. */
+#ifndef TJF_COMMON_H
+#define TJF_COMMON_H
+#define _POSIX_C_SOURCE 200809L
+#define TINYJAX_IMPLEMENTATION
+#include "../../tinyjax.h"
+#define GPT2_IO_IMPLEMENTATION
+#include "../../demos/gpt2_io.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* a property the parser promised does not hold: a crash for the fuzzer */
+#define TJF_ASSERT(cond, ...)                                                        \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "tjf: %s:%d: property failed: ", __FILE__, __LINE__);   \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fprintf(stderr, "\n");                                                   \
+            abort();                                                                 \
+        }                                                                            \
+    } while (0)
+
+/* path of scratch file k of this process (in TMPDIR or /tmp) */
+static const char *tjf_path(int k) {
+    static char buf[8][256];
+    const char *dir = getenv("TMPDIR");
+    snprintf(buf[k & 7], sizeof buf[0], "%s/tjf_%ld_%d", dir && *dir ? dir : "/tmp", (long)getpid(), k);
+    return buf[k & 7];
+}
+/* write n bytes to scratch file k; returns its path */
+static const char *tjf_file(int k, const void *d, size_t n) {
+    const char *p = tjf_path(k);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        if (n) fwrite(d, 1, n, f);
+        fclose(f);
+    }
+    return p;
+}
+#endif
