@@ -9930,6 +9930,7 @@ struct tj__procs {
 /* per device of this process: the collective it is in now, for the message
    printed when the process is stopped by a signal (its peer died) */
 static char tj__where[TJ_MAXDEV][200];
+static volatile int tj__inside[TJ_MAXDEV]; /* 1 while the device is in that collective */
 static int tj__where_rank = -1;
 
 static tj_transport *tj__threads_transport(double timeout_s);
@@ -10819,12 +10820,19 @@ static tj_transport *tj__mpi_transport(double timeout_s, char *err, size_t en) {
    same signal. Only async-signal-safe calls. */
 static void tj__on_signal(int sig) {
     char b[400];
-    int d, k;
+    int d, k, said = 0;
     for (d = 0; d < TJ_MAXDEV; d++)
         if (tj__where[d][0]) {
-            k = snprintf(b, sizeof b, "tinyjax: process %d stopped by signal %d while device %d waited in %s\n", tj__where_rank, sig, d, tj__where[d]);
+            k = snprintf(b, sizeof b, "tinyjax: process %d stopped by signal %d while device %d %s %s\n", tj__where_rank, sig, d,
+                         tj__inside[d] ? "waited in" : "computed after", tj__where[d]);
             if (k > 0 && write(2, b, (size_t)(k < (int)sizeof b ? k : (int)sizeof b - 1)) < 0) break;
+            said = 1;
         }
+    if (!said) {
+        k = snprintf(b, sizeof b, "tinyjax: process %d stopped by signal %d before any collective\n", tj__where_rank, sig);
+        if (k > 0 && write(2, b, (size_t)(k < (int)sizeof b ? k : (int)sizeof b - 1)) < 0) k = 0;
+    }
+    sleep(1); /* let the launcher forward the message before this process is gone */
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -10914,6 +10922,7 @@ TJDEF void tj_distributed_shutdown(void) {
     if (fin) return;
     if (((tj__ct *)tj__mpi_t->state)->broken[0]) {
         fprintf(stderr, "tinyjax: process %d: the transport broke (%s); aborting the job\n", tj__mpi_t->rank, ((tj__ct *)tj__mpi_t->state)->broken);
+        sleep(1); /* peers that timed out too get to say so before the job ends */
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     tj__mpi_t = NULL; /* contexts may still point at it: its memory stays */
@@ -11216,8 +11225,12 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
         snprintf(e, sizeof e, "no device group for mesh axes %s (was the program compiled under another mesh?)", mb);
         rc = 1;
     } else {
-        if (P->nprocs > 1) snprintf(tj__where[k->dev], sizeof tj__where[0], "%s over %s (caused by %s at %s:%d)", tj__ops[n->op].name, mb, n->name ? n->name : "?",
-                                    tj__base(n->file), n->line);
+        if (P->nprocs > 1) {
+            tj__inside[k->dev] = 0;
+            snprintf(tj__where[k->dev], sizeof tj__where[0], "%s over %s (caused by %s at %s:%d)", tj__ops[n->op].name, mb, n->name ? n->name : "?",
+                     tj__base(n->file), n->line);
+            tj__inside[k->dev] = 1;
+        }
         switch (kind) {
         case TJ__AG: rc = t->all_gather(t, comm, send, recv, bytes, NULL, e, sizeof e); break;
         case TJ__AR: rc = t->all_reduce(t, comm, send, recv, count, k->ot.dt, op, NULL, e, sizeof e); break;
@@ -11225,7 +11238,7 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
         case TJ__A2A: rc = t->all_to_all(t, comm, send, recv, bytes, NULL, e, sizeof e); break;
         default: rc = t->send_recv(t, comm, send, to, recv, from, bytes, NULL, e, sizeof e); break;
         }
-        tj__where[k->dev][0] = 0;
+        tj__inside[k->dev] = 0; /* tj__where keeps the last one */
         P->us[k->dev] += tj__now_us() - t0;
         P->ncoll[k->dev]++;
         P->sent[k->dev] += kind == TJ__PERM ? (to >= 0 && to != tj__mesh_rank(c, k->dev, m) ? (int64_t)bytes : 0) : (int64_t)bytes * (G - 1);
