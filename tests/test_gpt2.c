@@ -33,6 +33,34 @@ static int32_t *corpus(size_t *n) {
     *n = cap;
     return d;
 }
+/* Files the tests write go to a fresh directory (mkdtemp under $TMPDIR or
+   /tmp) that main removes at the end, so the test runs from any directory */
+static char tdir[512];
+static const char *tpath(char *buf, size_t n, const char *name) {
+    snprintf(buf, n, "%s/%s", tdir, name);
+    return buf;
+}
+static int make_tdir(void) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tdir, sizeof tdir, "%s/test_gpt2.XXXXXX", base && *base ? base : "/tmp");
+    return mkdtemp(tdir) ? 0 : -1;
+}
+/* remove a directory and what is in it (the tests make one level of subdirectories) */
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[1024];
+    struct stat st;
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (!lstat(p, &st) && S_ISDIR(st.st_mode)) remove_tree(p);
+        else remove(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
 static float *read_leaf(gpt2_trainer *tr, const char *name, int64_t *n) {
     tj_array *a = tj_tree_array(tr->state, name);
     float *v;
@@ -220,8 +248,8 @@ static void test_hf(void) {
     gpt2_config base, c;
     gpt2_trainer ref, tr;
     gpt2_hf hf;
-    char err[1024];
-    const char *path = "build/test_gpt2_hf.safetensors";
+    char err[1024], pbuf[600], missing[600];
+    const char *path = tpath(pbuf, sizeof pbuf, "test_gpt2_hf.safetensors");
     int32_t tok[HP];
     float *want = (float *)malloc(sizeof(float) * HP * HV), *got = (float *)malloc(sizeof(float) * HP * HV);
     int i, v;
@@ -329,7 +357,7 @@ static void test_hf(void) {
             }
             /* not a file at all */
             err[0] = 0;
-            TJT_CHECK(gpt2_init_from(&tr, "build/no_such_file.safetensors", err, sizeof err) != 0 && strstr(err, "no_such_file"), "missing file: \"%s\"", err);
+            TJT_CHECK(gpt2_init_from(&tr, tpath(missing, sizeof missing, "no_such_file.safetensors"), err, sizeof err) != 0 && strstr(err, "no_such_file"), "missing file: \"%s\"", err);
             after = read_leaf(&tr, "params.h.wfc", &n2);
             TJT_CHECK(before && after && n1 == n2 && !memcmp(before, after, sizeof(float) * (size_t)n1), "failed loads changed the parameters");
             free(after);
@@ -396,8 +424,9 @@ static int ref_logits(const hf_set *h, gpt2_config c, const int32_t *tok, float 
 }
 static void test_hf_config(void) {
     hf_set h;
-    const char *dir = "build/test_gpt2_hf_cfg", *wpath = "build/test_gpt2_hf_cfg/model.safetensors", *cpath = "build/test_gpt2_hf_cfg/config.json";
-    char err[1024];
+    char err[1024], dbuf[600], wbuf[600], cbuf[600];
+    const char *dir = tpath(dbuf, sizeof dbuf, "hf_cfg"), *wpath = tpath(wbuf, sizeof wbuf, "hf_cfg/model.safetensors"),
+               *cpath = tpath(cbuf, sizeof cbuf, "hf_cfg/config.json");
     int32_t tok[HP];
     float *want = (float *)malloc(sizeof(float) * HP * HV), *got = (float *)malloc(sizeof(float) * HP * HV), *two = (float *)malloc(sizeof(float) * HP * HV);
     gpt2_config c, lc;
@@ -505,11 +534,11 @@ static int dir_has_tmp(const char *dir) {
     return found;
 }
 static void test_hf_export(const int32_t *data, size_t n) {
-    const char *dir = "build/test_gpt2_export";
     gpt2_config c, lc;
     gpt2_trainer a, b;
     gpt2_hf hf;
-    char err[1024], p1[256];
+    char err[1024], p1[700], dbuf[600], mbuf[600];
+    const char *dir = tpath(dbuf, sizeof dbuf, "export"), *missing = tpath(mbuf, sizeof mbuf, "no_such_dir/sub");
     int32_t x[TB * TT], y[TB * TT];
     int s, i;
     tjt_current = "hf export";
@@ -572,7 +601,7 @@ static void test_hf_export(const int32_t *data, size_t n) {
     snprintf(p1, sizeof p1, "%s/config.json", dir);
     TJT_CHECK(gpt2_export_hf(&a, p1, -1, err, sizeof err) != 0 && strstr(err, "not a directory"), "export onto a file: \"%s\"", err);
     err[0] = 0;
-    TJT_CHECK(gpt2_export_hf(&a, "build/no_such_dir/sub", -1, err, sizeof err) != 0 && strstr(err, "no_such_dir/sub") && strstr(err, "cannot create"),
+    TJT_CHECK(gpt2_export_hf(&a, missing, -1, err, sizeof err) != 0 && strstr(err, "no_such_dir/sub") && strstr(err, "cannot create"),
               "export under a missing directory: \"%s\"", err);
     snprintf(p1, sizeof p1, "%s/model.safetensors", dir);
     remove(p1);
@@ -683,7 +712,8 @@ static void test_accum(const int32_t *data, size_t n) {
         {4, "data=2 model=2", 0, REMAT_OFFLOAD, 0, "data=2 x model=2, remat offload inside the accumulation scan"},
         {2, "data=2", 0, REMAT_OFFLOAD, 1, "data=2, remat offload, unrolled"},
     };
-    const char *path = "build/test_gpt2_accum.safetensors";
+    char pbuf[600];
+    const char *path = tpath(pbuf, sizeof pbuf, "test_gpt2_accum.safetensors");
     int32_t x1[TB * TT], y1[TB * TT], x2[TB * TT], y2[TB * TT];
     int v, s;
     tjt_current = "accum";
@@ -832,6 +862,10 @@ int main(void) {
     int s, m;
 
     tiny_config(&c);
+    if (make_tdir()) {
+        printf("FAIL: cannot create a temporary directory %s: %s\n0 passed, 1 failed\n", tdir, strerror(errno));
+        return 1;
+    }
 
     tjt_current = "learns";
     if (!gpt2_trainer_init(&tr, &c, 1, NULL, 2)) {
@@ -947,7 +981,8 @@ int main(void) {
     {
         gpt2_trainer a, b;
         float la[4], lb = NAN;
-        const char *path = "build/test_gpt2_ckpt.safetensors";
+        char pbuf[600];
+        const char *path = tpath(pbuf, sizeof pbuf, "test_gpt2_ckpt.safetensors");
         int ok = !gpt2_trainer_init(&a, &c, 1, NULL, 2);
         for (s = 0; ok && s < 4; s++) {
             get_batch(data, n, TB, TT, 3, 1, (uint64_t)s, x, y);
@@ -978,5 +1013,6 @@ int main(void) {
     test_hf_export(data, n);
     test_padded_vocab(data, n);
     free(data);
+    remove_tree(tdir);
     return tjt_finish();
 }
