@@ -3990,6 +3990,7 @@ typedef struct {
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                \
     X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                      \
     X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
+    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, TJ__SH_GIVEN)                              \
     X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                                 \
     X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                  \
@@ -8568,7 +8569,7 @@ static int tj__can_inline(const tj_node *n) {
     if (b->nparam < n->nin || b->nout != n->nproj) return 0; /* (a differentiated body has cotangent params its forward run leaves alone) */
     for (i = 0; i < n->nin; i++) {
         const tj_node *p = b->params[i], *x = n->in[i];
-        if (x->space != TJ_SPACE_DEVICE || p->space != TJ_SPACE_DEVICE) return 0;
+        if (p->space != TJ_SPACE_DEVICE || (x->space != TJ_SPACE_DEVICE && !(i >= nc && i < nc + nx))) return 0; /* (an offloaded x is fetched) */
         if (i >= nc && i < nc + nx) {
             tj__type lead = tj__type_lead(&p->t, n->a.axis, 1);
             if (!tj__same_type(&lead, &x->t)) return 0;
@@ -8628,7 +8629,17 @@ static tj_status tj__inline_regions(tj_graph *g, tj_node **outs, int nout) {
                         c->file = n->file;
                         c->line = n->line;
                         c->pass = n->pass;
+                        c->space = n->in[idx]->space;
                         nn[m++] = c;
+                        if (c->space != v->space) { /* an offloaded residual: fetched back to device memory where the region ran */
+                            tj_node *f = tj__raw_node(g, NULL, TJ__OP_TO_DEVICE, &v->t, 1, &c);
+                            if (!f) goto oom;
+                            f->file = n->file;
+                            f->line = n->line;
+                            f->pass = n->pass;
+                            f->space = v->space;
+                            nn[m++] = c = f;
+                        }
                     } else c = n->in[idx];
                 } else {
                     if (!(c = tj__raw_node(g, v, v->op, &v->t, v->nin, NULL))) goto oom;
@@ -11337,7 +11348,7 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
     e->device = dev;
     if (n->members) snprintf(e->op, sizeof e->op, "fused x%d", n->nmembers);
     else snprintf(e->op, sizeof e->op, "%s", tj__ops[n->op].name);
-    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST ? 2 : 0;
+    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
     if (e->kind == 1 && n->name) snprintf(e->what, sizeof e->what, "caused by %s", n->name);
     else snprintf(e->what, sizeof e->what, "%%%d", n->id);
     e->file = n->file;

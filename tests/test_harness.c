@@ -677,7 +677,7 @@ static const hx_row rows[] = {
     UN(stop_gradient, "stop_gradient", PQ, .nofd = 1),
     UN(name, "name", PQ),
     UN(param, "param copy", PQ, .via = "param: traced inputs, scan carries/xs/captures; copy: tj_jit returning an input"),
-    UN(offload, "offload", PQ, .via = "tj_save_and_offload_only_these_names (contexts ckpt_offload, scan_xs)"),
+    UN(offload, "offload fetch", PQ, .via = "tj_save_and_offload_only_these_names (contexts ckpt_offload, scan_xs)"),
     UN(scan, "scan out", PQ, .via = "tj_scan (out: its outputs); also tj_checkpoint, tj_shard_map"),
     UN(checkpoint, "scan out", PQ, .via = "tj_checkpoint: a scan of length one"),
     UN(custom, "custom", PQ, .via = "tj_register_op + tj_custom"),
