@@ -11586,6 +11586,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
     TJ_FREE(p->events);
     tj__prog_free_body(p);
 }
+static tj_node *tj__raw_node(tj_graph *g, const tj_node *like, int op, const tj__type *t, int nin, tj_node *const *in); /* in [9] */
 /* outputs must own their buffers: copy arguments and shared buffers */
 static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n, int resolve_partial) {
     int i, j;
@@ -11601,7 +11602,21 @@ static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n, int resolve
         }
         shared = tj__root(outs[i])->op == TJ__OP_PARAM;
         for (j = 0; j < i; j++) shared |= tj__root(outs[j]) == tj__root(outs[i]);
-        if (shared) {
+        if (shared && outs[i]->t.partial && !resolve_partial) { /* a body output stays an unreduced sum: copy it as it is */
+            tj_node *cp = tj__raw_node(g, NULL, TJ__OP_COPY, &outs[i]->t, 1, &outs[i]), **nn;
+            if (cp && g->n == g->cap) {
+                if ((nn = (tj_node **)TJ_REALLOC(g->nodes, sizeof(tj_node *) * (size_t)(2 * g->cap + 1)))) g->nodes = nn, g->cap = 2 * g->cap + 1;
+                else TJ_FREE(cp->in), TJ_FREE(cp), cp = NULL;
+            }
+            if (!cp) return TJ_ERR_OOM;
+            cp->file = outs[i]->file;
+            cp->line = outs[i]->line;
+            cp->pass = outs[i]->pass;
+            cp->space = outs[i]->space;
+            cp->id = g->n;
+            g->nodes[g->n++] = cp;
+            outs[i] = cp;
+        } else if (shared) {
             int saved = g->cur_pass;
             g->cur_pass = outs[i]->pass;
             outs[i] = tj__copy(outs[i]->file, outs[i]->line, outs[i]);

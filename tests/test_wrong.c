@@ -492,6 +492,50 @@ static void test_region_memory(void) {
     TJT_CHECK(t[0] > 0 && t[1] == t[0], "temp with an everything_saveable region %lld B, without %lld B", (long long)t[1], (long long)t[0]);
 }
 
+/* ---- grad of grad with a saved dot whose contracted axis is sharded: the
+   saved value is an unreduced sum, and a body output listed twice must be
+   copied as such (the copy used to psum it while its type said partial) ---- */
+static tj_v dx_X, dx_W;
+static void dx_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v t = tj_dot(dx_X, dx_W, "k");
+    (void)g; (void)y; (void)u;
+    co[0] = tj_add(tj_mul(tj_muls(tj_sum(t, "p q"), 0.1), c[0]), tj_mul(x[0], tj_sum(tj_mul(t, t), "p q")));
+}
+static void dx_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v d = tj_tree_v(in, "d"), c0, c = NULL, gx, ggx;
+    tj_policy p = tj_dots_saveable();
+    (void)g; (void)u;
+    dx_X = tj_tree_v(in, "X");
+    dx_W = tj_tree_v(in, "W");
+    c0 = tj_adds(tj_muls(tj_sum(d, "L"), 0.0), 1.0);
+    tj_scan(dx_body, NULL, "L", 1, &c0, 1, &d, 0, &c, NULL, &p);
+    tj_grad(c, 1, &dx_X, &gx);
+    tj_grad(tj_sum(gx, "p k"), 1, &dx_X, &ggx);
+    tj_tree_set_v(out, "gx", gx);
+    tj_tree_set_v(out, "gg", ggx);
+}
+static tj_tree *dx_in(tj_ctx *ctx) {
+    double dv[2] = {1, .5};
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "X", tjt_rand(ctx, TJ_F64, "p=2 k=4", 1, -1, 1));
+    tj_tree_set_array(in, "W", tjt_rand(ctx, TJ_F64, "k=4 q=2", 2, -1, 1));
+    tj_tree_set_array(in, "d", tj_array_new(ctx, TJ_F64, "L=2", dv));
+    return in;
+}
+static void test_gg_saved_partial_dot(void) {
+    tjt_outs a, b;
+    const char *meshes[2] = {"data=2", "data=4"};
+    int k;
+    tjt_current = "grad of grad, saved dot with a sharded contraction";
+    if (run1(dx_fn, NULL, dx_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "1-device run failed"); return; }
+    for (k = 0; k < 2; k++) {
+        if (run1(dx_fn, NULL, dx_in, k ? 4 : 2, meshes[k], "k:data", &b)) { TJT_CHECK(0, "run failed"); continue; }
+        tjt_outs_compare(meshes[k], &a, &b, 1e-12);
+        tjt_outs_free(&b);
+    }
+    tjt_outs_free(&a);
+}
+
 int main(void) {
     test_captured_attr();
     test_grad_of_grad_scan();
@@ -503,5 +547,6 @@ int main(void) {
     test_gg_nested_checkpoint();
     test_gg_smap_unchecked();
     test_region_memory();
+    test_gg_saved_partial_dot();
     return tjt_finish();
 }
