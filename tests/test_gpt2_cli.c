@@ -174,6 +174,21 @@ static int count_tmp(const char *prefix) {
     return n;
 }
 
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long n;
+    *len = 0;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    b = (unsigned char *)malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) == (size_t)n) *len = (size_t)n;
+    fclose(f);
+    return b;
+}
+
 static char g_model[1024]; /* the flags of a tiny model on the test's data */
 
 static void test_validation(void) {
@@ -358,11 +373,15 @@ static void test_kill(void) {
     char args[2048], rargs[2600];
     run_result base;
     int trial, ntrials = getenv("TJ_TEST_QUICK") ? 3 : 5, K = 4, steps = 60, nkilled = 0;
+    unsigned char *base_ck;
+    size_t base_len = 0;
     uint64_t rng = 0x2545F4914F6CDD1Dull;
     tjt_current = "kill -9 during --save-every";
     snprintf(args, sizeof args, "%s --steps %d --save %s --save-every %d --keep 2", g_model, steps, path_in("kk"), K);
     base = run_gpt2(args, NULL);
     TJT_CHECK(base.rc == 0 && last_step(&base) == steps - 1, "the uninterrupted run: exit %d: %s", base.rc, base.out);
+    base_ck = read_all(path_in("kk"), &base_len);
+    TJT_CHECK(base_ck && base_len > 0, "the uninterrupted run's final checkpoint");
     for (trial = 0; trial < ntrials; trial++) {
         run_opts o;
         run_result killed, resumed;
@@ -403,6 +422,13 @@ static void test_kill(void) {
                   resumed.rc, resumed.out);
         TJT_CHECK(first < 0 || first == start, "trial %d: resumed at step %ld, first loss at step %ld", trial, start, first);
         TJT_CHECK(same, "trial %d: losses after resuming at step %ld equal the uninterrupted run's", trial, start);
+        {   /* bit for bit: the final checkpoints (params, m, v, step, data position) are the same file */
+            size_t len = 0;
+            unsigned char *ck = read_all(path_in("kk"), &len);
+            TJT_CHECK(ck && base_ck && len == base_len && !memcmp(ck, base_ck, len), "trial %d: the final checkpoint equals the uninterrupted run's, byte for byte",
+                      trial);
+            free(ck);
+        }
         TJT_CHECK(start >= done + 1 - K, "trial %d: killed after step %ld, resumed at step %ld: lost %ld steps, at most %d allowed", trial, done, start,
                   done + 1 - start, K);
         TJT_CHECK(count_tmp("kk") == 0, "trial %d: no temp file (kk.tmp.*, kk.step*.tmp.*) left after the resumed run's saves", trial);
@@ -412,6 +438,7 @@ static void test_kill(void) {
         run_free(&resumed);
     }
     TJT_CHECK(nkilled > 0, "no trial was killed before it finished");
+    free(base_ck);
     run_free(&base);
 }
 
