@@ -5,7 +5,9 @@
 #                      targets of tests/fuzz under libFuzzer when clang is
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
-#                      when present; ends with one "total: N passed, N failed" line
+#                      when present, build tests/test_mpi.c with mpicc -DTJ_MPI and
+#                      run its multi-process cases under mpirun (OpenMPI is installed
+#                      when absent); ends with one "total: N passed, N failed" line
 #   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
 #   ./build.sh bench   build and run the benchmark programs
 #   ./build.sh build   just build everything into build/
@@ -31,6 +33,20 @@ ensure_tools() {
         echo "build.sh: installing ${missing[*]} (Debian packages)"
         apt-get update -qq && apt-get install -y -qq "${missing[@]}" libc6-dev >/dev/null
     fi
+}
+
+# MPI (multi-process runs): OpenMPI from Debian, installed when absent.
+# Sets MPI_SKIP to the reason when it cannot be had.
+MPICC=${MPICC:-mpicc}
+MPI_SKIP=""
+ensure_mpi() {
+    if command -v "$MPICC" >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then return 0; fi
+    echo "build.sh: installing libopenmpi-dev openmpi-bin (Debian packages)"
+    if ! command -v apt-get >/dev/null 2>&1; then MPI_SKIP="mpicc/mpirun not found and no apt-get to install OpenMPI"; return 1; fi
+    if ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null); then
+        MPI_SKIP="installing OpenMPI (libopenmpi-dev, openmpi-bin) with apt-get failed"; return 1
+    fi
+    command -v "$MPICC" >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || { MPI_SKIP="OpenMPI installed but mpicc/mpirun still not found"; return 1; }
 }
 
 total_pass=0
@@ -118,6 +134,21 @@ test)
     else
         echo "  nvcc or tinyjax_cuda.cu not found: CUDA backend not compiled (skipped)"
     fi
+    echo "== MPI: multi-process runs (tests/test_mpi.c with mpicc -DTJ_MPI, cases under mpirun)"
+    if ensure_mpi; then
+        mkdir -p build/mpi
+        printf '#define TINYJAX_IMPLEMENTATION\n#include "tinyjax.h"\nint main(void){return 0;}\n' > build/mpi/hdr.c
+        cp build/mpi/hdr.c build/mpi/hdr.cpp
+        if "$MPICC" -DTJ_MPI -std=c99 $WARN -I. -c build/mpi/hdr.c -o build/mpi/hdr_c.o && \
+           ${MPICXX:-mpicxx} -DTJ_MPI -std=c++11 $WARN -I. -c build/mpi/hdr.cpp -o build/mpi/hdr_cpp.o; then
+            echo "  header compiles with -DTJ_MPI as C99 and C++"; total_pass=$((total_pass + 1))
+        else echo "  header with -DTJ_MPI FAILED to compile"; total_fail=$((total_fail + 1)); fi
+        if "$MPICC" -DTJ_MPI -std=c99 -O2 -g $WARN -I. -o build/mpi/test_mpi tests/test_mpi.c $LIBS; then
+            run_test mpi/test_mpi build/mpi/test_mpi
+        else echo "  tests/test_mpi.c FAILED to compile with $MPICC"; total_fail=$((total_fail + 1)); fi
+    else
+        echo "  skipped: $MPI_SKIP"
+    fi
     echo "total: $total_pass passed, $total_fail failed"
     [ "$total_fail" -eq 0 ]
     ;;
@@ -135,6 +166,12 @@ bench)
         n=$(basename "$d" .c)
         $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS && "./build/$n" "$@"
     done
+    # the transport benchmark again as 4 processes (MPI) against the 4 threads above
+    if [ -f demos/bench_transport.c ] && ensure_mpi; then
+        mkdir -p build/mpi
+        "$MPICC" -DTJ_MPI -std=c99 $OPT $WARN -I. -o build/mpi/bench_transport demos/bench_transport.c $LIBS && \
+            mpirun --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -np 4 build/mpi/bench_transport "$@"
+    fi
     ;;
 build)
     ensure_tools
@@ -143,6 +180,13 @@ build)
         $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS || exit 1
     done
     build_tests build/o2 -O2 -g || exit 1
+    if command -v "$MPICC" >/dev/null 2>&1; then # multi-process builds (run them under mpirun)
+        mkdir -p build/mpi
+        for d in demos/gpt2_train.c demos/bench_transport.c tests/test_mpi.c; do
+            [ -f "$d" ] || continue
+            "$MPICC" -DTJ_MPI -std=c99 $OPT $WARN -I. -o "build/mpi/$(basename "$d" .c)" "$d" $LIBS || exit 1
+        done
+    fi
     echo "built into build/"
     ;;
 *)

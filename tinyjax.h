@@ -11,6 +11,8 @@
  *
  * Configuration macros (define before the implementation include):
  *     TJ_STATIC          make every function static to that file
+ *     TJ_MPI             multi-process runs through MPI (build with mpicc;
+ *                        see tj_distributed_init)
  *     TJ_MALLOC/TJ_REALLOC/TJ_FREE   allocation hooks (all three or none)
  *
  * ---------------------------------------------------------------- manual ---
@@ -73,7 +75,8 @@
  *   [8]  remat and offload policies, the saved-residuals report, lint
  *   [9]  schedule
  *   [10] memory plan and analysis (device and host), donation
- *   [11] run: backend interface, CPU backend (device threads), matmul
+ *   [11] run: backend interface, transports (threads, MPI) and process
+ *        mode, CPU backend (device threads), matmul
  *   [12] jit: trace + compile + call
  *   [13] program text
  * The API below follows the same numbers; find a stage with
@@ -133,6 +136,14 @@ TJDEF void tj_ctx_free(tj_ctx *ctx);
 TJDEF const char *tj_error(tj_ctx *ctx);
 TJDEF tj_status tj_status_of(tj_ctx *ctx);
 TJDEF void tj_clear_error(tj_ctx *ctx);
+/* Warnings: what the user asked for but cannot happen as asked (a policy
+   name no residual carries, a logical rule naming a mesh axis that looks
+   like a typo of one the mesh has, a rule on an axis its mesh axes cannot
+   divide). Each distinct warning is printed once to stderr ("tinyjax:
+   warning: ...", unless TJ_QUIET=1) and kept: tj_warnings returns them all,
+   one per line ("" if none). An error is different: it is sticky, and every
+   later call (tj_jit included) fails until tj_clear_error. */
+TJDEF const char *tj_warnings(tj_ctx *ctx);
 /* Print each pipeline stage to stderr (also: environment TJ_DUMP=1). */
 TJDEF void tj_set_dump(tj_ctx *ctx, int on);
 /* Threads the CPU kernels of one device may use (default: all cores). */
@@ -787,6 +798,120 @@ TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
 TJDEF tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 TJDEF void tj_cuda_backend_free(tj_backend *b);
 
+/* ---- transports and processes: where devices meet ----
+   A transport is the only place devices exchange data. A collective kernel
+   packs the device's strided block into planned scratch, calls the
+   transport on contiguous buffers, and unpacks. Groups are made once per
+   program (at tj_jit) by a split: the devices with the same color (their
+   coordinates off the collective's mesh axes) form a group, ranked by key
+   (their rank along those axes), so rank r of a group is the device of rank
+   r along the axes, in mesh order. Built in: "threads" (the devices of one
+   process meet in shared memory, in a fixed order) and, compiled with
+   -DTJ_MPI (mpicc), "mpi" (devices of other processes are reached through
+   MPI; those of this process still through shared memory). Both reduce in
+   rank order in the same arithmetic (all_reduce: in double, rounded once;
+   reduce_scatter: rounded after each add, as the kernels always did), so
+   any placement of devices on processes gives the same bits. A GPU
+   transport (NCCL) implements the same table: `stream` is the device's
+   communication stream (NULL on the CPU), and the caller orders it after
+   the kernels that made `send` with events of its own. Every function
+   returns 0, or nonzero after writing a message into err[errlen]. */
+typedef enum { TJ_REDUCE_SUM = 0, TJ_REDUCE_MAX = 1 } tj_reduce_op;
+typedef struct tj_transport tj_transport;
+struct tj_transport {
+    const char *name;
+    void *state;
+    int nprocs, rank; /* processes, and this one's index                  */
+    double timeout_s; /* a wait longer than this is an error               */
+    /* Split: this process's n devices dev[i] give color[i] and key[i]; the
+       handle of dev[i] in its group goes to comm[i]. Every process calls it
+       at the same point (it is collective over processes). */
+    int (*split)(tj_transport *t, int n, const int *dev, const int *color, const int *key, void **comm, char *err, size_t errlen);
+    void (*comm_free)(tj_transport *t, void *comm);
+    /* Collectives: every member of the group calls, from its device's
+       thread. recv of all_gather and all_to_all holds one block per rank,
+       in rank order; reduce_scatter's send holds one block of count
+       elements per rank, and rank r receives the reduction of block r.
+       send_recv: send to rank `to`, receive from rank `from` (-1: none). */
+    int (*all_gather)(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t errlen);
+    int (*all_reduce)(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
+                      size_t errlen);
+    int (*reduce_scatter)(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream,
+                          char *err, size_t errlen);
+    int (*all_to_all)(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t errlen);
+    int (*send_recv)(tj_transport *t, void *comm, const void *send, int to, void *recv, int from, size_t bytes, void *stream, char *err, size_t errlen);
+    /* Between processes, host memory, blocking: recv gets every process's
+       `bytes` in process order (agreement on programs and errors, gathers
+       of arrays). */
+    int (*proc_allgather)(tj_transport *t, const void *send, void *recv, size_t bytes, char *err, size_t errlen);
+    void (*free)(tj_transport *t);
+};
+
+/* Process mode (jax.distributed.initialize): run the same program in N
+   processes, e.g. `mpirun -np 4 ./prog`. Each process owns a contiguous
+   block of the mesh's devices (devices / N of them, each a thread);
+   tracing, autodiff and planning are global and identical in every
+   process, which runs only its own devices. Arrays hold only the shards of
+   local devices. Safety: at tj_jit the processes agree on a hash of the
+   compiled program (a mismatch is an error in every process); an error in
+   one process during tj_run (out of memory, a bad index) makes tj_run
+   return an error naming it in every process, because a failed device
+   keeps taking part in collectives without computing; a wait longer than
+   the timeout ends the run with a message naming the collective and the
+   line that caused it. A process stopped by the launcher (its peer died)
+   prints the collective it was in.
+   tj_distributed_init reads nprocs and rank from opts, else from the
+   launcher's environment (OMPI_COMM_WORLD_SIZE/RANK, PMI_SIZE/RANK, or
+   TJ_NPROCS/TJ_RANK); with one process it does nothing. Without TJ_MPI a
+   multi-process launch is an error unless opts gives a transport. If the
+   context still has one device (no tj_set_devices, no TJ_DEVICES), it gets
+   one device per process. Timeout: opts, else TJ_TIMEOUT seconds, else 300.
+   If tinyjax initialized MPI it finalizes it at exit, or earlier with
+   tj_distributed_shutdown() (after a timeout broke the transport, it
+   aborts the job instead: a finalize could wait forever). */
+typedef struct {
+    int nprocs, rank;        /* 0, 0: from the environment                  */
+    double timeout_s;        /* 0: TJ_TIMEOUT or 300                        */
+    tj_transport *transport; /* NULL: MPI (TJ_MPI builds)                   */
+} tj_distributed_opts;
+TJDEF tj_status tj_distributed_init(tj_ctx *ctx, const tj_distributed_opts *opts);
+TJDEF void tj_distributed_shutdown(void);
+TJDEF int tj_process_count(tj_ctx *ctx);
+TJDEF int tj_process_index(tj_ctx *ctx);
+/* number of this process's devices; *first gets the first one's index */
+TJDEF int tj_local_devices(tj_ctx *ctx, int *first);
+TJDEF const char *tj_transport_name(tj_ctx *ctx);
+/* The built-in threads transport, for wrapping (e.g. to count or trace
+   calls) and passing as tj_distributed_opts.transport; free with t->free. */
+TJDEF tj_transport *tj_threads_transport_new(double timeout_s);
+/* Arrays across processes. An array "spans processes" when some of its
+   shards live only on other processes' devices; tj_array_read of such an
+   array is an error. tj_array_read_all gathers it into every process (all
+   processes must call it; without processes it is tj_array_read).
+   tj_device_put and tj_tree_save call it when needed, so call them in every
+   process too; tj_tree_save writes the file from process 0 and every
+   process returns process 0's status. The process-local block of an array
+   is the box its local devices' shards cover (row-major); make an array
+   from each process's block with tj_array_from_local (JAX's
+   make_array_from_process_local_data: each process reads only its part of
+   a batch) and read it back with tj_array_read_local. */
+TJDEF int tj_array_spans_processes(const tj_array *a);
+TJDEF tj_status tj_array_read_all(tj_array *a, tj_dtype dt, void *dst);
+/* the shape of this process's block: "batch=4 pos=64" into buf */
+TJDEF const char *tj_array_local_shape(const tj_array *a, char *buf, size_t n);
+TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst);
+#define tj_array_from_local(ctx, dt, shape, spec, data) tj_array_from_local_at(__FILE__, __LINE__, ctx, dt, shape, spec, data)
+TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *ctx, tj_dtype dt, const char *shape, const char *spec, const void *data);
+/* What the transport did, summed over this process's devices since the
+   context was made: collective calls, bytes the devices sent to other
+   devices, bytes this process sent to other processes, and the seconds
+   device threads spent inside the transport (waiting included). */
+typedef struct {
+    int64_t collectives, bytes_sent, wire_bytes;
+    double transport_s;
+} tj_transport_stats;
+TJDEF tj_transport_stats tj_get_transport_stats(tj_ctx *ctx);
+
 /* ==== [12] jit =========================================================== */
 
 typedef void (*tj_fn)(tj_graph *g, const tj_tree *in, tj_tree *out, void *user);
@@ -922,6 +1047,10 @@ struct tj_ctx {
     int nops, capops;
     struct tj__cvjp *cvjps; /* custom_vjp backward functions                */
     int ncvjp, capcvjp;
+    char *warn;             /* the warnings so far, one per line            */
+    size_t nwarn;
+    int quiet;              /* TJ_QUIET: do not print warnings              */
+    struct tj__procs *procs; /* processes, transport and groups ([11])      */
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -957,6 +1086,30 @@ static void tj__err(tj_ctx *ctx, tj_status st, const char *file, int line, const
     }
     if (ctx->dump) fprintf(stderr, "tinyjax: error: %s\n", ctx->msg);
 }
+/* Record a warning (once per distinct text) and print it. */
+static void tj__warn(tj_ctx *ctx, const char *file, int line, const char *fmt, ...) {
+    char m[TJ__MSG + 64];
+    va_list ap;
+    size_t k, n;
+    char *w;
+    if (!ctx) return;
+    va_start(ap, fmt);
+    vsnprintf(m, TJ__MSG, fmt, ap);
+    va_end(ap);
+    k = strlen(m);
+    if (file) snprintf(m + k, sizeof m - k, " (at %s:%d)", tj__base(file), line);
+    k = strlen(m);
+    m[k++] = '\n';
+    m[k] = 0;
+    if (ctx->warn && strstr(ctx->warn, m)) return;
+    n = ctx->nwarn;
+    if (!(w = (char *)TJ_REALLOC(ctx->warn, n + k + 1))) return;
+    memcpy(w + n, m, k + 1);
+    ctx->warn = w;
+    ctx->nwarn = n + k;
+    if (!ctx->quiet) fprintf(stderr, "tinyjax: warning: %s", m);
+}
+TJDEF const char *tj_warnings(tj_ctx *c) { return c && c->warn ? c->warn : ""; }
 
 /* Add "(<what> at file:line)" to the recorded message unless it already
    names that line: errors found deep inside a call (a run's kernels, its
@@ -979,6 +1132,8 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     pthread_mutex_init(&c->stats_mu, NULL);
     d = getenv("TJ_DUMP");
     c->dump = d && *d && strcmp(d, "0") != 0;
+    d = getenv("TJ_QUIET");
+    c->quiet = d && *d && strcmp(d, "0") != 0;
     c->ndev = 1;
     d = getenv("TJ_DEVICES");
     if (d && *d) { /* a bad value is an error of the context, not silently 1 device */
@@ -994,11 +1149,14 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     return c;
 }
 static void tj__free_ops(tj_ctx *c); /* custom ops, in [5] */
+static void tj__procs_free(tj_ctx *c); /* transport and groups, in [11] */
 TJDEF void tj_ctx_free(tj_ctx *c) {
     int i;
     if (!c) return;
+    tj__procs_free(c);
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
     tj__free_ops(c);
+    TJ_FREE(c->warn);
     pthread_mutex_destroy(&c->stats_mu);
     TJ_FREE(c);
 }
@@ -1388,6 +1546,10 @@ struct tj_array {
 
 static tj__type tj__local(const tj_ctx *c, const tj__type *t);
 static int tj__mesh_rank(const tj_ctx *c, int dev, unsigned m);
+/* process mode ([11]): does this process run device d; do a's shards live
+   only partly here */
+static int tj__dev_mine(const tj_ctx *c, int d);
+static int tj__spans(const tj_ctx *c, const tj__type *t);
 static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt, int64_t dbase, const int64_t *dims,
                             int nthreads);
 /* One buffer per device: the device's shard (the whole array where it is
@@ -1407,6 +1569,7 @@ static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file,
     a->ndev = c->ndev;
     a->local_bytes = nb;
     for (d = 0; d < a->ndev; d++) {
+        if (!tj__dev_mine(c, d)) continue; /* another process's device */
         a->data[d] = tj__mem_alloc(c, TJ_SPACE_DEVICE, nb, &a->raw[d]);
         if (!a->data[d]) {
             char b[256];
@@ -1440,6 +1603,7 @@ static tj_status tj__array_upload(tj_array *a, const void *host) {
     if (c->backend && !(tmp = tj__malloc((size_t)a->local_bytes))) return TJ_ERR_OOM;
     for (d = 0; d < a->ndev; d++) {
         void *dst = tmp ? tmp : a->data[d];
+        if (!a->data[d]) continue;
         tj__copy_region(host, &gt, tj__shard_base(c, &a->t, d), dst, &lt, 0, lt.dim, 1);
         if (tmp && tj__mem_copy(c, a->data[d], TJ_SPACE_DEVICE, tmp, TJ_SPACE_USER, a->local_bytes)) {
             TJ_FREE(tmp);
@@ -1475,7 +1639,7 @@ TJDEF tj_array *tj_array_new_at(const char *file, int line, tj_ctx *c, tj_dtype 
         }
     } else if (!c->backend) {
         int d;
-        for (d = 0; d < a->ndev; d++) memset(a->data[d], 0, (size_t)a->local_bytes);
+        for (d = 0; d < a->ndev; d++) if (a->data[d]) memset(a->data[d], 0, (size_t)a->local_bytes);
     } else {
         void *z = tj__calloc((size_t)tj__bytes(&t));
         if (!z || tj__array_upload(a, z)) {
@@ -1556,6 +1720,13 @@ TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
     }
     n = tj__numel(&a->t);
     if (n == 0) return TJ_OK;
+    if (tj__spans(a->ctx, &a->t)) {
+        char b[256];
+        tj__type_str(a->ctx, &a->t, b, sizeof b);
+        tj__err(a->ctx, TJ_ERR_STATE, NULL, 0, "tj_array_read: array %s spans processes (some shards live only on other processes' devices): "
+                "gather it with tj_array_read_all in every process, or read this process's block with tj_array_read_local", b);
+        return TJ_ERR_STATE;
+    }
     {   /* every device's shard into its place in the global array */
         tj_ctx *c = a->ctx;
         tj__type gt = a->t, lt = tj__local(c, &a->t);
@@ -1566,6 +1737,7 @@ TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
         gt.dt = dt;
         for (d = 0; d < a->ndev; d++) {
             const void *src = a->data[d];
+            if (!src) continue; /* another process's device: its shards are here too (tj__spans) */
             if (h) {
                 if (tj__mem_copy(c, h, TJ_SPACE_USER, a->data[d], TJ_SPACE_DEVICE, a->local_bytes)) {
                     TJ_FREE(h);
@@ -3269,6 +3441,7 @@ static void tj__kv_free(tj__kvlist *l) {
     TJ_FREE(l->kv);
 }
 
+static tj_status tj__procs_tree_io(const tj_tree *t, const char *path, int save); /* process mode: [11] */
 TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
     tj_ctx *c;
     tj__kvlist kv;
@@ -3285,6 +3458,7 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: argument path is NULL");
         return TJ_ERR_ARG;
     }
+    if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 1);
     memset(&kv, 0, sizeof kv);
     memset(&order, 0, sizeof order);
     for (i = 0; i < t->n; i++) na += t->leaf[i].kind == TJ_LEAF_ARRAY;
@@ -3333,7 +3507,7 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
                 rc = TJ_ERR_OOM;
                 goto done;
             }
-            if ((rc = tj_array_read(l->arr, a->t.dt, bufs[ne])) != TJ_OK) goto done;
+            if ((rc = tj_array_read_all(l->arr, a->t.dt, bufs[ne])) != TJ_OK) goto done; /* process mode: from every process */
             rc = TJ_ERR_IO;
             e[ne].name = l->name;
             e[ne].dtype = tj_st_dtype_of(a->t.dt);
@@ -3378,7 +3552,9 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
         rc = TJ_ERR_OOM;
         goto done;
     }
-    rc = tj__st_write(c, path, e, ne, (const char *const *)kv.kv, kv.n, 1) ? (c->status ? c->status : TJ_ERR_IO) : TJ_OK;
+    if (tj_process_index(c) == 0) /* process mode: process 0 writes */
+        rc = tj__st_write(c, path, e, ne, (const char *const *)kv.kv, kv.n, 1) ? (c->status ? c->status : TJ_ERR_IO) : TJ_OK;
+    else rc = TJ_OK;
 done:
     for (i = 0; bufs && i < na; i++) TJ_FREE(bufs[i]);
     TJ_FREE(bufs);
@@ -3414,6 +3590,7 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: argument path is NULL");
         return TJ_ERR_ARG;
     }
+    if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 0);
     if (!(st = tj_st_load(c, path))) return c->status ? c->status : TJ_ERR_IO;
     ord = tj_st_meta(st, "tinyjax.order");
     ver = tj_st_meta(st, "tinyjax.version");
@@ -3679,8 +3856,6 @@ struct tj_graph {
     int refs;              /* bodies are shared by clones of scan nodes  */
     struct tj_prog *prog;  /* the compiled body                          */
     struct tj__report *report; /* residual decisions (top graph only)    */
-    tj__attr pend;         /* attributes for the next node (its sharding rule reads them) */
-    int has_pend;
     /* inside shard_map: types are per-device (local) and record the mesh
        axes each value varies over; check: enforce and use those sets */
     int manual, check;
@@ -3814,16 +3989,15 @@ typedef struct {
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                \
     X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                      \
     X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
-    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, TJ__SH_GIVEN)                              \
     X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                                 \
-    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                  \
-    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                                    \
-    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)      \
+    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                  \
+    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                                    \
+    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)      \
     X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                \
-    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                    \
-    X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                          \
-    X(PMAX, "pmax", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                                      \
+    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                    \
+    X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                          \
+    X(PMAX, "pmax", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                                      \
     X(PVARY, "pvary", TJ__VIEW, tj__k_none, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                             \
     X(AXIS_INDEX, "axis_index", TJ__SOURCE | TJ__NODIFF, tj__k_axis_index, 0, tj__flops_zero, 0, TJ__SH_GIVEN)         \
     X(CUSTOM, "custom", TJ__MULTI, tj__k_custom, tj__vjp_custom, tj__flops_zero, 0, TJ__SH_GIVEN)                     \
@@ -3900,14 +4074,12 @@ TJDEF const char *tj_v_describe(tj_v v, char *buf, size_t n) {
 }
 
 /* Append a node. Inputs must be non-NULL values of g (a NULL input means an
-   earlier op failed: return NULL quietly so its message survives). */
+   earlier op failed: return NULL quietly so its message survives). `a` holds
+   the op's attributes (NULL: none); they are set before the sharding rule
+   runs, which may read them (the axes a softmax needs whole, ...). */
 static tj_node *tj__capture(tj_graph *g, tj_node *v);
 static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line);
 static int tj__vary_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const char *file, int line);
-static void tj__pend_attr(tj_graph *g, const tj__attr *a) {
-    g->pend = *a;
-    g->has_pend = 1;
-}
 /* The graph new ops go to: while a body is being traced, an op whose
    inputs all come from enclosing functions still belongs to the body (its
    inputs are captured), as in JAX: the body function's ops are the body. */
@@ -3916,7 +4088,7 @@ static int tj__encloses(const tj_graph *outer, const tj_graph *g) {
     return 0;
 }
 static tj_graph *tj__cur(tj_graph *g) { return g && g->ctx->cur && tj__encloses(g, g->ctx->cur) ? g->ctx->cur : g; }
-static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const char *file, int line) {
+static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
     tj_node *n;
     int i;
     tj_node *cin[64], *fin[64];
@@ -3944,8 +4116,8 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     }
     if (g->ctx->status != TJ_OK) return NULL; /* tracing already failed */
     if (tj__type_check(g->ctx, t, TJ__OPNAME(op), file, line)) return NULL; /* element and byte counts fit */
-    memset(&at, 0, sizeof at);
-    if (g->has_pend) { at = g->pend; g->has_pend = 0; }
+    if (a) at = *a; /* the op's attributes: its sharding rule reads them */
+    else memset(&at, 0, sizeof at);
     for (i = 0; i < nin; i++) fin[i] = cin[i];
     tt = *t;
     if (g->manual ? tj__vary_rule(g, op, &tt, nin, fin, file, line) : g->ctx->nmesh && tj__shard_rule(g, op, &tt, nin, fin, &at, file, line)) return NULL;
@@ -4047,7 +4219,7 @@ static tj_node *tj__capture1(tj_graph *g, tj_node *v) {
         g->cap_src = c;
         g->capcap = nc;
     }
-    p = tj__node(g, TJ__OP_PARAM, &outer->t, 0, NULL, v->file, v->line);
+    p = tj__node(g, TJ__OP_PARAM, &outer->t, 0, NULL, NULL, v->file, v->line);
     if (!p || tj__add_param(g, p)) {
         tj__err(g->ctx, TJ_ERR_OOM, v->file, v->line, "out of memory capturing a value into a scan body");
         return NULL;
@@ -4095,6 +4267,7 @@ static int tj__one_axis(tj_v x, const char *s, const char *what, const char *fil
 
 enum { TJ__SH_EW, TJ__SH_REDUCE, TJ__SH_DOT, TJ__SH_WHOLE, TJ__SH_RESHAPE, TJ__SH_TAKE, TJ__SH_SCATTER, TJ__SH_GIVEN };
 static int tj__opshard(int op);
+static tj_status tj__procs_devices(tj_ctx *c); /* process mode: this process's devices ([11]) */
 
 TJDEF int tj_devices(tj_ctx *c) { return c ? c->ndev : 0; }
 TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
@@ -4105,7 +4278,7 @@ TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
     }
     c->ndev = n;
     c->nmesh = 0;
-    return TJ_OK;
+    return tj__procs_devices(c);
 }
 TJDEF tj_status tj_set_mesh_at(const char *file, int line, tj_ctx *c, const char *mesh) {
     tj__type t;
@@ -4200,6 +4373,34 @@ static const char *tj__spec_str(const tj_ctx *c, const tj__type *t, char *buf, s
 }
 /* Parse a spec into sh[] for type t. strict: every named axis must be an
    axis of t. Checks: known mesh axes, each used once, divisible sizes. */
+/* Levenshtein distance between a and the n bytes at b (short names only) */
+static int tj__edit_distance(const char *a, const char *b, size_t n) {
+    int d[2][65], i, j;
+    size_t m = strlen(a);
+    if (m > 64 || n > 64) return 99;
+    for (j = 0; j <= (int)n; j++) d[0][j] = j;
+    for (i = 1; i <= (int)m; i++) {
+        int *p = d[(i - 1) & 1], *q = d[i & 1];
+        q[0] = i;
+        for (j = 1; j <= (int)n; j++) {
+            int v = p[j - 1] + (a[i - 1] != b[j - 1]);
+            if (p[j] + 1 < v) v = p[j] + 1;
+            if (q[j - 1] + 1 < v) v = q[j - 1] + 1;
+            q[j] = v;
+        }
+    }
+    return d[m & 1][n];
+}
+/* a likely misspelling: a few edits, few for the length ("dta" ~ "data", not "tp" ~ "dp") */
+static int tj__similar(const char *a, const char *b, size_t n) {
+    size_t m = strlen(a) > n ? strlen(a) : n;
+    int d = tj__edit_distance(a, b, n);
+    return d > 0 && d <= 2 && (size_t)(3 * d) <= m;
+}
+/* Parse a partition spec ("embed:data batch:data+model") or, not strict,
+   logical rules: a rule's mesh axis missing from the mesh is skipped (one
+   rule string serves every mesh), and when two rules claim the same mesh
+   axis for one value, the first in the string wins. */
 static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, int strict, const char *what, const char *file, int line) {
     const char *s = spec ? spec : "";
     unsigned used = 0;
@@ -4234,6 +4435,10 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
                 mid = tj__intern(c, s, (size_t)(e - s));
                 for (j = 0; j < c->nmesh; j++) if (c->mesh_ax[j] == mid) found = j;
                 if (found < 0 && !strict) { /* rules may name mesh axes this mesh lacks */
+                    for (j = 0; j < c->nmesh; j++) /* .. but not a misspelt one */
+                        if (tj__similar(tj__name(c, c->mesh_ax[j]), s, (size_t)(e - s)))
+                            tj__warn(c, file, line, "%s: the rules name mesh axis '%.*s', which the mesh does not have; did you mean '%s'? (the rule is skipped)", what,
+                                     (int)(e - s), s, tj__name(c, c->mesh_ax[j]));
                     s = *e == '+' ? e + 1 : e;
                     continue;
                 }
@@ -4263,7 +4468,13 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
             }
             continue;
         }
-        if (m && t->dim[k] % tj__mesh_count(c, m) && !strict) m = 0; /* rules do not apply to axes they cannot split */
+        if (m && t->dim[k] % tj__mesh_count(c, m) && !strict) { /* rules do not apply to axes they cannot split */
+            char mb[64];
+            if (t->dim[k] > 1) /* (a size-1 axis, e.g. one sample, is plainly whole) */
+                tj__warn(c, file, line, "%s: axis '%s' of size %lld cannot be split over mesh axes %s (%d devices): the rule is skipped, the axis replicated", what,
+                     tj__name(c, id), (long long)t->dim[k], tj__mesh_names(c, m, mb, sizeof mb), tj__mesh_count(c, m));
+            m = 0;
+        }
         if (m && t->dim[k] % tj__mesh_count(c, m)) {
             char mb[64];
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of size %lld is not divisible by mesh axes %s (%d devices)", what, tj__name(c, id),
@@ -4278,7 +4489,7 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
 
 /* ---- collectives as nodes ---- */
 static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *t, int axis, unsigned mesh, const char *cause, const char *file, int line) {
-    tj_node *n = tj__node(g, op, t, 1, &x, file, line); /* a given type: no rule runs */
+    tj_node *n = tj__node(g, op, t, 1, &x, NULL, file, line); /* a given type: no rule runs */
     if (!n) return NULL;
     n->a.axis = axis;
     n->a.index = (int)mesh;
@@ -4288,6 +4499,36 @@ static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *
 /* Make x have sharding sh (and no partial sums): psum / reduce-scatter the
    partial sums, all-gather axes that must lose mesh axes, slice axes that
    gain them (a local slice moves no data). */
+/* A replicated value made by elementwise ops from constant and random
+   sources (scalars aside) need not be made whole and sliced: sharding
+   propagates back through the elementwise ops to the sources, so that each
+   device generates only its slice (JAX does the same for a sharded random
+   init). Sources are counter-based: a slice has the values it has in the
+   whole. The whole chain stays if something else uses it. */
+static int tj__regen_ok(const tj_node *x, int depth) {
+    int j;
+    if (depth > 16 || x->t.partial || tj__sh_used(x->t.sh, x->t.rank)) return 0;
+    if (tj__ops_flags(x->op) & TJ__SOURCE) return x->op != TJ__OP_PARAM && x->op != TJ__OP_AXIS_INDEX;
+    if (!(x->op < TJ__OP_PARAM || x->op == TJ__OP_SELECT)) return 0; /* unary, binary, select */
+    for (j = 0; j < x->nin; j++)
+        if (x->in[j]->t.rank > 0 && !tj__regen_ok(x->in[j], depth + 1)) return 0;
+    return 1;
+}
+static tj_node *tj__regen(tj_node *x, const uint8_t *sh) {
+    tj_node *in[3];
+    tj__type t = x->t;
+    int i, j;
+    for (i = 0; i < t.rank; i++) t.sh[i] = sh[i];
+    if (tj__ops_flags(x->op) & TJ__SOURCE) return tj__node(x->g, x->op, &t, 0, NULL, &x->a, x->file, x->line);
+    for (j = 0; j < x->nin && j < 3; j++) {
+        uint8_t w[TJ_MAXDIM];
+        in[j] = x->in[j];
+        if (in[j]->t.rank == 0) continue;
+        for (i = 0; i < in[j]->t.rank; i++) w[i] = sh[tj__axis_index(&x->t, in[j]->t.ax[i])];
+        if (!(in[j] = tj__regen(in[j], w))) return NULL;
+    }
+    return tj__node(x->g, x->op, &t, x->nin, in, &x->a, x->file, x->line);
+}
 static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, const char *file, int line) {
     tj_graph *g;
     tj__type t;
@@ -4295,6 +4536,13 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
     if (!x) return NULL;
     g = x->g;
     t = x->t;
+    for (i = 0; i < t.rank; i++) /* a rule that asks for an uneven split is a bug, never a silent wrong block */
+        if (sh[i] && t.dim[i] % tj__mesh_count(g->ctx, sh[i])) {
+            char mb[64];
+            tj__err(g->ctx, TJ_ERR_SHAPE, file, line, "%s: axis '%s' of size %lld cannot be split over mesh axes %s (%d devices)", cause,
+                    tj__name(g->ctx, t.ax[i]), (long long)t.dim[i], tj__mesh_names(g->ctx, sh[i], mb, sizeof mb), tj__mesh_count(g->ctx, sh[i]));
+            return NULL;
+        }
     if (t.partial) {
         int a = -1;
         for (i = 0; i < t.rank; i++) if (!t.sh[i] && sh[i] == t.partial && t.dim[i] % tj__mesh_count(g->ctx, t.partial) == 0) a = i;
@@ -4329,15 +4577,14 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
             t.sh[i] = 0;
             if (!(x = tj__collective(g, TJ__OP_ALL_GATHER, x, &t, t.ax[i], m, cause, file, line))) return NULL;
         }
+    if (!tj__sh_used(t.sh, t.rank) && tj__sh_used(sh, t.rank) && !(tj__ops_flags(x->op) & TJ__SOURCE) && tj__regen_ok(x, 0))
+        return tj__regen(x, sh); /* e.g. normal * std: each device makes its slice of the normal */
     for (i = 0; i < t.rank; i++)
         if (!t.sh[i] && sh[i]) {
             t.sh[i] = sh[i];
             if ((tj__ops_flags(x->op) & TJ__SOURCE) && x->op != TJ__OP_PARAM) {
                 /* a constant or random source: make only this device's slice */
-                tj_node *n = tj__node(g, x->op, &t, 0, NULL, x->file, x->line);
-                if (!n) return NULL;
-                n->a = x->a;
-                x = n;
+                if (!(x = tj__node(g, x->op, &t, 0, NULL, &x->a, x->file, x->line))) return NULL;
             } else if (!(x = tj__collective(g, TJ__OP_SHARD_SLICE, x, &t, t.ax[i], sh[i], cause, file, line))) return NULL;
         }
     return x;
@@ -4529,8 +4776,9 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
         tj__err(a->ctx, TJ_ERR_OOM, f, l, "device_put: out of memory");
         return NULL;
     }
-    /* through the host: gather a's shards, give each device its new slice */
-    if (tj_array_read(a, a->t.dt, host) || !(b = tj__array_alloc(a->ctx, &t, f, l)) || tj__array_upload(b, host)) {
+    /* through the host: gather a's shards (from every process if they
+       span processes), give each device its new slice */
+    if (tj_array_read_all(a, a->t.dt, host) || !(b = tj__array_alloc(a->ctx, &t, f, l)) || tj__array_upload(b, host)) {
         TJ_FREE(host);
         return NULL;
     }
@@ -4740,7 +4988,7 @@ TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
     t.vary = g->check ? (uint8_t)m : 0;
-    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, f, l))) n->a.index = m;
+    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, NULL, f, l))) n->a.index = m;
     return n;
 }
 
@@ -5167,7 +5415,7 @@ static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double
     }
     t = x->t;
     t.dt = odt;
-    n = tj__node(x->g, op, &t, 1, &x, f, l);
+    n = tj__node(x->g, op, &t, 1, &x, NULL, f, l);
     if (n) n->a.s = s;
     return n;
 }
@@ -5310,7 +5558,7 @@ static tj_v tj__binary(const char *f, int l, int op, tj_v a, tj_v b) {
     if (op >= TJ__OP_LT && op <= TJ__OP_NE) t.dt = TJ_I32;
     in[0] = a;
     in[1] = b;
-    return tj__node(g, op, &t, 2, in, f, l);
+    return tj__node(g, op, &t, 2, in, NULL, f, l);
 }
 #define TJ__B(op_, nm, expr) \
     TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v a, tj_v b) { return tj__binary(f, l, TJ__OP_##op_, a, b); }
@@ -5383,7 +5631,7 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v m, tj_v a, tj_v b) {
     in[2] = b;
     {
         tj_graph *g = tj__inner(3, in, "select", f, l);
-        return g ? tj__node(g, TJ__OP_SELECT, &t2, 3, in, f, l) : NULL;
+        return g ? tj__node(g, TJ__OP_SELECT, &t2, 3, in, NULL, f, l) : NULL;
     }
 }
 static tj_status tj__vjp_select(tj_node *n, tj_v g, tj_v *gin) {
@@ -5398,7 +5646,7 @@ static tj_v tj__source(const char *f, int l, tj_graph *g, int op, tj_dtype dt, c
     tj__type t;
     if (!g) return NULL;
     if (tj__parse_shape(g->ctx, shape, dt, &t, 0, what, f, l)) return NULL;
-    return tj__node(g, op, &t, 0, NULL, f, l);
+    return tj__node(g, op, &t, 0, NULL, NULL, f, l);
 }
 TJDEF tj_v tj_fill_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, double v) {
     tj_node *n = tj__source(f, l, g, TJ__OP_FILL, dt, shape, "fill");
@@ -5491,6 +5739,7 @@ static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t);
 static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
     tj__type t;
     tj_node *n;
+    tj__attr pa;
     int i, j, keep;
     int64_t size = 1;
     if (!x) return NULL;
@@ -5507,18 +5756,10 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
         } else size *= x->t.dim[i];
     }
     if (size == 1) return tj__reshape(f, l, x, &t); /* axes of size 1: same elements, a view */
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.naxes = nr;
-        for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, op, &t, 1, &x, f, l);
-    if (n) {
-        n->a.naxes = nr;
-        for (j = 0; j < nr; j++) n->a.axes[j] = ids[j];
-    }
+    memset(&pa, 0, sizeof pa);
+    pa.naxes = nr;
+    for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
+    n = tj__node(x->g, op, &t, 1, &x, &pa, f, l);
     return n;
 }
 static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n) { return tj__reduce_ids(f, l, TJ__OP_SUM, x, ids, n); }
@@ -5724,7 +5965,7 @@ static tj_v tj__relayout(const char *f, int l, tj_v x, const tj__type *to) {
             return NULL;
         }
     }
-    return tj__node(x->g, TJ__OP_RELAYOUT, &t, 1, &x, f, l);
+    return tj__node(x->g, TJ__OP_RELAYOUT, &t, 1, &x, NULL, f, l);
 }
 static void tj__k_copy(tj__kern *k) {
     if (k->it[0]->rank == k->ot.rank && k->it[0]->dt == k->ot.dt) {
@@ -5771,7 +6012,7 @@ TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape) {
 
 /* ---- reshape: rename, split, merge (same elements, same order; a view) ---- */
 static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t) {
-    return tj__node(x->g, TJ__OP_RESHAPE, t, 1, &x, f, l);
+    return tj__node(x->g, TJ__OP_RESHAPE, t, 1, &x, NULL, f, l);
 }
 static tj_status tj__vjp_reshape(tj_node *n, tj_v g, tj_v *gin) {
     /* g has n's type once fitted; reinterpret it with the input's axes */
@@ -5887,7 +6128,7 @@ static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, 
 TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t start, int64_t stop) {
     int a, k;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "slice", f, l)) < 0) return NULL;
     k = tj__axis_index(&x->t, a);
     if (start < 0 || stop > x->t.dim[k] || start >= stop) {
@@ -5897,15 +6138,11 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
     }
     t = x->t;
     t.dim[k] = stop - start;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, f, l);
-    if (n) { n->a.axis = a; n->a.start = start; n->a.stop = stop; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    pa.start = start;
+    pa.stop = stop;
+    return tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, &pa, f, l);
 }
 static void tj__k_slice(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
@@ -5921,7 +6158,7 @@ static tj_status tj__vjp_slice(tj_node *n, tj_v g, tj_v *gin) {
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value) {
     int a, k;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
     if (lo < 0 || hi < 0 || lo > TJ__MAXDIM_SIZE || hi > TJ__MAXDIM_SIZE) { /* (and lo + hi cannot overflow) */
         tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) on axis '%s' is negative or more than 2^40", (long long)lo, (long long)hi, axis);
@@ -5930,15 +6167,12 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     k = tj__axis_index(&x->t, a);
     t = x->t;
     t.dim[k] += lo + hi;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_PAD, &t, 1, &x, f, l);
-    if (n) { n->a.axis = a; n->a.start = lo; n->a.stop = hi; n->a.s = value; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    pa.start = lo;
+    pa.stop = hi;
+    pa.s = value;
+    return tj__node(x->g, TJ__OP_PAD, &t, 1, &x, &pa, f, l);
 }
 static void tj__k_pad(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
@@ -5955,7 +6189,7 @@ static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
 TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
     int a, k, i, j;
     tj__type t;
-    tj_node *n;
+    tj__attr pa;
     char b1[256], b2[256];
     if (nx < 1 || nx > 16 || !xs) {
         if (nx >= 1 && xs && xs[0]) tj__err(xs[0]->g->ctx, TJ_ERR_ARG, f, l, "concat: %d inputs (1..16 allowed)", nx);
@@ -5979,16 +6213,9 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
         }
         t.dim[k] += xs[i]->t.dim[k];
     }
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        if (!tj__inner(nx, xs, "concat", f, l)) return NULL;
-        tj__pend_attr(tj__inner(nx, xs, "concat", f, l), &pa);
-    }
-    n = tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, f, l);
-    if (n) n->a.axis = a;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    return tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, &pa, f, l);
 }
 static void tj__k_concat(tj__kern *k) {
     int64_t st[TJ_MAXDIM], at = 0;
@@ -6115,7 +6342,7 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
     if (autosh) tj__dot_out_sharding(in[0], in[1], ck, nk, &to);
     {
         tj_graph *g = tj__inner(2, in, "dot", f, l);
-        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, f, l) : NULL;
+        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, NULL, f, l) : NULL;
     }
     if (n) {
         n->a.nb = nb; n->a.nm = nm; n->a.nk = nk; n->a.nn = nn;
@@ -6229,16 +6456,32 @@ static int tj__take_type(const char *what, tj_v x, int axis, tj_v idx, tj__type 
                     return -1;
                 }
                 t->ax[t->rank] = idx->t.ax[j];
+                t->sh[t->rank] = idx->t.sh[j];
                 t->dim[t->rank++] = idx->t.dim[j];
             }
-        } else { t->ax[t->rank] = x->t.ax[i]; t->dim[t->rank++] = x->t.dim[i]; }
+        } else {
+            t->ax[t->rank] = x->t.ax[i];
+            t->sh[t->rank] = x->t.sh[i];
+            t->dim[t->rank++] = x->t.dim[i];
+        }
     }
+    /* shardings follow their axes (not their positions); an index axis
+       loses a mesh axis the operand's kept axes already use */
+    t->partial = 0;
+    for (i = 0; i < t->rank; i++)
+        if (tj__axis_index(&idx->t, t->ax[i]) >= 0) {
+            int j;
+            for (j = 0; j < t->rank; j++)
+                if (tj__axis_index(&idx->t, t->ax[j]) < 0) t->sh[i] &= (uint8_t)~t->sh[j];
+        }
+    for (i = t->rank; i < TJ_MAXDIM; i++) t->sh[i] = 0;
     return 0;
 }
 TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) {
     int a;
     tj__type t;
-    tj_node *in[2], *n;
+    tj_node *in[2];
+    tj__attr pa;
     char b[256];
     if (tj__any_null("take", f, l, 2, x, idx, NULL) || (a = tj__one_axis(x, axis, "take", f, l)) < 0) return NULL;
     if (idx->t.dt != TJ_I32) {
@@ -6248,16 +6491,9 @@ TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx) 
     if (tj__take_type("take", x, a, idx, &t, f, l)) return NULL;
     in[0] = x;
     in[1] = idx;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = a;
-        if (!tj__inner(2, in, "take", f, l)) return NULL;
-        tj__pend_attr(tj__inner(2, in, "take", f, l), &pa);
-    }
-    n = tj__node(tj__inner(2, in, "take", f, l), TJ__OP_TAKE, &t, 2, in, f, l);
-    if (n) n->a.axis = a;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    return tj__node(tj__inner(2, in, "take", f, l), TJ__OP_TAKE, &t, 2, in, &pa, f, l);
 }
 /* pre/V/post extents of x around axis k (local type) */
 static void tj__ppv(const tj__type *t, int k, int64_t *pre, int64_t *v, int64_t *post) {
@@ -6291,21 +6527,16 @@ static void tj__k_take(tj__kern *k) {
 /* scatter_add(g, idx) into the shape of x: the transpose of take */
 static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int axis) {
     tj__type t, gt;
-    tj_node *in[2], *n;
+    tj_node *in[2];
+    tj__attr pa;
     if (!g || tj__take_type("scatter_add", x, axis, idx, &gt, f, l)) return NULL;
     in[0] = tj__fit(f, l, g, &gt);
     in[1] = idx;
     t = x->t;
     t.dt = g->t.dt;
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = axis;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, f, l);
-    if (n) n->a.axis = axis;
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = axis;
+    return tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, &pa, f, l);
 }
 static tj_status tj__vjp_take(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj__scatter_add(F, L, g, n->in[1], n->in[0], n->a.axis);
@@ -6327,7 +6558,7 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
     t.dt = dt;
     t.ax[t.rank] = nt.ax[0];
     t.dim[t.rank++] = nt.dim[0];
-    n = tj__node(idx->g, TJ__OP_ONE_HOT, &t, 1, &idx, f, l);
+    n = tj__node(idx->g, TJ__OP_ONE_HOT, &t, 1, &idx, NULL, f, l);
     if (n) n->a.axis = nt.ax[0];
     return n;
 }
@@ -6345,17 +6576,13 @@ static void tj__k_one_hot(tj__kern *k) {
    reading each row in chunks once per pass; the threads split the rows. ---- */
 /* a row op node along axis id a: in[0] gives the rows, t is the output type */
 static tj_v tj__rownode(const char *f, int l, int op, int nin, tj_node **in, int a, double s, const tj__type *t) {
-    tj__attr pa;
     tj_graph *g = tj__inner(nin, in, TJ__OPNAME(op), f, l);
-    tj_node *n;
+    tj__attr pa;
     if (!g) return NULL;
     memset(&pa, 0, sizeof pa);
     pa.axis = a;
     pa.s = s;
-    tj__pend_attr(g, &pa);
-    n = tj__node(g, op, t, nin, in, f, l);
-    if (n) { n->a.axis = a; n->a.s = s; }
-    return n;
+    return tj__node(g, op, t, nin, in, &pa, f, l);
 }
 static tj_v tj__rowop(const char *f, int l, int op, tj_v x, const char *axis, double s) {
     int a;
@@ -6571,22 +6798,17 @@ static double tj__flops_row(const tj_node *n) { return 5.0 * (double)tj__numel(&
 /* ---- causal mask ---- */
 TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill) {
     int q, kk;
-    tj_node *n;
+    tj__attr pa;
     if (!x || (q = tj__one_axis(x, q_axis, "causal_mask", f, l)) < 0 || (kk = tj__one_axis(x, k_axis, "causal_mask", f, l)) < 0) return NULL;
     if (q == kk) {
         tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "causal_mask: query and key axes must differ (rename one), both are '%s'", q_axis);
         return NULL;
     }
-    {
-        tj__attr pa;
-        memset(&pa, 0, sizeof pa);
-        pa.axis = q;
-        pa.axis2 = kk;
-        tj__pend_attr(x->g, &pa);
-    }
-    n = tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, f, l);
-    if (n) { n->a.axis = q; n->a.axis2 = kk; n->a.s = fill; }
-    return n;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = q;
+    pa.axis2 = kk;
+    pa.s = fill;
+    return tj__node(x->g, TJ__OP_CAUSAL, &x->t, 1, &x, &pa, f, l);
 }
 /* in rows of the last axis; the threads split the rows */
 static void tj__causal_part(const void *arg, int part, int nparts) {
@@ -6618,7 +6840,7 @@ static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
 }
 
 /* ---- identities: stop_gradient, name, copy; and parameters ---- */
-TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_STOP_GRADIENT, &x->t, 1, &x, f, l) : NULL; }
+TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_STOP_GRADIENT, &x->t, 1, &x, NULL, f, l) : NULL; }
 TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name) {
     tj_node *n;
     if (!x) return NULL;
@@ -6626,148 +6848,27 @@ TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name)
         tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "checkpoint_name: empty name");
         return NULL;
     }
-    n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, f, l);
+    n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, NULL, f, l);
     if (n && !(n->name = tj__strdup(name))) return NULL;
     return n;
 }
-static tj_v tj__copy(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_COPY, &x->t, 1, &x, f, l) : NULL; }
+static tj_v tj__copy(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_COPY, &x->t, 1, &x, NULL, f, l) : NULL; }
 static void tj__k_none(tj__kern *k) { (void)k; }
 
 #undef F
 #undef L
 
 /* ---- the op table ---- */
-/* ---- collective kernels (CPU backend) ----
-   Devices are threads of one process, so a collective is a rendezvous: each
-   device publishes its input buffer, waits for the others, reads its
-   peers' buffers in a fixed (mesh) order, and waits again before anyone may
-   reuse a buffer. Sums add peers in rank order, so runs are bit-identical. */
-typedef struct tj__rdv {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int n, waiting;
-    unsigned long gen;
-    const void *slot[TJ_MAXDEV];
-    /* profiling: each device appends to its own list (no locks) */
-    tj_event *ev[TJ_MAXDEV];
-    int nev[TJ_MAXDEV], capev[TJ_MAXDEV];
-    double t0;
-} tj__rdv;
-static void tj__barrier(tj__rdv *r) {
-    unsigned long gen;
-    if (!r || r->n <= 1) return;
-    pthread_mutex_lock(&r->mu);
-    gen = r->gen;
-    if (++r->waiting == r->n) {
-        r->waiting = 0;
-        r->gen++;
-        pthread_cond_broadcast(&r->cv);
-    } else
-        while (gen == r->gen) pthread_cond_wait(&r->cv, &r->mu);
-    pthread_mutex_unlock(&r->mu);
-}
-static const void *tj__peer_in(tj__kern *k, unsigned m, int r) {
-    int d = tj__mesh_peer(k->ctx, k->dev, m, r);
-    return k->rdv && k->rdv->n > 1 ? k->rdv->slot[d] : k->in[0];
-}
-static void tj__publish(tj__kern *k) {
-    if (k->rdv && k->rdv->n > 1) k->rdv->slot[k->dev] = k->in[0];
-    tj__barrier(k->rdv);
-}
-static void tj__k_all_to_all(tj__kern *k);
-static void tj__k_ppermute(tj__kern *k);
-static void tj__k_axis_index(tj__kern *k);
-static void tj__k_all_gather(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
-    int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis);
-    int64_t st[TJ_MAXDIM] = {0};
-    tj__strides(&k->ot, st);
-    tj__publish(k);
-    for (r = 0; r < G; r++) tj__copy_region(tj__peer_in(k, m, r), k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim, k->nthreads);
-    tj__barrier(k->rdv);
-}
-static void tj__k_psum(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
-    int G = tj__mesh_count(k->ctx, m), r;
-    int64_t n = tj__numel(&k->ot), c0, c, j;
-    double acc[TJ__CHUNK], b[TJ__CHUNK];
-    tj__publish(k);
-    for (c0 = 0; c0 < n; c0 += c) {
-        c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
-        tj__load_n(tj__peer_in(k, m, 0), k->it[0]->dt, c0, 1, c, acc);
-        for (r = 1; r < G; r++) {
-            tj__load_n(tj__peer_in(k, m, r), k->it[0]->dt, c0, 1, c, b);
-            if (k->n->op == TJ__OP_PMAX)
-                for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] ? b[j] : acc[j];
-            else
-                for (j = 0; j < c; j++) acc[j] += b[j];
-        }
-        tj__store_n(k->out, k->ot.dt, c0, 1, c, acc);
-    }
-    tj__barrier(k->rdv);
-}
-static void tj__k_reduce_scatter(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
-    int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
-    int64_t ist[TJ_MAXDIM] = {0};
-    tj__ew e;
-    tj_dtype idt[2];
-    tj__strides(k->it[0], ist);
-    tj__publish(k);
-    memset(&e, 0, sizeof e); /* out += each peer's block, in rank order */
-    e.op = TJ__OP_ADD;
-    e.nin = 2;
-    e.x[0].p = e.out = k->out;
-    e.x[0].dt = e.odt = idt[0] = k->ot.dt;
-    tj__strides(&k->ot, e.x[0].st);
-    memcpy(e.ost, e.x[0].st, sizeof e.ost);
-    e.x[1].dt = idt[1] = k->it[0]->dt;
-    e.x[1].base = me * k->ot.dim[ax] * ist[ax];
-    memcpy(e.x[1].st, ist, sizeof ist);
-    e.rank = k->ot.rank;
-    memcpy(e.dims, k->ot.dim, sizeof e.dims);
-    e.flt = tj__flt_ok(TJ__OP_ADD, e.odt, 2, idt);
-    for (r = 0; r < G; r++) {
-        e.x[1].p = tj__peer_in(k, m, r);
-        if (r == 0) tj__copy_region(e.x[1].p, k->it[0], e.x[1].base, k->out, &k->ot, 0, k->ot.dim, k->nthreads);
-        else tj__ew_run(&e, k->nthreads);
-    }
-    tj__barrier(k->rdv);
-}
+/* ---- collective kernels ----
+   The kernels that move data between devices (all_gather, psum, pmax,
+   reduce_scatter, all_to_all, ppermute) live with the transports in [11];
+   here are the ones that only look at the device's own rank. */
 static void tj__k_shard_slice(tj__kern *k) {
     unsigned m = (unsigned)k->n->a.index;
     int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
     int64_t ist[TJ_MAXDIM] = {0};
     tj__strides(k->it[0], ist);
     tj__copy_region(k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim, k->nthreads);
-}
-/* all_to_all: mesh axes m move from axis `axis2` (split on input) to
-   `axis` (split on output): each device sends peer r the r-th block of its
-   `axis` and receives peer r's block of `axis2`. */
-static void tj__k_all_to_all(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
-    int G = tj__mesh_count(k->ctx, m), r, me = tj__mesh_rank(k->ctx, k->dev, m);
-    int to = tj__axis_index(&k->ot, k->n->a.axis), from = tj__axis_index(&k->ot, k->n->a.axis2);
-    int64_t ist[TJ_MAXDIM] = {0}, ost[TJ_MAXDIM] = {0}, dims[TJ_MAXDIM];
-    tj__strides(k->it[0], ist);
-    tj__strides(&k->ot, ost);
-    memcpy(dims, k->ot.dim, sizeof dims);
-    dims[from] = k->it[0]->dim[from]; /* one peer's block */
-    tj__publish(k);
-    for (r = 0; r < G; r++)
-        tj__copy_region(tj__peer_in(k, m, r), k->it[0], me * k->ot.dim[to] * ist[to], k->out, &k->ot, r * k->it[0]->dim[from] * ost[from], dims, k->nthreads);
-    tj__barrier(k->rdv);
-}
-/* ppermute: rank r's block goes to rank perm[r]; a rank nobody sends to
-   gets zeros */
-static void tj__k_ppermute(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
-    int G = tj__mesh_count(k->ctx, m), r, me = tj__mesh_rank(k->ctx, k->dev, m), src = -1;
-    tj__publish(k);
-    for (r = 0; r < G; r++) if (k->n->a.perm[r] == me) src = r;
-    if (src >= 0) memcpy(k->out, tj__peer_in(k, m, src), (size_t)tj__bytes(&k->ot));
-    else memset(k->out, 0, (size_t)tj__bytes(&k->ot));
-    tj__barrier(k->rdv);
 }
 static void tj__k_axis_index(tj__kern *k) { *(int32_t *)k->out = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index); }
 /* A collective's VJP. Outside shard_map: bring the cotangent back to the
@@ -6967,7 +7068,7 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
         tj__type dummy;
         memset(&dummy, 0, sizeof dummy);
         dummy.dt = TJ_I32;
-        if (!(n = tj__node(g, TJ__OP_CUSTOM, &dummy, nin, x, f, l))) return c->status ? c->status : TJ_ERR_OOM;
+        if (!(n = tj__node(g, TJ__OP_CUSTOM, &dummy, nin, x, NULL, f, l))) return c->status ? c->status : TJ_ERR_OOM;
     }
     n->a.index = k;
     for (j = 0; j < d->nout; j++) {
@@ -7027,6 +7128,12 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
 }
 
 /* ops whose blocks live in other sections */
+static void tj__k_all_gather(tj__kern *k); /* collectives: [11], transports */
+static void tj__k_psum(tj__kern *k);
+static void tj__k_reduce_scatter(tj__kern *k);
+static void tj__k_all_to_all(tj__kern *k);
+static void tj__k_ppermute(tj__kern *k);
+static int64_t tj__coll_scratch(const tj_node *n);
 static void tj__k_custom_vjp(tj__kern *k);
 static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g, tj_v *gin);
 static void tj__k_memcpy(tj__kern *k);
@@ -7264,7 +7371,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     c->cvjps[k].nres = nres;
     memset(&dummy, 0, sizeof dummy);
     dummy.dt = TJ_I32;
-    if (!(n = tj__node(g, TJ__OP_CUSTOM_VJP, &dummy, nin + nout + nres, all, f, l))) return c->status ? c->status : TJ_ERR_OOM;
+    if (!(n = tj__node(g, TJ__OP_CUSTOM_VJP, &dummy, nin + nout + nres, all, NULL, f, l))) return c->status ? c->status : TJ_ERR_OOM;
     n->a.index = k;
     for (i = 0; i < nout; i++) {
         if (tj__add_proj(n, &all[nin + i]->t, TJ_SPACE_DEVICE)) return c->status;
@@ -7339,7 +7446,7 @@ static int tj__add_proj(tj_node *m, const tj__type *t, int space) {
         return -1;
     }
     m->proj = np;
-    p = tj__node(m->g, TJ__OP_PROJ, t, 1, &m, m->file, m->line);
+    p = tj__node(m->g, TJ__OP_PROJ, t, 1, &m, NULL, m->file, m->line);
     if (!p) return -1;
     p->a.index = m->nproj;
     p->space = space;
@@ -7386,7 +7493,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     for (i = 0; i < b->ncap; i++) in[nin++] = b->cap_outer[i];
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
-    n = tj__node(g, TJ__OP_SCAN, &t, nin, in, f, l);
+    n = tj__node(g, TJ__OP_SCAN, &t, nin, in, NULL, f, l);
     if (!n) return NULL;
     n->sub = b;
     b->refs++;
@@ -7481,12 +7588,12 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     b->manual = g->manual; /* a scan inside shard_map works on local blocks too */
     b->check = g->check;
     for (i = 0; i < nc; i++) {
-        if (!(cp[i] = tj__node(b, TJ__OP_PARAM, &init[i]->t, 0, NULL, f, l)) || tj__add_param(b, cp[i])) goto fail;
+        if (!(cp[i] = tj__node(b, TJ__OP_PARAM, &init[i]->t, 0, NULL, NULL, f, l)) || tj__add_param(b, cp[i])) goto fail;
         cp[i]->name = tj__strdup("carry");
     }
     for (i = 0; i < nx; i++) {
         tj__type xt = tj__type_drop(&xs[i]->t, ax);
-        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
+        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("x");
     }
     for (i = 0; i < 32; i++) co[i] = yo[i] = NULL;
@@ -7685,7 +7792,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
         unsigned v = tj__sh_used(lt.sh, lt.rank);
         lt = tj__local(c, &lt);
         lt.vary = check ? (uint8_t)v : 0;
-        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
+        if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("block");
     }
     for (i = 0; i < 32; i++) yo[i] = NULL;
@@ -7828,7 +7935,7 @@ static void tj__k_scan(tj__kern *k) {
                 tj__stage_copy(k, stage[i][(s + 1) & 1], (char *)k->in[nc + i] + tn * xsl[i], xsl[i]);
         }
         for (i = 0; i < ny; i++) outs[nc + i] = (char *)k->pout[nc + i] + t * ysl[i];
-        if (tj__run_body(bp, args, outs, arena, k->err, k->nthreads, k->dev, k->rdv) != TJ_OK) return;
+        tj__run_body(bp, args, outs, arena, k->err, k->nthreads, k->dev, k->rdv); /* after an error the rest runs dry ([11]) */
     }
     for (i = 0; i < nc; i++) {
         const void *last = n->a.length ? buf[i][(n->a.length - 1 + par[i]) & 1] : k->in[i];
@@ -8017,6 +8124,23 @@ static void tj__lint_policy(tj_graph *g, const tj_policy *p, tj_graph *b, int nc
         tj__lint_policy(g, p->a, b, ncarry, r->n);
         tj__lint_policy(g, p->b, b, ncarry, r->n);
     }
+    if (p->kind == TJ_POLICY_SAVE_AND_OFFLOAD_ONLY_THESE_NAMES && p->names && p->offload_names) { /* JAX raises this too */
+        const char *s = p->names;
+        while (*s) {
+            size_t k = 0;
+            char nm[64];
+            while (*s == ' ' || *s == ',') s++;
+            while (s[k] && s[k] != ' ' && s[k] != ',') k++;
+            if (!k) break;
+            snprintf(nm, sizeof nm, "%.*s", (int)(k < 63 ? k : 63), s);
+            if (tj__in_list(p->offload_names, nm)) {
+                tj__err(g->ctx, TJ_ERR_ARG, b->file, b->line, "save_and_offload_only_these_names: '%s' is in both the save list (\"%s\") and the offload list (\"%s\")", nm,
+                        p->names, p->offload_names);
+                return;
+            }
+            s += k;
+        }
+    }
     tj__lint_names(g, p->names, "names", b, ncarry);
     tj__lint_names(g, p->offload_names, "offload names", b, ncarry);
     if (p->offload_dst && strcmp(p->offload_dst, "host") != 0 && strcmp(p->offload_dst, "pinned_host") != 0) {
@@ -8051,6 +8175,8 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
             snprintf(r->lint + m, sizeof r->lint - m, "policy %s names '%s', but no value in the scan body (%s:%d) carries that name\n", policy_name, nm,
                      tj__base(b->file), b->line);
             r->nlint++;
+            /* the user asked for something that cannot happen: say so at tj_jit, not only in tj_prog_lint */
+            tj__warn(g->ctx, b->file, b->line, "remat policy: no value in the scan or checkpoint body carries the name '%s' (from the policy's %s)", nm, policy_name);
         }
         s += k;
     }
@@ -8077,7 +8203,7 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
         tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, w->scan->file, w->scan->line, "scan: more than 64 residuals per iteration");
         return NULL;
     }
-    p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, w->scan->file, w->scan->line);
+    p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, NULL, w->scan->file, w->scan->line);
     if (!p || tj__add_param(w->bk, p)) return NULL;
     p->name = tj__strdup(name);
     p->space = space;
@@ -8090,8 +8216,8 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
 static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     tj_node *out = v, *p;
     int space = d == TJ_OFFLOAD ? TJ_SPACE_HOST : TJ_SPACE_DEVICE;
-    if (d == TJ_OFFLOAD) {
-        out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, v->file, v->line);
+    if (d == TJ_OFFLOAD && v->space != TJ_SPACE_HOST) {
+        out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, NULL, v->file, v->line);
         if (!out) return NULL;
         out->space = TJ_SPACE_HOST;
         out->pass = 0;
@@ -8099,6 +8225,8 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     if (tj__body_add_out(w->b, out)) return NULL;
     {
         tj__type yt = tj__type_lead(&v->t, w->scan->a.axis, w->scan->a.length);
+        if (w->b->manual && !w->b->check && !w->scan->g->manual) /* an unchecked shard_map's residual is per-device all the same */
+            yt.vary = (uint8_t)((1u << w->b->ctx->nmesh) - 1);
         if (tj__add_proj(w->scan, &yt, space)) return NULL;
     }
     /* the backward body sees a device buffer either way: for an offloaded
@@ -8118,9 +8246,8 @@ static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
     if (v->nin > 64) return NULL;
     for (i = 0; i < v->nin; i++)
         if (!(in[i] = tj__clone(w, v->in[i]))) return NULL;
-    n = tj__node(w->bk, v->op, &v->t, v->nin, in, v->file, v->line);
+    n = tj__node(w->bk, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
     if (!n) return NULL;
-    n->a = v->a;
     n->space = v->space;
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
     if (v->sub) {
@@ -8144,9 +8271,10 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         int idx = v->a.index, k;
         if (idx >= w->nc && idx < w->nc + w->nx) { /* an x: slice the same stacked input */
             r = tj__bk_xparam(w, w->scan->in[idx], &v->t, TJ_SPACE_DEVICE, "x");
-        } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again */
+        } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again (the scan's own input:
+               a body shared by a clone of the scan has captures of another graph) */
             for (k = 0; k < w->b->ncap; k++)
-                if (w->b->cap_param[k] == v) r = tj__capture(w->bk, w->b->cap_outer[k]);
+                if (w->b->cap_param[k] == v) r = tj__capture(w->bk, idx < w->scan->nin ? w->scan->in[idx] : w->b->cap_outer[k]);
         } else { /* a carry: a residual by nature */
             char why[160];
             const char *nm = tj__resid_name(v, w->b, w->nc);
@@ -8168,6 +8296,10 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested scan, saved");
         }
+        if (v->op == TJ__OP_PROJ && v->space == TJ_SPACE_HOST && d == TJ_SAVE) { /* a nested region's policy offloaded it: it stays on the host */
+            d = TJ_OFFLOAD;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
+        }
         tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
         if (d == TJ_RECOMPUTE) {
             tj_node *outer = w->via;
@@ -8185,6 +8317,19 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
     return r;
 }
 
+/* The type of a cotangent of a value of type t: a partial sum's cotangent is
+   the same on every device (d sum_k p_k / d p_k = 1), so it is not partial. */
+static tj__type tj__ct_type(const tj__type *t) {
+    tj__type c = *t;
+    c.partial = 0;
+    return c;
+}
+/* Zeros of type t (its sharding: each device fills only its block). */
+static tj_node *tj__zeros(tj_graph *g, const tj__type *t, const char *f, int l) {
+    tj__type z = tj__ct_type(t);
+    if (g->manual) return tj__relayout(f, l, tj_scalar_at(f, l, g, t->dt, 0), t);
+    return tj__node(g, TJ__OP_FILL, &z, 0, NULL, NULL, f, l);
+}
 static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj_graph *G = n->g, *B = n->sub, *bk = NULL;
     tj_ctx *c = G->ctx;
@@ -8196,6 +8341,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     int nbinit = 0, first_row;
     /* the boundary of a shard_map body; unchecked, its transpose is defensive */
     int smap = B->manual && !G->manual, defensive = smap && !B->check;
+    /* a region (one iteration, no shard_map boundary) returns its captures'
+       gradients as outputs: no zero-filled running sums, no carry buffers */
+    int capy = n->a.length == 1 && !smap;
     unsigned all = (1u << c->nmesh) - 1;
     tj__type yt[64];
     (void)g_unused;
@@ -8208,9 +8356,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     B->cur_pass = ++B->npass;
     for (i = 0; i < nc + ny; i++) {
         tj_node *o = B->outs[i];
+        tj__type ct = tj__ct_type(&o->t);
         ctp[i] = NULL;
         if (!tj__isfloat(o->t.dt)) continue;
-        ctp[i] = tj__node(B, TJ__OP_PARAM, &o->t, 0, NULL, n->file, n->line);
+        ctp[i] = tj__node(B, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
         if (!ctp[i] || tj__add_param(B, ctp[i])) goto fail;
         ctp[i]->name = tj__strdup(i < nc ? "carry cotangent" : "y cotangent");
         outs[nf] = o;
@@ -8240,29 +8389,32 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
     if (!w.map) goto fail;
     for (i = 0; i < nc; i++) { /* backward carry i: cotangent of carry i */
-        tj_node *p = tj__node(bk, TJ__OP_PARAM, &B->outs[i]->t, 0, NULL, n->file, n->line);
+        tj__type ct = tj__ct_type(&B->outs[i]->t);
+        tj_node *p = tj__node(bk, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
         if (!p || tj__add_param(bk, p)) goto fail;
         p->name = tj__strdup("carry cotangent");
         if (ctp[i]) w.map[ctp[i]->id] = p;
         binit[nbinit++] = pct[n->proj[i]->id] ? tj__fit(n->file, n->line, pct[n->proj[i]->id], &n->proj[i]->t) /* partial sums resolved */
-                                              : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, n->proj[i]->t.dt, 0), &n->proj[i]->t);
+                                              : tj__zeros(G, &n->proj[i]->t, n->file, n->line);
     }
-    for (k = 0; k < nw; k++) /* a gradient-sum carry per float capture */
+    for (k = 0; k < nw && !capy; k++) /* a gradient-sum carry per float capture */
         if (wrt_kind[k] == 2) {
-            tj_node *p = tj__node(bk, TJ__OP_PARAM, &wrt[k]->t, 0, NULL, n->file, n->line);
+            tj_node *p = tj__node(bk, TJ__OP_PARAM, &wrt[k]->t, 0, NULL, NULL, n->file, n->line);
             if (!p || tj__add_param(bk, p)) goto fail;
             p->name = tj__strdup("capture gradient sum");
-            binit[nbinit++] = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, wrt[k]->t.dt, 0), &wrt[k]->t);
+            binit[nbinit++] = tj__zeros(G, &wrt[k]->t, n->file, n->line);
         }
     for (i = 0; i < ny; i++) /* y cotangent slices */
         if (ctp[nc + i]) {
             tj_node *yct = pct[n->proj[nc + i]->id], *p;
             const tj__type *pt = &n->proj[nc + i]->t;
-            yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, G, pt->dt, 0), pt);
-            p = tj__bk_xparam(&w, yct, &B->outs[nc + i]->t, TJ_SPACE_DEVICE, "y cotangent");
-            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
-                /* every device holds the replicated output: each gets 1/n of its cotangent */
-                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank);
+            tj__type yt1 = tj__ct_type(&B->outs[nc + i]->t);
+            yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__zeros(G, pt, n->file, n->line);
+            p = tj__bk_xparam(&w, yct, &yt1, TJ_SPACE_DEVICE, "y cotangent");
+            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank) & ~pt->vary) > 1) {
+                /* every device holds the replicated output: each gets 1/n of its cotangent
+                   (not a per-device output: the gradient of a residual) */
+                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank) & ~pt->vary;
                 char why[256], mb[64];
                 p = tj_muls_at(n->file, n->line, p, 1.0 / tj__mesh_count(c, rep));
                 snprintf(why, sizeof why, "check off: output %d's out_spec replicates it over %s, so its cotangent is divided by %d", i,
@@ -8279,11 +8431,13 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         for (i = 0; i < nc; i++) { /* d carry_in */
             tj_node *gv = NULL;
             for (k = 0; k < nw; k++) if (wrt_kind[k] == 0 && wrt_idx[k] == i) gv = tj__clone(&w, grads[k]);
-            if (!gv) gv = tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, bk, B->outs[i]->t.dt, 0), &B->outs[i]->t);
+            if (!gv) gv = tj__zeros(bk, &B->outs[i]->t, n->file, n->line);
             if (tj__body_add_out(bk, tj__fit(n->file, n->line, gv, &B->outs[i]->t))) goto fail;
             ncar++;
         }
-        for (k = 0; k < nw; k++)
+        for (k = 0; k < nw && capy; k++) /* a region: each capture's gradient is an output of its one iteration */
+            if (wrt_kind[k] == 2 && tj__body_add_out(bk, tj__clone(&w, grads[k]))) goto fail;
+        for (k = 0; k < nw && !capy; k++)
             if (wrt_kind[k] == 2) { /* running sum of the capture's gradient */
                 tj_node *acc = bk->params[ncar++], *gk = tj__clone(&w, grads[k]);
                 if (defensive && c->ndev > 1) gk = tj__manual_coll(TJ__OP_PSUM, gk, all, -1, -1, NULL, "check off: a captured value is replicated, so its gradient is summed over every mesh axis", n->file, n->line);
@@ -8293,7 +8447,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             if (wrt_kind[k] == 1) {
                 tj_node *gk = tj__clone(&w, grads[k]);
                 const tj__type *xt = &n->in[wrt_idx[k]]->t;
-                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank);
+                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank) & ~xt->vary; /* a per-device input (a residual) is not replicated */
                 if (defensive && gk && tj__mesh_count(c, rep) > 1) {
                     char why[256], mb[64];
                     snprintf(why, sizeof why, "check off: input %d's in_spec does not name %s, so its gradient is summed over them", wrt_idx[k] - nc,
@@ -8305,7 +8459,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             }
     }
     if (c->status) goto fail;
-    tj__lint_policy(G, n->policy, B, nc, first_row);
+    if (n->pass == 0) tj__lint_policy(G, n->policy, B, nc, first_row); /* the user's scan, not a backward scan being differentiated again */
     if (c->status) goto fail;
     /* the forward body's new outputs made new PROJ nodes of n; its
        captures are the same, so its inputs are unchanged */
@@ -8332,17 +8486,20 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     }
     {
         int nyb = bk->nout - nbinit;
-        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, 1, nbinit, binit, w.nbx, bxs, nyb, n->policy, smap ? yt : NULL);
+        /* it runs the other way round (the VJP of a reverse scan, as in a
+           second derivative, runs forward) */
+        bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, !n->a.reverse, nbinit, binit, w.nbx, bxs, nyb, n->policy, smap ? yt : NULL);
         if (!bn) goto fail;
         for (i = 0; i < nbinit; i++) bfinal[i] = bn->proj[i];
         /* 5. cotangents of the forward scan's inputs */
         for (i = 0; i < nc; i++) gin[i] = bfinal[i];
         {
             int ci = nc, yi = nbinit;
-            for (k = 0; k < nw; k++) {
-                if (wrt_kind[k] == 2) gin[nc + nx + (wrt_idx[k] - nc - nx)] = bfinal[ci++];
-                else if (wrt_kind[k] == 1) gin[nc + (wrt_idx[k] - nc)] = bn->proj[yi++];
-            }
+            for (k = 0; k < nw; k++) /* in the order the backward body's outputs were added */
+                if (wrt_kind[k] == 2 && capy) gin[wrt_idx[k]] = tj__fit(n->file, n->line, bn->proj[yi++], &n->in[wrt_idx[k]]->t); /* drops the length-1 axis */
+                else if (wrt_kind[k] == 2) gin[wrt_idx[k]] = bfinal[ci++];
+            for (k = 0; k < nw; k++)
+                if (wrt_kind[k] == 1) gin[wrt_idx[k]] = bn->proj[yi++];
         }
     }
     TJ_FREE(w.map);
@@ -8795,7 +8952,7 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 
 /* ---- the f32 matmul (sgemm) ---- */
 /* ---------------------------------------------------------------------------
-   tj_matmul.inc: the f32 matrix multiply (sgemm) of the CPU backend.
+   The f32 matrix multiply (sgemm) of the CPU backend.
 
    C[M,N] = (accumulate ? C : 0) + op(A)[M,K] * op(B)[K,N], all row-major.
 
@@ -8829,12 +8986,8 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
-#if !defined(_WIN32)
 #include <pthread.h>
 #define TJ__SGEMM_THREADS 1
-#else
-#define TJ__SGEMM_THREADS 0
-#endif
 
 #if defined(__GNUC__)
 #define TJ__MAYBE_UNUSED __attribute__((unused))
@@ -9563,6 +9716,1432 @@ TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, i
 }
 
 
+/* ==== [11] transports: where devices meet; process mode ================== */
+/* Three layers (see the API): the collective kernels below pack a device's
+   strided block into planned scratch, call the transport on contiguous
+   buffers, and unpack. The CPU transport serves "threads" (one process) and
+   "mpi" (TJ_MPI): for each group it keeps one shared record for the
+   group's members in this process. A member publishes its buffers there and
+   waits at a barrier. If the group has members in other processes, its
+   lowest local member (the leader) sends each other process one message
+   holding what that process's members need from this one (tag = the group's
+   id, so successive collectives of a group match in order) and receives
+   theirs; the others wait at a second barrier. Then every member computes
+   its result from its local peers' buffers and the received messages,
+   reducing in rank order, and a last barrier lets buffers be reused. With
+   one process nothing is sent and this is the shared-memory rendezvous the
+   CPU backend always had. Every wait has the timeout; a timeout breaks the
+   transport (later calls fail at once), since MPI cannot cancel what is in
+   flight.
+   Process mode: ctx->procs says which devices this process runs; arrays
+   allocate only those devices' shards; a device that fails keeps running
+   the schedule "dry" (collectives only, see tj__run_body), and the
+   processes agree on errors before and after each run and on a hash of each
+   program at tj_jit. */
+
+#if defined(TJ_MPI)
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 /* the C API only, also from C++ */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+#endif
+#include <signal.h>
+#include <errno.h>
+
+/* ---- the process layer: processes, groups and statistics of a context ---- */
+struct tj__gset { /* the groups of one (mesh, mask): a handle per local device */
+    int nmesh, size[TJ__MAXMESH];
+    unsigned mask;
+    void *comm[TJ_MAXDEV];
+    struct tj__gset *next;
+};
+struct tj__procs {
+    tj_transport *t;
+    int own;                 /* the context made t (threads) and frees it    */
+    int nprocs, rank, lo, hi;/* this process runs devices [lo, hi)           */
+    double timeout_s;
+    struct tj__gset *groups;
+    int64_t ncoll[TJ_MAXDEV], sent[TJ_MAXDEV];
+    double us[TJ_MAXDEV];
+    int in_tree_io;          /* inside tj__procs_tree_io                      */
+};
+/* per device of this process: the collective it is in now, for the message
+   printed when the process is stopped by a signal (its peer died) */
+static char tj__where[TJ_MAXDEV][200];
+static int tj__where_rank = -1;
+
+static tj_transport *tj__threads_transport(double timeout_s);
+static struct tj__procs *tj__procs_get(tj_ctx *c) {
+    struct tj__procs *P = c->procs;
+    const char *e;
+    if (P) return P;
+    P = (struct tj__procs *)tj__calloc(sizeof *P);
+    if (!P) return NULL;
+    e = getenv("TJ_TIMEOUT");
+    P->timeout_s = e && atof(e) > 0 ? atof(e) : 300.0;
+    P->t = tj__threads_transport(P->timeout_s);
+    if (!P->t) {
+        TJ_FREE(P);
+        return NULL;
+    }
+    P->own = 1;
+    P->nprocs = 1;
+    P->lo = 0;
+    P->hi = c->ndev;
+    c->procs = P;
+    return P;
+}
+static void tj__groups_free(struct tj__procs *P) {
+    while (P->groups) {
+        struct tj__gset *s = P->groups;
+        int d;
+        P->groups = s->next;
+        for (d = 0; d < TJ_MAXDEV; d++)
+            if (s->comm[d] && P->t->comm_free) P->t->comm_free(P->t, s->comm[d]);
+        TJ_FREE(s);
+    }
+}
+static void tj__procs_free(tj_ctx *c) {
+    struct tj__procs *P = c->procs;
+    if (!P) return;
+    tj__groups_free(P);
+    if (P->own && P->t->free) P->t->free(P->t);
+    TJ_FREE(P);
+    c->procs = NULL;
+}
+static int tj__nprocs(const tj_ctx *c) { return c && c->procs ? c->procs->nprocs : 1; }
+static int tj__dev_mine(const tj_ctx *c, int d) { return !c->procs || c->procs->nprocs <= 1 || (d >= c->procs->lo && d < c->procs->hi); }
+static tj_status tj__procs_devices(tj_ctx *c) {
+    struct tj__procs *P = c->procs;
+    if (!P) return TJ_OK;
+    if (c->ndev % P->nprocs) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices cannot be shared by %d processes (each process owns devices / processes of them)", c->ndev,
+                P->nprocs);
+        return TJ_ERR_ARG;
+    }
+    P->lo = P->rank * (c->ndev / P->nprocs);
+    P->hi = P->lo + c->ndev / P->nprocs;
+    return TJ_OK;
+}
+TJDEF int tj_process_count(tj_ctx *c) { return tj__nprocs(c); }
+TJDEF int tj_process_index(tj_ctx *c) { return c && c->procs ? c->procs->rank : 0; }
+TJDEF int tj_local_devices(tj_ctx *c, int *first) {
+    int lo = 0, hi = c ? c->ndev : 0;
+    if (c && c->procs && c->procs->nprocs > 1) {
+        lo = c->procs->lo;
+        hi = c->procs->hi;
+    }
+    if (first) *first = lo;
+    return hi - lo;
+}
+TJDEF const char *tj_transport_name(tj_ctx *c) { return c && c->procs ? c->procs->t->name : "threads"; }
+/* FNV-1a, for program hashes */
+static uint64_t tj__fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = (const unsigned char *)p;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+static uint64_t tj__fnv_name(uint64_t h, tj_ctx *c, int id) {
+    const char *s = id >= 0 ? tj__name(c, id) : "";
+    return tj__fnv(h, s, strlen(s) + 1);
+}
+/* everything the run depends on: ops, types (axis names, not ids),
+   attributes, buffer offsets, source lines; scan bodies included */
+static uint64_t tj__prog_hash(const tj_prog *p, uint64_t h) {
+    int i, j;
+    tj_ctx *c = p->ctx;
+    h = tj__fnv(h, &p->nsched, sizeof p->nsched);
+    h = tj__fnv(h, p->arena_bytes, sizeof p->arena_bytes);
+    for (i = 0; i < p->nsched; i++) {
+        const tj_node *n = p->sched[i];
+        const tj__attr *a = &n->a;
+        int64_t v[16];
+        const char *f = tj__base(n->file);
+        memset(v, 0, sizeof v);
+        v[0] = n->op; v[1] = n->nin; v[2] = n->t.dt; v[3] = n->t.rank; v[4] = n->t.partial; v[5] = n->t.vary;
+        v[6] = n->off; v[7] = n->scratch_off; v[8] = n->out_index; v[9] = n->space; v[10] = n->line;
+        v[11] = a->index; v[12] = a->length; v[13] = a->reverse; v[14] = a->start; v[15] = a->stop;
+        h = tj__fnv(h, v, sizeof v);
+        h = tj__fnv(h, n->t.dim, sizeof n->t.dim);
+        h = tj__fnv(h, n->t.sh, sizeof n->t.sh);
+        h = tj__fnv(h, f, strlen(f) + 1);
+        for (j = 0; j < n->t.rank; j++) h = tj__fnv_name(h, c, n->t.ax[j]);
+        for (j = 0; j < n->nin; j++) h = tj__fnv(h, &n->in[j]->id, sizeof(int));
+        h = tj__fnv_name(h, c, a->axis);
+        h = tj__fnv_name(h, c, a->axis2);
+        for (j = 0; j < a->naxes; j++) h = tj__fnv_name(h, c, a->axes[j]);
+        h = tj__fnv(h, &a->s, sizeof a->s);
+        h = tj__fnv(h, &a->key, sizeof a->key);
+        h = tj__fnv(h, a->perm, sizeof a->perm);
+        v[0] = a->nb; v[1] = a->nm; v[2] = a->nk; v[3] = a->nn; v[4] = a->trans_a; v[5] = a->trans_b; v[6] = a->ncarry; v[7] = a->nx; v[8] = a->ncap;
+        h = tj__fnv(h, v, 9 * sizeof(int64_t));
+        if (n->op == TJ__OP_CUSTOM) h = tj__fnv(h, c->ops[a->index].d.name, strlen(c->ops[a->index].d.name));
+        if (n->sub && n->sub->prog) h = tj__prog_hash(n->sub->prog, h);
+    }
+    return h;
+}
+
+/* Agreement: every process contributes its status and message; *gst gets
+   the first failed process's status (TJ_OK if none) and out "process r
+   (device d): msg". Returns nonzero if the processes could not be reached
+   (out says why). */
+typedef struct {
+    int32_t st, dev;
+    uint64_t hash;
+    char msg[496];
+} tj__agree_rec;
+static int tj__agree(tj_ctx *c, tj_status st, int dev, uint64_t hash, const char *msg, tj_status *gst, char *out, size_t on, uint64_t *hashes) {
+    struct tj__procs *P = c->procs;
+    tj__agree_rec mine, *all;
+    char err[512];
+    int r;
+    out[0] = 0;
+    *gst = st;
+    if (!P || P->nprocs <= 1) {
+        if (hashes) hashes[0] = hash;
+        return 0;
+    }
+    memset(&mine, 0, sizeof mine);
+    mine.st = (int32_t)st;
+    mine.dev = dev;
+    mine.hash = hash;
+    snprintf(mine.msg, sizeof mine.msg, "%.495s", msg ? msg : "");
+    all = (tj__agree_rec *)tj__calloc(sizeof *all * (size_t)P->nprocs);
+    if (!all) {
+        snprintf(out, on, "out of memory agreeing with the other processes");
+        return 1;
+    }
+    if (P->t->proc_allgather(P->t, &mine, all, sizeof mine, err, sizeof err)) {
+        snprintf(out, on, "process %d could not reach the other processes: %s", P->rank, err);
+        TJ_FREE(all);
+        return 1;
+    }
+    *gst = TJ_OK;
+    for (r = 0; r < P->nprocs; r++) {
+        if (hashes) hashes[r] = all[r].hash;
+        if (all[r].st != TJ_OK && *gst == TJ_OK) {
+            *gst = (tj_status)all[r].st;
+            if (all[r].dev >= 0) snprintf(out, on, "process %d (device %d): %s", r, all[r].dev, all[r].msg);
+            else snprintf(out, on, "process %d: %s", r, all[r].msg);
+        }
+    }
+    TJ_FREE(all);
+    return 0;
+}
+
+/* ---- groups: made once per program by a split ---- */
+static void *tj__group_find(tj_ctx *c, unsigned m, int dev) {
+    struct tj__gset *s;
+    int i, same;
+    if (!c->procs) return NULL;
+    for (s = c->procs->groups; s; s = s->next) {
+        if (s->mask != m || s->nmesh != c->nmesh) continue;
+        for (i = 0, same = 1; i < c->nmesh; i++) same &= s->size[i] == c->mesh_size[i];
+        if (same) return s->comm[dev];
+    }
+    return NULL;
+}
+/* color: the device's coordinates off the mask (mixed radix, mesh order);
+   key: its rank along the mask. Ranks in a group sorted by key are then
+   tj__mesh_peer's order. */
+static tj_status tj__groups_make(tj_ctx *c, unsigned m) {
+    struct tj__procs *P = c->procs;
+    struct tj__gset *s;
+    int dev[TJ_MAXDEV], color[TJ_MAXDEV], key[TJ_MAXDEV], n = 0, d, i;
+    char err[512];
+    if (tj__group_find(c, m, P->lo)) return TJ_OK;
+    s = (struct tj__gset *)tj__calloc(sizeof *s);
+    if (!s) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "out of memory making device groups");
+        return TJ_ERR_OOM;
+    }
+    s->nmesh = c->nmesh;
+    s->mask = m;
+    for (i = 0; i < c->nmesh; i++) s->size[i] = c->mesh_size[i];
+    for (d = 0; d < c->ndev; d++) {
+        int col = 0;
+        if (!tj__dev_mine(c, d)) continue;
+        for (i = 0; i < c->nmesh; i++)
+            if (!(m >> i & 1)) col = col * c->mesh_size[i] + tj__mesh_coord(c, d, i);
+        dev[n] = d;
+        color[n] = col;
+        key[n] = tj__mesh_rank(c, d, m);
+        n++;
+    }
+    if (P->t->split(P->t, n, dev, color, key, s->comm + dev[0], err, sizeof err)) {
+        char mb[64];
+        tj__err(c, TJ_ERR_IO, NULL, 0, "making the device groups over mesh axes %s (transport '%s'): %s", tj__mesh_names(c, m, mb, sizeof mb), P->t->name, err);
+        TJ_FREE(s);
+        return TJ_ERR_IO;
+    }
+    s->next = P->groups;
+    P->groups = s;
+    return TJ_OK;
+}
+static tj_status tj__groups_for(tj_ctx *c, const tj_prog *p) {
+    int i;
+    for (i = 0; i < p->nsched; i++) {
+        const tj_node *n = p->sched[i];
+        if (TJ__IS_COLL(n->op) && n->op != TJ__OP_SHARD_SLICE && tj__groups_make(c, (unsigned)n->a.index)) return c->status;
+        if (n->sub && n->sub->prog && tj__groups_for(c, n->sub->prog)) return c->status;
+    }
+    return TJ_OK;
+}
+/* At the end of tj_jit (p NULL: tracing or compiling failed here): agree
+   with the other processes on the program, then make its groups. Returns
+   nonzero if the program must not be used. */
+static int tj__procs_jit(tj_ctx *c, tj_prog *p, const char *name) {
+    struct tj__procs *P = tj__procs_get(c);
+    char out[TJ__MSG];
+    uint64_t h = p ? tj__prog_hash(p, 1469598103934665603ull) : 0, hs[TJ_MAXDEV];
+    tj_status st;
+    int r;
+    if (!P) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "jit '%s': out of memory", name);
+        return 1;
+    }
+    if (P->nprocs > 1) {
+        if (tj__agree(c, p ? TJ_OK : (c->status ? c->status : TJ_ERR_ARG), -1, h, p ? "" : c->msg, &st, out, sizeof out, hs)) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "jit '%s': %s", name, out);
+            return 1;
+        }
+        if (st != TJ_OK) {
+            tj__err(c, st, NULL, 0, "jit '%s': %s", name, out);
+            return 1;
+        }
+        for (r = 1; r < P->nprocs; r++)
+            if (hs[r] != hs[0]) {
+                tj__err(c, TJ_ERR_STATE, NULL, 0,
+                        "jit '%s': the processes compiled different programs (program hash %016llx in process 0, %016llx in process %d); every process "
+                        "must trace the same function on the same shapes, dtypes, shardings and mesh",
+                        name, (unsigned long long)hs[0], (unsigned long long)hs[r], r);
+                return 1;
+            }
+    }
+    if (!p) return 1;
+    return tj__groups_for(c, p) != TJ_OK;
+}
+
+/* ---- the CPU transport: shared memory between this process's devices,
+   and a wire (MPI) to other processes ---- */
+typedef struct tj__wire tj__wire;
+struct tj__wire {
+    /* send sbuf[i] to process peer[i] and receive rbuf[i] from it, all at
+       once, tagged; returns 0, or nonzero with a message */
+    int (*exchange)(tj__wire *w, int n, const int *peer, const void *const *sbuf, const size_t *slen, void *const *rbuf, const size_t *rlen, int tag,
+                    double timeout_s, char *err, size_t en);
+    int (*allgather)(tj__wire *w, const void *send, void *recv, size_t bytes, double timeout_s, char *err, size_t en);
+    void (*free)(tj__wire *w);
+};
+typedef struct {
+    int64_t wire_bytes; /* bytes sent to other processes                   */
+    tj_transport t;
+    tj__wire *wire;
+    pthread_mutex_t mu;
+    int next_tag, tag_ub;
+    char broken[512];   /* the first fatal error: later calls fail at once */
+} tj__ct;
+typedef struct tj__cgroup {
+    tj__ct *ct;
+    int G, tag, refs, me_proc;
+    int dev[TJ_MAXDEV], proc[TJ_MAXDEV], lidx[TJ_MAXDEV]; /* per rank            */
+    int nloc, loc[TJ_MAXDEV];   /* ranks in this process, ascending           */
+    int nrem, rem[TJ_MAXDEV];   /* the other processes of the group, ascending */
+    int ridx[TJ_MAXDEV];        /* process -> index in rem, or -1               */
+    int pcnt[TJ_MAXDEV];        /* process -> its members in the group          */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int waiting, broken;
+    unsigned long gen;
+    struct {
+        const void *send;
+        void *recv;
+        int to, from;
+    } slot[TJ_MAXDEV];
+    char *sbuf, *rbuf;          /* the leader's messages                      */
+    size_t scap, rcap, roff[TJ_MAXDEV];
+    int wire_rc;
+    char wire_err[400];
+} tj__cgroup;
+typedef struct {
+    tj__cgroup *g;
+    int rank;
+} tj__chandle;
+enum { TJ__AG, TJ__AR, TJ__RS, TJ__A2A, TJ__PERM };
+
+static void tj__ct_break(tj__ct *ct, const char *msg) {
+    pthread_mutex_lock(&ct->mu);
+    if (!ct->broken[0]) snprintf(ct->broken, sizeof ct->broken, "%s", msg);
+    pthread_mutex_unlock(&ct->mu);
+}
+static void tj__deadline(struct timespec *ts, double s) {
+    double t = tj__now_us() * 1e-6 + s;
+    ts->tv_sec = (time_t)t;
+    ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) ts->tv_nsec = 999999999L;
+}
+/* sleep about us microseconds (nanosleep is not in C99) */
+TJ__MAYBE_UNUSED static void tj__nap(int us) {
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    struct timespec ts;
+    tj__deadline(&ts, us * 1e-6);
+    pthread_mutex_lock(&m);
+    pthread_cond_timedwait(&cv, &m, &ts);
+    pthread_mutex_unlock(&m);
+    pthread_cond_destroy(&cv);
+    pthread_mutex_destroy(&m);
+}
+/* the group's members of this process meet; nonzero on a timeout (which
+   breaks the group: its other members fail at once) */
+static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
+    unsigned long gen;
+    int rc = 0;
+    struct timespec ts;
+    if (g->nloc <= 1) return 0;
+    pthread_mutex_lock(&g->mu);
+    gen = g->gen;
+    if (g->broken) rc = 1;
+    else if (++g->waiting == g->nloc) {
+        g->waiting = 0;
+        g->gen++;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        tj__deadline(&ts, g->ct->t.timeout_s);
+        while (gen == g->gen && !g->broken)
+            if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT && gen == g->gen) {
+                g->broken = 1;
+                pthread_cond_broadcast(&g->cv);
+            }
+        rc = gen == g->gen;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (rc) {
+        snprintf(err, en, "timed out after %g s waiting for the other devices of this process in the group (or the group broke earlier)", g->ct->t.timeout_s);
+        tj__ct_break(g->ct, err);
+    }
+    return rc;
+}
+/* Reductions in rank order, as the CPU kernels always did. all_reduce:
+   accumulate in double, round once; reduce_scatter: round after each add
+   (out = block 0, then out += block r in rank order). */
+static void tj__reduce_once(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
+    double acc[TJ__CHUNK], b[TJ__CHUNK];
+    int64_t n = (int64_t)count, c0, c, j;
+    int r;
+    for (c0 = 0; c0 < n; c0 += c) {
+        c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
+        tj__load_n(src[0], dt, c0, 1, c, acc);
+        for (r = 1; r < G; r++) {
+            tj__load_n(src[r], dt, c0, 1, c, b);
+            if (op == TJ_REDUCE_MAX)
+                for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] ? b[j] : acc[j];
+            else
+                for (j = 0; j < c; j++) acc[j] += b[j];
+        }
+        tj__store_n(dst, dt, c0, 1, c, acc);
+    }
+}
+static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
+    double acc[TJ__CHUNK], b[TJ__CHUNK];
+    int64_t n = (int64_t)count, c0, c, j;
+    int r;
+    if (dst != src[0]) memmove(dst, src[0], count * tj_dtype_size(dt));
+    for (r = 1; r < G; r++)
+        for (c0 = 0; c0 < n; c0 += c) {
+            c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
+            tj__load_n(dst, dt, c0, 1, c, acc);
+            tj__load_n(src[r], dt, c0, 1, c, b);
+            if (op == TJ_REDUCE_MAX)
+                for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] ? b[j] : acc[j];
+            else
+                for (j = 0; j < c; j++) acc[j] += b[j];
+            tj__store_n(dst, dt, c0, 1, c, acc);
+        }
+}
+static int tj__grow(char **p, size_t *cap, size_t n) {
+    char *q;
+    if (n <= *cap) return 0;
+    q = (char *)TJ_REALLOC(*p, n);
+    if (!q) return 1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+/* the leader: one message to and from each other process of the group */
+static int tj__cg_wire(tj__cgroup *g, int kind, size_t S) {
+    int q, i, l, r, L = g->nloc, peer[TJ_MAXDEV];
+    size_t slen[TJ_MAXDEV], rlen[TJ_MAXDEV], soff[TJ_MAXDEV], stot = 0, rtot = 0;
+    const void *sb[TJ_MAXDEV];
+    void *rb[TJ_MAXDEV];
+    int bcast = kind == TJ__AG || kind == TJ__AR;
+    for (i = 0; i < g->nrem; i++) {
+        int p = g->rem[i], nq = g->pcnt[p], ns = 0, nr = 0;
+        peer[i] = p;
+        if (kind == TJ__PERM) {
+            for (l = 0; l < L; l++) {
+                int m = g->loc[l], to = g->slot[m].to, from = g->slot[m].from;
+                ns += to >= 0 && g->proc[to] == p;
+                nr += from >= 0 && g->proc[from] == p;
+            }
+            slen[i] = (size_t)ns * S;
+            rlen[i] = (size_t)nr * S;
+        } else if (bcast) {
+            slen[i] = (size_t)L * S;
+            rlen[i] = (size_t)nq * S;
+        } else {
+            slen[i] = (size_t)L * (size_t)nq * S;
+            rlen[i] = slen[i];
+        }
+        soff[i] = bcast ? 0 : stot;
+        if (!bcast || i == 0) stot += slen[i];
+        g->roff[i] = rtot;
+        rtot += rlen[i];
+    }
+    if (tj__grow(&g->rbuf, &g->rcap, rtot) || (!(bcast && L == 1) && tj__grow(&g->sbuf, &g->scap, stot))) {
+        snprintf(g->wire_err, sizeof g->wire_err, "out of memory for the messages of a collective (%zu B)", stot + rtot);
+        return 1;
+    }
+    for (i = 0; i < g->nrem; i++) {
+        char *o = g->sbuf + soff[i];
+        int p = g->rem[i];
+        rb[i] = g->rbuf + g->roff[i];
+        if (bcast && L == 1) { /* the member's buffer as it is */
+            sb[i] = g->slot[g->loc[0]].send;
+            continue;
+        }
+        sb[i] = o;
+        if (bcast && i > 0) continue; /* the same message to every process */
+        for (l = 0; l < L; l++) {
+            int m = g->loc[l];
+            const char *s = (const char *)g->slot[m].send;
+            if (bcast) {
+                memcpy(o, s, S);
+                o += S;
+            } else if (kind == TJ__PERM) {
+                int to = g->slot[m].to;
+                if (to >= 0 && g->proc[to] == p) {
+                    memcpy(o, s, S);
+                    o += S;
+                }
+            } else
+                for (r = 0; r < g->G; r++)
+                    if (g->proc[r] == p) {
+                        memcpy(o, s + (size_t)r * S, S);
+                        o += S;
+                    }
+        }
+    }
+    for (q = 0; q < g->nrem; q++) g->ct->wire_bytes += (int64_t)slen[q];
+    return g->ct->wire->exchange(g->ct->wire, g->nrem, peer, sb, slen, rb, rlen, g->tag, g->ct->t.timeout_s, g->wire_err, sizeof g->wire_err);
+}
+/* where rank m's piece for rank me is */
+static const char *tj__cg_src(tj__cgroup *g, int kind, int m, int me, size_t S) {
+    int p = g->proc[m], l, pos = 0;
+    if (p == g->me_proc) {
+        const char *s = (const char *)g->slot[m].send;
+        return kind == TJ__RS || kind == TJ__A2A ? s + (size_t)me * S : s;
+    }
+    if (kind == TJ__AG || kind == TJ__AR) return g->rbuf + g->roff[g->ridx[p]] + (size_t)g->lidx[m] * S;
+    if (kind == TJ__PERM) {
+        for (l = 0; l < g->nloc; l++) {
+            int f = g->slot[g->loc[l]].from;
+            pos += f >= 0 && g->proc[f] == p && f < m;
+        }
+        return g->rbuf + g->roff[g->ridx[p]] + (size_t)pos * S;
+    }
+    return g->rbuf + g->roff[g->ridx[p]] + ((size_t)g->lidx[m] * (size_t)g->nloc + (size_t)g->lidx[me]) * S;
+}
+static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, void *recv, size_t S, size_t count, tj_dtype dt, int op, int to, int from,
+                       char *err, size_t en) {
+    tj__chandle *h = (tj__chandle *)comm;
+    tj__cgroup *g = h->g;
+    tj__ct *ct = (tj__ct *)t->state;
+    int me = h->rank, G = g->G, m, rc = 0;
+    const void *src[TJ_MAXDEV];
+    src[0] = send;
+    if (ct->broken[0]) {
+        snprintf(err, en, "the transport is broken: %s", ct->broken);
+        return 1;
+    }
+    g->slot[me].send = send;
+    g->slot[me].recv = recv;
+    g->slot[me].to = to;
+    g->slot[me].from = from;
+    if (tj__cg_barrier(g, err, en)) return 1;
+    if (g->nrem) {
+        if (me == g->loc[0]) g->wire_rc = tj__cg_wire(g, kind, S);
+        if (tj__cg_barrier(g, err, en)) return 1;
+        if (g->wire_rc) {
+            snprintf(err, en, "%s", g->wire_err);
+            if (me == g->loc[0]) tj__ct_break(ct, g->wire_err);
+            rc = 1;
+        }
+    }
+    if (!rc) switch (kind) {
+        case TJ__AG:
+        case TJ__A2A:
+            for (m = 0; m < G; m++) {
+                const char *s = tj__cg_src(g, kind, m, me, S);
+                if ((char *)recv + (size_t)m * S != s) memcpy((char *)recv + (size_t)m * S, s, S);
+            }
+            break;
+        case TJ__AR:
+        case TJ__RS:
+            for (m = 0; m < G; m++) src[m] = tj__cg_src(g, kind, m, me, S);
+            if (kind == TJ__AR) tj__reduce_once(G, src, recv, count, dt, op);
+            else tj__reduce_steps(G, src, recv, count, dt, op);
+            break;
+        case TJ__PERM:
+            if (from >= 0) {
+                const char *s = tj__cg_src(g, kind, from, me, S);
+                if (s != recv) memcpy(recv, s, S);
+            }
+            break;
+        }
+    if (tj__cg_barrier(g, err, en)) return 1;
+    return rc;
+}
+static int tj__ct_all_gather(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
+    (void)stream;
+    return tj__ct_coll(t, comm, TJ__AG, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en);
+}
+static int tj__ct_all_reduce(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
+                             size_t en) {
+    (void)stream;
+    return tj__ct_coll(t, comm, TJ__AR, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en);
+}
+static int tj__ct_reduce_scatter(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream,
+                                 char *err, size_t en) {
+    (void)stream;
+    return tj__ct_coll(t, comm, TJ__RS, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en);
+}
+static int tj__ct_all_to_all(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
+    (void)stream;
+    return tj__ct_coll(t, comm, TJ__A2A, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en);
+}
+static int tj__ct_send_recv(tj_transport *t, void *comm, const void *send, int to, void *recv, int from, size_t bytes, void *stream, char *err, size_t en) {
+    (void)stream;
+    return tj__ct_coll(t, comm, TJ__PERM, send, recv, bytes, 0, TJ_F32, 0, to, from, err, en);
+}
+static int tj__ct_proc_allgather(tj_transport *t, const void *send, void *recv, size_t bytes, char *err, size_t en) {
+    tj__ct *ct = (tj__ct *)t->state;
+    if (ct->broken[0]) {
+        snprintf(err, en, "the transport is broken: %s", ct->broken);
+        return 1;
+    }
+    if (!ct->wire) {
+        memcpy(recv, send, bytes);
+        return 0;
+    }
+    ct->wire_bytes += (int64_t)bytes * (t->nprocs - 1);
+    if (ct->wire->allgather(ct->wire, send, recv, bytes, t->timeout_s, err, en)) {
+        tj__ct_break(ct, err);
+        return 1;
+    }
+    return 0;
+}
+static void tj__ct_comm_free(tj_transport *t, void *comm) {
+    tj__chandle *h = (tj__chandle *)comm;
+    tj__cgroup *g = h->g;
+    (void)t;
+    TJ_FREE(h);
+    if (--g->refs > 0) return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    TJ_FREE(g->sbuf);
+    TJ_FREE(g->rbuf);
+    TJ_FREE(g);
+}
+/* split: every process's devices, colors and keys (gathered over the wire),
+   then one group record per color that has a device here */
+static int tj__ct_split(tj_transport *t, int n, const int *dev, const int *color, const int *key, void **comm, char *err, size_t en) {
+    tj__ct *ct = (tj__ct *)t->state;
+    int (*all)[4] = NULL, N = 0, i, j, k, P = t->nprocs, ncol = 0, cols[TJ_MAXDEV];
+    tj__cgroup *made[TJ_MAXDEV];
+    if (n < 1 || n > TJ_MAXDEV) {
+        snprintf(err, en, "split of %d devices", n);
+        return 1;
+    }
+    all = (int(*)[4])tj__calloc(sizeof(int[4]) * TJ_MAXDEV * (size_t)P);
+    if (!all) {
+        snprintf(err, en, "out of memory");
+        return 1;
+    }
+    { /* each process: TJ_MAXDEV records (dev, color, key, used) */
+        int mine[TJ_MAXDEV][4];
+        memset(mine, 0, sizeof mine);
+        for (i = 0; i < n; i++) {
+            mine[i][0] = dev[i];
+            mine[i][1] = color[i];
+            mine[i][2] = key[i];
+            mine[i][3] = 1;
+        }
+        if (tj__ct_proc_allgather(t, mine, all, sizeof mine, err, en)) {
+            TJ_FREE(all);
+            return 1;
+        }
+    }
+    /* compact: entries (dev, color, key, process) */
+    for (i = 0; i < P * TJ_MAXDEV; i++)
+        if (all[i][3]) {
+            all[N][0] = all[i][0];
+            all[N][1] = all[i][1];
+            all[N][2] = all[i][2];
+            all[N][3] = i / TJ_MAXDEV;
+            N++;
+        }
+    /* colors in increasing order give tags: every process numbers them alike */
+    for (i = 0; i < N; i++) {
+        int c = all[i][1], seen = 0;
+        for (j = 0; j < ncol; j++) seen |= cols[j] == c;
+        if (!seen && ncol < TJ_MAXDEV) cols[ncol++] = c;
+    }
+    for (i = 1; i < ncol; i++)
+        for (j = i; j > 0 && cols[j - 1] > cols[j]; j--) {
+            int x = cols[j];
+            cols[j] = cols[j - 1];
+            cols[j - 1] = x;
+        }
+    memset(made, 0, sizeof made);
+    for (i = 0; i < n; i++) {
+        int ci = 0;
+        tj__cgroup *g;
+        tj__chandle *h;
+        while (cols[ci] != color[i]) ci++;
+        if (!(g = made[ci])) {
+            int G = 0, mem[TJ_MAXDEV];
+            g = (tj__cgroup *)tj__calloc(sizeof *g);
+            if (!g) break;
+            made[ci] = g;
+            g->ct = ct;
+            g->me_proc = t->rank;
+            g->tag = (ct->next_tag + ci) % (ct->tag_ub > 0 ? ct->tag_ub : 32767);
+            pthread_mutex_init(&g->mu, NULL);
+            pthread_cond_init(&g->cv, NULL);
+            for (j = 0; j < N; j++)
+                if (all[j][1] == color[i]) mem[G++] = j;
+            for (j = 1; j < G; j++) /* by key, then device */
+                for (k = j; k > 0 && (all[mem[k - 1]][2] > all[mem[k]][2] || (all[mem[k - 1]][2] == all[mem[k]][2] && all[mem[k - 1]][0] > all[mem[k]][0])); k--) {
+                    int x = mem[k];
+                    mem[k] = mem[k - 1];
+                    mem[k - 1] = x;
+                }
+            g->G = G;
+            for (j = 0; j < TJ_MAXDEV; j++) g->ridx[j] = -1;
+            for (j = 0; j < G; j++) {
+                int p = all[mem[j]][3];
+                g->dev[j] = all[mem[j]][0];
+                g->proc[j] = p;
+                g->lidx[j] = g->pcnt[p]++;
+                if (p == t->rank) g->loc[g->nloc++] = j;
+                else if (g->ridx[p] < 0) g->ridx[p] = 0;
+            }
+            for (j = 0; j < P; j++)
+                if (g->ridx[j] == 0 && j != t->rank) {
+                    g->ridx[j] = g->nrem;
+                    g->rem[g->nrem++] = j;
+                }
+        }
+        h = (tj__chandle *)tj__calloc(sizeof *h);
+        if (!h) break;
+        h->g = g;
+        g->refs++;
+        for (j = 0; j < g->G; j++)
+            if (g->dev[j] == dev[i]) h->rank = j;
+        comm[i] = h;
+    }
+    ct->next_tag += ncol;
+    TJ_FREE(all);
+    if (i < n) {
+        for (j = 0; j < i; j++) tj__ct_comm_free(t, comm[j]);
+        for (j = 0; j < ncol; j++)
+            if (made[j] && !made[j]->refs) TJ_FREE(made[j]);
+        snprintf(err, en, "out of memory");
+        return 1;
+    }
+    return 0;
+}
+static void tj__ct_free(tj_transport *t) {
+    tj__ct *ct = (tj__ct *)t->state;
+    if (ct->wire && ct->wire->free) ct->wire->free(ct->wire);
+    pthread_mutex_destroy(&ct->mu);
+    TJ_FREE(ct);
+}
+static tj_transport *tj__ct_new(const char *name, int nprocs, int rank, tj__wire *wire, int tag_ub, double timeout_s) {
+    tj__ct *ct = (tj__ct *)tj__calloc(sizeof *ct);
+    tj_transport *t;
+    if (!ct) return NULL;
+    t = &ct->t;
+    t->name = name;
+    t->state = ct;
+    t->nprocs = nprocs;
+    t->rank = rank;
+    t->timeout_s = timeout_s;
+    t->split = tj__ct_split;
+    t->comm_free = tj__ct_comm_free;
+    t->all_gather = tj__ct_all_gather;
+    t->all_reduce = tj__ct_all_reduce;
+    t->reduce_scatter = tj__ct_reduce_scatter;
+    t->all_to_all = tj__ct_all_to_all;
+    t->send_recv = tj__ct_send_recv;
+    t->proc_allgather = tj__ct_proc_allgather;
+    t->free = tj__ct_free;
+    ct->wire = wire;
+    ct->tag_ub = tag_ub;
+    pthread_mutex_init(&ct->mu, NULL);
+    return t;
+}
+static tj_transport *tj__threads_transport(double timeout_s) { return tj__ct_new("threads", 1, 0, NULL, 0, timeout_s); }
+TJDEF tj_transport *tj_threads_transport_new(double timeout_s) { return tj__threads_transport(timeout_s > 0 ? timeout_s : 300.0); }
+TJDEF tj_transport_stats tj_get_transport_stats(tj_ctx *c) {
+    tj_transport_stats s;
+    int d;
+    memset(&s, 0, sizeof s);
+    if (!c || !c->procs) return s;
+    for (d = 0; d < TJ_MAXDEV; d++) {
+        s.collectives += c->procs->ncoll[d];
+        s.bytes_sent += c->procs->sent[d];
+        s.transport_s += c->procs->us[d] * 1e-6;
+    }
+    if (c->procs->t->split == tj__ct_split) s.wire_bytes = ((const tj__ct *)c->procs->t->state)->wire_bytes;
+    return s;
+}
+
+
+/* ---- the MPI wire (TJ_MPI) ---- */
+#if defined(TJ_MPI)
+typedef struct {
+    tj__wire w;
+    MPI_Comm comm;
+    pthread_mutex_t mu; /* MPI_THREAD_SERIALIZED: one thread in MPI at a time */
+} tj__mpiw;
+static int tj__mpi_fail(int rc, const char *what, char *err, size_t en) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, s, &len);
+    s[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = 0;
+    snprintf(err, en, "MPI %s failed: %s (a peer process may have died)", what, s);
+    return 1;
+}
+/* poll the requests until done or past the timeout; MPI progresses while
+   we test, and the lock is not held while we nap */
+static int tj__mpi_wait(tj__mpiw *mw, int n, MPI_Request *rq, double timeout_s, const char *what, char *err, size_t en) {
+    double t0 = tj__now_us();
+    int flag = 0, rc, spins = 0, nap = 20;
+    for (;;) {
+        pthread_mutex_lock(&mw->mu);
+        rc = MPI_Testall(n, rq, &flag, MPI_STATUSES_IGNORE);
+        pthread_mutex_unlock(&mw->mu);
+        if (rc != MPI_SUCCESS) return tj__mpi_fail(rc, what, err, en);
+        if (flag) return 0;
+        if ((tj__now_us() - t0) * 1e-6 > timeout_s) {
+            snprintf(err, en, "timed out after %g s in MPI %s (a peer process died, hangs, or runs another program; the timeout is TJ_TIMEOUT)", timeout_s, what);
+            return 1;
+        }
+        if (++spins < 200) sched_yield();
+        else {
+            tj__nap(nap);
+            if (nap < 1000) nap += nap / 4 + 1;
+        }
+    }
+}
+#define TJ__MPI_CHUNK ((size_t)1 << 30)
+static int tj__mpi_exchange(tj__wire *w, int n, const int *peer, const void *const *sbuf, const size_t *slen, void *const *rbuf, const size_t *rlen, int tag,
+                            double timeout_s, char *err, size_t en) {
+    tj__mpiw *mw = (tj__mpiw *)w;
+    MPI_Request *rq;
+    int nr = 0, i, rc = MPI_SUCCESS, cap = 0;
+    size_t o;
+    for (i = 0; i < n; i++) cap += (int)(slen[i] / TJ__MPI_CHUNK + rlen[i] / TJ__MPI_CHUNK + 2);
+    rq = (MPI_Request *)tj__malloc(sizeof(MPI_Request) * (size_t)cap);
+    if (!rq) {
+        snprintf(err, en, "out of memory for MPI requests");
+        return 1;
+    }
+    pthread_mutex_lock(&mw->mu);
+    for (i = 0; i < n && rc == MPI_SUCCESS; i++)
+        for (o = 0; o < rlen[i] && rc == MPI_SUCCESS; o += TJ__MPI_CHUNK) {
+            size_t c = rlen[i] - o < TJ__MPI_CHUNK ? rlen[i] - o : TJ__MPI_CHUNK;
+            rc = MPI_Irecv((char *)rbuf[i] + o, (int)c, MPI_BYTE, peer[i], tag, mw->comm, &rq[nr++]);
+        }
+    for (i = 0; i < n && rc == MPI_SUCCESS; i++)
+        for (o = 0; o < slen[i] && rc == MPI_SUCCESS; o += TJ__MPI_CHUNK) {
+            size_t c = slen[i] - o < TJ__MPI_CHUNK ? slen[i] - o : TJ__MPI_CHUNK;
+            rc = MPI_Isend((char *)sbuf[i] + o, (int)c, MPI_BYTE, peer[i], tag, mw->comm, &rq[nr++]);
+        }
+    pthread_mutex_unlock(&mw->mu);
+    if (rc != MPI_SUCCESS) {
+        TJ_FREE(rq);
+        return tj__mpi_fail(rc, "send/receive", err, en);
+    }
+    rc = tj__mpi_wait(mw, nr, rq, timeout_s, "send/receive between processes", err, en);
+    TJ_FREE(rq);
+    return rc;
+}
+static int tj__mpi_allgather(tj__wire *w, const void *send, void *recv, size_t bytes, double timeout_s, char *err, size_t en) {
+    tj__mpiw *mw = (tj__mpiw *)w;
+    MPI_Request rq;
+    int rc;
+    if (bytes > (size_t)0x7fffffff) {
+        snprintf(err, en, "MPI allgather of %zu B per process is too large", bytes);
+        return 1;
+    }
+    pthread_mutex_lock(&mw->mu);
+    rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, mw->comm, &rq);
+    pthread_mutex_unlock(&mw->mu);
+    if (rc != MPI_SUCCESS) return tj__mpi_fail(rc, "allgather", err, en);
+    return tj__mpi_wait(mw, 1, &rq, timeout_s, "allgather between processes", err, en);
+}
+static void tj__mpi_wire_free(tj__wire *w) {
+    tj__mpiw *mw = (tj__mpiw *)w;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free(&mw->comm);
+    pthread_mutex_destroy(&mw->mu);
+    TJ_FREE(mw);
+}
+static tj_transport *tj__mpi_t;  /* one per process, shared by contexts */
+static int tj__mpi_ours;         /* tinyjax called MPI_Init_thread        */
+static tj_transport *tj__mpi_transport(double timeout_s, char *err, size_t en) {
+    int inited = 0, prov = 0, size = 0, rank = 0, flag = 0, rc, ub = 32767;
+    void *v = NULL;
+    tj__mpiw *mw;
+    if (tj__mpi_t) return tj__mpi_t;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &prov);
+        if (rc != MPI_SUCCESS) {
+            tj__mpi_fail(rc, "init", err, en);
+            return NULL;
+        }
+        tj__mpi_ours = 1;
+        atexit(tj_distributed_shutdown); /* MPI_Finalize at exit, unless called earlier */
+    } else
+        MPI_Query_thread(&prov);
+    if (prov < MPI_THREAD_SERIALIZED) {
+        snprintf(err, en, "MPI provides thread level %d; tinyjax needs MPI_THREAD_SERIALIZED (its device threads take turns in MPI)", prov);
+        return NULL;
+    }
+    mw = (tj__mpiw *)tj__calloc(sizeof *mw);
+    if (!mw) {
+        snprintf(err, en, "out of memory");
+        return NULL;
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &mw->comm);
+    MPI_Comm_set_errhandler(mw->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_size(mw->comm, &size);
+    MPI_Comm_rank(mw->comm, &rank);
+    MPI_Comm_get_attr(mw->comm, MPI_TAG_UB, &v, &flag);
+    if (flag && v) ub = *(int *)v;
+    pthread_mutex_init(&mw->mu, NULL);
+    mw->w.exchange = tj__mpi_exchange;
+    mw->w.allgather = tj__mpi_allgather;
+    mw->w.free = tj__mpi_wire_free;
+    tj__mpi_t = tj__ct_new("mpi", size, rank, &mw->w, ub, timeout_s);
+    if (!tj__mpi_t) {
+        tj__mpi_wire_free(&mw->w);
+        snprintf(err, en, "out of memory");
+    }
+    return tj__mpi_t;
+}
+#endif
+
+/* ---- process mode ---- */
+/* The launcher stopped this process (typically: a peer died and mpirun
+   ends the job): say which collective each device was in, then die of the
+   same signal. Only async-signal-safe calls. */
+static void tj__on_signal(int sig) {
+    char b[400];
+    int d, k;
+    for (d = 0; d < TJ_MAXDEV; d++)
+        if (tj__where[d][0]) {
+            k = snprintf(b, sizeof b, "tinyjax: process %d stopped by signal %d while device %d waited in %s\n", tj__where_rank, sig, d, tj__where[d]);
+            if (k > 0 && write(2, b, (size_t)(k < (int)sizeof b ? k : (int)sizeof b - 1)) < 0) break;
+        }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
+    const char *e;
+    int np = 0, rank = 0;
+    double timeout;
+    tj_transport *t = o ? o->transport : NULL;
+    struct tj__procs *P;
+    char err[512];
+    if (!c) return TJ_ERR_ARG;
+    if (o && o->nprocs > 0) {
+        np = o->nprocs;
+        rank = o->rank;
+    } else if ((e = getenv("OMPI_COMM_WORLD_SIZE")) || (e = getenv("PMI_SIZE")) || (e = getenv("TJ_NPROCS"))) {
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        if (!r) r = getenv("PMI_RANK");
+        if (!r) r = getenv("TJ_RANK");
+        np = atoi(e);
+        rank = r ? atoi(r) : -1;
+    }
+    if (t) {
+        np = t->nprocs;
+        rank = t->rank;
+    }
+    e = getenv("TJ_TIMEOUT");
+    timeout = o && o->timeout_s > 0 ? o->timeout_s : e && atof(e) > 0 ? atof(e) : 300.0;
+    if (np <= 1 && !t) { /* one process: the threads transport */
+        if (!(P = tj__procs_get(c))) return TJ_ERR_OOM;
+        P->timeout_s = P->t->timeout_s = timeout;
+        return TJ_OK;
+    }
+    if (rank < 0 || rank >= np || np > TJ_MAXDEV) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_distributed_init: process %d of %d (want 0 <= rank < processes <= %d)", rank, np, TJ_MAXDEV);
+        return TJ_ERR_ARG;
+    }
+    if (c->procs && c->procs->nprocs > 1) {
+        tj__err(c, TJ_ERR_STATE, NULL, 0, "tj_distributed_init: this context is already in process mode");
+        return TJ_ERR_STATE;
+    }
+    if (!t) {
+#if defined(TJ_MPI)
+        if (!(t = tj__mpi_transport(timeout, err, sizeof err))) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "tj_distributed_init: %s", err);
+            return TJ_ERR_IO;
+        }
+        t->timeout_s = timeout;
+#else
+        (void)err;
+        tj__err(c, TJ_ERR_UNSUPPORTED, NULL, 0,
+                "tj_distributed_init: launched as process %d of %d, but tinyjax was built without MPI: compile with mpicc -DTJ_MPI, or give "
+                "tj_distributed_opts.transport",
+                rank, np);
+        return TJ_ERR_UNSUPPORTED;
+#endif
+    }
+    if (t->nprocs != np || t->rank != rank) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_distributed_init: the launcher says process %d of %d, the transport '%s' says %d of %d", rank, np, t->name, t->rank,
+                t->nprocs);
+        return TJ_ERR_ARG;
+    }
+    tj__procs_free(c);
+    P = (struct tj__procs *)tj__calloc(sizeof *P);
+    if (!P) return TJ_ERR_OOM;
+    P->t = t;
+    P->nprocs = np;
+    P->rank = rank;
+    P->timeout_s = timeout;
+    c->procs = P;
+    if (c->ndev == 1 && !getenv("TJ_DEVICES")) { /* one device per process */
+        c->ndev = np;
+        c->nmesh = 0;
+    }
+    if (tj__procs_devices(c)) return c->status;
+    if (tj__where_rank < 0 && np > 1) {
+        void (*old)(int) = signal(SIGTERM, tj__on_signal);
+        tj__where_rank = rank;
+        if (old != SIG_DFL && old != SIG_ERR) signal(SIGTERM, old); /* the program has a handler of its own */
+    }
+    return TJ_OK;
+}
+TJDEF void tj_distributed_shutdown(void) {
+#if defined(TJ_MPI)
+    int fin = 0;
+    if (!tj__mpi_t) return;
+    MPI_Finalized(&fin);
+    if (fin) return;
+    if (((tj__ct *)tj__mpi_t->state)->broken[0]) {
+        fprintf(stderr, "tinyjax: process %d: the transport broke (%s); aborting the job\n", tj__mpi_t->rank, ((tj__ct *)tj__mpi_t->state)->broken);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    tj__mpi_t = NULL; /* contexts may still point at it: its memory stays */
+    if (tj__mpi_ours) MPI_Finalize();
+#endif
+}
+
+/* ---- arrays across processes ---- */
+/* shard id of device d for type t: its ranks along each split axis */
+static int tj__shard_id(const tj_ctx *c, const tj__type *t, int d) {
+    int i, id = 0;
+    for (i = 0; i < t->rank; i++)
+        if (t->sh[i]) id = id * tj__mesh_count(c, t->sh[i]) + tj__mesh_rank(c, d, t->sh[i]);
+    return id;
+}
+static int tj__nshards(const tj_ctx *c, const tj__type *t) {
+    int i, n = 1;
+    for (i = 0; i < t->rank; i++)
+        if (t->sh[i]) n *= tj__mesh_count(c, t->sh[i]);
+    return n;
+}
+/* does some process lack some shard (every process can tell) */
+static int tj__spans(const tj_ctx *c, const tj__type *t) {
+    const struct tj__procs *P = c->procs;
+    int q, d, per, ns;
+    if (!P || P->nprocs <= 1) return 0;
+    per = c->ndev / P->nprocs;
+    ns = tj__nshards(c, t);
+    for (q = 0; q < P->nprocs; q++) {
+        unsigned char have[TJ_MAXDEV];
+        int k = 0;
+        memset(have, 0, sizeof have);
+        for (d = q * per; d < (q + 1) * per; d++) {
+            int s = tj__shard_id(c, t, d);
+            if (!have[s]) k++;
+            have[s] = 1;
+        }
+        if (k < ns) return 1;
+    }
+    return 0;
+}
+TJDEF int tj_array_spans_processes(const tj_array *a) { return a ? tj__spans(a->ctx, &a->t) : 0; }
+/* one local device's shard into host memory (a copy only for backends) */
+static const void *tj__shard_host(tj_array *a, int d, void *tmp) {
+    if (!a->ctx->backend) return a->data[d];
+    if (tj__mem_copy(a->ctx, tmp, TJ_SPACE_USER, a->data[d], TJ_SPACE_DEVICE, a->local_bytes)) return NULL;
+    return tmp;
+}
+TJDEF tj_status tj_array_read_all(tj_array *a, tj_dtype dt, void *dst) {
+    tj_ctx *c;
+    struct tj__procs *P;
+    int per, ns, d, q, s, owner[TJ_MAXDEV], cnt[TJ_MAXDEV], maxc = 0;
+    char *send = NULL, *recv = NULL, err[512];
+    size_t lb;
+    tj__type gt, lt;
+    tj_status st = TJ_OK;
+    if (!a) return TJ_ERR_ARG;
+    c = a->ctx;
+    if (!tj__spans(c, &a->t)) return tj_array_read(a, dt, dst);
+    if (!tj__array_live(a, "tj_array_read_all", NULL, 0)) return TJ_ERR_STATE;
+    if ((unsigned)dt >= TJ_NDTYPE) {
+        tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_array_read_all: bad dtype %d", (int)dt);
+        return TJ_ERR_DTYPE;
+    }
+    P = c->procs;
+    per = c->ndev / P->nprocs;
+    ns = tj__nshards(c, &a->t);
+    lb = (size_t)a->local_bytes;
+    /* each shard comes from the lowest device that holds it */
+    for (s = 0; s < ns; s++) owner[s] = -1;
+    memset(cnt, 0, sizeof cnt);
+    for (d = 0; d < c->ndev; d++) {
+        s = tj__shard_id(c, &a->t, d);
+        if (owner[s] < 0) {
+            owner[s] = d;
+            cnt[d / per]++;
+        }
+    }
+    for (q = 0; q < P->nprocs; q++) maxc = cnt[q] > maxc ? cnt[q] : maxc;
+    send = (char *)tj__calloc(lb * (size_t)maxc + 1);
+    recv = (char *)tj__malloc(lb * (size_t)maxc * (size_t)P->nprocs + 1);
+    if (!send || !recv) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_array_read_all: out of memory");
+        st = TJ_ERR_OOM;
+    }
+    for (s = 0, q = 0; st == TJ_OK && s < ns; s++) /* this process's shards, in device order */
+        if (owner[s] / per == P->rank) {
+            const void *h = tj__shard_host(a, owner[s], send + (size_t)q * lb);
+            if (!h) st = TJ_ERR_IO;
+            else if (h != send + (size_t)q * lb) memcpy(send + (size_t)q * lb, h, lb);
+            q++;
+        }
+    if (st == TJ_OK && P->t->proc_allgather(P->t, send, recv, lb * (size_t)maxc, err, sizeof err)) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "tj_array_read_all: %s", err);
+        st = TJ_ERR_IO;
+    }
+    if (st == TJ_OK) {
+        int idx[TJ_MAXDEV];
+        memset(idx, 0, sizeof idx);
+        gt = a->t;
+        memset(gt.sh, 0, sizeof gt.sh);
+        gt.dt = dt;
+        lt = tj__local(c, &a->t);
+        for (s = 0; s < ns; s++) {
+            int o = owner[s], p = o / per;
+            tj__copy_region(recv + ((size_t)p * (size_t)maxc + (size_t)idx[p]++) * lb, &lt, 0, dst, &gt, tj__shard_base(c, &a->t, o), lt.dim, 1);
+        }
+    }
+    TJ_FREE(send);
+    TJ_FREE(recv);
+    return st;
+}
+/* the box of the global array this process's devices cover: start and size
+   per axis; nonzero (and an error) if their shards do not tile a box */
+static int tj__local_box(const tj_array *a, int64_t *start, int64_t *size, const char *what) {
+    tj_ctx *c = a->ctx;
+    tj__type lt = tj__local(c, &a->t);
+    int i, d, lo = 0, hi = c->ndev, k = 0, want = 1;
+    unsigned char have[TJ_MAXDEV];
+    if (c->procs && c->procs->nprocs > 1) {
+        lo = c->procs->lo;
+        hi = c->procs->hi;
+    }
+    memset(have, 0, sizeof have);
+    for (i = 0; i < a->t.rank; i++) {
+        int rmin = 1 << 30, rmax = -1;
+        for (d = lo; d < hi; d++)
+            if (a->t.sh[i]) {
+                int r = tj__mesh_rank(c, d, a->t.sh[i]);
+                rmin = r < rmin ? r : rmin;
+                rmax = r > rmax ? r : rmax;
+            }
+        if (!a->t.sh[i]) rmin = rmax = 0;
+        start[i] = (int64_t)rmin * lt.dim[i];
+        size[i] = (int64_t)(rmax - rmin + 1) * lt.dim[i];
+        want *= rmax - rmin + 1;
+    }
+    for (d = lo; d < hi; d++) {
+        int s = tj__shard_id(c, &a->t, d);
+        if (!have[s]) k++;
+        have[s] = 1;
+    }
+    if (k != want) {
+        tj__err(c, TJ_ERR_SHAPE, NULL, 0, "%s: the shards of this process's devices do not form a box of the array (process %d)", what, tj_process_index(c));
+        return 1;
+    }
+    return 0;
+}
+TJDEF const char *tj_array_local_shape(const tj_array *a, char *buf, size_t n) {
+    int64_t start[TJ_MAXDIM], size[TJ_MAXDIM];
+    int i;
+    size_t k = 0;
+    if (!buf || !n) return buf;
+    buf[0] = 0;
+    if (!a || tj__local_box(a, start, size, "tj_array_local_shape")) return buf;
+    for (i = 0; i < a->t.rank; i++) {
+        snprintf(buf + k, n - k, "%s%s=%lld", i ? " " : "", tj__name(a->ctx, a->t.ax[i]), (long long)size[i]);
+        k = strlen(buf);
+    }
+    return buf;
+}
+/* copy between the local box (row-major, dtype bt) and each local device's shard */
+static tj_status tj__box_copy(tj_array *a, tj_dtype bt, void *box, int to_box, const char *what) {
+    tj_ctx *c = a->ctx;
+    int64_t start[TJ_MAXDIM], size[TJ_MAXDIM], st[TJ_MAXDIM];
+    tj__type btype, lt = tj__local(c, &a->t);
+    int d, i;
+    void *tmp = NULL;
+    if (tj__local_box(a, start, size, what)) return c->status;
+    btype = a->t;
+    btype.dt = bt;
+    memset(btype.sh, 0, sizeof btype.sh);
+    for (i = 0; i < a->t.rank; i++) btype.dim[i] = size[i];
+    tj__strides(&btype, st);
+    if (c->backend && !(tmp = tj__malloc((size_t)a->local_bytes))) return TJ_ERR_OOM;
+    for (d = 0; d < c->ndev; d++) {
+        int64_t base = 0;
+        if (!a->data[d]) continue;
+        for (i = 0; i < a->t.rank; i++)
+            if (a->t.sh[i]) base += ((int64_t)tj__mesh_rank(c, d, a->t.sh[i]) * lt.dim[i] - start[i]) * st[i];
+        if (to_box) {
+            const void *h = tj__shard_host(a, d, tmp);
+            if (!h) {
+                TJ_FREE(tmp);
+                return TJ_ERR_IO;
+            }
+            tj__copy_region(h, &lt, 0, box, &btype, base, lt.dim, 1);
+        } else {
+            tj__copy_region(box, &btype, base, tmp ? tmp : a->data[d], &lt, 0, lt.dim, 1);
+            if (tmp && tj__mem_copy(c, a->data[d], TJ_SPACE_DEVICE, tmp, TJ_SPACE_USER, a->local_bytes)) {
+                TJ_FREE(tmp);
+                return TJ_ERR_IO;
+            }
+        }
+    }
+    TJ_FREE(tmp);
+    return TJ_OK;
+}
+TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
+    if (!a) return TJ_ERR_ARG;
+    if (!tj__array_live(a, "tj_array_read_local", NULL, 0)) return TJ_ERR_STATE;
+    if ((unsigned)dt >= TJ_NDTYPE) return TJ_ERR_DTYPE;
+    return tj__box_copy(a, dt, dst, 1, "tj_array_read_local");
+}
+TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec, const void *data) {
+    tj__type t;
+    tj_array *a;
+    void *zeros = NULL;
+    if (!c) return NULL;
+    if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_from_local", file, line)) return NULL;
+    if (tj__parse_spec(c, spec, &t, t.sh, 1, "tj_array_from_local", file, line)) return NULL;
+    if (!(a = tj__array_alloc(c, &t, file, line))) return NULL;
+    if (!data) { /* NULL: zeros */
+        int64_t start[TJ_MAXDIM], size[TJ_MAXDIM], nb = (int64_t)tj_dtype_size(dt);
+        int i;
+        if (!tj__local_box(a, start, size, "tj_array_from_local"))
+            for (i = 0; i < t.rank; i++) nb *= size[i];
+        if (!c->status && !(data = zeros = tj__calloc((size_t)nb))) tj__err(c, TJ_ERR_OOM, file, line, "tj_array_from_local: out of memory");
+    }
+    if (!data || tj__box_copy(a, dt, (void *)data, 0, "tj_array_from_local")) {
+        TJ_FREE(zeros);
+        tj_array_free(a);
+        return NULL;
+    }
+    TJ_FREE(zeros);
+    return a;
+}
+
+/* tj_tree_save / tj_tree_load in process mode: the call itself (save reads
+   arrays with tj_array_read_all and writes from process 0), then every
+   process returns the first failure of any. save < 0: are we inside. A
+   load that fails in one process only leaves the file's leaves in the
+   others' trees, and they return the error too. */
+static tj_status tj__procs_tree_io(const tj_tree *t, const char *path, int save) {
+    tj_ctx *c = t->ctx;
+    struct tj__procs *P = c->procs;
+    tj_status st, g;
+    char out[TJ__MSG];
+    const char *fn = save ? "tj_tree_save" : "tj_tree_load";
+    if (save < 0) return P && P->in_tree_io ? TJ_ERR_STATE : TJ_OK;
+    P->in_tree_io = 1;
+    st = save ? tj_tree_save(t, path) : tj_tree_load((tj_tree *)t, path);
+    P->in_tree_io = 0;
+    if (tj__agree(c, st, -1, 0, c->msg, &g, out, sizeof out, NULL)) {
+        if (st == TJ_OK) tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: %s", fn, path, out);
+        return st == TJ_OK ? TJ_ERR_IO : st;
+    }
+    if (g != TJ_OK && st == TJ_OK) {
+        tj__err(c, g, NULL, 0, "%s: %s: %s", fn, path, out);
+        st = g;
+    }
+    return st;
+}
+
+/* ---- collective kernels: pack -> transport -> unpack ---- */
+/* Blocks along axis ax of t are contiguous and in order when every axis
+   before ax has size 1: then the transport reads or writes the buffer
+   itself and there is nothing to pack. */
+static int tj__outer(const tj__type *t, int ax) {
+    int i;
+    for (i = 0; i < ax; i++)
+        if (t->dim[i] != 1) return 0;
+    return 1;
+}
+static int64_t tj__coll_scratch(const tj_node *n) {
+    tj_ctx *c = n->g->ctx;
+    tj__type it = tj__local(c, &n->in[0]->t), ot = tj__local(c, &n->t);
+    int64_t s = 0;
+    switch (n->op) {
+    case TJ__OP_ALL_GATHER:
+        if (!tj__outer(&ot, tj__axis_index(&ot, n->a.axis))) s = tj__align(tj__bytes(&ot));
+        break;
+    case TJ__OP_REDUCE_SCATTER:
+        if (!tj__outer(&it, tj__axis_index(&it, n->a.axis))) s = tj__align(tj__bytes(&it));
+        break;
+    case TJ__OP_ALL_TO_ALL:
+        if (!tj__outer(&it, tj__axis_index(&it, n->a.axis))) s += tj__align(tj__bytes(&it));
+        if (!tj__outer(&ot, tj__axis_index(&ot, n->a.axis2))) s += tj__align(tj__bytes(&ot));
+        break;
+    default: break;
+    }
+    return s;
+}
+/* call the transport for node k->n; on failure write k->err (unless an
+   earlier error is there) naming the collective and its cause */
+static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, size_t bytes, size_t count, int to, int from) {
+    tj_ctx *c = k->ctx;
+    tj_node *n = k->n;
+    struct tj__procs *P = c->procs;
+    tj_transport *t = P ? P->t : NULL;
+    unsigned m = (unsigned)n->a.index;
+    void *comm = tj__group_find(c, m, k->dev);
+    char e[600], mb[64];
+    int rc, G = tj__mesh_count(c, m);
+    double t0 = tj__now_us();
+    tj_reduce_op op = n->op == TJ__OP_PMAX ? TJ_REDUCE_MAX : TJ_REDUCE_SUM;
+    mb[0] = 0;
+    if (!comm || P->nprocs > 1) tj__mesh_names(c, m, mb, sizeof mb);
+    if (!comm) {
+        snprintf(e, sizeof e, "no device group for mesh axes %s (was the program compiled under another mesh?)", mb);
+        rc = 1;
+    } else {
+        if (P->nprocs > 1) snprintf(tj__where[k->dev], sizeof tj__where[0], "%s over %s (caused by %s at %s:%d)", tj__ops[n->op].name, mb, n->name ? n->name : "?",
+                                    tj__base(n->file), n->line);
+        switch (kind) {
+        case TJ__AG: rc = t->all_gather(t, comm, send, recv, bytes, NULL, e, sizeof e); break;
+        case TJ__AR: rc = t->all_reduce(t, comm, send, recv, count, k->ot.dt, op, NULL, e, sizeof e); break;
+        case TJ__RS: rc = t->reduce_scatter(t, comm, send, recv, count, k->ot.dt, op, NULL, e, sizeof e); break;
+        case TJ__A2A: rc = t->all_to_all(t, comm, send, recv, bytes, NULL, e, sizeof e); break;
+        default: rc = t->send_recv(t, comm, send, to, recv, from, bytes, NULL, e, sizeof e); break;
+        }
+        tj__where[k->dev][0] = 0;
+        P->us[k->dev] += tj__now_us() - t0;
+        P->ncoll[k->dev]++;
+        P->sent[k->dev] += kind == TJ__PERM ? (to >= 0 && to != tj__mesh_rank(c, k->dev, m) ? (int64_t)bytes : 0) : (int64_t)bytes * (G - 1);
+    }
+    if (rc && !k->err[0]) {
+        if (!mb[0]) tj__mesh_names(c, m, mb, sizeof mb);
+        snprintf(k->err, TJ__MSG, "%s over %s (caused by %s at %s:%d) on device %d: %s", tj__ops[n->op].name, mb, n->name ? n->name : "?", tj__base(n->file), n->line,
+                 k->dev, e);
+    }
+    return rc;
+}
+static void tj__k_all_gather(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(&k->ot, ax);
+    size_t S = (size_t)tj__bytes(k->it[0]);
+    char *recv = direct ? (char *)k->out : (char *)k->scratch;
+    int64_t st[TJ_MAXDIM] = {0};
+    if (tj__coll_call(k, TJ__AG, k->in[0], recv, S, 0, -1, -1) || direct) return;
+    tj__strides(&k->ot, st);
+    for (r = 0; r < G; r++) tj__copy_region(recv + (size_t)r * S, k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim, k->nthreads);
+}
+static void tj__k_psum(tj__kern *k) {
+    size_t n = (size_t)tj__numel(&k->ot);
+    tj__coll_call(k, TJ__AR, k->in[0], k->out, n * tj_dtype_size(k->ot.dt), n, -1, -1);
+}
+static void tj__k_reduce_scatter(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(k->it[0], ax);
+    int64_t ist[TJ_MAXDIM] = {0}, n = tj__numel(&k->ot);
+    const void *send = direct ? k->in[0] : k->scratch;
+    tj__strides(k->it[0], ist);
+    if (!direct) /* block r (rank r's part of axis ax) contiguous at r * n */
+        for (r = 0; r < G; r++) tj__copy_region(k->in[0], k->it[0], r * k->ot.dim[ax] * ist[ax], k->scratch, &k->ot, r * n, k->ot.dim, k->nthreads);
+    tj__coll_call(k, TJ__RS, send, k->out, (size_t)tj__bytes(&k->ot), (size_t)n, -1, -1);
+}
+/* all_to_all: mesh axes m move from axis `axis2` (split on input) to
+   `axis` (split on output): each device sends peer r the r-th block of its
+   `axis` and receives peer r's block of `axis2`. */
+static void tj__k_all_to_all(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r;
+    int to = tj__axis_index(&k->ot, k->n->a.axis), from = tj__axis_index(&k->ot, k->n->a.axis2);
+    int sdirect = tj__outer(k->it[0], to), rdirect = tj__outer(&k->ot, from);
+    int64_t ist[TJ_MAXDIM] = {0}, ost[TJ_MAXDIM] = {0}, nb;
+    tj__type bt = k->ot; /* one peer's block */
+    const char *send = sdirect ? (const char *)k->in[0] : (const char *)k->scratch;
+    char *recv = rdirect ? (char *)k->out : (char *)k->scratch + (sdirect ? 0 : tj__align(tj__bytes(k->it[0])));
+    tj__strides(k->it[0], ist);
+    tj__strides(&k->ot, ost);
+    bt.dim[from] = k->it[0]->dim[from];
+    nb = tj__numel(&bt);
+    if (!sdirect)
+        for (r = 0; r < G; r++) tj__copy_region(k->in[0], k->it[0], r * k->ot.dim[to] * ist[to], (void *)send, &bt, r * nb, bt.dim, k->nthreads);
+    if (tj__coll_call(k, TJ__A2A, send, recv, (size_t)tj__bytes(&bt), 0, -1, -1) || rdirect) return;
+    for (r = 0; r < G; r++) tj__copy_region(recv, &bt, r * nb, k->out, &k->ot, r * k->it[0]->dim[from] * ost[from], bt.dim, k->nthreads);
+}
+/* ppermute: rank r's block goes to rank perm[r]; a rank nobody sends to
+   gets zeros */
+static void tj__k_ppermute(tj__kern *k) {
+    unsigned m = (unsigned)k->n->a.index;
+    int G = tj__mesh_count(k->ctx, m), r, me = tj__mesh_rank(k->ctx, k->dev, m), src = -1;
+    for (r = 0; r < G; r++)
+        if (k->n->a.perm[r] == me) src = r;
+    if (tj__coll_call(k, TJ__PERM, k->in[0], k->out, (size_t)tj__bytes(&k->ot), 0, k->n->a.perm[me], src)) return;
+    if (src < 0) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
+}
+
+/* ---- the per-run record: profiling events of each device ---- */
+typedef struct tj__rdv {
+    tj_event *ev[TJ_MAXDEV]; /* each device appends to its own list (no locks) */
+    int nev[TJ_MAXDEV], capev[TJ_MAXDEV];
+    double t0;
+} tj__rdv;
+
+/* ---- running the schedule on each device ---- */
 static void *tj__buf(tj_node *n, char **arena, void **args, void **outs) {
     tj_node *r = n->root;
     if (r->op == TJ__OP_PARAM) return args[r->a.index];
@@ -9586,7 +11165,7 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
     e->device = dev;
     if (n->members) snprintf(e->op, sizeof e->op, "fused x%d", n->nmembers);
     else snprintf(e->op, sizeof e->op, "%s", tj__ops[n->op].name);
-    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
+    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST ? 2 : 0;
     if (e->kind == 1 && n->name) snprintf(e->what, sizeof e->what, "caused by %s", n->name);
     else snprintf(e->what, sizeof e->what, "%%%d", n->id);
     e->file = n->file;
@@ -9596,11 +11175,14 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
 }
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, tj__rdv *rdv) {
     int i, j, prof = p->ctx->profile && rdv;
-    for (i = 0; i < p->nsched && !err[0]; i++) {
+    for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
         tj__kern k;
         double t0 = 0;
         if (n->op == TJ__OP_PARAM || n->op == TJ__OP_PROJ || (tj__ops[n->op].flags & TJ__VIEW) || n->fused) continue;
+        /* after an error the device runs dry: only collectives (and the scans
+           that hold some) run, so no peer is left waiting for it */
+        if (err[0] && !TJ__IS_COLL(n->op) && n->op != TJ__OP_SCAN) continue;
         if (prof) t0 = tj__now_us();
         if (n->members) {
             const void *leafp[TJ__MAXFUSE * 3];
@@ -9645,103 +11227,133 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
 
 /* One device's run: its arenas, its argument and output buffers. With
    several devices each runs on its own thread; they meet only in
-   collectives (the rendezvous), so the same program could run one process
-   per GPU with NCCL in their place. */
+   collectives, through the transport. In process mode only this process's
+   devices run here. */
 typedef struct {
     tj_prog *p;
-    int dev;
+    int dev, nth;
     void **args, **outs;
+    char *arena[2];
     tj__rdv *rdv;
     char err[TJ__MSG];
     tj_status st;
 } tj__devrun;
 static void *tj__device_main(void *arg) {
     tj__devrun *r = (tj__devrun *)arg;
+    tj__run_body(r->p, r->args, r->outs, r->arena, r->err, r->nth, r->dev, r->rdv);
+    if (r->err[0]) r->st = TJ_ERR_ARG;
+    return NULL;
+}
+/* the first run allocates exactly the planned bytes; later runs of the
+   same program reuse them (one call at a time per program) */
+static tj_status tj__arenas(tj__devrun *r) {
     tj_prog *p = r->p;
     tj_ctx *c = p->ctx;
-    char *arena[2] = {NULL, NULL};
-    int s, nth = c->threads / (c->ndev > 0 ? c->ndev : 1);
-    r->err[0] = 0;
-    r->st = TJ_OK;
+    int s;
     for (s = 0; s < 2; s++)
         if (p->arena_bytes[s]) {
-            /* the first run allocates exactly the planned bytes; later runs of
-               the same program reuse them (one call at a time per program) */
             void **raw = &p->arena_raw[r->dev][s];
             if (!*raw) {
                 if (!tj__mem_alloc(c, s, p->arena_bytes[s], raw)) {
                     snprintf(r->err, sizeof r->err, "out of memory allocating a %lld-byte %s arena on device %d", (long long)p->arena_bytes[s],
                              s ? "host" : "device", r->dev);
-                    r->st = TJ_ERR_OOM;
-                    continue;
+                    return r->st = TJ_ERR_OOM;
                 }
                 tj__count(c, 1, p->arena_bytes[s]);
             }
-            arena[s] = c->backend ? (char *)*raw : (char *)(((uintptr_t)*raw + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
+            r->arena[s] = c->backend ? (char *)*raw : (char *)(((uintptr_t)*raw + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
         }
-    /* every device plans the same sizes, so an allocation fails on all of
-       them alike and no device is left waiting in a collective */
-    if (r->st == TJ_OK) {
-        tj__run_body(p, r->args, r->outs, arena, r->err, nth < 1 ? 1 : nth, r->dev, r->rdv);
-        if (r->err[0]) r->st = TJ_ERR_ARG;
-    }
-    return NULL;
+    return TJ_OK;
+}
+/* In process mode a process that cannot run (an input it lacks, out of
+   memory) says so to the others, which then do not start either. */
+static void tj__run_refused(tj_prog *p, tj_status st) {
+    tj_ctx *c = p->ctx;
+    tj_status g;
+    char out[TJ__MSG];
+    if (tj__nprocs(c) > 1) tj__agree(c, st, -1, 0, c->msg, &g, out, sizeof out, NULL);
 }
 static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs) {
     tj_ctx *c = p->ctx;
-    int nd = c->ndev, d, i, np = p->g->nparam;
+    int lo, nl = tj_local_devices(c, &lo), d, i, j, np = p->g->nparam, nth, bad = -1, multi = tj__nprocs(c) > 1;
     tj__devrun *runs;
     void **bufs;
     pthread_t th[TJ_MAXDEV];
     tj__rdv rdv;
-    tj_status st = TJ_OK;
-    runs = (tj__devrun *)tj__calloc(sizeof(tj__devrun) * (size_t)nd);
-    bufs = (void **)tj__calloc(sizeof(void *) * (size_t)nd * (size_t)(np + p->nout + 1));
+    tj_status st = TJ_OK, gst;
+    char out[TJ__MSG];
+    runs = (tj__devrun *)tj__calloc(sizeof(tj__devrun) * (size_t)nl);
+    bufs = (void **)tj__calloc(sizeof(void *) * (size_t)nl * (size_t)(np + p->nout + 1));
     if (!runs || !bufs) {
         TJ_FREE(runs);
         TJ_FREE(bufs);
         tj__err(c, TJ_ERR_OOM, p->file, p->line, "run '%s': out of memory", p->name);
+        tj__run_refused(p, TJ_ERR_OOM);
         return TJ_ERR_OOM;
     }
     memset(&rdv, 0, sizeof rdv);
-    rdv.n = nd;
     rdv.t0 = c->profile ? tj__now_us() : 0;
-    pthread_mutex_init(&rdv.mu, NULL);
-    pthread_cond_init(&rdv.cv, NULL);
-    for (d = 0; d < nd; d++) {
-        void **b = bufs + (size_t)d * (size_t)(np + p->nout + 1);
-        for (i = 0; i < np; i++) b[i] = args[i]->data[d];
-        for (i = 0; i < p->nout; i++) b[np + 1 + i] = outs[i]->data[d];
-        runs[d].p = p;
-        runs[d].dev = d;
-        runs[d].args = b;
-        runs[d].outs = b + np + 1;
-        runs[d].rdv = &rdv;
+    nth = c->threads / nl;
+    for (i = 0; i < nl; i++) {
+        void **b = bufs + (size_t)i * (size_t)(np + p->nout + 1);
+        d = lo + i;
+        for (j = 0; j < np; j++) b[j] = args[j]->data[d];
+        for (j = 0; j < p->nout; j++) b[np + 1 + j] = outs[j]->data[d];
+        runs[i].p = p;
+        runs[i].dev = d;
+        runs[i].nth = nth < 1 ? 1 : nth;
+        runs[i].args = b;
+        runs[i].outs = b + np + 1;
+        runs[i].rdv = &rdv;
+        if (tj__arenas(&runs[i]) && bad < 0) bad = i;
     }
-    if (nd == 1) tj__device_main(&runs[0]);
-    else {
-        for (d = 0; d < nd; d++)
-            if (pthread_create(&th[d], NULL, tj__device_main, &runs[d])) {
-                /* cannot start a device: run the rest inline is impossible (they
-                   would wait on each other); fail before any started */
-                int k;
-                tj__err(c, TJ_ERR_OOM, p->file, p->line, "run '%s': cannot start the thread of device %d", p->name, d);
-                rdv.n = d; /* let the started ones... they may block; join them after waking */
-                for (k = 0; k < d; k++) pthread_join(th[k], NULL);
-                st = TJ_ERR_OOM;
-                nd = 0;
-                break;
-            }
-        for (d = 0; d < nd; d++) pthread_join(th[d], NULL);
-    }
-    if (c->backend && c->backend->sync && c->backend->sync(c->backend) && st == TJ_OK)
-        tj__err(c, TJ_ERR_IO, p->file, p->line, "run '%s': backend '%s' failed to synchronise", p->name, c->backend->name);
-    for (d = 0; d < nd && st == TJ_OK; d++)
-        if (runs[d].st != TJ_OK) {
-            tj__err(c, runs[d].st, NULL, 0, "run '%s'%s: %s", p->name, c->ndev > 1 ? " (a device)" : "", runs[d].err);
-            st = runs[d].st;
+    /* no device starts unless all can (in every process): a device that
+       cannot would leave its peers waiting in a collective */
+    if (multi) {
+        if (tj__agree(c, bad >= 0 ? runs[bad].st : TJ_OK, bad >= 0 ? runs[bad].dev : -1, 0, bad >= 0 ? runs[bad].err : "", &gst, out, sizeof out, NULL))
+            gst = TJ_ERR_IO;
+        if (gst != TJ_OK) {
+            tj__err(c, gst, NULL, 0, "run '%s': %s", p->name, out);
+            st = gst;
         }
-    if (st == TJ_OK && c->status) st = c->status;
+    } else if (bad >= 0) {
+        tj__err(c, runs[bad].st, NULL, 0, "run '%s'%s: %s", p->name, c->ndev > 1 ? " (a device)" : "", runs[bad].err);
+        st = runs[bad].st;
+    }
+    if (st == TJ_OK) {
+        if (nl == 1) tj__device_main(&runs[0]);
+        else {
+            for (i = 0; i < nl; i++)
+                if (pthread_create(&th[i], NULL, tj__device_main, &runs[i])) {
+                    /* the started devices wait for this one in their next
+                       collective until the transport's timeout */
+                    int k;
+                    tj__err(c, TJ_ERR_OOM, p->file, p->line, "run '%s': cannot start the thread of device %d", p->name, lo + i);
+                    for (k = 0; k < i; k++) pthread_join(th[k], NULL);
+                    st = TJ_ERR_OOM;
+                    break;
+                }
+            for (i = 0; i < nl && st == TJ_OK; i++) pthread_join(th[i], NULL);
+        }
+        if (c->backend && c->backend->sync && c->backend->sync(c->backend) && st == TJ_OK)
+            tj__err(c, TJ_ERR_IO, p->file, p->line, "run '%s': backend '%s' failed to synchronise", p->name, c->backend->name);
+        for (i = 0, bad = -1; i < nl; i++)
+            if (runs[i].st != TJ_OK && bad < 0) bad = i;
+        if (multi) { /* an error anywhere is an error everywhere */
+            int lost = tj__agree(c, bad >= 0 ? runs[bad].st : TJ_OK, bad >= 0 ? runs[bad].dev : -1, 0, bad >= 0 ? runs[bad].err : "", &gst, out, sizeof out, NULL);
+            if (bad >= 0 && st == TJ_OK) {
+                tj__err(c, runs[bad].st, NULL, 0, "run '%s': process %d (device %d): %s", p->name, tj_process_index(c), runs[bad].dev, runs[bad].err);
+                st = runs[bad].st;
+            } else if (st == TJ_OK && (lost || gst != TJ_OK)) {
+                tj__err(c, lost ? TJ_ERR_IO : gst, NULL, 0, "run '%s': %s", p->name, out);
+                st = lost ? TJ_ERR_IO : gst;
+            }
+        } else if (bad >= 0 && st == TJ_OK) {
+            tj__err(c, runs[bad].st, NULL, 0, "run '%s'%s: %s", p->name, c->ndev > 1 ? " (a device)" : "", runs[bad].err);
+            st = runs[bad].st;
+        }
+        if (st == TJ_OK && c->status) st = c->status;
+    }
     if (c->profile) { /* keep this run's timeline, devices in order */
         int total = 0;
         for (d = 0; d < c->ndev; d++) total += rdv.nev[d];
@@ -9754,8 +11366,6 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
         }
     }
     for (d = 0; d < c->ndev; d++) TJ_FREE(rdv.ev[d]);
-    pthread_mutex_destroy(&rdv.mu);
-    pthread_cond_destroy(&rdv.cv);
     TJ_FREE(runs);
     TJ_FREE(bufs);
     return st;
@@ -9865,10 +11475,22 @@ static int tj__donated(const char *list, const char *name) {
 TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name, tj_fn fn, void *user, const tj_tree *ex, const tj_jit_opts *opts) {
     tj_prog *p;
     tj_tree *tin = NULL, *tout = NULL;
-    int i, nv;
+    int i, nv, agreed = 0;
     if (!c) return NULL;
     if (!fn || !ex) {
         tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': NULL function or example tree", name ? name : "?");
+        return NULL;
+    }
+    if (c->status != TJ_OK) { /* errors are sticky: say so, rather than repeat an old message as if new */
+        char pre[256];
+        int k = snprintf(pre, sizeof pre, "jit '%.64s' at %.64s:%d: an earlier error was never cleared (call tj_clear_error): ", name ? name : "?", tj__base(file), line);
+        size_t ol = strlen(c->msg);
+        if (!strstr(c->msg, "never cleared (call tj_clear_error)") && k > 0 && (size_t)k < sizeof pre) {
+            if (ol + (size_t)k >= sizeof c->msg) ol = sizeof c->msg - (size_t)k - 1;
+            memmove(c->msg + k, c->msg, ol);
+            c->msg[(size_t)k + ol] = 0;
+            memcpy(c->msg, pre, (size_t)k);
+        }
         return NULL;
     }
     p = (tj_prog *)tj__calloc(sizeof *p);
@@ -9891,7 +11513,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         if (l->kind == TJ_LEAF_ARRAY) {
             tj_node *n;
             if (!tj__array_live(l->arr, "jit", file, line)) goto fail;
-            n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, file, line);
+            n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, NULL, file, line);
             if (!n || !(n->name = tj__strdup(l->name)) || tj__add_param(p->g, n)) goto fail;
             tj_tree_set_v(tin, l->name, n);
         } else if (l->kind == TJ_LEAF_VALUE) {
@@ -9932,6 +11554,24 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     }
     if (tj__own_outputs(p->g, p->outs, p->nout, 1)) goto fail;
     for (i = 0; i < p->g->nparam; i++) p->donate[i] = opts && tj__donated(opts->donate, p->g->params[i]->name);
+    if (opts && opts->donate) { /* every name or prefix in the list must match some input leaf */
+        const char *s = opts->donate;
+        while (*s) {
+            size_t k = 0;
+            int hit = 0;
+            char one[256];
+            while (*s == ' ' || *s == ',') s++;
+            while (s[k] && s[k] != ' ' && s[k] != ',') k++;
+            if (!k) break;
+            snprintf(one, sizeof one, "%.*s", (int)(k < 255 ? k : 255), s);
+            for (i = 0; i < p->g->nparam && !hit; i++) hit = tj__donated(one, p->g->params[i]->name);
+            if (!hit) {
+                tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': donate names '%s', which matches no input leaf (a prefix ends in '.')", p->name, one);
+                goto fail;
+            }
+            s += k;
+        }
+    }
     if (c->dump) {
         fprintf(stderr, "=== traced graph '%s' (%d nodes)\n", p->name, p->g->n);
         tj_graph_print(p->g, stderr);
@@ -9943,6 +11583,8 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         tj_memory_print(p, stderr);
         if (p->g->report) tj_prog_residuals_print(p, stderr);
     }
+    agreed = 1; /* with the other processes (process mode); then make the device groups */
+    if (tj__procs_jit(c, p, p->name)) goto fail;
     tj_tree_free(tin);
     tj_tree_free(tout);
     return p;
@@ -9951,6 +11593,7 @@ oom:
 fail:
     if (!c->status) tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory while tracing", name ? name : "?");
     tj__err_line(c, "in tj_jit", file, line); /* errors of calls without a line of their own (tj_vjp, trees) */
+    if (!agreed) tj__procs_jit(c, NULL, name ? name : "fn");
     tj_tree_free(tin);
     tj_tree_free(tout);
     tj_prog_free(p);
@@ -9961,7 +11604,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
     tj_array **args = NULL, **outs = NULL;
     tj_ctx *c;
     tj_graph *g;
-    int i, j;
+    int i, j, ran = 0;
     tj_status st = TJ_OK;
     char b1[256], b2[256];
     if (!p) return TJ_ERR_ARG;
@@ -10026,7 +11669,10 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             break;
         }
     }
-    if (st == TJ_OK) st = tj__execute(p, args, outs);
+    if (st == TJ_OK) {
+        ran = 1;
+        st = tj__execute(p, args, outs);
+    }
     if (st != TJ_OK) {
         if (!c->status) tj__err(c, st, file, line, "run '%s': failed (%s)", p->name, st == TJ_ERR_OOM ? "out of memory" : "error");
         for (i = 0; i < p->nout; i++)
@@ -10047,6 +11693,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         if (p->donate[i] && !args[i]->deleted) {
             int dv;
             for (dv = 0; dv < args[i]->ndev; dv++) {
+                if (!args[i]->raw[dv]) continue; /* another process's device */
                 tj__mem_free(c, TJ_SPACE_DEVICE, args[i]->raw[dv]);
                 tj__count(c, 0, -args[i]->local_bytes);
                 args[i]->raw[dv] = args[i]->data[dv] = NULL;
@@ -10063,6 +11710,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
     }
 done:
     if (st != TJ_OK) tj__err_line(c, "tj_run", file, line); /* errors found inside the run name the caller too */
+    if (!ran) tj__run_refused(p, st); /* process mode: the others must not wait for this one */
     TJ_FREE(args);
     TJ_FREE(outs);
     return st;

@@ -8,10 +8,7 @@
  *     nvcc -std=c++17 -O2 -I. my_program.cu tinyjax_cuda.o -lcublas -o my_program
  *
  * (my_program includes tinyjax.h WITHOUT TINYJAX_IMPLEMENTATION). tinyjax.h
- * does not declare the constructor; declare it yourself:
- *
- *     extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
- *     extern "C" void tj_cuda_backend_free(tj_backend *b);
+ * declares the constructor and its destructor (section [11], backends):
  *
  *     char err[256];
  *     tj_backend *gpu = tj_cuda_backend(0, err, sizeof err);
@@ -23,7 +20,8 @@
  * not know which backend ran. Create arrays in a context after setting its
  * backend, and free them before freeing the backend.
  *
- * The CUDA code mirrors section [4] of tinyjax.h: the same op names, the same
+ * The CUDA code mirrors the CPU kernels of tinyjax.h's sections [5] (ops) and
+ * [11] (run: backends, CPU backend): the same op names, the same
  * stride rules (tj__bstrides), the same row formula (tj__k_rowop), the same
  * error messages for bad indices. Math runs in float for f32 and bf16 and in
  * double for f64 and i32 (the CPU uses double throughout, so f32 results may
@@ -31,12 +29,12 @@
  * Dots go through cuBLAS.
  *
  * ------------------------------------------------------------- contents ---
- *   [8] CUDA backend: state and error messages
- *   [8] CUDA backend: device helpers (dtype access, math, block reductions)
- *   [8] CUDA backend: kernels
- *   [8] CUDA backend: launchers (one per CPU kernel of [5])
- *   [8] CUDA backend: memory spaces, copies, sync
- *   [8] CUDA backend: dispatch and constructor
+ *   [11] CUDA backend: state and error messages
+ *   [11] CUDA backend: device helpers (dtype access, math, block reductions)
+ *   [11] CUDA backend: kernels
+ *   [11] CUDA backend: launchers (one per CPU kernel of [5])
+ *   [11] CUDA backend: memory spaces, copies, sync
+ *   [11] CUDA backend: dispatch and constructor
  */
 #define TINYJAX_IMPLEMENTATION
 #include "tinyjax.h"
@@ -168,46 +166,35 @@ __device__ __forceinline__ double tjc_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float tjc_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double tjc_pow(double x, double y) { return pow(x, y); }
 
-/* TJ__UNARY_OPS, one case each (the CPU formulas, in T) */
+/* The unary and binary elementwise ops, expanded from the header's formula
+   tables (TJ__UNARY_OPS, TJ__BINARY_OPS): an op added there gets its CUDA
+   kernel here with no edit. The formulas are the CPU's, evaluated with the
+   same promotions (double constants), on T = float for f32/bf16 and double
+   for f64/i32. Every op of the tables has a case; anything else is NaN. */
+__device__ __forceinline__ double tjc_gelu_d(double a, double t) { return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a); }
+#define TJ__EXP(x) tjc_exp(x)
+#define TJ__TANH(x) tjc_tanh(x)
+#define tj__gelu_d(a, t) tjc_gelu_d(a, t)
+#define TJC_UNARY_CASE(op, nm, expr) \
+    case TJ__OP_##op: return (T)(expr);
+#define TJC_BINARY_CASE(op, nm, expr) \
+    case TJ__OP_##op: return (T)(expr);
 template <typename T>
 __device__ __forceinline__ T tjc_unary(int op, T a, T s) {
-    const T c = (T)TJ__GELU_C, g = (T)0.044715;
-    switch (op) {
-    case TJ__OP_NEG: return -a;
-    case TJ__OP_EXP: return tjc_exp(a);
-    case TJ__OP_LOG: return tjc_log(a);
-    case TJ__OP_TANH: return tjc_tanh(a);
-    case TJ__OP_SQRT: return tjc_sqrt(a);
-    case TJ__OP_RSQRT: return (T)1 / tjc_sqrt(a);
-    case TJ__OP_RELU: return a > (T)0 ? a : (T)0;
-    case TJ__OP_GELU: return (T)0.5 * a * ((T)1 + tjc_tanh(c * (a + g * a * a * a)));
-    case TJ__OP_GELU_D: {
-        T t = tjc_tanh(c * (a + g * a * a * a));
-        return (T)0.5 * ((T)1 + t) + (T)0.5 * a * ((T)1 - t * t) * c * ((T)1 + (T)3 * g * a * a);
-    }
-    case TJ__OP_POWS: return tjc_pow(a, s);
-    default: return a; /* cast: the store converts */
-    }
+    (void)s;
+    switch (op) { TJ__UNARY_OPS(TJC_UNARY_CASE) }
+    return (T)NAN;
 }
-/* TJ__BINARY_OPS, one case each; compares give 0/1 */
 template <typename T>
 __device__ __forceinline__ T tjc_binary(int op, T a, T b) {
-    switch (op) {
-    case TJ__OP_ADD: return a + b;
-    case TJ__OP_SUB: return a - b;
-    case TJ__OP_MUL: return a * b;
-    case TJ__OP_DIV: return a / b;
-    case TJ__OP_MAX2: return a > b ? a : b;
-    case TJ__OP_MIN2: return a < b ? a : b;
-    case TJ__OP_LT: return (T)(a < b);
-    case TJ__OP_LE: return (T)(a <= b);
-    case TJ__OP_GT: return (T)(a > b);
-    case TJ__OP_GE: return (T)(a >= b);
-    case TJ__OP_EQ: return (T)(a == b);
-    case TJ__OP_NE: return (T)(a != b);
-    default: return a;
-    }
+    switch (op) { TJ__BINARY_OPS(TJC_BINARY_CASE) }
+    return (T)NAN;
 }
+#undef TJ__EXP
+#undef TJ__TANH
+#undef tj__gelu_d
+#undef TJC_UNARY_CASE
+#undef TJC_BINARY_CASE
 /* the max of tj__k_reduce: NaN wins */
 template <typename T>
 __device__ __forceinline__ T tjc_maxnan(T acc, T v) { return (v > acc || v != v) ? v : acc; }
@@ -898,10 +885,9 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
     }
     if ((e = cudaSetDevice(s->device)) != cudaSuccess) return tjc_fail(k, "cudaSetDevice(%d) failed: %s", s->device, cudaGetErrorString(e));
     switch (k->n->op) {
-    case TJ__OP_NEG: case TJ__OP_EXP: case TJ__OP_LOG: case TJ__OP_TANH: case TJ__OP_SQRT: case TJ__OP_RSQRT:
-    case TJ__OP_RELU: case TJ__OP_GELU: case TJ__OP_GELU_D: case TJ__OP_POWS: case TJ__OP_CAST:
-    case TJ__OP_ADD: case TJ__OP_SUB: case TJ__OP_MUL: case TJ__OP_DIV: case TJ__OP_MAX2: case TJ__OP_MIN2:
-    case TJ__OP_LT: case TJ__OP_LE: case TJ__OP_GT: case TJ__OP_GE: case TJ__OP_EQ: case TJ__OP_NE:
+#define TJC_EW_CASE(op, nm, expr) case TJ__OP_##op:
+    TJ__UNARY_OPS(TJC_EW_CASE) TJ__BINARY_OPS(TJC_EW_CASE)
+#undef TJC_EW_CASE
     case TJ__OP_SELECT: return tjc_elementwise(s, k);
     case TJ__OP_FILL: return tjc_fill(s, k);
     case TJ__OP_ARANGE: return tjc_arange(s, k);
@@ -930,7 +916,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
            so one async copy on the compute stream keeps the order), and the
            outputs of a multi-output op (written by that op, as on the CPU) */
         const char *nm = tj__opname(k->n->op);
-        if (!strcmp(nm, "offload") || !strcmp(nm, "fetch")) {
+        if (!strcmp(nm, "offload")) {
             TJC_CUDA(k, cudaMemcpyAsync(k->out, k->in[0], (size_t)tj__bytes(&k->ot), cudaMemcpyDefault, s->compute));
             return 0;
         }

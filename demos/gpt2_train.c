@@ -19,6 +19,7 @@
  *     x = x + gelu(LN(x) g2 + b2) . wfc + bfc) . wproj + bproj
  *     x is named "block_out" (what the default remat policy saves)
  *   logits = LN(x) gf + bf . wte                             (tied LM head)
+ *            padded vocabulary columns (>= the real vocab) set to -1e30
  *   loss   = cross_entropy(logits, targets) over batch, pos
  *
  * The training step is one jitted program: forward, backward, global-norm
@@ -38,6 +39,7 @@
 #define GPT2_IO_IMPLEMENTATION
 #include "gpt2_io.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -78,7 +80,11 @@ typedef struct {
     /* sharding: logical axis rules; NULL on one device */
     const char *param_rules, *compute_rules;
     int seq_parallel; /* residual stream split along pos over mesh axis model */
+    double ln_eps;    /* layer norm epsilon (1e-5; 0 means 1e-5)         */
+    int act;          /* ACT_GELU (tanh approximation) or ACT_RELU       */
+    int distributed;  /* process mode: one of several processes (mpirun)  */
 } gpt2_config;
+enum { ACT_GELU = 0, ACT_RELU = 1 };
 
 static void gpt2_default_config(gpt2_config *c) {
     memset(c, 0, sizeof *c);
@@ -90,6 +96,7 @@ static void gpt2_default_config(gpt2_config *c) {
     c->remat = REMAT_BLOCK_OUT;
     c->seed = 1337;
     c->beta1 = 0.9; c->beta2 = 0.95; c->eps = 1e-8; c->wd = 0.1; c->clip = 1.0;
+    c->ln_eps = 1e-5;
 }
 
 /* ------------------------------------------------------------ parameters */
@@ -208,7 +215,12 @@ static tj_v sum_all(tj_v x) {
     return tj_sum(x, axes);
 }
 
-static tj_v affine_ln(tj_v x, tj_v g, tj_v b) { return tj_add(tj_mul(tj_layer_norm(x, "embed", 1e-5), g), b); }
+/* layer norm with the config's epsilon (GPT-2's 1e-5 unless config.json says otherwise) */
+static tj_v affine_ln(const gpt2_config *c, tj_v x, tj_v g, tj_v b) {
+    return tj_add(tj_mul(tj_layer_norm(x, "embed", c->ln_eps > 0 ? c->ln_eps : 1e-5), g), b);
+}
+/* the MLP's activation: GPT-2's gelu (tanh approximation, HF "gelu_new"), or relu */
+static tj_v gpt2_act(const gpt2_config *c, tj_v x) { return c->act == ACT_RELU ? tj_relu(x) : tj_gelu(x); }
 
 /* x with axis `axis` reduced to its element i */
 static tj_v pick(tj_v x, const char *axis, int i) { return tj_sum(tj_slice(x, axis, i, i + 1), axis); }
@@ -217,7 +229,7 @@ static tj_v pick(tj_v x, const char *axis, int i) { return tj_sum(tj_slice(x, ax
 static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     double scale = 1.0 / sqrt((double)(c->C / c->H));
     tj_v h, qkv, q, k, v, s, a, o, m;
-    h = shard(c, affine_ln(x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1)));
+    h = shard(c, affine_ln(c, x, pick(p[P_LN], "lnp", 0), pick(p[P_LN], "lnp", 1)));
     qkv = shard(c, tj_add(tj_dot(h, p[P_WQKV], "embed"), p[P_BQKV])); /* (batch, pos, qkv, heads, head_dim) */
     q = pick(qkv, "qkv", 0);
     k = tj_rename(pick(qkv, "qkv", 1), "pos", "kpos");
@@ -227,14 +239,33 @@ static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     a = tj_softmax(s, "kpos");
     o = shard(c, tj_dot(a, v, "kpos"));                            /* (batch, heads, pos, head_dim) */
     x = shard_resid(c, tj_add(x, tj_add(shard_resid(c, tj_dot(o, p[P_WO], "heads head_dim")), p[P_BO])));
-    h = shard(c, affine_ln(x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3)));
-    m = shard(c, tj_gelu(tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
+    h = shard(c, affine_ln(c, x, pick(p[P_LN], "lnp", 2), pick(p[P_LN], "lnp", 3)));
+    m = shard(c, gpt2_act(c, tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
     x = tj_add(x, tj_add(shard_resid(c, tj_dot(m, p[P_WPROJ], "mlp")), p[P_BPROJ]));
     return tj_checkpoint_name(shard_resid(c, x), "block_out");
 }
 static void gpt2_scan_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *user) {
     (void)g; (void)y;
     carry_out[0] = gpt2_block((const gpt2_config *)user, carry[0], xs);
+}
+
+/* The vocabulary is padded (50257 -> 50304, 1000 -> 1024) so the vocab axis
+   divides the mesh; the padded columns are no tokens. Their logits become
+   GPT2_PAD_LOGIT, so every loss (training, evaluation, the vocab-parallel
+   one) is the softmax over the real vocabulary only, as in transformers,
+   and select's gradient gives the padded columns (and the padded rows of
+   the tied wte) exactly zero. The mask is built from an arange constrained
+   right at its source, so each device makes only its slice. */
+#define GPT2_PAD_LOGIT (-1e30)
+static tj_v gpt2_mask_padded(const gpt2_config *c, tj_v logits) {
+    tj_graph *g;
+    char shape[64];
+    tj_v col;
+    if (!logits || c->V_real <= 0 || c->V_real >= c->V) return logits;
+    g = tj_graph_of(logits);
+    snprintf(shape, sizeof shape, "vocab=%d", c->V);
+    col = shard(c, tj_arange(g, TJ_I32, shape, "vocab"));
+    return tj_select(tj_lt(col, tj_scalar(g, TJ_I32, c->V_real)), logits, tj_scalar(g, tj_v_dtype(logits), GPT2_PAD_LOGIT));
 }
 
 /* logits (batch, pos, vocab) in f32 from a tree of parameter values named
@@ -255,9 +286,10 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
     x = shard_resid(c, tj_add(tj_take(wte, "vocab", tokens), wpe)); /* (batch, pos, embed) */
     for (i = 0; i < NBLOCKP; i++) xs[i] = tj_tree_v(P, gpt2_params[i].name);
     if (tj_scan(gpt2_scan_body, (void *)c, "layer", 1, &x, NBLOCKP, xs, 0, &out, NULL, &pol)) return NULL;
-    x = shard(c, affine_ln(out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
+    x = shard(c, affine_ln(c, out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
     logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
-    return tj_v_dtype(logits) == TJ_BF16 ? tj_cast(logits, TJ_F32) : logits; /* f64 stays f64 (gradient checks) */
+    if (tj_v_dtype(logits) == TJ_BF16) logits = tj_cast(logits, TJ_F32); /* f64 stays f64 (gradient checks) */
+    return gpt2_mask_padded(c, logits);
 }
 
 /* the "params." leaves of `in` as a tree P named without the prefix */
@@ -579,6 +611,7 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     tr->ctx = tj_ctx_new();
     if (!tr->ctx) return 1;
     if (tj_status_of(tr->ctx)) return gpt2_fail(tr, "context"); /* e.g. a bad TJ_DEVICES */
+    if (cfg->distributed && tj_distributed_init(tr->ctx, NULL)) return gpt2_fail(tr, "distributed init");
     if (threads > 0) tj_set_threads(tr->ctx, threads);
     if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
     if (devices > 1 && mesh && *mesh) {
@@ -696,7 +729,7 @@ static int gpt2_next_logits(gpt2_trainer *tr, const int32_t *window, int n, floa
     out = tj_tree_new(tr->ctx);
     memcpy(tok, window, sizeof(int32_t) * (size_t)n);
     if (!gpt2_set_tokens(tr, in, "tokens", tok, 1, 1, tr->cfg.T) && !tj_run(tr->logits, in, out) &&
-        !tj_array_read(tj_tree_array(out, "logits"), TJ_F32, all)) {
+        !tj_array_read_all(tj_tree_array(out, "logits"), TJ_F32, all)) {
         memcpy(logits_row, all + (size_t)(n - 1) * (size_t)tr->cfg.V, sizeof(float) * (size_t)tr->cfg.V);
         st = 0;
     } else gpt2_fail(tr, "sample");
@@ -776,15 +809,25 @@ static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
    h.{i}.mlp.c_fc.{weight,bias}, h.{i}.mlp.c_proj.{weight,bias},
    ln_f.{weight,bias}, all optionally under "transformer.". The linear
    layers are Conv1D: weight (in, out), y = x . W + b. Stored F32, F16, BF16
-   or F64; converted to f32. Other tensors (lm_head.weight, which is tied to
-   wte, and the h.{i}.attn.bias / masked_bias buffers of older files) are
-   ignored. */
+   or F64; converted to f32. lm_head.weight, when present, must equal wte
+   (the head is tied; an untied head is an error, not silently replaced);
+   the h.{i}.attn.bias / masked_bias buffers of older files are ignored.
+
+   The sizes come from the tensors. config.json beside the file (or in the
+   directory given instead of the file, which then holds model.safetensors)
+   gives the heads, the layer norm epsilon and the activation, and must
+   agree with the tensors; without it the heads come from the caller
+   (--heads) or embed / 64. */
 typedef struct {
     tj_ctx *ctx;        /* for the parse (its errors)                     */
     tj_safetensors *st;
     char path[512];
     const char *prefix; /* "" or "transformer."                           */
     int L, C, V, P, M;  /* layers, embed, vocab, positions, mlp           */
+    char config[600];   /* config.json read ("" if there was none)        */
+    int H;              /* heads from config.json; 0 without one          */
+    double ln_eps;      /* layer norm epsilon (1e-5 without config.json)  */
+    int act;            /* ACT_*                                          */
 } gpt2_hf;
 
 static int hf_fail(char *err, size_t n, const char *fmt, ...) {
@@ -818,13 +861,25 @@ static int hf_tensor(const gpt2_hf *hf, const char *name, int rank, int64_t d0, 
     if (out && tj_st_to_f32(t, out)) return hf_fail(err, n, "%s: tensor '%s': cannot convert to f32", hf->path, full);
     return 0;
 }
-/* Parse the file and infer the sizes (not the heads: the file has no config).
-   Returns 0, or 1 and a message naming the file in err. */
+static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n);
+static int gpt2_hf_check_head(const gpt2_hf *hf, char *err, size_t n);
+static int is_dir(const char *p) {
+    struct stat sb;
+    return p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+/* Parse the file (or DIR/model.safetensors), infer the sizes, read
+   config.json beside it when there is one. Returns 0, or 1 and a message
+   naming the file in err. */
 static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
     const tj_st_tensor *wte, *wpe;
     int i, maxl = -1;
     memset(hf, 0, sizeof *hf);
-    snprintf(hf->path, sizeof hf->path, "%s", path ? path : "(null)");
+    hf->ln_eps = 1e-5;
+    if (is_dir(path)) {
+        size_t pl = strlen(path);
+        snprintf(hf->path, sizeof hf->path, "%.480s%smodel.safetensors", path, pl && path[pl - 1] == '/' ? "" : "/");
+        path = hf->path;
+    } else snprintf(hf->path, sizeof hf->path, "%s", path ? path : "(null)");
     if (!(hf->ctx = tj_ctx_new())) return hf_fail(err, n, "%s: out of memory", hf->path);
     if (!(hf->st = tj_st_load(hf->ctx, path))) {
         hf_fail(err, n, "cannot read Hugging Face GPT-2 weights from %s: %s", hf->path, tj_error(hf->ctx));
@@ -888,6 +943,78 @@ static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
         }
         hf->M = (int)fc->shape[1];
     }
+    if (gpt2_hf_read_config(hf, err, n) || gpt2_hf_check_head(hf, err, n)) {
+        gpt2_hf_close(hf);
+        return 1;
+    }
+    return 0;
+}
+/* config.json beside hf->path: absent is fine; present, it must describe
+   a GPT-2 this demo computes exactly and agree with the tensors */
+static int gpt2_hf_read_config(gpt2_hf *hf, char *err, size_t n) {
+    gio_gpt2_config cf;
+    const char *slash = strrchr(hf->path, '/'), *act;
+    char cpath[600];
+    FILE *f;
+    int inner;
+    if (slash) snprintf(cpath, sizeof cpath, "%.*s/config.json", (int)(slash - hf->path), hf->path);
+    else snprintf(cpath, sizeof cpath, "config.json");
+    if (!(f = fopen(cpath, "rb"))) return 0;
+    fclose(f);
+    if (gio_gpt2_config_read(cpath, &cf, err, n)) return 1;
+    snprintf(hf->config, sizeof hf->config, "%s", cpath);
+#define DISAGREE(what, cv, tv, unit, src) \
+    if ((cv) >= 0 && (cv) != (tv)) return hf_fail(err, n, "%s: %s is %d, but %s has %d %s (%s)", cpath, what, (int)(cv), hf->path, (int)(tv), unit, src)
+    DISAGREE("n_layer", cf.n_layer, hf->L, "layers", "h.N.* tensors");
+    DISAGREE("n_embd", cf.n_embd, hf->C, "channels", "wte.weight columns");
+    DISAGREE("vocab_size", cf.vocab_size, hf->V, "tokens", "wte.weight rows");
+    DISAGREE("n_positions", cf.n_positions, hf->P, "positions", "wpe.weight rows");
+    inner = cf.n_inner >= 0 ? cf.n_inner : 4 * hf->C;
+    DISAGREE(cf.n_inner >= 0 ? "n_inner" : "4 * n_embd (n_inner null)", inner, hf->M, "MLP channels", "h.0.mlp.c_fc.weight columns");
+#undef DISAGREE
+    if (cf.model_type[0] && strcmp(cf.model_type, "gpt2"))
+        return hf_fail(err, n, "%s: model_type \"%s\" is not \"gpt2\"", cpath, cf.model_type);
+    if (cf.n_head == 0 || (cf.n_head > 0 && hf->C % cf.n_head))
+        return hf_fail(err, n, "%s: n_head %d does not divide n_embd %d", cpath, cf.n_head, hf->C);
+    hf->H = cf.n_head > 0 ? cf.n_head : 0;
+    if (cf.layer_norm_epsilon >= 0) {
+        if (!(cf.layer_norm_epsilon > 0)) return hf_fail(err, n, "%s: layer_norm_epsilon 0 is not supported (want > 0)", cpath);
+        hf->ln_eps = cf.layer_norm_epsilon;
+    }
+    act = cf.activation_function[0] ? cf.activation_function : "gelu_new";
+    if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast")) hf->act = ACT_GELU;
+    else if (!strcmp(act, "relu")) hf->act = ACT_RELU;
+    else
+        return hf_fail(err, n, "%s: activation_function \"%s\" is not supported (tinyjax's GPT-2 has gelu_new, gelu_pytorch_tanh and gelu_fast, "
+                               "all the tanh approximation, and relu)", cpath, act);
+    if (cf.scale_attn_weights == 0) return hf_fail(err, n, "%s: scale_attn_weights false is not supported (attention scores are scaled by 1/sqrt(head_dim))", cpath);
+    if (cf.scale_attn_by_inverse_layer_idx == 1) return hf_fail(err, n, "%s: scale_attn_by_inverse_layer_idx true is not supported", cpath);
+    if (cf.add_cross_attention == 1) return hf_fail(err, n, "%s: add_cross_attention true is not supported (a decoder-only GPT-2 has none)", cpath);
+    if (cf.tie_word_embeddings == 0)
+        return hf_fail(err, n, "%s: tie_word_embeddings false (an untied lm_head) is not supported: tinyjax's GPT-2 ties the head to wte", cpath);
+    return 0;
+}
+/* lm_head.weight, when the file has one, must be wte itself (saved twice):
+   an untied head is refused, never silently replaced by wte */
+static int gpt2_hf_check_head(const gpt2_hf *hf, char *err, size_t n) {
+    const tj_st_tensor *h = tj_st_find(hf->st, "lm_head.weight"), *w;
+    char wn[64];
+    float *a, *b;
+    int same;
+    if (!h) return 0;
+    snprintf(wn, sizeof wn, "%swte.weight", hf->prefix);
+    w = tj_st_find(hf->st, wn);
+    if (!w || h->rank != 2 || h->shape[0] != w->shape[0] || h->shape[1] != w->shape[1])
+        return hf_fail(err, n, "%s: lm_head.weight has another shape than %s: an untied head is not supported (tinyjax's GPT-2 ties the head to wte)", hf->path,
+                       wn);
+    if (!hf_is_float(h->dtype)) return hf_fail(err, n, "%s: tensor 'lm_head.weight' has dtype %s", hf->path, tj_st_dtype_name(h->dtype));
+    a = (float *)malloc(sizeof(float) * (size_t)h->numel);
+    b = (float *)malloc(sizeof(float) * (size_t)w->numel);
+    same = a && b && !tj_st_to_f32(h, a) && !tj_st_to_f32(w, b) && !memcmp(a, b, sizeof(float) * (size_t)h->numel);
+    free(a);
+    free(b);
+    if (!same)
+        return hf_fail(err, n, "%s: lm_head.weight differs from %s: an untied head is not supported (tinyjax's GPT-2 ties the head to wte)", hf->path, wn);
     return 0;
 }
 /* The model config of the file: layers, embed, mlp, vocab (padded as the
@@ -895,6 +1022,10 @@ static int gpt2_hf_open(gpt2_hf *hf, const char *path, char *err, size_t n) {
    or embed / 64 (GPT-2's head size: 12 heads for 768 channels) when 0.
    The training context T is clipped to the position table. */
 static int gpt2_hf_config(const gpt2_hf *hf, gpt2_config *c, int heads, char *err, size_t n) {
+    if (hf->H > 0) {
+        if (heads > 0 && heads != hf->H) return hf_fail(err, n, "%s: n_head is %d, --heads says %d", hf->config, hf->H, heads);
+        heads = hf->H;
+    }
     if (heads <= 0) {
         if (hf->C % 64) return hf_fail(err, n, "%s: embed %d is not a multiple of 64: give the number of heads (--heads)", hf->path, hf->C);
         heads = hf->C / 64;
@@ -905,6 +1036,8 @@ static int gpt2_hf_config(const gpt2_hf *hf, gpt2_config *c, int heads, char *er
     c->V = hf->V <= 256 ? 256 : (hf->V + 63) / 64 * 64;
     c->block = hf->P;
     if (c->T > hf->P) c->T = hf->P;
+    c->ln_eps = hf->ln_eps;
+    c->act = hf->act;
     return 0;
 }
 static int64_t param_numel(const gpt2_config *c, int i) {
@@ -927,7 +1060,8 @@ static int gpt2_hf_load(gpt2_trainer *tr, const gpt2_hf *hf, char *err, size_t n
     tj_tree *nt;
     int i, l, k, C = c->C, M = c->M, bad = 0;
     char nm[96], shape[256], pn[128];
-    if (c->L != hf->L || c->C != hf->C || c->M != hf->M || c->V < hf->V || c->block != hf->P || c->H < 1 || C % c->H)
+    if (c->L != hf->L || c->C != hf->C || c->M != hf->M || c->V < hf->V || c->block != hf->P || c->H < 1 || C % c->H ||
+        (hf->H > 0 && c->H != hf->H) || c->act != hf->act || (c->ln_eps > 0 ? c->ln_eps : 1e-5) != hf->ln_eps)
         return hf_fail(err, n, "%s: the file's GPT-2 (layers %d, embed %d, mlp %d, vocab %d, positions %d) does not fit the model (layers %d, embed %d, mlp %d, vocab %d, positions %d)",
                        hf->path, hf->L, hf->C, hf->M, hf->V, hf->P, c->L, c->C, c->M, c->V, c->block);
     nt = tj_tree_new(tr->ctx);
@@ -1005,6 +1139,99 @@ GPT2_UNUSED static int gpt2_init_from(gpt2_trainer *tr, const char *path, char *
     return st;
 }
 
+/* Export the trainer's parameters as a Hugging Face GPT-2 directory: dir/
+   model.safetensors (names wte.weight, wpe.weight, h.{i}.ln_1.weight, ..,
+   ln_f.bias; Conv1D (in, out) weights; the tied head is wte, so no
+   lm_head.weight; F32; wte cut to the real vocabulary) and dir/config.json,
+   what transformers.GPT2LMHeadModel.from_pretrained(dir) loads. eos_id is
+   the tokenizer's <|endoftext|> (written as bos and eos), or -1 for none.
+   The directory is made if missing; each file is written atomically
+   (temporary file, fsync, rename). Returns 0, or 1 and a message. */
+static int param_index(const char *name) {
+    int i;
+    for (i = 0; i < NPARAMS; i++) if (!strcmp(gpt2_params[i].name, name)) return i;
+    return -1;
+}
+GPT2_UNUSED static int gpt2_export_hf(gpt2_trainer *tr, const char *dir, int eos_id, char *err, size_t n) {
+    const gpt2_config *c = &tr->cfg;
+    float *host[NPARAMS];
+    tj_st_entry *e = NULL;
+    int64_t *shapes = NULL;
+    char (*names)[64] = NULL, path[1100];
+    int i, l, k = 0, ne = 16 * c->L + 8, bad = 0, C = c->C, M = c->M;
+    gio_gpt2_config hc;
+    const char *meta[2] = {"format", "pt"};
+    struct stat sb;
+    memset(host, 0, sizeof host);
+    if (!dir || !*dir) return hf_fail(err, n, "--export-hf: empty directory name");
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode)) return hf_fail(err, n, "--export-hf %s: exists and is not a directory", dir);
+    } else if (mkdir(dir, 0755) != 0) return hf_fail(err, n, "--export-hf %s: cannot create the directory: %s", dir, strerror(errno));
+    for (i = 0; i < NPARAMS && !bad; i++) {
+        char pn[128];
+        tj_array *a;
+        snprintf(pn, sizeof pn, "params.%s", gpt2_params[i].name);
+        a = tj_tree_array(tr->state, pn);
+        host[i] = (float *)malloc(sizeof(float) * (size_t)param_numel(c, i));
+        if (!a || !host[i] || tj_array_read(a, TJ_F32, host[i])) bad = hf_fail(err, n, "--export-hf: reading %s: %s", pn, a ? tj_error(tr->ctx) : "missing");
+    }
+    e = (tj_st_entry *)calloc((size_t)ne, sizeof *e);
+    shapes = (int64_t *)calloc((size_t)ne * 2, sizeof *shapes);
+    names = (char (*)[64])calloc((size_t)ne, sizeof *names);
+    if (!bad && (!e || !shapes || !names)) bad = hf_fail(err, n, "--export-hf: out of memory");
+#define ADD(nm_fmt, layer, src, rank_, d0, d1) do {                                     \
+        snprintf(names[k], sizeof names[k], nm_fmt, layer);                              \
+        e[k].name = names[k]; e[k].dtype = TJ_ST_F32; e[k].rank = (rank_);                \
+        shapes[2 * k] = (d0); shapes[2 * k + 1] = (d1); e[k].shape = shapes + 2 * k;      \
+        e[k].data = (src); k++;                                                          \
+    } while (0)
+    if (!bad) {
+        ADD("%s", "wte.weight", host[param_index("wte")], 2, (int64_t)c->V_real, (int64_t)C); /* the first V_real rows */
+        ADD("%s", "wpe.weight", host[param_index("wpe")], 2, (int64_t)c->block, (int64_t)C);
+        for (l = 0; l < c->L; l++) {
+            size_t L_ = (size_t)l;
+            ADD("h.%d.ln_1.weight", l, host[P_LN] + (L_ * 4 + 0) * C, 1, C, 0);
+            ADD("h.%d.ln_1.bias", l, host[P_LN] + (L_ * 4 + 1) * C, 1, C, 0);
+            ADD("h.%d.attn.c_attn.weight", l, host[P_WQKV] + L_ * C * 3 * C, 2, C, 3 * C);
+            ADD("h.%d.attn.c_attn.bias", l, host[P_BQKV] + L_ * 3 * C, 1, 3 * C, 0);
+            ADD("h.%d.attn.c_proj.weight", l, host[P_WO] + L_ * C * C, 2, C, C);
+            ADD("h.%d.attn.c_proj.bias", l, host[P_BO] + L_ * C, 1, C, 0);
+            ADD("h.%d.ln_2.weight", l, host[P_LN] + (L_ * 4 + 2) * C, 1, C, 0);
+            ADD("h.%d.ln_2.bias", l, host[P_LN] + (L_ * 4 + 3) * C, 1, C, 0);
+            ADD("h.%d.mlp.c_fc.weight", l, host[P_WFC] + L_ * C * M, 2, C, M);
+            ADD("h.%d.mlp.c_fc.bias", l, host[P_BFC] + L_ * M, 1, M, 0);
+            ADD("h.%d.mlp.c_proj.weight", l, host[P_WPROJ] + L_ * M * C, 2, M, C);
+            ADD("h.%d.mlp.c_proj.bias", l, host[P_BPROJ] + L_ * C, 1, C, 0);
+        }
+        ADD("%s", "ln_f.weight", host[param_index("lnf_g")], 1, C, 0);
+        ADD("%s", "ln_f.bias", host[param_index("lnf_b")], 1, C, 0);
+    }
+#undef ADD
+    if (!bad) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (tj_st_save(tr->ctx, path, e, k, meta, 1)) {
+            bad = hf_fail(err, n, "--export-hf: %s", tj_error(tr->ctx));
+            tj_clear_error(tr->ctx);
+        }
+    }
+    if (!bad) {
+        gio_gpt2_config_init(&hc);
+        hc.n_layer = c->L; hc.n_head = c->H; hc.n_embd = C; hc.n_positions = c->block; hc.vocab_size = c->V_real;
+        hc.n_inner = M == 4 * C ? -2 : M;
+        hc.layer_norm_epsilon = c->ln_eps > 0 ? c->ln_eps : 1e-5;
+        snprintf(hc.activation_function, sizeof hc.activation_function, "%s", c->act == ACT_RELU ? "relu" : "gelu_new");
+        hc.tie_word_embeddings = 1;
+        hc.bos_token_id = hc.eos_token_id = eos_id >= 0 && eos_id < c->V_real ? eos_id : -2;
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        bad = gio_gpt2_config_write(path, &hc, err, n);
+    }
+    for (i = 0; i < NPARAMS; i++) free(host[i]);
+    free(e);
+    free(shapes);
+    free(names);
+    return bad;
+}
+
 /* ------------------------------------------------------------ utilities */
 
 GPT2_UNUSED static double now_ms(void) {
@@ -1068,10 +1295,12 @@ GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
 typedef struct {
     gpt2_config cfg;
     int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
-    int heads_set, layers_set, embed_set, context_set; /* given by flag */
+    int heads_set, layers_set, embed_set, context_set, devices_set; /* given by flag */
     int save_every, keep; /* periodic checkpoints: every K steps, the newest N kept */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
+    const char *export_hf, *tokenizer_json;
+    int allow_special;
 } gpt2_args;
 
 static void usage(void) {
@@ -1109,13 +1338,22 @@ static void usage(void) {
         "  --eval-batches N    validation batches per evaluation (8)\n"
         "data\n"
         "  --data FILE         train on a text file (bytes; or GPT-2 BPE with --tokenizer)\n"
-        "  --tokens FILE.bin   pre-tokenized llm.c token file (uint16 GPT-2 tokens)\n"
+        "  --tokens FILE.bin   pre-tokenized llm.c token file (version 1: uint16 GPT-2 tokens;\n"
+        "                      version 2, or llm.c's Llama 3 files: uint32 tokens)\n"
         "  --tokenizer V M     GPT-2 BPE from vocab.json and merges.txt (encodes --data,\n"
         "                      decodes samples)\n"
         "                      default data: tinyjax.h, README.md, demos/*.c, demos/*.h,\n"
         "                      tests/*.c found from the current directory or the executable's\n"
+        "  --tokenizer-json F  byte-level BPE from a Hugging Face tokenizer.json (GPT-2 style:\n"
+        "                      ByteLevel pre-tokenizer, no normalizer); with --init-from and no\n"
+        "                      tokenizer flag, tokenizer.json or vocab.json + merges.txt beside\n"
+        "                      the weights are used\n"
+        "  --allow-special     special tokens in --data and --prompt (<|endoftext|>, tokenizer.json's\n"
+        "                      special added tokens) become their ids; otherwise they are\n"
+        "                      encoded as ordinary text\n"
         "parallelism\n"
-        "  --devices N         simulated devices (8)\n"
+        "  --devices N         simulated devices (8; with --mesh alone: the mesh's size); under\n"
+        "                      mpirun: all processes' devices, devices / processes each\n"
         "  --mesh S            device mesh, e.g. \"data=4 model=2\" (default); product = devices\n"
         "  --param-rules S     logical rules for parameters and optimizer state\n"
         "                      (\"embed:data mlp:model heads:model vocab:model\": FSDP + tensor)\n"
@@ -1145,10 +1383,16 @@ static void usage(void) {
         "                      the newest valid checkpoint among FILE and FILE.step*\n"
         "                      (newest written first; a corrupt one is skipped with a\n"
         "                      warning); an error if there is none\n"
-        "  --init-from FILE    start from Hugging Face GPT-2 weights (model.safetensors, names\n"
-        "                      h.0.attn.c_attn.weight .., with or without \"transformer.\"):\n"
-        "                      layers, embed, vocab and positions come from the file, heads\n"
-        "                      from --heads or embed / 64; with --steps 0 it only samples\n"
+        "  --export-hf DIR     at the end, write DIR/model.safetensors (Hugging Face GPT-2 names and\n"
+        "                      layouts, tied head, real vocabulary) and DIR/config.json, which\n"
+        "                      transformers' GPT2LMHeadModel.from_pretrained(DIR) and --init-from\n"
+        "                      DIR load; the tokenizer files given are copied beside them\n"
+        "  --init-from F|DIR   start from Hugging Face GPT-2 weights (model.safetensors, names\n"
+        "                      h.0.attn.c_attn.weight .., with or without \"transformer.\"; or a\n"
+        "                      directory holding it): layers, embed, vocab and positions come\n"
+        "                      from the tensors; heads, layer norm epsilon and activation from\n"
+        "                      config.json beside them (without one: --heads or embed / 64);\n"
+        "                      a flag that disagrees is an error; with --steps 0 it only samples\n"
         "benchmark\n"
         "  --bench             GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocab 50304,\n"
         "                      B=4, T=64, f32, one device, all cores): median ms/step\n"
@@ -1431,6 +1675,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--accum-unroll")) { a->cfg.accum_unroll = 1; continue; }
         else if (!strcmp(f, "--bench")) { a->bench = 1; continue; }
         else if (!strcmp(f, "--print-program")) { a->print_program = 1; continue; }
+        else if (!strcmp(f, "--allow-special")) { a->allow_special = 1; continue; }
         if (strncmp(f, "--", 2) || !f[2]) {
             fprintf(stderr, "gpt2_train: unexpected argument \"%s\" (flags start with --; see --help)\n", f);
             return 1;
@@ -1440,7 +1685,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
                                            "--min-lr-frac", "--wd", "--clip", "--seed", "--eval-every", "--eval-batches", "--data", "--tokens",
                                            "--tokenizer", "--devices", "--mesh", "--param-rules", "--compute-rules", "--threads", "--sample", "--prompt",
                                            "--temperature", "--top-k", "--svg", "--trace", "--save", "--save-every", "--keep", "--resume",
-                                           "--init-from", "--bench-steps"};
+                                           "--init-from", "--bench-steps", "--tokenizer-json", "--export-hf"};
             size_t k;
             for (k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 if (!strcmp(f, valued[k])) {
@@ -1489,7 +1734,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
             bad = arg_in_file(f, a->vocab_json) || arg_in_file(f, a->merges_txt);
             i++;
         }
-        else if (!strcmp(f, "--devices")) bad = arg_int(f, v, 1, TJ_MAXDEV, &a->devices);
+        else if (!strcmp(f, "--devices")) { bad = arg_int(f, v, 1, TJ_MAXDEV, &a->devices); a->devices_set = 1; }
         else if (!strcmp(f, "--mesh")) a->mesh = v;
         else if (!strcmp(f, "--param-rules")) a->cfg.param_rules = v;
         else if (!strcmp(f, "--compute-rules")) a->cfg.compute_rules = v;
@@ -1509,7 +1754,21 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
             if (!*v) { fprintf(stderr, "gpt2_train: --resume: empty file name\n"); return 1; }
             if (stat(v, &sb) == 0 && S_ISDIR(sb.st_mode)) { fprintf(stderr, "gpt2_train: --resume %s: is a directory, not a checkpoint file\n", v); return 1; }
         }
-        else if (!strcmp(f, "--init-from")) { a->init_from = v; bad = arg_in_file(f, v); }
+        else if (!strcmp(f, "--init-from")) { /* model.safetensors, or a directory holding it */
+            struct stat sb;
+            a->init_from = v;
+            if (!*v || stat(v, &sb)) { fprintf(stderr, "gpt2_train: --init-from %s: %s\n", v, *v ? strerror(errno) : "empty name"); return 1; }
+            if (S_ISDIR(sb.st_mode)) {
+                char st[1100];
+                snprintf(st, sizeof st, "%s/model.safetensors", v);
+                if (access(st, R_OK)) { fprintf(stderr, "gpt2_train: --init-from %s: is a directory without a readable model.safetensors\n", v); return 1; }
+            }
+        }
+        else if (!strcmp(f, "--tokenizer-json")) { a->tokenizer_json = v; bad = arg_in_file(f, v); }
+        else if (!strcmp(f, "--export-hf")) {
+            a->export_hf = v;
+            if (!*v) { fprintf(stderr, "gpt2_train: --export-hf: empty directory name\n"); return 1; }
+        }
         else if (!strcmp(f, "--bench-steps")) bad = arg_int(f, v, 1, 1000000, &a->bench_steps);
         else {
             fprintf(stderr, "gpt2_train: unknown flag %s (see --help)\n", f);
@@ -1517,6 +1776,11 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         }
         if (bad) return 1;
         i++;
+    }
+    if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) { /* --mesh alone: as many devices as it has */
+        const char *m = a->mesh;
+        a->devices = 1;
+        while ((m = strchr(m, '='))) a->devices *= atoi(++m);
     }
     if (!a->init_from && a->cfg.C % a->cfg.H) {
         fprintf(stderr, "gpt2_train: --embed %d is not divisible by --heads %d\n", a->cfg.C, a->cfg.H);
@@ -1654,6 +1918,43 @@ static int sample(gpt2_trainer *tr, const gio_tokenizer *tok, const int32_t *pro
     return failed;
 }
 
+/* copy a file into dir (atomically) */
+static int copy_into(const char *src, const char *dir, const char *name, char *err, size_t n) {
+    char *d, path[1100];
+    size_t len;
+    int st;
+    if (gio_read_file(src, &d, &len, err, n)) return 1;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    st = gio_write_file_atomic(path, d, len, err, n);
+    free(d);
+    return st;
+}
+/* the tokenizer files the run used, beside the exported model */
+static int export_tokenizer(const gpt2_args *a, char *err, size_t n) {
+    if (a->vocab_json && (copy_into(a->vocab_json, a->export_hf, "vocab.json", err, n) || copy_into(a->merges_txt, a->export_hf, "merges.txt", err, n)))
+        return 1;
+    if (a->tokenizer_json && copy_into(a->tokenizer_json, a->export_hf, "tokenizer.json", err, n)) return 1;
+    return 0;
+}
+/* --init-from without a tokenizer flag: the tokenizer that came with the
+   weights (tokenizer.json, else vocab.json + merges.txt, beside them) */
+static void find_tokenizer_beside(gpt2_args *a) {
+    static char tj[1100], vj[1100], mt[1100];
+    char dir[1024];
+    const char *slash;
+    if (is_dir(a->init_from)) snprintf(dir, sizeof dir, "%s", a->init_from);
+    else if ((slash = strrchr(a->init_from, '/'))) snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->init_from), a->init_from);
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(vj, sizeof vj, "%s/vocab.json", dir);
+    snprintf(mt, sizeof mt, "%s/merges.txt", dir);
+    if (access(tj, R_OK) == 0) a->tokenizer_json = tj;
+    else if (access(vj, R_OK) == 0 && access(mt, R_OK) == 0) { a->vocab_json = vj; a->merges_txt = mt; }
+    else return;
+    printf("tokenizer: %s, found beside the --init-from weights\n", a->tokenizer_json ? tj : vj);
+}
+
+
 /* Resume from the newest valid checkpoint among FILE and FILE.step*:
    0 on success, else 1 after a message. */
 static int resume_newest(gpt2_trainer *tr, const char *file) {
@@ -1685,6 +1986,7 @@ static int gpt2_main(int argc, char **argv) {
     size_t ndata = 0, ntrain, nval;
     double *tr_step, *tr_loss, *va_step, *va_loss, t_start, unigram, best_val = NAN;
     size_t n_tr = 0, n_va = 0;
+    int32_t data_top = -1;
     int64_t s;
     char err[512], src[1100];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1692,14 +1994,43 @@ static int gpt2_main(int argc, char **argv) {
     gpt2_hf hf;
     int rc = 0;      /* the exit status: 1 once a write failed or training stopped on an error */
     int stopped = 0; /* training stopped on an error: no final checkpoint, no sample */
+    int nprocs = 1, rank = 0;
 
     memset(&hf, 0, sizeof hf);
     if (parse_args(argc, argv, &a)) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (a.bench) return run_bench(&a);
+    {   /* under mpirun: one of several processes, each running devices /
+           processes of the mesh; every process reads the same data, process 0
+           prints and writes the loss curve, traces and checkpoints */
+        tj_ctx *c = tj_ctx_new();
+        if (!c || tj_distributed_init(c, NULL)) {
+            fprintf(stderr, "gpt2_train: %s\n", c ? tj_error(c) : "out of memory");
+            return 1;
+        }
+        nprocs = tj_process_count(c);
+        rank = tj_process_index(c);
+        tj_ctx_free(c);
+        a.cfg.distributed = nprocs > 1;
+        if (rank > 0) {
+            if (!freopen("/dev/null", "w", stdout)) return 1;
+            a.svg = NULL;
+            a.trace = NULL;
+        }
+        if (nprocs > 1) { /* cores per device: this host's processes share them */
+            const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+            int here = (ls && atoi(ls) > 0 ? atoi(ls) : nprocs) * (a.devices / nprocs > 0 ? a.devices / nprocs : 1);
+            if (a.threads <= 0) a.threads = (int)(ncpu / here > 0 ? ncpu / here : 1);
+        }
+    }
 
     /* ---- data */
-    if (a.vocab_json) {
+    if (a.vocab_json && a.tokenizer_json) { fprintf(stderr, "gpt2_train: give --tokenizer or --tokenizer-json, not both\n"); return 1; }
+    if (a.init_from && !a.vocab_json && !a.tokenizer_json) find_tokenizer_beside(&a);
+    if (a.tokenizer_json) {
+        if (gio_tok_load_hf(&tok, a.tokenizer_json, err, sizeof err)) { fprintf(stderr, "gpt2_train: --tokenizer-json: %s\n", err); return 1; }
+        have_tok = 1;
+    } else if (a.vocab_json) {
         if (gio_tok_load_gpt2(&tok, a.vocab_json, a.merges_txt, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
         have_tok = 1;
     } else if (!a.tokens) {
@@ -1707,9 +2038,23 @@ static int gpt2_main(int argc, char **argv) {
         have_tok = 1;
     }
     if (a.tokens) {
+        size_t k;
+        int32_t top = -1;
         if (gio_tokens_read(a.tokens, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
-        a.cfg.V_real = 50257;
-        printf("data: %s, %zu GPT-2 tokens\n", a.tokens, ndata);
+        for (k = 0; k < ndata; k++) if (data[k] > top) top = data[k];
+        /* GPT-2's vocabulary (or the tokenizer's), unless the file has larger ids */
+        a.cfg.V_real = have_tok ? tok.vocab_size : 50257;
+        if (top >= a.cfg.V_real) {
+            if (top >= (1 << 24)) { fprintf(stderr, "gpt2_train: %s: token id %ld is too large for a vocabulary\n", a.tokens, (long)top); free(data); return 1; }
+            if (have_tok) {
+                fprintf(stderr, "gpt2_train: %s: token id %ld is outside the tokenizer's vocabulary of %d\n", a.tokens, (long)top, tok.vocab_size);
+                free(data);
+                return 1;
+            }
+            a.cfg.V_real = top + 1;
+        }
+        data_top = top;
+        printf("data: %s, %zu tokens (largest id %ld; vocabulary %d)\n", a.tokens, ndata, (long)top, a.cfg.V_real);
     } else {
         char *text = NULL;
         size_t len = 0;
@@ -1720,14 +2065,21 @@ static int gpt2_main(int argc, char **argv) {
             fprintf(stderr, "gpt2_train: cannot find the project's sources (tinyjax.h) from here or the executable; use --data FILE\n");
             return 1;
         }
-        if (gio_tok_encode(&tok, text, len, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); free(text); return 1; }
+        if (gio_tok_encode_special(&tok, text, len, a.allow_special, &data, &ndata, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); free(text); return 1; }
         a.cfg.V_real = tok.vocab_size;
+        if (gio_tok_special_count(&tok)) {
+            size_t pl;
+            const char *p0 = gio_tok_piece(&tok, gio_tok_special_id(&tok, 0), &pl);
+            printf("tokenizer: %d special token%s (%.*s = %ld%s); in the text they are encoded %s\n", gio_tok_special_count(&tok),
+                   gio_tok_special_count(&tok) > 1 ? "s" : "", (int)pl, p0 ? p0 : "", (long)gio_tok_special_id(&tok, 0),
+                   gio_tok_special_count(&tok) > 1 ? ", .." : "", a.allow_special ? "as their ids (--allow-special)" : "as ordinary text (see --allow-special)");
+        }
         printf("data: %s%s, %zu bytes -> %zu tokens (%s tokenizer, vocab %d)\n", a.data ? "" : "project sources under ", src, len, ndata,
                tok.kind == GIO_TOK_GPT2 ? "GPT-2 BPE" : "byte", tok.vocab_size);
         free(text);
     }
     if (a.init_from) { /* the model's sizes are the file's */
-        int data_vocab = a.cfg.V_real;
+        int data_vocab = a.tokens ? (int)data_top + 1 : a.cfg.V_real;
         if (gpt2_hf_open(&hf, a.init_from, err, sizeof err)) { fprintf(stderr, "gpt2_train: --init-from: %s\n", err); free(data); return 1; }
         if ((a.layers_set && a.cfg.L != hf.L) || (a.embed_set && a.cfg.C != hf.C) || (a.context_set && a.cfg.T > hf.P)) {
             fprintf(stderr, "gpt2_train: --init-from %s: the file has %d layers, %d channels, %d positions; --layers/--embed/--context disagree\n", a.init_from,
@@ -1762,6 +2114,7 @@ static int gpt2_main(int argc, char **argv) {
                      accum_unrolled(&tr.cfg) ? "unrolled" : "by a scan");
         printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d%s, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L,
                tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, accum, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
+        if (nprocs > 1) printf("processes: %d (transport %s), %d devices each; process 0 prints and writes files\n", nprocs, tj_transport_name(tr.ctx), a.devices / nprocs);
         printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
                a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
                tr.cfg.seq_parallel && tr.cfg.compute_rules ? "; residual stream: + pos:model (sequence parallel)" : "");
@@ -1789,14 +2142,18 @@ static int gpt2_main(int argc, char **argv) {
     if (a.init_from) {
         double t0 = now_ms();
         int bad = gpt2_hf_load(&tr, &hf, err, sizeof err);
+        char how[700];
+        if (hf.config[0]) snprintf(how, sizeof how, "config %s", hf.config);
+        else snprintf(how, sizeof how, "no config.json: heads from %s", a.heads_set ? "--heads" : "embed / 64");
         gpt2_hf_close(&hf);
         if (bad) {
             fprintf(stderr, "gpt2_train: --init-from: %s\n", err);
             gpt2_trainer_free(&tr);
             return 1;
         }
-        printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions) in %.0f ms\n", a.init_from, tr.cfg.L, tr.cfg.H,
-               tr.cfg.C, tr.cfg.V_real, tr.cfg.V, tr.cfg.block, now_ms() - t0);
+        printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions, layer norm eps %g, %s; %s) in %.0f ms\n",
+               a.init_from, tr.cfg.L, tr.cfg.H, tr.cfg.C, tr.cfg.V_real, tr.cfg.V, tr.cfg.block, tr.cfg.ln_eps, tr.cfg.act == ACT_RELU ? "relu" : "gelu_new",
+               how, now_ms() - t0);
     }
     if (a.resume && resume_newest(&tr, a.resume)) {
         gpt2_trainer_free(&tr);
@@ -1877,7 +2234,7 @@ static int gpt2_main(int argc, char **argv) {
                     rc = stopped = 1;
                     break;
                 }
-                ckpt_prune(a.save, a.keep);
+                if (rank == 0) ckpt_prune(a.save, a.keep); /* under mpirun process 0 owns the files */
                 printf("checkpoint: %s (after %lld steps)\n", ck, (long long)tr.step_no);
             }
         }
@@ -1898,10 +2255,24 @@ static int gpt2_main(int argc, char **argv) {
         } else printf("checkpoint: %s (after %lld steps)\n", a.save, (long long)tr.step_no);
         tj_clear_error(tr.ctx);
     }
+    if (a.export_hf) {
+        int eos = have_tok && tok.kind == GIO_TOK_GPT2 ? gio_tok_lookup(&tok, "<|endoftext|>", 13) : -1;
+        if (gpt2_export_hf(&tr, a.export_hf, eos, err, sizeof err) || export_tokenizer(&a, err, sizeof err)) {
+            fprintf(stderr, "gpt2_train: %s\n", err);
+            free(x); free(y); free(tr_step); free(tr_loss); free(va_step); free(va_loss);
+            free(data);
+            if (have_tok) gio_tok_free(&tok);
+            gio_trace_free(&trace);
+            gpt2_trainer_free(&tr);
+            return 1;
+        }
+        printf("export: %s/model.safetensors and config.json (Hugging Face GPT-2, L=%d H=%d C=%d, vocab %d)\n", a.export_hf, tr.cfg.L, tr.cfg.H, tr.cfg.C,
+               tr.cfg.V_real);
+    }
     if (!stopped && a.sample_len > 0 && (n_tr || a.init_from || a.resume)) {
         int32_t *pr = NULL;
         size_t np = 0;
-        if (have_tok && a.prompt && *a.prompt && !gio_tok_encode(&tok, a.prompt, strlen(a.prompt), &pr, &np, err, sizeof err) && np) {
+        if (have_tok && a.prompt && *a.prompt && !gio_tok_encode_special(&tok, a.prompt, strlen(a.prompt), a.allow_special, &pr, &np, err, sizeof err) && np) {
             printf("--- sample (temperature %.2f, top-k %d) ---\n", a.temperature, a.top_k);
             if (sample(&tr, &tok, pr, np, a.sample_len, a.temperature, a.top_k, a.cfg.seed)) rc = 1;
         } else {

@@ -7,6 +7,7 @@
 #define GPT2_NO_MAIN
 #include "../demos/gpt2_train.c"
 #include "tj_test.h"
+#include <dirent.h>
 
 #define TB 8
 #define TT 16
@@ -343,6 +344,309 @@ static void test_hf(void) {
     free(got);
 }
 
+/* ---- config.json beside the weights (or --init-from DIR): heads, layer
+   norm epsilon and activation come from it; a disagreement with the
+   tensors or with --heads is an error naming both */
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (f) { fputs(text, f); fclose(f); }
+}
+/* a config.json as transformers writes it, with `extra` spliced in */
+static void write_config(const char *path, int heads, const char *extra) {
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "{\n  \"activation_function\": \"gelu_new\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"attn_pdrop\": 0.1,\n"
+             "  \"bos_token_id\": 50256,\n  \"embd_pdrop\": 0.1,\n  \"eos_token_id\": 50256,\n  \"initializer_range\": 0.02,\n"
+             "  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n"
+             "  \"n_inner\": null,\n  \"n_layer\": %d,\n  \"n_positions\": %d,\n  \"reorder_and_upcast_attn\": false,\n  \"resid_pdrop\": 0.1,\n"
+             "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"scale_attn_weights\": true,\n  \"summary_activation\": null,\n"
+             "  \"task_specific_params\": {\"text-generation\": {\"do_sample\": true, \"max_length\": 50}},\n"
+             "  \"torch_dtype\": \"float32\",\n  \"transformers_version\": \"4.46.0\",\n  \"use_cache\": true,%s\n  \"vocab_size\": %d\n}\n",
+             HP, HC, heads, HL, HP, extra ? extra : "", HV);
+    write_text(path, buf);
+}
+/* logits of the file's model loaded through gpt2_hf_open / config / load */
+static int load_logits(const char *path, int heads_flag, const int32_t *tok, float *out, gpt2_config *got, char *err, size_t n) {
+    gpt2_hf hf;
+    gpt2_config c;
+    gpt2_trainer tr;
+    int st;
+    gpt2_default_config(&c);
+    c.B = 2; c.T = HP;
+    c.param_rules = c.compute_rules = NULL;
+    if (gpt2_hf_open(&hf, path, err, n)) return 1;
+    if (gpt2_hf_config(&hf, &c, heads_flag, err, n)) { gpt2_hf_close(&hf); return 1; }
+    if (gpt2_trainer_init(&tr, &c, 1, NULL, 1)) { gpt2_hf_close(&hf); snprintf(err, n, "trainer init"); return 1; }
+    st = gpt2_hf_load(&tr, &hf, err, n) || hf_logits(&tr, tok, out);
+    if (got) *got = tr.cfg;
+    gpt2_hf_close(&hf);
+    gpt2_trainer_free(&tr);
+    return st;
+}
+/* the reference: the same numbers put in by hand into a model of config c */
+static int ref_logits(const hf_set *h, gpt2_config c, const int32_t *tok, float *out) {
+    gpt2_trainer tr;
+    int st;
+    c.L = HL; c.C = HC; c.M = HM; c.V = c.V_real = HV; c.T = c.block = HP; c.B = 2;
+    c.param_rules = c.compute_rules = NULL;
+    if (gpt2_trainer_init(&tr, &c, 1, NULL, 1)) return 1;
+    st = hf_set_by_hand(&tr, h) || hf_logits(&tr, tok, out);
+    gpt2_trainer_free(&tr);
+    return st;
+}
+static void test_hf_config(void) {
+    hf_set h;
+    const char *dir = "build/test_gpt2_hf_cfg", *wpath = "build/test_gpt2_hf_cfg/model.safetensors", *cpath = "build/test_gpt2_hf_cfg/config.json";
+    char err[1024];
+    int32_t tok[HP];
+    float *want = (float *)malloc(sizeof(float) * HP * HV), *got = (float *)malloc(sizeof(float) * HP * HV), *two = (float *)malloc(sizeof(float) * HP * HV);
+    gpt2_config c, lc;
+    int i;
+    tjt_current = "hf config.json";
+    hf_make(&h);
+    for (i = 0; i < HP; i++) tok[i] = (i * 37 + 11) % HV;
+    mkdir(dir, 0755);
+    TJT_CHECK(hf_write(&h, wpath, "", 0, NULL) == 0, "write %s", wpath);
+    gpt2_default_config(&c);
+    /* without config.json: heads from the flag */
+    remove(cpath);
+    TJT_CHECK(load_logits(wpath, 2, tok, two, &lc, err, sizeof err) == 0 && lc.H == 2, "no config.json, --heads 2: %s (H=%d)", err, lc.H);
+    err[0] = 0;
+    TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) != 0 && strstr(err, "--heads"), "no config.json, no --heads, embed 32: \"%s\"", err);
+    /* 4 heads from config.json, by file path and by directory: the logits of a 4-head model */
+    c.H = 4;
+    TJT_CHECK(ref_logits(&h, c, tok, want) == 0, "4-head reference");
+    write_config(cpath, 4, NULL);
+    err[0] = 0;
+    TJT_CHECK(load_logits(wpath, 0, tok, got, &lc, err, sizeof err) == 0 && lc.H == 4, "config n_head 4: %s (H=%d)", err, lc.H);
+    TJT_CHECK(max_rel(got, want, (int64_t)HP * HV) <= 1e-6, "config n_head 4: logits differ from a 4-head model's, max rel %.3g", max_rel(got, want, (int64_t)HP * HV));
+    TJT_CHECK(max_rel(two, want, (int64_t)HP * HV) > 1e-3, "2 and 4 heads give the same logits: the test cannot tell them apart");
+    err[0] = 0;
+    TJT_CHECK(load_logits(dir, 4, tok, got, &lc, err, sizeof err) == 0 && lc.H == 4 && max_rel(got, want, (int64_t)HP * HV) <= 1e-6,
+              "--init-from DIR with --heads 4 agreeing: %s", err);
+    err[0] = 0;
+    TJT_CHECK(load_logits(dir, 2, tok, got, NULL, err, sizeof err) != 0 && strstr(err, "n_head is 4, --heads says 2") && strstr(err, "config.json"),
+              "--heads 2 against n_head 4: \"%s\"", err);
+    /* layer norm epsilon and relu */
+    write_config(cpath, 4, "\n  \"layer_norm_epsilon\": 0.25,\n  \"activation_function\": \"relu\",");
+    c.ln_eps = 0.25;
+    c.act = ACT_RELU;
+    TJT_CHECK(ref_logits(&h, c, tok, want) == 0, "eps 0.25 relu reference");
+    err[0] = 0;
+    TJT_CHECK(load_logits(wpath, 0, tok, got, &lc, err, sizeof err) == 0 && lc.ln_eps == 0.25 && lc.act == ACT_RELU, "eps 0.25, relu: %s", err);
+    TJT_CHECK(max_rel(got, want, (int64_t)HP * HV) <= 1e-6, "eps 0.25, relu: logits differ, max rel %.3g", max_rel(got, want, (int64_t)HP * HV));
+    /* errors name the file and what is wrong */
+    {
+        static const struct { const char *extra, *want1, *want2; } bad[] = {
+            {"\n  \"n_layer\": 3,", "n_layer is 3", "has 2 layers"},
+            {"\n  \"n_positions\": 1024,", "n_positions is 1024", "has 16 positions"},
+            {"\n  \"n_inner\": 64,", "n_inner is 64", "128 MLP channels"},
+            {"\n  \"activation_function\": \"gelu\",", "activation_function \"gelu\" is not supported", "gelu_new"},
+            {"\n  \"model_type\": \"llama\",", "model_type \"llama\"", "gpt2"},
+            {"\n  \"n_head\": 3,", "n_head 3 does not divide n_embd 32", "config.json"},
+            {"\n  \"scale_attn_by_inverse_layer_idx\": true,", "scale_attn_by_inverse_layer_idx", "not supported"},
+            {"\n  \"n_embd\": \"32\",", "\"n_embd\" must be a non-negative integer", "config.json"},
+            {"\n  \"oops\": [1, 2,", "bad JSON", "config.json"},
+        };
+        size_t k;
+        for (k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            write_config(cpath, 4, bad[k].extra);
+            err[0] = 0;
+            TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) != 0 && strstr(err, bad[k].want1) && strstr(err, bad[k].want2),
+                      "config error %zu: message \"%s\" lacks \"%s\" or \"%s\"", k, err, bad[k].want1, bad[k].want2);
+        }
+    }
+    /* lm_head.weight: wte saved twice loads; an untied head is refused, not ignored */
+    write_config(cpath, 4, NULL);
+    {
+        hf_set *h2 = (hf_set *)malloc(sizeof *h2);
+        float *other = (float *)malloc(sizeof(float) * HV * HC);
+        *h2 = h;
+        h2->t[h2->n] = h.t[0]; /* wte's data */
+        snprintf(h2->t[h2->n].name, sizeof h2->t[h2->n].name, "lm_head.weight");
+        h2->n++;
+        TJT_CHECK(hf_write(h2, wpath, "", 0, NULL) == 0, "write with lm_head");
+        err[0] = 0;
+        TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) == 0, "lm_head.weight equal to wte: %s", err);
+        memcpy(other, h.t[0].data, sizeof(float) * HV * HC);
+        other[5] += 1.0f;
+        h2->t[h2->n - 1].data = other;
+        TJT_CHECK(hf_write(h2, wpath, "", 0, NULL) == 0, "write with an untied lm_head");
+        err[0] = 0;
+        TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) != 0 && strstr(err, "lm_head.weight differs") && strstr(err, "untied"),
+                  "untied lm_head.weight: \"%s\"", err);
+        free(other);
+        free(h2);
+        TJT_CHECK(hf_write(&h, wpath, "", 0, NULL) == 0, "rewrite");
+        write_config(cpath, 4, "\n  \"tie_word_embeddings\": false,");
+        err[0] = 0;
+        TJT_CHECK(load_logits(wpath, 0, tok, got, NULL, err, sizeof err) != 0 && strstr(err, "tie_word_embeddings false"), "untied config: \"%s\"", err);
+    }
+    remove(cpath);
+    remove(wpath);
+    rmdir(dir);
+    for (i = 0; i < h.n; i++) free(h.t[i].data);
+    free(want);
+    free(got);
+    free(two);
+}
+
+/* ---- --export-hf: a trained tinyjax model (sharded over data=2 x model=2,
+   4 heads of 8 channels, vocab 200 padded to 256, relu, eps 1e-3) exported
+   as a Hugging Face directory loads back with --init-from DIR bit for bit:
+   config.json brings heads, eps and activation back */
+static int dir_has_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    if (!d) return 0;
+    while ((e = readdir(d)) != NULL) if (strstr(e->d_name, ".tmp.")) found = 1;
+    closedir(d);
+    return found;
+}
+static void test_hf_export(const int32_t *data, size_t n) {
+    const char *dir = "build/test_gpt2_export";
+    gpt2_config c, lc;
+    gpt2_trainer a, b;
+    gpt2_hf hf;
+    char err[1024], p1[256];
+    int32_t x[TB * TT], y[TB * TT];
+    int s, i;
+    tjt_current = "hf export";
+    tiny_config(&c);
+    c.H = 4;
+    c.V = 256;
+    c.V_real = 200;
+    c.act = ACT_RELU;
+    c.ln_eps = 1e-3;
+    if (gpt2_trainer_init(&a, &c, 4, "data=2 model=2", 1)) { TJT_CHECK(0, "init"); return; }
+    for (s = 0; s < 2; s++) {
+        get_batch(data, n, TB, TT, 13, 1, (uint64_t)s, x, y);
+        gpt2_train_step(&a, x, y, 1e-2);
+    }
+    err[0] = 0;
+    TJT_CHECK(gpt2_export_hf(&a, dir, 199, err, sizeof err) == 0, "export: %s", err);
+    TJT_CHECK(!dir_has_tmp(dir), "temporary files left in %s", dir);
+    err[0] = 0;
+    if (gpt2_hf_open(&hf, dir, err, sizeof err)) { TJT_CHECK(0, "open the export: %s", err); gpt2_trainer_free(&a); return; }
+    TJT_CHECK(tj_st_find(hf.st, "h.1.attn.c_attn.weight") && tj_st_find(hf.st, "wte.weight")->shape[0] == 200 && !tj_st_find(hf.st, "lm_head.weight") &&
+                  tj_st_meta(hf.st, "format") && !strcmp(tj_st_meta(hf.st, "format"), "pt"),
+              "the export lacks Hugging Face names, a 200-row wte or format pt");
+    gpt2_default_config(&lc);
+    lc.T = TT; lc.B = TB;
+    lc.param_rules = lc.compute_rules = NULL;
+    TJT_CHECK(gpt2_hf_config(&hf, &lc, 0, err, sizeof err) == 0, "config: %s", err);
+    TJT_CHECK(lc.L == 2 && lc.C == 32 && lc.H == 4 && lc.M == 128 && lc.V_real == 200 && lc.V == 256 && lc.block == TT && lc.act == ACT_RELU && lc.ln_eps == 1e-3,
+              "exported config read back as L=%d C=%d H=%d M=%d V=%d/%d block=%d act=%d eps=%g", lc.L, lc.C, lc.H, lc.M, lc.V_real, lc.V, lc.block, lc.act,
+              lc.ln_eps);
+    if (!gpt2_trainer_init(&b, &lc, 1, NULL, 1)) {
+        TJT_CHECK(gpt2_hf_load(&b, &hf, err, sizeof err) == 0, "load the export: %s", err);
+        for (i = 0; i < NPARAMS; i++) {
+            int64_t n1, n2, cmp;
+            float *pa, *pb;
+            snprintf(p1, sizeof p1, "params.%s", gpt2_params[i].name);
+            pa = read_leaf(&a, p1, &n1);
+            pb = read_leaf(&b, p1, &n2);
+            cmp = strcmp(gpt2_params[i].name, "wte") ? n1 : 200 * 32; /* wte: the real rows */
+            TJT_CHECK(pa && pb && n1 == n2 && !memcmp(pa, pb, sizeof(float) * (size_t)cmp), "%s differs after export and --init-from", p1);
+            free(pa);
+            free(pb);
+        }
+        get_batch(data, n, TB, TT, 13, 2, 0, x, y);
+        {
+            float la = gpt2_eval_loss(&a, x, y), lb = gpt2_eval_loss(&b, x, y);
+            TJT_CHECK(fabs(la - lb) <= 1e-5 * la, "eval loss %.7f exported and reloaded, %.7f before", lb, la);
+        }
+        gpt2_trainer_free(&b);
+    } else TJT_CHECK(0, "init for the reload");
+    gpt2_hf_close(&hf);
+    {   /* config.json's token ids and inner size */
+        gio_gpt2_config cf;
+        snprintf(p1, sizeof p1, "%s/config.json", dir);
+        TJT_CHECK(gio_gpt2_config_read(p1, &cf, err, sizeof err) == 0 && cf.eos_token_id == 199 && cf.bos_token_id == 199 && cf.n_inner == -2 &&
+                      cf.tie_word_embeddings == 1 && !strcmp(cf.activation_function, "relu") && !strcmp(cf.model_type, "gpt2"),
+                  "config.json: %s", err);
+    }
+    /* failures: a file where the directory should be, a missing parent */
+    err[0] = 0;
+    snprintf(p1, sizeof p1, "%s/config.json", dir);
+    TJT_CHECK(gpt2_export_hf(&a, p1, -1, err, sizeof err) != 0 && strstr(err, "not a directory"), "export onto a file: \"%s\"", err);
+    err[0] = 0;
+    TJT_CHECK(gpt2_export_hf(&a, "build/no_such_dir/sub", -1, err, sizeof err) != 0 && strstr(err, "no_such_dir/sub") && strstr(err, "cannot create"),
+              "export under a missing directory: \"%s\"", err);
+    snprintf(p1, sizeof p1, "%s/model.safetensors", dir);
+    remove(p1);
+    snprintf(p1, sizeof p1, "%s/config.json", dir);
+    remove(p1);
+    rmdir(dir);
+    gpt2_trainer_free(&a);
+}
+
+/* ---- padded vocabulary (issue 15, item 5): V_real 200 padded to 256. The
+   loss is the cross-entropy over the 200 real columns only (as transformers
+   computes it), in training, evaluation and the vocab-parallel shard_map
+   loss alike, and no gradient reaches the padded columns: after a step
+   with weight decay 0 the padded rows of the tied wte are unchanged. */
+static double ref_xent_real(gpt2_trainer *tr, const int32_t *x, const int32_t *y, int Vr) {
+    float *lg = (float *)malloc(sizeof(float) * TT * 256);
+    double sum = 0;
+    int b, t, v;
+    for (b = 0; b < TB; b++) {
+        if (hf_logits(tr, x + b * TT, lg)) { free(lg); return NAN; }
+        for (t = 0; t < TT; t++) {
+            const float *r = lg + (size_t)t * 256;
+            double mx = -1e300, se = 0;
+            for (v = 0; v < Vr; v++) if (r[v] > mx) mx = r[v];
+            for (v = 0; v < Vr; v++) se += exp(r[v] - mx);
+            sum += mx + log(se) - r[y[b * TT + t]];
+        }
+    }
+    free(lg);
+    return sum / (TB * TT);
+}
+static void test_padded_vocab(const int32_t *data, size_t n) {
+    struct { int ndev; const char *mesh; const char *name; } ms[] = {
+        {1, NULL, "one device"},
+        {4, "data=2 model=2", "data=2 x model=2, vocab-parallel loss"},
+    };
+    int32_t x[TB * TT], y[TB * TT];
+    int m;
+    tjt_current = "padded vocab";
+    for (m = 0; m < 2; m++) {
+        gpt2_config c;
+        gpt2_trainer tr;
+        float *w0, *w1, le, lt;
+        int64_t n0, n1;
+        double want;
+        tiny_config(&c);
+        c.V = 256;
+        c.V_real = 200;
+        c.wd = 0;
+        if (gpt2_trainer_init(&tr, &c, ms[m].ndev, ms[m].mesh, 1)) { TJT_CHECK(0, "%s: init", ms[m].name); continue; }
+        get_batch(data, n, TB, TT, 9, 1, 0, x, y);
+        want = ref_xent_real(&tr, x, y, 200);
+        le = gpt2_eval_loss(&tr, x, y);
+        TJT_CHECK(fabs(le - want) <= 1e-5 * want, "%s: eval loss %.7f, cross-entropy over the 200 real columns %.7f", ms[m].name, le, want);
+        w0 = read_leaf(&tr, "params.wte", &n0);
+        lt = gpt2_train_step(&tr, x, y, 1e-2);
+        TJT_CHECK(fabs(lt - want) <= 1e-5 * want, "%s: training loss %.7f, cross-entropy over the 200 real columns %.7f", ms[m].name, lt, want);
+        w1 = read_leaf(&tr, "params.wte", &n1);
+        TJT_CHECK(w0 && w1 && n0 == 256 * 32 && n1 == n0 && !memcmp(w0 + 200 * 32, w1 + 200 * 32, sizeof(float) * 56 * 32),
+                  "%s: a training step changed the padded rows of wte (gradient flowed into padded columns)", ms[m].name);
+        TJT_CHECK(w0 && w1 && memcmp(w0, w1, sizeof(float) * 200 * 32), "%s: the real rows of wte did not train", ms[m].name);
+        {
+            float row[256];
+            int32_t w[3] = {'t', 'h', 'e'}, v, bad = 0;
+            TJT_CHECK(gpt2_next_logits(&tr, w, 3, row) == 0, "%s: logits", ms[m].name);
+            for (v = 200; v < 256; v++) bad += !(row[v] <= -1e29f);
+            TJT_CHECK(!bad, "%s: %d padded columns have a logit above -1e29", ms[m].name, bad);
+        }
+        free(w0);
+        free(w1);
+        gpt2_trainer_free(&tr);
+    }
+}
+
 /* ---- gradient accumulation: --accum 2 --batch TB/2 reads the windows
    --batch TB reads, and its mean gradient is the same sum in another order,
    so gradients, losses and parameters agree up to float rounding. */
@@ -670,6 +974,9 @@ int main(void) {
     }
     test_accum(data, n);
     test_hf();
+    test_hf_config();
+    test_hf_export(data, n);
+    test_padded_vocab(data, n);
     free(data);
     return tjt_finish();
 }

@@ -478,6 +478,50 @@ static void put_le32(unsigned char *p, uint32_t v) {
     for (k = 0; k < 4; k++) p[k] = (unsigned char)(v >> (8 * k));
 }
 
+/* version 2 (uint32 tokens, vocabularies over 65,535) and llm.c's Llama 3
+   files (magic 20240801, version 7, uint32) */
+static void test_tokens_v2(int32_t big) {
+    int32_t toks[5], *got = NULL;
+    size_t n = 0, len;
+    char err[512], *file;
+    unsigned char raw[1024 + 8];
+    toks[0] = big;
+    toks[1] = 0;
+    toks[2] = 65535;
+    toks[3] = 128255;
+    toks[4] = 0x7fffffff;
+    CHECKE(gio_tokens_write(path_in("v2.bin"), toks, 5, err, sizeof err) == 0, err);
+    CHECK(gio_read_file(path_in("v2.bin"), &file, &len, err, sizeof err) == 0 && len == 1024 + 4 * 5 && file[4] == 2);
+    free(file);
+    CHECKE(gio_tokens_read(path_in("v2.bin"), &got, &n, err, sizeof err) == 0, err);
+    CHECK(n == 5 && got && got[0] == big && got[1] == 0 && got[2] == 65535 && got[3] == 128255 && got[4] == 0x7fffffff);
+    free(got);
+    memset(raw, 0, sizeof raw);
+    put_le32(raw, 20240801);
+    put_le32(raw + 4, 7);
+    put_le32(raw + 8, 2);
+    put_le32(raw + 1024, 128000);
+    put_le32(raw + 1028, 17);
+    write_raw(path_in("llama3.bin"), raw, sizeof raw);
+    CHECKE(gio_tokens_read(path_in("llama3.bin"), &got, &n, err, sizeof err) == 0, err);
+    CHECK(n == 2 && got && got[0] == 128000 && got[1] == 17);
+    free(got);
+    put_le32(raw + 4, 1);
+    write_raw(path_in("llama3v1.bin"), raw, sizeof raw);
+    CHECK(gio_tokens_read(path_in("llama3v1.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "version 1") && got == NULL);
+    put_le32(raw, 20240520);
+    put_le32(raw + 4, 2);
+    put_le32(raw + 1028, 0x80000000u);
+    write_raw(path_in("v2big.bin"), raw, sizeof raw);
+    CHECK(gio_tokens_read(path_in("v2big.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "token 1 = 2147483648") && got == NULL);
+    write_raw(path_in("v2trunc.bin"), raw, sizeof raw - 2);
+    CHECK(gio_tokens_read(path_in("v2trunc.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "truncated"));
+    /* a version 1 header on uint32 data is a size mismatch, not garbage */
+    put_le32(raw + 4, 1);
+    write_raw(path_in("v1of4.bin"), raw, sizeof raw);
+    CHECK(gio_tokens_read(path_in("v1of4.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "count mismatch"));
+}
+
 static void test_tokens(void) {
     enum { NTOK = 1000 };
     int32_t toks[NTOK], *got = NULL, bad = 70000;
@@ -501,11 +545,11 @@ static void test_tokens(void) {
     put_le32((unsigned char *)file, 12345);
     write_raw(path_in("badmagic.bin"), file, len);
     CHECK(gio_tokens_read(path_in("badmagic.bin"), &got, &n, err, sizeof err) != 0 &&
-          contains(err, "badmagic.bin: bad magic 12345 (want 20240520)") && got == NULL && n == 0);
+          contains(err, "badmagic.bin: bad magic 12345 (want 20240520") && got == NULL && n == 0);
     put_le32((unsigned char *)file, 20240520);
-    put_le32((unsigned char *)file + 4, 2);
+    put_le32((unsigned char *)file + 4, 3);
     write_raw(path_in("badver.bin"), file, len);
-    CHECK(gio_tokens_read(path_in("badver.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "version 2"));
+    CHECK(gio_tokens_read(path_in("badver.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "version 3"));
     put_le32((unsigned char *)file + 4, 1);
     write_raw(path_in("trunc.bin"), file, len - 1);
     CHECK(gio_tokens_read(path_in("trunc.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "trunc.bin: truncated"));
@@ -519,7 +563,11 @@ static void test_tokens(void) {
     CHECK(gio_tokens_read(path_in("neg.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "negative"));
     free(file);
     CHECK(gio_tokens_read(path_in("missing.bin"), &got, &n, err, sizeof err) != 0 && contains(err, "cannot open"));
-    CHECK(gio_tokens_write(path_in("x.bin"), &bad, 1, err, sizeof err) != 0 && contains(err, "uint16"));
+    {
+        int32_t neg = -1;
+        CHECK(gio_tokens_write(path_in("x.bin"), &neg, 1, err, sizeof err) != 0 && contains(err, "negative"));
+    }
+    test_tokens_v2(bad);
     CHECKE(gio_tokens_write(path_in("empty.bin"), toks, 0, err, sizeof err) == 0, err);
     CHECKE(gio_tokens_read(path_in("empty.bin"), &got, &n, err, sizeof err) == 0 && n == 0, err);
     free(got);
@@ -567,6 +615,174 @@ static void json_token(gio_strbuf *sb, const char *raw) {
         else gio__sb_printf(sb, "\\u%04x", (unsigned)c);
     }
     gio__sb_puts(sb, "\"");
+}
+
+/* tokenizer.json (Hugging Face tokenizers) with the vocabulary and merges of
+   test_bpe's vocab.json / merges.txt: the same ids; added tokens, special
+   ones only when allowed; lstrip / rstrip / single_word; errors */
+static void put_tok_json(gio_strbuf *b, const char *vocab_json, size_t vlen, const char *merges, int merges_as_pairs, const char *added, const char *pre,
+                         const char *model_extra) {
+    size_t i = 0;
+    int first = 1;
+    gio__sb_puts(b, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [");
+    gio__sb_puts(b, added);
+    gio__sb_puts(b, "], \"normalizer\": null, \"pre_tokenizer\": ");
+    gio__sb_puts(b, pre);
+    gio__sb_puts(b, ", \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true},"
+                    " \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},"
+                    " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\","
+                    " \"fuse_unk\": false, \"byte_fallback\": false, ");
+    gio__sb_puts(b, model_extra);
+    gio__sb_puts(b, "\"vocab\": ");
+    gio__sb_put(b, vocab_json, vlen);
+    gio__sb_puts(b, ", \"merges\": [");
+    /* merges.txt lines (mapped alphabet, UTF-8) -> JSON strings or pairs */
+    while (merges[i]) {
+        size_t e = i, sp;
+        while (merges[e] && merges[e] != '\n') e++;
+        if (e > i && merges[e - 1] == '\r') e--;
+        if (e > i && merges[i] != '#') {
+            for (sp = i; sp < e && merges[sp] != ' '; sp++) {}
+            if (!first) gio__sb_puts(b, ", ");
+            first = 0;
+            if (merges_as_pairs) {
+                gio__sb_puts(b, "[\"");
+                gio__sb_put(b, merges + i, sp - i);
+                gio__sb_puts(b, "\", \"");
+                gio__sb_put(b, merges + sp + 1, e - sp - 1);
+                gio__sb_puts(b, "\"]");
+            } else {
+                gio__sb_puts(b, "\"");
+                gio__sb_put(b, merges + i, e - i);
+                gio__sb_puts(b, "\"");
+            }
+        }
+        while (merges[e] && merges[e] != '\n') e++;
+        i = merges[e] ? e + 1 : e;
+    }
+    gio__sb_puts(b, "]}}\n");
+}
+static int ids_are(const int32_t *ids, size_t n, const int32_t *want, size_t wn) {
+    size_t k;
+    if (n != wn) return 0;
+    for (k = 0; k < n; k++) if (ids[k] != want[k]) return 0;
+    return 1;
+}
+static void test_tokenizer_json(const gio_strbuf *vj, const gio_strbuf *mt) {
+    static const char *pre = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
+    static const char *added =
+        "{\"id\": 269, \"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": true},"
+        "{\"id\": 270, \"content\": \"<pad>\", \"single_word\": false, \"lstrip\": true, \"rstrip\": true, \"normalized\": false, \"special\": true},"
+        "{\"id\": 271, \"content\": \"[X]\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": false},"
+        "{\"id\": 272, \"content\": \"ab\", \"single_word\": true, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": false},"
+        "{\"id\": 273, \"content\": \"<|endoftext|>x\", \"special\": true}";
+    static const char *texts[] = {"hello world", "hello, world!\n", "numbers 12345 and 1.5e-3", "don't you'll", "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80",
+                                  "  leading and trailing   ", ""};
+    gio_tokenizer ref, tj, tp;
+    gio_strbuf b;
+    char err[512];
+    int32_t *ids, *ids2;
+    size_t n, n2, k;
+    int v;
+    memset(&b, 0, sizeof b);
+    CHECKE(gio_tok_load_gpt2(&ref, path_in("vocab.json"), path_in("merges.txt"), err, sizeof err) == 0, err);
+    for (v = 0; v < 2; v++) { /* merges as "a b" strings, and as ["a", "b"] pairs (tokenizers >= 0.20) */
+        gio_tokenizer *t = v ? &tp : &tj;
+        b.n = 0;
+        put_tok_json(&b, vj->p, vj->n, mt->p, v, added, pre, "\"ignore_merges\": false, ");
+        write_raw(path_in("tokenizer.json"), b.p, b.n);
+        CHECKE(gio_tok_load_hf(t, path_in("tokenizer.json"), err, sizeof err) == 0, err);
+        CHECK(t->vocab_size == 274 && gio_tok_special_count(t) == 3 && gio_tok_special_id(t, 0) == 269);
+        for (k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+            int ok = gio_tok_encode(t, texts[k], strlen(texts[k]), &ids, &n, err, sizeof err) == 0 &&
+                     gio_tok_encode(&ref, texts[k], strlen(texts[k]), &ids2, &n2, err, sizeof err) == 0;
+            CHECKE(ok && ids_are(ids, n, ids2, n2), texts[k]);
+            if (ok) { free(ids); free(ids2); }
+        }
+    }
+    {   /* special tokens: text unless allowed; the longest match wins */
+        const char *s = "hello<|endoftext|>world";
+        int32_t want_allowed[] = {259, 269, 262, 5, 263};   /* hello <|endoftext|> wor l d (no leading space) */
+        CHECK(gio_tok_encode(&tj, s, strlen(s), &ids, &n, err, sizeof err) == 0 && n > 5 && ids[0] == 259 && ids[1] == 27);
+        free(ids);
+        CHECK(gio_tok_encode_special(&tj, s, strlen(s), 1, &ids, &n, err, sizeof err) == 0 && n >= 3 && ids[0] == 259 && ids[1] == 269);
+        if (n >= 3) {
+            CHECK(gio_tok_encode(&tj, "world", 5, &ids2, &n2, err, sizeof err) == 0 && n == n2 + 2 && !memcmp(ids + 2, ids2, n2 * sizeof *ids));
+            free(ids2);
+        }
+        (void)want_allowed;
+        free(ids);
+        CHECK(gio_tok_encode_special(&tj, "<|endoftext|>x", 14, 1, &ids, &n, err, sizeof err) == 0 && n == 1 && ids[0] == 273);
+        free(ids);
+        /* the vocab.json tokenizer: <|endoftext|> is its special token */
+        CHECK(gio_tok_special_count(&ref) == 1 && gio_tok_special_id(&ref, 0) == 269);
+        CHECK(gio_tok_encode_special(&ref, s, strlen(s), 1, &ids, &n, err, sizeof err) == 0 && n >= 3 && ids[0] == 259 && ids[1] == 269);
+        free(ids);
+        /* a non-special added token is always matched; lstrip/rstrip eat the spaces around <pad> */
+        CHECK(gio_tok_encode(&tj, "a[X]b", 5, &ids, &n, err, sizeof err) == 0 && n == 3 && ids[0] == 'a' - 33 && ids[1] == 271 && ids[2] == 'b' - 33);
+        free(ids);
+        CHECK(gio_tok_encode_special(&tj, "a  <pad>  b", 11, 1, &ids, &n, err, sizeof err) == 0 && n == 3 && ids[1] == 270 && ids[0] == 'a' - 33 &&
+              ids[2] == 'b' - 33);
+        free(ids);
+        /* single_word: "ab" alone is the added token, inside "cabd" it is not */
+        CHECK(gio_tok_encode(&tj, "x ab y", 6, &ids, &n, err, sizeof err) == 0 && n >= 3 && ids[2] == 272);
+        free(ids);
+        CHECK(gio_tok_encode(&tj, "cabd", 4, &ids, &n, err, sizeof err) == 0 && n == 4 && ids[1] == 'a' - 33);
+        free(ids);
+        /* decoding gives the content back */
+        {
+            int32_t d[3] = {259, 269, 271};
+            char *txt;
+            size_t tl;
+            CHECK(gio_tok_decode(&tj, d, 3, &txt, &tl, err, sizeof err) == 0 && tl == 21 && !memcmp(txt, "hello<|endoftext|>[X]", 21));
+            free(txt);
+        }
+    }
+    {   /* add_prefix_space: each segment gets a space in front ("hello" -> " hello" = " " "hello") */
+        gio_tokenizer ta;
+        b.n = 0;
+        put_tok_json(&b, vj->p, vj->n, mt->p, 0, added, "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}", "");
+        write_raw(path_in("tok_aps.json"), b.p, b.n);
+        CHECKE(gio_tok_load_hf(&ta, path_in("tok_aps.json"), err, sizeof err) == 0, err);
+        CHECK(gio_tok_encode(&ta, "world", 5, &ids, &n, err, sizeof err) == 0 && n == 1 && ids[0] == 264);
+        free(ids);
+        gio_tok_free(&ta);
+    }
+    {   /* errors name the file and the setting */
+        static const struct { const char *pre, *extra, *added, *want; } bad[] = {
+            {"{\"type\": \"Metaspace\"}", "", "", "pre_tokenizer \"Metaspace\" is not supported"},
+            {"{\"type\": \"ByteLevel\", \"use_regex\": false}", "", "", "use_regex false"},
+            {NULL, "\"byte_fallback\": true, ", "", "byte_fallback"},
+            {NULL, "\"dropout\": 0.1, ", "", "dropout"},
+            {NULL, "", "{\"id\": 5, \"content\": \"zz\", \"special\": true}", "which the vocabulary gives to"},
+            {NULL, "", "{\"content\": \"zz\"}", "without id or content"},
+        };
+        gio_tokenizer tb;
+        for (k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            b.n = 0;
+            put_tok_json(&b, vj->p, vj->n, mt->p, 0, bad[k].added, bad[k].pre ? bad[k].pre : pre, bad[k].extra);
+            write_raw(path_in("tok_bad.json"), b.p, b.n);
+            err[0] = 0;
+            CHECKE(gio_tok_load_hf(&tb, path_in("tok_bad.json"), err, sizeof err) != 0 && contains(err, bad[k].want) && contains(err, "tok_bad.json"), err);
+        }
+        write_raw(path_in("tok_wp.json"), "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", 45);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_wp.json"), err, sizeof err) != 0 && contains(err, "model type \"WordPiece\""));
+        write_raw(path_in("tok_norm.json"), "{\"normalizer\": {\"type\": \"NFC\"}, \"model\": {}}", 44);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_norm.json"), err, sizeof err) != 0 && contains(err, "normalizer \"NFC\""));
+        write_raw(path_in("tok_trunc.json"), b.p, b.n / 2);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_trunc.json"), err, sizeof err) != 0 && contains(err, "tok_trunc.json: bad JSON"));
+        write_raw(path_in("tok_nomodel.json"), "{\"version\": \"1.0\"}", 18);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_nomodel.json"), err, sizeof err) != 0 && contains(err, "no \"model\""));
+        /* a merge naming a token the vocabulary lacks */
+        b.n = 0;
+        put_tok_json(&b, vj->p, vj->n, "q zz\n", 0, "", pre, "");
+        write_raw(path_in("tok_merge.json"), b.p, b.n);
+        CHECK(gio_tok_load_hf(&tb, path_in("tok_merge.json"), err, sizeof err) != 0 && contains(err, "model.merges[0]") && contains(err, "not in"));
+    }
+    gio_tok_free(&tj);
+    gio_tok_free(&tp);
+    gio_tok_free(&ref);
+    free(b.p);
 }
 
 static void test_bpe(void) {
@@ -734,6 +950,7 @@ static void test_bpe(void) {
         CHECK(gio_tok_load_gpt2(&t2, path_in("nonexistent.json"), path_in("merges.txt"), err, sizeof err) != 0 &&
               contains(err, "nonexistent.json: cannot open"));
     }
+    test_tokenizer_json(&vj, &mt);
     free(vj.p);
     free(mt.p);
 }
@@ -753,6 +970,18 @@ static void test_pretok(void) {
         {"tab\tx", {"tab", "\t", "x"}},
         {"''ll 'll", {"''", "ll", " '", "ll"}},
         {"12 121 \n\n\nhello", {"12", " 121", " \n\n", "\n", "hello"}},
+        /* unassigned code points are neither letters nor numbers: they join
+           punctuation (U+0383, U+0378, U+0530, U+E0080, U+10FFFF, U+3FFFE, U+2EBF) */
+        {"\xce\x83't", {"\xce\x83'", "t"}},
+        {"ab\xcd\xb8" "cd", {"ab", "\xcd\xb8", "cd"}},
+        {" \xf3\xa0\x82\x80x", {" \xf3\xa0\x82\x80", "x"}},
+        {"x\xf4\x8f\xbf\xbf\xf0\xbf\xbf\xbe!", {"x", "\xf4\x8f\xbf\xbf\xf0\xbf\xbf\xbe!"}},
+        {"a\xd4\xb0" "b 1\xcd\xb7\xcd\xb8", {"a", "\xd4\xb0", "b", " 1", "\xcd\xb7", "\xcd\xb8"}},
+        /* letters assigned in Unicode 15.0 (U+1E030) and 16.0 (U+10D4A); U+323B0
+           (CJK Ext. J, Unicode 17.0) is unassigned for tiktoken's Unicode 16.0 */
+        {"\xf0\x9e\x80\xb0" "a \xf0\xb2\x8e\xb0\xf0\xb2\x8e\xb1 \xe2\xba\xbf" "0",
+         {"\xf0\x9e\x80\xb0" "a", " \xf0\xb2\x8e\xb0\xf0\xb2\x8e\xb1", " \xe2\xba\xbf", "0"}},
+        {"a\xf0\xb2\x8e\xb0" "b \xf0\x90\xb5\x8a" "x", {"a", "\xf0\xb2\x8e\xb0", "b", " \xf0\x90\xb5\x8a" "x"}},
     };
     size_t c;
     for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -774,6 +1003,14 @@ static void test_pretok(void) {
         CHECK(good);
     }
     CHECK(gio_gpt2_pretok_next("abc", 3, 3) == 0);
+    {   /* the whole table against the counts tools/gen_unicode_table.py
+           printed from tiktoken 0.14 (Unicode 16.0) */
+        long cnt[4] = {0, 0, 0, 0};
+        uint32_t cp;
+        for (cp = 0x100; cp <= 0x10FFFF; cp++) cnt[gio__uclass(cp)]++;
+        CHECK(cnt[GIO__CO] == 971033 && cnt[GIO__CL] == 140911 && cnt[GIO__CN] == 1895 && cnt[GIO__CS] == 17);
+        if (cnt[GIO__CL] != 140911) printf("classes >= U+0100: %ld other, %ld letters, %ld numbers, %ld spaces\n", cnt[0], cnt[1], cnt[2], cnt[3]);
+    }
 }
 
 /* ------------------------------------------------------------------ */

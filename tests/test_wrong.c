@@ -1,0 +1,467 @@
+/* The wrong results of issue #15, each a small program checked against its
+   closed form and against the same program on one device:
+     1. an op's attributes on a value a scan body captures (softmax of a
+        sharded captured weight must gather its axis first);
+     2. grad-of-grad through a scan of length > 1 (captured and xs weights);
+     3. a scan output that sums over a sharded axis (gradients must not be
+        multiplied by the devices on that axis);
+     4. take's gradient with the table sharded on its non-indexed axis and a
+        2-axis index (the GPT-2 embedding). */
+#define TINYJAX_IMPLEMENTATION
+#include "../tinyjax.h"
+#include "tj_test.h"
+
+/* run fn once on `ndev` devices with `mesh`, inputs placed by `rules`;
+   outputs read back into o. Returns 0 on success. */
+static int run1(tj_fn fn, void *u, tj_tree *(*mk)(tj_ctx *), int ndev, const char *mesh, const char *rules, tjt_outs *o) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in, *out;
+    tj_prog *p = NULL;
+    int ok = 1;
+    memset(o, 0, sizeof *o);
+    tj_set_devices(ctx, ndev);
+    if (mesh) tj_set_mesh(ctx, mesh);
+    in = mk(ctx);
+    out = tj_tree_new(ctx);
+    if (rules && tj_filter_shard(in, rules)) ok = 0;
+    if (ok && !(p = tj_jit(ctx, "prog", fn, u, in, NULL))) ok = 0;
+    if (ok && tj_run(p, in, out)) ok = 0;
+    if (!ok) fprintf(stderr, "run1(%s, %s): %s\n", mesh ? mesh : "-", rules ? rules : "-", tj_error(ctx));
+    else {
+        if (getenv("TJ_TEST_VERBOSE")) tj_prog_print(p, stdout);
+        tjt_outs_read(o, out);
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+    return ok ? 0 : -1;
+}
+static int all_near(const tjt_outs *o, const char *name, const double *want, int64_t n, double tol) {
+    int i;
+    int64_t j;
+    for (i = 0; i < o->n; i++)
+        if (!strcmp(o->name[i], name)) {
+            if (o->len[i] != n) return 0;
+            for (j = 0; j < n; j++)
+                if (!(fabs(o->v[i][j] - want[j]) <= tol * (1 + fabs(want[j])))) {
+                    fprintf(stderr, "  %s[%lld] = %.9g, want %.9g\n", name, (long long)j, o->v[i][j], want[j]);
+                    return 0;
+                }
+            return 1;
+        }
+    fprintf(stderr, "  no output %s\n", name);
+    return 0;
+}
+
+/* ---- 1. softmax of a captured sharded weight inside a scan body ---- */
+static void sm_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v w = *(tj_v *)u;
+    (void)g; (void)x; (void)y;
+    co[0] = tj_add(c[0], tj_sum(tj_softmax(w, "b"), "b"));
+}
+static void sm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), c0 = tj_muls(tj_sum(w, "b"), 0.0), c = NULL;
+    (void)g; (void)u;
+    tj_scan(sm_body, &w, "step=2", 1, &c0, 0, NULL, 0, &c, NULL, NULL);
+    tj_tree_set_v(out, "c", c);
+}
+static tj_tree *sm_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "a=4 b=6", 1, -1, 1));
+    return in;
+}
+static void test_captured_attr(void) {
+    tjt_outs o;
+    double want[4] = {2, 2, 2, 2};
+    const char *meshes[3] = {NULL, "data=2", "data=2 model=2"};
+    int ndev[3] = {1, 2, 4}, m;
+    tjt_current = "captured attribute";
+    for (m = 0; m < 3; m++) {
+        if (run1(sm_fn, NULL, sm_in, ndev[m], meshes[m], m ? "b:data a:model" : NULL, &o)) { TJT_CHECK(0, "run failed"); continue; }
+        TJT_CHECK(all_near(&o, "c", want, 4, 1e-5), "softmax of a captured weight in a scan body sums to 1 per row (mesh %s)", meshes[m] ? meshes[m] : "1 device");
+        tjt_outs_free(&o);
+    }
+}
+
+/* ---- 2. grad of grad through a scan of 2 steps: c' = c * w ----
+   loss = c0 * w^2 (elementwise, 2 steps); dloss/dw = 2 c0 w; the second
+   derivative (through the vjp of sum(dloss/dw)) is 2 c0. With xs w0, w1:
+   loss = c0 w0 w1, dl/dw0 = c0 w1, dl/dw1 = c0 w0; grad of their sum:
+   d/dw0 = c0, d/dw1 = c0. */
+static void mul_body_cap(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)x; (void)y;
+    co[0] = tj_mul(c[0], *(tj_v *)u);
+}
+static void mul_body_xs(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)y; (void)u;
+    co[0] = tj_mul(c[0], x[0]);
+}
+static const tj_policy *gg_pol; /* the scan's remat policy (NULL: save everything) */
+static void gg_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    int xs = *(int *)u;
+    tj_v c0 = tj_tree_v(in, "c0"), w = tj_tree_v(in, xs ? "ws" : "w"), c = NULL, loss, gw, s, ggw;
+    (void)g;
+    if (xs) tj_scan(mul_body_xs, NULL, "step", 1, &c0, 1, &w, 0, &c, NULL, gg_pol);
+    else tj_scan(mul_body_cap, &w, "step=2", 1, &c0, 0, NULL, 0, &c, NULL, gg_pol);
+    loss = tj_sum(c, "i");
+    tj_grad(loss, 1, &w, &gw);
+    s = tj_sum(gw, xs ? "step i" : "i");
+    tj_grad(s, 1, &w, &ggw);
+    tj_tree_set_v(out, "g", gw);
+    tj_tree_set_v(out, "gg", ggw);
+}
+static tj_tree *gg_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    double c0[2] = {1, 3.5}, w[2] = {0.5, 2}, ws[4] = {0.5, 2, 4, 0.25};
+    tj_tree_set_array(in, "c0", tj_array_new(ctx, TJ_F64, "i=2", c0));
+    tj_tree_set_array(in, "w", tj_array_new(ctx, TJ_F64, "i=2", w));
+    tj_tree_set_array(in, "ws", tj_array_new(ctx, TJ_F64, "step=2 i=2", ws));
+    return in;
+}
+static void test_grad_of_grad_scan(void) {
+    tjt_outs o;
+    int xs, k;
+    tj_policy pols[2];
+    pols[0] = tj_everything_saveable();
+    pols[1] = tj_nothing_saveable();
+    tjt_current = "grad of grad through scan";
+    for (k = 0; k < 3; k++) {
+        gg_pol = k ? &pols[k - 1] : NULL;
+        xs = 0;
+        if (!run1(gg_fn, &xs, gg_in, 1, NULL, NULL, &o)) {
+            double g[2] = {2 * 1 * 0.5, 2 * 3.5 * 2}, gg[2] = {2, 7};
+            TJT_CHECK(all_near(&o, "g", g, 2, 1e-12), "captured w: first derivative 2 c0 w");
+            TJT_CHECK(all_near(&o, "gg", gg, 2, 1e-12), "captured w: second derivative 2 c0");
+            tjt_outs_free(&o);
+        } else TJT_CHECK(0, "captured: run failed");
+        xs = 1;
+        if (!run1(gg_fn, &xs, gg_in, 1, NULL, NULL, &o)) {
+            /* w rows: step0 (0.5, 2), step1 (4, 0.25); g step0 = c0 * w1, step1 = c0 * w0 */
+            double g[4] = {1 * 4, 3.5 * 0.25, 1 * 0.5, 3.5 * 2}, gg[4] = {1, 3.5, 1, 3.5};
+            TJT_CHECK(all_near(&o, "g", g, 4, 1e-12), "xs w: first derivative");
+            TJT_CHECK(all_near(&o, "gg", gg, 4, 1e-12), "xs w: second derivative c0");
+            tjt_outs_free(&o);
+        } else TJT_CHECK(0, "xs: run failed");
+    }
+}
+
+/* ---- 3. scan ys summing over a sharded axis ---- */
+static void ys_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)x; (void)u;
+    co[0] = tj_muls(c[0], 2.0);
+    y[0] = tj_sum(co[0], "d");
+}
+static void ys_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), c = NULL, ys = NULL, loss, gx;
+    const tj_policy *pol = (const tj_policy *)u;
+    (void)g;
+    tj_scan(ys_body, NULL, "step=2", 1, &x, 0, NULL, 1, &c, &ys, pol);
+    loss = tj_sum(ys, "step");
+    tj_grad(loss, 1, &x, &gx);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "gx", gx);
+}
+static tj_tree *ys_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "d=8", 3, -1, 1));
+    return in;
+}
+static void test_ys_sharded_sum(void) {
+    tjt_outs o;
+    double want[8] = {6, 6, 6, 6, 6, 6, 6, 6};
+    tj_policy pols[3];
+    int k;
+    pols[0] = tj_everything_saveable();
+    pols[1] = tj_nothing_saveable();
+    pols[2] = tj_dots_saveable();
+    tjt_current = "scan ys sum over a sharded axis";
+    for (k = 0; k < 3; k++) {
+        if (run1(ys_fn, &pols[k], ys_in, 8, "data=8", "d:data", &o)) { TJT_CHECK(0, "run failed"); continue; }
+        TJT_CHECK(all_near(&o, "gx", want, 8, 1e-6), "dloss/dx = 2 + 4 with x sharded (policy %d)", k);
+        tjt_outs_free(&o);
+    }
+}
+
+/* ---- 4. take's gradient, table sharded on embed, 2-axis index ---- */
+static void take_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v wte = tj_tree_v(in, "wte"), tok = tj_tree_v(in, "tok"), w = tj_tree_v(in, "w"), h, loss, gw;
+    (void)g; (void)u;
+    h = tj_take(wte, "vocab", tok); /* batch pos embed */
+    loss = tj_sum(tj_mul(tj_mul(h, h), w), "batch pos embed");
+    tj_grad(loss, 1, &wte, &gw);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g", gw);
+}
+static tj_tree *take_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    int32_t tok[2 * 3] = {1, 4, 1, 0, 3, 4};
+    tj_tree_set_array(in, "wte", tjt_rand(ctx, TJ_F32, "vocab=5 embed=4", 4, -1, 1));
+    tj_tree_set_array(in, "tok", tj_array_new(ctx, TJ_I32, "batch=2 pos=3", tok));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "batch=2 pos=3 embed=4", 5, -1, 1));
+    return in;
+}
+static void test_take_grad(void) {
+    tjt_outs a, b;
+    const char *rules[4] = {"embed:data", "embed:data batch:model", "vocab:data", "batch:data pos:model"};
+    int k;
+    tjt_current = "take gradient, sharded table";
+    if (run1(take_fn, NULL, take_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "1-device run failed"); return; }
+    for (k = 0; k < 4; k++) {
+        char what[128];
+        if (run1(take_fn, NULL, take_in, 4, "data=2 model=2", rules[k], &b)) { TJT_CHECK(0, "run failed (%s)", rules[k]); continue; }
+        snprintf(what, sizeof what, "take on data=2 model=2, %s", rules[k]);
+        tjt_outs_compare(what, &a, &b, 1e-6);
+        tjt_outs_free(&b);
+    }
+    tjt_outs_free(&a);
+}
+
+/* ---- 6. sharded random init in the usual order ---- */
+static void init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const char *rules = (const char *)u;
+    tj_v w = tj_muls(tj_normal(g, 7, TJ_F32, "vocab=64 embed=32"), 0.02), b = tj_adds(tj_uniform(g, 8, TJ_F32, "embed=32"), 1.0);
+    (void)in;
+    w = tj_add(w, b); /* broadcasting: b's slice too */
+    if (rules) w = tj_shard_by_rules(w, rules);
+    tj_tree_set_v(out, "w", w);
+}
+static tj_tree *init_in(tj_ctx *ctx) { return tj_tree_new(ctx); }
+static void test_sharded_init(void) {
+    const char *rules[3] = {"vocab:data", "embed:data", "vocab:data embed:model"};
+    tjt_outs a, b;
+    int k;
+    tjt_current = "sharded random init";
+    if (run1(init_fn, NULL, init_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "1-device run failed"); return; }
+    for (k = 0; k < 3; k++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx);
+        tj_prog *p;
+        tj_collective cols[16];
+        int nc = -1;
+        tj_set_devices(ctx, 4);
+        tj_set_mesh(ctx, k == 2 ? "data=2 model=2" : "data=4");
+        p = tj_jit(ctx, "init", init_fn, (void *)rules[k], in, NULL);
+        if (p) {
+            tj_memory_analysis m = tj_prog_memory(p);
+            nc = tj_prog_collectives(p, cols, 16);
+            /* the output slice lives in the output; the whole 64x32 tensor (8 KiB) is never made */
+            TJT_CHECK(m.temp_bytes < 64 * 32 * 4, "%s: temp %lld B per device (the whole tensor is 8192 B)", rules[k], (long long)m.temp_bytes);
+        }
+        TJT_CHECK(nc == 0, "%s: %d collectives (shard_slice) where each device should generate its slice", rules[k], nc);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_ctx_free(ctx);
+        if (run1(init_fn, (void *)rules[k], init_in, 4, k == 2 ? "data=2 model=2" : "data=4", NULL, &b)) { TJT_CHECK(0, "run failed"); continue; }
+        tjt_outs_compare(rules[k], &a, &b, 0);
+        tjt_outs_free(&b);
+    }
+    tjt_outs_free(&a);
+}
+
+/* ---- an offloading tj_checkpoint inside a tj_scan that has no policy:
+   the region's policy applies (JAX users write it this way; openxla/xla#17541) */
+static const tj_policy *off_inner;
+static void off_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v h = tj_checkpoint_name(tj_tanh(tj_dot(in[0], in[1], "embed")), "h"); /* b embed2 */
+    (void)g; (void)u;
+    out[0] = tj_rename(tj_tanh(tj_dot(tj_rename(h, "embed2", "embed"), in[1], "embed")), "embed2", "embed");
+}
+static void off_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v in[2];
+    (void)g; (void)y; (void)u;
+    in[0] = c[0];
+    in[1] = x[0];
+    if (off_inner) tj_checkpoint(off_region, NULL, 2, in, 1, co, off_inner);
+    else off_region(g, in, co, NULL);
+}
+static void off_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), h = NULL, gw, loss;
+    (void)g; (void)u;
+    tj_scan(off_body, NULL, "layer", 1, &x, 1, &w, 0, &h, NULL, NULL);
+    loss = tj_sum(tj_mul(h, h), "b embed");
+    tj_grad(loss, 1, &w, &gw);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "gw", gw);
+}
+static tj_tree *off_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "b=4 embed=8", 3, -1, 1));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "layer=3 embed=8 embed2=8", 4, -1, 1));
+    return in;
+}
+static void test_nested_offload(void) {
+    tj_policy pol = tj_save_and_offload_only_these_names("", "h");
+    tjt_outs a, b;
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = off_in(ctx);
+    tj_prog *p;
+    tjt_current = "offloading checkpoint inside a scan without policy";
+    off_inner = &pol;
+    p = tj_jit(ctx, "nested offload", off_fn, NULL, in, NULL);
+    TJT_CHECK(p && tj_prog_memory(p).host_temp_bytes == 3 * 4 * 8 * 4, "host temp %lld B: the region's named value is offloaded in every layer (3 x 128 B)",
+              p ? (long long)tj_prog_memory(p).host_temp_bytes : -1LL);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+    if (run1(off_fn, NULL, off_in, 1, NULL, NULL, &b)) { TJT_CHECK(0, "run failed"); return; }
+    off_inner = NULL;
+    if (run1(off_fn, NULL, off_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "run failed"); tjt_outs_free(&b); return; }
+    tjt_outs_compare("offload vs no region", &a, &b, 0);
+    tjt_outs_free(&a);
+    tjt_outs_free(&b);
+}
+
+/* ---- mistakes that used to pass silently ---- */
+static void rules_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    (void)g;
+    x = tj_shard_by_rules(x, (const char *)u);
+    tj_tree_set_v(out, "y", tj_muls(x, 2.0));
+}
+static void mistakes_scan_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), h = NULL, gw;
+    (void)g;
+    off_inner = NULL;
+    tj_scan(off_body, NULL, "layer", 1, &x, 1, &w, 0, &h, NULL, (const tj_policy *)u);
+    tj_grad(tj_sum(tj_mul(h, h), "b embed"), 1, &w, &gw);
+    tj_tree_set_v(out, "gw", gw);
+}
+static void test_mistakes(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *sin = off_in(ctx);
+    tj_prog *p;
+    tj_policy both = tj_save_and_offload_only_these_names("h", "h"), typo = tj_save_only_these_names("hh");
+    tj_jit_opts jo;
+    tjt_current = "silent mistakes";
+    tj_set_devices(ctx, 4);
+    tj_set_mesh(ctx, "data=2 model=2");
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 embed=6", 1, -1, 1));
+    /* a misspelt mesh axis in a logical rule */
+    p = tj_jit(ctx, "typo", rules_fn, (void *)"batch:dta", in, NULL);
+    TJT_CHECK(p && strstr(tj_warnings(ctx), "'dta'") && strstr(tj_warnings(ctx), "did you mean 'data'") && strstr(tj_warnings(ctx), "test_wrong.c"),
+              "a rule naming 'dta' warns, with the source line: \"%s\"", tj_warnings(ctx));
+    tj_prog_free(p);
+    /* ... but a mesh axis another mesh may have is fine */
+    p = tj_jit(ctx, "other mesh", rules_fn, (void *)"batch:data embed:tensor", in, NULL);
+    TJT_CHECK(p && !strstr(tj_warnings(ctx), "tensor"), "a rule for a mesh axis this mesh lacks is skipped quietly");
+    tj_prog_free(p);
+    /* a rule that cannot split its axis */
+    p = tj_jit(ctx, "uneven", rules_fn, (void *)"embed:data+model", in, NULL);
+    TJT_CHECK(p && strstr(tj_warnings(ctx), "axis 'embed' of size 6 cannot be split"), "an uneven rule warns: \"%s\"", tj_warnings(ctx));
+    tj_prog_free(p);
+    /* donate naming no input */
+    memset(&jo, 0, sizeof jo);
+    jo.donate = "params.";
+    p = tj_jit(ctx, "donate", rules_fn, (void *)"batch:data", in, &jo);
+    TJT_CHECK(!p, "donate of a prefix no leaf has is an error");
+    TJT_ERROR_HAS(ctx, "donate", "params.", "matches no input");
+    /* an error never cleared: the next jit says so */
+    tj_prog_free(tj_jit(ctx, "donate", rules_fn, (void *)"batch:data", in, &jo));
+    p = tj_jit(ctx, "after", rules_fn, (void *)"batch:data", in, NULL);
+    TJT_CHECK(!p && strstr(tj_error(ctx), "never cleared") && strstr(tj_error(ctx), "params."), "a stale error is named as such: \"%s\"", tj_error(ctx));
+    tj_clear_error(ctx);
+    p = tj_jit(ctx, "after clear", rules_fn, (void *)"batch:data", in, NULL);
+    TJT_CHECK(p != NULL, "after tj_clear_error jit works again");
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(sin);
+    tj_ctx_free(ctx);
+    /* policy mistakes (one device) */
+    ctx = tj_ctx_new();
+    sin = off_in(ctx);
+    p = tj_jit(ctx, "both lists", mistakes_scan_fn, &both, sin, NULL);
+    TJT_CHECK(!p, "a name in both the save and the offload list is an error");
+    TJT_ERROR_HAS(ctx, "'h'", "both the save list", "test_wrong.c");
+    p = tj_jit(ctx, "unknown name", mistakes_scan_fn, &typo, sin, NULL);
+    TJT_CHECK(p && strstr(tj_warnings(ctx), "'hh'"), "a policy name no residual carries warns at tj_jit: \"%s\"", tj_warnings(ctx));
+    tj_prog_free(p);
+    tj_tree_free(sin);
+    tj_ctx_free(ctx);
+}
+
+/* ---- grad of grad through a tj_checkpoint inside a scan (its backward
+   scan, cloned into the outer backward body, shares its body: captures
+   must come from the clone's own inputs) ---- */
+static void ck_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_mul(tj_tanh(in[0]), in[0]);
+}
+static void ck_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_policy p = tj_nothing_saveable();
+    tj_v r = NULL;
+    (void)y;
+    if (u) tj_checkpoint(ck_region, NULL, 1, x, 1, &r, &p);
+    else ck_region(g, x, &r, NULL);
+    co[0] = tj_add(c[0], r);
+}
+static void ck_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), c0, c = NULL, gx, ggx;
+    (void)g;
+    c0 = tj_muls(tj_sum(x, "s"), 0.0);
+    tj_scan(ck_body, u, "s", 1, &c0, 1, &x, 0, &c, NULL, NULL);
+    tj_grad(tj_sum(c, "i"), 1, &x, &gx);
+    tj_grad(tj_sum(gx, "s i"), 1, &x, &ggx);
+    tj_tree_set_v(out, "gg", ggx);
+}
+static tj_tree *ck_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "s=2 i=3", 3, -1, 1));
+    return in;
+}
+static void test_gg_nested_checkpoint(void) {
+    tjt_outs a, b;
+    tjt_current = "grad of grad, checkpoint inside a scan";
+    if (run1(ck_fn, NULL, ck_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "no-region run failed"); return; }
+    if (run1(ck_fn, (void *)1, ck_in, 1, NULL, NULL, &b)) { TJT_CHECK(0, "the checkpointed program does not build"); tjt_outs_free(&a); return; }
+    tjt_outs_compare("checkpoint vs none", &a, &b, 1e-12);
+    tjt_outs_free(&a);
+    tjt_outs_free(&b);
+}
+
+/* ---- grad of grad through a shard_map with check off: its residuals are
+   per-device values, not replicated ones (no psum, no 1/n for them) ---- */
+static void smexp(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_exp(in[0]);
+}
+static void smgg_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = NULL, gx, ggx;
+    const char *sp = "p:data";
+    (void)g;
+    tj_shard_map(smexp, NULL, 1, &x, &sp, 1, &y, &sp, u != NULL);
+    tj_grad(tj_sum(tj_mul(y, y), "p"), 1, &x, &gx);
+    tj_grad(tj_sum(gx, "p"), 1, &x, &ggx);
+    tj_tree_set_v(out, "gg", ggx);
+}
+static tj_tree *smgg_in(tj_ctx *ctx) {
+    double xv[4] = {.25, .5, 1, 2};
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "p=4", xv));
+    return in;
+}
+static void test_gg_smap_unchecked(void) {
+    double want[4];
+    int k, i;
+    tjt_outs o;
+    for (i = 0; i < 4; i++) want[i] = 4 * exp(2 * (i == 0 ? .25 : i == 1 ? .5 : i == 2 ? 1 : 2)); /* d/dx of 2 e^{2x} */
+    tjt_current = "grad of grad through shard_map";
+    for (k = 0; k < 2; k++) {
+        if (run1(smgg_fn, k ? (void *)1 : NULL, smgg_in, 2, "data=2", NULL, &o)) { TJT_CHECK(0, "run failed"); continue; }
+        TJT_CHECK(all_near(&o, "gg", want, 4, 1e-12), "4 e^{2x} with check %s", k ? "on" : "off");
+        tjt_outs_free(&o);
+    }
+}
+
+int main(void) {
+    test_captured_attr();
+    test_grad_of_grad_scan();
+    test_ys_sharded_sum();
+    test_take_grad();
+    test_sharded_init();
+    test_nested_offload();
+    test_mistakes();
+    test_gg_nested_checkpoint();
+    test_gg_smap_unchecked();
+    return tjt_finish();
+}

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Compare tinyjax's GPT-2 with the Hugging Face ecosystem, both ways.
+
+Optional: needs torch, transformers, tokenizers, tiktoken and regex
+(pip install torch transformers tokenizers tiktoken regex); the C test suite
+does not. Builds build/gpt2_train and build/hf_check (tools/hf_check.c), then:
+
+  1. models made by transformers (random weights; 4 heads of 16 channels,
+     vocab 1000 padded to 1024 in tinyjax; eps 1e-5 gelu_new, and eps 1e-3
+     relu) load with --init-from: logits and loss against transformers';
+  2. tinyjax -> --export-hf -> GPT2LMHeadModel.from_pretrained: the weights
+     round-trip bit for bit, and a model trained by gpt2_train and exported
+     gives transformers the logits tinyjax computes;
+  3. a byte-level BPE trained with tokenizers (tokenizer.json with
+     <|endoftext|>): tinyjax's ids against tokenizers' on mixed text, special
+     tokens allowed (split out) and not (encoded as text);
+  4. the pre-tokenizer on every code point (each in several contexts)
+     against tiktoken's regex and tokenizers' ByteLevel pre-tokenizer (whose
+     Unicode 16.0 classes the table has); the code points where Python's
+     regex (GPT-2's encoder.py) differs are listed.
+
+    python3 tools/compare_hf.py [--quick]     (--quick: every 97th code point in 4.)
+Prints one line per check and exits non-zero if a check fails.
+"""
+import json, os, struct, subprocess, sys, tempfile
+
+import numpy as np
+import regex
+import torch
+import transformers
+import tokenizers
+import tiktoken
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures += 1
+
+
+def build():
+    os.makedirs(BUILD, exist_ok=True)
+    for src, out in (("demos/gpt2_train.c", "gpt2_train"), ("tools/hf_check.c", "hf_check")):
+        subprocess.run(["gcc", "-std=c99", "-O2", "-Wno-unused-function", "-I.", "-o", os.path.join(BUILD, out), src, "-lm", "-pthread"],
+                       cwd=ROOT, check=True)
+
+
+def hf_check(*args):
+    r = subprocess.run([os.path.join(BUILD, "hf_check")] + [str(a) for a in args], capture_output=True, cwd=ROOT)
+    if r.returncode:
+        raise RuntimeError("hf_check %s: %s" % (" ".join(map(str, args)), r.stderr.decode()))
+    return r.stdout.decode()
+
+
+def write_records(path, texts):
+    with open(path, "wb") as f:
+        for t in texts:
+            b = t if isinstance(t, bytes) else t.encode("utf-8", "surrogatepass")
+            f.write(struct.pack("<I", len(b)) + b)
+
+
+def c_model(d, tok, tgt, tmp):
+    ids = os.path.join(tmp, "ids.txt")
+    with open(ids, "w") as f:
+        f.write(" ".join(map(str, tok)) + "\n" + " ".join(map(str, tgt)) + "\n")
+    out = os.path.join(tmp, "logits.bin")
+    hf_check("model", d, ids, out)
+    a = np.fromfile(out, dtype=np.float32)
+    return a[:-1].reshape(len(tok), -1), float(a[-1])
+
+
+def hf_model(d, tok, tgt):
+    m = transformers.GPT2LMHeadModel.from_pretrained(d)
+    m.eval()
+    with torch.no_grad():
+        out = m(torch.tensor([tok]), labels=None)
+        logits = out.logits[0].double()
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(tgt)).item()
+    return logits.numpy(), loss
+
+
+def models(tmp):
+    print("== models (transformers %s, torch %s)" % (transformers.__version__, torch.__version__))
+    rng = np.random.default_rng(0)
+    T = 24
+    tok = [int(x) for x in rng.integers(0, 1000, T)]
+    tgt = [int(x) for x in rng.integers(0, 1000, T)]
+    for name, extra in (("4 heads, eps 1e-5, gelu_new", {}), ("4 heads, eps 1e-3, relu", {"layer_norm_epsilon": 1e-3, "activation_function": "relu"})):
+        torch.manual_seed(0)
+        cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=32, vocab_size=1000, **extra)
+        m = transformers.GPT2LMHeadModel(cfg)
+        with torch.no_grad():  # larger weights than the default init, so the logits are far from uniform
+            for p in m.parameters():
+                p.mul_(4.0)
+        d = os.path.join(tmp, "hf_" + str(len(name)))
+        m.save_pretrained(d, safe_serialization=True)
+        lc, loss_c = c_model(d, tok, tgt, tmp)
+        lh, loss_h = hf_model(d, tok, tgt)
+        err = np.abs(lc - lh).max() / np.abs(lh).max()
+        check(err < 1e-5, "%s: logits max rel. difference %.2e (vocab 1000, padded to 1024 in tinyjax)" % (name, err))
+        check(abs(loss_c - loss_h) < 1e-5 * loss_h, "%s: loss tinyjax %.6f, transformers %.6f" % (name, loss_c, loss_h))
+        # tinyjax -> --export-hf -> transformers: the same tensors
+        e = os.path.join(tmp, "exp_" + str(len(name)))
+        hf_check("export", d, e)
+        m2 = transformers.GPT2LMHeadModel.from_pretrained(e)
+        same = all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), m2.state_dict().values()))
+        check(same and m2.config.n_head == 4 and m2.config.activation_function == m.config.activation_function,
+              "%s: --init-from then --export-hf gives transformers the same %d tensors bit for bit" % (name, len(m.state_dict())))
+    # a model trained by tinyjax, exported
+    e = os.path.join(tmp, "trained")
+    r = subprocess.run([os.path.join(BUILD, "gpt2_train"), "--devices", "2", "--mesh", "data=2", "--layers", "2", "--embed", "64", "--heads", "2",
+                        "--context", "32", "--batch", "4", "--steps", "20", "--sample", "0", "--svg", os.path.join(tmp, "l.svg"), "--export-hf", e],
+                       cwd=ROOT, capture_output=True)
+    check(r.returncode == 0, "gpt2_train --export-hf: exit %d %s" % (r.returncode, r.stderr.decode()[-300:]))
+    text = b"/* tinyjax: trace a C function */"
+    tok = list(text[:-1])
+    tgt = list(text[1:])
+    lc, loss_c = c_model(e, tok, tgt, tmp)
+    lh, loss_h = hf_model(e, tok, tgt)
+    err = np.abs(lc - lh).max() / np.abs(lh).max()
+    check(err < 1e-5, "trained by tinyjax (20 steps, byte vocab), exported: logits max rel. difference %.2e vs transformers" % err)
+    check(abs(loss_c - loss_h) < 1e-5 * loss_h, "trained by tinyjax: loss tinyjax %.6f, transformers %.6f" % (loss_c, loss_h))
+
+
+def corpus():
+    parts = []
+    for p in ("README.md", "tinyjax.h", "demos/gpt2_io.h"):
+        with open(os.path.join(ROOT, p), encoding="utf-8", errors="replace") as f:
+            parts.append(f.read())
+    return "\n".join(parts)
+
+
+TEXTS = [
+    "hello world", "Hello, world! 12345 and 1.5e-3", "don't you'll we're I'd they've I'm it's DON'T",
+    "h\u00e9llo w\u00f6rld \u2713 \u65e5\u672c\u8a9e \U0001F600!", "tabs\tand\nnewlines\n\n\n  indented\r\n", "  leading and trailing   ",
+    "a<|endoftext|>b", "<|endoftext|>", "two <|endoftext|> <|endoftext|>\n<|endoftext|>x", "\u0383't \u0378x \U000E0080y",
+    "static int gio__uclass(uint32_t c) { return c < 0x80; }", "<|endoftext", "<|endoftext|><|endoftext|>",
+]
+
+
+def tokenizer(tmp):
+    print("== tokenizer.json (tokenizers %s, tiktoken %s)" % (tokenizers.__version__, tiktoken.__version__))
+    tk = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = tokenizers.decoders.ByteLevel()
+    tr = tokenizers.trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|endoftext|>"],
+                                        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator([corpus()], tr)
+    path = os.path.join(tmp, "tokenizer.json")
+    tk.save(path)
+    rec = os.path.join(tmp, "texts.bin")
+    texts = TEXTS + [corpus()[i:i + 3000] for i in range(0, 60000, 6000)]
+    write_records(rec, texts)
+    for allow in (1, 0):
+        got = [list(map(int, l.split())) for l in hf_check("encode", path, rec, allow).splitlines()]
+        tk.encode_special_tokens = not allow
+        want = [tk.encode(t, add_special_tokens=False).ids for t in texts]
+        bad = [i for i in range(len(texts)) if got[i] != want[i]]
+        check(not bad, "tokenizer.json, special tokens %s: %d of %d texts give tokenizers' ids%s" % (
+            "allowed (--allow-special)" if allow else "as text", len(texts) - len(bad), len(texts),
+            "" if not bad else "; first difference: %r" % texts[bad[0]][:60]))
+    # tiktoken on the same vocabulary (ranks = ids: the trainer numbers merges in order)
+    vocab = json.load(open(path))["model"]["vocab"]
+    b2u = bytes_to_unicode()
+    u2b = {v: k for k, v in b2u.items()}
+    ranks = {bytes(u2b[ch] for ch in tokstr): i for tokstr, i in vocab.items() if tokstr != "<|endoftext|>"}
+    enc = tiktoken.Encoding("t", pat_str=GPT2_PAT, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": vocab["<|endoftext|>"]})
+    for allow in (1, 0):
+        got = [list(map(int, l.split())) for l in hf_check("encode", path, rec, allow).splitlines()]
+        want = [enc.encode(t, allowed_special="all") if allow else enc.encode_ordinary(t) for t in texts]
+        bad = [i for i in range(len(texts)) if got[i] != want[i]]
+        check(not bad, "tiktoken on the same ranks, %s: %d of %d texts identical%s" % (
+            "allowed_special='all'" if allow else "encode_ordinary", len(texts) - len(bad), len(texts),
+            "" if not bad else "; first difference: %r" % texts[bad[0]][:60]))
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def pretok(tmp, step):
+    print("== pre-tokenizer on every %scode point (regex %s)" % ("%dth " % step if step > 1 else "", regex.__version__))
+    pat = regex.compile(GPT2_PAT)
+    cps = [c for c in range(0x80, 0x110000, step) if not 0xD800 <= c <= 0xDFFF]
+    lines = []
+    for c in cps:
+        ch = chr(c)
+        lines.append("a%sb 1%s2 %s%s! '%s\t%s x%s" % (ch, ch, ch, ch, ch, ch, ch))
+    rec = os.path.join(tmp, "pretok.bin")
+    write_records(rec, lines)
+    got = hf_check("pretok", rec).splitlines()
+    ref = [[len(p.encode()) for p in pat.findall(l)] for l in lines]
+    bad = [cps[i] for i in range(len(lines)) if list(map(int, got[i].split())) != ref[i]]
+    # the table is tiktoken's (Unicode 16.0): Python's regex differs where later Unicode versions assigned code points
+    print("     Python regex %s: %d of %d code points split as tinyjax%s" % (regex.__version__, len(cps) - len(bad), len(cps),
+                                                                          "" if not bad else "; differ: %s" % summarize(bad)))
+    got_l = [list(map(int, g.split())) for g in got]
+    bl = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hfbad = []
+    for i, l in enumerate(lines):
+        pieces = [len(l[s:e].encode()) for _, (s, e) in bl.pre_tokenize_str(l)]
+        if pieces != got_l[i]:
+            hfbad.append(cps[i])
+    check(not hfbad, "tokenizers' ByteLevel pre-tokenizer: %d of %d code points split as tinyjax%s" % (
+        len(cps) - len(hfbad), len(cps), "" if not hfbad else "; differ: %s" % summarize(hfbad)))
+    # tiktoken: every piece tinyjax made is a token, so tiktoken's split shows as the decoded tokens
+    tbad = []
+    for lo in range(0, len(lines), 20000):
+        chunk = lines[lo:lo + 20000]
+        ranks = {bytes([b]): b for b in range(256)}
+        for i, l in enumerate(chunk):  # tinyjax's pieces become tokens
+            b, at = l.encode(), 0
+            for n in got_l[lo + i]:
+                ranks.setdefault(b[at:at + n], len(ranks))
+                at += n
+        enc = tiktoken.Encoding("p", pat_str=GPT2_PAT, mergeable_ranks=ranks, special_tokens={})
+        for i, l in enumerate(chunk):
+            pieces = [len(enc.decode_single_token_bytes(t)) for t in enc.encode_ordinary(l)]
+            if pieces != got_l[lo + i]:
+                tbad.append(cps[lo + i])
+    check(not tbad, "tiktoken's regex: %d of %d code points split as tinyjax%s" % (
+        len(cps) - len(tbad), len(cps), "" if not tbad else "; differ: %s" % summarize(tbad)))
+
+
+def summarize(cps):
+    runs, s = [], None
+    for c in cps:
+        if s is not None and c == e + 1:
+            e = c
+            continue
+        if s is not None:
+            runs.append((s, e))
+        s = e = c
+    runs.append((s, e))
+    txt = ", ".join("U+%04X" % a if a == b else "U+%04X..%04X" % (a, b) for a, b in runs[:8])
+    return "%d code points in %d ranges (%s%s)" % (len(cps), len(runs), txt, ", .." if len(runs) > 8 else "")
+
+
+def main():
+    step = 97 if "--quick" in sys.argv else 1
+    build()
+    with tempfile.TemporaryDirectory() as tmp:
+        models(tmp)
+        tokenizer(tmp)
+        pretok(tmp, step)
+    print("%d failed" % failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

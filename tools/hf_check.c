@@ -1,0 +1,143 @@
+/* hf_check.c - the C side of tools/compare_hf.py (tinyjax vs transformers,
+ * tokenizers, tiktoken and Python's regex). Not part of the test suite.
+ *
+ *   hf_check pretok RECORDS            piece lengths (bytes) of each record, one line each
+ *   hf_check encode TOKENIZER RECORDS ALLOW
+ *                                      ids of each record; TOKENIZER is a tokenizer.json,
+ *                                      or VOCAB.json,MERGES.txt; ALLOW 0/1 (special tokens)
+ *   hf_check model DIR IDS OUT         --init-from DIR; IDS: text file, tokens on line 1,
+ *                                      targets on line 2; OUT: float32 logits (T x vocab)
+ *                                      then the evaluation loss (one float32)
+ *   hf_check export DIR_IN DIR_OUT     --init-from DIR_IN, then --export-hf DIR_OUT
+ *
+ * RECORDS: a binary file of (uint32 little-endian length, bytes) records.
+ */
+#define GPT2_NO_MAIN
+#include "../demos/gpt2_train.c"
+
+static char **read_records(const char *path, size_t **lens, size_t *n) {
+    char *buf, err[512], **out = NULL;
+    size_t len, p = 0, cap = 0;
+    *n = 0;
+    if (gio_read_file(path, &buf, &len, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    *lens = NULL;
+    while (p + 4 <= len) {
+        size_t l = (size_t)gio__le((const unsigned char *)buf + p, 4);
+        if (p + 4 + l > len) { fprintf(stderr, "%s: truncated record\n", path); exit(1); }
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            out = (char **)realloc(out, sizeof *out * cap);
+            *lens = (size_t *)realloc(*lens, sizeof **lens * cap);
+        }
+        out[*n] = buf + p + 4;
+        (*lens)[*n] = l;
+        (*n)++;
+        p += 4 + l;
+    }
+    return out;
+}
+
+static int load_model(gpt2_trainer *tr, const char *dir, int T) {
+    gpt2_hf hf;
+    gpt2_config c;
+    char err[1024];
+    gpt2_default_config(&c);
+    c.B = 1;
+    c.T = T;
+    c.param_rules = c.compute_rules = NULL;
+    if (gpt2_hf_open(&hf, dir, err, sizeof err) || gpt2_hf_config(&hf, &c, 0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    if (c.T != T) { fprintf(stderr, "%d tokens do not fit the model's %d positions\n", T, c.block); return 1; }
+    if (gpt2_trainer_init(tr, &c, 1, NULL, 0) || gpt2_hf_load(tr, &hf, err, sizeof err)) { fprintf(stderr, "load: %s\n", err); return 1; }
+    gpt2_hf_close(&hf);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    size_t n, *lens, i;
+    char err[1024];
+    if (argc == 3 && !strcmp(argv[1], "pretok")) {
+        char **r = read_records(argv[2], &lens, &n);
+        for (i = 0; i < n; i++) {
+            size_t pos = 0;
+            while (pos < lens[i]) {
+                size_t l = gio_gpt2_pretok_next(r[i], lens[i], pos);
+                printf(pos ? " %zu" : "%zu", l);
+                pos += l;
+            }
+            printf("\n");
+        }
+        return 0;
+    }
+    if (argc == 5 && !strcmp(argv[1], "encode")) {
+        gio_tokenizer t;
+        char **r = read_records(argv[3], &lens, &n), *comma = strchr(argv[2], ',');
+        int st;
+        if (comma) {
+            *comma = 0;
+            st = gio_tok_load_gpt2(&t, argv[2], comma + 1, err, sizeof err);
+        } else st = gio_tok_load_hf(&t, argv[2], err, sizeof err);
+        if (st) { fprintf(stderr, "%s\n", err); return 1; }
+        for (i = 0; i < n; i++) {
+            int32_t *ids;
+            size_t m, k;
+            if (gio_tok_encode_special(&t, r[i], lens[i], atoi(argv[4]), &ids, &m, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+            for (k = 0; k < m; k++) printf(k ? " %d" : "%d", ids[k]);
+            printf("\n");
+            free(ids);
+        }
+        gio_tok_free(&t);
+        return 0;
+    }
+    if (argc == 5 && !strcmp(argv[1], "model")) {
+        FILE *f = fopen(argv[3], "r"), *o;
+        int32_t tok[4096], tgt[4096];
+        int T = 0, U = 0, c;
+        gpt2_trainer tr;
+        float *logits, loss;
+        long v;
+        if (!f) { perror(argv[3]); return 1; }
+        while (T < 4096 && fscanf(f, "%ld", &v) == 1) {
+            tok[T++] = (int32_t)v;
+            while ((c = fgetc(f)) == ' ') {}
+            if (c == '\n' || c == EOF) break;
+            ungetc(c, f);
+        }
+        while (U < T && fscanf(f, "%ld", &v) == 1) tgt[U++] = (int32_t)v;
+        fclose(f);
+        if (U != T) { fprintf(stderr, "%s: %d tokens but %d targets\n", argv[3], T, U); return 1; }
+        if (load_model(&tr, argv[2], T)) return 1;
+        logits = (float *)malloc(sizeof(float) * (size_t)T * (size_t)tr.cfg.V);
+        if (gpt2_ensure_logits(&tr)) return 1;
+        {
+            tj_tree *in = gpt2_param_refs(&tr), *out = tj_tree_new(tr.ctx);
+            if (gpt2_set_tokens(&tr, in, "tokens", tok, 1, 1, T) || tj_run(tr.logits, in, out) ||
+                tj_array_read(tj_tree_array(out, "logits"), TJ_F32, logits)) { fprintf(stderr, "logits: %s\n", tj_error(tr.ctx)); return 1; }
+            tj_tree_free(in);
+            tj_tree_free(out);
+        }
+        loss = gpt2_eval_loss(&tr, tok, tgt);
+        o = fopen(argv[4], "wb");
+        if (!o) { perror(argv[4]); return 1; }
+        for (i = 0; i < (size_t)T; i++) fwrite(logits + i * (size_t)tr.cfg.V, sizeof(float), (size_t)tr.cfg.V_real, o);
+        fwrite(&loss, sizeof loss, 1, o);
+        if (fclose(o)) { perror(argv[4]); return 1; }
+        printf("C: %d tokens, vocab %d (padded to %d), heads %d, loss %.7f\n", T, tr.cfg.V_real, tr.cfg.V, tr.cfg.H, loss);
+        free(logits);
+        gpt2_trainer_free(&tr);
+        return 0;
+    }
+    if (argc == 4 && !strcmp(argv[1], "export")) {
+        gpt2_trainer tr;
+        gpt2_hf hf;
+        int P;
+        if (gpt2_hf_open(&hf, argv[2], err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+        P = hf.P;
+        gpt2_hf_close(&hf);
+        if (load_model(&tr, argv[2], P)) return 1;
+        if (gpt2_export_hf(&tr, argv[3], -1, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+        gpt2_trainer_free(&tr);
+        return 0;
+    }
+    fprintf(stderr, "usage: see the comment at the top of tools/hf_check.c\n");
+    return 2;
+}
