@@ -610,13 +610,16 @@ TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name)
    backward ops are ordinary nodes of the same graph: they can be printed,
    compiled and differentiated again. A wrt value the outputs do not depend
    on gets zeros. Returns TJ_OK or an error status. */
-TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt, tj_v *grads);
+#define tj_vjp(nout, outs, cts, nwrt, wrt, grads) tj_vjp_at(TJ_AT, nout, outs, cts, nwrt, wrt, grads)
+TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt, tj_v *grads);
 /* grad of a scalar */
-TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
+#define tj_grad(loss, nwrt, wrt, grads) tj_grad_at(TJ_AT, loss, nwrt, wrt, grads)
+TJDEF tj_status tj_grad_at(const char *f, int l, tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
 /* Convenience for trees: gradients of scalar `loss` w.r.t. every VALUE leaf
    of `params`, written to `grads` under the same names (non-array leaves are
    copied through). */
-TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads);
+#define tj_grad_tree(loss, params, grads) tj_grad_tree_at(TJ_AT, loss, params, grads)
+TJDEF tj_status tj_grad_tree_at(const char *f, int l, tj_v loss, const tj_tree *params, tj_tree *grads);
 
 /* custom_vjp(fwd, bwd): out = the outputs fwd traces from in; autodiff
    does not look inside fwd but calls bwd with the nres residuals fwd
@@ -5466,7 +5469,7 @@ static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
     case TJ__OP_GELU_D: {
         /* the second derivative: differentiate gelu' written in primitives */
         tj_v c = tj__gelu_d_composite(F, L, x);
-        if (tj_vjp(1, &c, &g, 1, &x, &d)) return tj_status_of(x->g->ctx);
+        if (tj_vjp_at(F, L, 1, &c, &g, 1, &x, &d)) return tj_status_of(x->g->ctx);
         break;
     }
     case TJ__OP_POWS:
@@ -6694,7 +6697,7 @@ static tj_status tj__vjp_row_grad(tj_node *n, tj_v h, tj_v *gin) {
     wrt[0] = tj__copy(F, L, n->in[0]);
     wrt[1] = tj__copy(F, L, n->in[n->nin - 1]);
     c = tj__row_grad_composite(F, L, n, wrt[0], wrt[1]);
-    if (!c || tj_vjp(1, &c, &h, 2, wrt, d)) return tj_status_of(n->g->ctx);
+    if (!c || tj_vjp_at(F, L, 1, &c, &h, 2, wrt, d)) return tj_status_of(n->g->ctx);
     gin[0] = d[0];
     gin[n->nin - 1] = d[1];
     return TJ_OK;
@@ -7159,7 +7162,7 @@ static unsigned tj__ops_flags(int op) { return tj__ops[op].flags; }
    new nodes belong to a fresh pass number, so the remat stage can tell the
    backward pass from the forward pass. */
 
-TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
+TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
     tj_graph *g;
     tj_ctx *c;
     int i, j, top = -1, n0, saved_pass;
@@ -7168,7 +7171,7 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
     tj_graph *saved_cur;
     tj_status st = TJ_OK;
     if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
-        if (nout >= 1 && outs && outs[0]) tj__err(outs[0]->g->ctx, TJ_ERR_ARG, NULL, 0, "vjp: bad arguments (nout %d, nwrt %d)", nout, nwrt);
+        if (nout >= 1 && outs && outs[0]) tj__err(outs[0]->g->ctx, TJ_ERR_ARG, f, l, "vjp: bad arguments (nout %d, nwrt %d)", nout, nwrt);
         return TJ_ERR_ARG;
     }
     g = outs[0]->g;
@@ -7177,19 +7180,19 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
     for (i = 0; i < nout; i++) {
         if (!outs[i] || (cts && !cts[i])) return c->status ? c->status : TJ_ERR_ARG;
         if (outs[i]->g != g) {
-            tj__err(c, TJ_ERR_ARG, outs[i]->file, outs[i]->line, "vjp: output %d belongs to another traced function", i);
+            tj__err(c, TJ_ERR_ARG, f, l, "vjp: output %d belongs to another traced function", i);
             return TJ_ERR_ARG;
         }
         if (!cts && outs[i]->t.rank != 0) {
             char b[256];
-            tj__err(c, TJ_ERR_SHAPE, outs[i]->file, outs[i]->line, "grad: output %s is not a scalar (reduce it, or pass cotangents to tj_vjp)",
+            tj__err(c, TJ_ERR_SHAPE, f, l, "grad: output %s is not a scalar (reduce it, or pass cotangents to tj_vjp)",
                     tj_v_describe(outs[i], b, sizeof b));
             return TJ_ERR_SHAPE;
         }
         if (outs[i]->id > top) top = outs[i]->id;
     }
     if (!(wrt = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(nwrt + 1)))) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "vjp: out of memory");
+        tj__err(c, TJ_ERR_OOM, f, l, "vjp: out of memory");
         return TJ_ERR_OOM;
     }
     for (i = 0; i < nwrt; i++) {
@@ -7198,12 +7201,12 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
         if (!wrt_in[i] || !(wrt[i] = tj__capture(g, wrt_in[i]))) {
             TJ_FREE(wrt);
             if (!wrt_in[i] || c->status) return c->status ? c->status : TJ_ERR_ARG;
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "vjp: wrt %d belongs to another traced function", i);
+            tj__err(c, TJ_ERR_ARG, f, l, "vjp: wrt %d belongs to another traced function", i);
             return TJ_ERR_ARG;
         }
         if (!tj__isfloat(wrt[i]->t.dt)) {
             char b[256];
-            tj__err(c, TJ_ERR_DTYPE, wrt[i]->file, wrt[i]->line, "vjp: cannot differentiate with respect to %s (not a float)", tj_v_describe(wrt[i], b, sizeof b));
+            tj__err(c, TJ_ERR_DTYPE, f, l, "vjp: cannot differentiate with respect to %s (not a float)", tj_v_describe(wrt[i], b, sizeof b));
             TJ_FREE(wrt);
             return TJ_ERR_DTYPE;
         }
@@ -7213,7 +7216,7 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
     reach = (unsigned char *)tj__calloc((size_t)n0);
     ct = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)n0);
     if (!needs || !reach || !ct) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "vjp: out of memory");
+        tj__err(c, TJ_ERR_OOM, f, l, "vjp: out of memory");
         st = TJ_ERR_OOM;
         goto done;
     }
@@ -7279,8 +7282,8 @@ done:
     TJ_FREE(wrt);
     return st;
 }
-TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads) { return tj_vjp(1, &loss, NULL, nwrt, wrt, grads); }
-TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
+TJDEF tj_status tj_grad_at(const char *f, int l, tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads) { return tj_vjp_at(f, l, 1, &loss, NULL, nwrt, wrt, grads); }
+TJDEF tj_status tj_grad_tree_at(const char *f, int l, tj_v loss, const tj_tree *params, tj_tree *grads) {
     tj_v *w, *gr;
     int i, k = 0;
     tj_status st;
@@ -7298,7 +7301,7 @@ TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
     }
     for (i = 0; i < params->n; i++)
         if (params->leaf[i].kind == TJ_LEAF_VALUE && tj__isfloat(params->leaf[i].v->t.dt)) w[k++] = params->leaf[i].v;
-    st = tj_grad(loss, k, w, gr);
+    st = tj_grad_at(f, l, loss, k, w, gr);
     for (i = 0, k = 0; st == TJ_OK && i < params->n; i++) {
         const tj__leaf *l = &params->leaf[i];
         if (l->kind == TJ_LEAF_VALUE && tj__isfloat(l->v->t.dt)) tj_tree_set_v(grads, l->name, gr[k++]);
@@ -8375,7 +8378,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         wrt_idx[nw] = i;
         wrt[nw++] = p;
     }
-    if (nf == 0 || tj_vjp(nf, outs, cts, nw, wrt, grads) != TJ_OK) goto fail;
+    if (nf == 0 || tj_vjp_at(n->file, n->line, nf, outs, cts, nw, wrt, grads) != TJ_OK) goto fail;
     /* 2. the backward body: carries are (carry cotangents, capture grad sums) */
     if (!(bk = tj__graph_new(c, n->file, n->line))) goto fail;
     bk->parent = G;

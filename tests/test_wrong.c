@@ -536,6 +536,30 @@ static void test_gg_saved_partial_dot(void) {
     tjt_outs_free(&a);
 }
 
+/* ---- errors of autodiff name the tj_grad call's line ---- */
+static int grad_line;
+static void nonscalar_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = tj_mul(x, x), gx = NULL;
+    (void)g; (void)u;
+    grad_line = __LINE__ + 1;
+    tj_grad(y, 1, &x, &gx);
+    tj_tree_set_v(out, "gx", gx);
+}
+static void test_grad_line(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx);
+    tj_prog *p;
+    char want[64];
+    tjt_current = "autodiff errors";
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "i=3", 1, -1, 1));
+    p = tj_jit(ctx, "nonscalar", nonscalar_fn, NULL, in, NULL);
+    snprintf(want, sizeof want, "test_wrong.c:%d", grad_line);
+    TJT_CHECK(!p && strstr(tj_error(ctx), "not a scalar") && strstr(tj_error(ctx), want), "the message names the tj_grad line (%s): \"%s\"", want, tj_error(ctx));
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     test_captured_attr();
     test_grad_of_grad_scan();
@@ -548,5 +572,6 @@ int main(void) {
     test_gg_smap_unchecked();
     test_region_memory();
     test_gg_saved_partial_dot();
+    test_grad_line();
     return tjt_finish();
 }
