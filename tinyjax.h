@@ -610,13 +610,16 @@ TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name)
    backward ops are ordinary nodes of the same graph: they can be printed,
    compiled and differentiated again. A wrt value the outputs do not depend
    on gets zeros. Returns TJ_OK or an error status. */
-TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt, tj_v *grads);
+#define tj_vjp(nout, outs, cts, nwrt, wrt, grads) tj_vjp_at(TJ_AT, nout, outs, cts, nwrt, wrt, grads)
+TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt, tj_v *grads);
 /* grad of a scalar */
-TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
+#define tj_grad(loss, nwrt, wrt, grads) tj_grad_at(TJ_AT, loss, nwrt, wrt, grads)
+TJDEF tj_status tj_grad_at(const char *f, int l, tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads);
 /* Convenience for trees: gradients of scalar `loss` w.r.t. every VALUE leaf
    of `params`, written to `grads` under the same names (non-array leaves are
    copied through). */
-TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads);
+#define tj_grad_tree(loss, params, grads) tj_grad_tree_at(TJ_AT, loss, params, grads)
+TJDEF tj_status tj_grad_tree_at(const char *f, int l, tj_v loss, const tj_tree *params, tj_tree *grads);
 
 /* custom_vjp(fwd, bwd): out = the outputs fwd traces from in; autodiff
    does not look inside fwd but calls bwd with the nres residuals fwd
@@ -3834,6 +3837,7 @@ struct tj_node {
     int nproj;
     const tj_policy *policy; /* scan: what its VJP keeps per iteration (-> pol) */
     tj_policy pol;           /* the caller's policy, copied                   */
+    tj_node *repl;           /* an inlined region's output: the node that replaced it */
 };
 
 struct tj_graph {
@@ -3989,6 +3993,7 @@ typedef struct {
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                \
     X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                      \
     X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
+    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, TJ__SH_GIVEN)                              \
     X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                                 \
     X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                  \
@@ -5464,7 +5469,7 @@ static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
     case TJ__OP_GELU_D: {
         /* the second derivative: differentiate gelu' written in primitives */
         tj_v c = tj__gelu_d_composite(F, L, x);
-        if (tj_vjp(1, &c, &g, 1, &x, &d)) return tj_status_of(x->g->ctx);
+        if (tj_vjp_at(F, L, 1, &c, &g, 1, &x, &d)) return tj_status_of(x->g->ctx);
         break;
     }
     case TJ__OP_POWS:
@@ -6692,7 +6697,7 @@ static tj_status tj__vjp_row_grad(tj_node *n, tj_v h, tj_v *gin) {
     wrt[0] = tj__copy(F, L, n->in[0]);
     wrt[1] = tj__copy(F, L, n->in[n->nin - 1]);
     c = tj__row_grad_composite(F, L, n, wrt[0], wrt[1]);
-    if (!c || tj_vjp(1, &c, &h, 2, wrt, d)) return tj_status_of(n->g->ctx);
+    if (!c || tj_vjp_at(F, L, 1, &c, &h, 2, wrt, d)) return tj_status_of(n->g->ctx);
     gin[0] = d[0];
     gin[n->nin - 1] = d[1];
     return TJ_OK;
@@ -7157,7 +7162,7 @@ static unsigned tj__ops_flags(int op) { return tj__ops[op].flags; }
    new nodes belong to a fresh pass number, so the remat stage can tell the
    backward pass from the forward pass. */
 
-TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
+TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
     tj_graph *g;
     tj_ctx *c;
     int i, j, top = -1, n0, saved_pass;
@@ -7166,7 +7171,7 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
     tj_graph *saved_cur;
     tj_status st = TJ_OK;
     if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
-        if (nout >= 1 && outs && outs[0]) tj__err(outs[0]->g->ctx, TJ_ERR_ARG, NULL, 0, "vjp: bad arguments (nout %d, nwrt %d)", nout, nwrt);
+        if (nout >= 1 && outs && outs[0]) tj__err(outs[0]->g->ctx, TJ_ERR_ARG, f, l, "vjp: bad arguments (nout %d, nwrt %d)", nout, nwrt);
         return TJ_ERR_ARG;
     }
     g = outs[0]->g;
@@ -7175,19 +7180,19 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
     for (i = 0; i < nout; i++) {
         if (!outs[i] || (cts && !cts[i])) return c->status ? c->status : TJ_ERR_ARG;
         if (outs[i]->g != g) {
-            tj__err(c, TJ_ERR_ARG, outs[i]->file, outs[i]->line, "vjp: output %d belongs to another traced function", i);
+            tj__err(c, TJ_ERR_ARG, f, l, "vjp: output %d belongs to another traced function", i);
             return TJ_ERR_ARG;
         }
         if (!cts && outs[i]->t.rank != 0) {
             char b[256];
-            tj__err(c, TJ_ERR_SHAPE, outs[i]->file, outs[i]->line, "grad: output %s is not a scalar (reduce it, or pass cotangents to tj_vjp)",
+            tj__err(c, TJ_ERR_SHAPE, f, l, "grad: output %s is not a scalar (reduce it, or pass cotangents to tj_vjp)",
                     tj_v_describe(outs[i], b, sizeof b));
             return TJ_ERR_SHAPE;
         }
         if (outs[i]->id > top) top = outs[i]->id;
     }
     if (!(wrt = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(nwrt + 1)))) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "vjp: out of memory");
+        tj__err(c, TJ_ERR_OOM, f, l, "vjp: out of memory");
         return TJ_ERR_OOM;
     }
     for (i = 0; i < nwrt; i++) {
@@ -7196,12 +7201,12 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
         if (!wrt_in[i] || !(wrt[i] = tj__capture(g, wrt_in[i]))) {
             TJ_FREE(wrt);
             if (!wrt_in[i] || c->status) return c->status ? c->status : TJ_ERR_ARG;
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "vjp: wrt %d belongs to another traced function", i);
+            tj__err(c, TJ_ERR_ARG, f, l, "vjp: wrt %d belongs to another traced function", i);
             return TJ_ERR_ARG;
         }
         if (!tj__isfloat(wrt[i]->t.dt)) {
             char b[256];
-            tj__err(c, TJ_ERR_DTYPE, wrt[i]->file, wrt[i]->line, "vjp: cannot differentiate with respect to %s (not a float)", tj_v_describe(wrt[i], b, sizeof b));
+            tj__err(c, TJ_ERR_DTYPE, f, l, "vjp: cannot differentiate with respect to %s (not a float)", tj_v_describe(wrt[i], b, sizeof b));
             TJ_FREE(wrt);
             return TJ_ERR_DTYPE;
         }
@@ -7211,7 +7216,7 @@ TJDEF tj_status tj_vjp(int nout, const tj_v *outs, const tj_v *cts, int nwrt, co
     reach = (unsigned char *)tj__calloc((size_t)n0);
     ct = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)n0);
     if (!needs || !reach || !ct) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "vjp: out of memory");
+        tj__err(c, TJ_ERR_OOM, f, l, "vjp: out of memory");
         st = TJ_ERR_OOM;
         goto done;
     }
@@ -7277,8 +7282,8 @@ done:
     TJ_FREE(wrt);
     return st;
 }
-TJDEF tj_status tj_grad(tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads) { return tj_vjp(1, &loss, NULL, nwrt, wrt, grads); }
-TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
+TJDEF tj_status tj_grad_at(const char *f, int l, tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads) { return tj_vjp_at(f, l, 1, &loss, NULL, nwrt, wrt, grads); }
+TJDEF tj_status tj_grad_tree_at(const char *f, int l, tj_v loss, const tj_tree *params, tj_tree *grads) {
     tj_v *w, *gr;
     int i, k = 0;
     tj_status st;
@@ -7296,7 +7301,7 @@ TJDEF tj_status tj_grad_tree(tj_v loss, const tj_tree *params, tj_tree *grads) {
     }
     for (i = 0; i < params->n; i++)
         if (params->leaf[i].kind == TJ_LEAF_VALUE && tj__isfloat(params->leaf[i].v->t.dt)) w[k++] = params->leaf[i].v;
-    st = tj_grad(loss, k, w, gr);
+    st = tj_grad_at(f, l, loss, k, w, gr);
     for (i = 0, k = 0; st == TJ_OK && i < params->n; i++) {
         const tj__leaf *l = &params->leaf[i];
         if (l->kind == TJ_LEAF_VALUE && tj__isfloat(l->v->t.dt)) tj_tree_set_v(grads, l->name, gr[k++]);
@@ -8225,6 +8230,8 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     if (tj__body_add_out(w->b, out)) return NULL;
     {
         tj__type yt = tj__type_lead(&v->t, w->scan->a.axis, w->scan->a.length);
+        if (w->b->manual && !w->b->check && !w->scan->g->manual) /* an unchecked shard_map's residual is per-device all the same */
+            yt.vary = (uint8_t)((1u << w->b->ctx->nmesh) - 1);
         if (tj__add_proj(w->scan, &yt, space)) return NULL;
     }
     /* the backward body sees a device buffer either way: for an offloaded
@@ -8371,7 +8378,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         wrt_idx[nw] = i;
         wrt[nw++] = p;
     }
-    if (nf == 0 || tj_vjp(nf, outs, cts, nw, wrt, grads) != TJ_OK) goto fail;
+    if (nf == 0 || tj_vjp_at(n->file, n->line, nf, outs, cts, nw, wrt, grads) != TJ_OK) goto fail;
     /* 2. the backward body: carries are (carry cotangents, capture grad sums) */
     if (!(bk = tj__graph_new(c, n->file, n->line))) goto fail;
     bk->parent = G;
@@ -8409,9 +8416,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             tj__type yt1 = tj__ct_type(&B->outs[nc + i]->t);
             yct = yct ? tj__fit(n->file, n->line, yct, pt) : tj__zeros(G, pt, n->file, n->line);
             p = tj__bk_xparam(&w, yct, &yt1, TJ_SPACE_DEVICE, "y cotangent");
-            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank)) > 1) {
-                /* every device holds the replicated output: each gets 1/n of its cotangent */
-                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank);
+            if (p && defensive && tj__mesh_count(c, all & ~tj__sh_used(pt->sh, pt->rank) & ~pt->vary) > 1) {
+                /* every device holds the replicated output: each gets 1/n of its cotangent
+                   (not a per-device output: the gradient of a residual) */
+                unsigned rep = all & ~tj__sh_used(pt->sh, pt->rank) & ~pt->vary;
                 char why[256], mb[64];
                 p = tj_muls_at(n->file, n->line, p, 1.0 / tj__mesh_count(c, rep));
                 snprintf(why, sizeof why, "check off: output %d's out_spec replicates it over %s, so its cotangent is divided by %d", i,
@@ -8444,7 +8452,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             if (wrt_kind[k] == 1) {
                 tj_node *gk = tj__clone(&w, grads[k]);
                 const tj__type *xt = &n->in[wrt_idx[k]]->t;
-                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank);
+                unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank) & ~xt->vary; /* a per-device input (a residual) is not replicated */
                 if (defensive && gk && tj__mesh_count(c, rep) > 1) {
                     char why[256], mb[64];
                     snprintf(why, sizeof why, "check off: input %d's in_spec does not name %s, so its gradient is summed over them", wrt_idx[k] - nc,
@@ -8519,6 +8527,174 @@ fail:
 static tj_node *tj__root(tj_node *n) {
     while (tj__ops[n->op].flags & TJ__VIEW) n = n->in[0];
     return n;
+}
+/* ---- regions inline ----
+   A scan of one iteration over an automatically sharded body (a
+   tj_checkpoint region, and the backward scan autodiff made for it) needs
+   no loop: its body's nodes join the enclosing program in its place, so
+   the schedule and the planner see one liveness, and a region costs no
+   more memory than its own values. What the remat policy decided stays
+   decided: the backward body has its own copies of what it recomputes.
+   Regions whose values cross memory spaces (an offloaded residual read back
+   by the backward body) or whose boundary changes a type keep their scan,
+   as shard_map bodies do. TJ_NO_INLINE=1 keeps every region a scan (to
+   compare the plans). */
+static int tj__same_type(const tj__type *a, const tj__type *b) {
+    int i;
+    if (a->rank != b->rank || a->dt != b->dt || a->partial != b->partial) return 0;
+    for (i = 0; i < a->rank; i++)
+        if (a->ax[i] != b->ax[i] || a->dim[i] != b->dim[i] || a->sh[i] != b->sh[i]) return 0;
+    return 1;
+}
+/* a node of g with the given type and inputs; no shape or sharding rule runs */
+static tj_node *tj__raw_node(tj_graph *g, const tj_node *like, int op, const tj__type *t, int nin, tj_node *const *in) {
+    tj_node *n = (tj_node *)tj__calloc(sizeof *n), **ins = nin ? (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)nin) : NULL;
+    int i;
+    if (!n || (nin && !ins)) {
+        TJ_FREE(n);
+        TJ_FREE(ins);
+        return NULL;
+    }
+    if (like) *n = *like;
+    else n->off = -1, n->out_index = -1;
+    n->in = ins;
+    for (i = 0; i < nin && in; i++) ins[i] = in[i];
+    n->g = g;
+    n->op = op;
+    n->t = *t;
+    n->nin = nin;
+    return n;
+}
+static int tj__can_inline(const tj_node *n) {
+    const tj_graph *b = n->sub;
+    int i, nc = n->a.ncarry, nx = n->a.nx;
+    if (n->op != TJ__OP_SCAN || n->a.length != 1 || !b || b->manual || n->g->manual || n->repl) return 0; /* (repl: inlined already) */
+    if (b->nparam < n->nin || b->nout != n->nproj) return 0; /* (a differentiated body has cotangent params its forward run leaves alone) */
+    for (i = 0; i < n->nin; i++) {
+        const tj_node *p = b->params[i], *x = n->in[i];
+        if (p->space != TJ_SPACE_DEVICE || (x->space != TJ_SPACE_DEVICE && !(i >= nc && i < nc + nx))) return 0; /* (an offloaded x is fetched) */
+        if (i >= nc && i < nc + nx) {
+            tj__type lead = tj__type_lead(&p->t, n->a.axis, 1);
+            if (!tj__same_type(&lead, &x->t)) return 0;
+        } else if (!tj__same_type(&p->t, &x->t)) return 0;
+    }
+    for (i = 0; i < n->nproj; i++) {
+        const tj_node *o = b->outs[i], *q = n->proj[i];
+        if (q->space != o->space) return 0;
+        if (i < nc && !tj__same_type(&o->t, &q->t)) return 0;
+    }
+    return 1;
+}
+/* Inline every inlinable region of g (again for regions inside them); outs
+   (n of them) are remapped. Returns TJ_OK or TJ_ERR_OOM. */
+static tj_status tj__inline_regions(tj_graph *g, tj_node **outs, int nout) {
+    int changed = 1;
+    while (changed) {
+        int i, j, k, m = 0, cap = 0;
+        tj_node **nn = NULL;
+        changed = 0;
+        for (i = 0; i < g->n; i++) cap += 1 + (g->nodes[i]->sub && tj__can_inline(g->nodes[i]) ? 2 * g->nodes[i]->sub->n + g->nodes[i]->nproj : 0);
+        if (!(nn = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(cap + 1)))) return TJ_ERR_OOM;
+        for (i = 0; i < g->n; i++) {
+            tj_node *n = g->nodes[i];
+            tj_graph *b = n->sub;
+            tj_node **map;
+            for (j = 0; j < n->nin; j++) /* an input that was a region's output: its replacement */
+                while (n->in[j]->repl && n->in[j]->repl != n->in[j]) n->in[j] = n->in[j]->repl;
+            if (n->op == TJ__OP_RESHAPE && n->in[0]->op == TJ__OP_RESHAPE && n->in[0]->nin == 1) { /* a region's boundary views, back to back */
+                n->in[0] = n->in[0]->in[0];
+                if (tj__same_type(&n->t, &n->in[0]->t) && n->space == n->in[0]->space) n->repl = n->in[0]; /* the same view as its input's input */
+            }
+            if (!(b && tj__can_inline(n))) { nn[m++] = n; continue; }
+            if (!(map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(2 * b->n + 1)))) { TJ_FREE(nn); return TJ_ERR_OOM; }
+            { /* the body nodes its outputs need (a multi-output node with all its outputs) */
+                char *need = (char *)(map + b->n);
+                for (j = 0; j < b->nout; j++) need[b->outs[j]->id] = 1;
+                for (j = b->n - 1; j >= 0; j--) {
+                    tj_node *v = b->nodes[j];
+                    if (v->op == TJ__OP_PROJ && need[j]) need[v->in[0]->id] = 1;
+                }
+                for (j = b->n - 1; j >= 0; j--) {
+                    tj_node *v = b->nodes[j];
+                    if (!need[j]) continue;
+                    for (k = 0; k < v->nin; k++) need[v->in[k]->id] = 1;
+                    for (k = 0; k < v->nproj; k++) need[v->proj[k]->id] = 1;
+                }
+                for (j = 0; j < b->n; j++) if (!need[j]) b->nodes[j]->repl = b->nodes[j]; /* (skipped below; reset after) */
+            }
+            for (j = 0; j < b->n; j++) {
+                tj_node *v = b->nodes[j], *c;
+                if (v->repl == v) { v->repl = NULL; continue; } /* not needed */
+                if (v->op == TJ__OP_PARAM) {
+                    int idx = v->a.index, nc = n->a.ncarry, nx = n->a.nx;
+                    if (idx >= nc && idx < nc + nx) { /* the one slice of a stacked x: a view without the scanned axis */
+                        if (!(c = tj__raw_node(g, NULL, TJ__OP_RESHAPE, &v->t, 1, &n->in[idx]))) goto oom;
+                        c->file = n->file;
+                        c->line = n->line;
+                        c->pass = n->pass;
+                        c->space = n->in[idx]->space;
+                        nn[m++] = c;
+                        if (c->space != v->space) { /* an offloaded residual: fetched back to device memory where the region ran */
+                            tj_node *f = tj__raw_node(g, NULL, TJ__OP_TO_DEVICE, &v->t, 1, &c);
+                            if (!f) goto oom;
+                            f->file = n->file;
+                            f->line = n->line;
+                            f->pass = n->pass;
+                            f->space = v->space;
+                            nn[m++] = c = f;
+                        }
+                    } else c = n->in[idx];
+                } else {
+                    if (!(c = tj__raw_node(g, v, v->op, &v->t, v->nin, NULL))) goto oom;
+                    for (k = 0; k < v->nin; k++) c->in[k] = map[v->in[k]->id];
+                    c->pass = n->pass;
+                    c->name = v->name ? tj__strdup(v->name) : NULL;
+                    c->members = NULL, c->nmembers = 0, c->fused = NULL, c->store = 0;
+                    c->proj = NULL, c->nproj = 0, c->repl = NULL;
+                    if (v->sub) v->sub->refs++;
+                    if (v->policy == &v->pol) c->policy = &c->pol;
+                    if (v->nproj && !(c->proj = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)v->nproj))) goto oom;
+                    if (v->op == TJ__OP_PROJ) { /* an output of a multi-output body node */
+                        tj_node *mc = c->in[0];
+                        mc->proj[v->a.index] = c;
+                        if (mc->nproj <= v->a.index) mc->nproj = v->a.index + 1;
+                    }
+                    nn[m++] = c;
+                }
+                map[v->id] = c;
+            }
+            for (j = 0; j < n->nproj; j++) { /* the scan's outputs: the body's, the ys with their length-1 axis */
+                tj_node *q = n->proj[j], *o = map[b->outs[j]->id], *r = o;
+                if (j >= n->a.ncarry) {
+                    if (!(r = tj__raw_node(g, NULL, TJ__OP_RESHAPE, &q->t, 1, &o))) goto oom;
+                    r->file = q->file;
+                    r->line = q->line;
+                    r->pass = q->pass;
+                    r->space = q->space;
+                    nn[m++] = r;
+                }
+                q->repl = r;
+            }
+            TJ_FREE(map);
+            n->repl = n;  /* inlined: the scan and its outputs stay, unused, until the graph is freed */
+            nn[m++] = n;
+            changed = 1;
+            continue;
+        oom:
+            TJ_FREE(map);
+            TJ_FREE(nn);
+            return TJ_ERR_OOM;
+        }
+        for (j = 0; j < nout; j++)
+            while (outs[j]->repl && outs[j]->repl != outs[j]) outs[j] = outs[j]->repl;
+        for (j = 0; j < g->nout; j++)
+            while (g->outs[j]->repl && g->outs[j]->repl != g->outs[j]) g->outs[j] = g->outs[j]->repl;
+        for (j = 0; j < m; j++) nn[j]->id = j;
+        TJ_FREE(g->nodes);
+        g->nodes = nn;
+        g->n = g->cap = m;
+    }
+    return TJ_OK;
 }
 static tj_status tj__schedule(tj_prog *p) {
     tj_graph *g = p->g;
@@ -9768,6 +9944,7 @@ struct tj__procs {
 /* per device of this process: the collective it is in now, for the message
    printed when the process is stopped by a signal (its peer died) */
 static char tj__where[TJ_MAXDEV][200];
+static volatile int tj__inside[TJ_MAXDEV]; /* 1 while the device is in that collective */
 static int tj__where_rank = -1;
 
 static tj_transport *tj__threads_transport(double timeout_s);
@@ -10657,12 +10834,19 @@ static tj_transport *tj__mpi_transport(double timeout_s, char *err, size_t en) {
    same signal. Only async-signal-safe calls. */
 static void tj__on_signal(int sig) {
     char b[400];
-    int d, k;
+    int d, k, said = 0;
     for (d = 0; d < TJ_MAXDEV; d++)
         if (tj__where[d][0]) {
-            k = snprintf(b, sizeof b, "tinyjax: process %d stopped by signal %d while device %d waited in %s\n", tj__where_rank, sig, d, tj__where[d]);
+            k = snprintf(b, sizeof b, "tinyjax: process %d stopped by signal %d while device %d %s %s\n", tj__where_rank, sig, d,
+                         tj__inside[d] ? "waited in" : "computed after", tj__where[d]);
             if (k > 0 && write(2, b, (size_t)(k < (int)sizeof b ? k : (int)sizeof b - 1)) < 0) break;
+            said = 1;
         }
+    if (!said) {
+        k = snprintf(b, sizeof b, "tinyjax: process %d stopped by signal %d before any collective\n", tj__where_rank, sig);
+        if (k > 0 && write(2, b, (size_t)(k < (int)sizeof b ? k : (int)sizeof b - 1)) < 0) k = 0;
+    }
+    sleep(1); /* let the launcher forward the message before this process is gone */
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -10752,6 +10936,7 @@ TJDEF void tj_distributed_shutdown(void) {
     if (fin) return;
     if (((tj__ct *)tj__mpi_t->state)->broken[0]) {
         fprintf(stderr, "tinyjax: process %d: the transport broke (%s); aborting the job\n", tj__mpi_t->rank, ((tj__ct *)tj__mpi_t->state)->broken);
+        sleep(1); /* peers that timed out too get to say so before the job ends */
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     tj__mpi_t = NULL; /* contexts may still point at it: its memory stays */
@@ -11054,8 +11239,12 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
         snprintf(e, sizeof e, "no device group for mesh axes %s (was the program compiled under another mesh?)", mb);
         rc = 1;
     } else {
-        if (P->nprocs > 1) snprintf(tj__where[k->dev], sizeof tj__where[0], "%s over %s (caused by %s at %s:%d)", tj__ops[n->op].name, mb, n->name ? n->name : "?",
-                                    tj__base(n->file), n->line);
+        if (P->nprocs > 1) {
+            tj__inside[k->dev] = 0;
+            snprintf(tj__where[k->dev], sizeof tj__where[0], "%s over %s (caused by %s at %s:%d)", tj__ops[n->op].name, mb, n->name ? n->name : "?",
+                     tj__base(n->file), n->line);
+            tj__inside[k->dev] = 1;
+        }
         switch (kind) {
         case TJ__AG: rc = t->all_gather(t, comm, send, recv, bytes, NULL, e, sizeof e); break;
         case TJ__AR: rc = t->all_reduce(t, comm, send, recv, count, k->ot.dt, op, NULL, e, sizeof e); break;
@@ -11063,7 +11252,7 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
         case TJ__A2A: rc = t->all_to_all(t, comm, send, recv, bytes, NULL, e, sizeof e); break;
         default: rc = t->send_recv(t, comm, send, to, recv, from, bytes, NULL, e, sizeof e); break;
         }
-        tj__where[k->dev][0] = 0;
+        tj__inside[k->dev] = 0; /* tj__where keeps the last one */
         P->us[k->dev] += tj__now_us() - t0;
         P->ncoll[k->dev]++;
         P->sent[k->dev] += kind == TJ__PERM ? (to >= 0 && to != tj__mesh_rank(c, k->dev, m) ? (int64_t)bytes : 0) : (int64_t)bytes * (G - 1);
@@ -11162,7 +11351,7 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
     e->device = dev;
     if (n->members) snprintf(e->op, sizeof e->op, "fused x%d", n->nmembers);
     else snprintf(e->op, sizeof e->op, "%s", tj__ops[n->op].name);
-    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST ? 2 : 0;
+    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
     if (e->kind == 1 && n->name) snprintf(e->what, sizeof e->what, "caused by %s", n->name);
     else snprintf(e->what, sizeof e->what, "%%%d", n->id);
     e->file = n->file;
@@ -11400,6 +11589,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
     TJ_FREE(p->events);
     tj__prog_free_body(p);
 }
+static tj_node *tj__raw_node(tj_graph *g, const tj_node *like, int op, const tj__type *t, int nin, tj_node *const *in); /* in [9] */
 /* outputs must own their buffers: copy arguments and shared buffers */
 static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n, int resolve_partial) {
     int i, j;
@@ -11415,7 +11605,21 @@ static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n, int resolve
         }
         shared = tj__root(outs[i])->op == TJ__OP_PARAM;
         for (j = 0; j < i; j++) shared |= tj__root(outs[j]) == tj__root(outs[i]);
-        if (shared) {
+        if (shared && outs[i]->t.partial && !resolve_partial) { /* a body output stays an unreduced sum: copy it as it is */
+            tj_node *cp = tj__raw_node(g, NULL, TJ__OP_COPY, &outs[i]->t, 1, &outs[i]), **nn;
+            if (cp && g->n == g->cap) {
+                if ((nn = (tj_node **)TJ_REALLOC(g->nodes, sizeof(tj_node *) * (size_t)(2 * g->cap + 1)))) g->nodes = nn, g->cap = 2 * g->cap + 1;
+                else TJ_FREE(cp->in), TJ_FREE(cp), cp = NULL;
+            }
+            if (!cp) return TJ_ERR_OOM;
+            cp->file = outs[i]->file;
+            cp->line = outs[i]->line;
+            cp->pass = outs[i]->pass;
+            cp->space = outs[i]->space;
+            cp->id = g->n;
+            g->nodes[g->n++] = cp;
+            outs[i] = cp;
+        } else if (shared) {
             int saved = g->cur_pass;
             g->cur_pass = outs[i]->pass;
             outs[i] = tj__copy(outs[i]->file, outs[i]->line, outs[i]);
@@ -11451,7 +11655,15 @@ static tj_status tj__compile_bodies(tj_prog *p) {
     return TJ_OK;
 }
 static tj_status tj__compile(tj_prog *p) {
-    tj_status st = tj__schedule(p);
+    tj_status st = TJ_OK;
+    if (!getenv("TJ_NO_INLINE")) { /* regions run in the enclosing program (see [9]) */
+        if (tj__inline_regions(p->g, p->outs, p->nout)) {
+            tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory inlining regions", p->name);
+            return TJ_ERR_OOM;
+        }
+        if (tj__own_outputs(p->g, p->outs, p->nout, 0)) return p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
+    }
+    st = tj__schedule(p);
     if (!st) st = tj__compile_bodies(p);
     if (!st) st = tj__plan(p);
     return st;

@@ -916,7 +916,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
            so one async copy on the compute stream keeps the order), and the
            outputs of a multi-output op (written by that op, as on the CPU) */
         const char *nm = tj__opname(k->n->op);
-        if (!strcmp(nm, "offload")) {
+        if (!strcmp(nm, "offload") || !strcmp(nm, "fetch")) {
             TJC_CUDA(k, cudaMemcpyAsync(k->out, k->in[0], (size_t)tj__bytes(&k->ot), cudaMemcpyDefault, s->compute));
             return 0;
         }

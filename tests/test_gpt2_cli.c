@@ -174,6 +174,21 @@ static int count_tmp(const char *prefix) {
     return n;
 }
 
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long n;
+    *len = 0;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    b = (unsigned char *)malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) == (size_t)n) *len = (size_t)n;
+    fclose(f);
+    return b;
+}
+
 static char g_model[1024]; /* the flags of a tiny model on the test's data */
 
 static void test_validation(void) {
@@ -357,16 +372,20 @@ static void test_runs(void) {
 static void test_kill(void) {
     char args[2048], rargs[2600];
     run_result base;
-    int trial, ntrials = getenv("TJ_TEST_QUICK") ? 3 : 5, K = 4, steps = 60;
+    int trial, ntrials = getenv("TJ_TEST_QUICK") ? 3 : 5, K = 4, steps = 60, nkilled = 0;
+    unsigned char *base_ck;
+    size_t base_len = 0;
     uint64_t rng = 0x2545F4914F6CDD1Dull;
     tjt_current = "kill -9 during --save-every";
     snprintf(args, sizeof args, "%s --steps %d --save %s --save-every %d --keep 2", g_model, steps, path_in("kk"), K);
     base = run_gpt2(args, NULL);
     TJT_CHECK(base.rc == 0 && last_step(&base) == steps - 1, "the uninterrupted run: exit %d: %s", base.rc, base.out);
+    base_ck = read_all(path_in("kk"), &base_len);
+    TJT_CHECK(base_ck && base_len > 0, "the uninterrupted run's final checkpoint");
     for (trial = 0; trial < ntrials; trial++) {
         run_opts o;
         run_result killed, resumed;
-        long done, first = -1, s;
+        long done, first = -1, s, start;
         int same = 1, ck_exists;
         char a[32], b[32];
         DIR *d = opendir(g_dir);
@@ -384,6 +403,7 @@ static void test_kill(void) {
             run_free(&killed);
             continue;
         }
+        nkilled++;
         TJT_CHECK(killed.rc == 128 + SIGKILL, "trial %d: the run was killed (status %d)", trial, killed.rc);
         /* resume like a restart script would: from the checkpoints if any */
         snprintf(rargs, sizeof rargs, "%s%s%s", args, ck_exists ? " --resume " : "", ck_exists ? path_in("kk") : "");
@@ -393,16 +413,32 @@ static void test_kill(void) {
                 if (first < 0) first = s;
                 if (!loss_of(&base, s, b, sizeof b) || strcmp(a, b)) same = 0;
             }
-        TJT_CHECK(resumed.rc == 0 && last_step(&resumed) == steps - 1, "trial %d: the resumed run finishes: exit %d: %s", trial, resumed.rc, resumed.out);
-        TJT_CHECK(same, "trial %d: losses after resuming at step %ld equal the uninterrupted run's", trial, first);
-        TJT_CHECK(first >= 0 && first >= done + 1 - K, "trial %d: killed after step %ld, resumed at step %ld: lost %ld steps, at most %d allowed", trial, done, first,
-                  done + 1 - first, K);
+        {   /* where it resumed: "at step N" of the resume line, 0 without a checkpoint */
+            const char *at = strstr(resumed.out ? resumed.out : "", "resumed from ");
+            at = at ? strstr(at, " at step ") : NULL;
+            start = at ? strtol(at + 9, NULL, 10) : 0;
+        }
+        TJT_CHECK(resumed.rc == 0 && (last_step(&resumed) == steps - 1 || (start == steps && first < 0)), "trial %d: the resumed run finishes: exit %d: %s", trial,
+                  resumed.rc, resumed.out);
+        TJT_CHECK(first < 0 || first == start, "trial %d: resumed at step %ld, first loss at step %ld", trial, start, first);
+        TJT_CHECK(same, "trial %d: losses after resuming at step %ld equal the uninterrupted run's", trial, start);
+        {   /* bit for bit: the final checkpoints (params, m, v, step, data position) are the same file */
+            size_t len = 0;
+            unsigned char *ck = read_all(path_in("kk"), &len);
+            TJT_CHECK(ck && base_ck && len == base_len && !memcmp(ck, base_ck, len), "trial %d: the final checkpoint equals the uninterrupted run's, byte for byte",
+                      trial);
+            free(ck);
+        }
+        TJT_CHECK(start >= done + 1 - K, "trial %d: killed after step %ld, resumed at step %ld: lost %ld steps, at most %d allowed", trial, done, start,
+                  done + 1 - start, K);
         TJT_CHECK(count_tmp("kk") == 0, "trial %d: no temp file (kk.tmp.*, kk.step*.tmp.*) left after the resumed run's saves", trial);
         if (getenv("TJ_TEST_VERBOSE"))
-            printf("  trial %d: killed at %.3f s after step %ld, resumed at step %ld\n", trial, o.kill_after, done, first);
+            printf("  trial %d: killed at %.3f s after step %ld, resumed at step %ld\n", trial, o.kill_after, done, start);
         run_free(&killed);
         run_free(&resumed);
     }
+    TJT_CHECK(nkilled > 0, "no trial was killed before it finished");
+    free(base_ck);
     run_free(&base);
 }
 

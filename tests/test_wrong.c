@@ -419,6 +419,147 @@ static void test_gg_nested_checkpoint(void) {
     tjt_outs_free(&b);
 }
 
+/* ---- grad of grad through a shard_map with check off: its residuals are
+   per-device values, not replicated ones (no psum, no 1/n for them) ---- */
+static void smexp(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_exp(in[0]);
+}
+static void smgg_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = NULL, gx, ggx;
+    const char *sp = "p:data";
+    (void)g;
+    tj_shard_map(smexp, NULL, 1, &x, &sp, 1, &y, &sp, u != NULL);
+    tj_grad(tj_sum(tj_mul(y, y), "p"), 1, &x, &gx);
+    tj_grad(tj_sum(gx, "p"), 1, &x, &ggx);
+    tj_tree_set_v(out, "gg", ggx);
+}
+static tj_tree *smgg_in(tj_ctx *ctx) {
+    double xv[4] = {.25, .5, 1, 2};
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "p=4", xv));
+    return in;
+}
+static void test_gg_smap_unchecked(void) {
+    double want[4];
+    int k, i;
+    tjt_outs o;
+    for (i = 0; i < 4; i++) want[i] = 4 * exp(2 * (i == 0 ? .25 : i == 1 ? .5 : i == 2 ? 1 : 2)); /* d/dx of 2 e^{2x} */
+    tjt_current = "grad of grad through shard_map";
+    for (k = 0; k < 2; k++) {
+        if (run1(smgg_fn, k ? (void *)1 : NULL, smgg_in, 2, "data=2", NULL, &o)) { TJT_CHECK(0, "run failed"); continue; }
+        TJT_CHECK(all_near(&o, "gg", want, 4, 1e-12), "4 e^{2x} with check %s", k ? "on" : "off");
+        tjt_outs_free(&o);
+    }
+}
+
+/* ---- item 7: a region that saves everything costs no more memory than no
+   region (regions run inline in the enclosing program) ---- */
+static void mem_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_tanh(tj_dot(in[0], in[1], "k"));
+}
+static void mem_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[2], y = NULL, gr[2];
+    tj_policy p = tj_everything_saveable();
+    x[0] = tj_tree_v(in, "a");
+    x[1] = tj_tree_v(in, "b");
+    if (u) tj_checkpoint(mem_region, NULL, 2, x, 1, &y, &p);
+    else mem_region(g, x, &y, NULL);
+    tj_grad(tj_sum(tj_mul(y, y), "p q"), 2, x, gr);
+    tj_tree_set_v(out, "ga", gr[0]);
+    tj_tree_set_v(out, "gb", gr[1]);
+}
+static void test_region_memory(void) {
+    int64_t t[2];
+    int k;
+    tjt_current = "remat region memory";
+    for (k = 0; k < 2; k++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx);
+        tj_prog *p;
+        tj_set_devices(ctx, 2);
+        tj_set_mesh(ctx, "data=2");
+        tj_tree_set_array(in, "a", tjt_rand(ctx, TJ_F32, "p=8 k=16", 1, -1, 1));
+        tj_tree_set_array(in, "b", tjt_rand(ctx, TJ_F32, "k=16 q=8", 2, -1, 1));
+        tj_filter_shard(in, "p:data");
+        p = tj_jit(ctx, "mem", mem_fn, k ? (void *)1 : NULL, in, NULL);
+        t[k] = p ? tj_prog_memory(p).temp_bytes : -1;
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_ctx_free(ctx);
+    }
+    TJT_CHECK(t[0] > 0 && t[1] == t[0], "temp with an everything_saveable region %lld B, without %lld B", (long long)t[1], (long long)t[0]);
+}
+
+/* ---- grad of grad with a saved dot whose contracted axis is sharded: the
+   saved value is an unreduced sum, and a body output listed twice must be
+   copied as such (the copy used to psum it while its type said partial) ---- */
+static tj_v dx_X, dx_W;
+static void dx_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v t = tj_dot(dx_X, dx_W, "k");
+    (void)g; (void)y; (void)u;
+    co[0] = tj_add(tj_mul(tj_muls(tj_sum(t, "p q"), 0.1), c[0]), tj_mul(x[0], tj_sum(tj_mul(t, t), "p q")));
+}
+static void dx_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v d = tj_tree_v(in, "d"), c0, c = NULL, gx, ggx;
+    tj_policy p = tj_dots_saveable();
+    (void)g; (void)u;
+    dx_X = tj_tree_v(in, "X");
+    dx_W = tj_tree_v(in, "W");
+    c0 = tj_adds(tj_muls(tj_sum(d, "L"), 0.0), 1.0);
+    tj_scan(dx_body, NULL, "L", 1, &c0, 1, &d, 0, &c, NULL, &p);
+    tj_grad(c, 1, &dx_X, &gx);
+    tj_grad(tj_sum(gx, "p k"), 1, &dx_X, &ggx);
+    tj_tree_set_v(out, "gx", gx);
+    tj_tree_set_v(out, "gg", ggx);
+}
+static tj_tree *dx_in(tj_ctx *ctx) {
+    double dv[2] = {1, .5};
+    tj_tree *in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "X", tjt_rand(ctx, TJ_F64, "p=2 k=4", 1, -1, 1));
+    tj_tree_set_array(in, "W", tjt_rand(ctx, TJ_F64, "k=4 q=2", 2, -1, 1));
+    tj_tree_set_array(in, "d", tj_array_new(ctx, TJ_F64, "L=2", dv));
+    return in;
+}
+static void test_gg_saved_partial_dot(void) {
+    tjt_outs a, b;
+    const char *meshes[2] = {"data=2", "data=4"};
+    int k;
+    tjt_current = "grad of grad, saved dot with a sharded contraction";
+    if (run1(dx_fn, NULL, dx_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "1-device run failed"); return; }
+    for (k = 0; k < 2; k++) {
+        if (run1(dx_fn, NULL, dx_in, k ? 4 : 2, meshes[k], "k:data", &b)) { TJT_CHECK(0, "run failed"); continue; }
+        tjt_outs_compare(meshes[k], &a, &b, 1e-12);
+        tjt_outs_free(&b);
+    }
+    tjt_outs_free(&a);
+}
+
+/* ---- errors of autodiff name the tj_grad call's line ---- */
+static int grad_line;
+static void nonscalar_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = tj_mul(x, x), gx = NULL;
+    (void)g; (void)u;
+    grad_line = __LINE__ + 1;
+    tj_grad(y, 1, &x, &gx);
+    tj_tree_set_v(out, "gx", gx);
+}
+static void test_grad_line(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx);
+    tj_prog *p;
+    char want[64];
+    tjt_current = "autodiff errors";
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "i=3", 1, -1, 1));
+    p = tj_jit(ctx, "nonscalar", nonscalar_fn, NULL, in, NULL);
+    snprintf(want, sizeof want, "test_wrong.c:%d", grad_line);
+    TJT_CHECK(!p && strstr(tj_error(ctx), "not a scalar") && strstr(tj_error(ctx), want), "the message names the tj_grad line (%s): \"%s\"", want, tj_error(ctx));
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     test_captured_attr();
     test_grad_of_grad_scan();
@@ -428,5 +569,9 @@ int main(void) {
     test_nested_offload();
     test_mistakes();
     test_gg_nested_checkpoint();
+    test_gg_smap_unchecked();
+    test_region_memory();
+    test_gg_saved_partial_dot();
+    test_grad_line();
     return tjt_finish();
 }
