@@ -68,15 +68,23 @@ run_test() {
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
 }
 
-build_tests() { # $1 = output dir, rest = flags
+build_tests() { # $1 = output dir, rest = flags; compiles on every core at once
     local dir=$1; shift
     mkdir -p "$dir"
-    local ok=0 t
+    local ok=0 t n f jobs running=0
+    jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
     for t in tests/test_*.c; do
-        local n; n=$(basename "$t" .c)
-        if ! $CC -std=c99 "$@" $WARN -I. -o "$dir/$n" "$t" $LIBS; then
-            echo "build.sh: $t failed to compile"; total_fail=$((total_fail + 1)); ok=1
-        fi
+        n=$(basename "$t" .c)
+        rm -f "$dir/$n" "$dir/$n.failed"
+        ( $CC -std=c99 "$@" $WARN -I. -o "$dir/$n" "$t" $LIBS || touch "$dir/$n.failed" ) &
+        running=$((running + 1))
+        if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+    done
+    wait
+    for f in "$dir"/*.failed; do
+        [ -e "$f" ] || continue
+        echo "build.sh: tests/$(basename "$f" .failed).c failed to compile"; total_fail=$((total_fail + 1)); ok=1
+        rm -f "$f"
     done
     return $ok
 }
