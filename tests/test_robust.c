@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define TINYJAX_IMPLEMENTATION
 #include "../tinyjax.h"
+#define TJT_FILES
 #include "tj_test.h"
 
 #include <dirent.h>
@@ -18,30 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static char g_dir[64];
-static const char *path_in(const char *name) {
-    static char bufs[8][512];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, 512, "%s/%s", g_dir, name);
-    return b;
-}
-static void remove_dir(void) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    if (!d) return;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            const char *p = path_in(e->d_name);
-            if (unlink(p)) rmdir(p);
-        }
-    closedir(d);
-    rmdir(g_dir);
-}
-static int file_exists(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
 static void write_file(const char *p, const char *data, size_t n) {
     FILE *f = fopen(p, "wb");
     if (f) {

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define TINYJAX_IMPLEMENTATION
 #include "../tinyjax.h"
+#define TJT_FILES
 #include "tj_test.h"
 
 #include <dirent.h>
@@ -13,23 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static char g_dir[64];
-static const char *path_in(const char *name) {
-    static char bufs[8][512];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, 512, "%s/%s", g_dir, name);
-    return b;
-}
-static void remove_dir(void) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    if (!d) return;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(path_in(e->d_name));
-    closedir(d);
-    rmdir(g_dir);
-}
 static int count_tmp_files(void) {
     DIR *d = opendir(g_dir);
     struct dirent *e;

@@ -229,4 +229,38 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
     return worst;
 }
 #define TJT_GRADCHECK(ctx, what, fn, user, in, wrt) tjt_gradcheck(__FILE__, __LINE__, ctx, what, fn, user, in, wrt, 1e-6)
+/* ---- tests that write files (define TJT_FILES, and _POSIX_C_SOURCE
+   200809L, before including): g_dir is a fresh mkdtemp directory the test
+   makes; path_in names a file in it; remove_dir deletes it and its files
+   (and empty subdirectories) at the end ---- */
+#ifdef TJT_FILES
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static char g_dir[64];
+static inline const char *path_in(const char *name) {
+    static char bufs[8][512];
+    static int k;
+    char *b = bufs[k++ % 8];
+    snprintf(b, 512, "%s/%s", g_dir, name);
+    return b;
+}
+static inline void remove_dir(void) {
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    if (!d) return;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            const char *p = path_in(e->d_name);
+            if (unlink(p)) rmdir(p);
+        }
+    closedir(d);
+    rmdir(g_dir);
+}
+static inline int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+#endif
+
 #endif
