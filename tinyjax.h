@@ -59,9 +59,12 @@
  * with one overflow-safe multiply wherever a type is made, so no element,
  * byte or stride count can overflow.
  *
- * Dumps: set TJ_DUMP=1 (or tj_set_dump) to print every pipeline stage: the
- * traced graph, the graph after autodiff and remat, the schedule with buffer
- * offsets, and the memory analysis.
+ * Dumps: set TJ_DUMP=1 (or tj_set_dump) to print every pipeline stage at
+ * tj_jit: the traced graph (autodiff runs while tracing, so it already holds
+ * the backward pass, and each scan and region body with its policy's
+ * decisions), then the scheduled program after regions are inlined, with
+ * each value's buffer offset, the memory analysis and the saved-residuals
+ * report.
  *
  * ------------------------------------------------------------- contents ---
  *   [1]  basics: status, errors, allocation, dtypes, named shapes
@@ -345,7 +348,36 @@ TJDEF tj_v tj_scalar_at(const char *f, int l, tj_graph *g, tj_dtype dt, double v
 TJDEF tj_v tj_fill_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, double v);
 TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, const char *axis);
 
-/* ---- elementwise, unary ---- */
+/* ---- elementwise, unary ----
+   One row per op; the op table of [3] is built from these rows. Columns:
+   the op, its name, its value as a formula in double of the input a (s is
+   the op's constant), PUB when tj_NAME(x) is its public builder (OWN: it
+   has its own below; GRAD: the derivative op of the row above it), its
+   derivative as graph ops on the input x, the output y and the cotangent g
+   (evaluated inside the VJP, so the ops it makes are attributed to the
+   forward op's source line), and the range [lo, hi) the tests draw inputs
+   from. Adding a unary op is one row here and its tj_NAME macro below:
+   the builder, the CPU and CUDA kernels, the fused loops, the VJP and the
+   harness test (tests/test_harness.c) all come from the row. */
+#define TJ__UNARY_OPS(X)                                                                                          \
+    X(NEG, neg, -a, PUB, tj_neg(g), -1, 1)                                                                          \
+    X(EXP, exp, TJ__EXP(a), PUB, tj_mul(g, y), -1, 1)                                                               \
+    X(LOG, log, log(a), PUB, tj_div(g, x), 0.5, 2)                                                                  \
+    X(TANH, tanh, TJ__TANH(a), PUB, tj_mul(g, tj_adds(tj_neg(tj_mul(y, y)), 1.0)), -1, 1)                           \
+    X(SQRT, sqrt, sqrt(a), PUB, tj_div(tj_muls(g, 0.5), y), 0.5, 2)                                                 \
+    X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_mul(y, tj_mul(y, y)), -0.5)), 0.5, 2)                  \
+    X(RELU, relu, a > 0 ? a : 0.0, PUB, tj_mul(g, tj_cast(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g->t.dt)), -1, 1) \
+    X(GELU, gelu, 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))), PUB, tj_mul(g, tj__gelu_grad(TJ_AT, x)), -1, 1)       \
+    X(GELU_D, gelu_grad, tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))), GRAD, tj__gelu_grad_vjp(TJ_AT, x, g), -1, 1)       \
+    X(POWS, pows, pow(a, s), OWN, tj_mul(g, tj_muls(tj_pows(x, s - 1.0), s)), -1, 1)                                \
+    X(CAST, cast, a, OWN, g, -1, 1)
+#define TJ__GELU_U(a) (TJ__GELU_C * ((a) + 0.044715 * (a) * (a) * (a)))
+/* the public builders of the PUB rows: tj_neg_at, tj_exp_at, ... */
+#define TJ__U_DECL(op, nm, fwd, kind, deriv, lo, hi) TJ__U_DECL_##kind(nm)
+#define TJ__U_DECL_PUB(nm) TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x);
+#define TJ__U_DECL_OWN(nm)
+#define TJ__U_DECL_GRAD(nm)
+TJ__UNARY_OPS(TJ__U_DECL)
 #define tj_neg(x) tj_neg_at(TJ_AT, x)
 #define tj_exp(x) tj_exp_at(TJ_AT, x)
 #define tj_log(x) tj_log_at(TJ_AT, x)
@@ -356,14 +388,6 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
 #define tj_gelu(x) tj_gelu_at(TJ_AT, x)     /* tanh approximation (GPT-2)  */
 #define tj_pows(x, p) tj_pows_at(TJ_AT, x, p) /* x^p, p a constant          */
 #define tj_cast(x, dt) tj_cast_at(TJ_AT, x, dt)
-TJDEF tj_v tj_neg_at(const char *f, int l, tj_v x);
-TJDEF tj_v tj_exp_at(const char *f, int l, tj_v x);
-TJDEF tj_v tj_log_at(const char *f, int l, tj_v x);
-TJDEF tj_v tj_tanh_at(const char *f, int l, tj_v x);
-TJDEF tj_v tj_sqrt_at(const char *f, int l, tj_v x);
-TJDEF tj_v tj_rsqrt_at(const char *f, int l, tj_v x);
-TJDEF tj_v tj_relu_at(const char *f, int l, tj_v x);
-TJDEF tj_v tj_gelu_at(const char *f, int l, tj_v x);
 TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p);
 TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
 
@@ -706,7 +730,11 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
    use), or recompute it in the backward pass from kept values. The policy
    sees the op kind, the names given with tj_checkpoint_name (a scan
    carry is named by the name of the value the body returns for it), and
-   the shape. Policies are plain structs that tj_scan copies; the name
+   the shape. Policies act where they are given: on a tj_scan, a
+   tj_checkpoint (a scan of length one) or a tj_shard_map body. A top-level
+   program has no policy: the values its own tj_grad needs are saved, as
+   in JAX without jax.checkpoint; wrap the part to rematerialise in a
+   tj_checkpoint. Policies are plain structs that tj_scan copies; the name
    strings, and the two policies a save_from_both points to, must stay
    valid until tj_jit returns. Logical rules (tj_shard_by_rules,
    tj_filter_shard) skip mesh axes the mesh does not have, so one rule string
@@ -1046,6 +1074,9 @@ struct tj_ctx {
     int mesh_ax[TJ__MAXMESH];
     int mesh_size[TJ__MAXMESH];
     tj_graph *cur;          /* the scan or shard_map body being traced now  */
+    struct tj_node **proj_ct; /* autodiff: the cotangents (by node id) a multi-output
+                                 node's VJP reads for its projections; set by the
+                                 driver just before it calls that VJP ([6]) */
     struct tj__opreg *ops;  /* custom ops (tj_register_op)                  */
     int nops, capops;
     struct tj__cvjp *cvjps; /* custom_vjp backward functions                */
@@ -3800,6 +3831,8 @@ typedef struct {
     int nb, nm, nk, nn;          /* dot: batch, m, k, n axis counts          */
     int trans_a, trans_b;        /* dot: operand layouts                     */
     int index;                   /* param: input position; proj: output #    */
+    unsigned mesh;               /* collectives, axis_index, shard_slice: mesh axes (bit set) */
+    int reg;                     /* custom, custom_vjp: the op's registry slot */
     int ncarry, nx, ncap;        /* scan: inputs are carry, xs, captures     */
     int length, reverse;         /* scan: iterations, direction              */
     signed char perm[TJ_MAXDEV]; /* ppermute: destination rank of each rank, -1 none */
@@ -3914,12 +3947,14 @@ struct tj__kern {
     int (*custom_gpu)(struct tj__kern *k, void *stream);
 };
 
+/* A VJP rule: given the cotangent g of node n, the cotangents of its
+   inputs in gin. A multi-output node (scan, custom ops) reads its
+   projections' cotangents from ctx->proj_ct instead. */
 typedef tj_status (*tj__vjp_fn)(tj_node *n, tj_v g, tj_v *gin);
-/* The cotangents of a multi-output node's projections (indexed by node id),
-   set by the autodiff driver just before it calls that node's VJP rule. */
-static tj_v *tj__proj_ct;
 
 enum { TJ__VIEW = 1, TJ__NODIFF = 2, TJ__SOURCE = 4, TJ__MULTI = 8 };
+/* a sharding rule: fits the inputs in[] and sets the output's sharding in *t */
+typedef int (*tj__shard_fn)(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line);
 
 typedef struct {
     const char *name;
@@ -3928,27 +3963,18 @@ typedef struct {
     tj__vjp_fn vjp;
     double (*flops)(const tj_node *n);
     int64_t (*scratch)(const tj_node *n); /* kernel workspace in the arena */
-    int shard;                            /* sharding rule class (TJ__SH_*) */
+    tj__shard_fn shard;                   /* sharding rule ([4])              */
 } tj__opdef;
 
-/* The op table. Unary and binary elementwise ops are generated from the
-   math tables in [5]; every other op is one line here plus one block in [5]
-   holding its builder (shape rule), CPU kernel, VJP rule and cost. Unary
-   formulas evaluate in double; TJ__EXP and TJ__TANH are libm's, or, for
-   f32 and bf16 results, tj__fexp and tj__ftanh (see there). */
-#define TJ__GELU_U(a) (TJ__GELU_C * ((a) + 0.044715 * (a) * (a) * (a)))
-#define TJ__UNARY_OPS(X)                                                            \
-    X(NEG, "neg", -a)                                                               \
-    X(EXP, "exp", TJ__EXP(a))                                                       \
-    X(LOG, "log", log(a))                                                           \
-    X(TANH, "tanh", TJ__TANH(a))                                                    \
-    X(SQRT, "sqrt", sqrt(a))                                                        \
-    X(RSQRT, "rsqrt", 1.0 / sqrt(a))                                                \
-    X(RELU, "relu", a > 0 ? a : 0.0)                                                \
-    X(GELU, "gelu", 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))))                      \
-    X(GELU_D, "gelu_grad", tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))))                  \
-    X(POWS, "pows", pow(a, s))                                                      \
-    X(CAST, "cast", a)
+/* The op table. Unary elementwise ops are the rows of TJ__UNARY_OPS (in
+   the public part, with their forward formula and derivative: their
+   builders, CPU and CUDA kernels, fused loops, VJP and harness test come
+   from the row); binary ones are the rows of TJ__BINARY_OPS (formula here,
+   VJP in [5]); every other op is one line here plus one block in [5]
+   holding its builder (shape rule), CPU kernel, VJP rule and cost, and
+   names its sharding rule ([4]). Formulas evaluate in double; TJ__EXP and
+   TJ__TANH are libm's, or, for f32 and bf16 results, tj__fexp and
+   tj__ftanh (see there). */
 #define TJ__BINARY_OPS(X)            \
     X(ADD, "add", a + b)             \
     X(SUB, "sub", a - b)             \
@@ -3964,54 +3990,54 @@ typedef struct {
     X(NE, "ne", (double)(a != b))
 #define TJ__OTHER_OPS(X)                                                                                       \
     /*  op             name            flags                    CPU kernel        VJP rule            flops            scratch   sharding rule */ \
-    X(PARAM, "param", TJ__SOURCE | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                         \
-    X(FILL, "fill", TJ__SOURCE | TJ__NODIFF, tj__k_fill, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                            \
-    X(ARANGE, "arange", TJ__SOURCE | TJ__NODIFF, tj__k_arange, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                      \
-    X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                    \
-    X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, TJ__SH_GIVEN)                                      \
-    X(SELECT, "select", 0, tj__k_ew, tj__vjp_select, tj__flops_out, 0, TJ__SH_EW)                                              \
-    X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0, TJ__SH_REDUCE)                                                        \
-    X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0, TJ__SH_WHOLE)                                               \
-    X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch, TJ__SH_DOT)                                            \
-    X(RELAYOUT, "relayout", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                               \
-    X(RESHAPE, "reshape", TJ__VIEW, tj__k_none, tj__vjp_reshape, tj__flops_zero, 0, TJ__SH_RESHAPE)                                     \
-    X(SLICE, "slice", 0, tj__k_slice, tj__vjp_slice, tj__flops_zero, 0, TJ__SH_WHOLE)                                                 \
-    X(CONCAT, "concat", 0, tj__k_concat, tj__vjp_concat, tj__flops_zero, 0, TJ__SH_WHOLE)                                             \
-    X(PAD, "pad", 0, tj__k_pad, tj__vjp_pad, tj__flops_zero, 0, TJ__SH_WHOLE)                                                         \
-    X(TAKE, "take", 0, tj__k_take, tj__vjp_take, tj__flops_zero, 0, TJ__SH_TAKE)                                                     \
-    X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0, TJ__SH_SCATTER)                                      \
-    X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0, TJ__SH_EW)                                              \
-    X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0, TJ__SH_WHOLE)                                        \
-    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, 0, TJ__SH_WHOLE)                                            \
-    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, 0, TJ__SH_WHOLE)                                \
-    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, 0, TJ__SH_WHOLE)                                   \
-    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, TJ__SH_WHOLE)                          \
-    X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, TJ__SH_WHOLE)                                 \
-    X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, TJ__SH_WHOLE)                           \
-    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, TJ__SH_WHOLE)                     \
-    X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_EW)                          \
-    X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                \
-    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                                      \
-    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
-    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, TJ__SH_EW)                                              \
-    X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, TJ__SH_GIVEN)                              \
-    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, TJ__SH_GIVEN)                                                 \
-    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                  \
-    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                                    \
-    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)      \
-    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                \
-    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                    \
-    X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                          \
-    X(PMAX, "pmax", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, TJ__SH_GIVEN)                                      \
-    X(PVARY, "pvary", TJ__VIEW, tj__k_none, tj__vjp_coll, tj__flops_zero, 0, TJ__SH_GIVEN)                             \
-    X(AXIS_INDEX, "axis_index", TJ__SOURCE | TJ__NODIFF, tj__k_axis_index, 0, tj__flops_zero, 0, TJ__SH_GIVEN)         \
-    X(CUSTOM, "custom", TJ__MULTI, tj__k_custom, tj__vjp_custom, tj__flops_zero, 0, TJ__SH_GIVEN)                     \
-    X(CUSTOM_VJP, "custom_vjp", TJ__MULTI, tj__k_custom_vjp, tj__vjp_custom_vjp, tj__flops_zero, 0, TJ__SH_GIVEN)
+    X(PARAM, "param", TJ__SOURCE | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given)                                         \
+    X(FILL, "fill", TJ__SOURCE | TJ__NODIFF, tj__k_fill, 0, tj__flops_out, 0, tj__sh_given)                                            \
+    X(ARANGE, "arange", TJ__SOURCE | TJ__NODIFF, tj__k_arange, 0, tj__flops_out, 0, tj__sh_given)                                      \
+    X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, tj__sh_given)                                    \
+    X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, tj__sh_given)                                      \
+    X(SELECT, "select", 0, tj__k_ew, tj__vjp_select, tj__flops_out, 0, tj__sh_ew)                                              \
+    X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0, tj__sh_sum)                                                        \
+    X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0, tj__sh_whole)                                               \
+    X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch, tj__sh_dot)                                            \
+    X(RELAYOUT, "relayout", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                               \
+    X(RESHAPE, "reshape", TJ__VIEW, tj__k_none, tj__vjp_reshape, tj__flops_zero, 0, tj__sh_reshape)                                     \
+    X(SLICE, "slice", 0, tj__k_slice, tj__vjp_slice, tj__flops_zero, 0, tj__sh_whole)                                                 \
+    X(CONCAT, "concat", 0, tj__k_concat, tj__vjp_concat, tj__flops_zero, 0, tj__sh_whole)                                             \
+    X(PAD, "pad", 0, tj__k_pad, tj__vjp_pad, tj__flops_zero, 0, tj__sh_whole)                                                         \
+    X(TAKE, "take", 0, tj__k_take, tj__vjp_take, tj__flops_zero, 0, tj__sh_take)                                                     \
+    X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0, tj__sh_scatter)                                      \
+    X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0, tj__sh_ew)                                              \
+    X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0, tj__sh_whole)                                        \
+    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, 0, tj__sh_whole)                                            \
+    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, 0, tj__sh_whole)                                \
+    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, 0, tj__sh_whole)                                   \
+    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, tj__sh_whole)                          \
+    X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole)                                 \
+    X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole)                           \
+    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole)                     \
+    X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew)                          \
+    X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                                \
+    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                                      \
+    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                              \
+    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                              \
+    X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, tj__sh_given)                              \
+    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given)                                                 \
+    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                  \
+    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                                    \
+    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)      \
+    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given)                \
+    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                    \
+    X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                          \
+    X(PMAX, "pmax", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                                      \
+    X(PVARY, "pvary", TJ__VIEW, tj__k_none, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given)                             \
+    X(AXIS_INDEX, "axis_index", TJ__SOURCE | TJ__NODIFF, tj__k_axis_index, 0, tj__flops_zero, 0, tj__sh_given)         \
+    X(CUSTOM, "custom", TJ__MULTI, tj__k_custom, tj__vjp_custom, tj__flops_zero, 0, tj__sh_given)                     \
+    X(CUSTOM_VJP, "custom_vjp", TJ__MULTI, tj__k_custom_vjp, tj__vjp_custom_vjp, tj__flops_zero, 0, tj__sh_given)
 
 /* ops that move data between devices (all_gather .. pmax) */
 #define TJ__IS_COLL(op) ((op) >= TJ__OP_ALL_GATHER && (op) <= TJ__OP_PMAX)
 enum {
-#define TJ__E1(op, nm, expr) TJ__OP_##op,
+#define TJ__E1(op, ...) TJ__OP_##op,
 #define TJ__E2(op, nm, fl, k, v, fp, sc, sh) TJ__OP_##op,
     TJ__UNARY_OPS(TJ__E1) TJ__BINARY_OPS(TJ__E1) TJ__OTHER_OPS(TJ__E2)
 #undef TJ__E1
@@ -4264,15 +4290,15 @@ static int tj__one_axis(tj_v x, const char *s, const char *what, const char *fil
    (tj__type.sh: per axis a bit set of mesh axes, in mesh order; .partial:
    mesh axes over which devices hold partial sums still to be added). Local
    (per-device) shapes divide each axis by the sizes of its mesh axes.
-   tj__node calls tj__shard_rule before it records a node: the op's class
-   (in the op table) says how inputs must be laid out, tj__reshard inserts
-   the collectives that get them there, and the output's sharding follows.
+   tj__node calls tj__shard_rule before it records a node: the op's rule
+   (a function its row of the op table names: tj__sh_ew, tj__sh_sum, ...)
+   says how inputs must be laid out, tj__reshard inserts the collectives
+   that get them there, and the output's sharding follows.
    Collectives are ordinary nodes; their VJP is "reshard the cotangent back",
    which turns all-gather into reduce-scatter and psum into a broadcast. */
 
-enum { TJ__SH_EW, TJ__SH_REDUCE, TJ__SH_DOT, TJ__SH_WHOLE, TJ__SH_RESHAPE, TJ__SH_TAKE, TJ__SH_SCATTER, TJ__SH_GIVEN };
-static int tj__opshard(int op);
 static tj_status tj__procs_devices(tj_ctx *c); /* process mode: this process's devices ([11]) */
+static tj__shard_fn tj__opshard(int op);        /* the op's sharding rule (the op table) */
 
 TJDEF int tj_devices(tj_ctx *c) { return c ? c->ndev : 0; }
 TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
@@ -4497,7 +4523,7 @@ static tj_node *tj__collective(tj_graph *g, int op, tj_node *x, const tj__type *
     tj_node *n = tj__node(g, op, t, 1, &x, NULL, file, line); /* a given type: no rule runs */
     if (!n) return NULL;
     n->a.axis = axis;
-    n->a.index = (int)mesh;
+    n->a.mesh = mesh;
     if (cause && !(n->name = tj__strdup(cause))) return NULL;
     return n;
 }
@@ -4613,79 +4639,148 @@ static int tj__same_but_ones(const tj__type *a, const tj__type *b) {
         i++, j++;
     }
 }
-/* The sharding rule, run by tj__node: fits inputs (replacing in[]) and sets
-   the output's sharding in *t. Returns -1 on error. */
+/* ---- sharding rules: one function per kind of op ----
+   Each op's row in the op table names its rule; tj__node runs it before it
+   records the node. A rule fits the inputs (replacing in[] by resharded
+   values) and sets the output's sharding in *t; -1 on error. The rules are
+   built from three steps: the output follows its inputs by axis name
+   (tj__sh_follow), each input is asked for a sharding (want), and
+   tj__sh_fit inserts the collectives that get it there. */
+
+/* The output's sharding by axis name: the first input that shards an axis
+   wins; axes the op needs whole stay replicated (whole & 1: the attribute's
+   axis and axis2, whole & 2: its axes list); a mesh axis is used once.
+   same_pos: an axis follows only an input axis at the same position, or an
+   input that differs only by size-1 axes (reshape). */
+static int tj__sh_given(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line);
+/* run by tj__node before it records a node (outside shard_map) */
 static int tj__shard_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
-    int cls = tj__opshard(op), i, j, k;
-    uint8_t want[TJ_MAXDIM];
-    const char *cause = tj__opname(op);
-    (void)g;
-    if (cls == TJ__SH_GIVEN || cls == TJ__SH_DOT) return 0; /* dot: the builder calls tj__shard_dot */
+    return tj__opshard(op)(g, op, t, nin, in, at, file, line);
+}
+static void tj__sh_follow(tj__type *t, int nin, tj_node *const *in, const tj__attr *at, int whole_mask, int same_pos) {
+    int i, j, k;
     for (i = 0; i < TJ_MAXDIM; i++) t->sh[i] = 0;
     t->partial = 0;
-    /* output sharding by axis name: the first input that shards an axis wins;
-       axes a rule needs whole stay replicated; a mesh axis is used once */
     for (i = 0; i < t->rank; i++) {
         int whole = 0;
-        if (cls == TJ__SH_WHOLE || cls == TJ__SH_TAKE || cls == TJ__SH_SCATTER)
-            whole = t->ax[i] == at->axis || t->ax[i] == at->axis2;
-        if (cls == TJ__SH_WHOLE)
+        if (whole_mask & 1) whole = t->ax[i] == at->axis || t->ax[i] == at->axis2;
+        if (whole_mask & 2)
             for (j = 0; j < at->naxes; j++) whole |= t->ax[i] == at->axes[j];
         for (j = 0; j < nin && !whole && !t->sh[i]; j++) {
-            if (cls == TJ__SH_RESHAPE) {
-                k = tj__axis_index(&in[j]->t, t->ax[i]);
-                if (k >= 0 && in[j]->t.dim[k] == t->dim[i] && (k == i || tj__same_but_ones(&in[j]->t, t))) t->sh[i] = in[j]->t.sh[k];
-            } else {
-                k = tj__axis_index(&in[j]->t, t->ax[i]);
-                if (k >= 0 && in[j]->t.dim[k] == t->dim[i]) t->sh[i] = in[j]->t.sh[k];
-            }
+            k = tj__axis_index(&in[j]->t, t->ax[i]);
+            if (k >= 0 && in[j]->t.dim[k] == t->dim[i] && (!same_pos || k == i || tj__same_but_ones(&in[j]->t, t))) t->sh[i] = in[j]->t.sh[k];
         }
         if (t->sh[i] & tj__sh_used(t->sh, i)) t->sh[i] = 0;
     }
-    if (cls == TJ__SH_RESHAPE && nin == 1 && in[0]->t.rank != t->rank && !tj__same_but_ones(&in[0]->t, t)) {
-        /* split/merge: only axes kept as they are may stay sharded */
-        for (i = 0; i < t->rank; i++) {
-            k = tj__axis_index(&in[0]->t, t->ax[i]);
-            if (k < 0 || k != i) t->sh[i] = 0;
-        }
+}
+/* What an input is asked for by default: the output's sharding on the axes
+   they share, its other axes whole. */
+static void tj__sh_want_out(const tj__type *t, const tj_node *x, uint8_t *want) {
+    int i, k;
+    for (i = 0; i < x->t.rank; i++) {
+        k = tj__axis_index(t, x->t.ax[i]);
+        want[i] = k >= 0 ? t->sh[k] : 0;
     }
-    /* each input takes the output's sharding on the axes it shares */
+}
+/* Reshard *x to want (adding up any partial sums it carries). */
+static int tj__sh_fit(tj_node **x, const uint8_t *want, int op, const char *file, int line) {
+    int i, need = (*x)->t.partial != 0;
+    for (i = 0; i < (*x)->t.rank; i++) need |= want[i] != (*x)->t.sh[i];
+    return need && !(*x = tj__reshard(*x, want, tj__opname(op), file, line)) ? -1 : 0;
+}
+/* Every input takes the output's sharding on the axes it shares. */
+static int tj__sh_fit_all(tj__type *t, int nin, tj_node **in, int op, const char *file, int line) {
+    uint8_t want[TJ_MAXDIM];
+    int j;
     for (j = 0; j < nin; j++) {
-        tj_node *x = in[j];
-        int need = 0;
-        if (cls == TJ__SH_TAKE && j == 1) { /* indices: their axes sit inside the output */
-            for (i = 0; i < x->t.rank; i++) {
-                k = tj__axis_index(t, x->t.ax[i]);
-                want[i] = k >= 0 ? t->sh[k] : 0;
-            }
-        } else if (cls == TJ__SH_SCATTER && j == 0) {
-            for (i = 0; i < x->t.rank; i++) {
-                k = tj__axis_index(t, x->t.ax[i]);
-                want[i] = k >= 0 ? t->sh[k] : x->t.sh[i] & ~tj__sh_used(t->sh, t->rank);
-            }
-        } else if (cls == TJ__SH_SCATTER && j == 1) {
-            for (i = 0; i < x->t.rank; i++) {
-                k = tj__axis_index(&in[0]->t, x->t.ax[i]);
-                want[i] = k >= 0 ? tj__axis_index(t, x->t.ax[i]) >= 0 ? 0 : in[0]->t.sh[k] & ~tj__sh_used(t->sh, t->rank) : 0;
-            }
-        } else {
-            for (i = 0; i < x->t.rank; i++) {
-                k = tj__axis_index(t, x->t.ax[i]);
-                want[i] = k >= 0 ? t->sh[k] : 0;
-                if (cls == TJ__SH_REDUCE && k < 0) want[i] = x->t.sh[i] & ~tj__sh_used(t->sh, t->rank);
-                if (cls == TJ__SH_RESHAPE && x->t.rank != t->rank && (k < 0 || k != i) && !tj__same_but_ones(&x->t, t)) want[i] = 0;
-            }
-        }
-        for (i = 0; i < x->t.rank; i++) need |= want[i] != x->t.sh[i];
-        need |= x->t.partial != 0;
-        if (need && !(in[j] = tj__reshard(x, want, cause, file, line))) return -1;
+        tj__sh_want_out(t, in[j], want);
+        if (tj__sh_fit(&in[j], want, op, file, line)) return -1;
     }
-    /* reductions over sharded axes, and scatters of sharded indices, leave partial sums */
-    if (cls == TJ__SH_REDUCE)
-        for (i = 0; i < in[0]->t.rank; i++)
-            if (tj__axis_index(t, in[0]->t.ax[i]) < 0) t->partial |= in[0]->t.sh[i];
-    if (cls == TJ__SH_SCATTER)
-        for (i = 0; i < in[1]->t.rank; i++) t->partial |= in[1]->t.sh[i];
+    return 0;
+}
+
+/* The builder sets the sharding itself (sources, parameters, collectives,
+   scan, custom ops): nothing to do. */
+static int tj__sh_given(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    (void)g, (void)op, (void)t, (void)nin, (void)in, (void)at, (void)file, (void)line;
+    return 0;
+}
+/* Elementwise (and relayout, copy, ...): the output follows the inputs. */
+static int tj__sh_ew(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    (void)g;
+    tj__sh_follow(t, nin, in, at, 0, 0);
+    return tj__sh_fit_all(t, nin, in, op, file, line);
+}
+/* An op that needs the axes its attribute names whole (reduce_max, slice,
+   pad, concat, the row ops, causal_mask): those are gathered. */
+static int tj__sh_whole(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    (void)g;
+    tj__sh_follow(t, nin, in, at, 3, 0);
+    return tj__sh_fit_all(t, nin, in, op, file, line);
+}
+/* sum: a reduced axis may stay sharded; each device sums its part and the
+   result is a partial SUM over those mesh axes, added up (psum) where a
+   later op needs it whole. Only a sum may leave partials this way: max or
+   min over a sharded axis would need a pmax, so they use tj__sh_whole. */
+static int tj__sh_sum(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    uint8_t want[TJ_MAXDIM];
+    int i;
+    (void)g, (void)nin;
+    tj__sh_follow(t, 1, in, at, 0, 0);
+    tj__sh_want_out(t, in[0], want);
+    for (i = 0; i < in[0]->t.rank; i++)
+        if (tj__axis_index(t, in[0]->t.ax[i]) < 0) want[i] = in[0]->t.sh[i] & ~tj__sh_used(t->sh, t->rank);
+    if (tj__sh_fit(&in[0], want, op, file, line)) return -1;
+    for (i = 0; i < in[0]->t.rank; i++)
+        if (tj__axis_index(t, in[0]->t.ax[i]) < 0) t->partial |= in[0]->t.sh[i];
+    return 0;
+}
+/* reshape: renames and size-1 axes move no data, so sharding follows the
+   names; a split or merge keeps sharded only the axes left where they are. */
+static int tj__sh_reshape(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    uint8_t want[TJ_MAXDIM];
+    int i, k, moved = in[0]->t.rank != t->rank && !tj__same_but_ones(&in[0]->t, t);
+    (void)g, (void)nin;
+    tj__sh_follow(t, 1, in, at, 0, 1);
+    for (i = 0; moved && i < t->rank; i++) {
+        k = tj__axis_index(&in[0]->t, t->ax[i]);
+        if (k < 0 || k != i) t->sh[i] = 0;
+    }
+    tj__sh_want_out(t, in[0], want);
+    for (i = 0; moved && i < in[0]->t.rank; i++) {
+        k = tj__axis_index(t, in[0]->t.ax[i]);
+        if (k < 0 || k != i) want[i] = 0;
+    }
+    return tj__sh_fit(&in[0], want, op, file, line);
+}
+/* take(table, idx): the indexed axis of the table stays whole; the
+   indices' axes sit inside the output and take its sharding. */
+static int tj__sh_take(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    (void)g;
+    tj__sh_follow(t, nin, in, at, 1, 0);
+    return tj__sh_fit_all(t, nin, in, op, file, line);
+}
+/* scatter_add(upd, idx) into a table: the table's axes follow the update;
+   update axes that the indices drop may stay sharded, and sharded indices
+   leave each device a partial sum of the table (scatter-add is a sum). */
+static int tj__sh_scatter(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    uint8_t want[TJ_MAXDIM];
+    int i, k;
+    unsigned used;
+    (void)g;
+    tj__sh_follow(t, nin, in, at, 1, 0);
+    used = tj__sh_used(t->sh, t->rank);
+    for (i = 0; i < in[0]->t.rank; i++) {
+        k = tj__axis_index(t, in[0]->t.ax[i]);
+        want[i] = k >= 0 ? t->sh[k] : in[0]->t.sh[i] & ~used;
+    }
+    if (tj__sh_fit(&in[0], want, op, file, line)) return -1;
+    for (i = 0; i < in[1]->t.rank; i++) {
+        k = tj__axis_index(&in[0]->t, in[1]->t.ax[i]);
+        want[i] = k >= 0 && tj__axis_index(t, in[1]->t.ax[i]) < 0 ? in[0]->t.sh[k] & ~used : 0;
+    }
+    if (tj__sh_fit(&in[1], want, op, file, line)) return -1;
+    for (i = 0; i < in[1]->t.rank; i++) t->partial |= in[1]->t.sh[i];
     return 0;
 }
 
@@ -4749,6 +4844,15 @@ static void tj__dot_out_sharding(const tj_node *a, const tj_node *b, const int *
         else if ((k = tj__axis_index(&b->t, t->ax[i])) >= 0) t->sh[i] = b->t.sh[k];
     }
     for (j = 0; j < nk; j++) t->partial |= a->t.sh[tj__axis_index(&a->t, ck[j])];
+}
+/* dot's rule (at->axes: the contracted axes). The builder runs it once
+   before it lays the operands out for the kernel, so that relayouts copy
+   slices; tj__node runs it again and finds the operands fitted. */
+static int tj__sh_dot(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    (void)g, (void)op, (void)nin;
+    if (tj__shard_dot(&in[0], &in[1], at->axes, at->naxes, file, line)) return -1;
+    tj__dot_out_sharding(in[0], in[1], at->axes, at->naxes, t);
+    return 0;
 }
 
 /* inside shard_map there is no sharding to constrain: types are local */
@@ -4874,12 +4978,12 @@ static tj_node *tj__pvary(tj_node *x, unsigned m, const char *cause, const char 
     return tj__manual_coll(TJ__OP_PVARY, x, m, -1, -1, NULL, cause, f, l);
 }
 /* The vary rule: run by tj__node in place of the sharding rule. Ops whose
-   class is GIVEN (params, sources, collectives, scan, custom ops) set their
+   rule is tj__sh_given (params, sources, collectives, scan, custom ops) set their
    own set in their builders. */
 static int tj__vary_rule(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const char *file, int line) {
     unsigned u = 0;
     int j;
-    if (tj__opshard(op) == TJ__SH_GIVEN) return 0;
+    if (tj__opshard(op) == tj__sh_given) return 0;
     for (j = 0; j < TJ_MAXDIM; j++) t->sh[j] = 0;
     t->partial = 0;
     for (j = 0; j < nin; j++) u |= in[j]->t.vary;
@@ -4993,7 +5097,7 @@ TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
     t.vary = g->check ? (uint8_t)m : 0;
-    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, NULL, f, l))) n->a.index = m;
+    if ((n = tj__node(g, TJ__OP_AXIS_INDEX, &t, 0, NULL, NULL, f, l))) n->a.mesh = (unsigned)m;
     return n;
 }
 
@@ -5003,11 +5107,10 @@ TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_
    too) and its cost. VJP rules may return cotangents in any axis order, with
    axes to sum out or broadcast in, and in another float dtype: the autodiff
    driver fits each one to its input's exact type (tj__fit), so rules stay
-   short. F and L below are the node's own source location: backward ops are
-   attributed to the forward line that caused them. */
+   short. VJP rules build their ops at n->file, n->line, the node's own
+   source location: backward ops are attributed to the forward line that
+   caused them. */
 
-#define F (n->file)
-#define L (n->line)
 #define TJ__GELU_C 0.7978845608028654 /* sqrt(2/pi) */
 #define TJ__CHUNK 256
 
@@ -5122,7 +5225,7 @@ static TJ__INLINE double tj__ftanh(double x) {
 }
 /* One chunk of an elementwise op (TJ__UNARY_OPS, TJ__BINARY_OPS, select)
    in the compute type `real`; unary ops evaluate in double. */
-#define TJ__MATH_U(op_, nm, expr)     \
+#define TJ__MATH_U(op_, nm, expr, ...)\
     case TJ__OP_##op_:                \
         for (j = 0; j < n; j++) {     \
             double a = A[j];          \
@@ -5424,17 +5527,16 @@ static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double
     if (n) n->a.s = s;
     return n;
 }
-#define TJ__U(op_, nm, expr) \
-    TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x) { return tj__unary(f, l, TJ__OP_##op_, x, x ? x->t.dt : TJ_F32, 0); }
-TJ__U(NEG, neg, 0)
-TJ__U(EXP, exp, 0)
-TJ__U(LOG, log, 0)
-TJ__U(TANH, tanh, 0)
-TJ__U(SQRT, sqrt, 0)
-TJ__U(RSQRT, rsqrt, 0)
-TJ__U(RELU, relu, 0)
-TJ__U(GELU, gelu, 0)
-#undef TJ__U
+#define TJ__U_DEF(op, nm, fwd, kind, deriv, lo, hi) TJ__U_DEF_##kind(op, nm)
+#define TJ__U_DEF_PUB(op, nm) \
+    TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x) { return tj__unary(f, l, TJ__OP_##op, x, x ? x->t.dt : TJ_F32, 0); }
+#define TJ__U_DEF_OWN(op, nm)
+#define TJ__U_DEF_GRAD(op, nm)
+TJ__UNARY_OPS(TJ__U_DEF)
+#undef TJ__U_DEF
+#undef TJ__U_DEF_PUB
+#undef TJ__U_DEF_OWN
+#undef TJ__U_DEF_GRAD
 TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p) { return tj__unary(f, l, TJ__OP_POWS, x, x ? x->t.dt : TJ_F32, p); }
 TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt) {
     if (x && (unsigned)dt >= TJ_NDTYPE) {
@@ -5444,40 +5546,38 @@ TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt) {
     if (x && x->t.dt == dt) return x;
     return tj__unary(f, l, TJ__OP_CAST, x, dt, 0);
 }
-/* d/dx of each unary op, in graph ops: g is the cotangent, x the input, y the output */
-static tj_v tj__gelu_d_composite(const char *f, int l, tj_v x) {
-    /* gelu'(x) = 0.5(1+t) + 0.5 x (1-t^2) c (1 + 3k x^2),  t = tanh(c(x + k x^3)) */
-    tj_v x2 = tj_mul_at(f, l, x, x);
+/* gelu's derivative is an op of its own (gelu_grad, one fused pass); its
+   derivative in turn (grad of grad) differentiates gelu' written in
+   primitives: gelu'(x) = 0.5(1+t) + 0.5 x (1-t^2) c (1 + 3k x^2),
+   t = tanh(c(x + k x^3)) */
+static tj_v tj__gelu_grad(const char *f, int l, tj_v x) { return tj__unary(f, l, TJ__OP_GELU_D, x, x ? x->t.dt : TJ_F32, 0); }
+static tj_v tj__gelu_grad_vjp(const char *f, int l, tj_v x, tj_v g) {
+    tj_v x2 = tj_mul_at(f, l, x, x), d = NULL;
     tj_v u = tj_muls_at(f, l, tj_add_at(f, l, x, tj_muls_at(f, l, tj_mul_at(f, l, x2, x), 0.044715)), TJ__GELU_C);
     tj_v t = tj_tanh_at(f, l, u);
     tj_v a = tj_muls_at(f, l, tj_adds_at(f, l, t, 1.0), 0.5);
     tj_v sech2 = tj_adds_at(f, l, tj_neg_at(f, l, tj_mul_at(f, l, t, t)), 1.0);
     tj_v du = tj_muls_at(f, l, tj_adds_at(f, l, tj_muls_at(f, l, x2, 3 * 0.044715), 1.0), TJ__GELU_C);
-    return tj_add_at(f, l, a, tj_mul_at(f, l, tj_muls_at(f, l, x, 0.5), tj_mul_at(f, l, sech2, du)));
+    tj_v c = tj_add_at(f, l, a, tj_mul_at(f, l, tj_muls_at(f, l, x, 0.5), tj_mul_at(f, l, sech2, du)));
+    return tj_vjp_at(f, l, 1, &c, &g, 1, &x, &d) ? NULL : d;
 }
+/* The VJP of every unary op: the derivative column of its row, evaluated
+   with TJ_AT standing for the forward op's source line. */
 static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
     tj_v x = n->in[0], y = n, d = NULL;
+    double s = n->a.s;
+    (void)y, (void)s;
+#undef TJ_AT
+#define TJ_AT n->file, n->line
+#define TJ__U_VJP(op, nm, fwd, kind, deriv, lo, hi) \
+    case TJ__OP_##op: d = (deriv); break;
     switch (n->op) {
-    case TJ__OP_NEG: d = tj_neg_at(F, L, g); break;
-    case TJ__OP_EXP: d = tj_mul_at(F, L, g, y); break;
-    case TJ__OP_LOG: d = tj_div_at(F, L, g, x); break;
-    case TJ__OP_TANH: d = tj_mul_at(F, L, g, tj_adds_at(F, L, tj_neg_at(F, L, tj_mul_at(F, L, y, y)), 1.0)); break;
-    case TJ__OP_SQRT: d = tj_div_at(F, L, tj_muls_at(F, L, g, 0.5), y); break;
-    case TJ__OP_RSQRT: d = tj_mul_at(F, L, g, tj_muls_at(F, L, tj_mul_at(F, L, y, tj_mul_at(F, L, y, y)), -0.5)); break;
-    case TJ__OP_RELU: d = tj_mul_at(F, L, g, tj_cast_at(F, L, tj_gt_at(F, L, x, tj_scalar_at(F, L, x->g, x->t.dt, 0)), g->t.dt)); break;
-    case TJ__OP_GELU: d = tj_mul_at(F, L, g, tj__unary(F, L, TJ__OP_GELU_D, x, x->t.dt, 0)); break;
-    case TJ__OP_GELU_D: {
-        /* the second derivative: differentiate gelu' written in primitives */
-        tj_v c = tj__gelu_d_composite(F, L, x);
-        if (tj_vjp_at(F, L, 1, &c, &g, 1, &x, &d)) return tj_status_of(x->g->ctx);
-        break;
-    }
-    case TJ__OP_POWS:
-        d = tj_mul_at(F, L, g, tj_muls_at(F, L, tj_pows_at(F, L, x, n->a.s - 1.0), n->a.s));
-        break;
-    case TJ__OP_CAST: d = g; break;
+        TJ__UNARY_OPS(TJ__U_VJP)
     default: break;
     }
+#undef TJ__U_VJP
+#undef TJ_AT
+#define TJ_AT __FILE__, __LINE__
     gin[0] = d;
     return d ? TJ_OK : tj_status_of(x->g->ctx);
 }
@@ -5586,22 +5686,22 @@ static tj_status tj__vjp_binary(tj_node *n, tj_v g, tj_v *gin) {
     tj_v a = n->in[0], b = n->in[1], half, eq;
     switch (n->op) {
     case TJ__OP_ADD: gin[0] = g; gin[1] = g; break;
-    case TJ__OP_SUB: gin[0] = g; gin[1] = tj_neg_at(F, L, g); break;
-    case TJ__OP_MUL: gin[0] = tj_mul_at(F, L, g, b); gin[1] = tj_mul_at(F, L, g, a); break;
+    case TJ__OP_SUB: gin[0] = g; gin[1] = tj_neg_at(n->file, n->line, g); break;
+    case TJ__OP_MUL: gin[0] = tj_mul_at(n->file, n->line, g, b); gin[1] = tj_mul_at(n->file, n->line, g, a); break;
     case TJ__OP_DIV:
-        gin[0] = tj_div_at(F, L, g, b);
-        gin[1] = tj_neg_at(F, L, tj_div_at(F, L, tj_mul_at(F, L, g, n), b)); /* -g a/b^2 = -g y/b */
+        gin[0] = tj_div_at(n->file, n->line, g, b);
+        gin[1] = tj_neg_at(n->file, n->line, tj_div_at(n->file, n->line, tj_mul_at(n->file, n->line, g, n), b)); /* -g a/b^2 = -g y/b */
         break;
     case TJ__OP_MAX2:
     case TJ__OP_MIN2:
         /* the winner gets g; a tie splits it in halves (as JAX does) */
-        eq = tj_cast_at(F, L, tj_eq_at(F, L, a, b), g->t.dt);
-        half = tj_muls_at(F, L, tj_mul_at(F, L, g, eq), 0.5);
+        eq = tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, a, b), g->t.dt);
+        half = tj_muls_at(n->file, n->line, tj_mul_at(n->file, n->line, g, eq), 0.5);
         {
-            tj_v wa = tj_cast_at(F, L, n->op == TJ__OP_MAX2 ? tj_gt_at(F, L, a, b) : tj_lt_at(F, L, a, b), g->t.dt);
-            tj_v wb = tj_cast_at(F, L, n->op == TJ__OP_MAX2 ? tj_gt_at(F, L, b, a) : tj_lt_at(F, L, b, a), g->t.dt);
-            gin[0] = tj_add_at(F, L, tj_mul_at(F, L, g, wa), half);
-            gin[1] = tj_add_at(F, L, tj_mul_at(F, L, g, wb), half);
+            tj_v wa = tj_cast_at(n->file, n->line, n->op == TJ__OP_MAX2 ? tj_gt_at(n->file, n->line, a, b) : tj_lt_at(n->file, n->line, a, b), g->t.dt);
+            tj_v wb = tj_cast_at(n->file, n->line, n->op == TJ__OP_MAX2 ? tj_gt_at(n->file, n->line, b, a) : tj_lt_at(n->file, n->line, b, a), g->t.dt);
+            gin[0] = tj_add_at(n->file, n->line, tj_mul_at(n->file, n->line, g, wa), half);
+            gin[1] = tj_add_at(n->file, n->line, tj_mul_at(n->file, n->line, g, wb), half);
         }
         break;
     default: break; /* compares: no gradient */
@@ -5640,9 +5740,9 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v m, tj_v a, tj_v b) {
     }
 }
 static tj_status tj__vjp_select(tj_node *n, tj_v g, tj_v *gin) {
-    tj_v z = tj_scalar_at(F, L, n->g, g->t.dt, 0);
-    gin[1] = tj_select_at(F, L, n->in[0], g, z);
-    gin[2] = tj_select_at(F, L, n->in[0], z, g);
+    tj_v z = tj_scalar_at(n->file, n->line, n->g, g->t.dt, 0);
+    gin[1] = tj_select_at(n->file, n->line, n->in[0], g, z);
+    gin[2] = tj_select_at(n->file, n->line, n->in[0], z, g);
     return TJ_OK;
 }
 
@@ -5942,15 +6042,15 @@ static void tj__k_reduce(tj__kern *k) {
     tj__parallel(tj__nparts(total, k->nthreads) < e.on ? tj__nparts(total, k->nthreads) : (int)e.on, tj__red_part, &e);
 }
 static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj__relayout(F, L, g, &n->in[0]->t); /* broadcast back */
+    gin[0] = tj__relayout(n->file, n->line, g, &n->in[0]->t); /* broadcast back */
     return TJ_OK;
 }
 static tj_status tj__vjp_maxr(tj_node *n, tj_v g, tj_v *gin) {
     /* g flows to every position equal to the max, shared equally */
     tj_v x = n->in[0];
-    tj_v mask = tj_cast_at(F, L, tj_eq_at(F, L, x, n), g->t.dt);
-    tj_v cnt = tj__sum_ids(F, L, mask, n->a.axes, n->a.naxes);
-    gin[0] = tj_mul_at(F, L, mask, tj_div_at(F, L, g, cnt));
+    tj_v mask = tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, x, n), g->t.dt);
+    tj_v cnt = tj__sum_ids(n->file, n->line, mask, n->a.axes, n->a.naxes);
+    gin[0] = tj_mul_at(n->file, n->line, mask, tj_div_at(n->file, n->line, g, cnt));
     return TJ_OK;
 }
 
@@ -6021,11 +6121,11 @@ static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t) {
 }
 static tj_status tj__vjp_reshape(tj_node *n, tj_v g, tj_v *gin) {
     /* g has n's type once fitted; reinterpret it with the input's axes */
-    tj_v gf = tj__fit(F, L, g, &n->t);
+    tj_v gf = tj__fit(n->file, n->line, g, &n->t);
     tj__type t = n->in[0]->t;
     if (!gf) return tj_status_of(n->g->ctx);
     t.dt = gf->t.dt;
-    gin[0] = tj__reshape(F, L, gf, &t);
+    gin[0] = tj__reshape(n->file, n->line, gf, &t);
     return TJ_OK;
 }
 TJDEF tj_v tj_rename_at(const char *f, int l, tj_v x, const char *from, const char *to) {
@@ -6157,7 +6257,7 @@ static void tj__k_slice(tj__kern *k) {
 }
 static tj_status tj__vjp_slice(tj_node *n, tj_v g, tj_v *gin) {
     int k = tj__axis_index(&n->in[0]->t, n->a.axis);
-    gin[0] = tj_pad_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->in[0]->t.dim[k] - n->a.stop, 0.0);
+    gin[0] = tj_pad_at(n->file, n->line, tj__fit(n->file, n->line, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->in[0]->t.dim[k] - n->a.stop, 0.0);
     return TJ_OK;
 }
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value) {
@@ -6188,7 +6288,7 @@ static void tj__k_pad(tj__kern *k) {
 }
 static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
     int k = tj__axis_index(&n->in[0]->t, n->a.axis);
-    gin[0] = tj_slice_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->a.start + n->in[0]->t.dim[k]);
+    gin[0] = tj_slice_at(n->file, n->line, tj__fit(n->file, n->line, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->a.start + n->in[0]->t.dim[k]);
     return TJ_OK;
 }
 TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
@@ -6234,9 +6334,9 @@ static void tj__k_concat(tj__kern *k) {
 static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
     int64_t at = 0;
     int i, k = tj__axis_index(&n->t, n->a.axis);
-    tj_v gf = tj__fit(F, L, g, &n->t);
+    tj_v gf = tj__fit(n->file, n->line, g, &n->t);
     for (i = 0; i < n->nin; i++) {
-        gin[i] = tj_slice_at(F, L, gf, tj__name(n->g->ctx, n->a.axis), at, at + n->in[i]->t.dim[k]);
+        gin[i] = tj_slice_at(n->file, n->line, gf, tj__name(n->g->ctx, n->a.axis), at, at + n->in[i]->t.dim[k]);
         at += n->in[i]->t.dim[k];
     }
     return TJ_OK;
@@ -6293,6 +6393,8 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
         if (!(ig = tj__inner(2, ab, "dot", f, l))) return NULL;
         autosh = c->nmesh && !ig->manual; /* inside shard_map: local types, no rule */
     }
+    /* fit the operands now, before they are laid out for the kernel, so
+       that relayouts copy slices (dot's rule, tj__sh_dot, does this fit) */
     if (autosh && tj__shard_dot(&a, &b, ck, nk, f, l)) return NULL;
     for (i = 0; i < a->t.rank; i++) {
         int isk = 0, kb;
@@ -6344,16 +6446,15 @@ TJDEF tj_v tj_dot_at(const char *f, int l, tj_v a, tj_v b, const char *contract)
         in[1] = same || samet ? b : tj__relayout(f, l, b, &tb);
     }
     if (!in[0] || !in[1]) return NULL;
-    if (autosh) tj__dot_out_sharding(in[0], in[1], ck, nk, &to);
     {
         tj_graph *g = tj__inner(2, in, "dot", f, l);
-        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, NULL, f, l) : NULL;
-    }
-    if (n) {
-        n->a.nb = nb; n->a.nm = nm; n->a.nk = nk; n->a.nn = nn;
-        n->a.trans_a = trans_a; n->a.trans_b = trans_b;
-        n->a.naxes = nk;
-        for (i = 0; i < nk; i++) n->a.axes[i] = ck[i];
+        tj__attr at;
+        memset(&at, 0, sizeof at);
+        at.nb = nb, at.nm = nm, at.nk = nk, at.nn = nn;
+        at.trans_a = trans_a, at.trans_b = trans_b;
+        at.naxes = nk;
+        for (i = 0; i < nk; i++) at.axes[i] = ck[i];
+        n = g ? tj__node(g, TJ__OP_DOT, &to, 2, in, &at, f, l) : NULL;
     }
     return n;
 }
@@ -6433,12 +6534,12 @@ static tj_status tj__vjp_dot(tj_node *n, tj_v g, tj_v *gin) {
     tj_v a = n->in[0], b = n->in[1];
     for (i = 0; i < n->a.nm; i++) Mids[i] = n->t.ax[n->a.nb + i];
     for (i = 0; i < n->a.nn; i++) Nids[i] = n->t.ax[n->a.nb + n->a.nm + i];
-    if (n->a.nn) gin[0] = n->a.trans_a ? tj_dot_at(F, L, b, g, tj__names_str(c, Nids, n->a.nn, buf, sizeof buf))
-                                       : tj_dot_at(F, L, g, b, tj__names_str(c, Nids, n->a.nn, buf, sizeof buf));
-    else gin[0] = tj_mul_at(F, L, g, b);
-    if (n->a.nm) gin[1] = n->a.trans_b ? tj_dot_at(F, L, g, a, tj__names_str(c, Mids, n->a.nm, buf, sizeof buf))
-                                       : tj_dot_at(F, L, a, g, tj__names_str(c, Mids, n->a.nm, buf, sizeof buf));
-    else gin[1] = tj_mul_at(F, L, a, g);
+    if (n->a.nn) gin[0] = n->a.trans_a ? tj_dot_at(n->file, n->line, b, g, tj__names_str(c, Nids, n->a.nn, buf, sizeof buf))
+                                       : tj_dot_at(n->file, n->line, g, b, tj__names_str(c, Nids, n->a.nn, buf, sizeof buf));
+    else gin[0] = tj_mul_at(n->file, n->line, g, b);
+    if (n->a.nm) gin[1] = n->a.trans_b ? tj_dot_at(n->file, n->line, g, a, tj__names_str(c, Mids, n->a.nm, buf, sizeof buf))
+                                       : tj_dot_at(n->file, n->line, a, g, tj__names_str(c, Mids, n->a.nm, buf, sizeof buf));
+    else gin[1] = tj_mul_at(n->file, n->line, a, g);
     return TJ_OK;
 }
 
@@ -6544,11 +6645,11 @@ static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int 
     return tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, &pa, f, l);
 }
 static tj_status tj__vjp_take(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj__scatter_add(F, L, g, n->in[1], n->in[0], n->a.axis);
+    gin[0] = tj__scatter_add(n->file, n->line, g, n->in[1], n->in[0], n->a.axis);
     return TJ_OK;
 }
 static tj_status tj__vjp_scatter(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj_take_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->in[1]);
+    gin[0] = tj_take_at(n->file, n->line, tj__fit(n->file, n->line, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->in[1]);
     return TJ_OK;
 }
 TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dtype dt) {
@@ -6654,20 +6755,20 @@ static tj_v tj__row_grad(const char *f, int l, int op, tj_node *n, tj_v x, tj_v 
     return tj__rownode(f, l, op, nin, in, n->a.axis, n->a.s, &x->t);
 }
 static tj_status tj__vjp_softmax(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj__row_grad(F, L, TJ__OP_SOFTMAX_GRAD, n, n, NULL, g);
+    gin[0] = tj__row_grad(n->file, n->line, TJ__OP_SOFTMAX_GRAD, n, n, NULL, g);
     return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
 }
 static tj_status tj__vjp_log_softmax(tj_node *n, tj_v g, tj_v *gin) {
     /* dx = g - softmax(x) sum(g) */
-    gin[0] = tj_sub_at(F, L, g, tj_mul_at(F, L, tj_exp_at(F, L, n), tj__sum_ids(F, L, g, &n->a.axis, 1)));
+    gin[0] = tj_sub_at(n->file, n->line, g, tj_mul_at(n->file, n->line, tj_exp_at(n->file, n->line, n), tj__sum_ids(n->file, n->line, g, &n->a.axis, 1)));
     return TJ_OK;
 }
 static tj_status tj__vjp_layer_norm(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj__row_grad(F, L, TJ__OP_LAYER_NORM_GRAD, n, n->in[0], NULL, g);
+    gin[0] = tj__row_grad(n->file, n->line, TJ__OP_LAYER_NORM_GRAD, n, n->in[0], NULL, g);
     return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
 }
 static tj_status tj__vjp_cross_entropy(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj__row_grad(F, L, TJ__OP_CROSS_ENTROPY_GRAD, n, n->in[0], n->in[1], g);
+    gin[0] = tj__row_grad(n->file, n->line, TJ__OP_CROSS_ENTROPY_GRAD, n, n->in[0], n->in[1], g);
     return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
 }
 /* What gradient op n computes from x and g, written in primitives: the
@@ -6694,10 +6795,10 @@ static tj_status tj__vjp_row_grad(tj_node *n, tj_v h, tj_v *gin) {
     /* partial derivatives: x and g enter as copies, so the inner vjp does not
        also follow g's own dependence on x (the outer one does) */
     tj_v wrt[2], c, d[2];
-    wrt[0] = tj__copy(F, L, n->in[0]);
-    wrt[1] = tj__copy(F, L, n->in[n->nin - 1]);
-    c = tj__row_grad_composite(F, L, n, wrt[0], wrt[1]);
-    if (!c || tj_vjp_at(F, L, 1, &c, &h, 2, wrt, d)) return tj_status_of(n->g->ctx);
+    wrt[0] = tj__copy(n->file, n->line, n->in[0]);
+    wrt[1] = tj__copy(n->file, n->line, n->in[n->nin - 1]);
+    c = tj__row_grad_composite(n->file, n->line, n, wrt[0], wrt[1]);
+    if (!c || tj_vjp_at(n->file, n->line, 1, &c, &h, 2, wrt, d)) return tj_status_of(n->g->ctx);
     gin[0] = d[0];
     gin[n->nin - 1] = d[1];
     return TJ_OK;
@@ -6840,7 +6941,7 @@ static void tj__k_causal(tj__kern *k) {
     if (rows) tj__parallel(np < rows ? np : (int)rows, tj__causal_part, k);
 }
 static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj_causal_mask_at(F, L, tj__fit(F, L, g, &n->t), tj__name(n->g->ctx, n->a.axis), tj__name(n->g->ctx, n->a.axis2), 0.0);
+    gin[0] = tj_causal_mask_at(n->file, n->line, tj__fit(n->file, n->line, g, &n->t), tj__name(n->g->ctx, n->a.axis), tj__name(n->g->ctx, n->a.axis2), 0.0);
     return TJ_OK;
 }
 
@@ -6860,22 +6961,19 @@ TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name)
 static tj_v tj__copy(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_COPY, &x->t, 1, &x, NULL, f, l) : NULL; }
 static void tj__k_none(tj__kern *k) { (void)k; }
 
-#undef F
-#undef L
 
-/* ---- the op table ---- */
 /* ---- collective kernels ----
    The kernels that move data between devices (all_gather, psum, pmax,
    reduce_scatter, all_to_all, ppermute) live with the transports in [11];
    here are the ones that only look at the device's own rank. */
 static void tj__k_shard_slice(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
+    unsigned m = k->n->a.mesh;
     int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, m);
     int64_t ist[TJ_MAXDIM] = {0};
     tj__strides(k->it[0], ist);
     tj__copy_region(k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim, k->nthreads);
 }
-static void tj__k_axis_index(tj__kern *k) { *(int32_t *)k->out = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index); }
+static void tj__k_axis_index(tj__kern *k) { *(int32_t *)k->out = tj__mesh_rank(k->ctx, k->dev, k->n->a.mesh); }
 /* A collective's VJP. Outside shard_map: bring the cotangent back to the
    input's sharding (tj__fit reshards), which makes all-gather's transpose
    a reduce-scatter (or a free slice) and psum's a plain broadcast. Inside:
@@ -6883,7 +6981,7 @@ static void tj__k_axis_index(tj__kern *k) { *(int32_t *)k->out = tj__mesh_rank(k
    all_to_all with its axes swapped, ppermute inverted). With checking off
    psum transposes to psum, as in JAX. */
 static tj_status tj__vjp_coll(tj_node *n, tj_v g, tj_v *gin) {
-    unsigned m = (unsigned)n->a.index;
+    unsigned m = n->a.mesh;
     signed char inv[TJ_MAXDEV];
     char why[256];
     int r;
@@ -7075,7 +7173,7 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
         dummy.dt = TJ_I32;
         if (!(n = tj__node(g, TJ__OP_CUSTOM, &dummy, nin, x, NULL, f, l))) return c->status ? c->status : TJ_ERR_OOM;
     }
-    n->a.index = k;
+    n->a.reg = k;
     for (j = 0; j < d->nout; j++) {
         if (tj__add_proj(n, &t[j], TJ_SPACE_DEVICE)) return c->status;
         out[j] = n->proj[j];
@@ -7088,7 +7186,7 @@ static void tj__custom_bufs(tj__kern *k, tj_buf *ib, tj_buf *ob) {
     for (i = 0; i < k->n->nproj && i < 16; i++) tj__to_buf(k->ctx, &k->n->proj[i]->lt, k->pout[i], &ob[i]);
 }
 static void tj__k_custom(tj__kern *k) {
-    const tj_op_def *d = &k->ctx->ops[k->n->a.index].d;
+    const tj_op_def *d = &k->ctx->ops[k->n->a.reg].d;
     tj_buf ib[16], ob[16];
     if (!d->cpu) {
         snprintf(k->err, TJ__MSG, "custom op '%s' has no CPU kernel (at %s:%d)", d->name, tj__base(k->n->file), k->n->line);
@@ -7099,7 +7197,7 @@ static void tj__k_custom(tj__kern *k) {
 }
 /* for GPU backends: run a custom op's CUDA launcher on `stream` */
 static int tj__k_custom_gpu(tj__kern *k, void *stream) {
-    const tj_op_def *d = &k->ctx->ops[k->n->a.index].d;
+    const tj_op_def *d = &k->ctx->ops[k->n->a.reg].d;
     tj_buf ib[16], ob[16];
     if (!d->cuda) {
         snprintf(k->err, TJ__MSG, "custom op '%s' has no CUDA kernel (tj_op_def.cuda) (at %s:%d)", d->name, tj__base(k->n->file), k->n->line);
@@ -7115,11 +7213,11 @@ static void tj__multi_cts(tj_node *n, tj_v *ct) {
     int j;
     for (j = 0; j < n->nproj; j++) {
         tj_node *p = n->proj[j];
-        ct[j] = tj__proj_ct[p->id] ? tj__fit(n->file, n->line, tj__proj_ct[p->id], &p->t) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, n->g, p->t.dt, 0.0), &p->t);
+        ct[j] = n->g->ctx->proj_ct[p->id] ? tj__fit(n->file, n->line, n->g->ctx->proj_ct[p->id], &p->t) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, n->g, p->t.dt, 0.0), &p->t);
     }
 }
 static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
-    const tj_op_def *d = &n->g->ctx->ops[n->a.index].d;
+    const tj_op_def *d = &n->g->ctx->ops[n->a.reg].d;
     tj_v ct[16];
     (void)g;
     if (!d->vjp) {
@@ -7132,6 +7230,9 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
     return n->g->ctx->status;
 }
 
+/* ---- the op table ----
+   Built from the rows of [3] (TJ__UNARY_OPS, TJ__BINARY_OPS, TJ__OTHER_OPS)
+   now that every op's builder, kernel, VJP rule and cost exist. */
 /* ops whose blocks live in other sections */
 static void tj__k_all_gather(tj__kern *k); /* collectives: [11], transports */
 static void tj__k_psum(tj__kern *k);
@@ -7146,13 +7247,13 @@ static void tj__k_scan(tj__kern *k);
 static tj_status tj__vjp_scan(tj_node *n, tj_v g, tj_v *gin);
 static double tj__flops_scan(const tj_node *n);
 static int64_t tj__scan_scratch(const tj_node *n);
-#define TJ__OPDEF_U(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_unary, tj__flops_out, 0, TJ__SH_EW},
-#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_binary, tj__flops_out, 0, TJ__SH_EW},
+#define TJ__OPDEF_U(op, nm, ...) {#nm, 0, tj__k_ew, tj__vjp_unary, tj__flops_out, 0, tj__sh_ew},
+#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_binary, tj__flops_out, 0, tj__sh_ew},
 #define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc, sh) {nm, (fl), k, v, fp, sc, sh},
 static const tj__opdef tj__ops[TJ__NOPS] = {TJ__UNARY_OPS(TJ__OPDEF_U) TJ__BINARY_OPS(TJ__OPDEF_B) TJ__OTHER_OPS(TJ__OPDEF_O)};
 static const char *tj__opname(int op) { return op >= 0 && op < TJ__NOPS ? tj__ops[op].name : "?"; }
-static int tj__opshard(int op) { return tj__ops[op].shard; }
 static unsigned tj__ops_flags(int op) { return tj__ops[op].flags; }
+static tj__shard_fn tj__opshard(int op) { return tj__ops[op].shard; }
 
 /* ==== [6] autodiff ======================================================= */
 /* Reverse mode over the graph built so far. Walk the nodes that lie between
@@ -7248,7 +7349,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
         if (d->flags & TJ__MULTI) { /* its cotangents sit on its projections */
             for (j = 0; j < n->nproj; j++) any |= n->proj[j]->id < n0 && ct[n->proj[j]->id] != NULL;
             if (!any) continue;
-            tj__proj_ct = ct;
+            c->proj_ct = ct;
         } else if (!ct[i] || n->op == TJ__OP_PROJ) continue;
         if (!needs[i] || !reach[i] || (d->flags & TJ__NODIFF) || n->nin > 64) continue;
         any = 0;
@@ -7377,7 +7478,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     memset(&dummy, 0, sizeof dummy);
     dummy.dt = TJ_I32;
     if (!(n = tj__node(g, TJ__OP_CUSTOM_VJP, &dummy, nin + nout + nres, all, NULL, f, l))) return c->status ? c->status : TJ_ERR_OOM;
-    n->a.index = k;
+    n->a.reg = k;
     for (i = 0; i < nout; i++) {
         if (tj__add_proj(n, &all[nin + i]->t, TJ_SPACE_DEVICE)) return c->status;
         out[i] = n->proj[i];
@@ -7385,12 +7486,12 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     return TJ_OK;
 }
 static void tj__k_custom_vjp(tj__kern *k) { /* hand y on */
-    const struct tj__cvjp *cv = &k->ctx->cvjps[k->n->a.index];
+    const struct tj__cvjp *cv = &k->ctx->cvjps[k->n->a.reg];
     int j;
     for (j = 0; j < cv->nout; j++) memcpy(k->pout[j], k->in[cv->nin + j], (size_t)tj__bytes(&k->n->proj[j]->lt));
 }
 static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g_unused, tj_v *gin) {
-    const struct tj__cvjp *cv = &n->g->ctx->cvjps[n->a.index];
+    const struct tj__cvjp *cv = &n->g->ctx->cvjps[n->a.reg];
     tj_v ct[16], gx[64];
     int i;
     (void)g_unused;
@@ -8339,7 +8440,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj_graph *G = n->g, *B = n->sub, *bk = NULL;
     tj_ctx *c = G->ctx;
     int nc = n->a.ncarry, nx = n->a.nx, ncap = n->a.ncap, ny = n->nproj - nc, i, k, nw = 0, nf = 0;
-    tj_v *pct = tj__proj_ct, cts[64], outs[64], wrt[128], grads[128], ctp[64];
+    tj_v *pct = n->g->ctx->proj_ct, cts[64], outs[64], wrt[128], grads[128], ctp[64];
     int wrt_kind[128], wrt_idx[128];
     tj__bwd w;
     tj_node *binit[64], *bxs[64] = {0}, *bn, *bfinal[64];
@@ -8425,7 +8526,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
                 snprintf(why, sizeof why, "check off: output %d's out_spec replicates it over %s, so its cotangent is divided by %d", i,
                          tj__mesh_names(c, rep, mb, sizeof mb), tj__mesh_count(c, rep));
                 if (p && !(p->name = tj__strdup(why))) goto fail;
-                if (p) p->a.index = (int)rep; /* for the transpose report */
+                if (p) p->a.mesh = rep; /* for the transpose report */
             }
             w.map[ctp[nc + i]->id] = p;
         }
@@ -8803,7 +8904,132 @@ static int tj__needs_buffer(const tj_node *n) {
     return n->root == n && n->op != TJ__OP_PARAM && n->out_index < 0 && !(tj__ops[n->op].flags & TJ__MULTI);
 }
 
-/* ---- fusion of elementwise loops ----
+/* fusion groups (which elementwise nodes run as one loop) are the CPU
+   backend's decision; the plan asks for them first: [11] */
+static tj_status tj__fuse(tj_prog *p);
+static tj_node *tj__froot(tj_node *n);
+
+static tj_status tj__plan(tj_prog *p) {
+    tj_graph *g = p->g;
+    tj__heap h[2];
+    int i, j, s;
+    tj_memory_analysis *m = &p->mem;
+    memset(h, 0, sizeof h);
+    memset(m, 0, sizeof *m);
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *n = p->sched[i];
+        n->lt = tj__local(p->ctx, &n->t);
+        n->root = tj__root(n);
+        n->last = n->sched;
+        n->off = -1;
+        n->out_index = -1;
+        n->scratch_off = -1;
+        n->scratch_host_off = -1;
+        n->fused = NULL;
+        TJ_FREE(n->members);
+        n->members = NULL;
+        n->nmembers = 0;
+        n->store = 0;
+    }
+    if (tj__fuse(p)) return p->ctx->status;
+    for (i = 0; i < p->nsched; i++)
+        for (j = 0; j < p->sched[i]->nin; j++) {
+            tj_node *r = p->sched[i]->in[j]->root;
+            int at = p->sched[i]->fused ? tj__froot(p->sched[i])->sched : i; /* read when the group runs */
+            if (r->last < at) r->last = at;
+        }
+    for (i = 0; i < p->nsched; i++) /* a stored member's buffer is written when its group runs */
+        if (p->sched[i]->store && p->sched[i]->fused && p->sched[i]->last < tj__froot(p->sched[i])->sched) p->sched[i]->last = tj__froot(p->sched[i])->sched;
+    for (i = 0; i < p->nout; i++) {
+        tj_node *r = p->outs[i]->root;
+        r->last = p->nsched; /* outputs outlive the run */
+        r->out_index = i;
+        p->out_donor[i] = -1;
+    }
+    /* donation: pair each output with a donated argument it may overwrite */
+    for (i = 0; p->donate && i < p->nout; i++) {
+        tj_node *r = p->outs[i]->root;
+        for (j = 0; j < g->nparam; j++) {
+            int k, used = 0;
+            if (!p->donate[j]) continue;
+            for (k = 0; k < i; k++) used |= p->out_donor[k] == j;
+            if (!used && tj__can_donate(g->params[j], r)) {
+                p->out_donor[i] = j;
+                m->alias_bytes += tj__lbytes(p->ctx, &r->t);
+                break;
+            }
+        }
+    }
+    for (i = 0; i < g->nparam; i++) m->argument_bytes += tj__lbytes(p->ctx, &g->params[i]->t);
+    for (i = 0; i < p->nout; i++) m->output_bytes += tj__lbytes(p->ctx, &p->outs[i]->t);
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *n = p->sched[i];
+        const tj__opdef *d = &tj__ops[n->op];
+        if (n->fused) continue; /* computed in its group's loop; buffers of stored members come with the group */
+        for (j = 0; j < (n->members ? n->nmembers : 1); j++) {
+            tj_node *x = n->members ? n->members[j] : n;
+            if ((x == n || x->store) && tj__needs_buffer(x) && x->op != TJ__OP_PROJ && (x->off = tj__heap_alloc(&h[x->space], tj__bytes(&x->lt))) < 0) goto oom;
+        }
+        for (j = 0; j < n->nproj; j++) { /* a scan writes all its outputs */
+            tj_node *q = n->proj[j];
+            q->root = q;
+            if (tj__needs_buffer(q) && (q->off = tj__heap_alloc(&h[q->space], tj__bytes(&q->lt))) < 0) goto oom;
+        }
+        if (d->scratch && d->scratch(n) > 0) {
+            if ((n->scratch_off = tj__heap_alloc(&h[TJ_SPACE_DEVICE], d->scratch(n))) < 0) goto oom;
+            tj__heap_free(&h[TJ_SPACE_DEVICE], n->scratch_off);
+        }
+        if (n->sub && n->sub->prog && n->sub->prog->arena_bytes[TJ_SPACE_HOST] > 0) { /* a nested scan's offloaded residuals */
+            if ((n->scratch_host_off = tj__heap_alloc(&h[TJ_SPACE_HOST], n->sub->prog->arena_bytes[TJ_SPACE_HOST])) < 0) goto oom;
+            tj__heap_free(&h[TJ_SPACE_HOST], n->scratch_host_off);
+        }
+        /* free the buffers whose last use is this node (its own, if unused;
+           a fused group frees what its members read) */
+        {
+            int mi, nm = n->members ? n->nmembers : 1;
+            for (mi = 0; mi < nm; mi++) {
+                tj_node *x = n->members ? n->members[mi] : n;
+                for (j = -1; j < x->nin; j++) {
+                    tj_node *r = (j < 0 ? x : x->in[j])->root;
+                    if (r->off >= 0 && r->last == i && r->live != 2) {
+                        tj__heap_free(&h[r->space], r->off);
+                        r->live = 2; /* freed once even if used twice here */
+                    }
+                }
+            }
+        }
+    }
+    for (i = 0; i < p->nsched; i++) p->sched[i]->live = 1;
+    for (s = 0; s < 2; s++) {
+        p->arena_bytes[s] = h[s].peak;
+        TJ_FREE(h[s].b);
+    }
+    m->temp_bytes = h[TJ_SPACE_DEVICE].peak;
+    m->host_temp_bytes = h[TJ_SPACE_HOST].peak;
+    m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
+    p->flops = 0;
+    for (i = 0; i < p->nsched; i++) p->flops += tj__ops[p->sched[i]->op].flops(p->sched[i]);
+    return TJ_OK;
+oom:
+    TJ_FREE(h[0].b);
+    TJ_FREE(h[1].b);
+    tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
+    return TJ_ERR_OOM;
+}
+TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p) {
+    tj_memory_analysis z;
+    memset(&z, 0, sizeof z);
+    return p ? p->mem : z;
+}
+TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
+
+/* ==== [11] run: backends, CPU backend, matmul kernel ===================== */
+/* The CPU backend runs the schedule: one arena allocation per memory space
+   per call (its size is the plan's temp bytes), then each node's kernel on
+   pointers into the arenas, the argument buffers, or the output buffers.
+   A scan body runs through the same loop on its parent's workspace. */
+
+/* ---- fusion of elementwise loops (the CPU backend's; the plan calls tj__fuse) ----
    Elementwise nodes of one local layout that feed one another run as one
    loop, a chunk at a time, at the place of their last member in the
    schedule (AdamW: the moments, the update and the new parameters in one
@@ -9002,126 +9228,6 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
     }
     tj__parallel(tj__nparts(tj__numel(&r->lt), nthreads), tj__fused_part, &fu);
 }
-
-static tj_status tj__plan(tj_prog *p) {
-    tj_graph *g = p->g;
-    tj__heap h[2];
-    int i, j, s;
-    tj_memory_analysis *m = &p->mem;
-    memset(h, 0, sizeof h);
-    memset(m, 0, sizeof *m);
-    for (i = 0; i < p->nsched; i++) {
-        tj_node *n = p->sched[i];
-        n->lt = tj__local(p->ctx, &n->t);
-        n->root = tj__root(n);
-        n->last = n->sched;
-        n->off = -1;
-        n->out_index = -1;
-        n->scratch_off = -1;
-        n->scratch_host_off = -1;
-        n->fused = NULL;
-        TJ_FREE(n->members);
-        n->members = NULL;
-        n->nmembers = 0;
-        n->store = 0;
-    }
-    if (tj__fuse(p)) return p->ctx->status;
-    for (i = 0; i < p->nsched; i++)
-        for (j = 0; j < p->sched[i]->nin; j++) {
-            tj_node *r = p->sched[i]->in[j]->root;
-            int at = p->sched[i]->fused ? tj__froot(p->sched[i])->sched : i; /* read when the group runs */
-            if (r->last < at) r->last = at;
-        }
-    for (i = 0; i < p->nsched; i++) /* a stored member's buffer is written when its group runs */
-        if (p->sched[i]->store && p->sched[i]->fused && p->sched[i]->last < tj__froot(p->sched[i])->sched) p->sched[i]->last = tj__froot(p->sched[i])->sched;
-    for (i = 0; i < p->nout; i++) {
-        tj_node *r = p->outs[i]->root;
-        r->last = p->nsched; /* outputs outlive the run */
-        r->out_index = i;
-        p->out_donor[i] = -1;
-    }
-    /* donation: pair each output with a donated argument it may overwrite */
-    for (i = 0; p->donate && i < p->nout; i++) {
-        tj_node *r = p->outs[i]->root;
-        for (j = 0; j < g->nparam; j++) {
-            int k, used = 0;
-            if (!p->donate[j]) continue;
-            for (k = 0; k < i; k++) used |= p->out_donor[k] == j;
-            if (!used && tj__can_donate(g->params[j], r)) {
-                p->out_donor[i] = j;
-                m->alias_bytes += tj__lbytes(p->ctx, &r->t);
-                break;
-            }
-        }
-    }
-    for (i = 0; i < g->nparam; i++) m->argument_bytes += tj__lbytes(p->ctx, &g->params[i]->t);
-    for (i = 0; i < p->nout; i++) m->output_bytes += tj__lbytes(p->ctx, &p->outs[i]->t);
-    for (i = 0; i < p->nsched; i++) {
-        tj_node *n = p->sched[i];
-        const tj__opdef *d = &tj__ops[n->op];
-        if (n->fused) continue; /* computed in its group's loop; buffers of stored members come with the group */
-        for (j = 0; j < (n->members ? n->nmembers : 1); j++) {
-            tj_node *x = n->members ? n->members[j] : n;
-            if ((x == n || x->store) && tj__needs_buffer(x) && x->op != TJ__OP_PROJ && (x->off = tj__heap_alloc(&h[x->space], tj__bytes(&x->lt))) < 0) goto oom;
-        }
-        for (j = 0; j < n->nproj; j++) { /* a scan writes all its outputs */
-            tj_node *q = n->proj[j];
-            q->root = q;
-            if (tj__needs_buffer(q) && (q->off = tj__heap_alloc(&h[q->space], tj__bytes(&q->lt))) < 0) goto oom;
-        }
-        if (d->scratch && d->scratch(n) > 0) {
-            if ((n->scratch_off = tj__heap_alloc(&h[TJ_SPACE_DEVICE], d->scratch(n))) < 0) goto oom;
-            tj__heap_free(&h[TJ_SPACE_DEVICE], n->scratch_off);
-        }
-        if (n->sub && n->sub->prog && n->sub->prog->arena_bytes[TJ_SPACE_HOST] > 0) { /* a nested scan's offloaded residuals */
-            if ((n->scratch_host_off = tj__heap_alloc(&h[TJ_SPACE_HOST], n->sub->prog->arena_bytes[TJ_SPACE_HOST])) < 0) goto oom;
-            tj__heap_free(&h[TJ_SPACE_HOST], n->scratch_host_off);
-        }
-        /* free the buffers whose last use is this node (its own, if unused;
-           a fused group frees what its members read) */
-        {
-            int mi, nm = n->members ? n->nmembers : 1;
-            for (mi = 0; mi < nm; mi++) {
-                tj_node *x = n->members ? n->members[mi] : n;
-                for (j = -1; j < x->nin; j++) {
-                    tj_node *r = (j < 0 ? x : x->in[j])->root;
-                    if (r->off >= 0 && r->last == i && r->live != 2) {
-                        tj__heap_free(&h[r->space], r->off);
-                        r->live = 2; /* freed once even if used twice here */
-                    }
-                }
-            }
-        }
-    }
-    for (i = 0; i < p->nsched; i++) p->sched[i]->live = 1;
-    for (s = 0; s < 2; s++) {
-        p->arena_bytes[s] = h[s].peak;
-        TJ_FREE(h[s].b);
-    }
-    m->temp_bytes = h[TJ_SPACE_DEVICE].peak;
-    m->host_temp_bytes = h[TJ_SPACE_HOST].peak;
-    m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
-    p->flops = 0;
-    for (i = 0; i < p->nsched; i++) p->flops += tj__ops[p->sched[i]->op].flops(p->sched[i]);
-    return TJ_OK;
-oom:
-    TJ_FREE(h[0].b);
-    TJ_FREE(h[1].b);
-    tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
-    return TJ_ERR_OOM;
-}
-TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p) {
-    tj_memory_analysis z;
-    memset(&z, 0, sizeof z);
-    return p ? p->mem : z;
-}
-TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
-
-/* ==== [11] run: backends, CPU backend, matmul kernel ===================== */
-/* The CPU backend runs the schedule: one arena allocation per memory space
-   per call (its size is the plan's temp bytes), then each node's kernel on
-   pointers into the arenas, the argument buffers, or the output buffers.
-   A scan body runs through the same loop on its parent's workspace. */
 
 /* ---- the f32 matmul (sgemm) ---- */
 /* ---------------------------------------------------------------------------
@@ -10163,7 +10269,7 @@ static tj_status tj__groups_for(tj_ctx *c, const tj_prog *p) {
     int i;
     for (i = 0; i < p->nsched; i++) {
         const tj_node *n = p->sched[i];
-        if (TJ__IS_COLL(n->op) && n->op != TJ__OP_SHARD_SLICE && tj__groups_make(c, (unsigned)n->a.index)) return c->status;
+        if (TJ__IS_COLL(n->op) && n->op != TJ__OP_SHARD_SLICE && tj__groups_make(c, n->a.mesh)) return c->status;
         if (n->sub && n->sub->prog && tj__groups_for(c, n->sub->prog)) return c->status;
     }
     return TJ_OK;
@@ -11227,7 +11333,7 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
     tj_node *n = k->n;
     struct tj__procs *P = c->procs;
     tj_transport *t = P ? P->t : NULL;
-    unsigned m = (unsigned)n->a.index;
+    unsigned m = n->a.mesh;
     void *comm = tj__group_find(c, m, k->dev);
     char e[600], mb[64];
     int rc, G = tj__mesh_count(c, m);
@@ -11265,7 +11371,7 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
     return rc;
 }
 static void tj__k_all_gather(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
+    unsigned m = k->n->a.mesh;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(&k->ot, ax);
     size_t S = (size_t)tj__bytes(k->it[0]);
     char *recv = direct ? (char *)k->out : (char *)k->scratch;
@@ -11279,7 +11385,7 @@ static void tj__k_psum(tj__kern *k) {
     tj__coll_call(k, TJ__AR, k->in[0], k->out, n * tj_dtype_size(k->ot.dt), n, -1, -1);
 }
 static void tj__k_reduce_scatter(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
+    unsigned m = k->n->a.mesh;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(k->it[0], ax);
     int64_t ist[TJ_MAXDIM] = {0}, n = tj__numel(&k->ot);
     const void *send = direct ? k->in[0] : k->scratch;
@@ -11292,7 +11398,7 @@ static void tj__k_reduce_scatter(tj__kern *k) {
    `axis` (split on output): each device sends peer r the r-th block of its
    `axis` and receives peer r's block of `axis2`. */
 static void tj__k_all_to_all(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
+    unsigned m = k->n->a.mesh;
     int G = tj__mesh_count(k->ctx, m), r;
     int to = tj__axis_index(&k->ot, k->n->a.axis), from = tj__axis_index(&k->ot, k->n->a.axis2);
     int sdirect = tj__outer(k->it[0], to), rdirect = tj__outer(&k->ot, from);
@@ -11312,7 +11418,7 @@ static void tj__k_all_to_all(tj__kern *k) {
 /* ppermute: rank r's block goes to rank perm[r]; a rank nobody sends to
    gets zeros */
 static void tj__k_ppermute(tj__kern *k) {
-    unsigned m = (unsigned)k->n->a.index;
+    unsigned m = k->n->a.mesh;
     int G = tj__mesh_count(k->ctx, m), r, me = tj__mesh_rank(k->ctx, k->dev, m), src = -1;
     for (r = 0; r < G; r++)
         if (k->n->a.perm[r] == me) src = r;
@@ -11957,17 +12063,17 @@ static void tj__node_line(tj_node *n, FILE *f, int planned, int indent) {
     if (n->op == TJ__OP_PARAM || n->op == TJ__OP_NAME) fprintf(f, " '%s'", n->name);
     if (TJ__IS_COLL(n->op)) {
         char mb[256];
-        fprintf(f, " over %s", tj__mesh_names(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb));
+        fprintf(f, " over %s", tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb));
         if (n->op == TJ__OP_ALL_TO_ALL) fprintf(f, " from %s to %s", tj__name(n->g->ctx, n->a.axis2), tj__name(n->g->ctx, n->a.axis));
         else if (n->a.axis >= 0 && n->op != TJ__OP_PSUM) fprintf(f, " along %s", tj__name(n->g->ctx, n->a.axis));
         fprintf(f, " [%lld B/device, groups %s, caused by %s]", n->op == TJ__OP_SHARD_SLICE ? 0LL : (long long)tj__lbytes(n->g->ctx, &n->in[0]->t),
-                tj__groups_str(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb), n->name ? n->name : "?");
+                tj__groups_str(n->g->ctx, n->a.mesh, mb, sizeof mb), n->name ? n->name : "?");
     }
     if (n->op == TJ__OP_PVARY || n->op == TJ__OP_AXIS_INDEX) {
         char mb[64];
-        fprintf(f, " over %s (no data moves)", tj__mesh_names(n->g->ctx, (unsigned)n->a.index, mb, sizeof mb));
+        fprintf(f, " over %s (no data moves)", tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb));
     }
-    if (n->op == TJ__OP_CUSTOM) fprintf(f, " '%s'", n->g->ctx->ops[n->a.index].name);
+    if (n->op == TJ__OP_CUSTOM) fprintf(f, " '%s'", n->g->ctx->ops[n->a.reg].name);
     if (n->op == TJ__OP_FILL || n->op == TJ__OP_POWS) fprintf(f, " %g", n->a.s);
     if (n->op == TJ__OP_DOT) fprintf(f, " contract=%d%s%s", n->a.nk, n->a.trans_a ? " aT" : "", n->a.trans_b ? " bT" : "");
     if (n->a.naxes && n->op != TJ__OP_DOT) {
@@ -12058,7 +12164,7 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, 
                 tj_collective *r = &rows[*n];
                 memset(r, 0, sizeof *r);
                 snprintf(r->kind, sizeof r->kind, "%s", tj__ops[x->op].name);
-                tj__mesh_names(p->ctx, (unsigned)x->a.index, r->axes, sizeof r->axes);
+                tj__mesh_names(p->ctx, x->a.mesh, r->axes, sizeof r->axes);
                 r->bytes = x->op == TJ__OP_ALL_GATHER ? tj__lbytes(p->ctx, &x->t) : x->op == TJ__OP_SHARD_SLICE ? 0 : tj__lbytes(p->ctx, &x->in[0]->t);
                 r->backward = bwd || x->pass > 0;
                 snprintf(r->cause, sizeof r->cause, "%s", x->name ? x->name : "?");
@@ -12081,7 +12187,7 @@ static void tj__transposes(const tj_prog *p, tj_transpose *rows, int max, int *n
                 tj_transpose *r = &rows[*n];
                 memset(r, 0, sizeof *r);
                 snprintf(r->kind, sizeof r->kind, "%s", scale ? "scale" : x->op == TJ__OP_REDUCE_SCATTER ? "psum_scatter" : tj__ops[x->op].name);
-                tj__mesh_names(p->ctx, (unsigned)x->a.index, r->axes, sizeof r->axes); /* a scale keeps the replicated axes there */
+                tj__mesh_names(p->ctx, x->a.mesh, r->axes, sizeof r->axes); /* a scale keeps the replicated axes there */
                 tj_v_describe(x->in[0], r->value, sizeof r->value);
                 if (x->op == TJ__OP_PVARY && x->name && !strchr(x->name, ' ')) /* made by the vary rule of op x->name */
                     snprintf(r->rule, sizeof r->rule, "'%s' mixes values that vary over different mesh axes", x->name);

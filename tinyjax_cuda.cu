@@ -175,7 +175,7 @@ __device__ __forceinline__ double tjc_gelu_d(double a, double t) { return 0.5 * 
 #define TJ__EXP(x) tjc_exp(x)
 #define TJ__TANH(x) tjc_tanh(x)
 #define tj__gelu_d(a, t) tjc_gelu_d(a, t)
-#define TJC_UNARY_CASE(op, nm, expr) \
+#define TJC_UNARY_CASE(op, nm, expr, ...) \
     case TJ__OP_##op: return (T)(expr);
 #define TJC_BINARY_CASE(op, nm, expr) \
     case TJ__OP_##op: return (T)(expr);
@@ -885,7 +885,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
     }
     if ((e = cudaSetDevice(s->device)) != cudaSuccess) return tjc_fail(k, "cudaSetDevice(%d) failed: %s", s->device, cudaGetErrorString(e));
     switch (k->n->op) {
-#define TJC_EW_CASE(op, nm, expr) case TJ__OP_##op:
+#define TJC_EW_CASE(op, ...) case TJ__OP_##op:
     TJ__UNARY_OPS(TJC_EW_CASE) TJ__BINARY_OPS(TJC_EW_CASE)
 #undef TJC_EW_CASE
     case TJ__OP_SELECT: return tjc_elementwise(s, k);
@@ -905,7 +905,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
     case TJ__OP_CROSS_ENTROPY: return tjc_cross_entropy(s, k);
     case TJ__OP_CUSTOM: return k->custom_gpu(k, (void *)s->compute); /* the op's own launcher */
     case TJ__OP_CUSTOM_VJP: /* hands its inputs y on as outputs */
-        for (int j = 0; j < k->n->nproj; j++) TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[k->nin - k->n->nproj - k->ctx->cvjps[k->n->a.index].nres + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
+        for (int j = 0; j < k->n->nproj; j++) TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[k->nin - k->n->nproj - k->ctx->cvjps[k->n->a.reg].nres + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
         return 0;
     case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: return tjc_row_grad(s, k);
     /* arguments and views own no work (tj__execute skips them anyway) */
