@@ -244,85 +244,11 @@ TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src);
 typedef tj_array *(*tj_tree_map_fn)(tj_array *a, const char *name, void *user);
 TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user);
 /* Save all array leaves (and int/float/string leaves as metadata) to a
-   safetensors file, atomically; load it back into a tree. */
+   safetensors file, atomically; load it back into a tree. The file format,
+   the safetensors reader and writer, and the file and JSON helpers they are
+   built from: [A], at the end of this API. */
 TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path);
 TJDEF tj_status tj_tree_load(tj_tree *t, const char *path);
-
-/* Safetensors files: an 8-byte little-endian header length, a JSON header
-   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...,
-   "__metadata__": {"key": "value", ...}}, then the data section. The reader
-   is as strict as the reference implementation (valid UTF-8, no duplicate
-   names, offsets tile the data section with no holes or overlaps, bounded
-   nesting) and never crashes on a corrupt file: every problem is a
-   TJ_ERR_IO whose message names the file and the problem (a directory
-   given as a file included). Writes are atomic: "<path>.tmp.<pid>.<k>"
-   (locked while it is written), fsync, rename over <path>, fsync the
-   directory, so a crash leaves the old file or the new one; the next write
-   to <path> removes the temp files that writers killed mid-write left.
-
-   tj_tree_save writes each array leaf as a tensor named by its leaf path
-   and keeps everything else in __metadata__: "tinyjax.order" (leaf names
-   in order, one per line), "tinyjax.axes.<leaf>" ("batch,embed"),
-   "tinyjax.int.<leaf>", "tinyjax.float.<leaf>", "tinyjax.string.<leaf>",
-   and "tinyjax.checksum", a 64-bit hash of the whole file that the reader
-   verifies, so a flipped byte anywhere is an error. Axis names of saved
-   arrays are at most 64 characters, the readers' limit: tj_tree_save
-   refuses longer ones (TJ_ERR_ARG), so every file it writes loads. tj_tree_load restores
-   the same leaves: an array leaf already in the tree must have the file's
-   dtype and named shape exactly and is replaced; other leaves replace or
-   are appended in file order. It loads everything or nothing: on an error
-   the tree is unchanged. Files without tinyjax metadata (e.g. Hugging
-   Face checkpoints) load as array leaves in header order, with the axis
-   names of the tree's existing leaf, else "d0,d1,..". */
-typedef enum {
-    TJ_ST_F32, TJ_ST_BF16, TJ_ST_F16, TJ_ST_F64, TJ_ST_I64, TJ_ST_I32, TJ_ST_I16, TJ_ST_I8,
-    TJ_ST_U64, TJ_ST_U32, TJ_ST_U16, TJ_ST_U8, TJ_ST_BOOL, TJ_ST_NDTYPE
-} tj_st_dtype;
-typedef struct tj_safetensors tj_safetensors; /* a parsed file; owns its bytes */
-typedef struct {
-    const char *name;
-    tj_st_dtype dtype;
-    int rank;
-    int64_t shape[TJ_MAXDIM];
-    int64_t numel;
-    size_t nbytes;
-    const void *data; /* into the file's bytes: little-endian, maybe unaligned */
-} tj_st_tensor;
-typedef struct {      /* one tensor for tj_st_save */
-    const char *name;
-    tj_st_dtype dtype;
-    int rank;
-    const int64_t *shape; /* rank sizes (>= 0); may be NULL when rank is 0 */
-    const void *data;     /* numel * item size bytes, little-endian          */
-} tj_st_entry;
-TJDEF const char *tj_st_dtype_name(tj_st_dtype d);          /* "F32", "BF16", .. */
-TJDEF size_t tj_st_dtype_size(tj_st_dtype d);               /* 0 if invalid      */
-TJDEF tj_st_dtype tj_st_dtype_from_name(const char *name);  /* TJ_ST_NDTYPE if unknown */
-TJDEF tj_st_dtype tj_st_dtype_of(tj_dtype dt);              /* TJ_F32 -> TJ_ST_F32 .. */
-/* Parse a file (load) or a copy of bytes (parse; label names it in
-   messages). NULL and the context error on a missing or corrupt file. */
-TJDEF tj_safetensors *tj_st_load(tj_ctx *ctx, const char *path);
-TJDEF tj_safetensors *tj_st_parse(tj_ctx *ctx, const void *bytes, size_t len, const char *label);
-TJDEF void tj_st_free(tj_safetensors *st);
-TJDEF int tj_st_count(const tj_safetensors *st);                      /* tensors */
-TJDEF const tj_st_tensor *tj_st_at(const tj_safetensors *st, int i);  /* header order */
-TJDEF const tj_st_tensor *tj_st_find(const tj_safetensors *st, const char *name); /* NULL if absent, no error */
-/* Like find, but NULL and an error naming the file if the tensor is missing,
-   has another dtype, or another shape (shape NULL: only the rank counts). */
-TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *name, tj_st_dtype dt, int rank, const int64_t *shape);
-TJDEF int tj_st_meta_count(const tj_safetensors *st);
-TJDEF const char *tj_st_meta_key(const tj_safetensors *st, int i);
-TJDEF const char *tj_st_meta(const tj_safetensors *st, const char *key); /* NULL if absent */
-/* Every element as float, whatever the dtype (alignment and endian safe). */
-TJDEF tj_status tj_st_to_f32(const tj_st_tensor *t, float *out);
-/* A new array of dtype dt from tensor `name` (any dtype, converted), its
-   axes named in order by `axes` ("vocab embed"). NULL and an error if the
-   tensor is missing, has a zero size, or the axis count is not its rank. */
-TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes);
-/* Write n tensors and n_meta metadata pairs (meta_kv[2i] = key, [2i+1] =
-   value, UTF-8) atomically. Data is laid out by decreasing item size, so
-   every tensor of a file written here is naturally aligned. */
-TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *tensors, int n, const char *const *meta_kv, int n_meta);
 
 /* ==== [3] graph and tracing (op builders: [5]) =========================== */
 
@@ -971,6 +897,85 @@ typedef struct {
 TJDEF void tj_set_profile(tj_ctx *ctx, int on);
 TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max);
 TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path);
+
+/* ==== [A] appendix: files, JSON, safetensors ============================ */
+
+/* Safetensors files: an 8-byte little-endian header length, a JSON header
+   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...,
+   "__metadata__": {"key": "value", ...}}, then the data section. The reader
+   is as strict as the reference implementation (valid UTF-8, no duplicate
+   names, offsets tile the data section with no holes or overlaps, bounded
+   nesting) and never crashes on a corrupt file: every problem is a
+   TJ_ERR_IO whose message names the file and the problem (a directory
+   given as a file included). Writes are atomic: "<path>.tmp.<pid>.<k>"
+   (locked while it is written), fsync, rename over <path>, fsync the
+   directory, so a crash leaves the old file or the new one; the next write
+   to <path> removes the temp files that writers killed mid-write left.
+
+   tj_tree_save writes each array leaf as a tensor named by its leaf path
+   and keeps everything else in __metadata__: "tinyjax.order" (leaf names
+   in order, one per line), "tinyjax.axes.<leaf>" ("batch,embed"),
+   "tinyjax.int.<leaf>", "tinyjax.float.<leaf>", "tinyjax.string.<leaf>",
+   and "tinyjax.checksum", a 64-bit hash of the whole file that the reader
+   verifies, so a flipped byte anywhere is an error. Axis names of saved
+   arrays are at most 64 characters, the readers' limit: tj_tree_save
+   refuses longer ones (TJ_ERR_ARG), so every file it writes loads. tj_tree_load restores
+   the same leaves: an array leaf already in the tree must have the file's
+   dtype and named shape exactly and is replaced; other leaves replace or
+   are appended in file order. It loads everything or nothing: on an error
+   the tree is unchanged. Files without tinyjax metadata (e.g. Hugging
+   Face checkpoints) load as array leaves in header order, with the axis
+   names of the tree's existing leaf, else "d0,d1,..". */
+typedef enum {
+    TJ_ST_F32, TJ_ST_BF16, TJ_ST_F16, TJ_ST_F64, TJ_ST_I64, TJ_ST_I32, TJ_ST_I16, TJ_ST_I8,
+    TJ_ST_U64, TJ_ST_U32, TJ_ST_U16, TJ_ST_U8, TJ_ST_BOOL, TJ_ST_NDTYPE
+} tj_st_dtype;
+typedef struct tj_safetensors tj_safetensors; /* a parsed file; owns its bytes */
+typedef struct {
+    const char *name;
+    tj_st_dtype dtype;
+    int rank;
+    int64_t shape[TJ_MAXDIM];
+    int64_t numel;
+    size_t nbytes;
+    const void *data; /* into the file's bytes: little-endian, maybe unaligned */
+} tj_st_tensor;
+typedef struct {      /* one tensor for tj_st_save */
+    const char *name;
+    tj_st_dtype dtype;
+    int rank;
+    const int64_t *shape; /* rank sizes (>= 0); may be NULL when rank is 0 */
+    const void *data;     /* numel * item size bytes, little-endian          */
+} tj_st_entry;
+TJDEF const char *tj_st_dtype_name(tj_st_dtype d);          /* "F32", "BF16", .. */
+TJDEF size_t tj_st_dtype_size(tj_st_dtype d);               /* 0 if invalid      */
+TJDEF tj_st_dtype tj_st_dtype_from_name(const char *name);  /* TJ_ST_NDTYPE if unknown */
+TJDEF tj_st_dtype tj_st_dtype_of(tj_dtype dt);              /* TJ_F32 -> TJ_ST_F32 .. */
+/* Parse a file (load) or a copy of bytes (parse; label names it in
+   messages). NULL and the context error on a missing or corrupt file. */
+TJDEF tj_safetensors *tj_st_load(tj_ctx *ctx, const char *path);
+TJDEF tj_safetensors *tj_st_parse(tj_ctx *ctx, const void *bytes, size_t len, const char *label);
+TJDEF void tj_st_free(tj_safetensors *st);
+TJDEF int tj_st_count(const tj_safetensors *st);                      /* tensors */
+TJDEF const tj_st_tensor *tj_st_at(const tj_safetensors *st, int i);  /* header order */
+TJDEF const tj_st_tensor *tj_st_find(const tj_safetensors *st, const char *name); /* NULL if absent, no error */
+/* Like find, but NULL and an error naming the file if the tensor is missing,
+   has another dtype, or another shape (shape NULL: only the rank counts). */
+TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *name, tj_st_dtype dt, int rank, const int64_t *shape);
+TJDEF int tj_st_meta_count(const tj_safetensors *st);
+TJDEF const char *tj_st_meta_key(const tj_safetensors *st, int i);
+TJDEF const char *tj_st_meta(const tj_safetensors *st, const char *key); /* NULL if absent */
+/* Every element as float, whatever the dtype (alignment and endian safe). */
+TJDEF tj_status tj_st_to_f32(const tj_st_tensor *t, float *out);
+/* A new array of dtype dt from tensor `name` (any dtype, converted), its
+   axes named in order by `axes` ("vocab embed"). NULL and an error if the
+   tensor is missing, has a zero size, or the axis count is not its rank. */
+TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes);
+/* Write n tensors and n_meta metadata pairs (meta_kv[2i] = key, [2i+1] =
+   value, UTF-8) atomically. Data is laid out by decreasing item size, so
+   every tensor of a file written here is naturally aligned. */
+TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *tensors, int n, const char *const *meta_kv, int n_meta);
+
 
 #endif /* TINYJAX_H */
 
