@@ -247,85 +247,11 @@ TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src);
 typedef tj_array *(*tj_tree_map_fn)(tj_array *a, const char *name, void *user);
 TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user);
 /* Save all array leaves (and int/float/string leaves as metadata) to a
-   safetensors file, atomically; load it back into a tree. */
+   safetensors file, atomically; load it back into a tree. The file format,
+   the safetensors reader and writer, and the file and JSON helpers they are
+   built from: [A], at the end of this API. */
 TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path);
 TJDEF tj_status tj_tree_load(tj_tree *t, const char *path);
-
-/* Safetensors files: an 8-byte little-endian header length, a JSON header
-   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...,
-   "__metadata__": {"key": "value", ...}}, then the data section. The reader
-   is as strict as the reference implementation (valid UTF-8, no duplicate
-   names, offsets tile the data section with no holes or overlaps, bounded
-   nesting) and never crashes on a corrupt file: every problem is a
-   TJ_ERR_IO whose message names the file and the problem (a directory
-   given as a file included). Writes are atomic: "<path>.tmp.<pid>.<k>"
-   (locked while it is written), fsync, rename over <path>, fsync the
-   directory, so a crash leaves the old file or the new one; the next write
-   to <path> removes the temp files that writers killed mid-write left.
-
-   tj_tree_save writes each array leaf as a tensor named by its leaf path
-   and keeps everything else in __metadata__: "tinyjax.order" (leaf names
-   in order, one per line), "tinyjax.axes.<leaf>" ("batch,embed"),
-   "tinyjax.int.<leaf>", "tinyjax.float.<leaf>", "tinyjax.string.<leaf>",
-   and "tinyjax.checksum", a 64-bit hash of the whole file that the reader
-   verifies, so a flipped byte anywhere is an error. Axis names of saved
-   arrays are at most 64 characters, the readers' limit: tj_tree_save
-   refuses longer ones (TJ_ERR_ARG), so every file it writes loads. tj_tree_load restores
-   the same leaves: an array leaf already in the tree must have the file's
-   dtype and named shape exactly and is replaced; other leaves replace or
-   are appended in file order. It loads everything or nothing: on an error
-   the tree is unchanged. Files without tinyjax metadata (e.g. Hugging
-   Face checkpoints) load as array leaves in header order, with the axis
-   names of the tree's existing leaf, else "d0,d1,..". */
-typedef enum {
-    TJ_ST_F32, TJ_ST_BF16, TJ_ST_F16, TJ_ST_F64, TJ_ST_I64, TJ_ST_I32, TJ_ST_I16, TJ_ST_I8,
-    TJ_ST_U64, TJ_ST_U32, TJ_ST_U16, TJ_ST_U8, TJ_ST_BOOL, TJ_ST_NDTYPE
-} tj_st_dtype;
-typedef struct tj_safetensors tj_safetensors; /* a parsed file; owns its bytes */
-typedef struct {
-    const char *name;
-    tj_st_dtype dtype;
-    int rank;
-    int64_t shape[TJ_MAXDIM];
-    int64_t numel;
-    size_t nbytes;
-    const void *data; /* into the file's bytes: little-endian, maybe unaligned */
-} tj_st_tensor;
-typedef struct {      /* one tensor for tj_st_save */
-    const char *name;
-    tj_st_dtype dtype;
-    int rank;
-    const int64_t *shape; /* rank sizes (>= 0); may be NULL when rank is 0 */
-    const void *data;     /* numel * item size bytes, little-endian          */
-} tj_st_entry;
-TJDEF const char *tj_st_dtype_name(tj_st_dtype d);          /* "F32", "BF16", .. */
-TJDEF size_t tj_st_dtype_size(tj_st_dtype d);               /* 0 if invalid      */
-TJDEF tj_st_dtype tj_st_dtype_from_name(const char *name);  /* TJ_ST_NDTYPE if unknown */
-TJDEF tj_st_dtype tj_st_dtype_of(tj_dtype dt);              /* TJ_F32 -> TJ_ST_F32 .. */
-/* Parse a file (load) or a copy of bytes (parse; label names it in
-   messages). NULL and the context error on a missing or corrupt file. */
-TJDEF tj_safetensors *tj_st_load(tj_ctx *ctx, const char *path);
-TJDEF tj_safetensors *tj_st_parse(tj_ctx *ctx, const void *bytes, size_t len, const char *label);
-TJDEF void tj_st_free(tj_safetensors *st);
-TJDEF int tj_st_count(const tj_safetensors *st);                      /* tensors */
-TJDEF const tj_st_tensor *tj_st_at(const tj_safetensors *st, int i);  /* header order */
-TJDEF const tj_st_tensor *tj_st_find(const tj_safetensors *st, const char *name); /* NULL if absent, no error */
-/* Like find, but NULL and an error naming the file if the tensor is missing,
-   has another dtype, or another shape (shape NULL: only the rank counts). */
-TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *name, tj_st_dtype dt, int rank, const int64_t *shape);
-TJDEF int tj_st_meta_count(const tj_safetensors *st);
-TJDEF const char *tj_st_meta_key(const tj_safetensors *st, int i);
-TJDEF const char *tj_st_meta(const tj_safetensors *st, const char *key); /* NULL if absent */
-/* Every element as float, whatever the dtype (alignment and endian safe). */
-TJDEF tj_status tj_st_to_f32(const tj_st_tensor *t, float *out);
-/* A new array of dtype dt from tensor `name` (any dtype, converted), its
-   axes named in order by `axes` ("vocab embed"). NULL and an error if the
-   tensor is missing, has a zero size, or the axis count is not its rank. */
-TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes);
-/* Write n tensors and n_meta metadata pairs (meta_kv[2i] = key, [2i+1] =
-   value, UTF-8) atomically. Data is laid out by decreasing item size, so
-   every tensor of a file written here is naturally aligned. */
-TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *tensors, int n, const char *const *meta_kv, int n_meta);
 
 /* ==== [3] graph and tracing (op builders: [5]) =========================== */
 
@@ -999,6 +925,85 @@ typedef struct {
 TJDEF void tj_set_profile(tj_ctx *ctx, int on);
 TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max);
 TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path);
+
+/* ==== [A] appendix: files, JSON, safetensors ============================ */
+
+/* Safetensors files: an 8-byte little-endian header length, a JSON header
+   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...,
+   "__metadata__": {"key": "value", ...}}, then the data section. The reader
+   is as strict as the reference implementation (valid UTF-8, no duplicate
+   names, offsets tile the data section with no holes or overlaps, bounded
+   nesting) and never crashes on a corrupt file: every problem is a
+   TJ_ERR_IO whose message names the file and the problem (a directory
+   given as a file included). Writes are atomic: "<path>.tmp.<pid>.<k>"
+   (locked while it is written), fsync, rename over <path>, fsync the
+   directory, so a crash leaves the old file or the new one; the next write
+   to <path> removes the temp files that writers killed mid-write left.
+
+   tj_tree_save writes each array leaf as a tensor named by its leaf path
+   and keeps everything else in __metadata__: "tinyjax.order" (leaf names
+   in order, one per line), "tinyjax.axes.<leaf>" ("batch,embed"),
+   "tinyjax.int.<leaf>", "tinyjax.float.<leaf>", "tinyjax.string.<leaf>",
+   and "tinyjax.checksum", a 64-bit hash of the whole file that the reader
+   verifies, so a flipped byte anywhere is an error. Axis names of saved
+   arrays are at most 64 characters, the readers' limit: tj_tree_save
+   refuses longer ones (TJ_ERR_ARG), so every file it writes loads. tj_tree_load restores
+   the same leaves: an array leaf already in the tree must have the file's
+   dtype and named shape exactly and is replaced; other leaves replace or
+   are appended in file order. It loads everything or nothing: on an error
+   the tree is unchanged. Files without tinyjax metadata (e.g. Hugging
+   Face checkpoints) load as array leaves in header order, with the axis
+   names of the tree's existing leaf, else "d0,d1,..". */
+typedef enum {
+    TJ_ST_F32, TJ_ST_BF16, TJ_ST_F16, TJ_ST_F64, TJ_ST_I64, TJ_ST_I32, TJ_ST_I16, TJ_ST_I8,
+    TJ_ST_U64, TJ_ST_U32, TJ_ST_U16, TJ_ST_U8, TJ_ST_BOOL, TJ_ST_NDTYPE
+} tj_st_dtype;
+typedef struct tj_safetensors tj_safetensors; /* a parsed file; owns its bytes */
+typedef struct {
+    const char *name;
+    tj_st_dtype dtype;
+    int rank;
+    int64_t shape[TJ_MAXDIM];
+    int64_t numel;
+    size_t nbytes;
+    const void *data; /* into the file's bytes: little-endian, maybe unaligned */
+} tj_st_tensor;
+typedef struct {      /* one tensor for tj_st_save */
+    const char *name;
+    tj_st_dtype dtype;
+    int rank;
+    const int64_t *shape; /* rank sizes (>= 0); may be NULL when rank is 0 */
+    const void *data;     /* numel * item size bytes, little-endian          */
+} tj_st_entry;
+TJDEF const char *tj_st_dtype_name(tj_st_dtype d);          /* "F32", "BF16", .. */
+TJDEF size_t tj_st_dtype_size(tj_st_dtype d);               /* 0 if invalid      */
+TJDEF tj_st_dtype tj_st_dtype_from_name(const char *name);  /* TJ_ST_NDTYPE if unknown */
+TJDEF tj_st_dtype tj_st_dtype_of(tj_dtype dt);              /* TJ_F32 -> TJ_ST_F32 .. */
+/* Parse a file (load) or a copy of bytes (parse; label names it in
+   messages). NULL and the context error on a missing or corrupt file. */
+TJDEF tj_safetensors *tj_st_load(tj_ctx *ctx, const char *path);
+TJDEF tj_safetensors *tj_st_parse(tj_ctx *ctx, const void *bytes, size_t len, const char *label);
+TJDEF void tj_st_free(tj_safetensors *st);
+TJDEF int tj_st_count(const tj_safetensors *st);                      /* tensors */
+TJDEF const tj_st_tensor *tj_st_at(const tj_safetensors *st, int i);  /* header order */
+TJDEF const tj_st_tensor *tj_st_find(const tj_safetensors *st, const char *name); /* NULL if absent, no error */
+/* Like find, but NULL and an error naming the file if the tensor is missing,
+   has another dtype, or another shape (shape NULL: only the rank counts). */
+TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *name, tj_st_dtype dt, int rank, const int64_t *shape);
+TJDEF int tj_st_meta_count(const tj_safetensors *st);
+TJDEF const char *tj_st_meta_key(const tj_safetensors *st, int i);
+TJDEF const char *tj_st_meta(const tj_safetensors *st, const char *key); /* NULL if absent */
+/* Every element as float, whatever the dtype (alignment and endian safe). */
+TJDEF tj_status tj_st_to_f32(const tj_st_tensor *t, float *out);
+/* A new array of dtype dt from tensor `name` (any dtype, converted), its
+   axes named in order by `axes` ("vocab embed"). NULL and an error if the
+   tensor is missing, has a zero size, or the axis count is not its rank. */
+TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes);
+/* Write n tensors and n_meta metadata pairs (meta_kv[2i] = key, [2i+1] =
+   value, UTF-8) atomically. Data is laid out by decreasing item size, so
+   every tensor of a file written here is naturally aligned. */
+TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *tensors, int n, const char *const *meta_kv, int n_meta);
+
 
 #endif /* TINYJAX_H */
 
@@ -2081,1737 +2086,6 @@ TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
         }
     }
     return TJ_OK;
-}
-
-/* ---- safetensors ---- */
-#include <errno.h>
-#include <fcntl.h>
-#include <dirent.h>
-#include <time.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-
-/* -- growable byte buffer -- */
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} tj__sbuf;
-static void tj__sb_put(tj__sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        char *p;
-        while (cap < b->n + n + 1) cap *= 2;
-        p = (char *)TJ_REALLOC(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void tj__sb_puts(tj__sbuf *b, const char *s) { tj__sb_put(b, s, strlen(s)); }
-static void tj__sb_json_str(tj__sbuf *b, const char *s) {
-    char u[8];
-    tj__sb_put(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"') tj__sb_puts(b, "\\\"");
-        else if (c == '\\') tj__sb_puts(b, "\\\\");
-        else if (c == '\n') tj__sb_puts(b, "\\n");
-        else if (c == '\t') tj__sb_puts(b, "\\t");
-        else if (c < 0x20) {
-            snprintf(u, sizeof u, "\\u%04x", c);
-            tj__sb_puts(b, u);
-        } else tj__sb_put(b, s, 1);
-    }
-    tj__sb_put(b, "\"", 1);
-}
-
-/* -- UTF-8: overlongs, surrogates and > U+10FFFF are invalid, as JSON requires -- */
-static size_t tj__u8_dec(const unsigned char *s, size_t n, uint32_t *cp) {
-    uint32_t c;
-    size_t len, k;
-    if (n == 0) return 0;
-    c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    if (c >= 0xC2 && c <= 0xDF) len = 2, c &= 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, c &= 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, c &= 0x07;
-    else return 0;
-    if (n < len) return 0;
-    for (k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[k] & 0x3F);
-    }
-    if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    *cp = c;
-    return len;
-}
-static size_t tj__u8_enc(uint32_t c, char *o) {
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | (c >> 6));
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | (c >> 12));
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (c >> 18));
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-static int tj__u8_valid(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s), i = 0, l;
-    uint32_t cp;
-    while (i < n) {
-        if (!(l = tj__u8_dec(p + i, n - i, &cp))) return 0;
-        i += l;
-    }
-    return 1;
-}
-
-/* -- a 64-bit hash of a byte stream; every step is a bijection of the state,
-   so any single changed byte always changes the result -- */
-typedef struct {
-    uint64_t h, total;
-    unsigned char pend[8];
-    int np;
-} tj__hash;
-static void tj__hash_init(tj__hash *s) { memset(s, 0, sizeof *s), s->h = 0x243F6A8885A308D3ull; }
-static void tj__hash_word(tj__hash *s, uint64_t w) {
-    s->h = (s->h ^ w) * 0x9E3779B97F4A7C15ull;
-    s->h ^= s->h >> 29;
-}
-static uint64_t tj__le64(const unsigned char *p) {
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
-           (uint64_t)p[7] << 56;
-}
-static void tj__hash_put(tj__hash *s, const void *data, size_t n) {
-    const unsigned char *p = (const unsigned char *)data;
-    s->total += n;
-    while (n && s->np) {
-        s->pend[s->np++] = *p++, n--;
-        if (s->np == 8) tj__hash_word(s, tj__le64(s->pend)), s->np = 0;
-    }
-    for (; n >= 8; p += 8, n -= 8) tj__hash_word(s, tj__le64(p));
-    while (n) s->pend[s->np++] = *p++, n--;
-}
-static uint64_t tj__hash_end(tj__hash *s) {
-    int k;
-    for (k = s->np; k < 8; k++) s->pend[k] = 0;
-    tj__hash_word(s, tj__le64(s->pend));
-    tj__hash_word(s, s->total);
-    s->h ^= s->h >> 31;
-    s->h *= 0xD6E8FEB86659FD93ull;
-    return s->h ^ (s->h >> 32);
-}
-
-/* -- whole-file read and atomic write -- */
-static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size_t *len) {
-    FILE *f;
-    unsigned char *buf = NULL;
-    size_t cap = 0, n = 0, got;
-    struct stat sb;
-    *data = NULL;
-    *len = 0;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file", path);
-        return 1;
-    }
-    f = fopen(path, "rb");
-    if (!f) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot open: %s", path, strerror(errno));
-        return 1;
-    }
-    /* The size is only a hint (files may change): the loop reads to EOF. */
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long sz = ftell(f);
-        if (sz > 0 && (unsigned long)sz < (unsigned long)SIZE_MAX / 2) {
-            buf = (unsigned char *)tj__malloc((size_t)sz + 65536);
-            if (buf) cap = (size_t)sz + 65536;
-        }
-        rewind(f);
-    }
-    for (;;) {
-        if (cap - n < 65536) {
-            size_t nc = cap ? cap * 2 : (size_t)1 << 20;
-            unsigned char *p = (unsigned char *)TJ_REALLOC(buf, nc);
-            if (!p) {
-                TJ_FREE(buf);
-                fclose(f);
-                tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory reading the file", path);
-                return 1;
-            }
-            buf = p;
-            cap = nc;
-        }
-        errno = 0;
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        int e = errno;
-        TJ_FREE(buf);
-        fclose(f);
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: read error: %s", path, e ? strerror(e) : "unknown");
-        return 1;
-    }
-    fclose(f);
-    *data = buf;
-    *len = n;
-    return 0;
-}
-typedef struct {
-    tj_ctx *ctx;
-    int fd;
-    char *tmp;
-    const char *path;
-} tj__afile;
-static void tj__af_abort(tj__afile *f) {
-    if (f->fd >= 0) close(f->fd);
-    if (f->tmp) {
-        unlink(f->tmp);
-        TJ_FREE(f->tmp);
-    }
-    f->fd = -1;
-    f->tmp = NULL;
-}
-/* A write lock on a whole open file (fcntl, so it dies with its process);
-   0 if taken. */
-static int tj__lock_fd(int fd) {
-    struct flock l;
-    memset(&l, 0, sizeof l);
-    l.l_type = F_WRLCK;
-    l.l_whence = SEEK_SET;
-    l.l_start = 0;
-    l.l_len = 0;
-    return fcntl(fd, F_SETLK, &l);
-}
-/* 1 if name is "<base>.tmp.<pid>.<k>" with pid (decimal) not ours. */
-static int tj__is_foreign_tmp(const char *name, const char *base, size_t bl, long self) {
-    const char *p;
-    long pid = 0;
-    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
-    p = name + bl + 5;
-    if (*p < '0' || *p > '9') return 0;
-    while (*p >= '0' && *p <= '9') {
-        if (pid > 100000000L) return 0;
-        pid = pid * 10 + (*p++ - '0');
-    }
-    if (*p++ != '.' || *p < '0' || *p > '9') return 0;
-    while (*p >= '0' && *p <= '9') p++;
-    return *p == 0 && pid != self;
-}
-/* Remove the temp files that writers of `path` killed mid-write left behind.
-   A live writer holds a lock on its temp file from before its first byte
-   (tj__af_open), so a temp file nobody holds a lock on, with data in it or
-   older than a minute, belongs to a dead process. Temp files of this
-   process are never touched (a lock is per process). Best effort: errors
-   are ignored. */
-static void tj__af_clean_stale(const char *path) {
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    size_t dl = slash ? (size_t)(slash - path) : 0, bl = strlen(base);
-    char *dir, *full;
-    DIR *d;
-    struct dirent *e;
-    long self = (long)getpid();
-    if (!bl) return;
-    dir = (char *)tj__malloc(dl + 2);
-    if (!dir) return;
-    if (!slash) strcpy(dir, ".");
-    else if (dl == 0) strcpy(dir, "/");
-    else {
-        memcpy(dir, path, dl);
-        dir[dl] = 0;
-    }
-    d = opendir(dir);
-    while (d && (e = readdir(d)) != NULL) {
-        struct stat sb;
-        int fd;
-        if (!tj__is_foreign_tmp(e->d_name, base, bl, self)) continue;
-        if (!(full = (char *)tj__malloc(strlen(dir) + strlen(e->d_name) + 2))) break;
-        sprintf(full, "%s/%s", dir, e->d_name);
-        fd = open(full, O_RDWR);
-        if (fd >= 0) {
-            if (tj__lock_fd(fd) == 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_size > 0 || time(NULL) - sb.st_mtime > 60)) unlink(full);
-            close(fd); /* drops our lock */
-        }
-        TJ_FREE(full);
-    }
-    if (d) closedir(d);
-    TJ_FREE(dir);
-}
-static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
-    size_t n = strlen(path) + 48;
-    int k;
-    struct stat sb;
-    f->ctx = c;
-    f->path = path;
-    f->fd = -1;
-    f->tmp = NULL;
-    if (!*path) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "an empty file name to write");
-        return 1;
-    }
-    if (path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file name to write", path);
-        return 1;
-    }
-    f->tmp = (char *)tj__malloc(n);
-    if (!f->tmp) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
-        return 1;
-    }
-    tj__af_clean_stale(path);
-    /* O_EXCL: never write into another writer's (or a crashed one's) temp file */
-    for (k = 0; k < 1000; k++) {
-        snprintf(f->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), k);
-        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-        if (f->fd >= 0 || errno != EEXIST) break;
-    }
-    if (f->fd < 0) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot create %s: %s", path, f->tmp, strerror(errno));
-        TJ_FREE(f->tmp);
-        f->tmp = NULL;
-        return 1;
-    }
-    (void)tj__lock_fd(f->fd); /* marks the temp file as in use (see tj__af_clean_stale) */
-    return 0;
-}
-static int tj__af_write(tj__afile *f, const void *data, size_t len) {
-    const char *p = (const char *)data;
-    while (len > 0) {
-        size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
-        ssize_t w = write(f->fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: write to %s failed: %s", f->path, f->tmp, strerror(errno));
-            tj__af_abort(f);
-            return 1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-static int tj__af_commit(tj__afile *f) {
-    const char *slash;
-    char *dir;
-    int dfd;
-    /* fsync before rename: else the rename may reach the disk before the
-       data, and a crash would leave an empty or partial file at path. */
-    if (fsync(f->fd) != 0) {
-        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: fsync of %s failed: %s", f->path, f->tmp, strerror(errno));
-        tj__af_abort(f);
-        return 1;
-    }
-    /* rename while the temp file is still open: its lock tells cleaners of
-       stale temp files (tj__af_clean_stale) that it is in use */
-    if (rename(f->tmp, f->path) != 0) {
-        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
-        tj__af_abort(f);
-        return 1;
-    }
-    if (close(f->fd) != 0) { /* the data was synced: the new file is in place */
-        f->fd = -1;
-        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: close failed: %s", f->path, strerror(errno));
-        TJ_FREE(f->tmp);
-        f->tmp = NULL;
-        return 1;
-    }
-    f->fd = -1;
-    /* The rename lives in the directory: sync it too (best effort, some
-       filesystems refuse fsync on directories). */
-    slash = strrchr(f->path, '/');
-    dir = (char *)tj__malloc(slash ? (size_t)(slash - f->path) + 2 : 2);
-    if (dir) {
-        if (!slash) strcpy(dir, ".");
-        else if (slash == f->path) strcpy(dir, "/");
-        else {
-            memcpy(dir, f->path, (size_t)(slash - f->path));
-            dir[slash - f->path] = 0;
-        }
-        dfd = open(dir, O_RDONLY);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
-        TJ_FREE(dir);
-    }
-    TJ_FREE(f->tmp);
-    f->tmp = NULL;
-    return 0;
-}
-
-/* -- a JSON cursor: the callers know the schema, so no DOM -- */
-typedef struct {
-    const unsigned char *s;
-    size_t n, i;
-    size_t base; /* offset of s[0] in the file, for messages */
-    const char *label;
-    tj_ctx *ctx;
-    int depth;
-} tj__json;
-static int tj__json_fail(tj__json *j, const char *msg, const char *arg) {
-    tj__err(j->ctx, TJ_ERR_IO, NULL, 0, "%s: bad safetensors header at byte %llu: %s%.64s%s", j->label, (unsigned long long)(j->base + j->i), msg, arg ? arg : "",
-            arg ? "'" : "");
-    return 1;
-}
-static void tj__json_ws(tj__json *j) {
-    while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' || j->s[j->i] == '\r')) j->i++;
-}
-static int tj__json_peek(tj__json *j) {
-    tj__json_ws(j);
-    return j->i < j->n ? j->s[j->i] : -1;
-}
-static int tj__json_expect(tj__json *j, char c) {
-    char m[16];
-    if (tj__json_peek(j) == (unsigned char)c) {
-        j->i++;
-        return 0;
-    }
-    snprintf(m, sizeof m, "expected '%c'", c);
-    return tj__json_fail(j, m, NULL);
-}
-static int tj__json_hex(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; }
-static int tj__json_hex4(tj__json *j, size_t at, uint32_t *v) {
-    size_t k;
-    *v = 0;
-    for (k = 0; k < 4; k++) {
-        int h = tj__json_hex(j->s[at + k]);
-        if (h < 0) return 1;
-        *v = (*v << 4) | (uint32_t)h;
-    }
-    return 0;
-}
-/* A string; out NULL only validates. The result may hold \u0000, hence outlen. */
-static int tj__json_str(tj__json *j, char **out, size_t *outlen) {
-    size_t k, m = 0;
-    char *o = NULL, tmp[4];
-    if (out) *out = NULL;
-    if (tj__json_peek(j) != '"') return tj__json_fail(j, "expected string", NULL);
-    /* find the closing quote first: escapes never expand, so one allocation */
-    k = j->i + 1;
-    while (k < j->n && j->s[k] != '"') k += j->s[k] == '\\' ? 2 : 1;
-    if (k >= j->n) return tj__json_fail(j, "unterminated string", NULL);
-    if (out && !(o = (char *)tj__malloc(k - j->i))) return tj__json_fail(j, "out of memory", NULL);
-    j->i++;
-    while (j->i < k) {
-        unsigned char c = j->s[j->i];
-        if (c < 0x20) {
-            TJ_FREE(o);
-            return tj__json_fail(j, "control character in string", NULL);
-        }
-        if (c == '\\') {
-            unsigned char e = j->s[j->i + 1]; /* j->i + 1 < k: the scan skipped it */
-            const char *simple = "\"\\/bfnrt", *rep = "\"\\/\b\f\n\r\t";
-            const char *hit = e ? strchr(simple, e) : NULL;
-            if (hit) {
-                if (o) o[m] = rep[hit - simple];
-                m++;
-                j->i += 2;
-            } else if (e == 'u') {
-                uint32_t cp, lo;
-                if (j->i + 6 > k || tj__json_hex4(j, j->i + 2, &cp)) {
-                    TJ_FREE(o);
-                    return tj__json_fail(j, "bad \\u escape", NULL);
-                }
-                j->i += 6;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                    TJ_FREE(o);
-                    return tj__json_fail(j, "unpaired surrogate", NULL);
-                }
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    if (j->i + 6 > k || j->s[j->i] != '\\' || j->s[j->i + 1] != 'u' || tj__json_hex4(j, j->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
-                        TJ_FREE(o);
-                        return tj__json_fail(j, "unpaired surrogate", NULL);
-                    }
-                    j->i += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                m += tj__u8_enc(cp, o ? o + m : tmp);
-            } else {
-                TJ_FREE(o);
-                return tj__json_fail(j, "bad escape", NULL);
-            }
-        } else if (c >= 0x80) {
-            uint32_t cp;
-            size_t l = tj__u8_dec(j->s + j->i, k - j->i, &cp);
-            if (!l) {
-                TJ_FREE(o);
-                return tj__json_fail(j, "invalid UTF-8 in string", NULL);
-            }
-            if (o) memcpy(o + m, j->s + j->i, l);
-            m += l;
-            j->i += l;
-        } else {
-            if (o) o[m] = (char)c;
-            m++;
-            j->i++;
-        }
-    }
-    j->i = k + 1;
-    if (o) o[m] = 0, *out = o;
-    if (outlen) *outlen = m;
-    return 0;
-}
-/* Strings kept as C strings must not hide a \u0000: two different keys
-   would compare equal. */
-static int tj__json_cstr(tj__json *j, char **out) {
-    size_t l, at = j->i;
-    if (tj__json_str(j, out, &l)) return 1;
-    if (strlen(*out) != l) {
-        TJ_FREE(*out);
-        *out = NULL;
-        j->i = at;
-        return tj__json_fail(j, "string contains \\u0000", NULL);
-    }
-    return 0;
-}
-static int tj__json_u64(tj__json *j, uint64_t *v) {
-    int c = tj__json_peek(j);
-    *v = 0;
-    if (c < '0' || c > '9') return tj__json_fail(j, "expected non-negative integer", NULL);
-    if (c == '0' && j->i + 1 < j->n && j->s[j->i + 1] >= '0' && j->s[j->i + 1] <= '9') return tj__json_fail(j, "leading zero in number", NULL);
-    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') {
-        unsigned d = (unsigned)(j->s[j->i] - '0');
-        if (*v > (UINT64_MAX - d) / 10) return tj__json_fail(j, "integer overflow", NULL);
-        *v = *v * 10 + d;
-        j->i++;
-    }
-    if (j->i < j->n && (j->s[j->i] == '.' || j->s[j->i] == 'e' || j->s[j->i] == 'E')) return tj__json_fail(j, "expected integer, got fraction/exponent", NULL);
-    return 0;
-}
-static int tj__json_digits(tj__json *j) {
-    size_t at = j->i;
-    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') j->i++;
-    return j->i > at ? 0 : tj__json_fail(j, "expected digit", NULL);
-}
-/* Object members after the '{': 1 = *key read and ':' consumed (caller
-   frees key), 0 = '}' consumed, -1 = error. */
-static int tj__json_obj_next(tj__json *j, int *first, char **key) {
-    int c = tj__json_peek(j);
-    *key = NULL;
-    if (c == '}') {
-        j->i++;
-        return 0;
-    }
-    if (!*first) {
-        if (c != ',') return tj__json_fail(j, "expected ',' or '}'", NULL), -1;
-        j->i++;
-    }
-    *first = 0;
-    if (tj__json_cstr(j, key)) return -1;
-    if (tj__json_peek(j) != ':') {
-        TJ_FREE(*key);
-        *key = NULL;
-        return tj__json_fail(j, "expected ':'", NULL), -1;
-    }
-    j->i++;
-    return 1;
-}
-static int tj__json_arr_next(tj__json *j, int *first) {
-    int c = tj__json_peek(j);
-    if (c == ']') {
-        j->i++;
-        return 0;
-    }
-    if (!*first) {
-        if (c != ',') return tj__json_fail(j, "expected ',' or ']'", NULL), -1;
-        j->i++;
-    }
-    *first = 0;
-    return 1;
-}
-static int tj__json_skip(tj__json *j) {
-    int c = tj__json_peek(j), first = 1, r;
-    char *key;
-    if (c == '"') return tj__json_str(j, NULL, NULL);
-    if (c == '{' || c == '[') {
-        if (++j->depth > 64) return tj__json_fail(j, "nesting too deep", NULL); /* 1e6 '[' must not blow the stack */
-        j->i++;
-        if (c == '{') {
-            while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
-                TJ_FREE(key);
-                if (tj__json_skip(j)) return 1;
-            }
-        } else {
-            while ((r = tj__json_arr_next(j, &first)) == 1)
-                if (tj__json_skip(j)) return 1;
-        }
-        j->depth--;
-        return r < 0;
-    }
-    if (c == 't' || c == 'f' || c == 'n') {
-        const char *lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
-        size_t l = strlen(lit);
-        if (j->n - j->i < l || memcmp(j->s + j->i, lit, l) != 0) return tj__json_fail(j, "bad literal", NULL);
-        j->i += l;
-        return 0;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        if (c == '-') j->i++;
-        if (j->i < j->n && j->s[j->i] == '0') j->i++;
-        else if (tj__json_digits(j)) return 1;
-        if (j->i < j->n && j->s[j->i] == '.') {
-            j->i++;
-            if (tj__json_digits(j)) return 1;
-        }
-        if (j->i < j->n && (j->s[j->i] == 'e' || j->s[j->i] == 'E')) {
-            j->i++;
-            if (j->i < j->n && (j->s[j->i] == '+' || j->s[j->i] == '-')) j->i++;
-            if (tj__json_digits(j)) return 1;
-        }
-        return 0;
-    }
-    return tj__json_fail(j, c < 0 ? "unexpected end" : "unexpected character", NULL);
-}
-
-/* -- dtypes -- */
-static const char *const tj__st_dtnames[TJ_ST_NDTYPE] = {"F32", "BF16", "F16", "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"};
-static const unsigned char tj__st_dtsize[TJ_ST_NDTYPE] = {4, 2, 2, 8, 8, 4, 2, 1, 8, 4, 2, 1, 1};
-TJDEF const char *tj_st_dtype_name(tj_st_dtype d) { return (unsigned)d < TJ_ST_NDTYPE ? tj__st_dtnames[d] : "?"; }
-TJDEF size_t tj_st_dtype_size(tj_st_dtype d) { return (unsigned)d < TJ_ST_NDTYPE ? tj__st_dtsize[d] : 0; }
-TJDEF tj_st_dtype tj_st_dtype_from_name(const char *name) {
-    int i;
-    for (i = 0; name && i < TJ_ST_NDTYPE; i++)
-        if (strcmp(name, tj__st_dtnames[i]) == 0) return (tj_st_dtype)i;
-    return TJ_ST_NDTYPE;
-}
-TJDEF tj_st_dtype tj_st_dtype_of(tj_dtype dt) {
-    switch (dt) {
-    case TJ_F32: return TJ_ST_F32;
-    case TJ_BF16: return TJ_ST_BF16;
-    case TJ_I32: return TJ_ST_I32;
-    case TJ_F64: return TJ_ST_F64;
-    default: return TJ_ST_NDTYPE;
-    }
-}
-static int tj__st_to_tj(tj_st_dtype d, tj_dtype *out) {
-    switch (d) {
-    case TJ_ST_F32: *out = TJ_F32; return 0;
-    case TJ_ST_BF16: *out = TJ_BF16; return 0;
-    case TJ_ST_I32: *out = TJ_I32; return 0;
-    case TJ_ST_F64: *out = TJ_F64; return 0;
-    default: return 1;
-    }
-}
-
-/* -- reader -- */
-typedef struct {
-    tj_st_tensor t;
-    uint64_t begin, end; /* data_offsets, relative to the data section */
-} tj__st_ten;
-struct tj_safetensors {
-    tj_ctx *ctx;
-    char *path;
-    unsigned char *buf; /* the whole file */
-    size_t len, data_start;
-    int n, cap;
-    tj__st_ten *ten;     /* header order */
-    int *by_name;        /* indices into ten, sorted by name */
-    int n_meta, meta_cap;
-    char **meta;         /* meta[2i] = key, meta[2i+1] = value */
-};
-/* The writer of tj_tree_save puts the checksum first, at a fixed place. */
-#define TJ__ST_CKKEY "tinyjax.checksum"
-static const char tj__st_ckpre[] = "{\"__metadata__\":{\"" TJ__ST_CKKEY "\":\"";
-
-TJDEF void tj_st_free(tj_safetensors *st) {
-    int i;
-    if (!st) return;
-    for (i = 0; i < st->n; i++) TJ_FREE((void *)st->ten[i].t.name);
-    for (i = 0; i < 2 * st->n_meta; i++) TJ_FREE(st->meta[i]);
-    TJ_FREE(st->ten);
-    TJ_FREE(st->by_name);
-    TJ_FREE(st->meta);
-    TJ_FREE(st->buf);
-    TJ_FREE(st->path);
-    TJ_FREE(st);
-}
-/* Sort indices into base by name or by data offsets (a merge sort: qsort
-   has no user pointer, and this stays reentrant). */
-static void tj__st_sort(int *v, int *tmp, int n, const tj__st_ten *base, int by_off) {
-    int h, i, j, k;
-    if (n < 2) return;
-    h = n / 2;
-    tj__st_sort(v, tmp, h, base, by_off);
-    tj__st_sort(v + h, tmp, n - h, base, by_off);
-    for (i = 0, j = h, k = 0; i < h || j < n;) {
-        int takeleft;
-        if (i >= h) takeleft = 0;
-        else if (j >= n) takeleft = 1;
-        else if (by_off) {
-            const tj__st_ten *x = &base[v[i]], *y = &base[v[j]];
-            takeleft = x->begin != y->begin ? x->begin < y->begin : x->end <= y->end;
-        } else takeleft = strcmp(base[v[i]].t.name, base[v[j]].t.name) <= 0;
-        tmp[k++] = takeleft ? v[i++] : v[j++];
-    }
-    memcpy(v, tmp, sizeof(int) * (size_t)n);
-}
-static int tj__st_tensor_hdr(tj__json *j, tj__st_ten *x) {
-    int first = 1, r, have_dtype = 0, have_shape = 0, have_off = 0;
-    char *key;
-    const char *nm = x->t.name;
-    if (tj__json_expect(j, '{')) return 1;
-    while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
-        if (strcmp(key, "dtype") == 0) {
-            char *v;
-            TJ_FREE(key);
-            if (have_dtype++) return tj__json_fail(j, "duplicate dtype in tensor '", nm);
-            if (tj__json_cstr(j, &v)) return 1;
-            x->t.dtype = tj_st_dtype_from_name(v);
-            if (x->t.dtype == TJ_ST_NDTYPE) {
-                tj__err(j->ctx, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': unsupported dtype \"%.32s\"", j->label, nm, v);
-                TJ_FREE(v);
-                return 1;
-            }
-            TJ_FREE(v);
-        } else if (strcmp(key, "shape") == 0) {
-            int af = 1, ar;
-            TJ_FREE(key);
-            if (have_shape++) return tj__json_fail(j, "duplicate shape in tensor '", nm);
-            if (tj__json_expect(j, '[')) return 1;
-            x->t.rank = 0;
-            while ((ar = tj__json_arr_next(j, &af)) == 1) {
-                uint64_t d;
-                if (x->t.rank >= TJ_MAXDIM) return tj__json_fail(j, "rank exceeds 8 in tensor '", nm);
-                if (tj__json_u64(j, &d)) return 1;
-                if (d > (uint64_t)INT64_MAX) return tj__json_fail(j, "dimension too large in tensor '", nm);
-                x->t.shape[x->t.rank++] = (int64_t)d;
-            }
-            if (ar < 0) return 1;
-        } else if (strcmp(key, "data_offsets") == 0) {
-            int af = 1, ar, cnt = 0;
-            uint64_t v[2] = {0, 0};
-            TJ_FREE(key);
-            if (have_off++) return tj__json_fail(j, "duplicate data_offsets in tensor '", nm);
-            if (tj__json_expect(j, '[')) return 1;
-            while ((ar = tj__json_arr_next(j, &af)) == 1) {
-                if (cnt >= 2) return tj__json_fail(j, "data_offsets needs 2 entries in tensor '", nm);
-                if (tj__json_u64(j, &v[cnt++])) return 1;
-            }
-            if (ar < 0) return 1;
-            if (cnt != 2) return tj__json_fail(j, "data_offsets needs 2 entries in tensor '", nm);
-            x->begin = v[0];
-            x->end = v[1];
-        } else { /* unknown fields are tolerated, as serde does by default */
-            TJ_FREE(key);
-            if (tj__json_skip(j)) return 1;
-        }
-    }
-    if (r < 0) return 1;
-    if (!have_dtype) return tj__json_fail(j, "missing dtype in tensor '", nm);
-    if (!have_shape) return tj__json_fail(j, "missing shape in tensor '", nm);
-    if (!have_off) return tj__json_fail(j, "missing data_offsets in tensor '", nm);
-    return 0;
-}
-static int tj__st_meta_hdr(tj__json *j, tj_safetensors *st) {
-    int first = 1, r, k;
-    char *key, *val;
-    if (tj__json_expect(j, '{')) return 1;
-    while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
-        for (k = 0; k < st->n_meta; k++)
-            if (strcmp(st->meta[2 * k], key) == 0) {
-                tj__json_fail(j, "duplicate __metadata__ key '", key);
-                TJ_FREE(key);
-                return 1;
-            }
-        if (tj__json_peek(j) != '"') {
-            tj__json_fail(j, "__metadata__ value is not a string for key '", key);
-            TJ_FREE(key);
-            return 1;
-        }
-        if (tj__json_cstr(j, &val)) {
-            TJ_FREE(key);
-            return 1;
-        }
-        if (st->n_meta == st->meta_cap) {
-            int nc = st->meta_cap ? st->meta_cap * 2 : 8;
-            char **m = (char **)TJ_REALLOC(st->meta, sizeof(char *) * 2 * (size_t)nc);
-            if (!m) {
-                TJ_FREE(key);
-                TJ_FREE(val);
-                return tj__json_fail(j, "out of memory", NULL);
-            }
-            st->meta = m;
-            st->meta_cap = nc;
-        }
-        st->meta[2 * st->n_meta] = key;
-        st->meta[2 * st->n_meta + 1] = val;
-        st->n_meta++;
-    }
-    return r < 0;
-}
-/* If the file carries tinyjax's checksum, it must be at its place and match
-   the hash of the file with its 16 digits read as '0'. */
-static int tj__st_verify(tj_safetensors *st) {
-    const char *v = tj_st_meta(st, TJ__ST_CKKEY);
-    size_t p = 8 + sizeof tj__st_ckpre - 1;
-    tj__hash h;
-    char want[17];
-    int k;
-    if (!v) return 0;
-    if (strlen(v) != 16 || st->data_start < p + 16 || memcmp(st->buf + 8, tj__st_ckpre, p - 8) != 0 || memcmp(st->buf + p, v, 16) != 0) {
-        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: corrupt file: the " TJ__ST_CKKEY " entry is not where tinyjax writes it", st->path);
-        return 1;
-    }
-    tj__hash_init(&h);
-    tj__hash_put(&h, st->buf, p);
-    tj__hash_put(&h, "0000000000000000", 16);
-    tj__hash_put(&h, st->buf + p + 16, st->len - p - 16);
-    snprintf(want, sizeof want, "%016llx", (unsigned long long)tj__hash_end(&h));
-    for (k = 0; k < 16; k++)
-        if (want[k] != v[k]) {
-            tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: corrupt file: checksum %.16s does not match the contents (%s)", st->path, v, want);
-            return 1;
-        }
-    return 0;
-}
-/* Takes ownership of buf (len bytes, from tj__malloc). */
-static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t len, const char *label) {
-    tj_safetensors *st = (tj_safetensors *)tj__calloc(sizeof *st);
-    uint64_t hlen = 0, pos;
-    size_t data_len;
-    int k, first = 1, r, seen_meta = 0;
-    tj__json j;
-    char *key;
-    int *by_off = NULL, *tmp = NULL;
-    if (!st) {
-        TJ_FREE(buf);
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
-        return NULL;
-    }
-    st->ctx = c;
-    st->buf = buf;
-    st->len = len;
-    if (!(st->path = tj__strdup(label))) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
-        goto fail;
-    }
-    if (len < 8) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: file is %llu bytes, too short for the 8-byte header length", label, (unsigned long long)len);
-        goto fail;
-    }
-    for (k = 7; k >= 0; k--) hlen = (hlen << 8) | buf[k];
-    if (hlen > len - 8) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: header length %llu exceeds file size %llu (truncated file?)", label, (unsigned long long)hlen, (unsigned long long)len);
-        goto fail;
-    }
-    if (hlen < 2) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: header length %llu too small for a JSON object", label, (unsigned long long)hlen);
-        goto fail;
-    }
-    st->data_start = 8 + (size_t)hlen;
-    data_len = len - st->data_start;
-    memset(&j, 0, sizeof j);
-    j.s = buf + 8;
-    j.n = (size_t)hlen;
-    j.base = 8;
-    j.label = label;
-    j.ctx = c;
-    if (buf[8] != '{') { /* the spec wants no leading space */
-        tj__json_fail(&j, "header must start with '{'", NULL);
-        goto fail;
-    }
-    j.i = 1;
-    while ((r = tj__json_obj_next(&j, &first, &key)) == 1) {
-        tj__st_ten *x;
-        if (strcmp(key, "__metadata__") == 0) {
-            TJ_FREE(key);
-            if (seen_meta++) {
-                tj__json_fail(&j, "duplicate __metadata__", NULL);
-                goto fail;
-            }
-            if (tj__st_meta_hdr(&j, st)) goto fail;
-            continue;
-        }
-        if (st->n == st->cap) {
-            int nc = st->cap ? st->cap * 2 : 16;
-            tj__st_ten *nt = (tj__st_ten *)TJ_REALLOC(st->ten, sizeof(tj__st_ten) * (size_t)nc);
-            if (!nt) {
-                TJ_FREE(key);
-                tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
-                goto fail;
-            }
-            st->ten = nt;
-            st->cap = nc;
-        }
-        x = &st->ten[st->n++];
-        memset(x, 0, sizeof *x);
-        x->t.name = key;
-        if (tj__st_tensor_hdr(&j, x)) goto fail;
-    }
-    if (r < 0) goto fail;
-    tj__json_ws(&j); /* only whitespace padding may follow */
-    if (j.i != j.n) {
-        tj__json_fail(&j, "trailing garbage after the header object", NULL);
-        goto fail;
-    }
-    for (k = 0; k < st->n; k++) {
-        tj__st_ten *x = &st->ten[k];
-        uint64_t isz = tj_st_dtype_size(x->t.dtype), numel = 1, nb;
-        int d;
-        for (d = 0; d < x->t.rank; d++) {
-            uint64_t dim = (uint64_t)x->t.shape[d];
-            if (dim != 0 && numel > (uint64_t)INT64_MAX / dim) {
-                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': element count overflows", label, x->t.name);
-                goto fail;
-            }
-            numel *= dim;
-        }
-        if (numel > UINT64_MAX / isz) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': byte size overflows", label, x->t.name);
-            goto fail;
-        }
-        nb = numel * isz;
-        if (x->begin > x->end || x->end > data_len) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': data_offsets [%llu,%llu] outside the data section of %llu bytes (truncated file?)", label, x->t.name,
-                    (unsigned long long)x->begin, (unsigned long long)x->end, (unsigned long long)data_len);
-            goto fail;
-        }
-        if (x->end - x->begin != nb) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': data_offsets [%llu,%llu] span %llu bytes, but %s shape needs %llu", label, x->t.name,
-                    (unsigned long long)x->begin, (unsigned long long)x->end, (unsigned long long)(x->end - x->begin), tj_st_dtype_name(x->t.dtype),
-                    (unsigned long long)nb);
-            goto fail;
-        }
-        x->t.numel = (int64_t)numel;
-        x->t.nbytes = (size_t)nb;
-        x->t.data = buf + st->data_start + x->begin;
-    }
-    st->by_name = (int *)tj__malloc(sizeof(int) * (size_t)st->n);
-    by_off = (int *)tj__malloc(sizeof(int) * (size_t)st->n);
-    tmp = (int *)tj__malloc(sizeof(int) * (size_t)st->n);
-    if (!st->by_name || !by_off || !tmp) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
-        goto fail;
-    }
-    for (k = 0; k < st->n; k++) st->by_name[k] = by_off[k] = k;
-    tj__st_sort(st->by_name, tmp, st->n, st->ten, 0);
-    for (k = 1; k < st->n; k++)
-        if (strcmp(st->ten[st->by_name[k - 1]].t.name, st->ten[st->by_name[k]].t.name) == 0) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: duplicate tensor name '%.64s'", label, st->ten[st->by_name[k]].t.name);
-            goto fail;
-        }
-    /* Tensors must tile the data section: overlaps would alias weights,
-       holes could smuggle other content (the spec forbids both). */
-    tj__st_sort(by_off, tmp, st->n, st->ten, 1);
-    pos = 0;
-    for (k = 0; k < st->n; k++) {
-        const tj__st_ten *x = &st->ten[by_off[k]];
-        if (x->begin < pos) {
-            const tj__st_ten *y = &st->ten[by_off[k - 1]];
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s' [%llu,%llu] overlaps tensor '%.64s' [%llu,%llu]", label, x->t.name, (unsigned long long)x->begin,
-                    (unsigned long long)x->end, y->t.name, (unsigned long long)y->begin, (unsigned long long)y->end);
-            goto fail;
-        }
-        if (x->begin > pos) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: hole in the data section at bytes [%llu,%llu) before tensor '%.64s'", label, (unsigned long long)pos,
-                    (unsigned long long)x->begin, x->t.name);
-            goto fail;
-        }
-        pos = x->end;
-    }
-    if (pos != data_len) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: data section has %llu trailing bytes not covered by any tensor", label, (unsigned long long)(data_len - pos));
-        goto fail;
-    }
-    if (tj__st_verify(st)) goto fail;
-    TJ_FREE(by_off);
-    TJ_FREE(tmp);
-    return st;
-fail:
-    TJ_FREE(by_off);
-    TJ_FREE(tmp);
-    tj_st_free(st);
-    return NULL;
-}
-TJDEF tj_safetensors *tj_st_parse(tj_ctx *c, const void *bytes, size_t len, const char *label) {
-    unsigned char *copy;
-    if (!label) label = "(bytes)";
-    if (!c) return NULL;
-    if (!bytes && len) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_parse: %s: argument bytes is NULL", label);
-        return NULL;
-    }
-    if (!(copy = (unsigned char *)tj__malloc(len))) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
-        return NULL;
-    }
-    if (len) memcpy(copy, bytes, len);
-    return tj__st_parse_owned(c, copy, len, label);
-}
-TJDEF tj_safetensors *tj_st_load(tj_ctx *c, const char *path) {
-    unsigned char *buf;
-    size_t len;
-    if (!c) return NULL;
-    if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_load: argument path is NULL");
-        return NULL;
-    }
-    if (tj__file_read(c, path, &buf, &len)) return NULL;
-    return tj__st_parse_owned(c, buf, len, path);
-}
-TJDEF int tj_st_count(const tj_safetensors *st) { return st ? st->n : 0; }
-TJDEF const tj_st_tensor *tj_st_at(const tj_safetensors *st, int i) { return st && i >= 0 && i < st->n ? &st->ten[i].t : NULL; }
-TJDEF const tj_st_tensor *tj_st_find(const tj_safetensors *st, const char *name) {
-    int lo = 0, hi = st ? st->n : 0;
-    if (!name) return NULL;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2, r = strcmp(st->ten[st->by_name[mid]].t.name, name);
-        if (r == 0) return &st->ten[st->by_name[mid]].t;
-        if (r < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    return NULL;
-}
-static void tj__st_fmt_shape(char *o, size_t on, int rank, const int64_t *shape) {
-    size_t m;
-    int d;
-    snprintf(o, on, "[");
-    for (d = 0; d < rank; d++) {
-        m = strlen(o);
-        snprintf(o + m, on - m, d ? ",%lld" : "%lld", (long long)shape[d]);
-    }
-    m = strlen(o);
-    snprintf(o + m, on - m, "]");
-}
-TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *name, tj_st_dtype dt, int rank, const int64_t *shape) {
-    const tj_st_tensor *t;
-    int d, bad;
-    if (!st) return NULL;
-    if (!name) {
-        tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_expect: %s: argument name is NULL", st->path);
-        return NULL;
-    }
-    if (!(t = tj_st_find(st, name))) {
-        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: no tensor named '%s'", st->path, name ? name : "(null)");
-        return NULL;
-    }
-    if (t->dtype != dt) {
-        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: tensor '%s' has dtype %s, want %s", st->path, name, tj_st_dtype_name(t->dtype), tj_st_dtype_name(dt));
-        return NULL;
-    }
-    bad = rank != t->rank;
-    for (d = 0; !bad && shape && d < rank; d++) bad = t->shape[d] != shape[d];
-    if (bad) {
-        char a[200], b[200];
-        tj__st_fmt_shape(a, sizeof a, t->rank, t->shape);
-        if (shape && rank >= 0 && rank <= TJ_MAXDIM) tj__st_fmt_shape(b, sizeof b, rank, shape);
-        else snprintf(b, sizeof b, "rank %d", rank);
-        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: tensor '%s' has shape %s, want %s", st->path, name, a, b);
-        return NULL;
-    }
-    return t;
-}
-TJDEF int tj_st_meta_count(const tj_safetensors *st) { return st ? st->n_meta : 0; }
-TJDEF const char *tj_st_meta_key(const tj_safetensors *st, int i) { return st && i >= 0 && i < st->n_meta ? st->meta[2 * i] : NULL; }
-TJDEF const char *tj_st_meta(const tj_safetensors *st, const char *key) {
-    int k;
-    for (k = 0; st && key && k < st->n_meta; k++)
-        if (strcmp(st->meta[2 * k], key) == 0) return st->meta[2 * k + 1];
-    return NULL;
-}
-static float tj__f16_to_f32(uint32_t h) {
-    uint32_t sign = (h & 0x8000u) << 16, ex = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-    float f;
-    if (ex == 0) {
-        if (man == 0) bits = sign;
-        else { /* subnormal: renormalize */
-            ex = 127 - 15 + 1;
-            while (!(man & 0x400)) man <<= 1, ex--;
-            man &= 0x3FF;
-            bits = sign | (ex << 23) | (man << 13);
-        }
-    } else if (ex == 31) bits = sign | 0x7F800000u | (man << 13);
-    else bits = sign | ((ex + 127 - 15) << 23) | (man << 13);
-    memcpy(&f, &bits, 4);
-    return f;
-}
-/* element i of a tensor, little-endian and unaligned safe */
-static double tj__st_elem(const tj_st_tensor *t, int64_t i) {
-    size_t isz = tj_st_dtype_size(t->dtype);
-    const unsigned char *p = (const unsigned char *)t->data + (size_t)i * isz;
-    uint64_t v = 0;
-    int n = (int)isz;
-    while (n-- > 0) v = (v << 8) | p[n];
-    switch (t->dtype) {
-    case TJ_ST_F32: {
-        uint32_t b = (uint32_t)v;
-        float f;
-        memcpy(&f, &b, 4);
-        return f;
-    }
-    case TJ_ST_BF16: return tj_bf16_to_f32((uint16_t)v);
-    case TJ_ST_F16: return tj__f16_to_f32((uint32_t)v);
-    case TJ_ST_F64: {
-        double d;
-        memcpy(&d, &v, 8);
-        return d;
-    }
-    case TJ_ST_I64: return (double)(int64_t)v;
-    case TJ_ST_I32: return (double)(int32_t)(uint32_t)v;
-    case TJ_ST_I16: return (double)(int16_t)(uint16_t)v;
-    case TJ_ST_I8: return (double)(int8_t)(uint8_t)v;
-    default: return (double)v;
-    }
-}
-TJDEF tj_status tj_st_to_f32(const tj_st_tensor *t, float *out) {
-    int64_t i;
-    if (!t || !out || !tj_st_dtype_size(t->dtype)) return TJ_ERR_ARG;
-    for (i = 0; i < t->numel; i++) out[i] = (float)tj__st_elem(t, i);
-    return TJ_OK;
-}
-static int tj__little_endian(void) {
-    uint16_t x = 1;
-    unsigned char b;
-    memcpy(&b, &x, 1);
-    return b == 1;
-}
-/* Copy n bytes of little-endian items of size isz to host order. */
-static void tj__st_copy_le(void *dst, const void *src, size_t n, size_t isz) {
-    size_t i, k;
-    if (tj__little_endian() || isz == 1) {
-        if (n) memcpy(dst, src, n);
-        return;
-    }
-    for (i = 0; i + isz <= n; i += isz)
-        for (k = 0; k < isz; k++) ((unsigned char *)dst)[i + k] = ((const unsigned char *)src)[i + isz - 1 - k];
-}
-/* The longest axis name a file may carry: tj_tree_save refuses to write
-   longer ones, and every reader accepts up to this. */
-#define TJ__AXNAME_MAX 64
-/* "a=2 b=3" from axis names and a tensor's sizes; 0 and an error naming
-   `who` on a bad axis list or a size tinyjax arrays cannot have. */
-static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const char *axes, const tj_st_tensor *t, char *out, size_t on) {
-    const char *s = axes ? axes : "";
-    char nm[TJ_MAXDIM][TJ__AXNAME_MAX + 1];
-    int n = 0, d, e;
-    size_t m;
-    while (*s) {
-        const char *b;
-        if (*s == ' ' || *s == ',' || *s == '\t') {
-            s++;
-            continue;
-        }
-        b = s;
-        while (*s && tj__isname(*s)) s++;
-        if (s == b || (*s && *s != ' ' && *s != ',' && *s != '\t') || s - b > TJ__AXNAME_MAX || n >= TJ_MAXDIM) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: bad axis names \"%.80s\" (names of letters, digits, '_' and '.', at most %d characters)", file, who,
-                    axes, TJ__AXNAME_MAX);
-            return 0;
-        }
-        memcpy(nm[n], b, (size_t)(s - b));
-        nm[n++][s - b] = 0;
-    }
-    if (n != t->rank) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: %d axis names \"%.80s\" for a rank-%d tensor", file, who, n, axes ? axes : "", t->rank);
-        return 0;
-    }
-    out[0] = 0;
-    for (d = 0; d < n; d++) {
-        for (e = 0; e < d; e++)
-            if (strcmp(nm[e], nm[d]) == 0) {
-                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: axis '%s' appears twice in \"%.80s\"", file, who, nm[d], axes);
-                return 0;
-            }
-        if (t->shape[d] < 1 || t->shape[d] > TJ__MAXDIM_SIZE) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: axis '%s' has size %lld (tinyjax arrays need 1 .. 2^40)", file, who, nm[d], (long long)t->shape[d]);
-            return 0;
-        }
-        m = strlen(out);
-        snprintf(out + m, on - m, "%s%s=%lld", d ? " " : "", nm[d], (long long)t->shape[d]);
-    }
-    return 1;
-}
-/* An array from a tensor whose dtype is dt's, or any dtype when convert. */
-static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes) {
-    char shape[TJ_MAXDIM * 96];
-    void *h;
-    tj_array *a;
-    int64_t i;
-    if (!tj__st_shape_str(c, file, who, axes, t, shape, sizeof shape)) return NULL;
-    if (!(h = tj__malloc((size_t)t->numel * tj_dtype_size(dt)))) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
-        return NULL;
-    }
-    if (tj_st_dtype_of(dt) == t->dtype) tj__st_copy_le(h, t->data, t->nbytes, tj_dtype_size(dt));
-    else
-        for (i = 0; i < t->numel; i++) tj__st(h, dt, i, tj__st_elem(t, i));
-    a = tj_array_new(c, dt, shape, h);
-    TJ_FREE(h);
-    return a;
-}
-TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes) {
-    const tj_st_tensor *t;
-    char who[96];
-    if (!st) return NULL;
-    if ((unsigned)dt >= TJ_NDTYPE) {
-        tj__err(st->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_st_array: bad dtype %d", (int)dt);
-        return NULL;
-    }
-    if (!name || !axes) {
-        tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_array: %s: argument %s is NULL", st->path, !name ? "name" : "axes");
-        return NULL;
-    }
-    if (!(t = tj_st_find(st, name))) {
-        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: no tensor named '%s'", st->path, name ? name : "(null)");
-        return NULL;
-    }
-    snprintf(who, sizeof who, "tensor '%.64s'", name);
-    return tj__st_make_array(st->ctx, st->path, who, t, dt, axes);
-}
-
-/* -- writer -- */
-static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int n, const char *const *meta_kv, int n_meta, int checksum) {
-    tj__sbuf h;
-    tj__afile f;
-    tj__hash hs;
-    uint64_t *offs = NULL, pos = 0;
-    size_t *nbytes = NULL, pre = sizeof tj__st_ckpre - 1;
-    int *order = NULL, *tmp = NULL, i, k, no = 0, rc = 1;
-    tj__st_ten *fake = NULL;
-    unsigned char lenb[8];
-    unsigned sz;
-    char num[64], hex[17];
-    memset(&h, 0, sizeof h);
-    if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_save: argument path is NULL");
-        return 1;
-    }
-    if (n < 0 || n_meta < 0 || (n && !ten) || (n_meta && !meta_kv)) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: bad tensor or metadata list (%d tensors, %d metadata pairs)", path, n, n_meta);
-        return 1;
-    }
-    offs = (uint64_t *)tj__malloc(sizeof(uint64_t) * (size_t)n);
-    nbytes = (size_t *)tj__malloc(sizeof(size_t) * (size_t)n);
-    order = (int *)tj__malloc(sizeof(int) * (size_t)n);
-    tmp = (int *)tj__malloc(sizeof(int) * (size_t)n);
-    fake = (tj__st_ten *)tj__calloc(sizeof(tj__st_ten) * (size_t)n);
-    if (!offs || !nbytes || !order || !tmp || !fake) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
-        goto done;
-    }
-    for (i = 0; i < n; i++) {
-        const tj_st_entry *e = &ten[i];
-        uint64_t numel = 1, isz = tj_st_dtype_size(e->dtype);
-        if (!e->name || !*e->name || !tj__u8_valid(e->name) || strcmp(e->name, "__metadata__") == 0) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor %d: invalid name (NULL, empty, not UTF-8 or \"__metadata__\")", path, i);
-            goto done;
-        }
-        if (!isz) {
-            tj__err(c, TJ_ERR_DTYPE, NULL, 0, "%s: tensor '%s': invalid dtype %d", path, e->name, (int)e->dtype);
-            goto done;
-        }
-        if (e->rank < 0 || e->rank > TJ_MAXDIM || (e->rank > 0 && !e->shape)) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor '%s': invalid rank %d", path, e->name, e->rank);
-            goto done;
-        }
-        for (k = 0; k < e->rank; k++) {
-            if (e->shape[k] < 0) {
-                tj__err(c, TJ_ERR_SHAPE, NULL, 0, "%s: tensor '%s': negative dimension %lld", path, e->name, (long long)e->shape[k]);
-                goto done;
-            }
-            if (e->shape[k] != 0 && numel > (uint64_t)SIZE_MAX / 2 / isz / (uint64_t)e->shape[k]) {
-                tj__err(c, TJ_ERR_SHAPE, NULL, 0, "%s: tensor '%s': too large", path, e->name);
-                goto done;
-            }
-            numel *= (uint64_t)e->shape[k];
-        }
-        nbytes[i] = (size_t)(numel * isz);
-        if (nbytes[i] && !e->data) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor '%s': NULL data", path, e->name);
-            goto done;
-        }
-        fake[i].t.name = e->name;
-        order[i] = i;
-    }
-    tj__st_sort(order, tmp, n, fake, 0);
-    for (i = 1; i < n; i++)
-        if (strcmp(ten[order[i - 1]].name, ten[order[i]].name) == 0) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: duplicate tensor name '%s'", path, ten[order[i]].name);
-            goto done;
-        }
-    for (i = 0; i < n_meta; i++)
-        if (!meta_kv[2 * i] || !meta_kv[2 * i + 1] || !tj__u8_valid(meta_kv[2 * i]) || !tj__u8_valid(meta_kv[2 * i + 1]) ||
-            strcmp(meta_kv[2 * i], TJ__ST_CKKEY) == 0) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: metadata entry %d is NULL, not UTF-8, or the reserved key " TJ__ST_CKKEY, path, i);
-            goto done;
-        }
-        else
-            for (k = 0; k < i; k++)
-                if (strcmp(meta_kv[2 * k], meta_kv[2 * i]) == 0) {
-                    tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: duplicate metadata key '%s'", path, meta_kv[2 * i]);
-                    goto done;
-                }
-    /* Largest item size first: with the 8-aligned data start every tensor
-       is naturally aligned for zero-copy use. */
-    for (sz = 8; sz >= 1; sz /= 2)
-        for (i = 0; i < n; i++)
-            if (tj_st_dtype_size(ten[i].dtype) == sz) {
-                order[no++] = i;
-                offs[i] = pos;
-                pos += nbytes[i];
-            }
-    if (checksum) tj__sb_puts(&h, tj__st_ckpre), tj__sb_puts(&h, "0000000000000000\"");
-    else tj__sb_put(&h, "{", 1);
-    if (n_meta > 0) {
-        if (!checksum) tj__sb_puts(&h, "\"__metadata__\":{");
-        for (i = 0; i < n_meta; i++) {
-            if (i || checksum) tj__sb_put(&h, ",", 1);
-            tj__sb_json_str(&h, meta_kv[2 * i]);
-            tj__sb_put(&h, ":", 1);
-            tj__sb_json_str(&h, meta_kv[2 * i + 1]);
-        }
-    }
-    if (n_meta > 0 || checksum) tj__sb_put(&h, "}", 1);
-    for (i = 0; i < n; i++) {
-        const tj_st_entry *e = &ten[i];
-        if (i || n_meta > 0 || checksum) tj__sb_put(&h, ",", 1);
-        tj__sb_json_str(&h, e->name);
-        tj__sb_puts(&h, ":{\"dtype\":\"");
-        tj__sb_puts(&h, tj_st_dtype_name(e->dtype));
-        tj__sb_puts(&h, "\",\"shape\":[");
-        for (k = 0; k < e->rank; k++) {
-            snprintf(num, sizeof num, k ? ",%lld" : "%lld", (long long)e->shape[k]);
-            tj__sb_puts(&h, num);
-        }
-        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offs[i], (unsigned long long)(offs[i] + nbytes[i]));
-        tj__sb_puts(&h, num);
-    }
-    tj__sb_put(&h, "}", 1);
-    while ((8 + h.n) % 8) tj__sb_put(&h, " ", 1);
-    if (h.oom) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
-        goto done;
-    }
-    for (k = 0; k < 8; k++) lenb[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
-    if (checksum) {
-        tj__hash_init(&hs);
-        tj__hash_put(&hs, lenb, 8);
-        tj__hash_put(&hs, h.p, h.n);
-        for (k = 0; k < no; k++) tj__hash_put(&hs, ten[order[k]].data, nbytes[order[k]]);
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tj__hash_end(&hs));
-        memcpy(h.p + pre, hex, 16);
-    }
-    if (tj__af_open(&f, c, path)) goto done;
-    if (tj__af_write(&f, lenb, 8) || tj__af_write(&f, h.p, h.n)) goto done;
-    for (k = 0; k < no; k++)
-        if (nbytes[order[k]] && tj__af_write(&f, ten[order[k]].data, nbytes[order[k]])) goto done;
-    if (tj__af_commit(&f)) goto done;
-    rc = 0;
-done:
-    TJ_FREE(h.p);
-    TJ_FREE(offs);
-    TJ_FREE(nbytes);
-    TJ_FREE(order);
-    TJ_FREE(tmp);
-    TJ_FREE(fake);
-    return rc;
-}
-TJDEF tj_status tj_st_save(tj_ctx *c, const char *path, const tj_st_entry *tensors, int n, const char *const *meta_kv, int n_meta) {
-    if (!c) return TJ_ERR_ARG;
-    return tj__st_write(c, path, tensors, n, meta_kv, n_meta, 0) ? (c->status ? c->status : TJ_ERR_IO) : TJ_OK;
-}
-
-/* -- trees -- */
-typedef struct { /* growable list of owned metadata strings */
-    char **kv;
-    int n, cap, oom;
-} tj__kvlist;
-static void tj__kv_add(tj__kvlist *l, const char *prefix, const char *name, const char *val) {
-    size_t a = strlen(prefix), b = name ? strlen(name) : 0;
-    char *k, *v;
-    if (l->oom) return;
-    if (l->n == l->cap) {
-        int nc = l->cap ? l->cap * 2 : 16;
-        char **p = (char **)TJ_REALLOC(l->kv, sizeof(char *) * 2 * (size_t)nc);
-        if (!p) {
-            l->oom = 1;
-            return;
-        }
-        l->kv = p;
-        l->cap = nc;
-    }
-    k = (char *)tj__malloc(a + b + 1);
-    v = tj__strdup(val);
-    if (!k || !v) {
-        TJ_FREE(k);
-        TJ_FREE(v);
-        l->oom = 1;
-        return;
-    }
-    memcpy(k, prefix, a);
-    if (b) memcpy(k + a, name, b);
-    k[a + b] = 0;
-    l->kv[2 * l->n] = k;
-    l->kv[2 * l->n + 1] = v;
-    l->n++;
-}
-static void tj__kv_free(tj__kvlist *l) {
-    int i;
-    for (i = 0; i < 2 * l->n; i++) TJ_FREE(l->kv[i]);
-    TJ_FREE(l->kv);
-}
-
-static tj_status tj__procs_tree_io(const tj_tree *t, const char *path, int save); /* process mode: [11] */
-TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
-    tj_ctx *c;
-    tj__kvlist kv;
-    tj__sbuf order;
-    tj_st_entry *e = NULL;
-    int64_t (*shapes)[TJ_MAXDIM] = NULL;
-    void **bufs = NULL;
-    int i, d, ne = 0, na = 0;
-    tj_status rc = TJ_ERR_IO;
-    char num[64], axes[TJ_MAXDIM * (TJ__AXNAME_MAX + 1) + 1];
-    if (!t) return TJ_ERR_ARG;
-    c = t->ctx;
-    if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: argument path is NULL");
-        return TJ_ERR_ARG;
-    }
-    if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 1);
-    memset(&kv, 0, sizeof kv);
-    memset(&order, 0, sizeof order);
-    for (i = 0; i < t->n; i++) na += t->leaf[i].kind == TJ_LEAF_ARRAY;
-    e = (tj_st_entry *)tj__calloc(sizeof(tj_st_entry) * (size_t)na);
-    shapes = (int64_t(*)[TJ_MAXDIM])tj__calloc(sizeof(int64_t) * TJ_MAXDIM * (size_t)na);
-    bufs = (void **)tj__calloc(sizeof(void *) * (size_t)na);
-    if (!e || !shapes || !bufs) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_save: %s: out of memory", path);
-        rc = TJ_ERR_OOM;
-        goto done;
-    }
-    tj__kv_add(&kv, "format", NULL, "pt");
-    tj__kv_add(&kv, "tinyjax.version", NULL, "1");
-    tj__kv_add(&kv, "tinyjax.order", NULL, ""); /* filled in below */
-    for (i = 0; i < t->n; i++) {
-        const tj__leaf *l = &t->leaf[i];
-        if (strchr(l->name, '\n') || !tj__u8_valid(l->name)) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: leaf name '%s' has a newline or is not UTF-8", path, l->name);
-            rc = TJ_ERR_ARG;
-            goto done;
-        }
-        if (i) tj__sb_put(&order, "\n", 1);
-        tj__sb_puts(&order, l->name);
-        switch (l->kind) {
-        case TJ_LEAF_ARRAY: {
-            const tj_array *a = l->arr;
-            if (!tj__array_live(l->arr, "tj_tree_save", NULL, 0)) {
-                rc = TJ_ERR_STATE;
-                goto done;
-            }
-            axes[0] = 0;
-            for (d = 0; d < a->t.rank; d++) {
-                size_t m = strlen(axes);
-                if (strlen(tj__name(c, a->t.ax[d])) > TJ__AXNAME_MAX) { /* what save writes, load must read */
-                    tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: leaf '%s': axis name '%.80s...' is longer than %d characters, the limit of saved axis names",
-                            path, l->name, tj__name(c, a->t.ax[d]), TJ__AXNAME_MAX);
-                    rc = TJ_ERR_ARG;
-                    goto done;
-                }
-                snprintf(axes + m, sizeof axes - m, "%s%s", d ? "," : "", tj__name(c, a->t.ax[d]));
-                shapes[ne][d] = a->t.dim[d];
-            }
-            tj__kv_add(&kv, "tinyjax.axes.", l->name, axes);
-            if (!(bufs[ne] = tj__malloc((size_t)tj__bytes(&a->t)))) {
-                tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_save: %s: out of memory reading leaf '%s'", path, l->name);
-                rc = TJ_ERR_OOM;
-                goto done;
-            }
-            if ((rc = tj_array_read_all(l->arr, a->t.dt, bufs[ne])) != TJ_OK) goto done; /* process mode: from every process */
-            rc = TJ_ERR_IO;
-            e[ne].name = l->name;
-            e[ne].dtype = tj_st_dtype_of(a->t.dt);
-            e[ne].rank = a->t.rank;
-            e[ne].shape = shapes[ne];
-            e[ne].data = bufs[ne];
-            ne++;
-            break;
-        }
-        case TJ_LEAF_INT:
-            snprintf(num, sizeof num, "%lld", (long long)l->i);
-            tj__kv_add(&kv, "tinyjax.int.", l->name, num);
-            break;
-        case TJ_LEAF_FLOAT:
-            snprintf(num, sizeof num, "%.17g", l->f);
-            tj__kv_add(&kv, "tinyjax.float.", l->name, num);
-            break;
-        case TJ_LEAF_STRING:
-            if (!tj__u8_valid(l->s)) {
-                tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: string leaf '%s' is not UTF-8", path, l->name);
-                rc = TJ_ERR_ARG;
-                goto done;
-            }
-            tj__kv_add(&kv, "tinyjax.string.", l->name, l->s);
-            break;
-        default:
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: leaf '%s' is a traced value; only arrays, ints, floats and strings can be saved", path, l->name);
-            rc = TJ_ERR_ARG;
-            goto done;
-        }
-    }
-    if (kv.oom || order.oom) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_save: %s: out of memory", path);
-        rc = TJ_ERR_OOM;
-        goto done;
-    }
-    TJ_FREE(kv.kv[5]);
-    kv.kv[5] = order.p ? order.p : tj__strdup("");
-    order.p = NULL;
-    if (!kv.kv[5]) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_save: %s: out of memory", path);
-        rc = TJ_ERR_OOM;
-        goto done;
-    }
-    if (tj_process_index(c) == 0) /* process mode: process 0 writes */
-        rc = tj__st_write(c, path, e, ne, (const char *const *)kv.kv, kv.n, 1) ? (c->status ? c->status : TJ_ERR_IO) : TJ_OK;
-    else rc = TJ_OK;
-done:
-    for (i = 0; bufs && i < na; i++) TJ_FREE(bufs[i]);
-    TJ_FREE(bufs);
-    TJ_FREE(shapes);
-    TJ_FREE(e);
-    TJ_FREE(order.p);
-    tj__kv_free(&kv);
-    return rc;
-}
-
-/* meta[prefix + name]; key has room for the longest prefix and name */
-static const char *tj__st_meta2(const tj_safetensors *st, const char *prefix, const char *name, char *key) {
-    size_t a = strlen(prefix);
-    memcpy(key, prefix, a);
-    strcpy(key + a, name);
-    return tj_st_meta(st, key);
-}
-static int tj__cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
-TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
-    static const char *kn[] = {"an array", "a traced value", "an int", "a float", "a string"};
-    tj_ctx *c;
-    tj_safetensors *st = NULL;
-    const char *ord, *ver;
-    char *names_buf = NULL, **names = NULL, **sorted = NULL, *key = NULL, *end;
-    size_t maxlen = 0;
-    tj__leaf *stage = NULL;
-    int *at = NULL, nn = 0, i, k, nnew = 0, counts[4] = {0, 0, 0, 0}, nmeta_tj[4] = {0, 0, 0, 0};
-    tj_status rc = TJ_ERR_IO;
-    if (!t) return TJ_ERR_ARG;
-    c = t->ctx;
-    if (!path) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: argument path is NULL");
-        return TJ_ERR_ARG;
-    }
-    if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 0);
-    if (!(st = tj_st_load(c, path))) return c->status ? c->status : TJ_ERR_IO;
-    ord = tj_st_meta(st, "tinyjax.order");
-    ver = tj_st_meta(st, "tinyjax.version");
-    if (ver || ord) {
-        if (!ver || strcmp(ver, "1") != 0) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tinyjax.version is %s%s%s, this tinyjax reads version 1", path, ver ? "\"" : "", ver ? ver : "missing", ver ? "\"" : "");
-            goto done;
-        }
-        if (!ord || !tj_st_meta(st, TJ__ST_CKKEY)) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: no %s", path, ord ? TJ__ST_CKKEY : "tinyjax.order");
-            goto done;
-        }
-        /* the leaf names, one per line */
-        if (!(names_buf = tj__strdup(ord))) goto oom;
-        for (i = 0, nn = *ord ? 1 : 0; ord[i]; i++) nn += ord[i] == '\n';
-        names = (char **)tj__malloc(sizeof(char *) * (size_t)nn);
-        if (!names) goto oom;
-        for (i = 0, k = 0; k < nn; k++) {
-            names[k] = names_buf + i;
-            while (names_buf[i] && names_buf[i] != '\n') i++;
-            if (names_buf[i]) names_buf[i++] = 0;
-            if (!*names[k]) {
-                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: empty leaf name in tinyjax.order", path);
-                goto done;
-            }
-        }
-    } else { /* a foreign file: its tensors in header order */
-        nn = st->n;
-        names = (char **)tj__malloc(sizeof(char *) * (size_t)nn);
-        if (!names) goto oom;
-        for (k = 0; k < nn; k++) names[k] = (char *)st->ten[k].t.name;
-    }
-    sorted = (char **)tj__malloc(sizeof(char *) * (size_t)nn);
-    stage = (tj__leaf *)tj__calloc(sizeof(tj__leaf) * (size_t)nn);
-    at = (int *)tj__malloc(sizeof(int) * (size_t)nn);
-    for (k = 0; k < nn; k++)
-        if (strlen(names[k]) > maxlen) maxlen = strlen(names[k]);
-    key = (char *)tj__malloc(maxlen + 32);
-    if (!sorted || !stage || !at || !key) goto oom;
-    memcpy(sorted, names, sizeof(char *) * (size_t)nn);
-    qsort(sorted, (size_t)nn, sizeof(char *), tj__cmp_cstr);
-    for (k = 1; k < nn; k++)
-        if (strcmp(sorted[k - 1], sorted[k]) == 0) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: leaf '%s' is listed twice", path, sorted[k]);
-            goto done;
-        }
-    if (ord) /* every tinyjax.* key must belong to a listed leaf of its kind */
-        for (k = 0; k < st->n_meta; k++) {
-            const char *key = st->meta[2 * k];
-            if (strncmp(key, "tinyjax.axes.", 13) == 0) nmeta_tj[0]++;
-            else if (strncmp(key, "tinyjax.int.", 12) == 0) nmeta_tj[1]++;
-            else if (strncmp(key, "tinyjax.float.", 14) == 0) nmeta_tj[2]++;
-            else if (strncmp(key, "tinyjax.string.", 15) == 0) nmeta_tj[3]++;
-        }
-    /* stage every leaf; the tree is not touched until all of them are good */
-    for (k = 0; k < nn; k++) {
-        const char *nm = names[k], *iv = NULL, *fv = NULL, *sv = NULL, *axes = NULL;
-        const tj_st_tensor *ten = tj_st_find(st, nm);
-        tj__leaf *l = &stage[k];
-        int have, ex = tj_tree_find(t, nm);
-        if (ord) {
-            iv = tj__st_meta2(st, "tinyjax.int.", nm, key);
-            fv = tj__st_meta2(st, "tinyjax.float.", nm, key);
-            sv = tj__st_meta2(st, "tinyjax.string.", nm, key);
-            axes = tj__st_meta2(st, "tinyjax.axes.", nm, key);
-        }
-        have = (ten != NULL) + (iv != NULL) + (fv != NULL) + (sv != NULL);
-        if (have != 1 || (ten && ord && !axes) || (!ten && axes)) {
-            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: leaf '%s' has %s", path, nm, have ? "conflicting entries" : "no tensor or value");
-            goto done;
-        }
-        at[k] = ex;
-        l->kind = ten ? TJ_LEAF_ARRAY : iv ? TJ_LEAF_INT : fv ? TJ_LEAF_FLOAT : TJ_LEAF_STRING;
-        counts[l->kind == TJ_LEAF_ARRAY ? 0 : l->kind - 1]++;
-        if (ex >= 0 && t->leaf[ex].kind == TJ_LEAF_ARRAY && l->kind != TJ_LEAF_ARRAY) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: %s: leaf '%s' is an array in the tree but %s in the file", path, nm, kn[l->kind]);
-            rc = TJ_ERR_ARG;
-            goto done;
-        }
-        if (ten) {
-            tj_dtype dt;
-            char who[96], axbuf[TJ_MAXDIM * 72];
-            const tj_array *old = ex >= 0 && t->leaf[ex].kind == TJ_LEAF_ARRAY ? t->leaf[ex].arr : NULL;
-            int d;
-            snprintf(who, sizeof who, "leaf '%.64s'", nm);
-            if (tj__st_to_tj(ten->dtype, &dt)) {
-                tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_tree_load: %s: leaf '%s' has dtype %s, which tinyjax arrays do not have (use tj_st_array to convert)", path, nm,
-                        tj_st_dtype_name(ten->dtype));
-                rc = TJ_ERR_DTYPE;
-                goto done;
-            }
-            if (!axes) { /* a foreign file: the tree's axis names, else d0,d1,.. */
-                axbuf[0] = 0;
-                for (d = 0; d < ten->rank; d++) {
-                    size_t m = strlen(axbuf);
-                    if (old && old->t.rank == ten->rank) snprintf(axbuf + m, sizeof axbuf - m, "%s%s", d ? "," : "", tj__name(c, old->t.ax[d]));
-                    else snprintf(axbuf + m, sizeof axbuf - m, "%sd%d", d ? "," : "", d);
-                }
-                axes = axbuf;
-            }
-            if (old && old->t.dt != dt) {
-                tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_tree_load: %s: leaf '%s' is %s in the tree but %s in the file", path, nm, tj_dtype_name(old->t.dt), tj_dtype_name(dt));
-                rc = TJ_ERR_DTYPE;
-                goto done;
-            }
-            l->arr = tj__st_make_array(c, path, who, ten, dt, axes);
-            if (!l->arr) {
-                rc = c->status ? c->status : TJ_ERR_IO;
-                goto done;
-            }
-            l->owned = 1;
-            if (old) {
-                int same = old->t.dt == l->arr->t.dt && old->t.rank == l->arr->t.rank;
-                for (d = 0; same && d < old->t.rank; d++) same = old->t.ax[d] == l->arr->t.ax[d] && old->t.dim[d] == l->arr->t.dim[d];
-                if (!same) {
-                    char a[256], b[256];
-                    tj__type_str(c, &old->t, a, sizeof a);
-                    tj__type_str(c, &l->arr->t, b, sizeof b);
-                    tj__err(c, TJ_ERR_SHAPE, NULL, 0, "tj_tree_load: %s: leaf '%s' is %s in the tree but %s in the file", path, nm, a, b);
-                    rc = TJ_ERR_SHAPE;
-                    goto done;
-                }
-            }
-        } else if (iv) {
-            long long v;
-            errno = 0;
-            v = strtoll(iv, &end, 10);
-            if (!*iv || *end || errno == ERANGE || (*iv != '-' && (*iv < '0' || *iv > '9'))) {
-                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: int leaf '%s' is \"%.32s\"", path, nm, iv);
-                goto done;
-            }
-            l->i = (int64_t)v;
-        } else if (fv) {
-            const char *p = fv;
-            if (*p == '-') p++;
-            l->f = strtod(fv, &end);
-            if (!*fv || *end || !((*p >= '0' && *p <= '9') || *p == 'i' || *p == 'n')) {
-                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: float leaf '%s' is \"%.32s\"", path, nm, fv);
-                goto done;
-            }
-        } else if (!(l->s = tj__strdup(sv))) goto oom;
-        if (ex < 0) {
-            if (!(l->name = tj__strdup(nm))) goto oom;
-            nnew++;
-        }
-    }
-    if (ord && (counts[0] != st->n || nmeta_tj[0] != counts[0] || nmeta_tj[1] != counts[1] || nmeta_tj[2] != counts[2] || nmeta_tj[3] != counts[3])) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: tensors or tinyjax.* metadata not listed in tinyjax.order", path);
-        goto done;
-    }
-    if (t->n + nnew > t->cap) {
-        int nc = t->n + nnew;
-        tj__leaf *nl = (tj__leaf *)TJ_REALLOC(t->leaf, sizeof(tj__leaf) * (size_t)nc);
-        if (!nl) goto oom;
-        t->leaf = nl;
-        t->cap = nc;
-    }
-    /* commit: no allocation, nothing can fail from here */
-    for (k = 0; k < nn; k++) {
-        tj__leaf *l = &stage[k];
-        if (at[k] >= 0) {
-            tj__leaf *d = &t->leaf[at[k]];
-            tj__leaf_release(d);
-            l->name = d->name;
-            *d = *l;
-        } else t->leaf[t->n++] = *l;
-        memset(l, 0, sizeof *l);
-    }
-    rc = TJ_OK;
-    goto done;
-oom:
-    tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_load: %s: out of memory", path);
-    rc = TJ_ERR_OOM;
-done:
-    for (k = 0; stage && k < nn; k++) {
-        if (stage[k].kind == TJ_LEAF_ARRAY) tj_array_free(stage[k].arr);
-        TJ_FREE(stage[k].s);
-        TJ_FREE(stage[k].name);
-    }
-    TJ_FREE(stage);
-    TJ_FREE(at);
-    TJ_FREE(sorted);
-    TJ_FREE(names);
-    TJ_FREE(names_buf);
-    TJ_FREE(key);
-    tj_st_free(st);
-    return rc;
 }
 
 /* ==== [3] graph and tracing ============================================== */
@@ -12226,6 +10500,1755 @@ TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max) {
     for (i = 0; rows && i < p->nevents && i < max; i++) rows[i] = p->events[i];
     return p->nevents;
 }
+TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
+    const tj_memory_analysis *m;
+    if (!p || tj__no_stream(p->ctx, f, "tj_memory_print")) return;
+    m = &p->mem;
+    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B, peak %lld B; host temp %lld B\n", p->name,
+            (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes, (long long)m->peak_bytes,
+            (long long)m->host_temp_bytes);
+}
+
+/* ==== [A] appendix: files, JSON, safetensors, tree save/load =========== */
+/* Everything that touches a file lives here, out of the pipeline's reading
+   path: a growable string buffer and JSON string escaping, UTF-8, a 64-bit
+   checksum, the whole-file reader, atomic writes (temp file, lock, fsync,
+   rename, stale temp files cleaned), a strict JSON reader, safetensors
+   parse and write, tj_tree_save / tj_tree_load, and the Chrome trace
+   writer of [13]. Nothing in sections [1]-[13] depends on this code except
+   through the public API and a few forward declarations. */
+
+/* ---- safetensors ---- */
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+/* -- growable byte buffer -- */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} tj__sbuf;
+static void tj__sb_put(tj__sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        char *p;
+        while (cap < b->n + n + 1) cap *= 2;
+        p = (char *)TJ_REALLOC(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void tj__sb_puts(tj__sbuf *b, const char *s) { tj__sb_put(b, s, strlen(s)); }
+static void tj__sb_json_str(tj__sbuf *b, const char *s) {
+    char u[8];
+    tj__sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"') tj__sb_puts(b, "\\\"");
+        else if (c == '\\') tj__sb_puts(b, "\\\\");
+        else if (c == '\n') tj__sb_puts(b, "\\n");
+        else if (c == '\t') tj__sb_puts(b, "\\t");
+        else if (c < 0x20) {
+            snprintf(u, sizeof u, "\\u%04x", c);
+            tj__sb_puts(b, u);
+        } else tj__sb_put(b, s, 1);
+    }
+    tj__sb_put(b, "\"", 1);
+}
+
+/* -- UTF-8: overlongs, surrogates and > U+10FFFF are invalid, as JSON requires -- */
+static size_t tj__u8_dec(const unsigned char *s, size_t n, uint32_t *cp) {
+    uint32_t c;
+    size_t len, k;
+    if (n == 0) return 0;
+    c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xC2 && c <= 0xDF) len = 2, c &= 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, c &= 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, c &= 0x07;
+    else return 0;
+    if (n < len) return 0;
+    for (k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0;
+        c = (c << 6) | (s[k] & 0x3F);
+    }
+    if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    *cp = c;
+    return len;
+}
+static size_t tj__u8_enc(uint32_t c, char *o) {
+    if (c < 0x80) {
+        o[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        o[0] = (char)(0xC0 | (c >> 6));
+        o[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        o[0] = (char)(0xE0 | (c >> 12));
+        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (c >> 18));
+    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+static int tj__u8_valid(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i = 0, l;
+    uint32_t cp;
+    while (i < n) {
+        if (!(l = tj__u8_dec(p + i, n - i, &cp))) return 0;
+        i += l;
+    }
+    return 1;
+}
+
+/* -- a 64-bit hash of a byte stream; every step is a bijection of the state,
+   so any single changed byte always changes the result -- */
+typedef struct {
+    uint64_t h, total;
+    unsigned char pend[8];
+    int np;
+} tj__hash;
+static void tj__hash_init(tj__hash *s) { memset(s, 0, sizeof *s), s->h = 0x243F6A8885A308D3ull; }
+static void tj__hash_word(tj__hash *s, uint64_t w) {
+    s->h = (s->h ^ w) * 0x9E3779B97F4A7C15ull;
+    s->h ^= s->h >> 29;
+}
+static uint64_t tj__le64(const unsigned char *p) {
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
+           (uint64_t)p[7] << 56;
+}
+static void tj__hash_put(tj__hash *s, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    s->total += n;
+    while (n && s->np) {
+        s->pend[s->np++] = *p++, n--;
+        if (s->np == 8) tj__hash_word(s, tj__le64(s->pend)), s->np = 0;
+    }
+    for (; n >= 8; p += 8, n -= 8) tj__hash_word(s, tj__le64(p));
+    while (n) s->pend[s->np++] = *p++, n--;
+}
+static uint64_t tj__hash_end(tj__hash *s) {
+    int k;
+    for (k = s->np; k < 8; k++) s->pend[k] = 0;
+    tj__hash_word(s, tj__le64(s->pend));
+    tj__hash_word(s, s->total);
+    s->h ^= s->h >> 31;
+    s->h *= 0xD6E8FEB86659FD93ull;
+    return s->h ^ (s->h >> 32);
+}
+
+/* -- whole-file read and atomic write -- */
+static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size_t *len) {
+    FILE *f;
+    unsigned char *buf = NULL;
+    size_t cap = 0, n = 0, got;
+    struct stat sb;
+    *data = NULL;
+    *len = 0;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file", path);
+        return 1;
+    }
+    f = fopen(path, "rb");
+    if (!f) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot open: %s", path, strerror(errno));
+        return 1;
+    }
+    /* The size is only a hint (files may change): the loop reads to EOF. */
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long sz = ftell(f);
+        if (sz > 0 && (unsigned long)sz < (unsigned long)SIZE_MAX / 2) {
+            buf = (unsigned char *)tj__malloc((size_t)sz + 65536);
+            if (buf) cap = (size_t)sz + 65536;
+        }
+        rewind(f);
+    }
+    for (;;) {
+        if (cap - n < 65536) {
+            size_t nc = cap ? cap * 2 : (size_t)1 << 20;
+            unsigned char *p = (unsigned char *)TJ_REALLOC(buf, nc);
+            if (!p) {
+                TJ_FREE(buf);
+                fclose(f);
+                tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory reading the file", path);
+                return 1;
+            }
+            buf = p;
+            cap = nc;
+        }
+        errno = 0;
+        got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        int e = errno;
+        TJ_FREE(buf);
+        fclose(f);
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: read error: %s", path, e ? strerror(e) : "unknown");
+        return 1;
+    }
+    fclose(f);
+    *data = buf;
+    *len = n;
+    return 0;
+}
+typedef struct {
+    tj_ctx *ctx;
+    int fd;
+    char *tmp;
+    const char *path;
+} tj__afile;
+static void tj__af_abort(tj__afile *f) {
+    if (f->fd >= 0) close(f->fd);
+    if (f->tmp) {
+        unlink(f->tmp);
+        TJ_FREE(f->tmp);
+    }
+    f->fd = -1;
+    f->tmp = NULL;
+}
+/* A write lock on a whole open file (fcntl, so it dies with its process);
+   0 if taken. */
+static int tj__lock_fd(int fd) {
+    struct flock l;
+    memset(&l, 0, sizeof l);
+    l.l_type = F_WRLCK;
+    l.l_whence = SEEK_SET;
+    l.l_start = 0;
+    l.l_len = 0;
+    return fcntl(fd, F_SETLK, &l);
+}
+/* 1 if name is "<base>.tmp.<pid>.<k>" with pid (decimal) not ours. */
+static int tj__is_foreign_tmp(const char *name, const char *base, size_t bl, long self) {
+    const char *p;
+    long pid = 0;
+    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
+    p = name + bl + 5;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') {
+        if (pid > 100000000L) return 0;
+        pid = pid * 10 + (*p++ - '0');
+    }
+    if (*p++ != '.' || *p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    return *p == 0 && pid != self;
+}
+/* Remove the temp files that writers of `path` killed mid-write left behind.
+   A live writer holds a lock on its temp file from before its first byte
+   (tj__af_open), so a temp file nobody holds a lock on, with data in it or
+   older than a minute, belongs to a dead process. Temp files of this
+   process are never touched (a lock is per process). Best effort: errors
+   are ignored. */
+static void tj__af_clean_stale(const char *path) {
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t dl = slash ? (size_t)(slash - path) : 0, bl = strlen(base);
+    char *dir, *full;
+    DIR *d;
+    struct dirent *e;
+    long self = (long)getpid();
+    if (!bl) return;
+    dir = (char *)tj__malloc(dl + 2);
+    if (!dir) return;
+    if (!slash) strcpy(dir, ".");
+    else if (dl == 0) strcpy(dir, "/");
+    else {
+        memcpy(dir, path, dl);
+        dir[dl] = 0;
+    }
+    d = opendir(dir);
+    while (d && (e = readdir(d)) != NULL) {
+        struct stat sb;
+        int fd;
+        if (!tj__is_foreign_tmp(e->d_name, base, bl, self)) continue;
+        if (!(full = (char *)tj__malloc(strlen(dir) + strlen(e->d_name) + 2))) break;
+        sprintf(full, "%s/%s", dir, e->d_name);
+        fd = open(full, O_RDWR);
+        if (fd >= 0) {
+            if (tj__lock_fd(fd) == 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_size > 0 || time(NULL) - sb.st_mtime > 60)) unlink(full);
+            close(fd); /* drops our lock */
+        }
+        TJ_FREE(full);
+    }
+    if (d) closedir(d);
+    TJ_FREE(dir);
+}
+static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
+    size_t n = strlen(path) + 48;
+    int k;
+    struct stat sb;
+    f->ctx = c;
+    f->path = path;
+    f->fd = -1;
+    f->tmp = NULL;
+    if (!*path) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "an empty file name to write");
+        return 1;
+    }
+    if (path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file name to write", path);
+        return 1;
+    }
+    f->tmp = (char *)tj__malloc(n);
+    if (!f->tmp) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
+        return 1;
+    }
+    tj__af_clean_stale(path);
+    /* O_EXCL: never write into another writer's (or a crashed one's) temp file */
+    for (k = 0; k < 1000; k++) {
+        snprintf(f->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), k);
+        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (f->fd >= 0 || errno != EEXIST) break;
+    }
+    if (f->fd < 0) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot create %s: %s", path, f->tmp, strerror(errno));
+        TJ_FREE(f->tmp);
+        f->tmp = NULL;
+        return 1;
+    }
+    (void)tj__lock_fd(f->fd); /* marks the temp file as in use (see tj__af_clean_stale) */
+    return 0;
+}
+static int tj__af_write(tj__afile *f, const void *data, size_t len) {
+    const char *p = (const char *)data;
+    while (len > 0) {
+        size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
+        ssize_t w = write(f->fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: write to %s failed: %s", f->path, f->tmp, strerror(errno));
+            tj__af_abort(f);
+            return 1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+static int tj__af_commit(tj__afile *f) {
+    const char *slash;
+    char *dir;
+    int dfd;
+    /* fsync before rename: else the rename may reach the disk before the
+       data, and a crash would leave an empty or partial file at path. */
+    if (fsync(f->fd) != 0) {
+        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: fsync of %s failed: %s", f->path, f->tmp, strerror(errno));
+        tj__af_abort(f);
+        return 1;
+    }
+    /* rename while the temp file is still open: its lock tells cleaners of
+       stale temp files (tj__af_clean_stale) that it is in use */
+    if (rename(f->tmp, f->path) != 0) {
+        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
+        tj__af_abort(f);
+        return 1;
+    }
+    if (close(f->fd) != 0) { /* the data was synced: the new file is in place */
+        f->fd = -1;
+        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: close failed: %s", f->path, strerror(errno));
+        TJ_FREE(f->tmp);
+        f->tmp = NULL;
+        return 1;
+    }
+    f->fd = -1;
+    /* The rename lives in the directory: sync it too (best effort, some
+       filesystems refuse fsync on directories). */
+    slash = strrchr(f->path, '/');
+    dir = (char *)tj__malloc(slash ? (size_t)(slash - f->path) + 2 : 2);
+    if (dir) {
+        if (!slash) strcpy(dir, ".");
+        else if (slash == f->path) strcpy(dir, "/");
+        else {
+            memcpy(dir, f->path, (size_t)(slash - f->path));
+            dir[slash - f->path] = 0;
+        }
+        dfd = open(dir, O_RDONLY);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        TJ_FREE(dir);
+    }
+    TJ_FREE(f->tmp);
+    f->tmp = NULL;
+    return 0;
+}
+
+/* -- a JSON cursor: the callers know the schema, so no DOM -- */
+typedef struct {
+    const unsigned char *s;
+    size_t n, i;
+    size_t base; /* offset of s[0] in the file, for messages */
+    const char *label;
+    tj_ctx *ctx;
+    int depth;
+} tj__json;
+static int tj__json_fail(tj__json *j, const char *msg, const char *arg) {
+    tj__err(j->ctx, TJ_ERR_IO, NULL, 0, "%s: bad safetensors header at byte %llu: %s%.64s%s", j->label, (unsigned long long)(j->base + j->i), msg, arg ? arg : "",
+            arg ? "'" : "");
+    return 1;
+}
+static void tj__json_ws(tj__json *j) {
+    while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' || j->s[j->i] == '\r')) j->i++;
+}
+static int tj__json_peek(tj__json *j) {
+    tj__json_ws(j);
+    return j->i < j->n ? j->s[j->i] : -1;
+}
+static int tj__json_expect(tj__json *j, char c) {
+    char m[16];
+    if (tj__json_peek(j) == (unsigned char)c) {
+        j->i++;
+        return 0;
+    }
+    snprintf(m, sizeof m, "expected '%c'", c);
+    return tj__json_fail(j, m, NULL);
+}
+static int tj__json_hex(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; }
+static int tj__json_hex4(tj__json *j, size_t at, uint32_t *v) {
+    size_t k;
+    *v = 0;
+    for (k = 0; k < 4; k++) {
+        int h = tj__json_hex(j->s[at + k]);
+        if (h < 0) return 1;
+        *v = (*v << 4) | (uint32_t)h;
+    }
+    return 0;
+}
+/* A string; out NULL only validates. The result may hold \u0000, hence outlen. */
+static int tj__json_str(tj__json *j, char **out, size_t *outlen) {
+    size_t k, m = 0;
+    char *o = NULL, tmp[4];
+    if (out) *out = NULL;
+    if (tj__json_peek(j) != '"') return tj__json_fail(j, "expected string", NULL);
+    /* find the closing quote first: escapes never expand, so one allocation */
+    k = j->i + 1;
+    while (k < j->n && j->s[k] != '"') k += j->s[k] == '\\' ? 2 : 1;
+    if (k >= j->n) return tj__json_fail(j, "unterminated string", NULL);
+    if (out && !(o = (char *)tj__malloc(k - j->i))) return tj__json_fail(j, "out of memory", NULL);
+    j->i++;
+    while (j->i < k) {
+        unsigned char c = j->s[j->i];
+        if (c < 0x20) {
+            TJ_FREE(o);
+            return tj__json_fail(j, "control character in string", NULL);
+        }
+        if (c == '\\') {
+            unsigned char e = j->s[j->i + 1]; /* j->i + 1 < k: the scan skipped it */
+            const char *simple = "\"\\/bfnrt", *rep = "\"\\/\b\f\n\r\t";
+            const char *hit = e ? strchr(simple, e) : NULL;
+            if (hit) {
+                if (o) o[m] = rep[hit - simple];
+                m++;
+                j->i += 2;
+            } else if (e == 'u') {
+                uint32_t cp, lo;
+                if (j->i + 6 > k || tj__json_hex4(j, j->i + 2, &cp)) {
+                    TJ_FREE(o);
+                    return tj__json_fail(j, "bad \\u escape", NULL);
+                }
+                j->i += 6;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                    TJ_FREE(o);
+                    return tj__json_fail(j, "unpaired surrogate", NULL);
+                }
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (j->i + 6 > k || j->s[j->i] != '\\' || j->s[j->i + 1] != 'u' || tj__json_hex4(j, j->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
+                        TJ_FREE(o);
+                        return tj__json_fail(j, "unpaired surrogate", NULL);
+                    }
+                    j->i += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                m += tj__u8_enc(cp, o ? o + m : tmp);
+            } else {
+                TJ_FREE(o);
+                return tj__json_fail(j, "bad escape", NULL);
+            }
+        } else if (c >= 0x80) {
+            uint32_t cp;
+            size_t l = tj__u8_dec(j->s + j->i, k - j->i, &cp);
+            if (!l) {
+                TJ_FREE(o);
+                return tj__json_fail(j, "invalid UTF-8 in string", NULL);
+            }
+            if (o) memcpy(o + m, j->s + j->i, l);
+            m += l;
+            j->i += l;
+        } else {
+            if (o) o[m] = (char)c;
+            m++;
+            j->i++;
+        }
+    }
+    j->i = k + 1;
+    if (o) o[m] = 0, *out = o;
+    if (outlen) *outlen = m;
+    return 0;
+}
+/* Strings kept as C strings must not hide a \u0000: two different keys
+   would compare equal. */
+static int tj__json_cstr(tj__json *j, char **out) {
+    size_t l, at = j->i;
+    if (tj__json_str(j, out, &l)) return 1;
+    if (strlen(*out) != l) {
+        TJ_FREE(*out);
+        *out = NULL;
+        j->i = at;
+        return tj__json_fail(j, "string contains \\u0000", NULL);
+    }
+    return 0;
+}
+static int tj__json_u64(tj__json *j, uint64_t *v) {
+    int c = tj__json_peek(j);
+    *v = 0;
+    if (c < '0' || c > '9') return tj__json_fail(j, "expected non-negative integer", NULL);
+    if (c == '0' && j->i + 1 < j->n && j->s[j->i + 1] >= '0' && j->s[j->i + 1] <= '9') return tj__json_fail(j, "leading zero in number", NULL);
+    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') {
+        unsigned d = (unsigned)(j->s[j->i] - '0');
+        if (*v > (UINT64_MAX - d) / 10) return tj__json_fail(j, "integer overflow", NULL);
+        *v = *v * 10 + d;
+        j->i++;
+    }
+    if (j->i < j->n && (j->s[j->i] == '.' || j->s[j->i] == 'e' || j->s[j->i] == 'E')) return tj__json_fail(j, "expected integer, got fraction/exponent", NULL);
+    return 0;
+}
+static int tj__json_digits(tj__json *j) {
+    size_t at = j->i;
+    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') j->i++;
+    return j->i > at ? 0 : tj__json_fail(j, "expected digit", NULL);
+}
+/* Object members after the '{': 1 = *key read and ':' consumed (caller
+   frees key), 0 = '}' consumed, -1 = error. */
+static int tj__json_obj_next(tj__json *j, int *first, char **key) {
+    int c = tj__json_peek(j);
+    *key = NULL;
+    if (c == '}') {
+        j->i++;
+        return 0;
+    }
+    if (!*first) {
+        if (c != ',') return tj__json_fail(j, "expected ',' or '}'", NULL), -1;
+        j->i++;
+    }
+    *first = 0;
+    if (tj__json_cstr(j, key)) return -1;
+    if (tj__json_peek(j) != ':') {
+        TJ_FREE(*key);
+        *key = NULL;
+        return tj__json_fail(j, "expected ':'", NULL), -1;
+    }
+    j->i++;
+    return 1;
+}
+static int tj__json_arr_next(tj__json *j, int *first) {
+    int c = tj__json_peek(j);
+    if (c == ']') {
+        j->i++;
+        return 0;
+    }
+    if (!*first) {
+        if (c != ',') return tj__json_fail(j, "expected ',' or ']'", NULL), -1;
+        j->i++;
+    }
+    *first = 0;
+    return 1;
+}
+static int tj__json_skip(tj__json *j) {
+    int c = tj__json_peek(j), first = 1, r;
+    char *key;
+    if (c == '"') return tj__json_str(j, NULL, NULL);
+    if (c == '{' || c == '[') {
+        if (++j->depth > 64) return tj__json_fail(j, "nesting too deep", NULL); /* 1e6 '[' must not blow the stack */
+        j->i++;
+        if (c == '{') {
+            while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
+                TJ_FREE(key);
+                if (tj__json_skip(j)) return 1;
+            }
+        } else {
+            while ((r = tj__json_arr_next(j, &first)) == 1)
+                if (tj__json_skip(j)) return 1;
+        }
+        j->depth--;
+        return r < 0;
+    }
+    if (c == 't' || c == 'f' || c == 'n') {
+        const char *lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
+        size_t l = strlen(lit);
+        if (j->n - j->i < l || memcmp(j->s + j->i, lit, l) != 0) return tj__json_fail(j, "bad literal", NULL);
+        j->i += l;
+        return 0;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        if (c == '-') j->i++;
+        if (j->i < j->n && j->s[j->i] == '0') j->i++;
+        else if (tj__json_digits(j)) return 1;
+        if (j->i < j->n && j->s[j->i] == '.') {
+            j->i++;
+            if (tj__json_digits(j)) return 1;
+        }
+        if (j->i < j->n && (j->s[j->i] == 'e' || j->s[j->i] == 'E')) {
+            j->i++;
+            if (j->i < j->n && (j->s[j->i] == '+' || j->s[j->i] == '-')) j->i++;
+            if (tj__json_digits(j)) return 1;
+        }
+        return 0;
+    }
+    return tj__json_fail(j, c < 0 ? "unexpected end" : "unexpected character", NULL);
+}
+
+/* -- dtypes -- */
+static const char *const tj__st_dtnames[TJ_ST_NDTYPE] = {"F32", "BF16", "F16", "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"};
+static const unsigned char tj__st_dtsize[TJ_ST_NDTYPE] = {4, 2, 2, 8, 8, 4, 2, 1, 8, 4, 2, 1, 1};
+TJDEF const char *tj_st_dtype_name(tj_st_dtype d) { return (unsigned)d < TJ_ST_NDTYPE ? tj__st_dtnames[d] : "?"; }
+TJDEF size_t tj_st_dtype_size(tj_st_dtype d) { return (unsigned)d < TJ_ST_NDTYPE ? tj__st_dtsize[d] : 0; }
+TJDEF tj_st_dtype tj_st_dtype_from_name(const char *name) {
+    int i;
+    for (i = 0; name && i < TJ_ST_NDTYPE; i++)
+        if (strcmp(name, tj__st_dtnames[i]) == 0) return (tj_st_dtype)i;
+    return TJ_ST_NDTYPE;
+}
+TJDEF tj_st_dtype tj_st_dtype_of(tj_dtype dt) {
+    switch (dt) {
+    case TJ_F32: return TJ_ST_F32;
+    case TJ_BF16: return TJ_ST_BF16;
+    case TJ_I32: return TJ_ST_I32;
+    case TJ_F64: return TJ_ST_F64;
+    default: return TJ_ST_NDTYPE;
+    }
+}
+static int tj__st_to_tj(tj_st_dtype d, tj_dtype *out) {
+    switch (d) {
+    case TJ_ST_F32: *out = TJ_F32; return 0;
+    case TJ_ST_BF16: *out = TJ_BF16; return 0;
+    case TJ_ST_I32: *out = TJ_I32; return 0;
+    case TJ_ST_F64: *out = TJ_F64; return 0;
+    default: return 1;
+    }
+}
+
+/* -- reader -- */
+typedef struct {
+    tj_st_tensor t;
+    uint64_t begin, end; /* data_offsets, relative to the data section */
+} tj__st_ten;
+struct tj_safetensors {
+    tj_ctx *ctx;
+    char *path;
+    unsigned char *buf; /* the whole file */
+    size_t len, data_start;
+    int n, cap;
+    tj__st_ten *ten;     /* header order */
+    int *by_name;        /* indices into ten, sorted by name */
+    int n_meta, meta_cap;
+    char **meta;         /* meta[2i] = key, meta[2i+1] = value */
+};
+/* The writer of tj_tree_save puts the checksum first, at a fixed place. */
+#define TJ__ST_CKKEY "tinyjax.checksum"
+static const char tj__st_ckpre[] = "{\"__metadata__\":{\"" TJ__ST_CKKEY "\":\"";
+
+TJDEF void tj_st_free(tj_safetensors *st) {
+    int i;
+    if (!st) return;
+    for (i = 0; i < st->n; i++) TJ_FREE((void *)st->ten[i].t.name);
+    for (i = 0; i < 2 * st->n_meta; i++) TJ_FREE(st->meta[i]);
+    TJ_FREE(st->ten);
+    TJ_FREE(st->by_name);
+    TJ_FREE(st->meta);
+    TJ_FREE(st->buf);
+    TJ_FREE(st->path);
+    TJ_FREE(st);
+}
+/* Sort indices into base by name or by data offsets (a merge sort: qsort
+   has no user pointer, and this stays reentrant). */
+static void tj__st_sort(int *v, int *tmp, int n, const tj__st_ten *base, int by_off) {
+    int h, i, j, k;
+    if (n < 2) return;
+    h = n / 2;
+    tj__st_sort(v, tmp, h, base, by_off);
+    tj__st_sort(v + h, tmp, n - h, base, by_off);
+    for (i = 0, j = h, k = 0; i < h || j < n;) {
+        int takeleft;
+        if (i >= h) takeleft = 0;
+        else if (j >= n) takeleft = 1;
+        else if (by_off) {
+            const tj__st_ten *x = &base[v[i]], *y = &base[v[j]];
+            takeleft = x->begin != y->begin ? x->begin < y->begin : x->end <= y->end;
+        } else takeleft = strcmp(base[v[i]].t.name, base[v[j]].t.name) <= 0;
+        tmp[k++] = takeleft ? v[i++] : v[j++];
+    }
+    memcpy(v, tmp, sizeof(int) * (size_t)n);
+}
+static int tj__st_tensor_hdr(tj__json *j, tj__st_ten *x) {
+    int first = 1, r, have_dtype = 0, have_shape = 0, have_off = 0;
+    char *key;
+    const char *nm = x->t.name;
+    if (tj__json_expect(j, '{')) return 1;
+    while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
+        if (strcmp(key, "dtype") == 0) {
+            char *v;
+            TJ_FREE(key);
+            if (have_dtype++) return tj__json_fail(j, "duplicate dtype in tensor '", nm);
+            if (tj__json_cstr(j, &v)) return 1;
+            x->t.dtype = tj_st_dtype_from_name(v);
+            if (x->t.dtype == TJ_ST_NDTYPE) {
+                tj__err(j->ctx, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': unsupported dtype \"%.32s\"", j->label, nm, v);
+                TJ_FREE(v);
+                return 1;
+            }
+            TJ_FREE(v);
+        } else if (strcmp(key, "shape") == 0) {
+            int af = 1, ar;
+            TJ_FREE(key);
+            if (have_shape++) return tj__json_fail(j, "duplicate shape in tensor '", nm);
+            if (tj__json_expect(j, '[')) return 1;
+            x->t.rank = 0;
+            while ((ar = tj__json_arr_next(j, &af)) == 1) {
+                uint64_t d;
+                if (x->t.rank >= TJ_MAXDIM) return tj__json_fail(j, "rank exceeds 8 in tensor '", nm);
+                if (tj__json_u64(j, &d)) return 1;
+                if (d > (uint64_t)INT64_MAX) return tj__json_fail(j, "dimension too large in tensor '", nm);
+                x->t.shape[x->t.rank++] = (int64_t)d;
+            }
+            if (ar < 0) return 1;
+        } else if (strcmp(key, "data_offsets") == 0) {
+            int af = 1, ar, cnt = 0;
+            uint64_t v[2] = {0, 0};
+            TJ_FREE(key);
+            if (have_off++) return tj__json_fail(j, "duplicate data_offsets in tensor '", nm);
+            if (tj__json_expect(j, '[')) return 1;
+            while ((ar = tj__json_arr_next(j, &af)) == 1) {
+                if (cnt >= 2) return tj__json_fail(j, "data_offsets needs 2 entries in tensor '", nm);
+                if (tj__json_u64(j, &v[cnt++])) return 1;
+            }
+            if (ar < 0) return 1;
+            if (cnt != 2) return tj__json_fail(j, "data_offsets needs 2 entries in tensor '", nm);
+            x->begin = v[0];
+            x->end = v[1];
+        } else { /* unknown fields are tolerated, as serde does by default */
+            TJ_FREE(key);
+            if (tj__json_skip(j)) return 1;
+        }
+    }
+    if (r < 0) return 1;
+    if (!have_dtype) return tj__json_fail(j, "missing dtype in tensor '", nm);
+    if (!have_shape) return tj__json_fail(j, "missing shape in tensor '", nm);
+    if (!have_off) return tj__json_fail(j, "missing data_offsets in tensor '", nm);
+    return 0;
+}
+static int tj__st_meta_hdr(tj__json *j, tj_safetensors *st) {
+    int first = 1, r, k;
+    char *key, *val;
+    if (tj__json_expect(j, '{')) return 1;
+    while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
+        for (k = 0; k < st->n_meta; k++)
+            if (strcmp(st->meta[2 * k], key) == 0) {
+                tj__json_fail(j, "duplicate __metadata__ key '", key);
+                TJ_FREE(key);
+                return 1;
+            }
+        if (tj__json_peek(j) != '"') {
+            tj__json_fail(j, "__metadata__ value is not a string for key '", key);
+            TJ_FREE(key);
+            return 1;
+        }
+        if (tj__json_cstr(j, &val)) {
+            TJ_FREE(key);
+            return 1;
+        }
+        if (st->n_meta == st->meta_cap) {
+            int nc = st->meta_cap ? st->meta_cap * 2 : 8;
+            char **m = (char **)TJ_REALLOC(st->meta, sizeof(char *) * 2 * (size_t)nc);
+            if (!m) {
+                TJ_FREE(key);
+                TJ_FREE(val);
+                return tj__json_fail(j, "out of memory", NULL);
+            }
+            st->meta = m;
+            st->meta_cap = nc;
+        }
+        st->meta[2 * st->n_meta] = key;
+        st->meta[2 * st->n_meta + 1] = val;
+        st->n_meta++;
+    }
+    return r < 0;
+}
+/* If the file carries tinyjax's checksum, it must be at its place and match
+   the hash of the file with its 16 digits read as '0'. */
+static int tj__st_verify(tj_safetensors *st) {
+    const char *v = tj_st_meta(st, TJ__ST_CKKEY);
+    size_t p = 8 + sizeof tj__st_ckpre - 1;
+    tj__hash h;
+    char want[17];
+    int k;
+    if (!v) return 0;
+    if (strlen(v) != 16 || st->data_start < p + 16 || memcmp(st->buf + 8, tj__st_ckpre, p - 8) != 0 || memcmp(st->buf + p, v, 16) != 0) {
+        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: corrupt file: the " TJ__ST_CKKEY " entry is not where tinyjax writes it", st->path);
+        return 1;
+    }
+    tj__hash_init(&h);
+    tj__hash_put(&h, st->buf, p);
+    tj__hash_put(&h, "0000000000000000", 16);
+    tj__hash_put(&h, st->buf + p + 16, st->len - p - 16);
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)tj__hash_end(&h));
+    for (k = 0; k < 16; k++)
+        if (want[k] != v[k]) {
+            tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: corrupt file: checksum %.16s does not match the contents (%s)", st->path, v, want);
+            return 1;
+        }
+    return 0;
+}
+/* Takes ownership of buf (len bytes, from tj__malloc). */
+static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t len, const char *label) {
+    tj_safetensors *st = (tj_safetensors *)tj__calloc(sizeof *st);
+    uint64_t hlen = 0, pos;
+    size_t data_len;
+    int k, first = 1, r, seen_meta = 0;
+    tj__json j;
+    char *key;
+    int *by_off = NULL, *tmp = NULL;
+    if (!st) {
+        TJ_FREE(buf);
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
+        return NULL;
+    }
+    st->ctx = c;
+    st->buf = buf;
+    st->len = len;
+    if (!(st->path = tj__strdup(label))) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
+        goto fail;
+    }
+    if (len < 8) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: file is %llu bytes, too short for the 8-byte header length", label, (unsigned long long)len);
+        goto fail;
+    }
+    for (k = 7; k >= 0; k--) hlen = (hlen << 8) | buf[k];
+    if (hlen > len - 8) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: header length %llu exceeds file size %llu (truncated file?)", label, (unsigned long long)hlen, (unsigned long long)len);
+        goto fail;
+    }
+    if (hlen < 2) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: header length %llu too small for a JSON object", label, (unsigned long long)hlen);
+        goto fail;
+    }
+    st->data_start = 8 + (size_t)hlen;
+    data_len = len - st->data_start;
+    memset(&j, 0, sizeof j);
+    j.s = buf + 8;
+    j.n = (size_t)hlen;
+    j.base = 8;
+    j.label = label;
+    j.ctx = c;
+    if (buf[8] != '{') { /* the spec wants no leading space */
+        tj__json_fail(&j, "header must start with '{'", NULL);
+        goto fail;
+    }
+    j.i = 1;
+    while ((r = tj__json_obj_next(&j, &first, &key)) == 1) {
+        tj__st_ten *x;
+        if (strcmp(key, "__metadata__") == 0) {
+            TJ_FREE(key);
+            if (seen_meta++) {
+                tj__json_fail(&j, "duplicate __metadata__", NULL);
+                goto fail;
+            }
+            if (tj__st_meta_hdr(&j, st)) goto fail;
+            continue;
+        }
+        if (st->n == st->cap) {
+            int nc = st->cap ? st->cap * 2 : 16;
+            tj__st_ten *nt = (tj__st_ten *)TJ_REALLOC(st->ten, sizeof(tj__st_ten) * (size_t)nc);
+            if (!nt) {
+                TJ_FREE(key);
+                tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
+                goto fail;
+            }
+            st->ten = nt;
+            st->cap = nc;
+        }
+        x = &st->ten[st->n++];
+        memset(x, 0, sizeof *x);
+        x->t.name = key;
+        if (tj__st_tensor_hdr(&j, x)) goto fail;
+    }
+    if (r < 0) goto fail;
+    tj__json_ws(&j); /* only whitespace padding may follow */
+    if (j.i != j.n) {
+        tj__json_fail(&j, "trailing garbage after the header object", NULL);
+        goto fail;
+    }
+    for (k = 0; k < st->n; k++) {
+        tj__st_ten *x = &st->ten[k];
+        uint64_t isz = tj_st_dtype_size(x->t.dtype), numel = 1, nb;
+        int d;
+        for (d = 0; d < x->t.rank; d++) {
+            uint64_t dim = (uint64_t)x->t.shape[d];
+            if (dim != 0 && numel > (uint64_t)INT64_MAX / dim) {
+                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': element count overflows", label, x->t.name);
+                goto fail;
+            }
+            numel *= dim;
+        }
+        if (numel > UINT64_MAX / isz) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': byte size overflows", label, x->t.name);
+            goto fail;
+        }
+        nb = numel * isz;
+        if (x->begin > x->end || x->end > data_len) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': data_offsets [%llu,%llu] outside the data section of %llu bytes (truncated file?)", label, x->t.name,
+                    (unsigned long long)x->begin, (unsigned long long)x->end, (unsigned long long)data_len);
+            goto fail;
+        }
+        if (x->end - x->begin != nb) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': data_offsets [%llu,%llu] span %llu bytes, but %s shape needs %llu", label, x->t.name,
+                    (unsigned long long)x->begin, (unsigned long long)x->end, (unsigned long long)(x->end - x->begin), tj_st_dtype_name(x->t.dtype),
+                    (unsigned long long)nb);
+            goto fail;
+        }
+        x->t.numel = (int64_t)numel;
+        x->t.nbytes = (size_t)nb;
+        x->t.data = buf + st->data_start + x->begin;
+    }
+    st->by_name = (int *)tj__malloc(sizeof(int) * (size_t)st->n);
+    by_off = (int *)tj__malloc(sizeof(int) * (size_t)st->n);
+    tmp = (int *)tj__malloc(sizeof(int) * (size_t)st->n);
+    if (!st->by_name || !by_off || !tmp) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
+        goto fail;
+    }
+    for (k = 0; k < st->n; k++) st->by_name[k] = by_off[k] = k;
+    tj__st_sort(st->by_name, tmp, st->n, st->ten, 0);
+    for (k = 1; k < st->n; k++)
+        if (strcmp(st->ten[st->by_name[k - 1]].t.name, st->ten[st->by_name[k]].t.name) == 0) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: duplicate tensor name '%.64s'", label, st->ten[st->by_name[k]].t.name);
+            goto fail;
+        }
+    /* Tensors must tile the data section: overlaps would alias weights,
+       holes could smuggle other content (the spec forbids both). */
+    tj__st_sort(by_off, tmp, st->n, st->ten, 1);
+    pos = 0;
+    for (k = 0; k < st->n; k++) {
+        const tj__st_ten *x = &st->ten[by_off[k]];
+        if (x->begin < pos) {
+            const tj__st_ten *y = &st->ten[by_off[k - 1]];
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s' [%llu,%llu] overlaps tensor '%.64s' [%llu,%llu]", label, x->t.name, (unsigned long long)x->begin,
+                    (unsigned long long)x->end, y->t.name, (unsigned long long)y->begin, (unsigned long long)y->end);
+            goto fail;
+        }
+        if (x->begin > pos) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: hole in the data section at bytes [%llu,%llu) before tensor '%.64s'", label, (unsigned long long)pos,
+                    (unsigned long long)x->begin, x->t.name);
+            goto fail;
+        }
+        pos = x->end;
+    }
+    if (pos != data_len) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: data section has %llu trailing bytes not covered by any tensor", label, (unsigned long long)(data_len - pos));
+        goto fail;
+    }
+    if (tj__st_verify(st)) goto fail;
+    TJ_FREE(by_off);
+    TJ_FREE(tmp);
+    return st;
+fail:
+    TJ_FREE(by_off);
+    TJ_FREE(tmp);
+    tj_st_free(st);
+    return NULL;
+}
+TJDEF tj_safetensors *tj_st_parse(tj_ctx *c, const void *bytes, size_t len, const char *label) {
+    unsigned char *copy;
+    if (!label) label = "(bytes)";
+    if (!c) return NULL;
+    if (!bytes && len) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_parse: %s: argument bytes is NULL", label);
+        return NULL;
+    }
+    if (!(copy = (unsigned char *)tj__malloc(len))) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
+        return NULL;
+    }
+    if (len) memcpy(copy, bytes, len);
+    return tj__st_parse_owned(c, copy, len, label);
+}
+TJDEF tj_safetensors *tj_st_load(tj_ctx *c, const char *path) {
+    unsigned char *buf;
+    size_t len;
+    if (!c) return NULL;
+    if (!path) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_load: argument path is NULL");
+        return NULL;
+    }
+    if (tj__file_read(c, path, &buf, &len)) return NULL;
+    return tj__st_parse_owned(c, buf, len, path);
+}
+TJDEF int tj_st_count(const tj_safetensors *st) { return st ? st->n : 0; }
+TJDEF const tj_st_tensor *tj_st_at(const tj_safetensors *st, int i) { return st && i >= 0 && i < st->n ? &st->ten[i].t : NULL; }
+TJDEF const tj_st_tensor *tj_st_find(const tj_safetensors *st, const char *name) {
+    int lo = 0, hi = st ? st->n : 0;
+    if (!name) return NULL;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, r = strcmp(st->ten[st->by_name[mid]].t.name, name);
+        if (r == 0) return &st->ten[st->by_name[mid]].t;
+        if (r < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+static void tj__st_fmt_shape(char *o, size_t on, int rank, const int64_t *shape) {
+    size_t m;
+    int d;
+    snprintf(o, on, "[");
+    for (d = 0; d < rank; d++) {
+        m = strlen(o);
+        snprintf(o + m, on - m, d ? ",%lld" : "%lld", (long long)shape[d]);
+    }
+    m = strlen(o);
+    snprintf(o + m, on - m, "]");
+}
+TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *name, tj_st_dtype dt, int rank, const int64_t *shape) {
+    const tj_st_tensor *t;
+    int d, bad;
+    if (!st) return NULL;
+    if (!name) {
+        tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_expect: %s: argument name is NULL", st->path);
+        return NULL;
+    }
+    if (!(t = tj_st_find(st, name))) {
+        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: no tensor named '%s'", st->path, name ? name : "(null)");
+        return NULL;
+    }
+    if (t->dtype != dt) {
+        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: tensor '%s' has dtype %s, want %s", st->path, name, tj_st_dtype_name(t->dtype), tj_st_dtype_name(dt));
+        return NULL;
+    }
+    bad = rank != t->rank;
+    for (d = 0; !bad && shape && d < rank; d++) bad = t->shape[d] != shape[d];
+    if (bad) {
+        char a[200], b[200];
+        tj__st_fmt_shape(a, sizeof a, t->rank, t->shape);
+        if (shape && rank >= 0 && rank <= TJ_MAXDIM) tj__st_fmt_shape(b, sizeof b, rank, shape);
+        else snprintf(b, sizeof b, "rank %d", rank);
+        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: tensor '%s' has shape %s, want %s", st->path, name, a, b);
+        return NULL;
+    }
+    return t;
+}
+TJDEF int tj_st_meta_count(const tj_safetensors *st) { return st ? st->n_meta : 0; }
+TJDEF const char *tj_st_meta_key(const tj_safetensors *st, int i) { return st && i >= 0 && i < st->n_meta ? st->meta[2 * i] : NULL; }
+TJDEF const char *tj_st_meta(const tj_safetensors *st, const char *key) {
+    int k;
+    for (k = 0; st && key && k < st->n_meta; k++)
+        if (strcmp(st->meta[2 * k], key) == 0) return st->meta[2 * k + 1];
+    return NULL;
+}
+static float tj__f16_to_f32(uint32_t h) {
+    uint32_t sign = (h & 0x8000u) << 16, ex = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+    float f;
+    if (ex == 0) {
+        if (man == 0) bits = sign;
+        else { /* subnormal: renormalize */
+            ex = 127 - 15 + 1;
+            while (!(man & 0x400)) man <<= 1, ex--;
+            man &= 0x3FF;
+            bits = sign | (ex << 23) | (man << 13);
+        }
+    } else if (ex == 31) bits = sign | 0x7F800000u | (man << 13);
+    else bits = sign | ((ex + 127 - 15) << 23) | (man << 13);
+    memcpy(&f, &bits, 4);
+    return f;
+}
+/* element i of a tensor, little-endian and unaligned safe */
+static double tj__st_elem(const tj_st_tensor *t, int64_t i) {
+    size_t isz = tj_st_dtype_size(t->dtype);
+    const unsigned char *p = (const unsigned char *)t->data + (size_t)i * isz;
+    uint64_t v = 0;
+    int n = (int)isz;
+    while (n-- > 0) v = (v << 8) | p[n];
+    switch (t->dtype) {
+    case TJ_ST_F32: {
+        uint32_t b = (uint32_t)v;
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    case TJ_ST_BF16: return tj_bf16_to_f32((uint16_t)v);
+    case TJ_ST_F16: return tj__f16_to_f32((uint32_t)v);
+    case TJ_ST_F64: {
+        double d;
+        memcpy(&d, &v, 8);
+        return d;
+    }
+    case TJ_ST_I64: return (double)(int64_t)v;
+    case TJ_ST_I32: return (double)(int32_t)(uint32_t)v;
+    case TJ_ST_I16: return (double)(int16_t)(uint16_t)v;
+    case TJ_ST_I8: return (double)(int8_t)(uint8_t)v;
+    default: return (double)v;
+    }
+}
+TJDEF tj_status tj_st_to_f32(const tj_st_tensor *t, float *out) {
+    int64_t i;
+    if (!t || !out || !tj_st_dtype_size(t->dtype)) return TJ_ERR_ARG;
+    for (i = 0; i < t->numel; i++) out[i] = (float)tj__st_elem(t, i);
+    return TJ_OK;
+}
+static int tj__little_endian(void) {
+    uint16_t x = 1;
+    unsigned char b;
+    memcpy(&b, &x, 1);
+    return b == 1;
+}
+/* Copy n bytes of little-endian items of size isz to host order. */
+static void tj__st_copy_le(void *dst, const void *src, size_t n, size_t isz) {
+    size_t i, k;
+    if (tj__little_endian() || isz == 1) {
+        if (n) memcpy(dst, src, n);
+        return;
+    }
+    for (i = 0; i + isz <= n; i += isz)
+        for (k = 0; k < isz; k++) ((unsigned char *)dst)[i + k] = ((const unsigned char *)src)[i + isz - 1 - k];
+}
+/* The longest axis name a file may carry: tj_tree_save refuses to write
+   longer ones, and every reader accepts up to this. */
+#define TJ__AXNAME_MAX 64
+/* "a=2 b=3" from axis names and a tensor's sizes; 0 and an error naming
+   `who` on a bad axis list or a size tinyjax arrays cannot have. */
+static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const char *axes, const tj_st_tensor *t, char *out, size_t on) {
+    const char *s = axes ? axes : "";
+    char nm[TJ_MAXDIM][TJ__AXNAME_MAX + 1];
+    int n = 0, d, e;
+    size_t m;
+    while (*s) {
+        const char *b;
+        if (*s == ' ' || *s == ',' || *s == '\t') {
+            s++;
+            continue;
+        }
+        b = s;
+        while (*s && tj__isname(*s)) s++;
+        if (s == b || (*s && *s != ' ' && *s != ',' && *s != '\t') || s - b > TJ__AXNAME_MAX || n >= TJ_MAXDIM) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: bad axis names \"%.80s\" (names of letters, digits, '_' and '.', at most %d characters)", file, who,
+                    axes, TJ__AXNAME_MAX);
+            return 0;
+        }
+        memcpy(nm[n], b, (size_t)(s - b));
+        nm[n++][s - b] = 0;
+    }
+    if (n != t->rank) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: %d axis names \"%.80s\" for a rank-%d tensor", file, who, n, axes ? axes : "", t->rank);
+        return 0;
+    }
+    out[0] = 0;
+    for (d = 0; d < n; d++) {
+        for (e = 0; e < d; e++)
+            if (strcmp(nm[e], nm[d]) == 0) {
+                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: axis '%s' appears twice in \"%.80s\"", file, who, nm[d], axes);
+                return 0;
+            }
+        if (t->shape[d] < 1 || t->shape[d] > TJ__MAXDIM_SIZE) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: %s: axis '%s' has size %lld (tinyjax arrays need 1 .. 2^40)", file, who, nm[d], (long long)t->shape[d]);
+            return 0;
+        }
+        m = strlen(out);
+        snprintf(out + m, on - m, "%s%s=%lld", d ? " " : "", nm[d], (long long)t->shape[d]);
+    }
+    return 1;
+}
+/* An array from a tensor whose dtype is dt's, or any dtype when convert. */
+static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes) {
+    char shape[TJ_MAXDIM * 96];
+    void *h;
+    tj_array *a;
+    int64_t i;
+    if (!tj__st_shape_str(c, file, who, axes, t, shape, sizeof shape)) return NULL;
+    if (!(h = tj__malloc((size_t)t->numel * tj_dtype_size(dt)))) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
+        return NULL;
+    }
+    if (tj_st_dtype_of(dt) == t->dtype) tj__st_copy_le(h, t->data, t->nbytes, tj_dtype_size(dt));
+    else
+        for (i = 0; i < t->numel; i++) tj__st(h, dt, i, tj__st_elem(t, i));
+    a = tj_array_new(c, dt, shape, h);
+    TJ_FREE(h);
+    return a;
+}
+TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes) {
+    const tj_st_tensor *t;
+    char who[96];
+    if (!st) return NULL;
+    if ((unsigned)dt >= TJ_NDTYPE) {
+        tj__err(st->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_st_array: bad dtype %d", (int)dt);
+        return NULL;
+    }
+    if (!name || !axes) {
+        tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_array: %s: argument %s is NULL", st->path, !name ? "name" : "axes");
+        return NULL;
+    }
+    if (!(t = tj_st_find(st, name))) {
+        tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: no tensor named '%s'", st->path, name ? name : "(null)");
+        return NULL;
+    }
+    snprintf(who, sizeof who, "tensor '%.64s'", name);
+    return tj__st_make_array(st->ctx, st->path, who, t, dt, axes);
+}
+
+/* -- writer -- */
+static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int n, const char *const *meta_kv, int n_meta, int checksum) {
+    tj__sbuf h;
+    tj__afile f;
+    tj__hash hs;
+    uint64_t *offs = NULL, pos = 0;
+    size_t *nbytes = NULL, pre = sizeof tj__st_ckpre - 1;
+    int *order = NULL, *tmp = NULL, i, k, no = 0, rc = 1;
+    tj__st_ten *fake = NULL;
+    unsigned char lenb[8];
+    unsigned sz;
+    char num[64], hex[17];
+    memset(&h, 0, sizeof h);
+    if (!path) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_save: argument path is NULL");
+        return 1;
+    }
+    if (n < 0 || n_meta < 0 || (n && !ten) || (n_meta && !meta_kv)) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: bad tensor or metadata list (%d tensors, %d metadata pairs)", path, n, n_meta);
+        return 1;
+    }
+    offs = (uint64_t *)tj__malloc(sizeof(uint64_t) * (size_t)n);
+    nbytes = (size_t *)tj__malloc(sizeof(size_t) * (size_t)n);
+    order = (int *)tj__malloc(sizeof(int) * (size_t)n);
+    tmp = (int *)tj__malloc(sizeof(int) * (size_t)n);
+    fake = (tj__st_ten *)tj__calloc(sizeof(tj__st_ten) * (size_t)n);
+    if (!offs || !nbytes || !order || !tmp || !fake) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        const tj_st_entry *e = &ten[i];
+        uint64_t numel = 1, isz = tj_st_dtype_size(e->dtype);
+        if (!e->name || !*e->name || !tj__u8_valid(e->name) || strcmp(e->name, "__metadata__") == 0) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor %d: invalid name (NULL, empty, not UTF-8 or \"__metadata__\")", path, i);
+            goto done;
+        }
+        if (!isz) {
+            tj__err(c, TJ_ERR_DTYPE, NULL, 0, "%s: tensor '%s': invalid dtype %d", path, e->name, (int)e->dtype);
+            goto done;
+        }
+        if (e->rank < 0 || e->rank > TJ_MAXDIM || (e->rank > 0 && !e->shape)) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor '%s': invalid rank %d", path, e->name, e->rank);
+            goto done;
+        }
+        for (k = 0; k < e->rank; k++) {
+            if (e->shape[k] < 0) {
+                tj__err(c, TJ_ERR_SHAPE, NULL, 0, "%s: tensor '%s': negative dimension %lld", path, e->name, (long long)e->shape[k]);
+                goto done;
+            }
+            if (e->shape[k] != 0 && numel > (uint64_t)SIZE_MAX / 2 / isz / (uint64_t)e->shape[k]) {
+                tj__err(c, TJ_ERR_SHAPE, NULL, 0, "%s: tensor '%s': too large", path, e->name);
+                goto done;
+            }
+            numel *= (uint64_t)e->shape[k];
+        }
+        nbytes[i] = (size_t)(numel * isz);
+        if (nbytes[i] && !e->data) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor '%s': NULL data", path, e->name);
+            goto done;
+        }
+        fake[i].t.name = e->name;
+        order[i] = i;
+    }
+    tj__st_sort(order, tmp, n, fake, 0);
+    for (i = 1; i < n; i++)
+        if (strcmp(ten[order[i - 1]].name, ten[order[i]].name) == 0) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: duplicate tensor name '%s'", path, ten[order[i]].name);
+            goto done;
+        }
+    for (i = 0; i < n_meta; i++)
+        if (!meta_kv[2 * i] || !meta_kv[2 * i + 1] || !tj__u8_valid(meta_kv[2 * i]) || !tj__u8_valid(meta_kv[2 * i + 1]) ||
+            strcmp(meta_kv[2 * i], TJ__ST_CKKEY) == 0) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: metadata entry %d is NULL, not UTF-8, or the reserved key " TJ__ST_CKKEY, path, i);
+            goto done;
+        }
+        else
+            for (k = 0; k < i; k++)
+                if (strcmp(meta_kv[2 * k], meta_kv[2 * i]) == 0) {
+                    tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: duplicate metadata key '%s'", path, meta_kv[2 * i]);
+                    goto done;
+                }
+    /* Largest item size first: with the 8-aligned data start every tensor
+       is naturally aligned for zero-copy use. */
+    for (sz = 8; sz >= 1; sz /= 2)
+        for (i = 0; i < n; i++)
+            if (tj_st_dtype_size(ten[i].dtype) == sz) {
+                order[no++] = i;
+                offs[i] = pos;
+                pos += nbytes[i];
+            }
+    if (checksum) tj__sb_puts(&h, tj__st_ckpre), tj__sb_puts(&h, "0000000000000000\"");
+    else tj__sb_put(&h, "{", 1);
+    if (n_meta > 0) {
+        if (!checksum) tj__sb_puts(&h, "\"__metadata__\":{");
+        for (i = 0; i < n_meta; i++) {
+            if (i || checksum) tj__sb_put(&h, ",", 1);
+            tj__sb_json_str(&h, meta_kv[2 * i]);
+            tj__sb_put(&h, ":", 1);
+            tj__sb_json_str(&h, meta_kv[2 * i + 1]);
+        }
+    }
+    if (n_meta > 0 || checksum) tj__sb_put(&h, "}", 1);
+    for (i = 0; i < n; i++) {
+        const tj_st_entry *e = &ten[i];
+        if (i || n_meta > 0 || checksum) tj__sb_put(&h, ",", 1);
+        tj__sb_json_str(&h, e->name);
+        tj__sb_puts(&h, ":{\"dtype\":\"");
+        tj__sb_puts(&h, tj_st_dtype_name(e->dtype));
+        tj__sb_puts(&h, "\",\"shape\":[");
+        for (k = 0; k < e->rank; k++) {
+            snprintf(num, sizeof num, k ? ",%lld" : "%lld", (long long)e->shape[k]);
+            tj__sb_puts(&h, num);
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offs[i], (unsigned long long)(offs[i] + nbytes[i]));
+        tj__sb_puts(&h, num);
+    }
+    tj__sb_put(&h, "}", 1);
+    while ((8 + h.n) % 8) tj__sb_put(&h, " ", 1);
+    if (h.oom) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
+        goto done;
+    }
+    for (k = 0; k < 8; k++) lenb[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
+    if (checksum) {
+        tj__hash_init(&hs);
+        tj__hash_put(&hs, lenb, 8);
+        tj__hash_put(&hs, h.p, h.n);
+        for (k = 0; k < no; k++) tj__hash_put(&hs, ten[order[k]].data, nbytes[order[k]]);
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tj__hash_end(&hs));
+        memcpy(h.p + pre, hex, 16);
+    }
+    if (tj__af_open(&f, c, path)) goto done;
+    if (tj__af_write(&f, lenb, 8) || tj__af_write(&f, h.p, h.n)) goto done;
+    for (k = 0; k < no; k++)
+        if (nbytes[order[k]] && tj__af_write(&f, ten[order[k]].data, nbytes[order[k]])) goto done;
+    if (tj__af_commit(&f)) goto done;
+    rc = 0;
+done:
+    TJ_FREE(h.p);
+    TJ_FREE(offs);
+    TJ_FREE(nbytes);
+    TJ_FREE(order);
+    TJ_FREE(tmp);
+    TJ_FREE(fake);
+    return rc;
+}
+TJDEF tj_status tj_st_save(tj_ctx *c, const char *path, const tj_st_entry *tensors, int n, const char *const *meta_kv, int n_meta) {
+    if (!c) return TJ_ERR_ARG;
+    return tj__st_write(c, path, tensors, n, meta_kv, n_meta, 0) ? (c->status ? c->status : TJ_ERR_IO) : TJ_OK;
+}
+
+/* -- trees -- */
+typedef struct { /* growable list of owned metadata strings */
+    char **kv;
+    int n, cap, oom;
+} tj__kvlist;
+static void tj__kv_add(tj__kvlist *l, const char *prefix, const char *name, const char *val) {
+    size_t a = strlen(prefix), b = name ? strlen(name) : 0;
+    char *k, *v;
+    if (l->oom) return;
+    if (l->n == l->cap) {
+        int nc = l->cap ? l->cap * 2 : 16;
+        char **p = (char **)TJ_REALLOC(l->kv, sizeof(char *) * 2 * (size_t)nc);
+        if (!p) {
+            l->oom = 1;
+            return;
+        }
+        l->kv = p;
+        l->cap = nc;
+    }
+    k = (char *)tj__malloc(a + b + 1);
+    v = tj__strdup(val);
+    if (!k || !v) {
+        TJ_FREE(k);
+        TJ_FREE(v);
+        l->oom = 1;
+        return;
+    }
+    memcpy(k, prefix, a);
+    if (b) memcpy(k + a, name, b);
+    k[a + b] = 0;
+    l->kv[2 * l->n] = k;
+    l->kv[2 * l->n + 1] = v;
+    l->n++;
+}
+static void tj__kv_free(tj__kvlist *l) {
+    int i;
+    for (i = 0; i < 2 * l->n; i++) TJ_FREE(l->kv[i]);
+    TJ_FREE(l->kv);
+}
+
+static tj_status tj__procs_tree_io(const tj_tree *t, const char *path, int save); /* process mode: [11] */
+TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
+    tj_ctx *c;
+    tj__kvlist kv;
+    tj__sbuf order;
+    tj_st_entry *e = NULL;
+    int64_t (*shapes)[TJ_MAXDIM] = NULL;
+    void **bufs = NULL;
+    int i, d, ne = 0, na = 0;
+    tj_status rc = TJ_ERR_IO;
+    char num[64], axes[TJ_MAXDIM * (TJ__AXNAME_MAX + 1) + 1];
+    if (!t) return TJ_ERR_ARG;
+    c = t->ctx;
+    if (!path) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: argument path is NULL");
+        return TJ_ERR_ARG;
+    }
+    if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 1);
+    memset(&kv, 0, sizeof kv);
+    memset(&order, 0, sizeof order);
+    for (i = 0; i < t->n; i++) na += t->leaf[i].kind == TJ_LEAF_ARRAY;
+    e = (tj_st_entry *)tj__calloc(sizeof(tj_st_entry) * (size_t)na);
+    shapes = (int64_t(*)[TJ_MAXDIM])tj__calloc(sizeof(int64_t) * TJ_MAXDIM * (size_t)na);
+    bufs = (void **)tj__calloc(sizeof(void *) * (size_t)na);
+    if (!e || !shapes || !bufs) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_save: %s: out of memory", path);
+        rc = TJ_ERR_OOM;
+        goto done;
+    }
+    tj__kv_add(&kv, "format", NULL, "pt");
+    tj__kv_add(&kv, "tinyjax.version", NULL, "1");
+    tj__kv_add(&kv, "tinyjax.order", NULL, ""); /* filled in below */
+    for (i = 0; i < t->n; i++) {
+        const tj__leaf *l = &t->leaf[i];
+        if (strchr(l->name, '\n') || !tj__u8_valid(l->name)) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: leaf name '%s' has a newline or is not UTF-8", path, l->name);
+            rc = TJ_ERR_ARG;
+            goto done;
+        }
+        if (i) tj__sb_put(&order, "\n", 1);
+        tj__sb_puts(&order, l->name);
+        switch (l->kind) {
+        case TJ_LEAF_ARRAY: {
+            const tj_array *a = l->arr;
+            if (!tj__array_live(l->arr, "tj_tree_save", NULL, 0)) {
+                rc = TJ_ERR_STATE;
+                goto done;
+            }
+            axes[0] = 0;
+            for (d = 0; d < a->t.rank; d++) {
+                size_t m = strlen(axes);
+                if (strlen(tj__name(c, a->t.ax[d])) > TJ__AXNAME_MAX) { /* what save writes, load must read */
+                    tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: leaf '%s': axis name '%.80s...' is longer than %d characters, the limit of saved axis names",
+                            path, l->name, tj__name(c, a->t.ax[d]), TJ__AXNAME_MAX);
+                    rc = TJ_ERR_ARG;
+                    goto done;
+                }
+                snprintf(axes + m, sizeof axes - m, "%s%s", d ? "," : "", tj__name(c, a->t.ax[d]));
+                shapes[ne][d] = a->t.dim[d];
+            }
+            tj__kv_add(&kv, "tinyjax.axes.", l->name, axes);
+            if (!(bufs[ne] = tj__malloc((size_t)tj__bytes(&a->t)))) {
+                tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_save: %s: out of memory reading leaf '%s'", path, l->name);
+                rc = TJ_ERR_OOM;
+                goto done;
+            }
+            if ((rc = tj_array_read_all(l->arr, a->t.dt, bufs[ne])) != TJ_OK) goto done; /* process mode: from every process */
+            rc = TJ_ERR_IO;
+            e[ne].name = l->name;
+            e[ne].dtype = tj_st_dtype_of(a->t.dt);
+            e[ne].rank = a->t.rank;
+            e[ne].shape = shapes[ne];
+            e[ne].data = bufs[ne];
+            ne++;
+            break;
+        }
+        case TJ_LEAF_INT:
+            snprintf(num, sizeof num, "%lld", (long long)l->i);
+            tj__kv_add(&kv, "tinyjax.int.", l->name, num);
+            break;
+        case TJ_LEAF_FLOAT:
+            snprintf(num, sizeof num, "%.17g", l->f);
+            tj__kv_add(&kv, "tinyjax.float.", l->name, num);
+            break;
+        case TJ_LEAF_STRING:
+            if (!tj__u8_valid(l->s)) {
+                tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: string leaf '%s' is not UTF-8", path, l->name);
+                rc = TJ_ERR_ARG;
+                goto done;
+            }
+            tj__kv_add(&kv, "tinyjax.string.", l->name, l->s);
+            break;
+        default:
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_save: %s: leaf '%s' is a traced value; only arrays, ints, floats and strings can be saved", path, l->name);
+            rc = TJ_ERR_ARG;
+            goto done;
+        }
+    }
+    if (kv.oom || order.oom) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_save: %s: out of memory", path);
+        rc = TJ_ERR_OOM;
+        goto done;
+    }
+    TJ_FREE(kv.kv[5]);
+    kv.kv[5] = order.p ? order.p : tj__strdup("");
+    order.p = NULL;
+    if (!kv.kv[5]) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_save: %s: out of memory", path);
+        rc = TJ_ERR_OOM;
+        goto done;
+    }
+    if (tj_process_index(c) == 0) /* process mode: process 0 writes */
+        rc = tj__st_write(c, path, e, ne, (const char *const *)kv.kv, kv.n, 1) ? (c->status ? c->status : TJ_ERR_IO) : TJ_OK;
+    else rc = TJ_OK;
+done:
+    for (i = 0; bufs && i < na; i++) TJ_FREE(bufs[i]);
+    TJ_FREE(bufs);
+    TJ_FREE(shapes);
+    TJ_FREE(e);
+    TJ_FREE(order.p);
+    tj__kv_free(&kv);
+    return rc;
+}
+
+/* meta[prefix + name]; key has room for the longest prefix and name */
+static const char *tj__st_meta2(const tj_safetensors *st, const char *prefix, const char *name, char *key) {
+    size_t a = strlen(prefix);
+    memcpy(key, prefix, a);
+    strcpy(key + a, name);
+    return tj_st_meta(st, key);
+}
+static int tj__cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
+    static const char *kn[] = {"an array", "a traced value", "an int", "a float", "a string"};
+    tj_ctx *c;
+    tj_safetensors *st = NULL;
+    const char *ord, *ver;
+    char *names_buf = NULL, **names = NULL, **sorted = NULL, *key = NULL, *end;
+    size_t maxlen = 0;
+    tj__leaf *stage = NULL;
+    int *at = NULL, nn = 0, i, k, nnew = 0, counts[4] = {0, 0, 0, 0}, nmeta_tj[4] = {0, 0, 0, 0};
+    tj_status rc = TJ_ERR_IO;
+    if (!t) return TJ_ERR_ARG;
+    c = t->ctx;
+    if (!path) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: argument path is NULL");
+        return TJ_ERR_ARG;
+    }
+    if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 0);
+    if (!(st = tj_st_load(c, path))) return c->status ? c->status : TJ_ERR_IO;
+    ord = tj_st_meta(st, "tinyjax.order");
+    ver = tj_st_meta(st, "tinyjax.version");
+    if (ver || ord) {
+        if (!ver || strcmp(ver, "1") != 0) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: tinyjax.version is %s%s%s, this tinyjax reads version 1", path, ver ? "\"" : "", ver ? ver : "missing", ver ? "\"" : "");
+            goto done;
+        }
+        if (!ord || !tj_st_meta(st, TJ__ST_CKKEY)) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: no %s", path, ord ? TJ__ST_CKKEY : "tinyjax.order");
+            goto done;
+        }
+        /* the leaf names, one per line */
+        if (!(names_buf = tj__strdup(ord))) goto oom;
+        for (i = 0, nn = *ord ? 1 : 0; ord[i]; i++) nn += ord[i] == '\n';
+        names = (char **)tj__malloc(sizeof(char *) * (size_t)nn);
+        if (!names) goto oom;
+        for (i = 0, k = 0; k < nn; k++) {
+            names[k] = names_buf + i;
+            while (names_buf[i] && names_buf[i] != '\n') i++;
+            if (names_buf[i]) names_buf[i++] = 0;
+            if (!*names[k]) {
+                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: empty leaf name in tinyjax.order", path);
+                goto done;
+            }
+        }
+    } else { /* a foreign file: its tensors in header order */
+        nn = st->n;
+        names = (char **)tj__malloc(sizeof(char *) * (size_t)nn);
+        if (!names) goto oom;
+        for (k = 0; k < nn; k++) names[k] = (char *)st->ten[k].t.name;
+    }
+    sorted = (char **)tj__malloc(sizeof(char *) * (size_t)nn);
+    stage = (tj__leaf *)tj__calloc(sizeof(tj__leaf) * (size_t)nn);
+    at = (int *)tj__malloc(sizeof(int) * (size_t)nn);
+    for (k = 0; k < nn; k++)
+        if (strlen(names[k]) > maxlen) maxlen = strlen(names[k]);
+    key = (char *)tj__malloc(maxlen + 32);
+    if (!sorted || !stage || !at || !key) goto oom;
+    memcpy(sorted, names, sizeof(char *) * (size_t)nn);
+    qsort(sorted, (size_t)nn, sizeof(char *), tj__cmp_cstr);
+    for (k = 1; k < nn; k++)
+        if (strcmp(sorted[k - 1], sorted[k]) == 0) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: leaf '%s' is listed twice", path, sorted[k]);
+            goto done;
+        }
+    if (ord) /* every tinyjax.* key must belong to a listed leaf of its kind */
+        for (k = 0; k < st->n_meta; k++) {
+            const char *key = st->meta[2 * k];
+            if (strncmp(key, "tinyjax.axes.", 13) == 0) nmeta_tj[0]++;
+            else if (strncmp(key, "tinyjax.int.", 12) == 0) nmeta_tj[1]++;
+            else if (strncmp(key, "tinyjax.float.", 14) == 0) nmeta_tj[2]++;
+            else if (strncmp(key, "tinyjax.string.", 15) == 0) nmeta_tj[3]++;
+        }
+    /* stage every leaf; the tree is not touched until all of them are good */
+    for (k = 0; k < nn; k++) {
+        const char *nm = names[k], *iv = NULL, *fv = NULL, *sv = NULL, *axes = NULL;
+        const tj_st_tensor *ten = tj_st_find(st, nm);
+        tj__leaf *l = &stage[k];
+        int have, ex = tj_tree_find(t, nm);
+        if (ord) {
+            iv = tj__st_meta2(st, "tinyjax.int.", nm, key);
+            fv = tj__st_meta2(st, "tinyjax.float.", nm, key);
+            sv = tj__st_meta2(st, "tinyjax.string.", nm, key);
+            axes = tj__st_meta2(st, "tinyjax.axes.", nm, key);
+        }
+        have = (ten != NULL) + (iv != NULL) + (fv != NULL) + (sv != NULL);
+        if (have != 1 || (ten && ord && !axes) || (!ten && axes)) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: leaf '%s' has %s", path, nm, have ? "conflicting entries" : "no tensor or value");
+            goto done;
+        }
+        at[k] = ex;
+        l->kind = ten ? TJ_LEAF_ARRAY : iv ? TJ_LEAF_INT : fv ? TJ_LEAF_FLOAT : TJ_LEAF_STRING;
+        counts[l->kind == TJ_LEAF_ARRAY ? 0 : l->kind - 1]++;
+        if (ex >= 0 && t->leaf[ex].kind == TJ_LEAF_ARRAY && l->kind != TJ_LEAF_ARRAY) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_tree_load: %s: leaf '%s' is an array in the tree but %s in the file", path, nm, kn[l->kind]);
+            rc = TJ_ERR_ARG;
+            goto done;
+        }
+        if (ten) {
+            tj_dtype dt;
+            char who[96], axbuf[TJ_MAXDIM * 72];
+            const tj_array *old = ex >= 0 && t->leaf[ex].kind == TJ_LEAF_ARRAY ? t->leaf[ex].arr : NULL;
+            int d;
+            snprintf(who, sizeof who, "leaf '%.64s'", nm);
+            if (tj__st_to_tj(ten->dtype, &dt)) {
+                tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_tree_load: %s: leaf '%s' has dtype %s, which tinyjax arrays do not have (use tj_st_array to convert)", path, nm,
+                        tj_st_dtype_name(ten->dtype));
+                rc = TJ_ERR_DTYPE;
+                goto done;
+            }
+            if (!axes) { /* a foreign file: the tree's axis names, else d0,d1,.. */
+                axbuf[0] = 0;
+                for (d = 0; d < ten->rank; d++) {
+                    size_t m = strlen(axbuf);
+                    if (old && old->t.rank == ten->rank) snprintf(axbuf + m, sizeof axbuf - m, "%s%s", d ? "," : "", tj__name(c, old->t.ax[d]));
+                    else snprintf(axbuf + m, sizeof axbuf - m, "%sd%d", d ? "," : "", d);
+                }
+                axes = axbuf;
+            }
+            if (old && old->t.dt != dt) {
+                tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_tree_load: %s: leaf '%s' is %s in the tree but %s in the file", path, nm, tj_dtype_name(old->t.dt), tj_dtype_name(dt));
+                rc = TJ_ERR_DTYPE;
+                goto done;
+            }
+            l->arr = tj__st_make_array(c, path, who, ten, dt, axes);
+            if (!l->arr) {
+                rc = c->status ? c->status : TJ_ERR_IO;
+                goto done;
+            }
+            l->owned = 1;
+            if (old) {
+                int same = old->t.dt == l->arr->t.dt && old->t.rank == l->arr->t.rank;
+                for (d = 0; same && d < old->t.rank; d++) same = old->t.ax[d] == l->arr->t.ax[d] && old->t.dim[d] == l->arr->t.dim[d];
+                if (!same) {
+                    char a[256], b[256];
+                    tj__type_str(c, &old->t, a, sizeof a);
+                    tj__type_str(c, &l->arr->t, b, sizeof b);
+                    tj__err(c, TJ_ERR_SHAPE, NULL, 0, "tj_tree_load: %s: leaf '%s' is %s in the tree but %s in the file", path, nm, a, b);
+                    rc = TJ_ERR_SHAPE;
+                    goto done;
+                }
+            }
+        } else if (iv) {
+            long long v;
+            errno = 0;
+            v = strtoll(iv, &end, 10);
+            if (!*iv || *end || errno == ERANGE || (*iv != '-' && (*iv < '0' || *iv > '9'))) {
+                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: int leaf '%s' is \"%.32s\"", path, nm, iv);
+                goto done;
+            }
+            l->i = (int64_t)v;
+        } else if (fv) {
+            const char *p = fv;
+            if (*p == '-') p++;
+            l->f = strtod(fv, &end);
+            if (!*fv || *end || !((*p >= '0' && *p <= '9') || *p == 'i' || *p == 'n')) {
+                tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: float leaf '%s' is \"%.32s\"", path, nm, fv);
+                goto done;
+            }
+        } else if (!(l->s = tj__strdup(sv))) goto oom;
+        if (ex < 0) {
+            if (!(l->name = tj__strdup(nm))) goto oom;
+            nnew++;
+        }
+    }
+    if (ord && (counts[0] != st->n || nmeta_tj[0] != counts[0] || nmeta_tj[1] != counts[1] || nmeta_tj[2] != counts[2] || nmeta_tj[3] != counts[3])) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: corrupt tinyjax file: tensors or tinyjax.* metadata not listed in tinyjax.order", path);
+        goto done;
+    }
+    if (t->n + nnew > t->cap) {
+        int nc = t->n + nnew;
+        tj__leaf *nl = (tj__leaf *)TJ_REALLOC(t->leaf, sizeof(tj__leaf) * (size_t)nc);
+        if (!nl) goto oom;
+        t->leaf = nl;
+        t->cap = nc;
+    }
+    /* commit: no allocation, nothing can fail from here */
+    for (k = 0; k < nn; k++) {
+        tj__leaf *l = &stage[k];
+        if (at[k] >= 0) {
+            tj__leaf *d = &t->leaf[at[k]];
+            tj__leaf_release(d);
+            l->name = d->name;
+            *d = *l;
+        } else t->leaf[t->n++] = *l;
+        memset(l, 0, sizeof *l);
+    }
+    rc = TJ_OK;
+    goto done;
+oom:
+    tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_tree_load: %s: out of memory", path);
+    rc = TJ_ERR_OOM;
+done:
+    for (k = 0; stage && k < nn; k++) {
+        if (stage[k].kind == TJ_LEAF_ARRAY) tj_array_free(stage[k].arr);
+        TJ_FREE(stage[k].s);
+        TJ_FREE(stage[k].name);
+    }
+    TJ_FREE(stage);
+    TJ_FREE(at);
+    TJ_FREE(sorted);
+    TJ_FREE(names);
+    TJ_FREE(names_buf);
+    TJ_FREE(key);
+    tj_st_free(st);
+    return rc;
+}
+
 /* a JSON string (quoted, escaped) into buf */
 static const char *tj__trace_str(const char *s, char *buf, size_t n) {
     size_t k = 0;
@@ -12274,14 +12297,6 @@ TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
     }
     if (bad || tj__af_commit(&af)) return tj_status_of(p->ctx) ? tj_status_of(p->ctx) : TJ_ERR_IO;
     return TJ_OK;
-}
-TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
-    const tj_memory_analysis *m;
-    if (!p || tj__no_stream(p->ctx, f, "tj_memory_print")) return;
-    m = &p->mem;
-    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B, peak %lld B; host temp %lld B\n", p->name,
-            (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes, (long long)m->peak_bytes,
-            (long long)m->host_temp_bytes);
 }
 
 
