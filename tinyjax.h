@@ -2238,6 +2238,7 @@ typedef struct {
     double (*flops)(const tj_node *n);
     int64_t (*scratch)(const tj_node *n); /* kernel workspace in the arena */
     tj__shard_fn shard;                   /* sharding rule ([4])              */
+    void (*attrs)(const tj_node *n, FILE *f); /* its attributes in the program text ([13]) */
 } tj__opdef;
 
 /* The op table. Unary elementwise ops are the rows of TJ__UNARY_OPS (in
@@ -2263,56 +2264,56 @@ typedef struct {
     X(EQ, "eq", (double)(a == b))    \
     X(NE, "ne", (double)(a != b))
 #define TJ__OTHER_OPS(X)                                                                                       \
-    /*  op             name            flags                    CPU kernel        VJP rule            flops            scratch   sharding rule */ \
-    X(PARAM, "param", TJ__SOURCE | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given)                                         \
-    X(FILL, "fill", TJ__SOURCE | TJ__NODIFF, tj__k_fill, 0, tj__flops_out, 0, tj__sh_given)                                            \
-    X(ARANGE, "arange", TJ__SOURCE | TJ__NODIFF, tj__k_arange, 0, tj__flops_out, 0, tj__sh_given)                                      \
-    X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, tj__sh_given)                                    \
-    X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, tj__sh_given)                                      \
-    X(SELECT, "select", 0, tj__k_ew, tj__vjp_select, tj__flops_out, 0, tj__sh_ew)                                              \
-    X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0, tj__sh_sum)                                                        \
-    X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0, tj__sh_whole)                                               \
-    X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch, tj__sh_dot)                                            \
-    X(RELAYOUT, "relayout", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                               \
-    X(RESHAPE, "reshape", TJ__VIEW, tj__k_none, tj__vjp_reshape, tj__flops_zero, 0, tj__sh_reshape)                                     \
-    X(SLICE, "slice", 0, tj__k_slice, tj__vjp_slice, tj__flops_zero, 0, tj__sh_whole)                                                 \
-    X(CONCAT, "concat", 0, tj__k_concat, tj__vjp_concat, tj__flops_zero, 0, tj__sh_whole)                                             \
-    X(PAD, "pad", 0, tj__k_pad, tj__vjp_pad, tj__flops_zero, 0, tj__sh_whole)                                                         \
-    X(TAKE, "take", 0, tj__k_take, tj__vjp_take, tj__flops_zero, 0, tj__sh_take)                                                     \
-    X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0, tj__sh_scatter)                                      \
-    X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0, tj__sh_ew)                                              \
-    X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0, tj__sh_whole)                                        \
-    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, 0, tj__sh_whole)                                            \
-    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, 0, tj__sh_whole)                                \
-    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, 0, tj__sh_whole)                                   \
-    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, tj__sh_whole)                          \
-    X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole)                                 \
-    X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole)                           \
-    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole)                     \
-    X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew)                          \
-    X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                                \
-    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                                      \
-    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                              \
-    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew)                                              \
-    X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, tj__sh_given)                              \
-    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given)                                                 \
-    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                  \
-    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                                    \
-    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)      \
-    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given)                \
-    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                    \
-    X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                          \
-    X(PMAX, "pmax", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given)                                      \
-    X(PVARY, "pvary", TJ__VIEW, tj__k_none, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given)                             \
-    X(AXIS_INDEX, "axis_index", TJ__SOURCE | TJ__NODIFF, tj__k_axis_index, 0, tj__flops_zero, 0, tj__sh_given)         \
-    X(CUSTOM, "custom", TJ__MULTI, tj__k_custom, tj__vjp_custom, tj__flops_zero, 0, tj__sh_given)                     \
-    X(CUSTOM_VJP, "custom_vjp", TJ__MULTI, tj__k_custom_vjp, tj__vjp_custom_vjp, tj__flops_zero, 0, tj__sh_given)
+    /*  op             name            flags                    CPU kernel        VJP rule            flops            scratch   sharding rule   attributes printed */ \
+    X(PARAM, "param", TJ__SOURCE | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_name)                                         \
+    X(FILL, "fill", TJ__SOURCE | TJ__NODIFF, tj__k_fill, 0, tj__flops_out, 0, tj__sh_given, tj__pr_const)                                            \
+    X(ARANGE, "arange", TJ__SOURCE | TJ__NODIFF, tj__k_arange, 0, tj__flops_out, 0, tj__sh_given, tj__pr_axes)                                      \
+    X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, tj__sh_given, tj__pr_axes)                                    \
+    X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, tj__sh_given, tj__pr_axes)                                      \
+    X(SELECT, "select", 0, tj__k_ew, tj__vjp_select, tj__flops_out, 0, tj__sh_ew, tj__pr_axes)                                              \
+    X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0, tj__sh_sum, tj__pr_axes)                                                        \
+    X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0, tj__sh_whole, tj__pr_axes)                                               \
+    X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch, tj__sh_dot, tj__pr_dot)                                            \
+    X(RELAYOUT, "relayout", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                               \
+    X(RESHAPE, "reshape", TJ__VIEW, tj__k_none, tj__vjp_reshape, tj__flops_zero, 0, tj__sh_reshape, tj__pr_axes)                                     \
+    X(SLICE, "slice", 0, tj__k_slice, tj__vjp_slice, tj__flops_zero, 0, tj__sh_whole, tj__pr_axes)                                                 \
+    X(CONCAT, "concat", 0, tj__k_concat, tj__vjp_concat, tj__flops_zero, 0, tj__sh_whole, tj__pr_axes)                                             \
+    X(PAD, "pad", 0, tj__k_pad, tj__vjp_pad, tj__flops_zero, 0, tj__sh_whole, tj__pr_axes)                                                         \
+    X(TAKE, "take", 0, tj__k_take, tj__vjp_take, tj__flops_zero, 0, tj__sh_take, tj__pr_axes)                                                     \
+    X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0, tj__sh_scatter, tj__pr_axes)                                      \
+    X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
+    X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0, tj__sh_whole, tj__pr_axes)                                        \
+    X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                            \
+    X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                \
+    X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                   \
+    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                          \
+    X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                 \
+    X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                           \
+    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                     \
+    X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                          \
+    X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_name)                                                \
+    X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                                      \
+    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
+    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
+    X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, tj__sh_given, tj__pr_axes)                              \
+    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)                                                 \
+    X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                  \
+    X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                                    \
+    X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)      \
+    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given, tj__pr_coll)                \
+    X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                    \
+    X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                          \
+    X(PMAX, "pmax", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                                      \
+    X(PVARY, "pvary", TJ__VIEW, tj__k_none, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given, tj__pr_mesh)                             \
+    X(AXIS_INDEX, "axis_index", TJ__SOURCE | TJ__NODIFF, tj__k_axis_index, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_mesh)         \
+    X(CUSTOM, "custom", TJ__MULTI, tj__k_custom, tj__vjp_custom, tj__flops_zero, 0, tj__sh_given, tj__pr_custom)                     \
+    X(CUSTOM_VJP, "custom_vjp", TJ__MULTI, tj__k_custom_vjp, tj__vjp_custom_vjp, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)
 
 /* ops that move data between devices (all_gather .. pmax) */
 #define TJ__IS_COLL(op) ((op) >= TJ__OP_ALL_GATHER && (op) <= TJ__OP_PMAX)
 enum {
 #define TJ__E1(op, ...) TJ__OP_##op,
-#define TJ__E2(op, nm, fl, k, v, fp, sc, sh) TJ__OP_##op,
+#define TJ__E2(op, ...) TJ__OP_##op,
     TJ__UNARY_OPS(TJ__E1) TJ__BINARY_OPS(TJ__E1) TJ__OTHER_OPS(TJ__E2)
 #undef TJ__E1
 #undef TJ__E2
@@ -5508,6 +5509,13 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
    Built from the rows of [3] (TJ__UNARY_OPS, TJ__BINARY_OPS, TJ__OTHER_OPS)
    now that every op's builder, kernel, VJP rule and cost exist. */
 /* ops whose blocks live in other sections */
+static void tj__pr_axes(const tj_node *n, FILE *f); /* attribute printers: [13] */
+static void tj__pr_name(const tj_node *n, FILE *f);
+static void tj__pr_const(const tj_node *n, FILE *f);
+static void tj__pr_dot(const tj_node *n, FILE *f);
+static void tj__pr_custom(const tj_node *n, FILE *f);
+static void tj__pr_mesh(const tj_node *n, FILE *f);
+static void tj__pr_coll(const tj_node *n, FILE *f);
 static void tj__k_all_gather(tj__kern *k); /* collectives: [11], transports */
 static void tj__k_psum(tj__kern *k);
 static void tj__k_reduce_scatter(tj__kern *k);
@@ -5521,9 +5529,9 @@ static void tj__k_scan(tj__kern *k);
 static tj_status tj__vjp_scan(tj_node *n, tj_v g, tj_v *gin);
 static double tj__flops_scan(const tj_node *n);
 static int64_t tj__scan_scratch(const tj_node *n);
-#define TJ__OPDEF_U(op, nm, ...) {#nm, 0, tj__k_ew, tj__vjp_unary, tj__flops_out, 0, tj__sh_ew},
-#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_binary, tj__flops_out, 0, tj__sh_ew},
-#define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc, sh) {nm, (fl), k, v, fp, sc, sh},
+#define TJ__OPDEF_U(op, nm, ...) {#nm, 0, tj__k_ew, tj__vjp_unary, tj__flops_out, 0, tj__sh_ew, tj__pr_const},
+#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_binary, tj__flops_out, 0, tj__sh_ew, tj__pr_axes},
+#define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc, sh, pr) {nm, (fl), k, v, fp, sc, sh, pr},
 static const tj__opdef tj__ops[TJ__NOPS] = {TJ__UNARY_OPS(TJ__OPDEF_U) TJ__BINARY_OPS(TJ__OPDEF_B) TJ__OTHER_OPS(TJ__OPDEF_O)};
 static const char *tj__opname(int op) { return op >= 0 && op < TJ__NOPS ? tj__ops[op].name : "?"; }
 static unsigned tj__ops_flags(int op) { return tj__ops[op].flags; }
@@ -10328,32 +10336,38 @@ static const char *tj__groups_str(const tj_ctx *c, unsigned m, char *buf, size_t
     }
     return buf;
 }
+/* Each op's attributes as its row of the op table prints them. */
+static void tj__pr_axes(const tj_node *n, FILE *f) { /* the axes it reduces or needs whole */
+    int j;
+    if (!n->a.naxes) return;
+    fprintf(f, " over");
+    for (j = 0; j < n->a.naxes; j++) fprintf(f, " %s", tj__name(n->g->ctx, n->a.axes[j]));
+}
+static void tj__pr_name(const tj_node *n, FILE *f) { fprintf(f, " '%s'", n->name); }
+static void tj__pr_const(const tj_node *n, FILE *f) { /* fill's value, pows' exponent */
+    if (n->op == TJ__OP_FILL || n->a.s != 0) fprintf(f, " %g", n->a.s);
+}
+static void tj__pr_dot(const tj_node *n, FILE *f) { fprintf(f, " contract=%d%s%s", n->a.nk, n->a.trans_a ? " aT" : "", n->a.trans_b ? " bT" : ""); }
+static void tj__pr_custom(const tj_node *n, FILE *f) { fprintf(f, " '%s'", n->g->ctx->ops[n->a.reg].name); }
+static void tj__pr_mesh(const tj_node *n, FILE *f) {
+    char mb[64];
+    fprintf(f, " over %s (no data moves)", tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb));
+}
+static void tj__pr_coll(const tj_node *n, FILE *f) {
+    char mb[256];
+    fprintf(f, " over %s", tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb));
+    if (n->op == TJ__OP_ALL_TO_ALL) fprintf(f, " from %s to %s", tj__name(n->g->ctx, n->a.axis2), tj__name(n->g->ctx, n->a.axis));
+    else if (n->a.axis >= 0 && n->op != TJ__OP_PSUM) fprintf(f, " along %s", tj__name(n->g->ctx, n->a.axis));
+    fprintf(f, " [%lld B/device, groups %s, caused by %s]", n->op == TJ__OP_SHARD_SLICE ? 0LL : (long long)tj__lbytes(n->g->ctx, &n->in[0]->t),
+            tj__groups_str(n->g->ctx, n->a.mesh, mb, sizeof mb), n->name ? n->name : "?");
+}
 static void tj__node_line(tj_node *n, FILE *f, int planned, int indent) {
     char b[256];
     int j;
     fprintf(f, "%*s  %%%-4d = %-13s(", indent, "", n->id, tj__ops[n->op].name);
     for (j = 0; j < n->nin; j++) fprintf(f, "%s%%%d", j ? ", " : "", n->in[j]->id);
     fprintf(f, ")");
-    if (n->op == TJ__OP_PARAM || n->op == TJ__OP_NAME) fprintf(f, " '%s'", n->name);
-    if (TJ__IS_COLL(n->op)) {
-        char mb[256];
-        fprintf(f, " over %s", tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb));
-        if (n->op == TJ__OP_ALL_TO_ALL) fprintf(f, " from %s to %s", tj__name(n->g->ctx, n->a.axis2), tj__name(n->g->ctx, n->a.axis));
-        else if (n->a.axis >= 0 && n->op != TJ__OP_PSUM) fprintf(f, " along %s", tj__name(n->g->ctx, n->a.axis));
-        fprintf(f, " [%lld B/device, groups %s, caused by %s]", n->op == TJ__OP_SHARD_SLICE ? 0LL : (long long)tj__lbytes(n->g->ctx, &n->in[0]->t),
-                tj__groups_str(n->g->ctx, n->a.mesh, mb, sizeof mb), n->name ? n->name : "?");
-    }
-    if (n->op == TJ__OP_PVARY || n->op == TJ__OP_AXIS_INDEX) {
-        char mb[64];
-        fprintf(f, " over %s (no data moves)", tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb));
-    }
-    if (n->op == TJ__OP_CUSTOM) fprintf(f, " '%s'", n->g->ctx->ops[n->a.reg].name);
-    if (n->op == TJ__OP_FILL || n->op == TJ__OP_POWS) fprintf(f, " %g", n->a.s);
-    if (n->op == TJ__OP_DOT) fprintf(f, " contract=%d%s%s", n->a.nk, n->a.trans_a ? " aT" : "", n->a.trans_b ? " bT" : "");
-    if (n->a.naxes && n->op != TJ__OP_DOT) {
-        fprintf(f, " over");
-        for (j = 0; j < n->a.naxes; j++) fprintf(f, " %s", tj__name(n->g->ctx, n->a.axes[j]));
-    }
+    tj__ops[n->op].attrs(n, f);
     fprintf(f, "  %s", tj_v_describe(n, b, sizeof b));
     if (n->pass) fprintf(f, "  bwd%d", n->pass);
     if (n->remat) fprintf(f, "  remat");
@@ -10742,8 +10756,8 @@ static int tj__lock_fd(int fd) {
     l.l_len = 0;
     return fcntl(fd, F_SETLK, &l);
 }
-/* 1 if name is "<base>.tmp.<pid>.<k>" with pid (decimal) not ours. */
-static int tj__is_foreign_tmp(const char *name, const char *base, size_t bl, long self) {
+/* The pid of name "<base>.tmp.<pid>.<k>" when that pid is not ours, else 0. */
+static long tj__is_foreign_tmp(const char *name, const char *base, size_t bl, long self) {
     const char *p;
     long pid = 0;
     if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0) return 0;
@@ -10755,12 +10769,14 @@ static int tj__is_foreign_tmp(const char *name, const char *base, size_t bl, lon
     }
     if (*p++ != '.' || *p < '0' || *p > '9') return 0;
     while (*p >= '0' && *p <= '9') p++;
-    return *p == 0 && pid != self;
+    return *p == 0 && pid != self ? pid : 0;
 }
 /* Remove the temp files that writers of `path` killed mid-write left behind.
    A live writer holds a lock on its temp file from before its first byte
-   (tj__af_open), so a temp file nobody holds a lock on, with data in it or
-   older than a minute, belongs to a dead process. Temp files of this
+   (tj__af_open), so a temp file nobody holds a lock on, with data in it,
+   older than a minute, or named for a pid that no process of this host has
+   (a writer killed between creating and locking it), belongs to a dead
+   process. Temp files of this
    process are never touched (a lock is per process). Best effort: errors
    are ignored. */
 static void tj__af_clean_stale(const char *path) {
@@ -10782,13 +10798,19 @@ static void tj__af_clean_stale(const char *path) {
     d = opendir(dir);
     while (d && (e = readdir(d)) != NULL) {
         struct stat sb;
-        int fd;
-        if (!tj__is_foreign_tmp(e->d_name, base, bl, self)) continue;
+        int fd, gone;
+        long pid = tj__is_foreign_tmp(e->d_name, base, bl, self);
+        if (!pid) continue;
+        { /* no /proc/<pid> on a host that has /proc: no such process */
+            char pp[40];
+            snprintf(pp, sizeof pp, "/proc/%ld", pid);
+            gone = stat("/proc/self", &sb) == 0 && stat(pp, &sb) != 0 && errno == ENOENT;
+        }
         if (!(full = (char *)tj__malloc(strlen(dir) + strlen(e->d_name) + 2))) break;
         sprintf(full, "%s/%s", dir, e->d_name);
         fd = open(full, O_RDWR);
         if (fd >= 0) {
-            if (tj__lock_fd(fd) == 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_size > 0 || time(NULL) - sb.st_mtime > 60)) unlink(full);
+            if (tj__lock_fd(fd) == 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_size > 0 || gone || time(NULL) - sb.st_mtime > 60)) unlink(full);
             close(fd); /* drops our lock */
         }
         TJ_FREE(full);
