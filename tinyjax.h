@@ -4076,23 +4076,97 @@ TJDEF tj_v tj_normal_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtyp
     if (n) n->a.key = key;
     return n;
 }
-static void tj__k_random(tj__kern *k) {
-    int64_t i, m = tj__numel(&k->ot);
-    uint64_t key = k->n->a.key;
-    for (i = 0; i < m; i++) {
-        double v;
-        uint64_t gi = (uint64_t)tj__global_index(k, i); /* each device makes only its slice */
-        if (k->n->op == TJ__OP_UNIFORM) v = tj__u01(key, gi);
-        else { /* Box-Muller from two draws of this element's own counters */
-            double u1 = tj__u01(key, 2 * gi), u2 = tj__u01(key, 2 * gi + 1);
-            v = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
-        }
-        tj__st(k->out, k->ot.dt, i, v);
-        /* u < 1 can round up to 1 in f32/bf16: keep uniform in [0, 1) */
-        if (k->n->op == TJ__OP_UNIFORM && tj__ld(k->out, k->ot.dt, i) >= 1.0)
-            tj__st(k->out, k->ot.dt, i, k->ot.dt == TJ_BF16 ? 0.99609375 : 0.99999994039535522);
+/* Box-Muller's log and cos for f32 and bf16 results, without libm calls:
+   double arithmetic with relative error below 1e-15, so the rounded
+   result is libm's but where the exact value lies within that of an f32
+   rounding boundary (f64 results use libm). tj__flog: x in (0, 1], a
+   normal number; log x = e ln 2 + 2 atanh((m-1)/(m+1)), m in [0.707, 1.414).
+   tj__fcos2pi: cos(2 pi u), u in [0, 1), exact quarter-turn reduction.
+   Compiled as the chunk math is (no contraction, no trapping math) and
+   without errno for sqrt (its argument is never negative), with no
+   branches, so the loops over a chunk vectorise. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math", "fp-contract=off", "no-math-errno")
+#endif
+static TJ__INLINE double tj__flog(double x) {
+    uint64_t b, eb;
+    double m, t, t2, p, e;
+    memcpy(&b, &x, 8);
+    eb = 0x4330000000000000ull | (b >> 52); /* 2^52 + the exponent field: integer ops only */
+    memcpy(&e, &eb, 8);
+    e -= 4503599627370496.0 + 1023.0;
+    b = (b & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
+    memcpy(&m, &b, 8);
+    { double big = m > 1.4142135623730951 ? 1.0 : 0.0; m *= 1.0 - 0.5 * big; e += big; }
+    t = (m - 1.0) / (m + 1.0);
+    t2 = t * t; /* <= 0.0295: 12 terms reach 1e-17 */
+    p = 1.0 / 23;
+    p = p * t2 + 1.0 / 21; p = p * t2 + 1.0 / 19; p = p * t2 + 1.0 / 17; p = p * t2 + 1.0 / 15;
+    p = p * t2 + 1.0 / 13; p = p * t2 + 1.0 / 11; p = p * t2 + 1.0 / 9; p = p * t2 + 1.0 / 7;
+    p = p * t2 + 1.0 / 5; p = p * t2 + 1.0 / 3; p = p * t2 + 1.0;
+    return e * 6.93147180369123816490e-01 + (e * 1.90821492927058770002e-10 + 2.0 * t * p);
+}
+static TJ__INLINE double tj__fcos2pi(double u) {
+    int qi = (int)(4.0 * u + 0.5); /* the nearest quarter turn, 0..4 */
+    double r = (4.0 * u - (double)qi) * 1.5707963267948966, r2 = r * r, c, sn; /* |r| <= pi/4 */
+    c = -1.0 / 20922789888000.0; /* cos: Taylor to r^16, sin to r^17 */
+    c = c * r2 + 1.0 / 87178291200.0; c = c * r2 - 1.0 / 479001600.0; c = c * r2 + 1.0 / 3628800.0;
+    c = c * r2 - 1.0 / 40320.0; c = c * r2 + 1.0 / 720.0; c = c * r2 - 1.0 / 24.0; c = c * r2 + 0.5;
+    c = 1.0 - c * r2;
+    sn = 1.0 / 355687428096000.0;
+    sn = sn * r2 - 1.0 / 1307674368000.0; sn = sn * r2 + 1.0 / 6227020800.0; sn = sn * r2 - 1.0 / 39916800.0;
+    sn = sn * r2 + 1.0 / 362880.0; sn = sn * r2 - 1.0 / 5040.0; sn = sn * r2 + 1.0 / 120.0; sn = sn * r2 - 1.0 / 6.0;
+    sn = r + r * r2 * sn;
+    { /* quarter turn q = 0 1 2 3 (4 = 0): cos r, -sin r, -cos r, sin r (no branches) */
+        double odd = (double)(qi & 1), neg = 1.0 - 2.0 * (double)(((qi + 1) >> 1) & 1);
+        return neg * (odd * sn + (1.0 - odd) * c);
     }
 }
+/* One part of a random kernel: local elements [lo, hi). The global index
+   (what the value depends on) is found once per run of the innermost local
+   axis and counts up along it. */
+static void tj__random_part(const void *arg, int part, int nparts) {
+    const tj__kern *k = (const tj__kern *)arg;
+    int64_t m = tj__numel(&k->ot), lo = m * part / nparts, hi = m * (part + 1) / nparts, i, j;
+    int64_t row = k->ot.rank ? k->ot.dim[k->ot.rank - 1] : 1;
+    uint64_t key = k->n->a.key;
+    int uni = k->n->op == TJ__OP_UNIFORM, fast = k->ot.dt == TJ_F32 || k->ot.dt == TJ_BF16;
+    float *of = k->ot.dt == TJ_F32 ? (float *)k->out : NULL;
+    double u1[TJ__CHUNK], u2[TJ__CHUNK], v[TJ__CHUNK];
+    if (row < 1) row = 1;
+    for (i = lo; i < hi;) {
+        int64_t end = i + row - i % row, n;
+        uint64_t gi = (uint64_t)tj__global_index(k, i); /* each device makes only its slice */
+        if (end > hi) end = hi;
+        if (end > i + TJ__CHUNK) end = i + TJ__CHUNK;
+        n = end - i;
+        if (uni)
+            for (j = 0; j < n; j++) v[j] = tj__u01(key, gi + (uint64_t)j);
+        else { /* Box-Muller from two draws of this element's own counters */
+            for (j = 0; j < n; j++) u1[j] = tj__u01(key, 2 * (gi + (uint64_t)j)), u2[j] = tj__u01(key, 2 * (gi + (uint64_t)j) + 1);
+            if (fast)
+                for (j = 0; j < n; j++) v[j] = sqrt(-2.0 * tj__flog(1.0 - u1[j])) * tj__fcos2pi(u2[j]);
+            else
+                for (j = 0; j < n; j++) v[j] = sqrt(-2.0 * log(1.0 - u1[j])) * cos(6.283185307179586 * u2[j]);
+        }
+        for (j = 0; j < n; j++) {
+            if (of) {
+                float fv = (float)v[j];
+                /* u < 1 can round up to 1 in f32: keep uniform in [0, 1) */
+                of[i + j] = uni && fv >= 1.0f ? 0.99999994f : fv;
+            } else {
+                tj__st(k->out, k->ot.dt, i + j, v[j]);
+                if (uni && tj__ld(k->out, k->ot.dt, i + j) >= 1.0) tj__st(k->out, k->ot.dt, i + j, k->ot.dt == TJ_BF16 ? 0.99609375 : 0.99999994039535522);
+            }
+        }
+        i = end;
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#endif
+static void tj__k_random(tj__kern *k) { tj__parallel(tj__nparts(tj__numel(&k->ot), k->nthreads), tj__random_part, k); }
 TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate) {
     tj_v u, keep;
     char sh[512];
