@@ -1,7 +1,6 @@
 /* Named sharding: every sharded program against the same program on one
    device; collective counts against the analytical ones; errors. */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
 #include "tj_test.h"
 
 typedef struct {
@@ -346,8 +345,8 @@ int main(void) {
                 if (k >= 0) {
                     TJT_CHECK(!memcmp(ref_v, v, sizeof v), "random values depend on the sharding %s", spec);
                     TJT_CHECK(tj_prog_collectives(p, cols, 8) == 0, "sharded random made by slicing a full tensor (%d collectives)", tj_prog_collectives(p, cols, 8));
-                    TJT_CHECK(tj_tree_array(out, "u")->local_bytes * 4 == 64 * 4, "each device holds %lld B of a 256 B tensor sharded 4 ways",
-                              (long long)tj_tree_array(out, "u")->local_bytes);
+                    TJT_CHECK(tjt_array_local_bytes(tj_tree_array(out, "u")) * 4 == 64 * 4, "each device holds %lld B of a 256 B tensor sharded 4 ways",
+                              (long long)tjt_array_local_bytes(tj_tree_array(out, "u")));
                 }
             }
             tj_prog_free(p);
