@@ -1,5 +1,5 @@
 /* Core tests: tracing, autodiff through composites, memory plan, donation. */
-#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 static void mlp2(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {

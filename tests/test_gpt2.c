@@ -5,8 +5,7 @@
    micro-batches of B equals one batch of K*B; Hugging Face GPT-2
    safetensors load (--init-from) to the same logits. */
 /* the demo asks for both implementations; they are linked in instead
-   (build/tinyjax_impl.o, build/gpt2_io_impl.o: tests/tj_impl.c,
-   tests/gpt2_io_impl.c) */
+   (tests/tj_impl.c, tests/gpt2_io_impl.c) */
 #define TINYJAX_IMPLEMENTATION_DONE
 #define GPT2_IO_IMPLEMENTATION_DONE
 #define GPT2_NO_MAIN

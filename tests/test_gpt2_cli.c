@@ -9,8 +9,7 @@
    to an uninterrupted run's. Each case runs gpt2_main in a forked child
    (its output through a pipe). Files go to a fresh mkdtemp directory. */
 /* the demo asks for both implementations; they are linked in instead
-   (build/tinyjax_impl.o, build/gpt2_io_impl.o: tests/tj_impl.c,
-   tests/gpt2_io_impl.c) */
+   (tests/tj_impl.c, tests/gpt2_io_impl.c) */
 #define TINYJAX_IMPLEMENTATION_DONE
 #define GPT2_IO_IMPLEMENTATION_DONE
 #define GPT2_NO_MAIN

@@ -4,7 +4,7 @@
  *   gcc -std=c99 -O2 -Wall -Wextra -Werror -I. -o /tmp/tgio tests/test_gpt2_io.c tests/tj_impl.c -lm -pthread && /tmp/tgio
  * The last line printed is "N passed, M failed"; exit status is nonzero on failure. */
 #define _POSIX_C_SOURCE 200809L
-#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #define GPT2_IO_IMPLEMENTATION /* here: the tests reach its statics (gio__*) */
 #include "../demos/gpt2_io.h"
 #define TJT_FILES

@@ -23,8 +23,7 @@
    it runs 6 steps and checks only that they run; TJ_TEST_VERBOSE prints the
    loss and norm of every step. */
 /* the demo asks for both implementations; they are linked in instead
-   (build/tinyjax_impl.o, build/gpt2_io_impl.o: tests/tj_impl.c,
-   tests/gpt2_io_impl.c) */
+   (tests/tj_impl.c, tests/gpt2_io_impl.c) */
 #define TINYJAX_IMPLEMENTATION_DONE
 #define GPT2_IO_IMPLEMENTATION_DONE
 #define GPT2_NO_MAIN

@@ -63,7 +63,7 @@
    first 3 failures of each row, context and kind; HX_NOGG=1: first-order
    programs only (no grad of grad), to tell the two apart. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
-#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 #include <time.h>
 

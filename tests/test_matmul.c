@@ -11,7 +11,7 @@
 #include <string.h>
 #include <math.h>
 #include <pthread.h>
-#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 /* xorshift; each thread passes its own state */

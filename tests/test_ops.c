@@ -2,7 +2,7 @@
    op (f64 inputs), forward values against hand computations, clear error
    messages for bad input, and the memory analysis against what a run really
    allocates (including donation). */
-#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 /* ------------------------------------------------------------ helpers --- */

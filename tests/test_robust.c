@@ -6,7 +6,7 @@
    errors that name the caller's file:line. Each section failed (or
    crashed) before the fixes. Files go to a fresh mkdtemp directory. */
 #define _POSIX_C_SOURCE 200809L
-#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #define TJT_FILES
 #include "tj_test.h"
 

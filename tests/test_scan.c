@@ -1,5 +1,5 @@
 /* scan, remat policies, named residuals and host offload. */
-#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 /* one residual MLP block: x + W2 relu(W1 x), with named hidden and output */

@@ -1,7 +1,8 @@
 /* Named sharding: every sharded program against the same program on one
    device; collective counts against the analytical ones; errors. */
-#include "../tinyjax.h" /* the implementation: build/tinyjax_impl.o (tests/tj_impl.c) */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
+#include <unistd.h>
 
 typedef struct {
     const char *compute; /* logical rules for activations inside the function */
@@ -281,9 +282,11 @@ int main(void) {
                   devs[2], devs[3]);
         TJT_CHECK(colls > 0 && ok, "%d collective events; times and sources %s", colls, ok ? "ok" : "bad");
         if (p) {
-            char path[] = "/tmp/tj_trace_test.json";
+            char path[512]; /* this process's own file: runs of the suite may overlap */
+            const char *tmp = getenv("TMPDIR");
             FILE *f;
             char head[32] = {0};
+            snprintf(path, sizeof path, "%s/tj_trace_test_%ld.json", tmp && *tmp ? tmp : "/tmp", (long)getpid());
             TJT_CHECK(tj_prog_write_trace(p, path) == TJ_OK, "write trace: %s", tj_error(c));
             f = fopen(path, "r");
             if (f) {

@@ -1,11 +1,12 @@
 /* tj_internal.h — the implementation's insides that tests look at, as plain
  * functions.
  *
- * The test programs link one copy of the library, build/tinyjax_impl.o
- * (tests/tj_impl.c), instead of compiling its implementation each. What they
- * check beyond the public API (an array's per-device buffers, the op table,
- * the matmul kernel, the JSON reader...) is `static` in tinyjax.h, so it is
- * reached through these thin wrappers. The header's STB convention again:
+ * The test programs link one compiled copy of the library (tests/tj_impl.c;
+ * build.sh: build/o2/tj_impl.o, build/asan/tj_impl.o) instead of compiling
+ * its implementation each. What they check beyond the public API (an
+ * array's per-device buffers, the op table, the matmul kernel, the JSON
+ * reader...) is `static` in tinyjax.h, so it is reached through these thin
+ * wrappers. The header's STB convention again:
  * this file declares them; the translation unit that holds the library's
  * implementation defines TJT_INTERNAL_IMPLEMENTATION before including it to
  * define them there, where the statics and the struct layouts are visible.
