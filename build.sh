@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tinyjax build driver.
-#   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors),
-#                      again under -fsanitize=address,undefined, run the fuzz
+#   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors;
+#                      they link one compiled copy of the library, tests/tj_impl.c),
+#                      again under -fsanitize=address,undefined (with TJ_TEST_QUICK=1,
+#                      see tests/tj_test.h), run the fuzz
 #                      targets of tests/fuzz under libFuzzer when clang is
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
@@ -51,6 +53,7 @@ ensure_mpi() {
 
 total_pass=0
 total_fail=0
+section() { echo "== $* [${SECONDS} s]"; } # a heading, with the seconds since the start
 # run a test binary, echo its output, add its closing line to the totals
 run_test() {
     local name=$1 out rc; shift
@@ -185,7 +188,7 @@ test)
     # Everything is compiled first, on every core at once (the longest
     # compiles first); then the programs run: the -O2 tests and the
     # libFuzzer runs alongside the sanitized tests, then the MPI cases alone.
-    echo "== compiling on $JOBS cores: tests (-O2, sanitized), header checks$([ $have_cuda = 1 ] && echo ", CUDA")$([ $have_clang = 1 ] && echo ", libFuzzer")$([ $have_mpi = 1 ] && echo ", MPI")"
+    section "compiling on $JOBS cores: tests (-O2, sanitized), header checks$([ $have_cuda = 1 ] && echo ", CUDA")$([ $have_clang = 1 ] && echo ", libFuzzer")$([ $have_mpi = 1 ] && echo ", MPI")"
     if [ $have_cuda = 1 ]; then
         spawn build/tinyjax_cuda.log "$NVCC" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o
     fi
@@ -212,7 +215,7 @@ test)
 
     # C99: tests/tj_impl.c is the implementation (TINYJAX_IMPLEMENTATION),
     # compiled with -std=c99 $WARN for the tests above
-    echo "== header compiles as C99 (tests/tj_impl.c) and C++ with $WARN"
+    section "header compiles as C99 (tests/tj_impl.c) and C++ with $WARN"
     if done_ok build/o2/obj/tj_impl.log && done_ok build/hdr_cpp.log && done_ok build/hdr_cpp17.log; then
         echo "  ok"; total_pass=$((total_pass + 1))
     else
@@ -224,11 +227,11 @@ test)
     # reported after the libFuzzer runs) while the -O2 ones run here.
     run_tests_to_files build/asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TJ_TEST_QUICK=1 &
     asan_runs=$!
-    echo "== tests, -O2"
+    section "tests, -O2"
     check_tests build/o2
     for b in build/o2/test_*; do [ -x "$b" ] && run_test "$(basename "$b")" "$b"; done
 
-    echo "== fuzz targets under libFuzzer (tests/fuzz, clang; a few seconds each)"
+    section "fuzz targets under libFuzzer (tests/fuzz, clang; a few seconds each)"
     if [ $have_clang = 1 ]; then
         rm -rf build/fuzz/corpus && mkdir -p build/fuzz/corpus/{safetensors,tree_load,bpe,tokens,parsers}
         if done_ok build/fuzz/compile.log && [ -x build/o2/test_fuzz_smoke ] \
@@ -247,12 +250,12 @@ test)
         echo "  clang not found: skipped (test_fuzz_smoke above runs the same targets with gcc)"
     fi
 
-    echo "== tests, -fsanitize=address,undefined (TJ_TEST_QUICK=1: the long tests do less work, see tests/tj_test.h)"
+    section "tests, -fsanitize=address,undefined (TJ_TEST_QUICK=1: the long tests do less work, see tests/tj_test.h)"
     wait "$asan_runs"
     check_tests build/asan
     report_tests build/asan asan/
 
-    echo "== CUDA backend"
+    section "CUDA backend"
     if [ $have_cuda = 1 ]; then
         if done_ok build/tinyjax_cuda.log; then
             echo "  tinyjax_cuda.cu compiles with nvcc, warnings as errors"; total_pass=$((total_pass + 1))
@@ -263,7 +266,7 @@ test)
     else
         echo "  nvcc or tinyjax_cuda.cu not found: CUDA backend not compiled (skipped)"
     fi
-    echo "== MPI: multi-process runs (tests/test_mpi.c with mpicc -DTJ_MPI, cases under mpirun)"
+    section "MPI: multi-process runs (tests/test_mpi.c with mpicc -DTJ_MPI, cases under mpirun)"
     if [ $have_mpi = 1 ]; then
         if done_ok build/mpi/hdr_c.log && done_ok build/mpi/hdr_cpp.log; then
             echo "  header compiles with -DTJ_MPI as C99 and C++"; total_pass=$((total_pass + 1))
@@ -277,6 +280,7 @@ test)
     else
         echo "  skipped: $MPI_SKIP"
     fi
+    echo "== done in ${SECONDS} s"
     echo "total: $total_pass passed, $total_fail failed"
     [ "$total_fail" -eq 0 ]
     ;;
