@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tinyjax build driver.
-#   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors),
-#                      again under -fsanitize=address,undefined, run the fuzz
+#   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors;
+#                      they link one compiled copy of the library, tests/tj_impl.c),
+#                      again under -fsanitize=address,undefined (with TJ_TEST_QUICK=1,
+#                      see tests/tj_test.h), run the fuzz
 #                      targets of tests/fuzz under libFuzzer when clang is
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
@@ -51,11 +53,35 @@ ensure_mpi() {
 
 total_pass=0
 total_fail=0
+section() { echo "== $* [${SECONDS} s]"; } # a heading, with the seconds since the start
 # run a test binary, echo its output, add its closing line to the totals
 run_test() {
-    local name=$1; shift
-    local out rc line p f
+    local name=$1 out rc; shift
     out=$("$@" 2>&1); rc=$?
+    report_test "$name" "$rc" "$out"
+}
+# run_tests_to_files DIR [VAR=VALUE...]: run every test binary of DIR one
+# after the other (in the environment given), each one's output and exit
+# code into DIR/obj/NAME.out and NAME.out.rc, for report_tests
+run_tests_to_files() {
+    local dir=$1 b; shift
+    for b in "$dir"/test_*; do
+        [ -x "$b" ] || continue
+        env "$@" "$b" > "$dir/obj/$(basename "$b").out" 2>&1
+        echo $? > "$dir/obj/$(basename "$b").out.rc"
+    done
+}
+report_tests() { # DIR PREFIX: report_test for each output run_tests_to_files left
+    local b n
+    for b in "$1"/test_*; do
+        [ -x "$b" ] || continue
+        n=$(basename "$b")
+        report_test "$2$n" "$(cat "$1/obj/$n.out.rc" 2>/dev/null || echo 1)" "$(cat "$1/obj/$n.out" 2>/dev/null)"
+    done
+}
+# report_test NAME EXIT OUTPUT: echo the output, add its closing line to the totals
+report_test() {
+    local name=$1 rc=$2 out=$3 line p f
     printf "%s\n" "$out" | sed "s|^|  [$name] |"
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     if [ -z "$line" ]; then
@@ -68,53 +94,147 @@ run_test() {
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
 }
 
-build_tests() { # $1 = output dir, rest = flags; compiles on every core at once
-    local dir=$1; shift
-    mkdir -p "$dir"
-    local ok=0 t n f jobs running=0
-    jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+# ---- a pool of background jobs, at most JOBS (default: the cores) at once ----
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+pool_n=0
+# spawn LOG CMD...: run CMD in the background, its output into LOG and its
+# exit status into LOG.rc (waits first while JOBS jobs are running)
+spawn() {
+    local log=$1; shift
+    while [ "$pool_n" -ge "$JOBS" ]; do wait -n; pool_n=$((pool_n - 1)); done
+    rm -f "$log.rc"
+    ( "$@" > "$log" 2>&1; echo $? > "$log.rc" ) &
+    pool_n=$((pool_n + 1))
+}
+pool_wait() { wait; pool_n=0; }
+done_ok() { [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; } # done_ok LOG: that job succeeded
+
+# ---- test programs ----
+# They link one compiled copy of the library instead of compiling its
+# implementation each: tests/tj_impl.c (the implementation, and the wrappers
+# of tests/tj_internal.h that reach its statics) and, for the tests that
+# include demos/gpt2_train.c (they define GPT2_IO_IMPLEMENTATION_DONE),
+# tests/gpt2_io_impl.c. A test that defines TJT_INTERNAL_IMPLEMENTATION
+# compiles the implementation itself (it sets TJ_MALLOC hooks or TJ_MPI, or
+# its fuzz targets reach parser statics) and links neither.
+standalone() { grep -q '^#define TJT_INTERNAL_IMPLEMENTATION' "$1"; }
+links_gpt2_io() { grep -q '^#define GPT2_IO_IMPLEMENTATION_DONE' "$1"; }
+
+compile_tests() { # DIR FLAGS...: queue the compiles (objects and logs in DIR/obj)
+    local dir=$1 t n; shift
+    rm -rf "$dir/obj" "$dir"/test_*
+    mkdir -p "$dir/obj"
+    spawn "$dir/obj/tj_impl.log" $CC -std=c99 "$@" $WARN -I. -c tests/tj_impl.c -o "$dir/obj/tj_impl.o"
+    for t in tests/test_*.c; do # the standalone ones first: the long compiles
+        n=$(basename "$t" .c)
+        standalone "$t" && spawn "$dir/obj/$n.log" $CC -std=c99 "$@" $WARN -I. -o "$dir/$n" "$t" $LIBS
+    done
+    spawn "$dir/obj/gpt2_io_impl.log" $CC -std=c99 "$@" $WARN -I. -c tests/gpt2_io_impl.c -o "$dir/obj/gpt2_io_impl.o"
     for t in tests/test_*.c; do
         n=$(basename "$t" .c)
-        rm -f "$dir/$n" "$dir/$n.failed"
-        ( $CC -std=c99 "$@" $WARN -I. -o "$dir/$n" "$t" $LIBS || touch "$dir/$n.failed" ) &
-        running=$((running + 1))
-        if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+        standalone "$t" || spawn "$dir/obj/$n.log" $CC -std=c99 "$@" $WARN -I. -c "$t" -o "$dir/obj/$n.o"
     done
-    wait
-    for f in "$dir"/*.failed; do
-        [ -e "$f" ] || continue
-        echo "build.sh: tests/$(basename "$f" .failed).c failed to compile"; total_fail=$((total_fail + 1)); ok=1
-        rm -f "$f"
+}
+objects_of() { # TEST DIR: the shared objects TEST links
+    echo "$2/obj/tj_impl.o"
+    if links_gpt2_io "$1"; then echo "$2/obj/gpt2_io_impl.o"; fi
+}
+link_tests() { # DIR FLAGS...: after compile_tests and pool_wait: queue the links
+    local dir=$1 t n o objs; shift
+    for t in tests/test_*.c; do
+        n=$(basename "$t" .c)
+        standalone "$t" && continue
+        done_ok "$dir/obj/$n.log" || continue
+        objs=$(objects_of "$t" "$dir")
+        for o in $objs; do done_ok "${o%.o}.log" || continue 2; done
+        spawn "$dir/obj/$n.link.log" $CC "$@" -o "$dir/$n" "$dir/obj/$n.o" $objs $LIBS
     done
-    return $ok
+}
+check_tests() { # DIR: after link_tests and pool_wait: report what did not build; 0 if all did
+    local dir=$1 t n o bad=0
+    for o in tj_impl gpt2_io_impl; do
+        done_ok "$dir/obj/$o.log" || { echo "build.sh: tests/$o.c failed to compile:"; sed 's/^/    /' "$dir/obj/$o.log"; }
+    done
+    for t in tests/test_*.c; do
+        n=$(basename "$t" .c)
+        if ! done_ok "$dir/obj/$n.log"; then
+            echo "build.sh: $t failed to compile:"; sed 's/^/    /' "$dir/obj/$n.log"
+        elif standalone "$t" || done_ok "$dir/obj/$n.link.log"; then continue
+        elif [ -e "$dir/obj/$n.link.log" ]; then
+            echo "build.sh: $t failed to link:"; sed 's/^/    /' "$dir/obj/$n.link.log"
+        else echo "build.sh: $t not linked: $(objects_of "$t" "$dir" | tr '\n' ' ')did not build"; fi
+        total_fail=$((total_fail + 1)); bad=1
+    done
+    return $bad
+}
+build_tests() { # DIR FLAGS...: compile and link every test program, on every core at once
+    compile_tests "$@"; pool_wait
+    link_tests "$@"; pool_wait
+    check_tests "$1"
 }
 
 case "$mode" in
 test)
     ensure_tools
-    echo "== header compiles as C99 and C++ with $WARN"
-    printf '#define TINYJAX_IMPLEMENTATION\n#include "tinyjax.h"\nint main(void){return 0;}\n' > build/hdr.c
-    cp build/hdr.c build/hdr.cpp
-    if $CC -std=c99 $WARN -I. -c build/hdr.c -o build/hdr_c.o && $CXX -std=c++11 $WARN -I. -c build/hdr.cpp -o build/hdr_cpp.o \
-        && $CXX -std=c++17 $WARN -I. -fsyntax-only -x c++ tinyjax.h; then
-        echo "  ok"; total_pass=$((total_pass + 1))
-    else echo "  FAILED"; total_fail=$((total_fail + 1)); fi
+    ASAN="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer"
+    NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    have_cuda=0; if [ -x "$NVCC" ] && [ -f tinyjax_cuda.cu ]; then have_cuda=1; fi
+    have_clang=0; if command -v clang >/dev/null 2>&1; then have_clang=1; fi
+    have_mpi=0; if ensure_mpi; then have_mpi=1; fi
+    mkdir -p build/fuzz build/mpi
+    printf '#define TINYJAX_IMPLEMENTATION\n#include "tinyjax.h"\nint main(void){return 0;}\n' > build/hdr.cpp
+    cp build/hdr.cpp build/mpi/hdr.c; cp build/hdr.cpp build/mpi/hdr.cpp
 
-    echo "== tests, -O2"
-    build_tests build/o2 -O2 -g
+    # Everything is compiled first, on every core at once (the longest
+    # compiles first); then the programs run: the -O2 tests and the
+    # libFuzzer runs alongside the sanitized tests, then the MPI cases alone.
+    section "compiling on $JOBS cores: tests (-O2, sanitized), header checks$([ $have_cuda = 1 ] && echo ", CUDA")$([ $have_clang = 1 ] && echo ", libFuzzer")$([ $have_mpi = 1 ] && echo ", MPI")"
+    if [ $have_cuda = 1 ]; then
+        spawn build/tinyjax_cuda.log "$NVCC" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o
+    fi
+    compile_tests build/asan $ASAN
+    if [ $have_clang = 1 ]; then
+        spawn build/fuzz/compile.log clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. tests/fuzz/fuzz_all.c -lm -pthread \
+            -o build/fuzz/fuzz_all
+    fi
+    compile_tests build/o2 -O2 -g
+    if [ $have_mpi = 1 ]; then
+        spawn build/mpi/test_mpi.log "$MPICC" -DTJ_MPI -std=c99 -O2 -g $WARN -I. -o build/mpi/test_mpi tests/test_mpi.c $LIBS
+        spawn build/mpi/hdr_cpp.log ${MPICXX:-mpicxx} -DTJ_MPI -std=c++11 $WARN -I. -c build/mpi/hdr.cpp -o build/mpi/hdr_cpp.o
+        spawn build/mpi/hdr_c.log "$MPICC" -DTJ_MPI -std=c99 $WARN -I. -c build/mpi/hdr.c -o build/mpi/hdr_c.o
+    fi
+    spawn build/hdr_cpp.log $CXX -std=c++11 $WARN -I. -c build/hdr.cpp -o build/hdr_cpp.o
+    spawn build/hdr_cpp17.log $CXX -std=c++17 $WARN -I. -fsyntax-only -x c++ tinyjax.h
+    pool_wait
+    link_tests build/o2 -O2 -g
+    link_tests build/asan $ASAN
+    if [ $have_cuda = 1 ] && done_ok build/tinyjax_cuda.log && [ -f tests/test_cuda.cu ]; then
+        spawn build/test_cuda.log "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda
+    fi
+    pool_wait
+
+    # C99: tests/tj_impl.c is the implementation (TINYJAX_IMPLEMENTATION),
+    # compiled with -std=c99 $WARN for the tests above
+    section "header compiles as C99 (tests/tj_impl.c) and C++ with $WARN"
+    if done_ok build/o2/obj/tj_impl.log && done_ok build/hdr_cpp.log && done_ok build/hdr_cpp17.log; then
+        echo "  ok"; total_pass=$((total_pass + 1))
+    else
+        echo "  FAILED"; total_fail=$((total_fail + 1))
+        for f in build/o2/obj/tj_impl.log build/hdr_cpp.log build/hdr_cpp17.log; do done_ok "$f" || sed 's/^/    /' "$f"; done
+    fi
+
+    # The sanitized programs run in the background (one after the other,
+    # reported after the libFuzzer runs) while the -O2 ones run here.
+    run_tests_to_files build/asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TJ_TEST_QUICK=1 &
+    asan_runs=$!
+    section "tests, -O2"
+    check_tests build/o2
     for b in build/o2/test_*; do [ -x "$b" ] && run_test "$(basename "$b")" "$b"; done
 
-    echo "== tests, -fsanitize=address,undefined"
-    build_tests build/asan -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer
-    for b in build/asan/test_*; do
-        [ -x "$b" ] && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TJ_TEST_QUICK=1 run_test "asan/$(basename "$b")" "$b"
-    done
-
-    echo "== fuzz targets under libFuzzer (tests/fuzz, clang; a few seconds each)"
-    if command -v clang >/dev/null 2>&1; then
+    section "fuzz targets under libFuzzer (tests/fuzz, clang; a few seconds each)"
+    if [ $have_clang = 1 ]; then
         rm -rf build/fuzz/corpus && mkdir -p build/fuzz/corpus/{safetensors,tree_load,bpe,tokens,parsers}
-        if clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. tests/fuzz/fuzz_all.c -lm -pthread \
-                -o build/fuzz/fuzz_all > build/fuzz/compile.log 2>&1 && [ -x build/o2/test_fuzz_smoke ] \
+        if done_ok build/fuzz/compile.log && [ -x build/o2/test_fuzz_smoke ] \
                 && TJ_FUZZ_WRITE_SEEDS=build/fuzz/corpus build/o2/test_fuzz_smoke > /dev/null; then
             for t in safetensors tree_load bpe tokens parsers; do
                 if TJF_TARGET=$t build/fuzz/fuzz_all -max_total_time="${TJ_LIBFUZZER_SECONDS:-3}" -seed=1 -rss_limit_mb=2048 -max_len=8192 \
@@ -130,33 +250,37 @@ test)
         echo "  clang not found: skipped (test_fuzz_smoke above runs the same targets with gcc)"
     fi
 
-    echo "== CUDA backend"
-    NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-    if [ -x "$NVCC" ] && [ -f tinyjax_cuda.cu ]; then
-        if "$NVCC" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o; then
+    section "tests, -fsanitize=address,undefined (TJ_TEST_QUICK=1: the long tests do less work, see tests/tj_test.h)"
+    wait "$asan_runs"
+    check_tests build/asan
+    report_tests build/asan asan/
+
+    section "CUDA backend"
+    if [ $have_cuda = 1 ]; then
+        if done_ok build/tinyjax_cuda.log; then
             echo "  tinyjax_cuda.cu compiles with nvcc, warnings as errors"; total_pass=$((total_pass + 1))
-            if [ -f tests/test_cuda.cu ] && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda; then
-                run_test test_cuda build/test_cuda
-            fi
-        else echo "  tinyjax_cuda.cu FAILED to compile"; total_fail=$((total_fail + 1)); fi
+            if [ ! -f tests/test_cuda.cu ]; then :
+            elif done_ok build/test_cuda.log; then run_test test_cuda build/test_cuda
+            else echo "  tests/test_cuda.cu FAILED to compile:"; sed 's/^/    /' build/test_cuda.log; total_fail=$((total_fail + 1)); fi
+        else echo "  tinyjax_cuda.cu FAILED to compile:"; sed 's/^/    /' build/tinyjax_cuda.log; total_fail=$((total_fail + 1)); fi
     else
         echo "  nvcc or tinyjax_cuda.cu not found: CUDA backend not compiled (skipped)"
     fi
-    echo "== MPI: multi-process runs (tests/test_mpi.c with mpicc -DTJ_MPI, cases under mpirun)"
-    if ensure_mpi; then
-        mkdir -p build/mpi
-        printf '#define TINYJAX_IMPLEMENTATION\n#include "tinyjax.h"\nint main(void){return 0;}\n' > build/mpi/hdr.c
-        cp build/mpi/hdr.c build/mpi/hdr.cpp
-        if "$MPICC" -DTJ_MPI -std=c99 $WARN -I. -c build/mpi/hdr.c -o build/mpi/hdr_c.o && \
-           ${MPICXX:-mpicxx} -DTJ_MPI -std=c++11 $WARN -I. -c build/mpi/hdr.cpp -o build/mpi/hdr_cpp.o; then
+    section "MPI: multi-process runs (tests/test_mpi.c with mpicc -DTJ_MPI, cases under mpirun)"
+    if [ $have_mpi = 1 ]; then
+        if done_ok build/mpi/hdr_c.log && done_ok build/mpi/hdr_cpp.log; then
             echo "  header compiles with -DTJ_MPI as C99 and C++"; total_pass=$((total_pass + 1))
-        else echo "  header with -DTJ_MPI FAILED to compile"; total_fail=$((total_fail + 1)); fi
-        if "$MPICC" -DTJ_MPI -std=c99 -O2 -g $WARN -I. -o build/mpi/test_mpi tests/test_mpi.c $LIBS; then
+        else
+            echo "  header with -DTJ_MPI FAILED to compile:"; cat build/mpi/hdr_c.log build/mpi/hdr_cpp.log | sed 's/^/    /'
+            total_fail=$((total_fail + 1))
+        fi
+        if done_ok build/mpi/test_mpi.log; then
             run_test mpi/test_mpi build/mpi/test_mpi
-        else echo "  tests/test_mpi.c FAILED to compile with $MPICC"; total_fail=$((total_fail + 1)); fi
+        else echo "  tests/test_mpi.c FAILED to compile with $MPICC:"; sed 's/^/    /' build/mpi/test_mpi.log; total_fail=$((total_fail + 1)); fi
     else
         echo "  skipped: $MPI_SKIP"
     fi
+    echo "== done in ${SECONDS} s"
     echo "total: $total_pass passed, $total_fail failed"
     [ "$total_fail" -eq 0 ]
     ;;

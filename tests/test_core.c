@@ -1,6 +1,5 @@
 /* Core tests: tracing, autodiff through composites, memory plan, donation. */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 static void mlp2(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {

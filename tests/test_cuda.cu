@@ -11,6 +11,7 @@
  *   nvcc -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu tinyjax_cuda.cu -lcublas -o build/test_cuda
  */
 #include "tinyjax.h"
+#include "tj_test.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,19 +21,7 @@
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 extern "C" void tj_cuda_backend_free(tj_backend *b);
 
-static int npass, nfail;
 static tj_ctx *cpu, *gpu;
-
-#define CHECK(cond, ...)                                     \
-    do {                                                     \
-        if (cond) npass++;                                   \
-        else {                                               \
-            nfail++;                                         \
-            fprintf(stderr, "FAIL %s:%d ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                    \
-            fprintf(stderr, "\n");                           \
-        }                                                    \
-    } while (0)
 
 /* ---- inputs: deterministic data, the same bytes in both contexts ---- */
 
@@ -91,15 +80,15 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
         out[b] = tj_tree_new(cs[b]);
         p[b] = tj_jit(cs[b], what, fn, NULL, in[b], NULL);
         if (!p[b]) {
-            CHECK(0, "[%s] jit on %s: %s", what, b ? "cuda" : "cpu", tj_error(cs[b]));
+            TJT_CHECK(0, "[%s] jit on %s: %s", what, b ? "cuda" : "cpu", tj_error(cs[b]));
             ok = 0;
         } else if (tj_run(p[b], in[b], out[b]) != TJ_OK) {
-            CHECK(0, "[%s] run on %s: %s", what, b ? "cuda" : "cpu", tj_error(cs[b]));
+            TJT_CHECK(0, "[%s] run on %s: %s", what, b ? "cuda" : "cpu", tj_error(cs[b]));
             ok = 0;
         }
     }
     if (ok) {
-        CHECK(tj_tree_size(out[0]) == tj_tree_size(out[1]), "[%s] %d vs %d outputs", what, tj_tree_size(out[0]), tj_tree_size(out[1]));
+        TJT_CHECK(tj_tree_size(out[0]) == tj_tree_size(out[1]), "[%s] %d vs %d outputs", what, tj_tree_size(out[0]), tj_tree_size(out[1]));
         for (i = 0; i < tj_tree_size(out[0]) && i < tj_tree_size(out[1]); i++) {
             tj_array *a = tj_tree_array_at(out[0], i), *g = tj_tree_array_at(out[1], i);
             const char *name = tj_tree_name(out[0], i);
@@ -110,7 +99,7 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
             tj_array_describe(a, da, sizeof da);
             tj_array_describe(g, dg, sizeof dg);
             if (strcmp(da, dg) != 0) {
-                CHECK(0, "[%s] output '%s' is %s on cpu but %s on cuda", what, name, da, dg);
+                TJT_CHECK(0, "[%s] output '%s' is %s on cpu but %s on cuda", what, name, da, dg);
                 continue;
             }
             n = tj_array_numel(a);
@@ -127,7 +116,7 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
                     worst = j;
                 }
             }
-            CHECK(worst < 0, "[%s] output '%s' %s: element %lld is %.9g on cpu, %.9g on cuda (tol %g)", what, name, da, (long long)worst,
+            TJT_CHECK(worst < 0, "[%s] output '%s' %s: element %lld is %.9g on cpu, %.9g on cuda (tol %g)", what, name, da, (long long)worst,
                   worst >= 0 ? va[worst] : 0.0, worst >= 0 ? vg[worst] : 0.0, tol);
             free(va);
             free(vg);
@@ -343,15 +332,15 @@ static void test_bad_index(void) {
         tj_tree_set_array(in, "w", tj_ones(cs[b], TJ_F32, "vocab=5 e=3"));
         tj_tree_set_array(in, "tok", tj_array_new(cs[b], TJ_I32, "t=4", tok));
         p = tj_jit(cs[b], "bad_index", f_take, NULL, in, NULL);
-        CHECK(p && tj_run(p, in, out) != TJ_OK, "[bad index] %s: the run should fail", b ? "cuda" : "cpu");
+        TJT_CHECK(p && tj_run(p, in, out) != TJ_OK, "[bad index] %s: the run should fail", b ? "cuda" : "cpu");
         snprintf(msg[b], sizeof msg[b], "%s", tj_error(cs[b]));
-        CHECK(strstr(msg[b], "out of range") != NULL, "[bad index] %s message: \"%s\"", b ? "cuda" : "cpu", msg[b]);
+        TJT_CHECK(strstr(msg[b], "out of range") != NULL, "[bad index] %s message: \"%s\"", b ? "cuda" : "cpu", msg[b]);
         tj_clear_error(cs[b]);
         tj_prog_free(p);
         tj_tree_free(in);
         tj_tree_free(out);
     }
-    CHECK(strcmp(msg[0], msg[1]) == 0, "[bad index] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
+    TJT_CHECK(strcmp(msg[0], msg[1]) == 0, "[bad index] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
 }
 
 /* the same compiled program, run again (fresh arena, same results) */
@@ -359,11 +348,11 @@ static void test_rerun(void) {
     tj_tree *in = make_inputs(gpu, s_mlp, 6), *o1 = tj_tree_new(gpu), *o2 = tj_tree_new(gpu);
     tj_prog *p = tj_jit(gpu, "mlp_rerun", f_mlp, NULL, in, NULL);
     float a = 0, b = 1;
-    CHECK(p && tj_run(p, in, o1) == TJ_OK && tj_run(p, in, o2) == TJ_OK, "[rerun] %s", tj_error(gpu));
+    TJT_CHECK(p && tj_run(p, in, o1) == TJ_OK && tj_run(p, in, o2) == TJ_OK, "[rerun] %s", tj_error(gpu));
     if (p && tj_tree_array(o1, "loss") && tj_tree_array(o2, "loss")) {
         tj_array_read(tj_tree_array(o1, "loss"), TJ_F32, &a);
         tj_array_read(tj_tree_array(o2, "loss"), TJ_F32, &b);
-        CHECK(a == b, "[rerun] loss %.9g then %.9g", a, b);
+        TJT_CHECK(a == b, "[rerun] loss %.9g then %.9g", a, b);
     }
     tj_clear_error(gpu);
     tj_prog_free(p);
@@ -399,12 +388,11 @@ int main(void) {
     test_rerun();
     {
         tj_alloc_stats st = tj_get_alloc_stats(gpu);
-        CHECK(st.array_bytes == 0 && st.arena_bytes == 0, "[leaks] %lld array bytes, %lld arena bytes still live on the GPU", (long long)st.array_bytes,
+        TJT_CHECK(st.array_bytes == 0 && st.arena_bytes == 0, "[leaks] %lld array bytes, %lld arena bytes still live on the GPU", (long long)st.array_bytes,
               (long long)st.arena_bytes);
     }
     tj_ctx_free(cpu);
     tj_ctx_free(gpu);
     if (be) tj_cuda_backend_free(be);
-    printf("%d passed, %d failed\n", npass, nfail);
-    return nfail ? 1 : 0;
+    return tjt_finish();
 }

@@ -14,6 +14,9 @@
 #include "fuzz/fuzz_bpe.c"
 #include "fuzz/fuzz_tokens.c"
 #include "fuzz/fuzz_parsers.c"
+/* the fuzz targets compile the implementation here (they reach its parsers'
+   statics), so this test does not link tests/tj_impl.c */
+#define TJT_INTERNAL_IMPLEMENTATION
 #include "tj_test.h"
 
 #include <time.h>

@@ -4,6 +4,10 @@
    a checkpoint round trip resumes exactly; gradient accumulation over K
    micro-batches of B equals one batch of K*B; Hugging Face GPT-2
    safetensors load (--init-from) to the same logits. */
+/* the demo asks for both implementations; they are linked in instead
+   (tests/tj_impl.c, tests/gpt2_io_impl.c) */
+#define TINYJAX_IMPLEMENTATION_DONE
+#define GPT2_IO_IMPLEMENTATION_DONE
 #define GPT2_NO_MAIN
 #include "../demos/gpt2_train.c"
 #include "tj_test.h"

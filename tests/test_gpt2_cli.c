@@ -8,6 +8,10 @@
    --save-every loses at most K steps, with the losses after resuming equal
    to an uninterrupted run's. Each case runs gpt2_main in a forked child
    (its output through a pipe). Files go to a fresh mkdtemp directory. */
+/* the demo asks for both implementations; they are linked in instead
+   (tests/tj_impl.c, tests/gpt2_io_impl.c) */
+#define TINYJAX_IMPLEMENTATION_DONE
+#define GPT2_IO_IMPLEMENTATION_DONE
 #define GPT2_NO_MAIN
 #define GPT2_CLI
 #include "../demos/gpt2_train.c"

@@ -1,13 +1,14 @@
 /* Tests for demos/gpt2_io.h and the safetensors files it relies on (which
  * tinyjax.h implements).  Writes every file it needs into a fresh mkdtemp
  * directory and removes it afterwards.
- *   gcc -std=c99 -O2 -Wall -Wextra -Werror -o /tmp/tgio tests/test_gpt2_io.c -lm -pthread && /tmp/tgio
+ *   gcc -std=c99 -O2 -Wall -Wextra -Werror -I. -o /tmp/tgio tests/test_gpt2_io.c tests/tj_impl.c -lm -pthread && /tmp/tgio
  * The last line printed is "N passed, M failed"; exit status is nonzero on failure. */
 #define _POSIX_C_SOURCE 200809L
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
-#define GPT2_IO_IMPLEMENTATION
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
+#define GPT2_IO_IMPLEMENTATION /* here: the tests reach its statics (gio__*) */
 #include "../demos/gpt2_io.h"
+#define TJT_FILES
+#include "tj_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,27 +16,15 @@
 #include <dirent.h>
 #include <unistd.h>
 
-static int g_pass, g_fail;
-
-#define CHECK(c) check_((c) != 0, __FILE__, __LINE__, #c, NULL)
-/* Like CHECK, but also prints the library's error message on failure. */
-#define CHECKE(c, msg) check_((c) != 0, __FILE__, __LINE__, #c, msg)
-
-static void check_(int ok, const char *file, int line, const char *expr, const char *msg) {
-    if (ok) { g_pass++; return; }
-    g_fail++;
-    printf("%s:%d: check failed: %s%s%s\n", file, line, expr, msg ? "  -- " : "", msg ? msg : "");
-}
-
-static char g_dir[64];
-
-static char *path_in(const char *name) {
-    static char bufs[8][512];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, 512, "%s/%s", g_dir, name);
-    return b;
-}
+/* CHECK(c) is one check; CHECKE(c, msg) also prints msg (an error message,
+   evaluated after c) when it fails */
+#define CHECK(c) TJT_CHECK((c) != 0, "check failed: %s", #c)
+#define CHECKE(c, msg)                                                \
+    do {                                                              \
+        int ok_ = (c) != 0;                                           \
+        const char *msg_ = (msg);                                     \
+        TJT_CHECK(ok_, "check failed: %s  -- %s", #c, msg_ ? msg_ : ""); \
+    } while (0)
 
 static int dir_has_tmp_files(void) {
     DIR *d = opendir(g_dir);
@@ -46,18 +35,6 @@ static int dir_has_tmp_files(void) {
         if (strstr(e->d_name, ".tmp.")) found = 1;
     closedir(d);
     return found;
-}
-
-static void remove_dir(void) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    if (!d) return;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        unlink(path_in(e->d_name));
-    }
-    closedir(d);
-    rmdir(g_dir);
 }
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -382,8 +359,9 @@ static void test_st_fuzz(void) {
             /* Whatever parsed must be internally consistent. */
             for (k = 0; k < tj_st_count(st); k++) {
                 const tj_st_tensor *t = tj_st_at(st, k);
-                const unsigned char *d = (const unsigned char *)t->data;
-                if (d < st->buf + st->data_start || d + t->nbytes > st->buf + st->len) bad_trunc++;
+                const unsigned char *d = (const unsigned char *)t->data, *begin, *end;
+                tjt_st_data_section(st, &begin, &end);
+                if (d < begin || d + t->nbytes > end) bad_trunc++;
                 if (tj_st_find(st, t->name) != t) bad_trunc++;
             }
             tj_st_free(st);
@@ -1019,14 +997,9 @@ static void test_pretok(void) {
    (separately tested below), which is stricter than needed but catches
    escaping bugs. */
 static int is_valid_json(const char *s, size_t n) {
-    tj__json j;
-    memset(&j, 0, sizeof j);
-    j.s = (const unsigned char *)s;
-    j.n = n;
-    j.label = "json";
-    j.ctx = g_ctx;
-    if (tj__json_skip(&j)) { printf("%s\n", tjerr()); return 0; }
-    return tj__json_peek(&j) == -1;
+    int ok = tjt_json_valid(g_ctx, s, n);
+    if (tj_status_of(g_ctx) != TJ_OK) printf("%s\n", tjerr());
+    return ok;
 }
 
 static void test_svg_trace(void) {
@@ -1084,14 +1057,7 @@ static void test_json_parser(void) {
         CHECK(ok);
     }
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        tj__json j;
-        int ok;
-        memset(&j, 0, sizeof j);
-        j.s = (const unsigned char *)bad[i];
-        j.n = strlen(bad[i]);
-        j.label = "json";
-        j.ctx = g_ctx;
-        ok = tj__json_skip(&j) == 0 && tj__json_peek(&j) == -1;
+        int ok = tjt_json_valid(g_ctx, bad[i], strlen(bad[i]));
         tj_clear_error(g_ctx);
         if (ok) printf("json bad case %zu accepted\n", i);
         CHECK(!ok);
@@ -1130,6 +1096,5 @@ int main(void) {
     test_atomic();
     remove_dir();
     tj_ctx_free(g_ctx);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return tjt_finish();
 }

@@ -22,6 +22,10 @@
    sets it for the sanitizer builds, where a step is about 10 times slower)
    it runs 6 steps and checks only that they run; TJ_TEST_VERBOSE prints the
    loss and norm of every step. */
+/* the demo asks for both implementations; they are linked in instead
+   (tests/tj_impl.c, tests/gpt2_io_impl.c) */
+#define TINYJAX_IMPLEMENTATION_DONE
+#define GPT2_IO_IMPLEMENTATION_DONE
 #define GPT2_NO_MAIN
 #define GPT2_CLI
 #include "../demos/gpt2_train.c"

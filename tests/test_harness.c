@@ -2,7 +2,7 @@
    (issue #15: "the test that catches the next one"; in the spirit of ggml's
    test-backend-ops).
 
-   One ROW per op of the op table (enum TJ__OP_*, names from tj__opname): how
+   One ROW per op of the op table (enum TJ__OP_*, names from tjt_opname): how
    to build it from the public API with small named-axis inputs, which inputs
    are differentiable, their value ranges, whether it is twice
    differentiable, and along which axes it is independent (so tj_shard_map
@@ -62,8 +62,8 @@
    HX_VERBOSE=1: print each program's outcome; HX_BRIEF=1: print only the
    first 3 failures of each row, context and kind; HX_NOGG=1: first-order
    programs only (no grad of grad), to tell the two apart. */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 #include <time.h>
 
@@ -76,7 +76,7 @@ typedef tj_v (*hx_build)(tj_graph *g, const tj_v *x, const hx_cfg *c);
 
 struct hx_row {
     const char *name;
-    const char *ops;    /* op-table names this row covers (tj__opname)              */
+    const char *ops;    /* op-table names this row covers (tjt_opname)              */
     const char *via;    /* for ops made by other calls: which public call makes them */
     hx_build build;
     int nin;
@@ -708,7 +708,7 @@ static const hx_mesh meshes[4] = {{1, "data=1", 1}, {2, "data=2", 2}, {4, "data=
 #define NMESH 4
 
 static int quick, verbose, nfail_printed;
-static int seen[TJ__NOPS];
+static int *seen; /* by op: it appeared in a compiled program (tjt_nops() of them) */
 /* failures by row, context and kind: 0 first order (y, loss, gradients,
    errors), 1 second order (grad of grad), 2 remat policy (offload, lint),
    3 memory rules */
@@ -738,15 +738,13 @@ static tj_ctx *hx_ctx(int ndev, const char *mesh) {
 
 /* input data: the same values on every mesh */
 static double *host_input(const hx_row *r, int ri, int i, int64_t *n) {
-    tj__type t;
     tj_ctx *tmp = tj_ctx_new();
     double *v;
     int64_t k;
     uint64_t s = (uint64_t)(ri * 31 + i + 7) * 6364136223846793005ull + 1442695040888963407ull;
     double lo = r->lo < r->hi ? r->lo : -1, hi = r->lo < r->hi ? r->hi : 1;
     if (i == 1 && r->lo1 < r->hi1) lo = r->lo1, hi = r->hi1;
-    tj__parse_shape(tmp, r->shape[i], TJ_F64, &t, 0, "harness", NULL, 0);
-    *n = tj__numel(&t);
+    *n = tjt_shape_numel(tmp, r->shape[i]);
     tj_ctx_free(tmp);
     v = (double *)malloc(sizeof(double) * (size_t)(*n + 1));
     for (k = 0; k < *n; k++) {
@@ -766,7 +764,7 @@ static tj_tree *make_inputs(tj_ctx *ctx, const hx_row *r, int ri, tj_dtype dt) {
         tj_dtype d = r->kind[i] == 'i' ? TJ_I32 : dt;
         void *buf = malloc(8 * (size_t)(n + 1));
         char nm[16];
-        for (k = 0; k < n; k++) tj__st(buf, d, k, v[k]);
+        for (k = 0; k < n; k++) tjt_st(buf, d, k, v[k]);
         snprintf(nm, sizeof nm, "x%d", i);
         tj_tree_set_array(in, nm, tj_array_new(ctx, d, r->shape[i], buf));
         free(buf);
@@ -811,15 +809,16 @@ static const double *outs_get(const hx_outs *o, const char *nm, int64_t *len) {
     return NULL;
 }
 
-static char seen_where[TJ__NOPS][128]; /* the first program an op appeared in */
+static char (*seen_where)[128]; /* by op: the first program it appeared in */
 static char cur_where[128];
 static void walk_seen(tj_graph *g) {
     int i;
     if (!g) return;
-    for (i = 0; i < g->n; i++) {
-        if (!seen[g->nodes[i]->op]) snprintf(seen_where[g->nodes[i]->op], sizeof seen_where[0], "%s", cur_where);
-        seen[g->nodes[i]->op] = 1;
-        if (g->nodes[i]->sub) walk_seen(g->nodes[i]->sub);
+    for (i = 0; i < tjt_graph_size(g); i++) {
+        int op = tjt_graph_op(g, i);
+        if (!seen[op]) snprintf(seen_where[op], sizeof seen_where[0], "%s", cur_where);
+        seen[op] = 1;
+        if (tjt_graph_sub(g, i)) walk_seen(tjt_graph_sub(g, i));
     }
 }
 
@@ -854,7 +853,7 @@ static int run_prog_pi(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *er
     }
     if (p && tj_run(p, in, out) == TJ_OK) {
         outs_read(o, out);
-        walk_seen(p->g);
+        walk_seen(tjt_prog_graph(p));
         ok = 1;
         if (rerun) { /* deterministic: the same program on the same inputs gives the same bits */
             tj_tree *out2 = tj_tree_new(ctx);
@@ -1201,7 +1200,7 @@ static void fd_check(int ri) {
             }
             for (k = 0; k < n; k++) if (fabs(an[k]) > scale) scale = fabs(an[k]);
             for (k = 0; k < n; k += step) {
-                double x0 = tj__ld(a->data[0], TJ_F64, k), h = (r->fd_h > 0 ? r->fd_h : 1e-6) * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, e;
+                double x0 = tjt_ld(tjt_array_data(a, 0), TJ_F64, k), h = (r->fd_h > 0 ? r->fd_h : 1e-6) * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, e;
                 tjt__set_all(a, k, x0 + h);
                 lp = tjt__run_loss(pl[mode], in);
                 tjt__set_all(a, k, x0 - h);
@@ -1345,16 +1344,18 @@ int main(int argc, char **argv) {
     brief = getenv("HX_BRIEF") != NULL;
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
+    seen = (int *)calloc((size_t)tjt_nops(), sizeof *seen);
+    seen_where = (char (*)[128])calloc((size_t)tjt_nops(), sizeof *seen_where);
     tjt_current = "op table";
-    for (op = 0; op < TJ__NOPS; op++) {
+    for (op = 0; op < tjt_nops(); op++) {
         int claimed = 0, u;
-        const char *nm = tj__opname(op);
+        const char *nm = tjt_opname(op);
         /* a GRAD row of TJ__UNARY_OPS (gelu_grad) is made by the VJP of the
            row above it: that row's test claims it (grad of grad reaches it) */
         for (u = 1; u < (int)(sizeof hx_unary / sizeof hx_unary[0]); u++)
             if (!strcmp(hx_unary[u].name, nm) && !strcmp(hx_unary[u].kind, "GRAD")) nm = hx_unary[u - 1].name;
         for (ri = 0; ri < NROWS; ri++) claimed |= row_claims(&rows[ri], nm);
-        TJT_CHECK(claimed, "op '%s' of the op table has no row in the harness", tj__opname(op));
+        TJT_CHECK(claimed, "op '%s' of the op table has no row in the harness", tjt_opname(op));
     }
 
     ref_ctx = hx_ctx(1, NULL);
@@ -1396,12 +1397,12 @@ int main(int argc, char **argv) {
 
     if (!filtered) {
         tjt_current = "coverage";
-        for (op = 0; op < TJ__NOPS; op++) {
+        for (op = 0; op < tjt_nops(); op++) {
             const char *via = "";
             for (ri = 0; ri < NROWS; ri++)
-                if (row_claims(&rows[ri], tj__opname(op)) && rows[ri].via && *rows[ri].via) via = rows[ri].via;
-            TJT_CHECK(seen[op], "op '%s' never appeared in a compiled program (its row says: %s)", tj__opname(op), via);
-            if (verbose && seen[op]) printf("  op %-18s first seen in %s\n", tj__opname(op), seen_where[op]);
+                if (row_claims(&rows[ri], tjt_opname(op)) && rows[ri].via && *rows[ri].via) via = rows[ri].via;
+            TJT_CHECK(seen[op], "op '%s' never appeared in a compiled program (its row says: %s)", tjt_opname(op), via);
+            if (verbose && seen[op]) printf("  op %-18s first seen in %s\n", tjt_opname(op), seen_where[op]);
         }
     }
 
@@ -1444,6 +1445,8 @@ int main(int argc, char **argv) {
             for (mi = 0; mi < 3; mi++) outs_free(&refs[ri][k][mi].o);
     for (mi = 0; mi < NMESH; mi++) tj_ctx_free(mctx[mi]);
     tj_ctx_free(ref_ctx);
+    free(seen);
+    free(seen_where);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("harness: %d rows x %d contexts x %d meshes (%s): %d programs, %.1f s\n", NROWS, NCTX, quick ? 3 : NMESH, quick ? "quick" : "full", nprog,
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));

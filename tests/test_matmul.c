@@ -1,5 +1,6 @@
-/* test_matmul: tj__sgemm against the double-accumulating reference.
-   build: gcc -O2 -std=c99 -Wall -Wextra -Werror -pthread tests/test_matmul.c -o build/test_matmul
+/* test_matmul: the f32 matmul kernel (tj__sgemm, through tjt_sgemm) against
+   the double-accumulating reference.
+   build: gcc -O2 -std=c99 -Wall -Wextra -Werror -I. tests/test_matmul.c tests/tj_impl.c -o build/test_matmul -lm -pthread
    Covers: tiny/odd/prime shapes (direct loop), shapes crossing every cache
    block edge (packed path), all transpose combos, accumulate on/off, padded
    leading dimensions (and checks the padding is left alone), 1 and 2
@@ -10,10 +11,9 @@
 #include <string.h>
 #include <math.h>
 #include <pthread.h>
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
+#include "tj_test.h"
 
-static int n_pass, n_fail;
 /* xorshift; each thread passes its own state */
 static unsigned long long main_rng = 88172645463325252ULL;
 static unsigned rndx(unsigned long long *st) {
@@ -45,8 +45,8 @@ static int run_case(unsigned long long *st, int ta, int tb, int M, int N, int K,
         for (j = 0; j < ldc; j++) C[(size_t)i * ldc + j] = j < N ? rndf(st) : SENTINEL;
     C[nc - 1] = SENTINEL;
     memcpy(R, C, nc * sizeof(float));
-    tj__sgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, nthreads);
-    tj__sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, R, ldc, acc);
+    tjt_sgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, nthreads);
+    tjt_sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, R, ldc, acc);
     for (i = 0; i < M; i++)
         for (j = 0; j < ldc; j++) {
             size_t o = (size_t)i * ldc + j;
@@ -67,7 +67,7 @@ static int run_case(unsigned long long *st, int ta, int tb, int M, int N, int K,
 }
 
 static void check(int ta, int tb, int M, int N, int K, int pad, int acc, int nthreads) {
-    if (run_case(&main_rng, ta, tb, M, N, K, pad, acc, nthreads, 0)) n_pass++; else n_fail++;
+    TJT_CHECK(run_case(&main_rng, ta, tb, M, N, K, pad, acc, nthreads, 0), "sgemm ta=%d tb=%d M=%d N=%d K=%d (the line above)", ta, tb, M, N, K);
 }
 
 /* concurrent callers: the library runs simulated devices on threads */
@@ -94,7 +94,7 @@ int main(void) {
         {127, 129, 131}, {100, 1100, 70}, {1000, 40, 90}, {997, 37, 263}, {37, 1031, 41},
         {256, 192, 768}, {61, 517, 300}, {300, 61, 77}};
     int s, ta, tb, acc, nt, i;
-    printf("path: %s\n", tj__sgemm_path());
+    printf("path: %s\n", tjt_sgemm_path());
     for (s = 0; s < (int)(sizeof(small_shapes) / sizeof(small_shapes[0])); s++)
         for (ta = 0; ta < 2; ta++)
             for (tb = 0; tb < 2; tb++)
@@ -117,7 +117,7 @@ int main(void) {
     check(0, 0, 100, 100, 0, 1, 0, 2);
     check(1, 1, 100, 100, 0, 1, 1, 2);
     /* pool shutdown, restart, then concurrent callers mixing 1 and 2 threads */
-    tj__sgemm_shutdown();
+    tjt_sgemm_shutdown();
     check(0, 1, 300, 200, 100, 0, 0, 2);
     {
         pthread_t th[3];
@@ -125,10 +125,9 @@ int main(void) {
         for (i = 0; i < 3; i++) { wa[i].id = i; wa[i].fails = 0; pthread_create(&th[i], NULL, worker, &wa[i]); }
         for (i = 0; i < 3; i++) {
             pthread_join(th[i], NULL);
-            n_pass += 4 - wa[i].fails; n_fail += wa[i].fails;
+            tjt_pass += 4 - wa[i].fails; tjt_fail += wa[i].fails;
         }
     }
-    tj__sgemm_shutdown();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    tjt_sgemm_shutdown();
+    return tjt_finish();
 }

@@ -40,9 +40,10 @@ static void *trealloc(void *p, size_t n) { return oom_bytes && n >= oom_bytes ? 
 #include "../demos/gpt2_train.c"
 #else /* one process: the library alone (compiles faster, twice in build.sh) */
 #include <math.h>
-#define TINYJAX_IMPLEMENTATION
+#define TINYJAX_IMPLEMENTATION /* here, with the hooks above, not tests/tj_impl.c */
 #include "../tinyjax.h"
 #endif
+#define TJT_INTERNAL_IMPLEMENTATION /* the wrappers tj_test.h uses */
 #include "tj_test.h"
 
 static int R = 0, NP = 1; /* this process, processes */

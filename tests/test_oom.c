@@ -10,8 +10,9 @@ static void *oom_realloc(void *p, size_t n) { return oom_count++ == oom_fail_at 
 #define TJ_MALLOC(n) oom_malloc(n)
 #define TJ_REALLOC(p, n) oom_realloc(p, n)
 #define TJ_FREE(p) free(p)
-#define TINYJAX_IMPLEMENTATION
+#define TINYJAX_IMPLEMENTATION /* here, with the hooks above, not tests/tj_impl.c */
 #include "../tinyjax.h"
+#define TJT_INTERNAL_IMPLEMENTATION /* and the wrappers tj_test.h uses */
 #include "tj_test.h"
 
 static void body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {

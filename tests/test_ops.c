@@ -2,8 +2,7 @@
    op (f64 inputs), forward values against hand computations, clear error
    messages for bad input, and the memory analysis against what a run really
    allocates (including donation). */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 /* ------------------------------------------------------------ helpers --- */
@@ -457,7 +456,7 @@ static void test_dot_values(tj_ctx *ctx) {
                         int64_t s = 1;
                         if (tj_array_dim(X[q], nm[d]) < 0) continue;
                         /* product of the sizes of the axes after this one */
-                        for (r = tj_array_rank(X[q]) - 1; r >= 0 && X[q]->t.ax[r] != tj__intern(ctx, nm[d], strlen(nm[d])); r--) s *= X[q]->t.dim[r];
+                        for (r = tj_array_rank(X[q]) - 1; r >= 0 && strcmp(tjt_array_axis(X[q], r), nm[d]) != 0; r--) s *= tjt_array_dim_at(X[q], r);
                         S[q][d] = s;
                     }
                 }
@@ -499,7 +498,7 @@ static void test_dot_values(tj_ctx *ctx) {
         tj_tree_set_array(in, "b", tjt_rand(ctx, TJ_F32, "k=9 n=5", 42, -1, 1));
         tj_array_read(tj_tree_array(in, "a"), TJ_F32, A);
         tj_array_read(tj_tree_array(in, "b"), TJ_F32, B);
-        tj__sgemm(0, 0, 7, 5, 9, A, 9, B, 5, C, 5, 0, 1);
+        tjt_sgemm(0, 0, 7, 5, 9, A, 9, B, 5, C, 5, 0, 1);
         out = fwd(ctx, "dot:k", in);
         y = get(out, "y", NULL);
         if (y) {
@@ -1473,7 +1472,7 @@ static void test_dot_temp(void) {
         tj_tree_set_array(in, "b", tjt_rand(ctx, dts[i], "bt=2 k=5 n=4", 2, -1, 1));
         p = tj_jit(ctx, "dot only", dot_only, NULL, in, NULL);
         /* per batch: a [3,5], b [5,4], c [3,4] staged as f32 */
-        want = dts[i] == TJ_BF16 ? tj__align((3 * 5 + 5 * 4 + 3 * 4) * 4) : 0;
+        want = dts[i] == TJ_BF16 ? tjt_align((3 * 5 + 5 * 4 + 3 * 4) * 4) : 0;
         TJT_CHECK(p && tj_prog_memory(p).temp_bytes == want, "%s dot: temp_bytes %lld, want %lld", tj_dtype_name(dts[i]),
                   (long long)tj_prog_memory(p).temp_bytes, (long long)want);
         TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && tj_get_alloc_stats(ctx).peak_arena_bytes == want, "%s dot run", tj_dtype_name(dts[i]));
@@ -1582,12 +1581,12 @@ static void test_donation(const char *donate, int n) {
               tj_prog_memory(plain).peak_bytes - m.peak_bytes == wbytes, "no donation: peak %lld, donated %lld",
               (long long)tj_prog_memory(plain).peak_bytes, (long long)m.peak_bytes);
     TJT_CHECK(tj_run(plain, in1, o1) == TJ_OK, "plain run: %s", tj_error(ctx));
-    wbuf = tj_tree_array(in2, "w")->data[0];
+    wbuf = tjt_array_data(tj_tree_array(in2, "w"), 0);
     s0 = tj_get_alloc_stats(ctx);
     TJT_CHECK(tj_run(don, in2, o2) == TJ_OK, "donated run: %s", tj_error(ctx));
     s1 = tj_get_alloc_stats(ctx);
     TJT_CHECK(tj_array_is_deleted(tj_tree_array(in2, "w")), "donated w should be deleted");
-    TJT_CHECK(tj_tree_find(o2, "w") >= 0 && tj_tree_array(o2, "w")->data[0] == wbuf, "the new w should live in the donated buffer");
+    TJT_CHECK(tj_tree_find(o2, "w") >= 0 && tjt_array_data(tj_tree_array(o2, "w"), 0) == wbuf, "the new w should live in the donated buffer");
     if (strstr(donate, "g")) {
         TJT_CHECK(tj_array_is_deleted(tj_tree_array(in2, "g")), "donated (unused) g should be deleted");
         TJT_CHECK(s1.array_bytes - s0.array_bytes == -wbytes, "donate \"%s\": array bytes changed by %lld, want %lld", donate,

@@ -6,8 +6,7 @@
    errors that name the caller's file:line. Each section failed (or
    crashed) before the fixes. Files go to a fresh mkdtemp directory. */
 #define _POSIX_C_SOURCE 200809L
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #define TJT_FILES
 #include "tj_test.h"
 

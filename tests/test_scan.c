@@ -1,6 +1,5 @@
 /* scan, remat policies, named residuals and host offload. */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 /* one residual MLP block: x + W2 relu(W1 x), with named hidden and output */
@@ -116,7 +115,7 @@ static double maxdiff(tj_array *a, tj_array *b) {
 }
 static inline int bits_equal(tj_array *a, tj_array *b) {
     int64_t n = tj_array_numel(a) * (int64_t)tj_dtype_size(tj_array_dtype(a));
-    return tj_array_numel(a) == tj_array_numel(b) && memcmp(a->data[0], b->data[0], (size_t)n) == 0;
+    return tj_array_numel(a) == tj_array_numel(b) && memcmp(tjt_array_data(a, 0), tjt_array_data(b, 0), (size_t)n) == 0;
 }
 
 /* a body mixing its own values with outer ones, in either operand order */
@@ -285,7 +284,7 @@ int main(void) {
                 /* host memory holds exactly the offloaded stacks (each 64-byte aligned) */
                 {
                     int64_t host = 0;
-                    for (j = 0; j < nr && j < 64; j++) if (rows[j].decision == TJ_OFFLOAD) host += tj__align(rows[j].bytes);
+                    for (j = 0; j < nr && j < 64; j++) if (rows[j].decision == TJ_OFFLOAD) host += tjt_align(rows[j].bytes);
                     TJT_CHECK(host == mem[i].host_temp_bytes, "%s: offloaded %lld B per report but host temp %lld B", pname[i], (long long)host,
                               (long long)mem[i].host_temp_bytes);
                 }
@@ -301,7 +300,7 @@ int main(void) {
                   (long long)saved_bytes[3], (long long)saved_bytes[4], (long long)hidden_bytes);
         TJT_CHECK(mem[4].temp_bytes < mem[3].temp_bytes, "offloading hidden should lower device temp (%lld vs %lld)", (long long)mem[4].temp_bytes,
                   (long long)mem[3].temp_bytes);
-        TJT_CHECK(saved_bytes[5] == 0 && mem[5].host_temp_bytes == tj__align(resid_bytes), "offload residual: %lld B still saved on device",
+        TJT_CHECK(saved_bytes[5] == 0 && mem[5].host_temp_bytes == tjt_align(resid_bytes), "offload residual: %lld B still saved on device",
                   (long long)saved_bytes[5]);
         TJT_CHECK(mem[1].temp_bytes < mem[0].temp_bytes, "nothing_saveable should need less device memory (%lld vs %lld)", (long long)mem[1].temp_bytes,
                   (long long)mem[0].temp_bytes);

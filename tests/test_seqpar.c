@@ -7,8 +7,7 @@
  * all-gather from the saved scattered shard and must not save its output;
  * with a policy that saves all-gather outputs, no all-gather runs backward.
  * Gradients: both policies equal each other and the single-device program. */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 enum { B = 2, P = 8, E = 8, H = 4 };

@@ -1,8 +1,8 @@
 /* Named sharding: every sharded program against the same program on one
    device; collective counts against the analytical ones; errors. */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
+#include <unistd.h>
 
 typedef struct {
     const char *compute; /* logical rules for activations inside the function */
@@ -282,9 +282,11 @@ int main(void) {
                   devs[2], devs[3]);
         TJT_CHECK(colls > 0 && ok, "%d collective events; times and sources %s", colls, ok ? "ok" : "bad");
         if (p) {
-            char path[] = "/tmp/tj_trace_test.json";
+            char path[512]; /* this process's own file: runs of the suite may overlap */
+            const char *tmp = getenv("TMPDIR");
             FILE *f;
             char head[32] = {0};
+            snprintf(path, sizeof path, "%s/tj_trace_test_%ld.json", tmp && *tmp ? tmp : "/tmp", (long)getpid());
             TJT_CHECK(tj_prog_write_trace(p, path) == TJ_OK, "write trace: %s", tj_error(c));
             f = fopen(path, "r");
             if (f) {
@@ -346,8 +348,8 @@ int main(void) {
                 if (k >= 0) {
                     TJT_CHECK(!memcmp(ref_v, v, sizeof v), "random values depend on the sharding %s", spec);
                     TJT_CHECK(tj_prog_collectives(p, cols, 8) == 0, "sharded random made by slicing a full tensor (%d collectives)", tj_prog_collectives(p, cols, 8));
-                    TJT_CHECK(tj_tree_array(out, "u")->local_bytes * 4 == 64 * 4, "each device holds %lld B of a 256 B tensor sharded 4 ways",
-                              (long long)tj_tree_array(out, "u")->local_bytes);
+                    TJT_CHECK(tjt_array_local_bytes(tj_tree_array(out, "u")) * 4 == 64 * 4, "each device holds %lld B of a 256 B tensor sharded 4 ways",
+                              (long long)tjt_array_local_bytes(tj_tree_array(out, "u")));
                 }
             }
             tj_prog_free(p);

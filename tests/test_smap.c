@@ -6,8 +6,7 @@
      computes the same thing, and against one device;
    - nesting both ways, custom_vjp under scan and remat;
    - errors. */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 /* ---- a custom "copy" kernel (the Pallas kernel of the JAX issue) ---- */

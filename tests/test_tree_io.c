@@ -3,8 +3,7 @@
    files (errors, tree unchanged), atomic writes (also under kill -9), and
    Hugging Face GPT-2 style names. Files go to a fresh mkdtemp directory. */
 #define _POSIX_C_SOURCE 200809L
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #define TJT_FILES
 #include "tj_test.h"
 

@@ -7,8 +7,7 @@
         multiplied by the devices on that axis);
      4. take's gradient with the table sharded on its non-indexed axis and a
         2-axis index (the GPT-2 embedding). */
-#define TINYJAX_IMPLEMENTATION
-#include "../tinyjax.h"
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
 
 /* run fn once on `ndev` devices with `mesh`, inputs placed by `rules`;

@@ -1,11 +1,21 @@
-/* tj_test.h — the tiny test runner shared by tests/test_*.c.
+/* tj_test.h — the tiny test runner shared by every test program
+ * (tests/test_*.c, tests/test_cuda.cu).
  *
  * TJT_CHECK(cond, fmt, ...) counts a check; a failure prints file:line and
  * the message. tjt_gradcheck() compares reverse-mode gradients with central
  * finite differences. tjt_finish() prints the closing "N passed, N failed"
- * line and returns the exit code. Include after tinyjax.h. */
+ * line and returns the exit code; build.sh adds those up. Include after
+ * tinyjax.h. The library's insides it needs come through tj_internal.h.
+ *
+ * TJ_TEST_QUICK=1 (build.sh sets it for the sanitizer pass, where every
+ * program runs several times slower; the -O2 pass runs everything in full)
+ * asks the long tests for less work: test_harness runs 3 of its 4 meshes and
+ * at most 2 placements on the larger ones, test_gpt2_cli 3 kill trials
+ * instead of 5, test_gpt2_train 6 training steps instead of 40 (checking
+ * only that they run), test_fuzz_smoke 0.5 s per target instead of 1 s. */
 #ifndef TJ_TEST_H
 #define TJ_TEST_H
+#include "tj_internal.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,7 +75,7 @@ static inline tj_array *tjt_rand(tj_ctx *ctx, tj_dtype dt, const char *shape, un
     for (i = 0; i < n; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         buf[i] = lo + (hi - lo) * (double)(s >> 11) / 9007199254740992.0;
-        tj__st(host, dt, i, buf[i]);
+        tjt_st(host, dt, i, buf[i]);
     }
     a = tj_array_new(ctx, dt, shape, host); /* through the public API: every device gets its copy */
     free(buf);
@@ -124,7 +134,7 @@ typedef struct {
     void *user;
     const char *wrt;
 } tjt__gc;
-static void tjt__gc_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+static inline void tjt__gc_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tjt__gc *gc = (tjt__gc *)u;
     tj_tree *tmp = tj_tree_new(tj_graph_ctx(g));
     tj_v loss;
@@ -149,24 +159,24 @@ static void tjt__gc_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     }
     tj_tree_free(tmp);
 }
-static void tjt__loss_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+static inline void tjt__loss_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tjt__gc *gc = (tjt__gc *)u;
     tj_tree *tmp = tj_tree_new(tj_graph_ctx(g));
     gc->fn(g, in, tmp, gc->user);
     tj_tree_set_v(out, "loss", tj_tree_v(tmp, "loss"));
     tj_tree_free(tmp);
 }
-static double tjt__run_loss(tj_prog *p, tj_tree *in) {
-    tj_tree *o = tj_tree_new(p->ctx);
+static inline double tjt__run_loss(tj_prog *p, tj_tree *in) {
+    tj_tree *o = tj_tree_new(tjt_prog_ctx(p));
     double v = NAN;
     if (tj_run(p, in, o) == TJ_OK) tj_array_read(tj_tree_array(o, "loss"), TJ_F64, &v);
     tj_tree_free(o);
     return v;
 }
 /* set element k of a replicated array on every device (each holds a copy) */
-static void tjt__set_all(tj_array *a, int64_t k, double v) {
+static inline void tjt__set_all(tj_array *a, int64_t k, double v) {
     int d;
-    for (d = 0; d < a->ndev; d++) tj__st(a->data[d], a->t.dt, k, v);
+    for (d = 0; d < tjt_array_ndev(a); d++) tjt_st(tjt_array_data(a, d), tj_array_dtype(a), k, v);
 }
 /* returns the max relative error seen; checks it against tol */
 static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, const char *what, tj_fn fn, void *user, tj_tree *in, const char *wrt, double tol) {
@@ -201,15 +211,15 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
         n = tj_array_numel(a);
         step = n > 24 ? n / 24 : 1;
         for (k = 0; k < n; k += step) {
-            double x0 = tj__ld(a->data[0], a->t.dt, k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
-            if (a->t.dt != TJ_F64) h = 1e-2 * (fabs(x0) > 1 ? fabs(x0) : 1.0);
+            double x0 = tjt_ld(tjt_array_data(a, 0), tj_array_dtype(a), k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
+            if (tj_array_dtype(a) != TJ_F64) h = 1e-2 * (fabs(x0) > 1 ? fabs(x0) : 1.0);
             tjt__set_all(a, k, x0 + h);
             lp = tjt__run_loss(pl, in);
             tjt__set_all(a, k, x0 - h);
             lm = tjt__run_loss(pl, in);
             tjt__set_all(a, k, x0);
             fd = (lp - lm) / (2 * h);
-            an = tj__ld(ga->data[0], ga->t.dt, k);
+            an = tjt_ld(tjt_array_data(ga, 0), tj_array_dtype(ga), k);
             err = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-6);
             if (!(err <= worst)) worst = err;
             checked++;

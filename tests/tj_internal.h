@@ -1,0 +1,115 @@
+/* tj_internal.h — the implementation's insides that tests look at, as plain
+ * functions.
+ *
+ * The test programs link one compiled copy of the library (tests/tj_impl.c;
+ * build.sh: build/o2/tj_impl.o, build/asan/tj_impl.o) instead of compiling
+ * its implementation each. What they check beyond the public API (an
+ * array's per-device buffers, the op table, the matmul kernel, the JSON
+ * reader...) is `static` in tinyjax.h, so it is reached through these thin
+ * wrappers. The header's STB convention again:
+ * this file declares them; the translation unit that holds the library's
+ * implementation defines TJT_INTERNAL_IMPLEMENTATION before including it to
+ * define them there, where the statics and the struct layouts are visible.
+ * tests/tj_impl.c does; so do the few tests that compile the implementation
+ * themselves because they configure it (TJ_MALLOC, TJ_MPI) or reach statics
+ * no wrapper covers (the fuzz targets). Include after tinyjax.h. */
+#ifndef TJ_INTERNAL_H
+#define TJ_INTERNAL_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* element i of a buffer of dtype dt, through double (tj__ld, tj__st) */
+double tjt_ld(const void *p, tj_dtype dt, int64_t i);
+void tjt_st(void *p, tj_dtype dt, int64_t i, double v);
+
+/* an array's devices, device d's buffer and its size, axis r's name and size */
+int tjt_array_ndev(const tj_array *a);
+void *tjt_array_data(const tj_array *a, int d);
+int64_t tjt_array_local_bytes(const tj_array *a);
+const char *tjt_array_axis(const tj_array *a, int r);
+int64_t tjt_array_dim_at(const tj_array *a, int r);
+
+/* a program's context and graph; a graph's nodes: their op and body (scan) */
+tj_ctx *tjt_prog_ctx(const tj_prog *p);
+tj_graph *tjt_prog_graph(const tj_prog *p);
+int tjt_graph_size(const tj_graph *g);
+int tjt_graph_op(const tj_graph *g, int i);
+tj_graph *tjt_graph_sub(const tj_graph *g, int i);
+
+/* the op table: how many ops, op k's name */
+int tjt_nops(void);
+const char *tjt_opname(int op);
+
+/* the number of elements of a shape string ("a=2 b=3"), -1 and ctx's error
+   if it does not parse (tj__parse_shape) */
+int64_t tjt_shape_numel(tj_ctx *ctx, const char *shape);
+/* n rounded up to the planner's buffer alignment (tj__align) */
+int64_t tjt_align(int64_t n);
+
+/* the f32 matmul kernel, C = op(A) op(B) (+ C); its double-accumulating
+   reference; the path it picked ("avx512", ...); join its thread pool */
+void tjt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth);
+void tjt_sgemm_ref(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc);
+const char *tjt_sgemm_path(void);
+void tjt_sgemm_shutdown(void);
+
+/* a parsed safetensors file's data section: [*begin, *end) of its bytes */
+void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end);
+/* 1 if s[0..n) is exactly one JSON value by the library's JSON reader (the
+   safetensors header parser); 0 otherwise, the reason in ctx's error */
+int tjt_json_valid(tj_ctx *ctx, const char *s, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TJ_INTERNAL_H */
+
+#if defined(TJT_INTERNAL_IMPLEMENTATION) && !defined(TJT_INTERNAL_IMPLEMENTATION_DONE)
+#define TJT_INTERNAL_IMPLEMENTATION_DONE
+#ifndef TINYJAX_IMPLEMENTATION_DONE
+#error "tj_internal.h: TJT_INTERNAL_IMPLEMENTATION needs tinyjax.h's implementation (TINYJAX_IMPLEMENTATION) earlier in this file"
+#endif
+double tjt_ld(const void *p, tj_dtype dt, int64_t i) { return tj__ld(p, dt, i); }
+void tjt_st(void *p, tj_dtype dt, int64_t i, double v) { tj__st(p, dt, i, v); }
+int tjt_array_ndev(const tj_array *a) { return a->ndev; }
+void *tjt_array_data(const tj_array *a, int d) { return a->data[d]; }
+int64_t tjt_array_local_bytes(const tj_array *a) { return a->local_bytes; }
+const char *tjt_array_axis(const tj_array *a, int r) { return tj__name(a->ctx, a->t.ax[r]); }
+int64_t tjt_array_dim_at(const tj_array *a, int r) { return a->t.dim[r]; }
+tj_ctx *tjt_prog_ctx(const tj_prog *p) { return p->ctx; }
+tj_graph *tjt_prog_graph(const tj_prog *p) { return p->g; }
+int tjt_graph_size(const tj_graph *g) { return g->n; }
+int tjt_graph_op(const tj_graph *g, int i) { return g->nodes[i]->op; }
+tj_graph *tjt_graph_sub(const tj_graph *g, int i) { return g->nodes[i]->sub; }
+int tjt_nops(void) { return TJ__NOPS; }
+const char *tjt_opname(int op) { return tj__opname(op); }
+int64_t tjt_shape_numel(tj_ctx *ctx, const char *shape) {
+    tj__type t;
+    return tj__parse_shape(ctx, shape, TJ_F64, &t, 0, "tjt_shape_numel", __FILE__, __LINE__) ? -1 : tj__numel(&t);
+}
+int64_t tjt_align(int64_t n) { return tj__align(n); }
+void tjt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth) {
+    tj__sgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, nth);
+}
+void tjt_sgemm_ref(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc) {
+    tj__sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
+}
+const char *tjt_sgemm_path(void) { return tj__sgemm_path(); }
+void tjt_sgemm_shutdown(void) { tj__sgemm_shutdown(); }
+void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end) {
+    *begin = st->buf + st->data_start;
+    *end = st->buf + st->len;
+}
+int tjt_json_valid(tj_ctx *ctx, const char *s, size_t n) {
+    tj__json j;
+    memset(&j, 0, sizeof j);
+    j.s = (const unsigned char *)s;
+    j.n = n;
+    j.label = "json";
+    j.ctx = ctx;
+    return tj__json_skip(&j) == 0 && tj__json_peek(&j) == -1;
+}
+#endif /* TJT_INTERNAL_IMPLEMENTATION */
