@@ -1015,18 +1015,15 @@ static void test_pretok(void) {
 
 /* ------------------------------------------------------------------ */
 
-/* Validates a whole file as JSON with tinyjax's safetensors header parser
-   (separately tested below), which is stricter than needed but catches
+/* Validates a whole file as JSON with tinyjax's JSON reader (tj_json, the one
+   the safetensors header parser uses, separately tested below), which is stricter than needed but catches
    escaping bugs. */
 static int is_valid_json(const char *s, size_t n) {
-    tj__json j;
-    memset(&j, 0, sizeof j);
-    j.s = (const unsigned char *)s;
-    j.n = n;
-    j.label = "json";
-    j.ctx = g_ctx;
-    if (tj__json_skip(&j)) { printf("%s\n", tjerr()); return 0; }
-    return tj__json_peek(&j) == -1;
+    tj_json j;
+    char err[256];
+    tj_json_init(&j, s, n, "json", err, sizeof err);
+    if (tj_json_skip(&j)) { printf("%s\n", err); return 0; }
+    return tj_json_peek(&j) == -1;
 }
 
 static void test_svg_trace(void) {
@@ -1084,15 +1081,13 @@ static void test_json_parser(void) {
         CHECK(ok);
     }
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        tj__json j;
-        int ok;
-        memset(&j, 0, sizeof j);
-        j.s = (const unsigned char *)bad[i];
-        j.n = strlen(bad[i]);
-        j.label = "json";
-        j.ctx = g_ctx;
-        ok = tj__json_skip(&j) == 0 && tj__json_peek(&j) == -1;
-        tj_clear_error(g_ctx);
+        tj_json j;
+        char err[256] = "";
+        int skipped, ok;
+        tj_json_init(&j, bad[i], strlen(bad[i]), "json", err, sizeof err);
+        skipped = tj_json_skip(&j) == 0;
+        ok = skipped && tj_json_peek(&j) == -1;
+        if (!skipped) CHECK(strncmp(err, "json: bad JSON at byte ", 23) == 0);
         if (ok) printf("json bad case %zu accepted\n", i);
         CHECK(!ok);
     }
