@@ -1410,7 +1410,7 @@ static int read_append(const char *path, char **buf, size_t *len) {
     char *d = NULL, err[256];
     size_t n = 0;
     char *nb;
-    if (gio_read_file(path, &d, &n, err, sizeof err)) return 1;
+    if (tj_read_file(path, &d, &n, err, sizeof err)) return 1;
     nb = (char *)realloc(*buf, *len + n + 1);
     if (!nb) { free(d); return 1; }
     memcpy(nb + *len, d, n);
@@ -1924,9 +1924,9 @@ static int copy_into(const char *src, const char *dir, const char *name, char *e
     char *d, path[1100];
     size_t len;
     int st;
-    if (gio_read_file(src, &d, &len, err, n)) return 1;
+    if (tj_read_file(src, &d, &len, err, n)) return 1;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    st = gio_write_file_atomic(path, d, len, err, n);
+    st = tj_write_file_atomic(path, d, len, err, n);
     free(d);
     return st;
 }
@@ -2060,7 +2060,7 @@ static int gpt2_main(int argc, char **argv) {
         char *text = NULL;
         size_t len = 0;
         if (a.data) {
-            if (gio_read_file(a.data, &text, &len, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
+            if (tj_read_file(a.data, &text, &len, err, sizeof err)) { fprintf(stderr, "gpt2_train: %s\n", err); return 1; }
             snprintf(src, sizeof src, "%s", a.data);
         } else if (!(text = default_corpus(&len, src, sizeof src))) {
             fprintf(stderr, "gpt2_train: cannot find the project's sources (tinyjax.h) from here or the executable; use --data FILE\n");
