@@ -339,6 +339,9 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v mask, tj_v a, tj_v b);
 TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes);
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes);
 TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes);
+/* the sum of every element: a rank-0 value */
+#define tj_sum_all(x) tj_sum_all_at(TJ_AT, x)
+TJDEF tj_v tj_sum_all_at(const char *f, int l, tj_v x);
 
 /* ---- dot: contract the named axes; axes in both operands that are not
    contracted are batch axes; the result is (batch, a's free, b's free). ---- */
@@ -363,6 +366,9 @@ TJDEF tj_v tj_split_at(const char *f, int l, tj_v x, const char *axis, const cha
 /* merge adjacent axes "heads head_dim" into one axis "embed" */
 TJDEF tj_v tj_merge_at(const char *f, int l, tj_v x, const char *axes, const char *into);
 TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t start, int64_t stop);
+/* element i of `axis`, the axis dropped (x[..., i, ...]) */
+#define tj_index(x, axis, i) tj_index_at(TJ_AT, x, axis, i)
+TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i);
 TJDEF tj_v tj_concat_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value);
 /* broadcast x to a shape that contains all its axes (extra axes added) */
@@ -483,6 +489,10 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
 /* "batch:data embed:-" for a value or an array (buf returned). */
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n);
 TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n);
+/* The same for one axis, as a spec writes it: the mesh axes that split
+   `axis` of v ("model", "data+model"), or "" when every device holds all
+   of it. NULL (buf "") when v has no such axis. */
+TJDEF const char *tj_v_axis_sharding(tj_v v, const char *axis, char *buf, size_t n);
 /* Collectives of a compiled program, for tests and reports. */
 typedef struct {
     char kind[16];      /* all_gather, psum, reduce_scatter, shard_slice   */
@@ -3213,6 +3223,14 @@ TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n) {
     if (!a) { snprintf(buf, n, "(null)"); return buf; }
     return tj__spec_str(a->ctx, &a->t, buf, n);
 }
+TJDEF const char *tj_v_axis_sharding(tj_v v, const char *axis, char *buf, size_t n) {
+    int i;
+    if (!buf || !n) return NULL;
+    buf[0] = 0;
+    for (i = 0; v && axis && i < v->t.rank; i++)
+        if (strcmp(tj__name(v->g->ctx, v->t.ax[i]), axis) == 0) return v->t.sh[i] ? tj__mesh_names(v->g->ctx, v->t.sh[i], buf, n) : buf;
+    return NULL;
+}
 
 /* ---- manual mode: inside shard_map ----
    A shard_map body is traced with each device's local types: no sharding
@@ -4167,6 +4185,12 @@ TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes) {
     if (!x || (n = tj__axes_of(x, axes, ids, "sum", f, l)) < 0 || tj__dup_axis(x, ids, n, "sum", f, l)) return NULL;
     return tj__sum_ids(f, l, x, ids, n);
 }
+TJDEF tj_v tj_sum_all_at(const char *f, int l, tj_v x) {
+    int ids[TJ_MAXDIM], i;
+    if (!x || x->t.rank == 0) return x;
+    for (i = 0; i < x->t.rank; i++) ids[i] = x->t.ax[i];
+    return tj__sum_ids(f, l, x, ids, x->t.rank);
+}
 TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes) {
     int ids[TJ_MAXDIM], n;
     if (!x || (n = tj__axes_of(x, axes, ids, "max", f, l)) < 0 || tj__dup_axis(x, ids, n, "max", f, l)) return NULL;
@@ -4531,6 +4555,18 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
     pa.start = start;
     pa.stop = stop;
     return tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, &pa, f, l);
+}
+/* a slice of one element, then a sum over that size-1 axis, which drops it */
+TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i) {
+    int a;
+    int64_t d;
+    if (!x || (a = tj__one_axis(x, axis, "index", f, l)) < 0) return NULL;
+    d = x->t.dim[tj__axis_index(&x->t, a)];
+    if (i < 0 || i >= d) {
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "index: %lld is not an element of axis '%s' (size %lld)", (long long)i, axis, (long long)d);
+        return NULL;
+    }
+    return tj_sum_at(f, l, tj_slice_at(f, l, x, axis, i, i + 1), axis);
 }
 static void tj__k_slice(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
