@@ -197,11 +197,12 @@ static tj_v affine_ln(const gpt2_config *c, tj_v x, tj_v g, tj_v b) {
 /* the MLP's activation: GPT-2's gelu (tanh approximation, HF "gelu_new"), or relu */
 static tj_v gpt2_act(const gpt2_config *c, tj_v x) { return c->act == ACT_RELU ? tj_relu(x) : tj_gelu(x); }
 
-/* one transformer block; p[] are this layer's slices of the stacked params */
+/* one transformer block, x (batch, pos, embed) in and out; p[] are this
+   layer's slices of the stacked params (the `layer` axis gone) */
 static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     double scale = 1.0 / sqrt((double)(c->C / c->H));
     tj_v h, qkv, q, k, v, s, a, o, m;
-    h = shard(c, affine_ln(c, x, tj_index(p[P_LN], "lnp", 0), tj_index(p[P_LN], "lnp", 1)));
+    h = shard(c, affine_ln(c, x, tj_index(p[P_LN], "lnp", 0), tj_index(p[P_LN], "lnp", 1))); /* (batch, pos, embed) */
     qkv = shard(c, tj_add(tj_dot(h, p[P_WQKV], "embed"), p[P_BQKV])); /* (batch, pos, qkv, heads, head_dim) */
     q = tj_index(qkv, "qkv", 0);
     k = tj_rename(tj_index(qkv, "qkv", 1), "pos", "kpos");
