@@ -155,20 +155,22 @@ static const char *param_shape(const gpt2_config *c, int i, char *buf, size_t n)
     }
     return buf;
 }
+/* elements of parameter i, and of all of them */
+static int64_t param_numel(const gpt2_config *c, int i) {
+    const char *s = gpt2_params[i].shape;
+    int64_t p = 1;
+    while (*s) {
+        size_t len = strcspn(s, " ");
+        p *= axis_size(c, s, len);
+        s += len;
+        while (*s == ' ') s++;
+    }
+    return p;
+}
 GPT2_UNUSED static int64_t gpt2_num_params(const gpt2_config *c) {
     int64_t total = 0;
     int i;
-    for (i = 0; i < NPARAMS; i++) {
-        const char *s = gpt2_params[i].shape;
-        int64_t p = 1;
-        while (*s) {
-            size_t len = strcspn(s, " ");
-            p *= axis_size(c, s, len);
-            s += len;
-            while (*s == ' ') s++;
-        }
-        total += p;
-    }
+    for (i = 0; i < NPARAMS; i++) total += param_numel(c, i);
     return total;
 }
 
@@ -494,28 +496,21 @@ static void gpt2_step_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
     tj_tree_free(G);
 }
 
-/* loss only (validation): the training step's loss, gpt2_xent, on one batch */
-static void gpt2_eval_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
-    const gpt2_config *c = (const gpt2_config *)user;
+/* the forward pass alone: the loss (validation: the training step's loss,
+   gpt2_xent, on one batch), or the logits (sampling) */
+static void gpt2_forward_only(tj_graph *g, const tj_tree *in, tj_tree *out, const gpt2_config *c, int loss) {
     tj_ctx *ctx = tj_graph_ctx(g);
     tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx);
+    tj_v logits;
     gpt2_param_tree(in, P);
     gpt2_compute_params(c, P, Pc);
-    tj_tree_set_v(out, "loss", gpt2_xent(gpt2_forward(c, Pc, tj_tree_v(in, "tokens")), tj_tree_v(in, "targets"))); /* training's loss */
+    logits = gpt2_forward(c, Pc, tj_tree_v(in, "tokens"));
+    if (loss) tj_tree_set_v(out, "loss", gpt2_xent(logits, tj_tree_v(in, "targets")));
+    else tj_tree_set_v(out, "logits", logits);
     tj_tree_free(P);
     tj_tree_free(Pc);
 }
-
-/* logits for sampling */
-static void gpt2_logits_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
-    const gpt2_config *c = (const gpt2_config *)user;
-    tj_ctx *ctx = tj_graph_ctx(g);
-    tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx);
-    gpt2_param_tree(in, P);
-    gpt2_compute_params(c, P, Pc);
-    tj_tree_set_v(out, "logits", gpt2_forward(c, Pc, tj_tree_v(in, "tokens")));
-    tj_tree_free(P);
-    tj_tree_free(Pc);
-}
+static void gpt2_eval_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) { gpt2_forward_only(g, in, out, (const gpt2_config *)user, 1); }
+static void gpt2_logits_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) { gpt2_forward_only(g, in, out, (const gpt2_config *)user, 0); }
 
 #endif /* GPT2_MODEL_H */

@@ -528,17 +528,6 @@ static int gpt2_hf_config(const gpt2_hf *hf, gpt2_config *c, int heads, char *er
     c->act = hf->act;
     return 0;
 }
-static int64_t param_numel(const gpt2_config *c, int i) {
-    const char *s = gpt2_params[i].shape;
-    int64_t p = 1;
-    while (*s) {
-        size_t len = strcspn(s, " ");
-        p *= axis_size(c, s, len);
-        s += len;
-        while (*s == ' ') s++;
-    }
-    return p;
-}
 /* Replace the trainer's parameters by the file's, placed by the param rules.
    The trainer's config must be the file's (gpt2_hf_config). Everything or
    nothing: on an error the parameters are unchanged. Optimizer state and
