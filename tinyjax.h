@@ -10551,11 +10551,13 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
 /* ==== [A] appendix: files, JSON, safetensors, tree save/load =========== */
 /* Everything that touches a file lives here, out of the pipeline's reading
    path, in the order each piece builds on the last: the public helpers
-   (tj_strbuf and JSON string escaping, UTF-8, tj_read_file, atomic writes
-   with tj_write_file_atomic: temp file, lock, fsync, rename, stale temp
-   files cleaned), a 64-bit checksum, the tj_json cursor, safetensors parse
-   and write, tj_tree_save / tj_tree_load, and the Chrome trace writer of
-   [13]. Sections [1]-[13] reach this code only through the public API. */
+   (tj_strbuf and JSON string escaping, UTF-8, a 64-bit checksum,
+   tj_read_file, atomic writes with tj_write_file_atomic: temp file, lock,
+   fsync, rename, stale temp files cleaned; the tj_json cursor), then
+   safetensors parse and write, tj_tree_save / tj_tree_load, and the
+   Chrome trace writer of [13]. Sections [1]-[13] reach this code only
+   through the public API. The helpers report into a caller's (err,
+   errlen); safetensors and trees into the context, as everything else. */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10567,7 +10569,6 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
 /* ---- files and text: the public helpers ---- */
 TJDEF void tj_free(void *p) { TJ_FREE(p); }
 /* a message into a caller's (err, errlen); returns st */
-static tj_status tj__seterr(char *err, size_t errlen, tj_status st, const char *fmt, ...);
 static tj_status tj__seterr(char *err, size_t errlen, tj_status st, const char *fmt, ...) {
     va_list ap;
     if (!err || !errlen) return st;

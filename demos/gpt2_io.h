@@ -21,7 +21,7 @@
  * Safetensors files (GPT-2 checkpoints) are read and written by tinyjax
  * itself: tj_st_load / tj_st_parse / tj_st_find / tj_st_expect / tj_st_meta /
  * tj_st_array / tj_st_to_f32 / tj_st_save, and tj_tree_save / tj_tree_load for
- * whole parameter trees (see tinyjax.h, section [2]).  This header includes
+ * whole parameter trees (see tinyjax.h, appendix [A]).  This header includes
  * "../tinyjax.h" for them (declarations only: define TINYJAX_IMPLEMENTATION
  * in one file of the program, as usual).
  *
