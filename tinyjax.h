@@ -931,7 +931,7 @@ TJDEF tj_status tj_read_file(const char *path, char **data, size_t *len, char *e
    rename is TJ_ERR_IO, and the temp file is removed. */
 TJDEF tj_status tj_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
 
-/* A growable string buffer: zero-initialise it (tj_strbuf b = {0}), append,
+/* A growable string buffer: zero it (tj_strbuf b = {NULL, 0, 0, 0}), append,
    use b.p (NUL-terminated, b.n bytes; NULL while empty), tj_strbuf_free.
    Out of memory sets b.oom and later appends do nothing. */
 typedef struct {
@@ -953,8 +953,8 @@ TJDEF void tj_strbuf_free(tj_strbuf *b);
 
 /* UTF-8: the length of the valid sequence at s (n bytes available) and its
    code point in *cp, or 0 when invalid (overlong, surrogate, > U+10FFFF,
-   truncated); and code point c (at most U+10FFFF) encoded into o (4 bytes
-   room), returning its length. */
+   truncated); and code point c encoded into o (4 bytes room), returning
+   its length (0 for c > U+10FFFF). */
 TJDEF size_t tj_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
 TJDEF size_t tj_utf8_encode(uint32_t c, char *o);
 
@@ -963,7 +963,8 @@ TJDEF size_t tj_utf8_encode(uint32_t c, char *o);
    the schema they want: no tree is built. Every function skips white space
    first. An error is TJ_ERR_IO with the message "<label>: bad <what> at
    byte <k>: <problem>" (what is "JSON" unless set) in (err, errlen), like
-   the file helpers, and in ctx too when it is set.
+   the file helpers, and in ctx too when it is set. A NULL cursor is
+   TJ_ERR_ARG (-1 from the functions that return int).
        tj_json j;
        char *key, err[256];
        int first = 1, r;
@@ -10670,6 +10671,7 @@ TJDEF size_t tj_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
     return len;
 }
 TJDEF size_t tj_utf8_encode(uint32_t c, char *o) {
+    if (!o || c > 0x10FFFF) return 0;
     if (c < 0x80) {
         o[0] = (char)c;
         return 1;
@@ -11014,6 +11016,7 @@ TJDEF void tj_json_init(tj_json *j, const char *text, size_t len, const char *la
 TJDEF tj_status tj_json_fail(tj_json *j, const char *fmt, ...) {
     char m[256], full[TJ__MSG];
     va_list ap;
+    if (!j || !fmt) return TJ_ERR_ARG;
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
@@ -11022,14 +11025,22 @@ TJDEF tj_status tj_json_fail(tj_json *j, const char *fmt, ...) {
     if (j->ctx) tj__err(j->ctx, TJ_ERR_IO, NULL, 0, "%s", full);
     return TJ_ERR_IO;
 }
+/* a NULL argument of a cursor function */
+static tj_status tj__json_null(tj_json *j, const char *fn, const char *arg) {
+    tj__seterr(j->err, j->errlen, TJ_ERR_ARG, "%s: argument %s is NULL", fn, arg);
+    if (j->ctx) tj__err(j->ctx, TJ_ERR_ARG, NULL, 0, "%s: argument %s is NULL", fn, arg);
+    return TJ_ERR_ARG;
+}
 static void tj__json_ws(tj_json *j) {
     while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' || j->s[j->i] == '\r')) j->i++;
 }
 TJDEF int tj_json_peek(tj_json *j) {
+    if (!j) return -1;
     tj__json_ws(j);
     return j->i < j->n ? j->s[j->i] : -1;
 }
 TJDEF tj_status tj_json_expect(tj_json *j, char c) {
+    if (!j) return TJ_ERR_ARG;
     if (tj_json_peek(j) == (unsigned char)c) {
         j->i++;
         return TJ_OK;
@@ -11052,6 +11063,7 @@ TJDEF tj_status tj_json_string(tj_json *j, char **out, size_t *outlen) {
     size_t k, m = 0;
     char *o = NULL, tmp[4];
     if (out) *out = NULL;
+    if (!j) return TJ_ERR_ARG;
     if (tj_json_peek(j) != '"') return tj_json_fail(j, "expected string");
     /* find the closing quote first: escapes never expand, so one allocation */
     k = j->i + 1;
@@ -11121,7 +11133,10 @@ TJDEF tj_status tj_json_string(tj_json *j, char **out, size_t *outlen) {
 /* Strings kept as C strings must not hide a \u0000: two different keys
    would compare equal. */
 TJDEF tj_status tj_json_cstring(tj_json *j, char **out) {
-    size_t l, at = j->i;
+    size_t l, at;
+    if (!j) return TJ_ERR_ARG;
+    if (!out) return tj__json_null(j, "tj_json_cstring", "out");
+    at = j->i;
     if (tj_json_string(j, out, &l)) return TJ_ERR_IO;
     if (strlen(*out) != l) {
         TJ_FREE(*out);
@@ -11132,7 +11147,10 @@ TJDEF tj_status tj_json_cstring(tj_json *j, char **out) {
     return TJ_OK;
 }
 TJDEF tj_status tj_json_u64(tj_json *j, uint64_t *v) {
-    int c = tj_json_peek(j);
+    int c;
+    if (!j) return TJ_ERR_ARG;
+    if (!v) return tj__json_null(j, "tj_json_u64", "v");
+    c = tj_json_peek(j);
     *v = 0;
     if (c < '0' || c > '9') return tj_json_fail(j, "expected non-negative integer");
     if (c == '0' && j->i + 1 < j->n && j->s[j->i + 1] >= '0' && j->s[j->i + 1] <= '9') return tj_json_fail(j, "leading zero in number");
@@ -11167,9 +11185,13 @@ static int tj__json_num_span(tj_json *j) {
     return 0;
 }
 TJDEF tj_status tj_json_number(tj_json *j, double *v) {
-    int c = tj_json_peek(j);
-    size_t at = j->i;
+    int c;
+    size_t at;
     char tmp[64], *s = tmp;
+    if (!j) return TJ_ERR_ARG;
+    if (!v) return tj__json_null(j, "tj_json_number", "v");
+    c = tj_json_peek(j);
+    at = j->i;
     *v = 0;
     if (c != '-' && (c < '0' || c > '9')) return tj_json_fail(j, "expected a number");
     if (tj__json_num_span(j)) return TJ_ERR_IO;
@@ -11183,6 +11205,8 @@ TJDEF tj_status tj_json_number(tj_json *j, double *v) {
 TJDEF tj_status tj_json_literal(tj_json *j, int *v) {
     static const char *const w[3] = {"null", "false", "true"};
     int k;
+    if (!j) return TJ_ERR_ARG;
+    if (!v) return tj__json_null(j, "tj_json_literal", "v");
     tj__json_ws(j);
     for (k = 0; k < 3; k++) {
         size_t l = strlen(w[k]);
@@ -11195,7 +11219,10 @@ TJDEF tj_status tj_json_literal(tj_json *j, int *v) {
     return tj_json_fail(j, "expected true, false or null");
 }
 TJDEF int tj_json_object_next(tj_json *j, int *first, char **key) {
-    int c = tj_json_peek(j);
+    int c;
+    if (!j) return -1;
+    if (!first || !key) return tj__json_null(j, "tj_json_object_next", first ? "key" : "first"), -1;
+    c = tj_json_peek(j);
     *key = NULL;
     if (c == '}') {
         j->i++;
@@ -11216,7 +11243,10 @@ TJDEF int tj_json_object_next(tj_json *j, int *first, char **key) {
     return 1;
 }
 TJDEF int tj_json_array_next(tj_json *j, int *first) {
-    int c = tj_json_peek(j);
+    int c;
+    if (!j) return -1;
+    if (!first) return tj__json_null(j, "tj_json_array_next", "first"), -1;
+    c = tj_json_peek(j);
     if (c == ']') {
         j->i++;
         return 0;
@@ -11231,6 +11261,7 @@ TJDEF int tj_json_array_next(tj_json *j, int *first) {
 TJDEF tj_status tj_json_skip(tj_json *j) {
     int c = tj_json_peek(j), first = 1, r, lit;
     char *key;
+    if (!j) return TJ_ERR_ARG;
     if (c == '"') return tj_json_string(j, NULL, NULL);
     if (c == '{' || c == '[') {
         if (++j->depth > 64) return tj_json_fail(j, "nesting too deep"); /* 1e6 '[' must not blow the stack */

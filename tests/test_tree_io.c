@@ -707,10 +707,50 @@ static void test_helpers(void) {
     TJT_CHECK(tj_json_string(&j, NULL, NULL) == TJ_ERR_IO && strstr(err, "unpaired surrogate"), "\"%s\"", err);
     tj_json_init(&j, "{}", 2, "t.json", err, sizeof err);
     TJT_CHECK(tj_json_fail(&j, "field %s: expected %d", "x", 3) == TJ_ERR_IO && !strcmp(err, "t.json: bad JSON at byte 0: field x: expected 3"), "\"%s\"", err);
+    TJT_CHECK(tj_json_peek(NULL) == -1 && tj_json_skip(NULL) == TJ_ERR_ARG && tj_json_expect(NULL, '{') == TJ_ERR_ARG, "a NULL cursor");
+    TJT_CHECK(tj_json_u64(&j, NULL) == TJ_ERR_ARG && !strcmp(err, "tj_json_u64: argument v is NULL"), "\"%s\"", err);
+    TJT_CHECK(tj_json_object_next(&j, &first, NULL) == -1 && strstr(err, "argument key"), "\"%s\"", err);
     /* UTF-8 */
     TJT_CHECK(tj_utf8_encode(0x1F600, u) == 4 && tj_utf8_decode((const unsigned char *)u, 4, &cp) == 4 && cp == 0x1F600, "U+1F600 round trip");
     TJT_CHECK(tj_utf8_decode((const unsigned char *)"\xc0\xaf", 2, &cp) == 0 && tj_utf8_decode((const unsigned char *)"\xed\xa0\x80", 3, &cp) == 0 &&
                   tj_utf8_decode((const unsigned char *)"\xe2\x82", 2, &cp) == 0, "overlong, surrogate, truncated");
+}
+
+/* tj_prog_write_trace (built on tj_strbuf and the atomic writer): the file
+   is valid JSON, with a track per device and one event per kernel */
+static void trace_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_tanh(tj_mul(tj_tree_v(in, "x"), tj_tree_v(in, "x"))));
+}
+static void test_trace_file(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    char err[512], *data = NULL;
+    size_t len = 0;
+    tj_json j;
+    tjt_current = "trace file";
+    tj_set_profile(c, 1);
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "i=4 k=2", 0.5));
+    p = tj_jit(c, "trace", trace_fn, NULL, in, NULL);
+    TJT_CHECK(p && !tj_run(p, in, out) && tj_prog_events(p, NULL, 0) > 0, "a profiled run: %s", tj_error(c));
+    if (p) {
+        TJT_CHECK(tj_prog_write_trace(p, path_in("trace.json")) == TJ_OK, "write: %s", tj_error(c));
+        TJT_CHECK(tj_read_file(path_in("trace.json"), &data, &len, err, sizeof err) == TJ_OK, "read: %s", err);
+        if (data) {
+            tj_json_init(&j, data, len, "trace.json", err, sizeof err);
+            TJT_CHECK(tj_json_skip(&j) == TJ_OK && tj_json_peek(&j) == -1, "not one JSON value: %s", err);
+            TJT_CHECK(strstr(data, "{\"traceEvents\": [") == data && strstr(data, "\"thread_name\"") && strstr(data, "\"ph\": \"X\"") &&
+                          strstr(data, "test_tree_io.c:"), "contents");
+        }
+        tj_free(data);
+        TJT_CHECK(tj_prog_write_trace(p, g_dir) != TJ_OK, "a trace over a directory was written");
+        TJT_ERROR_HAS(c, "is a directory");
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(c);
 }
 
 int main(void) {
@@ -726,6 +766,7 @@ int main(void) {
     test_atomic(ctx);
     test_gpt2_names(ctx);
     test_helpers();
+    test_trace_file();
     tjt_current = "end";
     TJT_CHECK(tj_get_alloc_stats(ctx).array_bytes == 0, "array bytes leaked: %lld", (long long)tj_get_alloc_stats(ctx).array_bytes);
     remove_dir();
