@@ -68,7 +68,7 @@
  *
  * ------------------------------------------------------------- contents ---
  *   [1]  basics: status, errors, allocation, dtypes, named shapes
- *   [2]  arrays and parameter trees (safetensors save/load)
+ *   [2]  arrays and parameter trees
  *   [3]  graph and tracing: nodes, the op table, captures
  *   [4]  sharding on a device mesh: specs, rules, collectives
  *   [5]  ops: one block each (builder = shape and sharding rule, CPU kernel,
@@ -82,7 +82,11 @@
  *        mode, CPU backend (device threads), matmul
  *   [12] jit: trace + compile + call
  *   [13] program text
- * The API below follows the same numbers; find a stage with
+ *   [A]  appendix, out of the pipeline's way: files (tj_read_file,
+ *        tj_write_file_atomic), a string buffer, UTF-8, a strict JSON
+ *        reader (tj_json), safetensors, tree save/load, the trace writer
+ * The API below follows the same numbers, and so does the implementation,
+ * whose [A] comes last; find a stage with
  *   grep -n '==== \[' tinyjax.h
  */
 #ifndef TINYJAX_H
@@ -359,6 +363,9 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v mask, tj_v a, tj_v b);
 TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes);
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes);
 TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes);
+/* the sum of every element: a rank-0 value */
+#define tj_sum_all(x) tj_sum_all_at(TJ_AT, x)
+TJDEF tj_v tj_sum_all_at(const char *f, int l, tj_v x);
 
 /* ---- dot: contract the named axes; axes in both operands that are not
    contracted are batch axes; the result is (batch, a's free, b's free). ---- */
@@ -383,6 +390,9 @@ TJDEF tj_v tj_split_at(const char *f, int l, tj_v x, const char *axis, const cha
 /* merge adjacent axes "heads head_dim" into one axis "embed" */
 TJDEF tj_v tj_merge_at(const char *f, int l, tj_v x, const char *axes, const char *into);
 TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t start, int64_t stop);
+/* element i of `axis`, the axis dropped (x[..., i, ...]) */
+#define tj_index(x, axis, i) tj_index_at(TJ_AT, x, axis, i)
+TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i);
 TJDEF tj_v tj_concat_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value);
 /* broadcast x to a shape that contains all its axes (extra axes added) */
@@ -503,6 +513,10 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
 /* "batch:data embed:-" for a value or an array (buf returned). */
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n);
 TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n);
+/* The same for one axis, as a spec writes it: the mesh axes that split
+   `axis` of v ("model", "data+model"), or "" when every device holds all
+   of it. NULL (buf "") when v has no such axis. */
+TJDEF const char *tj_v_axis_sharding(tj_v v, const char *axis, char *buf, size_t n);
 /* Collectives of a compiled program, for tests and reports. */
 typedef struct {
     char kind[16];      /* all_gather, psum, reduce_scatter, shard_slice   */
@@ -927,6 +941,112 @@ TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max);
 TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path);
 
 /* ==== [A] appendix: files, JSON, safetensors ============================ */
+
+/* Helpers for files and text, the ones the safetensors code below is built
+   from. They need no context: a failing call returns TJ_ERR_IO (TJ_ERR_OOM
+   when memory runs out) and writes a one-line message naming the file and
+   the problem into err (errlen bytes; err may be NULL). Memory they hand
+   back comes from TJ_MALLOC: release it with tj_free. */
+TJDEF void tj_free(void *p);
+/* The whole file into memory: *data holds *len bytes plus a NUL after them
+   (text can be used as a C string). A directory, a missing file or a read
+   error is TJ_ERR_IO. */
+TJDEF tj_status tj_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen);
+/* Write len bytes to path atomically: "<path>.tmp.<pid>.<k>" (locked while
+   it is written), fsync, rename over path, fsync the directory; a crash
+   leaves the old file or the new one, never part of one. Temp files that
+   writers killed mid-write left are removed first. A failed write, fsync or
+   rename is TJ_ERR_IO, and the temp file is removed. */
+TJDEF tj_status tj_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+/* A growable string buffer: zero it (tj_strbuf b = {NULL, 0, 0, 0}), append,
+   use b.p (NUL-terminated, b.n bytes; NULL while empty), tj_strbuf_free.
+   Out of memory sets b.oom and later appends do nothing. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} tj_strbuf;
+TJDEF void tj_strbuf_put(tj_strbuf *b, const char *s, size_t n);
+TJDEF void tj_strbuf_puts(tj_strbuf *b, const char *s);
+TJDEF void tj_strbuf_printf(tj_strbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* s as a JSON string literal: quoted, with '"', '\\' and control characters
+   escaped; other bytes (UTF-8) as they are. s NULL: "". */
+TJDEF void tj_strbuf_json(tj_strbuf *b, const char *s);
+TJDEF void tj_strbuf_free(tj_strbuf *b);
+
+/* UTF-8: the length of the valid sequence at s (n bytes available) and its
+   code point in *cp, or 0 when invalid (overlong, surrogate, > U+10FFFF,
+   truncated); and code point c encoded into o (4 bytes room), returning
+   its length (0 for c > U+10FFFF). */
+TJDEF size_t tj_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
+TJDEF size_t tj_utf8_encode(uint32_t c, char *o);
+
+/* A strict JSON reader (RFC 8259: valid UTF-8, paired surrogates, nesting
+   at most 64 deep) that walks the text as a cursor, for callers that know
+   the schema they want: no tree is built. Every function skips white space
+   first. An error is TJ_ERR_IO with the message "<label>: bad <what> at
+   byte <k>: <problem>" (what is "JSON" unless set) in (err, errlen), like
+   the file helpers, and in ctx too when it is set. A NULL cursor is
+   TJ_ERR_ARG (-1 from the functions that return int).
+       tj_json j;
+       char *key, err[256];
+       int first = 1, r;
+       tj_json_init(&j, text, len, "config.json", err, sizeof err);
+       if (tj_json_expect(&j, '{')) return error(err);
+       while ((r = tj_json_object_next(&j, &first, &key)) == 1) {
+           if (strcmp(key, "n_layer") == 0) r = tj_json_number(&j, &x) ? -1 : 1;
+           else r = tj_json_skip(&j) ? -1 : 1;
+           tj_free(key);
+           if (r < 0) break;
+       }
+       if (r < 0) return error(err);                                      */
+typedef struct {
+    const unsigned char *s;
+    size_t n, i;       /* the text, its length, the cursor                  */
+    size_t base;       /* offset of s[0] in its file, for messages          */
+    const char *label; /* names the text in messages (a file name)          */
+    const char *what;  /* "JSON", or e.g. "safetensors header"              */
+    char *err;         /* where messages go (NULL: nowhere), errlen bytes   */
+    size_t errlen;
+    tj_ctx *ctx;       /* NULL, or a context that records errors too        */
+    int depth;
+} tj_json;
+TJDEF void tj_json_init(tj_json *j, const char *text, size_t len, const char *label, char *err, size_t errlen);
+/* The next byte after white space, -1 at the end (nothing consumed). */
+TJDEF int tj_json_peek(tj_json *j);
+/* Consume the byte c (one of {}[]:,), else an error. */
+TJDEF tj_status tj_json_expect(tj_json *j, char c);
+/* A string into *out (NUL-terminated, from TJ_MALLOC; *len bytes, which may
+   include a \u0000); out NULL only checks it. tj_json_cstring refuses a
+   \u0000, so the result is a C string. */
+TJDEF tj_status tj_json_string(tj_json *j, char **out, size_t *len);
+TJDEF tj_status tj_json_cstring(tj_json *j, char **out);
+/* A number as a double; an integer in 0..2^64-1 with no fraction or
+   exponent; true / false / null as 1 / 0 / -1. */
+TJDEF tj_status tj_json_number(tj_json *j, double *v);
+TJDEF tj_status tj_json_u64(tj_json *j, uint64_t *v);
+TJDEF tj_status tj_json_literal(tj_json *j, int *v);
+/* Members of an object whose '{' was consumed, with first = 1 before the
+   first call: 1 = a member, *key read (a C string: tj_free it) and ':'
+   consumed, its value next; 0 = the closing '}' consumed; -1 = an error.
+   tj_json_array_next is the same for the elements of an array after its
+   '[' (no key). */
+TJDEF int tj_json_object_next(tj_json *j, int *first, char **key);
+TJDEF int tj_json_array_next(tj_json *j, int *first);
+/* Skip one value of any kind, checking it all the same. */
+TJDEF tj_status tj_json_skip(tj_json *j);
+/* Report a schema error at the cursor ("field x: expected an integer"),
+   with the same prefix as the reader's own errors; returns TJ_ERR_IO. */
+TJDEF tj_status tj_json_fail(tj_json *j, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* Safetensors files: an 8-byte little-endian header length, a JSON header
    {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...,
@@ -3209,6 +3329,14 @@ TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n) {
     if (!a) { snprintf(buf, n, "(null)"); return buf; }
     return tj__spec_str(a->ctx, &a->t, buf, n);
 }
+TJDEF const char *tj_v_axis_sharding(tj_v v, const char *axis, char *buf, size_t n) {
+    int i;
+    if (!buf || !n) return NULL;
+    buf[0] = 0;
+    for (i = 0; v && axis && i < v->t.rank; i++)
+        if (strcmp(tj__name(v->g->ctx, v->t.ax[i]), axis) == 0) return v->t.sh[i] ? tj__mesh_names(v->g->ctx, v->t.sh[i], buf, n) : buf;
+    return NULL;
+}
 
 /* ---- manual mode: inside shard_map ----
    A shard_map body is traced with each device's local types: no sharding
@@ -4233,6 +4361,12 @@ TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes) {
     if (!x || (n = tj__axes_of(x, axes, ids, "sum", f, l)) < 0 || tj__dup_axis(x, ids, n, "sum", f, l)) return NULL;
     return tj__sum_ids(f, l, x, ids, n);
 }
+TJDEF tj_v tj_sum_all_at(const char *f, int l, tj_v x) {
+    int ids[TJ_MAXDIM], i;
+    if (!x || x->t.rank == 0) return x;
+    for (i = 0; i < x->t.rank; i++) ids[i] = x->t.ax[i];
+    return tj__sum_ids(f, l, x, ids, x->t.rank);
+}
 TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes) {
     int ids[TJ_MAXDIM], n;
     if (!x || (n = tj__axes_of(x, axes, ids, "max", f, l)) < 0 || tj__dup_axis(x, ids, n, "max", f, l)) return NULL;
@@ -4597,6 +4731,18 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
     pa.start = start;
     pa.stop = stop;
     return tj__node(x->g, TJ__OP_SLICE, &t, 1, &x, &pa, f, l);
+}
+/* a slice of one element, then a sum over that size-1 axis, which drops it */
+TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i) {
+    int a;
+    int64_t d;
+    if (!x || (a = tj__one_axis(x, axis, "index", f, l)) < 0) return NULL;
+    d = x->t.dim[tj__axis_index(&x->t, a)];
+    if (i < 0 || i >= d) {
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "index: %lld is not an element of axis '%s' (size %lld)", (long long)i, axis, (long long)d);
+        return NULL;
+    }
+    return tj_sum_at(f, l, tj_slice_at(f, l, x, axis, i, i + 1), axis);
 }
 static void tj__k_slice(tj__kern *k) {
     int64_t st[TJ_MAXDIM];
@@ -10599,14 +10745,15 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
 
 /* ==== [A] appendix: files, JSON, safetensors, tree save/load =========== */
 /* Everything that touches a file lives here, out of the pipeline's reading
-   path: a growable string buffer and JSON string escaping, UTF-8, a 64-bit
-   checksum, the whole-file reader, atomic writes (temp file, lock, fsync,
-   rename, stale temp files cleaned), a strict JSON reader, safetensors
-   parse and write, tj_tree_save / tj_tree_load, and the Chrome trace
-   writer of [13]. Nothing in sections [1]-[13] depends on this code except
-   through the public API and a few forward declarations. */
+   path, in the order each piece builds on the last: the public helpers
+   (tj_strbuf and JSON string escaping, UTF-8, a 64-bit checksum,
+   tj_read_file, atomic writes with tj_write_file_atomic: temp file, lock,
+   fsync, rename, stale temp files cleaned; the tj_json cursor), then
+   safetensors parse and write, tj_tree_save / tj_tree_load, and the
+   Chrome trace writer of [13]. Sections [1]-[13] reach this code only
+   through the public API. The helpers report into a caller's (err,
+   errlen); safetensors and trees into the context, as everything else. */
 
-/* ---- safetensors ---- */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -10614,14 +10761,21 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
 #include <sys/stat.h>
 #include <sys/types.h>
 
-/* -- growable byte buffer -- */
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} tj__sbuf;
-static void tj__sb_put(tj__sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
+/* ---- files and text: the public helpers ---- */
+TJDEF void tj_free(void *p) { TJ_FREE(p); }
+/* a message into a caller's (err, errlen); returns st */
+static tj_status tj__seterr(char *err, size_t errlen, tj_status st, const char *fmt, ...) {
+    va_list ap;
+    if (!err || !errlen) return st;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* -- growable string buffer -- */
+TJDEF void tj_strbuf_put(tj_strbuf *b, const char *s, size_t n) {
+    if (!b || b->oom) return;
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         char *p;
@@ -10638,32 +10792,63 @@ static void tj__sb_put(tj__sbuf *b, const char *s, size_t n) {
     b->n += n;
     b->p[b->n] = 0;
 }
-static void tj__sb_puts(tj__sbuf *b, const char *s) { tj__sb_put(b, s, strlen(s)); }
-static void tj__sb_json_str(tj__sbuf *b, const char *s) {
+TJDEF void tj_strbuf_puts(tj_strbuf *b, const char *s) { tj_strbuf_put(b, s ? s : "", s ? strlen(s) : 0); }
+TJDEF void tj_strbuf_printf(tj_strbuf *b, const char *fmt, ...) {
+    char tmp[256], *big;
+    va_list ap;
+    int n;
+    if (!b || b->oom || !fmt) return;
+    va_start(ap, fmt);
+    n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = 1;
+        return;
+    }
+    if ((size_t)n < sizeof tmp) {
+        tj_strbuf_put(b, tmp, (size_t)n);
+        return;
+    }
+    if (!(big = (char *)tj__malloc((size_t)n + 1))) {
+        b->oom = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    tj_strbuf_put(b, big, (size_t)n);
+    TJ_FREE(big);
+}
+TJDEF void tj_strbuf_json(tj_strbuf *b, const char *s) {
     char u[8];
-    tj__sb_put(b, "\"", 1);
-    for (; *s; s++) {
+    tj_strbuf_put(b, "\"", 1);
+    for (; s && *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"') tj__sb_puts(b, "\\\"");
-        else if (c == '\\') tj__sb_puts(b, "\\\\");
-        else if (c == '\n') tj__sb_puts(b, "\\n");
-        else if (c == '\t') tj__sb_puts(b, "\\t");
+        if (c == '"') tj_strbuf_puts(b, "\\\"");
+        else if (c == '\\') tj_strbuf_puts(b, "\\\\");
+        else if (c == '\n') tj_strbuf_puts(b, "\\n");
+        else if (c == '\t') tj_strbuf_puts(b, "\\t");
         else if (c < 0x20) {
             snprintf(u, sizeof u, "\\u%04x", c);
-            tj__sb_puts(b, u);
-        } else tj__sb_put(b, s, 1);
+            tj_strbuf_puts(b, u);
+        } else tj_strbuf_put(b, s, 1);
     }
-    tj__sb_put(b, "\"", 1);
+    tj_strbuf_put(b, "\"", 1);
+}
+TJDEF void tj_strbuf_free(tj_strbuf *b) {
+    if (!b) return;
+    TJ_FREE(b->p);
+    memset(b, 0, sizeof *b);
 }
 
 /* -- UTF-8: overlongs, surrogates and > U+10FFFF are invalid, as JSON requires -- */
-static size_t tj__u8_dec(const unsigned char *s, size_t n, uint32_t *cp) {
+TJDEF size_t tj_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
     uint32_t c;
     size_t len, k;
-    if (n == 0) return 0;
+    if (!s || n == 0) return 0;
     c = s[0];
     if (c < 0x80) {
-        *cp = c;
+        if (cp) *cp = c;
         return 1;
     }
     if (c >= 0xC2 && c <= 0xDF) len = 2, c &= 0x1F;
@@ -10676,10 +10861,11 @@ static size_t tj__u8_dec(const unsigned char *s, size_t n, uint32_t *cp) {
         c = (c << 6) | (s[k] & 0x3F);
     }
     if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    *cp = c;
+    if (cp) *cp = c;
     return len;
 }
-static size_t tj__u8_enc(uint32_t c, char *o) {
+TJDEF size_t tj_utf8_encode(uint32_t c, char *o) {
+    if (!o || c > 0x10FFFF) return 0;
     if (c < 0x80) {
         o[0] = (char)c;
         return 1;
@@ -10706,7 +10892,7 @@ static int tj__u8_valid(const char *s) {
     size_t n = strlen(s), i = 0, l;
     uint32_t cp;
     while (i < n) {
-        if (!(l = tj__u8_dec(p + i, n - i, &cp))) return 0;
+        if (!(l = tj_utf8_decode(p + i, n - i, &cp))) return 0;
         i += l;
     }
     return 1;
@@ -10749,27 +10935,22 @@ static uint64_t tj__hash_end(tj__hash *s) {
 }
 
 /* -- whole-file read and atomic write -- */
-static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size_t *len) {
+/* The file into a new buffer with a NUL after its len bytes. */
+static tj_status tj__file_read(const char *path, char **data, size_t *len, char *err, size_t errlen) {
     FILE *f;
-    unsigned char *buf = NULL;
+    char *buf = NULL;
     size_t cap = 0, n = 0, got;
     struct stat sb;
     *data = NULL;
     *len = 0;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file", path);
-        return 1;
-    }
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return tj__seterr(err, errlen, TJ_ERR_IO, "%s: is a directory, not a file", path);
     f = fopen(path, "rb");
-    if (!f) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot open: %s", path, strerror(errno));
-        return 1;
-    }
+    if (!f) return tj__seterr(err, errlen, TJ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     /* The size is only a hint (files may change): the loop reads to EOF. */
     if (fseek(f, 0, SEEK_END) == 0) {
         long sz = ftell(f);
         if (sz > 0 && (unsigned long)sz < (unsigned long)SIZE_MAX / 2) {
-            buf = (unsigned char *)tj__malloc((size_t)sz + 65536);
+            buf = (char *)tj__malloc((size_t)sz + 65536 + 1);
             if (buf) cap = (size_t)sz + 65536;
         }
         rewind(f);
@@ -10777,12 +10958,11 @@ static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size
     for (;;) {
         if (cap - n < 65536) {
             size_t nc = cap ? cap * 2 : (size_t)1 << 20;
-            unsigned char *p = (unsigned char *)TJ_REALLOC(buf, nc);
+            char *p = (char *)TJ_REALLOC(buf, nc + 1);
             if (!p) {
                 TJ_FREE(buf);
                 fclose(f);
-                tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory reading the file", path);
-                return 1;
+                return tj__seterr(err, errlen, TJ_ERR_OOM, "%s: out of memory reading the file", path);
             }
             buf = p;
             cap = nc;
@@ -10796,20 +10976,41 @@ static int tj__file_read(tj_ctx *c, const char *path, unsigned char **data, size
         int e = errno;
         TJ_FREE(buf);
         fclose(f);
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: read error: %s", path, e ? strerror(e) : "unknown");
-        return 1;
+        return tj__seterr(err, errlen, TJ_ERR_IO, "%s: read error: %s", path, e ? strerror(e) : "unknown");
     }
     fclose(f);
+    buf[n] = 0;
     *data = buf;
     *len = n;
-    return 0;
+    return TJ_OK;
 }
+TJDEF tj_status tj_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen) {
+    size_t ignored;
+    if (data) *data = NULL;
+    if (len) *len = 0;
+    if (!path || !data) return tj__seterr(err, errlen, TJ_ERR_ARG, "tj_read_file: argument %s is NULL", path ? "data" : "path");
+    return tj__file_read(path, data, len ? len : &ignored, err, errlen);
+}
+/* An atomic write in progress. Its errors go to ctx when set, else to the
+   caller's (err, errlen); st keeps the first. */
 typedef struct {
     tj_ctx *ctx;
+    char *err;
+    size_t errlen;
     int fd;
     char *tmp;
     const char *path;
 } tj__afile;
+static int tj__af_fail(tj__afile *f, tj_status st, const char *fmt, ...) {
+    char m[TJ__MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    if (f->ctx) tj__err(f->ctx, st, NULL, 0, "%s", m);
+    else tj__seterr(f->err, f->errlen, st, "%s", m);
+    return 1;
+}
 static void tj__af_abort(tj__afile *f) {
     if (f->fd >= 0) close(f->fd);
     if (f->tmp) {
@@ -10892,25 +11093,27 @@ static void tj__af_clean_stale(const char *path) {
     if (d) closedir(d);
     TJ_FREE(dir);
 }
-static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
+static int tj__af_open(tj__afile *f, tj_ctx *c, char *err, size_t errlen, const char *path) {
     size_t n = strlen(path) + 48;
     int k;
     struct stat sb;
     f->ctx = c;
+    f->err = err;
+    f->errlen = errlen;
     f->path = path;
     f->fd = -1;
     f->tmp = NULL;
     if (!*path) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "an empty file name to write");
+        tj__af_fail(f, TJ_ERR_IO, "an empty file name to write");
         return 1;
     }
     if (path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file name to write", path);
+        tj__af_fail(f, TJ_ERR_IO, "%s: is a directory, not a file name to write", path);
         return 1;
     }
     f->tmp = (char *)tj__malloc(n);
     if (!f->tmp) {
-        tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
+        tj__af_fail(f, TJ_ERR_OOM, "%s: out of memory", path);
         return 1;
     }
     tj__af_clean_stale(path);
@@ -10921,7 +11124,7 @@ static int tj__af_open(tj__afile *f, tj_ctx *c, const char *path) {
         if (f->fd >= 0 || errno != EEXIST) break;
     }
     if (f->fd < 0) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot create %s: %s", path, f->tmp, strerror(errno));
+        tj__af_fail(f, TJ_ERR_IO, "%s: cannot create %s: %s", path, f->tmp, strerror(errno));
         TJ_FREE(f->tmp);
         f->tmp = NULL;
         return 1;
@@ -10936,7 +11139,7 @@ static int tj__af_write(tj__afile *f, const void *data, size_t len) {
         ssize_t w = write(f->fd, p, chunk);
         if (w < 0) {
             if (errno == EINTR) continue;
-            tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: write to %s failed: %s", f->path, f->tmp, strerror(errno));
+            tj__af_fail(f, TJ_ERR_IO, "%s: write to %s failed: %s", f->path, f->tmp, strerror(errno));
             tj__af_abort(f);
             return 1;
         }
@@ -10952,20 +11155,20 @@ static int tj__af_commit(tj__afile *f) {
     /* fsync before rename: else the rename may reach the disk before the
        data, and a crash would leave an empty or partial file at path. */
     if (fsync(f->fd) != 0) {
-        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: fsync of %s failed: %s", f->path, f->tmp, strerror(errno));
+        tj__af_fail(f, TJ_ERR_IO, "%s: fsync of %s failed: %s", f->path, f->tmp, strerror(errno));
         tj__af_abort(f);
         return 1;
     }
     /* rename while the temp file is still open: its lock tells cleaners of
        stale temp files (tj__af_clean_stale) that it is in use */
     if (rename(f->tmp, f->path) != 0) {
-        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
+        tj__af_fail(f, TJ_ERR_IO, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
         tj__af_abort(f);
         return 1;
     }
     if (close(f->fd) != 0) { /* the data was synced: the new file is in place */
         f->fd = -1;
-        tj__err(f->ctx, TJ_ERR_IO, NULL, 0, "%s: close failed: %s", f->path, strerror(errno));
+        tj__af_fail(f, TJ_ERR_IO, "%s: close failed: %s", f->path, strerror(errno));
         TJ_FREE(f->tmp);
         f->tmp = NULL;
         return 1;
@@ -10993,39 +11196,61 @@ static int tj__af_commit(tj__afile *f) {
     f->tmp = NULL;
     return 0;
 }
+TJDEF tj_status tj_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+    tj__afile f;
+    if (!path || (!data && len)) return tj__seterr(err, errlen, TJ_ERR_ARG, "tj_write_file_atomic: argument %s is NULL", path ? "data" : "path");
+    if (tj__af_open(&f, NULL, err, errlen, path)) return TJ_ERR_IO;
+    if (tj__af_write(&f, data, len) || tj__af_commit(&f)) return TJ_ERR_IO;
+    return TJ_OK;
+}
 
 /* -- a JSON cursor: the callers know the schema, so no DOM -- */
-typedef struct {
-    const unsigned char *s;
-    size_t n, i;
-    size_t base; /* offset of s[0] in the file, for messages */
-    const char *label;
-    tj_ctx *ctx;
-    int depth;
-} tj__json;
-static int tj__json_fail(tj__json *j, const char *msg, const char *arg) {
-    tj__err(j->ctx, TJ_ERR_IO, NULL, 0, "%s: bad safetensors header at byte %llu: %s%.64s%s", j->label, (unsigned long long)(j->base + j->i), msg, arg ? arg : "",
-            arg ? "'" : "");
-    return 1;
+TJDEF void tj_json_init(tj_json *j, const char *text, size_t len, const char *label, char *err, size_t errlen) {
+    if (!j) return;
+    memset(j, 0, sizeof *j);
+    j->err = err;
+    j->errlen = errlen;
+    j->s = (const unsigned char *)text;
+    j->n = text ? len : 0;
+    j->label = label ? label : "JSON text";
+    j->what = "JSON";
 }
-static void tj__json_ws(tj__json *j) {
+TJDEF tj_status tj_json_fail(tj_json *j, const char *fmt, ...) {
+    char m[256], full[TJ__MSG];
+    va_list ap;
+    if (!j || !fmt) return TJ_ERR_ARG;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "%s: bad %s at byte %llu: %s", j->label, j->what ? j->what : "JSON", (unsigned long long)(j->base + j->i), m);
+    tj__seterr(j->err, j->errlen, TJ_ERR_IO, "%s", full);
+    if (j->ctx) tj__err(j->ctx, TJ_ERR_IO, NULL, 0, "%s", full);
+    return TJ_ERR_IO;
+}
+/* a NULL argument of a cursor function */
+static tj_status tj__json_null(tj_json *j, const char *fn, const char *arg) {
+    tj__seterr(j->err, j->errlen, TJ_ERR_ARG, "%s: argument %s is NULL", fn, arg);
+    if (j->ctx) tj__err(j->ctx, TJ_ERR_ARG, NULL, 0, "%s: argument %s is NULL", fn, arg);
+    return TJ_ERR_ARG;
+}
+static void tj__json_ws(tj_json *j) {
     while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' || j->s[j->i] == '\r')) j->i++;
 }
-static int tj__json_peek(tj__json *j) {
+TJDEF int tj_json_peek(tj_json *j) {
+    if (!j) return -1;
     tj__json_ws(j);
     return j->i < j->n ? j->s[j->i] : -1;
 }
-static int tj__json_expect(tj__json *j, char c) {
-    char m[16];
-    if (tj__json_peek(j) == (unsigned char)c) {
+TJDEF tj_status tj_json_expect(tj_json *j, char c) {
+    if (!j) return TJ_ERR_ARG;
+    if (tj_json_peek(j) == (unsigned char)c) {
         j->i++;
-        return 0;
+        return TJ_OK;
     }
-    snprintf(m, sizeof m, "expected '%c'", c);
-    return tj__json_fail(j, m, NULL);
+    return tj_json_fail(j, "expected '%c'", c);
 }
 static int tj__json_hex(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; }
-static int tj__json_hex4(tj__json *j, size_t at, uint32_t *v) {
+static int tj__json_hex4(tj_json *j, size_t at, uint32_t *v) {
     size_t k;
     *v = 0;
     for (k = 0; k < 4; k++) {
@@ -11035,23 +11260,24 @@ static int tj__json_hex4(tj__json *j, size_t at, uint32_t *v) {
     }
     return 0;
 }
-/* A string; out NULL only validates. The result may hold \u0000, hence outlen. */
-static int tj__json_str(tj__json *j, char **out, size_t *outlen) {
+/* out NULL only validates. The result may hold \u0000, hence outlen. */
+TJDEF tj_status tj_json_string(tj_json *j, char **out, size_t *outlen) {
     size_t k, m = 0;
     char *o = NULL, tmp[4];
     if (out) *out = NULL;
-    if (tj__json_peek(j) != '"') return tj__json_fail(j, "expected string", NULL);
+    if (!j) return TJ_ERR_ARG;
+    if (tj_json_peek(j) != '"') return tj_json_fail(j, "expected string");
     /* find the closing quote first: escapes never expand, so one allocation */
     k = j->i + 1;
     while (k < j->n && j->s[k] != '"') k += j->s[k] == '\\' ? 2 : 1;
-    if (k >= j->n) return tj__json_fail(j, "unterminated string", NULL);
-    if (out && !(o = (char *)tj__malloc(k - j->i))) return tj__json_fail(j, "out of memory", NULL);
+    if (k >= j->n) return tj_json_fail(j, "unterminated string");
+    if (out && !(o = (char *)tj__malloc(k - j->i))) return tj_json_fail(j, "out of memory");
     j->i++;
     while (j->i < k) {
         unsigned char c = j->s[j->i];
         if (c < 0x20) {
             TJ_FREE(o);
-            return tj__json_fail(j, "control character in string", NULL);
+            return tj_json_fail(j, "control character in string");
         }
         if (c == '\\') {
             unsigned char e = j->s[j->i + 1]; /* j->i + 1 < k: the scan skipped it */
@@ -11065,32 +11291,32 @@ static int tj__json_str(tj__json *j, char **out, size_t *outlen) {
                 uint32_t cp, lo;
                 if (j->i + 6 > k || tj__json_hex4(j, j->i + 2, &cp)) {
                     TJ_FREE(o);
-                    return tj__json_fail(j, "bad \\u escape", NULL);
+                    return tj_json_fail(j, "bad \\u escape");
                 }
                 j->i += 6;
                 if (cp >= 0xDC00 && cp <= 0xDFFF) {
                     TJ_FREE(o);
-                    return tj__json_fail(j, "unpaired surrogate", NULL);
+                    return tj_json_fail(j, "unpaired surrogate");
                 }
                 if (cp >= 0xD800 && cp <= 0xDBFF) {
                     if (j->i + 6 > k || j->s[j->i] != '\\' || j->s[j->i + 1] != 'u' || tj__json_hex4(j, j->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
                         TJ_FREE(o);
-                        return tj__json_fail(j, "unpaired surrogate", NULL);
+                        return tj_json_fail(j, "unpaired surrogate");
                     }
                     j->i += 6;
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 }
-                m += tj__u8_enc(cp, o ? o + m : tmp);
+                m += tj_utf8_encode(cp, o ? o + m : tmp);
             } else {
                 TJ_FREE(o);
-                return tj__json_fail(j, "bad escape", NULL);
+                return tj_json_fail(j, "bad escape");
             }
         } else if (c >= 0x80) {
             uint32_t cp;
-            size_t l = tj__u8_dec(j->s + j->i, k - j->i, &cp);
+            size_t l = tj_utf8_decode(j->s + j->i, k - j->i, &cp);
             if (!l) {
                 TJ_FREE(o);
-                return tj__json_fail(j, "invalid UTF-8 in string", NULL);
+                return tj_json_fail(j, "invalid UTF-8 in string");
             }
             if (o) memcpy(o + m, j->s + j->i, l);
             m += l;
@@ -11104,120 +11330,162 @@ static int tj__json_str(tj__json *j, char **out, size_t *outlen) {
     j->i = k + 1;
     if (o) o[m] = 0, *out = o;
     if (outlen) *outlen = m;
-    return 0;
+    return TJ_OK;
 }
 /* Strings kept as C strings must not hide a \u0000: two different keys
    would compare equal. */
-static int tj__json_cstr(tj__json *j, char **out) {
-    size_t l, at = j->i;
-    if (tj__json_str(j, out, &l)) return 1;
+TJDEF tj_status tj_json_cstring(tj_json *j, char **out) {
+    size_t l, at;
+    if (!j) return TJ_ERR_ARG;
+    if (!out) return tj__json_null(j, "tj_json_cstring", "out");
+    at = j->i;
+    if (tj_json_string(j, out, &l)) return TJ_ERR_IO;
     if (strlen(*out) != l) {
         TJ_FREE(*out);
         *out = NULL;
         j->i = at;
-        return tj__json_fail(j, "string contains \\u0000", NULL);
+        return tj_json_fail(j, "string contains \\u0000");
     }
-    return 0;
+    return TJ_OK;
 }
-static int tj__json_u64(tj__json *j, uint64_t *v) {
-    int c = tj__json_peek(j);
+TJDEF tj_status tj_json_u64(tj_json *j, uint64_t *v) {
+    int c;
+    if (!j) return TJ_ERR_ARG;
+    if (!v) return tj__json_null(j, "tj_json_u64", "v");
+    c = tj_json_peek(j);
     *v = 0;
-    if (c < '0' || c > '9') return tj__json_fail(j, "expected non-negative integer", NULL);
-    if (c == '0' && j->i + 1 < j->n && j->s[j->i + 1] >= '0' && j->s[j->i + 1] <= '9') return tj__json_fail(j, "leading zero in number", NULL);
+    if (c < '0' || c > '9') return tj_json_fail(j, "expected non-negative integer");
+    if (c == '0' && j->i + 1 < j->n && j->s[j->i + 1] >= '0' && j->s[j->i + 1] <= '9') return tj_json_fail(j, "leading zero in number");
     while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') {
         unsigned d = (unsigned)(j->s[j->i] - '0');
-        if (*v > (UINT64_MAX - d) / 10) return tj__json_fail(j, "integer overflow", NULL);
+        if (*v > (UINT64_MAX - d) / 10) return tj_json_fail(j, "integer overflow");
         *v = *v * 10 + d;
         j->i++;
     }
-    if (j->i < j->n && (j->s[j->i] == '.' || j->s[j->i] == 'e' || j->s[j->i] == 'E')) return tj__json_fail(j, "expected integer, got fraction/exponent", NULL);
-    return 0;
+    if (j->i < j->n && (j->s[j->i] == '.' || j->s[j->i] == 'e' || j->s[j->i] == 'E')) return tj_json_fail(j, "expected integer, got fraction/exponent");
+    return TJ_OK;
 }
-static int tj__json_digits(tj__json *j) {
+static int tj__json_digits(tj_json *j) {
     size_t at = j->i;
     while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') j->i++;
-    return j->i > at ? 0 : tj__json_fail(j, "expected digit", NULL);
+    return j->i > at ? 0 : tj_json_fail(j, "expected digit");
 }
-/* Object members after the '{': 1 = *key read and ':' consumed (caller
-   frees key), 0 = '}' consumed, -1 = error. */
-static int tj__json_obj_next(tj__json *j, int *first, char **key) {
-    int c = tj__json_peek(j);
+/* past one number of the strict grammar: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)? */
+static int tj__json_num_span(tj_json *j) {
+    if (j->i < j->n && j->s[j->i] == '-') j->i++;
+    if (j->i < j->n && j->s[j->i] == '0') j->i++;
+    else if (tj__json_digits(j)) return 1;
+    if (j->i < j->n && j->s[j->i] == '.') {
+        j->i++;
+        if (tj__json_digits(j)) return 1;
+    }
+    if (j->i < j->n && (j->s[j->i] == 'e' || j->s[j->i] == 'E')) {
+        j->i++;
+        if (j->i < j->n && (j->s[j->i] == '+' || j->s[j->i] == '-')) j->i++;
+        if (tj__json_digits(j)) return 1;
+    }
+    return 0;
+}
+TJDEF tj_status tj_json_number(tj_json *j, double *v) {
+    int c;
+    size_t at;
+    char tmp[64], *s = tmp;
+    if (!j) return TJ_ERR_ARG;
+    if (!v) return tj__json_null(j, "tj_json_number", "v");
+    c = tj_json_peek(j);
+    at = j->i;
+    *v = 0;
+    if (c != '-' && (c < '0' || c > '9')) return tj_json_fail(j, "expected a number");
+    if (tj__json_num_span(j)) return TJ_ERR_IO;
+    if (j->i - at >= sizeof tmp && !(s = (char *)tj__malloc(j->i - at + 1))) return tj_json_fail(j, "out of memory");
+    memcpy(s, j->s + at, j->i - at);
+    s[j->i - at] = 0;
+    *v = strtod(s, NULL);
+    if (s != tmp) TJ_FREE(s);
+    return TJ_OK;
+}
+TJDEF tj_status tj_json_literal(tj_json *j, int *v) {
+    static const char *const w[3] = {"null", "false", "true"};
+    int k;
+    if (!j) return TJ_ERR_ARG;
+    if (!v) return tj__json_null(j, "tj_json_literal", "v");
+    tj__json_ws(j);
+    for (k = 0; k < 3; k++) {
+        size_t l = strlen(w[k]);
+        if (j->n - j->i >= l && memcmp(j->s + j->i, w[k], l) == 0) {
+            j->i += l;
+            *v = k - 1;
+            return TJ_OK;
+        }
+    }
+    return tj_json_fail(j, "expected true, false or null");
+}
+TJDEF int tj_json_object_next(tj_json *j, int *first, char **key) {
+    int c;
+    if (!j) return -1;
+    if (!first || !key) return tj__json_null(j, "tj_json_object_next", first ? "key" : "first"), -1;
+    c = tj_json_peek(j);
     *key = NULL;
     if (c == '}') {
         j->i++;
         return 0;
     }
     if (!*first) {
-        if (c != ',') return tj__json_fail(j, "expected ',' or '}'", NULL), -1;
+        if (c != ',') return tj_json_fail(j, "expected ',' or '}'"), -1;
         j->i++;
     }
     *first = 0;
-    if (tj__json_cstr(j, key)) return -1;
-    if (tj__json_peek(j) != ':') {
+    if (tj_json_cstring(j, key)) return -1;
+    if (tj_json_peek(j) != ':') {
         TJ_FREE(*key);
         *key = NULL;
-        return tj__json_fail(j, "expected ':'", NULL), -1;
+        return tj_json_fail(j, "expected ':'"), -1;
     }
     j->i++;
     return 1;
 }
-static int tj__json_arr_next(tj__json *j, int *first) {
-    int c = tj__json_peek(j);
+TJDEF int tj_json_array_next(tj_json *j, int *first) {
+    int c;
+    if (!j) return -1;
+    if (!first) return tj__json_null(j, "tj_json_array_next", "first"), -1;
+    c = tj_json_peek(j);
     if (c == ']') {
         j->i++;
         return 0;
     }
     if (!*first) {
-        if (c != ',') return tj__json_fail(j, "expected ',' or ']'", NULL), -1;
+        if (c != ',') return tj_json_fail(j, "expected ',' or ']'"), -1;
         j->i++;
     }
     *first = 0;
     return 1;
 }
-static int tj__json_skip(tj__json *j) {
-    int c = tj__json_peek(j), first = 1, r;
+TJDEF tj_status tj_json_skip(tj_json *j) {
+    int c = tj_json_peek(j), first = 1, r, lit;
     char *key;
-    if (c == '"') return tj__json_str(j, NULL, NULL);
+    if (!j) return TJ_ERR_ARG;
+    if (c == '"') return tj_json_string(j, NULL, NULL);
     if (c == '{' || c == '[') {
-        if (++j->depth > 64) return tj__json_fail(j, "nesting too deep", NULL); /* 1e6 '[' must not blow the stack */
+        if (++j->depth > 64) return tj_json_fail(j, "nesting too deep"); /* 1e6 '[' must not blow the stack */
         j->i++;
         if (c == '{') {
-            while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
+            while ((r = tj_json_object_next(j, &first, &key)) == 1) {
                 TJ_FREE(key);
-                if (tj__json_skip(j)) return 1;
+                if (tj_json_skip(j)) return TJ_ERR_IO;
             }
         } else {
-            while ((r = tj__json_arr_next(j, &first)) == 1)
-                if (tj__json_skip(j)) return 1;
+            while ((r = tj_json_array_next(j, &first)) == 1)
+                if (tj_json_skip(j)) return TJ_ERR_IO;
         }
         j->depth--;
-        return r < 0;
+        return r < 0 ? TJ_ERR_IO : TJ_OK;
     }
-    if (c == 't' || c == 'f' || c == 'n') {
-        const char *lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
-        size_t l = strlen(lit);
-        if (j->n - j->i < l || memcmp(j->s + j->i, lit, l) != 0) return tj__json_fail(j, "bad literal", NULL);
-        j->i += l;
-        return 0;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        if (c == '-') j->i++;
-        if (j->i < j->n && j->s[j->i] == '0') j->i++;
-        else if (tj__json_digits(j)) return 1;
-        if (j->i < j->n && j->s[j->i] == '.') {
-            j->i++;
-            if (tj__json_digits(j)) return 1;
-        }
-        if (j->i < j->n && (j->s[j->i] == 'e' || j->s[j->i] == 'E')) {
-            j->i++;
-            if (j->i < j->n && (j->s[j->i] == '+' || j->s[j->i] == '-')) j->i++;
-            if (tj__json_digits(j)) return 1;
-        }
-        return 0;
-    }
-    return tj__json_fail(j, c < 0 ? "unexpected end" : "unexpected character", NULL);
+    if (c == 't' || c == 'f' || c == 'n') return tj_json_literal(j, &lit);
+    if (c == '-' || (c >= '0' && c <= '9')) return tj__json_num_span(j) ? TJ_ERR_IO : TJ_OK;
+    return tj_json_fail(j, c < 0 ? "unexpected end" : "unexpected character");
 }
 
+/* ---- safetensors ---- */
 /* -- dtypes -- */
 static const char *const tj__st_dtnames[TJ_ST_NDTYPE] = {"F32", "BF16", "F16", "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"};
 static const unsigned char tj__st_dtsize[TJ_ST_NDTYPE] = {4, 2, 2, 8, 8, 4, 2, 1, 8, 4, 2, 1, 1};
@@ -11300,17 +11568,17 @@ static void tj__st_sort(int *v, int *tmp, int n, const tj__st_ten *base, int by_
     }
     memcpy(v, tmp, sizeof(int) * (size_t)n);
 }
-static int tj__st_tensor_hdr(tj__json *j, tj__st_ten *x) {
+static int tj__st_tensor_hdr(tj_json *j, tj__st_ten *x) {
     int first = 1, r, have_dtype = 0, have_shape = 0, have_off = 0;
     char *key;
     const char *nm = x->t.name;
-    if (tj__json_expect(j, '{')) return 1;
-    while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
+    if (tj_json_expect(j, '{')) return 1;
+    while ((r = tj_json_object_next(j, &first, &key)) == 1) {
         if (strcmp(key, "dtype") == 0) {
             char *v;
             TJ_FREE(key);
-            if (have_dtype++) return tj__json_fail(j, "duplicate dtype in tensor '", nm);
-            if (tj__json_cstr(j, &v)) return 1;
+            if (have_dtype++) return tj_json_fail(j, "duplicate dtype in tensor '%.64s'", nm);
+            if (tj_json_cstring(j, &v)) return 1;
             x->t.dtype = tj_st_dtype_from_name(v);
             if (x->t.dtype == TJ_ST_NDTYPE) {
                 tj__err(j->ctx, TJ_ERR_IO, NULL, 0, "%s: tensor '%.64s': unsupported dtype \"%.32s\"", j->label, nm, v);
@@ -11321,14 +11589,14 @@ static int tj__st_tensor_hdr(tj__json *j, tj__st_ten *x) {
         } else if (strcmp(key, "shape") == 0) {
             int af = 1, ar;
             TJ_FREE(key);
-            if (have_shape++) return tj__json_fail(j, "duplicate shape in tensor '", nm);
-            if (tj__json_expect(j, '[')) return 1;
+            if (have_shape++) return tj_json_fail(j, "duplicate shape in tensor '%.64s'", nm);
+            if (tj_json_expect(j, '[')) return 1;
             x->t.rank = 0;
-            while ((ar = tj__json_arr_next(j, &af)) == 1) {
+            while ((ar = tj_json_array_next(j, &af)) == 1) {
                 uint64_t d;
-                if (x->t.rank >= TJ_MAXDIM) return tj__json_fail(j, "rank exceeds 8 in tensor '", nm);
-                if (tj__json_u64(j, &d)) return 1;
-                if (d > (uint64_t)INT64_MAX) return tj__json_fail(j, "dimension too large in tensor '", nm);
+                if (x->t.rank >= TJ_MAXDIM) return tj_json_fail(j, "rank exceeds 8 in tensor '%.64s'", nm);
+                if (tj_json_u64(j, &d)) return 1;
+                if (d > (uint64_t)INT64_MAX) return tj_json_fail(j, "dimension too large in tensor '%.64s'", nm);
                 x->t.shape[x->t.rank++] = (int64_t)d;
             }
             if (ar < 0) return 1;
@@ -11336,44 +11604,44 @@ static int tj__st_tensor_hdr(tj__json *j, tj__st_ten *x) {
             int af = 1, ar, cnt = 0;
             uint64_t v[2] = {0, 0};
             TJ_FREE(key);
-            if (have_off++) return tj__json_fail(j, "duplicate data_offsets in tensor '", nm);
-            if (tj__json_expect(j, '[')) return 1;
-            while ((ar = tj__json_arr_next(j, &af)) == 1) {
-                if (cnt >= 2) return tj__json_fail(j, "data_offsets needs 2 entries in tensor '", nm);
-                if (tj__json_u64(j, &v[cnt++])) return 1;
+            if (have_off++) return tj_json_fail(j, "duplicate data_offsets in tensor '%.64s'", nm);
+            if (tj_json_expect(j, '[')) return 1;
+            while ((ar = tj_json_array_next(j, &af)) == 1) {
+                if (cnt >= 2) return tj_json_fail(j, "data_offsets needs 2 entries in tensor '%.64s'", nm);
+                if (tj_json_u64(j, &v[cnt++])) return 1;
             }
             if (ar < 0) return 1;
-            if (cnt != 2) return tj__json_fail(j, "data_offsets needs 2 entries in tensor '", nm);
+            if (cnt != 2) return tj_json_fail(j, "data_offsets needs 2 entries in tensor '%.64s'", nm);
             x->begin = v[0];
             x->end = v[1];
         } else { /* unknown fields are tolerated, as serde does by default */
             TJ_FREE(key);
-            if (tj__json_skip(j)) return 1;
+            if (tj_json_skip(j)) return 1;
         }
     }
     if (r < 0) return 1;
-    if (!have_dtype) return tj__json_fail(j, "missing dtype in tensor '", nm);
-    if (!have_shape) return tj__json_fail(j, "missing shape in tensor '", nm);
-    if (!have_off) return tj__json_fail(j, "missing data_offsets in tensor '", nm);
+    if (!have_dtype) return tj_json_fail(j, "missing dtype in tensor '%.64s'", nm);
+    if (!have_shape) return tj_json_fail(j, "missing shape in tensor '%.64s'", nm);
+    if (!have_off) return tj_json_fail(j, "missing data_offsets in tensor '%.64s'", nm);
     return 0;
 }
-static int tj__st_meta_hdr(tj__json *j, tj_safetensors *st) {
+static int tj__st_meta_hdr(tj_json *j, tj_safetensors *st) {
     int first = 1, r, k;
     char *key, *val;
-    if (tj__json_expect(j, '{')) return 1;
-    while ((r = tj__json_obj_next(j, &first, &key)) == 1) {
+    if (tj_json_expect(j, '{')) return 1;
+    while ((r = tj_json_object_next(j, &first, &key)) == 1) {
         for (k = 0; k < st->n_meta; k++)
             if (strcmp(st->meta[2 * k], key) == 0) {
-                tj__json_fail(j, "duplicate __metadata__ key '", key);
+                tj_json_fail(j, "duplicate __metadata__ key '%.64s'", key);
                 TJ_FREE(key);
                 return 1;
             }
-        if (tj__json_peek(j) != '"') {
-            tj__json_fail(j, "__metadata__ value is not a string for key '", key);
+        if (tj_json_peek(j) != '"') {
+            tj_json_fail(j, "__metadata__ value is not a string for key '%.64s'", key);
             TJ_FREE(key);
             return 1;
         }
-        if (tj__json_cstr(j, &val)) {
+        if (tj_json_cstring(j, &val)) {
             TJ_FREE(key);
             return 1;
         }
@@ -11383,7 +11651,7 @@ static int tj__st_meta_hdr(tj__json *j, tj_safetensors *st) {
             if (!m) {
                 TJ_FREE(key);
                 TJ_FREE(val);
-                return tj__json_fail(j, "out of memory", NULL);
+                return tj_json_fail(j, "out of memory");
             }
             st->meta = m;
             st->meta_cap = nc;
@@ -11425,7 +11693,7 @@ static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t 
     uint64_t hlen = 0, pos;
     size_t data_len;
     int k, first = 1, r, seen_meta = 0;
-    tj__json j;
+    tj_json j;
     char *key;
     int *by_off = NULL, *tmp = NULL;
     if (!st) {
@@ -11455,23 +11723,21 @@ static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t 
     }
     st->data_start = 8 + (size_t)hlen;
     data_len = len - st->data_start;
-    memset(&j, 0, sizeof j);
-    j.s = buf + 8;
-    j.n = (size_t)hlen;
+    tj_json_init(&j, (const char *)buf + 8, (size_t)hlen, label, NULL, 0);
     j.base = 8;
-    j.label = label;
+    j.what = "safetensors header";
     j.ctx = c;
     if (buf[8] != '{') { /* the spec wants no leading space */
-        tj__json_fail(&j, "header must start with '{'", NULL);
+        tj_json_fail(&j, "header must start with '{'");
         goto fail;
     }
     j.i = 1;
-    while ((r = tj__json_obj_next(&j, &first, &key)) == 1) {
+    while ((r = tj_json_object_next(&j, &first, &key)) == 1) {
         tj__st_ten *x;
         if (strcmp(key, "__metadata__") == 0) {
             TJ_FREE(key);
             if (seen_meta++) {
-                tj__json_fail(&j, "duplicate __metadata__", NULL);
+                tj_json_fail(&j, "duplicate __metadata__");
                 goto fail;
             }
             if (tj__st_meta_hdr(&j, st)) goto fail;
@@ -11496,7 +11762,7 @@ static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t 
     if (r < 0) goto fail;
     tj__json_ws(&j); /* only whitespace padding may follow */
     if (j.i != j.n) {
-        tj__json_fail(&j, "trailing garbage after the header object", NULL);
+        tj_json_fail(&j, "trailing garbage after the header object");
         goto fail;
     }
     for (k = 0; k < st->n; k++) {
@@ -11594,15 +11860,19 @@ TJDEF tj_safetensors *tj_st_parse(tj_ctx *c, const void *bytes, size_t len, cons
     return tj__st_parse_owned(c, copy, len, label);
 }
 TJDEF tj_safetensors *tj_st_load(tj_ctx *c, const char *path) {
-    unsigned char *buf;
+    char *buf, err[TJ__MSG];
     size_t len;
+    tj_status st;
     if (!c) return NULL;
     if (!path) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_st_load: argument path is NULL");
         return NULL;
     }
-    if (tj__file_read(c, path, &buf, &len)) return NULL;
-    return tj__st_parse_owned(c, buf, len, path);
+    if ((st = tj__file_read(path, &buf, &len, err, sizeof err)) != TJ_OK) {
+        tj__err(c, st, NULL, 0, "%s", err);
+        return NULL;
+    }
+    return tj__st_parse_owned(c, (unsigned char *)buf, len, path);
 }
 TJDEF int tj_st_count(const tj_safetensors *st) { return st ? st->n : 0; }
 TJDEF const tj_st_tensor *tj_st_at(const tj_safetensors *st, int i) { return st && i >= 0 && i < st->n ? &st->ten[i].t : NULL; }
@@ -11816,7 +12086,7 @@ TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype
 
 /* -- writer -- */
 static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int n, const char *const *meta_kv, int n_meta, int checksum) {
-    tj__sbuf h;
+    tj_strbuf h;
     tj__afile f;
     tj__hash hs;
     uint64_t *offs = NULL, pos = 0;
@@ -11905,34 +12175,34 @@ static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int
                 offs[i] = pos;
                 pos += nbytes[i];
             }
-    if (checksum) tj__sb_puts(&h, tj__st_ckpre), tj__sb_puts(&h, "0000000000000000\"");
-    else tj__sb_put(&h, "{", 1);
+    if (checksum) tj_strbuf_puts(&h, tj__st_ckpre), tj_strbuf_puts(&h, "0000000000000000\"");
+    else tj_strbuf_put(&h, "{", 1);
     if (n_meta > 0) {
-        if (!checksum) tj__sb_puts(&h, "\"__metadata__\":{");
+        if (!checksum) tj_strbuf_puts(&h, "\"__metadata__\":{");
         for (i = 0; i < n_meta; i++) {
-            if (i || checksum) tj__sb_put(&h, ",", 1);
-            tj__sb_json_str(&h, meta_kv[2 * i]);
-            tj__sb_put(&h, ":", 1);
-            tj__sb_json_str(&h, meta_kv[2 * i + 1]);
+            if (i || checksum) tj_strbuf_put(&h, ",", 1);
+            tj_strbuf_json(&h, meta_kv[2 * i]);
+            tj_strbuf_put(&h, ":", 1);
+            tj_strbuf_json(&h, meta_kv[2 * i + 1]);
         }
     }
-    if (n_meta > 0 || checksum) tj__sb_put(&h, "}", 1);
+    if (n_meta > 0 || checksum) tj_strbuf_put(&h, "}", 1);
     for (i = 0; i < n; i++) {
         const tj_st_entry *e = &ten[i];
-        if (i || n_meta > 0 || checksum) tj__sb_put(&h, ",", 1);
-        tj__sb_json_str(&h, e->name);
-        tj__sb_puts(&h, ":{\"dtype\":\"");
-        tj__sb_puts(&h, tj_st_dtype_name(e->dtype));
-        tj__sb_puts(&h, "\",\"shape\":[");
+        if (i || n_meta > 0 || checksum) tj_strbuf_put(&h, ",", 1);
+        tj_strbuf_json(&h, e->name);
+        tj_strbuf_puts(&h, ":{\"dtype\":\"");
+        tj_strbuf_puts(&h, tj_st_dtype_name(e->dtype));
+        tj_strbuf_puts(&h, "\",\"shape\":[");
         for (k = 0; k < e->rank; k++) {
             snprintf(num, sizeof num, k ? ",%lld" : "%lld", (long long)e->shape[k]);
-            tj__sb_puts(&h, num);
+            tj_strbuf_puts(&h, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offs[i], (unsigned long long)(offs[i] + nbytes[i]));
-        tj__sb_puts(&h, num);
+        tj_strbuf_puts(&h, num);
     }
-    tj__sb_put(&h, "}", 1);
-    while ((8 + h.n) % 8) tj__sb_put(&h, " ", 1);
+    tj_strbuf_put(&h, "}", 1);
+    while ((8 + h.n) % 8) tj_strbuf_put(&h, " ", 1);
     if (h.oom) {
         tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
         goto done;
@@ -11946,7 +12216,7 @@ static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tj__hash_end(&hs));
         memcpy(h.p + pre, hex, 16);
     }
-    if (tj__af_open(&f, c, path)) goto done;
+    if (tj__af_open(&f, c, NULL, 0, path)) goto done;
     if (tj__af_write(&f, lenb, 8) || tj__af_write(&f, h.p, h.n)) goto done;
     for (k = 0; k < no; k++)
         if (nbytes[order[k]] && tj__af_write(&f, ten[order[k]].data, nbytes[order[k]])) goto done;
@@ -12010,7 +12280,7 @@ static tj_status tj__procs_tree_io(const tj_tree *t, const char *path, int save)
 TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
     tj_ctx *c;
     tj__kvlist kv;
-    tj__sbuf order;
+    tj_strbuf order;
     tj_st_entry *e = NULL;
     int64_t (*shapes)[TJ_MAXDIM] = NULL;
     void **bufs = NULL;
@@ -12045,8 +12315,8 @@ TJDEF tj_status tj_tree_save(const tj_tree *t, const char *path) {
             rc = TJ_ERR_ARG;
             goto done;
         }
-        if (i) tj__sb_put(&order, "\n", 1);
-        tj__sb_puts(&order, l->name);
+        if (i) tj_strbuf_put(&order, "\n", 1);
+        tj_strbuf_puts(&order, l->name);
         switch (l->kind) {
         case TJ_LEAF_ARRAY: {
             const tj_array *a = l->arr;
@@ -12345,53 +12615,44 @@ done:
     return rc;
 }
 
-/* a JSON string (quoted, escaped) into buf */
-static const char *tj__trace_str(const char *s, char *buf, size_t n) {
-    size_t k = 0;
-    buf[k++] = '"';
-    for (; s && *s && k + 8 < n; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') k += (size_t)snprintf(buf + k, n - k, "\\%c", ch);
-        else if (ch < 0x20) k += (size_t)snprintf(buf + k, n - k, "\\u%04x", ch);
-        else buf[k++] = (char)ch;
-    }
-    buf[k++] = '"';
-    buf[k] = 0;
-    return buf;
-}
-/* Written like every other file of the library: a temp file, fsync, rename
-   (tj__afile in [2]), so a crash never leaves half a trace at path. */
+/* tj_prog_write_trace ([13]): the events as Chrome trace JSON, written
+   like every other file of the library (temp file, fsync, rename), so a
+   crash never leaves half a trace at path. */
 TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
+    tj_strbuf b = {NULL, 0, 0, 0};
     tj__afile af;
-    char line[1024], b1[160], b2[160], b3[320], where[280];
-    int i, d, bad = 0;
+    char where[280];
+    int i, d, bad;
     static const char *cat[3] = {"kernel", "collective", "copy"};
     if (!p) return TJ_ERR_ARG;
     if (!path) {
         tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_prog_write_trace: argument path is NULL");
         return TJ_ERR_ARG;
     }
-    if (tj__af_open(&af, p->ctx, path)) return tj_status_of(p->ctx);
-    snprintf(line, sizeof line, "{\"traceEvents\": [\n");
-    bad |= tj__af_write(&af, line, strlen(line));
-    for (d = 0; d < p->ctx->ndev && !bad; d++) {
-        snprintf(line, sizeof line, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d\"}},\n", d, d);
-        bad |= tj__af_write(&af, line, strlen(line));
-    }
-    for (i = 0; i < p->nevents && !bad; i++) {
+    tj_strbuf_puts(&b, "{\"traceEvents\": [\n");
+    for (d = 0; d < p->ctx->ndev; d++)
+        tj_strbuf_printf(&b, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d\"}},\n", d, d);
+    for (i = 0; i < p->nevents; i++) {
         const tj_event *e = &p->events[i];
         snprintf(where, sizeof where, "%s:%d", tj__base(e->file), e->line);
-        snprintf(line, sizeof line,
-                 "{\"name\": %s, \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": %s, \"source\": %s}},\n",
-                 tj__trace_str(e->op, b1, sizeof b1), cat[e->kind], e->device, e->start_us, e->dur_us, tj__trace_str(e->what, b2, sizeof b2),
-                 tj__trace_str(where, b3, sizeof b3));
-        bad |= tj__af_write(&af, line, strlen(line));
+        tj_strbuf_puts(&b, "{\"name\": ");
+        tj_strbuf_json(&b, e->op);
+        tj_strbuf_printf(&b, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": ", cat[e->kind], e->device,
+                         e->start_us, e->dur_us);
+        tj_strbuf_json(&b, e->what);
+        tj_strbuf_puts(&b, ", \"source\": ");
+        tj_strbuf_json(&b, where);
+        tj_strbuf_puts(&b, "}},\n");
     }
-    if (!bad) {
-        snprintf(line, sizeof line, "{\"name\": \"end\", \"ph\": \"i\", \"pid\": 1, \"tid\": 0, \"ts\": 0, \"s\": \"g\"}\n]}\n");
-        bad |= tj__af_write(&af, line, strlen(line));
+    tj_strbuf_puts(&b, "{\"name\": \"end\", \"ph\": \"i\", \"pid\": 1, \"tid\": 0, \"ts\": 0, \"s\": \"g\"}\n]}\n");
+    if (b.oom) {
+        tj_strbuf_free(&b);
+        tj__err(p->ctx, TJ_ERR_OOM, NULL, 0, "tj_prog_write_trace: %s: out of memory", path);
+        return TJ_ERR_OOM;
     }
-    if (bad || tj__af_commit(&af)) return tj_status_of(p->ctx) ? tj_status_of(p->ctx) : TJ_ERR_IO;
+    bad = tj__af_open(&af, p->ctx, NULL, 0, path) || tj__af_write(&af, b.p, b.n) || tj__af_commit(&af);
+    tj_strbuf_free(&b);
+    if (bad) return tj_status_of(p->ctx) ? tj_status_of(p->ctx) : TJ_ERR_IO;
     return TJ_OK;
 }
 

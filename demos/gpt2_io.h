@@ -3,7 +3,7 @@
  * Single header, STB style.  In exactly one C or C++ file:
  *     #define GPT2_IO_IMPLEMENTATION
  *     #include "gpt2_io.h"
- * Compiles as C99 and as C++.  POSIX only (open/fsync/rename for atomic
+ * Compiles as C99 and as C++.  POSIX only (through tinyjax.h: open/fsync/rename for atomic
  * writes).  Public names start with gio_, private ones with gio__.
  *
  * Error convention: every fallible function returns int 0 on success and
@@ -12,15 +12,16 @@
  * in here exits, aborts or asserts on bad input; a corrupt file is an error
  * message, never a crash.
  *
- * Files are always written atomically: data goes to "<path>.tmp.<pid>", is
- * fsync'ed, then rename()d over <path>, and the directory is fsync'ed, so a
- * crash leaves either the old file or the new one, never half of one.
+ * Files are always written atomically, with tinyjax's tj_write_file_atomic:
+ * data goes to "<path>.tmp.<pid>.<k>", is fsync'ed, then rename()d over
+ * <path>, and the directory is fsync'ed, so a crash leaves either the old
+ * file or the new one, never half of one.
  *
  * --- safetensors -----------------------------------------------------------
  * Safetensors files (GPT-2 checkpoints) are read and written by tinyjax
  * itself: tj_st_load / tj_st_parse / tj_st_find / tj_st_expect / tj_st_meta /
  * tj_st_array / tj_st_to_f32 / tj_st_save, and tj_tree_save / tj_tree_load for
- * whole parameter trees (see tinyjax.h, section [2]).  This header includes
+ * whole parameter trees (see tinyjax.h, appendix [A]).  This header includes
  * "../tinyjax.h" for them (declarations only: define TINYJAX_IMPLEMENTATION
  * in one file of the program, as usual).
  *
@@ -108,10 +109,13 @@
  *   void gio_trace_free(gio_trace *t);
  *   (errors go to t->err; args is free text shown as args.detail, may be NULL)
  *
- * --- misc --------------------------------------------------------------------------
- *   int gio_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
- *   int gio_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen);
- *        (*data is malloc'ed and NUL-terminated)
+ * --- files, strings, JSON: tinyjax.h ---------------------------------------------------
+ * Reading and writing whole files (tj_read_file, tj_write_file_atomic), the
+ * string buffer the writers here fill (tj_strbuf), UTF-8 and the JSON reader
+ * of config.json, vocab.json and tokenizer.json (tj_json) are the header's
+ * public helpers (tinyjax.h, [A]), with the same (err, errlen) convention
+ * as this file. Strings they hand back are released with free() here: the
+ * demo keeps tinyjax's default allocator (no TJ_MALLOC hooks).
  */
 #ifndef GPT2_IO_H
 #define GPT2_IO_H
@@ -184,13 +188,7 @@ int gio_svg_loss_curve(const char *path, const char *title,
                        char *err, size_t errlen);
 
 typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} gio_strbuf;
-
-typedef struct {
-    gio_strbuf events;        /* serialized events, comma separated */
+    tj_strbuf events;        /* serialized events, comma separated */
     size_t n_events;
     char err[256];
 } gio_trace;
@@ -203,9 +201,6 @@ int gio_trace_event(gio_trace *t, const char *name, const char *cat, int pid, in
 int gio_trace_counter(gio_trace *t, const char *name, int pid, double ts_us, double value);
 int gio_trace_write(gio_trace *t, const char *path);
 void gio_trace_free(gio_trace *t);
-
-int gio_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
-int gio_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }
@@ -221,11 +216,6 @@ int gio_read_file(const char *path, char **data, size_t *len, char *err, size_t 
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
-#include <errno.h>
-#include <unistd.h>
-#include <fcntl.h>
-#include <sys/types.h>
-#include <sys/stat.h>
 
 #if defined(__GNUC__)
 #define GIO__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -245,534 +235,27 @@ static void gio__seterr(char *err, size_t errlen, const char *fmt, ...) {
 /* malloc(0) may return NULL, which would look like out-of-memory. */
 static void *gio__alloc(size_t n) { return malloc(n ? n : 1); }
 
-/* ---- growable string buffer ---- */
+/* ---- text and files: tinyjax.h [A] (tj_strbuf, tj_utf8_*, tj_read_file,
+   tj_write_file_atomic, tj_json) ---- */
 
-static void gio__sb_put(gio_strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        char *p;
-        while (cap < b->n + n + 1) cap *= 2;
-        p = (char *)realloc(b->p, cap);
-        if (!p) { b->oom = 1; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void gio__sb_puts(gio_strbuf *b, const char *s) { gio__sb_put(b, s, strlen(s)); }
-
-static void gio__sb_printf(gio_strbuf *b, const char *fmt, ...) GIO__PRINTF(2, 3);
-static void gio__sb_printf(gio_strbuf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    int n;
-    va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) { b->oom = 1; return; }
-    if ((size_t)n < sizeof tmp) { gio__sb_put(b, tmp, (size_t)n); return; }
-    {
-        char *big = (char *)malloc((size_t)n + 1);
-        if (!big) { b->oom = 1; return; }
-        va_start(ap, fmt);
-        vsnprintf(big, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-        gio__sb_put(b, big, (size_t)n);
-        free(big);
-    }
-}
-
-/* JSON string literal; bytes >= 0x80 pass through (callers supply UTF-8). */
-static void gio__sb_json_str(gio_strbuf *b, const char *s) {
-    gio__sb_put(b, "\"", 1);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"') gio__sb_puts(b, "\\\"");
-        else if (c == '\\') gio__sb_puts(b, "\\\\");
-        else if (c == '\n') gio__sb_puts(b, "\\n");
-        else if (c == '\t') gio__sb_puts(b, "\\t");
-        else if (c < 0x20) gio__sb_printf(b, "\\u%04x", c);
-        else gio__sb_put(b, (const char *)&c, 1);
-    }
-    gio__sb_put(b, "\"", 1);
-}
-
-static void gio__sb_xml(gio_strbuf *b, const char *s) {
+static void gio__sb_xml(tj_strbuf *b, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
-        case '<': gio__sb_puts(b, "&lt;"); break;
-        case '>': gio__sb_puts(b, "&gt;"); break;
-        case '&': gio__sb_puts(b, "&amp;"); break;
-        case '"': gio__sb_puts(b, "&quot;"); break;
+        case '<': tj_strbuf_puts(b, "&lt;"); break;
+        case '>': tj_strbuf_puts(b, "&gt;"); break;
+        case '&': tj_strbuf_puts(b, "&amp;"); break;
+        case '"': tj_strbuf_puts(b, "&quot;"); break;
         default:
             /* XML 1.0 forbids most control characters outright. */
-            if ((unsigned char)*s >= 0x20 || *s == '\t' || *s == '\n') gio__sb_put(b, s, 1);
+            if ((unsigned char)*s >= 0x20 || *s == '\t' || *s == '\n') tj_strbuf_put(b, s, 1);
         }
     }
 }
 
-/* ---- UTF-8 ---- */
-
-/* Returns sequence length, or 0 if s does not start with valid UTF-8
-   (overlongs, surrogates and > U+10FFFF are invalid, as JSON requires). */
-static size_t gio__utf8_dec(const unsigned char *s, size_t n, uint32_t *cp) {
-    uint32_t c;
-    size_t len, k;
-    if (n == 0) return 0;
-    c = s[0];
-    if (c < 0x80) { *cp = c; return 1; }
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; c &= 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; c &= 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; c &= 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[k] & 0x3F);
-    }
-    if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) || c > 0x10FFFF ||
-        (c >= 0xD800 && c <= 0xDFFF))
-        return 0;
-    *cp = c;
-    return len;
-}
-
-static size_t gio__utf8_enc(uint32_t c, char *o) {
-    if (c < 0x80) { o[0] = (char)c; return 1; }
-    if (c < 0x800) { o[0] = (char)(0xC0 | (c >> 6)); o[1] = (char)(0x80 | (c & 0x3F)); return 2; }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | (c >> 12)); o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F)); return 3;
-    }
-    o[0] = (char)(0xF0 | (c >> 18)); o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F)); o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-
-/* ---- file helpers ---- */
-
-int gio_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen) {
-    FILE *f;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    *data = NULL;
-    *len = 0;
-    f = fopen(path, "rb");
-    if (!f) { gio__seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
-    /* The size is only a hint (pipes have none, files may grow): sizing the
-       buffer from it avoids doubling a 500 MB checkpoint, and the loop below
-       still reads to EOF whatever happens. */
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long sz = ftell(f);
-        if (sz > 0 && (unsigned long)sz < (unsigned long)SIZE_MAX - 65536 * 2) {
-            buf = (char *)malloc((size_t)sz + 65536 + 1);
-            if (buf) cap = (size_t)sz + 65536;
-        }
-        rewind(f);
-    }
-    for (;;) {
-        size_t got;
-        if (cap - n < 65536) {
-            size_t ncap = cap ? cap * 2 : 1 << 20;
-            char *p = (char *)realloc(buf, ncap + 1);
-            if (!p) {
-                free(buf); fclose(f);
-                gio__seterr(err, errlen, "%s: out of memory reading file", path);
-                return 1;
-            }
-            buf = p;
-            cap = ncap;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        free(buf); fclose(f);
-        gio__seterr(err, errlen, "%s: read error", path);
-        return 1;
-    }
-    fclose(f);
-    buf[n] = 0;
-    *data = buf;
-    *len = n;
-    return 0;
-}
-
-typedef struct {
-    int fd;
-    char *tmp;
-    const char *path;
-} gio__afile;
-
-static int gio__af_open(gio__afile *f, const char *path, char *err, size_t errlen) {
-    size_t n = strlen(path) + 32;
-    f->path = path;
-    f->fd = -1;
-    f->tmp = (char *)malloc(n);
-    if (!f->tmp) { gio__seterr(err, errlen, "%s: out of memory", path); return 1; }
-    snprintf(f->tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (f->fd < 0) {
-        gio__seterr(err, errlen, "%s: cannot create %s: %s", path, f->tmp, strerror(errno));
-        free(f->tmp);
-        f->tmp = NULL;
-        return 1;
-    }
-    return 0;
-}
-
-static void gio__af_abort(gio__afile *f) {
-    if (f->fd >= 0) close(f->fd);
-    if (f->tmp) { unlink(f->tmp); free(f->tmp); }
-    f->fd = -1;
-    f->tmp = NULL;
-}
-
-static int gio__af_write(gio__afile *f, const void *data, size_t len, char *err, size_t errlen) {
-    const char *p = (const char *)data;
-    while (len > 0) {
-        size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
-        ssize_t w = write(f->fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            gio__seterr(err, errlen, "%s: write failed: %s", f->tmp, strerror(errno));
-            gio__af_abort(f);
-            return 1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-static int gio__af_commit(gio__afile *f, char *err, size_t errlen) {
-    const char *slash;
-    char *dir;
-    int dfd;
-    /* fsync before rename: otherwise the rename can reach the disk before
-       the data, and a crash would leave an empty or partial file at path. */
-    if (fsync(f->fd) != 0) {
-        gio__seterr(err, errlen, "%s: fsync failed: %s", f->tmp, strerror(errno));
-        gio__af_abort(f);
-        return 1;
-    }
-    if (close(f->fd) != 0) {
-        f->fd = -1;
-        gio__seterr(err, errlen, "%s: close failed: %s", f->tmp, strerror(errno));
-        gio__af_abort(f);
-        return 1;
-    }
-    f->fd = -1;
-    if (rename(f->tmp, f->path) != 0) {
-        gio__seterr(err, errlen, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
-        gio__af_abort(f);
-        return 1;
-    }
-    /* The rename itself lives in the directory; sync it so it survives a
-       power loss.  Best effort: some filesystems refuse fsync on dirs. */
-    slash = strrchr(f->path, '/');
-    if (slash) {
-        size_t dl = (size_t)(slash - f->path);
-        dir = (char *)malloc(dl + 2);
-        if (dir) {
-            if (dl == 0) { dir[0] = '/'; dir[1] = 0; }
-            else { memcpy(dir, f->path, dl); dir[dl] = 0; }
-        }
-    } else {
-        dir = (char *)malloc(2);
-        if (dir) { dir[0] = '.'; dir[1] = 0; }
-    }
-    if (dir) {
-        dfd = open(dir, O_RDONLY);
-        if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
-        free(dir);
-    }
-    free(f->tmp);
-    f->tmp = NULL;
-    return 0;
-}
-
-int gio_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
-    gio__afile f;
-    if (gio__af_open(&f, path, err, errlen)) return 1;
-    if (gio__af_write(&f, data, len, err, errlen)) return 1;
-    return gio__af_commit(&f, err, errlen);
-}
-
-static int gio__write_sb(const char *path, const gio_strbuf *b, char *err, size_t errlen) {
+static int gio__write_sb(const char *path, const tj_strbuf *b, char *err, size_t errlen) {
     if (b->oom) { gio__seterr(err, errlen, "%s: out of memory", path); return 1; }
-    return gio_write_file_atomic(path, b->p ? b->p : "", b->n, err, errlen);
+    return tj_write_file_atomic(path, b->p ? b->p : "", b->n, err, errlen) != TJ_OK;
 }
-
-/* ---- minimal JSON cursor ---- */
-
-/* A streaming cursor instead of a DOM: the callers know the schema they
-   want, and this keeps memory proportional to what they keep. */
-typedef struct {
-    const unsigned char *s;
-    size_t n, i;
-    size_t base;              /* offset of s[0] in the file, for messages */
-    const char *label;
-    char *err;
-    size_t errlen;
-    int depth;
-} gio__js;
-
-static int gio__js_fail(gio__js *j, const char *fmt, ...) GIO__PRINTF(2, 3);
-static int gio__js_fail(gio__js *j, const char *fmt, ...) {
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    gio__seterr(j->err, j->errlen, "%s: bad JSON at byte %zu: %s", j->label, j->base + j->i, msg);
-    return 1;
-}
-
-static void gio__js_ws(gio__js *j) {
-    while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' ||
-                           j->s[j->i] == '\r'))
-        j->i++;
-}
-
-static int gio__js_peek(gio__js *j) {
-    gio__js_ws(j);
-    return j->i < j->n ? j->s[j->i] : -1;
-}
-
-static int gio__js_expect(gio__js *j, char c) {
-    if (gio__js_peek(j) != (unsigned char)c) return gio__js_fail(j, "expected '%c'", c);
-    j->i++;
-    return 0;
-}
-
-static int gio__hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-static int gio__js_hex4(gio__js *j, size_t at, uint32_t *v) {
-    size_t k;
-    *v = 0;
-    for (k = 0; k < 4; k++) {
-        int h = gio__hexval(j->s[at + k]);
-        if (h < 0) return 1;
-        *v = (*v << 4) | (uint32_t)h;
-    }
-    return 0;
-}
-
-/* Parses a string; out == NULL just validates.  Output is NUL-terminated but
-   may contain NULs from \u0000, hence outlen. */
-static int gio__js_str(gio__js *j, char **out, size_t *outlen) {
-    size_t k, m = 0;
-    char *o = NULL;
-    if (out) *out = NULL;
-    if (gio__js_peek(j) != '"') return gio__js_fail(j, "expected string");
-    /* Find the closing quote first: escapes never expand, so its distance
-       bounds the decoded size and we allocate once. */
-    k = j->i + 1;
-    while (k < j->n && j->s[k] != '"') k += (j->s[k] == '\\') ? 2 : 1;
-    if (k >= j->n) return gio__js_fail(j, "unterminated string");
-    if (out) {
-        o = (char *)malloc(k - j->i);
-        if (!o) return gio__js_fail(j, "out of memory");
-    }
-    j->i++;
-    while (j->i < k) {
-        unsigned char c = j->s[j->i];
-        if (c < 0x20) { free(o); return gio__js_fail(j, "control character in string"); }
-        if (c == '\\') {
-            unsigned char e = j->s[j->i + 1];   /* j->i + 1 < k: scan skipped it */
-            const char *simple = "\"\\/bfnrt", *rep = "\"\\/\b\f\n\r\t";
-            const char *hit = e ? strchr(simple, e) : NULL;
-            if (hit) {
-                if (o) o[m] = rep[hit - simple];
-                m++;
-                j->i += 2;
-            } else if (e == 'u') {
-                uint32_t cp, lo;
-                if (j->i + 6 > k || gio__js_hex4(j, j->i + 2, &cp)) {
-                    free(o); return gio__js_fail(j, "bad \\u escape");
-                }
-                j->i += 6;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) { free(o); return gio__js_fail(j, "unpaired surrogate"); }
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    if (j->i + 6 > k || j->s[j->i] != '\\' || j->s[j->i + 1] != 'u' ||
-                        gio__js_hex4(j, j->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
-                        free(o); return gio__js_fail(j, "unpaired surrogate");
-                    }
-                    j->i += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                if (o) m += gio__utf8_enc(cp, o + m);
-                else { char tmp[4]; m += gio__utf8_enc(cp, tmp); }
-            } else {
-                free(o);
-                return gio__js_fail(j, "bad escape");
-            }
-        } else if (c >= 0x80) {
-            uint32_t cp;
-            size_t l = gio__utf8_dec(j->s + j->i, k - j->i, &cp);
-            if (!l) { free(o); return gio__js_fail(j, "invalid UTF-8 in string"); }
-            if (o) memcpy(o + m, j->s + j->i, l);
-            m += l;
-            j->i += l;
-        } else {
-            if (o) o[m] = (char)c;
-            m++;
-            j->i++;
-        }
-    }
-    j->i = k + 1;
-    if (o) { o[m] = 0; *out = o; }
-    if (outlen) *outlen = m;
-    return 0;
-}
-
-/* Strings we store as C strings must not hide a \u0000 inside. */
-static int gio__js_cstr(gio__js *j, char **out) {
-    size_t l = 0;
-    size_t at = j->i;
-    if (gio__js_str(j, out, &l)) return 1;
-    if (strlen(*out) != l) {
-        free(*out);
-        *out = NULL;
-        j->i = at;
-        return gio__js_fail(j, "string contains \\u0000");
-    }
-    return 0;
-}
-
-static int gio__js_u64(gio__js *j, uint64_t *v) {
-    int c = gio__js_peek(j);
-    *v = 0;
-    if (c < '0' || c > '9') return gio__js_fail(j, "expected non-negative integer");
-    if (c == '0' && j->i + 1 < j->n && j->s[j->i + 1] >= '0' && j->s[j->i + 1] <= '9')
-        return gio__js_fail(j, "leading zero in number");
-    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') {
-        unsigned d = (unsigned)(j->s[j->i] - '0');
-        if (*v > (UINT64_MAX - d) / 10) return gio__js_fail(j, "integer overflow");
-        *v = *v * 10 + d;
-        j->i++;
-    }
-    if (j->i < j->n && (j->s[j->i] == '.' || j->s[j->i] == 'e' || j->s[j->i] == 'E'))
-        return gio__js_fail(j, "expected integer, got fraction/exponent");
-    return 0;
-}
-
-/* A JSON number (strict grammar) as a double. */
-static int gio__js_num(gio__js *j, double *v) {
-    size_t k, st;
-    char tmp[64];
-    int c = gio__js_peek(j);
-    *v = 0;
-    if (c != '-' && (c < '0' || c > '9')) return gio__js_fail(j, "expected a number");
-    st = k = j->i;
-    if (k < j->n && j->s[k] == '-') k++;
-    if (k >= j->n || j->s[k] < '0' || j->s[k] > '9') return gio__js_fail(j, "bad number");
-    if (j->s[k] == '0') k++;
-    else while (k < j->n && j->s[k] >= '0' && j->s[k] <= '9') k++;
-    if (k < j->n && j->s[k] == '.') {
-        k++;
-        if (k >= j->n || j->s[k] < '0' || j->s[k] > '9') return gio__js_fail(j, "bad number");
-        while (k < j->n && j->s[k] >= '0' && j->s[k] <= '9') k++;
-    }
-    if (k < j->n && (j->s[k] == 'e' || j->s[k] == 'E')) {
-        k++;
-        if (k < j->n && (j->s[k] == '+' || j->s[k] == '-')) k++;
-        if (k >= j->n || j->s[k] < '0' || j->s[k] > '9') return gio__js_fail(j, "bad number");
-        while (k < j->n && j->s[k] >= '0' && j->s[k] <= '9') k++;
-    }
-    if (k - st >= sizeof tmp) return gio__js_fail(j, "number too long");
-    memcpy(tmp, j->s + st, k - st);
-    tmp[k - st] = 0;
-    *v = strtod(tmp, NULL);
-    j->i = k;
-    return 0;
-}
-
-/* true / false / null: *v = 1, 0, -1 */
-static int gio__js_lit(gio__js *j, int *v) {
-    static const char *const w[3] = {"null", "false", "true"};
-    int k;
-    gio__js_ws(j);
-    for (k = 0; k < 3; k++) {
-        size_t l = strlen(w[k]);
-        if (j->n - j->i >= l && !memcmp(j->s + j->i, w[k], l)) { j->i += l; *v = k - 1; return 0; }
-    }
-    return gio__js_fail(j, "expected true, false or null");
-}
-
-static int gio__js_obj_next(gio__js *j, int *first, char **key);
-/* Skips one value of any kind (nesting limited to 64 levels). */
-static int gio__js_skip(gio__js *j) {
-    int c = gio__js_peek(j), first = 1, r, b;
-    char *key;
-    double d;
-    if (c == '"') return gio__js_str(j, NULL, NULL);
-    if (c == '-' || (c >= '0' && c <= '9')) return gio__js_num(j, &d);
-    if (c == 't' || c == 'f' || c == 'n') return gio__js_lit(j, &b);
-    if (c != '{' && c != '[') return gio__js_fail(j, "expected a value");
-    if (++j->depth > 64) return gio__js_fail(j, "nested too deeply");
-    j->i++;
-    if (c == '{') {
-        while ((r = gio__js_obj_next(j, &first, &key)) == 1) {
-            free(key);
-            if (gio__js_skip(j)) return 1;
-        }
-        if (r < 0) return 1;
-    } else {
-        for (;;) {
-            c = gio__js_peek(j);
-            if (c == ']') { j->i++; break; }
-            if (!first) {
-                if (c != ',') return gio__js_fail(j, "expected ',' or ']'");
-                j->i++;
-            }
-            first = 0;
-            if (gio__js_skip(j)) return 1;
-        }
-    }
-    j->depth--;
-    return 0;
-}
-
-static void gio__js_init(gio__js *j, const char *s, size_t n, const char *label, char *err, size_t errlen) {
-    memset(j, 0, sizeof *j);
-    j->s = (const unsigned char *)s;
-    j->n = n;
-    j->label = label;
-    j->err = err;
-    j->errlen = errlen;
-}
-
-/* Object member iteration after the '{' is consumed: 1 = *key read and ':'
-   consumed (caller frees key), 0 = '}' consumed, -1 = error. */
-static int gio__js_obj_next(gio__js *j, int *first, char **key) {
-    int c = gio__js_peek(j);
-    *key = NULL;
-    if (c == '}') { j->i++; return 0; }
-    if (!*first) {
-        if (c != ',') { gio__js_fail(j, "expected ',' or '}'"); return -1; }
-        j->i++;
-    }
-    *first = 0;
-    /* Keys become C strings (tensor names, tokens): a \u0000 inside would
-       make two different keys compare equal, so reject it. */
-    if (gio__js_cstr(j, key)) return -1;
-    if (gio__js_peek(j) != ':') { free(*key); *key = NULL; gio__js_fail(j, "expected ':'"); return -1; }
-    j->i++;
-    return 1;
-}
-
 
 /* little-endian unsigned integer of n bytes (token files) */
 static uint64_t gio__le(const unsigned char *p, int n) {
@@ -794,7 +277,7 @@ int gio_tokens_read(const char *path, int32_t **tokens, size_t *n, char *err, si
     int32_t magic, version, count;
     *tokens = NULL;
     *n = 0;
-    if (gio_read_file(path, &buf, &len, err, errlen)) return 1;
+    if (tj_read_file(path, &buf, &len, err, errlen)) return 1;
     p = (const unsigned char *)buf;
     if (len < GIO__TOK_HDR * 4) {
         gio__seterr(err, errlen, "%s: truncated: %zu bytes, header alone needs %d", path, len, GIO__TOK_HDR * 4);
@@ -880,7 +363,7 @@ int gio_tokens_write(const char *path, const int32_t *tokens, size_t n, char *er
         size_t b;
         for (b = 0; b < w; b++) buf[GIO__TOK_HDR * 4 + w * i + b] = (unsigned char)((uint32_t)tokens[i] >> (8 * b));
     }
-    rc = gio_write_file_atomic(path, buf, len, err, errlen);
+    rc = tj_write_file_atomic(path, buf, len, err, errlen);
     free(buf);
     return rc;
 }
@@ -903,27 +386,27 @@ int gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t
     int *iv[9], *bv[5];
     char *buf, *key;
     size_t len, k;
-    gio__js j;
+    tj_json j;
     int first = 1, r, rc = 1;
     gio_gpt2_config_init(c);
     iv[0] = &c->n_layer; iv[1] = &c->n_head; iv[2] = &c->n_embd; iv[3] = &c->n_positions; iv[4] = &c->n_ctx;
     iv[5] = &c->vocab_size; iv[6] = &c->n_inner; iv[7] = &c->bos_token_id; iv[8] = &c->eos_token_id;
     bv[0] = &c->tie_word_embeddings; bv[1] = &c->scale_attn_weights; bv[2] = &c->scale_attn_by_inverse_layer_idx;
     bv[3] = &c->reorder_and_upcast_attn; bv[4] = &c->add_cross_attention;
-    if (gio_read_file(path, &buf, &len, err, errlen)) return 1;
-    gio__js_init(&j, buf, len, path, err, errlen);
-    if (gio__js_expect(&j, '{')) goto done;
-    while ((r = gio__js_obj_next(&j, &first, &key)) == 1) {
+    if (tj_read_file(path, &buf, &len, err, errlen)) return 1;
+    tj_json_init(&j, buf, len, path, err, errlen);
+    if (tj_json_expect(&j, '{')) goto done;
+    while ((r = tj_json_object_next(&j, &first, &key)) == 1) {
         int hit = 0;
         for (k = 0; k < 9 && !hit; k++)
             if (!strcmp(key, ints[k])) {
                 uint64_t v;
                 int lit;
                 hit = 1;
-                if (k >= 6 && gio__js_peek(&j) == 'n') {
-                    if (gio__js_lit(&j, &lit)) goto fail_key;
+                if (k >= 6 && tj_json_peek(&j) == 'n') {
+                    if (tj_json_literal(&j, &lit)) goto fail_key;
                     *iv[k] = -2;
-                } else if (gio__js_u64(&j, &v) || v > (1u << 30)) {
+                } else if (tj_json_u64(&j, &v) || v > (1u << 30)) {
                     gio__seterr(err, errlen, "%s: \"%s\" must be a non-negative integer%s (of at most 2^30)", path, key, k >= 6 ? " or null" : "");
                     goto fail_key;
                 } else *iv[k] = (int)v;
@@ -932,7 +415,7 @@ int gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t
             if (!strcmp(key, bools[k])) {
                 int b;
                 hit = 1;
-                if (gio__js_lit(&j, &b) || b < 0) {
+                if (tj_json_literal(&j, &b) || b < 0) {
                     gio__seterr(err, errlen, "%s: \"%s\" must be true or false", path, key);
                     goto fail_key;
                 }
@@ -940,7 +423,7 @@ int gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t
             }
         if (!hit && !strcmp(key, "layer_norm_epsilon")) {
             hit = 1;
-            if (gio__js_num(&j, &c->layer_norm_epsilon) || !(c->layer_norm_epsilon >= 0 && c->layer_norm_epsilon < 1)) {
+            if (tj_json_number(&j, &c->layer_norm_epsilon) || !(c->layer_norm_epsilon >= 0 && c->layer_norm_epsilon < 1)) {
                 gio__seterr(err, errlen, "%s: \"layer_norm_epsilon\" must be a number in [0, 1)", path);
                 goto fail_key;
             }
@@ -949,7 +432,7 @@ int gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t
             char *v = NULL;
             char *dst = key[0] == 'a' ? c->activation_function : c->model_type;
             hit = 1;
-            if (gio__js_cstr(&j, &v) || strlen(v) >= sizeof c->model_type) {
+            if (tj_json_cstring(&j, &v) || strlen(v) >= sizeof c->model_type) {
                 free(v);
                 gio__seterr(err, errlen, "%s: \"%s\" must be a string of at most %d bytes", path, key, (int)sizeof c->model_type - 1);
                 goto fail_key;
@@ -957,7 +440,7 @@ int gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t
             strcpy(dst, v);
             free(v);
         }
-        if (!hit && gio__js_skip(&j)) goto fail_key;
+        if (!hit && tj_json_skip(&j)) goto fail_key;
         free(key);
         continue;
     fail_key:
@@ -965,7 +448,7 @@ int gio_gpt2_config_read(const char *path, gio_gpt2_config *c, char *err, size_t
         goto done;
     }
     if (r < 0) goto done;
-    if (gio__js_peek(&j) != -1) { gio__js_fail(&j, "trailing garbage"); goto done; }
+    if (tj_json_peek(&j) != -1) { tj_json_fail(&j, "trailing garbage"); goto done; }
     rc = 0;
 done:
     free(buf);
@@ -973,7 +456,7 @@ done:
 }
 
 int gio_gpt2_config_write(const char *path, const gio_gpt2_config *c, char *err, size_t errlen) {
-    gio_strbuf b;
+    tj_strbuf b;
     int rc;
     memset(&b, 0, sizeof b);
     if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->n_positions < 1 || c->vocab_size < 1 || !(c->layer_norm_epsilon >= 0)) {
@@ -981,11 +464,11 @@ int gio_gpt2_config_write(const char *path, const gio_gpt2_config *c, char *err,
                     c->n_embd, c->n_positions, c->vocab_size);
         return 1;
     }
-    gio__sb_puts(&b, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n");
-    gio__sb_printf(&b, "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n", c->n_layer, c->n_head, c->n_embd);
-    gio__sb_printf(&b, "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n", c->n_positions, c->n_positions, c->vocab_size);
-    if (c->n_inner >= 0) gio__sb_printf(&b, "  \"n_inner\": %d,\n", c->n_inner);
-    else gio__sb_puts(&b, "  \"n_inner\": null,\n");
+    tj_strbuf_puts(&b, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n");
+    tj_strbuf_printf(&b, "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n", c->n_layer, c->n_head, c->n_embd);
+    tj_strbuf_printf(&b, "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n", c->n_positions, c->n_positions, c->vocab_size);
+    if (c->n_inner >= 0) tj_strbuf_printf(&b, "  \"n_inner\": %d,\n", c->n_inner);
+    else tj_strbuf_puts(&b, "  \"n_inner\": null,\n");
     {   /* the shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05) */
         char num[40];
         int prec;
@@ -993,18 +476,18 @@ int gio_gpt2_config_write(const char *path, const gio_gpt2_config *c, char *err,
             snprintf(num, sizeof num, "%.*g", prec, c->layer_norm_epsilon);
             if (strtod(num, NULL) == c->layer_norm_epsilon) break;
         }
-        gio__sb_printf(&b, "  \"layer_norm_epsilon\": %s,\n", num);
+        tj_strbuf_printf(&b, "  \"layer_norm_epsilon\": %s,\n", num);
     }
-    gio__sb_puts(&b, "  \"activation_function\": ");
-    gio__sb_json_str(&b, c->activation_function[0] ? c->activation_function : "gelu_new");
-    gio__sb_printf(&b, ",\n  \"tie_word_embeddings\": %s,\n", c->tie_word_embeddings == 0 ? "false" : "true");
-    gio__sb_puts(&b, "  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n");
-    gio__sb_puts(&b, "  \"add_cross_attention\": false,\n");
-    if (c->bos_token_id >= 0) gio__sb_printf(&b, "  \"bos_token_id\": %d,\n", c->bos_token_id);
-    else gio__sb_puts(&b, "  \"bos_token_id\": null,\n");
-    if (c->eos_token_id >= 0) gio__sb_printf(&b, "  \"eos_token_id\": %d,\n", c->eos_token_id);
-    else gio__sb_puts(&b, "  \"eos_token_id\": null,\n");
-    gio__sb_puts(&b, "  \"torch_dtype\": \"float32\"\n}\n");
+    tj_strbuf_puts(&b, "  \"activation_function\": ");
+    tj_strbuf_json(&b, c->activation_function[0] ? c->activation_function : "gelu_new");
+    tj_strbuf_printf(&b, ",\n  \"tie_word_embeddings\": %s,\n", c->tie_word_embeddings == 0 ? "false" : "true");
+    tj_strbuf_puts(&b, "  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n");
+    tj_strbuf_puts(&b, "  \"add_cross_attention\": false,\n");
+    if (c->bos_token_id >= 0) tj_strbuf_printf(&b, "  \"bos_token_id\": %d,\n", c->bos_token_id);
+    else tj_strbuf_puts(&b, "  \"bos_token_id\": null,\n");
+    if (c->eos_token_id >= 0) tj_strbuf_printf(&b, "  \"eos_token_id\": %d,\n", c->eos_token_id);
+    else tj_strbuf_puts(&b, "  \"eos_token_id\": null,\n");
+    tj_strbuf_puts(&b, "  \"torch_dtype\": \"float32\"\n}\n");
     rc = gio__write_sb(path, &b, err, errlen);
     free(b.p);
     return rc;
@@ -1213,7 +696,7 @@ static int gio__uclass(uint32_t c) {
    bytes still tokenize (and round-trip) instead of failing. */
 static size_t gio__cp_at(const unsigned char *s, size_t n, size_t i, int *cls) {
     uint32_t cp;
-    size_t l = gio__utf8_dec(s + i, n - i, &cp);
+    size_t l = tj_utf8_decode(s + i, n - i, &cp);
     if (!l) { *cls = GIO__CO; return 1; }
     *cls = gio__uclass(cp);
     return l;
@@ -1312,16 +795,12 @@ static int32_t gio__bpe_find(const struct gio__bpe *b, const char *s, size_t n) 
 
 static void gio__bpe_free(struct gio__bpe *b) {
     int i;
+    void *own[8];
     if (!b) return;
     for (i = 0; b->tok && i < b->vocab_size; i++) free(b->tok[i]);
-    free(b->added);
-    free(b->tok);
-    free(b->tok_len);
-    free(b->vslot);
-    free(b->mkey);
-    free(b->mrank);
-    free(b->mres);
-    free(b);
+    own[0] = b->added, own[1] = b->tok, own[2] = b->tok_len, own[3] = b->vslot;
+    own[4] = b->mkey, own[5] = b->mrank, own[6] = b->mres, own[7] = b;
+    for (i = 0; i < 8; i++) free(own[i]);
 }
 
 /* Vocab/merges strings are in GPT-2's printable byte alphabet; map back to
@@ -1333,7 +812,7 @@ static char *gio__unmap(const int16_t *inv, const char *s, size_t n, size_t *out
     if (!o) return NULL;
     while (i < n) {
         uint32_t cp;
-        size_t l = gio__utf8_dec((const unsigned char *)s + i, n - i, &cp);
+        size_t l = tj_utf8_decode((const unsigned char *)s + i, n - i, &cp);
         if (!l) { o[m++] = s[i++]; continue; }
         if (cp < 0x144 && inv[cp] >= 0) o[m++] = (char)inv[cp];
         else { memcpy(o + m, s + i, l); m += l; }
@@ -1369,12 +848,11 @@ static void gio__src_free(gio__bpe_src *s) {
     size_t i;
     for (i = 0; i < s->nent; i++) free(s->ent[i].s);
     for (i = 0; i < s->nmerge; i++) { free(s->mleft[i]); free(s->mright[i]); }
-    free(s->ent);
-    free(s->mleft);
-    free(s->mright);
-    free(s->mlen_l);
-    free(s->mlen_r);
-    free(s->mline);
+    {
+        void *own[6];
+        own[0] = s->ent, own[1] = s->mleft, own[2] = s->mright, own[3] = s->mlen_l, own[4] = s->mlen_r, own[5] = s->mline;
+        for (i = 0; i < 6; i++) free(own[i]);
+    }
     memset(s, 0, sizeof *s);
 }
 
@@ -1549,7 +1027,7 @@ static int gio__bpe_load(struct gio__bpe *b, const char *vpath, const char *mpat
     char *vb = NULL, *mb = NULL, *key;
     size_t vlen, mlen, line_no = 0, p;
     gio__bpe_src src;
-    gio__js j;
+    tj_json j;
     int first = 1, r, rc = 1;
     uint64_t max_id = 0;
     int16_t inv[0x144];       /* GPT-2 alphabet code point -> byte */
@@ -1557,24 +1035,24 @@ static int gio__bpe_load(struct gio__bpe *b, const char *vpath, const char *mpat
 
     memset(&src, 0, sizeof src);
     gio__inv_table(inv);
-    if (gio_read_file(vpath, &vb, &vlen, err, errlen)) return 1;
-    gio__js_init(&j, vb, vlen, vpath, err, errlen);
-    if (gio__js_expect(&j, '{')) goto done;
-    while ((r = gio__js_obj_next(&j, &first, &key)) == 1) {
+    if (tj_read_file(vpath, &vb, &vlen, err, errlen)) return 1;
+    tj_json_init(&j, vb, vlen, vpath, err, errlen);
+    if (tj_json_expect(&j, '{')) goto done;
+    while ((r = tj_json_object_next(&j, &first, &key)) == 1) {
         uint64_t id;
         size_t raw_n;
         char *raw;
-        if (gio__js_u64(&j, &id)) { free(key); goto done; }
-        if (id >= (1u << 24)) { free(key); gio__js_fail(&j, "token id %llu too large", (unsigned long long)id); goto done; }
+        if (tj_json_u64(&j, &id)) { free(key); goto done; }
+        if (id >= (1u << 24)) { free(key); tj_json_fail(&j, "token id %llu too large", (unsigned long long)id); goto done; }
         raw = gio__unmap(inv, key, strlen(key), &raw_n);
         free(key);
-        if (!raw || gio__src_vocab(&src, raw, raw_n, id)) { gio__js_fail(&j, "out of memory"); goto done; }
+        if (!raw || gio__src_vocab(&src, raw, raw_n, id)) { tj_json_fail(&j, "out of memory"); goto done; }
         if (id > max_id) max_id = id;
     }
     if (r < 0) goto done;
-    if (gio__js_peek(&j) != -1) { gio__js_fail(&j, "trailing garbage"); goto done; }
+    if (tj_json_peek(&j) != -1) { tj_json_fail(&j, "trailing garbage"); goto done; }
 
-    if (gio_read_file(mpath, &mb, &mlen, err, errlen)) goto done;
+    if (tj_read_file(mpath, &mb, &mlen, err, errlen)) goto done;
     for (p = 0; p < mlen;) {
         size_t e = p, le, sp, na, nb2;
         char *ra, *rb;
@@ -1614,28 +1092,28 @@ done:
 
 /* value of "type" in an object (after its '{'), other members skipped;
    type gets "" if absent, "null" for a JSON null instead of an object */
-static int gio__js_type_of(gio__js *j, char *type, size_t tn, int *use_regex, int *add_prefix_space) {
+static int gio__json_type_of(tj_json *j, char *type, size_t tn, int *use_regex, int *add_prefix_space) {
     int first = 1, r, lit;
     char *key;
     type[0] = 0;
-    if (gio__js_peek(j) == 'n') {
-        if (gio__js_lit(j, &lit) || lit != -1) return 1;
+    if (tj_json_peek(j) == 'n') {
+        if (tj_json_literal(j, &lit) || lit != -1) return 1;
         snprintf(type, tn, "null");
         return 0;
     }
-    if (gio__js_expect(j, '{')) return 1;
-    while ((r = gio__js_obj_next(j, &first, &key)) == 1) {
+    if (tj_json_expect(j, '{')) return 1;
+    while ((r = tj_json_object_next(j, &first, &key)) == 1) {
         int bad = 0;
         if (!strcmp(key, "type")) {
             char *v = NULL;
-            if (gio__js_cstr(j, &v)) bad = 1;
+            if (tj_json_cstring(j, &v)) bad = 1;
             else snprintf(type, tn, "%s", v);
             free(v);
         } else if (use_regex && !strcmp(key, "use_regex")) {
-            if (gio__js_lit(j, use_regex) || *use_regex < 0) bad = 1;
+            if (tj_json_literal(j, use_regex) || *use_regex < 0) bad = 1;
         } else if (add_prefix_space && !strcmp(key, "add_prefix_space")) {
-            if (gio__js_lit(j, add_prefix_space) || *add_prefix_space < 0) bad = 1;
-        } else bad = gio__js_skip(j);
+            if (tj_json_literal(j, add_prefix_space) || *add_prefix_space < 0) bad = 1;
+        } else bad = tj_json_skip(j);
         free(key);
         if (bad) return 1;
     }
@@ -1644,51 +1122,51 @@ static int gio__js_type_of(gio__js *j, char *type, size_t tn, int *use_regex, in
 
 typedef struct { char *content; size_t n; int64_t id; int special, lstrip, rstrip, single_word; } gio__atok;
 
-static int gio__tj_added(gio__js *j, gio__atok **out, size_t *nout) {
+static int gio__tj_added(tj_json *j, gio__atok **out, size_t *nout) {
     size_t cap = 0;
     int firstel = 1;
     *out = NULL;
     *nout = 0;
-    if (gio__js_expect(j, '[')) return 1;
+    if (tj_json_expect(j, '[')) return 1;
     for (;;) {
-        int c = gio__js_peek(j), first = 1, r;
+        int c = tj_json_peek(j), first = 1, r;
         char *key;
         gio__atok t;
         if (c == ']') { j->i++; return 0; }
         if (!firstel) {
-            if (c != ',') return gio__js_fail(j, "expected ',' or ']'");
+            if (c != ',') return tj_json_fail(j, "expected ',' or ']'");
             j->i++;
         }
         firstel = 0;
         memset(&t, 0, sizeof t);
         t.id = -1;
-        if (gio__js_expect(j, '{')) return 1;
-        while ((r = gio__js_obj_next(j, &first, &key)) == 1) {
+        if (tj_json_expect(j, '{')) return 1;
+        while ((r = tj_json_object_next(j, &first, &key)) == 1) {
             int bad = 0, lit = 0;
             if (!strcmp(key, "id")) {
                 uint64_t v;
-                if (gio__js_u64(j, &v) || v >= (1u << 24)) bad = 1;
+                if (tj_json_u64(j, &v) || v >= (1u << 24)) bad = 1;
                 else t.id = (int64_t)v;
             } else if (!strcmp(key, "content")) {
                 free(t.content);
                 t.content = NULL;
-                bad = gio__js_str(j, &t.content, &t.n);
+                bad = tj_json_string(j, &t.content, &t.n);
             } else if (!strcmp(key, "special") || !strcmp(key, "lstrip") || !strcmp(key, "rstrip") || !strcmp(key, "single_word")) {
-                if (gio__js_lit(j, &lit) || lit < 0) bad = 1;
+                if (tj_json_literal(j, &lit) || lit < 0) bad = 1;
                 else if (key[0] == 's' && key[1] == 'p') t.special = lit;
                 else if (key[0] == 'l') t.lstrip = lit;
                 else if (key[0] == 'r') t.rstrip = lit;
                 else t.single_word = lit;
-            } else bad = gio__js_skip(j);
+            } else bad = tj_json_skip(j);
             free(key);
-            if (bad) { free(t.content); return gio__js_fail(j, "bad added_tokens entry"); }
+            if (bad) { free(t.content); return tj_json_fail(j, "bad added_tokens entry"); }
         }
         if (r < 0) { free(t.content); return 1; }
-        if (t.id < 0 || !t.content) { free(t.content); return gio__js_fail(j, "added_tokens entry without id or content"); }
+        if (t.id < 0 || !t.content) { free(t.content); return tj_json_fail(j, "added_tokens entry without id or content"); }
         if (*nout == cap) {
             size_t ncap = cap ? cap * 2 : 8;
             gio__atok *na = (gio__atok *)realloc(*out, sizeof *na * ncap);
-            if (!na) { free(t.content); return gio__js_fail(j, "out of memory"); }
+            if (!na) { free(t.content); return tj_json_fail(j, "out of memory"); }
             *out = na;
             cap = ncap;
         }
@@ -1697,16 +1175,16 @@ static int gio__tj_added(gio__js *j, gio__atok **out, size_t *nout) {
 }
 
 /* model: {"type": "BPE", "vocab": {..}, "merges": ["a b", ..] or [["a", "b"], ..], ..} */
-static int gio__tj_model(gio__js *j, const int16_t *inv, gio__bpe_src *src, uint64_t *max_id, int *ignore_merges, const char *path,
+static int gio__tj_model(tj_json *j, const int16_t *inv, gio__bpe_src *src, uint64_t *max_id, int *ignore_merges, const char *path,
                          char *err, size_t errlen) {
     int first = 1, r;
     char *key;
-    if (gio__js_expect(j, '{')) return 1;
-    while ((r = gio__js_obj_next(j, &first, &key)) == 1) {
+    if (tj_json_expect(j, '{')) return 1;
+    while ((r = tj_json_object_next(j, &first, &key)) == 1) {
         int bad = 0, lit;
         if (!strcmp(key, "type")) {
             char *v = NULL;
-            if (gio__js_cstr(j, &v)) bad = 1;
+            if (tj_json_cstring(j, &v)) bad = 1;
             else if (strcmp(v, "BPE")) {
                 gio__seterr(err, errlen, "%s: model type \"%s\" is not supported (tinyjax reads byte-level BPE)", path, v);
                 bad = 2;
@@ -1715,42 +1193,42 @@ static int gio__tj_model(gio__js *j, const int16_t *inv, gio__bpe_src *src, uint
         } else if (!strcmp(key, "vocab")) {
             int f2 = 1, r2;
             char *tk;
-            if (gio__js_expect(j, '{')) bad = 1;
-            while (!bad && (r2 = gio__js_obj_next(j, &f2, &tk)) == 1) {
+            if (tj_json_expect(j, '{')) bad = 1;
+            while (!bad && (r2 = tj_json_object_next(j, &f2, &tk)) == 1) {
                 uint64_t id;
                 size_t raw_n;
                 char *raw;
-                if (gio__js_u64(j, &id) || id >= (1u << 24)) { free(tk); bad = 1; gio__js_fail(j, "bad token id"); break; }
+                if (tj_json_u64(j, &id) || id >= (1u << 24)) { free(tk); bad = 1; tj_json_fail(j, "bad token id"); break; }
                 raw = gio__unmap(inv, tk, strlen(tk), &raw_n);
                 free(tk);
-                if (!raw || gio__src_vocab(src, raw, raw_n, id)) { bad = 1; gio__js_fail(j, "out of memory"); break; }
+                if (!raw || gio__src_vocab(src, raw, raw_n, id)) { bad = 1; tj_json_fail(j, "out of memory"); break; }
                 if (id > *max_id) *max_id = id;
             }
             if (!bad && r2 < 0) bad = 1;
         } else if (!strcmp(key, "merges")) {
             int f2 = 1;
-            if (gio__js_expect(j, '[')) bad = 1;
+            if (tj_json_expect(j, '[')) bad = 1;
             while (!bad) {
-                int c = gio__js_peek(j);
+                int c = tj_json_peek(j);
                 char *a = NULL, *b2 = NULL, *ra, *rb;
                 size_t la, lb, na, nb2;
                 if (c == ']') { j->i++; break; }
                 if (!f2) {
-                    if (c != ',') { bad = 1; gio__js_fail(j, "expected ',' or ']'"); break; }
+                    if (c != ',') { bad = 1; tj_json_fail(j, "expected ',' or ']'"); break; }
                     j->i++;
                 }
                 f2 = 0;
-                if (gio__js_peek(j) == '[') { /* ["left", "right"] */
+                if (tj_json_peek(j) == '[') { /* ["left", "right"] */
                     j->i++;
-                    if (gio__js_str(j, &a, &la) || gio__js_expect(j, ',') || gio__js_str(j, &b2, &lb) || gio__js_expect(j, ']')) {
+                    if (tj_json_string(j, &a, &la) || tj_json_expect(j, ',') || tj_json_string(j, &b2, &lb) || tj_json_expect(j, ']')) {
                         free(a); free(b2); bad = 1; break;
                     }
                 } else { /* "left right" */
                     char *sp;
-                    if (gio__js_str(j, &a, &la)) { bad = 1; break; }
+                    if (tj_json_string(j, &a, &la)) { bad = 1; break; }
                     sp = (char *)memchr(a, ' ', la);
                     if (!sp || sp == a || sp + 1 == a + la || memchr(sp + 1, ' ', la - (size_t)(sp + 1 - a))) {
-                        gio__js_fail(j, "merge \"%.*s\" is not \"left right\"", (int)(la > 40 ? 40 : la), a);
+                        tj_json_fail(j, "merge \"%.*s\" is not \"left right\"", (int)(la > 40 ? 40 : la), a);
                         free(a); bad = 1; break;
                     }
                     lb = la - (size_t)(sp + 1 - a);
@@ -1764,20 +1242,20 @@ static int gio__tj_model(gio__js *j, const int16_t *inv, gio__bpe_src *src, uint
                 rb = gio__unmap(inv, b2, lb, &nb2);
                 free(a);
                 free(b2);
-                if (!ra || !rb) { free(ra); free(rb); bad = 1; gio__js_fail(j, "out of memory"); break; }
-                if (gio__src_merge(src, ra, na, rb, nb2, 0)) { bad = 1; gio__js_fail(j, "out of memory"); break; }
+                if (!ra || !rb) { free(ra); free(rb); bad = 1; tj_json_fail(j, "out of memory"); break; }
+                if (gio__src_merge(src, ra, na, rb, nb2, 0)) { bad = 1; tj_json_fail(j, "out of memory"); break; }
             }
         } else if (!strcmp(key, "ignore_merges") || !strcmp(key, "byte_fallback")) {
-            if (gio__js_peek(j) == 'n') { if (gio__js_lit(j, &lit)) bad = 1; }
-            else if (gio__js_lit(j, &lit) || lit < 0) bad = 1;
+            if (tj_json_peek(j) == 'n') { if (tj_json_literal(j, &lit)) bad = 1; }
+            else if (tj_json_literal(j, &lit) || lit < 0) bad = 1;
             else if (key[0] == 'i') *ignore_merges = lit;
             else if (lit) { gio__seterr(err, errlen, "%s: model.byte_fallback true is not supported (byte-level BPE needs none)", path); bad = 2; }
         } else if (!strcmp(key, "continuing_subword_prefix") || !strcmp(key, "end_of_word_suffix")) {
-            if (gio__js_peek(j) == 'n') { if (gio__js_lit(j, &lit)) bad = 1; }
+            if (tj_json_peek(j) == 'n') { if (tj_json_literal(j, &lit)) bad = 1; }
             else {
                 size_t l;
                 char *v = NULL;
-                if (gio__js_str(j, &v, &l)) bad = 1;
+                if (tj_json_string(j, &v, &l)) bad = 1;
                 else if (l) {
                     gio__seterr(err, errlen, "%s: model.%s \"%s\" is not supported (byte-level BPE has none)", path, key, v);
                     bad = 2;
@@ -1785,13 +1263,13 @@ static int gio__tj_model(gio__js *j, const int16_t *inv, gio__bpe_src *src, uint
                 free(v);
             }
         } else if (!strcmp(key, "dropout")) {
-            if (gio__js_peek(j) == 'n') { if (gio__js_lit(j, &lit)) bad = 1; }
+            if (tj_json_peek(j) == 'n') { if (tj_json_literal(j, &lit)) bad = 1; }
             else {
                 double d;
-                if (gio__js_num(j, &d)) bad = 1;
+                if (tj_json_number(j, &d)) bad = 1;
                 else if (d != 0) { gio__seterr(err, errlen, "%s: model.dropout %g is not supported (encoding is deterministic)", path, d); bad = 2; }
             }
-        } else bad = gio__js_skip(j);
+        } else bad = tj_json_skip(j);
         free(key);
         if (bad) return 1;
     }
@@ -1802,7 +1280,7 @@ int gio_tok_load_hf(gio_tokenizer *t, const char *path, char *err, size_t errlen
     struct gio__bpe *b = (struct gio__bpe *)calloc(1, sizeof *b);
     char *buf = NULL, *key, typ[64], mlabel[600];
     size_t len, i, nat = 0;
-    gio__js j;
+    tj_json j;
     gio__bpe_src src;
     gio__atok *at = NULL;
     int first = 1, r, rc = 1, have_model = 0, ignore_merges = 0, use_regex = 1, aps = 0;
@@ -1812,10 +1290,10 @@ int gio_tok_load_hf(gio_tokenizer *t, const char *path, char *err, size_t errlen
     memset(&src, 0, sizeof src);
     if (!b) { gio__seterr(err, errlen, "%s: out of memory", path); return 1; }
     gio__inv_table(inv);
-    if (gio_read_file(path, &buf, &len, err, errlen)) { free(b); return 1; }
-    gio__js_init(&j, buf, len, path, err, errlen);
-    if (gio__js_expect(&j, '{')) goto done;
-    while ((r = gio__js_obj_next(&j, &first, &key)) == 1) {
+    if (tj_read_file(path, &buf, &len, err, errlen)) { free(b); return 1; }
+    tj_json_init(&j, buf, len, path, err, errlen);
+    if (tj_json_expect(&j, '{')) goto done;
+    while ((r = tj_json_object_next(&j, &first, &key)) == 1) {
         int bad = 0;
         if (!strcmp(key, "added_tokens")) {
             for (i = 0; i < nat; i++) free(at[i].content);
@@ -1827,30 +1305,30 @@ int gio_tok_load_hf(gio_tokenizer *t, const char *path, char *err, size_t errlen
             bad = gio__tj_model(&j, inv, &src, &max_id, &ignore_merges, path, err, errlen);
             have_model = 1;
         } else if (!strcmp(key, "normalizer")) {
-            bad = gio__js_type_of(&j, typ, sizeof typ, NULL, NULL);
+            bad = gio__json_type_of(&j, typ, sizeof typ, NULL, NULL);
             if (!bad && strcmp(typ, "null")) {
                 gio__seterr(err, errlen, "%s: normalizer \"%s\" is not supported (GPT-2's byte-level BPE has none)", path, typ);
                 bad = 2;
             }
         } else if (!strcmp(key, "pre_tokenizer")) {
-            bad = gio__js_type_of(&j, typ, sizeof typ, &use_regex, &aps);
+            bad = gio__json_type_of(&j, typ, sizeof typ, &use_regex, &aps);
             if (!bad && (strcmp(typ, "ByteLevel") || !use_regex)) {
                 gio__seterr(err, errlen, "%s: pre_tokenizer \"%s\"%s is not supported (tinyjax reads ByteLevel with GPT-2's split regex)", path, typ,
                             !strcmp(typ, "ByteLevel") ? " with use_regex false" : "");
                 bad = 2;
             }
         } else if (!strcmp(key, "decoder")) {
-            bad = gio__js_type_of(&j, typ, sizeof typ, NULL, NULL);
+            bad = gio__json_type_of(&j, typ, sizeof typ, NULL, NULL);
             if (!bad && strcmp(typ, "null") && strcmp(typ, "ByteLevel")) {
                 gio__seterr(err, errlen, "%s: decoder \"%s\" is not supported (want ByteLevel)", path, typ);
                 bad = 2;
             }
-        } else bad = gio__js_skip(&j);
+        } else bad = tj_json_skip(&j);
         free(key);
         if (bad) goto done;
     }
     if (r < 0) goto done;
-    if (gio__js_peek(&j) != -1) { gio__js_fail(&j, "trailing garbage"); goto done; }
+    if (tj_json_peek(&j) != -1) { tj_json_fail(&j, "trailing garbage"); goto done; }
     if (!have_model) { gio__seterr(err, errlen, "%s: no \"model\": not a tokenizers tokenizer.json", path); goto done; }
     for (i = 0; i < nat; i++) if ((uint64_t)at[i].id > max_id) max_id = (uint64_t)at[i].id;
     snprintf(mlabel, sizeof mlabel, "%s: model.merges", path);
@@ -2080,7 +1558,7 @@ int32_t gio_tok_lookup(const gio_tokenizer *t, const char *bytes, size_t len) {
 
 int gio_tok_decode(const gio_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len,
                    char *err, size_t errlen) {
-    gio_strbuf b;
+    tj_strbuf b;
     size_t i;
     memset(&b, 0, sizeof b);
     *text = NULL;
@@ -2094,9 +1572,9 @@ int gio_tok_decode(const gio_tokenizer *t, const int32_t *ids, size_t n, char **
                         t->vocab_size);
             return 1;
         }
-        gio__sb_put(&b, p, pl);
+        tj_strbuf_put(&b, p, pl);
     }
-    gio__sb_put(&b, "", 0);
+    tj_strbuf_put(&b, "", 0);
     if (b.oom) { free(b.p); gio__seterr(err, errlen, "decode: out of memory"); return 1; }
     *text = b.p;
     *len = b.n;
@@ -2130,7 +1608,7 @@ int gio_svg_plot(const char *path, const char *title, const char *xlabel, const 
     double x0 = 0, x1 = 0, y0 = 0, y1 = 0, xs, ys, v;
     int have = 0, i, rc;
     size_t k;
-    gio_strbuf b;
+    tj_strbuf b;
     memset(&b, 0, sizeof b);
     for (i = 0; i < n_series; i++)
         for (k = 0; k < s[i].n; k++) {
@@ -2154,46 +1632,46 @@ int gio_svg_plot(const char *path, const char *title, const char *xlabel, const 
 
 #define GIO__PX(x) (L + ((x) - x0) / (x1 - x0) * (W - L - R))
 #define GIO__PY(y) (H - B - ((y) - y0) / (y1 - y0) * (H - T - B))
-    gio__sb_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" "
+    tj_strbuf_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" "
                        "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
-    gio__sb_puts(&b, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+    tj_strbuf_puts(&b, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
     if (title) {
-        gio__sb_printf(&b, "<text x=\"%g\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">", W / 2);
+        tj_strbuf_printf(&b, "<text x=\"%g\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">", W / 2);
         gio__sb_xml(&b, title);
-        gio__sb_puts(&b, "</text>\n");
+        tj_strbuf_puts(&b, "</text>\n");
     }
     for (i = 0;; i++) {
         v = x0 + i * xs;
         if (v > x1 + xs * 1e-9) break;
-        gio__sb_printf(&b, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#e0e0e0\"/>\n",
+        tj_strbuf_printf(&b, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#e0e0e0\"/>\n",
                        GIO__PX(v), T, GIO__PX(v), H - B);
-        gio__sb_printf(&b, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"black\"/>\n",
+        tj_strbuf_printf(&b, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"black\"/>\n",
                        GIO__PX(v), H - B, GIO__PX(v), H - B + 5);
-        gio__sb_printf(&b, "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%g</text>\n", GIO__PX(v), H - B + 18,
+        tj_strbuf_printf(&b, "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%g</text>\n", GIO__PX(v), H - B + 18,
                        (v < xs * 1e-9 && v > -xs * 1e-9) ? 0.0 : v);
     }
     for (i = 0;; i++) {
         v = y0 + i * ys;
         if (v > y1 + ys * 1e-9) break;
-        gio__sb_printf(&b, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n",
+        tj_strbuf_printf(&b, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n",
                        L, GIO__PY(v), W - R, GIO__PY(v));
-        gio__sb_printf(&b, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"black\"/>\n",
+        tj_strbuf_printf(&b, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"black\"/>\n",
                        L - 5, GIO__PY(v), L, GIO__PY(v));
-        gio__sb_printf(&b, "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 8, GIO__PY(v) + 4,
+        tj_strbuf_printf(&b, "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 8, GIO__PY(v) + 4,
                        (v < ys * 1e-9 && v > -ys * 1e-9) ? 0.0 : v);
     }
-    gio__sb_printf(&b, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"black\"/>\n",
+    tj_strbuf_printf(&b, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"black\"/>\n",
                    L, T, W - L - R, H - T - B);
     if (xlabel) {
-        gio__sb_printf(&b, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">", L + (W - L - R) / 2, H - 15);
+        tj_strbuf_printf(&b, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">", L + (W - L - R) / 2, H - 15);
         gio__sb_xml(&b, xlabel);
-        gio__sb_puts(&b, "</text>\n");
+        tj_strbuf_puts(&b, "</text>\n");
     }
     if (ylabel) {
-        gio__sb_printf(&b, "<text x=\"18\" y=\"%g\" text-anchor=\"middle\" transform=\"rotate(-90 18 %g)\">",
+        tj_strbuf_printf(&b, "<text x=\"18\" y=\"%g\" text-anchor=\"middle\" transform=\"rotate(-90 18 %g)\">",
                        T + (H - T - B) / 2, T + (H - T - B) / 2);
         gio__sb_xml(&b, ylabel);
-        gio__sb_puts(&b, "</text>\n");
+        tj_strbuf_puts(&b, "</text>\n");
     }
     for (i = 0; i < n_series; i++) {
         const char *col = s[i].color ? s[i].color : palette[i % 6];
@@ -2201,41 +1679,41 @@ int gio_svg_plot(const char *path, const char *title, const char *xlabel, const 
         for (k = 0; k < s[i].n; k++) {
             int ok = gio__finite(s[i].x[k]) && gio__finite(s[i].y[k]);
             if (ok && !open) {
-                gio__sb_puts(&b, "<polyline fill=\"none\" stroke=\"");
+                tj_strbuf_puts(&b, "<polyline fill=\"none\" stroke=\"");
                 gio__sb_xml(&b, col);
-                gio__sb_puts(&b, "\" stroke-width=\"1.5\" points=\"");
+                tj_strbuf_puts(&b, "\" stroke-width=\"1.5\" points=\"");
                 open = 1;
             }
-            if (ok) gio__sb_printf(&b, "%.1f,%.1f ", GIO__PX(s[i].x[k]), GIO__PY(s[i].y[k]));
-            if (open && (!ok || k + 1 == s[i].n)) { gio__sb_puts(&b, "\"/>\n"); open = 0; }
+            if (ok) tj_strbuf_printf(&b, "%.1f,%.1f ", GIO__PX(s[i].x[k]), GIO__PY(s[i].y[k]));
+            if (open && (!ok || k + 1 == s[i].n)) { tj_strbuf_puts(&b, "\"/>\n"); open = 0; }
         }
         /* Sparse series (eval every N steps) are unreadable as bare lines. */
         if (s[i].n <= 60)
             for (k = 0; k < s[i].n; k++)
                 if (gio__finite(s[i].x[k]) && gio__finite(s[i].y[k])) {
-                    gio__sb_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"", GIO__PX(s[i].x[k]),
+                    tj_strbuf_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"", GIO__PX(s[i].x[k]),
                                    GIO__PY(s[i].y[k]));
                     gio__sb_xml(&b, col);
-                    gio__sb_puts(&b, "\"/>\n");
+                    tj_strbuf_puts(&b, "\"/>\n");
                 }
     }
     /* Legend after all lines, on an opaque box, so curves never cross it. */
     if (n_series > 0)
-        gio__sb_printf(&b, "<rect x=\"%g\" y=\"%g\" width=\"150\" height=\"%g\" fill=\"white\" "
+        tj_strbuf_printf(&b, "<rect x=\"%g\" y=\"%g\" width=\"150\" height=\"%g\" fill=\"white\" "
                            "fill-opacity=\"0.85\" stroke=\"#cccccc\"/>\n", W - R - 158, T + 4, 18.0 * n_series + 8);
     for (i = 0; i < n_series; i++) {
         const char *col = s[i].color ? s[i].color : palette[i % 6];
-        gio__sb_printf(&b, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"", W - R - 150,
+        tj_strbuf_printf(&b, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"", W - R - 150,
                        T + 15 + 18.0 * i, W - R - 125, T + 15 + 18.0 * i);
         gio__sb_xml(&b, col);
-        gio__sb_puts(&b, "\" stroke-width=\"2\"/>\n");
-        gio__sb_printf(&b, "<text x=\"%g\" y=\"%g\">", W - R - 118, T + 19 + 18.0 * i);
+        tj_strbuf_puts(&b, "\" stroke-width=\"2\"/>\n");
+        tj_strbuf_printf(&b, "<text x=\"%g\" y=\"%g\">", W - R - 118, T + 19 + 18.0 * i);
         gio__sb_xml(&b, s[i].label ? s[i].label : "");
-        gio__sb_puts(&b, "</text>\n");
+        tj_strbuf_puts(&b, "</text>\n");
     }
 #undef GIO__PX
 #undef GIO__PY
-    gio__sb_puts(&b, "</svg>\n");
+    tj_strbuf_puts(&b, "</svg>\n");
     rc = gio__write_sb(path, &b, err, errlen);
     free(b.p);
     return rc;
@@ -2273,7 +1751,7 @@ static int gio__trace_done(gio_trace *t) {
 }
 
 static void gio__trace_begin(gio_trace *t) {
-    if (t->n_events) gio__sb_puts(&t->events, ",\n");
+    if (t->n_events) tj_strbuf_puts(&t->events, ",\n");
 }
 
 /* JSON has no NaN/Infinity; a stray one would make the whole file invalid. */
@@ -2281,21 +1759,21 @@ static double gio__fin(double x) { return gio__finite(x) ? x : 0.0; }
 
 int gio_trace_process_name(gio_trace *t, int pid, const char *name) {
     gio__trace_begin(t);
-    gio__sb_printf(&t->events, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", pid);
-    gio__sb_json_str(&t->events, name);
-    gio__sb_puts(&t->events, "}}");
+    tj_strbuf_printf(&t->events, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", pid);
+    tj_strbuf_json(&t->events, name);
+    tj_strbuf_puts(&t->events, "}}");
     return gio__trace_done(t);
 }
 
 int gio_trace_track_name(gio_trace *t, int pid, int tid, const char *name) {
     gio__trace_begin(t);
-    gio__sb_printf(&t->events, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+    tj_strbuf_printf(&t->events, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
                    pid, tid);
-    gio__sb_json_str(&t->events, name);
-    gio__sb_puts(&t->events, "}},\n");
+    tj_strbuf_json(&t->events, name);
+    tj_strbuf_puts(&t->events, "}},\n");
     /* Without a sort index viewers order tracks by tid anyway, but make it
        explicit so device 0 is always on top. */
-    gio__sb_printf(&t->events, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+    tj_strbuf_printf(&t->events, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                                "\"args\":{\"sort_index\":%d}}", pid, tid, tid);
     return gio__trace_done(t);
 }
@@ -2303,38 +1781,38 @@ int gio_trace_track_name(gio_trace *t, int pid, int tid, const char *name) {
 int gio_trace_event(gio_trace *t, const char *name, const char *cat, int pid, int tid, double ts_us,
                     double dur_us, const char *args) {
     gio__trace_begin(t);
-    gio__sb_puts(&t->events, "{\"name\":");
-    gio__sb_json_str(&t->events, name ? name : "");
-    gio__sb_puts(&t->events, ",\"cat\":");
-    gio__sb_json_str(&t->events, cat ? cat : "");
-    gio__sb_printf(&t->events, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", pid, tid,
+    tj_strbuf_puts(&t->events, "{\"name\":");
+    tj_strbuf_json(&t->events, name ? name : "");
+    tj_strbuf_puts(&t->events, ",\"cat\":");
+    tj_strbuf_json(&t->events, cat ? cat : "");
+    tj_strbuf_printf(&t->events, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", pid, tid,
                    gio__fin(ts_us), dur_us > 0 ? gio__fin(dur_us) : 0.0);
     if (args) {
-        gio__sb_puts(&t->events, ",\"args\":{\"detail\":");
-        gio__sb_json_str(&t->events, args);
-        gio__sb_puts(&t->events, "}");
+        tj_strbuf_puts(&t->events, ",\"args\":{\"detail\":");
+        tj_strbuf_json(&t->events, args);
+        tj_strbuf_puts(&t->events, "}");
     }
-    gio__sb_puts(&t->events, "}");
+    tj_strbuf_puts(&t->events, "}");
     return gio__trace_done(t);
 }
 
 int gio_trace_counter(gio_trace *t, const char *name, int pid, double ts_us, double value) {
     gio__trace_begin(t);
-    gio__sb_puts(&t->events, "{\"name\":");
-    gio__sb_json_str(&t->events, name ? name : "");
-    gio__sb_printf(&t->events, ",\"ph\":\"C\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{\"value\":%.9g}}", pid,
+    tj_strbuf_puts(&t->events, "{\"name\":");
+    tj_strbuf_json(&t->events, name ? name : "");
+    tj_strbuf_printf(&t->events, ",\"ph\":\"C\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{\"value\":%.9g}}", pid,
                    gio__fin(ts_us), gio__fin(value));
     return gio__trace_done(t);
 }
 
 int gio_trace_write(gio_trace *t, const char *path) {
-    gio_strbuf b;
+    tj_strbuf b;
     int rc;
     memset(&b, 0, sizeof b);
     if (t->events.oom) { snprintf(t->err, sizeof t->err, "%s: trace ran out of memory earlier", path); return 1; }
-    gio__sb_puts(&b, "{\"traceEvents\":[\n");
-    if (t->events.n) gio__sb_put(&b, t->events.p, t->events.n);
-    gio__sb_puts(&b, "\n],\"displayTimeUnit\":\"ms\"}\n");
+    tj_strbuf_puts(&b, "{\"traceEvents\":[\n");
+    if (t->events.n) tj_strbuf_put(&b, t->events.p, t->events.n);
+    tj_strbuf_puts(&b, "\n],\"displayTimeUnit\":\"ms\"}\n");
     rc = gio__write_sb(path, &b, t->err, sizeof t->err);
     free(b.p);
     return rc;

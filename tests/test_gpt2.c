@@ -858,6 +858,65 @@ static void check_seq_parallel(gpt2_trainer *sp, int tp_gather, int tp_scatter, 
     tjt_current = "meshes";
 }
 
+/* ---- the library functions the model uses instead of improvising them:
+   tj_sum_all, tj_index (element i of an axis, the axis dropped) and
+   tj_v_axis_sharding (one axis's mesh axes, instead of parsing the printed
+   spec) */
+static char g_axsh[3][64];
+static const char *g_axsh_ret[3];
+static void lib_helpers_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_with_sharding_constraint(tj_tree_v(in, "x"), "a:data b:model");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "all", tj_sum_all(x));
+    tj_tree_set_v(out, "row", tj_index(x, "a", 1));
+    tj_tree_set_v(out, "col", tj_index(x, "b", 2));
+    g_axsh_ret[0] = tj_v_axis_sharding(x, "a", g_axsh[0], sizeof g_axsh[0]);
+    g_axsh_ret[1] = tj_v_axis_sharding(tj_sum(x, "b"), "a", g_axsh[1], sizeof g_axsh[1]);
+    g_axsh_ret[2] = tj_v_axis_sharding(x, "nope", g_axsh[2], sizeof g_axsh[2]);
+    tj_v_axis_sharding(x, "b", g_axsh[1] + 32, 32); /* "model" into the back half */
+}
+static void bad_index_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_index(tj_tree_v(in, "x"), "b", 4));
+}
+static void test_lib_helpers(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    float x[8], all = 0, row[4], col[2];
+    tj_prog *p;
+    int i;
+    tjt_current = "library helpers";
+    for (i = 0; i < 8; i++) x[i] = (float)(i * i) - 3.5f; /* a=2 b=4, row-major */
+    if (tj_set_devices(ctx, 4) || tj_set_mesh(ctx, "data=2 model=2")) { TJT_CHECK(0, "mesh: %s", tj_error(ctx)); return; }
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "a=2 b=4", x));
+    p = tj_jit(ctx, "lib_helpers", lib_helpers_fn, NULL, in, NULL);
+    TJT_CHECK(p && !tj_run(p, in, out), "jit/run: %s", tj_error(ctx));
+    if (p && tj_tree_size(out) == 3) {
+        TJT_CHECK(tj_array_rank(tj_tree_array(out, "all")) == 0 && tj_array_rank(tj_tree_array(out, "row")) == 1 &&
+                      tj_array_dim(tj_tree_array(out, "row"), "b") == 4 && tj_array_dim(tj_tree_array(out, "col"), "a") == 2,
+                  "shapes: sum_all rank 0, index drops its axis");
+        tj_array_read_all(tj_tree_array(out, "all"), TJ_F32, &all);
+        tj_array_read_all(tj_tree_array(out, "row"), TJ_F32, row);
+        tj_array_read_all(tj_tree_array(out, "col"), TJ_F32, col);
+        TJT_CHECK(all == 140.0f - 28.0f, "tj_sum_all %g, want %g", all, 140.0 - 28.0);
+        for (i = 0; i < 4; i++) TJT_CHECK(row[i] == x[4 + i], "tj_index(x, a, 1)[%d] = %g, want %g", i, row[i], x[4 + i]);
+        for (i = 0; i < 2; i++) TJT_CHECK(col[i] == x[4 * i + 2], "tj_index(x, b, 2)[%d] = %g, want %g", i, col[i], x[4 * i + 2]);
+    }
+    TJT_CHECK(g_axsh_ret[0] && !strcmp(g_axsh[0], "data"), "axis a of x: '%s', want 'data'", g_axsh[0]);
+    TJT_CHECK(!strcmp(g_axsh[1] + 32, "model"), "axis b of x: '%s', want 'model'", g_axsh[1] + 32);
+    TJT_CHECK(g_axsh_ret[1] != NULL, "axis a of sum(x, b) exists");
+    TJT_CHECK(g_axsh_ret[2] == NULL && g_axsh[2][0] == 0, "a missing axis: NULL and \"\"");
+    tj_prog_free(p);
+    tj_tree_clear(out);
+    p = tj_jit(ctx, "bad_index", bad_index_fn, NULL, in, NULL);
+    TJT_CHECK(p == NULL, "tj_index past the end compiled");
+    TJT_ERROR_HAS(ctx, "index: 4 is not an element of axis 'b' (size 4)", "test_gpt2.c:");
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     gpt2_config c;
     gpt2_trainer tr;
@@ -893,6 +952,8 @@ int main(void) {
         }
         gpt2_trainer_free(&tr);
     } else TJT_CHECK(0, "init on one device failed");
+
+    test_lib_helpers();
 
     tjt_current = "gradients";
     /* autodiff through scan, attention, layer norm, tied head vs finite differences, in f64

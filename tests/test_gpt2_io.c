@@ -326,7 +326,7 @@ static void test_st_fuzz(void) {
     e[1].name = "b\xc3\xa9"; e[1].dtype = TJ_ST_BF16; e[1].rank = 1; e[1].shape = s1; e[1].data = h;
     e[2].name = "scalar"; e[2].dtype = TJ_ST_U8; e[2].rank = 0; e[2].shape = NULL; e[2].data = "z";
     CHECKE(tj_st_save(g_ctx, path, e, 3, meta, 1) == TJ_OK, tjerr());
-    CHECKE(gio_read_file(path, &file, &len, err, sizeof err) == 0, err);
+    CHECKE(tj_read_file(path, &file, &len, err, sizeof err) == 0, err);
     if (!file) return;
     st = tj_st_parse(g_ctx, file, len, "fuzz");
     CHECKE(st != NULL, tjerr());
@@ -469,7 +469,7 @@ static void test_tokens_v2(int32_t big) {
     toks[3] = 128255;
     toks[4] = 0x7fffffff;
     CHECKE(gio_tokens_write(path_in("v2.bin"), toks, 5, err, sizeof err) == 0, err);
-    CHECK(gio_read_file(path_in("v2.bin"), &file, &len, err, sizeof err) == 0 && len == 1024 + 4 * 5 && file[4] == 2);
+    CHECK(tj_read_file(path_in("v2.bin"), &file, &len, err, sizeof err) == 0 && len == 1024 + 4 * 5 && file[4] == 2);
     free(file);
     CHECKE(gio_tokens_read(path_in("v2.bin"), &got, &n, err, sizeof err) == 0, err);
     CHECK(n == 5 && got && got[0] == big && got[1] == 0 && got[2] == 65535 && got[3] == 128255 && got[4] == 0x7fffffff);
@@ -517,7 +517,7 @@ static void test_tokens(void) {
     CHECK(got && same);
     free(got);
 
-    CHECK(gio_read_file(p, &file, &len, err, sizeof err) == 0 && len == 1024 + 2 * NTOK);
+    CHECK(tj_read_file(p, &file, &len, err, sizeof err) == 0 && len == 1024 + 2 * NTOK);
     CHECK((unsigned char)file[0] == (20240520 & 0xFF) && file[4] == 1);
 
     put_le32((unsigned char *)file, 12345);
@@ -579,41 +579,41 @@ static int byte_order_id(unsigned char byte) {
     return -1;
 }
 
-static void json_token(gio_strbuf *sb, const char *raw) {
+static void json_token(tj_strbuf *sb, const char *raw) {
     /* Write the mapped string, escaping all non-ASCII as \uXXXX as Python's
        json.dump does, so the loader's escape handling is exercised. */
     uint32_t cs[256];
     const unsigned char *p = (const unsigned char *)raw;
     ref_bytes_to_unicode(cs);
-    gio__sb_puts(sb, "\"");
+    tj_strbuf_puts(sb, "\"");
     for (; *p; p++) {
         uint32_t c = cs[*p];
-        if (c == '"' || c == '\\') gio__sb_printf(sb, "\\%c", (char)c);
-        else if (c < 0x80) gio__sb_printf(sb, "%c", (char)c);
-        else gio__sb_printf(sb, "\\u%04x", (unsigned)c);
+        if (c == '"' || c == '\\') tj_strbuf_printf(sb, "\\%c", (char)c);
+        else if (c < 0x80) tj_strbuf_printf(sb, "%c", (char)c);
+        else tj_strbuf_printf(sb, "\\u%04x", (unsigned)c);
     }
-    gio__sb_puts(sb, "\"");
+    tj_strbuf_puts(sb, "\"");
 }
 
 /* tokenizer.json (Hugging Face tokenizers) with the vocabulary and merges of
    test_bpe's vocab.json / merges.txt: the same ids; added tokens, special
    ones only when allowed; lstrip / rstrip / single_word; errors */
-static void put_tok_json(gio_strbuf *b, const char *vocab_json, size_t vlen, const char *merges, int merges_as_pairs, const char *added, const char *pre,
+static void put_tok_json(tj_strbuf *b, const char *vocab_json, size_t vlen, const char *merges, int merges_as_pairs, const char *added, const char *pre,
                          const char *model_extra) {
     size_t i = 0;
     int first = 1;
-    gio__sb_puts(b, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [");
-    gio__sb_puts(b, added);
-    gio__sb_puts(b, "], \"normalizer\": null, \"pre_tokenizer\": ");
-    gio__sb_puts(b, pre);
-    gio__sb_puts(b, ", \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true},"
+    tj_strbuf_puts(b, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [");
+    tj_strbuf_puts(b, added);
+    tj_strbuf_puts(b, "], \"normalizer\": null, \"pre_tokenizer\": ");
+    tj_strbuf_puts(b, pre);
+    tj_strbuf_puts(b, ", \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true},"
                     " \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},"
                     " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\","
                     " \"fuse_unk\": false, \"byte_fallback\": false, ");
-    gio__sb_puts(b, model_extra);
-    gio__sb_puts(b, "\"vocab\": ");
-    gio__sb_put(b, vocab_json, vlen);
-    gio__sb_puts(b, ", \"merges\": [");
+    tj_strbuf_puts(b, model_extra);
+    tj_strbuf_puts(b, "\"vocab\": ");
+    tj_strbuf_put(b, vocab_json, vlen);
+    tj_strbuf_puts(b, ", \"merges\": [");
     /* merges.txt lines (mapped alphabet, UTF-8) -> JSON strings or pairs */
     while (merges[i]) {
         size_t e = i, sp;
@@ -621,24 +621,24 @@ static void put_tok_json(gio_strbuf *b, const char *vocab_json, size_t vlen, con
         if (e > i && merges[e - 1] == '\r') e--;
         if (e > i && merges[i] != '#') {
             for (sp = i; sp < e && merges[sp] != ' '; sp++) {}
-            if (!first) gio__sb_puts(b, ", ");
+            if (!first) tj_strbuf_puts(b, ", ");
             first = 0;
             if (merges_as_pairs) {
-                gio__sb_puts(b, "[\"");
-                gio__sb_put(b, merges + i, sp - i);
-                gio__sb_puts(b, "\", \"");
-                gio__sb_put(b, merges + sp + 1, e - sp - 1);
-                gio__sb_puts(b, "\"]");
+                tj_strbuf_puts(b, "[\"");
+                tj_strbuf_put(b, merges + i, sp - i);
+                tj_strbuf_puts(b, "\", \"");
+                tj_strbuf_put(b, merges + sp + 1, e - sp - 1);
+                tj_strbuf_puts(b, "\"]");
             } else {
-                gio__sb_puts(b, "\"");
-                gio__sb_put(b, merges + i, e - i);
-                gio__sb_puts(b, "\"");
+                tj_strbuf_puts(b, "\"");
+                tj_strbuf_put(b, merges + i, e - i);
+                tj_strbuf_puts(b, "\"");
             }
         }
         while (merges[e] && merges[e] != '\n') e++;
         i = merges[e] ? e + 1 : e;
     }
-    gio__sb_puts(b, "]}}\n");
+    tj_strbuf_puts(b, "]}}\n");
 }
 static int ids_are(const int32_t *ids, size_t n, const int32_t *want, size_t wn) {
     size_t k;
@@ -646,7 +646,7 @@ static int ids_are(const int32_t *ids, size_t n, const int32_t *want, size_t wn)
     for (k = 0; k < n; k++) if (ids[k] != want[k]) return 0;
     return 1;
 }
-static void test_tokenizer_json(const gio_strbuf *vj, const gio_strbuf *mt) {
+static void test_tokenizer_json(const tj_strbuf *vj, const tj_strbuf *mt) {
     static const char *pre = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
     static const char *added =
         "{\"id\": 269, \"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": true},"
@@ -657,7 +657,7 @@ static void test_tokenizer_json(const gio_strbuf *vj, const gio_strbuf *mt) {
     static const char *texts[] = {"hello world", "hello, world!\n", "numbers 12345 and 1.5e-3", "don't you'll", "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80",
                                   "  leading and trailing   ", ""};
     gio_tokenizer ref, tj, tp;
-    gio_strbuf b;
+    tj_strbuf b;
     char err[512];
     int32_t *ids, *ids2;
     size_t n, n2, k;
@@ -770,7 +770,7 @@ static void test_bpe(void) {
         {" w", "or"}, {"l", "d"}, {" wor", "ld"}, {" ", " "}, {"1", "2"}, {" ", "t"}, {"\n", "\n"}};
     enum { NM = sizeof merges / sizeof merges[0] };
     uint32_t cs[256];
-    gio_strbuf vj, mt;
+    tj_strbuf vj, mt;
     gio_tokenizer tok, bt;
     char err[512];
     int b, m, same = 1;
@@ -782,26 +782,26 @@ static void test_bpe(void) {
     CHECK(same);
     CHECK(byte_order_id('!') == 0 && byte_order_id('h') == 71 && byte_order_id(' ') == 220 && byte_order_id('\n') == 198);
 
-    gio__sb_puts(&vj, "{\n");
+    tj_strbuf_puts(&vj, "{\n");
     for (b = 0; b < 256; b++) {
         char raw[2];
         raw[0] = (char)b;
         raw[1] = 0;
         if (b == 0) {   /* NUL can't go through a C string; write Ā directly */
-            gio__sb_puts(&vj, "  \"\\u0100\"");
+            tj_strbuf_puts(&vj, "  \"\\u0100\"");
         } else {
-            gio__sb_puts(&vj, "  ");
+            tj_strbuf_puts(&vj, "  ");
             json_token(&vj, raw);
         }
-        gio__sb_printf(&vj, ": %d,\n", byte_order_id((unsigned char)b));
+        tj_strbuf_printf(&vj, ": %d,\n", byte_order_id((unsigned char)b));
     }
-    gio__sb_puts(&mt, "#version: 0.2\n");
+    tj_strbuf_puts(&mt, "#version: 0.2\n");
     for (m = 0; m < NM; m++) {
         char cat[32];
         snprintf(cat, sizeof cat, "%s%s", merges[m][0], merges[m][1]);
-        gio__sb_puts(&vj, "  ");
+        tj_strbuf_puts(&vj, "  ");
         json_token(&vj, cat);
-        gio__sb_printf(&vj, ": %d,\n", 256 + m);
+        tj_strbuf_printf(&vj, ": %d,\n", 256 + m);
         {
             /* merges.txt uses the mapped alphabet too, unescaped UTF-8 */
             const char *parts[2];
@@ -810,17 +810,17 @@ static void test_bpe(void) {
             parts[1] = merges[m][1];
             for (q = 0; q < 2; q++) {
                 const unsigned char *p = (const unsigned char *)parts[q];
-                if (q) gio__sb_puts(&mt, " ");
+                if (q) tj_strbuf_puts(&mt, " ");
                 for (; *p; p++) {
                     char u[4];
-                    size_t ul = gio__utf8_enc(cs[*p], u);
-                    gio__sb_put(&mt, u, ul);
+                    size_t ul = tj_utf8_encode(cs[*p], u);
+                    tj_strbuf_put(&mt, u, ul);
                 }
             }
-            gio__sb_puts(&mt, m == NM - 1 ? "\r\n" : "\n");   /* tolerate CRLF */
+            tj_strbuf_puts(&mt, m == NM - 1 ? "\r\n" : "\n");   /* tolerate CRLF */
         }
     }
-    gio__sb_printf(&vj, "  \"<|endoftext|>\": %d\n}\n", 256 + NM);
+    tj_strbuf_printf(&vj, "  \"<|endoftext|>\": %d\n}\n", 256 + NM);
     CHECK(write_raw(path_in("vocab.json"), vj.p, vj.n) == 0);
     CHECK(write_raw(path_in("merges.txt"), mt.p, mt.n) == 0);
 
@@ -993,13 +993,15 @@ static void test_pretok(void) {
 
 /* ------------------------------------------------------------------ */
 
-/* Validates a whole file as JSON with tinyjax's safetensors header parser
-   (separately tested below), which is stricter than needed but catches
+/* Validates a whole file as JSON with tinyjax's JSON reader (tj_json, the one
+   the safetensors header parser uses, separately tested below), which is stricter than needed but catches
    escaping bugs. */
 static int is_valid_json(const char *s, size_t n) {
-    int ok = tjt_json_valid(g_ctx, s, n);
-    if (tj_status_of(g_ctx) != TJ_OK) printf("%s\n", tjerr());
-    return ok;
+    tj_json j;
+    char err[256];
+    tj_json_init(&j, s, n, "json", err, sizeof err);
+    if (tj_json_skip(&j)) { printf("%s\n", err); return 0; }
+    return tj_json_peek(&j) == -1;
 }
 
 static void test_svg_trace(void) {
@@ -1012,7 +1014,7 @@ static void test_svg_trace(void) {
     tl[50] = 0.0 / (tl[1] - tl[1]);  /* NaN must not wreck the plot */
     for (i = 0; i < 5; i++) { vs[i] = 20.0 * i; vl[i] = 4.6 / (1 + 0.04 * 20 * i); }
     CHECKE(gio_svg_loss_curve(path_in("loss.svg"), "GPT-2 <tiny> & loss", ts, tl, 100, vs, vl, 5, err, sizeof err) == 0, err);
-    CHECK(gio_read_file(path_in("loss.svg"), &file, &len, err, sizeof err) == 0);
+    CHECK(tj_read_file(path_in("loss.svg"), &file, &len, err, sizeof err) == 0);
     if (file) {
         CHECK(strncmp(file, "<svg", 4) == 0);
         CHECK(contains(file, "</svg>") && contains(file, "train loss") && contains(file, "val loss"));
@@ -1033,7 +1035,7 @@ static void test_svg_trace(void) {
     CHECK(gio_trace_counter(&tr, "bytes", 1, 5.0, 1e9) == 0);
     CHECK(gio_trace_event(&tr, "nan", "op", 1, 0, 0.0 / (ts[0] - ts[0]), 1, NULL) == 0);
     CHECKE(gio_trace_write(&tr, path_in("trace.json")) == 0, tr.err);
-    CHECK(gio_read_file(path_in("trace.json"), &file, &len, err, sizeof err) == 0);
+    CHECK(tj_read_file(path_in("trace.json"), &file, &len, err, sizeof err) == 0);
     if (file) {
         CHECK(file[0] == '{' && contains(file, "\"traceEvents\""));
         CHECK(contains(file, "thread_name") && contains(file, "device 0 (cpu)"));
@@ -1057,8 +1059,13 @@ static void test_json_parser(void) {
         CHECK(ok);
     }
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int ok = tjt_json_valid(g_ctx, bad[i], strlen(bad[i]));
-        tj_clear_error(g_ctx);
+        tj_json j;
+        char err[256] = "";
+        int skipped, ok;
+        tj_json_init(&j, bad[i], strlen(bad[i]), "json", err, sizeof err);
+        skipped = tj_json_skip(&j) == 0;
+        ok = skipped && tj_json_peek(&j) == -1;
+        if (!skipped) CHECK(strncmp(err, "json: bad JSON at byte ", 23) == 0);
         if (ok) printf("json bad case %zu accepted\n", i);
         CHECK(!ok);
     }
@@ -1067,11 +1074,11 @@ static void test_json_parser(void) {
 static void test_atomic(void) {
     char err[512], *file;
     size_t len;
-    CHECKE(gio_write_file_atomic(path_in("a.txt"), "first", 5, err, sizeof err) == 0, err);
-    CHECKE(gio_write_file_atomic(path_in("a.txt"), "second!", 7, err, sizeof err) == 0, err);
-    CHECK(gio_read_file(path_in("a.txt"), &file, &len, err, sizeof err) == 0 && len == 7 && strcmp(file, "second!") == 0);
+    CHECKE(tj_write_file_atomic(path_in("a.txt"), "first", 5, err, sizeof err) == 0, err);
+    CHECKE(tj_write_file_atomic(path_in("a.txt"), "second!", 7, err, sizeof err) == 0, err);
+    CHECK(tj_read_file(path_in("a.txt"), &file, &len, err, sizeof err) == 0 && len == 7 && strcmp(file, "second!") == 0);
     free(file);
-    CHECK(gio_write_file_atomic(path_in("missing/a.txt"), "x", 1, err, sizeof err) != 0 && contains(err, "missing/a.txt"));
+    CHECK(tj_write_file_atomic(path_in("missing/a.txt"), "x", 1, err, sizeof err) != 0 && contains(err, "missing/a.txt"));
     CHECK(!dir_has_tmp_files());
 }
 

@@ -1,7 +1,7 @@
 /* Tree save/load through safetensors: round trips of every dtype and leaf
    kind, loads into existing trees, mismatch errors, corrupt and truncated
    files (errors, tree unchanged), atomic writes (also under kill -9), and
-   Hugging Face GPT-2 style names. Files go to a fresh mkdtemp directory. */
+   Hugging Face GPT-2 style names; the file and JSON helpers of [A]. Files go to a fresh mkdtemp directory. */
 #define _POSIX_C_SOURCE 200809L
 #include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #define TJT_FILES
@@ -644,6 +644,114 @@ static void test_gpt2_names(tj_ctx *ctx) {
     tj_tree_free(t);
 }
 
+/* The public file and text helpers of [A] that the safetensors code is
+   built from (and demos/gpt2_io.h uses): whole-file read, atomic write,
+   the string buffer, UTF-8, the JSON cursor. */
+static void test_helpers(void) {
+    char err[512], *data = NULL, *key = NULL, *str = NULL, u[4];
+    size_t len = 0;
+    tj_strbuf b = {NULL, 0, 0, 0};
+    tj_json j;
+    uint64_t u64 = 0;
+    double d = 0;
+    int first = 1, lit = 7, r, n = 0;
+    uint32_t cp = 0;
+    tjt_current = "helpers";
+    /* files */
+    TJT_CHECK(tj_write_file_atomic(path_in("h.txt"), "one\ntwo", 7, err, sizeof err) == TJ_OK, "write: %s", err);
+    TJT_CHECK(tj_read_file(path_in("h.txt"), &data, &len, err, sizeof err) == TJ_OK && len == 7 && !memcmp(data, "one\ntwo", 8), "read back (NUL after)");
+    tj_free(data);
+    TJT_CHECK(tj_write_file_atomic(path_in("h.txt"), "", 0, err, sizeof err) == TJ_OK, "an empty write: %s", err);
+    TJT_CHECK(tj_read_file(path_in("h.txt"), &data, &len, err, sizeof err) == TJ_OK && len == 0 && data && data[0] == 0, "an empty file");
+    tj_free(data);
+    TJT_CHECK(tj_read_file(path_in("absent"), &data, &len, err, sizeof err) == TJ_ERR_IO && !data && strstr(err, "absent") && strstr(err, "cannot open"),
+              "a missing file: \"%s\"", err);
+    TJT_CHECK(tj_read_file(g_dir, &data, &len, err, sizeof err) == TJ_ERR_IO && strstr(err, "is a directory"), "a directory: \"%s\"", err);
+    TJT_CHECK(tj_write_file_atomic(path_in("no/such/dir/f"), "x", 1, err, sizeof err) == TJ_ERR_IO && strstr(err, "no/such/dir/f"),
+              "a write into a missing directory: \"%s\"", err);
+    TJT_CHECK(tj_write_file_atomic(g_dir, "x", 1, err, sizeof err) == TJ_ERR_IO && strstr(err, "is a directory"), "a write over a directory: \"%s\"", err);
+    TJT_CHECK(tj_read_file(NULL, &data, &len, err, sizeof err) == TJ_ERR_ARG && strstr(err, "path"), "NULL path");
+    TJT_CHECK(count_tmp_files() == 0, "temp files left: %d", count_tmp_files());
+    /* string buffer and JSON escaping, read back by the JSON reader */
+    tj_strbuf_puts(&b, "{\"k\": ");
+    tj_strbuf_json(&b, "q\"b\\n\nt\t\x01 \xc3\xa9");
+    tj_strbuf_printf(&b, ", \"n\": [%d, %.2f, %s]}", 42, -1.5, "null");
+    TJT_CHECK(!b.oom && b.n == strlen(b.p), "strbuf");
+    tj_json_init(&j, b.p, b.n, "buf", err, sizeof err);
+    TJT_CHECK(tj_json_expect(&j, '{') == TJ_OK && tj_json_object_next(&j, &first, &key) == 1 && !strcmp(key, "k"), "first key");
+    tj_free(key);
+    TJT_CHECK(tj_json_cstring(&j, &str) == TJ_OK && !strcmp(str, "q\"b\\n\nt\t\x01 \xc3\xa9"), "escaped string round trip: %s", str ? str : err);
+    tj_free(str);
+    TJT_CHECK(tj_json_object_next(&j, &first, &key) == 1 && !strcmp(key, "n") && tj_json_expect(&j, '[') == TJ_OK, "second key");
+    tj_free(key);
+    first = 1;
+    while ((r = tj_json_array_next(&j, &first)) == 1) {
+        if (n == 0) TJT_CHECK(tj_json_u64(&j, &u64) == TJ_OK && u64 == 42, "u64");
+        if (n == 1) TJT_CHECK(tj_json_number(&j, &d) == TJ_OK && d == -1.5, "number");
+        if (n == 2) TJT_CHECK(tj_json_literal(&j, &lit) == TJ_OK && lit == -1, "null");
+        n++;
+    }
+    TJT_CHECK(r == 0 && n == 3 && tj_json_object_next(&j, &first, &key) == 0 && tj_json_peek(&j) == -1, "the end");
+    tj_strbuf_free(&b);
+    TJT_CHECK(b.p == NULL && b.n == 0, "strbuf_free");
+    /* errors name the label, the byte and the problem */
+    tj_json_init(&j, "[1, 2,]", 7, "t.json", err, sizeof err);
+    TJT_CHECK(tj_json_skip(&j) == TJ_ERR_IO && !strcmp(err, "t.json: bad JSON at byte 6: unexpected character"), "\"%s\"", err);
+    tj_json_init(&j, "{\"a\": 01}", 9, "t.json", err, sizeof err);
+    first = 1;
+    TJT_CHECK(tj_json_expect(&j, '{') == TJ_OK && tj_json_object_next(&j, &first, &key) == 1 && tj_json_u64(&j, &u64) == TJ_ERR_IO &&
+                  strstr(err, "leading zero"), "\"%s\"", err);
+    tj_free(key);
+    tj_json_init(&j, "\"\\ud800\"", 8, "t.json", err, sizeof err);
+    TJT_CHECK(tj_json_string(&j, NULL, NULL) == TJ_ERR_IO && strstr(err, "unpaired surrogate"), "\"%s\"", err);
+    tj_json_init(&j, "{}", 2, "t.json", err, sizeof err);
+    TJT_CHECK(tj_json_fail(&j, "field %s: expected %d", "x", 3) == TJ_ERR_IO && !strcmp(err, "t.json: bad JSON at byte 0: field x: expected 3"), "\"%s\"", err);
+    TJT_CHECK(tj_json_peek(NULL) == -1 && tj_json_skip(NULL) == TJ_ERR_ARG && tj_json_expect(NULL, '{') == TJ_ERR_ARG, "a NULL cursor");
+    TJT_CHECK(tj_json_u64(&j, NULL) == TJ_ERR_ARG && !strcmp(err, "tj_json_u64: argument v is NULL"), "\"%s\"", err);
+    TJT_CHECK(tj_json_object_next(&j, &first, NULL) == -1 && strstr(err, "argument key"), "\"%s\"", err);
+    /* UTF-8 */
+    TJT_CHECK(tj_utf8_encode(0x1F600, u) == 4 && tj_utf8_decode((const unsigned char *)u, 4, &cp) == 4 && cp == 0x1F600, "U+1F600 round trip");
+    TJT_CHECK(tj_utf8_decode((const unsigned char *)"\xc0\xaf", 2, &cp) == 0 && tj_utf8_decode((const unsigned char *)"\xed\xa0\x80", 3, &cp) == 0 &&
+                  tj_utf8_decode((const unsigned char *)"\xe2\x82", 2, &cp) == 0, "overlong, surrogate, truncated");
+}
+
+/* tj_prog_write_trace (built on tj_strbuf and the atomic writer): the file
+   is valid JSON, with a track per device and one event per kernel */
+static void trace_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_tanh(tj_mul(tj_tree_v(in, "x"), tj_tree_v(in, "x"))));
+}
+static void test_trace_file(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    char err[512], *data = NULL;
+    size_t len = 0;
+    tj_json j;
+    tjt_current = "trace file";
+    tj_set_profile(c, 1);
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "i=4 k=2", 0.5));
+    p = tj_jit(c, "trace", trace_fn, NULL, in, NULL);
+    TJT_CHECK(p && !tj_run(p, in, out) && tj_prog_events(p, NULL, 0) > 0, "a profiled run: %s", tj_error(c));
+    if (p) {
+        TJT_CHECK(tj_prog_write_trace(p, path_in("trace.json")) == TJ_OK, "write: %s", tj_error(c));
+        TJT_CHECK(tj_read_file(path_in("trace.json"), &data, &len, err, sizeof err) == TJ_OK, "read: %s", err);
+        if (data) {
+            tj_json_init(&j, data, len, "trace.json", err, sizeof err);
+            TJT_CHECK(tj_json_skip(&j) == TJ_OK && tj_json_peek(&j) == -1, "not one JSON value: %s", err);
+            TJT_CHECK(strstr(data, "{\"traceEvents\": [") == data && strstr(data, "\"thread_name\"") && strstr(data, "\"ph\": \"X\"") &&
+                          strstr(data, "test_tree_io.c:"), "contents");
+        }
+        tj_free(data);
+        TJT_CHECK(tj_prog_write_trace(p, g_dir) != TJ_OK, "a trace over a directory was written");
+        TJT_ERROR_HAS(c, "is a directory");
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(c);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     strcpy(g_dir, "/tmp/test_tree_io.XXXXXX");
@@ -656,6 +764,8 @@ int main(void) {
     test_corrupt(ctx);
     test_atomic(ctx);
     test_gpt2_names(ctx);
+    test_helpers();
+    test_trace_file();
     tjt_current = "end";
     TJT_CHECK(tj_get_alloc_stats(ctx).array_bytes == 0, "array bytes leaked: %lld", (long long)tj_get_alloc_stats(ctx).array_bytes);
     remove_dir();

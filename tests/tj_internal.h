@@ -60,7 +60,6 @@ void tjt_sgemm_shutdown(void);
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end);
 /* 1 if s[0..n) is exactly one JSON value by the library's JSON reader (the
    safetensors header parser); 0 otherwise, the reason in ctx's error */
-int tjt_json_valid(tj_ctx *ctx, const char *s, size_t n);
 
 #ifdef __cplusplus
 }
@@ -102,14 +101,5 @@ void tjt_sgemm_shutdown(void) { tj__sgemm_shutdown(); }
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end) {
     *begin = st->buf + st->data_start;
     *end = st->buf + st->len;
-}
-int tjt_json_valid(tj_ctx *ctx, const char *s, size_t n) {
-    tj__json j;
-    memset(&j, 0, sizeof j);
-    j.s = (const unsigned char *)s;
-    j.n = n;
-    j.label = "json";
-    j.ctx = ctx;
-    return tj__json_skip(&j) == 0 && tj__json_peek(&j) == -1;
 }
 #endif /* TJT_INTERNAL_IMPLEMENTATION */

@@ -19,7 +19,7 @@ static char **read_records(const char *path, size_t **lens, size_t *n) {
     char *buf, err[512], **out = NULL;
     size_t len, p = 0, cap = 0;
     *n = 0;
-    if (gio_read_file(path, &buf, &len, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    if (tj_read_file(path, &buf, &len, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
     *lens = NULL;
     while (p + 4 <= len) {
         size_t l = (size_t)gio__le((const unsigned char *)buf + p, 4);
