@@ -9023,12 +9023,150 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
     tj__parallel(tj__nparts(tj__numel(&r->lt), nthreads), tj__fused_part, &fu);
 }
 
-static tj_status tj__plan(tj_prog *p) {
+/* ---- placement ----
+   The plan first walks the schedule and records each buffer's interval:
+   made at step `start` (while its node runs), last needed at step `end`
+   (a node's inputs are freed after its outputs are made, so the two never
+   share memory). Then it places the buffers of each space, knowing every
+   interval: two ways, the smaller arena wins. First fit in schedule order
+   (as a running allocator would); and largest first, each at the lowest
+   offset free of the buffers already placed whose intervals meet its own
+   (big buffers do not end up above a scatter of small ones: the arena
+   stays near the most bytes live at one step). */
+typedef struct {
+    int64_t size, off;
+    int start, end, space;
+    int64_t *at; /* the offset field it fills */
+} tj__bufreq;
+typedef struct {
+    tj__bufreq *r;
+    int n, cap;
+} tj__reqs;
+/* a buffer made at step `start`, live to the end of the run until its end
+   is set; returns its index */
+static int64_t tj__req(tj__reqs *q, int space, int64_t size, int start, int64_t *at) {
+    if (q->n == q->cap) {
+        int nc = q->cap ? 2 * q->cap : 64;
+        tj__bufreq *nr = (tj__bufreq *)TJ_REALLOC(q->r, sizeof(tj__bufreq) * (size_t)nc);
+        if (!nr) return -1;
+        q->r = nr;
+        q->cap = nc;
+    }
+    q->r[q->n].size = tj__align(size ? size : 1);
+    q->r[q->n].off = -1;
+    q->r[q->n].start = start;
+    q->r[q->n].end = 0x7fffffff;
+    q->r[q->n].space = space;
+    q->r[q->n].at = at;
+    return q->n++;
+}
+/* orders for the offline placement: largest first; longest-lived first;
+   most bytes x steps first (ties: made first) */
+static int tj__req_key;
+static int tj__req_cmp(const void *a, const void *b) {
+    const tj__bufreq *x = *(const tj__bufreq *const *)a, *y = *(const tj__bufreq *const *)b;
+    int64_t lx = (int64_t)(x->end < 0x7fffffff ? x->end : 1 << 24) - x->start + 1, ly = (int64_t)(y->end < 0x7fffffff ? y->end : 1 << 24) - y->start + 1;
+    int64_t kx = tj__req_key == 0 ? x->size : tj__req_key == 1 ? lx : x->size * lx, ky = tj__req_key == 0 ? y->size : tj__req_key == 1 ? ly : y->size * ly;
+    if (kx != ky) return kx > ky ? -1 : 1;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+/* place the requests of one space; h->peak is the arena size. Returns 0, or
+   -1 out of memory. */
+static int tj__place(tj__reqs *q, int space, tj__heap *h) {
+    tj__bufreq **ord = NULL, **placed = NULL;
+    int64_t *ff = NULL, *best = NULL, peak_ff = 0, peak_big = 0;
+    int i, j, k, n = 0, np = 0, step = -1, key;
+    for (i = 0; i < q->n; i++) n += q->r[i].space == space;
+    if (!n) return 0;
+    ord = (tj__bufreq **)tj__malloc(sizeof *ord * (size_t)n);
+    placed = (tj__bufreq **)tj__malloc(sizeof *placed * (size_t)n);
+    ff = (int64_t *)tj__malloc(sizeof *ff * (size_t)n);
+    best = (int64_t *)tj__malloc(sizeof *best * (size_t)n);
+    if (!ord || !placed || !ff || !best) goto oom;
+    for (i = 0, k = 0; i < q->n; i++)
+        if (q->r[i].space == space) ord[k++] = &q->r[i];
+    /* 1. first fit in schedule order (requests are in the order they were
+       made; a buffer ending at step s is freed before step s + 1 allocates) */
+    {
+        tj__heap fh;
+        memset(&fh, 0, sizeof fh);
+        for (i = 0; i < n; i++) {
+            tj__bufreq *r = ord[i];
+            if (r->start != step) { /* free what ended before this step */
+                for (j = 0; j < i; j++)
+                    if (ff[j] >= 0 && ord[j]->end < r->start) {
+                        tj__heap_free(&fh, ff[j]);
+                        ff[j] = -1;
+                    }
+                step = r->start;
+            }
+            if ((ff[i] = tj__heap_alloc(&fh, r->size)) < 0) {
+                TJ_FREE(fh.b);
+                goto oom;
+            }
+            r->off = ff[i];
+        }
+        peak_ff = fh.peak;
+        for (i = 0; i < n; i++) ff[i] = ord[i]->off;
+        TJ_FREE(fh.b);
+    }
+    /* 2. each of the orders, every buffer at the lowest offset clear of the
+       placed buffers it meets in time (placed: sorted by offset); the
+       best order's offsets are kept in best[] */
+    for (key = 0; key < 3; key++) {
+        int64_t top = 0;
+        np = 0;
+        tj__req_key = key;
+        qsort(ord, (size_t)n, sizeof *ord, tj__req_cmp);
+        for (i = 0; i < n; i++) {
+            tj__bufreq *r = ord[i];
+            int64_t at = 0;
+            for (j = 0; j < np; j++) {
+                const tj__bufreq *o = placed[j];
+                if (o->end < r->start || r->end < o->start) continue; /* never live together */
+                if (o->off - at >= r->size) break;
+                if (o->off + o->size > at) at = o->off + o->size;
+            }
+            r->off = at;
+            if (at + r->size > top) top = at + r->size;
+            for (j = np; j > 0 && placed[j - 1]->off > at; j--) placed[j] = placed[j - 1];
+            placed[j] = r;
+            np++;
+        }
+        if (key == 0 || top < peak_big) {
+            peak_big = top;
+            for (i = 0, k = 0; i < q->n; i++)
+                if (q->r[i].space == space) best[k++] = q->r[i].off;
+        }
+    }
+    for (i = 0, k = 0; i < q->n; i++) /* first fit unless an order did better (both in request order) */
+        if (q->r[i].space == space) q->r[i].off = peak_ff <= peak_big ? ff[k++] : best[k++];
+    h->peak = peak_ff <= peak_big ? peak_ff : peak_big;
+    for (i = 0; i < q->n; i++)
+        if (q->r[i].space == space) *q->r[i].at = q->r[i].off;
+    TJ_FREE(ord);
+    TJ_FREE(placed);
+    TJ_FREE(ff);
+    TJ_FREE(best);
+    return 0;
+oom:
+    TJ_FREE(ord);
+    TJ_FREE(placed);
+    TJ_FREE(ff);
+    TJ_FREE(best);
+    return -1;
+}
+
+static tj_status tj__plan_once(tj_prog *p) {
     tj_graph *g = p->g;
     tj__heap h[2];
+    tj__reqs rq;
     int i, j, s;
     tj_memory_analysis *m = &p->mem;
     memset(h, 0, sizeof h);
+    memset(&rq, 0, sizeof rq);
     memset(m, 0, sizeof *m);
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
@@ -9082,20 +9220,20 @@ static tj_status tj__plan(tj_prog *p) {
         if (n->fused) continue; /* computed in its group's loop; buffers of stored members come with the group */
         for (j = 0; j < (n->members ? n->nmembers : 1); j++) {
             tj_node *x = n->members ? n->members[j] : n;
-            if ((x == n || x->store) && tj__needs_buffer(x) && x->op != TJ__OP_PROJ && (x->off = tj__heap_alloc(&h[x->space], tj__bytes(&x->lt))) < 0) goto oom;
+            if ((x == n || x->store) && tj__needs_buffer(x) && x->op != TJ__OP_PROJ && (x->off = tj__req(&rq, x->space, tj__bytes(&x->lt), i, &x->off)) < 0) goto oom;
         }
         for (j = 0; j < n->nproj; j++) { /* a scan writes all its outputs */
             tj_node *q = n->proj[j];
             q->root = q;
-            if (tj__needs_buffer(q) && (q->off = tj__heap_alloc(&h[q->space], tj__bytes(&q->lt))) < 0) goto oom;
+            if (tj__needs_buffer(q) && (q->off = tj__req(&rq, q->space, tj__bytes(&q->lt), i, &q->off)) < 0) goto oom;
         }
         if (d->scratch && d->scratch(n) > 0) {
-            if ((n->scratch_off = tj__heap_alloc(&h[TJ_SPACE_DEVICE], d->scratch(n))) < 0) goto oom;
-            tj__heap_free(&h[TJ_SPACE_DEVICE], n->scratch_off);
+            if ((n->scratch_off = tj__req(&rq, TJ_SPACE_DEVICE, d->scratch(n), i, &n->scratch_off)) < 0) goto oom;
+            rq.r[n->scratch_off].end = i;
         }
         if (n->sub && n->sub->prog && n->sub->prog->arena_bytes[TJ_SPACE_HOST] > 0) { /* a nested scan's offloaded residuals */
-            if ((n->scratch_host_off = tj__heap_alloc(&h[TJ_SPACE_HOST], n->sub->prog->arena_bytes[TJ_SPACE_HOST])) < 0) goto oom;
-            tj__heap_free(&h[TJ_SPACE_HOST], n->scratch_host_off);
+            if ((n->scratch_host_off = tj__req(&rq, TJ_SPACE_HOST, n->sub->prog->arena_bytes[TJ_SPACE_HOST], i, &n->scratch_host_off)) < 0) goto oom;
+            rq.r[n->scratch_host_off].end = i;
         }
         /* free the buffers whose last use is this node (its own, if unused;
            a fused group frees what its members read) */
@@ -9106,7 +9244,7 @@ static tj_status tj__plan(tj_prog *p) {
                 for (j = -1; j < x->nin; j++) {
                     tj_node *r = (j < 0 ? x : x->in[j])->root;
                     if (r->off >= 0 && r->last == i && r->live != 2) {
-                        tj__heap_free(&h[r->space], r->off);
+                        rq.r[r->off].end = i;
                         r->live = 2; /* freed once even if used twice here */
                     }
                 }
@@ -9114,10 +9252,15 @@ static tj_status tj__plan(tj_prog *p) {
         }
     }
     for (i = 0; i < p->nsched; i++) p->sched[i]->live = 1;
+    /* every buffer's interval is known: place them (the request index each
+       offset field holds becomes its offset) */
+    for (s = 0; s < 2; s++)
+        if (tj__place(&rq, s, &h[s]) < 0) goto oom;
     for (s = 0; s < 2; s++) {
         p->arena_bytes[s] = h[s].peak;
         TJ_FREE(h[s].b);
     }
+    TJ_FREE(rq.r);
     m->temp_bytes = h[TJ_SPACE_DEVICE].peak;
     m->host_temp_bytes = h[TJ_SPACE_HOST].peak;
     m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
@@ -9127,8 +9270,100 @@ static tj_status tj__plan(tj_prog *p) {
 oom:
     TJ_FREE(h[0].b);
     TJ_FREE(h[1].b);
+    TJ_FREE(rq.r);
     tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
     return TJ_ERR_OOM;
+}
+/* ---- recomputing a recomputed value again ----
+   A value the remat policy recomputes in the backward pass (a re-run
+   all-gather, say) is used early in the backward pass and again late (a
+   weight gradient); between the two it would sit in memory through the
+   backward pass's peak. The plan tries running it once more, right before
+   its first use after the peak, from the same inputs, and keeps that where
+   the arena gets smaller (never otherwise). Same op, same inputs: the
+   same bits. */
+/* bytes of device temp live at each step (views and outputs aside) */
+static int64_t *tj__live_steps(const tj_prog *p) {
+    int64_t *d = (int64_t *)tj__calloc(sizeof(int64_t) * (size_t)(p->nsched + 2));
+    int i;
+    if (!d) return NULL;
+    for (i = 0; i < p->nsched; i++) {
+        const tj_node *x = p->sched[i];
+        int at = x->fused ? tj__froot((tj_node *)x)->sched : i, end = x->last < p->nsched ? x->last : p->nsched;
+        if (x->off < 0 || x->root != x || x->space != TJ_SPACE_DEVICE || x->out_index >= 0) continue;
+        d[at] += tj__align(tj__bytes(&x->lt));
+        d[end + 1] -= tj__align(tj__bytes(&x->lt));
+    }
+    for (i = 1; i <= p->nsched; i++) d[i] += d[i - 1];
+    return d;
+}
+static tj_status tj__plan(tj_prog *p) {
+    tj_graph *g = p->g;
+    tj_status st = tj__plan_once(p);
+    tj_node *tried[16];
+    int tries = 0;
+    while (!st && tries < 16) {
+        int i, j, k, u = -1, ok, vs = -1;
+        tj_node *v = NULL, *v2, **nn;
+        int64_t before = p->mem.temp_bytes, vlive = -1, *live = tj__live_steps(p);
+        if (!live) return TJ_ERR_OOM;
+        /* the recomputed value whose unread stretch meets the most live bytes */
+        for (i = 0; i < p->nsched; i++) {
+            tj_node *x = p->sched[i];
+            int s = -1, last = -1;
+            if (!x->remat || x->off < 0 || x->root != x || x->space != TJ_SPACE_DEVICE || x->out_index >= 0 || x->sub || x->nproj || !x->nin ||
+                (tj__ops[x->op].flags & (TJ__MULTI | TJ__SOURCE)) || x->op == TJ__OP_PARAM || x->op == TJ__OP_PROJ || x->last >= p->nsched)
+                continue;
+            for (ok = 1, k = 0; k < tries; k++) ok &= tried[k] != x;
+            for (k = i + 1; k <= x->last && ok; k++) {
+                int reads = 0;
+                for (j = 0; j < p->sched[k]->nin; j++)
+                    if (p->sched[k]->in[j] == x) {
+                        reads = 1;
+                        if (tj__ops[p->sched[k]->op].flags & TJ__VIEW) ok = 0; /* a view keeps it alive: no */
+                    }
+                if (reads) last = k;
+                else if (last > i && (s < 0 || live[k] > live[s])) s = k; /* unread, after a use */
+            }
+            if (!ok || s < 0 || last <= s) continue;
+            if (live[s] > vlive || (live[s] == vlive && tj__bytes(&x->lt) > tj__bytes(&v->lt))) v = x, vs = s, vlive = live[s];
+        }
+        TJ_FREE(live);
+        if (!v) break;
+        tried[tries++] = v;
+        for (k = vs + 1; k < p->nsched && u < 0; k++)
+            for (j = 0; j < p->sched[k]->nin; j++)
+                if (p->sched[k]->in[j] == v) u = k;
+        if (u < 0) continue;
+        /* the copy, in the graph right before that use */
+        if (!(v2 = tj__raw_node(g, v, v->op, &v->t, v->nin, v->in))) return TJ_ERR_OOM;
+        v2->name = v->name ? tj__strdup(v->name) : NULL;
+        v2->members = NULL, v2->nmembers = 0, v2->fused = NULL, v2->store = 0, v2->proj = NULL, v2->nproj = 0, v2->repl = NULL;
+        if (!(nn = (tj_node **)TJ_REALLOC(g->nodes, sizeof(tj_node *) * (size_t)(g->n + 1)))) {
+            TJ_FREE(v2->in);
+            TJ_FREE(v2->name);
+            TJ_FREE(v2);
+            return TJ_ERR_OOM;
+        }
+        g->nodes = nn;
+        for (i = g->n, k = p->sched[u]->id; i > k; i--) g->nodes[i] = g->nodes[i - 1];
+        g->nodes[k] = v2;
+        g->n++;
+        g->cap = g->n;
+        for (i = 0; i < g->n; i++) g->nodes[i]->id = i;
+        for (k = u; k < p->nsched; k++)
+            for (j = 0; j < p->sched[k]->nin; j++)
+                if (p->sched[k]->in[j] == v) p->sched[k]->in[j] = v2;
+        st = tj__schedule(p);
+        if (!st) st = tj__plan_once(p);
+        if (st || p->mem.temp_bytes < before) continue;
+        for (i = 0; i < g->n; i++) /* no better: the later uses read v again (the copy is dead) */
+            for (j = 0; j < g->nodes[i]->nin; j++)
+                if (g->nodes[i]->in[j] == v2) g->nodes[i]->in[j] = v;
+        st = tj__schedule(p);
+        if (!st) st = tj__plan_once(p);
+    }
+    return st;
 }
 TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p) {
     tj_memory_analysis z;

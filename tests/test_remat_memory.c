@@ -136,6 +136,18 @@ static void run(int prog, int variant, result *r) {
     r->host_temp = tj_prog_memory(p).host_temp_bytes;
     if (getenv("TJ_TEST_VERBOSE") && getenv("TJ_TEST_VERBOSE")[0] == '2') tj_prog_print(p, stdout);
     tjt_outs_read(&r->o, o);
+    if (getenv("TJ_TEST_BITS")) { /* a hash of every output's bits, to compare tinyjax.h versions */
+        uint64_t h = 1469598103934665603ull;
+        int i;
+        int64_t j;
+        for (i = 0; i < r->o.n; i++)
+            for (j = 0; j < r->o.len[i]; j++) {
+                uint64_t b;
+                memcpy(&b, &r->o.v[i][j], 8);
+                h = (h ^ b) * 1099511628211ull;
+            }
+        printf("bits %s / %s: %016llx\n", prog_names[prog], variant < 0 ? "no region" : var_names[variant], (unsigned long long)h);
+    }
     r->ok = 1;
 done:
     if (!r->ok) fprintf(stderr, "%s / %s: %s\n", prog_names[prog], variant < 0 ? "no region" : var_names[variant], tj_error(ctx));
