@@ -8364,6 +8364,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         tj__type ct = tj__ct_type(&o->t);
         ctp[i] = NULL;
         if (!tj__isfloat(o->t.dt)) continue;
+        /* a y nobody differentiates (its cotangent is zero) adds nothing to
+           any gradient: no zero-filled cotangent, no work on it */
+        if (i >= nc && !pct[n->proj[i]->id]) continue;
         ctp[i] = tj__node(B, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
         if (!ctp[i] || tj__add_param(B, ctp[i])) goto fail;
         ctp[i]->name = tj__strdup(i < nc ? "carry cotangent" : "y cotangent");
