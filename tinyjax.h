@@ -9039,7 +9039,8 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
 typedef struct {
     int64_t size, off;
     int start, end, space;
-    int64_t *at; /* the offset field it fills */
+    int64_t *at;       /* the offset field it fills */
+    int64_t key, key2; /* the order of the placement being tried */
 } tj__bufreq;
 typedef struct {
     tj__bufreq *r;
@@ -9063,31 +9064,54 @@ static int64_t tj__req(tj__reqs *q, int space, int64_t size, int start, int64_t 
     q->r[q->n].at = at;
     return q->n++;
 }
-/* orders for the offline placement: largest first; longest-lived first;
-   most bytes x steps first (ties: made first) */
-static int tj__req_key;
+/* the order of an offline placement: key descending, then key2, size
+   descending, made first */
 static int tj__req_cmp(const void *a, const void *b) {
     const tj__bufreq *x = *(const tj__bufreq *const *)a, *y = *(const tj__bufreq *const *)b;
-    int64_t lx = (int64_t)(x->end < 0x7fffffff ? x->end : 1 << 24) - x->start + 1, ly = (int64_t)(y->end < 0x7fffffff ? y->end : 1 << 24) - y->start + 1;
-    int64_t kx = tj__req_key == 0 ? x->size : tj__req_key == 1 ? lx : x->size * lx, ky = tj__req_key == 0 ? y->size : tj__req_key == 1 ? ly : y->size * ly;
-    if (kx != ky) return kx > ky ? -1 : 1;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    if (x->key2 != y->key2) return x->key2 < y->key2 ? -1 : 1;
     if (x->size != y->size) return x->size > y->size ? -1 : 1;
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
     return x < y ? -1 : x > y;
 }
+/* every buffer of ord, in that order, at the lowest offset clear of the
+   placed buffers it meets in time (placed: scratch, kept sorted by offset);
+   returns the arena size */
+static int64_t tj__place_order(tj__bufreq **ord, int n, tj__bufreq **placed) {
+    int64_t top = 0;
+    int i, j, np = 0;
+    for (i = 0; i < n; i++) {
+        tj__bufreq *r = ord[i];
+        int64_t at = 0;
+        for (j = 0; j < np; j++) {
+            const tj__bufreq *o = placed[j];
+            if (o->end < r->start || r->end < o->start) continue; /* never live together */
+            if (o->off - at >= r->size) break;
+            if (o->off + o->size > at) at = o->off + o->size;
+        }
+        r->off = at;
+        if (at + r->size > top) top = at + r->size;
+        for (j = np; j > 0 && placed[j - 1]->off > at; j--) placed[j] = placed[j - 1];
+        placed[j] = r;
+        np++;
+    }
+    return top;
+}
 /* place the requests of one space; h->peak is the arena size. Returns 0, or
    -1 out of memory. */
 static int tj__place(tj__reqs *q, int space, tj__heap *h) {
-    tj__bufreq **ord = NULL, **placed = NULL;
-    int64_t *ff = NULL, *best = NULL, peak_ff = 0, peak_big = 0;
-    int i, j, k, n = 0, np = 0, step = -1, key;
+    tj__bufreq **ord = NULL, **placed = NULL, **bord = NULL;
+    int64_t *ff = NULL, *best = NULL, *breadth = NULL, peak_ff = 0, peak_big = 0, most = 0;
+    int i, j, k, n = 0, step = -1, key, nstep = 0, tries;
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
     for (i = 0; i < q->n; i++) n += q->r[i].space == space;
     if (!n) return 0;
     ord = (tj__bufreq **)tj__malloc(sizeof *ord * (size_t)n);
+    bord = (tj__bufreq **)tj__malloc(sizeof *bord * (size_t)n);
     placed = (tj__bufreq **)tj__malloc(sizeof *placed * (size_t)n);
     ff = (int64_t *)tj__malloc(sizeof *ff * (size_t)n);
     best = (int64_t *)tj__malloc(sizeof *best * (size_t)n);
-    if (!ord || !placed || !ff || !best) goto oom;
+    if (!ord || !bord || !placed || !ff || !best) goto oom;
     for (i = 0, k = 0; i < q->n; i++)
         if (q->r[i].space == space) ord[k++] = &q->r[i];
     /* 1. first fit in schedule order (requests are in the order they were
@@ -9115,50 +9139,92 @@ static int tj__place(tj__reqs *q, int space, tj__heap *h) {
         for (i = 0; i < n; i++) ff[i] = ord[i]->off;
         TJ_FREE(fh.b);
     }
-    /* 2. each of the orders, every buffer at the lowest offset clear of the
-       placed buffers it meets in time (placed: sorted by offset); the
-       best order's offsets are kept in best[] */
-    for (key = 0; key < 3; key++) {
-        int64_t top = 0;
-        np = 0;
-        tj__req_key = key;
-        qsort(ord, (size_t)n, sizeof *ord, tj__req_cmp);
-        for (i = 0; i < n; i++) {
+    /* the bytes live at each step (the breadth); the most of them is the
+       least any placement needs */
+    for (i = 0; i < n; i++) if (ord[i]->start > nstep) nstep = ord[i]->start;
+    for (i = 0; i < n; i++) if (ord[i]->end < 0x7fffffff && ord[i]->end > nstep) nstep = ord[i]->end;
+    if (!(breadth = (int64_t *)tj__calloc(sizeof(int64_t) * (size_t)(nstep + 2)))) goto oom;
+    for (i = 0; i < n; i++) {
+        breadth[ord[i]->start] += ord[i]->size;
+        breadth[(ord[i]->end < nstep ? ord[i]->end : nstep) + 1] -= ord[i]->size;
+    }
+    for (i = 0; i <= nstep; i++) {
+        if (i) breadth[i] += breadth[i - 1];
+        if (breadth[i] > most) most = breadth[i];
+    }
+    /* 2. each of the orders; the best one's offsets are kept in best[] (in
+       request order) and the order itself in bord[] */
+    for (key = 0; key < 4 && peak_ff > most; key++) {
+        int64_t top;
+        for (i = 0; i < n; i++) { /* largest; longest-lived; most bytes x steps; in the widest step first */
             tj__bufreq *r = ord[i];
-            int64_t at = 0;
-            for (j = 0; j < np; j++) {
-                const tj__bufreq *o = placed[j];
-                if (o->end < r->start || r->end < o->start) continue; /* never live together */
-                if (o->off - at >= r->size) break;
-                if (o->off + o->size > at) at = o->off + o->size;
+            int64_t len = (int64_t)(r->end < nstep ? r->end : nstep) - r->start + 1;
+            r->key2 = 0;
+            if (key == 0) r->key = r->size;
+            else if (key == 1) r->key = len;
+            else if (key == 2) r->key = r->size * len;
+            else {
+                r->key = -1;
+                for (j = r->start; j <= r->end && j <= nstep; j++)
+                    if (breadth[j] > r->key) r->key = breadth[j], r->key2 = j;
             }
-            r->off = at;
-            if (at + r->size > top) top = at + r->size;
-            for (j = np; j > 0 && placed[j - 1]->off > at; j--) placed[j] = placed[j - 1];
-            placed[j] = r;
-            np++;
         }
+        qsort(ord, (size_t)n, sizeof *ord, tj__req_cmp);
+        top = tj__place_order(ord, n, placed);
         if (key == 0 || top < peak_big) {
             peak_big = top;
+            memcpy(bord, ord, sizeof *ord * (size_t)n);
             for (i = 0, k = 0; i < q->n; i++)
                 if (q->r[i].space == space) best[k++] = q->r[i].off;
         }
     }
+    /* 3. a local search from the best order while it is above the least:
+       swap a few buffers (a fixed seed: the same plan every time) and keep
+       the order when its arena is no larger; the work is bounded */
+    tries = peak_ff > most && peak_big > most && n > 1 ? (int)(50000000 / ((int64_t)n * n + 1)) : 0;
+    if (tries > 2000) tries = 2000;
+    for (k = 0; k < tries && peak_big > most; k++) {
+        int64_t top;
+        int m;
+        memcpy(ord, bord, sizeof *ord * (size_t)n);
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        m = 1 + (int)((seed >> 33) % 8);
+        while (m--) {
+            tj__bufreq *t;
+            int x, y;
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            x = (int)((seed >> 33) % (uint64_t)n);
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            y = (int)((seed >> 33) % (uint64_t)n);
+            t = ord[x], ord[x] = ord[y], ord[y] = t;
+        }
+        top = tj__place_order(ord, n, placed);
+        if (top <= peak_big) {
+            peak_big = top;
+            memcpy(bord, ord, sizeof *ord * (size_t)n);
+            for (i = 0, j = 0; i < q->n; i++)
+                if (q->r[i].space == space) best[j++] = q->r[i].off;
+        }
+    }
     for (i = 0, k = 0; i < q->n; i++) /* first fit unless an order did better (both in request order) */
-        if (q->r[i].space == space) q->r[i].off = peak_ff <= peak_big ? ff[k++] : best[k++];
-    h->peak = peak_ff <= peak_big ? peak_ff : peak_big;
+        if (q->r[i].space == space) q->r[i].off = peak_ff <= peak_big || peak_ff <= most ? ff[k++] : best[k++];
+    h->peak = peak_ff <= peak_big || peak_ff <= most ? peak_ff : peak_big;
     for (i = 0; i < q->n; i++)
         if (q->r[i].space == space) *q->r[i].at = q->r[i].off;
     TJ_FREE(ord);
+    TJ_FREE(bord);
     TJ_FREE(placed);
     TJ_FREE(ff);
     TJ_FREE(best);
+    TJ_FREE(breadth);
     return 0;
 oom:
     TJ_FREE(ord);
+    TJ_FREE(bord);
     TJ_FREE(placed);
     TJ_FREE(ff);
     TJ_FREE(best);
+    TJ_FREE(breadth);
     return -1;
 }
 

@@ -8,8 +8,7 @@
  *   (c) in the sequence-parallel block of jax-ml/jax#25010 (the demo's
  *       sizes, mesh data=2 tensor=4), re-gathering the activation in the
  *       backward pass (save_only_these_names("scattered")) needs less temp
- *       than saving the gathered activation (not met yet: a KNOWN line,
- *       counted with TJ_TEST_STRICT=1);
+ *       than saving the gathered activation;
  * and every variant gives the loss and gradients of the program without a
  * region.
  * TJ_TEST_VERBOSE=1 prints each program's temp (2: and the programs);
@@ -192,17 +191,10 @@ int main(void) {
             TJT_CHECK(!res[v].ok || res[v].temp <= res[V_ALL].temp, "(b) %s needs %lld B temp, everything_saveable %lld B", var_names[v], (long long)res[v].temp,
                       (long long)res[V_ALL].temp);
         /* (c) */
-        /* (c) is not met yet (the placement leaves re-gathering 1,984 B above
-           saving; the most bytes live at one step are 64 B lower): printed as
-           KNOWN, not counted, until it is; TJ_TEST_STRICT=1 counts it */
-        if (prog == P_SEQPAR) {
-            if (res[V_NAMES].temp < res[V_GATHERED].temp || getenv("TJ_TEST_STRICT"))
-                TJT_CHECK(res[V_NAMES].temp < res[V_GATHERED].temp, "(c) re-gathering needs %lld B temp, saving the gathered activation %lld B",
-                          (long long)res[V_NAMES].temp, (long long)res[V_GATHERED].temp);
-            else
-                fprintf(stderr, "KNOWN (issue 15 item 7, rule c, open) re-gathering needs %lld B temp, saving the gathered activation %lld B\n",
-                        (long long)res[V_NAMES].temp, (long long)res[V_GATHERED].temp);
-        }
+        /* (c) */
+        if (prog == P_SEQPAR)
+            TJT_CHECK(res[V_NAMES].temp < res[V_GATHERED].temp, "(c) re-gathering needs %lld B temp, saving the gathered activation %lld B",
+                      (long long)res[V_NAMES].temp, (long long)res[V_GATHERED].temp);
         for (v = 0; v < NVAR; v++) {
             if (!res[v].ok) continue;
             char what[160];
