@@ -9375,7 +9375,7 @@ static tj_status tj__plan(tj_prog *p) {
         int i, j, k, u = -1, ok, vs = -1;
         tj_node *v = NULL, *v2, **nn;
         int64_t before = p->mem.temp_bytes, vlive = -1, *live = tj__live_steps(p);
-        if (!live) return TJ_ERR_OOM;
+        if (!live) goto oom;
         /* the recomputed value whose unread stretch meets the most live bytes */
         for (i = 0; i < p->nsched; i++) {
             tj_node *x = p->sched[i];
@@ -9405,14 +9405,18 @@ static tj_status tj__plan(tj_prog *p) {
                 if (p->sched[k]->in[j] == v) u = k;
         if (u < 0) continue;
         /* the copy, in the graph right before that use */
-        if (!(v2 = tj__raw_node(g, v, v->op, &v->t, v->nin, v->in))) return TJ_ERR_OOM;
-        v2->name = v->name ? tj__strdup(v->name) : NULL;
-        v2->members = NULL, v2->nmembers = 0, v2->fused = NULL, v2->store = 0, v2->proj = NULL, v2->nproj = 0, v2->repl = NULL;
+        if (!(v2 = tj__raw_node(g, v, v->op, &v->t, v->nin, v->in))) goto oom;
+        v2->members = NULL, v2->nmembers = 0, v2->fused = NULL, v2->store = 0, v2->proj = NULL, v2->nproj = 0, v2->repl = NULL, v2->name = NULL;
+        if (v->name && !(v2->name = tj__strdup(v->name))) {
+            TJ_FREE(v2->in);
+            TJ_FREE(v2);
+            goto oom;
+        }
         if (!(nn = (tj_node **)TJ_REALLOC(g->nodes, sizeof(tj_node *) * (size_t)(g->n + 1)))) {
             TJ_FREE(v2->in);
             TJ_FREE(v2->name);
             TJ_FREE(v2);
-            return TJ_ERR_OOM;
+            goto oom;
         }
         g->nodes = nn;
         for (i = g->n, k = p->sched[u]->id; i > k; i--) g->nodes[i] = g->nodes[i - 1];
@@ -9433,6 +9437,9 @@ static tj_status tj__plan(tj_prog *p) {
         if (!st) st = tj__plan_once(p);
     }
     return st;
+oom:
+    tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
+    return TJ_ERR_OOM;
 }
 TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p) {
     tj_memory_analysis z;
