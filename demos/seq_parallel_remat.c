@@ -38,9 +38,11 @@
  * lower than (a)'s, but only by 64 B at these sizes: the backward pass's
  * peak is at the weight gradients, where both hold one gathered activation
  * (the most bytes live at one step: 40,960 B for (b), 41,024 B for (a)).
- * In a model of many such blocks, (a) holds every block's gathered
- * activation across the gap and (b) only the scattered shards. Collectives
- * that a region re-runs in the backward pass are reported as backward.
+ * With blocks in a row, (a) holds each block's gathered activation while
+ * the later blocks run and (b) only its scattered shard: two blocks
+ * (tests/test_remat_memory.c) need 51,392 B re-gathering and 55,552 B
+ * saving. Collectives that a region re-runs in the backward pass are
+ * reported as backward.
  *
  *   gcc -std=c99 -O2 -I. demos/seq_parallel_remat.c -lm -pthread && ./a.out
  *   SHOW_PROGRAM=1 ./a.out     also prints each compiled program

@@ -6,9 +6,10 @@
  *       above everything_saveable (nothing_saveable, dots_saveable,
  *       save_only_these_names, an offload policy);
  *   (c) in the sequence-parallel block of jax-ml/jax#25010 (the demo's
- *       sizes, mesh data=2 tensor=4), re-gathering the activation in the
- *       backward pass (save_only_these_names("scattered")) needs less temp
- *       than saving the gathered activation;
+ *       sizes, mesh data=2 tensor=4), and in two such blocks in a row,
+ *       re-gathering the activation in the backward pass
+ *       (save_only_these_names("scattered")) needs less temp than saving
+ *       the gathered activation;
  * and every variant gives the loss and gradients of the program without a
  * region.
  * TJ_TEST_VERBOSE=1 prints each program's temp (2: and the programs);
@@ -18,8 +19,9 @@
 #include "tj_test.h"
 
 /* ---- the programs: each is a region fn(in) -> out[0], and a loss of out[0] ---- */
-enum { P_SEQPAR, P_MLP, P_CHAIN, P_ATTN1, NPROG };
-static const char *prog_names[NPROG] = {"jax#25010 block", "mlp", "elementwise chain", "attention, one device"};
+enum { P_SEQPAR, P_SEQPAR2, P_MLP, P_CHAIN, P_ATTN1, NPROG };
+static const char *prog_names[NPROG] = {"jax#25010 block", "two jax#25010 blocks", "mlp", "elementwise chain", "attention, one device"};
+#define SEQPAR(prog) ((prog) == P_SEQPAR || (prog) == P_SEQPAR2)
 enum { B = 4, P = 32, E = 32, H = 16 };
 
 typedef struct {
@@ -43,7 +45,7 @@ static void region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     const cfg *c = (const cfg *)u;
     (void)g;
     switch (c->prog) {
-    case P_SEQPAR: seqpar(in, out, 1); break;
+    case P_SEQPAR: case P_SEQPAR2: seqpar(in, out, 1); break;
     case P_ATTN1: seqpar(in, out, 0); break;
     case P_MLP: {
         tj_v h = tj_checkpoint_name(tj_gelu(tj_dot(in[0], in[1], "embed")), "hidden");
@@ -58,7 +60,7 @@ static void region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     }
     }
 }
-static int nin_of(int prog) { return prog == P_SEQPAR || prog == P_ATTN1 ? 5 : prog == P_MLP ? 3 : 2; }
+static int nin_of(int prog) { return SEQPAR(prog) || prog == P_ATTN1 ? 5 : prog == P_MLP ? 3 : 2; }
 static const char *leaves[5] = {"x", "w1", "w2", "w3", "w4"};
 
 static void step(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
@@ -67,10 +69,18 @@ static void step(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     char nm[16];
     int i, n = nin_of(c->prog);
     for (i = 0; i < n; i++) r[i] = tj_tree_v(in, leaves[i]);
-    if (c->prog == P_SEQPAR) r[0] = tj_with_sharding_constraint(r[0], "batch:data pos:tensor");
+    if (SEQPAR(c->prog)) r[0] = tj_with_sharding_constraint(r[0], "batch:data pos:tensor");
     if (c->variant < 0) region(g, r, &y, (void *)c);
     else tj_checkpoint(region, (void *)c, n, r, 1, &y, c->policy);
-    loss = tj_mean(tj_mul(y, y), c->prog == P_SEQPAR || c->prog == P_ATTN1 ? "batch pos hd" : c->prog == P_MLP ? "batch embed2" : "batch embed");
+    loss = tj_mean(tj_mul(y, y), SEQPAR(c->prog) || c->prog == P_ATTN1 ? "batch pos hd" : c->prog == P_MLP ? "batch embed2" : "batch embed");
+    if (c->prog == P_SEQPAR2) { /* a second block on x / 2: the first one's residuals wait across it */
+        tj_v r2[5], y2 = NULL;
+        for (i = 0; i < n; i++) r2[i] = r[i];
+        r2[0] = tj_muls(r[0], 0.5);
+        if (c->variant < 0) region(g, r2, &y2, (void *)c);
+        else tj_checkpoint(region, (void *)c, n, r2, 1, &y2, c->policy);
+        loss = tj_add(loss, tj_mean(tj_mul(y2, y2), "batch pos hd"));
+    }
     tj_grad(loss, n, r, gr);
     tj_tree_set_v(out, "loss", loss);
     for (i = 0; i < n; i++) {
@@ -113,17 +123,17 @@ static void run(int prog, int variant, result *r) {
     c.prog = prog;
     c.variant = variant;
     c.policy = variant >= 0 ? &pol[variant] : NULL;
-    if (prog == P_SEQPAR) {
+    if (SEQPAR(prog)) {
         tj_set_devices(ctx, 8);
         tj_set_mesh(ctx, "data=2 tensor=4");
     }
-    if (prog == P_SEQPAR || prog == P_ATTN1) {
+    if (SEQPAR(prog) || prog == P_ATTN1) {
         tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 pos=32 embed=32", 1, -1, 1));
         tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "embed=32", 2, 0.5, 1.5));
         tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F32, "embed=32 hd=16", 3, -0.3, 0.3));
         tj_tree_set_array(in, "w3", tjt_rand(ctx, TJ_F32, "embed=32 hd=16", 4, -0.3, 0.3));
         tj_tree_set_array(in, "w4", tjt_rand(ctx, TJ_F32, "embed=32 hd=16", 5, -0.3, 0.3));
-        if (prog == P_SEQPAR && tj_filter_shard(in, "batch:data pos:tensor")) goto done;
+        if (SEQPAR(prog) && tj_filter_shard(in, "batch:data pos:tensor")) goto done;
     } else if (prog == P_MLP) {
         tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=16 embed=32", 1, -1, 1));
         tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "embed=32 ff=128", 2, -0.2, 0.2));
@@ -137,7 +147,7 @@ static void run(int prog, int variant, result *r) {
     r->temp = tj_prog_memory(p).temp_bytes;
     r->host_temp = tj_prog_memory(p).host_temp_bytes;
     r->measured = tj_get_alloc_stats(ctx).arena_bytes; /* the arenas the run allocated, on every device */
-    r->ndev = prog == P_SEQPAR ? 8 : 1;
+    r->ndev = SEQPAR(prog) ? 8 : 1;
     if (getenv("TJ_TEST_VERBOSE") && getenv("TJ_TEST_VERBOSE")[0] == '2') tj_prog_print(p, stdout);
     tjt_outs_read(&r->o, o);
     if (getenv("TJ_TEST_BITS")) { /* a hash of every output's bits, to compare tinyjax.h versions */
@@ -192,7 +202,7 @@ int main(void) {
                       (long long)res[V_ALL].temp);
         /* (c) */
         /* (c) */
-        if (prog == P_SEQPAR)
+        if (SEQPAR(prog))
             TJT_CHECK(res[V_NAMES].temp < res[V_GATHERED].temp, "(c) re-gathering needs %lld B temp, saving the gathered activation %lld B",
                       (long long)res[V_NAMES].temp, (long long)res[V_GATHERED].temp);
         for (v = 0; v < NVAR; v++) {
