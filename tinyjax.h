@@ -8343,7 +8343,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     int wrt_kind[128], wrt_idx[128];
     tj__bwd w;
     tj_node *binit[64], *bxs[64] = {0}, *bn, *bfinal[64];
-    int nbinit = 0, first_row;
+    int nbinit = 0, first_row, first_vjp;
     /* the boundary of a shard_map body; unchecked, its transpose is defensive */
     int smap = B->manual && !G->manual, defensive = smap && !B->check;
     /* a region (one iteration, no shard_map boundary) returns its captures'
@@ -8357,7 +8357,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: too many outputs");
         return TJ_ERR_UNSUPPORTED;
     }
-    /* 1. differentiate the body in place: cotangent params in, grads out */
+    /* 1. differentiate the body in place: cotangent params in, grads out
+       (a body differentiated before has cotangent params already) */
+    first_vjp = B->nparam == nc + nx + ncap;
     B->cur_pass = ++B->npass;
     for (i = 0; i < nc + ny; i++) {
         tj_node *o = B->outs[i];
@@ -8487,7 +8489,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             }
     }
     if (c->status) goto fail;
-    if (n->pass == 0) tj__lint_policy(G, n->policy, B, nc, first_row); /* the user's scan, not a backward scan being differentiated again */
+    /* the user's scan, not a backward scan being differentiated again, and
+       at its first VJP (a second one, in a grad of grad, sees only the
+       outputs that the first made the second derivative need) */
+    if (n->pass == 0 && first_vjp) tj__lint_policy(G, n->policy, B, nc, first_row);
     if (c->status) goto fail;
     /* the forward body's new outputs made new PROJ nodes of n; its
        captures are the same, so its inputs are unchanged */
@@ -9366,11 +9371,60 @@ static int64_t *tj__live_steps(const tj_prog *p) {
     for (i = 1; i <= p->nsched; i++) d[i] += d[i - 1];
     return d;
 }
+/* ---- a recomputed value that is still there ----
+   A value the backward pass recomputes (its node a copy made for the remat
+   policy) whose original is alive anyway at that point (a program output,
+   or a value read later still) is read from the original: the copy would
+   only hold the same bits twice. Same op, same inputs, same attributes.
+   Returns how many were replaced, or -1 out of memory. */
+static int tj__reuse_live(tj_prog *p) {
+    tj_graph *g = p->g;
+    int *at = (int *)tj__calloc(sizeof(int) * (size_t)(g->n + 2)), i, j, k, nrep = 0;
+    tj_node **cons = NULL;
+    if (!at) return -1;
+    for (i = 0; i < p->nsched; i++) /* the scheduled readers of each node, by id */
+        for (j = 0; j < p->sched[i]->nin; j++) at[p->sched[i]->in[j]->id + 2]++;
+    for (i = 2; i <= g->n + 1; i++) at[i] += at[i - 1];
+    if (!(cons = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(at[g->n + 1] + 1)))) {
+        TJ_FREE(at);
+        return -1;
+    }
+    for (i = 0; i < p->nsched; i++)
+        for (j = 0; j < p->sched[i]->nin; j++) cons[at[p->sched[i]->in[j]->id + 1]++] = p->sched[i];
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *r = p->sched[i], *o = NULL, *x;
+        if (!r->remat || !r->nin || r->root != r || r->nproj || r->sub || (tj__ops[r->op].flags & TJ__MULTI) || r->op == TJ__OP_PROJ) continue;
+        x = r->in[0];
+        for (k = at[x->id]; k < at[x->id + 1] && !o; k++) {
+            tj_node *c = cons[k];
+            if (c == r || c->sched >= i || c->op != r->op || c->nin != r->nin || c->root != c || c->space != r->space || c->nproj || c->sub) continue;
+            if (c->last < i && c->out_index < 0) continue; /* gone by then */
+            if (!tj__same_type(&c->t, &r->t) || memcmp(&c->a, &r->a, sizeof r->a) != 0) continue;
+            if ((c->name == NULL) != (r->name == NULL) || (c->name && strcmp(c->name, r->name) != 0)) continue;
+            for (j = 0; j < r->nin && c->in[j] == r->in[j]; j++) {}
+            if (j == r->nin) o = c;
+        }
+        if (!o) continue;
+        for (k = i + 1; k < p->nsched; k++) /* its readers read the original */
+            for (j = 0; j < p->sched[k]->nin; j++)
+                if (p->sched[k]->in[j] == r) p->sched[k]->in[j] = o;
+        for (k = 0; k < p->nout; k++)
+            if (p->outs[k] == r) p->outs[k] = o;
+        nrep++;
+    }
+    TJ_FREE(at);
+    TJ_FREE(cons);
+    return nrep;
+}
 static tj_status tj__plan(tj_prog *p) {
     tj_graph *g = p->g;
     tj_status st = tj__plan_once(p);
     tj_node *tried[16];
-    int tries = 0;
+    int tries = 0, nrep;
+    if (!st) { /* recomputed values that are still there */
+        if ((nrep = tj__reuse_live(p)) < 0) goto oom;
+        if (nrep && !(st = tj__schedule(p))) st = tj__plan_once(p);
+    }
     while (!st && tries < 16) {
         int i, j, k, u = -1, ok, vs = -1;
         tj_node *v = NULL, *v2, **nn;
