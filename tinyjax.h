@@ -9372,48 +9372,70 @@ static int64_t *tj__live_steps(const tj_prog *p) {
     return d;
 }
 /* ---- a recomputed value that is still there ----
-   A value the backward pass recomputes (its node a copy made for the remat
-   policy) whose original is alive anyway at that point (a program output,
-   or a value read later still) is read from the original: the copy would
-   only hold the same bits twice. Same op, same inputs, same attributes.
-   Returns how many were replaced, or -1 out of memory. */
+   A value the backward pass recomputes (a node copied for the remat policy)
+   whose original is alive anyway at that point (a program output, or a
+   value read later still) is read from the original: the copy would only
+   hold the same bits twice. Nodes are numbered by value: same op, same
+   attributes and type, inputs of the same values (a recomputed chain is
+   the same value as the chain it copies). Returns how many were replaced,
+   or -1 out of memory. */
+static uint64_t tj__vn_hash(const tj_node *x, const int *cls) {
+    uint64_t h = 1469598103934665603ull;
+    int j;
+    h = (h ^ (uint64_t)x->op) * 1099511628211ull;
+    h = (h ^ (uint64_t)x->nin) * 1099511628211ull;
+    for (j = 0; j < x->nin; j++) h = (h ^ (uint64_t)cls[x->in[j]->id]) * 1099511628211ull;
+    h = (h ^ (uint64_t)x->t.rank) * 1099511628211ull;
+    for (j = 0; j < x->t.rank; j++) h = (h ^ (uint64_t)x->t.dim[j]) * 1099511628211ull;
+    return h; /* (attributes and the rest: compared in full) */
+}
+static int tj__vn_same(const tj_node *x, const tj_node *y, const int *cls) {
+    int j;
+    if (x->op != y->op || x->nin != y->nin || x->space != y->space || !tj__same_type(&x->t, &y->t) || memcmp(&x->a, &y->a, sizeof x->a) != 0) return 0;
+    if ((x->name == NULL) != (y->name == NULL) || (x->name && strcmp(x->name, y->name) != 0)) return 0;
+    for (j = 0; j < x->nin; j++)
+        if (cls[x->in[j]->id] != cls[y->in[j]->id]) return 0;
+    return 1;
+}
 static int tj__reuse_live(tj_prog *p) {
     tj_graph *g = p->g;
-    int *at = (int *)tj__calloc(sizeof(int) * (size_t)(g->n + 2)), i, j, k, nrep = 0;
-    tj_node **cons = NULL;
-    if (!at) return -1;
-    for (i = 0; i < p->nsched; i++) /* the scheduled readers of each node, by id */
-        for (j = 0; j < p->sched[i]->nin; j++) at[p->sched[i]->in[j]->id + 2]++;
-    for (i = 2; i <= g->n + 1; i++) at[i] += at[i - 1];
-    if (!(cons = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(at[g->n + 1] + 1)))) {
-        TJ_FREE(at);
+    int *cls = (int *)tj__malloc(sizeof(int) * (size_t)(g->n + 1)), i, j, k, nrep = 0, cap = 16;
+    tj_node **latest = NULL, **tab = NULL;
+    while (cap < 2 * p->nsched + 2) cap *= 2;
+    latest = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(g->n + 1));
+    tab = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)cap);
+    if (!cls || !latest || !tab) {
+        TJ_FREE(cls);
+        TJ_FREE(latest);
+        TJ_FREE(tab);
         return -1;
     }
-    for (i = 0; i < p->nsched; i++)
-        for (j = 0; j < p->sched[i]->nin; j++) cons[at[p->sched[i]->in[j]->id + 1]++] = p->sched[i];
+    for (i = 0; i < g->n; i++) cls[i] = i;
     for (i = 0; i < p->nsched; i++) {
-        tj_node *r = p->sched[i], *o = NULL, *x;
-        if (!r->remat || !r->nin || r->root != r || r->nproj || r->sub || (tj__ops[r->op].flags & TJ__MULTI) || r->op == TJ__OP_PROJ) continue;
-        x = r->in[0];
-        for (k = at[x->id]; k < at[x->id + 1] && !o; k++) {
-            tj_node *c = cons[k];
-            if (c == r || c->sched >= i || c->op != r->op || c->nin != r->nin || c->root != c || c->space != r->space || c->nproj || c->sub) continue;
-            if (c->last < i && c->out_index < 0) continue; /* gone by then */
-            if (!tj__same_type(&c->t, &r->t) || memcmp(&c->a, &r->a, sizeof r->a) != 0) continue;
-            if ((c->name == NULL) != (r->name == NULL) || (c->name && strcmp(c->name, r->name) != 0)) continue;
-            for (j = 0; j < r->nin && c->in[j] == r->in[j]; j++) {}
-            if (j == r->nin) o = c;
+        tj_node *x = p->sched[i], *o;
+        uint64_t h;
+        if (x->op == TJ__OP_PARAM || x->sub || (tj__ops[x->op].flags & TJ__MULTI) || x->op == TJ__OP_PROJ) continue; /* values of their own */
+        h = tj__vn_hash(x, cls);
+        for (k = (int)(h & (uint64_t)(cap - 1)); tab[k] && !tj__vn_same(tab[k], x, cls); k = (k + 1) & (cap - 1)) {}
+        if (!tab[k]) { /* a new value */
+            tab[k] = x;
+            latest[x->id] = x;
+            continue;
         }
-        if (!o) continue;
-        for (k = i + 1; k < p->nsched; k++) /* its readers read the original */
-            for (j = 0; j < p->sched[k]->nin; j++)
-                if (p->sched[k]->in[j] == r) p->sched[k]->in[j] = o;
-        for (k = 0; k < p->nout; k++)
-            if (p->outs[k] == r) p->outs[k] = o;
-        nrep++;
+        cls[x->id] = cls[tab[k]->id];
+        o = latest[cls[x->id]];
+        if (x->remat && x->root == x && o->root == o && o->sched < i && (o->last >= i || o->out_index >= 0)) {
+            for (k = i + 1; k < p->nsched; k++) /* its readers read the original */
+                for (j = 0; j < p->sched[k]->nin; j++)
+                    if (p->sched[k]->in[j] == x) p->sched[k]->in[j] = o;
+            for (k = 0; k < p->nout; k++)
+                if (p->outs[k] == x) p->outs[k] = o;
+            nrep++;
+        } else latest[cls[x->id]] = x;
     }
-    TJ_FREE(at);
-    TJ_FREE(cons);
+    TJ_FREE(cls);
+    TJ_FREE(latest);
+    TJ_FREE(tab);
     return nrep;
 }
 static tj_status tj__plan(tj_prog *p) {
