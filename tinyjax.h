@@ -9397,23 +9397,51 @@ static int tj__vn_same(const tj_node *x, const tj_node *y, const int *cls) {
         if (cls[x->in[j]->id] != cls[y->in[j]->id]) return 0;
     return 1;
 }
-static int tj__reuse_live(tj_prog *p) {
+/* the input slots a reuse redirected, to undo it */
+typedef struct {
+    tj_node ***slot;
+    tj_node **old;
+    int n, cap;
+} tj__redir;
+static int tj__redir_add(tj__redir *r, tj_node **slot) {
+    if (!r) return 0;
+    if (r->n == r->cap) {
+        int nc = r->cap ? 2 * r->cap : 64;
+        tj_node ***ns = (tj_node ***)TJ_REALLOC(r->slot, sizeof(tj_node **) * (size_t)nc);
+        tj_node **no;
+        if (!ns) return -1;
+        r->slot = ns;
+        if (!(no = (tj_node **)TJ_REALLOC(r->old, sizeof(tj_node *) * (size_t)nc))) return -1;
+        r->old = no;
+        r->cap = nc;
+    }
+    r->slot[r->n] = slot;
+    r->old[r->n++] = *slot;
+    return 0;
+}
+static void tj__redir_undo(tj__redir *r) {
+    while (r->n > 0) {
+        r->n--;
+        *r->slot[r->n] = r->old[r->n];
+    }
+}
+/* mode 0: every recomputed value whose original is still alive there;
+   mode 1: every recomputed value (read from its original, alive or not:
+   the original is then kept instead); mode 2: the only-th of those whose
+   original is not alive. Returns how many were replaced, -1 out of memory. */
+static int tj__reuse(tj_prog *p, int mode, int only, tj__redir *log) {
     tj_graph *g = p->g;
-    int *cls = (int *)tj__malloc(sizeof(int) * (size_t)(g->n + 1)), i, j, k, nrep = 0, cap = 16;
+    int *cls = (int *)tj__malloc(sizeof(int) * (size_t)(g->n + 1)), i, j, k, nrep = 0, cap = 16, ncand = 0;
     tj_node **latest = NULL, **tab = NULL;
     while (cap < 2 * p->nsched + 2) cap *= 2;
     latest = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(g->n + 1));
     tab = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)cap);
-    if (!cls || !latest || !tab) {
-        TJ_FREE(cls);
-        TJ_FREE(latest);
-        TJ_FREE(tab);
-        return -1;
-    }
+    if (!cls || !latest || !tab) goto oom;
     for (i = 0; i < g->n; i++) cls[i] = i;
     for (i = 0; i < p->nsched; i++) {
         tj_node *x = p->sched[i], *o;
         uint64_t h;
+        int alive, take;
         if (x->op == TJ__OP_PARAM || x->sub || (tj__ops[x->op].flags & TJ__MULTI) || x->op == TJ__OP_PROJ) continue; /* values of their own */
         h = tj__vn_hash(x, cls);
         for (k = (int)(h & (uint64_t)(cap - 1)); tab[k] && !tj__vn_same(tab[k], x, cls); k = (k + 1) & (cap - 1)) {}
@@ -9424,12 +9452,23 @@ static int tj__reuse_live(tj_prog *p) {
         }
         cls[x->id] = cls[tab[k]->id];
         o = latest[cls[x->id]];
-        if (x->remat && x->root == x && o->root == o && o->sched < i && (o->last >= i || o->out_index >= 0)) {
+        take = 0;
+        if (x->remat && x->root == x && o->root == o && o->sched < i && o->space == x->space) {
+            alive = o->last >= i || o->out_index >= 0;
+            take = mode == 0 ? alive : mode == 1 ? 1 : !alive && ncand++ == only;
+        }
+        if (take) {
             for (k = i + 1; k < p->nsched; k++) /* its readers read the original */
                 for (j = 0; j < p->sched[k]->nin; j++)
-                    if (p->sched[k]->in[j] == x) p->sched[k]->in[j] = o;
+                    if (p->sched[k]->in[j] == x) {
+                        if (tj__redir_add(log, &p->sched[k]->in[j])) goto oom;
+                        p->sched[k]->in[j] = o;
+                    }
             for (k = 0; k < p->nout; k++)
-                if (p->outs[k] == x) p->outs[k] = o;
+                if (p->outs[k] == x) {
+                    if (tj__redir_add(log, &p->outs[k])) goto oom;
+                    p->outs[k] = o;
+                }
             nrep++;
         } else latest[cls[x->id]] = x;
     }
@@ -9437,15 +9476,56 @@ static int tj__reuse_live(tj_prog *p) {
     TJ_FREE(latest);
     TJ_FREE(tab);
     return nrep;
+oom:
+    TJ_FREE(cls);
+    TJ_FREE(latest);
+    TJ_FREE(tab);
+    return -1;
+}
+/* try a reuse (mode 1 or 2); keep it only if the arena gets smaller.
+   Returns 1 kept, 0 not (or nothing to reuse), -1 out of memory, or the
+   status of a failed plan as -2. */
+static int tj__try_reuse(tj_prog *p, int mode, int only, tj_status *st) {
+    tj__redir log;
+    int64_t before = p->mem.temp_bytes;
+    int n;
+    memset(&log, 0, sizeof log);
+    if ((n = tj__reuse(p, mode, only, &log)) < 0) {
+        tj__redir_undo(&log);
+        TJ_FREE(log.slot);
+        TJ_FREE(log.old);
+        return -1;
+    }
+    if (n) {
+        if (!(*st = tj__schedule(p))) *st = tj__plan_once(p);
+        if (!*st && p->mem.temp_bytes >= before) {
+            tj__redir_undo(&log);
+            if (!(*st = tj__schedule(p))) *st = tj__plan_once(p);
+            n = 0;
+        }
+    }
+    TJ_FREE(log.slot);
+    TJ_FREE(log.old);
+    return *st ? -2 : n > 0;
 }
 static tj_status tj__plan(tj_prog *p) {
     tj_graph *g = p->g;
     tj_status st = tj__plan_once(p);
     tj_node *tried[16];
-    int tries = 0, nrep;
+    int tries = 0, nrep, k;
     if (!st) { /* recomputed values that are still there */
-        if ((nrep = tj__reuse_live(p)) < 0) goto oom;
+        if ((nrep = tj__reuse(p, 0, 0, NULL)) < 0) goto oom;
         if (nrep && !(st = tj__schedule(p))) st = tj__plan_once(p);
+    }
+    /* recomputing costs memory too (the values it recomputes from, and
+       it runs where the backward pass holds its cotangents): where reading
+       a recomputed value from its original makes the arena smaller, the
+       original is kept. All of them at once, then one by one (bounded). */
+    if (!st && (nrep = tj__try_reuse(p, 1, 0, &st)) == -1) goto oom;
+    for (k = 0, nrep = 0; !st && k < 16 && nrep < 16; nrep++) {
+        int r = tj__try_reuse(p, 2, k, &st);
+        if (r == -1) goto oom;
+        if (r == 0) k++; /* not kept (or none left): the next one */
     }
     while (!st && tries < 16) {
         int i, j, k, u = -1, ok, vs = -1;
