@@ -9391,7 +9391,8 @@ static uint64_t tj__vn_hash(const tj_node *x, const int *cls) {
 }
 static int tj__vn_same(const tj_node *x, const tj_node *y, const int *cls) {
     int j;
-    if (x->op != y->op || x->nin != y->nin || x->space != y->space || !tj__same_type(&x->t, &y->t) || memcmp(&x->a, &y->a, sizeof x->a) != 0) return 0;
+    if (x->op != y->op || x->nin != y->nin || x->space != y->space || !tj__same_type(&x->t, &y->t)) return 0;
+    if (x->op == TJ__OP_FILL ? x->a.s != y->a.s : memcmp(&x->a, &y->a, sizeof x->a) != 0) return 0; /* (a fill is its value and type) */
     if ((x->name == NULL) != (y->name == NULL) || (x->name && strcmp(x->name, y->name) != 0)) return 0;
     for (j = 0; j < x->nin; j++)
         if (cls[x->in[j]->id] != cls[y->in[j]->id]) return 0;
@@ -9455,7 +9456,9 @@ static int tj__reuse(tj_prog *p, int mode, int only, tj__redir *log) {
         take = 0;
         if (x->remat && x->root == x && o->root == o && o->sched < i && o->space == x->space) {
             alive = o->last >= i || o->out_index >= 0;
-            take = mode == 0 ? alive : mode == 1 ? 1 : !alive && ncand++ == only;
+            /* (a value made from nothing, a constant, is cheaper made again:
+               keeping it would only stretch its life) */
+            take = mode == 0 ? alive : !x->nin ? 0 : mode == 1 ? 1 : !alive && ncand++ == only;
         }
         if (take) {
             for (k = i + 1; k < p->nsched; k++) /* its readers read the original */
@@ -9482,7 +9485,7 @@ oom:
     TJ_FREE(tab);
     return -1;
 }
-/* try a reuse (mode 1 or 2); keep it only if the arena gets smaller.
+/* try a reuse; keep it only if the arena gets smaller (mode 0: no larger).
    Returns 1 kept, 0 not (or nothing to reuse), -1 out of memory, or the
    status of a failed plan as -2. */
 static int tj__try_reuse(tj_prog *p, int mode, int only, tj_status *st) {
@@ -9498,7 +9501,7 @@ static int tj__try_reuse(tj_prog *p, int mode, int only, tj_status *st) {
     }
     if (n) {
         if (!(*st = tj__schedule(p))) *st = tj__plan_once(p);
-        if (!*st && p->mem.temp_bytes >= before) {
+        if (!*st && (mode ? p->mem.temp_bytes >= before : p->mem.temp_bytes > before)) {
             tj__redir_undo(&log);
             if (!(*st = tj__schedule(p))) *st = tj__plan_once(p);
             n = 0;
@@ -9513,10 +9516,7 @@ static tj_status tj__plan(tj_prog *p) {
     tj_status st = tj__plan_once(p);
     tj_node *tried[16];
     int tries = 0, nrep, k;
-    if (!st) { /* recomputed values that are still there */
-        if ((nrep = tj__reuse(p, 0, 0, NULL)) < 0) goto oom;
-        if (nrep && !(st = tj__schedule(p))) st = tj__plan_once(p);
-    }
+    if (!st && tj__try_reuse(p, 0, 0, &st) == -1) goto oom; /* recomputed values that are still there */
     /* recomputing costs memory too (the values it recomputes from, and
        it runs where the backward pass holds its cotangents): where reading
        a recomputed value from its original makes the arena smaller, the
@@ -9527,6 +9527,7 @@ static tj_status tj__plan(tj_prog *p) {
         if (r == -1) goto oom;
         if (r == 0) k++; /* not kept (or none left): the next one */
     }
+    if (!st && tj__try_reuse(p, 0, 0, &st) == -1) goto oom; /* again: the groups of fused loops may have grown */
     while (!st && tries < 16) {
         int i, j, k, u = -1, ok, vs = -1;
         tj_node *v = NULL, *v2, **nn;
@@ -9536,9 +9537,10 @@ static tj_status tj__plan(tj_prog *p) {
         for (i = 0; i < p->nsched; i++) {
             tj_node *x = p->sched[i];
             int s = -1, last = -1;
-            if (!x->remat || x->off < 0 || x->root != x || x->space != TJ_SPACE_DEVICE || x->out_index >= 0 || x->sub || x->nproj || !x->nin ||
-                (tj__ops[x->op].flags & (TJ__MULTI | TJ__SOURCE)) || x->op == TJ__OP_PARAM || x->op == TJ__OP_PROJ || x->last >= p->nsched)
-                continue;
+            if (!x->remat || x->off < 0 || x->root != x || x->space != TJ_SPACE_DEVICE || x->out_index >= 0 || x->sub || x->nproj ||
+                (tj__ops[x->op].flags & TJ__MULTI) || ((!x->nin || (tj__ops[x->op].flags & TJ__SOURCE)) && x->op != TJ__OP_FILL) || x->op == TJ__OP_PARAM ||
+                x->op == TJ__OP_PROJ || x->last >= p->nsched)
+                continue; /* (a constant is made again as well) */
             for (ok = 1, k = 0; k < tries; k++) ok &= tried[k] != x;
             for (k = i + 1; k <= x->last && ok; k++) {
                 int reads = 0;
@@ -9592,6 +9594,13 @@ static tj_status tj__plan(tj_prog *p) {
         st = tj__schedule(p);
         if (!st) st = tj__plan_once(p);
     }
+    if (getenv("TJ_PLAN_DEBUG")) { /* DEBUG */
+        int64_t *lv = tj__live_steps(p), mx = -1; int i, t = 0;
+        for (i = 0; lv && i < p->nsched; i++) if (lv[i] > mx) mx = lv[i], t = i;
+        fprintf(stderr, "plan temp %lld, most live %lld at step %d (%%%d %s):", (long long)p->mem.temp_bytes, (long long)mx, t, p->sched[t]->id, tj__ops[p->sched[t]->op].name);
+        for (i = 0; i < p->nsched; i++) { tj_node *x = p->sched[i]; int at = x->fused ? tj__froot(x)->sched : i;
+            if (x->off >= 0 && x->root == x && x->space == TJ_SPACE_DEVICE && x->out_index < 0 && at <= t && x->last >= t) fprintf(stderr, " %%%d %s%s %lld", x->id, tj__ops[x->op].name, x->remat ? "(r)" : "", (long long)tj__bytes(&x->lt)); }
+        fprintf(stderr, "\n"); TJ_FREE(lv); }
     return st;
 oom:
     tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
