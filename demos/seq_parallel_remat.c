@@ -40,7 +40,7 @@
  * (the most bytes live at one step: 40,960 B for (b), 41,024 B for (a)).
  * With blocks in a row, (a) holds each block's gathered activation while
  * the later blocks run and (b) only its scattered shard: two blocks
- * (tests/test_remat_memory.c) need 51,392 B re-gathering and 55,552 B
+ * (tests/test_remat_memory.c) need 53,440 B re-gathering and 55,552 B
  * saving. Collectives that a region re-runs in the backward pass are
  * reported as backward.
  *
