@@ -9594,13 +9594,6 @@ static tj_status tj__plan(tj_prog *p) {
         st = tj__schedule(p);
         if (!st) st = tj__plan_once(p);
     }
-    if (getenv("TJ_PLAN_DEBUG")) { /* DEBUG */
-        int64_t *lv = tj__live_steps(p), mx = -1; int i, t = 0;
-        for (i = 0; lv && i < p->nsched; i++) if (lv[i] > mx) mx = lv[i], t = i;
-        fprintf(stderr, "plan temp %lld, most live %lld at step %d (%%%d %s):", (long long)p->mem.temp_bytes, (long long)mx, t, p->sched[t]->id, tj__ops[p->sched[t]->op].name);
-        for (i = 0; i < p->nsched; i++) { tj_node *x = p->sched[i]; int at = x->fused ? tj__froot(x)->sched : i;
-            if (x->off >= 0 && x->root == x && x->space == TJ_SPACE_DEVICE && x->out_index < 0 && at <= t && x->last >= t) fprintf(stderr, " %%%d %s%s %lld", x->id, tj__ops[x->op].name, x->remat ? "(r)" : "", (long long)tj__bytes(&x->lt)); }
-        fprintf(stderr, "\n"); TJ_FREE(lv); }
     return st;
 oom:
     tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
