@@ -8755,12 +8755,19 @@ static tj_status tj__schedule(tj_prog *p) {
 /* ==== [10] memory plan and analysis, donation ============================ */
 /* Every non-view node gets a buffer in its memory space: arguments live in
    the caller's arrays, outputs in fresh arrays (or a donated argument's
-   buffer), and everything else in one temp arena per space, placed
-   first-fit by liveness over the schedule. A view (reshape, name,
+   buffer), and everything else in one temp arena per space, placed by
+   liveness over the schedule (see "placement"). A view (reshape, name,
    stop_gradient) shares its root's buffer and keeps it alive. The outputs
    of a multi-output node (scan) are placed when it runs. Kernel workspace
    is planned like any other buffer, freed right after its node. The run
-   allocates exactly what this plan says. */
+   allocates exactly what this plan says.
+   Values the remat policy recomputes get three more looks (tj__plan): one
+   whose original is still alive is read from it; one whose recomputation
+   costs more memory than keeping the original (the values it is made from,
+   the cotangents it runs beside) is read from the original where that
+   makes the arena smaller; and one alive across the peak is run once more
+   before its later use where that makes the arena smaller. Each keeps the
+   same bits (same op, same inputs). */
 
 typedef struct {
     int64_t off, size;
@@ -9035,12 +9042,15 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
    The plan first walks the schedule and records each buffer's interval:
    made at step `start` (while its node runs), last needed at step `end`
    (a node's inputs are freed after its outputs are made, so the two never
-   share memory). Then it places the buffers of each space, knowing every
-   interval: two ways, the smaller arena wins. First fit in schedule order
-   (as a running allocator would); and largest first, each at the lowest
-   offset free of the buffers already placed whose intervals meet its own
-   (big buffers do not end up above a scatter of small ones: the arena
-   stays near the most bytes live at one step). */
+   share memory). Then it places the buffers of each space knowing every
+   interval, and keeps the smallest arena of: first fit in schedule order
+   (as a running allocator would); four orders (largest first, longest-lived
+   first, most bytes x steps first, the buffers of the widest step first),
+   each buffer at the lowest offset clear of the placed buffers whose
+   intervals meet its own; and a bounded local search from the best order
+   (a few buffers swapped, a fixed seed: the same plan on every run). The
+   most bytes live at one step is the least any placement needs; the
+   search stops there. */
 typedef struct {
     int64_t size, off;
     int start, end, space;
@@ -9454,7 +9464,7 @@ static int tj__reuse(tj_prog *p, int mode, int only, tj__redir *log) {
         cls[x->id] = cls[tab[k]->id];
         o = latest[cls[x->id]];
         take = 0;
-        if (x->remat && x->root == x && o->root == o && o->sched < i && o->space == x->space) {
+        if (x->remat && x->root == x && x->out_index < 0 && o->root == o && o->sched < i && o->space == x->space) { /* (an output keeps its own node) */
             alive = o->last >= i || o->out_index >= 0;
             /* (a value made from nothing, a constant, is cheaper made again:
                keeping it would only stretch its life) */
@@ -9467,11 +9477,6 @@ static int tj__reuse(tj_prog *p, int mode, int only, tj__redir *log) {
                         if (tj__redir_add(log, &p->sched[k]->in[j])) goto oom;
                         p->sched[k]->in[j] = o;
                     }
-            for (k = 0; k < p->nout; k++)
-                if (p->outs[k] == x) {
-                    if (tj__redir_add(log, &p->outs[k])) goto oom;
-                    p->outs[k] = o;
-                }
             nrep++;
         } else latest[cls[x->id]] = x;
     }
