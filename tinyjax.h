@@ -8199,6 +8199,7 @@ typedef struct {
     tj_node *bx_outer[64], *bx_param[64];
     int nbx;
     tj_node *via;         /* the forward value being recomputed right now     */
+    int *row;             /* body node id -> its residual report row, or -1  */
     tj_status st;
 } tj__bwd;
 
@@ -8270,7 +8271,13 @@ static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
 /* The backward body's node for body node v. */
 static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
     tj_node *r = NULL;
-    if (v->id < w->nmap && w->map[v->id]) return w->map[v->id];
+    if (v->id < w->nmap && w->map[v->id]) {
+        /* a forward value first met while recomputing another, now needed
+           by the backward pass itself: its row is no longer "via" that one */
+        struct tj__report *rep = w->via || !w->row || w->row[v->id] < 0 ? NULL : tj__report_of(w->scan->g);
+        if (rep && w->row[v->id] < rep->n) rep->rows[w->row[v->id]].via[0] = 0;
+        return w->map[v->id];
+    }
     if (w->b->ctx->status) return NULL;
     if (v->op == TJ__OP_PARAM && v->pass == 0) {
         int idx = v->a.index, k;
@@ -8289,6 +8296,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
                 snprintf(why + strlen(why), sizeof why - strlen(why), "; a carry cannot be recomputed, saved");
             }
             tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 1, w->via);
+            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
             r = tj__residual(w, v, d);
         }
     } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
@@ -8306,6 +8314,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
         }
         tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
+        if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
         if (d == TJ_RECOMPUTE) {
             tj_node *outer = w->via;
             w->via = v; /* the values its producers need are rows "via" v */
@@ -8397,7 +8406,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.nx = nx;
     w.nmap = B->n;
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
-    if (!w.map) goto fail;
+    w.row = (int *)tj__malloc(sizeof(int) * (size_t)(B->n + 1));
+    if (!w.map || !w.row) goto fail;
+    for (i = 0; i <= B->n; i++) w.row[i] = -1;
     for (i = 0; i < nc; i++) { /* backward carry i: cotangent of carry i */
         tj__type ct = tj__ct_type(&B->outs[i]->t);
         tj_node *p = tj__node(bk, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
@@ -8536,10 +8547,12 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         }
     }
     TJ_FREE(w.map);
+    TJ_FREE(w.row);
     tj__graph_free(bk);
     return TJ_OK;
 fail:
     TJ_FREE(w.map);
+    TJ_FREE(w.row);
     tj__graph_free(bk);
     if (!c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
     return c->status;
