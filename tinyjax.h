@@ -8454,15 +8454,16 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
          every other input's), and each forward value is read or recomputed
          at its first use. (Cloning from each gradient depth-first kept
          cotangents alive across the other gradients' work.) */
-        char *need = (char *)tj__calloc((size_t)B->n + 1);
+        int nb = B->n; /* (an offloaded residual adds a node to the body on the way) */
+        char *need = (char *)tj__calloc((size_t)nb + 1);
         if (!need) goto fail;
         for (k = 0; k < nw; k++) if (grads[k] && grads[k]->g == B && grads[k]->pass != 0) need[grads[k]->id] = 1;
-        for (i = B->n - 1; i >= 0; i--) {
+        for (i = nb - 1; i >= 0; i--) {
             tj_node *v = B->nodes[i];
             if (!need[i] || (i < w.nmap && w.map[i])) continue;
             for (k = 0; k < v->nin; k++) if (v->in[k]->pass != 0) need[v->in[k]->id] = 1;
         }
-        for (i = 0; i < B->n && !c->status; i++)
+        for (i = 0; i < nb && !c->status; i++)
             if (need[i] && !tj__clone(&w, B->nodes[i]) && !c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
         TJ_FREE(need);
         if (c->status) goto fail;
