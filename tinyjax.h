@@ -9128,10 +9128,10 @@ static int64_t tj__place_order(tj__bufreq **ord, int n, tj__bufreq **placed) {
 }
 /* place the requests of one space; h->peak is the arena size. Returns 0, or
    -1 out of memory. */
-static int tj__place(tj__reqs *q, int space, tj__heap *h) {
+static int tj__place(tj__reqs *q, int space, tj__heap *h, int quick) {
     tj__bufreq **ord = NULL, **placed = NULL, **bord = NULL;
     int64_t *ff = NULL, *best = NULL, *breadth = NULL, peak_ff = 0, peak_big = 0, most = 0;
-    int i, j, k, n = 0, step = -1, key, nstep = 0, tries;
+    int i, j, k, n = 0, step = -1, key, nstep = 0, tries, since;
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     for (i = 0; i < q->n; i++) n += q->r[i].space == space;
     if (!n) return 0;
@@ -9210,25 +9210,30 @@ static int tj__place(tj__reqs *q, int space, tj__heap *h) {
     /* 3. a local search from the best order while it is above the least:
        swap a few buffers (a fixed seed: the same plan every time) and keep
        the order when its arena is no larger; the work is bounded */
-    tries = peak_ff > most && peak_big > most && n > 1 ? (int)(50000000 / ((int64_t)n * n + 1)) : 0;
-    if (tries > 2000) tries = 2000;
-    for (k = 0; k < tries && peak_big > most; k++) {
+    tries = peak_ff > most && peak_big > most && n > 1 ? (int)((quick ? 5000000 : 50000000) / ((int64_t)n * n + 1)) : 0;
+    if (tries > (quick ? 200 : 2000)) tries = quick ? 200 : 2000;
+    for (k = 0, since = 0; k < tries && peak_big > most && since < (quick ? 100 : 400); k++, since++) { /* (that many in a row no better: stop) */
         int64_t top;
         int m;
         memcpy(ord, bord, sizeof *ord * (size_t)n);
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         m = 1 + (int)((seed >> 33) % 8);
-        while (m--) {
+        while (m--) { /* swap two buffers, or move one earlier */
             tj__bufreq *t;
-            int x, y;
+            int x, y, mtf = (int)((seed >> 40) & 1);
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             x = (int)((seed >> 33) % (uint64_t)n);
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            y = (int)((seed >> 33) % (uint64_t)n);
-            t = ord[x], ord[x] = ord[y], ord[y] = t;
+            y = (int)((seed >> 33) % (uint64_t)(mtf ? x + 1 : n));
+            if (mtf) {
+                t = ord[x];
+                memmove(ord + y + 1, ord + y, sizeof *ord * (size_t)(x - y));
+                ord[y] = t;
+            } else t = ord[x], ord[x] = ord[y], ord[y] = t;
         }
         top = tj__place_order(ord, n, placed);
         if (top <= peak_big) {
+            if (top < peak_big) since = 0;
             peak_big = top;
             memcpy(bord, ord, sizeof *ord * (size_t)n);
             for (i = 0, j = 0; i < q->n; i++)
@@ -9257,7 +9262,7 @@ oom:
     return -1;
 }
 
-static tj_status tj__plan_once(tj_prog *p) {
+static tj_status tj__plan_once(tj_prog *p, int quick) {
     tj_graph *g = p->g;
     tj__heap h[2];
     tj__reqs rq;
@@ -9353,7 +9358,7 @@ static tj_status tj__plan_once(tj_prog *p) {
     /* every buffer's interval is known: place them (the request index each
        offset field holds becomes its offset) */
     for (s = 0; s < 2; s++)
-        if (tj__place(&rq, s, &h[s]) < 0) goto oom;
+        if (tj__place(&rq, s, &h[s], quick) < 0) goto oom;
     for (s = 0; s < 2; s++) {
         p->arena_bytes[s] = h[s].peak;
         TJ_FREE(h[s].b);
@@ -9380,7 +9385,8 @@ oom:
    its first use after the peak, from the same inputs, and keeps that where
    the arena gets smaller (never otherwise). Same op, same inputs: the
    same bits. */
-/* bytes of device temp live at each step (views and outputs aside) */
+/* bytes of device temp live at each step (views and outputs aside; kernel
+   workspace included) */
 static int64_t *tj__live_steps(const tj_prog *p) {
     int64_t *d = (int64_t *)tj__calloc(sizeof(int64_t) * (size_t)(p->nsched + 2));
     int i;
@@ -9388,12 +9394,32 @@ static int64_t *tj__live_steps(const tj_prog *p) {
     for (i = 0; i < p->nsched; i++) {
         const tj_node *x = p->sched[i];
         int at = x->fused ? tj__froot((tj_node *)x)->sched : i, end = x->last < p->nsched ? x->last : p->nsched;
+        if (x->scratch_off >= 0 && tj__ops[x->op].scratch) { /* kernel workspace, during its node */
+            d[i] += tj__align(tj__ops[x->op].scratch(x));
+            d[i + 1] -= tj__align(tj__ops[x->op].scratch(x));
+        }
         if (x->off < 0 || x->root != x || x->space != TJ_SPACE_DEVICE || x->out_index >= 0) continue;
         d[at] += tj__align(tj__bytes(&x->lt));
         d[end + 1] -= tj__align(tj__bytes(&x->lt));
     }
     for (i = 1; i <= p->nsched; i++) d[i] += d[i - 1];
     return d;
+}
+/* what the remat decisions below compare: the most bytes live at one step
+   (the least any placement needs: it does not depend on the placement
+   heuristics), then the arena of a quick placement. -1 out of memory. */
+static int64_t tj__most_live(const tj_prog *p) {
+    int64_t *lv = tj__live_steps(p), m = 0;
+    int i;
+    if (!lv) return -1;
+    for (i = 0; i < p->nsched; i++) if (lv[i] > m) m = lv[i];
+    TJ_FREE(lv);
+    return m;
+}
+static int tj__plan_cmp(int64_t ml0, int64_t t0, const tj_prog *p, int64_t *ml) {
+    *ml = tj__most_live(p);
+    if (*ml != ml0) return *ml < ml0 ? -1 : 1;
+    return p->mem.temp_bytes < t0 ? -1 : p->mem.temp_bytes > t0;
 }
 /* ---- a recomputed value that is still there ----
    A value the backward pass recomputes (a node copied for the remat policy)
@@ -9509,8 +9535,8 @@ oom:
    status of a failed plan as -2. */
 static int tj__try_reuse(tj_prog *p, int mode, int only, tj_status *st) {
     tj__redir log;
-    int64_t before = p->mem.temp_bytes;
-    int n;
+    int64_t before = p->mem.temp_bytes, ml0 = tj__most_live(p), ml;
+    int n, cmp;
     memset(&log, 0, sizeof log);
     if ((n = tj__reuse(p, mode, only, &log)) < 0) {
         tj__redir_undo(&log);
@@ -9519,10 +9545,11 @@ static int tj__try_reuse(tj_prog *p, int mode, int only, tj_status *st) {
         return -1;
     }
     if (n) {
-        if (!(*st = tj__schedule(p))) *st = tj__plan_once(p);
-        if (!*st && (mode ? p->mem.temp_bytes >= before : p->mem.temp_bytes > before)) {
+        if (!(*st = tj__schedule(p))) *st = tj__plan_once(p, 1);
+        cmp = *st ? 0 : tj__plan_cmp(ml0, before, p, &ml);
+        if (!*st && (ml < 0 || ml0 < 0 || (mode ? cmp >= 0 : cmp > 0))) {
             tj__redir_undo(&log);
-            if (!(*st = tj__schedule(p))) *st = tj__plan_once(p);
+            if (!(*st = tj__schedule(p))) *st = tj__plan_once(p, 1);
             n = 0;
         }
     }
@@ -9530,28 +9557,18 @@ static int tj__try_reuse(tj_prog *p, int mode, int only, tj_status *st) {
     TJ_FREE(log.old);
     return *st ? -2 : n > 0;
 }
-static tj_status tj__plan(tj_prog *p) {
+/* runs of recomputed values once more (see above), while they lower the
+   plan; -1 out of memory (st: a failed plan's status) */
+static int tj__try_splits(tj_prog *p, tj_status *stp) {
     tj_graph *g = p->g;
-    tj_status st = tj__plan_once(p);
+    tj_status st = *stp;
     tj_node *tried[16];
-    int tries = 0, nrep, k;
-    if (!st && tj__try_reuse(p, 0, 0, &st) == -1) goto oom; /* recomputed values that are still there */
-    /* recomputing costs memory too (the values it recomputes from, and
-       it runs where the backward pass holds its cotangents): where reading
-       a recomputed value from its original makes the arena smaller, the
-       original is kept. All of them at once, then one by one (bounded). */
-    if (!st && (nrep = tj__try_reuse(p, 1, 0, &st)) == -1) goto oom;
-    for (k = 0, nrep = 0; !st && k < 16 && nrep < 16; nrep++) {
-        int r = tj__try_reuse(p, 2, k, &st);
-        if (r == -1) goto oom;
-        if (r == 0) k++; /* not kept (or none left): the next one */
-    }
-    if (!st && tj__try_reuse(p, 0, 0, &st) == -1) goto oom; /* again: the groups of fused loops may have grown */
+    int tries = 0;
     while (!st && tries < 16) {
         int i, j, k, u = -1, ok, vs = -1;
         tj_node *v = NULL, *v2, **nn;
-        int64_t before = p->mem.temp_bytes, vlive = -1, *live = tj__live_steps(p);
-        if (!live) goto oom;
+        int64_t before = p->mem.temp_bytes, vlive = -1, *live = tj__live_steps(p), ml0 = tj__most_live(p), ml;
+        if (!live) return -1;
         /* the recomputed value whose unread stretch meets the most live bytes */
         for (i = 0; i < p->nsched; i++) {
             tj_node *x = p->sched[i];
@@ -9582,18 +9599,18 @@ static tj_status tj__plan(tj_prog *p) {
                 if (p->sched[k]->in[j] == v) u = k;
         if (u < 0) continue;
         /* the copy, in the graph right before that use */
-        if (!(v2 = tj__raw_node(g, v, v->op, &v->t, v->nin, v->in))) goto oom;
+        if (!(v2 = tj__raw_node(g, v, v->op, &v->t, v->nin, v->in))) return -1;
         v2->members = NULL, v2->nmembers = 0, v2->fused = NULL, v2->store = 0, v2->proj = NULL, v2->nproj = 0, v2->repl = NULL, v2->name = NULL;
         if (v->name && !(v2->name = tj__strdup(v->name))) {
             TJ_FREE(v2->in);
             TJ_FREE(v2);
-            goto oom;
+            return -1;
         }
         if (!(nn = (tj_node **)TJ_REALLOC(g->nodes, sizeof(tj_node *) * (size_t)(g->n + 1)))) {
             TJ_FREE(v2->in);
             TJ_FREE(v2->name);
             TJ_FREE(v2);
-            goto oom;
+            return -1;
         }
         g->nodes = nn;
         for (i = g->n, k = p->sched[u]->id; i > k; i--) g->nodes[i] = g->nodes[i - 1];
@@ -9605,14 +9622,37 @@ static tj_status tj__plan(tj_prog *p) {
             for (j = 0; j < p->sched[k]->nin; j++)
                 if (p->sched[k]->in[j] == v) p->sched[k]->in[j] = v2;
         st = tj__schedule(p);
-        if (!st) st = tj__plan_once(p);
-        if (st || p->mem.temp_bytes < before) continue;
+        if (!st) st = tj__plan_once(p, 1);
+        if (st || (ml0 >= 0 && tj__plan_cmp(ml0, before, p, &ml) < 0 && ml >= 0)) continue;
         for (i = 0; i < g->n; i++) /* no better: the later uses read v again (the copy is dead) */
             for (j = 0; j < g->nodes[i]->nin; j++)
                 if (g->nodes[i]->in[j] == v2) g->nodes[i]->in[j] = v;
         st = tj__schedule(p);
-        if (!st) st = tj__plan_once(p);
+        if (!st) st = tj__plan_once(p, 1);
     }
+    *stp = st;
+    return 0;
+}
+static tj_status tj__plan(tj_prog *p) {
+    tj_status st = tj__plan_once(p, 1);
+    int nrep, k;
+    if (!st && tj__try_reuse(p, 0, 0, &st) == -1) goto oom; /* recomputed values that are still there */
+    if (!st && tj__try_splits(p, &st)) goto oom;
+    /* recomputing costs memory too (the values it recomputes from, and
+       it runs where the backward pass holds its cotangents): where reading
+       a recomputed value from its original makes the plan smaller, the
+       original is kept. All of them at once, then one by one (bounded). */
+    if (!st && (nrep = tj__try_reuse(p, 1, 0, &st)) == -1) goto oom;
+    for (k = 0, nrep = 0; !st && k < 16 && nrep < 16; nrep++) {
+        int r = tj__try_reuse(p, 2, k, &st);
+        if (r == -1) goto oom;
+        if (r == 0) k++; /* not kept (or none left): the next one */
+    }
+    if (!st && tj__try_reuse(p, 0, 0, &st) == -1) goto oom; /* again: the groups of fused loops may have grown */
+    if (!st && tj__try_splits(p, &st)) goto oom;
+    /* the decisions above compare quick placements (no local search); the
+       plan itself takes the best placement there is */
+    if (!st) st = tj__plan_once(p, 0);
     return st;
 oom:
     tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
