@@ -24,23 +24,26 @@
  *
  * What it prints (this tinyjax.h), the plan's temp per device (what a run
  * allocates): (0) 47,168 B; (e) 47,104 B (a region saving everything costs
- * no more than no region); (n) 40,960 B; (a) 41,024 B; (b) 40,960 B;
- * (c) 47,296 B (an explicit scan stays a loop with its own body arena).
+ * no more than no region); (n) 40,960 B; (a) 45,056 B; (b) 43,008 B;
+ * (c) 47,232 B (an explicit scan stays a loop with its own body arena).
  * Loss and gradients equal (0)'s bit for bit in every run.
  *
  * How: a region's nodes join the enclosing program; its backward nodes come
  * in autodiff's order, as without a region (each cotangent consumed soon
- * after it is made); the plan places buffers knowing every lifetime; and it
- * runs a recomputed value once more before a later use where that makes the
- * arena smaller. So (b) re-runs the all-gather twice in the backward pass:
- * once for the attention, once for the weight gradients, and keeps only the
- * scattered shard (6,144 B less than (a)) between the passes. Its peak is
- * lower than (a)'s, but only by 64 B at these sizes: the backward pass's
- * peak is at the weight gradients, where both hold one gathered activation
- * (the most bytes live at one step: 40,960 B for (b), 41,024 B for (a)).
+ * after it is made); a y nobody differentiates gets no zero-filled
+ * cotangent; the plan places buffers knowing every lifetime; and for each
+ * value the policy recomputes it decides, by the most bytes live at one
+ * step, whether to read the original where it is still alive, to keep the
+ * original where recomputing costs more, or to run the value once more
+ * before a later use. So (b) re-runs the all-gather twice in the backward
+ * pass (once for the attention, once for the weight gradients) and keeps
+ * only the scattered shard (6,144 B less than (a)) between the passes.
+ * In this one block the backward pass's peak is where both hold one
+ * gathered activation: the most bytes live at one step are 40,960 B for
+ * both (a) and (b), and (b)'s lower temp comes from how the buffers pack.
  * With blocks in a row, (a) holds each block's gathered activation while
  * the later blocks run and (b) only its scattered shard: two blocks
- * (tests/test_remat_memory.c) need 53,440 B re-gathering and 55,552 B
+ * (tests/test_remat_memory.c) need 51,456 B re-gathering and 57,536 B
  * saving. Collectives that a region re-runs in the backward pass are
  * reported as backward.
  *
