@@ -6802,6 +6802,7 @@ typedef struct {
     tj_node *bx_outer[64], *bx_param[64];
     int nbx;
     tj_node *via;         /* the forward value being recomputed right now     */
+    int *row;             /* body node id -> its residual report row, or -1  */
     tj_status st;
 } tj__bwd;
 
@@ -6873,7 +6874,13 @@ static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
 /* The backward body's node for body node v. */
 static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
     tj_node *r = NULL;
-    if (v->id < w->nmap && w->map[v->id]) return w->map[v->id];
+    if (v->id < w->nmap && w->map[v->id]) {
+        /* a forward value first met while recomputing another, now needed
+           by the backward pass itself: its row is no longer "via" that one */
+        struct tj__report *rep = w->via || !w->row || w->row[v->id] < 0 ? NULL : tj__report_of(w->scan->g);
+        if (rep && w->row[v->id] < rep->n) rep->rows[w->row[v->id]].via[0] = 0;
+        return w->map[v->id];
+    }
     if (w->b->ctx->status) return NULL;
     if (v->op == TJ__OP_PARAM && v->pass == 0) {
         int idx = v->a.index, k;
@@ -6892,6 +6899,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
                 snprintf(why + strlen(why), sizeof why - strlen(why), "; a carry cannot be recomputed, saved");
             }
             tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 1, w->via);
+            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
             r = tj__residual(w, v, d);
         }
     } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
@@ -6909,6 +6917,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
         }
         tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
+        if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
         if (d == TJ_RECOMPUTE) {
             tj_node *outer = w->via;
             w->via = v; /* the values its producers need are rows "via" v */
@@ -6946,7 +6955,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     int wrt_kind[128], wrt_idx[128];
     tj__bwd w;
     tj_node *binit[64], *bxs[64] = {0}, *bn, *bfinal[64];
-    int nbinit = 0, first_row;
+    int nbinit = 0, first_row, first_vjp;
     /* the boundary of a shard_map body; unchecked, its transpose is defensive */
     int smap = B->manual && !G->manual, defensive = smap && !B->check;
     /* a region (one iteration, no shard_map boundary) returns its captures'
@@ -6960,13 +6969,18 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: too many outputs");
         return TJ_ERR_UNSUPPORTED;
     }
-    /* 1. differentiate the body in place: cotangent params in, grads out */
+    /* 1. differentiate the body in place: cotangent params in, grads out
+       (a body differentiated before has cotangent params already) */
+    first_vjp = B->nparam == nc + nx + ncap;
     B->cur_pass = ++B->npass;
     for (i = 0; i < nc + ny; i++) {
         tj_node *o = B->outs[i];
         tj__type ct = tj__ct_type(&o->t);
         ctp[i] = NULL;
         if (!tj__isfloat(o->t.dt)) continue;
+        /* a y nobody differentiates (its cotangent is zero) adds nothing to
+           any gradient: no zero-filled cotangent, no work on it */
+        if (i >= nc && !pct[n->proj[i]->id]) continue;
         ctp[i] = tj__node(B, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
         if (!ctp[i] || tj__add_param(B, ctp[i])) goto fail;
         ctp[i]->name = tj__strdup(i < nc ? "carry cotangent" : "y cotangent");
@@ -6995,7 +7009,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.nx = nx;
     w.nmap = B->n;
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
-    if (!w.map) goto fail;
+    w.row = (int *)tj__malloc(sizeof(int) * (size_t)(B->n + 1));
+    if (!w.map || !w.row) goto fail;
+    for (i = 0; i <= B->n; i++) w.row[i] = -1;
     for (i = 0; i < nc; i++) { /* backward carry i: cotangent of carry i */
         tj__type ct = tj__ct_type(&B->outs[i]->t);
         tj_node *p = tj__node(bk, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
@@ -7034,6 +7050,27 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         }
     /* 3. clone what the gradients need; residuals appear on the way */
     first_row = tj__report_of(G) ? tj__report_of(G)->n : 0;
+    { /* the backward nodes the gradients need, cloned in the order autodiff
+         made them (a reverse walk of the forward body), as in a program
+         without a region: each cotangent is consumed soon after it is made
+         (a weight's gradient right after the cotangent it needs, not after
+         every other input's), and each forward value is read or recomputed
+         at its first use. (Cloning from each gradient depth-first kept
+         cotangents alive across the other gradients' work.) */
+        int nb = B->n; /* (an offloaded residual adds a node to the body on the way) */
+        char *need = (char *)tj__calloc((size_t)nb + 1);
+        if (!need) goto fail;
+        for (k = 0; k < nw; k++) if (grads[k] && grads[k]->g == B && grads[k]->pass != 0) need[grads[k]->id] = 1;
+        for (i = nb - 1; i >= 0; i--) {
+            tj_node *v = B->nodes[i];
+            if (!need[i] || (i < w.nmap && w.map[i])) continue;
+            for (k = 0; k < v->nin; k++) if (v->in[k]->pass != 0) need[v->in[k]->id] = 1;
+        }
+        for (i = 0; i < nb && !c->status; i++)
+            if (need[i] && !tj__clone(&w, B->nodes[i]) && !c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
+        TJ_FREE(need);
+        if (c->status) goto fail;
+    }
     {
         int ncar = 0;
         for (i = 0; i < nc; i++) { /* d carry_in */
@@ -7067,7 +7104,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             }
     }
     if (c->status) goto fail;
-    if (n->pass == 0) tj__lint_policy(G, n->policy, B, nc, first_row); /* the user's scan, not a backward scan being differentiated again */
+    /* the user's scan, not a backward scan being differentiated again, and
+       at its first VJP (a second one, in a grad of grad, sees only the
+       outputs that the first made the second derivative need) */
+    if (n->pass == 0 && first_vjp) tj__lint_policy(G, n->policy, B, nc, first_row);
     if (c->status) goto fail;
     /* the forward body's new outputs made new PROJ nodes of n; its
        captures are the same, so its inputs are unchanged */
@@ -7111,10 +7151,12 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         }
     }
     TJ_FREE(w.map);
+    TJ_FREE(w.row);
     tj__graph_free(bk);
     return TJ_OK;
 fail:
     TJ_FREE(w.map);
+    TJ_FREE(w.row);
     tj__graph_free(bk);
     if (!c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
     return c->status;
@@ -7330,12 +7372,19 @@ static tj_status tj__schedule(tj_prog *p) {
 /* ==== [10] memory plan and analysis, donation ============================ */
 /* Every non-view node gets a buffer in its memory space: arguments live in
    the caller's arrays, outputs in fresh arrays (or a donated argument's
-   buffer), and everything else in one temp arena per space, placed
-   first-fit by liveness over the schedule. A view (reshape, name,
+   buffer), and everything else in one temp arena per space, placed by
+   liveness over the schedule (see "placement"). A view (reshape, name,
    stop_gradient) shares its root's buffer and keeps it alive. The outputs
    of a multi-output node (scan) are placed when it runs. Kernel workspace
    is planned like any other buffer, freed right after its node. The run
-   allocates exactly what this plan says. */
+   allocates exactly what this plan says.
+   Values the remat policy recomputes get three more looks (tj__plan): one
+   whose original is still alive is read from it; one whose recomputation
+   costs more memory than keeping the original (the values it is made from,
+   the cotangents it runs beside) is read from the original where that
+   makes the arena smaller; and one alive across the peak is run once more
+   before its later use where that makes the arena smaller. Each keeps the
+   same bits (same op, same inputs). */
 
 typedef struct {
     int64_t off, size;
@@ -7411,12 +7460,224 @@ static int tj__needs_buffer(const tj_node *n) {
 static tj_status tj__fuse(tj_prog *p);
 static tj_node *tj__froot(tj_node *n);
 
-static tj_status tj__plan(tj_prog *p) {
+/* ---- placement ----
+   The plan first walks the schedule and records each buffer's interval:
+   made at step `start` (while its node runs), last needed at step `end`
+   (a node's inputs are freed after its outputs are made, so the two never
+   share memory). Then it places the buffers of each space knowing every
+   interval, and keeps the smallest arena of: first fit in schedule order
+   (as a running allocator would); four orders (largest first, longest-lived
+   first, most bytes x steps first, the buffers of the widest step first),
+   each buffer at the lowest offset clear of the placed buffers whose
+   intervals meet its own; and a bounded local search from the best order
+   (a few buffers swapped, a fixed seed: the same plan on every run). The
+   most bytes live at one step is the least any placement needs; the
+   search stops there. */
+typedef struct {
+    int64_t size, off;
+    int start, end, space;
+    int64_t *at;       /* the offset field it fills */
+    int64_t key, key2; /* the order of the placement being tried */
+} tj__bufreq;
+typedef struct {
+    tj__bufreq *r;
+    int n, cap;
+} tj__reqs;
+/* a buffer made at step `start`, live to the end of the run until its end
+   is set; returns its index */
+static int64_t tj__req(tj__reqs *q, int space, int64_t size, int start, int64_t *at) {
+    if (q->n == q->cap) {
+        int nc = q->cap ? 2 * q->cap : 64;
+        tj__bufreq *nr = (tj__bufreq *)TJ_REALLOC(q->r, sizeof(tj__bufreq) * (size_t)nc);
+        if (!nr) return -1;
+        q->r = nr;
+        q->cap = nc;
+    }
+    q->r[q->n].size = tj__align(size ? size : 1);
+    q->r[q->n].off = -1;
+    q->r[q->n].start = start;
+    q->r[q->n].end = 0x7fffffff;
+    q->r[q->n].space = space;
+    q->r[q->n].at = at;
+    return q->n++;
+}
+/* the order of an offline placement: key descending, then key2, size
+   descending, made first */
+static int tj__req_cmp(const void *a, const void *b) {
+    const tj__bufreq *x = *(const tj__bufreq *const *)a, *y = *(const tj__bufreq *const *)b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    if (x->key2 != y->key2) return x->key2 < y->key2 ? -1 : 1;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+/* every buffer of ord, in that order, at the lowest offset clear of the
+   placed buffers it meets in time (placed: scratch, kept sorted by offset);
+   returns the arena size */
+static int64_t tj__place_order(tj__bufreq **ord, int n, tj__bufreq **placed) {
+    int64_t top = 0;
+    int i, j, np = 0;
+    for (i = 0; i < n; i++) {
+        tj__bufreq *r = ord[i];
+        int64_t at = 0;
+        for (j = 0; j < np; j++) {
+            const tj__bufreq *o = placed[j];
+            if (o->end < r->start || r->end < o->start) continue; /* never live together */
+            if (o->off - at >= r->size) break;
+            if (o->off + o->size > at) at = o->off + o->size;
+        }
+        r->off = at;
+        if (at + r->size > top) top = at + r->size;
+        for (j = np; j > 0 && placed[j - 1]->off > at; j--) placed[j] = placed[j - 1];
+        placed[j] = r;
+        np++;
+    }
+    return top;
+}
+/* place the requests of one space; h->peak is the arena size. Returns 0, or
+   -1 out of memory. */
+static int tj__place(tj__reqs *q, int space, tj__heap *h, int quick) {
+    tj__bufreq **ord = NULL, **placed = NULL, **bord = NULL;
+    int64_t *ff = NULL, *best = NULL, *breadth = NULL, peak_ff = 0, peak_big = 0, most = 0;
+    int i, j, k, n = 0, step = -1, key, nstep = 0, tries, since;
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (i = 0; i < q->n; i++) n += q->r[i].space == space;
+    if (!n) return 0;
+    ord = (tj__bufreq **)tj__malloc(sizeof *ord * (size_t)n);
+    bord = (tj__bufreq **)tj__malloc(sizeof *bord * (size_t)n);
+    placed = (tj__bufreq **)tj__malloc(sizeof *placed * (size_t)n);
+    ff = (int64_t *)tj__malloc(sizeof *ff * (size_t)n);
+    best = (int64_t *)tj__malloc(sizeof *best * (size_t)n);
+    if (!ord || !bord || !placed || !ff || !best) goto oom;
+    for (i = 0, k = 0; i < q->n; i++)
+        if (q->r[i].space == space) ord[k++] = &q->r[i];
+    /* 1. first fit in schedule order (requests are in the order they were
+       made; a buffer ending at step s is freed before step s + 1 allocates) */
+    {
+        tj__heap fh;
+        memset(&fh, 0, sizeof fh);
+        for (i = 0; i < n; i++) {
+            tj__bufreq *r = ord[i];
+            if (r->start != step) { /* free what ended before this step */
+                for (j = 0; j < i; j++)
+                    if (ff[j] >= 0 && ord[j]->end < r->start) {
+                        tj__heap_free(&fh, ff[j]);
+                        ff[j] = -1;
+                    }
+                step = r->start;
+            }
+            if ((ff[i] = tj__heap_alloc(&fh, r->size)) < 0) {
+                TJ_FREE(fh.b);
+                goto oom;
+            }
+            r->off = ff[i];
+        }
+        peak_ff = fh.peak;
+        for (i = 0; i < n; i++) ff[i] = ord[i]->off;
+        TJ_FREE(fh.b);
+    }
+    /* the bytes live at each step (the breadth); the most of them is the
+       least any placement needs */
+    for (i = 0; i < n; i++) if (ord[i]->start > nstep) nstep = ord[i]->start;
+    for (i = 0; i < n; i++) if (ord[i]->end < 0x7fffffff && ord[i]->end > nstep) nstep = ord[i]->end;
+    if (!(breadth = (int64_t *)tj__calloc(sizeof(int64_t) * (size_t)(nstep + 2)))) goto oom;
+    for (i = 0; i < n; i++) {
+        breadth[ord[i]->start] += ord[i]->size;
+        breadth[(ord[i]->end < nstep ? ord[i]->end : nstep) + 1] -= ord[i]->size;
+    }
+    for (i = 0; i <= nstep; i++) {
+        if (i) breadth[i] += breadth[i - 1];
+        if (breadth[i] > most) most = breadth[i];
+    }
+    /* 2. each of the orders; the best one's offsets are kept in best[] (in
+       request order) and the order itself in bord[] */
+    for (key = 0; key < 4 && peak_ff > most; key++) {
+        int64_t top;
+        for (i = 0; i < n; i++) { /* largest; longest-lived; most bytes x steps; in the widest step first */
+            tj__bufreq *r = ord[i];
+            int64_t len = (int64_t)(r->end < nstep ? r->end : nstep) - r->start + 1;
+            r->key2 = 0;
+            if (key == 0) r->key = r->size;
+            else if (key == 1) r->key = len;
+            else if (key == 2) r->key = r->size * len;
+            else {
+                r->key = -1;
+                for (j = r->start; j <= r->end && j <= nstep; j++)
+                    if (breadth[j] > r->key) r->key = breadth[j], r->key2 = j;
+            }
+        }
+        qsort(ord, (size_t)n, sizeof *ord, tj__req_cmp);
+        top = tj__place_order(ord, n, placed);
+        if (key == 0 || top < peak_big) {
+            peak_big = top;
+            memcpy(bord, ord, sizeof *ord * (size_t)n);
+            for (i = 0, k = 0; i < q->n; i++)
+                if (q->r[i].space == space) best[k++] = q->r[i].off;
+        }
+    }
+    /* 3. a local search from the best order while it is above the least:
+       swap a few buffers (a fixed seed: the same plan every time) and keep
+       the order when its arena is no larger; the work is bounded */
+    tries = peak_ff > most && peak_big > most && n > 1 ? (int)((quick ? 5000000 : 50000000) / ((int64_t)n * n + 1)) : 0;
+    if (tries > (quick ? 200 : 2000)) tries = quick ? 200 : 2000;
+    for (k = 0, since = 0; k < tries && peak_big > most && since < (quick ? 100 : 400); k++, since++) { /* (that many in a row no better: stop) */
+        int64_t top;
+        int m;
+        memcpy(ord, bord, sizeof *ord * (size_t)n);
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        m = 1 + (int)((seed >> 33) % 8);
+        while (m--) { /* swap two buffers, or move one earlier */
+            tj__bufreq *t;
+            int x, y, mtf = (int)((seed >> 40) & 1);
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            x = (int)((seed >> 33) % (uint64_t)n);
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            y = (int)((seed >> 33) % (uint64_t)(mtf ? x + 1 : n));
+            if (mtf) {
+                t = ord[x];
+                memmove(ord + y + 1, ord + y, sizeof *ord * (size_t)(x - y));
+                ord[y] = t;
+            } else t = ord[x], ord[x] = ord[y], ord[y] = t;
+        }
+        top = tj__place_order(ord, n, placed);
+        if (top <= peak_big) {
+            if (top < peak_big) since = 0;
+            peak_big = top;
+            memcpy(bord, ord, sizeof *ord * (size_t)n);
+            for (i = 0, j = 0; i < q->n; i++)
+                if (q->r[i].space == space) best[j++] = q->r[i].off;
+        }
+    }
+    for (i = 0, k = 0; i < q->n; i++) /* first fit unless an order did better (both in request order) */
+        if (q->r[i].space == space) q->r[i].off = peak_ff <= peak_big || peak_ff <= most ? ff[k++] : best[k++];
+    h->peak = peak_ff <= peak_big || peak_ff <= most ? peak_ff : peak_big;
+    for (i = 0; i < q->n; i++)
+        if (q->r[i].space == space) *q->r[i].at = q->r[i].off;
+    TJ_FREE(ord);
+    TJ_FREE(bord);
+    TJ_FREE(placed);
+    TJ_FREE(ff);
+    TJ_FREE(best);
+    TJ_FREE(breadth);
+    return 0;
+oom:
+    TJ_FREE(ord);
+    TJ_FREE(bord);
+    TJ_FREE(placed);
+    TJ_FREE(ff);
+    TJ_FREE(best);
+    TJ_FREE(breadth);
+    return -1;
+}
+
+static tj_status tj__plan_once(tj_prog *p, int quick) {
     tj_graph *g = p->g;
     tj__heap h[2];
+    tj__reqs rq;
     int i, j, s;
     tj_memory_analysis *m = &p->mem;
     memset(h, 0, sizeof h);
+    memset(&rq, 0, sizeof rq);
     memset(m, 0, sizeof *m);
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
@@ -7470,20 +7731,20 @@ static tj_status tj__plan(tj_prog *p) {
         if (n->fused) continue; /* computed in its group's loop; buffers of stored members come with the group */
         for (j = 0; j < (n->members ? n->nmembers : 1); j++) {
             tj_node *x = n->members ? n->members[j] : n;
-            if ((x == n || x->store) && tj__needs_buffer(x) && x->op != TJ__OP_PROJ && (x->off = tj__heap_alloc(&h[x->space], tj__bytes(&x->lt))) < 0) goto oom;
+            if ((x == n || x->store) && tj__needs_buffer(x) && x->op != TJ__OP_PROJ && (x->off = tj__req(&rq, x->space, tj__bytes(&x->lt), i, &x->off)) < 0) goto oom;
         }
         for (j = 0; j < n->nproj; j++) { /* a scan writes all its outputs */
             tj_node *q = n->proj[j];
             q->root = q;
-            if (tj__needs_buffer(q) && (q->off = tj__heap_alloc(&h[q->space], tj__bytes(&q->lt))) < 0) goto oom;
+            if (tj__needs_buffer(q) && (q->off = tj__req(&rq, q->space, tj__bytes(&q->lt), i, &q->off)) < 0) goto oom;
         }
         if (d->scratch && d->scratch(n) > 0) {
-            if ((n->scratch_off = tj__heap_alloc(&h[TJ_SPACE_DEVICE], d->scratch(n))) < 0) goto oom;
-            tj__heap_free(&h[TJ_SPACE_DEVICE], n->scratch_off);
+            if ((n->scratch_off = tj__req(&rq, TJ_SPACE_DEVICE, d->scratch(n), i, &n->scratch_off)) < 0) goto oom;
+            rq.r[n->scratch_off].end = i;
         }
         if (n->sub && n->sub->prog && n->sub->prog->arena_bytes[TJ_SPACE_HOST] > 0) { /* a nested scan's offloaded residuals */
-            if ((n->scratch_host_off = tj__heap_alloc(&h[TJ_SPACE_HOST], n->sub->prog->arena_bytes[TJ_SPACE_HOST])) < 0) goto oom;
-            tj__heap_free(&h[TJ_SPACE_HOST], n->scratch_host_off);
+            if ((n->scratch_host_off = tj__req(&rq, TJ_SPACE_HOST, n->sub->prog->arena_bytes[TJ_SPACE_HOST], i, &n->scratch_host_off)) < 0) goto oom;
+            rq.r[n->scratch_host_off].end = i;
         }
         /* free the buffers whose last use is this node (its own, if unused;
            a fused group frees what its members read) */
@@ -7494,7 +7755,7 @@ static tj_status tj__plan(tj_prog *p) {
                 for (j = -1; j < x->nin; j++) {
                     tj_node *r = (j < 0 ? x : x->in[j])->root;
                     if (r->off >= 0 && r->last == i && r->live != 2) {
-                        tj__heap_free(&h[r->space], r->off);
+                        rq.r[r->off].end = i;
                         r->live = 2; /* freed once even if used twice here */
                     }
                 }
@@ -7502,10 +7763,15 @@ static tj_status tj__plan(tj_prog *p) {
         }
     }
     for (i = 0; i < p->nsched; i++) p->sched[i]->live = 1;
+    /* every buffer's interval is known: place them (the request index each
+       offset field holds becomes its offset) */
+    for (s = 0; s < 2; s++)
+        if (tj__place(&rq, s, &h[s], quick) < 0) goto oom;
     for (s = 0; s < 2; s++) {
         p->arena_bytes[s] = h[s].peak;
         TJ_FREE(h[s].b);
     }
+    TJ_FREE(rq.r);
     m->temp_bytes = h[TJ_SPACE_DEVICE].peak;
     m->host_temp_bytes = h[TJ_SPACE_HOST].peak;
     m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
@@ -7515,6 +7781,288 @@ static tj_status tj__plan(tj_prog *p) {
 oom:
     TJ_FREE(h[0].b);
     TJ_FREE(h[1].b);
+    TJ_FREE(rq.r);
+    tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
+    return TJ_ERR_OOM;
+}
+/* ---- recomputing a recomputed value again ----
+   A value the remat policy recomputes in the backward pass (a re-run
+   all-gather, say) is used early in the backward pass and again late (a
+   weight gradient); between the two it would sit in memory through the
+   backward pass's peak. The plan tries running it once more, right before
+   its first use after the peak, from the same inputs, and keeps that where
+   the arena gets smaller (never otherwise). Same op, same inputs: the
+   same bits. */
+/* bytes of device temp live at each step (views and outputs aside; kernel
+   workspace included) */
+static int64_t *tj__live_steps(const tj_prog *p) {
+    int64_t *d = (int64_t *)tj__calloc(sizeof(int64_t) * (size_t)(p->nsched + 2));
+    int i;
+    if (!d) return NULL;
+    for (i = 0; i < p->nsched; i++) {
+        const tj_node *x = p->sched[i];
+        int at = x->fused ? tj__froot((tj_node *)x)->sched : i, end = x->last < p->nsched ? x->last : p->nsched;
+        if (x->scratch_off >= 0 && tj__ops[x->op].scratch) { /* kernel workspace, during its node */
+            d[i] += tj__align(tj__ops[x->op].scratch(x));
+            d[i + 1] -= tj__align(tj__ops[x->op].scratch(x));
+        }
+        if (x->off < 0 || x->root != x || x->space != TJ_SPACE_DEVICE || x->out_index >= 0) continue;
+        d[at] += tj__align(tj__bytes(&x->lt));
+        d[end + 1] -= tj__align(tj__bytes(&x->lt));
+    }
+    for (i = 1; i <= p->nsched; i++) d[i] += d[i - 1];
+    return d;
+}
+/* what the remat decisions below compare: the most bytes live at one step
+   (the least any placement needs: it does not depend on the placement
+   heuristics), then the arena of a quick placement. -1 out of memory. */
+static int64_t tj__most_live(const tj_prog *p) {
+    int64_t *lv = tj__live_steps(p), m = 0;
+    int i;
+    if (!lv) return -1;
+    for (i = 0; i < p->nsched; i++) if (lv[i] > m) m = lv[i];
+    TJ_FREE(lv);
+    return m;
+}
+static int tj__plan_cmp(int64_t ml0, int64_t t0, const tj_prog *p, int64_t *ml) {
+    *ml = tj__most_live(p);
+    if (*ml != ml0) return *ml < ml0 ? -1 : 1;
+    return p->mem.temp_bytes < t0 ? -1 : p->mem.temp_bytes > t0;
+}
+/* ---- a recomputed value that is still there ----
+   A value the backward pass recomputes (a node copied for the remat policy)
+   whose original is alive anyway at that point (a program output, or a
+   value read later still) is read from the original: the copy would only
+   hold the same bits twice. Nodes are numbered by value: same op, same
+   attributes and type, inputs of the same values (a recomputed chain is
+   the same value as the chain it copies). Returns how many were replaced,
+   or -1 out of memory. */
+static uint64_t tj__vn_hash(const tj_node *x, const int *cls) {
+    uint64_t h = 1469598103934665603ull;
+    int j;
+    h = (h ^ (uint64_t)x->op) * 1099511628211ull;
+    h = (h ^ (uint64_t)x->nin) * 1099511628211ull;
+    for (j = 0; j < x->nin; j++) h = (h ^ (uint64_t)cls[x->in[j]->id]) * 1099511628211ull;
+    h = (h ^ (uint64_t)x->t.rank) * 1099511628211ull;
+    for (j = 0; j < x->t.rank; j++) h = (h ^ (uint64_t)x->t.dim[j]) * 1099511628211ull;
+    return h; /* (attributes and the rest: compared in full) */
+}
+static int tj__vn_same(const tj_node *x, const tj_node *y, const int *cls) {
+    int j;
+    if (x->op != y->op || x->nin != y->nin || x->space != y->space || !tj__same_type(&x->t, &y->t)) return 0;
+    if (x->op == TJ__OP_FILL ? x->a.s != y->a.s : memcmp(&x->a, &y->a, sizeof x->a) != 0) return 0; /* (a fill is its value and type) */
+    if ((x->name == NULL) != (y->name == NULL) || (x->name && strcmp(x->name, y->name) != 0)) return 0;
+    for (j = 0; j < x->nin; j++)
+        if (cls[x->in[j]->id] != cls[y->in[j]->id]) return 0;
+    return 1;
+}
+/* the input slots a reuse redirected, to undo it */
+typedef struct {
+    tj_node ***slot;
+    tj_node **old;
+    int n, cap;
+} tj__redir;
+static int tj__redir_add(tj__redir *r, tj_node **slot) {
+    if (!r) return 0;
+    if (r->n == r->cap) {
+        int nc = r->cap ? 2 * r->cap : 64;
+        tj_node ***ns = (tj_node ***)TJ_REALLOC(r->slot, sizeof(tj_node **) * (size_t)nc);
+        tj_node **no;
+        if (!ns) return -1;
+        r->slot = ns;
+        if (!(no = (tj_node **)TJ_REALLOC(r->old, sizeof(tj_node *) * (size_t)nc))) return -1;
+        r->old = no;
+        r->cap = nc;
+    }
+    r->slot[r->n] = slot;
+    r->old[r->n++] = *slot;
+    return 0;
+}
+static void tj__redir_undo(tj__redir *r) {
+    while (r->n > 0) {
+        r->n--;
+        *r->slot[r->n] = r->old[r->n];
+    }
+}
+/* mode 0: every recomputed value whose original is still alive there;
+   mode 1: every recomputed value (read from its original, alive or not:
+   the original is then kept instead); mode 2: the only-th of those whose
+   original is not alive. Returns how many were replaced, -1 out of memory. */
+static int tj__reuse(tj_prog *p, int mode, int only, tj__redir *log) {
+    tj_graph *g = p->g;
+    int *cls = (int *)tj__malloc(sizeof(int) * (size_t)(g->n + 1)), i, j, k, nrep = 0, cap = 16, ncand = 0;
+    tj_node **latest = NULL, **tab = NULL;
+    while (cap < 2 * p->nsched + 2) cap *= 2;
+    latest = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(g->n + 1));
+    tab = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)cap);
+    if (!cls || !latest || !tab) goto oom;
+    for (i = 0; i < g->n; i++) cls[i] = i;
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *x = p->sched[i], *o;
+        uint64_t h;
+        int alive, take;
+        if (x->op == TJ__OP_PARAM || x->sub || (tj__ops[x->op].flags & TJ__MULTI) || x->op == TJ__OP_PROJ) continue; /* values of their own */
+        h = tj__vn_hash(x, cls);
+        for (k = (int)(h & (uint64_t)(cap - 1)); tab[k] && !tj__vn_same(tab[k], x, cls); k = (k + 1) & (cap - 1)) {}
+        if (!tab[k]) { /* a new value */
+            tab[k] = x;
+            latest[x->id] = x;
+            continue;
+        }
+        cls[x->id] = cls[tab[k]->id];
+        o = latest[cls[x->id]];
+        take = 0;
+        if (x->remat && x->root == x && x->out_index < 0 && o->root == o && o->sched < i && o->space == x->space) { /* (an output keeps its own node) */
+            alive = o->last >= i || o->out_index >= 0;
+            /* (a value made from nothing, a constant, is cheaper made again:
+               keeping it would only stretch its life) */
+            take = mode == 0 ? alive : !x->nin ? 0 : mode == 1 ? 1 : !alive && ncand++ == only;
+        }
+        if (take) {
+            for (k = i + 1; k < p->nsched; k++) /* its readers read the original */
+                for (j = 0; j < p->sched[k]->nin; j++)
+                    if (p->sched[k]->in[j] == x) {
+                        if (tj__redir_add(log, &p->sched[k]->in[j])) goto oom;
+                        p->sched[k]->in[j] = o;
+                    }
+            nrep++;
+        } else latest[cls[x->id]] = x;
+    }
+    TJ_FREE(cls);
+    TJ_FREE(latest);
+    TJ_FREE(tab);
+    return nrep;
+oom:
+    TJ_FREE(cls);
+    TJ_FREE(latest);
+    TJ_FREE(tab);
+    return -1;
+}
+/* try a reuse; keep it only if the arena gets smaller (mode 0: no larger).
+   Returns 1 kept, 0 not (or nothing to reuse), -1 out of memory, or the
+   status of a failed plan as -2. */
+static int tj__try_reuse(tj_prog *p, int mode, int only, tj_status *st) {
+    tj__redir log;
+    int64_t before = p->mem.temp_bytes, ml0 = tj__most_live(p), ml;
+    int n, cmp;
+    memset(&log, 0, sizeof log);
+    if ((n = tj__reuse(p, mode, only, &log)) < 0) {
+        tj__redir_undo(&log);
+        TJ_FREE(log.slot);
+        TJ_FREE(log.old);
+        return -1;
+    }
+    if (n) {
+        if (!(*st = tj__schedule(p))) *st = tj__plan_once(p, 1);
+        cmp = *st ? 0 : tj__plan_cmp(ml0, before, p, &ml);
+        if (!*st && (ml < 0 || ml0 < 0 || (mode ? cmp >= 0 : cmp > 0))) {
+            tj__redir_undo(&log);
+            if (!(*st = tj__schedule(p))) *st = tj__plan_once(p, 1);
+            n = 0;
+        }
+    }
+    TJ_FREE(log.slot);
+    TJ_FREE(log.old);
+    return *st ? -2 : n > 0;
+}
+/* runs of recomputed values once more (see above), while they lower the
+   plan; -1 out of memory (st: a failed plan's status) */
+static int tj__try_splits(tj_prog *p, tj_status *stp) {
+    tj_graph *g = p->g;
+    tj_status st = *stp;
+    tj_node *tried[16];
+    int tries = 0;
+    while (!st && tries < 16) {
+        int i, j, k, u = -1, ok, vs = -1;
+        tj_node *v = NULL, *v2, **nn;
+        int64_t before = p->mem.temp_bytes, vlive = -1, *live = tj__live_steps(p), ml0 = tj__most_live(p), ml;
+        if (!live) return -1;
+        /* the recomputed value whose unread stretch meets the most live bytes */
+        for (i = 0; i < p->nsched; i++) {
+            tj_node *x = p->sched[i];
+            int s = -1, last = -1;
+            if (!x->remat || x->off < 0 || x->root != x || x->space != TJ_SPACE_DEVICE || x->out_index >= 0 || x->sub || x->nproj ||
+                (tj__ops[x->op].flags & TJ__MULTI) || ((!x->nin || (tj__ops[x->op].flags & TJ__SOURCE)) && x->op != TJ__OP_FILL) || x->op == TJ__OP_PARAM ||
+                x->op == TJ__OP_PROJ || x->last >= p->nsched)
+                continue; /* (a constant is made again as well) */
+            for (ok = 1, k = 0; k < tries; k++) ok &= tried[k] != x;
+            for (k = i + 1; k <= x->last && ok; k++) {
+                int reads = 0;
+                for (j = 0; j < p->sched[k]->nin; j++)
+                    if (p->sched[k]->in[j] == x) {
+                        reads = 1;
+                        if (tj__ops[p->sched[k]->op].flags & TJ__VIEW) ok = 0; /* a view keeps it alive: no */
+                    }
+                if (reads) last = k;
+                else if (last > i && (s < 0 || live[k] > live[s])) s = k; /* unread, after a use */
+            }
+            if (!ok || s < 0 || last <= s) continue;
+            if (live[s] > vlive || (live[s] == vlive && tj__bytes(&x->lt) > tj__bytes(&v->lt))) v = x, vs = s, vlive = live[s];
+        }
+        TJ_FREE(live);
+        if (!v) break;
+        tried[tries++] = v;
+        for (k = vs + 1; k < p->nsched && u < 0; k++)
+            for (j = 0; j < p->sched[k]->nin; j++)
+                if (p->sched[k]->in[j] == v) u = k;
+        if (u < 0) continue;
+        /* the copy, in the graph right before that use */
+        if (!(v2 = tj__raw_node(g, v, v->op, &v->t, v->nin, v->in))) return -1;
+        v2->members = NULL, v2->nmembers = 0, v2->fused = NULL, v2->store = 0, v2->proj = NULL, v2->nproj = 0, v2->repl = NULL, v2->name = NULL;
+        if (v->name && !(v2->name = tj__strdup(v->name))) {
+            TJ_FREE(v2->in);
+            TJ_FREE(v2);
+            return -1;
+        }
+        if (!(nn = (tj_node **)TJ_REALLOC(g->nodes, sizeof(tj_node *) * (size_t)(g->n + 1)))) {
+            TJ_FREE(v2->in);
+            TJ_FREE(v2->name);
+            TJ_FREE(v2);
+            return -1;
+        }
+        g->nodes = nn;
+        for (i = g->n, k = p->sched[u]->id; i > k; i--) g->nodes[i] = g->nodes[i - 1];
+        g->nodes[k] = v2;
+        g->n++;
+        g->cap = g->n;
+        for (i = 0; i < g->n; i++) g->nodes[i]->id = i;
+        for (k = u; k < p->nsched; k++)
+            for (j = 0; j < p->sched[k]->nin; j++)
+                if (p->sched[k]->in[j] == v) p->sched[k]->in[j] = v2;
+        st = tj__schedule(p);
+        if (!st) st = tj__plan_once(p, 1);
+        if (st || (ml0 >= 0 && tj__plan_cmp(ml0, before, p, &ml) < 0 && ml >= 0)) continue;
+        for (i = 0; i < g->n; i++) /* no better: the later uses read v again (the copy is dead) */
+            for (j = 0; j < g->nodes[i]->nin; j++)
+                if (g->nodes[i]->in[j] == v2) g->nodes[i]->in[j] = v;
+        st = tj__schedule(p);
+        if (!st) st = tj__plan_once(p, 1);
+    }
+    *stp = st;
+    return 0;
+}
+static tj_status tj__plan(tj_prog *p) {
+    tj_status st = tj__plan_once(p, 1);
+    int nrep, k;
+    if (!st && tj__try_reuse(p, 0, 0, &st) == -1) goto oom; /* recomputed values that are still there */
+    if (!st && tj__try_splits(p, &st)) goto oom;
+    /* recomputing costs memory too (the values it recomputes from, and
+       it runs where the backward pass holds its cotangents): where reading
+       a recomputed value from its original makes the plan smaller, the
+       original is kept. All of them at once, then one by one (bounded). */
+    if (!st && (nrep = tj__try_reuse(p, 1, 0, &st)) == -1) goto oom;
+    for (k = 0, nrep = 0; !st && k < 16 && nrep < 16; nrep++) {
+        int r = tj__try_reuse(p, 2, k, &st);
+        if (r == -1) goto oom;
+        if (r == 0) k++; /* not kept (or none left): the next one */
+    }
+    if (!st && tj__try_reuse(p, 0, 0, &st) == -1) goto oom; /* again: the groups of fused loops may have grown */
+    if (!st && tj__try_splits(p, &st)) goto oom;
+    /* the decisions above compare quick placements (no local search); the
+       plan itself takes the best placement there is */
+    if (!st) st = tj__plan_once(p, 0);
+    return st;
+oom:
     tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory planning", p->name);
     return TJ_ERR_OOM;
 }

@@ -13,20 +13,39 @@
  * The answer in the issue: mark the all-gather's output not-saveable by naming
  * only the value upstream of it (save_only_these_names("scattered")); the
  * backward pass then re-runs the all-gather from the saved scattered shard.
- * This demo runs two policies and prints, for each, the collectives (forward
- * and backward), the saved residuals, temp memory, and compares gradients.
- *
- * A third run, (c), spells the region as an explicit length-1 tj_scan whose
+ * This demo runs the block without a region (0), and in a region under
+ * everything_saveable (e), nothing_saveable (n), a policy that saves the
+ * gathered activation (a) and save_only_these_names("scattered") (b), and
+ * prints, for each, the collectives (forward and backward), the saved
+ * residuals and the memory analysis (tj_prog_memory: arguments, outputs,
+ * temp and peak per device), and compares losses and gradients with (0).
+ * A last run, (c), spells the region as an explicit length-1 tj_scan whose
  * inputs are xs, with the same save_only_these_names("scattered") policy.
  *
- * What it prints (this tinyjax.h): the residual report and the memory
- * analysis of each run. Both tj_checkpoint runs run inline in the step (a
- * region's nodes join the enclosing program), so (a) and (b) have the same
- * peak, 61,504 B of temp per device: the backward pass's peak holds the
- * gathered activation in both (saved in (a), re-gathered in (b)), while (b)
- * keeps 6,144 B less between the passes. (c), the explicit length-1 scan
- * over stacked xs, stays a scan and needs more. Collectives that a region
- * re-runs in the backward pass are reported as backward.
+ * What it prints (this tinyjax.h), the plan's temp per device (what a run
+ * allocates): (0) 47,168 B; (e) 47,104 B (a region saving everything costs
+ * no more than no region); (n) 40,960 B; (a) 45,056 B; (b) 43,008 B;
+ * (c) 47,232 B (an explicit scan stays a loop with its own body arena).
+ * Loss and gradients equal (0)'s bit for bit in every run.
+ *
+ * How: a region's nodes join the enclosing program; its backward nodes come
+ * in autodiff's order, as without a region (each cotangent consumed soon
+ * after it is made); a y nobody differentiates gets no zero-filled
+ * cotangent; the plan places buffers knowing every lifetime; and for each
+ * value the policy recomputes it decides, by the most bytes live at one
+ * step, whether to read the original where it is still alive, to keep the
+ * original where recomputing costs more, or to run the value once more
+ * before a later use. So (b) re-runs the all-gather twice in the backward
+ * pass (once for the attention, once for the weight gradients) and keeps
+ * only the scattered shard (6,144 B less than (a)) between the passes.
+ * In this one block the backward pass's peak is where both hold one
+ * gathered activation: the most bytes live at one step are 40,960 B for
+ * both (a) and (b), and (b)'s lower temp comes from how the buffers pack.
+ * With blocks in a row, (a) holds each block's gathered activation while
+ * the later blocks run and (b) only its scattered shard: two blocks
+ * (tests/test_remat_memory.c) need 51,456 B re-gathering and 57,536 B
+ * saving. Collectives that a region re-runs in the backward pass are
+ * reported as backward.
  *
  *   gcc -std=c99 -O2 -I. demos/seq_parallel_remat.c -lm -pthread && ./a.out
  *   SHOW_PROGRAM=1 ./a.out     also prints each compiled program
@@ -60,7 +79,7 @@ static void region_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *car
     (void)carry; (void)carry_out;
     region(g, x, y, u);
 }
-typedef struct { const tj_policy *policy; int explicit_scan; } cfg;
+typedef struct { const tj_policy *policy; int explicit_scan; } cfg; /* explicit_scan -1: no region at all */
 static void step(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     cfg *c = (cfg *)u;
     tj_v r[5], y = NULL, loss, gr[5];
@@ -70,7 +89,8 @@ static void step(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g;
     for (i = 0; i < 5; i++) r[i] = tj_tree_v(in, names[i]);
     r[0] = tj_with_sharding_constraint(r[0], "batch:data pos:tensor");
-    if (!c->explicit_scan) tj_checkpoint(region, NULL, 5, r, 1, &y, c->policy);
+    if (c->explicit_scan < 0) region(g, r, &y, NULL);
+    else if (!c->explicit_scan) tj_checkpoint(region, NULL, 5, r, 1, &y, c->policy);
     else {
         tj_v xs[5], ys = NULL;
         char shp[160];
@@ -191,8 +211,9 @@ static int run(tj_ctx *ctx, const char *title, const tj_policy *pol, int explici
         }
     }
     rep->mem = tj_prog_memory(p);
-    printf("saved: %lld B global = %lld B per device;  temp %lld B/device, peak %lld B/device\n", (long long)rep->saved_global, (long long)rep->saved_dev,
-           (long long)rep->mem.temp_bytes, (long long)rep->mem.peak_bytes);
+    printf("saved: %lld B global = %lld B per device\n", (long long)rep->saved_global, (long long)rep->saved_dev);
+    printf("memory analysis (per device): arguments %lld B, outputs %lld B, temp %lld B, peak %lld B; host temp %lld B\n", (long long)rep->mem.argument_bytes,
+           (long long)rep->mem.output_bytes, (long long)rep->mem.temp_bytes, (long long)rep->mem.peak_bytes, (long long)rep->mem.host_temp_bytes);
     printf("all-gathers: %d forward, %d backward (re-run); all_gather outputs saved: %d\n", rep->fwd_ag, rep->bwd_ag, rep->ag_saved);
     tj_prog_free(p);
     return 0;
@@ -212,8 +233,9 @@ static double maxdiff(tj_array *a, tj_array *b) {
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
-    tj_policy pa = tj_policy_from_fn(save_gathered, NULL), pb = tj_save_only_these_names("scattered");
-    report ra, rb, rc;
+    tj_policy pa = tj_policy_from_fn(save_gathered, NULL), pb = tj_save_only_these_names("scattered"), pe = tj_everything_saveable(),
+              pn = tj_nothing_saveable();
+    report r0, ra, rb, rc, re, rn;
     char sh[64];
     int fail = 0, i;
     const char *g[6] = {"loss", "g_x", "g_ln_g", "g_wq", "g_wk", "g_wv"};
@@ -243,6 +265,9 @@ int main(void) {
     printf("gathered activation (batch, pos, embed) f32 = %d B global, %d B per device (batch:data)\n", B * P * E * 4, B * P * E * 4 / 2);
     printf("scattered activation                    f32 = %d B global, %d B per device (batch:data pos:tensor)\n", B * P * E * 4, B * P * E * 4 / 8);
 
+    fail |= run(ctx, "(0) no tj_checkpoint: the block traced inline, autodiff saves what it needs", NULL, -1, in, &r0);
+    fail |= run(ctx, "(e) tj_checkpoint, everything_saveable", &pe, 0, in, &re);
+    fail |= run(ctx, "(n) tj_checkpoint, nothing_saveable", &pn, 0, in, &rn);
     fail |= run(ctx, "(a) tj_checkpoint, save the gathered activation: policy_from_fn(all_gather or 'scattered')", &pa, 0, in, &ra);
     fail |= run(ctx, "(b) tj_checkpoint, save_only_these_names(\"scattered\")", &pb, 0, in, &rb);
     fail |= run(ctx, "(c) explicit length-1 tj_scan (inputs as xs), save_only_these_names(\"scattered\")", &pb, 1, in, &rc);
@@ -250,12 +275,13 @@ int main(void) {
 
     printf("\n=== comparison\n");
     for (i = 0; i < 6; i++)
-        printf("  max |%s(a) - %s(b)| = %.3g   max |%s(a) - %s(c)| = %.3g\n", g[i], g[i], maxdiff(tj_tree_array(ra.out, g[i]), tj_tree_array(rb.out, g[i])), g[i],
-               g[i], maxdiff(tj_tree_array(ra.out, g[i]), tj_tree_array(rc.out, g[i])));
+        printf("  max |%s(0) - %s(a)| = %.3g   (b): %.3g   (c): %.3g   (e): %.3g   (n): %.3g\n", g[i], g[i], maxdiff(tj_tree_array(r0.out, g[i]), tj_tree_array(ra.out, g[i])),
+               maxdiff(tj_tree_array(r0.out, g[i]), tj_tree_array(rb.out, g[i])), maxdiff(tj_tree_array(r0.out, g[i]), tj_tree_array(rc.out, g[i])),
+               maxdiff(tj_tree_array(r0.out, g[i]), tj_tree_array(re.out, g[i])), maxdiff(tj_tree_array(r0.out, g[i]), tj_tree_array(rn.out, g[i])));
     {
-        const report *rr[3] = {&ra, &rb, &rc};
-        const char *nm[3] = {"(a)", "(b)", "(c)"};
-        for (i = 0; i < 3; i++) {
+        const report *rr[6] = {&r0, &re, &rn, &ra, &rb, &rc};
+        const char *nm[6] = {"(0)", "(e)", "(n)", "(a)", "(b)", "(c)"};
+        for (i = 0; i < 6; i++) {
             const report *r = rr[i];
             printf("  %s: all-gathers %d forward / %d backward; all_gather output saved: %s; residual rows %d; saved %lld B/device; temp %lld B/device\n", nm[i],
                    r->fwd_ag, r->bwd_ag, r->ag_saved ? "yes" : "no", r->nrows, (long long)r->saved_dev, (long long)r->mem.temp_bytes);
@@ -265,6 +291,14 @@ int main(void) {
                                                          : "does NOT rematerialize the all-gather (see the notes at the top of this file)");
     printf("  saved per device: (a) - (b) = %lld B (gathered %d B/device minus scattered %d B/device = %d B)\n", (long long)(ra.saved_dev - rb.saved_dev),
            B * P * E * 4 / 2, B * P * E * 4 / 8, B * P * E * 4 / 2 - B * P * E * 4 / 8);
+    printf("  temp per device: no region %lld B; everything_saveable %lld B (%s); nothing_saveable %lld B (%s)\n", (long long)r0.mem.temp_bytes,
+           (long long)re.mem.temp_bytes, re.mem.temp_bytes <= r0.mem.temp_bytes ? "no more than no region" : "MORE than no region", (long long)rn.mem.temp_bytes,
+           rn.mem.temp_bytes <= re.mem.temp_bytes ? "no more than everything_saveable" : "MORE than everything_saveable");
+    printf("  re-gathering (b) %lld B vs saving the gathered activation (a) %lld B: %s\n", (long long)rb.mem.temp_bytes, (long long)ra.mem.temp_bytes,
+           rb.mem.temp_bytes < ra.mem.temp_bytes ? "re-gathering is lower" : "re-gathering is NOT lower (see the notes at the top of this file)");
+    tj_tree_free(r0.out);
+    tj_tree_free(re.out);
+    tj_tree_free(rn.out);
     tj_tree_free(ra.out);
     tj_tree_free(rb.out);
     tj_tree_free(rc.out);

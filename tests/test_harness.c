@@ -880,14 +880,16 @@ static int run_prog(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *err, 
    row, context and kind), and summarised at the end */
 static int brief;
 /* Known bugs, found by this harness and not fixed yet (see the issue notes):
-   second derivatives through a shard_map with check off, of a dot on a
-   sharded value a scan body captures, and of a tj_checkpoint inside a scan,
-   a region or a shard_map ("scan vjp" fails to build). They are printed
-   as KNOWN and counted apart; every other failure fails the run. */
+   the memory rules (issue #15 item 7) in the grad of grad of three rows
+   (see known_bug). They are printed as KNOWN and counted apart; every
+   other failure fails the run. */
 static int nknown;
 static int known_bug(int ri, int cx, int second) {
-    if (second == 3) return 1; /* issue #15 item 7, the memory rules of remat regions: not met yet */
-    (void)ri, (void)cx;
+    /* issue #15 item 7, the memory rules of remat regions: met by every
+       program but the grad of grad of these rows under a policy that saves
+       less (64 to 192 B above everything_saveable) */
+    if (second == 3) return !strcmp(rows[ri].name, "rsqrt") || !strcmp(rows[ri].name, "cross_entropy") || !strcmp(rows[ri].name, "checkpoint");
+    (void)cx;
     return 0;
 }
 static void record_fail2(int ri, int cx, int second, const char *fmt, ...) {

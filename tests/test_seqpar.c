@@ -185,7 +185,9 @@ int main(void) {
     tjt_current = "checkpoint, save_only_these_names(scattered)";
     TJT_CHECK(rb.ag_rows >= 1, "the all-gather's output is not a residual of the remat region (%d residual rows with op all_gather): the region's ops were not traced into its body",
               rb.ag_rows);
-    TJT_CHECK(rb.bwd_ag == 1, "%d all-gathers in the backward pass, want exactly 1 (the re-run one)", rb.bwd_ag);
+    /* re-run at least once; the plan runs a recomputed value again before a
+       later use where that lowers the peak (see [10] of tinyjax.h) */
+    TJT_CHECK(rb.bwd_ag >= 1, "%d all-gathers in the backward pass, want at least 1 (the re-run one)", rb.bwd_ag);
     TJT_CHECK(rb.ag_saved == 0, "%d all_gather outputs saved, want 0", rb.ag_saved);
     TJT_CHECK(rb.scattered_saved == 1, "'scattered' saved %d times, want 1", rb.scattered_saved);
     TJT_CHECK(rb.saved_dev == scattered_dev, "saved %lld B/device, want the scattered shard, %lld B", (long long)rb.saved_dev, (long long)scattered_dev);
@@ -204,7 +206,7 @@ int main(void) {
     tjt_current = "explicit length-1 scan, save_only_these_names(scattered)";
     TJT_CHECK(rc.ag_rows >= 1 && rc.ag_saved == 0 && rc.scattered_saved == 1, "all_gather rows %d (saved %d), scattered saved %d", rc.ag_rows, rc.ag_saved,
               rc.scattered_saved);
-    TJT_CHECK(rc.bwd_ag == 1, "%d all-gathers reported in the backward pass, want 1 (the re-run one, inside the backward scan's body)", rc.bwd_ag);
+    TJT_CHECK(rc.bwd_ag >= 1, "%d all-gathers reported in the backward pass, want at least 1 (the re-run one, inside the backward scan's body)", rc.bwd_ag);
 
     tjt_current = "gradients";
     TJT_CHECK(reldiff(&ra, &rb) <= 1e-6, "save-gathered vs save-scattered differ by %.3g", reldiff(&ra, &rb));
