@@ -774,21 +774,40 @@ TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n);
 
 /* One interface for every backend. Memory space 0 is device memory, 1 is
    host memory (the offload target). The CPU backend is built in and used
-   when none is set; tinyjax_cuda.cu provides tj_cuda_backend(). A kernel
-   call describes one node: op id, local shapes of inputs and output,
-   buffers (see struct tj__kern in the implementation). */
+   when none is set; tinyjax_cuda.cu provides tj_cuda_backend(). The runner ([11]) owns the
+   control flow: it runs scan iterations (and so tj_checkpoint and
+   tj_shard_map regions), projections, views and moves between memory
+   spaces (offload, fetch, a scan's staged slices and final carry) itself,
+   through these calls, so a backend only allocates, copies, runs one node
+   and waits. A kernel call describes one node: op id, local shapes of
+   inputs and output, buffers (see struct tj__kern in the implementation).
+   Ordering: each device `dev` (0 .. devices-1) has one stream; run(k) and
+   copy(dev, ..) are queued on it (k->dev) and run in the order issued, and
+   may still be running when the call returns. dev -1 means "no particular
+   device": copy(-1, ..) waits for every device's work, copies, and returns
+   when the bytes have landed (arrays in and out of tj_run); alloc and free
+   with -1 are not ordered (free waits for the work that may use p). The
+   host reaches device and host-space memory only through copy: a pointer
+   from alloc may not be host-addressable. */
 typedef struct tj_backend tj_backend;
 struct tj__kern;
 struct tj_backend {
     const char *name;
     void *state;
-    void *(*alloc)(tj_backend *b, int space, size_t bytes);   /* NULL on failure */
-    void (*free)(tj_backend *b, int space, void *p);
-    /* copy bytes between spaces; host_ptr: src or dst is plain host memory */
-    int (*copy)(tj_backend *b, void *dst, int dst_space, const void *src, int src_space, size_t bytes);
-    /* run one node; returns 0, or nonzero after writing a message to k->err */
+    void *(*alloc)(tj_backend *b, int dev, int space, size_t bytes); /* NULL on failure */
+    void (*free)(tj_backend *b, int dev, int space, void *p);
+    /* copy bytes between spaces (TJ_SPACE_USER: the caller's plain memory);
+       returns 0, or nonzero when the copy could not be issued */
+    int (*copy)(tj_backend *b, int dev, void *dst, int dst_space, const void *src, int src_space, size_t bytes);
+    /* run one node on device k->dev; returns 0, or nonzero after writing a
+       message to k->err. A kernel error found later (a bad index) comes
+       back from sync. */
     int (*run)(tj_backend *b, struct tj__kern *k);
-    int (*sync)(tj_backend *b);
+    /* wait until device dev's work (-1: every device's) is done; returns 0,
+       or nonzero after writing the first error since the last sync into
+       err[errlen] (kernels after a kernel error are skipped, collectives
+       excepted, so peers are not left waiting) */
+    int (*sync)(tj_backend *b, int dev, char *err, size_t errlen);
 };
 /* space ids for tj_backend */
 #define TJ_SPACE_DEVICE 0
@@ -1515,19 +1534,20 @@ static void *tj__aligned_alloc(int64_t n, void **raw) {
    *raw is what to pass to tj__mem_free. */
 static void *tj__mem_alloc(tj_ctx *c, int space, int64_t n, void **raw) {
     if (c->backend) {
-        *raw = c->backend->alloc(c->backend, space, (size_t)(n ? n : 1));
+        *raw = c->backend->alloc(c->backend, -1, space, (size_t)(n ? n : 1));
         return *raw;
     }
     return tj__aligned_alloc(n, raw);
 }
 static void tj__mem_free(tj_ctx *c, int space, void *raw) {
     if (!raw) return;
-    if (c->backend) c->backend->free(c->backend, space, raw);
+    if (c->backend) c->backend->free(c->backend, -1, space, raw);
     else TJ_FREE(raw);
 }
-/* host <-> device copies; on the CPU backend device memory is host memory */
+/* host <-> device copies outside runs (they wait for every device's work);
+   on the CPU backend device memory is host memory */
 static int tj__mem_copy(tj_ctx *c, void *dst, int dspace, const void *src, int sspace, int64_t n) {
-    if (c->backend) return c->backend->copy(c->backend, dst, dspace, src, sspace, (size_t)n);
+    if (c->backend) return c->backend->copy(c->backend, -1, dst, dspace, src, sspace, (size_t)n);
     memcpy(dst, src, (size_t)n);
     return 0;
 }
@@ -7876,11 +7896,21 @@ static int64_t tj__scan_scratch(const tj_node *n) {
 }
 static double tj__flops_scan(const tj_node *n) { return n->sub->prog ? n->sub->prog->flops * n->a.length : 0; }
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, struct tj__rdv *rdv);
-static void tj__stage_copy(tj__kern *k, void *dst, const void *src, int64_t n) {
+/* A copy the runner makes on device k->dev's stream (a staged slice, a
+   final carry, offload and fetch): a backend copy, or memcpy on the CPU
+   backend. A copy that cannot be issued is the node's error. */
+static void tj__dev_copy(tj__kern *k, void *dst, int dspace, const void *src, int sspace, int64_t n) {
     tj_ctx *c = k->ctx;
-    if (c->backend) c->backend->copy(c->backend, dst, TJ_SPACE_DEVICE, src, TJ_SPACE_HOST, (size_t)n);
-    else memcpy(dst, src, (size_t)n);
+    if (n <= 0 || dst == src) return;
+    if (!c->backend) memcpy(dst, src, (size_t)n);
+    else if (c->backend->copy(c->backend, k->dev, dst, dspace, src, sspace, (size_t)n) && !k->err[0])
+        snprintf(k->err, TJ__MSG, "%s: backend '%s' could not copy %lld bytes on device %d (at %s:%d)", tj__opname(k->n->op), c->backend->name,
+                 (long long)n, k->dev, tj__base(k->n->file), k->n->line);
 }
+/* The runner's scan ([11] calls it for every backend): the body's schedule
+   once per iteration on the parent's workspace; every move of bytes is a
+   tj__dev_copy, every node of the body a backend call, so a backend needs no
+   scan kernel of its own. */
 static void tj__k_scan(tj__kern *k) {
     tj_node *n = k->n;
     tj_prog *bp = n->sub->prog;
@@ -7920,7 +7950,9 @@ static void tj__k_scan(tj__kern *k) {
             stage[i][0] = st;
             stage[i][1] = st + tj__align(xsl[i]);
             st += 2 * tj__align(xsl[i]);
-            tj__stage_copy(k, stage[i][0], (char *)k->in[nc + i] + (n->a.reverse ? n->a.length - 1 : 0) * xsl[i], xsl[i]);
+            if (n->a.length)
+                tj__dev_copy(k, stage[i][0], TJ_SPACE_DEVICE, (const char *)k->in[nc + i] + (n->a.reverse ? n->a.length - 1 : 0) * xsl[i], TJ_SPACE_HOST,
+                             xsl[i]);
         }
     }
     for (s = 0; s < n->a.length; s++) {
@@ -7937,22 +7969,20 @@ static void tj__k_scan(tj__kern *k) {
             }
             args[nc + i] = stage[i][s & 1];
             if (s + 1 < n->a.length) /* prefetch: on CUDA an async copy on the copy stream */
-                tj__stage_copy(k, stage[i][(s + 1) & 1], (char *)k->in[nc + i] + tn * xsl[i], xsl[i]);
+                tj__dev_copy(k, stage[i][(s + 1) & 1], TJ_SPACE_DEVICE, (const char *)k->in[nc + i] + tn * xsl[i], TJ_SPACE_HOST, xsl[i]);
         }
         for (i = 0; i < ny; i++) outs[nc + i] = (char *)k->pout[nc + i] + t * ysl[i];
         tj__run_body(bp, args, outs, arena, k->err, k->nthreads, k->dev, k->rdv); /* after an error the rest runs dry ([11]) */
     }
     for (i = 0; i < nc; i++) {
         const void *last = n->a.length ? buf[i][(n->a.length - 1 + par[i]) & 1] : k->in[i];
-        if (last != k->pout[i]) memcpy(k->pout[i], last, (size_t)tj__lbytes(n->g->ctx, &n->proj[i]->t));
+        if (last != k->pout[i])
+            tj__dev_copy(k, k->pout[i], n->proj[i]->space, last, n->a.length ? TJ_SPACE_DEVICE : n->in[i]->space, tj__lbytes(n->g->ctx, &n->proj[i]->t));
     }
 }
-static void tj__k_memcpy(tj__kern *k) {
-    tj_ctx *c = k->ctx;
-    int64_t nb = tj__bytes(&k->ot);
-    if (c->backend) c->backend->copy(c->backend, k->out, k->n->space, k->in[0], k->n->in[0]->space, (size_t)nb);
-    else memcpy(k->out, k->in[0], (size_t)nb);
-}
+/* offload and fetch: a move between memory spaces, which the runner makes
+   (tj__dev_copy) on every backend */
+static void tj__k_memcpy(tj__kern *k) { tj__dev_copy(k, k->out, k->n->space, k->in[0], k->n->in[0]->space, tj__bytes(&k->ot)); }
 
 /* ==== [8] remat and offload policies ===================================== */
 /* The VJP rule of scan is where policies act. It differentiates the body
@@ -11359,6 +11389,11 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
     e->start_us = t0 - r->t0;
     e->dur_us = t1 - t0;
 }
+/* Ops the runner executes itself on every backend, with backend copies and
+   backend runs of the nodes inside: scan (tj__k_scan: iterations, regions,
+   staged slices, the final carry) and the moves between memory spaces
+   (tj__k_memcpy). Parameters, projections and views own no work. */
+#define TJ__RUNNER_OP(op) ((op) == TJ__OP_SCAN || (op) == TJ__OP_TO_HOST || (op) == TJ__OP_TO_DEVICE)
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, tj__rdv *rdv) {
     int i, j, prof = p->ctx->profile && rdv;
     for (i = 0; i < p->nsched; i++) {
@@ -11404,8 +11439,9 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         k.rdv = rdv;
         k.err = err;
         k.custom_gpu = tj__k_custom_gpu;
-        if (p->ctx->backend) p->ctx->backend->run(p->ctx->backend, &k);
-        else tj__ops[n->op].cpu(&k);
+        if (!p->ctx->backend || TJ__RUNNER_OP(n->op)) tj__ops[n->op].cpu(&k); /* the runner's own: through backend calls */
+        else if (p->ctx->backend->run(p->ctx->backend, &k) && !err[0])
+            snprintf(err, TJ__MSG, "backend '%s' failed to run op '%s' (at %s:%d)", p->ctx->backend->name, tj__opname(n->op), tj__base(n->file), n->line);
         if (prof && n->op != TJ__OP_SCAN) tj__record(rdv, dev, n, t0, tj__now_us()); /* a scan's body records its own */
     }
     return err[0] ? TJ_ERR_ARG : TJ_OK;
@@ -11426,7 +11462,14 @@ typedef struct {
 } tj__devrun;
 static void *tj__device_main(void *arg) {
     tj__devrun *r = (tj__devrun *)arg;
+    tj_backend *b = r->p->ctx->backend;
     tj__run_body(r->p, r->args, r->outs, r->arena, r->err, r->nth, r->dev, r->rdv);
+    if (b) { /* the device's stream may still run; its kernel errors come back here */
+        char e[TJ__MSG];
+        e[0] = 0;
+        if (b->sync(b, r->dev, e, sizeof e) && !r->err[0])
+            snprintf(r->err, sizeof r->err, "%s", e[0] ? e : "the backend failed to synchronise");
+    }
     if (r->err[0]) r->st = TJ_ERR_ARG;
     return NULL;
 }
@@ -11521,8 +11564,6 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
                 }
             for (i = 0; i < nl && st == TJ_OK; i++) pthread_join(th[i], NULL);
         }
-        if (c->backend && c->backend->sync && c->backend->sync(c->backend) && st == TJ_OK)
-            tj__err(c, TJ_ERR_IO, p->file, p->line, "run '%s': backend '%s' failed to synchronise", p->name, c->backend->name);
         for (i = 0, bad = -1; i < nl; i++)
             if (runs[i].st != TJ_OK && bad < 0) bad = i;
         if (multi) { /* an error anywhere is an error everywhere */

@@ -809,17 +809,19 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
 // ==== [11] CUDA backend: memory spaces, copies, sync =======================
 /* TJ_SPACE_DEVICE is cudaMalloc memory, TJ_SPACE_HOST pinned host memory
    (cudaHostAlloc, the offload target), TJ_SPACE_USER the caller's pageable
-   memory. Copies are synchronous for the caller: they wait for the compute
-   stream (a kernel may still read or write the buffers), copy, and wait for
-   the copy to land. */
+   memory. A copy on a device (dev >= 0: the runner's staged slices, carries,
+   offload and fetch) is queued on the compute stream after the kernels
+   before it; a copy with dev -1 (arrays in and out) waits for the compute
+   stream, copies, and waits for the bytes to land. */
 
 static void tjc_pending(tjc_state *s, const char *what, cudaError_t e) {
     if (!s->pending[0]) snprintf(s->pending, sizeof s->pending, "cuda backend: %s failed: %s", what, cudaGetErrorString(e));
 }
-static void *tjc_alloc(tj_backend *b, int space, size_t bytes) {
+static void *tjc_alloc(tj_backend *b, int dev, int space, size_t bytes) {
     tjc_state *s = tjc_st_of(b);
     void *p = NULL;
     cudaError_t e = cudaSetDevice(s->device);
+    (void)dev; /* one GPU serves every mesh device */
     if (e == cudaSuccess) {
         if (space == TJ_SPACE_DEVICE) e = cudaMalloc(&p, bytes ? bytes : 1);
         else if (space == TJ_SPACE_HOST) e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
@@ -831,18 +833,28 @@ static void *tjc_alloc(tj_backend *b, int space, size_t bytes) {
     }
     return p;
 }
-static void tjc_free(tj_backend *b, int space, void *p) {
+static void tjc_free(tj_backend *b, int dev, int space, void *p) {
     tjc_state *s = tjc_st_of(b);
     cudaError_t e = cudaSuccess;
+    (void)dev;
     if (!p) return;
-    if (space == TJ_SPACE_DEVICE) e = cudaFree(p);
-    else if (space == TJ_SPACE_HOST) e = cudaFreeHost(p);
+    if (space == TJ_SPACE_DEVICE) e = cudaFree(p); /* cudaFree waits for the device */
+    else if (space == TJ_SPACE_HOST) {
+        if ((e = cudaStreamSynchronize(s->compute)) == cudaSuccess) e = cudaFreeHost(p);
+    }
     if (e != cudaSuccess) tjc_pending(s, space == TJ_SPACE_DEVICE ? "cudaFree" : "cudaFreeHost", e);
 }
-static int tjc_copy(tj_backend *b, void *dst, int dst_space, const void *src, int src_space, size_t bytes) {
+static int tjc_copy(tj_backend *b, int dev, void *dst, int dst_space, const void *src, int src_space, size_t bytes) {
     tjc_state *s = tjc_st_of(b);
     cudaError_t e;
     if (!bytes) return 0;
+    if (dev >= 0) { /* stream-ordered; pinned host memory is device-addressable */
+        if ((e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->compute)) != cudaSuccess) {
+            tjc_pending(s, "cudaMemcpyAsync", e);
+            return 1;
+        }
+        return 0;
+    }
     if ((e = cudaStreamSynchronize(s->compute)) != cudaSuccess) {
         tjc_pending(s, "cudaStreamSynchronize before a copy", e);
         return 1;
@@ -863,11 +875,14 @@ static int tjc_copy(tj_backend *b, void *dst, int dst_space, const void *src, in
     }
     return 0;
 }
-static int tjc_sync(tj_backend *b) {
+static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
     tjc_state *s = tjc_st_of(b);
     cudaError_t e = cudaStreamSynchronize(s->compute);
-    if (e != cudaSuccess) {
-        tjc_pending(s, "a kernel (seen at cudaStreamSynchronize)", e);
+    (void)dev;
+    if (e != cudaSuccess) tjc_pending(s, "a kernel (seen at cudaStreamSynchronize)", e);
+    if (s->pending[0]) {
+        if (err && errlen) snprintf(err, errlen, "%s", s->pending);
+        s->pending[0] = 0;
         return 1;
     }
     return 0;
@@ -910,19 +925,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
     case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: return tjc_row_grad(s, k);
     /* arguments and views own no work (tj__execute skips them anyway) */
     case TJ__OP_PARAM: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: return 0;
-    default: {
-        /* ops newer than this switch, recognised by name: moving a buffer
-           between memory spaces (pinned host memory is device-addressable,
-           so one async copy on the compute stream keeps the order), and the
-           outputs of a multi-output op (written by that op, as on the CPU) */
-        const char *nm = tj__opname(k->n->op);
-        if (!strcmp(nm, "offload") || !strcmp(nm, "fetch")) {
-            TJC_CUDA(k, cudaMemcpyAsync(k->out, k->in[0], (size_t)tj__bytes(&k->ot), cudaMemcpyDefault, s->compute));
-            return 0;
-        }
-        if (!strcmp(nm, "out")) return 0;
-        return tjc_unsupported(k);
-    }
+    default: return tjc_unsupported(k);
     }
 }
 
