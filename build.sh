@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # tinyjax build driver.
 #   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors),
+#                      again on the device-like backend (TJ_BACKEND=devsim),
 #                      again under -fsanitize=address,undefined, run the fuzz
 #                      targets of tests/fuzz under libFuzzer when clang is
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
-#                      when present, build tests/test_mpi.c with mpicc -DTJ_MPI and
-#                      run its multi-process cases under mpirun (OpenMPI is installed
+#                      when present, build tests/test_mpi.c with mpicc -DTJ_MPI and run its multi-process cases under mpirun (OpenMPI is installed
 #                      when absent); ends with one "total: N passed, N failed" line
 #   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
 #   ./build.sh bench   build and run the benchmark programs
@@ -103,6 +103,12 @@ test)
     echo "== tests, -O2"
     build_tests build/o2 -O2 -g
     for b in build/o2/test_*; do [ -x "$b" ] && run_test "$(basename "$b")" "$b"; done
+
+    # the same programs on the device-like CPU backend (tinyjax.h [11]): memory
+    # the host cannot touch, kernels and copies on asynchronous streams, so
+    # the runner's control flow and waits are tested without a GPU
+    echo "== tests on the device-like backend (TJ_BACKEND=devsim)"
+    for b in build/o2/test_*; do [ -x "$b" ] && TJ_BACKEND=devsim run_test "devsim/$(basename "$b")" "$b"; done
 
     echo "== tests, -fsanitize=address,undefined"
     build_tests build/asan -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer

@@ -774,7 +774,9 @@ TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n);
 
 /* One interface for every backend. Memory space 0 is device memory, 1 is
    host memory (the offload target). The CPU backend is built in and used
-   when none is set; tinyjax_cuda.cu provides tj_cuda_backend(). The runner ([11]) owns the
+   when none is set; tinyjax_cuda.cu provides tj_cuda_backend(), and
+   TJ_BACKEND=devsim in the environment gives every new context the
+   device-like CPU backend (tj_devsim_backend). The runner ([11]) owns the
    control flow: it runs scan iterations (and so tj_checkpoint and
    tj_shard_map regions), projections, views and moves between memory
    spaces (offload, fetch, a scan's staged slices and final carry) itself,
@@ -808,6 +810,11 @@ struct tj_backend {
        err[errlen] (kernels after a kernel error are skipped, collectives
        excepted, so peers are not left waiting) */
     int (*sync)(tj_backend *b, int dev, char *err, size_t errlen);
+    /* nonzero: run() also takes fused groups (k->n->members; the group's
+       leaf inputs in k->in[member * 3 + j], NULL where a member reads
+       another member, its stores in k->pout[member], NULL if none); zero:
+       programs for this backend are compiled with one node per kernel */
+    int fused_groups;
 };
 /* space ids for tj_backend */
 #define TJ_SPACE_DEVICE 0
@@ -819,6 +826,14 @@ TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
    reason in err (no GPU, driver too old, ...). */
 TJDEF tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 TJDEF void tj_cuda_backend_free(tj_backend *b);
+/* The device-like CPU backend (tests the runner without a GPU): device and
+   host-space memory the host cannot dereference (pointers are poisoned:
+   any direct read or write faults), one stream per device run by a worker
+   thread, so kernels and copies run asynchronously in issue order; kernel
+   errors come back at sync. Free it after the arrays and programs of the
+   contexts that use it. */
+TJDEF tj_backend *tj_devsim_backend(void);
+TJDEF void tj_devsim_backend_free(tj_backend *b);
 
 /* ---- transports and processes: where devices meet ----
    A transport is the only place devices exchange data. A collective kernel
@@ -1059,6 +1074,7 @@ struct tj_ctx {
     pthread_mutex_t stats_mu;
     tj_alloc_stats stats;
     tj_backend *backend; /* NULL: the built-in CPU backend                */
+    tj_backend *own_backend; /* made by tj_ctx_new (TJ_BACKEND), freed with it */
     int ndev;            /* simulated devices                             */
     int profile;         /* record a timeline of each run                 */
     int nmesh;           /* mesh axes (0: no mesh)                         */
@@ -1165,6 +1181,13 @@ TJDEF tj_ctx *tj_ctx_new(void) {
             tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_DEVICES=\"%.32s\" is not a device count from 1 to %d", d, TJ_MAXDEV);
         else c->ndev = (int)v;
     }
+    d = getenv("TJ_BACKEND"); /* devsim: the device-like CPU backend ([11]) */
+    if (d && *d && strcmp(d, "cpu") != 0) {
+        if (strcmp(d, "devsim") != 0)
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_BACKEND=\"%.32s\" is not a backend (cpu, devsim)", d);
+        else if (!(c->backend = c->own_backend = tj_devsim_backend()))
+            tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_ctx_new: out of memory starting the devsim backend (TJ_BACKEND)");
+    }
     nc = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = nc > 0 ? (int)nc : 1;
     if (c->threads > 16) c->threads = 16;
@@ -1176,6 +1199,7 @@ TJDEF void tj_ctx_free(tj_ctx *c) {
     int i;
     if (!c) return;
     tj__procs_free(c);
+    tj_devsim_backend_free(c->own_backend);
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
     tj__free_ops(c);
     TJ_FREE(c->warn);
@@ -8891,7 +8915,7 @@ static int tj__fuse_ok(const tj_prog *p, const tj__fusion *f, tj_node *rx, tj_no
 static tj_status tj__fuse(tj_prog *p) {
     int i, j, k, n = p->g->n;
     tj__fusion f;
-    if (p->ctx->backend) return TJ_OK; /* the CUDA backend runs one kernel per node */
+    if (p->ctx->backend && !p->ctx->backend->fused_groups) return TJ_OK; /* the CUDA backend runs one kernel per node */
     memset(&f, 0, sizeof f);
     f.at = (int *)tj__calloc(sizeof(int) * (size_t)(n + 2));
     f.next = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
@@ -11417,7 +11441,22 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
                     leafp[mi * 3 + j] = y->fused && tj__froot(y) == n ? NULL : tj__buf(y, arena, args, outs);
                 }
             }
-            tj__k_fused(n, leafp, storep, nthreads);
+            if (!p->ctx->backend) tj__k_fused(n, leafp, storep, nthreads);
+            else { /* a backend with fused_groups: the group as one call */
+                memset(&k, 0, sizeof k);
+                k.ctx = p->ctx;
+                k.n = n;
+                k.nin = n->nmembers * 3;
+                for (j = 0; j < k.nin; j++) k.in[j] = j % 3 < n->members[j / 3]->nin ? leafp[j] : NULL;
+                for (j = 0; j < n->nmembers; j++) k.pout[j] = storep[j];
+                k.ot = n->lt;
+                k.nthreads = nthreads;
+                k.dev = dev;
+                k.rdv = rdv;
+                k.err = err;
+                if (p->ctx->backend->run(p->ctx->backend, &k) && !err[0])
+                    snprintf(err, TJ__MSG, "backend '%s' failed to run a fused group (at %s:%d)", p->ctx->backend->name, tj__base(n->file), n->line);
+            }
             if (prof) tj__record(rdv, dev, n, t0, tj__now_us());
             continue;
         }
@@ -11596,6 +11635,268 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
     TJ_FREE(runs);
     TJ_FREE(bufs);
     return st;
+}
+
+/* ---- the device-like CPU backend (devsim) ----
+   Runs the CPU kernels the way a GPU backend runs its own, so the runner's
+   control flow, stream ordering and copies are tested without a GPU
+   (TJ_BACKEND=devsim, or tj_set_backend(ctx, tj_devsim_backend())).
+   Memory: every allocation (device and host space) is returned as a
+   poisoned pointer, the real address plus 2^62: not canonical on x86-64 and
+   above any user address elsewhere, so the host code that dereferences one
+   instead of going through copy faults at once (a SEGV, or an ASan report).
+   Pointer arithmetic and comparisons on them still work. New memory is
+   filled with 0xff bytes (NaN in every float dtype), and 64 guard bytes
+   after each block are checked at free. Streams: one per device, a queue
+   run in issue order by the device's worker thread; run and copy return
+   when the work is queued. A kernel's error goes to the stream's slot;
+   after it, the stream skips everything but collectives (as the CPU device
+   thread does) until sync hands the error back. */
+#define TJ__DS_POISON ((uintptr_t)1 << 62)
+#define TJ__DS_QUEUE 64
+#define TJ__DS_GUARD 64
+#define TJ__DS_MAGIC 0x7464657673696d21ull
+typedef struct {
+    int kind; /* 0: kernel, 1: copy */
+    tj__kern k;
+    void *dst;
+    const void *src;
+    size_t n;
+} tj__ds_item;
+typedef struct {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t more, idle;
+    tj__ds_item *q;
+    int head, count, quit;
+    char err[TJ__MSG];
+} tj__ds_stream;
+typedef struct {
+    tj_backend b;
+    pthread_mutex_t mu; /* starting streams */
+    tj__ds_stream *st[TJ_MAXDEV];
+} tj__devsim;
+typedef struct {
+    void *raw;
+    size_t n;
+    uint64_t magic;
+} tj__ds_hdr;
+static void *tj__ds_real(const void *p) { return p ? (void *)((uintptr_t)p - TJ__DS_POISON) : NULL; }
+static void *tj__ds_alloc(tj_backend *b, int dev, int space, size_t n) {
+    char *raw, *p;
+    tj__ds_hdr *h;
+    (void)b;
+    (void)dev;
+    if (space != TJ_SPACE_DEVICE && space != TJ_SPACE_HOST) return NULL;
+    raw = (char *)TJ_MALLOC(n + sizeof(tj__ds_hdr) + 2 * TJ__ALIGN + TJ__DS_GUARD);
+    if (!raw) return NULL;
+    p = (char *)(((uintptr_t)raw + sizeof(tj__ds_hdr) + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
+    h = (tj__ds_hdr *)(void *)(p - sizeof(tj__ds_hdr));
+    h->raw = raw;
+    h->n = n;
+    h->magic = TJ__DS_MAGIC;
+    memset(p, 0xff, n);
+    memset(p + n, 0xcd, TJ__DS_GUARD);
+    return (void *)((uintptr_t)p + TJ__DS_POISON);
+}
+/* wait until stream s has run everything queued */
+static void tj__ds_drain(tj__ds_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->count) pthread_cond_wait(&s->idle, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+static void tj__ds_drain_all(tj__devsim *d) {
+    int i;
+    for (i = 0; i < TJ_MAXDEV; i++)
+        if (d->st[i]) tj__ds_drain(d->st[i]);
+}
+static void tj__ds_free(tj_backend *b, int dev, int space, void *p) {
+    tj__ds_hdr *h;
+    char *q;
+    int i;
+    (void)dev;
+    (void)space;
+    if (!p) return;
+    tj__ds_drain_all((tj__devsim *)b->state); /* queued work may still use p */
+    q = (char *)tj__ds_real(p);
+    h = (tj__ds_hdr *)(void *)(q - sizeof(tj__ds_hdr));
+    if (h->magic != TJ__DS_MAGIC) {
+        fprintf(stderr, "tinyjax devsim: free of %p, which devsim did not allocate (or its header was overwritten)\n", p);
+        abort();
+    }
+    for (i = 0; i < TJ__DS_GUARD; i++)
+        if ((unsigned char)q[h->n + (size_t)i] != 0xcd) {
+            fprintf(stderr, "tinyjax devsim: a kernel or copy wrote past the end of a %zu-byte block (guard byte %d)\n", h->n, i);
+            abort();
+        }
+    h->magic = 0;
+    TJ_FREE(h->raw);
+}
+static void *tj__ds_worker(void *arg) {
+    tj__ds_stream *s = (tj__ds_stream *)arg;
+    for (;;) {
+        tj__ds_item *it;
+        pthread_mutex_lock(&s->mu);
+        while (!s->count && !s->quit) pthread_cond_wait(&s->more, &s->mu);
+        if (!s->count) {
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        it = &s->q[s->head]; /* the producer leaves this slot alone until count drops */
+        pthread_mutex_unlock(&s->mu);
+        if (it->kind == 1) memcpy(it->dst, it->src, it->n);
+        else if (it->k.n->members) {
+            if (!s->err[0]) tj__k_fused(it->k.n, it->k.in, it->k.pout, it->k.nthreads);
+        } else if (!s->err[0] || TJ__IS_COLL(it->k.n->op)) {
+            it->k.err = s->err;
+            tj__ops[it->k.n->op].cpu(&it->k);
+        }
+        pthread_mutex_lock(&s->mu);
+        s->head = (s->head + 1) % TJ__DS_QUEUE;
+        s->count--;
+        pthread_cond_broadcast(&s->idle); /* drains wait for 0, producers for a free slot */
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+static tj__ds_stream *tj__ds_stream_of(tj__devsim *d, int dev) {
+    tj__ds_stream *s;
+    if (dev < 0 || dev >= TJ_MAXDEV) return NULL;
+    pthread_mutex_lock(&d->mu);
+    if (!(s = d->st[dev])) {
+        /* the simulated hardware's queue: plain calloc, not the library's
+           allocator (TJ_MALLOC), whose failures are out of memory on the
+           host (test_oom injects them) */
+        s = (tj__ds_stream *)calloc(1, sizeof *s);
+        if (s && !(s->q = (tj__ds_item *)calloc(TJ__DS_QUEUE, sizeof(tj__ds_item)))) {
+            free(s);
+            s = NULL;
+        }
+        if (s) {
+            pthread_mutex_init(&s->mu, NULL);
+            pthread_cond_init(&s->more, NULL);
+            pthread_cond_init(&s->idle, NULL);
+            if (pthread_create(&s->th, NULL, tj__ds_worker, s)) {
+                pthread_mutex_destroy(&s->mu);
+                pthread_cond_destroy(&s->more);
+                pthread_cond_destroy(&s->idle);
+                free(s->q);
+                free(s);
+                s = NULL;
+            }
+        }
+        d->st[dev] = s;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return s;
+}
+/* a free slot at the queue's tail (waits while the queue is full); the
+   caller fills it and calls tj__ds_push */
+static tj__ds_item *tj__ds_slot(tj__ds_stream *s) {
+    tj__ds_item *it;
+    pthread_mutex_lock(&s->mu);
+    while (s->count == TJ__DS_QUEUE) pthread_cond_wait(&s->idle, &s->mu);
+    it = &s->q[(s->head + s->count) % TJ__DS_QUEUE];
+    pthread_mutex_unlock(&s->mu);
+    return it;
+}
+static void tj__ds_push(tj__ds_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    s->count++;
+    pthread_cond_broadcast(&s->more);
+    pthread_mutex_unlock(&s->mu);
+}
+static int tj__ds_copy(tj_backend *b, int dev, void *dst, int dspace, const void *src, int sspace, size_t n) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    tj__ds_stream *s;
+    tj__ds_item *it;
+    void *rd = dspace == TJ_SPACE_USER ? dst : tj__ds_real(dst);
+    const void *rs = sspace == TJ_SPACE_USER ? src : tj__ds_real(src);
+    if (!n) return 0;
+    if (dev < 0) { /* arrays in and out: after all work, done on return */
+        tj__ds_drain_all(d);
+        memcpy(rd, rs, n);
+        return 0;
+    }
+    if (!(s = tj__ds_stream_of(d, dev))) return 1;
+    it = tj__ds_slot(s);
+    it->kind = 1;
+    it->dst = rd;
+    it->src = rs;
+    it->n = n;
+    tj__ds_push(s);
+    return 0;
+}
+static int tj__ds_run(tj_backend *b, tj__kern *k) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    tj__ds_stream *s = tj__ds_stream_of(d, k->dev);
+    tj__ds_item *it;
+    int j;
+    if (!s) {
+        snprintf(k->err, TJ__MSG, "devsim: cannot start the stream of device %d", k->dev);
+        return 1;
+    }
+    it = tj__ds_slot(s);
+    it->kind = 0;
+    it->k = *k; /* the kernel runs later: a copy, with real addresses */
+    for (j = 0; j < k->nin && j < 128; j++) it->k.in[j] = tj__ds_real(k->in[j]);
+    for (j = 0; j < 64; j++) it->k.pout[j] = tj__ds_real(k->pout[j]);
+    it->k.out = tj__ds_real(k->out);
+    it->k.scratch = tj__ds_real(k->scratch);
+    it->k.scratch_host = tj__ds_real(k->scratch_host);
+    it->k.err = NULL; /* the stream's slot, set by the worker */
+    tj__ds_push(s);
+    return 0;
+}
+static int tj__ds_sync(tj_backend *b, int dev, char *err, size_t errlen) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    int i, bad = 0;
+    for (i = dev < 0 ? 0 : dev; i < (dev < 0 ? TJ_MAXDEV : dev + 1) && i < TJ_MAXDEV; i++) {
+        tj__ds_stream *s = d->st[i];
+        if (!s) continue;
+        tj__ds_drain(s);
+        if (s->err[0]) {
+            if (!bad && err && errlen) snprintf(err, errlen, "%s", s->err);
+            s->err[0] = 0;
+            bad = 1;
+        }
+    }
+    return bad;
+}
+TJDEF tj_backend *tj_devsim_backend(void) {
+    tj__devsim *d = (tj__devsim *)tj__calloc(sizeof *d);
+    if (!d) return NULL;
+    pthread_mutex_init(&d->mu, NULL);
+    d->b.name = "devsim";
+    d->b.state = d;
+    d->b.alloc = tj__ds_alloc;
+    d->b.free = tj__ds_free;
+    d->b.copy = tj__ds_copy;
+    d->b.run = tj__ds_run;
+    d->b.sync = tj__ds_sync;
+    d->b.fused_groups = 1;
+    return &d->b;
+}
+TJDEF void tj_devsim_backend_free(tj_backend *b) {
+    tj__devsim *d;
+    int i;
+    if (!b) return;
+    d = (tj__devsim *)b->state;
+    for (i = 0; i < TJ_MAXDEV; i++) {
+        tj__ds_stream *s = d->st[i];
+        if (!s) continue;
+        pthread_mutex_lock(&s->mu);
+        s->quit = 1;
+        pthread_cond_broadcast(&s->more);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->more);
+        pthread_cond_destroy(&s->idle);
+        free(s->q);
+        free(s);
+    }
+    pthread_mutex_destroy(&d->mu);
+    TJ_FREE(d);
 }
 
 /* ==== [12] jit: trace + compile + call =================================== */

@@ -163,10 +163,21 @@ static double tjt__run_loss(tj_prog *p, tj_tree *in) {
     tj_tree_free(o);
     return v;
 }
+/* element k of device d's buffer of a, read and written through the
+   backend's copies (a device buffer need not be host memory: TJ_BACKEND=devsim) */
+static double tjt__get(tj_array *a, int d, int64_t k) {
+    char b[8];
+    size_t es = tj_dtype_size(a->t.dt);
+    tj__mem_copy(a->ctx, b, TJ_SPACE_USER, (const char *)a->data[d] + (size_t)k * es, TJ_SPACE_DEVICE, (int64_t)es);
+    return tj__ld(b, a->t.dt, 0);
+}
 /* set element k of a replicated array on every device (each holds a copy) */
 static void tjt__set_all(tj_array *a, int64_t k, double v) {
     int d;
-    for (d = 0; d < a->ndev; d++) tj__st(a->data[d], a->t.dt, k, v);
+    char b[8];
+    size_t es = tj_dtype_size(a->t.dt);
+    tj__st(b, a->t.dt, 0, v);
+    for (d = 0; d < a->ndev; d++) tj__mem_copy(a->ctx, (char *)a->data[d] + (size_t)k * es, TJ_SPACE_DEVICE, b, TJ_SPACE_USER, (int64_t)es);
 }
 /* returns the max relative error seen; checks it against tol */
 static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, const char *what, tj_fn fn, void *user, tj_tree *in, const char *wrt, double tol) {
@@ -201,7 +212,7 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
         n = tj_array_numel(a);
         step = n > 24 ? n / 24 : 1;
         for (k = 0; k < n; k += step) {
-            double x0 = tj__ld(a->data[0], a->t.dt, k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
+            double x0 = tjt__get(a, 0, k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
             if (a->t.dt != TJ_F64) h = 1e-2 * (fabs(x0) > 1 ? fabs(x0) : 1.0);
             tjt__set_all(a, k, x0 + h);
             lp = tjt__run_loss(pl, in);
@@ -209,7 +220,7 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
             lm = tjt__run_loss(pl, in);
             tjt__set_all(a, k, x0);
             fd = (lp - lm) / (2 * h);
-            an = tj__ld(ga->data[0], ga->t.dt, k);
+            an = tjt__get(ga, 0, k);
             err = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-6);
             if (!(err <= worst)) worst = err;
             checked++;
