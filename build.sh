@@ -6,7 +6,8 @@
 #                      targets of tests/fuzz under libFuzzer when clang is
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
-#                      when present, build tests/test_mpi.c with mpicc -DTJ_MPI and run its multi-process cases under mpirun (OpenMPI is installed
+#                      when present and check its op coverage (no GPU needed),
+#                      build tests/test_mpi.c with mpicc -DTJ_MPI and run its multi-process cases under mpirun (OpenMPI is installed
 #                      when absent); ends with one "total: N passed, N failed" line
 #   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
 #   ./build.sh bench   build and run the benchmark programs
@@ -143,6 +144,8 @@ test)
             echo "  tinyjax_cuda.cu compiles with nvcc, warnings as errors"; total_pass=$((total_pass + 1))
             if [ -f tests/test_cuda.cu ] && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda; then
                 run_test test_cuda build/test_cuda
+                # every op of the op table has a CUDA path or a listed gap (no GPU needed)
+                run_test test_cuda_coverage build/test_cuda --coverage
             fi
         else echo "  tinyjax_cuda.cu FAILED to compile"; total_fail=$((total_fail + 1)); fi
     else

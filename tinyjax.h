@@ -826,6 +826,10 @@ TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
    reason in err (no GPU, driver too old, ...). */
 TJDEF tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 TJDEF void tj_cuda_backend_free(tj_backend *b);
+/* In tinyjax_cuda.cu, no GPU needed: one line per op of the op table, "name:
+   how" (kernel, runner, view, or why it has no CUDA path yet) into buf;
+   returns the number of ops with no entry at all; *gaps the known gaps. */
+TJDEF int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
 /* The device-like CPU backend (tests the runner without a GPU): device and
    host-space memory the host cannot dereference (pointers are poisoned:
    any direct read or write faults), one stream per device run by a worker

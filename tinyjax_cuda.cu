@@ -46,6 +46,7 @@
 
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 extern "C" void tj_cuda_backend_free(tj_backend *b);
+extern "C" int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
 
 // ==== [11] CUDA backend: state and error messages ==========================
 
@@ -84,7 +85,7 @@ static int tjc_fail(tj__kern *k, const char *fmt, ...) {
 }
 static int tjc_unsupported(tj__kern *k) {
     if (k->err && !k->err[0])
-        snprintf(k->err, TJ__MSG, "cuda backend: op '%s' has no CUDA kernel yet (at %s:%d)", tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
+        snprintf(k->err, TJ__MSG, "cuda backend: op '%s' has no CUDA path (no entry in tjc_path) (at %s:%d)", tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
     return 1;
 }
 /* check a CUDA / cuBLAS call or a launch inside a launcher */
@@ -890,43 +891,128 @@ static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
 
 // ==== [11] CUDA backend: dispatch and constructor ==========================
 
+/* ---- the per-op table ----
+   Every op of the op table (TJ__UNARY_OPS, TJ__BINARY_OPS, TJ__OTHER_OPS in
+   tinyjax.h [3]) gets one entry here, explicitly: its launcher, or what else
+   runs it (the runner, or nothing: views), or why it has no CUDA path yet.
+   There is no default: an op added to the header and not here has no entry
+   (tjc_path returns 0), which tj_cuda_op_coverage lists and
+   `test_cuda --coverage` (no GPU needed, run by build.sh) fails on. */
+typedef int (*tjc_launch_fn)(tjc_state *s, tj__kern *k);
+enum { TJC_NONE = 0, TJC_KERNEL, TJC_RUNNER, TJC_VIEW, TJC_GAP };
+
+/* tj__k_axis_index: this device's rank along the mesh axes */
+static int tjc_axis_index(tjc_state *s, tj__kern *k) {
+    tjc_k_fill<<<1, 1, 0, s->compute>>>(k->out, TJ_I32, 1, (double)tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index));
+    TJC_LAUNCHED(k, "tjc_k_fill");
+    return 0;
+}
+/* tj__k_shard_slice: this device's block of a replicated value along one axis */
+static int tjc_shard_slice(tjc_state *s, tj__kern *k) {
+    int64_t ist[TJ_MAXDIM];
+    int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index);
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__strides(k->it[0], ist);
+    return tjc_copy_region(s, k, k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim);
+}
+/* tj__k_custom: the op's own CUDA launcher (tj_op_def.cuda) */
+static int tjc_custom(tjc_state *s, tj__kern *k) { return k->custom_gpu(k, (void *)s->compute); }
+/* tj__k_custom_vjp: hands its inputs y on as outputs */
+static int tjc_custom_vjp(tjc_state *s, tj__kern *k) {
+    const struct tj__cvjp *cv = &k->ctx->cvjps[k->n->a.index];
+    for (int j = 0; j < cv->nout; j++)
+        TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[cv->nin + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
+    return 0;
+}
+/* the kind of CUDA path op has; *fn its launcher (TJC_KERNEL), *why the
+   reason (TJC_GAP) */
+static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
+    *fn = NULL;
+    *why = NULL;
+#define TJC_K(f) return *fn = (f), TJC_KERNEL
+    switch (op) {
+    /* unary and binary ops: the formula tables, expanded into tjc_unary / tjc_binary */
+#define TJC_EW_CASE(op_, nm, expr) case TJ__OP_##op_:
+    TJ__UNARY_OPS(TJC_EW_CASE) TJ__BINARY_OPS(TJC_EW_CASE)
+#undef TJC_EW_CASE
+    case TJ__OP_SELECT: TJC_K(tjc_elementwise);
+    case TJ__OP_FILL: TJC_K(tjc_fill);
+    case TJ__OP_ARANGE: TJC_K(tjc_arange);
+    case TJ__OP_UNIFORM: case TJ__OP_NORMAL: TJC_K(tjc_random);
+    case TJ__OP_SUM: case TJ__OP_MAXR: TJC_K(tjc_reduce);
+    case TJ__OP_DOT: TJC_K(tjc_dot);
+    case TJ__OP_RELAYOUT: case TJ__OP_COPY: TJC_K(tjc_copy_op);
+    case TJ__OP_SLICE: TJC_K(tjc_slice);
+    case TJ__OP_CONCAT: TJC_K(tjc_concat);
+    case TJ__OP_PAD: TJC_K(tjc_pad);
+    case TJ__OP_TAKE: case TJ__OP_SCATTER_ADD: TJC_K(tjc_take);
+    case TJ__OP_ONE_HOT: TJC_K(tjc_one_hot);
+    case TJ__OP_CAUSAL: TJC_K(tjc_causal);
+    case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: TJC_K(tjc_rowop);
+    case TJ__OP_CROSS_ENTROPY: TJC_K(tjc_cross_entropy);
+    case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: TJC_K(tjc_row_grad);
+    case TJ__OP_SHARD_SLICE: TJC_K(tjc_shard_slice);
+    case TJ__OP_AXIS_INDEX: TJC_K(tjc_axis_index);
+    case TJ__OP_CUSTOM: TJC_K(tjc_custom);
+    case TJ__OP_CUSTOM_VJP: TJC_K(tjc_custom_vjp);
+    /* the runner runs these with backend copies and backend runs of the nodes inside (tj__k_scan, tj__k_memcpy) */
+    case TJ__OP_SCAN: case TJ__OP_TO_HOST: case TJ__OP_TO_DEVICE: return TJC_RUNNER;
+    /* arguments, projections and views own no work (the runner skips them) */
+    case TJ__OP_PARAM: case TJ__OP_PROJ: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: case TJ__OP_PVARY: return TJC_VIEW;
+    /* collectives: the CPU kernels pack host buffers for the transport; on
+       one GPU the simulated devices need per-device streams and device-side
+       pack/unpack (issue 17 item 3) */
+    case TJ__OP_ALL_GATHER: case TJ__OP_PSUM: case TJ__OP_REDUCE_SCATTER: case TJ__OP_ALL_TO_ALL: case TJ__OP_PPERMUTE: case TJ__OP_PMAX:
+        *why = "collective: no CUDA path yet for simulated devices on one GPU (needs per-device streams, issue 17 item 3)";
+        return TJC_GAP;
+    }
+#undef TJC_K
+    return TJC_NONE;
+}
+
+/* The coverage check (no GPU needed): for every op id, one line "name: how"
+   into buf (kernel, runner, view, or the gap's reason); returns the number
+   of ops with no entry in tjc_path at all (each listed as "name: NO CUDA
+   PATH"); *gaps gets the number of known gaps. */
+extern "C" int tj_cuda_op_coverage(char *buf, size_t n, int *gaps) {
+    int op, missing = 0, g = 0;
+    size_t at = 0;
+    if (buf && n) buf[0] = 0;
+    for (op = 0; op < TJ__NOPS; op++) {
+        tjc_launch_fn fn;
+        const char *why, *how;
+        int kind = tjc_path(op, &fn, &why);
+        how = kind == TJC_KERNEL ? "kernel" : kind == TJC_RUNNER ? "runner" : kind == TJC_VIEW ? "view (no work)" : kind == TJC_GAP ? why : "NO CUDA PATH";
+        missing += kind == TJC_NONE || (kind == TJC_KERNEL && !fn);
+        g += kind == TJC_GAP;
+        if (buf && at < n) {
+            int w = snprintf(buf + at, n - at, "%s: %s\n", tj__opname(op), how);
+            if (w > 0) at += (size_t)w < n - at ? (size_t)w : n - at;
+        }
+    }
+    if (gaps) *gaps = g;
+    return missing;
+}
+
 static int tjc_run(tj_backend *b, tj__kern *k) {
     tjc_state *s = tjc_st_of(b);
     cudaError_t e;
+    tjc_launch_fn fn;
+    const char *why;
+    int kind;
     if (s->pending[0]) { /* an error the interface could not return earlier */
         if (k->err && !k->err[0]) snprintf(k->err, TJ__MSG, "%.511s (reported at op '%s', %s:%d)", s->pending, tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
         s->pending[0] = 0;
         return 1;
     }
     if ((e = cudaSetDevice(s->device)) != cudaSuccess) return tjc_fail(k, "cudaSetDevice(%d) failed: %s", s->device, cudaGetErrorString(e));
-    switch (k->n->op) {
-#define TJC_EW_CASE(op, nm, expr) case TJ__OP_##op:
-    TJ__UNARY_OPS(TJC_EW_CASE) TJ__BINARY_OPS(TJC_EW_CASE)
-#undef TJC_EW_CASE
-    case TJ__OP_SELECT: return tjc_elementwise(s, k);
-    case TJ__OP_FILL: return tjc_fill(s, k);
-    case TJ__OP_ARANGE: return tjc_arange(s, k);
-    case TJ__OP_UNIFORM: case TJ__OP_NORMAL: return tjc_random(s, k);
-    case TJ__OP_SUM: case TJ__OP_MAXR: return tjc_reduce(s, k);
-    case TJ__OP_DOT: return tjc_dot(s, k);
-    case TJ__OP_RELAYOUT: case TJ__OP_COPY: return tjc_copy_op(s, k);
-    case TJ__OP_SLICE: return tjc_slice(s, k);
-    case TJ__OP_CONCAT: return tjc_concat(s, k);
-    case TJ__OP_PAD: return tjc_pad(s, k);
-    case TJ__OP_TAKE: case TJ__OP_SCATTER_ADD: return tjc_take(s, k);
-    case TJ__OP_ONE_HOT: return tjc_one_hot(s, k);
-    case TJ__OP_CAUSAL: return tjc_causal(s, k);
-    case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: return tjc_rowop(s, k);
-    case TJ__OP_CROSS_ENTROPY: return tjc_cross_entropy(s, k);
-    case TJ__OP_CUSTOM: return k->custom_gpu(k, (void *)s->compute); /* the op's own launcher */
-    case TJ__OP_CUSTOM_VJP: /* hands its inputs y on as outputs */
-        for (int j = 0; j < k->n->nproj; j++) TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[k->nin - k->n->nproj - k->ctx->cvjps[k->n->a.index].nres + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
-        return 0;
-    case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: return tjc_row_grad(s, k);
-    /* arguments and views own no work (tj__execute skips them anyway) */
-    case TJ__OP_PARAM: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: return 0;
-    default: return tjc_unsupported(k);
-    }
+    if (k->n->members) return tjc_fail(k, "a fused group reached the CUDA backend, which runs one node per kernel (fused_groups is 0)");
+    kind = tjc_path(k->n->op, &fn, &why);
+    if (kind == TJC_KERNEL && fn) return fn(s, k);
+    if (kind == TJC_VIEW) return 0;
+    if (kind == TJC_RUNNER) return tjc_fail(k, "the runner runs this op itself (tj__k_scan / tj__k_memcpy); it should not reach the backend");
+    if (kind == TJC_GAP) return tjc_fail(k, "%s", why);
+    return tjc_unsupported(k);
 }
 
 extern "C" void tj_cuda_backend_free(tj_backend *b) {

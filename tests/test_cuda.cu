@@ -4,7 +4,10 @@
  * context on tj_cuda_backend(0); every output leaf must agree (relative
  * tolerance 1e-4 for f32, 1e-2 for bf16, 1e-9 for f64, exact for i32).
  * Without a GPU the test prints why, "0 passed, 0 failed, 1 skipped" and
- * exits 0. TJ_CUDA_TEST_CPU=1 compares the CPU backend with itself, which
+ * exits 0. `test_cuda --coverage` (no GPU needed; build.sh runs it) checks
+ * that every op of the op table has an entry in the backend's per-op table
+ * (a kernel, the runner, a view, or a gap with its reason), lists the gaps,
+ * and fails on any op with no entry. TJ_CUDA_TEST_CPU=1 compares the CPU backend with itself, which
  * checks the test programs on a machine without a GPU. Only the public API is used: the library implementation lives in
  * tinyjax_cuda.cu, which this file links against.
  *
@@ -19,6 +22,7 @@
 
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 extern "C" void tj_cuda_backend_free(tj_backend *b);
+extern "C" int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
 
 static int npass, nfail;
 static tj_ctx *cpu, *gpu;
@@ -372,8 +376,26 @@ static void test_rerun(void) {
     tj_tree_free(o2);
 }
 
-int main(void) {
+/* every op of the op table has a CUDA path (or a listed gap): no GPU needed */
+static int coverage(void) {
+    static char list[16384];
+    int gaps = 0, missing = tj_cuda_op_coverage(list, sizeof list, &gaps);
+    char *line = list, *nl;
+    printf("cuda coverage: %d ops with no CUDA path, %d known gaps\n", missing, gaps);
+    for (; *line; line = nl + 1) { /* print the gaps and the missing ones */
+        if (!(nl = strchr(line, '\n'))) break;
+        *nl = 0;
+        if (!strstr(line, ": kernel") && !strstr(line, ": runner") && !strstr(line, ": view")) printf("  %s\n", line);
+    }
+    CHECK(missing == 0, "%d op%s of the op table %s no entry in tinyjax_cuda.cu's tjc_path (listed above as NO CUDA PATH)", missing,
+          missing == 1 ? "" : "s", missing == 1 ? "has" : "have");
+    printf("%d passed, %d failed\n", npass, nfail);
+    return nfail ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
     char why[512];
+    if (argc > 1 && !strcmp(argv[1], "--coverage")) return coverage();
     const char *self = getenv("TJ_CUDA_TEST_CPU");
     int selfcheck = self && *self && strcmp(self, "0") != 0;
     tj_backend *be = selfcheck ? NULL : tj_cuda_backend(0, why, sizeof why);
