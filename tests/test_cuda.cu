@@ -329,10 +329,109 @@ static void f_custom(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 }
 static const spec s_custom[] = {{"x", TJ_F32, "rows=7 cols=300", -1, 1}};
 
+/* scatter_add (the VJP of take) with many repeats, f32 and bf16 (an odd
+   count: the last bf16 element ends the buffer): the CPU's order of adds,
+   and the same bits on every run (test_scatter_rerun) */
+static void f_scatter(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), wb = tj_tree_v(in, "wb"), tok = tj_tree_v(in, "tok"), gw, gwb;
+    tj_v loss = tj_sum(tj_mul(tj_take(w, "vocab", tok), tj_tree_v(in, "c")), "n d");
+    tj_v lossb = tj_sum(tj_mul(tj_take(wb, "vocab", tok), tj_tree_v(in, "cb")), "n d");
+    (void)g;
+    (void)u;
+    tj_grad(loss, 1, &w, &gw);
+    tj_grad(lossb, 1, &wb, &gwb);
+    tj_tree_set_v(out, "g_w", gw);
+    tj_tree_set_v(out, "g_wb", gwb);
+}
+static const spec s_scatter[] = {
+    {"w", TJ_F32, "vocab=37 d=5", -1, 1},  {"wb", TJ_BF16, "vocab=37 d=5", -1, 1}, {"c", TJ_F32, "n=300 d=5", -1, 1},
+    {"cb", TJ_BF16, "n=300 d=5", -1, 1},   {"tok", TJ_I32, "n=300", 0, 37},
+};
+/* uniform never returns 1.0: half a million bf16 draws, ~0.2% of which
+   round up to 1 before the clamp; the count of ones must be 0 as on the CPU */
+static void f_uniform(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v ub = tj_uniform(g, 99, TJ_BF16, "a=512 b=1024"), uf = tj_uniform(g, 98, TJ_F32, "a=512 b=1024");
+    (void)u;
+    tj_tree_set_v(out, "ones_bf16", tj_sum(tj_cast(tj_ge(ub, tj_scalar(g, TJ_BF16, 1.0)), TJ_F32), "a b"));
+    tj_tree_set_v(out, "ones_f32", tj_sum(tj_cast(tj_ge(uf, tj_scalar(g, TJ_F32, 1.0)), TJ_F32), "a b"));
+    tj_tree_set_v(out, "mean_bf16", tj_add(tj_mean(tj_cast(ub, TJ_F32), "a b"), tj_sum(tj_tree_v(in, "x"), "one")));
+}
+static const spec s_uniform[] = {{"x", TJ_F32, "one=1", 0, 0}};
+
 static void f_take(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g;
     (void)u;
     tj_tree_set_v(out, "y", tj_take(tj_tree_v(in, "w"), "vocab", tj_tree_v(in, "tok")));
+}
+
+/* scatter_add on the GPU gives the same bits twice */
+static void test_scatter_rerun(void) {
+    tj_tree *in = make_inputs(gpu, s_scatter, (int)(sizeof s_scatter / sizeof *s_scatter)), *o[2];
+    tj_prog *p = tj_jit(gpu, "scatter_rerun", f_scatter, NULL, in, NULL);
+    float a[2][185];
+    uint16_t b[2][185];
+    int r;
+    for (r = 0; r < 2; r++) {
+        o[r] = tj_tree_new(gpu);
+        CHECK(p && tj_run(p, in, o[r]) == TJ_OK, "[scatter rerun] %s", tj_error(gpu));
+        memset(a[r], r, sizeof a[r]);
+        memset(b[r], r, sizeof b[r]);
+        if (tj_tree_array(o[r], "g_w")) tj_array_read(tj_tree_array(o[r], "g_w"), TJ_F32, a[r]);
+        if (tj_tree_array(o[r], "g_wb")) tj_array_read(tj_tree_array(o[r], "g_wb"), TJ_BF16, b[r]);
+    }
+    CHECK(!memcmp(a[0], a[1], sizeof a[0]) && !memcmp(b[0], b[1], sizeof b[0]), "[scatter rerun] scatter_add gave different bits on two runs");
+    tj_clear_error(gpu);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(o[0]);
+    tj_tree_free(o[1]);
+}
+
+/* random numbers and arange by global index: 4 simulated devices on one GPU
+   (each its own stream) give the values of one CPU device, whatever the
+   sharding */
+static tj_backend *gbe;
+static void f_sharded_sources(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)u;
+    tj_tree_set_v(out, "u", tj_with_sharding_constraint(tj_uniform(g, 1234, TJ_F32, "batch=8 embed=8"), "batch:data"));
+    tj_tree_set_v(out, "n", tj_with_sharding_constraint(tj_normal(g, 77, TJ_F32, "batch=8 embed=8"), "embed:data"));
+    tj_tree_set_v(out, "a", tj_with_sharding_constraint(tj_arange(g, TJ_F32, "batch=8 embed=8", "embed"), "embed:data"));
+    tj_tree_set_v(out, "x", tj_muls(tj_tree_v(in, "x"), 2.0));
+}
+static void test_sharded_sources(void) {
+    const char *names[4] = {"u", "n", "a", "x"};
+    float v[2][4][64];
+    int k, i, j;
+    for (k = 0; k < 2; k++) { /* 0: one CPU device; 1: four devices on the backend under test */
+        tj_ctx *c = tj_ctx_new();
+        tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+        tj_prog *p;
+        float x[64];
+        for (i = 0; i < 64; i++) x[i] = (float)i * 0.25f;
+        if (k && gbe) tj_set_backend(c, gbe);
+        tj_set_devices(c, k ? 4 : 1);
+        tj_set_mesh(c, k ? "data=4" : "data=1"); /* one device: a mesh of one */
+        tj_tree_set_array(in, "x", tj_array_new(c, TJ_F32, "batch=8 embed=8", x));
+        if (k) tj_filter_shard(in, "batch:data");
+        p = tj_jit(c, "sharded_sources", f_sharded_sources, NULL, in, NULL);
+        CHECK(p && tj_run(p, in, out) == TJ_OK, "[sharded sources] %s: %s", k ? "4 devices" : "1 device", tj_error(c));
+        for (j = 0; j < 4; j++) {
+            memset(v[k][j], 0, sizeof v[k][j]);
+            if (tj_tree_array(out, names[j])) tj_array_read(tj_tree_array(out, names[j]), TJ_F32, v[k][j]);
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(c);
+    }
+    for (j = 0; j < 4; j++) {
+        double worst = 0;
+        for (i = 0; i < 64; i++) {
+            double d = fabs((double)v[0][j][i] - (double)v[1][j][i]);
+            if (d > worst) worst = d;
+        }
+        CHECK(worst <= 1e-6, "[sharded sources] '%s' on 4 devices differs from one device by %g", names[j], worst);
+    }
 }
 
 /* a bad index is a run-time error with the CPU's wording, not a crash */
@@ -417,6 +516,11 @@ int main(int argc, char **argv) {
     register_scale3(cpu);
     register_scale3(gpu);
     compare("custom op + custom_vjp", f_custom, s_custom, 1);
+    compare("scatter_add", f_scatter, s_scatter, (int)(sizeof s_scatter / sizeof *s_scatter));
+    compare("uniform", f_uniform, s_uniform, 1);
+    test_scatter_rerun();
+    gbe = be;
+    test_sharded_sources();
     test_bad_index();
     test_rerun();
     {
