@@ -2,13 +2,14 @@
 # tinyjax build driver.
 #   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors;
 #                      they link one compiled copy of the library, tests/tj_impl.c),
+#                      again on the device-like backend (TJ_BACKEND=devsim),
 #                      again under -fsanitize=address,undefined (with TJ_TEST_QUICK=1,
 #                      see tests/tj_test.h), run the fuzz
 #                      targets of tests/fuzz under libFuzzer when clang is
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
-#                      when present, build tests/test_mpi.c with mpicc -DTJ_MPI and
-#                      run its multi-process cases under mpirun (OpenMPI is installed
+#                      when present and check its op coverage (no GPU needed),
+#                      build tests/test_mpi.c with mpicc -DTJ_MPI and run its multi-process cases under mpirun (OpenMPI is installed
 #                      when absent); ends with one "total: N passed, N failed" line
 #   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
 #   ./build.sh bench   build and run the benchmark programs
@@ -231,6 +232,12 @@ test)
     check_tests build/o2
     for b in build/o2/test_*; do [ -x "$b" ] && run_test "$(basename "$b")" "$b"; done
 
+    # the same programs on the device-like CPU backend (tinyjax.h [11]): memory
+    # the host cannot touch, kernels and copies on asynchronous streams, so
+    # the runner's control flow and waits are tested without a GPU
+    section "tests on the device-like backend (TJ_BACKEND=devsim)"
+    for b in build/o2/test_*; do [ -x "$b" ] && TJ_BACKEND=devsim run_test "devsim/$(basename "$b")" "$b"; done
+
     section "fuzz targets under libFuzzer (tests/fuzz, clang; a few seconds each)"
     if [ $have_clang = 1 ]; then
         rm -rf build/fuzz/corpus && mkdir -p build/fuzz/corpus/{safetensors,tree_load,bpe,tokens,parsers}
@@ -260,7 +267,10 @@ test)
         if done_ok build/tinyjax_cuda.log; then
             echo "  tinyjax_cuda.cu compiles with nvcc, warnings as errors"; total_pass=$((total_pass + 1))
             if [ ! -f tests/test_cuda.cu ]; then :
-            elif done_ok build/test_cuda.log; then run_test test_cuda build/test_cuda
+            elif done_ok build/test_cuda.log; then
+                run_test test_cuda build/test_cuda
+                # every op of the op table has a CUDA path or a listed gap (no GPU needed)
+                run_test test_cuda_coverage build/test_cuda --coverage
             else echo "  tests/test_cuda.cu FAILED to compile:"; sed 's/^/    /' build/test_cuda.log; total_fail=$((total_fail + 1)); fi
         else echo "  tinyjax_cuda.cu FAILED to compile:"; sed 's/^/    /' build/tinyjax_cuda.log; total_fail=$((total_fail + 1)); fi
     else

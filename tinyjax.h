@@ -742,21 +742,47 @@ TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n);
 
 /* One interface for every backend. Memory space 0 is device memory, 1 is
    host memory (the offload target). The CPU backend is built in and used
-   when none is set; tinyjax_cuda.cu provides tj_cuda_backend(). A kernel
-   call describes one node: op id, local shapes of inputs and output,
-   buffers (see struct tj__kern in the implementation). */
+   when none is set; tinyjax_cuda.cu provides tj_cuda_backend(), and
+   TJ_BACKEND=devsim in the environment gives every new context the
+   device-like CPU backend (tj_devsim_backend). The runner ([11]) owns the
+   control flow: it runs scan iterations (and so tj_checkpoint and
+   tj_shard_map regions), projections, views and moves between memory
+   spaces (offload, fetch, a scan's staged slices and final carry) itself,
+   through these calls, so a backend only allocates, copies, runs one node
+   and waits. A kernel call describes one node: op id, local shapes of
+   inputs and output, buffers (see struct tj__kern in the implementation).
+   Ordering: each device `dev` (0 .. devices-1) has one stream; run(k) and
+   copy(dev, ..) are queued on it (k->dev) and run in the order issued, and
+   may still be running when the call returns. dev -1 means "no particular
+   device": copy(-1, ..) waits for every device's work, copies, and returns
+   when the bytes have landed (arrays in and out of tj_run); alloc and free
+   with -1 are not ordered (free waits for the work that may use p). The
+   host reaches device and host-space memory only through copy: a pointer
+   from alloc may not be host-addressable. */
 typedef struct tj_backend tj_backend;
 struct tj__kern;
 struct tj_backend {
     const char *name;
     void *state;
-    void *(*alloc)(tj_backend *b, int space, size_t bytes);   /* NULL on failure */
-    void (*free)(tj_backend *b, int space, void *p);
-    /* copy bytes between spaces; host_ptr: src or dst is plain host memory */
-    int (*copy)(tj_backend *b, void *dst, int dst_space, const void *src, int src_space, size_t bytes);
-    /* run one node; returns 0, or nonzero after writing a message to k->err */
+    void *(*alloc)(tj_backend *b, int dev, int space, size_t bytes); /* NULL on failure */
+    void (*free)(tj_backend *b, int dev, int space, void *p);
+    /* copy bytes between spaces (TJ_SPACE_USER: the caller's plain memory);
+       returns 0, or nonzero when the copy could not be issued */
+    int (*copy)(tj_backend *b, int dev, void *dst, int dst_space, const void *src, int src_space, size_t bytes);
+    /* run one node on device k->dev; returns 0, or nonzero after writing a
+       message to k->err. A kernel error found later (a bad index) comes
+       back from sync. */
     int (*run)(tj_backend *b, struct tj__kern *k);
-    int (*sync)(tj_backend *b);
+    /* wait until device dev's work (-1: every device's) is done; returns 0,
+       or nonzero after writing the first error since the last sync into
+       err[errlen] (kernels after a kernel error are skipped, collectives
+       excepted, so peers are not left waiting) */
+    int (*sync)(tj_backend *b, int dev, char *err, size_t errlen);
+    /* nonzero: run() also takes fused groups (k->n->members; the group's
+       leaf inputs in k->in[member * 3 + j], NULL where a member reads
+       another member, its stores in k->pout[member], NULL if none); zero:
+       programs for this backend are compiled with one node per kernel */
+    int fused_groups;
 };
 /* space ids for tj_backend */
 #define TJ_SPACE_DEVICE 0
@@ -768,6 +794,18 @@ TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
    reason in err (no GPU, driver too old, ...). */
 TJDEF tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 TJDEF void tj_cuda_backend_free(tj_backend *b);
+/* In tinyjax_cuda.cu, no GPU needed: one line per op of the op table, "name:
+   how" (kernel, runner, view, or why it has no CUDA path yet) into buf;
+   returns the number of ops with no entry at all; *gaps the known gaps. */
+TJDEF int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
+/* The device-like CPU backend (tests the runner without a GPU): device and
+   host-space memory the host cannot dereference (pointers are poisoned:
+   any direct read or write faults), one stream per device run by a worker
+   thread, so kernels and copies run asynchronously in issue order; kernel
+   errors come back at sync. Free it after the arrays and programs of the
+   contexts that use it. */
+TJDEF tj_backend *tj_devsim_backend(void);
+TJDEF void tj_devsim_backend_free(tj_backend *b);
 
 /* ---- transports and processes: where devices meet ----
    A transport is the only place devices exchange data. A collective kernel
@@ -1193,6 +1231,7 @@ struct tj_ctx {
     pthread_mutex_t stats_mu;
     tj_alloc_stats stats;
     tj_backend *backend; /* NULL: the built-in CPU backend                */
+    tj_backend *own_backend; /* made by tj_ctx_new (TJ_BACKEND), freed with it */
     int ndev;            /* simulated devices                             */
     int profile;         /* record a timeline of each run                 */
     int nmesh;           /* mesh axes (0: no mesh)                         */
@@ -1302,6 +1341,13 @@ TJDEF tj_ctx *tj_ctx_new(void) {
             tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_DEVICES=\"%.32s\" is not a device count from 1 to %d", d, TJ_MAXDEV);
         else c->ndev = (int)v;
     }
+    d = getenv("TJ_BACKEND"); /* devsim: the device-like CPU backend ([11]) */
+    if (d && *d && strcmp(d, "cpu") != 0) {
+        if (strcmp(d, "devsim") != 0)
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_BACKEND=\"%.32s\" is not a backend (cpu, devsim)", d);
+        else if (!(c->backend = c->own_backend = tj_devsim_backend()))
+            tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_ctx_new: out of memory starting the devsim backend (TJ_BACKEND)");
+    }
     nc = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = nc > 0 ? (int)nc : 1;
     if (c->threads > 16) c->threads = 16;
@@ -1313,6 +1359,7 @@ TJDEF void tj_ctx_free(tj_ctx *c) {
     int i;
     if (!c) return;
     tj__procs_free(c);
+    tj_devsim_backend_free(c->own_backend);
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
     tj__free_ops(c);
     TJ_FREE(c->warn);
@@ -1671,19 +1718,20 @@ static void *tj__aligned_alloc(int64_t n, void **raw) {
    *raw is what to pass to tj__mem_free. */
 static void *tj__mem_alloc(tj_ctx *c, int space, int64_t n, void **raw) {
     if (c->backend) {
-        *raw = c->backend->alloc(c->backend, space, (size_t)(n ? n : 1));
+        *raw = c->backend->alloc(c->backend, -1, space, (size_t)(n ? n : 1));
         return *raw;
     }
     return tj__aligned_alloc(n, raw);
 }
 static void tj__mem_free(tj_ctx *c, int space, void *raw) {
     if (!raw) return;
-    if (c->backend) c->backend->free(c->backend, space, raw);
+    if (c->backend) c->backend->free(c->backend, -1, space, raw);
     else TJ_FREE(raw);
 }
-/* host <-> device copies; on the CPU backend device memory is host memory */
+/* host <-> device copies outside runs (they wait for every device's work);
+   on the CPU backend device memory is host memory */
 static int tj__mem_copy(tj_ctx *c, void *dst, int dspace, const void *src, int sspace, int64_t n) {
-    if (c->backend) return c->backend->copy(c->backend, dst, dspace, src, sspace, (size_t)n);
+    if (c->backend) return c->backend->copy(c->backend, -1, dst, dspace, src, sspace, (size_t)n);
     memcpy(dst, src, (size_t)n);
     return 0;
 }
@@ -6479,11 +6527,21 @@ static int64_t tj__scan_scratch(const tj_node *n) {
 }
 static double tj__flops_scan(const tj_node *n) { return n->sub->prog ? n->sub->prog->flops * n->a.length : 0; }
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, struct tj__rdv *rdv);
-static void tj__stage_copy(tj__kern *k, void *dst, const void *src, int64_t n) {
+/* A copy the runner makes on device k->dev's stream (a staged slice, a
+   final carry, offload and fetch): a backend copy, or memcpy on the CPU
+   backend. A copy that cannot be issued is the node's error. */
+static void tj__dev_copy(tj__kern *k, void *dst, int dspace, const void *src, int sspace, int64_t n) {
     tj_ctx *c = k->ctx;
-    if (c->backend) c->backend->copy(c->backend, dst, TJ_SPACE_DEVICE, src, TJ_SPACE_HOST, (size_t)n);
-    else memcpy(dst, src, (size_t)n);
+    if (n <= 0 || dst == src) return;
+    if (!c->backend) memcpy(dst, src, (size_t)n);
+    else if (c->backend->copy(c->backend, k->dev, dst, dspace, src, sspace, (size_t)n) && !k->err[0])
+        snprintf(k->err, TJ__MSG, "%s: backend '%s' could not copy %lld bytes on device %d (at %s:%d)", tj__opname(k->n->op), c->backend->name,
+                 (long long)n, k->dev, tj__base(k->n->file), k->n->line);
 }
+/* The runner's scan ([11] calls it for every backend): the body's schedule
+   once per iteration on the parent's workspace; every move of bytes is a
+   tj__dev_copy, every node of the body a backend call, so a backend needs no
+   scan kernel of its own. */
 static void tj__k_scan(tj__kern *k) {
     tj_node *n = k->n;
     tj_prog *bp = n->sub->prog;
@@ -6523,7 +6581,9 @@ static void tj__k_scan(tj__kern *k) {
             stage[i][0] = st;
             stage[i][1] = st + tj__align(xsl[i]);
             st += 2 * tj__align(xsl[i]);
-            tj__stage_copy(k, stage[i][0], (char *)k->in[nc + i] + (n->a.reverse ? n->a.length - 1 : 0) * xsl[i], xsl[i]);
+            if (n->a.length)
+                tj__dev_copy(k, stage[i][0], TJ_SPACE_DEVICE, (const char *)k->in[nc + i] + (n->a.reverse ? n->a.length - 1 : 0) * xsl[i], TJ_SPACE_HOST,
+                             xsl[i]);
         }
     }
     for (s = 0; s < n->a.length; s++) {
@@ -6540,22 +6600,20 @@ static void tj__k_scan(tj__kern *k) {
             }
             args[nc + i] = stage[i][s & 1];
             if (s + 1 < n->a.length) /* prefetch: on CUDA an async copy on the copy stream */
-                tj__stage_copy(k, stage[i][(s + 1) & 1], (char *)k->in[nc + i] + tn * xsl[i], xsl[i]);
+                tj__dev_copy(k, stage[i][(s + 1) & 1], TJ_SPACE_DEVICE, (const char *)k->in[nc + i] + tn * xsl[i], TJ_SPACE_HOST, xsl[i]);
         }
         for (i = 0; i < ny; i++) outs[nc + i] = (char *)k->pout[nc + i] + t * ysl[i];
         tj__run_body(bp, args, outs, arena, k->err, k->nthreads, k->dev, k->rdv); /* after an error the rest runs dry ([11]) */
     }
     for (i = 0; i < nc; i++) {
         const void *last = n->a.length ? buf[i][(n->a.length - 1 + par[i]) & 1] : k->in[i];
-        if (last != k->pout[i]) memcpy(k->pout[i], last, (size_t)tj__lbytes(n->g->ctx, &n->proj[i]->t));
+        if (last != k->pout[i])
+            tj__dev_copy(k, k->pout[i], n->proj[i]->space, last, n->a.length ? TJ_SPACE_DEVICE : n->in[i]->space, tj__lbytes(n->g->ctx, &n->proj[i]->t));
     }
 }
-static void tj__k_memcpy(tj__kern *k) {
-    tj_ctx *c = k->ctx;
-    int64_t nb = tj__bytes(&k->ot);
-    if (c->backend) c->backend->copy(c->backend, k->out, k->n->space, k->in[0], k->n->in[0]->space, (size_t)nb);
-    else memcpy(k->out, k->in[0], (size_t)nb);
-}
+/* offload and fetch: a move between memory spaces, which the runner makes
+   (tj__dev_copy) on every backend */
+static void tj__k_memcpy(tj__kern *k) { tj__dev_copy(k, k->out, k->n->space, k->in[0], k->n->in[0]->space, tj__bytes(&k->ot)); }
 
 /* ==== [8] remat and offload policies ===================================== */
 /* The VJP rule of scan is where policies act. It differentiates the body
@@ -8137,7 +8195,7 @@ static int tj__fuse_ok(const tj_prog *p, const tj__fusion *f, tj_node *rx, tj_no
 static tj_status tj__fuse(tj_prog *p) {
     int i, j, k, n = p->g->n;
     tj__fusion f;
-    if (p->ctx->backend) return TJ_OK; /* the CUDA backend runs one kernel per node */
+    if (p->ctx->backend && !p->ctx->backend->fused_groups) return TJ_OK; /* the CUDA backend runs one kernel per node */
     memset(&f, 0, sizeof f);
     f.at = (int *)tj__calloc(sizeof(int) * (size_t)(n + 2));
     f.next = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
@@ -10515,6 +10573,11 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
     e->start_us = t0 - r->t0;
     e->dur_us = t1 - t0;
 }
+/* Ops the runner executes itself on every backend, with backend copies and
+   backend runs of the nodes inside: scan (tj__k_scan: iterations, regions,
+   staged slices, the final carry) and the moves between memory spaces
+   (tj__k_memcpy). Parameters, projections and views own no work. */
+#define TJ__RUNNER_OP(op) ((op) == TJ__OP_SCAN || (op) == TJ__OP_TO_HOST || (op) == TJ__OP_TO_DEVICE)
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, tj__rdv *rdv) {
     int i, j, prof = p->ctx->profile && rdv;
     for (i = 0; i < p->nsched; i++) {
@@ -10538,7 +10601,22 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
                     leafp[mi * 3 + j] = y->fused && tj__froot(y) == n ? NULL : tj__buf(y, arena, args, outs);
                 }
             }
-            tj__k_fused(n, leafp, storep, nthreads);
+            if (!p->ctx->backend) tj__k_fused(n, leafp, storep, nthreads);
+            else { /* a backend with fused_groups: the group as one call */
+                memset(&k, 0, sizeof k);
+                k.ctx = p->ctx;
+                k.n = n;
+                k.nin = n->nmembers * 3;
+                for (j = 0; j < k.nin; j++) k.in[j] = j % 3 < n->members[j / 3]->nin ? leafp[j] : NULL;
+                for (j = 0; j < n->nmembers; j++) k.pout[j] = storep[j];
+                k.ot = n->lt;
+                k.nthreads = nthreads;
+                k.dev = dev;
+                k.rdv = rdv;
+                k.err = err;
+                if (p->ctx->backend->run(p->ctx->backend, &k) && !err[0])
+                    snprintf(err, TJ__MSG, "backend '%s' failed to run a fused group (at %s:%d)", p->ctx->backend->name, tj__base(n->file), n->line);
+            }
             if (prof) tj__record(rdv, dev, n, t0, tj__now_us());
             continue;
         }
@@ -10560,8 +10638,9 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         k.rdv = rdv;
         k.err = err;
         k.custom_gpu = tj__k_custom_gpu;
-        if (p->ctx->backend) p->ctx->backend->run(p->ctx->backend, &k);
-        else tj__ops[n->op].cpu(&k);
+        if (!p->ctx->backend || TJ__RUNNER_OP(n->op)) tj__ops[n->op].cpu(&k); /* the runner's own: through backend calls */
+        else if (p->ctx->backend->run(p->ctx->backend, &k) && !err[0])
+            snprintf(err, TJ__MSG, "backend '%s' failed to run op '%s' (at %s:%d)", p->ctx->backend->name, tj__opname(n->op), tj__base(n->file), n->line);
         if (prof && n->op != TJ__OP_SCAN) tj__record(rdv, dev, n, t0, tj__now_us()); /* a scan's body records its own */
     }
     return err[0] ? TJ_ERR_ARG : TJ_OK;
@@ -10582,7 +10661,14 @@ typedef struct {
 } tj__devrun;
 static void *tj__device_main(void *arg) {
     tj__devrun *r = (tj__devrun *)arg;
+    tj_backend *b = r->p->ctx->backend;
     tj__run_body(r->p, r->args, r->outs, r->arena, r->err, r->nth, r->dev, r->rdv);
+    if (b) { /* the device's stream may still run; its kernel errors come back here */
+        char e[TJ__MSG];
+        e[0] = 0;
+        if (b->sync(b, r->dev, e, sizeof e) && !r->err[0])
+            snprintf(r->err, sizeof r->err, "%s", e[0] ? e : "the backend failed to synchronise");
+    }
     if (r->err[0]) r->st = TJ_ERR_ARG;
     return NULL;
 }
@@ -10677,8 +10763,6 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
                 }
             for (i = 0; i < nl && st == TJ_OK; i++) pthread_join(th[i], NULL);
         }
-        if (c->backend && c->backend->sync && c->backend->sync(c->backend) && st == TJ_OK)
-            tj__err(c, TJ_ERR_IO, p->file, p->line, "run '%s': backend '%s' failed to synchronise", p->name, c->backend->name);
         for (i = 0, bad = -1; i < nl; i++)
             if (runs[i].st != TJ_OK && bad < 0) bad = i;
         if (multi) { /* an error anywhere is an error everywhere */
@@ -10711,6 +10795,268 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
     TJ_FREE(runs);
     TJ_FREE(bufs);
     return st;
+}
+
+/* ---- the device-like CPU backend (devsim) ----
+   Runs the CPU kernels the way a GPU backend runs its own, so the runner's
+   control flow, stream ordering and copies are tested without a GPU
+   (TJ_BACKEND=devsim, or tj_set_backend(ctx, tj_devsim_backend())).
+   Memory: every allocation (device and host space) is returned as a
+   poisoned pointer, the real address plus 2^62: not canonical on x86-64 and
+   above any user address elsewhere, so the host code that dereferences one
+   instead of going through copy faults at once (a SEGV, or an ASan report).
+   Pointer arithmetic and comparisons on them still work. New memory is
+   filled with 0xff bytes (NaN in every float dtype), and 64 guard bytes
+   after each block are checked at free. Streams: one per device, a queue
+   run in issue order by the device's worker thread; run and copy return
+   when the work is queued. A kernel's error goes to the stream's slot;
+   after it, the stream skips everything but collectives (as the CPU device
+   thread does) until sync hands the error back. */
+#define TJ__DS_POISON ((uintptr_t)1 << 62)
+#define TJ__DS_QUEUE 64
+#define TJ__DS_GUARD 64
+#define TJ__DS_MAGIC 0x7464657673696d21ull
+typedef struct {
+    int kind; /* 0: kernel, 1: copy */
+    tj__kern k;
+    void *dst;
+    const void *src;
+    size_t n;
+} tj__ds_item;
+typedef struct {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t more, idle;
+    tj__ds_item *q;
+    int head, count, quit;
+    char err[TJ__MSG];
+} tj__ds_stream;
+typedef struct {
+    tj_backend b;
+    pthread_mutex_t mu; /* starting streams */
+    tj__ds_stream *st[TJ_MAXDEV];
+} tj__devsim;
+typedef struct {
+    void *raw;
+    size_t n;
+    uint64_t magic;
+} tj__ds_hdr;
+static void *tj__ds_real(const void *p) { return p ? (void *)((uintptr_t)p - TJ__DS_POISON) : NULL; }
+static void *tj__ds_alloc(tj_backend *b, int dev, int space, size_t n) {
+    char *raw, *p;
+    tj__ds_hdr *h;
+    (void)b;
+    (void)dev;
+    if (space != TJ_SPACE_DEVICE && space != TJ_SPACE_HOST) return NULL;
+    raw = (char *)TJ_MALLOC(n + sizeof(tj__ds_hdr) + 2 * TJ__ALIGN + TJ__DS_GUARD);
+    if (!raw) return NULL;
+    p = (char *)(((uintptr_t)raw + sizeof(tj__ds_hdr) + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
+    h = (tj__ds_hdr *)(void *)(p - sizeof(tj__ds_hdr));
+    h->raw = raw;
+    h->n = n;
+    h->magic = TJ__DS_MAGIC;
+    memset(p, 0xff, n);
+    memset(p + n, 0xcd, TJ__DS_GUARD);
+    return (void *)((uintptr_t)p + TJ__DS_POISON);
+}
+/* wait until stream s has run everything queued */
+static void tj__ds_drain(tj__ds_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->count) pthread_cond_wait(&s->idle, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+static void tj__ds_drain_all(tj__devsim *d) {
+    int i;
+    for (i = 0; i < TJ_MAXDEV; i++)
+        if (d->st[i]) tj__ds_drain(d->st[i]);
+}
+static void tj__ds_free(tj_backend *b, int dev, int space, void *p) {
+    tj__ds_hdr *h;
+    char *q;
+    int i;
+    (void)dev;
+    (void)space;
+    if (!p) return;
+    tj__ds_drain_all((tj__devsim *)b->state); /* queued work may still use p */
+    q = (char *)tj__ds_real(p);
+    h = (tj__ds_hdr *)(void *)(q - sizeof(tj__ds_hdr));
+    if (h->magic != TJ__DS_MAGIC) {
+        fprintf(stderr, "tinyjax devsim: free of %p, which devsim did not allocate (or its header was overwritten)\n", p);
+        abort();
+    }
+    for (i = 0; i < TJ__DS_GUARD; i++)
+        if ((unsigned char)q[h->n + (size_t)i] != 0xcd) {
+            fprintf(stderr, "tinyjax devsim: a kernel or copy wrote past the end of a %zu-byte block (guard byte %d)\n", h->n, i);
+            abort();
+        }
+    h->magic = 0;
+    TJ_FREE(h->raw);
+}
+static void *tj__ds_worker(void *arg) {
+    tj__ds_stream *s = (tj__ds_stream *)arg;
+    for (;;) {
+        tj__ds_item *it;
+        pthread_mutex_lock(&s->mu);
+        while (!s->count && !s->quit) pthread_cond_wait(&s->more, &s->mu);
+        if (!s->count) {
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        it = &s->q[s->head]; /* the producer leaves this slot alone until count drops */
+        pthread_mutex_unlock(&s->mu);
+        if (it->kind == 1) memcpy(it->dst, it->src, it->n);
+        else if (it->k.n->members) {
+            if (!s->err[0]) tj__k_fused(it->k.n, it->k.in, it->k.pout, it->k.nthreads);
+        } else if (!s->err[0] || TJ__IS_COLL(it->k.n->op)) {
+            it->k.err = s->err;
+            tj__ops[it->k.n->op].cpu(&it->k);
+        }
+        pthread_mutex_lock(&s->mu);
+        s->head = (s->head + 1) % TJ__DS_QUEUE;
+        s->count--;
+        pthread_cond_broadcast(&s->idle); /* drains wait for 0, producers for a free slot */
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+static tj__ds_stream *tj__ds_stream_of(tj__devsim *d, int dev) {
+    tj__ds_stream *s;
+    if (dev < 0 || dev >= TJ_MAXDEV) return NULL;
+    pthread_mutex_lock(&d->mu);
+    if (!(s = d->st[dev])) {
+        /* the simulated hardware's queue: plain calloc, not the library's
+           allocator (TJ_MALLOC), whose failures are out of memory on the
+           host (test_oom injects them) */
+        s = (tj__ds_stream *)calloc(1, sizeof *s);
+        if (s && !(s->q = (tj__ds_item *)calloc(TJ__DS_QUEUE, sizeof(tj__ds_item)))) {
+            free(s);
+            s = NULL;
+        }
+        if (s) {
+            pthread_mutex_init(&s->mu, NULL);
+            pthread_cond_init(&s->more, NULL);
+            pthread_cond_init(&s->idle, NULL);
+            if (pthread_create(&s->th, NULL, tj__ds_worker, s)) {
+                pthread_mutex_destroy(&s->mu);
+                pthread_cond_destroy(&s->more);
+                pthread_cond_destroy(&s->idle);
+                free(s->q);
+                free(s);
+                s = NULL;
+            }
+        }
+        d->st[dev] = s;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return s;
+}
+/* a free slot at the queue's tail (waits while the queue is full); the
+   caller fills it and calls tj__ds_push */
+static tj__ds_item *tj__ds_slot(tj__ds_stream *s) {
+    tj__ds_item *it;
+    pthread_mutex_lock(&s->mu);
+    while (s->count == TJ__DS_QUEUE) pthread_cond_wait(&s->idle, &s->mu);
+    it = &s->q[(s->head + s->count) % TJ__DS_QUEUE];
+    pthread_mutex_unlock(&s->mu);
+    return it;
+}
+static void tj__ds_push(tj__ds_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    s->count++;
+    pthread_cond_broadcast(&s->more);
+    pthread_mutex_unlock(&s->mu);
+}
+static int tj__ds_copy(tj_backend *b, int dev, void *dst, int dspace, const void *src, int sspace, size_t n) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    tj__ds_stream *s;
+    tj__ds_item *it;
+    void *rd = dspace == TJ_SPACE_USER ? dst : tj__ds_real(dst);
+    const void *rs = sspace == TJ_SPACE_USER ? src : tj__ds_real(src);
+    if (!n) return 0;
+    if (dev < 0) { /* arrays in and out: after all work, done on return */
+        tj__ds_drain_all(d);
+        memcpy(rd, rs, n);
+        return 0;
+    }
+    if (!(s = tj__ds_stream_of(d, dev))) return 1;
+    it = tj__ds_slot(s);
+    it->kind = 1;
+    it->dst = rd;
+    it->src = rs;
+    it->n = n;
+    tj__ds_push(s);
+    return 0;
+}
+static int tj__ds_run(tj_backend *b, tj__kern *k) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    tj__ds_stream *s = tj__ds_stream_of(d, k->dev);
+    tj__ds_item *it;
+    int j;
+    if (!s) {
+        snprintf(k->err, TJ__MSG, "devsim: cannot start the stream of device %d", k->dev);
+        return 1;
+    }
+    it = tj__ds_slot(s);
+    it->kind = 0;
+    it->k = *k; /* the kernel runs later: a copy, with real addresses */
+    for (j = 0; j < k->nin && j < 128; j++) it->k.in[j] = tj__ds_real(k->in[j]);
+    for (j = 0; j < 64; j++) it->k.pout[j] = tj__ds_real(k->pout[j]);
+    it->k.out = tj__ds_real(k->out);
+    it->k.scratch = tj__ds_real(k->scratch);
+    it->k.scratch_host = tj__ds_real(k->scratch_host);
+    it->k.err = NULL; /* the stream's slot, set by the worker */
+    tj__ds_push(s);
+    return 0;
+}
+static int tj__ds_sync(tj_backend *b, int dev, char *err, size_t errlen) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    int i, bad = 0;
+    for (i = dev < 0 ? 0 : dev; i < (dev < 0 ? TJ_MAXDEV : dev + 1) && i < TJ_MAXDEV; i++) {
+        tj__ds_stream *s = d->st[i];
+        if (!s) continue;
+        tj__ds_drain(s);
+        if (s->err[0]) {
+            if (!bad && err && errlen) snprintf(err, errlen, "%s", s->err);
+            s->err[0] = 0;
+            bad = 1;
+        }
+    }
+    return bad;
+}
+TJDEF tj_backend *tj_devsim_backend(void) {
+    tj__devsim *d = (tj__devsim *)tj__calloc(sizeof *d);
+    if (!d) return NULL;
+    pthread_mutex_init(&d->mu, NULL);
+    d->b.name = "devsim";
+    d->b.state = d;
+    d->b.alloc = tj__ds_alloc;
+    d->b.free = tj__ds_free;
+    d->b.copy = tj__ds_copy;
+    d->b.run = tj__ds_run;
+    d->b.sync = tj__ds_sync;
+    d->b.fused_groups = 1;
+    return &d->b;
+}
+TJDEF void tj_devsim_backend_free(tj_backend *b) {
+    tj__devsim *d;
+    int i;
+    if (!b) return;
+    d = (tj__devsim *)b->state;
+    for (i = 0; i < TJ_MAXDEV; i++) {
+        tj__ds_stream *s = d->st[i];
+        if (!s) continue;
+        pthread_mutex_lock(&s->mu);
+        s->quit = 1;
+        pthread_cond_broadcast(&s->more);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->more);
+        pthread_cond_destroy(&s->idle);
+        free(s->q);
+        free(s);
+    }
+    pthread_mutex_destroy(&d->mu);
+    TJ_FREE(d);
 }
 
 /* ==== [12] jit: trace + compile + call =================================== */

@@ -20,6 +20,14 @@
  * not know which backend ran. Create arrays in a context after setting its
  * backend, and free them before freeing the backend.
  *
+ * The runner of tinyjax.h [11] runs scans (and so checkpoint and shard_map
+ * regions), offload and fetch itself, through this backend's copies and
+ * runs. Each mesh device has its own stream, cuBLAS handle and error slot,
+ * so a mesh of N simulated devices shares one GPU (sharded programs without
+ * collectives run; collectives are listed gaps: `test_cuda --coverage`).
+ * Random numbers and arange use each element's global index, as the CPU
+ * does; scatter_add adds in the CPU's order without atomics.
+ *
  * The CUDA code mirrors the CPU kernels of tinyjax.h's sections [5] (ops) and
  * [11] (run: backends, CPU backend): the same op names, the same
  * stride rules (tj__bstrides), the same row formula (tj__k_rowop), the same
@@ -29,12 +37,12 @@
  * Dots go through cuBLAS.
  *
  * ------------------------------------------------------------- contents ---
- *   [11] CUDA backend: state and error messages
+ *   [11] CUDA backend: state (per mesh device) and error messages
  *   [11] CUDA backend: device helpers (dtype access, math, block reductions)
  *   [11] CUDA backend: kernels
  *   [11] CUDA backend: launchers (one per CPU kernel of [5])
  *   [11] CUDA backend: memory spaces, copies, sync
- *   [11] CUDA backend: dispatch and constructor
+ *   [11] CUDA backend: dispatch (the per-op table, coverage) and constructor
  */
 #define TINYJAX_IMPLEMENTATION
 #include "tinyjax.h"
@@ -46,6 +54,7 @@
 
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 extern "C" void tj_cuda_backend_free(tj_backend *b);
+extern "C" int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
 
 // ==== [11] CUDA backend: state and error messages ==========================
 
@@ -53,20 +62,36 @@ extern "C" void tj_cuda_backend_free(tj_backend *b);
 #define TJC_MAXGRID (1 << 20)  /* blocks per launch; kernels loop beyond this */
 #define TJC_NOERR (~0ull)      /* "no bad index seen" in the error slot       */
 
+/* One mesh device's state: its own stream, cuBLAS handle, error slot and
+   scratch, so the device threads of a mesh of simulated devices on one GPU
+   never share a stream or a handle (item 3 of issue 17). Made on the
+   device's first use. */
 typedef struct {
-    tj_backend b;              /* what tj_cuda_backend returns; b.state = this */
-    int device;
-    cudaStream_t compute;      /* every kernel and cuBLAS call               */
-    cudaStream_t copy;         /* host <-> device copies                     */
+    int device;                /* the CUDA device                            */
+    int dev;                   /* the mesh device                            */
+    cudaStream_t compute;      /* every kernel, cuBLAS call and copy of it   */
     cublasHandle_t blas;
     unsigned long long *d_errpos; /* first bad index position, on the device */
     unsigned long long *h_errpos; /* its pinned host mirror                  */
-    /* an error the interface could not return (a failed sync or copy); the
-       next run reports it */
+    void *h_csr, *d_csr;       /* scatter_add's index lists (host, device)   */
+    size_t csr_cap;            /* bytes of each                              */
+    /* an error the interface could not return (a failed copy); this
+       device's next sync reports it */
     char pending[512];
 } tjc_state;
 
-static tjc_state *tjc_st_of(tj_backend *b) { return (tjc_state *)b->state; }
+/* the backend: one CUDA device serving every mesh device */
+typedef struct {
+    tj_backend b;              /* what tj_cuda_backend returns; b.state = this */
+    int device;
+    cudaStream_t copy;         /* copies with dev -1 (arrays in and out)     */
+    pthread_mutex_t mu;        /* making per-device states                   */
+    tjc_state *per[TJ_MAXDEV];
+    char pending[512];         /* an error of a call with dev -1 (free)      */
+} tjc_backend;
+
+static tjc_backend *tjc_be_of(tj_backend *b) { return (tjc_backend *)b->state; }
+static tjc_state *tjc_state_of(tjc_backend *be, int dev, char *err, size_t errlen);
 
 /* Write "cuda backend: op 'X': <what> (at file:line)" to k->err; returns 1. */
 #if defined(__GNUC__)
@@ -84,7 +109,7 @@ static int tjc_fail(tj__kern *k, const char *fmt, ...) {
 }
 static int tjc_unsupported(tj__kern *k) {
     if (k->err && !k->err[0])
-        snprintf(k->err, TJ__MSG, "cuda backend: op '%s' has no CUDA kernel yet (at %s:%d)", tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
+        snprintf(k->err, TJ__MSG, "cuda backend: op '%s' has no CUDA path (no entry in tjc_path) (at %s:%d)", tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
     return 1;
 }
 /* check a CUDA / cuBLAS call or a launch inside a launcher */
@@ -215,29 +240,6 @@ __device__ T tjc_block_reduce(T v, T *sh, int ismax) {
     return r;
 }
 
-/* atomic out[i] += v in out's dtype (bf16: compare-and-swap on its word) */
-__device__ __forceinline__ void tjc_atomic_add(void *p, int dt, int64_t i, double v) {
-    switch (dt) {
-    case TJ_F32: atomicAdd((float *)p + i, (float)v); break;
-    case TJ_F64: atomicAdd((double *)p + i, v); break;
-    case TJ_I32: atomicAdd((int *)p + i, (int)v); break;
-    default: {
-        uintptr_t a = (uintptr_t)((__nv_bfloat16 *)p + i);
-        unsigned int *w = (unsigned int *)(a & ~(uintptr_t)3);
-        int hi = (a & 2) != 0;
-        unsigned int old = *w, assumed;
-        do {
-            assumed = old;
-            unsigned short h = (unsigned short)(hi ? assumed >> 16 : assumed & 0xffffu);
-            float f = __bfloat162float(__ushort_as_bfloat16(h)) + (float)v;
-            unsigned int nh = __bfloat16_as_ushort(__float2bfloat16_rn(f));
-            unsigned int nw = hi ? ((assumed & 0xffffu) | (nh << 16)) : ((assumed & 0xffff0000u) | nh);
-            old = atomicCAS(w, assumed, nw);
-        } while (old != assumed);
-    }
-    }
-}
-
 /* the counter-based bits of tj__k_random (same constants, same values) */
 __device__ __forceinline__ uint64_t tjc_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -303,19 +305,41 @@ __global__ void tjc_k_copy(tjc_cp c, const void *src, void *dst) {
 __global__ void tjc_k_fill(void *out, int dt, int64_t n, double v) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) tjc_st<double>(out, dt, i, v);
 }
-__global__ void tjc_k_arange(void *out, int dt, int64_t n, int64_t st, int64_t dim) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        tjc_st<double>(out, dt, i, (double)((i / st) % dim));
+/* The global row-major index of local element i of a device's shard (the
+   device twin of tj__global_index): random numbers and arange depend on the
+   element's place in the whole array, not in the shard, so every sharding
+   gives the same values. */
+typedef struct {
+    int rank;
+    int64_t ld[TJ_MAXDIM];  /* local dims                                   */
+    int64_t off[TJ_MAXDIM]; /* this shard's offset along each axis          */
+    int64_t gs[TJ_MAXDIM];  /* global strides                               */
+} tjc_gidx;
+__device__ __forceinline__ int64_t tjc_global(const tjc_gidx &g, int64_t i) {
+    int64_t gi = 0;
+    for (int d = g.rank - 1; d >= 0; d--) {
+        gi += (i % g.ld[d] + g.off[d]) * g.gs[d];
+        i /= g.ld[d];
+    }
+    return gi;
 }
-__global__ void tjc_k_random(void *out, int dt, int64_t n, uint64_t key, int normal) {
+__global__ void tjc_k_arange(void *out, int dt, int64_t n, tjc_gidx g, int64_t st, int64_t dim) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        tjc_st<double>(out, dt, i, (double)((tjc_global(g, i) / st) % dim));
+}
+/* uniform in [0, 1): a draw that rounds up to 1 in f32 or bf16 is clamped
+   to the largest value below 1, as the CPU does */
+__global__ void tjc_k_random(void *out, int dt, int64_t n, tjc_gidx g, uint64_t key, int normal) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t gi = (uint64_t)tjc_global(g, i);
         double v;
-        if (!normal) v = tjc_u01(key, (uint64_t)i);
+        if (!normal) v = tjc_u01(key, gi);
         else {
-            double u1 = tjc_u01(key, 2 * (uint64_t)i), u2 = tjc_u01(key, 2 * (uint64_t)i + 1);
+            double u1 = tjc_u01(key, 2 * gi), u2 = tjc_u01(key, 2 * gi + 1);
             v = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
         }
         tjc_st<double>(out, dt, i, v);
+        if (!normal && tjc_ld<double>(out, dt, i) >= 1.0) tjc_st<double>(out, dt, i, dt == TJ_BF16 ? 0.99609375 : 0.99999994039535522);
     }
 }
 
@@ -461,18 +485,30 @@ __global__ void tjc_k_take(const void *x, void *out, int es, const int32_t *idx,
         tjc_move(out, i, x, (p * V + v) * post + e, es);
     }
 }
-/* scatter_add: the transpose of take; out (zeroed) [pre, V, post] += g [pre, ni, post] */
-__global__ void tjc_k_scatter_add(const void *g, int gdt, void *out, int odt, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni,
-                                  unsigned long long *errpos) {
-    int64_t n = pre * ni * post;
+/* v rounded to dtype dt, as a store and a load would (tj__st, tj__ld) */
+__device__ __forceinline__ double tjc_round(double v, int dt) {
+    switch (dt) {
+    case TJ_F32: return (double)(float)v;
+    case TJ_BF16: return (double)__bfloat162float(__float2bfloat16_rn((float)v));
+    case TJ_I32: return v != v ? 0.0 : v >= 2147483647.0 ? 2147483647.0 : v <= -2147483648.0 ? -2147483648.0 : (double)(int32_t)v;
+    default: return v;
+    }
+}
+/* scatter_add, the transpose of take: out [pre, V, post] = sum of g [pre, ni,
+   post] over the positions j with idx[j] == v. Deterministic: one thread per
+   output element adds its rows in increasing j (order[start[v] ..
+   start[v+1]), a stable counting sort of the indices made on the host), and
+   rounds to the output dtype after each add, as the CPU kernel does; every
+   element is written once (no atomics, no read-modify-write of a bf16
+   neighbour past the buffer). */
+__global__ void tjc_k_scatter_add(const void *g, int gdt, void *out, int odt, const int64_t *start, const int64_t *order, int64_t pre, int64_t V,
+                                  int64_t post, int64_t ni) {
+    int64_t n = pre * V * post;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t e = i % post, j = (i / post) % ni, p = i / (post * ni);
-        int32_t v = idx[j];
-        if (v < 0 || v >= V) {
-            atomicMin(errpos, (unsigned long long)j);
-            continue;
-        }
-        tjc_atomic_add(out, odt, (p * V + v) * post + e, tjc_ld<double>(g, gdt, i));
+        int64_t e = i % post, v = (i / post) % V, p = i / (post * V);
+        double acc = 0;
+        for (int64_t r = start[v]; r < start[v + 1]; r++) acc = tjc_round(acc + tjc_ld<double>(g, gdt, (p * ni + order[r]) * post + e), odt);
+        tjc_st<double>(out, odt, i, acc);
     }
 }
 /* one_hot: out[j, v] = idx[j] == v */
@@ -576,20 +612,37 @@ static int tjc_fill(tjc_state *s, tj__kern *k) {
     TJC_LAUNCHED(k, "tjc_k_fill");
     return 0;
 }
-/* tj__k_arange */
+/* where device k->dev's shard sits in the global array (tj__global_index) */
+static void tjc_gidx_of(const tj__kern *k, tjc_gidx *g) {
+    const tj__type *gt = &k->n->t;
+    int64_t gs = 1;
+    memset(g, 0, sizeof *g);
+    g->rank = gt->rank;
+    for (int d = gt->rank - 1; d >= 0; d--) {
+        g->ld[d] = k->ot.dim[d];
+        g->off[d] = gt->sh[d] ? (int64_t)tj__mesh_rank(k->ctx, k->dev, gt->sh[d]) * k->ot.dim[d] : 0;
+        g->gs[d] = gs;
+        gs *= gt->dim[d];
+    }
+}
+/* tj__k_arange: the global index along the axis */
 static int tjc_arange(tjc_state *s, tj__kern *k) {
     int64_t st[TJ_MAXDIM], n = tj__numel(&k->ot);
     int ax = tj__axis_index(&k->ot, k->n->a.axis);
+    tjc_gidx g;
     if (ax < 0) return tjc_fail(k, "axis not found in the output");
-    tj__strides(&k->ot, st);
-    tjc_k_arange<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, st[ax], k->ot.dim[ax]);
+    tj__strides(&k->n->t, st);
+    tjc_gidx_of(k, &g);
+    tjc_k_arange<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, g, st[ax], k->n->t.dim[ax]);
     TJC_LAUNCHED(k, "tjc_k_arange");
     return 0;
 }
-/* tj__k_random */
+/* tj__k_random: counters from the global index */
 static int tjc_random(tjc_state *s, tj__kern *k) {
     int64_t n = tj__numel(&k->ot);
-    tjc_k_random<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, k->n->a.key, k->n->op == TJ__OP_NORMAL);
+    tjc_gidx g;
+    tjc_gidx_of(k, &g);
+    tjc_k_random<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, g, k->n->a.key, k->n->op == TJ__OP_NORMAL);
     TJC_LAUNCHED(k, "tjc_k_random");
     return 0;
 }
@@ -680,6 +733,57 @@ static int tjc_index_check(tjc_state *s, tj__kern *k, const int32_t *idx, int64_
     }
     return 1;
 }
+/* scatter_add: the indices come to the host (the CPU's range check, word
+   for word), a stable counting sort groups their positions by value, and
+   the kernel sums each output element's rows in that order */
+static int tjc_scatter_add(tjc_state *s, tj__kern *k, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni) {
+    size_t need = sizeof(int64_t) * (size_t)(V + 1 + ni) + sizeof(int32_t) * (size_t)ni;
+    int64_t *start, *order, j;
+    int32_t *hidx;
+    if (need > s->csr_cap) {
+        void *h = TJ_REALLOC(s->h_csr, need), *d = NULL;
+        if (!h) return tjc_fail(k, "out of host memory for %zu bytes of index lists", need);
+        s->h_csr = h;
+        if (s->d_csr) TJC_CUDA(k, cudaFree(s->d_csr));
+        s->d_csr = NULL;
+        s->csr_cap = 0;
+        TJC_CUDA(k, cudaMalloc(&d, need));
+        s->d_csr = d;
+        s->csr_cap = need;
+    }
+    start = (int64_t *)s->h_csr;
+    order = start + V + 1;
+    hidx = (int32_t *)(order + ni);
+    TJC_CUDA(k, cudaMemcpyAsync(hidx, idx, sizeof(int32_t) * (size_t)ni, cudaMemcpyDeviceToHost, s->compute));
+    TJC_CUDA(k, cudaStreamSynchronize(s->compute));
+    for (j = 0; j < ni; j++)
+        if (hidx[j] < 0 || hidx[j] >= V) {
+            if (k->err && !k->err[0])
+                snprintf(k->err, TJ__MSG, "%s: index %d at position %lld is out of range [0, %lld) for axis '%s' (at %s:%d)", tj__opname(k->n->op),
+                         (int)hidx[j], (long long)j, (long long)V, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
+            return 1;
+        }
+    memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));
+    for (j = 0; j < ni; j++) start[hidx[j] + 1]++;
+    for (j = 0; j < V; j++) start[j + 1] += start[j];
+    { /* positions in increasing j within each value: order[start[v] + r] */
+        int64_t *fill = (int64_t *)TJ_MALLOC(sizeof(int64_t) * (size_t)(V ? V : 1));
+        if (!fill) return tjc_fail(k, "out of host memory");
+        memcpy(fill, start, sizeof(int64_t) * (size_t)V);
+        for (j = 0; j < ni; j++) order[fill[hidx[j]]++] = j;
+        TJ_FREE(fill);
+    }
+    /* pageable source: the call returns once the bytes are staged, so the
+       host buffer may be reused by the next scatter_add */
+    TJC_CUDA(k, cudaMemcpyAsync(s->d_csr, start, sizeof(int64_t) * (size_t)(V + 1 + ni), cudaMemcpyHostToDevice, s->compute));
+    {
+        const int64_t *ds = (const int64_t *)s->d_csr, *dord = ds + V + 1;
+        int64_t n = pre * V * post;
+        tjc_k_scatter_add<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->it[0]->dt, k->out, k->ot.dt, ds, dord, pre, V, post, ni);
+        TJC_LAUNCHED(k, "tjc_k_scatter_add");
+    }
+    return 0;
+}
 /* tj__k_take: take and scatter_add */
 static int tjc_take(tjc_state *s, tj__kern *k) {
     const tj__type *xt = k->n->op == TJ__OP_TAKE ? k->it[0] : &k->ot;
@@ -689,19 +793,15 @@ static int tjc_take(tjc_state *s, tj__kern *k) {
     if (ax < 0) return tjc_fail(k, "axis not found");
     tj__ppv(xt, ax, &pre, &V, &post);
     n = pre * ni * post;
-    TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
     if (k->n->op == TJ__OP_TAKE) {
         if (k->it[0]->dt != k->ot.dt) return tjc_fail(k, "operand and result dtypes differ");
+        TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
         tjc_k_take<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->out, (int)tj_dtype_size(k->ot.dt), idx, pre, V, post, ni,
                                                                              s->d_errpos);
         TJC_LAUNCHED(k, "tjc_k_take");
-    } else {
-        TJC_CUDA(k, cudaMemsetAsync(k->out, 0, (size_t)tj__bytes(&k->ot), s->compute));
-        tjc_k_scatter_add<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->it[0]->dt, k->out, k->ot.dt, idx, pre, V, post, ni,
-                                                                                    s->d_errpos);
-        TJC_LAUNCHED(k, "tjc_k_scatter_add");
+        return tjc_index_check(s, k, idx, V);
     }
-    return tjc_index_check(s, k, idx, V);
+    return tjc_scatter_add(s, k, idx, pre, V, post, ni);
 }
 /* tj__k_one_hot */
 static int tjc_one_hot(tjc_state *s, tj__kern *k) {
@@ -809,17 +909,32 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
 // ==== [11] CUDA backend: memory spaces, copies, sync =======================
 /* TJ_SPACE_DEVICE is cudaMalloc memory, TJ_SPACE_HOST pinned host memory
    (cudaHostAlloc, the offload target), TJ_SPACE_USER the caller's pageable
-   memory. Copies are synchronous for the caller: they wait for the compute
-   stream (a kernel may still read or write the buffers), copy, and wait for
-   the copy to land. */
+   memory. A copy on a mesh device (dev >= 0: the runner's staged slices,
+   carries, offload and fetch) is queued on that device's compute stream
+   after its kernels; a copy with dev -1 (arrays in and out) waits for every
+   device's stream, copies, and waits for the bytes to land. */
 
-static void tjc_pending(tjc_state *s, const char *what, cudaError_t e) {
-    if (!s->pending[0]) snprintf(s->pending, sizeof s->pending, "cuda backend: %s failed: %s", what, cudaGetErrorString(e));
+static void tjc_pending(char *slot, size_t n, const char *what, cudaError_t e) {
+    if (!slot[0]) snprintf(slot, n, "cuda backend: %s failed: %s", what, cudaGetErrorString(e));
 }
-static void *tjc_alloc(tj_backend *b, int space, size_t bytes) {
-    tjc_state *s = tjc_st_of(b);
+/* wait for every mesh device's stream; the first failure goes to be->pending */
+static int tjc_sync_all(tjc_backend *be) {
+    int i, bad = 0;
+    for (i = 0; i < TJ_MAXDEV; i++) {
+        cudaError_t e;
+        if (!be->per[i]) continue;
+        if ((e = cudaStreamSynchronize(be->per[i]->compute)) != cudaSuccess) {
+            tjc_pending(be->pending, sizeof be->pending, "cudaStreamSynchronize", e);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+static void *tjc_alloc(tj_backend *b, int dev, int space, size_t bytes) {
+    tjc_backend *be = tjc_be_of(b);
     void *p = NULL;
-    cudaError_t e = cudaSetDevice(s->device);
+    cudaError_t e = cudaSetDevice(be->device);
+    (void)dev; /* one GPU serves every mesh device */
     if (e == cudaSuccess) {
         if (space == TJ_SPACE_DEVICE) e = cudaMalloc(&p, bytes ? bytes : 1);
         else if (space == TJ_SPACE_HOST) e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
@@ -831,121 +946,277 @@ static void *tjc_alloc(tj_backend *b, int space, size_t bytes) {
     }
     return p;
 }
-static void tjc_free(tj_backend *b, int space, void *p) {
-    tjc_state *s = tjc_st_of(b);
+static void tjc_free(tj_backend *b, int dev, int space, void *p) {
+    tjc_backend *be = tjc_be_of(b);
     cudaError_t e = cudaSuccess;
+    (void)dev;
     if (!p) return;
-    if (space == TJ_SPACE_DEVICE) e = cudaFree(p);
-    else if (space == TJ_SPACE_HOST) e = cudaFreeHost(p);
-    if (e != cudaSuccess) tjc_pending(s, space == TJ_SPACE_DEVICE ? "cudaFree" : "cudaFreeHost", e);
+    if (space == TJ_SPACE_DEVICE) e = cudaFree(p); /* cudaFree waits for the device */
+    else if (space == TJ_SPACE_HOST && !tjc_sync_all(be)) e = cudaFreeHost(p);
+    if (e != cudaSuccess) tjc_pending(be->pending, sizeof be->pending, space == TJ_SPACE_DEVICE ? "cudaFree" : "cudaFreeHost", e);
 }
-static int tjc_copy(tj_backend *b, void *dst, int dst_space, const void *src, int src_space, size_t bytes) {
-    tjc_state *s = tjc_st_of(b);
+static int tjc_copy(tj_backend *b, int dev, void *dst, int dst_space, const void *src, int src_space, size_t bytes) {
+    tjc_backend *be = tjc_be_of(b);
     cudaError_t e;
     if (!bytes) return 0;
-    if ((e = cudaStreamSynchronize(s->compute)) != cudaSuccess) {
-        tjc_pending(s, "cudaStreamSynchronize before a copy", e);
-        return 1;
+    if (dev >= 0) { /* stream-ordered; pinned host memory is device-addressable */
+        char why[256];
+        tjc_state *s = tjc_state_of(be, dev, why, sizeof why);
+        if (!s) {
+            if (!be->pending[0]) snprintf(be->pending, sizeof be->pending, "cuda backend: device %d: %s", dev, why);
+            return 1;
+        }
+        if ((e = cudaSetDevice(be->device)) != cudaSuccess || (e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->compute)) != cudaSuccess) {
+            tjc_pending(s->pending, sizeof s->pending, "cudaMemcpyAsync", e);
+            return 1;
+        }
+        return 0;
     }
+    if (tjc_sync_all(be)) return 1;
     if (dst_space != TJ_SPACE_DEVICE && src_space != TJ_SPACE_DEVICE) { /* host and user memory: both are plain host memory */
         memcpy(dst, src, bytes);
         return 0;
     }
-    /* Pinned host memory gets a real async DMA on the copy stream. User
-       memory is pageable: the driver stages it; the stream sync below makes
-       sure the bytes have landed before a kernel on the compute stream (which
-       does not order against the copy stream) can read them. */
-    e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->copy);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s->copy);
+    /* User memory is pageable: the driver stages it; the stream sync makes
+       sure the bytes have landed before any device's kernel can read them. */
+    if ((e = cudaSetDevice(be->device)) == cudaSuccess && (e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, be->copy)) == cudaSuccess)
+        e = cudaStreamSynchronize(be->copy);
     if (e != cudaSuccess) {
-        tjc_pending(s, "cudaMemcpyAsync", e);
+        tjc_pending(be->pending, sizeof be->pending, "cudaMemcpyAsync", e);
         return 1;
     }
     return 0;
 }
-static int tjc_sync(tj_backend *b) {
-    tjc_state *s = tjc_st_of(b);
-    cudaError_t e = cudaStreamSynchronize(s->compute);
-    if (e != cudaSuccess) {
-        tjc_pending(s, "a kernel (seen at cudaStreamSynchronize)", e);
-        return 1;
+/* wait for mesh device dev (-1: all); hands back the first error pending
+   for it (and any error of a dev -1 call) */
+static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
+    tjc_backend *be = tjc_be_of(b);
+    int i, bad = 0;
+    for (i = dev < 0 ? 0 : dev; i < TJ_MAXDEV && (dev < 0 || i == dev); i++) {
+        tjc_state *s = be->per[i];
+        cudaError_t e;
+        if (!s) continue;
+        if ((e = cudaStreamSynchronize(s->compute)) != cudaSuccess) tjc_pending(s->pending, sizeof s->pending, "a kernel (seen at cudaStreamSynchronize)", e);
+        if (s->pending[0]) {
+            if (!bad && err && errlen) snprintf(err, errlen, "%s", s->pending);
+            s->pending[0] = 0;
+            bad = 1;
+        }
     }
-    return 0;
+    if (be->pending[0]) {
+        if (!bad && err && errlen) snprintf(err, errlen, "%s", be->pending);
+        be->pending[0] = 0;
+        bad = 1;
+    }
+    return bad;
 }
 
 // ==== [11] CUDA backend: dispatch and constructor ==========================
 
+/* ---- the per-op table ----
+   Every op of the op table (TJ__UNARY_OPS, TJ__BINARY_OPS, TJ__OTHER_OPS in
+   tinyjax.h [3]) gets one entry here, explicitly: its launcher, or what else
+   runs it (the runner, or nothing: views), or why it has no CUDA path yet.
+   There is no default: an op added to the header and not here has no entry
+   (tjc_path returns 0), which tj_cuda_op_coverage lists and
+   `test_cuda --coverage` (no GPU needed, run by build.sh) fails on. */
+typedef int (*tjc_launch_fn)(tjc_state *s, tj__kern *k);
+enum { TJC_NONE = 0, TJC_KERNEL, TJC_RUNNER, TJC_VIEW, TJC_GAP };
+
+/* tj__k_axis_index: this device's rank along the mesh axes */
+static int tjc_axis_index(tjc_state *s, tj__kern *k) {
+    tjc_k_fill<<<1, 1, 0, s->compute>>>(k->out, TJ_I32, 1, (double)tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index));
+    TJC_LAUNCHED(k, "tjc_k_fill");
+    return 0;
+}
+/* tj__k_shard_slice: this device's block of a replicated value along one axis */
+static int tjc_shard_slice(tjc_state *s, tj__kern *k) {
+    int64_t ist[TJ_MAXDIM];
+    int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index);
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__strides(k->it[0], ist);
+    return tjc_copy_region(s, k, k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim);
+}
+/* tj__k_custom: the op's own CUDA launcher (tj_op_def.cuda) */
+static int tjc_custom(tjc_state *s, tj__kern *k) {
+    if (k->custom_gpu(k, (void *)s->compute)) return 1;
+    TJC_LAUNCHED(k, "the custom op's CUDA launcher (tj_op_def.cuda)");
+    return 0;
+}
+/* tj__k_custom_vjp: hands its inputs y on as outputs */
+static int tjc_custom_vjp(tjc_state *s, tj__kern *k) {
+    const struct tj__cvjp *cv = &k->ctx->cvjps[k->n->a.index];
+    for (int j = 0; j < cv->nout; j++)
+        TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[cv->nin + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
+    return 0;
+}
+/* the kind of CUDA path op has; *fn its launcher (TJC_KERNEL), *why the
+   reason (TJC_GAP) */
+static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
+    *fn = NULL;
+    *why = NULL;
+#define TJC_K(f) return *fn = (f), TJC_KERNEL
+    switch (op) {
+    /* unary and binary ops: the formula tables, expanded into tjc_unary / tjc_binary */
+#define TJC_EW_CASE(op_, ...) case TJ__OP_##op_:
+    TJ__UNARY_OPS(TJC_EW_CASE) TJ__BINARY_OPS(TJC_EW_CASE)
+#undef TJC_EW_CASE
+    case TJ__OP_SELECT: TJC_K(tjc_elementwise);
+    case TJ__OP_FILL: TJC_K(tjc_fill);
+    case TJ__OP_ARANGE: TJC_K(tjc_arange);
+    case TJ__OP_UNIFORM: case TJ__OP_NORMAL: TJC_K(tjc_random);
+    case TJ__OP_SUM: case TJ__OP_MAXR: TJC_K(tjc_reduce);
+    case TJ__OP_DOT: TJC_K(tjc_dot);
+    case TJ__OP_RELAYOUT: case TJ__OP_COPY: TJC_K(tjc_copy_op);
+    case TJ__OP_SLICE: TJC_K(tjc_slice);
+    case TJ__OP_CONCAT: TJC_K(tjc_concat);
+    case TJ__OP_PAD: TJC_K(tjc_pad);
+    case TJ__OP_TAKE: case TJ__OP_SCATTER_ADD: TJC_K(tjc_take);
+    case TJ__OP_ONE_HOT: TJC_K(tjc_one_hot);
+    case TJ__OP_CAUSAL: TJC_K(tjc_causal);
+    case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: TJC_K(tjc_rowop);
+    case TJ__OP_CROSS_ENTROPY: TJC_K(tjc_cross_entropy);
+    case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: TJC_K(tjc_row_grad);
+    case TJ__OP_SHARD_SLICE: TJC_K(tjc_shard_slice);
+    case TJ__OP_AXIS_INDEX: TJC_K(tjc_axis_index);
+    case TJ__OP_CUSTOM: TJC_K(tjc_custom);
+    case TJ__OP_CUSTOM_VJP: TJC_K(tjc_custom_vjp);
+    /* the runner runs these with backend copies and backend runs of the nodes inside (tj__k_scan, tj__k_memcpy) */
+    case TJ__OP_SCAN: case TJ__OP_TO_HOST: case TJ__OP_TO_DEVICE: return TJC_RUNNER;
+    /* arguments, projections and views own no work (the runner skips them) */
+    case TJ__OP_PARAM: case TJ__OP_PROJ: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: case TJ__OP_PVARY: return TJC_VIEW;
+    /* collectives: the CPU kernels pack host buffers for the transport; the
+       simulated devices of one GPU have their own streams now, but the
+       device-side pack/unpack and a transport on device buffers are missing */
+    case TJ__OP_ALL_GATHER: case TJ__OP_PSUM: case TJ__OP_REDUCE_SCATTER: case TJ__OP_ALL_TO_ALL: case TJ__OP_PPERMUTE: case TJ__OP_PMAX:
+        *why = "collective: no CUDA path yet (simulated devices on one GPU need device-side pack/unpack and a transport on device buffers)";
+        return TJC_GAP;
+    }
+#undef TJC_K
+    return TJC_NONE;
+}
+
+/* The coverage check (no GPU needed): for every op id, one line "name: how"
+   into buf (kernel, runner, view, or the gap's reason); returns the number
+   of ops with no entry in tjc_path at all (each listed as "name: NO CUDA
+   PATH"); *gaps gets the number of known gaps. */
+extern "C" int tj_cuda_op_coverage(char *buf, size_t n, int *gaps) {
+    int op, missing = 0, g = 0;
+    size_t at = 0;
+    if (buf && n) buf[0] = 0;
+    for (op = 0; op < TJ__NOPS; op++) {
+        tjc_launch_fn fn;
+        const char *why, *how;
+        int kind = tjc_path(op, &fn, &why);
+        how = kind == TJC_KERNEL ? "kernel" : kind == TJC_RUNNER ? "runner" : kind == TJC_VIEW ? "view (no work)" : kind == TJC_GAP ? why : "NO CUDA PATH";
+        missing += kind == TJC_NONE || (kind == TJC_KERNEL && !fn);
+        g += kind == TJC_GAP;
+        if (buf && at < n) {
+            int w = snprintf(buf + at, n - at, "%s: %s\n", tj__opname(op), how);
+            if (w > 0) at += (size_t)w < n - at ? (size_t)w : n - at;
+        }
+    }
+    if (gaps) *gaps = g;
+    return missing;
+}
+
+/* run one node on mesh device k->dev's stream */
 static int tjc_run(tj_backend *b, tj__kern *k) {
-    tjc_state *s = tjc_st_of(b);
+    tjc_backend *be = tjc_be_of(b);
+    tjc_state *s;
     cudaError_t e;
+    tjc_launch_fn fn;
+    const char *why;
+    char msg[256];
+    int kind;
+    if (!(s = tjc_state_of(be, k->dev, msg, sizeof msg))) return tjc_fail(k, "device %d: %s", k->dev, msg);
     if (s->pending[0]) { /* an error the interface could not return earlier */
         if (k->err && !k->err[0]) snprintf(k->err, TJ__MSG, "%.511s (reported at op '%s', %s:%d)", s->pending, tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
         s->pending[0] = 0;
         return 1;
     }
     if ((e = cudaSetDevice(s->device)) != cudaSuccess) return tjc_fail(k, "cudaSetDevice(%d) failed: %s", s->device, cudaGetErrorString(e));
-    switch (k->n->op) {
-#define TJC_EW_CASE(op, ...) case TJ__OP_##op:
-    TJ__UNARY_OPS(TJC_EW_CASE) TJ__BINARY_OPS(TJC_EW_CASE)
-#undef TJC_EW_CASE
-    case TJ__OP_SELECT: return tjc_elementwise(s, k);
-    case TJ__OP_FILL: return tjc_fill(s, k);
-    case TJ__OP_ARANGE: return tjc_arange(s, k);
-    case TJ__OP_UNIFORM: case TJ__OP_NORMAL: return tjc_random(s, k);
-    case TJ__OP_SUM: case TJ__OP_MAXR: return tjc_reduce(s, k);
-    case TJ__OP_DOT: return tjc_dot(s, k);
-    case TJ__OP_RELAYOUT: case TJ__OP_COPY: return tjc_copy_op(s, k);
-    case TJ__OP_SLICE: return tjc_slice(s, k);
-    case TJ__OP_CONCAT: return tjc_concat(s, k);
-    case TJ__OP_PAD: return tjc_pad(s, k);
-    case TJ__OP_TAKE: case TJ__OP_SCATTER_ADD: return tjc_take(s, k);
-    case TJ__OP_ONE_HOT: return tjc_one_hot(s, k);
-    case TJ__OP_CAUSAL: return tjc_causal(s, k);
-    case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: return tjc_rowop(s, k);
-    case TJ__OP_CROSS_ENTROPY: return tjc_cross_entropy(s, k);
-    case TJ__OP_CUSTOM: return k->custom_gpu(k, (void *)s->compute); /* the op's own launcher */
-    case TJ__OP_CUSTOM_VJP: /* hands its inputs y on as outputs */
-        for (int j = 0; j < k->n->nproj; j++) TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[k->nin - k->n->nproj - k->ctx->cvjps[k->n->a.reg].nres + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
-        return 0;
-    case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: return tjc_row_grad(s, k);
-    /* arguments and views own no work (tj__execute skips them anyway) */
-    case TJ__OP_PARAM: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: return 0;
-    default: {
-        /* ops newer than this switch, recognised by name: moving a buffer
-           between memory spaces (pinned host memory is device-addressable,
-           so one async copy on the compute stream keeps the order), and the
-           outputs of a multi-output op (written by that op, as on the CPU) */
-        const char *nm = tj__opname(k->n->op);
-        if (!strcmp(nm, "offload") || !strcmp(nm, "fetch")) {
-            TJC_CUDA(k, cudaMemcpyAsync(k->out, k->in[0], (size_t)tj__bytes(&k->ot), cudaMemcpyDefault, s->compute));
-            return 0;
-        }
-        if (!strcmp(nm, "out")) return 0;
-        return tjc_unsupported(k);
-    }
-    }
+    if (k->n->members) return tjc_fail(k, "a fused group reached the CUDA backend, which runs one node per kernel (fused_groups is 0)");
+    kind = tjc_path(k->n->op, &fn, &why);
+    if (kind == TJC_KERNEL && fn) return fn(s, k);
+    if (kind == TJC_VIEW) return 0;
+    if (kind == TJC_RUNNER) return tjc_fail(k, "the runner runs this op itself (tj__k_scan / tj__k_memcpy); it should not reach the backend");
+    if (kind == TJC_GAP) return tjc_fail(k, "%s", why);
+    return tjc_unsupported(k);
 }
 
-extern "C" void tj_cuda_backend_free(tj_backend *b) {
-    tjc_state *s;
-    if (!b) return;
-    s = tjc_st_of(b);
-    cudaSetDevice(s->device);
+static void tjc_state_free(tjc_state *s) {
+    if (!s) return;
     if (s->compute) cudaStreamSynchronize(s->compute);
     if (s->blas) cublasDestroy(s->blas);
     if (s->d_errpos) cudaFree(s->d_errpos);
     if (s->h_errpos) cudaFreeHost(s->h_errpos);
-    if (s->copy) cudaStreamDestroy(s->copy);
+    if (s->d_csr) cudaFree(s->d_csr);
+    TJ_FREE(s->h_csr);
     if (s->compute) cudaStreamDestroy(s->compute);
     TJ_FREE(s);
+}
+/* mesh device dev's state, made on first use; NULL with a reason in err */
+static tjc_state *tjc_state_of(tjc_backend *be, int dev, char *err, size_t errlen) {
+    tjc_state *s;
+    cudaError_t e;
+    cublasStatus_t bs;
+    if (dev < 0 || dev >= TJ_MAXDEV) {
+        snprintf(err, errlen, "device %d out of range", dev);
+        return NULL;
+    }
+    pthread_mutex_lock(&be->mu);
+    if ((s = be->per[dev]) != NULL) {
+        pthread_mutex_unlock(&be->mu);
+        return s;
+    }
+    if (!(s = (tjc_state *)tj__calloc(sizeof *s))) {
+        pthread_mutex_unlock(&be->mu);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->device = be->device;
+    s->dev = dev;
+#define TJC_INIT(call)                                                                              \
+    if ((e = (call)) != cudaSuccess) {                                                            \
+        snprintf(err, errlen, "%s: %s", #call, cudaGetErrorString(e));                            \
+        tjc_state_free(s);                                                                        \
+        pthread_mutex_unlock(&be->mu);                                                            \
+        return NULL;                                                                              \
+    }
+    TJC_INIT(cudaSetDevice(be->device));
+    TJC_INIT(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
+    TJC_INIT(cudaMalloc((void **)&s->d_errpos, sizeof *s->d_errpos));
+    TJC_INIT(cudaHostAlloc((void **)&s->h_errpos, sizeof *s->h_errpos, cudaHostAllocDefault));
+#undef TJC_INIT
+    if ((bs = cublasCreate(&s->blas)) != CUBLAS_STATUS_SUCCESS || (bs = cublasSetStream(s->blas, s->compute)) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cuBLAS initialisation: %s", cublasGetStatusString(bs));
+        tjc_state_free(s);
+        pthread_mutex_unlock(&be->mu);
+        return NULL;
+    }
+    be->per[dev] = s;
+    pthread_mutex_unlock(&be->mu);
+    return s;
+}
+
+extern "C" void tj_cuda_backend_free(tj_backend *b) {
+    tjc_backend *be;
+    int i;
+    if (!b) return;
+    be = tjc_be_of(b);
+    cudaSetDevice(be->device);
+    for (i = 0; i < TJ_MAXDEV; i++) tjc_state_free(be->per[i]);
+    if (be->copy) cudaStreamDestroy(be->copy);
+    pthread_mutex_destroy(&be->mu);
+    TJ_FREE(be);
 }
 
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
     char dummy[1];
     int n = 0;
     cudaError_t e;
-    cublasStatus_t bs;
-    tjc_state *s;
+    tjc_backend *be;
     if (!err || !errlen) { err = dummy; errlen = sizeof dummy; }
     err[0] = 0;
     if ((e = cudaGetDeviceCount(&n)) != cudaSuccess) {
@@ -965,34 +1236,28 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
         snprintf(err, errlen, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
         return NULL;
     }
-    s = (tjc_state *)tj__calloc(sizeof *s);
-    if (!s) {
+    be = (tjc_backend *)tj__calloc(sizeof *be);
+    if (!be) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    s->b.state = s;
-    s->device = device;
-#define TJC_INIT(call)                                                                              \
-    if ((e = (call)) != cudaSuccess) {                                                            \
-        snprintf(err, errlen, "%s: %s", #call, cudaGetErrorString(e));                            \
-        tj_cuda_backend_free(&s->b);                                                              \
-        return NULL;                                                                              \
-    }
-    TJC_INIT(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
-    TJC_INIT(cudaStreamCreateWithFlags(&s->copy, cudaStreamNonBlocking));
-    TJC_INIT(cudaMalloc((void **)&s->d_errpos, sizeof *s->d_errpos));
-    TJC_INIT(cudaHostAlloc((void **)&s->h_errpos, sizeof *s->h_errpos, cudaHostAllocDefault));
-#undef TJC_INIT
-    if ((bs = cublasCreate(&s->blas)) != CUBLAS_STATUS_SUCCESS || (bs = cublasSetStream(s->blas, s->compute)) != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "cuBLAS initialisation: %s", cublasGetStatusString(bs));
-        tj_cuda_backend_free(&s->b);
+    be->b.state = be;
+    be->device = device;
+    pthread_mutex_init(&be->mu, NULL);
+    if ((e = cudaStreamCreateWithFlags(&be->copy, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
+        tj_cuda_backend_free(&be->b);
         return NULL;
     }
-    s->b.name = "cuda";
-    s->b.alloc = tjc_alloc;
-    s->b.free = tjc_free;
-    s->b.copy = tjc_copy;
-    s->b.run = tjc_run;
-    s->b.sync = tjc_sync;
-    return &s->b;
+    if (!tjc_state_of(be, 0, err, errlen)) { /* device 0 now: a broken setup fails here, not in a run */
+        tj_cuda_backend_free(&be->b);
+        return NULL;
+    }
+    be->b.name = "cuda";
+    be->b.alloc = tjc_alloc;
+    be->b.free = tjc_free;
+    be->b.copy = tjc_copy;
+    be->b.run = tjc_run;
+    be->b.sync = tjc_sync;
+    return &be->b;
 }

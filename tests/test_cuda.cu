@@ -4,7 +4,10 @@
  * context on tj_cuda_backend(0); every output leaf must agree (relative
  * tolerance 1e-4 for f32, 1e-2 for bf16, 1e-9 for f64, exact for i32).
  * Without a GPU the test prints why, "0 passed, 0 failed, 1 skipped" and
- * exits 0. TJ_CUDA_TEST_CPU=1 compares the CPU backend with itself, which
+ * exits 0. `test_cuda --coverage` (no GPU needed; build.sh runs it) checks
+ * that every op of the op table has an entry in the backend's per-op table
+ * (a kernel, the runner, a view, or a gap with its reason), lists the gaps,
+ * and fails on any op with no entry. TJ_CUDA_TEST_CPU=1 compares the CPU backend with itself, which
  * checks the test programs on a machine without a GPU. Only the public API is used: the library implementation lives in
  * tinyjax_cuda.cu, which this file links against.
  *
@@ -20,6 +23,7 @@
 
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 extern "C" void tj_cuda_backend_free(tj_backend *b);
+extern "C" int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
 
 static tj_ctx *cpu, *gpu;
 
@@ -314,10 +318,109 @@ static void f_custom(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 }
 static const spec s_custom[] = {{"x", TJ_F32, "rows=7 cols=300", -1, 1}};
 
+/* scatter_add (the VJP of take) with many repeats, f32 and bf16 (an odd
+   count: the last bf16 element ends the buffer): the CPU's order of adds,
+   and the same bits on every run (test_scatter_rerun) */
+static void f_scatter(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), wb = tj_tree_v(in, "wb"), tok = tj_tree_v(in, "tok"), gw, gwb;
+    tj_v loss = tj_sum(tj_mul(tj_take(w, "vocab", tok), tj_tree_v(in, "c")), "n d");
+    tj_v lossb = tj_sum(tj_mul(tj_take(wb, "vocab", tok), tj_tree_v(in, "cb")), "n d");
+    (void)g;
+    (void)u;
+    tj_grad(loss, 1, &w, &gw);
+    tj_grad(lossb, 1, &wb, &gwb);
+    tj_tree_set_v(out, "g_w", gw);
+    tj_tree_set_v(out, "g_wb", gwb);
+}
+static const spec s_scatter[] = {
+    {"w", TJ_F32, "vocab=37 d=5", -1, 1},  {"wb", TJ_BF16, "vocab=37 d=5", -1, 1}, {"c", TJ_F32, "n=300 d=5", -1, 1},
+    {"cb", TJ_BF16, "n=300 d=5", -1, 1},   {"tok", TJ_I32, "n=300", 0, 37},
+};
+/* uniform never returns 1.0: half a million bf16 draws, ~0.2% of which
+   round up to 1 before the clamp; the count of ones must be 0 as on the CPU */
+static void f_uniform(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v ub = tj_uniform(g, 99, TJ_BF16, "a=512 b=1024"), uf = tj_uniform(g, 98, TJ_F32, "a=512 b=1024");
+    (void)u;
+    tj_tree_set_v(out, "ones_bf16", tj_sum(tj_cast(tj_ge(ub, tj_scalar(g, TJ_BF16, 1.0)), TJ_F32), "a b"));
+    tj_tree_set_v(out, "ones_f32", tj_sum(tj_cast(tj_ge(uf, tj_scalar(g, TJ_F32, 1.0)), TJ_F32), "a b"));
+    tj_tree_set_v(out, "mean_bf16", tj_add(tj_mean(tj_cast(ub, TJ_F32), "a b"), tj_sum(tj_tree_v(in, "x"), "one")));
+}
+static const spec s_uniform[] = {{"x", TJ_F32, "one=1", 0, 0}};
+
 static void f_take(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g;
     (void)u;
     tj_tree_set_v(out, "y", tj_take(tj_tree_v(in, "w"), "vocab", tj_tree_v(in, "tok")));
+}
+
+/* scatter_add on the GPU gives the same bits twice */
+static void test_scatter_rerun(void) {
+    tj_tree *in = make_inputs(gpu, s_scatter, (int)(sizeof s_scatter / sizeof *s_scatter)), *o[2];
+    tj_prog *p = tj_jit(gpu, "scatter_rerun", f_scatter, NULL, in, NULL);
+    float a[2][185];
+    uint16_t b[2][185];
+    int r;
+    for (r = 0; r < 2; r++) {
+        o[r] = tj_tree_new(gpu);
+        CHECK(p && tj_run(p, in, o[r]) == TJ_OK, "[scatter rerun] %s", tj_error(gpu));
+        memset(a[r], r, sizeof a[r]);
+        memset(b[r], r, sizeof b[r]);
+        if (tj_tree_array(o[r], "g_w")) tj_array_read(tj_tree_array(o[r], "g_w"), TJ_F32, a[r]);
+        if (tj_tree_array(o[r], "g_wb")) tj_array_read(tj_tree_array(o[r], "g_wb"), TJ_BF16, b[r]);
+    }
+    CHECK(!memcmp(a[0], a[1], sizeof a[0]) && !memcmp(b[0], b[1], sizeof b[0]), "[scatter rerun] scatter_add gave different bits on two runs");
+    tj_clear_error(gpu);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(o[0]);
+    tj_tree_free(o[1]);
+}
+
+/* random numbers and arange by global index: 4 simulated devices on one GPU
+   (each its own stream) give the values of one CPU device, whatever the
+   sharding */
+static tj_backend *gbe;
+static void f_sharded_sources(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)u;
+    tj_tree_set_v(out, "u", tj_with_sharding_constraint(tj_uniform(g, 1234, TJ_F32, "batch=8 embed=8"), "batch:data"));
+    tj_tree_set_v(out, "n", tj_with_sharding_constraint(tj_normal(g, 77, TJ_F32, "batch=8 embed=8"), "embed:data"));
+    tj_tree_set_v(out, "a", tj_with_sharding_constraint(tj_arange(g, TJ_F32, "batch=8 embed=8", "embed"), "embed:data"));
+    tj_tree_set_v(out, "x", tj_muls(tj_tree_v(in, "x"), 2.0));
+}
+static void test_sharded_sources(void) {
+    const char *names[4] = {"u", "n", "a", "x"};
+    float v[2][4][64];
+    int k, i, j;
+    for (k = 0; k < 2; k++) { /* 0: one CPU device; 1: four devices on the backend under test */
+        tj_ctx *c = tj_ctx_new();
+        tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+        tj_prog *p;
+        float x[64];
+        for (i = 0; i < 64; i++) x[i] = (float)i * 0.25f;
+        if (k && gbe) tj_set_backend(c, gbe);
+        tj_set_devices(c, k ? 4 : 1);
+        tj_set_mesh(c, k ? "data=4" : "data=1"); /* one device: a mesh of one */
+        tj_tree_set_array(in, "x", tj_array_new(c, TJ_F32, "batch=8 embed=8", x));
+        if (k) tj_filter_shard(in, "batch:data");
+        p = tj_jit(c, "sharded_sources", f_sharded_sources, NULL, in, NULL);
+        CHECK(p && tj_run(p, in, out) == TJ_OK, "[sharded sources] %s: %s", k ? "4 devices" : "1 device", tj_error(c));
+        for (j = 0; j < 4; j++) {
+            memset(v[k][j], 0, sizeof v[k][j]);
+            if (tj_tree_array(out, names[j])) tj_array_read(tj_tree_array(out, names[j]), TJ_F32, v[k][j]);
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(c);
+    }
+    for (j = 0; j < 4; j++) {
+        double worst = 0;
+        for (i = 0; i < 64; i++) {
+            double d = fabs((double)v[0][j][i] - (double)v[1][j][i]);
+            if (d > worst) worst = d;
+        }
+        CHECK(worst <= 1e-6, "[sharded sources] '%s' on 4 devices differs from one device by %g", names[j], worst);
+    }
 }
 
 /* a bad index is a run-time error with the CPU's wording, not a crash */
@@ -361,8 +464,26 @@ static void test_rerun(void) {
     tj_tree_free(o2);
 }
 
-int main(void) {
+/* every op of the op table has a CUDA path (or a listed gap): no GPU needed */
+static int coverage(void) {
+    static char list[16384];
+    int gaps = 0, missing = tj_cuda_op_coverage(list, sizeof list, &gaps);
+    char *line = list, *nl;
+    printf("cuda coverage: %d ops with no CUDA path, %d known gaps\n", missing, gaps);
+    for (; *line; line = nl + 1) { /* print the gaps and the missing ones */
+        if (!(nl = strchr(line, '\n'))) break;
+        *nl = 0;
+        if (!strstr(line, ": kernel") && !strstr(line, ": runner") && !strstr(line, ": view")) printf("  %s\n", line);
+    }
+    CHECK(missing == 0, "%d op%s of the op table %s no entry in tinyjax_cuda.cu's tjc_path (listed above as NO CUDA PATH)", missing,
+          missing == 1 ? "" : "s", missing == 1 ? "has" : "have");
+    printf("%d passed, %d failed\n", npass, nfail);
+    return nfail ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
     char why[512];
+    if (argc > 1 && !strcmp(argv[1], "--coverage")) return coverage();
     const char *self = getenv("TJ_CUDA_TEST_CPU");
     int selfcheck = self && *self && strcmp(self, "0") != 0;
     tj_backend *be = selfcheck ? NULL : tj_cuda_backend(0, why, sizeof why);
@@ -384,6 +505,11 @@ int main(void) {
     register_scale3(cpu);
     register_scale3(gpu);
     compare("custom op + custom_vjp", f_custom, s_custom, 1);
+    compare("scatter_add", f_scatter, s_scatter, (int)(sizeof s_scatter / sizeof *s_scatter));
+    compare("uniform", f_uniform, s_uniform, 1);
+    test_scatter_rerun();
+    gbe = be;
+    test_sharded_sources();
     test_bad_index();
     test_rerun();
     {

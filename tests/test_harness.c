@@ -1202,7 +1202,7 @@ static void fd_check(int ri) {
             }
             for (k = 0; k < n; k++) if (fabs(an[k]) > scale) scale = fabs(an[k]);
             for (k = 0; k < n; k += step) {
-                double x0 = tjt_ld(tjt_array_data(a, 0), TJ_F64, k), h = (r->fd_h > 0 ? r->fd_h : 1e-6) * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, e;
+                double x0 = tjt_array_get(a, 0, k), h = (r->fd_h > 0 ? r->fd_h : 1e-6) * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, e;
                 tjt__set_all(a, k, x0 + h);
                 lp = tjt__run_loss(pl[mode], in);
                 tjt__set_all(a, k, x0 - h);

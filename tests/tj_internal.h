@@ -31,6 +31,10 @@ void *tjt_array_data(const tj_array *a, int d);
 int64_t tjt_array_local_bytes(const tj_array *a);
 const char *tjt_array_axis(const tj_array *a, int r);
 int64_t tjt_array_dim_at(const tj_array *a, int r);
+/* element k of device d's buffer of a, read and written through the backend's
+   copies (a device buffer need not be host memory: TJ_BACKEND=devsim) */
+double tjt_array_get(const tj_array *a, int d, int64_t k);
+void tjt_array_set(tj_array *a, int d, int64_t k, double v);
 
 /* a program's context and graph; a graph's nodes: their op and body (scan) */
 tj_ctx *tjt_prog_ctx(const tj_prog *p);
@@ -58,8 +62,6 @@ void tjt_sgemm_shutdown(void);
 
 /* a parsed safetensors file's data section: [*begin, *end) of its bytes */
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end);
-/* 1 if s[0..n) is exactly one JSON value by the library's JSON reader (the
-   safetensors header parser); 0 otherwise, the reason in ctx's error */
 
 #ifdef __cplusplus
 }
@@ -78,6 +80,18 @@ void *tjt_array_data(const tj_array *a, int d) { return a->data[d]; }
 int64_t tjt_array_local_bytes(const tj_array *a) { return a->local_bytes; }
 const char *tjt_array_axis(const tj_array *a, int r) { return tj__name(a->ctx, a->t.ax[r]); }
 int64_t tjt_array_dim_at(const tj_array *a, int r) { return a->t.dim[r]; }
+double tjt_array_get(const tj_array *a, int d, int64_t k) {
+    char b[8];
+    size_t es = tj_dtype_size(a->t.dt);
+    tj__mem_copy(a->ctx, b, TJ_SPACE_USER, (const char *)a->data[d] + (size_t)k * es, TJ_SPACE_DEVICE, (int64_t)es);
+    return tj__ld(b, a->t.dt, 0);
+}
+void tjt_array_set(tj_array *a, int d, int64_t k, double v) {
+    char b[8];
+    size_t es = tj_dtype_size(a->t.dt);
+    tj__st(b, a->t.dt, 0, v);
+    tj__mem_copy(a->ctx, (char *)a->data[d] + (size_t)k * es, TJ_SPACE_DEVICE, b, TJ_SPACE_USER, (int64_t)es);
+}
 tj_ctx *tjt_prog_ctx(const tj_prog *p) { return p->ctx; }
 tj_graph *tjt_prog_graph(const tj_prog *p) { return p->g; }
 int tjt_graph_size(const tj_graph *g) { return g->n; }

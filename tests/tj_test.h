@@ -176,7 +176,7 @@ static inline double tjt__run_loss(tj_prog *p, tj_tree *in) {
 /* set element k of a replicated array on every device (each holds a copy) */
 static inline void tjt__set_all(tj_array *a, int64_t k, double v) {
     int d;
-    for (d = 0; d < tjt_array_ndev(a); d++) tjt_st(tjt_array_data(a, d), tj_array_dtype(a), k, v);
+    for (d = 0; d < tjt_array_ndev(a); d++) tjt_array_set(a, d, k, v);
 }
 /* returns the max relative error seen; checks it against tol */
 static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, const char *what, tj_fn fn, void *user, tj_tree *in, const char *wrt, double tol) {
@@ -211,7 +211,7 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
         n = tj_array_numel(a);
         step = n > 24 ? n / 24 : 1;
         for (k = 0; k < n; k += step) {
-            double x0 = tjt_ld(tjt_array_data(a, 0), tj_array_dtype(a), k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
+            double x0 = tjt_array_get(a, 0, k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
             if (tj_array_dtype(a) != TJ_F64) h = 1e-2 * (fabs(x0) > 1 ? fabs(x0) : 1.0);
             tjt__set_all(a, k, x0 + h);
             lp = tjt__run_loss(pl, in);
@@ -219,7 +219,7 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
             lm = tjt__run_loss(pl, in);
             tjt__set_all(a, k, x0);
             fd = (lp - lm) / (2 * h);
-            an = tjt_ld(tjt_array_data(ga, 0), tj_array_dtype(ga), k);
+            an = tjt_array_get(ga, 0, k);
             err = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-6);
             if (!(err <= worst)) worst = err;
             checked++;
