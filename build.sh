@@ -138,6 +138,12 @@ test)
             if [ -f tests/test_cuda.cu ] && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda; then
                 run_test test_cuda build/test_cuda
             fi
+            # NCCL transport (-DTJ_NCCL): bootstrap test (no GPU needed), GPU test (skips without GPUs)
+            if [ -f tests/test_nccl_boot.cu ] && "$NVCC" -std=c++17 -DTJ_NCCL -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda_nccl.o \
+                && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl_boot.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl_boot \
+                && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl; then
+                run_test test_nccl_boot build/test_nccl_boot; run_test test_nccl build/test_nccl
+            else echo "  NCCL transport (-DTJ_NCCL, -lnccl) FAILED to build"; total_fail=$((total_fail + 1)); fi
         else echo "  tinyjax_cuda.cu FAILED to compile"; total_fail=$((total_fail + 1)); fi
     else
         echo "  nvcc or tinyjax_cuda.cu not found: CUDA backend not compiled (skipped)"

@@ -1024,7 +1024,13 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
      than a timeout before a process began waiting is left from an earlier
      run and ignored). Every wait has the timeout (TJ_TIMEOUT, default 300 s)
      and a failure names TJ_COORD, the process and what did not arrive.
-   The transport: see "NCCL: the transport" below. */
+   The transport: see "NCCL: the transport" below.
+   The section is compiled with -DTJ_NCCL only (like -DTJ_MPI for MPI), so
+   builds without NCCL need neither nccl.h nor -lnccl:
+
+     nvcc -std=c++17 -O2 -DTJ_NCCL -I. -c tinyjax_cuda.cu -o tinyjax_cuda.o
+     nvcc -std=c++17 -O2 -I. my_program.cu tinyjax_cuda.o -lcublas -lnccl -o my_program */
+#if defined(TJ_NCCL)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -2212,3 +2218,4 @@ extern "C" tj_transport *tj_nccl_transport_new(int gpus, double timeout_s, int d
     }
     return &w->t;
 }
+#endif /* TJ_NCCL */
