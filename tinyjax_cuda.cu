@@ -1014,7 +1014,9 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
    - local rank -> GPU: TJ_LOCAL_RANK, else (TJ_MPI builds, MPI initialized)
      an MPI_COMM_TYPE_SHARED split, else the launcher's variable
      (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, LOCAL_RANK),
-     else 0; a process with local rank l and g GPUs uses GPUs l*g .. l*g+g-1;
+     else rank mod (GPUs of the node / g) (right when each node runs a
+     contiguous block of ranks); a process with local rank l and g GPUs uses
+     GPUs l*g .. l*g+g-1;
    - the NCCL unique id (128 opaque bytes) goes from process 0 to the others
      by MPI_Bcast in TJ_MPI builds when TJ_COORD is unset, else through
      TJ_COORD: "host:port" (process 0 listens on port, the others connect to
@@ -1070,7 +1072,7 @@ extern "C" int tj_nccl_local_rank(int *local_rank, char *err, size_t en) {
     const char *e = getenv("TJ_LOCAL_RANK");
     long v = 0;
     size_t i;
-    *local_rank = 0;
+    *local_rank = -1; /* no source */
     if (e) {
         if (tjn_parse_int(e, 0, TJ_MAXDEV * 64, &v)) {
             snprintf(err, en, "nccl bootstrap: TJ_LOCAL_RANK='%s' is not a local rank (a number >= 0)", e);
@@ -1104,7 +1106,7 @@ extern "C" int tj_nccl_local_rank(int *local_rank, char *err, size_t en) {
             *local_rank = (int)v;
             return 0;
         }
-    return 0;
+    return 0; /* -1: the caller decides (tj_nccl_transport_new: rank mod GPUs of the node) */
 }
 extern "C" int tj_nccl_device_for(int local_rank, int per, int ndev, char *err, size_t en) {
     if (per < 1 || local_rank < 0) {
@@ -2145,6 +2147,7 @@ extern "C" tj_transport *tj_nccl_transport_new(int gpus, double timeout_s, int d
         (void)cudaGetLastError();
         return NULL;
     }
+    if (local < 0) local = ndev / gpus > 0 ? rank % (ndev / gpus) : 0; /* no launcher variable: ranks in blocks per node */
     if ((first = tj_nccl_device_for(local, gpus, ndev, err, en)) < 0) return NULL;
     memset(&id, 0, sizeof id);
     if (rank == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess) {

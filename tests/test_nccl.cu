@@ -283,7 +283,12 @@ int main(void) {
     L = P > 1 ? 1 : ndev < 8 ? ndev : 8;
     N = P * L;
     if (cpu_mode) P = 1, R = 0, L = N = 4;
-    if (tj_nccl_local_rank(&local, err, sizeof err) || (GPU0 = tj_nccl_device_for(local, L, ndev, err, sizeof err)) < 0) {
+    if (tj_nccl_local_rank(&local, err, sizeof err)) GPU0 = -1;
+    else {
+        if (local < 0) local = ndev / L > 0 ? R % (ndev / L) : 0; /* as the transport does */
+        GPU0 = tj_nccl_device_for(local, L, ndev, err, sizeof err);
+    }
+    if (GPU0 < 0) {
         CHECK(0, "%s", err);
         printf("%d passed, %d failed\n", npass, nfail);
         return 1;

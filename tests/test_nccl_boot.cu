@@ -285,7 +285,7 @@ int main(void) {
         static const char *launch[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
         for (i = 0; i < 4; i++) unsetenv(launch[i]);
         unsetenv("TJ_LOCAL_RANK");
-        CHECK(tj_nccl_local_rank(&lr, err, sizeof err) == 0 && lr == 0, "no launcher: local rank 0 (got %d)", lr);
+        CHECK(tj_nccl_local_rank(&lr, err, sizeof err) == 0 && lr == -1, "no launcher: -1, the transport decides (got %d)", lr);
         setenv("SLURM_LOCALID", "2", 1);
         CHECK(tj_nccl_local_rank(&lr, err, sizeof err) == 0 && lr == 2, "SLURM_LOCALID=2 (got %d)", lr);
         setenv("TJ_LOCAL_RANK", "3", 1);
