@@ -1602,6 +1602,11 @@ static int tjn_poll(tjn_comm *h) {
         h->n--;
     }
     if (!h->n) return 0;
+    if (h->w->broken[0]) { /* another group failed: its peers will not come; do not wait for the timeout */
+        snprintf(why, sizeof why, "aborted, the transport broke: %.250s", h->w->broken);
+        tjn_fail(h, h->ring[h->head].what, why);
+        return 1;
+    }
     if (e != cudaErrorNotReady) {
         snprintf(why, sizeof why, "CUDA error %s", cudaGetErrorString(e));
         tjn_fail(h, h->ring[h->head].what, why);
@@ -1765,15 +1770,34 @@ __global__ void tjn_k_reduce(const char *blocks, size_t stride, int G, void *out
 static cudaError_t tjn_reduce(tjn_comm *h, const void *blocks, size_t stride, void *out, tj_dtype dt, size_t count, int ismax, int steps) {
     unsigned nb = (unsigned)(count / 256 + 1 < 65536 ? count / 256 + 1 : 65536);
     if (!count) return cudaSuccess;
+    if (steps && h->G == 1) return cudaMemcpyAsync(out, blocks, count * tj_dtype_size(dt), cudaMemcpyDeviceToDevice, h->cs); /* bit for bit */
     tjn_k_reduce<<<nb, 256, 0, h->cs>>>((const char *)blocks, stride, h->G, out, (int)dt, (int64_t)count, ismax, steps);
     return cudaGetLastError();
 }
 
 /* ---- the table ---- */
+/* NCCL moves device memory: a host pointer (the CPU backend) is an error here, not a crash in NCCL */
+static int tjn_device_mem(const char *kind, const void *send, const void *recv, size_t bytes, char *err, size_t en) {
+    const void *p[2];
+    int i;
+    p[0] = send;
+    p[1] = recv;
+    for (i = 0; i < 2 && bytes; i++) {
+        cudaPointerAttributes a;
+        if (!p[i]) continue;
+        if (cudaPointerGetAttributes(&a, p[i]) != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)) {
+            (void)cudaGetLastError();
+            snprintf(err, en, "NCCL transport: the %s buffer of %s is not CUDA device memory (NCCL moves GPU memory: run the context on tj_cuda_backend)",
+                     i ? "receive" : "send", kind);
+            return 1;
+        }
+    }
+    return 0;
+}
 static int tjn_all_gather(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
     tjn_comm *h = (tjn_comm *)comm;
     (void)t;
-    if (tjn_begin(h, stream, err, en)) return 1;
+    if (tjn_device_mem("all_gather", send, recv, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
     return tjn_end(h, ncclAllGather(send, recv, bytes, ncclUint8, h->comm, h->cs), cudaSuccess, "all_gather", bytes, stream, err, en);
 }
 static int tjn_all_reduce(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
@@ -1788,7 +1812,7 @@ static int tjn_all_reduce(tj_transport *t, void *comm, const void *send, void *r
         snprintf(err, en, "NCCL transport: dtype %s has no NCCL type", tj_dtype_name(dt));
         return 1;
     }
-    if (tjn_begin(h, stream, err, en)) return 1;
+    if (tjn_device_mem("psum", send, recv, S, err, en) || tjn_begin(h, stream, err, en)) return 1;
     if (!w->det) r = ncclAllReduce(send, recv, count, nt, op == TJ_REDUCE_MAX ? ncclMax : ncclSum, h->comm, h->cs);
     else if (tjn_scratch(h, S * (size_t)h->G + 1, &e)) r = ncclSuccess;
     else {
@@ -1827,7 +1851,7 @@ static int tjn_reduce_scatter(tj_transport *t, void *comm, const void *send, voi
         snprintf(err, en, "NCCL transport: dtype %s has no NCCL type", tj_dtype_name(dt));
         return 1;
     }
-    if (tjn_begin(h, stream, err, en)) return 1;
+    if (tjn_device_mem("reduce_scatter", send, recv, S, err, en) || tjn_begin(h, stream, err, en)) return 1;
     if (!w->det) r = ncclReduceScatter(send, recv, count, nt, op == TJ_REDUCE_MAX ? ncclMax : ncclSum, h->comm, h->cs);
     else if (tjn_scratch(h, S * (size_t)h->G + 1, &e)) r = ncclSuccess;
     else { /* every rank's block `rank` here, in rank order, then the CPU's sum */
@@ -1843,7 +1867,7 @@ static int tjn_all_to_all(tj_transport *t, void *comm, const void *send, void *r
     ncclResult_t r;
     cudaError_t e = cudaSuccess;
     (void)t;
-    if (tjn_begin(h, stream, err, en)) return 1;
+    if (tjn_device_mem("all_to_all", send, recv, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
     if (send == recv) { /* in place: through scratch */
         if (!tjn_scratch(h, bytes * (size_t)h->G + 1, &e)) {
             r = tjn_a2a(h, (const char *)send, (char *)h->scratch, bytes, &e);
@@ -1861,7 +1885,7 @@ static int tjn_send_recv(tj_transport *t, void *comm, const void *send, int to, 
         snprintf(err, en, "NCCL transport: ppermute between ranks %d -> %d -> %d of a group of %d", from, h->rank, to, h->G);
         return 1;
     }
-    if (tjn_begin(h, stream, err, en)) return 1;
+    if (tjn_device_mem("ppermute", to >= 0 ? send : NULL, from >= 0 ? recv : NULL, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
     r = ncclGroupStart();
     if (r == ncclSuccess && to >= 0 && to != h->rank) r = ncclSend(send, bytes, ncclUint8, to, h->comm, h->cs);
     if (r == ncclSuccess && from >= 0 && from != h->rank) r = ncclRecv(recv, bytes, ncclUint8, from, h->comm, h->cs);
@@ -1929,7 +1953,7 @@ static void tjn_comm_free(tj_transport *t, void *comm) {
     pthread_mutex_unlock(&w->mu);
     pthread_mutex_lock(&h->mu);
     cudaSetDevice(h->cdev);
-    if (h->comm && !tjn_wait(h, 0)) { /* finished cleanly: finalize, then destroy */
+    if (h->comm && !w->broken[0] && !tjn_wait(h, 0)) { /* finished cleanly: finalize, then destroy */
         int to = 0;
         ncclResult_t r = tjn_settle(h->comm, ncclCommFinalize(h->comm), w->t.timeout_s, &to);
         if (r == ncclSuccess) ncclCommDestroy(h->comm);
@@ -2081,8 +2105,8 @@ static void tjn_free(tj_transport *t) {
         w->stop = 1;
         pthread_join(w->dog, NULL);
     }
-    for (l = 0; l < w->L; l++)
-        if (w->world[l]) tjn_comm_free(t, w->world[l]);
+    for (l = 0; l < w->L; l++) w->world[l] = NULL;
+    while (w->all) tjn_comm_free(t, w->all); /* the world, and groups nobody freed */
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->bmu);
     TJ_FREE(w);

@@ -317,6 +317,20 @@ int main(void) {
         nt->free(nt);
         ct->free(ct);
     }
+    if (!cpu_mode) { /* host memory is refused before NCCL sees it */
+        tj_transport *nt = tj_nccl_transport_new(L, 60, 0, err, sizeof err);
+        void *comm[MAXN];
+        int dev[MAXN];
+        char hs[64], hr[64 * MAXN];
+        CHECK(nt != NULL, "tj_nccl_transport_new: %s", err);
+        for (i = 0; i < L; i++) dev[R * L + i] = R * L + i, color[R * L + i] = 0, key[R * L + i] = R * L + i;
+        if (nt && !nt->split(nt, L, dev + R * L, color + R * L, key + R * L, comm, err, sizeof err)) {
+            int rc = nt->all_gather(nt, comm[0], hs, hr, sizeof hs, NULL, err, sizeof err);
+            CHECK(rc && strstr(err, "send buffer of all_gather is not CUDA device memory"), "host buffers: %s", err);
+            for (i = 0; i < L; i++) nt->comm_free(nt, comm[i]);
+        } else CHECK(0, "split: %s", err);
+        if (nt) nt->free(nt);
+    }
     if (P == 1 && L >= 2 && !cpu_mode) { /* a device that never joins: a timeout naming the collective, then a broken transport */
         tj_transport *nt = tj_nccl_transport_new(L, 2, 0, err, sizeof err);
         void *comm[MAXN], *buf = NULL, *out = NULL;
