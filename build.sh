@@ -160,6 +160,13 @@ test)
         if "$MPICC" -DTJ_MPI -std=c99 -O2 -g $WARN -I. -o build/mpi/test_mpi tests/test_mpi.c $LIBS; then
             run_test mpi/test_mpi build/mpi/test_mpi
         else echo "  tests/test_mpi.c FAILED to compile with $MPICC"; total_fail=$((total_fail + 1)); fi
+        # NCCL bootstrap over MPI (id by MPI_Bcast, local rank by a shared split); OpenMPI's flags for nvcc
+        if [ -x "${NVCC:-}" ] && [ -f tests/test_nccl_boot.cu ] && MPINV="$("$MPICC" --showme:incdirs | sed 's/\([^ ]*\)/-I\1/g') $("$MPICC" --showme:libdirs | sed 's/\([^ ]*\)/-L\1/g')"; then
+            if "$NVCC" -std=c++17 -DTJ_NCCL -DTJ_MPI $MPINV -Werror all-warnings -I. -c tinyjax_cuda.cu -o build/mpi/tinyjax_cuda_nccl.o \
+                && "$NVCC" -std=c++17 -DTJ_MPI $MPINV -Werror all-warnings -I. tests/test_nccl_boot.cu build/mpi/tinyjax_cuda_nccl.o -lcublas -lnccl -lmpi -o build/mpi/test_nccl_boot; then
+                run_test mpi/test_nccl_boot mpirun --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -np 3 build/mpi/test_nccl_boot
+            else echo "  NCCL with -DTJ_MPI FAILED to build"; total_fail=$((total_fail + 1)); fi
+        fi
     else
         echo "  skipped: $MPI_SKIP"
     fi

@@ -9,6 +9,9 @@
  * twice, a port in use, bad TJ_COORD values, no TJ_COORD at all. Also: the
  * local rank (TJ_LOCAL_RANK, the launcher's variable) and the GPU it picks.
  * No CUDA call is made, so it runs on any machine with the libraries.
+ * Built with -DTJ_MPI (against tinyjax_cuda.cu built with -DTJ_NCCL -DTJ_MPI)
+ * and run under mpirun, it checks the MPI path instead: the id by MPI_Bcast
+ * (TJ_COORD unset) and the local rank by an MPI_COMM_TYPE_SHARED split.
  *
  *   nvcc -std=c++17 -Werror all-warnings -I. tests/test_nccl_boot.cu tinyjax_cuda.o -lcublas -lnccl -o build/test_nccl_boot
  */
@@ -152,12 +155,48 @@ static void exchange_ok(const char *what, const char *coord, int n, int root_lat
     CHECK(now_s() - t0 < 10, "%s: took %.1f s", what, now_s() - t0);
 }
 
+#if defined(TJ_MPI)
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+/* under mpirun: the id from process 0 by MPI_Bcast, the local rank by a shared-memory split */
+static int mpi_main(void) {
+    int prov = 0, rank = 0, size = 0, lr = -2, counts[2], sums[2] = {0, 0};
+    unsigned char want[ID], blob[ID];
+    char err[1024];
+    const char *ol = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &prov);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    unsetenv("TJ_COORD");
+    unsetenv("TJ_LOCAL_RANK");
+    fill(want, 77);
+    memset(blob, 0, sizeof blob);
+    if (rank == 0) memcpy(blob, want, ID);
+    err[0] = 0;
+    CHECK(tj_nccl_share_id(NULL, rank, size, blob, ID, 10, err, sizeof err) == 0, "process %d: MPI_Bcast of the id: %s", rank, err);
+    CHECK(!memcmp(blob, want, ID), "process %d: has process 0's id (MPI)", rank);
+    CHECK(tj_nccl_local_rank(&lr, err, sizeof err) == 0 && lr >= 0 && lr < size, "process %d: local rank %d from the shared-memory split", rank, lr);
+    if (ol) CHECK(lr == atoi(ol), "process %d: local rank %d, OMPI_COMM_WORLD_LOCAL_RANK %s", rank, lr, ol);
+    counts[0] = npass;
+    counts[1] = nfail;
+    MPI_Reduce(counts, sums, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("%d passed, %d failed\n", sums[0], sums[1] + (size < 2)); /* one process would test nothing */
+    MPI_Finalize();
+    return rank == 0 && (sums[1] || size < 2) ? 1 : 0;
+}
+#endif
+
 int main(void) {
     char tcp[64], file[256], dir[] = "/tmp/tj_nccl_boot_XXXXXX", err[1024];
     proc p[4];
     result r[4];
     int i, lr = -1;
     unsigned char blob[ID];
+#if defined(TJ_MPI)
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) return mpi_main();
+#endif
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 2;
