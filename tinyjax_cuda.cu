@@ -1051,9 +1051,9 @@ extern "C" int tj_nccl_share_id(const char *coord, int rank, int nprocs, void *b
 #define TJN_MAGIC 0x544a4e43u /* "TJNC": every message and file of the bootstrap */
 
 static double tjn_now(void) { return tj__now_us() * 1e-6; }
-static void tjn_nap(double *nap_s) { /* sleep, backing off from 1 ms to 100 ms */
+static void tjn_nap(double *nap_s) { /* sleep, backing off by 1.5x up to 10 ms */
     tj__nap((int)(*nap_s * 1e6));
-    if (*nap_s < 0.1) *nap_s *= 1.5;
+    if (*nap_s < 0.01) *nap_s *= 1.5;
 }
 /* a non-negative decimal integer, the whole string */
 static int tjn_parse_int(const char *s, long lo, long hi, long *out) {
@@ -1821,7 +1821,7 @@ static int tjn_all_reduce(tj_transport *t, void *comm, const void *send, void *r
         if (r == ncclSuccess) e = tjn_reduce(h, h->scratch, S, recv, dt, count, op == TJ_REDUCE_MAX, 0);
         return tjn_end(h, r, e, "psum (deterministic: all_gather + ordered sum)", S, stream, err, en, to);
     }
-    return tjn_end(h, r, e, "psum (ncclAllReduce)", S, stream, err, en);
+    return tjn_end(h, r, e, w->det ? "psum (deterministic)" : "psum (ncclAllReduce)", S, stream, err, en);
 }
 /* grouped send/recv of G blocks: block q of send to rank q, rank q's block to block q of recv; own block copied */
 static ncclResult_t tjn_a2a(tjn_comm *h, const char *send, char *recv, size_t S, cudaError_t *e) {
@@ -1860,7 +1860,7 @@ static int tjn_reduce_scatter(tj_transport *t, void *comm, const void *send, voi
         if (r == ncclSuccess && e == cudaSuccess) e = tjn_reduce(h, h->scratch, S, recv, dt, count, op == TJ_REDUCE_MAX, 1);
         return tjn_end(h, r, e, "reduce_scatter (deterministic: all_to_all + ordered sum)", S * (size_t)h->G, stream, err, en, to);
     }
-    return tjn_end(h, r, e, "reduce_scatter (ncclReduceScatter)", S * (size_t)h->G, stream, err, en);
+    return tjn_end(h, r, e, w->det ? "reduce_scatter (deterministic)" : "reduce_scatter (ncclReduceScatter)", S * (size_t)h->G, stream, err, en);
 }
 static int tjn_all_to_all(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
     tjn_comm *h = (tjn_comm *)comm;
