@@ -141,8 +141,11 @@ test)
             # NCCL transport (-DTJ_NCCL): bootstrap test (no GPU needed), GPU test (skips without GPUs)
             if [ -f tests/test_nccl_boot.cu ] && "$NVCC" -std=c++17 -DTJ_NCCL -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda_nccl.o \
                 && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl_boot.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl_boot \
-                && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl; then
+                && "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl \
+                && $CXX -std=c++17 -O1 $WARN -I"$(dirname "$NVCC")/../include" -c tests/nccl_mock.cpp -o build/nccl_mock.o \
+                && "$NVCC" -std=c++17 -Werror all-warnings -I. -cudart shared tests/test_nccl.cu build/nccl_mock.o build/tinyjax_cuda_nccl.o -lcublas -o build/test_nccl_mock; then
                 run_test test_nccl_boot build/test_nccl_boot; run_test test_nccl build/test_nccl
+                run_test test_nccl_mock build/test_nccl_mock # the transport's host logic on a pretend GPU (tests/nccl_mock.cpp)
             else echo "  NCCL transport (-DTJ_NCCL, -lnccl) FAILED to build"; total_fail=$((total_fail + 1)); fi
         else echo "  tinyjax_cuda.cu FAILED to compile"; total_fail=$((total_fail + 1)); fi
     else

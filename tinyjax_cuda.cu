@@ -1669,6 +1669,18 @@ static int tjn_begin(tjn_comm *h, void *stream, char *err, size_t en) {
         pthread_mutex_unlock(&h->mu);
         return 1;
     }
+    { /* an error NCCL found after the last collective finished (a peer died since) */
+        ncclResult_t a = ncclSuccess;
+        if (ncclCommGetAsyncError(h->comm, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress) {
+            char why[300], what[96];
+            snprintf(what, sizeof what, "communicator of device %d (found before collective #%lu)", h->dev, h->seq + 1);
+            tjn_why(why, sizeof why, h->comm, a, 0, 0);
+            tjn_fail(h, what, why);
+            snprintf(err, en, "%s", h->err);
+            pthread_mutex_unlock(&h->mu);
+            return 1;
+        }
+    }
     if (h->n == TJN_RING && tjn_wait(h, TJN_RING - 1)) { /* bounded: the oldest must finish first */
         snprintf(err, en, "%s", h->err);
         pthread_mutex_unlock(&h->mu);

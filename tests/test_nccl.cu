@@ -20,10 +20,16 @@
  *   for r in 0 1; do TJ_NPROCS=2 TJ_RANK=$r TJ_COORD=127.0.0.1:29500 ./build/test_nccl & done; wait
  * Without a GPU it says why, prints "0 passed, 0 failed, 1 skipped" and exits 0.
  * TJ_NCCL_TEST_CPU=1 puts a second threads transport (4 devices, host
- * memory) in NCCL's place: it checks this test's own logic without a GPU.
+ * memory) in NCCL's place: it checks this test's plumbing without a GPU.
+ * Linked with tests/nccl_mock.cpp (a pretend GPU and NCCL in host memory,
+ * -cudart shared, no -lnccl) it runs the transport's host logic here: every
+ * comparison above, the timeout of a missing peer, and an asynchronous
+ * NCCL error on one device that must fail every device, naming the cause.
  *
  *   nvcc -std=c++17 -DTJ_NCCL -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda_nccl.o
  *   nvcc -std=c++17 -Werror all-warnings -I. tests/test_nccl.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl
+ *   g++ -std=c++17 -I/usr/local/cuda/include -c tests/nccl_mock.cpp -o build/nccl_mock.o
+ *   nvcc -std=c++17 -I. -cudart shared tests/test_nccl.cu build/nccl_mock.o build/tinyjax_cuda_nccl.o -lcublas -o build/test_nccl_mock
  */
 #include "tinyjax.h"
 
@@ -37,6 +43,9 @@
 extern "C" tj_transport *tj_nccl_transport_new(int gpus_per_process, double timeout_s, int deterministic, char *err, size_t errlen);
 extern "C" int tj_nccl_local_rank(int *local_rank, char *err, size_t errlen);
 extern "C" int tj_nccl_device_for(int local_rank, int per_process, int ndevices, char *err, size_t errlen);
+
+/* defined by tests/nccl_mock.cpp only (the pretend GPU): the world rank whose NCCL reports an error */
+extern "C" int mock_inject_async_error __attribute__((weak));
 
 static int npass, nfail;
 #define CHECK(cond, ...)                                        \
@@ -230,11 +239,14 @@ static void run_split(const char *what, tj_transport *nt, tj_transport *ct, int 
                         ok = 0;
                         fprintf(stderr, "  rank %d: nccl: %s cpu: %s\n", g, nc[i].err, cc[g].err);
                     } else if (exact) ok &= !memcmp(back[i], hrecv[g], S * (size_t)rb);
-                    else
+                    else { /* relative to the largest value: each rank-order rounding is within an ulp of it */
+                        double scale = 1;
+                        for (j = 0; j < COUNT * rb; j++) scale = fabs(at(hrecv[g], dt, j)) > scale ? fabs(at(hrecv[g], dt, j)) : scale;
                         for (j = 0; j < COUNT * rb; j++) {
-                            double a = at(back[i], dt, j), b = at(hrecv[g], dt, j), e = fabs(a - b) / (fabs(b) + 1);
+                            double e = fabs(at(back[i], dt, j) - at(hrecv[g], dt, j)) / scale;
                             worst = e > worst ? e : worst;
                         }
+                    }
                     dfree(dsend[i]);
                     dfree(drecv[i]);
                     if (st[i]) cudaStreamDestroy(st[i]);
@@ -327,8 +339,40 @@ int main(void) {
         if (nt && !nt->split(nt, L, dev + R * L, color + R * L, key + R * L, comm, err, sizeof err)) {
             int rc = nt->all_gather(nt, comm[0], hs, hr, sizeof hs, NULL, err, sizeof err);
             CHECK(rc && strstr(err, "send buffer of all_gather is not CUDA device memory"), "host buffers: %s", err);
+            printf("  host buffers: %s\n", err);
             for (i = 0; i < L; i++) nt->comm_free(nt, comm[i]);
         } else CHECK(0, "split: %s", err);
+        if (nt) nt->free(nt);
+    }
+    if (&mock_inject_async_error && !cpu_mode && P == 1 && L >= 2) { /* tests/nccl_mock.cpp: device 1's NCCL reports a remote error */
+        tj_transport *nt = tj_nccl_transport_new(L, 5, 0, err, sizeof err);
+        void *comm[MAXN], *buf[MAXN];
+        int dev[MAXN], bad = 0, named = 0;
+        call nc[MAXN];
+        pthread_t th[MAXN];
+        for (i = 0; i < L; i++) dev[i] = i, color[i] = 0, key[i] = i;
+        if (nt && !nt->split(nt, L, dev, color, key, comm, err, sizeof err)) {
+            mock_inject_async_error = 1;
+            for (i = 0; i < L; i++) {
+                memset(&nc[i], 0, sizeof nc[i]);
+                cudaSetDevice(GPU0 + i);
+                buf[i] = dalloc(COUNT * 4 * (size_t)L);
+                nc[i].t = nt, nc[i].comm = comm[i], nc[i].kind = AG, nc[i].G = L, nc[i].me = i, nc[i].dt = TJ_F32;
+                nc[i].send = buf[i], nc[i].recv = buf[i], nc[i].cdev = GPU0 + i; /* all_gather of block 0 in place: only the failure matters */
+                pthread_create(&th[i], NULL, do_call, &nc[i]);
+            }
+            for (i = 0; i < L; i++) pthread_join(th[i], NULL);
+            mock_inject_async_error = -1;
+            printf("  device 1: %s\n  device 0: %s\n", nc[1].err, nc[0].err);
+            for (i = 0; i < L; i++) {
+                bad += nc[i].rc != 0;
+                named += strstr(nc[i].err, i == 1 ? "remote process exited" : "broke") != NULL;
+                if (!strstr(nc[i].err, i == 1 ? "remote process exited" : "broke")) fprintf(stderr, "  device %d: %s\n", i, nc[i].err);
+                dfree(buf[i]);
+            }
+            CHECK(bad == L && named == L, "an asynchronous NCCL error on device 1: every device fails (%d of %d), naming the cause (%d)", bad, L, named);
+            for (i = 0; i < L; i++) nt->comm_free(nt, comm[i]);
+        } else CHECK(0, "transport or split: %s", err);
         if (nt) nt->free(nt);
     }
     if (P == 1 && L >= 2 && !cpu_mode) { /* a device that never joins: a timeout naming the collective, then a broken transport */
@@ -345,8 +389,10 @@ int main(void) {
                 cudaMalloc(&out, 4096 * (size_t)L);
                 rc = nt->all_gather(nt, comm[0], buf, out, 4096, NULL, err, sizeof err); /* device 1 never joins */
                 CHECK(rc && strstr(err, "all_gather #1") && strstr(err, "timed out after 2 s"), "a missing peer: %s", err);
+                printf("  a missing peer: %s\n", err);
                 rc = nt->all_reduce(nt, comm[1], buf, out, 16, TJ_F32, TJ_REDUCE_SUM, NULL, err, sizeof err);
                 CHECK(rc && strstr(err, "broken") && strstr(err, "all_gather #1"), "after the timeout: %s", err);
+                printf("  the next call: %s\n", err);
                 cudaFree(buf);
                 cudaFree(out);
                 for (i = 0; i < L; i++) nt->comm_free(nt, comm[i]);
