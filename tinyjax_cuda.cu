@@ -1507,7 +1507,10 @@ extern "C" int tj_nccl_share_id(const char *coord, int rank, int nprocs, void *b
    exact in both modes. all_to_all and ppermute are grouped ncclSend /
    ncclRecv (a device's own block is a device copy). proc_allgather (host
    agreement between processes) is an ncclAllGather over the world
-   communicators through device buffers. */
+   communicators through device buffers.
+   Tests: tests/test_nccl.cu against the CPU transport where GPUs exist;
+   the same test linked with tests/nccl_mock.cpp (a pretend GPU and NCCL in
+   host memory) runs this host logic without one. Never run on a GPU yet. */
 #include <nccl.h>
 
 extern "C" tj_transport *tj_nccl_transport_new(int gpus_per_process, double timeout_s, int deterministic, char *err, size_t errlen);
