@@ -192,6 +192,12 @@ test)
     section "compiling on $JOBS cores: tests (-O2, sanitized), header checks$([ $have_cuda = 1 ] && echo ", CUDA")$([ $have_clang = 1 ] && echo ", libFuzzer")$([ $have_mpi = 1 ] && echo ", MPI")"
     if [ $have_cuda = 1 ]; then
         spawn build/tinyjax_cuda.log "$NVCC" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o
+        spawn build/tinyjax_cuda_nccl.log "$NVCC" -std=c++17 -DTJ_NCCL -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda_nccl.o
+        spawn build/nccl_mock.log $CXX -std=c++17 -O1 $WARN -I"$(dirname "$NVCC")/../include" -c tests/nccl_mock.cpp -o build/nccl_mock.o
+        if [ $have_mpi = 1 ]; then # OpenMPI's include and library folders, for nvcc
+            MPINV="$("$MPICC" --showme:incdirs | sed 's/\([^ ]*\)/-I\1/g') $("$MPICC" --showme:libdirs | sed 's/\([^ ]*\)/-L\1/g')"
+            spawn build/mpi/tinyjax_cuda_nccl.log "$NVCC" -std=c++17 -DTJ_NCCL -DTJ_MPI $MPINV -Werror all-warnings -I. -c tinyjax_cuda.cu -o build/mpi/tinyjax_cuda_nccl.o
+        fi
     fi
     compile_tests build/asan $ASAN
     if [ $have_clang = 1 ]; then
@@ -211,6 +217,15 @@ test)
     link_tests build/asan $ASAN
     if [ $have_cuda = 1 ] && done_ok build/tinyjax_cuda.log && [ -f tests/test_cuda.cu ]; then
         spawn build/test_cuda.log "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda
+    fi
+    if [ $have_cuda = 1 ] && done_ok build/tinyjax_cuda_nccl.log; then
+        spawn build/test_nccl_boot.log "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl_boot.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl_boot
+        spawn build/test_nccl.log "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl
+        # the mock stands in for libnccl and the CUDA runtime's device calls
+        done_ok build/nccl_mock.log && spawn build/test_nccl_mock.log "$NVCC" -std=c++17 -Werror all-warnings -I. -cudart shared tests/test_nccl.cu build/nccl_mock.o build/tinyjax_cuda_nccl.o -lcublas -o build/test_nccl_mock
+    fi
+    if [ $have_cuda = 1 ] && [ $have_mpi = 1 ] && done_ok build/mpi/tinyjax_cuda_nccl.log; then
+        spawn build/mpi/test_nccl_boot.log "$NVCC" -std=c++17 -DTJ_MPI $MPINV -Werror all-warnings -I. tests/test_nccl_boot.cu build/mpi/tinyjax_cuda_nccl.o -lcublas -lnccl -lmpi -o build/mpi/test_nccl_boot
     fi
     pool_wait
 
@@ -272,6 +287,16 @@ test)
                 # every op of the op table has a CUDA path or a listed gap (no GPU needed)
                 run_test test_cuda_coverage build/test_cuda --coverage
             else echo "  tests/test_cuda.cu FAILED to compile:"; sed 's/^/    /' build/test_cuda.log; total_fail=$((total_fail + 1)); fi
+            # NCCL transport (-DTJ_NCCL): bootstrap test (no GPU needed), GPU
+            # test (skips without GPUs), and the GPU test linked with a pretend
+            # GPU + NCCL (tests/nccl_mock.cpp) that runs the transport's host logic
+            for t in test_nccl_boot test_nccl test_nccl_mock; do
+                if done_ok build/tinyjax_cuda_nccl.log && done_ok build/$t.log; then run_test $t build/$t
+                else
+                    echo "  $t (-DTJ_NCCL) FAILED to build:"; cat build/tinyjax_cuda_nccl.log build/nccl_mock.log build/$t.log 2>/dev/null | sed 's/^/    /'
+                    total_fail=$((total_fail + 1))
+                fi
+            done
         else echo "  tinyjax_cuda.cu FAILED to compile:"; sed 's/^/    /' build/tinyjax_cuda.log; total_fail=$((total_fail + 1)); fi
     else
         echo "  nvcc or tinyjax_cuda.cu not found: CUDA backend not compiled (skipped)"
@@ -287,6 +312,12 @@ test)
         if done_ok build/mpi/test_mpi.log; then
             run_test mpi/test_mpi build/mpi/test_mpi
         else echo "  tests/test_mpi.c FAILED to compile with $MPICC:"; sed 's/^/    /' build/mpi/test_mpi.log; total_fail=$((total_fail + 1)); fi
+        # NCCL bootstrap over MPI (id by MPI_Bcast, local rank by a shared split)
+        if [ $have_cuda = 1 ]; then
+            if done_ok build/mpi/test_nccl_boot.log; then
+                run_test mpi/test_nccl_boot mpirun --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -np 3 build/mpi/test_nccl_boot
+            else echo "  NCCL with -DTJ_MPI FAILED to build:"; cat build/mpi/tinyjax_cuda_nccl.log build/mpi/test_nccl_boot.log 2>/dev/null | sed 's/^/    /'; total_fail=$((total_fail + 1)); fi
+        fi
     else
         echo "  skipped: $MPI_SKIP"
     fi

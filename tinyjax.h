@@ -821,10 +821,13 @@ TJDEF void tj_devsim_backend_free(tj_backend *b);
    rank order in the same arithmetic (all_reduce: in double, rounded once;
    reduce_scatter: rounded after each add, as the kernels always did), so
    any placement of devices on processes gives the same bits. A GPU
-   transport (NCCL) implements the same table: `stream` is the device's
-   communication stream (NULL on the CPU), and the caller orders it after
-   the kernels that made `send` with events of its own. Every function
-   returns 0, or nonzero after writing a message into err[errlen]. */
+   transport (NCCL: tj_nccl_transport_new below) implements the same table:
+   `stream` is the device's compute stream, the one whose work made `send`
+   and will read `recv` (NULL on the CPU, and for a blocking call); the
+   transport runs the collective on a communication stream of its own,
+   ordered after `stream`'s work and before its later work by events, and
+   returns at once. Every function returns 0, or nonzero after writing a
+   message into err[errlen]. */
 typedef enum { TJ_REDUCE_SUM = 0, TJ_REDUCE_MAX = 1 } tj_reduce_op;
 typedef struct tj_transport tj_transport;
 struct tj_transport {
@@ -893,6 +896,14 @@ TJDEF const char *tj_transport_name(tj_ctx *ctx);
 /* The built-in threads transport, for wrapping (e.g. to count or trace
    calls) and passing as tj_distributed_opts.transport; free with t->free. */
 TJDEF tj_transport *tj_threads_transport_new(double timeout_s);
+/* The NCCL transport (defined in tinyjax_cuda.cu when compiled with -DTJ_NCCL;
+   link -lnccl): each process drives gpus_per_process GPUs (0: one), the
+   unique id by MPI_Bcast (TJ_MPI under mpirun), else TJ_COORD=host:port or
+   a shared file's path; timeout_s 0: TJ_TIMEOUT or 300; deterministic 1
+   reduces in rank order as the CPU transports do (-1: TJ_NCCL_DETERMINISTIC).
+   NULL and a message in err on failure. Not yet reached by tj_run: the
+   CUDA backend has no collective kernels. */
+TJDEF tj_transport *tj_nccl_transport_new(int gpus_per_process, double timeout_s, int deterministic, char *err, size_t errlen);
 /* Arrays across processes. An array "spans processes" when some of its
    shards live only on other processes' devices; tj_array_read of such an
    array is an error. tj_array_read_all gathers it into every process (all

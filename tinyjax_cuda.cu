@@ -1261,3 +1261,1266 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
     be->b.sync = tjc_sync;
     return &be->b;
 }
+
+/* ==== NCCL: the transport between GPUs, and its bootstrap ================== */
+/* One process per GPU (or one process driving several), collectives through
+   NCCL, behind the transport table of tinyjax.h ([11], "transports and
+   processes"). Link with -lnccl (and -lcublas as before).
+
+     char err[512];
+     tj_transport *t = tj_nccl_transport_new(0, 0, -1, err, sizeof err);
+     tj_distributed_opts o = {0, 0, 0, t};    // processes and rank from t
+     if (!t || tj_distributed_init(ctx, &o)) ... // err says why
+
+   Bootstrap (this part needs no GPU and no CUDA call; tests/test_nccl_boot.cu
+   runs it with forked processes):
+   - processes and rank: OMPI_COMM_WORLD_SIZE/RANK, PMI_SIZE/RANK or
+     TJ_NPROCS/TJ_RANK, as tj_distributed_init reads them;
+   - local rank -> GPU: TJ_LOCAL_RANK, else (TJ_MPI builds, MPI initialized)
+     an MPI_COMM_TYPE_SHARED split, else the launcher's variable
+     (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, LOCAL_RANK),
+     else rank mod (GPUs of the node / g) (right when each node runs a
+     contiguous block of ranks); a process with local rank l and g GPUs uses
+     GPUs l*g .. l*g+g-1;
+   - the NCCL unique id (128 opaque bytes) goes from process 0 to the others
+     by MPI_Bcast in TJ_MPI builds when TJ_COORD is unset, else through
+     TJ_COORD: "host:port" (process 0 listens on port, the others connect to
+     host with retries until the timeout) or a path containing '/' on a file
+     system every process sees (process 0 writes it atomically, the others
+     poll for it, acknowledge, and process 0 removes it; a file written more
+     than a timeout before a process began waiting is left from an earlier
+     run and ignored). Every wait has the timeout (TJ_TIMEOUT, default 300 s)
+     and a failure names TJ_COORD, the process and what did not arrive.
+   The transport: see "NCCL: the transport" below.
+   The section is compiled with -DTJ_NCCL only (like -DTJ_MPI for MPI), so
+   builds without NCCL need neither nccl.h nor -lnccl:
+
+     nvcc -std=c++17 -O2 -DTJ_NCCL -I. -c tinyjax_cuda.cu -o tinyjax_cuda.o
+     nvcc -std=c++17 -O2 -I. my_program.cu tinyjax_cuda.o -lcublas -lnccl -o my_program */
+#if defined(TJ_NCCL)
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+extern "C" int tj_nccl_local_rank(int *local_rank, char *err, size_t errlen);
+extern "C" int tj_nccl_device_for(int local_rank, int per_process, int ndevices, char *err, size_t errlen);
+extern "C" int tj_nccl_share_id(const char *coord, int rank, int nprocs, void *blob, size_t bytes, double timeout_s, char *err, size_t errlen);
+
+#define TJN_MAGIC 0x544a4e43u /* "TJNC": every message and file of the bootstrap */
+
+static double tjn_now(void) { return tj__now_us() * 1e-6; }
+static void tjn_nap(double *nap_s) { /* sleep, backing off by 1.5x up to 10 ms */
+    tj__nap((int)(*nap_s * 1e6));
+    if (*nap_s < 0.01) *nap_s *= 1.5;
+}
+/* a non-negative decimal integer, the whole string */
+static int tjn_parse_int(const char *s, long lo, long hi, long *out) {
+    char *end = NULL;
+    long v;
+    if (!s || !*s) return 1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || !end || *end || v < lo || v > hi) return 1;
+    *out = v;
+    return 0;
+}
+
+extern "C" int tj_nccl_local_rank(int *local_rank, char *err, size_t en) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
+    const char *e = getenv("TJ_LOCAL_RANK");
+    long v = 0;
+    size_t i;
+    *local_rank = -1; /* no source */
+    if (e) {
+        if (tjn_parse_int(e, 0, TJ_MAXDEV * 64, &v)) {
+            snprintf(err, en, "nccl bootstrap: TJ_LOCAL_RANK='%s' is not a local rank (a number >= 0)", e);
+            return 1;
+        }
+        *local_rank = (int)v;
+        return 0;
+    }
+#if defined(TJ_MPI)
+    {
+        int inited = 0, fin = 0, r = 0;
+        MPI_Initialized(&inited);
+        MPI_Finalized(&fin);
+        if (inited && !fin) {
+            MPI_Comm node;
+            if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+                MPI_Comm_rank(node, &r);
+                MPI_Comm_free(&node);
+                *local_rank = r;
+                return 0;
+            }
+        }
+    }
+#endif
+    for (i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if ((e = getenv(vars[i])) != NULL) {
+            if (tjn_parse_int(e, 0, TJ_MAXDEV * 64, &v)) {
+                snprintf(err, en, "nccl bootstrap: %s='%s' is not a local rank (set TJ_LOCAL_RANK)", vars[i], e);
+                return 1;
+            }
+            *local_rank = (int)v;
+            return 0;
+        }
+    return 0; /* -1: the caller decides (tj_nccl_transport_new: rank mod GPUs of the node) */
+}
+extern "C" int tj_nccl_device_for(int local_rank, int per, int ndev, char *err, size_t en) {
+    if (per < 1 || local_rank < 0) {
+        snprintf(err, en, "nccl bootstrap: local rank %d with %d GPU%s per process", local_rank, per, per == 1 ? "" : "s");
+        return -1;
+    }
+    if ((long)local_rank * per + per > ndev) {
+        snprintf(err, en,
+                 "nccl bootstrap: local rank %d with %d GPU%s per process needs GPU%s %d..%d, but this node has %d (more processes on this node "
+                 "than GPUs / GPUs per process; check the launcher's processes per node, or TJ_LOCAL_RANK)",
+                 local_rank, per, per == 1 ? "" : "s", per == 1 ? "" : "s", local_rank * per, local_rank * per + per - 1, ndev);
+        return -1;
+    }
+    return local_rank * per;
+}
+
+/* ---- the id over TCP: TJ_COORD=host:port ---- */
+typedef struct {
+    uint32_t magic, rank, nprocs, bytes; /* hello; the reply: rank = status */
+} tjn_hdr;
+enum { TJN_OK = 0, TJN_BAD_NPROCS = 1, TJN_BAD_RANK = 2, TJN_BAD_BYTES = 3 };
+
+/* whole buffers with a deadline; 0, or nonzero with *why */
+static int tjn_io(int fd, void *buf, size_t n, int wr, double deadline, const char **why) {
+    char *p = (char *)buf;
+    while (n) {
+        struct pollfd pf;
+        double left = deadline - tjn_now();
+        ssize_t k;
+        if (left <= 0) {
+            *why = "timed out";
+            return 1;
+        }
+        pf.fd = fd;
+        pf.events = wr ? POLLOUT : POLLIN;
+        pf.revents = 0;
+        if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0) continue;
+        k = wr ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        if (k == 0) {
+            *why = "the other side closed the connection";
+            return 1;
+        }
+        if (k < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            *why = strerror(errno);
+            return 1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+static int tjn_tcp_root(const char *coord, int port, int nprocs, const void *blob, size_t bytes, double timeout_s, char *err, size_t en) {
+    struct sockaddr_in a;
+    int fd, one = 1, got = 0, r, rc = 0;
+    unsigned char seen[TJ_MAXDEV * 64 + 1];
+    double deadline = tjn_now() + timeout_s;
+    if (nprocs > (int)sizeof seen - 1) {
+        snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): %d processes is too many", coord, nprocs);
+        return 1;
+    }
+    memset(seen, 0, sizeof seen);
+    if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0) {
+        snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process 0: socket: %s", coord, strerror(errno));
+        return 1;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, nprocs)) {
+        snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process 0 cannot listen on port %d: %s (choose a free port)", coord, port, strerror(errno));
+        close(fd);
+        return 1;
+    }
+    while (got < nprocs - 1 && !rc) {
+        struct pollfd pf;
+        double left = deadline - tjn_now();
+        int c;
+        tjn_hdr h, rep;
+        const char *why = "";
+        if (left <= 0) {
+            char miss[256];
+            size_t o = 0;
+            miss[0] = 0;
+            for (r = 1; r < nprocs && o + 16 < sizeof miss; r++)
+                if (!seen[r]) o += (size_t)snprintf(miss + o, sizeof miss - o, "%s%d", o ? ", " : "", r);
+            snprintf(err, en,
+                     "nccl bootstrap (TJ_COORD=%s): process 0 timed out after %g s waiting on port %d: %d of %d other processes connected (missing: "
+                     "%s); are they running, with the same TJ_COORD, and can they reach this host?",
+                     coord, timeout_s, port, got, nprocs - 1, miss);
+            rc = 1;
+            break;
+        }
+        pf.fd = fd;
+        pf.events = POLLIN;
+        pf.revents = 0;
+        if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0) continue;
+        if ((c = accept(fd, NULL, NULL)) < 0) continue;
+        if (tjn_io(c, &h, sizeof h, 0, deadline, &why) || h.magic != TJN_MAGIC) { /* not one of ours: ignore it */
+            close(c);
+            continue;
+        }
+        memset(&rep, 0, sizeof rep);
+        rep.magic = TJN_MAGIC;
+        rep.nprocs = (uint32_t)nprocs;
+        rep.bytes = (uint32_t)bytes;
+        rep.rank = h.nprocs != (uint32_t)nprocs ? TJN_BAD_NPROCS
+                   : h.rank < 1 || h.rank >= (uint32_t)nprocs || seen[h.rank] ? TJN_BAD_RANK
+                   : h.bytes != (uint32_t)bytes ? TJN_BAD_BYTES
+                   : TJN_OK;
+        if (tjn_io(c, &rep, sizeof rep, 1, deadline, &why) || (rep.rank == TJN_OK && tjn_io(c, (void *)blob, bytes, 1, deadline, &why))) {
+            close(c);
+            continue; /* it gave up; it may come back */
+        }
+        close(c);
+        if (rep.rank == TJN_BAD_NPROCS) {
+            snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %u says %u processes, process 0 was told %d", coord, h.rank, h.nprocs, nprocs);
+            rc = 1;
+        } else if (rep.rank == TJN_BAD_RANK) {
+            snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): a process with rank %u connected (%s)", coord, h.rank,
+                     h.rank >= 1 && h.rank < (uint32_t)nprocs ? "twice: two processes have the same rank" : "out of range");
+            rc = 1;
+        } else if (rep.rank == TJN_BAD_BYTES) {
+            snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %u expects a %u-byte id, process 0 has %zu bytes (different builds?)", coord, h.rank,
+                     h.bytes, bytes);
+            rc = 1;
+        } else {
+            seen[h.rank] = 1;
+            got++;
+        }
+    }
+    close(fd);
+    return rc;
+}
+static int tjn_tcp_peer(const char *coord, const char *host, const char *port, int rank, int nprocs, void *blob, size_t bytes, double timeout_s, char *err,
+                        size_t en) {
+    double deadline = tjn_now() + timeout_s, nap = 0.001;
+    char last[200];
+    snprintf(last, sizeof last, "no attempt");
+    for (;;) {
+        struct addrinfo hints, *res = NULL, *ai;
+        int g, done = 0;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_family = AF_INET;
+        hints.ai_socktype = SOCK_STREAM;
+        g = getaddrinfo(host, port, &hints, &res);
+        if (g && g != EAI_AGAIN) {
+            snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %d cannot resolve host '%s': %s", coord, rank, host, gai_strerror(g));
+            return 1;
+        }
+        if (g) snprintf(last, sizeof last, "resolving '%s': %s", host, gai_strerror(g));
+        for (ai = g ? NULL : res; ai && !done; ai = ai->ai_next) {
+            int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol), fl, e = 0;
+            socklen_t el = sizeof e;
+            struct pollfd pf;
+            tjn_hdr h, rep;
+            const char *why = "";
+            double left = deadline - tjn_now();
+            if (fd < 0) {
+                snprintf(last, sizeof last, "socket: %s", strerror(errno));
+                continue;
+            }
+            fl = fcntl(fd, F_GETFL, 0);
+            fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+            if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS) {
+                snprintf(last, sizeof last, "connect: %s", strerror(errno));
+                close(fd);
+                continue;
+            }
+            pf.fd = fd;
+            pf.events = POLLOUT;
+            pf.revents = 0;
+            if (poll(&pf, 1, left > 2 ? 2000 : left > 0 ? (int)(left * 1000) + 1 : 1) <= 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) || e) {
+                snprintf(last, sizeof last, "connect: %s", e ? strerror(e) : "no answer");
+                close(fd);
+                continue;
+            }
+            h.magic = TJN_MAGIC;
+            h.rank = (uint32_t)rank;
+            h.nprocs = (uint32_t)nprocs;
+            h.bytes = (uint32_t)bytes;
+            if (tjn_io(fd, &h, sizeof h, 1, deadline, &why) || tjn_io(fd, &rep, sizeof rep, 0, deadline, &why)) {
+                snprintf(last, sizeof last, "exchanging with process 0: %s", why);
+                close(fd);
+                continue;
+            }
+            if (rep.magic != TJN_MAGIC || rep.rank != TJN_OK) {
+                close(fd);
+                if (rep.magic != TJN_MAGIC) snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %d: the server at %s:%s is not a tinyjax process 0", coord, rank, host, port);
+                else if (rep.rank == TJN_BAD_NPROCS)
+                    snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %d was told %d processes, process 0 says %u", coord, rank, nprocs, rep.nprocs);
+                else if (rep.rank == TJN_BAD_RANK)
+                    snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process 0 refused rank %d (out of range, or another process has it)", coord, rank);
+                else snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %d expects a %zu-byte id, process 0 has %u bytes", coord, rank, bytes, rep.bytes);
+                freeaddrinfo(res);
+                return 1;
+            }
+            if (tjn_io(fd, blob, bytes, 0, deadline, &why)) snprintf(last, sizeof last, "receiving the id: %s", why);
+            else done = 1;
+            close(fd);
+        }
+        if (res) freeaddrinfo(res);
+        if (done) return 0;
+        if (tjn_now() >= deadline) {
+            snprintf(err, en,
+                     "nccl bootstrap (TJ_COORD=%s): process %d timed out after %g s connecting to process 0 at %s port %s (last: %s); is process 0 "
+                     "running on that host, with the same TJ_COORD?",
+                     coord, rank, timeout_s, host, port, last);
+            return 1;
+        }
+        tjn_nap(&nap);
+    }
+}
+
+/* ---- the id through a shared file: TJ_COORD=/path ---- */
+typedef struct {
+    uint32_t magic, nprocs, bytes, pad;
+    int64_t written; /* time(NULL) of process 0 when it wrote the file */
+} tjn_fhdr;
+static void tjn_ack_name(char *b, size_t n, const char *path, int r) { snprintf(b, n, "%s.ack.%d", path, r); }
+static int tjn_file_root(const char *path, int nprocs, const void *blob, size_t bytes, double timeout_s, char *err, size_t en) {
+    char tmp[4200], ack[4200];
+    tjn_fhdr h;
+    FILE *f;
+    int r, ok = 0, got;
+    double deadline = tjn_now() + timeout_s, nap = 0.001;
+    if (strlen(path) > 4000) {
+        snprintf(err, en, "nccl bootstrap: TJ_COORD path is too long");
+        return 1;
+    }
+    for (r = 1; r < nprocs; r++) { /* acknowledgements of an earlier run */
+        tjn_ack_name(ack, sizeof ack, path, r);
+        remove(ack);
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    memset(&h, 0, sizeof h);
+    h.magic = TJN_MAGIC;
+    h.nprocs = (uint32_t)nprocs;
+    h.bytes = (uint32_t)bytes;
+    h.written = (int64_t)time(NULL);
+    if ((f = fopen(tmp, "wb")) != NULL) {
+        ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(blob, 1, bytes, f) == bytes;
+        ok = (fflush(f) == 0) & ok;
+        ok = (fsync(fileno(f)) == 0) & ok;
+        ok = (fclose(f) == 0) & ok;
+    }
+    if (!ok || rename(tmp, path)) {
+        snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process 0 cannot write the id file: %s (is the directory there and writable by every process?)", path,
+                 strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    for (;;) {
+        for (r = 1, got = 0; r < nprocs; r++) {
+            tjn_ack_name(ack, sizeof ack, path, r);
+            got += access(ack, F_OK) == 0;
+        }
+        if (got == nprocs - 1) break;
+        if (tjn_now() >= deadline) {
+            char miss[256];
+            size_t o = 0;
+            for (r = 1, miss[0] = 0; r < nprocs && o + 16 < sizeof miss; r++) {
+                tjn_ack_name(ack, sizeof ack, path, r);
+                if (access(ack, F_OK)) o += (size_t)snprintf(miss + o, sizeof miss - o, "%s%d", o ? ", " : "", r);
+            }
+            snprintf(err, en,
+                     "nccl bootstrap (TJ_COORD=%s): process 0 timed out after %g s: %d of %d other processes read the id file (missing: %s); are they "
+                     "running, with the same TJ_COORD, on a file system they share with this one?",
+                     path, timeout_s, got, nprocs - 1, miss);
+            remove(path);
+            return 1;
+        }
+        tjn_nap(&nap);
+    }
+    remove(path);
+    for (r = 1; r < nprocs; r++) {
+        tjn_ack_name(ack, sizeof ack, path, r);
+        remove(ack);
+    }
+    return 0;
+}
+static int tjn_file_peer(const char *path, int rank, int nprocs, void *blob, size_t bytes, double timeout_s, char *err, size_t en) {
+    double deadline = tjn_now() + timeout_s, nap = 0.001;
+    int64_t began = (int64_t)time(NULL);
+    char stale[160], ack[4200], tmp[4300];
+    stale[0] = 0;
+    for (;;) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            tjn_fhdr h;
+            int whole = fread(&h, sizeof h, 1, f) == 1 && h.magic == TJN_MAGIC && h.bytes == (uint32_t)bytes && fread(blob, 1, bytes, f) == bytes;
+            fclose(f);
+            if (whole && h.written + (int64_t)timeout_s < began)
+                snprintf(stale, sizeof stale, " (a stale file, written %lld s before this process began waiting, was ignored)", (long long)(began - h.written));
+            else if (whole && h.nprocs != (uint32_t)nprocs) {
+                snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %d was told %d processes, process 0 says %u", path, rank, nprocs, h.nprocs);
+                return 1;
+            } else if (whole) {
+                FILE *a;
+                tjn_ack_name(ack, sizeof ack, path, rank);
+                snprintf(tmp, sizeof tmp, "%s.tmp.%ld", ack, (long)getpid());
+                if (!(a = fopen(tmp, "wb")) || fclose(a) || rename(tmp, ack)) {
+                    snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %d cannot write its acknowledgement %s: %s", path, rank, ack, strerror(errno));
+                    remove(tmp);
+                    return 1;
+                }
+                return 0;
+            }
+        }
+        if (tjn_now() >= deadline) {
+            snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %d timed out after %g s waiting for process 0 to write the id file%s", path, rank,
+                     timeout_s, stale);
+            return 1;
+        }
+        tjn_nap(&nap);
+    }
+}
+
+extern "C" int tj_nccl_share_id(const char *coord, int rank, int nprocs, void *blob, size_t bytes, double timeout_s, char *err, size_t en) {
+    char host[256];
+    const char *colon;
+    long port = 0;
+    if (nprocs <= 1) return 0;
+    if (rank < 0 || rank >= nprocs) {
+        snprintf(err, en, "nccl bootstrap: process %d of %d", rank, nprocs);
+        return 1;
+    }
+    if (timeout_s <= 0) timeout_s = 300;
+    if (!coord) coord = getenv("TJ_COORD");
+#if defined(TJ_MPI)
+    if (!coord || !*coord) {
+        int inited = 0, fin = 0, rc;
+        MPI_Initialized(&inited);
+        MPI_Finalized(&fin);
+        if (inited && !fin) {
+            if (bytes > (size_t)0x7fffffff) {
+                snprintf(err, en, "nccl bootstrap: an id of %zu bytes", bytes);
+                return 1;
+            }
+            if ((rc = MPI_Bcast(blob, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD)) != MPI_SUCCESS) return tj__mpi_fail(rc, "broadcast of the NCCL id", err, en);
+            return 0;
+        }
+    }
+#endif
+    if (!coord || !*coord) {
+        snprintf(err, en,
+                 "nccl bootstrap: no way to share the NCCL id between %d processes: launch with mpirun (a TJ_MPI build), or set TJ_COORD=host:port "
+                 "(process 0's host and a free port) or TJ_COORD=/path/on/a/shared/file/system in every process",
+                 nprocs);
+        return 1;
+    }
+    if (strchr(coord, '/')) return rank ? tjn_file_peer(coord, rank, nprocs, blob, bytes, timeout_s, err, en) : tjn_file_root(coord, nprocs, blob, bytes, timeout_s, err, en);
+    colon = strrchr(coord, ':');
+    if (!colon || colon == coord || (size_t)(colon - coord) >= sizeof host || tjn_parse_int(colon + 1, 1, 65535, &port)) {
+        snprintf(err, en, "nccl bootstrap: TJ_COORD='%s' is neither host:port (a port 1..65535) nor a path containing '/'", coord);
+        return 1;
+    }
+    memcpy(host, coord, (size_t)(colon - coord));
+    host[colon - coord] = 0;
+    return rank ? tjn_tcp_peer(coord, host, colon + 1, rank, nprocs, blob, bytes, timeout_s, err, en)
+                : tjn_tcp_root(coord, (int)port, nprocs, blob, bytes, timeout_s, err, en);
+}
+
+/* ---- NCCL: the transport ----
+   One NCCL communicator per local GPU spans the job (the world: rank =
+   process * GPUs per process + local index, which is tinyjax's device
+   index). A split (once per mesh-axis group, at tj_jit) is ncclCommSplit of
+   the world with the other transports' rule: color = the device's
+   coordinates off the axes, key = its rank along them (ties by world rank,
+   so NCCL's rank r is tj__mesh_peer's rank r). Communicators are
+   non-blocking (config.blocking = 0), so no NCCL call can hang the host:
+   every "in progress" is polled with ncclCommGetAsyncError under the
+   timeout.
+   A collective runs on its group's communication stream. `stream`, when
+   not NULL, is the cudaStream_t whose work made `send` and will read
+   `recv` (the device's compute stream): the transport records an event on
+   it, makes the communication stream wait for it, enqueues NCCL, records a
+   second event and makes `stream` wait for that: no host synchronisation,
+   and the call returns at once. A watchdog thread polls the outstanding
+   collectives (event done? ncclCommGetAsyncError? older than the
+   timeout?); on an error or a timeout it aborts the communicator
+   (ncclCommAbort, which also frees the streams waiting on it) and the
+   transport is broken: the next call on any group fails with the message,
+   naming the collective that failed and the line that caused it (from
+   tj__where when the program runs in process mode). With stream NULL the
+   call is blocking, as on the CPU transport: `send` must be ready, and the
+   call returns when `recv` is written, polling the same way.
+   NCCL's own reductions (ring / tree order) differ from the CPU's rank
+   order and may differ run to run. Deterministic mode
+   (TJ_NCCL_DETERMINISTIC=1, or deterministic = 1 at creation): psum is an
+   all-gather then a rank-ordered sum in double rounded once, reduce-scatter
+   an all-to-all then a rank-ordered sum rounded after each add, exactly the
+   CPU transport's arithmetic (tj__reduce_once, tj__reduce_steps), so the
+   bits equal the CPU's and do not change run to run, for G times the
+   traffic of psum. all_gather, all_to_all and ppermute move bytes and are
+   exact in both modes. all_to_all and ppermute are grouped ncclSend /
+   ncclRecv (a device's own block is a device copy). proc_allgather (host
+   agreement between processes) is an ncclAllGather over the world
+   communicators through device buffers.
+   Tests: tests/test_nccl.cu against the CPU transport where GPUs exist;
+   the same test linked with tests/nccl_mock.cpp (a pretend GPU and NCCL in
+   host memory) runs this host logic without one. Never run on a GPU yet. */
+#include <nccl.h>
+
+#define TJN_RING 64 /* collectives in flight per communicator, at most */
+
+typedef struct tjn_world tjn_world;
+typedef struct {
+    cudaEvent_t ev;
+    double t;        /* when it was enqueued, seconds               */
+    char what[320];  /* "psum #3 (4096 B, group of 8): <where>"     */
+} tjn_op;
+typedef struct tjn_comm {
+    tjn_world *w;
+    ncclComm_t comm;
+    int cdev, dev, rank, G; /* CUDA device, tinyjax device, rank and size in the group */
+    cudaStream_t cs;        /* the communication stream                                 */
+    cudaEvent_t ready;
+    tjn_op ring[TJN_RING];
+    int head, n;            /* collectives in flight: ring[head .. head + n)            */
+    void *scratch;          /* deterministic mode, proc_allgather                       */
+    size_t scap;
+    unsigned long seq;
+    pthread_mutex_t mu;
+    char err[700];          /* the communicator failed: later calls fail with this      */
+    struct tjn_comm *next;  /* every communicator of the transport, for the watchdog    */
+} tjn_comm;
+struct tjn_world {
+    tj_transport t;
+    int L, cdev0, det;
+    tjn_comm *world[TJ_MAXDEV];
+    pthread_mutex_t mu;     /* the list below; taken before any tjn_comm.mu */
+    tjn_comm *all;
+    pthread_mutex_t bmu;    /* broken                                       */
+    char broken[700];
+    pthread_t dog;
+    int dog_on;
+    volatile int stop;
+};
+
+static int tjn_dtype(tj_dtype dt, ncclDataType_t *o) {
+    switch (dt) {
+    case TJ_F32: *o = ncclFloat32; return 0;
+    case TJ_F64: *o = ncclFloat64; return 0;
+    case TJ_BF16: *o = ncclBfloat16; return 0;
+    case TJ_I32: *o = ncclInt32; return 0;
+    default: return 1;
+    }
+}
+static void tjn_break(tjn_world *w, const char *msg) {
+    pthread_mutex_lock(&w->bmu);
+    if (!w->broken[0]) snprintf(w->broken, sizeof w->broken, "%s", msg);
+    pthread_mutex_unlock(&w->bmu);
+}
+/* h failed (h->mu held): keep the message, abort the communicator, break the transport */
+static void tjn_fail(tjn_comm *h, const char *what, const char *why) {
+    if (!h->err[0]) snprintf(h->err, sizeof h->err, "NCCL %.330s failed: %.340s", what, why);
+    if (h->comm) ncclCommAbort(h->comm); /* ends its kernels: streams waiting on them go on */
+    h->comm = NULL;
+    h->n = 0;
+    tjn_break(h->w, h->err);
+}
+/* settle a non-blocking NCCL call: poll until it is no longer in progress */
+static ncclResult_t tjn_settle(ncclComm_t c, ncclResult_t r, double timeout_s, int *timed_out) {
+    double t0 = tjn_now(), nap = 0.0001;
+    *timed_out = 0;
+    while (r == ncclInProgress) {
+        if (tjn_now() - t0 > timeout_s) {
+            *timed_out = 1;
+            return r;
+        }
+        tjn_nap(&nap);
+        if (ncclCommGetAsyncError(c, &r) != ncclSuccess) break;
+    }
+    return r;
+}
+static void tjn_why(char *b, size_t n, ncclComm_t c, ncclResult_t r, int timed_out, double timeout_s) {
+    if (timed_out)
+        snprintf(b, n, "timed out after %g s (a peer process died, hangs, or runs another program; the timeout is TJ_TIMEOUT)", timeout_s);
+    else snprintf(b, n, "%s (%s)", ncclGetErrorString(r), c ? ncclGetLastError(c) : "");
+}
+/* poll h's collectives in flight (h->mu held): 0, or 1 after failing h */
+static int tjn_poll(tjn_comm *h) {
+    ncclResult_t a = ncclSuccess;
+    char why[300];
+    cudaError_t e = cudaSuccess;
+    if (h->err[0]) return 1;
+    while (h->n) {
+        e = cudaEventQuery(h->ring[h->head].ev);
+        if (e != cudaSuccess) break;
+        h->head = (h->head + 1) % TJN_RING;
+        h->n--;
+    }
+    if (!h->n) return 0;
+    if (h->w->broken[0]) { /* another group failed: its peers will not come; do not wait for the timeout */
+        snprintf(why, sizeof why, "aborted, the transport broke: %.250s", h->w->broken);
+        tjn_fail(h, h->ring[h->head].what, why);
+        return 1;
+    }
+    if (e != cudaErrorNotReady) {
+        snprintf(why, sizeof why, "CUDA error %s", cudaGetErrorString(e));
+        tjn_fail(h, h->ring[h->head].what, why);
+        return 1;
+    }
+    if (ncclCommGetAsyncError(h->comm, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress) {
+        tjn_why(why, sizeof why, h->comm, a, 0, 0);
+        tjn_fail(h, h->ring[h->head].what, why);
+        return 1;
+    }
+    if (tjn_now() - h->ring[h->head].t > h->w->t.timeout_s) {
+        tjn_why(why, sizeof why, h->comm, a, 1, h->w->t.timeout_s);
+        tjn_fail(h, h->ring[h->head].what, why);
+        return 1;
+    }
+    return 0;
+}
+/* wait until at most `keep` collectives of h are in flight (h->mu held; released while napping) */
+static int tjn_wait(tjn_comm *h, int keep) {
+    double nap = 0.00002;
+    for (;;) {
+        if (tjn_poll(h)) return 1;
+        if (h->n <= keep) return 0;
+        pthread_mutex_unlock(&h->mu);
+        if (nap < 0.0002) {
+            sched_yield();
+            nap *= 1.1;
+        } else tjn_nap(&nap);
+        pthread_mutex_lock(&h->mu);
+    }
+}
+static void *tjn_watchdog(void *arg) {
+    tjn_world *w = (tjn_world *)arg;
+    while (!w->stop) {
+        tjn_comm *h;
+        pthread_mutex_lock(&w->mu);
+        for (h = w->all; h; h = h->next) {
+            pthread_mutex_lock(&h->mu);
+            if (h->n && cudaSetDevice(h->cdev) == cudaSuccess) tjn_poll(h);
+            pthread_mutex_unlock(&h->mu);
+        }
+        pthread_mutex_unlock(&w->mu);
+        tj__nap(5000);
+    }
+    return NULL;
+}
+
+/* start a collective on h: returns with h->mu held, or 1 (unlocked) with err */
+static int tjn_begin(tjn_comm *h, void *stream, char *err, size_t en) {
+    cudaError_t e;
+    pthread_mutex_lock(&h->mu);
+    if (h->err[0] || h->w->broken[0]) {
+        if (h->err[0]) snprintf(err, en, "%s", h->err);
+        else snprintf(err, en, "the NCCL transport is broken: %s", h->w->broken);
+        pthread_mutex_unlock(&h->mu);
+        return 1;
+    }
+    if ((e = cudaSetDevice(h->cdev)) != cudaSuccess) {
+        snprintf(err, en, "cudaSetDevice(%d): %s", h->cdev, cudaGetErrorString(e));
+        pthread_mutex_unlock(&h->mu);
+        return 1;
+    }
+    { /* an error NCCL found after the last collective finished (a peer died since) */
+        ncclResult_t a = ncclSuccess;
+        if (ncclCommGetAsyncError(h->comm, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress) {
+            char why[300], what[96];
+            snprintf(what, sizeof what, "communicator of device %d (found before collective #%lu)", h->dev, h->seq + 1);
+            tjn_why(why, sizeof why, h->comm, a, 0, 0);
+            tjn_fail(h, what, why);
+            snprintf(err, en, "%s", h->err);
+            pthread_mutex_unlock(&h->mu);
+            return 1;
+        }
+    }
+    if (h->n == TJN_RING && tjn_wait(h, TJN_RING - 1)) { /* bounded: the oldest must finish first */
+        snprintf(err, en, "%s", h->err);
+        pthread_mutex_unlock(&h->mu);
+        return 1;
+    }
+    if (stream && ((e = cudaEventRecord(h->ready, (cudaStream_t)stream)) != cudaSuccess || (e = cudaStreamWaitEvent(h->cs, h->ready, 0)) != cudaSuccess)) {
+        snprintf(err, en, "ordering the communication stream after the compute stream: %s", cudaGetErrorString(e));
+        pthread_mutex_unlock(&h->mu);
+        return 1;
+    }
+    return 0;
+}
+static int tjn_scratch(tjn_comm *h, size_t bytes, cudaError_t *e) {
+    if (bytes <= h->scap) return 0;
+    if (h->scratch) cudaFreeAsync(h->scratch, h->cs);
+    h->scratch = NULL;
+    h->scap = 0;
+    if ((*e = cudaMallocAsync(&h->scratch, bytes, h->cs)) != cudaSuccess) return 1;
+    h->scap = bytes;
+    return 0;
+}
+static void tjn_start_dog(tjn_world *w) {
+    pthread_mutex_lock(&w->bmu);
+    if (!w->dog_on && !pthread_create(&w->dog, NULL, tjn_watchdog, w)) w->dog_on = 1;
+    pthread_mutex_unlock(&w->bmu);
+}
+/* finish a collective on h (h->mu held, released here): r is what NCCL
+   returned, e the first CUDA error around it */
+static int tjn_end(tjn_comm *h, ncclResult_t r, cudaError_t e, const char *kind, size_t bytes, void *stream, char *err, size_t en, int to = 0) {
+    tjn_op *op = &h->ring[(h->head + h->n) % TJN_RING];
+    const char *where = h->dev >= 0 && h->dev < TJ_MAXDEV ? tj__where[h->dev] : "";
+    int rc = 0;
+    char why[300];
+    snprintf(op->what, sizeof op->what, "%s #%lu (%zu B, group of %d, device %d)%s%.200s", kind, ++h->seq, bytes, h->G, h->dev, where[0] ? ": " : "", where);
+    if (e == cudaSuccess && !to) r = tjn_settle(h->comm, r, h->w->t.timeout_s, &to);
+    if (e != cudaSuccess) {
+        snprintf(why, sizeof why, "CUDA error %s", cudaGetErrorString(e));
+        tjn_fail(h, op->what, why);
+        rc = 1;
+    } else if (r != ncclSuccess) {
+        tjn_why(why, sizeof why, h->comm, r, to, h->w->t.timeout_s);
+        tjn_fail(h, op->what, why);
+        rc = 1;
+    } else if ((e = cudaEventRecord(op->ev, h->cs)) != cudaSuccess || (stream && (e = cudaStreamWaitEvent((cudaStream_t)stream, op->ev, 0)) != cudaSuccess)) {
+        snprintf(why, sizeof why, "ordering the compute stream after it: %s", cudaGetErrorString(e));
+        tjn_fail(h, op->what, why);
+        rc = 1;
+    } else {
+        op->t = tjn_now();
+        h->n++;
+        if (!stream) rc = tjn_wait(h, 0);
+    }
+    if (rc) snprintf(err, en, "%s", h->err);
+    pthread_mutex_unlock(&h->mu);
+    if (!rc && stream && !h->w->dog_on) tjn_start_dog(h->w);
+    return rc;
+}
+
+/* ---- the deterministic reduction: the CPU transport's arithmetic ---- */
+__device__ __forceinline__ double tjn_ld(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case TJ_F32: return ((const float *)p)[i];
+    case TJ_BF16: return __uint_as_float((unsigned)((const uint16_t *)p)[i] << 16);
+    case TJ_I32: return ((const int32_t *)p)[i];
+    default: return ((const double *)p)[i];
+    }
+}
+/* tj__st: f32 rounds, bf16 as tj_f32_to_bf16 (NaN stays a quiet NaN), i32 as tj__f2i32 */
+__device__ __forceinline__ void tjn_st(void *p, int dt, int64_t i, double v) {
+    switch (dt) {
+    case TJ_F32: ((float *)p)[i] = (float)v; break;
+    case TJ_BF16: {
+        unsigned u = __float_as_uint((float)v);
+        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u = (u >> 16) | 0x40;
+        else u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        ((uint16_t *)p)[i] = (uint16_t)u;
+        break;
+    }
+    case TJ_I32: ((int32_t *)p)[i] = v != v ? 0 : v >= 2147483647.0 ? INT_MAX : v <= -2147483648.0 ? INT_MIN : (int32_t)v; break;
+    default: ((double *)p)[i] = v; break;
+    }
+}
+/* out[i] = block 0 [op] block 1 [op] ... in rank order; steps: round to dt after each (tj__reduce_steps), else once (tj__reduce_once) */
+__global__ void tjn_k_reduce(const char *blocks, size_t stride, int G, void *out, int dt, int64_t n, int ismax, int steps) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double acc = tjn_ld(blocks, dt, i);
+        for (int r = 1; r < G; r++) {
+            double b = tjn_ld(blocks + (size_t)r * stride, dt, i);
+            acc = ismax ? (b > acc ? b : acc) : acc + b;
+            if (steps && r + 1 < G) {
+                double x[1];
+                tjn_st(x, dt, 0, acc);
+                acc = tjn_ld(x, dt, 0);
+            }
+        }
+        tjn_st(out, dt, i, acc);
+    }
+}
+static cudaError_t tjn_reduce(tjn_comm *h, const void *blocks, size_t stride, void *out, tj_dtype dt, size_t count, int ismax, int steps) {
+    unsigned nb = (unsigned)(count / 256 + 1 < 65536 ? count / 256 + 1 : 65536);
+    if (!count) return cudaSuccess;
+    if (steps && h->G == 1) return cudaMemcpyAsync(out, blocks, count * tj_dtype_size(dt), cudaMemcpyDeviceToDevice, h->cs); /* bit for bit */
+    tjn_k_reduce<<<nb, 256, 0, h->cs>>>((const char *)blocks, stride, h->G, out, (int)dt, (int64_t)count, ismax, steps);
+    return cudaGetLastError();
+}
+
+/* ---- the table ---- */
+/* NCCL moves device memory: a host pointer (the CPU backend) is an error here, not a crash in NCCL */
+static int tjn_device_mem(const char *kind, const void *send, const void *recv, size_t bytes, char *err, size_t en) {
+    const void *p[2];
+    int i;
+    p[0] = send;
+    p[1] = recv;
+    for (i = 0; i < 2 && bytes; i++) {
+        cudaPointerAttributes a;
+        if (!p[i]) continue;
+        if (cudaPointerGetAttributes(&a, p[i]) != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)) {
+            (void)cudaGetLastError();
+            snprintf(err, en, "NCCL transport: the %s buffer of %s is not CUDA device memory (NCCL moves GPU memory: run the context on tj_cuda_backend)",
+                     i ? "receive" : "send", kind);
+            return 1;
+        }
+    }
+    return 0;
+}
+static int tjn_all_gather(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
+    tjn_comm *h = (tjn_comm *)comm;
+    (void)t;
+    if (tjn_device_mem("all_gather", send, recv, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
+    return tjn_end(h, ncclAllGather(send, recv, bytes, ncclUint8, h->comm, h->cs), cudaSuccess, "all_gather", bytes, stream, err, en);
+}
+static int tjn_all_reduce(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
+                          size_t en) {
+    tjn_comm *h = (tjn_comm *)comm;
+    tjn_world *w = (tjn_world *)t->state;
+    ncclDataType_t nt;
+    ncclResult_t r;
+    cudaError_t e = cudaSuccess;
+    size_t S = count * tj_dtype_size(dt);
+    if (tjn_dtype(dt, &nt)) {
+        snprintf(err, en, "NCCL transport: dtype %s has no NCCL type", tj_dtype_name(dt));
+        return 1;
+    }
+    if (tjn_device_mem("psum", send, recv, S, err, en) || tjn_begin(h, stream, err, en)) return 1;
+    if (!w->det) r = ncclAllReduce(send, recv, count, nt, op == TJ_REDUCE_MAX ? ncclMax : ncclSum, h->comm, h->cs);
+    else if (tjn_scratch(h, S * (size_t)h->G + 1, &e)) r = ncclSuccess;
+    else {
+        int to = 0;
+        r = tjn_settle(h->comm, ncclAllGather(send, h->scratch, S, ncclUint8, h->comm, h->cs), w->t.timeout_s, &to);
+        if (r == ncclSuccess) e = tjn_reduce(h, h->scratch, S, recv, dt, count, op == TJ_REDUCE_MAX, 0);
+        return tjn_end(h, r, e, "psum (deterministic: all_gather + ordered sum)", S, stream, err, en, to);
+    }
+    return tjn_end(h, r, e, w->det ? "psum (deterministic)" : "psum (ncclAllReduce)", S, stream, err, en);
+}
+/* grouped send/recv of G blocks: block q of send to rank q, rank q's block to block q of recv; own block copied */
+static ncclResult_t tjn_a2a(tjn_comm *h, const char *send, char *recv, size_t S, cudaError_t *e) {
+    int q;
+    ncclResult_t r = ncclGroupStart();
+    for (q = 0; q < h->G && r == ncclSuccess; q++) {
+        if (q == h->rank) continue;
+        r = ncclSend(send + (size_t)q * S, S, ncclUint8, q, h->comm, h->cs);
+        if (r == ncclSuccess) r = ncclRecv(recv + (size_t)q * S, S, ncclUint8, q, h->comm, h->cs);
+    }
+    {
+        ncclResult_t r2 = ncclGroupEnd();
+        if (r == ncclSuccess) r = r2;
+    }
+    if (S) *e = cudaMemcpyAsync(recv + (size_t)h->rank * S, send + (size_t)h->rank * S, S, cudaMemcpyDeviceToDevice, h->cs);
+    return r;
+}
+static int tjn_reduce_scatter(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream,
+                              char *err, size_t en) {
+    tjn_comm *h = (tjn_comm *)comm;
+    tjn_world *w = (tjn_world *)t->state;
+    ncclDataType_t nt;
+    ncclResult_t r;
+    cudaError_t e = cudaSuccess;
+    size_t S = count * tj_dtype_size(dt);
+    if (tjn_dtype(dt, &nt)) {
+        snprintf(err, en, "NCCL transport: dtype %s has no NCCL type", tj_dtype_name(dt));
+        return 1;
+    }
+    if (tjn_device_mem("reduce_scatter", send, recv, S, err, en) || tjn_begin(h, stream, err, en)) return 1;
+    if (!w->det) r = ncclReduceScatter(send, recv, count, nt, op == TJ_REDUCE_MAX ? ncclMax : ncclSum, h->comm, h->cs);
+    else if (tjn_scratch(h, S * (size_t)h->G + 1, &e)) r = ncclSuccess;
+    else { /* every rank's block `rank` here, in rank order, then the CPU's sum */
+        int to = 0;
+        r = tjn_settle(h->comm, tjn_a2a(h, (const char *)send, (char *)h->scratch, S, &e), w->t.timeout_s, &to);
+        if (r == ncclSuccess && e == cudaSuccess) e = tjn_reduce(h, h->scratch, S, recv, dt, count, op == TJ_REDUCE_MAX, 1);
+        return tjn_end(h, r, e, "reduce_scatter (deterministic: all_to_all + ordered sum)", S * (size_t)h->G, stream, err, en, to);
+    }
+    return tjn_end(h, r, e, w->det ? "reduce_scatter (deterministic)" : "reduce_scatter (ncclReduceScatter)", S * (size_t)h->G, stream, err, en);
+}
+static int tjn_all_to_all(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
+    tjn_comm *h = (tjn_comm *)comm;
+    ncclResult_t r;
+    cudaError_t e = cudaSuccess;
+    (void)t;
+    if (tjn_device_mem("all_to_all", send, recv, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
+    if (send == recv) { /* in place: through scratch */
+        if (!tjn_scratch(h, bytes * (size_t)h->G + 1, &e)) {
+            r = tjn_a2a(h, (const char *)send, (char *)h->scratch, bytes, &e);
+            if (e == cudaSuccess) e = cudaMemcpyAsync(recv, h->scratch, bytes * (size_t)h->G, cudaMemcpyDeviceToDevice, h->cs);
+        } else r = ncclSuccess;
+    } else r = tjn_a2a(h, (const char *)send, (char *)recv, bytes, &e);
+    return tjn_end(h, r, e, "all_to_all (grouped ncclSend/ncclRecv)", bytes * (size_t)h->G, stream, err, en);
+}
+static int tjn_send_recv(tj_transport *t, void *comm, const void *send, int to, void *recv, int from, size_t bytes, void *stream, char *err, size_t en) {
+    tjn_comm *h = (tjn_comm *)comm;
+    ncclResult_t r;
+    cudaError_t e = cudaSuccess;
+    (void)t;
+    if (to >= h->G || from >= h->G) {
+        snprintf(err, en, "NCCL transport: ppermute between ranks %d -> %d -> %d of a group of %d", from, h->rank, to, h->G);
+        return 1;
+    }
+    if (tjn_device_mem("ppermute", to >= 0 ? send : NULL, from >= 0 ? recv : NULL, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
+    r = ncclGroupStart();
+    if (r == ncclSuccess && to >= 0 && to != h->rank) r = ncclSend(send, bytes, ncclUint8, to, h->comm, h->cs);
+    if (r == ncclSuccess && from >= 0 && from != h->rank) r = ncclRecv(recv, bytes, ncclUint8, from, h->comm, h->cs);
+    {
+        ncclResult_t r2 = ncclGroupEnd();
+        if (r == ncclSuccess) r = r2;
+    }
+    if (from == h->rank && recv != send && bytes) e = cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, h->cs);
+    return tjn_end(h, r, e, "ppermute (grouped ncclSend/ncclRecv)", bytes, stream, err, en);
+}
+
+/* ---- communicators: made at creation (the world) and by split ---- */
+static void tjn_register(tjn_world *w, tjn_comm *h) {
+    pthread_mutex_lock(&w->mu);
+    h->next = w->all;
+    w->all = h;
+    pthread_mutex_unlock(&w->mu);
+}
+/* a handle for communicator c on CUDA device cdev (tinyjax device dev); NULL with err */
+static tjn_comm *tjn_comm_make(tjn_world *w, ncclComm_t c, int cdev, int dev, char *err, size_t en) {
+    tjn_comm *h = (tjn_comm *)tj__calloc(sizeof *h);
+    cudaError_t e = cudaSuccess;
+    int i;
+    if (!h) {
+        snprintf(err, en, "out of memory");
+        return NULL;
+    }
+    h->w = w;
+    h->comm = c;
+    h->cdev = cdev;
+    h->dev = dev;
+    pthread_mutex_init(&h->mu, NULL);
+    if (ncclCommCount(c, &h->G) != ncclSuccess || ncclCommUserRank(c, &h->rank) != ncclSuccess) {
+        snprintf(err, en, "ncclCommCount / ncclCommUserRank failed: %s", ncclGetLastError(c));
+        e = cudaErrorUnknown;
+    }
+    if (e == cudaSuccess) e = cudaSetDevice(cdev);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&h->cs, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&h->ready, cudaEventDisableTiming);
+    for (i = 0; i < TJN_RING && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&h->ring[i].ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        if (e != cudaErrorUnknown) snprintf(err, en, "making the communication stream on GPU %d: %s", cdev, cudaGetErrorString(e));
+        for (i = 0; i < TJN_RING; i++)
+            if (h->ring[i].ev) cudaEventDestroy(h->ring[i].ev);
+        if (h->ready) cudaEventDestroy(h->ready);
+        if (h->cs) cudaStreamDestroy(h->cs);
+        pthread_mutex_destroy(&h->mu);
+        TJ_FREE(h);
+        return NULL;
+    }
+    tjn_register(w, h);
+    return h;
+}
+static void tjn_comm_free(tj_transport *t, void *comm) {
+    tjn_comm *h = (tjn_comm *)comm, **pp;
+    tjn_world *w = (tjn_world *)t->state;
+    int i;
+    if (!h) return;
+    pthread_mutex_lock(&w->mu);
+    for (pp = &w->all; *pp; pp = &(*pp)->next)
+        if (*pp == h) {
+            *pp = h->next;
+            break;
+        }
+    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&h->mu);
+    cudaSetDevice(h->cdev);
+    if (h->comm && !w->broken[0] && !tjn_wait(h, 0)) { /* finished cleanly: finalize, then destroy */
+        int to = 0;
+        ncclResult_t r = tjn_settle(h->comm, ncclCommFinalize(h->comm), w->t.timeout_s, &to);
+        if (r == ncclSuccess) ncclCommDestroy(h->comm);
+        else ncclCommAbort(h->comm);
+        h->comm = NULL;
+    }
+    if (h->comm) ncclCommAbort(h->comm);
+    if (h->scratch) cudaFreeAsync(h->scratch, h->cs);
+    cudaStreamSynchronize(h->cs); /* the communicator is gone: nothing on it can hang */
+    for (i = 0; i < TJN_RING; i++) cudaEventDestroy(h->ring[i].ev);
+    cudaEventDestroy(h->ready);
+    cudaStreamDestroy(h->cs);
+    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_destroy(&h->mu);
+    TJ_FREE(h);
+}
+/* split: this process's devices dev[i] (all of them, tinyjax device =
+   world rank) join the group of color[i], ranked by key[i] */
+static int tjn_split(tj_transport *t, int n, const int *dev, const int *color, const int *key, void **comm, char *err, size_t en) {
+    tjn_world *w = (tjn_world *)t->state;
+    ncclComm_t nc[TJ_MAXDEV];
+    ncclResult_t r, ri[TJ_MAXDEV];
+    int i, l, used[TJ_MAXDEV], to = 0, bad = -1;
+    char why[300];
+    if (w->broken[0]) {
+        snprintf(err, en, "the NCCL transport is broken: %s", w->broken);
+        return 1;
+    }
+    if (n != w->L) {
+        snprintf(err, en, "the context runs %d device%s in this process, the NCCL transport was made for %d GPU%s per process (tj_nccl_transport_new)", n,
+                 n == 1 ? "" : "s", w->L, w->L == 1 ? "" : "s");
+        return 1;
+    }
+    memset(used, 0, sizeof used);
+    for (i = 0; i < n; i++) {
+        l = dev[i] - t->rank * w->L;
+        if (l < 0 || l >= w->L || used[l]++ || color[i] < 0 || key[i] < 0) {
+            snprintf(err, en, "split: device %d (color %d, key %d) is not one of this process's GPUs %d..%d, or comes twice", dev[i], color[i], key[i],
+                     t->rank * w->L, t->rank * w->L + w->L - 1);
+            return 1;
+        }
+    }
+    for (l = 0; l < w->L; l++) { /* the world communicators must be idle */
+        tjn_comm *h = w->world[l];
+        pthread_mutex_lock(&h->mu);
+        cudaSetDevice(h->cdev);
+        if (tjn_wait(h, 0)) {
+            snprintf(err, en, "%s", h->err);
+            pthread_mutex_unlock(&h->mu);
+            return 1;
+        }
+        pthread_mutex_unlock(&h->mu);
+    }
+    r = ncclGroupStart();
+    for (i = 0; i < n; i++) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        tjn_comm *h = w->world[dev[i] - t->rank * w->L];
+        cfg.blocking = 0;
+        nc[i] = NULL;
+        cudaSetDevice(h->cdev);
+        ri[i] = r == ncclSuccess ? ncclCommSplit(h->comm, color[i], key[i], &nc[i], &cfg) : r;
+        if (ri[i] != ncclSuccess && ri[i] != ncclInProgress && bad < 0) bad = i;
+    }
+    r = ncclGroupEnd();
+    for (i = 0; i < n; i++) { /* settle every new communicator */
+        ncclResult_t s = r == ncclSuccess || r == ncclInProgress ? ri[i] : r;
+        if (s == ncclSuccess || s == ncclInProgress) s = nc[i] ? tjn_settle(nc[i], ncclInProgress, w->t.timeout_s, &to) : ncclInvalidUsage;
+        if (s != ncclSuccess && bad < 0) {
+            bad = i;
+            ri[i] = s;
+        }
+    }
+    for (i = 0; i < n; i++) comm[i] = NULL;
+    if (bad < 0)
+        for (i = 0; i < n; i++) {
+            tjn_comm *h = tjn_comm_make(w, nc[i], w->world[dev[i] - t->rank * w->L]->cdev, dev[i], why, sizeof why);
+            if (!h) {
+                bad = i;
+                snprintf(err, en, "split of device %d (color %d, key %d): %s", dev[i], color[i], key[i], why);
+                break;
+            }
+            nc[i] = NULL;
+            comm[i] = h;
+        }
+    else {
+        tjn_why(why, sizeof why, nc[bad], ri[bad], to, w->t.timeout_s);
+        snprintf(err, en, "ncclCommSplit of device %d (color %d, key %d) failed: %s", dev[bad], color[bad], key[bad], why);
+        tjn_break(w, err);
+    }
+    if (bad >= 0) {
+        for (i = 0; i < n; i++) {
+            if (comm[i]) tjn_comm_free(t, comm[i]);
+            if (nc[i]) ncclCommAbort(nc[i]);
+            comm[i] = NULL;
+        }
+        return 1;
+    }
+    return 0;
+}
+/* between processes, host memory: an ncclAllGather over every local GPU's
+   world communicator (one group call), through device buffers */
+static int tjn_proc_allgather(tj_transport *t, const void *send, void *recv, size_t bytes, char *err, size_t en) {
+    tjn_world *w = (tjn_world *)t->state;
+    int l, p, N = t->nprocs * w->L, rc = 0;
+    cudaError_t e = cudaSuccess;
+    ncclResult_t r;
+    if (t->nprocs <= 1) {
+        memcpy(recv, send, bytes);
+        return 0;
+    }
+    for (l = 0; l < w->L; l++)
+        if (tjn_begin(w->world[l], NULL, err, en)) {
+            while (l-- > 0) pthread_mutex_unlock(&w->world[l]->mu);
+            return 1;
+        }
+    for (l = 0; l < w->L && e == cudaSuccess; l++) {
+        tjn_comm *h = w->world[l];
+        if ((e = cudaSetDevice(h->cdev)) == cudaSuccess && !tjn_scratch(h, bytes * (size_t)(N + 1) + 1, &e))
+            e = cudaMemcpyAsync(h->scratch, send, bytes, cudaMemcpyHostToDevice, h->cs);
+    }
+    r = ncclGroupStart();
+    for (l = 0; l < w->L && e == cudaSuccess && r == ncclSuccess; l++) {
+        tjn_comm *h = w->world[l];
+        r = ncclAllGather(h->scratch, (char *)h->scratch + bytes, bytes, ncclUint8, h->comm, h->cs);
+    }
+    {
+        ncclResult_t r2 = ncclGroupEnd();
+        if (r == ncclSuccess) r = r2;
+    }
+    for (l = 0; l < w->L; l++) { /* settles, waits (blocking) and unlocks each */
+        tjn_comm *h = w->world[l];
+        if (tjn_end(h, r, e, "allgather between processes (host agreement)", bytes * (size_t)N, NULL, err, en)) rc = 1;
+    }
+    if (rc) return 1;
+    for (p = 0; p < t->nprocs && e == cudaSuccess; p++) /* process p's block: its local GPU 0, world rank p * L */
+        e = cudaMemcpy((char *)recv + (size_t)p * bytes, (char *)w->world[0]->scratch + bytes + (size_t)p * w->L * bytes, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        snprintf(err, en, "copying the gathered bytes to the host: %s", cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+static void tjn_free(tj_transport *t) {
+    tjn_world *w;
+    int l;
+    if (!t) return;
+    w = (tjn_world *)t->state;
+    if (w->dog_on) {
+        w->stop = 1;
+        pthread_join(w->dog, NULL);
+    }
+    for (l = 0; l < w->L; l++) w->world[l] = NULL;
+    while (w->all) tjn_comm_free(t, w->all); /* the world, and groups nobody freed */
+    pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->bmu);
+    TJ_FREE(w);
+}
+
+/* processes and rank from the launcher, as tj_distributed_init reads them */
+static int tjn_launcher(int *np, int *rank, char *err, size_t en) {
+    static const char *sz[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "TJ_NPROCS"}, *rk[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "TJ_RANK"};
+    size_t i;
+    long n = 1, r = 0;
+    *np = 1;
+    *rank = 0;
+    for (i = 0; i < 3; i++) {
+        const char *e = getenv(sz[i]);
+        if (!e) continue;
+        if (tjn_parse_int(e, 1, TJ_MAXDEV, &n) || tjn_parse_int(getenv(rk[i]), 0, n - 1, &r)) {
+            snprintf(err, en, "%s='%s' and %s='%s' are not a process count (1..%d) and a rank below it", sz[i], e, rk[i], getenv(rk[i]) ? getenv(rk[i]) : "(unset)",
+                     TJ_MAXDEV);
+            return 1;
+        }
+        *np = (int)n;
+        *rank = (int)r;
+        return 0;
+    }
+    return 0;
+}
+extern "C" tj_transport *tj_nccl_transport_new(int gpus, double timeout_s, int det, char *err, size_t en) {
+    char dummy[1], why[300];
+    const char *e;
+    int np = 1, rank = 0, local = 0, ndev = 0, first, l, to = 0, bad = -1;
+    tjn_world *w;
+    ncclUniqueId id;
+    ncclComm_t c[TJ_MAXDEV];
+    ncclResult_t r, ri[TJ_MAXDEV];
+    cudaError_t ce;
+    if (!err || !en) {
+        err = dummy;
+        en = sizeof dummy;
+    }
+    err[0] = 0;
+    if (gpus <= 0) gpus = 1;
+    e = getenv("TJ_TIMEOUT");
+    if (timeout_s <= 0) timeout_s = e && atof(e) > 0 ? atof(e) : 300.0;
+    if (det < 0) det = (e = getenv("TJ_NCCL_DETERMINISTIC")) != NULL && atoi(e) > 0;
+#if defined(TJ_MPI)
+    if (!getenv("TJ_COORD") && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"))) { /* mpirun: MPI gives the ranks and carries the id */
+        tj_transport *m = tj__mpi_transport(timeout_s, err, en);
+        if (!m) return NULL;
+        np = m->nprocs;
+        rank = m->rank;
+    } else
+#endif
+        if (tjn_launcher(&np, &rank, err, en))
+        return NULL;
+    if (np * gpus > TJ_MAXDEV) {
+        snprintf(err, en, "NCCL transport: %d processes x %d GPUs is more than TJ_MAXDEV = %d devices", np, gpus, TJ_MAXDEV);
+        return NULL;
+    }
+    if (tj_nccl_local_rank(&local, err, en)) return NULL;
+    if ((ce = cudaGetDeviceCount(&ndev)) != cudaSuccess) {
+        snprintf(err, en, "NCCL transport: cudaGetDeviceCount: %s", cudaGetErrorString(ce));
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    if (local < 0) local = ndev / gpus > 0 ? rank % (ndev / gpus) : 0; /* no launcher variable: ranks in blocks per node */
+    if ((first = tj_nccl_device_for(local, gpus, ndev, err, en)) < 0) return NULL;
+    memset(&id, 0, sizeof id);
+    if (rank == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess) {
+        snprintf(err, en, "ncclGetUniqueId: %s (%s)", ncclGetErrorString(r), ncclGetLastError(NULL));
+        return NULL;
+    }
+    if (tj_nccl_share_id(NULL, rank, np, &id, sizeof id, timeout_s, err, en)) return NULL;
+    w = (tjn_world *)tj__calloc(sizeof *w);
+    if (!w) {
+        snprintf(err, en, "out of memory");
+        return NULL;
+    }
+    w->L = gpus;
+    w->cdev0 = first;
+    w->det = det;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->bmu, NULL);
+    w->t.name = "nccl";
+    w->t.state = w;
+    w->t.nprocs = np;
+    w->t.rank = rank;
+    w->t.timeout_s = timeout_s;
+    w->t.split = tjn_split;
+    w->t.comm_free = tjn_comm_free;
+    w->t.all_gather = tjn_all_gather;
+    w->t.all_reduce = tjn_all_reduce;
+    w->t.reduce_scatter = tjn_reduce_scatter;
+    w->t.all_to_all = tjn_all_to_all;
+    w->t.send_recv = tjn_send_recv;
+    w->t.proc_allgather = tjn_proc_allgather;
+    w->t.free = tjn_free;
+    /* the world: one communicator per local GPU, world rank = tinyjax device */
+    r = ncclGroupStart();
+    for (l = 0; l < gpus; l++) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        c[l] = NULL;
+        if ((ce = cudaSetDevice(first + l)) != cudaSuccess) {
+            snprintf(err, en, "cudaSetDevice(%d): %s", first + l, cudaGetErrorString(ce));
+            ri[l] = ncclUnhandledCudaError;
+        } else ri[l] = r == ncclSuccess ? ncclCommInitRankConfig(&c[l], np * gpus, id, rank * gpus + l, &cfg) : r;
+        if (ri[l] != ncclSuccess && ri[l] != ncclInProgress && bad < 0) bad = l;
+    }
+    r = ncclGroupEnd();
+    for (l = 0; l < gpus; l++) {
+        ncclResult_t s = r == ncclSuccess || r == ncclInProgress ? ri[l] : r;
+        if (s == ncclSuccess || s == ncclInProgress) s = c[l] ? tjn_settle(c[l], ncclInProgress, timeout_s, &to) : ncclInvalidUsage;
+        if (s != ncclSuccess && bad < 0) {
+            bad = l;
+            ri[l] = s;
+        }
+    }
+    if (bad >= 0) {
+        if (!err[0]) {
+            tjn_why(why, sizeof why, c[bad], ri[bad], to, timeout_s);
+            snprintf(err, en, "ncclCommInitRankConfig of process %d of %d, GPU %d (world rank %d of %d) failed: %s%s", rank, np, first + bad, rank * gpus + bad,
+                     np * gpus, why, to ? "; did every process start, with the same TJ_COORD?" : "");
+        }
+        for (l = 0; l < gpus; l++)
+            if (c[l]) ncclCommAbort(c[l]);
+        tjn_free(&w->t);
+        return NULL;
+    }
+    for (l = 0; l < gpus; l++) {
+        if (!(w->world[l] = tjn_comm_make(w, c[l], first + l, rank * gpus + l, why, sizeof why))) {
+            snprintf(err, en, "NCCL transport, GPU %d: %s", first + l, why);
+            for (; l < gpus; l++) ncclCommAbort(c[l]);
+            tjn_free(&w->t);
+            return NULL;
+        }
+    }
+    return &w->t;
+}
+#endif /* TJ_NCCL */
