@@ -1524,7 +1524,7 @@ static int tjn_tcp_peer(const char *coord, const char *host, const char *port, i
             snprintf(err, en, "nccl bootstrap (TJ_COORD=%s): process %d cannot resolve host '%s': %s", coord, rank, host, gai_strerror(g));
             return 1;
         }
-        if (g) snprintf(last, sizeof last, "resolving '%s': %s", host, gai_strerror(g));
+        if (g) snprintf(last, sizeof last, "resolving '%.100s': %s", host, gai_strerror(g));
         for (ai = g ? NULL : res; ai && !done; ai = ai->ai_next) {
             int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol), fl, e = 0;
             socklen_t el = sizeof e;
@@ -2255,7 +2255,7 @@ static int tjn_split(tj_transport *t, int n, const int *dev, const int *color, c
     ncclComm_t nc[TJ_MAXDEV];
     ncclResult_t r, ri[TJ_MAXDEV];
     int i, l, used[TJ_MAXDEV], to = 0, bad = -1;
-    char why[300];
+    char why[300] = "";
     if (w->broken[0]) {
         snprintf(err, en, "the NCCL transport is broken: %s", w->broken);
         return 1;
@@ -2298,7 +2298,16 @@ static int tjn_split(tj_transport *t, int n, const int *dev, const int *color, c
     r = ncclGroupEnd();
     for (i = 0; i < n; i++) { /* settle every new communicator */
         ncclResult_t s = r == ncclSuccess || r == ncclInProgress ? ri[i] : r;
-        if (s == ncclSuccess || s == ncclInProgress) s = nc[i] ? tjn_settle(nc[i], ncclInProgress, w->t.timeout_s, &to) : ncclInvalidUsage;
+        if ((s == ncclSuccess || s == ncclInProgress) && !nc[i]) { /* the handle may come once the parent settles */
+            tjn_comm *h = w->world[dev[i] - t->rank * w->L];
+            cudaSetDevice(h->cdev);
+            s = tjn_settle(h->comm, ncclInProgress, w->t.timeout_s, &to);
+            if (s == ncclSuccess && !nc[i]) {
+                snprintf(why, sizeof why, "NCCL gave no communicator (split returned %s, group end %s)", ncclGetErrorString(ri[i]), ncclGetErrorString(r));
+                s = ncclInvalidUsage;
+            }
+        }
+        if (s == ncclSuccess || s == ncclInProgress) s = nc[i] ? tjn_settle(nc[i], ncclInProgress, w->t.timeout_s, &to) : s;
         if (s != ncclSuccess && bad < 0) {
             bad = i;
             ri[i] = s;
@@ -2317,8 +2326,10 @@ static int tjn_split(tj_transport *t, int n, const int *dev, const int *color, c
             comm[i] = h;
         }
     else {
-        tjn_why(why, sizeof why, nc[bad], ri[bad], to, w->t.timeout_s);
-        snprintf(err, en, "ncclCommSplit of device %d (color %d, key %d) failed: %s", dev[bad], color[bad], key[bad], why);
+        char w2[300];
+        tjn_why(w2, sizeof w2, nc[bad], ri[bad], to, w->t.timeout_s);
+        snprintf(err, en, "ncclCommSplit of device %d (color %d, key %d) failed: %s%s%s (split returned %s, group end %s)", dev[bad], color[bad], key[bad], w2,
+                 why[0] ? "; " : "", why, ncclGetErrorString(ri[bad]), ncclGetErrorString(r));
         tjn_break(w, err);
     }
     if (bad >= 0) {

@@ -362,13 +362,13 @@ static void test_scatter_rerun(void) {
     int r;
     for (r = 0; r < 2; r++) {
         o[r] = tj_tree_new(gpu);
-        CHECK(p && tj_run(p, in, o[r]) == TJ_OK, "[scatter rerun] %s", tj_error(gpu));
+        TJT_CHECK(p && tj_run(p, in, o[r]) == TJ_OK, "[scatter rerun] %s", tj_error(gpu));
         memset(a[r], r, sizeof a[r]);
         memset(b[r], r, sizeof b[r]);
         if (tj_tree_array(o[r], "g_w")) tj_array_read(tj_tree_array(o[r], "g_w"), TJ_F32, a[r]);
         if (tj_tree_array(o[r], "g_wb")) tj_array_read(tj_tree_array(o[r], "g_wb"), TJ_BF16, b[r]);
     }
-    CHECK(!memcmp(a[0], a[1], sizeof a[0]) && !memcmp(b[0], b[1], sizeof b[0]), "[scatter rerun] scatter_add gave different bits on two runs");
+    TJT_CHECK(!memcmp(a[0], a[1], sizeof a[0]) && !memcmp(b[0], b[1], sizeof b[0]), "[scatter rerun] scatter_add gave different bits on two runs");
     tj_clear_error(gpu);
     tj_prog_free(p);
     tj_tree_free(in);
@@ -403,7 +403,7 @@ static void test_sharded_sources(void) {
         tj_tree_set_array(in, "x", tj_array_new(c, TJ_F32, "batch=8 embed=8", x));
         if (k) tj_filter_shard(in, "batch:data");
         p = tj_jit(c, "sharded_sources", f_sharded_sources, NULL, in, NULL);
-        CHECK(p && tj_run(p, in, out) == TJ_OK, "[sharded sources] %s: %s", k ? "4 devices" : "1 device", tj_error(c));
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[sharded sources] %s: %s", k ? "4 devices" : "1 device", tj_error(c));
         for (j = 0; j < 4; j++) {
             memset(v[k][j], 0, sizeof v[k][j]);
             if (tj_tree_array(out, names[j])) tj_array_read(tj_tree_array(out, names[j]), TJ_F32, v[k][j]);
@@ -419,7 +419,7 @@ static void test_sharded_sources(void) {
             double d = fabs((double)v[0][j][i] - (double)v[1][j][i]);
             if (d > worst) worst = d;
         }
-        CHECK(worst <= 1e-6, "[sharded sources] '%s' on 4 devices differs from one device by %g", names[j], worst);
+        TJT_CHECK(worst <= 1e-6, "[sharded sources] '%s' on 4 devices differs from one device by %g", names[j], worst);
     }
 }
 
@@ -475,10 +475,9 @@ static int coverage(void) {
         *nl = 0;
         if (!strstr(line, ": kernel") && !strstr(line, ": runner") && !strstr(line, ": view")) printf("  %s\n", line);
     }
-    CHECK(missing == 0, "%d op%s of the op table %s no entry in tinyjax_cuda.cu's tjc_path (listed above as NO CUDA PATH)", missing,
+    TJT_CHECK(missing == 0, "%d op%s of the op table %s no entry in tinyjax_cuda.cu's tjc_path (listed above as NO CUDA PATH)", missing,
           missing == 1 ? "" : "s", missing == 1 ? "has" : "have");
-    printf("%d passed, %d failed\n", npass, nfail);
-    return nfail ? 1 : 0;
+    return tjt_finish();
 }
 
 int main(int argc, char **argv) {

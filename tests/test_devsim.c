@@ -9,7 +9,7 @@
  * errors come back at sync with the CPU's message, and that programs give
  * the CPU backend's bits, here and under TJ_BACKEND=devsim. */
 #define _POSIX_C_SOURCE 200809L
-#define TINYJAX_IMPLEMENTATION
+/* the implementation is linked in: tests/tj_impl.c */
 #include "../tinyjax.h"
 #include "tj_test.h"
 
@@ -73,8 +73,8 @@ int main(void) {
     TJT_CHECK(b && cpu && ds, "devsim backend or contexts not made");
     if (!b || !cpu || !ds) return tjt_finish();
     TJT_CHECK(!strcmp(b->name, "devsim") && b->fused_groups, "devsim should be named devsim and run fused groups");
-    if (!under_devsim) TJT_CHECK(cpu->backend == NULL, "a context without TJ_BACKEND uses the CPU backend");
-    else TJT_CHECK(cpu->backend && !strcmp(cpu->backend->name, "devsim"), "TJ_BACKEND=devsim: a new context uses devsim");
+    if (!under_devsim) TJT_CHECK(tjt_ctx_backend(cpu) == NULL, "a context without TJ_BACKEND uses the CPU backend");
+    else TJT_CHECK(tjt_ctx_backend(cpu) && !strcmp(tjt_ctx_backend(cpu)->name, "devsim"), "TJ_BACKEND=devsim: a new context uses devsim");
     tj_set_backend(ds, b);
 
     tjt_current = "memory";

@@ -36,6 +36,8 @@ int64_t tjt_array_dim_at(const tj_array *a, int r);
 double tjt_array_get(const tj_array *a, int d, int64_t k);
 void tjt_array_set(tj_array *a, int d, int64_t k, double v);
 
+/* the backend a context runs on (NULL: the CPU backend) */
+tj_backend *tjt_ctx_backend(const tj_ctx *ctx);
 /* a program's context and graph; a graph's nodes: their op and body (scan) */
 tj_ctx *tjt_prog_ctx(const tj_prog *p);
 tj_graph *tjt_prog_graph(const tj_prog *p);
@@ -80,6 +82,7 @@ void *tjt_array_data(const tj_array *a, int d) { return a->data[d]; }
 int64_t tjt_array_local_bytes(const tj_array *a) { return a->local_bytes; }
 const char *tjt_array_axis(const tj_array *a, int r) { return tj__name(a->ctx, a->t.ax[r]); }
 int64_t tjt_array_dim_at(const tj_array *a, int r) { return a->t.dim[r]; }
+tj_backend *tjt_ctx_backend(const tj_ctx *ctx) { return ctx->backend; }
 double tjt_array_get(const tj_array *a, int d, int64_t k) {
     char b[8];
     size_t es = tj_dtype_size(a->t.dt);
