@@ -69,17 +69,24 @@
  * ------------------------------------------------------------- contents ---
  *   [1]  basics: status, errors, allocation, dtypes, named shapes
  *   [2]  arrays and parameter trees
- *   [3]  graph and tracing: nodes, the op table, captures
- *   [4]  sharding on a device mesh: specs, rules, collectives
- *   [5]  ops: one block each (builder = shape and sharding rule, CPU kernel,
- *        VJP rule, cost)
+ *   [3]  graph and tracing: nodes, the op table (one row per op: name,
+ *        kernel, VJP, cost, scratch, sharding rule, attribute printer),
+ *        captures
+ *   [4]  sharding on a device mesh: specs, rules, collectives; each op's
+ *        sharding rule is its own function (tj__sh_*), named by its row
+ *   [5]  ops: one block each (builder = shape rule, CPU kernel, VJP rule,
+ *        cost); a unary elementwise op is one row of TJ__UNARY_OPS (its
+ *        formula and derivative), from which the rest is generated
  *   [6]  autodiff: vjp, grad, stop_gradient, checkpoint_name
  *   [7]  control flow: scan, remat regions
  *   [8]  remat and offload policies, the saved-residuals report, lint
  *   [9]  schedule
  *   [10] memory plan and analysis (device and host), donation
- *   [11] run: backend interface, transports (threads, MPI) and process
- *        mode, CPU backend (device threads), matmul
+ *   [11] run: backend interface (tinyjax_cuda.cu implements it for CUDA,
+ *        with an NCCL transport), the CPU backend (device threads, fusion
+ *        of elementwise loops, matmul), a device-like CPU backend (devsim:
+ *        memory the host cannot touch, asynchronous streams; tests run on
+ *        it), transports (threads, MPI) and process mode
  *   [12] jit: trace + compile + call
  *   [13] program text
  *   [A]  appendix, out of the pipeline's way: files (tj_read_file,
