@@ -210,6 +210,17 @@ TJDEF int64_t tj_array_dim(const tj_array *a, const char *name);
 TJDEF const char *tj_array_describe(const tj_array *a, char *buf, size_t n);
 /* 1 if the array's buffer was donated to a program and is gone. */
 TJDEF int tj_array_is_deleted(const tj_array *a);
+/* Abstract arrays (JAX's ShapeDtypeStruct): a dtype, a shape and a sharding
+   (a spec as tj_device_put takes, "" or NULL: replicated) with no buffers.
+   tj_jit compiles against them, so a program's memory analysis and
+   collectives can be read at sizes no machine here could hold; tj_device_put
+   and tj_filter_shard give them another sharding; tj_run, reads and saves
+   refuse them with an error. tj_prog_output_shapes (jax.eval_shape) fills a
+   tree with abstract arrays of a compiled program's outputs, e.g. the
+   parameters an init program would make. */
+#define tj_array_abstract(ctx, dt, shape, spec) tj_array_abstract_at(__FILE__, __LINE__, ctx, dt, shape, spec)
+TJDEF tj_array *tj_array_abstract_at(const char *file, int line, tj_ctx *ctx, tj_dtype dt, const char *shape, const char *spec);
+TJDEF int tj_array_is_abstract(const tj_array *a);
 
 /* A tree is an ordered list of leaves with path names ("blocks.0.w1").
    A leaf is an array, a traced value (inside a traced function), an integer,
@@ -966,6 +977,10 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *ctx, const char *na
    Fills `out` with new arrays (and the non-array leaves the function set). */
 #define tj_run(p, in, out) tj_run_at(TJ_AT, p, in, out)
 TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree *in, tj_tree *out);
+/* What tj_run would put in `out`, without running (jax.eval_shape): an
+   abstract array (tj_array_abstract) of each output's dtype, shape and
+   sharding, and the non-array leaves. */
+TJDEF tj_status tj_prog_output_shapes(const tj_prog *p, tj_tree *out);
 TJDEF void tj_prog_free(tj_prog *p);
 TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p);
 /* Estimated floating point ops of one call (from each op's cost rule). */
@@ -1767,6 +1782,7 @@ struct tj_array {
     void *raw[TJ_MAXDEV];  /* what was allocated (NULL if not owned)       */
     int64_t local_bytes;   /* bytes per device                             */
     int deleted;
+    int abstract;          /* shape and sharding only: no buffers          */
 };
 
 static tj__type tj__local(const tj_ctx *c, const tj__type *t);
@@ -1779,7 +1795,9 @@ static void tj__copy_region(const void *src, const tj__type *st, int64_t sbase, 
                             int nthreads);
 /* One buffer per device: the device's shard (the whole array where it is
    replicated). */
-static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file, int line) {
+/* an array of type t (global shape, sharding), with a buffer on each of
+   this process's devices unless it is abstract */
+static tj_array *tj__array_make(tj_ctx *c, const tj__type *t, int abstract, const char *file, int line) {
     tj_array *a = (tj_array *)tj__calloc(sizeof *a);
     tj__type lt = tj__local(c, t);
     int64_t nb = tj__bytes(&lt);
@@ -1793,7 +1811,8 @@ static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file,
     a->t.partial = 0;
     a->ndev = c->ndev;
     a->local_bytes = nb;
-    for (d = 0; d < a->ndev; d++) {
+    a->abstract = abstract;
+    for (d = 0; d < a->ndev && !abstract; d++) {
         if (!tj__dev_mine(c, d)) continue; /* another process's device */
         a->data[d] = tj__mem_alloc(c, TJ_SPACE_DEVICE, nb, &a->raw[d]);
         if (!a->data[d]) {
@@ -1808,6 +1827,7 @@ static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file,
     }
     return a;
 }
+static tj_array *tj__array_alloc(tj_ctx *c, const tj__type *t, const char *file, int line) { return tj__array_make(c, t, 0, file, line); }
 /* element offset of device d's shard inside the global row-major array */
 static int64_t tj__shard_base(const tj_ctx *c, const tj__type *t, int d) {
     int64_t st[TJ_MAXDIM], base = 0;
@@ -1929,8 +1949,15 @@ static int tj__array_live(tj_array *a, const char *what, const char *file, int l
         tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: this array was donated to a program and its buffer is gone", what);
         return 0;
     }
+    if (a->abstract) {
+        char b[256];
+        tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: array %s is abstract (a shape and a sharding, no data: tj_array_abstract, tj_prog_output_shapes); "
+                "programs compile against it, but it cannot be read, saved or run on", what, tj_array_describe(a, b, sizeof b));
+        return 0;
+    }
     return 1;
 }
+TJDEF int tj_array_is_abstract(const tj_array *a) { return a ? a->abstract : 0; }
 TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
     int64_t n;
     if (!a) return TJ_ERR_ARG; /* no context to put a message in */
@@ -3338,9 +3365,10 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
     tj__type t;
     tj_array *b;
     void *host;
-    if (!a || !tj__array_live(a, "device_put", f, l)) return NULL;
+    if (!a || (!a->abstract && !tj__array_live(a, "device_put", f, l))) return NULL;
     t = a->t;
     if (tj__parse_spec(a->ctx, spec, &a->t, t.sh, 1, "device_put", f, l)) return NULL;
+    if (a->abstract) return tj__array_make(a->ctx, &t, 1, f, l); /* a new sharding, still no data */
     host = tj__malloc((size_t)tj__bytes(&a->t));
     if (!host) {
         tj__err(a->ctx, TJ_ERR_OOM, f, l, "device_put: out of memory");
@@ -3354,6 +3382,14 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
     }
     TJ_FREE(host);
     return b;
+}
+/* an array without buffers, placed by spec (tj_array_abstract, [2]) */
+TJDEF tj_array *tj_array_abstract_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec) {
+    tj__type t;
+    if (!c) return NULL;
+    if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_abstract", file, line)) return NULL;
+    if (spec && *spec && tj__parse_spec(c, spec, &t, t.sh, 1, "tj_array_abstract", file, line)) return NULL;
+    return tj__array_make(c, &t, 1, file, line);
 }
 TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char *rules) {
     int i;
@@ -11241,7 +11277,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         const tj__leaf *l = &ex->leaf[i];
         if (l->kind == TJ_LEAF_ARRAY) {
             tj_node *n;
-            if (!tj__array_live(l->arr, "jit", file, line)) goto fail;
+            if (!l->arr->abstract && !tj__array_live(l->arr, "jit", file, line)) goto fail; /* abstract examples are fine */
             n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, NULL, file, line);
             if (!n || !(n->name = tj__strdup(l->name)) || tj__add_param(p->g, n)) goto fail;
             tj_tree_set_v(tin, l->name, n);
@@ -11365,6 +11401,12 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             st = TJ_ERR_STATE;
             goto done;
         }
+        if (a && a->abstract) {
+            tj__err(c, TJ_ERR_STATE, file, line, "run '%s': input '%s' is an abstract array (shape and sharding only): compile against it, run with data",
+                    p->name, n->name);
+            st = TJ_ERR_STATE;
+            goto done;
+        }
         same = a->t.dt == n->t.dt && a->t.rank == n->t.rank && a->ndev == c->ndev;
         for (j = 0; same && j < n->t.rank; j++) same = a->t.ax[j] == n->t.ax[j] && a->t.dim[j] == n->t.dim[j] && a->t.sh[j] == n->t.sh[j];
         if (!same) {
@@ -11442,6 +11484,26 @@ done:
     if (!ran) tj__run_refused(p, st); /* process mode: the others must not wait for this one */
     TJ_FREE(args);
     TJ_FREE(outs);
+    return st;
+}
+
+TJDEF tj_status tj_prog_output_shapes(const tj_prog *p, tj_tree *out) {
+    int i;
+    tj_status st = TJ_OK;
+    if (!p || !out) return TJ_ERR_ARG;
+    for (i = 0; i < p->nout && st == TJ_OK; i++) {
+        tj_array *a = tj__array_make(p->ctx, &p->outs[i]->t, 1, p->file, p->line);
+        if (!a || tj_tree_set_array(out, p->out_names[i], a) != TJ_OK) {
+            tj_array_free(a);
+            st = p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
+        }
+    }
+    for (i = 0; i < p->static_out->n && st == TJ_OK; i++) {
+        const tj__leaf *l = &p->static_out->leaf[i];
+        if (l->kind == TJ_LEAF_INT) st = tj_tree_set_int(out, l->name, l->i);
+        else if (l->kind == TJ_LEAF_FLOAT) st = tj_tree_set_float(out, l->name, l->f);
+        else if (l->kind == TJ_LEAF_STRING) st = tj_tree_set_string(out, l->name, l->s);
+    }
     return st;
 }
 

@@ -156,6 +156,90 @@ static void bit_identical(const char *what, const result *a, const result *b) {
     TJT_CHECK(same, "%s: two runs are not bit-identical", what);
 }
 
+/* an init program: the MLP's parameters from random numbers, sharded */
+static void mlp_init(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)in;
+    (void)u;
+    tj_tree_set_v(out, "w1", tj_shard_by_rules(tj_muls(tj_normal(g, 1, TJ_F32, "embed=8 mlp=16"), 0.3), "embed:data mlp:model"));
+    tj_tree_set_v(out, "w2", tj_shard_by_rules(tj_muls(tj_normal(g, 2, TJ_F32, "mlp=16 embed2=8"), 0.3), "mlp:model"));
+    tj_tree_set_int(out, "step", 7);
+}
+/* Abstract arrays: a program compiled against shapes and shardings alone has
+   the memory analysis and collectives of the same program compiled against
+   real arrays; nothing can read, save or run on them. */
+static void test_abstract(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *none = tj_tree_new(ctx), *real = tj_tree_new(ctx), *abs_ = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *init, *pr = NULL, *pa = NULL;
+    tj_collective cr[64], ca[64];
+    int nr, na, i;
+    char b1[128], b2[128];
+    tjt_current = "abstract arrays";
+    tj_set_devices(ctx, 4);
+    tj_set_mesh(ctx, "data=2 model=2");
+    init = tj_jit(ctx, "init", mlp_init, NULL, none, NULL);
+    TJT_CHECK(init && !tj_run(init, none, real), "init: %s", tj_error(ctx));
+    TJT_CHECK(init && !tj_prog_output_shapes(init, abs_), "output shapes: %s", tj_error(ctx));
+    TJT_CHECK(tj_tree_size(abs_) == tj_tree_size(real) && tj_tree_int(abs_, "step") == 7, "output shapes: %d leaves, step %lld", tj_tree_size(abs_),
+              (long long)tj_tree_int(abs_, "step"));
+    for (i = 0; i < 2; i++) {
+        const char *nm = i ? "w2" : "w1";
+        tj_array *a = tj_tree_array(abs_, nm), *r = tj_tree_array(real, nm);
+        TJT_CHECK(a && r && tj_array_is_abstract(a) && !tj_array_is_abstract(r), "%s: abstract %d, real %d", nm, tj_array_is_abstract(a),
+                  tj_array_is_abstract(r));
+        if (!a || !r) continue;
+        TJT_CHECK(!strcmp(tj_array_describe(a, b1, sizeof b1), tj_array_describe(r, b2, sizeof b2)), "%s: %s vs %s", nm, b1, b2);
+        TJT_CHECK(!strcmp(tj_array_sharding(a, b1, sizeof b1), tj_array_sharding(r, b2, sizeof b2)), "%s sharding: %s vs %s", nm, b1, b2);
+    }
+    /* the same training program against both */
+    tj_tree_set_array(real, "x", tjt_rand(ctx, TJ_F32, "batch=8 embed=8", 1, -1, 1));
+    tj_tree_set_array(real, "y", tjt_rand(ctx, TJ_F32, "batch=8 embed2=8", 4, -1, 1));
+    tj_tree_set_array(abs_, "x", tj_array_abstract(ctx, TJ_F32, "batch=8 embed=8", NULL));
+    tj_tree_set_array(abs_, "y", tj_array_abstract(ctx, TJ_F32, "batch=8 embed2=8", "batch:data"));
+    TJT_CHECK(!tj_filter_shard(real, "batch:data") && !tj_filter_shard(abs_, "batch:data"), "filter_shard: %s", tj_error(ctx));
+    TJT_CHECK(tj_array_is_abstract(tj_tree_array(abs_, "x")) && !strcmp(tj_array_sharding(tj_tree_array(abs_, "x"), b1, sizeof b1),
+                                                                          tj_array_sharding(tj_tree_array(real, "x"), b2, sizeof b2)),
+              "filter_shard of an abstract array: %s vs %s", b1, b2);
+    pr = tj_jit(ctx, "train", mlp, NULL, real, NULL);
+    pa = tj_jit(ctx, "train", mlp, NULL, abs_, NULL);
+    TJT_CHECK(pr && pa, "jit: %s", tj_error(ctx));
+    if (pr && pa) {
+        tj_memory_analysis mr = tj_prog_memory(pr), ma = tj_prog_memory(pa);
+        TJT_CHECK(!memcmp(&mr, &ma, sizeof mr), "memory analysis: temp %lld vs %lld, peak %lld vs %lld", (long long)mr.temp_bytes, (long long)ma.temp_bytes,
+                  (long long)mr.peak_bytes, (long long)ma.peak_bytes);
+        nr = tj_prog_collectives(pr, cr, 64);
+        na = tj_prog_collectives(pa, ca, 64);
+        TJT_CHECK(nr == na && nr > 0, "collectives: %d vs %d", nr, na);
+        for (i = 0; i < nr && i < na && i < 64; i++)
+            TJT_CHECK(!strcmp(cr[i].kind, ca[i].kind) && cr[i].bytes == ca[i].bytes, "collective %d: %s %lld B vs %s %lld B", i, cr[i].kind,
+                      (long long)cr[i].bytes, ca[i].kind, (long long)ca[i].bytes);
+        TJT_CHECK(!tj_run(pr, real, out), "run on real arrays: %s", tj_error(ctx));
+        TJT_CHECK(tj_run(pa, abs_, out) == TJ_ERR_STATE && strstr(tj_error(ctx), "input 'w1' is an abstract array"), "run on abstract arrays: %s",
+                  tj_error(ctx));
+        tj_clear_error(ctx);
+    }
+    {
+        float v[64];
+        char path[512];
+        TJT_CHECK(tj_array_read(tj_tree_array(abs_, "w1"), TJ_F32, v) == TJ_ERR_STATE && strstr(tj_error(ctx), "is abstract"), "read: %s", tj_error(ctx));
+        tj_clear_error(ctx);
+        snprintf(path, sizeof path, "/tmp/tj_abstract_%d.safetensors", (int)getpid());
+        TJT_CHECK(tj_tree_save(abs_, path) != TJ_OK && strstr(tj_error(ctx), "is abstract") && access(path, F_OK) != 0, "save: %s", tj_error(ctx));
+        tj_clear_error(ctx);
+        TJT_CHECK(tj_array_abstract(ctx, TJ_F32, "a=3", "a:data") == NULL && strstr(tj_error(ctx), "tj_array_abstract"),
+                  "an abstract array that cannot be split: %s", tj_error(ctx));
+        tj_clear_error(ctx);
+    }
+    tj_prog_free(init);
+    tj_prog_free(pr);
+    tj_prog_free(pa);
+    tj_tree_free(none);
+    tj_tree_free(real);
+    tj_tree_free(abs_);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     result ref, r, r2;
     int which, m;
@@ -358,5 +442,6 @@ int main(void) {
             tj_ctx_free(c);
         }
     }
+    test_abstract();
     return tjt_finish();
 }
