@@ -348,7 +348,7 @@ bench)
     ;;
 build)
     ensure_tools
-    for d in demos/*.c; do
+    for d in demos/*.c tools/comm_report.c; do
         n=$(basename "$d" .c)
         $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS || exit 1
     done

@@ -539,7 +539,10 @@ TJDEF const char *tj_v_axis_sharding(tj_v v, const char *axis, char *buf, size_t
 typedef struct {
     char kind[16];      /* all_gather, psum, reduce_scatter, shard_slice   */
     char axes[64];      /* mesh axes                                       */
-    int64_t bytes;      /* bytes each device receives                      */
+    int64_t bytes;      /* each device's buffer: all_gather's output, the
+                           input of the others (0: shard_slice)           */
+    int64_t calls;      /* times it runs per call of the program: the
+                           lengths of the scans around it, multiplied     */
     int backward;       /* made by autodiff                                */
     char cause[96];     /* the op (or constraint) whose rule inserted it   */
     const char *file;
@@ -2337,6 +2340,8 @@ struct tj_node {
     char *name;   /* checkpoint name (name op) or param leaf name           */
     int pass;     /* 0: forward; k: made by the k-th tj_vjp of the graph     */
     int remat;    /* a forward node that a backward body re-runs (recompute) */
+    tj_node *summed; /* a partial sum: the psum that added it up ([4]), which
+                        later uses in the same graph share */
     /* filled by the later stages */
     int live;     /* reachable from the outputs                              */
     int sched;    /* position in the schedule                                */
@@ -3069,9 +3074,15 @@ static tj_node *tj__reshard(tj_node *x, const uint8_t *sh, const char *cause, co
             t.sh[a] = t.partial;
             t.partial = 0;
             x = tj__collective(g, TJ__OP_REDUCE_SCATTER, x, &t, x->t.ax[a], x->t.partial, cause, file, line);
+        } else if (x->summed && x->summed->g == tj__cur(g)) {
+            x = x->summed; /* added up once already, where this use can see it */
+            t = x->t;
         } else {
+            tj_node *p;
             t.partial = 0;
-            x = tj__collective(g, TJ__OP_PSUM, x, &t, -1, x->t.partial, cause, file, line);
+            p = tj__collective(g, TJ__OP_PSUM, x, &t, -1, x->t.partial, cause, file, line);
+            if (p) x->summed = p;
+            x = p;
         }
         if (!x) return NULL;
     }
@@ -3198,6 +3209,20 @@ static int tj__sh_ew(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, co
     (void)g;
     tj__sh_follow(t, nin, in, at, 0, 0);
     return tj__sh_fit_all(t, nin, in, op, file, line);
+}
+/* Binary ops: elementwise, except that a sum or difference of two partial
+   sums over the same mesh axes, laid out alike, is itself one: it stays
+   unreduced, and one psum later serves both (a gradient with two
+   contributions, as a tied embedding's, is added up once, not twice). */
+static int tj__sh_binary(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    int i, alike = (op == TJ__OP_ADD || op == TJ__OP_SUB) && in[0]->t.partial && in[0]->t.partial == in[1]->t.partial &&
+                   in[0]->t.rank == t->rank && in[1]->t.rank == t->rank;
+    for (i = 0; alike && i < t->rank; i++)
+        alike = in[0]->t.ax[i] == t->ax[i] && in[1]->t.ax[i] == t->ax[i] && in[0]->t.sh[i] == in[1]->t.sh[i];
+    if (!alike) return tj__sh_ew(g, op, t, nin, in, at, file, line);
+    for (i = 0; i < t->rank; i++) t->sh[i] = in[0]->t.sh[i];
+    t->partial = in[0]->t.partial;
+    return 0;
 }
 /* An op that needs the axes its attribute names whole (reduce_max, slice,
    pad, concat, the row ops, causal_mask): those are gathered. */
@@ -5852,7 +5877,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g, tj_v *gin);
 static double tj__flops_scan(const tj_node *n);
 static int64_t tj__scan_scratch(const tj_node *n);
 #define TJ__OPDEF_U(op, nm, ...) {#nm, 0, tj__k_ew, tj__vjp_unary, tj__flops_out, 0, tj__sh_ew, tj__pr_const},
-#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_binary, tj__flops_out, 0, tj__sh_ew, tj__pr_axes},
+#define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_binary, tj__flops_out, 0, tj__sh_binary, tj__pr_axes},
 #define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc, sh, pr) {nm, (fl), k, v, fp, sc, sh, pr},
 static const tj__opdef tj__ops[TJ__NOPS] = {TJ__UNARY_OPS(TJ__OPDEF_U) TJ__BINARY_OPS(TJ__OPDEF_B) TJ__OTHER_OPS(TJ__OPDEF_O)};
 static const char *tj__opname(int op) { return op >= 0 && op < TJ__NOPS ? tj__ops[op].name : "?"; }
@@ -11637,7 +11662,7 @@ TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n) {
     if (buf && n) snprintf(buf, n, "%s", r ? r->lint : "");
     return r ? r->nlint : 0;
 }
-static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, int bwd) {
+static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, int bwd, int64_t calls) {
     int i;
     for (i = 0; i < p->nsched; i++) {
         tj_node *x = p->sched[i];
@@ -11648,6 +11673,7 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, 
                 snprintf(r->kind, sizeof r->kind, "%s", tj__ops[x->op].name);
                 tj__mesh_names(p->ctx, x->a.mesh, r->axes, sizeof r->axes);
                 r->bytes = x->op == TJ__OP_ALL_GATHER ? tj__lbytes(p->ctx, &x->t) : x->op == TJ__OP_SHARD_SLICE ? 0 : tj__lbytes(p->ctx, &x->in[0]->t);
+                r->calls = calls;
                 r->backward = bwd || x->pass > 0;
                 snprintf(r->cause, sizeof r->cause, "%s", x->name ? x->name : "?");
                 r->file = x->file;
@@ -11655,7 +11681,7 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, 
             }
             (*n)++;
         }
-        if (x->sub && x->sub->prog) tj__collect(x->sub->prog, rows, max, n, bwd || x->pass > 0);
+        if (x->sub && x->sub->prog) tj__collect(x->sub->prog, rows, max, n, bwd || x->pass > 0, calls * (x->a.length > 0 ? x->a.length : 1));
     }
 }
 /* the transpose report: nodes autodiff put into shard_map bodies */
@@ -11699,7 +11725,7 @@ TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *f) {
 }
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max) {
     int n = 0;
-    if (p) tj__collect(p, rows, max, &n, 0);
+    if (p) tj__collect(p, rows, max, &n, 0, 1);
     return n;
 }
 TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max) {

@@ -510,7 +510,7 @@ static void gpt2_forward_only(tj_graph *g, const tj_tree *in, tj_tree *out, cons
     tj_tree_free(P);
     tj_tree_free(Pc);
 }
-static void gpt2_eval_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) { gpt2_forward_only(g, in, out, (const gpt2_config *)user, 1); }
-static void gpt2_logits_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) { gpt2_forward_only(g, in, out, (const gpt2_config *)user, 0); }
+GPT2_UNUSED static void gpt2_eval_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) { gpt2_forward_only(g, in, out, (const gpt2_config *)user, 1); }
+GPT2_UNUSED static void gpt2_logits_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) { gpt2_forward_only(g, in, out, (const gpt2_config *)user, 0); }
 
 #endif /* GPT2_MODEL_H */

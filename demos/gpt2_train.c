@@ -1606,10 +1606,10 @@ static int gpt2_main(int argc, char **argv) {
             for (k = 0; k < nc && k < 512; k++) {
                 int j;
                 for (j = 0; j < 4; j++) if (!strcmp(cols[k].kind, kinds[j])) cnt[j]++;
-                bytes += cols[k].bytes;
+                bytes += cols[k].bytes * cols[k].calls;
             }
-            if (nc) printf("collectives: %d (%d all-gather, %d psum, %d reduce-scatter, %d shard-slice), %.2f MB received per device per step\n", nc, cnt[0],
-                           cnt[1], cnt[2], cnt[3], bytes / 1e6);
+            if (nc) printf("collectives: %d in the program (%d all-gather, %d psum, %d reduce-scatter, %d shard-slice), %.2f MB of buffers per device per step "
+                           "(each run counted; tools/comm_report.c: bytes on the wire)\n", nc, cnt[0], cnt[1], cnt[2], cnt[3], bytes / 1e6);
         }
         if (a.print_program) {
             tj_prog_print(tr.step, stdout);

@@ -240,6 +240,57 @@ static void test_abstract(void) {
     tj_ctx_free(ctx);
 }
 
+/* a weight used twice (as a tied embedding is) whose gradient is then used
+   twice (a norm and an update) */
+static void tied_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w");
+    tj_v h = tj_tanh(tj_dot(x, w, "embed"));             /* (batch, mlp)   */
+    tj_v o = tj_dot(h, w, "mlp");                        /* (batch, embed) */
+    tj_v loss = tj_mean(tj_mul(o, o), "batch embed"), gw, gn;
+    (void)g;
+    (void)u;
+    tj_grad(loss, 1, &w, &gw);
+    gn = tj_sum_all(tj_mul(gw, gw));
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "gn", gn);
+    tj_tree_set_v(out, "w_new", tj_sub(w, tj_mul(gw, gn)));
+}
+/* Data parallel: the gradient of a weight with two uses, used twice itself,
+   is added up across devices once (one psum of the weight's size), and the
+   results equal one device's. */
+static void test_one_psum_per_gradient(void) {
+    tjt_outs o[2];
+    int k;
+    tjt_current = "one psum per gradient";
+    memset(o, 0, sizeof o);
+    for (k = 0; k < 2; k++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        tj_set_devices(ctx, k ? 4 : 1);
+        if (k) tj_set_mesh(ctx, "data=4");
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=8 embed=6", 21, -1, 1));
+        tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "embed=6 mlp=6", 22, -0.5, 0.5));
+        if (k) tj_filter_shard(in, "batch:data");
+        p = tj_jit(ctx, "tied", tied_fn, NULL, in, NULL);
+        TJT_CHECK(p && !tj_run(p, in, out), "%s: %s", k ? "4 devices" : "1 device", tj_error(ctx));
+        tjt_outs_read(&o[k], out);
+        if (p && k) {
+            tj_collective cols[64];
+            int n = tj_prog_collectives(p, cols, 64), i, big = 0;
+            for (i = 0; i < n && i < 64; i++) big += !strcmp(cols[i].kind, "psum") && cols[i].bytes == 6 * 6 * 4;
+            TJT_CHECK(big == 1, "the gradient of w is added up %d times (want 1)", big);
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+    }
+    tjt_outs_compare("tied weight, 4 devices vs 1", &o[0], &o[1], 1e-5);
+    tjt_outs_free(&o[0]);
+    tjt_outs_free(&o[1]);
+}
+
 int main(void) {
     result ref, r, r2;
     int which, m;
@@ -443,5 +494,6 @@ int main(void) {
         }
     }
     test_abstract();
+    test_one_psum_per_gradient();
     return tjt_finish();
 }
