@@ -76,7 +76,9 @@
  *        sharding rule is its own function (tj__sh_*), named by its row
  *   [5]  ops: one block each (builder = shape rule, CPU kernel, VJP rule,
  *        cost); a unary elementwise op is one row of TJ__UNARY_OPS (its
- *        formula and derivative), from which the rest is generated
+ *        formula and derivative), a reduction one row of TJ__REDUCE_OPS
+ *        (its empty value, step, sharding and VJP rules), from which the
+ *        rest is generated
  *   [6]  autodiff: vjp, grad, stop_gradient, checkpoint_name
  *   [7]  control flow: scan, remat regions
  *   [8]  remat and offload policies, the saved-residuals report, lint
@@ -374,13 +376,30 @@ TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s);
 #define tj_select(m, a, b) tj_select_at(TJ_AT, m, a, b)
 TJDEF tj_v tj_select_at(const char *f, int l, tj_v mask, tj_v a, tj_v b);
 
-/* ---- reductions over named axes ("pos" or "batch pos") ---- */
+/* ---- reductions over named axes ("pos" or "batch pos") ----
+   One row per reduction; the op table of [3] is built from these rows.
+   Columns: the op, its public name (tj_NAME), its name in programs, the
+   value of an empty reduction, how a value v joins the accumulator acc (in
+   double; a NaN stays), its sharding rule (tj__sh_sum: over a sharded axis
+   each device keeps a partial sum, which one psum adds up where a later op
+   needs it whole; tj__sh_whole: the reduced axes are gathered first) and
+   its VJP rule (tj__vjp_sum: the cotangent broadcast back over the reduced
+   axes; tj__vjp_ties: shared equally among the elements equal to the
+   result). Adding a reduction is one row here and its tj_NAME macro below:
+   the builder, the CPU and CUDA kernels' folds, the VJP and the harness
+   test (tests/test_harness.c) come from the row. */
+#define TJ__REDUCE_OPS(X)                                                                               \
+    X(SUM, sum, "sum", 0.0, acc + v, tj__sh_sum, tj__vjp_sum)                                          \
+    X(MAXR, max, "reduce_max", -INFINITY, (v > acc || v != v ? v : acc), tj__sh_whole, tj__vjp_ties)  \
+    X(MINR, min, "reduce_min", INFINITY, (v < acc || v != v ? v : acc), tj__sh_whole, tj__vjp_ties)
+#define TJ__R_DECL(op, nm, ...) TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x, const char *axes);
+TJ__REDUCE_OPS(TJ__R_DECL)
+#undef TJ__R_DECL
 #define tj_sum(x, axes) tj_sum_at(TJ_AT, x, axes)
-#define tj_mean(x, axes) tj_mean_at(TJ_AT, x, axes)
 #define tj_max(x, axes) tj_max_at(TJ_AT, x, axes)
-TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes);
+#define tj_min(x, axes) tj_min_at(TJ_AT, x, axes)
+#define tj_mean(x, axes) tj_mean_at(TJ_AT, x, axes)
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes);
-TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes);
 /* the sum of every element: a rank-0 value */
 #define tj_sum_all(x) tj_sum_all_at(TJ_AT, x)
 TJDEF tj_v tj_sum_all_at(const char *f, int l, tj_v x);
@@ -2489,8 +2508,6 @@ typedef struct {
     X(UNIFORM, "uniform", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, tj__sh_given, tj__pr_axes)                                    \
     X(NORMAL, "normal", TJ__SOURCE | TJ__NODIFF, tj__k_random, 0, tj__flops_out, 0, tj__sh_given, tj__pr_axes)                                      \
     X(SELECT, "select", 0, tj__k_ew, tj__vjp_select, tj__flops_out, 0, tj__sh_ew, tj__pr_axes)                                              \
-    X(SUM, "sum", 0, tj__k_reduce, tj__vjp_sum, tj__flops_in, 0, tj__sh_sum, tj__pr_axes)                                                        \
-    X(MAXR, "reduce_max", 0, tj__k_reduce, tj__vjp_maxr, tj__flops_in, 0, tj__sh_whole, tj__pr_axes)                                               \
     X(DOT, "dot", 0, tj__k_dot, tj__vjp_dot, tj__flops_dot, tj__dot_scratch, tj__sh_dot, tj__pr_dot)                                            \
     X(RELAYOUT, "relayout", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                               \
     X(RESHAPE, "reshape", TJ__VIEW, tj__k_none, tj__vjp_reshape, tj__flops_zero, 0, tj__sh_reshape, tj__pr_axes)                                     \
@@ -2532,7 +2549,7 @@ typedef struct {
 enum {
 #define TJ__E1(op, ...) TJ__OP_##op,
 #define TJ__E2(op, ...) TJ__OP_##op,
-    TJ__UNARY_OPS(TJ__E1) TJ__BINARY_OPS(TJ__E1) TJ__OTHER_OPS(TJ__E2)
+    TJ__UNARY_OPS(TJ__E1) TJ__BINARY_OPS(TJ__E1) TJ__OTHER_OPS(TJ__E2) TJ__REDUCE_OPS(TJ__E1)
 #undef TJ__E1
 #undef TJ__E2
     TJ__NOPS
@@ -4443,7 +4460,7 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
     return tj_select_at(f, l, keep, tj_muls_at(f, l, x, 1.0 / (1.0 - rate)), tj_scalar_at(f, l, x->g, x->t.dt, 0));
 }
 
-/* ---- reductions: sum, max over named axes ---- */
+/* ---- reductions over named axes (TJ__REDUCE_OPS) ---- */
 static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t);
 static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
     tj__type t;
@@ -4483,21 +4500,20 @@ static int tj__dup_axis(tj_v x, const int *ids, int n, const char *what, const c
             }
     return 0;
 }
-TJDEF tj_v tj_sum_at(const char *f, int l, tj_v x, const char *axes) {
-    int ids[TJ_MAXDIM], n;
-    if (!x || (n = tj__axes_of(x, axes, ids, "sum", f, l)) < 0 || tj__dup_axis(x, ids, n, "sum", f, l)) return NULL;
-    return tj__sum_ids(f, l, x, ids, n);
-}
+/* the builders of TJ__REDUCE_OPS: tj_sum_at, tj_max_at, ... */
+#define TJ__R_DEF(op, nm, ...)                                                                                   \
+    TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x, const char *axes) {                                   \
+        int ids[TJ_MAXDIM], n;                                                                                   \
+        if (!x || (n = tj__axes_of(x, axes, ids, #nm, f, l)) < 0 || tj__dup_axis(x, ids, n, #nm, f, l)) return NULL; \
+        return tj__reduce_ids(f, l, TJ__OP_##op, x, ids, n);                                                     \
+    }
+TJ__REDUCE_OPS(TJ__R_DEF)
+#undef TJ__R_DEF
 TJDEF tj_v tj_sum_all_at(const char *f, int l, tj_v x) {
     int ids[TJ_MAXDIM], i;
     if (!x || x->t.rank == 0) return x;
     for (i = 0; i < x->t.rank; i++) ids[i] = x->t.ax[i];
     return tj__sum_ids(f, l, x, ids, x->t.rank);
-}
-TJDEF tj_v tj_max_at(const char *f, int l, tj_v x, const char *axes) {
-    int ids[TJ_MAXDIM], n;
-    if (!x || (n = tj__axes_of(x, axes, ids, "max", f, l)) < 0 || tj__dup_axis(x, ids, n, "max", f, l)) return NULL;
-    return tj__reduce_ids(f, l, TJ__OP_MAXR, x, ids, n);
 }
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
     int ids[TJ_MAXDIM], n, i;
@@ -4518,7 +4534,7 @@ TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
 typedef struct {
     const void *p;
     tj_dtype dt;
-    int nr, ismax;
+    int nr, op, sum; /* sum: op is TJ__OP_SUM (the vectorised paths) */
     int64_t rd[TJ_MAXDIM], rs[TJ_MAXDIM], od[TJ_MAXDIM], os[TJ_MAXDIM];
     int64_t on, rn, inner, nblk;
     int no, lead;   /* lead: the kept axes are the trailing ones */
@@ -4533,10 +4549,28 @@ static void tj__lanes(const double *v, int64_t m, double *lane) {
         for (l = 0; l < 8; l++) lane[l] += v[j + l];
     for (l = 0; j < m; j++, l++) lane[l] += v[j];
 }
-static double tj__fold(int ismax, double acc, double v) { return ismax ? (v > acc || v != v ? v : acc) : acc + v; }
+/* one reduction step and the empty reduction, from TJ__REDUCE_OPS */
+static double tj__fold(int op, double acc, double v) {
+    switch (op) {
+#define TJ__FOLD_CASE(op_, nm, name, id, fold, ...) \
+    case TJ__OP_##op_: return (fold);
+        TJ__REDUCE_OPS(TJ__FOLD_CASE)
+#undef TJ__FOLD_CASE
+    default: return acc + v;
+    }
+}
+static double tj__fold_identity(int op) {
+    switch (op) {
+#define TJ__ID_CASE(op_, nm, name, id, ...) \
+    case TJ__OP_##op_: return (id);
+        TJ__REDUCE_OPS(TJ__ID_CASE)
+#undef TJ__ID_CASE
+    default: return 0.0;
+    }
+}
 /* the output whose first input element is at ob, over reduced rows [r0, r1) */
 static double tj__red_one(const tj__red *e, int64_t ob, int64_t r0, int64_t r1) {
-    double buf[TJ__CHUNK], lane[8] = {0}, acc = e->ismax ? -INFINITY : 0.0;
+    double buf[TJ__CHUNK], lane[8] = {0}, acc = tj__fold_identity(e->op);
     int64_t ri[TJ_MAXDIM], rb = 0, r, c0, m, q = r0, sl = e->nr ? e->rs[e->nr - 1] : 0;
     int i, j;
     for (i = e->nr - 2; i >= 0; i--) {
@@ -4548,7 +4582,7 @@ static double tj__red_one(const tj__red *e, int64_t ob, int64_t r0, int64_t r1) 
         for (c0 = 0; c0 < e->inner; c0 += m) {
             m = e->inner - c0 < TJ__CHUNK ? e->inner - c0 : TJ__CHUNK;
             tj__load_n(e->p, e->dt, ob + rb + c0 * sl, sl, m, buf);
-            if (e->ismax) for (j = 0; j < m; j++) acc = tj__fold(1, acc, buf[j]);
+            if (!e->sum) for (j = 0; j < m; j++) acc = tj__fold(e->op, acc, buf[j]);
             else tj__lanes(buf, m, lane);
         }
         for (i = e->nr - 2; i >= 0; i--) {
@@ -4559,7 +4593,7 @@ static double tj__red_one(const tj__red *e, int64_t ob, int64_t r0, int64_t r1) 
             ri[i] = 0;
         }
     }
-    return e->ismax ? acc : ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    return !e->sum ? acc : ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 static void tj__red_part(const void *arg, int part, int nparts) {
     const tj__red *e = (const tj__red *)arg;
@@ -4612,7 +4646,8 @@ static void tj__k_reduce(tj__kern *k) {
     e.dt = it->dt;
     e.out = k->out;
     e.odt = k->ot.dt;
-    e.ismax = k->n->op == TJ__OP_MAXR;
+    e.op = k->n->op;
+    e.sum = e.op == TJ__OP_SUM;
     e.on = tj__numel(&k->ot);
     e.part = part;
     tj__strides(it, ist);
@@ -4626,12 +4661,12 @@ static void tj__k_reduce(tj__kern *k) {
     e.rn = 1;
     for (i = 0; i + 1 < e.nr; i++) e.rn *= e.rd[i];
     e.inner = e.nr ? e.rd[e.nr - 1] : 1;
-    if (total == 0) { /* nothing to reduce: zeros (sum), -inf (max) */
-        for (i = 0; i < e.on; i++) tj__st(e.out, e.odt, i, e.ismax ? -INFINITY : 0.0);
+    if (total == 0) { /* nothing to reduce: the empty reduction (0, -inf, ..) */
+        for (i = 0; i < e.on; i++) tj__st(e.out, e.odt, i, tj__fold_identity(e.op));
         return;
     }
     /* e.g. a bias gradient summed over (batch, pos): whole rows accumulate */
-    e.lead = e.nr > 0 && e.no > 0 && !e.ismax;
+    e.lead = e.nr > 0 && e.no > 0 && e.sum;
     for (i = 0; i < e.no && e.lead; i++) e.lead = tj__axis_index(&k->ot, it->ax[it->rank - e.no + i]) >= 0;
     if (e.lead) {
         tj__parallel(tj__nparts(total, k->nthreads) < e.on ? tj__nparts(total, k->nthreads) : (int)e.on, tj__red_part, &e);
@@ -4643,9 +4678,9 @@ static void tj__k_reduce(tj__kern *k) {
         if (e.nblk > e.rn) e.nblk = e.rn;
     }
     if (e.nblk > 1) {
-        double acc = e.ismax ? -INFINITY : 0.0;
+        double acc = tj__fold_identity(e.op);
         tj__parallel(k->nthreads < e.nblk ? k->nthreads : (int)e.nblk, tj__red_part, &e);
-        for (i = 0; i < e.nblk; i++) acc = tj__fold(e.ismax, acc, part[i]);
+        for (i = 0; i < e.nblk; i++) acc = tj__fold(e.op, acc, part[i]);
         tj__st(e.out, e.odt, 0, acc);
         return;
     }
@@ -4655,8 +4690,8 @@ static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj__relayout(n->file, n->line, g, &n->in[0]->t); /* broadcast back */
     return TJ_OK;
 }
-static tj_status tj__vjp_maxr(tj_node *n, tj_v g, tj_v *gin) {
-    /* g flows to every position equal to the max, shared equally */
+static tj_status tj__vjp_ties(tj_node *n, tj_v g, tj_v *gin) {
+    /* max, min: g flows to every position equal to the result, shared equally */
     tj_v x = n->in[0];
     tj_v mask = tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, x, n), g->t.dt);
     tj_v cnt = tj__sum_ids(n->file, n->line, mask, n->a.axes, n->a.naxes);
@@ -5879,7 +5914,8 @@ static int64_t tj__scan_scratch(const tj_node *n);
 #define TJ__OPDEF_U(op, nm, ...) {#nm, 0, tj__k_ew, tj__vjp_unary, tj__flops_out, 0, tj__sh_ew, tj__pr_const},
 #define TJ__OPDEF_B(op, nm, expr) {nm, 0, tj__k_ew, tj__vjp_binary, tj__flops_out, 0, tj__sh_binary, tj__pr_axes},
 #define TJ__OPDEF_O(op, nm, fl, k, v, fp, sc, sh, pr) {nm, (fl), k, v, fp, sc, sh, pr},
-static const tj__opdef tj__ops[TJ__NOPS] = {TJ__UNARY_OPS(TJ__OPDEF_U) TJ__BINARY_OPS(TJ__OPDEF_B) TJ__OTHER_OPS(TJ__OPDEF_O)};
+#define TJ__OPDEF_R(op, nm, name, id, fold, sh, vjp) {name, 0, tj__k_reduce, vjp, tj__flops_in, 0, sh, tj__pr_axes},
+static const tj__opdef tj__ops[TJ__NOPS] = {TJ__UNARY_OPS(TJ__OPDEF_U) TJ__BINARY_OPS(TJ__OPDEF_B) TJ__OTHER_OPS(TJ__OPDEF_O) TJ__REDUCE_OPS(TJ__OPDEF_R)};
 static const char *tj__opname(int op) { return op >= 0 && op < TJ__NOPS ? tj__ops[op].name : "?"; }
 static unsigned tj__ops_flags(int op) { return tj__ops[op].flags; }
 static tj__shard_fn tj__opshard(int op) { return tj__ops[op].shard; }

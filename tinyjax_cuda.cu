@@ -343,7 +343,43 @@ __global__ void tjc_k_random(void *out, int dt, int64_t n, tjc_gidx g, uint64_t 
     }
 }
 
-/* sum / max over named axes: one block per output element */
+/* the reductions of TJ__REDUCE_OPS (sum, max, min, ..) over named axes: one
+   block per output element; a step and the empty reduction come from the
+   table's formulas, as on the CPU (tj__fold) */
+template <typename T>
+__device__ __forceinline__ T tjc_fold(int op, T acc, T v) {
+    switch (op) {
+#define TJC_FOLD_CASE(op_, nm, name, id, fold, ...) \
+    case TJ__OP_##op_: return (fold);
+        TJ__REDUCE_OPS(TJC_FOLD_CASE)
+#undef TJC_FOLD_CASE
+    default: return acc + v;
+    }
+}
+template <typename T>
+__device__ __forceinline__ T tjc_fold_identity(int op) {
+    switch (op) {
+#define TJC_ID_CASE(op_, nm, name, id, ...) \
+    case TJ__OP_##op_: return (T)(id);
+        TJ__REDUCE_OPS(TJC_ID_CASE)
+#undef TJC_ID_CASE
+    default: return (T)0;
+    }
+}
+/* tjc_block_reduce with the fold of reduction op */
+template <typename T>
+__device__ T tjc_block_fold(T v, T *sh, int op) {
+    int t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] = tjc_fold<T>(op, sh[t], sh[t + s]);
+        __syncthreads();
+    }
+    T r = sh[0];
+    __syncthreads();
+    return r;
+}
 typedef struct {
     int nr, no;                 /* reduced / kept axis counts              */
     int64_t rn, on;             /* reduced / kept element counts           */
@@ -352,16 +388,16 @@ typedef struct {
 } tjc_red;
 
 template <typename T>
-__global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int odt, int ismax) {
+__global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int odt, int op) {
     __shared__ T sh[TJC_THREADS];
     for (int64_t o = blockIdx.x; o < r.on; o += gridDim.x) {
         int64_t ob = tjc_offset(o, r.no, r.od, r.os);
-        T acc = ismax ? (T)(-INFINITY) : (T)0;
+        T acc = tjc_fold_identity<T>(op);
         for (int64_t j = threadIdx.x; j < r.rn; j += blockDim.x) {
             T v = tjc_ld<T>(in, idt, ob + tjc_offset(j, r.nr, r.rd, r.rs));
-            acc = ismax ? tjc_maxnan(acc, v) : acc + v;
+            acc = tjc_fold<T>(op, acc, v);
         }
-        acc = tjc_block_reduce(acc, sh, ismax);
+        acc = tjc_block_fold(acc, sh, op);
         if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
     }
 }
@@ -651,7 +687,7 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
     const tj__type *it = k->it[0];
     int64_t ist[TJ_MAXDIM];
     tjc_red r;
-    int i, j, red, threads = 32, ismax = k->n->op == TJ__OP_MAXR;
+    int i, j, red, threads = 32, op = k->n->op;
     memset(&r, 0, sizeof r);
     tj__strides(it, ist);
     r.rn = 1;
@@ -665,9 +701,9 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
     r.on = tj__numel(&k->ot);
     while (threads < r.rn && threads < TJC_THREADS) threads *= 2;
     if (tjc_wide(it->dt) || k->ot.dt == TJ_F64)
-        tjc_k_reduce<double><<<tjc_grid(r.on), threads, 0, s->compute>>>(r, k->in[0], it->dt, k->out, k->ot.dt, ismax);
+        tjc_k_reduce<double><<<tjc_grid(r.on), threads, 0, s->compute>>>(r, k->in[0], it->dt, k->out, k->ot.dt, op);
     else
-        tjc_k_reduce<float><<<tjc_grid(r.on), threads, 0, s->compute>>>(r, k->in[0], it->dt, k->out, k->ot.dt, ismax);
+        tjc_k_reduce<float><<<tjc_grid(r.on), threads, 0, s->compute>>>(r, k->in[0], it->dt, k->out, k->ot.dt, op);
     TJC_LAUNCHED(k, "tjc_k_reduce");
     return 0;
 }
@@ -1065,7 +1101,10 @@ static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
     case TJ__OP_FILL: TJC_K(tjc_fill);
     case TJ__OP_ARANGE: TJC_K(tjc_arange);
     case TJ__OP_UNIFORM: case TJ__OP_NORMAL: TJC_K(tjc_random);
-    case TJ__OP_SUM: case TJ__OP_MAXR: TJC_K(tjc_reduce);
+#define TJC_RED_CASE(op_, ...) case TJ__OP_##op_:
+    TJ__REDUCE_OPS(TJC_RED_CASE)
+#undef TJC_RED_CASE
+        TJC_K(tjc_reduce);
     case TJ__OP_DOT: TJC_K(tjc_dot);
     case TJ__OP_RELAYOUT: case TJ__OP_COPY: TJC_K(tjc_copy_op);
     case TJ__OP_SLICE: TJC_K(tjc_slice);

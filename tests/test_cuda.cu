@@ -181,6 +181,8 @@ static void f_reduce(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "sum_ac", tj_sum(x, "a c"));
     tj_tree_set_v(out, "max_bc", tj_max(x, "b c"));
     tj_tree_set_v(out, "max_a", tj_max(x, "a"));
+    tj_tree_set_v(out, "min_b", tj_min(x, "b"));
+    tj_tree_set_v(out, "min_big", tj_min(big, "r"));
     tj_tree_set_v(out, "mean_all", tj_mean(x, "a b c"));
     tj_tree_set_v(out, "sum64", tj_sum(x64, "c"));
     tj_tree_set_v(out, "sumbf16", tj_sum(xb, "c"));

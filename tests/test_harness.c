@@ -426,11 +426,13 @@ BUILD(uniform, tj_mul(X0, tj_uniform(g, 11, DT, "p=4 q=8")))
 BUILD(normal, tj_mul(X0, tj_normal(g, 12, DT, "p=4 q=8")))
 BUILD(dropout, tj_dropout(X0, 13, 0.5))
 BUILD(sum_p, tj_sum(X0, "p"))
-BUILD(sum_q, tj_sum(X0, "q"))
 BUILD(sum_pq, tj_sum(X0, "p q"))
 BUILD(mean_q, tj_mean(X0, "q"))
-BUILD(max_q, tj_max(X0, "q"))
-BUILD(max_p, tj_max(X0, "p"))
+/* reductions: over each axis, one pair per row of TJ__REDUCE_OPS (sum's
+   rows below also check the psum a sharded axis needs) */
+#define HX_RBUILD(op, nm, ...) BUILD(red_##nm##_q, tj_##nm(X0, "q")) BUILD(red_##nm##_p, tj_##nm(X0, "p"))
+TJ__REDUCE_OPS(HX_RBUILD)
+#undef HX_RBUILD
 BUILD(dot, tj_dot(X0, X1, "k"))
 BUILD(dot_batch, tj_dot(X0, X1, "k"))
 BUILD(transpose, tj_transpose(X0, "q p"))
@@ -646,11 +648,11 @@ static const hx_row rows[] = {
     UN(normal, "normal", ""),
     UN(dropout, "", "", .via = "tj_dropout: uniform, compare, select"),
     UN(sum_p, "sum psum", "q", .via = "psum: inserted by a sum over a sharded axis"),
-    UN(sum_q, "sum", "p"),
     UN(sum_pq, "sum", ""),
     UN(mean_q, "sum", "p", .via = "tj_mean: a sum and a scale"),
-    UN(max_q, "reduce_max", "p"),
-    UN(max_p, "reduce_max", "q"),
+#define HX_RROW(op, nm, name, ...) UN(red_##nm##_q, name, "p"), UN(red_##nm##_p, name, "q"),
+    TJ__REDUCE_OPS(HX_RROW)
+#undef HX_RROW
     ROW("dot", "dot", b_dot, 2, "p=4 k=8", "k=8 q=4", "ff", 3, "p q"),
     ROW("dot_batch", "dot", b_dot_batch, 2, "p=4 k=8", "p=4 k=8 r=4", "ff", 3, "p r"),
     UN(transpose, "relayout", PQ),

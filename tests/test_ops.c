@@ -135,6 +135,8 @@ static tj_v op_y(const char *c, tj_v a, tj_v b, tj_v cc, tj_v idx) {
     if (IS("max:y")) return tj_max(a, "y");
     if (IS("max:x")) return tj_max(a, "x");
     if (IS("max:x z")) return tj_max(a, "x z");
+    if (IS("min:y")) return tj_min(a, "y");
+    if (IS("min:x z")) return tj_min(a, "x z");
     /* dot */
     if (IS("dot:k")) return tj_dot(a, b, "k");
     if (IS("dot:k1 k2")) return tj_dot(a, b, "k1 k2");
@@ -289,6 +291,8 @@ static void test_grads(tj_ctx *ctx) {
     gc(ctx, "max:y", "x=3 y=4 z=2", NULL, NULL, -1, 1);
     gc(ctx, "max:x", "x=3 y=4 z=2", NULL, NULL, -1, 1);
     gc(ctx, "max:x z", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "min:y", "x=3 y=4 z=2", NULL, NULL, -1, 1);
+    gc(ctx, "min:x z", "x=3 y=4 z=2", NULL, NULL, -1, 1);
 
     tjt_current = "grad: dot";
     gc(ctx, "dot:k", "m=3 k=4", "k=4 n=5", NULL, -1, 1);                 /* plain */
@@ -815,6 +819,7 @@ static void big_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "sum_c", tj_sum(a, "c"));
     tj_tree_set_v(out, "sum_r", tj_sum(a, "r"));
     tj_tree_set_v(out, "max_rc", tj_max(a, "r c"));
+    tj_tree_set_v(out, "min_c", tj_min(a, "c"));
     tj_tree_set_v(out, "tr", tj_transpose(a, "c r"));
     tj_tree_set_v(out, "slice", tj_slice(a, "c", 100, 650));
     tj_tree_set_v(out, "pad", tj_pad(a, "c", 3, 300, -1.0));
@@ -869,6 +874,17 @@ static void test_big_values(tj_ctx *ctx, tj_dtype dt) {
             for (i = 0; i < R * C; i++) m = fmax(m, a[i]);
             y = get(out, "max_rc", NULL);
             TJT_CHECK(y && y[0] == m, "max over r c");
+            free(y);
+        }
+        {
+            int ok = 1;
+            y = get(out, "min_c", NULL);
+            for (i = 0; y && i < R; i++) {
+                double m = 1e300;
+                for (j = 0; j < C; j++) m = fmin(m, a[i * C + j]);
+                ok &= y[i] == m;
+            }
+            TJT_CHECK(y && ok, "min over a long axis");
             free(y);
         }
         w = 0;
