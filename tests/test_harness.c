@@ -881,17 +881,14 @@ static int run_prog(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *err, 
    mesh, sharding: what differed"; HX_BRIEF=1: only the first 3 of each
    row, context and kind), and summarised at the end */
 static int brief;
-/* Known bugs, found by this harness and not fixed yet (see the issue notes):
-   the memory rules (issue #15 item 7) in the grad of grad of three rows
-   (see known_bug). They are printed as KNOWN and counted apart; every
-   other failure fails the run. */
+/* Known bugs, found by this harness and not fixed yet (see the issue notes),
+   are listed in known_bug by row, context and kind of check: printed as
+   KNOWN and counted apart; every other failure fails the run. None at
+   present (the last, issue #15's memory rules in grads of grads, were a
+   check without a premise: see memory_rules). */
 static int nknown;
 static int known_bug(int ri, int cx, int second) {
-    /* issue #15 item 7, the memory rules of remat regions: met by every
-       program but the grad of grad of these rows under a policy that saves
-       less (64 to 192 B above everything_saveable) */
-    if (second == 3) return !strcmp(rows[ri].name, "rsqrt") || !strcmp(rows[ri].name, "cross_entropy") || !strcmp(rows[ri].name, "checkpoint");
-    (void)cx;
+    (void)ri, (void)cx, (void)second;
     return 0;
 }
 static void record_fail2(int ri, int cx, int second, const char *fmt, ...) {
@@ -1121,7 +1118,18 @@ static void run_case(tj_ctx *ctx, int ri, int cx, int mi, const hx_place *pl, in
             ok = nogg = fallback = 1;
         }
     }
-    if (ok && !fallback && pl_index >= 0) temps[cx][mi][pl_index] = pi.temp; /* not the fallback program: compare like with like */
+    if (ok && !fallback && pl_index >= 0) { /* the memory rules compare first-order programs (see memory_rules) */
+        if (c.nogg || !r->twice) temps[cx][mi][pl_index] = pi.temp;
+        else if (cx == C_TOP || (cx >= C_CK_ALL && cx <= C_CK_OFFLOAD)) {
+            hx_cfg c1 = c;
+            tj_prog *p1;
+            c1.nogg = 1;
+            p1 = tj_jit(ctx, "harness first order", prog_fn, &c1, in, NULL);
+            temps[cx][mi][pl_index] = p1 ? tj_prog_memory(p1).temp_bytes : -1;
+            if (!p1) tj_clear_error(ctx);
+            tj_prog_free(p1);
+        }
+    }
     if (ok && pi.rerun) {
         if (pi.same) tjt_pass++;
         else record_fail(ri, cx, "%s [%s] %s: two runs of the same program give different bits", r->name, ctx_names[cx], where);
@@ -1288,7 +1296,11 @@ static void raw_check(int ri) {
 
 /* Issue #15's memory rules, per (mesh, sharding): a region with
    everything_saveable costs no more device temp than no region, and a
-   policy that saves less never raises it. */
+   policy that saves less never raises it. They are checked on the
+   first-order program (loss and gradients): in a grad of grad the second
+   backward pass also differentiates the recomputation a policy put into
+   the first, and must keep that recomputation's own residuals, so there a
+   policy does not "save less" and the rule has no premise. */
 static void memory_rules(int ri) {
     static const int pol[4] = {C_CK_NONE, C_CK_DOTS, C_CK_NAMES, C_CK_OFFLOAD};
     int mi, j, k;
