@@ -3050,7 +3050,7 @@ static int tj__regen_ok(const tj_node *x, int depth) {
     int j;
     if (depth > 16 || x->t.partial || tj__sh_used(x->t.sh, x->t.rank)) return 0;
     if (tj__ops_flags(x->op) & TJ__SOURCE) return x->op != TJ__OP_PARAM && x->op != TJ__OP_AXIS_INDEX;
-    if (!(x->op < TJ__OP_PARAM || x->op == TJ__OP_SELECT || x->op == TJ__OP_RELAYOUT)) return 0; /* unary, binary, select, broadcast */
+    if (!(x->op < TJ__OP_PARAM || x->op == TJ__OP_SELECT)) return 0; /* unary, binary, select */
     for (j = 0; j < x->nin; j++)
         if (x->in[j]->t.rank > 0 && !tj__regen_ok(x->in[j], depth + 1)) return 0;
     return 1;
