@@ -1390,14 +1390,14 @@ enum { TJC_NONE = 0, TJC_KERNEL, TJC_RUNNER, TJC_VIEW, TJC_GAP };
 
 /* tj__k_axis_index: this device's rank along the mesh axes */
 static int tjc_axis_index(tjc_state *s, tj__kern *k) {
-    tjc_k_fill<<<1, 1, 0, s->compute>>>(k->out, TJ_I32, 1, (double)tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index));
+    tjc_k_fill<<<1, 1, 0, s->compute>>>(k->out, TJ_I32, 1, (double)tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.mesh));
     TJC_LAUNCHED(k, "tjc_k_fill");
     return 0;
 }
 /* tj__k_shard_slice: this device's block of a replicated value along one axis */
 static int tjc_shard_slice(tjc_state *s, tj__kern *k) {
     int64_t ist[TJ_MAXDIM];
-    int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index);
+    int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.mesh);
     if (ax < 0) return tjc_fail(k, "axis not found");
     tj__strides(k->it[0], ist);
     return tjc_copy_region(s, k, k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim);
