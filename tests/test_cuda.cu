@@ -684,6 +684,43 @@ static void test_sharded_train(void) {
         for (j = 0; j < 4; j++) free(v[k][j]);
 }
 
+/* a bad index before a collective on 2 simulated devices: the run fails
+   with the CPU's message; the failed devices still meet in the collective
+   (they run dry), so nobody waits for the transport's timeout */
+static void f_take_sum(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "y", tj_sum(tj_take(tj_tree_v(in, "w"), "vocab", tj_tree_v(in, "tok")), "e"));
+}
+static void test_collective_after_error(void) {
+    tj_ctx *c[2];
+    char msg[2][1024];
+    int b;
+    mesh_ctxs(c, 2, "model=2");
+    for (b = 0; b < 2; b++) {
+        int32_t tok[4] = {1, 2, 9, 0};
+        tj_tree *in = tj_tree_new(c[b]), *out = tj_tree_new(c[b]);
+        tj_prog *p;
+        tj_tree_set_array(in, "w", tj_ones(c[b], TJ_F32, "vocab=5 e=4"));
+        tj_tree_set_array(in, "tok", tj_array_new(c[b], TJ_I32, "t=4", tok));
+        tj_filter_shard(in, "e:model"); /* the sum over e is a psum over model */
+        p = tj_jit(c[b], "bad_index_then_psum", f_take_sum, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) != TJ_OK, "[collective after an error] %s: the run should fail", b ? "cuda" : "cpu");
+        snprintf(msg[b], sizeof msg[b], "%s", tj_error(c[b]));
+        TJT_CHECK(strstr(msg[b], "out of range") != NULL, "[collective after an error] %s message: \"%s\"", b ? "cuda" : "cpu", msg[b]);
+        if (p) {
+            tj_collective rows[8];
+            TJT_CHECK(tj_prog_collectives(p, rows, 8) >= 1, "[collective after an error] the program has no collective");
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+    TJT_CHECK(strcmp(msg[0], msg[1]) == 0, "[collective after an error] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
+    tj_ctx_free(c[0]);
+    tj_ctx_free(c[1]);
+}
+
 /* every op of the op table has a CUDA path (or a listed gap): no GPU needed */
 static int coverage(void) {
     static char list[16384];
@@ -734,6 +771,7 @@ int main(int argc, char **argv) {
     test_rerun();
     test_collectives_sim();
     test_sharded_train();
+    test_collective_after_error();
     {
         tj_alloc_stats st = tj_get_alloc_stats(gpu);
         TJT_CHECK(st.array_bytes == 0 && st.arena_bytes == 0, "[leaks] %lld array bytes, %lld arena bytes still live on the GPU", (long long)st.array_bytes,
