@@ -487,7 +487,7 @@ static void coll_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     const coll_case *cc = (const coll_case *)u;
     int cycle[2 * TJ_MAXDEV], r;
     static const int pair[2] = {0, 1}; /* rank 1 gets rank 0's block; every other rank zeros */
-    tj_v x = in[0];
+    tj_v x = tj_muls(in[0], 2.0); /* made by a kernel on each device's stream just before (exact in every dtype) */
     for (r = 0; r < cc->G; r++) {
         cycle[2 * r] = r;
         cycle[2 * r + 1] = (r + 1) % cc->G;
@@ -586,13 +586,14 @@ static void test_collectives_sim(void) {
         int ndev;
         const char *mesh, *spec, *shape;
         coll_case cc;
-    } cases[3] = {
+    } cases[4] = {
         {2, "model=2", "embed:model", "batch=4 embed=16", {"model", 2}},
         {4, "data=2 model=2", "batch:data embed:model", "batch=8 embed=16", {"model", 2}},
         {4, "data=2 model=2", "batch:data embed:model", "batch=8 embed=16", {"data model", 4}},
+        {4, "data=2 model=2", "batch:data embed:model", "batch=8 embed=131072", {"data model", 4}}, /* long kernels: a missing wait shows */
     };
     int ci, d;
-    for (ci = 0; ci < 3; ci++) {
+    for (ci = 0; ci < 4; ci++) {
         tj_ctx *c[2];
         mesh_ctxs(c, cases[ci].ndev, cases[ci].mesh);
         coll_spec = cases[ci].spec;
