@@ -1053,7 +1053,13 @@ static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
    reduction kernel reading the G inputs. Events are per device, not per
    group: a slow peer may wait for a later record of the same event, which
    only waits longer. A call with stream NULL (blocking, as the table allows)
-   runs on the default stream and returns when it is done. */
+   runs on the default stream and returns when it is done.
+   Without a GPU: the devsim backend (TJ_BACKEND=devsim) runs the header's
+   CPU collective kernels on its stream threads, through the threads
+   transport, whose meeting and group records this transport reuses; the
+   event ordering here needs events and cross-stream waits, which the
+   backend interface (tj_backend) does not offer, so it runs only on a GPU
+   (tests/test_cuda.cu). */
 
 /* element i as the CPU's tj__ld reads it, and stored as tj__st stores it
    (f32 rounds, bf16 as tj_f32_to_bf16 with its quiet NaN, i32 as tj__f2i32) */
