@@ -941,8 +941,11 @@ TJDEF tj_transport *tj_threads_transport_new(double timeout_s);
    unique id by MPI_Bcast (TJ_MPI under mpirun), else TJ_COORD=host:port or
    a shared file's path; timeout_s 0: TJ_TIMEOUT or 300; deterministic 1
    reduces in rank order as the CPU transports do (-1: TJ_NCCL_DETERMINISTIC).
-   NULL and a message in err on failure. Not yet reached by tj_run: the
-   CUDA backend has no collective kernels. */
+   NULL and a message in err on failure. tj_run reaches it from a context
+   on tj_cuda_backend after tj_distributed_init(ctx, &opts) with
+   opts.transport = it: the CUDA collective kernels pass device pointers and
+   the compute stream. The backend must run on the GPU the transport picked
+   for this process (one GPU per process with tj_cuda_backend). */
 TJDEF tj_transport *tj_nccl_transport_new(int gpus_per_process, double timeout_s, int deterministic, char *err, size_t errlen);
 /* Arrays across processes. An array "spans processes" when some of its
    shards live only on other processes' devices; tj_array_read of such an
@@ -10550,12 +10553,18 @@ static int64_t tj__coll_scratch(const tj_node *n) {
     return s;
 }
 /* call the transport for node k->n; on failure write k->err (unless an
-   earlier error is there) naming the collective and its cause */
-static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, size_t bytes, size_t count, int to, int from) {
+   earlier error is there) naming the collective and its cause. The hook
+   for a GPU backend's collective launchers (tinyjax_cuda.cu): `over`, when
+   not NULL, is called instead of the context's transport with the context's
+   group handles (the backend's transport on device buffers, which meets in
+   the threads transport's groups), and `stream` is passed on (the device's
+   compute stream; NULL on the CPU). */
+static int tj__coll_call_on(tj__kern *k, tj_transport *over, void *stream, int kind, const void *send, void *recv, size_t bytes, size_t count, int to,
+                            int from) {
     tj_ctx *c = k->ctx;
     tj_node *n = k->n;
     struct tj__procs *P = c->procs;
-    tj_transport *t = P ? P->t : NULL;
+    tj_transport *t = over ? over : P ? P->t : NULL;
     unsigned m = n->a.mesh;
     void *comm = tj__group_find(c, m, k->dev);
     char e[600], mb[64];
@@ -10575,11 +10584,11 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
             tj__inside[k->dev] = 1;
         }
         switch (kind) {
-        case TJ__AG: rc = t->all_gather(t, comm, send, recv, bytes, NULL, e, sizeof e); break;
-        case TJ__AR: rc = t->all_reduce(t, comm, send, recv, count, k->ot.dt, op, NULL, e, sizeof e); break;
-        case TJ__RS: rc = t->reduce_scatter(t, comm, send, recv, count, k->ot.dt, op, NULL, e, sizeof e); break;
-        case TJ__A2A: rc = t->all_to_all(t, comm, send, recv, bytes, NULL, e, sizeof e); break;
-        default: rc = t->send_recv(t, comm, send, to, recv, from, bytes, NULL, e, sizeof e); break;
+        case TJ__AG: rc = t->all_gather(t, comm, send, recv, bytes, stream, e, sizeof e); break;
+        case TJ__AR: rc = t->all_reduce(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e); break;
+        case TJ__RS: rc = t->reduce_scatter(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e); break;
+        case TJ__A2A: rc = t->all_to_all(t, comm, send, recv, bytes, stream, e, sizeof e); break;
+        default: rc = t->send_recv(t, comm, send, to, recv, from, bytes, stream, e, sizeof e); break;
         }
         tj__inside[k->dev] = 0; /* tj__where keeps the last one */
         P->us[k->dev] += tj__now_us() - t0;
@@ -10592,6 +10601,9 @@ static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, si
                  k->dev, e);
     }
     return rc;
+}
+static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, size_t bytes, size_t count, int to, int from) {
+    return tj__coll_call_on(k, NULL, NULL, kind, send, recv, bytes, count, to, from);
 }
 static void tj__k_all_gather(tj__kern *k) {
     unsigned m = k->n->a.mesh;

@@ -23,8 +23,10 @@
  * The runner of tinyjax.h [11] runs scans (and so checkpoint and shard_map
  * regions), offload and fetch itself, through this backend's copies and
  * runs. Each mesh device has its own stream, cuBLAS handle and error slot,
- * so a mesh of N simulated devices shares one GPU (sharded programs without
- * collectives run; collectives are listed gaps: `test_cuda --coverage`).
+ * so a mesh of N simulated devices shares one GPU; their collectives meet in
+ * a transport on device buffers, bit-identical to the CPU backend, and with
+ * tj_distributed_init and tj_nccl_transport_new (-DTJ_NCCL) they go through
+ * NCCL between GPUs.
  * Random numbers and arange use each element's global index, as the CPU
  * does; scatter_add adds in the CPU's order without atomics.
  *
@@ -42,6 +44,7 @@
  *   [11] CUDA backend: kernels
  *   [11] CUDA backend: launchers (one per CPU kernel of [5])
  *   [11] CUDA backend: memory spaces, copies, sync
+ *   [11] CUDA backend: collectives (launchers, the device-buffer transport)
  *   [11] CUDA backend: dispatch (the per-op table, coverage) and constructor
  */
 #define TINYJAX_IMPLEMENTATION
@@ -88,6 +91,7 @@ typedef struct {
     pthread_mutex_t mu;        /* making per-device states                   */
     tjc_state *per[TJ_MAXDEV];
     char pending[512];         /* an error of a call with dev -1 (free)      */
+    tj_transport *coll;        /* the device-buffer transport ([11] collectives), made on first use under mu */
 } tjc_backend;
 
 static tjc_backend *tjc_be_of(tj_backend *b) { return (tjc_backend *)b->state; }
@@ -1047,6 +1051,373 @@ static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
     return bad;
 }
 
+// ==== [11] CUDA backend: collectives =========================================
+/* The six collectives (all_gather, psum, pmax, reduce_scatter, all_to_all,
+   ppermute) mirror the CPU kernels of tinyjax.h [11] ("collective kernels:
+   pack -> transport -> unpack"): a copy kernel packs the device's strided
+   blocks into the scratch the plan reserved (tj__coll_scratch; nothing to
+   pack when tj__outer finds them contiguous), the transport runs on device
+   pointers with the device's compute stream (through tj__coll_call_on: the
+   same error messages naming the collective and the line that caused it,
+   the same statistics), and a copy kernel unpacks. Which transport:
+   - the context's threads transport (one process: the default), or one
+     given by tj_threads_transport_new: the device-buffer transport below,
+     which meets in that transport's groups;
+   - NCCL (tj_distributed_init with tj_nccl_transport_new): NCCL itself, on
+     its communication stream ordered by events (glue at the end of the file);
+   - the MPI transport: refused (it moves host memory between processes);
+   - any other transport: called with device pointers and the stream, as the
+     transport table of tinyjax.h says.
+
+   The device-buffer transport: the simulated devices of one process on one
+   GPU. The devices meet in the threads transport's group records (the same
+   split, so the same group and rank rules), exchanging pointers; every copy
+   and reduction then runs on the GPU, queued on the calling device's stream,
+   in rank order with the CPU transports' arithmetic (all_reduce: a sum in
+   double rounded once; reduce_scatter: rounded after each add; max exact),
+   so results are bit-identical to the CPU backend. Ordering without waiting
+   for the GPU: each device records an event "input ready" on its stream
+   before the first meeting; after it, a device makes its stream wait for the
+   events of the peers it reads, queues its copies or its reduction, and
+   records "done"; after a second meeting it makes its stream wait for the
+   "done" of every peer that reads its input, so its later kernels cannot
+   overwrite (and nothing can free) that input before the peers have read it.
+   Cost per collective and device: two meetings of the host threads (mutex
+   and condition variable, as the threads transport; the host never waits
+   for the GPU), two event records and up to 2 (G - 1) stream waits, then
+   G - 1 device copies (all_gather, all_to_all), one copy (ppermute) or one
+   reduction kernel reading the G inputs. Events are per device, not per
+   group: a slow peer may wait for a later record of the same event, which
+   only waits longer. A call with stream NULL (blocking, as the table allows)
+   runs on the default stream and returns when it is done.
+   Without a GPU: the devsim backend (TJ_BACKEND=devsim) runs the header's
+   CPU collective kernels on its stream threads, through the threads
+   transport, whose meeting and group records this transport reuses; the
+   event ordering here needs events and cross-stream waits, which the
+   backend interface (tj_backend) does not offer, so it runs only on a GPU
+   (tests/test_cuda.cu). */
+
+/* element i as the CPU's tj__ld reads it, and stored as tj__st stores it
+   (f32 rounds, bf16 as tj_f32_to_bf16 with its quiet NaN, i32 as tj__f2i32) */
+__device__ __forceinline__ double tjc_cpu_ld(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case TJ_F32: return ((const float *)p)[i];
+    case TJ_BF16: return __uint_as_float((unsigned)((const uint16_t *)p)[i] << 16);
+    case TJ_I32: return ((const int32_t *)p)[i];
+    default: return ((const double *)p)[i];
+    }
+}
+__device__ __forceinline__ void tjc_cpu_st(void *p, int dt, int64_t i, double v) {
+    switch (dt) {
+    case TJ_F32: ((float *)p)[i] = (float)v; break;
+    case TJ_BF16: {
+        unsigned u = __float_as_uint((float)v);
+        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u = (u >> 16) | 0x40;
+        else u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        ((uint16_t *)p)[i] = (uint16_t)u;
+        break;
+    }
+    case TJ_I32: ((int32_t *)p)[i] = v != v ? 0 : v >= 2147483647.0 ? INT_MAX : v <= -2147483648.0 ? INT_MIN : (int32_t)v; break;
+    default: ((double *)p)[i] = v; break;
+    }
+}
+/* The loop of the reductions (here and NCCL's deterministic mode): out[i]
+   = input 0 [op] input 1 [op] ... in rank order, src.at(r) being rank r's
+   input; steps: round to dt after each (tj__reduce_steps), else once
+   (tj__reduce_once). */
+template <typename Src>
+__device__ __forceinline__ void tjc_reduce_loop(const Src &src, int G, void *out, int dt, int64_t n, int ismax, int steps) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double acc = tjc_cpu_ld(src.at(0), dt, i);
+        for (int r = 1; r < G; r++) {
+            double b = tjc_cpu_ld(src.at(r), dt, i);
+            acc = ismax ? (b > acc ? b : acc) : acc + b;
+            if (steps && r + 1 < G) {
+                double x[1];
+                tjc_cpu_st(x, dt, 0, acc);
+                acc = tjc_cpu_ld(x, dt, 0);
+            }
+        }
+        tjc_cpu_st(out, dt, i, acc);
+    }
+}
+/* the G inputs of a reduction, one pointer per rank */
+struct tjc_srcs {
+    const void *p[TJ_MAXDEV];
+    __device__ const void *at(int r) const { return p[r]; }
+};
+__global__ void tjc_k_coll_reduce(tjc_srcs src, int G, void *out, int dt, int64_t n, int ismax, int steps) { tjc_reduce_loop(src, G, out, dt, n, ismax, steps); }
+
+/* ---- the device-buffer transport ---- */
+typedef struct tjc_dtrans {
+    tj_transport t;            /* its table; t.state = this                  */
+    tj_transport *inner;       /* a threads transport: split, comm_free      */
+    int device;                /* the CUDA device                            */
+    pthread_mutex_t mu;        /* making events                              */
+    cudaEvent_t ready[TJ_MAXDEV], done[TJ_MAXDEV]; /* per mesh device        */
+} tjc_dtrans;
+
+/* mesh device dev's two events, made on first use */
+static cudaError_t tjc_dt_events(tjc_dtrans *d, int dev) {
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&d->mu);
+    if (!d->ready[dev]) e = cudaEventCreateWithFlags(&d->ready[dev], cudaEventDisableTiming);
+    if (e == cudaSuccess && !d->done[dev]) e = cudaEventCreateWithFlags(&d->done[dev], cudaEventDisableTiming);
+    pthread_mutex_unlock(&d->mu);
+    return e;
+}
+/* rank m's piece for rank me (tj__cg_src for the devices of one process) */
+static const char *tjc_dt_src(const tj__cgroup *g, int kind, int m, int me, size_t S) {
+    const char *s = (const char *)g->slot[m].send;
+    return kind == TJ__RS || kind == TJ__A2A ? s + (size_t)me * S : s;
+}
+/* does rank me read rank m's input in this collective? */
+static int tjc_dt_reads(const tj__cgroup *g, int kind, int me, int m) { return m != me && (kind != TJ__PERM || g->slot[me].from == m); }
+
+static int tjc_dt_coll(tj_transport *t, void *comm, int kind, const void *send, void *recv, size_t S, size_t count, tj_dtype dt, int op, int to, int from,
+                       void *stream, char *err, size_t en) {
+    tjc_dtrans *d = (tjc_dtrans *)t->state;
+    tj__chandle *h = (tj__chandle *)comm;
+    tj__cgroup *g = h->g;
+    cudaStream_t st = (cudaStream_t)stream;
+    cudaError_t e = cudaSuccess;
+    const char *what = "";
+    int me = h->rank, G = g->G, dev = g->dev[me], m, readers[TJ_MAXDEV], nreaders = 0;
+    if (g->ct->broken[0]) {
+        snprintf(err, en, "the transport is broken: %s", g->ct->broken);
+        return 1;
+    }
+    if (g->nrem) { /* a split by a transport with a wire: not this one's groups */
+        snprintf(err, en, "the device-buffer transport serves the devices of one process; this group spans %d other process%s", g->nrem, g->nrem == 1 ? "" : "es");
+        return 1;
+    }
+    if ((e = cudaSetDevice(d->device)) != cudaSuccess || (e = tjc_dt_events(d, dev)) != cudaSuccess ||
+        (G > 1 && (e = cudaEventRecord(d->ready[dev], st)) != cudaSuccess)) {
+        /* still meet: the peers must not wait for this device until the timeout */
+        what = "recording the input's event";
+    }
+    g->slot[me].send = send;
+    g->slot[me].recv = recv;
+    g->slot[me].to = to;
+    g->slot[me].from = from;
+    if (tj__cg_barrier(g, err, en)) return 1;
+    for (m = 0; m < G; m++) /* the slots hold still until the second meeting */
+        if (tjc_dt_reads(g, kind, m, me)) readers[nreaders++] = g->dev[m];
+    for (m = 0; m < G && e == cudaSuccess; m++)
+        if (tjc_dt_reads(g, kind, me, m) && (e = cudaStreamWaitEvent(st, d->ready[g->dev[m]], 0)) != cudaSuccess) what = "waiting for a peer's input";
+    if (e == cudaSuccess) {
+        what = "the copies or the reduction";
+        switch (kind) {
+        case TJ__AG:
+        case TJ__A2A:
+            for (m = 0; m < G && e == cudaSuccess; m++) {
+                const char *s = tjc_dt_src(g, kind, m, me, S);
+                if ((char *)recv + (size_t)m * S != s && S) e = cudaMemcpyAsync((char *)recv + (size_t)m * S, s, S, cudaMemcpyDeviceToDevice, st);
+            }
+            break;
+        case TJ__AR:
+        case TJ__RS: {
+            tjc_srcs src;
+            memset(&src, 0, sizeof src);
+            for (m = 0; m < G; m++) src.p[m] = tjc_dt_src(g, kind, m, me, S);
+            if (count) {
+                tjc_k_coll_reduce<<<tjc_blocks((int64_t)count, TJC_THREADS), TJC_THREADS, 0, st>>>(src, G, recv, (int)dt, (int64_t)count, op == TJ_REDUCE_MAX,
+                                                                                                   kind == TJ__RS);
+                e = cudaGetLastError();
+            }
+            break;
+        }
+        default: /* TJ__PERM */
+            if (from >= 0 && S && (const char *)recv != g->slot[from].send) e = cudaMemcpyAsync(recv, g->slot[from].send, S, cudaMemcpyDeviceToDevice, st);
+            break;
+        }
+        if (e == cudaSuccess && G > 1 && (e = cudaEventRecord(d->done[dev], st)) != cudaSuccess) what = "recording the result's event";
+    }
+    if (tj__cg_barrier(g, err, en)) return 1;
+    /* this device's later work waits until the peers that read its input are done */
+    for (m = 0; m < nreaders && e == cudaSuccess; m++)
+        if ((e = cudaStreamWaitEvent(st, d->done[readers[m]], 0)) != cudaSuccess) what = "waiting for the peers' reads";
+    if (e == cudaSuccess && !stream && (e = cudaStreamSynchronize(st)) != cudaSuccess) what = "the blocking call";
+    if (e != cudaSuccess) {
+        snprintf(err, en, "device-buffer transport, %s: %s", what, cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+static int tjc_dt_all_gather(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
+    return tjc_dt_coll(t, comm, TJ__AG, send, recv, bytes, 0, TJ_F32, 0, -1, -1, stream, err, en);
+}
+static int tjc_dt_all_reduce(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
+                             size_t en) {
+    return tjc_dt_coll(t, comm, TJ__AR, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, stream, err, en);
+}
+static int tjc_dt_reduce_scatter(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream,
+                                 char *err, size_t en) {
+    return tjc_dt_coll(t, comm, TJ__RS, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, stream, err, en);
+}
+static int tjc_dt_all_to_all(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
+    return tjc_dt_coll(t, comm, TJ__A2A, send, recv, bytes, 0, TJ_F32, 0, -1, -1, stream, err, en);
+}
+static int tjc_dt_send_recv(tj_transport *t, void *comm, const void *send, int to, void *recv, int from, size_t bytes, void *stream, char *err, size_t en) {
+    return tjc_dt_coll(t, comm, TJ__PERM, send, recv, bytes, 0, TJ_F32, 0, to, from, stream, err, en);
+}
+/* groups and host agreement: the inner threads transport's */
+static int tjc_dt_split(tj_transport *t, int n, const int *dev, const int *color, const int *key, void **comm, char *err, size_t en) {
+    tj_transport *in = ((tjc_dtrans *)t->state)->inner;
+    return in->split(in, n, dev, color, key, comm, err, en);
+}
+static void tjc_dt_comm_free(tj_transport *t, void *comm) {
+    tj_transport *in = ((tjc_dtrans *)t->state)->inner;
+    in->comm_free(in, comm);
+}
+static int tjc_dt_proc_allgather(tj_transport *t, const void *send, void *recv, size_t bytes, char *err, size_t en) {
+    tj_transport *in = ((tjc_dtrans *)t->state)->inner;
+    return in->proc_allgather(in, send, recv, bytes, err, en);
+}
+static void tjc_dt_free(tj_transport *t) {
+    tjc_dtrans *d;
+    int i;
+    if (!t) return;
+    d = (tjc_dtrans *)t->state;
+    cudaSetDevice(d->device);
+    for (i = 0; i < TJ_MAXDEV; i++) {
+        if (d->ready[i]) cudaEventDestroy(d->ready[i]);
+        if (d->done[i]) cudaEventDestroy(d->done[i]);
+    }
+    d->inner->free(d->inner);
+    pthread_mutex_destroy(&d->mu);
+    TJ_FREE(d);
+}
+/* the transport of a backend on CUDA device `device`; NULL when out of memory */
+static tj_transport *tjc_dt_new(int device) {
+    tjc_dtrans *d = (tjc_dtrans *)tj__calloc(sizeof *d);
+    if (!d) return NULL;
+    if (!(d->inner = tj_threads_transport_new(0))) {
+        TJ_FREE(d);
+        return NULL;
+    }
+    d->device = device;
+    pthread_mutex_init(&d->mu, NULL);
+    d->t.name = "cuda-local";
+    d->t.state = d;
+    d->t.nprocs = 1;
+    d->t.rank = 0;
+    d->t.timeout_s = d->inner->timeout_s;
+    d->t.split = tjc_dt_split;
+    d->t.comm_free = tjc_dt_comm_free;
+    d->t.all_gather = tjc_dt_all_gather;
+    d->t.all_reduce = tjc_dt_all_reduce;
+    d->t.reduce_scatter = tjc_dt_reduce_scatter;
+    d->t.all_to_all = tjc_dt_all_to_all;
+    d->t.send_recv = tjc_dt_send_recv;
+    d->t.proc_allgather = tjc_dt_proc_allgather;
+    d->t.free = tjc_dt_free;
+    return &d->t;
+}
+
+/* ---- the launchers ---- */
+#if defined(TJ_NCCL)
+static int tjc_nccl_glue(tj_transport *t, void *comm, int device, char *why, size_t n); /* the NCCL section */
+#endif
+/* call the transport for node k->n on device k->dev's stream: the
+   transport the context's transport stands for on this backend (see the
+   introduction); 1 with k->err on failure */
+static int tjc_coll_call(tjc_state *s, tj__kern *k, int kind, const void *send, void *recv, size_t bytes, size_t count, int to, int from) {
+    tjc_backend *be = tjc_be_of(k->ctx->backend);
+    struct tj__procs *P = k->ctx->procs;
+    tj_transport *t = P ? P->t : NULL, *over = NULL;
+    if (t && t->split == tj__ct_split) { /* a CPU transport */
+        if (((tj__ct *)t->state)->wire)
+            return tjc_fail(k, "the transport '%s' moves host memory between processes; collectives of the CUDA backend between processes go through NCCL "
+                            "(tj_nccl_transport_new)", t->name);
+        pthread_mutex_lock(&be->mu);
+        if (!be->coll) be->coll = tjc_dt_new(be->device);
+        over = be->coll;
+        pthread_mutex_unlock(&be->mu);
+        if (!over) return tjc_fail(k, "out of memory making the device-buffer transport");
+    }
+#if defined(TJ_NCCL)
+    else if (t) {
+        char why[400];
+        void *comm = tj__group_find(k->ctx, k->n->a.mesh, k->dev);
+        if (comm && tjc_nccl_glue(t, comm, s->device, why, sizeof why)) return tjc_fail(k, "%s", why);
+    }
+#endif
+    return tj__coll_call_on(k, over, (void *)s->compute, kind, send, recv, bytes, count, to, from);
+}
+/* tj__k_all_gather: rank r's block lands at r along the axis */
+static int tjc_all_gather(tjc_state *s, tj__kern *k) {
+    unsigned m = k->n->a.mesh;
+    int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct;
+    size_t S = (size_t)tj__bytes(k->it[0]);
+    int64_t st[TJ_MAXDIM] = {0};
+    char *recv;
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    direct = tj__outer(&k->ot, ax);
+    recv = direct ? (char *)k->out : (char *)k->scratch;
+    if (tjc_coll_call(s, k, TJ__AG, k->in[0], recv, S, 0, -1, -1)) return 1;
+    if (direct) return 0;
+    tj__strides(&k->ot, st);
+    for (r = 0; r < G; r++)
+        if (tjc_copy_region(s, k, recv + (size_t)r * S, k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim)) return 1;
+    return 0;
+}
+/* tj__k_psum (psum and pmax) */
+static int tjc_psum(tjc_state *s, tj__kern *k) {
+    size_t n = (size_t)tj__numel(&k->ot);
+    return tjc_coll_call(s, k, TJ__AR, k->in[0], k->out, n * tj_dtype_size(k->ot.dt), n, -1, -1);
+}
+/* tj__k_reduce_scatter: block r (rank r's part of the axis) packed at r * n */
+static int tjc_reduce_scatter(tjc_state *s, tj__kern *k) {
+    unsigned m = k->n->a.mesh;
+    int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct;
+    int64_t ist[TJ_MAXDIM] = {0}, n = tj__numel(&k->ot);
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    direct = tj__outer(k->it[0], ax);
+    tj__strides(k->it[0], ist);
+    if (!direct)
+        for (r = 0; r < G; r++)
+            if (tjc_copy_region(s, k, k->in[0], k->it[0], r * k->ot.dim[ax] * ist[ax], k->scratch, &k->ot, r * n, k->ot.dim)) return 1;
+    return tjc_coll_call(s, k, TJ__RS, direct ? k->in[0] : k->scratch, k->out, (size_t)tj__bytes(&k->ot), (size_t)n, -1, -1);
+}
+/* tj__k_all_to_all: block r of `axis` to rank r, rank r's block into `axis2` */
+static int tjc_all_to_all(tjc_state *s, tj__kern *k) {
+    unsigned m = k->n->a.mesh;
+    int G = tj__mesh_count(k->ctx, m), r;
+    int to = tj__axis_index(&k->ot, k->n->a.axis), from = tj__axis_index(&k->ot, k->n->a.axis2), sdirect, rdirect;
+    int64_t ist[TJ_MAXDIM] = {0}, ost[TJ_MAXDIM] = {0}, nb;
+    tj__type bt = k->ot; /* one peer's block */
+    const char *send;
+    char *recv;
+    if (to < 0 || from < 0) return tjc_fail(k, "axis not found");
+    sdirect = tj__outer(k->it[0], to);
+    rdirect = tj__outer(&k->ot, from);
+    send = sdirect ? (const char *)k->in[0] : (const char *)k->scratch;
+    recv = rdirect ? (char *)k->out : (char *)k->scratch + (sdirect ? 0 : tj__align(tj__bytes(k->it[0])));
+    tj__strides(k->it[0], ist);
+    tj__strides(&k->ot, ost);
+    bt.dim[from] = k->it[0]->dim[from];
+    nb = tj__numel(&bt);
+    if (!sdirect)
+        for (r = 0; r < G; r++)
+            if (tjc_copy_region(s, k, k->in[0], k->it[0], r * k->ot.dim[to] * ist[to], (void *)send, &bt, r * nb, bt.dim)) return 1;
+    if (tjc_coll_call(s, k, TJ__A2A, send, recv, (size_t)tj__bytes(&bt), 0, -1, -1)) return 1;
+    if (rdirect) return 0;
+    for (r = 0; r < G; r++)
+        if (tjc_copy_region(s, k, recv, &bt, r * nb, k->out, &k->ot, r * k->it[0]->dim[from] * ost[from], bt.dim)) return 1;
+    return 0;
+}
+/* tj__k_ppermute: a rank nobody sends to gets zeros */
+static int tjc_ppermute(tjc_state *s, tj__kern *k) {
+    unsigned m = k->n->a.mesh;
+    int G = tj__mesh_count(k->ctx, m), r, me = tj__mesh_rank(k->ctx, k->dev, m), src = -1;
+    for (r = 0; r < G; r++)
+        if (k->n->a.perm[r] == me) src = r;
+    if (tjc_coll_call(s, k, TJ__PERM, k->in[0], k->out, (size_t)tj__bytes(&k->ot), 0, k->n->a.perm[me], src)) return 1;
+    if (src < 0) TJC_CUDA(k, cudaMemsetAsync(k->out, 0, (size_t)tj__bytes(&k->ot), s->compute));
+    return 0;
+}
+
 // ==== [11] CUDA backend: dispatch and constructor ==========================
 
 /* ---- the per-op table ----
@@ -1061,14 +1432,14 @@ enum { TJC_NONE = 0, TJC_KERNEL, TJC_RUNNER, TJC_VIEW, TJC_GAP };
 
 /* tj__k_axis_index: this device's rank along the mesh axes */
 static int tjc_axis_index(tjc_state *s, tj__kern *k) {
-    tjc_k_fill<<<1, 1, 0, s->compute>>>(k->out, TJ_I32, 1, (double)tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index));
+    tjc_k_fill<<<1, 1, 0, s->compute>>>(k->out, TJ_I32, 1, (double)tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.mesh));
     TJC_LAUNCHED(k, "tjc_k_fill");
     return 0;
 }
 /* tj__k_shard_slice: this device's block of a replicated value along one axis */
 static int tjc_shard_slice(tjc_state *s, tj__kern *k) {
     int64_t ist[TJ_MAXDIM];
-    int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.index);
+    int ax = tj__axis_index(&k->ot, k->n->a.axis), me = tj__mesh_rank(k->ctx, k->dev, (unsigned)k->n->a.mesh);
     if (ax < 0) return tjc_fail(k, "axis not found");
     tj__strides(k->it[0], ist);
     return tjc_copy_region(s, k, k->in[0], k->it[0], me * k->ot.dim[ax] * ist[ax], k->out, &k->ot, 0, k->ot.dim);
@@ -1124,12 +1495,12 @@ static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
     case TJ__OP_SCAN: case TJ__OP_TO_HOST: case TJ__OP_TO_DEVICE: return TJC_RUNNER;
     /* arguments, projections and views own no work (the runner skips them) */
     case TJ__OP_PARAM: case TJ__OP_PROJ: case TJ__OP_RESHAPE: case TJ__OP_STOP_GRADIENT: case TJ__OP_NAME: case TJ__OP_PVARY: return TJC_VIEW;
-    /* collectives: the CPU kernels pack host buffers for the transport; the
-       simulated devices of one GPU have their own streams now, but the
-       device-side pack/unpack and a transport on device buffers are missing */
-    case TJ__OP_ALL_GATHER: case TJ__OP_PSUM: case TJ__OP_REDUCE_SCATTER: case TJ__OP_ALL_TO_ALL: case TJ__OP_PPERMUTE: case TJ__OP_PMAX:
-        *why = "collective: no CUDA path yet (simulated devices on one GPU need device-side pack/unpack and a transport on device buffers)";
-        return TJC_GAP;
+    /* collectives: pack, the transport on device pointers and the stream, unpack ([11] collectives) */
+    case TJ__OP_ALL_GATHER: TJC_K(tjc_all_gather);
+    case TJ__OP_PSUM: case TJ__OP_PMAX: TJC_K(tjc_psum);
+    case TJ__OP_REDUCE_SCATTER: TJC_K(tjc_reduce_scatter);
+    case TJ__OP_ALL_TO_ALL: TJC_K(tjc_all_to_all);
+    case TJ__OP_PPERMUTE: TJC_K(tjc_ppermute);
     }
 #undef TJC_K
     return TJC_NONE;
@@ -1169,7 +1540,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
     char msg[256];
     int kind;
     if (!(s = tjc_state_of(be, k->dev, msg, sizeof msg))) return tjc_fail(k, "device %d: %s", k->dev, msg);
-    if (s->pending[0]) { /* an error the interface could not return earlier */
+    if (s->pending[0] && !TJ__IS_COLL(k->n->op)) { /* an error the interface could not return earlier (collectives still run: peers wait for them) */
         if (k->err && !k->err[0]) snprintf(k->err, TJ__MSG, "%.511s (reported at op '%s', %s:%d)", s->pending, tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
         s->pending[0] = 0;
         return 1;
@@ -1246,6 +1617,7 @@ extern "C" void tj_cuda_backend_free(tj_backend *b) {
     be = tjc_be_of(b);
     cudaSetDevice(be->device);
     for (i = 0; i < TJ_MAXDEV; i++) tjc_state_free(be->per[i]);
+    if (be->coll) be->coll->free(be->coll);
     if (be->copy) cudaStreamDestroy(be->copy);
     pthread_mutex_destroy(&be->mu);
     TJ_FREE(be);
@@ -2044,45 +2416,17 @@ static int tjn_end(tjn_comm *h, ncclResult_t r, cudaError_t e, const char *kind,
     return rc;
 }
 
-/* ---- the deterministic reduction: the CPU transport's arithmetic ---- */
-__device__ __forceinline__ double tjn_ld(const void *p, int dt, int64_t i) {
-    switch (dt) {
-    case TJ_F32: return ((const float *)p)[i];
-    case TJ_BF16: return __uint_as_float((unsigned)((const uint16_t *)p)[i] << 16);
-    case TJ_I32: return ((const int32_t *)p)[i];
-    default: return ((const double *)p)[i];
-    }
-}
-/* tj__st: f32 rounds, bf16 as tj_f32_to_bf16 (NaN stays a quiet NaN), i32 as tj__f2i32 */
-__device__ __forceinline__ void tjn_st(void *p, int dt, int64_t i, double v) {
-    switch (dt) {
-    case TJ_F32: ((float *)p)[i] = (float)v; break;
-    case TJ_BF16: {
-        unsigned u = __float_as_uint((float)v);
-        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u = (u >> 16) | 0x40;
-        else u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        ((uint16_t *)p)[i] = (uint16_t)u;
-        break;
-    }
-    case TJ_I32: ((int32_t *)p)[i] = v != v ? 0 : v >= 2147483647.0 ? INT_MAX : v <= -2147483648.0 ? INT_MIN : (int32_t)v; break;
-    default: ((double *)p)[i] = v; break;
-    }
-}
-/* out[i] = block 0 [op] block 1 [op] ... in rank order; steps: round to dt after each (tj__reduce_steps), else once (tj__reduce_once) */
+/* ---- the deterministic reduction: the CPU transport's arithmetic ----
+   (tjc_cpu_ld / tjc_cpu_st of [11] collectives: tj__ld / tj__st on the device) */
+/* the G blocks of a reduction, `stride` bytes apart */
+struct tjn_blocks {
+    const char *b;
+    size_t stride;
+    __device__ const void *at(int r) const { return b + (size_t)r * stride; }
+};
 __global__ void tjn_k_reduce(const char *blocks, size_t stride, int G, void *out, int dt, int64_t n, int ismax, int steps) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        double acc = tjn_ld(blocks, dt, i);
-        for (int r = 1; r < G; r++) {
-            double b = tjn_ld(blocks + (size_t)r * stride, dt, i);
-            acc = ismax ? (b > acc ? b : acc) : acc + b;
-            if (steps && r + 1 < G) {
-                double x[1];
-                tjn_st(x, dt, 0, acc);
-                acc = tjn_ld(x, dt, 0);
-            }
-        }
-        tjn_st(out, dt, i, acc);
-    }
+    tjn_blocks src = {blocks, stride};
+    tjc_reduce_loop(src, G, out, dt, n, ismax, steps);
 }
 static cudaError_t tjn_reduce(tjn_comm *h, const void *blocks, size_t stride, void *out, tj_dtype dt, size_t count, int ismax, int steps) {
     unsigned nb = (unsigned)(count / 256 + 1 < 65536 ? count / 256 + 1 : 65536);
@@ -2212,6 +2556,22 @@ static int tjn_send_recv(tj_transport *t, void *comm, const void *send, int to, 
     }
     if (from == h->rank && recv != send && bytes) e = cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, h->cs);
     return tjn_end(h, r, e, "ppermute (grouped ncclSend/ncclRecv)", bytes, stream, err, en);
+}
+
+/* ---- glue: tj_run's collectives on the CUDA backend ([11] collectives)
+   call the table above with device pointers and the device's compute
+   stream. This checks what NCCL would not say clearly: the communicator
+   must live on the GPU the backend computes on (0, or 1 with why). Not
+   NCCL: nothing to check. */
+static int tjn_split(tj_transport *t, int n, const int *dev, const int *color, const int *key, void **comm, char *err, size_t en);
+static int tjc_nccl_glue(tj_transport *t, void *comm, int device, char *why, size_t n) {
+    tjn_comm *h = (tjn_comm *)comm;
+    if (t->split != tjn_split || h->cdev == device) return 0;
+    snprintf(why, n,
+             "the NCCL transport's communicator of device %d is on GPU %d, but the context's CUDA backend computes on GPU %d (make the backend with "
+             "tj_cuda_backend(%d): with tj_cuda_backend each process drives one GPU)",
+             h->dev, h->cdev, device, h->cdev);
+    return 1;
 }
 
 /* ---- communicators: made at creation (the world) and by split ---- */

@@ -161,7 +161,7 @@ cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *f) {
     return cudaSuccess;
 }
 }
-/* host copies of tjn_ld / tjn_st (tj__ld / tj__st) */
+/* host copies of tjc_cpu_ld / tjc_cpu_st (tj__ld / tj__st) */
 static double ld(const void *p, int dt, int64_t i) {
     switch (dt) {
     case 0: return ((const float *)p)[i];

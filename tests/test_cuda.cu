@@ -7,7 +7,8 @@
  * exits 0. `test_cuda --coverage` (no GPU needed; build.sh runs it) checks
  * that every op of the op table has an entry in the backend's per-op table
  * (a kernel, the runner, a view, or a gap with its reason), lists the gaps,
- * and fails on any op with no entry. TJ_CUDA_TEST_CPU=1 compares the CPU backend with itself, which
+ * and fails on any op with no entry or with a gap. Collectives on simulated
+ * devices of one GPU are compared bit for bit with as many CPU devices. TJ_CUDA_TEST_CPU=1 compares the CPU backend with itself, which
  * checks the test programs on a machine without a GPU. Only the public API is used: the library implementation lives in
  * tinyjax_cuda.cu, which this file links against.
  *
@@ -466,6 +467,263 @@ static void test_rerun(void) {
     tj_tree_free(o2);
 }
 
+/* ---- collectives on simulated devices of one GPU ([11] collectives of
+   tinyjax_cuda.cu) ----
+   Every collective in f32, bf16, f64 and i32, inside a shard_map, with
+   blocks that need packing (the collective's axis is not the first: a copy
+   kernel packs them into scratch) and blocks that do not (the first axis:
+   the transport reads or writes the buffer itself), on 2 devices (mesh
+   model=2) and 4 (data=2 model=2: groups of 2 over model, and one group of
+   4 over data+model). The same program runs on as many CPU devices; every
+   output must be bit-equal, reductions included (the device-buffer
+   transport reduces in rank order with the CPU transports' arithmetic). */
+typedef struct {
+    const char *axes; /* the collectives' mesh axes */
+    int G;            /* devices in each group      */
+} coll_case;
+#define NCOLLOUT 11
+static const char *coll_out[NCOLLOUT] = {"psum",          "pmax",          "all_gather_packed", "all_gather_direct", "psum_scatter_packed",
+                                         "psum_scatter_direct", "all_to_all_packed_send", "all_to_all_packed_recv", "ppermute_cycle",
+                                         "ppermute_one_pair", "axis_index"};
+static void coll_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const coll_case *cc = (const coll_case *)u;
+    int cycle[2 * TJ_MAXDEV], r;
+    static const int pair[2] = {0, 1}; /* rank 1 gets rank 0's block; every other rank zeros */
+    tj_v x = tj_muls(in[0], 2.0); /* made by a kernel on each device's stream just before (exact in every dtype) */
+    for (r = 0; r < cc->G; r++) {
+        cycle[2 * r] = r;
+        cycle[2 * r + 1] = (r + 1) % cc->G;
+    }
+    out[0] = tj_psum(x, cc->axes);
+    out[1] = tj_pmax(x, cc->axes);
+    out[2] = tj_all_gather(x, cc->axes, "embed"); /* batch comes first and is not 1: packed */
+    out[3] = tj_all_gather(x, cc->axes, "batch");
+    out[4] = tj_psum_scatter(x, cc->axes, "embed");
+    out[5] = tj_psum_scatter(x, cc->axes, "batch");
+    out[6] = tj_all_to_all(x, cc->axes, "embed", "batch"); /* sends blocks of embed (packed), receives along batch (direct) */
+    out[7] = tj_all_to_all(x, cc->axes, "batch", "embed"); /* sends blocks of batch (direct), receives along embed (unpacked) */
+    out[8] = tj_ppermute(x, cc->axes, cc->G, cycle);
+    out[9] = tj_ppermute(x, cc->axes, 1, pair);
+    out[10] = tj_mul(x, tj_cast(tj_adds(tj_axis_index(g, cc->axes), 1), tj_v_dtype(x))); /* and shard_slice (the in_spec): each device's own rank */
+}
+static const char *coll_spec; /* every device's block of every output is kept */
+static void f_coll(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const char *is[1], *os[NCOLLOUT];
+    tj_v x = tj_tree_v(in, "x"), y[NCOLLOUT];
+    int i;
+    (void)g;
+    is[0] = coll_spec;
+    for (i = 0; i < NCOLLOUT; i++) os[i] = coll_spec;
+    if (tj_shard_map(coll_region, u, 1, &x, is, NCOLLOUT, y, os, 0) != TJ_OK) return;
+    for (i = 0; i < NCOLLOUT; i++) tj_tree_set_v(out, coll_out[i], y[i]);
+}
+/* ndev devices with `mesh` on the CPU and on the backend under test */
+static void mesh_ctxs(tj_ctx *c[2], int ndev, const char *mesh) {
+    int b;
+    for (b = 0; b < 2; b++) {
+        c[b] = tj_ctx_new();
+        if (b && gbe) tj_set_backend(c[b], gbe);
+        tj_set_devices(c[b], ndev);
+        tj_set_mesh(c[b], mesh);
+    }
+}
+/* element i of a host buffer of dtype dt */
+static double at_f64(const void *p, tj_dtype dt, int64_t i) {
+    switch (dt) {
+    case TJ_F32: return ((const float *)p)[i];
+    case TJ_BF16: return tj_bf16_to_f32(((const uint16_t *)p)[i]);
+    case TJ_I32: return ((const int32_t *)p)[i];
+    default: return ((const double *)p)[i];
+    }
+}
+/* outputs of a program on both contexts, compared bit for bit */
+static void compare_bits(const char *what, tj_ctx *c[2], tj_fn fn, void *user, const spec *sp, int nsp, const char *rules) {
+    tj_tree *in[2], *out[2];
+    tj_prog *p[2];
+    int b, i, ok = 1;
+    for (b = 0; b < 2; b++) {
+        in[b] = make_inputs(c[b], sp, nsp);
+        out[b] = tj_tree_new(c[b]);
+        if (rules) tj_filter_shard(in[b], rules);
+        p[b] = tj_jit(c[b], what, fn, user, in[b], NULL);
+        if (!p[b] || tj_run(p[b], in[b], out[b]) != TJ_OK) {
+            TJT_CHECK(0, "[%s] %s on %s: %s", what, p[b] ? "run" : "jit", b ? "cuda" : "cpu", tj_error(c[b]));
+            ok = 0;
+        }
+    }
+    if (ok) {
+        TJT_CHECK(tj_tree_size(out[0]) == tj_tree_size(out[1]) && tj_tree_size(out[0]) > 0, "[%s] %d vs %d outputs", what, tj_tree_size(out[0]),
+                  tj_tree_size(out[1]));
+        for (i = 0; i < tj_tree_size(out[0]) && i < tj_tree_size(out[1]); i++) {
+            tj_array *a = tj_tree_array_at(out[0], i), *g = tj_tree_array_at(out[1], i);
+            int64_t n = a ? tj_array_numel(a) : 0, j, first = -1;
+            tj_dtype dt = a ? tj_array_dtype(a) : TJ_F32;
+            size_t es = tj_dtype_size(dt);
+            char *va, *vg;
+            if (!a || !g || tj_array_numel(g) != n || tj_array_dtype(g) != dt) {
+                TJT_CHECK(0, "[%s] output '%s' differs in shape or dtype", what, tj_tree_name(out[0], i));
+                continue;
+            }
+            va = (char *)calloc((size_t)n + 1, es);
+            vg = (char *)calloc((size_t)n + 1, es);
+            tj_array_read(a, dt, va);
+            tj_array_read(g, dt, vg);
+            for (j = 0; j < n && first < 0; j++)
+                if (memcmp(va + (size_t)j * es, vg + (size_t)j * es, es)) first = j;
+            TJT_CHECK(first < 0, "[%s] output '%s' (%s, %lld elements): element %lld differs (cpu %.9g, cuda %.9g)", what, tj_tree_name(out[0], i),
+                      tj_dtype_name(dt), (long long)n, (long long)first, first >= 0 ? at_f64(va, dt, first) : 0.0, first >= 0 ? at_f64(vg, dt, first) : 0.0);
+            free(va);
+            free(vg);
+        }
+    }
+    for (b = 0; b < 2; b++) {
+        tj_prog_free(p[b]);
+        tj_tree_free(in[b]);
+        tj_tree_free(out[b]);
+    }
+}
+static void test_collectives_sim(void) {
+    static const tj_dtype dts[4] = {TJ_F32, TJ_BF16, TJ_F64, TJ_I32};
+    static const struct {
+        int ndev;
+        const char *mesh, *spec, *shape;
+        coll_case cc;
+    } cases[4] = {
+        {2, "model=2", "embed:model", "batch=4 embed=16", {"model", 2}},
+        {4, "data=2 model=2", "batch:data embed:model", "batch=8 embed=16", {"model", 2}},
+        {4, "data=2 model=2", "batch:data embed:model", "batch=8 embed=16", {"data model", 4}},
+        {4, "data=2 model=2", "batch:data embed:model", "batch=8 embed=131072", {"data model", 4}}, /* long kernels: a missing wait shows */
+    };
+    int ci, d;
+    for (ci = 0; ci < 4; ci++) {
+        tj_ctx *c[2];
+        mesh_ctxs(c, cases[ci].ndev, cases[ci].mesh);
+        coll_spec = cases[ci].spec;
+        for (d = 0; d < 4; d++) {
+            spec sp = {"x", dts[d], cases[ci].shape, dts[d] == TJ_I32 ? -1000.0 : -2.0, dts[d] == TJ_I32 ? 1000.0 : 2.0};
+            char what[128];
+            snprintf(what, sizeof what, "collectives over %s, %d devices, %s", cases[ci].cc.axes, cases[ci].ndev, tj_dtype_name(dts[d]));
+            compare_bits(what, c, f_coll, (void *)&cases[ci].cc, &sp, 1, NULL);
+        }
+        {
+            tj_transport_stats st = tj_get_transport_stats(c[1]);
+            TJT_CHECK(st.collectives >= 4 * (NCOLLOUT - 1) * cases[ci].ndev, "[collectives, %d devices] %lld collective calls on the backend under test (want >= %d)",
+                      cases[ci].ndev, (long long)st.collectives, 4 * (NCOLLOUT - 1) * cases[ci].ndev);
+        }
+        tj_ctx_free(c[0]);
+        tj_ctx_free(c[1]);
+    }
+}
+
+/* ---- a sharded training step on 4 simulated devices of one GPU ----
+   An MLP with its hidden axis (w1, b1, w2) sharded over 'model' and the
+   batch over 'data' (mesh data=2 model=2): the sharding rules insert the
+   psums and gathers, forward and backward. One SGD step (loss and updated
+   weights) must equal the same program on one device, on the CPU and on
+   the backend under test (sums in another order: f32 tolerance). */
+static void f_train(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w1 = tj_tree_v(in, "w1"), b1 = tj_tree_v(in, "b1"), w2 = tj_tree_v(in, "w2"), wrt[3] = {w1, b1, w2}, gr[3];
+    tj_v h = tj_gelu(tj_add(tj_dot(tj_tree_v(in, "x"), w1, "in"), b1));
+    tj_v loss = tj_cross_entropy(tj_dot(h, w2, "hid"), tj_tree_v(in, "lab"), "cls", "batch");
+    (void)g;
+    (void)u;
+    tj_grad(loss, 3, wrt, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "w1", tj_sub(w1, tj_muls(gr[0], 0.5)));
+    tj_tree_set_v(out, "b1", tj_sub(b1, tj_muls(gr[1], 0.5)));
+    tj_tree_set_v(out, "w2", tj_sub(w2, tj_muls(gr[2], 0.5)));
+}
+static const spec s_train[] = {
+    {"x", TJ_F32, "batch=8 in=6", -1, 1},       {"lab", TJ_I32, "batch=8", 0, 5},           {"w1", TJ_F32, "in=6 hid=16", -0.5, 0.5},
+    {"b1", TJ_F32, "hid=16", -0.1, 0.1},        {"w2", TJ_F32, "hid=16 cls=5", -0.5, 0.5},
+};
+static void test_sharded_train(void) {
+    static const char *names[4] = {"loss", "w1", "b1", "w2"};
+    double *v[3][4];
+    int64_t n[4] = {0, 0, 0, 0};
+    int k, j, i, ncoll = 0;
+    memset(v, 0, sizeof v);
+    for (k = 0; k < 3; k++) { /* 0: one CPU device; 1: one device and 2: four devices on the backend under test */
+        tj_ctx *c = tj_ctx_new();
+        tj_tree *in, *out;
+        tj_prog *p;
+        if (k && gbe) tj_set_backend(c, gbe);
+        tj_set_devices(c, k == 2 ? 4 : 1);
+        tj_set_mesh(c, k == 2 ? "data=2 model=2" : "data=1 model=1");
+        in = make_inputs(c, s_train, (int)(sizeof s_train / sizeof *s_train));
+        out = tj_tree_new(c);
+        tj_filter_shard(in, "batch:data hid:model");
+        p = tj_jit(c, "sharded_train", f_train, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[sharded train] %s: %s", k == 0 ? "1 cpu device" : k == 1 ? "1 device" : "4 devices", tj_error(c));
+        if (p && k == 2) {
+            tj_collective rows[64];
+            ncoll = tj_prog_collectives(p, rows, 64);
+        }
+        for (j = 0; j < 4; j++) {
+            tj_array *a = tj_tree_array(out, names[j]);
+            if (!a) continue;
+            n[j] = tj_array_numel(a);
+            v[k][j] = (double *)calloc((size_t)n[j], sizeof(double));
+            tj_array_read(a, TJ_F64, v[k][j]);
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(c);
+    }
+    TJT_CHECK(ncoll >= 3, "[sharded train] the 4-device program has %d collectives (the sharding should need psums forward and backward)", ncoll);
+    for (k = 1; k < 3; k++)
+        for (j = 0; j < 4; j++) {
+            double worst = 0;
+            int bad = !v[0][j] || !v[k][j];
+            for (i = 0; !bad && i < n[j]; i++) {
+                double d = fabs(v[0][j][i] - v[k][j][i]) / (1.0 + fabs(v[0][j][i]));
+                if (!(d <= worst)) worst = d;
+            }
+            TJT_CHECK(!bad && worst <= 1e-5, "[sharded train] '%s' on %s differs from one CPU device by %g (relative)", names[j], k == 1 ? "one device" : "4 devices",
+                      worst);
+        }
+    for (k = 0; k < 3; k++)
+        for (j = 0; j < 4; j++) free(v[k][j]);
+}
+
+/* a bad index before a collective on 2 simulated devices: the run fails
+   with the CPU's message; the failed devices still meet in the collective
+   (they run dry), so nobody waits for the transport's timeout */
+static void f_take_sum(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "y", tj_sum(tj_take(tj_tree_v(in, "w"), "vocab", tj_tree_v(in, "tok")), "e"));
+}
+static void test_collective_after_error(void) {
+    tj_ctx *c[2];
+    char msg[2][1024];
+    int b;
+    mesh_ctxs(c, 2, "model=2");
+    for (b = 0; b < 2; b++) {
+        int32_t tok[4] = {1, 2, 9, 0};
+        tj_tree *in = tj_tree_new(c[b]), *out = tj_tree_new(c[b]);
+        tj_prog *p;
+        tj_tree_set_array(in, "w", tj_ones(c[b], TJ_F32, "vocab=5 e=4"));
+        tj_tree_set_array(in, "tok", tj_array_new(c[b], TJ_I32, "t=4", tok));
+        tj_filter_shard(in, "e:model"); /* the sum over e is a psum over model */
+        p = tj_jit(c[b], "bad_index_then_psum", f_take_sum, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) != TJ_OK, "[collective after an error] %s: the run should fail", b ? "cuda" : "cpu");
+        snprintf(msg[b], sizeof msg[b], "%s", tj_error(c[b]));
+        TJT_CHECK(strstr(msg[b], "out of range") != NULL, "[collective after an error] %s message: \"%s\"", b ? "cuda" : "cpu", msg[b]);
+        if (p) {
+            tj_collective rows[8];
+            TJT_CHECK(tj_prog_collectives(p, rows, 8) >= 1, "[collective after an error] the program has no collective");
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+    TJT_CHECK(strcmp(msg[0], msg[1]) == 0, "[collective after an error] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
+    tj_ctx_free(c[0]);
+    tj_ctx_free(c[1]);
+}
+
 /* every op of the op table has a CUDA path (or a listed gap): no GPU needed */
 static int coverage(void) {
     static char list[16384];
@@ -479,6 +737,7 @@ static int coverage(void) {
     }
     TJT_CHECK(missing == 0, "%d op%s of the op table %s no entry in tinyjax_cuda.cu's tjc_path (listed above as NO CUDA PATH)", missing,
           missing == 1 ? "" : "s", missing == 1 ? "has" : "have");
+    TJT_CHECK(gaps == 0, "%d op%s of the op table %s no CUDA path yet (listed above with the reason)", gaps, gaps == 1 ? "" : "s", gaps == 1 ? "has" : "have");
     return tjt_finish();
 }
 
@@ -513,6 +772,9 @@ int main(int argc, char **argv) {
     test_sharded_sources();
     test_bad_index();
     test_rerun();
+    test_collectives_sim();
+    test_sharded_train();
+    test_collective_after_error();
     {
         tj_alloc_stats st = tj_get_alloc_stats(gpu);
         TJT_CHECK(st.array_bytes == 0 && st.arena_bytes == 0, "[leaks] %lld array bytes, %lld arena bytes still live on the GPU", (long long)st.array_bytes,

@@ -14,6 +14,9 @@
  * arithmetic), within a tolerance otherwise. With two or more GPUs in one
  * process, a collective that one device never joins must time out with a
  * message naming it, and the transport must then refuse further calls.
+ * Then tj_run itself: a context on tj_cuda_backend in process mode with an
+ * NCCL transport runs every collective of a shard_map through NCCL (device
+ * pointers, the compute stream), against a CPU context with as many devices.
  *
  * One process, all GPUs of the machine (at most 8):   ./build/test_nccl
  * Several processes, one GPU each (TCP rendezvous):
@@ -275,6 +278,137 @@ static void groups(void) {
     }
 }
 
+/* ---- tj_run's collectives through NCCL on the CUDA backend ----
+   A context on tj_cuda_backend with tj_distributed_init(ctx, {transport =
+   an NCCL transport of one GPU per process}): one mesh device per process,
+   mesh "model=P" (a mesh of size 1 in one process still calls NCCL). A
+   shard_map runs psum, pmax, all_gather, psum_scatter, all_to_all and
+   ppermute (f32, bf16, f64, i32) through NCCL with device pointers and the
+   compute stream; the reference is a CPU context with P devices in this
+   process. Moves are compared bit for bit, reductions bit for bit in
+   deterministic mode, within a tolerance in NCCL's order. */
+extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
+extern "C" void tj_cuda_backend_free(tj_backend *b);
+#define NRUNOUT 6
+static int run_G;
+static void run_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    int cycle[2 * MAXN], r;
+    (void)g;
+    (void)u;
+    for (r = 0; r < run_G; r++) cycle[2 * r] = r, cycle[2 * r + 1] = (r + 1) % run_G;
+    out[0] = tj_psum(in[0], "model");
+    out[1] = tj_pmax(in[0], "model");
+    out[2] = tj_all_gather(in[0], "model", "embed");
+    out[3] = tj_psum_scatter(in[0], "model", "embed");
+    out[4] = tj_all_to_all(in[0], "model", "embed", "batch");
+    out[5] = tj_ppermute(in[0], "model", run_G, cycle);
+}
+static void run_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    static const char *names[NRUNOUT] = {"psum", "pmax", "all_gather", "psum_scatter", "all_to_all", "ppermute"};
+    const char *is[1] = {"embed:model"}, *os[NRUNOUT];
+    tj_v x = tj_tree_v(in, "x"), y[NRUNOUT];
+    int i;
+    (void)g;
+    for (i = 0; i < NRUNOUT; i++) os[i] = "embed:model";
+    if (tj_shard_map(run_region, u, 1, &x, is, NRUNOUT, y, os, 0) != TJ_OK) return;
+    for (i = 0; i < NRUNOUT; i++) tj_tree_set_v(out, names[i], y[i]);
+}
+/* run_fn on x in ctx; the outputs (every process's blocks) into res[i] */
+static int run_program(tj_ctx *ctx, tj_dtype dt, void **res, int64_t *n) {
+    int64_t ne = 4 * 8 * (int64_t)P, i;
+    char shape[64];
+    void *h = malloc((size_t)ne * 8);
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    int rc = 1;
+    gen(h, dt, 0, (int)ne, 5);
+    snprintf(shape, sizeof shape, "batch=4 embed=%d", 8 * P);
+    tj_tree_set_array(in, "x", tj_array_new(ctx, dt, shape, h));
+    p = tj_jit(ctx, "collectives through the transport", run_fn, NULL, in, NULL);
+    if (p && tj_run(p, in, out) == TJ_OK && tj_tree_size(out) == NRUNOUT) {
+        rc = 0;
+        for (i = 0; i < NRUNOUT; i++) {
+            tj_array *a = tj_tree_array_at(out, (int)i);
+            n[i] = tj_array_numel(a);
+            res[i] = calloc((size_t)n[i] + 1, 8);
+            if (tj_array_read_all(a, dt, res[i]) != TJ_OK) rc = 1;
+        }
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    free(h);
+    return rc;
+}
+static void test_cuda_backend_runs(void) {
+    static const tj_dtype dts[4] = {TJ_F32, TJ_BF16, TJ_F64, TJ_I32};
+    int det, d, i, local = 0, ndev = 0, gpu;
+    char err[1024];
+    cudaGetDeviceCount(&ndev);
+    if (tj_nccl_local_rank(&local, err, sizeof err)) local = -1;
+    if (local < 0) local = ndev > 0 ? R % ndev : 0; /* as the transport picks its GPU */
+    gpu = tj_nccl_device_for(local, 1, ndev, err, sizeof err);
+    run_G = P;
+    for (det = 0; det < 2; det++) {
+        tj_transport *nt = tj_nccl_transport_new(1, 60, det, err, sizeof err);
+        tj_backend *be = gpu >= 0 ? tj_cuda_backend(gpu, err, sizeof err) : NULL;
+        tj_ctx *ctx = tj_ctx_new(), *cpu = tj_ctx_new();
+        tj_distributed_opts o;
+        char mesh[32];
+        CHECK(nt && be, "CUDA backend + NCCL: %s", err);
+        if (!nt || !be) {
+            tj_ctx_free(ctx);
+            tj_ctx_free(cpu);
+            if (nt) nt->free(nt);
+            if (be) tj_cuda_backend_free(be);
+            return;
+        }
+        memset(&o, 0, sizeof o);
+        o.transport = nt;
+        tj_set_backend(ctx, be);
+        snprintf(mesh, sizeof mesh, "model=%d", P);
+        CHECK(tj_distributed_init(ctx, &o) == TJ_OK && tj_set_mesh(ctx, mesh) == TJ_OK && tj_devices(ctx) == P, "tj_distributed_init: %s", tj_error(ctx));
+        tj_set_devices(cpu, P);
+        tj_set_mesh(cpu, mesh);
+        for (d = 0; d < 4; d++) {
+            void *rn[NRUNOUT], *rc[NRUNOUT];
+            int64_t nn[NRUNOUT], nc[NRUNOUT];
+            tj_transport_stats s0 = tj_get_transport_stats(ctx), s1;
+            int okn = !run_program(ctx, dts[d], rn, nn), okc = !run_program(cpu, dts[d], rc, nc);
+            s1 = tj_get_transport_stats(ctx);
+            CHECK(okn && okc, "tj_run %s on the CUDA backend through NCCL: %s / cpu: %s", tj_dtype_name(dts[d]), tj_error(ctx), tj_error(cpu));
+            CHECK(!strcmp(tj_transport_name(ctx), "nccl") && s1.collectives - s0.collectives == NRUNOUT,
+                  "tj_run's collectives went through '%s' (%lld calls, want %d)", tj_transport_name(ctx), (long long)(s1.collectives - s0.collectives), NRUNOUT);
+            for (i = 0; okn && okc && i < NRUNOUT; i++) {
+                int exact = det || P == 1 || dts[d] == TJ_I32 || (i != 0 && i != 3), j; /* 0, 3: sums in NCCL's order */
+                double worst = 0;
+                if (nn[i] != nc[i]) {
+                    CHECK(0, "output %d: %lld vs %lld elements", i, (long long)nn[i], (long long)nc[i]);
+                    continue;
+                }
+                for (j = 0; j < nn[i]; j++) {
+                    double e = fabs(at(rn[i], dts[d], j) - at(rc[i], dts[d], j)) / (1 + fabs(at(rc[i], dts[d], j)));
+                    worst = e > worst ? e : worst;
+                }
+                if (exact) CHECK(!memcmp(rn[i], rc[i], (size_t)nn[i] * tj_dtype_size(dts[d])), "tj_run %s, output %d, %s: NCCL on the CUDA backend bit-equal to the CPU (worst %g)",
+                                 tj_dtype_name(dts[d]), i, det ? "deterministic" : "NCCL order", worst);
+                else CHECK(worst <= (dts[d] == TJ_BF16 ? 2e-2 : dts[d] == TJ_F32 ? 1e-5 : 1e-12), "tj_run %s, output %d: close to the CPU (worst %g)",
+                           tj_dtype_name(dts[d]), i, worst);
+            }
+            for (i = 0; i < NRUNOUT; i++) {
+                if (okn) free(rn[i]);
+                if (okc) free(rc[i]);
+            }
+            tj_clear_error(ctx);
+            tj_clear_error(cpu);
+        }
+        tj_ctx_free(ctx);
+        tj_ctx_free(cpu);
+        nt->free(nt);
+        tj_cuda_backend_free(be);
+    }
+}
+
 int main(void) {
     int ndev = 0, det, i, local = 0;
     char err[1024];
@@ -399,6 +533,7 @@ int main(void) {
             nt->free(nt);
         }
     }
+    if (!cpu_mode && !&mock_inject_async_error) test_cuda_backend_runs(); /* the mock pretends no GPU a backend could compute on */
     printf("%d passed, %d failed\n", npass, nfail);
     return nfail ? 1 : 0;
 }
