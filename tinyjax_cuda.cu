@@ -471,6 +471,198 @@ __global__ void tjc_k_row_grad(const void *x, int xdt, const int32_t *lab, const
     }
 }
 
+/* ---- fast row kernels: contiguous rows (stride 1) of f32 / bf16 ----
+   The same formulas as the kernels above and the CPU's tj__row (float math,
+   one rounding at each store), laid out for a GPU:
+   - rows of at most TJC_WARP_ROW elements: one warp per row, the row held in
+     registers (lane l has elements l, l + 32, ..: each load of the warp is
+     one coalesced 128-byte line), reductions by warp shuffles; the row is
+     read once and written once.
+   - longer rows (cross-entropy over a vocabulary): one block per row, max
+     and sum of exponentials in one pass (the online softmax: a larger max
+     rescales the sum so far), f32 rows read as float4. */
+#define TJC_WARP_ROW 1024
+__device__ __forceinline__ float tjc_ldf(const void *p, int dt, int64_t i) {
+    return dt == TJ_BF16 ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i];
+}
+__device__ __forceinline__ void tjc_stf(void *p, int dt, int64_t i, float v) {
+    if (dt == TJ_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else ((float *)p)[i] = v;
+}
+__device__ __forceinline__ float tjc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float tjc_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = tjc_maxnan(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* (max, sum of exp(x - max)) pairs combined; an empty side has max -inf */
+__device__ __forceinline__ void tjc_lse_merge(float &m, float &s, float m2, float s2) {
+    if (m2 > m || m2 != m2) { float t = m; m = m2; m2 = t; t = s; s = s2; s2 = t; }
+    if (m2 != -INFINITY) s += s2 * expf(m2 - m);
+}
+__device__ __forceinline__ void tjc_lse_add(float &m, float &s, float x) {
+    if (x > m || x != x) { s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f; m = x; }
+    else if (x != -INFINITY) s += expf(x - m);
+}
+
+/* one warp per row: softmax, log_softmax, layer_norm (OP < 0: the op is
+   the runtime `op`), their gradients (x, g), and cross_entropy (z, labels)
+   and its gradient (z, labels, g); NV = elements per lane (d <= 32 NV) */
+template <int NV>
+__global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int op, int64_t rows, int d,
+                               float eps, unsigned long long *errpos) {
+    const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+    for (int64_t r = blockIdx.x * (int64_t)wpb + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * wpb) {
+        const int64_t base = r * d;
+        float v[NV], w[NV];
+        int l = -1;
+        if (op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD) {
+            l = lab[r];
+            if (l < 0 || l >= d) { /* the whole warp takes this branch */
+                if (lane == 0) atomicMin(errpos, (unsigned long long)r);
+                continue;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int j = lane + 32 * i;
+            v[i] = j < d ? tjc_ldf(x, xdt, base + j) : 0.f;
+            w[i] = j < d && (op == TJ__OP_SOFTMAX_GRAD || op == TJ__OP_LAYER_NORM_GRAD) ? tjc_ldf(g, gdt, base + j) : 0.f;
+        }
+        if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) {
+            float sum = 0, var = 0, mean, rs;
+#pragma unroll
+            for (int i = 0; i < NV; i++) sum += v[i]; /* the padding is 0 */
+            mean = tjc_warp_sum(sum) / (float)d;
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if (lane + 32 * i < d) var += (v[i] - mean) * (v[i] - mean);
+            rs = 1.f / sqrtf(tjc_warp_sum(var) / (float)d + eps);
+            if (op == TJ__OP_LAYER_NORM) {
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+                    if (lane + 32 * i < d) tjc_stf(out, odt, base + lane + 32 * i, (v[i] - mean) * rs);
+            } else { /* dx = r (g - mean(g) - y mean(g y)) */
+                float mg = 0, mgy = 0;
+#pragma unroll
+                for (int i = 0; i < NV; i++) {
+                    mg += w[i];
+                    mgy += w[i] * (v[i] - mean) * rs;
+                }
+                mg = tjc_warp_sum(mg) / (float)d;
+                mgy = tjc_warp_sum(mgy) / (float)d;
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+                    if (lane + 32 * i < d) tjc_stf(out, odt, base + lane + 32 * i, rs * (w[i] - mg - (v[i] - mean) * rs * mgy));
+            }
+        } else if (op == TJ__OP_SOFTMAX_GRAD) { /* dx = y (g - sum(g y)) */
+            float gy = 0;
+#pragma unroll
+            for (int i = 0; i < NV; i++) gy += w[i] * v[i];
+            gy = tjc_warp_sum(gy);
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if (lane + 32 * i < d) tjc_stf(out, odt, base + lane + 32 * i, v[i] * (w[i] - gy));
+        } else { /* softmax, log_softmax, cross_entropy and its gradient: max, sum(exp(x - max)) */
+            float m = -INFINITY, s = 0;
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if (lane + 32 * i < d) m = tjc_maxnan(m, v[i]);
+            m = tjc_warp_max(m);
+            if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                w[i] = lane + 32 * i < d ? expf(v[i] - m) : 0.f;
+                s += w[i];
+            }
+            s = tjc_warp_sum(s);
+            if (op == TJ__OP_CROSS_ENTROPY) { /* lse - z[label]: the lane holding the label writes */
+                if (lane == l % 32) {
+                    float zl = 0;
+#pragma unroll
+                    for (int i = 0; i < NV; i++)
+                        if (i == l / 32) zl = v[i];
+                    tjc_stf(out, odt, r, m + logf(s) - zl);
+                }
+            } else {
+                float gr = op == TJ__OP_CROSS_ENTROPY_GRAD ? tjc_ldf(g, gdt, r) : 0.f, lse = m + logf(s);
+#pragma unroll
+                for (int i = 0; i < NV; i++) {
+                    int j = lane + 32 * i;
+                    if (j >= d) continue;
+                    if (op == TJ__OP_SOFTMAX) tjc_stf(out, odt, base + j, w[i] / s);
+                    else if (op == TJ__OP_LOG_SOFTMAX) tjc_stf(out, odt, base + j, v[i] - lse);
+                    else tjc_stf(out, odt, base + j, gr * (w[i] / s - (float)(j == l)));
+                }
+            }
+        }
+    }
+}
+
+/* one block per row of a long row: cross_entropy (g NULL) or its gradient.
+   One pass for the max and the sum of exponentials, a second one for the
+   gradient; f32 rows whose length is a multiple of 4 load float4s. */
+__global__ void tjc_k_xent_long(const void *z, int zdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int grad, int64_t rows, int64_t d,
+                                unsigned long long *errpos) {
+    __shared__ float shm[32], shs[32];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int vec = zdt == TJ_F32 && d % 4 == 0 && ((uintptr_t)z & 15) == 0;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * d;
+        const int32_t l = lab[r];
+        float m = -INFINITY, s = 0;
+        if (l < 0 || l >= d) { /* the whole block takes this branch */
+            if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
+            continue;
+        }
+        if (vec) {
+            const float4 *p = (const float4 *)((const float *)z + base);
+            for (int64_t j = threadIdx.x; j < d / 4; j += blockDim.x) {
+                float4 q = p[j];
+                tjc_lse_add(m, s, q.x);
+                tjc_lse_add(m, s, q.y);
+                tjc_lse_add(m, s, q.z);
+                tjc_lse_add(m, s, q.w);
+            }
+        } else
+            for (int64_t j = threadIdx.x; j < d; j += blockDim.x) tjc_lse_add(m, s, tjc_ldf(z, zdt, base + j));
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            tjc_lse_merge(m, s, m2, s2);
+        }
+        if (lane == 0) { shm[wid] = m; shs[wid] = s; }
+        __syncthreads();
+        m = -INFINITY;
+        s = 0;
+        for (int k = 0; k < nw; k++) tjc_lse_merge(m, s, shm[k], shs[k]);
+        __syncthreads(); /* shm, shs are reused by the next row */
+        if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
+        if (!grad) {
+            if (threadIdx.x == 0) tjc_stf(out, odt, r, m + logf(s) - tjc_ldf(z, zdt, base + l));
+            continue;
+        }
+        {
+            const float gr = tjc_ldf(g, gdt, r);
+            if (vec && odt == TJ_F32 && ((uintptr_t)out & 15) == 0) {
+                const float4 *p = (const float4 *)((const float *)z + base);
+                float4 *q = (float4 *)((float *)out + base);
+                for (int64_t j = threadIdx.x; j < d / 4; j += blockDim.x) {
+                    float4 a = p[j], o;
+                    o.x = gr * (expf(a.x - m) / s - (float)(4 * j == l));
+                    o.y = gr * (expf(a.y - m) / s - (float)(4 * j + 1 == l));
+                    o.z = gr * (expf(a.z - m) / s - (float)(4 * j + 2 == l));
+                    o.w = gr * (expf(a.w - m) / s - (float)(4 * j + 3 == l));
+                    q[j] = o;
+                }
+            } else
+                for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+                    tjc_stf(out, odt, base + j, gr * (expf(tjc_ldf(z, zdt, base + j) - m) / s - (float)(j == l)));
+        }
+    }
+}
+
 /* take: x = [pre, V, post], idx = [ni] -> out = [pre, ni, post] */
 __global__ void tjc_k_take(const void *x, void *out, int es, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni,
                            unsigned long long *errpos) {
@@ -674,7 +866,17 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
 /* tj__k_dot through cuBLAS. Row-major C[M,N] = A[M,K] B[K,N] is column-major
    C^T[N,M] = B^T A^T, so cuBLAS gets (b, a) with m = N, n = M. a is [M,K]
    (lda K) or, with trans_a, [K,M] (lda M); b is [K,N] (ldb N) or, with
-   trans_b, [N,K] (ldb K). */
+   trans_b, [N,K] (ldb K).
+   Precision, as the CPU's tj__k_dot: f32 multiplies and accumulates in f32
+   (CUBLAS_COMPUTE_32F: no TF32 unless TJ_CUDA_TF32=1 in the environment
+   allows it, read at each dot: about 7x the f32 peak on an H100, with
+   products of 10-bit mantissas); bf16 runs on tensor cores, products
+   accumulated in f32 and rounded to bf16 once at the store (to nearest
+   even), as the CPU widens to f32, multiplies, and rounds once; f64 in f64. */
+static int tjc_tf32(void) {
+    const char *e = getenv("TJ_CUDA_TF32");
+    return e && *e && strcmp(e, "0") != 0;
+}
 static int tjc_dot(tjc_state *s, tj__kern *k) {
     int64_t Bn, Mn, Kn, Nn;
     int ta = k->n->a.trans_a, tb = k->n->a.trans_b;
@@ -689,9 +891,10 @@ static int tjc_dot(tjc_state *s, tj__kern *k) {
         switch (k->ot.dt) {
         case TJ_F32: {
             const float one = 1.0f, zero = 0.0f;
-            TJC_BLAS(k, "cublasSgemmStridedBatched",
-                     cublasSgemmStridedBatched(s->blas, opb, opa, N, M, K, &one, (const float *)k->in[1], ldb, sb, (const float *)k->in[0], lda, sa, &zero,
-                                               (float *)k->out, N, sc, batch));
+            TJC_BLAS(k, "cublasGemmStridedBatchedEx (f32)",
+                     cublasGemmStridedBatchedEx(s->blas, opb, opa, N, M, K, &one, k->in[1], CUDA_R_32F, ldb, sb, k->in[0], CUDA_R_32F, lda, sa, &zero,
+                                                k->out, CUDA_R_32F, N, sc, batch, tjc_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT));
             break;
         }
         case TJ_F64: {
@@ -849,6 +1052,31 @@ static int tjc_concat(tjc_state *s, tj__kern *k) {
     }
     return 0;
 }
+/* Launch the fast row kernels when they apply: rows along the last axis
+   (stride 1), f32 or bf16 operands; returns 1 if launched, 0 if the
+   caller's general kernel is needed. rows and d as tjc_rowop computes them;
+   lab / g NULL where the op has none. */
+static int tjc_rows_fast(tjc_state *s, tj__kern *k, int64_t st, int64_t d, int64_t rows, const int32_t *lab, const void *g, int gdt) {
+    int op = k->n->op, xdt = k->it[0]->dt, odt = k->ot.dt, ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD;
+    float eps = (float)k->n->a.s;
+    if (st != 1 || d < 1 || rows < 1) return 0;
+    if ((xdt != TJ_F32 && xdt != TJ_BF16) || (odt != TJ_F32 && odt != TJ_BF16) || (g && gdt != TJ_F32 && gdt != TJ_BF16)) return 0;
+    if (d <= TJC_WARP_ROW) {
+        const int wpb = 8; /* warps per block */
+        unsigned grid = tjc_blocks(rows, wpb);
+#define TJC_ROW_WARP(NV) \
+    tjc_k_row_warp<NV><<<grid, 32 * wpb, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op, rows, (int)d, eps, s->d_errpos)
+        if (d <= 128) TJC_ROW_WARP(4);
+        else if (d <= 256) TJC_ROW_WARP(8);
+        else if (d <= 512) TJC_ROW_WARP(16);
+        else TJC_ROW_WARP(32);
+#undef TJC_ROW_WARP
+        return 1;
+    }
+    if (!ce) return 0;
+    tjc_k_xent_long<<<tjc_grid(rows), 512, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op == TJ__OP_CROSS_ENTROPY_GRAD, rows, d, s->d_errpos);
+    return 1;
+}
 /* tj__k_rowop: softmax, log_softmax, layer_norm */
 static int tjc_rowop(tjc_state *s, tj__kern *k) {
     const tj__type *t = k->it[0];
@@ -858,6 +1086,10 @@ static int tjc_rowop(tjc_state *s, tj__kern *k) {
     tj__strides(t, st);
     d = t->dim[ax];
     rows = tj__numel(t) / d;
+    if (tjc_rows_fast(s, k, st[ax], d, rows, NULL, NULL, 0)) {
+        TJC_LAUNCHED(k, "tjc_k_row_warp");
+        return 0;
+    }
     if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
         tjc_k_rowop<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, k->out, k->ot.dt, k->n->op, rows, d, st[ax], k->n->a.s);
     else
@@ -877,6 +1109,10 @@ static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
     d = t->dim[ax];
     rows = tj__numel(t) / d;
     TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (tjc_rows_fast(s, k, st[ax], d, rows, lab, NULL, 0)) {
+        TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
+        return tjc_index_check(s, k, lab, d);
+    }
     if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
         tjc_k_cross_entropy<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, st[ax], s->d_errpos);
     else
@@ -896,6 +1132,10 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
     d = t->dim[ax];
     rows = tj__numel(t) / d;
     TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (tjc_rows_fast(s, k, st[ax], d, rows, lab, k->in[gi], k->it[gi]->dt)) {
+        TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
+        return ce ? tjc_index_check(s, k, lab, d) : 0;
+    }
     if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
         tjc_k_row_grad<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->in[gi], k->it[gi]->dt, k->out, k->ot.dt, k->n->op, rows,
                                                                              d, st[ax], k->n->a.s, s->d_errpos);
