@@ -366,6 +366,34 @@ __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int 
     }
 }
 
+/* A long reduction into few outputs (a sum of a whole gradient: one
+   output, millions of elements), which one block per output would do on
+   one SM: P blocks per output each reduce a strided share into a partial
+   (part[o * P + p]), then one block per output reduces its P partials.
+   Reduced axes that are contiguous in the input (rcontig) index directly. */
+template <typename T>
+__global__ void tjc_k_reduce_part(tjc_red r, int rcontig, const void *in, int idt, T *part, int P, int ismax) {
+    __shared__ T sh[TJC_THREADS];
+    const int64_t o = blockIdx.y, ob = tjc_offset(o, r.no, r.od, r.os);
+    T acc = ismax ? (T)(-INFINITY) : (T)0;
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < r.rn; j += (int64_t)P * blockDim.x) {
+        T v = tjc_ld<T>(in, idt, ob + (rcontig ? j : tjc_offset(j, r.nr, r.rd, r.rs)));
+        acc = ismax ? tjc_maxnan(acc, v) : acc + v;
+    }
+    acc = tjc_block_reduce(acc, sh, ismax);
+    if (threadIdx.x == 0) part[o * P + blockIdx.x] = acc;
+}
+template <typename T>
+__global__ void tjc_k_reduce_final(const T *part, int P, void *out, int odt, int64_t on, int ismax) {
+    __shared__ T sh[TJC_THREADS];
+    for (int64_t o = blockIdx.x; o < on; o += gridDim.x) {
+        T acc = ismax ? (T)(-INFINITY) : (T)0;
+        for (int p = threadIdx.x; p < P; p += blockDim.x) acc = ismax ? tjc_maxnan(acc, part[o * P + p]) : acc + part[o * P + p];
+        acc = tjc_block_reduce(acc, sh, ismax);
+        if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
+    }
+}
+
 /* softmax, log_softmax, layer_norm along one axis: one block per row; row r
    starts at (r / st) * st * d + r % st and steps by st (tj__k_rowop) */
 template <typename T>
@@ -578,23 +606,15 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
                 s += w[i];
             }
             s = tjc_warp_sum(s);
-            if (op == TJ__OP_CROSS_ENTROPY) { /* lse - z[label]: the lane holding the label writes */
-                if (lane == l % 32) {
-                    float zl = 0;
-#pragma unroll
-                    for (int i = 0; i < NV; i++)
-                        if (i == l / 32) zl = v[i];
-                    tjc_stf(out, odt, r, m + logf(s) - zl);
-                }
+            if (op == TJ__OP_CROSS_ENTROPY) { /* lse - z[label] (loaded again: v indexed by a variable would live in local memory) */
+                if (lane == 0) tjc_stf(out, odt, r, m + logf(s) - tjc_ldf(x, xdt, base + l));
             } else {
                 float gr = op == TJ__OP_CROSS_ENTROPY_GRAD ? tjc_ldf(g, gdt, r) : 0.f, lse = m + logf(s);
 #pragma unroll
                 for (int i = 0; i < NV; i++) {
                     int j = lane + 32 * i;
-                    if (j >= d) continue;
-                    if (op == TJ__OP_SOFTMAX) tjc_stf(out, odt, base + j, w[i] / s);
-                    else if (op == TJ__OP_LOG_SOFTMAX) tjc_stf(out, odt, base + j, v[i] - lse);
-                    else tjc_stf(out, odt, base + j, gr * (w[i] / s - (float)(j == l)));
+                    float o = op == TJ__OP_SOFTMAX ? w[i] / s : op == TJ__OP_LOG_SOFTMAX ? v[i] - lse : gr * (w[i] / s - (float)(j == l));
+                    if (j < d) tjc_stf(out, odt, base + j, o);
                 }
             }
         }
@@ -856,6 +876,23 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
     }
     r.on = tj__numel(&k->ot);
     while (threads < r.rn && threads < TJC_THREADS) threads *= 2;
+    if (r.on < 256 && r.rn >= 8 * 16 * TJC_THREADS) { /* few outputs, long reductions: in two stages (tjc_k_reduce_part) */
+        int P = (int)(r.rn / (16 * TJC_THREADS) < 512 ? r.rn / (16 * TJC_THREADS) : 512), rcontig = r.rs[r.nr - 1] == 1, wide = tjc_wide(it->dt) || k->ot.dt == TJ_F64;
+        void *part = NULL;
+        dim3 grid((unsigned)P, (unsigned)r.on);
+        for (i = 0; i + 1 < r.nr; i++) rcontig &= r.rs[i] == r.rs[i + 1] * r.rd[i + 1];
+        TJC_CUDA(k, cudaMallocAsync(&part, (size_t)(r.on * P) * (wide ? sizeof(double) : sizeof(float)), s->compute));
+        if (wide) {
+            tjc_k_reduce_part<double><<<grid, TJC_THREADS, 0, s->compute>>>(r, rcontig, k->in[0], it->dt, (double *)part, P, ismax);
+            tjc_k_reduce_final<double><<<tjc_grid(r.on), TJC_THREADS, 0, s->compute>>>((const double *)part, P, k->out, k->ot.dt, r.on, ismax);
+        } else {
+            tjc_k_reduce_part<float><<<grid, TJC_THREADS, 0, s->compute>>>(r, rcontig, k->in[0], it->dt, (float *)part, P, ismax);
+            tjc_k_reduce_final<float><<<tjc_grid(r.on), TJC_THREADS, 0, s->compute>>>((const float *)part, P, k->out, k->ot.dt, r.on, ismax);
+        }
+        TJC_LAUNCHED(k, "tjc_k_reduce_part / tjc_k_reduce_final");
+        TJC_CUDA(k, cudaFreeAsync(part, s->compute));
+        return 0;
+    }
     if (tjc_wide(it->dt) || k->ot.dt == TJ_F64)
         tjc_k_reduce<double><<<tjc_grid(r.on), threads, 0, s->compute>>>(r, k->in[0], it->dt, k->out, k->ot.dt, ismax);
     else

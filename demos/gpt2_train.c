@@ -1335,7 +1335,10 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         if (bad) return 1;
         i++;
     }
-    if (a->cuda && !a->devices_set && !a->mesh_set) a->devices = 1; /* one GPU: one device, not the simulated mesh */
+    if (a->cuda && !a->devices_set && !a->mesh_set) { /* one GPU: one device, not the simulated mesh */
+        a->devices = 1;
+        a->mesh = "";
+    }
     if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) { /* --mesh alone: as many devices as it has */
         const char *m = a->mesh;
         a->devices = 1;

@@ -580,6 +580,25 @@ static void test_gpt2_step(const char *what, int bf16, int remat, int accum) {
     }
 }
 
+/* long reductions into few outputs (tinyjax_cuda.cu's two-stage reduce:
+   a gradient's sum of squares for the global norm is one output of
+   millions of elements): contiguous and strided reduced axes, sum and max,
+   f32 and bf16 */
+static void f_reduce_long(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = tj_tree_v(in, "y"), xb = tj_tree_v(in, "xb");
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "sum_all", tj_sum_all(tj_mul(x, x)));
+    tj_tree_set_v(out, "max_all", tj_max(x, "p q"));
+    tj_tree_set_v(out, "sum_rows", tj_sum(y, "r"));      /* three outputs, contiguous rows */
+    tj_tree_set_v(out, "sum_strided", tj_sum(x, "p"));   /* 300 outputs: one block each */
+    tj_tree_set_v(out, "sum_first", tj_sum(tj_transpose(y, "r a"), "r")); /* strided reduced axis */
+    tj_tree_set_v(out, "sum_bf16", tj_sum_all(xb));
+}
+static const spec s_reduce_long[] = {
+    {"x", TJ_F32, "p=200 q=300", -1, 1}, {"y", TJ_F32, "a=3 r=40000", -1, 1}, {"xb", TJ_BF16, "p=256 q=257", 0, 1},
+};
+
 /* every op of the op table has a CUDA path (or a listed gap): no GPU needed */
 static int coverage(void) {
     static char list[16384];
@@ -627,6 +646,7 @@ int main(int argc, char **argv) {
     test_sharded_sources();
     test_bad_index();
     test_rerun();
+    compare("long reductions", f_reduce_long, s_reduce_long, (int)(sizeof s_reduce_long / sizeof *s_reduce_long));
     test_gpt2_step("f32", 0, REMAT_BLOCK_OUT, 1);
     test_gpt2_step("bf16", 1, REMAT_BLOCK_OUT, 1);
     test_gpt2_step("remat offload", 0, REMAT_OFFLOAD, 1);
