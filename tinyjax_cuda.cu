@@ -535,10 +535,39 @@ __device__ __forceinline__ void tjc_lse_add(float &m, float &s, float x) {
     else if (x != -INFINITY) s += expf(x - m);
 }
 
-/* one warp per row: softmax, log_softmax, layer_norm (OP < 0: the op is
-   the runtime `op`), their gradients (x, g), and cross_entropy (z, labels)
-   and its gradient (z, labels, g); NV = elements per lane (d <= 32 NV) */
-template <int NV>
+/* PACK (1 or 4) consecutive elements from i on, as floats, and back: one
+   8-byte (bf16) or 16-byte (f32) access for 4 (the caller checks alignment) */
+template <int PACK>
+__device__ __forceinline__ void tjc_ldp(const void *p, int dt, int64_t i, float *o) {
+    if (PACK == 1) o[0] = tjc_ldf(p, dt, i);
+    else if (dt == TJ_BF16) {
+        uint2 u = *(const uint2 *)((const __nv_bfloat16 *)p + i);
+        __nv_bfloat162 a = *(__nv_bfloat162 *)&u.x, b = *(__nv_bfloat162 *)&u.y;
+        o[0] = __low2float(a), o[1] = __high2float(a), o[2] = __low2float(b), o[3] = __high2float(b);
+    } else {
+        float4 f = *(const float4 *)((const float *)p + i);
+        o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
+    }
+}
+template <int PACK>
+__device__ __forceinline__ void tjc_stp(void *p, int dt, int64_t i, const float *v) {
+    if (PACK == 1) tjc_stf(p, dt, i, v[0]);
+    else if (dt == TJ_BF16) { /* __floats2bfloat162_rn: to nearest even, as __float2bfloat16_rn */
+        __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+        uint2 u;
+        u.x = *(unsigned *)&a;
+        u.y = *(unsigned *)&b;
+        *(uint2 *)((__nv_bfloat16 *)p + i) = u;
+    } else *(float4 *)((float *)p + i) = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+/* one warp per row: softmax, log_softmax, layer_norm, their gradients (x,
+   g), and cross_entropy (z, labels) and its gradient (z, labels, g). NV
+   elements per lane (d <= 32 NV), in packs of PACK consecutive ones: slot i
+   of lane l is element (l + 32 (i / PACK)) PACK + i % PACK (with PACK 4, d
+   is a multiple of 4 and the rows are aligned) */
+#define TJC_COL(i) ((lane + 32 * ((i) / PACK)) * PACK + (i) % PACK)
+template <int NV, int PACK>
 __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int op, int64_t rows, int d,
                                float eps, unsigned long long *errpos) {
     const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
@@ -554,10 +583,15 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
             }
         }
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            int j = lane + 32 * i;
-            v[i] = j < d ? tjc_ldf(x, xdt, base + j) : 0.f;
-            w[i] = j < d && (op == TJ__OP_SOFTMAX_GRAD || op == TJ__OP_LAYER_NORM_GRAD) ? tjc_ldf(g, gdt, base + j) : 0.f;
+        for (int i = 0; i < NV; i += PACK) {
+            int j = TJC_COL(i);
+            if (j < d) {
+                tjc_ldp<PACK>(x, xdt, base + j, v + i);
+                if (op == TJ__OP_SOFTMAX_GRAD || op == TJ__OP_LAYER_NORM_GRAD) tjc_ldp<PACK>(g, gdt, base + j, w + i);
+                else
+                    for (int q = 0; q < PACK; q++) w[i + q] = 0.f;
+            } else
+                for (int q = 0; q < PACK; q++) v[i + q] = w[i + q] = 0.f;
         }
         if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) {
             float sum = 0, var = 0, mean, rs;
@@ -566,12 +600,11 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
             mean = tjc_warp_sum(sum) / (float)d;
 #pragma unroll
             for (int i = 0; i < NV; i++)
-                if (lane + 32 * i < d) var += (v[i] - mean) * (v[i] - mean);
+                if (TJC_COL(i) < d) var += (v[i] - mean) * (v[i] - mean);
             rs = 1.f / sqrtf(tjc_warp_sum(var) / (float)d + eps);
             if (op == TJ__OP_LAYER_NORM) {
 #pragma unroll
-                for (int i = 0; i < NV; i++)
-                    if (lane + 32 * i < d) tjc_stf(out, odt, base + lane + 32 * i, (v[i] - mean) * rs);
+                for (int i = 0; i < NV; i++) v[i] = (v[i] - mean) * rs;
             } else { /* dx = r (g - mean(g) - y mean(g y)) */
                 float mg = 0, mgy = 0;
 #pragma unroll
@@ -582,8 +615,7 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
                 mg = tjc_warp_sum(mg) / (float)d;
                 mgy = tjc_warp_sum(mgy) / (float)d;
 #pragma unroll
-                for (int i = 0; i < NV; i++)
-                    if (lane + 32 * i < d) tjc_stf(out, odt, base + lane + 32 * i, rs * (w[i] - mg - (v[i] - mean) * rs * mgy));
+                for (int i = 0; i < NV; i++) v[i] = rs * (w[i] - mg - (v[i] - mean) * rs * mgy);
             }
         } else if (op == TJ__OP_SOFTMAX_GRAD) { /* dx = y (g - sum(g y)) */
             float gy = 0;
@@ -591,35 +623,37 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
             for (int i = 0; i < NV; i++) gy += w[i] * v[i];
             gy = tjc_warp_sum(gy);
 #pragma unroll
-            for (int i = 0; i < NV; i++)
-                if (lane + 32 * i < d) tjc_stf(out, odt, base + lane + 32 * i, v[i] * (w[i] - gy));
+            for (int i = 0; i < NV; i++) v[i] = v[i] * (w[i] - gy);
         } else { /* softmax, log_softmax, cross_entropy and its gradient: max, sum(exp(x - max)) */
             float m = -INFINITY, s = 0;
 #pragma unroll
             for (int i = 0; i < NV; i++)
-                if (lane + 32 * i < d) m = tjc_maxnan(m, v[i]);
+                if (TJC_COL(i) < d) m = tjc_maxnan(m, v[i]);
             m = tjc_warp_max(m);
             if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
 #pragma unroll
             for (int i = 0; i < NV; i++) {
-                w[i] = lane + 32 * i < d ? expf(v[i] - m) : 0.f;
+                w[i] = TJC_COL(i) < d ? expf(v[i] - m) : 0.f;
                 s += w[i];
             }
             s = tjc_warp_sum(s);
             if (op == TJ__OP_CROSS_ENTROPY) { /* lse - z[label] (loaded again: v indexed by a variable would live in local memory) */
                 if (lane == 0) tjc_stf(out, odt, r, m + logf(s) - tjc_ldf(x, xdt, base + l));
-            } else {
+                continue;
+            }
+            {
                 float gr = op == TJ__OP_CROSS_ENTROPY_GRAD ? tjc_ldf(g, gdt, r) : 0.f, lse = m + logf(s);
 #pragma unroll
-                for (int i = 0; i < NV; i++) {
-                    int j = lane + 32 * i;
-                    float o = op == TJ__OP_SOFTMAX ? w[i] / s : op == TJ__OP_LOG_SOFTMAX ? v[i] - lse : gr * (w[i] / s - (float)(j == l));
-                    if (j < d) tjc_stf(out, odt, base + j, o);
-                }
+                for (int i = 0; i < NV; i++)
+                    v[i] = op == TJ__OP_SOFTMAX ? w[i] / s : op == TJ__OP_LOG_SOFTMAX ? v[i] - lse : gr * (w[i] / s - (float)(TJC_COL(i) == l));
             }
         }
+#pragma unroll
+        for (int i = 0; i < NV; i += PACK) /* the result, in v */
+            if (TJC_COL(i) < d) tjc_stp<PACK>(out, odt, base + TJC_COL(i), v + i);
     }
 }
+#undef TJC_COL
 
 /* one block per row of a long row: cross_entropy (g NULL) or its gradient.
    One pass for the max and the sum of exponentials, a second one for the
@@ -1101,12 +1135,14 @@ static int tjc_rows_fast(tjc_state *s, tj__kern *k, int64_t st, int64_t d, int64
     if (d <= TJC_WARP_ROW) {
         const int wpb = 8; /* warps per block */
         unsigned grid = tjc_blocks(rows, wpb);
-#define TJC_ROW_WARP(NV) \
-    tjc_k_row_warp<NV><<<grid, 32 * wpb, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op, rows, (int)d, eps, s->d_errpos)
-        if (d <= 128) TJC_ROW_WARP(4);
-        else if (d <= 256) TJC_ROW_WARP(8);
-        else if (d <= 512) TJC_ROW_WARP(16);
-        else TJC_ROW_WARP(32);
+        /* packs of 4: rows of a multiple of 4 elements, every buffer 16-byte aligned */
+        int pack = d % 4 == 0 && ((uintptr_t)k->in[0] & 15) == 0 && ((uintptr_t)k->out & 15) == 0 && (!g || ((uintptr_t)g & 15) == 0);
+#define TJC_ROW_WARP(NV, P) \
+    tjc_k_row_warp<NV, P><<<grid, 32 * wpb, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op, rows, (int)d, eps, s->d_errpos)
+        if (d <= 128) pack ? TJC_ROW_WARP(4, 4) : TJC_ROW_WARP(4, 1);
+        else if (d <= 256) pack ? TJC_ROW_WARP(8, 4) : TJC_ROW_WARP(8, 1);
+        else if (d <= 512) pack ? TJC_ROW_WARP(16, 4) : TJC_ROW_WARP(16, 1);
+        else pack ? TJC_ROW_WARP(32, 4) : TJC_ROW_WARP(32, 1);
 #undef TJC_ROW_WARP
         return 1;
     }
