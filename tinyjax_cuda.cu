@@ -503,9 +503,9 @@ __global__ void tjc_k_row_grad(const void *x, int xdt, const int32_t *lab, const
    The same formulas as the kernels above and the CPU's tj__row (float math,
    one rounding at each store), laid out for a GPU:
    - rows of at most TJC_WARP_ROW elements: one warp per row, the row held in
-     registers (lane l has elements l, l + 32, ..: each load of the warp is
-     one coalesced 128-byte line), reductions by warp shuffles; the row is
-     read once and written once.
+     registers (each load of the warp is one coalesced line: lane l reads
+     element l, or the 4 from 4 l on, of each 32 or 128), reductions by warp
+     shuffles; the row is read once and written once.
    - longer rows (cross-entropy over a vocabulary): one block per row, max
      and sum of exponentials in one pass (the online softmax: a larger max
      rescales the sum so far), f32 rows read as float4. */
