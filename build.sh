@@ -12,6 +12,7 @@
 #                      build tests/test_mpi.c with mpicc -DTJ_MPI and run its multi-process cases under mpirun (OpenMPI is installed
 #                      when absent); ends with one "total: N passed, N failed" line
 #   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
+#                      (with nvcc present build/gpt2_train also has --cuda: see below)
 #   ./build.sh bench   build and run the benchmark programs
 #   ./build.sh build   just build everything into build/
 set -u
@@ -50,6 +51,23 @@ ensure_mpi() {
         MPI_SKIP="installing OpenMPI (libopenmpi-dev, openmpi-bin) with apt-get failed"; return 1
     fi
     command -v "$MPICC" >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || { MPI_SKIP="OpenMPI installed but mpicc/mpirun still not found"; return 1; }
+}
+
+# CUDA (tinyjax_cuda.cu): nvcc from PATH or /usr/local/cuda. Machine code
+# for sm_80 (A100) and sm_90 (H100, H200), and PTX of compute_90 that the
+# driver compiles for newer cards; CUDA_ARCH="..." replaces the list.
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+CUDA_ARCH=${CUDA_ARCH:-"-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"}
+have_nvcc() { [ -x "$NVCC" ] && [ -f tinyjax_cuda.cu ]; }
+# build/gpt2_train with the CUDA backend (--cuda): the driver compiled by
+# $CC without the library (TINYJAX_IMPLEMENTATION_DONE), linked by nvcc
+# with tinyjax_cuda.o (the library and the backend) and cuBLAS
+build_gpt2_cuda() {
+    mkdir -p build/cuda
+    "$NVCC" -std=c++17 -O3 $CUDA_ARCH -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/cuda/tinyjax_cuda.o &&
+        $CC -std=c99 $OPT $WARN -I. -I"$(dirname "$NVCC")/../include" -DGPT2_CUDA -DTINYJAX_IMPLEMENTATION_DONE -c demos/gpt2_train.c \
+            -o build/cuda/gpt2_train.o &&
+        "$NVCC" $CUDA_ARCH -o build/gpt2_train build/cuda/gpt2_train.o build/cuda/tinyjax_cuda.o -lcublas -lm -lpthread
 }
 
 total_pass=0
@@ -178,8 +196,7 @@ case "$mode" in
 test)
     ensure_tools
     ASAN="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer"
-    NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-    have_cuda=0; if [ -x "$NVCC" ] && [ -f tinyjax_cuda.cu ]; then have_cuda=1; fi
+    have_cuda=0; if have_nvcc; then have_cuda=1; fi
     have_clang=0; if command -v clang >/dev/null 2>&1; then have_clang=1; fi
     have_mpi=0; if ensure_mpi; then have_mpi=1; fi
     mkdir -p build/fuzz build/mpi
@@ -191,7 +208,7 @@ test)
     # libFuzzer runs alongside the sanitized tests, then the MPI cases alone.
     section "compiling on $JOBS cores: tests (-O2, sanitized), header checks$([ $have_cuda = 1 ] && echo ", CUDA")$([ $have_clang = 1 ] && echo ", libFuzzer")$([ $have_mpi = 1 ] && echo ", MPI")"
     if [ $have_cuda = 1 ]; then
-        spawn build/tinyjax_cuda.log "$NVCC" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o
+        spawn build/tinyjax_cuda.log "$NVCC" -std=c++17 $CUDA_ARCH -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o
         spawn build/tinyjax_cuda_nccl.log "$NVCC" -std=c++17 -DTJ_NCCL -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda_nccl.o
         spawn build/nccl_mock.log $CXX -std=c++17 -O1 $WARN -I"$(dirname "$NVCC")/../include" -c tests/nccl_mock.cpp -o build/nccl_mock.o
         if [ $have_mpi = 1 ]; then # OpenMPI's include and library folders, for nvcc
@@ -216,7 +233,7 @@ test)
     link_tests build/o2 -O2 -g
     link_tests build/asan $ASAN
     if [ $have_cuda = 1 ] && done_ok build/tinyjax_cuda.log && [ -f tests/test_cuda.cu ]; then
-        spawn build/test_cuda.log "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda
+        spawn build/test_cuda.log "$NVCC" -std=c++17 $CUDA_ARCH -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda
     fi
     if [ $have_cuda = 1 ] && done_ok build/tinyjax_cuda_nccl.log; then
         spawn build/test_nccl_boot.log "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl_boot.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl_boot
@@ -327,7 +344,9 @@ test)
     ;;
 demo)
     ensure_tools
-    if [ -f demos/gpt2_train.c ]; then
+    if [ -f demos/gpt2_train.c ] && have_nvcc; then
+        build_gpt2_cuda && exec ./build/gpt2_train "$@"
+    elif [ -f demos/gpt2_train.c ]; then
         $CC -std=c99 $OPT $WARN -I. -o build/gpt2_train demos/gpt2_train.c $LIBS && exec ./build/gpt2_train "$@"
     else
         $CC -std=c99 $OPT $WARN -I. -o build/hello_grad demos/hello_grad.c $LIBS && exec ./build/hello_grad "$@"
@@ -352,6 +371,7 @@ build)
         n=$(basename "$d" .c)
         $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS || exit 1
     done
+    if have_nvcc; then build_gpt2_cuda || exit 1; fi # build/gpt2_train --cuda
     build_tests build/o2 -O2 -g || exit 1
     if command -v "$MPICC" >/dev/null 2>&1; then # multi-process builds (run them under mpirun)
         mkdir -p build/mpi

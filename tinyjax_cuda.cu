@@ -406,6 +406,34 @@ __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int 
     }
 }
 
+/* A long reduction into few outputs (a sum of a whole gradient: one
+   output, millions of elements), which one block per output would do on
+   one SM: P blocks per output each reduce a strided share into a partial
+   (part[o * P + p]), then one block per output reduces its P partials.
+   Reduced axes that are contiguous in the input (rcontig) index directly. */
+template <typename T>
+__global__ void tjc_k_reduce_part(tjc_red r, int rcontig, const void *in, int idt, T *part, int P, int op) {
+    __shared__ T sh[TJC_THREADS];
+    const int64_t o = blockIdx.y, ob = tjc_offset(o, r.no, r.od, r.os);
+    T acc = tjc_fold_identity<T>(op);
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < r.rn; j += (int64_t)P * blockDim.x) {
+        T v = tjc_ld<T>(in, idt, ob + (rcontig ? j : tjc_offset(j, r.nr, r.rd, r.rs)));
+        acc = tjc_fold<T>(op, acc, v);
+    }
+    acc = tjc_block_fold(acc, sh, op);
+    if (threadIdx.x == 0) part[o * P + blockIdx.x] = acc;
+}
+template <typename T>
+__global__ void tjc_k_reduce_final(const T *part, int P, void *out, int odt, int64_t on, int op) {
+    __shared__ T sh[TJC_THREADS];
+    for (int64_t o = blockIdx.x; o < on; o += gridDim.x) {
+        T acc = tjc_fold_identity<T>(op);
+        for (int p = threadIdx.x; p < P; p += blockDim.x) acc = tjc_fold<T>(op, acc, part[o * P + p]);
+        acc = tjc_block_fold(acc, sh, op);
+        if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
+    }
+}
+
 /* softmax, log_softmax, layer_norm along one axis: one block per row; row r
    starts at (r / st) * st * d + r % st and steps by st (tj__k_rowop) */
 template <typename T>
@@ -507,6 +535,224 @@ __global__ void tjc_k_row_grad(const void *x, int xdt, const int32_t *lab, const
             gy = tjc_block_reduce(gy, sh, 0);
             for (j = threadIdx.x; j < d; j += blockDim.x)
                 tjc_st<T>(out, odt, base + j * st, tjc_ld<T>(x, xdt, base + j * st) * (tjc_ld<T>(g, gdt, base + j * st) - gy));
+        }
+    }
+}
+
+/* ---- fast row kernels: contiguous rows (stride 1) of f32 / bf16 ----
+   The same formulas as the kernels above and the CPU's tj__row (float math,
+   one rounding at each store), laid out for a GPU:
+   - rows of at most TJC_WARP_ROW elements: one warp per row, the row held in
+     registers (each load of the warp is one coalesced line: lane l reads
+     element l, or the 4 from 4 l on, of each 32 or 128), reductions by warp
+     shuffles; the row is read once and written once.
+   - longer rows (cross-entropy over a vocabulary): one block per row, max
+     and sum of exponentials in one pass (the online softmax: a larger max
+     rescales the sum so far), f32 rows read as float4. */
+#define TJC_WARP_ROW 1024
+__device__ __forceinline__ float tjc_ldf(const void *p, int dt, int64_t i) {
+    return dt == TJ_BF16 ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i];
+}
+__device__ __forceinline__ void tjc_stf(void *p, int dt, int64_t i, float v) {
+    if (dt == TJ_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else ((float *)p)[i] = v;
+}
+__device__ __forceinline__ float tjc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float tjc_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = tjc_maxnan(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* (max, sum of exp(x - max)) pairs combined; an empty side has max -inf */
+__device__ __forceinline__ void tjc_lse_merge(float &m, float &s, float m2, float s2) {
+    if (m2 > m || m2 != m2) { float t = m; m = m2; m2 = t; t = s; s = s2; s2 = t; }
+    if (m2 != -INFINITY) s += s2 * expf(m2 - m);
+}
+__device__ __forceinline__ void tjc_lse_add(float &m, float &s, float x) {
+    if (x > m || x != x) { s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f; m = x; }
+    else if (x != -INFINITY) s += expf(x - m);
+}
+
+/* PACK (1 or 4) consecutive elements from i on, as floats, and back: one
+   8-byte (bf16) or 16-byte (f32) access for 4 (the caller checks alignment) */
+template <int PACK>
+__device__ __forceinline__ void tjc_ldp(const void *p, int dt, int64_t i, float *o) {
+    if (PACK == 1) o[0] = tjc_ldf(p, dt, i);
+    else if (dt == TJ_BF16) {
+        uint2 u = *(const uint2 *)((const __nv_bfloat16 *)p + i);
+        __nv_bfloat162 a = *(__nv_bfloat162 *)&u.x, b = *(__nv_bfloat162 *)&u.y;
+        o[0] = __low2float(a), o[1] = __high2float(a), o[2] = __low2float(b), o[3] = __high2float(b);
+    } else {
+        float4 f = *(const float4 *)((const float *)p + i);
+        o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
+    }
+}
+template <int PACK>
+__device__ __forceinline__ void tjc_stp(void *p, int dt, int64_t i, const float *v) {
+    if (PACK == 1) tjc_stf(p, dt, i, v[0]);
+    else if (dt == TJ_BF16) { /* __floats2bfloat162_rn: to nearest even, as __float2bfloat16_rn */
+        __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+        uint2 u;
+        u.x = *(unsigned *)&a;
+        u.y = *(unsigned *)&b;
+        *(uint2 *)((__nv_bfloat16 *)p + i) = u;
+    } else *(float4 *)((float *)p + i) = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+/* one warp per row: softmax, log_softmax, layer_norm, their gradients (x,
+   g), and cross_entropy (z, labels) and its gradient (z, labels, g). NV
+   elements per lane (d <= 32 NV), in packs of PACK consecutive ones: slot i
+   of lane l is element (l + 32 (i / PACK)) PACK + i % PACK (with PACK 4, d
+   is a multiple of 4 and the rows are aligned) */
+#define TJC_COL(i) ((lane + 32 * ((i) / PACK)) * PACK + (i) % PACK)
+template <int NV, int PACK>
+__global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int op, int64_t rows, int d,
+                               float eps, unsigned long long *errpos) {
+    const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+    for (int64_t r = blockIdx.x * (int64_t)wpb + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * wpb) {
+        const int64_t base = r * d;
+        float v[NV], w[NV];
+        int l = -1;
+        if (op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD) {
+            l = lab[r];
+            if (l < 0 || l >= d) { /* the whole warp takes this branch */
+                if (lane == 0) atomicMin(errpos, (unsigned long long)r);
+                continue;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NV; i += PACK) {
+            int j = TJC_COL(i);
+            if (j < d) {
+                tjc_ldp<PACK>(x, xdt, base + j, v + i);
+                if (op == TJ__OP_SOFTMAX_GRAD || op == TJ__OP_LAYER_NORM_GRAD) tjc_ldp<PACK>(g, gdt, base + j, w + i);
+                else
+                    for (int q = 0; q < PACK; q++) w[i + q] = 0.f;
+            } else
+                for (int q = 0; q < PACK; q++) v[i + q] = w[i + q] = 0.f;
+        }
+        if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) {
+            float sum = 0, var = 0, mean, rs;
+#pragma unroll
+            for (int i = 0; i < NV; i++) sum += v[i]; /* the padding is 0 */
+            mean = tjc_warp_sum(sum) / (float)d;
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if (TJC_COL(i) < d) var += (v[i] - mean) * (v[i] - mean);
+            rs = 1.f / sqrtf(tjc_warp_sum(var) / (float)d + eps);
+            if (op == TJ__OP_LAYER_NORM) {
+#pragma unroll
+                for (int i = 0; i < NV; i++) v[i] = (v[i] - mean) * rs;
+            } else { /* dx = r (g - mean(g) - y mean(g y)) */
+                float mg = 0, mgy = 0;
+#pragma unroll
+                for (int i = 0; i < NV; i++) {
+                    mg += w[i];
+                    mgy += w[i] * (v[i] - mean) * rs;
+                }
+                mg = tjc_warp_sum(mg) / (float)d;
+                mgy = tjc_warp_sum(mgy) / (float)d;
+#pragma unroll
+                for (int i = 0; i < NV; i++) v[i] = rs * (w[i] - mg - (v[i] - mean) * rs * mgy);
+            }
+        } else if (op == TJ__OP_SOFTMAX_GRAD) { /* dx = y (g - sum(g y)) */
+            float gy = 0;
+#pragma unroll
+            for (int i = 0; i < NV; i++) gy += w[i] * v[i];
+            gy = tjc_warp_sum(gy);
+#pragma unroll
+            for (int i = 0; i < NV; i++) v[i] = v[i] * (w[i] - gy);
+        } else { /* softmax, log_softmax, cross_entropy and its gradient: max, sum(exp(x - max)) */
+            float m = -INFINITY, s = 0;
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if (TJC_COL(i) < d) m = tjc_maxnan(m, v[i]);
+            m = tjc_warp_max(m);
+            if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                w[i] = TJC_COL(i) < d ? expf(v[i] - m) : 0.f;
+                s += w[i];
+            }
+            s = tjc_warp_sum(s);
+            if (op == TJ__OP_CROSS_ENTROPY) { /* lse - z[label] (loaded again: v indexed by a variable would live in local memory) */
+                if (lane == 0) tjc_stf(out, odt, r, m + logf(s) - tjc_ldf(x, xdt, base + l));
+                continue;
+            }
+            {
+                float gr = op == TJ__OP_CROSS_ENTROPY_GRAD ? tjc_ldf(g, gdt, r) : 0.f, lse = m + logf(s);
+#pragma unroll
+                for (int i = 0; i < NV; i++)
+                    v[i] = op == TJ__OP_SOFTMAX ? w[i] / s : op == TJ__OP_LOG_SOFTMAX ? v[i] - lse : gr * (w[i] / s - (float)(TJC_COL(i) == l));
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NV; i += PACK) /* the result, in v */
+            if (TJC_COL(i) < d) tjc_stp<PACK>(out, odt, base + TJC_COL(i), v + i);
+    }
+}
+#undef TJC_COL
+
+/* one block per row of a long row: cross_entropy (g NULL) or its gradient.
+   One pass for the max and the sum of exponentials, a second one for the
+   gradient; f32 rows whose length is a multiple of 4 load float4s. */
+__global__ void tjc_k_xent_long(const void *z, int zdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int grad, int64_t rows, int64_t d,
+                                unsigned long long *errpos) {
+    __shared__ float shm[32], shs[32];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int vec = zdt == TJ_F32 && d % 4 == 0 && ((uintptr_t)z & 15) == 0;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * d;
+        const int32_t l = lab[r];
+        float m = -INFINITY, s = 0;
+        if (l < 0 || l >= d) { /* the whole block takes this branch */
+            if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
+            continue;
+        }
+        if (vec) {
+            const float4 *p = (const float4 *)((const float *)z + base);
+            for (int64_t j = threadIdx.x; j < d / 4; j += blockDim.x) {
+                float4 q = p[j];
+                tjc_lse_add(m, s, q.x);
+                tjc_lse_add(m, s, q.y);
+                tjc_lse_add(m, s, q.z);
+                tjc_lse_add(m, s, q.w);
+            }
+        } else
+            for (int64_t j = threadIdx.x; j < d; j += blockDim.x) tjc_lse_add(m, s, tjc_ldf(z, zdt, base + j));
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            tjc_lse_merge(m, s, m2, s2);
+        }
+        if (lane == 0) { shm[wid] = m; shs[wid] = s; }
+        __syncthreads();
+        m = -INFINITY;
+        s = 0;
+        for (int k = 0; k < nw; k++) tjc_lse_merge(m, s, shm[k], shs[k]);
+        __syncthreads(); /* shm, shs are reused by the next row */
+        if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
+        if (!grad) {
+            if (threadIdx.x == 0) tjc_stf(out, odt, r, m + logf(s) - tjc_ldf(z, zdt, base + l));
+            continue;
+        }
+        {
+            const float gr = tjc_ldf(g, gdt, r);
+            if (vec && odt == TJ_F32 && ((uintptr_t)out & 15) == 0) {
+                const float4 *p = (const float4 *)((const float *)z + base);
+                float4 *q = (float4 *)((float *)out + base);
+                for (int64_t j = threadIdx.x; j < d / 4; j += blockDim.x) {
+                    float4 a = p[j], o;
+                    o.x = gr * (expf(a.x - m) / s - (float)(4 * j == l));
+                    o.y = gr * (expf(a.y - m) / s - (float)(4 * j + 1 == l));
+                    o.z = gr * (expf(a.z - m) / s - (float)(4 * j + 2 == l));
+                    o.w = gr * (expf(a.w - m) / s - (float)(4 * j + 3 == l));
+                    q[j] = o;
+                }
+            } else
+                for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+                    tjc_stf(out, odt, base + j, gr * (expf(tjc_ldf(z, zdt, base + j) - m) / s - (float)(j == l)));
         }
     }
 }
@@ -704,6 +950,23 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
     }
     r.on = tj__numel(&k->ot);
     while (threads < r.rn && threads < TJC_THREADS) threads *= 2;
+    if (r.on < 256 && r.rn >= 8 * 16 * TJC_THREADS) { /* few outputs, long reductions: in two stages (tjc_k_reduce_part) */
+        int P = (int)(r.rn / (16 * TJC_THREADS) < 512 ? r.rn / (16 * TJC_THREADS) : 512), rcontig = r.rs[r.nr - 1] == 1, wide = tjc_wide(it->dt) || k->ot.dt == TJ_F64;
+        void *part = NULL;
+        dim3 grid((unsigned)P, (unsigned)r.on);
+        for (i = 0; i + 1 < r.nr; i++) rcontig &= r.rs[i] == r.rs[i + 1] * r.rd[i + 1];
+        TJC_CUDA(k, cudaMallocAsync(&part, (size_t)(r.on * P) * (wide ? sizeof(double) : sizeof(float)), s->compute));
+        if (wide) {
+            tjc_k_reduce_part<double><<<grid, TJC_THREADS, 0, s->compute>>>(r, rcontig, k->in[0], it->dt, (double *)part, P, op);
+            tjc_k_reduce_final<double><<<tjc_grid(r.on), TJC_THREADS, 0, s->compute>>>((const double *)part, P, k->out, k->ot.dt, r.on, op);
+        } else {
+            tjc_k_reduce_part<float><<<grid, TJC_THREADS, 0, s->compute>>>(r, rcontig, k->in[0], it->dt, (float *)part, P, op);
+            tjc_k_reduce_final<float><<<tjc_grid(r.on), TJC_THREADS, 0, s->compute>>>((const float *)part, P, k->out, k->ot.dt, r.on, op);
+        }
+        TJC_LAUNCHED(k, "tjc_k_reduce_part / tjc_k_reduce_final");
+        TJC_CUDA(k, cudaFreeAsync(part, s->compute));
+        return 0;
+    }
     if (tjc_wide(it->dt) || k->ot.dt == TJ_F64)
         tjc_k_reduce<double><<<tjc_grid(r.on), threads, 0, s->compute>>>(r, k->in[0], it->dt, k->out, k->ot.dt, op);
     else
@@ -714,7 +977,17 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
 /* tj__k_dot through cuBLAS. Row-major C[M,N] = A[M,K] B[K,N] is column-major
    C^T[N,M] = B^T A^T, so cuBLAS gets (b, a) with m = N, n = M. a is [M,K]
    (lda K) or, with trans_a, [K,M] (lda M); b is [K,N] (ldb N) or, with
-   trans_b, [N,K] (ldb K). */
+   trans_b, [N,K] (ldb K).
+   Precision, as the CPU's tj__k_dot: f32 multiplies and accumulates in f32
+   (CUBLAS_COMPUTE_32F: no TF32 unless TJ_CUDA_TF32=1 in the environment
+   allows it, read at each dot: about 7x the f32 peak on an H100, with
+   products of 10-bit mantissas); bf16 runs on tensor cores, products
+   accumulated in f32 and rounded to bf16 once at the store (to nearest
+   even), as the CPU widens to f32, multiplies, and rounds once; f64 in f64. */
+static int tjc_tf32(void) {
+    const char *e = getenv("TJ_CUDA_TF32");
+    return e && *e && strcmp(e, "0") != 0;
+}
 static int tjc_dot(tjc_state *s, tj__kern *k) {
     int64_t Bn, Mn, Kn, Nn;
     int ta = k->n->a.trans_a, tb = k->n->a.trans_b;
@@ -729,9 +1002,10 @@ static int tjc_dot(tjc_state *s, tj__kern *k) {
         switch (k->ot.dt) {
         case TJ_F32: {
             const float one = 1.0f, zero = 0.0f;
-            TJC_BLAS(k, "cublasSgemmStridedBatched",
-                     cublasSgemmStridedBatched(s->blas, opb, opa, N, M, K, &one, (const float *)k->in[1], ldb, sb, (const float *)k->in[0], lda, sa, &zero,
-                                               (float *)k->out, N, sc, batch));
+            TJC_BLAS(k, "cublasGemmStridedBatchedEx (f32)",
+                     cublasGemmStridedBatchedEx(s->blas, opb, opa, N, M, K, &one, k->in[1], CUDA_R_32F, ldb, sb, k->in[0], CUDA_R_32F, lda, sa, &zero,
+                                                k->out, CUDA_R_32F, N, sc, batch, tjc_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT));
             break;
         }
         case TJ_F64: {
@@ -889,6 +1163,33 @@ static int tjc_concat(tjc_state *s, tj__kern *k) {
     }
     return 0;
 }
+/* Launch the fast row kernels when they apply: rows along the last axis
+   (stride 1), f32 or bf16 operands; returns 1 if launched, 0 if the
+   caller's general kernel is needed. rows and d as tjc_rowop computes them;
+   lab / g NULL where the op has none. */
+static int tjc_rows_fast(tjc_state *s, tj__kern *k, int64_t st, int64_t d, int64_t rows, const int32_t *lab, const void *g, int gdt) {
+    int op = k->n->op, xdt = k->it[0]->dt, odt = k->ot.dt, ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD;
+    float eps = (float)k->n->a.s;
+    if (st != 1 || d < 1 || rows < 1) return 0;
+    if ((xdt != TJ_F32 && xdt != TJ_BF16) || (odt != TJ_F32 && odt != TJ_BF16) || (g && gdt != TJ_F32 && gdt != TJ_BF16)) return 0;
+    if (d <= TJC_WARP_ROW) {
+        const int wpb = 8; /* warps per block */
+        unsigned grid = tjc_blocks(rows, wpb);
+        /* packs of 4: rows of a multiple of 4 elements, every buffer 16-byte aligned */
+        int pack = d % 4 == 0 && ((uintptr_t)k->in[0] & 15) == 0 && ((uintptr_t)k->out & 15) == 0 && (!g || ((uintptr_t)g & 15) == 0);
+#define TJC_ROW_WARP(NV, P) \
+    tjc_k_row_warp<NV, P><<<grid, 32 * wpb, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op, rows, (int)d, eps, s->d_errpos)
+        if (d <= 128) pack ? TJC_ROW_WARP(4, 4) : TJC_ROW_WARP(4, 1);
+        else if (d <= 256) pack ? TJC_ROW_WARP(8, 4) : TJC_ROW_WARP(8, 1);
+        else if (d <= 512) pack ? TJC_ROW_WARP(16, 4) : TJC_ROW_WARP(16, 1);
+        else pack ? TJC_ROW_WARP(32, 4) : TJC_ROW_WARP(32, 1);
+#undef TJC_ROW_WARP
+        return 1;
+    }
+    if (!ce) return 0;
+    tjc_k_xent_long<<<tjc_grid(rows), 512, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op == TJ__OP_CROSS_ENTROPY_GRAD, rows, d, s->d_errpos);
+    return 1;
+}
 /* tj__k_rowop: softmax, log_softmax, layer_norm */
 static int tjc_rowop(tjc_state *s, tj__kern *k) {
     const tj__type *t = k->it[0];
@@ -898,6 +1199,10 @@ static int tjc_rowop(tjc_state *s, tj__kern *k) {
     tj__strides(t, st);
     d = t->dim[ax];
     rows = tj__numel(t) / d;
+    if (tjc_rows_fast(s, k, st[ax], d, rows, NULL, NULL, 0)) {
+        TJC_LAUNCHED(k, "tjc_k_row_warp");
+        return 0;
+    }
     if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
         tjc_k_rowop<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, k->out, k->ot.dt, k->n->op, rows, d, st[ax], k->n->a.s);
     else
@@ -917,6 +1222,10 @@ static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
     d = t->dim[ax];
     rows = tj__numel(t) / d;
     TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (tjc_rows_fast(s, k, st[ax], d, rows, lab, NULL, 0)) {
+        TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
+        return tjc_index_check(s, k, lab, d);
+    }
     if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
         tjc_k_cross_entropy<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, st[ax], s->d_errpos);
     else
@@ -936,6 +1245,10 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
     d = t->dim[ax];
     rows = tj__numel(t) / d;
     TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (tjc_rows_fast(s, k, st[ax], d, rows, lab, k->in[gi], k->it[gi]->dt)) {
+        TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
+        return ce ? tjc_index_check(s, k, lab, d) : 0;
+    }
     if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
         tjc_k_row_grad<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->in[gi], k->it[gi]->dt, k->out, k->ot.dt, k->n->op, rows,
                                                                              d, st[ax], k->n->a.s, s->d_errpos);

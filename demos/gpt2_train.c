@@ -38,6 +38,68 @@
 
 #include "gpt2_model.h"
 
+/* ------------------------------------------------------- one GPU (--cuda)
+   build.sh builds this file with -DGPT2_CUDA when nvcc is present and links
+   it with tinyjax_cuda.o (the library with its CUDA backend) and cuBLAS;
+   the context is then the same, only its backend differs. Without
+   GPT2_CUDA, --cuda is a clear error. */
+#ifdef GPT2_CUDA
+#include <cuda_runtime_api.h>
+#endif
+/* The card's dense peak in TFLOP/s for the compute dtype (bf16, TF32 when
+   TJ_CUDA_TF32=1 lets cuBLAS use it for f32 dots, else plain f32), from its
+   name (cudaGetDeviceProperties); 0 when not in this table.
+   GPT2_PEAK_TFLOPS=X overrides it. */
+GPT2_UNUSED static double gpt2_peak_tflops(const char *name, int bf16, int tf32) {
+    static const struct { const char *has, *has2; double bf16, tf32, f32; } cards[] = {
+        {"H100", "PCIe", 756, 378, 51},   /* H100 PCIe                       */
+        {"H100", "", 989, 494, 67},       /* H100 SXM (80GB HBM3)            */
+        {"H200", "", 989, 494, 67},       /* H200, GH200                     */
+        {"A100", "", 312, 156, 19.5},     /* A100 SXM and PCIe               */
+    };
+    const char *env = getenv("GPT2_PEAK_TFLOPS");
+    size_t i;
+    if (env && atof(env) > 0) return atof(env);
+    for (i = 0; i < sizeof cards / sizeof cards[0]; i++)
+        if (strstr(name, cards[i].has) && strstr(name, cards[i].has2)) return bf16 ? cards[i].bf16 : tf32 ? cards[i].tf32 : cards[i].f32;
+    return 0;
+}
+/* TJ_CUDA_TF32=1: f32 dots may use TF32 tensor cores (tinyjax_cuda.cu) */
+GPT2_UNUSED static int gpt2_tf32_on(void) {
+    const char *e = getenv("TJ_CUDA_TF32");
+    return e && *e && strcmp(e, "0") != 0;
+}
+/* The backend of CUDA device 0 and the card's name, or NULL after a message
+   (no GPU, or a build without CUDA). */
+GPT2_UNUSED static tj_backend *gpt2_gpu_open(char *name, size_t nn) {
+#ifdef GPT2_CUDA
+    char err[256];
+    struct cudaDeviceProp pr;
+    tj_backend *b = tj_cuda_backend(0, err, sizeof err);
+    if (!b) {
+        fprintf(stderr, "gpt2_train: --cuda: %s\n", err);
+        return NULL;
+    }
+    if (cudaGetDeviceProperties(&pr, 0) == cudaSuccess)
+        snprintf(name, nn, "%s (sm_%d%d, %.0f GB)", pr.name, pr.major, pr.minor, (double)pr.totalGlobalMem / 1e9);
+    else snprintf(name, nn, "CUDA device 0");
+    return b;
+#else
+    (void)name;
+    (void)nn;
+    fprintf(stderr, "gpt2_train: --cuda: this gpt2_train was built without the CUDA backend (build.sh builds it with nvcc, linking "
+                    "tinyjax_cuda.cu and cuBLAS, when nvcc is on PATH)\n");
+    return NULL;
+#endif
+}
+GPT2_UNUSED static void gpt2_gpu_close(tj_backend *b) {
+#ifdef GPT2_CUDA
+    tj_cuda_backend_free(b);
+#else
+    (void)b;
+#endif
+}
+
 /* --------------------------------------------------------------- trainer */
 
 typedef struct {
@@ -89,8 +151,10 @@ static tj_tree *gpt2_param_refs(gpt2_trainer *tr) {
 }
 
 /* Make the context, mesh, programs and the initial state. mesh NULL or ""
-   for one device. Returns 0 on success. */
-static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads) {
+   for one device. backend NULL: the CPU (or TJ_BACKEND); else every array
+   and run of the trainer lives there (tj_cuda_backend: --cuda), and the
+   backend must outlive the trainer. Returns 0 on success. */
+static int gpt2_trainer_init_on(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads, tj_backend *backend) {
     tj_tree *empty, *out;
     tj_jit_opts donate;
     int32_t *zeros;
@@ -99,6 +163,7 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     tr->ctx = tj_ctx_new();
     if (!tr->ctx) return 1;
     if (tj_status_of(tr->ctx)) return gpt2_fail(tr, "context"); /* e.g. a bad TJ_DEVICES */
+    if (backend) tj_set_backend(tr->ctx, backend); /* before any array is made */
     if (cfg->distributed && tj_distributed_init(tr->ctx, NULL)) return gpt2_fail(tr, "distributed init");
     if (threads > 0) tj_set_threads(tr->ctx, threads);
     if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
@@ -143,6 +208,9 @@ static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devic
     free(zeros);
     if (!tr->eval) return gpt2_fail(tr, "jit eval");
     return 0;
+}
+GPT2_UNUSED static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads) {
+    return gpt2_trainer_init_on(tr, cfg, devices, mesh, threads, NULL);
 }
 /* the sampling program (batch 1), compiled on first use */
 static int gpt2_ensure_logits(gpt2_trainer *tr) {
@@ -772,7 +840,8 @@ GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
 typedef struct {
     gpt2_config cfg;
     int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
-    int heads_set, layers_set, embed_set, context_set, devices_set; /* given by flag */
+    int heads_set, layers_set, embed_set, context_set, devices_set, batch_set, mesh_set; /* given by flag */
+    int cuda; /* --cuda: every array and run on GPU 0 */
     int save_every, keep; /* periodic checkpoints: every K steps, the newest N kept */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
@@ -841,6 +910,10 @@ static void usage(void) {
         "                      also split along pos over mesh axis model, all-gathered before\n"
         "                      attention and the MLP, reduce-scattered after them\n"
         "  --threads N         kernel threads per device (default: cores / devices, at least 1)\n"
+        "  --cuda              run on GPU 0 (tinyjax_cuda.cu; build.sh links it when nvcc is\n"
+        "                      present): training, evaluation, sampling and checkpoints; one\n"
+        "                      device unless --devices / --mesh are given (simulated devices\n"
+        "                      sharing the GPU). TJ_CUDA_TF32=1 lets f32 dots use TF32\n"
         "output\n"
         "  --sample N          bytes/tokens to sample at the end (200; 0: none)\n"
         "  --prompt S          sampling prompt (\"/* \")\n"
@@ -874,7 +947,13 @@ static void usage(void) {
         "benchmark\n"
         "  --bench             GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocab 50304,\n"
         "                      B=4, T=64, f32, one device, all cores): median ms/step\n"
+        "                      --bench --cuda: on GPU 0 at B=16, T=1024 (--batch, --context,\n"
+        "                      --bf16, --remat apply): ms/step, tokens/s and MFU against the\n"
+        "                      card's dense peak (GPT2_PEAK_TFLOPS=X for a card not known)\n"
         "  --bench-steps N     timed steps (10)\n"
+        "                      with --trace FILE: one more step profiled, written to FILE, and\n"
+        "                      the ops that took longest printed (on a GPU run it under\n"
+        "                      CUDA_LAUNCH_BLOCKING=1, so each op's time is its kernels' time)\n"
         "  --help              this text\n"
         "Numbers must be whole and in range (every flag says its range when it is not).\n"
         "Exit status: 0 success; 2 a bad command line; 1 anything else: bad input files,\n"
@@ -1152,6 +1231,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--seq-parallel")) { a->cfg.seq_parallel = 1; continue; }
         else if (!strcmp(f, "--accum-unroll")) { a->cfg.accum_unroll = 1; continue; }
         else if (!strcmp(f, "--bench")) { a->bench = 1; continue; }
+        else if (!strcmp(f, "--cuda")) { a->cuda = 1; continue; }
         else if (!strcmp(f, "--print-program")) { a->print_program = 1; continue; }
         else if (!strcmp(f, "--allow-special")) { a->allow_special = 1; continue; }
         if (strncmp(f, "--", 2) || !f[2]) {
@@ -1178,7 +1258,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--heads")) { bad = arg_int(f, v, 1, 4096, &a->cfg.H); a->heads_set = 1; }
         else if (!strcmp(f, "--embed")) { bad = arg_int(f, v, 1, 1 << 16, &a->cfg.C); a->cfg.M = 4 * a->cfg.C; a->embed_set = 1; }
         else if (!strcmp(f, "--context")) { bad = arg_int(f, v, 2, 1 << 16, &a->cfg.T); a->cfg.block = a->cfg.T; a->context_set = 1; }
-        else if (!strcmp(f, "--batch")) bad = arg_int(f, v, 1, 1 << 16, &a->cfg.B);
+        else if (!strcmp(f, "--batch")) { bad = arg_int(f, v, 1, 1 << 16, &a->cfg.B); a->batch_set = 1; }
         else if (!strcmp(f, "--accum")) bad = arg_int(f, v, 1, 1 << 16, &a->cfg.accum);
         else if (!strcmp(f, "--remat")) {
             int k, found = -1;
@@ -1213,7 +1293,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
             i++;
         }
         else if (!strcmp(f, "--devices")) { bad = arg_int(f, v, 1, TJ_MAXDEV, &a->devices); a->devices_set = 1; }
-        else if (!strcmp(f, "--mesh")) a->mesh = v;
+        else if (!strcmp(f, "--mesh")) { a->mesh = v; a->mesh_set = 1; }
         else if (!strcmp(f, "--param-rules")) a->cfg.param_rules = v;
         else if (!strcmp(f, "--compute-rules")) a->cfg.compute_rules = v;
         else if (!strcmp(f, "--threads")) bad = arg_int(f, v, 0, 4096, &a->threads);
@@ -1255,6 +1335,10 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         if (bad) return 1;
         i++;
     }
+    if (a->cuda && !a->devices_set && !a->mesh_set) { /* one GPU: one device, not the simulated mesh */
+        a->devices = 1;
+        a->mesh = "";
+    }
     if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) { /* --mesh alone: as many devices as it has */
         const char *m = a->mesh;
         a->devices = 1;
@@ -1292,50 +1376,137 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* --bench --trace: the profiled step's time by op and by op + source line,
+   the largest first (scan bodies record every iteration, so a line of the
+   block sums over layers) */
+typedef struct {
+    char key[96];
+    double us;
+    int n;
+} prof_row;
+static int cmp_prof(const void *a, const void *b) {
+    double x = ((const prof_row *)a)->us, y = ((const prof_row *)b)->us;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+static void print_profile(const tj_event *ev, int n, int by_line, int top) {
+    prof_row *r = (prof_row *)calloc((size_t)n + 1, sizeof *r);
+    double total = 0;
+    int i, j, nr = 0;
+    if (!r) return;
+    for (i = 0; i < n; i++) {
+        char key[96];
+        const char *f = ev[i].file ? strrchr(ev[i].file, '/') : NULL;
+        if (by_line) snprintf(key, sizeof key, "%s at %s:%d", ev[i].op, f ? f + 1 : ev[i].file ? ev[i].file : "?", ev[i].line);
+        else snprintf(key, sizeof key, "%s", ev[i].op);
+        for (j = 0; j < nr && strcmp(r[j].key, key); j++) {}
+        if (j == nr) snprintf(r[nr++].key, sizeof r[0].key, "%s", key);
+        r[j].us += ev[i].dur_us;
+        r[j].n++;
+        total += ev[i].dur_us;
+    }
+    qsort(r, (size_t)nr, sizeof *r, cmp_prof);
+    printf("profile: %d events, %.2f ms in all; by %s, the largest first:\n", n, total * 1e-3, by_line ? "op and source line" : "op");
+    for (i = 0; i < nr && i < top; i++)
+        printf("  %8.3f ms %5.1f%%  %5d x  %s\n", r[i].us * 1e-3, total > 0 ? 100 * r[i].us / total : 0.0, r[i].n, r[i].key);
+    free(r);
+}
+
+/* --bench: GPT-2 124M steps on random tokens; the CPU at B=4 T=64, --cuda
+   on GPU 0 at B=16 T=1024 (--batch, --context override). Prints ms/step
+   (median, best, worst), tokens/s, and on a GPU the model FLOP utilisation
+   against the card's dense peak: model FLOPs per token 6 N + 12 L C T
+   (N the parameters without the position table; PaLM's count, as nanoGPT
+   and llm.c report it: no recompute), and the cost model's count of what
+   the step actually computes (with the remat policy's recompute). */
 static int run_bench(gpt2_args *a) {
     gpt2_config c = a->cfg;
     gpt2_trainer tr;
     int32_t *x, *y;
-    double *ms, t0;
-    int i, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2, ntok;
+    double *ms, t0, peak = 0;
+    int i, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2, ntok, rc = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    c.L = 12; c.H = 12; c.C = 768; c.M = 3072; c.V = 50304; c.V_real = 50257; c.T = 64; c.block = 1024; c.B = 4;
+    tj_backend *gpu = NULL;
+    char card[300] = "";
+    c.L = 12; c.H = 12; c.C = 768; c.M = 3072; c.V = 50304; c.V_real = 50257; c.block = 1024;
+    c.T = a->context_set ? a->cfg.T : a->cuda ? 1024 : 64;
+    c.B = a->batch_set ? a->cfg.B : a->cuda ? 16 : 4;
+    if (c.T > c.block) c.block = c.T;
     c.bf16 = a->cfg.bf16;
     ntok = c.accum * c.B * c.T;
-    printf("bench: GPT-2 124M shape: %lld params, L=%d H=%d C=%d V=%d (50257 padded), B=%d T=%d, accum %d, %s, 1 device, %ld threads, remat %s\n",
-           (long long)gpt2_num_params(&c), c.L, c.H, c.C, c.V, c.B, c.T, c.accum, c.bf16 ? "bf16 compute" : "f32", ncpu, remat_names[c.remat]);
+    if (a->cuda) {
+        if (!(gpu = gpt2_gpu_open(card, sizeof card))) return 1;
+        peak = gpt2_peak_tflops(card, c.bf16, gpt2_tf32_on());
+    }
+    printf("bench: GPT-2 124M shape: %lld params, L=%d H=%d C=%d V=%d (50257 padded), B=%d T=%d, accum %d, %s, 1 device, %s, remat %s\n",
+           (long long)gpt2_num_params(&c), c.L, c.H, c.C, c.V, c.B, c.T, c.accum,
+           c.bf16 ? "bf16 compute" : gpu && gpt2_tf32_on() ? "f32 (TF32 dots: TJ_CUDA_TF32=1)" : "f32", gpu ? card : "CPU", remat_names[c.remat]);
+    if (!gpu) printf("bench: %ld threads\n", ncpu);
     t0 = now_ms();
-    if (gpt2_trainer_init(&tr, &c, 1, NULL, a->threads > 0 ? a->threads : (int)ncpu)) return 1;
+    if (gpt2_trainer_init_on(&tr, &c, 1, NULL, a->threads > 0 ? a->threads : (int)ncpu, gpu)) {
+        gpt2_gpu_close(gpu);
+        return 1;
+    }
     printf("bench: init + compile %.0f ms; step program: %.1f GFLOP/step (cost model), temp %.1f MB, peak %.1f MB\n", now_ms() - t0,
            tj_prog_flops(tr.step) * 1e-9, tj_prog_memory(tr.step).temp_bytes / 1e6, tj_prog_memory(tr.step).peak_bytes / 1e6);
     x = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     y = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     ms = (double *)malloc(sizeof(double) * (size_t)(n + warm));
-    for (i = 0; i < n + warm; i++) {
-        int k;
+    for (i = 0; i < n + warm + (a->trace ? 1 : 0); i++) {
+        int k, prof = i == n + warm; /* --trace: one more step, profiled, not timed */
         float loss;
         for (k = 0; k < ntok; k++) {
             x[k] = (int32_t)(mix64((uint64_t)(i * 100003 + k)) % 50257u);
             y[k] = (int32_t)(mix64((uint64_t)(i * 100003 + k) ^ 0xabcdefull) % 50257u);
         }
+        if (prof) tj_set_profile(tr.ctx, 1);
         t0 = now_ms();
         loss = gpt2_train_step(&tr, x, y, 1e-4);
+        if (prof) {
+            int ne = tj_prog_events(tr.step, NULL, 0);
+            tj_event *ev = (tj_event *)malloc(sizeof(tj_event) * (size_t)(ne > 0 ? ne : 1));
+            const char *lb = getenv("CUDA_LAUNCH_BLOCKING");
+            tj_set_profile(tr.ctx, 0);
+            printf("bench: profiled step: %.1f ms%s\n", now_ms() - t0,
+                   gpu && !(lb && !strcmp(lb, "1")) ? " (CUDA_LAUNCH_BLOCKING is not 1: the times below are launch times, not GPU times)" : "");
+            if (ev) {
+                ne = tj_prog_events(tr.step, ev, ne);
+                print_profile(ev, ne, 0, 15);
+                print_profile(ev, ne, 1, 25);
+                free(ev);
+            }
+            if (tj_prog_write_trace(tr.step, a->trace)) {
+                fprintf(stderr, "gpt2_train: --trace: %s\n", tj_error(tr.ctx));
+                rc = 1;
+            } else printf("trace: %s (open in ui.perfetto.dev)\n", a->trace);
+            break;
+        }
         ms[i] = now_ms() - t0;
-        if (loss != loss) { gpt2_trainer_free(&tr); return 1; }
-        printf("bench step %2d%s: loss %.4f  %.0f ms\n", i, i < warm ? " (warmup)" : "", loss, ms[i]);
+        if (loss != loss) { rc = 1; break; }
+        printf("bench step %2d%s: loss %.4f  %.1f ms\n", i, i < warm ? " (warmup)" : "", loss, ms[i]);
         fflush(stdout);
     }
-    qsort(ms + warm, (size_t)n, sizeof(double), cmp_double);
-    {
-        double med = n % 2 ? ms[warm + n / 2] : 0.5 * (ms[warm + n / 2 - 1] + ms[warm + n / 2]);
-        printf("bench: median %.0f ms/step (best %.0f, worst %.0f) over %d steps, %.0f tokens/s, %.1f GFLOP/s by the cost model\n", med, ms[warm],
-               ms[warm + n - 1], n, ntok / (med * 1e-3), tj_prog_flops(tr.step) * 1e-9 / (med * 1e-3));
+    if (!rc) {
+        double med, fl = tj_prog_flops(tr.step), nparam = (double)gpt2_num_params(&c) - (double)c.block * c.C;
+        double model = (6.0 * nparam + 12.0 * c.L * c.C * c.T) * ntok; /* model FLOPs of one step */
+        qsort(ms + warm, (size_t)n, sizeof(double), cmp_double);
+        med = n % 2 ? ms[warm + n / 2] : 0.5 * (ms[warm + n / 2 - 1] + ms[warm + n / 2]);
+        printf("bench: median %.1f ms/step (best %.1f, worst %.1f) over %d steps, %.0f tokens/s, %.1f GFLOP/s by the cost model\n", med, ms[warm],
+               ms[warm + n - 1], n, ntok / (med * 1e-3), fl * 1e-9 / (med * 1e-3));
+        if (gpu && peak > 0)
+            printf("bench: MFU %.1f%% (%.1f TFLOP/s of model FLOPs, %.2f TFLOP/step = 6 N + 12 L C T per token) against %s's %.0f TFLOP/s dense %s; "
+                   "%.1f%% by the cost model (%.2f TFLOP/step, recompute included)\n",
+                   100 * model / (med * 1e-3) / (peak * 1e12), model / (med * 1e-3) * 1e-12, model * 1e-12, card, peak,
+                   c.bf16 ? "bf16" : gpt2_tf32_on() ? "TF32" : "f32", 100 * fl / (med * 1e-3) / (peak * 1e12), fl * 1e-12);
+        else if (gpu)
+            printf("bench: %.1f TFLOP/s of model FLOPs (6 N + 12 L C T per token); no peak known for %s: set GPT2_PEAK_TFLOPS for an MFU\n",
+                   model / (med * 1e-3) * 1e-12, card);
     }
     free(x);
     free(y);
     free(ms);
     gpt2_trainer_free(&tr);
-    return 0;
+    gpt2_gpu_close(gpu);
+    return rc;
 }
 
 /* sample n tokens after the prompt; prints as it goes. 0, or 1 if a step failed */
@@ -1473,11 +1644,17 @@ static int gpt2_main(int argc, char **argv) {
     int rc = 0;      /* the exit status: 1 once a write failed or training stopped on an error */
     int stopped = 0; /* training stopped on an error: no final checkpoint, no sample */
     int nprocs = 1, rank = 0;
+    tj_backend *gpu = NULL; /* --cuda */
+    char card[300] = "";
 
     memset(&hf, 0, sizeof hf);
     if (parse_args(argc, argv, &a)) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (a.bench) return run_bench(&a);
+    if (a.cuda) {
+        if (!(gpu = gpt2_gpu_open(card, sizeof card))) return 1;
+        printf("cuda: %s%s\n", card, gpt2_tf32_on() ? "; f32 dots may use TF32 (TJ_CUDA_TF32=1)" : "");
+    }
     {   /* under mpirun: one of several processes, each running devices /
            processes of the mesh; every process reads the same data, process 0
            prints and writes the loss curve, traces and checkpoints */
@@ -1583,7 +1760,7 @@ static int gpt2_main(int argc, char **argv) {
     /* ---- model, mesh, programs */
     if (a.threads <= 0) a.threads = (int)(ncpu / a.devices > 0 ? ncpu / a.devices : 1);
     t_start = now_ms();
-    if (gpt2_trainer_init(&tr, &a.cfg, a.devices, a.mesh, a.threads)) return 1;
+    if (gpt2_trainer_init_on(&tr, &a.cfg, a.devices, a.mesh, a.threads, gpu)) { gpt2_gpu_close(gpu); return 1; }
     {
         tj_memory_analysis m = tj_prog_memory(tr.step);
         char accum[96] = "";
@@ -1627,6 +1804,7 @@ static int gpt2_main(int argc, char **argv) {
         if (bad) {
             fprintf(stderr, "gpt2_train: --init-from: %s\n", err);
             gpt2_trainer_free(&tr);
+            gpt2_gpu_close(gpu);
             return 1;
         }
         printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions, layer norm eps %g, %s; %s) in %.0f ms\n",
@@ -1635,6 +1813,7 @@ static int gpt2_main(int argc, char **argv) {
     }
     if (a.resume && resume_newest(&tr, a.resume)) {
         gpt2_trainer_free(&tr);
+        gpt2_gpu_close(gpu);
         free(data);
         if (have_tok) gio_tok_free(&tok);
         return 1;
@@ -1742,6 +1921,7 @@ static int gpt2_main(int argc, char **argv) {
             if (have_tok) gio_tok_free(&tok);
             gio_trace_free(&trace);
             gpt2_trainer_free(&tr);
+            gpt2_gpu_close(gpu);
             return 1;
         }
         printf("export: %s/model.safetensors and config.json (Hugging Face GPT-2, L=%d H=%d C=%d, vocab %d)\n", a.export_hf, tr.cfg.L, tr.cfg.H, tr.cfg.C,
@@ -1774,6 +1954,7 @@ static int gpt2_main(int argc, char **argv) {
     free(data);
     if (have_tok) gio_tok_free(&tok);
     gpt2_trainer_free(&tr);
+    gpt2_gpu_close(gpu);
     return rc;
 }
 #endif /* !GPT2_NO_MAIN || GPT2_CLI */

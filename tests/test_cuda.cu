@@ -724,6 +724,141 @@ static void test_collective_after_error(void) {
     tj_ctx_free(c[1]);
 }
 
+/* ---- the GPT-2 training step (demos/gpt2_model.h) on both backends ----
+   A small GPT-2 (2 layers, 32 channels, vocabulary 250 padded to 256) takes
+   G2_STEPS AdamW steps from the same init on the CPU and on the GPU: each
+   step's loss and gradient norm, and the final parameters, agree within
+   the compute dtype's tolerance. Variants: f32, bf16 compute, the offload
+   remat policy (block outputs to host memory and back), and gradient
+   accumulation over 2 micro-batches (a scan over them). */
+#include "../demos/gpt2_model.h"
+#define G2_STEPS 3
+typedef struct {
+    float loss[G2_STEPS], gnorm[G2_STEPS];
+    double *params; /* every parameter after the last step, in gpt2_params order */
+    int64_t n;
+} g2_result;
+/* deterministic token ids in [0, V_real): (micro,) batch, pos */
+static tj_array *g2_tokens(tj_ctx *c, const gpt2_config *cfg, int step, int salt) {
+    int64_t n = (int64_t)cfg->accum * cfg->B * cfg->T, i;
+    int32_t *t = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    char shape[96];
+    tj_array *a;
+    for (i = 0; i < n; i++) t[i] = (int32_t)((i * 7919 + step * 104729 + salt * 31 + (i * i) % 13) % cfg->V_real);
+    if (cfg->accum > 1) snprintf(shape, sizeof shape, "micro=%d batch=%d pos=%d", cfg->accum, cfg->B, cfg->T);
+    else snprintf(shape, sizeof shape, "batch=%d pos=%d", cfg->B, cfg->T);
+    a = tj_array_new(c, TJ_I32, shape, t);
+    free(t);
+    return a;
+}
+static void g2_inputs(tj_ctx *c, tj_tree *st, const gpt2_config *cfg, int step) {
+    float lr = 1e-3f, t = (float)(step + 1);
+    tj_tree_set_array(st, "tokens", g2_tokens(c, cfg, step, 0));
+    tj_tree_set_array(st, "targets", g2_tokens(c, cfg, step, 1));
+    tj_tree_set_array(st, "lr", tj_array_new(c, TJ_F32, "", &lr));
+    tj_tree_set_array(st, "t", tj_array_new(c, TJ_F32, "", &t));
+}
+/* init and G2_STEPS steps in c; 0, or 1 after a failed check */
+static int g2_train(tj_ctx *c, const char *where, const gpt2_config *cfg, const char *what, g2_result *r) {
+    tj_tree *empty = tj_tree_new(c), *state = tj_tree_new(c);
+    tj_prog *init = tj_jit(c, "g2_init", gpt2_init_fn, (void *)cfg, empty, NULL), *step = NULL;
+    tj_jit_opts donate;
+    int s, i, bad = 0;
+    memset(r, 0, sizeof *r);
+    if (!init || tj_run(init, empty, state)) bad = 1;
+    if (!bad) {
+        g2_inputs(c, state, cfg, 0);
+        memset(&donate, 0, sizeof donate);
+        donate.donate = "params. m. v.";
+        if (!(step = tj_jit(c, "g2_step", gpt2_step_fn, (void *)cfg, state, &donate))) bad = 1;
+    }
+    for (s = 0; !bad && s < G2_STEPS; s++) {
+        tj_tree *out = tj_tree_new(c);
+        g2_inputs(c, state, cfg, s);
+        if (tj_run(step, state, out) || tj_array_read(tj_tree_array(out, "loss"), TJ_F32, &r->loss[s]) ||
+            tj_array_read(tj_tree_array(out, "gnorm"), TJ_F32, &r->gnorm[s]))
+            bad = 1;
+        for (i = tj_tree_size(out) - 1; !bad && i >= 0; i--) { /* the new params, m, v replace the donated ones */
+            char n[128];
+            snprintf(n, sizeof n, "%s", tj_tree_name(out, i));
+            if (!strncmp(n, "params.", 7) || !strncmp(n, "m.", 2) || !strncmp(n, "v.", 2)) tj_tree_set_array(state, n, tj_tree_take(out, n));
+        }
+        tj_tree_free(out);
+    }
+    for (i = 0; !bad && i < NPARAMS; i++) r->n += param_numel(cfg, i);
+    if (!bad) r->params = (double *)malloc(sizeof(double) * (size_t)r->n);
+    for (i = 0, r->n = 0; !bad && i < NPARAMS; i++) {
+        char n[128];
+        snprintf(n, sizeof n, "params.%s", gpt2_params[i].name);
+        if (tj_array_read(tj_tree_array(state, n), TJ_F64, r->params + r->n)) bad = 1;
+        r->n += param_numel(cfg, i);
+    }
+    TJT_CHECK(!bad, "[gpt2 %s] on %s: %s", what, where, tj_error(c));
+    tj_prog_free(init);
+    tj_prog_free(step);
+    tj_tree_free(empty);
+    tj_tree_free(state);
+    return bad;
+}
+static void test_gpt2_step(const char *what, int bf16, int remat, int accum) {
+    gpt2_config cfg;
+    g2_result r[2];
+    tj_ctx *cs[2];
+    double tol = bf16 ? 2e-2 : 1e-4;
+    int b, s, ok = 1;
+    gpt2_default_config(&cfg);
+    cfg.L = 2; cfg.C = 32; cfg.H = 2; cfg.M = 128; cfg.T = cfg.block = 16; cfg.B = 4;
+    cfg.V = 256; cfg.V_real = 250;
+    cfg.bf16 = bf16; cfg.remat = remat; cfg.accum = accum;
+    for (b = 0; b < 2; b++) {
+        cs[b] = tj_ctx_new();
+        if (b && gbe) tj_set_backend(cs[b], gbe);
+        ok &= !g2_train(cs[b], b ? "cuda" : "cpu", &cfg, what, &r[b]);
+    }
+    if (ok) {
+        int64_t j, worst = -1;
+        double excess = 0;
+        for (s = 0; s < G2_STEPS; s++) {
+            TJT_CHECK(fabs(r[0].loss[s] - r[1].loss[s]) <= tol * (1 + fabs(r[0].loss[s])), "[gpt2 %s] step %d loss %.7g on cpu, %.7g on cuda", what, s + 1,
+                      r[0].loss[s], r[1].loss[s]);
+            TJT_CHECK(fabs(r[0].gnorm[s] - r[1].gnorm[s]) <= tol * (1 + fabs(r[0].gnorm[s])), "[gpt2 %s] step %d gradient norm %.7g on cpu, %.7g on cuda",
+                      what, s + 1, r[0].gnorm[s], r[1].gnorm[s]);
+        }
+        for (j = 0; j < r[0].n; j++) {
+            double d = fabs(r[0].params[j] - r[1].params[j]), lim = tol * (1 + fabs(r[0].params[j]));
+            if (!(d <= lim) && d - lim >= excess) {
+                excess = d - lim;
+                worst = j;
+            }
+        }
+        TJT_CHECK(worst < 0, "[gpt2 %s] parameter element %lld is %.9g on cpu, %.9g on cuda after %d steps (tol %g)", what, (long long)worst,
+                  worst >= 0 ? r[0].params[worst] : 0.0, worst >= 0 ? r[1].params[worst] : 0.0, G2_STEPS, tol);
+    }
+    for (b = 0; b < 2; b++) {
+        free(r[b].params);
+        tj_ctx_free(cs[b]);
+    }
+}
+
+/* long reductions into few outputs (tinyjax_cuda.cu's two-stage reduce:
+   a gradient's sum of squares for the global norm is one output of
+   millions of elements): contiguous and strided reduced axes, sum and max,
+   f32 and bf16 */
+static void f_reduce_long(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = tj_tree_v(in, "y"), xb = tj_tree_v(in, "xb");
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "sum_all", tj_sum_all(tj_mul(x, x)));
+    tj_tree_set_v(out, "max_all", tj_max(x, "p q"));
+    tj_tree_set_v(out, "sum_rows", tj_sum(y, "r"));      /* three outputs, contiguous rows */
+    tj_tree_set_v(out, "sum_strided", tj_sum(x, "p"));   /* 300 outputs: one block each */
+    tj_tree_set_v(out, "sum_first", tj_sum(tj_transpose(y, "r a"), "r")); /* strided reduced axis */
+    tj_tree_set_v(out, "sum_bf16", tj_sum_all(xb));
+}
+static const spec s_reduce_long[] = {
+    {"x", TJ_F32, "p=200 q=300", -1, 1}, {"y", TJ_F32, "a=3 r=40000", -1, 1}, {"xb", TJ_BF16, "p=256 q=257", 0, 1},
+};
+
 /* every op of the op table has a CUDA path (or a listed gap): no GPU needed */
 static int coverage(void) {
     static char list[16384];
@@ -775,6 +910,11 @@ int main(int argc, char **argv) {
     test_collectives_sim();
     test_sharded_train();
     test_collective_after_error();
+    compare("long reductions", f_reduce_long, s_reduce_long, (int)(sizeof s_reduce_long / sizeof *s_reduce_long));
+    test_gpt2_step("f32", 0, REMAT_BLOCK_OUT, 1);
+    test_gpt2_step("bf16", 1, REMAT_BLOCK_OUT, 1);
+    test_gpt2_step("remat offload", 0, REMAT_OFFLOAD, 1);
+    test_gpt2_step("accum 2", 0, REMAT_BLOCK_OUT, 2);
     {
         tj_alloc_stats st = tj_get_alloc_stats(gpu);
         TJT_CHECK(st.array_bytes == 0 && st.arena_bytes == 0, "[leaks] %lld array bytes, %lld arena bytes still live on the GPU", (long long)st.array_bytes,
