@@ -35,6 +35,7 @@
  *   nvcc -std=c++17 -I. -cudart shared tests/test_nccl.cu build/nccl_mock.o build/tinyjax_cuda_nccl.o -lcublas -o build/test_nccl_mock
  */
 #include "tinyjax.h"
+#include "tj_test.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -49,17 +50,7 @@ extern "C" int tj_nccl_device_for(int local_rank, int per_process, int ndevices,
 /* defined by tests/nccl_mock.cpp only (the pretend GPU): the world rank whose NCCL reports an error */
 extern "C" int mock_inject_async_error __attribute__((weak));
 
-static int npass, nfail;
-#define CHECK(cond, ...)                                        \
-    do {                                                        \
-        if (cond) npass++;                                      \
-        else {                                                  \
-            nfail++;                                            \
-            fprintf(stderr, "FAIL %s:%d ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                       \
-            fprintf(stderr, "\n");                              \
-        }                                                       \
-    } while (0)
+#define CHECK TJT_CHECK /* tj_test.h */
 
 enum { AG, AR_SUM, AR_MAX, RS_SUM, RS_MAX, A2A, PERM_CYCLE, PERM_CHAIN, NKIND };
 static const char *kind_name[NKIND] = {"all_gather", "psum", "pmax", "reduce_scatter sum", "reduce_scatter max", "all_to_all", "ppermute cycle",
@@ -435,7 +426,7 @@ int main(void) {
     }
     if (GPU0 < 0) {
         CHECK(0, "%s", err);
-        printf("%d passed, %d failed\n", npass, nfail);
+        tjt_finish();
         return 1;
     }
     printf("test_nccl: %d process%s x %d GPU%s\n", P, P == 1 ? "" : "es", L, L == 1 ? "" : "s");
@@ -534,6 +525,5 @@ int main(void) {
         }
     }
     if (!cpu_mode && !&mock_inject_async_error) test_cuda_backend_runs(); /* the mock pretends no GPU a backend could compute on */
-    printf("%d passed, %d failed\n", npass, nfail);
-    return nfail ? 1 : 0;
+    return tjt_finish();
 }

@@ -16,6 +16,7 @@
  *   nvcc -std=c++17 -Werror all-warnings -I. tests/test_nccl_boot.cu tinyjax_cuda.o -lcublas -lnccl -o build/test_nccl_boot
  */
 #include "tinyjax.h"
+#include "tj_test.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,17 +34,7 @@ extern "C" int tj_nccl_local_rank(int *local_rank, char *err, size_t errlen);
 extern "C" int tj_nccl_device_for(int local_rank, int per_process, int ndevices, char *err, size_t errlen);
 extern "C" int tj_nccl_share_id(const char *coord, int rank, int nprocs, void *blob, size_t bytes, double timeout_s, char *err, size_t errlen);
 
-static int npass, nfail;
-#define CHECK(cond, ...)                                        \
-    do {                                                        \
-        if (cond) npass++;                                      \
-        else {                                                  \
-            nfail++;                                            \
-            fprintf(stderr, "FAIL %s:%d ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                       \
-            fprintf(stderr, "\n");                              \
-        }                                                       \
-    } while (0)
+#define CHECK TJT_CHECK /* tj_test.h */
 
 #define ID 128
 typedef struct {
@@ -179,8 +170,8 @@ static int mpi_main(void) {
     CHECK(!memcmp(blob, want, ID), "process %d: has process 0's id (MPI)", rank);
     CHECK(tj_nccl_local_rank(&lr, err, sizeof err) == 0 && lr >= 0 && lr < size, "process %d: local rank %d from the shared-memory split", rank, lr);
     if (ol) CHECK(lr == atoi(ol), "process %d: local rank %d, OMPI_COMM_WORLD_LOCAL_RANK %s", rank, lr, ol);
-    counts[0] = npass;
-    counts[1] = nfail;
+    counts[0] = tjt_pass;
+    counts[1] = tjt_fail;
     MPI_Reduce(counts, sums, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("%d passed, %d failed\n", sums[0], sums[1] + (size < 2)); /* one process would test nothing */
     MPI_Finalize();
@@ -346,6 +337,5 @@ int main(void) {
         CHECK(tj_nccl_device_for(0, 1, 0, err, sizeof err) == -1 && has(err, "this node has 0"), "no GPU: %s", err);
     }
     rmdir(dir);
-    printf("%d passed, %d failed\n", npass, nfail);
-    return nfail ? 1 : 0;
+    return tjt_finish();
 }
