@@ -2774,29 +2774,6 @@ static int tjn_all_gather(tj_transport *t, void *comm, const void *send, void *r
     if (tjn_device_mem("all_gather", send, recv, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
     return tjn_end(h, ncclAllGather(send, recv, bytes, ncclUint8, h->comm, h->cs), cudaSuccess, "all_gather", bytes, stream, err, en);
 }
-static int tjn_all_reduce(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
-                          size_t en) {
-    tjn_comm *h = (tjn_comm *)comm;
-    tjn_world *w = (tjn_world *)t->state;
-    ncclDataType_t nt;
-    ncclResult_t r;
-    cudaError_t e = cudaSuccess;
-    size_t S = count * tj_dtype_size(dt);
-    if (tjn_dtype(dt, &nt)) {
-        snprintf(err, en, "NCCL transport: dtype %s has no NCCL type", tj_dtype_name(dt));
-        return 1;
-    }
-    if (tjn_device_mem("psum", send, recv, S, err, en) || tjn_begin(h, stream, err, en)) return 1;
-    if (!w->det) r = ncclAllReduce(send, recv, count, nt, op == TJ_REDUCE_MAX ? ncclMax : ncclSum, h->comm, h->cs);
-    else if (tjn_scratch(h, S * (size_t)h->G + 1, &e)) r = ncclSuccess;
-    else {
-        int to = 0;
-        r = tjn_settle(h->comm, ncclAllGather(send, h->scratch, S, ncclUint8, h->comm, h->cs), w->t.timeout_s, &to);
-        if (r == ncclSuccess) e = tjn_reduce(h, h->scratch, S, recv, dt, count, op == TJ_REDUCE_MAX, 0);
-        return tjn_end(h, r, e, "psum (deterministic: all_gather + ordered sum)", S, stream, err, en, to);
-    }
-    return tjn_end(h, r, e, w->det ? "psum (deterministic)" : "psum (ncclAllReduce)", S, stream, err, en);
-}
 /* grouped send/recv of G blocks: block q of send to rank q, rank q's block to block q of recv; own block copied */
 static ncclResult_t tjn_a2a(tjn_comm *h, const char *send, char *recv, size_t S, cudaError_t *e) {
     int q;
@@ -2813,28 +2790,48 @@ static ncclResult_t tjn_a2a(tjn_comm *h, const char *send, char *recv, size_t S,
     if (S) *e = cudaMemcpyAsync(recv + (size_t)h->rank * S, send + (size_t)h->rank * S, S, cudaMemcpyDeviceToDevice, h->cs);
     return r;
 }
-static int tjn_reduce_scatter(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream,
-                              char *err, size_t en) {
+/* psum / pmax (scatter 0) and reduce_scatter (scatter 1): NCCL's own
+   reduction, or in deterministic mode every rank's block gathered here
+   (all_gather; all_to_all for the scatter) and reduced in rank order with
+   the CPU transport's arithmetic */
+static int tjn_reduction(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
+                         size_t en, int scatter) {
     tjn_comm *h = (tjn_comm *)comm;
     tjn_world *w = (tjn_world *)t->state;
+    const char *what = scatter ? "reduce_scatter" : "psum";
     ncclDataType_t nt;
     ncclResult_t r;
     cudaError_t e = cudaSuccess;
-    size_t S = count * tj_dtype_size(dt);
+    size_t S = count * tj_dtype_size(dt), moved = scatter ? S * (size_t)h->G : S;
+    char label[96];
     if (tjn_dtype(dt, &nt)) {
         snprintf(err, en, "NCCL transport: dtype %s has no NCCL type", tj_dtype_name(dt));
         return 1;
     }
-    if (tjn_device_mem("reduce_scatter", send, recv, S, err, en) || tjn_begin(h, stream, err, en)) return 1;
-    if (!w->det) r = ncclReduceScatter(send, recv, count, nt, op == TJ_REDUCE_MAX ? ncclMax : ncclSum, h->comm, h->cs);
-    else if (tjn_scratch(h, S * (size_t)h->G + 1, &e)) r = ncclSuccess;
-    else { /* every rank's block `rank` here, in rank order, then the CPU's sum */
-        int to = 0;
-        r = tjn_settle(h->comm, tjn_a2a(h, (const char *)send, (char *)h->scratch, S, &e), w->t.timeout_s, &to);
-        if (r == ncclSuccess && e == cudaSuccess) e = tjn_reduce(h, h->scratch, S, recv, dt, count, op == TJ_REDUCE_MAX, 1);
-        return tjn_end(h, r, e, "reduce_scatter (deterministic: all_to_all + ordered sum)", S * (size_t)h->G, stream, err, en, to);
+    if (tjn_device_mem(what, send, recv, S, err, en) || tjn_begin(h, stream, err, en)) return 1;
+    if (!w->det) {
+        ncclRedOp_t rop = op == TJ_REDUCE_MAX ? ncclMax : ncclSum;
+        r = scatter ? ncclReduceScatter(send, recv, count, nt, rop, h->comm, h->cs) : ncclAllReduce(send, recv, count, nt, rop, h->comm, h->cs);
+        snprintf(label, sizeof label, "%s (%s)", what, scatter ? "ncclReduceScatter" : "ncclAllReduce");
+        return tjn_end(h, r, e, label, moved, stream, err, en);
     }
-    return tjn_end(h, r, e, w->det ? "reduce_scatter (deterministic)" : "reduce_scatter (ncclReduceScatter)", S * (size_t)h->G, stream, err, en);
+    snprintf(label, sizeof label, "%s (deterministic: %s + ordered sum)", what, scatter ? "all_to_all" : "all_gather");
+    if (tjn_scratch(h, S * (size_t)h->G + 1, &e)) return tjn_end(h, ncclSuccess, e, label, moved, stream, err, en);
+    {
+        int to = 0;
+        r = tjn_settle(h->comm, scatter ? tjn_a2a(h, (const char *)send, (char *)h->scratch, S, &e) : ncclAllGather(send, h->scratch, S, ncclUint8, h->comm, h->cs),
+                       w->t.timeout_s, &to);
+        if (r == ncclSuccess && e == cudaSuccess) e = tjn_reduce(h, h->scratch, S, recv, dt, count, op == TJ_REDUCE_MAX, scatter);
+        return tjn_end(h, r, e, label, moved, stream, err, en, to);
+    }
+}
+static int tjn_all_reduce(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
+                          size_t en) {
+    return tjn_reduction(t, comm, send, recv, count, dt, op, stream, err, en, 0);
+}
+static int tjn_reduce_scatter(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream,
+                              char *err, size_t en) {
+    return tjn_reduction(t, comm, send, recv, count, dt, op, stream, err, en, 1);
 }
 static int tjn_all_to_all(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
     tjn_comm *h = (tjn_comm *)comm;
