@@ -49,8 +49,10 @@
 
 /* ---------------------------------------------------------------- config */
 
-enum { REMAT_BLOCK_OUT = 0, REMAT_NOTHING, REMAT_DOTS, REMAT_EVERYTHING, REMAT_OFFLOAD };
-GPT2_UNUSED static const char *remat_names[] = {"block_out", "nothing", "dots", "everything", "offload"};
+/* REMAT_AUTO is the driver's choice before tracing: everything when the
+   step fits memory_budget, else block_out (gpt2_train.c) */
+enum { REMAT_BLOCK_OUT = 0, REMAT_NOTHING, REMAT_DOTS, REMAT_EVERYTHING, REMAT_OFFLOAD, REMAT_AUTO, NREMAT };
+GPT2_UNUSED static const char *remat_names[] = {"block_out", "nothing", "dots", "everything", "offload", "auto"};
 
 typedef struct {
     int V;          /* vocab (padded)                                 */
@@ -63,6 +65,7 @@ typedef struct {
     int accum_unroll; /* trace them one after another, not as a scan  */
     int bf16;       /* compute in bf16 (params and loss stay f32)     */
     int remat;      /* REMAT_*                                        */
+    double memory_budget; /* REMAT_AUTO: bytes per device (0: the driver's default) */
     uint64_t seed;
     /* AdamW */
     double beta1, beta2, eps, wd, clip;

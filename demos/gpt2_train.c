@@ -111,7 +111,29 @@ typedef struct {
     int64_t step_no;    /* steps taken                                   */
     int64_t data_pos;   /* micro-batches consumed (the data position)    */
     float last_gnorm;
+    const char *auto_note; /* --remat auto: what it chose and why        */
+    double auto_budget;    /* --remat auto: the budget, bytes per device */
+    double auto_peak;      /* --remat auto: everything's planned peak     */
 } gpt2_trainer;
+
+/* --remat auto's budget when --memory-budget is not given, bytes per
+   device: on a GPU 80% of its memory; on the CPU half of this machine's
+   memory, shared by the devices of this process */
+static double gpt2_default_budget(tj_backend *backend, int devices) {
+#ifdef GPT2_CUDA
+    if (backend) {
+        struct cudaDeviceProp pr;
+        if (cudaGetDeviceProperties(&pr, 0) == cudaSuccess) return 0.8 * (double)pr.totalGlobalMem / (devices > 0 ? devices : 1);
+    }
+#else
+    (void)backend;
+#endif
+    {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        double mem = pages > 0 && psz > 0 ? (double)pages * (double)psz : 4e9;
+        return 0.5 * mem / (devices > 0 ? devices : 1);
+    }
+}
 
 static int gpt2_fail(gpt2_trainer *tr, const char *what) {
     fprintf(stderr, "gpt2: %s: %s\n", what, tj_error(tr->ctx));
@@ -198,7 +220,19 @@ static int gpt2_trainer_init_on(gpt2_trainer *tr, const gpt2_config *cfg, int de
         return gpt2_fail(tr, "inputs");
     }
     donate.donate = "params. m. v.";
-    tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
+    if (tr->cfg.remat == REMAT_AUTO) { /* keep everything when the step fits the budget: no recompute */
+        double budget = tr->cfg.memory_budget > 0 ? tr->cfg.memory_budget : gpt2_default_budget(backend, devices);
+        tr->cfg.remat = REMAT_EVERYTHING;
+        tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
+        if (tr->step) tr->auto_peak = (double)tj_prog_memory(tr->step).peak_bytes;
+        if (tr->step && tr->auto_peak > budget) {
+            tr->auto_note = "block_out: saving everything needs more than the budget";
+            tj_prog_free(tr->step);
+            tr->cfg.remat = REMAT_BLOCK_OUT;
+            tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
+        } else tr->auto_note = "everything: the step fits the budget";
+        tr->auto_budget = budget;
+    } else tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
     if (!tr->step) { free(zeros); return gpt2_fail(tr, "jit train step"); }
     out = gpt2_param_refs(tr);
     gpt2_set_tokens(tr, out, "tokens", zeros, 1, tr->cfg.B, tr->cfg.T);
@@ -869,9 +903,13 @@ static void usage(void) {
         "  --accum-unroll      trace the K micro-batches one after another instead: about\n"
         "                      one parameter-sized buffer, but a program K times as long\n"
         "  --bf16              compute in bf16 (params, optimizer state and loss stay f32)\n"
-        "  --remat P           what the backward pass keeps of each block: block_out (default:\n"
-        "                      only block outputs, the rest recomputed), nothing, dots,\n"
-        "                      everything, offload (block outputs offloaded to host memory)\n"
+        "  --remat P           what the backward pass keeps of each block: auto (default:\n"
+        "                      everything when the step fits --memory-budget, else block_out),\n"
+        "                      block_out (only block outputs, the rest recomputed), nothing,\n"
+        "                      dots, everything, offload (block outputs offloaded to host memory)\n"
+        "  --memory-budget MB  --remat auto's limit on the step's planned peak per device\n"
+        "                      (default: half this machine's memory shared by the devices;\n"
+        "                      with --cuda 80%% of the GPU's)\n"
         "training\n"
         "  --steps N           optimizer steps (300)\n"
         "  --lr X              peak learning rate (3e-3)\n"
@@ -1217,6 +1255,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
     gpt2_default_config(&a->cfg);
     a->steps = 300; a->warmup = 150; a->eval_every = 50; a->eval_batches = 8; a->sample_len = 200; a->top_k = 40;
     a->devices = 8; a->threads = 0; a->bench_steps = 10; a->keep = 3;
+    a->cfg.remat = REMAT_AUTO;
     a->lr = 3e-3; a->min_lr_frac = 0.1; a->temperature = 0.8;
     a->mesh = "data=4 model=2";
     a->cfg.param_rules = "embed:data mlp:model heads:model vocab:model";
@@ -1243,7 +1282,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
                                            "--min-lr-frac", "--wd", "--clip", "--seed", "--eval-every", "--eval-batches", "--data", "--tokens",
                                            "--tokenizer", "--devices", "--mesh", "--param-rules", "--compute-rules", "--threads", "--sample", "--prompt",
                                            "--temperature", "--top-k", "--svg", "--trace", "--save", "--save-every", "--keep", "--resume",
-                                           "--init-from", "--bench-steps", "--tokenizer-json", "--export-hf"};
+                                           "--init-from", "--bench-steps", "--tokenizer-json", "--export-hf", "--memory-budget"};
             size_t k;
             for (k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 if (!strcmp(f, valued[k])) {
@@ -1262,9 +1301,13 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--accum")) bad = arg_int(f, v, 1, 1 << 16, &a->cfg.accum);
         else if (!strcmp(f, "--remat")) {
             int k, found = -1;
-            for (k = 0; k < 5; k++) if (!strcmp(v, remat_names[k])) found = k;
-            if (found < 0) { fprintf(stderr, "gpt2_train: --remat: \"%s\" is not one of block_out, nothing, dots, everything, offload\n", v); return 1; }
+            for (k = 0; k < NREMAT; k++) if (!strcmp(v, remat_names[k])) found = k;
+            if (found < 0) { fprintf(stderr, "gpt2_train: --remat: \"%s\" is not one of auto, block_out, nothing, dots, everything, offload\n", v); return 1; }
             a->cfg.remat = found;
+        }
+        else if (!strcmp(f, "--memory-budget")) {
+            bad = arg_dbl(f, v, 1, 1e9, &a->cfg.memory_budget);
+            a->cfg.memory_budget *= 1e6;
         }
         else if (!strcmp(f, "--steps")) bad = arg_int(f, v, 0, 100000000, &a->steps);
         else if (!strcmp(f, "--lr")) bad = arg_dbl(f, v, 0, 10, &a->lr);
@@ -1448,6 +1491,9 @@ static int run_bench(gpt2_args *a) {
     }
     printf("bench: init + compile %.0f ms; step program: %.1f GFLOP/step (cost model), temp %.1f MB, peak %.1f MB\n", now_ms() - t0,
            tj_prog_flops(tr.step) * 1e-9, tj_prog_memory(tr.step).temp_bytes / 1e6, tj_prog_memory(tr.step).peak_bytes / 1e6);
+    if (tr.auto_note)
+        printf("bench: remat auto: %s (saving everything: planned peak %.0f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
+               tr.auto_budget / 1e6);
     x = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     y = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     ms = (double *)malloc(sizeof(double) * (size_t)(n + warm));
@@ -1769,6 +1815,9 @@ static int gpt2_main(int argc, char **argv) {
                      accum_unrolled(&tr.cfg) ? "unrolled" : "by a scan");
         printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d%s, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L,
                tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, accum, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
+        if (tr.auto_note)
+            printf("remat auto: %s (saving everything: planned peak %.2f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
+                   tr.auto_budget / 1e6);
         if (nprocs > 1) printf("processes: %d (transport %s), %d devices each; process 0 prints and writes files\n", nprocs, tj_transport_name(tr.ctx), a.devices / nprocs);
         printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
                a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
