@@ -8211,7 +8211,7 @@ static int tj__fuse_ok(const tj_prog *p, const tj__fusion *f, tj_node *rx, tj_no
 static tj_status tj__fuse(tj_prog *p) {
     int i, j, k, n = p->g->n;
     tj__fusion f;
-    if (p->ctx->backend && !p->ctx->backend->fused_groups) return TJ_OK; /* the CUDA backend runs one kernel per node */
+    if (p->ctx->backend && !p->ctx->backend->fused_groups) return TJ_OK; /* such a backend runs one kernel per node */
     memset(&f, 0, sizeof f);
     f.at = (int *)tj__calloc(sizeof(int) * (size_t)(n + 2));
     f.next = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
