@@ -828,7 +828,10 @@ struct tj_backend {
 #define TJ_SPACE_DEVICE 0
 #define TJ_SPACE_HOST 1
 #define TJ_SPACE_USER (-1) /* caller memory (for copies) */
-/* Use backend b for arrays and runs created from now on (NULL: CPU). */
+/* Use backend b for arrays and programs created from now on (NULL: CPU).
+   A program runs on the backend it was compiled for (tj_jit fuses and
+   places for it): tj_run of a program compiled before the switch is
+   refused with an error naming both backends; call tj_jit again. */
 TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
 /* In tinyjax_cuda.cu: a backend for CUDA device `device`, or NULL with a
    reason in err (no GPU, driver too old, ...). */
@@ -2434,6 +2437,8 @@ struct tj_prog {
                                       step); freed with the program         */
     tj_event *events;      /* the last profiled run's timeline              */
     int nevents;
+    tj_backend *backend;   /* the context's backend at tj_jit (NULL: CPU): fusion
+                              and the arenas were made for it ([12] tj_run_at) */
     tj_memory_analysis mem;
     double flops;
 };
@@ -8313,7 +8318,7 @@ static int tj__fuse_ok(const tj_prog *p, const tj__fusion *f, tj_node *rx, tj_no
 static tj_status tj__fuse(tj_prog *p) {
     int i, j, k, n = p->g->n;
     tj__fusion f;
-    if (p->ctx->backend && !p->ctx->backend->fused_groups) return TJ_OK; /* the CUDA backend runs one kernel per node */
+    if (p->ctx->backend && !p->ctx->backend->fused_groups) return TJ_OK; /* such a backend runs one kernel per node */
     memset(&f, 0, sizeof f);
     f.at = (int *)tj__calloc(sizeof(int) * (size_t)(n + 2));
     f.next = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
@@ -11205,8 +11210,9 @@ TJDEF void tj_prog_free(tj_prog *p) {
     if (!p) return;
     for (i = 0; i < TJ_MAXDEV; i++)
         for (s = 0; s < 2; s++)
-            if (p->arena_raw[i][s]) {
-                tj__mem_free(p->ctx, s, p->arena_raw[i][s]);
+            if (p->arena_raw[i][s]) { /* to the backend that made it, even after a tj_set_backend */
+                if (p->backend) p->backend->free(p->backend, -1, s, p->arena_raw[i][s]);
+                else TJ_FREE(p->arena_raw[i][s]);
                 tj__count(p->ctx, 1, -p->arena_bytes[s]);
             }
     tj__graph_free(p->g);
@@ -11337,6 +11343,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         return NULL;
     }
     p->ctx = c;
+    p->backend = c->backend;
     p->file = file;
     p->line = line;
     p->name = tj__strdup(name ? name : "fn");
@@ -11452,6 +11459,14 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
     }
     c = p->ctx;
     g = p->g;
+    if (p->backend != c->backend) { /* fused groups and arenas were made for the other one */
+        tj__err(c, TJ_ERR_STATE, file, line,
+                "run '%s': the program was compiled (tj_jit) for backend '%s' but the context now runs on backend '%s' (tj_set_backend after "
+                "tj_jit): call tj_jit again after tj_set_backend, or set the backend back",
+                p->name, p->backend ? p->backend->name : "cpu", c->backend ? c->backend->name : "cpu");
+        tj__run_refused(p, TJ_ERR_STATE);
+        return TJ_ERR_STATE;
+    }
     args = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(g->nparam + 1));
     outs = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(p->nout + 1));
     if (!args || !outs) {

@@ -43,6 +43,7 @@
  *   [11] CUDA backend: device helpers (dtype access, math, block reductions)
  *   [11] CUDA backend: kernels
  *   [11] CUDA backend: launchers (one per CPU kernel of [5])
+ *   [11] CUDA backend: fused groups (one kernel per group, the CPU's bits)
  *   [11] CUDA backend: memory spaces, copies, sync
  *   [11] CUDA backend: collectives (launchers, the device-buffer transport)
  *   [11] CUDA backend: dispatch (the per-op table, coverage) and constructor
@@ -78,6 +79,7 @@ typedef struct {
     unsigned long long *h_errpos; /* its pinned host mirror                  */
     void *h_csr, *d_csr;       /* scatter_add's index lists (host, device)   */
     size_t csr_cap;            /* bytes of each                              */
+    struct tjc_ftab *fused;    /* fused-group programs on the device (tjc_fused) */
     /* an error the interface could not return (a failed copy); this
        device's next sync reports it */
     char pending[512];
@@ -1259,6 +1261,538 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
     return ce ? tjc_index_check(s, k, lab, d) : 0;
 }
 
+// ==== [11] CUDA backend: fused groups =======================================
+/* A fused group (tinyjax.h [11], tj__fuse) is a chain of elementwise nodes of
+   one layout that the CPU runs as one loop (tj__k_fused / tj__fused_part).
+   Here it is one kernel: each thread computes its elements through every
+   member in thread-private storage (registers, spilling to the thread's
+   local memory), so members that are not stored never touch a buffer.
+   Every leaf operand is laid out like the group (element i) or is a scalar
+   (element 0), as tj__fusable guarantees; the builder checks it.
+
+   Bits: the CPU computes a group in float when every member passes
+   tj__flt_ok, else in double, and rounds each member's result to its dtype
+   as a store and a load would (tj__round_n). The kernel does the same, with
+   the formulas of TJ__UNARY_OPS / TJ__BINARY_OPS expanded over tjc_rn, a
+   number type whose + - * / are the round-to-nearest intrinsics: nvcc never
+   contracts them into an FMA (the CPU compiles its chunk math without
+   contraction). Unary formulas run in double as on the CPU, exp and tanh by
+   tj__fexp / tj__ftanh (ported below) for float groups. So a group gives the
+   CPU's bits, except where the CPU calls libm in double (log, pows, and exp
+   and tanh of f64 groups): CUDA's may differ in the last bit of the double.
+
+   The group's program (per member: op, dtype, scalar attribute, where each
+   operand comes from, a leaf's dtype and whether it is a scalar) is built on
+   the host at each run (a few dozen bytes per member, no device work) and
+   uploaded to the device once per distinct program: mesh device states keep
+   a table keyed by its bytes. The kernel copies it to shared memory; the
+   leaf and store pointers, which change from run to run, are a
+   __grid_constant__ parameter (read in place, never copied per thread).
+
+   tjc_fused_at is compiled for the host too: tj_cuda_fused_emulator (test
+   hook, no GPU needed) runs fused groups through the same program builder
+   and per-element code on the CPU, so test_cuda checks both here. */
+
+#define TJC_FMAX TJ__MAXFUSE
+typedef struct {
+    double s;          /* the op's scalar attribute (pows)                  */
+    int16_t op;
+    int8_t dt, nin;    /* result dtype, operands                           */
+    int8_t src[3];     /* operand j: an earlier member's index, or -1: a leaf */
+    int8_t ldt[3];     /* a leaf's dtype                                    */
+    int8_t lone[3];    /* a leaf that is a scalar: element 0 for every i    */
+} tjc_fmem;
+typedef struct {
+    int32_t nm, flt;   /* members (the root last); compute in float        */
+    tjc_fmem m[TJC_FMAX];
+} tjc_fprog;
+typedef struct {
+    const void *leaf[TJC_FMAX * 3]; /* member mi's operand j: leaf[mi * 3 + j] */
+    void *store[TJC_FMAX];          /* member mi's buffer, or NULL: not stored */
+} tjc_fptr;
+
+/* + - * / rounded to nearest, never contracted (the CPU's float or double
+   arithmetic, op by op); comparisons as usual */
+__host__ __device__ __forceinline__ float tjc_add(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ double tjc_add(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ float tjc_sub(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ double tjc_sub(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ float tjc_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ double tjc_mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ float tjc_div(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+__host__ __device__ __forceinline__ double tjc_div(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __ddiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+template <typename T>
+struct tjc_rn {
+    T v;
+    __host__ __device__ tjc_rn(T x) : v(x) {} /* implicit: constants of the formulas */
+    __host__ __device__ explicit operator float() const { return (float)v; }
+    __host__ __device__ explicit operator double() const { return (double)v; }
+    __host__ __device__ friend tjc_rn operator+(tjc_rn a, tjc_rn b) { return tjc_add(a.v, b.v); }
+    __host__ __device__ friend tjc_rn operator-(tjc_rn a, tjc_rn b) { return tjc_sub(a.v, b.v); }
+    __host__ __device__ friend tjc_rn operator*(tjc_rn a, tjc_rn b) { return tjc_mul(a.v, b.v); }
+    __host__ __device__ friend tjc_rn operator/(tjc_rn a, tjc_rn b) { return tjc_div(a.v, b.v); }
+    __host__ __device__ friend tjc_rn operator-(tjc_rn a) { return -a.v; }
+    __host__ __device__ friend bool operator<(tjc_rn a, tjc_rn b) { return a.v < b.v; }
+    __host__ __device__ friend bool operator<=(tjc_rn a, tjc_rn b) { return a.v <= b.v; }
+    __host__ __device__ friend bool operator>(tjc_rn a, tjc_rn b) { return a.v > b.v; }
+    __host__ __device__ friend bool operator>=(tjc_rn a, tjc_rn b) { return a.v >= b.v; }
+    __host__ __device__ friend bool operator==(tjc_rn a, tjc_rn b) { return a.v == b.v; }
+    __host__ __device__ friend bool operator!=(tjc_rn a, tjc_rn b) { return a.v != b.v; }
+};
+typedef tjc_rn<double> tjc_rd;
+/* the libm calls of the unary formulas, in double: sqrt is correctly
+   rounded on both sides; log and pow are CUDA's on the device */
+__host__ __device__ __forceinline__ tjc_rd sqrt(tjc_rd a) {
+#ifdef __CUDA_ARCH__
+    return __dsqrt_rn(a.v);
+#else
+    return ::sqrt(a.v);
+#endif
+}
+__host__ __device__ __forceinline__ tjc_rd log(tjc_rd a) { return ::log(a.v); }
+__host__ __device__ __forceinline__ tjc_rd pow(tjc_rd a, tjc_rd b) { return ::pow(a.v, b.v); }
+__host__ __device__ __forceinline__ uint64_t tjc_dbits(double d) {
+#ifdef __CUDA_ARCH__
+    return (uint64_t)__double_as_longlong(d);
+#else
+    uint64_t b;
+    memcpy(&b, &d, 8);
+    return b;
+#endif
+}
+__host__ __device__ __forceinline__ double tjc_bitsd(uint64_t b) {
+#ifdef __CUDA_ARCH__
+    return __longlong_as_double((long long)b);
+#else
+    double d;
+    memcpy(&d, &b, 8);
+    return d;
+#endif
+}
+/* tj__fexp_q, tj__fexp, tj__ftanh of tinyjax.h [5], operation for operation */
+__host__ __device__ __forceinline__ tjc_rd tjc_fexp_q(tjc_rd x, tjc_rd *s) {
+    tjc_rd t = 0.0, n = 0.0, r = 0.0, q = 0.0;
+    x = x < -708.0 ? tjc_rd(-708.0) : x;
+    x = x > 709.0 ? tjc_rd(709.0) : x;
+    t = x * 1.4426950408889634 + 6755399441055744.0;
+    n = t - 6755399441055744.0;
+    r = x - n * 6.93147180369123816490e-01 - n * 1.90821492927058770002e-10;
+    q = 1.0 / 479001600;
+    q = q * r + 1.0 / 39916800;
+    q = q * r + 1.0 / 3628800;
+    q = q * r + 1.0 / 362880;
+    q = q * r + 1.0 / 40320;
+    q = q * r + 1.0 / 5040;
+    q = q * r + 1.0 / 720;
+    q = q * r + 1.0 / 120;
+    q = q * r + 1.0 / 24;
+    q = q * r + 1.0 / 6;
+    q = q * r + 0.5;
+    q = q * r + 1.0;
+    q = q * r;
+    *s = tjc_bitsd((tjc_dbits(t.v) - 0x4338000000000000ull + 1023) << 52);
+    return q;
+}
+__host__ __device__ __forceinline__ tjc_rd tjc_fexp(tjc_rd x) {
+    tjc_rd s = 0.0, q = tjc_fexp_q(x, &s);
+    return (q + 1.0) * s;
+}
+__host__ __device__ __forceinline__ tjc_rd tjc_ftanh(tjc_rd x) {
+    tjc_rd s = 0.0, q = tjc_fexp_q(2.0 * tjc_rd(fabs(x.v)), &s), e = s * q + (s - 1.0);
+    return copysign((e / (e + 2.0)).v, x.v);
+}
+/* exp and tanh of the unary formulas: float groups take the CPU's
+   tj__fexp / tj__ftanh, double groups libm's (CUDA's on the device) */
+template <typename T>
+__host__ __device__ __forceinline__ tjc_rd tjc_fu_exp(tjc_rd x) {
+    return sizeof(T) == 4 ? tjc_fexp(x) : tjc_rd(::exp(x.v));
+}
+template <typename T>
+__host__ __device__ __forceinline__ tjc_rd tjc_fu_tanh(tjc_rd x) {
+    return sizeof(T) == 4 ? tjc_ftanh(x) : tjc_rd(::tanh(x.v));
+}
+__host__ __device__ __forceinline__ tjc_rd tjc_fu_gelu_d(tjc_rd a, tjc_rd t) {
+    return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a);
+}
+/* one member's op on its operands, in compute type T (tj__math): unary
+   formulas on a double, binary ones on T, select picks */
+#define TJ__EXP(x) tjc_fu_exp<T>(x)
+#define TJ__TANH(x) tjc_fu_tanh<T>(x)
+#define tj__gelu_d(a, t) tjc_fu_gelu_d(a, t)
+#define TJC_FU_UNARY(op_, nm, expr, ...) \
+    case TJ__OP_##op_: {                 \
+        tjc_rd a = (double)v0;           \
+        return (T)(double)(tjc_rd)(expr); \
+    }
+#define TJC_FU_BINARY(op_, nm, expr) \
+    case TJ__OP_##op_: {             \
+        tjc_rn<T> a = v0, b = v1;    \
+        return (T)(tjc_rn<T>)(expr); \
+    }
+template <typename T>
+__host__ __device__ __forceinline__ T tjc_fu_op(int op, double s, T v0, T v1, T v2) {
+    (void)s;
+    switch (op) {
+        TJ__UNARY_OPS(TJC_FU_UNARY)
+        TJ__BINARY_OPS(TJC_FU_BINARY)
+    case TJ__OP_SELECT: return v0 != (T)0 ? v1 : v2;
+    default: return (T)NAN;
+    }
+}
+#undef TJ__EXP
+#undef TJ__TANH
+#undef tj__gelu_d
+#undef TJC_FU_UNARY
+#undef TJC_FU_BINARY
+/* bf16 as tj_f32_to_bf16 (NaN kept quiet with its sign) and back */
+__host__ __device__ __forceinline__ uint32_t tjc_fbits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+__host__ __device__ __forceinline__ float tjc_bitsf(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+__host__ __device__ __forceinline__ uint16_t tjc_to_bf16(float f) {
+    uint32_t u = tjc_fbits(f);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+__host__ __device__ __forceinline__ float tjc_from_bf16(uint16_t h) { return tjc_bitsf((uint32_t)h << 16); }
+/* tj__f2i32 */
+__host__ __device__ __forceinline__ int32_t tjc_f2i32(double v) {
+    return v != v ? 0 : v >= 2147483647.0 ? INT_MAX : v <= -2147483648.0 ? INT_MIN : (int32_t)v;
+}
+/* a leaf's element as T (tj__load_nf in float, tj__load_n in double) */
+template <typename T>
+__host__ __device__ __forceinline__ T tjc_fu_ld(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case TJ_F32: return (T)((const float *)p)[i];
+    case TJ_BF16: return (T)tjc_from_bf16(((const uint16_t *)p)[i]);
+    case TJ_I32: return (T)(double)((const int32_t *)p)[i];
+    default: return (T)((const double *)p)[i];
+    }
+}
+/* v rounded to dtype dt as if stored and loaded again (tj__round_n) */
+template <typename T>
+__host__ __device__ __forceinline__ T tjc_fu_round(T v, int dt) {
+    if (sizeof(T) == 4) return dt == TJ_BF16 ? (T)tjc_from_bf16(tjc_to_bf16((float)v)) : v;
+    switch (dt) {
+    case TJ_F32: return (T)(float)v;
+    case TJ_BF16: return (T)tjc_from_bf16(tjc_to_bf16((float)v));
+    case TJ_I32: return (T)(double)tjc_f2i32((double)v);
+    default: return v;
+    }
+}
+/* store a (rounded) member value (tj__store_nf, tj__store_n) */
+template <typename T>
+__host__ __device__ __forceinline__ void tjc_fu_st(void *p, int dt, int64_t i, T v) {
+    switch (dt) {
+    case TJ_F32: ((float *)p)[i] = (float)v; break;
+    case TJ_BF16: ((uint16_t *)p)[i] = tjc_to_bf16((float)v); break;
+    case TJ_I32: ((int32_t *)p)[i] = tjc_f2i32((double)v); break;
+    default: ((double *)p)[i] = (double)v; break;
+    }
+}
+/* element i of every member, then the stores (after all members: a member
+   may be stored over a donated argument that a later member reads) */
+template <typename T>
+__host__ __device__ __forceinline__ void tjc_fused_at(const tjc_fprog &p, const tjc_fptr &q, int64_t i) {
+    T r[TJC_FMAX];
+    for (int mi = 0; mi < p.nm; mi++) {
+        const tjc_fmem &x = p.m[mi];
+        T v[3] = {(T)0, (T)0, (T)0};
+        for (int j = 0; j < x.nin; j++) v[j] = x.src[j] >= 0 ? r[x.src[j]] : tjc_fu_ld<T>(q.leaf[mi * 3 + j], x.ldt[j], x.lone[j] ? 0 : i);
+        r[mi] = tjc_fu_round<T>(tjc_fu_op<T>(x.op, x.s, v[0], v[1], v[2]), x.dt);
+    }
+    for (int mi = 0; mi < p.nm; mi++)
+        if (q.store[mi]) tjc_fu_st<T>(q.store[mi], p.m[mi].dt, i, r[mi]);
+}
+template <typename T>
+__global__ void __launch_bounds__(TJC_THREADS) tjc_k_fused(const tjc_fprog *gp, const __grid_constant__ tjc_fptr q, int64_t n) {
+    __shared__ tjc_fprog p;
+    for (int w = threadIdx.x; w < (int)(sizeof p / sizeof(int32_t)); w += blockDim.x) ((int32_t *)&p)[w] = ((const int32_t *)gp)[w];
+    __syncthreads();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) tjc_fused_at<T>(p, q, i);
+}
+
+/* The program and pointers of fused group k->n (the runner's layout: member
+   mi's operand j in k->in[mi * 3 + j], NULL where it reads a member; its
+   store in k->pout[mi]), as tj__k_fused sets them up. 0, or 1 after
+   writing k->err. */
+static int tjc_fused_prog(tj__kern *k, tjc_fprog *p, tjc_fptr *q) {
+    const tj_node *r = k->n;
+    memset(p, 0, sizeof *p); /* the table compares the bytes, padding included */
+    memset(q, 0, sizeof *q);
+    if (r->nmembers < 1 || r->nmembers > TJC_FMAX || r->members[r->nmembers - 1] != r)
+        return tjc_fail(k, "a fused group of %d members (want 1 to %d, the root last)", r->nmembers, TJC_FMAX);
+    p->nm = r->nmembers;
+    p->flt = 1;
+    for (int mi = 0; mi < r->nmembers; mi++) {
+        const tj_node *x = r->members[mi];
+        tjc_fmem *m = &p->m[mi];
+        tj_dtype idt[3];
+        if (!tj__is_ew(x) || x->nin < 1 || x->nin > 3) return tjc_fail(k, "fused member %d is op '%s', not elementwise", mi, tj__opname(x->op));
+        if (!tj__same_layout(&x->lt, &r->lt)) return tjc_fail(k, "fused member %d ('%s') is laid out unlike its group", mi, tj__opname(x->op));
+        m->op = (int16_t)x->op;
+        m->dt = (int8_t)x->lt.dt;
+        m->nin = (int8_t)x->nin;
+        m->s = x->a.s;
+        for (int j = 0; j < x->nin; j++) {
+            const tj_node *y = x->in[j];
+            idt[j] = y->lt.dt;
+            m->src[j] = -1;
+            for (int c = 0; c < mi; c++)
+                if (r->members[c] == y) m->src[j] = (int8_t)c;
+            if (m->src[j] >= 0) continue;
+            if (!k->in[mi * 3 + j]) return tjc_fail(k, "fused member %d ('%s'): operand %d has no buffer", mi, tj__opname(x->op), j);
+            if (y->lt.rank && !tj__same_layout(&y->lt, &r->lt))
+                return tjc_fail(k, "fused member %d ('%s'): operand %d is neither laid out like the group nor a scalar", mi, tj__opname(x->op), j);
+            m->ldt[j] = (int8_t)y->lt.dt;
+            m->lone[j] = (int8_t)!y->lt.rank;
+            q->leaf[mi * 3 + j] = k->in[mi * 3 + j];
+        }
+        q->store[mi] = k->pout[mi];
+        p->flt &= tj__flt_ok(x->op, x->lt.dt, x->nin, idt);
+    }
+    if (!q->store[r->nmembers - 1]) return tjc_fail(k, "the fused group's root has no buffer");
+    return 0;
+}
+
+/* Programs uploaded to device memory, per mesh device: an open-addressing
+   table on the program's bytes (FNV-1a), entries in slabs of device memory
+   allocated TJC_FSLAB programs at a time. */
+#define TJC_FSLAB 256
+typedef struct {
+    uint64_t h;
+    tjc_fprog *host; /* the bytes (compared on a hash hit)                  */
+    tjc_fprog *dev;
+} tjc_fentry;
+typedef struct tjc_ftab {
+    tjc_fentry *e;
+    int cap, n;            /* slots (a power of two), programs             */
+    void **slab;           /* device slabs                                 */
+    int nslab, used;       /* slabs, programs in the last one              */
+} tjc_ftab;
+static uint64_t tjc_fhash(const tjc_fprog *p) {
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof *p; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+static void tjc_ftab_free(tjc_ftab *t) {
+    if (!t) return;
+    for (int i = 0; i < t->cap; i++) TJ_FREE(t->e[i].host);
+    for (int i = 0; i < t->nslab; i++) cudaFree(t->slab[i]);
+    TJ_FREE(t->e);
+    TJ_FREE(t->slab);
+    TJ_FREE(t);
+}
+/* the device copy of program p on stream st (uploaded on first sight);
+   NULL after writing k->err */
+static const tjc_fprog *tjc_fprog_dev(tjc_ftab **tp, cudaStream_t st, tj__kern *k, const tjc_fprog *p) {
+    tjc_ftab *t = *tp;
+    uint64_t h = tjc_fhash(p);
+    int i;
+    if (!t && !(t = *tp = (tjc_ftab *)tj__calloc(sizeof *t))) {
+        tjc_fail(k, "out of host memory for the fused-program table");
+        return NULL;
+    }
+    if (2 * (t->n + 1) > t->cap) { /* grow: rehash into twice the slots */
+        int nc = t->cap ? 2 * t->cap : 64;
+        tjc_fentry *ne = (tjc_fentry *)tj__calloc(sizeof *ne * (size_t)nc);
+        if (!ne) {
+            tjc_fail(k, "out of host memory for the fused-program table");
+            return NULL;
+        }
+        for (i = 0; i < t->cap; i++)
+            if (t->e[i].host) {
+                int j = (int)(t->e[i].h & (uint64_t)(nc - 1));
+                while (ne[j].host) j = (j + 1) & (nc - 1);
+                ne[j] = t->e[i];
+            }
+        TJ_FREE(t->e);
+        t->e = ne;
+        t->cap = nc;
+    }
+    for (i = (int)(h & (uint64_t)(t->cap - 1)); t->e[i].host; i = (i + 1) & (t->cap - 1))
+        if (t->e[i].h == h && !memcmp(t->e[i].host, p, sizeof *p)) return t->e[i].dev;
+    if (!t->nslab || t->used == TJC_FSLAB) {
+        void **ns = (void **)TJ_REALLOC(t->slab, sizeof(void *) * (size_t)(t->nslab + 1)), *d = NULL;
+        cudaError_t e;
+        if (!ns) {
+            tjc_fail(k, "out of host memory for the fused-program table");
+            return NULL;
+        }
+        t->slab = ns;
+        if ((e = cudaMalloc(&d, sizeof(tjc_fprog) * TJC_FSLAB)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            tjc_fail(k, "cudaMalloc of %zu bytes for fused-group programs failed: %s", sizeof(tjc_fprog) * TJC_FSLAB, cudaGetErrorString(e));
+            return NULL;
+        }
+        t->slab[t->nslab++] = d;
+        t->used = 0;
+    }
+    if (!(t->e[i].host = (tjc_fprog *)tj__malloc(sizeof *p))) {
+        tjc_fail(k, "out of host memory for the fused-program table");
+        return NULL;
+    }
+    memcpy(t->e[i].host, p, sizeof *p);
+    t->e[i].h = h;
+    t->e[i].dev = (tjc_fprog *)t->slab[t->nslab - 1] + t->used++;
+    t->n++;
+    /* pageable source: staged before the call returns, so the entry's bytes
+       may move later; the kernel after it on the stream sees them */
+    if (cudaMemcpyAsync(t->e[i].dev, t->e[i].host, sizeof *p, cudaMemcpyHostToDevice, st) != cudaSuccess) {
+        cudaError_t e = cudaGetLastError();
+        TJ_FREE(t->e[i].host);
+        t->e[i].host = NULL;
+        t->n--;
+        t->used--;
+        tjc_fail(k, "uploading a fused-group program failed: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    return t->e[i].dev;
+}
+/* tj__k_fused: the group as one kernel */
+static int tjc_fused(tjc_state *s, tj__kern *k) {
+    tjc_fprog p;
+    tjc_fptr q;
+    const tjc_fprog *dp;
+    int64_t n = tj__numel(&k->ot);
+    if (tjc_fused_prog(k, &p, &q)) return 1;
+    if (!n) return 0;
+    if (!(dp = tjc_fprog_dev(&s->fused, s->compute, k, &p))) return 1;
+    if (p.flt) tjc_k_fused<float><<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(dp, q, n);
+    else tjc_k_fused<double><<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(dp, q, n);
+    TJC_LAUNCHED(k, "tjc_k_fused");
+    return 0;
+}
+
+/* ---- the fused-group emulator (a test hook; no GPU needed) ----
+   A backend in plain host memory that runs every fused group through
+   tjc_fused_prog and the host build of tjc_fused_at (the CUDA path's own
+   code), and every other node through its CPU kernel. test_cuda compares it
+   with the CPU backend bit for bit where no GPU exists. Declared here and in
+   tests/test_cuda.cu only. */
+extern "C" tj_backend *tj_cuda_fused_emulator(void);
+extern "C" void tj_cuda_fused_emulator_free(tj_backend *b);
+static void *tjc_emu_alloc(tj_backend *b, int dev, int space, size_t bytes) {
+    void *p = NULL;
+    (void)b;
+    (void)dev;
+    if (space != TJ_SPACE_DEVICE && space != TJ_SPACE_HOST) return NULL;
+    return posix_memalign(&p, TJ__ALIGN, bytes ? bytes : 1) ? NULL : p;
+}
+static void tjc_emu_free(tj_backend *b, int dev, int space, void *p) {
+    (void)b;
+    (void)dev;
+    (void)space;
+    free(p);
+}
+static int tjc_emu_copy(tj_backend *b, int dev, void *dst, int dst_space, const void *src, int src_space, size_t bytes) {
+    (void)b;
+    (void)dev;
+    (void)dst_space;
+    (void)src_space;
+    if (bytes) memcpy(dst, src, bytes);
+    return 0;
+}
+static int tjc_emu_run(tj_backend *b, tj__kern *k) {
+    tjc_fprog p;
+    tjc_fptr q;
+    int64_t n = tj__numel(&k->ot);
+    (void)b;
+    if (!k->n->members) {
+        tj__ops[k->n->op].cpu(k); /* an error lands in k->err, as on the CPU */
+        return 0;
+    }
+    if (tjc_fused_prog(k, &p, &q)) return 1;
+    for (int64_t i = 0; i < n; i++)
+        if (p.flt) tjc_fused_at<float>(p, q, i);
+        else tjc_fused_at<double>(p, q, i);
+    return 0;
+}
+static int tjc_emu_sync(tj_backend *b, int dev, char *err, size_t errlen) {
+    (void)b;
+    (void)dev;
+    (void)err;
+    (void)errlen;
+    return 0; /* runs are synchronous: their errors went to k->err */
+}
+extern "C" tj_backend *tj_cuda_fused_emulator(void) {
+    tj_backend *b = (tj_backend *)tj__calloc(sizeof *b);
+    if (!b) return NULL;
+    b->name = "cuda-fused-emulator";
+    b->alloc = tjc_emu_alloc;
+    b->free = tjc_emu_free;
+    b->copy = tjc_emu_copy;
+    b->run = tjc_emu_run;
+    b->sync = tjc_emu_sync;
+    b->fused_groups = 1;
+    return b;
+}
+extern "C" void tj_cuda_fused_emulator_free(tj_backend *b) { TJ_FREE(b); }
+
 // ==== [11] CUDA backend: memory spaces, copies, sync =======================
 /* TJ_SPACE_DEVICE is cudaMalloc memory, TJ_SPACE_HOST pinned host memory
    (cudaHostAlloc, the offload target), TJ_SPACE_USER the caller's pageable
@@ -1859,7 +2393,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
         return 1;
     }
     if ((e = cudaSetDevice(s->device)) != cudaSuccess) return tjc_fail(k, "cudaSetDevice(%d) failed: %s", s->device, cudaGetErrorString(e));
-    if (k->n->members) return tjc_fail(k, "a fused group reached the CUDA backend, which runs one node per kernel (fused_groups is 0)");
+    if (k->n->members) return tjc_fused(s, k); /* one kernel per fused group */
     kind = tjc_path(k->n->op, &fn, &why);
     if (kind == TJC_KERNEL && fn) return fn(s, k);
     if (kind == TJC_VIEW) return 0;
@@ -1876,6 +2410,7 @@ static void tjc_state_free(tjc_state *s) {
     if (s->h_errpos) cudaFreeHost(s->h_errpos);
     if (s->d_csr) cudaFree(s->d_csr);
     TJ_FREE(s->h_csr);
+    tjc_ftab_free(s->fused);
     if (s->compute) cudaStreamDestroy(s->compute);
     TJ_FREE(s);
 }
@@ -1983,6 +2518,7 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
     be->b.copy = tjc_copy;
     be->b.run = tjc_run;
     be->b.sync = tjc_sync;
+    be->b.fused_groups = 1; /* tjc_fused */
     return &be->b;
 }
 

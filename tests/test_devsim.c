@@ -171,6 +171,32 @@ int main(void) {
         tj_tree_free(out);
     }
 
+    tjt_current = "wrong backend";
+    { /* a program compiled for one backend is refused on another (its fused
+         groups and arenas were made for the first), in both directions */
+        tj_ctx *c = tj_ctx_new();
+        tj_backend *orig = tjt_ctx_backend(c), *other = orig ? NULL : b;
+        const char *oname = orig ? orig->name : "cpu", *nname = other ? other->name : "cpu";
+        tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+        tj_prog *p;
+        tj_tree_set_array(in, "x", tjt_rand(c, TJ_F32, "b=5 in=3", 3, -1, 1));
+        tj_tree_set_array(in, "w", tjt_rand(c, TJ_F32, "in=3 out=2", 4, -1, 1));
+        p = tj_jit(c, "mlp_here", mlp, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "run on the backend it was compiled for: %s", tj_error(c));
+        tj_set_backend(c, other);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_ERR_STATE, "a run after tj_set_backend should be refused");
+        TJT_ERROR_HAS(c, "mlp_here", oname, nname, "tj_jit again");
+        tj_clear_error(c);
+        tj_set_backend(c, orig); /* back: it runs again */
+        tj_tree_free(out);
+        out = tj_tree_new(c);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "run after setting the backend back: %s", tj_error(c));
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(c);
+    }
+
     tjt_current = "environment";
     {
         tj_ctx *e;
