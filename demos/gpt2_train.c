@@ -48,11 +48,13 @@
 #ifdef GPT2_CUDA
 #include <cuda_runtime_api.h>
 #endif
+#ifdef GPT2_CUDA
+static int gpt2_cuda_dev; /* --cuda: the CUDA device this process runs on */
+#endif
 #ifdef TJ_NCCL
 /* tinyjax_cuda.cu (-DTJ_NCCL): the CUDA device of an NCCL transport's local GPU i */
 int tj_nccl_transport_gpu(const tj_transport *t, int i);
 #endif
-static int gpt2_cuda_dev; /* --cuda: the CUDA device this process runs on */
 /* The card's dense peak in TFLOP/s for the compute dtype (bf16, TF32 when
    TJ_CUDA_TF32=1 lets cuBLAS use it for f32 dots, else plain f32), from its
    name (cudaGetDeviceProperties); 0 when not in this table.
@@ -1727,6 +1729,7 @@ typedef struct {
     int nprocs, rank;
     tj_transport *t;     /* --cuda in several processes: the NCCL transport  */
     int gpu;             /* --cuda: the CUDA device of this process; else -1  */
+    int ngpu;            /* --cuda --dry-run: the GPUs this process sees      */
     tj_backend *backend; /* --cuda: its backend (not made by --dry-run)       */
     char card[300];
 } gpt2_launch;
@@ -1756,6 +1759,13 @@ static int launcher_env(int *np, int *rank) {
     return 0;
 }
 
+/* after the trainer (whose context uses both) is freed */
+static void gpt2_launch_close(gpt2_launch *L) {
+    if (L->t) L->t->free(L->t);
+    gpt2_gpu_close(L->backend);
+    L->t = NULL;
+    L->backend = NULL;
+}
 /* the launch for args a (see above); 0, or 1 after a message */
 static int gpt2_launch_open(const gpt2_args *a, gpt2_launch *L) {
     memset(L, 0, sizeof *L);
@@ -1806,31 +1816,27 @@ static int gpt2_launch_open(const gpt2_args *a, gpt2_launch *L) {
         tj_ctx_free(c);
     }
     if (a->cuda && L->gpu < 0) L->gpu = 0;
+#ifdef GPT2_CUDA
+    if (a->cuda && a->dry_run) { /* no backend made: check that the GPU is there */
+        cudaError_t ce = cudaGetDeviceCount(&L->ngpu);
+        if (ce != cudaSuccess || L->gpu >= L->ngpu) {
+            fprintf(stderr, "gpt2_train: --cuda: GPU %d: %s\n", L->gpu, ce != cudaSuccess ? cudaGetErrorString(ce) : "this node has fewer GPUs");
+            gpt2_launch_close(L);
+            return 1;
+        }
+    }
+#endif
     if (a->cuda && !a->dry_run && !(L->backend = gpt2_gpu_open_at(L->gpu, L->card, sizeof L->card))) {
-        if (L->t) L->t->free(L->t);
-        L->t = NULL;
+        gpt2_launch_close(L);
         return 1;
     }
     return 0;
-}
-/* after the trainer (whose context uses both) is freed */
-static void gpt2_launch_close(gpt2_launch *L) {
-    if (L->t) L->t->free(L->t);
-    gpt2_gpu_close(L->backend);
-    L->t = NULL;
-    L->backend = NULL;
 }
 /* --dry-run: every process prints what it got */
 static int gpt2_dry_run(const gpt2_args *a, gpt2_launch *L) {
     char where[200] = "the CPU";
     const char *coord = getenv("TJ_COORD");
-    if (a->cuda) {
-        int ndev = 0;
-#ifdef GPT2_CUDA
-        if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0;
-#endif
-        snprintf(where, sizeof where, "GPU %d of %d on this node", L->gpu, ndev);
-    }
+    if (a->cuda) snprintf(where, sizeof where, "GPU %d of %d on this node", L->gpu, L->ngpu);
     if (L->t)
         printf("launch: process %d of %d, device %d of mesh \"%s\", %s, transport %s (NCCL id %s%s)\n", L->rank, L->nprocs, L->rank, a->mesh, where, L->t->name,
                coord && *coord ? "through TJ_COORD=" : "by MPI_Bcast", coord && *coord ? coord : "");
