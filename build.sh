@@ -9,6 +9,8 @@
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
 #                      when present and check its op coverage (no GPU needed),
+#                      the NCCL transport and gpt2_train's launch across GPUs
+#                      (with a pretend NCCL; the multi-GPU test skips without GPUs),
 #                      build tests/test_mpi.c with mpicc -DTJ_MPI and run its multi-process cases under mpirun (OpenMPI is installed
 #                      when absent); ends with one "total: N passed, N failed" line
 #   ./build.sh demo    build and run the GPT-2 training demo on its embedded default

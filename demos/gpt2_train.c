@@ -1878,7 +1878,6 @@ static int gpt2_main(int argc, char **argv) {
     if (gpt2_launch_open(&a, &L)) return 1;
     if (a.dry_run) return gpt2_dry_run(&a, &L);
     gpu = L.backend;
-    if (a.cuda) printf("cuda: %s%s\n", L.card, gpt2_tf32_on() ? "; f32 dots may use TF32 (TJ_CUDA_TF32=1)" : "");
     {   /* several processes: each runs devices / processes of the mesh;
            every process reads the same data, process 0 prints and writes
            the loss curve, traces and checkpoints */
@@ -1890,6 +1889,7 @@ static int gpt2_main(int argc, char **argv) {
             a.svg = NULL;
             a.trace = NULL;
         }
+        if (a.cuda) printf("cuda: %s%s%s\n", L.t ? "one GPU per process, process 0 on " : "", L.card, gpt2_tf32_on() ? "; f32 dots may use TF32 (TJ_CUDA_TF32=1)" : "");
         if (nprocs > 1) { /* cores per device: this host's processes share them */
             const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
             int here = (ls && atoi(ls) > 0 ? atoi(ls) : nprocs) * (a.devices / nprocs > 0 ? a.devices / nprocs : 1);
