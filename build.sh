@@ -396,6 +396,8 @@ test)
             # tests/test_nccl_gpt2.cu's GPT-2 comparisons on the CPU (4 processes under mpirun vs 4 simulated devices): its plumbing, here
             if done_ok build/mpi/gpt2_train_nccl.log && done_ok build/test_nccl_gpt2.log; then
                 run_test mpi/test_nccl_gpt2_cpu env TJ_NCCL_TEST_CPU=1 build/test_nccl_gpt2 build/mpi/gpt2_train_nccl
+                # the same on 2+ GPUs launched by mpirun (the NCCL id by MPI_Bcast); it says it skipped without them
+                run_test mpi/test_nccl_gpt2 env TJ_NCCL_TEST_MPIRUN=1 build/test_nccl_gpt2 build/mpi/gpt2_train_nccl
             else echo "  gpt2_train with NCCL and MPI FAILED to build:"; cat build/mpi/gpt2_train_nccl.log build/test_nccl_gpt2.log 2>/dev/null | sed 's/^/    /'; total_fail=$((total_fail + 1)); fi
         fi
     else

@@ -12,8 +12,9 @@
  *     against one device without a mesh: every loss within 2e-3 (another
  *     order of sums, so not the same bits).
  * The plain launcher is used (fork/exec with TJ_NPROCS/TJ_RANK/TJ_COORD, as
- * on two nodes); TJ_NCCL_TEST_MPIRUN=1 launches with mpirun instead (the
- * gpt2_train given must then be a -DTJ_MPI build).
+ * on two nodes); TJ_NCCL_TEST_MPIRUN=1 launches gpt2_train with mpirun
+ * instead (it must then be a -DTJ_MPI build; part 1 is left out: test_nccl
+ * is not one).
  * With fewer than 2 GPUs it says why, prints "0 passed, 0 failed, 1 skipped"
  * and exits 0: this part has not run yet (no machine with 2+ GPUs so far).
  * TJ_NCCL_TEST_CPU=1 runs part 2 on the CPU instead, N = 4 processes under
@@ -289,7 +290,7 @@ int main(int argc, char **argv) {
     snprintf(data, sizeof data, "%s/data.txt", dir);
     CHECK(!write_data(data), "writing %s", data);
 
-    if (!cpu_mode && argc > 2) { /* 1. every collective kind, N processes x 1 GPU */
+    if (!use_mpirun && argc > 2) { /* 1. every collective kind, N processes x 1 GPU */
         const char *v[] = {argv[2], NULL};
         int bad = launch("test_nccl", n, v, NULL);
         tjt_current = "test_nccl";
