@@ -9,6 +9,8 @@
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
 #                      when present and check its op coverage (no GPU needed),
+#                      the NCCL transport and gpt2_train's launch across GPUs
+#                      (with a pretend NCCL; the multi-GPU test skips without GPUs),
 #                      build tests/test_mpi.c with mpicc -DTJ_MPI and run its multi-process cases under mpirun (OpenMPI is installed
 #                      when absent); ends with one "total: N passed, N failed" line
 #   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
@@ -59,15 +61,39 @@ ensure_mpi() {
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CUDA_ARCH=${CUDA_ARCH:-"-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"}
 have_nvcc() { [ -x "$NVCC" ] && [ -f tinyjax_cuda.cu ]; }
+# NCCL for nvcc: nccl.h and libnccl beside CUDA or in the system's folders
+have_nccl() {
+    local c f h="" l=""
+    c="$(dirname "$NVCC")/.."
+    for f in "$c/include/nccl.h" /usr/include/nccl.h /usr/local/include/nccl.h; do [ -f "$f" ] && h=1; done
+    for f in "$c"/lib*/libnccl.so* "$c"/targets/*/lib/libnccl.so* /usr/lib/*/libnccl.so* /usr/lib/libnccl.so* /usr/local/lib/libnccl.so*; do
+        [ -e "$f" ] && l=1
+    done
+    [ -n "$h" ] && [ -n "$l" ]
+}
+mpi_nvcc_flags() { # OpenMPI's include and library folders, for nvcc
+    echo "$("$MPICC" --showme:incdirs | sed 's/\([^ ]*\)/-I\1/g') $("$MPICC" --showme:libdirs | sed 's/\([^ ]*\)/-L\1/g')"
+}
 # build/gpt2_train with the CUDA backend (--cuda): the driver compiled by
 # $CC without the library (TINYJAX_IMPLEMENTATION_DONE), linked by nvcc
-# with tinyjax_cuda.o (the library and the backend) and cuBLAS
+# with tinyjax_cuda.o (the library and the backend) and cuBLAS. With NCCL
+# present, the library gets the NCCL transport (-DTJ_NCCL: --cuda in
+# several processes, one GPU each) and, with mpicc present, MPI (-DTJ_MPI:
+# mpirun hands out the NCCL id; the CPU's process mode too).
 build_gpt2_cuda() {
+    local lib="" libs="" drv=""
     mkdir -p build/cuda
-    "$NVCC" -std=c++17 -O3 $CUDA_ARCH -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/cuda/tinyjax_cuda.o &&
-        $CC -std=c99 $OPT $WARN -I. -I"$(dirname "$NVCC")/../include" -DGPT2_CUDA -DTINYJAX_IMPLEMENTATION_DONE -c demos/gpt2_train.c \
+    if have_nccl; then
+        lib="-DTJ_NCCL"; libs="-lnccl"; drv="-DTJ_NCCL"
+        if command -v "$MPICC" >/dev/null 2>&1; then
+            lib="$lib -DTJ_MPI $(mpi_nvcc_flags)"; libs="$libs $(mpi_nvcc_flags) -lmpi"
+            echo "build.sh: build/gpt2_train with NCCL and MPI"
+        else echo "build.sh: build/gpt2_train with NCCL (no mpicc: several processes start with TJ_COORD, not mpirun)"; fi
+    fi
+    "$NVCC" -std=c++17 -O3 $CUDA_ARCH -Werror all-warnings -Xcompiler -Wall,-Wextra $lib -I. -c tinyjax_cuda.cu -o build/cuda/tinyjax_cuda.o &&
+        $CC -std=c99 $OPT $WARN -I. -I"$(dirname "$NVCC")/../include" -DGPT2_CUDA $drv -DTINYJAX_IMPLEMENTATION_DONE -c demos/gpt2_train.c \
             -o build/cuda/gpt2_train.o &&
-        "$NVCC" $CUDA_ARCH -o build/gpt2_train build/cuda/gpt2_train.o build/cuda/tinyjax_cuda.o -lcublas -lm -lpthread
+        "$NVCC" $CUDA_ARCH -o build/gpt2_train build/cuda/gpt2_train.o build/cuda/tinyjax_cuda.o -lcublas $libs -lm -lpthread
 }
 
 total_pass=0
@@ -211,8 +237,14 @@ test)
         spawn build/tinyjax_cuda.log "$NVCC" -std=c++17 $CUDA_ARCH -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o
         spawn build/tinyjax_cuda_nccl.log "$NVCC" -std=c++17 -DTJ_NCCL -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda_nccl.o
         spawn build/nccl_mock.log $CXX -std=c++17 -O1 $WARN -I"$(dirname "$NVCC")/../include" -c tests/nccl_mock.cpp -o build/nccl_mock.o
+        # gpt2_train's driver for the launch tests (with and without NCCL)
+        mkdir -p build/cuda
+        spawn build/cuda/gpt2_nccl_c.log $CC -std=c99 -O1 $WARN -I. -I"$(dirname "$NVCC")/../include" -DGPT2_CUDA -DTJ_NCCL -DTINYJAX_IMPLEMENTATION_DONE \
+            -c demos/gpt2_train.c -o build/cuda/gpt2_train_nccl.o
+        spawn build/cuda/gpt2_cuda_c.log $CC -std=c99 -O1 $WARN -I. -I"$(dirname "$NVCC")/../include" -DGPT2_CUDA -DTINYJAX_IMPLEMENTATION_DONE \
+            -c demos/gpt2_train.c -o build/cuda/gpt2_train_cuda.o
         if [ $have_mpi = 1 ]; then # OpenMPI's include and library folders, for nvcc
-            MPINV="$("$MPICC" --showme:incdirs | sed 's/\([^ ]*\)/-I\1/g') $("$MPICC" --showme:libdirs | sed 's/\([^ ]*\)/-L\1/g')"
+            MPINV=$(mpi_nvcc_flags)
             spawn build/mpi/tinyjax_cuda_nccl.log "$NVCC" -std=c++17 -DTJ_NCCL -DTJ_MPI $MPINV -Werror all-warnings -I. -c tinyjax_cuda.cu -o build/mpi/tinyjax_cuda_nccl.o
         fi
     fi
@@ -240,9 +272,19 @@ test)
         spawn build/test_nccl.log "$NVCC" -std=c++17 -Werror all-warnings -I. tests/test_nccl.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl
         # the mock stands in for libnccl and the CUDA runtime's device calls
         done_ok build/nccl_mock.log && spawn build/test_nccl_mock.log "$NVCC" -std=c++17 -Werror all-warnings -I. -cudart shared tests/test_nccl.cu build/nccl_mock.o build/tinyjax_cuda_nccl.o -lcublas -o build/test_nccl_mock
+        # gpt2_train across GPUs: with the mock (launch tests, no GPU), with
+        # libnccl (tests/test_nccl_gpt2.cu runs it where 2+ GPUs exist)
+        done_ok build/nccl_mock.log && spawn build/gpt2_train_mock.log "$NVCC" -cudart shared -o build/gpt2_train_mock build/cuda/gpt2_train_nccl.o build/nccl_mock.o build/tinyjax_cuda_nccl.o -lcublas -lm -lpthread
+        spawn build/gpt2_train_nccl.log "$NVCC" -o build/gpt2_train_nccl build/cuda/gpt2_train_nccl.o build/tinyjax_cuda_nccl.o -lcublas -lnccl -lm -lpthread
+        spawn build/test_nccl_gpt2.log "$NVCC" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -Itests tests/test_nccl_gpt2.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl_gpt2
+    fi
+    if [ $have_cuda = 1 ] && done_ok build/tinyjax_cuda.log; then
+        spawn build/gpt2_train_nonccl.log "$NVCC" -o build/gpt2_train_nonccl build/cuda/gpt2_train_cuda.o build/tinyjax_cuda.o -lcublas -lm -lpthread
     fi
     if [ $have_cuda = 1 ] && [ $have_mpi = 1 ] && done_ok build/mpi/tinyjax_cuda_nccl.log; then
         spawn build/mpi/test_nccl_boot.log "$NVCC" -std=c++17 -DTJ_MPI $MPINV -Werror all-warnings -I. tests/test_nccl_boot.cu build/mpi/tinyjax_cuda_nccl.o -lcublas -lnccl -lmpi -o build/mpi/test_nccl_boot
+        done_ok build/nccl_mock.log && spawn build/mpi/gpt2_train_mock.log "$NVCC" -cudart shared $MPINV -o build/mpi/gpt2_train_mock build/cuda/gpt2_train_nccl.o build/nccl_mock.o build/mpi/tinyjax_cuda_nccl.o -lcublas -lmpi -lm -lpthread
+        spawn build/mpi/gpt2_train_nccl.log "$NVCC" $MPINV -o build/mpi/gpt2_train_nccl build/cuda/gpt2_train_nccl.o build/mpi/tinyjax_cuda_nccl.o -lcublas -lnccl -lmpi -lm -lpthread
     fi
     pool_wait
 
@@ -314,6 +356,23 @@ test)
                     total_fail=$((total_fail + 1))
                 fi
             done
+            # gpt2_train --cuda in several processes: the launch (--dry-run,
+            # the mock; + mpirun with MPI), then the real thing on 2+ GPUs
+            # (it says it skipped without them)
+            mock_mpi=""; [ $have_mpi = 1 ] && done_ok build/mpi/gpt2_train_mock.log && mock_mpi=build/mpi/gpt2_train_mock
+            if done_ok build/cuda/gpt2_nccl_c.log && done_ok build/cuda/gpt2_cuda_c.log && done_ok build/gpt2_train_mock.log && done_ok build/gpt2_train_nonccl.log; then
+                run_test test_nccl_launch tests/test_nccl_launch.sh build/gpt2_train_mock build/gpt2_train_nonccl $mock_mpi
+            else
+                echo "  gpt2_train with the NCCL mock FAILED to build:"
+                cat build/cuda/gpt2_nccl_c.log build/cuda/gpt2_cuda_c.log build/gpt2_train_mock.log build/gpt2_train_nonccl.log 2>/dev/null | sed 's/^/    /'
+                total_fail=$((total_fail + 1))
+            fi
+            if done_ok build/gpt2_train_nccl.log && done_ok build/test_nccl_gpt2.log; then
+                run_test test_nccl_gpt2 build/test_nccl_gpt2 build/gpt2_train_nccl build/test_nccl
+            else
+                echo "  tests/test_nccl_gpt2.cu or gpt2_train with NCCL FAILED to build:"
+                cat build/gpt2_train_nccl.log build/test_nccl_gpt2.log 2>/dev/null | sed 's/^/    /'; total_fail=$((total_fail + 1))
+            fi
         else echo "  tinyjax_cuda.cu FAILED to compile:"; sed 's/^/    /' build/tinyjax_cuda.log; total_fail=$((total_fail + 1)); fi
     else
         echo "  nvcc or tinyjax_cuda.cu not found: CUDA backend not compiled (skipped)"
@@ -334,6 +393,12 @@ test)
             if done_ok build/mpi/test_nccl_boot.log; then
                 run_test mpi/test_nccl_boot mpirun --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -np 3 build/mpi/test_nccl_boot
             else echo "  NCCL with -DTJ_MPI FAILED to build:"; cat build/mpi/tinyjax_cuda_nccl.log build/mpi/test_nccl_boot.log 2>/dev/null | sed 's/^/    /'; total_fail=$((total_fail + 1)); fi
+            # tests/test_nccl_gpt2.cu's GPT-2 comparisons on the CPU (4 processes under mpirun vs 4 simulated devices): its plumbing, here
+            if done_ok build/mpi/gpt2_train_nccl.log && done_ok build/test_nccl_gpt2.log; then
+                run_test mpi/test_nccl_gpt2_cpu env TJ_NCCL_TEST_CPU=1 build/test_nccl_gpt2 build/mpi/gpt2_train_nccl
+                # the same on 2+ GPUs launched by mpirun (the NCCL id by MPI_Bcast); it says it skipped without them
+                run_test mpi/test_nccl_gpt2 env TJ_NCCL_TEST_MPIRUN=1 build/test_nccl_gpt2 build/mpi/gpt2_train_nccl
+            else echo "  gpt2_train with NCCL and MPI FAILED to build:"; cat build/mpi/gpt2_train_nccl.log build/test_nccl_gpt2.log 2>/dev/null | sed 's/^/    /'; total_fail=$((total_fail + 1)); fi
         fi
     else
         echo "  skipped: $MPI_SKIP"

@@ -2529,8 +2529,10 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
 
      char err[512];
      tj_transport *t = tj_nccl_transport_new(0, 0, -1, err, sizeof err);
+     tj_backend *gpu = t ? tj_cuda_backend(tj_nccl_transport_gpu(t, 0), err, sizeof err) : NULL;
      tj_distributed_opts o = {0, 0, 0, t};    // processes and rank from t
-     if (!t || tj_distributed_init(ctx, &o)) ... // err says why
+     tj_set_backend(ctx, gpu);                // the GPU the transport picked
+     if (!t || !gpu || tj_distributed_init(ctx, &o)) ... // err says why
 
    Bootstrap (this part needs no GPU and no CUDA call; tests/test_nccl_boot.cu
    runs it with forked processes):
@@ -2551,6 +2553,9 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
      than a timeout before a process began waiting is left from an earlier
      run and ignored). Every wait has the timeout (TJ_TIMEOUT, default 300 s)
      and a failure names TJ_COORD, the process and what did not arrive.
+     Under mpirun the processes first agree that each found its GPU, so
+     one that cannot start fails them all with its message at once (with
+     TJ_COORD the others wait for it until the timeout).
    The transport: see "NCCL: the transport" below.
    The section is compiled with -DTJ_NCCL only (like -DTJ_MPI for MPI), so
    builds without NCCL need neither nccl.h nor -lnccl:
@@ -2572,6 +2577,7 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
 extern "C" int tj_nccl_local_rank(int *local_rank, char *err, size_t errlen);
 extern "C" int tj_nccl_device_for(int local_rank, int per_process, int ndevices, char *err, size_t errlen);
 extern "C" int tj_nccl_share_id(const char *coord, int rank, int nprocs, void *blob, size_t bytes, double timeout_s, char *err, size_t errlen);
+extern "C" int tj_nccl_transport_gpu(const tj_transport *t, int i);
 
 #define TJN_MAGIC 0x544a4e43u /* "TJNC": every message and file of the bootstrap */
 
@@ -3667,15 +3673,72 @@ static int tjn_launcher(int *np, int *rank, char *err, size_t en) {
     }
     return 0;
 }
+/* This process's first GPU (local rank -> device, as the introduction
+   says) and, in process 0, a new NCCL id; -1 with err */
+static int tjn_pick(int gpus, int rank, ncclUniqueId *id, char *err, size_t en) {
+    int local = 0, ndev = 0, first;
+    ncclResult_t r;
+    cudaError_t ce;
+    if (tj_nccl_local_rank(&local, err, en)) return -1;
+    if ((ce = cudaGetDeviceCount(&ndev)) != cudaSuccess) {
+        snprintf(err, en, "NCCL transport: cudaGetDeviceCount: %s", cudaGetErrorString(ce));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (local < 0) local = ndev / gpus > 0 ? rank % (ndev / gpus) : 0; /* no launcher variable: ranks in blocks per node */
+    if ((first = tj_nccl_device_for(local, gpus, ndev, err, en)) < 0) return -1;
+    memset(id, 0, sizeof *id);
+    if (rank == 0 && (r = ncclGetUniqueId(id)) != ncclSuccess) {
+        snprintf(err, en, "ncclGetUniqueId: %s (%s)", ncclGetErrorString(r), ncclGetLastError(NULL));
+        return -1;
+    }
+    return first;
+}
+#if defined(TJ_MPI)
+/* Under mpirun every process says whether it can start (tjn_pick), so a
+   process that cannot (more processes on a node than GPUs, no GPU) fails
+   every process with its message instead of leaving them in MPI_Bcast.
+   1 when any process failed (err: the first one's message), else 0. */
+static int tjn_agree(tj_transport *m, int failed, char *err, size_t en) {
+    enum { MSG = 400 };
+    char mine[MSG], *all = (char *)tj__calloc((size_t)m->nprocs * MSG), why[MSG];
+    int p, rc = 0;
+    snprintf(mine, sizeof mine, "%s", failed ? (err[0] ? err : "failed") : "");
+    if (!all || m->proc_allgather(m, mine, all, MSG, why, sizeof why)) {
+        snprintf(err, en, "NCCL transport: agreeing on the start between processes: %s", all ? why : "out of memory");
+        TJ_FREE(all);
+        return 1;
+    }
+    for (p = 0; p < m->nprocs && !rc; p++)
+        if (all[(size_t)p * MSG]) {
+            snprintf(err, en, "NCCL transport: process %d of %d cannot start: %.*s", p, m->nprocs, MSG, all + (size_t)p * MSG);
+            rc = 1;
+        }
+    TJ_FREE(all);
+    return rc;
+}
+#endif
+/* the CUDA device of local GPU i (0 .. gpus_per_process - 1) of an NCCL
+   transport, for the backend (tj_cuda_backend) of that GPU; -1 if t is not
+   one or i is out of range */
+extern "C" int tj_nccl_transport_gpu(const tj_transport *t, int i) {
+    const tjn_world *w;
+    if (!t || t->free != tjn_free) return -1;
+    w = (const tjn_world *)t->state;
+    return i >= 0 && i < w->L ? w->cdev0 + i : -1;
+}
 extern "C" tj_transport *tj_nccl_transport_new(int gpus, double timeout_s, int det, char *err, size_t en) {
     char dummy[1], why[300];
     const char *e;
-    int np = 1, rank = 0, local = 0, ndev = 0, first, l, to = 0, bad = -1;
+    int np = 1, rank = 0, first, l, to = 0, bad = -1;
     tjn_world *w;
     ncclUniqueId id;
     ncclComm_t c[TJ_MAXDEV];
     ncclResult_t r, ri[TJ_MAXDEV];
     cudaError_t ce;
+#if defined(TJ_MPI)
+    tj_transport *m = NULL;
+#endif
     if (!err || !en) {
         err = dummy;
         en = sizeof dummy;
@@ -3687,8 +3750,7 @@ extern "C" tj_transport *tj_nccl_transport_new(int gpus, double timeout_s, int d
     if (det < 0) det = (e = getenv("TJ_NCCL_DETERMINISTIC")) != NULL && atoi(e) > 0;
 #if defined(TJ_MPI)
     if (!getenv("TJ_COORD") && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"))) { /* mpirun: MPI gives the ranks and carries the id */
-        tj_transport *m = tj__mpi_transport(timeout_s, err, en);
-        if (!m) return NULL;
+        if (!(m = tj__mpi_transport(timeout_s, err, en))) return NULL;
         np = m->nprocs;
         rank = m->rank;
     } else
@@ -3699,19 +3761,11 @@ extern "C" tj_transport *tj_nccl_transport_new(int gpus, double timeout_s, int d
         snprintf(err, en, "NCCL transport: %d processes x %d GPUs is more than TJ_MAXDEV = %d devices", np, gpus, TJ_MAXDEV);
         return NULL;
     }
-    if (tj_nccl_local_rank(&local, err, en)) return NULL;
-    if ((ce = cudaGetDeviceCount(&ndev)) != cudaSuccess) {
-        snprintf(err, en, "NCCL transport: cudaGetDeviceCount: %s", cudaGetErrorString(ce));
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    if (local < 0) local = ndev / gpus > 0 ? rank % (ndev / gpus) : 0; /* no launcher variable: ranks in blocks per node */
-    if ((first = tj_nccl_device_for(local, gpus, ndev, err, en)) < 0) return NULL;
-    memset(&id, 0, sizeof id);
-    if (rank == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess) {
-        snprintf(err, en, "ncclGetUniqueId: %s (%s)", ncclGetErrorString(r), ncclGetLastError(NULL));
-        return NULL;
-    }
+    first = tjn_pick(gpus, rank, &id, err, en);
+#if defined(TJ_MPI)
+    if (m && tjn_agree(m, first < 0, err, en)) return NULL; /* one process cannot start: none waits for it in MPI_Bcast */
+#endif
+    if (first < 0) return NULL;
     if (tj_nccl_share_id(NULL, rank, np, &id, sizeof id, timeout_s, err, en)) return NULL;
     w = (tjn_world *)tj__calloc(sizeof *w);
     if (!w) {

@@ -38,13 +38,22 @@
 
 #include "gpt2_model.h"
 
-/* ------------------------------------------------------- one GPU (--cuda)
+/* ------------------------------------------------------------ GPUs (--cuda)
    build.sh builds this file with -DGPT2_CUDA when nvcc is present and links
    it with tinyjax_cuda.o (the library with its CUDA backend) and cuBLAS;
-   the context is then the same, only its backend differs. Without
+   the context is then the same, only its backend differs. With libnccl
+   present it adds -DTJ_NCCL (tinyjax_cuda.cu's NCCL transport: --cuda in
+   several processes, one GPU each) and, with MPI, -DTJ_MPI. Without
    GPT2_CUDA, --cuda is a clear error. */
 #ifdef GPT2_CUDA
 #include <cuda_runtime_api.h>
+#endif
+#ifdef GPT2_CUDA
+static int gpt2_cuda_dev; /* --cuda: the CUDA device this process runs on */
+#endif
+#ifdef TJ_NCCL
+/* tinyjax_cuda.cu (-DTJ_NCCL): the CUDA device of an NCCL transport's local GPU i */
+int tj_nccl_transport_gpu(const tj_transport *t, int i);
 #endif
 /* The card's dense peak in TFLOP/s for the compute dtype (bf16, TF32 when
    TJ_CUDA_TF32=1 lets cuBLAS use it for f32 dots, else plain f32), from its
@@ -69,22 +78,24 @@ GPT2_UNUSED static int gpt2_tf32_on(void) {
     const char *e = getenv("TJ_CUDA_TF32");
     return e && *e && strcmp(e, "0") != 0;
 }
-/* The backend of CUDA device 0 and the card's name, or NULL after a message
-   (no GPU, or a build without CUDA). */
-GPT2_UNUSED static tj_backend *gpt2_gpu_open(char *name, size_t nn) {
+/* The backend of CUDA device `device` and the card's name, or NULL after a
+   message (no GPU, or a build without CUDA). */
+GPT2_UNUSED static tj_backend *gpt2_gpu_open_at(int device, char *name, size_t nn) {
 #ifdef GPT2_CUDA
     char err[256];
     struct cudaDeviceProp pr;
-    tj_backend *b = tj_cuda_backend(0, err, sizeof err);
+    tj_backend *b = tj_cuda_backend(device, err, sizeof err);
     if (!b) {
-        fprintf(stderr, "gpt2_train: --cuda: %s\n", err);
+        fprintf(stderr, "gpt2_train: --cuda: GPU %d: %s\n", device, err);
         return NULL;
     }
-    if (cudaGetDeviceProperties(&pr, 0) == cudaSuccess)
+    gpt2_cuda_dev = device;
+    if (cudaGetDeviceProperties(&pr, device) == cudaSuccess)
         snprintf(name, nn, "%s (sm_%d%d, %.0f GB)", pr.name, pr.major, pr.minor, (double)pr.totalGlobalMem / 1e9);
-    else snprintf(name, nn, "CUDA device 0");
+    else snprintf(name, nn, "CUDA device %d", device);
     return b;
 #else
+    (void)device;
     (void)name;
     (void)nn;
     fprintf(stderr, "gpt2_train: --cuda: this gpt2_train was built without the CUDA backend (build.sh builds it with nvcc, linking "
@@ -92,6 +103,7 @@ GPT2_UNUSED static tj_backend *gpt2_gpu_open(char *name, size_t nn) {
     return NULL;
 #endif
 }
+GPT2_UNUSED static tj_backend *gpt2_gpu_open(char *name, size_t nn) { return gpt2_gpu_open_at(0, name, nn); }
 GPT2_UNUSED static void gpt2_gpu_close(tj_backend *b) {
 #ifdef GPT2_CUDA
     tj_cuda_backend_free(b);
@@ -123,7 +135,7 @@ static double gpt2_default_budget(tj_backend *backend, int devices) {
 #ifdef GPT2_CUDA
     if (backend) {
         struct cudaDeviceProp pr;
-        if (cudaGetDeviceProperties(&pr, 0) == cudaSuccess) return 0.8 * (double)pr.totalGlobalMem / (devices > 0 ? devices : 1);
+        if (cudaGetDeviceProperties(&pr, gpt2_cuda_dev) == cudaSuccess) return 0.8 * (double)pr.totalGlobalMem / (devices > 0 ? devices : 1);
     }
 #else
     (void)backend;
@@ -175,18 +187,25 @@ static tj_tree *gpt2_param_refs(gpt2_trainer *tr) {
 /* Make the context, mesh, programs and the initial state. mesh NULL or ""
    for one device. backend NULL: the CPU (or TJ_BACKEND); else every array
    and run of the trainer lives there (tj_cuda_backend: --cuda), and the
-   backend must outlive the trainer. Returns 0 on success. */
-static int gpt2_trainer_init_on(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads, tj_backend *backend) {
+   backend must outlive the trainer. With cfg->distributed, the context is
+   one of several processes: through `transport` (the NCCL transport of
+   --cuda in several processes; it too must outlive the trainer), or MPI
+   when it is NULL. Returns 0 on success. */
+static int gpt2_trainer_init_at(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads, tj_backend *backend,
+                                tj_transport *transport) {
     tj_tree *empty, *out;
     tj_jit_opts donate;
+    tj_distributed_opts dopts;
     int32_t *zeros;
     memset(tr, 0, sizeof *tr);
+    memset(&dopts, 0, sizeof dopts);
+    dopts.transport = transport;
     tr->cfg = *cfg;
     tr->ctx = tj_ctx_new();
     if (!tr->ctx) return 1;
     if (tj_status_of(tr->ctx)) return gpt2_fail(tr, "context"); /* e.g. a bad TJ_DEVICES */
     if (backend) tj_set_backend(tr->ctx, backend); /* before any array is made */
-    if (cfg->distributed && tj_distributed_init(tr->ctx, NULL)) return gpt2_fail(tr, "distributed init");
+    if (cfg->distributed && tj_distributed_init(tr->ctx, &dopts)) return gpt2_fail(tr, "distributed init");
     if (threads > 0) tj_set_threads(tr->ctx, threads);
     if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
     if (devices > 1 && mesh && *mesh) {
@@ -221,7 +240,9 @@ static int gpt2_trainer_init_on(gpt2_trainer *tr, const gpt2_config *cfg, int de
     }
     donate.donate = "params. m. v.";
     if (tr->cfg.remat == REMAT_AUTO) { /* keep everything when the step fits the budget: no recompute */
-        double budget = tr->cfg.memory_budget > 0 ? tr->cfg.memory_budget : gpt2_default_budget(backend, devices);
+        /* a GPU holds this process's devices; the CPU's memory is the machine's */
+        int here = backend ? devices / tj_process_count(tr->ctx) : devices;
+        double budget = tr->cfg.memory_budget > 0 ? tr->cfg.memory_budget : gpt2_default_budget(backend, here);
         tr->cfg.remat = REMAT_EVERYTHING;
         tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
         if (tr->step) tr->auto_peak = (double)tj_prog_memory(tr->step).peak_bytes;
@@ -242,6 +263,9 @@ static int gpt2_trainer_init_on(gpt2_trainer *tr, const gpt2_config *cfg, int de
     free(zeros);
     if (!tr->eval) return gpt2_fail(tr, "jit eval");
     return 0;
+}
+static int gpt2_trainer_init_on(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads, tj_backend *backend) {
+    return gpt2_trainer_init_at(tr, cfg, devices, mesh, threads, backend, NULL);
 }
 GPT2_UNUSED static int gpt2_trainer_init(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads) {
     return gpt2_trainer_init_on(tr, cfg, devices, mesh, threads, NULL);
@@ -875,7 +899,8 @@ typedef struct {
     gpt2_config cfg;
     int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
     int heads_set, layers_set, embed_set, context_set, devices_set, batch_set, mesh_set; /* given by flag */
-    int cuda; /* --cuda: every array and run on GPU 0 */
+    int cuda; /* --cuda: every array and run on a GPU (GPU 0; one per process under a launcher) */
+    int dry_run; /* --dry-run: check the launch, then stop */
     int save_every, keep; /* periodic checkpoints: every K steps, the newest N kept */
     double lr, min_lr_frac, temperature;
     const char *mesh, *data, *tokens, *vocab_json, *merges_txt, *svg, *save, *resume, *prompt, *trace, *init_from;
@@ -951,7 +976,15 @@ static void usage(void) {
         "  --cuda              run on GPU 0 (tinyjax_cuda.cu; build.sh links it when nvcc is\n"
         "                      present): training, evaluation, sampling and checkpoints; one\n"
         "                      device unless --devices / --mesh are given (simulated devices\n"
-        "                      sharing the GPU). TJ_CUDA_TF32=1 lets f32 dots use TF32\n"
+        "                      sharing the GPU). TJ_CUDA_TF32=1 lets f32 dots use TF32.\n"
+        "                      In N processes (mpirun -np N, or TJ_NPROCS=N TJ_RANK=r with\n"
+        "                      TJ_COORD=host:port or a shared file's path): one device per\n"
+        "                      process, each on its own GPU (the node's local rank picks it;\n"
+        "                      TJ_LOCAL_RANK overrides), collectives through NCCL (a build\n"
+        "                      with libnccl); --mesh must have N devices\n"
+        "  --dry-run           check the command line and the launch (processes, each one's\n"
+        "                      GPU, the NCCL communicators), print them and stop before any\n"
+        "                      data, model or kernel\n"
         "output\n"
         "  --sample N          bytes/tokens to sample at the end (200; 0: none)\n"
         "  --prompt S          sampling prompt (\"/* \")\n"
@@ -1249,6 +1282,13 @@ static void ckpt_prune(const char *file, int keep) {
     free(f);
 }
 
+/* the devices of a mesh "data=4 model=2": the product of its sizes */
+static int mesh_size(const char *m) {
+    int n = 1;
+    while ((m = strchr(m, '='))) n *= atoi(++m);
+    return n;
+}
+
 static int parse_args(int argc, char **argv, gpt2_args *a) {
     int i;
     memset(a, 0, sizeof *a);
@@ -1271,6 +1311,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--accum-unroll")) { a->cfg.accum_unroll = 1; continue; }
         else if (!strcmp(f, "--bench")) { a->bench = 1; continue; }
         else if (!strcmp(f, "--cuda")) { a->cuda = 1; continue; }
+        else if (!strcmp(f, "--dry-run")) { a->dry_run = 1; continue; }
         else if (!strcmp(f, "--print-program")) { a->print_program = 1; continue; }
         else if (!strcmp(f, "--allow-special")) { a->allow_special = 1; continue; }
         if (strncmp(f, "--", 2) || !f[2]) {
@@ -1382,11 +1423,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         a->devices = 1;
         a->mesh = "";
     }
-    if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) { /* --mesh alone: as many devices as it has */
-        const char *m = a->mesh;
-        a->devices = 1;
-        while ((m = strchr(m, '='))) a->devices *= atoi(++m);
-    }
+    if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) a->devices = mesh_size(a->mesh); /* --mesh alone: as many devices as it has */
     if (!a->init_from && a->cfg.C % a->cfg.H) {
         fprintf(stderr, "gpt2_train: --embed %d is not divisible by --heads %d\n", a->cfg.C, a->cfg.H);
         return 1;
@@ -1672,6 +1709,147 @@ static int resume_newest(gpt2_trainer *tr, const char *file) {
     return 1;
 }
 
+/* ------------------------------------------------------ processes and GPUs
+   How gpt2_main starts, before any data or model. The launcher's process
+   count and rank (mpirun's OMPI_COMM_WORLD_SIZE/RANK, PMI_SIZE/RANK, or
+   TJ_NPROCS/TJ_RANK: what tj_distributed_init reads) and --cuda decide:
+   - one process: the CPU, or GPU 0 with --cuda (the devices of a --mesh
+     are simulated; with --cuda they share the GPU);
+   - N processes on the CPU: the MPI transport (an mpicc -DTJ_MPI build);
+   - N processes with --cuda: one device per process, each on its own GPU,
+     collectives through the NCCL transport (a -DTJ_NCCL build). Its
+     bootstrap (tinyjax_cuda.cu) picks the GPU from the node's local rank
+     and sends the NCCL id by MPI_Bcast under mpirun (a TJ_MPI build),
+     else through TJ_COORD (host:port, or a shared file's path).
+   The checks that need no GPU come first, so an impossible setup fails in
+   every process at once with the same message. --dry-run stops after the
+   launch (the NCCL communicators made, no kernel run) and prints what each
+   process got. */
+typedef struct {
+    int nprocs, rank;
+    tj_transport *t;     /* --cuda in several processes: the NCCL transport  */
+    int gpu;             /* --cuda: the CUDA device of this process; else -1  */
+    int ngpu;            /* --cuda --dry-run: the GPUs this process sees      */
+    tj_backend *backend; /* --cuda: its backend (not made by --dry-run)       */
+    char card[300];
+} gpt2_launch;
+
+/* processes and rank as the launcher gives them; 1 after a message */
+static int launcher_env(int *np, int *rank) {
+    static const char *sz[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "TJ_NPROCS"}, *rk[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "TJ_RANK"};
+    size_t i;
+    *np = 1;
+    *rank = 0;
+    for (i = 0; i < 3; i++) {
+        const char *n = getenv(sz[i]), *r = getenv(rk[i]);
+        char *e1 = NULL, *e2 = NULL;
+        long vn, vr;
+        if (!n) continue;
+        vn = strtol(n, &e1, 10);
+        vr = r ? strtol(r, &e2, 10) : -1;
+        if (!*n || *e1 || !r || !*r || *e2 || vn < 1 || vn > TJ_MAXDEV || vr < 0 || vr >= vn) {
+            fprintf(stderr, "gpt2_train: %s='%s' and %s='%s' are not a process count (1..%d) and a rank below it\n", sz[i], n, rk[i], r ? r : "(unset)",
+                    TJ_MAXDEV);
+            return 1;
+        }
+        *np = (int)vn;
+        *rank = (int)vr;
+        return 0;
+    }
+    return 0;
+}
+
+/* after the trainer (whose context uses both) is freed */
+static void gpt2_launch_close(gpt2_launch *L) {
+    if (L->t) L->t->free(L->t);
+    gpt2_gpu_close(L->backend);
+    L->t = NULL;
+    L->backend = NULL;
+}
+/* the launch for args a (see above); 0, or 1 after a message */
+static int gpt2_launch_open(const gpt2_args *a, gpt2_launch *L) {
+    memset(L, 0, sizeof *L);
+    L->gpu = -1;
+    if (launcher_env(&L->nprocs, &L->rank)) return 1;
+    if (a->devices > 1) { /* a bad mesh fails here, before any process waits for another */
+        tj_ctx *c = tj_ctx_new();
+        int bad = !c || tj_set_devices(c, a->devices) || tj_set_mesh(c, a->mesh);
+        if (bad) fprintf(stderr, "gpt2_train: --mesh \"%s\" on %d devices: %s\n", a->mesh, a->devices, c ? tj_error(c) : "out of memory");
+        tj_ctx_free(c);
+        if (bad) return 1;
+    }
+    if (a->cuda && L->nprocs > 1) {
+#ifndef GPT2_CUDA
+        fprintf(stderr, "gpt2_train: --cuda in %d processes: this gpt2_train was built without the CUDA backend (build.sh builds it with nvcc, "
+                        "linking tinyjax_cuda.cu and cuBLAS, and NCCL when libnccl is present)\n", L->nprocs);
+        return 1;
+#elif !defined(TJ_NCCL)
+        fprintf(stderr, "gpt2_train: --cuda in %d processes: collectives between GPUs go through NCCL, and this gpt2_train was built without it "
+                        "(build.sh adds it, -DTJ_NCCL and -lnccl, when it finds nccl.h and libnccl); one process runs --cuda on GPU 0\n", L->nprocs);
+        return 1;
+#else
+        char err[512];
+        if (a->devices != L->nprocs) {
+            fprintf(stderr, "gpt2_train: --cuda in %d processes runs one device per process, each on its own GPU, so the mesh needs %d devices; %s%s%s has %d "
+                            "(give --mesh \"data=%d\", or one whose sizes multiply to %d; simulated devices sharing a GPU run in one process only)\n",
+                    L->nprocs, L->nprocs, a->devices > 1 ? "--mesh \"" : "", a->devices > 1 ? a->mesh : "the default without --mesh", a->devices > 1 ? "\"" : "",
+                    a->devices, L->nprocs, L->nprocs);
+            return 1;
+        }
+        if (!(L->t = tj_nccl_transport_new(1, 0, -1, err, sizeof err))) {
+            fprintf(stderr, "gpt2_train: --cuda in %d processes (process %d): %s\n", L->nprocs, L->rank, err);
+            return 1;
+        }
+        L->nprocs = L->t->nprocs;
+        L->rank = L->t->rank;
+        L->gpu = tj_nccl_transport_gpu(L->t, 0);
+#endif
+    } else if (L->nprocs > 1) { /* the CPU: tj_distributed_init makes the MPI transport (or says why it cannot) */
+        tj_ctx *c = tj_ctx_new();
+        if (!c || tj_distributed_init(c, NULL)) {
+            fprintf(stderr, "gpt2_train: %s\n", c ? tj_error(c) : "out of memory");
+            tj_ctx_free(c);
+            return 1;
+        }
+        L->nprocs = tj_process_count(c);
+        L->rank = tj_process_index(c);
+        tj_ctx_free(c);
+    }
+    if (a->cuda && L->gpu < 0) L->gpu = 0;
+#ifdef GPT2_CUDA
+    if (a->cuda && a->dry_run) { /* no backend made: check that the GPU is there */
+        cudaError_t ce = cudaGetDeviceCount(&L->ngpu);
+        if (ce != cudaSuccess || L->gpu >= L->ngpu) {
+            fprintf(stderr, "gpt2_train: --cuda: GPU %d: %s\n", L->gpu, ce != cudaSuccess ? cudaGetErrorString(ce) : "this node has fewer GPUs");
+            gpt2_launch_close(L);
+            return 1;
+        }
+    }
+#endif
+    if (a->cuda && !a->dry_run && !(L->backend = gpt2_gpu_open_at(L->gpu, L->card, sizeof L->card))) {
+        gpt2_launch_close(L);
+        return 1;
+    }
+    return 0;
+}
+/* --dry-run: every process prints what it got */
+static int gpt2_dry_run(const gpt2_args *a, gpt2_launch *L) {
+    char where[200] = "the CPU";
+    const char *coord = getenv("TJ_COORD");
+    if (a->cuda) snprintf(where, sizeof where, "GPU %d of %d on this node", L->gpu, L->ngpu);
+    if (L->t)
+        printf("launch: process %d of %d, device %d of mesh \"%s\", %s, transport %s (NCCL id %s%s)\n", L->rank, L->nprocs, L->rank, a->mesh, where, L->t->name,
+               coord && *coord ? "through TJ_COORD=" : "by MPI_Bcast", coord && *coord ? coord : "");
+    else if (L->nprocs > 1)
+        printf("launch: process %d of %d, devices %d..%d of mesh \"%s\", %s, transport mpi\n", L->rank, L->nprocs, L->rank * (a->devices / L->nprocs),
+               (L->rank + 1) * (a->devices / L->nprocs) - 1, a->mesh, where);
+    else printf("launch: one process, %d device%s%s%s%s, %s\n", a->devices, a->devices == 1 ? "" : "s", a->devices > 1 ? " (mesh \"" : "",
+                a->devices > 1 ? a->mesh : "", a->devices > 1 ? "\")" : "", where);
+    printf("dry run: stopped before data, model and kernels\n");
+    gpt2_launch_close(L);
+    return 0;
+}
+
 static int gpt2_main(int argc, char **argv) {
     gpt2_args a;
     gpt2_trainer tr;
@@ -1690,34 +1868,28 @@ static int gpt2_main(int argc, char **argv) {
     int rc = 0;      /* the exit status: 1 once a write failed or training stopped on an error */
     int stopped = 0; /* training stopped on an error: no final checkpoint, no sample */
     int nprocs = 1, rank = 0;
-    tj_backend *gpu = NULL; /* --cuda */
-    char card[300] = "";
+    gpt2_launch L;          /* processes, transport, GPU */
+    tj_backend *gpu = NULL; /* --cuda: L.backend */
 
     memset(&hf, 0, sizeof hf);
     if (parse_args(argc, argv, &a)) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (a.bench) return run_bench(&a);
-    if (a.cuda) {
-        if (!(gpu = gpt2_gpu_open(card, sizeof card))) return 1;
-        printf("cuda: %s%s\n", card, gpt2_tf32_on() ? "; f32 dots may use TF32 (TJ_CUDA_TF32=1)" : "");
-    }
-    {   /* under mpirun: one of several processes, each running devices /
-           processes of the mesh; every process reads the same data, process 0
-           prints and writes the loss curve, traces and checkpoints */
-        tj_ctx *c = tj_ctx_new();
-        if (!c || tj_distributed_init(c, NULL)) {
-            fprintf(stderr, "gpt2_train: %s\n", c ? tj_error(c) : "out of memory");
-            return 1;
-        }
-        nprocs = tj_process_count(c);
-        rank = tj_process_index(c);
-        tj_ctx_free(c);
+    if (gpt2_launch_open(&a, &L)) return 1;
+    if (a.dry_run) return gpt2_dry_run(&a, &L);
+    gpu = L.backend;
+    {   /* several processes: each runs devices / processes of the mesh;
+           every process reads the same data, process 0 prints and writes
+           the loss curve, traces and checkpoints */
+        nprocs = L.nprocs;
+        rank = L.rank;
         a.cfg.distributed = nprocs > 1;
         if (rank > 0) {
             if (!freopen("/dev/null", "w", stdout)) return 1;
             a.svg = NULL;
             a.trace = NULL;
         }
+        if (a.cuda) printf("cuda: %s%s%s\n", L.t ? "one GPU per process, process 0 on " : "", L.card, gpt2_tf32_on() ? "; f32 dots may use TF32 (TJ_CUDA_TF32=1)" : "");
         if (nprocs > 1) { /* cores per device: this host's processes share them */
             const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
             int here = (ls && atoi(ls) > 0 ? atoi(ls) : nprocs) * (a.devices / nprocs > 0 ? a.devices / nprocs : 1);
@@ -1806,7 +1978,7 @@ static int gpt2_main(int argc, char **argv) {
     /* ---- model, mesh, programs */
     if (a.threads <= 0) a.threads = (int)(ncpu / a.devices > 0 ? ncpu / a.devices : 1);
     t_start = now_ms();
-    if (gpt2_trainer_init_on(&tr, &a.cfg, a.devices, a.mesh, a.threads, gpu)) { gpt2_gpu_close(gpu); return 1; }
+    if (gpt2_trainer_init_at(&tr, &a.cfg, a.devices, a.mesh, a.threads, gpu, L.t)) { gpt2_launch_close(&L); return 1; }
     {
         tj_memory_analysis m = tj_prog_memory(tr.step);
         char accum[96] = "";
@@ -1853,7 +2025,7 @@ static int gpt2_main(int argc, char **argv) {
         if (bad) {
             fprintf(stderr, "gpt2_train: --init-from: %s\n", err);
             gpt2_trainer_free(&tr);
-            gpt2_gpu_close(gpu);
+            gpt2_launch_close(&L);
             return 1;
         }
         printf("init: Hugging Face GPT-2 weights from %s (L=%d H=%d C=%d, vocab %d padded to %d, %d positions, layer norm eps %g, %s; %s) in %.0f ms\n",
@@ -1862,7 +2034,7 @@ static int gpt2_main(int argc, char **argv) {
     }
     if (a.resume && resume_newest(&tr, a.resume)) {
         gpt2_trainer_free(&tr);
-        gpt2_gpu_close(gpu);
+        gpt2_launch_close(&L);
         free(data);
         if (have_tok) gio_tok_free(&tok);
         return 1;
@@ -1970,7 +2142,7 @@ static int gpt2_main(int argc, char **argv) {
             if (have_tok) gio_tok_free(&tok);
             gio_trace_free(&trace);
             gpt2_trainer_free(&tr);
-            gpt2_gpu_close(gpu);
+            gpt2_launch_close(&L);
             return 1;
         }
         printf("export: %s/model.safetensors and config.json (Hugging Face GPT-2, L=%d H=%d C=%d, vocab %d)\n", a.export_hf, tr.cfg.L, tr.cfg.H, tr.cfg.C,
@@ -2003,7 +2175,7 @@ static int gpt2_main(int argc, char **argv) {
     free(data);
     if (have_tok) gio_tok_free(&tok);
     gpt2_trainer_free(&tr);
-    gpt2_gpu_close(gpu);
+    gpt2_launch_close(&L);
     return rc;
 }
 #endif /* !GPT2_NO_MAIN || GPT2_CLI */
