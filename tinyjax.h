@@ -950,6 +950,9 @@ TJDEF tj_transport *tj_threads_transport_new(double timeout_s);
    the compute stream. The backend must run on the GPU the transport picked
    for this process (one GPU per process with tj_cuda_backend). */
 TJDEF tj_transport *tj_nccl_transport_new(int gpus_per_process, double timeout_s, int deterministic, char *err, size_t errlen);
+/* The CUDA device an NCCL transport picked for this process's local GPU i
+   (the node's local rank: pass it to tj_cuda_backend). */
+TJDEF int tj_nccl_transport_gpu(const tj_transport *t, int i);
 /* Arrays across processes. An array "spans processes" when some of its
    shards live only on other processes' devices; tj_array_read of such an
    array is an error. tj_array_read_all gathers it into every process (all

@@ -2577,7 +2577,6 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
 extern "C" int tj_nccl_local_rank(int *local_rank, char *err, size_t errlen);
 extern "C" int tj_nccl_device_for(int local_rank, int per_process, int ndevices, char *err, size_t errlen);
 extern "C" int tj_nccl_share_id(const char *coord, int rank, int nprocs, void *blob, size_t bytes, double timeout_s, char *err, size_t errlen);
-extern "C" int tj_nccl_transport_gpu(const tj_transport *t, int i);
 
 #define TJN_MAGIC 0x544a4e43u /* "TJNC": every message and file of the bootstrap */
 

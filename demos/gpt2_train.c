@@ -51,10 +51,6 @@
 #ifdef GPT2_CUDA
 static int gpt2_cuda_dev; /* --cuda: the CUDA device this process runs on */
 #endif
-#ifdef TJ_NCCL
-/* tinyjax_cuda.cu (-DTJ_NCCL): the CUDA device of an NCCL transport's local GPU i */
-int tj_nccl_transport_gpu(const tj_transport *t, int i);
-#endif
 /* The card's dense peak in TFLOP/s for the compute dtype (bf16, TF32 when
    TJ_CUDA_TF32=1 lets cuBLAS use it for f32 dots, else plain f32), from its
    name (cudaGetDeviceProperties); 0 when not in this table.
