@@ -14059,12 +14059,14 @@ done:
 
 /* tj_prog_write_trace ([13]): the events as Chrome trace JSON, written
    like every other file of the library (temp file, fsync, rename), so a
-   crash never leaves half a trace at path. */
+   crash never leaves half a trace at path. A track (tid) per device and
+   stream: 2 * device for its compute stream, 2 * device + 1 for its copy
+   stream (named only where it has events). */
 TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
     tj_strbuf b = {NULL, 0, 0, 0};
     tj__afile af;
     char where[280];
-    int i, d, bad;
+    int i, d, bad, copies = 0;
     static const char *cat[3] = {"kernel", "collective", "copy"};
     if (!p) return TJ_ERR_ARG;
     if (!path) {
@@ -14072,15 +14074,20 @@ TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
         return TJ_ERR_ARG;
     }
     tj_strbuf_puts(&b, "{\"traceEvents\": [\n");
-    for (d = 0; d < p->ctx->ndev; d++)
-        tj_strbuf_printf(&b, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d\"}},\n", d, d);
+    for (i = 0; i < p->nevents; i++) copies |= p->events[i].stream == 1;
+    for (d = 0; d < p->ctx->ndev; d++) {
+        tj_strbuf_printf(&b, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d compute\"}},\n", 2 * d, d);
+        if (copies)
+            tj_strbuf_printf(&b, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d copies\"}},\n", 2 * d + 1,
+                             d);
+    }
     for (i = 0; i < p->nevents; i++) {
         const tj_event *e = &p->events[i];
         snprintf(where, sizeof where, "%s:%d", tj__base(e->file), e->line);
         tj_strbuf_puts(&b, "{\"name\": ");
         tj_strbuf_json(&b, e->op);
-        tj_strbuf_printf(&b, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": ", cat[e->kind], e->device,
-                         e->start_us, e->dur_us);
+        tj_strbuf_printf(&b, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": ", cat[e->kind],
+                         2 * e->device + (e->stream == 1), e->start_us, e->dur_us);
         tj_strbuf_json(&b, e->what);
         tj_strbuf_puts(&b, ", \"source\": ");
         tj_strbuf_json(&b, where);
