@@ -864,9 +864,10 @@ TJDEF void tj_cuda_backend_free(tj_backend *b);
 TJDEF int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
 /* The device-like CPU backend (tests the runner without a GPU): device and
    host-space memory the host cannot dereference (pointers are poisoned:
-   any direct read or write faults), one stream per device run by a worker
-   thread, so kernels and copies run asynchronously in issue order; kernel
-   errors come back at sync. Free it after the arrays and programs of the
+   any direct read or write faults), two streams per device (compute, and
+   copies for copy_async), each run by a worker thread, so kernels and
+   copies run asynchronously in issue order, ordered across the two by
+   events; kernel errors come back at sync. Free it after the arrays and programs of the
    contexts that use it. */
 TJDEF tj_backend *tj_devsim_backend(void);
 TJDEF void tj_devsim_backend_free(tj_backend *b);
@@ -10833,7 +10834,7 @@ static void tj__pend_wait(tj__kern *k, uint64_t t) {
     if (!t) return;
     e[0] = 0;
     if (b->wait(b, k->dev, t, e, sizeof e) && !k->err[0])
-        snprintf(k->err, TJ__MSG, "%s: backend '%s' could not wait for a copy on device %d (at %s:%d): %s", tj__opname(k->n->op), b->name, k->dev,
+        snprintf(k->err, TJ__MSG, "%s: backend '%s' could not wait for a copy on device %d (at %s:%d): %.512s", tj__opname(k->n->op), b->name, k->dev,
                  tj__base(k->n->file), k->n->line, e[0] ? e : "no reason given");
     for (i = j = 0; i < r->npend[k->dev]; i++)
         if (r->pend[k->dev][i].ticket > t) r->pend[k->dev][j++] = r->pend[k->dev][i];

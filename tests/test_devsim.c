@@ -7,11 +7,17 @@
  * host (a direct read faults), that its streams are asynchronous (a missing
  * sync reads stale bytes), that a write past a block is caught, that kernel
  * errors come back at sync with the CPU's message, and that programs give
- * the CPU backend's bits, here and under TJ_BACKEND=devsim. */
+ * the CPU backend's bits, here and under TJ_BACKEND=devsim. The runner's
+ * copy stream (tests/tj_async_test.h): offload_scan's remat policies give
+ * the CPU's bits run after run with the device and host bytes of the
+ * memory plan (a wait the runner forgets, before reusing a copy's source
+ * or touching its destination, makes them differ), and a profiled run's
+ * trace has both streams, each in order, copies timed by the device. */
 #define _POSIX_C_SOURCE 200809L
 /* the implementation is linked in: tests/tj_impl.c */
 #include "../tinyjax.h"
 #include "tj_test.h"
+#include "tj_async_test.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -61,133 +67,6 @@ static void bad_take(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g;
     (void)u;
     tj_tree_set_v(out, "y", tj_take(tj_tree_v(in, "t"), "v", tj_tree_v(in, "i")));
-}
-
-/* ---- asynchronous copies: demos/offload_scan.c's model, small ----
-   A stack of residual MLP blocks scanned over "layer", loss + gradients
-   under a remat/offload policy. Offloading runs a copy to host memory on
-   the copy stream each forward iteration (whose source the next iteration
-   overwrites), and the backward scan stages each offloaded slice back one
-   iteration ahead; a checkpoint with an offload policy fetches its
-   residual back (to_device) before the region's backward reads it. On
-   devsim each copy lags TJ_DEVSIM_COPY_DELAY_US behind, so a wait the
-   runner forgets gives other numbers than the CPU (or a report of ASan). */
-enum { AL = 24, AB = 2, AP = 4, AE = 16, AH = 32 };
-static tj_v ablock(tj_v x, tj_v w1, tj_v w2) {
-    tj_v h = tj_checkpoint_name(tj_dot(x, w1, "embed"), "hidden");
-    return tj_checkpoint_name(tj_add(x, tj_dot(tj_relu(h), w2, "hidden")), "residual");
-}
-static void abody(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *ys, void *u) {
-    (void)g;
-    (void)ys;
-    (void)u;
-    carry_out[0] = ablock(carry[0], xs[0], xs[1]);
-}
-static void aregion(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
-    (void)g;
-    (void)u;
-    out[0] = tj_tanh(ablock(in[0], in[1], in[2]));
-}
-static void astack(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    const tj_policy *pol = (const tj_policy *)u;
-    tj_v x = tj_tree_v(in, "x"), xs[2], h, r[3], loss, wrt[4], gr[4];
-    (void)g;
-    xs[0] = tj_tree_v(in, "w1");
-    xs[1] = tj_tree_v(in, "w2");
-    if (tj_scan(abody, NULL, "layer", 1, &x, 2, xs, 0, &h, NULL, pol) != TJ_OK) return;
-    r[0] = h; /* then one more block in a checkpoint: to_host and to_device */
-    r[1] = tj_tree_v(in, "v1");
-    r[2] = tj_tree_v(in, "v2");
-    if (tj_checkpoint(aregion, NULL, 3, r, 1, &h, pol) != TJ_OK) return;
-    loss = tj_mean(tj_dot(h, tj_tree_v(in, "wout"), "embed"), "batch pos");
-    wrt[0] = xs[0], wrt[1] = xs[1], wrt[2] = r[1], wrt[3] = x;
-    if (tj_grad(loss, 4, wrt, gr) != TJ_OK) return;
-    tj_tree_set_v(out, "loss", loss);
-    tj_tree_set_v(out, "g_w1", gr[0]);
-    tj_tree_set_v(out, "g_w2", gr[1]);
-    tj_tree_set_v(out, "g_v1", gr[2]);
-    tj_tree_set_v(out, "g_x", gr[3]);
-}
-static tj_tree *astack_in(tj_ctx *c) {
-    tj_tree *in = tj_tree_new(c);
-    char sh[96];
-    snprintf(sh, sizeof sh, "batch=%d pos=%d embed=%d", AB, AP, AE);
-    tj_tree_set_array(in, "x", tjt_rand(c, TJ_F32, sh, 11, -1, 1));
-    snprintf(sh, sizeof sh, "layer=%d embed=%d hidden=%d", AL, AE, AH);
-    tj_tree_set_array(in, "w1", tjt_rand(c, TJ_F32, sh, 12, -0.25, 0.25));
-    snprintf(sh, sizeof sh, "layer=%d hidden=%d embed=%d", AL, AH, AE);
-    tj_tree_set_array(in, "w2", tjt_rand(c, TJ_F32, sh, 13, -0.18, 0.18));
-    snprintf(sh, sizeof sh, "embed=%d hidden=%d", AE, AH);
-    tj_tree_set_array(in, "v1", tjt_rand(c, TJ_F32, sh, 14, -0.25, 0.25));
-    snprintf(sh, sizeof sh, "hidden=%d embed=%d", AH, AE);
-    tj_tree_set_array(in, "v2", tjt_rand(c, TJ_F32, sh, 15, -0.18, 0.18));
-    snprintf(sh, sizeof sh, "embed=%d", AE);
-    tj_tree_set_array(in, "wout", tjt_rand(c, TJ_F32, sh, 16, -0.25, 0.25));
-    return in;
-}
-
-/* ---- a backend that counts the bytes it holds in each memory space ----
-   It passes every call on to devsim; the offload tests compare its device
-   and host bytes with the memory plan. */
-#define NBLK 4096
-typedef struct {
-    tj_backend b;
-    tj_backend *in;
-    void *blk[NBLK];
-    size_t blkn[NBLK];
-    int blks[NBLK];
-    int64_t live[2]; /* TJ_SPACE_DEVICE, TJ_SPACE_HOST */
-} counting;
-static tj_backend *inner(tj_backend *b) { return ((counting *)b->state)->in; }
-static void *cnt_alloc(tj_backend *b, int dev, int space, size_t n) {
-    counting *c = (counting *)b->state;
-    void *p = c->in->alloc(c->in, dev, space, n);
-    int i;
-    if (p && (space == TJ_SPACE_DEVICE || space == TJ_SPACE_HOST)) {
-        for (i = 0; i < NBLK && c->blk[i]; i++) {}
-        if (i < NBLK) {
-            c->blk[i] = p;
-            c->blkn[i] = n;
-            c->blks[i] = space;
-            c->live[space] += (int64_t)n;
-        }
-    }
-    return p;
-}
-static void cnt_free(tj_backend *b, int dev, int space, void *p) {
-    counting *c = (counting *)b->state;
-    int i;
-    for (i = 0; p && i < NBLK; i++)
-        if (c->blk[i] == p) {
-            c->live[c->blks[i]] -= (int64_t)c->blkn[i];
-            c->blk[i] = NULL;
-            break;
-        }
-    c->in->free(c->in, dev, space, p);
-}
-static int cnt_copy(tj_backend *b, int dev, void *d, int ds, const void *s, int ss, size_t n) { return inner(b)->copy(inner(b), dev, d, ds, s, ss, n); }
-static int cnt_run(tj_backend *b, struct tj__kern *k) { return inner(b)->run(inner(b), k); }
-static int cnt_sync(tj_backend *b, int dev, char *e, size_t en) { return inner(b)->sync(inner(b), dev, e, en); }
-static uint64_t cnt_copy_async(tj_backend *b, int dev, void *d, int ds, const void *s, int ss, size_t n) {
-    return inner(b)->copy_async(inner(b), dev, d, ds, s, ss, n);
-}
-static int cnt_wait(tj_backend *b, int dev, uint64_t t, char *e, size_t en) { return inner(b)->wait(inner(b), dev, t, e, en); }
-static int cnt_mark(tj_backend *b, int dev, int w) { return inner(b)->mark(inner(b), dev, w); }
-static int cnt_mark_times(tj_backend *b, int dev, double *us, int n) { return inner(b)->mark_times(inner(b), dev, us, n); }
-static void counting_init(counting *c, tj_backend *in) {
-    memset(c, 0, sizeof *c);
-    c->in = in;
-    c->b = *in;
-    c->b.state = c;
-    c->b.alloc = cnt_alloc;
-    c->b.free = cnt_free;
-    c->b.copy = cnt_copy;
-    c->b.run = cnt_run;
-    c->b.sync = cnt_sync;
-    c->b.copy_async = cnt_copy_async;
-    c->b.wait = cnt_wait;
-    c->b.mark = cnt_mark;
-    c->b.mark_times = cnt_mark_times;
 }
 
 int main(void) {
@@ -299,83 +178,10 @@ int main(void) {
     }
 
     tjt_current = "offload policies";
-    { /* every remat policy of demos/offload_scan.c: the CPU's bits, and the
-         device and host bytes the memory plan says, on devsim */
-        const char *label[6] = {"everything_saveable", "nothing_saveable", "save hidden", "offload hidden", "offload residual", "offload hidden residual"};
-        tj_policy pol[6];
-        counting cb;
-        int v, r;
-        pol[0] = tj_everything_saveable();
-        pol[1] = tj_nothing_saveable();
-        pol[2] = tj_save_only_these_names("hidden");
-        pol[3] = tj_save_and_offload_only_these_names("", "hidden");
-        pol[4] = tj_save_and_offload_only_these_names("", "residual");
-        pol[5] = tj_save_and_offload_only_these_names("", "hidden residual");
-        counting_init(&cb, b);
-        for (v = 0; v < 6; v++) {
-            tj_ctx *c[2];
-            tjt_outs o[2];
-            tj_memory_analysis mem;
-            memset(o, 0, sizeof o);
-            c[0] = tj_ctx_new();
-            c[1] = tj_ctx_new();
-            tj_set_backend(c[0], NULL); /* the CPU, also under TJ_BACKEND=devsim */
-            tj_set_backend(c[1], &cb.b);
-            for (r = 0; r < 2; r++) {
-                tj_tree *in = astack_in(c[r]), *out = tj_tree_new(c[r]);
-                tj_prog *p = tj_jit(c[r], "astack", astack, &pol[v], in, NULL);
-                int run;
-                TJT_CHECK(p != NULL, "%s: jit: %s", label[v], tj_error(c[r]));
-                for (run = 0; p && run < (r ? 3 : 1); run++) { /* devsim: again on the same arenas */
-                    tj_tree_free(out);
-                    out = tj_tree_new(c[r]);
-                    TJT_CHECK(tj_run(p, in, out) == TJ_OK, "%s: run %d: %s", label[v], run, tj_error(c[r]));
-                    if (r && run) {
-                        tjt_outs again;
-                        char what[96];
-                        memset(&again, 0, sizeof again);
-                        tjt_outs_read(&again, out);
-                        snprintf(what, sizeof what, "%s: devsim run %d vs run 0", label[v], run);
-                        tjt_outs_compare(what, &o[1], &again, 0);
-                        tjt_outs_free(&again);
-                    } else tjt_outs_read(&o[r], out);
-                }
-                if (p && r) {
-                    mem = tj_prog_memory(p);
-                    TJT_CHECK(cb.live[TJ_SPACE_HOST] == mem.host_temp_bytes, "%s: devsim holds %lld B of host space, the plan says %lld B", label[v],
-                              (long long)cb.live[TJ_SPACE_HOST], (long long)mem.host_temp_bytes);
-                    TJT_CHECK(tj_get_alloc_stats(c[1]).arena_bytes - cb.live[TJ_SPACE_HOST] == mem.temp_bytes,
-                              "%s: devsim holds %lld B of device arena, the plan says %lld B", label[v],
-                              (long long)(tj_get_alloc_stats(c[1]).arena_bytes - cb.live[TJ_SPACE_HOST]), (long long)mem.temp_bytes);
-                    TJT_CHECK((mem.host_temp_bytes > 0) == (v >= 3), "%s: %lld B planned in host space", label[v], (long long)mem.host_temp_bytes);
-                }
-                tj_prog_free(p);
-                tj_tree_free(in);
-                tj_tree_free(out);
-            }
-            {
-                char what[96];
-                snprintf(what, sizeof what, "%s: devsim vs CPU", label[v]);
-                tjt_outs_compare(what, &o[0], &o[1], 0);
-            }
-            tjt_outs_free(&o[0]);
-            tjt_outs_free(&o[1]);
-            tj_ctx_free(c[0]);
-            tj_ctx_free(c[1]);
-        }
-        TJT_CHECK(cb.live[TJ_SPACE_DEVICE] == 0 && cb.live[TJ_SPACE_HOST] == 0, "after the programs and arrays are freed devsim still holds %lld + %lld B",
-                  (long long)cb.live[TJ_SPACE_DEVICE], (long long)cb.live[TJ_SPACE_HOST]);
-    }
-
+    tjt_offload_policies(b, 0); /* devsim: the CPU's bits */
     tjt_current = "trace";
-    { /* device time stamps: a track per stream, each stream's events in
-         order and never overlapping; a copy takes the copy stream's lag
-         (device time: the host only queued it) */
+    { /* a devsim whose copies lag 300 us: every copy event must show it */
         tj_backend *b2;
-        tj_ctx *c = tj_ctx_new();
-        tj_tree *in, *out;
-        tj_policy pol = tj_save_and_offload_only_these_names("", "hidden residual");
-        tj_prog *p;
         const char *old = getenv("TJ_DEVSIM_COPY_DELAY_US");
         char *keep = old ? strdup(old) : NULL;
         setenv("TJ_DEVSIM_COPY_DELAY_US", "300", 1);
@@ -383,55 +189,8 @@ int main(void) {
         if (keep) setenv("TJ_DEVSIM_COPY_DELAY_US", keep, 1);
         else unsetenv("TJ_DEVSIM_COPY_DELAY_US");
         free(keep);
-        tj_set_backend(c, b2);
-        tj_set_profile(c, 1);
-        in = astack_in(c);
-        out = tj_tree_new(c);
-        p = tj_jit(c, "astack", astack, &pol, in, NULL);
-        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "profiled run: %s", tj_error(c));
-        if (p) {
-            int n = tj_prog_events(p, NULL, 0), i, w, cnt[2] = {0, 0}, copies = 0, slow = 0, names = 0;
-            tj_event *ev = (tj_event *)calloc((size_t)n + 1, sizeof *ev);
-            double end[2] = {-1e300, -1e300};
-            n = ev ? tj_prog_events(p, ev, n) : 0;
-            for (i = 0; i < n; i++) {
-                w = ev[i].stream;
-                TJT_CHECK(w == 0 || w == 1, "event %d (%s) on stream %d", i, ev[i].op, w);
-                if (w != 0 && w != 1) continue;
-                cnt[w]++;
-                TJT_CHECK(ev[i].dur_us >= 0 && ev[i].start_us >= end[w] - 1e-6, "stream %d: event %d (%s) starts at %.3f us, before the last one ended (%.3f us)", w, i,
-                          ev[i].op, ev[i].start_us, end[w]);
-                end[w] = ev[i].start_us + ev[i].dur_us;
-                if (w == 1) {
-                    copies += ev[i].kind == 2;
-                    slow += ev[i].dur_us >= 300;
-                    names += !strcmp(ev[i].op, "offload") || !strcmp(ev[i].op, "fetch") || !strcmp(ev[i].op, "prefetch");
-                }
-            }
-            TJT_CHECK(cnt[0] > 0 && cnt[1] > 0, "events on both streams: compute %d, copy %d", cnt[0], cnt[1]);
-            TJT_CHECK(copies == cnt[1] && names == cnt[1], "the copy stream holds copies only (offload, fetch, prefetch): %d of %d", names, cnt[1]);
-            TJT_CHECK(slow == cnt[1], "device times: %d of %d copies took the copy stream's 300 us", slow, cnt[1]);
-            {
-                const char *path = "build_test_devsim_trace.json";
-                FILE *f;
-                char buf[1 << 16];
-                size_t got = 0;
-                TJT_CHECK(tj_prog_write_trace(p, path) == TJ_OK, "write trace: %s", tj_error(c));
-                if ((f = fopen(path, "rb")) != NULL) {
-                    got = fread(buf, 1, sizeof buf - 1, f);
-                    fclose(f);
-                }
-                buf[got] = 0;
-                TJT_CHECK(strstr(buf, "\"device 0 compute\"") && strstr(buf, "\"device 0 copies\""), "the trace names a track per stream");
-                TJT_CHECK(strstr(buf, "\"tid\": 1, \"ts\""), "the trace has events on the copy stream's track");
-                remove(path);
-            }
-            free(ev);
-        }
-        tj_prog_free(p);
-        tj_tree_free(in);
-        tj_tree_free(out);
-        tj_ctx_free(c);
+        TJT_CHECK(b2 != NULL, "a second devsim backend");
+        if (b2) tjt_trace_streams(b2, 300);
         tj_devsim_backend_free(b2);
     }
 
