@@ -867,8 +867,8 @@ TJDEF int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
    any direct read or write faults), two streams per device (compute, and
    copies for copy_async), each run by a worker thread, so kernels and
    copies run asynchronously in issue order, ordered across the two by
-   events; kernel errors come back at sync. Free it after the arrays and programs of the
-   contexts that use it. */
+   events; kernel errors come back at sync. Free it after the arrays and
+   programs of the contexts that use it. */
 TJDEF tj_backend *tj_devsim_backend(void);
 TJDEF void tj_devsim_backend_free(tj_backend *b);
 
@@ -10916,21 +10916,24 @@ static void tj__dev_copy_async(tj__kern *k, void *dst, int dspace, const void *s
 #define TJ__RUNNER_OP(op) ((op) == TJ__OP_SCAN || (op) == TJ__OP_TO_HOST || (op) == TJ__OP_TO_DEVICE)
 /* node k on the backend (its compute stream), after the copies it touches,
    between two marks when profiling */
-static void tj__backend_node(tj__kern *k, const char *what) {
+static void tj__backend_node(tj__kern *k) {
     tj_ctx *c = k->ctx;
     int prof = c->profile && k->rdv, m0 = -1;
     double t0 = prof ? tj__now_us() : 0;
     tj__pend_node(k);
     if (prof) m0 = tj__mark(c, k->rdv, k->dev, 0);
-    if (c->backend->run(c->backend, k) && !k->err[0])
-        snprintf(k->err, TJ__MSG, "backend '%s' failed to run %s (at %s:%d)", c->backend->name, what, tj__base(k->n->file), k->n->line);
+    if (c->backend->run(c->backend, k) && !k->err[0]) {
+        if (k->n->members) snprintf(k->err, TJ__MSG, "backend '%s' failed to run a fused group (at %s:%d)", c->backend->name, tj__base(k->n->file), k->n->line);
+        else
+            snprintf(k->err, TJ__MSG, "backend '%s' failed to run op '%s' (at %s:%d)", c->backend->name, tj__opname(k->n->op), tj__base(k->n->file),
+                     k->n->line);
+    }
     if (prof) tj__record(k->rdv, k->dev, k->n, t0, tj__now_us(), m0, m0 < 0 ? -1 : tj__mark(c, k->rdv, k->dev, 0), 0, NULL);
 }
 /* Run a compiled program on raw buffers: args[param index], outs[output
    index], arena[space]. Kernel errors land in err. */
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, tj__rdv *rdv) {
     int i, j, prof = p->ctx->profile && rdv;
-    char what[64];
     for (i = 0; i < p->nsched; i++) {
         tj_node *n = p->sched[i];
         tj__kern k;
@@ -10967,7 +10970,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
                 k.dev = dev;
                 k.rdv = rdv;
                 k.err = err;
-                tj__backend_node(&k, "a fused group");
+                tj__backend_node(&k);
             }
             continue;
         }
@@ -10993,10 +10996,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         else if (!p->ctx->backend) {
             tj__ops[n->op].cpu(&k);
             if (prof) tj__record(rdv, dev, n, t0, tj__now_us(), -1, -1, 0, NULL);
-        } else {
-            snprintf(what, sizeof what, "op '%s'", tj__opname(n->op));
-            tj__backend_node(&k, what);
-        }
+        } else tj__backend_node(&k);
     }
     return err[0] ? TJ_ERR_ARG : TJ_OK;
 }
