@@ -959,8 +959,8 @@ static void usage(void) {
         "  --top-k N           sample from the k most likely tokens (40; 0 = all)\n"
         "  --svg FILE          loss curve (gpt2_loss.svg; \"\": none)\n"
         "  --trace FILE        Chrome trace (Perfetto) JSON of one training step: a track per\n"
-        "                      device with every kernel, fused loop, collective and offload\n"
-        "                      copy; host-side phases of all steps go to FILE.steps.json\n"
+        "                      device and stream with every kernel, fused loop, collective and\n"
+        "                      offload copy; host-side phases of all steps go to FILE.steps.json\n"
         "  --print-program     print the compiled training step and its memory plan\n"
         "checkpoints (safetensors via tj_tree_save: written atomically, a kill never\n"
         "leaves a broken one)\n"
@@ -1915,7 +1915,7 @@ static int gpt2_main(int argc, char **argv) {
                     fprintf(stderr, "gpt2_train: --trace: %s\n", tj_error(tr.ctx));
                     tj_clear_error(tr.ctx); /* or the next step would fail on this error */
                     rc = 1;
-                } else printf("trace: %s: one step, a track per device: kernels, fused loops, collectives, offload copies (open in ui.perfetto.dev)\n",
+                } else printf("trace: %s: one step, a track per device and stream: kernels, fused loops, collectives; offload copies (open in ui.perfetto.dev)\n",
                             a.trace);
             }
             snprintf(args, sizeof args, "loss %.4f", loss);

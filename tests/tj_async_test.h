@@ -274,6 +274,12 @@ static void tjt_trace_streams(tj_backend *be, double min_copy_us) {
                     buf[fread(buf, 1, (size_t)got, f)] = 0;
                 fclose(f);
             }
+            if (buf) {
+                tj_json j;
+                char err[256];
+                tj_json_init(&j, buf, (size_t)got, path, err, sizeof err);
+                TJT_CHECK(tj_json_skip(&j) == TJ_OK && tj_json_peek(&j) == -1, "the trace is not one JSON value: %s", err);
+            }
             TJT_CHECK(buf && strstr(buf, "\"device 0 compute\"") && strstr(buf, "\"device 0 copies\""), "the trace names a track per stream");
             TJT_CHECK(buf && strstr(buf, "\"tid\": 1, \"ts\""), "the trace has events on the copy stream's track");
             free(buf);
