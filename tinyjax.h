@@ -11170,10 +11170,12 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
    counts the items it has finished; an item may first wait until another
    stream has finished a given count (a copy_async waits for the compute
    work issued before it, a wait for the copy with its ticket, the ticket
-   being the copy stream's count after it). The copy stream sleeps
-   TJ_DEVSIM_COPY_DELAY_US microseconds (default 100) before each copy, as a
-   slow bus would, so the runner's missing wait reads stale bytes (tests
-   see a wrong result) instead of winning a race by luck. A mark is an item
+   being the copy stream's count after it). A copy to or from host space
+   on a device's stream first sleeps TJ_DEVSIM_COPY_DELAY_US microseconds
+   (default 100), as a slow bus would, so the runner's missing wait reads
+   stale bytes (tests see a wrong result) instead of winning a race by
+   luck, and a copy on the compute stream costs what it costs on the copy
+   stream (demos/bench_copy_stream.c compares the two). A mark is an item
    that reads the clock when its stream reaches it. A kernel's error goes
    to the stream's slot; after it, the stream skips everything but
    collectives (as the CPU device thread does) until sync hands the error
@@ -11421,6 +11423,7 @@ static int tj__ds_copy(tj_backend *b, int dev, void *dst, int dspace, const void
     it->dst = rd;
     it->src = rs;
     it->n = n;
+    if (dspace == TJ_SPACE_HOST || sspace == TJ_SPACE_HOST) it->delay_us = d->copy_delay_us; /* over the bus */
     tj__ds_push(s);
     return 0;
 }
