@@ -242,7 +242,7 @@ static void tjt_trace_streams(tj_backend *be, double min_copy_us) {
     p = tj_jit(c, "astack", tjt_astack, &pol, in, NULL);
     TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "profiled run: %s", tj_error(c));
     if (p) {
-        int n = tj_prog_events(p, NULL, 0), i, w, cnt[2] = {0, 0}, copies = 0, slow = 0, names = 0;
+        int n = tj_prog_events(p, NULL, 0), i, w, cnt[2] = {0, 0}, copies = 0, slow = 0, names = 0, kinds[3] = {0, 0, 0};
         tj_event *ev = (tj_event *)calloc((size_t)n + 1, sizeof *ev);
         double end[2] = {-1e300, -1e300};
         n = ev ? tj_prog_events(p, ev, n) : 0;
@@ -257,11 +257,16 @@ static void tjt_trace_streams(tj_backend *be, double min_copy_us) {
             if (w == 1) {
                 copies += ev[i].kind == 2;
                 slow += ev[i].dur_us >= min_copy_us;
-                names += !strcmp(ev[i].op, "offload") || !strcmp(ev[i].op, "fetch") || !strcmp(ev[i].op, "prefetch");
+                kinds[0] += !strcmp(ev[i].op, "offload");
+                kinds[1] += !strcmp(ev[i].op, "fetch");
+                kinds[2] += !strcmp(ev[i].op, "prefetch");
             }
         }
         TJT_CHECK(cnt[0] > 0 && cnt[1] > 0, "events on both streams: compute %d, copy %d", cnt[0], cnt[1]);
+        names = kinds[0] + kinds[1] + kinds[2];
         TJT_CHECK(copies == cnt[1] && names == cnt[1], "the copy stream holds copies only (offload, fetch, prefetch): %d of %d", names, cnt[1]);
+        TJT_CHECK(kinds[0] > 0 && kinds[1] > 0 && kinds[2] > 0, "the program copies all three ways: %d offload, %d fetch, %d prefetch", kinds[0], kinds[1],
+                  kinds[2]);
         TJT_CHECK(slow == cnt[1], "device times: %d of %d copies took at least %g us", slow, cnt[1], min_copy_us);
         {
             char path[64], *buf = NULL;
