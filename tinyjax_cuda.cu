@@ -1066,7 +1066,7 @@ static int tjc_check_read(tjc_state *s, char *msg, size_t n) {
     int i, bad = 0;
     if (!s->nchk) return 0;
     if ((e = cudaMemcpy(s->h_chk, s->d_chk, sizeof(unsigned long long) * 2 * (size_t)s->nchk, cudaMemcpyDeviceToHost)) != cudaSuccess ||
-        (e = cudaMemset(s->d_chk, 0xff, sizeof(unsigned long long) * 2 * (size_t)s->nchk)) != cudaSuccess) {
+        (e = cudaMemsetAsync(s->d_chk, 0xff, sizeof(unsigned long long) * 2 * (size_t)s->nchk, s->compute)) != cudaSuccess) { /* before the next kernels */
         snprintf(msg, n, "cuda backend: reading the index checks failed: %s", cudaGetErrorString(e));
         s->nchk = 0;
         return 1;
@@ -2623,7 +2623,7 @@ static tjc_state *tjc_state_of(tjc_backend *be, int dev, char *err, size_t errle
     for (i = 0; i < TJC_NTICKET; i++) TJC_INIT(cudaEventCreateWithFlags(&s->ticket[i], cudaEventDisableTiming));
     TJC_INIT(cudaMalloc((void **)&s->d_chk, sizeof(unsigned long long) * 2 * TJC_NCHECK));
     TJC_INIT(cudaHostAlloc((void **)&s->h_chk, sizeof(unsigned long long) * 2 * TJC_NCHECK, cudaHostAllocDefault));
-    TJC_INIT(cudaMemset(s->d_chk, 0xff, sizeof(unsigned long long) * 2 * TJC_NCHECK));
+    TJC_INIT(cudaMemsetAsync(s->d_chk, 0xff, sizeof(unsigned long long) * 2 * TJC_NCHECK, s->compute)); /* ordered before every kernel */
     s->d_errpos = s->d_chk;
 #undef TJC_INIT
     if ((bs = cublasCreate(&s->blas)) != CUBLAS_STATUS_SUCCESS || (bs = cublasSetStream(s->blas, s->compute)) != CUBLAS_STATUS_SUCCESS) {
