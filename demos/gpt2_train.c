@@ -1439,16 +1439,17 @@ static void print_profile(const tj_event *ev, int n, int by_line, int top) {
     for (i = 0; i < n; i++) {
         char key[96];
         const char *f = ev[i].file ? strrchr(ev[i].file, '/') : NULL;
-        if (by_line) snprintf(key, sizeof key, "%s at %s:%d", ev[i].op, f ? f + 1 : ev[i].file ? ev[i].file : "?", ev[i].line);
-        else snprintf(key, sizeof key, "%s", ev[i].op);
+        if (by_line) snprintf(key, sizeof key, "%s at %s:%d%s", ev[i].op, f ? f + 1 : ev[i].file ? ev[i].file : "?", ev[i].line, ev[i].stream ? " (copy stream)" : "");
+        else snprintf(key, sizeof key, "%s%s", ev[i].op, ev[i].stream ? " (copy stream)" : "");
         for (j = 0; j < nr && strcmp(r[j].key, key); j++) {}
         if (j == nr) snprintf(r[nr++].key, sizeof r[0].key, "%s", key);
         r[j].us += ev[i].dur_us;
         r[j].n++;
-        total += ev[i].dur_us;
+        if (!ev[i].stream) total += ev[i].dur_us; /* the copy stream runs beside it */
     }
     qsort(r, (size_t)nr, sizeof *r, cmp_prof);
-    printf("profile: %d events, %.2f ms in all; by %s, the largest first:\n", n, total * 1e-3, by_line ? "op and source line" : "op");
+    printf("profile: %d events, %.2f ms on the compute streams; by %s, the largest first (%% of that):\n", n, total * 1e-3,
+           by_line ? "op and source line" : "op");
     for (i = 0; i < nr && i < top; i++)
         printf("  %8.3f ms %5.1f%%  %5d x  %s\n", r[i].us * 1e-3, total > 0 ? 100 * r[i].us / total : 0.0, r[i].n, r[i].key);
     free(r);
