@@ -823,6 +823,27 @@ struct tj_backend {
        another member, its stores in k->pout[member], NULL if none); zero:
        programs for this backend are compiled with one node per kernel */
     int fused_groups;
+    /* Optional (NULL: every copy goes through copy, on the device's stream).
+       copy_async queues a copy on device dev's copy stream, after the work
+       issued to its compute stream so far, and returns its ticket (> 0; 0:
+       not issued); tickets of a device grow in issue order. wait makes
+       device dev's compute stream wait, before its later work, for the
+       copies up to `ticket` (0, or nonzero after writing err). sync waits for
+       the copy stream too. The runner sends offload, fetch and a scan's
+       staged slices (the next iteration's, while this one runs) there, and
+       calls wait before the first work that reads or writes a pending
+       copy's destination or writes its source. */
+    uint64_t (*copy_async)(tj_backend *b, int dev, void *dst, int dst_space, const void *src, int src_space, size_t bytes);
+    int (*wait)(tj_backend *b, int dev, uint64_t ticket, char *err, size_t errlen);
+    /* Optional (NULL: profiles time each call on the host). mark records a
+       time stamp on device dev's compute (stream 0) or copy (stream 1)
+       stream, after the work issued to it so far (on the copy stream, also
+       after the compute stream's, as a copy), and returns its index: 0, 1,
+       ... since the last mark_times (-1: none). After sync, mark_times
+       writes the times of the device's first n marks in microseconds from
+       mark 0 into us, forgets them, and returns how many it wrote. */
+    int (*mark)(tj_backend *b, int dev, int stream);
+    int (*mark_times)(tj_backend *b, int dev, double *us, int n);
 };
 /* space ids for tj_backend */
 #define TJ_SPACE_DEVICE 0
@@ -843,10 +864,11 @@ TJDEF void tj_cuda_backend_free(tj_backend *b);
 TJDEF int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
 /* The device-like CPU backend (tests the runner without a GPU): device and
    host-space memory the host cannot dereference (pointers are poisoned:
-   any direct read or write faults), one stream per device run by a worker
-   thread, so kernels and copies run asynchronously in issue order; kernel
-   errors come back at sync. Free it after the arrays and programs of the
-   contexts that use it. */
+   any direct read or write faults), two streams per device (compute, and
+   copies for copy_async), each run by a worker thread, so kernels and
+   copies run asynchronously in issue order, ordered across the two by
+   events; kernel errors come back at sync. Free it after the arrays and
+   programs of the contexts that use it. */
 TJDEF tj_backend *tj_devsim_backend(void);
 TJDEF void tj_devsim_backend_free(tj_backend *b);
 
@@ -1028,7 +1050,9 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *out);
    event per kernel, fused group, collective and memory-space copy on every
    device (scan bodies included, each iteration). tj_prog_events returns the
    last run's events; tj_prog_write_trace writes them as a Chrome trace /
-   Perfetto JSON file (a track per device), atomically. */
+   Perfetto JSON file (a track per device and stream), atomically. On a
+   backend with device time stamps (tj_backend.mark: CUDA events, devsim)
+   the times are the device's, read once at the end of the run. */
 typedef struct {
     int device;
     char op[24];      /* op name ("dot", "all_gather", "offload", "fused x4") */
@@ -1037,6 +1061,7 @@ typedef struct {
     int line;
     double start_us, dur_us; /* from the start of the run                   */
     int kind;         /* 0 kernel, 1 collective, 2 copy between spaces       */
+    int stream;       /* the device's compute stream (0) or copy stream (1)  */
 } tj_event;
 TJDEF void tj_set_profile(tj_ctx *ctx, int on);
 TJDEF int tj_prog_events(const tj_prog *p, tj_event *rows, int max);
@@ -6653,12 +6678,17 @@ static int64_t tj__scan_scratch(const tj_node *n) {
 }
 static double tj__flops_scan(const tj_node *n) { return n->sub->prog ? n->sub->prog->flops * n->a.length : 0; }
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, struct tj__rdv *rdv);
-/* A copy the runner makes on device k->dev's stream (a staged slice, a
-   final carry, offload and fetch): a backend copy, or memcpy on the CPU
-   backend. A copy that cannot be issued is the node's error. */
+static void tj__pend_copy(tj__kern *k, const void *dst, const void *src, int64_t n);
+static void tj__dev_copy_async(tj__kern *k, void *dst, int dspace, const void *src, int sspace, int64_t n, const char *what);
+/* A copy the runner makes on device k->dev's compute stream (a final
+   carry), after the copy-stream copies it touches ([11] tj__pend_copy): a
+   backend copy, or memcpy on the CPU backend. A copy that cannot be issued
+   is the node's error. Offload, fetch and staged slices go to the copy
+   stream instead ([11] tj__dev_copy_async). */
 static void tj__dev_copy(tj__kern *k, void *dst, int dspace, const void *src, int sspace, int64_t n) {
     tj_ctx *c = k->ctx;
     if (n <= 0 || dst == src) return;
+    tj__pend_copy(k, dst, src, n);
     if (!c->backend) memcpy(dst, src, (size_t)n);
     else if (c->backend->copy(c->backend, k->dev, dst, dspace, src, sspace, (size_t)n) && !k->err[0])
         snprintf(k->err, TJ__MSG, "%s: backend '%s' could not copy %lld bytes on device %d (at %s:%d)", tj__opname(k->n->op), c->backend->name,
@@ -6666,7 +6696,7 @@ static void tj__dev_copy(tj__kern *k, void *dst, int dspace, const void *src, in
 }
 /* The runner's scan ([11] calls it for every backend): the body's schedule
    once per iteration on the parent's workspace; every move of bytes is a
-   tj__dev_copy, every node of the body a backend call, so a backend needs no
+   runner copy, every node of the body a backend call, so a backend needs no
    scan kernel of its own. */
 static void tj__k_scan(tj__kern *k) {
     tj_node *n = k->n;
@@ -6699,7 +6729,8 @@ static void tj__k_scan(tj__kern *k) {
     for (i = 0; i < nx; i++) xsl[i] = tj__bytes(k->it[nc + i]) / n->a.length;
     for (i = 0; i < ny; i++) ysl[i] = tj__lbytes(n->g->ctx, &n->proj[nc + i]->t) / n->a.length;
     {   /* xs in host memory (offloaded residuals) are staged into device
-           buffers, the next iteration's slice copied while this one runs */
+           buffers on the copy stream, the next iteration's slice copied
+           while this one runs (the body waits for its own: [11]) */
         char *st = carry0 + tj__carry_bytes(n);
         for (i = 0; i < nx; i++) {
             stage[i][0] = stage[i][1] = NULL;
@@ -6708,8 +6739,8 @@ static void tj__k_scan(tj__kern *k) {
             stage[i][1] = st + tj__align(xsl[i]);
             st += 2 * tj__align(xsl[i]);
             if (n->a.length)
-                tj__dev_copy(k, stage[i][0], TJ_SPACE_DEVICE, (const char *)k->in[nc + i] + (n->a.reverse ? n->a.length - 1 : 0) * xsl[i], TJ_SPACE_HOST,
-                             xsl[i]);
+                tj__dev_copy_async(k, stage[i][0], TJ_SPACE_DEVICE, (const char *)k->in[nc + i] + (n->a.reverse ? n->a.length - 1 : 0) * xsl[i],
+                                   TJ_SPACE_HOST, xsl[i], "prefetch");
         }
     }
     for (s = 0; s < n->a.length; s++) {
@@ -6725,8 +6756,9 @@ static void tj__k_scan(tj__kern *k) {
                 continue;
             }
             args[nc + i] = stage[i][s & 1];
-            if (s + 1 < n->a.length) /* prefetch: on CUDA an async copy on the copy stream */
-                tj__dev_copy(k, stage[i][(s + 1) & 1], TJ_SPACE_DEVICE, (const char *)k->in[nc + i] + tn * xsl[i], TJ_SPACE_HOST, xsl[i]);
+            if (s + 1 < n->a.length) /* prefetch: after iteration s - 1, which read this buffer */
+                tj__dev_copy_async(k, stage[i][(s + 1) & 1], TJ_SPACE_DEVICE, (const char *)k->in[nc + i] + tn * xsl[i], TJ_SPACE_HOST, xsl[i],
+                                   "prefetch");
         }
         for (i = 0; i < ny; i++) outs[nc + i] = (char *)k->pout[nc + i] + t * ysl[i];
         tj__run_body(bp, args, outs, arena, k->err, k->nthreads, k->dev, k->rdv); /* after an error the rest runs dry ([11]) */
@@ -6738,8 +6770,8 @@ static void tj__k_scan(tj__kern *k) {
     }
 }
 /* offload and fetch: a move between memory spaces, which the runner makes
-   (tj__dev_copy) on every backend */
-static void tj__k_memcpy(tj__kern *k) { tj__dev_copy(k, k->out, k->n->space, k->in[0], k->n->in[0]->space, tj__bytes(&k->ot)); }
+   on every backend, on the copy stream where the backend has one */
+static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->space, k->in[0], k->n->in[0]->space, tj__bytes(&k->ot), NULL); }
 
 /* ==== [8] remat and offload policies ===================================== */
 /* The VJP rule of scan is where policies act. It differentiates the body
@@ -10669,12 +10701,33 @@ static void tj__k_ppermute(tj__kern *k) {
     if (src < 0) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
 }
 
-/* ---- the per-run record: profiling events of each device ---- */
+/* ---- the per-run record: profiling events, pending copies of each device ----
+   One per tj_run, shared by the device threads; each device touches only
+   its own rows, so no locks. */
+#define TJ__NPEND 64 /* copies in flight per device before the oldest is waited for */
+typedef struct {
+    uintptr_t src, dst; /* the copy's bytes [src, src + n) -> [dst, dst + n) */
+    int64_t n;
+    uint64_t ticket;
+} tj__pend;
 typedef struct tj__rdv {
-    tj_event *ev[TJ_MAXDEV]; /* each device appends to its own list (no locks) */
+    tj_event *ev[TJ_MAXDEV]; /* the device's profile events                  */
     int nev[TJ_MAXDEV], capev[TJ_MAXDEV];
-    double t0;
+    int (*mk[TJ_MAXDEV])[2]; /* per event: its backend marks (start, end), or -1 */
+    int nmk[TJ_MAXDEV];      /* marks issued on the device in this run       */
+    double mark0[TJ_MAXDEV]; /* host time of the device's mark 0            */
+    double t0;               /* host time of the run's start                */
+    tj__pend *pend[TJ_MAXDEV]; /* copies on the copy stream not yet waited for */
+    int npend[TJ_MAXDEV];
 } tj__rdv;
+static void tj__rdv_free(tj__rdv *r) {
+    int d;
+    for (d = 0; d < TJ_MAXDEV; d++) {
+        TJ_FREE(r->ev[d]);
+        TJ_FREE(r->mk[d]);
+        TJ_FREE(r->pend[d]);
+    }
+}
 
 /* ---- running the schedule on each device ---- */
 static void *tj__buf(tj_node *n, char **arena, void **args, void **outs) {
@@ -10683,24 +10736,37 @@ static void *tj__buf(tj_node *n, char **arena, void **args, void **outs) {
     if (r->out_index >= 0) return outs[r->out_index];
     return r->off < 0 ? NULL : arena[r->space] + r->off; /* a multi-output node has no buffer of its own */
 }
-/* Run a compiled program on raw buffers: args[param index], outs[output
-   index], arena[space]. Kernel errors land in err. */
-/* one timeline event for node n on device dev (profiling) */
-static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double t1) {
+/* ---- profiling: events, and the device's own time stamps ----
+   Without tj_backend.mark an event is the host's time around the call
+   (the CPU backend runs the kernel in it). With marks, the runner stamps
+   the device's stream before and after each node or copy it issues, and
+   after the device's sync turns the stamps into times (tj__marks_to_times):
+   the stream's own time per node, read once per run. */
+/* One timeline event for node n on device dev: host times t0, t1, and the
+   marks m0, m1 (-1: none) on stream `stream`. op: a name other than the
+   node's op ("prefetch"), which also makes it a copy; NULL: the node's. */
+static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double t1, int m0, int m1, int stream, const char *op) {
     tj_event *e;
     if (r->nev[dev] == r->capev[dev]) {
         int nc = r->capev[dev] ? 2 * r->capev[dev] : 256;
         tj_event *ne = (tj_event *)TJ_REALLOC(r->ev[dev], sizeof(tj_event) * (size_t)nc);
+        int(*nm)[2];
         if (!ne) return; /* a profile is best effort: drop the event */
         r->ev[dev] = ne;
+        if (!(nm = (int(*)[2])TJ_REALLOC(r->mk[dev], sizeof(int[2]) * (size_t)nc))) return;
+        r->mk[dev] = nm;
         r->capev[dev] = nc;
     }
+    r->mk[dev][r->nev[dev]][0] = m0;
+    r->mk[dev][r->nev[dev]][1] = m1;
     e = &r->ev[dev][r->nev[dev]++];
     memset(e, 0, sizeof *e);
     e->device = dev;
-    if (n->members) snprintf(e->op, sizeof e->op, "fused x%d", n->nmembers);
+    e->stream = stream;
+    if (op) snprintf(e->op, sizeof e->op, "%s", op);
+    else if (n->members) snprintf(e->op, sizeof e->op, "fused x%d", n->nmembers);
     else snprintf(e->op, sizeof e->op, "%s", tj__ops[n->op].name);
-    e->kind = TJ__IS_COLL(n->op) ? 1 : n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
+    e->kind = TJ__IS_COLL(n->op) ? 1 : op || n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE ? 2 : 0;
     if (e->kind == 1 && n->name) snprintf(e->what, sizeof e->what, "caused by %s", n->name);
     else snprintf(e->what, sizeof e->what, "%%%d", n->id);
     e->file = n->file;
@@ -10708,11 +10774,167 @@ static void tj__record(tj__rdv *r, int dev, const tj_node *n, double t0, double 
     e->start_us = t0 - r->t0;
     e->dur_us = t1 - t0;
 }
+/* a mark on device dev's stream 0 (compute) or 1 (copies); -1 where the
+   backend has none. The host time of mark 0 places the device's times on
+   the run's timeline. */
+static int tj__mark(tj_ctx *c, tj__rdv *r, int dev, int stream) {
+    tj_backend *b = c->backend;
+    int m = b && b->mark && b->mark_times ? b->mark(b, dev, stream) : -1;
+    if (m == 0) r->mark0[dev] = tj__now_us();
+    if (m >= r->nmk[dev]) r->nmk[dev] = m + 1;
+    return m;
+}
+/* After device dev's sync: its marks' times (read once, here) replace the
+   host times of its marked events, and the backend forgets the marks. */
+static void tj__marks_to_times(tj_ctx *c, tj__rdv *r, int dev) {
+    tj_backend *b = c->backend;
+    int i, n = r->nmk[dev];
+    double *us;
+    if (!n || !b || !b->mark_times) return;
+    if (!(us = (double *)tj__malloc(sizeof(double) * (size_t)n))) {
+        b->mark_times(b, dev, NULL, 0); /* forget them; the events keep host times */
+        return;
+    }
+    n = b->mark_times(b, dev, us, n);
+    for (i = 0; i < r->nev[dev]; i++) {
+        int m0 = r->mk[dev][i][0], m1 = r->mk[dev][i][1];
+        if (m0 < 0 || m1 < 0 || m0 >= n || m1 >= n) continue;
+        r->ev[dev][i].start_us = r->mark0[dev] - r->t0 + us[m0];
+        r->ev[dev][i].dur_us = us[m1] > us[m0] ? us[m1] - us[m0] : 0;
+    }
+    TJ_FREE(us);
+}
+
+/* ---- asynchronous copies: where the compute stream waits ----
+   With a backend that has copy_async, offload, fetch and a scan's staged
+   slices go to the device's copy stream (tj__dev_copy_async), where each
+   copy starts after the compute work issued before it, and they are kept
+   in the device's pending list until waited for. Before work on the
+   compute stream that reads or writes a pending copy's destination, or
+   writes its source (the buffer is reused), the runner makes the stream
+   wait for that copy, and so for every earlier one (the copy stream runs
+   in order); everything else runs without waiting, and the host never
+   waits for the device during a run. */
+/* the latest ticket among t and the pending copies that work touching
+   [p, p + n) (writes: and writing it) must wait for */
+static uint64_t tj__pend_need(const tj__rdv *r, int dev, const void *p, int64_t n, int writes, uint64_t t) {
+    uintptr_t a = (uintptr_t)p, b = a + (uintptr_t)n;
+    int i;
+    if (!p || n <= 0) return t;
+    for (i = 0; i < r->npend[dev]; i++) {
+        const tj__pend *e = &r->pend[dev][i];
+        if (e->ticket > t && ((a < e->dst + (uintptr_t)e->n && e->dst < b) || (writes && a < e->src + (uintptr_t)e->n && e->src < b))) t = e->ticket;
+    }
+    return t;
+}
+/* the compute stream of k->dev waits for the copies up to ticket t, which
+   leave the pending list */
+static void tj__pend_wait(tj__kern *k, uint64_t t) {
+    tj__rdv *r = k->rdv;
+    tj_backend *b = k->ctx->backend;
+    int i, j;
+    char e[TJ__MSG];
+    if (!t) return;
+    e[0] = 0;
+    if (b->wait(b, k->dev, t, e, sizeof e) && !k->err[0])
+        snprintf(k->err, TJ__MSG, "%s: backend '%s' could not wait for a copy on device %d (at %s:%d): %.512s", tj__opname(k->n->op), b->name, k->dev,
+                 tj__base(k->n->file), k->n->line, e[0] ? e : "no reason given");
+    for (i = j = 0; i < r->npend[k->dev]; i++)
+        if (r->pend[k->dev][i].ticket > t) r->pend[k->dev][j++] = r->pend[k->dev][i];
+    r->npend[k->dev] = j;
+}
+/* before node k runs on the compute stream: wait for the copies it touches
+   (inputs, output, projections, scratch; a fused group's leaves and stores) */
+static void tj__pend_node(tj__kern *k) {
+    tj__rdv *r = k->rdv;
+    tj_node *n = k->n;
+    uint64_t t = 0;
+    int j, mi;
+    if (!r || !r->npend[k->dev]) return;
+    if (n->members)
+        for (mi = 0; mi < n->nmembers; mi++) {
+            tj_node *x = n->members[mi];
+            for (j = 0; j < x->nin; j++) t = tj__pend_need(r, k->dev, k->in[mi * 3 + j], tj__bytes(&x->in[j]->lt), 0, t);
+            t = tj__pend_need(r, k->dev, k->pout[mi], tj__bytes(&x->lt), 1, t);
+        }
+    else {
+        for (j = 0; j < k->nin && j < 128; j++) t = tj__pend_need(r, k->dev, k->in[j], tj__bytes(k->it[j]), 0, t);
+        t = tj__pend_need(r, k->dev, k->out, tj__bytes(&k->ot), 1, t);
+        for (j = 0; j < n->nproj && j < 64; j++) t = tj__pend_need(r, k->dev, k->pout[j], tj__bytes(&n->proj[j]->lt), 1, t);
+        if (k->scratch && tj__ops[n->op].scratch) t = tj__pend_need(r, k->dev, k->scratch, tj__ops[n->op].scratch(n), 1, t);
+    }
+    tj__pend_wait(k, t);
+}
+/* before a copy on the compute stream (tj__dev_copy): wait for the pending
+   copies it touches */
+static void tj__pend_copy(tj__kern *k, const void *dst, const void *src, int64_t n) {
+    if (!k->rdv || !k->rdv->npend[k->dev]) return;
+    tj__pend_wait(k, tj__pend_need(k->rdv, k->dev, src, n, 0, tj__pend_need(k->rdv, k->dev, dst, n, 1, 0)));
+}
+/* A move of bytes on device k->dev's copy stream (offload, fetch, a staged
+   slice), recorded in the pending list; a backend without copy_async gets
+   tj__dev_copy on the compute stream. what: the profile's name for it
+   (NULL: the node's op). */
+static void tj__dev_copy_async(tj__kern *k, void *dst, int dspace, const void *src, int sspace, int64_t n, const char *what) {
+    tj_ctx *c = k->ctx;
+    tj_backend *b = c->backend;
+    tj__rdv *r = k->rdv;
+    int prof = c->profile && r, m0 = -1, m1 = -1;
+    double t0 = 0;
+    uint64_t t;
+    tj__pend *e;
+    if (n <= 0 || dst == src || k->err[0]) return;
+    if (prof) t0 = tj__now_us();
+    if (!b || !b->copy_async || !b->wait || !r) {
+        if (prof) m0 = tj__mark(c, r, k->dev, 0);
+        tj__dev_copy(k, dst, dspace, src, sspace, n);
+        if (prof) tj__record(r, k->dev, k->n, t0, tj__now_us(), m0, m0 < 0 ? -1 : tj__mark(c, r, k->dev, 0), 0, what);
+        return;
+    }
+    if (!r->pend[k->dev] && !(r->pend[k->dev] = (tj__pend *)tj__malloc(sizeof(tj__pend) * TJ__NPEND))) {
+        snprintf(k->err, TJ__MSG, "%s: out of memory (at %s:%d)", tj__opname(k->n->op), tj__base(k->n->file), k->n->line);
+        return;
+    }
+    if (r->npend[k->dev] == TJ__NPEND) tj__pend_wait(k, r->pend[k->dev][0].ticket); /* full: the oldest must land */
+    if (prof) m0 = tj__mark(c, r, k->dev, 1);
+    if (!(t = b->copy_async(b, k->dev, dst, dspace, src, sspace, (size_t)n))) {
+        snprintf(k->err, TJ__MSG, "%s: backend '%s' could not queue a copy of %lld bytes on device %d's copy stream (at %s:%d)", tj__opname(k->n->op),
+                 b->name, (long long)n, k->dev, tj__base(k->n->file), k->n->line);
+        return;
+    }
+    if (prof) {
+        m1 = tj__mark(c, r, k->dev, 1);
+        tj__record(r, k->dev, k->n, t0, tj__now_us(), m0, m1, 1, what);
+    }
+    e = &r->pend[k->dev][r->npend[k->dev]++];
+    e->src = (uintptr_t)src;
+    e->dst = (uintptr_t)dst;
+    e->n = n;
+    e->ticket = t;
+}
 /* Ops the runner executes itself on every backend, with backend copies and
    backend runs of the nodes inside: scan (tj__k_scan: iterations, regions,
    staged slices, the final carry) and the moves between memory spaces
    (tj__k_memcpy). Parameters, projections and views own no work. */
 #define TJ__RUNNER_OP(op) ((op) == TJ__OP_SCAN || (op) == TJ__OP_TO_HOST || (op) == TJ__OP_TO_DEVICE)
+/* node k on the backend (its compute stream), after the copies it touches,
+   between two marks when profiling */
+static void tj__backend_node(tj__kern *k) {
+    tj_ctx *c = k->ctx;
+    int prof = c->profile && k->rdv, m0 = -1;
+    double t0 = prof ? tj__now_us() : 0;
+    tj__pend_node(k);
+    if (prof) m0 = tj__mark(c, k->rdv, k->dev, 0);
+    if (c->backend->run(c->backend, k) && !k->err[0]) {
+        if (k->n->members) snprintf(k->err, TJ__MSG, "backend '%s' failed to run a fused group (at %s:%d)", c->backend->name, tj__base(k->n->file), k->n->line);
+        else
+            snprintf(k->err, TJ__MSG, "backend '%s' failed to run op '%s' (at %s:%d)", c->backend->name, tj__opname(k->n->op), tj__base(k->n->file),
+                     k->n->line);
+    }
+    if (prof) tj__record(k->rdv, k->dev, k->n, t0, tj__now_us(), m0, m0 < 0 ? -1 : tj__mark(c, k->rdv, k->dev, 0), 0, NULL);
+}
+/* Run a compiled program on raw buffers: args[param index], outs[output
+   index], arena[space]. Kernel errors land in err. */
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, tj__rdv *rdv) {
     int i, j, prof = p->ctx->profile && rdv;
     for (i = 0; i < p->nsched; i++) {
@@ -10736,8 +10958,10 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
                     leafp[mi * 3 + j] = y->fused && tj__froot(y) == n ? NULL : tj__buf(y, arena, args, outs);
                 }
             }
-            if (!p->ctx->backend) tj__k_fused(n, leafp, storep, nthreads);
-            else { /* a backend with fused_groups: the group as one call */
+            if (!p->ctx->backend) {
+                tj__k_fused(n, leafp, storep, nthreads);
+                if (prof) tj__record(rdv, dev, n, t0, tj__now_us(), -1, -1, 0, NULL);
+            } else { /* a backend with fused_groups: the group as one call */
                 memset(&k, 0, sizeof k);
                 k.ctx = p->ctx;
                 k.n = n;
@@ -10749,10 +10973,8 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
                 k.dev = dev;
                 k.rdv = rdv;
                 k.err = err;
-                if (p->ctx->backend->run(p->ctx->backend, &k) && !err[0])
-                    snprintf(err, TJ__MSG, "backend '%s' failed to run a fused group (at %s:%d)", p->ctx->backend->name, tj__base(n->file), n->line);
+                tj__backend_node(&k);
             }
-            if (prof) tj__record(rdv, dev, n, t0, tj__now_us());
             continue;
         }
         memset(&k, 0, sizeof k);
@@ -10773,10 +10995,11 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         k.rdv = rdv;
         k.err = err;
         k.custom_gpu = tj__k_custom_gpu;
-        if (!p->ctx->backend || TJ__RUNNER_OP(n->op)) tj__ops[n->op].cpu(&k); /* the runner's own: through backend calls */
-        else if (p->ctx->backend->run(p->ctx->backend, &k) && !err[0])
-            snprintf(err, TJ__MSG, "backend '%s' failed to run op '%s' (at %s:%d)", p->ctx->backend->name, tj__opname(n->op), tj__base(n->file), n->line);
-        if (prof && n->op != TJ__OP_SCAN) tj__record(rdv, dev, n, t0, tj__now_us()); /* a scan's body records its own */
+        if (TJ__RUNNER_OP(n->op)) tj__ops[n->op].cpu(&k); /* the runner's own, through backend calls; they record their own events */
+        else if (!p->ctx->backend) {
+            tj__ops[n->op].cpu(&k);
+            if (prof) tj__record(rdv, dev, n, t0, tj__now_us(), -1, -1, 0, NULL);
+        } else tj__backend_node(&k);
     }
     return err[0] ? TJ_ERR_ARG : TJ_OK;
 }
@@ -10798,11 +11021,12 @@ static void *tj__device_main(void *arg) {
     tj__devrun *r = (tj__devrun *)arg;
     tj_backend *b = r->p->ctx->backend;
     tj__run_body(r->p, r->args, r->outs, r->arena, r->err, r->nth, r->dev, r->rdv);
-    if (b) { /* the device's stream may still run; its kernel errors come back here */
+    if (b) { /* the device's streams may still run; its kernel errors come back here */
         char e[TJ__MSG];
         e[0] = 0;
         if (b->sync(b, r->dev, e, sizeof e) && !r->err[0])
             snprintf(r->err, sizeof r->err, "%s", e[0] ? e : "the backend failed to synchronise");
+        if (r->p->ctx->profile) tj__marks_to_times(r->p->ctx, r->rdv, r->dev);
     }
     if (r->err[0]) r->st = TJ_ERR_ARG;
     return NULL;
@@ -10926,7 +11150,7 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
             p->nevents += rdv.nev[d];
         }
     }
-    for (d = 0; d < c->ndev; d++) TJ_FREE(rdv.ev[d]);
+    tj__rdv_free(&rdv);
     TJ_FREE(runs);
     TJ_FREE(bufs);
     return st;
@@ -10942,34 +11166,54 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
    instead of going through copy faults at once (a SEGV, or an ASan report).
    Pointer arithmetic and comparisons on them still work. New memory is
    filled with 0xff bytes (NaN in every float dtype), and 64 guard bytes
-   after each block are checked at free. Streams: one per device, a queue
-   run in issue order by the device's worker thread; run and copy return
-   when the work is queued. A kernel's error goes to the stream's slot;
-   after it, the stream skips everything but collectives (as the CPU device
-   thread does) until sync hands the error back. */
+   after each block are checked at free. Streams: two per device, compute
+   and copy, each a queue run in issue order by a worker thread of its own;
+   run and copy go to the compute stream, copy_async to the copy stream,
+   and every call returns when the work is queued. Events: each stream
+   counts the items it has finished; an item may first wait until another
+   stream has finished a given count (a copy_async waits for the compute
+   work issued before it, a wait for the copy with its ticket, the ticket
+   being the copy stream's count after it). A copy to or from host space
+   on a device's stream first sleeps TJ_DEVSIM_COPY_DELAY_US microseconds
+   (default 100), as a slow bus would, so the runner's missing wait reads
+   stale bytes (tests see a wrong result) instead of winning a race by
+   luck, and a copy on the compute stream costs what it costs on the copy
+   stream (demos/bench_copy_stream.c compares the two). A mark is an item
+   that reads the clock when its stream reaches it. A kernel's error goes
+   to the stream's slot; after it, the stream skips everything but
+   collectives (as the CPU device thread does) until sync hands the error
+   back. */
 #define TJ__DS_POISON ((uintptr_t)1 << 62)
 #define TJ__DS_QUEUE 64
 #define TJ__DS_GUARD 64
 #define TJ__DS_MAGIC 0x7464657673696d21ull
+struct tj__ds_stream;
 typedef struct {
-    int kind; /* 0: kernel, 1: copy */
+    int kind; /* 0: kernel, 1: copy, 2: only the wait, 3: mark */
     tj__kern k;
     void *dst;
     const void *src;
     size_t n;
+    int mark, delay_us;           /* kind 3: the mark's index; kind 1: sleep first */
+    struct tj__ds_stream *after;  /* first wait until this stream has finished */
+    uint64_t after_n;             /* ... this many items (after NULL: no wait) */
 } tj__ds_item;
-typedef struct {
+typedef struct tj__ds_stream {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t more, idle;
     tj__ds_item *q;
     int head, count, quit;
+    uint64_t issued, done; /* items queued and finished since the start */
     char err[TJ__MSG];
 } tj__ds_stream;
 typedef struct {
     tj_backend b;
-    pthread_mutex_t mu; /* starting streams */
-    tj__ds_stream *st[TJ_MAXDEV];
+    pthread_mutex_t mu;           /* starting streams; the mark tables       */
+    tj__ds_stream *st[TJ_MAXDEV][2]; /* per device: compute, copy           */
+    double *mt[TJ_MAXDEV];        /* per device: the time of each mark       */
+    int nmt[TJ_MAXDEV], capmt[TJ_MAXDEV];
+    int copy_delay_us;
 } tj__devsim;
 typedef struct {
     void *raw;
@@ -11001,9 +11245,10 @@ static void tj__ds_drain(tj__ds_stream *s) {
     pthread_mutex_unlock(&s->mu);
 }
 static void tj__ds_drain_all(tj__devsim *d) {
-    int i;
+    int i, j;
     for (i = 0; i < TJ_MAXDEV; i++)
-        if (d->st[i]) tj__ds_drain(d->st[i]);
+        for (j = 0; j < 2; j++)
+            if (d->st[i][j]) tj__ds_drain(d->st[i][j]);
 }
 static void tj__ds_free(tj_backend *b, int dev, int space, void *p) {
     tj__ds_hdr *h;
@@ -11027,8 +11272,17 @@ static void tj__ds_free(tj_backend *b, int dev, int space, void *p) {
     h->magic = 0;
     TJ_FREE(h->raw);
 }
+/* the worker's hold on the backend, for the mark tables */
+typedef struct {
+    tj__ds_stream *s;
+    tj__devsim *d;
+    int dev;
+} tj__ds_worker_arg;
 static void *tj__ds_worker(void *arg) {
-    tj__ds_stream *s = (tj__ds_stream *)arg;
+    tj__ds_stream *s = ((tj__ds_worker_arg *)arg)->s;
+    tj__devsim *d = ((tj__ds_worker_arg *)arg)->d;
+    int dev = ((tj__ds_worker_arg *)arg)->dev;
+    free(arg);
     for (;;) {
         tj__ds_item *it;
         pthread_mutex_lock(&s->mu);
@@ -11039,66 +11293,120 @@ static void *tj__ds_worker(void *arg) {
         }
         it = &s->q[s->head]; /* the producer leaves this slot alone until count drops */
         pthread_mutex_unlock(&s->mu);
-        if (it->kind == 1) memcpy(it->dst, it->src, it->n);
-        else if (it->k.n->members) {
+        if (it->after) { /* an event: the other stream's progress */
+            pthread_mutex_lock(&it->after->mu);
+            while (it->after->done < it->after_n) pthread_cond_wait(&it->after->idle, &it->after->mu);
+            pthread_mutex_unlock(&it->after->mu);
+        }
+        if (it->kind == 1) {
+            if (it->delay_us > 0) tj__nap(it->delay_us);
+            memcpy(it->dst, it->src, it->n);
+        } else if (it->kind == 3) {
+            pthread_mutex_lock(&d->mu);
+            d->mt[dev][it->mark] = tj__now_us();
+            pthread_mutex_unlock(&d->mu);
+        } else if (it->kind == 0 && it->k.n->members) {
             if (!s->err[0]) tj__k_fused(it->k.n, it->k.in, it->k.pout, it->k.nthreads);
-        } else if (!s->err[0] || TJ__IS_COLL(it->k.n->op)) {
+        } else if (it->kind == 0 && (!s->err[0] || TJ__IS_COLL(it->k.n->op))) {
             it->k.err = s->err;
             tj__ops[it->k.n->op].cpu(&it->k);
         }
         pthread_mutex_lock(&s->mu);
         s->head = (s->head + 1) % TJ__DS_QUEUE;
         s->count--;
-        pthread_cond_broadcast(&s->idle); /* drains wait for 0, producers for a free slot */
+        s->done++;
+        pthread_cond_broadcast(&s->idle); /* drains wait for 0, producers for a free slot, other streams for done */
         pthread_mutex_unlock(&s->mu);
     }
 }
-static tj__ds_stream *tj__ds_stream_of(tj__devsim *d, int dev) {
+static void tj__ds_stream_free(tj__ds_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    pthread_cond_broadcast(&s->more);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->more);
+    pthread_cond_destroy(&s->idle);
+    free(s->q);
+    free(s);
+}
+/* a new stream of device dev with its worker, or NULL */
+static tj__ds_stream *tj__ds_stream_new(tj__devsim *d, int dev) {
+    /* the simulated hardware's queue: plain calloc, not the library's
+       allocator (TJ_MALLOC), whose failures are out of memory on the host
+       (test_oom injects them) */
+    tj__ds_stream *s = (tj__ds_stream *)calloc(1, sizeof *s);
+    tj__ds_worker_arg *a = (tj__ds_worker_arg *)malloc(sizeof *a);
+    if (!s || !a || !(s->q = (tj__ds_item *)calloc(TJ__DS_QUEUE, sizeof(tj__ds_item)))) {
+        free(s);
+        free(a);
+        return NULL;
+    }
+    a->s = s;
+    a->d = d;
+    a->dev = dev;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->more, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    if (pthread_create(&s->th, NULL, tj__ds_worker, a)) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->more);
+        pthread_cond_destroy(&s->idle);
+        free(s->q);
+        free(s);
+        free(a);
+        return NULL;
+    }
+    return s;
+}
+/* device dev's stream w (0: compute, 1: copy), both started on first use */
+static tj__ds_stream *tj__ds_stream_of(tj__devsim *d, int dev, int w) {
     tj__ds_stream *s;
     if (dev < 0 || dev >= TJ_MAXDEV) return NULL;
     pthread_mutex_lock(&d->mu);
-    if (!(s = d->st[dev])) {
-        /* the simulated hardware's queue: plain calloc, not the library's
-           allocator (TJ_MALLOC), whose failures are out of memory on the
-           host (test_oom injects them) */
-        s = (tj__ds_stream *)calloc(1, sizeof *s);
-        if (s && !(s->q = (tj__ds_item *)calloc(TJ__DS_QUEUE, sizeof(tj__ds_item)))) {
-            free(s);
-            s = NULL;
+    if (!d->st[dev][0]) {
+        d->st[dev][0] = tj__ds_stream_new(d, dev);
+        d->st[dev][1] = d->st[dev][0] ? tj__ds_stream_new(d, dev) : NULL;
+        if (d->st[dev][0] && !d->st[dev][1]) {
+            tj__ds_stream_free(d->st[dev][0]);
+            d->st[dev][0] = NULL;
         }
-        if (s) {
-            pthread_mutex_init(&s->mu, NULL);
-            pthread_cond_init(&s->more, NULL);
-            pthread_cond_init(&s->idle, NULL);
-            if (pthread_create(&s->th, NULL, tj__ds_worker, s)) {
-                pthread_mutex_destroy(&s->mu);
-                pthread_cond_destroy(&s->more);
-                pthread_cond_destroy(&s->idle);
-                free(s->q);
-                free(s);
-                s = NULL;
-            }
-        }
-        d->st[dev] = s;
     }
+    s = d->st[dev][w];
     pthread_mutex_unlock(&d->mu);
     return s;
 }
-/* a free slot at the queue's tail (waits while the queue is full); the
-   caller fills it and calls tj__ds_push */
+/* a free slot at the queue's tail (waits while the queue is full), cleared;
+   the caller fills it and calls tj__ds_push */
 static tj__ds_item *tj__ds_slot(tj__ds_stream *s) {
     tj__ds_item *it;
     pthread_mutex_lock(&s->mu);
     while (s->count == TJ__DS_QUEUE) pthread_cond_wait(&s->idle, &s->mu);
     it = &s->q[(s->head + s->count) % TJ__DS_QUEUE];
     pthread_mutex_unlock(&s->mu);
+    it->after = NULL;
+    it->after_n = 0;
+    it->delay_us = 0;
     return it;
 }
-static void tj__ds_push(tj__ds_stream *s) {
+/* queue the filled slot; returns the stream's count of items once it has run */
+static uint64_t tj__ds_push(tj__ds_stream *s) {
+    uint64_t n;
     pthread_mutex_lock(&s->mu);
     s->count++;
+    n = ++s->issued;
     pthread_cond_broadcast(&s->more);
     pthread_mutex_unlock(&s->mu);
+    return n;
+}
+/* the items stream s has been given so far (an event recorded now) */
+static uint64_t tj__ds_issued(tj__ds_stream *s) {
+    uint64_t n;
+    pthread_mutex_lock(&s->mu);
+    n = s->issued;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 static int tj__ds_copy(tj_backend *b, int dev, void *dst, int dspace, const void *src, int sspace, size_t n) {
     tj__devsim *d = (tj__devsim *)b->state;
@@ -11112,22 +11420,98 @@ static int tj__ds_copy(tj_backend *b, int dev, void *dst, int dspace, const void
         memcpy(rd, rs, n);
         return 0;
     }
-    if (!(s = tj__ds_stream_of(d, dev))) return 1;
+    if (!(s = tj__ds_stream_of(d, dev, 0))) return 1;
     it = tj__ds_slot(s);
     it->kind = 1;
     it->dst = rd;
     it->src = rs;
     it->n = n;
+    if (dspace == TJ_SPACE_HOST || sspace == TJ_SPACE_HOST) it->delay_us = d->copy_delay_us; /* over the bus */
     tj__ds_push(s);
     return 0;
 }
+/* on device dev's copy stream after the compute work issued so far */
+static uint64_t tj__ds_copy_async(tj_backend *b, int dev, void *dst, int dspace, const void *src, int sspace, size_t n) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    tj__ds_stream *s = tj__ds_stream_of(d, dev, 1);
+    tj__ds_item *it;
+    if (!s || dspace == TJ_SPACE_USER || sspace == TJ_SPACE_USER) return 0; /* user memory: copy with dev -1 */
+    it = tj__ds_slot(s);
+    it->kind = 1;
+    it->dst = tj__ds_real(dst);
+    it->src = tj__ds_real(src);
+    it->n = n;
+    it->delay_us = d->copy_delay_us;
+    it->after = d->st[dev][0];
+    it->after_n = tj__ds_issued(d->st[dev][0]);
+    return tj__ds_push(s);
+}
+/* device dev's compute stream waits for the copy stream's item `ticket` */
+static int tj__ds_wait(tj_backend *b, int dev, uint64_t ticket, char *err, size_t errlen) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    tj__ds_stream *s = tj__ds_stream_of(d, dev, 0);
+    tj__ds_item *it;
+    if (!s) {
+        if (err && errlen) snprintf(err, errlen, "devsim: cannot start the streams of device %d", dev);
+        return 1;
+    }
+    it = tj__ds_slot(s);
+    it->kind = 2;
+    it->after = d->st[dev][1];
+    it->after_n = ticket;
+    tj__ds_push(s);
+    return 0;
+}
+/* a mark on device dev's stream w: its index in the device's table */
+static int tj__ds_mark(tj_backend *b, int dev, int w) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    tj__ds_stream *s = tj__ds_stream_of(d, dev, w ? 1 : 0);
+    tj__ds_item *it;
+    int m;
+    if (!s) return -1;
+    pthread_mutex_lock(&d->mu);
+    if (d->nmt[dev] == d->capmt[dev]) {
+        int nc = d->capmt[dev] ? 2 * d->capmt[dev] : 256;
+        double *nt = (double *)realloc(d->mt[dev], sizeof(double) * (size_t)nc);
+        if (!nt) {
+            pthread_mutex_unlock(&d->mu);
+            return -1;
+        }
+        d->mt[dev] = nt;
+        d->capmt[dev] = nc;
+    }
+    m = d->nmt[dev]++;
+    d->mt[dev][m] = 0;
+    pthread_mutex_unlock(&d->mu);
+    it = tj__ds_slot(s);
+    it->kind = 3;
+    it->mark = m;
+    if (w) { /* on the copy stream: where a copy issued now would start */
+        it->after = d->st[dev][0];
+        it->after_n = tj__ds_issued(d->st[dev][0]);
+    }
+    tj__ds_push(s);
+    return m;
+}
+/* after sync: the first n marks' times from mark 0; forgets them all */
+static int tj__ds_mark_times(tj_backend *b, int dev, double *us, int n) {
+    tj__devsim *d = (tj__devsim *)b->state;
+    int i;
+    if (dev < 0 || dev >= TJ_MAXDEV) return 0;
+    pthread_mutex_lock(&d->mu);
+    if (n > d->nmt[dev]) n = d->nmt[dev];
+    for (i = 0; us && i < n; i++) us[i] = d->mt[dev][i] - d->mt[dev][0];
+    d->nmt[dev] = 0;
+    pthread_mutex_unlock(&d->mu);
+    return us ? n : 0;
+}
 static int tj__ds_run(tj_backend *b, tj__kern *k) {
     tj__devsim *d = (tj__devsim *)b->state;
-    tj__ds_stream *s = tj__ds_stream_of(d, k->dev);
+    tj__ds_stream *s = tj__ds_stream_of(d, k->dev, 0);
     tj__ds_item *it;
     int j;
     if (!s) {
-        snprintf(k->err, TJ__MSG, "devsim: cannot start the stream of device %d", k->dev);
+        snprintf(k->err, TJ__MSG, "devsim: cannot start the streams of device %d", k->dev);
         return 1;
     }
     it = tj__ds_slot(s);
@@ -11146,9 +11530,10 @@ static int tj__ds_sync(tj_backend *b, int dev, char *err, size_t errlen) {
     tj__devsim *d = (tj__devsim *)b->state;
     int i, bad = 0;
     for (i = dev < 0 ? 0 : dev; i < (dev < 0 ? TJ_MAXDEV : dev + 1) && i < TJ_MAXDEV; i++) {
-        tj__ds_stream *s = d->st[i];
+        tj__ds_stream *s = d->st[i][0];
         if (!s) continue;
         tj__ds_drain(s);
+        tj__ds_drain(d->st[i][1]);
         if (s->err[0]) {
             if (!bad && err && errlen) snprintf(err, errlen, "%s", s->err);
             s->err[0] = 0;
@@ -11159,8 +11544,10 @@ static int tj__ds_sync(tj_backend *b, int dev, char *err, size_t errlen) {
 }
 TJDEF tj_backend *tj_devsim_backend(void) {
     tj__devsim *d = (tj__devsim *)tj__calloc(sizeof *d);
+    const char *e = getenv("TJ_DEVSIM_COPY_DELAY_US");
     if (!d) return NULL;
     pthread_mutex_init(&d->mu, NULL);
+    d->copy_delay_us = e && *e ? atoi(e) : 100;
     d->b.name = "devsim";
     d->b.state = d;
     d->b.alloc = tj__ds_alloc;
@@ -11169,26 +11556,22 @@ TJDEF tj_backend *tj_devsim_backend(void) {
     d->b.run = tj__ds_run;
     d->b.sync = tj__ds_sync;
     d->b.fused_groups = 1;
+    d->b.copy_async = tj__ds_copy_async;
+    d->b.wait = tj__ds_wait;
+    d->b.mark = tj__ds_mark;
+    d->b.mark_times = tj__ds_mark_times;
     return &d->b;
 }
 TJDEF void tj_devsim_backend_free(tj_backend *b) {
     tj__devsim *d;
-    int i;
+    int i, j;
     if (!b) return;
     d = (tj__devsim *)b->state;
+    tj__ds_drain_all(d);
     for (i = 0; i < TJ_MAXDEV; i++) {
-        tj__ds_stream *s = d->st[i];
-        if (!s) continue;
-        pthread_mutex_lock(&s->mu);
-        s->quit = 1;
-        pthread_cond_broadcast(&s->more);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->th, NULL);
-        pthread_mutex_destroy(&s->mu);
-        pthread_cond_destroy(&s->more);
-        pthread_cond_destroy(&s->idle);
-        free(s->q);
-        free(s);
+        for (j = 0; j < 2; j++)
+            if (d->st[i][j]) tj__ds_stream_free(d->st[i][j]);
+        free(d->mt[i]);
     }
     pthread_mutex_destroy(&d->mu);
     TJ_FREE(d);
@@ -13683,12 +14066,14 @@ done:
 
 /* tj_prog_write_trace ([13]): the events as Chrome trace JSON, written
    like every other file of the library (temp file, fsync, rename), so a
-   crash never leaves half a trace at path. */
+   crash never leaves half a trace at path. A track (tid) per device and
+   stream: 2 * device for its compute stream, 2 * device + 1 for its copy
+   stream (named only where it has events). */
 TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
     tj_strbuf b = {NULL, 0, 0, 0};
     tj__afile af;
     char where[280];
-    int i, d, bad;
+    int i, d, bad, copies = 0;
     static const char *cat[3] = {"kernel", "collective", "copy"};
     if (!p) return TJ_ERR_ARG;
     if (!path) {
@@ -13696,15 +14081,20 @@ TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
         return TJ_ERR_ARG;
     }
     tj_strbuf_puts(&b, "{\"traceEvents\": [\n");
-    for (d = 0; d < p->ctx->ndev; d++)
-        tj_strbuf_printf(&b, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d\"}},\n", d, d);
+    for (i = 0; i < p->nevents; i++) copies |= p->events[i].stream == 1;
+    for (d = 0; d < p->ctx->ndev; d++) {
+        tj_strbuf_printf(&b, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d compute\"}},\n", 2 * d, d);
+        if (copies)
+            tj_strbuf_printf(&b, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"device %d copies\"}},\n", 2 * d + 1,
+                             d);
+    }
     for (i = 0; i < p->nevents; i++) {
         const tj_event *e = &p->events[i];
         snprintf(where, sizeof where, "%s:%d", tj__base(e->file), e->line);
         tj_strbuf_puts(&b, "{\"name\": ");
         tj_strbuf_json(&b, e->op);
-        tj_strbuf_printf(&b, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": ", cat[e->kind], e->device,
-                         e->start_us, e->dur_us);
+        tj_strbuf_printf(&b, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"node\": ", cat[e->kind],
+                         2 * e->device + (e->stream == 1), e->start_us, e->dur_us);
         tj_strbuf_json(&b, e->what);
         tj_strbuf_puts(&b, ", \"source\": ");
         tj_strbuf_json(&b, where);

@@ -65,7 +65,15 @@ extern "C" int tj_cuda_op_coverage(char *buf, size_t n, int *gaps);
 #define TJC_THREADS 256        /* threads per block (a power of two)          */
 #define TJC_MAXGRID (1 << 20)  /* blocks per launch; kernels loop beyond this */
 #define TJC_NOERR (~0ull)      /* "no bad index seen" in the error slot       */
+#define TJC_NCHECK 4096        /* index checks per device between host reads */
+#define TJC_NTICKET 256        /* copy-stream tickets with a live event (> TJ__NPEND) */
 
+/* what an index check was, to word its error at sync (tjc_check_read) */
+typedef struct {
+    int op, line, used;
+    int64_t bound;
+    const char *axis, *file;
+} tjc_check;
 /* One mesh device's state: its own stream, cuBLAS handle, error slot and
    scratch, so the device threads of a mesh of simulated devices on one GPU
    never share a stream or a handle (item 3 of issue 17). Made on the
@@ -74,9 +82,19 @@ typedef struct {
     int device;                /* the CUDA device                            */
     int dev;                   /* the mesh device                            */
     cudaStream_t compute;      /* every kernel, cuBLAS call and copy of it   */
+    cudaStream_t copy;         /* offload, fetch, staged slices (copy_async) */
+    cudaEvent_t issued;        /* the compute work so far, for the copy stream */
+    cudaEvent_t ticket[TJC_NTICKET]; /* copy t lands: ticket[t % TJC_NTICKET] */
+    uint64_t ntickets;         /* copies queued on `copy` so far             */
+    cudaEvent_t *mark;         /* time stamps (tjc_mark); nmark used, capmark made */
+    int nmark, capmark;
     cublasHandle_t blas;
-    unsigned long long *d_errpos; /* first bad index position, on the device */
-    unsigned long long *h_errpos; /* its pinned host mirror                  */
+    /* index checks (tjc_check_begin): slot i = {first bad position, its
+       index value} on the device, read at sync; what each check was */
+    unsigned long long *d_chk, *h_chk;
+    unsigned long long *d_errpos; /* the slot kernels write now (d_chk + 2 i) */
+    tjc_check chk[TJC_NCHECK];
+    int nchk;
     void *h_csr, *d_csr;       /* scatter_add's index lists (host, device)   */
     size_t csr_cap;            /* bytes of each                              */
     struct tjc_ftab *fused;    /* fused-group programs on the device (tjc_fused) */
@@ -1029,25 +1047,75 @@ static int tjc_dot(tjc_state *s, tj__kern *k) {
     }
     return 0;
 }
-/* after a kernel that checks indices: wait for it, read the first bad
-   position, and word the error as the CPU kernel does */
-static int tjc_index_check(tjc_state *s, tj__kern *k, const int32_t *idx, int64_t bound) {
-    unsigned long long pos;
-    int32_t v = 0;
-    TJC_CUDA(k, cudaMemcpyAsync(s->h_errpos, s->d_errpos, sizeof *s->d_errpos, cudaMemcpyDeviceToHost, s->compute));
-    TJC_CUDA(k, cudaStreamSynchronize(s->compute));
-    pos = *s->h_errpos;
-    if (pos == TJC_NOERR) return 0;
-    TJC_CUDA(k, cudaMemcpy(&v, idx + pos, sizeof v, cudaMemcpyDeviceToHost));
-    if (k->err && !k->err[0]) {
-        if (k->n->op == TJ__OP_CROSS_ENTROPY || k->n->op == TJ__OP_CROSS_ENTROPY_GRAD)
-            snprintf(k->err, TJ__MSG, "%s: label %d at position %lld is out of range [0, %lld) (at %s:%d)", tj__opname(k->n->op), (int)v, (long long)pos,
-                     (long long)bound, tj__base(k->n->file), k->n->line);
-        else
-            snprintf(k->err, TJ__MSG, "%s: index %d at position %lld is out of range [0, %lld) for axis '%s' (at %s:%d)", tj__opname(k->n->op), (int)v,
-                     (long long)pos, (long long)bound, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
+/* ---- index checks without a host wait ----
+   A kernel that checks indices (take, cross_entropy and its gradient)
+   atomicMin's the first bad position into its own slot of a device table
+   (tjc_check_begin points s->d_errpos at it); right after it, on the same
+   stream, tjc_k_errval copies that index's value into the slot while the
+   index buffer still holds it. The table comes to the host once, at the
+   device's sync (tjc_check_read): the first check in issue order that saw
+   a bad index is the run's error, worded as the CPU kernel words it. Only
+   a table full of checks makes the host wait early. */
+__global__ void tjc_k_errval(unsigned long long *slot, const int32_t *idx) {
+    if (slot[0] != TJC_NOERR) slot[1] = (unsigned long long)(unsigned)idx[slot[0]];
+}
+/* slots 0 .. s->nchk - 1 to the host (after the stream's sync): the first
+   bad one's message into msg (returns 1), or 0; the table is reset */
+static int tjc_check_read(tjc_state *s, char *msg, size_t n) {
+    cudaError_t e;
+    int i, bad = 0;
+    if (!s->nchk) return 0;
+    if ((e = cudaMemcpy(s->h_chk, s->d_chk, sizeof(unsigned long long) * 2 * (size_t)s->nchk, cudaMemcpyDeviceToHost)) != cudaSuccess ||
+        (e = cudaMemsetAsync(s->d_chk, 0xff, sizeof(unsigned long long) * 2 * (size_t)s->nchk, s->compute)) != cudaSuccess) { /* before the next kernels */
+        snprintf(msg, n, "cuda backend: reading the index checks failed: %s", cudaGetErrorString(e));
+        s->nchk = 0;
+        return 1;
     }
-    return 1;
+    for (i = 0; i < s->nchk && !bad; i++) {
+        const tjc_check *c = &s->chk[i];
+        unsigned long long pos = s->h_chk[2 * i];
+        int v = (int)(int32_t)(unsigned)s->h_chk[2 * i + 1];
+        if (!c->used || pos == TJC_NOERR) continue;
+        bad = 1;
+        if (c->op == TJ__OP_CROSS_ENTROPY || c->op == TJ__OP_CROSS_ENTROPY_GRAD)
+            snprintf(msg, n, "%s: label %d at position %llu is out of range [0, %lld) (at %s:%d)", tj__opname(c->op), v, pos, (long long)c->bound,
+                     tj__base(c->file), c->line);
+        else
+            snprintf(msg, n, "%s: index %d at position %llu is out of range [0, %lld) for axis '%s' (at %s:%d)", tj__opname(c->op), v, pos,
+                     (long long)c->bound, c->axis, tj__base(c->file), c->line);
+    }
+    s->nchk = 0;
+    s->d_errpos = s->d_chk;
+    return bad;
+}
+/* before a kernel that checks indices: a fresh slot (the table full: wait,
+   read it, and stop here if an earlier check failed) */
+static int tjc_check_begin(tjc_state *s, tj__kern *k) {
+    if (s->nchk == TJC_NCHECK) {
+        char msg[TJ__MSG];
+        TJC_CUDA(k, cudaStreamSynchronize(s->compute));
+        if (tjc_check_read(s, msg, sizeof msg)) {
+            if (k->err && !k->err[0]) snprintf(k->err, TJ__MSG, "%s", msg);
+            return 1;
+        }
+    }
+    s->chk[s->nchk].used = 0;
+    s->d_errpos = s->d_chk + 2 * s->nchk++;
+    return 0;
+}
+/* after the kernel: save the bad index's value on the device, and what to
+   say about it at sync */
+static int tjc_index_check(tjc_state *s, tj__kern *k, const int32_t *idx, int64_t bound) {
+    tjc_check *c = &s->chk[(s->d_errpos - s->d_chk) / 2];
+    tjc_k_errval<<<1, 1, 0, s->compute>>>(s->d_errpos, idx);
+    TJC_LAUNCHED(k, "tjc_k_errval");
+    c->used = 1;
+    c->op = k->n->op;
+    c->bound = bound;
+    c->axis = tj__name(k->ctx, k->n->a.axis);
+    c->file = k->n->file;
+    c->line = k->n->line;
+    return 0;
 }
 /* scatter_add: the indices come to the host (the CPU's range check, word
    for word), a stable counting sort groups their positions by value, and
@@ -1111,7 +1179,7 @@ static int tjc_take(tjc_state *s, tj__kern *k) {
     n = pre * ni * post;
     if (k->n->op == TJ__OP_TAKE) {
         if (k->it[0]->dt != k->ot.dt) return tjc_fail(k, "operand and result dtypes differ");
-        TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+        if (tjc_check_begin(s, k)) return 1;
         tjc_k_take<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->out, (int)tj_dtype_size(k->ot.dt), idx, pre, V, post, ni,
                                                                              s->d_errpos);
         TJC_LAUNCHED(k, "tjc_k_take");
@@ -1223,7 +1291,7 @@ static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
     tj__strides(t, st);
     d = t->dim[ax];
     rows = tj__numel(t) / d;
-    TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (tjc_check_begin(s, k)) return 1;
     if (tjc_rows_fast(s, k, st[ax], d, rows, lab, NULL, 0)) {
         TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
         return tjc_index_check(s, k, lab, d);
@@ -1246,7 +1314,7 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
     tj__strides(t, st);
     d = t->dim[ax];
     rows = tj__numel(t) / d;
-    TJC_CUDA(k, cudaMemsetAsync(s->d_errpos, 0xff, sizeof *s->d_errpos, s->compute));
+    if (ce && tjc_check_begin(s, k)) return 1;
     if (tjc_rows_fast(s, k, st[ax], d, rows, lab, k->in[gi], k->it[gi]->dt)) {
         TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
         return ce ? tjc_index_check(s, k, lab, d) : 0;
@@ -1796,10 +1864,20 @@ extern "C" void tj_cuda_fused_emulator_free(tj_backend *b) { TJ_FREE(b); }
 // ==== [11] CUDA backend: memory spaces, copies, sync =======================
 /* TJ_SPACE_DEVICE is cudaMalloc memory, TJ_SPACE_HOST pinned host memory
    (cudaHostAlloc, the offload target), TJ_SPACE_USER the caller's pageable
-   memory. A copy on a mesh device (dev >= 0: the runner's staged slices,
-   carries, offload and fetch) is queued on that device's compute stream
-   after its kernels; a copy with dev -1 (arrays in and out) waits for every
-   device's stream, copies, and waits for the bytes to land. */
+   memory. A copy on a mesh device (dev >= 0: a final carry) is queued on
+   that device's compute stream after its kernels; a copy with dev -1
+   (arrays in and out) waits for every device's streams, copies, and waits
+   for the bytes to land.
+
+   The runner's offload, fetch and staged slices go to copy_async: the
+   device's own copy stream, after an event recorded on its compute stream
+   (so a copy reads what the kernels before it wrote), and each copy's
+   ticket is an event recorded after it; wait makes the compute stream wait
+   for that event (cudaStreamWaitEvent), so neither the host nor the other
+   kernels wait. Host space is pinned (cudaHostAlloc), so these copies are
+   truly asynchronous DMA. devsim ([11] in tinyjax.h) mirrors this with a
+   worker thread per stream; that mirror, not this code, is what the test
+   suite runs where there is no GPU. */
 
 static void tjc_pending(char *slot, size_t n, const char *what, cudaError_t e) {
     if (!slot[0]) snprintf(slot, n, "cuda backend: %s failed: %s", what, cudaGetErrorString(e));
@@ -1810,7 +1888,7 @@ static int tjc_sync_all(tjc_backend *be) {
     for (i = 0; i < TJ_MAXDEV; i++) {
         cudaError_t e;
         if (!be->per[i]) continue;
-        if ((e = cudaStreamSynchronize(be->per[i]->compute)) != cudaSuccess) {
+        if ((e = cudaStreamSynchronize(be->per[i]->compute)) != cudaSuccess || (e = cudaStreamSynchronize(be->per[i]->copy)) != cudaSuccess) {
             tjc_pending(be->pending, sizeof be->pending, "cudaStreamSynchronize", e);
             bad = 1;
         }
@@ -1884,6 +1962,11 @@ static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
         cudaError_t e;
         if (!s) continue;
         if ((e = cudaStreamSynchronize(s->compute)) != cudaSuccess) tjc_pending(s->pending, sizeof s->pending, "a kernel (seen at cudaStreamSynchronize)", e);
+        if ((e = cudaStreamSynchronize(s->copy)) != cudaSuccess) tjc_pending(s->pending, sizeof s->pending, "a copy (seen at cudaStreamSynchronize)", e);
+        { /* the run's index checks, read once (and reset); an earlier error stays the one reported */
+            char m[sizeof s->pending];
+            if (tjc_check_read(s, m, sizeof m) && !s->pending[0]) snprintf(s->pending, sizeof s->pending, "%s", m);
+        }
         if (s->pending[0]) {
             if (!bad && err && errlen) snprintf(err, errlen, "%s", s->pending);
             s->pending[0] = 0;
@@ -1896,6 +1979,88 @@ static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
         bad = 1;
     }
     return bad;
+}
+
+/* copy_async: on mesh device dev's copy stream after its compute work so
+   far; the ticket (> 0) is the copy's count, its event ticket % TJC_NTICKET
+   (the runner holds at most TJ__NPEND unwaited tickets); 0 if not queued */
+static uint64_t tjc_copy_async(tj_backend *b, int dev, void *dst, int dst_space, const void *src, int src_space, size_t bytes) {
+    tjc_backend *be = tjc_be_of(b);
+    char why[256];
+    tjc_state *s = tjc_state_of(be, dev, why, sizeof why);
+    cudaError_t e;
+    uint64_t t;
+    if (!s) return 0;
+    if (dst_space == TJ_SPACE_USER || src_space == TJ_SPACE_USER) return 0; /* pageable memory: copy with dev -1 */
+    t = s->ntickets + 1;
+    if ((e = cudaSetDevice(be->device)) != cudaSuccess || (e = cudaEventRecord(s->issued, s->compute)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(s->copy, s->issued, 0)) != cudaSuccess || (e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->copy)) != cudaSuccess ||
+        (e = cudaEventRecord(s->ticket[t % TJC_NTICKET], s->copy)) != cudaSuccess) {
+        tjc_pending(s->pending, sizeof s->pending, "queueing a copy on the copy stream", e);
+        return 0;
+    }
+    s->ntickets = t;
+    return t;
+}
+/* wait: device dev's compute stream waits for the copy with this ticket
+   (and so for every earlier one: the copy stream runs in order) */
+static int tjc_wait(tj_backend *b, int dev, uint64_t ticket, char *err, size_t errlen) {
+    tjc_backend *be = tjc_be_of(b);
+    char why[256];
+    tjc_state *s = tjc_state_of(be, dev, why, sizeof why);
+    cudaError_t e;
+    if (!s || !ticket || ticket > s->ntickets || s->ntickets - ticket >= TJC_NTICKET) {
+        if (err && errlen) snprintf(err, errlen, "cuda backend: device %d: %s", dev, !s ? why : "no live copy with that ticket");
+        return 1;
+    }
+    if ((e = cudaSetDevice(be->device)) != cudaSuccess || (e = cudaStreamWaitEvent(s->compute, s->ticket[ticket % TJC_NTICKET], 0)) != cudaSuccess) {
+        if (err && errlen) snprintf(err, errlen, "cuda backend: cudaStreamWaitEvent: %s", cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+
+// ==== [11] CUDA backend: profiling (device time stamps) ====================
+/* mark records a timing event on device dev's compute (0) or copy (1)
+   stream; on the copy stream after the compute work issued so far, as a
+   copy_async would start. Events are made on first use and kept for the
+   next runs. mark_times (after sync) reads each mark's time from mark 0
+   (cudaEventElapsedTime, about 0.5 us resolution) once per run. */
+static int tjc_mark(tj_backend *b, int dev, int stream) {
+    tjc_backend *be = tjc_be_of(b);
+    char why[256];
+    tjc_state *s = tjc_state_of(be, dev, why, sizeof why);
+    cudaStream_t st;
+    if (!s || cudaSetDevice(be->device) != cudaSuccess) return -1;
+    if (s->nmark == s->capmark) {
+        int nc = s->capmark ? 2 * s->capmark : 256, i;
+        cudaEvent_t *ne = (cudaEvent_t *)TJ_REALLOC(s->mark, sizeof(cudaEvent_t) * (size_t)nc);
+        if (!ne) return -1;
+        s->mark = ne;
+        for (i = s->capmark; i < nc; i++)
+            if (cudaEventCreate(&s->mark[i]) != cudaSuccess) break;
+        s->capmark = i;
+        if (s->nmark == s->capmark) return -1;
+    }
+    st = stream ? s->copy : s->compute;
+    if (stream && (cudaEventRecord(s->issued, s->compute) != cudaSuccess || cudaStreamWaitEvent(s->copy, s->issued, 0) != cudaSuccess)) return -1;
+    if (cudaEventRecord(s->mark[s->nmark], st) != cudaSuccess) return -1;
+    return s->nmark++;
+}
+static int tjc_mark_times(tj_backend *b, int dev, double *us, int n) {
+    tjc_backend *be = tjc_be_of(b);
+    tjc_state *s = dev >= 0 && dev < TJ_MAXDEV ? be->per[dev] : NULL;
+    int i;
+    if (!s) return 0;
+    if (n > s->nmark) n = s->nmark;
+    for (i = 0; us && i < n; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, s->mark[0], s->mark[i]) != cudaSuccess) break;
+        us[i] = 1e3 * (double)ms;
+    }
+    s->nmark = 0;
+    (void)cudaGetLastError(); /* a mark that never ran (a failed run) is not sticky */
+    return us ? i : 0;
 }
 
 // ==== [11] CUDA backend: collectives =========================================
@@ -2404,10 +2569,18 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
 
 static void tjc_state_free(tjc_state *s) {
     if (!s) return;
+    int i;
     if (s->compute) cudaStreamSynchronize(s->compute);
+    if (s->copy) cudaStreamSynchronize(s->copy);
     if (s->blas) cublasDestroy(s->blas);
-    if (s->d_errpos) cudaFree(s->d_errpos);
-    if (s->h_errpos) cudaFreeHost(s->h_errpos);
+    if (s->d_chk) cudaFree(s->d_chk);
+    if (s->h_chk) cudaFreeHost(s->h_chk);
+    for (i = 0; i < TJC_NTICKET; i++)
+        if (s->ticket[i]) cudaEventDestroy(s->ticket[i]);
+    if (s->issued) cudaEventDestroy(s->issued);
+    for (i = 0; i < s->capmark; i++) cudaEventDestroy(s->mark[i]);
+    TJ_FREE(s->mark);
+    if (s->copy) cudaStreamDestroy(s->copy);
     if (s->d_csr) cudaFree(s->d_csr);
     TJ_FREE(s->h_csr);
     tjc_ftab_free(s->fused);
@@ -2419,6 +2592,7 @@ static tjc_state *tjc_state_of(tjc_backend *be, int dev, char *err, size_t errle
     tjc_state *s;
     cudaError_t e;
     cublasStatus_t bs;
+    int i;
     if (dev < 0 || dev >= TJ_MAXDEV) {
         snprintf(err, errlen, "device %d out of range", dev);
         return NULL;
@@ -2444,8 +2618,13 @@ static tjc_state *tjc_state_of(tjc_backend *be, int dev, char *err, size_t errle
     }
     TJC_INIT(cudaSetDevice(be->device));
     TJC_INIT(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
-    TJC_INIT(cudaMalloc((void **)&s->d_errpos, sizeof *s->d_errpos));
-    TJC_INIT(cudaHostAlloc((void **)&s->h_errpos, sizeof *s->h_errpos, cudaHostAllocDefault));
+    TJC_INIT(cudaStreamCreateWithFlags(&s->copy, cudaStreamNonBlocking));
+    TJC_INIT(cudaEventCreateWithFlags(&s->issued, cudaEventDisableTiming));
+    for (i = 0; i < TJC_NTICKET; i++) TJC_INIT(cudaEventCreateWithFlags(&s->ticket[i], cudaEventDisableTiming));
+    TJC_INIT(cudaMalloc((void **)&s->d_chk, sizeof(unsigned long long) * 2 * TJC_NCHECK));
+    TJC_INIT(cudaHostAlloc((void **)&s->h_chk, sizeof(unsigned long long) * 2 * TJC_NCHECK, cudaHostAllocDefault));
+    TJC_INIT(cudaMemsetAsync(s->d_chk, 0xff, sizeof(unsigned long long) * 2 * TJC_NCHECK, s->compute)); /* ordered before every kernel */
+    s->d_errpos = s->d_chk;
 #undef TJC_INIT
     if ((bs = cublasCreate(&s->blas)) != CUBLAS_STATUS_SUCCESS || (bs = cublasSetStream(s->blas, s->compute)) != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "cuBLAS initialisation: %s", cublasGetStatusString(bs));
@@ -2519,6 +2698,10 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
     be->b.run = tjc_run;
     be->b.sync = tjc_sync;
     be->b.fused_groups = 1; /* tjc_fused */
+    be->b.copy_async = tjc_copy_async;
+    be->b.wait = tjc_wait;
+    be->b.mark = tjc_mark;
+    be->b.mark_times = tjc_mark_times;
     return &be->b;
 }
 

@@ -16,6 +16,7 @@
  */
 #include "tinyjax.h"
 #include "tj_test.h"
+#include "tj_async_test.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -687,6 +688,66 @@ static void test_sharded_train(void) {
         for (j = 0; j < 4; j++) free(v[k][j]);
 }
 
+/* index checks are read once at the end of the run: with a good take
+   before a bad one (and a bad label after), the error is the first bad
+   check's, worded and placed as on the CPU; the next run is clean */
+static void f_two_takes(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), a, b;
+    (void)g;
+    (void)u;
+    a = tj_take(w, "vocab", tj_tree_v(in, "good"));
+    b = tj_take(w, "vocab", tj_tree_v(in, "tok"));
+    tj_tree_set_v(out, "y", tj_add(tj_sum(tj_mul(a, b), "t e"), tj_cross_entropy(b, tj_tree_v(in, "lab"), "e", "t"))); /* after the bad take */
+}
+static void test_bad_index_deferred(void) {
+    tj_ctx *cs[2] = {cpu, gpu};
+    char msg[2][1024];
+    float y[2] = {0, 1};
+    int b;
+    for (b = 0; b < 2; b++) {
+        int32_t good[4] = {4, 0, 3, 1}, tok[4] = {1, 2, 7, -1}, lab[4] = {0, 2, 1, 5}; /* e has 3 classes */
+        tj_tree *in = tj_tree_new(cs[b]), *out = tj_tree_new(cs[b]);
+        tj_prog *p;
+        tj_tree_set_array(in, "w", tjt_af32(cs[b], "vocab=5 e=3", 7, -1, 1));
+        tj_tree_set_array(in, "good", tj_array_new(cs[b], TJ_I32, "t=4", good));
+        tj_tree_set_array(in, "tok", tj_array_new(cs[b], TJ_I32, "t=4", tok));
+        tj_tree_set_array(in, "lab", tj_array_new(cs[b], TJ_I32, "t=4", lab));
+        p = tj_jit(cs[b], "bad_index_deferred", f_two_takes, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) != TJ_OK, "[deferred index check] %s: the run should fail", b ? "cuda" : "cpu");
+        snprintf(msg[b], sizeof msg[b], "%s", tj_error(cs[b]));
+        TJT_CHECK(strstr(msg[b], "index 7 at position 2") != NULL, "[deferred index check] %s message: \"%s\"", b ? "cuda" : "cpu", msg[b]);
+        tj_clear_error(cs[b]);
+        tj_tree_free(out);
+        out = tj_tree_new(cs[b]);
+        tj_tree_set_array(in, "tok", tj_array_new(cs[b], TJ_I32, "t=4", good));
+        lab[3] = 2;
+        tj_tree_set_array(in, "lab", tj_array_new(cs[b], TJ_I32, "t=4", lab));
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[deferred index check] %s: the next run with good indices: %s", b ? "cuda" : "cpu", tj_error(cs[b]));
+        if (tj_tree_array(out, "y")) tj_array_read(tj_tree_array(out, "y"), TJ_F32, &y[b]);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+    TJT_CHECK(strcmp(msg[0], msg[1]) == 0, "[deferred index check] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
+    TJT_CHECK(fabs((double)y[0] - (double)y[1]) <= 1e-5 * (1 + fabs((double)y[0])), "[deferred index check] rerun: cuda %.9g vs cpu %.9g", y[1], y[0]);
+}
+/* the runner's copy stream and device time stamps on the GPU (on devsim
+   with TJ_CUDA_TEST_CPU, which checks the test): offload_scan's policies
+   against the CPU with the bytes of the memory plan, and a trace with
+   both streams in order */
+static void test_async(tj_backend *be) {
+    tj_backend *ab = be ? be : tj_devsim_backend();
+    if (!ab) {
+        TJT_CHECK(0, "[async] no backend");
+        return;
+    }
+    tjt_current = "async copies";
+    tjt_offload_policies(ab, be ? 1e-4 : 0);
+    tjt_current = "device time stamps";
+    tjt_trace_streams(ab, 0);
+    tjt_current = "";
+    if (!be) tj_devsim_backend_free(ab);
+}
 /* a bad index before a collective on 2 simulated devices: the run fails
    with the CPU's message; the failed devices still meet in the collective
    (they run dry), so nobody waits for the transport's timeout */
@@ -1043,6 +1104,8 @@ int main(int argc, char **argv) {
     gbe = be;
     test_sharded_sources();
     test_bad_index();
+    test_bad_index_deferred();
+    test_async(be);
     test_rerun();
     test_collectives_sim();
     test_sharded_train();

@@ -7,11 +7,17 @@
  * host (a direct read faults), that its streams are asynchronous (a missing
  * sync reads stale bytes), that a write past a block is caught, that kernel
  * errors come back at sync with the CPU's message, and that programs give
- * the CPU backend's bits, here and under TJ_BACKEND=devsim. */
+ * the CPU backend's bits, here and under TJ_BACKEND=devsim. The runner's
+ * copy stream (tests/tj_async_test.h): offload_scan's remat policies give
+ * the CPU's bits run after run with the device and host bytes of the
+ * memory plan (a wait the runner forgets, before reusing a copy's source
+ * or touching its destination, makes them differ), and a profiled run's
+ * trace has both streams, each in order, copies timed by the device. */
 #define _POSIX_C_SOURCE 200809L
 /* the implementation is linked in: tests/tj_impl.c */
 #include "../tinyjax.h"
 #include "tj_test.h"
+#include "tj_async_test.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -169,6 +175,23 @@ int main(void) {
         tj_prog_free(p);
         tj_tree_free(in);
         tj_tree_free(out);
+    }
+
+    tjt_current = "offload policies";
+    tjt_offload_policies(b, 0); /* devsim: the CPU's bits */
+    tjt_current = "trace";
+    { /* a devsim whose copies lag 300 us: every copy event must show it */
+        tj_backend *b2;
+        const char *old = getenv("TJ_DEVSIM_COPY_DELAY_US");
+        char *keep = old ? strdup(old) : NULL;
+        setenv("TJ_DEVSIM_COPY_DELAY_US", "300", 1);
+        b2 = tj_devsim_backend();
+        if (keep) setenv("TJ_DEVSIM_COPY_DELAY_US", keep, 1);
+        else unsetenv("TJ_DEVSIM_COPY_DELAY_US");
+        free(keep);
+        TJT_CHECK(b2 != NULL, "a second devsim backend");
+        if (b2) tjt_trace_streams(b2, 300);
+        tj_devsim_backend_free(b2);
     }
 
     tjt_current = "wrong backend";
