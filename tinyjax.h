@@ -8444,8 +8444,7 @@ static void tj__round_n(int flt, void *v, int64_t n, tj_dtype dt) {
    float chunks are long (up to TJ__FMAX): a member's result lives in a slot
    of resbuf that is reused once no later member reads it (AdamW's 17
    members need 4 slots), and a stored f32 member computes straight into
-   its output when that is safe (tj__fused_direct). While a chunk computes,
-   the next chunk of every leaf array is prefetched. The chunk length never
+   its output when that is safe (tj__fused_direct). The chunk length never
    changes a result: every member is elementwise.
    A group whose root is a reduction over every axis (tj__fuse_reduce)
    runs the reduction's own kernel, which asks for its input a chunk at a
@@ -8461,9 +8460,6 @@ typedef struct {
     int64_t n, cm;           /* their elements, and elements per chunk */
     int src[TJ__MAXFUSE][3]; /* where each operand comes from: a member's result, or a leaf (-1) */
     int slot[TJ__MAXFUSE];   /* the member's slot in resbuf, or -1: computed straight into its output */
-    int nstream;             /* the distinct leaf arrays (not scalars), prefetched */
-    const char *stream[TJ__MAXFUSE * 3];
-    int sbytes[TJ__MAXFUSE * 3]; /* their element sizes */
 } tj__fused;
 /* the members' results for elements [c0, c0 + m) into res[]; resbuf holds
    TJ__FRES doubles, opnd 3 x TJ__FMAX / 2 */
@@ -8492,16 +8488,9 @@ static void tj__fused_part(const void *arg, int part, int nparts) {
     double resbuf[TJ__FRES], opnd[3][TJ__FMAX / 2]; /* opnd: a converted leaf chunk (TJ__CHUNK doubles or TJ__FMAX floats) */
     void *res[TJ__MAXFUSE];                          /* this chunk's result of each member */
     int64_t lo = fu->n * part / nparts, hi = fu->n * (part + 1) / nparts, c0, m, cm = fu->cm;
-    int mi, j;
+    int mi;
     for (c0 = lo; c0 < hi; c0 += m) {
         m = hi - c0 < cm ? hi - c0 : cm;
-#if defined(__GNUC__)
-        if (c0 + m < hi) { /* the next chunk of each leaf array starts coming in */
-            int64_t e0 = c0 + m, e1 = hi - e0 < cm ? hi : e0 + cm, q;
-            for (j = 0; j < fu->nstream; j++)
-                for (q = e0 * fu->sbytes[j]; q < e1 * fu->sbytes[j]; q += 64) __builtin_prefetch(fu->stream[j] + q);
-        }
-#endif
         tj__fused_chunk(fu, c0, m, resbuf, opnd, res);
         /* the others are stored after the whole chunk is computed: a member
            may overwrite a donated argument that a later member reads */
@@ -8549,7 +8538,6 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
     fu.flt = 1;
     fu.nm = r->nmembers - red;
     fu.n = tj__numel(&r->members[fu.nm - 1]->lt);
-    fu.nstream = 0;
     for (mi = 0; mi < fu.nm; mi++) {
         const tj_node *x = r->members[mi];
         tj_dtype idt[3];
@@ -8559,13 +8547,6 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
             fu.src[mi][j] = -1;
             for (k = 0; k < mi; k++)
                 if (r->members[k] == x->in[j]) fu.src[mi][j] = k, lastuse[k] = lastuse[k] > mi ? lastuse[k] : mi;
-            if (fu.src[mi][j] < 0 && x->in[j]->lt.rank && leafp[mi * 3 + j]) { /* a leaf array: prefetched once */
-                for (k = 0; k < fu.nstream && fu.stream[k] != (const char *)leafp[mi * 3 + j]; k++) continue;
-                if (k == fu.nstream) {
-                    fu.stream[fu.nstream] = (const char *)leafp[mi * 3 + j];
-                    fu.sbytes[fu.nstream++] = (int)tj_dtype_size(x->in[j]->lt.dt);
-                }
-            }
         }
         fu.flt &= tj__flt_ok(x->op, x->lt.dt, x->nin, idt);
     }
