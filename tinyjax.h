@@ -5359,8 +5359,12 @@ static void tj__k_one_hot(tj__kern *k) {
 /* ---- fused row ops along one axis: softmax, log_softmax, layer_norm,
    cross_entropy, and their gradients. A "row" is every element along the
    axis with the other indices fixed: row r starts at (r / st) * st * d +
-   r % st, and steps by st, the axis's stride. Kernels compute in double,
-   reading each row in chunks once per pass; the threads split the rows. ---- */
+   r % st, and steps by st, the axis's stride. Kernels read each row in
+   chunks once per pass, in double for f64 results, else in float (16
+   lanes, vectorised; a chunk's sums add in double); the threads split the
+   rows. cross_entropy's gradient takes the forward's per-row loss as a
+   residual: lse = loss + z[label] gives the row's statistics, so the
+   gradient is one pass over the logits (no max, no sum of exps again). ---- */
 /* a row op node along axis id a: in[0] gives the rows, t is the output type */
 static tj_v tj__rownode(const char *f, int l, int op, int nin, tj_node **in, int a, double s, const tj__type *t) {
     tj_graph *g = tj__inner(nin, in, TJ__OPNAME(op), f, l);
@@ -5426,12 +5430,16 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
 }
 static tj_v tj__copy(const char *f, int l, tj_v x);
 /* The gradient op of row op n: dx from x (whose type the result takes), the
-   labels (cross_entropy) and the cotangent g of n. Rows as in n. */
+   labels and n's own per-row loss (cross_entropy: its residual) and the
+   cotangent g of n, always the last input. Rows as in n. */
 static tj_v tj__row_grad(const char *f, int l, int op, tj_node *n, tj_v x, tj_v labels, tj_v g) {
-    tj_node *in[3];
+    tj_node *in[4];
     int nin = 0;
     in[nin++] = x;
-    if (labels) in[nin++] = labels;
+    if (labels) {
+        in[nin++] = labels;
+        in[nin++] = n;
+    }
     if (!(in[nin++] = tj__fit(f, l, g, &n->t))) return NULL;
     return tj__rownode(f, l, op, nin, in, n->a.axis, n->a.s, &x->t);
 }
@@ -5491,15 +5499,24 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
     tj__load_n(k->in[i], k->it[i]->dt, base + c0 * s1, s1, m, buf);
     return m;
 }
-/* row r of op k->n */
+/* cross_entropy_grad of row r: z[label] and the forward's loss, or 0 when
+   the loss was stored narrower than f32 (bf16: too coarse to give the
+   softmax; the kernel then computes the row's max and sum of exps) */
+static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t lab, double *zl, double *loss) {
+    if (k->n->op != TJ__OP_CROSS_ENTROPY_GRAD || (k->it[2]->dt != TJ_F32 && k->it[2]->dt != TJ_F64)) return 0;
+    *zl = tj__ld(k->in[0], k->it[0]->dt, base + lab * s1);
+    *loss = tj__ld(k->in[2], k->it[2]->dt, r);
+    return 1;
+}
+/* row r of op k->n, in double (f64 results) */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {
-    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0;
+    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0;
     int op = k->n->op, g = k->nin - 1; /* g: the cotangent's input */
     int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
     int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;
     tj_dtype odt = k->ot.dt;
-    int fast = odt != TJ_F64;
-    if (ce || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
+    int fast = odt != TJ_F64, stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);
+    if ((ce && !stats) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++)
                 if (a[j] > mx) mx = a[j];
@@ -5510,6 +5527,7 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
             for (j = 0; j < m; j++) s += a[j];
         }
     }
+    if (stats) mx = zl + loss, s = 1; /* exp(x - lse) is the softmax */
     if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) mean += a[j];
@@ -5550,6 +5568,131 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
         tj__store_n(k->out, odt, base + c0 * s1, s1, m, a);
     }
 }
+/* ---- the same in float, for results stored as f32 or bf16. Every pass is
+   a loop over a chunk of TJ__FROW floats that the compiler vectorises (16
+   lanes for sums and maxima, so no loop carries one accumulator); each
+   chunk's sum then adds into a double. exp is tj__fexpf. Results agree with
+   the double kernel within a few f32 ulps of the row's scale (test_ops:
+   rows of 50304 logits near 1000). ---- */
+#define TJ__FROW (2 * TJ__CHUNK)
+/* e^x in float: x = n ln 2 + r, |r| <= ln 2 / 2, e^r by Taylor to r^7
+   (truncation < 1e-8 relative); below -87 (results under FLT_MIN) 0 */
+static TJ__INLINE float tj__fexpf(float x) {
+    float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x, t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f; /* + 1.5 * 2^23: n lands in the low bits */
+    float r = c - n * 0.693145752f - n * 1.42860677e-6f, q = 1.0f / 5040;                                          /* ln 2 in two parts */
+    int32_t bits;
+    float sc;
+    q = q * r + 1.0f / 720;
+    q = q * r + 1.0f / 120;
+    q = q * r + 1.0f / 24;
+    q = q * r + 1.0f / 6;
+    q = q * r + 0.5f;
+    q = q * r + 1.0f;
+    q = q * r + 1.0f;
+    memcpy(&bits, &t, 4);
+    bits = (int32_t)((uint32_t)(bits - 0x4B400000 + 127) << 23);
+    memcpy(&sc, &bits, 4);
+    return x < -87.0f ? 0.0f : q * sc;
+}
+/* the sum of v[0..m) in 16 lanes, then in double */
+static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
+    float lane[16] = {0};
+    double s = 0;
+    int64_t j;
+    int l;
+    for (j = 0; j + 16 <= m; j += 16)
+        for (l = 0; l < 16; l++) lane[l] += v[j + l];
+    for (l = 0; j < m; j++, l++) lane[l] += v[j];
+    for (l = 0; l < 16; l++) s += lane[l];
+    return s;
+}
+#define TJ__ROWF(name, attr)                                                                                                                    \
+    attr static void name(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {                                                 \
+        float a[TJ__FROW], b[TJ__FROW], lane[16], mxf = 0, meanf = 0, meanlo = 0, varf = 0, gyf = 0, grf = 0, lsef = 0, zlf = 0, lossf = 0;               \
+        double mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0;                                                      \
+        int op = k->n->op, g = k->nin - 1, l;                                                                                                   \
+        int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD; \
+        int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;                                                                       \
+        int stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);                                                                            \
+        const void *x = k->in[0];                                                                                                               \
+        tj_dtype xdt = k->it[0]->dt;                                                                                                            \
+        if ((ce && !stats) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */                                 \
+            for (l = 0; l < 16; l++) lane[l] = -INFINITY;                                                                                       \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                for (j = 0; j < m; j++) lane[j & 15] = a[j] > lane[j & 15] ? a[j] : lane[j & 15];                                              \
+            }                                                                                                                                   \
+            for (l = 0; l < 16; l++) mx = lane[l] > mx ? lane[l] : mx;                                                                          \
+            if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */                                                                     \
+            mxf = (float)mx;                                                                                                                    \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                for (j = 0; j < m; j++) a[j] = tj__fexpf(a[j] - mxf);                                                                           \
+                s += tj__fsum(a, m);                                                                                                            \
+            }                                                                                                                                   \
+            lsef = (float)log(s);                                                                                                               \
+        }                                                                                                                                       \
+        if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */                         \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                mean += tj__fsum(a, m);                                                                                                         \
+            }                                                                                                                                   \
+            meanf = (float)(mean /= (double)d), meanlo = (float)(mean - meanf); /* x - mean as (x - meanf) - meanlo: exact, then small */      \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                for (j = 0; j < m; j++) a[j] = ((a[j] - meanf) - meanlo) * ((a[j] - meanf) - meanlo);                                           \
+                var += tj__fsum(a, m);                                                                                                          \
+            }                                                                                                                                   \
+            varf = (float)(var = 1.0 / sqrt(var / (double)d + k->n->a.s));                                                                     \
+        }                                                                                                                                       \
+        if (rowg) { /* sum(g), sum(g y) */                                                                                                      \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                tj__load_nf(k->in[g], k->it[g]->dt, base + c0 * s1, s1, m, b);                                                                  \
+                gr += tj__fsum(b, m);                                                                                                           \
+                if (op == TJ__OP_SOFTMAX_GRAD) for (j = 0; j < m; j++) a[j] *= b[j];                                                            \
+                else for (j = 0; j < m; j++) a[j] = b[j] * (((a[j] - meanf) - meanlo) * varf);                                                  \
+                gy += tj__fsum(a, m);                                                                                                           \
+            }                                                                                                                                   \
+            grf = (float)(gr / (double)d);                                                                                                      \
+            gyf = (float)(op == TJ__OP_SOFTMAX_GRAD ? gy : gy / (double)d);                                                                     \
+        }                                                                                                                                       \
+        if (op == TJ__OP_CROSS_ENTROPY) {                                                                                                       \
+            tj__st(k->out, k->ot.dt, r, mx + log(s) - tj__ld(x, xdt, base + lab * s1));                                                         \
+            return;                                                                                                                             \
+        }                                                                                                                                       \
+        if (op == TJ__OP_CROSS_ENTROPY_GRAD) grf = (float)tj__ld(k->in[g], k->it[g]->dt, r);                                                    \
+        zlf = (float)zl, lossf = (float)loss, s = 1.0 / s;                                                                                      \
+        for (c0 = 0; c0 < d; c0 += m) {                                                                                                         \
+            float sf = (float)s;                                                                                                                \
+            m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                          \
+            tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                      \
+            if (rowg) tj__load_nf(k->in[g], k->it[g]->dt, base + c0 * s1, s1, m, b);                                                            \
+            switch (op) {                                                                                                                       \
+            case TJ__OP_SOFTMAX: for (j = 0; j < m; j++) a[j] = tj__fexpf(a[j] - mxf) * sf; break;                                             \
+            case TJ__OP_LOG_SOFTMAX: for (j = 0; j < m; j++) a[j] = (a[j] - mxf) - lsef; break;                                                \
+            case TJ__OP_LAYER_NORM: for (j = 0; j < m; j++) a[j] = ((a[j] - meanf) - meanlo) * varf; break;                                    \
+            case TJ__OP_SOFTMAX_GRAD: for (j = 0; j < m; j++) a[j] *= b[j] - gyf; break;                                                       \
+            case TJ__OP_LAYER_NORM_GRAD: for (j = 0; j < m; j++) a[j] = varf * (b[j] - grf - ((a[j] - meanf) - meanlo) * varf * gyf); break; \
+            default: /* cross_entropy_grad: exp(x - lse) = exp((x - z[label]) - loss), or from the max and sum */                              \
+                if (stats) for (j = 0; j < m; j++) a[j] = grf * tj__fexpf((a[j] - zlf) - lossf);                                               \
+                else for (j = 0; j < m; j++) a[j] = grf * (tj__fexpf(a[j] - mxf) * sf);                                                        \
+                if (lab >= c0 && lab < c0 + m) a[lab - c0] -= grf;                                                                              \
+                break;                                                                                                                          \
+            }                                                                                                                                   \
+            tj__store_nf(k->out, k->ot.dt, base + c0 * s1, s1, m, a);                                                                           \
+        }                                                                                                                                       \
+    }
+TJ__ROWF(tj__row_f, )
+#if TJ__X86
+TJ__ROWF(tj__row_f512, __attribute__((target("avx512f"))))
+#endif
+#undef TJ__ROWF
 typedef struct {
     const tj__kern *k;
     int64_t st, d, rows;
@@ -5557,7 +5700,11 @@ typedef struct {
 static void tj__rows_part(const void *arg, int part, int nparts) {
     const tj__rows *e = (const tj__rows *)arg;
     int64_t r;
-    for (r = e->rows * part / nparts; r < e->rows * (part + 1) / nparts; r++) tj__row(e->k, r, (r / e->st) * e->st * e->d + r % e->st, e->st, e->d);
+    void (*row)(const tj__kern *, int64_t, int64_t, int64_t, int64_t) = e->k->ot.dt == TJ_F64 ? tj__row : tj__row_f;
+#if TJ__X86
+    if (row == tj__row_f && __builtin_cpu_supports("avx512f")) row = tj__row_f512;
+#endif
+    for (r = e->rows * part / nparts; r < e->rows * (part + 1) / nparts; r++) row(e->k, r, (r / e->st) * e->st * e->d + r % e->st, e->st, e->d);
 }
 static void tj__k_rowop(tj__kern *k) {
     const tj__type *t = k->it[0];
