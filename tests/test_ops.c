@@ -1664,6 +1664,51 @@ static void rows_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         }
     }
 }
+/* bf16 logits: the forward's loss, stored in bf16, is too coarse to give
+   the softmax (2^-8 relative: up to 6% error in exp for a loss of 16), so cross_entropy_grad
+   computes the row's max and sum of exps itself. Each element is within
+   2^-7 of the f64 gradient of the same values (bf16 rounds to 2^-9). */
+static void xent_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), c = tj_tree_v(in, "c"), y = tj_cross_entropy(x, tj_tree_v(in, "lab"), "v", NULL), d;
+    (void)g; (void)u;
+    if (tj_vjp(1, &y, &c, 1, &x, &d) == TJ_OK) tj_tree_set_v(out, "d", d);
+}
+static void test_xent_bf16(tj_ctx *ctx) {
+    enum { R = 2, V = 4099 };
+    static uint16_t xh[R * V];
+    static double xd[R * V], yh[R * V], yd[R * V];
+    uint16_t ch[R] = {tj_f32_to_bf16(1.0f), tj_f32_to_bf16(-3.0f)};
+    double cd[R] = {1.0, -3.0}, err = 0, big = 0;
+    int32_t lab[R] = {0, 0};
+    tj_tree *in[2], *out[2];
+    int i, k, ok = 1;
+    for (i = 0; i < R * V; i++) { /* labels at each row's smallest logit: a loss near 16, whose bf16 ulp is 1/8 */
+        xh[i] = tj_f32_to_bf16((float)(7.9 * sin(0.37 * i))); /* losses 22.19 and 22.19: 0.06 from a bf16 value */
+        xd[i] = tj_bf16_to_f32(xh[i]);
+        if (xd[i] < xd[i / V * V + lab[i / V]]) lab[i / V] = i % V;
+    }
+    for (k = 0; k < 2; k++) {
+        tj_prog *p;
+        in[k] = tj_tree_new(ctx);
+        out[k] = tj_tree_new(ctx);
+        tj_tree_set_array(in[k], "x", tj_array_new(ctx, k ? TJ_F64 : TJ_BF16, "r=2 v=4099", k ? (const void *)xd : (const void *)xh));
+        tj_tree_set_array(in[k], "c", tj_array_new(ctx, k ? TJ_F64 : TJ_BF16, "r=2", k ? (const void *)cd : (const void *)ch));
+        tj_tree_set_array(in[k], "lab", tj_array_new(ctx, TJ_I32, "r=2", lab));
+        p = tj_jit(ctx, "xent", xent_fn, NULL, in[k], NULL);
+        ok &= p && !tj_run(p, in[k], out[k]) && tj_tree_array(out[k], "d") && !tj_array_read(tj_tree_array(out[k], "d"), TJ_F64, k ? yd : yh);
+        TJT_CHECK(ok, "bf16 cross_entropy grad (%s): %s", k ? "f64" : "bf16", tj_error(ctx));
+        tj_prog_free(p);
+    }
+    for (i = 0; i < R * V && ok; i++) big = fabs(yd[i]) > big ? fabs(yd[i]) : big;
+    for (i = 0; i < R * V && ok; i++) /* each element that is not ~0: relative */
+        if (fabs(yd[i]) > 1e-4 * big && fabs(yh[i] - yd[i]) / fabs(yd[i]) > err) err = fabs(yh[i] - yd[i]) / fabs(yd[i]);
+    if (getenv("TJT_ROWS")) printf("cross_entropy grad, bf16: %.3g\n", err);
+    TJT_CHECK(!ok || err <= 1.0 / 128, "bf16 cross_entropy grad: an element differs from f64 by %.3g of itself (want <= 2^-7: bf16 rounding)", err);
+    for (k = 0; k < 2; k++) {
+        tj_tree_free(in[k]);
+        tj_tree_free(out[k]);
+    }
+}
 static void test_rows_f32(tj_ctx *ctx) {
     enum { R = 3, V = 50304 };
     static float xf[R * V], wf[R * V];
@@ -1717,6 +1762,7 @@ static void test_rows_f32(tj_ctx *ctx) {
         tj_tree_free(in[k]);
         tj_tree_free(out[k]);
     }
+    test_xent_bf16(ctx);
 }
 
 int main(void) {
