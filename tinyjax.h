@@ -86,7 +86,7 @@
  *   [10] memory plan and analysis (device and host), donation
  *   [11] run: backend interface (tinyjax_cuda.cu implements it for CUDA,
  *        with an NCCL transport), the CPU backend (device threads, fusion
- *        of elementwise loops, matmul), a device-like CPU backend (devsim:
+ *        of elementwise loops and of full reductions of them, matmul), a device-like CPU backend (devsim:
  *        memory the host cannot touch, asynchronous streams; tests run on
  *        it), transports (threads, MPI) and process mode
  *   [12] jit: trace + compile + call
