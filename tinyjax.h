@@ -86,9 +86,10 @@
  *   [10] memory plan and analysis (device and host), donation
  *   [11] run: backend interface (tinyjax_cuda.cu implements it for CUDA,
  *        with an NCCL transport), the CPU backend (device threads, fusion
- *        of elementwise loops and of full reductions of them, matmul), a device-like CPU backend (devsim:
- *        memory the host cannot touch, asynchronous streams; tests run on
- *        it), transports (threads, MPI) and process mode
+ *        of elementwise loops and of full reductions of them, matmul), a
+ *        device-like CPU backend (devsim: memory the host cannot touch,
+ *        asynchronous streams; tests run on it), transports (threads, MPI)
+ *        and process mode
  *   [12] jit: trace + compile + call
  *   [13] program text
  *   [A]  appendix, out of the pipeline's way: files (tj_read_file,
@@ -8487,9 +8488,9 @@ static int tj__fuse_ok(const tj_prog *p, const tj__fusion *f, tj_node *rx, tj_no
 static void tj__fuse_reduce(tj_prog *p, const tj__fusion *f) {
     int i, y, k;
     for (i = 0; i < p->nsched; i++) {
-        tj_node *c = p->sched[i], *x = c->in[0];
+        tj_node *c = p->sched[i], *x = c->nin == 1 ? c->in[0] : NULL;
         int ok;
-        if (tj__ops[c->op].cpu != tj__k_reduce || c->lt.rank || x->g != p->g || !x->live || x->fused || !tj__fusable(x) || c->space != x->space ||
+        if (!x || tj__ops[c->op].cpu != tj__k_reduce || c->lt.rank || x->g != p->g || !x->live || x->fused || !tj__fusable(x) || c->space != x->space ||
             f->size[x->id] + 1 > TJ__MAXFUSE)
             continue;
         for (ok = 1, k = x->sched + 1; k < c->sched && ok; k++) {
@@ -8590,7 +8591,7 @@ static void tj__round_n(int flt, void *v, int64_t n, tj_dtype dt) {
    one starts. A call costs about as much as a hundred elements of work, so
    float chunks are long (up to TJ__FMAX): a member's result lives in a slot
    of resbuf that is reused once no later member reads it (AdamW's 17
-   members need 4 slots), and a stored f32 member computes straight into
+   members need 3 slots), and a stored f32 member computes straight into
    its output when that is safe (tj__fused_direct). The chunk length never
    changes a result: every member is elementwise.
    A group whose root is a reduction over every axis (tj__fuse_reduce)
