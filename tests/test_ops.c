@@ -1655,7 +1655,7 @@ static void rows_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     ys[2] = tj_layer_norm(x, "v", 1e-5);
     ys[3] = tj_cross_entropy(x, tj_tree_v(in, "lab"), "v", NULL);
     for (i = 0; i < 4; i++) {
-        char nm[8];
+        char nm[16];
         snprintf(nm, sizeof nm, "y%d", i);
         tj_tree_set_v(out, nm, ys[i]);
         if (tj_vjp(1, &ys[i], i < 3 ? &w : &c, 1, &x, &d) == TJ_OK) {
