@@ -139,6 +139,32 @@ static void test_fused_adamw(void) {
     tj_ctx_free(ctx);
 }
 
+/* A select with a broadcast scalar branch inside a long float chunk: the
+   scalar is spread over pieces of the chunk (tj__math_spread), every piece
+   the same as element by element */
+static void select_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    (void)u;
+    tj_tree_set_v(out, "y", tj_select(tj_gt(x, tj_scalar(g, TJ_F32, 0.25)), tj_muls(x, 3.0), tj_scalar(g, TJ_F32, -0.5)));
+}
+static void test_fused_select(tj_ctx *ctx) {
+    enum { N = 20011 };
+    static float x[N], y[N];
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    int i, bad = 0;
+    tjt_current = "fused select with a scalar branch";
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "n=20011", 41, -1, 1));
+    tj_array_read(tj_tree_array(in, "x"), TJ_F32, x);
+    p = tj_jit(ctx, "select", select_fn, NULL, in, NULL);
+    TJT_CHECK(p && !tj_run(p, in, out) && !tj_array_read(tj_tree_array(out, "y"), TJ_F32, y), "select: %s", tj_error(ctx));
+    for (i = 0; i < N && p; i++) bad += y[i] != (x[i] > 0.25f ? x[i] * 3.0f : -0.5f);
+    TJT_CHECK(!bad, "%d of %d elements differ", bad, N);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+}
+
 /* A reduction over every axis of an elementwise chain joins the chain's
    fused loop on the CPU backend (the squares are never stored): the same
    bits as when the chain is stored first (an output), in f32 and f64, for
@@ -224,6 +250,7 @@ int main(void) {
     test_fusion(ctx);
     test_fused_adamw();
     test_fused_reduce(ctx);
+    test_fused_select(ctx);
 
     /* the axis-name table is finite: running out is an error, not garbage */
     tjt_current = "axis names";
