@@ -86,9 +86,10 @@
  *   [10] memory plan and analysis (device and host), donation
  *   [11] run: backend interface (tinyjax_cuda.cu implements it for CUDA,
  *        with an NCCL transport), the CPU backend (device threads, fusion
- *        of elementwise loops, matmul), a device-like CPU backend (devsim:
- *        memory the host cannot touch, asynchronous streams; tests run on
- *        it), transports (threads, MPI) and process mode
+ *        of elementwise loops and of full reductions of them, matmul), a
+ *        device-like CPU backend (devsim: memory the host cannot touch,
+ *        asynchronous streams; tests run on it), transports (threads, MPI)
+ *        and process mode
  *   [12] jit: trace + compile + call
  *   [13] program text
  *   [A]  appendix, out of the pipeline's way: files (tj_read_file,
@@ -3893,7 +3894,7 @@ __attribute__((target("avx512f"))) static void tj__sqrt_f512(const float *a, flo
 #endif
 /* out[0..n) <- op of in[]; bit j of `one` says in[j] holds one value for
    all n (a broadcast scalar: binary ops read it as is, others get it
-   spread over a chunk); n <= TJ__CHUNK */
+   spread over a chunk) */
 static void tj__math_spread(int flt, int op, double s, unsigned one, const void *const *in, void *out, int64_t n);
 static void tj__math(int flt, int op, double s, unsigned one, const void *const *in, void *out, int64_t n) {
     if (one && (op < TJ__OP_ADD || op > TJ__OP_NE || one == 3)) tj__math_spread(flt, op, s, one, in, out, n);
@@ -3904,20 +3905,27 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
 #endif
     else tj__math_f(op, s, one, (const float *const *)in, (float *)out, n);
 }
-/* (kept out of tj__math: a large stack frame on every call costs more than the math) */
+/* (kept out of tj__math: a large stack frame on every call costs more than
+   the math); the spread values fill TJ__CHUNK doubles, so a longer n (the
+   fused loop's float chunks) goes in pieces of that size */
 static void tj__math_spread(int flt, int op, double s, unsigned one, const void *const *in, void *out, int64_t n) {
     double spread[3][TJ__CHUNK];
     const void *v[3];
+    size_t es = flt ? sizeof(float) : sizeof(double);
+    int64_t q, q0, m, pm = flt ? 2 * TJ__CHUNK : TJ__CHUNK;
     int j;
-    int64_t q;
     for (j = 0; j < 3; j++) {
-        v[j] = in[j];
         if (!(one >> j & 1)) continue;
-        if (flt) for (q = 0; q < n; q++) ((float *)spread[j])[q] = *(const float *)in[j];
-        else for (q = 0; q < n; q++) spread[j][q] = *(const double *)in[j];
-        v[j] = spread[j];
+        for (q = 0; q < n && q < pm; q++) {
+            if (flt) ((float *)spread[j])[q] = *(const float *)in[j];
+            else spread[j][q] = *(const double *)in[j];
+        }
     }
-    tj__math(flt, op, s, 0, v, out, n);
+    for (q0 = 0; q0 < n; q0 += m) {
+        m = n - q0 < pm ? n - q0 : pm;
+        for (j = 0; j < 3; j++) v[j] = one >> j & 1 ? (const void *)spread[j] : in[j] ? (const void *)((const char *)in[j] + (size_t)q0 * es) : NULL;
+        tj__math(flt, op, s, 0, v, (char *)out + (size_t)q0 * es, m);
+    }
 }
 /* a[j] = exp(a[j] - sub); results stored as f32 or bf16 take tj__fexp */
 static void tj__exp_n(int fast, double *a, int64_t m, double sub) {
@@ -4566,10 +4574,15 @@ TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
    axis in chunks). Sums accumulate in double, in 8 interleaved lanes so the
    adds vectorise. The threads split the outputs, or, for one output, a
    fixed number of blocks of it whose partial sums add in order: results
-   depend on the shapes only, never on the thread count. */
+   depend on the shapes only, never on the thread count. The input is read
+   from its buffer, or (gen) computed a chunk at a time by the fused loop
+   of its elementwise producers ([11]: a sum of squares never stores the
+   squares). */
 typedef struct {
     const void *p;
     tj_dtype dt;
+    void (*gen)(const void *src, int64_t at, int64_t m, double *buf); /* input elements [at, at + m) as doubles */
+    const void *src;
     int nr, op, sum; /* sum: op is TJ__OP_SUM (the vectorised paths) */
     int64_t rd[TJ_MAXDIM], rs[TJ_MAXDIM], od[TJ_MAXDIM], os[TJ_MAXDIM];
     int64_t on, rn, inner, nblk;
@@ -4617,7 +4630,8 @@ static double tj__red_one(const tj__red *e, int64_t ob, int64_t r0, int64_t r1) 
     for (r = r0; r < r1; r++) {
         for (c0 = 0; c0 < e->inner; c0 += m) {
             m = e->inner - c0 < TJ__CHUNK ? e->inner - c0 : TJ__CHUNK;
-            tj__load_n(e->p, e->dt, ob + rb + c0 * sl, sl, m, buf);
+            if (e->gen) e->gen(e->src, ob + rb + c0, m, buf); /* a reduction over every axis: sl == 1 */
+            else tj__load_n(e->p, e->dt, ob + rb + c0 * sl, sl, m, buf);
             if (!e->sum) for (j = 0; j < m; j++) acc = tj__fold(e->op, acc, buf[j]);
             else tj__lanes(buf, m, lane);
         }
@@ -4671,7 +4685,7 @@ static void tj__red_part(const void *arg, int part, int nparts) {
         }
     }
 }
-static void tj__k_reduce(tj__kern *k) {
+static void tj__reduce_run(tj__kern *k, void (*gen)(const void *, int64_t, int64_t, double *), const void *src) {
     const tj__type *it = k->it[0];
     tj__red e;
     int64_t ist[TJ_MAXDIM], total = tj__numel(it);
@@ -4679,6 +4693,8 @@ static void tj__k_reduce(tj__kern *k) {
     int i, j, red;
     memset(&e, 0, sizeof e);
     e.p = k->in[0];
+    e.gen = gen;
+    e.src = src;
     e.dt = it->dt;
     e.out = k->out;
     e.odt = k->ot.dt;
@@ -4722,6 +4738,7 @@ static void tj__k_reduce(tj__kern *k) {
     }
     tj__parallel(tj__nparts(total, k->nthreads) < e.on ? tj__nparts(total, k->nthreads) : (int)e.on, tj__red_part, &e);
 }
+static void tj__k_reduce(tj__kern *k) { tj__reduce_run(k, NULL, NULL); }
 static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj__relayout(n->file, n->line, g, &n->in[0]->t); /* broadcast back */
     return TJ_OK;
@@ -5371,8 +5388,12 @@ static void tj__k_one_hot(tj__kern *k) {
 /* ---- fused row ops along one axis: softmax, log_softmax, layer_norm,
    cross_entropy, and their gradients. A "row" is every element along the
    axis with the other indices fixed: row r starts at (r / st) * st * d +
-   r % st, and steps by st, the axis's stride. Kernels compute in double,
-   reading each row in chunks once per pass; the threads split the rows. ---- */
+   r % st, and steps by st, the axis's stride. Kernels read each row in
+   chunks once per pass, in double for f64 results, else in float (16
+   lanes, vectorised; a chunk's sums add in double); the threads split the
+   rows. cross_entropy's gradient takes the forward's per-row loss as a
+   residual: lse = loss + z[label] gives the row's statistics, so the
+   gradient is one pass over the logits (no max, no sum of exps again). ---- */
 /* a row op node along axis id a: in[0] gives the rows, t is the output type */
 static tj_v tj__rownode(const char *f, int l, int op, int nin, tj_node **in, int a, double s, const tj__type *t) {
     tj_graph *g = tj__inner(nin, in, TJ__OPNAME(op), f, l);
@@ -5438,12 +5459,16 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
 }
 static tj_v tj__copy(const char *f, int l, tj_v x);
 /* The gradient op of row op n: dx from x (whose type the result takes), the
-   labels (cross_entropy) and the cotangent g of n. Rows as in n. */
+   labels and n's own per-row loss (cross_entropy: its residual) and the
+   cotangent g of n, always the last input. Rows as in n. */
 static tj_v tj__row_grad(const char *f, int l, int op, tj_node *n, tj_v x, tj_v labels, tj_v g) {
-    tj_node *in[3];
+    tj_node *in[4];
     int nin = 0;
     in[nin++] = x;
-    if (labels) in[nin++] = labels;
+    if (labels) {
+        in[nin++] = labels;
+        in[nin++] = n;
+    }
     if (!(in[nin++] = tj__fit(f, l, g, &n->t))) return NULL;
     return tj__rownode(f, l, op, nin, in, n->a.axis, n->a.s, &x->t);
 }
@@ -5503,15 +5528,24 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
     tj__load_n(k->in[i], k->it[i]->dt, base + c0 * s1, s1, m, buf);
     return m;
 }
-/* row r of op k->n */
+/* cross_entropy_grad of row r: z[label] and the forward's loss, or 0 when
+   the loss was stored narrower than f32 (bf16: too coarse to give the
+   softmax; the kernel then computes the row's max and sum of exps) */
+static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t lab, double *zl, double *loss) {
+    if (k->n->op != TJ__OP_CROSS_ENTROPY_GRAD || (k->it[2]->dt != TJ_F32 && k->it[2]->dt != TJ_F64)) return 0;
+    *zl = tj__ld(k->in[0], k->it[0]->dt, base + lab * s1);
+    *loss = tj__ld(k->in[2], k->it[2]->dt, r);
+    return 1;
+}
+/* row r of op k->n, in double (f64 results) */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {
-    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0;
+    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0;
     int op = k->n->op, g = k->nin - 1; /* g: the cotangent's input */
     int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
     int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;
     tj_dtype odt = k->ot.dt;
-    int fast = odt != TJ_F64;
-    if (ce || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
+    int fast = odt != TJ_F64, stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);
+    if ((ce && !stats) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++)
                 if (a[j] > mx) mx = a[j];
@@ -5522,6 +5556,7 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
             for (j = 0; j < m; j++) s += a[j];
         }
     }
+    if (stats) mx = zl + loss, s = 1; /* exp(x - lse) is the softmax */
     if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) mean += a[j];
@@ -5562,6 +5597,131 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
         tj__store_n(k->out, odt, base + c0 * s1, s1, m, a);
     }
 }
+/* ---- the same in float, for results stored as f32 or bf16. Every pass is
+   a loop over a chunk of TJ__FROW floats that the compiler vectorises (16
+   lanes for sums and maxima, so no loop carries one accumulator); each
+   chunk's sum then adds into a double. exp is tj__fexpf. Results agree with
+   the double kernel within a few f32 ulps of the row's scale (test_ops:
+   rows of 50304 logits near 1000). ---- */
+#define TJ__FROW (2 * TJ__CHUNK)
+/* e^x in float: x = n ln 2 + r, |r| <= ln 2 / 2, e^r by Taylor to r^7
+   (truncation < 1e-8 relative); below -87 (results under FLT_MIN) 0 */
+static TJ__INLINE float tj__fexpf(float x) {
+    float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x, t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f; /* + 1.5 * 2^23: n lands in the low bits */
+    float r = c - n * 0.693145752f - n * 1.42860677e-6f, q = 1.0f / 5040;                                          /* ln 2 in two parts */
+    int32_t bits;
+    float sc;
+    q = q * r + 1.0f / 720;
+    q = q * r + 1.0f / 120;
+    q = q * r + 1.0f / 24;
+    q = q * r + 1.0f / 6;
+    q = q * r + 0.5f;
+    q = q * r + 1.0f;
+    q = q * r + 1.0f;
+    memcpy(&bits, &t, 4);
+    bits = (int32_t)((uint32_t)(bits - 0x4B400000 + 127) << 23);
+    memcpy(&sc, &bits, 4);
+    return x < -87.0f ? 0.0f : q * sc;
+}
+/* the sum of v[0..m) in 16 lanes, then in double */
+static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
+    float lane[16] = {0};
+    double s = 0;
+    int64_t j;
+    int l;
+    for (j = 0; j + 16 <= m; j += 16)
+        for (l = 0; l < 16; l++) lane[l] += v[j + l];
+    for (l = 0; j < m; j++, l++) lane[l] += v[j];
+    for (l = 0; l < 16; l++) s += lane[l];
+    return s;
+}
+#define TJ__ROWF(name, attr)                                                                                                                    \
+    attr static void name(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {                                                 \
+        float a[TJ__FROW], b[TJ__FROW], lane[16], mxf = 0, meanf = 0, meanlo = 0, varf = 0, gyf = 0, grf = 0, lsef = 0, zlf = 0, lossf = 0;               \
+        double mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0;                                                      \
+        int op = k->n->op, g = k->nin - 1, l;                                                                                                   \
+        int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD; \
+        int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;                                                                       \
+        int stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);                                                                            \
+        const void *x = k->in[0];                                                                                                               \
+        tj_dtype xdt = k->it[0]->dt;                                                                                                            \
+        if ((ce && !stats) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */                                 \
+            for (l = 0; l < 16; l++) lane[l] = -INFINITY;                                                                                       \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                for (j = 0; j < m; j++) lane[j & 15] = a[j] > lane[j & 15] ? a[j] : lane[j & 15];                                              \
+            }                                                                                                                                   \
+            for (l = 0; l < 16; l++) mx = lane[l] > mx ? lane[l] : mx;                                                                          \
+            if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */                                                                     \
+            mxf = (float)mx;                                                                                                                    \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                for (j = 0; j < m; j++) a[j] = tj__fexpf(a[j] - mxf);                                                                           \
+                s += tj__fsum(a, m);                                                                                                            \
+            }                                                                                                                                   \
+            lsef = (float)log(s);                                                                                                               \
+        }                                                                                                                                       \
+        if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */                         \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                mean += tj__fsum(a, m);                                                                                                         \
+            }                                                                                                                                   \
+            meanf = (float)(mean /= (double)d), meanlo = (float)(mean - meanf); /* x - mean as (x - meanf) - meanlo: exact, then small */      \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                for (j = 0; j < m; j++) a[j] = ((a[j] - meanf) - meanlo) * ((a[j] - meanf) - meanlo);                                           \
+                var += tj__fsum(a, m);                                                                                                          \
+            }                                                                                                                                   \
+            varf = (float)(var = 1.0 / sqrt(var / (double)d + k->n->a.s));                                                                     \
+        }                                                                                                                                       \
+        if (rowg) { /* sum(g), sum(g y) */                                                                                                      \
+            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
+                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+                tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
+                tj__load_nf(k->in[g], k->it[g]->dt, base + c0 * s1, s1, m, b);                                                                  \
+                gr += tj__fsum(b, m);                                                                                                           \
+                if (op == TJ__OP_SOFTMAX_GRAD) for (j = 0; j < m; j++) a[j] *= b[j];                                                            \
+                else for (j = 0; j < m; j++) a[j] = b[j] * (((a[j] - meanf) - meanlo) * varf);                                                  \
+                gy += tj__fsum(a, m);                                                                                                           \
+            }                                                                                                                                   \
+            grf = (float)(gr / (double)d);                                                                                                      \
+            gyf = (float)(op == TJ__OP_SOFTMAX_GRAD ? gy : gy / (double)d);                                                                     \
+        }                                                                                                                                       \
+        if (op == TJ__OP_CROSS_ENTROPY) {                                                                                                       \
+            tj__st(k->out, k->ot.dt, r, mx + log(s) - tj__ld(x, xdt, base + lab * s1));                                                         \
+            return;                                                                                                                             \
+        }                                                                                                                                       \
+        if (op == TJ__OP_CROSS_ENTROPY_GRAD) grf = (float)tj__ld(k->in[g], k->it[g]->dt, r);                                                    \
+        zlf = (float)zl, lossf = (float)loss, s = 1.0 / s;                                                                                      \
+        for (c0 = 0; c0 < d; c0 += m) {                                                                                                         \
+            float sf = (float)s;                                                                                                                \
+            m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                          \
+            tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                      \
+            if (rowg) tj__load_nf(k->in[g], k->it[g]->dt, base + c0 * s1, s1, m, b);                                                            \
+            switch (op) {                                                                                                                       \
+            case TJ__OP_SOFTMAX: for (j = 0; j < m; j++) a[j] = tj__fexpf(a[j] - mxf) * sf; break;                                             \
+            case TJ__OP_LOG_SOFTMAX: for (j = 0; j < m; j++) a[j] = (a[j] - mxf) - lsef; break;                                                \
+            case TJ__OP_LAYER_NORM: for (j = 0; j < m; j++) a[j] = ((a[j] - meanf) - meanlo) * varf; break;                                    \
+            case TJ__OP_SOFTMAX_GRAD: for (j = 0; j < m; j++) a[j] *= b[j] - gyf; break;                                                       \
+            case TJ__OP_LAYER_NORM_GRAD: for (j = 0; j < m; j++) a[j] = varf * (b[j] - grf - ((a[j] - meanf) - meanlo) * varf * gyf); break; \
+            default: /* cross_entropy_grad: exp(x - lse) = exp((x - z[label]) - loss), or from the max and sum */                              \
+                if (stats) for (j = 0; j < m; j++) a[j] = grf * tj__fexpf((a[j] - zlf) - lossf);                                               \
+                else for (j = 0; j < m; j++) a[j] = grf * (tj__fexpf(a[j] - mxf) * sf);                                                        \
+                if (lab >= c0 && lab < c0 + m) a[lab - c0] -= grf;                                                                              \
+                break;                                                                                                                          \
+            }                                                                                                                                   \
+            tj__store_nf(k->out, k->ot.dt, base + c0 * s1, s1, m, a);                                                                           \
+        }                                                                                                                                       \
+    }
+TJ__ROWF(tj__row_f, )
+#if TJ__X86
+TJ__ROWF(tj__row_f512, __attribute__((target("avx512f"))))
+#endif
+#undef TJ__ROWF
 typedef struct {
     const tj__kern *k;
     int64_t st, d, rows;
@@ -5569,7 +5729,11 @@ typedef struct {
 static void tj__rows_part(const void *arg, int part, int nparts) {
     const tj__rows *e = (const tj__rows *)arg;
     int64_t r;
-    for (r = e->rows * part / nparts; r < e->rows * (part + 1) / nparts; r++) tj__row(e->k, r, (r / e->st) * e->st * e->d + r % e->st, e->st, e->d);
+    void (*row)(const tj__kern *, int64_t, int64_t, int64_t, int64_t) = e->k->ot.dt == TJ_F64 ? tj__row : tj__row_f;
+#if TJ__X86
+    if (row == tj__row_f && __builtin_cpu_supports("avx512f")) row = tj__row_f512;
+#endif
+    for (r = e->rows * part / nparts; r < e->rows * (part + 1) / nparts; r++) row(e->k, r, (r / e->st) * e->st * e->d + r % e->st, e->st, e->d);
 }
 static void tj__k_rowop(tj__kern *k) {
     const tj__type *t = k->it[0];
@@ -8350,6 +8514,31 @@ static int tj__fuse_ok(const tj_prog *p, const tj__fusion *f, tj_node *rx, tj_no
             }
     return 1;
 }
+/* The CPU backend's own step (no other backend sees such groups): a
+   reduction over every axis of an elementwise group's root x joins that
+   group when nothing else reads the group's members, so a sum of squares
+   reads its input once and never stores the squares (tj__k_fused). Between
+   the two in the schedule only the group's members, scalars and
+   elementwise nodes of x's layout may run (as for groups: tj__fuse_ok). */
+static void tj__fuse_reduce(tj_prog *p, const tj__fusion *f) {
+    int i, y, k;
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *c = p->sched[i], *x = c->nin == 1 ? c->in[0] : NULL;
+        int ok;
+        if (!x || tj__ops[c->op].cpu != tj__k_reduce || c->lt.rank || x->g != p->g || !x->live || x->fused || !tj__fusable(x) || c->space != x->space ||
+            f->size[x->id] + 1 > TJ__MAXFUSE)
+            continue;
+        for (ok = 1, k = x->sched + 1; k < c->sched && ok; k++) {
+            tj_node *z = p->sched[k];
+            ok = tj__froot(z) == x || !z->lt.rank || (tj__fusable(z) && tj__same_layout(&z->lt, &x->lt));
+        }
+        for (y = x->id; y >= 0 && ok; y = f->next[y]) { /* the members' readers: the group's own and c */
+            for (k = f->at[y]; k < f->at[y + 1] && ok; k++) ok = f->cons[k] == c || tj__froot(f->cons[k]) == x;
+            for (k = 0; k < p->nout && ok; k++) ok = p->outs[k] != p->g->nodes[y];
+        }
+        if (ok) x->fused = c;
+    }
+}
 static tj_status tj__fuse(tj_prog *p) {
     int i, j, k, n = p->g->n;
     tj__fusion f;
@@ -8385,6 +8574,7 @@ static tj_status tj__fuse(tj_prog *p) {
             f.size[c->id] += f.size[rx->id];
         }
     }
+    if (!p->ctx->backend) tj__fuse_reduce(p, &f);
     for (i = 0; i < p->nout; i++) p->outs[i]->store = 1;
     for (i = 0; i < p->nsched; i++) { /* each root's members, in schedule order */
         tj_node *m = p->sched[i], *r;
@@ -8431,68 +8621,149 @@ static void tj__round_n(int flt, void *v, int64_t n, tj_dtype dt) {
     }
 }
 /* The fused loop of group root r: leaves are read from their buffers.
-   The device's threads take slices of the elements. */
+   The device's threads take slices of the elements, a chunk at a time, and
+   each member computes the whole chunk (one tj__math call) before the next
+   one starts. A call costs about as much as a hundred elements of work, so
+   float chunks are long (up to TJ__FMAX): a member's result lives in a slot
+   of resbuf that is reused once no later member reads it (AdamW's 17
+   members need 3 slots), and a stored f32 member computes straight into
+   its output when that is safe (tj__fused_direct). The chunk length never
+   changes a result: every member is elementwise.
+   A group whose root is a reduction over every axis (tj__fuse_reduce)
+   runs the reduction's own kernel, which asks for its input a chunk at a
+   time (tj__fused_gen): the elementwise members are computed then, never
+   stored. */
+#define TJ__FRES (TJ__MAXFUSE * TJ__CHUNK) /* resbuf, in doubles */
+#define TJ__FMAX (16 * TJ__CHUNK)          /* the longest float chunk */
 typedef struct {
     const tj_node *r;
     const void *const *leafp; /* per member and input: a leaf's buffer (NULL: a member's result) */
     void *const *storep;      /* per member: the buffer it is stored to, or NULL */
-    int flt;
+    int flt, nm;             /* nm: the elementwise members (all but a reduction root) */
+    int64_t n, cm;           /* their elements, and elements per chunk */
     int src[TJ__MAXFUSE][3]; /* where each operand comes from: a member's result, or a leaf (-1) */
+    int slot[TJ__MAXFUSE];   /* the member's slot in resbuf, or -1: computed straight into its output */
 } tj__fused;
+/* the members' results for elements [c0, c0 + m) into res[]; resbuf holds
+   TJ__FRES doubles, opnd 3 x TJ__FMAX / 2 */
+static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *resbuf, double (*opnd)[TJ__FMAX / 2], void **res) {
+    size_t es = fu->flt ? sizeof(float) : sizeof(double); /* results packed densely: the chunk's working set stays in cache */
+    int mi, j, flt = fu->flt;
+    for (mi = 0; mi < fu->nm; mi++) {
+        const tj_node *x = fu->r->members[mi];
+        const void *ins[3] = {NULL, NULL, NULL};
+        unsigned one = 0;
+        for (j = 0; j < x->nin; j++) {
+            const tj_node *y = x->in[j];
+            if (fu->src[mi][j] >= 0) ins[j] = res[fu->src[mi][j]];
+            else { /* a leaf; a scalar is one value, broadcast */
+                ins[j] = tj__chunk(flt, fu->leafp[mi * 3 + j], y->lt.dt, y->lt.rank ? c0 : 0, 1, y->lt.rank ? m : 1, opnd[j]);
+                one |= (unsigned)!y->lt.rank << j;
+            }
+        }
+        res[mi] = fu->slot[mi] < 0 ? (void *)((float *)fu->storep[mi] + c0) : (void *)((char *)resbuf + (size_t)fu->slot[mi] * (size_t)fu->cm * es);
+        tj__math(flt, x->op, x->a.s, one, ins, res[mi], m);
+        tj__round_n(flt, res[mi], m, x->lt.dt);
+    }
+}
 static void tj__fused_part(const void *arg, int part, int nparts) {
     const tj__fused *fu = (const tj__fused *)arg;
-    const tj_node *r = fu->r;
-    double resbuf[TJ__MAXFUSE * TJ__CHUNK], opnd[3][TJ__CHUNK];
-    size_t es = fu->flt ? sizeof(float) : sizeof(double); /* results packed densely: the chunk's working set stays in L1 */
-#define TJ__RES(i) ((void *)((char *)resbuf + (size_t)(i) * TJ__CHUNK * es))
-    int64_t n = tj__numel(&r->lt), lo = n * part / nparts, hi = n * (part + 1) / nparts, c0, m;
-    int mi, j, flt = fu->flt, last = r->nmembers - 1;
+    double resbuf[TJ__FRES], opnd[3][TJ__FMAX / 2]; /* opnd: a converted leaf chunk (TJ__CHUNK doubles or TJ__FMAX floats) */
+    void *res[TJ__MAXFUSE];                          /* this chunk's result of each member */
+    int64_t lo = fu->n * part / nparts, hi = fu->n * (part + 1) / nparts, c0, m, cm = fu->cm;
+    int mi;
     for (c0 = lo; c0 < hi; c0 += m) {
-        void *dst = NULL;
-        m = hi - c0 < TJ__CHUNK ? hi - c0 : TJ__CHUNK;
-        for (mi = 0; mi <= last; mi++) {
-            const tj_node *x = r->members[mi];
-            const void *ins[3] = {NULL, NULL, NULL};
-            unsigned one = 0;
-            for (j = 0; j < x->nin; j++) {
-                const tj_node *y = x->in[j];
-                if (fu->src[mi][j] >= 0) ins[j] = TJ__RES(fu->src[mi][j]);
-                else { /* a leaf; a scalar is one value, broadcast */
-                    ins[j] = tj__chunk(flt, fu->leafp[mi * 3 + j], y->lt.dt, y->lt.rank ? c0 : 0, 1, y->lt.rank ? m : 1, opnd[j]);
-                    one |= (unsigned)!y->lt.rank << j;
-                }
-            }
-            dst = mi == last && flt && r->lt.dt == TJ_F32 ? (void *)((float *)fu->storep[last] + c0) : TJ__RES(mi); /* straight into the output */
-            tj__math(flt, x->op, x->a.s, one, ins, dst, m);
-            tj__round_n(flt, dst, m, x->lt.dt);
-        }
-        /* stored after the whole chunk is computed: a member may overwrite a
-           donated argument that a later member reads */
-        for (mi = 0; mi < last; mi++)
-            if (fu->storep[mi]) tj__unchunk(flt, fu->storep[mi], r->members[mi]->lt.dt, c0, 1, m, TJ__RES(mi));
-        if (dst == TJ__RES(last)) tj__unchunk(flt, fu->storep[last], r->lt.dt, c0, 1, m, dst);
+        m = hi - c0 < cm ? hi - c0 : cm;
+        tj__fused_chunk(fu, c0, m, resbuf, opnd, res);
+        /* the others are stored after the whole chunk is computed: a member
+           may overwrite a donated argument that a later member reads */
+        for (mi = 0; mi < fu->nm; mi++)
+            if (fu->storep[mi] && fu->slot[mi] >= 0) tj__unchunk(fu->flt, fu->storep[mi], fu->r->members[mi]->lt.dt, c0, 1, m, res[mi]);
     }
-#undef TJ__RES
+}
+/* a reduction root's input, elements [at, at + m) (m <= TJ__CHUNK), as
+   doubles: the last elementwise member's values as stored in its dtype */
+static void tj__fused_gen(const void *arg, int64_t at, int64_t m, double *buf) {
+    const tj__fused *fu = (const tj__fused *)arg;
+    double resbuf[TJ__FRES], opnd[3][TJ__FMAX / 2];
+    void *res[TJ__MAXFUSE];
+    int64_t j;
+    tj__fused_chunk(fu, at, m, resbuf, opnd, res);
+    if (!fu->flt) memcpy(buf, res[fu->nm - 1], sizeof(double) * (size_t)m);
+    else for (j = 0; j < m; j++) buf[j] = ((const float *)res[fu->nm - 1])[j];
+}
+/* may member mi compute straight into its stored buffer? When it is f32 in
+   a float loop and no leaf overlaps the buffer, other than the very same
+   array read only by members up to mi (a donated argument updated in place:
+   each chunk of it is read before mi writes that chunk) */
+static int tj__fused_direct(const tj__fused *fu, int mi) {
+    const tj_node *r = fu->r;
+    const char *s = (const char *)fu->storep[mi];
+    int64_t nb = fu->n * 4;
+    int k, j;
+    if (!fu->flt || !s || r->members[mi]->lt.dt != TJ_F32) return 0;
+    for (k = 0; k < fu->nm; k++)
+        for (j = 0; j < r->members[k]->nin; j++) {
+            const tj_node *y = r->members[k]->in[j];
+            const char *l = (const char *)fu->leafp[k * 3 + j];
+            if (fu->src[k][j] >= 0 || !l) continue;
+            if (l == s && y->lt.dt == TJ_F32 && y->lt.rank && k <= mi) continue;
+            if (l < s + nb && s < l + tj__bytes(&y->lt)) return 0;
+        }
+    return 1;
 }
 static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const *storep, int nthreads) {
     tj__fused fu;
-    int mi, j, k;
+    int mi, j, k, nslot = 0, lastuse[TJ__MAXFUSE], holder[TJ__MAXFUSE], red = tj__ops[r->op].cpu == tj__k_reduce;
     fu.r = r;
     fu.leafp = leafp;
     fu.storep = storep;
     fu.flt = 1;
-    for (mi = 0; mi < r->nmembers; mi++) {
+    fu.nm = r->nmembers - red;
+    fu.n = tj__numel(&r->members[fu.nm - 1]->lt);
+    for (mi = 0; mi < fu.nm; mi++) {
         const tj_node *x = r->members[mi];
         tj_dtype idt[3];
+        lastuse[mi] = storep[mi] || mi == fu.nm - 1 ? fu.nm : mi; /* a stored result is kept to the chunk's end */
         for (j = 0; j < x->nin; j++) {
             idt[j] = x->in[j]->lt.dt;
             fu.src[mi][j] = -1;
             for (k = 0; k < mi; k++)
-                if (r->members[k] == x->in[j]) fu.src[mi][j] = k;
+                if (r->members[k] == x->in[j]) fu.src[mi][j] = k, lastuse[k] = lastuse[k] > mi ? lastuse[k] : mi;
         }
         fu.flt &= tj__flt_ok(x->op, x->lt.dt, x->nin, idt);
     }
-    tj__parallel(tj__nparts(tj__numel(&r->lt), nthreads), tj__fused_part, &fu);
+    /* slots: a member takes the lowest free one while its operands still
+       hold theirs (it never writes over an operand), then frees those that
+       no later member reads */
+    for (k = 0; k < TJ__MAXFUSE; k++) holder[k] = -1;
+    for (mi = 0; mi < fu.nm; mi++) {
+        fu.slot[mi] = -1;
+        if (!tj__fused_direct(&fu, mi)) {
+            for (k = 0; holder[k] >= 0; k++) continue;
+            holder[k] = mi;
+            fu.slot[mi] = k;
+            nslot = k + 1 > nslot ? k + 1 : nslot;
+        }
+        for (k = 0; k < TJ__MAXFUSE; k++)
+            if (holder[k] >= 0 && lastuse[holder[k]] <= mi) holder[k] = -1;
+    }
+    /* doubles: TJ__CHUNK; floats: as many as the slots hold, up to TJ__FMAX, whole cache lines */
+    fu.cm = TJ__CHUNK;
+    if (fu.flt) fu.cm = nslot ? (int64_t)TJ__FRES * 2 / nslot / 16 * 16 : TJ__FMAX;
+    if (fu.cm > TJ__FMAX) fu.cm = TJ__FMAX;
+    if (red) { /* the reduction's kernel, its input made by tj__fused_gen */
+        tj__kern k;
+        memset(&k, 0, sizeof k);
+        k.n = (tj_node *)r;
+        k.nin = 1;
+        k.it[0] = &r->members[fu.nm - 1]->lt;
+        k.ot = r->lt;
+        k.out = storep[fu.nm];
+        k.nthreads = nthreads;
+        tj__reduce_run(&k, tj__fused_gen, &fu);
+    } else
+        tj__parallel(tj__nparts(fu.n, nthreads), tj__fused_part, &fu);
 }
 
 /* ---- the f32 matmul (sgemm) ---- */

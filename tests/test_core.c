@@ -71,6 +71,151 @@ static void test_fusion(tj_ctx *ctx) {
     tj_tree_free(out);
 }
 
+/* AdamW as gpt2_adamw builds it: one fused loop per parameter that
+   updates p, m and v (in place when donated) and also stores a member read
+   outside the group (upd). Checked bit for bit against the unfused
+   program's arithmetic, op by op (each result rounded to f32, constants
+   too), over several chunks and threads, in place or not. */
+static void adamw_fused(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v p = tj_tree_v(in, "p"), m, v, upd;
+    tj_v gr = tj_mul(tj_tree_v(in, "g"), tj_tree_v(in, "clipc"));
+    (void)g; (void)u;
+    m = tj_add(tj_muls(tj_tree_v(in, "m"), 0.9), tj_muls(gr, 1.0 - 0.9));
+    v = tj_add(tj_muls(tj_tree_v(in, "v"), 0.95), tj_muls(tj_mul(gr, gr), 1.0 - 0.95));
+    upd = tj_add(tj_div(tj_muls(m, 10.0), tj_adds(tj_sqrt(tj_muls(v, 20.0)), 1e-8)), tj_muls(p, 0.1));
+    tj_tree_set_v(out, "p", tj_sub(p, tj_muls(upd, 1e-3)));
+    tj_tree_set_v(out, "m", m);
+    tj_tree_set_v(out, "v", v);
+    tj_tree_set_v(out, "upd", upd);
+}
+static void test_fused_adamw(void) {
+    enum { N = 3 * 50001 };
+    static float p[N], gv[N], m[N], v[N], want[4][N], got[4][N];
+    const char *names[4] = {"p", "m", "v", "upd"};
+    tj_ctx *ctx = tj_ctx_new(); /* its own: 3 threads */
+    float cc = 0.75f;
+    int i, k, pass;
+    tjt_current = "fused AdamW";
+    tj_set_threads(ctx, 3);
+    {
+        tj_array *a[4] = {tjt_rand(ctx, TJ_F32, "r=3 c=50001", 21, -1, 1), tjt_rand(ctx, TJ_F32, "r=3 c=50001", 22, -1, 1),
+                          tjt_rand(ctx, TJ_F32, "r=3 c=50001", 23, -0.1, 0.1), tjt_rand(ctx, TJ_F32, "r=3 c=50001", 24, 0, 0.01)};
+        tj_array_read(a[0], TJ_F32, p);
+        tj_array_read(a[1], TJ_F32, gv);
+        tj_array_read(a[2], TJ_F32, m);
+        tj_array_read(a[3], TJ_F32, v);
+        for (k = 0; k < 4; k++) tj_array_free(a[k]);
+    }
+    for (i = 0; i < N; i++) { /* the reference: each op rounded to f32, as the unfused program does */
+        float gr = gv[i] * cc, mm = m[i] * (float)0.9 + gr * (float)(1.0 - 0.9), vv = v[i] * (float)0.95 + gr * gr * (float)(1.0 - 0.95);
+        float up = mm * (float)10.0 / ((float)sqrt((double)(vv * (float)20.0)) + (float)1e-8) + p[i] * (float)0.1;
+        want[0][i] = p[i] - up * (float)1e-3;
+        want[1][i] = mm;
+        want[2][i] = vv;
+        want[3][i] = up;
+    }
+    for (pass = 0; pass < 2; pass++) { /* not donated, then in place */
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_jit_opts o = {pass ? "p m v" : NULL};
+        tj_prog *pr;
+        tj_tree_set_array(in, "p", tj_array_new(ctx, TJ_F32, "r=3 c=50001", p));
+        tj_tree_set_array(in, "g", tj_array_new(ctx, TJ_F32, "r=3 c=50001", gv));
+        tj_tree_set_array(in, "m", tj_array_new(ctx, TJ_F32, "r=3 c=50001", m));
+        tj_tree_set_array(in, "v", tj_array_new(ctx, TJ_F32, "r=3 c=50001", v));
+        tj_tree_set_array(in, "clipc", tj_array_new(ctx, TJ_F32, "", &cc));
+        pr = tj_jit(ctx, "adamw", adamw_fused, NULL, in, &o);
+        TJT_CHECK(pr && !tj_run(pr, in, out), "adamw: %s", tj_error(ctx));
+        if (pass && pr) TJT_CHECK(tj_prog_memory(pr).alias_bytes == 3 * N * 4, "p, m, v updated in place: %lld B aliased", (long long)tj_prog_memory(pr).alias_bytes);
+        for (k = 0; k < 4 && pr; k++) {
+            int bad = 0;
+            tj_array_read(tj_tree_array(out, names[k]), TJ_F32, got[k]);
+            for (i = 0; i < N; i++) bad += memcmp(&got[k][i], &want[k][i], sizeof(float)) != 0;
+            TJT_CHECK(!bad, "%s%s: %d of %d elements differ from the unfused arithmetic", names[k], pass ? " (in place)" : "", bad, N);
+        }
+        tj_prog_free(pr);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+    tj_ctx_free(ctx);
+}
+
+/* A select with a broadcast scalar branch inside a long float chunk: the
+   scalar is spread over pieces of the chunk (tj__math_spread), every piece
+   the same as element by element */
+static void select_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    (void)u;
+    tj_tree_set_v(out, "y", tj_select(tj_gt(x, tj_scalar(g, TJ_F32, 0.25)), tj_muls(x, 3.0), tj_scalar(g, TJ_F32, -0.5)));
+}
+static void test_fused_select(tj_ctx *ctx) {
+    enum { N = 20011 };
+    static float x[N], y[N];
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    int i, bad = 0;
+    tjt_current = "fused select with a scalar branch";
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "n=20011", 41, -1, 1));
+    tj_array_read(tj_tree_array(in, "x"), TJ_F32, x);
+    p = tj_jit(ctx, "select", select_fn, NULL, in, NULL);
+    TJT_CHECK(p && !tj_run(p, in, out) && !tj_array_read(tj_tree_array(out, "y"), TJ_F32, y), "select: %s", tj_error(ctx));
+    for (i = 0; i < N && p; i++) bad += y[i] != (x[i] > 0.25f ? x[i] * 3.0f : -0.5f);
+    TJT_CHECK(!bad, "%d of %d elements differ", bad, N);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+}
+
+/* A reduction over every axis of an elementwise chain joins the chain's
+   fused loop on the CPU backend (the squares are never stored): the same
+   bits as when the chain is stored first (an output), in f32 and f64, for
+   sum and max, over several blocks of the reduction */
+static void sumsq(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), sq = tj_mul(tj_muls(x, 3.0), x), sq2 = tj_mul(tj_muls(x, 3.0), x);
+    (void)g;
+    tj_tree_set_v(out, "s", tj_sum(sq, "r c"));
+    tj_tree_set_v(out, "mx", tj_max(tj_neg(sq2), "r c"));
+    if (u) { /* stored: the reductions read them from memory */
+        tj_tree_set_v(out, "sq", sq);
+        tj_tree_set_v(out, "sq2", sq2);
+    }
+}
+static void test_fused_reduce(tj_ctx *ctx) {
+    tj_dtype dts[2] = {TJ_F32, TJ_F64};
+    int d, k, stored = 1, cpu = !getenv("TJ_BACKEND") || !strcmp(getenv("TJ_BACKEND"), "cpu");
+    tjt_current = "fused reduction";
+    for (d = 0; d < 2; d++) {
+        tj_tree *in = tj_tree_new(ctx), *o[2];
+        tj_prog *pr[2];
+        tj_event ev[16];
+        int n, i, fused = 0;
+        tj_tree_set_array(in, "x", tjt_rand(ctx, dts[d], "r=7 c=50001", 31 + (unsigned)d, -2, 2));
+        tj_set_profile(ctx, 1);
+        for (k = 0; k < 2; k++) {
+            o[k] = tj_tree_new(ctx);
+            pr[k] = tj_jit(ctx, k ? "stored" : "fused", sumsq, k ? &stored : NULL, in, NULL);
+            TJT_CHECK(pr[k] && !tj_run(pr[k], in, o[k]), "%s: %s", k ? "stored" : "fused", tj_error(ctx));
+        }
+        tj_set_profile(ctx, 0);
+        if (pr[0] && pr[1]) {
+            const char *nm[2] = {"s", "mx"};
+            n = tj_prog_events(pr[0], ev, 16);
+            for (i = 0; i < n && i < 16; i++) fused += !strncmp(ev[i].op, "fused x3", 8) + !strncmp(ev[i].op, "fused x4", 8);
+            TJT_CHECK(!cpu || fused == 2, "%s: the CPU runs each chain and its reduction as one loop (%d of %d events)", tj_dtype_name(dts[d]), fused, n);
+            for (k = 0; k < 2; k++) {
+                double a = 0, b = 0;
+                tj_array_read(tj_tree_array(o[0], nm[k]), TJ_F64, &a);
+                tj_array_read(tj_tree_array(o[1], nm[k]), TJ_F64, &b);
+                TJT_CHECK(!memcmp(&a, &b, sizeof a), "%s %s: fused %.17g, stored first %.17g", tj_dtype_name(dts[d]), nm[k], a, b);
+            }
+        }
+        for (k = 0; k < 2; k++) {
+            tj_prog_free(pr[k]);
+            tj_tree_free(o[k]);
+        }
+        tj_tree_free(in);
+    }
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -103,6 +248,9 @@ int main(void) {
     tj_tree_free(in);
 
     test_fusion(ctx);
+    test_fused_adamw();
+    test_fused_reduce(ctx);
+    test_fused_select(ctx);
 
     /* the axis-name table is finite: running out is an error, not garbage */
     tjt_current = "axis names";

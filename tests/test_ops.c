@@ -1638,6 +1638,133 @@ static void test_memory(void) {
     test_donation("w g", 100);
 }
 
+/* The f32 row kernels (float arithmetic, vectorised) against the f64 ones
+   on the same values: rows of 50304 logits near 1000 (spread +-12: large
+   logits, where a float lse loses digits unless x - max is taken first),
+   forward and gradient of softmax, log_softmax, layer_norm, cross_entropy.
+   Each f32 output is within tol of the f64 one, relative to that output's
+   largest magnitude; tol is 10 to 100 times the error measured when
+   written (softmax grad: 4e-5, from y = softmax(x) stored in f32, which
+   the double kernel shows too: 2.7e-5). TJT_ROWS=1 prints the errors. */
+static void rows_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), c = tj_tree_v(in, "c"), ys[4], d;
+    int i;
+    (void)g; (void)u;
+    ys[0] = tj_softmax(x, "v");
+    ys[1] = tj_log_softmax(x, "v");
+    ys[2] = tj_layer_norm(x, "v", 1e-5);
+    ys[3] = tj_cross_entropy(x, tj_tree_v(in, "lab"), "v", NULL);
+    for (i = 0; i < 4; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "y%d", i);
+        tj_tree_set_v(out, nm, ys[i]);
+        if (tj_vjp(1, &ys[i], i < 3 ? &w : &c, 1, &x, &d) == TJ_OK) {
+            snprintf(nm, sizeof nm, "d%d", i);
+            tj_tree_set_v(out, nm, d);
+        }
+    }
+}
+/* bf16 logits: the forward's loss, stored in bf16, is too coarse to give
+   the softmax (2^-8 relative: up to 6% error in exp for a loss of 16), so cross_entropy_grad
+   computes the row's max and sum of exps itself. Each element is within
+   2^-7 of the f64 gradient of the same values (bf16 rounds to 2^-9). */
+static void xent_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), c = tj_tree_v(in, "c"), y = tj_cross_entropy(x, tj_tree_v(in, "lab"), "v", NULL), d;
+    (void)g; (void)u;
+    if (tj_vjp(1, &y, &c, 1, &x, &d) == TJ_OK) tj_tree_set_v(out, "d", d);
+}
+static void test_xent_bf16(tj_ctx *ctx) {
+    enum { R = 2, V = 4099 };
+    static uint16_t xh[R * V];
+    static double xd[R * V], yh[R * V], yd[R * V];
+    uint16_t ch[R] = {tj_f32_to_bf16(1.0f), tj_f32_to_bf16(-3.0f)};
+    double cd[R] = {1.0, -3.0}, err = 0, big = 0;
+    int32_t lab[R] = {0, 0};
+    tj_tree *in[2], *out[2];
+    int i, k, ok = 1;
+    for (i = 0; i < R * V; i++) { /* labels at each row's smallest logit: a loss near 16, whose bf16 ulp is 1/8 */
+        xh[i] = tj_f32_to_bf16((float)(7.9 * sin(0.37 * i))); /* losses 22.19 and 22.19: 0.06 from a bf16 value */
+        xd[i] = tj_bf16_to_f32(xh[i]);
+        if (xd[i] < xd[i / V * V + lab[i / V]]) lab[i / V] = i % V;
+    }
+    for (k = 0; k < 2; k++) {
+        tj_prog *p;
+        in[k] = tj_tree_new(ctx);
+        out[k] = tj_tree_new(ctx);
+        tj_tree_set_array(in[k], "x", tj_array_new(ctx, k ? TJ_F64 : TJ_BF16, "r=2 v=4099", k ? (const void *)xd : (const void *)xh));
+        tj_tree_set_array(in[k], "c", tj_array_new(ctx, k ? TJ_F64 : TJ_BF16, "r=2", k ? (const void *)cd : (const void *)ch));
+        tj_tree_set_array(in[k], "lab", tj_array_new(ctx, TJ_I32, "r=2", lab));
+        p = tj_jit(ctx, "xent", xent_fn, NULL, in[k], NULL);
+        ok &= p && !tj_run(p, in[k], out[k]) && tj_tree_array(out[k], "d") && !tj_array_read(tj_tree_array(out[k], "d"), TJ_F64, k ? yd : yh);
+        TJT_CHECK(ok, "bf16 cross_entropy grad (%s): %s", k ? "f64" : "bf16", tj_error(ctx));
+        tj_prog_free(p);
+    }
+    for (i = 0; i < R * V && ok; i++) big = fabs(yd[i]) > big ? fabs(yd[i]) : big;
+    for (i = 0; i < R * V && ok; i++) /* each element that is not ~0: relative */
+        if (fabs(yd[i]) > 1e-4 * big && fabs(yh[i] - yd[i]) / fabs(yd[i]) > err) err = fabs(yh[i] - yd[i]) / fabs(yd[i]);
+    if (getenv("TJT_ROWS")) printf("cross_entropy grad, bf16: %.3g\n", err);
+    TJT_CHECK(!ok || err <= 1.0 / 128, "bf16 cross_entropy grad: an element differs from f64 by %.3g of itself (want <= 2^-7: bf16 rounding)", err);
+    for (k = 0; k < 2; k++) {
+        tj_tree_free(in[k]);
+        tj_tree_free(out[k]);
+    }
+}
+static void test_rows_f32(tj_ctx *ctx) {
+    enum { R = 3, V = 50304 };
+    static float xf[R * V], wf[R * V];
+    static double xd[R * V], wd[R * V], yf[R * V], yd[R * V];
+    const char *names[8] = {"y0", "y1", "y2", "y3", "d0", "d1", "d2", "d3"}, *what[8] = {"softmax", "log_softmax", "layer_norm", "cross_entropy",
+                                                                                        "softmax grad", "log_softmax grad", "layer_norm grad", "cross_entropy grad"};
+    double tol[8] = {1e-6, 1e-6, 1e-6, 1e-6, 2e-4, 1e-6, 1e-6, 1e-6};
+    float cf[R] = {1.0f, -0.5f, 2.0f};
+    double cd[R] = {1.0, -0.5, 2.0};
+    int32_t lab[R] = {7, 50303, 25000};
+    tj_tree *in[2], *out[2];
+    tj_prog *p[2];
+    int i, k;
+    tjt_current = "row ops: f32 kernels vs f64";
+    {
+        tj_array *a = tjt_rand(ctx, TJ_F32, "r=3 v=50304", 71, 988, 1012), *b = tjt_rand(ctx, TJ_F32, "r=3 v=50304", 72, -1, 1);
+        tj_array_read(a, TJ_F32, xf);
+        tj_array_read(b, TJ_F32, wf);
+        tj_array_free(a);
+        tj_array_free(b);
+    }
+    for (i = 0; i < R * V; i++) xd[i] = xf[i], wd[i] = wf[i];
+    xf[V + 50303] = xf[V + 50303] + 20, xd[V + 50303] = xf[V + 50303]; /* a label at the row's top */
+    for (k = 0; k < 2; k++) {
+        in[k] = tj_tree_new(ctx);
+        out[k] = tj_tree_new(ctx);
+        tj_tree_set_array(in[k], "x", tj_array_new(ctx, k ? TJ_F64 : TJ_F32, "r=3 v=50304", k ? (const void *)xd : (const void *)xf));
+        tj_tree_set_array(in[k], "w", tj_array_new(ctx, k ? TJ_F64 : TJ_F32, "r=3 v=50304", k ? (const void *)wd : (const void *)wf));
+        tj_tree_set_array(in[k], "c", tj_array_new(ctx, k ? TJ_F64 : TJ_F32, "r=3", k ? (const void *)cd : (const void *)cf));
+        tj_tree_set_array(in[k], "lab", tj_array_new(ctx, TJ_I32, "r=3", lab));
+        p[k] = tj_jit(ctx, k ? "rows f64" : "rows f32", rows_fn, NULL, in[k], NULL);
+        TJT_CHECK(p[k] && !tj_run(p[k], in[k], out[k]), "%s: %s", k ? "f64" : "f32", tj_error(ctx));
+    }
+    for (i = 0; i < 8 && p[0] && p[1]; i++) {
+        tj_array *af = tj_tree_array(out[0], names[i]), *ad = tj_tree_array(out[1], names[i]);
+        int64_t n = af ? tj_array_numel(af) : 0, j;
+        double err = 0, big = 0;
+        if (!af || !ad || tj_array_read(af, TJ_F64, yf) || tj_array_read(ad, TJ_F64, yd)) {
+            TJT_CHECK(0, "%s: no output %s", what[i], names[i]);
+            continue;
+        }
+        for (j = 0; j < n; j++) {
+            err = fabs(yf[j] - yd[j]) > err || yf[j] != yf[j] ? fabs(yf[j] - yd[j]) : err;
+            big = fabs(yd[j]) > big ? fabs(yd[j]) : big;
+        }
+        if (getenv("TJT_ROWS")) printf("%s: %.3g\n", what[i], err / big);
+        TJT_CHECK(err <= tol[i] * big, "%s: f32 differs from f64 by %.3g, %.3g of the largest value %.4g (tol %g)", what[i], err, err / big, big, tol[i]);
+    }
+    for (k = 0; k < 2; k++) {
+        tj_prog_free(p[k]);
+        tj_tree_free(in[k]);
+        tj_tree_free(out[k]);
+    }
+    test_xent_bf16(ctx);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_set_threads(ctx, 2);
@@ -1645,6 +1772,7 @@ int main(void) {
     test_stop_gradient(ctx);
     test_dot_values(ctx);
     test_row_values(ctx);
+    test_rows_f32(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
     test_big_values(ctx, TJ_F64);
