@@ -994,6 +994,8 @@ typedef struct {
 typedef struct {
     int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes, peak_bytes;
     int64_t host_temp_bytes; /* host memory space (offload)               */
+    int64_t pack_bytes;      /* of temp: the CPU matmul's pack buffers (per
+                                thread, in the workspace of each dot)     */
 } tj_memory_analysis;
 
 /* Trace fn on the structure, shapes and dtypes of `example` and compile it.
@@ -2377,6 +2379,8 @@ struct tj_node {
     int out_index;/* >= 0: this node's buffer is output #out_index          */
     int64_t scratch_off; /* kernel workspace in the arena, if any          */
     int64_t scratch_host_off; /* a scan body's host temp (nested offload)  */
+    int pack_slots; /* matmul pack buffers its workspace holds, one per thread
+                       of a device at compile time (tj__pack_slots, [10]) */
     tj__type lt;  /* its local (per-device) type, set by the planner        */
     tj_node *fused;   /* computed inside this consumer's fused loop (no buffer) */
     tj_node **members;/* a fused group's root: the nodes it computes, in order */
@@ -5014,10 +5018,12 @@ static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
    and b as [B,K,N] or [B,N,K]; any other layout gets an explicit relayout
    node, visible in the program text and counted by the memory plan. */
 /* the tuned f32 and bf16 kernels live with the CPU backend in [11] */
-static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth);
-static void tj__bgemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc, int acc, int nth);
 static void tj__f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+static void tj__gemm_ws(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
+                        float *C, int ldc, int acc, int nth, char *ws, int ws_n);
+static int64_t tj__gemm_pack_bytes(void);
 #define TJ__SGEMM_PER_THREAD 4e6 /* multiply-adds that pay for waking one more sgemm thread */
+#define TJ__SGEMM_SMALL (64.0 * 64.0 * 64.0) /* multiply-adds below which no packing pays */
 static void tj__dgemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B, double *C) {
     int64_t i, j, p;
     for (i = 0; i < M; i++)
@@ -5135,44 +5141,73 @@ static void tj__dot_dims(const tj_node *n, const tj__type *ot, const tj__type *a
     for (i = 0; i < n->a.nn; i++) *Nn *= ot->dim[n->a.nb + n->a.nm + i];
     for (i = 0; i < n->a.nk; i++) *Kn *= at->dim[tj__axis_index(at, n->a.axes[i])];
 }
+/* A dot's workspace (local shapes): for bf16, one batch of c summed in f32;
+   then, unless the product is small enough for the direct loop, the pack
+   buffers of the f32/bf16 matmul ([11]), one per thread (n->pack_slots), so
+   the memory plan holds them and a run allocates nothing else. f64 multiplies
+   in place. */
+static int64_t tj__dot_staging(const tj_node *n, int64_t Mn, int64_t Nn) { return n->t.dt == TJ_BF16 ? tj__align(Mn * Nn * 4) : 0; }
+static int64_t tj__dot_pack_bytes(const tj_node *n) {
+    int64_t Bn, Mn, Kn, Nn;
+    if (n->t.dt == TJ_F64) return 0;
+    tj__dot_dims(n, &n->lt, &n->in[0]->lt, &Bn, &Mn, &Kn, &Nn);
+    return (double)Mn * (double)Nn * (double)Kn < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
+}
 static int64_t tj__dot_scratch(const tj_node *n) {
     int64_t Bn, Mn, Kn, Nn;
-    if (n->t.dt != TJ_BF16) return 0; /* f32 and f64 multiply in place */
+    if (n->t.dt == TJ_F64) return 0;
     tj__dot_dims(n, &n->lt, &n->in[0]->lt, &Bn, &Mn, &Kn, &Nn);
-    /* one batch of c summed in f32 (local shapes) */
-    return Mn * Nn * 4;
+    return tj__dot_staging(n, Mn, Nn) + tj__dot_pack_bytes(n);
 }
-/* batch bi of a dot */
-static void tj__dot_batch(const tj__kern *k, int64_t bi, int64_t Mn, int64_t Kn, int64_t Nn, int nthreads) {
-    int ta = k->n->a.trans_a, tb = k->n->a.trans_b;
+/* batch bi of a dot; the f32/bf16 matmul packs into ws_n per-thread pack
+   buffers at ws (NULL, 0: small products, or threads past the planned ones,
+   use the matmul's own per-thread buffers) */
+static void tj__dot_batch(const tj__kern *k, int64_t bi, int64_t Mn, int64_t Kn, int64_t Nn, int nthreads, char *ws, int ws_n) {
+    int ta = k->n->a.trans_a, tb = k->n->a.trans_b, lda = ta ? (int)Mn : (int)Kn, ldb = tb ? (int)Kn : (int)Nn;
     if (k->ot.dt == TJ_F32) {
-        tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, ta ? (int)Mn : (int)Kn, (const float *)k->in[1] + bi * Kn * Nn,
-                  tb ? (int)Kn : (int)Nn, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, nthreads);
+        tj__gemm_ws(0, ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, lda, (const float *)k->in[1] + bi * Kn * Nn,
+                    ldb, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, nthreads, ws, ws_n);
     } else if (k->ot.dt == TJ_F64) {
         tj__dgemm_ref(ta, tb, Mn, Nn, Kn, (const double *)k->in[0] + bi * Mn * Kn, (const double *)k->in[1] + bi * Kn * Nn, (double *)k->out + bi * Mn * Nn);
     } else { /* bf16: products summed in f32, then rounded once */
         float *C = (float *)k->scratch;
-        tj__bgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, (const uint16_t *)k->in[0] + bi * Mn * Kn, ta ? (int)Mn : (int)Kn,
-                  (const uint16_t *)k->in[1] + bi * Kn * Nn, tb ? (int)Kn : (int)Nn, C, (int)Nn, 0, nthreads);
+        tj__gemm_ws(1, ta, tb, (int)Mn, (int)Nn, (int)Kn, (const uint16_t *)k->in[0] + bi * Mn * Kn, lda,
+                    (const uint16_t *)k->in[1] + bi * Kn * Nn, ldb, C, (int)Nn, 0, nthreads, ws, ws_n);
         tj__f32_to_bf16_n(C, (uint16_t *)k->out + bi * Mn * Nn, Mn * Nn);
     }
+}
+/* the planned pack buffers of a dot (see tj__dot_scratch) */
+static char *tj__dot_ws(const tj__kern *k, int64_t Mn, int64_t Kn, int64_t Nn, int *ws_n) {
+    *ws_n = 0;
+    if (k->ot.dt == TJ_F64 || !k->scratch || (double)Mn * (double)Nn * (double)Kn < TJ__SGEMM_SMALL) return NULL;
+    *ws_n = k->n->pack_slots;
+    return (char *)k->scratch + tj__dot_staging(k->n, Mn, Nn);
 }
 static void tj__dot_part(const void *arg, int part, int nparts) {
     const tj__kern *k = (const tj__kern *)arg;
     int64_t Bn, Mn, Kn, Nn, bi;
+    int ws_n;
+    char *ws;
     tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
-    for (bi = Bn * part / nparts; bi < Bn * (part + 1) / nparts; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, 1);
+    ws = tj__dot_ws(k, Mn, Kn, Nn, &ws_n);
+    /* one thread per part: part p packs into buffer p */
+    if (part < ws_n) ws += (size_t)part * (size_t)tj__gemm_pack_bytes();
+    else ws = NULL;
+    for (bi = Bn * part / nparts; bi < Bn * (part + 1) / nparts; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, 1, ws, ws ? 1 : 0);
 }
 static void tj__k_dot(tj__kern *k) {
     int64_t Bn, Mn, Kn, Nn, bi;
+    int ws_n;
+    char *ws;
     tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
     /* many small products (attention's heads): a batch per thread, except
-       bf16, whose one scratch batch is shared */
+       bf16, whose one f32 batch of c is shared */
     if (Bn > 1 && k->ot.dt != TJ_BF16 && (double)Mn * (double)Nn * (double)Kn < TJ__SGEMM_PER_THREAD * k->nthreads) {
         tj__parallel(Bn < k->nthreads ? (int)Bn : k->nthreads, tj__dot_part, k);
         return;
     }
-    for (bi = 0; bi < Bn; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, k->nthreads);
+    ws = tj__dot_ws(k, Mn, Kn, Nn, &ws_n);
+    for (bi = 0; bi < Bn; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, k->nthreads, ws, ws_n);
 }
 static double tj__flops_dot(const tj_node *n) {
     int64_t Bn, Mn, Kn, Nn;
@@ -7852,6 +7887,17 @@ oom:
     return -1;
 }
 
+/* Pack buffers of the CPU matmul in a dot's workspace: one per thread a
+   device runs with (the threads of the context shared by its local
+   devices, as tj_run splits them), on the backends that run the CPU kernels
+   (none, devsim); none on others (CUDA multiplies with cuBLAS). A run with
+   more threads than planned gives the extra threads their own buffers. */
+static int tj__ds_run(tj_backend *b, struct tj__kern *k);
+static int tj__pack_slots(tj_ctx *c) {
+    int lo, t = c->threads / tj_local_devices(c, &lo);
+    if (c->backend && c->backend->run != tj__ds_run) return 0;
+    return t < 1 ? 1 : t;
+}
 static tj_status tj__plan_once(tj_prog *p, int quick) {
     tj_graph *g = p->g;
     tj__heap h[2];
@@ -7870,6 +7916,7 @@ static tj_status tj__plan_once(tj_prog *p, int quick) {
         n->out_index = -1;
         n->scratch_off = -1;
         n->scratch_host_off = -1;
+        n->pack_slots = tj__pack_slots(p->ctx);
         n->fused = NULL;
         TJ_FREE(n->members);
         n->members = NULL;
@@ -7956,6 +8003,12 @@ static tj_status tj__plan_once(tj_prog *p, int quick) {
     TJ_FREE(rq.r);
     m->temp_bytes = h[TJ_SPACE_DEVICE].peak;
     m->host_temp_bytes = h[TJ_SPACE_HOST].peak;
+    m->pack_bytes = 0; /* the most any one dot holds (scan bodies' included) */
+    for (i = 0; i < p->nsched; i++) {
+        const tj_node *n = p->sched[i];
+        int64_t b = n->op == TJ__OP_DOT && n->scratch_off >= 0 ? tj__dot_pack_bytes(n) : n->sub && n->sub->prog ? n->sub->prog->mem.pack_bytes : 0;
+        if (b > m->pack_bytes) m->pack_bytes = b;
+    }
     m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
     p->flops = 0;
     for (i = 0; i < p->nsched; i++) p->flops += tj__ops[p->sched[i]->op].flops(p->sched[i]);
@@ -9103,7 +9156,7 @@ TJ__MAYBE_UNUSED static void tj__sgemm_ref(int trans_a, int trans_b, int M, int 
    One template for f32 and bf16 operands (widened as they are read: the same
    sums as f32 on the widened values); bf16's also serves when a pack buffer
    cannot be had. */
-#define TJ__SGEMM_SMALL(NAME, T, LD)                                                        \
+#define TJ__SGEMM_SMALL_LOOP(NAME, T, LD)                                                        \
 static void NAME(int trans_a, int trans_b, int M, int N, int K,                             \
                  const void *A_, int lda, const void *B_, int ldb,                          \
                  float *C, int ldc, int accumulate) {                                       \
@@ -9130,8 +9183,8 @@ static void NAME(int trans_a, int trans_b, int M, int N, int K,                 
     }                                                                                       \
 }
 #define TJ__LD_F32(x) (x)
-TJ__SGEMM_SMALL(tj__sgemm_small, float, TJ__LD_F32)
-TJ__SGEMM_SMALL(tj__bgemm_small, uint16_t, tj_bf16_to_f32)
+TJ__SGEMM_SMALL_LOOP(tj__sgemm_small, float, TJ__LD_F32)
+TJ__SGEMM_SMALL_LOOP(tj__bgemm_small, uint16_t, tj_bf16_to_f32)
 #undef TJ__LD_F32
 
 /* ---- one thread's rectangle ------------------------------------------------------ */
@@ -9145,18 +9198,28 @@ typedef struct {
     int m0[65], n0[65];   /* rectangle t = rows [m0[t],m0[t+1]) x cols [n0[t],n0[t+1]) */
     int split_n;          /* 1: rectangles split N (m0 = {0,M}), 0: split M */
     int nparts;
+    char *ws;             /* ws_n pack buffers of tj__gemm_pack_bytes (part t < ws_n */
+    int ws_n;             /* uses buffer t; the others their thread's own)           */
 } tj__sgemm_job;
 
-/* returns 0 on success, -1 if the pack buffer could not be allocated */
-/* Pack buffers are kept per thread (freed when the thread ends): a fresh
-   megabyte per call would come from mmap and fault in every page again. */
+/* Pack buffers: a program's dots pack into buffers of their planned
+   workspace (tj__dot_scratch), so a run allocates what the memory plan
+   says. Other callers (and threads past the planned ones) use buffers kept
+   per thread (freed when the thread ends): a fresh megabyte per call would
+   come from mmap and fault in every page again. */
 #if TJ__SGEMM_THREADS
 static pthread_key_t tj__pack_key;
 static pthread_once_t tj__pack_once = PTHREAD_ONCE_INIT;
 static void tj__pack_free(void *p) { TJ_FREE(p); }
 static void tj__pack_init(void) { pthread_key_create(&tj__pack_key, tj__pack_free); }
+static long tj__pack_uses; /* calls so far (tests: a program's dots make none) */
 static char *tj__pack_get(size_t n) {
     size_t *h;
+#if defined(__GNUC__)
+    __atomic_add_fetch(&tj__pack_uses, 1, __ATOMIC_RELAXED);
+#else
+    tj__pack_uses++;
+#endif
     pthread_once(&tj__pack_once, tj__pack_init);
     h = (size_t *)pthread_getspecific(tj__pack_key);
     if (h && h[0] >= n) return (char *)(h + 8);
@@ -9173,7 +9236,13 @@ static char *tj__pack_get(size_t n) {
 #define TJ__PACK_GET(n) ((char *)TJ_MALLOC(n))
 #define TJ__PACK_PUT(p) TJ_FREE(p)
 #endif
-static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo, int n_hi) {
+/* bytes of one pack buffer: an A block and a B block, 64-byte aligned by hand */
+static int64_t tj__sgemm_pack_size(const tj__sgemm_cfg *cf) {
+    return ((int64_t)cf->mc * cf->kc + (int64_t)cf->kc * cf->nc) * cf->esz + 128;
+}
+/* part t's rectangle; returns 0 on success, -1 if the pack buffer could not
+   be allocated */
+static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, int n_lo, int n_hi) {
     const tj__sgemm_cfg *cf = jb->cfg;
     const int MR = cf->mr, NR = cf->nr, KC = cf->kc, MC = cf->mc, NC = cf->nc;
     const int K = jb->K;
@@ -9183,7 +9252,7 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo,
     if (m_lo >= m_hi || n_lo >= n_hi) return 0;
     /* over-allocate and round up by hand: 64-byte aligned packs keep every
        micro-panel row on a cache line boundary */
-    raw = TJ__PACK_GET(a_sz + b_sz + 128);
+    raw = t < jb->ws_n ? jb->ws + (size_t)t * (size_t)tj__gemm_pack_bytes() : TJ__PACK_GET(a_sz + b_sz + 128);
     if (!raw) return -1;
     Ap = (char *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     Bp = Ap + a_sz;
@@ -9221,7 +9290,7 @@ static void tj__sgemm_run_part(const void *arg, int t, int nparts) {
     (void)nparts;
     if (jb->split_n) { m_lo = jb->m0[0]; m_hi = jb->m0[1]; n_lo = jb->n0[t]; n_hi = jb->n0[t + 1]; }
     else             { m_lo = jb->m0[t]; m_hi = jb->m0[t + 1]; n_lo = jb->n0[0]; n_hi = jb->n0[1]; }
-    if (tj__sgemm_rect(jb, m_lo, m_hi, n_lo, n_hi) != 0) {
+    if (tj__sgemm_rect(jb, t, m_lo, m_hi, n_lo, n_hi) != 0) {
         /* out of memory for the pack buffer: still produce the right answer */
         size_t es = jb->bf16 ? 2 : 4;
         const char *A = (const char *)jb->A + es * (jb->trans_a ? (size_t)m_lo : (size_t)m_lo * jb->lda);
@@ -9399,11 +9468,20 @@ static void tj__sgemm_split(int n, int unit, int parts, int *bounds) {
 
 /* ---- entry points -------------------------------------------------------------------
    tj__sgemm: f32 operands; tj__bgemm: bf16 operands (uint16_t), f32 C. Both
-   go through tj__gemm, which splits C among threads and runs the blocked
-   loops above with the configuration for the operand type. */
-static void tj__gemm(int bf16, int trans_a, int trans_b, int M, int N, int K,
-                     const void *A, int lda, const void *B, int ldb,
-                     float *C, int ldc, int accumulate, int nthreads) {
+   go through tj__gemm_ws, which splits C among threads and runs the blocked
+   loops above with the configuration for the operand type; its callers in
+   a program pass ws_n pack buffers of tj__gemm_pack_bytes(bf16) at ws. */
+static int64_t tj__gemm_pack_bytes(void) {
+    /* one size for f32 and bf16 (and either bf16 path): a plan made before
+       TJ_BF16_DOT or the test hook changes still fits */
+    tj__sgemm_cfg f, b;
+    tj__sgemm_get_cfg(&f, 0);
+    tj__sgemm_get_cfg(&b, 1);
+    return tj__align(tj__sgemm_pack_size(&f) > tj__sgemm_pack_size(&b) ? tj__sgemm_pack_size(&f) : tj__sgemm_pack_size(&b));
+}
+static void tj__gemm_ws(int bf16, int trans_a, int trans_b, int M, int N, int K,
+                        const void *A, int lda, const void *B, int ldb,
+                        float *C, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
     tj__sgemm_cfg cfg;
     tj__sgemm_job jb;
     double flops;
@@ -9416,7 +9494,7 @@ static void tj__gemm(int bf16, int trans_a, int trans_b, int M, int N, int K,
         return;
     }
     flops = (double)M * N * K;
-    if (flops < 64.0 * 64.0 * 64.0) {
+    if (flops < TJ__SGEMM_SMALL) {
         (bf16 ? tj__bgemm_small : tj__sgemm_small)(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return;
     }
@@ -9426,6 +9504,7 @@ static void tj__gemm(int bf16, int trans_a, int trans_b, int M, int N, int K,
     jb.trans_a = trans_a; jb.trans_b = trans_b; jb.K = K;
     jb.A = A; jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.C = C; jb.ldc = ldc;
     jb.accumulate = accumulate;
+    jb.ws = ws; jb.ws_n = ws ? ws_n : 0;
     /* waking a worker costs ~10-50 us, so give each thread at least ~8 MFLOP
        (4M multiply-adds); never more threads than register tiles (below) */
     if (nthreads > TJ__SGEMM_MAXT) nthreads = TJ__SGEMM_MAXT;
@@ -9454,12 +9533,12 @@ static void tj__gemm(int bf16, int trans_a, int trans_b, int M, int N, int K,
 TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, int K,
                                        const float *A, int lda, const float *B, int ldb,
                                        float *C, int ldc, int accumulate, int nthreads) {
-    tj__gemm(0, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate, nthreads);
+    tj__gemm_ws(0, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate, nthreads, NULL, 0);
 }
 TJ__MAYBE_UNUSED static void tj__bgemm(int trans_a, int trans_b, int M, int N, int K,
                                        const uint16_t *A, int lda, const uint16_t *B, int ldb,
                                        float *C, int ldc, int accumulate, int nthreads) {
-    tj__gemm(1, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate, nthreads);
+    tj__gemm_ws(1, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate, nthreads, NULL, 0);
 }
 
 /* C (f32) -> bf16, rounded as tj_f32_to_bf16: to nearest even, a NaN stays
@@ -12070,9 +12149,9 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
     const tj_memory_analysis *m;
     if (!p || tj__no_stream(p->ctx, f, "tj_memory_print")) return;
     m = &p->mem;
-    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B, peak %lld B; host temp %lld B\n", p->name,
-            (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes, (long long)m->peak_bytes,
-            (long long)m->host_temp_bytes);
+    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B (matmul packs %lld B), peak %lld B; host temp %lld B\n",
+            p->name, (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes,
+            (long long)m->pack_bytes, (long long)m->peak_bytes, (long long)m->host_temp_bytes);
 }
 
 /* ==== [A] appendix: files, JSON, safetensors, tree save/load =========== */

@@ -71,6 +71,11 @@ void tjt_bgemm_force_f32(int force);
 int tjt_cpu_has_avx512bf16(void);
 /* f32 -> bf16 over n values, as tj_f32_to_bf16 */
 void tjt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+/* bytes of one thread's matmul pack buffer in a dot's planned workspace;
+   how many times so far the matmul packed into a buffer of its own, outside
+   any plan (direct calls, threads past the planned ones) */
+int64_t tjt_gemm_pack_bytes(void);
+long tjt_pack_unplanned(void);
 
 /* a parsed safetensors file's data section: [*begin, *end) of its bytes */
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end);
@@ -139,6 +144,14 @@ int tjt_cpu_has_avx512bf16(void) {
 #endif
 }
 void tjt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n) { tj__f32_to_bf16_n(src, dst, n); }
+int64_t tjt_gemm_pack_bytes(void) { return tj__gemm_pack_bytes(); }
+long tjt_pack_unplanned(void) {
+#if defined(__GNUC__)
+    return __atomic_load_n(&tj__pack_uses, __ATOMIC_RELAXED);
+#else
+    return tj__pack_uses;
+#endif
+}
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end) {
     *begin = st->buf + st->data_start;
     *end = st->buf + st->len;
