@@ -8542,7 +8542,10 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
 
    Dispatch is at run time: AVX-512F (14x32), AVX2+FMA (6x16), or portable C
    (4x16 plain loops, left to the auto-vectoriser). Tiny products skip all of
-   this and use a direct loop. Threads come from a small persistent pthread
+   this and use a direct loop. bf16 operands (tj__bgemm, f32 C) take the same
+   loops with k packed in pairs for vdpbf16ps where the CPU has AVX512_BF16,
+   else the f32 kernel on operands widened while packing. In a program the
+   pack buffers are part of each dot's planned workspace. Threads come from a small persistent pthread
    pool created on first use; callers with nthreads == 1 never touch the pool
    or any global state, so they may run concurrently from many threads.
    Calls with nthreads > 1 serialize on the pool mutex.
@@ -9198,8 +9201,8 @@ typedef struct {
     int m0[65], n0[65];   /* rectangle t = rows [m0[t],m0[t+1]) x cols [n0[t],n0[t+1]) */
     int split_n;          /* 1: rectangles split N (m0 = {0,M}), 0: split M */
     int nparts;
-    char *ws;             /* ws_n pack buffers of tj__gemm_pack_bytes (part t < ws_n */
-    int ws_n;             /* uses buffer t; the others their thread's own)           */
+    char *ws;             /* ws_n pack buffers of tj__gemm_pack_bytes() (part t < ws_n */
+    int ws_n;             /* uses buffer t; the others their thread's own)             */
 } tj__sgemm_job;
 
 /* Pack buffers: a program's dots pack into buffers of their planned
@@ -9280,7 +9283,7 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, in
             }
         }
     }
-    TJ__PACK_PUT(raw);
+    if (t >= jb->ws_n) TJ__PACK_PUT(raw);
     return 0;
 }
 
@@ -9470,7 +9473,7 @@ static void tj__sgemm_split(int n, int unit, int parts, int *bounds) {
    tj__sgemm: f32 operands; tj__bgemm: bf16 operands (uint16_t), f32 C. Both
    go through tj__gemm_ws, which splits C among threads and runs the blocked
    loops above with the configuration for the operand type; its callers in
-   a program pass ws_n pack buffers of tj__gemm_pack_bytes(bf16) at ws. */
+   a program pass ws_n pack buffers of tj__gemm_pack_bytes() at ws. */
 static int64_t tj__gemm_pack_bytes(void) {
     /* one size for f32 and bf16 (and either bf16 path): a plan made before
        TJ_BF16_DOT or the test hook changes still fits */
