@@ -146,6 +146,7 @@ static void blas_open(void) {
 static int nruns = 11;
 enum { K_F32, K_BF16, K_BLAS };
 
+/* one C = op(A) op(B) by kind: A and B are f32, or bf16 for K_BF16 */
 static void run_once(int kind, int ta, int tb, int M, int N, int K, const void *A, const void *B, float *C, int nt) {
     if (kind == K_F32) tj__sgemm(ta, tb, M, N, K, (const float *)A, ta ? M : K, (const float *)B, tb ? K : N, C, N, 0, nt);
     else if (kind == K_BF16) tj__bgemm(ta, tb, M, N, K, (const uint16_t *)A, ta ? M : K, (const uint16_t *)B, tb ? K : N, C, N, 0, nt);
@@ -153,45 +154,54 @@ static void run_once(int kind, int ta, int tb, int M, int N, int K, const void *
                     (const float *)B, tb ? K : N, 0.0f, C, N);
 }
 
-/* returns median GFLOP/s; *best gets the fastest run (robust to a noisy neighbour) */
-static double bench(int kind, int ta, int tb, int M, int N, int K, int nt, double *best) {
+/* Times the nk kinds kind[] on one shape, their runs interleaved (one run of
+   each kind in turn, nruns times), so a noisy neighbour slows them alike;
+   g[i] gets kind i's median GFLOP/s, best[i] its fastest run's. */
+static void bench(const int *kind, int nk, int ta, int tb, int M, int N, int K, int nt, double *g, double *best) {
     size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N, i;
-    float *A = (float *)malloc(na * sizeof(float));
-    float *B = (float *)malloc(nb * sizeof(float));
+    float *A = (float *)malloc(na * sizeof(float)), *B = (float *)malloc(nb * sizeof(float));
+    uint16_t *Ah = (uint16_t *)malloc(na * sizeof(uint16_t)), *Bh = (uint16_t *)malloc(nb * sizeof(uint16_t));
     float *C = (float *)malloc(nc * sizeof(float));
-    double *t = (double *)malloc((size_t)nruns * sizeof(double)), med;
-    int r;
-    for (i = 0; i < na; i++) A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-    for (i = 0; i < nb; i++) B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    if (kind == K_BF16) { /* the same values as bf16, in the first half of each buffer */
-        for (i = 0; i < na; i++) ((uint16_t *)A)[i] = tj_f32_to_bf16(A[i]);
-        for (i = 0; i < nb; i++) ((uint16_t *)B)[i] = tj_f32_to_bf16(B[i]);
+    double *t = (double *)malloc((size_t)nruns * (size_t)nk * sizeof(double));
+    int r, j;
+    for (i = 0; i < na; i++) { A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f; Ah[i] = tj_f32_to_bf16(A[i]); }
+    for (i = 0; i < nb; i++) { B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f; Bh[i] = tj_f32_to_bf16(B[i]); }
+#define OPERANDS(k) (k) == K_BF16 ? (const void *)Ah : (const void *)A, (k) == K_BF16 ? (const void *)Bh : (const void *)B
+    for (j = 0; j < nk; j++) {
+        if (kind[j] == K_BLAS) blas_threads(nt);
+        /* warm-up: first touch of C, pool creation, caches */
+        run_once(kind[j], ta, tb, M, N, K, OPERANDS(kind[j]), C, nt);
+        run_once(kind[j], ta, tb, M, N, K, OPERANDS(kind[j]), C, nt);
     }
-    if (kind == K_BLAS) blas_threads(nt);
-    /* warm-up: first touch of C, pool creation, caches */
-    run_once(kind, ta, tb, M, N, K, A, B, C, nt);
-    run_once(kind, ta, tb, M, N, K, A, B, C, nt);
-    for (r = 0; r < nruns; r++) {
-        double t0 = now();
-        run_once(kind, ta, tb, M, N, K, A, B, C, nt);
-        t[r] = now() - t0;
+    for (r = 0; r < nruns; r++)
+        for (j = 0; j < nk; j++) {
+            double t0 = now();
+            run_once(kind[j], ta, tb, M, N, K, OPERANDS(kind[j]), C, nt);
+            t[(size_t)j * nruns + r] = now() - t0;
+        }
+#undef OPERANDS
+    for (j = 0; j < nk; j++) {
+        double *tj = t + (size_t)j * nruns;
+        qsort(tj, (size_t)nruns, sizeof(double), cmp_double);
+        g[j] = 2.0 * M * N * K / tj[nruns / 2] * 1e-9;
+        best[j] = 2.0 * M * N * K / tj[0] * 1e-9;
     }
-    qsort(t, (size_t)nruns, sizeof(double), cmp_double);
-    med = t[nruns / 2];
-    *best = 2.0 * M * N * K / t[0] * 1e-9;
-    free(A); free(B); free(C); free(t);
-    return 2.0 * M * N * K / med * 1e-9;
+    free(A); free(B); free(Ah); free(Bh); free(C); free(t);
 }
 
-/* one shape: f32 against the FP32 peak, then bf16 (ratio to f32) and OpenBLAS
-   f32 (tinyjax's f32 rate over OpenBLAS's) */
+/* one shape: f32 against the FP32 peak and bf16 (ratio to f32), interleaved;
+   then OpenBLAS f32 (tinyjax's f32 rate over OpenBLAS's) in runs of its own:
+   both libraries' worker threads spin a while after a call, which would slow
+   whichever runs next */
 static void report(const char *label, int ta, int tb, int M, int N, int K, int nt, const double *peak) {
-    double best, bb, g = bench(K_F32, ta, tb, M, N, K, nt, &best), gb = bench(K_BF16, ta, tb, M, N, K, nt, &bb);
+    static const int ours[2] = {K_F32, K_BF16}, blas[1] = {K_BLAS};
+    double g[2], best[2], gl, bl;
+    bench(ours, 2, ta, tb, M, N, K, nt, g, best);
     printf("%-36s %s%s M=%5d N=%5d K=%5d thr=%d f32 %6.1f GFLOP/s %5.1f%% of peak (best %6.1f) | bf16 %6.1f (%4.2fx f32)",
-           label, ta ? "T" : "N", tb ? "T" : "N", M, N, K, nt, g, 100.0 * g / peak[nt], best, gb, gb / g);
+           label, ta ? "T" : "N", tb ? "T" : "N", M, N, K, nt, g[0], 100.0 * g[0] / peak[nt], best[0], g[1], g[1] / g[0]);
     if (blas_sgemm) {
-        double gl = bench(K_BLAS, ta, tb, M, N, K, nt, &bb);
-        printf(" | OpenBLAS f32 %6.1f (tinyjax %4.2fx)", gl, g / gl);
+        bench(blas, 1, ta, tb, M, N, K, nt, &gl, &bl);
+        printf(" | OpenBLAS f32 %6.1f (tinyjax %4.2fx)", gl, g[0] / gl);
     }
     printf("\n");
     fflush(stdout);
@@ -207,7 +217,7 @@ int main(int argc, char **argv) {
     peak[1] = measure_peak(1);
     peak[2] = measure_peak(2);
     printf("FP32 FMA peak: %.1f GFLOP/s (1 thread), %.1f GFLOP/s (2 threads)\n", peak[1], peak[2]);
-    printf("GFLOP/s = median of %d runs (best run in parentheses); C = op(A) * op(B), op: N = as stored, T = transposed\n", nruns);
+    printf("GFLOP/s = median of %d runs (best run in parentheses), f32 and bf16 runs interleaved; C = op(A) * op(B), op: N = as stored, T = transposed\n", nruns);
     printf("bf16: bf16 operands, f32 sums, f32 C (vdpbf16ps does two multiply-adds per f32 lane: its peak is twice the FP32 one)\n");
     report("(768x3072)*(3072x768)", 0, 0, 768, 768, 3072, 1, peak);
     report("(768x3072)*(3072x768)", 0, 0, 768, 768, 3072, 2, peak);
