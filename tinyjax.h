@@ -7890,13 +7890,15 @@ oom:
 /* Pack buffers of the CPU matmul in a dot's workspace: one per thread a
    device runs with (the threads of the context shared by its local
    devices, as tj_run splits them), on the backends that run the CPU kernels
-   (none, devsim); none on others (CUDA multiplies with cuBLAS). A run with
-   more threads than planned gives the extra threads their own buffers. */
+   (none, devsim); none on others (CUDA multiplies with cuBLAS); never more
+   than the matmul splits a product into. A run with more threads than
+   planned gives the extra threads their own buffers. */
 static int tj__ds_run(tj_backend *b, struct tj__kern *k);
+static int tj__gemm_max_parts(void);
 static int tj__pack_slots(tj_ctx *c) {
     int lo, t = c->threads / tj_local_devices(c, &lo);
     if (c->backend && c->backend->run != tj__ds_run) return 0;
-    return t < 1 ? 1 : t;
+    return t < 1 ? 1 : t > tj__gemm_max_parts() ? tj__gemm_max_parts() : t;
 }
 static tj_status tj__plan_once(tj_prog *p, int quick) {
     tj_graph *g = p->g;
@@ -9474,6 +9476,7 @@ static void tj__sgemm_split(int n, int unit, int parts, int *bounds) {
    go through tj__gemm_ws, which splits C among threads and runs the blocked
    loops above with the configuration for the operand type; its callers in
    a program pass ws_n pack buffers of tj__gemm_pack_bytes() at ws. */
+static int tj__gemm_max_parts(void) { return TJ__SGEMM_MAXT; }
 static int64_t tj__gemm_pack_bytes(void) {
     /* one size for f32 and bf16 (and either bf16 path): a plan made before
        TJ_BF16_DOT or the test hook changes still fits */
