@@ -152,28 +152,28 @@ int main(void) {
     }
     test_round();
     for (mm_kind = MM_F32; mm_kind <= MM_BF16_WIDENED; mm_kind++) {
-    tjt_bgemm_force_f32(mm_kind == MM_BF16_WIDENED);
-    for (s = 0; s < (int)(sizeof(small_shapes) / sizeof(small_shapes[0])); s++)
-        for (ta = 0; ta < 2; ta++)
-            for (tb = 0; tb < 2; tb++)
-                for (acc = 0; acc < 2; acc++)
-                    check(ta, tb, small_shapes[s][0], small_shapes[s][1], small_shapes[s][2], acc, acc, 1);
-    for (s = 0; s < (int)(sizeof(big_shapes) / sizeof(big_shapes[0])); s++)
-        for (ta = 0; ta < 2; ta++)
-            for (tb = 0; tb < 2; tb++)
-                for (nt = 1; nt <= 2; nt++) {
-                    acc = (s + ta + tb + nt) & 1;
-                    check(ta, tb, big_shapes[s][0], big_shapes[s][1], big_shapes[s][2], (s + nt) % 3, acc, nt);
-                }
-    /* random shapes, biased to straddle the tile sizes */
-    for (i = 0; i < 60; i++) {
-        int M = 1 + (int)(rnd() % 160), N = 1 + (int)(rnd() % 160), K = 1 + (int)(rnd() % 400);
-        check((int)(rnd() & 1), (int)(rnd() & 1), M, N, K, (int)(rnd() % 3), (int)(rnd() & 1),
-              1 + (int)(rnd() & 1));
-    }
-    /* K == 0 with a big output must zero C (or leave it when accumulating) */
-    check(0, 0, 100, 100, 0, 1, 0, 2);
-    check(1, 1, 100, 100, 0, 1, 1, 2);
+        tjt_bgemm_force_f32(mm_kind == MM_BF16_WIDENED);
+        for (s = 0; s < (int)(sizeof(small_shapes) / sizeof(small_shapes[0])); s++)
+            for (ta = 0; ta < 2; ta++)
+                for (tb = 0; tb < 2; tb++)
+                    for (acc = 0; acc < 2; acc++)
+                        check(ta, tb, small_shapes[s][0], small_shapes[s][1], small_shapes[s][2], acc, acc, 1);
+        for (s = 0; s < (int)(sizeof(big_shapes) / sizeof(big_shapes[0])); s++)
+            for (ta = 0; ta < 2; ta++)
+                for (tb = 0; tb < 2; tb++)
+                    for (nt = 1; nt <= 2; nt++) {
+                        acc = (s + ta + tb + nt) & 1;
+                        check(ta, tb, big_shapes[s][0], big_shapes[s][1], big_shapes[s][2], (s + nt) % 3, acc, nt);
+                    }
+        /* random shapes, biased to straddle the tile sizes */
+        for (i = 0; i < 60; i++) {
+            int M = 1 + (int)(rnd() % 160), N = 1 + (int)(rnd() % 160), K = 1 + (int)(rnd() % 400);
+            check((int)(rnd() & 1), (int)(rnd() & 1), M, N, K, (int)(rnd() % 3), (int)(rnd() & 1),
+                  1 + (int)(rnd() & 1));
+        }
+        /* K == 0 with a big output must zero C (or leave it when accumulating) */
+        check(0, 0, 100, 100, 0, 1, 0, 2);
+        check(1, 1, 100, 100, 0, 1, 1, 2);
     }
     tjt_bgemm_force_f32(0);
     mm_kind = MM_F32;
