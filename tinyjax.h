@@ -1020,6 +1020,8 @@ typedef struct {
 typedef struct {
     int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes, peak_bytes;
     int64_t host_temp_bytes; /* host memory space (offload)               */
+    int64_t pack_bytes;      /* of temp: the CPU matmul's pack buffers (per
+                                thread, in the workspace of each dot)     */
 } tj_memory_analysis;
 
 /* Trace fn on the structure, shapes and dtypes of `example` and compile it.
@@ -1274,6 +1276,7 @@ TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *ten
    run time, so a plain -O2 build uses the wide units */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#include <cpuid.h>
 #define TJ__X86 1
 #else
 #define TJ__X86 0
@@ -2405,6 +2408,8 @@ struct tj_node {
     int out_index;/* >= 0: this node's buffer is output #out_index          */
     int64_t scratch_off; /* kernel workspace in the arena, if any          */
     int64_t scratch_host_off; /* a scan body's host temp (nested offload)  */
+    int pack_slots; /* matmul pack buffers its workspace holds, one per thread
+                       of a device at compile time (tj__pack_slots, [10]) */
     tj__type lt;  /* its local (per-device) type, set by the planner        */
     tj_node *fused;   /* computed inside this consumer's fused loop (no buffer) */
     tj_node **members;/* a fused group's root: the nodes it computes, in order */
@@ -5057,9 +5062,13 @@ static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
    a, N in b) and contracted (K). The kernel wants a as [B,M,K] or [B,K,M]
    and b as [B,K,N] or [B,N,K]; any other layout gets an explicit relayout
    node, visible in the program text and counted by the memory plan. */
-/* the tuned f32 kernel lives with the CPU backend in [11] */
-static void tj__sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc, int nth);
+/* the tuned f32 and bf16 kernels live with the CPU backend in [11] */
+static void tj__f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+static void tj__gemm_ws(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
+                        float *C, int ldc, int acc, int nth, char *ws, int ws_n);
+static int64_t tj__gemm_pack_bytes(void);
 #define TJ__SGEMM_PER_THREAD 4e6 /* multiply-adds that pay for waking one more sgemm thread */
+#define TJ__SGEMM_SMALL (64.0 * 64.0 * 64.0) /* multiply-adds below which no packing pays */
 static void tj__dgemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B, double *C) {
     int64_t i, j, p;
     for (i = 0; i < M; i++)
@@ -5177,46 +5186,73 @@ static void tj__dot_dims(const tj_node *n, const tj__type *ot, const tj__type *a
     for (i = 0; i < n->a.nn; i++) *Nn *= ot->dim[n->a.nb + n->a.nm + i];
     for (i = 0; i < n->a.nk; i++) *Kn *= at->dim[tj__axis_index(at, n->a.axes[i])];
 }
+/* A dot's workspace (local shapes): for bf16, one batch of c summed in f32;
+   then, unless the product is small enough for the direct loop, the pack
+   buffers of the f32/bf16 matmul ([11]), one per thread (n->pack_slots), so
+   the memory plan holds them and a run allocates nothing else. f64 multiplies
+   in place. */
+static int64_t tj__dot_staging(const tj_node *n, int64_t Mn, int64_t Nn) { return n->t.dt == TJ_BF16 ? tj__align(Mn * Nn * 4) : 0; }
+static int64_t tj__dot_pack_bytes(const tj_node *n) {
+    int64_t Bn, Mn, Kn, Nn;
+    if (n->t.dt == TJ_F64) return 0;
+    tj__dot_dims(n, &n->lt, &n->in[0]->lt, &Bn, &Mn, &Kn, &Nn);
+    return (double)Mn * (double)Nn * (double)Kn < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
+}
 static int64_t tj__dot_scratch(const tj_node *n) {
     int64_t Bn, Mn, Kn, Nn;
-    if (n->t.dt != TJ_BF16) return 0; /* f32 and f64 multiply in place */
+    if (n->t.dt == TJ_F64) return 0;
     tj__dot_dims(n, &n->lt, &n->in[0]->lt, &Bn, &Mn, &Kn, &Nn);
-    /* one batch of a, b and c converted to f32 (local shapes) */
-    return (Mn * Kn + Kn * Nn + Mn * Nn) * 4;
+    return tj__dot_staging(n, Mn, Nn) + tj__dot_pack_bytes(n);
 }
-/* batch bi of a dot */
-static void tj__dot_batch(const tj__kern *k, int64_t bi, int64_t Mn, int64_t Kn, int64_t Nn, int nthreads) {
-    int ta = k->n->a.trans_a, tb = k->n->a.trans_b;
-    int64_t i;
+/* batch bi of a dot; the f32/bf16 matmul packs into ws_n per-thread pack
+   buffers at ws (NULL, 0: small products, or threads past the planned ones,
+   use the matmul's own per-thread buffers) */
+static void tj__dot_batch(const tj__kern *k, int64_t bi, int64_t Mn, int64_t Kn, int64_t Nn, int nthreads, char *ws, int ws_n) {
+    int ta = k->n->a.trans_a, tb = k->n->a.trans_b, lda = ta ? (int)Mn : (int)Kn, ldb = tb ? (int)Kn : (int)Nn;
     if (k->ot.dt == TJ_F32) {
-        tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, ta ? (int)Mn : (int)Kn, (const float *)k->in[1] + bi * Kn * Nn,
-                  tb ? (int)Kn : (int)Nn, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, nthreads);
+        tj__gemm_ws(0, ta, tb, (int)Mn, (int)Nn, (int)Kn, (const float *)k->in[0] + bi * Mn * Kn, lda, (const float *)k->in[1] + bi * Kn * Nn,
+                    ldb, (float *)k->out + bi * Mn * Nn, (int)Nn, 0, nthreads, ws, ws_n);
     } else if (k->ot.dt == TJ_F64) {
         tj__dgemm_ref(ta, tb, Mn, Nn, Kn, (const double *)k->in[0] + bi * Mn * Kn, (const double *)k->in[1] + bi * Kn * Nn, (double *)k->out + bi * Mn * Nn);
-    } else { /* bf16: widen one batch to f32, multiply, round once */
-        float *A = (float *)k->scratch, *Bm = A + Mn * Kn, *C = Bm + Kn * Nn;
-        for (i = 0; i < Mn * Kn; i++) A[i] = (float)tj__ld(k->in[0], k->it[0]->dt, bi * Mn * Kn + i);
-        for (i = 0; i < Kn * Nn; i++) Bm[i] = (float)tj__ld(k->in[1], k->it[1]->dt, bi * Kn * Nn + i);
-        tj__sgemm(ta, tb, (int)Mn, (int)Nn, (int)Kn, A, ta ? (int)Mn : (int)Kn, Bm, tb ? (int)Kn : (int)Nn, C, (int)Nn, 0, nthreads);
-        for (i = 0; i < Mn * Nn; i++) tj__st(k->out, k->ot.dt, bi * Mn * Nn + i, C[i]);
+    } else { /* bf16: products summed in f32, then rounded once */
+        float *C = (float *)k->scratch;
+        tj__gemm_ws(1, ta, tb, (int)Mn, (int)Nn, (int)Kn, (const uint16_t *)k->in[0] + bi * Mn * Kn, lda,
+                    (const uint16_t *)k->in[1] + bi * Kn * Nn, ldb, C, (int)Nn, 0, nthreads, ws, ws_n);
+        tj__f32_to_bf16_n(C, (uint16_t *)k->out + bi * Mn * Nn, Mn * Nn);
     }
+}
+/* the planned pack buffers of a dot (see tj__dot_scratch) */
+static char *tj__dot_ws(const tj__kern *k, int64_t Mn, int64_t Kn, int64_t Nn, int *ws_n) {
+    *ws_n = 0;
+    if (k->ot.dt == TJ_F64 || !k->scratch || (double)Mn * (double)Nn * (double)Kn < TJ__SGEMM_SMALL) return NULL;
+    *ws_n = k->n->pack_slots;
+    return (char *)k->scratch + tj__dot_staging(k->n, Mn, Nn);
 }
 static void tj__dot_part(const void *arg, int part, int nparts) {
     const tj__kern *k = (const tj__kern *)arg;
     int64_t Bn, Mn, Kn, Nn, bi;
+    int ws_n;
+    char *ws;
     tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
-    for (bi = Bn * part / nparts; bi < Bn * (part + 1) / nparts; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, 1);
+    ws = tj__dot_ws(k, Mn, Kn, Nn, &ws_n);
+    /* one thread per part: part p packs into buffer p */
+    if (part < ws_n) ws += (size_t)part * (size_t)tj__gemm_pack_bytes();
+    else ws = NULL;
+    for (bi = Bn * part / nparts; bi < Bn * (part + 1) / nparts; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, 1, ws, ws ? 1 : 0);
 }
 static void tj__k_dot(tj__kern *k) {
     int64_t Bn, Mn, Kn, Nn, bi;
+    int ws_n;
+    char *ws;
     tj__dot_dims(k->n, &k->ot, k->it[0], &Bn, &Mn, &Kn, &Nn);
     /* many small products (attention's heads): a batch per thread, except
-       bf16, whose one scratch batch is shared */
+       bf16, whose one f32 batch of c is shared */
     if (Bn > 1 && k->ot.dt != TJ_BF16 && (double)Mn * (double)Nn * (double)Kn < TJ__SGEMM_PER_THREAD * k->nthreads) {
         tj__parallel(Bn < k->nthreads ? (int)Bn : k->nthreads, tj__dot_part, k);
         return;
     }
-    for (bi = 0; bi < Bn; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, k->nthreads);
+    ws = tj__dot_ws(k, Mn, Kn, Nn, &ws_n);
+    for (bi = 0; bi < Bn; bi++) tj__dot_batch(k, bi, Mn, Kn, Nn, k->nthreads, ws, ws_n);
 }
 static double tj__flops_dot(const tj_node *n) {
     int64_t Bn, Mn, Kn, Nn;
@@ -8050,6 +8086,19 @@ oom:
     return -1;
 }
 
+/* Pack buffers of the CPU matmul in a dot's workspace: one per thread a
+   device runs with (the threads of the context shared by its local
+   devices, as tj_run splits them), on the backends that run the CPU kernels
+   (none, devsim); none on others (CUDA multiplies with cuBLAS); never more
+   than the matmul splits a product into. A run with more threads than
+   planned gives the extra threads their own buffers. */
+static int tj__ds_run(tj_backend *b, struct tj__kern *k);
+static int tj__gemm_max_parts(void);
+static int tj__pack_slots(tj_ctx *c) {
+    int lo, t = c->threads / tj_local_devices(c, &lo);
+    if (c->backend && c->backend->run != tj__ds_run) return 0;
+    return t < 1 ? 1 : t > tj__gemm_max_parts() ? tj__gemm_max_parts() : t;
+}
 static tj_status tj__plan_once(tj_prog *p, int quick) {
     tj_graph *g = p->g;
     tj__heap h[2];
@@ -8068,6 +8117,7 @@ static tj_status tj__plan_once(tj_prog *p, int quick) {
         n->out_index = -1;
         n->scratch_off = -1;
         n->scratch_host_off = -1;
+        n->pack_slots = tj__pack_slots(p->ctx);
         n->fused = NULL;
         TJ_FREE(n->members);
         n->members = NULL;
@@ -8154,6 +8204,12 @@ static tj_status tj__plan_once(tj_prog *p, int quick) {
     TJ_FREE(rq.r);
     m->temp_bytes = h[TJ_SPACE_DEVICE].peak;
     m->host_temp_bytes = h[TJ_SPACE_HOST].peak;
+    m->pack_bytes = 0; /* the most any one dot holds (scan bodies' included) */
+    for (i = 0; i < p->nsched; i++) {
+        const tj_node *n = p->sched[i];
+        int64_t b = n->op == TJ__OP_DOT && n->scratch_off >= 0 ? tj__dot_pack_bytes(n) : n->sub && n->sub->prog ? n->sub->prog->mem.pack_bytes : 0;
+        if (b > m->pack_bytes) m->pack_bytes = b;
+    }
     m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
     p->flops = 0;
     for (i = 0; i < p->nsched; i++) p->flops += tj__ops[p->sched[i]->op].flops(p->sched[i]);
@@ -8794,7 +8850,10 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
 
    Dispatch is at run time: AVX-512F (14x32), AVX2+FMA (6x16), or portable C
    (4x16 plain loops, left to the auto-vectoriser). Tiny products skip all of
-   this and use a direct loop. Threads come from a small persistent pthread
+   this and use a direct loop. bf16 operands (tj__bgemm, f32 C) take the same
+   loops with k packed in pairs for vdpbf16ps where the CPU has AVX512_BF16,
+   else the f32 kernel on operands widened while packing. In a program the
+   pack buffers are part of each dot's planned workspace. Threads come from a small persistent pthread
    pool created on first use; callers with nthreads == 1 never touch the pool
    or any global state, so they may run concurrently from many threads.
    Calls with nthreads > 1 serialize on the pool mutex.
@@ -8814,79 +8873,91 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
 /* micro-kernel: C[0:mr,0:nr] = (load_c ? C : 0) + sum_k Ap[k*MR+i]*Bp[k*NR+j].
    Ap/Bp are packed, zero-padded micro-panels; mr<=MR, nr<=NR mark the valid
    part of the tile (edge tiles). */
-typedef void (*tj__sgemm_kernel_fn)(int kc, const float *Ap, const float *Bp,
+typedef void (*tj__sgemm_kernel_fn)(int kc, const void *Ap, const void *Bp,
                                     float *C, int ldc, int mr, int nr, int load_c);
 
 /* packers: op(A)[i0:i0+mc, p0:p0+kc] into MR-row micro-panels and
    op(B)[p0:p0+kc, j0:j0+nc] into NR-column micro-panels (see tj__sgemm_pack_a/b) */
-typedef void (*tj__sgemm_pack_fn)(int trans, const float *X, int ldx, int r0, int rn,
-                                  int c0, int cn, int R, float *dst);
+typedef void (*tj__sgemm_pack_fn)(int trans, const void *X, int ldx, int r0, int rn,
+                                  int c0, int cn, int R, void *dst);
 
 typedef struct {
     int mr, nr;      /* register tile */
     int kc, mc, nc;  /* cache blocks; mc multiple of mr, nc multiple of nr */
+    int esz;         /* bytes per packed element: 4 (f32), 2 (bf16 pairs, kc even) */
     tj__sgemm_kernel_fn kernel;
     tj__sgemm_pack_fn pack_a, pack_b;
     const char *name;
 } tj__sgemm_cfg;
 
 /* ---- packing ------------------------------------------------------------------ */
-/* op(A)[i0:i0+mc, p0:p0+kc] -> MR-row micro-panels, k-major, rows padded with 0 */
-static void tj__sgemm_pack_a(int trans_a, const float *A, int lda, int i0, int mc,
-                             int p0, int kc, int MR, float *dst) {
-    int ir, i, k;
-    for (ir = 0; ir < mc; ir += MR) {
-        int rows = mc - ir < MR ? mc - ir : MR;
-        if (!trans_a) {
-            /* each source row is contiguous in k: read it once, scatter with stride MR */
-            for (i = 0; i < rows; i++) {
-                const float *src = A + (size_t)(i0 + ir + i) * lda + p0;
-                for (k = 0; k < kc; k++) dst[(size_t)k * MR + i] = src[k];
-            }
-        } else {
-            /* A stored K x M: the MR rows for one k are contiguous */
-            for (k = 0; k < kc; k++) {
-                const float *src = A + (size_t)(p0 + k) * lda + i0 + ir;
-                for (i = 0; i < rows; i++) dst[(size_t)k * MR + i] = src[i];
-            }
-        }
-        for (i = rows; i < MR; i++)
-            for (k = 0; k < kc; k++) dst[(size_t)k * MR + i] = 0.0f;
-        dst += (size_t)MR * kc;
-    }
+/* op(A)[i0:i0+mc, p0:p0+kc] -> MR-row micro-panels, k-major, rows padded with 0;
+   op(B)[p0:p0+kc, j0:j0+nc] -> NR-column micro-panels, k-major, columns padded
+   with 0. One template, two sources: f32 (copied) and bf16 (widened to f32,
+   exactly: the bf16 fallback on CPUs without AVX512_BF16). */
+#define TJ__SGEMM_PACKERS(NAME_A, NAME_B, T, LD)                                           \
+static void NAME_A(int trans_a, const void *A_, int lda, int i0, int mc,                   \
+                   int p0, int kc, int MR, void *dst_) {                                   \
+    const T *A = (const T *)A_;                                                            \
+    float *dst = (float *)dst_;                                                            \
+    int ir, i, k;                                                                          \
+    for (ir = 0; ir < mc; ir += MR) {                                                      \
+        int rows = mc - ir < MR ? mc - ir : MR;                                            \
+        if (!trans_a) {                                                                    \
+            /* each source row is contiguous in k: read it once, scatter with stride MR */ \
+            for (i = 0; i < rows; i++) {                                                   \
+                const T *src = A + (size_t)(i0 + ir + i) * lda + p0;                       \
+                for (k = 0; k < kc; k++) dst[(size_t)k * MR + i] = LD(src[k]);             \
+            }                                                                              \
+        } else {                                                                           \
+            /* A stored K x M: the MR rows for one k are contiguous */                    \
+            for (k = 0; k < kc; k++) {                                                     \
+                const T *src = A + (size_t)(p0 + k) * lda + i0 + ir;                       \
+                for (i = 0; i < rows; i++) dst[(size_t)k * MR + i] = LD(src[i]);           \
+            }                                                                              \
+        }                                                                                  \
+        for (i = rows; i < MR; i++)                                                        \
+            for (k = 0; k < kc; k++) dst[(size_t)k * MR + i] = 0.0f;                       \
+        dst += (size_t)MR * kc;                                                            \
+    }                                                                                      \
+}                                                                                          \
+static void NAME_B(int trans_b, const void *B_, int ldb, int p0, int kc,                   \
+                   int j0, int nc, int NR, void *dst_) {                                   \
+    const T *B = (const T *)B_;                                                            \
+    float *dst = (float *)dst_;                                                            \
+    int jr, j, k;                                                                          \
+    for (jr = 0; jr < nc; jr += NR) {                                                      \
+        int cols = nc - jr < NR ? nc - jr : NR;                                            \
+        if (!trans_b) {                                                                    \
+            for (k = 0; k < kc; k++) {                                                     \
+                const T *src = B + (size_t)(p0 + k) * ldb + j0 + jr;                       \
+                float *d = dst + (size_t)k * NR;                                           \
+                for (j = 0; j < cols; j++) d[j] = LD(src[j]);                              \
+                for (; j < NR; j++) d[j] = 0.0f;                                           \
+            }                                                                              \
+        } else {                                                                           \
+            /* B stored N x K: each of the NR source rows is contiguous in k */           \
+            for (j = 0; j < cols; j++) {                                                   \
+                const T *src = B + (size_t)(j0 + jr + j) * ldb + p0;                       \
+                for (k = 0; k < kc; k++) dst[(size_t)k * NR + j] = LD(src[k]);             \
+            }                                                                              \
+            for (; j < NR; j++)                                                            \
+                for (k = 0; k < kc; k++) dst[(size_t)k * NR + j] = 0.0f;                   \
+        }                                                                                  \
+        dst += (size_t)NR * kc;                                                            \
+    }                                                                                      \
 }
-
-/* op(B)[p0:p0+kc, j0:j0+nc] -> NR-column micro-panels, k-major, columns padded with 0 */
-static void tj__sgemm_pack_b(int trans_b, const float *B, int ldb, int p0, int kc,
-                             int j0, int nc, int NR, float *dst) {
-    int jr, j, k;
-    for (jr = 0; jr < nc; jr += NR) {
-        int cols = nc - jr < NR ? nc - jr : NR;
-        if (!trans_b) {
-            for (k = 0; k < kc; k++) {
-                const float *src = B + (size_t)(p0 + k) * ldb + j0 + jr;
-                float *d = dst + (size_t)k * NR;
-                for (j = 0; j < cols; j++) d[j] = src[j];
-                for (; j < NR; j++) d[j] = 0.0f;
-            }
-        } else {
-            /* B stored N x K: each of the NR source rows is contiguous in k */
-            for (j = 0; j < cols; j++) {
-                const float *src = B + (size_t)(j0 + jr + j) * ldb + p0;
-                for (k = 0; k < kc; k++) dst[(size_t)k * NR + j] = src[k];
-            }
-            for (; j < NR; j++)
-                for (k = 0; k < kc; k++) dst[(size_t)k * NR + j] = 0.0f;
-        }
-        dst += (size_t)NR * kc;
-    }
-}
+#define TJ__LD_F32(x) (x)
+TJ__SGEMM_PACKERS(tj__sgemm_pack_a, tj__sgemm_pack_b, float, TJ__LD_F32)
+TJ__SGEMM_PACKERS(tj__sgemm_pack_a_bf16, tj__sgemm_pack_b_bf16, uint16_t, tj_bf16_to_f32)
+#undef TJ__LD_F32
 
 /* ---- portable kernel ---------------------------------------------------- */
 #define TJ__P_MR 4
 #define TJ__P_NR 16
-static void tj__sgemm_kernel_portable(int kc, const float *Ap, const float *Bp,
+static void tj__sgemm_kernel_portable(int kc, const void *Ap_, const void *Bp_,
                                       float *C, int ldc, int mr, int nr, int load_c) {
+    const float *Ap = (const float *)Ap_, *Bp = (const float *)Bp_;
     float acc[TJ__P_MR][TJ__P_NR];
     int i, j, k;
     for (i = 0; i < TJ__P_MR; i++)
@@ -8914,18 +8985,33 @@ static void tj__sgemm_kernel_portable(int kc, const float *Ap, const float *Bp,
 #define TJ__A5_MR 14
 #define TJ__A5_NR 32
 #define TJ__A5_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
-__attribute__((target("avx512f,fma")))
-TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx512(int kc, const float *Ap, const float *Bp,
-                                    float *C, int ldc, int mr, int nr, int load_c) {
+/* the parts the f32 and the bf16 (below) kernels share: 28 accumulators
+   c<row>_<half>, a prefetch of the C tile (touched only at the end), and the
+   store (masks cover a partial N edge, mr cuts a partial M edge) */
 #define TJ__A5_DECL(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
-    TJ__A5_ROWS(TJ__A5_DECL)
-#undef TJ__A5_DECL
-    int k;
-    /* pull the C tile toward L1 while the k loop runs; it is touched at the end */
-    for (k = 0; k < mr; k++) {
-        _mm_prefetch((const char *)(C + (size_t)k * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(C + (size_t)k * ldc + 16), _MM_HINT_T0);
+#define TJ__A5_PREFETCH_C()                                                   \
+    for (k = 0; k < mr; k++) {                                                \
+        _mm_prefetch((const char *)(C + (size_t)k * ldc), _MM_HINT_T0);       \
+        _mm_prefetch((const char *)(C + (size_t)k * ldc + 16), _MM_HINT_T0);  \
     }
+#define TJ__A5_ST(i) if (i < mr) { \
+            if (load_c) { c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, c)); \
+                          c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, c + 16)); } \
+            _mm512_mask_storeu_ps(c, m0, c##i##_0); _mm512_mask_storeu_ps(c + 16, m1, c##i##_1); \
+            c += ldc; }
+#define TJ__A5_STORE() {                                                                        \
+        __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : ((1u << nr) - 1u));                     \
+        __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : ((1u << (nr - 16)) - 1u)); \
+        float *c = C;                                                                           \
+        TJ__A5_ROWS(TJ__A5_ST)                                                                  \
+    }
+__attribute__((target("avx512f,fma")))
+TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx512(int kc, const void *Ap_, const void *Bp_,
+                                    float *C, int ldc, int mr, int nr, int load_c) {
+    const float *Ap = (const float *)Ap_, *Bp = (const float *)Bp_;
+    TJ__A5_ROWS(TJ__A5_DECL)
+    int k;
+    TJ__A5_PREFETCH_C()
     for (k = 0; k < kc; k++) {
         __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
         __m512 a;
@@ -8936,19 +9022,7 @@ TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx512(int kc, const float *Ap, co
         Ap += TJ__A5_MR;
         Bp += TJ__A5_NR;
     }
-    {
-        /* store: masks cover a partial N edge, mr cuts a partial M edge */
-        __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : ((1u << nr) - 1u));
-        __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : ((1u << (nr - 16)) - 1u));
-        float *c = C;
-#define TJ__A5_ST(i) if (i < mr) { \
-            if (load_c) { c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, c)); \
-                          c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, c + 16)); } \
-            _mm512_mask_storeu_ps(c, m0, c##i##_0); _mm512_mask_storeu_ps(c + 16, m1, c##i##_1); \
-            c += ldc; }
-        TJ__A5_ROWS(TJ__A5_ST)
-#undef TJ__A5_ST
-    }
+    TJ__A5_STORE()
 }
 
 /* ---- AVX-512 packing ------------------------------------------------------------
@@ -9018,8 +9092,10 @@ TJ__MAYBE_UNUSED static void tj__tr16_avx512(const float *src, size_t lds, int n
 }
 
 __attribute__((target("avx512f")))
-TJ__MAYBE_UNUSED static void tj__sgemm_pack_a_avx512(int trans_a, const float *A, int lda, int i0, int mc,
-                                    int p0, int kc, int MR, float *dst) {
+TJ__MAYBE_UNUSED static void tj__sgemm_pack_a_avx512(int trans_a, const void *A_, int lda, int i0, int mc,
+                                    int p0, int kc, int MR, void *dst_) {
+    const float *A = (const float *)A_;
+    float *dst = (float *)dst_;
     int ir, k;
     (void)MR; /* always TJ__A5_MR */
     for (ir = 0; ir < mc; ir += TJ__A5_MR) {
@@ -9049,8 +9125,10 @@ TJ__MAYBE_UNUSED static void tj__sgemm_pack_a_avx512(int trans_a, const float *A
 }
 
 __attribute__((target("avx512f")))
-TJ__MAYBE_UNUSED static void tj__sgemm_pack_b_avx512(int trans_b, const float *B, int ldb, int p0, int kc,
-                                    int j0, int nc, int NR, float *dst) {
+TJ__MAYBE_UNUSED static void tj__sgemm_pack_b_avx512(int trans_b, const void *B_, int ldb, int p0, int kc,
+                                    int j0, int nc, int NR, void *dst_) {
+    const float *B = (const float *)B_;
+    float *dst = (float *)dst_;
     int jr, k, g;
     (void)NR; /* always TJ__A5_NR */
     for (jr = 0; jr < nc; jr += TJ__A5_NR) {
@@ -9100,8 +9178,9 @@ TJ__MAYBE_UNUSED static void tj__sgemm_pack_b_avx512(int trans_b, const float *B
 #define TJ__A2_NR 16
 #define TJ__A2_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 __attribute__((target("avx2,fma")))
-TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx2(int kc, const float *Ap, const float *Bp,
+TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx2(int kc, const void *Ap_, const void *Bp_,
                                   float *C, int ldc, int mr, int nr, int load_c) {
+    const float *Ap = (const float *)Ap_, *Bp = (const float *)Bp_;
 #define TJ__A2_DECL(i) __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps();
     TJ__A2_ROWS(TJ__A2_DECL)
 #undef TJ__A2_DECL
@@ -9138,11 +9217,193 @@ TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx2(int kc, const float *Ap, cons
         }
     }
 }
+
+/* ---- bf16 matmul on AVX512_BF16: 14 x 32 ------------------------------------------
+   vdpbf16ps multiplies the two bf16 halves of each 32-bit lane of a and b and
+   adds both products to an f32 lane: twice the multiply-adds of an f32 FMA in
+   one instruction. So the packs hold k in pairs: A micro-panels as [k/2][MR]
+   and B micro-panels as [k/2][NR] 32-bit words, each word (x[k], x[k+1]) with
+   the even k in the low half; an odd last k pairs with a zero. The kernel is
+   the f32 one above with vdpbf16ps for the FMA, over k pairs. Products of
+   bf16 are exact in f32; the instruction treats denormal inputs and results
+   as zero and adds in its own order, so sums differ from the widened f32
+   path by f32 rounding (and denormals) only. */
+__attribute__((target("avx512f,avx512bf16")))
+TJ__MAYBE_UNUSED static void tj__bgemm_kernel_avx512(int kc, const void *Ap_, const void *Bp_,
+                                                     float *C, int ldc, int mr, int nr, int load_c) {
+    const uint32_t *Ap = (const uint32_t *)Ap_, *Bp = (const uint32_t *)Bp_;
+    TJ__A5_ROWS(TJ__A5_DECL)
+    int k, kp = (kc + 1) / 2;
+    TJ__A5_PREFETCH_C()
+    for (k = 0; k < kp; k++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(Bp), b1 = (__m512bh)_mm512_loadu_si512(Bp + 16);
+        __m512bh a;
+#define TJ__A5_DP(i) a = (__m512bh)_mm512_set1_epi32((int)Ap[i]); \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, a, b0); c##i##_1 = _mm512_dpbf16_ps(c##i##_1, a, b1);
+        TJ__A5_ROWS(TJ__A5_DP)
+#undef TJ__A5_DP
+        Ap += TJ__A5_MR;
+        Bp += TJ__A5_NR;
+    }
+    TJ__A5_STORE()
+}
+
+/* Pair packing, any layout: X(r, k) = X[r*rs + k*cs] for rows r < rows and
+   k < kc; dst[p*R + r] = (X(r, 2p), X(r, 2p+1)) for r < lanes, zero past rows
+   and kc. The vector packers below use it where a source is not 32-bit
+   aligned (odd leading dimension). */
+TJ__MAYBE_UNUSED static void tj__bgemm_pack_pairs(const uint16_t *X, size_t rs, size_t cs, int rows, int lanes, int R,
+                                                  int kc, uint32_t *dst) {
+    int p, r, kp = (kc + 1) / 2;
+    for (p = 0; p < kp; p++)
+        for (r = 0; r < lanes; r++) {
+            uint32_t lo = 0, hi = 0;
+            if (r < rows) {
+                lo = X[(size_t)r * rs + (size_t)(2 * p) * cs];
+                if (2 * p + 1 < kc) hi = X[(size_t)r * rs + (size_t)(2 * p + 1) * cs];
+            }
+            dst[(size_t)p * R + r] = lo | hi << 16;
+        }
+}
+
+/* rows k and k+1 (the first n bf16 of each, mask m; k+1 absent: zeros) ->
+   32 pair words, columns 0-15 to lo (store mask slo), 16-31 to hi (shi).
+   Full-mask forms of the widening and shifts: see TJ__UNPLO. */
+#define TJ__HALF16(x, i) _mm512_maskz_cvtepu16_epi32((__mmask16)0xFFFF, _mm512_maskz_extracti64x4_epi64((__mmask8)0xFF, x, i))
+#define TJ__PAIRS(x0, x1, i) _mm512_or_si512(TJ__HALF16(x0, i), _mm512_maskz_slli_epi32((__mmask16)0xFFFF, TJ__HALF16(x1, i), 16))
+__attribute__((target("avx512f,avx512bw")))
+TJ__MAYBE_UNUSED static void tj__bgemm_interleave(const uint16_t *r0, const uint16_t *r1, __mmask32 m,
+                                                  uint32_t *lo, uint32_t *hi, __mmask16 slo, __mmask16 shi) {
+    __m512i x0 = _mm512_maskz_loadu_epi16(m, r0);
+    __m512i x1 = r1 ? _mm512_maskz_loadu_epi16(m, r1) : _mm512_setzero_si512();
+    _mm512_mask_storeu_epi32(lo, slo, TJ__PAIRS(x0, x1, 0));
+    if (shi) _mm512_mask_storeu_epi32(hi, shi, TJ__PAIRS(x0, x1, 1));
+}
+#undef TJ__PAIRS
+#undef TJ__HALF16
+
+/* X(r, k) = X[r*ld + k] (k contiguous): pairs are 32-bit words, so the panel
+   is a 32-bit transpose (tj__tr16_avx512), 16 rows x 16 pairs at a time, into
+   lanes r0..r0+lanes-1 (lanes <= 16) of dst, R words per pair */
+__attribute__((target("avx512f,avx512bw")))
+TJ__MAYBE_UNUSED static void tj__bgemm_pack_rows(const uint16_t *X, int ld, int rows, int R, int r0, int lanes,
+                                                 int kc, uint32_t *dst) {
+    int p, kfull = kc / 2;
+    __mmask16 sm = (__mmask16)((1u << lanes) - 1u);
+    if ((ld & 1) || ((uintptr_t)X & 3)) {
+        tj__bgemm_pack_pairs(X, (size_t)ld, 1, rows, lanes, R, kc, dst + r0);
+        return;
+    }
+    for (p = 0; p < kfull; p += 16)
+        tj__tr16_avx512((const float *)(const void *)(X + 2 * p), (size_t)ld / 2, rows, kfull - p < 16 ? kfull - p : 16,
+                        (float *)(void *)(dst + (size_t)p * R + r0), (size_t)R, sm);
+    if (kc & 1) {
+        /* the odd last k: one pair per row, zero above; lanes past rows zero */
+        uint32_t *d = dst + (size_t)kfull * R + r0;
+        int r;
+        for (r = 0; r < lanes; r++) d[r] = r < rows ? X[(size_t)r * ld + 2 * kfull] : 0;
+    }
+}
+
+__attribute__((target("avx512f,avx512bw")))
+TJ__MAYBE_UNUSED static void tj__bgemm_pack_a_avx512(int trans_a, const void *A_, int lda, int i0, int mc,
+                                                     int p0, int kc, int MR, void *dst_) {
+    const uint16_t *A = (const uint16_t *)A_;
+    uint32_t *dst = (uint32_t *)dst_;
+    int ir, p, kp = (kc + 1) / 2;
+    (void)MR; /* always TJ__A5_MR */
+    for (ir = 0; ir < mc; ir += TJ__A5_MR) {
+        int rows = mc - ir < TJ__A5_MR ? mc - ir : TJ__A5_MR;
+        if (!trans_a)
+            tj__bgemm_pack_rows(A + (size_t)(i0 + ir) * lda + p0, lda, rows, TJ__A5_MR, 0, TJ__A5_MR, kc, dst);
+        else {
+            /* A stored K x M: rows k and k+1 hold the panel's rows side by side */
+            const uint16_t *src = A + (size_t)p0 * lda + i0 + ir;
+            for (p = 0; p < kp; p++)
+                tj__bgemm_interleave(src + (size_t)(2 * p) * lda, 2 * p + 1 < kc ? src + (size_t)(2 * p + 1) * lda : NULL,
+                                     (__mmask32)((1u << rows) - 1u), dst + (size_t)p * TJ__A5_MR, NULL, (__mmask16)0x3FFF, 0);
+        }
+        dst += (size_t)TJ__A5_MR * kp;
+    }
+}
+
+__attribute__((target("avx512f,avx512bw")))
+TJ__MAYBE_UNUSED static void tj__bgemm_pack_b_avx512(int trans_b, const void *B_, int ldb, int p0, int kc,
+                                                     int j0, int nc, int NR, void *dst_) {
+    const uint16_t *B = (const uint16_t *)B_;
+    uint32_t *dst = (uint32_t *)dst_;
+    int jr, p, g, kp = (kc + 1) / 2;
+    (void)NR; /* always TJ__A5_NR */
+    for (jr = 0; jr < nc; jr += TJ__A5_NR) {
+        int cols = nc - jr < TJ__A5_NR ? nc - jr : TJ__A5_NR;
+        if (!trans_b) {
+            /* B stored K x N: rows k and k+1, 32 columns each; prefetch 8 pairs
+               ahead (short pieces of many rows: see the f32 packer) */
+            const uint16_t *src = B + (size_t)p0 * ldb + j0 + jr;
+            __mmask32 m = (__mmask32)(cols >= 32 ? 0xFFFFFFFFu : ((1u << cols) - 1u));
+            for (p = 0; p < kp; p++) {
+                const uint16_t *s = src + (size_t)(2 * p) * ldb;
+                if (2 * p + 17 < kc) {
+                    _mm_prefetch((const char *)(s + (size_t)16 * ldb), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(s + (size_t)17 * ldb), _MM_HINT_T0);
+                }
+                tj__bgemm_interleave(s, 2 * p + 1 < kc ? s + ldb : NULL, m, dst + (size_t)p * TJ__A5_NR,
+                                     dst + (size_t)p * TJ__A5_NR + 16, (__mmask16)0xFFFF, (__mmask16)0xFFFF);
+            }
+        } else {
+            /* B stored N x K: each column's k are contiguous: two 16-row transposes */
+            for (g = 0; g < 2; g++) {
+                int nrow = cols - 16 * g;
+                if (nrow < 0) nrow = 0;
+                if (nrow > 16) nrow = 16;
+                tj__bgemm_pack_rows(B + (size_t)(j0 + jr + 16 * g) * ldb + p0, ldb, nrow, TJ__A5_NR, 16 * g, 16, kc, dst);
+            }
+        }
+        dst += (size_t)TJ__A5_NR * kp;
+    }
+}
 #endif /* TJ__X86 */
 
-/* pick the widest kernel the CPU (and OS) support. Tests can define
-   TJ_SGEMM_NO_AVX512 / TJ_SGEMM_NO_SIMD to exercise the narrower paths. */
-static void tj__sgemm_get_cfg(tj__sgemm_cfg *cfg) {
+/* Does this CPU run vdpbf16ps (CPUID leaf 7 subleaf 1, EAX bit 5) with
+   AVX-512BW for the packers? Asked once. TJ_BF16_DOT=f32 in the environment,
+   or the test hook below, makes bf16 matmuls take the widened f32 path. */
+static int tj__bgemm_cpu;
+static pthread_once_t tj__bgemm_once = PTHREAD_ONCE_INIT;
+static int tj__bgemm_force_f32; /* test hook: 1 = widen to f32 even where vdpbf16ps exists */
+static void tj__bgemm_probe(void) {
+    const char *e = getenv("TJ_BF16_DOT");
+    tj__bgemm_cpu = 0;
+    if (e && !strcmp(e, "f32")) return;
+#if TJ__X86 && !defined(TJ_SGEMM_NO_SIMD) && !defined(TJ_SGEMM_NO_AVX512)
+    {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __get_cpuid_count(7, 1, &a, &b, &c, &d))
+            tj__bgemm_cpu = (a >> 5) & 1u;
+    }
+#endif
+}
+static int tj__bgemm_native(void) {
+    pthread_once(&tj__bgemm_once, tj__bgemm_probe);
+    return tj__bgemm_cpu && !tj__bgemm_force_f32;
+}
+
+/* pick the widest kernel the CPU (and OS) support for f32 (bf16 = 0) or bf16
+   (bf16 = 1) operands. Tests can define TJ_SGEMM_NO_AVX512 / TJ_SGEMM_NO_SIMD
+   to exercise the narrower paths. bf16 without vdpbf16ps uses the f32 kernel
+   on operands widened while packing: the same products and sums as an f32
+   matmul of the widened values. */
+static void tj__sgemm_get_cfg(tj__sgemm_cfg *cfg, int bf16) {
+    cfg->esz = 4;
+#if TJ__X86
+    if (bf16 && tj__bgemm_native()) {
+        /* pairs of k: KC = 512 keeps the byte sizes of the f32 blocks */
+        cfg->mr = TJ__A5_MR; cfg->nr = TJ__A5_NR; cfg->esz = 2;
+        cfg->kc = 512; cfg->nc = 512; cfg->mc = 70 * TJ__A5_MR;
+        cfg->kernel = tj__bgemm_kernel_avx512; cfg->name = "avx512bf16";
+        cfg->pack_a = tj__bgemm_pack_a_avx512; cfg->pack_b = tj__bgemm_pack_b_avx512;
+        return;
+    }
+#endif
 #if TJ__X86 && !defined(TJ_SGEMM_NO_SIMD)
 #if !defined(TJ_SGEMM_NO_AVX512)
     if (__builtin_cpu_supports("avx512f")) {
@@ -9150,28 +9411,36 @@ static void tj__sgemm_get_cfg(tj__sgemm_cfg *cfg) {
            MC*KC*4 = ~1 MB A block (L3, re-read once per NC columns) */
         cfg->mr = TJ__A5_MR; cfg->nr = TJ__A5_NR;
         cfg->kc = 256; cfg->nc = 512; cfg->mc = 70 * TJ__A5_MR;
-        cfg->kernel = tj__sgemm_kernel_avx512; cfg->name = "avx512";
-        cfg->pack_a = tj__sgemm_pack_a_avx512; cfg->pack_b = tj__sgemm_pack_b_avx512;
+        cfg->kernel = tj__sgemm_kernel_avx512; cfg->name = bf16 ? "avx512 (bf16 widened)" : "avx512";
+        cfg->pack_a = bf16 ? tj__sgemm_pack_a_bf16 : tj__sgemm_pack_a_avx512;
+        cfg->pack_b = bf16 ? tj__sgemm_pack_b_bf16 : tj__sgemm_pack_b_avx512;
         return;
     }
 #endif
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         cfg->mr = TJ__A2_MR; cfg->nr = TJ__A2_NR;
         cfg->kc = 256; cfg->nc = 512; cfg->mc = 168 * TJ__A2_MR;
-        cfg->kernel = tj__sgemm_kernel_avx2; cfg->name = "avx2";
-        cfg->pack_a = tj__sgemm_pack_a; cfg->pack_b = tj__sgemm_pack_b;
+        cfg->kernel = tj__sgemm_kernel_avx2; cfg->name = bf16 ? "avx2 (bf16 widened)" : "avx2";
+        cfg->pack_a = bf16 ? tj__sgemm_pack_a_bf16 : tj__sgemm_pack_a;
+        cfg->pack_b = bf16 ? tj__sgemm_pack_b_bf16 : tj__sgemm_pack_b;
         return;
     }
 #endif
     cfg->mr = TJ__P_MR; cfg->nr = TJ__P_NR;
     cfg->kc = 256; cfg->nc = 512; cfg->mc = 256;
-    cfg->kernel = tj__sgemm_kernel_portable; cfg->name = "portable";
-    cfg->pack_a = tj__sgemm_pack_a; cfg->pack_b = tj__sgemm_pack_b;
+    cfg->kernel = tj__sgemm_kernel_portable; cfg->name = bf16 ? "portable (bf16 widened)" : "portable";
+    cfg->pack_a = bf16 ? tj__sgemm_pack_a_bf16 : tj__sgemm_pack_a;
+    cfg->pack_b = bf16 ? tj__sgemm_pack_b_bf16 : tj__sgemm_pack_b;
 }
 
 TJ__MAYBE_UNUSED static const char *tj__sgemm_path(void) {
     tj__sgemm_cfg cfg;
-    tj__sgemm_get_cfg(&cfg);
+    tj__sgemm_get_cfg(&cfg, 0);
+    return cfg.name;
+}
+TJ__MAYBE_UNUSED static const char *tj__bgemm_path(void) {
+    tj__sgemm_cfg cfg;
+    tj__sgemm_get_cfg(&cfg, 1);
     return cfg.name;
 }
 
@@ -9194,54 +9463,74 @@ TJ__MAYBE_UNUSED static void tj__sgemm_ref(int trans_a, int trans_b, int M, int 
 
 /* ---- small products: direct loops, no packing, no threads ----------------------
    Row i of C is built in place: for non-transposed B an axpy per k (contiguous
-   in j, vectorisable); for transposed B a dot product per j (contiguous in k). */
-static void tj__sgemm_small(int trans_a, int trans_b, int M, int N, int K,
-                            const float *A, int lda, const float *B, int ldb,
-                            float *C, int ldc, int accumulate) {
-    int i, j, k;
-    for (i = 0; i < M; i++) {
-        float *c = C + (size_t)i * ldc;
-        if (!trans_b) {
-            if (!accumulate) for (j = 0; j < N; j++) c[j] = 0.0f;
-            for (k = 0; k < K; k++) {
-                float a = trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
-                const float *b = B + (size_t)k * ldb;
-                for (j = 0; j < N; j++) c[j] += a * b[j];
-            }
-        } else {
-            for (j = 0; j < N; j++) {
-                const float *b = B + (size_t)j * ldb;
-                float s = 0.0f;
-                if (trans_a) for (k = 0; k < K; k++) s += A[(size_t)k * lda + i] * b[k];
-                else { const float *a = A + (size_t)i * lda; for (k = 0; k < K; k++) s += a[k] * b[k]; }
-                c[j] = accumulate ? c[j] + s : s;
-            }
-        }
-    }
+   in j, vectorisable); for transposed B a dot product per j (contiguous in k).
+   One template for f32 and bf16 operands (widened as they are read: the same
+   sums as f32 on the widened values); bf16's also serves when a pack buffer
+   cannot be had. */
+#define TJ__SGEMM_SMALL_LOOP(NAME, T, LD)                                                        \
+static void NAME(int trans_a, int trans_b, int M, int N, int K,                             \
+                 const void *A_, int lda, const void *B_, int ldb,                          \
+                 float *C, int ldc, int accumulate) {                                       \
+    const T *A = (const T *)A_, *B = (const T *)B_;                                         \
+    int i, j, k;                                                                            \
+    for (i = 0; i < M; i++) {                                                               \
+        float *c = C + (size_t)i * ldc;                                                     \
+        if (!trans_b) {                                                                     \
+            if (!accumulate) for (j = 0; j < N; j++) c[j] = 0.0f;                           \
+            for (k = 0; k < K; k++) {                                                       \
+                float a = LD(trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);    \
+                const T *b = B + (size_t)k * ldb;                                           \
+                for (j = 0; j < N; j++) c[j] += a * LD(b[j]);                               \
+            }                                                                               \
+        } else {                                                                            \
+            for (j = 0; j < N; j++) {                                                       \
+                const T *b = B + (size_t)j * ldb;                                           \
+                float s = 0.0f;                                                             \
+                if (trans_a) for (k = 0; k < K; k++) s += LD(A[(size_t)k * lda + i]) * LD(b[k]); \
+                else { const T *a = A + (size_t)i * lda; for (k = 0; k < K; k++) s += LD(a[k]) * LD(b[k]); } \
+                c[j] = accumulate ? c[j] + s : s;                                           \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
 }
+#define TJ__LD_F32(x) (x)
+TJ__SGEMM_SMALL_LOOP(tj__sgemm_small, float, TJ__LD_F32)
+TJ__SGEMM_SMALL_LOOP(tj__bgemm_small, uint16_t, tj_bf16_to_f32)
+#undef TJ__LD_F32
 
 /* ---- one thread's rectangle ------------------------------------------------------ */
 typedef struct {
     const tj__sgemm_cfg *cfg;
     int trans_a, trans_b, K;
-    const float *A, *B;
+    const void *A, *B;    /* f32, or bf16 (uint16_t) when bf16 */
+    int bf16;
     int lda, ldb, ldc, accumulate;
     float *C;
     int m0[65], n0[65];   /* rectangle t = rows [m0[t],m0[t+1]) x cols [n0[t],n0[t+1]) */
     int split_n;          /* 1: rectangles split N (m0 = {0,M}), 0: split M */
     int nparts;
+    char *ws;             /* ws_n pack buffers of tj__gemm_pack_bytes() (part t < ws_n */
+    int ws_n;             /* uses buffer t; the others their thread's own)             */
 } tj__sgemm_job;
 
-/* returns 0 on success, -1 if the pack buffer could not be allocated */
-/* Pack buffers are kept per thread (freed when the thread ends): a fresh
-   megabyte per call would come from mmap and fault in every page again. */
+/* Pack buffers: a program's dots pack into buffers of their planned
+   workspace (tj__dot_scratch), so a run allocates what the memory plan
+   says. Other callers (and threads past the planned ones) use buffers kept
+   per thread (freed when the thread ends): a fresh megabyte per call would
+   come from mmap and fault in every page again. */
 #if TJ__SGEMM_THREADS
 static pthread_key_t tj__pack_key;
 static pthread_once_t tj__pack_once = PTHREAD_ONCE_INIT;
 static void tj__pack_free(void *p) { TJ_FREE(p); }
 static void tj__pack_init(void) { pthread_key_create(&tj__pack_key, tj__pack_free); }
+static long tj__pack_uses; /* calls so far (tests: a program's dots make none) */
 static char *tj__pack_get(size_t n) {
     size_t *h;
+#if defined(__GNUC__)
+    __atomic_add_fetch(&tj__pack_uses, 1, __ATOMIC_RELAXED);
+#else
+    tj__pack_uses++;
+#endif
     pthread_once(&tj__pack_once, tj__pack_init);
     h = (size_t *)pthread_getspecific(tj__pack_key);
     if (h && h[0] >= n) return (char *)(h + 8);
@@ -9258,25 +9547,32 @@ static char *tj__pack_get(size_t n) {
 #define TJ__PACK_GET(n) ((char *)TJ_MALLOC(n))
 #define TJ__PACK_PUT(p) TJ_FREE(p)
 #endif
-static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo, int n_hi) {
+/* bytes of one pack buffer: an A block and a B block, 64-byte aligned by hand */
+static int64_t tj__sgemm_pack_size(const tj__sgemm_cfg *cf) {
+    return ((int64_t)cf->mc * cf->kc + (int64_t)cf->kc * cf->nc) * cf->esz + 128;
+}
+/* part t's rectangle; returns 0 on success, -1 if the pack buffer could not
+   be allocated */
+static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, int n_lo, int n_hi) {
     const tj__sgemm_cfg *cf = jb->cfg;
     const int MR = cf->mr, NR = cf->nr, KC = cf->kc, MC = cf->mc, NC = cf->nc;
     const int K = jb->K;
-    size_t a_sz = (size_t)MC * KC, b_sz = (size_t)KC * NC;
-    char *raw;
-    float *Ap, *Bp;
+    const size_t es = (size_t)cf->esz, a_sz = (size_t)MC * KC * es, b_sz = (size_t)KC * NC * es;
+    char *raw, *Ap, *Bp;
     int ic, pc, jc, ir, jr;
     if (m_lo >= m_hi || n_lo >= n_hi) return 0;
     /* over-allocate and round up by hand: 64-byte aligned packs keep every
        micro-panel row on a cache line boundary */
-    raw = TJ__PACK_GET((a_sz + b_sz) * sizeof(float) + 128);
+    raw = t < jb->ws_n ? jb->ws + (size_t)t * (size_t)tj__gemm_pack_bytes() : TJ__PACK_GET(a_sz + b_sz + 128);
     if (!raw) return -1;
-    Ap = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    Ap = (char *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     Bp = Ap + a_sz;
     for (ic = m_lo; ic < m_hi; ic += MC) {
         int mc = m_hi - ic < MC ? m_hi - ic : MC;
         for (pc = 0; pc < K; pc += KC) {
             int kc = K - pc < KC ? K - pc : KC;
+            /* k per micro-panel row: bf16 packs hold whole pairs */
+            size_t kcp = es == 2 ? (size_t)(kc + 1) / 2 * 2 : (size_t)kc;
             /* the first K slice overwrites C unless the caller accumulates */
             int load_c = pc > 0 || jb->accumulate;
             cf->pack_a(jb->trans_a, jb->A, jb->lda, ic, mc, pc, kc, MR, Ap);
@@ -9285,17 +9581,17 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int m_lo, int m_hi, int n_lo,
                 cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
                 for (ir = 0; ir < mc; ir += MR) {
                     int mr = mc - ir < MR ? mc - ir : MR;
-                    const float *ap = Ap + (size_t)ir * kc;
+                    const char *ap = Ap + (size_t)ir * kcp * es;
                     float *crow = jb->C + (size_t)(ic + ir) * jb->ldc + jc;
                     for (jr = 0; jr < nc; jr += NR) {
                         int nr = nc - jr < NR ? nc - jr : NR;
-                        cf->kernel(kc, ap, Bp + (size_t)jr * kc, crow + jr, jb->ldc, mr, nr, load_c);
+                        cf->kernel(kc, ap, Bp + (size_t)jr * kcp * es, crow + jr, jb->ldc, mr, nr, load_c);
                     }
                 }
             }
         }
     }
-    TJ__PACK_PUT(raw);
+    if (t >= jb->ws_n) TJ__PACK_PUT(raw);
     return 0;
 }
 
@@ -9305,12 +9601,13 @@ static void tj__sgemm_run_part(const void *arg, int t, int nparts) {
     (void)nparts;
     if (jb->split_n) { m_lo = jb->m0[0]; m_hi = jb->m0[1]; n_lo = jb->n0[t]; n_hi = jb->n0[t + 1]; }
     else             { m_lo = jb->m0[t]; m_hi = jb->m0[t + 1]; n_lo = jb->n0[0]; n_hi = jb->n0[1]; }
-    if (tj__sgemm_rect(jb, m_lo, m_hi, n_lo, n_hi) != 0) {
+    if (tj__sgemm_rect(jb, t, m_lo, m_hi, n_lo, n_hi) != 0) {
         /* out of memory for the pack buffer: still produce the right answer */
-        tj__sgemm_small(jb->trans_a, jb->trans_b, m_hi - m_lo, n_hi - n_lo, jb->K,
-                        jb->trans_a ? jb->A + m_lo : jb->A + (size_t)m_lo * jb->lda, jb->lda,
-                        jb->trans_b ? jb->B + (size_t)n_lo * jb->ldb : jb->B + n_lo, jb->ldb,
-                        jb->C + (size_t)m_lo * jb->ldc + n_lo, jb->ldc, jb->accumulate);
+        size_t es = jb->bf16 ? 2 : 4;
+        const char *A = (const char *)jb->A + es * (jb->trans_a ? (size_t)m_lo : (size_t)m_lo * jb->lda);
+        const char *B = (const char *)jb->B + es * (jb->trans_b ? (size_t)n_lo * jb->ldb : (size_t)n_lo);
+        (jb->bf16 ? tj__bgemm_small : tj__sgemm_small)(jb->trans_a, jb->trans_b, m_hi - m_lo, n_hi - n_lo, jb->K, A, jb->lda,
+                                                       B, jb->ldb, jb->C + (size_t)m_lo * jb->ldc + n_lo, jb->ldc, jb->accumulate);
     }
 }
 
@@ -9480,10 +9777,23 @@ static void tj__sgemm_split(int n, int unit, int parts, int *bounds) {
     }
 }
 
-/* ---- entry point -------------------------------------------------------------------- */
-TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, int K,
-                                       const float *A, int lda, const float *B, int ldb,
-                                       float *C, int ldc, int accumulate, int nthreads) {
+/* ---- entry points -------------------------------------------------------------------
+   tj__sgemm: f32 operands; tj__bgemm: bf16 operands (uint16_t), f32 C. Both
+   go through tj__gemm_ws, which splits C among threads and runs the blocked
+   loops above with the configuration for the operand type; its callers in
+   a program pass ws_n pack buffers of tj__gemm_pack_bytes() at ws. */
+static int tj__gemm_max_parts(void) { return TJ__SGEMM_MAXT; }
+static int64_t tj__gemm_pack_bytes(void) {
+    /* one size for f32 and bf16 (and either bf16 path): a plan made before
+       TJ_BF16_DOT or the test hook changes still fits */
+    tj__sgemm_cfg f, b;
+    tj__sgemm_get_cfg(&f, 0);
+    tj__sgemm_get_cfg(&b, 1);
+    return tj__align(tj__sgemm_pack_size(&f) > tj__sgemm_pack_size(&b) ? tj__sgemm_pack_size(&f) : tj__sgemm_pack_size(&b));
+}
+static void tj__gemm_ws(int bf16, int trans_a, int trans_b, int M, int N, int K,
+                        const void *A, int lda, const void *B, int ldb,
+                        float *C, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
     tj__sgemm_cfg cfg;
     tj__sgemm_job jb;
     double flops;
@@ -9496,15 +9806,17 @@ TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, i
         return;
     }
     flops = (double)M * N * K;
-    if (flops < 64.0 * 64.0 * 64.0) {
-        tj__sgemm_small(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    if (flops < TJ__SGEMM_SMALL) {
+        (bf16 ? tj__bgemm_small : tj__sgemm_small)(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return;
     }
-    tj__sgemm_get_cfg(&cfg);
+    tj__sgemm_get_cfg(&cfg, bf16);
     jb.cfg = &cfg;
+    jb.bf16 = bf16;
     jb.trans_a = trans_a; jb.trans_b = trans_b; jb.K = K;
     jb.A = A; jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.C = C; jb.ldc = ldc;
     jb.accumulate = accumulate;
+    jb.ws = ws; jb.ws_n = ws ? ws_n : 0;
     /* waking a worker costs ~10-50 us, so give each thread at least ~8 MFLOP
        (4M multiply-adds); never more threads than register tiles (below) */
     if (nthreads > TJ__SGEMM_MAXT) nthreads = TJ__SGEMM_MAXT;
@@ -9530,7 +9842,49 @@ TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, i
     }
     tj__parallel(jb.nparts, tj__sgemm_run_part, &jb);
 }
+TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, int K,
+                                       const float *A, int lda, const float *B, int ldb,
+                                       float *C, int ldc, int accumulate, int nthreads) {
+    tj__gemm_ws(0, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate, nthreads, NULL, 0);
+}
+TJ__MAYBE_UNUSED static void tj__bgemm(int trans_a, int trans_b, int M, int N, int K,
+                                       const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                                       float *C, int ldc, int accumulate, int nthreads) {
+    tj__gemm_ws(1, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate, nthreads, NULL, 0);
+}
 
+/* C (f32) -> bf16, rounded as tj_f32_to_bf16: to nearest even, a NaN stays
+   a quiet NaN with its sign (vcvtneps2bf16 would flush denormals: not used).
+   Full-mask shifts: see TJ__UNPLO. */
+#if TJ__X86
+__attribute__((target("avx512f")))
+TJ__MAYBE_UNUSED static void tj__f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n) {
+    const __m512i expm = _mm512_set1_epi32(0x7f800000), manm = _mm512_set1_epi32(0x007fffff);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), qb = _mm512_set1_epi32(0x40);
+    int64_t i;
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = (__mmask16)(n - i >= 16 ? 0xFFFF : ((1u << (n - i)) - 1u));
+        __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+        __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, expm), expm) &
+                        _mm512_test_epi32_mask(u, manm);
+        __m512i hi = _mm512_maskz_srli_epi32((__mmask16)0xFFFF, u, 16);
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one)));
+        r = _mm512_maskz_srli_epi32((__mmask16)0xFFFF, r, 16);
+        r = _mm512_mask_or_epi32(r, nan, hi, qb);
+        _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, r);
+    }
+}
+#endif
+TJ__MAYBE_UNUSED static void tj__f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i;
+#if TJ__X86 && !defined(TJ_SGEMM_NO_SIMD) && !defined(TJ_SGEMM_NO_AVX512)
+    if (__builtin_cpu_supports("avx512f")) {
+        tj__f32_to_bf16_avx512(src, dst, n);
+        return;
+    }
+#endif
+    for (i = 0; i < n; i++) dst[i] = tj_f32_to_bf16(src[i]);
+}
 
 /* ==== [11] transports: where devices meet; process mode ================== */
 /* Three layers (see the API): the collective kernels below pack a device's
@@ -12458,9 +12812,9 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
     const tj_memory_analysis *m;
     if (!p || tj__no_stream(p->ctx, f, "tj_memory_print")) return;
     m = &p->mem;
-    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B, peak %lld B; host temp %lld B\n", p->name,
-            (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes, (long long)m->peak_bytes,
-            (long long)m->host_temp_bytes);
+    fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B (matmul packs %lld B), peak %lld B; host temp %lld B\n",
+            p->name, (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes,
+            (long long)m->pack_bytes, (long long)m->peak_bytes, (long long)m->host_temp_bytes);
 }
 
 /* ==== [A] appendix: files, JSON, safetensors, tree save/load =========== */

@@ -1471,32 +1471,49 @@ static void mlp_fb(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "gw2", gr[2]);
     if (u) tj_tree_set_v(out, "h", h); /* an extra output (a forward activation) */
 }
-/* a lone dot of two arguments needs no temp memory, except bf16's f32 staging */
+/* a lone dot of two arguments needs no temp memory, except bf16's f32 sums
+   and, for products big enough to be packed, the matmul's pack buffers:
+   one per thread (2 threads, 1 device here), planned, so the run allocates
+   the plan and no pack buffer of its own */
 static void dot_only(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g; (void)u;
     tj_tree_set_v(out, "y", tj_dot(tj_tree_v(in, "a"), tj_tree_v(in, "b"), "k"));
 }
 static void test_dot_temp(void) {
     tj_dtype dts[3] = {TJ_F32, TJ_F64, TJ_BF16};
-    int i;
-    for (i = 0; i < 3; i++) {
-        tj_ctx *ctx = tj_ctx_new();
-        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
-        tj_prog *p;
-        int64_t want;
-        tj_tree_set_array(in, "a", tjt_rand(ctx, dts[i], "bt=2 m=3 k=5", 1, -1, 1));
-        tj_tree_set_array(in, "b", tjt_rand(ctx, dts[i], "bt=2 k=5 n=4", 2, -1, 1));
-        p = tj_jit(ctx, "dot only", dot_only, NULL, in, NULL);
-        /* per batch: a [3,5], b [5,4], c [3,4] staged as f32 */
-        want = dts[i] == TJ_BF16 ? tjt_align((3 * 5 + 5 * 4 + 3 * 4) * 4) : 0;
-        TJT_CHECK(p && tj_prog_memory(p).temp_bytes == want, "%s dot: temp_bytes %lld, want %lld", tj_dtype_name(dts[i]),
-                  (long long)tj_prog_memory(p).temp_bytes, (long long)want);
-        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && tj_get_alloc_stats(ctx).peak_arena_bytes == want, "%s dot run", tj_dtype_name(dts[i]));
-        tj_prog_free(p);
-        tj_tree_free(in);
-        tj_tree_free(out);
-        tj_ctx_free(ctx);
-    }
+    int i, big;
+    for (big = 0; big < 2; big++)
+        for (i = 0; i < 3; i++) {
+            tj_ctx *ctx = tj_ctx_new();
+            tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+            tj_prog *p;
+            int64_t want, packs;
+            long own;
+            /* big: 70 x 80 x 90 per batch, above the direct loop's 64^3 */
+            int m = big ? 70 : 3, k = big ? 80 : 5, n = big ? 90 : 4;
+            char sa[64], sb[64];
+            tj_set_threads(ctx, 2);
+            snprintf(sa, sizeof sa, "bt=2 m=%d k=%d", m, k);
+            snprintf(sb, sizeof sb, "bt=2 k=%d n=%d", k, n);
+            tj_tree_set_array(in, "a", tjt_rand(ctx, dts[i], sa, 1, -1, 1));
+            tj_tree_set_array(in, "b", tjt_rand(ctx, dts[i], sb, 2, -1, 1));
+            p = tj_jit(ctx, "dot only", dot_only, NULL, in, NULL);
+            packs = big && dts[i] != TJ_F64 ? 2 * tjt_gemm_pack_bytes() : 0;
+            /* per batch: c [m,n] summed in f32 (bf16), then the packs */
+            want = (dts[i] == TJ_BF16 ? tjt_align(m * n * 4) : 0) + packs;
+            TJT_CHECK(p && tj_prog_memory(p).temp_bytes == want && tj_prog_memory(p).pack_bytes == packs,
+                      "%s %s dot: temp_bytes %lld (packs %lld), want %lld (%lld)", big ? "big" : "small", tj_dtype_name(dts[i]),
+                      (long long)tj_prog_memory(p).temp_bytes, (long long)tj_prog_memory(p).pack_bytes, (long long)want, (long long)packs);
+            own = tjt_pack_unplanned();
+            TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && tj_get_alloc_stats(ctx).peak_arena_bytes == want, "%s %s dot run",
+                      big ? "big" : "small", tj_dtype_name(dts[i]));
+            TJT_CHECK(tjt_pack_unplanned() == own, "%s %s dot: the run packed %ld times outside the plan", big ? "big" : "small",
+                      tj_dtype_name(dts[i]), tjt_pack_unplanned() - own);
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+            tj_ctx_free(ctx);
+        }
 }
 /* fresh context: jit, run once, compare the analysis with the counters */
 static void check_memory(tj_dtype dt, const char *what, int extra, int batch) {

@@ -61,6 +61,21 @@ void tjt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, con
 void tjt_sgemm_ref(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int acc);
 const char *tjt_sgemm_path(void);
 void tjt_sgemm_shutdown(void);
+/* the bf16 matmul kernel (bf16 operands as uint16_t, f32 C); the path it
+   picks ("avx512bf16" with vdpbf16ps, else "<f32 path> (bf16 widened)");
+   force = 1 makes it widen to f32 even where vdpbf16ps exists (0 undoes);
+   whether the CPU has vdpbf16ps (asked through cpuid here, separately) */
+void tjt_bgemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc, int acc, int nth);
+const char *tjt_bgemm_path(void);
+void tjt_bgemm_force_f32(int force);
+int tjt_cpu_has_avx512bf16(void);
+/* f32 -> bf16 over n values, as tj_f32_to_bf16 */
+void tjt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+/* bytes of one thread's matmul pack buffer in a dot's planned workspace;
+   how many times so far the matmul packed into a buffer of its own, outside
+   any plan (direct calls, threads past the planned ones) */
+int64_t tjt_gemm_pack_bytes(void);
+long tjt_pack_unplanned(void);
 
 /* a parsed safetensors file's data section: [*begin, *end) of its bytes */
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end);
@@ -115,6 +130,28 @@ void tjt_sgemm_ref(int ta, int tb, int M, int N, int K, const float *A, int lda,
 }
 const char *tjt_sgemm_path(void) { return tj__sgemm_path(); }
 void tjt_sgemm_shutdown(void) { tj__sgemm_shutdown(); }
+void tjt_bgemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc, int acc, int nth) {
+    tj__bgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, nth);
+}
+const char *tjt_bgemm_path(void) { return tj__bgemm_path(); }
+void tjt_bgemm_force_f32(int force) { tj__bgemm_force_f32 = force; }
+int tjt_cpu_has_avx512bf16(void) {
+#if TJ__X86
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1u);
+#else
+    return 0;
+#endif
+}
+void tjt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n) { tj__f32_to_bf16_n(src, dst, n); }
+int64_t tjt_gemm_pack_bytes(void) { return tj__gemm_pack_bytes(); }
+long tjt_pack_unplanned(void) {
+#if defined(__GNUC__)
+    return __atomic_load_n(&tj__pack_uses, __ATOMIC_RELAXED);
+#else
+    return tj__pack_uses;
+#endif
+}
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end) {
     *begin = st->buf + st->data_start;
     *end = st->buf + st->len;
