@@ -174,14 +174,21 @@ TJDEF uint16_t tj_f32_to_bf16(float f);
 TJDEF float tj_bf16_to_f32(uint16_t h);
 
 /* Bytes the library has allocated, by kind (the memory-analysis tests
-   compare these with the planner's prediction). */
+   compare these with the planner's prediction), and per device: arrays and
+   arenas together, now and at most (what tj_memory_analysis's peak_bytes
+   predicts for one program). */
 typedef struct {
     int64_t arena_bytes;      /* temp arenas of runs in flight              */
     int64_t array_bytes;      /* live arrays (arguments, outputs)           */
     int64_t peak_arena_bytes; /* most arena bytes live at one time          */
     int64_t arena_allocs;     /* how many arenas were allocated             */
+    int64_t device_bytes[TJ_MAXDEV];      /* device d: arrays + arenas now  */
+    int64_t device_peak_bytes[TJ_MAXDEV]; /* ... most at one time           */
 } tj_alloc_stats;
 TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *ctx);
+/* Restart the peaks (peak_arena_bytes, device_peak_bytes) from what is
+   allocated now: to measure one program's runs apart from what came before. */
+TJDEF void tj_reset_alloc_peaks(tj_ctx *ctx);
 
 /* ==== [2] arrays and parameter trees ===================================== */
 
@@ -1451,8 +1458,21 @@ TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *c) {
     pthread_mutex_unlock(&c->stats_mu);
     return s;
 }
-static void tj__count(tj_ctx *c, int arena, int64_t bytes) {
+TJDEF void tj_reset_alloc_peaks(tj_ctx *c) {
+    int d;
+    if (!c) return;
     pthread_mutex_lock(&c->stats_mu);
+    c->stats.peak_arena_bytes = c->stats.arena_bytes;
+    for (d = 0; d < TJ_MAXDEV; d++) c->stats.device_peak_bytes[d] = c->stats.device_bytes[d];
+    pthread_mutex_unlock(&c->stats_mu);
+}
+/* bytes allocated (> 0) or freed (< 0) on device dev: an arena or an array */
+static void tj__count(tj_ctx *c, int arena, int dev, int64_t bytes) {
+    pthread_mutex_lock(&c->stats_mu);
+    if (dev >= 0 && dev < TJ_MAXDEV) {
+        c->stats.device_bytes[dev] += bytes;
+        if (c->stats.device_bytes[dev] > c->stats.device_peak_bytes[dev]) c->stats.device_peak_bytes[dev] = c->stats.device_bytes[dev];
+    }
     if (arena) {
         c->stats.arena_bytes += bytes;
         if (bytes > 0) c->stats.arena_allocs++;
@@ -1851,7 +1871,7 @@ static tj_array *tj__array_make(tj_ctx *c, const tj__type *t, int abstract, cons
             tj_array_free(a);
             return NULL;
         }
-        tj__count(c, 0, nb);
+        tj__count(c, 0, d, nb);
     }
     return a;
 }
@@ -1893,7 +1913,7 @@ TJDEF void tj_array_free(tj_array *a) {
     for (d = 0; d < a->ndev; d++)
         if (a->raw[d]) {
             tj__mem_free(a->ctx, TJ_SPACE_DEVICE, a->raw[d]);
-            tj__count(a->ctx, 0, -a->local_bytes);
+            tj__count(a->ctx, 0, d, -a->local_bytes);
         }
     TJ_FREE(a);
 }
@@ -10819,7 +10839,7 @@ static tj_status tj__arenas(tj__devrun *r) {
                              s ? "host" : "device", r->dev);
                     return r->st = TJ_ERR_OOM;
                 }
-                tj__count(c, 1, p->arena_bytes[s]);
+                tj__count(c, 1, r->dev, p->arena_bytes[s]);
             }
             r->arena[s] = c->backend ? (char *)*raw : (char *)(((uintptr_t)*raw + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
         }
@@ -11213,7 +11233,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
             if (p->arena_raw[i][s]) { /* to the backend that made it, even after a tj_set_backend */
                 if (p->backend) p->backend->free(p->backend, -1, s, p->arena_raw[i][s]);
                 else TJ_FREE(p->arena_raw[i][s]);
-                tj__count(p->ctx, 1, -p->arena_bytes[s]);
+                tj__count(p->ctx, 1, i, -p->arena_bytes[s]);
             }
     tj__graph_free(p->g);
     for (i = 0; i < p->nout; i++) TJ_FREE(p->out_names[i]);
@@ -11554,7 +11574,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             for (dv = 0; dv < args[i]->ndev; dv++) {
                 if (!args[i]->raw[dv]) continue; /* another process's device */
                 tj__mem_free(c, TJ_SPACE_DEVICE, args[i]->raw[dv]);
-                tj__count(c, 0, -args[i]->local_bytes);
+                tj__count(c, 0, dv, -args[i]->local_bytes);
                 args[i]->raw[dv] = args[i]->data[dv] = NULL;
             }
             args[i]->deleted = 1;
