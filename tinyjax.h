@@ -4358,13 +4358,13 @@ static void tj__k_arange(tj__kern *k) {
 }
 /* Counter-based bits: a keyed mix of the element's global index (splitmix64
    finaliser applied twice, keyed by xor). */
-static uint64_t tj__mix(uint64_t z) {
+static TJ__INLINE uint64_t tj__mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
-static uint64_t tj__bits(uint64_t key, uint64_t i) { return tj__mix(tj__mix(i + 0x9e3779b97f4a7c15ull) ^ key); }
-static double tj__u01(uint64_t key, uint64_t i) { return (double)(tj__bits(key, i) >> 11) * (1.0 / 9007199254740992.0); }
+static TJ__INLINE uint64_t tj__bits(uint64_t key, uint64_t i) { return tj__mix(tj__mix(i + 0x9e3779b97f4a7c15ull) ^ key); }
+static TJ__INLINE double tj__u01(uint64_t key, uint64_t i) { return (double)(tj__bits(key, i) >> 11) * (1.0 / 9007199254740992.0); }
 TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data) { return tj__mix(key ^ tj__mix(data ^ 0x5851f42d4c957f2dull)); }
 TJDEF tj_v tj_uniform_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) {
     tj_node *n = tj__source(f, l, g, TJ__OP_UNIFORM, dt, shape, "uniform");
@@ -4423,9 +4423,44 @@ static TJ__INLINE double tj__fcos2pi(double u) {
         return neg * (odd * sn + (1.0 - odd) * c);
     }
 }
+/* The draws of a chunk of f32 or bf16 results: v[j] for global indices
+   gi + j, j < n (uniform, or normal by Box-Muller from two draws of the
+   element's own counters). Inlined into a plain and an AVX-512 copy (8
+   doubles wide; the integer hash needs AVX512DQ's 64-bit multiply): the
+   same operations in the same order, so the same bits. */
+#define TJ__RANDOM_CHUNK(name, attr, sqrt_mul)                                                                                              \
+    attr static void name(uint64_t key, uint64_t gi, int64_t n, int uni, double *v) {                                                      \
+        double u1[TJ__CHUNK], u2[TJ__CHUNK];                                                                                                \
+        int64_t j;                                                                                                                          \
+        if (uni) {                                                                                                                          \
+            for (j = 0; j < n; j++) v[j] = tj__u01(key, gi + (uint64_t)j);                                                                  \
+            return;                                                                                                                         \
+        }                                                                                                                                   \
+        for (j = 0; j < n; j++) u1[j] = tj__u01(key, 2 * (gi + (uint64_t)j)), u2[j] = tj__u01(key, 2 * (gi + (uint64_t)j) + 1);            \
+        for (j = 0; j < n; j++) u1[j] = -2.0 * tj__flog(1.0 - u1[j]), u2[j] = tj__fcos2pi(u2[j]);                                          \
+        sqrt_mul(u1, u2, v, n);                                                                                                             \
+    }
+/* v = sqrt(w) * c, apart: libm's sqrt may set errno, so compilers keep a
+   loop that calls it scalar (see tj__sqrt_f512) */
+static void tj__sqrt_mul(const double *w, const double *c, double *v, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; j++) v[j] = sqrt(w[j]) * c[j];
+}
+TJ__RANDOM_CHUNK(tj__random_chunk, , tj__sqrt_mul)
+#if TJ__X86
+__attribute__((target("avx512f"))) static void tj__sqrt_mul512(const double *w, const double *c, double *v, int64_t n) {
+    int64_t j;
+    for (j = 0; j + 8 <= n; j += 8) { /* the full-mask form keeps g++ 12 -Wall quiet (see TJ__UNPLO) */
+        __m512d x = _mm512_loadu_pd(w + j);
+        _mm512_storeu_pd(v + j, _mm512_mul_pd(_mm512_mask_sqrt_pd(x, (__mmask8)0xFF, x), _mm512_loadu_pd(c + j)));
+    }
+    for (; j < n; j++) v[j] = sqrt(w[j]) * c[j];
+}
+TJ__RANDOM_CHUNK(tj__random_chunk512, __attribute__((target("avx512f,avx512dq"))), tj__sqrt_mul512)
+#endif
 /* One part of a random kernel: local elements [lo, hi). The global index
    (what the value depends on) is found once per run of the innermost local
-   axis and counts up along it. */
+   axis and counts up along it. f64 results use libm's log and cos. */
 static void tj__random_part(const void *arg, int part, int nparts) {
     const tj__kern *k = (const tj__kern *)arg;
     int64_t m = tj__numel(&k->ot), lo = m * part / nparts, hi = m * (part + 1) / nparts, i, j;
@@ -4434,6 +4469,9 @@ static void tj__random_part(const void *arg, int part, int nparts) {
     int uni = k->n->op == TJ__OP_UNIFORM, fast = k->ot.dt == TJ_F32 || k->ot.dt == TJ_BF16;
     float *of = k->ot.dt == TJ_F32 ? (float *)k->out : NULL;
     double u1[TJ__CHUNK], u2[TJ__CHUNK], v[TJ__CHUNK];
+#if TJ__X86
+    int wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+#endif
     if (row < 1) row = 1;
     for (i = lo; i < hi;) {
         int64_t end = i + row - i % row, n;
@@ -4441,14 +4479,14 @@ static void tj__random_part(const void *arg, int part, int nparts) {
         if (end > hi) end = hi;
         if (end > i + TJ__CHUNK) end = i + TJ__CHUNK;
         n = end - i;
-        if (uni)
-            for (j = 0; j < n; j++) v[j] = tj__u01(key, gi + (uint64_t)j);
-        else { /* Box-Muller from two draws of this element's own counters */
+#if TJ__X86
+        if (fast && wide) tj__random_chunk512(key, gi, n, uni, v);
+        else
+#endif
+        if (fast || uni) tj__random_chunk(key, gi, n, uni, v);
+        else {
             for (j = 0; j < n; j++) u1[j] = tj__u01(key, 2 * (gi + (uint64_t)j)), u2[j] = tj__u01(key, 2 * (gi + (uint64_t)j) + 1);
-            if (fast)
-                for (j = 0; j < n; j++) v[j] = sqrt(-2.0 * tj__flog(1.0 - u1[j])) * tj__fcos2pi(u2[j]);
-            else
-                for (j = 0; j < n; j++) v[j] = sqrt(-2.0 * log(1.0 - u1[j])) * cos(6.283185307179586 * u2[j]);
+            for (j = 0; j < n; j++) v[j] = sqrt(-2.0 * log(1.0 - u1[j])) * cos(6.283185307179586 * u2[j]);
         }
         for (j = 0; j < n; j++) {
             if (of) {
