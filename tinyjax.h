@@ -1245,6 +1245,7 @@ TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *ten
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #include <sys/time.h>
 /* x86-64 with gcc or clang: the hot kernels (sgemm, float elementwise math)
@@ -9627,8 +9628,9 @@ typedef struct tj__cgroup {
     int pcnt[TJ_MAXDEV];        /* process -> its members in the group          */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int waiting, broken;
-    unsigned long gen;
+    int waiting, broken;   /* members arrived at the barrier; a timeout broke it */
+    int sleepers;          /* members asleep on cv (under mu)                   */
+    unsigned long gen;     /* barriers passed                                   */
     struct {
         const void *send;
         void *recv;
@@ -9669,12 +9671,59 @@ TJ__MAYBE_UNUSED static void tj__nap(int us) {
     pthread_mutex_destroy(&m);
 }
 /* the group's members of this process meet; nonzero on a timeout (which
-   breaks the group: its other members fail at once) */
+   breaks the group: its other members fail at once).
+   Simulated devices usually outnumber the cores (8 on 2), and a collective
+   meets twice, so this is the hot path of a sharded step. The last member
+   to arrive bumps the generation with an atomic store; the others first
+   wait by yielding the core (to a device that has not arrived yet: the one
+   everybody waits for) and see the bump without a system call to wake
+   them; only one that waits past TJ__BARRIER_YIELDS sleeps on cv, and only
+   then does the last member take the mutex to wake it. */
+#ifndef TJ__BARRIER_YIELDS
+#define TJ__BARRIER_YIELDS 64
+#endif
+#if defined(__GNUC__)
+#define TJ__CG_LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define TJ__CG_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#define TJ__CG_INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_ACQ_REL)
+#endif
 static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
     unsigned long gen;
     int rc = 0;
     struct timespec ts;
     if (g->nloc <= 1) return 0;
+#if defined(__GNUC__)
+    gen = TJ__CG_LOAD(g->gen);
+    if (TJ__CG_LOAD(g->broken)) rc = 1;
+    else if (TJ__CG_INC(g->waiting) == g->nloc) {
+        /* the others cannot arrive at the next barrier before the bump */
+        TJ__CG_STORE(g->waiting, 0);
+        pthread_mutex_lock(&g->mu); /* a member between its check and its wait holds mu */
+        TJ__CG_STORE(g->gen, gen + 1);
+        if (g->sleepers) pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        return 0;
+    } else {
+        int y;
+        for (y = 0; y < TJ__BARRIER_YIELDS; y++) {
+            if (TJ__CG_LOAD(g->gen) != gen || TJ__CG_LOAD(g->broken)) break;
+            sched_yield();
+        }
+        pthread_mutex_lock(&g->mu);
+        if (g->gen == gen && !g->broken) {
+            tj__deadline(&ts, g->ct->t.timeout_s);
+            g->sleepers++;
+            while (g->gen == gen && !g->broken)
+                if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT && g->gen == gen) {
+                    TJ__CG_STORE(g->broken, 1);
+                    pthread_cond_broadcast(&g->cv);
+                }
+            g->sleepers--;
+        }
+        rc = g->gen == gen;
+        pthread_mutex_unlock(&g->mu);
+    }
+#else /* no atomics: everything under the mutex */
     pthread_mutex_lock(&g->mu);
     gen = g->gen;
     if (g->broken) rc = 1;
@@ -9692,6 +9741,7 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
         rc = gen == g->gen;
     }
     pthread_mutex_unlock(&g->mu);
+#endif
     if (rc) {
         snprintf(err, en, "timed out after %g s waiting for the other devices of this process in the group (or the group broke earlier)", g->ct->t.timeout_s);
         tj__ct_break(g->ct, err);
@@ -9700,13 +9750,30 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
 }
 /* Reductions in rank order, as the CPU kernels always did. all_reduce:
    accumulate in double, round once; reduce_scatter: round after each add
-   (out = block 0, then out += block r in rank order). */
+   (out = block 0, then out += block r in rank order). f32, the sharded
+   step's gradients, has loops of its own with the same arithmetic (the
+   generic load/store per chunk was a tenth of an 8-device step's CPU time):
+   they vectorise. */
 static void tj__reduce_once(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
     double acc[TJ__CHUNK], b[TJ__CHUNK];
     int64_t n = (int64_t)count, c0, c, j;
     int r;
     for (c0 = 0; c0 < n; c0 += c) {
         c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
+        if (dt == TJ_F32) {
+            const float *s0 = (const float *)src[0] + c0;
+            float *o = (float *)dst + c0;
+            for (j = 0; j < c; j++) acc[j] = (double)s0[j];
+            for (r = 1; r < G; r++) {
+                const float *s = (const float *)src[r] + c0;
+                if (op == TJ_REDUCE_MAX)
+                    for (j = 0; j < c; j++) acc[j] = (double)s[j] > acc[j] ? (double)s[j] : acc[j];
+                else
+                    for (j = 0; j < c; j++) acc[j] += (double)s[j];
+            }
+            for (j = 0; j < c; j++) o[j] = (float)acc[j];
+            continue;
+        }
         tj__load_n(src[0], dt, c0, 1, c, acc);
         for (r = 1; r < G; r++) {
             tj__load_n(src[r], dt, c0, 1, c, b);
@@ -9723,6 +9790,17 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
     int64_t n = (int64_t)count, c0, c, j;
     int r;
     if (dst != src[0]) memmove(dst, src[0], count * tj_dtype_size(dt));
+    if (dt == TJ_F32) {
+        float *o = (float *)dst;
+        for (r = 1; r < G; r++) {
+            const float *s = (const float *)src[r];
+            if (op == TJ_REDUCE_MAX)
+                for (j = 0; j < n; j++) o[j] = (float)((double)s[j] > (double)o[j] ? (double)s[j] : (double)o[j]);
+            else
+                for (j = 0; j < n; j++) o[j] = (float)((double)o[j] + (double)s[j]);
+        }
+        return;
+    }
     for (r = 1; r < G; r++)
         for (c0 = 0; c0 < n; c0 += c) {
             c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
