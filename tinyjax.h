@@ -9906,8 +9906,17 @@ static const char *tj__cg_src(tj__cgroup *g, int kind, int m, int me, size_t S) 
     }
     return g->rbuf + g->roff[g->ridx[p]] + ((size_t)g->lidx[m] * (size_t)g->nloc + (size_t)g->lidx[me]) * S;
 }
+/* An all_gather's output where the gathered axis is not the outermost:
+   rank m's block goes to the view of out at m * (its extent) along axis ax.
+   Placed there straight from the peers' buffers, the gather needs no
+   contiguous copy first (the CPU kernel's path; the transport interface
+   has only contiguous buffers). */
+typedef struct {
+    const tj__type *it, *ot; /* one rank's block, the whole output */
+    int ax, nthreads;
+} tj__ct_region;
 static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, void *recv, size_t S, size_t count, tj_dtype dt, int op, int to, int from,
-                       char *err, size_t en) {
+                       char *err, size_t en, const tj__ct_region *reg) {
     tj__chandle *h = (tj__chandle *)comm;
     tj__cgroup *g = h->g;
     tj__ct *ct = (tj__ct *)t->state;
@@ -9935,6 +9944,14 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
     if (!rc) switch (kind) {
         case TJ__AG:
         case TJ__A2A:
+            if (reg) { /* all_gather into a region (reg is given with TJ__AG alone) */
+                int64_t st[TJ_MAXDIM] = {0};
+                tj__strides(reg->ot, st);
+                for (m = 0; m < G; m++)
+                    tj__copy_region(tj__cg_src(g, kind, m, me, S), reg->it, 0, recv, reg->ot, m * reg->it->dim[reg->ax] * st[reg->ax], reg->it->dim,
+                                    reg->nthreads);
+                break;
+            }
             for (m = 0; m < G; m++) {
                 const char *s = tj__cg_src(g, kind, m, me, S);
                 if ((char *)recv + (size_t)m * S != s) memcpy((char *)recv + (size_t)m * S, s, S);
@@ -9958,25 +9975,25 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
 }
 static int tj__ct_all_gather(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__AG, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en);
+    return tj__ct_coll(t, comm, TJ__AG, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en, NULL);
 }
 static int tj__ct_all_reduce(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
                              size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__AR, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en);
+    return tj__ct_coll(t, comm, TJ__AR, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en, NULL);
 }
 static int tj__ct_reduce_scatter(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream,
                                  char *err, size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__RS, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en);
+    return tj__ct_coll(t, comm, TJ__RS, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en, NULL);
 }
 static int tj__ct_all_to_all(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__A2A, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en);
+    return tj__ct_coll(t, comm, TJ__A2A, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en, NULL);
 }
 static int tj__ct_send_recv(tj_transport *t, void *comm, const void *send, int to, void *recv, int from, size_t bytes, void *stream, char *err, size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__PERM, send, recv, bytes, 0, TJ_F32, 0, to, from, err, en);
+    return tj__ct_coll(t, comm, TJ__PERM, send, recv, bytes, 0, TJ_F32, 0, to, from, err, en, NULL);
 }
 static int tj__ct_proc_allgather(tj_transport *t, const void *send, void *recv, size_t bytes, char *err, size_t en) {
     tj__ct *ct = (tj__ct *)t->state;
@@ -10700,8 +10717,16 @@ static int64_t tj__coll_scratch(const tj_node *n) {
    group handles (the backend's transport on device buffers, which meets in
    the threads transport's groups), and `stream` is passed on (the device's
    compute stream; NULL on the CPU). */
+static int tj__coll_call_reg(tj__kern *k, tj_transport *over, void *stream, int kind, const void *send, void *recv, size_t bytes, size_t count, int to,
+                             int from, const tj__ct_region *reg);
 static int tj__coll_call_on(tj__kern *k, tj_transport *over, void *stream, int kind, const void *send, void *recv, size_t bytes, size_t count, int to,
                             int from) {
+    return tj__coll_call_reg(k, over, stream, kind, send, recv, bytes, count, to, from, NULL);
+}
+/* the same; reg (an all_gather on the threads transport, tj__gather_placed):
+   the blocks go straight to their places in the output */
+static int tj__coll_call_reg(tj__kern *k, tj_transport *over, void *stream, int kind, const void *send, void *recv, size_t bytes, size_t count, int to,
+                             int from, const tj__ct_region *reg) {
     tj_ctx *c = k->ctx;
     tj_node *n = k->n;
     struct tj__procs *P = c->procs;
@@ -10725,7 +10750,10 @@ static int tj__coll_call_on(tj__kern *k, tj_transport *over, void *stream, int k
             tj__inside[k->dev] = 1;
         }
         switch (kind) {
-        case TJ__AG: rc = t->all_gather(t, comm, send, recv, bytes, stream, e, sizeof e); break;
+        case TJ__AG:
+            rc = reg ? tj__ct_coll(t, comm, TJ__AG, send, recv, bytes, 0, TJ_F32, 0, -1, -1, e, sizeof e, reg)
+                     : t->all_gather(t, comm, send, recv, bytes, stream, e, sizeof e);
+            break;
         case TJ__AR: rc = t->all_reduce(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e); break;
         case TJ__RS: rc = t->reduce_scatter(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e); break;
         case TJ__A2A: rc = t->all_to_all(t, comm, send, recv, bytes, stream, e, sizeof e); break;
@@ -10746,12 +10774,27 @@ static int tj__coll_call_on(tj__kern *k, tj_transport *over, void *stream, int k
 static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, size_t bytes, size_t count, int to, int from) {
     return tj__coll_call_on(k, NULL, NULL, kind, send, recv, bytes, count, to, from);
 }
+/* does the CPU's all_gather place the blocks itself (the threads transport:
+   every CPU run, simulated devices and process mode alike) */
+static int tj__gather_placed(const tj__kern *k) {
+    struct tj__procs *P = k->ctx->procs;
+    return P && P->t && P->t->all_gather == tj__ct_all_gather;
+}
 static void tj__k_all_gather(tj__kern *k) {
     unsigned m = k->n->a.mesh;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(&k->ot, ax);
     size_t S = (size_t)tj__bytes(k->it[0]);
     char *recv = direct ? (char *)k->out : (char *)k->scratch;
     int64_t st[TJ_MAXDIM] = {0};
+    if (!direct && tj__gather_placed(k)) { /* no contiguous copy (the scratch stays unused) */
+        tj__ct_region reg;
+        reg.it = k->it[0];
+        reg.ot = &k->ot;
+        reg.ax = ax;
+        reg.nthreads = k->nthreads;
+        tj__coll_call_reg(k, NULL, NULL, TJ__AG, k->in[0], k->out, S, 0, -1, -1, &reg);
+        return;
+    }
     if (tj__coll_call(k, TJ__AG, k->in[0], recv, S, 0, -1, -1) || direct) return;
     tj__strides(&k->ot, st);
     for (r = 0; r < G; r++) tj__copy_region(recv + (size_t)r * S, k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim, k->nthreads);
