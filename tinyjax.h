@@ -9813,6 +9813,30 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
             tj__store_n(dst, dt, c0, 1, c, acc);
         }
 }
+/* reduce_steps on f32 views: out (contiguous, type ot) = the view of src[0]
+   at element base (src's type it: ot's axes, larger along one), then += the
+   same view of src[r] in rank order; row by row along the innermost axis,
+   each element summed in the same order as tj__reduce_steps does */
+static void tj__reduce_steps_view(int G, const float *const *src, int64_t base, const tj__type *it, const tj__type *ot, float *out, int op) {
+    int64_t ist[TJ_MAXDIM] = {0}, idx[TJ_MAXDIM] = {0}, inner, rows, row, j, off;
+    int r, d, R = ot->rank;
+    tj__strides(it, ist);
+    inner = R ? ot->dim[R - 1] : 1;
+    rows = inner > 0 ? tj__numel(ot) / inner : 0;
+    for (row = 0; row < rows; row++) {
+        float *o = out + row * inner;
+        for (off = base, d = 0; d < R - 1; d++) off += idx[d] * ist[d];
+        memcpy(o, src[0] + off, (size_t)inner * sizeof(float));
+        for (r = 1; r < G; r++) {
+            const float *s = src[r] + off;
+            if (op == TJ_REDUCE_MAX)
+                for (j = 0; j < inner; j++) o[j] = (float)((double)s[j] > (double)o[j] ? (double)s[j] : (double)o[j]);
+            else
+                for (j = 0; j < inner; j++) o[j] = (float)((double)o[j] + (double)s[j]);
+        }
+        for (d = R - 2; d >= 0 && ++idx[d] == ot->dim[d]; d--) idx[d] = 0;
+    }
+}
 static int tj__grow(char **p, size_t *cap, size_t n) {
     char *q;
     if (n <= *cap) return 0;
@@ -9906,11 +9930,13 @@ static const char *tj__cg_src(tj__cgroup *g, int kind, int m, int me, size_t S) 
     }
     return g->rbuf + g->roff[g->ridx[p]] + ((size_t)g->lidx[m] * (size_t)g->nloc + (size_t)g->lidx[me]) * S;
 }
-/* An all_gather's output where the gathered axis is not the outermost:
-   rank m's block goes to the view of out at m * (its extent) along axis ax.
-   Placed there straight from the peers' buffers, the gather needs no
-   contiguous copy first (the CPU kernel's path; the transport interface
-   has only contiguous buffers). */
+/* Collectives on a view, for the CPU kernels (the transport interface has
+   only contiguous buffers): an all_gather's output, or a reduce_scatter's
+   input, where the split axis ax is not the outermost. all_gather: rank m's
+   block goes to the view of out at m * (its extent) along ax, straight from
+   the peers' buffers; reduce_scatter (f32, one process): rank me sums the
+   views at me * (its extent) of every rank's input. Neither needs a
+   contiguous copy first. */
 typedef struct {
     const tj__type *it, *ot; /* one rank's block, the whole output */
     int ax, nthreads;
@@ -9959,6 +9985,13 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
             break;
         case TJ__AR:
         case TJ__RS:
+            if (reg) { /* reduce_scatter of views (reg is given with TJ__RS alone) */
+                int64_t ist[TJ_MAXDIM] = {0};
+                tj__strides(reg->it, ist);
+                for (m = 0; m < G; m++) src[m] = g->slot[m].send;
+                tj__reduce_steps_view(G, (const float *const *)src, me * reg->ot->dim[reg->ax] * ist[reg->ax], reg->it, reg->ot, (float *)recv, op);
+                break;
+            }
             for (m = 0; m < G; m++) src[m] = tj__cg_src(g, kind, m, me, S);
             if (kind == TJ__AR) tj__reduce_once(G, src, recv, count, dt, op);
             else tj__reduce_steps(G, src, recv, count, dt, op);
@@ -10723,8 +10756,8 @@ static int tj__coll_call_on(tj__kern *k, tj_transport *over, void *stream, int k
                             int from) {
     return tj__coll_call_reg(k, over, stream, kind, send, recv, bytes, count, to, from, NULL);
 }
-/* the same; reg (an all_gather on the threads transport, tj__gather_placed):
-   the blocks go straight to their places in the output */
+/* the same; reg (a collective on views on the threads transport,
+   tj__on_views): no contiguous copy */
 static int tj__coll_call_reg(tj__kern *k, tj_transport *over, void *stream, int kind, const void *send, void *recv, size_t bytes, size_t count, int to,
                              int from, const tj__ct_region *reg) {
     tj_ctx *c = k->ctx;
@@ -10755,7 +10788,10 @@ static int tj__coll_call_reg(tj__kern *k, tj_transport *over, void *stream, int 
                      : t->all_gather(t, comm, send, recv, bytes, stream, e, sizeof e);
             break;
         case TJ__AR: rc = t->all_reduce(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e); break;
-        case TJ__RS: rc = t->reduce_scatter(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e); break;
+        case TJ__RS:
+            rc = reg ? tj__ct_coll(t, comm, TJ__RS, send, recv, count * tj_dtype_size(k->ot.dt), count, k->ot.dt, (int)op, -1, -1, e, sizeof e, reg)
+                     : t->reduce_scatter(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e);
+            break;
         case TJ__A2A: rc = t->all_to_all(t, comm, send, recv, bytes, stream, e, sizeof e); break;
         default: rc = t->send_recv(t, comm, send, to, recv, from, bytes, stream, e, sizeof e); break;
         }
@@ -10774,11 +10810,14 @@ static int tj__coll_call_reg(tj__kern *k, tj_transport *over, void *stream, int 
 static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, size_t bytes, size_t count, int to, int from) {
     return tj__coll_call_on(k, NULL, NULL, kind, send, recv, bytes, count, to, from);
 }
-/* does the CPU's all_gather place the blocks itself (the threads transport:
-   every CPU run, simulated devices and process mode alike) */
-static int tj__gather_placed(const tj__kern *k) {
+/* can this CPU collective work on views (tj__ct_region): the threads
+   transport (every CPU run, simulated devices and process mode alike);
+   a reduce_scatter also needs f32 and one process (the wire packs
+   contiguous blocks) */
+static int tj__on_views(const tj__kern *k, int kind) {
     struct tj__procs *P = k->ctx->procs;
-    return P && P->t && P->t->all_gather == tj__ct_all_gather;
+    if (!P || !P->t || P->t->all_gather != tj__ct_all_gather) return 0;
+    return kind == TJ__AG || (k->ot.dt == TJ_F32 && P->nprocs <= 1);
 }
 static void tj__k_all_gather(tj__kern *k) {
     unsigned m = k->n->a.mesh;
@@ -10786,7 +10825,7 @@ static void tj__k_all_gather(tj__kern *k) {
     size_t S = (size_t)tj__bytes(k->it[0]);
     char *recv = direct ? (char *)k->out : (char *)k->scratch;
     int64_t st[TJ_MAXDIM] = {0};
-    if (!direct && tj__gather_placed(k)) { /* no contiguous copy (the scratch stays unused) */
+    if (!direct && tj__on_views(k, TJ__AG)) { /* no contiguous copy (the scratch stays unused) */
         tj__ct_region reg;
         reg.it = k->it[0];
         reg.ot = &k->ot;
@@ -10808,6 +10847,15 @@ static void tj__k_reduce_scatter(tj__kern *k) {
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(k->it[0], ax);
     int64_t ist[TJ_MAXDIM] = {0}, n = tj__numel(&k->ot);
     const void *send = direct ? k->in[0] : k->scratch;
+    if (!direct && tj__on_views(k, TJ__RS)) { /* no contiguous copy (the scratch stays unused) */
+        tj__ct_region reg;
+        reg.it = k->it[0];
+        reg.ot = &k->ot;
+        reg.ax = ax;
+        reg.nthreads = k->nthreads;
+        tj__coll_call_reg(k, NULL, NULL, TJ__RS, k->in[0], k->out, (size_t)tj__bytes(&k->ot), (size_t)n, -1, -1, &reg);
+        return;
+    }
     tj__strides(k->it[0], ist);
     if (!direct) /* block r (rank r's part of axis ax) contiguous at r * n */
         for (r = 0; r < G; r++) tj__copy_region(k->in[0], k->it[0], r * k->ot.dim[ax] * ist[ax], k->scratch, &k->ot, r * n, k->ot.dim, k->nthreads);
