@@ -4,7 +4,7 @@
    with AVX-512, 12 of 8 with AVX2: more than FMA latency x throughput needs),
    so the figure is what the cores can do, not what one dependent chain does.
    The path is picked at run time, like the library's kernels (no -march).
-   Include after tinyjax.h with its implementation; needs pthreads. */
+   Needs pthreads; uses nothing of tinyjax. */
 #ifndef BENCH_PEAK_H
 #define BENCH_PEAK_H
 #include <pthread.h>
