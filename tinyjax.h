@@ -10819,6 +10819,14 @@ static int tj__on_views(const tj__kern *k, int kind) {
     if (!P || !P->t || P->t->all_gather != tj__ct_all_gather) return 0;
     return kind == TJ__AG || (k->ot.dt == TJ_F32 && P->nprocs <= 1);
 }
+static tj__ct_region tj__region_of(const tj__kern *k, int ax) {
+    tj__ct_region reg;
+    reg.it = k->it[0];
+    reg.ot = &k->ot;
+    reg.ax = ax;
+    reg.nthreads = k->nthreads;
+    return reg;
+}
 static void tj__k_all_gather(tj__kern *k) {
     unsigned m = k->n->a.mesh;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(&k->ot, ax);
@@ -10826,11 +10834,7 @@ static void tj__k_all_gather(tj__kern *k) {
     char *recv = direct ? (char *)k->out : (char *)k->scratch;
     int64_t st[TJ_MAXDIM] = {0};
     if (!direct && tj__on_views(k, TJ__AG)) { /* no contiguous copy (the scratch stays unused) */
-        tj__ct_region reg;
-        reg.it = k->it[0];
-        reg.ot = &k->ot;
-        reg.ax = ax;
-        reg.nthreads = k->nthreads;
+        tj__ct_region reg = tj__region_of(k, ax);
         tj__coll_call_reg(k, NULL, NULL, TJ__AG, k->in[0], k->out, S, 0, -1, -1, &reg);
         return;
     }
@@ -10848,11 +10852,7 @@ static void tj__k_reduce_scatter(tj__kern *k) {
     int64_t ist[TJ_MAXDIM] = {0}, n = tj__numel(&k->ot);
     const void *send = direct ? k->in[0] : k->scratch;
     if (!direct && tj__on_views(k, TJ__RS)) { /* no contiguous copy (the scratch stays unused) */
-        tj__ct_region reg;
-        reg.it = k->it[0];
-        reg.ot = &k->ot;
-        reg.ax = ax;
-        reg.nthreads = k->nthreads;
+        tj__ct_region reg = tj__region_of(k, ax);
         tj__coll_call_reg(k, NULL, NULL, TJ__RS, k->in[0], k->out, (size_t)tj__bytes(&k->ot), (size_t)n, -1, -1, &reg);
         return;
     }
