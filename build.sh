@@ -419,16 +419,53 @@ demo)
     ;;
 bench)
     ensure_tools
+    # every program's output goes to the screen and to build/bench.log; the
+    # lines "figure: NAME; VALUE; TARGET; UNIT[; lower|higher|within 1%]"
+    # become the closing table (issue #16's figures: measured, target, ratio)
+    log=build/bench.log
+    : >"$log"
     for d in demos/bench_*.c; do
         n=$(basename "$d" .c)
-        $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS && "./build/$n" "$@"
+        $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS && "./build/$n" "$@" 2>&1 | tee -a "$log"
     done
     # the transport benchmark again as 4 processes (MPI) against the 4 threads above
     if [ -f demos/bench_transport.c ] && ensure_mpi; then
         mkdir -p build/mpi
         "$MPICC" -DTJ_MPI -std=c99 $OPT $WARN -I. -o build/mpi/bench_transport demos/bench_transport.c $LIBS && \
-            mpirun --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -np 4 build/mpi/bench_transport "$@"
+            mpirun --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -np 4 build/mpi/bench_transport "$@" 2>&1 | tee -a "$log"
     fi
+    # the GPT-2 124M step (CPU build): f32 and bf16 on one device, f32 on 8
+    # simulated devices (mesh data=4 model=2) for the cost of simulating them
+    if [ -f demos/gpt2_train.c ] && $CC -std=c99 $OPT $WARN -I. -o build/gpt2_train_cpu demos/gpt2_train.c $LIBS; then
+        for flags in "" "--bf16" "--devices 8"; do
+            echo "== gpt2_train --bench $flags" | tee -a "$log"
+            # shellcheck disable=SC2086
+            ./build/gpt2_train_cpu --bench $flags 2>&1 | tee -a "$log"
+        done
+    fi
+    echo
+    echo "issue #16 figures (ratio = measured / target; each figure from one run above, on a machine that may be shared):"
+    awk -F'; *' '
+        /^figure: / {
+            name = substr($1, 9); v = $2 + 0
+            if (name == "measured peak / plan") { if (!(name in val) || v > val[name]) val[name] = v } # the worst run
+            else if (!(name in val)) val[name] = v
+            if (!(name in tgt)) { tgt[name] = $3; unit[name] = $4; dir[name] = NF > 4 ? $5 : (name == "measured peak / plan" ? "within 1%" : "lower"); order[++n] = name }
+        }
+        END {
+            if (("step on 8 devices" in val) && ("f32 step" in val)) {
+                name = "8 devices vs 1 (step time)"; val[name] = val["step on 8 devices"] / val["f32 step"]; tgt[name] = 1.05; unit[name] = "x"; dir[name] = "lower"; order[++n] = name
+            }
+            printf "%-34s %12s %10s %8s  %s\n", "figure", "measured", "target", "ratio", "met"
+            for (i = 1; i <= n; i++) {
+                name = order[i]
+                if (tgt[name] == "") { printf "%-34s %12.4g %10s %8s  %s\n", name " (" unit[name] ")", val[name], "-", "-", "(see the ratio below)"; continue }
+                r = val[name] / tgt[name]
+                met = dir[name] == "higher" ? r >= 1 : dir[name] == "within 1%" ? (r >= 0.99 && r <= 1.01) : r <= 1
+                printf "%-34s %12.4g %10.4g %8.3f  %s\n", name " (" unit[name] ")", val[name], tgt[name], r, met ? "yes" : "no"
+            }
+            if (n == 0) print "(no figures: no benchmark program printed one)"
+        }' "$log"
     ;;
 build)
     ensure_tools

@@ -175,14 +175,21 @@ TJDEF uint16_t tj_f32_to_bf16(float f);
 TJDEF float tj_bf16_to_f32(uint16_t h);
 
 /* Bytes the library has allocated, by kind (the memory-analysis tests
-   compare these with the planner's prediction). */
+   compare these with the planner's prediction), and per device: arrays and
+   arenas together, now and at most (what tj_memory_analysis's peak_bytes
+   predicts for one program). */
 typedef struct {
     int64_t arena_bytes;      /* temp arenas of runs in flight              */
     int64_t array_bytes;      /* live arrays (arguments, outputs)           */
     int64_t peak_arena_bytes; /* most arena bytes live at one time          */
     int64_t arena_allocs;     /* how many arenas were allocated             */
+    int64_t device_bytes[TJ_MAXDEV];      /* device d: arrays + arenas now  */
+    int64_t device_peak_bytes[TJ_MAXDEV]; /* ... most at one time           */
 } tj_alloc_stats;
 TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *ctx);
+/* Restart the peaks (peak_arena_bytes, device_peak_bytes) from what is
+   allocated now: to measure one program's runs apart from what came before. */
+TJDEF void tj_reset_alloc_peaks(tj_ctx *ctx);
 
 /* ==== [2] arrays and parameter trees ===================================== */
 
@@ -1269,6 +1276,7 @@ TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *ten
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #include <sys/time.h>
 /* x86-64 with gcc or clang: the hot kernels (sgemm, float elementwise math)
@@ -1483,8 +1491,21 @@ TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *c) {
     pthread_mutex_unlock(&c->stats_mu);
     return s;
 }
-static void tj__count(tj_ctx *c, int arena, int64_t bytes) {
+TJDEF void tj_reset_alloc_peaks(tj_ctx *c) {
+    int d;
+    if (!c) return;
     pthread_mutex_lock(&c->stats_mu);
+    c->stats.peak_arena_bytes = c->stats.arena_bytes;
+    for (d = 0; d < TJ_MAXDEV; d++) c->stats.device_peak_bytes[d] = c->stats.device_bytes[d];
+    pthread_mutex_unlock(&c->stats_mu);
+}
+/* bytes allocated (> 0) or freed (< 0) on device dev: an arena or an array */
+static void tj__count(tj_ctx *c, int arena, int dev, int64_t bytes) {
+    pthread_mutex_lock(&c->stats_mu);
+    if (dev >= 0 && dev < TJ_MAXDEV) {
+        c->stats.device_bytes[dev] += bytes;
+        if (c->stats.device_bytes[dev] > c->stats.device_peak_bytes[dev]) c->stats.device_peak_bytes[dev] = c->stats.device_bytes[dev];
+    }
     if (arena) {
         c->stats.arena_bytes += bytes;
         if (bytes > 0) c->stats.arena_allocs++;
@@ -1883,7 +1904,7 @@ static tj_array *tj__array_make(tj_ctx *c, const tj__type *t, int abstract, cons
             tj_array_free(a);
             return NULL;
         }
-        tj__count(c, 0, nb);
+        tj__count(c, 0, d, nb);
     }
     return a;
 }
@@ -1925,7 +1946,7 @@ TJDEF void tj_array_free(tj_array *a) {
     for (d = 0; d < a->ndev; d++)
         if (a->raw[d]) {
             tj__mem_free(a->ctx, TJ_SPACE_DEVICE, a->raw[d]);
-            tj__count(a->ctx, 0, -a->local_bytes);
+            tj__count(a->ctx, 0, d, -a->local_bytes);
         }
     TJ_FREE(a);
 }
@@ -4379,13 +4400,13 @@ static void tj__k_arange(tj__kern *k) {
 }
 /* Counter-based bits: a keyed mix of the element's global index (splitmix64
    finaliser applied twice, keyed by xor). */
-static uint64_t tj__mix(uint64_t z) {
+static TJ__INLINE uint64_t tj__mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
-static uint64_t tj__bits(uint64_t key, uint64_t i) { return tj__mix(tj__mix(i + 0x9e3779b97f4a7c15ull) ^ key); }
-static double tj__u01(uint64_t key, uint64_t i) { return (double)(tj__bits(key, i) >> 11) * (1.0 / 9007199254740992.0); }
+static TJ__INLINE uint64_t tj__bits(uint64_t key, uint64_t i) { return tj__mix(tj__mix(i + 0x9e3779b97f4a7c15ull) ^ key); }
+static TJ__INLINE double tj__u01(uint64_t key, uint64_t i) { return (double)(tj__bits(key, i) >> 11) * (1.0 / 9007199254740992.0); }
 TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data) { return tj__mix(key ^ tj__mix(data ^ 0x5851f42d4c957f2dull)); }
 TJDEF tj_v tj_uniform_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) {
     tj_node *n = tj__source(f, l, g, TJ__OP_UNIFORM, dt, shape, "uniform");
@@ -4444,9 +4465,44 @@ static TJ__INLINE double tj__fcos2pi(double u) {
         return neg * (odd * sn + (1.0 - odd) * c);
     }
 }
+/* The draws of a chunk of f32 or bf16 results: v[j] for global indices
+   gi + j, j < n (uniform, or normal by Box-Muller from two draws of the
+   element's own counters). Inlined into a plain and an AVX-512 copy (8
+   doubles wide; the integer hash needs AVX512DQ's 64-bit multiply): the
+   same operations in the same order, so the same bits. */
+#define TJ__RANDOM_CHUNK(name, attr, sqrt_mul)                                                                                              \
+    attr static void name(uint64_t key, uint64_t gi, int64_t n, int uni, double *v) {                                                      \
+        double u1[TJ__CHUNK], u2[TJ__CHUNK];                                                                                                \
+        int64_t j;                                                                                                                          \
+        if (uni) {                                                                                                                          \
+            for (j = 0; j < n; j++) v[j] = tj__u01(key, gi + (uint64_t)j);                                                                  \
+            return;                                                                                                                         \
+        }                                                                                                                                   \
+        for (j = 0; j < n; j++) u1[j] = tj__u01(key, 2 * (gi + (uint64_t)j)), u2[j] = tj__u01(key, 2 * (gi + (uint64_t)j) + 1);            \
+        for (j = 0; j < n; j++) u1[j] = -2.0 * tj__flog(1.0 - u1[j]), u2[j] = tj__fcos2pi(u2[j]);                                          \
+        sqrt_mul(u1, u2, v, n);                                                                                                             \
+    }
+/* v = sqrt(w) * c, apart: libm's sqrt may set errno, so compilers keep a
+   loop that calls it scalar (see tj__sqrt_f512) */
+static void tj__sqrt_mul(const double *w, const double *c, double *v, int64_t n) {
+    int64_t j;
+    for (j = 0; j < n; j++) v[j] = sqrt(w[j]) * c[j];
+}
+TJ__RANDOM_CHUNK(tj__random_chunk, , tj__sqrt_mul)
+#if TJ__X86
+__attribute__((target("avx512f"))) static void tj__sqrt_mul512(const double *w, const double *c, double *v, int64_t n) {
+    int64_t j;
+    for (j = 0; j + 8 <= n; j += 8) { /* the full-mask form keeps g++ 12 -Wall quiet (see TJ__UNPLO) */
+        __m512d x = _mm512_loadu_pd(w + j);
+        _mm512_storeu_pd(v + j, _mm512_mul_pd(_mm512_mask_sqrt_pd(x, (__mmask8)0xFF, x), _mm512_loadu_pd(c + j)));
+    }
+    for (; j < n; j++) v[j] = sqrt(w[j]) * c[j];
+}
+TJ__RANDOM_CHUNK(tj__random_chunk512, __attribute__((target("avx512f,avx512dq"))), tj__sqrt_mul512)
+#endif
 /* One part of a random kernel: local elements [lo, hi). The global index
    (what the value depends on) is found once per run of the innermost local
-   axis and counts up along it. */
+   axis and counts up along it. f64 results use libm's log and cos. */
 static void tj__random_part(const void *arg, int part, int nparts) {
     const tj__kern *k = (const tj__kern *)arg;
     int64_t m = tj__numel(&k->ot), lo = m * part / nparts, hi = m * (part + 1) / nparts, i, j;
@@ -4455,6 +4511,9 @@ static void tj__random_part(const void *arg, int part, int nparts) {
     int uni = k->n->op == TJ__OP_UNIFORM, fast = k->ot.dt == TJ_F32 || k->ot.dt == TJ_BF16;
     float *of = k->ot.dt == TJ_F32 ? (float *)k->out : NULL;
     double u1[TJ__CHUNK], u2[TJ__CHUNK], v[TJ__CHUNK];
+#if TJ__X86
+    int wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+#endif
     if (row < 1) row = 1;
     for (i = lo; i < hi;) {
         int64_t end = i + row - i % row, n;
@@ -4462,14 +4521,14 @@ static void tj__random_part(const void *arg, int part, int nparts) {
         if (end > hi) end = hi;
         if (end > i + TJ__CHUNK) end = i + TJ__CHUNK;
         n = end - i;
-        if (uni)
-            for (j = 0; j < n; j++) v[j] = tj__u01(key, gi + (uint64_t)j);
-        else { /* Box-Muller from two draws of this element's own counters */
+#if TJ__X86
+        if (fast && wide) tj__random_chunk512(key, gi, n, uni, v);
+        else
+#endif
+        if (fast || uni) tj__random_chunk(key, gi, n, uni, v);
+        else {
             for (j = 0; j < n; j++) u1[j] = tj__u01(key, 2 * (gi + (uint64_t)j)), u2[j] = tj__u01(key, 2 * (gi + (uint64_t)j) + 1);
-            if (fast)
-                for (j = 0; j < n; j++) v[j] = sqrt(-2.0 * tj__flog(1.0 - u1[j])) * tj__fcos2pi(u2[j]);
-            else
-                for (j = 0; j < n; j++) v[j] = sqrt(-2.0 * log(1.0 - u1[j])) * cos(6.283185307179586 * u2[j]);
+            for (j = 0; j < n; j++) v[j] = sqrt(-2.0 * log(1.0 - u1[j])) * cos(6.283185307179586 * u2[j]);
         }
         for (j = 0; j < n; j++) {
             if (of) {
@@ -10229,8 +10288,9 @@ typedef struct tj__cgroup {
     int pcnt[TJ_MAXDEV];        /* process -> its members in the group          */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int waiting, broken;
-    unsigned long gen;
+    int waiting, broken;   /* members arrived at the barrier; a timeout broke it */
+    int sleepers;          /* members asleep on cv (under mu)                   */
+    unsigned long gen;     /* barriers passed                                   */
     struct {
         const void *send;
         void *recv;
@@ -10271,12 +10331,59 @@ TJ__MAYBE_UNUSED static void tj__nap(int us) {
     pthread_mutex_destroy(&m);
 }
 /* the group's members of this process meet; nonzero on a timeout (which
-   breaks the group: its other members fail at once) */
+   breaks the group: its other members fail at once).
+   Simulated devices usually outnumber the cores (8 on 2), and a collective
+   meets twice, so this is the hot path of a sharded step. The last member
+   to arrive bumps the generation with an atomic store; the others first
+   wait by yielding the core (to a device that has not arrived yet: the one
+   everybody waits for) and see the bump without a system call to wake
+   them; only one that waits past TJ__BARRIER_YIELDS sleeps on cv, and only
+   then does the last member take the mutex to wake it. */
+#ifndef TJ__BARRIER_YIELDS
+#define TJ__BARRIER_YIELDS 64
+#endif
+#if defined(__GNUC__)
+#define TJ__CG_LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define TJ__CG_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#define TJ__CG_INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_ACQ_REL)
+#endif
 static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
     unsigned long gen;
     int rc = 0;
     struct timespec ts;
     if (g->nloc <= 1) return 0;
+#if defined(__GNUC__)
+    gen = TJ__CG_LOAD(g->gen);
+    if (TJ__CG_LOAD(g->broken)) rc = 1;
+    else if (TJ__CG_INC(g->waiting) == g->nloc) {
+        /* the others cannot arrive at the next barrier before the bump */
+        TJ__CG_STORE(g->waiting, 0);
+        pthread_mutex_lock(&g->mu); /* a member between its check and its wait holds mu */
+        TJ__CG_STORE(g->gen, gen + 1);
+        if (g->sleepers) pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        return 0;
+    } else {
+        int y;
+        for (y = 0; y < TJ__BARRIER_YIELDS; y++) {
+            if (TJ__CG_LOAD(g->gen) != gen || TJ__CG_LOAD(g->broken)) break;
+            sched_yield();
+        }
+        pthread_mutex_lock(&g->mu);
+        if (g->gen == gen && !g->broken) {
+            tj__deadline(&ts, g->ct->t.timeout_s);
+            g->sleepers++;
+            while (g->gen == gen && !g->broken)
+                if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT && g->gen == gen) {
+                    TJ__CG_STORE(g->broken, 1);
+                    pthread_cond_broadcast(&g->cv);
+                }
+            g->sleepers--;
+        }
+        rc = g->gen == gen;
+        pthread_mutex_unlock(&g->mu);
+    }
+#else /* no atomics: everything under the mutex */
     pthread_mutex_lock(&g->mu);
     gen = g->gen;
     if (g->broken) rc = 1;
@@ -10294,6 +10401,7 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
         rc = gen == g->gen;
     }
     pthread_mutex_unlock(&g->mu);
+#endif
     if (rc) {
         snprintf(err, en, "timed out after %g s waiting for the other devices of this process in the group (or the group broke earlier)", g->ct->t.timeout_s);
         tj__ct_break(g->ct, err);
@@ -10302,13 +10410,30 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
 }
 /* Reductions in rank order, as the CPU kernels always did. all_reduce:
    accumulate in double, round once; reduce_scatter: round after each add
-   (out = block 0, then out += block r in rank order). */
+   (out = block 0, then out += block r in rank order). f32, the sharded
+   step's gradients, has loops of its own with the same arithmetic (the
+   generic load/store per chunk was a tenth of an 8-device step's CPU time):
+   they vectorise. */
 static void tj__reduce_once(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
     double acc[TJ__CHUNK], b[TJ__CHUNK];
     int64_t n = (int64_t)count, c0, c, j;
     int r;
     for (c0 = 0; c0 < n; c0 += c) {
         c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
+        if (dt == TJ_F32) {
+            const float *s0 = (const float *)src[0] + c0;
+            float *o = (float *)dst + c0;
+            for (j = 0; j < c; j++) acc[j] = (double)s0[j];
+            for (r = 1; r < G; r++) {
+                const float *s = (const float *)src[r] + c0;
+                if (op == TJ_REDUCE_MAX)
+                    for (j = 0; j < c; j++) acc[j] = (double)s[j] > acc[j] ? (double)s[j] : acc[j];
+                else
+                    for (j = 0; j < c; j++) acc[j] += (double)s[j];
+            }
+            for (j = 0; j < c; j++) o[j] = (float)acc[j];
+            continue;
+        }
         tj__load_n(src[0], dt, c0, 1, c, acc);
         for (r = 1; r < G; r++) {
             tj__load_n(src[r], dt, c0, 1, c, b);
@@ -10325,6 +10450,17 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
     int64_t n = (int64_t)count, c0, c, j;
     int r;
     if (dst != src[0]) memmove(dst, src[0], count * tj_dtype_size(dt));
+    if (dt == TJ_F32) {
+        float *o = (float *)dst;
+        for (r = 1; r < G; r++) {
+            const float *s = (const float *)src[r];
+            if (op == TJ_REDUCE_MAX)
+                for (j = 0; j < n; j++) o[j] = (float)((double)s[j] > (double)o[j] ? (double)s[j] : (double)o[j]);
+            else
+                for (j = 0; j < n; j++) o[j] = (float)((double)o[j] + (double)s[j]);
+        }
+        return;
+    }
     for (r = 1; r < G; r++)
         for (c0 = 0; c0 < n; c0 += c) {
             c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
@@ -10336,6 +10472,30 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
                 for (j = 0; j < c; j++) acc[j] += b[j];
             tj__store_n(dst, dt, c0, 1, c, acc);
         }
+}
+/* reduce_steps on f32 views: out (contiguous, type ot) = the view of src[0]
+   at element base (src's type it: ot's axes, larger along one), then += the
+   same view of src[r] in rank order; row by row along the innermost axis,
+   each element summed in the same order as tj__reduce_steps does */
+static void tj__reduce_steps_view(int G, const float *const *src, int64_t base, const tj__type *it, const tj__type *ot, float *out, int op) {
+    int64_t ist[TJ_MAXDIM] = {0}, idx[TJ_MAXDIM] = {0}, inner, rows, row, j, off;
+    int r, d, R = ot->rank;
+    tj__strides(it, ist);
+    inner = R ? ot->dim[R - 1] : 1;
+    rows = inner > 0 ? tj__numel(ot) / inner : 0;
+    for (row = 0; row < rows; row++) {
+        float *o = out + row * inner;
+        for (off = base, d = 0; d < R - 1; d++) off += idx[d] * ist[d];
+        memcpy(o, src[0] + off, (size_t)inner * sizeof(float));
+        for (r = 1; r < G; r++) {
+            const float *s = src[r] + off;
+            if (op == TJ_REDUCE_MAX)
+                for (j = 0; j < inner; j++) o[j] = (float)((double)s[j] > (double)o[j] ? (double)s[j] : (double)o[j]);
+            else
+                for (j = 0; j < inner; j++) o[j] = (float)((double)o[j] + (double)s[j]);
+        }
+        for (d = R - 2; d >= 0 && ++idx[d] == ot->dim[d]; d--) idx[d] = 0;
+    }
 }
 static int tj__grow(char **p, size_t *cap, size_t n) {
     char *q;
@@ -10430,8 +10590,19 @@ static const char *tj__cg_src(tj__cgroup *g, int kind, int m, int me, size_t S) 
     }
     return g->rbuf + g->roff[g->ridx[p]] + ((size_t)g->lidx[m] * (size_t)g->nloc + (size_t)g->lidx[me]) * S;
 }
+/* Collectives on a view, for the CPU kernels (the transport interface has
+   only contiguous buffers): an all_gather's output, or a reduce_scatter's
+   input, where the split axis ax is not the outermost. all_gather: rank m's
+   block goes to the view of out at m * (its extent) along ax, straight from
+   the peers' buffers; reduce_scatter (f32, one process): rank me sums the
+   views at me * (its extent) of every rank's input. Neither needs a
+   contiguous copy first. */
+typedef struct {
+    const tj__type *it, *ot; /* one rank's block, the whole output */
+    int ax, nthreads;
+} tj__ct_region;
 static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, void *recv, size_t S, size_t count, tj_dtype dt, int op, int to, int from,
-                       char *err, size_t en) {
+                       char *err, size_t en, const tj__ct_region *reg) {
     tj__chandle *h = (tj__chandle *)comm;
     tj__cgroup *g = h->g;
     tj__ct *ct = (tj__ct *)t->state;
@@ -10459,6 +10630,14 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
     if (!rc) switch (kind) {
         case TJ__AG:
         case TJ__A2A:
+            if (reg) { /* all_gather into a region (reg is given with TJ__AG alone) */
+                int64_t st[TJ_MAXDIM] = {0};
+                tj__strides(reg->ot, st);
+                for (m = 0; m < G; m++)
+                    tj__copy_region(tj__cg_src(g, kind, m, me, S), reg->it, 0, recv, reg->ot, m * reg->it->dim[reg->ax] * st[reg->ax], reg->it->dim,
+                                    reg->nthreads);
+                break;
+            }
             for (m = 0; m < G; m++) {
                 const char *s = tj__cg_src(g, kind, m, me, S);
                 if ((char *)recv + (size_t)m * S != s) memcpy((char *)recv + (size_t)m * S, s, S);
@@ -10466,6 +10645,13 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
             break;
         case TJ__AR:
         case TJ__RS:
+            if (reg) { /* reduce_scatter of views (reg is given with TJ__RS alone) */
+                int64_t ist[TJ_MAXDIM] = {0};
+                tj__strides(reg->it, ist);
+                for (m = 0; m < G; m++) src[m] = g->slot[m].send;
+                tj__reduce_steps_view(G, (const float *const *)src, me * reg->ot->dim[reg->ax] * ist[reg->ax], reg->it, reg->ot, (float *)recv, op);
+                break;
+            }
             for (m = 0; m < G; m++) src[m] = tj__cg_src(g, kind, m, me, S);
             if (kind == TJ__AR) tj__reduce_once(G, src, recv, count, dt, op);
             else tj__reduce_steps(G, src, recv, count, dt, op);
@@ -10482,25 +10668,25 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
 }
 static int tj__ct_all_gather(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__AG, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en);
+    return tj__ct_coll(t, comm, TJ__AG, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en, NULL);
 }
 static int tj__ct_all_reduce(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream, char *err,
                              size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__AR, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en);
+    return tj__ct_coll(t, comm, TJ__AR, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en, NULL);
 }
 static int tj__ct_reduce_scatter(tj_transport *t, void *comm, const void *send, void *recv, size_t count, tj_dtype dt, tj_reduce_op op, void *stream,
                                  char *err, size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__RS, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en);
+    return tj__ct_coll(t, comm, TJ__RS, send, recv, count * tj_dtype_size(dt), count, dt, (int)op, -1, -1, err, en, NULL);
 }
 static int tj__ct_all_to_all(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__A2A, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en);
+    return tj__ct_coll(t, comm, TJ__A2A, send, recv, bytes, 0, TJ_F32, 0, -1, -1, err, en, NULL);
 }
 static int tj__ct_send_recv(tj_transport *t, void *comm, const void *send, int to, void *recv, int from, size_t bytes, void *stream, char *err, size_t en) {
     (void)stream;
-    return tj__ct_coll(t, comm, TJ__PERM, send, recv, bytes, 0, TJ_F32, 0, to, from, err, en);
+    return tj__ct_coll(t, comm, TJ__PERM, send, recv, bytes, 0, TJ_F32, 0, to, from, err, en, NULL);
 }
 static int tj__ct_proc_allgather(tj_transport *t, const void *send, void *recv, size_t bytes, char *err, size_t en) {
     tj__ct *ct = (tj__ct *)t->state;
@@ -11224,8 +11410,16 @@ static int64_t tj__coll_scratch(const tj_node *n) {
    group handles (the backend's transport on device buffers, which meets in
    the threads transport's groups), and `stream` is passed on (the device's
    compute stream; NULL on the CPU). */
+static int tj__coll_call_reg(tj__kern *k, tj_transport *over, void *stream, int kind, const void *send, void *recv, size_t bytes, size_t count, int to,
+                             int from, const tj__ct_region *reg);
 static int tj__coll_call_on(tj__kern *k, tj_transport *over, void *stream, int kind, const void *send, void *recv, size_t bytes, size_t count, int to,
                             int from) {
+    return tj__coll_call_reg(k, over, stream, kind, send, recv, bytes, count, to, from, NULL);
+}
+/* the same; reg (a collective on views on the threads transport,
+   tj__on_views): no contiguous copy */
+static int tj__coll_call_reg(tj__kern *k, tj_transport *over, void *stream, int kind, const void *send, void *recv, size_t bytes, size_t count, int to,
+                             int from, const tj__ct_region *reg) {
     tj_ctx *c = k->ctx;
     tj_node *n = k->n;
     struct tj__procs *P = c->procs;
@@ -11249,9 +11443,15 @@ static int tj__coll_call_on(tj__kern *k, tj_transport *over, void *stream, int k
             tj__inside[k->dev] = 1;
         }
         switch (kind) {
-        case TJ__AG: rc = t->all_gather(t, comm, send, recv, bytes, stream, e, sizeof e); break;
+        case TJ__AG:
+            rc = reg ? tj__ct_coll(t, comm, TJ__AG, send, recv, bytes, 0, TJ_F32, 0, -1, -1, e, sizeof e, reg)
+                     : t->all_gather(t, comm, send, recv, bytes, stream, e, sizeof e);
+            break;
         case TJ__AR: rc = t->all_reduce(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e); break;
-        case TJ__RS: rc = t->reduce_scatter(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e); break;
+        case TJ__RS:
+            rc = reg ? tj__ct_coll(t, comm, TJ__RS, send, recv, count * tj_dtype_size(k->ot.dt), count, k->ot.dt, (int)op, -1, -1, e, sizeof e, reg)
+                     : t->reduce_scatter(t, comm, send, recv, count, k->ot.dt, op, stream, e, sizeof e);
+            break;
         case TJ__A2A: rc = t->all_to_all(t, comm, send, recv, bytes, stream, e, sizeof e); break;
         default: rc = t->send_recv(t, comm, send, to, recv, from, bytes, stream, e, sizeof e); break;
         }
@@ -11270,12 +11470,34 @@ static int tj__coll_call_on(tj__kern *k, tj_transport *over, void *stream, int k
 static int tj__coll_call(tj__kern *k, int kind, const void *send, void *recv, size_t bytes, size_t count, int to, int from) {
     return tj__coll_call_on(k, NULL, NULL, kind, send, recv, bytes, count, to, from);
 }
+/* can this CPU collective work on views (tj__ct_region): the threads
+   transport (every CPU run, simulated devices and process mode alike);
+   a reduce_scatter also needs f32 and one process (the wire packs
+   contiguous blocks) */
+static int tj__on_views(const tj__kern *k, int kind) {
+    struct tj__procs *P = k->ctx->procs;
+    if (!P || !P->t || P->t->all_gather != tj__ct_all_gather) return 0;
+    return kind == TJ__AG || (k->ot.dt == TJ_F32 && P->nprocs <= 1);
+}
+static tj__ct_region tj__region_of(const tj__kern *k, int ax) {
+    tj__ct_region reg;
+    reg.it = k->it[0];
+    reg.ot = &k->ot;
+    reg.ax = ax;
+    reg.nthreads = k->nthreads;
+    return reg;
+}
 static void tj__k_all_gather(tj__kern *k) {
     unsigned m = k->n->a.mesh;
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(&k->ot, ax);
     size_t S = (size_t)tj__bytes(k->it[0]);
     char *recv = direct ? (char *)k->out : (char *)k->scratch;
     int64_t st[TJ_MAXDIM] = {0};
+    if (!direct && tj__on_views(k, TJ__AG)) { /* no contiguous copy (the scratch stays unused) */
+        tj__ct_region reg = tj__region_of(k, ax);
+        tj__coll_call_reg(k, NULL, NULL, TJ__AG, k->in[0], k->out, S, 0, -1, -1, &reg);
+        return;
+    }
     if (tj__coll_call(k, TJ__AG, k->in[0], recv, S, 0, -1, -1) || direct) return;
     tj__strides(&k->ot, st);
     for (r = 0; r < G; r++) tj__copy_region(recv + (size_t)r * S, k->it[0], 0, k->out, &k->ot, r * k->it[0]->dim[ax] * st[ax], k->it[0]->dim, k->nthreads);
@@ -11289,6 +11511,11 @@ static void tj__k_reduce_scatter(tj__kern *k) {
     int G = tj__mesh_count(k->ctx, m), r, ax = tj__axis_index(&k->ot, k->n->a.axis), direct = tj__outer(k->it[0], ax);
     int64_t ist[TJ_MAXDIM] = {0}, n = tj__numel(&k->ot);
     const void *send = direct ? k->in[0] : k->scratch;
+    if (!direct && tj__on_views(k, TJ__RS)) { /* no contiguous copy (the scratch stays unused) */
+        tj__ct_region reg = tj__region_of(k, ax);
+        tj__coll_call_reg(k, NULL, NULL, TJ__RS, k->in[0], k->out, (size_t)tj__bytes(&k->ot), (size_t)n, -1, -1, &reg);
+        return;
+    }
     tj__strides(k->it[0], ist);
     if (!direct) /* block r (rank r's part of axis ax) contiguous at r * n */
         for (r = 0; r < G; r++) tj__copy_region(k->in[0], k->it[0], r * k->ot.dim[ax] * ist[ax], k->scratch, &k->ot, r * n, k->ot.dim, k->nthreads);
@@ -11671,7 +11898,7 @@ static tj_status tj__arenas(tj__devrun *r) {
                              s ? "host" : "device", r->dev);
                     return r->st = TJ_ERR_OOM;
                 }
-                tj__count(c, 1, p->arena_bytes[s]);
+                tj__count(c, 1, r->dev, p->arena_bytes[s]);
             }
             r->arena[s] = c->backend ? (char *)*raw : (char *)(((uintptr_t)*raw + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
         }
@@ -12224,7 +12451,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
             if (p->arena_raw[i][s]) { /* to the backend that made it, even after a tj_set_backend */
                 if (p->backend) p->backend->free(p->backend, -1, s, p->arena_raw[i][s]);
                 else TJ_FREE(p->arena_raw[i][s]);
-                tj__count(p->ctx, 1, -p->arena_bytes[s]);
+                tj__count(p->ctx, 1, i, -p->arena_bytes[s]);
             }
     tj__graph_free(p->g);
     for (i = 0; i < p->nout; i++) TJ_FREE(p->out_names[i]);
@@ -12565,7 +12792,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             for (dv = 0; dv < args[i]->ndev; dv++) {
                 if (!args[i]->raw[dv]) continue; /* another process's device */
                 tj__mem_free(c, TJ_SPACE_DEVICE, args[i]->raw[dv]);
-                tj__count(c, 0, -args[i]->local_bytes);
+                tj__count(c, 0, dv, -args[i]->local_bytes);
                 args[i]->raw[dv] = args[i]->data[dv] = NULL;
             }
             args[i]->deleted = 1;

@@ -122,6 +122,7 @@ typedef struct {
     const char *auto_note; /* --remat auto: what it chose and why        */
     double auto_budget;    /* --remat auto: the budget, bytes per device */
     double auto_peak;      /* --remat auto: everything's planned peak     */
+    double init_ms, compile_ms; /* start-up: the init program (compile + run), the step and eval compiles */
 } gpt2_trainer;
 
 /* --remat auto's budget when --memory-budget is not given, bytes per
@@ -180,6 +181,8 @@ static tj_tree *gpt2_param_refs(gpt2_trainer *tr) {
     return t;
 }
 
+static double now_ms(void); /* below, with the timers */
+
 /* Make the context, mesh, programs and the initial state. mesh NULL or ""
    for one device. backend NULL: the CPU (or TJ_BACKEND); else every array
    and run of the trainer lives there (tj_cuda_backend: --cuda), and the
@@ -220,11 +223,18 @@ static int gpt2_trainer_init_at(gpt2_trainer *tr, const gpt2_config *cfg, int de
         return 1;
     }
     /* init */
+    tr->init_ms = now_ms();
     empty = tj_tree_new(tr->ctx);
     tr->state = tj_tree_new(tr->ctx);
     tr->init = tj_jit(tr->ctx, "gpt2_init", gpt2_init_fn, &tr->cfg, empty, NULL);
     if (!tr->init || tj_run(tr->init, empty, tr->state)) { tj_tree_free(empty); return gpt2_fail(tr, "init"); }
     tj_tree_free(empty);
+    /* run once: its temp arena (the size of the largest parameter) would
+       otherwise stay allocated beside the step's, outside the step's plan */
+    tj_prog_free(tr->init);
+    tr->init = NULL;
+    tr->init_ms = now_ms() - tr->init_ms;
+    tr->compile_ms = now_ms();
     /* example inputs for the step */
     zeros = (int32_t *)calloc((size_t)tr->cfg.accum * (size_t)tr->cfg.B * (size_t)tr->cfg.T, sizeof(int32_t));
     if (!zeros) return 1;
@@ -258,6 +268,7 @@ static int gpt2_trainer_init_at(gpt2_trainer *tr, const gpt2_config *cfg, int de
     tj_tree_free(out);
     free(zeros);
     if (!tr->eval) return gpt2_fail(tr, "jit eval");
+    tr->compile_ms = now_ms() - tr->compile_ms;
     return 0;
 }
 static int gpt2_trainer_init_on(gpt2_trainer *tr, const gpt2_config *cfg, int devices, const char *mesh, int threads, tj_backend *backend) {
@@ -1013,7 +1024,9 @@ static void usage(void) {
         "                      a flag that disagrees is an error; with --steps 0 it only samples\n"
         "benchmark\n"
         "  --bench             GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocab 50304,\n"
-        "                      B=4, T=64, f32, one device, all cores): median ms/step\n"
+        "                      B=4, T=64, f32, one device unless --devices / --mesh, all\n"
+        "                      cores): init and compile time, median ms/step, %% of the\n"
+        "                      measured FP32 peak, top 10 ops, memory plan vs allocated\n"
         "                      --bench --cuda: on GPU 0 at B=16, T=1024 (--batch, --context,\n"
         "                      --bf16, --remat apply): ms/step, tokens/s and MFU against the\n"
         "                      card's dense peak (GPT2_PEAK_TFLOPS=X for a card not known)\n"
@@ -1489,20 +1502,50 @@ static void print_profile(const tj_event *ev, int n, int by_line, int top) {
 }
 
 /* --bench: GPT-2 124M steps on random tokens; the CPU at B=4 T=64, --cuda
-   on GPU 0 at B=16 T=1024 (--batch, --context override). Prints ms/step
-   (median, best, worst), tokens/s, and on a GPU the model FLOP utilisation
-   against the card's dense peak: model FLOPs per token 6 N + 12 L C T
-   (N the parameters without the position table; PaLM's count, as nanoGPT
-   and llm.c report it: no recompute), and the cost model's count of what
-   the step actually computes (with the remat policy's recompute). */
+   on GPU 0 at B=16 T=1024 (--batch, --context override); one device unless
+   --devices / --mesh are given (simulated devices share the cores). Prints
+   start-up (init and compile apart), ms/step (median, best, worst), CPU
+   time per step (user, system: thread synchronisation shows as system
+   time), tokens/s, GFLOP/s by the cost model against this machine's
+   measured FP32 FMA peak (CPU) or MFU against the card's dense peak
+   (--cuda: model FLOPs per token 6 N + 12 L C T, N the parameters without
+   the position table; PaLM's count, as nanoGPT and llm.c report it: no
+   recompute), the ops of one profiled step (top 10; --trace FILE: also by
+   source line, and the trace), and each device's memory plan next to what
+   it really allocated. Lines starting "figure:" are for ./build.sh bench's
+   table: name; value; target; unit. */
+#include <sys/resource.h>
+#include "bench_peak.h"
+static double bench_cpu_s(int sys) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru)) return 0;
+    return sys ? ru.ru_stime.tv_sec + 1e-6 * ru.ru_stime.tv_usec : ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec;
+}
+/* resident set size now and at most (VmRSS, VmHWM of /proc/self/status), bytes; 0 where unknown */
+static void bench_rss(double *now, double *hwm) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    *now = *hwm = 0;
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "VmRSS:", 6)) *now = atof(line + 6) * 1024;
+        if (!strncmp(line, "VmHWM:", 6)) *hwm = atof(line + 6) * 1024;
+    }
+    fclose(f);
+}
 static int run_bench(gpt2_args *a) {
     gpt2_config c = a->cfg;
     gpt2_trainer tr;
     int32_t *x, *y;
-    double *ms, t0, peak = 0;
-    int i, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2, ntok, rc = 0;
+    double *ms, t0, peak = 0, cpu_peak = 0, u0 = 0, s0 = 0, u1 = 0, s1 = 0;
+    int i, d, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2, ntok, rc = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    /* one device unless --devices / --mesh are given; threads as training uses them */
+    int ndev = a->devices_set || a->mesh_set ? a->devices : 1;
+    int threads = a->threads > 0 ? a->threads : (int)(ncpu / ndev > 0 ? ncpu / ndev : 1);
     tj_backend *gpu = NULL;
+    tj_memory_analysis plan;
+    tj_alloc_stats st;
     char card[300] = "";
     c.L = 12; c.H = 12; c.C = 768; c.M = 3072; c.V = 50304; c.V_real = 50257; c.block = 1024;
     c.T = a->context_set ? a->cfg.T : a->cuda ? 1024 : 64;
@@ -1514,48 +1557,65 @@ static int run_bench(gpt2_args *a) {
         if (!(gpu = gpt2_gpu_open(card, sizeof card))) return 1;
         peak = gpt2_peak_tflops(card, c.bf16, gpt2_tf32_on());
     }
-    printf("bench: GPT-2 124M shape: %lld params, L=%d H=%d C=%d V=%d (50257 padded), B=%d T=%d, accum %d, %s, 1 device, %s, remat %s\n",
+    printf("bench: GPT-2 124M shape: %lld params, L=%d H=%d C=%d V=%d (50257 padded), B=%d T=%d, accum %d, %s, %d device%s%s%s, %s, remat %s\n",
            (long long)gpt2_num_params(&c), c.L, c.H, c.C, c.V, c.B, c.T, c.accum,
-           c.bf16 ? "bf16 compute" : gpu && gpt2_tf32_on() ? "f32 (TF32 dots: TJ_CUDA_TF32=1)" : "f32", gpu ? card : "CPU", remat_names[c.remat]);
-    if (!gpu) printf("bench: %ld threads\n", ncpu);
-    t0 = now_ms();
-    if (gpt2_trainer_init_on(&tr, &c, 1, NULL, a->threads > 0 ? a->threads : (int)ncpu, gpu)) {
+           c.bf16 ? "bf16 compute" : gpu && gpt2_tf32_on() ? "f32 (TF32 dots: TJ_CUDA_TF32=1)" : "f32", ndev, ndev > 1 ? "s (mesh " : "",
+           ndev > 1 ? a->mesh : "", ndev > 1 ? ")" : "", gpu ? card : "CPU", remat_names[c.remat]);
+    if (!gpu) {
+        cpu_peak = bench_peak_gflops((int)ncpu);
+        printf("bench: %d thread%s per device, %ld cores; FP32 peak %.1f GFLOP/s measured (independent FMA chains, %ld threads)\n", threads,
+               threads > 1 ? "s" : "", ncpu, cpu_peak, ncpu);
+    }
+    if (gpt2_trainer_init_on(&tr, &c, ndev, ndev > 1 ? a->mesh : NULL, threads, gpu)) {
         gpt2_gpu_close(gpu);
         return 1;
     }
-    printf("bench: init + compile %.0f ms; step program: %.1f GFLOP/step (cost model), temp %.1f MB, peak %.1f MB\n", now_ms() - t0,
-           tj_prog_flops(tr.step) * 1e-9, tj_prog_memory(tr.step).temp_bytes / 1e6, tj_prog_memory(tr.step).peak_bytes / 1e6);
+    plan = tj_prog_memory(tr.step);
+    printf("bench: init %.0f ms (random init of the params, zero optimizer state: the init program's compile and run); compile %.0f ms "
+           "(the training step and eval); step program: %.1f GFLOP/step (cost model), temp %.1f MB, peak %.1f MB per device\n",
+           tr.init_ms, tr.compile_ms, tj_prog_flops(tr.step) * 1e-9, plan.temp_bytes / 1e6, plan.peak_bytes / 1e6);
+    printf("figure: init; %.0f; 500; ms\nfigure: compile; %.0f; 200; ms\n", tr.init_ms, tr.compile_ms);
     if (tr.auto_note)
         printf("bench: remat auto: %s (saving everything: planned peak %.0f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
                tr.auto_budget / 1e6);
     x = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     y = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     ms = (double *)malloc(sizeof(double) * (size_t)(n + warm));
-    for (i = 0; i < n + warm + (a->trace ? 1 : 0); i++) {
-        int k, prof = i == n + warm; /* --trace: one more step, profiled, not timed */
+    if (!x || !y || !ms) {
+        fprintf(stderr, "gpt2_train: --bench: out of memory\n");
+        rc = 1;
+    }
+    tj_reset_alloc_peaks(tr.ctx); /* the step's runs apart from init and compile */
+    for (i = 0; !rc && i < n + warm + 1; i++) {
+        int k, prof = i == n + warm; /* one more step, profiled, not timed */
         float loss;
         for (k = 0; k < ntok; k++) {
             x[k] = (int32_t)(mix64((uint64_t)(i * 100003 + k)) % 50257u);
             y[k] = (int32_t)(mix64((uint64_t)(i * 100003 + k) ^ 0xabcdefull) % 50257u);
         }
-        if (prof) tj_set_profile(tr.ctx, 1);
+        if (i == warm) { u0 = bench_cpu_s(0); s0 = bench_cpu_s(1); }
+        if (prof) {
+            u1 = bench_cpu_s(0);
+            s1 = bench_cpu_s(1);
+            tj_set_profile(tr.ctx, 1);
+        }
         t0 = now_ms();
         loss = gpt2_train_step(&tr, x, y, 1e-4);
         if (prof) {
             int ne = tj_prog_events(tr.step, NULL, 0);
             tj_event *ev = (tj_event *)malloc(sizeof(tj_event) * (size_t)(ne > 0 ? ne : 1));
             tj_set_profile(tr.ctx, 0);
-            printf("bench: profiled step: %.1f ms%s\n", now_ms() - t0, gpu ? " (the times below are the GPU's, from CUDA events)" : "");
+            printf("bench: a profiled step (not timed above): %.1f ms%s\n", now_ms() - t0, gpu ? " (the times below are the GPU's, from CUDA events)" : "");
             if (ev) {
                 ne = tj_prog_events(tr.step, ev, ne);
-                print_profile(ev, ne, 0, 15);
-                print_profile(ev, ne, 1, 25);
+                print_profile(ev, ne, 0, 10);
+                if (a->trace) print_profile(ev, ne, 1, 25);
                 free(ev);
             }
-            if (tj_prog_write_trace(tr.step, a->trace)) {
+            if (a->trace && tj_prog_write_trace(tr.step, a->trace)) {
                 fprintf(stderr, "gpt2_train: --trace: %s\n", tj_error(tr.ctx));
                 rc = 1;
-            } else printf("trace: %s (open in ui.perfetto.dev)\n", a->trace);
+            } else if (a->trace) printf("trace: %s (open in ui.perfetto.dev)\n", a->trace);
             break;
         }
         ms[i] = now_ms() - t0;
@@ -1564,12 +1624,19 @@ static int run_bench(gpt2_args *a) {
         fflush(stdout);
     }
     if (!rc) {
-        double med, fl = tj_prog_flops(tr.step), nparam = (double)gpt2_num_params(&c) - (double)c.block * c.C;
+        double med, fl = tj_prog_flops(tr.step), nparam = (double)gpt2_num_params(&c) - (double)c.block * c.C, sum = 0, rss, hwm, worst = 0;
         double model = (6.0 * nparam + 12.0 * c.L * c.C * c.T) * ntok; /* model FLOPs of one step */
+        for (i = warm; i < warm + n; i++) sum += ms[i];
         qsort(ms + warm, (size_t)n, sizeof(double), cmp_double);
         med = n % 2 ? ms[warm + n / 2] : 0.5 * (ms[warm + n / 2 - 1] + ms[warm + n / 2]);
-        printf("bench: median %.1f ms/step (best %.1f, worst %.1f) over %d steps, %.0f tokens/s, %.1f GFLOP/s by the cost model\n", med, ms[warm],
+        printf("bench: median %.1f ms/step (best %.1f, worst %.1f) over %d steps, %.0f tokens/s, %.1f GFLOP/s by the cost model", med, ms[warm],
                ms[warm + n - 1], n, ntok / (med * 1e-3), fl * 1e-9 / (med * 1e-3));
+        if (cpu_peak > 0) printf(" = %.1f%% of the measured FP32 peak", 100 * fl * 1e-9 / (med * 1e-3) / cpu_peak);
+        printf("\n");
+        printf("bench: CPU time per step: %.0f ms user, %.0f ms system (%.2f of %ld cores busy)\n", (u1 - u0) / n * 1e3, (s1 - s0) / n * 1e3,
+               ((u1 - u0) + (s1 - s0)) / (sum * 1e-3), ncpu);
+        if (ndev == 1) printf("figure: %s step; %.1f; %d; ms\n", c.bf16 ? "bf16" : "f32", med, c.bf16 ? 900 : 1300);
+        else printf("figure: step on %d devices; %.1f; ; ms\n", ndev, med);
         if (gpu && peak > 0)
             printf("bench: MFU %.1f%% (%.1f TFLOP/s of model FLOPs, %.2f TFLOP/step = 6 N + 12 L C T per token) against %s's %.0f TFLOP/s dense %s; "
                    "%.1f%% by the cost model (%.2f TFLOP/step, recompute included)\n",
@@ -1578,6 +1645,24 @@ static int run_bench(gpt2_args *a) {
         else if (gpu)
             printf("bench: %.1f TFLOP/s of model FLOPs (6 N + 12 L C T per token); no peak known for %s: set GPT2_PEAK_TFLOPS for an MFU\n",
                    model / (med * 1e-3) * 1e-12, card);
+        /* memory: the plan (arguments + outputs + temp arena - donated, per
+           device) next to the library's allocator counts over the steps
+           above (arrays + arenas of each device, most at one time), and the
+           process's resident set against the plan of all devices */
+        st = tj_get_alloc_stats(tr.ctx);
+        bench_rss(&rss, &hwm);
+        printf("bench: memory per device: plan %.2f MB (arguments %.2f + outputs %.2f + temp %.2f - donated %.2f); allocated at most:\n", plan.peak_bytes / 1e6,
+               plan.argument_bytes / 1e6, plan.output_bytes / 1e6, plan.temp_bytes / 1e6, plan.alias_bytes / 1e6);
+        for (d = 0; d < ndev; d++) {
+            double r = plan.peak_bytes > 0 ? (double)st.device_peak_bytes[d] / (double)plan.peak_bytes : 0;
+            printf("  device %d: %.2f MB = %.4f x plan\n", d, st.device_peak_bytes[d] / 1e6, r);
+            if (r > worst) worst = r;
+        }
+        printf("figure: measured peak / plan; %.4f; 1.00; x\n", worst);
+        if (!gpu)
+            printf("bench: resident set %.1f MB now, %.1f MB at most: %+.1f MB beside the %d devices' plans (%.1f MB); the rest is the program, the "
+                   "matmul pack buffers and the allocator's own\n",
+                   rss / 1e6, hwm / 1e6, (hwm - (double)plan.peak_bytes * ndev) / 1e6, ndev, (double)plan.peak_bytes * ndev / 1e6);
     }
     free(x);
     free(y);
