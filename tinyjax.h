@@ -4382,15 +4382,19 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
     return n;
 }
 static int64_t tj__global_index(const tj__kern *k, int64_t i);
-static void tj__k_fill(tj__kern *k) {
-    int64_t i, m = tj__numel(&k->ot);
+/* on all threads: a large fill (the optimizer state's zeros) costs mostly
+   the first touch of fresh pages, which the kernel serves per thread */
+static void tj__fill_part(const void *arg, int part, int nparts) {
+    const tj__kern *k = (const tj__kern *)arg;
+    int64_t m = tj__numel(&k->ot), i = m * part / nparts, hi = m * (part + 1) / nparts;
     double v = k->n->a.s;
     if (k->ot.dt == TJ_F32) {
         float fv = (float)v, *o = (float *)k->out;
-        for (i = 0; i < m; i++) o[i] = fv;
+        for (; i < hi; i++) o[i] = fv;
     } else
-        for (i = 0; i < m; i++) tj__st(k->out, k->ot.dt, i, v);
+        for (; i < hi; i++) tj__st(k->out, k->ot.dt, i, v);
 }
+static void tj__k_fill(tj__kern *k) { tj__parallel(tj__nparts(tj__numel(&k->ot), k->nthreads), tj__fill_part, k); }
 static void tj__k_arange(tj__kern *k) {
     int64_t st[TJ_MAXDIM], i, m = tj__numel(&k->ot);
     int ax = tj__axis_index(&k->ot, k->n->a.axis);
@@ -10445,22 +10449,36 @@ static void tj__reduce_once(int G, const void *const *src, void *dst, size_t cou
         tj__store_n(dst, dt, c0, 1, c, acc);
     }
 }
+/* o[0..c) = s[0] op s[1] op ... op s[G-1], left to right, each step rounded
+   to f32: the float add (max) gives the bits of the double one rounded to
+   f32 (see [5]'s chunks), in one pass over o however many ranks there are */
+static void tj__reduce_f32_run(int G, const float *const *s, int64_t off, float *o, int64_t c, int op) {
+    int64_t j;
+    int r;
+    if (G < 2) {
+        if (o != s[0] + off) memmove(o, s[0] + off, (size_t)c * sizeof(float));
+        return;
+    }
+    for (r = 1; r < G; r++) {
+        const float *a = r == 1 ? s[0] + off : o, *b = s[r] + off;
+        if (op == TJ_REDUCE_MAX)
+            for (j = 0; j < c; j++) o[j] = b[j] > a[j] ? b[j] : a[j];
+        else
+            for (j = 0; j < c; j++) o[j] = a[j] + b[j];
+    }
+}
 static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
     double acc[TJ__CHUNK], b[TJ__CHUNK];
     int64_t n = (int64_t)count, c0, c, j;
     int r;
-    if (dst != src[0]) memmove(dst, src[0], count * tj_dtype_size(dt));
-    if (dt == TJ_F32) {
-        float *o = (float *)dst;
-        for (r = 1; r < G; r++) {
-            const float *s = (const float *)src[r];
-            if (op == TJ_REDUCE_MAX)
-                for (j = 0; j < n; j++) o[j] = (float)((double)s[j] > (double)o[j] ? (double)s[j] : (double)o[j]);
-            else
-                for (j = 0; j < n; j++) o[j] = (float)((double)o[j] + (double)s[j]);
+    if (dt == TJ_F32) { /* chunk by chunk: each chunk of dst stays in cache across the G steps */
+        for (c0 = 0; c0 < n; c0 += c) {
+            c = n - c0 < TJ__CHUNK * 4 ? n - c0 : TJ__CHUNK * 4;
+            tj__reduce_f32_run(G, (const float *const *)src, c0, (float *)dst + c0, c, op);
         }
         return;
     }
+    if (dst != src[0]) memmove(dst, src[0], count * tj_dtype_size(dt));
     for (r = 1; r < G; r++)
         for (c0 = 0; c0 < n; c0 += c) {
             c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
@@ -10478,22 +10496,15 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
    same view of src[r] in rank order; row by row along the innermost axis,
    each element summed in the same order as tj__reduce_steps does */
 static void tj__reduce_steps_view(int G, const float *const *src, int64_t base, const tj__type *it, const tj__type *ot, float *out, int op) {
-    int64_t ist[TJ_MAXDIM] = {0}, idx[TJ_MAXDIM] = {0}, inner, rows, row, j, off;
-    int r, d, R = ot->rank;
+    int64_t ist[TJ_MAXDIM] = {0}, idx[TJ_MAXDIM] = {0}, inner, rows, row, off;
+    int d, R = ot->rank;
     tj__strides(it, ist);
     inner = R ? ot->dim[R - 1] : 1;
     rows = inner > 0 ? tj__numel(ot) / inner : 0;
     for (row = 0; row < rows; row++) {
         float *o = out + row * inner;
         for (off = base, d = 0; d < R - 1; d++) off += idx[d] * ist[d];
-        memcpy(o, src[0] + off, (size_t)inner * sizeof(float));
-        for (r = 1; r < G; r++) {
-            const float *s = src[r] + off;
-            if (op == TJ_REDUCE_MAX)
-                for (j = 0; j < inner; j++) o[j] = (float)((double)s[j] > (double)o[j] ? (double)s[j] : (double)o[j]);
-            else
-                for (j = 0; j < inner; j++) o[j] = (float)((double)o[j] + (double)s[j]);
-        }
+        tj__reduce_f32_run(G, src, off, o, inner, op);
         for (d = R - 2; d >= 0 && ++idx[d] == ot->dim[d]; d--) idx[d] = 0;
     }
 }
