@@ -2673,7 +2673,7 @@ static void tjc_state_free(tjc_state *s) {
     for (i = 0; i < s->capmark; i++) cudaEventDestroy(s->mark[i]);
     TJ_FREE(s->mark);
     if (s->copy) cudaStreamDestroy(s->copy);
-    if (s->d_csr) cudaFree(s->d_csr); /* stream-ordered memory; the stream is idle */
+    if (s->d_csr) cudaFreeAsync(s->d_csr, s->compute); /* stream-ordered, as it was allocated */
     tjc_ftab_free(s->fused);
     if (s->compute) cudaStreamDestroy(s->compute);
     TJ_FREE(s);
