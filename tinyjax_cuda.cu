@@ -51,6 +51,7 @@
 #define TINYJAX_IMPLEMENTATION
 #include "tinyjax.h"
 
+#include <cub/device/device_radix_sort.cuh>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -95,8 +96,8 @@ typedef struct {
     unsigned long long *d_errpos; /* the slot kernels write now (d_chk + 2 i) */
     tjc_check chk[TJC_NCHECK];
     int nchk;
-    void *h_csr, *d_csr;       /* scatter_add's index lists (host, device)   */
-    size_t csr_cap;            /* bytes of each                              */
+    void *d_csr;               /* scatter_add's sort and index lists (tjc_csr_layout), */
+    size_t csr_cap;            /* bytes; grown on the compute stream, never shrunk */
     struct tjc_ftab *fused;    /* fused-group programs on the device (tjc_fused) */
     /* an error the interface could not return (a failed copy); this
        device's next sync reports it */
@@ -803,7 +804,7 @@ __device__ __forceinline__ double tjc_round(double v, int dt) {
 /* scatter_add, the transpose of take: out [pre, V, post] = sum of g [pre, ni,
    post] over the positions j with idx[j] == v. Deterministic: one thread per
    output element adds its rows in increasing j (order[start[v] ..
-   start[v+1]), a stable counting sort of the indices made on the host), and
+   start[v+1]), the index lists tjc_scatter_add sorts on the device), and
    rounds to the output dtype after each add, as the CPU kernel does; every
    element is written once (no atomics, no read-modify-write of a bf16
    neighbour past the buffer). */
@@ -816,6 +817,50 @@ __global__ void tjc_k_scatter_add(const void *g, int gdt, void *out, int odt, co
         for (int64_t r = start[v]; r < start[v + 1]; r++) acc = tjc_round(acc + tjc_ld<double>(g, gdt, (p * ni + order[r]) * post + e), odt);
         tjc_st<double>(out, odt, i, acc);
     }
+}
+/* ---- scatter_add's index lists, sorted on the device ----
+   Each position j gets a sort key: its index if in [0, V), else one "bad"
+   key above every good one, so out-of-range positions sort past start[V]
+   and the kernel above never reads them. A stable radix sort of (key, j)
+   over the key's low tjc_csr_bits(V) bits (CUB's, on the compute stream)
+   gives order[]: the positions grouped by index, in increasing j within
+   one index, as a stable counting sort would. start[v] is the lower bound
+   of v in the sorted keys. These helpers are shared by the kernels and by
+   tj_cuda_scatter_csr_host, which tests the same steps on the CPU. */
+__host__ __device__ __forceinline__ unsigned tjc_csr_bad(int64_t V) { return V < ((int64_t)1 << 31) ? (unsigned)V : 1u << 31; }
+__host__ __device__ __forceinline__ unsigned tjc_csr_key(int32_t v, int64_t V) { return v >= 0 && v < V ? (unsigned)v : tjc_csr_bad(V); }
+/* key bits the sort must look at: enough for the bad key, at least one */
+static int tjc_csr_bits(int64_t V) {
+    unsigned bad = tjc_csr_bad(V);
+    int bits = 1;
+    while (bits < 32 && (bad >> bits)) bits++;
+    return bits;
+}
+/* the first r in sorted keys[0, n) with keys[r] >= v (values past the bad
+   key, possible only when V > 2^31, stop at the bad keys too) */
+__host__ __device__ __forceinline__ int64_t tjc_csr_lower(const unsigned *keys, int64_t n, int64_t v, int64_t V) {
+    int64_t lo = 0, hi = n, b = tjc_csr_bad(V);
+    if (v > b) v = b;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if ((int64_t)keys[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+/* keys and positions to sort; the first bad position into the check slot */
+__global__ void tjc_k_csr_keys(const int32_t *idx, int64_t ni, int64_t V, unsigned *keys, int64_t *pos, unsigned long long *errpos) {
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < ni; j += (int64_t)gridDim.x * blockDim.x) {
+        int32_t v = idx[j];
+        keys[j] = tjc_csr_key(v, V);
+        pos[j] = j;
+        if (v < 0 || v >= V) atomicMin(errpos, (unsigned long long)j);
+    }
+}
+/* start[v] for v in [0, V] from the sorted keys */
+__global__ void tjc_k_csr_start(const unsigned *sorted, int64_t ni, int64_t V, int64_t *start) {
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v <= V; v += (int64_t)gridDim.x * blockDim.x)
+        start[v] = tjc_csr_lower(sorted, ni, v, V);
 }
 /* one_hot: out[j, v] = idx[j] == v */
 __global__ void tjc_k_one_hot(const int32_t *idx, void *out, int dt, int64_t n, int64_t V) {
@@ -1117,55 +1162,102 @@ static int tjc_index_check(tjc_state *s, tj__kern *k, const int32_t *idx, int64_
     c->line = k->n->line;
     return 0;
 }
-/* scatter_add: the indices come to the host (the CPU's range check, word
-   for word), a stable counting sort groups their positions by value, and
-   the kernel sums each output element's rows in that order */
+/* scatter_add without a host wait: keys (checking the range into a slot
+   of the index-check table, as take does), CUB's stable radix sort, start[]
+   by lower bound, then the sum, all on the compute stream. The buffers
+   live in one grow-only device block per mesh device (s->d_csr), offsets
+   by tjc_csr_layout; it is not in the memory plan or tj_alloc_stats (like
+   the check table and the fused-group programs, it is backend-private).
+   Not yet run on a GPU: it compiles with -Werror, and the index logic runs
+   on the CPU in tj_cuda_scatter_csr_host (tests/test_cuda.cu compares it
+   with a counting sort). */
+typedef struct {
+    size_t order, pos, keys, sorted, temp, total; /* byte offsets; start[] at 0 */
+} tjc_csr_at;
+static size_t tjc_up256(size_t b) { return (b + 255) & ~(size_t)255; }
+static tjc_csr_at tjc_csr_layout(int64_t V, int64_t ni, size_t temp_bytes) {
+    tjc_csr_at L;
+    L.order = tjc_up256(sizeof(int64_t) * (size_t)(V + 1));
+    L.pos = L.order + tjc_up256(sizeof(int64_t) * (size_t)ni);
+    L.keys = L.pos + tjc_up256(sizeof(int64_t) * (size_t)ni);
+    L.sorted = L.keys + tjc_up256(sizeof(unsigned) * (size_t)ni);
+    L.temp = L.sorted + tjc_up256(sizeof(unsigned) * (size_t)ni);
+    L.total = L.temp + tjc_up256(temp_bytes);
+    return L;
+}
 static int tjc_scatter_add(tjc_state *s, tj__kern *k, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni) {
-    size_t need = sizeof(int64_t) * (size_t)(V + 1 + ni) + sizeof(int32_t) * (size_t)ni;
-    int64_t *start, *order, j;
-    int32_t *hidx;
-    if (need > s->csr_cap) {
-        void *h = TJ_REALLOC(s->h_csr, need), *d = NULL;
-        if (!h) return tjc_fail(k, "out of host memory for %zu bytes of index lists", need);
-        s->h_csr = h;
-        if (s->d_csr) TJC_CUDA(k, cudaFree(s->d_csr));
+    int bits = tjc_csr_bits(V);
+    size_t temp_bytes = 0;
+    tjc_csr_at L;
+    char *d;
+    int64_t n = pre * V * post;
+    if (ni > 0) /* a size query: nothing runs */
+        TJC_CUDA(k, cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const unsigned *)NULL, (unsigned *)NULL, (const int64_t *)NULL, (int64_t *)NULL,
+                                                    ni, 0, bits, s->compute));
+    L = tjc_csr_layout(V, ni, temp_bytes);
+    if (L.total > s->csr_cap) { /* stream-ordered: after the kernels that used the old block */
+        void *nd = NULL;
+        if (s->d_csr) TJC_CUDA(k, cudaFreeAsync(s->d_csr, s->compute));
         s->d_csr = NULL;
         s->csr_cap = 0;
-        TJC_CUDA(k, cudaMalloc(&d, need));
-        s->d_csr = d;
-        s->csr_cap = need;
+        TJC_CUDA(k, cudaMallocAsync(&nd, L.total, s->compute));
+        s->d_csr = nd;
+        s->csr_cap = L.total;
     }
-    start = (int64_t *)s->h_csr;
-    order = start + V + 1;
-    hidx = (int32_t *)(order + ni);
-    TJC_CUDA(k, cudaMemcpyAsync(hidx, idx, sizeof(int32_t) * (size_t)ni, cudaMemcpyDeviceToHost, s->compute));
-    TJC_CUDA(k, cudaStreamSynchronize(s->compute));
-    for (j = 0; j < ni; j++)
-        if (hidx[j] < 0 || hidx[j] >= V) {
-            if (k->err && !k->err[0])
-                snprintf(k->err, TJ__MSG, "%s: index %d at position %lld is out of range [0, %lld) for axis '%s' (at %s:%d)", tj__opname(k->n->op),
-                         (int)hidx[j], (long long)j, (long long)V, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
-            return 1;
+    d = (char *)s->d_csr;
+    if (ni > 0) {
+        if (tjc_check_begin(s, k)) return 1;
+        tjc_k_csr_keys<<<tjc_blocks(ni, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(idx, ni, V, (unsigned *)(d + L.keys), (int64_t *)(d + L.pos),
+                                                                                 s->d_errpos);
+        TJC_LAUNCHED(k, "tjc_k_csr_keys");
+        if (tjc_index_check(s, k, idx, V)) return 1;
+        TJC_CUDA(k, cub::DeviceRadixSort::SortPairs(d + L.temp, temp_bytes, (const unsigned *)(d + L.keys), (unsigned *)(d + L.sorted),
+                                                    (const int64_t *)(d + L.pos), (int64_t *)(d + L.order), ni, 0, bits, s->compute));
+    }
+    tjc_k_csr_start<<<tjc_blocks(V + 1, TJC_THREADS), TJC_THREADS, 0, s->compute>>>((const unsigned *)(d + L.sorted), ni, V, (int64_t *)d);
+    TJC_LAUNCHED(k, "tjc_k_csr_start");
+    tjc_k_scatter_add<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->it[0]->dt, k->out, k->ot.dt, (const int64_t *)d,
+                                                                                (const int64_t *)(d + L.order), pre, V, post, ni);
+    TJC_LAUNCHED(k, "tjc_k_scatter_add");
+    return 0;
+}
+/* The same steps on the CPU, for tests: keys and positions, a stable LSD
+   radix sort over the same bits (8 at a time; CUB's passes differ, its
+   result is the same for a stable sort), start[] by the same lower bound.
+   start has V + 1 entries, order ni (good positions first); *first_bad is
+   the first out-of-range position or -1. Returns 0, or 1 out of memory. */
+extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t V, int64_t *start, int64_t *order, int64_t *first_bad);
+extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t V, int64_t *start, int64_t *order, int64_t *first_bad) {
+    int bits = tjc_csr_bits(V), shift;
+    unsigned *keys = (unsigned *)TJ_MALLOC(sizeof(unsigned) * (size_t)(2 * ni + 1)), *k2 = keys + ni;
+    int64_t *p2 = (int64_t *)TJ_MALLOC(sizeof(int64_t) * (size_t)(ni + 1)), j, v;
+    if (!keys || !p2) {
+        TJ_FREE(keys);
+        TJ_FREE(p2);
+        return 1;
+    }
+    *first_bad = -1;
+    for (j = 0; j < ni; j++) {
+        keys[j] = tjc_csr_key(idx[j], V);
+        order[j] = j;
+        if ((idx[j] < 0 || idx[j] >= V) && *first_bad < 0) *first_bad = j;
+    }
+    for (shift = 0; shift < bits; shift += 8) { /* one stable counting pass per digit */
+        int64_t cnt[257] = {0};
+        unsigned mask = bits - shift >= 8 ? 255u : (1u << (bits - shift)) - 1;
+        for (j = 0; j < ni; j++) cnt[((keys[j] >> shift) & mask) + 1]++;
+        for (j = 0; j < 256; j++) cnt[j + 1] += cnt[j];
+        for (j = 0; j < ni; j++) {
+            int64_t r = cnt[(keys[j] >> shift) & mask]++;
+            k2[r] = keys[j];
+            p2[r] = order[j];
         }
-    memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));
-    for (j = 0; j < ni; j++) start[hidx[j] + 1]++;
-    for (j = 0; j < V; j++) start[j + 1] += start[j];
-    { /* positions in increasing j within each value: order[start[v] + r] */
-        int64_t *fill = (int64_t *)TJ_MALLOC(sizeof(int64_t) * (size_t)(V ? V : 1));
-        if (!fill) return tjc_fail(k, "out of host memory");
-        memcpy(fill, start, sizeof(int64_t) * (size_t)V);
-        for (j = 0; j < ni; j++) order[fill[hidx[j]]++] = j;
-        TJ_FREE(fill);
+        memcpy(keys, k2, sizeof(unsigned) * (size_t)ni);
+        memcpy(order, p2, sizeof(int64_t) * (size_t)ni);
     }
-    /* pageable source: the call returns once the bytes are staged, so the
-       host buffer may be reused by the next scatter_add */
-    TJC_CUDA(k, cudaMemcpyAsync(s->d_csr, start, sizeof(int64_t) * (size_t)(V + 1 + ni), cudaMemcpyHostToDevice, s->compute));
-    {
-        const int64_t *ds = (const int64_t *)s->d_csr, *dord = ds + V + 1;
-        int64_t n = pre * V * post;
-        tjc_k_scatter_add<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->it[0]->dt, k->out, k->ot.dt, ds, dord, pre, V, post, ni);
-        TJC_LAUNCHED(k, "tjc_k_scatter_add");
-    }
+    for (v = 0; v <= V; v++) start[v] = tjc_csr_lower(keys, ni, v, V);
+    TJ_FREE(keys);
+    TJ_FREE(p2);
     return 0;
 }
 /* tj__k_take: take and scatter_add */
@@ -2581,8 +2673,7 @@ static void tjc_state_free(tjc_state *s) {
     for (i = 0; i < s->capmark; i++) cudaEventDestroy(s->mark[i]);
     TJ_FREE(s->mark);
     if (s->copy) cudaStreamDestroy(s->copy);
-    if (s->d_csr) cudaFree(s->d_csr);
-    TJ_FREE(s->h_csr);
+    if (s->d_csr) cudaFreeAsync(s->d_csr, s->compute); /* stream-ordered, as it was allocated */
     tjc_ftab_free(s->fused);
     if (s->compute) cudaStreamDestroy(s->compute);
     TJ_FREE(s);

@@ -380,6 +380,173 @@ static void test_scatter_rerun(void) {
     tj_tree_free(o[1]);
 }
 
+/* scatter_add against the CPU, bit for bit, and against itself on a second
+   run: the GPU adds each output element's rows in increasing position and
+   rounds after each add exactly as the CPU kernel does, so the bits must
+   match. Cases: many positions per index (vocab 7 or 37), indices that
+   nobody uses (vocab 1000, 31 positions: rows of zeros), odd counts of
+   positions (1, 31, 257, 2^20 + 3), f32 and bf16 outputs (odd element
+   counts: the last bf16 ends the buffer). */
+static int read_scatter(tj_ctx *c, int64_t ni, int64_t V, int64_t d, float *gw, uint16_t *gwb) {
+    char sw[64], sc[64], st[64];
+    snprintf(sw, sizeof sw, "vocab=%lld d=%lld", (long long)V, (long long)d);
+    snprintf(sc, sizeof sc, "n=%lld d=%lld", (long long)ni, (long long)d);
+    snprintf(st, sizeof st, "n=%lld", (long long)ni);
+    const spec sp[5] = {{"w", TJ_F32, sw, -1, 1}, {"wb", TJ_BF16, sw, -1, 1}, {"c", TJ_F32, sc, -1, 1}, {"cb", TJ_BF16, sc, -1, 1},
+                        {"tok", TJ_I32, st, 0, (double)V}};
+    tj_tree *in = make_inputs(c, sp, 5), *out = tj_tree_new(c);
+    tj_prog *p = tj_jit(c, "scatter_case", f_scatter, NULL, in, NULL);
+    int ok = p && tj_run(p, in, out) == TJ_OK && tj_tree_array(out, "g_w") && tj_tree_array(out, "g_wb");
+    TJT_CHECK(ok, "[scatter %lld positions, vocab %lld, d %lld] %s", (long long)ni, (long long)V, (long long)d, tj_error(c));
+    if (ok) {
+        tj_array_read(tj_tree_array(out, "g_w"), TJ_F32, gw);
+        tj_array_read(tj_tree_array(out, "g_wb"), TJ_BF16, gwb);
+    }
+    tj_clear_error(c);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    return ok;
+}
+static void scatter_case(int64_t ni, int64_t V, int64_t d) {
+    int64_t n = V * d, i;
+    float *w[3];
+    uint16_t *wb[3];
+    int ok = 1, r;
+    for (r = 0; r < 3; r++) { /* the CPU, then the GPU twice */
+        w[r] = (float *)calloc((size_t)n, sizeof(float));
+        wb[r] = (uint16_t *)calloc((size_t)n, sizeof(uint16_t));
+        ok &= read_scatter(r ? gpu : cpu, ni, V, d, w[r], wb[r]);
+    }
+    for (r = 1; r < 3 && ok; r++) {
+        for (i = 0; i < n; i++)
+            if (memcmp(&w[0][i], &w[r][i], sizeof(float)) || wb[0][i] != wb[r][i]) break;
+        TJT_CHECK(i == n, "[scatter %lld positions, vocab %lld, d %lld] gpu run %d, element %lld: f32 %.9g (cpu %.9g), bf16 0x%04x (cpu 0x%04x)",
+                  (long long)ni, (long long)V, (long long)d, r, (long long)i, i < n ? w[r][i] : 0.0f, i < n ? w[0][i] : 0.0f, i < n ? wb[r][i] : 0,
+                  i < n ? wb[0][i] : 0);
+    }
+    for (r = 0; r < 3; r++) {
+        free(w[r]);
+        free(wb[r]);
+    }
+}
+static void test_scatter_cases(void) {
+    scatter_case(1, 37, 5);
+    scatter_case(31, 37, 3);
+    scatter_case(257, 7, 5);
+    scatter_case(31, 1000, 5);
+    scatter_case((1 << 20) + 3, 37, 3);
+}
+/* an out-of-range index reaching scatter_add (only the gradient is an
+   output, so no take runs before it): the CPU's message word for word,
+   read at the end of the run; the next run with good indices succeeds */
+static void f_scatter_only(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), gw;
+    (void)g;
+    (void)u;
+    tj_grad(tj_sum(tj_mul(tj_take(w, "vocab", tj_tree_v(in, "tok")), tj_tree_v(in, "c")), "t e"), 1, &w, &gw);
+    tj_tree_set_v(out, "g_w", gw);
+}
+static void test_scatter_bad_index(void) {
+    tj_ctx *cs[2] = {cpu, gpu};
+    char msg[2][1024];
+    float gw[2][15];
+    int b;
+    for (b = 0; b < 2; b++) {
+        int32_t tok[5] = {1, 4, 2, 9, -3}, good[5] = {1, 4, 2, 4, 0};
+        tj_tree *in = tj_tree_new(cs[b]), *out = tj_tree_new(cs[b]);
+        tj_prog *p;
+        tj_tree_set_array(in, "w", tjt_af32(cs[b], "vocab=5 e=3", 3, -1, 1));
+        tj_tree_set_array(in, "c", tjt_af32(cs[b], "t=5 e=3", 4, -1, 1));
+        tj_tree_set_array(in, "tok", tj_array_new(cs[b], TJ_I32, "t=5", tok));
+        p = tj_jit(cs[b], "scatter_bad_index", f_scatter_only, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) != TJ_OK, "[scatter bad index] %s: the run should fail", b ? "cuda" : "cpu");
+        snprintf(msg[b], sizeof msg[b], "%s", tj_error(cs[b]));
+        TJT_CHECK(strstr(msg[b], "scatter_add: index 9 at position 3 is out of range [0, 5) for axis 'vocab'") != NULL, "[scatter bad index] %s message: \"%s\"",
+                  b ? "cuda" : "cpu", msg[b]);
+        tj_clear_error(cs[b]);
+        tj_tree_free(out);
+        out = tj_tree_new(cs[b]);
+        tj_tree_set_array(in, "tok", tj_array_new(cs[b], TJ_I32, "t=5", good));
+        memset(gw[b], 0, sizeof gw[b]);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[scatter bad index] %s: the next run with good indices: %s", b ? "cuda" : "cpu", tj_error(cs[b]));
+        if (tj_tree_array(out, "g_w")) tj_array_read(tj_tree_array(out, "g_w"), TJ_F32, gw[b]);
+        tj_clear_error(cs[b]);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+    TJT_CHECK(strcmp(msg[0], msg[1]) == 0, "[scatter bad index] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
+    TJT_CHECK(!memcmp(gw[0], gw[1], sizeof gw[0]), "[scatter bad index] the rerun's gradient differs from the CPU's");
+}
+/* The device's index lists (sort keys, stable radix sort, lower bound)
+   computed by the same steps on the CPU (tj_cuda_scatter_csr_host; the GPU
+   side itself has not run on a GPU here) against a plain stable counting
+   sort, on random indices with and without out-of-range ones. Vocab sizes
+   that are powers of two check that the sort looks at enough key bits. */
+extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t V, int64_t *start, int64_t *order, int64_t *first_bad);
+static void csr_case(int64_t ni, int64_t V, int nbad, unsigned seed) {
+    int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * (size_t)(ni + 1));
+    int64_t *st = (int64_t *)malloc(sizeof(int64_t) * (size_t)(V + 1)), *ord = (int64_t *)malloc(sizeof(int64_t) * (size_t)(ni + 1));
+    int64_t *rst = (int64_t *)calloc((size_t)(V + 2), sizeof(int64_t)), *rord = (int64_t *)malloc(sizeof(int64_t) * (size_t)(ni + 1));
+    int64_t j, v, bad = -1, got_bad = -2, ngood = 0, worst = -1;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (j = 0; j < ni; j++) { /* skewed: half the positions use 1 of 8 hot indices */
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        idx[j] = (int32_t)((x >> 40) & 1 ? (x >> 20) % (uint64_t)(V < 8 ? V : 8) : (x >> 20) % (uint64_t)V);
+    }
+    for (j = 0; j < nbad && ni; j++) { /* out of range: past the end, negative, INT32_MIN / MAX */
+        int64_t b = j % 4 == 0 ? V + j % 3 : j % 4 == 1 ? -1 : j % 4 == 2 ? INT32_MIN : INT32_MAX;
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        idx[(x >> 20) % (uint64_t)ni] = (int32_t)b;
+    }
+    for (j = 0; j < ni; j++) /* the reference: a stable counting sort of the good positions */
+        if (idx[j] >= 0 && idx[j] < V) rst[idx[j] + 1]++;
+        else if (bad < 0) bad = j;
+    for (v = 0; v < V; v++) rst[v + 1] += rst[v];
+    {
+        int64_t *fill = (int64_t *)malloc(sizeof(int64_t) * (size_t)(V + 1));
+        memcpy(fill, rst, sizeof(int64_t) * (size_t)(V + 1));
+        for (j = 0; j < ni; j++)
+            if (idx[j] >= 0 && idx[j] < V) rord[fill[idx[j]]++] = j;
+        free(fill);
+    }
+    ngood = rst[V];
+    TJT_CHECK(tj_cuda_scatter_csr_host(idx, ni, V, st, ord, &got_bad) == 0, "[scatter index lists] out of memory");
+    for (v = 0; v <= V && worst < 0; v++)
+        if (st[v] != rst[v]) worst = v;
+    TJT_CHECK(worst < 0, "[scatter index lists %lld positions, vocab %lld] start[%lld] = %lld, counting sort %lld", (long long)ni, (long long)V,
+              (long long)worst, worst >= 0 ? (long long)st[worst] : 0, worst >= 0 ? (long long)rst[worst] : 0);
+    for (j = 0, worst = -1; j < ngood && worst < 0; j++)
+        if (ord[j] != rord[j]) worst = j;
+    TJT_CHECK(worst < 0, "[scatter index lists %lld positions, vocab %lld] order[%lld] = %lld, counting sort %lld", (long long)ni, (long long)V,
+              (long long)worst, worst >= 0 ? (long long)ord[worst] : 0, worst >= 0 ? (long long)rord[worst] : 0);
+    for (j = ngood, worst = -1; j < ni && worst < 0; j++) /* the rest: the bad positions, in increasing order */
+        if (idx[ord[j]] >= 0 && idx[ord[j]] < V) worst = j;
+        else if (j > ngood && ord[j] <= ord[j - 1]) worst = j;
+    TJT_CHECK(worst < 0, "[scatter index lists %lld positions, vocab %lld] order[%lld] (past start[V]) is not the next bad position", (long long)ni,
+              (long long)V, (long long)worst);
+    TJT_CHECK(got_bad == bad, "[scatter index lists %lld positions, vocab %lld] first bad position %lld, expected %lld", (long long)ni, (long long)V,
+              (long long)got_bad, (long long)bad);
+    free(idx);
+    free(st);
+    free(ord);
+    free(rst);
+    free(rord);
+}
+static void test_scatter_csr_host(void) {
+    static const int64_t nis[] = {0, 1, 31, 257, (1 << 20) + 3}, Vs[] = {1, 2, 31, 256, 257, 65536, (1 << 20) + 3};
+    unsigned seed = 1;
+    tjt_current = "scatter index lists";
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 7; b++) {
+            if (nis[a] > 300 && Vs[b] < 256 && Vs[b] != 2) continue; /* the big count: vocab 2, 256 and up */
+            csr_case(nis[a], Vs[b], 0, seed++);
+            csr_case(nis[a], Vs[b], nis[a] < 8 ? 1 : 7, seed++);
+        }
+    tjt_current = "";
+}
+
 /* random numbers and arange by global index: 4 simulated devices on one GPU
    (each its own stream) give the values of one CPU device, whatever the
    sharding */
@@ -1079,8 +1246,9 @@ int main(int argc, char **argv) {
         tj_ctx_free(c1);
         tj_cuda_fused_emulator_free(emu);
     }
+    test_scatter_csr_host(); /* the device's scatter_add index logic, on the host */
     if (!be && !selfcheck) {
-        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator ran above)\n", why);
+        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator and the scatter_add index lists ran above)\n", why);
         printf("%d passed, %d failed, 1 skipped\n", tjt_pass, tjt_fail);
         return tjt_fail ? 1 : 0;
     }
@@ -1101,6 +1269,8 @@ int main(int argc, char **argv) {
     compare("scatter_add", f_scatter, s_scatter, (int)(sizeof s_scatter / sizeof *s_scatter));
     compare("uniform", f_uniform, s_uniform, 1);
     test_scatter_rerun();
+    test_scatter_cases();
+    test_scatter_bad_index();
     gbe = be;
     test_sharded_sources();
     test_bad_index();
