@@ -372,6 +372,7 @@ static void test_kill(void) {
     char args[2048], rargs[2600];
     run_result base;
     int trial, ntrials = getenv("TJ_TEST_QUICK") ? 3 : 5, K = 4, steps = 60, nkilled = 0;
+    double span; /* how long a run takes: the kill times are drawn within it */
     unsigned char *base_ck;
     size_t base_len = 0;
     uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -379,6 +380,7 @@ static void test_kill(void) {
     snprintf(args, sizeof args, "%s --steps %d --save %s --save-every %d --keep 2", g_model, steps, path_in("kk"), K);
     base = run_gpt2(args, NULL);
     TJT_CHECK(base.rc == 0 && last_step(&base) == steps - 1, "the uninterrupted run: exit %d: %s", base.rc, base.out);
+    span = base.seconds;
     base_ck = read_all(path_in("kk"), &base_len);
     TJT_CHECK(base_ck && base_len > 0, "the uninterrupted run's final checkpoint");
     for (trial = 0; trial < ntrials; trial++) {
@@ -394,13 +396,15 @@ static void test_kill(void) {
         if (d) closedir(d);
         memset(&o, 0, sizeof o);
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        o.kill_after = (0.05 + 0.75 * (double)(rng >> 11) / 9007199254740992.0) * base.seconds;
+        o.kill_after = (0.05 + 0.75 * (double)(rng >> 11) / 9007199254740992.0) * span;
         killed = run_gpt2(args, &o);
         done = last_step(&killed); /* the last step the killed run finished */
         /* a kill during the first periodic save leaves only its temp file:
            no checkpoint to resume from (--resume would rightly refuse) */
         ck_exists = count_checkpoints("kk") > 0;
-        if (killed.rc == 0) { /* finished before the kill: nothing to test this time */
+        if (killed.rc == 0) { /* finished before the kill: nothing to test this time; the
+                                 next kills are drawn within this faster run's time */
+            span = killed.seconds;
             run_free(&killed);
             continue;
         }
