@@ -13,8 +13,9 @@
 #                      (with a pretend NCCL; the multi-GPU test skips without GPUs),
 #                      build tests/test_mpi.c with mpicc -DTJ_MPI and run its multi-process cases under mpirun (OpenMPI is installed
 #                      when absent); ends with one "total: N passed, N failed" line
-#   ./build.sh demo    build and run the GPT-2 training demo on its embedded default
-#                      (with nvcc present build/gpt2_train also has --cuda: see below)
+#   ./build.sh demo    build and run the GPT-2 training demo with its defaults (the
+#                      project's sources as data; flags after "demo" go to gpt2_train;
+#                      with nvcc present build/gpt2_train also has --cuda: see below)
 #   ./build.sh bench   build and run the benchmark programs
 #   ./build.sh build   just build everything into build/
 set -u

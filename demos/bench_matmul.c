@@ -118,6 +118,10 @@ static void report(const char *label, int ta, int tb, int M, int N, int K, int n
 int main(int argc, char **argv) {
     double peak[3], weakest = 0;
     int nt;
+    if (argc > 2 || (argc > 1 && atoi(argv[1]) < 1)) { /* --help, or not a count */
+        fprintf(stderr, "usage: bench_matmul [timed runs per shape (11; fewer than 10 count as 10)]\n");
+        return 2;
+    }
     if (argc > 1) nruns = atoi(argv[1]) < 10 ? 10 : atoi(argv[1]);
     blas_open();
     printf("path: %s; bf16: %s; OpenBLAS: %s\n", tj__sgemm_path(), tj__bgemm_path(),

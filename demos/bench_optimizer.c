@@ -101,7 +101,11 @@ int main(int argc, char **argv) {
     gpt2_default_config(&c);
     c.L = 12; c.H = 12; c.C = 768; c.M = 3072; c.V = 50304; c.V_real = 50257; c.T = 64; c.block = 1024; c.B = 4;
     np = gpt2_num_params(&c);
-    if (!ctx || n < 1) return 1;
+    if (n < 1 || threads < 1) { /* --help, or not a count */
+        fprintf(stderr, "usage: bench_optimizer [timed steps (10)] [threads (all cores)] [print]\n");
+        return 2;
+    }
+    if (!ctx) return 1;
     tj_set_threads(ctx, threads);
     state = tj_tree_new(ctx);
     for (i = 0; i < NPARAMS; i++)

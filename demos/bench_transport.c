@@ -27,6 +27,10 @@ int main(int argc, char **argv) {
     double *ms, t0, med, mean = 0;
     tj_transport_stats s0, s1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (argc > 2 || (argc > 1 && atoi(argv[1]) < 1)) { /* --help, or not a count */
+        fprintf(stderr, "usage: bench_transport [timed steps (10)]   (under mpirun: mpirun -np 4 or -np 2 build/mpi/bench_transport)\n");
+        return 2;
+    }
     gpt2_default_config(&c); /* the demo's model: L=4 H=4 C=128 T=64 B=8, byte vocab */
     c.param_rules = "embed:data mlp:model heads:model vocab:model";
     c.compute_rules = "batch:data mlp:model heads:model vocab:model";

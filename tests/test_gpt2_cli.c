@@ -144,6 +144,24 @@ static int count_files(const char *prefix) {
     return n;
 }
 
+/* finished checkpoints of FILE: "FILE" itself and "FILE.stepNNNNNNNN" (8
+   digits), not the temp files "FILE[.stepN].tmp.<pid>.<k>" of a save that a
+   kill interrupted: what a restart script would look for */
+static int count_checkpoints(const char *file) {
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    size_t fl = strlen(file);
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) {
+        const char *p = e->d_name + fl;
+        if (strncmp(e->d_name, file, fl)) continue;
+        n += !*p || (!strncmp(p, ".step", 5) && strlen(p + 5) == 8 && strspn(p + 5, "0123456789") == 8);
+    }
+    closedir(d);
+    return n;
+}
+
 /* temp files of saves to prefix*: names that start with prefix and contain ".tmp." */
 static int count_tmp(const char *prefix) {
     DIR *d = opendir(g_dir);
@@ -354,6 +372,7 @@ static void test_kill(void) {
     char args[2048], rargs[2600];
     run_result base;
     int trial, ntrials = getenv("TJ_TEST_QUICK") ? 3 : 5, K = 4, steps = 60, nkilled = 0;
+    double span; /* how long a run takes: the kill times are drawn within it */
     unsigned char *base_ck;
     size_t base_len = 0;
     uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -361,6 +380,7 @@ static void test_kill(void) {
     snprintf(args, sizeof args, "%s --steps %d --save %s --save-every %d --keep 2", g_model, steps, path_in("kk"), K);
     base = run_gpt2(args, NULL);
     TJT_CHECK(base.rc == 0 && last_step(&base) == steps - 1, "the uninterrupted run: exit %d: %s", base.rc, base.out);
+    span = base.seconds;
     base_ck = read_all(path_in("kk"), &base_len);
     TJT_CHECK(base_ck && base_len > 0, "the uninterrupted run's final checkpoint");
     for (trial = 0; trial < ntrials; trial++) {
@@ -376,11 +396,15 @@ static void test_kill(void) {
         if (d) closedir(d);
         memset(&o, 0, sizeof o);
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        o.kill_after = (0.05 + 0.75 * (double)(rng >> 11) / 9007199254740992.0) * base.seconds;
+        o.kill_after = (0.05 + 0.75 * (double)(rng >> 11) / 9007199254740992.0) * span;
         killed = run_gpt2(args, &o);
         done = last_step(&killed); /* the last step the killed run finished */
-        ck_exists = count_files("kk") > 0;
-        if (killed.rc == 0) { /* finished before the kill: nothing to test this time */
+        /* a kill during the first periodic save leaves only its temp file:
+           no checkpoint to resume from (--resume would rightly refuse) */
+        ck_exists = count_checkpoints("kk") > 0;
+        if (killed.rc == 0) { /* finished before the kill: nothing to test this time; the
+                                 next kills are drawn within this faster run's time */
+            span = killed.seconds;
             run_free(&killed);
             continue;
         }
