@@ -16,7 +16,7 @@
 #   ./build.sh demo    build and run the GPT-2 training demo with its defaults (the
 #                      project's sources as data; flags after "demo" go to gpt2_train;
 #                      with nvcc present build/gpt2_train also has --cuda: see below)
-#   ./build.sh bench   build and run the benchmark programs
+#   ./build.sh bench   build and run the benchmark programs (bench N: N timed runs each)
 #   ./build.sh build   just build everything into build/
 set -u
 cd "$(dirname "$0")"
@@ -425,9 +425,12 @@ bench)
     # become the closing table (issue #16's figures: measured, target, ratio)
     log=build/bench.log
     : >"$log"
+    # ./build.sh bench N: N timed runs for each program (bench_copy_stream: --runs N)
     for d in demos/bench_*.c; do
         n=$(basename "$d" .c)
-        $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS && "./build/$n" "$@" 2>&1 | tee -a "$log"
+        args=("$@")
+        [ "$n" = bench_copy_stream ] && [ $# -gt 0 ] && args=(--runs "$1")
+        $CC -std=c99 $OPT $WARN -I. -o "build/$n" "$d" $LIBS && "./build/$n" "${args[@]}" 2>&1 | tee -a "$log"
     done
     # the transport benchmark again as 4 processes (MPI) against the 4 threads above
     if [ -f demos/bench_transport.c ] && ensure_mpi; then

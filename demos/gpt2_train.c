@@ -1083,9 +1083,10 @@ static int read_dir(const char *root, const char *dir, const char *suf, char **b
     }
     return got;
 }
-/* the project's own sources: from ".", "..", or the executable's repo */
+/* the project's own sources: from ".", "..", or the executable's repo
+   (the executable in build/ or build/mpi/) */
 static char *default_corpus(size_t *len, char *from, size_t fromlen) {
-    char exe[1024], roots[4][1100];
+    char exe[1024], roots[5][1100];
     int nroots = 0, r;
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     strcpy(roots[nroots++], "");
@@ -1097,6 +1098,7 @@ static char *default_corpus(size_t *len, char *from, size_t fromlen) {
             *s = 0;
             snprintf(roots[nroots++], sizeof roots[0], "%s/", exe);
             snprintf(roots[nroots++], sizeof roots[0], "%s/../", exe);
+            snprintf(roots[nroots++], sizeof roots[0], "%s/../../", exe); /* build/mpi/gpt2_train */
         }
     }
     for (r = 0; r < nroots; r++) {

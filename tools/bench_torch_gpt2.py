@@ -12,10 +12,13 @@ table), against GPT2_PEAK_TFLOPS or the table of demos/gpt2_train.c.
 --attn sdpa (default) is PyTorch's fused attention (flash); manual is the
 demo's: scores, causal mask, softmax, weighted sum, each a kernel.
 """
-import argparse, math, os, statistics, time
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+import argparse, math, os, statistics, sys, time
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:
+    sys.exit("bench_torch_gpt2.py needs PyTorch (pip install torch): %s" % e)
 
 PEAKS = [("H100", "PCIe", 756, 378, 51), ("H100", "", 989, 494, 67), ("H200", "", 989, 494, 67), ("A100", "", 312, 156, 19.5)]
 

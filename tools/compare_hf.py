@@ -3,7 +3,7 @@
 
 Optional: needs torch, transformers, tokenizers, tiktoken and regex
 (pip install torch transformers tokenizers tiktoken regex); the C test suite
-does not. Builds build/gpt2_train and build/hf_check (tools/hf_check.c), then:
+does not. Builds build/gpt2_train_cpu and build/hf_check (tools/hf_check.c), then:
 
   1. models made by transformers (random weights; 4 heads of 16 channels,
      vocab 1000 padded to 1024 in tinyjax; eps 1e-5 gelu_new, and eps 1e-3
@@ -24,12 +24,15 @@ Prints one line per check and exits non-zero if a check fails.
 """
 import json, os, struct, subprocess, sys, tempfile
 
-import numpy as np
-import regex
-import torch
-import transformers
-import tokenizers
-import tiktoken
+try:
+    import numpy as np
+    import regex
+    import torch
+    import transformers
+    import tokenizers
+    import tiktoken
+except ImportError as e:
+    sys.exit("compare_hf.py needs numpy, regex, torch, transformers, tokenizers and tiktoken (pip install ...): %s" % e)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build")
@@ -46,7 +49,8 @@ def check(ok, what):
 
 def build():
     os.makedirs(BUILD, exist_ok=True)
-    for src, out in (("demos/gpt2_train.c", "gpt2_train"), ("tools/hf_check.c", "hf_check")):
+    # the CPU driver under its own name: build/gpt2_train may be the CUDA build
+    for src, out in (("demos/gpt2_train.c", "gpt2_train_cpu"), ("tools/hf_check.c", "hf_check")):
         subprocess.run(["gcc", "-std=c99", "-O2", "-Wno-unused-function", "-I.", "-o", os.path.join(BUILD, out), src, "-lm", "-pthread"],
                        cwd=ROOT, check=True)
 
@@ -114,7 +118,7 @@ def models(tmp):
               "%s: --init-from then --export-hf gives transformers the same %d tensors bit for bit" % (name, len(m.state_dict())))
     # a model trained by tinyjax, exported
     e = os.path.join(tmp, "trained")
-    r = subprocess.run([os.path.join(BUILD, "gpt2_train"), "--devices", "2", "--mesh", "data=2", "--layers", "2", "--embed", "64", "--heads", "2",
+    r = subprocess.run([os.path.join(BUILD, "gpt2_train_cpu"), "--devices", "2", "--mesh", "data=2", "--layers", "2", "--embed", "64", "--heads", "2",
                         "--context", "32", "--batch", "4", "--steps", "20", "--sample", "0", "--svg", os.path.join(tmp, "l.svg"), "--export-hf", e],
                        cwd=ROOT, capture_output=True)
     check(r.returncode == 0, "gpt2_train --export-hf: exit %d %s" % (r.returncode, r.stderr.decode()[-300:]))
