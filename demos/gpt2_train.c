@@ -1539,7 +1539,7 @@ static int run_bench(gpt2_args *a) {
     gpt2_config c = a->cfg;
     gpt2_trainer tr;
     int32_t *x, *y;
-    double *ms, t0, peak = 0, cpu_peak = 0, u0 = 0, s0 = 0, u1 = 0, s1 = 0;
+    double *ms, t0, peak = 0, cpu_peak = 0, u0 = 0, s0 = 0, u1 = 0, s1 = 0, rss0, hwm0;
     int i, d, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2, ntok, rc = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* one device unless --devices / --mesh are given; threads as training uses them */
@@ -1549,6 +1549,7 @@ static int run_bench(gpt2_args *a) {
     tj_memory_analysis plan;
     tj_alloc_stats st;
     char card[300] = "";
+    bench_rss(&rss0, &hwm0); /* before any array: the program and its shared libraries */
     c.L = 12; c.H = 12; c.C = 768; c.M = 3072; c.V = 50304; c.V_real = 50257; c.block = 1024;
     c.T = a->context_set ? a->cfg.T : a->cuda ? 1024 : 64;
     c.B = a->batch_set ? a->cfg.B : a->cuda ? 16 : 4;
@@ -1662,9 +1663,16 @@ static int run_bench(gpt2_args *a) {
         }
         printf("figure: measured peak / plan; %.4f; 1.00; x\n", worst);
         if (!gpu)
-            printf("bench: resident set %.1f MB now, %.1f MB at most: %+.1f MB beside the %d devices' plans (%.1f MB); the rest is the program, the "
-                   "matmul pack buffers and the allocator's own\n",
-                   rss / 1e6, hwm / 1e6, (hwm - (double)plan.peak_bytes * ndev) / 1e6, ndev, (double)plan.peak_bytes * ndev / 1e6);
+            printf("bench: resident set %.1f MB now, %.1f MB at most: %+.1f MB beside the %d devices' plans (%.1f MB), of which %.1f MB were "
+                   "resident before the first array (the program and the shared libraries it loaded%s); the rest is the matmul pack buffers, "
+                   "thread stacks and the allocator's own\n",
+                   rss / 1e6, hwm / 1e6, (hwm - (double)plan.peak_bytes * ndev) / 1e6, ndev, (double)plan.peak_bytes * ndev / 1e6, rss0 / 1e6,
+#ifdef GPT2_CUDA
+                   ": this build links CUDA, cuBLAS and NCCL"
+#else
+                   ""
+#endif
+            );
     }
     free(x);
     free(y);
