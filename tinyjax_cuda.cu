@@ -934,6 +934,136 @@ static int tjc_copy_region(tjc_state *s, tj__kern *k, const void *src, const tj_
     TJC_LAUNCHED(k, "tjc_k_copy");
     return 0;
 }
+/* ---- relayout as a tiled transpose ----
+   A relayout whose output's innermost axis is not the source's innermost
+   (q . k's head split, the gradients' transposes) makes tjc_k_copy read one
+   element per 32-byte sector: a warp's 32 reads touch 32 sectors. The tiled
+   kernel moves 32 x 32 tiles through shared memory instead: threads read a
+   tile along the source's contiguous axis p, and write it along the
+   output's innermost axis q, so both sides are coalesced. Every other axis
+   is a batch index (a broadcast one has source stride 0). The index steps
+   (tjc_tr_load / tjc_tr_store) are __host__ __device__: the host mirror
+   tj_cuda_transpose_host runs them thread by thread, phase by phase, and
+   build/test_cuda compares it with a plain copy without a GPU. */
+#define TJC_TILE 32 /* tile side: a warp's width                   */
+#define TJC_TROWS 8 /* block (32, 8): each thread moves 4 elements */
+typedef struct {
+    int64_t P, Q;   /* sizes of p (source stride 1) and q (output innermost)        */
+    int64_t sq, dp; /* the source's stride of q, the output's stride of p           */
+    int64_t tp, tq; /* tiles along p and q                                          */
+    int64_t nb;     /* batch indices: the product of the other axes                 */
+    int nbr;        /* the other axes, outermost first: sizes, source and output strides */
+    int64_t bdim[TJ_MAXDIM], bsst[TJ_MAXDIM], bdst[TJ_MAXDIM];
+} tjc_tr;
+/* the plan for an output of rank dims[] whose axis d is read at source
+   stride sst[d] (output strides: row-major); 0 when the plain copy is as
+   good (the innermost axis already contiguous in the source, or no axis is) */
+static int tjc_tr_plan(int rank, const int64_t *dims, const int64_t *sst, tjc_tr *t) {
+    int d, p = -1, q = rank - 1;
+    int64_t ost[TJ_MAXDIM], o = 1;
+    if (rank < 2 || dims[q] < 2 || sst[q] == 1) return 0;
+    for (d = rank - 1; d >= 0; d--) {
+        ost[d] = o;
+        o *= dims[d];
+    }
+    for (d = 0; d < q; d++)
+        if (sst[d] == 1 && dims[d] > 1) p = d;
+    if (p < 0) return 0;
+    memset(t, 0, sizeof *t);
+    t->P = dims[p]; t->Q = dims[q]; t->sq = sst[q]; t->dp = ost[p];
+    t->tp = (t->P + TJC_TILE - 1) / TJC_TILE; t->tq = (t->Q + TJC_TILE - 1) / TJC_TILE;
+    t->nb = 1;
+    for (d = 0; d < q; d++) {
+        if (d == p) continue;
+        t->bdim[t->nbr] = dims[d]; t->bsst[t->nbr] = sst[d]; t->bdst[t->nbr] = ost[d];
+        t->nbr++;
+        t->nb *= dims[d];
+    }
+    return 1;
+}
+/* tile i of the plan: its batch's offsets in source and output, its corner */
+__host__ __device__ static inline void tjc_tr_tile(const tjc_tr *t, int64_t i, int64_t *sb, int64_t *db, int64_t *p0, int64_t *q0) {
+    int64_t b = i / (t->tp * t->tq), r = i % (t->tp * t->tq);
+    *p0 = r / t->tq * TJC_TILE;
+    *q0 = r % t->tq * TJC_TILE;
+    *sb = *db = 0;
+    for (int d = t->nbr - 1; d >= 0; d--) {
+        int64_t x = b % t->bdim[d];
+        b /= t->bdim[d];
+        *sb += x * t->bsst[d];
+        *db += x * t->bdst[d];
+    }
+}
+/* thread (tx, ty) reads column p0+tx of the tile, rows q0+ty, q0+ty+8, ... */
+template <typename E>
+__host__ __device__ static inline void tjc_tr_load(const tjc_tr *t, int64_t sb, int64_t p0, int64_t q0, int tx, int ty, const E *src,
+                                                   E (*tile)[TJC_TILE + 1]) {
+    int64_t p = p0 + tx;
+    for (int j = ty; j < TJC_TILE; j += TJC_TROWS)
+        if (p < t->P && q0 + j < t->Q) tile[j][tx] = src[sb + p + (q0 + j) * t->sq];
+}
+/* ... and writes output row p0+ty, p0+ty+8, ... at column q0+tx */
+template <typename E>
+__host__ __device__ static inline void tjc_tr_store(const tjc_tr *t, int64_t db, int64_t p0, int64_t q0, int tx, int ty, E *dst,
+                                                    const E (*tile)[TJC_TILE + 1]) {
+    int64_t q = q0 + tx;
+    for (int j = ty; j < TJC_TILE; j += TJC_TROWS)
+        if (p0 + j < t->P && q < t->Q) dst[db + (p0 + j) * t->dp + q] = tile[tx][j];
+}
+template <typename E>
+__global__ void __launch_bounds__(TJC_TILE *TJC_TROWS) tjc_k_transpose(tjc_tr t, const E *src, E *dst) {
+    __shared__ E tile[TJC_TILE][TJC_TILE + 1];
+    for (int64_t i = blockIdx.x; i < t.nb * t.tp * t.tq; i += gridDim.x) { /* the same trip count in every thread */
+        int64_t sb, db, p0, q0;
+        tjc_tr_tile(&t, i, &sb, &db, &p0, &q0);
+        tjc_tr_load<E>(&t, sb, p0, q0, threadIdx.x, threadIdx.y, src, tile);
+        __syncthreads();
+        tjc_tr_store<E>(&t, db, p0, q0, threadIdx.x, threadIdx.y, dst, tile);
+        __syncthreads(); /* the tile is reused by the next i */
+    }
+}
+template <typename E>
+static void tjc_tr_host(const tjc_tr *t, const E *src, E *dst) {
+    E tile[TJC_TILE][TJC_TILE + 1];
+    for (int64_t i = 0; i < t->nb * t->tp * t->tq; i++) {
+        int64_t sb, db, p0, q0;
+        tjc_tr_tile(t, i, &sb, &db, &p0, &q0);
+        for (int ty = 0; ty < TJC_TROWS; ty++)
+            for (int tx = 0; tx < TJC_TILE; tx++) tjc_tr_load<E>(t, sb, p0, q0, tx, ty, src, tile);
+        for (int ty = 0; ty < TJC_TROWS; ty++)
+            for (int tx = 0; tx < TJC_TILE; tx++) tjc_tr_store<E>(t, db, p0, q0, tx, ty, dst, tile);
+    }
+}
+/* the host mirror: 1 when the tiled path applies (dst written), 0 when the
+   plain copy would run (dst untouched), -1 for an element size it lacks */
+extern "C" int tj_cuda_transpose_host(int rank, const int64_t *dims, const int64_t *sst, int es, const void *src, void *dst);
+extern "C" int tj_cuda_transpose_host(int rank, const int64_t *dims, const int64_t *sst, int es, const void *src, void *dst) {
+    tjc_tr t;
+    if (!tjc_tr_plan(rank, dims, sst, &t)) return 0;
+    switch (es) {
+    case 2: tjc_tr_host<uint16_t>(&t, (const uint16_t *)src, (uint16_t *)dst); return 1;
+    case 4: tjc_tr_host<uint32_t>(&t, (const uint32_t *)src, (uint32_t *)dst); return 1;
+    case 8: tjc_tr_host<uint64_t>(&t, (const uint64_t *)src, (uint64_t *)dst); return 1;
+    default: return -1;
+    }
+}
+/* launch the tiled kernel when the plan applies; 0 when it did not (the caller copies) */
+static int tjc_transpose(tjc_state *s, tj__kern *k, const tjc_cp *c, int *done) {
+    tjc_tr t;
+    dim3 blk(TJC_TILE, TJC_TROWS);
+    *done = 0;
+    if (c->sdt != c->ddt || c->sbase || c->dbase || !tjc_tr_plan(c->rank, c->dim, c->sst, &t)) return 0;
+    unsigned g = tjc_grid(t.nb * t.tp * t.tq);
+    switch (c->es) {
+    case 2: tjc_k_transpose<uint16_t><<<g, blk, 0, s->compute>>>(t, (const uint16_t *)k->in[0], (uint16_t *)k->out); break;
+    case 4: tjc_k_transpose<uint32_t><<<g, blk, 0, s->compute>>>(t, (const uint32_t *)k->in[0], (uint32_t *)k->out); break;
+    case 8: tjc_k_transpose<uint64_t><<<g, blk, 0, s->compute>>>(t, (const uint64_t *)k->in[0], (uint64_t *)k->out); break;
+    default: return 0;
+    }
+    TJC_LAUNCHED(k, "tjc_k_transpose");
+    *done = 1;
+    return 0;
+}
 /* tj__k_copy: relayout (transpose / broadcast) and copy */
 static int tjc_copy_op(tjc_state *s, tj__kern *k) {
     tjc_cp c;
@@ -952,6 +1082,10 @@ static int tjc_copy_op(tjc_state *s, tj__kern *k) {
     for (d = 0; d < c.rank; d++) c.dim[d] = k->ot.dim[d];
     tj__bstrides(k->it[0], &k->ot, c.sst);
     tj__strides(&k->ot, c.dst);
+    {
+        int done, rc = tjc_transpose(s, k, &c, &done);
+        if (rc || done) return rc;
+    }
     tjc_k_copy<<<tjc_blocks(c.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(c, k->in[0], k->out);
     TJC_LAUNCHED(k, "tjc_k_copy");
     return 0;

@@ -547,6 +547,99 @@ static void test_scatter_csr_host(void) {
     tjt_current = "";
 }
 
+/* relayouts as tiled transposes (tjc_k_transpose): the kernel's index steps
+   run on the host (tj_cuda_transpose_host) against an element-by-element
+   copy, for every permutation of rank 2..4 shapes with odd sizes (partial
+   tiles), broadcast axes (source stride 0) and element sizes 2, 4, 8 */
+extern "C" int tj_cuda_transpose_host(int rank, const int64_t *dims, const int64_t *sst, int es, const void *src, void *dst);
+static void transpose_case(int rank, const int64_t *idims, const int *perm, int bcast, int es, unsigned seed, int *tiled) {
+    int64_t dims[4], sst[4], ist[4], n = 1, ni = 1, i;
+    int d;
+    for (d = rank - 1; d >= 0; d--) {
+        ist[d] = ni;
+        ni *= idims[d];
+    }
+    for (d = 0; d < rank; d++) {
+        dims[d] = idims[perm[d]];
+        sst[d] = d == bcast ? 0 : ist[perm[d]];
+        n *= dims[d];
+    }
+    unsigned char *src = (unsigned char *)malloc((size_t)ni * es), *want = (unsigned char *)malloc((size_t)n * es),
+                  *got = (unsigned char *)malloc((size_t)n * es);
+    for (i = 0; i < ni * es; i++) src[i] = (unsigned char)((seed = seed * 1103515245u + 12345u) >> 16);
+    for (i = 0; i < n; i++) { /* output element i, row-major over dims */
+        int64_t r = i, so = 0;
+        for (d = rank - 1; d >= 0; d--) {
+            so += r % dims[d] * sst[d];
+            r /= dims[d];
+        }
+        memcpy(want + i * es, src + so * es, (size_t)es);
+    }
+    memset(got, 0xA5, (size_t)n * es);
+    int rc = tj_cuda_transpose_host(rank, dims, sst, es, src, got);
+    if (rc == 1) {
+        (*tiled)++;
+        TJT_CHECK(memcmp(want, got, (size_t)n * es) == 0, "[tiled transpose] rank %d dims %lld %lld %lld %lld es %d broadcast axis %d: wrong bytes", rank,
+                  (long long)dims[0], (long long)dims[1], (long long)(rank > 2 ? dims[2] : 0), (long long)(rank > 3 ? dims[3] : 0), es, bcast);
+    } else
+        TJT_CHECK(rc == 0 && (sst[rank - 1] == 1 || dims[rank - 1] < 2 || bcast >= 0 || rank < 2), "[tiled transpose] rank %d es %d: plan refused (%d)",
+                  rank, es, rc);
+    free(src);
+    free(want);
+    free(got);
+}
+static void test_transpose_host(void) {
+    static const int64_t shapes[][4] = {{33, 70, 0, 0}, {1, 31, 0, 0}, {257, 2, 0, 0}, {3, 31, 33, 0}, {2, 1, 65, 40}, {5, 32, 3, 64}};
+    static const int ranks[] = {2, 2, 2, 3, 4, 4};
+    static const int es[] = {2, 4, 8};
+    unsigned seed = 7;
+    int tiled = 0;
+    for (int c = 0; c < 6; c++) {
+        int r = ranks[c], perm[4] = {0, 1, 2, 3};
+        /* every permutation of r axes (Heap's order by brute force over r^r) */
+        int total = 1;
+        for (int d = 0; d < r; d++) total *= r;
+        for (int code = 0; code < total; code++) {
+            int x = code, used = 0, okp = 1;
+            for (int d = 0; d < r; d++) {
+                perm[d] = x % r;
+                x /= r;
+                if (used & (1 << perm[d])) okp = 0;
+                used |= 1 << perm[d];
+            }
+            if (!okp) continue;
+            for (int e = 0; e < 3; e++) {
+                transpose_case(r, shapes[c], perm, -1, es[e], seed++, &tiled);
+                transpose_case(r, shapes[c], perm, 0, es[e], seed++, &tiled); /* the outermost output axis broadcast */
+            }
+        }
+    }
+    TJT_CHECK(tiled > 100, "[tiled transpose] only %d cases took the tiled path", tiled);
+}
+static void f_relayout(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    static const char *names[] = {"f", "b", "d", "i"};
+    char key[32];
+    (void)g;
+    (void)u;
+    for (int j = 0; j < 4; j++) {
+        tj_v x = tj_tree_v(in, names[j]);
+        snprintf(key, sizeof key, "%s_cba", names[j]);
+        tj_tree_set_v(out, key, tj_transpose(x, "c b a"));
+        snprintf(key, sizeof key, "%s_acb", names[j]);
+        tj_tree_set_v(out, key, tj_transpose(x, "a c b"));
+        snprintf(key, sizeof key, "%s_cab", names[j]);
+        tj_tree_set_v(out, key, tj_transpose(x, "c a b"));
+        snprintf(key, sizeof key, "%s_bac", names[j]); /* innermost kept: the plain copy */
+        tj_tree_set_v(out, key, tj_transpose(x, "b a c"));
+    }
+}
+static const spec s_relayout[] = {
+    {"f", TJ_F32, "a=3 b=33 c=257", -2, 2},
+    {"b", TJ_BF16, "a=2 b=31 c=65", -2, 2},
+    {"d", TJ_F64, "a=5 b=64 c=1", -2, 2},
+    {"i", TJ_I32, "a=1 b=70 c=33", -100, 100},
+};
+
 /* random numbers and arange by global index: 4 simulated devices on one GPU
    (each its own stream) give the values of one CPU device, whatever the
    sharding */
@@ -1247,8 +1340,9 @@ int main(int argc, char **argv) {
         tj_cuda_fused_emulator_free(emu);
     }
     test_scatter_csr_host(); /* the device's scatter_add index logic, on the host */
+    test_transpose_host();   /* the tiled relayout's index steps, on the host */
     if (!be && !selfcheck) {
-        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator and the scatter_add index lists ran above)\n", why);
+        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator, the scatter_add index lists and the tiled transpose's index steps ran above)\n", why);
         printf("%d passed, %d failed, 1 skipped\n", tjt_pass, tjt_fail);
         return tjt_fail ? 1 : 0;
     }
@@ -1262,6 +1356,7 @@ int main(int argc, char **argv) {
     compare("rows", f_rows, s_rows, (int)(sizeof s_rows / sizeof *s_rows));
     compare("cross_entropy", f_xent, s_xent, (int)(sizeof s_xent / sizeof *s_xent));
     compare("mlp", f_mlp, s_mlp, (int)(sizeof s_mlp / sizeof *s_mlp));
+    compare("relayout", f_relayout, s_relayout, (int)(sizeof s_relayout / sizeof *s_relayout));
     test_fused(cpu, gpu, "cuda");
     register_scale3(cpu);
     register_scale3(gpu);
