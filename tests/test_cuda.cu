@@ -898,12 +898,81 @@ static void test_bad_index_deferred(void) {
     TJT_CHECK(strcmp(msg[0], msg[1]) == 0, "[deferred index check] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
     TJT_CHECK(fabs((double)y[0] - (double)y[1]) <= 1e-5 * (1 + fabs((double)y[0])), "[deferred index check] rerun: cuda %.9g vs cpu %.9g", y[1], y[0]);
 }
+/* index checks in a scan body run more often than the device's check
+   table has slots (TJC_NCHECK, 4096, in tinyjax_cuda.cu): the table fills,
+   the host reads and resets it during the run, and the first bad index is
+   still the one reported, worded as on the CPU, whether it came before the
+   table filled (iteration 100) or after (4500); then a clean run */
+#define SCAN_CHECKS 5000
+static void scan_take_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    (void)g;
+    (void)y;
+    carry_out[0] = tj_add(carry[0], tj_sum(tj_take(*(const tj_v *)u, "vocab", x[0]), "t"));
+}
+static void f_scan_takes(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), c = tj_tree_v(in, "c"), xs = tj_tree_v(in, "idx"), fin = NULL;
+    (void)g;
+    (void)u;
+    if (tj_scan(scan_take_body, &w, "layer", 1, &c, 1, &xs, 0, &fin, NULL, NULL) == TJ_OK) tj_tree_set_v(out, "y", fin);
+}
+static void test_scan_index_checks(void) {
+    static int32_t idx[SCAN_CHECKS * 2];
+    static const int bad_at[2] = {100, 4500};
+    tj_ctx *cs[2] = {cpu, gpu};
+    char msg[2][2][1024];
+    float y[2][3];
+    int b, v, l;
+    char shape[64];
+    snprintf(shape, sizeof shape, "layer=%d t=2", SCAN_CHECKS);
+    memset(y, 0, sizeof y);
+    for (b = 0; b < 2; b++) {
+        tj_tree *in = tj_tree_new(cs[b]), *out;
+        tj_prog *p;
+        tj_tree_set_array(in, "w", tjt_af32(cs[b], "vocab=5 e=3", 21, -1, 1));
+        tj_tree_set_array(in, "c", tj_zeros(cs[b], TJ_F32, "e=3"));
+        for (l = 0; l < 2 * SCAN_CHECKS; l++) idx[l] = (l / 2 + l % 2) % 5;
+        tj_tree_set_array(in, "idx", tj_array_new(cs[b], TJ_I32, shape, idx));
+        p = tj_jit(cs[b], "scan_index_checks", f_scan_takes, NULL, in, NULL);
+        TJT_CHECK(p != NULL, "[scan index checks] %s: jit: %s", b ? "cuda" : "cpu", tj_error(cs[b]));
+        for (v = 0; p && v < 3; v++) { /* bad at iteration 100, at 4500, then none */
+            for (l = 0; l < 2 * SCAN_CHECKS; l++) idx[l] = (l / 2 + l % 2) % 5;
+            if (v < 2) idx[2 * bad_at[v] + 1] = 9;
+            tj_tree_set_array(in, "idx", tj_array_new(cs[b], TJ_I32, shape, idx));
+            out = tj_tree_new(cs[b]);
+            if (v < 2) {
+                TJT_CHECK(tj_run(p, in, out) != TJ_OK, "[scan index checks] %s: the run with a bad index at iteration %d should fail", b ? "cuda" : "cpu",
+                          bad_at[v]);
+                snprintf(msg[b][v], sizeof msg[b][v], "%s", tj_error(cs[b]));
+                TJT_CHECK(strstr(msg[b][v], "index 9 at position 1 is out of range [0, 5)") != NULL, "[scan index checks] %s, bad at %d: \"%s\"",
+                          b ? "cuda" : "cpu", bad_at[v], msg[b][v]);
+                tj_clear_error(cs[b]);
+            } else {
+                TJT_CHECK(tj_run(p, in, out) == TJ_OK, "[scan index checks] %s: the clean run after two failed ones: %s", b ? "cuda" : "cpu", tj_error(cs[b]));
+                if (tj_tree_array(out, "y")) tj_array_read(tj_tree_array(out, "y"), TJ_F32, y[b]);
+            }
+            tj_tree_free(out);
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+    }
+    for (v = 0; v < 2; v++)
+        TJT_CHECK(strcmp(msg[0][v], msg[1][v]) == 0, "[scan index checks] bad at %d: messages differ:\n  cpu:  %s\n  cuda: %s", bad_at[v], msg[0][v],
+                  msg[1][v]);
+    for (l = 0; l < 3; l++)
+        TJT_CHECK(fabs((double)y[0][l] - (double)y[1][l]) <= 1e-5 * (1 + fabs((double)y[0][l])) && y[0][l] != 0,
+                  "[scan index checks] clean run, element %d: cuda %.9g vs cpu %.9g", l, y[1][l], y[0][l]);
+}
 /* the runner's copy stream and device time stamps on the GPU (on devsim
    with TJ_CUDA_TEST_CPU, which checks the test): offload_scan's policies
    against the CPU with the bytes of the memory plan, and a trace with
-   both streams in order */
+   both streams in order. On a GPU twice: as it runs, and on a second
+   backend whose copies start ASYNC_DELAY_US late (TJ_CUDA_COPY_DELAY_US,
+   the devsim delay's twin), so a wait the runner forgot gives other
+   numbers, and each copy's device time must show the delay. */
+#define ASYNC_DELAY_US 300
 static void test_async(tj_backend *be) {
-    tj_backend *ab = be ? be : tj_devsim_backend();
+    tj_backend *ab = be ? be : tj_devsim_backend(), *slow = NULL;
+    char why[512], us[32];
     if (!ab) {
         TJT_CHECK(0, "[async] no backend");
         return;
@@ -913,7 +982,22 @@ static void test_async(tj_backend *be) {
     tjt_current = "device time stamps";
     tjt_trace_streams(ab, 0);
     tjt_current = "";
-    if (!be) tj_devsim_backend_free(ab);
+    if (!be) {
+        tj_devsim_backend_free(ab);
+        return;
+    }
+    snprintf(us, sizeof us, "%d", ASYNC_DELAY_US);
+    setenv("TJ_CUDA_COPY_DELAY_US", us, 1);
+    slow = tj_cuda_backend(0, why, sizeof why);
+    unsetenv("TJ_CUDA_COPY_DELAY_US");
+    TJT_CHECK(slow != NULL, "[async] a second CUDA backend: %s", why);
+    if (!slow) return;
+    tjt_current = "async copies, each 300 us late";
+    tjt_offload_policies(slow, 1e-4);
+    tjt_current = "device time stamps, copies 300 us late";
+    tjt_trace_streams(slow, 0.9 * ASYNC_DELAY_US);
+    tjt_current = "";
+    tj_cuda_backend_free(slow);
 }
 /* a bad index before a collective on 2 simulated devices: the run fails
    with the CPU's message; the failed devices still meet in the collective
@@ -1276,6 +1360,7 @@ int main(int argc, char **argv) {
     test_bad_index();
     test_bad_index_deferred();
     test_async(be);
+    test_scan_index_checks();
     test_rerun();
     test_collectives_sim();
     test_sharded_train();
