@@ -1297,6 +1297,65 @@ static void test_fused(tj_ctx *ref, tj_ctx *test, const char *label) {
     for (int i = 0; i < 4; i++) fused_case(ref, test, label, sizes[i]);
 }
 
+/* The per-device table of fused-group programs (tjc_fprog_dev in
+   tinyjax_cuda.cu), which the emulator does not use: FTAB_N groups that
+   differ only in pows' constant are FTAB_N programs, so the table grows
+   (64 slots, rehashed at 32, 64, 128 programs) and takes a second slab of
+   device memory (256 programs a slab); a second run finds every program in
+   it. Against the CPU within 1e-6 (pow is CUDA's in double), the two GPU
+   runs bit for bit, and every group ran as one. */
+#define FTAB_N 300
+static void f_fused_table(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    char nm[16];
+    (void)g;
+    (void)u;
+    for (int i = 0; i < FTAB_N; i++) {
+        snprintf(nm, sizeof nm, "p%03d", i);
+        tj_tree_set_v(out, nm, tj_exp(tj_neg(tj_pows(tj_adds(tj_mul(x, x), 1.0), 1.0 + i / 128.0))));
+    }
+}
+static void test_fused_table(void) {
+    static const spec sp[] = {{"x", TJ_F32, "n=1000", -1, 1}};
+    tj_ctx *cs[2] = {cpu, gpu};
+    tj_tree *in[2], *out[3];
+    tj_prog *p[2];
+    int b, i, r;
+    tjt_current = "fused-program table";
+    for (b = 0; b < 2; b++) {
+        tj_set_profile(cs[b], 1);
+        in[b] = make_inputs(cs[b], sp, 1);
+        p[b] = tj_jit(cs[b], "fused_table", f_fused_table, NULL, in[b], NULL);
+        for (r = 0; r < 1 + b; r++) { /* the GPU twice */
+            out[b + r] = tj_tree_new(cs[b]);
+            TJT_CHECK(p[b] && tj_run(p[b], in[b], out[b + r]) == TJ_OK, "%s run %d: %s", b ? "cuda" : "cpu", r, tj_error(cs[b]));
+        }
+        TJT_CHECK(!p[b] || fused_events(p[b]) >= FTAB_N, "%s ran %d fused groups (want %d)", b ? "cuda" : "cpu", p[b] ? fused_events(p[b]) : 0, FTAB_N);
+        tj_set_profile(cs[b], 0);
+    }
+    for (i = 0; i < FTAB_N; i++) {
+        char nm[16];
+        float v[3][1000];
+        int64_t j, bad = -1;
+        snprintf(nm, sizeof nm, "p%03d", i);
+        for (r = 0; r < 3; r++) {
+            memset(v[r], 0, sizeof v[r]);
+            if (tj_tree_array(out[r], nm)) tj_array_read(tj_tree_array(out[r], nm), TJ_F32, v[r]);
+        }
+        for (j = 0; j < 1000 && bad < 0; j++)
+            if (!(fabs((double)v[0][j] - (double)v[1][j]) <= 1e-6 * (1 + fabs((double)v[0][j])) && v[0][j] > 0)) bad = j;
+        TJT_CHECK(bad < 0, "output %s element %lld: cpu %.9g, cuda %.9g", nm, (long long)bad, bad < 0 ? 0.0 : v[0][bad], bad < 0 ? 0.0 : v[1][bad]);
+        TJT_CHECK(!memcmp(v[1], v[2], sizeof v[1]), "output %s: the second GPU run (table hits) gave other bits than the first", nm);
+    }
+    for (b = 0; b < 2; b++) {
+        tj_prog_free(p[b]);
+        tj_tree_free(in[b]);
+        tj_clear_error(cs[b]);
+    }
+    for (r = 0; r < 3; r++) tj_tree_free(out[r]);
+    tjt_current = "";
+}
+
 /* every op of the op table has a CUDA path (or a listed gap): no GPU needed */
 static int coverage(void) {
     static char list[16384];
@@ -1347,6 +1406,7 @@ int main(int argc, char **argv) {
     compare("cross_entropy", f_xent, s_xent, (int)(sizeof s_xent / sizeof *s_xent));
     compare("mlp", f_mlp, s_mlp, (int)(sizeof s_mlp / sizeof *s_mlp));
     test_fused(cpu, gpu, "cuda");
+    test_fused_table();
     register_scale3(cpu);
     register_scale3(gpu);
     compare("custom op + custom_vjp", f_custom, s_custom, 1);
