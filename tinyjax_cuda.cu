@@ -3709,11 +3709,16 @@ static int tjn_all_to_all(tj_transport *t, void *comm, const void *send, void *r
     (void)t;
     if (tjn_device_mem("all_to_all", send, recv, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
     if (send == recv) { /* in place: through scratch */
+        int to = 0;
         if (!tjn_scratch(h, bytes * (size_t)h->G + 1, &e)) {
-            r = tjn_a2a(h, (const char *)send, (char *)h->scratch, bytes, &e);
-            if (e == cudaSuccess) e = cudaMemcpyAsync(recv, h->scratch, bytes * (size_t)h->G, cudaMemcpyDeviceToDevice, h->cs);
+            /* settled first: a non-blocking communicator may not have queued
+               the sends and receives yet, and the copy reads what they wrote */
+            r = tjn_settle(h->comm, tjn_a2a(h, (const char *)send, (char *)h->scratch, bytes, &e), h->w->t.timeout_s, &to);
+            if (r == ncclSuccess && e == cudaSuccess) e = cudaMemcpyAsync(recv, h->scratch, bytes * (size_t)h->G, cudaMemcpyDeviceToDevice, h->cs);
         } else r = ncclSuccess;
-    } else r = tjn_a2a(h, (const char *)send, (char *)recv, bytes, &e);
+        return tjn_end(h, r, e, "all_to_all (grouped ncclSend/ncclRecv)", bytes * (size_t)h->G, stream, err, en, to);
+    }
+    r = tjn_a2a(h, (const char *)send, (char *)recv, bytes, &e);
     return tjn_end(h, r, e, "all_to_all (grouped ncclSend/ncclRecv)", bytes * (size_t)h->G, stream, err, en);
 }
 static int tjn_send_recv(tj_transport *t, void *comm, const void *send, int to, void *recv, int from, size_t bytes, void *stream, char *err, size_t en) {
