@@ -1455,6 +1455,9 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
    tj__fexp / tj__ftanh (ported below) for float groups. So a group gives the
    CPU's bits, except where the CPU calls libm in double (log, pows, and exp
    and tanh of f64 groups): CUDA's may differ in the last bit of the double.
+   A NaN made by an op (0 / 0, sqrt of a negative) has the GPU's bits
+   (0x7fffffff in f32), where x86 makes its default NaN with the sign bit
+   set: NaN on both, not the same bits (tests use inputs that make none).
 
    The group's program (per member: op, dtype, scalar attribute, where each
    operand comes from, a leaf's dtype and whether it is a scalar) is built on
