@@ -902,7 +902,8 @@ static void test_bad_index_deferred(void) {
    table has slots (TJC_NCHECK, 4096, in tinyjax_cuda.cu): the table fills,
    the host reads and resets it during the run, and the first bad index is
    still the one reported, worded as on the CPU, whether it came before the
-   table filled (iteration 100) or after (4500); then a clean run */
+   table filled (iteration 100) or after (4500); then a clean run. Written
+   without a GPU: checked here CPU against CPU only (TJ_CUDA_TEST_CPU=1). */
 #define SCAN_CHECKS 5000
 static void scan_take_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
     (void)g;
@@ -968,7 +969,8 @@ static void test_scan_index_checks(void) {
    both streams in order. On a GPU twice: as it runs, and on a second
    backend whose copies start ASYNC_DELAY_US late (TJ_CUDA_COPY_DELAY_US,
    the devsim delay's twin), so a wait the runner forgot gives other
-   numbers, and each copy's device time must show the delay. */
+   numbers, and each copy's device time must show the delay (written
+   without a GPU: the delayed pass has not yet run on one). */
 #define ASYNC_DELAY_US 300
 static void test_async(tj_backend *be) {
     tj_backend *ab = be ? be : tj_devsim_backend(), *slow = NULL;
@@ -1303,7 +1305,8 @@ static void test_fused(tj_ctx *ref, tj_ctx *test, const char *label) {
    (64 slots, rehashed at 32, 64, 128 programs) and takes a second slab of
    device memory (256 programs a slab); a second run finds every program in
    it. Against the CPU within 1e-6 (pow is CUDA's in double), the two GPU
-   runs bit for bit, and every group ran as one. */
+   runs bit for bit, and every group ran as one. Written without a GPU:
+   checked here CPU against CPU only (TJ_CUDA_TEST_CPU=1). */
 #define FTAB_N 300
 static void f_fused_table(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v x = tj_tree_v(in, "x");
