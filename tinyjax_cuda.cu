@@ -113,6 +113,7 @@ typedef struct {
     tjc_state *per[TJ_MAXDEV];
     char pending[512];         /* an error of a call with dev -1 (free)      */
     tj_transport *coll;        /* the device-buffer transport ([11] collectives), made on first use under mu */
+    unsigned long long copy_delay_ns; /* test hook: each copy_async starts this late (TJ_CUDA_COPY_DELAY_US) */
 } tjc_backend;
 
 static tjc_backend *tjc_be_of(tj_backend *b) { return (tjc_backend *)b->state; }
@@ -154,6 +155,11 @@ static int tjc_unsupported(tj__kern *k) {
         if (e_ != cudaSuccess) return tjc_fail((k), "launching kernel %s failed: %s", name, cudaGetErrorString(e_)); \
     } while (0)
 
+/* Kernel parameters are at most 4096 bytes per launch on CUDA before 12.1
+   (32764 from 12.1 on Volta and newer): each struct passed by value to a
+   kernel is checked against the smaller limit where it is defined, with
+   room for the launch's other parameters. */
+#define TJC_PARAMS_FIT(T) static_assert(sizeof(T) + 256 <= 4096, #T " is too large for a kernel parameter (4 KB before CUDA 12.1)")
 static unsigned tjc_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : b > TJC_MAXGRID ? TJC_MAXGRID : b);
@@ -289,6 +295,7 @@ typedef struct {
     int contig[3];              /* operand laid out exactly as the output  */
     int64_t st[3][TJ_MAXDIM];   /* operand strides per output axis         */
 } tjc_ew;
+TJC_PARAMS_FIT(tjc_ew);
 
 template <typename T>
 __global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
@@ -311,6 +318,7 @@ typedef struct {
     int64_t n, sbase, dbase;
     int64_t dim[TJ_MAXDIM], sst[TJ_MAXDIM], dst[TJ_MAXDIM];
 } tjc_cp;
+TJC_PARAMS_FIT(tjc_cp);
 
 __global__ void tjc_k_copy(tjc_cp c, const void *src, void *dst) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -340,6 +348,7 @@ typedef struct {
     int64_t off[TJ_MAXDIM]; /* this shard's offset along each axis          */
     int64_t gs[TJ_MAXDIM];  /* global strides                               */
 } tjc_gidx;
+TJC_PARAMS_FIT(tjc_gidx);
 __device__ __forceinline__ int64_t tjc_global(const tjc_gidx &g, int64_t i) {
     int64_t gi = 0;
     for (int d = g.rank - 1; d >= 0; d--) {
@@ -411,6 +420,7 @@ typedef struct {
     int64_t rd[TJ_MAXDIM], rs[TJ_MAXDIM]; /* reduced dims, input strides    */
     int64_t od[TJ_MAXDIM], os[TJ_MAXDIM]; /* kept dims, input strides       */
 } tjc_red;
+TJC_PARAMS_FIT(tjc_red);
 
 template <typename T>
 __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int odt, int op) {
@@ -1239,13 +1249,18 @@ __global__ void tjc_k_errval(unsigned long long *slot, const int32_t *idx) {
     if (slot[0] != TJC_NOERR) slot[1] = (unsigned long long)(unsigned)idx[slot[0]];
 }
 /* slots 0 .. s->nchk - 1 to the host (after the stream's sync): the first
-   bad one's message into msg (returns 1), or 0; the table is reset */
+   bad one's message into msg (returns 1), or 0; the table is reset. The
+   read and the reset go on the compute stream (not cudaMemcpy's legacy
+   default stream, which would also wait for every blocking stream of the
+   device, other libraries' included). */
 static int tjc_check_read(tjc_state *s, char *msg, size_t n) {
     cudaError_t e;
     int i, bad = 0;
+    size_t bytes = sizeof(unsigned long long) * 2 * (size_t)s->nchk;
     if (!s->nchk) return 0;
-    if ((e = cudaMemcpy(s->h_chk, s->d_chk, sizeof(unsigned long long) * 2 * (size_t)s->nchk, cudaMemcpyDeviceToHost)) != cudaSuccess ||
-        (e = cudaMemsetAsync(s->d_chk, 0xff, sizeof(unsigned long long) * 2 * (size_t)s->nchk, s->compute)) != cudaSuccess) { /* before the next kernels */
+    if ((e = cudaSetDevice(s->device)) != cudaSuccess || (e = cudaMemcpyAsync(s->h_chk, s->d_chk, bytes, cudaMemcpyDeviceToHost, s->compute)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(s->compute)) != cudaSuccess ||
+        (e = cudaMemsetAsync(s->d_chk, 0xff, bytes, s->compute)) != cudaSuccess) { /* before the next kernels */
         snprintf(msg, n, "cuda backend: reading the index checks failed: %s", cudaGetErrorString(e));
         s->nchk = 0;
         return 1;
@@ -1574,6 +1589,9 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
    tj__fexp / tj__ftanh (ported below) for float groups. So a group gives the
    CPU's bits, except where the CPU calls libm in double (log, pows, and exp
    and tanh of f64 groups): CUDA's may differ in the last bit of the double.
+   A NaN made by an op (0 / 0, sqrt of a negative) has the GPU's bits
+   (0x7fffffff in f32), where x86 makes its default NaN with the sign bit
+   set: NaN on both, not the same bits (tests use inputs that make none).
 
    The group's program (per member: op, dtype, scalar attribute, where each
    operand comes from, a leaf's dtype and whether it is a scalar) is built on
@@ -1600,10 +1618,13 @@ typedef struct {
     int32_t nm, flt;   /* members (the root last); compute in float        */
     tjc_fmem m[TJC_FMAX];
 } tjc_fprog;
+/* tjc_k_fused copies it into static shared memory in 4-byte words */
+static_assert(sizeof(tjc_fprog) % 4 == 0 && sizeof(tjc_fprog) <= 16384, "tjc_fprog: whole 4-byte words, well under 48 KB of static shared memory");
 typedef struct {
     const void *leaf[TJC_FMAX * 3]; /* member mi's operand j: leaf[mi * 3 + j] */
     void *store[TJC_FMAX];          /* member mi's buffer, or NULL: not stored */
 } tjc_fptr;
+TJC_PARAMS_FIT(tjc_fptr);
 
 /* + - * / rounded to nearest, never contracted (the CPU's float or double
    arithmetic, op by op); comparisons as usual */
@@ -2111,6 +2132,11 @@ static void tjc_pending(char *slot, size_t n, const char *what, cudaError_t e) {
 /* wait for every mesh device's stream; the first failure goes to be->pending */
 static int tjc_sync_all(tjc_backend *be) {
     int i, bad = 0;
+    cudaError_t se = cudaSetDevice(be->device);
+    if (se != cudaSuccess) {
+        tjc_pending(be->pending, sizeof be->pending, "cudaSetDevice", se);
+        return 1;
+    }
     for (i = 0; i < TJ_MAXDEV; i++) {
         cudaError_t e;
         if (!be->per[i]) continue;
@@ -2142,6 +2168,10 @@ static void tjc_free(tj_backend *b, int dev, int space, void *p) {
     cudaError_t e = cudaSuccess;
     (void)dev;
     if (!p) return;
+    if ((e = cudaSetDevice(be->device)) != cudaSuccess) { /* a device thread's first CUDA call would make a context on GPU 0 */
+        tjc_pending(be->pending, sizeof be->pending, "cudaSetDevice", e);
+        return;
+    }
     if (space == TJ_SPACE_DEVICE) e = cudaFree(p); /* cudaFree waits for the device */
     else if (space == TJ_SPACE_HOST && !tjc_sync_all(be)) e = cudaFreeHost(p);
     if (e != cudaSuccess) tjc_pending(be->pending, sizeof be->pending, space == TJ_SPACE_DEVICE ? "cudaFree" : "cudaFreeHost", e);
@@ -2183,6 +2213,8 @@ static int tjc_copy(tj_backend *b, int dev, void *dst, int dst_space, const void
 static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
     tjc_backend *be = tjc_be_of(b);
     int i, bad = 0;
+    cudaError_t se = cudaSetDevice(be->device); /* this thread may not have run a kernel on it yet */
+    if (se != cudaSuccess) tjc_pending(be->pending, sizeof be->pending, "cudaSetDevice", se);
     for (i = dev < 0 ? 0 : dev; i < TJ_MAXDEV && (dev < 0 || i == dev); i++) {
         tjc_state *s = be->per[i];
         cudaError_t e;
@@ -2207,6 +2239,25 @@ static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
     return bad;
 }
 
+/* The test hook TJ_CUDA_COPY_DELAY_US (read when the backend is made; 0 or
+   unset: off): a kernel that spins that long on the copy stream before each
+   copy_async, as devsim's TJ_DEVSIM_COPY_DELAY_US, so a wait the runner
+   forgot reads or overwrites bytes too early on a GPU too, where the small
+   copies of the tests would otherwise land before anyone looks (compiled
+   here, not yet run on a GPU). */
+__global__ void tjc_k_spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+static cudaError_t tjc_copy_delay(tjc_backend *be, cudaStream_t st) {
+    if (!be->copy_delay_ns) return cudaSuccess;
+    tjc_k_spin<<<1, 1, 0, st>>>(be->copy_delay_ns);
+    return cudaGetLastError();
+}
 /* copy_async: on mesh device dev's copy stream after its compute work so
    far; the ticket (> 0) is the copy's count, its event ticket % TJC_NTICKET
    (the runner holds at most TJ__NPEND unwaited tickets); 0 if not queued */
@@ -2220,7 +2271,8 @@ static uint64_t tjc_copy_async(tj_backend *b, int dev, void *dst, int dst_space,
     if (dst_space == TJ_SPACE_USER || src_space == TJ_SPACE_USER) return 0; /* pageable memory: copy with dev -1 */
     t = s->ntickets + 1;
     if ((e = cudaSetDevice(be->device)) != cudaSuccess || (e = cudaEventRecord(s->issued, s->compute)) != cudaSuccess ||
-        (e = cudaStreamWaitEvent(s->copy, s->issued, 0)) != cudaSuccess || (e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->copy)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(s->copy, s->issued, 0)) != cudaSuccess || (e = tjc_copy_delay(be, s->copy)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->copy)) != cudaSuccess ||
         (e = cudaEventRecord(s->ticket[t % TJC_NTICKET], s->copy)) != cudaSuccess) {
         tjc_pending(s->pending, sizeof s->pending, "queueing a copy on the copy stream", e);
         return 0;
@@ -2384,6 +2436,7 @@ struct tjc_srcs {
     const void *p[TJ_MAXDEV];
     __device__ const void *at(int r) const { return p[r]; }
 };
+TJC_PARAMS_FIT(tjc_srcs);
 __global__ void tjc_k_coll_reduce(tjc_srcs src, int G, void *out, int dt, int64_t n, int ismax, int steps) { tjc_reduce_loop(src, G, out, dt, n, ismax, steps); }
 
 /* ---- the device-buffer transport ---- */
@@ -2906,6 +2959,11 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
     }
     be->b.state = be;
     be->device = device;
+    { /* the test hook of copy_async (tjc_copy_delay), at most a second */
+        const char *d = getenv("TJ_CUDA_COPY_DELAY_US");
+        double us = d && *d ? strtod(d, NULL) : 0;
+        be->copy_delay_ns = us > 0 ? (unsigned long long)(1e3 * (us < 1e6 ? us : 1e6)) : 0;
+    }
     pthread_mutex_init(&be->mu, NULL);
     if ((e = cudaStreamCreateWithFlags(&be->copy, cudaStreamNonBlocking)) != cudaSuccess) {
         snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
@@ -3789,11 +3847,16 @@ static int tjn_all_to_all(tj_transport *t, void *comm, const void *send, void *r
     (void)t;
     if (tjn_device_mem("all_to_all", send, recv, bytes, err, en) || tjn_begin(h, stream, err, en)) return 1;
     if (send == recv) { /* in place: through scratch */
+        int to = 0;
         if (!tjn_scratch(h, bytes * (size_t)h->G + 1, &e)) {
-            r = tjn_a2a(h, (const char *)send, (char *)h->scratch, bytes, &e);
-            if (e == cudaSuccess) e = cudaMemcpyAsync(recv, h->scratch, bytes * (size_t)h->G, cudaMemcpyDeviceToDevice, h->cs);
+            /* settled first: a non-blocking communicator may not have queued
+               the sends and receives yet, and the copy reads what they wrote */
+            r = tjn_settle(h->comm, tjn_a2a(h, (const char *)send, (char *)h->scratch, bytes, &e), h->w->t.timeout_s, &to);
+            if (r == ncclSuccess && e == cudaSuccess) e = cudaMemcpyAsync(recv, h->scratch, bytes * (size_t)h->G, cudaMemcpyDeviceToDevice, h->cs);
         } else r = ncclSuccess;
-    } else r = tjn_a2a(h, (const char *)send, (char *)recv, bytes, &e);
+        return tjn_end(h, r, e, "all_to_all (grouped ncclSend/ncclRecv)", bytes * (size_t)h->G, stream, err, en, to);
+    }
+    r = tjn_a2a(h, (const char *)send, (char *)recv, bytes, &e);
     return tjn_end(h, r, e, "all_to_all (grouped ncclSend/ncclRecv)", bytes * (size_t)h->G, stream, err, en);
 }
 static int tjn_send_recv(tj_transport *t, void *comm, const void *send, int to, void *recv, int from, size_t bytes, void *stream, char *err, size_t en) {

@@ -991,12 +991,83 @@ static void test_bad_index_deferred(void) {
     TJT_CHECK(strcmp(msg[0], msg[1]) == 0, "[deferred index check] messages differ:\n  cpu:  %s\n  cuda: %s", msg[0], msg[1]);
     TJT_CHECK(fabs((double)y[0] - (double)y[1]) <= 1e-5 * (1 + fabs((double)y[0])), "[deferred index check] rerun: cuda %.9g vs cpu %.9g", y[1], y[0]);
 }
+/* index checks in a scan body run more often than the device's check
+   table has slots (TJC_NCHECK, 4096, in tinyjax_cuda.cu): the table fills,
+   the host reads and resets it during the run, and the first bad index is
+   still the one reported, worded as on the CPU, whether it came before the
+   table filled (iteration 100) or after (4500); then a clean run. Written
+   without a GPU: checked here CPU against CPU only (TJ_CUDA_TEST_CPU=1). */
+#define SCAN_CHECKS 5000
+static void scan_take_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    (void)g;
+    (void)y;
+    carry_out[0] = tj_add(carry[0], tj_sum(tj_take(*(const tj_v *)u, "vocab", x[0]), "t"));
+}
+static void f_scan_takes(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v w = tj_tree_v(in, "w"), c = tj_tree_v(in, "c"), xs = tj_tree_v(in, "idx"), fin = NULL;
+    (void)g;
+    (void)u;
+    if (tj_scan(scan_take_body, &w, "layer", 1, &c, 1, &xs, 0, &fin, NULL, NULL) == TJ_OK) tj_tree_set_v(out, "y", fin);
+}
+static void test_scan_index_checks(void) {
+    static int32_t idx[SCAN_CHECKS * 2];
+    static const int bad_at[2] = {100, 4500};
+    tj_ctx *cs[2] = {cpu, gpu};
+    char msg[2][2][1024];
+    float y[2][3];
+    int b, v, l;
+    char shape[64];
+    snprintf(shape, sizeof shape, "layer=%d t=2", SCAN_CHECKS);
+    memset(y, 0, sizeof y);
+    for (b = 0; b < 2; b++) {
+        tj_tree *in = tj_tree_new(cs[b]), *out;
+        tj_prog *p;
+        tj_tree_set_array(in, "w", tjt_af32(cs[b], "vocab=5 e=3", 21, -1, 1));
+        tj_tree_set_array(in, "c", tj_zeros(cs[b], TJ_F32, "e=3"));
+        for (l = 0; l < 2 * SCAN_CHECKS; l++) idx[l] = (l / 2 + l % 2) % 5;
+        tj_tree_set_array(in, "idx", tj_array_new(cs[b], TJ_I32, shape, idx));
+        p = tj_jit(cs[b], "scan_index_checks", f_scan_takes, NULL, in, NULL);
+        TJT_CHECK(p != NULL, "[scan index checks] %s: jit: %s", b ? "cuda" : "cpu", tj_error(cs[b]));
+        for (v = 0; p && v < 3; v++) { /* bad at iteration 100, at 4500, then none */
+            for (l = 0; l < 2 * SCAN_CHECKS; l++) idx[l] = (l / 2 + l % 2) % 5;
+            if (v < 2) idx[2 * bad_at[v] + 1] = 9;
+            tj_tree_set_array(in, "idx", tj_array_new(cs[b], TJ_I32, shape, idx));
+            out = tj_tree_new(cs[b]);
+            if (v < 2) {
+                TJT_CHECK(tj_run(p, in, out) != TJ_OK, "[scan index checks] %s: the run with a bad index at iteration %d should fail", b ? "cuda" : "cpu",
+                          bad_at[v]);
+                snprintf(msg[b][v], sizeof msg[b][v], "%s", tj_error(cs[b]));
+                TJT_CHECK(strstr(msg[b][v], "index 9 at position 1 is out of range [0, 5)") != NULL, "[scan index checks] %s, bad at %d: \"%s\"",
+                          b ? "cuda" : "cpu", bad_at[v], msg[b][v]);
+                tj_clear_error(cs[b]);
+            } else {
+                TJT_CHECK(tj_run(p, in, out) == TJ_OK, "[scan index checks] %s: the clean run after two failed ones: %s", b ? "cuda" : "cpu", tj_error(cs[b]));
+                if (tj_tree_array(out, "y")) tj_array_read(tj_tree_array(out, "y"), TJ_F32, y[b]);
+            }
+            tj_tree_free(out);
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+    }
+    for (v = 0; v < 2; v++)
+        TJT_CHECK(strcmp(msg[0][v], msg[1][v]) == 0, "[scan index checks] bad at %d: messages differ:\n  cpu:  %s\n  cuda: %s", bad_at[v], msg[0][v],
+                  msg[1][v]);
+    for (l = 0; l < 3; l++)
+        TJT_CHECK(fabs((double)y[0][l] - (double)y[1][l]) <= 1e-5 * (1 + fabs((double)y[0][l])) && y[0][l] != 0,
+                  "[scan index checks] clean run, element %d: cuda %.9g vs cpu %.9g", l, y[1][l], y[0][l]);
+}
 /* the runner's copy stream and device time stamps on the GPU (on devsim
    with TJ_CUDA_TEST_CPU, which checks the test): offload_scan's policies
    against the CPU with the bytes of the memory plan, and a trace with
-   both streams in order */
+   both streams in order. On a GPU twice: as it runs, and on a second
+   backend whose copies start ASYNC_DELAY_US late (TJ_CUDA_COPY_DELAY_US,
+   the devsim delay's twin), so a wait the runner forgot gives other
+   numbers, and each copy's device time must show the delay (written
+   without a GPU: the delayed pass has not yet run on one). */
+#define ASYNC_DELAY_US 300
 static void test_async(tj_backend *be) {
-    tj_backend *ab = be ? be : tj_devsim_backend();
+    tj_backend *ab = be ? be : tj_devsim_backend(), *slow = NULL;
+    char why[512], us[32];
     if (!ab) {
         TJT_CHECK(0, "[async] no backend");
         return;
@@ -1006,7 +1077,22 @@ static void test_async(tj_backend *be) {
     tjt_current = "device time stamps";
     tjt_trace_streams(ab, 0);
     tjt_current = "";
-    if (!be) tj_devsim_backend_free(ab);
+    if (!be) {
+        tj_devsim_backend_free(ab);
+        return;
+    }
+    snprintf(us, sizeof us, "%d", ASYNC_DELAY_US);
+    setenv("TJ_CUDA_COPY_DELAY_US", us, 1);
+    slow = tj_cuda_backend(0, why, sizeof why);
+    unsetenv("TJ_CUDA_COPY_DELAY_US");
+    TJT_CHECK(slow != NULL, "[async] a second CUDA backend: %s", why);
+    if (!slow) return;
+    tjt_current = "async copies, each 300 us late";
+    tjt_offload_policies(slow, 1e-4);
+    tjt_current = "device time stamps, copies 300 us late";
+    tjt_trace_streams(slow, 0.9 * ASYNC_DELAY_US);
+    tjt_current = "";
+    tj_cuda_backend_free(slow);
 }
 /* a bad index before a collective on 2 simulated devices: the run fails
    with the CPU's message; the failed devices still meet in the collective
@@ -1306,6 +1392,66 @@ static void test_fused(tj_ctx *ref, tj_ctx *test, const char *label) {
     for (int i = 0; i < 4; i++) fused_case(ref, test, label, sizes[i]);
 }
 
+/* The per-device table of fused-group programs (tjc_fprog_dev in
+   tinyjax_cuda.cu), which the emulator does not use: FTAB_N groups that
+   differ only in pows' constant are FTAB_N programs, so the table grows
+   (64 slots, rehashed at 32, 64, 128 programs) and takes a second slab of
+   device memory (256 programs a slab); a second run finds every program in
+   it. Against the CPU within 1e-6 (pow is CUDA's in double), the two GPU
+   runs bit for bit, and every group ran as one. Written without a GPU:
+   checked here CPU against CPU only (TJ_CUDA_TEST_CPU=1). */
+#define FTAB_N 300
+static void f_fused_table(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    char nm[16];
+    (void)g;
+    (void)u;
+    for (int i = 0; i < FTAB_N; i++) {
+        snprintf(nm, sizeof nm, "p%03d", i);
+        tj_tree_set_v(out, nm, tj_exp(tj_neg(tj_pows(tj_adds(tj_mul(x, x), 1.0), 1.0 + i / 128.0))));
+    }
+}
+static void test_fused_table(void) {
+    static const spec sp[] = {{"x", TJ_F32, "n=1000", -1, 1}};
+    tj_ctx *cs[2] = {cpu, gpu};
+    tj_tree *in[2], *out[3];
+    tj_prog *p[2];
+    int b, i, r;
+    tjt_current = "fused-program table";
+    for (b = 0; b < 2; b++) {
+        tj_set_profile(cs[b], 1);
+        in[b] = make_inputs(cs[b], sp, 1);
+        p[b] = tj_jit(cs[b], "fused_table", f_fused_table, NULL, in[b], NULL);
+        for (r = 0; r < 1 + b; r++) { /* the GPU twice */
+            out[b + r] = tj_tree_new(cs[b]);
+            TJT_CHECK(p[b] && tj_run(p[b], in[b], out[b + r]) == TJ_OK, "%s run %d: %s", b ? "cuda" : "cpu", r, tj_error(cs[b]));
+        }
+        TJT_CHECK(!p[b] || fused_events(p[b]) >= FTAB_N, "%s ran %d fused groups (want %d)", b ? "cuda" : "cpu", p[b] ? fused_events(p[b]) : 0, FTAB_N);
+        tj_set_profile(cs[b], 0);
+    }
+    for (i = 0; i < FTAB_N; i++) {
+        char nm[16];
+        float v[3][1000];
+        int64_t j, bad = -1;
+        snprintf(nm, sizeof nm, "p%03d", i);
+        for (r = 0; r < 3; r++) {
+            memset(v[r], 0, sizeof v[r]);
+            if (tj_tree_array(out[r], nm)) tj_array_read(tj_tree_array(out[r], nm), TJ_F32, v[r]);
+        }
+        for (j = 0; j < 1000 && bad < 0; j++)
+            if (!(fabs((double)v[0][j] - (double)v[1][j]) <= 1e-6 * (1 + fabs((double)v[0][j])) && v[0][j] > 0)) bad = j;
+        TJT_CHECK(bad < 0, "output %s element %lld: cpu %.9g, cuda %.9g", nm, (long long)bad, bad < 0 ? 0.0 : v[0][bad], bad < 0 ? 0.0 : v[1][bad]);
+        TJT_CHECK(!memcmp(v[1], v[2], sizeof v[1]), "output %s: the second GPU run (table hits) gave other bits than the first", nm);
+    }
+    for (b = 0; b < 2; b++) {
+        tj_prog_free(p[b]);
+        tj_tree_free(in[b]);
+        tj_clear_error(cs[b]);
+    }
+    for (r = 0; r < 3; r++) tj_tree_free(out[r]);
+    tjt_current = "";
+}
+
 /* every op of the op table has a CUDA path (or a listed gap): no GPU needed */
 static int coverage(void) {
     static char list[16384];
@@ -1358,6 +1504,7 @@ int main(int argc, char **argv) {
     compare("mlp", f_mlp, s_mlp, (int)(sizeof s_mlp / sizeof *s_mlp));
     compare("relayout", f_relayout, s_relayout, (int)(sizeof s_relayout / sizeof *s_relayout));
     test_fused(cpu, gpu, "cuda");
+    test_fused_table();
     register_scale3(cpu);
     register_scale3(gpu);
     compare("custom op + custom_vjp", f_custom, s_custom, 1);
@@ -1371,6 +1518,7 @@ int main(int argc, char **argv) {
     test_bad_index();
     test_bad_index_deferred();
     test_async(be);
+    test_scan_index_checks();
     test_rerun();
     test_collectives_sim();
     test_sharded_train();

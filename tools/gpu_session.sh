@@ -1,28 +1,41 @@
 #!/bin/bash
 # tools/gpu_session.sh [OUTDIR]: what to run when a machine with one NVIDIA
-# GPU is at hand, in one go, so that a short loan of a GPU gives every figure
-# the issues ask for. Each step's output goes to OUTDIR (default $OUT, else
-# build/gpu_session), and OUTDIR/summary.txt collects the lines that matter:
-#   1. the GPU (nvidia-smi), nvcc and the driver
-#   2. ./build.sh test: the whole suite, whose CUDA tests run on the GPU here
-#      (tests/test_cuda.cu against the CPU backend, the NCCL transport on one
-#      process and one GPU, the multi-GPU test where 2+ GPUs exist)
-#   3. compute-sanitizer memcheck over build/test_cuda
-#   4. the GPT-2 124M benchmark on the GPU: f32 and bf16 (B=16, T=1024), bf16
-#      with --trace (where the time goes, by op), and PyTorch on the same
-#      model beside it (tools/bench_torch_gpt2.py, bf16 eager and compiled)
-#      when torch is installed
-# Each step has its own time limit (STEP_LIMIT seconds, default 420 for the
-# suite, 240 for the others) so a hang costs one step, not the loan.
-# Usage on the device tool: run with command "tools/gpu_session.sh" (the
-# default OUTDIR is $OUT there), about 10 minutes on an H100 with 16 cores.
+# GPU is at hand, so that a short loan of a GPU gives every figure the
+# issues ask for. Each step's output goes to OUTDIR (default $OUT, else
+# build/gpu_session), and OUTDIR/summary.txt collects the lines that matter.
+# STEPS (environment) picks the steps, run in this order (default: all):
+#   build     the CUDA build for this GPU only (GPU_ARCH, default sm_90):
+#             build/tinyjax_cuda.o, build/test_cuda, build/gpt2_train --cuda
+#   cuda      build/test_cuda on the GPU (every CUDA path against the CPU
+#             backend) and --coverage; the summary keeps its closing line and
+#             its FAIL lines
+#   memcheck  compute-sanitizer memcheck over build/test_cuda
+#   bench     GPT-2 124M on the GPU: f32 and bf16 (B=16, T=1024), bf16 with
+#             --trace (where the time goes, by op)
+#   torch     PyTorch on the same model beside it (tools/bench_torch_gpt2.py,
+#             bf16 eager and compiled), when torch with CUDA is installed
+#   suite     ./build.sh test: the whole suite (its CUDA tests again, the NCCL
+#             transport on one process and one GPU, 2+ GPU tests where they exist)
+# cuda, memcheck and bench build what they need first when it is missing.
+# Each step has its own time limit (STEP_LIMIT for the suite, default 560 s).
+#
+# On the device tool one command may run 10 minutes and $OUT brings back 8
+# files, so run it as three calls, most important first (build/ stays on the
+# machine between calls while it is warm):
+#   STEPS="build cuda memcheck" tools/gpu_session.sh    (about 5 minutes)
+#   STEPS="bench torch" tools/gpu_session.sh            (about 6 minutes)
+#   STEPS=suite tools/gpu_session.sh                    (up to STEP_LIMIT)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 out=${1:-${OUT:-build/gpu_session}}
-mkdir -p "$out" build || exit 1
+steps=" ${STEPS:-build cuda memcheck bench torch suite} "
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+GPU_ARCH=${GPU_ARCH:-"-gencode arch=compute_90,code=sm_90"}
+mkdir -p "$out" build/cuda || exit 1
 sum="$out/summary.txt"
 : >"$sum"
 note() { echo "$*" | tee -a "$sum"; }
+want() { case "$steps" in *" $1 "*) return 0 ;; esac; return 1; }
 # step NAME LIMIT CMD...: run CMD with a time limit, its output to OUTDIR/NAME.log
 step() {
     local name=$1 lim=$2 rc t0=$SECONDS; shift 2
@@ -32,44 +45,90 @@ step() {
     note "$name: exit $rc in $((SECONDS - t0)) s$([ $rc = 124 ] && echo " (killed at the $lim s limit)")"
     return $rc
 }
+# the CUDA build (the flags of build.sh's test and build modes, one GPU arch)
+# (a function run by `step` through bash -c, so exported with its variables;
+# $GPU_ARCH is split into words on purpose)
+# shellcheck disable=SC2086
+build_cuda() {
+    local lib ldrv rc=0
+    "$NVCC" -std=c++17 -O3 $GPU_ARCH -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o & lib=$!
+    gcc -std=c99 -O3 -Wall -Wextra -Werror -I. -I"$(dirname "$NVCC")/../include" -DGPT2_CUDA -DTINYJAX_IMPLEMENTATION_DONE -c demos/gpt2_train.c \
+        -o build/cuda/gpt2_train.o & ldrv=$!
+    wait $lib || rc=1
+    wait $ldrv || rc=1
+    [ $rc = 0 ] && "$NVCC" -std=c++17 $GPU_ARCH -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda &&
+        "$NVCC" $GPU_ARCH -o build/gpt2_train build/cuda/gpt2_train.o build/tinyjax_cuda.o -lcublas -lm -lpthread
+}
+export -f build_cuda
+export NVCC GPU_ARCH
+need_build() { [ -x build/test_cuda ] && [ -x build/gpt2_train ] || step build 420 bash -c build_cuda; }
 
-note "gpu_session $(date -u '+%Y-%m-%d %H:%M UTC') at $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (+ local changes)')"
+note "gpu_session $(date -u '+%Y-%m-%d %H:%M UTC') at $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (+ local changes)'); steps:$steps"
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     note "no NVIDIA GPU here (nvidia-smi fails): nothing to do"
     exit 1
 fi
 note "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | sed 's/^/GPU: /')"
-note "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+note "nvcc: $("$NVCC" --version 2>/dev/null | tail -1)"
 
-step suite "${STEP_LIMIT:-420}" ./build.sh test
-grep -E "^(== |  (test_cuda|test_nccl)|cuda:|nccl)" "$out/suite.log" | tail -n 40 >>"$sum"
-grep -E "[0-9]+ passed, [0-9]+ failed" "$out/suite.log" | tail -n 1 | sed 's/^/suite total: /' | tee -a "$sum"
+if want build; then step build 420 bash -c build_cuda || tail -n 30 "$out/build.log" >>"$sum"; fi
 
-if [ -x build/test_cuda ] && command -v compute-sanitizer >/dev/null 2>&1; then
-    step memcheck 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 build/test_cuda
-    grep -E "ERROR SUMMARY|passed, [0-9]+ failed" "$out/memcheck.log" | tail -n 2 >>"$sum"
-else
-    note "memcheck: skipped (no build/test_cuda or no compute-sanitizer)"
+if want cuda; then
+    need_build
+    step cuda 300 build/test_cuda
+    # the closing line, what it skipped or set up ("cuda: ..."), and the failures
+    grep -E "^(cuda:|[0-9]+ passed, [0-9]+ failed)" "$out/cuda.log" | tail -n 5 | sed 's/^/[test_cuda] /' >>"$sum"
+    grep -E "^FAIL " "$out/cuda.log" | head -n 30 | sed 's/^/[test_cuda] /' >>"$sum"
+    build/test_cuda --coverage >"$out/coverage.log" 2>&1
+    note "[test_cuda --coverage] exit $? $(grep -E '^cuda coverage:' "$out/coverage.log")"
 fi
 
-if [ -x build/gpt2_train ]; then
-    for v in "f32:" "bf16:--bf16" "bf16_trace:--bf16 --trace $out/trace.json"; do
-        n=${v%%:*}
-        # shellcheck disable=SC2086
-        step "bench_$n" 240 ./build/gpt2_train --bench --cuda --bench-steps 10 ${v#*:}
-        grep -E "^bench: (median|GPT-2|memory)|MFU|^  " "$out/bench_$n.log" | head -n 16 | sed "s/^/[$n] /" >>"$sum"
-    done
-else
-    note "bench: skipped (no build/gpt2_train)"
+if want memcheck; then
+    need_build
+    if [ -x build/test_cuda ] && command -v compute-sanitizer >/dev/null 2>&1; then
+        step memcheck 300 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 build/test_cuda
+        grep -E "ERROR SUMMARY|[0-9]+ passed, [0-9]+ failed" "$out/memcheck.log" | tail -n 2 | sed 's/^/[memcheck] /' >>"$sum"
+        # errors print as they happen: a run stopped at its limit has no ERROR SUMMARY
+        note "[memcheck] $(grep -cE '^========= (Invalid|Program hit|Leaked|Race|Uninitialized)' "$out/memcheck.log") error lines; the first:"
+        grep -E '^========= (Invalid|Program hit|Leaked|Race|Uninitialized)' -A3 "$out/memcheck.log" | head -n 12 >>"$sum"
+    else
+        note "memcheck: skipped (no build/test_cuda or no compute-sanitizer)"
+    fi
 fi
-if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && [ -f tools/bench_torch_gpt2.py ]; then
-    for v in "eager:" "compile:--compile"; do
-        # shellcheck disable=SC2086
-        step "torch_${v%%:*}" 240 python3 tools/bench_torch_gpt2.py --batch 16 --dtype bf16 ${v#*:}
-        tail -n 4 "$out/torch_${v%%:*}.log" | sed "s/^/[torch ${v%%:*}] /" >>"$sum"
-    done
-else
-    note "torch: skipped (no PyTorch with CUDA, or no tools/bench_torch_gpt2.py)"
+
+if want bench; then
+    need_build
+    if [ -x build/gpt2_train ]; then
+        for v in "f32:" "bf16:--bf16" "bf16_trace:--bf16 --trace $out/trace.json"; do
+            n=${v%%:*}
+            # shellcheck disable=SC2086
+            step "bench_$n" 240 ./build/gpt2_train --bench --cuda --bench-steps 10 ${v#*:}
+            grep -E "^bench: (median|GPT-2|memory)|MFU|^  " "$out/bench_$n.log" | head -n 16 | sed "s/^/[$n] /" >>"$sum"
+        done
+    else
+        note "bench: skipped (build/gpt2_train did not build: see build.log)"
+    fi
+fi
+
+if want torch; then
+    if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && [ -f tools/bench_torch_gpt2.py ]; then
+        for v in "eager:" "compile:--compile"; do
+            # shellcheck disable=SC2086
+            step "torch_${v%%:*}" 240 python3 tools/bench_torch_gpt2.py --batch 16 --dtype bf16 ${v#*:}
+            tail -n 4 "$out/torch_${v%%:*}.log" | sed "s/^/[torch ${v%%:*}] /" >>"$sum"
+        done
+    else
+        note "torch: skipped (no PyTorch with CUDA, or no tools/bench_torch_gpt2.py)"
+    fi
+fi
+
+if want suite; then
+    step suite "${STEP_LIMIT:-560}" ./build.sh test
+    # build.sh prints each test's lines as "  [name] ...": the CUDA and NCCL
+    # tests' closing lines, skips and failures, then the section heads
+    grep -E '^  \[(devsim/|mpi/)?(test_cuda|test_nccl)[a-z0-9_]*\] ([0-9]+ passed|cuda:|nccl|.*skip|no closing|exit code)' "$out/suite.log" | head -n 60 >>"$sum"
+    grep -E '^  \[[^]]*\] FAIL' "$out/suite.log" | head -n 20 | sed 's/^/[suite failure] /' >>"$sum"
+    grep -E "^total: [0-9]+ passed, [0-9]+ failed" "$out/suite.log" | tail -n 1 | sed 's/^/suite /' | tee -a "$sum"
 fi
 echo
 cat "$sum"
