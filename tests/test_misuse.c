@@ -60,7 +60,7 @@ static void misuse_check(tj_ctx *c, int failed, const char *expr, int line, int 
 /* ------------------------------------------------------------ context */
 static void test_context(void) {
     tj_ctx *c = tj_ctx_new();
-    tj_array *a;
+    tj_array *a, *r;
     tjt_current = "context and mesh";
     BAD_NL(c, tj_set_devices(c, 0) != TJ_OK, "tj_set_devices", "0");
     BAD_NL(c, tj_set_devices(c, -3) != TJ_OK, "tj_set_devices", "-3");
@@ -75,8 +75,10 @@ static void test_context(void) {
     WORKS(c, tj_set_mesh(c, "data=2 model=2") == TJ_OK);
     /* the mesh stays what it was after a refused one */
     BAD(c, tj_set_mesh(c, "data=3") != TJ_OK, "tj_set_mesh");
-    a = tj_device_put(tj_zeros(c, TJ_F32, "a=4 b=2"), "a:data b:model");
-    WORKS(c, a != NULL);
+    a = tj_zeros(c, TJ_F32, "a=4 b=2");
+    r = tj_device_put(a, "a:data b:model");
+    WORKS(c, r != NULL);
+    tj_array_free(r);
     tj_array_free(a);
     /* a new device count drops the mesh: its axes are unknown after */
     WORKS(c, tj_set_devices(c, 2) == TJ_OK);
