@@ -1341,6 +1341,9 @@ struct tj_ctx {
     int nmesh;           /* mesh axes (0: no mesh)                         */
     int mesh_ax[TJ__MAXMESH];
     int mesh_size[TJ__MAXMESH];
+    unsigned mesh_gen;   /* bumped when the mesh changes: arrays and programs
+                            made under another mesh read their sharding
+                            bits wrongly, so they are refused ([4])     */
     tj_graph *cur;          /* the scan or shard_map body being traced now  */
     struct tj_node **proj_ct; /* autodiff: the cotangents (by node id) a multi-output
                                  node's VJP reads for its projections; set by the
@@ -1857,11 +1860,12 @@ static void *tj__mem_alloc(tj_ctx *c, int space, int64_t n, void **raw) {
     }
     return tj__aligned_alloc(n, raw);
 }
-static void tj__mem_free(tj_ctx *c, int space, void *raw) {
+static void tj__mem_free_on(tj_backend *b, int space, void *raw) { /* b: the backend that allocated raw */
     if (!raw) return;
-    if (c->backend) c->backend->free(c->backend, -1, space, raw);
+    if (b) b->free(b, -1, space, raw);
     else TJ_FREE(raw);
 }
+static void tj__mem_free(tj_ctx *c, int space, void *raw) { tj__mem_free_on(c->backend, space, raw); }
 /* host <-> device copies outside runs (they wait for every device's work);
    on the CPU backend device memory is host memory */
 static int tj__mem_copy(tj_ctx *c, void *dst, int dspace, const void *src, int sspace, int64_t n) {
@@ -1884,6 +1888,8 @@ struct tj_array {
     int64_t local_bytes;   /* bytes per device                             */
     int deleted;
     int abstract;          /* shape and sharding only: no buffers          */
+    unsigned mesh_gen;     /* the context's mesh when it was made          */
+    tj_backend *backend;   /* the backend its buffers came from (NULL: CPU) */
 };
 
 static tj__type tj__local(const tj_ctx *c, const tj__type *t);
@@ -1913,6 +1919,8 @@ static tj_array *tj__array_make(tj_ctx *c, const tj__type *t, int abstract, cons
     a->ndev = c->ndev;
     a->local_bytes = nb;
     a->abstract = abstract;
+    a->mesh_gen = c->mesh_gen;
+    a->backend = c->backend;
     for (d = 0; d < a->ndev && !abstract; d++) {
         if (!tj__dev_mine(c, d)) continue; /* another process's device */
         a->data[d] = tj__mem_alloc(c, TJ_SPACE_DEVICE, nb, &a->raw[d]);
@@ -1965,7 +1973,7 @@ TJDEF void tj_array_free(tj_array *a) {
     if (!a) return;
     for (d = 0; d < a->ndev; d++)
         if (a->raw[d]) {
-            tj__mem_free(a->ctx, TJ_SPACE_DEVICE, a->raw[d]);
+            tj__mem_free_on(a->backend, TJ_SPACE_DEVICE, a->raw[d]); /* (the context's may have changed since) */
             tj__count(a->ctx, 0, d, -a->local_bytes);
         }
     TJ_FREE(a);
@@ -2044,12 +2052,37 @@ TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *c, tj_dtype dt, c
     }
     return tj__array_gen(file, line, c, dt, shape, tj__gen_iota, &k, "tj_iota");
 }
+/* 1 if a's sharding means what it meant when a was made: a sharded array
+   of an earlier mesh (tj_set_mesh, tj_set_devices since) has its shards
+   laid out for that mesh, so reading it under this one would scramble it. */
+static int tj__array_mesh_ok(tj_array *a, const char *what, const char *file, int line) {
+    int i;
+    char b[256];
+    if (a->mesh_gen == a->ctx->mesh_gen) return 1;
+    for (i = 0; i < a->t.rank && !a->t.sh[i]; i++) {}
+    if (i == a->t.rank) return 1; /* replicated: the same on every mesh */
+    tj__type_str(a->ctx, &a->t, b, sizeof b);
+    tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: array %s was sharded under an earlier mesh (tj_set_mesh or tj_set_devices changed it since): "
+            "read or re-place arrays before changing the mesh", what, b);
+    return 0;
+}
+/* 1 if a's buffers are on the context's backend now (tj_set_backend may
+   have switched it since a was made: the host cannot read them through
+   another backend's copies). */
+static int tj__array_here(tj_array *a, const char *what, const char *file, int line) {
+    if (a->abstract || a->backend == a->ctx->backend) return 1;
+    tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: this array's buffers are on backend '%s' but the context now runs on backend '%s' (tj_set_backend "
+            "since it was made): set the backend back to use it", what, a->backend ? a->backend->name : "cpu", a->ctx->backend ? a->ctx->backend->name : "cpu");
+    return 0;
+}
 static int tj__array_live(tj_array *a, const char *what, const char *file, int line) {
     if (!a) return 0;
+    if (!tj__array_mesh_ok(a, what, file, line)) return 0;
     if (a->deleted) {
         tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: this array was donated to a program and its buffer is gone", what);
         return 0;
     }
+    if (!tj__array_here(a, what, file, line)) return 0;
     if (a->abstract) {
         char b[256];
         tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: array %s is abstract (a shape and a sharding, no data: tj_array_abstract, tj_prog_output_shapes); "
@@ -2536,6 +2569,7 @@ struct tj_prog {
     char *name;
     const char *file;
     int line;
+    unsigned mesh_gen;     /* the context's mesh at tj_jit                 */
     int nout;
     tj_node **outs;        /* graph outputs, in output-tree order          */
     char **out_names;
@@ -2938,6 +2972,7 @@ TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices (1..%d)", n, TJ_MAXDEV);
         return TJ_ERR_ARG;
     }
+    if (c->nmesh || c->ndev != n) c->mesh_gen++;
     c->ndev = n;
     c->nmesh = 0;
     return tj__procs_devices(c);
@@ -2962,6 +2997,9 @@ TJDEF tj_status tj_set_mesh_at(const char *file, int line, tj_ctx *c, const char
                 c->ndev);
         return TJ_ERR_SHAPE;
     }
+    for (i = 0; i < t.rank && t.rank == c->nmesh; i++)
+        if (c->mesh_ax[i] != t.ax[i] || c->mesh_size[i] != (int)t.dim[i]) break;
+    if (t.rank != c->nmesh || i < t.rank) c->mesh_gen++; /* another mesh: see tj__array_mesh_ok */
     c->nmesh = t.rank;
     for (i = 0; i < t.rank; i++) {
         c->mesh_ax[i] = t.ax[i];
@@ -3534,7 +3572,7 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
     tj__type t;
     tj_array *b;
     void *host;
-    if (!a || (!a->abstract && !tj__array_live(a, "device_put", f, l))) return NULL;
+    if (!a || (a->abstract ? !tj__array_mesh_ok(a, "device_put", f, l) : !tj__array_live(a, "device_put", f, l))) return NULL;
     t = a->t;
     if (tj__parse_spec(a->ctx, spec, &a->t, t.sh, 1, "device_put", f, l)) return NULL;
     if (a->abstract) return tj__array_make(a->ctx, &t, 1, f, l); /* a new sharding, still no data */
@@ -6003,6 +6041,10 @@ TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name)
         tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "checkpoint_name: empty name");
         return NULL;
     }
+    if (strpbrk(name, " ,\t\n")) { /* policies take space- or comma-separated lists: no list could name it */
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "checkpoint_name: name \"%s\" has a space or comma, so no policy's list can name it", name);
+        return NULL;
+    }
     n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, NULL, f, l);
     if (n && !(n->name = tj__strdup(name))) return NULL;
     return n;
@@ -6158,7 +6200,8 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
     unsigned iv[16], ov[16];
     int i, j, k = -1;
     if (nin < 1 || nin > 16 || !in || !out) {
-        if (nin >= 1 && in && in[0]) tj__err(tj__vctx(in[0]), TJ_ERR_ARG, f, l, "custom '%s': %s", name ? name : "(null)", !out ? "argument out is NULL" : "1..16 inputs");
+        tj__err(nin >= 1 && in && in[0] ? tj__vctx(in[0]) : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "custom '%s': %s (%d inputs)", name ? name : "(null)",
+                !out ? "argument out is NULL" : !in ? "argument in is NULL" : "1..16 inputs", nin);
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
@@ -11310,6 +11353,7 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
     if (c->ndev == 1 && !getenv("TJ_DEVICES")) { /* one device per process */
         c->ndev = np;
         c->nmesh = 0;
+        c->mesh_gen++;
     }
     if (tj__procs_devices(c)) return c->status;
     if (tj__where_rank < 0 && np > 1) {
@@ -12790,6 +12834,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     }
     p->ctx = c;
     p->backend = c->backend;
+    p->mesh_gen = c->mesh_gen;
     p->file = file;
     p->line = line;
     p->name = tj__strdup(name ? name : "fn");
@@ -12803,7 +12848,8 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         const tj__leaf *l = &ex->leaf[i];
         if (l->kind == TJ_LEAF_ARRAY) {
             tj_node *n;
-            if (!l->arr->abstract && !tj__array_live(l->arr, "jit", file, line)) goto fail; /* abstract examples are fine */
+            /* only the shape and sharding count (abstract examples, or arrays of another backend, are fine) */
+            if (!tj__array_mesh_ok(l->arr, "jit", file, line) || (l->arr->deleted && !tj__array_live(l->arr, "jit", file, line))) goto fail;
             n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, NULL, file, line);
             if (!n || !(n->name = tj__strdup(l->name)) || tj__add_param(p->g, n)) goto fail;
             tj_tree_set_v(tin, l->name, n);
@@ -12915,6 +12961,12 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         tj__run_refused(p, TJ_ERR_ARG);
         return TJ_ERR_ARG;
     }
+    if (p->mesh_gen != c->mesh_gen) { /* its shardings and device groups are the old mesh's */
+        tj__err(c, TJ_ERR_STATE, file, line, "run '%s': the program was compiled (tj_jit) under another mesh than the context's now (tj_set_mesh or "
+                "tj_set_devices after tj_jit): call tj_jit again", p->name);
+        tj__run_refused(p, TJ_ERR_STATE);
+        return TJ_ERR_STATE;
+    }
     if (p->backend != c->backend) { /* fused groups and arenas were made for the other one */
         tj__err(c, TJ_ERR_STATE, file, line,
                 "run '%s': the program was compiled (tj_jit) for backend '%s' but the context now runs on backend '%s' (tj_set_backend after "
@@ -12949,6 +13001,14 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             tj__err(c, TJ_ERR_ARG, file, line, "run '%s': input '%s' is an array of another context than the program", p->name, n->name);
             st = TJ_ERR_ARG;
             goto done;
+        }
+        if (a) { /* its sharding and buffers must be the ones the program was made for */
+            char what[160];
+            snprintf(what, sizeof what, "run '%.64s': input '%.64s'", p->name, n->name);
+            if (!tj__array_mesh_ok(a, what, file, line) || !tj__array_here(a, what, file, line)) {
+                st = TJ_ERR_STATE;
+                goto done;
+            }
         }
         if (a && a->abstract) {
             tj__err(c, TJ_ERR_STATE, file, line, "run '%s': input '%s' is an abstract array (shape and sharding only): compile against it, run with data",

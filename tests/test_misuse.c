@@ -381,6 +381,7 @@ static void ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_uniform(g, 1, TJ_F32, "a=0") == NULL, "uniform", "'a'");
     /* names */
     BAD(c, tj_checkpoint_name(x, "") == NULL, "checkpoint_name", "empty");
+    BAD(c, tj_checkpoint_name(x, "attn out") == NULL, "checkpoint_name", "\"attn out\"", "space");
     /* mesh collectives outside shard_map, and a constraint without a mesh */
     BAD(c, tj_psum(x, "data") == NULL, "psum", "shard_map");
     BAD(c, tj_all_gather(x, "data", "a") == NULL, "all_gather", "shard_map");
@@ -645,6 +646,147 @@ static void test_jit_run(void) {
     tj_ctx_free(c);
 }
 
+/* ---- after the context changes: another mesh, another backend ---- */
+static void double_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_sum(tj_muls(tj_tree_v(in, "x"), 2.0), "a"));
+}
+static void test_changed_context(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    tj_array *a;
+    float v[8], r[8];
+    int i;
+    tj_backend *ds = tj_devsim_backend(), *was;
+    tjt_current = "after tj_set_mesh, tj_set_backend";
+    for (i = 0; i < 8; i++) v[i] = (float)i;
+    tj_set_devices(c, 4);
+    tj_set_mesh(c, "d=2 m=2");
+    a = tj_array_new(c, TJ_F32, "a=4 b=2", v);
+    tj_tree_set_array(in, "x", tj_device_put(a, "a:d b:m"));
+    tj_array_free(a);
+    p = tj_jit(c, "double", double_fn, NULL, in, NULL);
+    WORKS(c, p != NULL);
+    /* another mesh: the shards were laid out for the old one (this read gave 0 2 1 3 4 6 5 7) */
+    WORKS(c, tj_set_mesh(c, "d=4 m=1") == TJ_OK);
+    BAD_NL(c, tj_array_read(tj_tree_array(in, "x"), TJ_F32, r) != TJ_OK, "tj_array_read", "f32[a=4@d,b=2@m]", "earlier mesh");
+    BAD(c, tj_run(p, in, out) != TJ_OK, "run 'double'", "another mesh", "tj_jit again");
+    BAD(c, tj_device_put(tj_tree_array(in, "x"), "") == NULL, "device_put", "earlier mesh");
+    BAD_NL(c, tj_tree_save(in, path_in("remesh.safetensors")) != TJ_OK, "tj_tree_save", "earlier mesh");
+    /* the same mesh again: nothing changed, everything works */
+    WORKS(c, tj_set_mesh(c, "d=2 m=2") == TJ_OK);
+    BAD_NL(c, tj_array_read(tj_tree_array(in, "x"), TJ_F32, r) != TJ_OK, "earlier mesh"); /* d=4 m=1 came between */
+    tj_tree_set_array(in, "x", tj_array_new(c, TJ_F32, "a=4 b=2", v));
+    tj_tree_set_array(in, "x", tj_device_put(tj_tree_array(in, "x"), "a:d b:m")); /* (frees the unplaced one) */
+    tj_prog_free(p);
+    p = tj_jit(c, "double", double_fn, NULL, in, NULL);
+    WORKS(c, p && tj_set_mesh(c, "d=2 m=2") == TJ_OK && tj_run(p, in, out) == TJ_OK);
+    WORKS(c, tj_array_read(tj_tree_array(in, "x"), TJ_F32, r) == TJ_OK && r[5] == 5.0f);
+    /* another backend: these buffers are not its memory (each of these crashed) */
+    was = tjt_ctx_backend(c);
+    tj_set_backend(c, was ? NULL : ds);
+    BAD_NL(c, tj_array_read(tj_tree_array(in, "x"), TJ_F32, r) != TJ_OK, "tj_array_read", "backend", "tj_set_backend");
+    BAD(c, tj_run(p, in, out) != TJ_OK, "run 'double'", "backend");
+    tj_prog_free(p);
+    p = tj_jit(c, "double", double_fn, NULL, in, NULL); /* only shapes: fine */
+    WORKS(c, p != NULL);
+    BAD(c, tj_run(p, in, out) != TJ_OK, "run 'double': input 'x'", "backend");
+    tj_tree_free(out); /* outputs of the old backend: freed through it */
+    tj_tree_free(in);
+    tj_prog_free(p);
+    tj_set_backend(c, was);
+    tj_ctx_free(c);
+    tj_devsim_backend_free(ds);
+}
+
+/* ---- custom ops ---- */
+static void cop_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *user) {
+    (void)in; (void)nin; (void)out; (void)nout; (void)user;
+}
+static tj_status cop_vjp(tj_graph *g, int nin, const tj_v *in, int nout, const tj_v *out, const tj_v *ct, tj_v *gin, void *user) {
+    (void)g; (void)nin; (void)nout; (void)out; (void)user;
+    gin[0] = tj_sum(tj_mul(ct[0], in[0]), "b"); /* the wrong shape: 'b' summed away */
+    return TJ_OK;
+}
+static void custom_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_ctx *c = tj_graph_ctx(g);
+    tj_v x = tj_tree_v(in, "x"), o[2] = {NULL, NULL}, gx = NULL;
+    (void)u;
+    BAD(c, tj_custom("cop", 0, &x, o) != TJ_OK, "custom 'cop'", "0 inputs");
+    BAD(c, tj_custom("cop", -1, &x, o) != TJ_OK, "custom 'cop'", "-1 inputs");
+    BAD(c, tj_custom("cop", 17, &x, o) != TJ_OK, "custom 'cop'", "17 inputs");
+    BAD(c, tj_custom("nosuch", 1, &x, o) != TJ_OK, "custom", "'nosuch'");
+    BAD(c, tj_custom("cop", 1, &x, o) != TJ_OK || tj_grad(tj_sum(o[0], "a b"), 1, &x, &gx) != TJ_OK, "custom op 'cop'", "f32[a=4]", "f32[a=4,b=6]");
+    tj_clear_error(c);
+    tj_tree_set_v(out, "y", tj_adds(x, 1.0));
+}
+static void test_custom_ops(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c);
+    tj_prog *p;
+    tj_op_def d;
+    tjt_current = "custom ops";
+    memset(&d, 0, sizeof d);
+    d.name = "cop"; d.nout = 0; d.cpu = cop_cpu; d.vjp = cop_vjp;
+    BAD_NL(c, tj_register_op(c, &d) != TJ_OK, "register_op", "cop", "0");
+    d.nout = 17;
+    BAD_NL(c, tj_register_op(c, &d) != TJ_OK, "register_op", "cop", "17");
+    d.nout = 1; d.name = "";
+    BAD_NL(c, tj_register_op(c, &d) != TJ_OK, "register_op", "name");
+    d.name = "cop";
+    WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    tj_tree_set_array(in, "x", tj_zeros(c, TJ_F32, "a=4 b=6"));
+    p = tj_jit(c, "custom", custom_fn, NULL, in, NULL);
+    WORKS(c, p != NULL);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_ctx_free(c);
+}
+
+/* ---- policies: names no residual carries warn; broken policies fail ---- */
+static void pol_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    (void)g; (void)x; (void)y; (void)u;
+    carry_out[0] = tj_checkpoint_name(tj_tanh(carry[0]), "h");
+}
+static tj_decision bad_decision(const char *op, const char *name, const char *shape, void *u) {
+    (void)op; (void)name; (void)shape; (void)u;
+    return (tj_decision)7;
+}
+static int g_pol_case;
+static void pol_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_ctx *c = tj_graph_ctx(g);
+    tj_v x = tj_tree_v(in, "x"), fin = NULL, gx = NULL;
+    tj_policy pol = tj_save_only_these_names("h nosuch"), self;
+    (void)u;
+    if (g_pol_case == 1) pol = tj_policy_from_fn(bad_decision, NULL);
+    if (g_pol_case == 2) { self = tj_save_from_both(&self, &self); pol = self; }
+    if (g_pol_case == 3) pol.kind = (tj_policy_kind)42;
+    if (tj_scan(pol_body, NULL, "l=3", 1, &x, 0, NULL, 0, &fin, NULL, &pol) == TJ_OK) tj_grad(tj_sum(fin, "a"), 1, &x, &gx);
+    tj_tree_set_v(out, "gx", gx);
+    (void)c;
+}
+static void test_policies(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c);
+    tj_prog *p;
+    tjt_current = "policies";
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "a=3", 0.5));
+    g_pol_case = 0;
+    p = tj_jit(c, "pol", pol_fn, NULL, in, NULL);
+    WORKS(c, p != NULL);
+    TJT_CHECK(strstr(tj_warnings(c), "nosuch") != NULL, "a policy name no residual carries is a warning: \"%s\"", tj_warnings(c));
+    tj_prog_free(p);
+    g_pol_case = 1;
+    BAD(c, tj_jit(c, "pol", pol_fn, NULL, in, NULL) == NULL, "policy function", "returned 7");
+    g_pol_case = 2;
+    BAD(c, tj_jit(c, "pol", pol_fn, NULL, in, NULL) == NULL, "scan policy", "save_from_both", "16");
+    g_pol_case = 3;
+    BAD(c, tj_jit(c, "pol", pol_fn, NULL, in, NULL) == NULL, "scan policy", "kind 42");
+    tj_tree_free(in);
+    tj_ctx_free(c);
+}
+
 /* ---- queries on a program: NULL rows with max > 0, a NULL stream ---- */
 static void test_prog_queries(void) {
     tj_ctx *c = tj_ctx_new();
@@ -880,6 +1022,9 @@ int main(void) {
     trace_cases("shard_map collectives", smap_ops_fn, 4);
     test_jit_run();
     test_prog_queries();
+    test_changed_context();
+    test_custom_ops();
+    test_policies();
     test_files();
     test_st_writer();
     test_distributed();
