@@ -238,9 +238,10 @@ TJDEF int tj_array_is_abstract(const tj_array *a);
    untouched, as in Equinox. The tree owns its arrays (tj_tree_free frees
    them) unless set with tj_tree_set_array_ref. Setting an existing name
    replaces the leaf in place (order kept). A tree holds arrays of its own
-   context only, and owns each array once: setting an array of another
-   context, or one another leaf owns, is TJ_ERR_ARG (tj_tree_map's fn and
-   tj_tree_merge alike). */
+   context only, and an array has one owner: setting an array of another
+   context, or one that a leaf of any tree owns, is TJ_ERR_ARG (so is
+   tj_tree_map's fn returning one, and merging trees of two contexts);
+   borrow it with tj_tree_set_array_ref, or tj_tree_take it first. */
 typedef enum { TJ_LEAF_ARRAY, TJ_LEAF_VALUE, TJ_LEAF_INT, TJ_LEAF_FLOAT, TJ_LEAF_STRING } tj_leaf_kind;
 TJDEF tj_tree *tj_tree_new(tj_ctx *ctx);
 TJDEF void tj_tree_free(tj_tree *t);
@@ -1890,6 +1891,8 @@ struct tj_array {
     int abstract;          /* shape and sharding only: no buffers          */
     unsigned mesh_gen;     /* the context's mesh when it was made          */
     tj_backend *backend;   /* the backend its buffers came from (NULL: CPU) */
+    int in_tree;           /* a tree leaf owns it: a second owner would free
+                              it twice, so tj_tree_set_array refuses one   */
 };
 
 static tj__type tj__local(const tj_ctx *c, const tj__type *t);
@@ -2262,6 +2265,11 @@ static int tj__tree_may_hold(tj_tree *t, const char *name, const tj_array *a, in
                     what, name ? name : "(null)", t->leaf[i].name);
             return -2;
         }
+    if (owned && a->in_tree) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: leaf '%s' would own an array another tree already owns (one owner per array: use tj_tree_set_array_ref, "
+                "or tj_tree_take it from the other tree first)", what, name ? name : "(null)");
+        return -2;
+    }
     return 0;
 }
 static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line);
@@ -2271,6 +2279,7 @@ TJDEF tj_array *tj_tree_take_at(const char *file, int line, tj_tree *t, const ch
     int i;
     if (!l) return NULL;
     a = l->arr;
+    if (l->owned) a->in_tree = 0; /* the caller's now */
     i = (int)(l - t->leaf);
     TJ_FREE(t->leaf[i].name);
     for (; i + 1 < t->n; i++) t->leaf[i] = t->leaf[i + 1];
@@ -2281,7 +2290,8 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
     tj__leaf *l;
     int k = tj_tree_find(t, name);
     if (k >= 0 && t->leaf[k].kind == TJ_LEAF_ARRAY && t->leaf[k].arr == a) { /* same array: just take ownership */
-        t->leaf[k].owned = 1;
+        if (!t->leaf[k].owned && tj__tree_may_hold(t, name, a, 1, "tj_tree_set_array")) return t->ctx->status;
+        t->leaf[k].owned = a->in_tree = 1;
         return TJ_OK;
     }
     if (!t) { /* ownership was given: do not leak it */
@@ -2302,7 +2312,7 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
     }
     l->kind = TJ_LEAF_ARRAY;
     l->arr = a;
-    l->owned = 1;
+    l->owned = a->in_tree = 1;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a) {
@@ -2315,6 +2325,7 @@ TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a)
     }
     if (tj__tree_may_hold(t, name, a, 0, "tj_tree_set_array_ref")) return t->ctx->status;
     if (k >= 0 && t->leaf[k].kind == TJ_LEAF_ARRAY && t->leaf[k].arr == a) {
+        if (t->leaf[k].owned) a->in_tree = 0; /* the caller owns it now */
         t->leaf[k].owned = 0;
         return TJ_OK;
     }
@@ -2466,7 +2477,7 @@ TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
         if (r != l->arr) {
             if (l->owned) tj_array_free(l->arr);
             l->arr = r;
-            l->owned = 1;
+            l->owned = r->in_tree = 1;
         }
     }
     return TJ_OK;
@@ -3623,7 +3634,7 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
             if (!(b = tj_device_put_at(f, l, x->arr, spec))) return t->ctx->status;
             if (x->owned) tj_array_free(x->arr);
             x->arr = b;
-            x->owned = 1;
+            x->owned = b->in_tree = 1;
         }
     }
     return TJ_OK;
@@ -13043,6 +13054,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             }
             *a = *args[d];
             a->t = p->outs[i]->t;
+            a->in_tree = 0; /* a new array, nobody's yet */
             outs[i] = a;
         } else if (!(outs[i] = tj__array_alloc(c, &p->outs[i]->t, file, line))) {
             st = TJ_ERR_OOM;
@@ -15120,7 +15132,7 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
                 rc = c->status ? c->status : TJ_ERR_IO;
                 goto done;
             }
-            l->owned = 1;
+            l->owned = l->arr->in_tree = 1;
             if (old) {
                 int same = old->t.dt == l->arr->t.dt && old->t.rank == l->arr->t.rank;
                 for (d = 0; same && d < old->t.rank; d++) same = old->t.ax[d] == l->arr->t.ax[d] && old->t.dim[d] == l->arr->t.dim[d];

@@ -209,6 +209,16 @@ static void test_trees(void) {
     TJT_CHECK(tj_tree_size(t) == 1 && tj_tree_array(t, "w") == a, "the tree is unchanged: %d leaves", tj_tree_size(t));
     /* a borrowed second name is fine */
     WORKS(c, tj_tree_set_array_ref(t, "v", a) == TJ_OK);
+    /* ... and so is a second tree that borrows; owning is refused until the first gives it up */
+    {
+        tj_tree *t3 = tj_tree_new(c);
+        WORKS(c, tj_tree_set_array_ref(t3, "w", a) == TJ_OK);
+        BAD_NL(c, tj_tree_set_array(t3, "w", a) != TJ_OK, "tj_tree_set_array", "'w'", "another tree already owns");
+        BAD_NL(c, tj_tree_set_array(t3, "u", a) != TJ_OK, "tj_tree_set_array", "'u'", "another tree already owns");
+        WORKS(c, tj_tree_take(t, "w") == a && tj_tree_set_array(t3, "u", a) == TJ_OK); /* t's 'v' still borrows it */
+        WORKS(c, tj_tree_set_array_ref(t3, "u", a) == TJ_OK && tj_tree_set_array(t, "w", a) == TJ_OK); /* and back */
+        tj_tree_free(t3);
+    }
     BAD_NL(c, tj_tree_set_string(t, "", "x") != TJ_OK, "tj_tree_set_string", "empty");
     BAD_NL(c, tj_tree_set_int(t, "", 1) != TJ_OK, "tj_tree_set_int", "empty");
     /* merging a tree into itself: nothing changes */
@@ -220,10 +230,10 @@ static void test_trees(void) {
     tj_tree_merge(t, t2);
     BAD_NL(c, tj_status_of(c) != TJ_OK && tj_tree_find(t, "z") < 0 && tj_tree_size(t2) == 1, "tj_tree_merge", "another context");
     /* map: a NULL replacement, an array of another context */
-    BAD_NL(c, tj_tree_map(t, map_null, NULL) != TJ_OK, "tj_tree_map", "'w'", "NULL");
+    BAD_NL(c, tj_tree_map(t, map_null, NULL) != TJ_OK, "tj_tree_map", "fn returned NULL for leaf 'v'");
     TJT_CHECK(tj_tree_array(t, "w") == a, "a failed map leaves the leaf");
     tj_clear_error(c);
-    BAD_NL(c, tj_tree_map(t, map_foreign, c2) != TJ_OK, "tj_tree_map", "'w'", "another context");
+    BAD_NL(c, tj_tree_map(t, map_foreign, c2) != TJ_OK, "tj_tree_map", "leaf 'v'", "another context");
     tj_tree_free(t);
     tj_tree_free(t2);
     tj_ctx_free(c2);
