@@ -158,8 +158,10 @@ TJDEF void tj_clear_error(tj_ctx *ctx);
    like a typo of one the mesh has, a rule on an axis its mesh axes cannot
    divide). Each distinct warning is printed once to stderr ("tinyjax:
    warning: ...", unless TJ_QUIET=1) and kept: tj_warnings returns them all,
-   one per line ("" if none). An error is different: it is sticky, and every
-   later call (tj_jit included) fails until tj_clear_error. */
+   one per line ("" if none). An error is different: it is sticky. Until
+   tj_clear_error, every traced op, tj_jit and tj_run fail and the first
+   message stands; calls on arrays, trees and files still work (a failure
+   of theirs returns its status but leaves the first message). */
 TJDEF const char *tj_warnings(tj_ctx *ctx);
 /* Print each pipeline stage to stderr (also: environment TJ_DUMP=1). */
 TJDEF void tj_set_dump(tj_ctx *ctx, int on);
@@ -864,7 +866,10 @@ struct tj_backend {
 /* Use backend b for arrays and programs created from now on (NULL: CPU).
    A program runs on the backend it was compiled for (tj_jit fuses and
    places for it): tj_run of a program compiled before the switch is
-   refused with an error naming both backends; call tj_jit again. */
+   refused with an error naming both backends; call tj_jit again. Arrays
+   stay on the backend that made them: reading, saving or running on one
+   of another backend is refused the same way (freeing it works). A
+   backend without name, alloc, free, copy, run or sync is refused. */
 TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
 /* In tinyjax_cuda.cu: a backend for CUDA device `device`, or NULL with a
    reason in err (no GPU, driver too old, ...). */
@@ -1843,7 +1848,15 @@ static void tj__strides(const tj__type *t, int64_t *st) {
     }
 }
 static int64_t tj__align(int64_t n) { return (n + TJ__ALIGN - 1) / TJ__ALIGN * TJ__ALIGN; }
-TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) { if (c) c->backend = b; }
+TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) {
+    if (!c) return;
+    if (b && (!b->name || !b->alloc || !b->free || !b->copy || !b->run || !b->sync)) { /* the runner calls each of these */
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_backend: backend '%s' lacks %s (name, alloc, free, copy, run and sync are required); the backend is unchanged",
+                b->name ? b->name : "(no name)", !b->name ? "a name" : !b->alloc ? "alloc" : !b->free ? "free" : !b->copy ? "copy" : !b->run ? "run" : "sync");
+        return;
+    }
+    c->backend = b;
+}
 static void *tj__aligned_alloc(int64_t n, void **raw) {
     char *p = (char *)tj__malloc((size_t)n + TJ__ALIGN);
     uintptr_t u;
@@ -11584,7 +11597,10 @@ static tj_status tj__box_copy(tj_array *a, tj_dtype bt, void *box, int to_box, c
 TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
     if (!a) return TJ_ERR_ARG;
     if (!tj__array_live(a, "tj_array_read_local", NULL, 0)) return TJ_ERR_STATE;
-    if ((unsigned)dt >= TJ_NDTYPE) return TJ_ERR_DTYPE;
+    if ((unsigned)dt >= TJ_NDTYPE) {
+        tj__err(a->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_array_read_local: bad dtype %d", (int)dt);
+        return TJ_ERR_DTYPE;
+    }
     return tj__box_copy(a, dt, dst, 1, "tj_array_read_local");
 }
 TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec, const void *data) {

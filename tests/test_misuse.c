@@ -107,6 +107,14 @@ static void test_sticky(void) {
               "tj_jit after an uncleared error fails with the first message: %s", tj_error(c));
     TJT_CHECK(tj_run(p, in, out) != TJ_OK && strstr(tj_error(c), "'a'"), "tj_run after an uncleared error fails: %s", tj_error(c));
     TJT_CHECK(tj_status_of(c) == TJ_ERR_SHAPE, "the first status stands: %d", (int)tj_status_of(c));
+    { /* arrays and trees work on (the header says so), and the first message stays */
+        tj_array *z = tj_zeros(c, TJ_F32, "a=2");
+        float r[2] = {1, 1};
+        TJT_CHECK(z && tj_array_read(z, TJ_F32, r) == TJ_OK && r[0] == 0 && tj_tree_set_int(out, "k", 1) == TJ_OK, "arrays and trees work with an error pending");
+        TJT_CHECK(tj_array_read(z, (tj_dtype)9, r) == TJ_ERR_DTYPE && strstr(tj_error(c), "'a'") && !strstr(tj_error(c), "dtype 9"),
+                  "a later failure returns its status and keeps the first message: %s", tj_error(c));
+        tj_array_free(z);
+    }
     tj_clear_error(c);
     WORKS(c, tj_run(p, in, out) == TJ_OK);
     tj_prog_free(p);
@@ -175,6 +183,8 @@ static void test_specs(void) {
     BAD(c, tj_device_put(a, "a") == NULL, "device_put", "near \"a\"");
     r = tj_device_put(a, "a:data+model b:none");
     WORKS(c, r != NULL);
+    BAD_NL(c, tj_array_read_local(r, (tj_dtype)9, data) != TJ_OK, "tj_array_read_local", "dtype 9");
+    BAD_NL(c, tj_array_read_all(r, (tj_dtype)9, data) != TJ_OK, "dtype 9");
     tj_array_free(r);
     tj_array_free(a);
     a = tj_zeros(c, TJ_F32, "a=3 b=5");
@@ -702,6 +712,16 @@ static void test_changed_context(void) {
     p = tj_jit(c, "double", double_fn, NULL, in, NULL); /* only shapes: fine */
     WORKS(c, p != NULL);
     BAD(c, tj_run(p, in, out) != TJ_OK, "run 'double': input 'x'", "backend");
+    { /* a backend missing a function the runner calls (this crashed at the first array) */
+        tj_backend bogus;
+        memset(&bogus, 0, sizeof bogus);
+        bogus.name = "bogus";
+        tj_set_backend(c, &bogus);
+        BAD_NL(c, tjt_ctx_backend(c) != &bogus && tj_status_of(c) != TJ_OK, "tj_set_backend", "'bogus'", "alloc");
+        a = tj_zeros(c, TJ_F32, "a=2");
+        WORKS(c, a != NULL);
+        tj_array_free(a);
+    }
     tj_tree_free(out); /* outputs of the old backend: freed through it */
     tj_tree_free(in);
     tj_prog_free(p);
