@@ -1362,6 +1362,7 @@ struct tj_ctx {
     size_t nwarn;
     int quiet;              /* TJ_QUIET: do not print warnings              */
     struct tj__procs *procs; /* processes, transport and groups ([11])      */
+    int autodiff;           /* > 0 while tj_vjp builds nodes, also into sealed bodies */
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -2583,6 +2584,8 @@ struct tj_graph {
        axes each value varies over; check: enforce and use those sets */
     int manual, check;
     tj_node **cap_src;     /* a capture into shard_map: the value before it was replicated */
+    int sealed;            /* a body whose SCAN node exists: the user's ops may
+                              no longer add to it (tj__node; autodiff may) */
 };
 
 /* A compiled program: the schedule and the memory plan of a graph. */
@@ -2815,6 +2818,11 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     tj__attr at;
     if (!g) return NULL;
     g = tj__cur(g);
+    if (g->sealed && !g->ctx->autodiff && tj__tracing() && g->ctx->status == TJ_OK) { /* a value the body function leaked (through user data) */
+        tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: an input is a value made inside a scan, checkpoint or shard_map body that has finished tracing: "
+                "use the values it returned", TJ__OPNAME(op));
+        return NULL;
+    }
     if (nin > 64) {
         tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: %d inputs (at most 64)", TJ__OPNAME(op), nin);
         return NULL;
@@ -6495,6 +6503,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     g->cur_pass = ++g->npass;
     saved_cur = c->cur;
     c->cur = NULL; /* autodiff puts each node in the graph it names */
+    c->autodiff++; /* (bodies' backward nodes included: see tj__node) */
     for (i = 0; i < nout; i++) {
         tj_node *o = outs[i];
         tj_v v = cts ? tj__fit(o->file, o->line, cts[i], &o->t) : tj_scalar_at(o->file, o->line, g, o->t.dt, 1.0);
@@ -6534,6 +6543,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     }
     g->cur_pass = saved_pass;
     c->cur = saved_cur;
+    c->autodiff--;
     st = c->status;
 done:
     TJ_FREE(needs);
@@ -6786,6 +6796,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     if (!n) return NULL;
     n->sub = b;
     b->refs++;
+    b->sealed = 1;
     n->a.ncarry = nc;
     n->a.nx = nx;
     n->a.ncap = b->ncap;

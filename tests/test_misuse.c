@@ -446,6 +446,11 @@ static void scan_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry
     default: carry_out[0] = carry[0]; if (y) y[0] = carry[0]; break;
     }
 }
+static tj_v g_leaked; /* a body value a body function hands out through a global */
+static void leaky_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    (void)g; (void)x; (void)y; (void)u;
+    carry_out[0] = g_leaked = tj_tanh(carry[0]);
+}
 static void region_null(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     (void)g; (void)in; (void)u;
     out[0] = NULL;
@@ -506,6 +511,11 @@ static void ad_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     pol = tj_save_and_offload_only_these_names("", "h");
     pol.offload_dst = "disk";
     BAD(c, tj_scan(scan_body, NULL, "l=2", 1, &x, 0, NULL, 0, &fin, NULL, &pol) != TJ_OK, "scan", "disk");
+    /* a value of a body whose tracing is over (these ops went into the finished body) */
+    WORKS(c, tj_scan(leaky_body, NULL, "l=2", 1, &x, 0, NULL, 0, &fin, NULL, NULL) == TJ_OK);
+    BAD(c, tj_add(x, g_leaked) == NULL, "add", "body that has finished tracing");
+    BAD(c, tj_grad(tj_sum(g_leaked, "a b"), 1, &x, &gx) != TJ_OK, "sum", "body that has finished tracing");
+    BAD(c, tj_scalar(tj_graph_of(g_leaked), TJ_F32, 1.0) == NULL, "body that has finished tracing");
     /* checkpoint */
     BAD(c, tj_checkpoint(region_null, NULL, 1, &x, 1, &o, NULL) != TJ_OK, "checkpoint", "output 0");
     BAD(c, tj_checkpoint(region_null, NULL, -1, &x, 1, &o, NULL) != TJ_OK, "checkpoint", "-1");
