@@ -678,7 +678,7 @@ TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *out);
    iteration keeps for the backward pass (its residuals, the carry included)
    is decided by `policy` (NULL: everything_saveable).
    axis: the scanned axis name, e.g. "layer" (length from xs), or
-   "layer=12" when there are no xs. */
+   "layer=12" when there are no xs; at most 2^31-1 iterations. */
 typedef struct tj_policy tj_policy;
 typedef void (*tj_scan_fn)(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *user);
 #define tj_scan(body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy) \
@@ -6880,6 +6880,10 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     if (len < 1) {
         tj__err(c, TJ_ERR_ARG, f, l, "scan: no xs to take the length of '%s' from: write \"%s=N\"", tj__name(c, ax), tj__name(c, ax));
         return TJ_ERR_ARG;
+    }
+    if (len > 2147483647) { /* the SCAN node counts iterations in an int */
+        tj__err(c, TJ_ERR_SHAPE, f, l, "scan: %lld iterations of '%s' (at most 2^31-1)", (long long)len, tj__name(c, ax));
+        return TJ_ERR_SHAPE;
     }
     for (i = 0; i < nc; i++)
         if (tj__axis_index(&init[i]->t, ax) >= 0) {

@@ -502,6 +502,7 @@ static void ad_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_scan(scan_body, NULL, "l", 1, &x, 1, &x, 0, &fin, NULL, NULL) != TJ_OK, "scan", "'l'");
     BAD(c, tj_scan(scan_body, NULL, "l=0", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "'l'");
     BAD(c, tj_scan(scan_body, NULL, "l=-2", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "'l'");
+    BAD(c, tj_scan(scan_body, NULL, "l=4294967297", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "4294967297 iterations"); /* ran once */
     BAD(c, tj_scan(scan_body, NULL, "l=2 m=2", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "l=2 m=2");
     BAD(c, tj_scan(scan_body, NULL, "l=2", -1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "-1");
     BAD(c, tj_scan(scan_body, NULL, "l=2", 1, &x, -1, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "-1");
