@@ -4443,8 +4443,16 @@ TJ__B(GE, ge, 0)
 TJ__B(EQ, eq, 0)
 TJ__B(NE, ne, 0)
 #undef TJ__B
-TJDEF tj_v tj_adds_at(const char *f, int l, tj_v a, double s) { return a ? tj_add_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
-TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s) { return a ? tj_mul_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
+/* The constant becomes a scalar of a's dtype: for i32 it must be an i32
+   value (x * 0.5 would multiply by 0, silently). */
+static int tj__const_fits(const char *f, int l, tj_v a, double s, const char *what) {
+    char b[256];
+    if (a->t.dt != TJ_I32 || (s == floor(s) && s >= -2147483648.0 && s <= 2147483647.0)) return 1;
+    tj__err(a->g->ctx, TJ_ERR_DTYPE, f, l, "%s: constant %g is not an i32 value, but %s is i32 (cast it to a float dtype first)", what, s, tj_v_describe(a, b, sizeof b));
+    return 0;
+}
+TJDEF tj_v tj_adds_at(const char *f, int l, tj_v a, double s) { return a && tj__const_fits(f, l, a, s, "adds") ? tj_add_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
+TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s) { return a && tj__const_fits(f, l, a, s, "muls") ? tj_mul_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
 static tj_status tj__vjp_binary(tj_node *n, tj_v g, tj_v *gin) {
     tj_v a = n->in[0], b = n->in[1], half, eq;
     switch (n->op) {
@@ -6871,8 +6879,10 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     for (i = 0; i < nx; i++) {
         int k = tj__axis_index(&xs[i]->t, ax);
         if (k < 0 || (len >= 0 && xs[i]->t.dim[k] != len)) {
-            tj__err(c, TJ_ERR_SHAPE, f, l, "scan: x %d %s %s axis '%s'%s", i, tj_v_describe(xs[i], b1, sizeof b1), k < 0 ? "has no" : "disagrees on the length of",
-                    tj__name(c, ax), k < 0 ? "" : " with the other xs");
+            char was[64] = "";
+            if (k >= 0) snprintf(was, sizeof was, ": %lld, not %lld", (long long)xs[i]->t.dim[k], (long long)len);
+            tj__err(c, TJ_ERR_SHAPE, f, l, "scan: x %d %s %s axis '%s'%s%s", i, tj_v_describe(xs[i], b1, sizeof b1), k < 0 ? "has no" : "disagrees on the length of",
+                    tj__name(c, ax), k < 0 ? "" : " with the other xs or the length given", was);
             return TJ_ERR_SHAPE;
         }
         len = xs[i]->t.dim[k];

@@ -39,10 +39,19 @@ static void misuse_check(tj_ctx *c, int failed, const char *expr, int line, int 
         tj_clear_error(c);
         return;
     }
-    va_start(ap, want_line);
-    while ((s = va_arg(ap, const char *)) != NULL)
-        if (!strstr(tj_error(c), s)) ok = 0;
-    va_end(ap);
+    { /* the parts are matched without this file's line numbers, whose digits could stand in for a size */
+        char m[1100], *p;
+        snprintf(m, sizeof m, "%s", tj_error(c));
+        while ((p = strstr(m, "test_misuse.c:")) != NULL) {
+            char *e = p + 14;
+            while (*e >= '0' && *e <= '9') e++;
+            memmove(p, e, strlen(e) + 1);
+        }
+        va_start(ap, want_line);
+        while ((s = va_arg(ap, const char *)) != NULL)
+            if (!strstr(m, s)) ok = 0;
+        va_end(ap);
+    }
     if (want_line && !strstr(tj_error(c), at)) ok = 0;
     if (ok) tjt_pass++;
     else {
@@ -298,6 +307,10 @@ static void ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_cross_entropy(tj_cast(x, TJ_I32), tj_index(i, "a", 0), "b", NULL) == NULL, "cross_entropy", "i32");
     BAD(c, tj_cross_entropy(x, tj_cast(tj_sum(x, "b"), TJ_F32), "b", "a") == NULL, "cross_entropy", "f32");
     BAD(c, tj_dot(x, tj_cast(k, TJ_F64), "b") == NULL, "dot", "f32", "f64");
+    BAD(c, tj_muls(i, 0.5) == NULL, "muls", "0.5", "i32[a=4]"); /* multiplied by 0 */
+    BAD(c, tj_adds(i, 1e10) == NULL, "adds", "1e+10", "i32[a=4]");
+    BAD(c, tj_adds(i, NAN) == NULL, "adds", "nan");
+    WORKS(c, tj_muls(i, -3.0) != NULL && tj_adds(i, 2147483647.0) != NULL);
     /* shape arguments that are NaN, infinite or out of range */
     BAD(c, tj_pows(x, NAN) == NULL, "pows", "nan");
     BAD(c, tj_pows(x, INFINITY) == NULL, "pows", "inf");
@@ -496,8 +509,8 @@ static void ad_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     g_body_kind = 9;
     xs2[0] = x;
     xs2[1] = tj_slice(x, "a", 0, 3);
-    BAD(c, tj_scan(scan_body, NULL, "a", 1, &x, 2, xs2, 0, &fin, NULL, NULL) != TJ_OK, "scan", "'a'", "4", "3");
-    BAD(c, tj_scan(scan_body, NULL, "a=3", 1, &x, 1, xs2, 0, &fin, NULL, NULL) != TJ_OK, "scan", "'a'", "4", "3");
+    BAD(c, tj_scan(scan_body, NULL, "a", 1, &x, 2, xs2, 0, &fin, NULL, NULL) != TJ_OK, "scan", "x 1", "axis 'a'", "3, not 4");
+    BAD(c, tj_scan(scan_body, NULL, "a=3", 1, &x, 1, xs2, 0, &fin, NULL, NULL) != TJ_OK, "scan", "x 0", "axis 'a'", "4, not 3");
     BAD(c, tj_scan(scan_body, NULL, "l", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "'l'");
     BAD(c, tj_scan(scan_body, NULL, "l", 1, &x, 1, &x, 0, &fin, NULL, NULL) != TJ_OK, "scan", "'l'");
     BAD(c, tj_scan(scan_body, NULL, "l=0", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "'l'");
