@@ -13070,6 +13070,12 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         }
         same = a->t.dt == n->t.dt && a->t.rank == n->t.rank && a->ndev == c->ndev;
         for (j = 0; same && j < n->t.rank; j++) same = a->t.ax[j] == n->t.ax[j] && a->t.dim[j] == n->t.dim[j] && a->t.sh[j] == n->t.sh[j];
+        if (!same && a->ndev != c->ndev) { /* the same type, on another device count */
+            tj__err(c, TJ_ERR_SHAPE, file, line, "run '%s': input '%s' was made for %d devices, the context now has %d (tj_set_devices since): make it again", p->name,
+                    n->name, a->ndev, c->ndev);
+            st = TJ_ERR_SHAPE;
+            goto done;
+        }
         if (!same) {
             tj__err(c, TJ_ERR_SHAPE, file, line, "run '%s': input '%s' is %s but the program was traced for %s", p->name, n->name,
                     tj_array_describe(a, b2, sizeof b2), tj_v_describe(n, b1, sizeof b1));

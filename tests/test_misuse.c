@@ -681,6 +681,16 @@ static void test_jit_run(void) {
     BAD(c, tj_run(p, out2, out) != TJ_OK, "run 'two'", "another context");
     /* the inputs as the outputs: run reads in, then writes out */
     WORKS(c, tj_run(p, in, in) == TJ_OK && tj_tree_find(in, "y") >= 0);
+    /* an array of another device count (the message said f32[b=2] is not f32[b=2]) */
+    tj_tree_clear(bad);
+    tj_tree_set_array(bad, "x", tj_full(c, TJ_F32, "a=4 b=2", 1.0));
+    tj_set_devices(c, 4);
+    tj_tree_set_array(bad, "w", tj_full(c, TJ_F32, "b=2", 1.0));
+    tj_set_devices(c, 2);
+    tj_set_mesh(c, "data=2");
+    tj_prog_free(p);
+    p = tj_jit(c, "two", two_fn, NULL, in, NULL);
+    BAD(c, tj_run(p, bad, out) != TJ_OK, "run 'two'", "input 'w' was made for 4 devices", "now has 2");
     tj_prog_free(p);
     tj_tree_free(in);
     tj_tree_free(out);
