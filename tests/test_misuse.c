@@ -890,15 +890,6 @@ static void disk_full(rlim_t bytes) {
     setrlimit(RLIMIT_FSIZE, &r);
 }
 static void disk_ok(void) { setrlimit(RLIMIT_FSIZE, &g_old_fsize); }
-static int count_tmp(void) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    int n = 0;
-    if (!d) return -1;
-    while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp.") != NULL;
-    closedir(d);
-    return n;
-}
 static int same_file(const char *p, const char *data, size_t n) {
     char *d = NULL;
     size_t len = 0;
@@ -942,7 +933,7 @@ static void test_files(void) {
     }
     disk_ok();
     TJT_CHECK(same_file(f, old, oldn), "the old checkpoint is intact after the failed writes");
-    TJT_CHECK(count_tmp() == 0, "no temp file left: %d", count_tmp());
+    TJT_CHECK(count_tmp_files() == 0, "no temp file left: %d", count_tmp_files());
     tj_free(old);
     /* a trace */
     tj_set_profile(c, 1);
@@ -956,7 +947,7 @@ static void test_files(void) {
     disk_full(16);
     BAD_NL(c, tj_prog_write_trace(p, tr) != TJ_OK, "trace.json", "File too large");
     disk_ok();
-    TJT_CHECK(old && same_file(tr, old, oldn) && count_tmp() == 0, "the old trace is intact, no temp file");
+    TJT_CHECK(old && same_file(tr, old, oldn) && count_tmp_files() == 0, "the old trace is intact, no temp file");
     tj_free(old);
     tj_prog_free(p);
     /* loading a mismatched tree leaves it as it was */
