@@ -566,6 +566,15 @@ static void mesh_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_shard_map(smap_body, NULL, 1, &x, sp, 1, &o, rep, 1) != TJ_OK, "shard_map", "'data'");
     sp[0] = "a:data";
     BAD(c, tj_shard_map(smap_body, NULL, 1, &x, sp, 1, &o, rep, 1) != TJ_OK, "shard_map", "data");
+    {
+        const char *in1[1] = {"a:data"}, *o1[1];
+        o1[0] = "c:data";
+        BAD(c, tj_shard_map(smap_body, NULL, 1, &x, in1, 1, &o, o1, 1) != TJ_OK, "shard_map out_specs[0]", "'c'");
+        o1[0] = "a:data b:data";
+        BAD(c, tj_shard_map(smap_body, NULL, 1, &x, in1, 1, &o, o1, 1) != TJ_OK, "shard_map out_specs[0]", "'data'", "twice");
+        o1[0] = "a:nosuch";
+        BAD(c, tj_shard_map(smap_body, NULL, 1, &x, in1, 1, &o, o1, 1) != TJ_OK, "shard_map out_specs[0]", "'nosuch'");
+    }
     BAD(c, tj_with_sharding_constraint(x, "a:nosuch") == NULL, "with_sharding_constraint", "'nosuch'");
     BAD(c, tj_with_sharding_constraint(x, "c:data") == NULL, "with_sharding_constraint", "'c'");
     BAD(c, tj_with_sharding_constraint(x, "a:data b:data") == NULL, "with_sharding_constraint", "'data'");
