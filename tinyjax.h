@@ -1107,7 +1107,8 @@ TJDEF tj_status tj_write_file_atomic(const char *path, const void *data, size_t 
 
 /* A growable string buffer: zero it (tj_strbuf b = {NULL, 0, 0, 0}), append,
    use b.p (NUL-terminated, b.n bytes; NULL while empty), tj_strbuf_free.
-   Out of memory sets b.oom and later appends do nothing. */
+   Out of memory (or a length past SIZE_MAX / 4) sets b.oom and later
+   appends do nothing; appending NULL appends nothing. */
 typedef struct {
     char *p;
     size_t n, cap;
@@ -13418,7 +13419,11 @@ static tj_status tj__seterr(char *err, size_t errlen, tj_status st, const char *
 
 /* -- growable string buffer -- */
 TJDEF void tj_strbuf_put(tj_strbuf *b, const char *s, size_t n) {
-    if (!b || b->oom) return;
+    if (!b || b->oom || (!s && n)) return; /* (NULL appends nothing, like tj_strbuf_puts) */
+    if (n > SIZE_MAX / 4 - b->n) { /* the capacity below would overflow */
+        b->oom = 1;
+        return;
+    }
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         char *p;
@@ -14547,6 +14552,11 @@ TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *nam
     if (!st) return NULL;
     if (!name) {
         tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_expect: %s: argument name is NULL", st->path);
+        return NULL;
+    }
+    if ((unsigned)dt >= TJ_ST_NDTYPE || rank < 0 || rank > TJ_MAXDIM) { /* the caller's mistake, not the file's */
+        tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_expect: %s: tensor '%s': bad expectation (dtype %d, rank %d; rank 0..%d)", st->path, name, (int)dt, rank,
+                TJ_MAXDIM);
         return NULL;
     }
     if (!(t = tj_st_find(st, name))) {

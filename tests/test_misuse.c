@@ -1014,6 +1014,35 @@ static void test_st_writer(void) {
     tj_ctx_free(c);
 }
 
+/* ---- the appendix's helpers: a string buffer, safetensors expectations ---- */
+static void test_helpers(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_strbuf b = {NULL, 0, 0, 0};
+    tj_safetensors *st;
+    tj_st_entry e;
+    int64_t shape[1] = {2};
+    float d[2] = {1, 2};
+    tjt_current = "appendix helpers";
+    tj_strbuf_puts(&b, "ab");
+    tj_strbuf_put(&b, NULL, 3); /* this crashed */
+    TJT_CHECK(b.n == 2 && !b.oom && !strcmp(b.p, "ab"), "appending NULL appends nothing: %zu \"%s\"", b.n, b.p ? b.p : "");
+    tj_strbuf_put(&b, "x", SIZE_MAX - 1); /* the capacity would overflow */
+    TJT_CHECK(b.oom && b.n == 2, "an absurd length is out of memory, not a crash");
+    tj_strbuf_free(&b);
+    memset(&e, 0, sizeof e);
+    e.name = "w"; e.dtype = TJ_ST_F32; e.rank = 1; e.shape = shape; e.data = d;
+    WORKS(c, tj_st_save(c, path_in("h.safetensors"), &e, 1, NULL, 0) == TJ_OK);
+    st = tj_st_load(c, path_in("h.safetensors"));
+    WORKS(c, st != NULL);
+    BAD_NL(c, tj_st_expect(st, "w", (tj_st_dtype)99, 1, NULL) == NULL, "tj_st_expect", "'w'", "dtype 99"); /* said "want ?" */
+    BAD_NL(c, tj_st_expect(st, "w", TJ_ST_F32, -1, NULL) == NULL, "tj_st_expect", "rank -1");
+    BAD_NL(c, tj_st_expect(st, "w", TJ_ST_F32, 9, NULL) == NULL, "tj_st_expect", "rank 9");
+    BAD_NL(c, tj_st_array(st, "w", TJ_F32, "a b") == NULL, "'w'", "a b");
+    BAD_NL(c, tj_st_array(st, "w", (tj_dtype)7, "a") == NULL, "tj_st_array", "dtype 7");
+    tj_st_free(st);
+    tj_ctx_free(c);
+}
+
 /* ---------------------------------------------------- distributed init */
 /* a transport that says "process 0 of 2" and is never called: the cases
    fail before any collective */
@@ -1091,6 +1120,7 @@ int main(void) {
     test_policies();
     test_files();
     test_st_writer();
+    test_helpers();
     test_distributed();
     fflush(stderr);
     dup2(saved, 2);
