@@ -12930,6 +12930,11 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     if (!p->outs || !p->out_names || !p->out_donor || !p->donate) goto oom;
     for (i = 0; i < tout->n; i++) {
         tj__leaf *l = &tout->leaf[i];
+        if (l->kind == TJ_LEAF_ARRAY) { /* (it came back as the int 0) */
+            tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': output '%s' is an array; a traced function outputs traced values (tj_tree_set_v; a constant: tj_fill)",
+                    p->name, l->name);
+            goto fail;
+        }
         if (l->kind != TJ_LEAF_VALUE) {
             tj__leaf *s = tj__tree_slot(p->static_out, l->name);
             if (!s) goto fail;
@@ -12937,7 +12942,6 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
             s->i = l->i;
             s->f = l->f;
             s->s = l->kind == TJ_LEAF_STRING ? tj__strdup(l->s) : NULL;
-            if (l->kind == TJ_LEAF_ARRAY) s->kind = TJ_LEAF_INT; /* arrays are not static outputs */
             continue;
         }
         if (l->v->g != p->g) {

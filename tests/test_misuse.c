@@ -649,6 +649,10 @@ static void two_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g; (void)u;
     tj_tree_set_v(out, "y", tj_add(tj_tree_v(in, "x"), tj_tree_v(in, "w")));
 }
+static void array_out_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)in; (void)u;
+    tj_tree_set_array(out, "c", tj_zeros(tj_graph_ctx(g), TJ_F32, "a=2")); /* came back as the int 0 */
+}
 static void test_jit_run(void) {
     tj_ctx *c = tj_ctx_new(), *c2 = tj_ctx_new();
     tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c), *bad = tj_tree_new(c), *out2 = tj_tree_new(c2);
@@ -659,6 +663,7 @@ static void test_jit_run(void) {
     tj_set_mesh(c, "data=2");
     tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "a=4 b=2", 1.0));
     tj_tree_set_array(in, "w", tj_full(c, TJ_F32, "b=2", 2.0));
+    BAD(c, tj_jit(c, "arr", array_out_fn, NULL, in, NULL) == NULL, "jit 'arr'", "output 'c' is an array");
     o.donate = "nosuch";
     BAD(c, tj_jit(c, "two", two_fn, NULL, in, &o) == NULL, "donate", "nosuch");
         p = tj_jit(c, "two", two_fn, NULL, in, NULL);
