@@ -13164,12 +13164,14 @@ TJDEF tj_status tj_prog_output_shapes(const tj_prog *p, tj_tree *out) {
     int i;
     tj_status st = TJ_OK;
     if (!p || !out) return TJ_ERR_ARG;
+    if (out->ctx != p->ctx) {
+        tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_prog_output_shapes '%s': the tree belongs to another context than the program", p->name);
+        return TJ_ERR_ARG;
+    }
     for (i = 0; i < p->nout && st == TJ_OK; i++) {
         tj_array *a = tj__array_make(p->ctx, &p->outs[i]->t, 1, p->file, p->line);
-        if (!a || tj_tree_set_array(out, p->out_names[i], a) != TJ_OK) {
-            tj_array_free(a);
+        if (!a || tj_tree_set_array(out, p->out_names[i], a) != TJ_OK) /* (which frees a on failure) */
             st = p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
-        }
     }
     for (i = 0; i < p->static_out->n && st == TJ_OK; i++) {
         const tj__leaf *l = &p->static_out->leaf[i];

@@ -690,6 +690,7 @@ static void test_jit_run(void) {
     BAD(c, tj_run(p, bad, out) != TJ_OK, "'x'", "abstract");
     /* trees of another context: its arrays live on its devices */
     BAD(c, tj_run(p, in, out2) != TJ_OK, "run 'two'", "another context");
+    BAD_NL(c, tj_prog_output_shapes(p, out2) != TJ_OK, "tj_prog_output_shapes 'two'", "another context");
     tj_tree_set_array(out2, "x", tj_full(c2, TJ_F32, "a=4 b=2", 1.0));
     tj_tree_set_array(out2, "w", tj_full(c2, TJ_F32, "b=2", 1.0));
     BAD(c, tj_run(p, out2, out) != TJ_OK, "run 'two'", "another context");
