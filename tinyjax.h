@@ -2263,10 +2263,10 @@ static tj__leaf *tj__tree_slot_for(tj_tree *t, const char *name, const char *wha
     return &t->leaf[t->n++];
 }
 static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) { return tj__tree_slot_for(t, name, "tree"); }
-/* 0 if t may hold array a under `name`; else an error and -1 when a belongs
-   to another context (its buffers live on that context's devices and
-   backend), -2 when t already owns a under another name (tj_tree_free would
-   free it twice). */
+/* 0 if t may hold array a under `name` (owned: as its owner); else an error
+   and -1 when a belongs to another context (its buffers live on that
+   context's devices and backend), -2 when a leaf of t (another name) or of
+   another tree already owns a (tj_tree_free would free it twice). */
 static int tj__tree_may_hold(tj_tree *t, const char *name, const tj_array *a, int owned, const char *what) {
     int i;
     if (a->ctx != t->ctx) {
