@@ -1,5 +1,6 @@
-/* Misuse of the public API: every way a caller can hold it wrong that the
-   library can detect, one case a line. Each case must return an error (NULL
+/* Misuse of the public API: a sweep of the ways a caller can hold it wrong
+   that the library can detect, one case a line (the cases that crashed or
+   answered wrongly before the fixes say so). Each must return an error (NULL
    or a non-zero status) whose message names the function or op, the
    offending axes or values, and, where the call takes the caller's file and
    line (the tj_*_at forms the macros fill in), this file's line. After each
@@ -14,7 +15,6 @@
 #define TJT_FILES
 #include "tj_test.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -97,8 +97,8 @@ static void test_context(void) {
     tj_ctx_free(c);
 }
 
-/* ---- sticky errors: the header says every later call fails until
-   tj_clear_error (tj_jit included) ---- */
+/* ---- sticky errors: the header says traced ops, tj_jit and tj_run fail
+   until tj_clear_error, and calls on arrays, trees and files work on ---- */
 static void id_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g; (void)u;
     tj_tree_set_v(out, "y", tj_adds(tj_tree_v(in, "x"), 1.0));
@@ -161,7 +161,7 @@ static void test_arrays(void) {
     BAD_NL(c, tj_array_read(a, (tj_dtype)5, f) != TJ_OK, "tj_array_read", "dtype 5");
     TJT_CHECK(!strcmp(tj_array_describe(a, buf, sizeof buf), "f32[a=2") && tj_array_describe(a, buf, 1)[0] == 0, "describe truncates: \"%s\"", buf);
     TJT_CHECK(tj_array_dim(a, "nosuch") == -1 && tj_array_dim(a, "") == -1, "dims of absent axes");
-    /* an array of another context in a tree */
+    /* an array of another context in a tree (tj_run read it through the wrong backend) */
     b = tj_zeros(c2, TJ_F32, "a=2 b=2");
     {
         tj_tree *t = tj_tree_new(c);
@@ -228,7 +228,8 @@ static void test_trees(void) {
     TJT_CHECK(tj_tree_size(t) == 1 && tj_tree_array(t, "w") == a, "the tree is unchanged: %d leaves", tj_tree_size(t));
     /* a borrowed second name is fine */
     WORKS(c, tj_tree_set_array_ref(t, "v", a) == TJ_OK);
-    /* ... and so is a second tree that borrows; owning is refused until the first gives it up */
+    /* ... and so is a second tree that borrows; owning is refused until the
+       first gives it up (both trees freed it) */
     {
         tj_tree *t3 = tj_tree_new(c);
         WORKS(c, tj_tree_set_array_ref(t3, "w", a) == TJ_OK);
@@ -240,7 +241,7 @@ static void test_trees(void) {
     }
     BAD_NL(c, tj_tree_set_string(t, "", "x") != TJ_OK, "tj_tree_set_string", "empty");
     BAD_NL(c, tj_tree_set_int(t, "", 1) != TJ_OK, "tj_tree_set_int", "empty");
-    /* merging a tree into itself: nothing changes */
+    /* merging a tree into itself: nothing changes (it emptied the tree) */
     tj_tree_merge(t, t);
     TJT_CHECK(tj_tree_size(t) == 2 && tj_tree_array(t, "w") == a, "merge(t, t) keeps t: %d leaves", tj_tree_size(t));
     tj_clear_error(c);
