@@ -158,8 +158,10 @@ TJDEF void tj_clear_error(tj_ctx *ctx);
    like a typo of one the mesh has, a rule on an axis its mesh axes cannot
    divide). Each distinct warning is printed once to stderr ("tinyjax:
    warning: ...", unless TJ_QUIET=1) and kept: tj_warnings returns them all,
-   one per line ("" if none). An error is different: it is sticky, and every
-   later call (tj_jit included) fails until tj_clear_error. */
+   one per line ("" if none). An error is different: it is sticky. Until
+   tj_clear_error, every traced op, tj_jit and tj_run fail and the first
+   message stands; calls on arrays, trees and files still work (a failure
+   of theirs returns its status but leaves the first message). */
 TJDEF const char *tj_warnings(tj_ctx *ctx);
 /* Print each pipeline stage to stderr (also: environment TJ_DUMP=1). */
 TJDEF void tj_set_dump(tj_ctx *ctx, int on);
@@ -237,7 +239,11 @@ TJDEF int tj_array_is_abstract(const tj_array *a);
    a float or a string. Non-array leaves pass through transformations
    untouched, as in Equinox. The tree owns its arrays (tj_tree_free frees
    them) unless set with tj_tree_set_array_ref. Setting an existing name
-   replaces the leaf in place (order kept). */
+   replaces the leaf in place (order kept). A tree holds arrays of its own
+   context only, and an array has one owner: setting an array of another
+   context, or one that a leaf of any tree owns, is TJ_ERR_ARG (so is
+   tj_tree_map's fn returning one, and merging trees of two contexts);
+   borrow it with tj_tree_set_array_ref, or tj_tree_take it first. */
 typedef enum { TJ_LEAF_ARRAY, TJ_LEAF_VALUE, TJ_LEAF_INT, TJ_LEAF_FLOAT, TJ_LEAF_STRING } tj_leaf_kind;
 TJDEF tj_tree *tj_tree_new(tj_ctx *ctx);
 TJDEF void tj_tree_free(tj_tree *t);
@@ -672,7 +678,7 @@ TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *out);
    iteration keeps for the backward pass (its residuals, the carry included)
    is decided by `policy` (NULL: everything_saveable).
    axis: the scanned axis name, e.g. "layer" (length from xs), or
-   "layer=12" when there are no xs. */
+   "layer=12" when there are no xs; at most 2^31-1 iterations. */
 typedef struct tj_policy tj_policy;
 typedef void (*tj_scan_fn)(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *user);
 #define tj_scan(body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy) \
@@ -860,7 +866,10 @@ struct tj_backend {
 /* Use backend b for arrays and programs created from now on (NULL: CPU).
    A program runs on the backend it was compiled for (tj_jit fuses and
    places for it): tj_run of a program compiled before the switch is
-   refused with an error naming both backends; call tj_jit again. */
+   refused with an error naming both backends; call tj_jit again. Arrays
+   stay on the backend that made them: reading, saving or running on one
+   of another backend is refused the same way (freeing it works). A
+   backend without name, alloc, free, copy, run or sync is refused. */
 TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
 /* In tinyjax_cuda.cu: a backend for CUDA device `device`, or NULL with a
    reason in err (no GPU, driver too old, ...). */
@@ -1098,7 +1107,8 @@ TJDEF tj_status tj_write_file_atomic(const char *path, const void *data, size_t 
 
 /* A growable string buffer: zero it (tj_strbuf b = {NULL, 0, 0, 0}), append,
    use b.p (NUL-terminated, b.n bytes; NULL while empty), tj_strbuf_free.
-   Out of memory sets b.oom and later appends do nothing. */
+   Out of memory (or a length past SIZE_MAX / 4) sets b.oom and later
+   appends do nothing; appending NULL appends nothing. */
 typedef struct {
     char *p;
     size_t n, cap;
@@ -1338,6 +1348,9 @@ struct tj_ctx {
     int nmesh;           /* mesh axes (0: no mesh)                         */
     int mesh_ax[TJ__MAXMESH];
     int mesh_size[TJ__MAXMESH];
+    unsigned mesh_gen;   /* bumped when the mesh changes: arrays and programs
+                            made under another mesh read their sharding
+                            bits wrongly, so they are refused ([4])     */
     tj_graph *cur;          /* the scan or shard_map body being traced now  */
     struct tj_node **proj_ct; /* autodiff: the cotangents (by node id) a multi-output
                                  node's VJP reads for its projections; set by the
@@ -1350,6 +1363,7 @@ struct tj_ctx {
     size_t nwarn;
     int quiet;              /* TJ_QUIET: do not print warnings              */
     struct tj__procs *procs; /* processes, transport and groups ([11])      */
+    int autodiff;           /* > 0 while tj_vjp builds nodes, also into sealed bodies */
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -1409,6 +1423,23 @@ static void tj__warn(tj_ctx *ctx, const char *file, int line, const char *fmt, .
     if (!ctx->quiet) fprintf(stderr, "tinyjax: warning: %s", m);
 }
 TJDEF const char *tj_warnings(tj_ctx *c) { return c && c->warn ? c->warn : ""; }
+
+/* The graph tj_jit is tracing on this thread (NULL: none). A builder whose
+   arguments hold no value to take a context from (a count of 0, so no
+   input to look at) records its error in that graph's context, so the
+   caller still reads a message naming the call, not a bare failure. */
+static pthread_key_t tj__trace_key;
+static pthread_once_t tj__trace_once = PTHREAD_ONCE_INIT;
+static void tj__trace_key_make(void) { (void)pthread_key_create(&tj__trace_key, NULL); }
+static struct tj_graph *tj__tracing(void) {
+    pthread_once(&tj__trace_once, tj__trace_key_make);
+    return (struct tj_graph *)pthread_getspecific(tj__trace_key);
+}
+static void tj__set_tracing(struct tj_graph *g) {
+    pthread_once(&tj__trace_once, tj__trace_key_make);
+    (void)pthread_setspecific(tj__trace_key, g);
+}
+static tj_ctx *tj__tracing_ctx(void);
 
 /* Add "(<what> at file:line)" to the recorded message unless it already
    names that line: errors found deep inside a call (a run's kernels, its
@@ -1781,7 +1812,7 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
         if (id < 0) return -1;
         s++;
         v = strtoll(s, &e, 10);
-        if (e == s || v < (allow_zero ? 0 : 1) || v > TJ__MAXDIM_SIZE) {
+        if (e == s || *s < '0' || *s > '9' || v < (allow_zero ? 0 : 1) || v > TJ__MAXDIM_SIZE) { /* digits only: strtoll takes " +3" too */
             tj__err(c, TJ_ERR_SHAPE, file, line, "%s: axis '%s' has bad size \"%.12s\"", what, tj__name(c, id), s);
             return -1;
         }
@@ -1819,7 +1850,15 @@ static void tj__strides(const tj__type *t, int64_t *st) {
     }
 }
 static int64_t tj__align(int64_t n) { return (n + TJ__ALIGN - 1) / TJ__ALIGN * TJ__ALIGN; }
-TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) { if (c) c->backend = b; }
+TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) {
+    if (!c) return;
+    if (b && (!b->name || !b->alloc || !b->free || !b->copy || !b->run || !b->sync)) { /* the runner calls each of these */
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_backend: backend '%s' lacks %s (name, alloc, free, copy, run and sync are required); the backend is unchanged",
+                b->name ? b->name : "(no name)", !b->name ? "a name" : !b->alloc ? "alloc" : !b->free ? "free" : !b->copy ? "copy" : !b->run ? "run" : "sync");
+        return;
+    }
+    c->backend = b;
+}
 static void *tj__aligned_alloc(int64_t n, void **raw) {
     char *p = (char *)tj__malloc((size_t)n + TJ__ALIGN);
     uintptr_t u;
@@ -1837,11 +1876,12 @@ static void *tj__mem_alloc(tj_ctx *c, int space, int64_t n, void **raw) {
     }
     return tj__aligned_alloc(n, raw);
 }
-static void tj__mem_free(tj_ctx *c, int space, void *raw) {
+static void tj__mem_free_on(tj_backend *b, int space, void *raw) { /* b: the backend that allocated raw */
     if (!raw) return;
-    if (c->backend) c->backend->free(c->backend, -1, space, raw);
+    if (b) b->free(b, -1, space, raw);
     else TJ_FREE(raw);
 }
+static void tj__mem_free(tj_ctx *c, int space, void *raw) { tj__mem_free_on(c->backend, space, raw); }
 /* host <-> device copies outside runs (they wait for every device's work);
    on the CPU backend device memory is host memory */
 static int tj__mem_copy(tj_ctx *c, void *dst, int dspace, const void *src, int sspace, int64_t n) {
@@ -1864,6 +1904,10 @@ struct tj_array {
     int64_t local_bytes;   /* bytes per device                             */
     int deleted;
     int abstract;          /* shape and sharding only: no buffers          */
+    unsigned mesh_gen;     /* the context's mesh when it was made          */
+    tj_backend *backend;   /* the backend its buffers came from (NULL: CPU) */
+    int in_tree;           /* a tree leaf owns it: a second owner would free
+                              it twice, so tj_tree_set_array refuses one   */
 };
 
 static tj__type tj__local(const tj_ctx *c, const tj__type *t);
@@ -1893,6 +1937,8 @@ static tj_array *tj__array_make(tj_ctx *c, const tj__type *t, int abstract, cons
     a->ndev = c->ndev;
     a->local_bytes = nb;
     a->abstract = abstract;
+    a->mesh_gen = c->mesh_gen;
+    a->backend = c->backend;
     for (d = 0; d < a->ndev && !abstract; d++) {
         if (!tj__dev_mine(c, d)) continue; /* another process's device */
         a->data[d] = tj__mem_alloc(c, TJ_SPACE_DEVICE, nb, &a->raw[d]);
@@ -1945,7 +1991,7 @@ TJDEF void tj_array_free(tj_array *a) {
     if (!a) return;
     for (d = 0; d < a->ndev; d++)
         if (a->raw[d]) {
-            tj__mem_free(a->ctx, TJ_SPACE_DEVICE, a->raw[d]);
+            tj__mem_free_on(a->backend, TJ_SPACE_DEVICE, a->raw[d]); /* (the context's may have changed since) */
             tj__count(a->ctx, 0, d, -a->local_bytes);
         }
     TJ_FREE(a);
@@ -2024,12 +2070,37 @@ TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *c, tj_dtype dt, c
     }
     return tj__array_gen(file, line, c, dt, shape, tj__gen_iota, &k, "tj_iota");
 }
+/* 1 if a's sharding means what it meant when a was made: a sharded array
+   of an earlier mesh (tj_set_mesh, tj_set_devices since) has its shards
+   laid out for that mesh, so reading it under this one would scramble it. */
+static int tj__array_mesh_ok(tj_array *a, const char *what, const char *file, int line) {
+    int i;
+    char b[256];
+    if (a->mesh_gen == a->ctx->mesh_gen) return 1;
+    for (i = 0; i < a->t.rank && !a->t.sh[i]; i++) {}
+    if (i == a->t.rank) return 1; /* replicated: the same on every mesh */
+    tj__type_str(a->ctx, &a->t, b, sizeof b);
+    tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: array %s was sharded under an earlier mesh (tj_set_mesh or tj_set_devices changed it since): "
+            "read or re-place arrays before changing the mesh", what, b);
+    return 0;
+}
+/* 1 if a's buffers are on the context's backend now (tj_set_backend may
+   have switched it since a was made: the host cannot read them through
+   another backend's copies). */
+static int tj__array_here(tj_array *a, const char *what, const char *file, int line) {
+    if (a->abstract || a->backend == a->ctx->backend) return 1;
+    tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: this array's buffers are on backend '%s' but the context now runs on backend '%s' (tj_set_backend "
+            "since it was made): set the backend back to use it", what, a->backend ? a->backend->name : "cpu", a->ctx->backend ? a->ctx->backend->name : "cpu");
+    return 0;
+}
 static int tj__array_live(tj_array *a, const char *what, const char *file, int line) {
     if (!a) return 0;
+    if (!tj__array_mesh_ok(a, what, file, line)) return 0;
     if (a->deleted) {
         tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: this array was donated to a program and its buffer is gone", what);
         return 0;
     }
+    if (!tj__array_here(a, what, file, line)) return 0;
     if (a->abstract) {
         char b[256];
         tj__err(a->ctx, TJ_ERR_STATE, file, line, "%s: array %s is abstract (a shape and a sharding, no data: tj_array_abstract, tj_prog_output_shapes); "
@@ -2192,6 +2263,30 @@ static tj__leaf *tj__tree_slot_for(tj_tree *t, const char *name, const char *wha
     return &t->leaf[t->n++];
 }
 static tj__leaf *tj__tree_slot(tj_tree *t, const char *name) { return tj__tree_slot_for(t, name, "tree"); }
+/* 0 if t may hold array a under `name` (owned: as its owner); else an error
+   and -1 when a belongs to another context (its buffers live on that
+   context's devices and backend), -2 when a leaf of t (another name) or of
+   another tree already owns a (tj_tree_free would free it twice). */
+static int tj__tree_may_hold(tj_tree *t, const char *name, const tj_array *a, int owned, const char *what) {
+    int i;
+    if (a->ctx != t->ctx) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: the array for leaf '%s' belongs to another context than the tree's (arrays and trees of one context only)", what,
+                name ? name : "(null)");
+        return -1;
+    }
+    for (i = 0; owned && i < t->n; i++)
+        if (t->leaf[i].kind == TJ_LEAF_ARRAY && t->leaf[i].arr == a && t->leaf[i].owned && (!name || strcmp(t->leaf[i].name, name))) {
+            tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: leaf '%s' would own the array that leaf '%s' already owns (one owner per array: use tj_tree_set_array_ref)",
+                    what, name ? name : "(null)", t->leaf[i].name);
+            return -2;
+        }
+    if (owned && a->in_tree) {
+        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: leaf '%s' would own an array another tree already owns (one owner per array: use tj_tree_set_array_ref, "
+                "or tj_tree_take it from the other tree first)", what, name ? name : "(null)");
+        return -2;
+    }
+    return 0;
+}
 static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line);
 TJDEF tj_array *tj_tree_take_at(const char *file, int line, tj_tree *t, const char *name) {
     const tj__leaf *l = tj__tree_get(t, name, TJ_LEAF_ARRAY, "tj_tree_take", file, line);
@@ -2199,6 +2294,7 @@ TJDEF tj_array *tj_tree_take_at(const char *file, int line, tj_tree *t, const ch
     int i;
     if (!l) return NULL;
     a = l->arr;
+    if (l->owned) a->in_tree = 0; /* the caller's now */
     i = (int)(l - t->leaf);
     TJ_FREE(t->leaf[i].name);
     for (; i + 1 < t->n; i++) t->leaf[i] = t->leaf[i + 1];
@@ -2209,7 +2305,8 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
     tj__leaf *l;
     int k = tj_tree_find(t, name);
     if (k >= 0 && t->leaf[k].kind == TJ_LEAF_ARRAY && t->leaf[k].arr == a) { /* same array: just take ownership */
-        t->leaf[k].owned = 1;
+        if (!t->leaf[k].owned && tj__tree_may_hold(t, name, a, 1, "tj_tree_set_array")) return t->ctx->status;
+        t->leaf[k].owned = a->in_tree = 1;
         return TJ_OK;
     }
     if (!t) { /* ownership was given: do not leak it */
@@ -2220,13 +2317,17 @@ TJDEF tj_status tj_tree_set_array(tj_tree *t, const char *name, tj_array *a) {
         tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array: argument a (leaf '%s') is NULL", name ? name : "(null)");
         return t->ctx->status;
     }
+    if ((k = tj__tree_may_hold(t, name, a, 1, "tj_tree_set_array")) != 0) {
+        if (k == -1) tj_array_free(a); /* ownership was given; a twice-owned array is left to its owner */
+        return t->ctx->status;
+    }
     if (!(l = tj__tree_slot_for(t, name, "tj_tree_set_array"))) {
         tj_array_free(a);
         return tj_status_of(t->ctx);
     }
     l->kind = TJ_LEAF_ARRAY;
     l->arr = a;
-    l->owned = 1;
+    l->owned = a->in_tree = 1;
     return TJ_OK;
 }
 TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a) {
@@ -2237,7 +2338,9 @@ TJDEF tj_status tj_tree_set_array_ref(tj_tree *t, const char *name, tj_array *a)
         tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_set_array_ref: argument a (leaf '%s') is NULL", name ? name : "(null)");
         return t->ctx->status;
     }
+    if (tj__tree_may_hold(t, name, a, 0, "tj_tree_set_array_ref")) return t->ctx->status;
     if (k >= 0 && t->leaf[k].kind == TJ_LEAF_ARRAY && t->leaf[k].arr == a) {
+        if (t->leaf[k].owned) a->in_tree = 0; /* the caller owns it now */
         t->leaf[k].owned = 0;
         return TJ_OK;
     }
@@ -2345,6 +2448,12 @@ TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src) {
         tj__err(src->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_merge: argument dst is NULL");
         return;
     }
+    if (dst == src) return; /* every leaf is already there */
+    if (dst->ctx != src->ctx) {
+        tj__err(dst->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_merge: src belongs to another context than dst (both trees are left as they were)");
+        tj__err(src->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_merge: dst belongs to another context than src (both trees are left as they were)");
+        return;
+    }
     for (i = 0; i < src->n; i++) {
         tj__leaf *l = tj__tree_slot(dst, src->leaf[i].name), *s = &src->leaf[i];
         if (!l) continue;
@@ -2361,7 +2470,7 @@ TJDEF void tj_tree_merge(tj_tree *dst, tj_tree *src) {
     tj_tree_clear(src);
 }
 TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
-    int i;
+    int i, k;
     if (!t) return TJ_ERR_ARG;
     if (!fn) {
         tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_map: argument fn is NULL");
@@ -2372,11 +2481,18 @@ TJDEF tj_status tj_tree_map(tj_tree *t, tj_tree_map_fn fn, void *user) {
         tj_array *r;
         if (l->kind != TJ_LEAF_ARRAY) continue;
         r = fn(l->arr, l->name, user);
-        if (!r) return tj_status_of(t->ctx) ? tj_status_of(t->ctx) : TJ_ERR_ARG;
+        if (!r) { /* the leaf keeps its array */
+            tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "tj_tree_map: fn returned NULL for leaf '%s'", l->name);
+            return tj_status_of(t->ctx);
+        }
+        if (r != l->arr && (k = tj__tree_may_hold(t, l->name, r, 1, "tj_tree_map")) != 0) { /* the leaf keeps its array */
+            if (k == -1) tj_array_free(r); /* the replacement was given to the tree */
+            return tj_status_of(t->ctx);
+        }
         if (r != l->arr) {
             if (l->owned) tj_array_free(l->arr);
             l->arr = r;
-            l->owned = 1;
+            l->owned = r->in_tree = 1;
         }
     }
     return TJ_OK;
@@ -2469,6 +2585,8 @@ struct tj_graph {
        axes each value varies over; check: enforce and use those sets */
     int manual, check;
     tj_node **cap_src;     /* a capture into shard_map: the value before it was replicated */
+    int sealed;            /* a body whose SCAN node exists: the user's ops may
+                              no longer add to it (tj__node; autodiff may) */
 };
 
 /* A compiled program: the schedule and the memory plan of a graph. */
@@ -2479,6 +2597,7 @@ struct tj_prog {
     char *name;
     const char *file;
     int line;
+    unsigned mesh_gen;     /* the context's mesh at tj_jit                 */
     int nout;
     tj_node **outs;        /* graph outputs, in output-tree order          */
     char **out_names;
@@ -2700,6 +2819,11 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     tj__attr at;
     if (!g) return NULL;
     g = tj__cur(g);
+    if (g->sealed && !g->ctx->autodiff && tj__tracing() && g->ctx->status == TJ_OK) { /* a value the body function leaked (through user data) */
+        tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: an input is a value made inside a scan, checkpoint or shard_map body that has finished tracing: "
+                "use the values it returned", TJ__OPNAME(op));
+        return NULL;
+    }
     if (nin > 64) {
         tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: %d inputs (at most 64)", TJ__OPNAME(op), nin);
         return NULL;
@@ -2758,6 +2882,7 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
     return n;
 }
 static tj_ctx *tj__vctx(tj_v v) { return v ? v->g->ctx : NULL; }
+static tj_ctx *tj__tracing_ctx(void) { return tj__tracing() ? tj__tracing()->ctx : NULL; }
 /* Append p to g's parameter list (p->a.index is its position). */
 static int tj__add_param(tj_graph *g, tj_node *p) {
     if (g->nparam == g->capparam) {
@@ -2880,6 +3005,7 @@ TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices (1..%d)", n, TJ_MAXDEV);
         return TJ_ERR_ARG;
     }
+    if (c->nmesh || c->ndev != n) c->mesh_gen++;
     c->ndev = n;
     c->nmesh = 0;
     return tj__procs_devices(c);
@@ -2904,6 +3030,9 @@ TJDEF tj_status tj_set_mesh_at(const char *file, int line, tj_ctx *c, const char
                 c->ndev);
         return TJ_ERR_SHAPE;
     }
+    for (i = 0; i < t.rank && t.rank == c->nmesh; i++)
+        if (c->mesh_ax[i] != t.ax[i] || c->mesh_size[i] != (int)t.dim[i]) break;
+    if (t.rank != c->nmesh || i < t.rank) c->mesh_gen++; /* another mesh: see tj__array_mesh_ok */
     c->nmesh = t.rank;
     for (i = 0; i < t.rank; i++) {
         c->mesh_ax[i] = t.ax[i];
@@ -3007,7 +3136,7 @@ static int tj__similar(const char *a, const char *b, size_t n) {
    axis for one value, the first in the string wins. */
 static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, int strict, const char *what, const char *file, int line) {
     const char *s = spec ? spec : "";
-    unsigned used = 0;
+    unsigned used = 0, named = 0; /* mesh axes used; axes of t the spec named */
     int i;
     for (i = 0; i < TJ_MAXDIM; i++) sh[i] = 0;
     while (*s) {
@@ -3072,6 +3201,12 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
             }
             continue;
         }
+        if (named >> k & 1) { /* "a:data a:model": which one was meant? (rules: the first wins) */
+            if (!strict) continue;
+            tj__err(c, TJ_ERR_AXIS, file, line, "%s: axis '%s' is named twice in spec \"%s\"", what, tj__name(c, id), spec);
+            return -1;
+        }
+        named |= 1u << k;
         if (m && t->dim[k] % tj__mesh_count(c, m) && !strict) { /* rules do not apply to axes they cannot split */
             char mb[64];
             if (t->dim[k] > 1) /* (a size-1 axis, e.g. one sample, is plainly whole) */
@@ -3470,7 +3605,7 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
     tj__type t;
     tj_array *b;
     void *host;
-    if (!a || (!a->abstract && !tj__array_live(a, "device_put", f, l))) return NULL;
+    if (!a || (a->abstract ? !tj__array_mesh_ok(a, "device_put", f, l) : !tj__array_live(a, "device_put", f, l))) return NULL;
     t = a->t;
     if (tj__parse_spec(a->ctx, spec, &a->t, t.sh, 1, "device_put", f, l)) return NULL;
     if (a->abstract) return tj__array_make(a->ctx, &t, 1, f, l); /* a new sharding, still no data */
@@ -3521,7 +3656,7 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
             if (!(b = tj_device_put_at(f, l, x->arr, spec))) return t->ctx->status;
             if (x->owned) tj_array_free(x->arr);
             x->arr = b;
-            x->owned = 1;
+            x->owned = b->in_tree = 1;
         }
     }
     return TJ_OK;
@@ -3682,6 +3817,10 @@ TJDEF tj_v tj_ppermute_at(const char *f, int l, tj_v x, const char *mesh_axes, i
     if (!x->g->manual) return tj__mcoll("ppermute", TJ__OP_PPERMUTE, x, mesh_axes, NULL, NULL, NULL, f, l); /* the error */
     if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, "ppermute", f, l)) < 0) return NULL;
     G = tj__mesh_count(x->g->ctx, (unsigned)m);
+    if (npairs < 0) {
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "ppermute: %d pairs (0..%d)", npairs, G);
+        return NULL;
+    }
     memset(perm, -1, sizeof perm);
     for (i = 0; i < npairs; i++) {
         int s = pairs ? pairs[2 * i] : -1, d = pairs ? pairs[2 * i + 1] : -1, j, dup = 0;
@@ -4154,7 +4293,13 @@ TJ__UNARY_OPS(TJ__U_DEF)
 #undef TJ__U_DEF_PUB
 #undef TJ__U_DEF_OWN
 #undef TJ__U_DEF_GRAD
-TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p) { return tj__unary(f, l, TJ__OP_POWS, x, x ? x->t.dt : TJ_F32, p); }
+TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p) {
+    if (x && !isfinite(p)) { /* x^NaN is NaN everywhere, x^inf 0 or inf: never what was meant */
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "pows: exponent %g is not a finite number", p);
+        return NULL;
+    }
+    return tj__unary(f, l, TJ__OP_POWS, x, x ? x->t.dt : TJ_F32, p);
+}
 TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt) {
     if (x && (unsigned)dt >= TJ_NDTYPE) {
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "cast: bad dtype %d", (int)dt);
@@ -4233,8 +4378,10 @@ static tj_graph *tj__inner(int n, tj_node *const *v, const char *what, const cha
         for (h = v[i]->g; h && h != g; h = h->parent) {}
         if (h == g) { g = v[i]->g; continue; } /* v[i] is deeper */
         for (h = g; h && h != v[i]->g; h = h->parent) {}
-        if (!h) {
-            tj__err(g->ctx, TJ_ERR_ARG, f, l, "%s: operands come from unrelated traced functions", what);
+        if (!h) { /* (in both contexts when they differ: the caller may check either) */
+            const char *two = v[i]->g->ctx != g->ctx ? " of two contexts" : "";
+            tj__err(g->ctx, TJ_ERR_ARG, f, l, "%s: operands come from unrelated traced functions%s", what, two);
+            if (*two) tj__err(v[i]->g->ctx, TJ_ERR_ARG, f, l, "%s: operands come from unrelated traced functions%s", what, two);
             return NULL;
         }
     }
@@ -4297,8 +4444,16 @@ TJ__B(GE, ge, 0)
 TJ__B(EQ, eq, 0)
 TJ__B(NE, ne, 0)
 #undef TJ__B
-TJDEF tj_v tj_adds_at(const char *f, int l, tj_v a, double s) { return a ? tj_add_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
-TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s) { return a ? tj_mul_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
+/* The constant becomes a scalar of a's dtype: for i32 it must be an i32
+   value (x * 0.5 would multiply by 0, silently). */
+static int tj__const_fits(const char *f, int l, tj_v a, double s, const char *what) {
+    char b[256];
+    if (a->t.dt != TJ_I32 || (s == floor(s) && s >= -2147483648.0 && s <= 2147483647.0)) return 1;
+    tj__err(a->g->ctx, TJ_ERR_DTYPE, f, l, "%s: constant %g is not an i32 value, but %s is i32 (cast it to a float dtype first)", what, s, tj_v_describe(a, b, sizeof b));
+    return 0;
+}
+TJDEF tj_v tj_adds_at(const char *f, int l, tj_v a, double s) { return a && tj__const_fits(f, l, a, s, "adds") ? tj_add_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
+TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s) { return a && tj__const_fits(f, l, a, s, "muls") ? tj_mul_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
 static tj_status tj__vjp_binary(tj_node *n, tj_v g, tj_v *gin) {
     tj_v a = n->in[0], b = n->in[1], half, eq;
     switch (n->op) {
@@ -4412,13 +4567,18 @@ static TJ__INLINE uint64_t tj__mix(uint64_t z) {
 static TJ__INLINE uint64_t tj__bits(uint64_t key, uint64_t i) { return tj__mix(tj__mix(i + 0x9e3779b97f4a7c15ull) ^ key); }
 static TJ__INLINE double tj__u01(uint64_t key, uint64_t i) { return (double)(tj__bits(key, i) >> 11) * (1.0 / 9007199254740992.0); }
 TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data) { return tj__mix(key ^ tj__mix(data ^ 0x5851f42d4c957f2dull)); }
+static int tj__random_dt(const char *f, int l, tj_graph *g, tj_dtype dt, const char *what) { /* random numbers are floats */
+    if (!g || (unsigned)dt >= TJ_NDTYPE || tj__isfloat(dt)) return 0; /* (a bad dtype: tj__source says so) */
+    tj__err(g->ctx, TJ_ERR_DTYPE, f, l, "%s: dtype %s is not a float dtype (make floats, then cast)", what, tj_dtype_name(dt));
+    return -1;
+}
 TJDEF tj_v tj_uniform_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) {
-    tj_node *n = tj__source(f, l, g, TJ__OP_UNIFORM, dt, shape, "uniform");
+    tj_node *n = tj__random_dt(f, l, g, dt, "uniform") ? NULL : tj__source(f, l, g, TJ__OP_UNIFORM, dt, shape, "uniform");
     if (n) n->a.key = key;
     return n;
 }
 TJDEF tj_v tj_normal_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) {
-    tj_node *n = tj__source(f, l, g, TJ__OP_NORMAL, dt, shape, "normal");
+    tj_node *n = tj__random_dt(f, l, g, dt, "normal") ? NULL : tj__source(f, l, g, TJ__OP_NORMAL, dt, shape, "normal");
     if (n) n->a.key = key;
     return n;
 }
@@ -4559,6 +4719,11 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
     if (!x) return NULL;
     if (!(rate >= 0 && rate < 1)) {
         tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "dropout: rate %g not in [0, 1)", rate);
+        return NULL;
+    }
+    if (!tj__isfloat(x->t.dt)) { /* x / (1 - rate) would truncate */
+        char b[256];
+        tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "dropout: needs a float dtype, got %s (cast first)", tj_v_describe(x, b, sizeof b));
         return NULL;
     }
     if (rate == 0) return x;
@@ -5075,7 +5240,8 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
     tj__attr pa;
     char b1[256], b2[256];
     if (nx < 1 || nx > 16 || !xs) {
-        if (nx >= 1 && xs && xs[0]) tj__err(xs[0]->g->ctx, TJ_ERR_ARG, f, l, "concat: %d inputs (1..16 allowed)", nx);
+        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "concat: %d inputs (1..16 allowed)%s", nx,
+                xs ? "" : ", and the list xs is NULL");
         return NULL;
     }
     for (i = 0; i < nx; i++)
@@ -5466,7 +5632,9 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
     tj_node *n;
     if (!idx || tj__parse_shape(idx->g->ctx, axis, dt, &nt, 0, "one_hot", f, l)) return NULL;
     if (nt.rank != 1 || idx->t.dt != TJ_I32 || tj__axis_index(&idx->t, nt.ax[0]) >= 0 || idx->t.rank >= TJ_MAXDIM) {
-        tj__err(idx->g->ctx, TJ_ERR_ARG, f, l, "one_hot: want i32 indices and one new axis \"name=size\", got \"%s\"", axis);
+        char b[256];
+        tj__err(idx->g->ctx, TJ_ERR_ARG, f, l, "one_hot: want i32 indices and one new axis \"name=size\" they lack, got indices %s and \"%s\"",
+                tj_v_describe(idx, b, sizeof b), axis);
         return NULL;
     }
     t = idx->t;
@@ -5515,8 +5683,8 @@ static tj_v tj__rowop(const char *f, int l, int op, tj_v x, const char *axis, do
 TJDEF tj_v tj_softmax_at(const char *f, int l, tj_v x, const char *axis) { return tj__rowop(f, l, TJ__OP_SOFTMAX, x, axis, 0); }
 TJDEF tj_v tj_log_softmax_at(const char *f, int l, tj_v x, const char *axis) { return tj__rowop(f, l, TJ__OP_LOG_SOFTMAX, x, axis, 0); }
 TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, double eps) {
-    if (x && !(eps >= 0)) {
-        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "layer_norm: eps %g must be >= 0", eps);
+    if (x && !(eps >= 0 && eps < INFINITY)) { /* 0 is allowed, as in JAX: a constant row then gives NaN */
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "layer_norm: eps %g must be finite and >= 0", eps);
         return NULL;
     }
     return tj__rowop(f, l, TJ__OP_LAYER_NORM, x, axis, eps);
@@ -5554,6 +5722,10 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     in[1] = tj__fit(f, l, labels, &t); /* label r belongs to row r */
     t.dt = z->t.dt;
     if (!in[1] || !(n = tj__rownode(f, l, TJ__OP_CROSS_ENTROPY, 2, in, a, 0, &t))) return NULL;
+    if (mean_axes && *mean_axes) { /* named in cross_entropy's words (the class axis is gone) */
+        int ids[TJ_MAXDIM];
+        if (tj__axes_of(n, mean_axes, ids, "cross_entropy mean_axes", f, l) < 0) return NULL;
+    }
     return mean_axes && *mean_axes ? tj_mean_at(f, l, n, mean_axes) : n;
 }
 static tj_v tj__copy(const char *f, int l, tj_v x);
@@ -5910,6 +6082,10 @@ TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name)
         tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "checkpoint_name: empty name");
         return NULL;
     }
+    if (strpbrk(name, " ,\t\n")) { /* policies take space- or comma-separated lists: no list could name it */
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "checkpoint_name: name \"%s\" has a space or comma, so no policy's list can name it", name);
+        return NULL;
+    }
     n = tj__node(x->g, TJ__OP_NAME, &x->t, 1, &x, NULL, f, l);
     if (n && !(n->name = tj__strdup(name))) return NULL;
     return n;
@@ -6065,7 +6241,8 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
     unsigned iv[16], ov[16];
     int i, j, k = -1;
     if (nin < 1 || nin > 16 || !in || !out) {
-        if (nin >= 1 && in && in[0]) tj__err(tj__vctx(in[0]), TJ_ERR_ARG, f, l, "custom '%s': %s", name ? name : "(null)", !out ? "argument out is NULL" : "1..16 inputs");
+        tj__err(nin >= 1 && in && in[0] ? tj__vctx(in[0]) : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "custom '%s': %s (%d inputs)", name ? name : "(null)",
+                !out ? "argument out is NULL" : !in ? "argument in is NULL" : "1..16 inputs", nin);
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
@@ -6172,6 +6349,22 @@ static void tj__multi_cts(tj_node *n, tj_v *ct) {
         ct[j] = n->g->ctx->proj_ct[p->id] ? tj__fit(n->file, n->line, n->g->ctx->proj_ct[p->id], &p->t) : tj__relayout(n->file, n->line, tj_scalar_at(n->file, n->line, n->g, p->t.dt, 0.0), &p->t);
     }
 }
+/* A user's VJP rule (tj_op_def.vjp, tj_custom_vjp's bwd) must give each
+   input's gradient with that input's dtype and axes (any order): autodiff
+   would otherwise sum away extra axes and broadcast missing ones, a wrong
+   gradient without a word. 0, or -1 and an error naming `what`. */
+static int tj__same_axes(const tj__type *a, const tj__type *b); /* same dtype, axes and sizes, any order ([7]) */
+static int tj__user_grads_fit(tj_node *n, int nin, tj_node *const *in, const tj_v *gin, const char *what) {
+    int i;
+    for (i = 0; i < nin; i++)
+        if (gin[i] && tj__isfloat(in[i]->t.dt) && !tj__same_axes(&gin[i]->t, &in[i]->t)) { /* (an int input's is ignored) */
+            char b1[256], b2[256];
+            tj__err(n->g->ctx, TJ_ERR_SHAPE, n->file, n->line, "%s: the gradient it gave for input %d is %s, but the input is %s (same dtype and axes)", what, i,
+                    tj_v_describe(gin[i], b1, sizeof b1), tj_v_describe(in[i], b2, sizeof b2));
+            return -1;
+        }
+    return 0;
+}
 static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
     const tj_op_def *d = &n->g->ctx->ops[n->a.reg].d;
     tj_v ct[16];
@@ -6183,6 +6376,11 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
     tj__multi_cts(n, ct);
     if (n->g->ctx->status) return n->g->ctx->status;
     d->vjp(n->g, n->nin, n->in, n->nproj, n->proj, ct, gin, d->user);
+    if (!n->g->ctx->status) {
+        char what[96];
+        snprintf(what, sizeof what, "custom op '%.64s': its vjp", d->name);
+        (void)tj__user_grads_fit(n, n->nin, n->in, gin, what);
+    }
     return n->g->ctx->status;
 }
 
@@ -6236,7 +6434,10 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     tj_graph *saved_cur;
     tj_status st = TJ_OK;
     if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
-        if (nout >= 1 && outs && outs[0]) tj__err(outs[0]->g->ctx, TJ_ERR_ARG, f, l, "vjp: bad arguments (nout %d, nwrt %d)", nout, nwrt);
+        tj_ctx *ec = nout >= 1 && outs && outs[0] ? outs[0]->g->ctx : tj__tracing_ctx();
+        if (nout < 1 || !outs || outs[0] || tj_status_of(ec) == TJ_OK) /* (a NULL output: an earlier op failed, its message stands) */
+            tj__err(ec, TJ_ERR_ARG, f, l, "vjp: bad arguments (nout %d, nwrt %d, outs %s, wrt %s, grads %s)", nout, nwrt, outs ? "given" : "NULL",
+                    wrt_in ? "given" : "NULL", grads ? "given" : "NULL");
         return TJ_ERR_ARG;
     }
     g = outs[0]->g;
@@ -6252,6 +6453,17 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
             char b[256];
             tj__err(c, TJ_ERR_SHAPE, f, l, "grad: output %s is not a scalar (reduce it, or pass cotangents to tj_vjp)",
                     tj_v_describe(outs[i], b, sizeof b));
+            return TJ_ERR_SHAPE;
+        }
+        if (!tj__isfloat(outs[i]->t.dt)) { /* as in JAX: an integer output has no derivative to speak of */
+            char b[256];
+            tj__err(c, TJ_ERR_DTYPE, f, l, "vjp: output %d %s is not a float (differentiate a float value)", i, tj_v_describe(outs[i], b, sizeof b));
+            return TJ_ERR_DTYPE;
+        }
+        if (cts && !tj__same_axes(&cts[i]->t, &outs[i]->t)) { /* else it would be broadcast or summed to fit, silently */
+            char b[256], b2[256];
+            tj__err(c, TJ_ERR_SHAPE, f, l, "vjp: cotangent %d is %s but output %d is %s (same dtype and axes)", i, tj_v_describe(cts[i], b, sizeof b), i,
+                    tj_v_describe(outs[i], b2, sizeof b2));
             return TJ_ERR_SHAPE;
         }
         if (outs[i]->id > top) top = outs[i]->id;
@@ -6300,6 +6512,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     g->cur_pass = ++g->npass;
     saved_cur = c->cur;
     c->cur = NULL; /* autodiff puts each node in the graph it names */
+    c->autodiff++; /* (bodies' backward nodes included: see tj__node) */
     for (i = 0; i < nout; i++) {
         tj_node *o = outs[i];
         tj_v v = cts ? tj__fit(o->file, o->line, cts[i], &o->t) : tj_scalar_at(o->file, o->line, g, o->t.dt, 1.0);
@@ -6339,6 +6552,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     }
     g->cur_pass = saved_pass;
     c->cur = saved_cur;
+    c->autodiff--;
     st = c->status;
 done:
     TJ_FREE(needs);
@@ -6400,8 +6614,9 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     tj__type dummy;
     int i, k;
     if (nin < 1 || !in || !out || nout < 1 || nout > 16 || nres < 0 || nres > 16 || nin + nout + nres > 64) {
-        if (nin >= 1 && in && in[0])
-            tj__err(tj__vctx(in[0]), TJ_ERR_ARG, f, l, "custom_vjp: %s", !out ? "argument out is NULL" : "bad counts (1..16 outputs, 0..16 residuals, 64 in all)");
+        tj__err(nin >= 1 && in && in[0] ? tj__vctx(in[0]) : tj__tracing_ctx(), TJ_ERR_ARG, f, l,
+                "custom_vjp: %s (%d inputs, %d outputs, %d residuals: 1.., 1..16, 0..16, 64 in all)", !out ? "argument out is NULL" : !in ? "argument in is NULL" : "bad counts",
+                nin, nout, nres);
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nout; i++) out[i] = NULL;
@@ -6463,6 +6678,7 @@ static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj__multi_cts(n, ct);
     if (n->g->ctx->status) return n->g->ctx->status;
     cv->bwd(n->g, n->in + cv->nin + cv->nout, ct, gx, cv->user);
+    if (!n->g->ctx->status) (void)tj__user_grads_fit(n, cv->nin, n->in, gx, "custom_vjp's bwd");
     for (i = 0; i < cv->nin; i++) gin[i] = gx[i];
     return n->g->ctx->status;
 }
@@ -6549,11 +6765,33 @@ static int tj__same_axes(const tj__type *a, const tj__type *b) {
 /* Make the SCAN node: inputs carry, xs (axis-first), captures; outputs
    (PROJ) final carries and stacked ys. yt: the ys' outer types when they
    are not the body's (a shard_map body's are local blocks), else NULL. */
+/* A policy the caller filled in by hand (or by mistake): a known kind, a
+   known memory space, and save_from_both's policies neither missing from
+   the chain nor pointing back into it (tj__decide would recurse forever).
+   0, or -1 and an error at the scan's line. */
+static int tj__policy_check(tj_ctx *c, const tj_policy *p, int depth, const char *f, int l) {
+    if (!p) return 0;
+    if ((unsigned)p->kind > (unsigned)TJ_POLICY_FN) {
+        tj__err(c, TJ_ERR_ARG, f, l, "scan policy: kind %d is not a tj_policy_kind (make policies with tj_save_only_these_names and the like)", (int)p->kind);
+        return -1;
+    }
+    if (p->offload_dst && strcmp(p->offload_dst, "host") != 0 && strcmp(p->offload_dst, "pinned_host") != 0) {
+        tj__err(c, TJ_ERR_ARG, f, l, "scan policy: unknown memory space '%s' to offload to (use \"host\" or \"pinned_host\")", p->offload_dst);
+        return -1;
+    }
+    if (p->kind != TJ_POLICY_SAVE_FROM_BOTH) return 0;
+    if (depth >= 16) {
+        tj__err(c, TJ_ERR_ARG, f, l, "scan policy: save_from_both nests more than 16 deep (does it point to itself?)");
+        return -1;
+    }
+    return tj__policy_check(c, p->a, depth + 1, f, l) || tj__policy_check(c, p->b, depth + 1, f, l) ? -1 : 0;
+}
 static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, int axis, int64_t len, int reverse, int nc, tj_node *const *init,
                               int nx, tj_node *const *xs, int ny, const tj_policy *policy, const tj__type *yt) {
     tj_node *in[64], *n;
     tj__type t;
     int i, nin = 0;
+    if (tj__policy_check(g->ctx, policy, 0, f, l)) return NULL;
     if (nc + nx + b->ncap > 64) {
         tj__err(g->ctx, TJ_ERR_ARG, f, l, "scan: more than 64 carries, xs and captured values together");
         return NULL;
@@ -6567,6 +6805,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     if (!n) return NULL;
     n->sub = b;
     b->refs++;
+    b->sealed = 1;
     n->a.ncarry = nc;
     n->a.nx = nx;
     n->a.ncap = b->ncap;
@@ -6596,7 +6835,11 @@ TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, co
     for (i = 0; i < nc && init && n < 64; i++) all[n++] = init[i];
     for (i = 0; i < nx && xs && n < 64; i++) all[n++] = xs[i];
     for (i = 0; i < n; i++) if (!all[i]) return n && all[0] ? tj_status_of(all[0]->g->ctx) : TJ_ERR_ARG; /* an input failed earlier */
-    if (!n || !(g = tj__inner(n, all, "scan", f, l))) return n ? tj_status_of(all[0]->g->ctx) : TJ_ERR_ARG; /* none given: use tj_checkpoint */
+    if (!n) { /* no carry and no xs: no value to take the context from */
+        tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "scan: %d carries and %d xs: give at least one (a scan needs a value to run over; see tj_checkpoint)", nc, nx);
+        return TJ_ERR_ARG;
+    }
+    if (!(g = tj__inner(n, all, "scan", f, l))) return tj_status_of(all[0]->g->ctx);
     return tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy);
 }
 static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
@@ -6637,8 +6880,10 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     for (i = 0; i < nx; i++) {
         int k = tj__axis_index(&xs[i]->t, ax);
         if (k < 0 || (len >= 0 && xs[i]->t.dim[k] != len)) {
-            tj__err(c, TJ_ERR_SHAPE, f, l, "scan: x %d %s %s axis '%s'%s", i, tj_v_describe(xs[i], b1, sizeof b1), k < 0 ? "has no" : "disagrees on the length of",
-                    tj__name(c, ax), k < 0 ? "" : " with the other xs");
+            char was[64] = "";
+            if (k >= 0) snprintf(was, sizeof was, ": %lld, not %lld", (long long)xs[i]->t.dim[k], (long long)len);
+            tj__err(c, TJ_ERR_SHAPE, f, l, "scan: x %d %s %s axis '%s'%s%s", i, tj_v_describe(xs[i], b1, sizeof b1), k < 0 ? "has no" : "disagrees on the length of",
+                    tj__name(c, ax), k < 0 ? "" : " with the other xs or the length given", was);
             return TJ_ERR_SHAPE;
         }
         len = xs[i]->t.dim[k];
@@ -6646,6 +6891,10 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     if (len < 1) {
         tj__err(c, TJ_ERR_ARG, f, l, "scan: no xs to take the length of '%s' from: write \"%s=N\"", tj__name(c, ax), tj__name(c, ax));
         return TJ_ERR_ARG;
+    }
+    if (len > 2147483647) { /* the SCAN node counts iterations in an int */
+        tj__err(c, TJ_ERR_SHAPE, f, l, "scan: %lld iterations of '%s' (at most 2^31-1)", (long long)len, tj__name(c, ax));
+        return TJ_ERR_SHAPE;
     }
     for (i = 0; i < nc; i++)
         if (tj__axis_index(&init[i]->t, ax) >= 0) {
@@ -6739,6 +6988,8 @@ typedef struct {
     void *user;
     int nin, nout;
     const tj_v *in;
+    const char *file; /* the tj_checkpoint call, for messages */
+    int line;
 } tj__region;
 static void tj__region_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
     tj__region *r = (tj__region *)u;
@@ -6748,6 +6999,8 @@ static void tj__region_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v 
     for (i = 0; i < r->nin && i < 64; i++) /* capture the inputs, so fn's ops are traced into the body */
         if (!(cin[i] = tj__capture(g, r->in[i]))) return;
     r->fn(g, cin, y, r->user);
+    for (i = 0; i < r->nout; i++) /* say it in the caller's words before the scan does */
+        if (!y[i] && g->ctx->status == TJ_OK) tj__err(g->ctx, TJ_ERR_ARG, r->file, r->line, "checkpoint: fn returned no output %d (out[%d] is NULL)", i, i);
 }
 TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, int nout, tj_v *out, const tj_policy *policy) {
     tj__region r;
@@ -6756,7 +7009,10 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
     tj_graph *g = NULL;
     int i, ax;
     for (i = 0; i < nin && !g; i++) if (in && in[i]) g = in[i]->g;
-    if (!g) return TJ_ERR_ARG;
+    if (!g) {
+        if (nin < 1 || !in) tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "checkpoint: %d inputs%s (at least 1)", nin, in ? "" : ", and the list in is NULL");
+        return TJ_ERR_ARG;
+    }
     if (!fn || nout < 1 || nout > 32 || !out || nin < 0) {
         tj__err(g->ctx, TJ_ERR_ARG, f, l, "checkpoint: bad arguments (%d inputs, %d outputs; 1..32 outputs)", nin, nout);
         return TJ_ERR_ARG;
@@ -6767,6 +7023,8 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
     r.nin = nin;
     r.nout = nout;
     r.in = in;
+    r.file = f;
+    r.line = l;
     st = tj__scan(f, l, g, tj__region_body, &r, "_remat=1", 0, NULL, 0, NULL, nout, NULL, ys, policy);
     if (st) return st;
     ax = tj__intern(g->ctx, "_remat", 6);
@@ -6817,7 +7075,10 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
     char b1[256], what[64];
     for (i = 0; out && i < nout && i < 32; i++) out[i] = NULL;
     for (i = 0; i < nin && !g; i++) if (in && in[i]) g = in[i]->g;
-    if (!g) return TJ_ERR_ARG;
+    if (!g) {
+        if (nin < 1 || !in) tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "shard_map: %d inputs%s (1..32)", nin, in ? "" : ", and the list in is NULL");
+        return TJ_ERR_ARG;
+    }
     c = g->ctx;
     if (c->status) return c->status;
     if (!fn || nin < 1 || nin > 32 || nout < 1 || nout > 32 || !out || !in_specs || !out_specs) {
@@ -7156,7 +7417,13 @@ static tj_decision tj__decide(const tj_policy *p, const tj_node *v, const char *
     case TJ_POLICY_FN:
         tj_v_describe((tj_v)v, shape, sizeof shape);
         snprintf(why, wn, "user policy function");
-        return p->fn ? p->fn(tj__ops[v->op].name, name, shape, p->user) : TJ_SAVE;
+        if (!p->fn) return TJ_SAVE;
+        a = p->fn(tj__ops[v->op].name, name, shape, p->user);
+        if ((unsigned)a > (unsigned)TJ_OFFLOAD) { /* saved, and said so */
+            tj__err(v->g->ctx, TJ_ERR_ARG, v->file, v->line, "policy function: returned %d for %s (want TJ_SAVE, TJ_RECOMPUTE or TJ_OFFLOAD)", (int)a, shape);
+            return TJ_SAVE;
+        }
+        return a;
     }
     return TJ_SAVE;
 }
@@ -11052,6 +11319,11 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
     struct tj__procs *P;
     char err[512];
     if (!c) return TJ_ERR_ARG;
+    if (o && (o->nprocs < 0 || (o->nprocs == 0 && o->rank != 0) || !(o->timeout_s >= 0 && o->timeout_s < INFINITY))) { /* 0, 0, 0: from the environment */
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_distributed_init: opts say process %d of %d, timeout %g s (want 0 <= rank < nprocs, or both 0 for the launcher's; "
+                "a timeout > 0, or 0 for TJ_TIMEOUT / 300)", o->rank, o->nprocs, o->timeout_s);
+        return TJ_ERR_ARG;
+    }
     if (o && o->nprocs > 0) {
         np = o->nprocs;
         rank = o->rank;
@@ -11063,10 +11335,23 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
         rank = r ? atoi(r) : -1;
     }
     if (t) {
+        if (o->nprocs > 0 && (o->nprocs != t->nprocs || o->rank != t->rank)) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_distributed_init: opts say process %d of %d, the transport '%s' says %d of %d", o->rank, o->nprocs,
+                    t->name ? t->name : "?", t->rank, t->nprocs);
+            return TJ_ERR_ARG;
+        }
         np = t->nprocs;
         rank = t->rank;
     }
     e = getenv("TJ_TIMEOUT");
+    if (e && *e && !(o && o->timeout_s > 0)) { /* a typo is an error, not 300 s */
+        char *end;
+        double v = strtod(e, &end);
+        if (end == e || *end || !(v > 0 && v < INFINITY)) {
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_distributed_init: environment variable TJ_TIMEOUT=\"%.32s\" is not a number of seconds > 0", e);
+            return TJ_ERR_ARG;
+        }
+    }
     timeout = o && o->timeout_s > 0 ? o->timeout_s : e && atof(e) > 0 ? atof(e) : 300.0;
     if (np <= 1 && !t) { /* one process: the threads transport */
         if (!(P = tj__procs_get(c))) return TJ_ERR_OOM;
@@ -11102,6 +11387,11 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
                 t->nprocs);
         return TJ_ERR_ARG;
     }
+    if (!(c->ndev == 1 && !getenv("TJ_DEVICES")) && c->ndev % np) { /* checked before the context changes */
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_distributed_init: %d devices cannot be shared by %d processes (each process owns devices / processes of them)",
+                c->ndev, np);
+        return TJ_ERR_ARG;
+    }
     tj__procs_free(c);
     P = (struct tj__procs *)tj__calloc(sizeof *P);
     if (!P) return TJ_ERR_OOM;
@@ -11113,6 +11403,7 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
     if (c->ndev == 1 && !getenv("TJ_DEVICES")) { /* one device per process */
         c->ndev = np;
         c->nmesh = 0;
+        c->mesh_gen++;
     }
     if (tj__procs_devices(c)) return c->status;
     if (tj__where_rank < 0 && np > 1) {
@@ -11332,7 +11623,10 @@ static tj_status tj__box_copy(tj_array *a, tj_dtype bt, void *box, int to_box, c
 TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
     if (!a) return TJ_ERR_ARG;
     if (!tj__array_live(a, "tj_array_read_local", NULL, 0)) return TJ_ERR_STATE;
-    if ((unsigned)dt >= TJ_NDTYPE) return TJ_ERR_DTYPE;
+    if ((unsigned)dt >= TJ_NDTYPE) {
+        tj__err(a->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_array_read_local: bad dtype %d", (int)dt);
+        return TJ_ERR_DTYPE;
+    }
     return tj__box_copy(a, dt, dst, 1, "tj_array_read_local");
 }
 TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec, const void *data) {
@@ -12593,6 +12887,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     }
     p->ctx = c;
     p->backend = c->backend;
+    p->mesh_gen = c->mesh_gen;
     p->file = file;
     p->line = line;
     p->name = tj__strdup(name ? name : "fn");
@@ -12606,7 +12901,8 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         const tj__leaf *l = &ex->leaf[i];
         if (l->kind == TJ_LEAF_ARRAY) {
             tj_node *n;
-            if (!l->arr->abstract && !tj__array_live(l->arr, "jit", file, line)) goto fail; /* abstract examples are fine */
+            /* only the shape and sharding count (abstract examples, or arrays of another backend, are fine) */
+            if (!tj__array_mesh_ok(l->arr, "jit", file, line) || (l->arr->deleted && !tj__array_live(l->arr, "jit", file, line))) goto fail;
             n = tj__node(p->g, TJ__OP_PARAM, &l->arr->t, 0, NULL, NULL, file, line);
             if (!n || !(n->name = tj__strdup(l->name)) || tj__add_param(p->g, n)) goto fail;
             tj_tree_set_v(tin, l->name, n);
@@ -12618,7 +12914,12 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         else tj_tree_set_string(tin, l->name, l->s);
     }
     if (c->status) goto fail;
-    fn(p->g, tin, tout, user);
+    {
+        tj_graph *outer = tj__tracing(); /* a tj_jit inside a traced function */
+        tj__set_tracing(p->g);
+        fn(p->g, tin, tout, user);
+        tj__set_tracing(outer);
+    }
     if (c->status) goto fail;
     /* outputs */
     for (i = 0, nv = 0; i < tout->n; i++) nv += tout->leaf[i].kind == TJ_LEAF_VALUE;
@@ -12629,6 +12930,11 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     if (!p->outs || !p->out_names || !p->out_donor || !p->donate) goto oom;
     for (i = 0; i < tout->n; i++) {
         tj__leaf *l = &tout->leaf[i];
+        if (l->kind == TJ_LEAF_ARRAY) { /* (it came back as the int 0) */
+            tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': output '%s' is an array; a traced function outputs traced values (tj_tree_set_v; a constant: tj_fill)",
+                    p->name, l->name);
+            goto fail;
+        }
         if (l->kind != TJ_LEAF_VALUE) {
             tj__leaf *s = tj__tree_slot(p->static_out, l->name);
             if (!s) goto fail;
@@ -12636,7 +12942,6 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
             s->i = l->i;
             s->f = l->f;
             s->s = l->kind == TJ_LEAF_STRING ? tj__strdup(l->s) : NULL;
-            if (l->kind == TJ_LEAF_ARRAY) s->kind = TJ_LEAF_INT; /* arrays are not static outputs */
             continue;
         }
         if (l->v->g != p->g) {
@@ -12708,6 +13013,17 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
     }
     c = p->ctx;
     g = p->g;
+    if (in->ctx != c || out->ctx != c) { /* its arrays live on another context's devices */
+        tj__err(c, TJ_ERR_ARG, file, line, "run '%s': the %s tree belongs to another context than the program", p->name, in->ctx != c ? "input" : "output");
+        tj__run_refused(p, TJ_ERR_ARG);
+        return TJ_ERR_ARG;
+    }
+    if (p->mesh_gen != c->mesh_gen) { /* its shardings and device groups are the old mesh's */
+        tj__err(c, TJ_ERR_STATE, file, line, "run '%s': the program was compiled (tj_jit) under another mesh than the context's now (tj_set_mesh or "
+                "tj_set_devices after tj_jit): call tj_jit again", p->name);
+        tj__run_refused(p, TJ_ERR_STATE);
+        return TJ_ERR_STATE;
+    }
     if (p->backend != c->backend) { /* fused groups and arenas were made for the other one */
         tj__err(c, TJ_ERR_STATE, file, line,
                 "run '%s': the program was compiled (tj_jit) for backend '%s' but the context now runs on backend '%s' (tj_set_backend after "
@@ -12738,6 +13054,19 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             st = TJ_ERR_STATE;
             goto done;
         }
+        if (a && a->ctx != c) {
+            tj__err(c, TJ_ERR_ARG, file, line, "run '%s': input '%s' is an array of another context than the program", p->name, n->name);
+            st = TJ_ERR_ARG;
+            goto done;
+        }
+        if (a) { /* its sharding and buffers must be the ones the program was made for */
+            char what[160];
+            snprintf(what, sizeof what, "run '%.64s': input '%.64s'", p->name, n->name);
+            if (!tj__array_mesh_ok(a, what, file, line) || !tj__array_here(a, what, file, line)) {
+                st = TJ_ERR_STATE;
+                goto done;
+            }
+        }
         if (a && a->abstract) {
             tj__err(c, TJ_ERR_STATE, file, line, "run '%s': input '%s' is an abstract array (shape and sharding only): compile against it, run with data",
                     p->name, n->name);
@@ -12746,6 +13075,12 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
         }
         same = a->t.dt == n->t.dt && a->t.rank == n->t.rank && a->ndev == c->ndev;
         for (j = 0; same && j < n->t.rank; j++) same = a->t.ax[j] == n->t.ax[j] && a->t.dim[j] == n->t.dim[j] && a->t.sh[j] == n->t.sh[j];
+        if (!same && a->ndev != c->ndev) { /* the same type, on another device count */
+            tj__err(c, TJ_ERR_SHAPE, file, line, "run '%s': input '%s' was made for %d devices, the context now has %d (tj_set_devices since): make it again", p->name,
+                    n->name, a->ndev, c->ndev);
+            st = TJ_ERR_SHAPE;
+            goto done;
+        }
         if (!same) {
             tj__err(c, TJ_ERR_SHAPE, file, line, "run '%s': input '%s' is %s but the program was traced for %s", p->name, n->name,
                     tj_array_describe(a, b2, sizeof b2), tj_v_describe(n, b1, sizeof b1));
@@ -12771,6 +13106,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             }
             *a = *args[d];
             a->t = p->outs[i]->t;
+            a->in_tree = 0; /* a new array, nobody's yet */
             outs[i] = a;
         } else if (!(outs[i] = tj__array_alloc(c, &p->outs[i]->t, file, line))) {
             st = TJ_ERR_OOM;
@@ -12828,12 +13164,14 @@ TJDEF tj_status tj_prog_output_shapes(const tj_prog *p, tj_tree *out) {
     int i;
     tj_status st = TJ_OK;
     if (!p || !out) return TJ_ERR_ARG;
+    if (out->ctx != p->ctx) {
+        tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_prog_output_shapes '%s': the tree belongs to another context than the program", p->name);
+        return TJ_ERR_ARG;
+    }
     for (i = 0; i < p->nout && st == TJ_OK; i++) {
         tj_array *a = tj__array_make(p->ctx, &p->outs[i]->t, 1, p->file, p->line);
-        if (!a || tj_tree_set_array(out, p->out_names[i], a) != TJ_OK) {
-            tj_array_free(a);
+        if (!a || tj_tree_set_array(out, p->out_names[i], a) != TJ_OK) /* (which frees a on failure) */
             st = p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
-        }
     }
     for (i = 0; i < p->static_out->n && st == TJ_OK; i++) {
         const tj__leaf *l = &p->static_out->leaf[i];
@@ -13087,7 +13425,11 @@ static tj_status tj__seterr(char *err, size_t errlen, tj_status st, const char *
 
 /* -- growable string buffer -- */
 TJDEF void tj_strbuf_put(tj_strbuf *b, const char *s, size_t n) {
-    if (!b || b->oom) return;
+    if (!b || b->oom || (!s && n)) return; /* (NULL appends nothing, like tj_strbuf_puts) */
+    if (n > SIZE_MAX / 4 - b->n) { /* the capacity below would overflow */
+        b->oom = 1;
+        return;
+    }
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         char *p;
@@ -14218,6 +14560,11 @@ TJDEF const tj_st_tensor *tj_st_expect(const tj_safetensors *st, const char *nam
         tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_expect: %s: argument name is NULL", st->path);
         return NULL;
     }
+    if ((unsigned)dt >= TJ_ST_NDTYPE || rank < 0 || rank > TJ_MAXDIM) { /* the caller's mistake, not the file's */
+        tj__err(st->ctx, TJ_ERR_ARG, NULL, 0, "tj_st_expect: %s: tensor '%s': bad expectation (dtype %d, rank %d; rank 0..%d)", st->path, name, (int)dt, rank,
+                TJ_MAXDIM);
+        return NULL;
+    }
     if (!(t = tj_st_find(st, name))) {
         tj__err(st->ctx, TJ_ERR_IO, NULL, 0, "%s: no tensor named '%s'", st->path, name ? name : "(null)");
         return NULL;
@@ -14848,7 +15195,7 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
                 rc = c->status ? c->status : TJ_ERR_IO;
                 goto done;
             }
-            l->owned = 1;
+            l->owned = l->arr->in_tree = 1;
             if (old) {
                 int same = old->t.dt == l->arr->t.dt && old->t.rank == l->arr->t.rank;
                 for (d = 0; same && d < old->t.rank; d++) same = old->t.ax[d] == l->arr->t.ax[d] && old->t.dim[d] == l->arr->t.dim[d];

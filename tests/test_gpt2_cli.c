@@ -307,6 +307,19 @@ static void test_runs(void) {
     TJT_CHECK(r.rc == 1 && has(&r, "checkpoint at step 2") && has(&r, "File too large") && last_step(&r) == 1, "a failed periodic checkpoint: exit %d: %s",
               r.rc, r.out);
     run_free(&r);
+    /* the other files a run writes: a failed one is exit 1 with the reason, and no partial file */
+    snprintf(args, sizeof args, "%s --steps 2 --export-hf %s", g_model, path_in("hf"));
+    r = run_gpt2(args, &o);
+    TJT_CHECK(r.rc == 1 && has(&r, "--export-hf") && has(&r, "File too large"), "a failed --export-hf: exit %d: %s", r.rc, r.out);
+    TJT_CHECK(!file_exists(path_in("hf/model.safetensors")) && !file_exists(path_in("hf/config.json")), "no partial export");
+    run_free(&r);
+    o.fsize_limit = 64;
+    snprintf(args, sizeof args, "%s --steps 2 --svg %s", g_model, path_in("loss.svg"));
+    r = run_gpt2(args, &o);
+    TJT_CHECK(r.rc == 1 && has(&r, "--svg") && has(&r, "File too large") && has(&r, "trained 2 steps"), "a failed --svg: exit %d: %s", r.rc, r.out);
+    TJT_CHECK(!file_exists(path_in("loss.svg")), "no partial svg");
+    run_free(&r);
+    o.fsize_limit = 2048;
     /* --save-every 3 --keep 2 over 10 steps: step 6 and 9 kept, 3 pruned, and the final one */
     snprintf(args, sizeof args, "%s --steps 10 --save %s --save-every 3 --keep 2", g_model, path_in("ck"));
     r = run_gpt2(args, NULL);

@@ -13,15 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int count_tmp_files(void) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    int n = 0;
-    if (!d) return -1;
-    while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp.") != NULL;
-    closedir(d);
-    return n;
-}
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
     g_rng ^= g_rng << 13;

@@ -271,6 +271,16 @@ static inline int file_exists(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0;
 }
+/* temp files of atomic writes ("<path>.tmp.<pid>.<k>") left in g_dir */
+static inline int count_tmp_files(void) {
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return n;
+}
 #endif
 
 #endif
