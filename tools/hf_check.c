@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc == 5 && !strcmp(argv[1], "model")) {
-        FILE *f = fopen(argv[3], "r"), *o;
+        FILE *f = fopen(argv[3], "r");
         int32_t tok[4096], tgt[4096];
         int T = 0, U = 0, c;
         gpt2_trainer tr;
@@ -116,11 +116,15 @@ int main(int argc, char **argv) {
             tj_tree_free(out);
         }
         loss = gpt2_eval_loss(&tr, tok, tgt);
-        o = fopen(argv[4], "wb");
-        if (!o) { perror(argv[4]); return 1; }
-        for (i = 0; i < (size_t)T; i++) fwrite(logits + i * (size_t)tr.cfg.V, sizeof(float), (size_t)tr.cfg.V_real, o);
-        fwrite(&loss, sizeof loss, 1, o);
-        if (fclose(o)) { perror(argv[4]); return 1; }
+        { /* the real vocabulary's logits, row by row, then the loss: written atomically */
+            size_t row = (size_t)tr.cfg.V_real * sizeof(float), nb = (size_t)T * row + sizeof loss;
+            char *buf = (char *)malloc(nb), err[512];
+            if (!buf) { fprintf(stderr, "%s: out of memory\n", argv[4]); return 1; }
+            for (i = 0; i < (size_t)T; i++) memcpy(buf + i * row, logits + i * (size_t)tr.cfg.V, row);
+            memcpy(buf + (size_t)T * row, &loss, sizeof loss);
+            if (tj_write_file_atomic(argv[4], buf, nb, err, sizeof err) != TJ_OK) { fprintf(stderr, "%s\n", err); free(buf); return 1; }
+            free(buf);
+        }
         printf("C: %d tokens, vocab %d (padded to %d), heads %d, loss %.7f\n", T, tr.cfg.V_real, tr.cfg.V, tr.cfg.H, loss);
         free(logits);
         gpt2_trainer_free(&tr);
