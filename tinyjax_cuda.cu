@@ -2952,6 +2952,16 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
         snprintf(err, errlen, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
         return NULL;
     }
+    { /* the stream-ordered scratch (two-stage reductions, scatter_add's
+         index lists) comes from the device's default pool; by default the
+         pool hands its memory back to the driver at every synchronisation,
+         so each run would allocate it anew. Keep it (a few MB for GPT-2);
+         a driver without pools just keeps its default. Not yet run on a GPU. */
+        cudaMemPool_t pool;
+        uint64_t keep = UINT64_MAX;
+        if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        (void)cudaGetLastError();
+    }
     be = (tjc_backend *)tj__calloc(sizeof *be);
     if (!be) {
         snprintf(err, errlen, "out of memory");
