@@ -110,14 +110,14 @@ static const char *jdr_str(const jdr_j *o, const char *key, const char *dflt) {
     jdr_j *v = jdr_get(o, key);
     return v && v->kind == JDR_STR ? v->str : dflt;
 }
-static double jdr_num(const jdr_j *o, const char *key, double dflt) {
-    jdr_j *v = jdr_get(o, key);
-    return v && (v->kind == JDR_NUM || v->kind == JDR_LIT) ? v->num : dflt;
-}
 /* a number, or one of the strings "nan", "inf", "-inf" (JSON has none) */
 static double jdr_value(const jdr_j *v) {
     if (v->kind == JDR_STR) return strcmp(v->str, "nan") == 0 ? NAN : strcmp(v->str, "-inf") == 0 ? -INFINITY : INFINITY;
     return v->num;
+}
+static double jdr_num(const jdr_j *o, const char *key, double dflt) {
+    jdr_j *v = jdr_get(o, key);
+    return v && v->kind != JDR_ARR && v->kind != JDR_OBJ ? jdr_value(v) : dflt;
 }
 
 /* ---- the program ---- */
