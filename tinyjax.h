@@ -439,6 +439,8 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
 #define tj_index(x, axis, i) tj_index_at(TJ_AT, x, axis, i)
 TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i);
 TJDEF tj_v tj_concat_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
+/* lo and hi elements of `value` before and after; a negative count crops
+   (lax.pad's rule); an axis left with no element is an error */
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value);
 /* broadcast x to a shape that contains all its axes (extra axes added) */
 TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape);
@@ -2549,14 +2551,14 @@ typedef struct {
    holding its builder (shape rule), CPU kernel, VJP rule and cost, and
    names its sharding rule ([4]). Formulas evaluate in double; TJ__EXP and
    TJ__TANH are libm's, or, for f32 and bf16 results, tj__fexp and
-   tj__ftanh (see there). */
+   tj__ftanh (see there). max and min return a NaN operand, as JAX does. */
 #define TJ__BINARY_OPS(X)            \
     X(ADD, "add", a + b)             \
     X(SUB, "sub", a - b)             \
     X(MUL, "mul", a * b)             \
     X(DIV, "div", a / b)             \
-    X(MAX2, "max", a > b ? a : b)    \
-    X(MIN2, "min", a < b ? a : b)    \
+    X(MAX2, "max", a > b || a != a ? a : b) \
+    X(MIN2, "min", a < b || a != a ? a : b) \
     X(LT, "lt", (double)(a < b))     \
     X(LE, "le", (double)(a <= b))    \
     X(GT, "gt", (double)(a > b))     \
@@ -4812,11 +4814,12 @@ static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
     return TJ_OK;
 }
 static tj_status tj__vjp_ties(tj_node *n, tj_v g, tj_v *gin) {
-    /* max, min: g flows to every position equal to the result, shared equally */
-    tj_v x = n->in[0];
-    tj_v mask = tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, x, n), g->t.dt);
-    tj_v cnt = tj__sum_ids(n->file, n->line, mask, n->a.axes, n->a.naxes);
-    gin[0] = tj_mul_at(n->file, n->line, mask, tj_div_at(n->file, n->line, g, cnt));
+    /* max, min: g flows to every position equal to the result, shared
+       equally; the others get 0 even where g is infinite (a select, not a
+       multiply by the mask, which would make 0 * inf = NaN there) */
+    tj_v x = n->in[0], eq = tj_eq_at(n->file, n->line, x, n);
+    tj_v cnt = tj__sum_ids(n->file, n->line, tj_cast_at(n->file, n->line, eq, g->t.dt), n->a.axes, n->a.naxes);
+    gin[0] = tj_select_at(n->file, n->line, eq, tj_div_at(n->file, n->line, g, cnt), tj_scalar_at(n->file, n->line, n->g, g->t.dt, 0));
     return TJ_OK;
 }
 
@@ -5043,6 +5046,17 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     tj__type t;
     tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
+    if (lo < 0 || hi < 0) { /* negative padding crops, as in lax.pad: a slice, then the rest */
+        int64_t d = x->t.dim[tj__axis_index(&x->t, a)], clo = lo < 0 ? -lo : 0, chi = hi < 0 ? -hi : 0;
+        if (clo >= d || chi >= d - clo) {
+            tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) leaves no element of axis '%s' (size %lld)", (long long)lo, (long long)hi, axis,
+                    (long long)d);
+            return NULL;
+        }
+        x = tj_slice_at(f, l, x, axis, clo, d - chi);
+        lo += clo, hi += chi;
+        if (!lo && !hi) return x;
+    }
     if (lo < 0 || hi < 0 || lo > TJ__MAXDIM_SIZE || hi > TJ__MAXDIM_SIZE) { /* (and lo + hi cannot overflow) */
         tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) on axis '%s' is negative or more than 2^40", (long long)lo, (long long)hi, axis);
         return NULL;
