@@ -324,7 +324,7 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
     X(TANH, tanh, TJ__TANH(a), PUB, tj_mul(g, tj_adds(tj_neg(tj_mul(y, y)), 1.0)), -1, 1)                           \
     X(SQRT, sqrt, sqrt(a), PUB, tj_div(tj_muls(g, 0.5), y), 0.5, 2)                                                 \
     X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_mul(y, tj_mul(y, y)), -0.5)), 0.5, 2)                  \
-    X(RELU, relu, a > 0 ? a : 0.0, PUB, tj_mul(g, tj_cast(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g->t.dt)), -1, 1) \
+    X(RELU, relu, a > 0 || a != a ? a : 0.0, PUB, tj_mul(g, tj_cast(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g->t.dt)), -1, 1) \
     X(GELU, gelu, 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))), PUB, tj_mul(g, tj__gelu_grad(TJ_AT, x)), -1, 1)       \
     X(GELU_D, gelu_grad, tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))), GRAD, tj__gelu_grad_vjp(TJ_AT, x, g), -1, 1)       \
     X(POWS, pows, pow(a, s), OWN, tj_mul(g, tj_muls(tj_pows(x, s - 1.0), s)), -1, 1)                                \
@@ -5549,8 +5549,9 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     }
     t = z->t;
     t.rank = 0;
-    for (i = 0; i < z->t.rank; i++)
-        if (z->t.ax[i] != a) { t.ax[t.rank] = z->t.ax[i]; t.dim[t.rank++] = z->t.dim[i]; }
+    for (i = 0; i < z->t.rank; i++) /* (each kept axis keeps its own sharding) */
+        if (z->t.ax[i] != a) { t.ax[t.rank] = z->t.ax[i]; t.sh[t.rank] = z->t.sh[i]; t.dim[t.rank++] = z->t.dim[i]; }
+    for (i = t.rank; i < TJ_MAXDIM; i++) t.sh[i] = 0;
     {
         int ok = labels->t.rank == t.rank;
         for (i = 0; ok && i < labels->t.rank; i++) {
