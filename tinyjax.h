@@ -4814,12 +4814,13 @@ static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
     return TJ_OK;
 }
 static tj_status tj__vjp_ties(tj_node *n, tj_v g, tj_v *gin) {
-    /* max, min: g flows to every position equal to the result, shared
-       equally; the others get 0 even where g is infinite (a select, not a
-       multiply by the mask, which would make 0 * inf = NaN there) */
-    tj_v x = n->in[0], eq = tj_eq_at(n->file, n->line, x, n);
-    tj_v cnt = tj__sum_ids(n->file, n->line, tj_cast_at(n->file, n->line, eq, g->t.dt), n->a.axes, n->a.naxes);
-    gin[0] = tj_select_at(n->file, n->line, eq, tj_div_at(n->file, n->line, g, cnt), tj_scalar_at(n->file, n->line, n->g, g->t.dt, 0));
+    /* max, min: g flows to every position equal to the result, shared equally
+       (a multiply by the 0/1 mask, as JAX's rule: where g is infinite or
+       NaN the other positions get NaN too) */
+    tj_v x = n->in[0];
+    tj_v mask = tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, x, n), g->t.dt);
+    tj_v cnt = tj__sum_ids(n->file, n->line, mask, n->a.axes, n->a.naxes);
+    gin[0] = tj_mul_at(n->file, n->line, mask, tj_div_at(n->file, n->line, g, cnt));
     return TJ_OK;
 }
 

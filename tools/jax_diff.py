@@ -220,12 +220,14 @@ class Evaluator:
         ma1 = ma[0] if len(ma) == 1 else ma
         if nm == "psum": return NV(lax.psum(a.a, ma1), a.axes)
         if nm == "pmax": return NV(lax.pmax(a.a, ma1), a.axes)
-        if nm == "pvary": return NV(jax.lax.pvary(a.a, ma), a.axes)
+        if nm == "pvary": return NV(jax.lax.pcast(a.a, ma, to="varying"), a.axes)
         if nm == "all_gather": return NV(lax.all_gather(a.a, ma1, axis=a.axes.index(ax), tiled=True), a.axes)
         if nm == "psum_scatter": return NV(lax.psum_scatter(a.a, ma1, scatter_dimension=a.axes.index(ax), tiled=True), a.axes)
         if nm == "ppermute":
             pr = op["pairs"]
             return NV(lax.ppermute(a.a, ma1, perm=[(pr[i], pr[i + 1]) for i in range(0, len(pr), 2)]), a.axes)
+        if nm == "all_to_all":
+            return NV(lax.all_to_all(a.a, ma1, a.axes.index(op["split_axis"]), a.axes.index(op["concat_axis"]), tiled=True), a.axes)
         if nm == "axis_index": return NV(lax.axis_index(ma1).astype(jnp.int32), [])
         raise ValueError("unknown op " + nm)
 
@@ -268,6 +270,10 @@ def spec_to_P(spec_str, axes):
         n, _, v = tok.partition(":")
         m[n] = None if v in ("", "-", "none") else (tuple(v.split("+")) if "+" in v else v)
     return P(*[m.get(n) for n in axes])
+
+def special_values(spec):
+    """NaN or an infinity among the inputs or op constants"""
+    return any(isinstance(v, str) for x in spec["inputs"] for v in x["data"]) or any(isinstance(o.get("fill"), str) for o in spec["ops"])
 
 def eval_jax(spec, exact, perturb=None):
     """{name: (array float64/int, axes)} for outputs, "loss" and "grad:x".
@@ -355,7 +361,12 @@ def eval_jax(spec, exact, perturb=None):
             s = NamedSharding(mesh, spec_to_P(x.get("spec", ""), axes_of[x["name"]]))
             if x["name"] in gvals: gvals[x["name"]] = jax.device_put(gvals[x["name"]], s)
             else: rest[x["name"]] = jax.device_put(rest[x["name"]], s)
-    (loss, res), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(gvals, rest)
+    vg = jax.value_and_grad(loss_fn, has_aux=True)
+    if special_values(spec):
+        # JAX's rules, op by op: under jit XLA rewrites some (a multiply by a
+        # 0/1 mask becomes a select), which changes where NaN comes out
+        with jax.disable_jit(): (loss, res), grads = vg(gvals, rest)
+    else: (loss, res), grads = jax.jit(vg)(gvals, rest)
     out = {k: (np.asarray(a.astype(jnp.float64) if a.dtype != jnp.int32 else a), res_axes[k]) for k, a in res.items()}
     out["loss"] = (np.asarray(loss, np.float64), [])
     for n in gnames: out["grad:" + n] = (np.asarray(grads[n].astype(jnp.float64)), axes_of[n])
@@ -540,6 +551,7 @@ class Gen:
             t = sh + [a for a in self.vals[z][1] if a[0] not in axes]
             t = t + [a for a in m_sh if a[0] not in [n for n, _ in t]]
             return self.emit("select", [m, x, z], dt, t)
+        if k == "reduce" and r.random() < 0.15: return self.emit("sum_all", [x], dt, [])
         if k == "reduce" and sh:
             red = r.sample(axes, r.randint(1, len(axes)))
             op = r.choice(["sum", "max", "min", "mean"])
@@ -590,6 +602,9 @@ class Gen:
                 return self.emit("index", [x], dt, sh[:i] + sh[i + 1:], axis=a, i=r.randrange(d))
             if s == "concat":
                 y = self.emit("muls", [x], dt, sh, s=-0.5)
+                if d > 1 and r.random() < 0.5:  # three parts of other sizes
+                    z = self.emit("slice", [x], dt, sh[:i] + [(a, d - 1)] + sh[i + 1:], axis=a, start=1, stop=d)
+                    return self.emit("concat", [z, x, y], dt, sh[:i] + [(a, 3 * d - 1)] + sh[i + 1:], axis=a)
                 return self.emit("concat", [x, y], dt, sh[:i] + [(a, 2 * d)] + sh[i + 1:], axis=a)
             if s == "pad":
                 lo, hi = r.randint(-d + 1 if d > 1 else 0, 2), r.randint(0, 2)
@@ -635,6 +650,9 @@ class Gen:
             kw = {"axis": a}
             if ma or r.random() < 0.5: kw["mean_axes"] = " ".join(ma)
             return self.emit("cross_entropy", [x, lab], dt, [t for t in rest if t[0] not in ma], **kw)
+        if k == "cast" and r.random() < 0.3:  # through i32: truncation toward zero, no gradient
+            i = self.emit("cast", [self.emit("muls", [x], dt, sh, s=3.0)], "i32", sh, dtype="i32")
+            return self.emit("mul", [x, self.emit("cast", [i], dt, sh, dtype=dt)], dt, sh)
         if k == "cast":
             nd = "bf16" if dt == "f32" else "f32"
             y = self.emit("cast", [x], nd, sh, dtype=nd)
@@ -653,7 +671,7 @@ class Gen:
         r = self.r
         dt, sh = self.vals[x]
         mesh = self.mesh_axes
-        c = r.choice(["psum", "pmax", "all_gather", "psum_scatter", "ppermute", "axis_index"])
+        c = r.choice(["psum", "pmax", "all_gather", "psum_scatter", "ppermute", "axis_index", "all_to_all", "pvary"])
         sub = [a for a in mesh if r.random() < 0.6] or [r.choice(mesh)]
         n = int(np.prod([self.mesh_size[a] for a in sub]))
         ms = " ".join(sub)
@@ -684,6 +702,19 @@ class Gen:
             if not pairs: pairs = [0, perm[0]]
             y = self.emit("ppermute", [x], dt, sh, mesh_axes=a1, pairs=pairs)
             self.vary[y] = self.vary[x] | {a1}
+            return y
+        if c == "pvary":
+            nv = [a for a in sub if a not in self.vary[x]]
+            if not nv: return None
+            y = self.emit("pvary", [x], dt, sh, mesh_axes=" ".join(nv))
+            self.vary[y] = self.vary[x] | set(nv)
+            return y
+        if c == "all_to_all" and len(sh) >= 2:
+            i, j = r.sample(range(len(sh)), 2)
+            if sh[i][1] % n: return None
+            out = list(sh); out[i] = (sh[i][0], sh[i][1] // n); out[j] = (sh[j][0], sh[j][1] * n)
+            y = self.emit("all_to_all", [x], dt, out, mesh_axes=ms, split_axis=sh[i][0], concat_axis=sh[j][0])
+            self.vary[y] = self.vary[x] | set(sub)
             return y
         if c == "axis_index":
             i = self.emit("axis_index", [], "i32", [], mesh_axes=ms)
@@ -944,8 +975,9 @@ EDGE = [
      "ops": [O("max2", ["x0", "x1"], "v0"), O("min2", ["x1", "x0"], "v1")], "outputs": ["v0", "v1"]},
     # relu(NaN) was 0 (JAX: NaN)
     {"mode": "jit", "inputs": [X("x0", "f32", "a=4", [NAN, -1.0, 0.0, 2.0])], "ops": [O("relu", ["x0"], "v0")], "outputs": ["v0"]},
-    # reduce max's gradient multiplied the cotangent by the 0/1 mask: 0 * inf = NaN
-    # at the elements that are not the maximum (JAX: their other gradient terms)
+    # reduce max/min's gradient multiplies the cotangent by the 0/1 mask, as
+    # JAX's rule does: 0 * inf = NaN at the other elements (XLA's jit may
+    # rewrite JAX's multiply into a select; specials are compared op by op)
     {"mode": "jit", "inputs": [X("x0", "f32", "d=4 c=2", [-1.04558492, -0.0, INF, "-inf", 0.0, 0.0, 0.0, "-inf"])],
      "ops": [O("max", ["x0"], "v0", axes="c"), O("dot", ["v0", "x0"], "v2", contract="d")], "outputs": ["v2"]},
     {"mode": "jit", "inputs": [X("x0", "f32", "d=3 c=2", [1.0, INF, 2.0, 2.0, "-inf", -3.0])],
