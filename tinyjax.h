@@ -449,14 +449,18 @@ TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape);
 /* take(x, axis, idx): gather along `axis` of x with i32 indices idx; the
    result has x's axes with `axis` replaced by idx's axes (embedding lookup:
    take(wte[vocab,embed], "vocab", tokens[batch,pos]) -> [batch,pos,embed]).
-   Out-of-range indices are a run-time error. Its transpose is scatter-add. */
+   Out-of-range indices are a run-time error (jnp.take fills or clamps
+   them instead). Its transpose is scatter-add. */
 #define tj_take(x, axis, idx) tj_take_at(TJ_AT, x, axis, idx)
 TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx);
 /* one_hot(idx, "vocab=256", dt): idx's axes plus the new axis. */
 #define tj_one_hot(idx, axis, dt) tj_one_hot_at(TJ_AT, idx, axis, dt)
 TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dtype dt);
 
-/* ---- neural-network ops (fused, numerically stable) ---- */
+/* ---- neural-network ops (fused, numerically stable) ----
+   softmax, log_softmax, layer_norm and cross_entropy compute a row in f32
+   (f64 for f64) and round once to the result's dtype: for bf16 they equal
+   JAX's forms on an f32 upcast, not JAX's bf16 ops step by step. */
 /* set x to `fill` where key position > query position (causal attention) */
 #define tj_causal_mask(x, q_axis, k_axis, fill) tj_causal_mask_at(TJ_AT, x, q_axis, k_axis, fill)
 #define tj_softmax(x, axis) tj_softmax_at(TJ_AT, x, axis)
