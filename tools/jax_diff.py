@@ -23,7 +23,8 @@ weights and every op's result (and a fused op's inner sums) are moved by
 one rounding u of the program's narrowest dtype (2^-24 f32, 2^-8 bf16)
 with random signs, 3 patterns: it scales with the magnitude of the terms
 that cancel into the element, not with the element itself; 8 allows for
-fused kernels rounding several times inside one op. The last term is a
+fused kernels rounding several times inside one op (64 for f64 results,
+which have no more exact reference, so no first term). The last term is a
 few ulps of the tensor's largest element: k = 8 for f32 (ulp 2^-23), 2 for
 bf16 (ulp 2^-7). The tolerances are stored with the goldens, and
 tests/test_jax_golden.c applies them as they are.
@@ -396,8 +397,12 @@ def expected(spec):
     hi = eval_jax(spec, exact=True)
     dts = spec["_dtypes"]
     narrow = any(x["dtype"] == "bf16" for x in spec["inputs"]) or any(o.get("dtype") == "bf16" for o in spec["ops"])
-    u = 2.0 ** -8 if narrow else 2.0 ** -24
-    pert = [eval_jax(perturbed(spec, u, i), exact=True, perturb=(u, np.random.default_rng(i))) for i in range(3)]
+    f32 = any(x["dtype"] == "f32" for x in spec["inputs"]) or any(o.get("dtype") == "f32" for o in spec["ops"])
+    u = 2.0 ** -8 if narrow else 2.0 ** -24 if f32 else 2.0 ** -53
+    # (f64 programs: a float64 run cannot resolve a move of 2^-53, so it is
+    # moved by 2^-30 and the spread scaled back: the response is linear)
+    ue = max(u, 2.0 ** -30)
+    pert = [eval_jax(perturbed(spec, ue, i), exact=True, perturb=(ue, np.random.default_rng(i))) for i in range(3)]
     exp = {}
     for k, (a, axes) in lo.items():
         dt = dts[k]
@@ -406,8 +411,10 @@ def expected(spec):
         finite = np.isfinite(x)
         scale = np.max(np.abs(x[finite])) if finite.any() else 0.0
         with np.errstate(invalid="ignore"):
-            spread = np.max([np.abs(pp[k][0] - x) for pp in pert], axis=0)
-            tol = 2 * np.abs(a - x) + 8 * spread + kk * ulp * scale
+            spread = np.max([np.abs(pp[k][0] - x) for pp in pert], axis=0) * (u / ue)
+            # (an f64 result has no more exact reference, so no JAX error
+            # term: 64 spreads stand in for it)
+            tol = 2 * np.abs(a - x) + (64 if dt == "f64" else 8) * spread + kk * ulp * scale
         tol = np.where(np.isfinite(tol), tol, 0.0)
         exp[k] = {"dtype": dt, "axes": axes, "data": a.reshape(-1).tolist(), "tol": tol.reshape(-1).tolist(), "dims": list(a.shape)}
     return exp
@@ -458,7 +465,7 @@ class Gen:
         self.r = random.Random(seed)
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
-        self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16"])
+        self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16", "bf16", "f64"])
         self.vals = {}    # name -> (dtype, [(axis, size)]) in tinyjax's order
         self.vary = {}    # shard_map: name -> set of mesh axes
         self.inputs, self.ops = [], []
@@ -503,7 +510,7 @@ class Gen:
         return name
 
     def floats(self, dt=None):
-        return [n for n, (d, _) in self.vals.items() if d in ("f32", "bf16") and (dt is None or d == dt)]
+        return [n for n, (d, _) in self.vals.items() if d in ("f32", "bf16", "f64") and (dt is None or d == dt)]
 
     def compat(self, a, b):
         sa, sb = dict(self.vals[a][1]), dict(self.vals[b][1])
@@ -654,7 +661,7 @@ class Gen:
             i = self.emit("cast", [self.emit("muls", [x], dt, sh, s=3.0)], "i32", sh, dtype="i32")
             return self.emit("mul", [x, self.emit("cast", [i], dt, sh, dtype=dt)], dt, sh)
         if k == "cast":
-            nd = "bf16" if dt == "f32" else "f32"
+            nd = r.choice(["bf16", "f64"]) if dt == "f32" else "f32"
             y = self.emit("cast", [x], nd, sh, dtype=nd)
             return self.emit("cast", [self.emit("tanh", [y], nd, sh)], dt, sh, dtype=dt) if r.random() < 0.5 else y
         if k == "name":
