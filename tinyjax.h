@@ -5649,12 +5649,13 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
 }
 /* cross_entropy_grad of row r: z[label] and the forward's loss, or 0 when
    the loss was stored narrower than f32 (bf16: too coarse to give the
-   softmax; the kernel then computes the row's max and sum of exps) */
+   softmax; the kernel then computes the row's max and sum of exps), or
+   when they do not give a finite lse (z[label] = -inf: an infinite loss) */
 static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t lab, double *zl, double *loss) {
     if (k->n->op != TJ__OP_CROSS_ENTROPY_GRAD || (k->it[2]->dt != TJ_F32 && k->it[2]->dt != TJ_F64)) return 0;
     *zl = tj__ld(k->in[0], k->it[0]->dt, base + lab * s1);
     *loss = tj__ld(k->in[2], k->it[2]->dt, r);
-    return 1;
+    return isfinite(*zl + *loss);
 }
 /* row r of op k->n, in double (f64 results) */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {

@@ -282,7 +282,7 @@ def eval_jax(spec, exact, perturb=None):
     mode = spec["mode"]
     ins = spec["inputs"]
     mesh = None
-    if mode in ("sharded", "shard_map"):
+    if "mesh" in spec:
         shape = [int(t.split("=")[1]) for t in spec["mesh"].split()]
         names = [t.split("=")[0] for t in spec["mesh"].split()]
         mesh = Mesh(np.array(jax.devices()[:spec["devices"]]).reshape(shape), tuple(names))
@@ -357,7 +357,7 @@ def eval_jax(spec, exact, perturb=None):
     gnames = [x["name"] for x in ins if x["dtype"] != "i32" and x.get("grad", True)]
     gvals = {n: arrays[n] for n in gnames}
     rest = {n: a for n, a in arrays.items() if n not in gvals}
-    if mode == "sharded":
+    if mesh and mode != "shard_map":
         for x in ins:
             s = NamedSharding(mesh, spec_to_P(x.get("spec", ""), axes_of[x["name"]]))
             if x["name"] in gvals: gvals[x["name"]] = jax.device_put(gvals[x["name"]], s)
@@ -736,7 +736,7 @@ class Gen:
         pool = [("a", r.randint(1, 4)), ("b", r.choice([2, 4])), ("c", r.randint(1, 3)), ("d", r.choice([2, 4, 8]))]
         mode = self.mode
         spec = {"mode": mode}
-        if mode in ("sharded", "shard_map"):
+        if mode in ("sharded", "shard_map") or (mode in ("scan", "checkpoint") and r.random() < 0.3):
             mesh, ndev = r.choice(MESHES)
             spec["mesh"], spec["devices"] = mesh, ndev
             self.mesh_axes = [t.split("=")[0] for t in mesh.split()]
@@ -771,7 +771,7 @@ class Gen:
                 self.vals[x["name"]] = (x["dtype"], loc)
             spec["in_specs"] = specs
             spec["check"] = 1 if r.random() < 0.75 else 0
-        if mode == "sharded":
+        if "mesh" in spec and mode != "shard_map":
             for x in self.inputs:
                 sh = parse_shape(x["shape"]); used = []; parts = []
                 for a, d in sh:
@@ -1002,6 +1002,13 @@ EDGE = [
                                                   1.06, -0.54, -0.58, -0.25, -1.35, 0.39, 0.78, 0.74, -0.34, -1.45, 0.81, -0.13], spec="b:data a:model"),
                 X("x2", "i32", "c=3 a=4", [1, 1, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1], grad=False)],
      "ops": [O("cross_entropy", ["x1", "x2"], "v0", axis="b", mean_axes="a c")], "outputs": ["v0"]},
+    # cross_entropy's gradient recovered the row's lse as loss + z[label]:
+    # inf + -inf = NaN for a label whose logit is -inf (JAX: softmax - onehot)
+    {"mode": "checkpoint", "policy": "dots_saveable",
+     "inputs": [X("x1", "f32", "a=2 c=3", ["-inf", 0.65, 0.25, 0.71, 0.0, -1.5]), X("x3", "i32", "a=2", [0, 2], grad=False)],
+     "ops": [O("cross_entropy", ["x1", "x3"], "v0", axis="c", mean_axes="")], "outputs": ["v0"]},
+    {"mode": "jit", "inputs": [X("x1", "f32", "a=2 c=3", ["-inf", 0.65, 0.25, 0.71, "-inf", -1.5]), X("x3", "i32", "a=2", [0, 1], grad=False)],
+     "ops": [O("cross_entropy", ["x1", "x3"], "v0", axis="c")], "outputs": ["v0"]},
     # softmax and log_softmax of rows with -inf, a fully masked row (NaN in both)
     {"mode": "jit", "inputs": [X("x0", "f32", "q=3 k=3", ["-inf", 1.0, "-inf", "-inf", "-inf", "-inf", 0.5, 0.5, 2.0])],
      "ops": [O("softmax", ["x0"], "v0", axis="k"), O("log_softmax", ["x0"], "v1", axis="k")], "outputs": ["v0", "v1"]},

@@ -13,7 +13,8 @@
  *    "ops": [{"op": "add", "in": ["x0", "x1"], "out": "v0", ...attributes}],
  *    "outputs": ["v0", ...],
  *    "weights": {"v0": {"shape": "b=3 a=2", "data": [...]}},
- *    "devices": 4, "mesh": "data=2 model=2",          (sharded, shard_map)
+ *    "devices": 4, "mesh": "data=2 model=2",   (sharded, shard_map; scan and
+ *                                   checkpoint too: inputs placed by "spec")
  *    "policy": "nothing_saveable" | "save_only_these_names:n0 n1" | ...,
  *    "scan": {"axis": "layer", "carry": ["x0"], "carry_out": ["v3"],
  *             "xs": ["x1"]},                        (scan: body = the ops)
@@ -406,7 +407,7 @@ static int jdr_run_spec(const jdr_j *spec, tj_strbuf *outb) {
     const char *mode = jdr_str(spec, "mode", "jit");
     tj_prog *pr = NULL;
     char err[1024] = "", wn[300];
-    int i, rc = 1, sharded = strcmp(mode, "sharded") == 0 || strcmp(mode, "shard_map") == 0;
+    int i, rc = 1, sharded = jdr_get(spec, "mesh") != NULL;
     memset(&prog, 0, sizeof prog);
     prog.spec = spec;
     if (!ins || ins->kind != JDR_ARR || !jdr_get(spec, "outputs")) { snprintf(err, sizeof err, "spec: want inputs and outputs"); goto done; }
@@ -416,7 +417,7 @@ static int jdr_run_spec(const jdr_j *spec, tj_strbuf *outb) {
     for (i = 0; i < ins->n; i++) {
         const jdr_j *x = ins->kid[i];
         tj_array *a = jdr_array(ctx, jdr_str(x, "dtype", "f32"), jdr_str(x, "shape", ""), jdr_get(x, "data"), err, sizeof err);
-        if (a && strcmp(mode, "sharded") == 0 && jdr_get(x, "spec")) {
+        if (a && sharded && strcmp(mode, "shard_map") != 0 && jdr_get(x, "spec")) {
             tj_array *s = tj_device_put(a, jdr_str(x, "spec", ""));
             tj_array_free(a);
             a = s;
