@@ -732,6 +732,15 @@ class Gen:
             return self.emit("add", [x, f], dt, sh)
         return None
 
+    def random_spec(self, x, odd):
+        """a random sharding of input x: each axis over an unused mesh axis
+        that divides it (or, with probability odd, one that does not)"""
+        r, parts = self.r, {}
+        for a, d in parse_shape(x["shape"]):
+            free = [m for m in self.mesh_axes if m not in parts.values() and (d % self.mesh_size[m] == 0 or r.random() < odd)]
+            if free and r.random() < 0.6: parts[a] = r.choice(free)
+        return " ".join("%s:%s" % t for t in parts.items()), parts
+
     def make(self):
         r = self.r
         dt = self.dtype
@@ -761,26 +770,16 @@ class Gen:
             self.manual = True
             specs = []
             for x in self.inputs:
-                sh = parse_shape(x["shape"]); used = []; parts = []
-                for a, d in sh:
-                    free = [m for m in self.mesh_axes if m not in used and (d % self.mesh_size[m] == 0 or r.random() < 0.03)]
-                    if free and r.random() < 0.6:
-                        m = r.choice(free); used.append(m); parts.append("%s:%s" % (a, m))
-                specs.append(" ".join(parts))
-                self.vary[x["name"]] = set(used)
+                sp, parts = self.random_spec(x, 0.03)
+                specs.append(sp)
+                self.vary[x["name"]] = set(parts.values())
                 # the body sees local blocks
-                loc = [(a, d // (self.mesh_size[dict(p.split(":") for p in parts).get(a)] if a in dict(p.split(":") for p in parts) else 1)) for a, d in sh]
-                self.vals[x["name"]] = (x["dtype"], loc)
+                self.vals[x["name"]] = (x["dtype"], [(a, d // self.mesh_size.get(parts.get(a), 1)) for a, d in parse_shape(x["shape"])])
             spec["in_specs"] = specs
             spec["check"] = 1 if r.random() < 0.75 else 0
         if "mesh" in spec and mode != "shard_map":
             for x in self.inputs:
-                sh = parse_shape(x["shape"]); used = []; parts = []
-                for a, d in sh:
-                    free = [m for m in self.mesh_axes if m not in used and (d % self.mesh_size[m] == 0 or r.random() < 0.05)]
-                    if free and r.random() < 0.6:
-                        m = r.choice(free); used.append(m); parts.append("%s:%s" % (a, m))
-                x["spec"] = " ".join(parts)
+                x["spec"] = self.random_spec(x, 0.05)[0]
         nops = r.randint(3, 10)
         tries = 0
         while len([o for o in self.ops]) < nops and tries < 40:
