@@ -326,7 +326,7 @@ def eval_jax(spec, exact, perturb=None):
                 return newc, [env[o].a for o in outs]
             f = step
             if spec.get("policy"): f = jax.checkpoint(step, policy=jax_policy(spec["policy"]))
-            fin, ys = lax.scan(f, [vals[c] for c in carry], [vals[x] for x in xs], length=length)
+            fin, ys = lax.scan(f, [vals[c] for c in carry], [vals[x] for x in xs], length=length, reverse=bool(sc.get("reverse", 0)))
             for o, a in zip(outs, ys): res[o] = NV(a, [L] + out_axes[o])
             for c, a in zip(carry, fin): res["carry:" + c] = NV(a, axes_of[c])
         elif mode == "shard_map":
@@ -766,6 +766,7 @@ class Gen:
                 x["data"] = self.data(dt, int(np.prod([s for _, s in sh])))
                 xs.append(x["name"])
             spec["scan"] = {"axis": "L" if xs else "L=%d" % T, "carry": [carry], "xs": xs}
+            if r.random() < 0.4: spec["scan"]["reverse"] = 1
         if mode == "shard_map":
             self.manual = True
             specs = []
