@@ -462,7 +462,7 @@ def compare(exp, got):
 MESHES = [("data=2 model=2", 4), ("data=8", 8), ("data=2 model=4", 8), ("x=4", 4)]
 
 class Gen:
-    def __init__(self, seed, mode=None, dtype=None):
+    def __init__(self, seed, mode=None, dtype=None, big=False):
         self.r = random.Random(seed)
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
@@ -473,6 +473,7 @@ class Gen:
         self.nv = self.nin = self.naxis = 0
         self.names = []   # checkpoint names used
         self.manual = False
+        self.big = big
 
     def fresh_axis(self):
         self.naxis += 1
@@ -566,6 +567,12 @@ class Gen:
             op = r.choice(["sum", "max", "min", "mean"])
             if self.manual and op in ("max", "min") and False: pass
             return self.emit(op, [x], dt, [a for a in sh if a[0] not in red], axes=" ".join(red))
+        if k == "dot" and self.big and r.random() < 0.5 and not self.manual:
+            # large enough for the CPU's packed, threaded matmul kernel
+            m, kk, n = (self.fresh_axis(), r.choice([3, 70, 130])), (self.fresh_axis(), r.choice([65, 129])), (self.fresh_axis(), r.choice([5, 67, 100]))
+            a = self.add_input(dt, r.choice([[m, kk], [kk, m]]), data=self.data(dt, m[1] * kk[1], "normal"))
+            b = self.add_input(dt, r.choice([[kk, n], [n, kk]]), data=self.data(dt, n[1] * kk[1], "normal"))
+            return self.emit("dot", [a, b], dt, [m, n], contract=kk[0])
         if k == "dot":
             cands = [y for y in self.floats(dt) if y != x and self.compat(x, y) and set(axes) & set(n for n, _ in self.vals[y][1])]
             if not cands:  # make a weight sharing one axis of x
@@ -855,11 +862,11 @@ def result_dtype(spec, k):
         else: dt[op["out"]] = dt[op["in"][0]] if op["op"] != "select" else dt[op["in"][1]]
     return dt[k]
 
-def make_spec(seed, mode=None, dtype=None):
+def make_spec(seed, mode=None, dtype=None, big=False):
     """seed's program with its loss weights; a program JAX refuses comes back
     with expect_error (tinyjax must refuse it too)"""
     for attempt in range(20):
-        g = Gen(seed * 1000 + attempt, mode, dtype)
+        g = Gen(seed * 1000 + attempt, mode, dtype, big)
         spec = g.make()
         if spec is None: continue
         try:
@@ -935,6 +942,7 @@ def main():
     ap.add_argument("--mode")
     ap.add_argument("--dtype")
     ap.add_argument("--show", action="store_true")
+    ap.add_argument("--big", action="store_true", help="also dots of 65..130 (the packed matmul kernel)")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--golden", help="write the CI goldens into this folder")
     a = ap.parse_args()
@@ -943,7 +951,7 @@ def main():
     seeds = [a.seed] if a.seed is not None else range(a.start, a.start + a.seeds)
     nbad = nrun = 0
     for s in seeds:
-        spec = make_spec(s, a.mode, a.dtype)
+        spec = make_spec(s, a.mode, a.dtype, a.big)
         if spec is None: continue
         nrun += 1
         if a.show: print(show(spec))
