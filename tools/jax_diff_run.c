@@ -284,8 +284,8 @@ static void jdr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     jdr_prog *p = (jdr_prog *)u;
     const jdr_j *spec = p->spec, *ins = jdr_get(spec, "inputs"), *outs = jdr_get(spec, "outputs"), *wts = jdr_get(spec, "weights");
     const char *mode = jdr_str(spec, "mode", "jit");
-    tj_v xin[64], res[64], wrt[64], grads[64], loss = NULL;
-    const char *oname[64], *wname[64];
+    tj_v xin[64], res[96], wrt[64], grads[64], loss = NULL; /* (64 outputs + 16 carries) */
+    const char *oname[96], *wname[64];
     char *names = NULL, wn[300];
     int i, nin = ins->n, nout = 0, nwrt = 0;
     p->nv = 0;
@@ -413,6 +413,40 @@ static void jdr_put_array(tj_strbuf *b, tj_array *a) {
     free(d);
 }
 
+/* 1 if a is an array of n strings (n < 0: any count up to 64), or absent
+   and optional */
+static int jdr_strings(const jdr_j *a, int n, int optional) {
+    int i;
+    if (!a) return optional;
+    if (a->kind != JDR_ARR || (n >= 0 ? a->n != n : a->n > 64)) return 0;
+    for (i = 0; i < a->n; i++)
+        if (a->kid[i]->kind != JDR_STR) return 0;
+    return 1;
+}
+/* the fields the modes read, with their types (tinyjax checks the rest) */
+static int jdr_check(const jdr_j *spec, char *err, size_t n) {
+    const jdr_j *ins = jdr_get(spec, "inputs"), *outs = jdr_get(spec, "outputs"), *ops = jdr_get(spec, "ops"), *sc = jdr_get(spec, "scan");
+    const char *mode = jdr_str(spec, "mode", "jit"), *bad = NULL;
+    int i;
+    if (!spec || spec->kind != JDR_OBJ) bad = "a spec is a JSON object";
+    else if (!ins || ins->kind != JDR_ARR || ins->n < 1 || ins->n > 64) bad = "inputs: want an array of 1..64 objects";
+    else if (!jdr_strings(outs, -1, 0) || outs->n < 1) bad = "outputs: want an array of 1..64 names";
+    else if (ops && ops->kind != JDR_ARR) bad = "ops: want an array";
+    else if (strcmp(mode, "scan") == 0 && (!sc || !jdr_strings(jdr_get(sc, "carry"), -1, 0) || !jdr_strings(jdr_get(sc, "xs"), -1, 1) ||
+                                           !jdr_strings(jdr_get(sc, "carry_out"), jdr_get(sc, "carry") ? jdr_get(sc, "carry")->n : 0, 0) ||
+                                           jdr_get(sc, "carry")->n > 16 || (jdr_get(sc, "xs") && jdr_get(sc, "xs")->n > 16)))
+        bad = "scan: want carry (1..16 names), carry_out (as many) and xs (0..16)";
+    else if (strcmp(mode, "shard_map") == 0 && (!jdr_strings(jdr_get(spec, "in_specs"), ins->n, 0) || !jdr_strings(jdr_get(spec, "out_specs"), outs->n, 0)))
+        bad = "shard_map: want in_specs and out_specs, one string per input and output";
+    for (i = 0; !bad && i < ins->n; i++)
+        if (ins->kid[i]->kind != JDR_OBJ || !jdr_str(ins->kid[i], "name", NULL)) bad = "inputs: each wants a name";
+    for (i = 0; !bad && ops && i < ops->n; i++)
+        if (ops->kid[i]->kind != JDR_OBJ || !jdr_str(ops->kid[i], "out", NULL) || !jdr_strings(jdr_get(ops->kid[i], "in"), -1, 1))
+            bad = "ops: each wants \"op\", \"out\" and \"in\" (names)";
+    if (bad) snprintf(err, n, "spec: %s", bad);
+    return bad != NULL;
+}
+
 /* Run one spec (a parsed JSON object); the result JSON goes to *outb.
    Returns 0, or 1 when tinyjax or the runner reported an error (the
    result then is {"error": "..."}). */
@@ -427,7 +461,7 @@ static int jdr_run_spec(const jdr_j *spec, tj_strbuf *outb) {
     int i, rc = 1, sharded = jdr_get(spec, "mesh") != NULL;
     memset(&prog, 0, sizeof prog);
     prog.spec = spec;
-    if (!ins || ins->kind != JDR_ARR || !jdr_get(spec, "outputs")) { snprintf(err, sizeof err, "spec: want inputs and outputs"); goto done; }
+    if (jdr_check(spec, err, sizeof err)) goto done;
     if (sharded) {
         if (tj_set_devices(ctx, (int)jdr_num(spec, "devices", 1)) || tj_set_mesh(ctx, jdr_str(spec, "mesh", ""))) goto done;
     }
