@@ -351,7 +351,8 @@ TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
 
 /* ---- elementwise, binary, broadcasting by axis name ----
    The result has a's axes followed by b's axes that a lacks. Dtypes must
-   match (cast first). Compare ops give i32 0/1 masks. */
+   match (cast first). Compare ops give i32 0/1 masks. max2 and min2 (and
+   relu) return NaN for a NaN operand, as JAX does. */
 #define tj_add(a, b) tj_add_at(TJ_AT, a, b)
 #define tj_sub(a, b) tj_sub_at(TJ_AT, a, b)
 #define tj_mul(a, b) tj_mul_at(TJ_AT, a, b)
