@@ -432,7 +432,7 @@ def run_tinyjax(spec):
             return {"error": "runner crashed (exit %d): %s" % (r.returncode, r.stderr[-2000:])}
         return json.loads(r.stdout)
 
-def to_num(v): return float(v) if not isinstance(v, str) else float(v.replace("inf", "inf"))
+def to_num(v): return float(v)  # (also "nan", "inf", "-inf")
 
 def compare(exp, got):
     """list of mismatch lines ([] = agree)"""
@@ -581,9 +581,8 @@ class Gen:
             if not cands:  # make a weight sharing one axis of x
                 if not sh: return None
                 a = r.choice(sh)
-                y = self.add_input(dt, [a, (self.fresh_axis(), r.randint(1, 4))]) if not self.manual else None
-                if y is None: return None
-                self.onestep_in_body_capture(y)
+                if self.manual: return None
+                y = self.add_input(dt, [a, (self.fresh_axis(), r.randint(1, 4))])
             else: y = r.choice(cands)
             ysh = self.vals[y][1]
             shared = [n for n in axes if n in [m for m, _ in ysh]]
@@ -645,13 +644,11 @@ class Gen:
             i = r.randrange(len(sh)); a, d = sh[i]
             ish = [(self.fresh_axis(), r.randint(1, 3))]
             idx = self.add_input("i32", ish, data=[float(r.randrange(d)) for _ in range(ish[0][1])], grad=False)
-            self.onestep_in_body_capture(idx)
             return self.emit("take", [x, idx], dt, sh[:i] + ish + sh[i + 1:], axis=a)
         if k == "one_hot" and not self.manual:
             n, c = self.fresh_axis(), r.randint(1, 4)
             ish = [(self.fresh_axis(), r.randint(1, 3))]
             idx = self.add_input("i32", ish, data=[float(r.randint(-1, c)) for _ in range(ish[0][1])], grad=False)
-            self.onestep_in_body_capture(idx)
             oh = self.emit("one_hot", [idx], dt, ish + [(n, c)], shape="%s=%d" % (n, c), dtype=dt)
             return self.emit("mul", [x, oh], dt, sh + [a for a in ish + [(n, c)] if a[0] not in axes]) if self.compat(x, oh) else oh
         if k == "causal" and len(sh) >= 2:
@@ -664,7 +661,6 @@ class Gen:
             i = r.randrange(len(sh)); a, c = sh[i]
             rest = sh[:i] + sh[i + 1:]
             lab = self.add_input("i32", rest, data=[float(r.randrange(c)) for _ in range(int(np.prod([d for _, d in rest])) if rest else 1)], grad=False)
-            self.onestep_in_body_capture(lab)
             ma = r.sample([n for n, _ in rest], r.randint(0, len(rest))) if rest else []
             kw = {"axis": a}
             if ma or r.random() < 0.5: kw["mean_axes"] = " ".join(ma)
@@ -682,9 +678,6 @@ class Gen:
         if k == "coll":
             return self.collective(x)
         return None
-
-    def onestep_in_body_capture(self, name):
-        pass  # inputs made during the body are captured (scan) or passed (shard_map)
 
     def collective(self, x):
         r = self.r
@@ -838,19 +831,13 @@ class Gen:
         return spec
 
 def finish(spec, rnd):
-    """run JAX forward once for the result shapes and dtypes, add loss weights"""
+    """spec with the dtype of each result and a loss weight for each float
+    output (random normal values; JAX's forward run gives the shapes)"""
     spec["weights"] = {}
-    spec["_dtypes"] = {}
     lo = eval_jax(spec, exact=False)
-    dts = {}
+    spec["_dtypes"] = {k: result_dtype(spec, k) for k in lo}
     for k, (a, axes) in lo.items():
-        dts[k] = None
-    # dtypes: run the forward again without x64 promotion surprises
-    for k in lo:
-        dts[k] = result_dtype(spec, k)
-    spec["_dtypes"] = dts
-    for k, (a, axes) in lo.items():
-        if k == "loss" or k.startswith("grad:") or dts[k] == "i32": continue
+        if k == "loss" or k.startswith("grad:") or spec["_dtypes"][k] == "i32": continue
         shape = " ".join("%s=%d" % (n, s) for n, s in zip(axes, a.shape))
         spec["weights"][k] = {"shape": shape, "data": round_to(np.array([rnd.gauss(0, 1) for _ in range(a.size)]), "f32").tolist()}
     return spec
