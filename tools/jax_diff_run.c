@@ -130,6 +130,7 @@ typedef struct {
     const char *vname[JDR_MAXV];
     tj_v v[JDR_MAXV];
     tj_policy pol, pol2[2];
+    char save[256], off[256]; /* the policy's names (valid until tj_jit returns) */
 } jdr_prog;
 
 static void jdr_bind(jdr_prog *p, const char *name, tj_v v) {
@@ -253,7 +254,7 @@ static tj_v jdr_reverse(tj_graph *g, tj_v x, const char *axis) {
 static int jdr_policy(jdr_prog *p, const char *s) {
     const char *arg = strchr(s, ':');
     size_t n = arg ? (size_t)(arg - s) : strlen(s);
-    static char save[256], off[256];
+    char *save = p->save, *off = p->off;
     arg = arg ? arg + 1 : "";
 #define P(name) (n == strlen(name) && strncmp(s, name, n) == 0)
     if (P("everything_saveable")) p->pol = tj_everything_saveable();
@@ -264,8 +265,8 @@ static int jdr_policy(jdr_prog *p, const char *s) {
     else if (P("save_any_names_but_these")) p->pol = tj_save_any_names_but_these(arg);
     else if (P("save_and_offload_only_these_names")) {
         const char *bar = strchr(arg, '|');
-        snprintf(save, sizeof save, "%.*s", bar ? (int)(bar - arg) : (int)strlen(arg), arg);
-        snprintf(off, sizeof off, "%s", bar ? bar + 1 : "");
+        snprintf(save, sizeof p->save, "%.*s", bar ? (int)(bar - arg) : (int)strlen(arg), arg);
+        snprintf(off, sizeof p->off, "%s", bar ? bar + 1 : "");
         p->pol = tj_save_and_offload_only_these_names(save, off);
     } else if (P("save_from_both")) { /* dots_saveable or the names */
         p->pol2[0] = tj_dots_saveable();
