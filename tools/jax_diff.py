@@ -19,7 +19,8 @@ Tolerance, per element, for a result r of dtype dt compared with JAX's j:
 x is the same program evaluated by JAX in float64 (inputs and explicit
 casts rounded exactly as in the program): 2|j - x| is JAX's own rounding
 error there. s (the spread) is how far x moves when the inputs, the loss
-weights and every op's result (and a fused op's inner sums) are moved by
+weights and every op's result (also a fused op's inner sums and the
+result a derivative is computed from, as tanh's 1 - y^2) are moved by
 one rounding u of the program's narrowest dtype (2^-24 f32, 2^-8 bf16)
 with random signs, 3 patterns: it scales with the magnitude of the terms
 that cancel into the element, not with the element itself; 8 allows for
