@@ -4318,14 +4318,15 @@ static tj_status tj__vjp_binary(tj_node *n, tj_v g, tj_v *gin) {
         break;
     case TJ__OP_MAX2:
     case TJ__OP_MIN2:
-        /* the winner gets g; a tie splits it in halves (as JAX does) */
+        /* the winner gets g; a tie splits it in halves (as JAX does: g times
+           one weight 1, 1/2 or 0, so an infinite g stays infinite at the winner) */
         eq = tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, a, b), g->t.dt);
-        half = tj_muls_at(n->file, n->line, tj_mul_at(n->file, n->line, g, eq), 0.5);
+        half = tj_muls_at(n->file, n->line, eq, 0.5);
         {
             tj_v wa = tj_cast_at(n->file, n->line, n->op == TJ__OP_MAX2 ? tj_gt_at(n->file, n->line, a, b) : tj_lt_at(n->file, n->line, a, b), g->t.dt);
             tj_v wb = tj_cast_at(n->file, n->line, n->op == TJ__OP_MAX2 ? tj_gt_at(n->file, n->line, b, a) : tj_lt_at(n->file, n->line, b, a), g->t.dt);
-            gin[0] = tj_add_at(n->file, n->line, tj_mul_at(n->file, n->line, g, wa), half);
-            gin[1] = tj_add_at(n->file, n->line, tj_mul_at(n->file, n->line, g, wb), half);
+            gin[0] = tj_mul_at(n->file, n->line, g, tj_add_at(n->file, n->line, wa, half));
+            gin[1] = tj_mul_at(n->file, n->line, g, tj_add_at(n->file, n->line, wb, half));
         }
         break;
     default: break; /* compares: no gradient */

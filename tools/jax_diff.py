@@ -1065,6 +1065,12 @@ EDGE = [
     # y is moved by a rounding too (this was a false mismatch before that)
     {"mode": "jit", "inputs": [X("x0", "f64", "a=4", [7.7, -6.5, 3.0, 0.25]), X("x1", "f32", "a=3", [5.0, -4.5, 8.0])],
      "ops": [O("tanh", ["x0"], "v0"), O("tanh", ["x1"], "v1")], "outputs": ["v0", "v1"]},
+    # max2's gradient was g*winner + (g*tie)/2: an infinite g gave inf + 0*inf =
+    # NaN at the winner (JAX: g times one weight 1, 1/2 or 0)
+    {"mode": "jit", "inputs": [X("x0", "f32", "", [2.0]), X("x1", "f32", "a=2", ["-inf", -0.0])],
+     "ops": [O("max2", ["x1", "x0"], "v0"), O("div", ["x1", "v0"], "v1")], "outputs": ["v1", "v0"]},
+    {"mode": "jit", "inputs": [X("x0", "f32", "", [-2.0]), X("x1", "f32", "a=2", [INF, 1.0])],
+     "ops": [O("min2", ["x1", "x0"], "v0"), O("div", ["x1", "v0"], "v1")], "outputs": ["v1", "v0"]},
     # max/min reductions and max2 at ties: shared equally / halves
     {"mode": "jit", "inputs": [X("x0", "f32", "a=2 b=3", [1.0, 1.0, 0.5, 2.0, -1.0, 2.0]), X("x1", "f32", "b=3", [1.0, 0.0, 2.0])],
      "ops": [O("max", ["x0"], "v0", axes="b"), O("min", ["x0"], "v1", axes="a"), O("max2", ["x0", "x1"], "v2")], "outputs": ["v0", "v1", "v2"]},
