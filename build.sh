@@ -479,6 +479,8 @@ build)
     done
     if have_nvcc; then build_gpt2_cuda || exit 1; fi # build/gpt2_train --cuda
     build_tests build/o2 -O2 -g || exit 1
+    # tools/jax_diff.py's runner links the tests' copy of the library
+    $CC -std=c99 -O2 -g $WARN -I. -o build/jax_diff_run tools/jax_diff_run.c build/o2/obj/tj_impl.o $LIBS || exit 1
     if command -v "$MPICC" >/dev/null 2>&1; then # multi-process builds (run them under mpirun)
         mkdir -p build/mpi
         for d in demos/gpt2_train.c demos/bench_transport.c tests/test_mpi.c; do

@@ -330,7 +330,7 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
     X(TANH, tanh, TJ__TANH(a), PUB, tj_mul(g, tj_adds(tj_neg(tj_mul(y, y)), 1.0)), -1, 1)                           \
     X(SQRT, sqrt, sqrt(a), PUB, tj_div(tj_muls(g, 0.5), y), 0.5, 2)                                                 \
     X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_mul(y, tj_mul(y, y)), -0.5)), 0.5, 2)                  \
-    X(RELU, relu, a > 0 ? a : 0.0, PUB, tj_mul(g, tj_cast(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g->t.dt)), -1, 1) \
+    X(RELU, relu, a > 0 || a != a ? a : 0.0, PUB, tj_mul(g, tj_cast(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g->t.dt)), -1, 1) \
     X(GELU, gelu, 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))), PUB, tj_mul(g, tj__gelu_grad(TJ_AT, x)), -1, 1)       \
     X(GELU_D, gelu_grad, tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))), GRAD, tj__gelu_grad_vjp(TJ_AT, x, g), -1, 1)       \
     X(POWS, pows, pow(a, s), OWN, tj_mul(g, tj_muls(tj_pows(x, s - 1.0), s)), -1, 1)                                \
@@ -357,7 +357,8 @@ TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
 
 /* ---- elementwise, binary, broadcasting by axis name ----
    The result has a's axes followed by b's axes that a lacks. Dtypes must
-   match (cast first). Compare ops give i32 0/1 masks. */
+   match (cast first). Compare ops give i32 0/1 masks. max2 and min2 (and
+   relu) return NaN for a NaN operand, as JAX does. */
 #define tj_add(a, b) tj_add_at(TJ_AT, a, b)
 #define tj_sub(a, b) tj_sub_at(TJ_AT, a, b)
 #define tj_mul(a, b) tj_mul_at(TJ_AT, a, b)
@@ -445,6 +446,8 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
 #define tj_index(x, axis, i) tj_index_at(TJ_AT, x, axis, i)
 TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i);
 TJDEF tj_v tj_concat_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
+/* lo and hi elements of `value` before and after; a negative count crops
+   (lax.pad's rule); an axis left with no element is an error */
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value);
 /* broadcast x to a shape that contains all its axes (extra axes added) */
 TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape);
@@ -453,14 +456,18 @@ TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape);
 /* take(x, axis, idx): gather along `axis` of x with i32 indices idx; the
    result has x's axes with `axis` replaced by idx's axes (embedding lookup:
    take(wte[vocab,embed], "vocab", tokens[batch,pos]) -> [batch,pos,embed]).
-   Out-of-range indices are a run-time error. Its transpose is scatter-add. */
+   Out-of-range indices are a run-time error (jnp.take fills or clamps
+   them instead). Its transpose is scatter-add. */
 #define tj_take(x, axis, idx) tj_take_at(TJ_AT, x, axis, idx)
 TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx);
 /* one_hot(idx, "vocab=256", dt): idx's axes plus the new axis. */
 #define tj_one_hot(idx, axis, dt) tj_one_hot_at(TJ_AT, idx, axis, dt)
 TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dtype dt);
 
-/* ---- neural-network ops (fused, numerically stable) ---- */
+/* ---- neural-network ops (fused, numerically stable) ----
+   softmax, log_softmax, layer_norm and cross_entropy compute a row in f32
+   (f64 for f64) and round once to the result's dtype: for bf16 they equal
+   JAX's forms on an f32 upcast, not JAX's bf16 ops step by step. */
 /* set x to `fill` where key position > query position (causal attention) */
 #define tj_causal_mask(x, q_axis, k_axis, fill) tj_causal_mask_at(TJ_AT, x, q_axis, k_axis, fill)
 #define tj_softmax(x, axis) tj_softmax_at(TJ_AT, x, axis)
@@ -2668,14 +2675,14 @@ typedef struct {
    holding its builder (shape rule), CPU kernel, VJP rule and cost, and
    names its sharding rule ([4]). Formulas evaluate in double; TJ__EXP and
    TJ__TANH are libm's, or, for f32 and bf16 results, tj__fexp and
-   tj__ftanh (see there). */
+   tj__ftanh (see there). max and min return a NaN operand, as JAX does. */
 #define TJ__BINARY_OPS(X)            \
     X(ADD, "add", a + b)             \
     X(SUB, "sub", a - b)             \
     X(MUL, "mul", a * b)             \
     X(DIV, "div", a / b)             \
-    X(MAX2, "max", a > b ? a : b)    \
-    X(MIN2, "min", a < b ? a : b)    \
+    X(MAX2, "max", a > b || a != a ? a : b) \
+    X(MIN2, "min", a < b || a != a ? a : b) \
     X(LT, "lt", (double)(a < b))     \
     X(LE, "le", (double)(a <= b))    \
     X(GT, "gt", (double)(a > b))     \
@@ -4466,14 +4473,15 @@ static tj_status tj__vjp_binary(tj_node *n, tj_v g, tj_v *gin) {
         break;
     case TJ__OP_MAX2:
     case TJ__OP_MIN2:
-        /* the winner gets g; a tie splits it in halves (as JAX does) */
+        /* the winner gets g; a tie splits it in halves (as JAX does: g times
+           one weight 1, 1/2 or 0, so an infinite g stays infinite at the winner) */
         eq = tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, a, b), g->t.dt);
-        half = tj_muls_at(n->file, n->line, tj_mul_at(n->file, n->line, g, eq), 0.5);
+        half = tj_muls_at(n->file, n->line, eq, 0.5);
         {
             tj_v wa = tj_cast_at(n->file, n->line, n->op == TJ__OP_MAX2 ? tj_gt_at(n->file, n->line, a, b) : tj_lt_at(n->file, n->line, a, b), g->t.dt);
             tj_v wb = tj_cast_at(n->file, n->line, n->op == TJ__OP_MAX2 ? tj_gt_at(n->file, n->line, b, a) : tj_lt_at(n->file, n->line, b, a), g->t.dt);
-            gin[0] = tj_add_at(n->file, n->line, tj_mul_at(n->file, n->line, g, wa), half);
-            gin[1] = tj_add_at(n->file, n->line, tj_mul_at(n->file, n->line, g, wb), half);
+            gin[0] = tj_mul_at(n->file, n->line, g, tj_add_at(n->file, n->line, wa, half));
+            gin[1] = tj_mul_at(n->file, n->line, g, tj_add_at(n->file, n->line, wb, half));
         }
         break;
     default: break; /* compares: no gradient */
@@ -4977,7 +4985,9 @@ static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
     return TJ_OK;
 }
 static tj_status tj__vjp_ties(tj_node *n, tj_v g, tj_v *gin) {
-    /* max, min: g flows to every position equal to the result, shared equally */
+    /* max, min: g flows to every position equal to the result, shared equally
+       (a multiply by the 0/1 mask, as JAX's rule: where g is infinite or
+       NaN the other positions get NaN too) */
     tj_v x = n->in[0];
     tj_v mask = tj_cast_at(n->file, n->line, tj_eq_at(n->file, n->line, x, n), g->t.dt);
     tj_v cnt = tj__sum_ids(n->file, n->line, mask, n->a.axes, n->a.naxes);
@@ -5208,6 +5218,17 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     tj__type t;
     tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
+    if (lo < 0 || hi < 0) { /* negative padding crops, as in lax.pad: a slice, then the rest */
+        int64_t d = x->t.dim[tj__axis_index(&x->t, a)], clo = lo < 0 ? -lo : 0, chi = hi < 0 ? -hi : 0;
+        if (clo >= d || chi >= d - clo) {
+            tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) leaves no element of axis '%s' (size %lld)", (long long)lo, (long long)hi, axis,
+                    (long long)d);
+            return NULL;
+        }
+        x = tj_slice_at(f, l, x, axis, clo, d - chi);
+        lo += clo, hi += chi;
+        if (!lo && !hi) return x;
+    }
     if (lo < 0 || hi < 0 || lo > TJ__MAXDIM_SIZE || hi > TJ__MAXDIM_SIZE) { /* (and lo + hi cannot overflow) */
         tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) on axis '%s' is negative or more than 2^40", (long long)lo, (long long)hi, axis);
         return NULL;
@@ -5703,8 +5724,9 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     }
     t = z->t;
     t.rank = 0;
-    for (i = 0; i < z->t.rank; i++)
-        if (z->t.ax[i] != a) { t.ax[t.rank] = z->t.ax[i]; t.dim[t.rank++] = z->t.dim[i]; }
+    for (i = 0; i < z->t.rank; i++) /* (each kept axis keeps its own sharding) */
+        if (z->t.ax[i] != a) { t.ax[t.rank] = z->t.ax[i]; t.sh[t.rank] = z->t.sh[i]; t.dim[t.rank++] = z->t.dim[i]; }
+    for (i = t.rank; i < TJ_MAXDIM; i++) t.sh[i] = 0;
     {
         int ok = labels->t.rank == t.rank;
         for (i = 0; ok && i < labels->t.rank; i++) {
@@ -5801,12 +5823,13 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
 }
 /* cross_entropy_grad of row r: z[label] and the forward's loss, or 0 when
    the loss was stored narrower than f32 (bf16: too coarse to give the
-   softmax; the kernel then computes the row's max and sum of exps) */
+   softmax; the kernel then computes the row's max and sum of exps), or
+   when they do not give a finite lse (z[label] = -inf: an infinite loss) */
 static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t lab, double *zl, double *loss) {
     if (k->n->op != TJ__OP_CROSS_ENTROPY_GRAD || (k->it[2]->dt != TJ_F32 && k->it[2]->dt != TJ_F64)) return 0;
     *zl = tj__ld(k->in[0], k->it[0]->dt, base + lab * s1);
     *loss = tj__ld(k->in[2], k->it[2]->dt, r);
-    return 1;
+    return isfinite(*zl + *loss);
 }
 /* row r of op k->n, in double (f64 results) */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {

@@ -1301,7 +1301,7 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     if (IS("stash")) { y = tj_exp(a); stash = y; }
     if (IS("update")) y = tj_sub(a, tj_muls(b, 0.1)); /* w - 0.1 g */
     if (IS("concat")) { tj_v xs[2]; xs[0] = a; xs[1] = b; y = tj_concat(2, xs, "m"); } /* b has another k */
-    if (IS("pad")) y = tj_pad(a, "k", -1, 0, 0.0);
+    if (IS("pad")) y = tj_pad(a, "k", -2, -2, 0.0); /* crops all of k */
     if (IS("transpose dup")) y = tj_transpose(a, "k m k");
     if (IS("rename")) y = tj_rename(a, "m", "k");
     if (IS("one_hot")) y = tj_one_hot(tj_cast(a, TJ_I32), "k=3", TJ_F32);

@@ -1,0 +1,1133 @@
+#!/usr/bin/env python3
+"""jax_diff.py -- tinyjax against JAX on seeded random programs.
+
+Each seed makes one program (inputs, a list of op applications through
+tinyjax's public builders, outputs, a scalar loss = sum of outputs times
+fixed random weights) in one execution mode: plain jit, sharded on a
+simulated mesh, inside scan over a stacked axis with a carry, inside
+checkpoint with each remat policy, or a shard_map body with collectives.
+The same program runs in JAX (jax 0.10.2, CPU) and through
+build/jax_diff_run (tools/jax_diff_run.c); outputs, loss and the
+gradient of every float input are compared by axis name.
+
+    /work/venv-jax/bin/python tools/jax_diff.py --seeds 500        # the long run
+    /work/venv-jax/bin/python tools/jax_diff.py --seed 17 --show   # one program
+    /work/venv-jax/bin/python tools/jax_diff.py --golden tests/jax_golden   # regenerate CI goldens
+
+Tolerance, per element, for a result r of dtype dt compared with JAX's j:
+    |r - j| <= 2 |j - x| + 8 s + k ulp(dt) max|x|
+x is the same program evaluated by JAX in float64 (inputs and explicit
+casts rounded exactly as in the program): 2|j - x| is JAX's own rounding
+error there. s (the spread) is how far x moves when the inputs, the loss
+weights and every op's result (also a fused op's inner sums and the
+result a derivative is computed from, as tanh's 1 - y^2) are moved by
+one rounding u of the program's narrowest dtype (2^-24 f32, 2^-8 bf16)
+with random signs, 3 patterns: it scales with the magnitude of the terms
+that cancel into the element, not with the element itself; 8 allows for
+fused kernels rounding several times inside one op (64 for f64 results,
+which have no more exact reference, so no first term). The last term is a
+few ulps of the tensor's largest element: k = 8 for f32 (ulp 2^-23), 2 for
+bf16 (ulp 2^-7). The tolerances are stored with the goldens, and
+tests/test_jax_golden.c applies them as they are.
+
+On a mismatch it prints a minimal reproduction: ops are dropped (their
+result replaced by their first operand) while the mismatch persists.
+"""
+import argparse, json, os, subprocess, sys, tempfile, random, copy
+import numpy as np
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_allow_excess_precision=false")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+try:
+    import jax, jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.ad_checkpoint import checkpoint_name
+except ImportError as e:  # the tool needs JAX: name it instead of a traceback
+    sys.exit("jax_diff.py: needs jax (/work/venv-jax/bin/python, or pip install jax): %s" % e)
+jax.config.update("jax_enable_x64", True)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNNER = os.environ.get("JAX_DIFF_RUNNER", os.path.join(ROOT, "build", "jax_diff_run"))
+ULPS = {"f32": (8, 2.0 ** -23), "bf16": (2, 2.0 ** -7), "f64": (8, 2.0 ** -52), "i32": (0, 0.0)}
+
+# ---------------------------------------------------------------- numbers --
+def bf16_round(a):
+    """float64 -> the nearest bf16 value (round to nearest even), as float64"""
+    f = np.asarray(a, np.float32)
+    b = f.view(np.uint32).astype(np.uint64)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+    out = r.astype(np.uint32).view(np.float32).astype(np.float64)
+    return np.where(np.isnan(f), np.nan, out)
+
+def round_to(a, dt):
+    a = np.asarray(a, np.float64)
+    if dt == "f32": return a.astype(np.float32).astype(np.float64)
+    if dt == "bf16": return bf16_round(a)
+    return a
+
+JDT = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f64": jnp.float64, "i32": jnp.int32}
+
+# ------------------------------------------------ the program, evaluated in JAX --
+class NV:
+    """a named value: a jax array and its axis names, in tinyjax's order"""
+    def __init__(self, a, axes): self.a, self.axes = a, list(axes)
+
+def parse_shape(s):
+    out = []
+    for tok in s.replace(",", " ").split():
+        n, v = tok.split("=")
+        out.append((n, int(v)))
+    return out
+
+def align(x, axes):
+    """x's array laid out on `axes` (a superset of x.axes), size-1 where absent"""
+    a = x.a
+    perm = [x.axes.index(n) for n in axes if n in x.axes]
+    a = jnp.transpose(a, perm) if perm != list(range(len(perm))) else a
+    shape, k = [], 0
+    for n in axes:
+        if n in x.axes: shape.append(a.shape[k]); k += 1
+        else: shape.append(1)
+    return jnp.reshape(a, shape)
+
+def bcast_axes(a, b): return a.axes + [n for n in b.axes if n not in a.axes]
+
+# unary ops whose derivative JAX computes from the result y: (f, d(x, y))
+D = {"tanh": (jnp.tanh, lambda x, y: (1 + y) * (1 - y)), "exp": (jnp.exp, lambda x, y: y),
+     "sqrt": (jnp.sqrt, lambda x, y: 0.5 / y), "rsqrt": (lax.rsqrt, lambda x, y: -0.5 * y * y * y)}
+
+def _rounded(f, d):
+    @jax.custom_jvp
+    def g(x, s): return f(x) * s
+    @g.defjvp
+    def g_jvp(p, t):
+        y = f(p[0]) * p[1]
+        return y, d(p[0], y) * t[0]
+    return g
+ROUNDED = {nm: _rounded(f, d) for nm, (f, d) in D.items()}
+
+class Evaluator:
+    """Runs spec ops on NVs. exact=True: every float is float64 and casts round
+    to their dtype's values (the reference for the tolerance)."""
+    def __init__(self, exact, mesh=None, perturb=None):
+        self.exact, self.mesh, self.perturb = exact, mesh, perturb
+
+    def pz(self, a):
+        """a fused op's intermediate, perturbed like an op's result (see run_ops)"""
+        if not self.perturb: return a
+        u, rnd = self.perturb
+        return a * jnp.asarray(1 + u * rnd.choice([-1.0, 1.0], size=a.shape), a.dtype)
+
+    def rounded_unary(self, nm, x):
+        """perturb mode: op nm whose derivative, like JAX's rule, is computed
+        from its result y; the y the derivative sees is moved by one rounding
+        too (a saved residual is rounded), so the spread sees cancellations
+        inside the derivative (1 - tanh^2 near saturation)"""
+        u, rnd = self.perturb
+        s = jnp.asarray(1 + u * rnd.choice([-1.0, 1.0], size=x.shape), x.dtype)
+        return ROUNDED[nm](x, s)
+
+    def dt(self, name):
+        return jnp.float64 if self.exact and name in ("f32", "bf16", "f64") else JDT[name]
+
+    def const(self, like, s):
+        return jnp.asarray(float(s), dtype=like.dtype)
+
+    def binary(self, f, a, b, cmp=False):
+        axes = bcast_axes(a, b)
+        r = f(align(a, axes), align(b, axes))
+        return NV(r.astype(jnp.int32) if cmp else r, axes)
+
+    def apply(self, op, env):
+        nm = op["op"]; ins = [env[n] for n in op.get("in", [])]
+        a = ins[0] if ins else None
+        ax = op.get("axes", op.get("axis", ""))
+        U = {"neg": lambda x: -x, "exp": jnp.exp, "log": jnp.log, "tanh": jnp.tanh, "sqrt": jnp.sqrt,
+             "rsqrt": lax.rsqrt, "relu": jax.nn.relu, "gelu": lambda x: jax.nn.gelu(x, approximate=True)}
+        if nm in D and self.perturb: return NV(self.rounded_unary(nm, a.a), a.axes)
+        if nm in U: return NV(U[nm](a.a), a.axes)
+        if nm == "pows": return NV(a.a ** self.const(a.a, op["s"]), a.axes)
+        if nm == "cast":
+            if self.exact and op["dtype"] in ("f32", "bf16"):
+                return NV(self.round(a.a.astype(jnp.float64), op["dtype"]), a.axes)
+            return NV(a.a.astype(self.dt(op["dtype"])), a.axes)
+        B = {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide, "max2": jnp.maximum, "min2": jnp.minimum}
+        if nm in B: return self.binary(B[nm], a, ins[1])
+        C = {"lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal, "eq": jnp.equal, "ne": jnp.not_equal}
+        if nm in C: return self.binary(C[nm], a, ins[1], cmp=True)
+        if nm == "adds": return NV(a.a + self.const(a.a, op["s"]), a.axes)
+        if nm == "muls": return NV(a.a * self.const(a.a, op["s"]), a.axes)
+        if nm == "select":
+            m, x, y = ins
+            axes = bcast_axes(NV(None, bcast_axes(x, y)), m)
+            return NV(jnp.where(align(m, axes) != 0, align(x, axes), align(y, axes)), axes)
+        R = {"sum": jnp.sum, "max": jnp.max, "min": jnp.min, "mean": jnp.mean}
+        if nm in R:
+            names = ax.split()
+            idx = tuple(a.axes.index(n) for n in names)
+            return NV(R[nm](a.a, axis=idx), [n for n in a.axes if n not in names])
+        if nm == "sum_all": return NV(jnp.sum(a.a), [])
+        if nm == "dot":
+            b = ins[1]; k = op["contract"].split()
+            letters = {n: chr(97 + i) for i, n in enumerate(dict.fromkeys(a.axes + b.axes))}
+            batch = [n for n in a.axes if n in b.axes and n not in k]
+            out = batch + [n for n in a.axes if n not in b.axes] + [n for n in b.axes if n not in a.axes]
+            sa = "".join(letters[n] for n in a.axes); sb = "".join(letters[n] for n in b.axes); so = "".join(letters[n] for n in out)
+            prec = lax.Precision.HIGHEST
+            if a.a.dtype == jnp.bfloat16:  # tinyjax: f32 accumulation, one rounding (bf16 -> f32 is exact)
+                r = jnp.einsum(sa + "," + sb + "->" + so, a.a.astype(jnp.float32), b.a.astype(jnp.float32), precision=prec).astype(jnp.bfloat16)
+            else:
+                r = jnp.einsum(sa + "," + sb + "->" + so, a.a, b.a, precision=prec)
+            return NV(r, out)
+        if nm == "rename": return NV(a.a, [op["to"] if n == op["from"] else n for n in a.axes])
+        if nm == "transpose":
+            order = op["order"].split()
+            return NV(jnp.transpose(a.a, [a.axes.index(n) for n in order]), order)
+        if nm == "split":
+            k = a.axes.index(ax); into = parse_shape(op["into"])
+            known = int(np.prod([d for _, d in into if d]))
+            into = [(n, d if d else a.a.shape[k] // known) for n, d in into]
+            return NV(jnp.reshape(a.a, a.a.shape[:k] + tuple(s for _, s in into) + a.a.shape[k + 1:]), a.axes[:k] + [n for n, _ in into] + a.axes[k + 1:])
+        if nm == "merge":
+            names = ax.split(); k = a.axes.index(names[0])
+            return NV(jnp.reshape(a.a, a.a.shape[:k] + (-1,) + a.a.shape[k + len(names):]), a.axes[:k] + [op["into"]] + a.axes[k + len(names):])
+        if nm == "slice":
+            k = a.axes.index(ax)
+            return NV(lax.slice_in_dim(a.a, op["start"], op["stop"], axis=k), a.axes)
+        if nm == "index":
+            k = a.axes.index(ax)
+            return NV(lax.index_in_dim(a.a, op["i"], axis=k, keepdims=False), a.axes[:k] + a.axes[k + 1:])
+        if nm == "concat":
+            k = a.axes.index(ax)
+            return NV(jnp.concatenate([align(x, a.axes) for x in ins], axis=k), a.axes)
+        if nm == "pad":
+            k = a.axes.index(ax); cfg = [(0, 0, 0)] * len(a.axes); cfg[k] = (op["lo"], op["hi"], 0)
+            return NV(lax.pad(a.a, self.const(a.a, op.get("value", 0)), cfg), a.axes)
+        if nm == "broadcast":
+            sh = parse_shape(op["shape"])
+            return NV(jnp.broadcast_to(align(a, [n for n, _ in sh]), tuple(s for _, s in sh)), [n for n, _ in sh])
+        if nm == "take":
+            k = a.axes.index(ax); idx = ins[1]
+            return NV(jnp.take(a.a, idx.a, axis=k), a.axes[:k] + idx.axes + a.axes[k + 1:])
+        if nm == "one_hot":
+            (n, size), = parse_shape(op["shape"])
+            return NV(jax.nn.one_hot(a.a, size, dtype=self.dt(op["dtype"])), a.axes + [n])
+        if nm == "causal_mask":
+            q, k = op["q"], op["k"]
+            qi = lax.broadcasted_iota(jnp.int32, a.a.shape, a.axes.index(q)); ki = lax.broadcasted_iota(jnp.int32, a.a.shape, a.axes.index(k))
+            return NV(jnp.where(ki > qi, self.const(a.a, op["fill"]), a.a), a.axes)
+        if nm in ("softmax", "log_softmax", "layer_norm"):
+            # fused row ops: tinyjax computes a row in f32 (f64 for f64) and rounds once
+            k = a.axes.index(ax); x = a.a
+            up = x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
+            if nm == "softmax": r = jax.nn.softmax(up, axis=k)
+            elif nm == "log_softmax": r = jax.nn.log_softmax(up, axis=k)
+            else:
+                mu = jnp.mean(up, axis=k, keepdims=True); xc = self.pz(up - mu)
+                r = xc * lax.rsqrt(self.pz(jnp.mean(xc * xc, axis=k, keepdims=True)) + jnp.asarray(op.get("eps", 1e-5), up.dtype))
+            return NV(r.astype(x.dtype), a.axes)
+        if nm == "cross_entropy":
+            lab = ins[1]; k = a.axes.index(ax); x = a.a
+            up = x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
+            rest = [n for n in a.axes if n != ax]
+            ls = jax.nn.log_softmax(up, axis=k)
+            ls = jnp.moveaxis(ls, k, -1)
+            l = align(lab, rest)
+            per = -jnp.take_along_axis(ls, l[..., None], axis=-1)[..., 0]
+            r = NV(per.astype(x.dtype), rest)
+            if op.get("mean_axes"):
+                names = op["mean_axes"].split()
+                r = NV(jnp.mean(r.a, axis=tuple(rest.index(n) for n in names)), [n for n in rest if n not in names])
+            return r
+        if nm == "checkpoint_name": return NV(checkpoint_name(a.a, op["name"]), a.axes)
+        if nm == "stop_gradient": return NV(lax.stop_gradient(a.a), a.axes)
+        ma = tuple(op.get("mesh_axes", "").replace("+", " ").split())
+        ma1 = ma[0] if len(ma) == 1 else ma
+        if nm == "psum": return NV(lax.psum(a.a, ma1), a.axes)
+        if nm == "pmax":  # NaN-propagating as jnp.max (and tinyjax); XLA's CPU all-reduce max skips NaN
+            anynan = lax.psum(jnp.isnan(a.a).astype(jnp.int32), ma1) > 0
+            return NV(jnp.where(anynan, jnp.asarray(jnp.nan, a.a.dtype), lax.pmax(a.a, ma1)), a.axes)
+        if nm == "pvary": return NV(jax.lax.pcast(a.a, ma, to="varying"), a.axes)
+        if nm == "all_gather": return NV(lax.all_gather(a.a, ma1, axis=a.axes.index(ax), tiled=True), a.axes)
+        if nm == "psum_scatter": return NV(lax.psum_scatter(a.a, ma1, scatter_dimension=a.axes.index(ax), tiled=True), a.axes)
+        if nm == "ppermute":
+            pr = op["pairs"]
+            return NV(lax.ppermute(a.a, ma1, perm=[(pr[i], pr[i + 1]) for i in range(0, len(pr), 2)]), a.axes)
+        if nm == "all_to_all":
+            return NV(lax.all_to_all(a.a, ma1, a.axes.index(op["split_axis"]), a.axes.index(op["concat_axis"]), tiled=True), a.axes)
+        if nm == "axis_index": return NV(lax.axis_index(ma1).astype(jnp.int32), [])
+        raise ValueError("unknown op " + nm)
+
+    def round(self, v, d):
+        """exact mode: round float64 v to dtype d's values (inside jit)"""
+        if d == "f32": return v.astype(jnp.float32).astype(jnp.float64)
+        b = lax.bitcast_convert_type(v.astype(jnp.float32), jnp.uint32)
+        r = ((b + jnp.uint32(0x7FFF) + ((b >> 16) & 1)) >> 16) << 16
+        out = lax.bitcast_convert_type(r.astype(jnp.uint32), jnp.float32).astype(jnp.float64)
+        return jnp.where(jnp.isnan(v), v, out)
+
+def run_ops(ev, spec, env):
+    for op in spec["ops"]:
+        r = ev.apply(op, env)
+        if ev.perturb and jnp.issubdtype(r.a.dtype, jnp.floating):  # one rounding's worth, random signs
+            u, rnd = ev.perturb
+            r = NV(r.a * jnp.asarray(1 + u * rnd.choice([-1.0, 1.0], size=r.a.shape), r.a.dtype), r.axes)
+        env[op["out"]] = r
+    return env
+
+POLICIES = {
+    "everything_saveable": lambda a: jax.checkpoint_policies.everything_saveable,
+    "nothing_saveable": lambda a: jax.checkpoint_policies.nothing_saveable,
+    "dots_saveable": lambda a: jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": lambda a: jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "save_only_these_names": lambda a: jax.checkpoint_policies.save_only_these_names(*a.split()),
+    "save_any_names_but_these": lambda a: jax.checkpoint_policies.save_any_names_but_these(*a.split()),
+    # values do not depend on where residuals live; CPU JAX has no host offload
+    "save_and_offload_only_these_names": lambda a: jax.checkpoint_policies.save_only_these_names(*(a.split("|")[0].split() + a.split("|")[1].split())),
+    "save_from_both": lambda a: jax.checkpoint_policies.save_from_both_policies(jax.checkpoint_policies.dots_saveable,
+                                                                                 jax.checkpoint_policies.save_only_these_names(*a.split())),
+}
+def jax_policy(s):
+    name, _, arg = s.partition(":")
+    return POLICIES[name](arg)
+
+def spec_to_P(spec_str, axes):
+    m = {}
+    for tok in spec_str.split():
+        n, _, v = tok.partition(":")
+        m[n] = None if v in ("", "-", "none") else (tuple(v.split("+")) if "+" in v else v)
+    return P(*[m.get(n) for n in axes])
+
+def special_values(spec):
+    """NaN or an infinity among the inputs or op constants"""
+    return any(isinstance(v, str) for x in spec["inputs"] for v in x["data"]) or any(isinstance(o.get("fill"), str) for o in spec["ops"])
+
+def eval_jax(spec, exact, perturb=None):
+    """{name: (array float64/int, axes)} for outputs, "loss" and "grad:x".
+    perturb (u, numpy Generator): multiply every op's result by 1 +- u."""
+    mode = spec["mode"]
+    ins = spec["inputs"]
+    mesh = None
+    if "mesh" in spec:
+        shape = [int(t.split("=")[1]) for t in spec["mesh"].split()]
+        names = [t.split("=")[0] for t in spec["mesh"].split()]
+        mesh = Mesh(np.array(jax.devices()[:spec["devices"]]).reshape(shape), tuple(names))
+    ev = Evaluator(exact, mesh, perturb)
+    arrays, axes_of = {}, {}
+    for x in ins:
+        sh = parse_shape(x["shape"]); axes_of[x["name"]] = [n for n, _ in sh]
+        data = np.array([float(v) for v in x["data"]], np.float64).reshape(tuple(s for _, s in sh))
+        arrays[x["name"]] = jnp.asarray(data, ev.dt(x["dtype"]))
+    weights = {k: (jnp.asarray(np.array(v["data"], np.float64).reshape(tuple(s for _, s in parse_shape(v["shape"]))), ev.dt("f32")),
+                   [n for n, _ in parse_shape(v["shape"])]) for k, v in spec.get("weights", {}).items()}
+    outs = spec["outputs"]
+
+    def body_env(vals):
+        return {x["name"]: NV(vals[x["name"]], axes_of[x["name"]]) for x in ins}
+
+    def forward(vals):
+        res = {}
+        if mode in ("jit", "sharded"):
+            env = run_ops(ev, spec, body_env(vals))
+            for o in outs: res[o] = env[o]
+        elif mode == "checkpoint":
+            out_axes = {}
+            def region(v):
+                env = run_ops(ev, spec, body_env(v))
+                for o in outs: out_axes[o] = env[o].axes
+                return [env[o].a for o in outs]
+            r = jax.checkpoint(region, policy=jax_policy(spec.get("policy", "nothing_saveable")))(vals)
+            for o, a in zip(outs, r): res[o] = NV(a, out_axes[o])
+        elif mode == "scan":
+            sc = spec["scan"]; L = sc["axis"].split("=")[0]; carry, xs = sc["carry"], sc.get("xs", [])
+            length = int(sc["axis"].split("=")[1]) if "=" in sc["axis"] else None
+            out_axes = {}
+            def step(c, x):
+                v = dict(vals); v.update(dict(zip(carry, c))); v.update(dict(zip(xs, x)))
+                env = body_env(v)
+                for n in xs: env[n] = NV(x[xs.index(n)], axes_of[n][1:])
+                env = run_ops(ev, spec, env)
+                for o in outs: out_axes[o] = env[o].axes
+                newc = [align(env[co], axes_of[cn]).astype(vals[cn].dtype) for co, cn in zip(sc["carry_out"], carry)]
+                return newc, [env[o].a for o in outs]
+            f = step
+            if spec.get("policy"): f = jax.checkpoint(step, policy=jax_policy(spec["policy"]))
+            fin, ys = lax.scan(f, [vals[c] for c in carry], [vals[x] for x in xs], length=length, reverse=bool(sc.get("reverse", 0)))
+            for o, a in zip(outs, ys): res[o] = NV(a, [L] + out_axes[o])
+            for c, a in zip(carry, fin): res["carry:" + c] = NV(a, axes_of[c])
+        elif mode == "shard_map":
+            out_axes = {}
+            def body(*v):
+                env = run_ops(ev, spec, body_env(dict(zip([x["name"] for x in ins], v))))
+                for o in outs: out_axes[o] = env[o].axes
+                return tuple(env[o].a for o in outs)
+            # out axes are needed for out_specs before tracing: the spec carries them
+            in_specs = tuple(spec_to_P(s, axes_of[x["name"]]) for s, x in zip(spec["in_specs"], ins))
+            out_specs = tuple(spec_to_P(s, spec["out_axes"][o]) for s, o in zip(spec["out_specs"], outs))
+            r = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=bool(spec.get("check", 1)))(*[vals[x["name"]] for x in ins])
+            for o, a in zip(outs, r): res[o] = NV(a, spec["out_axes"][o])
+        return res
+
+    def loss_fn(gvals, rest):
+        vals = dict(rest); vals.update(gvals)
+        res = forward(vals)
+        loss = jnp.zeros((), ev.dt("f32"))
+        for k, nv in res.items():
+            if k in weights and jnp.issubdtype(nv.a.dtype, jnp.floating):
+                w, wa = weights[k]
+                loss = loss + jnp.sum(align(NV(nv.a.astype(ev.dt("f32")), nv.axes), wa) * w)
+        for k, v in res.items(): res_axes[k] = v.axes
+        return loss, {k: v.a for k, v in res.items()}
+
+    res_axes = {}
+    gnames = [x["name"] for x in ins if x["dtype"] != "i32" and x.get("grad", True)]
+    gvals = {n: arrays[n] for n in gnames}
+    rest = {n: a for n, a in arrays.items() if n not in gvals}
+    if mesh and mode != "shard_map":
+        for x in ins:
+            s = NamedSharding(mesh, spec_to_P(x.get("spec", ""), axes_of[x["name"]]))
+            if x["name"] in gvals: gvals[x["name"]] = jax.device_put(gvals[x["name"]], s)
+            else: rest[x["name"]] = jax.device_put(rest[x["name"]], s)
+    vg = jax.value_and_grad(loss_fn, has_aux=True)
+    if special_values(spec):
+        # JAX's rules, op by op: under jit XLA rewrites some (a multiply by a
+        # 0/1 mask becomes a select), which changes where NaN comes out
+        with jax.disable_jit(): (loss, res), grads = vg(gvals, rest)
+    else: (loss, res), grads = jax.jit(vg)(gvals, rest)
+    out = {k: (np.asarray(a.astype(jnp.float64) if a.dtype != jnp.int32 else a), res_axes[k]) for k, a in res.items()}
+    out["loss"] = (np.asarray(loss, np.float64), [])
+    for n in gnames: out["grad:" + n] = (np.asarray(grads[n].astype(jnp.float64)), axes_of[n])
+    return out
+
+# ----------------------------------------------------------- the comparison --
+def perturbed(spec, u, seed):
+    """spec with every non-tie input value and loss weight times (1 +- u)"""
+    r = random.Random(seed)
+    p = copy.deepcopy(spec)
+    def pert(v):
+        if isinstance(v, str) or v * 2 == int(v * 2): return v  # ties (multiples of 1/2) stay ties
+        return v * (1 + u * r.choice([-1, 1]))
+    for x in p["inputs"]:
+        if x["dtype"] != "i32": x["data"] = [pert(v) for v in x["data"]]
+    for w in p.get("weights", {}).values(): w["data"] = [pert(v) for v in w["data"]]
+    return p
+
+def expected(spec):
+    """JAX's results with per-element tolerances: {name: dict(axes, data, tol, dtype)}.
+    tol = 2 |jax - exact| + 8 spread + k ulp max|exact|: `exact` is the program
+    in float64, `spread` how far the float64 result moves when inputs and loss
+    weights move by one rounding u of the program's narrowest float dtype
+    (two random sign patterns): the size of the terms that cancel into an
+    element, which one rounding of each scales."""
+    lo = eval_jax(spec, exact=False)
+    hi = eval_jax(spec, exact=True)
+    dts = spec["_dtypes"]
+    narrow = any(x["dtype"] == "bf16" for x in spec["inputs"]) or any(o.get("dtype") == "bf16" for o in spec["ops"])
+    f32 = any(x["dtype"] == "f32" for x in spec["inputs"]) or any(o.get("dtype") == "f32" for o in spec["ops"])
+    u = 2.0 ** -8 if narrow else 2.0 ** -24 if f32 else 2.0 ** -53
+    # (f64 programs: a float64 run cannot resolve a move of 2^-53, so it is
+    # moved by 2^-30 and the spread scaled back: the response is linear)
+    ue = max(u, 2.0 ** -30)
+    pert = [eval_jax(perturbed(spec, ue, i), exact=True, perturb=(ue, np.random.default_rng(i))) for i in range(3)]
+    exp = {}
+    for k, (a, axes) in lo.items():
+        dt = dts[k]
+        x = hi[k][0]
+        # a result is as coarse as the narrowest dtype the program computes in
+        kk, ulp = ULPS[dt] if dt == "i32" or ULPS[dt][1] >= 2 * u else ULPS[{2.0 ** -8: "bf16", 2.0 ** -24: "f32"}[u]]
+        finite = np.isfinite(x)
+        scale = np.max(np.abs(x[finite])) if finite.any() else 0.0
+        with np.errstate(invalid="ignore"):
+            spread = np.max([np.abs(pp[k][0] - x) for pp in pert], axis=0) * (u / ue)
+            # (an f64 result has no more exact reference, so no JAX error
+            # term: 64 spreads stand in for it)
+            tol = 2 * np.abs(a - x) + (64 if u == 2.0 ** -53 else 8) * spread + kk * ulp * scale
+        tol = np.where(np.isfinite(tol), tol, 0.0)
+        exp[k] = {"dtype": dt, "axes": axes, "data": a.reshape(-1).tolist(), "tol": tol.reshape(-1).tolist(), "dims": list(a.shape)}
+    return exp
+
+def run_tinyjax(spec):
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "spec.json")
+        s = {k: v for k, v in spec.items() if not k.startswith("_")}
+        json.dump(s, open(p, "w"))
+        r = subprocess.run([RUNNER, p], capture_output=True, text=True, timeout=120)
+        if r.returncode not in (0, 1):
+            return {"error": "runner crashed (exit %d): %s" % (r.returncode, r.stderr[-2000:])}
+        return json.loads(r.stdout)
+
+def to_num(v): return float(v)  # (also "nan", "inf", "-inf")
+
+def compare(exp, got):
+    """list of mismatch lines ([] = agree)"""
+    bad = []
+    if "error" in got:
+        return ["tinyjax error: " + got["error"]]
+    res = got["results"]
+    for k, e in exp.items():
+        if k not in res: bad.append("%s: missing from tinyjax's results" % k); continue
+        g = res[k]
+        if sorted(g["axes"]) != sorted(e["axes"]): bad.append("%s: axes %s vs JAX %s" % (k, g["axes"], e["axes"])); continue
+        if g["dtype"] != e["dtype"]: bad.append("%s: dtype %s vs JAX %s" % (k, g["dtype"], e["dtype"]))
+        dims = [e["dims"][e["axes"].index(n)] for n in g["axes"]]
+        ga = np.array([to_num(v) for v in g["data"]], np.float64).reshape(dims)
+        ga = np.transpose(ga, [g["axes"].index(n) for n in e["axes"]]) if e["axes"] else ga
+        ea = np.array([to_num(v) for v in e["data"]], np.float64).reshape(e["dims"])
+        tol = np.array(e["tol"], np.float64).reshape(e["dims"])
+        same_nan = np.isnan(ga) == np.isnan(ea)
+        with np.errstate(invalid="ignore"):
+            close = (ga == ea) | (np.abs(ga - ea) <= tol) | (np.isnan(ga) & np.isnan(ea))
+        ok = same_nan & close
+        if not ok.all():
+            i = np.argwhere(~ok)[0]
+            bad.append("%s %s: %d of %d elements differ; at %s tinyjax %r, JAX %r (tol %.3g)" %
+                       (k, e["axes"], int((~ok).sum()), ok.size, dict(zip(e["axes"], i.tolist())), float(ga[tuple(i)]), float(ea[tuple(i)]), float(tol[tuple(i)])))
+    return bad
+
+# -------------------------------------------------------------- generation --
+MESHES = [("data=2 model=2", 4), ("data=8", 8), ("data=2 model=4", 8), ("x=4", 4)]
+
+class Gen:
+    def __init__(self, seed, mode=None, dtype=None, big=False):
+        self.r = random.Random(seed)
+        self.seed = seed
+        self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
+        self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16", "bf16", "f64"])
+        self.vals = {}    # name -> (dtype, [(axis, size)]) in tinyjax's order
+        self.vary = {}    # shard_map: name -> set of mesh axes
+        self.inputs, self.ops = [], []
+        self.nv = self.nin = self.naxis = 0
+        self.names = []   # checkpoint names used
+        self.manual = False
+        self.big = big
+        self.check = 1
+
+    def fresh_axis(self):
+        self.naxis += 1
+        return "n%d" % self.naxis
+
+    def data(self, dt, n, kind=None):
+        r = self.r
+        kind = kind or r.choice(["normal", "normal", "normal", "ties", "wide", "special"])
+        if kind == "ties": v = [float(r.choice([-1, 0, 0.5, 1, 2])) for _ in range(n)]
+        elif kind == "special":  # NaN and infinities among ordinary values
+            v = [r.choice([r.gauss(0, 1), r.gauss(0, 1), float("nan"), float("inf"), float("-inf"), 0.0, -0.0]) for _ in range(n)]
+        elif kind == "wide": v = [r.gauss(0, 1) * 10 ** r.uniform(-3, 3) for _ in range(n)]
+        else: v = [r.gauss(0, 1) for _ in range(n)]
+        return [num(x) for x in round_to(np.array(v), dt).tolist()]
+
+    def add_input(self, dt, shape, data=None, grad=True, spec=None):
+        name = "x%d" % self.nin; self.nin += 1
+        n = int(np.prod([s for _, s in shape])) if shape else 1
+        x = {"name": name, "dtype": dt, "shape": " ".join("%s=%d" % a for a in shape),
+             "data": data if data is not None else self.data(dt, n)}
+        if not grad: x["grad"] = False
+        if spec is not None: x["spec"] = spec
+        self.inputs.append(x)
+        self.vals[name] = (dt, list(shape))
+        return name
+
+    def emit(self, op, ins, dt_, sh_, **attrs):
+        name = "v%d" % self.nv; self.nv += 1
+        d = {"op": op, "in": list(ins), "out": name}; d.update(attrs)
+        self.ops.append(d)
+        self.vals[name] = (dt_, list(sh_))
+        if self.manual:
+            vs = set()
+            for i in ins: vs |= self.vary.get(i, set())
+            self.vary[name] = vs
+        return name
+
+    def floats(self, dt=None):
+        return [n for n, (d, _) in self.vals.items() if d in ("f32", "bf16", "f64") and (dt is None or d == dt)]
+
+    def compat(self, a, b):
+        sa, sb = dict(self.vals[a][1]), dict(self.vals[b][1])
+        return all(sa[n] == sb[n] for n in sa if n in sb) and len(set(sa) | set(sb)) <= 6
+
+    def positive(self, x):
+        dt, sh = self.vals[x]
+        return self.emit("adds", [self.emit("pows", [x], dt, sh, s=2.0)], dt, sh, s=0.5)
+
+    def step(self):
+        """one random op on the values so far; returns its name or None"""
+        r = self.r
+        fl = self.floats()
+        if not fl: return None
+        x = r.choice(fl); dt, sh = self.vals[x]
+        axes = [n for n, _ in sh]
+        kinds = ["unary", "unary", "binary", "binary", "compare_select", "reduce", "dot", "dot", "shape", "shape",
+                 "rowop", "take", "one_hot", "causal", "xent", "cast", "name"]
+        if self.manual: kinds += ["coll", "coll", "coll"]
+        k = r.choice(kinds)
+        if k == "unary":
+            u = r.choice(["neg", "exp", "log", "tanh", "sqrt", "rsqrt", "relu", "gelu", "pows", "adds", "muls", "stop_gradient"])
+            if u in ("log", "sqrt", "rsqrt"):  # mostly on positive values; else NaN and infinities
+                return self.emit(u, [self.positive(x) if r.random() < 0.8 else x], dt, sh)
+            if u == "exp": x = self.emit("tanh", [x], dt, sh)  # bounded, so exp stays finite
+            if u == "pows":
+                s = r.choice([2.0, 3.0, -1.0, 0.5])
+                if s in (-1.0, 0.5): x = self.positive(x)
+                return self.emit("pows", [x], dt, sh, s=s)
+            if u in ("adds", "muls"): return self.emit(u, [x], dt, sh, s=r.choice([0.5, -2.0, 1.7, 3.0]))
+            return self.emit(u, [x], dt, sh)
+        if k == "binary":
+            cands = [y for y in self.floats(dt) if self.compat(x, y)]
+            y = r.choice(cands)
+            b = r.choice(["add", "sub", "mul", "div", "max2", "min2"])
+            if b == "div": y = self.positive(y)
+            out = sh + [a for a in self.vals[y][1] if a[0] not in axes]
+            return self.emit(b, [x, y], dt, out)
+        if k == "compare_select":
+            cands = [y for y in self.floats(dt) if self.compat(x, y)]
+            y = r.choice(cands)
+            c = r.choice(["lt", "le", "gt", "ge", "eq", "ne"])
+            m_sh = sh + [a for a in self.vals[y][1] if a[0] not in axes]
+            m = self.emit(c, [x, y], "i32", m_sh)
+            z = r.choice([z for z in cands if self.compat(z, m)])
+            t = sh + [a for a in self.vals[z][1] if a[0] not in axes]
+            t = t + [a for a in m_sh if a[0] not in [n for n, _ in t]]
+            return self.emit("select", [m, x, z], dt, t)
+        if k == "reduce" and r.random() < 0.15: return self.emit("sum_all", [x], dt, [])
+        if k == "reduce" and sh:
+            red = r.sample(axes, r.randint(1, len(axes)))
+            op = r.choice(["sum", "max", "min", "mean"])
+            if self.manual and op in ("max", "min") and False: pass
+            return self.emit(op, [x], dt, [a for a in sh if a[0] not in red], axes=" ".join(red))
+        if k == "dot" and self.big and r.random() < 0.5 and not self.manual:
+            # large enough for the CPU's packed, threaded matmul kernel
+            m, kk, n = (self.fresh_axis(), r.choice([3, 70, 130])), (self.fresh_axis(), r.choice([65, 129])), (self.fresh_axis(), r.choice([5, 67, 100]))
+            a = self.add_input(dt, r.choice([[m, kk], [kk, m]]), data=self.data(dt, m[1] * kk[1], "normal"))
+            b = self.add_input(dt, r.choice([[kk, n], [n, kk]]), data=self.data(dt, n[1] * kk[1], "normal"))
+            return self.emit("dot", [a, b], dt, [m, n], contract=kk[0])
+        if k == "dot":
+            cands = [y for y in self.floats(dt) if y != x and self.compat(x, y) and set(axes) & set(n for n, _ in self.vals[y][1])]
+            if not cands:  # make a weight sharing one axis of x
+                if not sh: return None
+                a = r.choice(sh)
+                if self.manual: return None
+                y = self.add_input(dt, [a, (self.fresh_axis(), r.randint(1, 4))])
+            else: y = r.choice(cands)
+            ysh = self.vals[y][1]
+            shared = [n for n in axes if n in [m for m, _ in ysh]]
+            con = r.sample(shared, r.randint(1, len(shared)))
+            batch = [a for a in sh if a[0] in shared and a[0] not in con]
+            out = batch + [a for a in sh if a[0] not in shared] + [a for a in ysh if a[0] not in axes]
+            if len(out) > 6: return None
+            return self.emit("dot", [x, y], dt, out, contract=" ".join(con))
+        if k == "shape":
+            s = r.choice(["rename", "transpose", "split", "merge", "slice", "index", "concat", "pad", "broadcast"])
+            if self.manual and s in ("split", "merge"): s = "transpose"  # (local shapes; keeps out_specs simple)
+            if not sh and s != "broadcast": s = "broadcast"
+            if s == "rename":
+                a = r.choice(axes); n = self.fresh_axis()
+                return self.emit("rename", [x], dt, [(n, d) if m == a else (m, d) for m, d in sh], **{"from": a, "to": n})
+            if s == "transpose":
+                o = axes[:]; r.shuffle(o)
+                return self.emit("transpose", [x], dt, [(n, dict(sh)[n]) for n in o], order=" ".join(o))
+            if s == "split":
+                i = r.randrange(len(sh)); a, d = sh[i]
+                n1, n2 = self.fresh_axis(), self.fresh_axis()
+                d1 = 2 if d % 2 == 0 and d > 1 else d
+                into = [(n1, d1), (n2, d // d1)]
+                into_s = "%s=%d %s=%d" % (n1, d1, n2, 0 if r.random() < 0.5 else d // d1)
+                return self.emit("split", [x], dt, sh[:i] + into + sh[i + 1:], axis=a, into=into_s)
+            if s == "merge" and len(sh) >= 2:
+                i = r.randrange(len(sh) - 1); n = self.fresh_axis()
+                return self.emit("merge", [x], dt, sh[:i] + [(n, sh[i][1] * sh[i + 1][1])] + sh[i + 2:], axes="%s %s" % (sh[i][0], sh[i + 1][0]), into=n)
+            if not sh: return None
+            i = r.randrange(len(sh)); a, d = sh[i]
+            if s == "slice":
+                st = r.randrange(d); sp = r.randint(st + 1, d)
+                return self.emit("slice", [x], dt, sh[:i] + [(a, sp - st)] + sh[i + 1:], axis=a, start=st, stop=sp)
+            if s == "index":
+                return self.emit("index", [x], dt, sh[:i] + sh[i + 1:], axis=a, i=r.randrange(d))
+            if s == "concat":
+                y = self.emit("muls", [x], dt, sh, s=-0.5)
+                if d > 1 and r.random() < 0.5:  # three parts of other sizes
+                    z = self.emit("slice", [x], dt, sh[:i] + [(a, d - 1)] + sh[i + 1:], axis=a, start=1, stop=d)
+                    return self.emit("concat", [z, x, y], dt, sh[:i] + [(a, 3 * d - 1)] + sh[i + 1:], axis=a)
+                return self.emit("concat", [x, y], dt, sh[:i] + [(a, 2 * d)] + sh[i + 1:], axis=a)
+            if s == "pad":
+                lo, hi = r.randint(-d + 1 if d > 1 else 0, 2), r.randint(0, 2)
+                if r.random() < 0.5: lo, hi = hi, lo
+                if d + lo + hi < 1: return None
+                return self.emit("pad", [x], dt, sh[:i] + [(a, d + lo + hi)] + sh[i + 1:], axis=a, lo=lo, hi=hi, value=r.choice([0.0, -1.5]))
+            if s == "broadcast" and len(sh) < 5:
+                n = (self.fresh_axis(), r.randint(1, 3))
+                o = sh + [n]; r.shuffle(o)
+                return self.emit("broadcast", [x], dt, o, shape=" ".join("%s=%d" % t for t in o))
+            return None
+        if k == "rowop" and sh:
+            op = r.choice(["softmax", "log_softmax", "layer_norm"])
+            a = r.choice(axes)
+            kw = {"axis": a}
+            if op == "layer_norm": kw["eps"] = r.choice([1e-5, 0.1])
+            return self.emit(op, [x], dt, sh, **kw)
+        if k == "take" and sh and not self.manual:
+            i = r.randrange(len(sh)); a, d = sh[i]
+            ish = [(self.fresh_axis(), r.randint(1, 3))]
+            idx = self.add_input("i32", ish, data=[float(r.randrange(d)) for _ in range(ish[0][1])], grad=False)
+            return self.emit("take", [x, idx], dt, sh[:i] + ish + sh[i + 1:], axis=a)
+        if k == "one_hot" and not self.manual:
+            n, c = self.fresh_axis(), r.randint(1, 4)
+            ish = [(self.fresh_axis(), r.randint(1, 3))]
+            idx = self.add_input("i32", ish, data=[float(r.randint(-1, c)) for _ in range(ish[0][1])], grad=False)
+            oh = self.emit("one_hot", [idx], dt, ish + [(n, c)], shape="%s=%d" % (n, c), dtype=dt)
+            return self.emit("mul", [x, oh], dt, sh + [a for a in ish + [(n, c)] if a[0] not in axes]) if self.compat(x, oh) else oh
+        if k == "causal" and len(sh) >= 2:
+            q, kk = r.sample(axes, 2)
+            fill = r.choice([-1e9, 0.0, "-inf"])
+            y = self.emit("causal_mask", [x], dt, sh, q=q, k=kk, fill=fill)
+            if fill == "-inf": y = self.emit("softmax", [y], dt, sh, axis=kk)
+            return y
+        if k == "xent" and sh and not self.manual:
+            i = r.randrange(len(sh)); a, c = sh[i]
+            rest = sh[:i] + sh[i + 1:]
+            lab = self.add_input("i32", rest, data=[float(r.randrange(c)) for _ in range(int(np.prod([d for _, d in rest])) if rest else 1)], grad=False)
+            ma = r.sample([n for n, _ in rest], r.randint(0, len(rest))) if rest else []
+            kw = {"axis": a}
+            if ma or r.random() < 0.5: kw["mean_axes"] = " ".join(ma)
+            return self.emit("cross_entropy", [x, lab], dt, [t for t in rest if t[0] not in ma], **kw)
+        if k == "cast" and r.random() < 0.3:  # through i32: truncation toward zero, no gradient
+            i = self.emit("cast", [self.emit("muls", [x], dt, sh, s=3.0)], "i32", sh, dtype="i32")
+            return self.emit("mul", [x, self.emit("cast", [i], dt, sh, dtype=dt)], dt, sh)
+        if k == "cast":
+            nd = r.choice(["bf16", "f64"]) if dt == "f32" else "f32"
+            y = self.emit("cast", [x], nd, sh, dtype=nd)
+            return self.emit("cast", [self.emit("tanh", [y], nd, sh)], dt, sh, dtype=dt) if r.random() < 0.5 else y
+        if k == "name":
+            nm = "n%d" % len(self.names); self.names.append(nm)
+            return self.emit("checkpoint_name", [x], dt, sh, name=nm)
+        if k == "coll":
+            return self.collective(x)
+        return None
+
+    def collective(self, x):
+        r = self.r
+        dt, sh = self.vals[x]
+        mesh = self.mesh_axes
+        c = r.choice(["psum", "pmax", "all_gather", "psum_scatter", "ppermute", "axis_index", "all_to_all", "pvary"])
+        sub = [a for a in mesh if r.random() < 0.6] or [r.choice(mesh)]
+        n = int(np.prod([self.mesh_size[a] for a in sub]))
+        ms = " ".join(sub)
+        if c in ("psum", "pmax"):
+            if c == "pmax":  # JAX has no derivative of pmax: differentiate around it
+                x = self.emit("stop_gradient", [x], dt, sh)
+            part = [a for a in sub if a not in self.vary[x]]
+            if self.check and 0 < len(part) < len(sub):
+                # tinyjax makes x vary over all of them first; JAX 0.10 refuses a mix: say it
+                x = self.emit("pvary", [x], dt, sh, mesh_axes=" ".join(part))
+                self.vary[x] = self.vary[x] | set(part)
+            y = self.emit(c, [x], dt, sh, mesh_axes=ms)
+            self.vary[y] = self.vary[x] - set(sub)
+            return y
+        if c == "all_gather" and sh:
+            i = r.randrange(len(sh)); a, d = sh[i]
+            y = self.emit("all_gather", [x], dt, sh[:i] + [(a, d * n)] + sh[i + 1:], mesh_axes=ms, axis=a)
+            self.vary[y] = self.vary[x] | set(sub)
+            return y
+        if c == "psum_scatter" and sh:
+            ok = [i for i, (a, d) in enumerate(sh) if d % n == 0]
+            if not ok: return None
+            i = r.choice(ok); a, d = sh[i]
+            y = self.emit("psum_scatter", [x], dt, sh[:i] + [(a, d // n)] + sh[i + 1:], mesh_axes=ms, axis=a)
+            self.vary[y] = self.vary[x] | set(sub)
+            return y
+        if c == "ppermute":
+            a1 = r.choice(mesh); m = self.mesh_size[a1]
+            perm = list(range(m)); r.shuffle(perm)
+            pairs = []
+            for i in range(m):
+                if r.random() < 0.8: pairs += [i, perm[i]]
+            if not pairs: pairs = [0, perm[0]]
+            y = self.emit("ppermute", [x], dt, sh, mesh_axes=a1, pairs=pairs)
+            self.vary[y] = self.vary[x] | {a1}
+            return y
+        if c == "pvary":
+            nv = [a for a in sub if a not in self.vary[x]]
+            if not nv: return None
+            y = self.emit("pvary", [x], dt, sh, mesh_axes=" ".join(nv))
+            self.vary[y] = self.vary[x] | set(nv)
+            return y
+        if c == "all_to_all" and len(sh) >= 2:
+            i, j = r.sample(range(len(sh)), 2)
+            if sh[i][1] % n: return None
+            out = list(sh); out[i] = (sh[i][0], sh[i][1] // n); out[j] = (sh[j][0], sh[j][1] * n)
+            y = self.emit("all_to_all", [x], dt, out, mesh_axes=ms, split_axis=sh[i][0], concat_axis=sh[j][0])
+            self.vary[y] = self.vary[x] | set(sub)
+            return y
+        if c == "axis_index":
+            i = self.emit("axis_index", [], "i32", [], mesh_axes=ms)
+            self.vary[i] = set(sub)
+            f = self.emit("cast", [i], dt, [], dtype=dt)
+            return self.emit("add", [x, f], dt, sh)
+        return None
+
+    def random_spec(self, x, odd):
+        """a random sharding of input x: each axis over an unused mesh axis
+        that divides it (or, with probability odd, one that does not)"""
+        r, parts = self.r, {}
+        for a, d in parse_shape(x["shape"]):
+            free = [m for m in self.mesh_axes if m not in parts.values() and (d % self.mesh_size[m] == 0 or r.random() < odd)]
+            if free and r.random() < 0.6: parts[a] = r.choice(free)
+        return " ".join("%s:%s" % t for t in parts.items()), parts
+
+    def make(self):
+        r = self.r
+        dt = self.dtype
+        pool = [("a", r.randint(1, 4)), ("b", r.choice([2, 4])), ("c", r.randint(1, 3)), ("d", r.choice([2, 4, 8]))]
+        mode = self.mode
+        spec = {"mode": mode}
+        if mode in ("sharded", "shard_map") or (mode in ("scan", "checkpoint") and r.random() < 0.3):
+            mesh, ndev = r.choice(MESHES)
+            spec["mesh"], spec["devices"] = mesh, ndev
+            self.mesh_axes = [t.split("=")[0] for t in mesh.split()]
+            self.mesh_size = {t.split("=")[0]: int(t.split("=")[1]) for t in mesh.split()}
+        nin = r.randint(1, 3)
+        for _ in range(nin):
+            sh = r.sample(pool, r.randint(0, 3))
+            self.add_input(dt, sh)
+        if mode == "scan":
+            T = r.randint(1, 3)
+            carry = self.inputs[0]["name"]
+            xs = []
+            for x in self.inputs[1:]:  # stacked over "L": the body sees one slice
+                sh = [("L", T)] + parse_shape(x["shape"])
+                x["shape"] = " ".join("%s=%d" % a for a in sh)
+                x["data"] = self.data(dt, int(np.prod([s for _, s in sh])))
+                xs.append(x["name"])
+            spec["scan"] = {"axis": "L" if xs else "L=%d" % T, "carry": [carry], "xs": xs}
+            if r.random() < 0.4: spec["scan"]["reverse"] = 1
+        if mode == "shard_map":
+            self.manual = True
+            specs = []
+            for x in self.inputs:
+                sp, parts = self.random_spec(x, 0.03)
+                specs.append(sp)
+                self.vary[x["name"]] = set(parts.values())
+                # the body sees local blocks
+                self.vals[x["name"]] = (x["dtype"], [(a, d // self.mesh_size.get(parts.get(a), 1)) for a, d in parse_shape(x["shape"])])
+            spec["in_specs"] = specs
+            spec["check"] = self.check = 1 if r.random() < 0.75 else 0
+        if "mesh" in spec and mode != "shard_map":
+            for x in self.inputs:
+                x["spec"] = self.random_spec(x, 0.05)[0]
+        nops = r.randint(3, 10)
+        tries = 0
+        while len([o for o in self.ops]) < nops and tries < 40:
+            tries += 1
+            self.step()
+        made = [o["out"] for o in self.ops if self.vals[o["out"]][0] != "i32" or r.random() < 0.3]
+        if not made: return None
+        outs = [made[-1]] + [m for m in r.sample(made, min(len(made), r.randint(0, 2))) if m != made[-1]]
+        if mode == "shard_map":
+            outs = [o for o in outs if self.vals[o][0] != "i32"] or [made[-1]]
+            ospecs, oaxes = [], {}
+            for i, o in enumerate(outs):
+                dt_o, sh = self.vals[o]
+                vs = [m for m in self.mesh_axes if m in self.vary[o]]
+                if vs and not sh:  # (unchecked too: replicating a varying value is the caller's error, unspecified in both)
+                    o = outs[i] = self.emit("psum", [o], dt_o, sh, mesh_axes=" ".join(vs)); vs = []
+                if vs and sh: ospecs.append("%s:%s" % (sh[0][0], "+".join(vs)))
+                elif not spec["check"] and sh and r.random() < 0.3: ospecs.append("%s:%s" % (sh[0][0], "+".join(self.mesh_axes)))
+                else: ospecs.append("")
+                oaxes[o] = [n for n, _ in sh]
+            spec["out_specs"], spec["out_axes"] = ospecs, oaxes
+        if mode == "scan":
+            c = spec["scan"]["carry"][0]; cdt, csh = self.vals[c]
+            src = outs[0]; sdt, ssh = self.vals[src]
+            if sdt == "i32": src = c; sdt, ssh = cdt, csh
+            extra = [n for n, _ in ssh if n not in dict(csh) or dict(csh)[n] != dict(ssh)[n]]
+            v = self.emit("sum", [src], sdt, [t for t in ssh if t[0] not in extra], axes=" ".join(extra)) if extra else src
+            if sdt != cdt: v = self.emit("cast", [v], cdt, self.vals[v][1], dtype=cdt)
+            v = self.emit("add", [c, v], cdt, csh)
+            v = self.emit("tanh", [v], cdt, csh)
+            spec["scan"]["carry_out"] = [v]
+        if mode in ("checkpoint", "scan") and (mode == "checkpoint" or r.random() < 0.7):
+            pol = r.choice(list(POLICIES))
+            nm = " ".join(r.sample(self.names, r.randint(0, len(self.names)))) if self.names else ""
+            if pol == "save_and_offload_only_these_names":
+                half = nm.split(); k = len(half) // 2
+                nm = " ".join(half[:k]) + "|" + " ".join(half[k:])
+            spec["policy"] = pol + (":" + nm if pol in ("save_only_these_names", "save_any_names_but_these", "save_and_offload_only_these_names", "save_from_both") else "")
+        spec["inputs"], spec["ops"], spec["outputs"] = self.inputs, self.ops, outs
+        return spec
+
+def finish(spec, rnd):
+    """spec with the dtype of each result and a loss weight for each float
+    output (random normal values; JAX's forward run gives the shapes)"""
+    spec["weights"] = {}
+    lo = eval_jax(spec, exact=False)
+    spec["_dtypes"] = {k: result_dtype(spec, k) for k in lo}
+    for k, (a, axes) in lo.items():
+        if k == "loss" or k.startswith("grad:") or spec["_dtypes"][k] == "i32": continue
+        shape = " ".join("%s=%d" % (n, s) for n, s in zip(axes, a.shape))
+        spec["weights"][k] = {"shape": shape, "data": round_to(np.array([rnd.gauss(0, 1) for _ in range(a.size)]), "f32").tolist()}
+    return spec
+
+def result_dtype(spec, k):
+    if k == "loss": return "f32"
+    if k.startswith("grad:"):
+        n = k[5:]
+        return [x["dtype"] for x in spec["inputs"] if x["name"] == n][0]
+    if k.startswith("carry:"):
+        n = k[6:]
+        return [x["dtype"] for x in spec["inputs"] if x["name"] == n][0]
+    dt = {x["name"]: x["dtype"] for x in spec["inputs"]}
+    for op in spec["ops"]:
+        if op["op"] in ("lt", "le", "gt", "ge", "eq", "ne", "axis_index"): dt[op["out"]] = "i32"
+        elif op["op"] in ("cast", "one_hot"): dt[op["out"]] = op["dtype"]
+        else: dt[op["out"]] = dt[op["in"][0]] if op["op"] != "select" else dt[op["in"][1]]
+    return dt[k]
+
+def make_spec(seed, mode=None, dtype=None, big=False):
+    """seed's program with its loss weights; a program JAX refuses comes back
+    with expect_error (tinyjax must refuse it too)"""
+    for attempt in range(20):
+        g = Gen(seed * 1000 + attempt, mode, dtype, big)
+        spec = g.make()
+        if spec is None: continue
+        try:
+            return finish(spec, random.Random(seed))
+        except Exception as e:
+            msg = str(e).split("\n")[0][:300]
+            if os.environ.get("JAX_DIFF_DEBUG"): print("seed %d attempt %d: JAX: %s" % (seed, attempt, msg))
+            if "Differentiation rule" in msg or "not implemented" in msg: continue  # JAX's gap, not a program error
+            spec["_jax_error"] = msg
+            spec["expect_error"] = "not divisible" if "divisible" in msg or "evenly divide" in msg else ""
+            spec["_dtypes"] = {}
+            return spec
+    return None
+
+def check(spec):
+    """[] when tinyjax agrees with JAX on spec, else the mismatch lines"""
+    got = run_tinyjax(spec)
+    if "expect_error" in spec:
+        if "error" in got and spec["expect_error"] in got["error"] and "runner crashed" not in got["error"]: return []
+        return ["JAX refused (%s); tinyjax: %s" % (spec.get("_jax_error", "")[:200], got.get("error", "ran"))]
+    try:
+        exp = expected(spec)
+    except Exception as e:
+        return ["JAX failed: %s" % str(e)[:300]]
+    return compare(exp, got)
+
+def shrink(spec, bad):
+    """drop ops (their result becomes their first operand) while it still fails"""
+    cur = copy.deepcopy(spec)
+    used = set(cur["outputs"]) | set(cur.get("scan", {}).get("carry_out", []))
+    for op in reversed(cur["ops"]):  # dead code first
+        if op["out"] in used: used |= set(op.get("in", []))
+    cur["ops"] = [op for op in cur["ops"] if op["out"] in used]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(cur["ops"]) - 1, -1, -1):
+            op = cur["ops"][i]
+            if not op.get("in"): continue
+            trial = copy.deepcopy(cur)
+            del trial["ops"][i]
+            sub = op["in"][0]
+            if result_dtype(cur, sub) != result_dtype(cur, op["out"]): continue
+            for o in trial["ops"]:
+                o["in"] = [sub if n == op["out"] else n for n in o.get("in", [])]
+            trial["outputs"] = [sub if n == op["out"] else n for n in trial["outputs"]]
+            if "scan" in trial: trial["scan"]["carry_out"] = [sub if n == op["out"] else n for n in trial["scan"]["carry_out"]]
+            if "out_axes" in trial and op["out"] in trial["outputs"]: continue
+            if len(set(trial["outputs"])) != len(trial["outputs"]) or sub in [x["name"] for x in trial["inputs"]] and sub in trial["outputs"]: continue
+            try:
+                trial = finish(trial, random.Random(0))
+                b = check(trial)
+            except Exception:
+                continue
+            if b and not any("JAX failed" in x for x in b) and (("tinyjax error" in b[0]) == ("tinyjax error" in bad[0])):
+                cur, changed = trial, True
+                break
+    return cur
+
+def show(spec):
+    s = {k: v for k, v in spec.items() if not k.startswith("_")}
+    lines = []
+    for k, v in s.items():
+        if isinstance(v, list) and v and isinstance(v[0], dict): lines.append(' "%s": [\n  %s]' % (k, ",\n  ".join(json.dumps(x) for x in v)))
+        else: lines.append(' "%s": %s' % (k, json.dumps(v)))
+    return "{\n" + ",\n".join(lines) + "}"
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=50)
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--mode")
+    ap.add_argument("--dtype")
+    ap.add_argument("--show", action="store_true")
+    ap.add_argument("--big", action="store_true", help="also dots of 65..130 (the packed matmul kernel)")
+    ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--golden", help="write the CI goldens into this folder")
+    ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map)")
+    a = ap.parse_args()
+    if a.golden: return write_golden(a.golden, a.only.split(",") if a.only else None)
+    if not os.path.exists(RUNNER): sys.exit("jax_diff.py: build the runner first: ./build.sh build (makes %s)" % RUNNER)
+    seeds = [a.seed] if a.seed is not None else range(a.start, a.start + a.seeds)
+    nbad = nrun = 0
+    for s in seeds:
+        spec = make_spec(s, a.mode, a.dtype, a.big)
+        if spec is None: continue
+        nrun += 1
+        if a.show: print(show(spec))
+        bad = check(spec)
+        if bad:
+            nbad += 1
+            print("seed %d (%s, %s): MISMATCH\n  %s" % (s, spec["mode"], spec["inputs"][0]["dtype"], "\n  ".join(bad)))
+            if not a.no_shrink:
+                m = shrink(spec, bad)
+                print("  minimal reproduction (%d ops):\n%s\n  %s" % (len(m["ops"]), show(m), "\n  ".join(check(m))))
+        elif a.show or a.seed is not None: print("seed %d (%s): agree" % (s, spec["mode"]))
+    print("%d programs, %d mismatches" % (nrun, nbad))
+    return 1 if nbad else 0
+
+# ---------------------------------------------------------------- goldens --
+GOLDEN_SETS = [("jit", "f32", 60), ("jit", "bf16", 40), ("sharded", None, 40), ("scan", None, 40), ("checkpoint", None, 50), ("shard_map", None, 40)]
+
+def X(name, dt, shape, data, **kw):
+    d = {"name": name, "dtype": dt, "shape": shape, "data": data}
+    d.update(kw)
+    return d
+
+def O(op, ins, out, **kw):
+    d = {"op": op, "in": ins, "out": out}
+    d.update(kw)
+    return d
+
+# The mismatches jax_diff found, each kept as a regression test (edge.json),
+# and the edges the random programs reach rarely. expect_error: tinyjax
+# refuses where JAX gives a value; each such difference is documented in
+# tinyjax.h at the op and in README's list of differences from JAX.
+NAN, INF = "nan", "inf"
+EDGE = [
+    # max2/min2 returned the other operand for a NaN one (JAX: NaN)
+    {"mode": "jit", "inputs": [X("x0", "f32", "a=4", [NAN, 1.0, -2.0, NAN]), X("x1", "f32", "a=4", [0.5, NAN, 3.0, NAN])],
+     "ops": [O("max2", ["x0", "x1"], "v0"), O("min2", ["x0", "x1"], "v1")], "outputs": ["v0", "v1"]},
+    {"mode": "jit", "inputs": [X("x0", "bf16", "a=3", [NAN, 1.0, -2.0]), X("x1", "bf16", "", [0.5])],
+     "ops": [O("max2", ["x0", "x1"], "v0"), O("min2", ["x1", "x0"], "v1")], "outputs": ["v0", "v1"]},
+    # relu(NaN) was 0 (JAX: NaN)
+    {"mode": "jit", "inputs": [X("x0", "f32", "a=4", [NAN, -1.0, 0.0, 2.0])], "ops": [O("relu", ["x0"], "v0")], "outputs": ["v0"]},
+    # reduce max/min's gradient multiplies the cotangent by the 0/1 mask, as
+    # JAX's rule does: 0 * inf = NaN at the other elements (XLA's jit may
+    # rewrite JAX's multiply into a select; specials are compared op by op)
+    {"mode": "jit", "inputs": [X("x0", "f32", "d=4 c=2", [-1.04558492, -0.0, INF, "-inf", 0.0, 0.0, 0.0, "-inf"])],
+     "ops": [O("max", ["x0"], "v0", axes="c"), O("dot", ["v0", "x0"], "v2", contract="d")], "outputs": ["v2"]},
+    {"mode": "jit", "inputs": [X("x0", "f32", "d=3 c=2", [1.0, INF, 2.0, 2.0, "-inf", -3.0])],
+     "ops": [O("min", ["x0"], "v0", axes="c"), O("mul", ["v0", "x0"], "v1")], "outputs": ["v1"]},
+    # negative padding crops (lax.pad); tinyjax refused it
+    {"mode": "jit", "inputs": [X("x0", "f32", "a=4 b=2", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])],
+     "ops": [O("pad", ["x0"], "v0", axis="a", lo=-1, hi=2, value=-1.5), O("pad", ["x0"], "v1", axis="a", lo=1, hi=-3, value=0.0),
+             O("pad", ["x0"], "v2", axis="b", lo=-1, hi=0, value=0.0)], "outputs": ["v0", "v1", "v2"]},
+    # ... and cropping every element is an error (JAX: an empty axis, which tinyjax has not)
+    {"mode": "jit", "inputs": [X("x0", "f32", "a=4", [0.1, 0.2, 0.3, 0.4])], "ops": [O("pad", ["x0"], "v0", axis="a", lo=-2, hi=-2, value=0.0)],
+     "outputs": ["v0"], "expect_error": "leaves no element"},
+    # cross_entropy over a sharded class axis gave the labels the class axis's mesh split
+    {"mode": "sharded", "mesh": "data=2 model=2", "devices": 4,
+     "inputs": [X("x1", "f32", "b=2 c=3 a=4", [0.35, 0.18, -0.62, 0.16, 0.34, -0.03, -0.63, -0.93, 0.17, 0.96, 1.06, 0.24,
+                                                  1.06, -0.54, -0.58, -0.25, -1.35, 0.39, 0.78, 0.74, -0.34, -1.45, 0.81, -0.13], spec="b:data a:model"),
+                X("x2", "i32", "c=3 a=4", [1, 1, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1], grad=False)],
+     "ops": [O("cross_entropy", ["x1", "x2"], "v0", axis="b", mean_axes="a c")], "outputs": ["v0"]},
+    # cross_entropy's gradient recovered the row's lse as loss + z[label]:
+    # inf + -inf = NaN for a label whose logit is -inf (JAX: softmax - onehot)
+    {"mode": "checkpoint", "policy": "dots_saveable",
+     "inputs": [X("x1", "f32", "a=2 c=3", ["-inf", 0.65, 0.25, 0.71, 0.0, -1.5]), X("x3", "i32", "a=2", [0, 2], grad=False)],
+     "ops": [O("cross_entropy", ["x1", "x3"], "v0", axis="c", mean_axes="")], "outputs": ["v0"]},
+    {"mode": "jit", "inputs": [X("x1", "f32", "a=2 c=3", ["-inf", 0.65, 0.25, 0.71, "-inf", -1.5]), X("x3", "i32", "a=2", [0, 1], grad=False)],
+     "ops": [O("cross_entropy", ["x1", "x3"], "v0", axis="c")], "outputs": ["v0"]},
+    # softmax and log_softmax of rows with -inf, a fully masked row (NaN in both)
+    {"mode": "jit", "inputs": [X("x0", "f32", "q=3 k=3", ["-inf", 1.0, "-inf", "-inf", "-inf", "-inf", 0.5, 0.5, 2.0])],
+     "ops": [O("softmax", ["x0"], "v0", axis="k"), O("log_softmax", ["x0"], "v1", axis="k")], "outputs": ["v0", "v1"]},
+    # causal mask with -inf, then softmax (attention)
+    {"mode": "jit", "inputs": [X("x0", "f32", "q=3 k=3", [0.1, -0.2, 0.3, 1.0, 2.0, -1.0, 0.0, 0.5, 0.25])],
+     "ops": [O("causal_mask", ["x0"], "v0", q="q", k="k", fill="-inf"), O("softmax", ["v0"], "v1", axis="k")], "outputs": ["v1"]},
+    # layer_norm of a constant row (variance 0: eps alone), sizes 1
+    {"mode": "jit", "inputs": [X("x0", "f32", "a=2 e=3", [2.0, 2.0, 2.0, 1.0, -1.0, 0.5]), X("x1", "f32", "e=1 a=2", [0.3, -0.7])],
+     "ops": [O("layer_norm", ["x0"], "v0", axis="e", eps=0.1), O("layer_norm", ["x1"], "v1", axis="e", eps=1e-5),
+             O("sum", ["x1"], "v2", axes="e"), O("dot", ["x1", "x1"], "v3", contract="e")], "outputs": ["v0", "v1", "v2", "v3"]},
+    # one_hot of out-of-range indices: a zero row (as jax.nn.one_hot)
+    {"mode": "jit", "inputs": [X("x0", "i32", "n=4", [-1, 0, 2, 3], grad=False), X("x1", "f32", "c=3", [1.0, 2.0, 3.0])],
+     "ops": [O("one_hot", ["x0"], "v0", shape="c=3", dtype="f32"), O("mul", ["v0", "x1"], "v1")], "outputs": ["v1"]},
+    # take: an index out of range is a run-time error (JAX clamps or fills)
+    {"mode": "jit", "inputs": [X("x0", "f32", "v=3", [1.0, 2.0, 3.0]), X("x1", "i32", "n=2", [0, 3], grad=False)],
+     "ops": [O("take", ["x0", "x1"], "v0", axis="v")], "outputs": ["v0"], "expect_error": "out of range"},
+    # pows at 0 and of negatives with integer powers; gelu (tanh form) and its gradient
+    {"mode": "jit", "inputs": [X("x0", "f32", "a=5", [0.0, -2.0, 1.5, -0.5, 3.0])],
+     "ops": [O("pows", ["x0"], "v0", s=3.0), O("pows", ["x0"], "v1", s=2.0), O("gelu", ["x0"], "v2")], "outputs": ["v0", "v1", "v2"]},
+    # tanh's gradient near saturation: 1 - y*y (tinyjax) and (1 + y)(1 - y)
+    # (JAX) both round at the scale of 1, 3e-11 apart relative in f64 at
+    # tanh = 1 - 4e-6; the tolerance's spread sees it since the derivative's
+    # y is moved by a rounding too (this was a false mismatch before that)
+    {"mode": "jit", "inputs": [X("x0", "f64", "a=4", [7.7, -6.5, 3.0, 0.25]), X("x1", "f32", "a=3", [5.0, -4.5, 8.0])],
+     "ops": [O("tanh", ["x0"], "v0"), O("tanh", ["x1"], "v1")], "outputs": ["v0", "v1"]},
+    # max2's gradient was g*winner + (g*tie)/2: an infinite g gave inf + 0*inf =
+    # NaN at the winner (JAX: g times one weight 1, 1/2 or 0)
+    {"mode": "jit", "inputs": [X("x0", "f32", "", [2.0]), X("x1", "f32", "a=2", ["-inf", -0.0])],
+     "ops": [O("max2", ["x1", "x0"], "v0"), O("div", ["x1", "v0"], "v1")], "outputs": ["v1", "v0"]},
+    {"mode": "jit", "inputs": [X("x0", "f32", "", [-2.0]), X("x1", "f32", "a=2", [INF, 1.0])],
+     "ops": [O("min2", ["x1", "x0"], "v0"), O("div", ["x1", "v0"], "v1")], "outputs": ["v1", "v0"]},
+    # max/min reductions and max2 at ties: shared equally / halves
+    {"mode": "jit", "inputs": [X("x0", "f32", "a=2 b=3", [1.0, 1.0, 0.5, 2.0, -1.0, 2.0]), X("x1", "f32", "b=3", [1.0, 0.0, 2.0])],
+     "ops": [O("max", ["x0"], "v0", axes="b"), O("min", ["x0"], "v1", axes="a"), O("max2", ["x0", "x1"], "v2")], "outputs": ["v0", "v1", "v2"]},
+]
+
+def write_golden(folder, only=None):
+    """Programs with JAX's results for tests/test_jax_golden.c (only: the
+    names of the files to write, e.g. ["edge"])"""
+    os.makedirs(folder, exist_ok=True)
+    def dump(name, cases):
+        path = os.path.join(folder, name)
+        with open(path, "w") as f:
+            f.write("[\n" + ",\n".join(json.dumps(c, separators=(",", ":")) for c in cases) + "\n]\n")
+        print("%s: %d programs, %d bytes" % (path, len(cases), os.path.getsize(path)))
+    want = lambda name: only is None or name in only
+    cases = []
+    for i, spec in enumerate(EDGE if want("edge") else []):
+        spec = copy.deepcopy(spec)
+        case = {"seed": -1 - i}
+        if "expect_error" in spec:
+            case["expect_error"] = spec.pop("expect_error")
+        else:
+            spec = finish(spec, random.Random(i))
+            case["expect"] = compact(expected(spec))
+        case["spec"] = {k: v for k, v in spec.items() if not k.startswith("_")}
+        cases.append(case)
+    if want("edge"): dump("edge.json", cases)
+    for i, (mode, dt, n) in enumerate(GOLDEN_SETS):
+        cases, seed = [], 100000 + 1000 * i  # each set its own seeds
+        if not want(mode + ("_" + dt if dt else "")): continue
+        while len(cases) < n:
+            seed += 1
+            spec = make_spec(seed, mode, dt)
+            if spec is None: continue
+            case = {"seed": seed, "spec": {k: v for k, v in spec.items() if not k.startswith("_")}}
+            if "expect_error" in spec:
+                case["expect_error"] = spec["expect_error"]
+                if os.path.exists(RUNNER) and "error" not in run_tinyjax(spec):
+                    print("  seed %d (%s): JAX refused (%s), tinyjax ran" % (seed, mode, spec["_jax_error"][:200]))
+            else:
+                exp = expected(spec)
+                case["expect"] = compact(exp)
+                if os.path.exists(RUNNER):  # say now which ones tinyjax fails
+                    bad = compare(exp, run_tinyjax(spec))
+                    if bad: print("  seed %d (%s): tinyjax differs: %s" % (seed, mode, bad[0]))
+            cases.append(case)
+        dump("%s%s.json" % (mode, "_" + dt if dt else ""), cases)
+
+def num(v, digits=9):
+    """v for JSON: 9 significant digits hold any f32 (and bf16) exactly"""
+    if v != v: return "nan"
+    if v in (float("inf"), float("-inf")): return "inf" if v > 0 else "-inf"
+    return float("%.*g" % (digits, v))
+
+def compact(exp):
+    return {k: {"dtype": e["dtype"], "axes": e["axes"], "dims": e["dims"], "data": [num(v, 17 if e["dtype"] == "f64" else 9) for v in e["data"]],
+                "tol": [float("%.3g" % v) for v in e["tol"]]} for k, e in exp.items()}
+
+if __name__ == "__main__":
+    sys.exit(main())
