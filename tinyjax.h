@@ -5219,7 +5219,8 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     tj__attr pa;
     if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
     if (lo < 0 || hi < 0) { /* negative padding crops, as in lax.pad: a slice, then the rest */
-        int64_t d = x->t.dim[tj__axis_index(&x->t, a)], clo = lo < 0 ? -lo : 0, chi = hi < 0 ? -hi : 0;
+        int64_t d = x->t.dim[tj__axis_index(&x->t, a)];
+        int64_t clo = lo < 0 ? (lo <= -d ? d : -lo) : 0, chi = hi < 0 ? (hi <= -d ? d : -hi) : 0; /* (no -INT64_MIN) */
         if (clo >= d || chi >= d - clo) {
             tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) leaves no element of axis '%s' (size %lld)", (long long)lo, (long long)hi, axis,
                     (long long)d);
