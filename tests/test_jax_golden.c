@@ -12,7 +12,7 @@
  * refused it too, or tinyjax documents that it refuses it).
  *
  * Regenerate (needs JAX; rewrites the folder):
- *     /work/venv-jax/bin/python tools/jax_diff.py --golden tests/jax_golden
+ *     python3 tools/jax_diff.py --golden tests/jax_golden
  * (about 10 minutes). All 287 programs take about a second, sanitized. */
 #define JDR_NO_MAIN
 #include "tools/jax_diff_run.c"

@@ -10,9 +10,9 @@ The same program runs in JAX (jax 0.10.2, CPU) and through
 build/jax_diff_run (tools/jax_diff_run.c); outputs, loss and the
 gradient of every float input are compared by axis name.
 
-    /work/venv-jax/bin/python tools/jax_diff.py --seeds 500        # the long run
-    /work/venv-jax/bin/python tools/jax_diff.py --seed 17 --show   # one program
-    /work/venv-jax/bin/python tools/jax_diff.py --golden tests/jax_golden   # regenerate CI goldens
+    python3 tools/jax_diff.py --seeds 500        # the long run
+    python3 tools/jax_diff.py --seed 17 --show   # one program
+    python3 tools/jax_diff.py --golden tests/jax_golden   # regenerate CI goldens
 
 Tolerance, per element, for a result r of dtype dt compared with JAX's j:
     |r - j| <= 2 |j - x| + 8 s + k ulp(dt) max|x|
@@ -44,7 +44,7 @@ try:
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     from jax.ad_checkpoint import checkpoint_name
 except ImportError as e:  # the tool needs JAX: name it instead of a traceback
-    sys.exit("jax_diff.py: needs jax (/work/venv-jax/bin/python, or pip install jax): %s" % e)
+    sys.exit("jax_diff.py: needs jax (pip install jax): %s" % e)
 jax.config.update("jax_enable_x64", True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
