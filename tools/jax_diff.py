@@ -894,7 +894,16 @@ def make_spec(seed, mode=None, dtype=None, big=False):
         except Exception as e:
             msg = str(e).split("\n")[0][:300]
             if os.environ.get("JAX_DIFF_DEBUG"): print("seed %d attempt %d: JAX: %s" % (seed, attempt, msg))
-            if "Differentiation rule" in msg or "not implemented" in msg: continue  # JAX's gap, not a program error
+            if "Differentiation rule" in msg or "not implemented" in msg:
+                # JAX cannot differentiate an op of it (pmax): compare the
+                # forward values and the loss only (tinyjax's gradients of
+                # those ops have finite-difference checks in tests/)
+                for x in spec["inputs"]: x["grad"] = False
+                try:
+                    return finish(spec, random.Random(seed))
+                except Exception as e2:
+                    msg = str(e2).split("\n")[0][:300]
+                    if "Differentiation rule" in msg or "not implemented" in msg: continue  # not even forward: another program
             spec["_jax_error"] = msg
             spec["expect_error"] = "not divisible" if "divisible" in msg or "evenly divide" in msg else ""
             spec["_dtypes"] = {}
