@@ -2281,18 +2281,16 @@ static int tj__tree_may_hold(tj_tree *t, const char *name, const tj_array *a, in
                 name ? name : "(null)");
         return -1;
     }
-    for (i = 0; owned && i < t->n; i++)
+    if (!owned || !a->in_tree) return 0; /* no leaf owns a */
+    for (i = 0; i < t->n; i++) /* the owner in t, to name it */
         if (t->leaf[i].kind == TJ_LEAF_ARRAY && t->leaf[i].arr == a && t->leaf[i].owned && (!name || strcmp(t->leaf[i].name, name))) {
             tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: leaf '%s' would own the array that leaf '%s' already owns (one owner per array: use tj_tree_set_array_ref)",
                     what, name ? name : "(null)", t->leaf[i].name);
             return -2;
         }
-    if (owned && a->in_tree) {
-        tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: leaf '%s' would own an array another tree already owns (one owner per array: use tj_tree_set_array_ref, "
-                "or tj_tree_take it from the other tree first)", what, name ? name : "(null)");
-        return -2;
-    }
-    return 0;
+    tj__err(t->ctx, TJ_ERR_ARG, NULL, 0, "%s: leaf '%s' would own an array another tree already owns (one owner per array: use tj_tree_set_array_ref, "
+            "or tj_tree_take it from the other tree first)", what, name ? name : "(null)");
+    return -2;
 }
 static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line);
 TJDEF tj_array *tj_tree_take_at(const char *file, int line, tj_tree *t, const char *name) {
@@ -5230,8 +5228,8 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
         lo += clo, hi += chi;
         if (!lo && !hi) return x;
     }
-    if (lo < 0 || hi < 0 || lo > TJ__MAXDIM_SIZE || hi > TJ__MAXDIM_SIZE) { /* (and lo + hi cannot overflow) */
-        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) on axis '%s' is negative or more than 2^40", (long long)lo, (long long)hi, axis);
+    if (lo > TJ__MAXDIM_SIZE || hi > TJ__MAXDIM_SIZE) { /* (negative counts were cropped above; lo + hi cannot overflow) */
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "pad: padding (%lld, %lld) on axis '%s' is more than 2^40", (long long)lo, (long long)hi, axis);
         return NULL;
     }
     k = tj__axis_index(&x->t, a);
@@ -11367,6 +11365,7 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
         np = t->nprocs;
         rank = t->rank;
     }
+    timeout = o && o->timeout_s > 0 ? o->timeout_s : 300.0;
     e = getenv("TJ_TIMEOUT");
     if (e && *e && !(o && o->timeout_s > 0)) { /* a typo is an error, not 300 s */
         char *end;
@@ -11375,8 +11374,8 @@ TJDEF tj_status tj_distributed_init(tj_ctx *c, const tj_distributed_opts *o) {
             tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_distributed_init: environment variable TJ_TIMEOUT=\"%.32s\" is not a number of seconds > 0", e);
             return TJ_ERR_ARG;
         }
+        timeout = v;
     }
-    timeout = o && o->timeout_s > 0 ? o->timeout_s : e && atof(e) > 0 ? atof(e) : 300.0;
     if (np <= 1 && !t) { /* one process: the threads transport */
         if (!(P = tj__procs_get(c))) return TJ_ERR_OOM;
         P->timeout_s = P->t->timeout_s = timeout;
