@@ -965,6 +965,7 @@ typedef struct {
     int nbr;        /* the other axes, outermost first: sizes, source and output strides */
     int64_t bdim[TJ_MAXDIM], bsst[TJ_MAXDIM], bdst[TJ_MAXDIM];
 } tjc_tr;
+TJC_PARAMS_FIT(tjc_tr);
 /* the plan for an output of rank dims[] whose axis d is read at source
    stride sst[d] (output strides: row-major); 0 when the plain copy is as
    good (the innermost axis already contiguous in the source, or no axis is) */
@@ -1057,21 +1058,20 @@ extern "C" int tj_cuda_transpose_host(int rank, const int64_t *dims, const int64
     default: return -1;
     }
 }
-/* launch the tiled kernel when the plan applies; 0 when it did not (the caller copies) */
-static int tjc_transpose(tjc_state *s, tj__kern *k, const tjc_cp *c, int *done) {
+/* launch the tiled kernel: the launch's status (0 or 1), or -1 when the
+   plan does not apply (the caller copies) */
+static int tjc_transpose(tjc_state *s, tj__kern *k, const tjc_cp *c) {
     tjc_tr t;
     dim3 blk(TJC_TILE, TJC_TROWS);
-    *done = 0;
-    if (c->sdt != c->ddt || c->sbase || c->dbase || !tjc_tr_plan(c->rank, c->dim, c->sst, &t)) return 0;
+    if (c->sdt != c->ddt || c->sbase || c->dbase || !tjc_tr_plan(c->rank, c->dim, c->sst, &t)) return -1;
     unsigned g = tjc_grid(t.nb * t.tp * t.tq);
     switch (c->es) {
     case 2: tjc_k_transpose<uint16_t><<<g, blk, 0, s->compute>>>(t, (const uint16_t *)k->in[0], (uint16_t *)k->out); break;
     case 4: tjc_k_transpose<uint32_t><<<g, blk, 0, s->compute>>>(t, (const uint32_t *)k->in[0], (uint32_t *)k->out); break;
     case 8: tjc_k_transpose<uint64_t><<<g, blk, 0, s->compute>>>(t, (const uint64_t *)k->in[0], (uint64_t *)k->out); break;
-    default: return 0;
+    default: return -1;
     }
     TJC_LAUNCHED(k, "tjc_k_transpose");
-    *done = 1;
     return 0;
 }
 /* tj__k_copy: relayout (transpose / broadcast) and copy */
@@ -1093,8 +1093,8 @@ static int tjc_copy_op(tjc_state *s, tj__kern *k) {
     tj__bstrides(k->it[0], &k->ot, c.sst);
     tj__strides(&k->ot, c.dst);
     {
-        int done, rc = tjc_transpose(s, k, &c, &done);
-        if (rc || done) return rc;
+        int rc = tjc_transpose(s, k, &c);
+        if (rc >= 0) return rc;
     }
     tjc_k_copy<<<tjc_blocks(c.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(c, k->in[0], k->out);
     TJC_LAUNCHED(k, "tjc_k_copy");
