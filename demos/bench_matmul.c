@@ -94,13 +94,13 @@ static void bench(const int *kind, int nk, int ta, int tb, int M, int N, int K, 
    then OpenBLAS f32 (tinyjax's f32 rate over OpenBLAS's) in runs of its own:
    both libraries' worker threads spin a while after a call, which would slow
    whichever runs next */
-/* the last report's f32 and OpenBLAS medians (0: no OpenBLAS), and while
-   collecting, every report's bf16/f32 ratio */
-static double last_f32, last_blas, ratio[32];
-static int collect, nratio;
-static void report(const char *label, int ta, int tb, int M, int N, int K, int nt, const double *peak) {
+typedef struct {
+    double f32, bf16, blas; /* medians in GFLOP/s (blas: 0 without OpenBLAS) */
+} rates;
+static rates report(const char *label, int ta, int tb, int M, int N, int K, int nt, const double *peak) {
     static const int ours[2] = {K_F32, K_BF16}, blas[1] = {K_BLAS};
     double g[2], best[2], gl = 0, bl;
+    rates r;
     bench(ours, 2, ta, tb, M, N, K, nt, g, best);
     printf("%-36s %s%s M=%5d N=%5d K=%5d thr=%d f32 %6.1f GFLOP/s %5.1f%% of peak (best %6.1f) | bf16 %6.1f (%4.2fx f32)",
            label, ta ? "T" : "N", tb ? "T" : "N", M, N, K, nt, g[0], 100.0 * g[0] / peak[nt], best[0], g[1], g[1] / g[0]);
@@ -109,15 +109,39 @@ static void report(const char *label, int ta, int tb, int M, int N, int K, int n
         printf(" | OpenBLAS f32 %6.1f (tinyjax %4.2fx)", gl, g[0] / gl);
     }
     printf("\n");
-    last_f32 = g[0];
-    last_blas = gl;
-    if (collect && nratio < 32) ratio[nratio++] = g[1] / g[0];
     fflush(stdout);
+    r.f32 = g[0];
+    r.bf16 = g[1];
+    r.blas = gl;
+    return r;
 }
 
+/* GPT-2 124M's matmuls at B*T=256 (issue #16's weakest shape: fwd proj) */
+static const struct {
+    const char *label;
+    int ta, tb, M, N, K;
+} gpt2_shapes[] = {
+    {"fwd qkv (256x768)*(768x2304)", 0, 0, 256, 2304, 768},
+    {"fwd fc (256x768)*(768x3072)", 0, 0, 256, 3072, 768},
+    {"fwd proj (256x3072)*(3072x768)", 0, 0, 256, 768, 3072},
+    {"fwd lm head (256x768)*(768x50304)", 0, 0, 256, 50304, 768},
+    /* llm.c layout: weights stored (OC x C), out = inp * W^T */
+    {"fwd qkv, W stored OCxC", 0, 1, 256, 2304, 768},
+    {"fwd lm head, W stored OCxC", 0, 1, 256, 50304, 768},
+    /* backward: dinp = dout * W (W stored OC x C), dW = dout^T * inp */
+    {"bwd dinp fc (256x3072)*(3072x768)", 0, 0, 256, 768, 3072},
+    {"bwd dinp lm (256x50304)*(50304x768)", 0, 0, 256, 768, 50304},
+    {"bwd dW qkv dout^T*inp", 1, 0, 2304, 768, 256},
+    {"bwd dW fc dout^T*inp", 1, 0, 3072, 768, 256},
+    {"bwd dW lm dout^T*inp", 1, 0, 50304, 768, 256},
+    {"bwd dinp, W stored CxOC: dout*W^T", 0, 1, 256, 768, 2304},
+};
+#define NSHAPES ((int)(sizeof gpt2_shapes / sizeof *gpt2_shapes))
+#define WEAKEST 2
+
 int main(int argc, char **argv) {
-    double peak[3], weakest = 0;
-    int nt;
+    double peak[3], weakest = 0, ratio[NSHAPES];
+    int nt, i;
     if (argc > 2 || (argc > 1 && atoi(argv[1]) < 1)) { /* --help, or not a count */
         fprintf(stderr, "usage: bench_matmul [timed runs per shape (11; fewer than 10 count as 10)]\n");
         return 2;
@@ -135,24 +159,13 @@ int main(int argc, char **argv) {
     report("(768x3072)*(3072x768)", 0, 0, 768, 768, 3072, 2, peak);
     for (nt = 1; nt <= 2; nt++) {
         printf("-- GPT-2 124M, B*T=256, %d thread%s --\n", nt, nt > 1 ? "s" : "");
-        collect = nt == 2;
-        report("fwd qkv (256x768)*(768x2304)", 0, 0, 256, 2304, 768, nt, peak);
-        report("fwd fc (256x768)*(768x3072)", 0, 0, 256, 3072, 768, nt, peak);
-        report("fwd proj (256x3072)*(3072x768)", 0, 0, 256, 768, 3072, nt, peak);
-        if (nt == 2 && last_blas > 0) weakest = last_blas / last_f32; /* issue #16's weakest shape */
-        report("fwd lm head (256x768)*(768x50304)", 0, 0, 256, 50304, 768, nt, peak);
-        /* llm.c layout: weights stored (OC x C), out = inp * W^T */
-        report("fwd qkv, W stored OCxC", 0, 1, 256, 2304, 768, nt, peak);
-        report("fwd lm head, W stored OCxC", 0, 1, 256, 50304, 768, nt, peak);
-        /* backward: dinp = dout * W (W stored OC x C), dW = dout^T * inp */
-        report("bwd dinp fc (256x3072)*(3072x768)", 0, 0, 256, 768, 3072, nt, peak);
-        report("bwd dinp lm (256x50304)*(50304x768)", 0, 0, 256, 768, 50304, nt, peak);
-        report("bwd dW qkv dout^T*inp", 1, 0, 2304, 768, 256, nt, peak);
-        report("bwd dW fc dout^T*inp", 1, 0, 3072, 768, 256, nt, peak);
-        report("bwd dW lm dout^T*inp", 1, 0, 50304, 768, 256, nt, peak);
-        report("bwd dinp, W stored CxOC: dout*W^T", 0, 1, 256, 768, 2304, nt, peak);
+        for (i = 0; i < NSHAPES; i++) {
+            rates r = report(gpt2_shapes[i].label, gpt2_shapes[i].ta, gpt2_shapes[i].tb, gpt2_shapes[i].M, gpt2_shapes[i].N, gpt2_shapes[i].K, nt, peak);
+            if (nt < 2) continue; /* the figures are the 2-thread ones */
+            ratio[i] = r.bf16 / r.f32;
+            if (i == WEAKEST && r.blas > 0) weakest = r.blas / r.f32;
+        }
     }
-    collect = 0;
     printf("-- larger batch, 2 threads --\n");
     report("fwd fc B*T=4096", 0, 1, 4096, 3072, 768, 2, peak);
     report("bwd dW fc B*T=4096", 1, 0, 3072, 768, 4096, 2, peak);
@@ -160,8 +173,8 @@ int main(int argc, char **argv) {
     /* ./build.sh bench's table (issue #16 items 2 and 4): the median bf16/f32
        rate over the GPT-2 shapes on 2 threads; OpenBLAS's rate over ours on
        the weakest shape (at most 1.10: within 10%) */
-    qsort(ratio, (size_t)nratio, sizeof(double), cmp_double);
-    if (nratio) printf("figure: bf16 / f32 matmul rate; %.2f; 1.7; x; higher\n", ratio[nratio / 2]);
+    qsort(ratio, (size_t)NSHAPES, sizeof(double), cmp_double);
+    printf("figure: bf16 / f32 matmul rate; %.2f; 1.7; x; higher\n", ratio[NSHAPES / 2]);
     if (weakest > 0) printf("figure: OpenBLAS/tinyjax, weakest shape; %.2f; 1.10; x\n", weakest);
     tj__sgemm_shutdown();
     return 0;
