@@ -483,6 +483,22 @@ TJDEF tj_v tj_softmax_at(const char *f, int l, tj_v x, const char *axis);
 TJDEF tj_v tj_log_softmax_at(const char *f, int l, tj_v x, const char *axis);
 TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, double eps);
 TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v logits, tj_v labels, const char *class_axis, const char *mean_axes);
+/* Fused scaled dot-product attention, flash-style: for each query position
+   out = sum over kpos of softmax_kpos(scale * q.k) v, where q.k sums over
+   `dim`, without ever making the (qpos, kpos) scores or probabilities as
+   values: the kernel keeps a running max and sum per query (online softmax)
+   and saves only the output and each query's log-sum-exp for the backward
+   pass, which recomputes the probabilities. q is (batch..., qpos, dim), k
+   (batch..., kpos, dim) and v (batch..., kpos, dim') with the same batch
+   axes (any names, any order; dim' may differ in size from dim); out has
+   q's batch axes, qpos and dim' (its axis order: batch axes as in q, then
+   qpos, then dim). causal: query i sees keys j <= i only (JAX's is_causal,
+   top-left aligned). scale 0 means 1/sqrt(size of dim). f32 and bf16 compute
+   in f32, f64 in f64; the same result as softmax(causal_mask(dot)) . v
+   within rounding. On a mesh, batch axes may stay sharded (k and v follow
+   q); qpos, kpos and dim are gathered whole. dim and dim' at most 1024. */
+#define tj_attention(q, k, v, qpos, kpos, dim, scale, causal) tj_attention_at(TJ_AT, q, k, v, qpos, kpos, dim, scale, causal)
+TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const char *qpos, const char *kpos, const char *dim, double scale, int causal);
 
 /* ---- random numbers (counter-based) ----
    Element i of a random tensor (its row-major index in the full shape) has
@@ -2524,6 +2540,7 @@ typedef struct {
     int reg;                     /* custom, custom_vjp: the op's registry slot */
     int ncarry, nx, ncap;        /* scan: inputs are carry, xs, captures     */
     int length, reverse;         /* scan: iterations, direction              */
+    int causal;                  /* attention: keys j <= query i only        */
     signed char perm[TJ_MAXDEV]; /* ppermute: destination rank of each rank, -1 none */
 } tj__attr;
 
@@ -2712,6 +2729,8 @@ typedef struct {
     X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                 \
     X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                           \
     X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                     \
+    X(ATTENTION, "attention", TJ__MULTI, tj__k_attention, tj__vjp_attention, tj__flops_attention, 0, tj__sh_given, tj__pr_attention)            \
+    X(ATTENTION_GRAD, "attention_grad", TJ__MULTI, tj__k_attention_grad, tj__vjp_attention_grad, tj__flops_attention, tj__attention_scratch, tj__sh_given, tj__pr_attention) \
     X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                          \
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_name)                                                \
     X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                                      \
@@ -6095,6 +6114,337 @@ static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
     return TJ_OK;
 }
 
+/* ---- attention (flash-style) ----
+   tj_attention lays q, k and v out as [batch..., pos, dim] (the batch axes
+   in q's order; a relayout node where they are not) and makes one
+   ATTENTION node with two outputs: out [batch..., qpos, dim'] and the
+   log-sum-exp of each query's scaled scores, lse [batch..., qpos] (f32;
+   f64 for f64), which only the backward pass reads. Its VJP is one
+   ATTENTION_GRAD node: inputs q, k, v, out, lse, d_out, outputs dq, dk, dv.
+   With P = exp(s - lse) the probabilities and D_i = sum_c d_out[i,c] out[i,c]:
+       dv_j = sum_i P_ij d_out_i       ds_ij = P_ij (d_out_i . v_j - D_i)
+       dk_j = scale sum_i ds_ij q_i    dq_i  = scale sum_j ds_ij k_j
+   The CPU kernels below compute rows in f32 (f64 for f64): the forward
+   splits the query rows over the threads, the backward first computes D
+   (its workspace), then dk and dv by key rows and dq by query rows, so no
+   two threads ever add into one row and every run gives the same bits. */
+static int tj__add_proj(tj_node *m, const tj__type *t, int space); /* in [7] */
+#define TJ__ATTN_MAXD 1024 /* dim and dim' (the kernels keep rows on the stack) */
+static tj_node *tj__attn_layout(const char *f, int l, tj_node *x, const tj__type *q, int qpos, int qdim, int pos, int dim) {
+    tj__type t = x->t;
+    int i, k, same = 1;
+    t.rank = 0;
+    for (i = 0; i < q->rank; i++) /* q's batch axes in q's order, then pos, then dim */
+        if (q->ax[i] != qpos && q->ax[i] != qdim) {
+            k = tj__axis_index(&x->t, q->ax[i]);
+            t.ax[t.rank] = x->t.ax[k], t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
+        }
+    k = tj__axis_index(&x->t, pos);
+    t.ax[t.rank] = pos, t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
+    k = tj__axis_index(&x->t, dim);
+    t.ax[t.rank] = dim, t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
+    for (i = 0; i < t.rank; i++) same &= t.ax[i] == x->t.ax[i];
+    return same ? x : tj__relayout(f, l, x, &t);
+}
+/* the sharding the op wants for x: q's batch axes' mesh axes (after q's
+   qpos and dim are made whole), every other axis whole */
+static tj_node *tj__attn_fit(const char *f, int l, tj_node *x, const tj__type *q, int qpos, int qdim) {
+    uint8_t want[TJ_MAXDIM];
+    int i, k, need = x->t.partial != 0;
+    for (i = 0; i < x->t.rank; i++) {
+        k = tj__axis_index(q, x->t.ax[i]);
+        want[i] = k < 0 || q->ax[k] == qpos || q->ax[k] == qdim ? 0 : q->sh[k];
+        need |= want[i] != x->t.sh[i];
+    }
+    return need ? tj__reshard(x, want, "attention", f, l) : x;
+}
+TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const char *qpos, const char *kpos, const char *dim, double scale, int causal) {
+    tj_ctx *c;
+    tj_node *x[3], *n;
+    tj_graph *ig;
+    tj__type to, tl, dummy;
+    tj__attr at;
+    int qp, kp, d, i, j;
+    unsigned u = 0;
+    char b1[256], b2[256], b3[256];
+    if (tj__any_null("attention", f, l, 3, q, k, v)) return NULL;
+    c = q->g->ctx;
+    if (q->t.dt != k->t.dt || q->t.dt != v->t.dt || !tj__isfloat(q->t.dt)) {
+        tj__err(c, TJ_ERR_DTYPE, f, l, "attention: q, k and v must share a float dtype: %s, %s, %s", tj_v_describe(q, b1, sizeof b1),
+                tj_v_describe(k, b2, sizeof b2), tj_v_describe(v, b3, sizeof b3));
+        return NULL;
+    }
+    if ((qp = tj__one_axis(q, qpos, "attention (q)", f, l)) < 0 || (d = tj__one_axis(q, dim, "attention (q)", f, l)) < 0 ||
+        (kp = tj__one_axis(k, kpos, "attention (k)", f, l)) < 0 || tj__one_axis(k, dim, "attention (k)", f, l) < 0 ||
+        tj__one_axis(v, kpos, "attention (v)", f, l) < 0 || tj__one_axis(v, dim, "attention (v)", f, l) < 0)
+        return NULL;
+    if (qp == d || kp == d) {
+        tj__err(c, TJ_ERR_AXIS, f, l, "attention: the position axes ('%s', '%s') and the contracted axis '%s' must differ", qpos, kpos, dim);
+        return NULL;
+    }
+    /* k and v: q's batch axes (same sizes), kpos and dim, nothing else */
+    for (j = 0; j < 2; j++) {
+        tj_v y = j ? v : k;
+        int ok = y->t.rank == q->t.rank;
+        for (i = 0; ok && i < q->t.rank; i++) {
+            int a = q->t.ax[i], ky = tj__axis_index(&y->t, a == qp ? kp : a);
+            ok = ky >= 0 && (a == qp || (a == d && j) || y->t.dim[ky] == q->t.dim[i]);
+        }
+        if (!ok) {
+            tj__err(c, TJ_ERR_SHAPE, f, l, "attention: %s must have q's batch axes (same sizes), '%s' and '%s'%s: q is %s, %s is %s", j ? "v" : "k", kpos, dim,
+                    j ? "" : " (the size of q's)", tj_v_describe(q, b1, sizeof b1), j ? "v" : "k", tj_v_describe(y, b2, sizeof b2));
+            return NULL;
+        }
+    }
+    if (k->t.dim[tj__axis_index(&k->t, kp)] != v->t.dim[tj__axis_index(&v->t, kp)]) {
+        tj__err(c, TJ_ERR_SHAPE, f, l, "attention: '%s' has size %lld in k but %lld in v", kpos, (long long)k->t.dim[tj__axis_index(&k->t, kp)],
+                (long long)v->t.dim[tj__axis_index(&v->t, kp)]);
+        return NULL;
+    }
+    if (q->t.dim[tj__axis_index(&q->t, d)] > TJ__ATTN_MAXD || v->t.dim[tj__axis_index(&v->t, d)] > TJ__ATTN_MAXD) {
+        tj__err(c, TJ_ERR_UNSUPPORTED, f, l, "attention: '%s' of size %lld (q) / %lld (v): at most %d", dim, (long long)q->t.dim[tj__axis_index(&q->t, d)],
+                (long long)v->t.dim[tj__axis_index(&v->t, d)], TJ__ATTN_MAXD);
+        return NULL;
+    }
+    if (scale != scale || scale == INFINITY || scale == -INFINITY) {
+        tj__err(c, TJ_ERR_ARG, f, l, "attention: scale %g is not finite (0: 1/sqrt(size of '%s'))", scale, dim);
+        return NULL;
+    }
+    if (scale == 0) scale = 1.0 / sqrt((double)q->t.dim[tj__axis_index(&q->t, d)]);
+    x[0] = q, x[1] = k, x[2] = v;
+    if (!(ig = tj__inner(3, x, "attention", f, l))) return NULL;
+    if (c->nmesh && !ig->manual) { /* fit before the relayouts, so that they copy slices */
+        if (!(x[0] = tj__attn_fit(f, l, q, &q->t, qp, d))) return NULL;
+        for (i = 1; i < 3; i++)
+            if (!(x[i] = tj__attn_fit(f, l, x[i], &x[0]->t, qp, d))) return NULL;
+    } else if (ig->manual && ig->check) { /* every output varies like the union of the inputs */
+        for (i = 0; i < 3; i++) u |= x[i]->t.vary;
+        for (i = 0; i < 3; i++)
+            if (x[i]->t.vary != u && !(x[i] = tj__pvary(x[i], u & ~x[i]->t.vary, "attention", f, l))) return NULL;
+    }
+    for (i = 2; i >= 0; i--) /* q last: the others take its batch order */
+        if (!(x[i] = tj__attn_layout(f, l, x[i], &x[0]->t, qp, d, i ? kp : qp, d))) return NULL;
+    memset(&at, 0, sizeof at);
+    at.s = scale;
+    at.causal = causal != 0;
+    at.axis = qp, at.axis2 = kp;
+    at.axes[0] = d, at.naxes = 1;
+    memset(&dummy, 0, sizeof dummy);
+    dummy.dt = TJ_I32;
+    if (!(ig = tj__inner(3, x, "attention", f, l)) || !(n = tj__node(ig, TJ__OP_ATTENTION, &dummy, 3, x, &at, f, l))) return NULL;
+    to = n->in[0]->t; /* out: q's layout with dim' */
+    to.dim[to.rank - 1] = n->in[2]->t.dim[to.rank - 1];
+    to.partial = 0;
+    tl = to; /* lse: without dim */
+    tl.rank--;
+    tl.sh[tl.rank] = 0;
+    tl.dt = to.dt == TJ_F64 ? TJ_F64 : TJ_F32;
+    if (tj__add_proj(n, &to, TJ_SPACE_DEVICE) || tj__add_proj(n, &tl, TJ_SPACE_DEVICE)) return NULL;
+    return n->proj[0];
+}
+static tj_status tj__vjp_attention(tj_node *n, tj_v g, tj_v *gin) {
+    tj_ctx *c = n->g->ctx;
+    tj_node *in[6], *m, *o = n->proj[0];
+    tj__type dummy;
+    int i;
+    (void)g;
+    for (i = 0; i < 3; i++) in[i] = n->in[i];
+    in[3] = o, in[4] = n->proj[1]; /* (lse is no public value: only out has a cotangent) */
+    if (!(in[5] = tj__fit(n->file, n->line, c->proj_ct[o->id], &o->t))) return c->status;
+    memset(&dummy, 0, sizeof dummy);
+    dummy.dt = TJ_I32;
+    if (!(m = tj__node(tj__inner(6, in, "attention", n->file, n->line), TJ__OP_ATTENTION_GRAD, &dummy, 6, in, &n->a, n->file, n->line)))
+        return c->status ? c->status : TJ_ERR_OOM;
+    for (i = 0; i < 3; i++) {
+        if (tj__add_proj(m, &m->in[i]->t, TJ_SPACE_DEVICE)) return c->status;
+        gin[i] = m->proj[i];
+    }
+    return TJ_OK;
+}
+static tj_status tj__vjp_attention_grad(tj_node *n, tj_v g, tj_v *gin) {
+    (void)g, (void)gin;
+    tj__err(n->g->ctx, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: attention has no second derivative (its backward is one fused op): for "
+            "higher-order derivatives write it as dot, causal_mask and softmax");
+    return TJ_ERR_UNSUPPORTED;
+}
+/* sizes from the local types: nb rows of (batch...), tq queries, tk keys */
+typedef struct {
+    const tj__kern *k;
+    int64_t nb, tq, tk, d, dv;
+    double scale;
+    int causal;
+    void *dl; /* backward: D per query row (f32, or f64 for f64) */
+} tj__attn;
+static void tj__attn_init(const tj__kern *k, tj__attn *a) {
+    const tj__type *q = k->it[0], *v = k->it[2];
+    a->k = k;
+    a->tq = q->dim[q->rank - 2];
+    a->d = q->dim[q->rank - 1];
+    a->tk = v->dim[v->rank - 2];
+    a->dv = v->dim[v->rank - 1];
+    a->nb = tj__numel(q) / (a->tq * a->d); /* (no axis is empty) */
+    a->scale = k->n->a.s;
+    a->causal = k->n->a.causal;
+    a->dl = k->scratch;
+}
+/* the keys query i sees */
+static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
+/* The row loops, once for float (f32 and bf16 data) and once for double
+   (f64): rows of another dtype are converted into a stack buffer. The dot
+   keeps 8 partial sums so that it vectorises without reassociating. */
+#define TJ__ATTN_ROWS(T, SFX, LOADN, STOREN, NATIVE)                                                                                   \
+    static const T *tj__attn_ld_##SFX(const void *p, tj_dtype dt, int64_t off, int64_t n, T *buf) {                                    \
+        if (dt == NATIVE) return (const T *)p + off;                                                                                   \
+        LOADN(p, dt, off, 1, n, buf);                                                                                                  \
+        return buf;                                                                                                                    \
+    }                                                                                                                                  \
+    static T tj__attn_dot_##SFX(const T *a, const T *b, int64_t n) {                                                                  \
+        T s[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                                                             \
+        int64_t c, t;                                                                                                                  \
+        for (c = 0; c + 8 <= n; c += 8)                                                                                                \
+            for (t = 0; t < 8; t++) s[t] += a[c + t] * b[c + t];                                                                       \
+        for (; c < n; c++) s[0] += a[c] * b[c];                                                                                        \
+        return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));                                                      \
+    }                                                                                                                                  \
+    static void tj__attn_fwd_##SFX(const void *arg, int part, int nparts) {                                                            \
+        const tj__attn *a = (const tj__attn *)arg;                                                                                     \
+        const tj__kern *k = a->k;                                                                                                      \
+        tj_dtype dt = k->it[0]->dt;                                                                                                    \
+        T qb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], acc[TJ__ATTN_MAXD], ls;                                             \
+        int64_t rows = a->nb * a->tq, r, j, c;                                                                                         \
+        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
+            int64_t b = r / a->tq, nk = tj__attn_nkeys(a, r % a->tq);                                                                  \
+            const T *qi = tj__attn_ld_##SFX(k->in[0], dt, r * a->d, a->d, qb);                                                         \
+            T m = -INFINITY, sum = 0;                                                                                                  \
+            int nan = 0;                                                                                                               \
+            for (c = 0; c < a->dv; c++) acc[c] = 0;                                                                                    \
+            for (j = 0; j < nk; j++) {                                                                                                 \
+                const T *kj = tj__attn_ld_##SFX(k->in[1], dt, (b * a->tk + j) * a->d, a->d, kb), *vj;                                 \
+                T s = (T)a->scale * tj__attn_dot_##SFX(qi, kj, a->d), p;                                                               \
+                if (s != s) nan = 1;                                                                                                   \
+                if (s == -INFINITY || nan) continue; /* an exp of 0 */                                                                 \
+                if (s > m) { /* a new max: rescale what was summed so far */                                                           \
+                    T cr = (T)exp(m - s);                                                                                              \
+                    sum *= cr;                                                                                                         \
+                    for (c = 0; c < a->dv; c++) acc[c] *= cr;                                                                          \
+                    m = s;                                                                                                             \
+                }                                                                                                                      \
+                p = (T)exp(s - m);                                                                                                     \
+                sum += p;                                                                                                              \
+                vj = tj__attn_ld_##SFX(k->in[2], dt, (b * a->tk + j) * a->dv, a->dv, vb);                                             \
+                for (c = 0; c < a->dv; c++) acc[c] += p * vj[c];                                                                       \
+            }                                                                                                                          \
+            if (nan || sum == 0 || m == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */      \
+                for (c = 0; c < a->dv; c++) acc[c] = (T)NAN;                                                                           \
+                ls = (T)NAN;                                                                                                           \
+            } else {                                                                                                                   \
+                for (c = 0; c < a->dv; c++) acc[c] /= sum;                                                                             \
+                ls = m + (T)log(sum);                                                                                                  \
+            }                                                                                                                          \
+            STOREN(k->pout[0], dt, r * a->dv, 1, a->dv, acc);                                                                          \
+            STOREN(k->pout[1], dt == TJ_F64 ? TJ_F64 : TJ_F32, r, 1, 1, &ls);                                                          \
+        }                                                                                                                              \
+    }                                                                                                                                  \
+    /* D_i = d_out_i . out_i */                                                                                                        \
+    static void tj__attn_dl_##SFX(const void *arg, int part, int nparts) {                                                             \
+        const tj__attn *a = (const tj__attn *)arg;                                                                                     \
+        const tj__kern *k = a->k;                                                                                                      \
+        tj_dtype dt = k->it[0]->dt;                                                                                                    \
+        T ob[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD];                                                                                       \
+        int64_t rows = a->nb * a->tq, r;                                                                                               \
+        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
+            ((T *)a->dl)[r] = tj__attn_dot_##SFX(tj__attn_ld_##SFX(k->in[5], dt, r * a->dv, a->dv, gb),                                \
+                                                 tj__attn_ld_##SFX(k->in[3], dt, r * a->dv, a->dv, ob), a->dv);                        \
+        }                                                                                                                              \
+    }                                                                                                                                  \
+    /* ds_ij (and P_ij in *p) for query row qr = b*tq+i and key row kr = b*tk+j */                                                     \
+    static T tj__attn_ds_##SFX(const tj__attn *a, const T *qi, const T *gi, const T *kj, const T *vj, int64_t qr, T *p) {              \
+        const tj__kern *k = a->k;                                                                                                      \
+        T s = (T)a->scale * tj__attn_dot_##SFX(qi, kj, a->d);                                                                          \
+        *p = (T)exp(s - (T)tj__ld(k->in[4], k->it[4]->dt, qr));                                                                        \
+        return *p * (tj__attn_dot_##SFX(gi, vj, a->dv) - ((const T *)a->dl)[qr]);                                                      \
+    }                                                                                                                                  \
+    /* dk_j and dv_j: key rows, each summing over the queries that see it */                                                           \
+    static void tj__attn_dkv_##SFX(const void *arg, int part, int nparts) {                                                            \
+        const tj__attn *a = (const tj__attn *)arg;                                                                                     \
+        const tj__kern *k = a->k;                                                                                                      \
+        tj_dtype dt = k->it[0]->dt;                                                                                                    \
+        T qb[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], dk[TJ__ATTN_MAXD], dv[TJ__ATTN_MAXD];          \
+        int64_t rows = a->nb * a->tk, r, i, c;                                                                                         \
+        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
+            int64_t b = r / a->tk, j = r % a->tk;                                                                                      \
+            const T *kj = tj__attn_ld_##SFX(k->in[1], dt, r * a->d, a->d, kb), *vj = tj__attn_ld_##SFX(k->in[2], dt, r * a->dv, a->dv, vb); \
+            for (c = 0; c < a->d; c++) dk[c] = 0;                                                                                      \
+            for (c = 0; c < a->dv; c++) dv[c] = 0;                                                                                     \
+            for (i = a->causal ? j : 0; i < a->tq; i++) {                                                                              \
+                int64_t qr = b * a->tq + i;                                                                                            \
+                const T *qi = tj__attn_ld_##SFX(k->in[0], dt, qr * a->d, a->d, qb), *gi = tj__attn_ld_##SFX(k->in[5], dt, qr * a->dv, a->dv, gb); \
+                T p, ds = tj__attn_ds_##SFX(a, qi, gi, kj, vj, qr, &p);                                                                \
+                for (c = 0; c < a->dv; c++) dv[c] += p * gi[c];                                                                        \
+                for (c = 0; c < a->d; c++) dk[c] += ds * qi[c];                                                                        \
+            }                                                                                                                          \
+            for (c = 0; c < a->d; c++) dk[c] *= (T)a->scale;                                                                           \
+            STOREN(k->pout[1], dt, r * a->d, 1, a->d, dk);                                                                             \
+            STOREN(k->pout[2], dt, r * a->dv, 1, a->dv, dv);                                                                           \
+        }                                                                                                                              \
+    }                                                                                                                                  \
+    /* dq_i: query rows, each summing over the keys it sees */                                                                         \
+    static void tj__attn_dq_##SFX(const void *arg, int part, int nparts) {                                                             \
+        const tj__attn *a = (const tj__attn *)arg;                                                                                     \
+        const tj__kern *k = a->k;                                                                                                      \
+        tj_dtype dt = k->it[0]->dt;                                                                                                    \
+        T qb[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], dq[TJ__ATTN_MAXD];                              \
+        int64_t rows = a->nb * a->tq, r, j, c;                                                                                         \
+        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
+            int64_t b = r / a->tq, nk = tj__attn_nkeys(a, r % a->tq);                                                                  \
+            const T *qi = tj__attn_ld_##SFX(k->in[0], dt, r * a->d, a->d, qb), *gi = tj__attn_ld_##SFX(k->in[5], dt, r * a->dv, a->dv, gb); \
+            for (c = 0; c < a->d; c++) dq[c] = 0;                                                                                      \
+            for (j = 0; j < nk; j++) {                                                                                                 \
+                const T *kj = tj__attn_ld_##SFX(k->in[1], dt, (b * a->tk + j) * a->d, a->d, kb);                                       \
+                const T *vj = tj__attn_ld_##SFX(k->in[2], dt, (b * a->tk + j) * a->dv, a->dv, vb);                                     \
+                T p, ds = tj__attn_ds_##SFX(a, qi, gi, kj, vj, r, &p);                                                                 \
+                for (c = 0; c < a->d; c++) dq[c] += ds * kj[c];                                                                        \
+            }                                                                                                                          \
+            for (c = 0; c < a->d; c++) dq[c] *= (T)a->scale;                                                                           \
+            STOREN(k->pout[0], dt, r * a->d, 1, a->d, dq);                                                                             \
+        }                                                                                                                              \
+    }
+TJ__ATTN_ROWS(float, f, tj__load_nf, tj__store_nf, TJ_F32)
+TJ__ATTN_ROWS(double, d, tj__load_n, tj__store_n, TJ_F64)
+#undef TJ__ATTN_ROWS
+static int tj__attn_parts(const tj__kern *k, int64_t rows, int64_t per_row) {
+    int np = tj__nparts(rows * per_row, k->nthreads);
+    return np < rows ? np : (int)rows;
+}
+static void tj__k_attention(tj__kern *k) {
+    tj__attn a;
+    int f64 = k->it[0]->dt == TJ_F64;
+    tj__attn_init(k, &a);
+    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), f64 ? tj__attn_fwd_d : tj__attn_fwd_f, &a);
+}
+static void tj__k_attention_grad(tj__kern *k) {
+    tj__attn a;
+    int f64 = k->it[0]->dt == TJ_F64;
+    tj__attn_init(k, &a);
+    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.dv), f64 ? tj__attn_dl_d : tj__attn_dl_f, &a);
+    tj__parallel(tj__attn_parts(k, a.nb * a.tk, a.tq * (a.d + a.dv)), f64 ? tj__attn_dkv_d : tj__attn_dkv_f, &a);
+    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), f64 ? tj__attn_dq_d : tj__attn_dq_f, &a);
+}
+/* the backward's workspace: D, one per query row (local shapes) */
+static int64_t tj__attention_scratch(const tj_node *n) {
+    const tj__type *q = &n->in[0]->lt;
+    return tj__align(tj__numel(q) / q->dim[q->rank - 1] * (q->dt == TJ_F64 ? 8 : 4));
+}
+/* multiply-adds of the (query, key) pairs each pass visits (causal: about half) */
+static double tj__flops_attention(const tj_node *n) {
+    const tj__type *q = &n->in[0]->t, *v = &n->in[2]->t;
+    double tq = (double)q->dim[q->rank - 2], tk = (double)v->dim[v->rank - 2], d = (double)q->dim[q->rank - 1], dv = (double)v->dim[v->rank - 1];
+    double nb = (double)tj__numel(q) / (tq * d), pairs = nb * tq * tk;
+    if (n->a.causal) pairs = nb * (tq <= tk ? tq * (tq + 1) / 2 : tk * (tk + 1) / 2 + (tq - tk) * tk);
+    /* forward: s and p v; backward: s, dp, dv, dk by keys, then s, dp, dq by queries */
+    return 2.0 * pairs * (n->op == TJ__OP_ATTENTION ? d + dv : 4 * d + 3 * dv);
+}
+
 /* ---- identities: stop_gradient, name, copy; and parameters ---- */
 TJDEF tj_v tj_stop_gradient_at(const char *f, int l, tj_v x) { return x ? tj__node(x->g, TJ__OP_STOP_GRADIENT, &x->t, 1, &x, NULL, f, l) : NULL; }
 TJDEF tj_v tj_checkpoint_name_at(const char *f, int l, tj_v x, const char *name) {
@@ -6193,7 +6543,6 @@ static int64_t tj__global_index(const tj__kern *k, int64_t i) {
    device's block; its VJP rule, if any, is a traced function. Outside
    shard_map the sharding rule cannot know what the kernel does with a
    block, so its inputs are first made whole (replicated). */
-static int tj__add_proj(tj_node *m, const tj__type *t, int space); /* in [7] */
 struct tj__opreg {
     tj_op_def d;
     char *name;
@@ -6415,6 +6764,7 @@ static void tj__pr_name(const tj_node *n, FILE *f);
 static void tj__pr_const(const tj_node *n, FILE *f);
 static void tj__pr_dot(const tj_node *n, FILE *f);
 static void tj__pr_custom(const tj_node *n, FILE *f);
+static void tj__pr_attention(const tj_node *n, FILE *f);
 static void tj__pr_mesh(const tj_node *n, FILE *f);
 static void tj__pr_coll(const tj_node *n, FILE *f);
 static void tj__k_all_gather(tj__kern *k); /* collectives: [11], transports */
@@ -13241,6 +13591,10 @@ static void tj__pr_const(const tj_node *n, FILE *f) { /* fill's value, pows' exp
 }
 static void tj__pr_dot(const tj_node *n, FILE *f) { fprintf(f, " contract=%d%s%s", n->a.nk, n->a.trans_a ? " aT" : "", n->a.trans_b ? " bT" : ""); }
 static void tj__pr_custom(const tj_node *n, FILE *f) { fprintf(f, " '%s'", n->g->ctx->ops[n->a.reg].name); }
+static void tj__pr_attention(const tj_node *n, FILE *f) {
+    fprintf(f, " over %s, %s x %s, scale %g%s", tj__name(n->g->ctx, n->a.axes[0]), tj__name(n->g->ctx, n->a.axis), tj__name(n->g->ctx, n->a.axis2), n->a.s,
+            n->a.causal ? ", causal" : "");
+}
 static void tj__pr_mesh(const tj_node *n, FILE *f) {
     char mb[64];
     fprintf(f, " over %s (no data moves)", tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb));

@@ -173,6 +173,17 @@ static tj_v op_y(const char *c, tj_v a, tj_v b, tj_v cc, tj_v idx) {
     if (IS("sq:layer_norm")) return tj_pows(tj_layer_norm(a, "e", 1e-5), 2.0);
     if (IS("sq:softmax")) return tj_pows(tj_softmax(a, "k"), 2.0);
     if (IS("sq:cross_entropy")) return tj_pows(tj_cross_entropy(a, idx, "cls", NULL), 2.0);
+    /* attention: a = q [.., q, d], b = k [.., k, d], c = v [.., k, e or d] */
+    if (IS("attention")) return tj_attention(a, b, cc, "q", "k", "d", 0.7, 0);
+    if (IS("attention:causal")) return tj_attention(a, b, cc, "q", "k", "d", 0, 1);
+    if (IS("attention:composed") || IS("attention:composed causal")) { /* the same from dot, causal_mask and softmax */
+        tj_v s = tj_dot(tj_muls(a, IS("attention:composed") ? 0.7 : 1.0 / sqrt((double)tj_v_dim(a, "d"))), b, "d");
+        if (IS("attention:composed causal")) s = tj_causal_mask(s, "q", "k", -INFINITY);
+        return tj_dot(tj_softmax(s, "k"), cc, "k");
+    }
+    /* attention's log-sum-exp output feeds the backward through d_lse too
+       when the loss uses the output's square (a second output use) */
+    if (IS("attention:sq")) return tj_pows(tj_attention(a, b, cc, "q", "k", "d", 0.5, 1), 2.0);
     if (IS("dropout")) return tj_dropout(a, 1234, 0.3);
     if (IS("checkpoint_name")) return tj_mul(tj_checkpoint_name(tj_exp(a), "act"), a);
     /* second order of any case: y = d/da wsum(case) */
@@ -327,6 +338,14 @@ static void test_grads(tj_ctx *ctx) {
         tjt_gradcheck(__FILE__, __LINE__, ctx, "take (middle axis)", op_fn, (void *)"take:mid", in, "a", 1e-6);
         tj_tree_free(in);
     }
+
+    tjt_current = "grad: attention";
+    gc(ctx, "attention", "h=2 q=3 d=4", "k=5 d=4 h=2", "h=2 k=5 d=3", -1, 1);      /* k, v relaid; dim' 3 */
+    gc(ctx, "attention:causal", "q=4 h=2 d=3", "h=2 k=4 d=3", "k=4 h=2 d=3", -1, 1);
+    gc(ctx, "attention:causal", "b=2 q=3 d=2", "b=2 k=5 d=2", "b=2 k=5 d=4", -1, 1); /* fewer queries than keys */
+    gc(ctx, "attention:causal", "q=5 d=3", "k=2 d=3", "k=2 d=3", -1, 1);           /* more queries than keys */
+    gc(ctx, "attention:sq", "h=2 q=4 d=3", "h=2 k=4 d=3", "h=2 k=4 d=3", -2, 2);
+    gc(ctx, "attention", "q=1 d=1", "k=1 d=1", "k=1 d=1", -1, 1);                  /* size-1 axes */
 
     tjt_current = "grad: nn ops";
     gc(ctx, "causal_mask", "q=4 k=4 h=2", NULL, NULL, -1, 1);
@@ -1313,6 +1332,19 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     if (IS("checkpoint_name")) y = tj_checkpoint_name(a, "");
     if (IS("softmax axis")) y = tj_softmax(a, "m k");
     if (IS("take axis")) y = tj_take(a, "vocab", tj_cast(b, TJ_I32));
+    /* attention: a [m=3 k=4], b [m=2 k=5] */
+    if (IS("attn batch")) y = tj_attention(a, tj_rename(b, "m", "j"), tj_rename(b, "m", "j"), "m", "j", "k", 0, 0);
+    if (IS("attn size")) y = tj_attention(tj_rename(a, "k", "d"), tj_rename(b, "k", "d"), tj_rename(b, "k", "d"), "m", "m", "d", 0, 0);
+    if (IS("attn dtype")) y = tj_attention(a, tj_cast(a, TJ_F32), a, "m", "m", "k", 0, 0);
+    if (IS("attn axes")) y = tj_attention(a, a, a, "m", "m", "m", 0, 0);
+    if (IS("attn scale")) y = tj_attention(a, a, a, "m", "m", "k", INFINITY, 0);
+    if (IS("attn kpos")) y = tj_attention(a, a, tj_rename(a, "m", "n"), "m", "m", "k", 0, 0);
+    if (IS("attn big")) y = tj_attention(tj_broadcast(a, "m=3 k=4 e=300"), tj_broadcast(a, "m=3 k=4 e=300"), tj_broadcast(a, "m=3 k=4 e=300"), "m", "m", "k e", 0, 0);
+    if (IS("attn dim")) { tj_v w = tj_merge(tj_broadcast(a, "m=3 k=4 e=300"), "k e", "ke"); y = tj_attention(w, w, w, "m", "m", "ke", 0, 0); }
+    if (IS("attn 2nd")) {
+        tj_v f = sum_all(tj_pows(tj_attention(a, a, a, "m", "m", "k", 0, 1), 2.0)), ga, gg;
+        if (tj_grad(f, 1, &a, &ga) == TJ_OK && tj_grad(sum_all(ga), 1, &a, &gg) == TJ_OK) y = gg;
+    }
 #undef IS
     tj_tree_set_v(out, "y", y);
 }
@@ -1366,6 +1398,15 @@ static void test_errors(tj_ctx *ctx) {
     EXPECT_JIT_ERROR(ctx, "checkpoint_name", in, "checkpoint_name", "empty", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "softmax axis", in, "softmax", "m k", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "take axis", in, "take", "'vocab'", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn batch", in, "attention", "k must have q's batch axes", "f64[m=3,k=4]", "f64[j=2,k=5]", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn size", in, "attention", "k must have", "'d'", "f64[m=2,d=5]", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn dtype", in, "attention", "float dtype", "f32[m=3,k=4]", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn axes", in, "attention", "'m'", "must differ", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn scale", in, "attention", "scale inf", "'k'", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn kpos", in, "attention (v)", "'m'", "f64[n=3,k=4]", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn big", in, "attention", "exactly one axis", "k e", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn dim", in, "attention", "'ke'", "1200", "at most 1024", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "attn 2nd", in, "attention", "second derivative", "causal_mask and softmax", "test_ops.c");
     tj_tree_free(in);
     /* shapes of arrays, outside tracing */
     TJT_CHECK(!tj_zeros(ctx, TJ_F32, "batch=0"), "zeros batch=0 should fail");
@@ -1726,6 +1767,55 @@ static void test_xent_bf16(tj_ctx *ctx) {
         tj_tree_free(out[k]);
     }
 }
+/* tj_attention against the same attention from dot, causal_mask and
+   softmax in f64 on the same (rounded) inputs: values and gradients, in
+   f64, f32 and bf16, over rows long enough to need the online softmax's
+   rescaling. u: "fused" or "f64 composed", then " causal" or not. */
+static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    int ref = ((const char *)u)[0] == 'f' && ((const char *)u)[1] == '6', causal = strstr((const char *)u, "causal") != NULL, i;
+    tj_v x[3], gx[3], y;
+    (void)g;
+    x[0] = leaf(in, "a"), x[1] = leaf(in, "b"), x[2] = leaf(in, "c");
+    for (i = 0; ref && i < 3; i++) x[i] = tj_cast(x[i], TJ_F64);
+    y = op_y(ref ? (causal ? "attention:composed causal" : "attention:composed") : (causal ? "attention:causal" : "attention"), x[0], x[1], x[2], NULL);
+    y = tj_transpose(y, "b h q d"); /* one axis order for both */
+    tj_tree_set_v(out, "y", y);
+    if (tj_grad(wsum(tj_cast(y, TJ_F64), 7), 3, x, gx) != TJ_OK) return;
+    tj_tree_set_v(out, "ga", gx[0]);
+    tj_tree_set_v(out, "gb", gx[1]);
+    tj_tree_set_v(out, "gc", gx[2]);
+}
+static void test_attention_values(tj_ctx *ctx) {
+    static const tj_dtype dts[3] = {TJ_F64, TJ_F32, TJ_BF16};
+    static const double tol[3] = {1e-12, 2e-6, 1e-2};
+    int d, causal;
+    tjt_current = "attention values";
+    for (d = 0; d < 3; d++)
+        for (causal = 0; causal < 2; causal++) {
+            tjt_outs o[2];
+            int v;
+            char what[96];
+            tj_tree *in = tj_tree_new(ctx);
+            memset(o, 0, sizeof o);
+            tj_tree_set_array(in, "a", tjt_rand(ctx, dts[d], "b=2 q=37 h=3 d=20", 11 + d, -2, 2));
+            tj_tree_set_array(in, "b", tjt_rand(ctx, dts[d], "h=3 b=2 k=37 d=20", 21 + d, -2, 2));
+            tj_tree_set_array(in, "c", tjt_rand(ctx, dts[d], "k=37 b=2 h=3 d=9", 31 + d, -1, 1));
+            for (v = 0; v < 2; v++) {
+                tj_tree *out = tj_tree_new(ctx);
+                tj_prog *p = tj_jit(ctx, "attention", attn_fn, (void *)(v ? (causal ? "f64 composed causal" : "f64 composed") : (causal ? "fused causal" : "fused")), in, NULL);
+                TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "attention %d run: %s", v, tj_error(ctx));
+                tj_clear_error(ctx);
+                tjt_outs_read(&o[v], out);
+                tj_prog_free(p);
+                tj_tree_free(out);
+            }
+            snprintf(what, sizeof what, "attention %s%s vs dot+softmax in f64", tj_dtype_name(dts[d]), causal ? " causal" : "");
+            tjt_outs_compare(what, &o[1], &o[0], tol[d]);
+            tjt_outs_free(&o[0]);
+            tjt_outs_free(&o[1]);
+            tj_tree_free(in);
+        }
+}
 static void test_rows_f32(tj_ctx *ctx) {
     enum { R = 3, V = 50304 };
     static float xf[R * V], wf[R * V];
@@ -1790,6 +1880,7 @@ int main(void) {
     test_dot_values(ctx);
     test_row_values(ctx);
     test_rows_f32(ctx);
+    test_attention_values(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
     test_big_values(ctx, TJ_F64);
