@@ -6289,146 +6289,189 @@ static void tj__attn_init(const tj__kern *k, tj__attn *a) {
 }
 /* the keys query i sees */
 static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
-/* The row loops, once for float (f32 and bf16 data) and once for double
-   (f64): rows of another dtype are converted into a stack buffer. The dot
-   keeps 8 partial sums so that it vectorises without reassociating. */
-#define TJ__ATTN_ROWS(T, SFX, LOADN, STOREN, NATIVE)                                                                                   \
-    static const T *tj__attn_ld_##SFX(const void *p, tj_dtype dt, int64_t off, int64_t n, T *buf) {                                    \
+/* The row loops, for float (f32 and bf16 data; also compiled for AVX-512
+   where the CPU has it) and for double (f64): rows of another dtype are
+   converted into a stack buffer. The other side of each row (the keys a
+   query sees, the queries a key is seen by) goes in blocks of
+   TJ__ATTN_BLK: a block's scores first, then their exps as one loop that
+   vectorises (tj__fexpf in float), then the sums of rows they weight. The
+   dot keeps 16 partial sums so that it vectorises without reassociating. */
+#define TJ__ATTN_BLK 64
+#define TJ__ATTN_ROWS(T, SFX, LOADN, STOREN, NATIVE, EXP, ATTR)                                                                         \
+    ATTR static const T *tj__attn_ld_##SFX(const void *p, tj_dtype dt, int64_t off, int64_t n, T *buf) {                               \
         if (dt == NATIVE) return (const T *)p + off;                                                                                   \
         LOADN(p, dt, off, 1, n, buf);                                                                                                  \
         return buf;                                                                                                                    \
     }                                                                                                                                  \
-    static T tj__attn_dot_##SFX(const T *a, const T *b, int64_t n) {                                                                  \
-        T s[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                                                             \
+    ATTR static T tj__attn_dot_##SFX(const T *a, const T *b, int64_t n) {                                                             \
+        T s[16] = {0}, r = 0;                                                                                                          \
         int64_t c, t;                                                                                                                  \
-        for (c = 0; c + 8 <= n; c += 8)                                                                                                \
-            for (t = 0; t < 8; t++) s[t] += a[c + t] * b[c + t];                                                                       \
+        for (c = 0; c + 16 <= n; c += 16)                                                                                              \
+            for (t = 0; t < 16; t++) s[t] += a[c + t] * b[c + t];                                                                      \
         for (; c < n; c++) s[0] += a[c] * b[c];                                                                                        \
-        return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));                                                      \
+        for (t = 0; t < 16; t++) r += s[t];                                                                                            \
+        return r;                                                                                                                      \
     }                                                                                                                                  \
-    static void tj__attn_fwd_##SFX(const void *arg, int part, int nparts) {                                                            \
+    ATTR static void tj__attn_fwd_##SFX(const void *arg, int part, int nparts) {                                                       \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
         tj_dtype dt = k->it[0]->dt;                                                                                                    \
-        T qb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], acc[TJ__ATTN_MAXD], ls;                                             \
-        int64_t rows = a->nb * a->tq, r, j, c;                                                                                         \
+        T qb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], acc[TJ__ATTN_MAXD], sb[TJ__ATTN_BLK], ls, sc = (T)a->scale;         \
+        int64_t rows = a->nb * a->tq, r, j0, t, c;                                                                                     \
         for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
-            int64_t b = r / a->tq, nk = tj__attn_nkeys(a, r % a->tq);                                                                  \
+            int64_t b = r / a->tq, nk = tj__attn_nkeys(a, r % a->tq), m;                                                               \
             const T *qi = tj__attn_ld_##SFX(k->in[0], dt, r * a->d, a->d, qb);                                                         \
-            T m = -INFINITY, sum = 0;                                                                                                  \
+            T mx = -INFINITY, sum = 0;                                                                                                 \
             int nan = 0;                                                                                                               \
             for (c = 0; c < a->dv; c++) acc[c] = 0;                                                                                    \
-            for (j = 0; j < nk; j++) {                                                                                                 \
-                const T *kj = tj__attn_ld_##SFX(k->in[1], dt, (b * a->tk + j) * a->d, a->d, kb), *vj;                                 \
-                T s = (T)a->scale * tj__attn_dot_##SFX(qi, kj, a->d), p;                                                               \
-                if (s != s) nan = 1;                                                                                                   \
-                if (s == -INFINITY || nan) continue; /* an exp of 0 */                                                                 \
-                if (s > m) { /* a new max: rescale what was summed so far */                                                           \
-                    T cr = (T)exp(m - s);                                                                                              \
+            for (j0 = 0; j0 < nk && !nan; j0 += m) {                                                                                   \
+                T bm = -INFINITY;                                                                                                      \
+                m = nk - j0 < TJ__ATTN_BLK ? nk - j0 : TJ__ATTN_BLK;                                                                   \
+                for (t = 0; t < m; t++) {                                                                                              \
+                    sb[t] = sc * tj__attn_dot_##SFX(qi, tj__attn_ld_##SFX(k->in[1], dt, (b * a->tk + j0 + t) * a->d, a->d, kb), a->d); \
+                    nan |= sb[t] != sb[t];                                                                                             \
+                    bm = sb[t] > bm ? sb[t] : bm;                                                                                      \
+                }                                                                                                                      \
+                if (nan || bm == -INFINITY) continue; /* a NaN score; or all exps 0 */                                                 \
+                if (bm > mx) { /* a new max: rescale what was summed so far (online softmax) */                                        \
+                    T cr = mx == -INFINITY ? 0 : EXP(mx - bm);                                                                         \
                     sum *= cr;                                                                                                         \
                     for (c = 0; c < a->dv; c++) acc[c] *= cr;                                                                          \
-                    m = s;                                                                                                             \
+                    mx = bm;                                                                                                           \
                 }                                                                                                                      \
-                p = (T)exp(s - m);                                                                                                     \
-                sum += p;                                                                                                              \
-                vj = tj__attn_ld_##SFX(k->in[2], dt, (b * a->tk + j) * a->dv, a->dv, vb);                                             \
-                for (c = 0; c < a->dv; c++) acc[c] += p * vj[c];                                                                       \
+                for (t = 0; t < m; t++) sb[t] = EXP(sb[t] - mx);                                                                       \
+                for (t = 0; t < m; t++) {                                                                                              \
+                    const T *vj = tj__attn_ld_##SFX(k->in[2], dt, (b * a->tk + j0 + t) * a->dv, a->dv, vb);                           \
+                    sum += sb[t];                                                                                              \
+                    for (c = 0; c < a->dv; c++) acc[c] += sb[t] * vj[c];                                                               \
+                }                                                                                                                      \
             }                                                                                                                          \
-            if (nan || sum == 0 || m == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */      \
+            if (nan || sum == 0 || mx == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */     \
                 for (c = 0; c < a->dv; c++) acc[c] = (T)NAN;                                                                           \
                 ls = (T)NAN;                                                                                                           \
             } else {                                                                                                                   \
-                for (c = 0; c < a->dv; c++) acc[c] /= sum;                                                                             \
-                ls = m + (T)log(sum);                                                                                                  \
+                T inv = 1 / sum;                                                                                                       \
+                for (c = 0; c < a->dv; c++) acc[c] *= inv;                                                                             \
+                ls = mx + (T)log(sum);                                                                                                 \
             }                                                                                                                          \
             STOREN(k->pout[0], dt, r * a->dv, 1, a->dv, acc);                                                                          \
             STOREN(k->pout[1], dt == TJ_F64 ? TJ_F64 : TJ_F32, r, 1, 1, &ls);                                                          \
         }                                                                                                                              \
     }                                                                                                                                  \
     /* D_i = d_out_i . out_i */                                                                                                        \
-    static void tj__attn_dl_##SFX(const void *arg, int part, int nparts) {                                                             \
+    ATTR static void tj__attn_dl_##SFX(const void *arg, int part, int nparts) {                                                        \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
         tj_dtype dt = k->it[0]->dt;                                                                                                    \
         T ob[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD];                                                                                       \
         int64_t rows = a->nb * a->tq, r;                                                                                               \
-        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
+        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++)                                                            \
             ((T *)a->dl)[r] = tj__attn_dot_##SFX(tj__attn_ld_##SFX(k->in[5], dt, r * a->dv, a->dv, gb),                                \
                                                  tj__attn_ld_##SFX(k->in[3], dt, r * a->dv, a->dv, ob), a->dv);                        \
-        }                                                                                                                              \
     }                                                                                                                                  \
-    /* ds_ij (and P_ij in *p) for query row qr = b*tq+i and key row kr = b*tk+j */                                                     \
-    static T tj__attn_ds_##SFX(const tj__attn *a, const T *qi, const T *gi, const T *kj, const T *vj, int64_t qr, T *p) {              \
-        const tj__kern *k = a->k;                                                                                                      \
-        T s = (T)a->scale * tj__attn_dot_##SFX(qi, kj, a->d);                                                                          \
-        *p = (T)exp(s - (T)tj__ld(k->in[4], k->it[4]->dt, qr));                                                                        \
-        return *p * (tj__attn_dot_##SFX(gi, vj, a->dv) - ((const T *)a->dl)[qr]);                                                      \
-    }                                                                                                                                  \
-    /* dk_j and dv_j: key rows, each summing over the queries that see it */                                                           \
-    static void tj__attn_dkv_##SFX(const void *arg, int part, int nparts) {                                                            \
+    /* dk_j and dv_j: key rows, each summing over the queries that see it,                                                             \
+       a block of queries at a time: P, then dS = P (dP - D) */                                                                        \
+    ATTR static void tj__attn_dkv_##SFX(const void *arg, int part, int nparts) {                                                      \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
-        tj_dtype dt = k->it[0]->dt;                                                                                                    \
+        tj_dtype dt = k->it[0]->dt, lt = k->it[4]->dt;                                                                                 \
         T qb[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], dk[TJ__ATTN_MAXD], dv[TJ__ATTN_MAXD];          \
-        int64_t rows = a->nb * a->tk, r, i, c;                                                                                         \
+        T p[TJ__ATTN_BLK], ds[TJ__ATTN_BLK], lse[TJ__ATTN_BLK], sc = (T)a->scale;                                                      \
+        const T *dl = (const T *)a->dl;                                                                                                \
+        int64_t rows = a->nb * a->tk, r, i0, t, c, m;                                                                                  \
         for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
             int64_t b = r / a->tk, j = r % a->tk;                                                                                      \
             const T *kj = tj__attn_ld_##SFX(k->in[1], dt, r * a->d, a->d, kb), *vj = tj__attn_ld_##SFX(k->in[2], dt, r * a->dv, a->dv, vb); \
             for (c = 0; c < a->d; c++) dk[c] = 0;                                                                                      \
             for (c = 0; c < a->dv; c++) dv[c] = 0;                                                                                     \
-            for (i = a->causal ? j : 0; i < a->tq; i++) {                                                                              \
-                int64_t qr = b * a->tq + i;                                                                                            \
-                const T *qi = tj__attn_ld_##SFX(k->in[0], dt, qr * a->d, a->d, qb), *gi = tj__attn_ld_##SFX(k->in[5], dt, qr * a->dv, a->dv, gb); \
-                T p, ds = tj__attn_ds_##SFX(a, qi, gi, kj, vj, qr, &p);                                                                \
-                for (c = 0; c < a->dv; c++) dv[c] += p * gi[c];                                                                        \
-                for (c = 0; c < a->d; c++) dk[c] += ds * qi[c];                                                                        \
+            for (i0 = a->causal ? j : 0; i0 < a->tq; i0 += m) {                                                                        \
+                int64_t q0 = b * a->tq + i0;                                                                                           \
+                m = a->tq - i0 < TJ__ATTN_BLK ? a->tq - i0 : TJ__ATTN_BLK;                                                             \
+                LOADN(k->in[4], lt, q0, 1, m, lse);                                                                                    \
+                for (t = 0; t < m; t++) {                                                                                              \
+                    p[t] = sc * tj__attn_dot_##SFX(tj__attn_ld_##SFX(k->in[0], dt, (q0 + t) * a->d, a->d, qb), kj, a->d) - lse[t];     \
+                    ds[t] = tj__attn_dot_##SFX(tj__attn_ld_##SFX(k->in[5], dt, (q0 + t) * a->dv, a->dv, gb), vj, a->dv) - dl[q0 + t];  \
+                }                                                                                                                      \
+                for (t = 0; t < m; t++) p[t] = EXP(p[t]);                                                                              \
+                for (t = 0; t < m; t++) ds[t] *= p[t];                                                                                 \
+                for (t = 0; t < m; t++) {                                                                                              \
+                    const T *qi = tj__attn_ld_##SFX(k->in[0], dt, (q0 + t) * a->d, a->d, qb);                                          \
+                    const T *gi = tj__attn_ld_##SFX(k->in[5], dt, (q0 + t) * a->dv, a->dv, gb);                                        \
+                    for (c = 0; c < a->dv; c++) dv[c] += p[t] * gi[c];                                                                 \
+                    for (c = 0; c < a->d; c++) dk[c] += ds[t] * qi[c];                                                                 \
+                }                                                                                                                      \
             }                                                                                                                          \
-            for (c = 0; c < a->d; c++) dk[c] *= (T)a->scale;                                                                           \
+            for (c = 0; c < a->d; c++) dk[c] *= sc;                                                                                    \
             STOREN(k->pout[1], dt, r * a->d, 1, a->d, dk);                                                                             \
             STOREN(k->pout[2], dt, r * a->dv, 1, a->dv, dv);                                                                           \
         }                                                                                                                              \
     }                                                                                                                                  \
-    /* dq_i: query rows, each summing over the keys it sees */                                                                         \
-    static void tj__attn_dq_##SFX(const void *arg, int part, int nparts) {                                                             \
+    /* dq_i: query rows, each summing over the keys it sees, a block at a time */                                                      \
+    ATTR static void tj__attn_dq_##SFX(const void *arg, int part, int nparts) {                                                        \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
         tj_dtype dt = k->it[0]->dt;                                                                                                    \
-        T qb[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], dq[TJ__ATTN_MAXD];                              \
-        int64_t rows = a->nb * a->tq, r, j, c;                                                                                         \
+        T qb[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], dq[TJ__ATTN_MAXD], ds[TJ__ATTN_BLK], sc = (T)a->scale; \
+        const T *dl = (const T *)a->dl;                                                                                                \
+        int64_t rows = a->nb * a->tq, r, j0, t, c, m;                                                                                  \
         for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
             int64_t b = r / a->tq, nk = tj__attn_nkeys(a, r % a->tq);                                                                  \
             const T *qi = tj__attn_ld_##SFX(k->in[0], dt, r * a->d, a->d, qb), *gi = tj__attn_ld_##SFX(k->in[5], dt, r * a->dv, a->dv, gb); \
+            T lse = (T)tj__ld(k->in[4], k->it[4]->dt, r), p[TJ__ATTN_BLK];                                                             \
             for (c = 0; c < a->d; c++) dq[c] = 0;                                                                                      \
-            for (j = 0; j < nk; j++) {                                                                                                 \
-                const T *kj = tj__attn_ld_##SFX(k->in[1], dt, (b * a->tk + j) * a->d, a->d, kb);                                       \
-                const T *vj = tj__attn_ld_##SFX(k->in[2], dt, (b * a->tk + j) * a->dv, a->dv, vb);                                     \
-                T p, ds = tj__attn_ds_##SFX(a, qi, gi, kj, vj, r, &p);                                                                 \
-                for (c = 0; c < a->d; c++) dq[c] += ds * kj[c];                                                                        \
+            for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
+                int64_t k0 = b * a->tk + j0;                                                                                           \
+                m = nk - j0 < TJ__ATTN_BLK ? nk - j0 : TJ__ATTN_BLK;                                                                   \
+                for (t = 0; t < m; t++) {                                                                                              \
+                    p[t] = sc * tj__attn_dot_##SFX(qi, tj__attn_ld_##SFX(k->in[1], dt, (k0 + t) * a->d, a->d, kb), a->d) - lse;        \
+                    ds[t] = tj__attn_dot_##SFX(gi, tj__attn_ld_##SFX(k->in[2], dt, (k0 + t) * a->dv, a->dv, vb), a->dv) - dl[r];       \
+                }                                                                                                                      \
+                for (t = 0; t < m; t++) ds[t] *= EXP(p[t]);                                                                            \
+                for (t = 0; t < m; t++) {                                                                                              \
+                    const T *kj = tj__attn_ld_##SFX(k->in[1], dt, (k0 + t) * a->d, a->d, kb);                                          \
+                    for (c = 0; c < a->d; c++) dq[c] += ds[t] * kj[c];                                                                 \
+                }                                                                                                                      \
             }                                                                                                                          \
-            for (c = 0; c < a->d; c++) dq[c] *= (T)a->scale;                                                                           \
+            for (c = 0; c < a->d; c++) dq[c] *= sc;                                                                                    \
             STOREN(k->pout[0], dt, r * a->d, 1, a->d, dq);                                                                             \
         }                                                                                                                              \
     }
-TJ__ATTN_ROWS(float, f, tj__load_nf, tj__store_nf, TJ_F32)
-TJ__ATTN_ROWS(double, d, tj__load_n, tj__store_n, TJ_F64)
+TJ__ATTN_ROWS(float, f, tj__load_nf, tj__store_nf, TJ_F32, tj__fexpf, )
+TJ__ATTN_ROWS(double, d, tj__load_n, tj__store_n, TJ_F64, exp, )
+#if TJ__X86
+TJ__ATTN_ROWS(float, f512, tj__load_nf, tj__store_nf, TJ_F32, tj__fexpf, __attribute__((target("avx512f"))))
+#endif
 #undef TJ__ATTN_ROWS
+/* the three variants of a pass, picked by dtype and CPU */
+typedef void (*tj__attn_pass)(const void *arg, int part, int nparts);
+static tj__attn_pass tj__attn_pick(const tj__kern *k, tj__attn_pass d, tj__attn_pass f, tj__attn_pass f512) {
+    (void)f512;
+    if (k->it[0]->dt == TJ_F64) return d;
+#if TJ__X86
+    if (__builtin_cpu_supports("avx512f")) return f512;
+#endif
+    return f;
+}
+#if TJ__X86
+#define TJ__ATTN_PICK(k, pass) tj__attn_pick(k, pass##_d, pass##_f, pass##_f512)
+#else
+#define TJ__ATTN_PICK(k, pass) tj__attn_pick(k, pass##_d, pass##_f, pass##_f)
+#endif
 static int tj__attn_parts(const tj__kern *k, int64_t rows, int64_t per_row) {
     int np = tj__nparts(rows * per_row, k->nthreads);
     return np < rows ? np : (int)rows;
 }
 static void tj__k_attention(tj__kern *k) {
     tj__attn a;
-    int f64 = k->it[0]->dt == TJ_F64;
     tj__attn_init(k, &a);
-    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), f64 ? tj__attn_fwd_d : tj__attn_fwd_f, &a);
+    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_fwd), &a);
 }
 static void tj__k_attention_grad(tj__kern *k) {
     tj__attn a;
-    int f64 = k->it[0]->dt == TJ_F64;
     tj__attn_init(k, &a);
-    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.dv), f64 ? tj__attn_dl_d : tj__attn_dl_f, &a);
-    tj__parallel(tj__attn_parts(k, a.nb * a.tk, a.tq * (a.d + a.dv)), f64 ? tj__attn_dkv_d : tj__attn_dkv_f, &a);
-    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), f64 ? tj__attn_dq_d : tj__attn_dq_f, &a);
+    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.dv), TJ__ATTN_PICK(k, tj__attn_dl), &a);
+    tj__parallel(tj__attn_parts(k, a.nb * a.tk, a.tq * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_dkv), &a);
+    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_dq), &a);
 }
 /* the backward's workspace: D, one per query row (local shapes) */
 static int64_t tj__attention_scratch(const tj_node *n) {

@@ -16,8 +16,9 @@
  *   per layer (tj_scan over the `layer` axis of the stacked block params):
  *     h = LN(x) g1 + b1
  *     q, k, v = h . wqkv + bqkv                              (batch, pos, heads, head_dim) each
- *     a = softmax_kpos(causal(q . k[pos->kpos] / sqrt(D)))   (batch, heads, pos, kpos)
- *     x = x + (a . v) . wo + bo                              contract kpos, then heads head_dim
+ *     o = softmax_kpos(causal(q . k[pos->kpos] / sqrt(D))) . v   (batch, heads, pos, head_dim):
+ *         tj_attention, one fused op that never makes the (pos, kpos) scores
+ *     x = x + o . wo + bo                                    contract heads head_dim
  *     x = x + gelu(LN(x) g2 + b2) . wfc + bfc) . wproj + bproj
  *     x is named "block_out" (what the default remat policy saves)
  *   logits = LN(x) gf + bf . wte                             (batch, pos, vocab), tied LM head;
@@ -74,6 +75,9 @@ typedef struct {
     int seq_parallel; /* residual stream split along pos over mesh axis model */
     double ln_eps;    /* layer norm epsilon (1e-5; 0 means 1e-5)         */
     int act;          /* ACT_GELU (tanh approximation) or ACT_RELU       */
+    int attn_composed; /* attention from dot, causal_mask and softmax (the
+                          (pos, kpos) scores as values) instead of the fused
+                          tj_attention; the same results within rounding */
     int distributed;  /* process mode: one of several processes (mpirun)  */
 } gpt2_config;
 enum { ACT_GELU = 0, ACT_RELU = 1 };
@@ -212,10 +216,13 @@ static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     q = tj_index(qkv, "qkv", 0);
     k = tj_rename(tj_index(qkv, "qkv", 1), "pos", "kpos");
     v = tj_rename(tj_index(qkv, "qkv", 2), "pos", "kpos");
-    s = tj_dot(tj_muls(q, scale), k, "head_dim");                  /* (batch, heads, pos, kpos) */
-    s = tj_causal_mask(shard(c, s), "pos", "kpos", -1e9);
-    a = tj_softmax(s, "kpos");
-    o = shard(c, tj_dot(a, v, "kpos"));                            /* (batch, heads, pos, head_dim) */
+    if (c->attn_composed) { /* the same attention, step by step */
+        s = tj_dot(tj_muls(q, scale), k, "head_dim");              /* (batch, heads, pos, kpos) */
+        s = tj_causal_mask(shard(c, s), "pos", "kpos", -1e9);
+        a = tj_softmax(s, "kpos");
+        o = shard(c, tj_dot(a, v, "kpos"));                        /* (batch, heads, pos, head_dim) */
+    } else
+        o = shard(c, tj_attention(q, k, v, "pos", "kpos", "head_dim", scale, 1));
     x = shard_resid(c, tj_add(x, tj_add(shard_resid(c, tj_dot(o, p[P_WO], "heads head_dim")), p[P_BO])));
     h = shard(c, affine_ln(c, x, tj_index(p[P_LN], "lnp", 2), tj_index(p[P_LN], "lnp", 3)));
     m = shard(c, gpt2_act(c, tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */

@@ -979,6 +979,8 @@ static void usage(void) {
         "  --seq-parallel      sequence parallelism (Megatron-LM style): the residual stream is\n"
         "                      also split along pos over mesh axis model, all-gathered before\n"
         "                      attention and the MLP, reduce-scattered after them\n"
+        "  --attn-composed     attention from dot, causal_mask and softmax (makes the (pos, kpos)\n"
+        "                      scores) instead of the fused tj_attention (the default)\n"
         "  --threads N         kernel threads per device (default: cores / devices, at least 1)\n"
         "  --cuda              run on GPU 0 (tinyjax_cuda.cu; build.sh links it when nvcc is\n"
         "                      present): training, evaluation, sampling and checkpoints; one\n"
@@ -1319,6 +1321,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(); exit(0); }
         else if (!strcmp(f, "--bf16")) { a->cfg.bf16 = 1; continue; }
         else if (!strcmp(f, "--seq-parallel")) { a->cfg.seq_parallel = 1; continue; }
+        else if (!strcmp(f, "--attn-composed")) { a->cfg.attn_composed = 1; continue; }
         else if (!strcmp(f, "--accum-unroll")) { a->cfg.accum_unroll = 1; continue; }
         else if (!strcmp(f, "--bench")) { a->bench = 1; continue; }
         else if (!strcmp(f, "--cuda")) { a->cuda = 1; continue; }

@@ -43,6 +43,24 @@ static void attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "g_wk", gr[1]);
     tj_tree_set_v(out, "g_wo", gr[2]);
 }
+/* the same block with the fused attention op and heads: its batch axes
+   (batch, heads) may stay sharded, pos/kpos/hd are gathered whole */
+static void fattn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), wq = tj_tree_v(in, "wq"), wk = tj_tree_v(in, "wk"), wv = tj_tree_v(in, "wv"), wo = tj_tree_v(in, "wo");
+    tj_v xn = tj_layer_norm(x, "embed", 1e-5);
+    tj_v q = tj_dot(xn, wq, "embed"), k = tj_rename(tj_dot(xn, wk, "embed"), "pos", "kpos"), v = tj_rename(tj_dot(xn, wv, "embed"), "pos", "kpos");
+    tj_v o = tj_attention(q, k, v, "pos", "kpos", "hd", 0, 1);           /* (batch, heads, pos, hd) */
+    tj_v logits = tj_dot(o, wo, "heads hd");                           /* (batch, pos, vocab) */
+    tj_v loss = tj_cross_entropy(logits, tj_tree_v(in, "labels"), "vocab", "batch pos"), w[4], gr[4];
+    (void)g; (void)u;
+    w[0] = wq; w[1] = wk; w[2] = wv; w[3] = wo;
+    tj_grad(loss, 4, w, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_wq", gr[0]);
+    tj_tree_set_v(out, "g_wk", gr[1]);
+    tj_tree_set_v(out, "g_wv", gr[2]);
+    tj_tree_set_v(out, "g_wo", gr[3]);
+}
 /* embedding lookup + scan stack */
 static void blk(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
     (void)g; (void)y; (void)u;
@@ -98,7 +116,7 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
     tj_prog *p;
     tj_collective cols[256];
     int i, nc, ok = 1;
-    tj_fn fn = which == 0 ? mlp : which == 1 ? attn : emb_scan;
+    tj_fn fn = which == 0 ? mlp : which == 1 ? attn : which == 2 ? emb_scan : fattn;
     (void)bf;
     memset(r, 0, sizeof *r);
     tj_set_devices(ctx, ndev);
@@ -116,6 +134,15 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
         tj_tree_set_array(in, "wk", tjt_rand(ctx, TJ_F32, "embed=8 hd=4", 7, -0.5, 0.5));
         tj_tree_set_array(in, "wo", tjt_rand(ctx, TJ_F32, "embed=8 vocab=8", 8, -0.5, 0.5));
         tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=2 pos=8", lab));
+    } else if (which == 3) {
+        int32_t lab[4 * 8];
+        for (i = 0; i < 32; i++) lab[i] = (i * 5) % 8;
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 pos=8 embed=8", 5, -1, 1));
+        tj_tree_set_array(in, "wq", tjt_rand(ctx, TJ_F32, "embed=8 heads=2 hd=4", 6, -0.8, 0.8));
+        tj_tree_set_array(in, "wk", tjt_rand(ctx, TJ_F32, "embed=8 heads=2 hd=4", 7, -0.8, 0.8));
+        tj_tree_set_array(in, "wv", tjt_rand(ctx, TJ_F32, "embed=8 heads=2 hd=4", 8, -0.8, 0.8));
+        tj_tree_set_array(in, "wo", tjt_rand(ctx, TJ_F32, "heads=2 hd=4 vocab=8", 9, -0.5, 0.5));
+        tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=4 pos=8", lab));
     } else {
         int32_t tok[4 * 8];
         for (i = 0; i < 32; i++) tok[i] = (i * 5 + 3) % 16;
@@ -306,9 +333,11 @@ int main(void) {
         {2, "data=2", "pos:data", "sequence, 2"},
         {8, "data=2 seq=4", "batch:data pos:seq", "data x sequence, 2x4"},
         {8, "all=8", "batch:all", "1-d mesh of 8, batch"},
+        {4, "data=2 model=2", "batch:data heads:model", "data x heads, 2x2"},
+        {8, "data=2 model=4", "batch:data hd:model vocab:model", "data x head_dim, 2x4"},
     };
     tjt_current = "equivalence";
-    for (which = 0; which < 3; which++) {
+    for (which = 0; which < 4; which++) {
         if (!run_prog(which, 1, NULL, NULL, NULL, &ref, 0)) { TJT_CHECK(0, "single-device program %d failed", which); continue; }
         for (m = 0; m < (int)(sizeof cases / sizeof cases[0]); m++) {
             char what[128];
