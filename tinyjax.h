@@ -496,7 +496,7 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v logits, tj_v labels, c
    top-left aligned). scale 0 means 1/sqrt(size of dim). f32 and bf16 compute
    in f32, f64 in f64; the same result as softmax(causal_mask(dot)) . v
    within rounding. On a mesh, batch axes may stay sharded (k and v follow
-   q); qpos, kpos and dim are gathered whole. dim and dim' at most 1024. */
+   q); qpos, kpos and dim are gathered whole. dim and dim' at most 256. */
 #define tj_attention(q, k, v, qpos, kpos, dim, scale, causal) tj_attention_at(TJ_AT, q, k, v, qpos, kpos, dim, scale, causal)
 TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const char *qpos, const char *kpos, const char *dim, double scale, int causal);
 
@@ -6129,7 +6129,7 @@ static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
    (its workspace), then dk and dv by key rows and dq by query rows, so no
    two threads ever add into one row and every run gives the same bits. */
 static int tj__add_proj(tj_node *m, const tj__type *t, int space); /* in [7] */
-#define TJ__ATTN_MAXD 1024 /* dim and dim' (the kernels keep rows on the stack) */
+#define TJ__ATTN_MAXD 256 /* dim and dim' (the kernels keep tiles on the stack; FlashAttention's limit too) */
 static tj_node *tj__attn_layout(const char *f, int l, tj_node *x, const tj__type *q, int qpos, int qdim, int pos, int dim) {
     tj__type t = x->t;
     int i, k, same = 1;
@@ -6289,157 +6289,217 @@ static void tj__attn_init(const tj__kern *k, tj__attn *a) {
 }
 /* the keys query i sees */
 static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
-/* The row loops, for float (f32 and bf16 data; also compiled for AVX-512
-   where the CPU has it) and for double (f64): rows of another dtype are
-   converted into a stack buffer. The other side of each row (the keys a
-   query sees, the queries a key is seen by) goes in blocks of
-   TJ__ATTN_BLK: a block's scores first, then their exps as one loop that
-   vectorises (tj__fexpf in float), then the sums of rows they weight. The
-   dot keeps 16 partial sums so that it vectorises without reassociating. */
-#define TJ__ATTN_BLK 64
-#define TJ__ATTN_ROWS(T, SFX, LOADN, STOREN, NATIVE, EXP, ATTR)                                                                         \
-    ATTR static const T *tj__attn_ld_##SFX(const void *p, tj_dtype dt, int64_t off, int64_t n, T *buf) {                               \
-        if (dt == NATIVE) return (const T *)p + off;                                                                                   \
-        LOADN(p, dt, off, 1, n, buf);                                                                                                  \
+/* The loops, for float (f32 and bf16 data; also compiled for AVX-512 where
+   the CPU has it) and for double (f64), work on tiles as a flash-attention
+   GPU kernel does: a block of OWN rows of one side (queries in the forward
+   and for dq, keys for dk and dv) against blocks of BLK rows of the other
+   side (OWN x BLK: 32 x 64 in float, 8 x 16 in double), whose rows the block first copies transposed, so that
+   a score tile is a sum of outer products (vectorised along the other side,
+   no horizontal sums), then exps over the tile (tj__fexpf in float), then
+   each score weights a row (vectorised along the row). Rows of a dtype the
+   loop does not compute in are converted as they are copied. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TJ__RESTRICT __restrict /* (C99's restrict, also in C++) */
+#define TJ__NOINLINE __attribute__((noinline))
+#else
+#define TJ__RESTRICT
+#define TJ__NOINLINE
+#endif
+#define TJ__ATTN_ROWS(T, SFX, LOADN, STOREN, NATIVE, EXP, ATTR, OWN, BLK)                                                                       \
+    /* row r (n elements) of x, converted into buf unless x is of type T */                                                            \
+    ATTR static const T *tj__attn_ld_##SFX(const tj__kern *k, int x, int64_t r, int64_t n, T *buf) {                                   \
+        if (k->it[x]->dt == NATIVE) return (const T *)k->in[x] + r * n;                                                                \
+        LOADN(k->in[x], k->it[x]->dt, r * n, 1, n, buf);                                                                               \
         return buf;                                                                                                                    \
     }                                                                                                                                  \
-    ATTR static T tj__attn_dot_##SFX(const T *a, const T *b, int64_t n) {                                                             \
-        T s[16] = {0}, r = 0;                                                                                                          \
+    /* m rows of x from row r0 (n elements each): pointers in rp[], and the                                                            \
+       block transposed into tr (element c of row t at tr[c * BLK + t]) */                                                     \
+    ATTR static void tj__attn_tile_##SFX(const tj__kern *k, int x, int64_t r0, int64_t m, int64_t n, T *buf, const T **rp, T *tr) {    \
+        int64_t t, c;                                                                                                                  \
+        for (t = 0; t < m; t++) {                                                                                                      \
+            rp[t] = tj__attn_ld_##SFX(k, x, r0 + t, n, buf + t * n);                                                                   \
+            if (tr) for (c = 0; c < n; c++) tr[c * BLK + t] = rp[t][c];                                                       \
+        }                                                                                                                              \
+    }                                                                                                                                  \
+    /* s[t] = sum_c x[c] tr[c][t] for t < m */                                                                                         \
+    ATTR static void tj__attn_row_scores_##SFX(const T *x, const T *TJ__RESTRICT tr, int64_t n, int64_t m, T *TJ__RESTRICT s) {       \
         int64_t c, t;                                                                                                                  \
-        for (c = 0; c + 16 <= n; c += 16)                                                                                              \
-            for (t = 0; t < 16; t++) s[t] += a[c + t] * b[c + t];                                                                      \
-        for (; c < n; c++) s[0] += a[c] * b[c];                                                                                        \
-        for (t = 0; t < 16; t++) r += s[t];                                                                                            \
-        return r;                                                                                                                      \
+        for (t = 0; t < m; t++) s[t] = 0;                                                                                              \
+        for (c = 0; c < n; c++) {                                                                                                      \
+            T xc = x[c];                                                                                                               \
+            const T *r = tr + c * BLK;                                                                                        \
+            for (t = 0; t < m; t++) s[t] += xc * r[t];                                                                                 \
+        }                                                                                                                              \
+    }                                                                                                                                  \
+    /* y += a x over n elements (restrict and not inlined: so that gcc                                                                  \
+       vectorises it rather than jamming two calls into one scalar loop) */                                                            \
+    ATTR TJ__NOINLINE static void tj__attn_axpy_##SFX(T *TJ__RESTRICT y, T a, const T *TJ__RESTRICT x, int64_t n) {                                 \
+        int64_t c;                                                                                                                     \
+        for (c = 0; c < n; c++) y[c] += a * x[c];                                                                                      \
     }                                                                                                                                  \
     ATTR static void tj__attn_fwd_##SFX(const void *arg, int part, int nparts) {                                                       \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
-        tj_dtype dt = k->it[0]->dt;                                                                                                    \
-        T qb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], acc[TJ__ATTN_MAXD], sb[TJ__ATTN_BLK], ls, sc = (T)a->scale;         \
-        int64_t rows = a->nb * a->tq, r, j0, t, c;                                                                                     \
-        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
-            int64_t b = r / a->tq, nk = tj__attn_nkeys(a, r % a->tq), m;                                                               \
-            const T *qi = tj__attn_ld_##SFX(k->in[0], dt, r * a->d, a->d, qb);                                                         \
-            T mx = -INFINITY, sum = 0;                                                                                                 \
-            int nan = 0;                                                                                                               \
-            for (c = 0; c < a->dv; c++) acc[c] = 0;                                                                                    \
-            for (j0 = 0; j0 < nk && !nan; j0 += m) {                                                                                   \
-                T bm = -INFINITY;                                                                                                      \
-                m = nk - j0 < TJ__ATTN_BLK ? nk - j0 : TJ__ATTN_BLK;                                                                   \
-                for (t = 0; t < m; t++) {                                                                                              \
-                    sb[t] = sc * tj__attn_dot_##SFX(qi, tj__attn_ld_##SFX(k->in[1], dt, (b * a->tk + j0 + t) * a->d, a->d, kb), a->d); \
-                    nan |= sb[t] != sb[t];                                                                                             \
-                    bm = sb[t] > bm ? sb[t] : bm;                                                                                      \
-                }                                                                                                                      \
-                if (nan || bm == -INFINITY) continue; /* a NaN score; or all exps 0 */                                                 \
-                if (bm > mx) { /* a new max: rescale what was summed so far (online softmax) */                                        \
-                    T cr = mx == -INFINITY ? 0 : EXP(mx - bm);                                                                         \
-                    sum *= cr;                                                                                                         \
-                    for (c = 0; c < a->dv; c++) acc[c] *= cr;                                                                          \
-                    mx = bm;                                                                                                           \
-                }                                                                                                                      \
-                for (t = 0; t < m; t++) sb[t] = EXP(sb[t] - mx);                                                                       \
-                for (t = 0; t < m; t++) {                                                                                              \
-                    const T *vj = tj__attn_ld_##SFX(k->in[2], dt, (b * a->tk + j0 + t) * a->dv, a->dv, vb);                           \
-                    sum += sb[t];                                                                                              \
-                    for (c = 0; c < a->dv; c++) acc[c] += sb[t] * vj[c];                                                               \
+        T qb[OWN * TJ__ATTN_MAXD], kb[BLK * TJ__ATTN_MAXD], kt[TJ__ATTN_MAXD * BLK];                        \
+        T vb[BLK * TJ__ATTN_MAXD], acc[OWN * TJ__ATTN_MAXD], s[BLK];                                       \
+        T mx[OWN], sum[OWN], sc = (T)a->scale;                                                                       \
+        const T *qp[OWN], *kp[BLK], *vp[BLK];                                                              \
+        int nan[OWN];                                                                                                         \
+        int64_t nblk = (a->tq + OWN - 1) / OWN, units = a->nb * nblk, w, u, t, c, j0, m;                             \
+        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
+            int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;            \
+            int64_t nk = tj__attn_nkeys(a, i0 + nq - 1); /* the keys the block's last query sees */                                    \
+            tj__attn_tile_##SFX(k, 0, b * a->tq + i0, nq, a->d, qb, qp, NULL);                                                         \
+            for (u = 0; u < nq; u++) {                                                                                                 \
+                mx[u] = -INFINITY, sum[u] = 0, nan[u] = 0;                                                                             \
+                for (c = 0; c < a->dv; c++) acc[u * a->dv + c] = 0;                                                                    \
+            }                                                                                                                          \
+            for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
+                m = nk - j0 < BLK ? nk - j0 : BLK;                                                                   \
+                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt);                                                        \
+                tj__attn_tile_##SFX(k, 2, b * a->tk + j0, m, a->dv, vb, vp, NULL);                                                     \
+                for (u = 0; u < nq; u++) {                                                                                             \
+                    int64_t mm = tj__attn_nkeys(a, i0 + u) - j0;                                                                       \
+                    T bm = -INFINITY, *o = acc + u * a->dv;                                                                            \
+                    if (mm > m) mm = m;                                                                                                \
+                    if (mm <= 0 || nan[u]) continue;                                                                                   \
+                    tj__attn_row_scores_##SFX(qp[u], kt, a->d, mm, s);                                                                 \
+                    for (t = 0; t < mm; t++) {                                                                                         \
+                        s[t] *= sc;                                                                                                    \
+                        nan[u] |= s[t] != s[t];                                                                                        \
+                        bm = s[t] > bm ? s[t] : bm;                                                                                    \
+                    }                                                                                                                  \
+                    if (nan[u] || bm == -INFINITY) continue; /* a NaN score; or all exps 0 */                                          \
+                    if (bm > mx[u]) { /* a new max: rescale what was summed so far (online softmax) */                                 \
+                        T cr = mx[u] == -INFINITY ? 0 : EXP(mx[u] - bm);                                                               \
+                        sum[u] *= cr;                                                                                                  \
+                        for (c = 0; c < a->dv; c++) o[c] *= cr;                                                                        \
+                        mx[u] = bm;                                                                                                    \
+                    }                                                                                                                  \
+                    for (t = 0; t < mm; t++) s[t] = EXP(s[t] - mx[u]);                                                                 \
+                    for (t = 0; t < mm; t++) {                                                                                         \
+                        sum[u] += s[t];                                                                                                \
+                        tj__attn_axpy_##SFX(o, s[t], vp[t], a->dv);                                                                    \
+                    }                                                                                                                  \
                 }                                                                                                                      \
             }                                                                                                                          \
-            if (nan || sum == 0 || mx == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */     \
-                for (c = 0; c < a->dv; c++) acc[c] = (T)NAN;                                                                           \
-                ls = (T)NAN;                                                                                                           \
-            } else {                                                                                                                   \
-                T inv = 1 / sum;                                                                                                       \
-                for (c = 0; c < a->dv; c++) acc[c] *= inv;                                                                             \
-                ls = mx + (T)log(sum);                                                                                                 \
+            for (u = 0; u < nq; u++) {                                                                                                 \
+                T *o = acc + u * a->dv, ls;                                                                                            \
+                if (nan[u] || sum[u] == 0 || mx[u] == INFINITY) { /* a NaN score, no finite one, or an infinite one: NaN, as softmax */ \
+                    for (c = 0; c < a->dv; c++) o[c] = (T)NAN;                                                                         \
+                    ls = (T)NAN;                                                                                                       \
+                } else {                                                                                                               \
+                    T inv = 1 / sum[u];                                                                                                \
+                    for (c = 0; c < a->dv; c++) o[c] *= inv;                                                                           \
+                    ls = mx[u] + (T)log(sum[u]);                                                                                       \
+                }                                                                                                                      \
+                STOREN(k->pout[0], k->it[0]->dt, (b * a->tq + i0 + u) * a->dv, 1, a->dv, o);                                           \
+                STOREN(k->pout[1], k->it[0]->dt == TJ_F64 ? TJ_F64 : TJ_F32, b * a->tq + i0 + u, 1, 1, &ls);                            \
             }                                                                                                                          \
-            STOREN(k->pout[0], dt, r * a->dv, 1, a->dv, acc);                                                                          \
-            STOREN(k->pout[1], dt == TJ_F64 ? TJ_F64 : TJ_F32, r, 1, 1, &ls);                                                          \
         }                                                                                                                              \
     }                                                                                                                                  \
     /* D_i = d_out_i . out_i */                                                                                                        \
     ATTR static void tj__attn_dl_##SFX(const void *arg, int part, int nparts) {                                                        \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
-        const tj__kern *k = a->k;                                                                                                      \
-        tj_dtype dt = k->it[0]->dt;                                                                                                    \
         T ob[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD];                                                                                       \
-        int64_t rows = a->nb * a->tq, r;                                                                                               \
-        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++)                                                            \
-            ((T *)a->dl)[r] = tj__attn_dot_##SFX(tj__attn_ld_##SFX(k->in[5], dt, r * a->dv, a->dv, gb),                                \
-                                                 tj__attn_ld_##SFX(k->in[3], dt, r * a->dv, a->dv, ob), a->dv);                        \
+        int64_t rows = a->nb * a->tq, r, c;                                                                                            \
+        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
+            const T *g = tj__attn_ld_##SFX(a->k, 5, r, a->dv, gb), *o = tj__attn_ld_##SFX(a->k, 3, r, a->dv, ob);                      \
+            T dl = 0;                                                                                                                  \
+            for (c = 0; c < a->dv; c++) dl += g[c] * o[c];                                                                             \
+            ((T *)a->dl)[r] = dl;                                                                                                      \
+        }                                                                                                                              \
     }                                                                                                                                  \
-    /* dk_j and dv_j: key rows, each summing over the queries that see it,                                                             \
-       a block of queries at a time: P, then dS = P (dP - D) */                                                                        \
+    /* dk_j and dv_j: a block of keys against the blocks of queries that                                                               \
+       see them: P and dP = d_out . v as tiles, dS = P (dP - D) */                                                                     \
     ATTR static void tj__attn_dkv_##SFX(const void *arg, int part, int nparts) {                                                      \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
-        tj_dtype dt = k->it[0]->dt, lt = k->it[4]->dt;                                                                                 \
-        T qb[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], dk[TJ__ATTN_MAXD], dv[TJ__ATTN_MAXD];          \
-        T p[TJ__ATTN_BLK], ds[TJ__ATTN_BLK], lse[TJ__ATTN_BLK], sc = (T)a->scale;                                                      \
-        const T *dl = (const T *)a->dl;                                                                                                \
-        int64_t rows = a->nb * a->tk, r, i0, t, c, m;                                                                                  \
-        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
-            int64_t b = r / a->tk, j = r % a->tk;                                                                                      \
-            const T *kj = tj__attn_ld_##SFX(k->in[1], dt, r * a->d, a->d, kb), *vj = tj__attn_ld_##SFX(k->in[2], dt, r * a->dv, a->dv, vb); \
-            for (c = 0; c < a->d; c++) dk[c] = 0;                                                                                      \
-            for (c = 0; c < a->dv; c++) dv[c] = 0;                                                                                     \
-            for (i0 = a->causal ? j : 0; i0 < a->tq; i0 += m) {                                                                        \
+        T kb[OWN * TJ__ATTN_MAXD], vb[OWN * TJ__ATTN_MAXD], dk[OWN * TJ__ATTN_MAXD];                       \
+        T dv[OWN * TJ__ATTN_MAXD], qb[BLK * TJ__ATTN_MAXD], gb[BLK * TJ__ATTN_MAXD];                       \
+        T qt[TJ__ATTN_MAXD * BLK], gt[TJ__ATTN_MAXD * BLK], s[BLK], dp[BLK], lse[BLK];    \
+        const T *kp[OWN], *vp[OWN], *qp[BLK], *gp[BLK], *dl = (const T *)a->dl;                   \
+        T sc = (T)a->scale;                                                                                                            \
+        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->nb * nblk, w, u, t, c, i0, m;                             \
+        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
+            int64_t b = w / nblk, j0 = w % nblk * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;            \
+            tj__attn_tile_##SFX(k, 1, b * a->tk + j0, nk, a->d, kb, kp, NULL);                                                         \
+            tj__attn_tile_##SFX(k, 2, b * a->tk + j0, nk, a->dv, vb, vp, NULL);                                                        \
+            for (c = 0; c < nk * a->d; c++) dk[c] = 0;                                                                                 \
+            for (c = 0; c < nk * a->dv; c++) dv[c] = 0;                                                                                \
+            for (i0 = a->causal ? j0 : 0; i0 < a->tq; i0 += m) { /* (causal: no query before j0 sees the block) */                     \
                 int64_t q0 = b * a->tq + i0;                                                                                           \
-                m = a->tq - i0 < TJ__ATTN_BLK ? a->tq - i0 : TJ__ATTN_BLK;                                                             \
-                LOADN(k->in[4], lt, q0, 1, m, lse);                                                                                    \
-                for (t = 0; t < m; t++) {                                                                                              \
-                    p[t] = sc * tj__attn_dot_##SFX(tj__attn_ld_##SFX(k->in[0], dt, (q0 + t) * a->d, a->d, qb), kj, a->d) - lse[t];     \
-                    ds[t] = tj__attn_dot_##SFX(tj__attn_ld_##SFX(k->in[5], dt, (q0 + t) * a->dv, a->dv, gb), vj, a->dv) - dl[q0 + t];  \
-                }                                                                                                                      \
-                for (t = 0; t < m; t++) p[t] = EXP(p[t]);                                                                              \
-                for (t = 0; t < m; t++) ds[t] *= p[t];                                                                                 \
-                for (t = 0; t < m; t++) {                                                                                              \
-                    const T *qi = tj__attn_ld_##SFX(k->in[0], dt, (q0 + t) * a->d, a->d, qb);                                          \
-                    const T *gi = tj__attn_ld_##SFX(k->in[5], dt, (q0 + t) * a->dv, a->dv, gb);                                        \
-                    for (c = 0; c < a->dv; c++) dv[c] += p[t] * gi[c];                                                                 \
-                    for (c = 0; c < a->d; c++) dk[c] += ds[t] * qi[c];                                                                 \
+                m = a->tq - i0 < BLK ? a->tq - i0 : BLK;                                                             \
+                tj__attn_tile_##SFX(k, 0, q0, m, a->d, qb, qp, qt);                                                                    \
+                tj__attn_tile_##SFX(k, 5, q0, m, a->dv, gb, gp, gt);                                                                   \
+                LOADN(k->in[4], k->it[4]->dt, q0, 1, m, lse);                                                                          \
+                for (u = 0; u < nk; u++) {                                                                                             \
+                    int64_t t0 = a->causal && j0 + u > i0 ? j0 + u - i0 : 0; /* the first query that sees key j0 + u */                \
+                    T *dku = dk + u * a->d, *dvu = dv + u * a->dv;                                                                     \
+                    if (t0 >= m) continue;                                                                                             \
+                    tj__attn_row_scores_##SFX(kp[u], qt, a->d, m, s);                                                                  \
+                    tj__attn_row_scores_##SFX(vp[u], gt, a->dv, m, dp);                                                                \
+                    for (t = t0; t < m; t++) {                                                                                         \
+                        s[t] = EXP(sc * s[t] - lse[t]);                   /* P */                                                      \
+                        dp[t] = s[t] * (dp[t] - dl[q0 + t]);              /* dS */                                                     \
+                    }                                                                                                                  \
+                    for (t = t0; t < m; t++) {                                                                                         \
+                        tj__attn_axpy_##SFX(dvu, s[t], gp[t], a->dv);                                                                  \
+                        tj__attn_axpy_##SFX(dku, dp[t], qp[t], a->d);                                                                  \
+                    }                                                                                                                  \
                 }                                                                                                                      \
             }                                                                                                                          \
-            for (c = 0; c < a->d; c++) dk[c] *= sc;                                                                                    \
-            STOREN(k->pout[1], dt, r * a->d, 1, a->d, dk);                                                                             \
-            STOREN(k->pout[2], dt, r * a->dv, 1, a->dv, dv);                                                                           \
+            for (u = 0; u < nk; u++) {                                                                                                 \
+                for (c = 0; c < a->d; c++) dk[u * a->d + c] *= sc;                                                                     \
+                STOREN(k->pout[1], k->it[1]->dt, (b * a->tk + j0 + u) * a->d, 1, a->d, dk + u * a->d);                                 \
+                STOREN(k->pout[2], k->it[2]->dt, (b * a->tk + j0 + u) * a->dv, 1, a->dv, dv + u * a->dv);                              \
+            }                                                                                                                          \
         }                                                                                                                              \
     }                                                                                                                                  \
-    /* dq_i: query rows, each summing over the keys it sees, a block at a time */                                                      \
+    /* dq_i: a block of queries against the blocks of keys they see */                                                                 \
     ATTR static void tj__attn_dq_##SFX(const void *arg, int part, int nparts) {                                                        \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
-        tj_dtype dt = k->it[0]->dt;                                                                                                    \
-        T qb[TJ__ATTN_MAXD], gb[TJ__ATTN_MAXD], kb[TJ__ATTN_MAXD], vb[TJ__ATTN_MAXD], dq[TJ__ATTN_MAXD], ds[TJ__ATTN_BLK], sc = (T)a->scale; \
-        const T *dl = (const T *)a->dl;                                                                                                \
-        int64_t rows = a->nb * a->tq, r, j0, t, c, m;                                                                                  \
-        for (r = rows * part / nparts; r < rows * (part + 1) / nparts; r++) {                                                          \
-            int64_t b = r / a->tq, nk = tj__attn_nkeys(a, r % a->tq);                                                                  \
-            const T *qi = tj__attn_ld_##SFX(k->in[0], dt, r * a->d, a->d, qb), *gi = tj__attn_ld_##SFX(k->in[5], dt, r * a->dv, a->dv, gb); \
-            T lse = (T)tj__ld(k->in[4], k->it[4]->dt, r), p[TJ__ATTN_BLK];                                                             \
-            for (c = 0; c < a->d; c++) dq[c] = 0;                                                                                      \
+        T qb[OWN * TJ__ATTN_MAXD], gb[OWN * TJ__ATTN_MAXD], dq[OWN * TJ__ATTN_MAXD];                       \
+        T kb[BLK * TJ__ATTN_MAXD], kt[TJ__ATTN_MAXD * BLK], vt[TJ__ATTN_MAXD * BLK], vb[TJ__ATTN_MAXD];      \
+        T s[BLK], dp[BLK], lse[OWN], sc = (T)a->scale;                                                      \
+        const T *qp[OWN], *gp[OWN], *kp[BLK], *vp, *dl = (const T *)a->dl;                                 \
+        int64_t nblk = (a->tq + OWN - 1) / OWN, units = a->nb * nblk, w, u, t, c, j0, m;                             \
+        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
+            int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;            \
+            int64_t nk = tj__attn_nkeys(a, i0 + nq - 1), q0 = b * a->tq + i0;                                                          \
+            tj__attn_tile_##SFX(k, 0, q0, nq, a->d, qb, qp, NULL);                                                                     \
+            tj__attn_tile_##SFX(k, 5, q0, nq, a->dv, gb, gp, NULL);                                                                    \
+            LOADN(k->in[4], k->it[4]->dt, q0, 1, nq, lse);                                                                             \
+            for (c = 0; c < nq * a->d; c++) dq[c] = 0;                                                                                 \
             for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
-                int64_t k0 = b * a->tk + j0;                                                                                           \
-                m = nk - j0 < TJ__ATTN_BLK ? nk - j0 : TJ__ATTN_BLK;                                                                   \
-                for (t = 0; t < m; t++) {                                                                                              \
-                    p[t] = sc * tj__attn_dot_##SFX(qi, tj__attn_ld_##SFX(k->in[1], dt, (k0 + t) * a->d, a->d, kb), a->d) - lse;        \
-                    ds[t] = tj__attn_dot_##SFX(gi, tj__attn_ld_##SFX(k->in[2], dt, (k0 + t) * a->dv, a->dv, vb), a->dv) - dl[r];       \
+                m = nk - j0 < BLK ? nk - j0 : BLK;                                                                   \
+                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt);                                                        \
+                for (t = 0; t < m; t++) { /* v only transposed */                                                                      \
+                    vp = tj__attn_ld_##SFX(k, 2, b * a->tk + j0 + t, a->dv, vb);                                                       \
+                    for (c = 0; c < a->dv; c++) vt[c * BLK + t] = vp[c];                                                      \
                 }                                                                                                                      \
-                for (t = 0; t < m; t++) ds[t] *= EXP(p[t]);                                                                            \
-                for (t = 0; t < m; t++) {                                                                                              \
-                    const T *kj = tj__attn_ld_##SFX(k->in[1], dt, (k0 + t) * a->d, a->d, kb);                                          \
-                    for (c = 0; c < a->d; c++) dq[c] += ds[t] * kj[c];                                                                 \
+                for (u = 0; u < nq; u++) {                                                                                             \
+                    int64_t mm = tj__attn_nkeys(a, i0 + u) - j0;                                                                       \
+                    T *dqu = dq + u * a->d;                                                                                            \
+                    if (mm > m) mm = m;                                                                                                \
+                    if (mm <= 0) continue;                                                                                             \
+                    tj__attn_row_scores_##SFX(qp[u], kt, a->d, mm, s);                                                                 \
+                    tj__attn_row_scores_##SFX(gp[u], vt, a->dv, mm, dp);                                                               \
+                    for (t = 0; t < mm; t++) dp[t] = EXP(sc * s[t] - lse[u]) * (dp[t] - dl[q0 + u]); /* dS = P (dP - D) */               \
+                    for (t = 0; t < mm; t++) tj__attn_axpy_##SFX(dqu, dp[t], kp[t], a->d);                                             \
                 }                                                                                                                      \
             }                                                                                                                          \
-            for (c = 0; c < a->d; c++) dq[c] *= sc;                                                                                    \
-            STOREN(k->pout[0], dt, r * a->d, 1, a->d, dq);                                                                             \
+            for (u = 0; u < nq; u++) {                                                                                                 \
+                for (c = 0; c < a->d; c++) dq[u * a->d + c] *= sc;                                                                     \
+                STOREN(k->pout[0], k->it[0]->dt, (q0 + u) * a->d, 1, a->d, dq + u * a->d);                                             \
+            }                                                                                                                          \
         }                                                                                                                              \
     }
-TJ__ATTN_ROWS(float, f, tj__load_nf, tj__store_nf, TJ_F32, tj__fexpf, )
-TJ__ATTN_ROWS(double, d, tj__load_n, tj__store_n, TJ_F64, exp, )
+TJ__ATTN_ROWS(float, f, tj__load_nf, tj__store_nf, TJ_F32, tj__fexpf, , 32, 64)
+TJ__ATTN_ROWS(double, d, tj__load_n, tj__store_n, TJ_F64, exp, , 8, 16) /* (f64: tests; small tiles, a small stack) */
 #if TJ__X86
-TJ__ATTN_ROWS(float, f512, tj__load_nf, tj__store_nf, TJ_F32, tj__fexpf, __attribute__((target("avx512f"))))
+TJ__ATTN_ROWS(float, f512, tj__load_nf, tj__store_nf, TJ_F32, tj__fexpf, __attribute__((target("avx512f"))), 32, 64)
 #endif
 #undef TJ__ATTN_ROWS
 /* the three variants of a pass, picked by dtype and CPU */

@@ -3,7 +3,8 @@
    gradients of a weighted sum of the output w.r.t. q, k and v), causal, f32,
    at GPT-2 124M's heads (12) and head size (64) for sequence lengths 64, 256
    and 1024. Prints per shape: ms per run of each (median, min, max of runs
-   taken in turn, fused then composed), the temp memory each program's plan
+   taken in turn, fused then composed; and the median process CPU time,
+   steadier on a shared machine), the temp memory each program's plan
    needs (the composed form keeps (batch, heads, pos, kpos) scores and
    probabilities; the fused one per-query log-sum-exps), and the largest
    difference between the two results relative to the largest value.
@@ -18,9 +19,9 @@
 #define TINYJAX_IMPLEMENTATION
 #include "../tinyjax.h"
 
-static double now_ms(void) {
+static double now_ms(int cpu) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
 }
 static int cmp_double(const void *a, const void *b) {
@@ -52,15 +53,16 @@ static tj_array *rnd(tj_ctx *ctx, const char *shape, unsigned seed, int64_t n) {
 }
 int main(int argc, char **argv) {
     static const int T[3] = {64, 256, 1024}, B[3] = {4, 4, 1};
-    int runs = argc > 1 ? atoi(argv[1]) : 5, s, r, v;
+    int runs = argc > 1 ? atoi(argv[1]) : 5, s, r, v, n;
     tj_ctx *ctx = tj_ctx_new();
     if (runs < 1) runs = 1;
+    n = runs < 64 ? runs : 64;
     printf("bench_attention: causal, f32, heads 12, head_dim 64, forward + backward (dq, dk, dv); %d runs each, taken in turn\n", runs);
     for (s = 0; s < 3; s++) {
         char sq[96], sk[96], sw[96];
         tj_tree *in = tj_tree_new(ctx), *out[2];
         tj_prog *p[2];
-        double ms[2][64], worst = 0, big = 0;
+        double ms[2][64], cpu[2][64], worst = 0, big = 0;
         int64_t temp[2];
         snprintf(sq, sizeof sq, "batch=%d pos=%d heads=12 head_dim=64", B[s], T[s]);
         snprintf(sk, sizeof sk, "batch=%d kpos=%d heads=12 head_dim=64", B[s], T[s]);
@@ -78,11 +80,12 @@ int main(int argc, char **argv) {
             }
             temp[v] = tj_prog_memory(p[v]).temp_bytes;
         }
-        for (r = 0; r < runs && r < 64; r++)
+        for (r = 0; r < n; r++)
             for (v = 0; v < 2; v++) {
-                double t0 = now_ms();
+                double t0 = now_ms(0), c0 = now_ms(1);
                 tj_run(p[v], in, out[v]);
-                ms[v][r] = now_ms() - t0;
+                ms[v][r] = now_ms(0) - t0;
+                cpu[v][r] = now_ms(1) - c0;
             }
         for (v = 0; v < tj_tree_size(out[0]); v++) { /* the largest difference, relative to the largest value */
             tj_array *a = tj_tree_array_at(out[0], v), *b = tj_tree_array(out[1], tj_tree_name(out[0], v));
@@ -97,11 +100,12 @@ int main(int argc, char **argv) {
         }
         printf("B=%d T=%-5d", B[s], T[s]);
         for (v = 0; v < 2; v++) {
-            qsort(ms[v], (size_t)(runs < 64 ? runs : 64), sizeof(double), cmp_double);
-            printf("  %s %8.2f ms (%.2f-%.2f), temp %7.1f MB", v ? "composed" : "fused", ms[v][(runs < 64 ? runs : 64) / 2], ms[v][0],
-                   ms[v][(runs < 64 ? runs : 64) - 1], (double)temp[v] / 1e6);
+            qsort(ms[v], (size_t)n, sizeof(double), cmp_double);
+            qsort(cpu[v], (size_t)n, sizeof(double), cmp_double);
+            printf("  %s %7.2f ms (%.2f-%.2f; CPU %.2f), temp %6.1f MB", v ? "composed" : "fused", ms[v][n / 2], ms[v][0], ms[v][n - 1], cpu[v][n / 2],
+                   (double)temp[v] / 1e6);
         }
-        printf("  fused/composed %.2fx time; largest difference %.1e\n", ms[0][(runs < 64 ? runs : 64) / 2] / ms[1][(runs < 64 ? runs : 64) / 2], worst);
+        printf("  fused/composed: %.2fx wall, %.2fx CPU; largest difference %.1e\n", ms[0][n / 2] / ms[1][n / 2], cpu[0][n / 2] / cpu[1][n / 2], worst);
         for (v = 0; v < 2; v++) {
             tj_prog_free(p[v]);
             tj_tree_free(out[v]);

@@ -1035,6 +1035,37 @@ int main(void) {
         tj_ctx_free(ctx);
     }
 
+    tjt_current = "fused attention";
+    { /* tj_attention against dot + causal_mask + softmax: 3 steps, the same losses and params */
+        static const int remats[3] = {REMAT_BLOCK_OUT, REMAT_NOTHING, REMAT_OFFLOAD};
+        int r, st;
+        for (r = 0; r < 3; r++) {
+            gpt2_config f = c, cc;
+            gpt2_trainer tf, tc;
+            int32_t xb[TB * TT], yb[TB * TT];
+            f.remat = remats[r];
+            cc = f;
+            cc.attn_composed = 1;
+            if (gpt2_trainer_init(&tf, &f, r == 2 ? 2 : 1, r == 2 ? "data=2" : NULL, 1)) { TJT_CHECK(0, "fused attention: init"); continue; }
+            if (gpt2_trainer_init(&tc, &cc, r == 2 ? 2 : 1, r == 2 ? "data=2" : NULL, 1)) {
+                TJT_CHECK(0, "composed attention: init");
+                gpt2_trainer_free(&tf);
+                continue;
+            }
+            for (st = 0; st < 3; st++) {
+                float lf, lc;
+                gpt2_next_batch(&tf, data, n, 5, xb, yb);
+                lf = gpt2_train_step(&tf, xb, yb, 3e-3);
+                gpt2_next_batch(&tc, data, n, 5, xb, yb);
+                lc = gpt2_train_step(&tc, xb, yb, 3e-3);
+                TJT_CHECK(fabs(lf - lc) <= 1e-5 * fabs(lc), "remat %s step %d: loss %.9g with tj_attention, %.9g composed", remat_names[remats[r]], st, lf, lc);
+            }
+            check_leaves(&tf, &tc, "params.", 1e-4, remat_names[remats[r]]);
+            gpt2_trainer_free(&tf);
+            gpt2_trainer_free(&tc);
+        }
+    }
+
     tjt_current = "meshes";
     {
         struct { int ndev; const char *mesh, *prules, *crules; int seq_parallel; const char *name; } ms[] = {
