@@ -337,6 +337,50 @@ static void test_megatron(void) {
     free_result(&s0);
 }
 
+/* attention inside shard_map: queries split over heads and positions, keys
+   and values over heads only (invariant over data: checked, the op makes
+   them vary, and their gradients come back with a psum over data) */
+static void attn_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_attention(in[0], in[1], in[2], "pos", "kpos", "hd", 0, 0);
+}
+static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    int mode = *(int *)u; /* 0 auto, 1 shard_map checked, 2 unchecked */
+    const char *is[3] = {"heads:model pos:data", "heads:model", "heads:model"}, *os[1] = {"heads:model pos:data"};
+    tj_v x[3], o = NULL, gx[3];
+    (void)g;
+    x[0] = tj_tree_v(in, "q"), x[1] = tj_tree_v(in, "k"), x[2] = tj_tree_v(in, "v");
+    if (mode) tj_shard_map(attn_body, NULL, 3, x, is, 1, &o, os, mode == 1);
+    else o = tj_attention(x[0], x[1], x[2], "pos", "kpos", "hd", 0, 0);
+    if (tj_grad(tj_sum(tj_mul(o, tj_tree_v(in, "w")), "batch heads pos hd"), 3, x, gx)) return;
+    tj_tree_set_v(out, "o", tj_transpose(o, "batch heads pos hd"));
+    tj_tree_set_v(out, "g_q", gx[0]);
+    tj_tree_set_v(out, "g_k", gx[1]);
+    tj_tree_set_v(out, "g_v", gx[2]);
+}
+static void attn_inputs(tj_ctx *ctx, tj_tree *in) {
+    tj_tree_set_array(in, "q", tjt_rand(ctx, TJ_F64, "batch=2 heads=2 pos=6 hd=4", 31, -1, 1));
+    tj_tree_set_array(in, "k", tjt_rand(ctx, TJ_F64, "batch=2 kpos=5 heads=2 hd=4", 32, -1, 1));
+    tj_tree_set_array(in, "v", tjt_rand(ctx, TJ_F64, "batch=2 heads=2 kpos=5 hd=4", 33, -1, 1));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, "batch=2 heads=2 pos=6 hd=4", 34, -1, 1));
+}
+static void test_attention(void) {
+    result ref, s1, s0;
+    int auto_mode = 0, chk = 1, unchk = 2;
+    tjt_current = "attention in shard_map";
+    if (!run(1, NULL, attn_inputs, NULL, attn_fn, &auto_mode, &ref) || !run(4, "data=2 model=2", attn_inputs, NULL, attn_fn, &chk, &s1) ||
+        !run(4, "data=2 model=2", attn_inputs, NULL, attn_fn, &unchk, &s0)) {
+        TJT_CHECK(0, "an attention program failed to run");
+        return;
+    }
+    compare("attention: checked shard_map vs one device", &ref, &s1, 1e-12);
+    compare("attention: unchecked shard_map vs one device", &ref, &s0, 1e-12);
+    TJT_CHECK(count_bwd(&s1, "psum", "data") == 2, "checked: k's and v's gradients each need one psum over data, got %d", count_bwd(&s1, "psum", "data"));
+    free_result(&ref);
+    free_result(&s1);
+    free_result(&s0);
+}
+
 /* ==== 4. nesting: shard_map inside an automatic scan, scan and remat
    inside shard_map ===================================================== */
 typedef struct {
@@ -617,6 +661,7 @@ int main(void) {
     test_scenario();
     test_collectives();
     test_megatron();
+    test_attention();
     test_nesting();
     test_custom();
     test_errors();
