@@ -176,6 +176,7 @@ static tj_v op_y(const char *c, tj_v a, tj_v b, tj_v cc, tj_v idx) {
     /* attention: a = q [.., q, d], b = k [.., k, d], c = v [.., k, e or d] */
     if (IS("attention")) return tj_attention(a, b, cc, "q", "k", "d", 0.7, 0);
     if (IS("attention:causal")) return tj_attention(a, b, cc, "q", "k", "d", 0, 1);
+    if (IS("attention:samepos")) return tj_attention(a, b, cc, "q", "q", "d", 0, 1); /* keys on q's own axis name */
     if (IS("attention:composed") || IS("attention:composed causal")) { /* the same from dot, causal_mask and softmax */
         tj_v s = tj_dot(tj_muls(a, IS("attention:composed") ? 0.7 : 1.0 / sqrt((double)tj_v_dim(a, "d"))), b, "d");
         if (IS("attention:composed causal")) s = tj_causal_mask(s, "q", "k", -INFINITY);
@@ -346,6 +347,7 @@ static void test_grads(tj_ctx *ctx) {
     gc(ctx, "attention:causal", "q=5 d=3", "k=2 d=3", "k=2 d=3", -1, 1);           /* more queries than keys */
     gc(ctx, "attention:sq", "h=2 q=4 d=3", "h=2 k=4 d=3", "h=2 k=4 d=3", -2, 2);
     gc(ctx, "attention", "q=1 d=1", "k=1 d=1", "k=1 d=1", -1, 1);                  /* size-1 axes */
+    gc(ctx, "attention:samepos", "h=2 q=4 d=3", "q=4 d=3 h=2", "h=2 q=4 d=2", -1, 1);
 
     tjt_current = "grad: nn ops";
     gc(ctx, "causal_mask", "q=4 k=4 h=2", NULL, NULL, -1, 1);
