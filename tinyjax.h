@@ -8123,15 +8123,18 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
             r = tj__residual(w, v, d);
         }
+    } else if (v->op == TJ__OP_ATTENTION) { /* the node of outputs the policy recomputes (attention's out and lse) */
+        r = tj__clone_op(w, v);
+        if (r) r->remat = 1;
     } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
         /* a forward value the backward pass needs */
         char why[160];
         const char *nm = tj__resid_name(v, w->b, w->nc);
         tj_decision d = tj__decide(w->policy, v, nm, why, sizeof why);
         if ((tj__ops[v->op].flags & TJ__VIEW) && d != TJ_RECOMPUTE && !nm[0]) d = TJ_RECOMPUTE, snprintf(why, sizeof why, "a view: recomputed from its root");
-        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE) { /* never re-run a nested scan for one of its outputs */
+        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && v->in[0]->op != TJ__OP_ATTENTION) { /* never re-run a nested scan or custom op for one of its outputs */
             d = TJ_SAVE;
-            snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested scan, saved");
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : "custom op");
         }
         if (v->op == TJ__OP_PROJ && v->space == TJ_SPACE_HOST && d == TJ_SAVE) { /* a nested region's policy offloaded it: it stays on the host */
             d = TJ_OFFLOAD;

@@ -1061,6 +1061,14 @@ int main(void) {
                 TJT_CHECK(fabs(lf - lc) <= 1e-5 * fabs(lc), "remat %s step %d: loss %.9g with tj_attention, %.9g composed", remat_names[remats[r]], st, lf, lc);
             }
             check_leaves(&tf, &tc, "params.", 1e-4, remat_names[remats[r]]);
+            { /* the policy decides for attention's outputs as for any value: block_out and nothing recompute them */
+                static tj_residual rows[512];
+                int nr = tj_prog_residuals(tf.step, rows, 512), i, saved = 0, seen = 0;
+                for (i = 0; i < nr && i < 512; i++)
+                    if (!strcmp(rows[i].op, "out") && strstr(rows[i].shape, "head_dim")) seen++, saved += rows[i].decision != TJ_RECOMPUTE;
+                TJT_CHECK(seen > 0 && (r == 2 || saved == 0), "remat %s: %d of attention's %d outputs saved or offloaded, want all recomputed",
+                          remat_names[remats[r]], saved, seen);
+            }
             gpt2_trainer_free(&tf);
             gpt2_trainer_free(&tc);
         }
