@@ -8134,7 +8134,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         if ((tj__ops[v->op].flags & TJ__VIEW) && d != TJ_RECOMPUTE && !nm[0]) d = TJ_RECOMPUTE, snprintf(why, sizeof why, "a view: recomputed from its root");
         if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && v->in[0]->op != TJ__OP_ATTENTION) { /* never re-run a nested scan or custom op for one of its outputs */
             d = TJ_SAVE;
-            snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : "custom op");
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : v->in[0]->op == TJ__OP_CUSTOM ? "custom op" : "custom_vjp");
         }
         if (v->op == TJ__OP_PROJ && v->space == TJ_SPACE_HOST && d == TJ_SAVE) { /* a nested region's policy offloaded it: it stays on the host */
             d = TJ_OFFLOAD;
