@@ -2667,7 +2667,9 @@ struct tj__kern {
    projections' cotangents from ctx->proj_ct instead. */
 typedef tj_status (*tj__vjp_fn)(tj_node *n, tj_v g, tj_v *gin);
 
-enum { TJ__VIEW = 1, TJ__NODIFF = 2, TJ__SOURCE = 4, TJ__MULTI = 8 };
+/* TJ__RERUN: a multi-output op that a remat policy may recompute (run
+   again for its outputs); the others (scans, custom ops) are saved */
+enum { TJ__VIEW = 1, TJ__NODIFF = 2, TJ__SOURCE = 4, TJ__MULTI = 8, TJ__RERUN = 16 };
 /* a sharding rule: fits the inputs in[] and sets the output's sharding in *t */
 typedef int (*tj__shard_fn)(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line);
 
@@ -2729,7 +2731,7 @@ typedef struct {
     X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                 \
     X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                           \
     X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                     \
-    X(ATTENTION, "attention", TJ__MULTI, tj__k_attention, tj__vjp_attention, tj__flops_attention, 0, tj__sh_given, tj__pr_attention)            \
+    X(ATTENTION, "attention", TJ__MULTI | TJ__RERUN, tj__k_attention, tj__vjp_attention, tj__flops_attention, 0, tj__sh_given, tj__pr_attention)            \
     X(ATTENTION_GRAD, "attention_grad", TJ__MULTI, tj__k_attention_grad, tj__vjp_attention_grad, tj__flops_attention, tj__attention_scratch, tj__sh_given, tj__pr_attention) \
     X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                          \
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_name)                                                \
@@ -8123,7 +8125,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
             r = tj__residual(w, v, d);
         }
-    } else if (v->op == TJ__OP_ATTENTION) { /* the node of outputs the policy recomputes (attention's out and lse) */
+    } else if (tj__ops[v->op].flags & TJ__RERUN) { /* the node of outputs the policy recomputes (attention's out and lse) */
         r = tj__clone_op(w, v);
         if (r) r->remat = 1;
     } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
@@ -8132,7 +8134,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         const char *nm = tj__resid_name(v, w->b, w->nc);
         tj_decision d = tj__decide(w->policy, v, nm, why, sizeof why);
         if ((tj__ops[v->op].flags & TJ__VIEW) && d != TJ_RECOMPUTE && !nm[0]) d = TJ_RECOMPUTE, snprintf(why, sizeof why, "a view: recomputed from its root");
-        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && v->in[0]->op != TJ__OP_ATTENTION) { /* never re-run a nested scan or custom op for one of its outputs */
+        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !(tj__ops[v->in[0]->op].flags & TJ__RERUN)) { /* never re-run a nested scan or custom op for one of its outputs */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : v->in[0]->op == TJ__OP_CUSTOM ? "custom op" : "custom_vjp");
         }
