@@ -6295,94 +6295,131 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
    the CPU has it) and for double (f64), work on tiles as a flash-attention
    GPU kernel does: a block of OWN rows of one side (queries in the forward
    and for dq, keys for dk and dv) against blocks of BLK rows of the other
-   side (OWN x BLK: 32 x 64 in float, 8 x 16 in double), whose rows the block first copies transposed, so that
-   a score tile is a sum of outer products (vectorised along the other side,
-   no horizontal sums), then exps over the tile (tj__fexpf in float), then
-   each score weights a row (vectorised along the row). Rows of a dtype the
-   loop does not compute in are converted as they are copied. */
+   side (OWN x BLK: 32 x 64 in float, 8 x 16 in double). Every product is
+   one small matmul, tj__attn_mm: 4 rows by 16 columns at a time, kept in
+   registers over the whole sum (a broadcast and a fused multiply-add per
+   term, no horizontal sums). Score tiles multiply rows of one side by the
+   other side's block copied transposed (its columns past the block's end
+   zero); the softmax steps then run along each row of scores (exps with
+   tj__fexpf in float), and the weighted sums of rows are matmuls again.
+   Rows of a dtype the loop does not compute in are converted as copied. */
 #if defined(__GNUC__) || defined(__clang__)
 #define TJ__RESTRICT __restrict /* (C99's restrict, also in C++) */
-#define TJ__NOINLINE __attribute__((noinline))
 #else
 #define TJ__RESTRICT
-#define TJ__NOINLINE
 #endif
-#define TJ__ATTN_ROWS(T, SFX, LOADN, STOREN, NATIVE, EXP, ATTR, OWN, BLK)                                                                       \
-    /* row r (n elements) of x, converted into buf unless x is of type T */                                                            \
+#define TJ__ATTN_ROUND(m) (((m) + 15) / 16 * 16) /* columns tj__attn_mm computes */
+#define TJ__ATTN_ROWS(T, SFX, LOADN, STOREN, NATIVE, EXP, ATTR, OWN, BLK)                                                               \
+    static const T tj__attn_zero_##SFX[TJ__ATTN_MAXD > BLK ? TJ__ATTN_MAXD : BLK] = {0}; /* zeros: the unused rows of a 4 */   \
+    /* row r (n elements) of input x, converted into buf unless it is of type T */                                                     \
     ATTR static const T *tj__attn_ld_##SFX(const tj__kern *k, int x, int64_t r, int64_t n, T *buf) {                                   \
         if (k->it[x]->dt == NATIVE) return (const T *)k->in[x] + r * n;                                                                \
         LOADN(k->in[x], k->it[x]->dt, r * n, 1, n, buf);                                                                               \
         return buf;                                                                                                                    \
     }                                                                                                                                  \
-    /* m rows of x from row r0 (n elements each): pointers in rp[], and the                                                            \
-       block transposed into tr (element c of row t at tr[c * BLK + t]) */                                                     \
-    ATTR static void tj__attn_tile_##SFX(const tj__kern *k, int x, int64_t r0, int64_t m, int64_t n, T *buf, const T **rp, T *tr) {    \
+    /* m rows of x from row r0 (n elements each): pointers in rp[]; and with                                                           \
+       tr, the block transposed (element c of row t at tr[c BLK + t], zero                                                             \
+       for t >= m) with tp[c] pointing at its rows */                                                                                  \
+    ATTR static void tj__attn_tile_##SFX(const tj__kern *k, int x, int64_t r0, int64_t m, int64_t n, T *buf, const T **rp, T *tr,      \
+                                         const T **tp) {                                                                               \
         int64_t t, c;                                                                                                                  \
-        for (t = 0; t < m; t++) {                                                                                                      \
-            rp[t] = tj__attn_ld_##SFX(k, x, r0 + t, n, buf + t * n);                                                                   \
-            if (tr) for (c = 0; c < n; c++) tr[c * BLK + t] = rp[t][c];                                                       \
-        }                                                                                                                              \
-    }                                                                                                                                  \
-    /* s[t] = sum_c x[c] tr[c][t] for t < m */                                                                                         \
-    ATTR static void tj__attn_row_scores_##SFX(const T *x, const T *TJ__RESTRICT tr, int64_t n, int64_t m, T *TJ__RESTRICT s) {       \
-        int64_t c, t;                                                                                                                  \
-        for (t = 0; t < m; t++) s[t] = 0;                                                                                              \
+        for (t = 0; t < m; t++) rp[t] = tj__attn_ld_##SFX(k, x, r0 + t, n, buf + t * n);                                               \
+        if (!tr) return;                                                                                                               \
         for (c = 0; c < n; c++) {                                                                                                      \
-            T xc = x[c];                                                                                                               \
-            const T *r = tr + c * BLK;                                                                                        \
-            for (t = 0; t < m; t++) s[t] += xc * r[t];                                                                                 \
+            T *o = tr + c * BLK;                                                                                                       \
+            for (t = 0; t < m; t++) o[t] = rp[t][c];                                                                                   \
+            for (; t < BLK; t++) o[t] = 0;                                                                                             \
+            tp[c] = o;                                                                                                                 \
         }                                                                                                                              \
     }                                                                                                                                  \
-    /* y += a x over n elements (restrict and not inlined: so that gcc                                                                  \
-       vectorises it rather than jamming two calls into one scalar loop) */                                                            \
-    ATTR TJ__NOINLINE static void tj__attn_axpy_##SFX(T *TJ__RESTRICT y, T a, const T *TJ__RESTRICT x, int64_t n) {                                 \
-        int64_t c;                                                                                                                     \
-        for (c = 0; c < n; c++) y[c] += a * x[c];                                                                                      \
+    /* C[r][j] = (acc ? C[r][j] : 0) + sum_k A[r][k] B[k][j] for r < 4, j < n:                                                         \
+       A's rows a[r] (K long), B's rows b[k] (n long), C's rows c[r]. Columns                                                          \
+       j0..j0+15 in 4 x 16 sums the compiler keeps in registers (with                                                                  \
+       AVX-512: 4 registers, a broadcast fused multiply-add per term) */                                                               \
+    ATTR static void tj__attn_mm16_##SFX(const T *const *a, int64_t K, const T *const *b, int64_t j0, T *const *cr, int acc) {       \
+        T s0[16], s1[16], s2[16], s3[16];                                                                                              \
+        int64_t kk, t;                                                                                                                 \
+        for (t = 0; t < 16; t++) {                                                                                                     \
+            s0[t] = acc ? cr[0][j0 + t] : 0, s1[t] = acc ? cr[1][j0 + t] : 0;                                                          \
+            s2[t] = acc ? cr[2][j0 + t] : 0, s3[t] = acc ? cr[3][j0 + t] : 0;                                                          \
+        }                                                                                                                              \
+        for (kk = 0; kk < K; kk++) {                                                                                                   \
+            const T *br = b[kk] + j0, x0 = a[0][kk], x1 = a[1][kk], x2 = a[2][kk], x3 = a[3][kk];                                      \
+            for (t = 0; t < 16; t++) {                                                                                                 \
+                s0[t] += x0 * br[t];                                                                                                   \
+                s1[t] += x1 * br[t];                                                                                                   \
+                s2[t] += x2 * br[t];                                                                                                   \
+                s3[t] += x3 * br[t];                                                                                                   \
+            }                                                                                                                          \
+        }                                                                                                                              \
+        for (t = 0; t < 16; t++) cr[0][j0 + t] = s0[t], cr[1][j0 + t] = s1[t], cr[2][j0 + t] = s2[t], cr[3][j0 + t] = s3[t];           \
+    }                                                                                                                                  \
+    ATTR static void tj__attn_mm_##SFX(const T *const *a, int64_t K, const T *const *b, int64_t n, T *const *cr, int acc) {          \
+        int64_t j0, kk, r, t;                                                                                                          \
+        for (j0 = 0; j0 + 16 <= n; j0 += 16) tj__attn_mm16_##SFX(a, K, b, j0, cr, acc);                                                \
+        for (r = 0; r < 4; r++) /* the last columns (a row size not a multiple of 16) */                                               \
+            for (t = j0; t < n; t++) {                                                                                                 \
+                T sum = acc ? cr[r][t] : 0;                                                                                            \
+                for (kk = 0; kk < K; kk++) sum += a[r][kk] * b[kk][t];                                                                 \
+                cr[r][t] = sum;                                                                                                        \
+            }                                                                                                                          \
     }                                                                                                                                  \
     ATTR static void tj__attn_fwd_##SFX(const void *arg, int part, int nparts) {                                                       \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
-        T qb[OWN * TJ__ATTN_MAXD], kb[BLK * TJ__ATTN_MAXD], kt[TJ__ATTN_MAXD * BLK];                        \
-        T vb[BLK * TJ__ATTN_MAXD], acc[OWN * TJ__ATTN_MAXD], s[BLK];                                       \
-        T mx[OWN], sum[OWN], sc = (T)a->scale;                                                                       \
-        const T *qp[OWN], *kp[BLK], *vp[BLK];                                                              \
-        int nan[OWN];                                                                                                         \
-        int64_t nblk = (a->tq + OWN - 1) / OWN, units = a->nb * nblk, w, u, t, c, j0, m;                             \
+        T qb[OWN * TJ__ATTN_MAXD], kb[BLK * TJ__ATTN_MAXD], kt[TJ__ATTN_MAXD * BLK], vb[BLK * TJ__ATTN_MAXD];                          \
+        T acc[OWN * TJ__ATTN_MAXD], s[4 * BLK], dump[TJ__ATTN_MAXD], mx[OWN], sum[OWN], sc = (T)a->scale;                              \
+        const T *qp[OWN], *kp[BLK], *vp[BLK], *ktp[TJ__ATTN_MAXD];                                                                     \
+        int nan[OWN];                                                                                                                  \
+        int64_t nblk = (a->tq + OWN - 1) / OWN, units = a->nb * nblk, w, u, g, t, c, j0, m;                                            \
         for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
-            int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;            \
+            int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;                                       \
             int64_t nk = tj__attn_nkeys(a, i0 + nq - 1); /* the keys the block's last query sees */                                    \
-            tj__attn_tile_##SFX(k, 0, b * a->tq + i0, nq, a->d, qb, qp, NULL);                                                         \
-            for (u = 0; u < nq; u++) {                                                                                                 \
-                mx[u] = -INFINITY, sum[u] = 0, nan[u] = 0;                                                                             \
-                for (c = 0; c < a->dv; c++) acc[u * a->dv + c] = 0;                                                                    \
-            }                                                                                                                          \
+            tj__attn_tile_##SFX(k, 0, b * a->tq + i0, nq, a->d, qb, qp, NULL, NULL);                                                   \
+            for (u = 0; u < nq; u++) mx[u] = -INFINITY, sum[u] = 0, nan[u] = 0;                                                        \
+            for (c = 0; c < nq * a->dv; c++) acc[c] = 0;                                                                               \
             for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
-                m = nk - j0 < BLK ? nk - j0 : BLK;                                                                   \
-                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt);                                                        \
-                tj__attn_tile_##SFX(k, 2, b * a->tk + j0, m, a->dv, vb, vp, NULL);                                                     \
-                for (u = 0; u < nq; u++) {                                                                                             \
-                    int64_t mm = tj__attn_nkeys(a, i0 + u) - j0;                                                                       \
-                    T bm = -INFINITY, *o = acc + u * a->dv;                                                                            \
-                    if (mm > m) mm = m;                                                                                                \
-                    if (mm <= 0 || nan[u]) continue;                                                                                   \
-                    tj__attn_row_scores_##SFX(qp[u], kt, a->d, mm, s);                                                                 \
-                    for (t = 0; t < mm; t++) {                                                                                         \
-                        s[t] *= sc;                                                                                                    \
-                        nan[u] |= s[t] != s[t];                                                                                        \
-                        bm = s[t] > bm ? s[t] : bm;                                                                                    \
+                m = nk - j0 < BLK ? nk - j0 : BLK;                                                                                     \
+                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
+                tj__attn_tile_##SFX(k, 2, b * a->tk + j0, m, a->dv, vb, vp, NULL, NULL);                                               \
+                for (u = 0; u < nq; u += 4) { /* 4 queries at a time */                                                                \
+                    const T *ar[4];                                                                                                    \
+                    T *sr[4], *orow[4];                                                                                                \
+                    int64_t lim[4], mm = 0;                                                                                            \
+                    for (g = 0; g < 4; g++) {                                                                                          \
+                        int in = u + g < nq && !nan[u + g];                                                                            \
+                        lim[g] = in ? tj__attn_nkeys(a, i0 + u + g) - j0 : 0;                                                          \
+                        lim[g] = lim[g] < 0 ? 0 : lim[g] > m ? m : lim[g];                                                             \
+                        mm = lim[g] > mm ? lim[g] : mm;                                                                                \
+                        ar[g] = in ? qp[u + g] : tj__attn_zero_##SFX;                                                                  \
+                        sr[g] = s + g * BLK;                                                                                           \
+                        orow[g] = in ? acc + (u + g) * a->dv : dump;                                                                   \
                     }                                                                                                                  \
-                    if (nan[u] || bm == -INFINITY) continue; /* a NaN score; or all exps 0 */                                          \
-                    if (bm > mx[u]) { /* a new max: rescale what was summed so far (online softmax) */                                 \
-                        T cr = mx[u] == -INFINITY ? 0 : EXP(mx[u] - bm);                                                               \
-                        sum[u] *= cr;                                                                                                  \
-                        for (c = 0; c < a->dv; c++) o[c] *= cr;                                                                        \
-                        mx[u] = bm;                                                                                                    \
+                    if (!mm) continue;                                                                                                 \
+                    tj__attn_mm_##SFX(ar, a->d, ktp, TJ__ATTN_ROUND(mm), sr, 0); /* scores */                                          \
+                    for (g = 0; g < 4; g++) { /* the online softmax: p = exp(s - max) in sr, a new max rescales */                    \
+                        T *row = sr[g], bm = -INFINITY, *o = orow[g];                                                                  \
+                        int64_t ui = u + g;                                                                                            \
+                        for (t = 0; t < lim[g]; t++) {                                                                                 \
+                            row[t] *= sc;                                                                                              \
+                            nan[ui < nq ? ui : 0] |= row[t] != row[t];                                                                 \
+                            bm = row[t] > bm ? row[t] : bm;                                                                            \
+                        }                                                                                                              \
+                        if (!lim[g] || nan[ui] || bm == -INFINITY) { /* nothing to add: a NaN score, or all exps 0 */                  \
+                            for (t = 0; t < mm; t++) row[t] = 0;                                                                       \
+                            continue;                                                                                                  \
+                        }                                                                                                              \
+                        if (bm > mx[ui]) {                                                                                             \
+                            T cr = mx[ui] == -INFINITY ? 0 : EXP(mx[ui] - bm);                                                         \
+                            sum[ui] *= cr;                                                                                             \
+                            for (c = 0; c < a->dv; c++) o[c] *= cr;                                                                    \
+                            mx[ui] = bm;                                                                                               \
+                        }                                                                                                              \
+                        for (t = 0; t < lim[g]; t++) row[t] = EXP(row[t] - mx[ui]);                                                    \
+                        for (t = 0; t < lim[g]; t++) sum[ui] += row[t];                                                                \
+                        for (; t < mm; t++) row[t] = 0; /* keys this query does not see */                                             \
                     }                                                                                                                  \
-                    for (t = 0; t < mm; t++) s[t] = EXP(s[t] - mx[u]);                                                                 \
-                    for (t = 0; t < mm; t++) {                                                                                         \
-                        sum[u] += s[t];                                                                                                \
-                        tj__attn_axpy_##SFX(o, s[t], vp[t], a->dv);                                                                    \
-                    }                                                                                                                  \
+                    tj__attn_mm_##SFX((const T *const *)sr, mm, vp, a->dv, orow, 1); /* out += p v */                                  \
                 }                                                                                                                      \
             }                                                                                                                          \
             for (u = 0; u < nq; u++) {                                                                                                 \
@@ -6413,42 +6450,53 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         }                                                                                                                              \
     }                                                                                                                                  \
     /* dk_j and dv_j: a block of keys against the blocks of queries that                                                               \
-       see them: P and dP = d_out . v as tiles, dS = P (dP - D) */                                                                     \
+       see them: P = exp(s - lse) and dP = d_out . v as tiles, dS = P (dP - D),                                                        \
+       then dv += P d_out and dk += dS q */                                                                                            \
     ATTR static void tj__attn_dkv_##SFX(const void *arg, int part, int nparts) {                                                      \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
-        T kb[OWN * TJ__ATTN_MAXD], vb[OWN * TJ__ATTN_MAXD], dk[OWN * TJ__ATTN_MAXD];                       \
-        T dv[OWN * TJ__ATTN_MAXD], qb[BLK * TJ__ATTN_MAXD], gb[BLK * TJ__ATTN_MAXD];                       \
-        T qt[TJ__ATTN_MAXD * BLK], gt[TJ__ATTN_MAXD * BLK], s[BLK], dp[BLK], lse[BLK];    \
-        const T *kp[OWN], *vp[OWN], *qp[BLK], *gp[BLK], *dl = (const T *)a->dl;                   \
-        T sc = (T)a->scale;                                                                                                            \
-        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->nb * nblk, w, u, t, c, i0, m;                             \
+        T kb[OWN * TJ__ATTN_MAXD], vb[OWN * TJ__ATTN_MAXD], dk[OWN * TJ__ATTN_MAXD], dv[OWN * TJ__ATTN_MAXD];                          \
+        T qb[BLK * TJ__ATTN_MAXD], gb[BLK * TJ__ATTN_MAXD], qt[TJ__ATTN_MAXD * BLK], gt[TJ__ATTN_MAXD * BLK];                         \
+        T s[4 * BLK], dp[4 * BLK], lse[BLK], dump[TJ__ATTN_MAXD], sc = (T)a->scale;                                                    \
+        const T *kp[OWN], *vp[OWN], *qp[BLK], *gp[BLK], *qtp[TJ__ATTN_MAXD], *gtp[TJ__ATTN_MAXD], *dl = (const T *)a->dl;             \
+        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->nb * nblk, w, u, g, t, c, i0, m;                                            \
         for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
-            int64_t b = w / nblk, j0 = w % nblk * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;            \
-            tj__attn_tile_##SFX(k, 1, b * a->tk + j0, nk, a->d, kb, kp, NULL);                                                         \
-            tj__attn_tile_##SFX(k, 2, b * a->tk + j0, nk, a->dv, vb, vp, NULL);                                                        \
+            int64_t b = w / nblk, j0 = w % nblk * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                                       \
+            tj__attn_tile_##SFX(k, 1, b * a->tk + j0, nk, a->d, kb, kp, NULL, NULL);                                                   \
+            tj__attn_tile_##SFX(k, 2, b * a->tk + j0, nk, a->dv, vb, vp, NULL, NULL);                                                  \
             for (c = 0; c < nk * a->d; c++) dk[c] = 0;                                                                                 \
             for (c = 0; c < nk * a->dv; c++) dv[c] = 0;                                                                                \
             for (i0 = a->causal ? j0 : 0; i0 < a->tq; i0 += m) { /* (causal: no query before j0 sees the block) */                     \
                 int64_t q0 = b * a->tq + i0;                                                                                           \
-                m = a->tq - i0 < BLK ? a->tq - i0 : BLK;                                                             \
-                tj__attn_tile_##SFX(k, 0, q0, m, a->d, qb, qp, qt);                                                                    \
-                tj__attn_tile_##SFX(k, 5, q0, m, a->dv, gb, gp, gt);                                                                   \
+                m = a->tq - i0 < BLK ? a->tq - i0 : BLK;                                                                               \
+                tj__attn_tile_##SFX(k, 0, q0, m, a->d, qb, qp, qt, qtp);                                                               \
+                tj__attn_tile_##SFX(k, 5, q0, m, a->dv, gb, gp, gt, gtp);                                                              \
                 LOADN(k->in[4], k->it[4]->dt, q0, 1, m, lse);                                                                          \
-                for (u = 0; u < nk; u++) {                                                                                             \
-                    int64_t t0 = a->causal && j0 + u > i0 ? j0 + u - i0 : 0; /* the first query that sees key j0 + u */                \
-                    T *dku = dk + u * a->d, *dvu = dv + u * a->dv;                                                                     \
-                    if (t0 >= m) continue;                                                                                             \
-                    tj__attn_row_scores_##SFX(kp[u], qt, a->d, m, s);                                                                  \
-                    tj__attn_row_scores_##SFX(vp[u], gt, a->dv, m, dp);                                                                \
-                    for (t = t0; t < m; t++) {                                                                                         \
-                        s[t] = EXP(sc * s[t] - lse[t]);                   /* P */                                                      \
-                        dp[t] = s[t] * (dp[t] - dl[q0 + t]);              /* dS */                                                     \
+                for (u = 0; u < nk; u += 4) { /* 4 keys at a time */                                                                   \
+                    const T *ak[4], *av[4];                                                                                            \
+                    T *sr[4], *dr[4], *dkr[4], *dvr[4];                                                                                \
+                    int64_t t0[4], any = 0;                                                                                            \
+                    for (g = 0; g < 4; g++) {                                                                                          \
+                        int in = u + g < nk;                                                                                           \
+                        t0[g] = !in ? m : a->causal && j0 + u + g > i0 ? j0 + u + g - i0 : 0; /* the first query that sees the key */  \
+                        any |= t0[g] < m;                                                                                              \
+                        ak[g] = in ? kp[u + g] : tj__attn_zero_##SFX;                                                                  \
+                        av[g] = in ? vp[u + g] : tj__attn_zero_##SFX;                                                                  \
+                        sr[g] = s + g * BLK, dr[g] = dp + g * BLK;                                                                     \
+                        dkr[g] = in ? dk + (u + g) * a->d : dump;                                                                      \
+                        dvr[g] = in ? dv + (u + g) * a->dv : dump;                                                                     \
                     }                                                                                                                  \
-                    for (t = t0; t < m; t++) {                                                                                         \
-                        tj__attn_axpy_##SFX(dvu, s[t], gp[t], a->dv);                                                                  \
-                        tj__attn_axpy_##SFX(dku, dp[t], qp[t], a->d);                                                                  \
-                    }                                                                                                                  \
+                    if (!any) continue;                                                                                                \
+                    tj__attn_mm_##SFX(ak, a->d, qtp, TJ__ATTN_ROUND(m), sr, 0);  /* s = k . q */                                       \
+                    tj__attn_mm_##SFX(av, a->dv, gtp, TJ__ATTN_ROUND(m), dr, 0); /* dP = v . d_out */                                  \
+                    for (g = 0; g < 4; g++)                                                                                            \
+                        for (t = 0; t < m; t++) {                                                                                      \
+                            T p = t < t0[g] ? 0 : EXP(sc * sr[g][t] - lse[t]);                                                         \
+                            dr[g][t] = t < t0[g] ? 0 : p * (dr[g][t] - dl[q0 + t]);                                                    \
+                            sr[g][t] = p;                                                                                              \
+                        }                                                                                                              \
+                    tj__attn_mm_##SFX((const T *const *)sr, m, gp, a->dv, dvr, 1); /* dv += P d_out */                                 \
+                    tj__attn_mm_##SFX((const T *const *)dr, m, qp, a->d, dkr, 1);  /* dk += dS q */                                    \
                 }                                                                                                                      \
             }                                                                                                                          \
             for (u = 0; u < nk; u++) {                                                                                                 \
@@ -6458,38 +6506,47 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
             }                                                                                                                          \
         }                                                                                                                              \
     }                                                                                                                                  \
-    /* dq_i: a block of queries against the blocks of keys they see */                                                                 \
+    /* dq_i: a block of queries against the blocks of keys they see:                                                                   \
+       dq += dS k */                                                                                                                   \
     ATTR static void tj__attn_dq_##SFX(const void *arg, int part, int nparts) {                                                        \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
-        T qb[OWN * TJ__ATTN_MAXD], gb[OWN * TJ__ATTN_MAXD], dq[OWN * TJ__ATTN_MAXD];                       \
-        T kb[BLK * TJ__ATTN_MAXD], kt[TJ__ATTN_MAXD * BLK], vt[TJ__ATTN_MAXD * BLK], vb[TJ__ATTN_MAXD];      \
-        T s[BLK], dp[BLK], lse[OWN], sc = (T)a->scale;                                                      \
-        const T *qp[OWN], *gp[OWN], *kp[BLK], *vp, *dl = (const T *)a->dl;                                 \
-        int64_t nblk = (a->tq + OWN - 1) / OWN, units = a->nb * nblk, w, u, t, c, j0, m;                             \
+        T qb[OWN * TJ__ATTN_MAXD], gb[OWN * TJ__ATTN_MAXD], dq[OWN * TJ__ATTN_MAXD], kb[BLK * TJ__ATTN_MAXD], vb[BLK * TJ__ATTN_MAXD];  \
+        T kt[TJ__ATTN_MAXD * BLK], vt[TJ__ATTN_MAXD * BLK], s[4 * BLK], dp[4 * BLK], lse[OWN], dump[TJ__ATTN_MAXD], sc = (T)a->scale;  \
+        const T *qp[OWN], *gp[OWN], *kp[BLK], *vp[BLK], *ktp[TJ__ATTN_MAXD], *vtp[TJ__ATTN_MAXD], *dl = (const T *)a->dl;             \
+        int64_t nblk = (a->tq + OWN - 1) / OWN, units = a->nb * nblk, w, u, g, t, c, j0, m;                                            \
         for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
-            int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;            \
+            int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;                                       \
             int64_t nk = tj__attn_nkeys(a, i0 + nq - 1), q0 = b * a->tq + i0;                                                          \
-            tj__attn_tile_##SFX(k, 0, q0, nq, a->d, qb, qp, NULL);                                                                     \
-            tj__attn_tile_##SFX(k, 5, q0, nq, a->dv, gb, gp, NULL);                                                                    \
+            tj__attn_tile_##SFX(k, 0, q0, nq, a->d, qb, qp, NULL, NULL);                                                               \
+            tj__attn_tile_##SFX(k, 5, q0, nq, a->dv, gb, gp, NULL, NULL);                                                              \
             LOADN(k->in[4], k->it[4]->dt, q0, 1, nq, lse);                                                                             \
             for (c = 0; c < nq * a->d; c++) dq[c] = 0;                                                                                 \
             for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
-                m = nk - j0 < BLK ? nk - j0 : BLK;                                                                   \
-                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt);                                                        \
-                for (t = 0; t < m; t++) { /* v only transposed */                                                                      \
-                    vp = tj__attn_ld_##SFX(k, 2, b * a->tk + j0 + t, a->dv, vb);                                                       \
-                    for (c = 0; c < a->dv; c++) vt[c * BLK + t] = vp[c];                                                      \
-                }                                                                                                                      \
-                for (u = 0; u < nq; u++) {                                                                                             \
-                    int64_t mm = tj__attn_nkeys(a, i0 + u) - j0;                                                                       \
-                    T *dqu = dq + u * a->d;                                                                                            \
-                    if (mm > m) mm = m;                                                                                                \
-                    if (mm <= 0) continue;                                                                                             \
-                    tj__attn_row_scores_##SFX(qp[u], kt, a->d, mm, s);                                                                 \
-                    tj__attn_row_scores_##SFX(gp[u], vt, a->dv, mm, dp);                                                               \
-                    for (t = 0; t < mm; t++) dp[t] = EXP(sc * s[t] - lse[u]) * (dp[t] - dl[q0 + u]); /* dS = P (dP - D) */               \
-                    for (t = 0; t < mm; t++) tj__attn_axpy_##SFX(dqu, dp[t], kp[t], a->d);                                             \
+                m = nk - j0 < BLK ? nk - j0 : BLK;                                                                                     \
+                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
+                tj__attn_tile_##SFX(k, 2, b * a->tk + j0, m, a->dv, vb, vp, vt, vtp);                                                  \
+                for (u = 0; u < nq; u += 4) { /* 4 queries at a time */                                                                \
+                    const T *aq[4], *ag[4];                                                                                            \
+                    T *sr[4], *dr[4], *dqr[4];                                                                                         \
+                    int64_t lim[4], mm = 0;                                                                                            \
+                    for (g = 0; g < 4; g++) {                                                                                          \
+                        int in = u + g < nq;                                                                                           \
+                        lim[g] = in ? tj__attn_nkeys(a, i0 + u + g) - j0 : 0;                                                          \
+                        lim[g] = lim[g] < 0 ? 0 : lim[g] > m ? m : lim[g];                                                             \
+                        mm = lim[g] > mm ? lim[g] : mm;                                                                                \
+                        aq[g] = in ? qp[u + g] : tj__attn_zero_##SFX;                                                                  \
+                        ag[g] = in ? gp[u + g] : tj__attn_zero_##SFX;                                                                  \
+                        sr[g] = s + g * BLK, dr[g] = dp + g * BLK;                                                                     \
+                        dqr[g] = in ? dq + (u + g) * a->d : dump;                                                                      \
+                    }                                                                                                                  \
+                    if (!mm) continue;                                                                                                 \
+                    tj__attn_mm_##SFX(aq, a->d, ktp, TJ__ATTN_ROUND(mm), sr, 0);  /* s = q . k */                                      \
+                    tj__attn_mm_##SFX(ag, a->dv, vtp, TJ__ATTN_ROUND(mm), dr, 0); /* dP = d_out . v */                                 \
+                    for (g = 0; g < 4; g++)                                                                                            \
+                        for (t = 0; t < mm; t++) /* dS = P (dP - D) */                                                                 \
+                            dr[g][t] = t < lim[g] ? EXP(sc * sr[g][t] - lse[u + g]) * (dr[g][t] - dl[q0 + u + g]) : 0;                 \
+                    tj__attn_mm_##SFX((const T *const *)dr, mm, kp, a->d, dqr, 1); /* dq += dS k */                                    \
                 }                                                                                                                      \
             }                                                                                                                          \
             for (u = 0; u < nq; u++) {                                                                                                 \
