@@ -1570,6 +1570,780 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
     return ce ? tjc_index_check(s, k, lab, d) : 0;
 }
 
+/* ---- attention (tj_attention, tinyjax.h [5] "attention (flash-style)") ----
+   Two paths. Path 1, below, is the CPU kernels' algorithm for every dtype
+   and size (dim, dim' up to 1024): one warp per row, the row spread over
+   the lanes (element lane + 32 i in slot i), each dot a warp sum. The
+   forward keeps the CPU's online softmax per query (a running max m and
+   sum, the output accumulated and rescaled when m grows) with its NaN
+   rules; the backward computes D_i = d_out_i . out_i, then dk and dv by key
+   rows, then dq by query rows: every output row is summed by one warp in a
+   fixed order, so runs give the same bits, with no atomics. f32 and bf16
+   compute in float, f64 in double, as the CPU. Rows are visited
+   grid-stride with 64-bit offsets (any number of rows, a 1-D grid).
+   Path 2 (the flash kernels, after this) takes bf16 with dim = dim' of 64
+   or 128 on tensor cores. Neither path has run on a GPU yet: only their
+   compilation and the flash path's host emulation are tested here. */
+#define TJC_ATT_WPB 4 /* warps per block */
+typedef struct {
+    int64_t nb, tq, tk, d, dv; /* batch rows, queries, keys, dim, dim' (tj__attn_init) */
+    double scale;
+    int causal, dt, ldt;       /* input dtype; lse's (and D's): f32, f64 for f64 */
+} tjc_att;
+TJC_PARAMS_FIT(tjc_att);
+static void tjc_att_of(const tj__kern *k, tjc_att *a) {
+    tj__attn x;
+    tj__attn_init(k, &x);
+    a->nb = x.nb, a->tq = x.tq, a->tk = x.tk, a->d = x.d, a->dv = x.dv;
+    a->scale = x.scale;
+    a->causal = x.causal;
+    a->dt = k->it[0]->dt;
+    a->ldt = a->dt == TJ_F64 ? TJ_F64 : TJ_F32;
+}
+/* the keys query i sees (tj__attn_nkeys) */
+__host__ __device__ static inline int64_t tjc_att_nkeys(const tjc_att *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
+template <typename T>
+__device__ __forceinline__ T tjc_att_wsum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); /* every lane ends with the same bits */
+    return v;
+}
+/* this lane's slots of row `base` (n elements), 0 past the end */
+template <typename T, int NV>
+__device__ __forceinline__ void tjc_att_row(const void *p, int dt, int64_t base, int64_t n, int lane, T *x) {
+#pragma unroll
+    for (int i = 0; i < NV; i++) x[i] = lane + 32 * i < n ? tjc_ld<T>(p, dt, base + lane + 32 * i) : (T)0;
+}
+template <typename T, int NV>
+__device__ __forceinline__ void tjc_att_store(void *p, int dt, int64_t base, int64_t n, int lane, const T *x) {
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (lane + 32 * i < n) tjc_st<T>(p, dt, base + lane + 32 * i, x[i]);
+}
+template <typename T, int NV>
+__device__ __forceinline__ T tjc_att_dot(const T *x, const T *y) {
+    T s = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++) s += x[i] * y[i];
+    return tjc_att_wsum(s);
+}
+#define TJC_ATT_ROWS(r, rows) \
+    for (int64_t r = blockIdx.x * (int64_t)TJC_ATT_WPB + (threadIdx.x >> 5); r < (rows); r += (int64_t)gridDim.x * TJC_ATT_WPB)
+/* forward: out and lse of query row r = b tq + i (tj__attn_fwd) */
+template <typename T, int NV>
+__global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_fwd(tjc_att a, const void *q, const void *k, const void *v, void *out, void *lse) {
+    const int lane = threadIdx.x & 31;
+    TJC_ATT_ROWS(r, a.nb * a.tq) {
+        int64_t b = r / a.tq, nk = tjc_att_nkeys(&a, r % a.tq);
+        T qi[NV], kj[NV], vj[NV], acc[NV], m = -INFINITY, sum = 0, ls;
+        int nan = 0;
+        tjc_att_row<T, NV>(q, a.dt, r * a.d, a.d, lane, qi);
+#pragma unroll
+        for (int i = 0; i < NV; i++) acc[i] = 0;
+        for (int64_t j = 0; j < nk && !nan; j++) { /* s is the same in every lane: the branches are the warp's */
+            tjc_att_row<T, NV>(k, a.dt, (b * a.tk + j) * a.d, a.d, lane, kj);
+            T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj), p;
+            if (s != s) nan = 1;
+            if (s == -INFINITY || nan) continue; /* an exp of 0 */
+            if (s > m) { /* a new max: rescale what was summed so far */
+                T cr = tjc_exp(m - s);
+                sum *= cr;
+#pragma unroll
+                for (int i = 0; i < NV; i++) acc[i] *= cr;
+                m = s;
+            }
+            p = tjc_exp(s - m);
+            sum += p;
+            tjc_att_row<T, NV>(v, a.dt, (b * a.tk + j) * a.dv, a.dv, lane, vj);
+#pragma unroll
+            for (int i = 0; i < NV; i++) acc[i] += p * vj[i];
+        }
+        if (nan || sum == 0 || m == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */
+#pragma unroll
+            for (int i = 0; i < NV; i++) acc[i] = (T)NAN;
+            ls = (T)NAN;
+        } else {
+#pragma unroll
+            for (int i = 0; i < NV; i++) acc[i] /= sum;
+            ls = m + tjc_log(sum);
+        }
+        tjc_att_store<T, NV>(out, a.dt, r * a.dv, a.dv, lane, acc);
+        if (lane == 0) tjc_st<T>(lse, a.ldt, r, ls);
+    }
+}
+/* backward, first: D_r = d_out_r . out_r into dl (T per query row) */
+template <typename T>
+__global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dl(tjc_att a, const void *out, const void *g, T *dl) {
+    const int lane = threadIdx.x & 31;
+    TJC_ATT_ROWS(r, a.nb * a.tq) {
+        T s = 0;
+        for (int64_t c = lane; c < a.dv; c += 32) s += tjc_ld<T>(g, a.dt, r * a.dv + c) * tjc_ld<T>(out, a.dt, r * a.dv + c);
+        s = tjc_att_wsum(s);
+        if (lane == 0) dl[r] = s;
+    }
+}
+/* ds (and p) of query row qr with key row kj, vj (tj__attn_ds) */
+template <typename T, int NV>
+__device__ __forceinline__ T tjc_att_ds(const tjc_att &a, const T *qi, const T *gi, const T *kj, const T *vj, const void *lse, const T *dl, int64_t qr, T *p) {
+    T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj);
+    *p = tjc_exp(s - tjc_ld<T>(lse, a.ldt, qr));
+    return *p * (tjc_att_dot<T, NV>(gi, vj) - dl[qr]);
+}
+/* backward, second: dk and dv of key row r = b tk + j, over the queries that see it */
+template <typename T, int NV>
+__global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dkv(tjc_att a, const void *q, const void *k, const void *v, const void *lse, const void *g,
+                                                                 const T *dl, void *dk, void *dv) {
+    const int lane = threadIdx.x & 31;
+    TJC_ATT_ROWS(r, a.nb * a.tk) {
+        int64_t b = r / a.tk, j = r % a.tk;
+        T kj[NV], vj[NV], qi[NV], gi[NV], sk[NV], sv[NV];
+        tjc_att_row<T, NV>(k, a.dt, r * a.d, a.d, lane, kj);
+        tjc_att_row<T, NV>(v, a.dt, r * a.dv, a.dv, lane, vj);
+#pragma unroll
+        for (int i = 0; i < NV; i++) sk[i] = sv[i] = 0;
+        for (int64_t i = a.causal ? j : 0; i < a.tq; i++) {
+            int64_t qr = b * a.tq + i;
+            T p, ds;
+            tjc_att_row<T, NV>(q, a.dt, qr * a.d, a.d, lane, qi);
+            tjc_att_row<T, NV>(g, a.dt, qr * a.dv, a.dv, lane, gi);
+            ds = tjc_att_ds<T, NV>(a, qi, gi, kj, vj, lse, dl, qr, &p);
+#pragma unroll
+            for (int c = 0; c < NV; c++) {
+                sv[c] += p * gi[c];
+                sk[c] += ds * qi[c];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < NV; c++) sk[c] *= (T)a.scale;
+        tjc_att_store<T, NV>(dk, a.dt, r * a.d, a.d, lane, sk);
+        tjc_att_store<T, NV>(dv, a.dt, r * a.dv, a.dv, lane, sv);
+    }
+}
+/* backward, third: dq of query row r, over the keys it sees */
+template <typename T, int NV>
+__global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dq(tjc_att a, const void *q, const void *k, const void *v, const void *lse, const void *g,
+                                                                const T *dl, void *dq) {
+    const int lane = threadIdx.x & 31;
+    TJC_ATT_ROWS(r, a.nb * a.tq) {
+        int64_t b = r / a.tq, nk = tjc_att_nkeys(&a, r % a.tq);
+        T qi[NV], gi[NV], kj[NV], vj[NV], sq[NV];
+        tjc_att_row<T, NV>(q, a.dt, r * a.d, a.d, lane, qi);
+        tjc_att_row<T, NV>(g, a.dt, r * a.dv, a.dv, lane, gi);
+#pragma unroll
+        for (int c = 0; c < NV; c++) sq[c] = 0;
+        for (int64_t j = 0; j < nk; j++) {
+            T p, ds;
+            tjc_att_row<T, NV>(k, a.dt, (b * a.tk + j) * a.d, a.d, lane, kj);
+            tjc_att_row<T, NV>(v, a.dt, (b * a.tk + j) * a.dv, a.dv, lane, vj);
+            ds = tjc_att_ds<T, NV>(a, qi, gi, kj, vj, lse, dl, r, &p);
+#pragma unroll
+            for (int c = 0; c < NV; c++) sq[c] += ds * kj[c];
+        }
+#pragma unroll
+        for (int c = 0; c < NV; c++) sq[c] *= (T)a.scale;
+        tjc_att_store<T, NV>(dq, a.dt, r * a.d, a.d, lane, sq);
+    }
+}
+#undef TJC_ATT_ROWS
+/* launch path 1's kernel KERN for T and the slots per lane that max(d, dv) needs */
+#define TJC_ATT_LAUNCH(KERN, T, a, rows, ...)                                                                   \
+    do {                                                                                                        \
+        unsigned g_ = tjc_blocks(rows, TJC_ATT_WPB);                                                            \
+        int64_t w_ = (a).d > (a).dv ? (a).d : (a).dv;                                                           \
+        if (w_ <= 64) KERN<T, 2><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                      \
+        else if (w_ <= 256) KERN<T, 8><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                \
+        else KERN<T, 32><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                              \
+        TJC_LAUNCHED(k, #KERN);                                                                                 \
+    } while (0)
+
+/* ---- attention, path 2: flash kernels on tensor cores (bf16, dim = dim' of 64 or 128) ----
+   FlashAttention-2's tiling with mma.sync.m16n8k16 (bf16 products, f32
+   sums; sm_80 and newer). A block of 4 warps owns 64 rows of one batch row
+   (the forward and dq: queries; dk/dv: keys), 16 rows per warp, and walks
+   the other side in tiles of 64 that it stages in shared memory:
+     forward  S = Q K^T, the online softmax in registers (per row: running
+              max m and sum l; a larger max rescales l and O by
+              exp(m_old - m_new)), P rounded to bf16, O += P V; at the end
+              out = O / l and lse = m + log l.
+     dk, dv   per key block, over the query tiles that see it: P^T from
+              lse, dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
+              dK += dS^T Q (P and dS rounded to bf16), dK scaled at the end.
+     dq       per query block, over the key tiles it sees: P, dP = dO V^T,
+              dS, dQ += dS K.
+   D comes from path 1's kernel. Each output row is summed by one warp in a
+   fixed order: deterministic, no atomics. Causal tiles wholly above the
+   diagonal are skipped; the diagonal tile and the ragged edges (rows past
+   tq or tk) are masked element by element.
+
+   Fragments (PTX ISA, "matrix fragments for mma.m16n8k16", g = lane / 4,
+   t = lane % 4): A (16 x 16) register r holds the bf16 pair at row
+   g + 8 (r & 1), columns 2t + 8 (r >> 1) + {0, 1}; B (16 x 8) register r the
+   pair at rows 2t + 8 r + {0, 1}, column g; C (16 x 8) element e sits at
+   row g + 8 (e >> 1), column 2t + (e & 1). So the C fragments of two
+   adjacent 8-column tiles of S are, rounded to bf16, the A fragment of P
+   for the next product, without a trip through shared memory.
+
+   Testing without a GPU: every step below is __host__ __device__ and is
+   written for L lanes at once, L = 1 on the device (this thread's lane)
+   and L = 32 on the host, where tjc_fa_mma multiplies the fragments as
+   matrices (rebuilt through the layout above) and the quad reductions run
+   the shuffles' butterfly. tj_cuda_attention_host runs the kernels' code
+   that way, block by block, warp by warp, and test_cuda compares it with
+   the CPU op. What that cannot check is the layout itself against the
+   hardware, the PTX, and the shared-memory timing: that needs a GPU run
+   (test_cuda's GPU part), which has not happened yet. */
+#define TJC_FA_ROWS 64 /* rows per block (4 warps x 16) and per tile of the other side */
+#define TJC_FA_WARPS 4
+#define TJC_FA_PAD 8   /* bf16 of padding per shared row: the 8 rows of a fragment hit different banks */
+/* the bf16 pair (p[0] low, p[1] high) as one register */
+__host__ __device__ static inline uint32_t tjc_fa_pair(const uint16_t *p) {
+#ifdef __CUDA_ARCH__
+    return *(const uint32_t *)p; /* 4-byte aligned: even columns, even pitches */
+#else
+    return (uint32_t)p[0] | (uint32_t)p[1] << 16;
+#endif
+}
+__host__ __device__ static inline uint32_t tjc_fa_join(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
+/* float to bf16 bits, to nearest even (tj_f32_to_bf16 on the host) */
+__host__ __device__ static inline uint16_t tjc_fa_bf16(float x) {
+#ifdef __CUDA_ARCH__
+    __nv_bfloat16 h = __float2bfloat16_rn(x);
+    return *(uint16_t *)&h;
+#else
+    return tj_f32_to_bf16(x);
+#endif
+}
+__host__ __device__ static inline float tjc_fa_f32(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+__host__ __device__ static inline uint32_t tjc_fa_pack(float lo, float hi) { return tjc_fa_join(tjc_fa_bf16(lo), tjc_fa_bf16(hi)); }
+/* where a fragment's values sit (the layout above) */
+__host__ __device__ static inline int tjc_fa_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
+__host__ __device__ static inline int tjc_fa_acol(int lane, int r) { return 2 * (lane & 3) + 8 * (r >> 1); }
+__host__ __device__ static inline int tjc_fa_brow(int lane, int r) { return 2 * (lane & 3) + 8 * r; }
+__host__ __device__ static inline int tjc_fa_bcol(int lane) { return lane >> 2; }
+__host__ __device__ static inline int tjc_fa_crow(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+__host__ __device__ static inline int tjc_fa_ccol(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+/* c += a b for the L lanes: the tensor-core instruction on the device, the
+   16 x 16 x 8 product of the rebuilt matrices (k in order) on the host */
+template <int L>
+__host__ __device__ static inline void tjc_fa_mma(float (*c)[4], const uint32_t (*a)[4], const uint32_t (*b)[2]) {
+#ifdef __CUDA_ARCH__
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3])
+                 : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(b[0][0]), "r"(b[0][1]));
+#else
+    __trap(); /* never launched below sm_80 (tjc_fa_applies) */
+#endif
+#else
+    float A[16][16], B[16][8];
+    for (int l = 0; l < L; l++) {
+        for (int r = 0; r < 4; r++)
+            for (int h = 0; h < 2; h++) A[tjc_fa_arow(l, r)][tjc_fa_acol(l, r) + h] = tjc_fa_f32((uint16_t)(a[l][r] >> 16 * h));
+        for (int r = 0; r < 2; r++)
+            for (int h = 0; h < 2; h++) B[tjc_fa_brow(l, r) + h][tjc_fa_bcol(l)] = tjc_fa_f32((uint16_t)(b[l][r] >> 16 * h));
+    }
+    for (int l = 0; l < L; l++)
+        for (int e = 0; e < 4; e++) {
+            float s = 0;
+            for (int x = 0; x < 16; x++) s += A[tjc_fa_crow(l, e)][x] * B[x][tjc_fa_ccol(l, e)];
+            c[l][e] += s;
+        }
+#endif
+}
+/* the 4 lanes of a quad (one row of C) combine v: max (NaN-free inputs) or sum */
+template <int L>
+__host__ __device__ static inline void tjc_fa_quad(float *v, int ismax) {
+#ifdef __CUDA_ARCH__
+    for (int o = 1; o < 4; o <<= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v[0], o);
+        v[0] = ismax ? fmaxf(v[0], w) : v[0] + w;
+    }
+#else
+    for (int o = 1; o < 4; o <<= 1) {
+        float w[32];
+        for (int l = 0; l < L; l++) w[l] = v[l ^ o];
+        for (int l = 0; l < L; l++) v[l] = ismax ? fmaxf(v[l], w[l]) : v[l] + w[l];
+    }
+#endif
+}
+/* the lane number of slot x */
+__host__ __device__ static inline int tjc_fa_lane(int x) {
+#ifdef __CUDA_ARCH__
+    (void)x;
+    return threadIdx.x & 31;
+#else
+    return x;
+#endif
+}
+/* Stage rows [r0, r0 + 64) of a [rows, D] bf16 matrix in shared memory
+   (pitch D + PAD), zeros past `rows`: thread `tid` of `nt` copies pairs. */
+template <int D>
+__host__ __device__ static inline void tjc_fa_stage(uint16_t *sh, const uint16_t *src, int64_t r0, int64_t rows, int tid, int nt) {
+    for (int i = tid; i < TJC_FA_ROWS * D / 2; i += nt) {
+        int r = i / (D / 2), c = 2 * (i % (D / 2));
+        uint32_t v = r0 + r < rows ? tjc_fa_pair(src + (r0 + r) * D + c) : 0u;
+#ifdef __CUDA_ARCH__
+        *(uint32_t *)(sh + r * (D + TJC_FA_PAD) + c) = v;
+#else
+        sh[r * (D + TJC_FA_PAD) + c] = (uint16_t)v, sh[r * (D + TJC_FA_PAD) + c + 1] = (uint16_t)(v >> 16);
+#endif
+    }
+}
+/* one 64-element vector (lse or D of a tile's rows) in shared memory; 0 past `rows` */
+__host__ __device__ static inline void tjc_fa_stage_vec(float *sh, const float *src, int64_t r0, int64_t rows, int tid, int nt) {
+    for (int i = tid; i < TJC_FA_ROWS; i += nt) sh[i] = r0 + i < rows ? src[r0 + i] : 0.f;
+}
+/* The A fragments of rows [w0, w0 + 16) of a staged matrix, columns kk 16..: L lanes */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_afrag(const uint16_t *sh, int w0, int kk, uint32_t (*a)[4]) {
+    for (int x = 0; x < L; x++) {
+        int lane = tjc_fa_lane(x);
+        for (int r = 0; r < 4; r++) a[x][r] = tjc_fa_pair(sh + (w0 + tjc_fa_arow(lane, r)) * (D + TJC_FA_PAD) + kk * 16 + tjc_fa_acol(lane, r));
+    }
+}
+/* B fragments from a staged matrix M: "nk" (B = M^T, B[k][n] = M[n0 + n][k0 + k]:
+   pairs along a row) or "kn" (B = M, B[k][n] = M[k0 + k][n0 + n]: two rows) */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_bfrag_nk(const uint16_t *sh, int n0, int k0, uint32_t (*b)[2]) {
+    for (int x = 0; x < L; x++) {
+        int lane = tjc_fa_lane(x);
+        for (int r = 0; r < 2; r++) b[x][r] = tjc_fa_pair(sh + (n0 + tjc_fa_bcol(lane)) * (D + TJC_FA_PAD) + k0 + tjc_fa_brow(lane, r));
+    }
+}
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_bfrag_kn(const uint16_t *sh, int k0, int n0, uint32_t (*b)[2]) {
+    for (int x = 0; x < L; x++) {
+        int lane = tjc_fa_lane(x);
+        for (int r = 0; r < 2; r++) {
+            const uint16_t *p = sh + (k0 + tjc_fa_brow(lane, r)) * (D + TJC_FA_PAD) + n0 + tjc_fa_bcol(lane);
+            b[x][r] = tjc_fa_join(p[0], p[D + TJC_FA_PAD]);
+        }
+    }
+}
+/* C[16 x 64] = A[16 x D] B where A's rows are w0.. of staged `as` and B = M^T
+   of staged `ms` (rows are the 64 columns of C): S = Q K^T and its kin */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_sgemm(const uint16_t *as, int w0, const uint16_t *ms, float (*c)[8][4]) {
+    uint32_t a[L][4], b[L][2];
+    float t[L][4];
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) c[x][n][e] = 0.f;
+    for (int kk = 0; kk < D / 16; kk++) {
+        tjc_fa_afrag<D, L>(as, w0, kk, a);
+        for (int n = 0; n < 8; n++) {
+            tjc_fa_bfrag_nk<D, L>(ms, n * 8, kk * 16, b);
+            for (int x = 0; x < L; x++)
+                for (int e = 0; e < 4; e++) t[x][e] = c[x][n][e];
+            tjc_fa_mma<L>(t, a, b);
+            for (int x = 0; x < L; x++)
+                for (int e = 0; e < 4; e++) c[x][n][e] = t[x][e];
+        }
+    }
+}
+/* acc[16 x D] += P[16 x 64] M where P is C fragments (rounded to bf16 here:
+   the register reuse above) and M is staged, 64 rows: O += P V and kin */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_pgemm(const float (*p)[8][4], const uint16_t *ms, float (*acc)[D / 8][4]) {
+    uint32_t a[L][4], b[L][2];
+    float t[L][4];
+    for (int kc = 0; kc < 4; kc++) {
+        for (int x = 0; x < L; x++)
+            for (int r = 0; r < 4; r++) /* A register r: tile 2 kc + (r >> 1), elements 2 (r & 1) and 2 (r & 1) + 1 */
+                a[x][r] = tjc_fa_pack(p[x][2 * kc + (r >> 1)][2 * (r & 1)], p[x][2 * kc + (r >> 1)][2 * (r & 1) + 1]);
+        for (int n = 0; n < D / 8; n++) {
+            tjc_fa_bfrag_kn<D, L>(ms, kc * 16, n * 8, b);
+            for (int x = 0; x < L; x++)
+                for (int e = 0; e < 4; e++) t[x][e] = acc[x][n][e];
+            tjc_fa_mma<L>(t, a, b);
+            for (int x = 0; x < L; x++)
+                for (int e = 0; e < 4; e++) acc[x][n][e] = t[x][e];
+        }
+    }
+}
+/* element (x, n, e) of a 16 x 64 C tile: row wrow + crow of the warp's
+   rows, column col0 + 8 n + ccol of the tile's */
+#define TJC_FA_ROW(x, e) (tjc_fa_crow(tjc_fa_lane(x), e))
+#define TJC_FA_COL(x, n, e) (8 * (n) + tjc_fa_ccol(tjc_fa_lane(x), e))
+/* query qi sees key kj */
+__host__ __device__ static inline int tjc_fa_sees(int64_t qi, int64_t kj, int64_t tq, int64_t tk, int causal) {
+    return qi < tq && kj < tk && (!causal || kj <= qi);
+}
+/* the key tiles [0, n) query rows [q0, q0 + 64) see; the first query tile key rows [k0, ..) are seen by */
+__host__ __device__ static inline int64_t tjc_fa_ktiles(int64_t q0, int64_t tk, int causal) {
+    int64_t end = causal && q0 + TJC_FA_ROWS < tk ? q0 + TJC_FA_ROWS : tk;
+    return (end + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
+}
+__host__ __device__ static inline int64_t tjc_fa_qtile0(int64_t k0, int causal) { return causal ? k0 / TJC_FA_ROWS : 0; }
+
+/* the forward's per-warp state: O, and per row (2 per lane) m, l (this
+   lane's part), whether a score was NaN or +inf */
+template <int D, int L>
+struct tjc_fa_fwd_st {
+    float o[L][D / 8][4], m[L][2], l[L][2];
+    int bad[L][2];
+};
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_begin(tjc_fa_fwd_st<D, L> *st) {
+    for (int x = 0; x < L; x++) {
+        for (int n = 0; n < D / 8; n++)
+            for (int e = 0; e < 4; e++) st->o[x][n][e] = 0.f;
+        for (int h = 0; h < 2; h++) st->m[x][h] = -INFINITY, st->l[x][h] = 0.f, st->bad[x][h] = 0;
+    }
+}
+/* one key tile [k0, k0 + 64) for the warp's queries [qw, qw + 16): Qs holds
+   the block's queries (the warp's at row w0), Ks and Vs the tile */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, const uint16_t *Qs, int w0, const uint16_t *Ks, const uint16_t *Vs, int64_t qw,
+                                                      int64_t k0, int64_t tq, int64_t tk, int causal, float scale) {
+    float s[L][8][4], mx[2][L], sum;
+    tjc_fa_sgemm<D, L>(Qs, w0, Ks, s);
+    for (int x = 0; x < L; x++) { /* scale, mask, this lane's row maxima */
+        mx[0][x] = mx[1][x] = -INFINITY;
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                float v = scale * s[x][n][e];
+                if (!tjc_fa_sees(qw + TJC_FA_ROW(x, e), k0 + TJC_FA_COL(x, n, e), tq, tk, causal)) v = -INFINITY;
+                else if (v != v || v == INFINITY) st->bad[x][e >> 1] = 1, v = -INFINITY; /* the row will be NaN (the CPU's rule) */
+                s[x][n][e] = v;
+                mx[e >> 1][x] = fmaxf(mx[e >> 1][x], v);
+            }
+    }
+    tjc_fa_quad<L>(mx[0], 1);
+    tjc_fa_quad<L>(mx[1], 1);
+    for (int x = 0; x < L; x++)
+        for (int h = 0; h < 2; h++) { /* the new max; the factor for what was summed so far */
+            float mn = fmaxf(st->m[x][h], mx[h][x]), mu = mn == -INFINITY ? 0.f : mn, cr = expf(st->m[x][h] - mu);
+            st->m[x][h] = mn;
+            mx[h][x] = mu;
+            st->l[x][h] *= cr;
+            for (int n = 0; n < D / 8; n++) st->o[x][n][2 * h] *= cr, st->o[x][n][2 * h + 1] *= cr;
+        }
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                sum = expf(s[x][n][e] - mx[e >> 1][x]);
+                s[x][n][e] = sum;
+                st->l[x][e >> 1] += sum; /* l sums the f32 p; P V takes p rounded to bf16 */
+            }
+    tjc_fa_pgemm<D, L>(s, Vs, st->o);
+}
+/* out = O / l and lse = m + log l for the warp's rows that exist; NaN for a
+   row with a NaN or +inf score, or none that is finite */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_end(tjc_fa_fwd_st<D, L> *st, int64_t qw, int64_t tq, uint16_t *out, float *lse) {
+    float l[2][L], bad[2][L];
+    for (int x = 0; x < L; x++)
+        for (int h = 0; h < 2; h++) l[h][x] = st->l[x][h], bad[h][x] = (float)st->bad[x][h];
+    for (int h = 0; h < 2; h++) tjc_fa_quad<L>(l[h], 0), tjc_fa_quad<L>(bad[h], 1);
+    for (int x = 0; x < L; x++)
+        for (int h = 0; h < 2; h++) {
+            int64_t qi = qw + tjc_fa_crow(tjc_fa_lane(x), 2 * h);
+            int nan = bad[h][x] != 0.f || l[h][x] == 0.f;
+            if (qi >= tq) continue;
+            for (int n = 0; n < D / 8; n++)
+                for (int e = 2 * h; e < 2 * h + 2; e++) out[qi * D + TJC_FA_COL(x, n, e)] = tjc_fa_bf16(nan ? NAN : st->o[x][n][e] / l[h][x]);
+            if ((tjc_fa_lane(x) & 3) == 0) lse[qi] = nan ? NAN : st->m[x][h] + logf(l[h][x]);
+        }
+}
+/* the backward's per-warp state: the dk and dv (or dq in dk) accumulators,
+   and for dq this lane's two rows' lse and D */
+template <int D, int L>
+struct tjc_fa_bwd_st {
+    float dk[L][D / 8][4], dv[L][D / 8][4], lse[L][2], dl[L][2];
+};
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_bwd_begin(tjc_fa_bwd_st<D, L> *st) {
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < D / 8; n++)
+            for (int e = 0; e < 4; e++) st->dk[x][n][e] = st->dv[x][n][e] = 0.f;
+}
+/* P and dS of a 16 x 64 tile from S and dP: rows and columns are queries or
+   keys (rq: the rows are queries), lse and D by row (lr, dr) or by column
+   (lc, dc); entries a query does not see are 0 */
+template <int L>
+__host__ __device__ static inline void tjc_fa_pds(float (*s)[8][4], float (*dp)[8][4], int rq, int64_t r0, int64_t c0, const tjc_att *a, const float (*lr)[2],
+                                                 const float (*dr)[2], const float *lc, const float *dc) {
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                int64_t r = r0 + TJC_FA_ROW(x, e), c = c0 + TJC_FA_COL(x, n, e);
+                float lse = rq ? lr[x][e >> 1] : lc[TJC_FA_COL(x, n, e)], dl = rq ? dr[x][e >> 1] : dc[TJC_FA_COL(x, n, e)], p = 0.f, ds = 0.f;
+                if (rq ? tjc_fa_sees(r, c, a->tq, a->tk, a->causal) : tjc_fa_sees(c, r, a->tq, a->tk, a->causal)) {
+                    p = expf((float)a->scale * s[x][n][e] - lse);
+                    ds = p * (dp[x][n][e] - dl);
+                }
+                s[x][n][e] = p, dp[x][n][e] = ds;
+            }
+}
+/* store a warp's 16 x D accumulator (times `scale`) as bf16 rows r0.. of dst, those < rows */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_store(const float (*acc)[D / 8][4], float scale, int64_t r0, int64_t rows, uint16_t *dst) {
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < D / 8; n++)
+            for (int e = 0; e < 4; e++)
+                if (r0 + TJC_FA_ROW(x, e) < rows) dst[(r0 + TJC_FA_ROW(x, e)) * D + TJC_FA_COL(x, n, e)] = tjc_fa_bf16(acc[x][n][e] * scale);
+}
+
+/* One block of each kernel, written once for both sides: on the device a
+   thread runs it for its own warp (L = 1) between __syncthreads; on the
+   host (L = 32) the same code stages with every thread id in turn and runs
+   the 4 warps one after the other, which is what the barriers allow. */
+#ifdef __CUDA_ARCH__
+#define TJC_FA_SYNC() __syncthreads()
+#define TJC_FA_THREADS(tid) for (int tid = threadIdx.x, once_ = 1; once_; once_ = 0)
+#define TJC_FA_EACH_WARP(w) for (int w = threadIdx.x >> 5, once_ = 1; once_; once_ = 0)
+#else
+#define TJC_FA_SYNC() (void)0
+#define TJC_FA_THREADS(tid) for (int tid = 0; tid < 32 * TJC_FA_WARPS; tid++)
+#define TJC_FA_EACH_WARP(w) for (int w = 0; w < TJC_FA_WARPS; w++)
+#endif
+#define TJC_FA_NT (32 * TJC_FA_WARPS)
+#define TJC_FA_ST(st, w) (&(st)[L == 1 ? 0 : (w)]) /* this warp's state */
+/* shared memory: nmat staged 64 x D matrices, then two 64-float vectors */
+template <int D>
+static size_t tjc_fa_smem(int nmat) { return (size_t)nmat * TJC_FA_ROWS * (D + TJC_FA_PAD) * 2 + 2 * TJC_FA_ROWS * sizeof(float); }
+/* block blk of the forward: batch row blk / nqb, queries from 64 (blk % nqb) */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_t blk, const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
+                                                       float *lse, uint16_t *sh, tjc_fa_fwd_st<D, L> *st) {
+    const int64_t nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nqb, q0 = blk % nqb * TJC_FA_ROWS, nkt = tjc_fa_ktiles(q0, a->tk, a->causal);
+    uint16_t *Qs = sh, *Ks = Qs + TJC_FA_ROWS * (D + TJC_FA_PAD), *Vs = Ks + TJC_FA_ROWS * (D + TJC_FA_PAD);
+    q += b * a->tq * D, k += b * a->tk * D, v += b * a->tk * D, out += b * a->tq * D, lse += b * a->tq;
+    TJC_FA_EACH_WARP(w) tjc_fa_fwd_begin<D, L>(TJC_FA_ST(st, w));
+    TJC_FA_SYNC(); /* the previous block is done with the shared tiles */
+    TJC_FA_THREADS(tid) tjc_fa_stage<D>(Qs, q, q0, a->tq, tid, TJC_FA_NT);
+    for (int64_t kt = 0; kt < nkt; kt++) {
+        TJC_FA_SYNC();
+        TJC_FA_THREADS(tid) {
+            tjc_fa_stage<D>(Ks, k, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
+            tjc_fa_stage<D>(Vs, v, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
+        }
+        TJC_FA_SYNC();
+        TJC_FA_EACH_WARP(w) tjc_fa_fwd_tile<D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale);
+    }
+    TJC_FA_EACH_WARP(w) tjc_fa_fwd_end<D, L>(TJC_FA_ST(st, w), q0 + 16 * w, a->tq, out, lse);
+}
+/* block blk of dk, dv: batch row blk / nkb, keys from 64 (blk % nkb), over the query tiles that see them */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_dkv_block(const tjc_att *a, int64_t blk, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse,
+                                                       const uint16_t *g, const float *dl, uint16_t *dk, uint16_t *dv, uint16_t *sh, tjc_fa_bwd_st<D, L> *st) {
+    const int64_t nkb = (a->tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nqt = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nkb, k0 = blk % nkb * TJC_FA_ROWS;
+    uint16_t *Ks = sh, *Vs = Ks + TJC_FA_ROWS * (D + TJC_FA_PAD), *Qs = Vs + TJC_FA_ROWS * (D + TJC_FA_PAD), *Gs = Qs + TJC_FA_ROWS * (D + TJC_FA_PAD);
+    float *ls = (float *)(Gs + TJC_FA_ROWS * (D + TJC_FA_PAD)), *ds = ls + TJC_FA_ROWS;
+    q += b * a->tq * D, g += b * a->tq * D, lse += b * a->tq, dl += b * a->tq, k += b * a->tk * D, v += b * a->tk * D, dk += b * a->tk * D, dv += b * a->tk * D;
+    TJC_FA_EACH_WARP(w) tjc_fa_bwd_begin<D, L>(TJC_FA_ST(st, w));
+    TJC_FA_SYNC();
+    TJC_FA_THREADS(tid) {
+        tjc_fa_stage<D>(Ks, k, k0, a->tk, tid, TJC_FA_NT);
+        tjc_fa_stage<D>(Vs, v, k0, a->tk, tid, TJC_FA_NT);
+    }
+    for (int64_t qt = tjc_fa_qtile0(k0, a->causal); qt < nqt; qt++) {
+        TJC_FA_SYNC();
+        TJC_FA_THREADS(tid) {
+            tjc_fa_stage<D>(Qs, q, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
+            tjc_fa_stage<D>(Gs, g, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
+            tjc_fa_stage_vec(ls, lse, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
+            tjc_fa_stage_vec(ds, dl, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
+        }
+        TJC_FA_SYNC();
+        TJC_FA_EACH_WARP(w) { /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys; dV += P^T dO, dK += dS^T Q */
+            tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
+            float s[L][8][4], dp[L][8][4];
+            tjc_fa_sgemm<D, L>(Ks, 16 * w, Qs, s);
+            tjc_fa_sgemm<D, L>(Vs, 16 * w, Gs, dp);
+            tjc_fa_pds<L>(s, dp, 0, k0 + 16 * w, qt * TJC_FA_ROWS, a, NULL, NULL, ls, ds);
+            tjc_fa_pgemm<D, L>(s, Gs, sw->dv);
+            tjc_fa_pgemm<D, L>(dp, Qs, sw->dk);
+        }
+    }
+    TJC_FA_EACH_WARP(w) {
+        tjc_fa_store<D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, k0 + 16 * w, a->tk, dk);
+        tjc_fa_store<D, L>(TJC_FA_ST(st, w)->dv, 1.f, k0 + 16 * w, a->tk, dv);
+    }
+}
+/* block blk of dq: batch row blk / nqb, queries from 64 (blk % nqb), over the key tiles they see (dq accumulates in dk) */
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_dq_block(const tjc_att *a, int64_t blk, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse,
+                                                      const uint16_t *g, const float *dl, uint16_t *dq, uint16_t *sh, tjc_fa_bwd_st<D, L> *st) {
+    const int64_t nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nqb, q0 = blk % nqb * TJC_FA_ROWS, nkt = tjc_fa_ktiles(q0, a->tk, a->causal);
+    uint16_t *Qs = sh, *Gs = Qs + TJC_FA_ROWS * (D + TJC_FA_PAD), *Ks = Gs + TJC_FA_ROWS * (D + TJC_FA_PAD), *Vs = Ks + TJC_FA_ROWS * (D + TJC_FA_PAD);
+    q += b * a->tq * D, g += b * a->tq * D, lse += b * a->tq, dl += b * a->tq, dq += b * a->tq * D, k += b * a->tk * D, v += b * a->tk * D;
+    TJC_FA_EACH_WARP(w) {
+        tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
+        tjc_fa_bwd_begin<D, L>(sw);
+        for (int x = 0; x < L; x++)
+            for (int h = 0; h < 2; h++) {
+                int64_t qi = q0 + 16 * w + tjc_fa_crow(tjc_fa_lane(x), 2 * h);
+                sw->lse[x][h] = qi < a->tq ? lse[qi] : 0.f;
+                sw->dl[x][h] = qi < a->tq ? dl[qi] : 0.f;
+            }
+    }
+    TJC_FA_SYNC();
+    TJC_FA_THREADS(tid) {
+        tjc_fa_stage<D>(Qs, q, q0, a->tq, tid, TJC_FA_NT);
+        tjc_fa_stage<D>(Gs, g, q0, a->tq, tid, TJC_FA_NT);
+    }
+    for (int64_t kt = 0; kt < nkt; kt++) {
+        TJC_FA_SYNC();
+        TJC_FA_THREADS(tid) {
+            tjc_fa_stage<D>(Ks, k, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
+            tjc_fa_stage<D>(Vs, v, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
+        }
+        TJC_FA_SYNC();
+        TJC_FA_EACH_WARP(w) { /* S = Q K^T and dP = dO V^T for the warp's 16 queries; dQ += dS K */
+            tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
+            float s[L][8][4], dp[L][8][4];
+            tjc_fa_sgemm<D, L>(Qs, 16 * w, Ks, s);
+            tjc_fa_sgemm<D, L>(Gs, 16 * w, Vs, dp);
+            tjc_fa_pds<L>(s, dp, 1, q0 + 16 * w, kt * TJC_FA_ROWS, a, sw->lse, sw->dl, NULL, NULL);
+            tjc_fa_pgemm<D, L>(dp, Ks, sw->dk);
+        }
+    }
+    TJC_FA_EACH_WARP(w) tjc_fa_store<D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, q0 + 16 * w, a->tq, dq);
+}
+/* the kernels: blocks grid-stride over the (batch row, 64-row block) pairs */
+extern __shared__ uint4 tjc_fa_sh[];
+template <int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_fwd(tjc_att a, const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out, float *lse) {
+    tjc_fa_fwd_st<D, 1> st;
+    for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
+        tjc_fa_fwd_block<D, 1>(&a, blk, q, k, v, out, lse, (uint16_t *)tjc_fa_sh, &st);
+}
+template <int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_dkv(tjc_att a, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse, const uint16_t *g,
+                                                          const float *dl, uint16_t *dk, uint16_t *dv) {
+    tjc_fa_bwd_st<D, 1> st;
+    for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
+        tjc_fa_dkv_block<D, 1>(&a, blk, q, k, v, lse, g, dl, dk, dv, (uint16_t *)tjc_fa_sh, &st);
+}
+template <int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_dq(tjc_att a, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse, const uint16_t *g,
+                                                         const float *dl, uint16_t *dq) {
+    tjc_fa_bwd_st<D, 1> st;
+    for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
+        tjc_fa_dq_block<D, 1>(&a, blk, q, k, v, lse, g, dl, dq, (uint16_t *)tjc_fa_sh, &st);
+}
+/* The flash path on the host (a test hook; no GPU needed): the kernels'
+   block code above with L = 32 lanes, on bf16 bits [nb, tq, d] (k, v:
+   [nb, tk, d]). Writes out and lse; with dout, also dq, dk and dv from
+   those, D computed in f32 in row order. Returns 0, or -1 when d is not 64
+   or 128 (no flash kernel) or memory runs out. */
+extern "C" int tj_cuda_attention_host(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const uint16_t *q, const uint16_t *k,
+                                      const uint16_t *v, uint16_t *out, float *lse, const uint16_t *dout, uint16_t *dq, uint16_t *dk, uint16_t *dv);
+template <int D>
+static int tjc_fa_host(const tjc_att *a, const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out, float *lse, const uint16_t *g, uint16_t *dq,
+                       uint16_t *dk, uint16_t *dv) {
+    uint16_t *sh = (uint16_t *)malloc(tjc_fa_smem<D>(4));
+    tjc_fa_fwd_st<D, 32> *fst = (tjc_fa_fwd_st<D, 32> *)malloc(sizeof *fst * TJC_FA_WARPS);
+    tjc_fa_bwd_st<D, 32> *bst = (tjc_fa_bwd_st<D, 32> *)malloc(sizeof *bst * TJC_FA_WARPS);
+    float *dl = (float *)malloc(sizeof(float) * (size_t)(a->nb * a->tq));
+    int64_t blk, r, c, nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nkb = (a->tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
+    int rc = sh && fst && bst && dl ? 0 : -1;
+    for (blk = 0; !rc && blk < a->nb * nqb; blk++) tjc_fa_fwd_block<D, 32>(a, blk, q, k, v, out, lse, sh, fst);
+    if (!rc && g) {
+        for (r = 0; r < a->nb * a->tq; r++) { /* D = d_out . out (path 1's kernel on the device) */
+            float s = 0.f;
+            for (c = 0; c < D; c++) s += tjc_fa_f32(g[r * D + c]) * tjc_fa_f32(out[r * D + c]);
+            dl[r] = s;
+        }
+        for (blk = 0; blk < a->nb * nkb; blk++) tjc_fa_dkv_block<D, 32>(a, blk, q, k, v, lse, g, dl, dk, dv, sh, bst);
+        for (blk = 0; blk < a->nb * nqb; blk++) tjc_fa_dq_block<D, 32>(a, blk, q, k, v, lse, g, dl, dq, sh, bst);
+    }
+    free(sh), free(fst), free(bst), free(dl);
+    return rc;
+}
+extern "C" int tj_cuda_attention_host(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const uint16_t *q, const uint16_t *k,
+                                      const uint16_t *v, uint16_t *out, float *lse, const uint16_t *dout, uint16_t *dq, uint16_t *dk, uint16_t *dv) {
+    tjc_att a;
+    memset(&a, 0, sizeof a);
+    a.nb = nb, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = TJ_BF16, a.ldt = TJ_F32;
+    if (d == 64) return tjc_fa_host<64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    if (d == 128) return tjc_fa_host<128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    return -1;
+}
+
+/* path 2 applies: bf16, dim = dim' of 64 or 128, a GPU with mma.sync bf16
+   (sm_80 on), 16-byte aligned buffers; TJ_CUDA_FLASH=0 in the environment
+   (read at each launch) keeps path 1, to compare the two */
+static int tjc_fa_applies(tjc_state *s, const tjc_att *a, int n, const void *const *p) {
+    const char *e = getenv("TJ_CUDA_FLASH");
+    int major = 0;
+    if (a->dt != TJ_BF16 || a->d != a->dv || (a->d != 64 && a->d != 128) || (e && !strcmp(e, "0"))) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, s->device) != cudaSuccess || major < 8) return 0;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)p[i] & 15) return 0;
+    return 1;
+}
+/* launch flash kernel KERN<D> over `blocks` blocks with `nmat` staged matrices of shared memory */
+#define TJC_FA_LAUNCH(KERN, D, blocks, nmat, ...)                                                                                       \
+    do {                                                                                                                               \
+        size_t sm_ = tjc_fa_smem<D>(nmat);                                                                                             \
+        TJC_CUDA(k, cudaFuncSetAttribute(KERN<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_));                            \
+        KERN<D><<<tjc_grid(blocks), TJC_FA_NT, sm_, s->compute>>>(__VA_ARGS__);                                                       \
+        TJC_LAUNCHED(k, #KERN);                                                                                                        \
+    } while (0)
+/* tj__k_attention: out (pout[0]) and lse (pout[1]) */
+static int tjc_attention(tjc_state *s, tj__kern *k) {
+    tjc_att a;
+    tjc_att_of(k, &a);
+    const void *p[5] = {k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]};
+    const int64_t nqb = (a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
+    if (a.d > TJ__ATTN_MAXD || a.dv > TJ__ATTN_MAXD) return tjc_fail(k, "dim %lld / dim' %lld: at most %d", (long long)a.d, (long long)a.dv, TJ__ATTN_MAXD);
+    if (tjc_fa_applies(s, &a, 5, p)) {
+        const uint16_t *q = (const uint16_t *)p[0], *kk = (const uint16_t *)p[1], *v = (const uint16_t *)p[2];
+        if (a.d == 64) TJC_FA_LAUNCH(tjc_k_fa_fwd, 64, a.nb * nqb, 3, a, q, kk, v, (uint16_t *)k->pout[0], (float *)k->pout[1]);
+        else TJC_FA_LAUNCH(tjc_k_fa_fwd, 128, a.nb * nqb, 3, a, q, kk, v, (uint16_t *)k->pout[0], (float *)k->pout[1]);
+    } else if (a.dt == TJ_F64)
+        TJC_ATT_LAUNCH(tjc_k_att_fwd, double, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
+    else
+        TJC_ATT_LAUNCH(tjc_k_att_fwd, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
+    return 0;
+}
+/* tj__k_attention_grad: inputs q, k, v, out, lse, d_out; D into the
+   scratch, then dk and dv (pout[1], pout[2]), then dq (pout[0]) */
+static int tjc_attention_grad(tjc_state *s, tj__kern *k) {
+    tjc_att a;
+    tjc_att_of(k, &a);
+    const void *p[9] = {k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], k->scratch, k->pout[0], k->pout[1], k->pout[2]};
+    const int64_t nqb = (a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nkb = (a.tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
+    if (a.d > TJ__ATTN_MAXD || a.dv > TJ__ATTN_MAXD) return tjc_fail(k, "dim %lld / dim' %lld: at most %d", (long long)a.d, (long long)a.dv, TJ__ATTN_MAXD);
+    if (!k->scratch) return tjc_fail(k, "no workspace for D (tj__attention_scratch)");
+    if (a.dt == TJ_F64) {
+        const double *dl = (const double *)k->scratch;
+        tjc_k_att_dl<double><<<tjc_blocks(a.nb * a.tq, TJC_ATT_WPB), 32 * TJC_ATT_WPB, 0, s->compute>>>(a, k->in[3], k->in[5], (double *)k->scratch);
+        TJC_LAUNCHED(k, "tjc_k_att_dl");
+        TJC_ATT_LAUNCH(tjc_k_att_dkv, double, a, a.nb * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
+        TJC_ATT_LAUNCH(tjc_k_att_dq, double, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[0]);
+        return 0;
+    }
+    const float *dl = (const float *)k->scratch;
+    tjc_k_att_dl<float><<<tjc_blocks(a.nb * a.tq, TJC_ATT_WPB), 32 * TJC_ATT_WPB, 0, s->compute>>>(a, k->in[3], k->in[5], (float *)k->scratch);
+    TJC_LAUNCHED(k, "tjc_k_att_dl");
+    if (tjc_fa_applies(s, &a, 9, p)) {
+        const uint16_t *q = (const uint16_t *)p[0], *kk = (const uint16_t *)p[1], *v = (const uint16_t *)p[2], *g = (const uint16_t *)p[4];
+        const float *lse = (const float *)p[3];
+        uint16_t *dq = (uint16_t *)k->pout[0], *dk = (uint16_t *)k->pout[1], *dv = (uint16_t *)k->pout[2];
+        if (a.d == 64) {
+            TJC_FA_LAUNCH(tjc_k_fa_dkv, 64, a.nb * nkb, 4, a, q, kk, v, lse, g, dl, dk, dv);
+            TJC_FA_LAUNCH(tjc_k_fa_dq, 64, a.nb * nqb, 4, a, q, kk, v, lse, g, dl, dq);
+        } else {
+            TJC_FA_LAUNCH(tjc_k_fa_dkv, 128, a.nb * nkb, 4, a, q, kk, v, lse, g, dl, dk, dv);
+            TJC_FA_LAUNCH(tjc_k_fa_dq, 128, a.nb * nqb, 4, a, q, kk, v, lse, g, dl, dq);
+        }
+        return 0;
+    }
+    TJC_ATT_LAUNCH(tjc_k_att_dkv, float, a, a.nb * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
+    TJC_ATT_LAUNCH(tjc_k_att_dq, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[0]);
+    return 0;
+}
+#undef TJC_ATT_LAUNCH
+#undef TJC_FA_LAUNCH
+
 // ==== [11] CUDA backend: fused groups =======================================
 /* A fused group (tinyjax.h [11], tj__fuse) is a chain of elementwise nodes of
    one layout that the CPU runs as one loop (tj__k_fused / tj__fused_part).
@@ -2778,6 +3552,8 @@ static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
     case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: TJC_K(tjc_rowop);
     case TJ__OP_CROSS_ENTROPY: TJC_K(tjc_cross_entropy);
     case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: TJC_K(tjc_row_grad);
+    case TJ__OP_ATTENTION: TJC_K(tjc_attention);
+    case TJ__OP_ATTENTION_GRAD: TJC_K(tjc_attention_grad);
     case TJ__OP_SHARD_SLICE: TJC_K(tjc_shard_slice);
     case TJ__OP_AXIS_INDEX: TJC_K(tjc_axis_index);
     case TJ__OP_CUSTOM: TJC_K(tjc_custom);

@@ -616,6 +616,87 @@ static void test_transpose_host(void) {
     }
     TJT_CHECK(tiled > 100, "[tiled transpose] only %d cases took the tiled path", tiled);
 }
+/* ---- attention's flash kernels on the host (no GPU needed) ----
+   tj_cuda_attention_host runs the flash kernels' block code (the tiling,
+   the masks, the order of the online-softmax updates, P and dS rounded to
+   bf16) with the tensor-core products done as matrix products on the CPU,
+   and its out, dq, dk and dv are compared with the CPU op (out, and the
+   gradients of sum(out w) by tj_grad). Tolerance: the largest difference
+   at most ATT_TOL times the largest magnitude of the CPU's tensor, plus
+   1e-5 (bf16 data, P and dS rounded to bf16 before their products, bf16
+   results; with one key dq and dk are 0 up to the order of D's sums). */
+extern "C" int tj_cuda_attention_host(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const uint16_t *q, const uint16_t *k,
+                                      const uint16_t *v, uint16_t *out, float *lse, const uint16_t *dout, uint16_t *dq, uint16_t *dk, uint16_t *dv);
+#define ATT_TOL 0.02
+static void f_attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "k"), v = tj_tree_v(in, "v"), wrt[3] = {q, k, v}, gr[3];
+    tj_v o = tj_attention(q, k, v, "q", "k", "d", 0, *(const int *)u);
+    (void)g;
+    tj_grad(tj_sum(tj_mul(o, tj_tree_v(in, "w")), "b q d"), 3, wrt, gr);
+    tj_tree_set_v(out, "out", o);
+    tj_tree_set_v(out, "dq", gr[0]);
+    tj_tree_set_v(out, "dk", gr[1]);
+    tj_tree_set_v(out, "dv", gr[2]);
+}
+static void attn_host_case(tj_ctx *c, int64_t nb, int64_t tq, int64_t tk, int64_t d, int causal, double *worst) {
+    char sq[64], sk[64];
+    snprintf(sq, sizeof sq, "b=%lld q=%lld d=%lld", (long long)nb, (long long)tq, (long long)d);
+    snprintf(sk, sizeof sk, "b=%lld k=%lld d=%lld", (long long)nb, (long long)tk, (long long)d);
+    const spec sp[4] = {{"q", TJ_BF16, sq, -3, 3}, {"k", TJ_BF16, sk, -3, 3}, {"v", TJ_BF16, sk, -1, 1}, {"w", TJ_BF16, sq, -1, 1}};
+    static const char *names[4] = {"out", "dq", "dk", "dv"};
+    int64_t nq = nb * tq * d, nk = nb * tk * d, n[4] = {nq, nq, nk, nk};
+    uint16_t *h[4], *e[4];
+    float *lse = (float *)malloc(sizeof(float) * (size_t)(nb * tq)), *ref;
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    for (int i = 0; i < 4; i++) {
+        h[i] = (uint16_t *)host_data(&sp[i], 1234u + 77u * (unsigned)i);
+        tj_tree_set_array(in, sp[i].name, tj_array_new(c, TJ_BF16, sp[i].shape, h[i]));
+        e[i] = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n[i]);
+    }
+    p = tj_jit(c, "attention (reference)", f_attn, &causal, in, NULL);
+    TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[attention host] the CPU reference: %s", tj_error(c));
+    TJT_CHECK(tj_cuda_attention_host(nb, tq, tk, d, 1.0 / sqrt((double)d), causal, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
+              "[attention host] d=%lld has a flash kernel", (long long)d);
+    for (int i = 0; p && i < 4; i++) {
+        tj_array *a = tj_tree_array(out, names[i]);
+        double big = 0, diff = 0;
+        int64_t at = 0;
+        ref = (float *)malloc(sizeof(float) * (size_t)n[i]);
+        if (a) tj_array_read(a, TJ_F32, ref);
+        for (int64_t j = 0; a && j < n[i]; j++) {
+            double x = tj_bf16_to_f32(e[i][j]), dj = fabs(x - ref[j]);
+            big = fabs(ref[j]) > big ? fabs(ref[j]) : big;
+            if (!(dj <= diff)) diff = dj, at = j; /* (NaN counts) */
+        }
+        if (big > 0 && diff / big > worst[i]) worst[i] = diff / big;
+        TJT_CHECK(a && diff <= ATT_TOL * big + 1e-5, "[attention host] b=%lld tq=%lld tk=%lld d=%lld causal=%d: %s element %lld is %g on the host emulation, %g on the CPU "
+                  "(largest magnitude %g, tolerance %g of it + 1e-5)", (long long)nb, (long long)tq, (long long)tk, (long long)d, causal, names[i], (long long)at,
+                  a ? tj_bf16_to_f32(e[i][at]) : 0.0, a ? ref[at] : 0.0, big, ATT_TOL);
+        free(ref);
+    }
+    for (int i = 0; i < 4; i++) free(h[i]), free(e[i]);
+    free(lse);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_clear_error(c);
+}
+static void test_attention_host(void) {
+    static const int64_t sizes[] = {1, 17, 64, 65, 130};
+    double worst[4] = {0, 0, 0, 0};
+    tj_ctx *c = tj_ctx_new();
+    tj_set_backend(c, NULL); /* the CPU backend, even under TJ_BACKEND=devsim */
+    for (int causal = 0; causal < 2; causal++) {
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 5; j++) attn_host_case(c, 2, sizes[i], sizes[j], 64, causal, worst);
+        attn_host_case(c, 1, 130, 65, 128, causal, worst);
+        attn_host_case(c, 2, 17, 130, 128, causal, worst);
+    }
+    printf("attention host emulation: largest difference / largest magnitude: out %.2e, dq %.2e, dk %.2e, dv %.2e (tolerance %g)\n", worst[0], worst[1],
+           worst[2], worst[3], ATT_TOL);
+    tj_ctx_free(c);
+}
 static void f_relayout(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     static const char *names[] = {"f", "b", "d", "i"};
     char key[32];
@@ -1487,8 +1568,9 @@ int main(int argc, char **argv) {
     }
     test_scatter_csr_host(); /* the device's scatter_add index logic, on the host */
     test_transpose_host();   /* the tiled relayout's index steps, on the host */
+    test_attention_host();   /* the flash attention kernels' block code, on the host */
     if (!be && !selfcheck) {
-        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator, the scatter_add index lists and the tiled transpose's index steps ran above)\n", why);
+        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator, the scatter_add index lists, the tiled transpose's index steps and the flash attention kernels' block code ran above)\n", why);
         printf("%d passed, %d failed, 1 skipped\n", tjt_pass, tjt_fail);
         return tjt_fail ? 1 : 0;
     }
