@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 extern "C" void tj_cuda_backend_free(tj_backend *b);
@@ -76,7 +77,9 @@ static tj_tree *make_inputs(tj_ctx *ctx, const spec *sp, int n) {
 
 static double tol_of(tj_dtype dt) { return dt == TJ_BF16 ? 1e-2 : dt == TJ_F32 ? 1e-4 : dt == TJ_F64 ? 1e-9 : 0.0; }
 
-static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
+/* scaled > 0: each output's differences may reach scaled times its largest
+   CPU magnitude, plus 1e-5 (for sums whose bf16 rounding is not per element) */
+static void compare_at(const char *what, tj_fn fn, void *user, const spec *sp, int nsp, double scaled) {
     tj_ctx *cs[2] = {cpu, gpu};
     tj_tree *in[2], *out[2];
     tj_prog *p[2];
@@ -84,7 +87,7 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
     for (b = 0; b < 2; b++) {
         in[b] = make_inputs(cs[b], sp, nsp);
         out[b] = tj_tree_new(cs[b]);
-        p[b] = tj_jit(cs[b], what, fn, NULL, in[b], NULL);
+        p[b] = tj_jit(cs[b], what, fn, user, in[b], NULL);
         if (!p[b]) {
             TJT_CHECK(0, "[%s] jit on %s: %s", what, b ? "cuda" : "cpu", tj_error(cs[b]));
             ok = 0;
@@ -99,7 +102,7 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
             tj_array *a = tj_tree_array_at(out[0], i), *g = tj_tree_array_at(out[1], i);
             const char *name = tj_tree_name(out[0], i);
             int64_t n, j, worst = -1;
-            double *va, *vg, tol, excess = 0;
+            double *va, *vg, tol, excess = 0, big = 0;
             char da[256], dg[256];
             if (!a || !g) continue;
             tj_array_describe(a, da, sizeof da);
@@ -114,16 +117,17 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
             vg = (double *)malloc(sizeof(double) * (size_t)n);
             tj_array_read(a, TJ_F64, va);
             tj_array_read(g, TJ_F64, vg);
+            for (j = 0; j < n; j++) big = fabs(va[j]) > big ? fabs(va[j]) : big;
             for (j = 0; j < n; j++) {
-                double d = fabs(va[j] - vg[j]), lim = tol * (1.0 + fabs(va[j]));
+                double d = fabs(va[j] - vg[j]), lim = scaled > 0 ? scaled * big + 1e-5 : tol * (1.0 + fabs(va[j]));
                 int same = va[j] == vg[j] || (isnan(va[j]) && isnan(vg[j]));
                 if (!same && !(d <= lim) && d - lim >= excess) {
                     excess = d - lim;
                     worst = j;
                 }
             }
-            TJT_CHECK(worst < 0, "[%s] output '%s' %s: element %lld is %.9g on cpu, %.9g on cuda (tol %g)", what, name, da, (long long)worst,
-                  worst >= 0 ? va[worst] : 0.0, worst >= 0 ? vg[worst] : 0.0, tol);
+            TJT_CHECK(worst < 0, "[%s] output '%s' %s: element %lld is %.9g on cpu, %.9g on cuda (tol %g%s)", what, name, da, (long long)worst,
+                  worst >= 0 ? va[worst] : 0.0, worst >= 0 ? vg[worst] : 0.0, scaled > 0 ? scaled : tol, scaled > 0 ? " of the largest magnitude" : "");
             free(va);
             free(vg);
         }
@@ -135,6 +139,8 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
         tj_clear_error(cs[b]);
     }
 }
+
+static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) { compare_at(what, fn, NULL, sp, nsp, 0); }
 
 /* ---- programs ---- */
 
@@ -696,6 +702,106 @@ static void test_attention_host(void) {
     printf("attention host emulation: largest difference / largest magnitude: out %.2e, dq %.2e, dk %.2e, dv %.2e (tolerance %g)\n", worst[0], worst[1],
            worst[2], worst[3], ATT_TOL);
     tj_ctx_free(c);
+}
+/* attention on the GPU against the CPU backend, out and the gradients of
+   sum(out w): path 1 in every dtype (dim 40, dim' 24; and the widest rows,
+   1024 / 1000), path 1 on the flash shapes (TJ_CUDA_FLASH=0) and the flash
+   path (bf16, dim 64 and 128), causal or not, tq = tk of 1, 31, 257 (and
+   1024 for flash), and tq != tk. Tolerances as scaled in compare_at. */
+static void attn_gpu_case(const char *path, tj_dtype dt, int64_t tq, int64_t tk, int64_t d, int64_t dv, int causal, double scaled) {
+    char what[160], sq[64], sk[64], sv[64], sw[64];
+    snprintf(what, sizeof what, "attention %s %s tq=%lld tk=%lld d=%lld dv=%lld%s", path, tj_dtype_name(dt), (long long)tq, (long long)tk, (long long)d,
+             (long long)dv, causal ? " causal" : "");
+    snprintf(sq, sizeof sq, "b=2 q=%lld d=%lld", (long long)tq, (long long)d);
+    snprintf(sk, sizeof sk, "b=2 k=%lld d=%lld", (long long)tk, (long long)d);
+    snprintf(sv, sizeof sv, "b=2 k=%lld d=%lld", (long long)tk, (long long)dv);
+    snprintf(sw, sizeof sw, "b=2 q=%lld d=%lld", (long long)tq, (long long)dv);
+    const spec sp[4] = {{"q", dt, sq, -3, 3}, {"k", dt, sk, -3, 3}, {"v", dt, sv, -1, 1}, {"w", dt, sw, -1, 1}};
+    compare_at(what, f_attn, &causal, sp, 4, scaled);
+}
+static void test_attention_gpu(void) {
+    static const int64_t sizes[] = {1, 31, 257, 1024};
+    for (int causal = 0; causal < 2; causal++) {
+        for (int i = 0; i < 3; i++) {
+            attn_gpu_case("path 1", TJ_F32, sizes[i], sizes[i], 40, 24, causal, 1e-4);
+            attn_gpu_case("path 1", TJ_F64, sizes[i], sizes[i], 40, 24, causal, 1e-9);
+            attn_gpu_case("path 1", TJ_BF16, sizes[i], sizes[i], 40, 24, causal, 1e-2);
+        }
+        attn_gpu_case("path 1", TJ_F32, 257, 31, 64, 64, causal, 1e-4);
+        attn_gpu_case("path 1", TJ_F32, 31, 31, 1024, 1000, causal, 1e-4);
+        setenv("TJ_CUDA_FLASH", "0", 1);
+        for (int i = 1; i < 3; i++) attn_gpu_case("path 1 (TJ_CUDA_FLASH=0)", TJ_BF16, sizes[i], sizes[i], 64, 64, causal, 1e-2);
+        unsetenv("TJ_CUDA_FLASH");
+        for (int i = 0; i < 4; i++) {
+            attn_gpu_case("flash", TJ_BF16, sizes[i], sizes[i], 64, 64, causal, ATT_TOL);
+            attn_gpu_case("flash", TJ_BF16, sizes[i], sizes[i], 128, 128, causal, ATT_TOL);
+        }
+        attn_gpu_case("flash", TJ_BF16, 31, 257, 64, 64, causal, ATT_TOL);
+        attn_gpu_case("flash", TJ_BF16, 257, 31, 128, 128, causal, ATT_TOL);
+    }
+}
+
+/* `test_cuda --bench-attention` (tools/gpu_session.sh's bench step): one
+   training step's attention, forward and backward (the gradients of
+   sum(out w) for q, k and v), at GPT-2's B=16 H=12 T=1024 D=64 in bf16,
+   causal: tj_attention on the flash path, on path 1 (TJ_CUDA_FLASH=0), and
+   composed as dot, causal_mask, softmax and dot. Prints the median, min and
+   max of 7 runs after a warm-up (tj_run waits for the device). */
+static void f_attn_bench(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "k"), v = tj_tree_v(in, "v"), wrt[3] = {q, k, v}, gr[3], o;
+    (void)g;
+    if (*(const int *)u) { /* composed */
+        tj_v s = tj_causal_mask(tj_dot(tj_muls(q, 1.0 / sqrt((double)tj_v_dim(q, "d"))), k, "d"), "q", "k", -INFINITY);
+        o = tj_dot(tj_softmax(s, "k"), v, "k");
+    } else
+        o = tj_attention(q, k, v, "q", "k", "d", 0, 1);
+    tj_grad(tj_sum(tj_mul(o, tj_tree_v(in, "w")), "b h q d"), 3, wrt, gr);
+    tj_tree_set_v(out, "dq", gr[0]);
+    tj_tree_set_v(out, "dk", gr[1]);
+    tj_tree_set_v(out, "dv", gr[2]);
+}
+static int cmp_double(const void *a, const void *b) { return *(const double *)a < *(const double *)b ? -1 : *(const double *)a > *(const double *)b; }
+static int bench_attention(void) {
+    static const spec sp[4] = {{"q", TJ_BF16, "b=16 h=12 q=1024 d=64", -3, 3}, {"k", TJ_BF16, "b=16 h=12 k=1024 d=64", -3, 3},
+                               {"v", TJ_BF16, "b=16 h=12 k=1024 d=64", -1, 1}, {"w", TJ_BF16, "b=16 h=12 q=1024 d=64", -1, 1}};
+    static const char *modes[3] = {"tj_attention, flash path", "tj_attention, path 1 (TJ_CUDA_FLASH=0)", "composed: dot, causal_mask, softmax, dot"};
+    char why[512];
+    tj_backend *be = tj_cuda_backend(0, why, sizeof why);
+    if (!be) {
+        printf("attention bench: no GPU (%s)\n", why);
+        return 1;
+    }
+    tj_ctx *c = tj_ctx_new();
+    tj_set_backend(c, be);
+    tj_tree *in = make_inputs(c, sp, 4);
+    for (int mode = 0; mode < 3; mode++) {
+        int composed = mode == 2;
+        double ms[7];
+        tj_tree *out = tj_tree_new(c);
+        if (mode == 1) setenv("TJ_CUDA_FLASH", "0", 1);
+        tj_prog *p = tj_jit(c, modes[mode], f_attn_bench, &composed, in, NULL);
+        int ok = p && tj_run(p, in, out) == TJ_OK;
+        for (int r = 0; ok && r < 7; r++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            ok = tj_run(p, in, out) == TJ_OK;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            ms[r] = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        }
+        unsetenv("TJ_CUDA_FLASH");
+        if (ok) {
+            qsort(ms, 7, sizeof *ms, cmp_double);
+            printf("attention bench: B=16 H=12 T=1024 D=64 bf16 causal, fwd+bwd: %s: median %.2f ms (min %.2f, max %.2f, 7 runs)\n", modes[mode], ms[3], ms[0], ms[6]);
+        } else
+            printf("attention bench: %s failed: %s\n", modes[mode], tj_error(c));
+        tj_prog_free(p);
+        tj_tree_free(out);
+        tj_clear_error(c);
+    }
+    tj_tree_free(in);
+    tj_ctx_free(c);
+    tj_cuda_backend_free(be);
+    return 0;
 }
 static void f_relayout(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     static const char *names[] = {"f", "b", "d", "i"};
@@ -1553,6 +1659,7 @@ static int coverage(void) {
 int main(int argc, char **argv) {
     char why[512];
     if (argc > 1 && !strcmp(argv[1], "--coverage")) return coverage();
+    if (argc > 1 && !strcmp(argv[1], "--bench-attention")) return bench_attention();
     const char *self = getenv("TJ_CUDA_TEST_CPU");
     int selfcheck = self && *self && strcmp(self, "0") != 0;
     tj_backend *be = selfcheck ? NULL : tj_cuda_backend(0, why, sizeof why);
@@ -1585,6 +1692,7 @@ int main(int argc, char **argv) {
     compare("cross_entropy", f_xent, s_xent, (int)(sizeof s_xent / sizeof *s_xent));
     compare("mlp", f_mlp, s_mlp, (int)(sizeof s_mlp / sizeof *s_mlp));
     compare("relayout", f_relayout, s_relayout, (int)(sizeof s_relayout / sizeof *s_relayout));
+    test_attention_gpu();
     test_fused(cpu, gpu, "cuda");
     test_fused_table();
     register_scale3(cpu);
