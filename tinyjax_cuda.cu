@@ -1854,6 +1854,16 @@ __host__ __device__ static inline void tjc_fa_mma(float (*c)[4], const uint32_t 
         }
 #endif
 }
+/* c[.][n] += a b: the n-th 8-column tile of an accumulator of N tiles */
+template <int L, int N>
+__host__ __device__ static inline void tjc_fa_mma_at(float (*c)[N][4], int n, const uint32_t (*a)[4], const uint32_t (*b)[2]) {
+    float t[L][4];
+    for (int x = 0; x < L; x++)
+        for (int e = 0; e < 4; e++) t[x][e] = c[x][n][e];
+    tjc_fa_mma<L>(t, a, b);
+    for (int x = 0; x < L; x++)
+        for (int e = 0; e < 4; e++) c[x][n][e] = t[x][e];
+}
 /* the 4 lanes of a quad (one row of C) combine v: max (NaN-free inputs) or sum */
 template <int L>
 __host__ __device__ static inline void tjc_fa_quad(float *v, int ismax) {
@@ -1929,7 +1939,6 @@ __host__ __device__ static inline void tjc_fa_bfrag_kn(const uint16_t *sh, int k
 template <int D, int L>
 __host__ __device__ static inline void tjc_fa_sgemm(const uint16_t *as, int w0, const uint16_t *ms, float (*c)[8][4]) {
     uint32_t a[L][4], b[L][2];
-    float t[L][4];
     for (int x = 0; x < L; x++)
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) c[x][n][e] = 0.f;
@@ -1937,11 +1946,7 @@ __host__ __device__ static inline void tjc_fa_sgemm(const uint16_t *as, int w0, 
         tjc_fa_afrag<D, L>(as, w0, kk, a);
         for (int n = 0; n < 8; n++) {
             tjc_fa_bfrag_nk<D, L>(ms, n * 8, kk * 16, b);
-            for (int x = 0; x < L; x++)
-                for (int e = 0; e < 4; e++) t[x][e] = c[x][n][e];
-            tjc_fa_mma<L>(t, a, b);
-            for (int x = 0; x < L; x++)
-                for (int e = 0; e < 4; e++) c[x][n][e] = t[x][e];
+            tjc_fa_mma_at<L, 8>(c, n, a, b);
         }
     }
 }
@@ -1950,18 +1955,13 @@ __host__ __device__ static inline void tjc_fa_sgemm(const uint16_t *as, int w0, 
 template <int D, int L>
 __host__ __device__ static inline void tjc_fa_pgemm(const float (*p)[8][4], const uint16_t *ms, float (*acc)[D / 8][4]) {
     uint32_t a[L][4], b[L][2];
-    float t[L][4];
     for (int kc = 0; kc < 4; kc++) {
         for (int x = 0; x < L; x++)
             for (int r = 0; r < 4; r++) /* A register r: tile 2 kc + (r >> 1), elements 2 (r & 1) and 2 (r & 1) + 1 */
                 a[x][r] = tjc_fa_pack(p[x][2 * kc + (r >> 1)][2 * (r & 1)], p[x][2 * kc + (r >> 1)][2 * (r & 1) + 1]);
         for (int n = 0; n < D / 8; n++) {
             tjc_fa_bfrag_kn<D, L>(ms, kc * 16, n * 8, b);
-            for (int x = 0; x < L; x++)
-                for (int e = 0; e < 4; e++) t[x][e] = acc[x][n][e];
-            tjc_fa_mma<L>(t, a, b);
-            for (int x = 0; x < L; x++)
-                for (int e = 0; e < 4; e++) acc[x][n][e] = t[x][e];
+            tjc_fa_mma_at<L, D / 8>(acc, n, a, b);
         }
     }
 }
@@ -2000,7 +2000,7 @@ __host__ __device__ static inline void tjc_fa_fwd_begin(tjc_fa_fwd_st<D, L> *st)
 template <int D, int L>
 __host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, const uint16_t *Qs, int w0, const uint16_t *Ks, const uint16_t *Vs, int64_t qw,
                                                       int64_t k0, int64_t tq, int64_t tk, int causal, float scale) {
-    float s[L][8][4], mx[2][L], sum;
+    float s[L][8][4], mx[2][L], p;
     tjc_fa_sgemm<D, L>(Qs, w0, Ks, s);
     for (int x = 0; x < L; x++) { /* scale, mask, this lane's row maxima */
         mx[0][x] = mx[1][x] = -INFINITY;
@@ -2026,9 +2026,9 @@ __host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, 
     for (int x = 0; x < L; x++)
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) {
-                sum = expf(s[x][n][e] - mx[e >> 1][x]);
-                s[x][n][e] = sum;
-                st->l[x][e >> 1] += sum; /* l sums the f32 p; P V takes p rounded to bf16 */
+                p = expf(s[x][n][e] - mx[e >> 1][x]);
+                s[x][n][e] = p;
+                st->l[x][e >> 1] += p; /* l sums the f32 p; P V takes p rounded to bf16 */
             }
     tjc_fa_pgemm<D, L>(s, Vs, st->o);
 }
@@ -2104,6 +2104,12 @@ __host__ __device__ static inline void tjc_fa_store(const float (*acc)[D / 8][4]
 #endif
 #define TJC_FA_NT (32 * TJC_FA_WARPS)
 #define TJC_FA_ST(st, w) (&(st)[L == 1 ? 0 : (w)]) /* this warp's state */
+/* thread tid's share of staging the same rows of two matrices (K and V, Q and dO) */
+template <int D>
+__host__ __device__ static inline void tjc_fa_stage2(uint16_t *sa, const uint16_t *ga, uint16_t *sb, const uint16_t *gb, int64_t r0, int64_t rows, int tid) {
+    tjc_fa_stage<D>(sa, ga, r0, rows, tid, TJC_FA_NT);
+    tjc_fa_stage<D>(sb, gb, r0, rows, tid, TJC_FA_NT);
+}
 /* shared memory: nmat staged 64 x D matrices, then two 64-float vectors */
 template <int D>
 static size_t tjc_fa_smem(int nmat) { return (size_t)nmat * TJC_FA_ROWS * (D + TJC_FA_PAD) * 2 + 2 * TJC_FA_ROWS * sizeof(float); }
@@ -2119,10 +2125,7 @@ __host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_
     TJC_FA_THREADS(tid) tjc_fa_stage<D>(Qs, q, q0, a->tq, tid, TJC_FA_NT);
     for (int64_t kt = 0; kt < nkt; kt++) {
         TJC_FA_SYNC();
-        TJC_FA_THREADS(tid) {
-            tjc_fa_stage<D>(Ks, k, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
-            tjc_fa_stage<D>(Vs, v, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
-        }
+        TJC_FA_THREADS(tid) tjc_fa_stage2<D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
         TJC_FA_SYNC();
         TJC_FA_EACH_WARP(w) tjc_fa_fwd_tile<D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale);
     }
@@ -2138,15 +2141,11 @@ __host__ __device__ static inline void tjc_fa_dkv_block(const tjc_att *a, int64_
     q += b * a->tq * D, g += b * a->tq * D, lse += b * a->tq, dl += b * a->tq, k += b * a->tk * D, v += b * a->tk * D, dk += b * a->tk * D, dv += b * a->tk * D;
     TJC_FA_EACH_WARP(w) tjc_fa_bwd_begin<D, L>(TJC_FA_ST(st, w));
     TJC_FA_SYNC();
-    TJC_FA_THREADS(tid) {
-        tjc_fa_stage<D>(Ks, k, k0, a->tk, tid, TJC_FA_NT);
-        tjc_fa_stage<D>(Vs, v, k0, a->tk, tid, TJC_FA_NT);
-    }
+    TJC_FA_THREADS(tid) tjc_fa_stage2<D>(Ks, k, Vs, v, k0, a->tk, tid);
     for (int64_t qt = tjc_fa_qtile0(k0, a->causal); qt < nqt; qt++) {
         TJC_FA_SYNC();
         TJC_FA_THREADS(tid) {
-            tjc_fa_stage<D>(Qs, q, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
-            tjc_fa_stage<D>(Gs, g, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
+            tjc_fa_stage2<D>(Qs, q, Gs, g, qt * TJC_FA_ROWS, a->tq, tid);
             tjc_fa_stage_vec(ls, lse, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
             tjc_fa_stage_vec(ds, dl, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
         }
@@ -2184,16 +2183,10 @@ __host__ __device__ static inline void tjc_fa_dq_block(const tjc_att *a, int64_t
             }
     }
     TJC_FA_SYNC();
-    TJC_FA_THREADS(tid) {
-        tjc_fa_stage<D>(Qs, q, q0, a->tq, tid, TJC_FA_NT);
-        tjc_fa_stage<D>(Gs, g, q0, a->tq, tid, TJC_FA_NT);
-    }
+    TJC_FA_THREADS(tid) tjc_fa_stage2<D>(Qs, q, Gs, g, q0, a->tq, tid);
     for (int64_t kt = 0; kt < nkt; kt++) {
         TJC_FA_SYNC();
-        TJC_FA_THREADS(tid) {
-            tjc_fa_stage<D>(Ks, k, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
-            tjc_fa_stage<D>(Vs, v, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
-        }
+        TJC_FA_THREADS(tid) tjc_fa_stage2<D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
         TJC_FA_SYNC();
         TJC_FA_EACH_WARP(w) { /* S = Q K^T and dP = dO V^T for the warp's 16 queries; dQ += dS K */
             tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
