@@ -1755,18 +1755,21 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dq(tjc_att a, cons
         TJC_LAUNCHED(k, #KERN);                                                                                 \
     } while (0)
 
-/* ---- attention, path 2: flash kernels on tensor cores (bf16, dim = dim' of 64 or 128) ----
-   FlashAttention-2's tiling with mma.sync.m16n8k16 (bf16 products, f32
-   sums; sm_80 and newer). A block of 4 warps owns 64 rows of one batch row
-   (the forward and dq: queries; dk/dv: keys), 16 rows per warp, and walks
-   the other side in tiles of 64 that it stages in shared memory:
+/* ---- attention, path 2: flash kernels on tensor cores (bf16, or f32 as TF32; dim = dim' of 64 or 128) ----
+   FlashAttention-2's tiling with mma.sync (f32 sums; sm_80 and newer): bf16
+   inputs through m16n8k16, f32 inputs through m16n8k8 on TF32 (their
+   mantissas rounded to 10 bits, to nearest, ties away) when TJ_CUDA_TF32=1
+   allows it as for dots; f32 stays on path 1 otherwise. A block of 4 warps
+   owns 64 rows of one batch row (the forward and dq: queries; dk/dv: keys),
+   16 rows per warp, and walks the other side in tiles of 64 that it stages
+   in shared memory:
      forward  S = Q K^T, the online softmax in registers (per row: running
               max m and sum l; a larger max rescales l and O by
-              exp(m_old - m_new)), P rounded to bf16, O += P V; at the end
-              out = O / l and lse = m + log l.
+              exp(m_old - m_new)), P rounded to the input format, O += P V;
+              at the end out = O / l and lse = m + log l.
      dk, dv   per key block, over the query tiles that see it: P^T from
               lse, dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
-              dK += dS^T Q (P and dS rounded to bf16), dK scaled at the end.
+              dK += dS^T Q (P and dS rounded), dK scaled at the end.
      dq       per query block, over the key tiles it sees: P, dP = dO V^T,
               dS, dQ += dS K.
    D comes from path 1's kernel. Each output row is summed by one warp in a
@@ -1774,35 +1777,38 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dq(tjc_att a, cons
    diagonal are skipped; the diagonal tile and the ragged edges (rows past
    tq or tk) are masked element by element.
 
-   Fragments (PTX ISA, "matrix fragments for mma.m16n8k16", g = lane / 4,
-   t = lane % 4): A (16 x 16) register r holds the bf16 pair at row
-   g + 8 (r & 1), columns 2t + 8 (r >> 1) + {0, 1}; B (16 x 8) register r the
-   pair at rows 2t + 8 r + {0, 1}, column g; C (16 x 8) element e sits at
-   row g + 8 (e >> 1), column 2t + (e & 1). So the C fragments of two
-   adjacent 8-column tiles of S are, rounded to bf16, the A fragment of P
-   for the next product, without a trip through shared memory.
+   Fragments (PTX ISA, "matrix fragments for mma.m16n8k16" and "m16n8k8",
+   g = lane / 4, t = lane % 4, E values per 32-bit register: 2 for bf16, 1
+   for TF32, so k = 8 E): A (16 x k) register r holds row g + 8 (r & 1),
+   columns E t + 4 E (r >> 1) (+ 1 for bf16's second value); B (k x 8)
+   register r rows E t + 4 E r (+ 1), column g; C (16 x 8) element e sits
+   at row g + 8 (e >> 1), column 2t + (e & 1). For bf16 the C fragments of
+   two adjacent 8-column tiles of S are, rounded, the A fragment of P for
+   the next product; for TF32 each lane takes its two values of P from the
+   lanes of its quad that hold them (shuffles), again without a trip
+   through shared memory.
 
    Testing without a GPU: every step below is __host__ __device__ and is
    written for L lanes at once, L = 1 on the device (this thread's lane)
    and L = 32 on the host, where tjc_fa_mma multiplies the fragments as
-   matrices (rebuilt through the layout above) and the quad reductions run
-   the shuffles' butterfly. tj_cuda_attention_host runs the kernels' code
-   that way, block by block, warp by warp, and test_cuda compares it with
-   the CPU op. What that cannot check is the layout itself against the
+   matrices (rebuilt through the layout above) and the quad reductions and
+   shuffles index the other lanes. tj_cuda_attention_host runs the kernels'
+   code that way, block by block, warp by warp, and test_cuda compares it
+   with the CPU op. What that cannot check is the layout itself against the
    hardware, the PTX, and the shared-memory timing: that needs a GPU run
    (test_cuda's GPU part), which has not happened yet. */
 #define TJC_FA_ROWS 64 /* rows per block (4 warps x 16) and per tile of the other side */
 #define TJC_FA_WARPS 4
-#define TJC_FA_PAD 8   /* bf16 of padding per shared row: the 8 rows of a fragment hit different banks */
-/* the bf16 pair (p[0] low, p[1] high) as one register */
-__host__ __device__ static inline uint32_t tjc_fa_pair(const uint16_t *p) {
-#ifdef __CUDA_ARCH__
-    return *(const uint32_t *)p; /* 4-byte aligned: even columns, even pitches */
-#else
-    return (uint32_t)p[0] | (uint32_t)p[1] << 16;
-#endif
+__host__ __device__ static inline float tjc_fa_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
-__host__ __device__ static inline uint32_t tjc_fa_join(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
+__host__ __device__ static inline uint32_t tjc_fa_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 /* float to bf16 bits, to nearest even (tj_f32_to_bf16 on the host) */
 __host__ __device__ static inline uint16_t tjc_fa_bf16(float x) {
 #ifdef __CUDA_ARCH__
@@ -1812,55 +1818,91 @@ __host__ __device__ static inline uint16_t tjc_fa_bf16(float x) {
     return tj_f32_to_bf16(x);
 #endif
 }
-__host__ __device__ static inline float tjc_fa_f32(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+/* float to TF32 (kept in a float): 10 mantissa bits, to nearest, ties away
+   from zero (cvt.rna.tf32.f32), the same bit steps on both sides */
+__host__ __device__ static inline float tjc_fa_round_tf32(float x) {
+    uint32_t u = tjc_fa_f32_bits(x);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf and NaN as they are */
+    return tjc_fa_bits_f32((u + 0x1000u) & 0xffffe000u);
 }
-__host__ __device__ static inline uint32_t tjc_fa_pack(float lo, float hi) { return tjc_fa_join(tjc_fa_bf16(lo), tjc_fa_bf16(hi)); }
-/* where a fragment's values sit (the layout above) */
+/* The two input formats. E: the element in memory; EPR: values per
+   register; PAD: elements of padding per shared row (16 bytes: the 8 rows
+   of a fragment start in different banks); stage: what shared memory
+   holds of an input element; out: an output element from a float; val: an
+   input element as a float; reg: the register whose first value is at p
+   (the second, for bf16, at p + next); dec: value h of a register. */
+struct tjc_fa_fmt_bf16 {
+    typedef uint16_t E;
+    enum { EPR = 2, PAD = 8 };
+    __host__ __device__ static E stage(E x) { return x; }
+    __host__ __device__ static E out(float x) { return tjc_fa_bf16(x); }
+    __host__ __device__ static float val(E x) { return tjc_fa_bits_f32((uint32_t)x << 16); }
+    __host__ __device__ static uint32_t reg(const E *p, int next) {
+#ifdef __CUDA_ARCH__
+        if (next == 1) return *(const uint32_t *)p; /* 4-byte aligned: even columns, even pitches */
+#endif
+        return (uint32_t)p[0] | (uint32_t)p[next] << 16;
+    }
+    __host__ __device__ static float dec(uint32_t r, int h) { return val((E)(r >> 16 * h)); }
+};
+struct tjc_fa_fmt_tf32 {
+    typedef float E;
+    enum { EPR = 1, PAD = 4 };
+    __host__ __device__ static E stage(E x) { return tjc_fa_round_tf32(x); }
+    __host__ __device__ static E out(float x) { return x; }
+    __host__ __device__ static float val(E x) { return x; }
+    __host__ __device__ static uint32_t reg(const E *p, int next) { return (void)next, tjc_fa_f32_bits(p[0]); }
+    __host__ __device__ static float dec(uint32_t r, int h) { return (void)h, tjc_fa_bits_f32(r); }
+};
+#define TJC_FA_E typename F::E /* F's element, in the templates below */
+/* where a fragment's values sit (the layout above; e: values per register) */
 __host__ __device__ static inline int tjc_fa_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
-__host__ __device__ static inline int tjc_fa_acol(int lane, int r) { return 2 * (lane & 3) + 8 * (r >> 1); }
-__host__ __device__ static inline int tjc_fa_brow(int lane, int r) { return 2 * (lane & 3) + 8 * r; }
+__host__ __device__ static inline int tjc_fa_acol(int lane, int r, int e) { return e * (lane & 3) + 4 * e * (r >> 1); }
+__host__ __device__ static inline int tjc_fa_brow(int lane, int r, int e) { return e * (lane & 3) + 4 * e * r; }
 __host__ __device__ static inline int tjc_fa_bcol(int lane) { return lane >> 2; }
 __host__ __device__ static inline int tjc_fa_crow(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
 __host__ __device__ static inline int tjc_fa_ccol(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
 /* c += a b for the L lanes: the tensor-core instruction on the device, the
-   16 x 16 x 8 product of the rebuilt matrices (k in order) on the host */
-template <int L>
+   product of the rebuilt matrices (k in order) on the host */
+template <class F, int L>
 __host__ __device__ static inline void tjc_fa_mma(float (*c)[4], const uint32_t (*a)[4], const uint32_t (*b)[2]) {
 #ifdef __CUDA_ARCH__
 #if __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3])
-                 : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(b[0][0]), "r"(b[0][1]));
+    if (F::EPR == 2)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3])
+                     : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(b[0][0]), "r"(b[0][1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3])
+                     : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(b[0][0]), "r"(b[0][1]));
 #else
     __trap(); /* never launched below sm_80 (tjc_fa_applies) */
 #endif
 #else
+    const int K = 8 * F::EPR;
     float A[16][16], B[16][8];
     for (int l = 0; l < L; l++) {
         for (int r = 0; r < 4; r++)
-            for (int h = 0; h < 2; h++) A[tjc_fa_arow(l, r)][tjc_fa_acol(l, r) + h] = tjc_fa_f32((uint16_t)(a[l][r] >> 16 * h));
+            for (int h = 0; h < F::EPR; h++) A[tjc_fa_arow(l, r)][tjc_fa_acol(l, r, F::EPR) + h] = F::dec(a[l][r], h);
         for (int r = 0; r < 2; r++)
-            for (int h = 0; h < 2; h++) B[tjc_fa_brow(l, r) + h][tjc_fa_bcol(l)] = tjc_fa_f32((uint16_t)(b[l][r] >> 16 * h));
+            for (int h = 0; h < F::EPR; h++) B[tjc_fa_brow(l, r, F::EPR) + h][tjc_fa_bcol(l)] = F::dec(b[l][r], h);
     }
     for (int l = 0; l < L; l++)
         for (int e = 0; e < 4; e++) {
             float s = 0;
-            for (int x = 0; x < 16; x++) s += A[tjc_fa_crow(l, e)][x] * B[x][tjc_fa_ccol(l, e)];
+            for (int x = 0; x < K; x++) s += A[tjc_fa_crow(l, e)][x] * B[x][tjc_fa_ccol(l, e)];
             c[l][e] += s;
         }
 #endif
 }
 /* c[.][n] += a b: the n-th 8-column tile of an accumulator of N tiles */
-template <int L, int N>
+template <class F, int L, int N>
 __host__ __device__ static inline void tjc_fa_mma_at(float (*c)[N][4], int n, const uint32_t (*a)[4], const uint32_t (*b)[2]) {
     float t[L][4];
     for (int x = 0; x < L; x++)
         for (int e = 0; e < 4; e++) t[x][e] = c[x][n][e];
-    tjc_fa_mma<L>(t, a, b);
+    tjc_fa_mma<F, L>(t, a, b);
     for (int x = 0; x < L; x++)
         for (int e = 0; e < 4; e++) c[x][n][e] = t[x][e];
 }
@@ -1889,79 +1931,91 @@ __host__ __device__ static inline int tjc_fa_lane(int x) {
     return x;
 #endif
 }
-/* Stage rows [r0, r0 + 64) of a [rows, D] bf16 matrix in shared memory
-   (pitch D + PAD), zeros past `rows`: thread `tid` of `nt` copies pairs. */
-template <int D>
-__host__ __device__ static inline void tjc_fa_stage(uint16_t *sh, const uint16_t *src, int64_t r0, int64_t rows, int tid, int nt) {
-    for (int i = tid; i < TJC_FA_ROWS * D / 2; i += nt) {
-        int r = i / (D / 2), c = 2 * (i % (D / 2));
-        uint32_t v = r0 + r < rows ? tjc_fa_pair(src + (r0 + r) * D + c) : 0u;
-#ifdef __CUDA_ARCH__
-        *(uint32_t *)(sh + r * (D + TJC_FA_PAD) + c) = v;
-#else
-        sh[r * (D + TJC_FA_PAD) + c] = (uint16_t)v, sh[r * (D + TJC_FA_PAD) + c + 1] = (uint16_t)(v >> 16);
-#endif
+/* Stage rows [r0, r0 + 64) of a [rows, D] matrix in shared memory (pitch
+   D + PAD), zeros past `rows`: thread `tid` of `nt` copies elements. */
+template <class F, int D>
+__host__ __device__ static inline void tjc_fa_stage(typename F::E *sh, const typename F::E *src, int64_t r0, int64_t rows, int tid, int nt) {
+    for (int i = tid; i < TJC_FA_ROWS * D; i += nt) {
+        int r = i / D, c = i % D;
+        sh[r * (D + F::PAD) + c] = r0 + r < rows ? F::stage(src[(r0 + r) * D + c]) : (typename F::E)0;
     }
 }
 /* one 64-element vector (lse or D of a tile's rows) in shared memory; 0 past `rows` */
 __host__ __device__ static inline void tjc_fa_stage_vec(float *sh, const float *src, int64_t r0, int64_t rows, int tid, int nt) {
     for (int i = tid; i < TJC_FA_ROWS; i += nt) sh[i] = r0 + i < rows ? src[r0 + i] : 0.f;
 }
-/* The A fragments of rows [w0, w0 + 16) of a staged matrix, columns kk 16..: L lanes */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_afrag(const uint16_t *sh, int w0, int kk, uint32_t (*a)[4]) {
+/* The A fragments of rows [w0, w0 + 16) of a staged matrix, k step kk: L lanes */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_afrag(const typename F::E *sh, int w0, int kk, uint32_t (*a)[4]) {
     for (int x = 0; x < L; x++) {
         int lane = tjc_fa_lane(x);
-        for (int r = 0; r < 4; r++) a[x][r] = tjc_fa_pair(sh + (w0 + tjc_fa_arow(lane, r)) * (D + TJC_FA_PAD) + kk * 16 + tjc_fa_acol(lane, r));
+        for (int r = 0; r < 4; r++) a[x][r] = F::reg(sh + (w0 + tjc_fa_arow(lane, r)) * (D + F::PAD) + kk * 8 * F::EPR + tjc_fa_acol(lane, r, F::EPR), 1);
     }
 }
 /* B fragments from a staged matrix M: "nk" (B = M^T, B[k][n] = M[n0 + n][k0 + k]:
-   pairs along a row) or "kn" (B = M, B[k][n] = M[k0 + k][n0 + n]: two rows) */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_bfrag_nk(const uint16_t *sh, int n0, int k0, uint32_t (*b)[2]) {
+   a bf16 pair along a row) or "kn" (B = M, B[k][n] = M[k0 + k][n0 + n]: two rows) */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_bfrag_nk(const typename F::E *sh, int n0, int k0, uint32_t (*b)[2]) {
     for (int x = 0; x < L; x++) {
         int lane = tjc_fa_lane(x);
-        for (int r = 0; r < 2; r++) b[x][r] = tjc_fa_pair(sh + (n0 + tjc_fa_bcol(lane)) * (D + TJC_FA_PAD) + k0 + tjc_fa_brow(lane, r));
+        for (int r = 0; r < 2; r++) b[x][r] = F::reg(sh + (n0 + tjc_fa_bcol(lane)) * (D + F::PAD) + k0 + tjc_fa_brow(lane, r, F::EPR), 1);
     }
 }
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_bfrag_kn(const uint16_t *sh, int k0, int n0, uint32_t (*b)[2]) {
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_bfrag_kn(const typename F::E *sh, int k0, int n0, uint32_t (*b)[2]) {
     for (int x = 0; x < L; x++) {
         int lane = tjc_fa_lane(x);
-        for (int r = 0; r < 2; r++) {
-            const uint16_t *p = sh + (k0 + tjc_fa_brow(lane, r)) * (D + TJC_FA_PAD) + n0 + tjc_fa_bcol(lane);
-            b[x][r] = tjc_fa_join(p[0], p[D + TJC_FA_PAD]);
-        }
+        for (int r = 0; r < 2; r++) b[x][r] = F::reg(sh + (k0 + tjc_fa_brow(lane, r, F::EPR)) * (D + F::PAD) + n0 + tjc_fa_bcol(lane), D + F::PAD);
     }
 }
 /* C[16 x 64] = A[16 x D] B where A's rows are w0.. of staged `as` and B = M^T
    of staged `ms` (rows are the 64 columns of C): S = Q K^T and its kin */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_sgemm(const uint16_t *as, int w0, const uint16_t *ms, float (*c)[8][4]) {
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_sgemm(const typename F::E *as, int w0, const typename F::E *ms, float (*c)[8][4]) {
     uint32_t a[L][4], b[L][2];
     for (int x = 0; x < L; x++)
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) c[x][n][e] = 0.f;
-    for (int kk = 0; kk < D / 16; kk++) {
-        tjc_fa_afrag<D, L>(as, w0, kk, a);
+    for (int kk = 0; kk < D / (8 * F::EPR); kk++) {
+        tjc_fa_afrag<F, D, L>(as, w0, kk, a);
         for (int n = 0; n < 8; n++) {
-            tjc_fa_bfrag_nk<D, L>(ms, n * 8, kk * 16, b);
-            tjc_fa_mma_at<L, 8>(c, n, a, b);
+            tjc_fa_bfrag_nk<F, D, L>(ms, n * 8, kk * 8 * F::EPR, b);
+            tjc_fa_mma_at<F, L, 8>(c, n, a, b);
         }
     }
 }
-/* acc[16 x D] += P[16 x 64] M where P is C fragments (rounded to bf16 here:
-   the register reuse above) and M is staged, 64 rows: O += P V and kin */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_pgemm(const float (*p)[8][4], const uint16_t *ms, float (*acc)[D / 8][4]) {
+/* The A fragment of k step kc of P (a 16 x 64 tile as C fragments),
+   rounded to the input format. bf16: register r is elements 2 (r & 1) and
+   2 (r & 1) + 1 of this lane's tile 2 kc + (r >> 1). TF32: register r is
+   column t + 4 (r >> 1) of tile kc, held by quad lane t / 2 + 2 (r >> 1) as
+   its element 2 (r & 1) + t % 2 (both candidates shuffled, one kept). */
+__host__ __device__ static inline int tjc_fa_tf32_src(int lane, int r) { return (lane & ~3) | (((lane & 3) >> 1) + 2 * (r >> 1)); }
+template <class F, int L>
+__host__ __device__ static inline void tjc_fa_pfrag(const float (*p)[8][4], int kc, uint32_t (*a)[4]) {
+    for (int r = 0; r < 4; r++) {
+        if (F::EPR == 2) {
+            for (int x = 0; x < L; x++) a[x][r] = (uint32_t)tjc_fa_bf16(p[x][2 * kc + (r >> 1)][2 * (r & 1)]) | (uint32_t)tjc_fa_bf16(p[x][2 * kc + (r >> 1)][2 * (r & 1) + 1]) << 16;
+            continue;
+        }
+#ifdef __CUDA_ARCH__
+        int lane = threadIdx.x & 31, src = tjc_fa_tf32_src(lane, r);
+        float v0 = __shfl_sync(0xffffffffu, p[0][kc][2 * (r & 1)], src), v1 = __shfl_sync(0xffffffffu, p[0][kc][2 * (r & 1) + 1], src);
+        a[0][r] = tjc_fa_f32_bits(tjc_fa_round_tf32(lane & 1 ? v1 : v0));
+#else
+        for (int x = 0; x < L; x++) a[x][r] = tjc_fa_f32_bits(tjc_fa_round_tf32(p[tjc_fa_tf32_src(x, r)][kc][2 * (r & 1) + (x & 1)]));
+#endif
+    }
+}
+/* acc[16 x D] += P[16 x 64] M where P is C fragments (rounded by
+   tjc_fa_pfrag) and M is staged, 64 rows: O += P V and kin */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_pgemm(const float (*p)[8][4], const typename F::E *ms, float (*acc)[D / 8][4]) {
     uint32_t a[L][4], b[L][2];
-    for (int kc = 0; kc < 4; kc++) {
-        for (int x = 0; x < L; x++)
-            for (int r = 0; r < 4; r++) /* A register r: tile 2 kc + (r >> 1), elements 2 (r & 1) and 2 (r & 1) + 1 */
-                a[x][r] = tjc_fa_pack(p[x][2 * kc + (r >> 1)][2 * (r & 1)], p[x][2 * kc + (r >> 1)][2 * (r & 1) + 1]);
+    for (int kc = 0; kc < 8 / F::EPR; kc++) {
+        tjc_fa_pfrag<F, L>(p, kc, a);
         for (int n = 0; n < D / 8; n++) {
-            tjc_fa_bfrag_kn<D, L>(ms, kc * 16, n * 8, b);
-            tjc_fa_mma_at<L, D / 8>(acc, n, a, b);
+            tjc_fa_bfrag_kn<F, D, L>(ms, kc * 8 * F::EPR, n * 8, b);
+            tjc_fa_mma_at<F, L, D / 8>(acc, n, a, b);
         }
     }
 }
@@ -1997,11 +2051,11 @@ __host__ __device__ static inline void tjc_fa_fwd_begin(tjc_fa_fwd_st<D, L> *st)
 }
 /* one key tile [k0, k0 + 64) for the warp's queries [qw, qw + 16): Qs holds
    the block's queries (the warp's at row w0), Ks and Vs the tile */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, const uint16_t *Qs, int w0, const uint16_t *Ks, const uint16_t *Vs, int64_t qw,
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, const TJC_FA_E *Qs, int w0, const TJC_FA_E *Ks, const TJC_FA_E *Vs, int64_t qw,
                                                       int64_t k0, int64_t tq, int64_t tk, int causal, float scale) {
     float s[L][8][4], mx[2][L], p;
-    tjc_fa_sgemm<D, L>(Qs, w0, Ks, s);
+    tjc_fa_sgemm<F, D, L>(Qs, w0, Ks, s);
     for (int x = 0; x < L; x++) { /* scale, mask, this lane's row maxima */
         mx[0][x] = mx[1][x] = -INFINITY;
         for (int n = 0; n < 8; n++)
@@ -2028,14 +2082,14 @@ __host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, 
             for (int e = 0; e < 4; e++) {
                 p = expf(s[x][n][e] - mx[e >> 1][x]);
                 s[x][n][e] = p;
-                st->l[x][e >> 1] += p; /* l sums the f32 p; P V takes p rounded to bf16 */
+                st->l[x][e >> 1] += p; /* l sums the f32 p; P V takes p rounded to the input format */
             }
-    tjc_fa_pgemm<D, L>(s, Vs, st->o);
+    tjc_fa_pgemm<F, D, L>(s, Vs, st->o);
 }
 /* out = O / l and lse = m + log l for the warp's rows that exist; NaN for a
    row with a NaN or +inf score, or none that is finite */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_fwd_end(tjc_fa_fwd_st<D, L> *st, int64_t qw, int64_t tq, uint16_t *out, float *lse) {
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_end(tjc_fa_fwd_st<D, L> *st, int64_t qw, int64_t tq, TJC_FA_E *out, float *lse) {
     float l[2][L], bad[2][L];
     for (int x = 0; x < L; x++)
         for (int h = 0; h < 2; h++) l[h][x] = st->l[x][h], bad[h][x] = (float)st->bad[x][h];
@@ -2046,7 +2100,7 @@ __host__ __device__ static inline void tjc_fa_fwd_end(tjc_fa_fwd_st<D, L> *st, i
             int nan = bad[h][x] != 0.f || l[h][x] == 0.f;
             if (qi >= tq) continue;
             for (int n = 0; n < D / 8; n++)
-                for (int e = 2 * h; e < 2 * h + 2; e++) out[qi * D + TJC_FA_COL(x, n, e)] = tjc_fa_bf16(nan ? NAN : st->o[x][n][e] / l[h][x]);
+                for (int e = 2 * h; e < 2 * h + 2; e++) out[qi * D + TJC_FA_COL(x, n, e)] = F::out(nan ? NAN : st->o[x][n][e] / l[h][x]);
             if ((tjc_fa_lane(x) & 3) == 0) lse[qi] = nan ? NAN : st->m[x][h] + logf(l[h][x]);
         }
 }
@@ -2081,12 +2135,12 @@ __host__ __device__ static inline void tjc_fa_pds(float (*s)[8][4], float (*dp)[
             }
 }
 /* store a warp's 16 x D accumulator (times `scale`) as bf16 rows r0.. of dst, those < rows */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_store(const float (*acc)[D / 8][4], float scale, int64_t r0, int64_t rows, uint16_t *dst) {
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_store(const float (*acc)[D / 8][4], float scale, int64_t r0, int64_t rows, TJC_FA_E *dst) {
     for (int x = 0; x < L; x++)
         for (int n = 0; n < D / 8; n++)
             for (int e = 0; e < 4; e++)
-                if (r0 + TJC_FA_ROW(x, e) < rows) dst[(r0 + TJC_FA_ROW(x, e)) * D + TJC_FA_COL(x, n, e)] = tjc_fa_bf16(acc[x][n][e] * scale);
+                if (r0 + TJC_FA_ROW(x, e) < rows) dst[(r0 + TJC_FA_ROW(x, e)) * D + TJC_FA_COL(x, n, e)] = F::out(acc[x][n][e] * scale);
 }
 
 /* One block of each kernel, written once for both sides: on the device a
@@ -2105,47 +2159,47 @@ __host__ __device__ static inline void tjc_fa_store(const float (*acc)[D / 8][4]
 #define TJC_FA_NT (32 * TJC_FA_WARPS)
 #define TJC_FA_ST(st, w) (&(st)[L == 1 ? 0 : (w)]) /* this warp's state */
 /* thread tid's share of staging the same rows of two matrices (K and V, Q and dO) */
-template <int D>
-__host__ __device__ static inline void tjc_fa_stage2(uint16_t *sa, const uint16_t *ga, uint16_t *sb, const uint16_t *gb, int64_t r0, int64_t rows, int tid) {
-    tjc_fa_stage<D>(sa, ga, r0, rows, tid, TJC_FA_NT);
-    tjc_fa_stage<D>(sb, gb, r0, rows, tid, TJC_FA_NT);
+template <class F, int D>
+__host__ __device__ static inline void tjc_fa_stage2(TJC_FA_E *sa, const TJC_FA_E *ga, TJC_FA_E *sb, const TJC_FA_E *gb, int64_t r0, int64_t rows, int tid) {
+    tjc_fa_stage<F, D>(sa, ga, r0, rows, tid, TJC_FA_NT);
+    tjc_fa_stage<F, D>(sb, gb, r0, rows, tid, TJC_FA_NT);
 }
 /* shared memory: nmat staged 64 x D matrices, then two 64-float vectors */
-template <int D>
-static size_t tjc_fa_smem(int nmat) { return (size_t)nmat * TJC_FA_ROWS * (D + TJC_FA_PAD) * 2 + 2 * TJC_FA_ROWS * sizeof(float); }
+template <class F, int D>
+static size_t tjc_fa_smem(int nmat) { return (size_t)nmat * TJC_FA_ROWS * (D + F::PAD) * sizeof(typename F::E) + 2 * TJC_FA_ROWS * sizeof(float); }
 /* block blk of the forward: batch row blk / nqb, queries from 64 (blk % nqb) */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_t blk, const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out,
-                                                       float *lse, uint16_t *sh, tjc_fa_fwd_st<D, L> *st) {
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_t blk, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, TJC_FA_E *out,
+                                                       float *lse, TJC_FA_E *sh, tjc_fa_fwd_st<D, L> *st) {
     const int64_t nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nqb, q0 = blk % nqb * TJC_FA_ROWS, nkt = tjc_fa_ktiles(q0, a->tk, a->causal);
-    uint16_t *Qs = sh, *Ks = Qs + TJC_FA_ROWS * (D + TJC_FA_PAD), *Vs = Ks + TJC_FA_ROWS * (D + TJC_FA_PAD);
+    TJC_FA_E *Qs = sh, *Ks = Qs + TJC_FA_ROWS * (D + F::PAD), *Vs = Ks + TJC_FA_ROWS * (D + F::PAD);
     q += b * a->tq * D, k += b * a->tk * D, v += b * a->tk * D, out += b * a->tq * D, lse += b * a->tq;
     TJC_FA_EACH_WARP(w) tjc_fa_fwd_begin<D, L>(TJC_FA_ST(st, w));
     TJC_FA_SYNC(); /* the previous block is done with the shared tiles */
-    TJC_FA_THREADS(tid) tjc_fa_stage<D>(Qs, q, q0, a->tq, tid, TJC_FA_NT);
+    TJC_FA_THREADS(tid) tjc_fa_stage<F, D>(Qs, q, q0, a->tq, tid, TJC_FA_NT);
     for (int64_t kt = 0; kt < nkt; kt++) {
         TJC_FA_SYNC();
-        TJC_FA_THREADS(tid) tjc_fa_stage2<D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
+        TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
         TJC_FA_SYNC();
-        TJC_FA_EACH_WARP(w) tjc_fa_fwd_tile<D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale);
+        TJC_FA_EACH_WARP(w) tjc_fa_fwd_tile<F, D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale);
     }
-    TJC_FA_EACH_WARP(w) tjc_fa_fwd_end<D, L>(TJC_FA_ST(st, w), q0 + 16 * w, a->tq, out, lse);
+    TJC_FA_EACH_WARP(w) tjc_fa_fwd_end<F, D, L>(TJC_FA_ST(st, w), q0 + 16 * w, a->tq, out, lse);
 }
 /* block blk of dk, dv: batch row blk / nkb, keys from 64 (blk % nkb), over the query tiles that see them */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_dkv_block(const tjc_att *a, int64_t blk, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse,
-                                                       const uint16_t *g, const float *dl, uint16_t *dk, uint16_t *dv, uint16_t *sh, tjc_fa_bwd_st<D, L> *st) {
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_dkv_block(const tjc_att *a, int64_t blk, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, const float *lse,
+                                                       const TJC_FA_E *g, const float *dl, TJC_FA_E *dk, TJC_FA_E *dv, TJC_FA_E *sh, tjc_fa_bwd_st<D, L> *st) {
     const int64_t nkb = (a->tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nqt = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nkb, k0 = blk % nkb * TJC_FA_ROWS;
-    uint16_t *Ks = sh, *Vs = Ks + TJC_FA_ROWS * (D + TJC_FA_PAD), *Qs = Vs + TJC_FA_ROWS * (D + TJC_FA_PAD), *Gs = Qs + TJC_FA_ROWS * (D + TJC_FA_PAD);
-    float *ls = (float *)(Gs + TJC_FA_ROWS * (D + TJC_FA_PAD)), *ds = ls + TJC_FA_ROWS;
+    TJC_FA_E *Ks = sh, *Vs = Ks + TJC_FA_ROWS * (D + F::PAD), *Qs = Vs + TJC_FA_ROWS * (D + F::PAD), *Gs = Qs + TJC_FA_ROWS * (D + F::PAD);
+    float *ls = (float *)(Gs + TJC_FA_ROWS * (D + F::PAD)), *ds = ls + TJC_FA_ROWS;
     q += b * a->tq * D, g += b * a->tq * D, lse += b * a->tq, dl += b * a->tq, k += b * a->tk * D, v += b * a->tk * D, dk += b * a->tk * D, dv += b * a->tk * D;
     TJC_FA_EACH_WARP(w) tjc_fa_bwd_begin<D, L>(TJC_FA_ST(st, w));
     TJC_FA_SYNC();
-    TJC_FA_THREADS(tid) tjc_fa_stage2<D>(Ks, k, Vs, v, k0, a->tk, tid);
+    TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, k0, a->tk, tid);
     for (int64_t qt = tjc_fa_qtile0(k0, a->causal); qt < nqt; qt++) {
         TJC_FA_SYNC();
         TJC_FA_THREADS(tid) {
-            tjc_fa_stage2<D>(Qs, q, Gs, g, qt * TJC_FA_ROWS, a->tq, tid);
+            tjc_fa_stage2<F, D>(Qs, q, Gs, g, qt * TJC_FA_ROWS, a->tq, tid);
             tjc_fa_stage_vec(ls, lse, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
             tjc_fa_stage_vec(ds, dl, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
         }
@@ -2153,24 +2207,24 @@ __host__ __device__ static inline void tjc_fa_dkv_block(const tjc_att *a, int64_
         TJC_FA_EACH_WARP(w) { /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys; dV += P^T dO, dK += dS^T Q */
             tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
             float s[L][8][4], dp[L][8][4];
-            tjc_fa_sgemm<D, L>(Ks, 16 * w, Qs, s);
-            tjc_fa_sgemm<D, L>(Vs, 16 * w, Gs, dp);
+            tjc_fa_sgemm<F, D, L>(Ks, 16 * w, Qs, s);
+            tjc_fa_sgemm<F, D, L>(Vs, 16 * w, Gs, dp);
             tjc_fa_pds<L>(s, dp, 0, k0 + 16 * w, qt * TJC_FA_ROWS, a, NULL, NULL, ls, ds);
-            tjc_fa_pgemm<D, L>(s, Gs, sw->dv);
-            tjc_fa_pgemm<D, L>(dp, Qs, sw->dk);
+            tjc_fa_pgemm<F, D, L>(s, Gs, sw->dv);
+            tjc_fa_pgemm<F, D, L>(dp, Qs, sw->dk);
         }
     }
     TJC_FA_EACH_WARP(w) {
-        tjc_fa_store<D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, k0 + 16 * w, a->tk, dk);
-        tjc_fa_store<D, L>(TJC_FA_ST(st, w)->dv, 1.f, k0 + 16 * w, a->tk, dv);
+        tjc_fa_store<F, D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, k0 + 16 * w, a->tk, dk);
+        tjc_fa_store<F, D, L>(TJC_FA_ST(st, w)->dv, 1.f, k0 + 16 * w, a->tk, dv);
     }
 }
 /* block blk of dq: batch row blk / nqb, queries from 64 (blk % nqb), over the key tiles they see (dq accumulates in dk) */
-template <int D, int L>
-__host__ __device__ static inline void tjc_fa_dq_block(const tjc_att *a, int64_t blk, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse,
-                                                      const uint16_t *g, const float *dl, uint16_t *dq, uint16_t *sh, tjc_fa_bwd_st<D, L> *st) {
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_dq_block(const tjc_att *a, int64_t blk, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, const float *lse,
+                                                      const TJC_FA_E *g, const float *dl, TJC_FA_E *dq, TJC_FA_E *sh, tjc_fa_bwd_st<D, L> *st) {
     const int64_t nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nqb, q0 = blk % nqb * TJC_FA_ROWS, nkt = tjc_fa_ktiles(q0, a->tk, a->causal);
-    uint16_t *Qs = sh, *Gs = Qs + TJC_FA_ROWS * (D + TJC_FA_PAD), *Ks = Gs + TJC_FA_ROWS * (D + TJC_FA_PAD), *Vs = Ks + TJC_FA_ROWS * (D + TJC_FA_PAD);
+    TJC_FA_E *Qs = sh, *Gs = Qs + TJC_FA_ROWS * (D + F::PAD), *Ks = Gs + TJC_FA_ROWS * (D + F::PAD), *Vs = Ks + TJC_FA_ROWS * (D + F::PAD);
     q += b * a->tq * D, g += b * a->tq * D, lse += b * a->tq, dl += b * a->tq, dq += b * a->tq * D, k += b * a->tk * D, v += b * a->tk * D;
     TJC_FA_EACH_WARP(w) {
         tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
@@ -2183,118 +2237,149 @@ __host__ __device__ static inline void tjc_fa_dq_block(const tjc_att *a, int64_t
             }
     }
     TJC_FA_SYNC();
-    TJC_FA_THREADS(tid) tjc_fa_stage2<D>(Qs, q, Gs, g, q0, a->tq, tid);
+    TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Qs, q, Gs, g, q0, a->tq, tid);
     for (int64_t kt = 0; kt < nkt; kt++) {
         TJC_FA_SYNC();
-        TJC_FA_THREADS(tid) tjc_fa_stage2<D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
+        TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
         TJC_FA_SYNC();
         TJC_FA_EACH_WARP(w) { /* S = Q K^T and dP = dO V^T for the warp's 16 queries; dQ += dS K */
             tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
             float s[L][8][4], dp[L][8][4];
-            tjc_fa_sgemm<D, L>(Qs, 16 * w, Ks, s);
-            tjc_fa_sgemm<D, L>(Gs, 16 * w, Vs, dp);
+            tjc_fa_sgemm<F, D, L>(Qs, 16 * w, Ks, s);
+            tjc_fa_sgemm<F, D, L>(Gs, 16 * w, Vs, dp);
             tjc_fa_pds<L>(s, dp, 1, q0 + 16 * w, kt * TJC_FA_ROWS, a, sw->lse, sw->dl, NULL, NULL);
-            tjc_fa_pgemm<D, L>(dp, Ks, sw->dk);
+            tjc_fa_pgemm<F, D, L>(dp, Ks, sw->dk);
         }
     }
-    TJC_FA_EACH_WARP(w) tjc_fa_store<D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, q0 + 16 * w, a->tq, dq);
+    TJC_FA_EACH_WARP(w) tjc_fa_store<F, D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, q0 + 16 * w, a->tq, dq);
 }
 /* the kernels: blocks grid-stride over the (batch row, 64-row block) pairs */
 extern __shared__ uint4 tjc_fa_sh[];
-template <int D>
-__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_fwd(tjc_att a, const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out, float *lse) {
+template <class F, int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_fwd(tjc_att a, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, TJC_FA_E *out, float *lse) {
     tjc_fa_fwd_st<D, 1> st;
     for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
-        tjc_fa_fwd_block<D, 1>(&a, blk, q, k, v, out, lse, (uint16_t *)tjc_fa_sh, &st);
+        tjc_fa_fwd_block<F, D, 1>(&a, blk, q, k, v, out, lse, (TJC_FA_E *)tjc_fa_sh, &st);
 }
-template <int D>
-__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_dkv(tjc_att a, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse, const uint16_t *g,
-                                                          const float *dl, uint16_t *dk, uint16_t *dv) {
+template <class F, int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_dkv(tjc_att a, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, const float *lse, const TJC_FA_E *g,
+                                                          const float *dl, TJC_FA_E *dk, TJC_FA_E *dv) {
     tjc_fa_bwd_st<D, 1> st;
     for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
-        tjc_fa_dkv_block<D, 1>(&a, blk, q, k, v, lse, g, dl, dk, dv, (uint16_t *)tjc_fa_sh, &st);
+        tjc_fa_dkv_block<F, D, 1>(&a, blk, q, k, v, lse, g, dl, dk, dv, (TJC_FA_E *)tjc_fa_sh, &st);
 }
-template <int D>
-__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_dq(tjc_att a, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse, const uint16_t *g,
-                                                         const float *dl, uint16_t *dq) {
+template <class F, int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_dq(tjc_att a, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, const float *lse, const TJC_FA_E *g,
+                                                         const float *dl, TJC_FA_E *dq) {
     tjc_fa_bwd_st<D, 1> st;
     for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
-        tjc_fa_dq_block<D, 1>(&a, blk, q, k, v, lse, g, dl, dq, (uint16_t *)tjc_fa_sh, &st);
+        tjc_fa_dq_block<F, D, 1>(&a, blk, q, k, v, lse, g, dl, dq, (TJC_FA_E *)tjc_fa_sh, &st);
 }
 /* The flash path on the host (a test hook; no GPU needed): the kernels'
-   block code above with L = 32 lanes, on bf16 bits [nb, tq, d] (k, v:
-   [nb, tk, d]). Writes out and lse; with dout, also dq, dk and dv from
-   those, D computed in f32 in row order. Returns 0, or -1 when d is not 64
-   or 128 (no flash kernel) or memory runs out. */
-extern "C" int tj_cuda_attention_host(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const uint16_t *q, const uint16_t *k,
-                                      const uint16_t *v, uint16_t *out, float *lse, const uint16_t *dout, uint16_t *dq, uint16_t *dk, uint16_t *dv);
-template <int D>
-static int tjc_fa_host(const tjc_att *a, const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *out, float *lse, const uint16_t *g, uint16_t *dq,
-                       uint16_t *dk, uint16_t *dv) {
-    uint16_t *sh = (uint16_t *)malloc(tjc_fa_smem<D>(4));
+   block code above with L = 32 lanes, on [nb, tq, d] (k, v: [nb, tk, d])
+   of dt: TJ_BF16 (bf16 bits) or TJ_F32 (the TF32 kernels). Writes out and
+   lse; with dout, also dq, dk and dv from those, D computed in f32 in row
+   order. Returns 0, or -1 for a dtype or d (not 64 or 128) with no flash
+   kernel, or when memory runs out. */
+extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
+                                      const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv);
+template <class F, int D>
+static int tjc_fa_host(const tjc_att *a, const void *q_, const void *k_, const void *v_, void *out_, float *lse, const void *g_, void *dq_, void *dk_,
+                       void *dv_) {
+    typedef typename F::E E;
+    const E *q = (const E *)q_, *k = (const E *)k_, *v = (const E *)v_, *g = (const E *)g_;
+    E *out = (E *)out_, *dq = (E *)dq_, *dk = (E *)dk_, *dv = (E *)dv_, *sh = (E *)malloc(tjc_fa_smem<F, D>(4));
     tjc_fa_fwd_st<D, 32> *fst = (tjc_fa_fwd_st<D, 32> *)malloc(sizeof *fst * TJC_FA_WARPS);
     tjc_fa_bwd_st<D, 32> *bst = (tjc_fa_bwd_st<D, 32> *)malloc(sizeof *bst * TJC_FA_WARPS);
     float *dl = (float *)malloc(sizeof(float) * (size_t)(a->nb * a->tq));
     int64_t blk, r, c, nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nkb = (a->tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
     int rc = sh && fst && bst && dl ? 0 : -1;
-    for (blk = 0; !rc && blk < a->nb * nqb; blk++) tjc_fa_fwd_block<D, 32>(a, blk, q, k, v, out, lse, sh, fst);
+    for (blk = 0; !rc && blk < a->nb * nqb; blk++) tjc_fa_fwd_block<F, D, 32>(a, blk, q, k, v, out, lse, sh, fst);
     if (!rc && g) {
         for (r = 0; r < a->nb * a->tq; r++) { /* D = d_out . out (path 1's kernel on the device) */
             float s = 0.f;
-            for (c = 0; c < D; c++) s += tjc_fa_f32(g[r * D + c]) * tjc_fa_f32(out[r * D + c]);
+            for (c = 0; c < D; c++) s += F::val(g[r * D + c]) * F::val(out[r * D + c]);
             dl[r] = s;
         }
-        for (blk = 0; blk < a->nb * nkb; blk++) tjc_fa_dkv_block<D, 32>(a, blk, q, k, v, lse, g, dl, dk, dv, sh, bst);
-        for (blk = 0; blk < a->nb * nqb; blk++) tjc_fa_dq_block<D, 32>(a, blk, q, k, v, lse, g, dl, dq, sh, bst);
+        for (blk = 0; blk < a->nb * nkb; blk++) tjc_fa_dkv_block<F, D, 32>(a, blk, q, k, v, lse, g, dl, dk, dv, sh, bst);
+        for (blk = 0; blk < a->nb * nqb; blk++) tjc_fa_dq_block<F, D, 32>(a, blk, q, k, v, lse, g, dl, dq, sh, bst);
     }
     free(sh), free(fst), free(bst), free(dl);
     return rc;
 }
-extern "C" int tj_cuda_attention_host(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const uint16_t *q, const uint16_t *k,
-                                      const uint16_t *v, uint16_t *out, float *lse, const uint16_t *dout, uint16_t *dq, uint16_t *dk, uint16_t *dv) {
+extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
+                                      const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv) {
     tjc_att a;
     memset(&a, 0, sizeof a);
-    a.nb = nb, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = TJ_BF16, a.ldt = TJ_F32;
-    if (d == 64) return tjc_fa_host<64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
-    if (d == 128) return tjc_fa_host<128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    a.nb = nb, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = dt, a.ldt = TJ_F32;
+    if (dt == TJ_BF16 && d == 64) return tjc_fa_host<tjc_fa_fmt_bf16, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    if (dt == TJ_BF16 && d == 128) return tjc_fa_host<tjc_fa_fmt_bf16, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    if (dt == TJ_F32 && d == 64) return tjc_fa_host<tjc_fa_fmt_tf32, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    if (dt == TJ_F32 && d == 128) return tjc_fa_host<tjc_fa_fmt_tf32, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     return -1;
 }
 
-/* path 2 applies: bf16, dim = dim' of 64 or 128, a GPU with mma.sync bf16
-   (sm_80 on), 16-byte aligned buffers; TJ_CUDA_FLASH=0 in the environment
-   (read at each launch) keeps path 1, to compare the two */
+/* Which flash kernels apply: 1 bf16, 2 TF32 (f32 with TJ_CUDA_TF32=1), 0
+   none (path 1). They need dim = dim' of 64 or 128, a GPU with mma.sync
+   (sm_80 on) and 16-byte aligned buffers; TJ_CUDA_FLASH=0 in the
+   environment (read at each launch) keeps path 1, to compare the two. */
 static int tjc_fa_applies(tjc_state *s, const tjc_att *a, int n, const void *const *p) {
     const char *e = getenv("TJ_CUDA_FLASH");
-    int major = 0;
-    if (a->dt != TJ_BF16 || a->d != a->dv || (a->d != 64 && a->d != 128) || (e && !strcmp(e, "0"))) return 0;
+    int major = 0, kind = a->dt == TJ_BF16 ? 1 : a->dt == TJ_F32 && tjc_tf32() ? 2 : 0;
+    if (!kind || a->d != a->dv || (a->d != 64 && a->d != 128) || (e && !strcmp(e, "0"))) return 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, s->device) != cudaSuccess || major < 8) return 0;
     for (int i = 0; i < n; i++)
         if ((uintptr_t)p[i] & 15) return 0;
-    return 1;
+    return kind;
 }
-/* launch flash kernel KERN<D> over `blocks` blocks with `nmat` staged matrices of shared memory */
-#define TJC_FA_LAUNCH(KERN, D, blocks, nmat, ...)                                                                                       \
+/* launch flash kernel KERN<F, D> over `blocks` blocks with `nmat` staged matrices of shared memory */
+#define TJC_FA_LAUNCH(KERN, D, blocks, nmat, ...)                                                                                      \
     do {                                                                                                                               \
-        size_t sm_ = tjc_fa_smem<D>(nmat);                                                                                             \
-        TJC_CUDA(k, cudaFuncSetAttribute(KERN<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_));                            \
-        KERN<D><<<tjc_grid(blocks), TJC_FA_NT, sm_, s->compute>>>(__VA_ARGS__);                                                       \
+        size_t sm_ = tjc_fa_smem<F, D>(nmat);                                                                                          \
+        TJC_CUDA(k, cudaFuncSetAttribute(KERN<F, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_));                         \
+        KERN<F, D><<<tjc_grid(blocks), TJC_FA_NT, sm_, s->compute>>>(__VA_ARGS__);                                                    \
         TJC_LAUNCHED(k, #KERN);                                                                                                        \
     } while (0)
+/* the forward on the flash kernels of format F: out (pout[0]) and lse (pout[1]) */
+template <class F>
+static int tjc_fa_forward(tjc_state *s, tj__kern *k, const tjc_att &a) {
+    typedef typename F::E E;
+    const E *q = (const E *)k->in[0], *kk = (const E *)k->in[1], *v = (const E *)k->in[2];
+    const int64_t blocks = a.nb * ((a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS);
+    if (a.d == 64) TJC_FA_LAUNCH(tjc_k_fa_fwd, 64, blocks, 3, a, q, kk, v, (E *)k->pout[0], (float *)k->pout[1]);
+    else TJC_FA_LAUNCH(tjc_k_fa_fwd, 128, blocks, 3, a, q, kk, v, (E *)k->pout[0], (float *)k->pout[1]);
+    return 0;
+}
+/* the backward after D (dl): dk and dv (pout[1], pout[2]), then dq (pout[0]) */
+template <class F>
+static int tjc_fa_backward(tjc_state *s, tj__kern *k, const tjc_att &a, const float *dl) {
+    typedef typename F::E E;
+    const E *q = (const E *)k->in[0], *kk = (const E *)k->in[1], *v = (const E *)k->in[2], *g = (const E *)k->in[5];
+    const float *lse = (const float *)k->in[4];
+    E *dq = (E *)k->pout[0], *dk = (E *)k->pout[1], *dv = (E *)k->pout[2];
+    const int64_t nqb = (a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nkb = (a.tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
+    if (a.d == 64) {
+        TJC_FA_LAUNCH(tjc_k_fa_dkv, 64, a.nb * nkb, 4, a, q, kk, v, lse, g, dl, dk, dv);
+        TJC_FA_LAUNCH(tjc_k_fa_dq, 64, a.nb * nqb, 4, a, q, kk, v, lse, g, dl, dq);
+    } else {
+        TJC_FA_LAUNCH(tjc_k_fa_dkv, 128, a.nb * nkb, 4, a, q, kk, v, lse, g, dl, dk, dv);
+        TJC_FA_LAUNCH(tjc_k_fa_dq, 128, a.nb * nqb, 4, a, q, kk, v, lse, g, dl, dq);
+    }
+    return 0;
+}
+#undef TJC_FA_LAUNCH
 /* tj__k_attention: out (pout[0]) and lse (pout[1]) */
 static int tjc_attention(tjc_state *s, tj__kern *k) {
     tjc_att a;
     tjc_att_of(k, &a);
     const void *p[5] = {k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]};
-    const int64_t nqb = (a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
     if (a.d > TJ__ATTN_MAXD || a.dv > TJ__ATTN_MAXD) return tjc_fail(k, "dim %lld / dim' %lld: at most %d", (long long)a.d, (long long)a.dv, TJ__ATTN_MAXD);
-    if (tjc_fa_applies(s, &a, 5, p)) {
-        const uint16_t *q = (const uint16_t *)p[0], *kk = (const uint16_t *)p[1], *v = (const uint16_t *)p[2];
-        if (a.d == 64) TJC_FA_LAUNCH(tjc_k_fa_fwd, 64, a.nb * nqb, 3, a, q, kk, v, (uint16_t *)k->pout[0], (float *)k->pout[1]);
-        else TJC_FA_LAUNCH(tjc_k_fa_fwd, 128, a.nb * nqb, 3, a, q, kk, v, (uint16_t *)k->pout[0], (float *)k->pout[1]);
-    } else if (a.dt == TJ_F64)
-        TJC_ATT_LAUNCH(tjc_k_att_fwd, double, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
-    else
-        TJC_ATT_LAUNCH(tjc_k_att_fwd, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
+    switch (tjc_fa_applies(s, &a, 5, p)) {
+    case 1: return tjc_fa_forward<tjc_fa_fmt_bf16>(s, k, a);
+    case 2: return tjc_fa_forward<tjc_fa_fmt_tf32>(s, k, a);
+    }
+    if (a.dt == TJ_F64) TJC_ATT_LAUNCH(tjc_k_att_fwd, double, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
+    else TJC_ATT_LAUNCH(tjc_k_att_fwd, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
     return 0;
 }
 /* tj__k_attention_grad: inputs q, k, v, out, lse, d_out; D into the
@@ -2303,7 +2388,6 @@ static int tjc_attention_grad(tjc_state *s, tj__kern *k) {
     tjc_att a;
     tjc_att_of(k, &a);
     const void *p[9] = {k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], k->scratch, k->pout[0], k->pout[1], k->pout[2]};
-    const int64_t nqb = (a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nkb = (a.tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
     if (a.d > TJ__ATTN_MAXD || a.dv > TJ__ATTN_MAXD) return tjc_fail(k, "dim %lld / dim' %lld: at most %d", (long long)a.d, (long long)a.dv, TJ__ATTN_MAXD);
     if (!k->scratch) return tjc_fail(k, "no workspace for D (tj__attention_scratch)");
     if (a.dt == TJ_F64) {
@@ -2317,25 +2401,16 @@ static int tjc_attention_grad(tjc_state *s, tj__kern *k) {
     const float *dl = (const float *)k->scratch;
     tjc_k_att_dl<float><<<tjc_blocks(a.nb * a.tq, TJC_ATT_WPB), 32 * TJC_ATT_WPB, 0, s->compute>>>(a, k->in[3], k->in[5], (float *)k->scratch);
     TJC_LAUNCHED(k, "tjc_k_att_dl");
-    if (tjc_fa_applies(s, &a, 9, p)) {
-        const uint16_t *q = (const uint16_t *)p[0], *kk = (const uint16_t *)p[1], *v = (const uint16_t *)p[2], *g = (const uint16_t *)p[4];
-        const float *lse = (const float *)p[3];
-        uint16_t *dq = (uint16_t *)k->pout[0], *dk = (uint16_t *)k->pout[1], *dv = (uint16_t *)k->pout[2];
-        if (a.d == 64) {
-            TJC_FA_LAUNCH(tjc_k_fa_dkv, 64, a.nb * nkb, 4, a, q, kk, v, lse, g, dl, dk, dv);
-            TJC_FA_LAUNCH(tjc_k_fa_dq, 64, a.nb * nqb, 4, a, q, kk, v, lse, g, dl, dq);
-        } else {
-            TJC_FA_LAUNCH(tjc_k_fa_dkv, 128, a.nb * nkb, 4, a, q, kk, v, lse, g, dl, dk, dv);
-            TJC_FA_LAUNCH(tjc_k_fa_dq, 128, a.nb * nqb, 4, a, q, kk, v, lse, g, dl, dq);
-        }
-        return 0;
+    switch (tjc_fa_applies(s, &a, 9, p)) {
+    case 1: return tjc_fa_backward<tjc_fa_fmt_bf16>(s, k, a, dl);
+    case 2: return tjc_fa_backward<tjc_fa_fmt_tf32>(s, k, a, dl);
     }
     TJC_ATT_LAUNCH(tjc_k_att_dkv, float, a, a.nb * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
     TJC_ATT_LAUNCH(tjc_k_att_dq, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[0]);
     return 0;
 }
 #undef TJC_ATT_LAUNCH
-#undef TJC_FA_LAUNCH
+#undef TJC_FA_E
 
 // ==== [11] CUDA backend: fused groups =======================================
 /* A fused group (tinyjax.h [11], tj__fuse) is a chain of elementwise nodes of

@@ -77,8 +77,10 @@ static tj_tree *make_inputs(tj_ctx *ctx, const spec *sp, int n) {
 
 static double tol_of(tj_dtype dt) { return dt == TJ_BF16 ? 1e-2 : dt == TJ_F32 ? 1e-4 : dt == TJ_F64 ? 1e-9 : 0.0; }
 
-/* scaled > 0: each output's differences may reach scaled times its largest
-   CPU magnitude, plus 1e-5 (for sums whose bf16 rounding is not per element) */
+/* scaled > 0: each output's differences may reach scaled times (its largest
+   CPU magnitude + 0.1) (for sums whose rounding is not per element; 0.1:
+   an output that is 0 in exact arithmetic, as attention's dq and dk with
+   one key, is 0 only up to that rounding) */
 static void compare_at(const char *what, tj_fn fn, void *user, const spec *sp, int nsp, double scaled) {
     tj_ctx *cs[2] = {cpu, gpu};
     tj_tree *in[2], *out[2];
@@ -119,7 +121,7 @@ static void compare_at(const char *what, tj_fn fn, void *user, const spec *sp, i
             tj_array_read(g, TJ_F64, vg);
             for (j = 0; j < n; j++) big = fabs(va[j]) > big ? fabs(va[j]) : big;
             for (j = 0; j < n; j++) {
-                double d = fabs(va[j] - vg[j]), lim = scaled > 0 ? scaled * big + 1e-5 : tol * (1.0 + fabs(va[j]));
+                double d = fabs(va[j] - vg[j]), lim = scaled > 0 ? scaled * (big + 0.1) : tol * (1.0 + fabs(va[j]));
                 int same = va[j] == vg[j] || (isnan(va[j]) && isnan(vg[j]));
                 if (!same && !(d <= lim) && d - lim >= excess) {
                     excess = d - lim;
@@ -625,15 +627,17 @@ static void test_transpose_host(void) {
 /* ---- attention's flash kernels on the host (no GPU needed) ----
    tj_cuda_attention_host runs the flash kernels' block code (the tiling,
    the masks, the order of the online-softmax updates, P and dS rounded to
-   bf16) with the tensor-core products done as matrix products on the CPU,
-   and its out, dq, dk and dv are compared with the CPU op (out, and the
-   gradients of sum(out w) by tj_grad). Tolerance: the largest difference
-   at most ATT_TOL times the largest magnitude of the CPU's tensor, plus
-   1e-5 (bf16 data, P and dS rounded to bf16 before their products, bf16
-   results; with one key dq and dk are 0 up to the order of D's sums). */
-extern "C" int tj_cuda_attention_host(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const uint16_t *q, const uint16_t *k,
-                                      const uint16_t *v, uint16_t *out, float *lse, const uint16_t *dout, uint16_t *dq, uint16_t *dk, uint16_t *dv);
+   bf16 or TF32) with the tensor-core products done as matrix products on
+   the CPU, and its out, dq, dk and dv are compared with the CPU op (out,
+   and the gradients of sum(out w) by tj_grad). Tolerance: the largest
+   difference at most ATT_TOL (bf16) or ATT_TOL_TF32 (f32 on TF32) times
+   (the largest magnitude of the CPU's tensor + 0.1), as compare_at (inputs,
+   P and dS rounded before their products, bf16 results; with one key dq
+   and dk are 0 up to the rounding). */
+extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
+                                      const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv);
 #define ATT_TOL 0.02
+#define ATT_TOL_TF32 0.003
 static void f_attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "k"), v = tj_tree_v(in, "v"), wrt[3] = {q, k, v}, gr[3];
     tj_v o = tj_attention(q, k, v, "q", "k", "d", 0, *(const int *)u);
@@ -644,26 +648,28 @@ static void f_attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "dk", gr[1]);
     tj_tree_set_v(out, "dv", gr[2]);
 }
-static void attn_host_case(tj_ctx *c, int64_t nb, int64_t tq, int64_t tk, int64_t d, int causal, double *worst) {
+static double at_f64(const void *p, tj_dtype dt, int64_t i); /* (below) */
+static void attn_host_case(tj_ctx *c, tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, int causal, double *worst) {
     char sq[64], sk[64];
     snprintf(sq, sizeof sq, "b=%lld q=%lld d=%lld", (long long)nb, (long long)tq, (long long)d);
     snprintf(sk, sizeof sk, "b=%lld k=%lld d=%lld", (long long)nb, (long long)tk, (long long)d);
-    const spec sp[4] = {{"q", TJ_BF16, sq, -3, 3}, {"k", TJ_BF16, sk, -3, 3}, {"v", TJ_BF16, sk, -1, 1}, {"w", TJ_BF16, sq, -1, 1}};
+    const spec sp[4] = {{"q", dt, sq, -3, 3}, {"k", dt, sk, -3, 3}, {"v", dt, sk, -1, 1}, {"w", dt, sq, -1, 1}};
     static const char *names[4] = {"out", "dq", "dk", "dv"};
     int64_t nq = nb * tq * d, nk = nb * tk * d, n[4] = {nq, nq, nk, nk};
-    uint16_t *h[4], *e[4];
+    void *h[4], *e[4];
+    double tol = dt == TJ_BF16 ? ATT_TOL : ATT_TOL_TF32;
     float *lse = (float *)malloc(sizeof(float) * (size_t)(nb * tq)), *ref;
     tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
     tj_prog *p;
     for (int i = 0; i < 4; i++) {
-        h[i] = (uint16_t *)host_data(&sp[i], 1234u + 77u * (unsigned)i);
-        tj_tree_set_array(in, sp[i].name, tj_array_new(c, TJ_BF16, sp[i].shape, h[i]));
-        e[i] = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n[i]);
+        h[i] = host_data(&sp[i], 1234u + 77u * (unsigned)i);
+        tj_tree_set_array(in, sp[i].name, tj_array_new(c, dt, sp[i].shape, h[i]));
+        e[i] = malloc(tj_dtype_size(dt) * (size_t)n[i]);
     }
     p = tj_jit(c, "attention (reference)", f_attn, &causal, in, NULL);
     TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[attention host] the CPU reference: %s", tj_error(c));
-    TJT_CHECK(tj_cuda_attention_host(nb, tq, tk, d, 1.0 / sqrt((double)d), causal, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
-              "[attention host] d=%lld has a flash kernel", (long long)d);
+    TJT_CHECK(tj_cuda_attention_host(dt, nb, tq, tk, d, 1.0 / sqrt((double)d), causal, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
+              "[attention host] %s d=%lld has a flash kernel", tj_dtype_name(dt), (long long)d);
     for (int i = 0; p && i < 4; i++) {
         tj_array *a = tj_tree_array(out, names[i]);
         double big = 0, diff = 0;
@@ -671,14 +677,14 @@ static void attn_host_case(tj_ctx *c, int64_t nb, int64_t tq, int64_t tk, int64_
         ref = (float *)malloc(sizeof(float) * (size_t)n[i]);
         if (a) tj_array_read(a, TJ_F32, ref);
         for (int64_t j = 0; a && j < n[i]; j++) {
-            double x = tj_bf16_to_f32(e[i][j]), dj = fabs(x - ref[j]);
+            double x = at_f64(e[i], dt, j), dj = fabs(x - ref[j]);
             big = fabs(ref[j]) > big ? fabs(ref[j]) : big;
             if (!(dj <= diff)) diff = dj, at = j; /* (NaN counts) */
         }
         if (big > 0 && diff / big > worst[i]) worst[i] = diff / big;
-        TJT_CHECK(a && diff <= ATT_TOL * big + 1e-5, "[attention host] b=%lld tq=%lld tk=%lld d=%lld causal=%d: %s element %lld is %g on the host emulation, %g on the CPU "
-                  "(largest magnitude %g, tolerance %g of it + 1e-5)", (long long)nb, (long long)tq, (long long)tk, (long long)d, causal, names[i], (long long)at,
-                  a ? tj_bf16_to_f32(e[i][at]) : 0.0, a ? ref[at] : 0.0, big, ATT_TOL);
+        TJT_CHECK(a && diff <= tol * (big + 0.1), "[attention host] %s b=%lld tq=%lld tk=%lld d=%lld causal=%d: %s element %lld is %g on the host emulation, %g on the "
+                  "CPU (largest magnitude %g, tolerance %g of it + 0.1)", tj_dtype_name(dt), (long long)nb, (long long)tq, (long long)tk, (long long)d, causal,
+                  names[i], (long long)at, a ? at_f64(e[i], dt, at) : 0.0, a ? ref[at] : 0.0, big, tol);
         free(ref);
     }
     for (int i = 0; i < 4; i++) free(h[i]), free(e[i]);
@@ -690,24 +696,33 @@ static void attn_host_case(tj_ctx *c, int64_t nb, int64_t tq, int64_t tk, int64_
 }
 static void test_attention_host(void) {
     static const int64_t sizes[] = {1, 17, 64, 65, 130};
-    double worst[4] = {0, 0, 0, 0};
+    double worst[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
     tj_ctx *c = tj_ctx_new();
     tj_set_backend(c, NULL); /* the CPU backend, even under TJ_BACKEND=devsim */
     for (int causal = 0; causal < 2; causal++) {
         for (int i = 0; i < 5; i++)
-            for (int j = 0; j < 5; j++) attn_host_case(c, 2, sizes[i], sizes[j], 64, causal, worst);
-        attn_host_case(c, 1, 130, 65, 128, causal, worst);
-        attn_host_case(c, 2, 17, 130, 128, causal, worst);
+            for (int j = 0; j < 5; j++) attn_host_case(c, TJ_BF16, 2, sizes[i], sizes[j], 64, causal, worst[0]);
+        attn_host_case(c, TJ_BF16, 1, 130, 65, 128, causal, worst[0]);
+        attn_host_case(c, TJ_BF16, 2, 17, 130, 128, causal, worst[0]);
+        attn_host_case(c, TJ_F32, 2, 65, 130, 64, causal, worst[1]);
+        attn_host_case(c, TJ_F32, 1, 130, 17, 128, causal, worst[1]);
+        attn_host_case(c, TJ_F32, 2, 1, 64, 64, causal, worst[1]);
     }
-    printf("attention host emulation: largest difference / largest magnitude: out %.2e, dq %.2e, dk %.2e, dv %.2e (tolerance %g)\n", worst[0], worst[1],
-           worst[2], worst[3], ATT_TOL);
+    for (int f = 0; f < 2; f++)
+        printf("attention host emulation, %s: largest difference / largest magnitude: out %.2e, dq %.2e, dk %.2e, dv %.2e (tolerance %g)\n",
+               f ? "f32 on TF32" : "bf16", worst[f][0], worst[f][1], worst[f][2], worst[f][3], f ? ATT_TOL_TF32 : ATT_TOL);
+    TJT_CHECK(tj_cuda_attention_host(TJ_F64, 1, 1, 1, 64, 1.0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL) < 0 &&
+                  tj_cuda_attention_host(TJ_BF16, 1, 1, 1, 32, 1.0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL) < 0,
+              "[attention host] f64, or d = 32, has no flash kernel");
     tj_ctx_free(c);
 }
 /* attention on the GPU against the CPU backend, out and the gradients of
    sum(out w): path 1 in every dtype (dim 40, dim' 24; and the widest rows,
    1024 / 1000), path 1 on the flash shapes (TJ_CUDA_FLASH=0) and the flash
-   path (bf16, dim 64 and 128), causal or not, tq = tk of 1, 31, 257 (and
-   1024 for flash), and tq != tk. Tolerances as scaled in compare_at. */
+   path (bf16, and f32 with TJ_CUDA_TF32=1; dim 64 and 128), causal or not,
+   tq = tk of 1, 31, 257 (and 1024 for flash), and tq != tk. Tolerances as
+   scaled in compare_at. (Run without TJ_CUDA_TF32 set: the f32 cases of
+   path 1 with dim 64 would take the TF32 kernels.) */
 static void attn_gpu_case(const char *path, tj_dtype dt, int64_t tq, int64_t tk, int64_t d, int64_t dv, int causal, double scaled) {
     char what[160], sq[64], sk[64], sv[64], sw[64];
     snprintf(what, sizeof what, "attention %s %s tq=%lld tk=%lld d=%lld dv=%lld%s", path, tj_dtype_name(dt), (long long)tq, (long long)tk, (long long)d,
@@ -738,6 +753,13 @@ static void test_attention_gpu(void) {
         }
         attn_gpu_case("flash", TJ_BF16, 31, 257, 64, 64, causal, ATT_TOL);
         attn_gpu_case("flash", TJ_BF16, 257, 31, 128, 128, causal, ATT_TOL);
+        setenv("TJ_CUDA_TF32", "1", 1);
+        for (int i = 0; i < 4; i++) {
+            attn_gpu_case("flash (TJ_CUDA_TF32=1)", TJ_F32, sizes[i], sizes[i], 64, 64, causal, ATT_TOL_TF32);
+            attn_gpu_case("flash (TJ_CUDA_TF32=1)", TJ_F32, sizes[i], sizes[i], 128, 128, causal, ATT_TOL_TF32);
+        }
+        attn_gpu_case("flash (TJ_CUDA_TF32=1)", TJ_F32, 257, 31, 64, 64, causal, ATT_TOL_TF32);
+        unsetenv("TJ_CUDA_TF32");
     }
 }
 
