@@ -1581,9 +1581,10 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
    fixed order, so runs give the same bits, with no atomics. f32 and bf16
    compute in float, f64 in double, as the CPU. Rows are visited
    grid-stride with 64-bit offsets (any number of rows, a 1-D grid).
-   Path 2 (the flash kernels, after this) takes bf16 with dim = dim' of 64
-   or 128 on tensor cores. Neither path has run on a GPU yet: only their
-   compilation and the flash path's host emulation are tested here. */
+   Path 2 (the flash kernels, after this) takes dim = dim' of 64 or 128 on
+   tensor cores: bf16, and f32 with TJ_CUDA_TF32=1. Neither path has run on
+   a GPU yet: only their compilation and the flash path's host emulation
+   are tested without one. */
 #define TJC_ATT_WPB 4 /* warps per block */
 typedef struct {
     int64_t nb, tq, tk, d, dv; /* batch rows, queries, keys, dim, dim' (tj__attn_init) */
