@@ -2322,13 +2322,19 @@ extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64
 
 /* Which flash kernels apply: 1 bf16, 2 TF32 (f32 with TJ_CUDA_TF32=1), 0
    none (path 1). They need dim = dim' of 64 or 128, a GPU with mma.sync
-   (sm_80 on) and 16-byte aligned buffers; TJ_CUDA_FLASH=0 in the
-   environment (read at each launch) keeps path 1, to compare the two. */
+   (sm_80 on) and the backward's shared memory per block (up to 133 KB:
+   TF32, dim 128; not on sm_86 / sm_89 cards), and 16-byte aligned
+   buffers; TJ_CUDA_FLASH=0 in the environment (read at each launch) keeps
+   path 1, to compare the two. */
 static int tjc_fa_applies(tjc_state *s, const tjc_att *a, int n, const void *const *p) {
     const char *e = getenv("TJ_CUDA_FLASH");
-    int major = 0, kind = a->dt == TJ_BF16 ? 1 : a->dt == TJ_F32 && tjc_tf32() ? 2 : 0;
+    int major = 0, smem = 0, kind = a->dt == TJ_BF16 ? 1 : a->dt == TJ_F32 && tjc_tf32() ? 2 : 0;
+    size_t need;
     if (!kind || a->d != a->dv || (a->d != 64 && a->d != 128) || (e && !strcmp(e, "0"))) return 0;
+    need = kind == 1 ? (a->d == 64 ? tjc_fa_smem<tjc_fa_fmt_bf16, 64>(4) : tjc_fa_smem<tjc_fa_fmt_bf16, 128>(4))
+                     : (a->d == 64 ? tjc_fa_smem<tjc_fa_fmt_tf32, 64>(4) : tjc_fa_smem<tjc_fa_fmt_tf32, 128>(4));
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, s->device) != cudaSuccess || major < 8) return 0;
+    if (cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, s->device) != cudaSuccess || (size_t)smem < need) return 0;
     for (int i = 0; i < n; i++)
         if ((uintptr_t)p[i] & 15) return 0;
     return kind;
