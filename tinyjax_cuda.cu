@@ -1570,6 +1570,855 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
     return ce ? tjc_index_check(s, k, lab, d) : 0;
 }
 
+/* ---- attention (tj_attention, tinyjax.h [5] "attention (flash-style)") ----
+   Two paths. Path 1, below, is the CPU kernels' algorithm for every dtype
+   and size (dim, dim' up to 1024): one warp per row, the row spread over
+   the lanes (element lane + 32 i in slot i), each dot a warp sum. The
+   forward keeps the CPU's online softmax per query (a running max m and
+   sum, the output accumulated and rescaled when m grows) with its NaN
+   rules; the backward computes D_i = d_out_i . out_i, then dk and dv by key
+   rows, then dq by query rows: every output row is summed by one warp in a
+   fixed order, so runs give the same bits, with no atomics. f32 and bf16
+   compute in float, f64 in double, as the CPU. Rows are visited
+   grid-stride with 64-bit offsets (any number of rows, a 1-D grid).
+   Path 2 (the flash kernels, after this) takes dim = dim' of 64 or 128 on
+   tensor cores: bf16, and f32 with TJ_CUDA_TF32=1. Neither path has run on
+   a GPU yet: only their compilation and the flash path's host emulation
+   are tested without one. */
+#define TJC_ATT_WPB 4 /* warps per block */
+typedef struct {
+    int64_t nb, tq, tk, d, dv; /* batch rows, queries, keys, dim, dim' (tj__attn_init) */
+    double scale;
+    int causal, dt, ldt;       /* input dtype; lse's (and D's): f32, f64 for f64 */
+} tjc_att;
+TJC_PARAMS_FIT(tjc_att);
+static void tjc_att_of(const tj__kern *k, tjc_att *a) {
+    tj__attn x;
+    tj__attn_init(k, &x);
+    a->nb = x.nb, a->tq = x.tq, a->tk = x.tk, a->d = x.d, a->dv = x.dv;
+    a->scale = x.scale;
+    a->causal = x.causal;
+    a->dt = k->it[0]->dt;
+    a->ldt = a->dt == TJ_F64 ? TJ_F64 : TJ_F32;
+}
+/* the keys query i sees (tj__attn_nkeys) */
+__host__ __device__ static inline int64_t tjc_att_nkeys(const tjc_att *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
+template <typename T>
+__device__ __forceinline__ T tjc_att_wsum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); /* every lane ends with the same bits */
+    return v;
+}
+/* this lane's slots of row `base` (n elements), 0 past the end */
+template <typename T, int NV>
+__device__ __forceinline__ void tjc_att_row(const void *p, int dt, int64_t base, int64_t n, int lane, T *x) {
+#pragma unroll
+    for (int i = 0; i < NV; i++) x[i] = lane + 32 * i < n ? tjc_ld<T>(p, dt, base + lane + 32 * i) : (T)0;
+}
+template <typename T, int NV>
+__device__ __forceinline__ void tjc_att_store(void *p, int dt, int64_t base, int64_t n, int lane, const T *x) {
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (lane + 32 * i < n) tjc_st<T>(p, dt, base + lane + 32 * i, x[i]);
+}
+template <typename T, int NV>
+__device__ __forceinline__ T tjc_att_dot(const T *x, const T *y) {
+    T s = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++) s += x[i] * y[i];
+    return tjc_att_wsum(s);
+}
+#define TJC_ATT_ROWS(r, rows) \
+    for (int64_t r = blockIdx.x * (int64_t)TJC_ATT_WPB + (threadIdx.x >> 5); r < (rows); r += (int64_t)gridDim.x * TJC_ATT_WPB)
+/* forward: out and lse of query row r = b tq + i (tj__attn_fwd) */
+template <typename T, int NV>
+__global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_fwd(tjc_att a, const void *q, const void *k, const void *v, void *out, void *lse) {
+    const int lane = threadIdx.x & 31;
+    TJC_ATT_ROWS(r, a.nb * a.tq) {
+        int64_t b = r / a.tq, nk = tjc_att_nkeys(&a, r % a.tq);
+        T qi[NV], kj[NV], vj[NV], acc[NV], m = -INFINITY, sum = 0, ls;
+        int nan = 0;
+        tjc_att_row<T, NV>(q, a.dt, r * a.d, a.d, lane, qi);
+#pragma unroll
+        for (int i = 0; i < NV; i++) acc[i] = 0;
+        for (int64_t j = 0; j < nk && !nan; j++) { /* s is the same in every lane: the branches are the warp's */
+            tjc_att_row<T, NV>(k, a.dt, (b * a.tk + j) * a.d, a.d, lane, kj);
+            T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj), p;
+            if (s != s) nan = 1;
+            if (s == -INFINITY || nan) continue; /* an exp of 0 */
+            if (s > m) { /* a new max: rescale what was summed so far */
+                T cr = tjc_exp(m - s);
+                sum *= cr;
+#pragma unroll
+                for (int i = 0; i < NV; i++) acc[i] *= cr;
+                m = s;
+            }
+            p = tjc_exp(s - m);
+            sum += p;
+            tjc_att_row<T, NV>(v, a.dt, (b * a.tk + j) * a.dv, a.dv, lane, vj);
+#pragma unroll
+            for (int i = 0; i < NV; i++) acc[i] += p * vj[i];
+        }
+        if (nan || sum == 0 || m == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */
+#pragma unroll
+            for (int i = 0; i < NV; i++) acc[i] = (T)NAN;
+            ls = (T)NAN;
+        } else {
+#pragma unroll
+            for (int i = 0; i < NV; i++) acc[i] /= sum;
+            ls = m + tjc_log(sum);
+        }
+        tjc_att_store<T, NV>(out, a.dt, r * a.dv, a.dv, lane, acc);
+        if (lane == 0) tjc_st<T>(lse, a.ldt, r, ls);
+    }
+}
+/* backward, first: D_r = d_out_r . out_r into dl (T per query row) */
+template <typename T>
+__global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dl(tjc_att a, const void *out, const void *g, T *dl) {
+    const int lane = threadIdx.x & 31;
+    TJC_ATT_ROWS(r, a.nb * a.tq) {
+        T s = 0;
+        for (int64_t c = lane; c < a.dv; c += 32) s += tjc_ld<T>(g, a.dt, r * a.dv + c) * tjc_ld<T>(out, a.dt, r * a.dv + c);
+        s = tjc_att_wsum(s);
+        if (lane == 0) dl[r] = s;
+    }
+}
+/* ds (and p) of query row qr with key row kj, vj (tj__attn_ds) */
+template <typename T, int NV>
+__device__ __forceinline__ T tjc_att_ds(const tjc_att &a, const T *qi, const T *gi, const T *kj, const T *vj, const void *lse, const T *dl, int64_t qr, T *p) {
+    T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj);
+    *p = tjc_exp(s - tjc_ld<T>(lse, a.ldt, qr));
+    return *p * (tjc_att_dot<T, NV>(gi, vj) - dl[qr]);
+}
+/* backward, second: dk and dv of key row r = b tk + j, over the queries that see it */
+template <typename T, int NV>
+__global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dkv(tjc_att a, const void *q, const void *k, const void *v, const void *lse, const void *g,
+                                                                 const T *dl, void *dk, void *dv) {
+    const int lane = threadIdx.x & 31;
+    TJC_ATT_ROWS(r, a.nb * a.tk) {
+        int64_t b = r / a.tk, j = r % a.tk;
+        T kj[NV], vj[NV], qi[NV], gi[NV], sk[NV], sv[NV];
+        tjc_att_row<T, NV>(k, a.dt, r * a.d, a.d, lane, kj);
+        tjc_att_row<T, NV>(v, a.dt, r * a.dv, a.dv, lane, vj);
+#pragma unroll
+        for (int i = 0; i < NV; i++) sk[i] = sv[i] = 0;
+        for (int64_t i = a.causal ? j : 0; i < a.tq; i++) {
+            int64_t qr = b * a.tq + i;
+            T p, ds;
+            tjc_att_row<T, NV>(q, a.dt, qr * a.d, a.d, lane, qi);
+            tjc_att_row<T, NV>(g, a.dt, qr * a.dv, a.dv, lane, gi);
+            ds = tjc_att_ds<T, NV>(a, qi, gi, kj, vj, lse, dl, qr, &p);
+#pragma unroll
+            for (int c = 0; c < NV; c++) {
+                sv[c] += p * gi[c];
+                sk[c] += ds * qi[c];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < NV; c++) sk[c] *= (T)a.scale;
+        tjc_att_store<T, NV>(dk, a.dt, r * a.d, a.d, lane, sk);
+        tjc_att_store<T, NV>(dv, a.dt, r * a.dv, a.dv, lane, sv);
+    }
+}
+/* backward, third: dq of query row r, over the keys it sees */
+template <typename T, int NV>
+__global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dq(tjc_att a, const void *q, const void *k, const void *v, const void *lse, const void *g,
+                                                                const T *dl, void *dq) {
+    const int lane = threadIdx.x & 31;
+    TJC_ATT_ROWS(r, a.nb * a.tq) {
+        int64_t b = r / a.tq, nk = tjc_att_nkeys(&a, r % a.tq);
+        T qi[NV], gi[NV], kj[NV], vj[NV], sq[NV];
+        tjc_att_row<T, NV>(q, a.dt, r * a.d, a.d, lane, qi);
+        tjc_att_row<T, NV>(g, a.dt, r * a.dv, a.dv, lane, gi);
+#pragma unroll
+        for (int c = 0; c < NV; c++) sq[c] = 0;
+        for (int64_t j = 0; j < nk; j++) {
+            T p, ds;
+            tjc_att_row<T, NV>(k, a.dt, (b * a.tk + j) * a.d, a.d, lane, kj);
+            tjc_att_row<T, NV>(v, a.dt, (b * a.tk + j) * a.dv, a.dv, lane, vj);
+            ds = tjc_att_ds<T, NV>(a, qi, gi, kj, vj, lse, dl, r, &p);
+#pragma unroll
+            for (int c = 0; c < NV; c++) sq[c] += ds * kj[c];
+        }
+#pragma unroll
+        for (int c = 0; c < NV; c++) sq[c] *= (T)a.scale;
+        tjc_att_store<T, NV>(dq, a.dt, r * a.d, a.d, lane, sq);
+    }
+}
+#undef TJC_ATT_ROWS
+/* launch path 1's kernel KERN for T and the slots per lane that max(d, dv) needs */
+#define TJC_ATT_LAUNCH(KERN, T, a, rows, ...)                                                                   \
+    do {                                                                                                        \
+        unsigned g_ = tjc_blocks(rows, TJC_ATT_WPB);                                                            \
+        int64_t w_ = (a).d > (a).dv ? (a).d : (a).dv;                                                           \
+        if (w_ <= 64) KERN<T, 2><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                      \
+        else if (w_ <= 256) KERN<T, 8><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                \
+        else KERN<T, 32><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                              \
+        TJC_LAUNCHED(k, #KERN);                                                                                 \
+    } while (0)
+
+/* ---- attention, path 2: flash kernels on tensor cores (bf16, or f32 as TF32; dim = dim' of 64 or 128) ----
+   FlashAttention-2's tiling with mma.sync (f32 sums; sm_80 and newer): bf16
+   inputs through m16n8k16, f32 inputs through m16n8k8 on TF32 (their
+   mantissas rounded to 10 bits, to nearest, ties away) when TJ_CUDA_TF32=1
+   allows it as for dots; f32 stays on path 1 otherwise. A block of 4 warps
+   owns 64 rows of one batch row (the forward and dq: queries; dk/dv: keys),
+   16 rows per warp, and walks the other side in tiles of 64 that it stages
+   in shared memory:
+     forward  S = Q K^T, the online softmax in registers (per row: running
+              max m and sum l; a larger max rescales l and O by
+              exp(m_old - m_new)), P rounded to the input format, O += P V;
+              at the end out = O / l and lse = m + log l.
+     dk, dv   per key block, over the query tiles that see it: P^T from
+              lse, dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
+              dK += dS^T Q (P and dS rounded), dK scaled at the end.
+     dq       per query block, over the key tiles it sees: P, dP = dO V^T,
+              dS, dQ += dS K.
+   D comes from path 1's kernel. Each output row is summed by one warp in a
+   fixed order: deterministic, no atomics. Causal tiles wholly above the
+   diagonal are skipped; the diagonal tile and the ragged edges (rows past
+   tq or tk) are masked element by element.
+
+   Fragments (PTX ISA, "matrix fragments for mma.m16n8k16" and "m16n8k8",
+   g = lane / 4, t = lane % 4, E values per 32-bit register: 2 for bf16, 1
+   for TF32, so k = 8 E): A (16 x k) register r holds row g + 8 (r & 1),
+   columns E t + 4 E (r >> 1) (+ 1 for bf16's second value); B (k x 8)
+   register r rows E t + 4 E r (+ 1), column g; C (16 x 8) element e sits
+   at row g + 8 (e >> 1), column 2t + (e & 1). For bf16 the C fragments of
+   two adjacent 8-column tiles of S are, rounded, the A fragment of P for
+   the next product; for TF32 each lane takes its two values of P from the
+   lanes of its quad that hold them (shuffles), again without a trip
+   through shared memory.
+
+   Testing without a GPU: every step below is __host__ __device__ and is
+   written for L lanes at once, L = 1 on the device (this thread's lane)
+   and L = 32 on the host, where tjc_fa_mma multiplies the fragments as
+   matrices (rebuilt through the layout above) and the quad reductions and
+   shuffles index the other lanes. tj_cuda_attention_host runs the kernels'
+   code that way, block by block, warp by warp, and test_cuda compares it
+   with the CPU op. What that cannot check is the layout itself against the
+   hardware, the PTX, and the shared-memory timing: that needs a GPU run
+   (test_cuda's GPU part), which has not happened yet. */
+#define TJC_FA_ROWS 64 /* rows per block (4 warps x 16) and per tile of the other side */
+#define TJC_FA_WARPS 4
+__host__ __device__ static inline float tjc_fa_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+__host__ __device__ static inline uint32_t tjc_fa_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+/* float to bf16 bits, to nearest even (tj_f32_to_bf16 on the host) */
+__host__ __device__ static inline uint16_t tjc_fa_bf16(float x) {
+#ifdef __CUDA_ARCH__
+    __nv_bfloat16 h = __float2bfloat16_rn(x);
+    return *(uint16_t *)&h;
+#else
+    return tj_f32_to_bf16(x);
+#endif
+}
+/* float to TF32 (kept in a float): 10 mantissa bits, to nearest, ties away
+   from zero (cvt.rna.tf32.f32), the same bit steps on both sides */
+__host__ __device__ static inline float tjc_fa_round_tf32(float x) {
+    uint32_t u = tjc_fa_f32_bits(x);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf and NaN as they are */
+    return tjc_fa_bits_f32((u + 0x1000u) & 0xffffe000u);
+}
+/* The two input formats. E: the element in memory; EPR: values per
+   register; PAD: elements of padding per shared row (16 bytes: the 8 rows
+   of a fragment start in different banks); stage: what shared memory
+   holds of an input element; out: an output element from a float; val: an
+   input element as a float; reg: the register whose first value is at p
+   (the second, for bf16, at p + next); dec: value h of a register. */
+struct tjc_fa_fmt_bf16 {
+    typedef uint16_t E;
+    enum { EPR = 2, PAD = 8 };
+    __host__ __device__ static E stage(E x) { return x; }
+    __host__ __device__ static E out(float x) { return tjc_fa_bf16(x); }
+    __host__ __device__ static float val(E x) { return tjc_fa_bits_f32((uint32_t)x << 16); }
+    __host__ __device__ static uint32_t reg(const E *p, int next) {
+#ifdef __CUDA_ARCH__
+        if (next == 1) return *(const uint32_t *)p; /* 4-byte aligned: even columns, even pitches */
+#endif
+        return (uint32_t)p[0] | (uint32_t)p[next] << 16;
+    }
+    __host__ __device__ static float dec(uint32_t r, int h) { return val((E)(r >> 16 * h)); }
+};
+struct tjc_fa_fmt_tf32 {
+    typedef float E;
+    enum { EPR = 1, PAD = 4 };
+    __host__ __device__ static E stage(E x) { return tjc_fa_round_tf32(x); }
+    __host__ __device__ static E out(float x) { return x; }
+    __host__ __device__ static float val(E x) { return x; }
+    __host__ __device__ static uint32_t reg(const E *p, int next) { return (void)next, tjc_fa_f32_bits(p[0]); }
+    __host__ __device__ static float dec(uint32_t r, int h) { return (void)h, tjc_fa_bits_f32(r); }
+};
+#define TJC_FA_E typename F::E /* F's element, in the templates below */
+/* where a fragment's values sit (the layout above; e: values per register) */
+__host__ __device__ static inline int tjc_fa_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
+__host__ __device__ static inline int tjc_fa_acol(int lane, int r, int e) { return e * (lane & 3) + 4 * e * (r >> 1); }
+__host__ __device__ static inline int tjc_fa_brow(int lane, int r, int e) { return e * (lane & 3) + 4 * e * r; }
+__host__ __device__ static inline int tjc_fa_bcol(int lane) { return lane >> 2; }
+__host__ __device__ static inline int tjc_fa_crow(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+__host__ __device__ static inline int tjc_fa_ccol(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+/* c += a b for the L lanes: the tensor-core instruction on the device, the
+   product of the rebuilt matrices (k in order) on the host */
+template <class F, int L>
+__host__ __device__ static inline void tjc_fa_mma(float (*c)[4], const uint32_t (*a)[4], const uint32_t (*b)[2]) {
+#ifdef __CUDA_ARCH__
+#if __CUDA_ARCH__ >= 800
+    if (F::EPR == 2)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3])
+                     : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(b[0][0]), "r"(b[0][1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3])
+                     : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(b[0][0]), "r"(b[0][1]));
+#else
+    __trap(); /* never launched below sm_80 (tjc_fa_applies) */
+#endif
+#else
+    const int K = 8 * F::EPR;
+    float A[16][16], B[16][8];
+    for (int l = 0; l < L; l++) {
+        for (int r = 0; r < 4; r++)
+            for (int h = 0; h < F::EPR; h++) A[tjc_fa_arow(l, r)][tjc_fa_acol(l, r, F::EPR) + h] = F::dec(a[l][r], h);
+        for (int r = 0; r < 2; r++)
+            for (int h = 0; h < F::EPR; h++) B[tjc_fa_brow(l, r, F::EPR) + h][tjc_fa_bcol(l)] = F::dec(b[l][r], h);
+    }
+    for (int l = 0; l < L; l++)
+        for (int e = 0; e < 4; e++) {
+            float s = 0;
+            for (int x = 0; x < K; x++) s += A[tjc_fa_crow(l, e)][x] * B[x][tjc_fa_ccol(l, e)];
+            c[l][e] += s;
+        }
+#endif
+}
+/* c[.][n] += a b: the n-th 8-column tile of an accumulator of N tiles */
+template <class F, int L, int N>
+__host__ __device__ static inline void tjc_fa_mma_at(float (*c)[N][4], int n, const uint32_t (*a)[4], const uint32_t (*b)[2]) {
+    float t[L][4];
+    for (int x = 0; x < L; x++)
+        for (int e = 0; e < 4; e++) t[x][e] = c[x][n][e];
+    tjc_fa_mma<F, L>(t, a, b);
+    for (int x = 0; x < L; x++)
+        for (int e = 0; e < 4; e++) c[x][n][e] = t[x][e];
+}
+/* the 4 lanes of a quad (one row of C) combine v: max (NaN-free inputs) or sum */
+template <int L>
+__host__ __device__ static inline void tjc_fa_quad(float *v, int ismax) {
+#ifdef __CUDA_ARCH__
+    for (int o = 1; o < 4; o <<= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v[0], o);
+        v[0] = ismax ? fmaxf(v[0], w) : v[0] + w;
+    }
+#else
+    for (int o = 1; o < 4; o <<= 1) {
+        float w[32];
+        for (int l = 0; l < L; l++) w[l] = v[l ^ o];
+        for (int l = 0; l < L; l++) v[l] = ismax ? fmaxf(v[l], w[l]) : v[l] + w[l];
+    }
+#endif
+}
+/* the lane number of slot x */
+__host__ __device__ static inline int tjc_fa_lane(int x) {
+#ifdef __CUDA_ARCH__
+    (void)x;
+    return threadIdx.x & 31;
+#else
+    return x;
+#endif
+}
+/* Stage rows [r0, r0 + 64) of a [rows, D] matrix in shared memory (pitch
+   D + PAD), zeros past `rows`: thread `tid` of `nt` copies elements. */
+template <class F, int D>
+__host__ __device__ static inline void tjc_fa_stage(typename F::E *sh, const typename F::E *src, int64_t r0, int64_t rows, int tid, int nt) {
+    for (int i = tid; i < TJC_FA_ROWS * D; i += nt) {
+        int r = i / D, c = i % D;
+        sh[r * (D + F::PAD) + c] = r0 + r < rows ? F::stage(src[(r0 + r) * D + c]) : (typename F::E)0;
+    }
+}
+/* one 64-element vector (lse or D of a tile's rows) in shared memory; 0 past `rows` */
+__host__ __device__ static inline void tjc_fa_stage_vec(float *sh, const float *src, int64_t r0, int64_t rows, int tid, int nt) {
+    for (int i = tid; i < TJC_FA_ROWS; i += nt) sh[i] = r0 + i < rows ? src[r0 + i] : 0.f;
+}
+/* The A fragments of rows [w0, w0 + 16) of a staged matrix, k step kk: L lanes */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_afrag(const typename F::E *sh, int w0, int kk, uint32_t (*a)[4]) {
+    for (int x = 0; x < L; x++) {
+        int lane = tjc_fa_lane(x);
+        for (int r = 0; r < 4; r++) a[x][r] = F::reg(sh + (w0 + tjc_fa_arow(lane, r)) * (D + F::PAD) + kk * 8 * F::EPR + tjc_fa_acol(lane, r, F::EPR), 1);
+    }
+}
+/* B fragments from a staged matrix M: "nk" (B = M^T, B[k][n] = M[n0 + n][k0 + k]:
+   a bf16 pair along a row) or "kn" (B = M, B[k][n] = M[k0 + k][n0 + n]: two rows) */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_bfrag_nk(const typename F::E *sh, int n0, int k0, uint32_t (*b)[2]) {
+    for (int x = 0; x < L; x++) {
+        int lane = tjc_fa_lane(x);
+        for (int r = 0; r < 2; r++) b[x][r] = F::reg(sh + (n0 + tjc_fa_bcol(lane)) * (D + F::PAD) + k0 + tjc_fa_brow(lane, r, F::EPR), 1);
+    }
+}
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_bfrag_kn(const typename F::E *sh, int k0, int n0, uint32_t (*b)[2]) {
+    for (int x = 0; x < L; x++) {
+        int lane = tjc_fa_lane(x);
+        for (int r = 0; r < 2; r++) b[x][r] = F::reg(sh + (k0 + tjc_fa_brow(lane, r, F::EPR)) * (D + F::PAD) + n0 + tjc_fa_bcol(lane), D + F::PAD);
+    }
+}
+/* C[16 x 64] = A[16 x D] B where A's rows are w0.. of staged `as` and B = M^T
+   of staged `ms` (rows are the 64 columns of C): S = Q K^T and its kin */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_sgemm(const typename F::E *as, int w0, const typename F::E *ms, float (*c)[8][4]) {
+    uint32_t a[L][4], b[L][2];
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) c[x][n][e] = 0.f;
+    for (int kk = 0; kk < D / (8 * F::EPR); kk++) {
+        tjc_fa_afrag<F, D, L>(as, w0, kk, a);
+        for (int n = 0; n < 8; n++) {
+            tjc_fa_bfrag_nk<F, D, L>(ms, n * 8, kk * 8 * F::EPR, b);
+            tjc_fa_mma_at<F, L, 8>(c, n, a, b);
+        }
+    }
+}
+/* The A fragment of k step kc of P (a 16 x 64 tile as C fragments),
+   rounded to the input format. bf16: register r is elements 2 (r & 1) and
+   2 (r & 1) + 1 of this lane's tile 2 kc + (r >> 1). TF32: register r is
+   column t + 4 (r >> 1) of tile kc, held by quad lane t / 2 + 2 (r >> 1) as
+   its element 2 (r & 1) + t % 2 (both candidates shuffled, one kept). */
+__host__ __device__ static inline int tjc_fa_tf32_src(int lane, int r) { return (lane & ~3) | (((lane & 3) >> 1) + 2 * (r >> 1)); }
+template <class F, int L>
+__host__ __device__ static inline void tjc_fa_pfrag(const float (*p)[8][4], int kc, uint32_t (*a)[4]) {
+    for (int r = 0; r < 4; r++) {
+        if (F::EPR == 2) {
+            for (int x = 0; x < L; x++) a[x][r] = (uint32_t)tjc_fa_bf16(p[x][2 * kc + (r >> 1)][2 * (r & 1)]) | (uint32_t)tjc_fa_bf16(p[x][2 * kc + (r >> 1)][2 * (r & 1) + 1]) << 16;
+            continue;
+        }
+#ifdef __CUDA_ARCH__
+        int lane = threadIdx.x & 31, src = tjc_fa_tf32_src(lane, r);
+        float v0 = __shfl_sync(0xffffffffu, p[0][kc][2 * (r & 1)], src), v1 = __shfl_sync(0xffffffffu, p[0][kc][2 * (r & 1) + 1], src);
+        a[0][r] = tjc_fa_f32_bits(tjc_fa_round_tf32(lane & 1 ? v1 : v0));
+#else
+        for (int x = 0; x < L; x++) a[x][r] = tjc_fa_f32_bits(tjc_fa_round_tf32(p[tjc_fa_tf32_src(x, r)][kc][2 * (r & 1) + (x & 1)]));
+#endif
+    }
+}
+/* acc[16 x D] += P[16 x 64] M where P is C fragments (rounded by
+   tjc_fa_pfrag) and M is staged, 64 rows: O += P V and kin */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_pgemm(const float (*p)[8][4], const typename F::E *ms, float (*acc)[D / 8][4]) {
+    uint32_t a[L][4], b[L][2];
+    for (int kc = 0; kc < 8 / F::EPR; kc++) {
+        tjc_fa_pfrag<F, L>(p, kc, a);
+        for (int n = 0; n < D / 8; n++) {
+            tjc_fa_bfrag_kn<F, D, L>(ms, kc * 8 * F::EPR, n * 8, b);
+            tjc_fa_mma_at<F, L, D / 8>(acc, n, a, b);
+        }
+    }
+}
+/* element (x, n, e) of a 16 x 64 C tile: row wrow + crow of the warp's
+   rows, column col0 + 8 n + ccol of the tile's */
+#define TJC_FA_ROW(x, e) (tjc_fa_crow(tjc_fa_lane(x), e))
+#define TJC_FA_COL(x, n, e) (8 * (n) + tjc_fa_ccol(tjc_fa_lane(x), e))
+/* query qi sees key kj */
+__host__ __device__ static inline int tjc_fa_sees(int64_t qi, int64_t kj, int64_t tq, int64_t tk, int causal) {
+    return qi < tq && kj < tk && (!causal || kj <= qi);
+}
+/* the key tiles [0, n) query rows [q0, q0 + 64) see; the first query tile key rows [k0, ..) are seen by */
+__host__ __device__ static inline int64_t tjc_fa_ktiles(int64_t q0, int64_t tk, int causal) {
+    int64_t end = causal && q0 + TJC_FA_ROWS < tk ? q0 + TJC_FA_ROWS : tk;
+    return (end + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
+}
+__host__ __device__ static inline int64_t tjc_fa_qtile0(int64_t k0, int causal) { return causal ? k0 / TJC_FA_ROWS : 0; }
+
+/* the forward's per-warp state: O, and per row (2 per lane) m, l (this
+   lane's part), whether a score was NaN or +inf */
+template <int D, int L>
+struct tjc_fa_fwd_st {
+    float o[L][D / 8][4], m[L][2], l[L][2];
+    int bad[L][2];
+};
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_begin(tjc_fa_fwd_st<D, L> *st) {
+    for (int x = 0; x < L; x++) {
+        for (int n = 0; n < D / 8; n++)
+            for (int e = 0; e < 4; e++) st->o[x][n][e] = 0.f;
+        for (int h = 0; h < 2; h++) st->m[x][h] = -INFINITY, st->l[x][h] = 0.f, st->bad[x][h] = 0;
+    }
+}
+/* one key tile [k0, k0 + 64) for the warp's queries [qw, qw + 16): Qs holds
+   the block's queries (the warp's at row w0), Ks and Vs the tile */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, const TJC_FA_E *Qs, int w0, const TJC_FA_E *Ks, const TJC_FA_E *Vs, int64_t qw,
+                                                      int64_t k0, int64_t tq, int64_t tk, int causal, float scale) {
+    float s[L][8][4], mx[2][L], p;
+    tjc_fa_sgemm<F, D, L>(Qs, w0, Ks, s);
+    for (int x = 0; x < L; x++) { /* scale, mask, this lane's row maxima */
+        mx[0][x] = mx[1][x] = -INFINITY;
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                float v = scale * s[x][n][e];
+                if (!tjc_fa_sees(qw + TJC_FA_ROW(x, e), k0 + TJC_FA_COL(x, n, e), tq, tk, causal)) v = -INFINITY;
+                else if (v != v || v == INFINITY) st->bad[x][e >> 1] = 1, v = -INFINITY; /* the row will be NaN (the CPU's rule) */
+                s[x][n][e] = v;
+                mx[e >> 1][x] = fmaxf(mx[e >> 1][x], v);
+            }
+    }
+    tjc_fa_quad<L>(mx[0], 1);
+    tjc_fa_quad<L>(mx[1], 1);
+    for (int x = 0; x < L; x++)
+        for (int h = 0; h < 2; h++) { /* the new max; the factor for what was summed so far */
+            float mn = fmaxf(st->m[x][h], mx[h][x]), mu = mn == -INFINITY ? 0.f : mn, cr = expf(st->m[x][h] - mu);
+            st->m[x][h] = mn;
+            mx[h][x] = mu;
+            st->l[x][h] *= cr;
+            for (int n = 0; n < D / 8; n++) st->o[x][n][2 * h] *= cr, st->o[x][n][2 * h + 1] *= cr;
+        }
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                p = expf(s[x][n][e] - mx[e >> 1][x]);
+                s[x][n][e] = p;
+                st->l[x][e >> 1] += p; /* l sums the f32 p; P V takes p rounded to the input format */
+            }
+    tjc_fa_pgemm<F, D, L>(s, Vs, st->o);
+}
+/* out = O / l and lse = m + log l for the warp's rows that exist; NaN for a
+   row with a NaN or +inf score, or none that is finite */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_end(tjc_fa_fwd_st<D, L> *st, int64_t qw, int64_t tq, TJC_FA_E *out, float *lse) {
+    float l[2][L], bad[2][L];
+    for (int x = 0; x < L; x++)
+        for (int h = 0; h < 2; h++) l[h][x] = st->l[x][h], bad[h][x] = (float)st->bad[x][h];
+    for (int h = 0; h < 2; h++) tjc_fa_quad<L>(l[h], 0), tjc_fa_quad<L>(bad[h], 1);
+    for (int x = 0; x < L; x++)
+        for (int h = 0; h < 2; h++) {
+            int64_t qi = qw + tjc_fa_crow(tjc_fa_lane(x), 2 * h);
+            int nan = bad[h][x] != 0.f || l[h][x] == 0.f;
+            if (qi >= tq) continue;
+            for (int n = 0; n < D / 8; n++)
+                for (int e = 2 * h; e < 2 * h + 2; e++) out[qi * D + TJC_FA_COL(x, n, e)] = F::out(nan ? NAN : st->o[x][n][e] / l[h][x]);
+            if ((tjc_fa_lane(x) & 3) == 0) lse[qi] = nan ? NAN : st->m[x][h] + logf(l[h][x]);
+        }
+}
+/* the backward's per-warp state: the dk and dv (or dq in dk) accumulators,
+   and for dq this lane's two rows' lse and D */
+template <int D, int L>
+struct tjc_fa_bwd_st {
+    float dk[L][D / 8][4], dv[L][D / 8][4], lse[L][2], dl[L][2];
+};
+template <int D, int L>
+__host__ __device__ static inline void tjc_fa_bwd_begin(tjc_fa_bwd_st<D, L> *st) {
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < D / 8; n++)
+            for (int e = 0; e < 4; e++) st->dk[x][n][e] = st->dv[x][n][e] = 0.f;
+}
+/* P and dS of a 16 x 64 tile from S and dP: rows and columns are queries or
+   keys (rq: the rows are queries), lse and D by row (lr, dr) or by column
+   (lc, dc); entries a query does not see are 0 */
+template <int L>
+__host__ __device__ static inline void tjc_fa_pds(float (*s)[8][4], float (*dp)[8][4], int rq, int64_t r0, int64_t c0, const tjc_att *a, const float (*lr)[2],
+                                                 const float (*dr)[2], const float *lc, const float *dc) {
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                int64_t r = r0 + TJC_FA_ROW(x, e), c = c0 + TJC_FA_COL(x, n, e);
+                float lse = rq ? lr[x][e >> 1] : lc[TJC_FA_COL(x, n, e)], dl = rq ? dr[x][e >> 1] : dc[TJC_FA_COL(x, n, e)], p = 0.f, ds = 0.f;
+                if (rq ? tjc_fa_sees(r, c, a->tq, a->tk, a->causal) : tjc_fa_sees(c, r, a->tq, a->tk, a->causal)) {
+                    p = expf((float)a->scale * s[x][n][e] - lse);
+                    ds = p * (dp[x][n][e] - dl);
+                }
+                s[x][n][e] = p, dp[x][n][e] = ds;
+            }
+}
+/* store a warp's 16 x D accumulator (times `scale`) as bf16 rows r0.. of dst, those < rows */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_store(const float (*acc)[D / 8][4], float scale, int64_t r0, int64_t rows, TJC_FA_E *dst) {
+    for (int x = 0; x < L; x++)
+        for (int n = 0; n < D / 8; n++)
+            for (int e = 0; e < 4; e++)
+                if (r0 + TJC_FA_ROW(x, e) < rows) dst[(r0 + TJC_FA_ROW(x, e)) * D + TJC_FA_COL(x, n, e)] = F::out(acc[x][n][e] * scale);
+}
+
+/* One block of each kernel, written once for both sides: on the device a
+   thread runs it for its own warp (L = 1) between __syncthreads; on the
+   host (L = 32) the same code stages with every thread id in turn and runs
+   the 4 warps one after the other, which is what the barriers allow. */
+#ifdef __CUDA_ARCH__
+#define TJC_FA_SYNC() __syncthreads()
+#define TJC_FA_THREADS(tid) for (int tid = threadIdx.x, once_ = 1; once_; once_ = 0)
+#define TJC_FA_EACH_WARP(w) for (int w = threadIdx.x >> 5, once_ = 1; once_; once_ = 0)
+#else
+#define TJC_FA_SYNC() (void)0
+#define TJC_FA_THREADS(tid) for (int tid = 0; tid < 32 * TJC_FA_WARPS; tid++)
+#define TJC_FA_EACH_WARP(w) for (int w = 0; w < TJC_FA_WARPS; w++)
+#endif
+#define TJC_FA_NT (32 * TJC_FA_WARPS)
+#define TJC_FA_ST(st, w) (&(st)[L == 1 ? 0 : (w)]) /* this warp's state */
+/* thread tid's share of staging the same rows of two matrices (K and V, Q and dO) */
+template <class F, int D>
+__host__ __device__ static inline void tjc_fa_stage2(TJC_FA_E *sa, const TJC_FA_E *ga, TJC_FA_E *sb, const TJC_FA_E *gb, int64_t r0, int64_t rows, int tid) {
+    tjc_fa_stage<F, D>(sa, ga, r0, rows, tid, TJC_FA_NT);
+    tjc_fa_stage<F, D>(sb, gb, r0, rows, tid, TJC_FA_NT);
+}
+/* shared memory: nmat staged 64 x D matrices, then two 64-float vectors */
+template <class F, int D>
+static size_t tjc_fa_smem(int nmat) { return (size_t)nmat * TJC_FA_ROWS * (D + F::PAD) * sizeof(typename F::E) + 2 * TJC_FA_ROWS * sizeof(float); }
+/* block blk of the forward: batch row blk / nqb, queries from 64 (blk % nqb) */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_t blk, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, TJC_FA_E *out,
+                                                       float *lse, TJC_FA_E *sh, tjc_fa_fwd_st<D, L> *st) {
+    const int64_t nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nqb, q0 = blk % nqb * TJC_FA_ROWS, nkt = tjc_fa_ktiles(q0, a->tk, a->causal);
+    TJC_FA_E *Qs = sh, *Ks = Qs + TJC_FA_ROWS * (D + F::PAD), *Vs = Ks + TJC_FA_ROWS * (D + F::PAD);
+    q += b * a->tq * D, k += b * a->tk * D, v += b * a->tk * D, out += b * a->tq * D, lse += b * a->tq;
+    TJC_FA_EACH_WARP(w) tjc_fa_fwd_begin<D, L>(TJC_FA_ST(st, w));
+    TJC_FA_SYNC(); /* the previous block is done with the shared tiles */
+    TJC_FA_THREADS(tid) tjc_fa_stage<F, D>(Qs, q, q0, a->tq, tid, TJC_FA_NT);
+    for (int64_t kt = 0; kt < nkt; kt++) {
+        TJC_FA_SYNC();
+        TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
+        TJC_FA_SYNC();
+        TJC_FA_EACH_WARP(w) tjc_fa_fwd_tile<F, D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale);
+    }
+    TJC_FA_EACH_WARP(w) tjc_fa_fwd_end<F, D, L>(TJC_FA_ST(st, w), q0 + 16 * w, a->tq, out, lse);
+}
+/* block blk of dk, dv: batch row blk / nkb, keys from 64 (blk % nkb), over the query tiles that see them */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_dkv_block(const tjc_att *a, int64_t blk, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, const float *lse,
+                                                       const TJC_FA_E *g, const float *dl, TJC_FA_E *dk, TJC_FA_E *dv, TJC_FA_E *sh, tjc_fa_bwd_st<D, L> *st) {
+    const int64_t nkb = (a->tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nqt = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nkb, k0 = blk % nkb * TJC_FA_ROWS;
+    TJC_FA_E *Ks = sh, *Vs = Ks + TJC_FA_ROWS * (D + F::PAD), *Qs = Vs + TJC_FA_ROWS * (D + F::PAD), *Gs = Qs + TJC_FA_ROWS * (D + F::PAD);
+    float *ls = (float *)(Gs + TJC_FA_ROWS * (D + F::PAD)), *ds = ls + TJC_FA_ROWS;
+    q += b * a->tq * D, g += b * a->tq * D, lse += b * a->tq, dl += b * a->tq, k += b * a->tk * D, v += b * a->tk * D, dk += b * a->tk * D, dv += b * a->tk * D;
+    TJC_FA_EACH_WARP(w) tjc_fa_bwd_begin<D, L>(TJC_FA_ST(st, w));
+    TJC_FA_SYNC();
+    TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, k0, a->tk, tid);
+    for (int64_t qt = tjc_fa_qtile0(k0, a->causal); qt < nqt; qt++) {
+        TJC_FA_SYNC();
+        TJC_FA_THREADS(tid) {
+            tjc_fa_stage2<F, D>(Qs, q, Gs, g, qt * TJC_FA_ROWS, a->tq, tid);
+            tjc_fa_stage_vec(ls, lse, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
+            tjc_fa_stage_vec(ds, dl, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
+        }
+        TJC_FA_SYNC();
+        TJC_FA_EACH_WARP(w) { /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys; dV += P^T dO, dK += dS^T Q */
+            tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
+            float s[L][8][4], dp[L][8][4];
+            tjc_fa_sgemm<F, D, L>(Ks, 16 * w, Qs, s);
+            tjc_fa_sgemm<F, D, L>(Vs, 16 * w, Gs, dp);
+            tjc_fa_pds<L>(s, dp, 0, k0 + 16 * w, qt * TJC_FA_ROWS, a, NULL, NULL, ls, ds);
+            tjc_fa_pgemm<F, D, L>(s, Gs, sw->dv);
+            tjc_fa_pgemm<F, D, L>(dp, Qs, sw->dk);
+        }
+    }
+    TJC_FA_EACH_WARP(w) {
+        tjc_fa_store<F, D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, k0 + 16 * w, a->tk, dk);
+        tjc_fa_store<F, D, L>(TJC_FA_ST(st, w)->dv, 1.f, k0 + 16 * w, a->tk, dv);
+    }
+}
+/* block blk of dq: batch row blk / nqb, queries from 64 (blk % nqb), over the key tiles they see (dq accumulates in dk) */
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_dq_block(const tjc_att *a, int64_t blk, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, const float *lse,
+                                                      const TJC_FA_E *g, const float *dl, TJC_FA_E *dq, TJC_FA_E *sh, tjc_fa_bwd_st<D, L> *st) {
+    const int64_t nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, b = blk / nqb, q0 = blk % nqb * TJC_FA_ROWS, nkt = tjc_fa_ktiles(q0, a->tk, a->causal);
+    TJC_FA_E *Qs = sh, *Gs = Qs + TJC_FA_ROWS * (D + F::PAD), *Ks = Gs + TJC_FA_ROWS * (D + F::PAD), *Vs = Ks + TJC_FA_ROWS * (D + F::PAD);
+    q += b * a->tq * D, g += b * a->tq * D, lse += b * a->tq, dl += b * a->tq, dq += b * a->tq * D, k += b * a->tk * D, v += b * a->tk * D;
+    TJC_FA_EACH_WARP(w) {
+        tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
+        tjc_fa_bwd_begin<D, L>(sw);
+        for (int x = 0; x < L; x++)
+            for (int h = 0; h < 2; h++) {
+                int64_t qi = q0 + 16 * w + tjc_fa_crow(tjc_fa_lane(x), 2 * h);
+                sw->lse[x][h] = qi < a->tq ? lse[qi] : 0.f;
+                sw->dl[x][h] = qi < a->tq ? dl[qi] : 0.f;
+            }
+    }
+    TJC_FA_SYNC();
+    TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Qs, q, Gs, g, q0, a->tq, tid);
+    for (int64_t kt = 0; kt < nkt; kt++) {
+        TJC_FA_SYNC();
+        TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
+        TJC_FA_SYNC();
+        TJC_FA_EACH_WARP(w) { /* S = Q K^T and dP = dO V^T for the warp's 16 queries; dQ += dS K */
+            tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
+            float s[L][8][4], dp[L][8][4];
+            tjc_fa_sgemm<F, D, L>(Qs, 16 * w, Ks, s);
+            tjc_fa_sgemm<F, D, L>(Gs, 16 * w, Vs, dp);
+            tjc_fa_pds<L>(s, dp, 1, q0 + 16 * w, kt * TJC_FA_ROWS, a, sw->lse, sw->dl, NULL, NULL);
+            tjc_fa_pgemm<F, D, L>(dp, Ks, sw->dk);
+        }
+    }
+    TJC_FA_EACH_WARP(w) tjc_fa_store<F, D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, q0 + 16 * w, a->tq, dq);
+}
+/* the kernels: blocks grid-stride over the (batch row, 64-row block) pairs */
+extern __shared__ uint4 tjc_fa_sh[];
+template <class F, int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_fwd(tjc_att a, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, TJC_FA_E *out, float *lse) {
+    tjc_fa_fwd_st<D, 1> st;
+    for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
+        tjc_fa_fwd_block<F, D, 1>(&a, blk, q, k, v, out, lse, (TJC_FA_E *)tjc_fa_sh, &st);
+}
+template <class F, int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_dkv(tjc_att a, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, const float *lse, const TJC_FA_E *g,
+                                                          const float *dl, TJC_FA_E *dk, TJC_FA_E *dv) {
+    tjc_fa_bwd_st<D, 1> st;
+    for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
+        tjc_fa_dkv_block<F, D, 1>(&a, blk, q, k, v, lse, g, dl, dk, dv, (TJC_FA_E *)tjc_fa_sh, &st);
+}
+template <class F, int D>
+__global__ void __launch_bounds__(TJC_FA_NT) tjc_k_fa_dq(tjc_att a, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, const float *lse, const TJC_FA_E *g,
+                                                         const float *dl, TJC_FA_E *dq) {
+    tjc_fa_bwd_st<D, 1> st;
+    for (int64_t blk = blockIdx.x; blk < a.nb * ((a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS); blk += gridDim.x)
+        tjc_fa_dq_block<F, D, 1>(&a, blk, q, k, v, lse, g, dl, dq, (TJC_FA_E *)tjc_fa_sh, &st);
+}
+/* The flash path on the host (a test hook; no GPU needed): the kernels'
+   block code above with L = 32 lanes, on [nb, tq, d] (k, v: [nb, tk, d])
+   of dt: TJ_BF16 (bf16 bits) or TJ_F32 (the TF32 kernels). Writes out and
+   lse; with dout, also dq, dk and dv from those, D computed in f32 in row
+   order. Returns 0, or -1 for a dtype or d (not 64 or 128) with no flash
+   kernel, or when memory runs out. */
+extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
+                                      const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv);
+template <class F, int D>
+static int tjc_fa_host(const tjc_att *a, const void *q_, const void *k_, const void *v_, void *out_, float *lse, const void *g_, void *dq_, void *dk_,
+                       void *dv_) {
+    typedef typename F::E E;
+    const E *q = (const E *)q_, *k = (const E *)k_, *v = (const E *)v_, *g = (const E *)g_;
+    E *out = (E *)out_, *dq = (E *)dq_, *dk = (E *)dk_, *dv = (E *)dv_, *sh = (E *)malloc(tjc_fa_smem<F, D>(4));
+    tjc_fa_fwd_st<D, 32> *fst = (tjc_fa_fwd_st<D, 32> *)malloc(sizeof *fst * TJC_FA_WARPS);
+    tjc_fa_bwd_st<D, 32> *bst = (tjc_fa_bwd_st<D, 32> *)malloc(sizeof *bst * TJC_FA_WARPS);
+    float *dl = (float *)malloc(sizeof(float) * (size_t)(a->nb * a->tq));
+    int64_t blk, r, c, nqb = (a->tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nkb = (a->tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
+    int rc = sh && fst && bst && dl ? 0 : -1;
+    for (blk = 0; !rc && blk < a->nb * nqb; blk++) tjc_fa_fwd_block<F, D, 32>(a, blk, q, k, v, out, lse, sh, fst);
+    if (!rc && g) {
+        for (r = 0; r < a->nb * a->tq; r++) { /* D = d_out . out (path 1's kernel on the device) */
+            float s = 0.f;
+            for (c = 0; c < D; c++) s += F::val(g[r * D + c]) * F::val(out[r * D + c]);
+            dl[r] = s;
+        }
+        for (blk = 0; blk < a->nb * nkb; blk++) tjc_fa_dkv_block<F, D, 32>(a, blk, q, k, v, lse, g, dl, dk, dv, sh, bst);
+        for (blk = 0; blk < a->nb * nqb; blk++) tjc_fa_dq_block<F, D, 32>(a, blk, q, k, v, lse, g, dl, dq, sh, bst);
+    }
+    free(sh), free(fst), free(bst), free(dl);
+    return rc;
+}
+extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
+                                      const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv) {
+    tjc_att a;
+    memset(&a, 0, sizeof a);
+    a.nb = nb, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = dt, a.ldt = TJ_F32;
+    if (dt == TJ_BF16 && d == 64) return tjc_fa_host<tjc_fa_fmt_bf16, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    if (dt == TJ_BF16 && d == 128) return tjc_fa_host<tjc_fa_fmt_bf16, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    if (dt == TJ_F32 && d == 64) return tjc_fa_host<tjc_fa_fmt_tf32, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    if (dt == TJ_F32 && d == 128) return tjc_fa_host<tjc_fa_fmt_tf32, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    return -1;
+}
+
+/* Which flash kernels apply: 1 bf16, 2 TF32 (f32 with TJ_CUDA_TF32=1), 0
+   none (path 1). They need dim = dim' of 64 or 128, a GPU with mma.sync
+   (sm_80 on) and the backward's shared memory per block (up to 133 KB:
+   TF32, dim 128; not on sm_86 / sm_89 cards), and 16-byte aligned
+   buffers; TJ_CUDA_FLASH=0 in the environment (read at each launch) keeps
+   path 1, to compare the two. */
+static int tjc_fa_applies(tjc_state *s, const tjc_att *a, int n, const void *const *p) {
+    const char *e = getenv("TJ_CUDA_FLASH");
+    int major = 0, smem = 0, kind = a->dt == TJ_BF16 ? 1 : a->dt == TJ_F32 && tjc_tf32() ? 2 : 0;
+    size_t need;
+    if (!kind || a->d != a->dv || (a->d != 64 && a->d != 128) || (e && !strcmp(e, "0"))) return 0;
+    need = kind == 1 ? (a->d == 64 ? tjc_fa_smem<tjc_fa_fmt_bf16, 64>(4) : tjc_fa_smem<tjc_fa_fmt_bf16, 128>(4))
+                     : (a->d == 64 ? tjc_fa_smem<tjc_fa_fmt_tf32, 64>(4) : tjc_fa_smem<tjc_fa_fmt_tf32, 128>(4));
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, s->device) != cudaSuccess || major < 8) return 0;
+    if (cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, s->device) != cudaSuccess || (size_t)smem < need) return 0;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)p[i] & 15) return 0;
+    return kind;
+}
+/* launch flash kernel KERN<F, D> over `blocks` blocks with `nmat` staged matrices of shared memory */
+#define TJC_FA_LAUNCH(KERN, D, blocks, nmat, ...)                                                                                      \
+    do {                                                                                                                               \
+        size_t sm_ = tjc_fa_smem<F, D>(nmat);                                                                                          \
+        TJC_CUDA(k, cudaFuncSetAttribute(KERN<F, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_));                         \
+        KERN<F, D><<<tjc_grid(blocks), TJC_FA_NT, sm_, s->compute>>>(__VA_ARGS__);                                                    \
+        TJC_LAUNCHED(k, #KERN);                                                                                                        \
+    } while (0)
+/* the forward on the flash kernels of format F: out (pout[0]) and lse (pout[1]) */
+template <class F>
+static int tjc_fa_forward(tjc_state *s, tj__kern *k, const tjc_att &a) {
+    typedef typename F::E E;
+    const E *q = (const E *)k->in[0], *kk = (const E *)k->in[1], *v = (const E *)k->in[2];
+    const int64_t blocks = a.nb * ((a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS);
+    if (a.d == 64) TJC_FA_LAUNCH(tjc_k_fa_fwd, 64, blocks, 3, a, q, kk, v, (E *)k->pout[0], (float *)k->pout[1]);
+    else TJC_FA_LAUNCH(tjc_k_fa_fwd, 128, blocks, 3, a, q, kk, v, (E *)k->pout[0], (float *)k->pout[1]);
+    return 0;
+}
+/* the backward after D (dl): dk and dv (pout[1], pout[2]), then dq (pout[0]) */
+template <class F>
+static int tjc_fa_backward(tjc_state *s, tj__kern *k, const tjc_att &a, const float *dl) {
+    typedef typename F::E E;
+    const E *q = (const E *)k->in[0], *kk = (const E *)k->in[1], *v = (const E *)k->in[2], *g = (const E *)k->in[5];
+    const float *lse = (const float *)k->in[4];
+    E *dq = (E *)k->pout[0], *dk = (E *)k->pout[1], *dv = (E *)k->pout[2];
+    const int64_t nqb = (a.tq + TJC_FA_ROWS - 1) / TJC_FA_ROWS, nkb = (a.tk + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
+    if (a.d == 64) {
+        TJC_FA_LAUNCH(tjc_k_fa_dkv, 64, a.nb * nkb, 4, a, q, kk, v, lse, g, dl, dk, dv);
+        TJC_FA_LAUNCH(tjc_k_fa_dq, 64, a.nb * nqb, 4, a, q, kk, v, lse, g, dl, dq);
+    } else {
+        TJC_FA_LAUNCH(tjc_k_fa_dkv, 128, a.nb * nkb, 4, a, q, kk, v, lse, g, dl, dk, dv);
+        TJC_FA_LAUNCH(tjc_k_fa_dq, 128, a.nb * nqb, 4, a, q, kk, v, lse, g, dl, dq);
+    }
+    return 0;
+}
+#undef TJC_FA_LAUNCH
+/* tj__k_attention: out (pout[0]) and lse (pout[1]) */
+static int tjc_attention(tjc_state *s, tj__kern *k) {
+    tjc_att a;
+    tjc_att_of(k, &a);
+    const void *p[5] = {k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]};
+    if (a.d > TJ__ATTN_MAXD || a.dv > TJ__ATTN_MAXD) return tjc_fail(k, "dim %lld / dim' %lld: at most %d", (long long)a.d, (long long)a.dv, TJ__ATTN_MAXD);
+    switch (tjc_fa_applies(s, &a, 5, p)) {
+    case 1: return tjc_fa_forward<tjc_fa_fmt_bf16>(s, k, a);
+    case 2: return tjc_fa_forward<tjc_fa_fmt_tf32>(s, k, a);
+    }
+    if (a.dt == TJ_F64) TJC_ATT_LAUNCH(tjc_k_att_fwd, double, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
+    else TJC_ATT_LAUNCH(tjc_k_att_fwd, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
+    return 0;
+}
+/* tj__k_attention_grad: inputs q, k, v, out, lse, d_out; D into the
+   scratch, then dk and dv (pout[1], pout[2]), then dq (pout[0]) */
+static int tjc_attention_grad(tjc_state *s, tj__kern *k) {
+    tjc_att a;
+    tjc_att_of(k, &a);
+    const void *p[9] = {k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], k->scratch, k->pout[0], k->pout[1], k->pout[2]};
+    if (a.d > TJ__ATTN_MAXD || a.dv > TJ__ATTN_MAXD) return tjc_fail(k, "dim %lld / dim' %lld: at most %d", (long long)a.d, (long long)a.dv, TJ__ATTN_MAXD);
+    if (!k->scratch) return tjc_fail(k, "no workspace for D (tj__attention_scratch)");
+    if (a.dt == TJ_F64) {
+        const double *dl = (const double *)k->scratch;
+        tjc_k_att_dl<double><<<tjc_blocks(a.nb * a.tq, TJC_ATT_WPB), 32 * TJC_ATT_WPB, 0, s->compute>>>(a, k->in[3], k->in[5], (double *)k->scratch);
+        TJC_LAUNCHED(k, "tjc_k_att_dl");
+        TJC_ATT_LAUNCH(tjc_k_att_dkv, double, a, a.nb * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
+        TJC_ATT_LAUNCH(tjc_k_att_dq, double, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[0]);
+        return 0;
+    }
+    const float *dl = (const float *)k->scratch;
+    tjc_k_att_dl<float><<<tjc_blocks(a.nb * a.tq, TJC_ATT_WPB), 32 * TJC_ATT_WPB, 0, s->compute>>>(a, k->in[3], k->in[5], (float *)k->scratch);
+    TJC_LAUNCHED(k, "tjc_k_att_dl");
+    switch (tjc_fa_applies(s, &a, 9, p)) {
+    case 1: return tjc_fa_backward<tjc_fa_fmt_bf16>(s, k, a, dl);
+    case 2: return tjc_fa_backward<tjc_fa_fmt_tf32>(s, k, a, dl);
+    }
+    TJC_ATT_LAUNCH(tjc_k_att_dkv, float, a, a.nb * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
+    TJC_ATT_LAUNCH(tjc_k_att_dq, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[0]);
+    return 0;
+}
+#undef TJC_ATT_LAUNCH
+#undef TJC_FA_E
+
 // ==== [11] CUDA backend: fused groups =======================================
 /* A fused group (tinyjax.h [11], tj__fuse) is a chain of elementwise nodes of
    one layout that the CPU runs as one loop (tj__k_fused / tj__fused_part).
@@ -2778,6 +3627,8 @@ static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
     case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: TJC_K(tjc_rowop);
     case TJ__OP_CROSS_ENTROPY: TJC_K(tjc_cross_entropy);
     case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: TJC_K(tjc_row_grad);
+    case TJ__OP_ATTENTION: TJC_K(tjc_attention);
+    case TJ__OP_ATTENTION_GRAD: TJC_K(tjc_attention_grad);
     case TJ__OP_SHARD_SLICE: TJC_K(tjc_shard_slice);
     case TJ__OP_AXIS_INDEX: TJC_K(tjc_axis_index);
     case TJ__OP_CUSTOM: TJC_K(tjc_custom);

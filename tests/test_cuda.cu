@@ -9,7 +9,11 @@
  * (a kernel, the runner, a view, or a gap with its reason), lists the gaps,
  * and fails on any op with no entry or with a gap. Collectives on simulated
  * devices of one GPU are compared bit for bit with as many CPU devices. TJ_CUDA_TEST_CPU=1 compares the CPU backend with itself, which
- * checks the test programs on a machine without a GPU. Only the public API is used: the library implementation lives in
+ * checks the test programs on a machine without a GPU. Without a GPU it still runs the host
+ * mirrors of device code: the fused-group emulator, scatter_add's index lists, the tiled
+ * transpose's index steps and the flash attention kernels' block code (tj_cuda_attention_host,
+ * against the CPU op). `test_cuda --bench-attention` (GPU) prints attention's forward +
+ * backward times (tools/gpu_session.sh's bench step). Only the public API is used: the library implementation lives in
  * tinyjax_cuda.cu, which this file links against.
  *
  *   nvcc -std=c++17 -Werror all-warnings -I. tests/test_cuda.cu tinyjax_cuda.cu -lcublas -o build/test_cuda
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 extern "C" void tj_cuda_backend_free(tj_backend *b);
@@ -76,7 +81,11 @@ static tj_tree *make_inputs(tj_ctx *ctx, const spec *sp, int n) {
 
 static double tol_of(tj_dtype dt) { return dt == TJ_BF16 ? 1e-2 : dt == TJ_F32 ? 1e-4 : dt == TJ_F64 ? 1e-9 : 0.0; }
 
-static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
+/* scaled > 0: each output's differences may reach scaled times (its largest
+   CPU magnitude + 0.1) (for sums whose rounding is not per element; 0.1:
+   an output that is 0 in exact arithmetic, as attention's dq and dk with
+   one key, is 0 only up to that rounding) */
+static void compare_at(const char *what, tj_fn fn, void *user, const spec *sp, int nsp, double scaled) {
     tj_ctx *cs[2] = {cpu, gpu};
     tj_tree *in[2], *out[2];
     tj_prog *p[2];
@@ -84,7 +93,7 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
     for (b = 0; b < 2; b++) {
         in[b] = make_inputs(cs[b], sp, nsp);
         out[b] = tj_tree_new(cs[b]);
-        p[b] = tj_jit(cs[b], what, fn, NULL, in[b], NULL);
+        p[b] = tj_jit(cs[b], what, fn, user, in[b], NULL);
         if (!p[b]) {
             TJT_CHECK(0, "[%s] jit on %s: %s", what, b ? "cuda" : "cpu", tj_error(cs[b]));
             ok = 0;
@@ -99,7 +108,7 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
             tj_array *a = tj_tree_array_at(out[0], i), *g = tj_tree_array_at(out[1], i);
             const char *name = tj_tree_name(out[0], i);
             int64_t n, j, worst = -1;
-            double *va, *vg, tol, excess = 0;
+            double *va, *vg, tol, excess = 0, big = 0;
             char da[256], dg[256];
             if (!a || !g) continue;
             tj_array_describe(a, da, sizeof da);
@@ -114,16 +123,17 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
             vg = (double *)malloc(sizeof(double) * (size_t)n);
             tj_array_read(a, TJ_F64, va);
             tj_array_read(g, TJ_F64, vg);
+            for (j = 0; j < n; j++) big = fabs(va[j]) > big ? fabs(va[j]) : big;
             for (j = 0; j < n; j++) {
-                double d = fabs(va[j] - vg[j]), lim = tol * (1.0 + fabs(va[j]));
+                double d = fabs(va[j] - vg[j]), lim = scaled > 0 ? scaled * (big + 0.1) : tol * (1.0 + fabs(va[j]));
                 int same = va[j] == vg[j] || (isnan(va[j]) && isnan(vg[j]));
                 if (!same && !(d <= lim) && d - lim >= excess) {
                     excess = d - lim;
                     worst = j;
                 }
             }
-            TJT_CHECK(worst < 0, "[%s] output '%s' %s: element %lld is %.9g on cpu, %.9g on cuda (tol %g)", what, name, da, (long long)worst,
-                  worst >= 0 ? va[worst] : 0.0, worst >= 0 ? vg[worst] : 0.0, tol);
+            TJT_CHECK(worst < 0, "[%s] output '%s' %s: element %lld is %.9g on cpu, %.9g on cuda (tol %g%s)", what, name, da, (long long)worst,
+                  worst >= 0 ? va[worst] : 0.0, worst >= 0 ? vg[worst] : 0.0, scaled > 0 ? scaled : tol, scaled > 0 ? " of the largest magnitude + 0.1" : "");
             free(va);
             free(vg);
         }
@@ -135,6 +145,8 @@ static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) {
         tj_clear_error(cs[b]);
     }
 }
+
+static void compare(const char *what, tj_fn fn, const spec *sp, int nsp) { compare_at(what, fn, NULL, sp, nsp, 0); }
 
 /* ---- programs ---- */
 
@@ -615,6 +627,207 @@ static void test_transpose_host(void) {
         }
     }
     TJT_CHECK(tiled > 100, "[tiled transpose] only %d cases took the tiled path", tiled);
+}
+/* ---- attention's flash kernels on the host (no GPU needed) ----
+   tj_cuda_attention_host runs the flash kernels' block code (the tiling,
+   the masks, the order of the online-softmax updates, P and dS rounded to
+   bf16 or TF32) with the tensor-core products done as matrix products on
+   the CPU, and its out, dq, dk and dv are compared with the CPU op (out,
+   and the gradients of sum(out w) by tj_grad). Tolerance: the largest
+   difference at most ATT_TOL (bf16) or ATT_TOL_TF32 (f32 on TF32) times
+   (the largest magnitude of the CPU's tensor + 0.1), as compare_at (inputs,
+   P and dS rounded before their products, bf16 results; with one key dq
+   and dk are 0 up to the rounding). */
+extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
+                                      const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv);
+#define ATT_TOL 0.02
+#define ATT_TOL_TF32 0.003
+static void f_attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "k"), v = tj_tree_v(in, "v"), wrt[3] = {q, k, v}, gr[3];
+    tj_v o = tj_attention(q, k, v, "q", "k", "d", 0, *(const int *)u);
+    (void)g;
+    tj_grad(tj_sum(tj_mul(o, tj_tree_v(in, "w")), "b q d"), 3, wrt, gr);
+    tj_tree_set_v(out, "out", o);
+    tj_tree_set_v(out, "dq", gr[0]);
+    tj_tree_set_v(out, "dk", gr[1]);
+    tj_tree_set_v(out, "dv", gr[2]);
+}
+static double at_f64(const void *p, tj_dtype dt, int64_t i); /* (below) */
+static void attn_host_case(tj_ctx *c, tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, int causal, double *worst) {
+    char sq[64], sk[64];
+    snprintf(sq, sizeof sq, "b=%lld q=%lld d=%lld", (long long)nb, (long long)tq, (long long)d);
+    snprintf(sk, sizeof sk, "b=%lld k=%lld d=%lld", (long long)nb, (long long)tk, (long long)d);
+    const spec sp[4] = {{"q", dt, sq, -3, 3}, {"k", dt, sk, -3, 3}, {"v", dt, sk, -1, 1}, {"w", dt, sq, -1, 1}};
+    static const char *names[4] = {"out", "dq", "dk", "dv"};
+    int64_t nq = nb * tq * d, nk = nb * tk * d, n[4] = {nq, nq, nk, nk};
+    void *h[4], *e[4];
+    double tol = dt == TJ_BF16 ? ATT_TOL : ATT_TOL_TF32;
+    float *lse = (float *)malloc(sizeof(float) * (size_t)(nb * tq)), *ref;
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    for (int i = 0; i < 4; i++) {
+        h[i] = host_data(&sp[i], 1234u + 77u * (unsigned)i);
+        tj_tree_set_array(in, sp[i].name, tj_array_new(c, dt, sp[i].shape, h[i]));
+        e[i] = malloc(tj_dtype_size(dt) * (size_t)n[i]);
+    }
+    p = tj_jit(c, "attention (reference)", f_attn, &causal, in, NULL);
+    TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[attention host] the CPU reference: %s", tj_error(c));
+    TJT_CHECK(tj_cuda_attention_host(dt, nb, tq, tk, d, 1.0 / sqrt((double)d), causal, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
+              "[attention host] %s d=%lld has a flash kernel", tj_dtype_name(dt), (long long)d);
+    for (int i = 0; p && i < 4; i++) {
+        tj_array *a = tj_tree_array(out, names[i]);
+        double big = 0, diff = 0;
+        int64_t at = 0;
+        ref = (float *)malloc(sizeof(float) * (size_t)n[i]);
+        if (a) tj_array_read(a, TJ_F32, ref);
+        for (int64_t j = 0; a && j < n[i]; j++) {
+            double x = at_f64(e[i], dt, j), dj = fabs(x - ref[j]);
+            big = fabs(ref[j]) > big ? fabs(ref[j]) : big;
+            if (!(dj <= diff)) diff = dj, at = j; /* (NaN counts) */
+        }
+        if (big > 0 && diff / big > worst[i]) worst[i] = diff / big;
+        TJT_CHECK(a && diff <= tol * (big + 0.1), "[attention host] %s b=%lld tq=%lld tk=%lld d=%lld causal=%d: %s element %lld is %g on the host emulation, %g on the "
+                  "CPU (largest magnitude %g, tolerance %g of it + 0.1)", tj_dtype_name(dt), (long long)nb, (long long)tq, (long long)tk, (long long)d, causal,
+                  names[i], (long long)at, a ? at_f64(e[i], dt, at) : 0.0, a ? ref[at] : 0.0, big, tol);
+        free(ref);
+    }
+    for (int i = 0; i < 4; i++) free(h[i]), free(e[i]);
+    free(lse);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_clear_error(c);
+}
+static void test_attention_host(void) {
+    static const int64_t sizes[] = {1, 17, 64, 65, 130};
+    double worst[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    tj_ctx *c = tj_ctx_new();
+    tj_set_backend(c, NULL); /* the CPU backend, even under TJ_BACKEND=devsim */
+    for (int causal = 0; causal < 2; causal++) {
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 5; j++) attn_host_case(c, TJ_BF16, 2, sizes[i], sizes[j], 64, causal, worst[0]);
+        attn_host_case(c, TJ_BF16, 1, 130, 65, 128, causal, worst[0]);
+        attn_host_case(c, TJ_BF16, 2, 17, 130, 128, causal, worst[0]);
+        attn_host_case(c, TJ_F32, 2, 65, 130, 64, causal, worst[1]);
+        attn_host_case(c, TJ_F32, 1, 130, 17, 128, causal, worst[1]);
+        attn_host_case(c, TJ_F32, 2, 1, 64, 64, causal, worst[1]);
+    }
+    for (int f = 0; f < 2; f++)
+        printf("attention host emulation, %s: largest difference / largest magnitude: out %.2e, dq %.2e, dk %.2e, dv %.2e (tolerance %g)\n",
+               f ? "f32 on TF32" : "bf16", worst[f][0], worst[f][1], worst[f][2], worst[f][3], f ? ATT_TOL_TF32 : ATT_TOL);
+    TJT_CHECK(tj_cuda_attention_host(TJ_F64, 1, 1, 1, 64, 1.0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL) < 0 &&
+                  tj_cuda_attention_host(TJ_BF16, 1, 1, 1, 32, 1.0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL) < 0,
+              "[attention host] f64, or d = 32, has no flash kernel");
+    tj_ctx_free(c);
+}
+/* attention on the GPU against the CPU backend, out and the gradients of
+   sum(out w): path 1 in every dtype (dim 40, dim' 24; and the widest rows,
+   1024 / 1000), path 1 on the flash shapes (TJ_CUDA_FLASH=0) and the flash
+   path (bf16, and f32 with TJ_CUDA_TF32=1; dim 64 and 128), causal or not,
+   tq = tk of 1, 31, 257 (and 1024 for flash), and tq != tk. Tolerances as
+   scaled in compare_at. (Run without TJ_CUDA_TF32 set: the f32 cases of
+   path 1 with dim 64 would take the TF32 kernels.) */
+static void attn_gpu_case(const char *path, tj_dtype dt, int64_t tq, int64_t tk, int64_t d, int64_t dv, int causal, double scaled) {
+    char what[160], sq[64], sk[64], sv[64], sw[64];
+    snprintf(what, sizeof what, "attention %s %s tq=%lld tk=%lld d=%lld dv=%lld%s", path, tj_dtype_name(dt), (long long)tq, (long long)tk, (long long)d,
+             (long long)dv, causal ? " causal" : "");
+    snprintf(sq, sizeof sq, "b=2 q=%lld d=%lld", (long long)tq, (long long)d);
+    snprintf(sk, sizeof sk, "b=2 k=%lld d=%lld", (long long)tk, (long long)d);
+    snprintf(sv, sizeof sv, "b=2 k=%lld d=%lld", (long long)tk, (long long)dv);
+    snprintf(sw, sizeof sw, "b=2 q=%lld d=%lld", (long long)tq, (long long)dv);
+    const spec sp[4] = {{"q", dt, sq, -3, 3}, {"k", dt, sk, -3, 3}, {"v", dt, sv, -1, 1}, {"w", dt, sw, -1, 1}};
+    compare_at(what, f_attn, &causal, sp, 4, scaled);
+}
+static void test_attention_gpu(void) {
+    static const int64_t sizes[] = {1, 31, 257, 1024};
+    for (int causal = 0; causal < 2; causal++) {
+        for (int i = 0; i < 3; i++) {
+            attn_gpu_case("path 1", TJ_F32, sizes[i], sizes[i], 40, 24, causal, 1e-4);
+            attn_gpu_case("path 1", TJ_F64, sizes[i], sizes[i], 40, 24, causal, 1e-9);
+            attn_gpu_case("path 1", TJ_BF16, sizes[i], sizes[i], 40, 24, causal, 1e-2);
+        }
+        attn_gpu_case("path 1", TJ_F32, 257, 31, 64, 64, causal, 1e-4);
+        attn_gpu_case("path 1", TJ_F32, 31, 31, 1024, 1000, causal, 1e-4);
+        setenv("TJ_CUDA_FLASH", "0", 1);
+        for (int i = 1; i < 3; i++) attn_gpu_case("path 1 (TJ_CUDA_FLASH=0)", TJ_BF16, sizes[i], sizes[i], 64, 64, causal, 1e-2);
+        unsetenv("TJ_CUDA_FLASH");
+        for (int i = 0; i < 4; i++) {
+            attn_gpu_case("flash", TJ_BF16, sizes[i], sizes[i], 64, 64, causal, ATT_TOL);
+            attn_gpu_case("flash", TJ_BF16, sizes[i], sizes[i], 128, 128, causal, ATT_TOL);
+        }
+        attn_gpu_case("flash", TJ_BF16, 31, 257, 64, 64, causal, ATT_TOL);
+        attn_gpu_case("flash", TJ_BF16, 257, 31, 128, 128, causal, ATT_TOL);
+        setenv("TJ_CUDA_TF32", "1", 1);
+        for (int i = 0; i < 4; i++) {
+            attn_gpu_case("flash (TJ_CUDA_TF32=1)", TJ_F32, sizes[i], sizes[i], 64, 64, causal, ATT_TOL_TF32);
+            attn_gpu_case("flash (TJ_CUDA_TF32=1)", TJ_F32, sizes[i], sizes[i], 128, 128, causal, ATT_TOL_TF32);
+        }
+        attn_gpu_case("flash (TJ_CUDA_TF32=1)", TJ_F32, 257, 31, 64, 64, causal, ATT_TOL_TF32);
+        unsetenv("TJ_CUDA_TF32");
+    }
+}
+
+/* `test_cuda --bench-attention` (tools/gpu_session.sh's bench step): one
+   training step's attention, forward and backward (the gradients of
+   sum(out w) for q, k and v), at GPT-2's B=16 H=12 T=1024 D=64 in bf16,
+   causal: tj_attention on the flash path, on path 1 (TJ_CUDA_FLASH=0), and
+   composed as dot, causal_mask, softmax and dot. Prints the median, min and
+   max of 7 runs after a warm-up (tj_run waits for the device). */
+static void f_attn_bench(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "k"), v = tj_tree_v(in, "v"), wrt[3] = {q, k, v}, gr[3], o;
+    (void)g;
+    if (*(const int *)u) { /* composed */
+        tj_v s = tj_causal_mask(tj_dot(tj_muls(q, 1.0 / sqrt((double)tj_v_dim(q, "d"))), k, "d"), "q", "k", -INFINITY);
+        o = tj_dot(tj_softmax(s, "k"), v, "k");
+    } else
+        o = tj_attention(q, k, v, "q", "k", "d", 0, 1);
+    tj_grad(tj_sum(tj_mul(o, tj_tree_v(in, "w")), "b h q d"), 3, wrt, gr);
+    tj_tree_set_v(out, "dq", gr[0]);
+    tj_tree_set_v(out, "dk", gr[1]);
+    tj_tree_set_v(out, "dv", gr[2]);
+}
+static int cmp_double(const void *a, const void *b) { return *(const double *)a < *(const double *)b ? -1 : *(const double *)a > *(const double *)b; }
+static int bench_attention(void) {
+    static const spec sp[4] = {{"q", TJ_BF16, "b=16 h=12 q=1024 d=64", -3, 3}, {"k", TJ_BF16, "b=16 h=12 k=1024 d=64", -3, 3},
+                               {"v", TJ_BF16, "b=16 h=12 k=1024 d=64", -1, 1}, {"w", TJ_BF16, "b=16 h=12 q=1024 d=64", -1, 1}};
+    static const char *modes[3] = {"tj_attention, flash path", "tj_attention, path 1 (TJ_CUDA_FLASH=0)", "composed: dot, causal_mask, softmax, dot"};
+    char why[512];
+    tj_backend *be = tj_cuda_backend(0, why, sizeof why);
+    if (!be) {
+        printf("attention bench: no GPU (%s)\n", why);
+        return 1;
+    }
+    tj_ctx *c = tj_ctx_new();
+    tj_set_backend(c, be);
+    tj_tree *in = make_inputs(c, sp, 4);
+    for (int mode = 0; mode < 3; mode++) {
+        int composed = mode == 2;
+        double ms[7];
+        tj_tree *out = tj_tree_new(c);
+        if (mode == 1) setenv("TJ_CUDA_FLASH", "0", 1);
+        tj_prog *p = tj_jit(c, modes[mode], f_attn_bench, &composed, in, NULL);
+        int ok = p && tj_run(p, in, out) == TJ_OK;
+        for (int r = 0; ok && r < 7; r++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            ok = tj_run(p, in, out) == TJ_OK;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            ms[r] = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        }
+        unsetenv("TJ_CUDA_FLASH");
+        if (ok) {
+            qsort(ms, 7, sizeof *ms, cmp_double);
+            printf("attention bench: B=16 H=12 T=1024 D=64 bf16 causal, fwd+bwd: %s: median %.2f ms (min %.2f, max %.2f, 7 runs)\n", modes[mode], ms[3], ms[0], ms[6]);
+        } else
+            printf("attention bench: %s failed: %s\n", modes[mode], tj_error(c));
+        tj_prog_free(p);
+        tj_tree_free(out);
+        tj_clear_error(c);
+    }
+    tj_tree_free(in);
+    tj_ctx_free(c);
+    tj_cuda_backend_free(be);
+    return 0;
 }
 static void f_relayout(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     static const char *names[] = {"f", "b", "d", "i"};
@@ -1472,6 +1685,7 @@ static int coverage(void) {
 int main(int argc, char **argv) {
     char why[512];
     if (argc > 1 && !strcmp(argv[1], "--coverage")) return coverage();
+    if (argc > 1 && !strcmp(argv[1], "--bench-attention")) return bench_attention();
     const char *self = getenv("TJ_CUDA_TEST_CPU");
     int selfcheck = self && *self && strcmp(self, "0") != 0;
     tj_backend *be = selfcheck ? NULL : tj_cuda_backend(0, why, sizeof why);
@@ -1487,8 +1701,9 @@ int main(int argc, char **argv) {
     }
     test_scatter_csr_host(); /* the device's scatter_add index logic, on the host */
     test_transpose_host();   /* the tiled relayout's index steps, on the host */
+    test_attention_host();   /* the flash attention kernels' block code, on the host */
     if (!be && !selfcheck) {
-        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator, the scatter_add index lists and the tiled transpose's index steps ran above)\n", why);
+        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator, the scatter_add index lists, the tiled transpose's index steps and the flash attention kernels' block code ran above)\n", why);
         printf("%d passed, %d failed, 1 skipped\n", tjt_pass, tjt_fail);
         return tjt_fail ? 1 : 0;
     }
@@ -1503,6 +1718,7 @@ int main(int argc, char **argv) {
     compare("cross_entropy", f_xent, s_xent, (int)(sizeof s_xent / sizeof *s_xent));
     compare("mlp", f_mlp, s_mlp, (int)(sizeof s_mlp / sizeof *s_mlp));
     compare("relayout", f_relayout, s_relayout, (int)(sizeof s_relayout / sizeof *s_relayout));
+    test_attention_gpu();
     test_fused(cpu, gpu, "cuda");
     test_fused_table();
     register_scale3(cpu);

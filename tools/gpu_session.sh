@@ -11,9 +11,12 @@
 #             its FAIL lines
 #   memcheck  compute-sanitizer memcheck over build/test_cuda
 #   bench     GPT-2 124M on the GPU: f32 and bf16 (B=16, T=1024), bf16 with
-#             --trace (where the time goes, by op)
+#             --trace (where the time goes, by op); attention alone, forward
+#             and backward at B=16 H=12 T=1024 D=64 bf16 causal: flash path,
+#             path 1 and dot + causal_mask + softmax (test_cuda --bench-attention)
 #   torch     PyTorch on the same model beside it (tools/bench_torch_gpt2.py,
-#             bf16 eager and compiled), when torch with CUDA is installed
+#             bf16 eager and compiled), and its scaled_dot_product_attention
+#             at the attention bench's size, when torch with CUDA is installed
 #   suite     ./build.sh test: the whole suite (its CUDA tests again, the NCCL
 #             transport on one process and one GPU, 2+ GPU tests where they exist)
 # cuda, memcheck and bench build what they need first when it is missing.
@@ -108,6 +111,10 @@ if want bench; then
     else
         note "bench: skipped (build/gpt2_train did not build: see build.log)"
     fi
+    if [ -x build/test_cuda ]; then
+        step bench_attention 240 build/test_cuda --bench-attention
+        grep -E "^attention bench" "$out/bench_attention.log" | sed "s/^/[attention] /" >>"$sum"
+    fi
 fi
 
 if want torch; then
@@ -117,6 +124,23 @@ if want torch; then
             step "torch_${v%%:*}" 240 python3 tools/bench_torch_gpt2.py --batch 16 --dtype bf16 ${v#*:}
             tail -n 4 "$out/torch_${v%%:*}.log" | sed "s/^/[torch ${v%%:*}] /" >>"$sum"
         done
+        # attention alone, as test_cuda --bench-attention times it: fwd + bwd (the gradients of sum(out w))
+        step torch_sdpa 120 python3 - <<'PY'
+import time, torch, torch.nn.functional as F
+B, H, T, D = 16, 12, 1024, 64
+q, k, v = (torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+w = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)
+ms = []
+for r in range(8):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), w)
+    torch.cuda.synchronize()
+    if r: ms.append((time.perf_counter() - t0) * 1e3)  # the first run warms up
+ms.sort()
+print(f"attention bench: B=16 H=12 T=1024 D=64 bf16 causal, fwd+bwd: torch scaled_dot_product_attention: median {ms[3]:.2f} ms (min {ms[0]:.2f}, max {ms[6]:.2f}, 7 runs)")
+PY
+        grep -E "^attention bench" "$out/torch_sdpa.log" | sed "s/^/[torch] /" >>"$sum"
     else
         note "torch: skipped (no PyTorch with CUDA, or no tools/bench_torch_gpt2.py)"
     fi
