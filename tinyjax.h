@@ -8190,6 +8190,15 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         char why[160];
         const char *nm = tj__resid_name(v, w->b, w->nc);
         tj_decision d = tj__decide(w->policy, v, nm, why, sizeof why);
+        if (v->op == TJ__OP_PROJ && v->a.index > 0 && (tj__ops[v->in[0]->op].flags & TJ__RERUN)) {
+            /* a rerunnable op's other outputs (attention's log-sum-exps) go
+               as its first goes: saving the output but recomputing its
+               small statistics would re-run the whole op for them */
+            tj_node *o = v->in[0]->proj[0];
+            char ow[160];
+            d = tj__decide(w->policy, o, tj__resid_name(o, w->b, w->nc), ow, sizeof ow);
+            snprintf(why, sizeof why, "as %s's first output: %.120s", tj__opname(v->in[0]->op), ow);
+        }
         if ((tj__ops[v->op].flags & TJ__VIEW) && d != TJ_RECOMPUTE && !nm[0]) d = TJ_RECOMPUTE, snprintf(why, sizeof why, "a view: recomputed from its root");
         if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !(tj__ops[v->in[0]->op].flags & TJ__RERUN)) { /* never re-run a nested scan or custom op for one of its outputs */
             d = TJ_SAVE;

@@ -1571,8 +1571,10 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
 }
 
 /* ---- attention (tj_attention, tinyjax.h [5] "attention (flash-style)") ----
-   Two paths. Path 1, below, is the CPU kernels' algorithm for every dtype
-   and size (dim, dim' up to 1024): one warp per row, the row spread over
+   Two paths. Path 1, below, computes what the CPU kernels compute (their
+   formulas, one key or query at a time where the CPU goes by tiles) for
+   every dtype and size (dim, dim' up to the builder's 256; the kernels take
+   1024): one warp per row, the row spread over
    the lanes (element lane + 32 i in slot i), each dot a warp sum. The
    forward keeps the CPU's online softmax per query (a running max m and
    sum, the output accumulated and rescaled when m grows) with its NaN
@@ -1629,7 +1631,7 @@ __device__ __forceinline__ T tjc_att_dot(const T *x, const T *y) {
 }
 #define TJC_ATT_ROWS(r, rows) \
     for (int64_t r = blockIdx.x * (int64_t)TJC_ATT_WPB + (threadIdx.x >> 5); r < (rows); r += (int64_t)gridDim.x * TJC_ATT_WPB)
-/* forward: out and lse of query row r = b tq + i (tj__attn_fwd) */
+/* forward: out and lse of query row r = b tq + i */
 template <typename T, int NV>
 __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_fwd(tjc_att a, const void *q, const void *k, const void *v, void *out, void *lse) {
     const int lane = threadIdx.x & 31;
@@ -1682,7 +1684,7 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dl(tjc_att a, cons
         if (lane == 0) dl[r] = s;
     }
 }
-/* ds (and p) of query row qr with key row kj, vj (tj__attn_ds) */
+/* ds = P (dP - D) (and P in *p) of query row qr with key row kj, vj */
 template <typename T, int NV>
 __device__ __forceinline__ T tjc_att_ds(const tjc_att &a, const T *qi, const T *gi, const T *kj, const T *vj, const void *lse, const T *dl, int64_t qr, T *p) {
     T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj);

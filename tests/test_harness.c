@@ -450,6 +450,7 @@ BUILD(pad, tj_pad(X0, "q", 1, 3, 0.5))
 BUILD(take, tj_take(X0, "v", X1))
 BUILD(one_hot, tj_mul(tj_one_hot(X0, "v=8", DT), X1))
 BUILD(causal, tj_causal_mask(X0, "qp", "kp", -2.0))
+BUILD(attention, tj_attention(X0, X1, x[2], "qp", "kp", "d", 0, 1))
 BUILD(softmax, tj_softmax(X0, "q"))
 BUILD(log_softmax, tj_log_softmax(X0, "q"))
 BUILD(layer_norm, tj_layer_norm(X0, "q", 1e-5))
@@ -667,6 +668,8 @@ static const hx_row rows[] = {
     ROW("take1", "take scatter_add", b_take, 2, "v=8 e=4", "s=4", "fi", 1, "e s", .ihi = 8, .via = "scatter_add: tj_take's VJP"),
     ROW("one_hot", "one_hot", b_one_hot, 2, "s=4", "s=4 v=8", "if", 2, "s", .ihi = 8),
     ROW("causal_mask", "causal_mask", b_causal, 1, "b=4 qp=4 kp=4", NULL, "f", 1, "b"),
+    {.name = "attention", .ops = "attention attention_grad out", .via = "attention_grad: tj_attention's VJP", .build = b_attention, .nin = 3,
+     .shape = {"b=2 h=2 qp=5 d=4", "kp=3 h=2 b=2 d=4", "b=2 h=2 kp=3 d=4"}, .kind = "fff", .diff = 7, .twice = 0, .smap = "b h", .lo = -2, .hi = 2},
     UN(softmax, "softmax softmax_grad", "p", .via = "softmax_grad: tj_softmax's VJP"),
     UN(log_softmax, "log_softmax", "p"),
     UN(layer_norm, "layer_norm layer_norm_grad copy", "p", .via = "layer_norm_grad: tj_layer_norm's VJP; copy: the VJP of a row gradient"),
@@ -882,14 +885,21 @@ static int run_prog(tj_ctx *ctx, hx_cfg *c, tj_tree *in, hx_outs *o, char *err, 
    row, context and kind), and summarised at the end */
 static int brief;
 /* Known bugs, found by this harness and not fixed yet (see the issue notes),
-   are listed in known_bug by row, context and kind of check: printed as
-   KNOWN and counted apart; every other failure fails the run. None at
-   present (the last, issue #15's memory rules in grads of grads, were a
-   check without a premise: see memory_rules). */
+   are listed in known_bug by row, context, kind of check and message:
+   printed as KNOWN and counted apart; every other failure fails the run.
+   One at present: attention with its inputs' `d` split over data (and
+   model; the op gathers them whole): under a policy that recomputes,
+   the plan's arena is 2304 B against everything_saveable's 2240 B (one
+   64-byte alignment unit). The recomputing program re-gathers q and v
+   twice in the backward pass (once for the recomputed attention, once for
+   its gradient op: the planner's reuse/split choices) and its placement
+   ends one unit above; TJ_NO_INLINE=1 gives 2368 against 3328. Not yet
+   understood further; the previous KNOWN entries (issue #15's memory rules
+   in grads of grads) were a check without a premise: see memory_rules. */
 static int nknown;
-static int known_bug(int ri, int cx, int second) {
-    (void)ri, (void)cx, (void)second;
-    return 0;
+static int known_bug(int ri, int cx, int second, const char *msg) {
+    return second == 3 && !strcmp(rows[ri].name, "attention") && cx != C_CK_ALL && strstr(msg, "sharding \"d:data") &&
+           strstr(msg, "needs 2304 B device temp, everything_saveable 2240 B");
 }
 static void record_fail2(int ri, int cx, int second, const char *fmt, ...) {
     va_list ap;
@@ -897,7 +907,7 @@ static void record_fail2(int ri, int cx, int second, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (known_bug(ri, cx, second)) {
+    if (known_bug(ri, cx, second, msg)) {
         if (!fails[ri][cx][second]) snprintf(first_fail[ri][cx][second], sizeof first_fail[ri][cx][second], "%.239s", msg);
         if (!fails[ri][cx][second]++) fprintf(stderr, "KNOWN [op %s] %s\n", *rows[ri].ops ? rows[ri].ops : "(composite)", msg);
         nknown++;
@@ -1452,7 +1462,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "\nfirst %s failure of each (row, context):\n", kn[o]);
                 for (ri = 0; ri < NROWS; ri++)
                     for (cx = 0; cx < NCTX; cx++)
-                        if (fails[ri][cx][o]) fprintf(stderr, "  %s%s\n", known_bug(ri, cx, o) ? "KNOWN " : "", first_fail[ri][cx][o]);
+                        if (fails[ri][cx][o]) fprintf(stderr, "  %s%s\n", known_bug(ri, cx, o, first_fail[ri][cx][o]) ? "KNOWN " : "", first_fail[ri][cx][o]);
             }
         }
     }
