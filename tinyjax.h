@@ -8102,6 +8102,16 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
 }
 /* A residual: make the forward body return it (offloaded if so decided),
    and give the backward body a slice parameter for it. */
+/* v, or a view of it, is one of body b's outputs */
+static int tj__body_returns(const tj_graph *b, const tj_node *v) {
+    int i;
+    for (i = 0; i < b->nout; i++) {
+        const tj_node *x = b->outs[i];
+        while (x != v && (tj__ops[x->op].flags & TJ__VIEW) && x->nin == 1) x = x->in[0];
+        if (x == v) return 1;
+    }
+    return 0;
+}
 static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     tj_node *out = v, *p;
     int space = d == TJ_OFFLOAD ? TJ_SPACE_HOST : TJ_SPACE_DEVICE;
@@ -8200,6 +8210,12 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             snprintf(why, sizeof why, "as %s's first output: %.120s", tj__opname(v->in[0]->op), ow);
         }
         if ((tj__ops[v->op].flags & TJ__VIEW) && d != TJ_RECOMPUTE && !nm[0]) d = TJ_RECOMPUTE, snprintf(why, sizeof why, "a view: recomputed from its root");
+        else if (d == TJ_RECOMPUTE && w->scan->a.length == 1 && !w->b->manual && tj__body_returns(w->b, v)) {
+            /* a region (not a shard_map body) returns it: the program holds
+               it anyway, and an inlined region's residual is that value */
+            d = TJ_SAVE;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; the region returns it, so it is kept");
+        }
         if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !(tj__ops[v->in[0]->op].flags & TJ__RERUN)) { /* never re-run a nested scan or custom op for one of its outputs */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : v->in[0]->op == TJ__OP_CUSTOM ? "custom op" : "custom_vjp");
