@@ -110,8 +110,8 @@ ROUNDED = {nm: _rounded(f, d) for nm, (f, d) in D.items()}
 class Evaluator:
     """Runs spec ops on NVs. exact=True: every float is float64 and casts round
     to their dtype's values (the reference for the tolerance)."""
-    def __init__(self, exact, mesh=None, perturb=None):
-        self.exact, self.mesh, self.perturb = exact, mesh, perturb
+    def __init__(self, exact, mesh=None, perturb=None, special=False):
+        self.exact, self.mesh, self.perturb, self.special = exact, mesh, perturb, special
 
     def pz(self, a):
         """a fused op's intermediate, perturbed like an op's result (see run_ops)"""
@@ -240,6 +240,7 @@ class Evaluator:
                 names = op["mean_axes"].split()
                 r = NV(jnp.mean(r.a, axis=tuple(rest.index(n) for n in names)), [n for n in rest if n not in names])
             return r
+        if nm == "attention": return self.attention(op, *ins)
         if nm == "checkpoint_name": return NV(checkpoint_name(a.a, op["name"]), a.axes)
         if nm == "stop_gradient": return NV(lax.stop_gradient(a.a), a.axes)
         ma = tuple(op.get("mesh_axes", "").replace("+", " ").split())
@@ -258,6 +259,47 @@ class Evaluator:
             return NV(lax.all_to_all(a.a, ma1, a.axes.index(op["split_axis"]), a.axes.index(op["concat_axis"]), tiled=True), a.axes)
         if nm == "axis_index": return NV(lax.axis_index(ma1).astype(jnp.int32), [])
         raise ValueError("unknown op " + nm)
+
+    def attention(self, op, q, k, v):
+        """tj_attention: softmax(scale q.k, causal mask) . v per batch row,
+        computed in f32 for bf16 (one rounding at the end, as tinyjax), out
+        [batch axes in q's order, qpos, dim]. JAX's result is
+        jax.nn.dot_product_attention (implementation='xla') where it applies:
+        finite inputs, f32 compute and dim' == dim (it wants v shaped as k).
+        Else, and for the float64 reference, the composed form, with masked
+        pairs skipped: a masked key's q.k and p*v are never formed (each
+        factor is zeroed by a select first), as tinyjax's kernels never visit
+        them, so a NaN or infinity there reaches no result (README: Against
+        JAX lists this)."""
+        qp, kp, dm = op["qpos"], op["kpos"], op["dim"]
+        batch = [n for n in q.axes if n not in (qp, dm)]
+        lay = lambda x, pos: jnp.transpose(x.a, [x.axes.index(n) for n in batch + [pos, dm]])
+        qa, ka, va = lay(q, qp), lay(k, kp), lay(v, kp)
+        dt = qa.dtype
+        up = jnp.float32 if dt == jnp.bfloat16 else dt
+        qa, ka, va = qa.astype(up), ka.astype(up), va.astype(up)
+        (tq, d), tk, dv = qa.shape[-2:], ka.shape[-2], va.shape[-1]
+        scale = op.get("scale", 0.0) or 1.0 / np.sqrt(d)
+        causal = bool(op.get("causal", 0))
+        if not self.exact and not self.special and up == jnp.float32 and dv == d:
+            B = int(np.prod(qa.shape[:-2]))
+            r = jax.nn.dot_product_attention(qa.reshape(B, tq, 1, d), ka.reshape(B, tk, 1, d), va.reshape(B, tk, 1, d),
+                                             scale=float(scale), is_causal=causal, implementation="xla")
+            return NV(r.reshape(qa.shape).astype(dt), batch + [qp, dm])
+        prec = lax.Precision.HIGHEST
+        if causal:  # (query i sees keys j <= i)
+            seen = jnp.tril(jnp.ones((tq, tk), bool))
+            kz = jnp.where(seen[:, :, None], ka[..., None, :, :], jnp.zeros((), up))  # [..., tq, tk, d]
+            s = jnp.einsum("...td,...tsd->...ts", qa, kz, precision=prec)
+        else: s = jnp.einsum("...td,...sd->...ts", qa, ka, precision=prec)
+        s = self.pz(s * jnp.asarray(scale, up))
+        if causal: s = jnp.where(seen, s, jnp.asarray(-np.inf, up))
+        p = self.pz(jax.nn.softmax(s, axis=-1))
+        if causal:
+            vz = jnp.where(seen[:, :, None], va[..., None, :, :], jnp.zeros((), up))
+            o = jnp.einsum("...ts,...tsd->...td", p, vz, precision=prec)
+        else: o = jnp.einsum("...ts,...sd->...td", p, va, precision=prec)
+        return NV(o.astype(dt), batch + [qp, dm])
 
     def round(self, v, d):
         """exact mode: round float64 v to dtype d's values (inside jit)"""
@@ -313,7 +355,7 @@ def eval_jax(spec, exact, perturb=None):
         shape = [int(t.split("=")[1]) for t in spec["mesh"].split()]
         names = [t.split("=")[0] for t in spec["mesh"].split()]
         mesh = Mesh(np.array(jax.devices()[:spec["devices"]]).reshape(shape), tuple(names))
-    ev = Evaluator(exact, mesh, perturb)
+    ev = Evaluator(exact, mesh, perturb, special_values(spec))
     arrays, axes_of = {}, {}
     for x in ins:
         sh = parse_shape(x["shape"]); axes_of[x["name"]] = [n for n, _ in sh]
@@ -489,7 +531,7 @@ def compare(exp, got):
 MESHES = [("data=2 model=2", 4), ("data=8", 8), ("data=2 model=4", 8), ("x=4", 4)]
 
 class Gen:
-    def __init__(self, seed, mode=None, dtype=None, big=False):
+    def __init__(self, seed, mode=None, dtype=None, big=False, attn=False):
         self.r = random.Random(seed)
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
@@ -500,7 +542,7 @@ class Gen:
         self.nv = self.nin = self.naxis = 0
         self.names = []   # checkpoint names used
         self.manual = False
-        self.big = big
+        self.big, self.attn = big, attn
         self.check = 1
 
     def fresh_axis(self):
@@ -558,7 +600,7 @@ class Gen:
         x = r.choice(fl); dt, sh = self.vals[x]
         axes = [n for n, _ in sh]
         kinds = ["unary", "unary", "binary", "binary", "compare_select", "reduce", "dot", "dot", "shape", "shape",
-                 "rowop", "take", "one_hot", "causal", "xent", "cast", "name"]
+                 "rowop", "take", "one_hot", "causal", "xent", "cast", "name", "attention"]
         if self.manual: kinds += ["coll", "coll", "coll"]
         k = r.choice(kinds)
         if k == "unary":
@@ -697,12 +739,76 @@ class Gen:
             nd = r.choice(["bf16", "f64"]) if dt == "f32" else "f32"
             y = self.emit("cast", [x], nd, sh, dtype=nd)
             return self.emit("cast", [self.emit("tanh", [y], nd, sh)], dt, sh, dtype=dt) if r.random() < 0.5 else y
+        if k == "attention": return self.attention(x)
         if k == "name":
             nm = "n%d" % len(self.names); self.names.append(nm)
             return self.emit("checkpoint_name", [x], dt, sh, name=nm)
         if k == "coll":
             return self.collective(x)
         return None
+
+    def attention(self, x):
+        """tj_attention on new inputs q, k, v (0-2 batch axes, each input's
+        axes in its own random order; not in shard_map, whose inputs are
+        fixed) or with x as q: two of its axes are the query positions and
+        dim, the rest batch axes, and k and v are made from x (a renamed
+        position axis, sliced, concatenated or transposed; v sliced or
+        padded along dim, so dim' may differ)"""
+        r = self.r
+        dt, sh = self.vals[x]
+        kw = {"scale": r.choice([0.0, 0.0, 0.0, 0.125, 1.0, -0.7, 2.5]), "causal": int(r.random() < 0.5)}
+        if not self.manual and (len(sh) < 2 or r.random() < 0.6):
+            bs = [1, 2, 3, 4, 8] if not self.big else [1, 2, 3]
+            batch = [(self.fresh_axis(), r.choice(bs)) for _ in range(r.choice([0, 1, 1, 2, 2]))]
+            big = self.big and r.random() < 0.5  # several threads' rows, long dots
+            tq = r.choice([1, 2, 3, 5, 8]) if not big else r.randint(20, 70)
+            tk = r.choice([tq, tq, 1, r.randint(1, 9)]) if not big else r.choice([tq, r.randint(20, 90)])
+            d = r.choice([1, 2, 3, 4, 8, 16]) if not big else r.choice([9, 32, 64])
+            dv = r.choice([d, d, r.randint(1, 10)])
+            qp, dm = self.fresh_axis(), self.fresh_axis()
+            kp = qp if r.random() < 0.2 else self.fresh_axis()  # (k's positions may share q's name)
+            def inp(shape):
+                r.shuffle(shape)
+                n = self.add_input(dt, shape)
+                if hasattr(self, "mesh_axes"):  # on a mesh: placed by a random spec, batch axes among them
+                    self.inputs[-1]["spec"] = self.random_spec(self.inputs[-1], 0.02)[0]
+                return n
+            q = inp(batch + [(qp, tq), (dm, d)])
+            k = inp(batch + [(kp, tk), (dm, d)])
+            v = inp(batch + [(kp, tk), (dm, dv)])
+            return self.emit("attention", [q, k, v], dt, batch + [(qp, tq), (dm, dv)], qpos=qp, kpos=kp, dim=dm, **kw)
+        if len(sh) < 2: return None
+        qp, dm = r.sample([n for n, _ in sh], 2)
+        batch = [a for a in sh if a[0] not in (qp, dm)]
+        tq, d = dict(sh)[qp], dict(sh)[dm]
+        kp = qp if r.random() < 0.3 else self.fresh_axis()
+        k = x if kp == qp else self.emit("rename", [x], dt, [(kp, n) if m == qp else (m, n) for m, n in sh], **{"from": qp, "to": kp})
+        ksh = self.vals[k][1]
+        i = [n for n, _ in ksh].index(kp)
+        how = r.choice(["same", "slice", "concat", "tanh"])
+        if how == "slice" and tq > 1:
+            st = r.randrange(tq)
+            k = self.emit("slice", [k], dt, ksh[:i] + [(kp, tq - st)] + ksh[i + 1:], axis=kp, start=st, stop=tq)
+        elif how == "concat":
+            k = self.emit("concat", [k, self.emit("muls", [k], dt, ksh, s=-0.5)], dt, ksh[:i] + [(kp, 2 * tq)] + ksh[i + 1:], axis=kp)
+        elif how == "tanh": k = self.emit("tanh", [k], dt, ksh)
+        ksh = self.vals[k][1]
+        v = self.emit("muls", [k], dt, ksh, s=r.choice([0.5, -2.0, 1.7]))
+        j = [n for n, _ in ksh].index(dm)
+        if r.random() < 0.3 and d > 1:
+            v = self.emit("slice", [v], dt, ksh[:j] + [(dm, d - 1)] + ksh[j + 1:], axis=dm, start=1, stop=d)
+        elif r.random() < 0.2:
+            v = self.emit("pad", [v], dt, ksh[:j] + [(dm, d + 2)] + ksh[j + 1:], axis=dm, lo=1, hi=1, value=0.0)
+        if r.random() < 0.5: k = self.shuffled(k)
+        if r.random() < 0.5: v = self.shuffled(v)
+        dv = dict(self.vals[v][1])[dm]
+        return self.emit("attention", [x, k, v], dt, batch + [(qp, tq), (dm, dv)], qpos=qp, kpos=kp, dim=dm, **kw)
+
+    def shuffled(self, x):
+        """x transposed to a random order"""
+        dt, sh = self.vals[x]
+        o = sh[:]; self.r.shuffle(o)
+        return self.emit("transpose", [x], dt, o, order=" ".join(n for n, _ in o))
 
     def collective(self, x):
         r = self.r
@@ -816,6 +922,9 @@ class Gen:
                 x["spec"] = self.random_spec(x, 0.05)[0]
         nops = r.randint(3, 10)
         tries = 0
+        while self.attn and tries < 10 and not any(o["op"] == "attention" for o in self.ops):  # --attention: one first
+            tries += 1
+            self.attention(r.choice(self.floats()))
         while len([o for o in self.ops]) < nops and tries < 40:
             tries += 1
             self.step()
@@ -882,11 +991,11 @@ def result_dtype(spec, k):
         else: dt[op["out"]] = dt[op["in"][0]] if op["op"] != "select" else dt[op["in"][1]]
     return dt[k]
 
-def make_spec(seed, mode=None, dtype=None, big=False):
+def make_spec(seed, mode=None, dtype=None, big=False, attn=False):
     """seed's program with its loss weights; a program JAX refuses comes back
     with expect_error (tinyjax must refuse it too)"""
     for attempt in range(20):
-        g = Gen(seed * 1000 + attempt, mode, dtype, big)
+        g = Gen(seed * 1000 + attempt, mode, dtype, big, attn)
         spec = g.make()
         if spec is None: continue
         try:
@@ -972,6 +1081,7 @@ def main():
     ap.add_argument("--dtype")
     ap.add_argument("--show", action="store_true")
     ap.add_argument("--big", action="store_true", help="also dots of 65..130 (the packed matmul kernel)")
+    ap.add_argument("--attention", action="store_true", help="every program has a tj_attention (its first op when it can)")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--golden", help="write the CI goldens into this folder")
     ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map)")
@@ -981,7 +1091,7 @@ def main():
     seeds = [a.seed] if a.seed is not None else range(a.start, a.start + a.seeds)
     nbad = nrun = 0
     for s in seeds:
-        spec = make_spec(s, a.mode, a.dtype, a.big)
+        spec = make_spec(s, a.mode, a.dtype, a.big, a.attention)
         if spec is None: continue
         nrun += 1
         if a.show: print(show(spec))
@@ -1055,6 +1165,29 @@ EDGE = [
     # causal mask with -inf, then softmax (attention)
     {"mode": "jit", "inputs": [X("x0", "f32", "q=3 k=3", [0.1, -0.2, 0.3, 1.0, 2.0, -1.0, 0.0, 0.5, 0.25])],
      "ops": [O("causal_mask", ["x0"], "v0", q="q", k="k", fill="-inf"), O("softmax", ["v0"], "v1", axis="k")], "outputs": ["v1"]},
+    # tj_attention, causal: a NaN key and an infinite value that the first
+    # two queries cannot see reach neither their outputs nor dq (JAX's
+    # einsums multiply the masked pairs by 0: NaN); rows that see them: NaN
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=3 h=2", [0.5, -1.0, 0.25, 2.0, -0.75, 1.5]),
+                               X("x1", "f32", "s=3 h=2", [1.0, 0.5, -0.5, 2.0, NAN, 1.0]),
+                               X("x2", "f32", "s=3 h=2", [0.3, -0.2, 1.0, 1.0, INF, "-inf"])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1),
+             O("slice", ["v0"], "v1", axis="t", start=0, stop=2)], "outputs": ["v1"]},
+    # ... and a causal row whose visible scores are all -inf is NaN, as the
+    # -inf-masked softmax gives (jax.nn.dot_product_attention masks with a
+    # finite -0.7 * max float: that row becomes the mean of the masked values)
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=2", [INF, 0.0, 0.25, 2.0]), X("x1", "f32", "s=2 h=2", [-1.0, 0.5, 1.0, 2.0]),
+                               X("x2", "f32", "s=2 h=2", [0.3, -0.2, 1.0, 1.5])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1)], "outputs": ["v0"]},
+    # causal with more queries than keys (the last ones see every key) and
+    # fewer; batch axes in three orders, a size-1 one, dim' != dim, scales
+    {"mode": "jit", "inputs": [X("x0", "bf16", "b=2 t=4 h=3 u=1", [0.5, -1.0, 0.25, 2.0, -0.75, 1.5, 1.0, 0.125, -2.0, 0.5, 0.5, -1.5,
+                                                                  -0.25, 1.0, 0.75, 3.0, -1.0, 0.0, 0.5, 0.25, -0.5, 1.25, -1.75, 2.0]),
+                               X("x1", "bf16", "h=3 s=2 u=1 b=2", [1.0, 0.5, -0.5, 2.0, 0.25, 1.0, -1.0, 0.75, 0.5, -0.25, 1.5, 0.0]),
+                               X("x2", "bf16", "u=1 s=2 b=2 h=1", [0.3125, -0.25, 1.0, 2.5])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=-0.7, causal=1),
+             O("rename", ["x0"], "v1", **{"from": "t", "to": "s"}),
+             O("attention", ["x1", "v1", "v1"], "v2", qpos="s", kpos="s", dim="h", scale=2.5, causal=1)], "outputs": ["v0", "v2"]},
     # layer_norm of a constant row (variance 0: eps alone), sizes 1
     {"mode": "jit", "inputs": [X("x0", "f32", "a=2 e=3", [2.0, 2.0, 2.0, 1.0, -1.0, 0.5]), X("x1", "f32", "e=1 a=2", [0.3, -0.7])],
      "ops": [O("layer_norm", ["x0"], "v0", axis="e", eps=0.1), O("layer_norm", ["x1"], "v1", axis="e", eps=1e-5),
