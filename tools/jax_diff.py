@@ -266,11 +266,10 @@ class Evaluator:
         [batch axes in q's order, qpos, dim]. JAX's result is
         jax.nn.dot_product_attention (implementation='xla') where it applies:
         finite inputs, f32 compute and dim' == dim (it wants v shaped as k).
-        Else, and for the float64 reference, the composed form, with masked
-        pairs skipped: a masked key's q.k and p*v are never formed (each
-        factor is zeroed by a select first), as tinyjax's kernels never visit
-        them, so a NaN or infinity there reaches no result (README: Against
-        JAX lists this)."""
+        Else, and for the float64 reference, the composed form (causal:
+        attention_pairs, where a masked pair's factors never meet, so a NaN
+        or infinity there reaches no result: README's Against JAX lists
+        this); in perturb mode attention_rounded."""
         qp, kp, dm = op["qpos"], op["kpos"], op["dim"]
         batch = [n for n in q.axes if n not in (qp, dm)]
         lay = lambda x, pos: jnp.transpose(x.a, [x.axes.index(n) for n in batch + [pos, dm]])
@@ -286,19 +285,16 @@ class Evaluator:
             r = jax.nn.dot_product_attention(qa.reshape(B, tq, 1, d), ka.reshape(B, tk, 1, d), va.reshape(B, tk, 1, d),
                                              scale=float(scale), is_causal=causal, implementation="xla")
             return NV(r.reshape(qa.shape).astype(dt), batch + [qp, dm])
-        prec = lax.Precision.HIGHEST
-        if causal:  # (query i sees keys j <= i)
-            seen = jnp.tril(jnp.ones((tq, tk), bool))
-            kz = jnp.where(seen[:, :, None], ka[..., None, :, :], jnp.zeros((), up))  # [..., tq, tk, d]
-            s = jnp.einsum("...td,...tsd->...ts", qa, kz, precision=prec)
-        else: s = jnp.einsum("...td,...sd->...ts", qa, ka, precision=prec)
-        s = self.pz(s * jnp.asarray(scale, up))
-        if causal: s = jnp.where(seen, s, jnp.asarray(-np.inf, up))
-        p = self.pz(jax.nn.softmax(s, axis=-1))
-        if causal:
-            vz = jnp.where(seen[:, :, None], va[..., None, :, :], jnp.zeros((), up))
-            o = jnp.einsum("...ts,...tsd->...td", p, vz, precision=prec)
-        else: o = jnp.einsum("...ts,...sd->...td", p, va, precision=prec)
+        seen = jnp.tril(jnp.ones((tq, tk), bool)) if causal else jnp.ones((tq, tk), bool)  # query i sees key j
+        if self.perturb:
+            u, rnd = self.perturb
+            one = lambda shape: jnp.asarray(1 + u * rnd.choice([-1.0, 1.0], size=shape), up)
+            sh = qa.shape[:-2] + (tq, tk)
+            o = attention_rounded(qa, ka, va, scale, seen, (one(sh), one(sh), one(qa.shape[:-1] + (dv,)), one(qa.shape[:-1])))
+        elif causal: o = attention_pairs(qa, ka, va, scale, seen)[0]
+        else:
+            s = jnp.einsum("...td,...sd->...ts", qa, ka, precision=lax.Precision.HIGHEST) * jnp.asarray(scale, up)
+            o = jnp.einsum("...ts,...sd->...td", jax.nn.softmax(s, axis=-1), va, precision=lax.Precision.HIGHEST)
         return NV(o.astype(dt), batch + [qp, dm])
 
     def round(self, v, d):
@@ -308,6 +304,47 @@ class Evaluator:
         r = ((b + jnp.uint32(0x7FFF) + ((b >> 16) & 1)) >> 16) << 16
         out = lax.bitcast_convert_type(r.astype(jnp.uint32), jnp.float32).astype(jnp.float64)
         return jnp.where(jnp.isnan(v), v, out)
+
+# The composed attention over (query, key) pairs, [..., tq, tk, d]: the
+# factors of a pair a query cannot see are zeroed by a select before they
+# meet, so no 0 * inf is formed there (tinyjax never visits those pairs).
+def attention_pairs(q, k, v, scale, seen, rs=1, rp=1):
+    """out and the log-sum-exp of each query's scores: softmax(scale q.k
+    (masked: -inf)) . v, the scores times rs and the probabilities times rp"""
+    hp, z = lax.Precision.HIGHEST, jnp.zeros((), q.dtype)
+    kz = jnp.where(seen[:, :, None], k[..., None, :, :], z)
+    s = jnp.where(seen, jnp.einsum("...td,...tsd->...ts", q, kz, precision=hp) * jnp.asarray(scale, q.dtype) * rs, jnp.asarray(-np.inf, q.dtype))
+    lse = jax.nn.logsumexp(s, axis=-1)
+    p = jnp.exp(jnp.where(seen, s - lse[..., None], jnp.asarray(-np.inf, q.dtype))) * rp  # (masked: 0, also in a row of NaN)
+    vz = jnp.where(seen[:, :, None], v[..., None, :, :], z)
+    return jnp.einsum("...ts,...tsd->...td", p, vz, precision=hp), lse, p
+
+def attention_rounded(q, k, v, scale, seen, r):
+    """perturb mode: attention_pairs with its scores, probabilities, output
+    and log-sum-exp each moved by one rounding (r: the four factors 1 +- u),
+    and tinyjax's backward: P from the stored log-sum-exp and
+    D_i = d_out_i . out_i from the stored output, both moved (tinyjax keeps
+    them in out's dtype and f32), so the spread sees the cancellation in
+    d_out_i . v_j - D_i"""
+    rs, rp, ro, rl = r
+    hp, z = lax.Precision.HIGHEST, jnp.zeros((), q.dtype)
+    @jax.custom_vjp
+    def f(q, k, v): return attention_pairs(q, k, v, scale, seen, rs, rp)[0]
+    def f_fwd(q, k, v):
+        o, lse, _ = attention_pairs(q, k, v, scale, seen, rs, rp)
+        return o, (q, k, v, o * ro, lse * rl)
+    def f_bwd(res, g):
+        q, k, v, o, lse = res
+        kz, vz = jnp.where(seen[:, :, None], k[..., None, :, :], z), jnp.where(seen[:, :, None], v[..., None, :, :], z)
+        qz, gz = jnp.where(seen[:, :, None], q[..., :, None, :], z), jnp.where(seen[:, :, None], g[..., :, None, :], z)
+        s = jnp.where(seen, jnp.einsum("...td,...tsd->...ts", q, kz, precision=hp) * jnp.asarray(scale, q.dtype) * rs, jnp.asarray(-np.inf, q.dtype))
+        p = jnp.where(seen, jnp.exp(s - lse[..., None]), z) * rp
+        ds = jnp.where(seen, p * (jnp.einsum("...td,...tsd->...ts", g, vz, precision=hp) - jnp.sum(g * o, axis=-1)[..., None]), z)
+        sc = jnp.asarray(scale, q.dtype)
+        return (sc * jnp.einsum("...ts,...tsd->...td", ds, kz, precision=hp), sc * jnp.einsum("...ts,...tsd->...sd", ds, qz, precision=hp),
+                jnp.einsum("...ts,...tsd->...sd", p, gz, precision=hp))
+    f.defvjp(f_fwd, f_bwd)
+    return f(q, k, v)
 
 def run_ops(ev, spec, env):
     for op in spec["ops"]:
@@ -1084,7 +1121,7 @@ def main():
     ap.add_argument("--attention", action="store_true", help="every program has a tj_attention (its first op when it can)")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--golden", help="write the CI goldens into this folder")
-    ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map)")
+    ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map,attention)")
     a = ap.parse_args()
     if a.golden: return write_golden(a.golden, a.only.split(",") if a.only else None)
     if not os.path.exists(RUNNER): sys.exit("jax_diff.py: build the runner first: ./build.sh build (makes %s)" % RUNNER)
@@ -1107,7 +1144,9 @@ def main():
     return 1 if nbad else 0
 
 # ---------------------------------------------------------------- goldens --
-GOLDEN_SETS = [("jit", "f32", 60), ("jit", "bf16", 40), ("sharded", None, 40), ("scan", None, 40), ("checkpoint", None, 50), ("shard_map", None, 40)]
+GOLDEN_SETS = [("jit", "f32", 60), ("jit", "bf16", 40), ("sharded", None, 40), ("scan", None, 40), ("checkpoint", None, 50), ("shard_map", None, 40),
+               ("attention", None, 40)]  # (attention: any mode, a tj_attention in each)
+GOLDEN_MAX_INPUT = 300  # attention.json: programs with at most this many input elements (the file stays small)
 
 def X(name, dt, shape, data, **kw):
     d = {"name": name, "dtype": dt, "shape": shape, "data": data}
@@ -1165,29 +1204,6 @@ EDGE = [
     # causal mask with -inf, then softmax (attention)
     {"mode": "jit", "inputs": [X("x0", "f32", "q=3 k=3", [0.1, -0.2, 0.3, 1.0, 2.0, -1.0, 0.0, 0.5, 0.25])],
      "ops": [O("causal_mask", ["x0"], "v0", q="q", k="k", fill="-inf"), O("softmax", ["v0"], "v1", axis="k")], "outputs": ["v1"]},
-    # tj_attention, causal: a NaN key and an infinite value that the first
-    # two queries cannot see reach neither their outputs nor dq (JAX's
-    # einsums multiply the masked pairs by 0: NaN); rows that see them: NaN
-    {"mode": "jit", "inputs": [X("x0", "f32", "t=3 h=2", [0.5, -1.0, 0.25, 2.0, -0.75, 1.5]),
-                               X("x1", "f32", "s=3 h=2", [1.0, 0.5, -0.5, 2.0, NAN, 1.0]),
-                               X("x2", "f32", "s=3 h=2", [0.3, -0.2, 1.0, 1.0, INF, "-inf"])],
-     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1),
-             O("slice", ["v0"], "v1", axis="t", start=0, stop=2)], "outputs": ["v1"]},
-    # ... and a causal row whose visible scores are all -inf is NaN, as the
-    # -inf-masked softmax gives (jax.nn.dot_product_attention masks with a
-    # finite -0.7 * max float: that row becomes the mean of the masked values)
-    {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=2", [INF, 0.0, 0.25, 2.0]), X("x1", "f32", "s=2 h=2", [-1.0, 0.5, 1.0, 2.0]),
-                               X("x2", "f32", "s=2 h=2", [0.3, -0.2, 1.0, 1.5])],
-     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1)], "outputs": ["v0"]},
-    # causal with more queries than keys (the last ones see every key) and
-    # fewer; batch axes in three orders, a size-1 one, dim' != dim, scales
-    {"mode": "jit", "inputs": [X("x0", "bf16", "b=2 t=4 h=3 u=1", [0.5, -1.0, 0.25, 2.0, -0.75, 1.5, 1.0, 0.125, -2.0, 0.5, 0.5, -1.5,
-                                                                  -0.25, 1.0, 0.75, 3.0, -1.0, 0.0, 0.5, 0.25, -0.5, 1.25, -1.75, 2.0]),
-                               X("x1", "bf16", "h=3 s=2 u=1 b=2", [1.0, 0.5, -0.5, 2.0, 0.25, 1.0, -1.0, 0.75, 0.5, -0.25, 1.5, 0.0]),
-                               X("x2", "bf16", "u=1 s=2 b=2 h=1", [0.3125, -0.25, 1.0, 2.5])],
-     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=-0.7, causal=1),
-             O("rename", ["x0"], "v1", **{"from": "t", "to": "s"}),
-             O("attention", ["x1", "v1", "v1"], "v2", qpos="s", kpos="s", dim="h", scale=2.5, causal=1)], "outputs": ["v0", "v2"]},
     # layer_norm of a constant row (variance 0: eps alone), sizes 1
     {"mode": "jit", "inputs": [X("x0", "f32", "a=2 e=3", [2.0, 2.0, 2.0, 1.0, -1.0, 0.5]), X("x1", "f32", "e=1 a=2", [0.3, -0.7])],
      "ops": [O("layer_norm", ["x0"], "v0", axis="e", eps=0.1), O("layer_norm", ["x1"], "v1", axis="e", eps=1e-5),
@@ -1216,6 +1232,29 @@ EDGE = [
     # max/min reductions and max2 at ties: shared equally / halves
     {"mode": "jit", "inputs": [X("x0", "f32", "a=2 b=3", [1.0, 1.0, 0.5, 2.0, -1.0, 2.0]), X("x1", "f32", "b=3", [1.0, 0.0, 2.0])],
      "ops": [O("max", ["x0"], "v0", axes="b"), O("min", ["x0"], "v1", axes="a"), O("max2", ["x0", "x1"], "v2")], "outputs": ["v0", "v1", "v2"]},
+    # tj_attention, causal: a NaN key and an infinite value that the first
+    # two queries cannot see reach neither their outputs nor dq (JAX's
+    # einsums multiply the masked pairs by 0: NaN); rows that see them: NaN
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=3 h=2", [0.5, -1.0, 0.25, 2.0, -0.75, 1.5]),
+                               X("x1", "f32", "s=3 h=2", [1.0, 0.5, -0.5, 2.0, NAN, 1.0]),
+                               X("x2", "f32", "s=3 h=2", [0.3, -0.2, 1.0, 1.0, INF, "-inf"])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1),
+             O("slice", ["v0"], "v1", axis="t", start=0, stop=2)], "outputs": ["v1"]},
+    # ... and a causal row whose visible scores are all -inf is NaN, as the
+    # -inf-masked softmax gives (jax.nn.dot_product_attention masks with a
+    # finite -0.7 * max float: that row becomes the mean of the masked values)
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=2", [INF, 0.0, 0.25, 2.0]), X("x1", "f32", "s=2 h=2", [-1.0, 0.5, 1.0, 2.0]),
+                               X("x2", "f32", "s=2 h=2", [0.3, -0.2, 1.0, 1.5])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1)], "outputs": ["v0"]},
+    # causal with more queries than keys (the last ones see every key) and
+    # fewer; batch axes in three orders, a size-1 one, dim' != dim, scales
+    {"mode": "jit", "inputs": [X("x0", "bf16", "b=2 t=4 h=3 u=1", [0.5, -1.0, 0.25, 2.0, -0.75, 1.5, 1.0, 0.125, -2.0, 0.5, 0.5, -1.5,
+                                                                  -0.25, 1.0, 0.75, 3.0, -1.0, 0.0, 0.5, 0.25, -0.5, 1.25, -1.75, 2.0]),
+                               X("x1", "bf16", "h=3 s=2 u=1 b=2", [1.0, 0.5, -0.5, 2.0, 0.25, 1.0, -1.0, 0.75, 0.5, -0.25, 1.5, 0.0]),
+                               X("x2", "bf16", "u=1 s=2 b=2 h=1", [0.3125, -0.25, 1.0, 2.5])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=-0.7, causal=1),
+             O("rename", ["x0"], "v1", **{"from": "t", "to": "s"}),
+             O("attention", ["x1", "v1", "v1"], "v2", qpos="s", kpos="s", dim="h", scale=2.5, causal=1)], "outputs": ["v0", "v2"]},
 ]
 
 def write_golden(folder, only=None):
@@ -1245,8 +1284,9 @@ def write_golden(folder, only=None):
         if not want(mode + ("_" + dt if dt else "")): continue
         while len(cases) < n:
             seed += 1
-            spec = make_spec(seed, mode, dt)
-            if spec is None: continue
+            attn = mode == "attention"
+            spec = make_spec(seed, None if attn else mode, dt, attn=attn)
+            if spec is None or attn and sum(len(x["data"]) for x in spec["inputs"]) > GOLDEN_MAX_INPUT: continue
             case = {"seed": seed, "spec": {k: v for k, v in spec.items() if not k.startswith("_")}}
             if "expect_error" in spec:
                 case["expect_error"] = spec["expect_error"]
