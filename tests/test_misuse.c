@@ -663,6 +663,7 @@ static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_attention(q, kx, v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have q's batch axes", "f32[b=2,s=5,h=4]");
     BAD(c, tj_attention(q, ke, v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have q's batch axes", "f32[b=2,s=5,h=4,u=1,c=2]");
     BAD(c, tj_attention(q, k, v4, "t", "s", "h", 0, 0) == NULL, "attention", "'s' has size 5 in k but 4 in v");
+    BAD(c, tj_attention(q, tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=5 u=1"), v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have", "'h' (the size of q's)", "f32[b=2,s=5,h=5,u=1]");
     /* the scale; dim and dim' at most 1024 */
     BAD(c, tj_attention(q, k, v, "t", "s", "h", NAN, 1) == NULL, "attention", "scale nan", "not finite", "'h'");
     BAD(c, tj_attention(q, k, v, "t", "s", "h", INFINITY, 1) == NULL, "attention", "scale inf", "not finite");
