@@ -337,8 +337,7 @@ def attention_rounded(q, k, v, scale, seen, r):
     D_i = d_out_i . out_i from the stored output, both moved (tinyjax keeps
     them in out's dtype and f32), so the spread sees the cancellation in
     d_out_i . v_j - D_i"""
-    rs, rp, ro, rl = r
-    hp, z = lax.Precision.HIGHEST, jnp.zeros((), q.dtype)
+    rs, rp, ro, rl = r  # (numpy: the closures below must hold no tracer of the caller's trace)
     @jax.custom_vjp
     def f(q, k, v): return attention_pairs(q, k, v, scale, seen, rs, rp)[0]
     def f_fwd(q, k, v):
@@ -346,6 +345,7 @@ def attention_rounded(q, k, v, scale, seen, r):
         return o, (q, k, v, o * ro, lse * rl)
     def f_bwd(res, g):
         q, k, v, o, lse = res
+        hp, z = lax.Precision.HIGHEST, jnp.zeros((), q.dtype)
         kz, vz = jnp.where(seen[:, :, None], k[..., None, :, :], z), jnp.where(seen[:, :, None], v[..., None, :, :], z)
         qz, gz = jnp.where(seen[:, :, None], q[..., :, None, :], z), jnp.where(seen[:, :, None], g[..., :, None, :], z)
         s = jnp.where(seen, jnp.einsum("...td,...tsd->...ts", q, kz, precision=hp) * jnp.asarray(scale, q.dtype) * rs, jnp.asarray(-np.inf, q.dtype))
