@@ -234,9 +234,14 @@ class Evaluator:
             up = x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
             if nm == "softmax": r = jax.nn.softmax(up, axis=k)
             elif nm == "log_softmax": r = jax.nn.log_softmax(up, axis=k)
+            elif self.perturb:
+                u, rnd = self.perturb
+                one = lambda shape: (1 + u * rnd.choice([-1.0, 1.0], size=shape)).astype(up.dtype)
+                rs = up.shape[:k] + (1,) + up.shape[k + 1:]
+                r = layer_norm_rounded(up, k, op.get("eps", 1e-5), (one(up.shape), one(rs), one(up.shape)))
             else:
-                mu = jnp.mean(up, axis=k, keepdims=True); xc = self.pz(up - mu)
-                r = xc * lax.rsqrt(self.pz(jnp.mean(xc * xc, axis=k, keepdims=True)) + jnp.asarray(op.get("eps", 1e-5), up.dtype))
+                mu = jnp.mean(up, axis=k, keepdims=True); xc = up - mu
+                r = xc * lax.rsqrt(jnp.mean(xc * xc, axis=k, keepdims=True) + jnp.asarray(op.get("eps", 1e-5), up.dtype))
             return NV(r.astype(x.dtype), a.axes)
         if nm == "cross_entropy":
             lab = ins[1]; k = a.axes.index(ax); x = a.a
@@ -356,6 +361,26 @@ def attention_rounded(q, k, v, scale, seen, r):
                 jnp.einsum("...ts,...tsd->...sd", p, gz, precision=hp))
     f.defvjp(f_fwd, f_bwd)
     return f(q, k, v)
+
+def layer_norm_rounded(x, k, eps, r):
+    """perturb mode: layer_norm along axis k with x - mean and the variance
+    moved by one rounding (r: factors 1 +- u), and tinyjax's backward,
+    dx = rs (g - mean(g) - y mean(g y)) from a recomputed y moved by one
+    rounding too: on a row of 2, y is +-1 whatever x, so the gradient is all
+    cancellation, which autodiff of the forward does not show"""
+    rx, rv, ry = r  # (numpy: no tracer of the caller's trace in the closures)
+    def norm(x):
+        xc = (x - jnp.mean(x, axis=k, keepdims=True)) * rx
+        rs = lax.rsqrt(jnp.mean(xc * xc, axis=k, keepdims=True) * rv + jnp.asarray(eps, x.dtype))
+        return xc * rs, rs
+    @jax.custom_vjp
+    def f(x): return norm(x)[0]
+    def f_bwd(x, g):
+        y, rs = norm(x)
+        y = y * ry
+        return (rs * (g - jnp.mean(g, axis=k, keepdims=True) - y * jnp.mean(g * y, axis=k, keepdims=True)),)
+    f.defvjp(lambda x: (norm(x)[0], x), f_bwd)
+    return f(x)
 
 def run_ops(ev, spec, env):
     for op in spec["ops"]:
