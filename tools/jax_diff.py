@@ -39,7 +39,9 @@ log-sum-exp by one rounding each, and in that run its backward is
 tinyjax's (P recomputed from the stored log-sum-exp, D_i = d_out_i . out_i
 from the stored output), since autodiff of the composed form has no D:
 the cancellation in d_out_i . v_j - D_i is what rounds in tinyjax's
-gradient (it was a false mismatch of 1.2 spreads before).
+gradient (false mismatches before). layer_norm's spread likewise runs its
+backward from a recomputed y = (x - mean) r moved by one rounding: on a
+row of 2, y is +-1 whatever x, and the gradient is all cancellation.
 
 On a mismatch it prints a minimal reproduction: ops are dropped (their
 result replaced by their first operand) while the mismatch persists.
@@ -333,7 +335,7 @@ def attention_pairs(q, k, v, scale, seen, rs=1, rp=1):
     lse = jax.nn.logsumexp(s, axis=-1)
     p = jnp.exp(jnp.where(seen, s - lse[..., None], jnp.asarray(-np.inf, q.dtype))) * rp  # (masked: 0, also in a row of NaN)
     vz = jnp.where(seen[:, :, None], v[..., None, :, :], z)
-    return jnp.einsum("...ts,...tsd->...td", p, vz, precision=hp), lse, p
+    return jnp.einsum("...ts,...tsd->...td", p, vz, precision=hp), lse
 
 def attention_rounded(q, k, v, scale, seen, r):
     """perturb mode: attention_pairs with its scores, probabilities, output
@@ -346,7 +348,7 @@ def attention_rounded(q, k, v, scale, seen, r):
     @jax.custom_vjp
     def f(q, k, v): return attention_pairs(q, k, v, scale, seen, rs, rp)[0]
     def f_fwd(q, k, v):
-        o, lse, _ = attention_pairs(q, k, v, scale, seen, rs, rp)
+        o, lse = attention_pairs(q, k, v, scale, seen, rs, rp)
         return o, (q, k, v, o * ro, lse * rl)
     def f_bwd(res, g):
         q, k, v, o, lse = res
