@@ -633,8 +633,7 @@ static tj_status attn_grad2(tj_v o, tj_v q, tj_v k, tj_v v) { /* d/dq of |d sum(
 static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_ctx *c = tj_graph_ctx(g);
     tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "kq"), v = tj_tree_v(in, "vq");
-    tj_v kb = attn_grow(k);                            /* b=3 */
-    tj_v kx = tj_index(k, "u", 0), ke = tj_broadcast(k, "b=2 s=5 h=4 u=1 c=2");     /* without u; with c */
+    tj_v kb = attn_grow(k), kx = tj_index(k, "u", 0), ke = tj_broadcast(k, "b=2 s=5 h=4 u=1 c=2"); /* b=3; without u; with c */
     tj_v v4 = tj_slice(v, "s", 0, 4), vr = tj_rename(v, "s", "r"), kr = tj_rename(k, "h", "e");
     tj_v wide = tj_broadcast(tj_index(q, "h", 0), "b=2 t=3 h=1025 u=1"), wk = tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=1025 u=1");
     tj_v wv = tj_broadcast(tj_index(v, "h", 0), "b=2 s=5 h=1025 u=1");
@@ -650,7 +649,7 @@ static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_attention(q, kr, v, "t", "s", "h", 0, 0) == NULL, "attention (k)", "'h'", "f32[b=2,s=5,e=4,u=1]");
     BAD(c, tj_attention(q, k, v, "t h", "s", "h", 0, 0) == NULL, "attention (q)", "exactly one axis", "\"t h\"");
     BAD(c, tj_attention(q, k, v, "t", "s", "", 0, 0) == NULL, "attention (q)", "exactly one axis");
-        BAD(c, tj_attention(q, q, q, "t", "t", "t", 0, 0) == NULL, "attention", "('t', 't')", "contracted axis 't'", "must differ");
+    BAD(c, tj_attention(q, q, q, "t", "t", "t", 0, 0) == NULL, "attention", "('t', 't')", "contracted axis 't'", "must differ");
     BAD(c, tj_attention(q, k, v, "t", "s", "t", 0, 0) == NULL, "attention (k)", "'t'", "f32[b=2,s=5,h=4,u=1]"); /* (q's dim: k lacks it) */
     BAD(c, tj_attention(q, k, v, "t", "h", "h", 0, 0) == NULL, "attention", "('t', 'h')", "contracted axis 'h'", "must differ");
     /* dtypes */
