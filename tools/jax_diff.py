@@ -1293,6 +1293,12 @@ EDGE = [
      "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=-0.7, causal=1),
              O("rename", ["x0"], "v1", **{"from": "t", "to": "s"}),
              O("attention", ["x1", "v1", "v1"], "v2", qpos="s", kpos="s", dim="h", scale=2.5, causal=1)], "outputs": ["v0", "v2"]},
+    # tj_attention's forward skipped a key whose score is -inf, so 0 * inf
+    # (an infinite value there) was not NaN as in JAX (its backward was)
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=1", [1.0, 2.0]), X("x1", "f32", "s=2 h=1", [1.0, "-inf"]),
+                               X("x2", "f32", "s=2 e=2", [0.5, 0.25, INF, 1.0])],
+     "ops": [O("rename", ["x2"], "v1", **{"from": "e", "to": "h"}),
+             O("attention", ["x0", "x1", "v1"], "v0", qpos="t", kpos="s", dim="h", scale=1.0, causal=0)], "outputs": ["v0"]},
 ]
 
 def write_golden(folder, only=None):
