@@ -13,12 +13,15 @@
  *
  * Regenerate (needs JAX; rewrites the folder):
  *     python3 tools/jax_diff.py --golden tests/jax_golden
- * (about 10 minutes). All 287 programs take about a second, sanitized. */
+ * (about 10 minutes; --only attention,edge for those files). All 330
+ * programs take about a second, sanitized. attention.json: programs with a
+ * tj_attention each, in every mode. */
 #define JDR_NO_MAIN
 #include "tools/jax_diff_run.c"
 #include "tj_test.h"
 
-static const char *const golden_files[] = {"edge.json", "jit_f32.json", "jit_bf16.json", "sharded.json", "scan.json", "checkpoint.json", "shard_map.json"};
+static const char *const golden_files[] = {"edge.json", "jit_f32.json", "jit_bf16.json", "sharded.json", "scan.json", "checkpoint.json", "shard_map.json",
+                                            "attention.json"};
 
 /* the element of got (axes gaxes, dims from the expectation) at JAX's
    row-major index i over eaxes */

@@ -615,6 +615,90 @@ static void smap_ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "o", o);
 }
 
+/* ------------------------------------------------------- attention
+   q f32[b=2,t=3,h=4,u=1], k f32[b=2,s=5,h=4,u=1], v f32[b=2,s=5,h=3,u=1]
+   (op_inputs); the wrong ones are made from them. */
+static tj_v attn_grow(tj_v x) { /* x with axis b one longer */
+    tj_v p[2];
+    p[0] = x, p[1] = tj_slice(x, "b", 0, 1);
+    return tj_concat(2, p, "b");
+}
+static tj_status attn_grad2(tj_v o, tj_v q, tj_v k, tj_v v) { /* d/dq of |d sum(o) / dq|^2 */
+    tj_v w[3], g1[3], g2[1];
+    tj_status s;
+    w[0] = q, w[1] = k, w[2] = v;
+    if ((s = tj_grad(tj_sum_all(o), 3, w, g1)) != TJ_OK) return s;
+    return tj_grad(tj_sum_all(tj_mul(g1[0], g1[0])), 1, w, g2);
+}
+static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_ctx *c = tj_graph_ctx(g);
+    tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "kq"), v = tj_tree_v(in, "vq");
+    tj_v kb = attn_grow(k), kx = tj_index(k, "u", 0), ke = tj_broadcast(k, "b=2 s=5 h=4 u=1 c=2"); /* b=3; without u; with c */
+    tj_v v4 = tj_slice(v, "s", 0, 4), vr = tj_rename(v, "s", "r"), kr = tj_rename(k, "h", "e");
+    tj_v wide = tj_broadcast(tj_index(q, "h", 0), "b=2 t=3 h=1025 u=1"), wk = tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=1025 u=1");
+    tj_v wv = tj_broadcast(tj_index(v, "h", 0), "b=2 s=5 h=1025 u=1"), kz = tj_broadcast(tj_index(k, "s", 0), "b=2 h=4 u=1 z=7");
+    (void)u;
+    BAD(c, tj_attention(NULL, k, v, "t", "s", "h", 0, 0) == NULL, "attention", "operand 0 is NULL");
+    BAD(c, tj_attention(q, NULL, v, "t", "s", "h", 0, 0) == NULL, "attention", "operand 1 is NULL");
+    BAD(c, tj_attention(q, k, NULL, "t", "s", "h", 0, 0) == NULL, "attention", "operand 2 is NULL");
+    /* the axes: missing, NULL, several names in one, one axis twice */
+    BAD(c, tj_attention(q, k, v, NULL, "s", "h", 0, 0) == NULL, "attention (q)", "NULL");
+    BAD(c, tj_attention(q, k, v, "x", "s", "h", 0, 0) == NULL, "attention (q)", "'x'", "f32[b=2,t=3,h=4,u=1]");
+    BAD(c, tj_attention(q, k, v, "t", "x", "h", 0, 0) == NULL, "attention (k)", "'x'", "f32[b=2,s=5,h=4,u=1]");
+    BAD(c, tj_attention(q, k, vr, "t", "s", "h", 0, 0) == NULL, "attention (v)", "'s'", "f32[b=2,r=5,h=3,u=1]");
+    BAD(c, tj_attention(q, kr, v, "t", "s", "h", 0, 0) == NULL, "attention (k)", "'h'", "f32[b=2,s=5,e=4,u=1]");
+    BAD(c, tj_attention(q, k, v, "t h", "s", "h", 0, 0) == NULL, "attention (q)", "exactly one axis", "\"t h\"");
+    BAD(c, tj_attention(q, k, v, "t", "s", "", 0, 0) == NULL, "attention (q)", "exactly one axis");
+    BAD(c, tj_attention(q, q, q, "t", "t", "t", 0, 0) == NULL, "attention", "('t', 't')", "contracted axis 't'", "must differ");
+    BAD(c, tj_attention(q, k, v, "t", "s", "t", 0, 0) == NULL, "attention (k)", "'t'", "f32[b=2,s=5,h=4,u=1]"); /* (q's dim: k lacks it) */
+    BAD(c, tj_attention(q, k, v, "t", "h", "h", 0, 0) == NULL, "attention", "('t', 'h')", "contracted axis 'h'", "must differ");
+    /* dtypes */
+    BAD(c, tj_attention(q, tj_cast(k, TJ_F64), v, "t", "s", "h", 0, 0) == NULL, "attention", "float dtype", "f32[b=2,t=3,h=4,u=1]", "f64[b=2,s=5,h=4,u=1]");
+    BAD(c, tj_attention(q, k, tj_cast(v, TJ_BF16), "t", "s", "h", 0, 0) == NULL, "attention", "float dtype", "bf16[b=2,s=5,h=3,u=1]");
+    BAD(c, tj_attention(tj_cast(q, TJ_I32), tj_cast(k, TJ_I32), tj_cast(v, TJ_I32), "t", "s", "h", 0, 0) == NULL, "attention", "float dtype", "i32[b=2,t=3,h=4,u=1]");
+    /* batch axes: another size, one missing, one more; kpos sizes */
+    BAD(c, tj_attention(q, kb, v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have q's batch axes", "f32[b=3,s=5,h=4,u=1]");
+    BAD(c, tj_attention(q, k, attn_grow(v), "t", "s", "h", 0, 0) == NULL, "attention", "v must have q's batch axes", "f32[b=3,s=5,h=3,u=1]");
+    BAD(c, tj_attention(q, kx, v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have q's batch axes", "f32[b=2,s=5,h=4]");
+    BAD(c, tj_attention(q, ke, v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have q's batch axes", "f32[b=2,s=5,h=4,u=1,c=2]");
+    BAD(c, tj_attention(q, k, v4, "t", "s", "h", 0, 0) == NULL, "attention", "'s' has size 5 in k but 4 in v");
+    /* kpos naming one of q's batch axes: k's 'b' would be both (this said "broadcast: ... does not fit") */
+    BAD(c, tj_attention(q, kz, kz, "t", "b", "h", 0, 0) == NULL, "attention", "'b'");
+    BAD(c, tj_attention(q, tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=5 u=1"), v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have", "'h' (the size of q's)", "f32[b=2,s=5,h=5,u=1]");
+    /* the scale; dim and dim' at most 1024 */
+    BAD(c, tj_attention(q, k, v, "t", "s", "h", NAN, 1) == NULL, "attention", "scale nan", "not finite", "'h'");
+    BAD(c, tj_attention(q, k, v, "t", "s", "h", INFINITY, 1) == NULL, "attention", "scale inf", "not finite");
+    BAD(c, tj_attention(q, k, v, "t", "s", "h", -INFINITY, 0) == NULL, "attention", "scale -inf", "not finite");
+    BAD(c, tj_attention(wide, wk, v, "t", "s", "h", 0, 0) == NULL, "attention", "'h'", "1025 (q)", "at most 1024");
+    BAD(c, tj_attention(q, k, wv, "t", "s", "h", 0, 0) == NULL, "attention", "'h'", "1025 (v)", "at most 1024");
+    /* no second derivative: the message names the attention's line */
+    BAD(c, attn_grad2(tj_attention(q, k, v, "t", "s", "h", 0, 1), q, k, v) != TJ_OK, "vjp", "attention has no second derivative");
+    tj_clear_error(c);
+    tj_tree_set_v(out, "o", tj_attention(q, k, v, "t", "s", "h", 0, 1));
+}
+/* on the mesh data=2 model=2: inside shard_map the op is local, so q's
+   batch block must have k's size; a constraint that cannot split dim' */
+static void attn_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_ctx *c = tj_graph_ctx(g);
+    (void)u;
+    BAD(c, tj_attention(in[0], in[1], in[1], "t", "s", "h", 0, 1) == NULL, "attention", "k must have q's batch axes", "f32[b=1,t=3,h=4,u=1]", "f32[b=2,s=5,h=4,u=1]");
+    out[0] = in[0];
+}
+static void attn_mesh_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_ctx *c = tj_graph_ctx(g);
+    tj_v x[2], o = NULL, q = tj_with_sharding_constraint(tj_tree_v(in, "q"), "b:data"), k = tj_tree_v(in, "kq"), v = tj_tree_v(in, "vq");
+    const char *is[2] = {"b:data", ""}, *os[1] = {"b:data"};
+    char d[128];
+    (void)u;
+    x[0] = q, x[1] = k;
+    WORKS(c, tj_shard_map(attn_body, NULL, 2, x, is, 1, &o, os, 1) == TJ_OK);
+    BAD(c, tj_with_sharding_constraint(tj_attention(q, k, v, "t", "s", "h", 0, 0), "h:data") == NULL, "with_sharding_constraint", "'h' of size 3", "data (2 devices)");
+    o = tj_attention(q, k, v, "t", "s", "h", 0, 1); /* the batch axis stays split; the rest whole */
+    WORKS(c, o && strcmp(tj_v_describe(o, d, sizeof d), "f32[b=2@data,u=1,t=3,h=3]") == 0);
+    tj_clear_error(c);
+    tj_tree_set_v(out, "o", o);
+}
+
 static tj_tree *op_inputs(tj_ctx *c) {
     tj_tree *t = tj_tree_new(c);
     tj_tree_set_array(t, "x", tj_full(c, TJ_F32, "a=4 b=6", 0.5));
@@ -622,6 +706,9 @@ static tj_tree *op_inputs(tj_ctx *c) {
     tj_tree_set_array(t, "i", tj_iota(c, TJ_I32, "a=4", "a"));
     tj_tree_set_array(t, "k", tj_full(c, TJ_F32, "b=6 n=5", 0.5));
     tj_tree_set_array(t, "k2", tj_full(c, TJ_F32, "b=7 n=5", 0.5));
+    tj_tree_set_array(t, "q", tj_full(c, TJ_F32, "b=2 t=3 h=4 u=1", 0.5)); /* attention's */
+    tj_tree_set_array(t, "kq", tj_full(c, TJ_F32, "b=2 s=5 h=4 u=1", 0.25));
+    tj_tree_set_array(t, "vq", tj_full(c, TJ_F32, "b=2 s=5 h=3 u=1", -0.5));
     return t;
 }
 /* trace fn on op_inputs; it checks its cases and must then compile */
@@ -1120,6 +1207,8 @@ int main(void) {
     trace_cases("autodiff and control flow", ad_fn, 1);
     trace_cases("specs while tracing", mesh_fn, 4);
     trace_cases("shard_map collectives", smap_ops_fn, 4);
+    trace_cases("attention", attn_fn, 1);
+    trace_cases("attention on a mesh", attn_mesh_fn, 4);
     test_jit_run();
     test_prog_queries();
     test_changed_context();

@@ -30,6 +30,19 @@ few ulps of the tensor's largest element: k = 8 for f32 (ulp 2^-23), 2 for
 bf16 (ulp 2^-7). The tolerances are stored with the goldens, and
 tests/test_jax_golden.c applies them as they are.
 
+tj_attention (fused: f32 inside for f32 and bf16, one rounding at the
+end) is compared with jax.nn.dot_product_attention where that applies
+(finite inputs, f32 or bf16, dim' == dim); else, and as the float64
+reference, with the composed form softmax(scale q.k, -inf mask) . v. Its
+spread moves the scores, the probabilities, the output and the per-query
+log-sum-exp by one rounding each, and in that run its backward is
+tinyjax's (P recomputed from the stored log-sum-exp, D_i = d_out_i . out_i
+from the stored output), since autodiff of the composed form has no D:
+the cancellation in d_out_i . v_j - D_i is what rounds in tinyjax's
+gradient (false mismatches before). layer_norm's spread likewise runs its
+backward from a recomputed y = (x - mean) r moved by one rounding: on a
+row of 2, y is +-1 whatever x, and the gradient is all cancellation.
+
 On a mismatch it prints a minimal reproduction: ops are dropped (their
 result replaced by their first operand) while the mismatch persists.
 """
@@ -110,8 +123,8 @@ ROUNDED = {nm: _rounded(f, d) for nm, (f, d) in D.items()}
 class Evaluator:
     """Runs spec ops on NVs. exact=True: every float is float64 and casts round
     to their dtype's values (the reference for the tolerance)."""
-    def __init__(self, exact, mesh=None, perturb=None):
-        self.exact, self.mesh, self.perturb = exact, mesh, perturb
+    def __init__(self, exact, mesh=None, perturb=None, special=False):
+        self.exact, self.mesh, self.perturb, self.special = exact, mesh, perturb, special
 
     def pz(self, a):
         """a fused op's intermediate, perturbed like an op's result (see run_ops)"""
@@ -223,9 +236,14 @@ class Evaluator:
             up = x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
             if nm == "softmax": r = jax.nn.softmax(up, axis=k)
             elif nm == "log_softmax": r = jax.nn.log_softmax(up, axis=k)
+            elif self.perturb:
+                u, rnd = self.perturb
+                one = lambda shape: (1 + u * rnd.choice([-1.0, 1.0], size=shape)).astype(up.dtype)
+                rs = up.shape[:k] + (1,) + up.shape[k + 1:]
+                r = layer_norm_rounded(up, k, op.get("eps", 1e-5), (one(up.shape), one(rs), one(up.shape)))
             else:
-                mu = jnp.mean(up, axis=k, keepdims=True); xc = self.pz(up - mu)
-                r = xc * lax.rsqrt(self.pz(jnp.mean(xc * xc, axis=k, keepdims=True)) + jnp.asarray(op.get("eps", 1e-5), up.dtype))
+                mu = jnp.mean(up, axis=k, keepdims=True); xc = up - mu
+                r = xc * lax.rsqrt(jnp.mean(xc * xc, axis=k, keepdims=True) + jnp.asarray(op.get("eps", 1e-5), up.dtype))
             return NV(r.astype(x.dtype), a.axes)
         if nm == "cross_entropy":
             lab = ins[1]; k = a.axes.index(ax); x = a.a
@@ -240,6 +258,7 @@ class Evaluator:
                 names = op["mean_axes"].split()
                 r = NV(jnp.mean(r.a, axis=tuple(rest.index(n) for n in names)), [n for n in rest if n not in names])
             return r
+        if nm == "attention": return self.attention(op, *ins)
         if nm == "checkpoint_name": return NV(checkpoint_name(a.a, op["name"]), a.axes)
         if nm == "stop_gradient": return NV(lax.stop_gradient(a.a), a.axes)
         ma = tuple(op.get("mesh_axes", "").replace("+", " ").split())
@@ -259,6 +278,43 @@ class Evaluator:
         if nm == "axis_index": return NV(lax.axis_index(ma1).astype(jnp.int32), [])
         raise ValueError("unknown op " + nm)
 
+    def attention(self, op, q, k, v):
+        """tj_attention: softmax(scale q.k, causal mask) . v per batch row,
+        computed in f32 for bf16 (one rounding at the end, as tinyjax), out
+        [batch axes in q's order, qpos, dim]. JAX's result is
+        jax.nn.dot_product_attention (implementation='xla') where it applies:
+        finite inputs, f32 compute and dim' == dim (it wants v shaped as k).
+        Else, and for the float64 reference, the composed form (causal:
+        attention_pairs, where a masked pair's factors never meet, so a NaN
+        or infinity there reaches no result: README's Against JAX lists
+        this); in perturb mode attention_rounded."""
+        qp, kp, dm = op["qpos"], op["kpos"], op["dim"]
+        batch = [n for n in q.axes if n not in (qp, dm)]
+        lay = lambda x, pos: jnp.transpose(x.a, [x.axes.index(n) for n in batch + [pos, dm]])
+        qa, ka, va = lay(q, qp), lay(k, kp), lay(v, kp)
+        dt = qa.dtype
+        up = jnp.float32 if dt == jnp.bfloat16 else dt
+        qa, ka, va = qa.astype(up), ka.astype(up), va.astype(up)
+        (tq, d), tk, dv = qa.shape[-2:], ka.shape[-2], va.shape[-1]
+        scale = op.get("scale", 0.0) or 1.0 / np.sqrt(d)
+        causal = bool(op.get("causal", 0))
+        if not self.exact and not self.special and up == jnp.float32 and dv == d:
+            B = int(np.prod(qa.shape[:-2]))
+            r = jax.nn.dot_product_attention(qa.reshape(B, tq, 1, d), ka.reshape(B, tk, 1, d), va.reshape(B, tk, 1, d),
+                                             scale=float(scale), is_causal=causal, implementation="xla")
+            return NV(r.reshape(qa.shape).astype(dt), batch + [qp, dm])
+        seen = np.tril(np.ones((tq, tk), bool)) if causal else np.ones((tq, tk), bool)  # query i sees key j (a constant, no tracer)
+        if self.perturb:
+            u, rnd = self.perturb
+            one = lambda shape: (1 + u * rnd.choice([-1.0, 1.0], size=shape)).astype(up)
+            sh = qa.shape[:-2] + (tq, tk)
+            o = attention_rounded(qa, ka, va, scale, seen, (one(sh), one(sh), one(qa.shape[:-1] + (dv,)), one(qa.shape[:-1])))
+        elif causal: o = attention_pairs(qa, ka, va, scale, seen)[0]
+        else:
+            s = jnp.einsum("...td,...sd->...ts", qa, ka, precision=lax.Precision.HIGHEST) * jnp.asarray(scale, up)
+            o = jnp.einsum("...ts,...sd->...td", jax.nn.softmax(s, axis=-1), va, precision=lax.Precision.HIGHEST)
+        return NV(o.astype(dt), batch + [qp, dm])
+
     def round(self, v, d):
         """exact mode: round float64 v to dtype d's values (inside jit)"""
         if d == "f32": return v.astype(jnp.float32).astype(jnp.float64)
@@ -266,6 +322,67 @@ class Evaluator:
         r = ((b + jnp.uint32(0x7FFF) + ((b >> 16) & 1)) >> 16) << 16
         out = lax.bitcast_convert_type(r.astype(jnp.uint32), jnp.float32).astype(jnp.float64)
         return jnp.where(jnp.isnan(v), v, out)
+
+# The composed attention over (query, key) pairs, [..., tq, tk, d]: the
+# factors of a pair a query cannot see are zeroed by a select before they
+# meet, so no 0 * inf is formed there (tinyjax never visits those pairs).
+def attention_pairs(q, k, v, scale, seen, rs=1, rp=1):
+    """out and the log-sum-exp of each query's scores: softmax(scale q.k
+    (masked: -inf)) . v, the scores times rs and the probabilities times rp"""
+    hp, z = lax.Precision.HIGHEST, jnp.zeros((), q.dtype)
+    kz = jnp.where(seen[:, :, None], k[..., None, :, :], z)
+    s = jnp.where(seen, jnp.einsum("...td,...tsd->...ts", q, kz, precision=hp) * jnp.asarray(scale, q.dtype) * rs, jnp.asarray(-np.inf, q.dtype))
+    lse = jax.nn.logsumexp(s, axis=-1)
+    p = jnp.exp(jnp.where(seen, s - lse[..., None], jnp.asarray(-np.inf, q.dtype))) * rp  # (masked: 0, also in a row of NaN)
+    vz = jnp.where(seen[:, :, None], v[..., None, :, :], z)
+    return jnp.einsum("...ts,...tsd->...td", p, vz, precision=hp), lse
+
+def attention_rounded(q, k, v, scale, seen, r):
+    """perturb mode: attention_pairs with its scores, probabilities, output
+    and log-sum-exp each moved by one rounding (r: the four factors 1 +- u),
+    and tinyjax's backward: P from the stored log-sum-exp and
+    D_i = d_out_i . out_i from the stored output, both moved (tinyjax keeps
+    them in out's dtype and f32), so the spread sees the cancellation in
+    d_out_i . v_j - D_i"""
+    rs, rp, ro, rl = r  # (numpy: the closures below must hold no tracer of the caller's trace)
+    @jax.custom_vjp
+    def f(q, k, v): return attention_pairs(q, k, v, scale, seen, rs, rp)[0]
+    def f_fwd(q, k, v):
+        o, lse = attention_pairs(q, k, v, scale, seen, rs, rp)
+        return o, (q, k, v, o * ro, lse * rl)
+    def f_bwd(res, g):
+        q, k, v, o, lse = res
+        hp, z = lax.Precision.HIGHEST, jnp.zeros((), q.dtype)
+        kz, vz = jnp.where(seen[:, :, None], k[..., None, :, :], z), jnp.where(seen[:, :, None], v[..., None, :, :], z)
+        qz, gz = jnp.where(seen[:, :, None], q[..., :, None, :], z), jnp.where(seen[:, :, None], g[..., :, None, :], z)
+        s = jnp.where(seen, jnp.einsum("...td,...tsd->...ts", q, kz, precision=hp) * jnp.asarray(scale, q.dtype) * rs, jnp.asarray(-np.inf, q.dtype))
+        p = jnp.where(seen, jnp.exp(s - lse[..., None]), z) * rp
+        ds = jnp.where(seen, p * (jnp.einsum("...td,...tsd->...ts", g, vz, precision=hp) - jnp.sum(g * o, axis=-1)[..., None]), z)
+        sc = jnp.asarray(scale, q.dtype)
+        return (sc * jnp.einsum("...ts,...tsd->...td", ds, kz, precision=hp), sc * jnp.einsum("...ts,...tsd->...sd", ds, qz, precision=hp),
+                jnp.einsum("...ts,...tsd->...sd", p, gz, precision=hp))
+    f.defvjp(f_fwd, f_bwd)
+    return f(q, k, v)
+
+def layer_norm_rounded(x, k, eps, r):
+    """perturb mode: layer_norm along axis k with x - mean and the variance
+    moved by one rounding (r: factors 1 +- u), and tinyjax's backward,
+    dx = rs (g - mean(g) - y mean(g y)) from a recomputed y moved by one
+    rounding too: on a row of 2, y is +-1 whatever x, so the gradient is all
+    cancellation, which autodiff of the forward does not show"""
+    rx, rv, ry = r  # (numpy: no tracer of the caller's trace in the closures)
+    def norm(x):
+        xc = (x - jnp.mean(x, axis=k, keepdims=True)) * rx
+        rs = lax.rsqrt(jnp.mean(xc * xc, axis=k, keepdims=True) * rv + jnp.asarray(eps, x.dtype))
+        return xc * rs, rs
+    @jax.custom_vjp
+    def f(x): return norm(x)[0]
+    def f_bwd(x, g):
+        y, rs = norm(x)
+        y = y * ry
+        return (rs * (g - jnp.mean(g, axis=k, keepdims=True) - y * jnp.mean(g * y, axis=k, keepdims=True)),)
+    f.defvjp(lambda x: (norm(x)[0], x), f_bwd)
+    return f(x)
 
 def run_ops(ev, spec, env):
     for op in spec["ops"]:
@@ -313,7 +430,7 @@ def eval_jax(spec, exact, perturb=None):
         shape = [int(t.split("=")[1]) for t in spec["mesh"].split()]
         names = [t.split("=")[0] for t in spec["mesh"].split()]
         mesh = Mesh(np.array(jax.devices()[:spec["devices"]]).reshape(shape), tuple(names))
-    ev = Evaluator(exact, mesh, perturb)
+    ev = Evaluator(exact, mesh, perturb, special_values(spec))
     arrays, axes_of = {}, {}
     for x in ins:
         sh = parse_shape(x["shape"]); axes_of[x["name"]] = [n for n, _ in sh]
@@ -489,7 +606,7 @@ def compare(exp, got):
 MESHES = [("data=2 model=2", 4), ("data=8", 8), ("data=2 model=4", 8), ("x=4", 4)]
 
 class Gen:
-    def __init__(self, seed, mode=None, dtype=None, big=False):
+    def __init__(self, seed, mode=None, dtype=None, big=False, attn=False):
         self.r = random.Random(seed)
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
@@ -500,7 +617,7 @@ class Gen:
         self.nv = self.nin = self.naxis = 0
         self.names = []   # checkpoint names used
         self.manual = False
-        self.big = big
+        self.big, self.attn = big, attn
         self.check = 1
 
     def fresh_axis(self):
@@ -558,7 +675,7 @@ class Gen:
         x = r.choice(fl); dt, sh = self.vals[x]
         axes = [n for n, _ in sh]
         kinds = ["unary", "unary", "binary", "binary", "compare_select", "reduce", "dot", "dot", "shape", "shape",
-                 "rowop", "take", "one_hot", "causal", "xent", "cast", "name"]
+                 "rowop", "take", "one_hot", "causal", "xent", "cast", "name", "attention"]
         if self.manual: kinds += ["coll", "coll", "coll"]
         k = r.choice(kinds)
         if k == "unary":
@@ -697,12 +814,76 @@ class Gen:
             nd = r.choice(["bf16", "f64"]) if dt == "f32" else "f32"
             y = self.emit("cast", [x], nd, sh, dtype=nd)
             return self.emit("cast", [self.emit("tanh", [y], nd, sh)], dt, sh, dtype=dt) if r.random() < 0.5 else y
+        if k == "attention": return self.attention(x)
         if k == "name":
             nm = "n%d" % len(self.names); self.names.append(nm)
             return self.emit("checkpoint_name", [x], dt, sh, name=nm)
         if k == "coll":
             return self.collective(x)
         return None
+
+    def attention(self, x):
+        """tj_attention on new inputs q, k, v (0-2 batch axes, each input's
+        axes in its own random order; not in shard_map, whose inputs are
+        fixed) or with x as q: two of its axes are the query positions and
+        dim, the rest batch axes, and k and v are made from x (a renamed
+        position axis, sliced, concatenated or transposed; v sliced or
+        padded along dim, so dim' may differ)"""
+        r = self.r
+        dt, sh = self.vals[x]
+        kw = {"scale": r.choice([0.0, 0.0, 0.0, 0.125, 1.0, -0.7, 2.5]), "causal": int(r.random() < 0.5)}
+        if not self.manual and (len(sh) < 2 or r.random() < 0.6):
+            bs = [1, 2, 3, 4, 8] if not self.big else [1, 2, 3]
+            batch = [(self.fresh_axis(), r.choice(bs)) for _ in range(r.choice([0, 1, 1, 2, 2]))]
+            big = self.big and r.random() < 0.5  # several threads' rows, long dots
+            tq = r.choice([1, 2, 3, 5, 8]) if not big else r.randint(20, 70)
+            tk = r.choice([tq, tq, 1, r.randint(1, 9)]) if not big else r.choice([tq, r.randint(20, 90)])
+            d = r.choice([1, 2, 3, 4, 8, 16]) if not big else r.choice([9, 32, 64])
+            dv = r.choice([d, d, r.randint(1, 10)])
+            qp, dm = self.fresh_axis(), self.fresh_axis()
+            kp = qp if r.random() < 0.2 else self.fresh_axis()  # (k's positions may share q's name)
+            def inp(shape):
+                r.shuffle(shape)
+                n = self.add_input(dt, shape)
+                if hasattr(self, "mesh_axes"):  # on a mesh: placed by a random spec, batch axes among them
+                    self.inputs[-1]["spec"] = self.random_spec(self.inputs[-1], 0.02)[0]
+                return n
+            q = inp(batch + [(qp, tq), (dm, d)])
+            k = inp(batch + [(kp, tk), (dm, d)])
+            v = inp(batch + [(kp, tk), (dm, dv)])
+            return self.emit("attention", [q, k, v], dt, batch + [(qp, tq), (dm, dv)], qpos=qp, kpos=kp, dim=dm, **kw)
+        if len(sh) < 2: return None
+        qp, dm = r.sample([n for n, _ in sh], 2)
+        batch = [a for a in sh if a[0] not in (qp, dm)]
+        tq, d = dict(sh)[qp], dict(sh)[dm]
+        kp = qp if r.random() < 0.3 else self.fresh_axis()
+        k = x if kp == qp else self.emit("rename", [x], dt, [(kp, n) if m == qp else (m, n) for m, n in sh], **{"from": qp, "to": kp})
+        ksh = self.vals[k][1]
+        i = [n for n, _ in ksh].index(kp)
+        how = r.choice(["same", "slice", "concat", "tanh"])
+        if how == "slice" and tq > 1:
+            st = r.randrange(tq)
+            k = self.emit("slice", [k], dt, ksh[:i] + [(kp, tq - st)] + ksh[i + 1:], axis=kp, start=st, stop=tq)
+        elif how == "concat":
+            k = self.emit("concat", [k, self.emit("muls", [k], dt, ksh, s=-0.5)], dt, ksh[:i] + [(kp, 2 * tq)] + ksh[i + 1:], axis=kp)
+        elif how == "tanh": k = self.emit("tanh", [k], dt, ksh)
+        ksh = self.vals[k][1]
+        v = self.emit("muls", [k], dt, ksh, s=r.choice([0.5, -2.0, 1.7]))
+        j = [n for n, _ in ksh].index(dm)
+        if r.random() < 0.3 and d > 1:
+            v = self.emit("slice", [v], dt, ksh[:j] + [(dm, d - 1)] + ksh[j + 1:], axis=dm, start=1, stop=d)
+        elif r.random() < 0.2:
+            v = self.emit("pad", [v], dt, ksh[:j] + [(dm, d + 2)] + ksh[j + 1:], axis=dm, lo=1, hi=1, value=0.0)
+        if r.random() < 0.5: k = self.shuffled(k)
+        if r.random() < 0.5: v = self.shuffled(v)
+        dv = dict(self.vals[v][1])[dm]
+        return self.emit("attention", [x, k, v], dt, batch + [(qp, tq), (dm, dv)], qpos=qp, kpos=kp, dim=dm, **kw)
+
+    def shuffled(self, x):
+        """x transposed to a random order"""
+        dt, sh = self.vals[x]
+        o = sh[:]; self.r.shuffle(o)
+        return self.emit("transpose", [x], dt, o, order=" ".join(n for n, _ in o))
 
     def collective(self, x):
         r = self.r
@@ -816,6 +997,9 @@ class Gen:
                 x["spec"] = self.random_spec(x, 0.05)[0]
         nops = r.randint(3, 10)
         tries = 0
+        while self.attn and tries < 10 and not any(o["op"] == "attention" for o in self.ops):  # --attention: one first
+            tries += 1
+            self.attention(r.choice(self.floats()))
         while len([o for o in self.ops]) < nops and tries < 40:
             tries += 1
             self.step()
@@ -882,11 +1066,11 @@ def result_dtype(spec, k):
         else: dt[op["out"]] = dt[op["in"][0]] if op["op"] != "select" else dt[op["in"][1]]
     return dt[k]
 
-def make_spec(seed, mode=None, dtype=None, big=False):
+def make_spec(seed, mode=None, dtype=None, big=False, attn=False):
     """seed's program with its loss weights; a program JAX refuses comes back
     with expect_error (tinyjax must refuse it too)"""
     for attempt in range(20):
-        g = Gen(seed * 1000 + attempt, mode, dtype, big)
+        g = Gen(seed * 1000 + attempt, mode, dtype, big, attn)
         spec = g.make()
         if spec is None: continue
         try:
@@ -972,16 +1156,17 @@ def main():
     ap.add_argument("--dtype")
     ap.add_argument("--show", action="store_true")
     ap.add_argument("--big", action="store_true", help="also dots of 65..130 (the packed matmul kernel)")
+    ap.add_argument("--attention", action="store_true", help="every program has a tj_attention (its first op when it can)")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--golden", help="write the CI goldens into this folder")
-    ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map)")
+    ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map,attention)")
     a = ap.parse_args()
     if a.golden: return write_golden(a.golden, a.only.split(",") if a.only else None)
     if not os.path.exists(RUNNER): sys.exit("jax_diff.py: build the runner first: ./build.sh build (makes %s)" % RUNNER)
     seeds = [a.seed] if a.seed is not None else range(a.start, a.start + a.seeds)
     nbad = nrun = 0
     for s in seeds:
-        spec = make_spec(s, a.mode, a.dtype, a.big)
+        spec = make_spec(s, a.mode, a.dtype, a.big, a.attention)
         if spec is None: continue
         nrun += 1
         if a.show: print(show(spec))
@@ -997,7 +1182,9 @@ def main():
     return 1 if nbad else 0
 
 # ---------------------------------------------------------------- goldens --
-GOLDEN_SETS = [("jit", "f32", 60), ("jit", "bf16", 40), ("sharded", None, 40), ("scan", None, 40), ("checkpoint", None, 50), ("shard_map", None, 40)]
+GOLDEN_SETS = [("jit", "f32", 60), ("jit", "bf16", 40), ("sharded", None, 40), ("scan", None, 40), ("checkpoint", None, 50), ("shard_map", None, 40),
+               ("attention", None, 40)]  # (attention: any mode, a tj_attention in each)
+GOLDEN_MAX_INPUT = 160  # attention.json: programs with at most this many input elements (the file stays small)
 
 def X(name, dt, shape, data, **kw):
     d = {"name": name, "dtype": dt, "shape": shape, "data": data}
@@ -1083,6 +1270,35 @@ EDGE = [
     # max/min reductions and max2 at ties: shared equally / halves
     {"mode": "jit", "inputs": [X("x0", "f32", "a=2 b=3", [1.0, 1.0, 0.5, 2.0, -1.0, 2.0]), X("x1", "f32", "b=3", [1.0, 0.0, 2.0])],
      "ops": [O("max", ["x0"], "v0", axes="b"), O("min", ["x0"], "v1", axes="a"), O("max2", ["x0", "x1"], "v2")], "outputs": ["v0", "v1", "v2"]},
+    # tj_attention, causal: a NaN key and an infinite value that the first
+    # two queries cannot see reach neither their outputs nor dq (JAX's
+    # einsums multiply the masked pairs by 0: NaN); rows that see them: NaN
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=3 h=2", [0.5, -1.0, 0.25, 2.0, -0.75, 1.5]),
+                               X("x1", "f32", "s=3 h=2", [1.0, 0.5, -0.5, 2.0, NAN, 1.0]),
+                               X("x2", "f32", "s=3 h=2", [0.3, -0.2, 1.0, 1.0, INF, "-inf"])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1),
+             O("slice", ["v0"], "v1", axis="t", start=0, stop=2)], "outputs": ["v1"]},
+    # ... and a causal row whose visible scores are all -inf is NaN, as the
+    # -inf-masked softmax gives (jax.nn.dot_product_attention masks with a
+    # finite -0.7 * max float: that row becomes the mean of the masked values)
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=2", [INF, 0.0, 0.25, 2.0]), X("x1", "f32", "s=2 h=2", [-1.0, 0.5, 1.0, 2.0]),
+                               X("x2", "f32", "s=2 h=2", [0.3, -0.2, 1.0, 1.5])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1)], "outputs": ["v0"]},
+    # causal with more queries than keys (the last ones see every key) and
+    # fewer; batch axes in three orders, a size-1 one, dim' != dim, scales
+    {"mode": "jit", "inputs": [X("x0", "bf16", "b=2 t=4 h=3 u=1", [0.5, -1.0, 0.25, 2.0, -0.75, 1.5, 1.0, 0.125, -2.0, 0.5, 0.5, -1.5,
+                                                                  -0.25, 1.0, 0.75, 3.0, -1.0, 0.0, 0.5, 0.25, -0.5, 1.25, -1.75, 2.0]),
+                               X("x1", "bf16", "h=3 s=2 u=1 b=2", [1.0, 0.5, -0.5, 2.0, 0.25, 1.0, -1.0, 0.75, 0.5, -0.25, 1.5, 0.0]),
+                               X("x2", "bf16", "u=1 s=2 b=2 h=1", [0.3125, -0.25, 1.0, 2.5])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=-0.7, causal=1),
+             O("rename", ["x0"], "v1", **{"from": "t", "to": "s"}),
+             O("attention", ["x1", "v1", "v1"], "v2", qpos="s", kpos="s", dim="h", scale=2.5, causal=1)], "outputs": ["v0", "v2"]},
+    # tj_attention's forward skipped a key whose score is -inf, so 0 * inf
+    # (an infinite value there) was not NaN as in JAX (its backward was)
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=1", [1.0, 2.0]), X("x1", "f32", "s=2 h=1", [1.0, "-inf"]),
+                               X("x2", "f32", "s=2 e=2", [0.5, 0.25, INF, 1.0])],
+     "ops": [O("rename", ["x2"], "v1", **{"from": "e", "to": "h"}),
+             O("attention", ["x0", "x1", "v1"], "v0", qpos="t", kpos="s", dim="h", scale=1.0, causal=0)], "outputs": ["v0"]},
 ]
 
 def write_golden(folder, only=None):
@@ -1112,8 +1328,9 @@ def write_golden(folder, only=None):
         if not want(mode + ("_" + dt if dt else "")): continue
         while len(cases) < n:
             seed += 1
-            spec = make_spec(seed, mode, dt)
-            if spec is None: continue
+            attn = mode == "attention"
+            spec = make_spec(seed, None if attn else mode, dt, attn=attn)
+            if spec is None or attn and sum(len(x["data"]) for x in spec["inputs"]) > GOLDEN_MAX_INPUT: continue
             case = {"seed": seed, "spec": {k: v for k, v in spec.items() if not k.startswith("_")}}
             if "expect_error" in spec:
                 case["expect_error"] = spec["expect_error"]
