@@ -6184,6 +6184,11 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
         tj__err(c, TJ_ERR_AXIS, f, l, "attention: the position axes ('%s', '%s') and the contracted axis '%s' must differ", qpos, kpos, dim);
         return NULL;
     }
+    if (kp != qp && tj__axis_index(&q->t, kp) >= 0) { /* it would be a batch axis of q and the keys' axis of k at once */
+        tj__err(c, TJ_ERR_AXIS, f, l, "attention: the key axis '%s' is also an axis of q %s (name the keys' axis apart, or the same as q's '%s')", kpos,
+                tj_v_describe(q, b1, sizeof b1), qpos);
+        return NULL;
+    }
     /* k and v: q's batch axes (same sizes), kpos and dim, nothing else */
     for (j = 0; j < 2; j++) {
         tj_v y = j ? v : k;
@@ -6364,6 +6369,37 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                 cr[r][t] = sum;                                                                                                        \
             }                                                                                                                          \
     }                                                                                                                                  \
+    /* y += a x, n long */                                                                                                             \
+    ATTR static void tj__attn_axpy_##SFX(T *TJ__RESTRICT y, T a, const T *TJ__RESTRICT x, int64_t n) {                                 \
+        int64_t c;                                                                                                                     \
+        for (c = 0; c < n; c++) y[c] += a * x[c];                                                                                      \
+    }                                                                                                                                  \
+    /* The weighted sums of rows, C[r] += sum_t A[r][t] B[t] over the pairs                                                            \
+       (r, t) that meet: t in [lo[r], hi[r]). Masked pairs never meet (an inf                                                          \
+       or NaN in a row a query does not see changes nothing), while a pair that                                                        \
+       meets with weight 0 still multiplies (0 inf is NaN, as in JAX): the                                                             \
+       range all 4 rows share goes through tj__attn_mm, the rest row by row.                                                           \
+       Rows with use[r] 0 (padding, or a row already NaN) set no range. */                                                             \
+    ATTR static void tj__attn_wsum_##SFX(T *const *a, const int64_t *lo, const int64_t *hi, const int *use, const T *const *b, int64_t n, \
+                                         T *const *cr) {                                                                               \
+        int64_t l = 0, h = -1, t;                                                                                                      \
+        const T *ar[4];                                                                                                                \
+        int g, any = 0;                                                                                                                \
+        for (g = 0; g < 4; g++)                                                                                                        \
+            if (use[g]) {                                                                                                              \
+                l = !any || lo[g] > l ? lo[g] : l, h = !any || hi[g] < h ? hi[g] : h;                                                  \
+                any = 1;                                                                                                               \
+            }                                                                                                                          \
+        if (!any) return;                                                                                                              \
+        if (l < h) {                                                                                                                   \
+            for (g = 0; g < 4; g++) ar[g] = a[g] + l;                                                                                  \
+            tj__attn_mm_##SFX(ar, h - l, b + l, n, cr, 1);                                                                             \
+        } else h = l; /* no shared range */                                                                                            \
+        for (g = 0; g < 4; g++)                                                                                                        \
+            if (use[g])                                                                                                                \
+                for (t = lo[g]; t < hi[g]; t++)                                                                                        \
+                    if (t < l || t >= h) tj__attn_axpy_##SFX(cr[g], a[g][t], b[t], n);                                                 \
+    }                                                                                                                                  \
     ATTR static void tj__attn_fwd_##SFX(const void *arg, int part, int nparts) {                                                       \
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
@@ -6385,9 +6421,11 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                 for (u = 0; u < nq; u += 4) { /* 4 queries at a time */                                                                \
                     const T *ar[4];                                                                                                    \
                     T *sr[4], *orow[4];                                                                                                \
-                    int64_t lim[4], mm = 0;                                                                                            \
+                    int64_t lim[4], lo[4] = {0, 0, 0, 0}, mm = 0;                                                                      \
+                    int use[4];                                                                                                        \
                     for (g = 0; g < 4; g++) {                                                                                          \
                         int in = u + g < nq && !nan[u + g];                                                                            \
+                        use[g] = in;                                                                                                   \
                         lim[g] = in ? tj__attn_nkeys(a, i0 + u + g) - j0 : 0;                                                          \
                         lim[g] = lim[g] < 0 ? 0 : lim[g] > m ? m : lim[g];                                                             \
                         mm = lim[g] > mm ? lim[g] : mm;                                                                                \
@@ -6419,7 +6457,8 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         for (t = 0; t < lim[g]; t++) sum[ui] += row[t];                                                                \
                         for (; t < mm; t++) row[t] = 0; /* keys this query does not see */                                             \
                     }                                                                                                                  \
-                    tj__attn_mm_##SFX((const T *const *)sr, mm, vp, a->dv, orow, 1); /* out += p v */                                  \
+                    for (g = 0; g < 4; g++) use[g] = use[g] && lim[g] > 0 && !nan[u + g];                                              \
+                    tj__attn_wsum_##SFX(sr, lo, lim, use, vp, a->dv, orow); /* out += p v over the keys each query sees */             \
                 }                                                                                                                      \
             }                                                                                                                          \
             for (u = 0; u < nq; u++) {                                                                                                 \
@@ -6475,11 +6514,12 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                 for (u = 0; u < nk; u += 4) { /* 4 keys at a time */                                                                   \
                     const T *ak[4], *av[4];                                                                                            \
                     T *sr[4], *dr[4], *dkr[4], *dvr[4];                                                                                \
-                    int64_t t0[4], any = 0;                                                                                            \
+                    int64_t t0[4], hi[4] = {m, m, m, m}, any = 0;                                                                      \
+                    int use[4];                                                                                                        \
                     for (g = 0; g < 4; g++) {                                                                                          \
                         int in = u + g < nk;                                                                                           \
                         t0[g] = !in ? m : a->causal && j0 + u + g > i0 ? j0 + u + g - i0 : 0; /* the first query that sees the key */  \
-                        any |= t0[g] < m;                                                                                              \
+                        any |= use[g] = t0[g] < m;                                                                                     \
                         ak[g] = in ? kp[u + g] : tj__attn_zero_##SFX;                                                                  \
                         av[g] = in ? vp[u + g] : tj__attn_zero_##SFX;                                                                  \
                         sr[g] = s + g * BLK, dr[g] = dp + g * BLK;                                                                     \
@@ -6495,8 +6535,8 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                             dr[g][t] = t < t0[g] ? 0 : p * (dr[g][t] - dl[q0 + t]);                                                    \
                             sr[g][t] = p;                                                                                              \
                         }                                                                                                              \
-                    tj__attn_mm_##SFX((const T *const *)sr, m, gp, a->dv, dvr, 1); /* dv += P d_out */                                 \
-                    tj__attn_mm_##SFX((const T *const *)dr, m, qp, a->d, dkr, 1);  /* dk += dS q */                                    \
+                    tj__attn_wsum_##SFX(sr, t0, hi, use, gp, a->dv, dvr); /* dv += P d_out over the queries that see each key */       \
+                    tj__attn_wsum_##SFX(dr, t0, hi, use, qp, a->d, dkr);  /* dk += dS q */                                             \
                 }                                                                                                                      \
             }                                                                                                                          \
             for (u = 0; u < nk; u++) {                                                                                                 \
@@ -6529,7 +6569,8 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                 for (u = 0; u < nq; u += 4) { /* 4 queries at a time */                                                                \
                     const T *aq[4], *ag[4];                                                                                            \
                     T *sr[4], *dr[4], *dqr[4];                                                                                         \
-                    int64_t lim[4], mm = 0;                                                                                            \
+                    int64_t lim[4], lo[4] = {0, 0, 0, 0}, mm = 0;                                                                      \
+                    int use[4];                                                                                                        \
                     for (g = 0; g < 4; g++) {                                                                                          \
                         int in = u + g < nq;                                                                                           \
                         lim[g] = in ? tj__attn_nkeys(a, i0 + u + g) - j0 : 0;                                                          \
@@ -6539,6 +6580,7 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         ag[g] = in ? gp[u + g] : tj__attn_zero_##SFX;                                                                  \
                         sr[g] = s + g * BLK, dr[g] = dp + g * BLK;                                                                     \
                         dqr[g] = in ? dq + (u + g) * a->d : dump;                                                                      \
+                        use[g] = lim[g] > 0;                                                                                           \
                     }                                                                                                                  \
                     if (!mm) continue;                                                                                                 \
                     tj__attn_mm_##SFX(aq, a->d, ktp, TJ__ATTN_ROUND(mm), sr, 0);  /* s = q . k */                                      \
@@ -6546,7 +6588,7 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                     for (g = 0; g < 4; g++)                                                                                            \
                         for (t = 0; t < mm; t++) /* dS = P (dP - D) */                                                                 \
                             dr[g][t] = t < lim[g] ? EXP(sc * sr[g][t] - lse[u + g]) * (dr[g][t] - dl[q0 + u + g]) : 0;                 \
-                    tj__attn_mm_##SFX((const T *const *)dr, mm, kp, a->d, dqr, 1); /* dq += dS k */                                    \
+                    tj__attn_wsum_##SFX(dr, lo, lim, use, kp, a->d, dqr); /* dq += dS k over the keys each query sees */               \
                 }                                                                                                                      \
             }                                                                                                                          \
             for (u = 0; u < nq; u++) {                                                                                                 \

@@ -1646,15 +1646,17 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_fwd(tjc_att a, con
             tjc_att_row<T, NV>(k, a.dt, (b * a.tk + j) * a.d, a.d, lane, kj);
             T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj), p;
             if (s != s) nan = 1;
-            if (s == -INFINITY || nan) continue; /* an exp of 0 */
+            if (nan) continue;
             if (s > m) { /* a new max: rescale what was summed so far */
-                T cr = tjc_exp(m - s);
+                T cr = m == -INFINITY ? (T)0 : tjc_exp(m - s);
                 sum *= cr;
 #pragma unroll
                 for (int i = 0; i < NV; i++) acc[i] *= cr;
                 m = s;
             }
-            p = tjc_exp(s - m);
+            /* a visible key of score -inf weighs 0 but still multiplies its
+               value (0 inf is NaN), as on the CPU and in JAX */
+            p = s == -INFINITY ? (T)0 : tjc_exp(s - m);
             sum += p;
             tjc_att_row<T, NV>(v, a.dt, (b * a.tk + j) * a.dv, a.dv, lane, vj);
 #pragma unroll

@@ -635,8 +635,8 @@ static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "kq"), v = tj_tree_v(in, "vq");
     tj_v kb = attn_grow(k), kx = tj_index(k, "u", 0), ke = tj_broadcast(k, "b=2 s=5 h=4 u=1 c=2"); /* b=3; without u; with c */
     tj_v v4 = tj_slice(v, "s", 0, 4), vr = tj_rename(v, "s", "r"), kr = tj_rename(k, "h", "e");
-    tj_v wide = tj_broadcast(tj_index(q, "h", 0), "b=2 t=3 h=1025 u=1"), wk = tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=1025 u=1");
-    tj_v wv = tj_broadcast(tj_index(v, "h", 0), "b=2 s=5 h=1025 u=1"), kz = tj_broadcast(tj_index(k, "s", 0), "b=2 h=4 u=1 z=7");
+    tj_v wide = tj_broadcast(tj_index(q, "h", 0), "b=2 t=3 h=257 u=1"), wk = tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=257 u=1");
+    tj_v wv = tj_broadcast(tj_index(v, "h", 0), "b=2 s=5 h=257 u=1"), kz = tj_broadcast(tj_index(k, "s", 0), "b=2 h=4 u=1 z=7");
     (void)u;
     BAD(c, tj_attention(NULL, k, v, "t", "s", "h", 0, 0) == NULL, "attention", "operand 0 is NULL");
     BAD(c, tj_attention(q, NULL, v, "t", "s", "h", 0, 0) == NULL, "attention", "operand 1 is NULL");
@@ -665,12 +665,12 @@ static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     /* kpos naming one of q's batch axes: k's 'b' would be both (this said "broadcast: ... does not fit") */
     BAD(c, tj_attention(q, kz, kz, "t", "b", "h", 0, 0) == NULL, "attention", "'b'");
     BAD(c, tj_attention(q, tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=5 u=1"), v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have", "'h' (the size of q's)", "f32[b=2,s=5,h=5,u=1]");
-    /* the scale; dim and dim' at most 1024 */
+    /* the scale; dim and dim' at most 256 */
     BAD(c, tj_attention(q, k, v, "t", "s", "h", NAN, 1) == NULL, "attention", "scale nan", "not finite", "'h'");
     BAD(c, tj_attention(q, k, v, "t", "s", "h", INFINITY, 1) == NULL, "attention", "scale inf", "not finite");
     BAD(c, tj_attention(q, k, v, "t", "s", "h", -INFINITY, 0) == NULL, "attention", "scale -inf", "not finite");
-    BAD(c, tj_attention(wide, wk, v, "t", "s", "h", 0, 0) == NULL, "attention", "'h'", "1025 (q)", "at most 1024");
-    BAD(c, tj_attention(q, k, wv, "t", "s", "h", 0, 0) == NULL, "attention", "'h'", "1025 (v)", "at most 1024");
+    BAD(c, tj_attention(wide, wk, v, "t", "s", "h", 0, 0) == NULL, "attention", "'h'", "257 (q)", "at most 256");
+    BAD(c, tj_attention(q, k, wv, "t", "s", "h", 0, 0) == NULL, "attention", "'h'", "257 (v)", "at most 256");
     /* no second derivative: the message names the attention's line */
     BAD(c, attn_grad2(tj_attention(q, k, v, "t", "s", "h", 0, 1), q, k, v) != TJ_OK, "vjp", "attention has no second derivative");
     tj_clear_error(c);
