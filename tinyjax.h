@@ -6176,9 +6176,9 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
                 tj_v_describe(k, b2, sizeof b2), tj_v_describe(v, b3, sizeof b3));
         return NULL;
     }
-    if ((qp = tj__one_axis(q, qpos, "attention (q)", f, l)) < 0 || (d = tj__one_axis(q, dim, "attention (q)", f, l)) < 0 ||
-        (kp = tj__one_axis(k, kpos, "attention (k)", f, l)) < 0 || tj__one_axis(k, dim, "attention (k)", f, l) < 0 ||
-        tj__one_axis(v, kpos, "attention (v)", f, l) < 0 || tj__one_axis(v, dim, "attention (v)", f, l) < 0)
+    if ((qp = tj__one_axis(q, qpos, "attention (q) qpos", f, l)) < 0 || (d = tj__one_axis(q, dim, "attention (q) dim", f, l)) < 0 ||
+        (kp = tj__one_axis(k, kpos, "attention (k) kpos", f, l)) < 0 || tj__one_axis(k, dim, "attention (k) dim", f, l) < 0 ||
+        tj__one_axis(v, kpos, "attention (v) kpos", f, l) < 0 || tj__one_axis(v, dim, "attention (v) dim", f, l) < 0)
         return NULL;
     if (qp == d || kp == d) {
         tj__err(c, TJ_ERR_AXIS, f, l, "attention: the position axes ('%s', '%s') and the contracted axis '%s' must differ", qpos, kpos, dim);

@@ -642,7 +642,8 @@ static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_attention(q, NULL, v, "t", "s", "h", 0, 0) == NULL, "attention", "operand 1 is NULL");
     BAD(c, tj_attention(q, k, NULL, "t", "s", "h", 0, 0) == NULL, "attention", "operand 2 is NULL");
     /* the axes: missing, NULL, several names in one, one axis twice */
-    BAD(c, tj_attention(q, k, v, NULL, "s", "h", 0, 0) == NULL, "attention (q)", "NULL");
+    BAD(c, tj_attention(q, k, v, NULL, "s", "h", 0, 0) == NULL, "attention (q) qpos", "NULL");
+    BAD(c, tj_attention(q, k, v, "t", "s", NULL, 0, 0) == NULL, "attention (q) dim", "NULL");
     BAD(c, tj_attention(q, k, v, "x", "s", "h", 0, 0) == NULL, "attention (q)", "'x'", "f32[b=2,t=3,h=4,u=1]");
     BAD(c, tj_attention(q, k, v, "t", "x", "h", 0, 0) == NULL, "attention (k)", "'x'", "f32[b=2,s=5,h=4,u=1]");
     BAD(c, tj_attention(q, k, vr, "t", "s", "h", 0, 0) == NULL, "attention (v)", "'s'", "f32[b=2,r=5,h=3,u=1]");
