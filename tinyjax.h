@@ -6280,7 +6280,9 @@ typedef struct {
     int64_t nb, tq, tk, d, dv;
     double scale;
     int causal;
-    void *dl; /* backward: D per query row (f32, or f64 for f64) */
+    void *dl;   /* backward: D per query row (f32, or f64 for f64) */
+    int fuse;   /* backward: dq summed in the dk/dv pass (one pass; see tj__k_attention_grad) */
+    void *dqs;  /* ... into this (f32 sums of a bf16 dq, all rows), or into dq itself */
 } tj__attn;
 static void tj__attn_init(const tj__kern *k, tj__attn *a) {
     const tj__type *q = k->it[0], *v = k->it[2];
@@ -6293,6 +6295,8 @@ static void tj__attn_init(const tj__kern *k, tj__attn *a) {
     a->scale = k->n->a.s;
     a->causal = k->n->a.causal;
     a->dl = k->scratch;
+    a->fuse = 0;
+    a->dqs = q->dt == TJ_F32 || q->dt == TJ_F64 ? NULL : (char *)k->scratch + tj__align(a->nb * a->tq * 4);
 }
 /* the keys query i sees */
 static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
@@ -6496,11 +6500,16 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         const tj__kern *k = a->k;                                                                                                      \
         T kb[OWN * TJ__ATTN_MAXD], vb[OWN * TJ__ATTN_MAXD], dk[OWN * TJ__ATTN_MAXD], dv[OWN * TJ__ATTN_MAXD];                          \
         T qb[BLK * TJ__ATTN_MAXD], gb[BLK * TJ__ATTN_MAXD], qt[TJ__ATTN_MAXD * BLK], gt[TJ__ATTN_MAXD * BLK];                         \
-        T s[4 * BLK], dp[4 * BLK], lse[BLK], dump[TJ__ATTN_MAXD], sc = (T)a->scale;                                                    \
+        T s[4 * BLK], dp[4 * BLK], lse[BLK], dump[TJ__ATTN_MAXD], sc = (T)a->scale, dsk[OWN * BLK], dst[BLK * OWN], *dq = NULL;       \
         const T *kp[OWN], *vp[OWN], *qp[BLK], *gp[BLK], *qtp[TJ__ATTN_MAXD], *gtp[TJ__ATTN_MAXD], *dl = (const T *)a->dl;             \
-        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->nb * nblk, w, u, g, t, c, i0, m;                                            \
-        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
-            int64_t b = w / nblk, j0 = w % nblk * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                                       \
+        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->fuse ? a->nb : a->nb * nblk, w, u, g, t, c, i0, m, jb;                     \
+        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++)                                                          \
+            for (jb = a->fuse ? 0 : w % nblk; jb < (a->fuse ? nblk : w % nblk + 1); jb++) {                                           \
+            int64_t b = a->fuse ? w : w / nblk, j0 = jb * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                               \
+            if (a->fuse && !jb) { /* dq of batch row b: summed here over the key blocks, in order */                                  \
+                dq = a->dqs ? (T *)a->dqs + b * a->tq * a->d : (T *)k->pout[0] + b * a->tq * a->d;                                     \
+                for (c = 0; c < a->tq * a->d; c++) dq[c] = 0;                                                                          \
+            }                                                                                                                          \
             tj__attn_tile_##SFX(k, 1, b * a->tk + j0, nk, a->d, kb, kp, NULL, NULL);                                                   \
             tj__attn_tile_##SFX(k, 2, b * a->tk + j0, nk, a->dv, vb, vp, NULL, NULL);                                                  \
             for (c = 0; c < nk * a->d; c++) dk[c] = 0;                                                                                 \
@@ -6522,7 +6531,7 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         any |= use[g] = t0[g] < m;                                                                                     \
                         ak[g] = in ? kp[u + g] : tj__attn_zero_##SFX;                                                                  \
                         av[g] = in ? vp[u + g] : tj__attn_zero_##SFX;                                                                  \
-                        sr[g] = s + g * BLK, dr[g] = dp + g * BLK;                                                                     \
+                        sr[g] = s + g * BLK, dr[g] = in ? dsk + (u + g) * BLK : dp + g * BLK; /* (dS kept for dq) */                   \
                         dkr[g] = in ? dk + (u + g) * a->d : dump;                                                                      \
                         dvr[g] = in ? dv + (u + g) * a->dv : dump;                                                                     \
                     }                                                                                                                  \
@@ -6538,11 +6547,29 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                     tj__attn_wsum_##SFX(sr, t0, hi, use, gp, a->dv, dvr); /* dv += P d_out over the queries that see each key */       \
                     tj__attn_wsum_##SFX(dr, t0, hi, use, qp, a->d, dkr);  /* dk += dS q */                                             \
                 }                                                                                                                      \
+                for (t = 0; a->fuse && t < m; t += 4) { /* dq += dS k over the block's keys each query sees, 4 queries at a time */    \
+                    T *dsr[4], *dqr[4];                                                                                                \
+                    int64_t lo[4] = {0, 0, 0, 0}, vis[4];                                                                              \
+                    int use[4], any = 0;                                                                                               \
+                    for (g = 0; g < 4; g++) {                                                                                          \
+                        int64_t e = a->causal ? i0 + t + g - j0 + 1 : nk; /* keys [0, e) of the block: seen by query i0 + t + g */    \
+                        vis[g] = t + g >= m || e < 0 ? 0 : e > nk ? nk : e;                                                            \
+                        any |= use[g] = vis[g] > 0;                                                                                    \
+                        dsr[g] = use[g] ? dst + g * OWN : (T *)tj__attn_zero_##SFX; /* (an unused row is only read) */                \
+                        dqr[g] = use[g] ? dq + (i0 + t + g) * a->d : dump;                                                             \
+                        for (u = 0; u < vis[g]; u++) dsr[g][u] = dsk[u * BLK + t + g]; /* dS transposed */                             \
+                    }                                                                                                                  \
+                    if (any) tj__attn_wsum_##SFX(dsr, lo, vis, use, kp, a->d, dqr);                                                    \
+                }                                                                                                                      \
             }                                                                                                                          \
             for (u = 0; u < nk; u++) {                                                                                                 \
                 for (c = 0; c < a->d; c++) dk[u * a->d + c] *= sc;                                                                     \
                 STOREN(k->pout[1], k->it[1]->dt, (b * a->tk + j0 + u) * a->d, 1, a->d, dk + u * a->d);                                 \
                 STOREN(k->pout[2], k->it[2]->dt, (b * a->tk + j0 + u) * a->dv, 1, a->dv, dv + u * a->dv);                              \
+            }                                                                                                                          \
+            if (a->fuse && jb == nblk - 1) { /* the batch row's dq is complete */                                                      \
+                for (c = 0; c < a->tq * a->d; c++) dq[c] *= sc;                                                                        \
+                if (a->dqs) STOREN(k->pout[0], k->it[0]->dt, b * a->tq * a->d, 1, a->tq * a->d, dq);                                   \
             }                                                                                                                          \
         }                                                                                                                              \
     }                                                                                                                                  \
@@ -6627,17 +6654,31 @@ static void tj__k_attention(tj__kern *k) {
     tj__attn_init(k, &a);
     tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_fwd), &a);
 }
+/* The backward: D, then one pass by key blocks for dk and dv that also
+   sums dq (each dS tile is made once) when whole batch rows keep the
+   threads about as busy: a thread then takes a batch row's key blocks in
+   order, as dq's sums must be; else (few batch rows) the key blocks of a
+   row are shared out and a second pass by query blocks makes dS again for
+   dq. Both sum each dq element over the keys in order, one term at a
+   time: the same bits either way. */
+static int tj__attn_passes; /* test hook: 1 or 2 passes whatever the rows, 0 as above */
 static void tj__k_attention_grad(tj__kern *k) {
     tj__attn a;
+    int np;
     tj__attn_init(k, &a);
     tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.dv), TJ__ATTN_PICK(k, tj__attn_dl), &a);
-    tj__parallel(tj__attn_parts(k, a.nb * a.tk, a.tq * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_dkv), &a);
-    tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_dq), &a);
+    np = tj__attn_parts(k, a.nb * a.tk, a.tq * (a.d + a.dv));
+    /* one pass does 5 of the two passes' 7 products: worth rows of uneven count per thread while ceil(nb / np) 5 <= (nb / np) 7 */
+    a.fuse = tj__attn_passes ? tj__attn_passes == 1 : 5 * ((a.nb + np - 1) / np) * np <= 7 * a.nb;
+    tj__parallel(a.fuse && a.nb < np ? (int)a.nb : np, TJ__ATTN_PICK(k, tj__attn_dkv), &a);
+    if (!a.fuse) tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_dq), &a);
 }
-/* the backward's workspace: D, one per query row (local shapes) */
+/* the backward's workspace: D, one per query row (local shapes), and for a
+   dq not of the loop's type (bf16) its f32 sums */
 static int64_t tj__attention_scratch(const tj_node *n) {
     const tj__type *q = &n->in[0]->lt;
-    return tj__align(tj__numel(q) / q->dim[q->rank - 1] * (q->dt == TJ_F64 ? 8 : 4));
+    int64_t rows = tj__numel(q) / q->dim[q->rank - 1];
+    return tj__align(rows * (q->dt == TJ_F64 ? 8 : 4)) + (q->dt == TJ_F32 || q->dt == TJ_F64 ? 0 : tj__align(tj__numel(q) * 4));
 }
 /* multiply-adds of the (query, key) pairs each pass visits (causal: about half) */
 static double tj__flops_attention(const tj_node *n) {

@@ -4,6 +4,7 @@
    allocates (including donation). */
 #include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
+#include "tj_internal.h"
 
 /* ------------------------------------------------------------ helpers --- */
 /* "x=3 y=4" and "x y" of a traced value */
@@ -1819,6 +1820,27 @@ static void test_attention_values(tj_ctx *ctx) {
             }
             snprintf(what, sizeof what, "attention %s %s%s vs dot+softmax in f64", tj_dtype_name(dts[d % 3]), shapes[d / 3][0], causal ? " causal" : "");
             tjt_outs_compare(what, &o[1], &o[0], tol[d % 3]);
+            { /* the backward in one pass and in two (dq apart): the same bits */
+                tjt_outs w[2];
+                int pass;
+                memset(w, 0, sizeof w);
+                for (pass = 1; pass <= 2; pass++) {
+                    tj_tree *out = tj_tree_new(ctx);
+                    tj_prog *p;
+                    tjt_attn_passes(pass);
+                    p = tj_jit(ctx, "attention", attn_fn, (void *)(causal ? "fused causal" : "fused"), in, NULL);
+                    TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "attention, backward in %d passes: %s", pass, tj_error(ctx));
+                    tj_clear_error(ctx);
+                    tjt_outs_read(&w[pass - 1], out);
+                    tj_prog_free(p);
+                    tj_tree_free(out);
+                }
+                tjt_attn_passes(0);
+                snprintf(what, sizeof what, "attention %s %s%s: backward in one pass vs two", tj_dtype_name(dts[d % 3]), shapes[d / 3][0], causal ? " causal" : "");
+                tjt_outs_compare(what, &w[0], &w[1], 0);
+                tjt_outs_free(&w[0]);
+                tjt_outs_free(&w[1]);
+            }
             tjt_outs_free(&o[0]);
             tjt_outs_free(&o[1]);
             tj_tree_free(in);

@@ -68,6 +68,9 @@ void tjt_sgemm_shutdown(void);
 void tjt_bgemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc, int acc, int nth);
 const char *tjt_bgemm_path(void);
 void tjt_bgemm_force_f32(int force);
+/* attention's backward: 1 = dq summed in the dk/dv pass, 2 = in a pass of
+   its own, whatever the batch rows and threads; 0 = as the kernel picks */
+void tjt_attn_passes(int n);
 int tjt_cpu_has_avx512bf16(void);
 /* f32 -> bf16 over n values, as tj_f32_to_bf16 */
 void tjt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
@@ -135,6 +138,7 @@ void tjt_bgemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, 
 }
 const char *tjt_bgemm_path(void) { return tj__bgemm_path(); }
 void tjt_bgemm_force_f32(int force) { tj__bgemm_force_f32 = force; }
+void tjt_attn_passes(int n) { tj__attn_passes = n; }
 int tjt_cpu_has_avx512bf16(void) {
 #if TJ__X86
     unsigned a = 0, b = 0, c = 0, d = 0;
