@@ -6440,13 +6440,21 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                     if (!mm) continue;                                                                                                 \
                     tj__attn_mm_##SFX(ar, a->d, ktp, TJ__ATTN_ROUND(mm), sr, 0); /* scores */                                          \
                     for (g = 0; g < 4; g++) { /* the online softmax: p = exp(s - max) in sr, a new max rescales */                    \
-                        T *row = sr[g], bm = -INFINITY, *o = orow[g];                                                                  \
+                        T *TJ__RESTRICT row = sr[g], bm = -INFINITY, *o = orow[g], lm[16];                                             \
                         int64_t ui = u + g;                                                                                            \
-                        for (t = 0; t < lim[g]; t++) {                                                                                 \
-                            row[t] *= sc;                                                                                              \
-                            nan[ui < nq ? ui : 0] |= row[t] != row[t];                                                                 \
-                            bm = row[t] > bm ? row[t] : bm;                                                                            \
+                        int l, bad = 0;                                                                                                \
+                        for (l = 0; l < 16; l++) lm[l] = -INFINITY;                                                                    \
+                        for (t = 0; t + 16 <= lim[g]; t += 16) /* scaled, and the row's max in 16 lanes (vectorised) */               \
+                            for (l = 0; l < 16; l++) {                                                                                 \
+                                T x = row[t + l] * sc;                                                                                 \
+                                row[t + l] = x, bad |= x != x, lm[l] = x > lm[l] ? x : lm[l];                                          \
+                            }                                                                                                          \
+                        for (; t < lim[g]; t++) {                                                                                      \
+                            T x = row[t] * sc;                                                                                         \
+                            row[t] = x, bad |= x != x, bm = x > bm ? x : bm;                                                           \
                         }                                                                                                              \
+                        for (l = 0; l < 16; l++) bm = lm[l] > bm ? lm[l] : bm;                                                         \
+                        if (bad) nan[ui] = 1; /* (lim[g] > 0: a row of this block) */                                                  \
                         if (!lim[g] || nan[ui] || bm == -INFINITY) { /* nothing to add: a NaN score, or all exps 0 */                  \
                             for (t = 0; t < mm; t++) row[t] = 0;                                                                       \
                             continue;                                                                                                  \
@@ -6538,12 +6546,16 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                     if (!any) continue;                                                                                                \
                     tj__attn_mm_##SFX(ak, a->d, qtp, TJ__ATTN_ROUND(m), sr, 0);  /* s = k . q */                                       \
                     tj__attn_mm_##SFX(av, a->dv, gtp, TJ__ATTN_ROUND(m), dr, 0); /* dP = v . d_out */                                  \
-                    for (g = 0; g < 4; g++)                                                                                            \
-                        for (t = 0; t < m; t++) {                                                                                      \
-                            T p = t < t0[g] ? 0 : EXP(sc * sr[g][t] - lse[t]);                                                         \
-                            dr[g][t] = t < t0[g] ? 0 : p * (dr[g][t] - dl[q0 + t]);                                                    \
-                            sr[g][t] = p;                                                                                              \
+                    for (g = 0; g < 4; g++) {                                                                                          \
+                        T *TJ__RESTRICT sg = sr[g], *TJ__RESTRICT dg = dr[g];                                                          \
+                        const T *TJ__RESTRICT dlq = dl + q0;                                                                           \
+                        for (t = 0; t < t0[g] && t < m; t++) sg[t] = 0, dg[t] = 0;                                                     \
+                        for (t = t0[g]; t < m; t++) { /* (a loop the compiler vectorises: no branch) */                                \
+                            T p = EXP(sc * sg[t] - lse[t]);                                                                            \
+                            dg[t] = p * (dg[t] - dlq[t]);                                                                              \
+                            sg[t] = p;                                                                                                 \
                         }                                                                                                              \
+                    }                                                                                                                  \
                     tj__attn_wsum_##SFX(sr, t0, hi, use, gp, a->dv, dvr); /* dv += P d_out over the queries that see each key */       \
                     tj__attn_wsum_##SFX(dr, t0, hi, use, qp, a->d, dkr);  /* dk += dS q */                                             \
                 }                                                                                                                      \
@@ -6612,9 +6624,12 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                     if (!mm) continue;                                                                                                 \
                     tj__attn_mm_##SFX(aq, a->d, ktp, TJ__ATTN_ROUND(mm), sr, 0);  /* s = q . k */                                      \
                     tj__attn_mm_##SFX(ag, a->dv, vtp, TJ__ATTN_ROUND(mm), dr, 0); /* dP = d_out . v */                                 \
-                    for (g = 0; g < 4; g++)                                                                                            \
-                        for (t = 0; t < mm; t++) /* dS = P (dP - D) */                                                                 \
-                            dr[g][t] = t < lim[g] ? EXP(sc * sr[g][t] - lse[u + g]) * (dr[g][t] - dl[q0 + u + g]) : 0;                 \
+                    for (g = 0; g < 4; g++) { /* dS = P (dP - D) */                                                                    \
+                        T *TJ__RESTRICT dg = dr[g], lq = lim[g] ? lse[u + g] : 0, dq0 = lim[g] ? dl[q0 + u + g] : 0;                  \
+                        const T *TJ__RESTRICT sg = sr[g];                                                                              \
+                        for (t = 0; t < lim[g]; t++) dg[t] = EXP(sc * sg[t] - lq) * (dg[t] - dq0);                                     \
+                        for (; t < mm; t++) dg[t] = 0;                                                                                 \
+                    }                                                                                                                  \
                     tj__attn_wsum_##SFX(dr, lo, lim, use, kp, a->d, dqr); /* dq += dS k over the keys each query sees */               \
                 }                                                                                                                      \
             }                                                                                                                          \
