@@ -2323,6 +2323,43 @@ extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64
     if (dt == TJ_F32 && d == 128) return tjc_fa_host<tjc_fa_fmt_tf32, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     return -1;
 }
+/* The fragment steps alone on the host (a test hook; no GPU needed), for a
+   test that checks them against the PTX ISA's fragment tables written out
+   on its own (tj_cuda_attention_host cannot: its products rebuild the
+   matrices through the same layout helpers as the register loads, so a
+   wrong layout agrees with itself there). tf32: 0 bf16 (m16n8k16), 1 TF32
+   (m16n8k8). m: a 64 x 64 matrix (row-major floats, exact in the format),
+   staged as the kernels stage a tile. op:
+     0  c[32][4] += the product of the lanes' registers a[32][4] and b[32][2] (tjc_fa_mma)
+     1  a = the A fragments of staged rows i0.., k step i1 (tjc_fa_afrag)
+     2  b = the "nk" B fragments, n0 = i0, k0 = i1 (tjc_fa_bfrag_nk)
+     3  b = the "kn" B fragments, k0 = i0, n0 = i1 (tjc_fa_bfrag_kn)
+     4  a = the A fragments of k step i0 of P, c being P's C fragments as [32][8][4] (tjc_fa_pfrag)
+   Returns 0, or -1 for an op it does not know or when memory runs out. */
+extern "C" int tj_cuda_fa_frag_host(int tf32, int op, const float *m, int i0, int i1, uint32_t *a, uint32_t *b, float *c);
+template <class F>
+static int tjc_fa_frag_host(int op, const float *m, int i0, int i1, uint32_t (*a)[4], uint32_t (*b)[2], float *c) {
+    typedef typename F::E E;
+    E *src = NULL, *sh = NULL;
+    int rc = 0;
+    if (op == 0) tjc_fa_mma<F, 32>((float(*)[4])c, a, b);
+    else if (op == 4) tjc_fa_pfrag<F, 32>((const float(*)[8][4])c, i0, a);
+    else if (op >= 1 && op <= 3) {
+        src = (E *)malloc(sizeof(E) * 64 * 64), sh = (E *)malloc(tjc_fa_smem<F, 64>(1));
+        if (!src || !sh) rc = -1;
+        for (int i = 0; !rc && i < 64 * 64; i++) src[i] = F::stage(F::out(m[i]));
+        TJC_FA_THREADS(tid) if (!rc) tjc_fa_stage<F, 64>(sh, src, 0, 64, tid, TJC_FA_NT);
+        if (!rc && op == 1) tjc_fa_afrag<F, 64, 32>(sh, i0, i1, a);
+        if (!rc && op == 2) tjc_fa_bfrag_nk<F, 64, 32>(sh, i0, i1, b);
+        if (!rc && op == 3) tjc_fa_bfrag_kn<F, 64, 32>(sh, i0, i1, b);
+    } else rc = -1;
+    free(src), free(sh);
+    return rc;
+}
+extern "C" int tj_cuda_fa_frag_host(int tf32, int op, const float *m, int i0, int i1, uint32_t *a, uint32_t *b, float *c) {
+    return tf32 ? tjc_fa_frag_host<tjc_fa_fmt_tf32>(op, m, i0, i1, (uint32_t(*)[4])a, (uint32_t(*)[2])b, c)
+                : tjc_fa_frag_host<tjc_fa_fmt_bf16>(op, m, i0, i1, (uint32_t(*)[4])a, (uint32_t(*)[2])b, c);
+}
 
 /* Which flash kernels apply: 1 bf16, 2 TF32 (f32 with TJ_CUDA_TF32=1), 0
    none (path 1). They need dim = dim' of 64 or 128, a GPU with mma.sync

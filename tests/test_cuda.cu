@@ -720,6 +720,133 @@ static void test_attention_host(void) {
               "[attention host] f64, or d = 32, has no flash kernel");
     tj_ctx_free(c);
 }
+/* ---- the flash kernels' fragment layout against the PTX ISA (no GPU needed) ----
+   The layout of mma.sync's fragments, written out here from the PTX ISA's
+   tables ("Matrix Fragments for mma.m16n8k16 with floating point type",
+   and "for mma.m16n8k8", .tf32), apart from the kernels' helpers:
+   tj_cuda_attention_host cannot catch a wrong layout, since its products
+   rebuild the matrices through the same helpers as the register loads.
+   Each check goes through tj_cuda_fa_frag_host: the host product of
+   registers placed by these tables (c += a b), the A fragments of a staged
+   tile, both kinds of B fragments, and P's A fragments from its C
+   fragments. The values are small multiples of 1/16, exact in bf16, TF32
+   and float sums, so every comparison is exact. */
+extern "C" int tj_cuda_fa_frag_host(int tf32, int op, const float *m, int i0, int i1, uint32_t *a, uint32_t *b, float *c);
+/* element i of a fragment (bf16: 2 per register, low half first; TF32: 1): its row and column */
+static void ptx_a(int tf32, int lane, int i, int *row, int *col) {
+    int g = lane >> 2, t = lane % 4;
+    if (tf32) *row = g + (i == 1 || i == 3 ? 8 : 0), *col = t + (i >= 2 ? 4 : 0);
+    else *row = g + ((i < 2 || (i >= 4 && i < 6)) ? 0 : 8), *col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+}
+static void ptx_b(int tf32, int lane, int i, int *row, int *col) {
+    int g = lane >> 2, t = lane % 4;
+    if (tf32) *row = t + (i == 1 ? 4 : 0);
+    else *row = t * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+    *col = g;
+}
+static void ptx_c(int lane, int i, int *row, int *col) { *row = (lane >> 2) + (i >= 2 ? 8 : 0), *col = (lane % 4) * 2 + (i & 1); }
+/* value h of a register (bf16: bits 16 h..; TF32: the float's bits) */
+static float frag_val(int tf32, uint32_t r, int h) {
+    uint32_t u = tf32 ? r : ((r >> (16 * h)) & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t frag_bits(int tf32, float x) { /* x exact in the format */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return tf32 ? u : u >> 16;
+}
+static float frag_rand(uint64_t *st) {
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((int)(*st >> 33) % 129 - 64) / 16.f;
+}
+static void test_fa_fragments(void) {
+    uint64_t st = 99;
+    static float m[64 * 64], p[16 * 64], cf[32 * 8 * 4];
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+        const int K = tf32 ? 8 : 16, epr = tf32 ? 1 : 2;
+        const char *fmt = tf32 ? "m16n8k8 tf32" : "m16n8k16 bf16";
+        int bad = 0;
+        for (int rep = 0; rep < 4; rep++) { /* c += a b with registers placed by the tables */
+            float A[16][16], B[16][8], C[16][8], c[32][4];
+            uint32_t a[32][4], b[32][2];
+            for (int r = 0; r < 16; r++)
+                for (int x = 0; x < K; x++) A[r][x] = frag_rand(&st);
+            for (int x = 0; x < K; x++)
+                for (int n = 0; n < 8; n++) B[x][n] = frag_rand(&st);
+            for (int r = 0; r < 16; r++)
+                for (int n = 0; n < 8; n++) C[r][n] = frag_rand(&st);
+            memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+            for (int l = 0; l < 32; l++) {
+                int row, col;
+                for (int i = 0; i < 4 * epr; i++) ptx_a(tf32, l, i, &row, &col), a[l][i / epr] |= frag_bits(tf32, A[row][col]) << (16 * (i % epr));
+                for (int i = 0; i < 2 * epr; i++) ptx_b(tf32, l, i, &row, &col), b[l][i / epr] |= frag_bits(tf32, B[row][col]) << (16 * (i % epr));
+                for (int i = 0; i < 4; i++) ptx_c(l, i, &row, &col), c[l][i] = C[row][col];
+            }
+            TJT_CHECK(tj_cuda_fa_frag_host(tf32, 0, NULL, 0, 0, &a[0][0], &b[0][0], &c[0][0]) == 0, "[fragments] %s: the host product", fmt);
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++) {
+                    int row, col;
+                    float want;
+                    ptx_c(l, i, &row, &col);
+                    want = C[row][col];
+                    for (int x = 0; x < K; x++) want += A[row][x] * B[x][col];
+                    bad += c[l][i] != want;
+                }
+        }
+        TJT_CHECK(bad == 0, "[fragments] %s: c += a b on registers placed by the PTX tables: %d of 512 values wrong", fmt, bad);
+        for (int i = 0; i < 64 * 64; i++) m[i] = frag_rand(&st);
+        bad = 0;
+        for (int w0 = 0; w0 < 64; w0 += 16) /* A fragments of a staged tile: rows w0.., columns K kk.. */
+            for (int kk = 0; kk < 64 / K; kk++) {
+                uint32_t a[32][4];
+                TJT_CHECK(tj_cuda_fa_frag_host(tf32, 1, m, w0, kk, &a[0][0], NULL, NULL) == 0, "[fragments] %s: afrag", fmt);
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < 4 * epr; i++) {
+                        int row, col;
+                        ptx_a(tf32, l, i, &row, &col);
+                        bad += frag_val(tf32, a[l][i / epr], i % epr) != m[(w0 + row) * 64 + kk * K + col];
+                    }
+            }
+        TJT_CHECK(bad == 0, "[fragments] %s: A fragments of a staged tile: %d values not where the PTX tables put them", fmt, bad);
+        bad = 0;
+        for (int n0 = 0; n0 < 64; n0 += 8) /* B fragments: B[k][n] = M[n0 + n][k0 + k] ("nk") and M[k0 + k][n0 + n] ("kn") */
+            for (int k0 = 0; k0 < 64; k0 += K) {
+                uint32_t bnk[32][2], bkn[32][2];
+                TJT_CHECK(tj_cuda_fa_frag_host(tf32, 2, m, n0, k0, NULL, &bnk[0][0], NULL) == 0 && tj_cuda_fa_frag_host(tf32, 3, m, k0, n0, NULL, &bkn[0][0], NULL) == 0,
+                          "[fragments] %s: bfrag", fmt);
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < 2 * epr; i++) {
+                        int row, col;
+                        ptx_b(tf32, l, i, &row, &col);
+                        bad += frag_val(tf32, bnk[l][i / epr], i % epr) != m[(n0 + col) * 64 + k0 + row];
+                        bad += frag_val(tf32, bkn[l][i / epr], i % epr) != m[(k0 + row) * 64 + n0 + col];
+                    }
+            }
+        TJT_CHECK(bad == 0, "[fragments] %s: B fragments of a staged tile: %d values not where the PTX tables put them", fmt, bad);
+        bad = 0;
+        for (int i = 0; i < 16 * 64; i++) p[i] = frag_rand(&st);
+        for (int l = 0; l < 32; l++) /* P (16 x 64) as eight C fragments */
+            for (int n = 0; n < 8; n++)
+                for (int i = 0; i < 4; i++) {
+                    int row, col;
+                    ptx_c(l, i, &row, &col);
+                    cf[(l * 8 + n) * 4 + i] = p[row * 64 + 8 * n + col];
+                }
+        for (int kc = 0; kc < 64 / K; kc++) { /* P's A fragments for k step kc: columns K kc.. */
+            uint32_t a[32][4];
+            TJT_CHECK(tj_cuda_fa_frag_host(tf32, 4, NULL, kc, 0, &a[0][0], NULL, cf) == 0, "[fragments] %s: pfrag", fmt);
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4 * epr; i++) {
+                    int row, col;
+                    ptx_a(tf32, l, i, &row, &col);
+                    bad += frag_val(tf32, a[l][i / epr], i % epr) != p[row * 64 + kc * K + col];
+                }
+        }
+        TJT_CHECK(bad == 0, "[fragments] %s: P's A fragments from its C fragments: %d values not where the PTX tables put them", fmt, bad);
+    }
+}
 /* attention on the GPU against the CPU backend, out and the gradients of
    sum(out w): path 1 in every dtype (dim 40, dim' 24; and the widest rows,
    1024 / 1000), path 1 on the flash shapes (TJ_CUDA_FLASH=0) and the flash
@@ -1702,6 +1829,7 @@ int main(int argc, char **argv) {
     test_scatter_csr_host(); /* the device's scatter_add index logic, on the host */
     test_transpose_host();   /* the tiled relayout's index steps, on the host */
     test_attention_host();   /* the flash attention kernels' block code, on the host */
+    test_fa_fragments();     /* their fragment layout against the PTX ISA's tables */
     if (!be && !selfcheck) {
         printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator, the scatter_add index lists, the tiled transpose's index steps and the flash attention kernels' block code ran above)\n", why);
         printf("%d passed, %d failed, 1 skipped\n", tjt_pass, tjt_fail);
