@@ -2057,39 +2057,42 @@ __host__ __device__ static inline int64_t tjc_fa_qtile0(int64_t k0, int causal) 
    tjc_fa_pgemm meets the masked pairs too, with a weight of 0, and 0 times
    an inf or NaN of M is NaN where the CPU, whose masked pairs never meet,
    stays finite; the blocks take this instead for a tile with masked pairs
-   whose staged M holds an inf or NaN (rare, and slow: CUDA cores, P's
-   values shuffled from the lanes of the quad that hold them). */
+   whose staged M holds an inf or NaN (rare, and slow: CUDA cores). P goes
+   8 columns at a time through sc, the warp's 16 x 8 floats of shared
+   memory, to the lanes that need its values. */
 #ifdef __CUDA_ARCH__
 #define TJC_FA_UNROLL _Pragma("unroll")
+#define TJC_FA_ROLLED _Pragma("unroll 1") /* (fewer registers for a path that is seldom taken) */
+#define TJC_FA_SYNCWARP() __syncwarp()
 #else
 #define TJC_FA_UNROLL
+#define TJC_FA_ROLLED
+#define TJC_FA_SYNCWARP() (void)0 /* (the lanes' loops below run one after the other) */
 #endif
 template <class F, int D, int L>
-__host__ __device__ static inline void tjc_fa_pgemm_met(const float (*p)[8][4], const TJC_FA_E *ms, float (*acc)[D / 8][4], int rq, int64_t r0, int64_t c0,
-                                                       int64_t tq, int64_t tk, int causal) {
-    TJC_FA_UNROLL for (int n = 0; n < 8; n++) /* P's 8-column tile n, */
-        TJC_FA_UNROLL for (int h = 0; h < 2; h++) /* the lane's row g + 8 h, */
-            TJC_FA_UNROLL for (int e = 0; e < 2; e++) /* column 2 u + e of the tile, */
-                for (int u = 0; u < 4; u++) { /* held by lane u of the quad */
-                    const int col = 8 * n + 2 * u + e;
-                    float w[L];
-#ifdef __CUDA_ARCH__
-                    w[0] = __shfl_sync(0xffffffffu, p[0][n][2 * h + e], (int)(threadIdx.x & 28) | u);
-#else
-                    for (int x = 0; x < L; x++) w[x] = p[(x & ~3) | u][n][2 * h + e];
-#endif
-                    for (int x = 0; x < L; x++) {
-                        const int lane = tjc_fa_lane(x);
-                        const int64_t r = r0 + tjc_fa_crow(lane, 2 * h), c = c0 + col;
-                        if (!(rq ? tjc_fa_sees(r, c, tq, tk, causal) : tjc_fa_sees(c, r, tq, tk, causal))) continue;
-                        const float wr = F::rnd(w[x]);
-                        const TJC_FA_E *mr = ms + col * (D + F::PAD);
-                        TJC_FA_UNROLL for (int n2 = 0; n2 < D / 8; n2++)
-                            TJC_FA_UNROLL for (int e2 = 0; e2 < 2; e2++) acc[x][n2][2 * h + e2] += wr * F::val(mr[8 * n2 + tjc_fa_ccol(lane, e2)]);
-                    }
+__host__ __device__ static inline void tjc_fa_pgemm_met(const float (*p)[8][4], const TJC_FA_E *ms, float (*acc)[D / 8][4], float *sc, int rq, int64_t r0,
+                                                       int64_t c0, int64_t tq, int64_t tk, int causal) {
+    TJC_FA_UNROLL for (int n = 0; n < 8; n++) { /* P's columns 8 n.. */
+        TJC_FA_SYNCWARP(); /* every lane is done with sc */
+        for (int x = 0; x < L; x++)
+            TJC_FA_UNROLL for (int e = 0; e < 4; e++) sc[tjc_fa_crow(tjc_fa_lane(x), e) * 8 + tjc_fa_ccol(tjc_fa_lane(x), e)] = F::rnd(p[x][n][e]);
+        TJC_FA_SYNCWARP();
+        for (int x = 0; x < L; x++)
+            TJC_FA_ROLLED for (int j = 0; j < 8; j++)
+                TJC_FA_UNROLL for (int h = 0; h < 2; h++) {
+                    const int lane = tjc_fa_lane(x), row = tjc_fa_crow(lane, 2 * h);
+                    const int64_t r = r0 + row, c = c0 + 8 * n + j;
+                    if (!(rq ? tjc_fa_sees(r, c, tq, tk, causal) : tjc_fa_sees(c, r, tq, tk, causal))) continue;
+                    const float w = sc[row * 8 + j];
+                    const TJC_FA_E *mr = ms + (8 * n + j) * (D + F::PAD);
+                    TJC_FA_UNROLL for (int n2 = 0; n2 < D / 8; n2++)
+                        TJC_FA_UNROLL for (int e2 = 0; e2 < 2; e2++) acc[x][n2][2 * h + e2] += w * F::val(mr[8 * n2 + tjc_fa_ccol(lane, e2)]);
                 }
+    }
 }
 #undef TJC_FA_UNROLL
+#undef TJC_FA_ROLLED
+#undef TJC_FA_SYNCWARP
 /* the 64 x 64 tile of queries from q0 and keys from k0 has pairs that do not meet (causal) */
 __host__ __device__ static inline int tjc_fa_masked(int64_t q0, int64_t k0, int causal) { return causal && k0 + TJC_FA_ROWS - 1 > q0; }
 
@@ -2110,10 +2113,10 @@ __host__ __device__ static inline void tjc_fa_fwd_begin(tjc_fa_fwd_st<D, L> *st)
 }
 /* one key tile [k0, k0 + 64) for the warp's queries [qw, qw + 16): Qs holds
    the block's queries (the warp's at row w0), Ks and Vs the tile; met: P V
-   by tjc_fa_pgemm_met */
+   by tjc_fa_pgemm_met (sc: the warp's scratch) */
 template <class F, int D, int L>
 __host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, const TJC_FA_E *Qs, int w0, const TJC_FA_E *Ks, const TJC_FA_E *Vs, int64_t qw,
-                                                      int64_t k0, int64_t tq, int64_t tk, int causal, float scale, int met) {
+                                                      int64_t k0, int64_t tq, int64_t tk, int causal, float scale, int met, float *sc) {
     float s[L][8][4], mx[2][L], p;
     tjc_fa_sgemm<F, D, L>(Qs, w0, Ks, s);
     for (int x = 0; x < L; x++) { /* scale, mask, this lane's row maxima */
@@ -2144,7 +2147,7 @@ __host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, 
                 s[x][n][e] = p;
                 st->l[x][e >> 1] += p; /* l sums the f32 p; P V takes p rounded to the input format */
             }
-    if (met) tjc_fa_pgemm_met<F, D, L>(s, Vs, st->o, 1, qw, k0, tq, tk, causal);
+    if (met) tjc_fa_pgemm_met<F, D, L>(s, Vs, st->o, sc, 1, qw, k0, tq, tk, causal);
     else tjc_fa_pgemm<F, D, L>(s, Vs, st->o);
 }
 /* out = O / l and lse = m + log l for the warp's rows that exist; NaN for a
@@ -2227,9 +2230,14 @@ __host__ __device__ static inline int tjc_fa_stage2(TJC_FA_E *sa, const TJC_FA_E
                                                     int check = 0) {
     return tjc_fa_stage<F, D>(sa, ga, r0, rows, tid, TJC_FA_NT, check) | tjc_fa_stage<F, D>(sb, gb, r0, rows, tid, TJC_FA_NT, check);
 }
-/* shared memory: nmat staged 64 x D matrices, then two 64-float vectors */
+/* shared memory: nmat staged 64 x D matrices, then two 64-float vectors,
+   then each warp's 16 x 8 floats for tjc_fa_pgemm_met (tjc_fa_sc) */
 template <class F, int D>
-static size_t tjc_fa_smem(int nmat) { return (size_t)nmat * TJC_FA_ROWS * (D + F::PAD) * sizeof(typename F::E) + 2 * TJC_FA_ROWS * sizeof(float); }
+static size_t tjc_fa_smem(int nmat) {
+    return (size_t)nmat * TJC_FA_ROWS * (D + F::PAD) * sizeof(typename F::E) + (2 * TJC_FA_ROWS + TJC_FA_ROWS * 8) * sizeof(float);
+}
+template <class F, int D>
+__host__ __device__ static inline float *tjc_fa_sc(TJC_FA_E *sh, int nmat, int w) { return (float *)(sh + nmat * TJC_FA_ROWS * (D + F::PAD)) + 2 * TJC_FA_ROWS + 128 * w; }
 /* block blk of the forward: batch row blk / nqb, queries from 64 (blk % nqb) */
 template <class F, int D, int L>
 __host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_t blk, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, TJC_FA_E *out,
@@ -2249,7 +2257,10 @@ __host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_
             met |= tjc_fa_stage<F, D>(Vs, v, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT, check);
         }
         met = TJC_FA_SYNC_OR(met);
-        TJC_FA_EACH_WARP(w) tjc_fa_fwd_tile<F, D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale, met);
+        TJC_FA_EACH_WARP(w) {
+            tjc_fa_fwd_tile<F, D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale, met,
+                                     tjc_fa_sc<F, D>(sh, 3, w));
+        }
     }
     TJC_FA_EACH_WARP(w) tjc_fa_fwd_end<F, D, L>(TJC_FA_ST(st, w), q0 + 16 * w, a->tq, out, lse);
 }
@@ -2281,8 +2292,8 @@ __host__ __device__ static inline void tjc_fa_dkv_block(const tjc_att *a, int64_
             tjc_fa_sgemm<F, D, L>(Vs, 16 * w, Gs, dp);
             tjc_fa_pds<L>(s, dp, 0, k0 + 16 * w, qt * TJC_FA_ROWS, a, NULL, NULL, ls, ds);
             if (met) {
-                tjc_fa_pgemm_met<F, D, L>(s, Gs, sw->dv, 0, k0 + 16 * w, qt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
-                tjc_fa_pgemm_met<F, D, L>(dp, Qs, sw->dk, 0, k0 + 16 * w, qt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
+                tjc_fa_pgemm_met<F, D, L>(s, Gs, sw->dv, tjc_fa_sc<F, D>(sh, 4, w), 0, k0 + 16 * w, qt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
+                tjc_fa_pgemm_met<F, D, L>(dp, Qs, sw->dk, tjc_fa_sc<F, D>(sh, 4, w), 0, k0 + 16 * w, qt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
             } else {
                 tjc_fa_pgemm<F, D, L>(s, Gs, sw->dv);
                 tjc_fa_pgemm<F, D, L>(dp, Qs, sw->dk);
@@ -2328,7 +2339,7 @@ __host__ __device__ static inline void tjc_fa_dq_block(const tjc_att *a, int64_t
             tjc_fa_sgemm<F, D, L>(Qs, 16 * w, Ks, s);
             tjc_fa_sgemm<F, D, L>(Gs, 16 * w, Vs, dp);
             tjc_fa_pds<L>(s, dp, 1, q0 + 16 * w, kt * TJC_FA_ROWS, a, sw->lse, sw->dl, NULL, NULL);
-            if (met) tjc_fa_pgemm_met<F, D, L>(dp, Ks, sw->dk, 1, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
+            if (met) tjc_fa_pgemm_met<F, D, L>(dp, Ks, sw->dk, tjc_fa_sc<F, D>(sh, 4, w), 1, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
             else tjc_fa_pgemm<F, D, L>(dp, Ks, sw->dk);
         }
     }
@@ -2439,7 +2450,7 @@ extern "C" int tj_cuda_fa_frag_host(int tf32, int op, const float *m, int i0, in
 
 /* Which flash kernels apply: 1 bf16, 2 TF32 (f32 with TJ_CUDA_TF32=1), 0
    none (path 1). They need dim = dim' of 64 or 128, a GPU with mma.sync
-   (sm_80 on) and the backward's shared memory per block (up to 133 KB:
+   (sm_80 on) and the backward's shared memory per block (up to 135 KB:
    TF32, dim 128; not on sm_86 / sm_89 cards), and 16-byte aligned
    buffers; TJ_CUDA_FLASH=0 in the environment (read at each launch) keeps
    path 1, to compare the two. */
