@@ -1573,9 +1573,9 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
 /* ---- attention (tj_attention, tinyjax.h [5] "attention (flash-style)") ----
    Two paths. Path 1, below, computes what the CPU kernels compute (their
    formulas, one key or query at a time where the CPU goes by tiles) for
-   every dtype and size (dim, dim' up to the builder's 256; the kernels take
-   1024): one warp per row, the row spread over
-   the lanes (element lane + 32 i in slot i), each dot a warp sum. The
+   every dtype and size (dim, dim' up to the builder's 256, which the
+   launchers check): one warp per row, the row spread over the lanes
+   (element lane + 32 i in slot i, 2 or 8 slots), each dot a warp sum. The
    forward keeps the CPU's online softmax per query (a running max m and
    sum, the output accumulated and rescaled when m grows) with its NaN
    rules; the backward computes D_i = d_out_i . out_i, then dk and dv by key
@@ -1749,14 +1749,15 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dq(tjc_att a, cons
     }
 }
 #undef TJC_ATT_ROWS
-/* launch path 1's kernel KERN for T and the slots per lane that max(d, dv) needs */
+/* launch path 1's kernel KERN for T and the slots per lane that max(d, dv)
+   needs (at most TJ__ATTN_MAXD, checked before: 8 slots) */
+static_assert(TJ__ATTN_MAXD <= 8 * 32, "path 1's rows: at most 8 slots per lane");
 #define TJC_ATT_LAUNCH(KERN, T, a, rows, ...)                                                                   \
     do {                                                                                                        \
         unsigned g_ = tjc_blocks(rows, TJC_ATT_WPB);                                                            \
         int64_t w_ = (a).d > (a).dv ? (a).d : (a).dv;                                                           \
         if (w_ <= 64) KERN<T, 2><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                      \
-        else if (w_ <= 256) KERN<T, 8><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                \
-        else KERN<T, 32><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                              \
+        else KERN<T, 8><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                               \
         TJC_LAUNCHED(k, #KERN);                                                                                 \
     } while (0)
 
