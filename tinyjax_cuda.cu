@@ -2073,6 +2073,12 @@ __host__ __device__ static inline int64_t tjc_fa_qtile0(int64_t k0, int causal) 
 template <class F, int D, int L>
 __host__ __device__ static inline void tjc_fa_pgemm_met(const float (*p)[8][4], const TJC_FA_E *ms, float (*acc)[D / 8][4], float *sc, int rq, int64_t r0,
                                                        int64_t c0, int64_t tq, int64_t tk, int causal) {
+    /* tjc_fa_sees in the tile's own 32-bit terms: row rr and column cc meet
+       when rr < nr, cc < nc and (causal) the key is not after the query,
+       sg (cc - rr) <= dg */
+    const int64_t rl = rq ? tq : tk, cl = rq ? tk : tq, dd = rq ? r0 - c0 : c0 - r0;
+    const int nr = (int)(rl - r0 < 16 ? rl - r0 : 16), nc = (int)(cl - c0 < 64 ? cl - c0 : 64), sg = rq ? 1 : -1;
+    const int dg = causal ? (int)(dd < -128 ? -128 : dd > 128 ? 128 : dd) : 128;
     TJC_FA_UNROLL for (int n = 0; n < 8; n++) { /* P's columns 8 n.. */
         TJC_FA_SYNCWARP(); /* every lane is done with sc */
         for (int x = 0; x < L; x++)
@@ -2081,9 +2087,8 @@ __host__ __device__ static inline void tjc_fa_pgemm_met(const float (*p)[8][4], 
         for (int x = 0; x < L; x++)
             TJC_FA_ROLLED for (int j = 0; j < 8; j++)
                 TJC_FA_UNROLL for (int h = 0; h < 2; h++) {
-                    const int lane = tjc_fa_lane(x), row = tjc_fa_crow(lane, 2 * h);
-                    const int64_t r = r0 + row, c = c0 + 8 * n + j;
-                    if (!(rq ? tjc_fa_sees(r, c, tq, tk, causal) : tjc_fa_sees(c, r, tq, tk, causal))) continue;
+                    const int lane = tjc_fa_lane(x), row = tjc_fa_crow(lane, 2 * h), col = 8 * n + j;
+                    if (row >= nr || col >= nc || sg * (col - row) > dg) continue;
                     const float w = sc[row * 8 + j];
                     const TJC_FA_E *mr = ms + (8 * n + j) * (D + F::PAD);
                     TJC_FA_UNROLL for (int n2 = 0; n2 < D / 8; n2++)

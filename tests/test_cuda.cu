@@ -712,15 +712,19 @@ static void attn_nonfinite_case(tj_ctx *c, tj_ctx *dev, const char *path, tj_dty
     snprintf(sh, sizeof sh, "b=2 q=%lld d=%lld", (long long)t, (long long)d);
     snprintf(shk, sizeof shk, "b=2 k=%lld d=%lld", (long long)t, (long long)d);
     const spec sp[4] = {{"q", dt, sh, -3, 3}, {"k", dt, shk, -3, 3}, {"v", dt, shk, -1, 1}, {"w", dt, sh, -1, 1}};
-    static const char *names[4] = {"out", "dq", "dk", "dv"}, *what[4] = {"v inf", "q NaN", "d_out -inf", "k NaN"};
+    static const char *names[4] = {"out", "dq", "dk", "dv"},
+                      *what[6] = {"v inf", "q NaN", "d_out -inf", "k NaN", "v inf in the last, ragged tile", "q NaN in the last, ragged tile"};
     /* (input, batch row, position, column, value), one per case: v inf (the
        forward's P v), q NaN (dk's dS^T q), d_out -inf (dv's P^T d_out), k
-       NaN (dq's dS k), each seen only by the later rows of its tile */
-    static const struct { int in, b, pos, col; double x; } put[4] = {{2, 0, 40, 3, INFINITY}, {0, 0, 85, 5, NAN}, {3, 1, 10, 7, -INFINITY}, {1, 1, 100, 2, NAN}};
+       NaN (dq's dS k), each seen only by the later rows of its tile; and
+       (t = 130) v and q in the tile of rows 128 and 129 */
+    static const struct { int in, b, pos, col; double x; } put[6] = {{2, 0, 40, 3, INFINITY}, {0, 0, 85, 5, NAN},  {3, 1, 10, 7, -INFINITY},
+                                                                     {1, 1, 100, 2, NAN},      {2, 1, 129, 1, INFINITY}, {0, 0, 128, 4, NAN}};
     int64_t n = 2 * t * d, at = ((int64_t)put[which].b * t + put[which].pos) * d + put[which].col;
     int icausal = 1;
     void *h[4];
     double *got[4];
+    if (put[which].pos >= t) return;
     tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c), *din = dev ? tj_tree_new(dev) : NULL, *dout = dev ? tj_tree_new(dev) : NULL;
     tj_prog *p, *dp = NULL;
     for (int i = 0; i < 4; i++) h[i] = host_data(&sp[i], 4321u + 77u * (unsigned)i), got[i] = (double *)calloc((size_t)n, sizeof(double));
@@ -796,7 +800,7 @@ static void test_attention_host(void) {
         attn_host_case(c, TJ_F32, 1, 130, 17, 128, causal, worst[1]);
         attn_host_case(c, TJ_F32, 2, 1, 64, 64, causal, worst[1]);
     }
-    for (int which = 0; which < 4; which++) {
+    for (int which = 0; which < 6; which++) {
         attn_nonfinite_case(c, NULL, "host", TJ_BF16, 130, 64, which, ATT_TOL);
         attn_nonfinite_case(c, NULL, "host", TJ_BF16, 128, 128, which, ATT_TOL);
         attn_nonfinite_case(c, NULL, "host", TJ_F32, 130, 64, which, ATT_TOL_TF32);
@@ -983,7 +987,7 @@ static void test_attention_gpu(void) {
         attn_gpu_case("flash (TJ_CUDA_TF32=1)", TJ_F32, 257, 31, 64, 64, causal, ATT_TOL_TF32);
         unsetenv("TJ_CUDA_TF32");
     }
-    for (int which = 0; which < 4; which++) { /* an inf or NaN a causal query does not see (attn_nonfinite_case) */
+    for (int which = 0; which < 6; which++) { /* an inf or NaN a causal query does not see (attn_nonfinite_case) */
         attn_nonfinite_case(cpu, gpu, "flash", TJ_BF16, 130, 64, which, ATT_TOL);
         attn_nonfinite_case(cpu, gpu, "flash", TJ_BF16, 128, 128, which, ATT_TOL);
         setenv("TJ_CUDA_FLASH", "0", 1);
