@@ -12,7 +12,7 @@
  * checks the test programs on a machine without a GPU. Without a GPU it still runs the host
  * mirrors of device code: the fused-group emulator, scatter_add's index lists, the tiled
  * transpose's index steps and the flash attention kernels' block code (tj_cuda_attention_host,
- * against the CPU op). `test_cuda --bench-attention` (GPU) prints attention's forward +
+ * against the CPU op; and their mma fragments against the PTX ISA's tables, tj_cuda_fa_frag_host). `test_cuda --bench-attention` (GPU) prints attention's forward +
  * backward times (tools/gpu_session.sh's bench step). Only the public API is used: the library implementation lives in
  * tinyjax_cuda.cu, which this file links against.
  *
@@ -1936,7 +1936,7 @@ int main(int argc, char **argv) {
     test_attention_host();   /* the flash attention kernels' block code, on the host */
     test_fa_fragments();     /* their fragment layout against the PTX ISA's tables */
     if (!be && !selfcheck) {
-        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator, the scatter_add index lists, the tiled transpose's index steps and the flash attention kernels' block code ran above)\n", why);
+        printf("cuda: no GPU available (%s): the GPU tests are skipped (the fused-group emulator, the scatter_add index lists, the tiled transpose's index steps, the flash attention kernels' block code and their fragment layout ran above)\n", why);
         printf("%d passed, %d failed, 1 skipped\n", tjt_pass, tjt_fail);
         return tjt_fail ? 1 : 0;
     }
