@@ -1573,9 +1573,9 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
 /* ---- attention (tj_attention, tinyjax.h [5] "attention (flash-style)") ----
    Two paths. Path 1, below, computes what the CPU kernels compute (their
    formulas, one key or query at a time where the CPU goes by tiles) for
-   every dtype and size (dim, dim' up to the builder's 256; the kernels take
-   1024): one warp per row, the row spread over
-   the lanes (element lane + 32 i in slot i), each dot a warp sum. The
+   every dtype and size (dim, dim' up to the builder's 256, which the
+   launchers check): one warp per row, the row spread over the lanes
+   (element lane + 32 i in slot i, 2 or 8 slots), each dot a warp sum. The
    forward keeps the CPU's online softmax per query (a running max m and
    sum, the output accumulated and rescaled when m grows) with its NaN
    rules; the backward computes D_i = d_out_i . out_i, then dk and dv by key
@@ -1749,14 +1749,15 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dq(tjc_att a, cons
     }
 }
 #undef TJC_ATT_ROWS
-/* launch path 1's kernel KERN for T and the slots per lane that max(d, dv) needs */
+/* launch path 1's kernel KERN for T and the slots per lane that max(d, dv)
+   needs (at most TJ__ATTN_MAXD, checked before: 8 slots) */
+static_assert(TJ__ATTN_MAXD <= 8 * 32, "path 1's rows: at most 8 slots per lane");
 #define TJC_ATT_LAUNCH(KERN, T, a, rows, ...)                                                                   \
     do {                                                                                                        \
         unsigned g_ = tjc_blocks(rows, TJC_ATT_WPB);                                                            \
         int64_t w_ = (a).d > (a).dv ? (a).d : (a).dv;                                                           \
         if (w_ <= 64) KERN<T, 2><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                      \
-        else if (w_ <= 256) KERN<T, 8><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                \
-        else KERN<T, 32><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                              \
+        else KERN<T, 8><<<g_, 32 * TJC_ATT_WPB, 0, s->compute>>>(a, __VA_ARGS__);                               \
         TJC_LAUNCHED(k, #KERN);                                                                                 \
     } while (0)
 
@@ -1780,7 +1781,12 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dq(tjc_att a, cons
    D comes from path 1's kernel. Each output row is summed by one warp in a
    fixed order: deterministic, no atomics. Causal tiles wholly above the
    diagonal are skipped; the diagonal tile and the ragged edges (rows past
-   tq or tk) are masked element by element.
+   tq or tk) are masked element by element. A masked pair must not meet at
+   all (the CPU's rule: an inf or NaN that a query does not see changes
+   nothing), but the tensor cores' P V and kin multiply it with a weight of
+   0, and 0 inf is NaN: so a diagonal tile whose staged V (forward), Q or
+   dO (dk, dv) or K (dq) holds an inf or NaN takes that product term by
+   term over the pairs that meet (tjc_fa_pgemm_met; rare, and slower).
 
    Fragments (PTX ISA, "matrix fragments for mma.m16n8k16" and "m16n8k8",
    g = lane / 4, t = lane % 4, E values per 32-bit register: 2 for bf16, 1
@@ -1835,7 +1841,8 @@ __host__ __device__ static inline float tjc_fa_round_tf32(float x) {
    of a fragment start in different banks); stage: what shared memory
    holds of an input element; out: an output element from a float; val: an
    input element as a float; reg: the register whose first value is at p
-   (the second, for bf16, at p + next); dec: value h of a register. */
+   (the second, for bf16, at p + next); dec: value h of a register; rnd: a
+   float rounded to the format (as P and dS go into a product). */
 struct tjc_fa_fmt_bf16 {
     typedef uint16_t E;
     enum { EPR = 2, PAD = 8 };
@@ -1849,6 +1856,7 @@ struct tjc_fa_fmt_bf16 {
         return (uint32_t)p[0] | (uint32_t)p[next] << 16;
     }
     __host__ __device__ static float dec(uint32_t r, int h) { return val((E)(r >> 16 * h)); }
+    __host__ __device__ static float rnd(float x) { return val(out(x)); }
 };
 struct tjc_fa_fmt_tf32 {
     typedef float E;
@@ -1858,6 +1866,7 @@ struct tjc_fa_fmt_tf32 {
     __host__ __device__ static float val(E x) { return x; }
     __host__ __device__ static uint32_t reg(const E *p, int next) { return (void)next, tjc_fa_f32_bits(p[0]); }
     __host__ __device__ static float dec(uint32_t r, int h) { return (void)h, tjc_fa_bits_f32(r); }
+    __host__ __device__ static float rnd(float x) { return tjc_fa_round_tf32(x); }
 };
 #define TJC_FA_E typename F::E /* F's element, in the templates below */
 /* where a fragment's values sit (the layout above; e: values per register) */
@@ -1937,13 +1946,18 @@ __host__ __device__ static inline int tjc_fa_lane(int x) {
 #endif
 }
 /* Stage rows [r0, r0 + 64) of a [rows, D] matrix in shared memory (pitch
-   D + PAD), zeros past `rows`: thread `tid` of `nt` copies elements. */
+   D + PAD), zeros past `rows`: thread `tid` of `nt` copies elements. With
+   `check`, returns whether one of them was an inf or NaN (0 without). */
 template <class F, int D>
-__host__ __device__ static inline void tjc_fa_stage(typename F::E *sh, const typename F::E *src, int64_t r0, int64_t rows, int tid, int nt) {
+__host__ __device__ static inline int tjc_fa_stage(typename F::E *sh, const typename F::E *src, int64_t r0, int64_t rows, int tid, int nt, int check = 0) {
+    int nf = 0;
     for (int i = tid; i < TJC_FA_ROWS * D; i += nt) {
         int r = i / D, c = i % D;
-        sh[r * (D + F::PAD) + c] = r0 + r < rows ? F::stage(src[(r0 + r) * D + c]) : (typename F::E)0;
+        typename F::E x = r0 + r < rows ? F::stage(src[(r0 + r) * D + c]) : (typename F::E)0;
+        sh[r * (D + F::PAD) + c] = x;
+        if (check) nf |= !(F::val(x) - F::val(x) == 0.f);
     }
+    return nf;
 }
 /* one 64-element vector (lse or D of a tile's rows) in shared memory; 0 past `rows` */
 __host__ __device__ static inline void tjc_fa_stage_vec(float *sh, const float *src, int64_t r0, int64_t rows, int tid, int nt) {
@@ -2038,6 +2052,55 @@ __host__ __device__ static inline int64_t tjc_fa_ktiles(int64_t q0, int64_t tk, 
     return (end + TJC_FA_ROWS - 1) / TJC_FA_ROWS;
 }
 __host__ __device__ static inline int64_t tjc_fa_qtile0(int64_t k0, int causal) { return causal ? k0 / TJC_FA_ROWS : 0; }
+/* acc[16 x D] += P[16 x 64] M as tjc_fa_pgemm (P rounded the same way),
+   but term by term over the pairs that meet only: P's rows r0 + row are
+   queries and its columns c0 + column keys (rq), or the other way round.
+   tjc_fa_pgemm meets the masked pairs too, with a weight of 0, and 0 times
+   an inf or NaN of M is NaN where the CPU, whose masked pairs never meet,
+   stays finite; the blocks take this instead for a tile with masked pairs
+   whose staged M holds an inf or NaN (rare, and slow: CUDA cores). P goes
+   8 columns at a time through sc, the warp's 16 x 8 floats of shared
+   memory, to the lanes that need its values. */
+#ifdef __CUDA_ARCH__
+#define TJC_FA_UNROLL _Pragma("unroll")
+#define TJC_FA_ROLLED _Pragma("unroll 1") /* (fewer registers for a path that is seldom taken) */
+#define TJC_FA_SYNCWARP() __syncwarp()
+#else
+#define TJC_FA_UNROLL
+#define TJC_FA_ROLLED
+#define TJC_FA_SYNCWARP() (void)0 /* (the lanes' loops below run one after the other) */
+#endif
+template <class F, int D, int L>
+__host__ __device__ static inline void tjc_fa_pgemm_met(const float (*p)[8][4], const TJC_FA_E *ms, float (*acc)[D / 8][4], float *sc, int rq, int64_t r0,
+                                                       int64_t c0, int64_t tq, int64_t tk, int causal) {
+    /* tjc_fa_sees in the tile's own 32-bit terms: row rr and column cc meet
+       when rr < nr, cc < nc and (causal) the key is not after the query,
+       sg (cc - rr) <= dg */
+    const int64_t rl = rq ? tq : tk, cl = rq ? tk : tq, dd = rq ? r0 - c0 : c0 - r0;
+    const int nr = (int)(rl - r0 < 16 ? rl - r0 : 16), nc = (int)(cl - c0 < 64 ? cl - c0 : 64), sg = rq ? 1 : -1;
+    const int dg = causal ? (int)(dd < -128 ? -128 : dd > 128 ? 128 : dd) : 128;
+    TJC_FA_UNROLL for (int n = 0; n < 8; n++) { /* P's columns 8 n.. */
+        TJC_FA_SYNCWARP(); /* every lane is done with sc */
+        for (int x = 0; x < L; x++)
+            TJC_FA_UNROLL for (int e = 0; e < 4; e++) sc[tjc_fa_crow(tjc_fa_lane(x), e) * 8 + tjc_fa_ccol(tjc_fa_lane(x), e)] = F::rnd(p[x][n][e]);
+        TJC_FA_SYNCWARP();
+        for (int x = 0; x < L; x++)
+            TJC_FA_ROLLED for (int j = 0; j < 8; j++)
+                TJC_FA_UNROLL for (int h = 0; h < 2; h++) {
+                    const int lane = tjc_fa_lane(x), row = tjc_fa_crow(lane, 2 * h), col = 8 * n + j;
+                    if (row >= nr || col >= nc || sg * (col - row) > dg) continue;
+                    const float w = sc[row * 8 + j];
+                    const TJC_FA_E *mr = ms + (8 * n + j) * (D + F::PAD);
+                    TJC_FA_UNROLL for (int n2 = 0; n2 < D / 8; n2++)
+                        TJC_FA_UNROLL for (int e2 = 0; e2 < 2; e2++) acc[x][n2][2 * h + e2] += w * F::val(mr[8 * n2 + tjc_fa_ccol(lane, e2)]);
+                }
+    }
+}
+#undef TJC_FA_UNROLL
+#undef TJC_FA_ROLLED
+#undef TJC_FA_SYNCWARP
+/* the 64 x 64 tile of queries from q0 and keys from k0 has pairs that do not meet (causal) */
+__host__ __device__ static inline int tjc_fa_masked(int64_t q0, int64_t k0, int causal) { return causal && k0 + TJC_FA_ROWS - 1 > q0; }
 
 /* the forward's per-warp state: O, and per row (2 per lane) m, l (this
    lane's part), whether a score was NaN or +inf */
@@ -2055,10 +2118,11 @@ __host__ __device__ static inline void tjc_fa_fwd_begin(tjc_fa_fwd_st<D, L> *st)
     }
 }
 /* one key tile [k0, k0 + 64) for the warp's queries [qw, qw + 16): Qs holds
-   the block's queries (the warp's at row w0), Ks and Vs the tile */
+   the block's queries (the warp's at row w0), Ks and Vs the tile; met: P V
+   by tjc_fa_pgemm_met (sc: the warp's scratch) */
 template <class F, int D, int L>
 __host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, const TJC_FA_E *Qs, int w0, const TJC_FA_E *Ks, const TJC_FA_E *Vs, int64_t qw,
-                                                      int64_t k0, int64_t tq, int64_t tk, int causal, float scale) {
+                                                      int64_t k0, int64_t tq, int64_t tk, int causal, float scale, int met, float *sc) {
     float s[L][8][4], mx[2][L], p;
     tjc_fa_sgemm<F, D, L>(Qs, w0, Ks, s);
     for (int x = 0; x < L; x++) { /* scale, mask, this lane's row maxima */
@@ -2089,7 +2153,8 @@ __host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, 
                 s[x][n][e] = p;
                 st->l[x][e >> 1] += p; /* l sums the f32 p; P V takes p rounded to the input format */
             }
-    tjc_fa_pgemm<F, D, L>(s, Vs, st->o);
+    if (met) tjc_fa_pgemm_met<F, D, L>(s, Vs, st->o, sc, 1, qw, k0, tq, tk, causal);
+    else tjc_fa_pgemm<F, D, L>(s, Vs, st->o);
 }
 /* out = O / l and lse = m + log l for the warp's rows that exist; NaN for a
    row with a NaN or +inf score, or none that is finite */
@@ -2154,10 +2219,12 @@ __host__ __device__ static inline void tjc_fa_store(const float (*acc)[D / 8][4]
    the 4 warps one after the other, which is what the barriers allow. */
 #ifdef __CUDA_ARCH__
 #define TJC_FA_SYNC() __syncthreads()
+#define TJC_FA_SYNC_OR(x) __syncthreads_or(x) /* and x of any thread */
 #define TJC_FA_THREADS(tid) for (int tid = threadIdx.x, once_ = 1; once_; once_ = 0)
 #define TJC_FA_EACH_WARP(w) for (int w = threadIdx.x >> 5, once_ = 1; once_; once_ = 0)
 #else
 #define TJC_FA_SYNC() (void)0
+#define TJC_FA_SYNC_OR(x) (x) /* (x gathered over every thread id already) */
 #define TJC_FA_THREADS(tid) for (int tid = 0; tid < 32 * TJC_FA_WARPS; tid++)
 #define TJC_FA_EACH_WARP(w) for (int w = 0; w < TJC_FA_WARPS; w++)
 #endif
@@ -2165,13 +2232,18 @@ __host__ __device__ static inline void tjc_fa_store(const float (*acc)[D / 8][4]
 #define TJC_FA_ST(st, w) (&(st)[L == 1 ? 0 : (w)]) /* this warp's state */
 /* thread tid's share of staging the same rows of two matrices (K and V, Q and dO) */
 template <class F, int D>
-__host__ __device__ static inline void tjc_fa_stage2(TJC_FA_E *sa, const TJC_FA_E *ga, TJC_FA_E *sb, const TJC_FA_E *gb, int64_t r0, int64_t rows, int tid) {
-    tjc_fa_stage<F, D>(sa, ga, r0, rows, tid, TJC_FA_NT);
-    tjc_fa_stage<F, D>(sb, gb, r0, rows, tid, TJC_FA_NT);
+__host__ __device__ static inline int tjc_fa_stage2(TJC_FA_E *sa, const TJC_FA_E *ga, TJC_FA_E *sb, const TJC_FA_E *gb, int64_t r0, int64_t rows, int tid,
+                                                    int check = 0) {
+    return tjc_fa_stage<F, D>(sa, ga, r0, rows, tid, TJC_FA_NT, check) | tjc_fa_stage<F, D>(sb, gb, r0, rows, tid, TJC_FA_NT, check);
 }
-/* shared memory: nmat staged 64 x D matrices, then two 64-float vectors */
+/* shared memory: nmat staged 64 x D matrices, then two 64-float vectors,
+   then each warp's 16 x 8 floats for tjc_fa_pgemm_met (tjc_fa_sc) */
 template <class F, int D>
-static size_t tjc_fa_smem(int nmat) { return (size_t)nmat * TJC_FA_ROWS * (D + F::PAD) * sizeof(typename F::E) + 2 * TJC_FA_ROWS * sizeof(float); }
+static size_t tjc_fa_smem(int nmat) {
+    return (size_t)nmat * TJC_FA_ROWS * (D + F::PAD) * sizeof(typename F::E) + (2 * TJC_FA_ROWS + TJC_FA_ROWS * 8) * sizeof(float);
+}
+template <class F, int D>
+__host__ __device__ static inline float *tjc_fa_sc(TJC_FA_E *sh, int nmat, int w) { return (float *)(sh + nmat * TJC_FA_ROWS * (D + F::PAD)) + 2 * TJC_FA_ROWS + 128 * w; }
 /* block blk of the forward: batch row blk / nqb, queries from 64 (blk % nqb) */
 template <class F, int D, int L>
 __host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_t blk, const TJC_FA_E *q, const TJC_FA_E *k, const TJC_FA_E *v, TJC_FA_E *out,
@@ -2183,10 +2255,18 @@ __host__ __device__ static inline void tjc_fa_fwd_block(const tjc_att *a, int64_
     TJC_FA_SYNC(); /* the previous block is done with the shared tiles */
     TJC_FA_THREADS(tid) tjc_fa_stage<F, D>(Qs, q, q0, a->tq, tid, TJC_FA_NT);
     for (int64_t kt = 0; kt < nkt; kt++) {
+        const int check = tjc_fa_masked(q0, kt * TJC_FA_ROWS, a->causal); /* an inf or NaN in V there takes tjc_fa_pgemm_met */
+        int met = 0;
         TJC_FA_SYNC();
-        TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
-        TJC_FA_SYNC();
-        TJC_FA_EACH_WARP(w) tjc_fa_fwd_tile<F, D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale);
+        TJC_FA_THREADS(tid) {
+            tjc_fa_stage<F, D>(Ks, k, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
+            met |= tjc_fa_stage<F, D>(Vs, v, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT, check);
+        }
+        met = TJC_FA_SYNC_OR(met);
+        TJC_FA_EACH_WARP(w) {
+            tjc_fa_fwd_tile<F, D, L>(TJC_FA_ST(st, w), Qs, 16 * w, Ks, Vs, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal, (float)a->scale, met,
+                                     tjc_fa_sc<F, D>(sh, 3, w));
+        }
     }
     TJC_FA_EACH_WARP(w) tjc_fa_fwd_end<F, D, L>(TJC_FA_ST(st, w), q0 + 16 * w, a->tq, out, lse);
 }
@@ -2202,21 +2282,28 @@ __host__ __device__ static inline void tjc_fa_dkv_block(const tjc_att *a, int64_
     TJC_FA_SYNC();
     TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, k0, a->tk, tid);
     for (int64_t qt = tjc_fa_qtile0(k0, a->causal); qt < nqt; qt++) {
+        const int check = tjc_fa_masked(qt * TJC_FA_ROWS, k0, a->causal); /* an inf or NaN in Q or dO there takes tjc_fa_pgemm_met */
+        int met = 0;
         TJC_FA_SYNC();
         TJC_FA_THREADS(tid) {
-            tjc_fa_stage2<F, D>(Qs, q, Gs, g, qt * TJC_FA_ROWS, a->tq, tid);
+            met |= tjc_fa_stage2<F, D>(Qs, q, Gs, g, qt * TJC_FA_ROWS, a->tq, tid, check);
             tjc_fa_stage_vec(ls, lse, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
             tjc_fa_stage_vec(ds, dl, qt * TJC_FA_ROWS, a->tq, tid, TJC_FA_NT);
         }
-        TJC_FA_SYNC();
+        met = TJC_FA_SYNC_OR(met);
         TJC_FA_EACH_WARP(w) { /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys; dV += P^T dO, dK += dS^T Q */
             tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
             float s[L][8][4], dp[L][8][4];
             tjc_fa_sgemm<F, D, L>(Ks, 16 * w, Qs, s);
             tjc_fa_sgemm<F, D, L>(Vs, 16 * w, Gs, dp);
             tjc_fa_pds<L>(s, dp, 0, k0 + 16 * w, qt * TJC_FA_ROWS, a, NULL, NULL, ls, ds);
-            tjc_fa_pgemm<F, D, L>(s, Gs, sw->dv);
-            tjc_fa_pgemm<F, D, L>(dp, Qs, sw->dk);
+            if (met) {
+                tjc_fa_pgemm_met<F, D, L>(s, Gs, sw->dv, tjc_fa_sc<F, D>(sh, 4, w), 0, k0 + 16 * w, qt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
+                tjc_fa_pgemm_met<F, D, L>(dp, Qs, sw->dk, tjc_fa_sc<F, D>(sh, 4, w), 0, k0 + 16 * w, qt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
+            } else {
+                tjc_fa_pgemm<F, D, L>(s, Gs, sw->dv);
+                tjc_fa_pgemm<F, D, L>(dp, Qs, sw->dk);
+            }
         }
     }
     TJC_FA_EACH_WARP(w) {
@@ -2244,16 +2331,22 @@ __host__ __device__ static inline void tjc_fa_dq_block(const tjc_att *a, int64_t
     TJC_FA_SYNC();
     TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Qs, q, Gs, g, q0, a->tq, tid);
     for (int64_t kt = 0; kt < nkt; kt++) {
+        const int check = tjc_fa_masked(q0, kt * TJC_FA_ROWS, a->causal); /* an inf or NaN in K there takes tjc_fa_pgemm_met */
+        int met = 0;
         TJC_FA_SYNC();
-        TJC_FA_THREADS(tid) tjc_fa_stage2<F, D>(Ks, k, Vs, v, kt * TJC_FA_ROWS, a->tk, tid);
-        TJC_FA_SYNC();
+        TJC_FA_THREADS(tid) {
+            met |= tjc_fa_stage<F, D>(Ks, k, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT, check);
+            tjc_fa_stage<F, D>(Vs, v, kt * TJC_FA_ROWS, a->tk, tid, TJC_FA_NT);
+        }
+        met = TJC_FA_SYNC_OR(met);
         TJC_FA_EACH_WARP(w) { /* S = Q K^T and dP = dO V^T for the warp's 16 queries; dQ += dS K */
             tjc_fa_bwd_st<D, L> *sw = TJC_FA_ST(st, w);
             float s[L][8][4], dp[L][8][4];
             tjc_fa_sgemm<F, D, L>(Qs, 16 * w, Ks, s);
             tjc_fa_sgemm<F, D, L>(Gs, 16 * w, Vs, dp);
             tjc_fa_pds<L>(s, dp, 1, q0 + 16 * w, kt * TJC_FA_ROWS, a, sw->lse, sw->dl, NULL, NULL);
-            tjc_fa_pgemm<F, D, L>(dp, Ks, sw->dk);
+            if (met) tjc_fa_pgemm_met<F, D, L>(dp, Ks, sw->dk, tjc_fa_sc<F, D>(sh, 4, w), 1, q0 + 16 * w, kt * TJC_FA_ROWS, a->tq, a->tk, a->causal);
+            else tjc_fa_pgemm<F, D, L>(dp, Ks, sw->dk);
         }
     }
     TJC_FA_EACH_WARP(w) tjc_fa_store<F, D, L>(TJC_FA_ST(st, w)->dk, (float)a->scale, q0 + 16 * w, a->tq, dq);
@@ -2323,10 +2416,47 @@ extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64
     if (dt == TJ_F32 && d == 128) return tjc_fa_host<tjc_fa_fmt_tf32, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     return -1;
 }
+/* The fragment steps alone on the host (a test hook; no GPU needed), for a
+   test that checks them against the PTX ISA's fragment tables written out
+   on its own (tj_cuda_attention_host cannot: its products rebuild the
+   matrices through the same layout helpers as the register loads, so a
+   wrong layout agrees with itself there). tf32: 0 bf16 (m16n8k16), 1 TF32
+   (m16n8k8). m: a 64 x 64 matrix (row-major floats, exact in the format),
+   staged as the kernels stage a tile. op:
+     0  c[32][4] += the product of the lanes' registers a[32][4] and b[32][2] (tjc_fa_mma)
+     1  a = the A fragments of staged rows i0.., k step i1 (tjc_fa_afrag)
+     2  b = the "nk" B fragments, n0 = i0, k0 = i1 (tjc_fa_bfrag_nk)
+     3  b = the "kn" B fragments, k0 = i0, n0 = i1 (tjc_fa_bfrag_kn)
+     4  a = the A fragments of k step i0 of P, c being P's C fragments as [32][8][4] (tjc_fa_pfrag)
+   Returns 0, or -1 for an op it does not know or when memory runs out. */
+extern "C" int tj_cuda_fa_frag_host(int tf32, int op, const float *m, int i0, int i1, uint32_t *a, uint32_t *b, float *c);
+template <class F>
+static int tjc_fa_frag_host(int op, const float *m, int i0, int i1, uint32_t (*a)[4], uint32_t (*b)[2], float *c) {
+    typedef typename F::E E;
+    E *src = NULL, *sh = NULL;
+    int rc = 0;
+    if (op == 0) tjc_fa_mma<F, 32>((float(*)[4])c, a, b);
+    else if (op == 4) tjc_fa_pfrag<F, 32>((const float(*)[8][4])c, i0, a);
+    else if (op >= 1 && op <= 3) {
+        src = (E *)malloc(sizeof(E) * 64 * 64), sh = (E *)malloc(tjc_fa_smem<F, 64>(1));
+        if (!src || !sh) rc = -1;
+        for (int i = 0; !rc && i < 64 * 64; i++) src[i] = F::stage(F::out(m[i]));
+        TJC_FA_THREADS(tid) if (!rc) tjc_fa_stage<F, 64>(sh, src, 0, 64, tid, TJC_FA_NT);
+        if (!rc && op == 1) tjc_fa_afrag<F, 64, 32>(sh, i0, i1, a);
+        if (!rc && op == 2) tjc_fa_bfrag_nk<F, 64, 32>(sh, i0, i1, b);
+        if (!rc && op == 3) tjc_fa_bfrag_kn<F, 64, 32>(sh, i0, i1, b);
+    } else rc = -1;
+    free(src), free(sh);
+    return rc;
+}
+extern "C" int tj_cuda_fa_frag_host(int tf32, int op, const float *m, int i0, int i1, uint32_t *a, uint32_t *b, float *c) {
+    return tf32 ? tjc_fa_frag_host<tjc_fa_fmt_tf32>(op, m, i0, i1, (uint32_t(*)[4])a, (uint32_t(*)[2])b, c)
+                : tjc_fa_frag_host<tjc_fa_fmt_bf16>(op, m, i0, i1, (uint32_t(*)[4])a, (uint32_t(*)[2])b, c);
+}
 
 /* Which flash kernels apply: 1 bf16, 2 TF32 (f32 with TJ_CUDA_TF32=1), 0
    none (path 1). They need dim = dim' of 64 or 128, a GPU with mma.sync
-   (sm_80 on) and the backward's shared memory per block (up to 133 KB:
+   (sm_80 on) and the backward's shared memory per block (up to 135 KB:
    TF32, dim 128; not on sm_86 / sm_89 cards), and 16-byte aligned
    buffers; TJ_CUDA_FLASH=0 in the environment (read at each launch) keeps
    path 1, to compare the two. */
