@@ -6383,11 +6383,13 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
        or NaN in a row a query does not see changes nothing), while a pair that                                                        \
        meets with weight 0 still multiplies (0 inf is NaN, as in JAX): the                                                             \
        range all 4 rows share goes through tj__attn_mm, the rest row by row.                                                           \
-       Rows with use[r] 0 (padding, or a row already NaN) set no range. */                                                             \
+       Rows with use[r] 0 (padding, a row already NaN, a key no query of                                                               \
+       the tile sees) are left as they are. */                                                                                         \
     ATTR static void tj__attn_wsum_##SFX(T *const *a, const int64_t *lo, const int64_t *hi, const int *use, const T *const *b, int64_t n, \
                                          T *const *cr) {                                                                               \
         int64_t l = 0, h = -1, t;                                                                                                      \
         const T *ar[4];                                                                                                                \
+        T dump[TJ__ATTN_MAXD], *co[4]; /* an unused row's sums go to dump: its weights are 0, but b may hold an inf */                 \
         int g, any = 0;                                                                                                                \
         for (g = 0; g < 4; g++)                                                                                                        \
             if (use[g]) {                                                                                                              \
@@ -6396,8 +6398,8 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
             }                                                                                                                          \
         if (!any) return;                                                                                                              \
         if (l < h) {                                                                                                                   \
-            for (g = 0; g < 4; g++) ar[g] = a[g] + l;                                                                                  \
-            tj__attn_mm_##SFX(ar, h - l, b + l, n, cr, 1);                                                                             \
+            for (g = 0; g < 4; g++) ar[g] = use[g] ? a[g] + l : tj__attn_zero_##SFX, co[g] = use[g] ? cr[g] : dump;                    \
+            tj__attn_mm_##SFX(ar, h - l, b + l, n, co, 1);                                                                             \
         } else h = l; /* no shared range */                                                                                            \
         for (g = 0; g < 4; g++)                                                                                                        \
             if (use[g])                                                                                                                \

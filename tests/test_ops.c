@@ -1846,6 +1846,60 @@ static void test_attention_values(tj_ctx *ctx) {
             tj_tree_free(in);
         }
 }
+/* Keys that no query sees (causal, more keys than queries) get dk = dv = 0
+   exactly, even where a cotangent row of a query is NaN: their pairs never
+   meet (JAX gives 0 there too). Was NaN: a tile's weighted sums also ran
+   over rows with no pair, 0 times the NaN. Every dtype, one pass and two. */
+static void attn_unseen_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[3] = {leaf(in, "q"), leaf(in, "k"), leaf(in, "v")}, gx[3], y, ct = leaf(in, "ct");
+    (void)g, (void)u;
+    y = tj_attention(x[0], x[1], x[2], "q", "k", "d", 0, 1);
+    if (tj_vjp(1, &y, &ct, 3, x, gx) != TJ_OK) return;
+    tj_tree_set_v(out, "dq", gx[0]);
+    tj_tree_set_v(out, "dk", gx[1]);
+    tj_tree_set_v(out, "dv", gx[2]);
+}
+static void test_attention_unseen_keys(tj_ctx *ctx) {
+    static const tj_dtype dts[3] = {TJ_F64, TJ_F32, TJ_BF16};
+    enum { TQ = 37, TK = 75, D = 8 }; /* keys 37..74: no query sees them; 32..36 a ragged tile of queries */
+    static double ct[TQ * D], dk[TK * D], dv[TK * D];
+    int d, pass, j, c;
+    tjt_current = "attention: keys no query sees";
+    for (j = 0; j < TQ * D; j++) ct[j] = (j % 7) * 0.25 - 0.5;
+    ct[36 * D + 3] = NAN; /* the last query: sees keys 0..36, in a tile with keys it does not see */
+    for (d = 0; d < 3; d++)
+        for (pass = 1; pass <= 2; pass++) {
+            tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+            tj_prog *p;
+            int bad = 0, nan_seen = 0;
+            tj_tree_set_array(in, "q", tjt_rand(ctx, dts[d], "q=37 d=8", 41, -1, 1));
+            tj_tree_set_array(in, "k", tjt_rand(ctx, dts[d], "k=75 d=8", 42, -1, 1));
+            tj_tree_set_array(in, "v", tjt_rand(ctx, dts[d], "k=75 d=8", 43, -1, 1));
+            { /* the cotangent in the dtype */
+                static float f[TQ * D];
+                static uint16_t h[TQ * D];
+                for (j = 0; j < TQ * D; j++) f[j] = (float)ct[j], h[j] = tj_f32_to_bf16(f[j]);
+                tj_tree_set_array(in, "ct", tj_array_new(ctx, dts[d], "q=37 d=8", d == 0 ? (const void *)ct : d == 1 ? (const void *)f : (const void *)h));
+            }
+            tjt_attn_passes(pass);
+            p = tj_jit(ctx, "attention unseen keys", attn_unseen_fn, NULL, in, NULL);
+            TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "%s: %s", tj_dtype_name(dts[d]), tj_error(ctx));
+            tjt_attn_passes(0);
+            if (p && !tj_array_read(tj_tree_array(out, "dk"), TJ_F64, dk) && !tj_array_read(tj_tree_array(out, "dv"), TJ_F64, dv)) {
+                for (j = 0; j < TK; j++)
+                    for (c = 0; c < D; c++) {
+                        if (j >= TQ && (dk[j * D + c] != 0 || dv[j * D + c] != 0)) bad++;
+                        if (j <= 36 && dv[j * D + c] != dv[j * D + c]) nan_seen++;
+                    }
+                TJT_CHECK(!bad, "%s, %d pass(es): %d elements of dk, dv of keys 37..74 (no query sees them) are not 0", tj_dtype_name(dts[d]), pass, bad);
+                TJT_CHECK(nan_seen, "%s, %d pass(es): the NaN cotangent of query 36 reaches no dv of the keys it sees", tj_dtype_name(dts[d]), pass);
+            } else TJT_CHECK(0, "%s: outputs not read", tj_dtype_name(dts[d]));
+            tj_clear_error(ctx);
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+        }
+}
 static void test_rows_f32(tj_ctx *ctx) {
     enum { R = 3, V = 50304 };
     static float xf[R * V], wf[R * V];
@@ -1911,6 +1965,7 @@ int main(void) {
     test_row_values(ctx);
     test_rows_f32(ctx);
     test_attention_values(ctx);
+    test_attention_unseen_keys(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
     test_big_values(ctx, TJ_F64);
