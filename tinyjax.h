@@ -330,7 +330,7 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
     X(TANH, tanh, TJ__TANH(a), PUB, tj_mul(g, tj_adds(tj_neg(tj_mul(y, y)), 1.0)), -1, 1)                           \
     X(SQRT, sqrt, sqrt(a), PUB, tj_div(tj_muls(g, 0.5), y), 0.5, 2)                                                 \
     X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_mul(y, tj_mul(y, y)), -0.5)), 0.5, 2)                  \
-    X(RELU, relu, a > 0 || a != a ? a : 0.0, PUB, tj_mul(g, tj_cast(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g->t.dt)), -1, 1) \
+    X(RELU, relu, a > 0 || a != a ? a : 0.0, PUB, tj_select(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g, tj_scalar(g->g, g->t.dt, 0)), -1, 1) \
     X(GELU, gelu, 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))), PUB, tj_mul(g, tj__gelu_grad(TJ_AT, x)), -1, 1)       \
     X(GELU_D, gelu_grad, tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))), GRAD, tj__gelu_grad_vjp(TJ_AT, x, g), -1, 1)       \
     X(POWS, pows, pow(a, s), OWN, tj_mul(g, tj_muls(tj_pows(x, s - 1.0), s)), -1, 1)                                \
@@ -358,7 +358,9 @@ TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
 /* ---- elementwise, binary, broadcasting by axis name ----
    The result has a's axes followed by b's axes that a lacks. Dtypes must
    match (cast first). Compare ops give i32 0/1 masks. max2 and min2 (and
-   relu) return NaN for a NaN operand, as JAX does. */
+   relu) return NaN for a NaN operand, as JAX does; relu's gradient
+   selects (0 where x <= 0 or NaN, whatever the cotangent: a NaN cotangent
+   there gives 0), as jax.nn.relu's, while max2's and min2's multiply. */
 #define tj_add(a, b) tj_add_at(TJ_AT, a, b)
 #define tj_sub(a, b) tj_sub_at(TJ_AT, a, b)
 #define tj_mul(a, b) tj_mul_at(TJ_AT, a, b)

@@ -1846,6 +1846,32 @@ static void test_attention_values(tj_ctx *ctx) {
             tj_tree_free(in);
         }
 }
+/* relu's gradient selects, as jax.nn.relu's: 0 where x <= 0 or x is NaN
+   even for a NaN or inf cotangent (a product would give NaN there) */
+static void relu_ct_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), ct = leaf(in, "ct"), y, gx;
+    (void)g, (void)u;
+    y = tj_relu(x);
+    if (tj_vjp(1, &y, &ct, 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_relu_select(tj_ctx *ctx) {
+    static const double x[6] = {-1, 0, 2, NAN, -INFINITY, 0.5}, ct[6] = {NAN, INFINITY, 3, 5, NAN, -INFINITY}, want[6] = {0, 0, 3, 0, 0, -INFINITY};
+    double got[6];
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    int i;
+    tjt_current = "relu gradient: a select";
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "n=6", x));
+    tj_tree_set_array(in, "ct", tj_array_new(ctx, TJ_F64, "n=6", ct));
+    p = tj_jit(ctx, "relu ct", relu_ct_fn, NULL, in, NULL);
+    TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && !tj_array_read(tj_tree_array(out, "gx"), TJ_F64, got), "relu ct: %s", tj_error(ctx));
+    for (i = 0; p && i < 6; i++)
+        TJT_CHECK(got[i] == want[i], "relu gradient at x = %g with cotangent %g: %g, want %g (JAX: select(x > 0, g, 0))", x[i], ct[i], got[i], want[i]);
+    tj_clear_error(ctx);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+}
 /* Keys that no query sees (causal, more keys than queries) get dk = dv = 0
    exactly, even where a cotangent row of a query is NaN: their pairs never
    meet (JAX gives 0 there too). Was NaN: a tile's weighted sums also ran
@@ -1966,6 +1992,7 @@ int main(void) {
     test_rows_f32(ctx);
     test_attention_values(ctx);
     test_attention_unseen_keys(ctx);
+    test_relu_select(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
     test_big_values(ctx, TJ_F64);
