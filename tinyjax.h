@@ -5855,7 +5855,7 @@ static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1
 }
 /* row r of op k->n, in double (f64 results) */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {
-    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0;
+    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0, ls = 0, ones = 0;
     int op = k->n->op, g = k->nin - 1; /* g: the cotangent's input */
     int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
     int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;
@@ -5866,13 +5866,16 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++)
                 if (a[j] > mx) mx = a[j];
         if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */
-        for (c0 = 0; c0 < d; c0 += m) {
+        for (c0 = 0; c0 < d; c0 += m) { /* the max's own terms (exactly 1) apart: log s = log1p(the rest) keeps the digits of a loss near 0 */
             m = tj__row_get(k, 0, base, s1, d, c0, a);
             tj__exp_n(fast, a, m, mx);
-            for (j = 0; j < m; j++) s += a[j];
+            for (j = 0; j < m; j++)
+                if (a[j] == 1) ones++;
+                else s += a[j];
         }
+        ls = log1p(s + (ones - 1));
+        s += ones;
     }
-    if (stats) mx = zl + loss, s = 1; /* exp(x - lse) is the softmax */
     if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) mean += a[j];
@@ -5894,21 +5897,23 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
         gy /= op == TJ__OP_SOFTMAX_GRAD ? 1.0 : (double)d;
     }
     if (op == TJ__OP_CROSS_ENTROPY) {
-        tj__st(k->out, odt, r, mx + log(s) - tj__ld(k->in[0], k->it[0]->dt, base + lab * s1));
+        tj__st(k->out, odt, r, (mx - tj__ld(k->in[0], k->it[0]->dt, base + lab * s1)) + ls); /* (0 + log s when the label is the max) */
         return;
     }
     if (op == TJ__OP_CROSS_ENTROPY_GRAD) gr = tj__ld(k->in[g], k->it[g]->dt, r);
     for (c0 = 0; c0 < d; c0 += m) {
         m = tj__row_get(k, 0, base, s1, d, c0, a);
         if (rowg) tj__row_get(k, g, base, s1, d, c0, b);
-        if (op == TJ__OP_SOFTMAX || op == TJ__OP_CROSS_ENTROPY_GRAD) tj__exp_n(fast, a, m, mx);
+        if (op == TJ__OP_SOFTMAX || (op == TJ__OP_CROSS_ENTROPY_GRAD && !stats)) tj__exp_n(fast, a, m, mx);
         for (j = 0; j < m; j++) switch (op) {
             case TJ__OP_SOFTMAX: a[j] /= s; break;
-            case TJ__OP_LOG_SOFTMAX: a[j] -= mx + log(s); break;
+            case TJ__OP_LOG_SOFTMAX: a[j] = (a[j] - mx) - ls; break; /* (as JAX) */
             case TJ__OP_LAYER_NORM: a[j] = (a[j] - mean) * var; break;
             case TJ__OP_SOFTMAX_GRAD: a[j] *= b[j] - gy; break;
             case TJ__OP_LAYER_NORM_GRAD: a[j] = var * (b[j] - gr - (a[j] - mean) * var * gy); break;
-            default: a[j] = gr * (a[j] / s - (double)(c0 + j == lab)); break;
+            default: /* cross_entropy_grad; with the loss: exp((x - z[label]) - loss), and expm1(-loss) at the label, as in float */
+                a[j] = !stats ? gr * (a[j] / s - (double)(c0 + j == lab)) : c0 + j == lab ? gr * expm1(-loss) : gr * exp((a[j] - zl) - loss);
+                break;
             }
         tj__store_n(k->out, odt, base + c0 * s1, s1, m, a);
     }
@@ -6008,7 +6013,7 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
             gyf = (float)(op == TJ__OP_SOFTMAX_GRAD ? gy : gy / (double)d);                                                                     \
         }                                                                                                                                       \
         if (op == TJ__OP_CROSS_ENTROPY) {                                                                                                       \
-            tj__st(k->out, k->ot.dt, r, mx + log(s) - tj__ld(x, xdt, base + lab * s1));                                                         \
+            tj__st(k->out, k->ot.dt, r, (mx - tj__ld(x, xdt, base + lab * s1)) + log(s));                                                       \
             return;                                                                                                                             \
         }                                                                                                                                       \
         if (op == TJ__OP_CROSS_ENTROPY_GRAD) grf = (float)tj__ld(k->in[g], k->it[g]->dt, r);                                                    \
@@ -6027,7 +6032,8 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
             default: /* cross_entropy_grad: exp(x - lse) = exp((x - z[label]) - loss), or from the max and sum */                              \
                 if (stats) for (j = 0; j < m; j++) a[j] = grf * tj__fexpf((a[j] - zlf) - lossf);                                               \
                 else for (j = 0; j < m; j++) a[j] = grf * (tj__fexpf(a[j] - mxf) * sf);                                                        \
-                if (lab >= c0 && lab < c0 + m) a[lab - c0] -= grf;                                                                              \
+                if (lab >= c0 && lab < c0 + m) /* the label's p - 1 = expm1(-loss): no cancellation as the loss nears 0 */                      \
+                    a[lab - c0] = stats ? (float)((double)grf * expm1(-loss)) : a[lab - c0] - grf;                                              \
                 break;                                                                                                                          \
             }                                                                                                                                   \
             tj__store_nf(k->out, k->ot.dt, base + c0 * s1, s1, m, a);                                                                           \

@@ -492,8 +492,8 @@ __global__ void tjc_k_rowop(const void *in, int idt, void *out, int odt, int op,
             if (op == TJ__OP_SOFTMAX)
                 for (j = threadIdx.x; j < d; j += blockDim.x) tjc_st<T>(out, odt, base + j * st, tjc_exp(tjc_ld<T>(in, idt, base + j * st) - m) / s);
             else {
-                T lse = m + tjc_log(s);
-                for (j = threadIdx.x; j < d; j += blockDim.x) tjc_st<T>(out, odt, base + j * st, tjc_ld<T>(in, idt, base + j * st) - lse);
+                T ls = tjc_log(s);
+                for (j = threadIdx.x; j < d; j += blockDim.x) tjc_st<T>(out, odt, base + j * st, (tjc_ld<T>(in, idt, base + j * st) - m) - ls);
             }
         }
     }
@@ -516,7 +516,7 @@ __global__ void tjc_k_cross_entropy(const void *z, int zdt, const int32_t *lab, 
         m = tjc_block_reduce(m, sh, 1);
         for (j = threadIdx.x; j < d; j += blockDim.x) s += tjc_exp(tjc_ld<T>(z, zdt, base + j * st) - m);
         s = tjc_block_reduce(s, sh, 0);
-        if (threadIdx.x == 0) tjc_st<T>(out, odt, r, m + tjc_log(s) - tjc_ld<T>(z, zdt, base + (int64_t)l * st));
+        if (threadIdx.x == 0) tjc_st<T>(out, odt, r, (m - tjc_ld<T>(z, zdt, base + (int64_t)l * st)) + tjc_log(s));
     }
 }
 
@@ -709,14 +709,14 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
             }
             s = tjc_warp_sum(s);
             if (op == TJ__OP_CROSS_ENTROPY) { /* lse - z[label] (loaded again: v indexed by a variable would live in local memory) */
-                if (lane == 0) tjc_stf(out, odt, r, m + logf(s) - tjc_ldf(x, xdt, base + l));
+                if (lane == 0) tjc_stf(out, odt, r, (m - tjc_ldf(x, xdt, base + l)) + logf(s));
                 continue;
             }
             {
-                float gr = op == TJ__OP_CROSS_ENTROPY_GRAD ? tjc_ldf(g, gdt, r) : 0.f, lse = m + logf(s);
+                float gr = op == TJ__OP_CROSS_ENTROPY_GRAD ? tjc_ldf(g, gdt, r) : 0.f, ls = logf(s);
 #pragma unroll
                 for (int i = 0; i < NV; i++)
-                    v[i] = op == TJ__OP_SOFTMAX ? w[i] / s : op == TJ__OP_LOG_SOFTMAX ? v[i] - lse : gr * (w[i] / s - (float)(TJC_COL(i) == l));
+                    v[i] = op == TJ__OP_SOFTMAX ? w[i] / s : op == TJ__OP_LOG_SOFTMAX ? (v[i] - m) - ls : gr * (w[i] / s - (float)(TJC_COL(i) == l));
             }
         }
 #pragma unroll
@@ -765,7 +765,7 @@ __global__ void tjc_k_xent_long(const void *z, int zdt, const int32_t *lab, cons
         __syncthreads(); /* shm, shs are reused by the next row */
         if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
         if (!grad) {
-            if (threadIdx.x == 0) tjc_stf(out, odt, r, m + logf(s) - tjc_ldf(z, zdt, base + l));
+            if (threadIdx.x == 0) tjc_stf(out, odt, r, (m - tjc_ldf(z, zdt, base + l)) + logf(s));
             continue;
         }
         {

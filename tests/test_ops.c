@@ -1846,6 +1846,41 @@ static void test_attention_values(tj_ctx *ctx) {
             tj_tree_free(in);
         }
 }
+/* cross_entropy near a loss of 0 (the label's logit far above the rest):
+   the loss and the label's gradient keep their relative accuracy, (max -
+   z[label]) + log(sum) and expm1(-loss), where lse - z[label] and p - 1
+   cancel (about 1e-7 relative off at a loss of 2e-9, in f64) */
+static void xent_small_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), lab = leaf(in, "lab"), l = tj_cross_entropy(x, lab, "a", ""), gx;
+    (void)g, (void)u;
+    tj_tree_set_v(out, "loss", l);
+    if (tj_grad(tj_sum(l, "r"), 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_xent_small_loss(tj_ctx *ctx) {
+    static const double x[2 * 3] = {-2.64114467, -22.7531793, -30.0, 5.0, -14.5, -15.25};
+    static const int32_t lab[2] = {0, 0};
+    double loss[2], gx[6];
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    int r;
+    tjt_current = "cross_entropy near 0";
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "r=2 a=3", x));
+    tj_tree_set_array(in, "lab", tj_array_new(ctx, TJ_I32, "r=2", lab));
+    p = tj_jit(ctx, "xent small", xent_small_fn, NULL, in, NULL);
+    TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && !tj_array_read(tj_tree_array(out, "loss"), TJ_F64, loss) &&
+                  !tj_array_read(tj_tree_array(out, "gx"), TJ_F64, gx), "xent small: %s", tj_error(ctx));
+    for (r = 0; p && r < 2; r++) {
+        const double *z = x + 3 * r;
+        double e1 = exp(z[1] - z[0]), e2 = exp(z[2] - z[0]), want = log1p(e1 + e2), wantg = -(e1 + e2) / (1 + e1 + e2);
+        TJT_CHECK(fabs(loss[r] - want) <= 1e-14 * want, "row %d: loss %.17g, want %.17g (relative error %.2g)", r, loss[r], want, fabs(loss[r] - want) / want);
+        TJT_CHECK(fabs(gx[3 * r] - wantg) <= 1e-14 * fabs(wantg), "row %d: the label's gradient %.17g, want %.17g (relative error %.2g)", r, gx[3 * r], wantg,
+                  fabs(gx[3 * r] - wantg) / fabs(wantg));
+    }
+    tj_clear_error(ctx);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+}
 /* relu's gradient selects, as jax.nn.relu's: 0 where x <= 0 or x is NaN
    even for a NaN or inf cotangent (a product would give NaN there) */
 static void relu_ct_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
@@ -1993,6 +2028,7 @@ int main(void) {
     test_attention_values(ctx);
     test_attention_unseen_keys(ctx);
     test_relu_select(ctx);
+    test_xent_small_loss(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
     test_big_values(ctx, TJ_F64);
