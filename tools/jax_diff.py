@@ -1299,6 +1299,25 @@ EDGE = [
                                X("x2", "f32", "s=2 e=2", [0.5, 0.25, INF, 1.0])],
      "ops": [O("rename", ["x2"], "v1", **{"from": "e", "to": "h"}),
              O("attention", ["x0", "x1", "v1"], "v0", qpos="t", kpos="s", dim="h", scale=1.0, causal=0)], "outputs": ["v0"]},
+    # relu's gradient multiplied (g * (x > 0)): a NaN cotangent where x <= 0
+    # gave NaN (jax.nn.relu's JVP selects: 0); found by seed 5044
+    {"mode": "jit", "inputs": [X("x0", "f32", "a=4", [-1.0, 0.0, 2.0, NAN]), X("x1", "f32", "a=4", [NAN, INF, 1.5, 2.0])],
+     "ops": [O("relu", ["x0"], "v0"), O("mul", ["v0", "x1"], "v1")], "outputs": ["v1"]},
+    # tj_attention, causal, more keys than queries: a key no query sees got
+    # 0 * NaN in dk and dv from the NaN cotangent of a query in its tile
+    # (JAX: 0); found by seed 5025
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=2", [0.5, -1.0, 0.25, 2.0]), X("x1", "f32", "s=4 h=2", [1.0, 0.5, -0.5, 2.0, 0.75, 1.0, -1.0, 0.25]),
+                               X("x2", "f32", "s=4 h=2", [0.3, -0.2, 1.0, 1.5, -0.5, 0.5, 2.0, -1.0]), X("x3", "f32", "t=2 h=2", [1.0, 0.5, NAN, -1.0])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1),
+             O("mul", ["v0", "x3"], "v1")], "outputs": ["v1"]},
+    # tj_attention, causal: a query whose visible scores hold +inf (-inf
+    # keys times negative q) has a NaN output; its log-sum-exp was NaN, so
+    # every probability in the backward was NaN, where JAX's logsumexp is
+    # +inf: exp(s - inf) is 0 at the finite scores and dv of a key it sees
+    # stays finite (found by seed 7023)
+    {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=2", [0.5, -1.0, -0.25, -0.5]), X("x1", "f32", "s=3 h=2", [0.5, 0.25, "-inf", "-inf", 1.0, 2.0]),
+                               X("x2", "f32", "s=3 h=2", [0.3, -0.2, 1.0, 1.5, -0.5, 0.5])],
+     "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=1.0, causal=1)], "outputs": ["v0"]},
 ]
 
 def write_golden(folder, only=None):
