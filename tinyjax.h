@@ -6487,9 +6487,7 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                 T *o = acc + u * a->dv, ls;                                                                                            \
                 if (nan[u] || sum[u] == 0 || mx[u] == INFINITY) { /* a NaN score, no finite one, or an infinite one: NaN, as softmax */ \
                     for (c = 0; c < a->dv; c++) o[c] = (T)NAN;                                                                         \
-                    /* lse: +inf with an infinite score, as logsumexp gives (the backward's P is then 0 at                             \
-                       the finite scores and NaN at the infinite ones, as JAX's), else NaN */                                          \
-                    ls = !nan[u] && mx[u] == INFINITY ? (T)INFINITY : (T)NAN;                                                          \
+                    ls = (T)NAN;                                                                                                       \
                 } else {                                                                                                               \
                     T inv = 1 / sum[u];                                                                                                \
                     for (c = 0; c < a->dv; c++) o[c] *= inv;                                                                           \

@@ -1665,7 +1665,7 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_fwd(tjc_att a, con
         if (nan || sum == 0 || m == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */
 #pragma unroll
             for (int i = 0; i < NV; i++) acc[i] = (T)NAN;
-            ls = !nan && m == INFINITY ? (T)INFINITY : (T)NAN; /* (+inf as logsumexp gives, as the CPU) */
+            ls = (T)NAN;
         } else {
 #pragma unroll
             for (int i = 0; i < NV; i++) acc[i] /= sum;
@@ -2131,11 +2131,7 @@ __host__ __device__ static inline void tjc_fa_fwd_tile(tjc_fa_fwd_st<D, L> *st, 
             for (int e = 0; e < 4; e++) {
                 float v = scale * s[x][n][e];
                 if (!tjc_fa_sees(qw + TJC_FA_ROW(x, e), k0 + TJC_FA_COL(x, n, e), tq, tk, causal)) v = -INFINITY;
-                else if (v != v || v == INFINITY) { /* the row will be NaN (the CPU's rule); its lse +inf (1) or NaN (2) */
-                    int w = v != v ? 2 : 1;
-                    if (st->bad[x][e >> 1] < w) st->bad[x][e >> 1] = w;
-                    v = -INFINITY;
-                }
+                else if (v != v || v == INFINITY) st->bad[x][e >> 1] = 1, v = -INFINITY; /* the row will be NaN (the CPU's rule) */
                 s[x][n][e] = v;
                 mx[e >> 1][x] = fmaxf(mx[e >> 1][x], v);
             }
@@ -2175,7 +2171,7 @@ __host__ __device__ static inline void tjc_fa_fwd_end(tjc_fa_fwd_st<D, L> *st, i
             if (qi >= tq) continue;
             for (int n = 0; n < D / 8; n++)
                 for (int e = 2 * h; e < 2 * h + 2; e++) out[qi * D + TJC_FA_COL(x, n, e)] = F::out(nan ? NAN : st->o[x][n][e] / l[h][x]);
-            if ((tjc_fa_lane(x) & 3) == 0) lse[qi] = bad[h][x] == 1.f ? INFINITY : nan ? NAN : st->m[x][h] + logf(l[h][x]);
+            if ((tjc_fa_lane(x) & 3) == 0) lse[qi] = nan ? NAN : st->m[x][h] + logf(l[h][x]);
         }
 }
 /* the backward's per-warp state: the dk and dv (or dq in dk) accumulators,

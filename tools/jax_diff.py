@@ -333,6 +333,9 @@ def attention_pairs(q, k, v, scale, seen, rs=1, rp=1):
     kz = jnp.where(seen[:, :, None], k[..., None, :, :], z)
     s = jnp.where(seen, jnp.einsum("...td,...tsd->...ts", q, kz, precision=hp) * jnp.asarray(scale, q.dtype) * rs, jnp.asarray(-np.inf, q.dtype))
     lse = jax.nn.logsumexp(s, axis=-1)
+    # a visible +inf score: logsumexp is +inf, where jax.nn.softmax's row is
+    # all NaN (exp(inf - inf) in its sum); as softmax (and tinyjax): NaN
+    lse = jnp.where(lse == jnp.inf, jnp.asarray(np.nan, q.dtype), lse)
     p = jnp.exp(jnp.where(seen, s - lse[..., None], jnp.asarray(-np.inf, q.dtype))) * rp  # (masked: 0, also in a row of NaN)
     vz = jnp.where(seen[:, :, None], v[..., None, :, :], z)
     return jnp.einsum("...ts,...tsd->...td", p, vz, precision=hp), lse
@@ -1311,10 +1314,10 @@ EDGE = [
      "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=0.0, causal=1),
              O("mul", ["v0", "x3"], "v1")], "outputs": ["v1"]},
     # tj_attention, causal: a query whose visible scores hold +inf (-inf
-    # keys times negative q) has a NaN output; its log-sum-exp was NaN, so
-    # every probability in the backward was NaN, where JAX's logsumexp is
-    # +inf: exp(s - inf) is 0 at the finite scores and dv of a key it sees
-    # stays finite (found by seed 7023)
+    # keys times negative q) has NaN probabilities at every pair it sees, as
+    # jax.nn.softmax's row (exp(inf - inf) in its sum), so dv of those keys
+    # is NaN; this tool's causal reference took logsumexp's +inf there and
+    # gave 0 at the finite scores (seeds 7023, 7129: false mismatches)
     {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=2", [0.5, -1.0, -0.25, -0.5]), X("x1", "f32", "s=3 h=2", [0.5, 0.25, "-inf", "-inf", 1.0, 2.0]),
                                X("x2", "f32", "s=3 h=2", [0.3, -0.2, 1.0, 1.5, -0.5, 0.5])],
      "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=1.0, causal=1)], "outputs": ["v0"]},
