@@ -6711,7 +6711,8 @@ static double tj__flops_attention(const tj_node *n) {
     double tq = (double)q->dim[q->rank - 2], tk = (double)v->dim[v->rank - 2], d = (double)q->dim[q->rank - 1], dv = (double)v->dim[v->rank - 1];
     double nb = (double)tj__numel(q) / (tq * d), pairs = nb * tq * tk;
     if (n->a.causal) pairs = nb * (tq <= tk ? tq * (tq + 1) / 2 : tk * (tk + 1) / 2 + (tq - tk) * tk);
-    /* forward: s and p v; backward: s, dp, dv, dk by keys, then s, dp, dq by queries */
+    /* forward: s and p v; backward: s, dp, dv, dk by keys, then s, dp, dq by queries (the
+       CPU's one-pass form makes s and dp once: 3 d + 2 dv; counted here as the two passes) */
     return 2.0 * pairs * (n->op == TJ__OP_ATTENTION ? d + dv : 4 * d + 3 * dv);
 }
 
