@@ -5958,7 +5958,7 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
 }
 #define TJ__ROWF(name, attr)                                                                                                                    \
     attr static void name(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {                                                 \
-        float a[TJ__FROW], b[TJ__FROW], lane[16], mxf = 0, meanf = 0, meanlo = 0, varf = 0, gyf = 0, grf = 0, lsef = 0, zlf = 0, lossf = 0;               \
+        float a[TJ__FROW], b[TJ__FROW], lane[16], mxf = 0, meanf = 0, meanlo = 0, varf = 0, gyf = 0, grf = 0, grlo = 0, lsef = 0, zlf = 0, lossf = 0;   \
         double mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0;                                                      \
         int op = k->n->op, g = k->nin - 1, l;                                                                                                   \
         int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD; \
@@ -6009,7 +6009,7 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
                 else for (j = 0; j < m; j++) a[j] = b[j] * (((a[j] - meanf) - meanlo) * varf);                                                  \
                 gy += tj__fsum(a, m);                                                                                                           \
             }                                                                                                                                   \
-            grf = (float)(gr / (double)d);                                                                                                      \
+            grf = (float)(gr /= (double)d), grlo = (float)(gr - grf); /* g - mean(g) as (g - grf) - grlo, as x - mean */                    \
             gyf = (float)(op == TJ__OP_SOFTMAX_GRAD ? gy : gy / (double)d);                                                                     \
         }                                                                                                                                       \
         if (op == TJ__OP_CROSS_ENTROPY) {                                                                                                       \
@@ -6028,7 +6028,7 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
             case TJ__OP_LOG_SOFTMAX: for (j = 0; j < m; j++) a[j] = (a[j] - mxf) - lsef; break;                                                \
             case TJ__OP_LAYER_NORM: for (j = 0; j < m; j++) a[j] = ((a[j] - meanf) - meanlo) * varf; break;                                    \
             case TJ__OP_SOFTMAX_GRAD: for (j = 0; j < m; j++) a[j] *= b[j] - gyf; break;                                                       \
-            case TJ__OP_LAYER_NORM_GRAD: for (j = 0; j < m; j++) a[j] = varf * (b[j] - grf - ((a[j] - meanf) - meanlo) * varf * gyf); break; \
+            case TJ__OP_LAYER_NORM_GRAD: for (j = 0; j < m; j++) a[j] = varf * (((b[j] - grf) - grlo) - ((a[j] - meanf) - meanlo) * varf * gyf); break; \
             default: /* cross_entropy_grad: exp(x - lse) = exp((x - z[label]) - loss), or from the max and sum */                              \
                 if (stats) for (j = 0; j < m; j++) a[j] = grf * tj__fexpf((a[j] - zlf) - lossf);                                               \
                 else for (j = 0; j < m; j++) a[j] = grf * (tj__fexpf(a[j] - mxf) * sf);                                                        \
