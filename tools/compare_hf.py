@@ -11,6 +11,15 @@ does not. Builds build/gpt2_train_cpu and build/hf_check (tools/hf_check.c), the
   2. tinyjax -> --export-hf -> GPT2LMHeadModel.from_pretrained: the weights
      round-trip bit for bit, and a model trained by gpt2_train and exported
      gives transformers the logits tinyjax computes;
+  2b. training against PyTorch: the same model and batches, 8 steps of
+     AdamW (betas 0.9, 0.95, eps 1e-8, weight decay 0.1 on the matrices and
+     embeddings, global-norm clip 1.0, a warmup of the learning rate) in
+     tinyjax (on one device and on meshes, with gradient accumulation and
+     several remat policies) and in PyTorch
+     (torch.optim.AdamW, autograd through GPT2LMHeadModel) in float32 and
+     float64: each step's loss and gradient norm, and the trained weights;
+     tinyjax's distance to the float64 run must be of the size of PyTorch's
+     own float32 distance to it;
   3. a byte-level BPE trained with tokenizers (tokenizer.json with
      <|endoftext|>): tinyjax's ids against tokenizers' on mixed text, special
      tokens allowed (split out) and not (encoded as text);
@@ -130,6 +139,83 @@ def models(tmp):
     err = np.abs(lc - lh).max() / np.abs(lh).max()
     check(err < 1e-5, "trained by tinyjax (20 steps, byte vocab), exported: logits max rel. difference %.2e vs transformers" % err)
     check(abs(loss_c - loss_h) < 1e-5 * loss_h, "trained by tinyjax: loss tinyjax %.6f, transformers %.6f" % (loss_c, loss_h))
+
+
+def torch_train(d, batches, dtype):
+    """PyTorch's run of the steps hf_check train makes: losses, grad norms, the
+    trained state dict. Clipping as tinyjax and optax: g * clip / max(norm, clip)
+    (torch.nn.utils.clip_grad_norm_ divides by norm + 1e-6)."""
+    m = transformers.GPT2LMHeadModel.from_pretrained(d).to(dtype)
+    m.eval()  # no dropout; autograd as in training
+    decay = lambda n: n.endswith(".weight") and ".ln_" not in n and not n.endswith("ln_f.weight")
+    named = list(m.named_parameters())
+    groups = [{"params": [p for n, p in named if decay(n)], "weight_decay": 0.1},
+              {"params": [p for n, p in named if not decay(n)], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=1.0, betas=(0.9, 0.95), eps=1e-8)
+    losses, norms = [], []
+    for x, y, lr in batches:
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        logits = m(torch.tensor(x)).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.tensor(y).reshape(-1))
+        loss.backward()
+        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for _, p in named))
+        with torch.no_grad():
+            for _, p in named:
+                p.grad.mul_(float(1.0 / max(norm.item(), 1.0)))
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+    return losses, norms, {k: v.detach().double() for k, v in m.state_dict().items()}
+
+
+def training(tmp):
+    """tinyjax's training steps against PyTorch's (float32 and float64)"""
+    print("== training against PyTorch (AdamW, clip, 8 steps)")
+    rng = np.random.default_rng(1)
+    steps, B, T = 8, 4, 32
+    torch.manual_seed(1)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=T, vocab_size=1000)
+    m = transformers.GPT2LMHeadModel(cfg)
+    d = os.path.join(tmp, "hf_train")
+    m.save_pretrained(d, safe_serialization=True)
+    # a learnable task (each target is a fixed function of its token), so the loss falls
+    perm = rng.permutation(1000)
+    batches = []
+    for s in range(steps):
+        x = rng.integers(0, 1000, (B, T))
+        batches.append((x.tolist(), perm[x].tolist(), 3e-3 * min(1.0, (s + 1) / 4)))
+    path = os.path.join(tmp, "batches.txt")
+    with open(path, "w") as f:
+        f.write("%d %d %d\n" % (steps, B, T))
+        for x, y, lr in batches:
+            f.write(" ".join(str(v) for r in x for v in r) + "\n" + " ".join(str(v) for r in y for v in r) + "\n%.17g\n" % lr)
+    l64, n64, w64 = torch_train(d, batches, torch.float64)
+    l32, n32, w32 = torch_train(d, batches, torch.float32)
+    moved = max((w64[k] - v.double()).abs().max().item() for k, v in m.state_dict().items())
+    check(l64[-1] < l64[0] - 0.1, "PyTorch float64: loss %.4f -> %.4f in %d steps; the weights moved up to %.2e" % (l64[0], l64[-1], steps, moved))
+
+    def dist(w):  # largest difference to the float64 weights, over all tensors
+        return max((w[k] - w64[k]).abs().max().item() for k in w64)
+
+    t_loss = max(abs(a - b) / b for a, b in zip(l32, l64))
+    t_norm = max(abs(a - b) / b for a, b in zip(n32, n64))
+    t_w = dist(w32)
+    print("     PyTorch float32 vs float64: loss %.2e, grad norm %.2e relative; weights %.2e" % (t_loss, t_norm, t_w))
+    for mesh, k, remat in (("", 1, "block_out"), ("data=2 model=2", 1, "block_out"), ("", 2, "nothing"), ("data=2", 2, "offload")):
+        out = os.path.join(tmp, "trained_%d_%d_%s" % (len(mesh), k, remat))
+        lines = hf_check("train", d, path, out, mesh, k, remat).split("\n")
+        lc = [float(l.split()[3]) for l in lines if l.startswith("step ")]
+        nc = [float(l.split()[5]) for l in lines if l.startswith("step ")]
+        wc = {k: v.double() for k, v in transformers.GPT2LMHeadModel.from_pretrained(out).state_dict().items()}
+        c_loss = max(abs(a - b) / b for a, b in zip(lc, l64))
+        c_norm = max(abs(a - b) / b for a, b in zip(nc, n64))
+        c_w = dist(wc)
+        where = ("mesh " + mesh if mesh else "one device") + ", remat " + remat + (", %d micro-batches" % k if k > 1 else "")
+        check(len(lc) == steps and c_loss <= 4 * t_loss + 1e-6, "tinyjax (%s): loss %.2e relative to float64's (PyTorch float32: %.2e)" % (where, c_loss, t_loss))
+        check(len(nc) == steps and c_norm <= 4 * t_norm + 1e-6, "tinyjax (%s): grad norm %.2e relative (PyTorch float32: %.2e)" % (where, c_norm, t_norm))
+        check(c_w <= 4 * t_w + 1e-7, "tinyjax (%s): trained weights %.2e from float64's (PyTorch float32: %.2e)" % (where, c_w, t_w))
 
 
 def corpus():
@@ -258,6 +344,7 @@ def main():
     build()
     with tempfile.TemporaryDirectory() as tmp:
         models(tmp)
+        training(tmp)
         tokenizer(tmp)
         pretok(tmp, step)
     print("%d failed" % failures)

@@ -9,6 +9,16 @@
  *                                      targets on line 2; OUT: float32 logits (T x vocab)
  *                                      then the evaluation loss (one float32)
  *   hf_check export DIR_IN DIR_OUT     --init-from DIR_IN, then --export-hf DIR_OUT
+ *   hf_check train DIR BATCHES DIR_OUT MESH [K [REMAT]]
+ *                                      --init-from DIR, then the training steps of BATCHES
+ *                                      (a text file: "steps B T" on line 1, then per step a
+ *                                      line of B*T tokens, one of B*T targets and one with
+ *                                      the learning rate), AdamW and clipping as gpt2_train's
+ *                                      defaults; prints "step I loss L gnorm G" per step and
+ *                                      writes the trained model as --export-hf DIR_OUT. MESH:
+ *                                      "" one device, or a mesh ("data=2 model=2") with
+ *                                      gpt2_train's default sharding rules; K micro-batches
+ *                                      of B/K sequences each (--accum K), REMAT as --remat
  *
  * RECORDS: a binary file of (uint32 little-endian length, bytes) records.
  */
@@ -37,19 +47,72 @@ static char **read_records(const char *path, size_t **lens, size_t *n) {
     return out;
 }
 
-static int load_model(gpt2_trainer *tr, const char *dir, int T) {
+/* --init-from dir for batches of B sequences of T tokens, on one device
+   (mesh NULL or "") or on the devices of a mesh with gpt2_train's rules */
+static int load_model_on(gpt2_trainer *tr, const char *dir, int B, int T, const char *mesh, int K, int remat) {
     gpt2_hf hf;
     gpt2_config c;
     char err[1024];
+    int devices = 1;
+    const char *s;
     gpt2_default_config(&c);
-    c.B = 1;
+    c.B = B;
     c.T = T;
+    c.accum = K;
+    c.remat = remat;
     c.param_rules = c.compute_rules = NULL;
+    if (mesh && *mesh) {
+        for (s = mesh; (s = strchr(s, '=')) != NULL; s++) devices *= atoi(s + 1);
+        c.param_rules = "embed:data mlp:model heads:model vocab:model";
+        c.compute_rules = "batch:data mlp:model heads:model vocab:model";
+    }
     if (gpt2_hf_open(&hf, dir, err, sizeof err) || gpt2_hf_config(&hf, &c, 0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     if (c.T != T) { fprintf(stderr, "%d tokens do not fit the model's %d positions\n", T, c.block); return 1; }
-    if (gpt2_trainer_init(tr, &c, 1, NULL, 0) || gpt2_hf_load(tr, &hf, err, sizeof err)) { fprintf(stderr, "load: %s\n", err); return 1; }
+    if (gpt2_trainer_init(tr, &c, devices, devices > 1 ? mesh : NULL, 0) || gpt2_hf_load(tr, &hf, err, sizeof err)) {
+        fprintf(stderr, "load: %s\n", err);
+        return 1;
+    }
     gpt2_hf_close(&hf);
     return 0;
+}
+static int load_model(gpt2_trainer *tr, const char *dir, int T) { return load_model_on(tr, dir, 1, T, NULL, 1, REMAT_BLOCK_OUT); }
+
+/* hf_check train: the steps of a batch file, each printed, then the export */
+static int train(const char *dir, const char *batches, const char *out, const char *mesh, int K, const char *remat) {
+    FILE *f = fopen(batches, "r");
+    int steps, B, T, s, i, bad = 0;
+    int32_t *x, *y;
+    char err[1024];
+    gpt2_trainer tr;
+    int r = -1;
+    for (i = 0; i < NREMAT; i++)
+        if (!strcmp(remat, remat_names[i])) r = i;
+    if (r < 0 || K < 1) { fprintf(stderr, "train: K %d, remat \"%s\": want K >= 1 and a --remat policy\n", K, remat); return 1; }
+    if (!f) { perror(batches); return 1; }
+    if (fscanf(f, "%d %d %d", &steps, &B, &T) != 3 || steps < 1 || B < 1 || T < 1 || B * T > (1 << 20) || B % K) {
+        fprintf(stderr, "%s: want \"steps B T\" on line 1, B a multiple of K = %d\n", batches, K);
+        fclose(f);
+        return 1;
+    }
+    x = (int32_t *)malloc(sizeof *x * (size_t)B * (size_t)T);
+    y = (int32_t *)malloc(sizeof *y * (size_t)B * (size_t)T);
+    if (!x || !y || load_model_on(&tr, dir, B / K, T, mesh, K, r)) { fclose(f); return 1; }
+    for (s = 0; s < steps && !bad; s++) {
+        double lr;
+        float loss;
+        for (i = 0; i < B * T && !bad; i++) bad = fscanf(f, "%d", &x[i]) != 1;
+        for (i = 0; i < B * T && !bad; i++) bad = fscanf(f, "%d", &y[i]) != 1;
+        if (bad || fscanf(f, "%lf", &lr) != 1) { fprintf(stderr, "%s: step %d is not B*T tokens, B*T targets and a learning rate\n", batches, s); bad = 1; break; }
+        loss = gpt2_train_step(&tr, x, y, lr);
+        if (loss != loss) { fprintf(stderr, "step %d: %s\n", s, tj_error(tr.ctx)); bad = 1; break; }
+        printf("step %d loss %.9g gnorm %.9g\n", s, loss, tr.last_gnorm);
+    }
+    fclose(f);
+    if (!bad && gpt2_export_hf(&tr, out, -1, err, sizeof err)) { fprintf(stderr, "%s\n", err); bad = 1; }
+    gpt2_trainer_free(&tr);
+    free(x);
+    free(y);
+    return bad;
 }
 
 int main(int argc, char **argv) {
@@ -142,6 +205,8 @@ int main(int argc, char **argv) {
         gpt2_trainer_free(&tr);
         return 0;
     }
+    if (argc >= 6 && argc <= 8 && !strcmp(argv[1], "train"))
+        return train(argv[2], argv[3], argv[4], argv[5], argc > 6 ? atoi(argv[6]) : 1, argc > 7 ? argv[7] : "block_out");
     fprintf(stderr, "usage: see the comment at the top of tools/hf_check.c\n");
     return 2;
 }
