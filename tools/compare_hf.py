@@ -141,7 +141,7 @@ def models(tmp):
     check(abs(loss_c - loss_h) < 1e-5 * loss_h, "trained by tinyjax: loss tinyjax %.6f, transformers %.6f" % (loss_c, loss_h))
 
 
-def torch_train(d, batches, dtype):
+def torch_train(d, batches, dtype, autocast=False):
     """PyTorch's run of the steps hf_check train makes: losses, grad norms, the
     trained state dict. Clipping as tinyjax and optax: g * clip / max(norm, clip)
     (torch.nn.utils.clip_grad_norm_ divides by norm + 1e-6)."""
@@ -157,7 +157,9 @@ def torch_train(d, batches, dtype):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad()
-        logits = m(torch.tensor(x)).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = m(torch.tensor(x)).logits
+        logits = logits.float() if autocast else logits  # the loss in float32 (float64 in the float64 run)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.tensor(y).reshape(-1))
         loss.backward()
         norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for _, p in named))
@@ -216,6 +218,23 @@ def training(tmp):
         check(len(lc) == steps and c_loss <= 4 * t_loss + 1e-6, "tinyjax (%s): loss %.2e relative to float64's (PyTorch float32: %.2e)" % (where, c_loss, t_loss))
         check(len(nc) == steps and c_norm <= 4 * t_norm + 1e-6, "tinyjax (%s): grad norm %.2e relative (PyTorch float32: %.2e)" % (where, c_norm, t_norm))
         check(c_w <= 4 * t_w + 1e-7, "tinyjax (%s): trained weights %.2e from float64's (PyTorch float32: %.2e)" % (where, c_w, t_w))
+    # bf16 compute (f32 params and optimizer state): tinyjax --bf16 against torch.autocast(bfloat16)
+    lb, nb, wb = torch_train(d, batches, torch.float32, autocast=True)
+    b_loss = max(abs(a - b) / b for a, b in zip(lb, l64))
+    b_norm = max(abs(a - b) / b for a, b in zip(nb, n64))
+    print("     PyTorch autocast bfloat16 vs float64: loss %.2e, grad norm %.2e relative; weights %.2e" % (b_loss, b_norm, dist(wb)))
+    out = os.path.join(tmp, "trained_bf16")
+    lines = hf_check("train", d, path, out, "", 1, "block_out", "bf16").split("\n")
+    lc = [float(l.split()[3]) for l in lines if l.startswith("step ")]
+    nc = [float(l.split()[5]) for l in lines if l.startswith("step ")]
+    wc = {k: v.double() for k, v in transformers.GPT2LMHeadModel.from_pretrained(out).state_dict().items()}
+    c_loss = max(abs(a - b) / b for a, b in zip(lc, l64))
+    c_norm = max(abs(a - b) / b for a, b in zip(nc, n64))
+    # Adam turns a gradient element's bf16 noise into a sign: the weights differ by up to 2 lr in
+    # both runs, so only the losses and norms are compared
+    check(len(lc) == steps and c_loss <= 2 * b_loss + 1e-4, "tinyjax --bf16: loss %.2e relative to float64's (PyTorch autocast bfloat16: %.2e); weights %.2e (%.2e)"
+          % (c_loss, b_loss, dist(wc), dist(wb)))
+    check(len(nc) == steps and c_norm <= 2 * b_norm + 1e-3, "tinyjax --bf16: grad norm %.2e relative (PyTorch autocast bfloat16: %.2e)" % (c_norm, b_norm))
 
 
 def corpus():

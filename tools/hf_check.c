@@ -9,7 +9,7 @@
  *                                      targets on line 2; OUT: float32 logits (T x vocab)
  *                                      then the evaluation loss (one float32)
  *   hf_check export DIR_IN DIR_OUT     --init-from DIR_IN, then --export-hf DIR_OUT
- *   hf_check train DIR BATCHES DIR_OUT MESH [K [REMAT]]
+ *   hf_check train DIR BATCHES DIR_OUT MESH [K [REMAT [DTYPE]]]
  *                                      --init-from DIR, then the training steps of BATCHES
  *                                      (a text file: "steps B T" on line 1, then per step a
  *                                      line of B*T tokens, one of B*T targets and one with
@@ -18,7 +18,8 @@
  *                                      writes the trained model as --export-hf DIR_OUT. MESH:
  *                                      "" one device, or a mesh ("data=2 model=2") with
  *                                      gpt2_train's default sharding rules; K micro-batches
- *                                      of B/K sequences each (--accum K), REMAT as --remat
+ *                                      of B/K sequences each (--accum K), REMAT as --remat,
+ *                                      DTYPE f32 or bf16 (--bf16)
  *
  * RECORDS: a binary file of (uint32 little-endian length, bytes) records.
  */
@@ -49,7 +50,7 @@ static char **read_records(const char *path, size_t **lens, size_t *n) {
 
 /* --init-from dir for batches of B sequences of T tokens, on one device
    (mesh NULL or "") or on the devices of a mesh with gpt2_train's rules */
-static int load_model_on(gpt2_trainer *tr, const char *dir, int B, int T, const char *mesh, int K, int remat) {
+static int load_model_on(gpt2_trainer *tr, const char *dir, int B, int T, const char *mesh, int K, int remat, int bf16) {
     gpt2_hf hf;
     gpt2_config c;
     char err[1024];
@@ -60,6 +61,7 @@ static int load_model_on(gpt2_trainer *tr, const char *dir, int B, int T, const 
     c.T = T;
     c.accum = K;
     c.remat = remat;
+    c.bf16 = bf16;
     c.param_rules = c.compute_rules = NULL;
     if (mesh && *mesh) {
         for (s = mesh; (s = strchr(s, '=')) != NULL; s++) devices *= atoi(s + 1);
@@ -75,10 +77,10 @@ static int load_model_on(gpt2_trainer *tr, const char *dir, int B, int T, const 
     gpt2_hf_close(&hf);
     return 0;
 }
-static int load_model(gpt2_trainer *tr, const char *dir, int T) { return load_model_on(tr, dir, 1, T, NULL, 1, REMAT_BLOCK_OUT); }
+static int load_model(gpt2_trainer *tr, const char *dir, int T) { return load_model_on(tr, dir, 1, T, NULL, 1, REMAT_BLOCK_OUT, 0); }
 
 /* hf_check train: the steps of a batch file, each printed, then the export */
-static int train(const char *dir, const char *batches, const char *out, const char *mesh, int K, const char *remat) {
+static int train(const char *dir, const char *batches, const char *out, const char *mesh, int K, const char *remat, const char *dtype) {
     FILE *f = fopen(batches, "r");
     int steps, B, T, s, i, bad = 0;
     int32_t *x, *y;
@@ -87,7 +89,10 @@ static int train(const char *dir, const char *batches, const char *out, const ch
     int r = -1;
     for (i = 0; i < NREMAT; i++)
         if (!strcmp(remat, remat_names[i])) r = i;
-    if (r < 0 || K < 1) { fprintf(stderr, "train: K %d, remat \"%s\": want K >= 1 and a --remat policy\n", K, remat); return 1; }
+    if (r < 0 || K < 1 || (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
+        fprintf(stderr, "train: K %d, remat \"%s\", dtype \"%s\": want K >= 1, a --remat policy and f32 or bf16\n", K, remat, dtype);
+        return 1;
+    }
     if (!f) { perror(batches); return 1; }
     if (fscanf(f, "%d %d %d", &steps, &B, &T) != 3 || steps < 1 || B < 1 || T < 1 || B * T > (1 << 20) || B % K) {
         fprintf(stderr, "%s: want \"steps B T\" on line 1, B a multiple of K = %d\n", batches, K);
@@ -96,7 +101,7 @@ static int train(const char *dir, const char *batches, const char *out, const ch
     }
     x = (int32_t *)malloc(sizeof *x * (size_t)B * (size_t)T);
     y = (int32_t *)malloc(sizeof *y * (size_t)B * (size_t)T);
-    if (!x || !y || load_model_on(&tr, dir, B / K, T, mesh, K, r)) { fclose(f); return 1; }
+    if (!x || !y || load_model_on(&tr, dir, B / K, T, mesh, K, r, !strcmp(dtype, "bf16"))) { fclose(f); return 1; }
     for (s = 0; s < steps && !bad; s++) {
         double lr;
         float loss;
@@ -205,8 +210,8 @@ int main(int argc, char **argv) {
         gpt2_trainer_free(&tr);
         return 0;
     }
-    if (argc >= 6 && argc <= 8 && !strcmp(argv[1], "train"))
-        return train(argv[2], argv[3], argv[4], argv[5], argc > 6 ? atoi(argv[6]) : 1, argc > 7 ? argv[7] : "block_out");
+    if (argc >= 6 && argc <= 9 && !strcmp(argv[1], "train"))
+        return train(argv[2], argv[3], argv[4], argv[5], argc > 6 ? atoi(argv[6]) : 1, argc > 7 ? argv[7] : "block_out", argc > 8 ? argv[8] : "f32");
     fprintf(stderr, "usage: see the comment at the top of tools/hf_check.c\n");
     return 2;
 }
