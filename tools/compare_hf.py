@@ -19,7 +19,8 @@ does not. Builds build/gpt2_train_cpu and build/hf_check (tools/hf_check.c), the
      (torch.optim.AdamW, autograd through GPT2LMHeadModel) in float32 and
      float64: each step's loss and gradient norm, and the trained weights;
      tinyjax's distance to the float64 run must be of the size of PyTorch's
-     own float32 distance to it;
+     own float32 distance to it; tinyjax --bf16 against torch.autocast
+     (bfloat16): the losses and gradient norms;
   3. a byte-level BPE trained with tokenizers (tokenizer.json with
      <|endoftext|>): tinyjax's ids against tokenizers' on mixed text, special
      tokens allowed (split out) and not (encoded as text);
