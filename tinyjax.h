@@ -2611,6 +2611,8 @@ struct tj_graph {
     tj_node **cap_src;     /* a capture into shard_map: the value before it was replicated */
     int sealed;            /* a body whose SCAN node exists: the user's ops may
                               no longer add to it (tj__node; autodiff may) */
+    int finished;          /* a top-level graph whose tj_jit has returned:
+                              nothing may add to it or its bodies */
 };
 
 /* A compiled program: the schedule and the memory plan of a graph. */
@@ -2839,6 +2841,16 @@ static int tj__encloses(const tj_graph *outer, const tj_graph *g) {
     return 0;
 }
 static tj_graph *tj__cur(tj_graph *g) { return g && g->ctx->cur && tj__encloses(g, g->ctx->cur) ? g->ctx->cur : g; }
+/* A value kept (through a global or user data) past the tj_jit that traced
+   it: an op on it would grow a compiled program's graph. An error. */
+static int tj__finished(tj_graph *g, const char *what, const char *file, int line) {
+    while (g && g->parent) g = g->parent;
+    if (!g || !g->finished) return 0;
+    if (g->ctx->status == TJ_OK)
+        tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: an input is a value of a traced function whose tj_jit has returned: a traced value lives only while "
+                "its function is traced (pass arrays in as inputs instead)", what);
+    return 1;
+}
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
     tj_node *n;
     int i;
@@ -2852,6 +2864,7 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
                 "use the values it returned", TJ__OPNAME(op));
         return NULL;
     }
+    if (tj__finished(g, TJ__OPNAME(op), file, line)) return NULL;
     if (nin > 64) {
         tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: %d inputs (at most 64)", TJ__OPNAME(op), nin);
         return NULL;
@@ -4380,6 +4393,14 @@ static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
    tj__node captures them). NULL, with an error, for unrelated graphs. */
 /* 1 if one of the n values is NULL: an earlier op failed (its message
    stands) or the caller passed NULL, which is then reported. */
+/* A NULL input: an earlier op failed (its message stands), or the caller
+   passed NULL, which is an error of its own. c: the context of another
+   input, or NULL for the context being traced. Returns the status to return. */
+static tj_status tj__null_input(tj_ctx *c, const char *what, const char *which, int i, const char *f, int l) {
+    if (!c) c = tj__tracing_ctx();
+    if (c && c->status == TJ_OK) tj__err(c, TJ_ERR_ARG, f, l, "%s: %s %d is NULL", what, which, i);
+    return c && c->status ? c->status : TJ_ERR_ARG;
+}
 static int tj__any_null(const char *what, const char *f, int l, int n, tj_v a, tj_v b, tj_v c) {
     tj_v v[3];
     int i, j;
@@ -4387,19 +4408,26 @@ static int tj__any_null(const char *what, const char *f, int l, int n, tj_v a, t
     for (i = 0; i < n; i++)
         if (!v[i]) {
             for (j = 0; j < n && !v[j]; j++) {}
-            if (j < n && v[j]->g->ctx->status == TJ_OK) tj__err(v[j]->g->ctx, TJ_ERR_ARG, f, l, "%s: operand %d is NULL", what, i);
+            if (j < n) tj__null_input(v[j]->g->ctx, what, "operand", i, f, l); /* (all NULL: quiet, as the unary ops) */
             return 1;
         }
     return 0;
+}
+static tj_status tj__inner_status(int n, tj_node *const *v) { /* the status after tj__inner failed */
+    tj_ctx *c = NULL;
+    int i;
+    for (i = 0; i < n && !c; i++) if (v[i]) c = v[i]->g->ctx;
+    if (!c) c = tj__tracing_ctx();
+    return c && c->status ? c->status : TJ_ERR_ARG;
 }
 static tj_graph *tj__inner(int n, tj_node *const *v, const char *what, const char *f, int l) {
     tj_graph *g = NULL, *h;
     int i;
     for (i = 0; i < n; i++) {
-        if (!v[i]) { /* an earlier op failed (its message stands), or the caller passed NULL */
+        if (!v[i]) {
             int j;
             for (j = 0; j < n && !v[j]; j++) {}
-            if (j < n && v[j]->g->ctx->status == TJ_OK) tj__err(v[j]->g->ctx, TJ_ERR_ARG, f, l, "%s: operand %d is NULL", what, i);
+            tj__null_input(j < n ? v[j]->g->ctx : NULL, what, "operand", i, f, l);
             return NULL;
         }
         if (!g) { g = v[i]->g; continue; }
@@ -6887,8 +6915,7 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
                 !out ? "argument out is NULL" : !in ? "argument in is NULL" : "1..16 inputs", nin);
         return TJ_ERR_ARG;
     }
-    for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
-    if (!(g = tj__cur(tj__inner(nin, in, name ? name : "custom", f, l)))) return tj_status_of(in[0]->g->ctx);
+    if (!(g = tj__cur(tj__inner(nin, in, name ? name : "custom", f, l)))) return tj__inner_status(nin, in);
     c = g->ctx;
     for (i = 0; name && i < c->nops; i++) if (!strcmp(c->ops[i].name, name)) k = i;
     if (k < 0) {
@@ -6910,8 +6937,19 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
         char shape[512];
         tj_dtype dt = x[0]->t.dt;
         shape[0] = 0;
+        shape[sizeof shape - 1] = 0;
+        int rej = 0;
+        if (d->shape) {
+            rej = d->shape(ib, nin, j, shape, sizeof shape, &dt, d->user);
+            if (shape[sizeof shape - 1]) { /* the rule filled the buffer without ending the string */
+                shape[sizeof shape - 1] = 0;
+                tj__err(c, TJ_ERR_ARG, f, l, "custom op '%s': its shape rule wrote a %s of %d or more characters for output %d (at most %d): \"%.40s...\"",
+                        d->name, rej ? "reason" : "shape", (int)sizeof shape, j, (int)sizeof shape - 1, shape);
+                return TJ_ERR_ARG;
+            }
+        }
         if (!d->shape) t[j] = x[0]->t;
-        else if (d->shape(ib, nin, j, shape, sizeof shape, &dt, d->user)) {
+        else if (rej) {
             tj__err(c, TJ_ERR_SHAPE, f, l, "custom op '%s': its shape rule rejects the inputs: %s", d->name, shape[0] ? shape : "(no reason given)");
             return TJ_ERR_SHAPE;
         } else if (tj__parse_shape(c, shape, dt, &t[j], 0, d->name, f, l))
@@ -7079,15 +7117,16 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
         tj_ctx *ec = nout >= 1 && outs && outs[0] ? outs[0]->g->ctx : tj__tracing_ctx();
         if (nout < 1 || !outs || outs[0] || tj_status_of(ec) == TJ_OK) /* (a NULL output: an earlier op failed, its message stands) */
-            tj__err(ec, TJ_ERR_ARG, f, l, "vjp: bad arguments (nout %d, nwrt %d, outs %s, wrt %s, grads %s)", nout, nwrt, outs ? "given" : "NULL",
-                    wrt_in ? "given" : "NULL", grads ? "given" : "NULL");
+            tj__err(ec, TJ_ERR_ARG, f, l, "vjp: bad arguments (nout %d, nwrt %d, outs %s, wrt %s, grads %s)", nout, nwrt,
+                    !outs ? "NULL" : nout >= 1 && !outs[0] ? "given, output 0 NULL" : "given", wrt_in ? "given" : "NULL", grads ? "given" : "NULL");
         return TJ_ERR_ARG;
     }
     g = outs[0]->g;
     c = g->ctx;
     for (i = 0; i < nwrt; i++) grads[i] = NULL;
+    if (tj__finished(g, "vjp", f, l)) return c->status;
     for (i = 0; i < nout; i++) {
-        if (!outs[i] || (cts && !cts[i])) return c->status ? c->status : TJ_ERR_ARG;
+        if (!outs[i] || (cts && !cts[i])) return tj__null_input(c, "vjp", !outs[i] ? "output" : "cotangent", i, f, l);
         if (outs[i]->g != g) {
             tj__err(c, TJ_ERR_ARG, f, l, "vjp: output %d belongs to another traced function", i);
             return TJ_ERR_ARG;
@@ -7120,7 +7159,8 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
            with respect to a weight it closes over): its capture */
         if (!wrt_in[i] || !(wrt[i] = tj__capture(g, wrt_in[i]))) {
             TJ_FREE(wrt);
-            if (!wrt_in[i] || c->status) return c->status ? c->status : TJ_ERR_ARG;
+            if (!wrt_in[i]) return tj__null_input(c, "vjp", "wrt", i, f, l);
+            if (c->status) return c->status;
             tj__err(c, TJ_ERR_ARG, f, l, "vjp: wrt %d belongs to another traced function", i);
             return TJ_ERR_ARG;
         }
@@ -7263,8 +7303,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nout; i++) out[i] = NULL;
-    for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
-    if (!(g = tj__cur(tj__inner(nin, in, "custom_vjp", f, l)))) return tj_status_of(in[0]->g->ctx);
+    if (!(g = tj__cur(tj__inner(nin, in, "custom_vjp", f, l)))) return tj__inner_status(nin, in);
     c = g->ctx;
     if (!fwd || !bwd) {
         tj__err(c, TJ_ERR_ARG, f, l, "custom_vjp: fwd and bwd are both needed");
@@ -7477,12 +7516,11 @@ TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, co
     int i, n = 0;
     for (i = 0; i < nc && init && n < 64; i++) all[n++] = init[i];
     for (i = 0; i < nx && xs && n < 64; i++) all[n++] = xs[i];
-    for (i = 0; i < n; i++) if (!all[i]) return n && all[0] ? tj_status_of(all[0]->g->ctx) : TJ_ERR_ARG; /* an input failed earlier */
     if (!n) { /* no carry and no xs: no value to take the context from */
         tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "scan: %d carries and %d xs: give at least one (a scan needs a value to run over; see tj_checkpoint)", nc, nx);
         return TJ_ERR_ARG;
     }
-    if (!(g = tj__inner(n, all, "scan", f, l))) return tj_status_of(all[0]->g->ctx);
+    if (!(g = tj__inner(n, all, "scan", f, l))) return tj__inner_status(n, all);
     return tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy);
 }
 static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
@@ -7660,7 +7698,7 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
         tj__err(g->ctx, TJ_ERR_ARG, f, l, "checkpoint: bad arguments (%d inputs, %d outputs; 1..32 outputs)", nin, nout);
         return TJ_ERR_ARG;
     }
-    for (i = 0; i < nin; i++) if (!in[i]) return g->ctx->status ? g->ctx->status : TJ_ERR_ARG;
+    for (i = 0; i < nin; i++) if (!in[i]) return tj__null_input(g->ctx, "checkpoint", "input", i, f, l);
     r.fn = fn;
     r.user = user;
     r.nin = nin;
@@ -7733,7 +7771,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
         return TJ_ERR_STATE;
     }
     for (i = 0; i < nin; i++) {
-        if (!in[i]) return c->status ? c->status : TJ_ERR_ARG;
+        if (!in[i]) return tj__null_input(c, "shard_map", "input", i, f, l);
         if (in[i]->g->manual || g->manual) {
             tj__err(c, TJ_ERR_UNSUPPORTED, f, l, "shard_map: a shard_map inside another one is not supported");
             return TJ_ERR_UNSUPPORTED;
@@ -13658,6 +13696,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     if (tj__procs_jit(c, p, p->name)) goto fail;
     tj_tree_free(tin);
     tj_tree_free(tout);
+    p->g->finished = 1;
     return p;
 oom:
     tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory", p->name);

@@ -535,6 +535,18 @@ static void ad_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_checkpoint(region_null, NULL, 1, &x, 1, &o, NULL) != TJ_OK, "checkpoint", "output 0");
     BAD(c, tj_checkpoint(region_null, NULL, -1, &x, 1, &o, NULL) != TJ_OK, "checkpoint", "-1");
     BAD(c, tj_checkpoint(region_null, NULL, 1, &x, 0, &o, NULL) != TJ_OK, "checkpoint", "0");
+    /* a NULL the caller passed (no earlier op failed): an error of its own (these failed with no message) */
+    {
+        tj_v nul[2] = {NULL, NULL}, two[2];
+        two[0] = x, two[1] = NULL;
+        BAD(c, tj_scan(scan_body, NULL, "l=2", 1, nul, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "operand 0 is NULL");
+        BAD(c, tj_scan(scan_body, NULL, "a", 1, &x, 1, nul, 0, &fin, NULL, NULL) != TJ_OK, "scan", "operand 1 is NULL");
+        BAD(c, tj_grad(loss, 1, nul, &gx) != TJ_OK, "vjp", "wrt 0 is NULL");
+        BAD(c, tj_vjp(1, &loss, nul, 1, &x, &gx) != TJ_OK, "vjp", "cotangent 0 is NULL");
+        BAD(c, tj_grad(NULL, 1, &x, &gx) != TJ_OK, "vjp", "output 0 NULL");
+        BAD(c, tj_checkpoint(region_null, NULL, 2, two, 1, &o, NULL) != TJ_OK, "checkpoint", "input 1 is NULL");
+        BAD(c, tj_custom_vjp(fwd_fn, bwd_fn, NULL, 2, two, 1, &o, 1) != TJ_OK, "custom_vjp", "operand 1 is NULL");
+    }
     /* shard_map without a mesh axis of that name */
     {
         const char *sp[1] = {"a:data"}, *rep[1] = {""};
@@ -804,6 +816,43 @@ static void test_jit_run(void) {
     tj_ctx_free(c);
 }
 
+/* ---- a traced value kept past its tj_jit (through a global): an op on it
+   grew the compiled program's graph, silently, inside another trace or
+   outside any ---- */
+static tj_v g_kept;
+static void keep_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    g_kept = tj_tree_v(in, "x");
+    tj_tree_set_v(out, "y", tj_tanh(g_kept));
+}
+static void use_kept_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_ctx *c = tj_graph_ctx(g);
+    tj_v gx = NULL;
+    (void)u;
+    BAD(c, tj_tanh(g_kept) == NULL, "tanh", "tj_jit has returned");
+    BAD(c, tj_grad(tj_sum_all(g_kept), 1, &g_kept, &gx) != TJ_OK, "sum", "tj_jit has returned");
+    tj_tree_set_v(out, "y", tj_tanh(tj_tree_v(in, "x")));
+}
+static void test_finished_trace(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p, *q;
+    float r[2];
+    tjt_current = "a value kept past its trace";
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "a=2", 0.5));
+    p = tj_jit(c, "keep", keep_fn, NULL, in, NULL);
+    WORKS(c, p != NULL);
+    BAD(c, tj_exp(g_kept) == NULL, "exp", "tj_jit has returned");
+    q = tj_jit(c, "use", use_kept_fn, NULL, in, NULL);
+    WORKS(c, q != NULL);
+    WORKS(c, tj_run(p, in, out) == TJ_OK && tj_array_read(tj_tree_array(out, "y"), TJ_F32, r) == TJ_OK && fabsf(r[0] - tanhf(0.5f)) < 1e-6f);
+    tj_prog_free(q);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(c);
+}
+
 /* ---- after the context changes: another mesh, another backend ---- */
 static void double_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g; (void)u;
@@ -869,6 +918,11 @@ static void test_changed_context(void) {
 }
 
 /* ---- custom ops ---- */
+static int long_shape_rule(const tj_buf *in, int nin, int j, char *shape, size_t n, tj_dtype *dt, void *user) {
+    (void)in; (void)nin; (void)j; (void)dt;
+    memset(shape, 'a', n); /* no room left for the NUL */
+    return user != NULL;   /* user set: a rejection whose reason fills the buffer */
+}
 static void cop_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *user) {
     (void)in; (void)nin; (void)out; (void)nout; (void)user;
 }
@@ -885,6 +939,13 @@ static void custom_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_custom("cop", -1, &x, o) != TJ_OK, "custom 'cop'", "-1 inputs");
     BAD(c, tj_custom("cop", 17, &x, o) != TJ_OK, "custom 'cop'", "17 inputs");
     BAD(c, tj_custom("nosuch", 1, &x, o) != TJ_OK, "custom", "'nosuch'");
+    {
+        tj_v nul[2] = {NULL, NULL};
+        BAD(c, tj_custom("cop", 1, nul, o) != TJ_OK, "cop", "operand 0 is NULL");
+    }
+    /* a shape rule that fills its buffer without a NUL (the parser and the message read past it) */
+    BAD(c, tj_custom("long_shape", 1, &x, o) != TJ_OK, "custom op 'long_shape'", "shape of 512 or more characters", "output 0");
+    BAD(c, tj_custom("long_reason", 1, &x, o) != TJ_OK, "custom op 'long_reason'", "reason of 512 or more characters");
     BAD(c, tj_custom("cop", 1, &x, o) != TJ_OK || tj_grad(tj_sum(o[0], "a b"), 1, &x, &gx) != TJ_OK, "custom op 'cop'", "f32[a=4]", "f32[a=4,b=6]");
     tj_clear_error(c);
     tj_tree_set_v(out, "y", tj_adds(x, 1.0));
@@ -904,6 +965,11 @@ static void test_custom_ops(void) {
     BAD_NL(c, tj_register_op(c, &d) != TJ_OK, "register_op", "name");
     d.name = "cop";
     WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    d.name = "long_shape"; d.shape = long_shape_rule;
+    WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    d.name = "long_reason"; d.user = &d;
+    WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    d.user = NULL; d.shape = NULL; d.name = "cop";
     tj_tree_set_array(in, "x", tj_zeros(c, TJ_F32, "a=4 b=6"));
     p = tj_jit(c, "custom", custom_fn, NULL, in, NULL);
     WORKS(c, p != NULL);
@@ -1211,6 +1277,7 @@ int main(void) {
     trace_cases("attention", attn_fn, 1);
     trace_cases("attention on a mesh", attn_mesh_fn, 4);
     test_jit_run();
+    test_finished_trace();
     test_prog_queries();
     test_changed_context();
     test_custom_ops();
