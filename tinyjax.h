@@ -3831,6 +3831,12 @@ static tj_node *tj__mcoll(const char *what, int op, tj_v x, const char *mesh_axe
         return NULL;
     }
     if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, what, f, l)) < 0) return NULL;
+    if ((op == TJ__OP_ALL_GATHER || op == TJ__OP_REDUCE_SCATTER || op == TJ__OP_ALL_TO_ALL) && (!axis || (op == TJ__OP_ALL_TO_ALL && !axis2))) {
+        char b[256]; /* (the kernel indexed the axis -1) */
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "%s: the %saxis argument is NULL (name an axis of %s)", what,
+                op != TJ__OP_ALL_TO_ALL ? "" : !axis ? "split " : "concat ", tj_v_describe(x, b, sizeof b));
+        return NULL;
+    }
     if (axis && (a = tj__one_axis(x, axis, what, f, l)) < 0) return NULL;
     if (axis2 && (a2 = tj__one_axis(x, axis2, what, f, l)) < 0) return NULL;
     return tj__manual_coll(op, x, (unsigned)m, a, a2, perm, what, f, l);
@@ -3858,8 +3864,8 @@ TJDEF tj_v tj_ppermute_at(const char *f, int l, tj_v x, const char *mesh_axes, i
     if (!x->g->manual) return tj__mcoll("ppermute", TJ__OP_PPERMUTE, x, mesh_axes, NULL, NULL, NULL, f, l); /* the error */
     if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, "ppermute", f, l)) < 0) return NULL;
     G = tj__mesh_count(x->g->ctx, (unsigned)m);
-    if (npairs < 0) {
-        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "ppermute: %d pairs (0..%d)", npairs, G);
+    if (npairs < 0 || (npairs && !pairs)) {
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "ppermute: %d pairs (0..%d)%s", npairs, G, npairs > 0 ? ", and the list pairs is NULL" : "");
         return NULL;
     }
     memset(perm, -1, sizeof perm);

@@ -616,6 +616,12 @@ static void ppermute_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     BAD(c, tj_all_to_all(in[0], "data", "a", "a") == NULL, "all_to_all", "split and concat axes", "must differ");
     BAD(c, tj_all_to_all(in[0], "data", "c", "a") == NULL, "all_to_all", "'c'");
     BAD(c, tj_axis_index(g, "nosuch") == NULL, "axis_index", "'nosuch'");
+    /* NULL axes and pairs (all_gather indexed the axis -1: UBSan; ppermute said "pair 0 (-1 -> -1)") */
+    BAD(c, tj_all_gather(in[0], "data", NULL) == NULL, "all_gather", "axis argument is NULL", "f32[a=4,b=3]");
+    BAD(c, tj_psum_scatter(in[0], "data", NULL) == NULL, "psum_scatter", "axis argument is NULL");
+    BAD(c, tj_all_to_all(in[0], "data", "a", NULL) == NULL, "all_to_all", "concat axis argument is NULL");
+    BAD(c, tj_all_to_all(in[0], "data", NULL, "a") == NULL, "all_to_all", "split axis argument is NULL");
+    BAD(c, tj_ppermute(in[0], "data", 2, NULL) == NULL, "ppermute", "2 pairs", "pairs is NULL");
     tj_clear_error(c);
     out[0] = in[0];
 }
