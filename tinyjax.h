@@ -1875,8 +1875,18 @@ static void tj__strides(const tj__type *t, int64_t *st) {
     }
 }
 static int64_t tj__align(int64_t n) { return (n + TJ__ALIGN - 1) / TJ__ALIGN * TJ__ALIGN; }
+/* The mesh, the device count and the backend are fixed while a function
+   of the context is traced: its values were typed (sharded, placed) for
+   them, and the program compiles for what tj_jit began with. */
+static int tj__changing_while_tracing(tj_ctx *c, const char *what, const char *file, int line) {
+    if (tj__tracing_ctx() != c) return 0;
+    tj__err(c, TJ_ERR_STATE, file, line, "%s: called while a function of this context is being traced (its values are laid out for the current "
+            "setting): change it before tj_jit", what);
+    return 1;
+}
 TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) {
     if (!c) return;
+    if (b != c->backend && tj__changing_while_tracing(c, "tj_set_backend", NULL, 0)) return;
     if (b && (!b->name || !b->alloc || !b->free || !b->copy || !b->run || !b->sync)) { /* the runner calls each of these */
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_backend: backend '%s' lacks %s (name, alloc, free, copy, run and sync are required); the backend is unchanged",
                 b->name ? b->name : "(no name)", !b->name ? "a name" : !b->alloc ? "alloc" : !b->free ? "free" : !b->copy ? "copy" : !b->run ? "run" : "sync");
@@ -3046,6 +3056,7 @@ TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices (1..%d)", n, TJ_MAXDEV);
         return TJ_ERR_ARG;
     }
+    if ((c->nmesh || c->ndev != n) && tj__changing_while_tracing(c, "tj_set_devices", NULL, 0)) return TJ_ERR_STATE;
     if (c->nmesh || c->ndev != n) c->mesh_gen++;
     c->ndev = n;
     c->nmesh = 0;
@@ -3073,6 +3084,7 @@ TJDEF tj_status tj_set_mesh_at(const char *file, int line, tj_ctx *c, const char
     }
     for (i = 0; i < t.rank && t.rank == c->nmesh; i++)
         if (c->mesh_ax[i] != t.ax[i] || c->mesh_size[i] != (int)t.dim[i]) break;
+    if ((t.rank != c->nmesh || i < t.rank) && tj__changing_while_tracing(c, "tj_set_mesh", file, line)) return TJ_ERR_STATE;
     if (t.rank != c->nmesh || i < t.rank) c->mesh_gen++; /* another mesh: see tj__array_mesh_ok */
     c->nmesh = t.rank;
     for (i = 0; i < t.rank; i++) {

@@ -595,6 +595,16 @@ static void mesh_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_with_sharding_constraint(x, "b:data+model") == NULL, "with_sharding_constraint", "'b'", "6");
     pairs[0] = 0; pairs[1] = 5; pairs[2] = 1; pairs[3] = 0;
     BAD(c, tj_ppermute(x, "data", 2, pairs) == NULL, "ppermute");
+    /* the mesh, devices and backend stay while tracing (the program compiled, then every run said "another mesh") */
+    BAD(c, tj_set_mesh(c, "data=4 model=1") != TJ_OK, "tj_set_mesh", "being traced");
+    WORKS(c, tj_set_mesh(c, "data=2 model=2") == TJ_OK); /* the same mesh: nothing changes */
+    BAD_NL(c, tj_set_devices(c, 2) != TJ_OK, "tj_set_devices", "being traced");
+    {
+        tj_backend *ds = tj_devsim_backend();
+        tj_set_backend(c, ds);
+        BAD_NL(c, tj_status_of(c) != TJ_OK, "tj_set_backend", "being traced");
+        tj_devsim_backend_free(ds);
+    }
     tj_clear_error(c);
     tj_tree_set_v(out, "y", tj_adds(x, 1.0));
 }
