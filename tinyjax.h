@@ -1071,6 +1071,8 @@ typedef struct {
 TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *ctx, const char *name, tj_fn fn, void *user,
                          const tj_tree *example, const tj_jit_opts *opts);
 /* Run on arrays whose tree matches the example's names, shapes and dtypes.
+   The example's non-array leaves were constants of the trace: a leaf of the
+   same name in `in` must have the same value (else TJ_ERR_ARG; tj_jit again).
    Fills `out` with new arrays (and the non-array leaves the function set). */
 #define tj_run(p, in, out) tj_run_at(TJ_AT, p, in, out)
 TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree *in, tj_tree *out);
@@ -2638,6 +2640,8 @@ struct tj_prog {
     tj_node **outs;        /* graph outputs, in output-tree order          */
     char **out_names;
     tj_tree *static_out;   /* non-array leaves the function returned       */
+    tj_tree *static_in;    /* the example's non-array leaves: traced in as
+                              constants, so a run must not ask for others */
     tj_node **sched;
     int nsched;
     int *donate;           /* per param: may its buffer be reused          */
@@ -13492,6 +13496,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
     TJ_FREE(p->outs);
     TJ_FREE(p->donate);
     tj_tree_free(p->static_out);
+    tj_tree_free(p->static_in);
     TJ_FREE(p->events);
     tj__prog_free_body(p);
 }
@@ -13623,7 +13628,8 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     tin = tj_tree_new(c);
     tout = tj_tree_new(c);
     p->static_out = tj_tree_new(c);
-    if (!p->g || !tin || !tout || !p->static_out || !p->name) goto fail;
+    p->static_in = tj_tree_new(c);
+    if (!p->g || !tin || !tout || !p->static_out || !p->static_in || !p->name) goto fail;
     /* parameters: one PARAM node per array leaf */
     for (i = 0; i < ex->n; i++) {
         const tj__leaf *l = &ex->leaf[i];
@@ -13637,9 +13643,9 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         } else if (l->kind == TJ_LEAF_VALUE) {
             tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': example leaf '%s' is a traced value, not an array", p->name, l->name);
             goto fail;
-        } else if (l->kind == TJ_LEAF_INT) tj_tree_set_int(tin, l->name, l->i);
-        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(tin, l->name, l->f);
-        else tj_tree_set_string(tin, l->name, l->s);
+        } else if (l->kind == TJ_LEAF_INT) tj_tree_set_int(tin, l->name, l->i), tj_tree_set_int(p->static_in, l->name, l->i);
+        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(tin, l->name, l->f), tj_tree_set_float(p->static_in, l->name, l->f);
+        else tj_tree_set_string(tin, l->name, l->s), tj_tree_set_string(p->static_in, l->name, l->s);
     }
     if (c->status) goto fail;
     {
@@ -13728,6 +13734,15 @@ fail:
     return NULL;
 }
 
+static void tj__leaf_text(const tj__leaf *l, char *b, size_t n) { /* a leaf's kind and value, for messages */
+    switch (l->kind) {
+    case TJ_LEAF_INT: snprintf(b, n, "the int %lld", (long long)l->i); break;
+    case TJ_LEAF_FLOAT: snprintf(b, n, "the float %.17g", l->f); break;
+    case TJ_LEAF_STRING: snprintf(b, n, "the string \"%.64s%s\"", l->s, strlen(l->s) > 64 ? "..." : ""); break;
+    case TJ_LEAF_ARRAY: snprintf(b, n, "an array"); break;
+    default: snprintf(b, n, "a traced value"); break;
+    }
+}
 TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree *in, tj_tree *out) {
     tj_array **args = NULL, **outs = NULL;
     tj_ctx *c;
@@ -13760,6 +13775,21 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
                 p->name, p->backend ? p->backend->name : "cpu", c->backend ? c->backend->name : "cpu");
         tj__run_refused(p, TJ_ERR_STATE);
         return TJ_ERR_STATE;
+    }
+    for (i = 0; i < p->static_in->n; i++) { /* a non-array leaf was a constant of the trace: another value would be ignored */
+        const tj__leaf *s = &p->static_in->leaf[i];
+        int k = tj_tree_find(in, s->name);
+        const tj__leaf *l = k >= 0 ? &in->leaf[k] : NULL;
+        if (!l || (l->kind == s->kind && (s->kind == TJ_LEAF_INT ? l->i == s->i
+                                          : s->kind == TJ_LEAF_FLOAT ? l->f == s->f || (l->f != l->f && s->f != s->f)
+                                                                     : !strcmp(l->s, s->s))))
+            continue; /* absent (the program does not read it) or the same */
+        tj__leaf_text(l, b1, sizeof b1);
+        tj__leaf_text(s, b2, sizeof b2);
+        tj__err(c, TJ_ERR_ARG, file, line, "run '%s': input leaf '%s' is %s, but the program was traced with %s (a non-array leaf is a constant "
+                "of the trace: tj_jit again for another value, or pass it as an array)", p->name, s->name, b1, b2);
+        tj__run_refused(p, TJ_ERR_ARG);
+        return TJ_ERR_ARG;
     }
     args = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(g->nparam + 1));
     outs = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(p->nout + 1));

@@ -869,6 +869,44 @@ static void test_finished_trace(void) {
     tj_ctx_free(c);
 }
 
+/* ---- non-array leaves are constants of the trace: a run that gives
+   another value (a learning-rate schedule, say) got the traced one ---- */
+static void static_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_muls(tj_tree_v(in, "x"), tj_tree_float(in, "lr") * (double)tj_tree_int(in, "n")));
+}
+static void test_static_leaves(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    float r[2];
+    tjt_current = "non-array leaves at run";
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "a=2", 1.0));
+    tj_tree_set_float(in, "lr", 0.5);
+    tj_tree_set_int(in, "n", 3);
+    tj_tree_set_string(in, "note", "any");
+    p = tj_jit(c, "static", static_fn, NULL, in, NULL);
+    WORKS(c, p != NULL);
+    tj_tree_set_float(in, "lr", 0.25);
+    BAD(c, tj_run(p, in, out) != TJ_OK, "run 'static'", "'lr'", "the float 0.25", "traced with the float 0.5", "tj_jit again"); /* y was 1.5 */
+    tj_tree_set_float(in, "lr", 0.5);
+    tj_tree_set_string(in, "n", "3");
+    BAD(c, tj_run(p, in, out) != TJ_OK, "run 'static'", "'n'", "the string \"3\"", "the int 3");
+    tj_tree_set_int(in, "n", 3);
+    tj_tree_set_string(in, "note", "other");
+    BAD(c, tj_run(p, in, out) != TJ_OK, "'note'", "\"other\"", "\"any\"");
+    tj_tree_set_string(in, "note", "any");
+    WORKS(c, tj_run(p, in, out) == TJ_OK && tj_array_read(tj_tree_array(out, "y"), TJ_F32, r) == TJ_OK && r[0] == 1.5f);
+    tj_tree_free(in); /* a tree without them: the program does not read them */
+    in = tj_tree_new(c);
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "a=2", 2.0));
+    WORKS(c, tj_run(p, in, out) == TJ_OK && tj_array_read(tj_tree_array(out, "y"), TJ_F32, r) == TJ_OK && r[0] == 3.0f);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(c);
+}
+
 /* ---- after the context changes: another mesh, another backend ---- */
 static void double_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g; (void)u;
@@ -1294,6 +1332,7 @@ int main(void) {
     trace_cases("attention on a mesh", attn_mesh_fn, 4);
     test_jit_run();
     test_finished_trace();
+    test_static_leaves();
     test_prog_queries();
     test_changed_context();
     test_custom_ops();
