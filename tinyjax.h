@@ -7077,7 +7077,11 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
     }
     tj__multi_cts(n, ct);
     if (n->g->ctx->status) return n->g->ctx->status;
-    d->vjp(n->g, n->nin, n->in, n->nproj, n->proj, ct, gin, d->user);
+    {
+        tj_status us = d->vjp(n->g, n->nin, n->in, n->nproj, n->proj, ct, gin, d->user);
+        if (us != TJ_OK && !n->g->ctx->status) /* (the gradient was taken as zero) */
+            tj__err(n->g->ctx, us, n->file, n->line, "custom op '%s': its vjp returned status %d without setting an error", d->name, (int)us);
+    }
     if (!n->g->ctx->status) {
         char what[96];
         snprintf(what, sizeof what, "custom op '%.64s': its vjp", d->name);
@@ -7242,7 +7246,10 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
             break;
         }
         for (j = 0; j < 64; j++) gin[j] = NULL;
-        if (d->vjp(n, ct[i], gin) != TJ_OK) break;
+        if ((st = d->vjp(n, ct[i], gin)) != TJ_OK) {
+            if (c->status == TJ_OK) tj__err(c, st, n->file, n->line, "vjp: the VJP rule of op '%s' failed", d->name); /* (else: no gradients, no error) */
+            break;
+        }
         for (j = 0; j < n->nin; j++) {
             tj_node *x = n->in[j];
             tj_v v;

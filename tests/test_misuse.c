@@ -985,6 +985,10 @@ static tj_status cop_vjp(tj_graph *g, int nin, const tj_v *in, int nout, const t
     gin[0] = tj_sum(tj_mul(ct[0], in[0]), "b"); /* the wrong shape: 'b' summed away */
     return TJ_OK;
 }
+static tj_status cop_vjp_fails(tj_graph *g, int nin, const tj_v *in, int nout, const tj_v *out, const tj_v *ct, tj_v *gin, void *user) {
+    (void)g; (void)nin; (void)in; (void)nout; (void)out; (void)ct; (void)gin; (void)user;
+    return TJ_ERR_UNSUPPORTED; /* and no message */
+}
 static void custom_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_ctx *c = tj_graph_ctx(g);
     tj_v x = tj_tree_v(in, "x"), o[2] = {NULL, NULL}, gx = NULL;
@@ -1000,6 +1004,9 @@ static void custom_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     /* a shape rule that fills its buffer without a NUL (the parser and the message read past it) */
     BAD(c, tj_custom("long_shape", 1, &x, o) != TJ_OK, "custom op 'long_shape'", "shape of 512 or more characters", "output 0");
     BAD(c, tj_custom("long_reason", 1, &x, o) != TJ_OK, "custom op 'long_reason'", "reason of 512 or more characters");
+    /* a VJP rule that fails without a message (the gradient was zero, and tj_grad said TJ_OK) */
+    BAD(c, tj_custom("cop_fails", 1, &x, o) != TJ_OK || tj_grad(tj_sum(o[0], "a b"), 1, &x, &gx) != TJ_OK, "custom op 'cop_fails'",
+        "its vjp returned status 8 without setting an error");
     BAD(c, tj_custom("cop", 1, &x, o) != TJ_OK || tj_grad(tj_sum(o[0], "a b"), 1, &x, &gx) != TJ_OK, "custom op 'cop'", "f32[a=4]", "f32[a=4,b=6]");
     tj_clear_error(c);
     tj_tree_set_v(out, "y", tj_adds(x, 1.0));
@@ -1023,7 +1030,9 @@ static void test_custom_ops(void) {
     WORKS(c, tj_register_op(c, &d) == TJ_OK);
     d.name = "long_reason"; d.user = &d;
     WORKS(c, tj_register_op(c, &d) == TJ_OK);
-    d.user = NULL; d.shape = NULL; d.name = "cop";
+    d.user = NULL; d.shape = NULL; d.name = "cop_fails"; d.vjp = cop_vjp_fails;
+    WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    d.vjp = cop_vjp; d.name = "cop";
     tj_tree_set_array(in, "x", tj_zeros(c, TJ_F32, "a=4 b=6"));
     p = tj_jit(c, "custom", custom_fn, NULL, in, NULL);
     WORKS(c, p != NULL);
