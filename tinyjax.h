@@ -13929,7 +13929,11 @@ done:
 TJDEF tj_status tj_prog_output_shapes(const tj_prog *p, tj_tree *out) {
     int i;
     tj_status st = TJ_OK;
-    if (!p || !out) return TJ_ERR_ARG;
+    if (!p) return TJ_ERR_ARG;
+    if (!out) {
+        tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_prog_output_shapes '%s': argument out is NULL", p->name);
+        return TJ_ERR_ARG;
+    }
     if (out->ctx != p->ctx) {
         tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_prog_output_shapes '%s': the tree belongs to another context than the program", p->name);
         return TJ_ERR_ARG;

@@ -679,6 +679,8 @@ static void test_null_args(void) {
         FAILS_WITH(c, (tj_prog_transposes_print(p, NULL), 1), "tj_prog_transposes_print", "NULL");
         FAILS_WITH(c, tj_prog_write_trace(p, NULL) != TJ_OK, "tj_prog_write_trace", "path");
         TJT_CHECK(tj_prog_write_trace(NULL, "x") != TJ_OK, "tj_prog_write_trace(NULL)");
+        FAILS_WITH(c, tj_prog_output_shapes(p, NULL) == TJ_ERR_ARG, "tj_prog_output_shapes", "out is NULL"); /* (failed with no message) */
+        TJT_CHECK(tj_prog_output_shapes(NULL, out) == TJ_ERR_ARG, "tj_prog_output_shapes(NULL)");
     }
     tj_prog_free(p);
     /* [12] */
