@@ -5677,6 +5677,13 @@ static void tj__ppv(const tj__type *t, int k, int64_t *pre, int64_t *v, int64_t 
     for (i = k + 1; i < t->rank; i++) *post *= t->dim[i];
     *v = t->dim[k];
 }
+/* "position 5", or where the input is sharded (the kernel sees its block)
+   "position 1 of device 3's block": a kernel's message about input i */
+static void tj__kpos(const tj__kern *k, int i, int64_t pos, char *b, size_t n) {
+    if (k->ctx->ndev > 1 && tj__numel(k->it[i]) != tj__numel(&k->n->in[i]->t))
+        snprintf(b, n, "position %lld of device %d's block", (long long)pos, k->dev);
+    else snprintf(b, n, "position %lld", (long long)pos);
+}
 static void tj__k_take(tj__kern *k) {
     const tj__type *xt = k->n->op == TJ__OP_TAKE ? k->it[0] : &k->ot;
     int ax = tj__axis_index(xt, k->n->a.axis);
@@ -5687,8 +5694,10 @@ static void tj__k_take(tj__kern *k) {
     if (k->n->op == TJ__OP_SCATTER_ADD) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
     for (j = 0; j < ni; j++)
         if (idx[j] < 0 || idx[j] >= V) {
-            if (k->err) snprintf(k->err, TJ__MSG, "%s: index %d at position %lld is out of range [0, %lld) for axis '%s' (at %s:%d)", TJ__OPNAME(k->n->op),
-                                 (int)idx[j], (long long)j, (long long)V, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
+            char at[64];
+            tj__kpos(k, 1, j, at, sizeof at);
+            if (k->err) snprintf(k->err, TJ__MSG, "%s: index %d at %s is out of range [0, %lld) for axis '%s' (at %s:%d)", TJ__OPNAME(k->n->op),
+                                 (int)idx[j], at, (long long)V, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
             return;
         }
     for (p = 0; p < pre; p++)
@@ -6121,8 +6130,10 @@ static void tj__k_rowop(tj__kern *k) {
         for (r = 0; r < e.rows; r++) {
             int32_t lab = ((const int32_t *)k->in[1])[r];
             if (lab < 0 || lab >= e.d) {
-                if (k->err) snprintf(k->err, TJ__MSG, "%s: label %d at position %lld is out of range [0, %lld) (at %s:%d)", TJ__OPNAME(k->n->op), (int)lab,
-                                     (long long)r, (long long)e.d, tj__base(k->n->file), k->n->line);
+                char at[64];
+                tj__kpos(k, 1, r, at, sizeof at);
+                if (k->err) snprintf(k->err, TJ__MSG, "%s: label %d at %s is out of range [0, %lld) (at %s:%d)", TJ__OPNAME(k->n->op), (int)lab, at,
+                                     (long long)e.d, tj__base(k->n->file), k->n->line);
                 return;
             }
         }

@@ -907,6 +907,47 @@ static void test_static_leaves(void) {
     tj_ctx_free(c);
 }
 
+/* ---- bad data found by a kernel: an index out of range in a sharded
+   index array (the message gave the position in the device's block as if
+   it were the array's: 1 for the array's 3) ---- */
+static void take_ce_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g;
+    if (u) tj_tree_set_v(out, "ce", tj_cross_entropy(tj_tree_v(in, "l"), tj_tree_v(in, "i"), "v", "a"));
+    else tj_tree_set_v(out, "t", tj_take(tj_tree_v(in, "z"), "v", tj_tree_v(in, "i")));
+}
+static void test_bad_data(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    tj_array *a;
+    int idx[4] = {1, 2, 0, 9}, good[4] = {1, 2, 0, 3}, k;
+    tjt_current = "bad data at run";
+    tj_set_devices(c, 2);
+    tj_set_mesh(c, "d=2");
+    tj_tree_set_array(in, "z", tj_full(c, TJ_F32, "v=8 e=3", 0.5));
+    tj_tree_set_array(in, "l", tj_full(c, TJ_F32, "a=4 v=8", 0.5));
+    a = tj_array_new(c, TJ_I32, "a=4", idx);
+    tj_tree_set_array(in, "i", tj_device_put(a, "a:d"));
+    tj_array_free(a);
+    for (k = 0; k < 2; k++) { /* take, then cross_entropy (which gathers the labels whole: the array's position) */
+        p = tj_jit(c, "take_ce", take_ce_fn, k ? &k : NULL, in, NULL);
+        WORKS(c, p != NULL);
+        if (!k) BAD(c, tj_run(p, in, out) != TJ_OK, "run 'take_ce'", "index 9 at position 1 of device 1's block", "out of range [0, 8)", "'v'");
+        else BAD(c, tj_run(p, in, out) != TJ_OK, "run 'take_ce'", "label 9 at position 3 is out of range [0, 8)");
+        tj_prog_free(p);
+    }
+    /* the same run with good indices works after */
+    p = tj_jit(c, "take_ce", take_ce_fn, NULL, in, NULL);
+    a = tj_array_new(c, TJ_I32, "a=4", good);
+    tj_tree_set_array(in, "i", tj_device_put(a, "a:d"));
+    tj_array_free(a);
+    WORKS(c, p && tj_run(p, in, out) == TJ_OK);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(c);
+}
+
 /* ---- after the context changes: another mesh, another backend ---- */
 static void double_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g; (void)u;
@@ -1342,6 +1383,7 @@ int main(void) {
     test_jit_run();
     test_finished_trace();
     test_static_leaves();
+    test_bad_data();
     test_prog_queries();
     test_changed_context();
     test_custom_ops();
