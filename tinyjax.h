@@ -2432,7 +2432,7 @@ TJDEF tj_status tj_tree_set_string(tj_tree *t, const char *name, const char *s) 
     return TJ_OK;
 }
 static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line) {
-    static const char *kn[] = {"array", "traced value", "int", "float", "string"};
+    static const char *kn[] = {"an array", "a traced value", "an int", "a float", "a string"};
     int i;
     if (!t) return NULL;
     if (!name) {
@@ -2445,7 +2445,7 @@ static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_
         return NULL;
     }
     if (t->leaf[i].kind != k) {
-        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: leaf '%s' is a %s, not a %s", what, name, kn[t->leaf[i].kind], kn[k]);
+        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: leaf '%s' is %s, not %s", what, name, kn[t->leaf[i].kind], kn[k]);
         return NULL;
     }
     return &t->leaf[i];

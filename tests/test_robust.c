@@ -319,7 +319,7 @@ static void test_caller_lines(void) {
     FAILS_WITH(c, tj_tree_array(t, "weights") == NULL, "tj_tree_array", "'weights'", "test_robust.c:");
     FAILS_WITH(c, tj_tree_int(t, "step") == 0, "tj_tree_int", "'step'", "test_robust.c:");
     tj_tree_set_int(t, "step", 1);
-    FAILS_WITH(c, tj_tree_take(t, "step") == NULL, "tj_tree_take", "'step' is a int", "test_robust.c:");
+    FAILS_WITH(c, tj_tree_take(t, "step") == NULL, "tj_tree_take", "'step' is an int", "test_robust.c:");
     FAILS_WITH(c, tj_set_mesh(c, "data=3") != TJ_OK, "tj_set_mesh", "3 devices", "test_robust.c:");
     FAILS_WITH(c, tj_set_mesh(c, "data=x") != TJ_OK, "tj_set_mesh", "test_robust.c:");
     /* running out of axis names */
