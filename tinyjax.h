@@ -1071,6 +1071,8 @@ typedef struct {
 TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *ctx, const char *name, tj_fn fn, void *user,
                          const tj_tree *example, const tj_jit_opts *opts);
 /* Run on arrays whose tree matches the example's names, shapes and dtypes.
+   The example's non-array leaves were constants of the trace: a leaf of the
+   same name in `in` must have the same value (else TJ_ERR_ARG; tj_jit again).
    Fills `out` with new arrays (and the non-array leaves the function set). */
 #define tj_run(p, in, out) tj_run_at(TJ_AT, p, in, out)
 TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree *in, tj_tree *out);
@@ -1875,8 +1877,18 @@ static void tj__strides(const tj__type *t, int64_t *st) {
     }
 }
 static int64_t tj__align(int64_t n) { return (n + TJ__ALIGN - 1) / TJ__ALIGN * TJ__ALIGN; }
+/* The mesh, the device count and the backend are fixed while a function
+   of the context is traced: its values were typed (sharded, placed) for
+   them, and the program compiles for what tj_jit began with. */
+static int tj__changing_while_tracing(tj_ctx *c, const char *what, const char *file, int line) {
+    if (tj__tracing_ctx() != c) return 0;
+    tj__err(c, TJ_ERR_STATE, file, line, "%s: called while a function of this context is being traced (its values are laid out for the current "
+            "setting): change it before tj_jit", what);
+    return 1;
+}
 TJDEF void tj_set_backend(tj_ctx *c, tj_backend *b) {
     if (!c) return;
+    if (b != c->backend && tj__changing_while_tracing(c, "tj_set_backend", NULL, 0)) return;
     if (b && (!b->name || !b->alloc || !b->free || !b->copy || !b->run || !b->sync)) { /* the runner calls each of these */
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_backend: backend '%s' lacks %s (name, alloc, free, copy, run and sync are required); the backend is unchanged",
                 b->name ? b->name : "(no name)", !b->name ? "a name" : !b->alloc ? "alloc" : !b->free ? "free" : !b->copy ? "copy" : !b->run ? "run" : "sync");
@@ -2420,7 +2432,7 @@ TJDEF tj_status tj_tree_set_string(tj_tree *t, const char *name, const char *s) 
     return TJ_OK;
 }
 static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_kind k, const char *what, const char *file, int line) {
-    static const char *kn[] = {"array", "traced value", "int", "float", "string"};
+    static const char *kn[] = {"an array", "a traced value", "an int", "a float", "a string"};
     int i;
     if (!t) return NULL;
     if (!name) {
@@ -2433,7 +2445,7 @@ static const tj__leaf *tj__tree_get(const tj_tree *t, const char *name, tj_leaf_
         return NULL;
     }
     if (t->leaf[i].kind != k) {
-        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: leaf '%s' is a %s, not a %s", what, name, kn[t->leaf[i].kind], kn[k]);
+        tj__err(t->ctx, TJ_ERR_ARG, file, line, "%s: leaf '%s' is %s, not %s", what, name, kn[t->leaf[i].kind], kn[k]);
         return NULL;
     }
     return &t->leaf[i];
@@ -2611,6 +2623,8 @@ struct tj_graph {
     tj_node **cap_src;     /* a capture into shard_map: the value before it was replicated */
     int sealed;            /* a body whose SCAN node exists: the user's ops may
                               no longer add to it (tj__node; autodiff may) */
+    int finished;          /* a top-level graph whose tj_jit has returned:
+                              nothing may add to it or its bodies */
 };
 
 /* A compiled program: the schedule and the memory plan of a graph. */
@@ -2626,6 +2640,8 @@ struct tj_prog {
     tj_node **outs;        /* graph outputs, in output-tree order          */
     char **out_names;
     tj_tree *static_out;   /* non-array leaves the function returned       */
+    tj_tree *static_in;    /* the example's non-array leaves: traced in as
+                              constants, so a run must not ask for others */
     tj_node **sched;
     int nsched;
     int *donate;           /* per param: may its buffer be reused          */
@@ -2839,6 +2855,16 @@ static int tj__encloses(const tj_graph *outer, const tj_graph *g) {
     return 0;
 }
 static tj_graph *tj__cur(tj_graph *g) { return g && g->ctx->cur && tj__encloses(g, g->ctx->cur) ? g->ctx->cur : g; }
+/* A value kept (through a global or user data) past the tj_jit that traced
+   it: an op on it would grow a compiled program's graph. An error. */
+static int tj__finished(tj_graph *g, const char *what, const char *file, int line) {
+    while (g && g->parent) g = g->parent;
+    if (!g || !g->finished) return 0;
+    if (g->ctx->status == TJ_OK)
+        tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: an input is a value of a traced function whose tj_jit has returned: a traced value lives only while "
+                "its function is traced (pass arrays in as inputs instead)", what);
+    return 1;
+}
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
     tj_node *n;
     int i;
@@ -2852,6 +2878,7 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
                 "use the values it returned", TJ__OPNAME(op));
         return NULL;
     }
+    if (tj__finished(g, TJ__OPNAME(op), file, line)) return NULL;
     if (nin > 64) {
         tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: %d inputs (at most 64)", TJ__OPNAME(op), nin);
         return NULL;
@@ -3033,6 +3060,7 @@ TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
         tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices (1..%d)", n, TJ_MAXDEV);
         return TJ_ERR_ARG;
     }
+    if ((c->nmesh || c->ndev != n) && tj__changing_while_tracing(c, "tj_set_devices", NULL, 0)) return TJ_ERR_STATE;
     if (c->nmesh || c->ndev != n) c->mesh_gen++;
     c->ndev = n;
     c->nmesh = 0;
@@ -3060,6 +3088,7 @@ TJDEF tj_status tj_set_mesh_at(const char *file, int line, tj_ctx *c, const char
     }
     for (i = 0; i < t.rank && t.rank == c->nmesh; i++)
         if (c->mesh_ax[i] != t.ax[i] || c->mesh_size[i] != (int)t.dim[i]) break;
+    if ((t.rank != c->nmesh || i < t.rank) && tj__changing_while_tracing(c, "tj_set_mesh", file, line)) return TJ_ERR_STATE;
     if (t.rank != c->nmesh || i < t.rank) c->mesh_gen++; /* another mesh: see tj__array_mesh_ok */
     c->nmesh = t.rank;
     for (i = 0; i < t.rank; i++) {
@@ -3818,6 +3847,12 @@ static tj_node *tj__mcoll(const char *what, int op, tj_v x, const char *mesh_axe
         return NULL;
     }
     if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, what, f, l)) < 0) return NULL;
+    if ((op == TJ__OP_ALL_GATHER || op == TJ__OP_REDUCE_SCATTER || op == TJ__OP_ALL_TO_ALL) && (!axis || (op == TJ__OP_ALL_TO_ALL && !axis2))) {
+        char b[256]; /* (the kernel indexed the axis -1) */
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "%s: the %saxis argument is NULL (name an axis of %s)", what,
+                op != TJ__OP_ALL_TO_ALL ? "" : !axis ? "split " : "concat ", tj_v_describe(x, b, sizeof b));
+        return NULL;
+    }
     if (axis && (a = tj__one_axis(x, axis, what, f, l)) < 0) return NULL;
     if (axis2 && (a2 = tj__one_axis(x, axis2, what, f, l)) < 0) return NULL;
     return tj__manual_coll(op, x, (unsigned)m, a, a2, perm, what, f, l);
@@ -3845,8 +3880,8 @@ TJDEF tj_v tj_ppermute_at(const char *f, int l, tj_v x, const char *mesh_axes, i
     if (!x->g->manual) return tj__mcoll("ppermute", TJ__OP_PPERMUTE, x, mesh_axes, NULL, NULL, NULL, f, l); /* the error */
     if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, "ppermute", f, l)) < 0) return NULL;
     G = tj__mesh_count(x->g->ctx, (unsigned)m);
-    if (npairs < 0) {
-        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "ppermute: %d pairs (0..%d)", npairs, G);
+    if (npairs < 0 || (npairs && !pairs)) {
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "ppermute: %d pairs (0..%d)%s", npairs, G, npairs > 0 ? ", and the list pairs is NULL" : "");
         return NULL;
     }
     memset(perm, -1, sizeof perm);
@@ -4380,6 +4415,14 @@ static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
    tj__node captures them). NULL, with an error, for unrelated graphs. */
 /* 1 if one of the n values is NULL: an earlier op failed (its message
    stands) or the caller passed NULL, which is then reported. */
+/* A NULL input: an earlier op failed (its message stands), or the caller
+   passed NULL, which is an error of its own. c: the context of another
+   input, or NULL for the context being traced. Returns the status to return. */
+static tj_status tj__null_input(tj_ctx *c, const char *what, const char *which, int i, const char *f, int l) {
+    if (!c) c = tj__tracing_ctx();
+    if (c && c->status == TJ_OK) tj__err(c, TJ_ERR_ARG, f, l, "%s: %s %d is NULL", what, which, i);
+    return c && c->status ? c->status : TJ_ERR_ARG;
+}
 static int tj__any_null(const char *what, const char *f, int l, int n, tj_v a, tj_v b, tj_v c) {
     tj_v v[3];
     int i, j;
@@ -4387,19 +4430,26 @@ static int tj__any_null(const char *what, const char *f, int l, int n, tj_v a, t
     for (i = 0; i < n; i++)
         if (!v[i]) {
             for (j = 0; j < n && !v[j]; j++) {}
-            if (j < n && v[j]->g->ctx->status == TJ_OK) tj__err(v[j]->g->ctx, TJ_ERR_ARG, f, l, "%s: operand %d is NULL", what, i);
+            if (j < n) tj__null_input(v[j]->g->ctx, what, "operand", i, f, l); /* (all NULL: quiet, as the unary ops) */
             return 1;
         }
     return 0;
+}
+static tj_status tj__inner_status(int n, tj_node *const *v) { /* the status after tj__inner failed */
+    tj_ctx *c = NULL;
+    int i;
+    for (i = 0; i < n && !c; i++) if (v[i]) c = v[i]->g->ctx;
+    if (!c) c = tj__tracing_ctx();
+    return c && c->status ? c->status : TJ_ERR_ARG;
 }
 static tj_graph *tj__inner(int n, tj_node *const *v, const char *what, const char *f, int l) {
     tj_graph *g = NULL, *h;
     int i;
     for (i = 0; i < n; i++) {
-        if (!v[i]) { /* an earlier op failed (its message stands), or the caller passed NULL */
+        if (!v[i]) {
             int j;
             for (j = 0; j < n && !v[j]; j++) {}
-            if (j < n && v[j]->g->ctx->status == TJ_OK) tj__err(v[j]->g->ctx, TJ_ERR_ARG, f, l, "%s: operand %d is NULL", what, i);
+            tj__null_input(j < n ? v[j]->g->ctx : NULL, what, "operand", i, f, l);
             return NULL;
         }
         if (!g) { g = v[i]->g; continue; }
@@ -5627,6 +5677,13 @@ static void tj__ppv(const tj__type *t, int k, int64_t *pre, int64_t *v, int64_t 
     for (i = k + 1; i < t->rank; i++) *post *= t->dim[i];
     *v = t->dim[k];
 }
+/* "position 5", or where the input is sharded (the kernel sees its block)
+   "position 1 of device 3's block": a kernel's message about input i */
+static void tj__kpos(const tj__kern *k, int i, int64_t pos, char *b, size_t n) {
+    if (k->ctx->ndev > 1 && tj__numel(k->it[i]) != tj__numel(&k->n->in[i]->t))
+        snprintf(b, n, "position %lld of device %d's block", (long long)pos, k->dev);
+    else snprintf(b, n, "position %lld", (long long)pos);
+}
 static void tj__k_take(tj__kern *k) {
     const tj__type *xt = k->n->op == TJ__OP_TAKE ? k->it[0] : &k->ot;
     int ax = tj__axis_index(xt, k->n->a.axis);
@@ -5637,8 +5694,10 @@ static void tj__k_take(tj__kern *k) {
     if (k->n->op == TJ__OP_SCATTER_ADD) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
     for (j = 0; j < ni; j++)
         if (idx[j] < 0 || idx[j] >= V) {
-            if (k->err) snprintf(k->err, TJ__MSG, "%s: index %d at position %lld is out of range [0, %lld) for axis '%s' (at %s:%d)", TJ__OPNAME(k->n->op),
-                                 (int)idx[j], (long long)j, (long long)V, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
+            char at[64];
+            tj__kpos(k, 1, j, at, sizeof at);
+            if (k->err) snprintf(k->err, TJ__MSG, "%s: index %d at %s is out of range [0, %lld) for axis '%s' (at %s:%d)", TJ__OPNAME(k->n->op),
+                                 (int)idx[j], at, (long long)V, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
             return;
         }
     for (p = 0; p < pre; p++)
@@ -6071,8 +6130,10 @@ static void tj__k_rowop(tj__kern *k) {
         for (r = 0; r < e.rows; r++) {
             int32_t lab = ((const int32_t *)k->in[1])[r];
             if (lab < 0 || lab >= e.d) {
-                if (k->err) snprintf(k->err, TJ__MSG, "%s: label %d at position %lld is out of range [0, %lld) (at %s:%d)", TJ__OPNAME(k->n->op), (int)lab,
-                                     (long long)r, (long long)e.d, tj__base(k->n->file), k->n->line);
+                char at[64];
+                tj__kpos(k, 1, r, at, sizeof at);
+                if (k->err) snprintf(k->err, TJ__MSG, "%s: label %d at %s is out of range [0, %lld) (at %s:%d)", TJ__OPNAME(k->n->op), (int)lab, at,
+                                     (long long)e.d, tj__base(k->n->file), k->n->line);
                 return;
             }
         }
@@ -6887,8 +6948,7 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
                 !out ? "argument out is NULL" : !in ? "argument in is NULL" : "1..16 inputs", nin);
         return TJ_ERR_ARG;
     }
-    for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
-    if (!(g = tj__cur(tj__inner(nin, in, name ? name : "custom", f, l)))) return tj_status_of(in[0]->g->ctx);
+    if (!(g = tj__cur(tj__inner(nin, in, name ? name : "custom", f, l)))) return tj__inner_status(nin, in);
     c = g->ctx;
     for (i = 0; name && i < c->nops; i++) if (!strcmp(c->ops[i].name, name)) k = i;
     if (k < 0) {
@@ -6910,8 +6970,19 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
         char shape[512];
         tj_dtype dt = x[0]->t.dt;
         shape[0] = 0;
+        shape[sizeof shape - 1] = 0;
+        int rej = 0;
+        if (d->shape) {
+            rej = d->shape(ib, nin, j, shape, sizeof shape, &dt, d->user);
+            if (shape[sizeof shape - 1]) { /* the rule filled the buffer without ending the string */
+                shape[sizeof shape - 1] = 0;
+                tj__err(c, TJ_ERR_ARG, f, l, "custom op '%s': its shape rule wrote a %s of %d or more characters for output %d (at most %d): \"%.40s...\"",
+                        d->name, rej ? "reason" : "shape", (int)sizeof shape, j, (int)sizeof shape - 1, shape);
+                return TJ_ERR_ARG;
+            }
+        }
         if (!d->shape) t[j] = x[0]->t;
-        else if (d->shape(ib, nin, j, shape, sizeof shape, &dt, d->user)) {
+        else if (rej) {
             tj__err(c, TJ_ERR_SHAPE, f, l, "custom op '%s': its shape rule rejects the inputs: %s", d->name, shape[0] ? shape : "(no reason given)");
             return TJ_ERR_SHAPE;
         } else if (tj__parse_shape(c, shape, dt, &t[j], 0, d->name, f, l))
@@ -7017,7 +7088,11 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
     }
     tj__multi_cts(n, ct);
     if (n->g->ctx->status) return n->g->ctx->status;
-    d->vjp(n->g, n->nin, n->in, n->nproj, n->proj, ct, gin, d->user);
+    {
+        tj_status us = d->vjp(n->g, n->nin, n->in, n->nproj, n->proj, ct, gin, d->user);
+        if (us != TJ_OK && !n->g->ctx->status) /* (the gradient was taken as zero) */
+            tj__err(n->g->ctx, us, n->file, n->line, "custom op '%s': its vjp returned status %d without setting an error", d->name, (int)us);
+    }
     if (!n->g->ctx->status) {
         char what[96];
         snprintf(what, sizeof what, "custom op '%.64s': its vjp", d->name);
@@ -7079,15 +7154,16 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
         tj_ctx *ec = nout >= 1 && outs && outs[0] ? outs[0]->g->ctx : tj__tracing_ctx();
         if (nout < 1 || !outs || outs[0] || tj_status_of(ec) == TJ_OK) /* (a NULL output: an earlier op failed, its message stands) */
-            tj__err(ec, TJ_ERR_ARG, f, l, "vjp: bad arguments (nout %d, nwrt %d, outs %s, wrt %s, grads %s)", nout, nwrt, outs ? "given" : "NULL",
-                    wrt_in ? "given" : "NULL", grads ? "given" : "NULL");
+            tj__err(ec, TJ_ERR_ARG, f, l, "vjp: bad arguments (nout %d, nwrt %d, outs %s, wrt %s, grads %s)", nout, nwrt,
+                    !outs ? "NULL" : nout >= 1 && !outs[0] ? "given, output 0 NULL" : "given", wrt_in ? "given" : "NULL", grads ? "given" : "NULL");
         return TJ_ERR_ARG;
     }
     g = outs[0]->g;
     c = g->ctx;
     for (i = 0; i < nwrt; i++) grads[i] = NULL;
+    if (tj__finished(g, "vjp", f, l)) return c->status;
     for (i = 0; i < nout; i++) {
-        if (!outs[i] || (cts && !cts[i])) return c->status ? c->status : TJ_ERR_ARG;
+        if (!outs[i] || (cts && !cts[i])) return tj__null_input(c, "vjp", !outs[i] ? "output" : "cotangent", i, f, l);
         if (outs[i]->g != g) {
             tj__err(c, TJ_ERR_ARG, f, l, "vjp: output %d belongs to another traced function", i);
             return TJ_ERR_ARG;
@@ -7120,7 +7196,8 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
            with respect to a weight it closes over): its capture */
         if (!wrt_in[i] || !(wrt[i] = tj__capture(g, wrt_in[i]))) {
             TJ_FREE(wrt);
-            if (!wrt_in[i] || c->status) return c->status ? c->status : TJ_ERR_ARG;
+            if (!wrt_in[i]) return tj__null_input(c, "vjp", "wrt", i, f, l);
+            if (c->status) return c->status;
             tj__err(c, TJ_ERR_ARG, f, l, "vjp: wrt %d belongs to another traced function", i);
             return TJ_ERR_ARG;
         }
@@ -7180,7 +7257,10 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
             break;
         }
         for (j = 0; j < 64; j++) gin[j] = NULL;
-        if (d->vjp(n, ct[i], gin) != TJ_OK) break;
+        if ((st = d->vjp(n, ct[i], gin)) != TJ_OK) {
+            if (c->status == TJ_OK) tj__err(c, st, n->file, n->line, "vjp: the VJP rule of op '%s' failed", d->name); /* (else: no gradients, no error) */
+            break;
+        }
         for (j = 0; j < n->nin; j++) {
             tj_node *x = n->in[j];
             tj_v v;
@@ -7263,8 +7343,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nout; i++) out[i] = NULL;
-    for (i = 0; i < nin; i++) if (!in[i]) return tj_status_of(tj__vctx(in[0])) ? tj_status_of(tj__vctx(in[0])) : TJ_ERR_ARG;
-    if (!(g = tj__cur(tj__inner(nin, in, "custom_vjp", f, l)))) return tj_status_of(in[0]->g->ctx);
+    if (!(g = tj__cur(tj__inner(nin, in, "custom_vjp", f, l)))) return tj__inner_status(nin, in);
     c = g->ctx;
     if (!fwd || !bwd) {
         tj__err(c, TJ_ERR_ARG, f, l, "custom_vjp: fwd and bwd are both needed");
@@ -7477,12 +7556,11 @@ TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, co
     int i, n = 0;
     for (i = 0; i < nc && init && n < 64; i++) all[n++] = init[i];
     for (i = 0; i < nx && xs && n < 64; i++) all[n++] = xs[i];
-    for (i = 0; i < n; i++) if (!all[i]) return n && all[0] ? tj_status_of(all[0]->g->ctx) : TJ_ERR_ARG; /* an input failed earlier */
     if (!n) { /* no carry and no xs: no value to take the context from */
         tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "scan: %d carries and %d xs: give at least one (a scan needs a value to run over; see tj_checkpoint)", nc, nx);
         return TJ_ERR_ARG;
     }
-    if (!(g = tj__inner(n, all, "scan", f, l))) return tj_status_of(all[0]->g->ctx);
+    if (!(g = tj__inner(n, all, "scan", f, l))) return tj__inner_status(n, all);
     return tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy);
 }
 static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
@@ -7660,7 +7738,7 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
         tj__err(g->ctx, TJ_ERR_ARG, f, l, "checkpoint: bad arguments (%d inputs, %d outputs; 1..32 outputs)", nin, nout);
         return TJ_ERR_ARG;
     }
-    for (i = 0; i < nin; i++) if (!in[i]) return g->ctx->status ? g->ctx->status : TJ_ERR_ARG;
+    for (i = 0; i < nin; i++) if (!in[i]) return tj__null_input(g->ctx, "checkpoint", "input", i, f, l);
     r.fn = fn;
     r.user = user;
     r.nin = nin;
@@ -7733,7 +7811,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
         return TJ_ERR_STATE;
     }
     for (i = 0; i < nin; i++) {
-        if (!in[i]) return c->status ? c->status : TJ_ERR_ARG;
+        if (!in[i]) return tj__null_input(c, "shard_map", "input", i, f, l);
         if (in[i]->g->manual || g->manual) {
             tj__err(c, TJ_ERR_UNSUPPORTED, f, l, "shard_map: a shard_map inside another one is not supported");
             return TJ_ERR_UNSUPPORTED;
@@ -13436,6 +13514,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
     TJ_FREE(p->outs);
     TJ_FREE(p->donate);
     tj_tree_free(p->static_out);
+    tj_tree_free(p->static_in);
     TJ_FREE(p->events);
     tj__prog_free_body(p);
 }
@@ -13567,7 +13646,8 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     tin = tj_tree_new(c);
     tout = tj_tree_new(c);
     p->static_out = tj_tree_new(c);
-    if (!p->g || !tin || !tout || !p->static_out || !p->name) goto fail;
+    p->static_in = tj_tree_new(c);
+    if (!p->g || !tin || !tout || !p->static_out || !p->static_in || !p->name) goto fail;
     /* parameters: one PARAM node per array leaf */
     for (i = 0; i < ex->n; i++) {
         const tj__leaf *l = &ex->leaf[i];
@@ -13581,9 +13661,9 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
         } else if (l->kind == TJ_LEAF_VALUE) {
             tj__err(c, TJ_ERR_ARG, file, line, "jit '%s': example leaf '%s' is a traced value, not an array", p->name, l->name);
             goto fail;
-        } else if (l->kind == TJ_LEAF_INT) tj_tree_set_int(tin, l->name, l->i);
-        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(tin, l->name, l->f);
-        else tj_tree_set_string(tin, l->name, l->s);
+        } else if (l->kind == TJ_LEAF_INT) tj_tree_set_int(tin, l->name, l->i), tj_tree_set_int(p->static_in, l->name, l->i);
+        else if (l->kind == TJ_LEAF_FLOAT) tj_tree_set_float(tin, l->name, l->f), tj_tree_set_float(p->static_in, l->name, l->f);
+        else tj_tree_set_string(tin, l->name, l->s), tj_tree_set_string(p->static_in, l->name, l->s);
     }
     if (c->status) goto fail;
     {
@@ -13658,6 +13738,7 @@ TJDEF tj_prog *tj_jit_at(const char *file, int line, tj_ctx *c, const char *name
     if (tj__procs_jit(c, p, p->name)) goto fail;
     tj_tree_free(tin);
     tj_tree_free(tout);
+    p->g->finished = 1;
     return p;
 oom:
     tj__err(c, TJ_ERR_OOM, file, line, "jit '%s': out of memory", p->name);
@@ -13671,6 +13752,15 @@ fail:
     return NULL;
 }
 
+static void tj__leaf_text(const tj__leaf *l, char *b, size_t n) { /* a leaf's kind and value, for messages */
+    switch (l->kind) {
+    case TJ_LEAF_INT: snprintf(b, n, "the int %lld", (long long)l->i); break;
+    case TJ_LEAF_FLOAT: snprintf(b, n, "the float %.17g", l->f); break;
+    case TJ_LEAF_STRING: snprintf(b, n, "the string \"%.64s%s\"", l->s, strlen(l->s) > 64 ? "..." : ""); break;
+    case TJ_LEAF_ARRAY: snprintf(b, n, "an array"); break;
+    default: snprintf(b, n, "a traced value"); break;
+    }
+}
 TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree *in, tj_tree *out) {
     tj_array **args = NULL, **outs = NULL;
     tj_ctx *c;
@@ -13703,6 +13793,21 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
                 p->name, p->backend ? p->backend->name : "cpu", c->backend ? c->backend->name : "cpu");
         tj__run_refused(p, TJ_ERR_STATE);
         return TJ_ERR_STATE;
+    }
+    for (i = 0; i < p->static_in->n; i++) { /* a non-array leaf was a constant of the trace: another value would be ignored */
+        const tj__leaf *s = &p->static_in->leaf[i];
+        int k = tj_tree_find(in, s->name);
+        const tj__leaf *l = k >= 0 ? &in->leaf[k] : NULL;
+        if (!l || (l->kind == s->kind && (s->kind == TJ_LEAF_INT ? l->i == s->i
+                                          : s->kind == TJ_LEAF_FLOAT ? l->f == s->f || (l->f != l->f && s->f != s->f)
+                                                                     : !strcmp(l->s, s->s))))
+            continue; /* absent (the program does not read it) or the same */
+        tj__leaf_text(l, b1, sizeof b1);
+        tj__leaf_text(s, b2, sizeof b2);
+        tj__err(c, TJ_ERR_ARG, file, line, "run '%s': input leaf '%s' is %s, but the program was traced with %s (a non-array leaf is a constant "
+                "of the trace: tj_jit again for another value, or pass it as an array)", p->name, s->name, b1, b2);
+        tj__run_refused(p, TJ_ERR_ARG);
+        return TJ_ERR_ARG;
     }
     args = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(g->nparam + 1));
     outs = (tj_array **)tj__calloc(sizeof(tj_array *) * (size_t)(p->nout + 1));
@@ -13835,7 +13940,11 @@ done:
 TJDEF tj_status tj_prog_output_shapes(const tj_prog *p, tj_tree *out) {
     int i;
     tj_status st = TJ_OK;
-    if (!p || !out) return TJ_ERR_ARG;
+    if (!p) return TJ_ERR_ARG;
+    if (!out) {
+        tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_prog_output_shapes '%s': argument out is NULL", p->name);
+        return TJ_ERR_ARG;
+    }
     if (out->ctx != p->ctx) {
         tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_prog_output_shapes '%s': the tree belongs to another context than the program", p->name);
         return TJ_ERR_ARG;

@@ -535,6 +535,18 @@ static void ad_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_checkpoint(region_null, NULL, 1, &x, 1, &o, NULL) != TJ_OK, "checkpoint", "output 0");
     BAD(c, tj_checkpoint(region_null, NULL, -1, &x, 1, &o, NULL) != TJ_OK, "checkpoint", "-1");
     BAD(c, tj_checkpoint(region_null, NULL, 1, &x, 0, &o, NULL) != TJ_OK, "checkpoint", "0");
+    /* a NULL the caller passed (no earlier op failed): an error of its own (these failed with no message) */
+    {
+        tj_v nul[2] = {NULL, NULL}, two[2];
+        two[0] = x, two[1] = NULL;
+        BAD(c, tj_scan(scan_body, NULL, "l=2", 1, nul, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "scan", "operand 0 is NULL");
+        BAD(c, tj_scan(scan_body, NULL, "a", 1, &x, 1, nul, 0, &fin, NULL, NULL) != TJ_OK, "scan", "operand 1 is NULL");
+        BAD(c, tj_grad(loss, 1, nul, &gx) != TJ_OK, "vjp", "wrt 0 is NULL");
+        BAD(c, tj_vjp(1, &loss, nul, 1, &x, &gx) != TJ_OK, "vjp", "cotangent 0 is NULL");
+        BAD(c, tj_grad(NULL, 1, &x, &gx) != TJ_OK, "vjp", "output 0 NULL");
+        BAD(c, tj_checkpoint(region_null, NULL, 2, two, 1, &o, NULL) != TJ_OK, "checkpoint", "input 1 is NULL");
+        BAD(c, tj_custom_vjp(fwd_fn, bwd_fn, NULL, 2, two, 1, &o, 1) != TJ_OK, "custom_vjp", "operand 1 is NULL");
+    }
     /* shard_map without a mesh axis of that name */
     {
         const char *sp[1] = {"a:data"}, *rep[1] = {""};
@@ -583,6 +595,16 @@ static void mesh_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_with_sharding_constraint(x, "b:data+model") == NULL, "with_sharding_constraint", "'b'", "6");
     pairs[0] = 0; pairs[1] = 5; pairs[2] = 1; pairs[3] = 0;
     BAD(c, tj_ppermute(x, "data", 2, pairs) == NULL, "ppermute");
+    /* the mesh, devices and backend stay while tracing (the program compiled, then every run said "another mesh") */
+    BAD(c, tj_set_mesh(c, "data=4 model=1") != TJ_OK, "tj_set_mesh", "being traced");
+    WORKS(c, tj_set_mesh(c, "data=2 model=2") == TJ_OK); /* the same mesh: nothing changes */
+    BAD_NL(c, tj_set_devices(c, 2) != TJ_OK, "tj_set_devices", "being traced");
+    {
+        tj_backend *ds = tj_devsim_backend();
+        tj_set_backend(c, ds);
+        BAD_NL(c, tj_status_of(c) != TJ_OK, "tj_set_backend", "being traced");
+        tj_devsim_backend_free(ds);
+    }
     tj_clear_error(c);
     tj_tree_set_v(out, "y", tj_adds(x, 1.0));
 }
@@ -604,6 +626,12 @@ static void ppermute_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     BAD(c, tj_all_to_all(in[0], "data", "a", "a") == NULL, "all_to_all", "split and concat axes", "must differ");
     BAD(c, tj_all_to_all(in[0], "data", "c", "a") == NULL, "all_to_all", "'c'");
     BAD(c, tj_axis_index(g, "nosuch") == NULL, "axis_index", "'nosuch'");
+    /* NULL axes and pairs (all_gather indexed the axis -1: UBSan; ppermute said "pair 0 (-1 -> -1)") */
+    BAD(c, tj_all_gather(in[0], "data", NULL) == NULL, "all_gather", "axis argument is NULL", "f32[a=4,b=3]");
+    BAD(c, tj_psum_scatter(in[0], "data", NULL) == NULL, "psum_scatter", "axis argument is NULL");
+    BAD(c, tj_all_to_all(in[0], "data", "a", NULL) == NULL, "all_to_all", "concat axis argument is NULL");
+    BAD(c, tj_all_to_all(in[0], "data", NULL, "a") == NULL, "all_to_all", "split axis argument is NULL");
+    BAD(c, tj_ppermute(in[0], "data", 2, NULL) == NULL, "ppermute", "2 pairs", "pairs is NULL");
     tj_clear_error(c);
     out[0] = in[0];
 }
@@ -804,6 +832,122 @@ static void test_jit_run(void) {
     tj_ctx_free(c);
 }
 
+/* ---- a traced value kept past its tj_jit (through a global): an op on it
+   grew the compiled program's graph, silently, inside another trace or
+   outside any ---- */
+static tj_v g_kept;
+static void keep_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    g_kept = tj_tree_v(in, "x");
+    tj_tree_set_v(out, "y", tj_tanh(g_kept));
+}
+static void use_kept_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_ctx *c = tj_graph_ctx(g);
+    tj_v gx = NULL;
+    (void)u;
+    BAD(c, tj_tanh(g_kept) == NULL, "tanh", "tj_jit has returned");
+    BAD(c, tj_grad(tj_sum_all(g_kept), 1, &g_kept, &gx) != TJ_OK, "sum", "tj_jit has returned");
+    tj_tree_set_v(out, "y", tj_tanh(tj_tree_v(in, "x")));
+}
+static void test_finished_trace(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p, *q;
+    float r[2];
+    tjt_current = "a value kept past its trace";
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "a=2", 0.5));
+    p = tj_jit(c, "keep", keep_fn, NULL, in, NULL);
+    WORKS(c, p != NULL);
+    BAD(c, tj_exp(g_kept) == NULL, "exp", "tj_jit has returned");
+    q = tj_jit(c, "use", use_kept_fn, NULL, in, NULL);
+    WORKS(c, q != NULL);
+    WORKS(c, tj_run(p, in, out) == TJ_OK && tj_array_read(tj_tree_array(out, "y"), TJ_F32, r) == TJ_OK && fabsf(r[0] - tanhf(0.5f)) < 1e-6f);
+    tj_prog_free(q);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(c);
+}
+
+/* ---- non-array leaves are constants of the trace: a run that gives
+   another value (a learning-rate schedule, say) got the traced one ---- */
+static void static_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_muls(tj_tree_v(in, "x"), tj_tree_float(in, "lr") * (double)tj_tree_int(in, "n")));
+}
+static void test_static_leaves(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    float r[2];
+    tjt_current = "non-array leaves at run";
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "a=2", 1.0));
+    tj_tree_set_float(in, "lr", 0.5);
+    tj_tree_set_int(in, "n", 3);
+    tj_tree_set_string(in, "note", "any");
+    p = tj_jit(c, "static", static_fn, NULL, in, NULL);
+    WORKS(c, p != NULL);
+    tj_tree_set_float(in, "lr", 0.25);
+    BAD(c, tj_run(p, in, out) != TJ_OK, "run 'static'", "'lr'", "the float 0.25", "traced with the float 0.5", "tj_jit again"); /* y was 1.5 */
+    tj_tree_set_float(in, "lr", 0.5);
+    tj_tree_set_string(in, "n", "3");
+    BAD(c, tj_run(p, in, out) != TJ_OK, "run 'static'", "'n'", "the string \"3\"", "the int 3");
+    tj_tree_set_int(in, "n", 3);
+    tj_tree_set_string(in, "note", "other");
+    BAD(c, tj_run(p, in, out) != TJ_OK, "'note'", "\"other\"", "\"any\"");
+    tj_tree_set_string(in, "note", "any");
+    WORKS(c, tj_run(p, in, out) == TJ_OK && tj_array_read(tj_tree_array(out, "y"), TJ_F32, r) == TJ_OK && r[0] == 1.5f);
+    tj_tree_free(in); /* a tree without them: the program does not read them */
+    in = tj_tree_new(c);
+    tj_tree_set_array(in, "x", tj_full(c, TJ_F32, "a=2", 2.0));
+    WORKS(c, tj_run(p, in, out) == TJ_OK && tj_array_read(tj_tree_array(out, "y"), TJ_F32, r) == TJ_OK && r[0] == 3.0f);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(c);
+}
+
+/* ---- bad data found by a kernel: an index out of range in a sharded
+   index array (the message gave the position in the device's block as if
+   it were the array's: 1 for the array's 3) ---- */
+static void take_ce_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g;
+    if (u) tj_tree_set_v(out, "ce", tj_cross_entropy(tj_tree_v(in, "l"), tj_tree_v(in, "i"), "v", "a"));
+    else tj_tree_set_v(out, "t", tj_take(tj_tree_v(in, "z"), "v", tj_tree_v(in, "i")));
+}
+static void test_bad_data(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    tj_array *a;
+    int idx[4] = {1, 2, 0, 9}, good[4] = {1, 2, 0, 3}, k;
+    tjt_current = "bad data at run";
+    tj_set_devices(c, 2);
+    tj_set_mesh(c, "d=2");
+    tj_tree_set_array(in, "z", tj_full(c, TJ_F32, "v=8 e=3", 0.5));
+    tj_tree_set_array(in, "l", tj_full(c, TJ_F32, "a=4 v=8", 0.5));
+    a = tj_array_new(c, TJ_I32, "a=4", idx);
+    tj_tree_set_array(in, "i", tj_device_put(a, "a:d"));
+    tj_array_free(a);
+    for (k = 0; k < 2; k++) { /* take, then cross_entropy (which gathers the labels whole: the array's position) */
+        p = tj_jit(c, "take_ce", take_ce_fn, k ? &k : NULL, in, NULL);
+        WORKS(c, p != NULL);
+        if (!k) BAD(c, tj_run(p, in, out) != TJ_OK, "run 'take_ce'", "index 9 at position 1 of device 1's block", "out of range [0, 8)", "'v'");
+        else BAD(c, tj_run(p, in, out) != TJ_OK, "run 'take_ce'", "label 9 at position 3 is out of range [0, 8)");
+        tj_prog_free(p);
+    }
+    /* the same run with good indices works after */
+    p = tj_jit(c, "take_ce", take_ce_fn, NULL, in, NULL);
+    a = tj_array_new(c, TJ_I32, "a=4", good);
+    tj_tree_set_array(in, "i", tj_device_put(a, "a:d"));
+    tj_array_free(a);
+    WORKS(c, p && tj_run(p, in, out) == TJ_OK);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(c);
+}
+
 /* ---- after the context changes: another mesh, another backend ---- */
 static void double_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g; (void)u;
@@ -869,6 +1013,11 @@ static void test_changed_context(void) {
 }
 
 /* ---- custom ops ---- */
+static int long_shape_rule(const tj_buf *in, int nin, int j, char *shape, size_t n, tj_dtype *dt, void *user) {
+    (void)in; (void)nin; (void)j; (void)dt;
+    memset(shape, 'a', n); /* no room left for the NUL */
+    return user != NULL;   /* user set: a rejection whose reason fills the buffer */
+}
 static void cop_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *user) {
     (void)in; (void)nin; (void)out; (void)nout; (void)user;
 }
@@ -876,6 +1025,10 @@ static tj_status cop_vjp(tj_graph *g, int nin, const tj_v *in, int nout, const t
     (void)g; (void)nin; (void)nout; (void)out; (void)user;
     gin[0] = tj_sum(tj_mul(ct[0], in[0]), "b"); /* the wrong shape: 'b' summed away */
     return TJ_OK;
+}
+static tj_status cop_vjp_fails(tj_graph *g, int nin, const tj_v *in, int nout, const tj_v *out, const tj_v *ct, tj_v *gin, void *user) {
+    (void)g; (void)nin; (void)in; (void)nout; (void)out; (void)ct; (void)gin; (void)user;
+    return TJ_ERR_UNSUPPORTED; /* and no message */
 }
 static void custom_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_ctx *c = tj_graph_ctx(g);
@@ -885,6 +1038,16 @@ static void custom_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_custom("cop", -1, &x, o) != TJ_OK, "custom 'cop'", "-1 inputs");
     BAD(c, tj_custom("cop", 17, &x, o) != TJ_OK, "custom 'cop'", "17 inputs");
     BAD(c, tj_custom("nosuch", 1, &x, o) != TJ_OK, "custom", "'nosuch'");
+    {
+        tj_v nul[2] = {NULL, NULL};
+        BAD(c, tj_custom("cop", 1, nul, o) != TJ_OK, "cop", "operand 0 is NULL");
+    }
+    /* a shape rule that fills its buffer without a NUL (the parser and the message read past it) */
+    BAD(c, tj_custom("long_shape", 1, &x, o) != TJ_OK, "custom op 'long_shape'", "shape of 512 or more characters", "output 0");
+    BAD(c, tj_custom("long_reason", 1, &x, o) != TJ_OK, "custom op 'long_reason'", "reason of 512 or more characters");
+    /* a VJP rule that fails without a message (the gradient was zero, and tj_grad said TJ_OK) */
+    BAD(c, tj_custom("cop_fails", 1, &x, o) != TJ_OK || tj_grad(tj_sum(o[0], "a b"), 1, &x, &gx) != TJ_OK, "custom op 'cop_fails'",
+        "its vjp returned status 8 without setting an error");
     BAD(c, tj_custom("cop", 1, &x, o) != TJ_OK || tj_grad(tj_sum(o[0], "a b"), 1, &x, &gx) != TJ_OK, "custom op 'cop'", "f32[a=4]", "f32[a=4,b=6]");
     tj_clear_error(c);
     tj_tree_set_v(out, "y", tj_adds(x, 1.0));
@@ -904,6 +1067,13 @@ static void test_custom_ops(void) {
     BAD_NL(c, tj_register_op(c, &d) != TJ_OK, "register_op", "name");
     d.name = "cop";
     WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    d.name = "long_shape"; d.shape = long_shape_rule;
+    WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    d.name = "long_reason"; d.user = &d;
+    WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    d.user = NULL; d.shape = NULL; d.name = "cop_fails"; d.vjp = cop_vjp_fails;
+    WORKS(c, tj_register_op(c, &d) == TJ_OK);
+    d.vjp = cop_vjp; d.name = "cop";
     tj_tree_set_array(in, "x", tj_zeros(c, TJ_F32, "a=4 b=6"));
     p = tj_jit(c, "custom", custom_fn, NULL, in, NULL);
     WORKS(c, p != NULL);
@@ -1211,6 +1381,9 @@ int main(void) {
     trace_cases("attention", attn_fn, 1);
     trace_cases("attention on a mesh", attn_mesh_fn, 4);
     test_jit_run();
+    test_finished_trace();
+    test_static_leaves();
+    test_bad_data();
     test_prog_queries();
     test_changed_context();
     test_custom_ops();

@@ -319,7 +319,7 @@ static void test_caller_lines(void) {
     FAILS_WITH(c, tj_tree_array(t, "weights") == NULL, "tj_tree_array", "'weights'", "test_robust.c:");
     FAILS_WITH(c, tj_tree_int(t, "step") == 0, "tj_tree_int", "'step'", "test_robust.c:");
     tj_tree_set_int(t, "step", 1);
-    FAILS_WITH(c, tj_tree_take(t, "step") == NULL, "tj_tree_take", "'step' is a int", "test_robust.c:");
+    FAILS_WITH(c, tj_tree_take(t, "step") == NULL, "tj_tree_take", "'step' is an int", "test_robust.c:");
     FAILS_WITH(c, tj_set_mesh(c, "data=3") != TJ_OK, "tj_set_mesh", "3 devices", "test_robust.c:");
     FAILS_WITH(c, tj_set_mesh(c, "data=x") != TJ_OK, "tj_set_mesh", "test_robust.c:");
     /* running out of axis names */
@@ -679,6 +679,8 @@ static void test_null_args(void) {
         FAILS_WITH(c, (tj_prog_transposes_print(p, NULL), 1), "tj_prog_transposes_print", "NULL");
         FAILS_WITH(c, tj_prog_write_trace(p, NULL) != TJ_OK, "tj_prog_write_trace", "path");
         TJT_CHECK(tj_prog_write_trace(NULL, "x") != TJ_OK, "tj_prog_write_trace(NULL)");
+        FAILS_WITH(c, tj_prog_output_shapes(p, NULL) == TJ_ERR_ARG, "tj_prog_output_shapes", "out is NULL"); /* (failed with no message) */
+        TJT_CHECK(tj_prog_output_shapes(NULL, out) == TJ_ERR_ARG, "tj_prog_output_shapes(NULL)");
     }
     tj_prog_free(p);
     /* [12] */
