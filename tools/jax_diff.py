@@ -332,11 +332,14 @@ def attention_pairs(q, k, v, scale, seen, rs=1, rp=1):
     hp, z = lax.Precision.HIGHEST, jnp.zeros((), q.dtype)
     kz = jnp.where(seen[:, :, None], k[..., None, :, :], z)
     s = jnp.where(seen, jnp.einsum("...td,...tsd->...ts", q, kz, precision=hp) * jnp.asarray(scale, q.dtype) * rs, jnp.asarray(-np.inf, q.dtype))
-    lse = jax.nn.logsumexp(s, axis=-1)
-    # a visible +inf score: logsumexp is +inf, where jax.nn.softmax's row is
-    # all NaN (exp(inf - inf) in its sum); as softmax (and tinyjax): NaN
-    lse = jnp.where(lse == jnp.inf, jnp.asarray(np.nan, q.dtype), lse)
-    p = jnp.exp(jnp.where(seen, s - lse[..., None], jnp.asarray(-np.inf, q.dtype))) * rp  # (masked: 0, also in a row of NaN)
+    # p = exp(s - max) / sum, as jax.nn.softmax: exp(s - lse) would round
+    # s - lse at the size of lse, far off for large scores in f64 (seed 11094)
+    m = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    e = jnp.exp(jnp.where(seen, s - m, jnp.asarray(-np.inf, q.dtype)))  # (masked: 0, also in a row of NaN)
+    den = jnp.sum(e, axis=-1, keepdims=True)
+    p = e / den * rp
+    # a visible +inf score: inf - inf, a row of NaN, as jax.nn.softmax's (and tinyjax's)
+    lse = (m + jnp.log(den))[..., 0]
     vz = jnp.where(seen[:, :, None], v[..., None, :, :], z)
     return jnp.einsum("...ts,...tsd->...td", p, vz, precision=hp), lse
 
