@@ -21,6 +21,10 @@ does not. Builds build/gpt2_train_cpu and build/hf_check (tools/hf_check.c), the
      tinyjax's distance to the float64 run must be of the size of PyTorch's
      own float32 distance to it; tinyjax --bf16 against torch.autocast
      (bfloat16): the losses and gradient norms;
+  2c. greedy decoding: hf_check greedy (the demo's sampling at temperature
+     0) against argmax decoding in transformers, 24 tokens from an 8-token
+     prompt: the same tokens, or a first difference where the top two
+     logits are within rounding of each other;
   3. a byte-level BPE trained with tokenizers (tokenizer.json with
      <|endoftext|>): tinyjax's ids against tokenizers' on mixed text, special
      tokens allowed (split out) and not (encoded as text);
@@ -238,6 +242,40 @@ def training(tmp):
     check(len(nc) == steps and c_norm <= 2 * b_norm + 1e-3, "tinyjax --bf16: grad norm %.2e relative (PyTorch autocast bfloat16: %.2e)" % (c_norm, b_norm))
 
 
+def greedy(tmp):
+    """the demo's greedy sampling against transformers' argmax decoding"""
+    print("== greedy decoding against transformers")
+    torch.manual_seed(2)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=32, vocab_size=1000)
+    m = transformers.GPT2LMHeadModel(cfg)
+    with torch.no_grad():  # sharper distributions than the default init, so the argmax is clear
+        for p in m.parameters():
+            p.mul_(3.0)
+    d = os.path.join(tmp, "hf_greedy")
+    m.save_pretrained(d, safe_serialization=True)
+    m.eval()
+    prompt, N = [int(x) for x in np.random.default_rng(2).integers(0, 1000, 8)], 24
+    ids = os.path.join(tmp, "prompt.txt")
+    with open(ids, "w") as f:
+        f.write(" ".join(map(str, prompt)) + "\n")
+    rows = [l.split() for l in hf_check("greedy", d, ids, N).split("\n") if l.strip()]
+    got = [int(r[0]) for r in rows]
+    seq = list(prompt)
+    with torch.no_grad():
+        for k in range(N):
+            logits = m(torch.tensor([seq])).logits[0, -1]
+            seq.append(int(torch.argmax(logits)))
+    want = seq[len(prompt):]
+    first = next((k for k in range(N) if got[k] != want[k]), None)
+    if first is None:
+        check(len(got) == N, "greedy: the same %d tokens as transformers (smallest gap between the top two logits %.2e)"
+              % (N, min(float(r[1]) - float(r[2]) for r in rows)))
+    else:
+        gap = float(rows[first][1]) - float(rows[first][2])
+        check(gap < 1e-5 * abs(float(rows[first][1])) + 1e-6,
+              "greedy: first difference at token %d (tinyjax %d, transformers %d), top-two logit gap %.2e" % (first, got[first], want[first], gap))
+
+
 def corpus():
     parts = []
     for p in ("README.md", "tinyjax.h", "demos/gpt2_io.h"):
@@ -365,6 +403,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         models(tmp)
         training(tmp)
+        greedy(tmp)
         tokenizer(tmp)
         pretok(tmp, step)
     print("%d failed" % failures)

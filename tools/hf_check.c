@@ -9,6 +9,10 @@
  *                                      targets on line 2; OUT: float32 logits (T x vocab)
  *                                      then the evaluation loss (one float32)
  *   hf_check export DIR_IN DIR_OUT     --init-from DIR_IN, then --export-hf DIR_OUT
+ *   hf_check greedy DIR IDS N          --init-from DIR; IDS: text file, the prompt's tokens on
+ *                                      line 1; prints N tokens of greedy decoding (the demo's
+ *                                      sampling at temperature 0, a window of T = prompt + N
+ *                                      positions) and the top two logits of each step
  *   hf_check train DIR BATCHES DIR_OUT MESH [K [REMAT [DTYPE]]]
  *                                      --init-from DIR, then the training steps of BATCHES
  *                                      (a text file: "steps B T" on line 1, then per step a
@@ -207,6 +211,32 @@ int main(int argc, char **argv) {
         gpt2_hf_close(&hf);
         if (load_model(&tr, argv[2], P)) return 1;
         if (gpt2_export_hf(&tr, argv[3], -1, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+        gpt2_trainer_free(&tr);
+        return 0;
+    }
+    if (argc == 5 && !strcmp(argv[1], "greedy")) { /* the demo's sample() at temperature 0, with the logit gaps */
+        FILE *f = fopen(argv[3], "r");
+        int32_t tok[4096];
+        int T = 0, N = atoi(argv[4]), k, j;
+        long v;
+        gpt2_trainer tr;
+        float *row;
+        if (!f) { perror(argv[3]); return 1; }
+        while (T < 2048 && fscanf(f, "%ld", &v) == 1) tok[T++] = (int32_t)v;
+        fclose(f);
+        if (T < 1 || N < 1 || T + N > 4096) { fprintf(stderr, "greedy: %d prompt tokens, N %d\n", T, N); return 1; }
+        if (load_model(&tr, argv[2], T + N)) return 1;
+        row = (float *)malloc(sizeof(float) * (size_t)tr.cfg.V);
+        for (k = 0; k < N; k++) {
+            int best = 0, second = -1;
+            if (gpt2_next_logits(&tr, tok, T + k, row)) { fprintf(stderr, "greedy: %s\n", tj_error(tr.ctx)); return 1; }
+            for (j = 1; j < tr.cfg.V_real; j++)
+                if (row[j] > row[best]) second = best, best = j;
+                else if (second < 0 || row[j] > row[second]) second = j;
+            tok[T + k] = best;
+            printf("%d %.9g %.9g\n", best, row[best], row[second]);
+        }
+        free(row);
         gpt2_trainer_free(&tr);
         return 0;
     }
