@@ -510,14 +510,24 @@ def eval_jax(spec, exact, perturb=None):
             if x["name"] in gvals: gvals[x["name"]] = jax.device_put(gvals[x["name"]], s)
             else: rest[x["name"]] = jax.device_put(rest[x["name"]], s)
     vg = jax.value_and_grad(loss_fn, has_aux=True)
+    sec = spec.get("second") if gnames else None
+    if sec:  # L2 = sum over x of sum(f32(d loss / d x) * u_x); its gradient is H u
+        uarr = {n: jnp.asarray(np.array([float(v) for v in sec[n]], np.float64).reshape(arrays[n].shape), ev.dt("f32")) for n in gnames}
+        def l2_fn(gv, rest):
+            g = jax.grad(lambda gv: loss_fn(gv, rest)[0])(gv)
+            return sum(jnp.sum(g[n].astype(ev.dt("f32")) * uarr[n]) for n in gnames)
+        vg1 = vg
+        def vg(gv, rest): return vg1(gv, rest), jax.grad(l2_fn)(gv, rest)
+    else: vg = (lambda f: lambda gv, rest: (f(gv, rest), None))(vg)
     if special_values(spec):
         # JAX's rules, op by op: under jit XLA rewrites some (a multiply by a
         # 0/1 mask becomes a select), which changes where NaN comes out
-        with jax.disable_jit(): (loss, res), grads = vg(gvals, rest)
-    else: (loss, res), grads = jax.jit(vg)(gvals, rest)
+        with jax.disable_jit(): ((loss, res), grads), grads2 = vg(gvals, rest)
+    else: ((loss, res), grads), grads2 = jax.jit(vg)(gvals, rest)
     out = {k: (np.asarray(a.astype(jnp.float64) if a.dtype != jnp.int32 else a), res_axes[k]) for k, a in res.items()}
     out["loss"] = (np.asarray(loss, np.float64), [])
     for n in gnames: out["grad:" + n] = (np.asarray(grads[n].astype(jnp.float64)), axes_of[n])
+    for n in gnames if grads2 else []: out["grad2:" + n] = (np.asarray(grads2[n].astype(jnp.float64)), axes_of[n])
     return out
 
 # ----------------------------------------------------------- the comparison --
@@ -531,6 +541,7 @@ def perturbed(spec, u, seed):
     for x in p["inputs"]:
         if x["dtype"] != "i32": x["data"] = [pert(v) for v in x["data"]]
     for w in p.get("weights", {}).values(): w["data"] = [pert(v) for v in w["data"]]
+    for n in p.get("second", {}): p["second"][n] = [pert(v) for v in p["second"][n]]
     return p
 
 def expected(spec):
@@ -1049,15 +1060,15 @@ def finish(spec, rnd):
     lo = eval_jax(spec, exact=False)
     spec["_dtypes"] = {k: result_dtype(spec, k) for k in lo}
     for k, (a, axes) in lo.items():
-        if k == "loss" or k.startswith("grad:") or spec["_dtypes"][k] == "i32": continue
+        if k == "loss" or k.startswith("grad:") or k.startswith("grad2:") or spec["_dtypes"][k] == "i32": continue
         shape = " ".join("%s=%d" % (n, s) for n, s in zip(axes, a.shape))
         spec["weights"][k] = {"shape": shape, "data": round_to(np.array([rnd.gauss(0, 1) for _ in range(a.size)]), "f32").tolist()}
     return spec
 
 def result_dtype(spec, k):
     if k == "loss": return "f32"
-    if k.startswith("grad:"):
-        n = k[5:]
+    if k.startswith("grad:") or k.startswith("grad2:"):
+        n = k.split(":", 1)[1]
         return [x["dtype"] for x in spec["inputs"] if x["name"] == n][0]
     if k.startswith("carry:"):
         n = k[6:]
@@ -1069,18 +1080,37 @@ def result_dtype(spec, k):
         else: dt[op["out"]] = dt[op["in"][0]] if op["op"] != "select" else dt[op["in"][1]]
     return dt[k]
 
-def make_spec(seed, mode=None, dtype=None, big=False, attn=False):
+def add_second(spec, seed):
+    """the second-order check: u_x for each float input with a gradient
+    (random normal, f32; their own stream, so the program is the one the
+    seed makes without it)"""
+    r = random.Random(seed + 7919)
+    spec["second"] = {x["name"]: round_to(np.array([r.gauss(0, 1) for _ in x["data"]]), "f32").tolist()
+                      for x in spec["inputs"] if x["dtype"] != "i32" and x.get("grad", True)}
+    return spec
+
+def make_spec(seed, mode=None, dtype=None, big=False, attn=False, second=False):
     """seed's program with its loss weights; a program JAX refuses comes back
-    with expect_error (tinyjax must refuse it too)"""
+    with expect_error (tinyjax must refuse it too). second: with the
+    second-order check (grad2:x, see add_second and eval_jax)"""
     for attempt in range(20):
         g = Gen(seed * 1000 + attempt, mode, dtype, big, attn)
         spec = g.make()
         if spec is None: continue
+        if second: add_second(spec, seed)
         try:
             return finish(spec, random.Random(seed))
         except Exception as e:
             msg = str(e).split("\n")[0][:300]
             if os.environ.get("JAX_DIFF_DEBUG"): print("seed %d attempt %d: JAX: %s" % (seed, attempt, msg))
+            if "second" in spec:  # JAX has no second derivative of an op (pmax): the first-order check only
+                del spec["second"]
+                try:
+                    spec = finish(spec, random.Random(seed))
+                    spec["_second_jax_error"] = msg
+                    return spec
+                except Exception as e2:
+                    msg = str(e2).split("\n")[0][:300]
             if "Differentiation rule" in msg or "not implemented" in msg:
                 # JAX cannot differentiate an op of it (pmax): compare the
                 # forward values and the loss only (tinyjax's gradients of
@@ -1097,9 +1127,19 @@ def make_spec(seed, mode=None, dtype=None, big=False, attn=False):
             return spec
     return None
 
+REFUSED = {}  # tinyjax's refusals of the second-order check: message -> seeds
+
 def check(spec):
     """[] when tinyjax agrees with JAX on spec, else the mismatch lines"""
     got = run_tinyjax(spec)
+    if "second" in spec and "error" in got and "expect_error" not in spec:
+        # tinyjax refuses a second derivative (attention's fused backward):
+        # recorded; the rest is compared without the second-order results
+        first = {k: v for k, v in spec.items() if k != "second"}
+        g1 = run_tinyjax(first)
+        if "error" not in g1:
+            REFUSED.setdefault(got["error"][:160], []).append(spec.get("_seed"))
+            spec, got = first, g1
     if "expect_error" in spec:
         if "error" in got and spec["expect_error"] in got["error"] and "runner crashed" not in got["error"]: return []
         return ["JAX refused (%s); tinyjax: %s" % (spec.get("_jax_error", "")[:200], got.get("error", "ran"))]
@@ -1150,6 +1190,8 @@ def show(spec):
         else: lines.append(' "%s": %s' % (k, json.dumps(v)))
     return "{\n" + ",\n".join(lines) + "}"
 
+SECOND_SHARE = 4  # without --second, seeds that are multiples of this have the second-order check
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=50)
@@ -1161,6 +1203,8 @@ def main():
     ap.add_argument("--big", action="store_true", help="also dots of 65..130 (the packed matmul kernel)")
     ap.add_argument("--attention", action="store_true", help="every program has a tj_attention (its first op when it can)")
     ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--second", action="store_true", help="every program also compares second derivatives: d L2 / d x, L2 = sum_x sum(u_x dL/dx)")
+    ap.add_argument("--no-second", action="store_true", help="no second-order check (else 1 seed in %d has it)" % 4)
     ap.add_argument("--golden", help="write the CI goldens into this folder")
     ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map,attention)")
     a = ap.parse_args()
@@ -1169,8 +1213,10 @@ def main():
     seeds = [a.seed] if a.seed is not None else range(a.start, a.start + a.seeds)
     nbad = nrun = 0
     for s in seeds:
-        spec = make_spec(s, a.mode, a.dtype, a.big, a.attention)
+        spec = make_spec(s, a.mode, a.dtype, a.big, a.attention, a.second or (s % SECOND_SHARE == 0 and not a.no_second))
         if spec is None: continue
+        spec["_seed"] = s
+        if spec.get("_second_jax_error"): print("seed %d: JAX has no second derivative here (%s): first order only" % (s, spec["_second_jax_error"][:160]))
         nrun += 1
         if a.show: print(show(spec))
         bad = check(spec)
@@ -1181,6 +1227,7 @@ def main():
                 m = shrink(spec, bad)
                 print("  minimal reproduction (%d ops):\n%s\n  %s" % (len(m["ops"]), show(m), "\n  ".join(check(m))))
         elif a.show or a.seed is not None: print("seed %d (%s): agree" % (s, spec["mode"]))
+    for m, ss in REFUSED.items(): print("tinyjax refused the second derivative (%d programs, seeds %s): %s" % (len(ss), ss[:10], m))
     print("%d programs, %d mismatches" % (nrun, nbad))
     return 1 if nbad else 0
 
