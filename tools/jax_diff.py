@@ -43,6 +43,20 @@ gradient (false mismatches before). layer_norm's spread likewise runs its
 backward from a recomputed y = (x - mean) r moved by one rounding: on a
 row of 2, y is +-1 whatever x, and the gradient is all cancellation.
 
+Second derivatives (--second: every program; else seeds that are
+multiples of 4, --no-second: none): the spec's "second" holds a fixed
+random u_x (f32) for each float input with a gradient, and both sides also
+give grad2:x = d L2 / d x with L2 = sum over those x of sum(f32(dL/dx) u_x),
+a Hessian-vector product: JAX's jax.grad of an L2 built with jax.grad,
+tinyjax's tj_grad of its own backward ops (jax_diff_run.c). Same tolerance
+model (the spread moves the forward's values; the first derivative is
+computed from them). Where tinyjax refuses a second derivative with an
+error (tj_attention: its backward is one fused op) the refusal is counted
+and printed at the end, and the program is compared without "second"; where
+JAX has none (pmax), the program is first order only.
+
+    python3 tools/jax_diff.py --second --seeds 150 --start 20000
+
 On a mismatch it prints a minimal reproduction: ops are dropped (their
 result replaced by their first operand) while the mismatch persists.
 """
