@@ -18,12 +18,17 @@
  *    "policy": "nothing_saveable" | "save_only_these_names:n0 n1" | ...,
  *    "scan": {"axis": "layer", "carry": ["x0"], "carry_out": ["v3"],
  *             "xs": ["x1"], "reverse": 1},          (scan: body = the ops)
- *    "in_specs": [...], "out_specs": [...], "check": 1}   (shard_map)
+ *    "in_specs": [...], "out_specs": [...], "check": 1,   (shard_map)
+ *    "second": {"x0": [...row-major, x0's shape], ...}}   (optional)
  * The loss is the sum over outputs o of sum(f32(o) * weights[o]) (i32
  * outputs have no weights); the result has every output, the loss and
  * d loss / d x for each float input with "grad" (default true). In scan
  * mode the outputs are the ys (stacked along the scan axis, leading) and
- * "carry:NAME" the final carries. An error becomes {"error": "..."}.
+ * "carry:NAME" the final carries. With "second", also the second-order
+ * "grad2:x" = d L2 / d x for each of those inputs, where L2 = sum over them
+ * of sum(f32(d loss / d x) * u_x), u_x from "second" (f32, x's shape; a
+ * Hessian-vector product: tinyjax differentiates its own backward ops).
+ * An error becomes {"error": "..."}.
  *
  * The attributes an op reads are named in jdr_apply's table below. */
 #define _POSIX_C_SOURCE 200809L
@@ -357,6 +362,20 @@ static void jdr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
             snprintf(gn, sizeof gn, "grad:%s", wname[i]);
             tj_tree_set_v(out, gn, grads[i]);
         }
+        if (jdr_get(spec, "second")) { /* grad of L2 = sum over x of sum(f32(dL/dx) * u:x): a Hessian-vector product */
+            tj_v l2 = NULL, g2[64];
+            for (i = 0; i < nwrt; i++) {
+                tj_v t;
+                snprintf(gn, sizeof gn, "u:%s", wname[i]);
+                t = tj_sum_all(tj_mul(tj_cast(grads[i], TJ_F32), tj_tree_v(in, gn)));
+                l2 = l2 ? tj_add(l2, t) : t;
+            }
+            if (tj_grad(l2, nwrt, wrt, g2) == TJ_OK)
+                for (i = 0; i < nwrt; i++) {
+                    snprintf(gn, sizeof gn, "grad2:%s", wname[i]);
+                    tj_tree_set_v(out, gn, g2[i]);
+                }
+        }
     }
     free(names); /* (tree names are copied) */
 }
@@ -478,6 +497,14 @@ static int jdr_run_spec(const jdr_j *spec, tj_strbuf *outb) {
         }
         if (!a) goto done;
         tj_tree_set_array(in, jdr_str(x, "name", ""), a);
+    }
+    for (i = 0; i < ins->n && jdr_get(spec, "second"); i++) { /* second: "u:x", input x's shape in f32 */
+        const jdr_j *x = ins->kid[i], *u = jdr_get(jdr_get(spec, "second"), jdr_str(x, "name", ""));
+        tj_array *a;
+        if (!u) continue;
+        if (!(a = jdr_array(ctx, "f32", jdr_str(x, "shape", ""), u, err, sizeof err))) goto done;
+        snprintf(wn, sizeof wn, "u:%s", jdr_str(x, "name", ""));
+        tj_tree_set_array(in, wn, a);
     }
     for (i = 0; wts && i < wts->n; i++) { /* loss weights: extra inputs named like their output */
         tj_array *a = jdr_array(ctx, "f32", jdr_str(wts->kid[i], "shape", ""), jdr_get(wts->kid[i], "data"), err, sizeof err);
