@@ -6337,11 +6337,46 @@ static tj_status tj__vjp_attention(tj_node *n, tj_v g, tj_v *gin) {
     }
     return TJ_OK;
 }
+/* What attention_grad computes from q, k, v and the cotangent g (its
+   inputs 0, 1, 2, 5: [batch.., pos, dim]), written in primitives: the
+   scores, P = softmax over the keys, dv = P^T g, dS = P (g v^T - rowsum(P
+   g v^T)), dq = scale dS k, dk = scale dS^T q. Its out and lse inputs are
+   functions of q, k, v, so leaving them out changes no total derivative.
+   The graph attention_grad's own VJP differentiates (second derivatives). */
+static tj_status tj__attn_grad_composite(const char *f, int l, const tj_node *n, tj_v q, tj_v k, tj_v v, tj_v g, tj_v *d) {
+    tj_ctx *c = n->g->ctx;
+    const char *qp = tj__name(c, n->a.axis), *kp = tj__name(c, n->a.axis2), *dim = tj__name(c, n->a.axes[0]);
+    const char *kq = n->a.axis == n->a.axis2 ? "attention_keys_" : kp; /* the keys' axis apart from the queries' */
+    tj_v s, p, dp, ds;
+    if (kq != kp) k = tj_rename_at(f, l, k, kp, kq), v = tj_rename_at(f, l, v, kp, kq);
+    s = tj_muls_at(f, l, tj_dot_at(f, l, q, k, dim), n->a.s);
+    if (n->a.causal) s = tj_causal_mask_at(f, l, s, qp, kq, -INFINITY);
+    p = tj_softmax_at(f, l, s, kq);
+    dp = tj_dot_at(f, l, g, v, dim);
+    ds = tj_mul_at(f, l, p, tj_sub_at(f, l, dp, tj_sum_at(f, l, tj_mul_at(f, l, p, dp), kq)));
+    d[0] = tj_muls_at(f, l, tj_dot_at(f, l, ds, k, kq), n->a.s);
+    d[1] = tj_muls_at(f, l, tj_dot_at(f, l, ds, q, qp), n->a.s);
+    d[2] = tj_dot_at(f, l, p, g, qp);
+    if (kq != kp) d[1] = tj_rename_at(f, l, d[1], kq, kp), d[2] = tj_rename_at(f, l, d[2], kq, kp);
+    return d[0] && d[1] && d[2] ? TJ_OK : tj_status_of(c);
+}
 static tj_status tj__vjp_attention_grad(tj_node *n, tj_v g, tj_v *gin) {
-    (void)g, (void)gin;
-    tj__err(n->g->ctx, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: attention has no second derivative (its backward is one fused op): for "
-            "higher-order derivatives write it as dot, causal_mask and softmax");
-    return TJ_ERR_UNSUPPORTED;
+    /* partial derivatives, as tj__vjp_row_grad: q, k, v and g enter as copies */
+    tj_ctx *c = n->g->ctx;
+    tj_v wrt[4], outs[3], cts[3], d[3], dw[4];
+    int i, nout = 0;
+    (void)g;
+    for (i = 0; i < 4; i++) wrt[i] = tj__copy(n->file, n->line, n->in[i < 3 ? i : 5]);
+    if (tj__attn_grad_composite(n->file, n->line, n, wrt[0], wrt[1], wrt[2], wrt[3], d)) return tj_status_of(c);
+    for (i = 0; i < 3; i++)
+        if (c->proj_ct[n->proj[i]->id]) {
+            outs[nout] = tj__fit(n->file, n->line, d[i], &n->proj[i]->t);
+            cts[nout++] = tj__fit(n->file, n->line, c->proj_ct[n->proj[i]->id], &n->proj[i]->t);
+        }
+    if (!nout) return TJ_OK;
+    if (tj_vjp_at(n->file, n->line, nout, outs, cts, 4, wrt, dw)) return tj_status_of(c);
+    for (i = 0; i < 4; i++) gin[i < 3 ? i : 5] = dw[i];
+    return TJ_OK;
 }
 /* sizes from the local types: nb rows of (batch...), tq queries, tk keys */
 typedef struct {

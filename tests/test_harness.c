@@ -669,7 +669,7 @@ static const hx_row rows[] = {
     ROW("one_hot", "one_hot", b_one_hot, 2, "s=4", "s=4 v=8", "if", 2, "s", .ihi = 8),
     ROW("causal_mask", "causal_mask", b_causal, 1, "b=4 qp=4 kp=4", NULL, "f", 1, "b"),
     {.name = "attention", .ops = "attention attention_grad out", .via = "attention_grad: tj_attention's VJP", .build = b_attention, .nin = 3,
-     .shape = {"b=2 h=2 qp=5 d=4", "kp=3 h=2 b=2 d=4", "b=2 h=2 kp=3 d=4"}, .kind = "fff", .diff = 7, .twice = 0, .smap = "b h", .lo = -2, .hi = 2},
+     .shape = {"b=2 h=2 qp=5 d=4", "kp=3 h=2 b=2 d=4", "b=2 h=2 kp=3 d=4"}, .kind = "fff", .diff = 7, .twice = 1, .smap = "b h", .lo = -2, .hi = 2},
     UN(softmax, "softmax softmax_grad", "p", .via = "softmax_grad: tj_softmax's VJP"),
     UN(log_softmax, "log_softmax", "p"),
     UN(layer_norm, "layer_norm layer_norm_grad copy", "p", .via = "layer_norm_grad: tj_layer_norm's VJP; copy: the VJP of a row gradient"),
