@@ -4408,50 +4408,52 @@ static tj_status tj__vjp_unary(tj_node *n, tj_v g, tj_v *gin) {
 }
 
 /* ---- binary elementwise (TJ__BINARY_OPS), broadcasting by name ---- */
-/* The broadcast type of a and b: a's axes then b's axes a lacks; shared
-   names must have equal sizes. */
-/* The graph an op on these values belongs to: the innermost of their
-   graphs, when the others enclose it (a scan body using outer weights;
-   tj__node captures them). NULL, with an error, for unrelated graphs. */
-/* 1 if one of the n values is NULL: an earlier op failed (its message
-   stands) or the caller passed NULL, which is then reported. */
+/* The status to return after a NULL input: the error standing in c (an
+   input's context, or NULL: the context being traced), else TJ_ERR_ARG. */
+static tj_status tj__failed(tj_ctx *c) {
+    if (!c) c = tj__tracing_ctx();
+    return c && c->status ? c->status : TJ_ERR_ARG;
+}
 /* A NULL input: an earlier op failed (its message stands), or the caller
-   passed NULL, which is an error of its own. c: the context of another
-   input, or NULL for the context being traced. Returns the status to return. */
+   passed NULL, which is an error of its own. */
 static tj_status tj__null_input(tj_ctx *c, const char *what, const char *which, int i, const char *f, int l) {
     if (!c) c = tj__tracing_ctx();
     if (c && c->status == TJ_OK) tj__err(c, TJ_ERR_ARG, f, l, "%s: %s %d is NULL", what, which, i);
-    return c && c->status ? c->status : TJ_ERR_ARG;
+    return tj__failed(c);
 }
-static int tj__any_null(const char *what, const char *f, int l, int n, tj_v a, tj_v b, tj_v c) {
-    tj_v v[3];
+/* 1 if one of the n values is NULL, reported in the context of one that is
+   not (all NULL: quiet when all_quiet, as the unary ops; else in the
+   context being traced) */
+static int tj__null_among(int n, tj_node *const *v, const char *what, const char *f, int l, int all_quiet) {
     int i, j;
-    v[0] = a, v[1] = b, v[2] = c;
     for (i = 0; i < n; i++)
         if (!v[i]) {
             for (j = 0; j < n && !v[j]; j++) {}
-            if (j < n) tj__null_input(v[j]->g->ctx, what, "operand", i, f, l); /* (all NULL: quiet, as the unary ops) */
+            if (j < n || !all_quiet) tj__null_input(j < n ? v[j]->g->ctx : NULL, what, "operand", i, f, l);
             return 1;
         }
     return 0;
 }
-static tj_status tj__inner_status(int n, tj_node *const *v) { /* the status after tj__inner failed */
-    tj_ctx *c = NULL;
-    int i;
-    for (i = 0; i < n && !c; i++) if (v[i]) c = v[i]->g->ctx;
-    if (!c) c = tj__tracing_ctx();
-    return c && c->status ? c->status : TJ_ERR_ARG;
+static int tj__any_null(const char *what, const char *f, int l, int n, tj_v a, tj_v b, tj_v c) {
+    tj_v v[3];
+    v[0] = a, v[1] = b, v[2] = c;
+    return tj__null_among(n, v, what, f, l, 1);
 }
+static tj_status tj__inner_status(int n, tj_node *const *v) { /* the status after tj__inner failed */
+    int i;
+    for (i = 0; i < n; i++)
+        if (v[i]) return tj__failed(v[i]->g->ctx);
+    return tj__failed(NULL);
+}
+/* The graph an op on these values belongs to: the innermost of their
+   graphs, when the others enclose it (a scan body using outer weights;
+   tj__node captures them). NULL, with an error, for unrelated graphs or a
+   NULL value. */
 static tj_graph *tj__inner(int n, tj_node *const *v, const char *what, const char *f, int l) {
     tj_graph *g = NULL, *h;
     int i;
+    if (tj__null_among(n, v, what, f, l, 0)) return NULL;
     for (i = 0; i < n; i++) {
-        if (!v[i]) {
-            int j;
-            for (j = 0; j < n && !v[j]; j++) {}
-            tj__null_input(j < n ? v[j]->g->ctx : NULL, what, "operand", i, f, l);
-            return NULL;
-        }
         if (!g) { g = v[i]->g; continue; }
         for (h = v[i]->g; h && h != g; h = h->parent) {}
         if (h == g) { g = v[i]->g; continue; } /* v[i] is deeper */
@@ -4465,6 +4467,8 @@ static tj_graph *tj__inner(int n, tj_node *const *v, const char *what, const cha
     }
     return g;
 }
+/* The broadcast type of a and b: a's axes then b's axes a lacks; shared
+   names must have equal sizes. */
 static int tj__bcast(const char *what, tj_v a, tj_v b, tj__type *t, const char *f, int l) {
     int i, k;
     char ba[256], bb[256];
@@ -6400,7 +6404,7 @@ static void tj__attn_init(const tj__kern *k, tj__attn *a) {
     a->causal = k->n->a.causal;
     a->dl = k->scratch;
     a->fuse = 0;
-    a->dqs = q->dt == TJ_F32 || q->dt == TJ_F64 ? NULL : (char *)k->scratch + tj__align(a->nb * a->tq * 4);
+    a->dqs = k->n->op != TJ__OP_ATTENTION_GRAD || q->dt == TJ_F32 || q->dt == TJ_F64 ? NULL : (char *)k->scratch + tj__align(a->nb * a->tq * 4);
 }
 /* the keys query i sees */
 static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
@@ -7004,9 +7008,8 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
     for (j = 0; j < d->nout; j++) {
         char shape[512];
         tj_dtype dt = x[0]->t.dt;
-        shape[0] = 0;
-        shape[sizeof shape - 1] = 0;
         int rej = 0;
+        shape[0] = shape[sizeof shape - 1] = 0;
         if (d->shape) {
             rej = d->shape(ib, nin, j, shape, sizeof shape, &dt, d->user);
             if (shape[sizeof shape - 1]) { /* the rule filled the buffer without ending the string */
