@@ -32,8 +32,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     gpt2_default_config(&c); /* the demo's model: L=4 H=4 C=128 T=64 B=8, byte vocab */
-    c.param_rules = "embed:data mlp:model heads:model vocab:model";
-    c.compute_rules = "batch:data mlp:model heads:model vocab:model";
+    c.param_rules = GPT2_PARAM_RULES;
+    c.compute_rules = GPT2_COMPUTE_RULES;
     c.distributed = 1; /* one of several processes when launched by mpirun */
     if (gpt2_trainer_init(&tr, &c, 4, "data=2 model=2", (int)(ncpu / 4 > 0 ? ncpu / 4 : 1))) return 1;
     np = tj_process_count(tr.ctx);

@@ -81,6 +81,10 @@ typedef struct {
     int distributed;  /* process mode: one of several processes (mpirun)  */
 } gpt2_config;
 enum { ACT_GELU = 0, ACT_RELU = 1 };
+/* the demo's sharding on a mesh "data=.. model=..": FSDP over data, tensor
+   parallel over model (gpt2_train's --param-rules / --compute-rules) */
+#define GPT2_PARAM_RULES "embed:data mlp:model heads:model vocab:model"
+#define GPT2_COMPUTE_RULES "batch:data mlp:model heads:model vocab:model"
 
 static void gpt2_default_config(gpt2_config *c) {
     memset(c, 0, sizeof *c);

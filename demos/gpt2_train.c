@@ -898,6 +898,13 @@ GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
     return h;
 }
 
+/* the devices of a mesh "data=4 model=2": the product of its sizes */
+GPT2_UNUSED static int mesh_size(const char *m) {
+    int n = 1;
+    while ((m = strchr(m, '='))) n *= atoi(++m);
+    return n;
+}
+
 #if !defined(GPT2_NO_MAIN) || defined(GPT2_CLI)
 /* ----------------------------------------------------------------- main
    (gpt2_main; tests reach it with GPT2_NO_MAIN and GPT2_CLI defined) */
@@ -1295,13 +1302,6 @@ static void ckpt_prune(const char *file, int keep) {
     free(f);
 }
 
-/* the devices of a mesh "data=4 model=2": the product of its sizes */
-static int mesh_size(const char *m) {
-    int n = 1;
-    while ((m = strchr(m, '='))) n *= atoi(++m);
-    return n;
-}
-
 static int parse_args(int argc, char **argv, gpt2_args *a) {
     int i;
     memset(a, 0, sizeof *a);
@@ -1311,8 +1311,8 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
     a->cfg.remat = REMAT_AUTO;
     a->lr = 3e-3; a->min_lr_frac = 0.1; a->temperature = 0.8;
     a->mesh = "data=4 model=2";
-    a->cfg.param_rules = "embed:data mlp:model heads:model vocab:model";
-    a->cfg.compute_rules = "batch:data mlp:model heads:model vocab:model";
+    a->cfg.param_rules = GPT2_PARAM_RULES;
+    a->cfg.compute_rules = GPT2_COMPUTE_RULES;
     a->svg = "gpt2_loss.svg";
     a->prompt = "/* ";
     for (i = 1; i < argc; i++) {

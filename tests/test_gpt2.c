@@ -22,8 +22,8 @@ static void tiny_config(gpt2_config *c) {
     c->L = 2; c->C = 32; c->H = 2; c->M = 128;
     c->T = c->block = TT; c->B = TB;
     c->V = c->V_real = 256;
-    c->param_rules = "embed:data mlp:model heads:model vocab:model";
-    c->compute_rules = "batch:data mlp:model heads:model vocab:model";
+    c->param_rules = GPT2_PARAM_RULES;
+    c->compute_rules = GPT2_COMPUTE_RULES;
 }
 /* a small corpus with structure (a repeated sentence with a counter) */
 static int32_t *corpus(size_t *n) {

@@ -206,35 +206,30 @@ def training(tmp):
     def dist(w):  # largest difference to the float64 weights, over all tensors
         return max((w[k] - w64[k]).abs().max().item() for k in w64)
 
-    t_loss = max(abs(a - b) / b for a, b in zip(l32, l64))
-    t_norm = max(abs(a - b) / b for a, b in zip(n32, n64))
-    t_w = dist(w32)
+    def rel(xs, ref):  # largest relative difference of a run's losses or norms to float64's
+        return max(abs(a - b) / b for a, b in zip(xs, ref))
+
+    def c_train(name, *flags):  # hf_check train: losses, grad norms and the trained weights
+        out = os.path.join(tmp, name)
+        rows = [l.split() for l in hf_check("train", d, path, out, *flags).split("\n") if l.startswith("step ")]
+        w = {k: v.double() for k, v in transformers.GPT2LMHeadModel.from_pretrained(out).state_dict().items()}
+        return [float(r[3]) for r in rows], [float(r[5]) for r in rows], w
+
+    t_loss, t_norm, t_w = rel(l32, l64), rel(n32, n64), dist(w32)
     print("     PyTorch float32 vs float64: loss %.2e, grad norm %.2e relative; weights %.2e" % (t_loss, t_norm, t_w))
     for mesh, k, remat in (("", 1, "block_out"), ("data=2 model=2", 1, "block_out"), ("", 2, "nothing"), ("data=2", 2, "offload")):
-        out = os.path.join(tmp, "trained_%d_%d_%s" % (len(mesh), k, remat))
-        lines = hf_check("train", d, path, out, mesh, k, remat).split("\n")
-        lc = [float(l.split()[3]) for l in lines if l.startswith("step ")]
-        nc = [float(l.split()[5]) for l in lines if l.startswith("step ")]
-        wc = {k: v.double() for k, v in transformers.GPT2LMHeadModel.from_pretrained(out).state_dict().items()}
-        c_loss = max(abs(a - b) / b for a, b in zip(lc, l64))
-        c_norm = max(abs(a - b) / b for a, b in zip(nc, n64))
-        c_w = dist(wc)
+        lc, nc, wc = c_train("trained_%d_%d_%s" % (len(mesh), k, remat), mesh, k, remat)
+        c_loss, c_norm, c_w = rel(lc, l64), rel(nc, n64), dist(wc)
         where = ("mesh " + mesh if mesh else "one device") + ", remat " + remat + (", %d micro-batches" % k if k > 1 else "")
         check(len(lc) == steps and c_loss <= 4 * t_loss + 1e-6, "tinyjax (%s): loss %.2e relative to float64's (PyTorch float32: %.2e)" % (where, c_loss, t_loss))
         check(len(nc) == steps and c_norm <= 4 * t_norm + 1e-6, "tinyjax (%s): grad norm %.2e relative (PyTorch float32: %.2e)" % (where, c_norm, t_norm))
         check(c_w <= 4 * t_w + 1e-7, "tinyjax (%s): trained weights %.2e from float64's (PyTorch float32: %.2e)" % (where, c_w, t_w))
     # bf16 compute (f32 params and optimizer state): tinyjax --bf16 against torch.autocast(bfloat16)
     lb, nb, wb = torch_train(d, batches, torch.float32, autocast=True)
-    b_loss = max(abs(a - b) / b for a, b in zip(lb, l64))
-    b_norm = max(abs(a - b) / b for a, b in zip(nb, n64))
+    b_loss, b_norm = rel(lb, l64), rel(nb, n64)
     print("     PyTorch autocast bfloat16 vs float64: loss %.2e, grad norm %.2e relative; weights %.2e" % (b_loss, b_norm, dist(wb)))
-    out = os.path.join(tmp, "trained_bf16")
-    lines = hf_check("train", d, path, out, "", 1, "block_out", "bf16").split("\n")
-    lc = [float(l.split()[3]) for l in lines if l.startswith("step ")]
-    nc = [float(l.split()[5]) for l in lines if l.startswith("step ")]
-    wc = {k: v.double() for k, v in transformers.GPT2LMHeadModel.from_pretrained(out).state_dict().items()}
-    c_loss = max(abs(a - b) / b for a, b in zip(lc, l64))
-    c_norm = max(abs(a - b) / b for a, b in zip(nc, n64))
+    lc, nc, wc = c_train("trained_bf16", "", 1, "block_out", "bf16")
+    c_loss, c_norm = rel(lc, l64), rel(nc, n64)
     # Adam turns a gradient element's bf16 noise into a sign: the weights differ by up to 2 lr in
     # both runs, so only the losses and norms are compared
     check(len(lc) == steps and c_loss <= 2 * b_loss + 1e-4, "tinyjax --bf16: loss %.2e relative to float64's (PyTorch autocast bfloat16: %.2e); weights %.2e (%.2e)"

@@ -58,8 +58,7 @@ static int load_model_on(gpt2_trainer *tr, const char *dir, int B, int T, const 
     gpt2_hf hf;
     gpt2_config c;
     char err[1024];
-    int devices = 1;
-    const char *s;
+    int devices = mesh && *mesh ? mesh_size(mesh) : 1;
     gpt2_default_config(&c);
     c.B = B;
     c.T = T;
@@ -67,10 +66,9 @@ static int load_model_on(gpt2_trainer *tr, const char *dir, int B, int T, const 
     c.remat = remat;
     c.bf16 = bf16;
     c.param_rules = c.compute_rules = NULL;
-    if (mesh && *mesh) {
-        for (s = mesh; (s = strchr(s, '=')) != NULL; s++) devices *= atoi(s + 1);
-        c.param_rules = "embed:data mlp:model heads:model vocab:model";
-        c.compute_rules = "batch:data mlp:model heads:model vocab:model";
+    if (devices > 1) {
+        c.param_rules = GPT2_PARAM_RULES;
+        c.compute_rules = GPT2_COMPUTE_RULES;
     }
     if (gpt2_hf_open(&hf, dir, err, sizeof err) || gpt2_hf_config(&hf, &c, 0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     if (c.T != T) { fprintf(stderr, "%d tokens do not fit the model's %d positions\n", T, c.block); return 1; }

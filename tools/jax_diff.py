@@ -1244,7 +1244,7 @@ def main():
     ap.add_argument("--attention", action="store_true", help="every program has a tj_attention (its first op when it can)")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--second", action="store_true", help="every program also compares second derivatives: d L2 / d x, L2 = sum_x sum(u_x dL/dx)")
-    ap.add_argument("--no-second", action="store_true", help="no second-order check (else 1 seed in %d has it)" % 4)
+    ap.add_argument("--no-second", action="store_true", help="no second-order check (else 1 seed in %d has it)" % SECOND_SHARE)
     ap.add_argument("--golden", help="write the CI goldens into this folder")
     ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map,attention)")
     a = ap.parse_args()
