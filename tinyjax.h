@@ -605,6 +605,8 @@ typedef struct {
     char cause[96];     /* the op (or constraint) whose rule inserted it   */
     const char *file;
     int line;
+    int in_dot;         /* runs inside its dot (tj_set_collective_matmul);
+                           file:line are then the dot's                */
 } tj_collective;
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max);
 
@@ -1044,6 +1046,24 @@ typedef struct {
     double transport_s;
 } tj_transport_stats;
 TJDEF tj_transport_stats tj_get_transport_stats(tj_ctx *ctx);
+/* Collective matmul. Simulated devices of one process share its memory, so
+   a dot whose operand is all-gathered can read the peers' blocks where
+   they are, and a dot whose result is reduce-scattered can compute each
+   device's block from every peer's operands, summing inside the matmul:
+   neither the gathered operand nor the whole partial product is made, and
+   no separate pass copies or adds them (XLA's collective matmul overlaps
+   the same pairs between GPUs). tj_jit turns such a pair into one node
+   (all_gather_dot, dot_scatter in the program text; tj_prog_collectives
+   still lists the collective, with in_dot set) when the program runs on
+   the CPU backend in one process over the built-in threads transport, for
+   f32 and bf16 dots. The products are the same; their sums are rounded in
+   another order than the separate collective's: dot_scatter adds every
+   device's terms in one chain, as the one-device dot does, where the
+   reduce_scatter adds the devices' rounded partial products. 0 turns it
+   off (then processes under MPI give the same bits as simulated devices);
+   it is read at tj_jit. Default: on; TJ_NO_COLL_MATMUL=1 in the environment
+   turns it off too (to compare). */
+TJDEF void tj_set_collective_matmul(tj_ctx *ctx, int on);
 
 /* ==== [12] jit =========================================================== */
 
@@ -1372,6 +1392,7 @@ struct tj_ctx {
     tj_backend *own_backend; /* made by tj_ctx_new (TJ_BACKEND), freed with it */
     int ndev;            /* simulated devices                             */
     int profile;         /* record a timeline of each run                 */
+    int no_coll_matmul;  /* tj_set_collective_matmul(ctx, 0)              */
     int nmesh;           /* mesh axes (0: no mesh)                         */
     int mesh_ax[TJ__MAXMESH];
     int mesh_size[TJ__MAXMESH];
@@ -1535,6 +1556,7 @@ TJDEF void tj_clear_error(tj_ctx *c) {
 TJDEF void tj_set_dump(tj_ctx *c, int on) { if (c) c->dump = on; }
 TJDEF void tj_set_threads(tj_ctx *c, int n) { if (c) c->threads = n < 1 ? 1 : n; }
 TJDEF void tj_set_profile(tj_ctx *c, int on) { if (c) c->profile = on; }
+TJDEF void tj_set_collective_matmul(tj_ctx *c, int on) { if (c) c->no_coll_matmul = !on; }
 static double tj__now_us(void) {
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -2764,13 +2786,17 @@ typedef struct {
     X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given, tj__pr_coll)                \
     X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                    \
     X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                          \
+    X(AG_DOT, "all_gather_dot", 0, tj__k_cdot, 0, tj__flops_dot, tj__cdot_scratch, tj__sh_given, tj__pr_cdot)                                      \
+    X(DOT_RS, "dot_scatter", 0, tj__k_cdot, 0, tj__flops_dot, tj__cdot_scratch, tj__sh_given, tj__pr_cdot)                                         \
     X(PMAX, "pmax", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                                      \
     X(PVARY, "pvary", TJ__VIEW, tj__k_none, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given, tj__pr_mesh)                             \
     X(AXIS_INDEX, "axis_index", TJ__SOURCE | TJ__NODIFF, tj__k_axis_index, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_mesh)         \
     X(CUSTOM, "custom", TJ__MULTI, tj__k_custom, tj__vjp_custom, tj__flops_zero, 0, tj__sh_given, tj__pr_custom)                     \
     X(CUSTOM_VJP, "custom_vjp", TJ__MULTI, tj__k_custom_vjp, tj__vjp_custom_vjp, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)
 
-/* ops that move data between devices (all_gather .. pmax) */
+/* ops that move data between devices (all_gather .. pmax; all_gather_dot
+   and dot_scatter are a dot and its collective in one node, made by
+   tj_jit for simulated devices: see "collective matmul" in [11]) */
 #define TJ__IS_COLL(op) ((op) >= TJ__OP_ALL_GATHER && (op) <= TJ__OP_PMAX)
 enum {
 #define TJ__E1(op, ...) TJ__OP_##op,
@@ -7157,6 +7183,9 @@ static void tj__k_reduce_scatter(tj__kern *k);
 static void tj__k_all_to_all(tj__kern *k);
 static void tj__k_ppermute(tj__kern *k);
 static int64_t tj__coll_scratch(const tj_node *n);
+static void tj__k_cdot(tj__kern *k);
+static int64_t tj__cdot_scratch(const tj_node *n);
+static void tj__pr_cdot(const tj_node *n, FILE *f);
 static void tj__k_custom_vjp(tj__kern *k);
 static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g, tj_v *gin);
 static void tj__k_memcpy(tj__kern *k);
@@ -12646,6 +12675,255 @@ static void tj__k_ppermute(tj__kern *k) {
     if (src < 0) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
 }
 
+/* ---- collective matmul: a dot and its collective in one node ----
+   (What and when: tj_set_collective_matmul in the API.) tj__compile calls
+   tj__coll_matmul before the schedule; it rewrites
+     dot(a, all_gather(w))      -> all_gather_dot(a, w)  (a.index: which operand is gathered)
+     reduce_scatter(dot(a, b))  -> dot_scatter(a, b)
+   when the dot is f32 or bf16, nothing else reads the value that goes
+   away, and the collective's axis is, in the local layout, the outermost
+   axis of the dot's m, k or n group that is not 1 (never a batch axis), so
+   that each rank's block is a range of rows, of k or of columns. The node
+   keeps the dot's attributes and the collective's axis and mesh axes. Its
+   kernel meets its group as a collective does (each member publishes its
+   operands' addresses, then a barrier), runs one matmul per rank on the
+   peers' buffers, and meets again, so no peer overwrites an operand that
+   is still being read. With rank j's block of rows, k or columns:
+     gathered rows or columns   C[rows j] = A_j B      C[cols j] = A B_j
+     gathered k                 C = sum over j of A[:, k j] B_j  (or A_j B[k j, :])
+     scattered rows or columns  C = sum over j of A_j[rows me] B_j  (or A_j B_j[:, cols me])
+   Sums over j accumulate into C in rank order, the order the ranks' rows
+   of k (the batch the dot contracts) have in the whole array. bf16 sums in
+   f32 scratch and rounds once, as the dot does. */
+typedef struct {
+    int where;                 /* the distributed axis's group: 1 m, 2 k, 3 n (0: not eligible) */
+    int64_t Bn, Mo, No;        /* batch, and the node's own output rows and columns */
+    int64_t Ma, Ka, Kb, Nb;    /* the operands' own m, k (a and b) and n */
+} tj__cdot_dims;
+/* product of t's dims [lo, hi) */
+static int64_t tj__dims_prod(const tj__type *t, int lo, int hi) {
+    int64_t p = 1;
+    int i;
+    for (i = lo; i < hi; i++) p *= t->dim[i];
+    return p;
+}
+static const char *tj__groups_str(const tj_ctx *c, unsigned m, char *buf, size_t n); /* [13] */
+/* the group of axis ax in operand or output type t, whose groups start at
+   s[0..2] (m, k, n; -1 absent) with lengths len[0..2]: 1 + the group, or 0
+   if ax is a batch axis, absent, or has an axis of size > 1 before it in
+   its group */
+static int tj__cdot_group(const tj__type *t, int ax, const int *s, const int *len) {
+    int p = tj__axis_index(t, ax), gi;
+    for (gi = 0; gi < 3; gi++)
+        if (s[gi] >= 0 && p >= s[gi] && p < s[gi] + len[gi]) return tj__dims_prod(t, s[gi], p) == 1 ? gi + 1 : 0;
+    return 0;
+}
+/* dims of node n (op AG_DOT or DOT_RS, its attributes set) from local
+   types; d->where 0 if the kernel cannot run it */
+static void tj__cdot_shape(const tj_node *n, const tj__type *at, const tj__type *bt, const tj__type *ot, int G, tj__cdot_dims *d) {
+    int nb = n->a.nb, nm = n->a.nm, nk = n->a.nk, nn = n->a.nn, ta = n->a.trans_a, tb = n->a.trans_b;
+    int sa[3], sb[3], so[3], len[3];
+    len[0] = nm, len[1] = nk, len[2] = nn;
+    sa[0] = nb + (ta ? nk : 0), sa[1] = nb + (ta ? 0 : nm), sa[2] = -1;
+    sb[0] = -1, sb[1] = nb + (tb ? nn : 0), sb[2] = nb + (tb ? 0 : nk);
+    so[0] = nb, so[1] = -1, so[2] = nb + nm;
+    memset(d, 0, sizeof *d);
+    d->Bn = tj__dims_prod(ot, 0, nb);
+    d->Mo = tj__dims_prod(ot, nb, nb + nm);
+    d->No = tj__dims_prod(ot, nb + nm, nb + nm + nn);
+    d->Ma = tj__dims_prod(at, sa[0], sa[0] + nm);
+    d->Ka = tj__dims_prod(at, sa[1], sa[1] + nk);
+    d->Kb = tj__dims_prod(bt, sb[1], sb[1] + nk);
+    d->Nb = tj__dims_prod(bt, sb[2], sb[2] + nn);
+    if (n->op == TJ__OP_AG_DOT) d->where = n->a.index == 0 ? tj__cdot_group(at, n->a.axis, sa, len) : tj__cdot_group(bt, n->a.axis, sb, len);
+    else d->where = tj__cdot_group(ot, n->a.axis, so, len);
+    /* the sizes must say the same (a defensive check: the rewrite keeps types) */
+    if (n->op == TJ__OP_AG_DOT) {
+        int ok = d->where == 1 ? d->Ma * G == d->Mo && d->Ka == d->Kb && d->Nb == d->No
+               : d->where == 3 ? d->Nb * G == d->No && d->Ka == d->Kb && d->Ma == d->Mo
+               : d->where == 2 ? (n->a.index == 0 ? d->Ka * G == d->Kb : d->Kb * G == d->Ka) && d->Ma == d->Mo && d->Nb == d->No : 0;
+        if (!ok) d->where = 0;
+    } else {
+        int ok = d->where == 1 ? d->Ma == d->Mo * G && d->Nb == d->No && d->Ka == d->Kb
+               : d->where == 3 ? d->Nb == d->No * G && d->Ma == d->Mo && d->Ka == d->Kb : 0;
+        if (!ok) d->where = 0;
+    }
+    if (d->Bn < 1 || tj__dims_prod(at, 0, nb) != d->Bn || tj__dims_prod(bt, 0, nb) != d->Bn) d->where = 0;
+}
+/* m, n and k of each of the G matmuls */
+static void tj__cdot_mnk(const tj_node *n, const tj__cdot_dims *d, int64_t *m, int64_t *nn, int64_t *kk) {
+    int ag = n->op == TJ__OP_AG_DOT;
+    *m = ag && d->where == 1 ? d->Ma : d->Mo;
+    *nn = ag && d->where == 3 ? d->Nb : d->No;
+    *kk = ag && d->where == 2 ? (n->a.index == 0 ? d->Ka : d->Kb) : d->Ka < d->Kb ? d->Ka : d->Kb;
+}
+/* workspace: bf16's f32 sums of one batch, then the matmul's pack buffers */
+static int64_t tj__cdot_scratch(const tj_node *n) {
+    tj_ctx *c = n->g->ctx;
+    tj__type at = tj__local(c, &n->in[0]->t), bt = tj__local(c, &n->in[1]->t), ot = tj__local(c, &n->t);
+    tj__cdot_dims d;
+    int64_t m, nn, kk;
+    tj__cdot_shape(n, &at, &bt, &ot, tj__mesh_count(c, n->a.mesh), &d);
+    tj__cdot_mnk(n, &d, &m, &nn, &kk);
+    return (n->t.dt == TJ_BF16 ? tj__align(d.Mo * d.No * 4) : 0) + ((double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes());
+}
+static void tj__pr_cdot(const tj_node *n, FILE *f) {
+    char mb[64], gb[256];
+    tj__pr_dot(n, f);
+    fprintf(f, ", %s %s along %s over %s [groups %s, caused by %s]", n->op == TJ__OP_AG_DOT ? (n->a.index ? "gathers b" : "gathers a") : "scatters the result",
+            n->op == TJ__OP_AG_DOT ? "in place" : "summed in the matmul", tj__name(n->g->ctx, n->a.axis), tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb),
+            tj__groups_str(n->g->ctx, n->a.mesh, gb, sizeof gb), n->name ? n->name : "?");
+}
+/* meet the group: phase 0 publishes a and b and fills pa, pb with every
+   rank's; phase 1 waits until every rank is done reading. Nonzero (and
+   k->err) on a timeout or a broken transport. */
+static int tj__cdot_meet(tj__kern *k, int phase, const void *a, const void *b, const void **pa, const void **pb) {
+    tj_ctx *c = k->ctx;
+    tj__chandle *h = (tj__chandle *)tj__group_find(c, k->n->a.mesh, k->dev);
+    char e[600], mb[64];
+    double t0 = tj__now_us();
+    int m, rc = 1;
+    if (!h) snprintf(e, sizeof e, "no device group for these mesh axes (was the program compiled under another mesh?)");
+    else if (h->g->nrem) snprintf(e, sizeof e, "a collective matmul needs every member of its group in this process");
+    else if (h->g->ct->broken[0]) snprintf(e, sizeof e, "the transport is broken: %s", h->g->ct->broken);
+    else {
+        if (phase == 0) {
+            h->g->slot[h->rank].send = a;
+            h->g->slot[h->rank].recv = (void *)b;
+        }
+        rc = tj__cg_barrier(h->g, e, sizeof e);
+        if (!rc && phase == 0)
+            for (m = 0; m < h->g->G; m++) {
+                pa[m] = h->g->slot[m].send;
+                pb[m] = h->g->slot[m].recv;
+            }
+        c->procs->us[k->dev] += tj__now_us() - t0;
+    }
+    if (rc && !k->err[0])
+        snprintf(k->err, TJ__MSG, "%s over %s (caused by %s at %s:%d) on device %d: %s", tj__ops[k->n->op].name, tj__mesh_names(c, k->n->a.mesh, mb, sizeof mb),
+                 k->n->name ? k->n->name : "?", tj__base(k->n->file), k->n->line, k->dev, e);
+    return rc;
+}
+static void tj__k_cdot(tj__kern *k) {
+    tj_node *n = k->n;
+    struct tj__procs *P = k->ctx->procs;
+    int G = tj__mesh_count(k->ctx, n->a.mesh), me = tj__mesh_rank(k->ctx, k->dev, n->a.mesh), j, ws_n = 0;
+    int ag = n->op == TJ__OP_AG_DOT, w = n->a.index, ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16;
+    int64_t m, nn, kk, bi, lda, ldb;
+    size_t es = tj_dtype_size(k->ot.dt);
+    const void *pa[TJ_MAXDEV], *pb[TJ_MAXDEV];
+    tj__cdot_dims d;
+    char *ws = NULL;
+    float *C;
+    tj__cdot_shape(n, k->it[0], k->it[1], &k->ot, G, &d);
+    if (!d.where) { /* the rewrite checked this; only a changed mesh gets here */
+        if (!k->err[0]) snprintf(k->err, TJ__MSG, "%s at %s:%d: the local shapes do not fit the collective matmul", tj__ops[n->op].name, tj__base(n->file), n->line);
+        return;
+    }
+    tj__cdot_mnk(n, &d, &m, &nn, &kk);
+    if (tj__cdot_meet(k, 0, k->in[0], k->in[1], pa, pb)) return;
+    if (k->scratch && (double)m * (double)nn * (double)kk >= TJ__SGEMM_SMALL) {
+        ws = (char *)k->scratch + (bf16 ? tj__align(d.Mo * d.No * 4) : 0);
+        ws_n = n->pack_slots;
+    }
+    lda = ta ? d.Ma : d.Ka; /* every rank's operand has the same local shape */
+    ldb = tb ? d.Kb : d.Nb;
+    for (bi = 0; bi < d.Bn; bi++) {
+        C = bf16 ? (float *)k->scratch : (float *)k->out + bi * d.Mo * d.No;
+        for (j = 0; j < G; j++) {
+            /* rank j's operands (the node's own where nothing is gathered) at batch bi */
+            const char *A = (const char *)(ag && w == 1 ? k->in[0] : pa[j]) + (size_t)(bi * d.Ma * d.Ka) * es;
+            const char *B = (const char *)(ag && w == 0 ? k->in[1] : pb[j]) + (size_t)(bi * d.Kb * d.Nb) * es;
+            float *Cj = C;
+            int acc = j > 0;
+            if (ag && d.where == 1) Cj += (int64_t)j * d.Ma * d.No, acc = 0;     /* rows j   */
+            else if (ag && d.where == 3) Cj += (int64_t)j * d.Nb, acc = 0;        /* cols j   */
+            else if (ag && w == 0) B += (size_t)(tb ? j * kk : j * kk * d.Nb) * es; /* k block j of b */
+            else if (ag) A += (size_t)(ta ? j * kk * d.Ma : j * kk) * es;        /* k block j of a */
+            else if (d.where == 1) A += (size_t)(ta ? me * d.Mo : me * d.Mo * d.Ka) * es; /* my rows of a_j */
+            else B += (size_t)(tb ? me * d.No * d.Kb : me * d.No) * es;          /* my cols of b_j */
+            tj__gemm_ws(bf16, ta, tb, (int)m, (int)nn, (int)kk, A, (int)lda, B, (int)ldb, Cj, (int)d.No, acc, k->nthreads, ws, ws_n);
+        }
+        if (bf16) tj__f32_to_bf16_n(C, (uint16_t *)k->out + bi * d.Mo * d.No, d.Mo * d.No);
+    }
+    tj__cdot_meet(k, 1, NULL, NULL, NULL, NULL);
+    if (P) { /* counted as the collective it replaces */
+        P->ncoll[k->dev]++;
+        P->sent[k->dev] += (G - 1) * (ag ? tj__bytes(k->it[w]) : tj__bytes(&k->ot));
+    }
+}
+/* is the collective matmul on for programs compiled now */
+static int tj__coll_matmul_on(const tj_ctx *c) {
+    const struct tj__procs *P = c->procs;
+    return c->ndev > 1 && !c->backend && !c->no_coll_matmul && !getenv("TJ_NO_COLL_MATMUL") && (!P || (P->nprocs <= 1 && P->t && P->t->all_gather == tj__ct_all_gather));
+}
+/* may n (a dot) with the collective x's attributes become op */
+static int tj__cdot_fits(tj_prog *p, tj_node *n, const tj_node *x, int op, int w) {
+    tj_node t = *n;
+    tj__type at, bt, ot;
+    tj__cdot_dims d;
+    if ((n->t.dt != TJ_F32 && n->t.dt != TJ_BF16) || n->space != TJ_SPACE_DEVICE || x->space != TJ_SPACE_DEVICE || x->in[0]->space != TJ_SPACE_DEVICE) return 0;
+    t.op = op;
+    t.a.index = w;
+    t.a.axis = x->a.axis;
+    t.a.mesh = x->a.mesh;
+    at = tj__local(p->ctx, op == TJ__OP_AG_DOT && w == 0 ? &x->in[0]->t : &n->in[0]->t);
+    bt = tj__local(p->ctx, op == TJ__OP_AG_DOT && w == 1 ? &x->in[0]->t : &n->in[1]->t);
+    ot = tj__local(p->ctx, op == TJ__OP_DOT_RS ? &x->t : &n->t);
+    tj__cdot_shape(&t, &at, &bt, &ot, tj__mesh_count(p->ctx, x->a.mesh), &d);
+    return d.where != 0;
+}
+static tj_status tj__coll_matmul(tj_prog *p) {
+    tj_graph *g = p->g;
+    int i, j, w;
+    if (!tj__coll_matmul_on(p->ctx)) return TJ_OK;
+    /* uses of each node (in ->live, which the schedule sets afresh): its
+       consumers', the outputs, and values the bodies capture */
+    for (i = 0; i < g->n; i++) g->nodes[i]->live = 0;
+    for (i = 0; i < g->n; i++) {
+        tj_node *n = g->nodes[i];
+        for (j = 0; j < n->nin; j++) n->in[j]->live++;
+        for (j = 0; n->sub && j < n->sub->ncap; j++) n->sub->cap_outer[j]->live++;
+    }
+    for (i = 0; i < p->nout; i++) p->outs[i]->live++;
+    for (i = 0; i < g->n; i++) {
+        tj_node *n = g->nodes[i], *x;
+        if (n->op == TJ__OP_REDUCE_SCATTER && (x = n->in[0])->op == TJ__OP_DOT && x->live == 1 && tj__cdot_fits(p, x, n, TJ__OP_DOT_RS, 0)) {
+            tj_node **in = (tj_node **)TJ_REALLOC(n->in, 2 * sizeof *in);
+            tj__attr a = x->a;
+            if (!in) {
+                tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory", p->name);
+                return TJ_ERR_OOM;
+            }
+            a.axis = n->a.axis;
+            a.mesh = n->a.mesh;
+            a.index = 0;
+            n->in = in;
+            n->nin = 2;
+            n->in[0] = x->in[0];
+            n->in[1] = x->in[1];
+            n->a = a;
+            n->op = TJ__OP_DOT_RS;
+            x->live = 0;
+            continue;
+        }
+        for (w = 0; n->op == TJ__OP_DOT && w < 2; w++)
+            if ((x = n->in[w])->op == TJ__OP_ALL_GATHER && tj__cdot_fits(p, n, x, TJ__OP_AG_DOT, w)) {
+                x->live--;
+                if (!n->name && x->name && !(n->name = tj__strdup(x->name))) {
+                    tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory", p->name);
+                    return TJ_ERR_OOM;
+                }
+                n->in[w] = x->in[0];
+                n->a.index = w;
+                n->a.axis = x->a.axis;
+                n->a.mesh = x->a.mesh;
+                n->op = TJ__OP_AG_DOT;
+            }
+    }
+    return TJ_OK;
+}
+
 /* ---- the per-run record: profiling events, pending copies of each device ----
    One per tj_run, shared by the device threads; each device touches only
    its own rows, so no locks. */
@@ -13621,6 +13899,7 @@ static tj_status tj__compile_bodies(tj_prog *p) {
     }
     return TJ_OK;
 }
+static tj_status tj__coll_matmul(tj_prog *p); /* [11] transports */
 static tj_status tj__compile(tj_prog *p) {
     tj_status st = TJ_OK;
     if (!getenv("TJ_NO_INLINE")) { /* regions run in the enclosing program (see [9]) */
@@ -13630,7 +13909,8 @@ static tj_status tj__compile(tj_prog *p) {
         }
         if (tj__own_outputs(p->g, p->outs, p->nout, 0)) return p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
     }
-    st = tj__schedule(p);
+    st = tj__coll_matmul(p);
+    if (!st) st = tj__schedule(p);
     if (!st) st = tj__compile_bodies(p);
     if (!st) st = tj__plan(p);
     return st;
@@ -14143,9 +14423,15 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, 
             if (rows && *n < max) {
                 tj_collective *r = &rows[*n];
                 memset(r, 0, sizeof *r);
-                snprintf(r->kind, sizeof r->kind, "%s", tj__ops[x->op].name);
+                int G = tj__mesh_count(p->ctx, x->a.mesh);
+                snprintf(r->kind, sizeof r->kind, "%s", x->op == TJ__OP_AG_DOT ? "all_gather" : x->op == TJ__OP_DOT_RS ? "reduce_scatter" : tj__ops[x->op].name);
                 tj__mesh_names(p->ctx, x->a.mesh, r->axes, sizeof r->axes);
-                r->bytes = x->op == TJ__OP_ALL_GATHER ? tj__lbytes(p->ctx, &x->t) : x->op == TJ__OP_SHARD_SLICE ? 0 : tj__lbytes(p->ctx, &x->in[0]->t);
+                r->bytes = x->op == TJ__OP_ALL_GATHER ? tj__lbytes(p->ctx, &x->t)
+                         : x->op == TJ__OP_SHARD_SLICE ? 0
+                         : x->op == TJ__OP_AG_DOT ? G * tj__lbytes(p->ctx, &x->in[x->a.index]->t) /* the operand it gathers */
+                         : x->op == TJ__OP_DOT_RS ? G * tj__lbytes(p->ctx, &x->t)                 /* the whole product it sums */
+                                                  : tj__lbytes(p->ctx, &x->in[0]->t);
+                r->in_dot = x->op == TJ__OP_AG_DOT || x->op == TJ__OP_DOT_RS;
                 r->calls = calls;
                 r->backward = bwd || x->pass > 0;
                 snprintf(r->cause, sizeof r->cause, "%s", x->name ? x->name : "?");

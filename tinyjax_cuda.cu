@@ -3702,7 +3702,7 @@ static int tjc_ppermute(tjc_state *s, tj__kern *k) {
    (tjc_path returns 0), which tj_cuda_op_coverage lists and
    `test_cuda --coverage` (no GPU needed, run by build.sh) fails on. */
 typedef int (*tjc_launch_fn)(tjc_state *s, tj__kern *k);
-enum { TJC_NONE = 0, TJC_KERNEL, TJC_RUNNER, TJC_VIEW, TJC_GAP };
+enum { TJC_NONE = 0, TJC_KERNEL, TJC_RUNNER, TJC_VIEW, TJC_GAP, TJC_CPU_ONLY };
 
 /* tj__k_axis_index: this device's rank along the mesh axes */
 static int tjc_axis_index(tjc_state *s, tj__kern *k) {
@@ -3732,7 +3732,7 @@ static int tjc_custom_vjp(tjc_state *s, tj__kern *k) {
     return 0;
 }
 /* the kind of CUDA path op has; *fn its launcher (TJC_KERNEL), *why the
-   reason (TJC_GAP) */
+   reason (TJC_GAP, TJC_CPU_ONLY) */
 static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
     *fn = NULL;
     *why = NULL;
@@ -3777,6 +3777,10 @@ static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
     case TJ__OP_REDUCE_SCATTER: TJC_K(tjc_reduce_scatter);
     case TJ__OP_ALL_TO_ALL: TJC_K(tjc_all_to_all);
     case TJ__OP_PPERMUTE: TJC_K(tjc_ppermute);
+    /* a dot and its collective in one node: tj_jit makes them only for the CPU backend (tj__coll_matmul_on) */
+    case TJ__OP_AG_DOT: case TJ__OP_DOT_RS:
+        *why = "never made for a backend (the collective matmul of simulated devices on the CPU; a backend gets the dot and the collective)";
+        return TJC_CPU_ONLY;
     }
 #undef TJC_K
     return TJC_NONE;
@@ -3794,7 +3798,7 @@ extern "C" int tj_cuda_op_coverage(char *buf, size_t n, int *gaps) {
         tjc_launch_fn fn;
         const char *why, *how;
         int kind = tjc_path(op, &fn, &why);
-        how = kind == TJC_KERNEL ? "kernel" : kind == TJC_RUNNER ? "runner" : kind == TJC_VIEW ? "view (no work)" : kind == TJC_GAP ? why : "NO CUDA PATH";
+        how = kind == TJC_KERNEL ? "kernel" : kind == TJC_RUNNER ? "runner" : kind == TJC_VIEW ? "view (no work)" : kind == TJC_GAP || kind == TJC_CPU_ONLY ? why : "NO CUDA PATH";
         missing += kind == TJC_NONE || (kind == TJC_KERNEL && !fn);
         g += kind == TJC_GAP;
         if (buf && at < n) {
@@ -3827,7 +3831,7 @@ static int tjc_run(tj_backend *b, tj__kern *k) {
     if (kind == TJC_KERNEL && fn) return fn(s, k);
     if (kind == TJC_VIEW) return 0;
     if (kind == TJC_RUNNER) return tjc_fail(k, "the runner runs this op itself (tj__k_scan / tj__k_memcpy); it should not reach the backend");
-    if (kind == TJC_GAP) return tjc_fail(k, "%s", why);
+    if (kind == TJC_GAP || kind == TJC_CPU_ONLY) return tjc_fail(k, "%s", why);
     return tjc_unsupported(k);
 }
 

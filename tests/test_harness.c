@@ -435,6 +435,11 @@ TJ__REDUCE_OPS(HX_RBUILD)
 #undef HX_RBUILD
 BUILD(dot, tj_dot(X0, X1, "k"))
 BUILD(dot_batch, tj_dot(X0, X1, "k"))
+/* FSDP's pair: b split along the contracted k where a is split along p on
+   the same mesh axis, so the dot gathers b, and b's gradient (a sum over
+   p) is reduce-scattered back along k: on simulated devices, one
+   all_gather_dot and one dot_scatter (tj_set_collective_matmul) */
+BUILD(dot_fsdp, tj_dot(tj_shard_by_rules(X0, "p:data"), tj_shard_by_rules(X1, "k:data"), "k"))
 BUILD(transpose, tj_transpose(X0, "q p"))
 static tj_v b_broadcast(tj_graph *g, const tj_v *x, const hx_cfg *c) {
     char sh[256], sh2[300];
@@ -656,6 +661,8 @@ static const hx_row rows[] = {
 #undef HX_RROW
     ROW("dot", "dot", b_dot, 2, "p=4 k=8", "k=8 q=4", "ff", 3, "p q"),
     ROW("dot_batch", "dot", b_dot_batch, 2, "p=4 k=8", "p=4 k=8 r=4", "ff", 3, "p r"),
+    ROW("dot_fsdp", "all_gather_dot dot_scatter", b_dot_fsdp, 2, "p=4 k=8", "k=8 q=4", "ff", 3, "p q",
+        .via = "a dot of an all_gather, a reduce_scatter of a dot: f32 on simulated devices (the collective matmul)", .smap_err = "not inside tj_shard_map"),
     UN(transpose, "relayout", PQ),
     UN(broadcast, "relayout", PQ),
     UN(rename, "reshape", "p"),

@@ -904,6 +904,9 @@ static void single_process(void) {
 int main(int argc, char **argv) {
     const char *cs = NULL, *path = "";
     int devices = 4, i;
+    /* the bit-for-bit comparisons with 1 process x N threads: the threads
+       side runs the separate collectives too (tj_set_collective_matmul) */
+    setenv("TJ_NO_COLL_MATMUL", "1", 1);
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--case") && i + 1 < argc) cs = argv[++i];
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) devices = atoi(argv[++i]);

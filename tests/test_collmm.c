@@ -1,0 +1,188 @@
+/* Collective matmul (tj_set_collective_matmul): on simulated devices a dot
+   of an all_gather becomes all_gather_dot and a reduce_scatter of a dot
+   becomes dot_scatter. Each program below puts the collective in another
+   place of the dot (the gathered operand a or b, along rows, k or
+   columns; the scattered result along rows or columns; transposed
+   layouts, batch axes, a scan body), and is compared, in f32 and bf16, on
+   two meshes, with the same program on one device and with the rewrite
+   off: the values, the collectives it reports (the same list, with in_dot
+   set) and the memory plan (never larger). */
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
+#include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
+#include "tj_test.h"
+
+typedef struct {
+    const char *name;
+    const char *x, *w;     /* shapes */
+    const char *spec;      /* tj_filter_shard of the inputs */
+    const char *contract;  /* the dot's axes */
+    int w_first;           /* dot(w, x) instead of dot(x, w) */
+    const char *x_rules;   /* constraint on x before the dot, or NULL */
+    int scan;              /* w has a leading layer axis: a scan over it */
+} cm_case;
+
+static const cm_case cases[] = {
+    {"fsdp: b gathered along k, its gradient scattered along rows", "batch=8 embed=16", "embed=16 mlp=12", "batch:data embed:data", "embed", 0, NULL, 0},
+    {"fsdp, operands swapped: a gathered along k", "batch=8 embed=16", "embed=16 mlp=12", "batch:data embed:data", "embed", 1, NULL, 0},
+    {"b gathered along columns, its gradient scattered along columns", "batch=8 embed=16", "embed=16 mlp=12", "batch:data mlp:data", "embed", 0, NULL, 0},
+    {"a gathered along rows (x made whole first)", "batch=8 embed=16", "embed=16 mlp=12", "batch:data", "embed", 0, "", 0},
+    {"transposed b (mlp, embed), gathered along k", "batch=8 embed=16", "mlp=12 embed=16", "batch:data embed:data", "embed", 0, NULL, 0},
+    {"a batch axis (heads)", "heads=2 batch=8 embed=16", "heads=2 embed=16 mlp=4", "batch:data embed:data", "embed", 0, NULL, 0},
+    {"two contracted axes, the outer one split", "batch=8 heads=4 hd=4", "heads=4 hd=4 embed=8", "batch:data heads:data", "heads hd", 0, NULL, 0},
+    {"in a scan body, the layers' weights split along k", "batch=8 embed=16", "layer=3 embed=16 embed2=16", "batch:data embed:data", "embed", 0, NULL, 1},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+static const cm_case *cur;
+static tj_v cm_dot(tj_v x, tj_v w) {
+    if (cur->x_rules) x = tj_shard_by_rules(x, cur->x_rules);
+    return cur->w_first ? tj_dot(w, x, cur->contract) : tj_dot(x, w, cur->contract);
+}
+static void cm_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *u) {
+    (void)g; (void)y; (void)u;
+    carry_out[0] = tj_rename(tj_tanh(cm_dot(carry[0], xs[0])), "embed2", "embed");
+}
+static void cm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), y, loss, wrt[2], gr[2];
+    char axes[128];
+    int i, k;
+    (void)g; (void)u;
+    if (cur->scan) tj_scan(cm_body, NULL, "layer", 1, &x, 1, &w, 0, &y, NULL, NULL);
+    else y = cm_dot(x, w);
+    y = tj_cast(y, TJ_F32);
+    for (i = 0, k = 0, axes[0] = 0; i < tj_v_rank(y); i++) k += snprintf(axes + k, sizeof axes - (size_t)k, "%s%s", i ? " " : "", tj_v_axis(y, i));
+    loss = tj_sum(tj_mul(y, tj_tanh(y)), axes); /* a cotangent that varies */
+    wrt[0] = x;
+    wrt[1] = w;
+    tj_grad(loss, 2, wrt, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "y", y);
+    tj_tree_set_v(out, "gx", gr[0]);
+    tj_tree_set_v(out, "gw", gr[1]);
+}
+
+typedef struct {
+    tjt_outs o;
+    tj_collective col[64];
+    int ncol, in_dot;
+    int64_t peak;
+    int has_ag_dot, has_dot_rs; /* in the program text */
+} cm_result;
+
+static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int on, cm_result *r) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p = NULL;
+    int ok = 1, i;
+    memset(r, 0, sizeof *r);
+    cur = c;
+    tj_set_devices(ctx, ndev);
+    if (mesh) tj_set_mesh(ctx, mesh);
+    tj_set_collective_matmul(ctx, on);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, dt, c->x, 1, -1, 1));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, dt, c->w, 2, -0.4, 0.4));
+    if (mesh && tj_filter_shard(in, c->spec)) ok = 0;
+    if (ok) p = tj_jit(ctx, "collmm", cm_fn, NULL, in, NULL);
+    if (!p || tj_run(p, in, out)) {
+        fprintf(stderr, "%s on %s: %s\n", c->name, mesh ? mesh : "one device", tj_error(ctx));
+        ok = 0;
+    }
+    if (ok) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        tjt_outs_read(&r->o, out);
+        r->ncol = tj_prog_collectives(p, r->col, 64);
+        for (i = 0; i < r->ncol && i < 64; i++) r->in_dot += r->col[i].in_dot;
+        r->peak = tj_prog_memory(p).peak_bytes;
+        if (getenv("CM_PRINT")) tj_prog_print(p, stdout);
+        if (f) {
+            tj_prog_print(p, f);
+            fclose(f);
+            r->has_ag_dot = text && strstr(text, "all_gather_dot") != NULL;
+            r->has_dot_rs = text && strstr(text, "dot_scatter") != NULL;
+            free(text);
+        }
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+    return ok;
+}
+
+/* row r of x has a row like it in y (kind, mesh axes, bytes, calls; forward
+   or backward and the source line too unless either runs in a dot: an
+   all_gather that a forward and a backward dot read becomes one
+   all_gather_dot each, at the dot's line) */
+static int has_row(const tj_collective *r, const cm_result *y) {
+    int j;
+    for (j = 0; j < y->ncol && j < 64; j++) {
+        const tj_collective *s = &y->col[j];
+        if (!strcmp(r->kind, s->kind) && !strcmp(r->axes, s->axes) && r->bytes == s->bytes && r->calls == s->calls &&
+            (r->in_dot || s->in_dot || (r->backward == s->backward && r->line == s->line)))
+            return 1;
+    }
+    return 0;
+}
+/* the rewrite changes where the collectives run, not what they move: each
+   row of either report has one like it in the other, and off's rows all
+   have in_dot 0 */
+static int same_collectives(const cm_result *off, const cm_result *on) {
+    int i;
+    for (i = 0; i < off->ncol && i < 64; i++)
+        if (off->col[i].in_dot || !has_row(&off->col[i], on)) return 0;
+    for (i = 0; i < on->ncol && i < 64; i++)
+        if (!has_row(&on->col[i], off)) return 0;
+    return 1;
+}
+
+int main(void) {
+    static const struct { int ndev; const char *mesh; } meshes[] = {{4, "data=4"}, {8, "data=4 model=2"}};
+    int ci, mi, di, ag = 0, rs = 0;
+    tjt_current = "collective matmul";
+    for (ci = 0; ci < NCASES; ci++)
+        for (di = 0; di < 2; di++) {
+            if (getenv("CM_CASE") && atoi(getenv("CM_CASE")) != ci) continue;
+            tj_dtype dt = di ? TJ_BF16 : TJ_F32;
+            double tol = di ? 3e-2 : 2e-6;
+            cm_result ref;
+            if (!cm_run(&cases[ci], 1, NULL, dt, 1, &ref)) {
+                TJT_CHECK(0, "%s: one device failed", cases[ci].name);
+                continue;
+            }
+            for (mi = 0; mi < 2; mi++) {
+                cm_result on, off;
+                char what[256];
+                snprintf(what, sizeof what, "%s (%s, mesh %s)", cases[ci].name, di ? "bf16" : "f32", meshes[mi].mesh);
+                if (!cm_run(&cases[ci], meshes[mi].ndev, meshes[mi].mesh, dt, 1, &on) || !cm_run(&cases[ci], meshes[mi].ndev, meshes[mi].mesh, dt, 0, &off)) {
+                    TJT_CHECK(0, "%s failed", what);
+                    continue;
+                }
+                TJT_CHECK(on.in_dot > 0 && (on.has_ag_dot || on.has_dot_rs), "%s: no collective ran inside its dot", what);
+                TJT_CHECK(!off.in_dot && !off.has_ag_dot && !off.has_dot_rs, "%s: tj_set_collective_matmul(ctx, 0) did not turn it off", what);
+                TJT_CHECK(same_collectives(&off, &on), "%s: the collectives reported differ (%d without, %d with)", what, off.ncol, on.ncol);
+                TJT_CHECK(on.peak <= off.peak, "%s: the memory plan grew (%lld B, %lld B without)", what, (long long)on.peak, (long long)off.peak);
+                tjt_outs_compare(what, &ref.o, &on.o, tol);
+                tjt_outs_compare(what, &off.o, &on.o, tol);
+                ag += on.has_ag_dot;
+                rs += on.has_dot_rs;
+                tjt_outs_free(&on.o);
+                tjt_outs_free(&off.o);
+            }
+            tjt_outs_free(&ref.o);
+        }
+    TJT_CHECK(ag > 0 && rs > 0, "all_gather_dot in %d programs, dot_scatter in %d", ag, rs);
+    printf("collective matmul: %d cases x f32, bf16 x 2 meshes: all_gather_dot in %d programs, dot_scatter in %d\n", NCASES, ag, rs);
+
+    /* f64 (and any program with one device) keeps the separate collectives */
+    {
+        cm_result r;
+        if (cm_run(&cases[0], 4, "data=4", TJ_F64, 1, &r)) {
+            TJT_CHECK(!r.in_dot, "f64: a collective ran inside a dot (the rewrite is for f32 and bf16)");
+            tjt_outs_free(&r.o);
+        } else TJT_CHECK(0, "f64 program failed");
+    }
+    tj_set_collective_matmul(NULL, 1); /* no context: nothing happens */
+    return tjt_finish();
+}
