@@ -3565,10 +3565,25 @@ static int tj__sh_reshape(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
     return tj__sh_fit(&in[0], want, op, file, line);
 }
 /* take(table, idx): the indexed axis of the table stays whole; the
-   indices' axes sit inside the output and take its sharding. */
+   indices' axes sit inside the output and take its sharding. Where they
+   and a kept axis of the table use the same mesh axis, the axis that comes
+   first in the output would win: usually an index axis, so the table
+   would be gathered along its kept axis. When the table is larger than
+   the output (an embedding: a few rows of a big table), the table's axes
+   win instead, and the indices (and the rows taken) are what moves. */
 static int tj__sh_take(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    unsigned kept = 0;
+    int i, k;
     (void)g;
     tj__sh_follow(t, nin, in, at, 1, 0);
+    if (tj__bytes(&in[0]->t) > tj__bytes(t)) {
+        for (i = 0; i < t->rank; i++)
+            if ((k = tj__axis_index(&in[0]->t, t->ax[i])) >= 0) kept |= in[0]->t.sh[k];
+        for (i = 0; i < t->rank; i++) {
+            k = tj__axis_index(&in[0]->t, t->ax[i]);
+            t->sh[i] = k >= 0 ? in[0]->t.sh[k] : t->sh[i] & ~kept;
+        }
+    }
     return tj__sh_fit_all(t, nin, in, op, file, line);
 }
 /* scatter_add(upd, idx) into a table: the table's axes follow the update;
