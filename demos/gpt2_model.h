@@ -50,10 +50,14 @@
 
 /* ---------------------------------------------------------------- config */
 
-/* REMAT_AUTO is the driver's choice before tracing: everything when the
-   step fits memory_budget, else block_out (gpt2_train.c) */
-enum { REMAT_BLOCK_OUT = 0, REMAT_NOTHING, REMAT_DOTS, REMAT_EVERYTHING, REMAT_OFFLOAD, REMAT_AUTO, NREMAT };
-GPT2_UNUSED static const char *remat_names[] = {"block_out", "nothing", "dots", "everything", "offload", "auto"};
+/* REMAT_AUTO is the driver's choice before tracing: everything (regather
+   on simulated devices) when the step fits memory_budget, else block_out
+   (gpt2_train.c). REMAT_REGATHER saves everything but the all-gathered
+   weights, which the backward pass gathers again: on simulated devices
+   each dot then reads the shards in place (tj_set_collective_matmul), so
+   the gathered copies kept for the backward pass would be pure cost. */
+enum { REMAT_BLOCK_OUT = 0, REMAT_NOTHING, REMAT_DOTS, REMAT_EVERYTHING, REMAT_OFFLOAD, REMAT_REGATHER, REMAT_AUTO, NREMAT };
+GPT2_UNUSED static const char *remat_names[] = {"block_out", "nothing", "dots", "everything", "offload", "regather", "auto"};
 
 typedef struct {
     int V;          /* vocab (padded)                                 */
@@ -257,6 +261,11 @@ static tj_v gpt2_mask_padded(const gpt2_config *c, tj_v logits) {
     return tj_select(tj_lt(col, tj_scalar(g, TJ_I32, c->V_real)), logits, tj_scalar(g, tj_v_dtype(logits), GPT2_PAD_LOGIT));
 }
 
+/* REMAT_REGATHER's policy: save every residual but an all_gather's output */
+static tj_decision gpt2_regather(const char *op, const char *name, const char *shape, void *u) {
+    (void)name; (void)shape; (void)u;
+    return strcmp(op, "all_gather") ? TJ_SAVE : TJ_RECOMPUTE;
+}
 /* logits (batch, pos, vocab) in f32 from a tree of parameter values named
    as in gpt2_params (already in the compute dtype) and tokens (batch, pos) */
 static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
@@ -268,6 +277,7 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
     case REMAT_NOTHING: pol = tj_nothing_saveable(); break;
     case REMAT_DOTS: pol = tj_dots_saveable(); break;
     case REMAT_EVERYTHING: pol = tj_everything_saveable(); break;
+    case REMAT_REGATHER: pol = tj_policy_from_fn(gpt2_regather, NULL); break;
     case REMAT_OFFLOAD: pol = tj_save_and_offload_only_these_names("", "block_out"); break;
     default: pol = tj_save_only_these_names("block_out"); break;
     }

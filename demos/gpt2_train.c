@@ -121,7 +121,7 @@ typedef struct {
     float last_gnorm;
     const char *auto_note; /* --remat auto: what it chose and why        */
     double auto_budget;    /* --remat auto: the budget, bytes per device */
-    double auto_peak;      /* --remat auto: everything's planned peak     */
+    double auto_peak;      /* --remat auto: its first choice's planned peak */
     double init_ms, compile_ms; /* start-up: the init program (compile + run), the step and eval compiles */
 } gpt2_trainer;
 
@@ -249,15 +249,21 @@ static int gpt2_trainer_init_at(gpt2_trainer *tr, const gpt2_config *cfg, int de
         /* a GPU holds this process's devices; the CPU's memory is the machine's */
         int here = backend ? devices / tj_process_count(tr->ctx) : devices;
         double budget = tr->cfg.memory_budget > 0 ? tr->cfg.memory_budget : gpt2_default_budget(backend, here);
-        tr->cfg.remat = REMAT_EVERYTHING;
+        /* simulated devices on the CPU: gathering again costs no copy (the
+           collective matmul), keeping the gathered weights does */
+        int regather = devices > 1 && !backend && tj_process_count(tr->ctx) == 1;
+        tr->cfg.remat = regather ? REMAT_REGATHER : REMAT_EVERYTHING;
         tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
         if (tr->step) tr->auto_peak = (double)tj_prog_memory(tr->step).peak_bytes;
         if (tr->step && tr->auto_peak > budget) {
-            tr->auto_note = "block_out: saving everything needs more than the budget";
+            tr->auto_note = regather ? "block_out: saving everything but the gathered weights needs more than the budget" : "block_out: saving everything needs more than the budget";
             tj_prog_free(tr->step);
             tr->cfg.remat = REMAT_BLOCK_OUT;
             tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
-        } else tr->auto_note = "everything: the step fits the budget";
+        } else
+            tr->auto_note = regather ? "regather: the step fits the budget; everything but the all-gathered weights, which the backward pass's dots read "
+                                       "in place again (simulated devices)"
+                                     : "everything: the step fits the budget";
         tr->auto_budget = budget;
     } else tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
     if (!tr->step) { free(zeros); return gpt2_fail(tr, "jit train step"); }
@@ -943,9 +949,12 @@ static void usage(void) {
         "                      one parameter-sized buffer, but a program K times as long\n"
         "  --bf16              compute in bf16 (params, optimizer state and loss stay f32)\n"
         "  --remat P           what the backward pass keeps of each block: auto (default:\n"
-        "                      everything when the step fits --memory-budget, else block_out),\n"
+        "                      everything when the step fits --memory-budget, else block_out;\n"
+        "                      regather instead of everything on simulated devices),\n"
         "                      block_out (only block outputs, the rest recomputed), nothing,\n"
-        "                      dots, everything, offload (block outputs offloaded to host memory)\n"
+        "                      dots, everything, offload (block outputs offloaded to host memory),\n"
+        "                      regather (everything but the all-gathered weights: the backward\n"
+        "                      pass gathers them again)\n"
         "  --memory-budget MB  --remat auto's limit on the step's planned peak per device\n"
         "                      (default: half this machine's memory shared by the devices;\n"
         "                      with --cuda 80%% of the GPU's)\n"
@@ -1357,7 +1366,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--remat")) {
             int k, found = -1;
             for (k = 0; k < NREMAT; k++) if (!strcmp(v, remat_names[k])) found = k;
-            if (found < 0) { fprintf(stderr, "gpt2_train: --remat: \"%s\" is not one of auto, block_out, nothing, dots, everything, offload\n", v); return 1; }
+            if (found < 0) { fprintf(stderr, "gpt2_train: --remat: \"%s\" is not one of auto, block_out, nothing, dots, everything, offload, regather\n", v); return 1; }
             a->cfg.remat = found;
         }
         else if (!strcmp(f, "--memory-budget")) {
@@ -1582,7 +1591,7 @@ static int run_bench(gpt2_args *a) {
            tr.init_ms, tr.compile_ms, tj_prog_flops(tr.step) * 1e-9, plan.temp_bytes / 1e6, plan.peak_bytes / 1e6);
     printf("figure: init; %.0f; 500; ms\nfigure: compile; %.0f; 200; ms\n", tr.init_ms, tr.compile_ms);
     if (tr.auto_note)
-        printf("bench: remat auto: %s (saving everything: planned peak %.0f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
+        printf("bench: remat auto: %s (planned peak %.0f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
                tr.auto_budget / 1e6);
     x = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     y = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
@@ -2081,7 +2090,7 @@ static int gpt2_main(int argc, char **argv) {
         printf("model: %lld params (L=%d H=%d C=%d T=%d V=%d), batch %d%s, %s compute, remat %s\n", (long long)gpt2_num_params(&tr.cfg), tr.cfg.L,
                tr.cfg.H, tr.cfg.C, tr.cfg.T, tr.cfg.V, tr.cfg.accum * tr.cfg.B, accum, tr.cfg.bf16 ? "bf16" : "f32", remat_names[tr.cfg.remat]);
         if (tr.auto_note)
-            printf("remat auto: %s (saving everything: planned peak %.2f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
+            printf("remat auto: %s (planned peak %.2f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
                    tr.auto_budget / 1e6);
         if (nprocs > 1) printf("processes: %d (transport %s), %d devices each; process 0 prints and writes files\n", nprocs, tj_transport_name(tr.ctx), a.devices / nprocs);
         printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
