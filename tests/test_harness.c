@@ -91,6 +91,8 @@ struct hx_row {
     const char *smap_err; /* inside tj_shard_map this is an error by design: its message */
     int coll;           /* explicit collective: builds its own shard_map     */
     int nofd;           /* no finite-difference check (stop_gradient)        */
+    int cpu_only;       /* its ops are made for the CPU backend alone: under
+                           TJ_BACKEND=devsim they never appear               */
     double fd_h, fd_tol;
 };
 
@@ -662,7 +664,8 @@ static const hx_row rows[] = {
     ROW("dot", "dot", b_dot, 2, "p=4 k=8", "k=8 q=4", "ff", 3, "p q"),
     ROW("dot_batch", "dot", b_dot_batch, 2, "p=4 k=8", "p=4 k=8 r=4", "ff", 3, "p r"),
     ROW("dot_fsdp", "all_gather_dot dot_scatter", b_dot_fsdp, 2, "p=4 k=8", "k=8 q=4", "ff", 3, "p q",
-        .via = "a dot of an all_gather, a reduce_scatter of a dot: f32 on simulated devices (the collective matmul)", .smap_err = "not inside tj_shard_map"),
+        .via = "a dot of an all_gather, a reduce_scatter of a dot: f32 on simulated devices (the collective matmul)", .smap_err = "not inside tj_shard_map",
+        .cpu_only = 1),
     UN(transpose, "relayout", PQ),
     UN(broadcast, "relayout", PQ),
     UN(rename, "reshape", "p"),
@@ -1425,11 +1428,17 @@ int main(int argc, char **argv) {
 
     if (!filtered) {
         tjt_current = "coverage";
+        int backend = getenv("TJ_BACKEND") && strcmp(getenv("TJ_BACKEND"), "cpu");
         for (op = 0; op < tjt_nops(); op++) {
             const char *via = "";
+            int cpu_only = 0;
             for (ri = 0; ri < NROWS; ri++)
-                if (row_claims(&rows[ri], tjt_opname(op)) && rows[ri].via && *rows[ri].via) via = rows[ri].via;
-            TJT_CHECK(seen[op], "op '%s' never appeared in a compiled program (its row says: %s)", tjt_opname(op), via);
+                if (row_claims(&rows[ri], tjt_opname(op))) {
+                    if (rows[ri].via && *rows[ri].via) via = rows[ri].via;
+                    cpu_only |= rows[ri].cpu_only;
+                }
+            if (backend && cpu_only) TJT_CHECK(!seen[op], "op '%s' appeared in a program for a backend (its row says: %s)", tjt_opname(op), via);
+            else TJT_CHECK(seen[op], "op '%s' never appeared in a compiled program (its row says: %s)", tjt_opname(op), via);
             if (verbose && seen[op]) printf("  op %-18s first seen in %s\n", tjt_opname(op), seen_where[op]);
         }
     }

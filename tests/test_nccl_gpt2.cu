@@ -264,6 +264,10 @@ int main(int argc, char **argv) {
     cudaError_t ce;
     cpu_mode = (e = getenv("TJ_NCCL_TEST_CPU")) != NULL && atoi(e) > 0;
     use_mpirun = cpu_mode || ((e = getenv("TJ_NCCL_TEST_MPIRUN")) != NULL && atoi(e) > 0);
+    /* bit for bit against simulated devices: on the CPU these would run a
+       dot and its collective as one node (tj_set_collective_matmul), which
+       sums in another order than the processes' separate collectives */
+    if (cpu_mode) setenv("TJ_NO_COLL_MATMUL", "1", 1);
     port = 21000 + (int)(getpid() % 20000);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
