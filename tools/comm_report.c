@@ -84,6 +84,7 @@ static int report(const layout *lo, int N, int seqs, int bf16, double mfu) {
     if (M > 1) snprintf(mesh, sizeof mesh, "data=%d model=%d", D, M);
     else snprintf(mesh, sizeof mesh, "data=%d", D);
     if (!cols || tj_set_devices(ctx, N) || tj_set_mesh(ctx, mesh)) goto done;
+    tj_set_collective_matmul(ctx, 0); /* GPUs run each collective apart: simulated devices' in-place dots are not theirs */
     /* the parameters and optimizer state as the init program would make
        them: shapes and shardings only */
     if (!(init = tj_jit(ctx, "gpt2_init", gpt2_init_fn, &c, none, NULL)) || tj_prog_output_shapes(init, state)) goto done;
