@@ -14437,8 +14437,8 @@ static void tj__collect(const tj_prog *p, tj_collective *rows, int max, int *n, 
         if (TJ__IS_COLL(x->op)) {
             if (rows && *n < max) {
                 tj_collective *r = &rows[*n];
+                int64_t G = tj__mesh_count(p->ctx, x->a.mesh);
                 memset(r, 0, sizeof *r);
-                int G = tj__mesh_count(p->ctx, x->a.mesh);
                 snprintf(r->kind, sizeof r->kind, "%s", x->op == TJ__OP_AG_DOT ? "all_gather" : x->op == TJ__OP_DOT_RS ? "reduce_scatter" : tj__ops[x->op].name);
                 tj__mesh_names(p->ctx, x->a.mesh, r->axes, sizeof r->axes);
                 r->bytes = x->op == TJ__OP_ALL_GATHER ? tj__lbytes(p->ctx, &x->t)
