@@ -3,10 +3,13 @@
    becomes dot_scatter. Each program below puts the collective in another
    place of the dot (the gathered operand a or b, along rows, k or
    columns; the scattered result along rows or columns; transposed
-   layouts, batch axes, a scan body), and is compared, in f32 and bf16, on
-   two meshes, with the same program on one device and with the rewrite
-   off: the values, the collectives it reports (the same list, with in_dot
-   set) and the memory plan (never larger). */
+   layouts, batch axes, scan bodies, odd blocks, products large enough for
+   the packed matmul; in shard_map, explicit collectives over one or two
+   mesh axes of 2, 4 and 8 devices, and places the rewrite must leave
+   alone), and is compared, in f32 and bf16, on its meshes, with the same
+   program on one device and with the rewrite off: the values, the
+   collectives it reports (the same list, with in_dot set) and the memory
+   plan (never larger). */
 #define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
 #include "tj_test.h"
@@ -18,37 +21,113 @@ typedef struct {
     const char *contract;  /* the dot's axes */
     int w_first;           /* dot(w, x) instead of dot(x, w) */
     const char *x_rules;   /* constraint on x before the dot, or NULL */
-    int scan;              /* w has a leading layer axis: a scan over it */
+    int scan;              /* w has a leading layer axis: a scan over it (2: that
+                              saves nothing, so the backward pass gathers again) */
+    int meshes;            /* which of meshes[] (M2 .. M8, bits) it runs on */
+    /* shard_map (NULL sx: automatic sharding): in_specs of x and w, the
+       out_spec, and the explicit collective in the body: `op` 'w' or 'x'
+       all_gathers that operand, 'b' both, 's' psum_scatters the product,
+       along caxis over cmesh; psum: mesh axes the product is then summed
+       over, or NULL. fires: the body's dot takes the collective in (0:
+       it must not, and only the gradient's may) */
+    const char *sx, *sw, *so;
+    char op;
+    const char *cmesh, *caxis, *psum;
+    int extra;             /* the gathered w is also read by a non-dot */
+    int fires;
 } cm_case;
 
+enum { M2 = 1, M4 = 2, M42 = 4, M8 = 8, M24 = 16, M22 = 32 };
+static const struct { int ndev; const char *mesh; } meshes[] = {{2, "data=2"},  {4, "data=4"},        {8, "data=4 model=2"},
+                                                                {8, "data=8"}, {8, "data=2 model=4"}, {4, "data=2 model=2"}};
+#define NMESH ((int)(sizeof meshes / sizeof meshes[0]))
+#define AUTO(name, x, w, spec, contract, w_first, x_rules, scan, m) {name, x, w, spec, contract, w_first, x_rules, scan, m, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, 1}
+#define SMAP(name, x, w, contract, m, sx, sw, so, op, cmesh, caxis, psum, extra, fires) \
+    {name, x, w, NULL, contract, 0, NULL, 0, m, sx, sw, so, op, cmesh, caxis, psum, extra, fires}
+
 static const cm_case cases[] = {
-    {"fsdp: b gathered along k, its gradient scattered along rows", "batch=8 embed=16", "embed=16 mlp=12", "batch:data embed:data", "embed", 0, NULL, 0},
-    {"fsdp, operands swapped: a gathered along k", "batch=8 embed=16", "embed=16 mlp=12", "batch:data embed:data", "embed", 1, NULL, 0},
-    {"b gathered along columns, its gradient scattered along columns", "batch=8 embed=16", "embed=16 mlp=12", "batch:data mlp:data", "embed", 0, NULL, 0},
-    {"a gathered along rows (x made whole first)", "batch=8 embed=16", "embed=16 mlp=12", "batch:data", "embed", 0, "", 0},
-    {"transposed b (mlp, embed), gathered along k", "batch=8 embed=16", "mlp=12 embed=16", "batch:data embed:data", "embed", 0, NULL, 0},
-    {"a batch axis (heads)", "heads=2 batch=8 embed=16", "heads=2 embed=16 mlp=4", "batch:data embed:data", "embed", 0, NULL, 0},
-    {"two contracted axes, the outer one split", "batch=8 heads=4 hd=4", "heads=4 hd=4 embed=8", "batch:data heads:data", "heads hd", 0, NULL, 0},
-    {"in a scan body, the layers' weights split along k", "batch=8 embed=16", "layer=3 embed=16 embed2=16", "batch:data embed:data", "embed", 0, NULL, 1},
+    AUTO("fsdp: b gathered along k, its gradient scattered along rows", "batch=8 embed=16", "embed=16 mlp=12", "batch:data embed:data", "embed", 0, NULL, 0, M4 | M42),
+    AUTO("fsdp, operands swapped: a gathered along k", "batch=8 embed=16", "embed=16 mlp=12", "batch:data embed:data", "embed", 1, NULL, 0, M4 | M42),
+    AUTO("b gathered along columns, its gradient scattered along columns", "batch=8 embed=16", "embed=16 mlp=12", "batch:data mlp:data", "embed", 0, NULL, 0, M4 | M42),
+    AUTO("a gathered along rows (x made whole first)", "batch=8 embed=16", "embed=16 mlp=12", "batch:data", "embed", 0, "", 0, M4 | M42),
+    AUTO("transposed b (mlp, embed), gathered along k", "batch=8 embed=16", "mlp=12 embed=16", "batch:data embed:data", "embed", 0, NULL, 0, M4 | M42),
+    AUTO("a batch axis (heads)", "heads=2 batch=8 embed=16", "heads=2 embed=16 mlp=4", "batch:data embed:data", "embed", 0, NULL, 0, M4 | M42),
+    AUTO("two contracted axes, the outer one split", "batch=8 heads=4 hd=4", "heads=4 hd=4 embed=8", "batch:data heads:data", "heads hd", 0, NULL, 0, M4 | M42),
+    AUTO("in a scan body, the layers' weights split along k", "batch=8 embed=16", "layer=3 embed=16 embed2=16", "batch:data embed:data", "embed", 0, NULL, 1, M4 | M42),
+    AUTO("in a scan body that saves nothing (the backward pass gathers again)", "batch=8 embed=16", "layer=3 embed=16 embed2=16", "batch:data embed:data", "embed", 0, NULL, 2, M2 | M4 | M8),
+    /* 2 and 8 devices, odd blocks (3, 5, 7 per device), size-1 and several axes in a group */
+    AUTO("fsdp, 3 of k per device on 8", "batch=8 embed=24", "embed=24 mlp=5", "batch:data embed:data", "embed", 0, NULL, 0, M2 | M8),
+    AUTO("b gathered along columns, 7 per device", "batch=8 embed=6", "embed=6 mlp=28", "batch:data mlp:data", "embed", 0, NULL, 0, M2 | M4),
+    AUTO("a gathered along rows, 5 per device", "batch=20 embed=6", "embed=6 mlp=4", "batch:data", "embed", 0, "", 0, M2 | M4),
+    AUTO("transposed a (embed, mlp) gathered along rows", "batch=8 embed=12", "embed=12 mlp=20", "batch:data mlp:data", "embed", 1, NULL, 0, M2 | M4),
+    AUTO("columns (one=1, mlp): a size-1 axis before the split one", "batch=8 embed=16", "embed=16 one=1 mlp=12", "batch:data mlp:data", "embed", 0, NULL, 0, M4),
+    AUTO("two column axes, the outer one split", "batch=8 embed=8", "embed=8 heads=4 hd=6", "batch:data heads:data", "embed", 0, NULL, 0, M2 | M4),
+    /* the packed matmul (products past TJ__SGEMM_SMALL) on odd k: 37 per device */
+    AUTO("fsdp, large enough to pack, 37 of k per device", "batch=256 embed=148", "embed=148 mlp=160", "batch:data embed:data", "embed", 0, NULL, 0, M4),
+    AUTO("transposed b gathered along k, packed, 37 per device", "batch=256 embed=148", "mlp=160 embed=148", "batch:data embed:data", "embed", 0, NULL, 0, M4),
+    /* shard_map: the collective exactly where it is written */
+    SMAP("shard_map: w gathered along k over data model (3 per device)", "batch=8 embed=24", "embed=24 mlp=12", "embed", M42 | M24, "batch:data", "embed:data+model",
+         "batch:data", 'w', "data model", "embed", NULL, 0, 1),
+    SMAP("shard_map: the gathered w also read by a non-dot", "batch=8 embed=24", "embed=24 mlp=12", "embed", M42 | M22, "batch:data", "embed:data+model",
+         "batch:data", 'w', "data model", "embed", NULL, 1, 1),
+    SMAP("shard_map: only model gathered of an axis split data+model", "batch=8 embed=16", "embed=16 mlp=12", "embed", M42 | M24 | M22, "embed:data",
+         "embed:data+model", "", 'w', "model", "embed", "data", 0, 1),
+    SMAP("shard_map: product scattered along columns over data model", "batch=8 embed=16", "embed=16 mlp=16", "embed", M42 | M24, "embed:data+model",
+         "embed:data+model", "mlp:data+model", 's', "data model", "mlp", NULL, 0, 1),
+    SMAP("shard_map: product scattered along rows over model, summed over data", "batch=8 embed=16", "embed=16 mlp=12", "embed", M42 | M22,
+         "embed:data+model", "embed:data+model", "batch:model", 's', "model", "batch", "data", 0, 1),
+    SMAP("shard_map: both operands gathered along k", "batch=8 embed=16", "embed=16 mlp=12", "embed", M2 | M4 | M8, "embed:data", "embed:data", "", 'b',
+         "data", "embed", NULL, 0, 1),
+    SMAP("shard_map: gathered along the inner column axis (not eligible)", "batch=8 embed=8", "embed=8 heads=2 hd=8", "embed", M2 | M4, "",
+         "hd:data", "", 'w', "data", "hd", NULL, 0, 0),
+    SMAP("shard_map: gathered along hd after heads split to 1", "batch=8 embed=8", "embed=8 heads=2 hd=8", "embed", M42 | M22, "batch:data",
+         "heads:model hd:data", "batch:data heads:model", 'w', "data", "hd", NULL, 0, 1),
+    SMAP("shard_map: gathered along a batch axis (not eligible)", "heads=2 batch=8 embed=8", "heads=2 embed=8 mlp=4", "embed", M2, "", "heads:data", "",
+         'w', "data", "heads", NULL, 0, 0),
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
 static const cm_case *cur;
+static int cur_mesh; /* the program runs on a mesh (shard_map cases need one) */
 static tj_v cm_dot(tj_v x, tj_v w) {
+    tj_v y;
     if (cur->x_rules) x = tj_shard_by_rules(x, cur->x_rules);
-    return cur->w_first ? tj_dot(w, x, cur->contract) : tj_dot(x, w, cur->contract);
+    y = cur->w_first ? tj_dot(w, x, cur->contract) : tj_dot(x, w, cur->contract);
+    if (cur->extra) y = tj_mul(y, tj_sum(tj_tanh(w), cur->contract));
+    return y;
 }
 static void cm_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *u) {
     (void)g; (void)y; (void)u;
     carry_out[0] = tj_rename(tj_tanh(cm_dot(carry[0], xs[0])), "embed2", "embed");
 }
+/* the shard_map body: the dot with the case's explicit collectives */
+static void cm_smap_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v x = in[0], w = in[1], y;
+    (void)g; (void)u;
+    if (cur->op == 'x' || cur->op == 'b') x = tj_all_gather(x, cur->cmesh, cur->caxis);
+    if (cur->op == 'w' || cur->op == 'b') w = tj_all_gather(w, cur->cmesh, cur->caxis);
+    y = cm_dot(x, w);
+    if (cur->op == 's') y = tj_psum_scatter(y, cur->cmesh, cur->caxis);
+    if (cur->psum) y = tj_psum(y, cur->psum);
+    out[0] = y;
+}
 static void cm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), y, loss, wrt[2], gr[2];
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), y = NULL, loss, wrt[2], gr[2];
     char axes[128];
     int i, k;
     (void)g; (void)u;
-    if (cur->scan) tj_scan(cm_body, NULL, "layer", 1, &x, 1, &w, 0, &y, NULL, NULL);
-    else y = cm_dot(x, w);
+    if (cur->scan) {
+        tj_policy none = tj_nothing_saveable();
+        tj_scan(cm_body, NULL, "layer", 1, &x, 1, &w, 0, &y, NULL, cur->scan == 2 ? &none : NULL);
+    } else if (cur->sx && cur_mesh) {
+        const char *is[2], *os[1];
+        tj_v xw[2];
+        is[0] = cur->sx, is[1] = cur->sw, os[0] = cur->so;
+        xw[0] = x, xw[1] = w;
+        tj_shard_map(cm_smap_body, NULL, 2, xw, is, 1, &y, os, 0); /* unchecked: all_gather results vary */
+    } else y = cm_dot(x, w);
     y = tj_cast(y, TJ_F32);
     for (i = 0, k = 0, axes[0] = 0; i < tj_v_rank(y); i++) k += snprintf(axes + k, sizeof axes - (size_t)k, "%s%s", i ? " " : "", tj_v_axis(y, i));
     loss = tj_sum(tj_mul(y, tj_tanh(y)), axes); /* a cotangent that varies */
@@ -64,7 +143,7 @@ static void cm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 typedef struct {
     tjt_outs o;
     tj_collective col[64];
-    int ncol, in_dot;
+    int ncol, in_dot, fwd_in_dot; /* rows run inside a dot (fwd: outside the gradient) */
     int64_t peak;
     int has_ag_dot, has_dot_rs; /* in the program text */
     int backend;                /* the context has one (TJ_BACKEND=devsim): no rewrite */
@@ -77,13 +156,14 @@ static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int
     int ok = 1, i;
     memset(r, 0, sizeof *r);
     cur = c;
+    cur_mesh = mesh != NULL;
     tj_set_devices(ctx, ndev);
     if (mesh) tj_set_mesh(ctx, mesh);
     tj_set_collective_matmul(ctx, on);
     r->backend = tjt_ctx_backend(ctx) != NULL;
     tj_tree_set_array(in, "x", tjt_rand(ctx, dt, c->x, 1, -1, 1));
     tj_tree_set_array(in, "w", tjt_rand(ctx, dt, c->w, 2, -0.4, 0.4));
-    if (mesh && tj_filter_shard(in, c->spec)) ok = 0;
+    if (mesh && c->spec && tj_filter_shard(in, c->spec)) ok = 0;
     if (ok) p = tj_jit(ctx, "collmm", cm_fn, NULL, in, NULL);
     if (!p || tj_run(p, in, out)) {
         fprintf(stderr, "%s on %s: %s\n", c->name, mesh ? mesh : "one device", tj_error(ctx));
@@ -95,9 +175,13 @@ static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int
         FILE *f = open_memstream(&text, &len);
         tjt_outs_read(&r->o, out);
         r->ncol = tj_prog_collectives(p, r->col, 64);
-        for (i = 0; i < r->ncol && i < 64; i++) r->in_dot += r->col[i].in_dot;
+        for (i = 0; i < r->ncol && i < 64; i++) {
+            r->in_dot += r->col[i].in_dot;
+            r->fwd_in_dot += r->col[i].in_dot && !r->col[i].backward;
+        }
         r->peak = tj_prog_memory(p).peak_bytes;
         if (getenv("CM_PRINT")) tj_prog_print(p, stdout);
+        if (getenv("CM_PRINT")) printf("pack_bytes %lld\n", (long long)tj_prog_memory(p).pack_bytes);
         if (f) {
             tj_prog_print(p, f);
             fclose(f);
@@ -140,8 +224,7 @@ static int same_collectives(const cm_result *off, const cm_result *on) {
 }
 
 int main(void) {
-    static const struct { int ndev; const char *mesh; } meshes[] = {{4, "data=4"}, {8, "data=4 model=2"}};
-    int ci, mi, di, ag = 0, rs = 0;
+    int ci, mi, di, ag = 0, rs = 0, runs = 0;
     tjt_current = "collective matmul";
     for (ci = 0; ci < NCASES; ci++)
         for (di = 0; di < 2; di++) {
@@ -153,9 +236,10 @@ int main(void) {
                 TJT_CHECK(0, "%s: one device failed", cases[ci].name);
                 continue;
             }
-            for (mi = 0; mi < 2; mi++) {
+            for (mi = 0; mi < NMESH; mi++) {
                 cm_result on, off;
                 char what[256];
+                if (!(cases[ci].meshes >> mi & 1)) continue;
                 snprintf(what, sizeof what, "%s (%s, mesh %s)", cases[ci].name, di ? "bf16" : "f32", meshes[mi].mesh);
                 if (!cm_run(&cases[ci], meshes[mi].ndev, meshes[mi].mesh, dt, 1, &on) || !cm_run(&cases[ci], meshes[mi].ndev, meshes[mi].mesh, dt, 0, &off)) {
                     TJT_CHECK(0, "%s failed", what);
@@ -163,7 +247,8 @@ int main(void) {
                 }
                 if (on.backend) /* made for the CPU backend only: a backend gets the dot and the collective */
                     TJT_CHECK(!on.in_dot && !on.has_ag_dot && !on.has_dot_rs, "%s: a collective ran inside its dot on a backend", what);
-                else TJT_CHECK(on.in_dot > 0 && (on.has_ag_dot || on.has_dot_rs), "%s: no collective ran inside its dot", what);
+                else if (cases[ci].fires) TJT_CHECK(on.in_dot > 0 && (on.has_ag_dot || on.has_dot_rs) && (!cases[ci].sx || on.fwd_in_dot > 0), "%s: no collective ran inside its dot", what);
+                else TJT_CHECK(!on.fwd_in_dot, "%s: the forward dot took a collective it cannot run", what);
                 TJT_CHECK(!off.in_dot && !off.has_ag_dot && !off.has_dot_rs, "%s: tj_set_collective_matmul(ctx, 0) did not turn it off", what);
                 TJT_CHECK(same_collectives(&off, &on), "%s: the collectives reported differ (%d without, %d with)", what, off.ncol, on.ncol);
                 TJT_CHECK(on.peak <= off.peak, "%s: the memory plan grew (%lld B, %lld B without)", what, (long long)on.peak, (long long)off.peak);
@@ -171,13 +256,14 @@ int main(void) {
                 tjt_outs_compare(what, &off.o, &on.o, tol);
                 ag += on.has_ag_dot;
                 rs += on.has_dot_rs;
+                runs++;
                 tjt_outs_free(&on.o);
                 tjt_outs_free(&off.o);
             }
             tjt_outs_free(&ref.o);
         }
     if (!getenv("TJ_BACKEND") || !strcmp(getenv("TJ_BACKEND"), "cpu")) TJT_CHECK(ag > 0 && rs > 0, "all_gather_dot in %d programs, dot_scatter in %d", ag, rs);
-    printf("collective matmul: %d cases x f32, bf16 x 2 meshes: all_gather_dot in %d programs, dot_scatter in %d\n", NCASES, ag, rs);
+    printf("collective matmul: %d cases x f32, bf16 on their meshes (%d programs): all_gather_dot in %d, dot_scatter in %d\n", NCASES, runs, ag, rs);
 
     /* f64 (and any program with one device) keeps the separate collectives */
     {
