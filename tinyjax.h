@@ -7200,6 +7200,7 @@ static void tj__k_ppermute(tj__kern *k);
 static int64_t tj__coll_scratch(const tj_node *n);
 static void tj__k_cdot(tj__kern *k);
 static int64_t tj__cdot_scratch(const tj_node *n);
+static int64_t tj__cdot_pack_bytes(const tj_node *n);
 static void tj__pr_cdot(const tj_node *n, FILE *f);
 static void tj__k_custom_vjp(tj__kern *k);
 static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g, tj_v *gin);
@@ -9368,7 +9369,10 @@ static tj_status tj__plan_once(tj_prog *p, int quick) {
     m->pack_bytes = 0; /* the most any one dot holds (scan bodies' included) */
     for (i = 0; i < p->nsched; i++) {
         const tj_node *n = p->sched[i];
-        int64_t b = n->op == TJ__OP_DOT && n->scratch_off >= 0 ? tj__dot_pack_bytes(n) : n->sub && n->sub->prog ? n->sub->prog->mem.pack_bytes : 0;
+        int64_t b = n->scratch_off < 0 && !n->sub ? 0
+                  : n->op == TJ__OP_DOT ? tj__dot_pack_bytes(n)
+                  : n->op == TJ__OP_AG_DOT || n->op == TJ__OP_DOT_RS ? tj__cdot_pack_bytes(n)
+                  : n->sub && n->sub->prog ? n->sub->prog->mem.pack_bytes : 0;
         if (b > m->pack_bytes) m->pack_bytes = b;
     }
     m->peak_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
@@ -12772,15 +12776,27 @@ static void tj__cdot_mnk(const tj_node *n, const tj__cdot_dims *d, int64_t *m, i
     *nn = ag && d->where == 3 ? d->Nb : d->No;
     *kk = ag && d->where == 2 ? (n->a.index == 0 ? d->Ka : d->Kb) : d->Ka < d->Kb ? d->Ka : d->Kb;
 }
-/* workspace: bf16's f32 sums of one batch, then the matmul's pack buffers */
-static int64_t tj__cdot_scratch(const tj_node *n) {
+/* workspace: bf16's f32 sums of one batch (staging), then the matmul's
+   pack buffers (pack, also counted by tj_memory_analysis.pack_bytes) */
+static void tj__cdot_ws(const tj_node *n, int64_t *staging, int64_t *pack) {
     tj_ctx *c = n->g->ctx;
     tj__type at = tj__local(c, &n->in[0]->t), bt = tj__local(c, &n->in[1]->t), ot = tj__local(c, &n->t);
     tj__cdot_dims d;
     int64_t m, nn, kk;
     tj__cdot_shape(n, &at, &bt, &ot, tj__mesh_count(c, n->a.mesh), &d);
     tj__cdot_mnk(n, &d, &m, &nn, &kk);
-    return (n->t.dt == TJ_BF16 ? tj__align(d.Mo * d.No * 4) : 0) + ((double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes());
+    *staging = n->t.dt == TJ_BF16 ? tj__align(d.Mo * d.No * 4) : 0;
+    *pack = (double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
+}
+static int64_t tj__cdot_scratch(const tj_node *n) {
+    int64_t staging, pack;
+    tj__cdot_ws(n, &staging, &pack);
+    return staging + pack;
+}
+static int64_t tj__cdot_pack_bytes(const tj_node *n) {
+    int64_t staging, pack;
+    tj__cdot_ws(n, &staging, &pack);
+    return pack;
 }
 static void tj__pr_cdot(const tj_node *n, FILE *f) {
     char mb[64], gb[256];

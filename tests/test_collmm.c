@@ -144,7 +144,7 @@ typedef struct {
     tjt_outs o;
     tj_collective col[64];
     int ncol, in_dot, fwd_in_dot; /* rows run inside a dot (fwd: outside the gradient) */
-    int64_t peak;
+    int64_t peak, pack; /* the memory plan: peak, and the matmul pack buffers in it */
     int has_ag_dot, has_dot_rs; /* in the program text */
     int backend;                /* the context has one (TJ_BACKEND=devsim): no rewrite */
 } cm_result;
@@ -180,8 +180,8 @@ static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int
             r->fwd_in_dot += r->col[i].in_dot && !r->col[i].backward;
         }
         r->peak = tj_prog_memory(p).peak_bytes;
+        r->pack = tj_prog_memory(p).pack_bytes;
         if (getenv("CM_PRINT")) tj_prog_print(p, stdout);
-        if (getenv("CM_PRINT")) printf("pack_bytes %lld\n", (long long)tj_prog_memory(p).pack_bytes);
         if (f) {
             tj_prog_print(p, f);
             fclose(f);
@@ -251,6 +251,9 @@ int main(void) {
                 else TJT_CHECK(!on.fwd_in_dot, "%s: the forward dot took a collective it cannot run", what);
                 TJT_CHECK(!off.in_dot && !off.has_ag_dot && !off.has_dot_rs, "%s: tj_set_collective_matmul(ctx, 0) did not turn it off", what);
                 TJT_CHECK(same_collectives(&off, &on), "%s: the collectives reported differ (%d without, %d with)", what, off.ncol, on.ncol);
+                /* a matmul big enough to pack holds its pack buffers in the node's
+                   scratch, and the analysis says so */
+                TJT_CHECK((on.pack > 0) == (off.pack > 0), "%s: pack buffers in the plan: %lld B, %lld B without", what, (long long)on.pack, (long long)off.pack);
                 TJT_CHECK(on.peak <= off.peak, "%s: the memory plan grew (%lld B, %lld B without)", what, (long long)on.peak, (long long)off.peak);
                 tjt_outs_compare(what, &ref.o, &on.o, tol);
                 tjt_outs_compare(what, &off.o, &on.o, tol);
