@@ -13833,10 +13833,11 @@ TJDEF void tj_devsim_backend_free(tj_backend *b) {
 
 /* ==== [12] jit: trace + compile + call =================================== */
 /* Tracing runs the user's C function once on PARAM nodes shaped like the
-   example tree's arrays. Compiling makes every output own its buffer
-   (copying an argument or a buffer two outputs share), compiles each scan
-   body (innermost first: a scan's workspace is its body's arena), then
-   schedules and plans. */
+   example tree's arrays. Compiling inlines regions, makes every output own
+   its buffer (copying an argument or a buffer two outputs share), joins a
+   dot and its collective into one node on simulated devices (the
+   collective matmul, [11]), compiles each scan body (innermost first: a
+   scan's workspace is its body's arena), then schedules and plans. */
 
 static void tj__prog_free_body(tj_prog *p) {
     if (!p) return;
