@@ -1062,8 +1062,11 @@ TJDEF tj_transport_stats tj_get_transport_stats(tj_ctx *ctx);
    reduce_scatter adds the devices' rounded partial products. 0 turns it
    off (then processes under MPI give the same bits as simulated devices);
    it is read at tj_jit. Default: on; TJ_NO_COLL_MATMUL=1 in the environment
-   turns it off too (to compare). */
+   turns it off too (to compare). tj_get_collective_matmul: 1 when a
+   program tj_jit compiles now would use it (on, and the context as above,
+   with more than one device). */
 TJDEF void tj_set_collective_matmul(tj_ctx *ctx, int on);
+TJDEF int tj_get_collective_matmul(tj_ctx *ctx);
 
 /* ==== [12] jit =========================================================== */
 
@@ -1876,12 +1879,14 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
     }
     return tj__type_check(c, t, what, file, line);
 }
-static int64_t tj__numel(const tj__type *t) {
-    int64_t n = 1;
+/* product of t's dims [lo, hi) */
+static int64_t tj__dims_prod(const tj__type *t, int lo, int hi) {
+    int64_t p = 1;
     int i;
-    for (i = 0; i < t->rank; i++) n *= t->dim[i];
-    return n;
+    for (i = lo; i < hi; i++) p *= t->dim[i];
+    return p;
 }
+static int64_t tj__numel(const tj__type *t) { return tj__dims_prod(t, 0, t->rank); }
 static int64_t tj__bytes(const tj__type *t) { return tj__numel(t) * (int64_t)tj_dtype_size(t->dt); }
 static int tj__axis_index(const tj__type *t, int id) {
     int i;
@@ -12719,13 +12724,6 @@ typedef struct {
     int64_t Bn, Mo, No;        /* batch, and the node's own output rows and columns */
     int64_t Ma, Ka, Kb, Nb;    /* the operands' own m, k (a and b) and n */
 } tj__cdot_dims;
-/* product of t's dims [lo, hi) */
-static int64_t tj__dims_prod(const tj__type *t, int lo, int hi) {
-    int64_t p = 1;
-    int i;
-    for (i = lo; i < hi; i++) p *= t->dim[i];
-    return p;
-}
 static const char *tj__groups_str(const tj_ctx *c, unsigned m, char *buf, size_t n); /* [13] */
 /* the group of axis ax in operand or output type t, whose groups start at
    s[0..2] (m, k, n; -1 absent) with lengths len[0..2]: 1 + the group, or 0
@@ -12737,10 +12735,10 @@ static int tj__cdot_group(const tj__type *t, int ax, const int *s, const int *le
         if (s[gi] >= 0 && p >= s[gi] && p < s[gi] + len[gi]) return tj__dims_prod(t, s[gi], p) == 1 ? gi + 1 : 0;
     return 0;
 }
-/* dims of node n (op AG_DOT or DOT_RS, its attributes set) from local
+/* dims of a node of op (AG_DOT or DOT_RS) with attributes a from local
    types; d->where 0 if the kernel cannot run it */
-static void tj__cdot_shape(const tj_node *n, const tj__type *at, const tj__type *bt, const tj__type *ot, int G, tj__cdot_dims *d) {
-    int nb = n->a.nb, nm = n->a.nm, nk = n->a.nk, nn = n->a.nn, ta = n->a.trans_a, tb = n->a.trans_b;
+static void tj__cdot_shape(int op, const tj__attr *a, const tj__type *at, const tj__type *bt, const tj__type *ot, int G, tj__cdot_dims *d) {
+    int nb = a->nb, nm = a->nm, nk = a->nk, nn = a->nn, ta = a->trans_a, tb = a->trans_b;
     int sa[3], sb[3], so[3], len[3];
     len[0] = nm, len[1] = nk, len[2] = nn;
     sa[0] = nb + (ta ? nk : 0), sa[1] = nb + (ta ? 0 : nm), sa[2] = -1;
@@ -12754,13 +12752,13 @@ static void tj__cdot_shape(const tj_node *n, const tj__type *at, const tj__type 
     d->Ka = tj__dims_prod(at, sa[1], sa[1] + nk);
     d->Kb = tj__dims_prod(bt, sb[1], sb[1] + nk);
     d->Nb = tj__dims_prod(bt, sb[2], sb[2] + nn);
-    if (n->op == TJ__OP_AG_DOT) d->where = n->a.index == 0 ? tj__cdot_group(at, n->a.axis, sa, len) : tj__cdot_group(bt, n->a.axis, sb, len);
-    else d->where = tj__cdot_group(ot, n->a.axis, so, len);
+    if (op == TJ__OP_AG_DOT) d->where = a->index == 0 ? tj__cdot_group(at, a->axis, sa, len) : tj__cdot_group(bt, a->axis, sb, len);
+    else d->where = tj__cdot_group(ot, a->axis, so, len);
     /* the sizes must say the same (a defensive check: the rewrite keeps types) */
-    if (n->op == TJ__OP_AG_DOT) {
+    if (op == TJ__OP_AG_DOT) {
         int ok = d->where == 1 ? d->Ma * G == d->Mo && d->Ka == d->Kb && d->Nb == d->No
                : d->where == 3 ? d->Nb * G == d->No && d->Ka == d->Kb && d->Ma == d->Mo
-               : d->where == 2 ? (n->a.index == 0 ? d->Ka * G == d->Kb : d->Kb * G == d->Ka) && d->Ma == d->Mo && d->Nb == d->No : 0;
+               : d->where == 2 ? (a->index == 0 ? d->Ka * G == d->Kb : d->Kb * G == d->Ka) && d->Ma == d->Mo && d->Nb == d->No : 0;
         if (!ok) d->where = 0;
     } else {
         int ok = d->where == 1 ? d->Ma == d->Mo * G && d->Nb == d->No && d->Ka == d->Kb
@@ -12776,26 +12774,31 @@ static void tj__cdot_mnk(const tj_node *n, const tj__cdot_dims *d, int64_t *m, i
     *nn = ag && d->where == 3 ? d->Nb : d->No;
     *kk = ag && d->where == 2 ? (n->a.index == 0 ? d->Ka : d->Kb) : d->Ka < d->Kb ? d->Ka : d->Kb;
 }
-/* workspace: bf16's f32 sums of one batch (staging), then the matmul's
-   pack buffers (pack, also counted by tj_memory_analysis.pack_bytes) */
-static void tj__cdot_ws(const tj_node *n, int64_t *staging, int64_t *pack) {
+/* workspace, from the dims: bf16's f32 sums of one batch (staging), then
+   the matmul's pack buffers (pack, also counted by
+   tj_memory_analysis.pack_bytes; 0 for products the direct loop runs) */
+static void tj__cdot_ws(const tj_node *n, const tj__cdot_dims *d, int64_t *staging, int64_t *pack) {
+    int64_t m, nn, kk;
+    tj__cdot_mnk(n, d, &m, &nn, &kk);
+    *staging = n->t.dt == TJ_BF16 ? tj__align(d->Mo * d->No * 4) : 0;
+    *pack = (double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
+}
+/* the same for a node of the plan (local types from its global ones) */
+static void tj__cdot_plan_ws(const tj_node *n, int64_t *staging, int64_t *pack) {
     tj_ctx *c = n->g->ctx;
     tj__type at = tj__local(c, &n->in[0]->t), bt = tj__local(c, &n->in[1]->t), ot = tj__local(c, &n->t);
     tj__cdot_dims d;
-    int64_t m, nn, kk;
-    tj__cdot_shape(n, &at, &bt, &ot, tj__mesh_count(c, n->a.mesh), &d);
-    tj__cdot_mnk(n, &d, &m, &nn, &kk);
-    *staging = n->t.dt == TJ_BF16 ? tj__align(d.Mo * d.No * 4) : 0;
-    *pack = (double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
+    tj__cdot_shape(n->op, &n->a, &at, &bt, &ot, tj__mesh_count(c, n->a.mesh), &d);
+    tj__cdot_ws(n, &d, staging, pack);
 }
 static int64_t tj__cdot_scratch(const tj_node *n) {
     int64_t staging, pack;
-    tj__cdot_ws(n, &staging, &pack);
+    tj__cdot_plan_ws(n, &staging, &pack);
     return staging + pack;
 }
 static int64_t tj__cdot_pack_bytes(const tj_node *n) {
     int64_t staging, pack;
-    tj__cdot_ws(n, &staging, &pack);
+    tj__cdot_plan_ws(n, &staging, &pack);
     return pack;
 }
 static void tj__pr_cdot(const tj_node *n, FILE *f) {
@@ -12840,21 +12843,22 @@ static void tj__k_cdot(tj__kern *k) {
     struct tj__procs *P = k->ctx->procs;
     int G = tj__mesh_count(k->ctx, n->a.mesh), me = tj__mesh_rank(k->ctx, k->dev, n->a.mesh), j, ws_n = 0;
     int ag = n->op == TJ__OP_AG_DOT, w = n->a.index, ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16;
-    int64_t m, nn, kk, bi, lda, ldb;
+    int64_t m, nn, kk, bi, lda, ldb, staging, pack;
     size_t es = tj_dtype_size(k->ot.dt);
     const void *pa[TJ_MAXDEV], *pb[TJ_MAXDEV];
     tj__cdot_dims d;
     char *ws = NULL;
     float *C;
-    tj__cdot_shape(n, k->it[0], k->it[1], &k->ot, G, &d);
-    if (!d.where) { /* the rewrite checked this; only a changed mesh gets here */
+    tj__cdot_shape(n->op, &n->a, k->it[0], k->it[1], &k->ot, G, &d);
+    if (!d.where) { /* the rewrite checked these shapes: a bug if reached, reported rather than run out of bounds */
         if (!k->err[0]) snprintf(k->err, TJ__MSG, "%s at %s:%d: the local shapes do not fit the collective matmul", tj__ops[n->op].name, tj__base(n->file), n->line);
         return;
     }
     tj__cdot_mnk(n, &d, &m, &nn, &kk);
+    tj__cdot_ws(n, &d, &staging, &pack);
     if (tj__cdot_meet(k, 0, k->in[0], k->in[1], pa, pb)) return;
-    if (k->scratch && (double)m * (double)nn * (double)kk >= TJ__SGEMM_SMALL) {
-        ws = (char *)k->scratch + (bf16 ? tj__align(d.Mo * d.No * 4) : 0);
+    if (k->scratch && pack) {
+        ws = (char *)k->scratch + staging;
         ws_n = n->pack_slots;
     }
     lda = ta ? d.Ma : d.Ka; /* every rank's operand has the same local shape */
@@ -12888,20 +12892,20 @@ static int tj__coll_matmul_on(const tj_ctx *c) {
     const struct tj__procs *P = c->procs;
     return c->ndev > 1 && !c->backend && !c->no_coll_matmul && !getenv("TJ_NO_COLL_MATMUL") && (!P || (P->nprocs <= 1 && P->t && P->t->all_gather == tj__ct_all_gather));
 }
+TJDEF int tj_get_collective_matmul(tj_ctx *c) { return c && tj__coll_matmul_on(c); }
 /* may n (a dot) with the collective x's attributes become op */
 static int tj__cdot_fits(tj_prog *p, tj_node *n, const tj_node *x, int op, int w) {
-    tj_node t = *n;
+    tj__attr a = n->a;
     tj__type at, bt, ot;
     tj__cdot_dims d;
     if ((n->t.dt != TJ_F32 && n->t.dt != TJ_BF16) || n->space != TJ_SPACE_DEVICE || x->space != TJ_SPACE_DEVICE || x->in[0]->space != TJ_SPACE_DEVICE) return 0;
-    t.op = op;
-    t.a.index = w;
-    t.a.axis = x->a.axis;
-    t.a.mesh = x->a.mesh;
+    a.index = w;
+    a.axis = x->a.axis;
+    a.mesh = x->a.mesh;
     at = tj__local(p->ctx, op == TJ__OP_AG_DOT && w == 0 ? &x->in[0]->t : &n->in[0]->t);
     bt = tj__local(p->ctx, op == TJ__OP_AG_DOT && w == 1 ? &x->in[0]->t : &n->in[1]->t);
     ot = tj__local(p->ctx, op == TJ__OP_DOT_RS ? &x->t : &n->t);
-    tj__cdot_shape(&t, &at, &bt, &ot, tj__mesh_count(p->ctx, x->a.mesh), &d);
+    tj__cdot_shape(op, &a, &at, &bt, &ot, tj__mesh_count(p->ctx, x->a.mesh), &d);
     return d.where != 0;
 }
 static tj_status tj__coll_matmul(tj_prog *p) {

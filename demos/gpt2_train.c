@@ -249,9 +249,9 @@ static int gpt2_trainer_init_at(gpt2_trainer *tr, const gpt2_config *cfg, int de
         /* a GPU holds this process's devices; the CPU's memory is the machine's */
         int here = backend ? devices / tj_process_count(tr->ctx) : devices;
         double budget = tr->cfg.memory_budget > 0 ? tr->cfg.memory_budget : gpt2_default_budget(backend, here);
-        /* simulated devices on the CPU: gathering again costs no copy (the
-           collective matmul), keeping the gathered weights does */
-        int regather = devices > 1 && !backend && tj_process_count(tr->ctx) == 1;
+        /* with the collective matmul (simulated devices on the CPU) gathering
+           again costs no copy, keeping the gathered weights does */
+        int regather = tj_get_collective_matmul(tr->ctx);
         tr->cfg.remat = regather ? REMAT_REGATHER : REMAT_EVERYTHING;
         tr->step = tj_jit(tr->ctx, "gpt2_train_step", gpt2_step_fn, &tr->cfg, tr->state, &donate);
         if (tr->step) tr->auto_peak = (double)tj_prog_memory(tr->step).peak_bytes;

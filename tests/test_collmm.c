@@ -161,6 +161,8 @@ static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int
     if (mesh) tj_set_mesh(ctx, mesh);
     tj_set_collective_matmul(ctx, on);
     r->backend = tjt_ctx_backend(ctx) != NULL;
+    TJT_CHECK(tj_get_collective_matmul(ctx) == (on && ndev > 1 && !r->backend && !getenv("TJ_NO_COLL_MATMUL")),
+              "tj_get_collective_matmul says %d (on %d, %d devices, backend %d)", tj_get_collective_matmul(ctx), on, ndev, r->backend);
     tj_tree_set_array(in, "x", tjt_rand(ctx, dt, c->x, 1, -1, 1));
     tj_tree_set_array(in, "w", tjt_rand(ctx, dt, c->w, 2, -0.4, 0.4));
     if (mesh && c->spec && tj_filter_shard(in, c->spec)) ok = 0;
