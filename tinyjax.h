@@ -10681,6 +10681,9 @@ typedef struct {
     int nparts;
     char *ws;             /* ws_n pack buffers of tj__gemm_pack_bytes() (part t < ws_n */
     int ws_n;             /* uses buffer t; the others their thread's own)             */
+    int nseg;             /* > 1: nseg products As[s] B -> Cs[s] sharing B (split_n) */
+    const void *const *As;
+    float *const *Cs;
 } tj__sgemm_job;
 
 /* Pack buffers: a program's dots pack into buffers of their planned
@@ -10721,15 +10724,34 @@ static char *tj__pack_get(size_t n) {
 static int64_t tj__sgemm_pack_size(const tj__sgemm_cfg *cf) {
     return ((int64_t)cf->mc * cf->kc + (int64_t)cf->kc * cf->nc) * cf->esz + 128;
 }
+/* the micro-kernel over one packed mc x kc block of A and kc x nc block
+   of B, into C at the block's corner */
+static void tj__sgemm_block(const tj__sgemm_cfg *cf, int mc, int kc, int nc, const char *Ap, const char *Bp, float *C, int ldc, int load_c) {
+    const int MR = cf->mr, NR = cf->nr;
+    const size_t es = (size_t)cf->esz, kcp = es == 2 ? (size_t)(kc + 1) / 2 * 2 : (size_t)kc; /* k per micro-panel row: bf16 packs hold whole pairs */
+    int ir, jr;
+    for (ir = 0; ir < mc; ir += MR) {
+        int mr = mc - ir < MR ? mc - ir : MR;
+        const char *ap = Ap + (size_t)ir * kcp * es;
+        float *crow = C + (size_t)ir * ldc;
+        for (jr = 0; jr < nc; jr += NR) {
+            int nr = nc - jr < NR ? nc - jr : NR;
+            cf->kernel(kc, ap, Bp + (size_t)jr * kcp * es, crow + jr, ldc, mr, nr, load_c);
+        }
+    }
+}
 /* part t's rectangle; returns 0 on success, -1 if the pack buffer could not
-   be allocated */
+   be allocated. One product packs a block of A once for all its columns
+   (B once per row block: one for the M of a transformer's matmuls); nseg
+   products sharing B pack each block of B once for all of them, GotoBLAS's
+   order (the collective matmul: one block of columns for each rank's rows) */
 static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, int n_lo, int n_hi) {
     const tj__sgemm_cfg *cf = jb->cfg;
     const int MR = cf->mr, NR = cf->nr, KC = cf->kc, MC = cf->mc, NC = cf->nc;
     const int K = jb->K;
     const size_t es = (size_t)cf->esz, a_sz = (size_t)MC * KC * es, b_sz = (size_t)KC * NC * es;
     char *raw, *Ap, *Bp;
-    int ic, pc, jc, ir, jr;
+    int ic, pc, jc, s;
     if (m_lo >= m_hi || n_lo >= n_hi) return 0;
     /* over-allocate and round up by hand: 64-byte aligned packs keep every
        micro-panel row on a cache line boundary */
@@ -10737,30 +10759,34 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, in
     if (!raw) return -1;
     Ap = (char *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     Bp = Ap + a_sz;
-    for (ic = m_lo; ic < m_hi; ic += MC) {
-        int mc = m_hi - ic < MC ? m_hi - ic : MC;
+    /* the first K slice overwrites C unless the caller accumulates */
+    if (jb->nseg > 1)
         for (pc = 0; pc < K; pc += KC) {
             int kc = K - pc < KC ? K - pc : KC;
-            /* k per micro-panel row: bf16 packs hold whole pairs */
-            size_t kcp = es == 2 ? (size_t)(kc + 1) / 2 * 2 : (size_t)kc;
-            /* the first K slice overwrites C unless the caller accumulates */
-            int load_c = pc > 0 || jb->accumulate;
-            cf->pack_a(jb->trans_a, jb->A, jb->lda, ic, mc, pc, kc, MR, Ap);
             for (jc = n_lo; jc < n_hi; jc += NC) {
                 int nc = n_hi - jc < NC ? n_hi - jc : NC;
                 cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
-                for (ir = 0; ir < mc; ir += MR) {
-                    int mr = mc - ir < MR ? mc - ir : MR;
-                    const char *ap = Ap + (size_t)ir * kcp * es;
-                    float *crow = jb->C + (size_t)(ic + ir) * jb->ldc + jc;
-                    for (jr = 0; jr < nc; jr += NR) {
-                        int nr = nc - jr < NR ? nc - jr : NR;
-                        cf->kernel(kc, ap, Bp + (size_t)jr * kcp * es, crow + jr, jb->ldc, mr, nr, load_c);
+                for (s = 0; s < jb->nseg; s++)
+                    for (ic = m_lo; ic < m_hi; ic += MC) {
+                        int mc = m_hi - ic < MC ? m_hi - ic : MC;
+                        cf->pack_a(jb->trans_a, jb->As[s], jb->lda, ic, mc, pc, kc, MR, Ap);
+                        tj__sgemm_block(cf, mc, kc, nc, Ap, Bp, jb->Cs[s] + (size_t)ic * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
                     }
+            }
+        }
+    else
+        for (ic = m_lo; ic < m_hi; ic += MC) {
+            int mc = m_hi - ic < MC ? m_hi - ic : MC;
+            for (pc = 0; pc < K; pc += KC) {
+                int kc = K - pc < KC ? K - pc : KC;
+                cf->pack_a(jb->trans_a, jb->A, jb->lda, ic, mc, pc, kc, MR, Ap);
+                for (jc = n_lo; jc < n_hi; jc += NC) {
+                    int nc = n_hi - jc < NC ? n_hi - jc : NC;
+                    cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
+                    tj__sgemm_block(cf, mc, kc, nc, Ap, Bp, jb->C + (size_t)ic * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
                 }
             }
         }
-    }
     if (t >= jb->ws_n) TJ__PACK_PUT(raw);
     return 0;
 }
@@ -10774,10 +10800,14 @@ static void tj__sgemm_run_part(const void *arg, int t, int nparts) {
     if (tj__sgemm_rect(jb, t, m_lo, m_hi, n_lo, n_hi) != 0) {
         /* out of memory for the pack buffer: still produce the right answer */
         size_t es = jb->bf16 ? 2 : 4;
-        const char *A = (const char *)jb->A + es * (jb->trans_a ? (size_t)m_lo : (size_t)m_lo * jb->lda);
         const char *B = (const char *)jb->B + es * (jb->trans_b ? (size_t)n_lo * jb->ldb : (size_t)n_lo);
-        (jb->bf16 ? tj__bgemm_small : tj__sgemm_small)(jb->trans_a, jb->trans_b, m_hi - m_lo, n_hi - n_lo, jb->K, A, jb->lda,
-                                                       B, jb->ldb, jb->C + (size_t)m_lo * jb->ldc + n_lo, jb->ldc, jb->accumulate);
+        int s;
+        for (s = 0; s < (jb->nseg > 1 ? jb->nseg : 1); s++) {
+            const char *A = (const char *)(jb->nseg > 1 ? jb->As[s] : jb->A) + es * (jb->trans_a ? (size_t)m_lo : (size_t)m_lo * jb->lda);
+            float *C = jb->nseg > 1 ? jb->Cs[s] : jb->C;
+            (jb->bf16 ? tj__bgemm_small : tj__sgemm_small)(jb->trans_a, jb->trans_b, m_hi - m_lo, n_hi - n_lo, jb->K, A, jb->lda,
+                                                           B, jb->ldb, C + (size_t)m_lo * jb->ldc + n_lo, jb->ldc, jb->accumulate);
+        }
     }
 }
 
@@ -10961,46 +10991,54 @@ static int64_t tj__gemm_pack_bytes(void) {
     tj__sgemm_get_cfg(&b, 1);
     return tj__align(tj__sgemm_pack_size(&f) > tj__sgemm_pack_size(&b) ? tj__sgemm_pack_size(&f) : tj__sgemm_pack_size(&b));
 }
-static void tj__gemm_ws(int bf16, int trans_a, int trans_b, int M, int N, int K,
-                        const void *A, int lda, const void *B, int ldb,
-                        float *C, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
+/* nseg products op(As[s]) op(B) -> Cs[s], all M x N x K with the same
+   leading dimensions, sharing B: each block of B is packed once for all of
+   them (nseg 1: one product, as tj__gemm_ws) */
+static void tj__gemm_segs(int bf16, int trans_a, int trans_b, int nseg, int M, int N, int K,
+                          const void *const *As, int lda, const void *B, int ldb,
+                          float *const *Cs, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
     tj__sgemm_cfg cfg;
     tj__sgemm_job jb;
     double flops;
-    int i, j;
-    if (M <= 0 || N <= 0) return;
+    int i, j, s;
+    if (M <= 0 || N <= 0 || nseg <= 0) return;
     if (K <= 0) {
         if (!accumulate)
-            for (i = 0; i < M; i++)
-                for (j = 0; j < N; j++) C[(size_t)i * ldc + j] = 0.0f;
+            for (s = 0; s < nseg; s++)
+                for (i = 0; i < M; i++)
+                    for (j = 0; j < N; j++) Cs[s][(size_t)i * ldc + j] = 0.0f;
         return;
     }
     flops = (double)M * N * K;
     if (flops < TJ__SGEMM_SMALL) {
-        (bf16 ? tj__bgemm_small : tj__sgemm_small)(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        for (s = 0; s < nseg; s++)
+            (bf16 ? tj__bgemm_small : tj__sgemm_small)(trans_a, trans_b, M, N, K, As[s], lda, B, ldb, Cs[s], ldc, accumulate);
         return;
     }
     tj__sgemm_get_cfg(&cfg, bf16);
     jb.cfg = &cfg;
     jb.bf16 = bf16;
     jb.trans_a = trans_a; jb.trans_b = trans_b; jb.K = K;
-    jb.A = A; jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.C = C; jb.ldc = ldc;
+    jb.A = As[0]; jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.C = Cs[0]; jb.ldc = ldc;
+    jb.nseg = nseg; jb.As = As; jb.Cs = Cs;
     jb.accumulate = accumulate;
     jb.ws = ws; jb.ws_n = ws ? ws_n : 0;
     /* waking a worker costs ~10-50 us, so give each thread at least ~8 MFLOP
        (4M multiply-adds); never more threads than register tiles (below) */
+    flops *= nseg;
     if (nthreads > TJ__SGEMM_MAXT) nthreads = TJ__SGEMM_MAXT;
     if (nthreads < 1) nthreads = 1;
     if (nthreads > 1 && flops < TJ__SGEMM_PER_THREAD * nthreads) nthreads = (int)(flops / TJ__SGEMM_PER_THREAD) > 1 ? (int)(flops / TJ__SGEMM_PER_THREAD) : 1;
     {
         /* split along whichever dimension wastes less in partial tiles; prefer N
-           (each thread then packs only its own part of B, A is shared read-only) */
+           (each thread then packs only its own part of B, A is shared read-only);
+           products sharing B always split N */
         int un = (N + cfg.nr - 1) / cfg.nr, um = (M + cfg.mr - 1) / cfg.mr;
         int tn = un < nthreads ? un : nthreads, tm = um < nthreads ? um : nthreads;
         double eff_n = (double)un / (((un + tn - 1) / tn) * (double)tn);
         double eff_m = (double)um / (((um + tm - 1) / tm) * (double)tm);
         eff_n *= (double)tn / nthreads; eff_m *= (double)tm / nthreads;
-        if (eff_n >= eff_m * 0.98) {
+        if (nseg > 1 || eff_n >= eff_m * 0.98) {
             jb.split_n = 1; jb.nparts = tn;
             jb.m0[0] = 0; jb.m0[1] = M;
             tj__sgemm_split(N, cfg.nr, tn, jb.n0);
@@ -11011,6 +11049,11 @@ static void tj__gemm_ws(int bf16, int trans_a, int trans_b, int M, int N, int K,
         }
     }
     tj__parallel(jb.nparts, tj__sgemm_run_part, &jb);
+}
+static void tj__gemm_ws(int bf16, int trans_a, int trans_b, int M, int N, int K,
+                        const void *A, int lda, const void *B, int ldb,
+                        float *C, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
+    tj__gemm_segs(bf16, trans_a, trans_b, 1, M, N, K, &A, lda, B, ldb, &C, ldc, accumulate, nthreads, ws, ws_n);
 }
 TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, int K,
                                        const float *A, int lda, const float *B, int ldb,
@@ -11405,6 +11448,7 @@ typedef struct tj__cgroup {
     struct {
         const void *send;
         void *recv;
+        void *out;             /* a collective matmul's output (tj__cdot_meet) */
         int to, from;
     } slot[TJ_MAXDEV];
     char *sbuf, *rbuf;          /* the leader's messages                      */
@@ -12774,13 +12818,38 @@ static void tj__cdot_mnk(const tj_node *n, const tj__cdot_dims *d, int64_t *m, i
     *nn = ag && d->where == 3 ? d->Nb : d->No;
     *kk = ag && d->where == 2 ? (n->a.index == 0 ? d->Ka : d->Kb) : d->Ka < d->Kb ? d->Ka : d->Kb;
 }
+/* is b gathered along k or n (the weight of a data-parallel matmul) */
+static int tj__cdot_b_gathered(const tj_node *n, const tj__cdot_dims *d) {
+    return n->op == TJ__OP_AG_DOT && n->a.index == 1 && (d->where == 2 || d->where == 3);
+}
+/* When b (a weight) is gathered along k or n, rank me may compute, instead
+   of its own product whole (packing all of b for its few rows), one block
+   of columns of every rank's product: the group then packs b once in all,
+   and each rank packs the rows of a of every rank (G times as many as its
+   own). Chosen when that packs fewer elements per element of k, counted in
+   tj__sgemm_rect's orders: one product packs its a once and its b once per
+   MC rows; products sharing b pack b once and each a once per NC columns.
+   [*lo, *hi): my columns. */
+static int tj__cdot_coop(const tj_node *n, const tj__cdot_dims *d, int G, int me, int64_t *lo, int64_t *hi) {
+    tj__sgemm_cfg cf;
+    int64_t m = d->Mo, w = (d->No + G - 1) / G, own;
+    if (!tj__cdot_b_gathered(n, d) || G < 2) return 0;
+    tj__sgemm_get_cfg(&cf, n->t.dt == TJ_BF16);
+    own = (d->where == 3 ? G * m : m) + d->No * ((m + cf.mc - 1) / cf.mc); /* G products with all of a, or a's G blocks of k */
+    if (G * m * ((w + cf.nc - 1) / cf.nc) + w >= own) return 0;
+    *lo = d->where == 3 ? me * d->Nb : d->No * me / G;
+    *hi = d->where == 3 ? (me + 1) * d->Nb : d->No * (me + 1) / G;
+    return 1;
+}
 /* workspace, from the dims: bf16's f32 sums of one batch (staging), then
    the matmul's pack buffers (pack, also counted by
    tj_memory_analysis.pack_bytes; 0 for products the direct loop runs) */
 static void tj__cdot_ws(const tj_node *n, const tj__cdot_dims *d, int64_t *staging, int64_t *pack) {
     int64_t m, nn, kk;
     tj__cdot_mnk(n, d, &m, &nn, &kk);
-    *staging = n->t.dt == TJ_BF16 ? tj__align(d->Mo * d->No * 4) : 0;
+    int G = tj__mesh_count(n->g->ctx, n->a.mesh);
+    /* (a gathered b: room for my columns of each rank's rows, tj__cdot_coop) */
+    *staging = n->t.dt != TJ_BF16 ? 0 : tj__align(d->Mo * (tj__cdot_b_gathered(n, d) ? (d->No + G - 1) / G * G : d->No) * 4);
     *pack = (double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
 }
 /* the same for a node of the plan (local types from its global ones) */
@@ -12808,10 +12877,11 @@ static void tj__pr_cdot(const tj_node *n, FILE *f) {
             n->op == TJ__OP_AG_DOT ? "in place" : "summed in the matmul", tj__name(n->g->ctx, n->a.axis), tj__mesh_names(n->g->ctx, n->a.mesh, mb, sizeof mb),
             tj__groups_str(n->g->ctx, n->a.mesh, gb, sizeof gb), n->name ? n->name : "?");
 }
-/* meet the group: phase 0 publishes a and b and fills pa, pb with every
-   rank's; phase 1 waits until every rank is done reading. Nonzero (and
-   k->err) on a timeout or a broken transport. */
-static int tj__cdot_meet(tj__kern *k, int phase, const void *a, const void *b, const void **pa, const void **pb) {
+/* meet the group: phase 0 publishes the operands and the output and fills
+   pa, pb, po with every rank's; phase 1 waits until every rank is done
+   reading and writing. Nonzero (and k->err) on a timeout or a broken
+   transport. */
+static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **pb, void **po) {
     tj_ctx *c = k->ctx;
     tj__chandle *h = (tj__chandle *)tj__group_find(c, k->n->a.mesh, k->dev);
     char e[600], mb[64];
@@ -12822,14 +12892,16 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void *a, const void *b, c
     else if (h->g->ct->broken[0]) snprintf(e, sizeof e, "the transport is broken: %s", h->g->ct->broken);
     else {
         if (phase == 0) {
-            h->g->slot[h->rank].send = a;
-            h->g->slot[h->rank].recv = (void *)b;
+            h->g->slot[h->rank].send = k->in[0];
+            h->g->slot[h->rank].recv = (void *)k->in[1];
+            h->g->slot[h->rank].out = k->out;
         }
         rc = tj__cg_barrier(h->g, e, sizeof e);
         if (!rc && phase == 0)
             for (m = 0; m < h->g->G; m++) {
                 pa[m] = h->g->slot[m].send;
                 pb[m] = h->g->slot[m].recv;
+                po[m] = h->g->slot[m].out;
             }
         c->procs->us[k->dev] += tj__now_us() - t0;
     }
@@ -12838,14 +12910,47 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void *a, const void *b, c
                  k->n->name ? k->n->name : "?", tj__base(k->n->file), k->n->line, k->dev, e);
     return rc;
 }
+/* rank me's columns [lo, hi) of every rank's product (tj__cdot_coop): one
+   product per gathered block of b (one, the own block, when b is gathered
+   along n), its block of b packed once for the G ranks' rows of a */
+static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo, int64_t hi, const void *const *pa,
+                          const void *const *pb, void *const *po) {
+    tj_node *n = k->n;
+    int ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16, e, j, J = d->where == 3 ? 1 : G;
+    int64_t w = hi - lo, kk = d->Kb, bi, r, ldc = bf16 ? w : d->No;
+    int64_t lda = ta ? d->Ma : d->Ka, ldb = tb ? d->Kb : d->Nb;
+    size_t es = tj_dtype_size(k->ot.dt);
+    const void *A[TJ_MAXDEV];
+    float *C[TJ_MAXDEV];
+    int64_t pack = 0, staging = 0;
+    char *ws = NULL;
+    tj__cdot_ws(n, d, &staging, &pack);
+    if (k->scratch && pack) ws = (char *)k->scratch + staging;
+    for (bi = 0; bi < d->Bn; bi++) {
+        for (e = 0; e < G; e++)
+            C[e] = bf16 ? (float *)k->scratch + e * d->Mo * w : (float *)po[e] + bi * d->Mo * d->No + lo;
+        for (j = 0; j < J; j++) {
+            /* k block j (rank j's b) or, gathered along n, my own b whole */
+            const char *B = (const char *)(d->where == 3 ? k->in[1] : pb[j]) + (size_t)(bi * d->Kb * d->Nb) * es;
+            if (d->where == 2) B += (size_t)(tb ? lo * ldb : lo) * es;
+            for (e = 0; e < G; e++)
+                A[e] = (const char *)pa[e] + (size_t)(bi * d->Ma * d->Ka + (d->where == 2 ? (ta ? j * kk * d->Ma : j * kk) : 0)) * es;
+            tj__gemm_segs(bf16, ta, tb, G, (int)d->Mo, (int)w, (int)kk, A, (int)lda, B, (int)ldb, C, (int)ldc, j > 0, k->nthreads, ws, ws ? n->pack_slots : 0);
+        }
+        if (bf16)
+            for (e = 0; e < G; e++)
+                for (r = 0; r < d->Mo; r++) tj__f32_to_bf16_n(C[e] + r * w, (uint16_t *)po[e] + (bi * d->Mo + r) * d->No + lo, w);
+    }
+}
 static void tj__k_cdot(tj__kern *k) {
     tj_node *n = k->n;
     struct tj__procs *P = k->ctx->procs;
     int G = tj__mesh_count(k->ctx, n->a.mesh), me = tj__mesh_rank(k->ctx, k->dev, n->a.mesh), j, ws_n = 0;
     int ag = n->op == TJ__OP_AG_DOT, w = n->a.index, ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16;
-    int64_t m, nn, kk, bi, lda, ldb, staging, pack;
+    int64_t m, nn, kk, bi, lda, ldb, staging, pack, lo, hi;
     size_t es = tj_dtype_size(k->ot.dt);
     const void *pa[TJ_MAXDEV], *pb[TJ_MAXDEV];
+    void *po[TJ_MAXDEV];
     tj__cdot_dims d;
     char *ws = NULL;
     float *C;
@@ -12854,34 +12959,37 @@ static void tj__k_cdot(tj__kern *k) {
         if (!k->err[0]) snprintf(k->err, TJ__MSG, "%s at %s:%d: the local shapes do not fit the collective matmul", tj__ops[n->op].name, tj__base(n->file), n->line);
         return;
     }
-    tj__cdot_mnk(n, &d, &m, &nn, &kk);
-    tj__cdot_ws(n, &d, &staging, &pack);
-    if (tj__cdot_meet(k, 0, k->in[0], k->in[1], pa, pb)) return;
-    if (k->scratch && pack) {
-        ws = (char *)k->scratch + staging;
-        ws_n = n->pack_slots;
-    }
-    lda = ta ? d.Ma : d.Ka; /* every rank's operand has the same local shape */
-    ldb = tb ? d.Kb : d.Nb;
-    for (bi = 0; bi < d.Bn; bi++) {
-        C = bf16 ? (float *)k->scratch : (float *)k->out + bi * d.Mo * d.No;
-        for (j = 0; j < G; j++) {
-            /* rank j's operands (the node's own where nothing is gathered) at batch bi */
-            const char *A = (const char *)(ag && w == 1 ? k->in[0] : pa[j]) + (size_t)(bi * d.Ma * d.Ka) * es;
-            const char *B = (const char *)(ag && w == 0 ? k->in[1] : pb[j]) + (size_t)(bi * d.Kb * d.Nb) * es;
-            float *Cj = C;
-            int acc = j > 0;
-            if (ag && d.where == 1) Cj += (int64_t)j * d.Ma * d.No, acc = 0;     /* rows j   */
-            else if (ag && d.where == 3) Cj += (int64_t)j * d.Nb, acc = 0;        /* cols j   */
-            else if (ag && w == 0) B += (size_t)(tb ? j * kk : j * kk * d.Nb) * es; /* k block j of b */
-            else if (ag) A += (size_t)(ta ? j * kk * d.Ma : j * kk) * es;        /* k block j of a */
-            else if (d.where == 1) A += (size_t)(ta ? me * d.Mo : me * d.Mo * d.Ka) * es; /* my rows of a_j */
-            else B += (size_t)(tb ? me * d.No * d.Kb : me * d.No) * es;          /* my cols of b_j */
-            tj__gemm_ws(bf16, ta, tb, (int)m, (int)nn, (int)kk, A, (int)lda, B, (int)ldb, Cj, (int)d.No, acc, k->nthreads, ws, ws_n);
+    if (tj__cdot_meet(k, 0, pa, pb, po)) return;
+    if (tj__cdot_coop(n, &d, G, me, &lo, &hi)) tj__cdot_cols(k, &d, G, lo, hi, pa, pb, po);
+    else {
+        tj__cdot_mnk(n, &d, &m, &nn, &kk);
+        tj__cdot_ws(n, &d, &staging, &pack);
+        if (k->scratch && pack) {
+            ws = (char *)k->scratch + staging;
+            ws_n = n->pack_slots;
         }
-        if (bf16) tj__f32_to_bf16_n(C, (uint16_t *)k->out + bi * d.Mo * d.No, d.Mo * d.No);
+        lda = ta ? d.Ma : d.Ka; /* every rank's operand has the same local shape */
+        ldb = tb ? d.Kb : d.Nb;
+        for (bi = 0; bi < d.Bn; bi++) {
+            C = bf16 ? (float *)k->scratch : (float *)k->out + bi * d.Mo * d.No;
+            for (j = 0; j < G; j++) {
+                /* rank j's operands (the node's own where nothing is gathered) at batch bi */
+                const char *A = (const char *)(ag && w == 1 ? k->in[0] : pa[j]) + (size_t)(bi * d.Ma * d.Ka) * es;
+                const char *B = (const char *)(ag && w == 0 ? k->in[1] : pb[j]) + (size_t)(bi * d.Kb * d.Nb) * es;
+                float *Cj = C;
+                int acc = j > 0;
+                if (ag && d.where == 1) Cj += (int64_t)j * d.Ma * d.No, acc = 0;     /* rows j   */
+                else if (ag && d.where == 3) Cj += (int64_t)j * d.Nb, acc = 0;        /* cols j   */
+                else if (ag && w == 0) B += (size_t)(tb ? j * kk : j * kk * d.Nb) * es; /* k block j of b */
+                else if (ag) A += (size_t)(ta ? j * kk * d.Ma : j * kk) * es;        /* k block j of a */
+                else if (d.where == 1) A += (size_t)(ta ? me * d.Mo : me * d.Mo * d.Ka) * es; /* my rows of a_j */
+                else B += (size_t)(tb ? me * d.No * d.Kb : me * d.No) * es;          /* my cols of b_j */
+                tj__gemm_ws(bf16, ta, tb, (int)m, (int)nn, (int)kk, A, (int)lda, B, (int)ldb, Cj, (int)d.No, acc, k->nthreads, ws, ws_n);
+            }
+            if (bf16) tj__f32_to_bf16_n(C, (uint16_t *)k->out + bi * d.Mo * d.No, d.Mo * d.No);
+        }
     }
-    tj__cdot_meet(k, 1, NULL, NULL, NULL, NULL);
+    tj__cdot_meet(k, 1, NULL, NULL, NULL);
     if (P) { /* counted as the collective it replaces */
         P->ncoll[k->dev]++;
         P->sent[k->dev] += (G - 1) * (ag ? tj__bytes(k->it[w]) : tj__bytes(&k->ot));
