@@ -3569,29 +3569,52 @@ static int tj__sh_reshape(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
     }
     return tj__sh_fit(&in[0], want, op, file, line);
 }
-/* take(table, idx): the indexed axis of the table stays whole; the
-   indices' axes sit inside the output and take its sharding. Where they
-   and a kept axis of the table use the same mesh axis, the axis that comes
-   first in the output would win: usually an index axis, so the table
-   would be gathered along its kept axis. When the table is larger than
-   the output (an embedding: a few rows of a big table), the table's axes
-   win instead, and the indices (and the rows taken) are what moves. */
+/* take(table, idx): the indices' axes sit inside the output and take its
+   sharding, and the indexed axis of the table is made whole. Where the
+   indices and a kept axis of the table use the same mesh axis, the axis
+   that comes first in the output would win: usually an index axis, so the
+   table would be gathered along its kept axis. When the table is larger
+   than the output (an embedding: a few rows of a big table), the table
+   moves not at all instead:
+   - its kept axes keep their sharding, and the indices (and the rows
+     taken) are what moves;
+   - an indexed axis split over mesh axes stays split (Megatron's
+     vocab-parallel embedding): each device takes the rows its block holds
+     and zeros for the others (tj__k_take), so the output is a partial sum
+     over those mesh axes, which its reader adds up (the rows taken, where
+     gathering would move the table). Its gradient, scatter_add, keeps the
+     table's split (tj__vjp_take passes it on). */
 static int tj__sh_take(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
-    unsigned kept = 0;
-    int i, k;
+    unsigned kept = 0, split = 0;
+    uint8_t want[TJ_MAXDIM];
+    int i, k, ax = tj__axis_index(&in[0]->t, at->axis);
     (void)g;
     tj__sh_follow(t, nin, in, at, 1, 0);
     if (tj__bytes(&in[0]->t) > tj__bytes(t)) {
         for (i = 0; i < t->rank; i++)
             if ((k = tj__axis_index(&in[0]->t, t->ax[i])) >= 0) kept |= in[0]->t.sh[k];
+        split = ax >= 0 ? in[0]->t.sh[ax] & ~kept : 0;
         for (i = 0; i < t->rank; i++) {
             k = tj__axis_index(&in[0]->t, t->ax[i]);
-            t->sh[i] = k >= 0 ? in[0]->t.sh[k] : t->sh[i] & ~kept;
+            t->sh[i] = k >= 0 ? in[0]->t.sh[k] : t->sh[i] & ~kept & ~split;
         }
     }
-    return tj__sh_fit_all(t, nin, in, op, file, line);
+    if (!split) return tj__sh_fit_all(t, nin, in, op, file, line);
+    t->partial = split;
+    for (i = 0; i < in[0]->t.rank; i++) want[i] = in[0]->t.sh[i]; /* (a partial table is added up) */
+    if (tj__sh_fit(&in[0], want, op, file, line)) return -1;
+    tj__sh_want_out(t, in[1], want);
+    return tj__sh_fit(&in[1], want, op, file, line);
 }
-/* scatter_add(upd, idx) into a table: the table's axes follow the update;
+/* a take or scatter_add whose indexed axis is split over devices (above):
+   the first row of this device's block and the whole axis's length */
+static void tj__take_block(const tj__kern *k, const tj__type *gt, int ax, int64_t V, int64_t *off, int64_t *Vg) {
+    *off = gt->sh[ax] ? (int64_t)tj__mesh_rank(k->ctx, k->dev, gt->sh[ax]) * V : 0;
+    *Vg = gt->dim[ax];
+}
+/* scatter_add(upd, idx) into a table: the table's axes follow the update,
+   its indexed axis whole unless split over at->mesh (the gradient of a
+   vocab-parallel take: each device adds only the rows of its block);
    update axes that the indices drop may stay sharded, and sharded indices
    leave each device a partial sum of the table (scatter-add is a sum). */
 static int tj__sh_scatter(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
@@ -3600,6 +3623,7 @@ static int tj__sh_scatter(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
     unsigned used;
     (void)g;
     tj__sh_follow(t, nin, in, at, 1, 0);
+    if (at->mesh && (k = tj__axis_index(t, at->axis)) >= 0 && !(tj__sh_used(t->sh, t->rank) & at->mesh)) t->sh[k] = (uint8_t)at->mesh;
     used = tj__sh_used(t->sh, t->rank);
     for (i = 0; i < in[0]->t.rank; i++) {
         k = tj__axis_index(t, in[0]->t.ax[i]);
@@ -5735,30 +5759,35 @@ static void tj__kpos(const tj__kern *k, int i, int64_t pos, char *b, size_t n) {
     else snprintf(b, n, "position %lld", (long long)pos);
 }
 static void tj__k_take(tj__kern *k) {
-    const tj__type *xt = k->n->op == TJ__OP_TAKE ? k->it[0] : &k->ot;
+    int take = k->n->op == TJ__OP_TAKE;
+    const tj__type *xt = take ? k->it[0] : &k->ot;
     int ax = tj__axis_index(xt, k->n->a.axis);
-    int64_t pre, V, post, ni = tj__numel(k->it[1]), p, j, e;
+    int64_t pre, V, post, ni = tj__numel(k->it[1]), p, j, e, off, Vg;
     size_t es = tj_dtype_size(k->ot.dt);
     const int32_t *idx = (const int32_t *)k->in[1];
     tj__ppv(xt, ax, &pre, &V, &post);
-    if (k->n->op == TJ__OP_SCATTER_ADD) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
+    tj__take_block(k, take ? &k->n->in[0]->t : &k->n->t, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
+    if (!take) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
     for (j = 0; j < ni; j++)
-        if (idx[j] < 0 || idx[j] >= V) {
+        if (idx[j] < 0 || idx[j] >= Vg) {
             char at[64];
             tj__kpos(k, 1, j, at, sizeof at);
             if (k->err) snprintf(k->err, TJ__MSG, "%s: index %d at %s is out of range [0, %lld) for axis '%s' (at %s:%d)", TJ__OPNAME(k->n->op),
-                                 (int)idx[j], at, (long long)V, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
+                                 (int)idx[j], at, (long long)Vg, tj__name(k->ctx, k->n->a.axis), tj__base(k->n->file), k->n->line);
             return;
         }
     for (p = 0; p < pre; p++)
         for (j = 0; j < ni; j++) {
-            int64_t xo = (p * V + idx[j]) * post, oo = (p * ni + j) * post;
-            if (k->n->op == TJ__OP_TAKE) memcpy((char *)k->out + oo * (int64_t)es, (const char *)k->in[0] + xo * (int64_t)es, (size_t)post * es);
+            int64_t r = idx[j] - off, xo = (p * V + r) * post, oo = (p * ni + j) * post;
+            if (r < 0 || r >= V) { /* another device's row: zeros here (take), nothing to add (scatter_add) */
+                if (take) memset((char *)k->out + oo * (int64_t)es, 0, (size_t)post * es);
+            } else if (take) memcpy((char *)k->out + oo * (int64_t)es, (const char *)k->in[0] + xo * (int64_t)es, (size_t)post * es);
             else for (e = 0; e < post; e++) tj__st(k->out, k->ot.dt, xo + e, tj__ld(k->out, k->ot.dt, xo + e) + tj__ld(k->in[0], k->it[0]->dt, oo + e));
         }
 }
 /* scatter_add(g, idx) into the shape of x: the transpose of take */
-static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int axis) {
+/* (split: mesh axes the table's indexed axis stays split over, tj__sh_scatter) */
+static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int axis, unsigned split) {
     tj__type t, gt;
     tj_node *in[2];
     tj__attr pa;
@@ -5769,10 +5798,13 @@ static tj_v tj__scatter_add(const char *f, int l, tj_v g, tj_v idx, tj_v x, int 
     t.dt = g->t.dt;
     memset(&pa, 0, sizeof pa);
     pa.axis = axis;
+    pa.mesh = split;
     return tj__node(x->g, TJ__OP_SCATTER_ADD, &t, 2, in, &pa, f, l);
 }
 static tj_status tj__vjp_take(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj__scatter_add(n->file, n->line, g, n->in[1], n->in[0], n->a.axis);
+    /* a take from a table split along the indexed axis is a partial sum
+       over exactly those mesh axes (tj__sh_take) */
+    gin[0] = tj__scatter_add(n->file, n->line, g, n->in[1], n->in[0], n->a.axis, n->t.partial);
     return TJ_OK;
 }
 static tj_status tj__vjp_scatter(tj_node *n, tj_v g, tj_v *gin) {
@@ -7658,7 +7690,7 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     int z;
     for (z = 0; final && z < nc; z++) final[z] = NULL; /* a failed scan leaves NULLs, never garbage */
     for (z = 0; ys && z < ny; z++) ys[z] = NULL;
-    tj_node *cp[32], *xp[32], *co[32], *yo[32], *xr[32], *n;
+    tj_node *cp[32], *xp[32], *co[32], *yo[32], *xr[32], *ini[32], *n;
     tj__type at;
     int i, ax;
     int64_t len = -1;
@@ -7672,6 +7704,15 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     }
     for (i = 0; i < nc; i++) if (!init[i]) return c->status ? c->status : TJ_ERR_ARG;
     for (i = 0; i < nx; i++) if (!xs[i]) return c->status ? c->status : TJ_ERR_ARG;
+    /* a carry's type is the same in every iteration: an initial value
+       that is a partial sum (a dot's over a split contracted axis, a
+       vocab-parallel take) is added up first, since what the body returns
+       is a whole value */
+    for (i = 0; i < nc; i++) {
+        ini[i] = init[i];
+        if (init[i]->t.partial && !(ini[i] = tj__reshard(init[i], init[i]->t.sh, "scan", f, l))) return c->status;
+    }
+    init = ini;
     /* the axis, and the length */
     if (axis && strchr(axis, '=')) {
         if (tj__parse_shape(c, axis, TJ_F32, &at, 0, "scan", f, l)) return c->status;

@@ -788,18 +788,21 @@ __global__ void tjc_k_xent_long(const void *z, int zdt, const int32_t *lab, cons
     }
 }
 
-/* take: x = [pre, V, post], idx = [ni] -> out = [pre, ni, post] */
-__global__ void tjc_k_take(const void *x, void *out, int es, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni,
-                           unsigned long long *errpos) {
+/* take: x = [pre, V, post], idx = [ni] -> out = [pre, ni, post]; x holds
+   rows [off, off + V) of Vg (tj__take_block), other rows read as zeros */
+__global__ void tjc_k_take(const void *x, void *out, int es, const int32_t *idx, int64_t pre, int64_t off, int64_t V, int64_t Vg, int64_t post,
+                           int64_t ni, unsigned long long *errpos) {
     int64_t n = pre * ni * post;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t e = i % post, j = (i / post) % ni, p = i / (post * ni);
+        int64_t e = i % post, j = (i / post) % ni, p = i / (post * ni), r;
         int32_t v = idx[j];
-        if (v < 0 || v >= V) {
+        if (v < 0 || v >= Vg) {
             atomicMin(errpos, (unsigned long long)j);
             continue;
         }
-        tjc_move(out, i, x, (p * V + v) * post + e, es);
+        r = (int64_t)v - off;
+        if (r < 0 || r >= V) memset((char *)out + i * es, 0, (size_t)es);
+        else tjc_move(out, i, x, (p * V + r) * post + e, es);
     }
 }
 /* v rounded to dtype dt, as a store and a load would (tj__st, tj__ld) */
@@ -838,7 +841,12 @@ __global__ void tjc_k_scatter_add(const void *g, int gdt, void *out, int odt, co
    of v in the sorted keys. These helpers are shared by the kernels and by
    tj_cuda_scatter_csr_host, which tests the same steps on the CPU. */
 __host__ __device__ __forceinline__ unsigned tjc_csr_bad(int64_t V) { return V < ((int64_t)1 << 31) ? (unsigned)V : 1u << 31; }
-__host__ __device__ __forceinline__ unsigned tjc_csr_key(int32_t v, int64_t V) { return v >= 0 && v < V ? (unsigned)v : tjc_csr_bad(V); }
+/* index v's key in a block of V rows starting at row off (the whole axis,
+   of Vg rows, split over devices: tj__sh_take); rows of other blocks and
+   indices out of range sort last, with the bad key */
+__host__ __device__ __forceinline__ unsigned tjc_csr_key(int32_t v, int64_t off, int64_t V) {
+    return (int64_t)v >= off && (int64_t)v - off < V ? (unsigned)((int64_t)v - off) : tjc_csr_bad(V);
+}
 /* key bits the sort must look at: enough for the bad key, at least one */
 static int tjc_csr_bits(int64_t V) {
     unsigned bad = tjc_csr_bad(V);
@@ -859,12 +867,13 @@ __host__ __device__ __forceinline__ int64_t tjc_csr_lower(const unsigned *keys, 
     return lo;
 }
 /* keys and positions to sort; the first bad position into the check slot */
-__global__ void tjc_k_csr_keys(const int32_t *idx, int64_t ni, int64_t V, unsigned *keys, int64_t *pos, unsigned long long *errpos) {
+__global__ void tjc_k_csr_keys(const int32_t *idx, int64_t ni, int64_t off, int64_t V, int64_t Vg, unsigned *keys, int64_t *pos,
+                               unsigned long long *errpos) {
     for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < ni; j += (int64_t)gridDim.x * blockDim.x) {
         int32_t v = idx[j];
-        keys[j] = tjc_csr_key(v, V);
+        keys[j] = tjc_csr_key(v, off, V);
         pos[j] = j;
-        if (v < 0 || v >= V) atomicMin(errpos, (unsigned long long)j);
+        if (v < 0 || v >= Vg) atomicMin(errpos, (unsigned long long)j);
     }
 }
 /* start[v] for v in [0, V] from the sorted keys */
@@ -1334,7 +1343,7 @@ static tjc_csr_at tjc_csr_layout(int64_t V, int64_t ni, size_t temp_bytes) {
     L.total = L.temp + tjc_up256(temp_bytes);
     return L;
 }
-static int tjc_scatter_add(tjc_state *s, tj__kern *k, const int32_t *idx, int64_t pre, int64_t V, int64_t post, int64_t ni) {
+static int tjc_scatter_add(tjc_state *s, tj__kern *k, const int32_t *idx, int64_t pre, int64_t off, int64_t V, int64_t Vg, int64_t post, int64_t ni) {
     int bits = tjc_csr_bits(V);
     size_t temp_bytes = 0;
     tjc_csr_at L;
@@ -1356,10 +1365,10 @@ static int tjc_scatter_add(tjc_state *s, tj__kern *k, const int32_t *idx, int64_
     d = (char *)s->d_csr;
     if (ni > 0) {
         if (tjc_check_begin(s, k)) return 1;
-        tjc_k_csr_keys<<<tjc_blocks(ni, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(idx, ni, V, (unsigned *)(d + L.keys), (int64_t *)(d + L.pos),
-                                                                                 s->d_errpos);
+        tjc_k_csr_keys<<<tjc_blocks(ni, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(idx, ni, off, V, Vg, (unsigned *)(d + L.keys),
+                                                                                 (int64_t *)(d + L.pos), s->d_errpos);
         TJC_LAUNCHED(k, "tjc_k_csr_keys");
-        if (tjc_index_check(s, k, idx, V)) return 1;
+        if (tjc_index_check(s, k, idx, Vg)) return 1;
         TJC_CUDA(k, cub::DeviceRadixSort::SortPairs(d + L.temp, temp_bytes, (const unsigned *)(d + L.keys), (unsigned *)(d + L.sorted),
                                                     (const int64_t *)(d + L.pos), (int64_t *)(d + L.order), ni, 0, bits, s->compute));
     }
@@ -1373,10 +1382,13 @@ static int tjc_scatter_add(tjc_state *s, tj__kern *k, const int32_t *idx, int64_
 /* The same steps on the CPU, for tests: keys and positions, a stable LSD
    radix sort over the same bits (8 at a time; CUB's passes differ, its
    result is the same for a stable sort), start[] by the same lower bound.
-   start has V + 1 entries, order ni (good positions first); *first_bad is
-   the first out-of-range position or -1. Returns 0, or 1 out of memory. */
-extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t V, int64_t *start, int64_t *order, int64_t *first_bad);
-extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t V, int64_t *start, int64_t *order, int64_t *first_bad) {
+   start has V + 1 entries, order ni (the positions of the block's rows
+   [off, off + V) first); *first_bad is the first position out of [0, Vg)
+   or -1. Returns 0, or 1 out of memory. */
+extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t off, int64_t V, int64_t Vg, int64_t *start, int64_t *order,
+                                        int64_t *first_bad);
+extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t off, int64_t V, int64_t Vg, int64_t *start, int64_t *order,
+                                        int64_t *first_bad) {
     int bits = tjc_csr_bits(V), shift;
     unsigned *keys = (unsigned *)TJ_MALLOC(sizeof(unsigned) * (size_t)(2 * ni + 1)), *k2 = keys + ni;
     int64_t *p2 = (int64_t *)TJ_MALLOC(sizeof(int64_t) * (size_t)(ni + 1)), j, v;
@@ -1387,9 +1399,9 @@ extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t 
     }
     *first_bad = -1;
     for (j = 0; j < ni; j++) {
-        keys[j] = tjc_csr_key(idx[j], V);
+        keys[j] = tjc_csr_key(idx[j], off, V);
         order[j] = j;
-        if ((idx[j] < 0 || idx[j] >= V) && *first_bad < 0) *first_bad = j;
+        if ((idx[j] < 0 || idx[j] >= Vg) && *first_bad < 0) *first_bad = j;
     }
     for (shift = 0; shift < bits; shift += 8) { /* one stable counting pass per digit */
         int64_t cnt[257] = {0};
@@ -1413,20 +1425,21 @@ extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t 
 static int tjc_take(tjc_state *s, tj__kern *k) {
     const tj__type *xt = k->n->op == TJ__OP_TAKE ? k->it[0] : &k->ot;
     int ax = tj__axis_index(xt, k->n->a.axis);
-    int64_t pre, V, post, ni = tj__numel(k->it[1]), n;
+    int64_t pre, V, post, ni = tj__numel(k->it[1]), n, off, Vg;
     const int32_t *idx = (const int32_t *)k->in[1];
     if (ax < 0) return tjc_fail(k, "axis not found");
     tj__ppv(xt, ax, &pre, &V, &post);
+    tj__take_block(k, k->n->op == TJ__OP_TAKE ? &k->n->in[0]->t : &k->n->t, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
     n = pre * ni * post;
     if (k->n->op == TJ__OP_TAKE) {
         if (k->it[0]->dt != k->ot.dt) return tjc_fail(k, "operand and result dtypes differ");
         if (tjc_check_begin(s, k)) return 1;
-        tjc_k_take<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->out, (int)tj_dtype_size(k->ot.dt), idx, pre, V, post, ni,
-                                                                             s->d_errpos);
+        tjc_k_take<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], k->out, (int)tj_dtype_size(k->ot.dt), idx, pre, off, V, Vg,
+                                                                             post, ni, s->d_errpos);
         TJC_LAUNCHED(k, "tjc_k_take");
-        return tjc_index_check(s, k, idx, V);
+        return tjc_index_check(s, k, idx, Vg);
     }
-    return tjc_scatter_add(s, k, idx, pre, V, post, ni);
+    return tjc_scatter_add(s, k, idx, pre, off, V, Vg, post, ni);
 }
 /* tj__k_one_hot */
 static int tjc_one_hot(tjc_state *s, tj__kern *k) {

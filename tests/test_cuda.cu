@@ -494,37 +494,43 @@ static void test_scatter_bad_index(void) {
 /* The device's index lists (sort keys, stable radix sort, lower bound)
    computed by the same steps on the CPU (tj_cuda_scatter_csr_host; the GPU
    side itself has not run on a GPU here) against a plain stable counting
-   sort, on random indices with and without out-of-range ones. Vocab sizes
-   that are powers of two check that the sort looks at enough key bits. */
-extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t V, int64_t *start, int64_t *order, int64_t *first_bad);
-static void csr_case(int64_t ni, int64_t V, int nbad, unsigned seed) {
+   sort, on random indices with and without out-of-range ones, the whole
+   axis here or split in G blocks of V rows (this device's: block b, the
+   others' rows left out as a vocab-parallel take's gradient leaves them).
+   Vocab sizes that are powers of two check that the sort looks at enough
+   key bits. */
+extern "C" int tj_cuda_scatter_csr_host(const int32_t *idx, int64_t ni, int64_t off, int64_t V, int64_t Vg, int64_t *start, int64_t *order,
+                                        int64_t *first_bad);
+static void csr_case(int64_t ni, int64_t V, int nbad, unsigned seed, int G) {
     int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * (size_t)(ni + 1));
     int64_t *st = (int64_t *)malloc(sizeof(int64_t) * (size_t)(V + 1)), *ord = (int64_t *)malloc(sizeof(int64_t) * (size_t)(ni + 1));
     int64_t *rst = (int64_t *)calloc((size_t)(V + 2), sizeof(int64_t)), *rord = (int64_t *)malloc(sizeof(int64_t) * (size_t)(ni + 1));
-    int64_t j, v, bad = -1, got_bad = -2, ngood = 0, worst = -1;
+    int64_t j, v, bad = -1, got_bad = -2, ngood = 0, worst = -1, Vg = V * G, off = (int64_t)(seed % (unsigned)G) * V;
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (j = 0; j < ni; j++) { /* skewed: half the positions use 1 of 8 hot indices */
+#define IN_BLOCK(i) ((i) >= off && (i) < off + V)
+    for (j = 0; j < ni; j++) { /* skewed: half the positions use 1 of 8 hot indices (of this block) */
         x = x * 6364136223846793005ull + 1442695040888963407ull;
-        idx[j] = (int32_t)((x >> 40) & 1 ? (x >> 20) % (uint64_t)(V < 8 ? V : 8) : (x >> 20) % (uint64_t)V);
+        idx[j] = (int32_t)((x >> 40) & 1 ? off + (int64_t)((x >> 20) % (uint64_t)(V < 8 ? V : 8)) : (int64_t)((x >> 20) % (uint64_t)Vg));
     }
     for (j = 0; j < nbad && ni; j++) { /* out of range: past the end, negative, INT32_MIN / MAX */
-        int64_t b = j % 4 == 0 ? V + j % 3 : j % 4 == 1 ? -1 : j % 4 == 2 ? INT32_MIN : INT32_MAX;
+        int64_t b = j % 4 == 0 ? Vg + j % 3 : j % 4 == 1 ? -1 : j % 4 == 2 ? INT32_MIN : INT32_MAX;
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         idx[(x >> 20) % (uint64_t)ni] = (int32_t)b;
     }
-    for (j = 0; j < ni; j++) /* the reference: a stable counting sort of the good positions */
-        if (idx[j] >= 0 && idx[j] < V) rst[idx[j] + 1]++;
-        else if (bad < 0) bad = j;
+    for (j = 0; j < ni; j++) { /* the reference: a stable counting sort of the block's positions */
+        if (IN_BLOCK(idx[j])) rst[idx[j] - off + 1]++;
+        if ((idx[j] < 0 || idx[j] >= Vg) && bad < 0) bad = j;
+    }
     for (v = 0; v < V; v++) rst[v + 1] += rst[v];
     {
         int64_t *fill = (int64_t *)malloc(sizeof(int64_t) * (size_t)(V + 1));
         memcpy(fill, rst, sizeof(int64_t) * (size_t)(V + 1));
         for (j = 0; j < ni; j++)
-            if (idx[j] >= 0 && idx[j] < V) rord[fill[idx[j]]++] = j;
+            if (IN_BLOCK(idx[j])) rord[fill[idx[j] - off]++] = j;
         free(fill);
     }
     ngood = rst[V];
-    TJT_CHECK(tj_cuda_scatter_csr_host(idx, ni, V, st, ord, &got_bad) == 0, "[scatter index lists] out of memory");
+    TJT_CHECK(tj_cuda_scatter_csr_host(idx, ni, off, V, Vg, st, ord, &got_bad) == 0, "[scatter index lists] out of memory");
     for (v = 0; v <= V && worst < 0; v++)
         if (st[v] != rst[v]) worst = v;
     TJT_CHECK(worst < 0, "[scatter index lists %lld positions, vocab %lld] start[%lld] = %lld, counting sort %lld", (long long)ni, (long long)V,
@@ -533,13 +539,14 @@ static void csr_case(int64_t ni, int64_t V, int nbad, unsigned seed) {
         if (ord[j] != rord[j]) worst = j;
     TJT_CHECK(worst < 0, "[scatter index lists %lld positions, vocab %lld] order[%lld] = %lld, counting sort %lld", (long long)ni, (long long)V,
               (long long)worst, worst >= 0 ? (long long)ord[worst] : 0, worst >= 0 ? (long long)rord[worst] : 0);
-    for (j = ngood, worst = -1; j < ni && worst < 0; j++) /* the rest: the bad positions, in increasing order */
-        if (idx[ord[j]] >= 0 && idx[ord[j]] < V) worst = j;
+    for (j = ngood, worst = -1; j < ni && worst < 0; j++) /* the rest: the other positions, in increasing order */
+        if (IN_BLOCK(idx[ord[j]])) worst = j;
         else if (j > ngood && ord[j] <= ord[j - 1]) worst = j;
     TJT_CHECK(worst < 0, "[scatter index lists %lld positions, vocab %lld] order[%lld] (past start[V]) is not the next bad position", (long long)ni,
               (long long)V, (long long)worst);
-    TJT_CHECK(got_bad == bad, "[scatter index lists %lld positions, vocab %lld] first bad position %lld, expected %lld", (long long)ni, (long long)V,
-              (long long)got_bad, (long long)bad);
+    TJT_CHECK(got_bad == bad, "[scatter index lists %lld positions, vocab %lld of %lld] first bad position %lld, expected %lld", (long long)ni,
+              (long long)V, (long long)Vg, (long long)got_bad, (long long)bad);
+#undef IN_BLOCK
     free(idx);
     free(st);
     free(ord);
@@ -553,8 +560,9 @@ static void test_scatter_csr_host(void) {
     for (int a = 0; a < 5; a++)
         for (int b = 0; b < 7; b++) {
             if (nis[a] > 300 && Vs[b] < 256 && Vs[b] != 2) continue; /* the big count: vocab 2, 256 and up */
-            csr_case(nis[a], Vs[b], 0, seed++);
-            csr_case(nis[a], Vs[b], nis[a] < 8 ? 1 : 7, seed++);
+            csr_case(nis[a], Vs[b], 0, seed++, 1);
+            csr_case(nis[a], Vs[b], nis[a] < 8 ? 1 : 7, seed++, 1);
+            if (Vs[b] < (1 << 20)) csr_case(nis[a], Vs[b], nis[a] < 8 ? 1 : 7, seed++, 4); /* split in 4 blocks, this one's rows */
         }
     tjt_current = "";
 }

@@ -66,9 +66,10 @@ static void blk(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, vo
     (void)g; (void)y; (void)u;
     co[0] = tj_add(c[0], tj_rename(tj_tanh(tj_dot(c[0], x[0], "embed")), "embed2", "embed")); /* x[0]: (embed, embed2) */
 }
+static int emb_take_line; /* where emb_scan's take is (the collectives it causes name it) */
 static void emb_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v wte = tj_tree_v(in, "wte"), tok = tj_tree_v(in, "tokens"), ws = tj_tree_v(in, "ws");
-    tj_v h = tj_take(wte, "vocab", tok);                            /* (batch, pos, embed) */
+    tj_v h = tj_take(wte, "vocab", tok); emb_take_line = __LINE__;  /* (batch, pos, embed) */
     tj_v hs = NULL, w[2], gr[2], loss;
     tj_policy pol = tj_nothing_saveable();
     (void)g; (void)u;
@@ -78,6 +79,24 @@ static void emb_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_grad(loss, 2, w, gr);
     tj_tree_set_v(out, "loss", loss);
     tj_tree_set_v(out, "g_wte", gr[0]);
+    tj_tree_set_v(out, "g_ws", gr[1]);
+}
+
+/* a scan whose initial carry is a partial sum (a dot contracting an axis
+   split over devices): the carry is added up before the first iteration,
+   else later iterations would add up a whole value again */
+static void dot_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), wi = tj_tree_v(in, "wi"), ws = tj_tree_v(in, "ws");
+    tj_v h = tj_dot(x, wi, "hd"); /* (batch, pos, embed) */
+    tj_v hs = NULL, w[2], gr[2], loss;
+    tj_policy pol = tj_nothing_saveable();
+    (void)g; (void)u;
+    tj_scan(blk, NULL, "layer", 1, &h, 1, &ws, 0, &hs, NULL, &pol);
+    loss = tj_mean(tj_mul(hs, hs), "batch pos embed");
+    w[0] = wi; w[1] = ws;
+    tj_grad(loss, 2, w, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_wi", gr[0]);
     tj_tree_set_v(out, "g_ws", gr[1]);
 }
 
@@ -104,6 +123,8 @@ typedef struct {
     tjt_outs o;
     int count[4]; /* all_gather, psum, reduce_scatter, shard_slice (forward+backward) */
     int fwd[4], bwd[4];
+    int take_gathers; /* all_gathers a take asked for (of its table) */
+    int table_slices; /* shard_slices of a whole table's gradient (scatter_add made it whole) */
 } result;
 static const char *kinds[4] = {"all_gather", "psum", "reduce_scatter", "shard_slice"};
 static void free_result(result *r) {
@@ -116,7 +137,7 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
     tj_prog *p;
     tj_collective cols[256];
     int i, nc, ok = 1;
-    tj_fn fn = which == 0 ? mlp : which == 1 ? attn : which == 2 || which == 4 ? emb_scan : fattn;
+    tj_fn fn = which == 0 ? mlp : which == 1 ? attn : which == 2 || which == 4 ? emb_scan : which == 5 ? dot_scan : fattn;
     (void)bf;
     memset(r, 0, sizeof *r);
     tj_set_devices(ctx, ndev);
@@ -134,6 +155,10 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
         tj_tree_set_array(in, "wk", tjt_rand(ctx, TJ_F32, "embed=8 hd=4", 7, -0.5, 0.5));
         tj_tree_set_array(in, "wo", tjt_rand(ctx, TJ_F32, "embed=8 vocab=8", 8, -0.5, 0.5));
         tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=2 pos=8", lab));
+    } else if (which == 5) {
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 pos=8 hd=4", 11, -1, 1));
+        tj_tree_set_array(in, "wi", tjt_rand(ctx, TJ_F32, "hd=4 embed=8", 12, -0.5, 0.5));
+        tj_tree_set_array(in, "ws", tjt_rand(ctx, TJ_F32, "layer=3 embed=8 embed2=8", 10, -0.3, 0.3));
     } else if (which == 3) {
         int32_t lab[4 * 8];
         for (i = 0; i < 32; i++) lab[i] = (i * 5) % 8;
@@ -167,6 +192,8 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
             for (k = 0; k < 4; k++)
                 if (!strcmp(cols[i].kind, kinds[k])) {
                     r->count[k]++;
+                    r->take_gathers += k == 0 && !strcmp(cols[i].cause, "take");
+                    r->table_slices += k == 3 && cols[i].backward && cols[i].line == emb_take_line;
                     if (cols[i].backward) r->bwd[k]++;
                     else r->fwd[k]++;
                 }
@@ -339,7 +366,7 @@ int main(void) {
         {8, "data=2 model=4", "batch:data hd:model vocab:model", "data x head_dim, 2x4"},
     };
     tjt_current = "equivalence";
-    for (which = 0; which < 5; which++) {
+    for (which = 0; which < 6; which++) {
         if (!run_prog(which, 1, NULL, NULL, NULL, &ref, 0)) { TJT_CHECK(0, "single-device program %d failed", which); continue; }
         for (m = 0; m < (int)(sizeof cases / sizeof cases[0]); m++) {
             char what[128];
@@ -354,6 +381,16 @@ int main(void) {
         }
         free_result(&ref);
     }
+
+    /* a table split along the rows it is indexed by (an embedding with its
+       vocabulary over "model"): each device takes the rows of its block,
+       the rows taken are added up; the table is never gathered, nor its
+       gradient made whole and sliced again */
+    if (run_prog(4, 8, "data=2 model=4", "batch:data hd:model vocab:model", NULL, &r, 0)) {
+        TJT_CHECK(r.take_gathers == 0 && r.table_slices == 0, "vocab-parallel take: %d gathers of the table, %d slices of its gradient (want 0, 0)",
+                  r.take_gathers, r.table_slices);
+        free_result(&r);
+    } else TJT_CHECK(0, "vocab-parallel take: the program failed");
 
     /* collective counts */
     tjt_current = "collective counts";
