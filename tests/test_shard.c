@@ -84,20 +84,24 @@ static void emb_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 
 /* a scan whose initial carry is a partial sum (a dot contracting an axis
    split over devices): the carry is added up before the first iteration,
-   else later iterations would add up a whole value again */
+   else later iterations would add up a whole value again. Its backward
+   scan's initial carry (the final carry's cotangent, from a dot back
+   through wo's split hd) is a partial sum too. */
 static void dot_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v x = tj_tree_v(in, "x"), wi = tj_tree_v(in, "wi"), ws = tj_tree_v(in, "ws");
+    tj_v x = tj_tree_v(in, "x"), wi = tj_tree_v(in, "wi"), ws = tj_tree_v(in, "ws"), wo = tj_tree_v(in, "wo");
     tj_v h = tj_dot(x, wi, "hd"); /* (batch, pos, embed) */
-    tj_v hs = NULL, w[2], gr[2], loss;
+    tj_v hs = NULL, w[3], gr[3], loss, o;
     tj_policy pol = tj_nothing_saveable();
     (void)g; (void)u;
     tj_scan(blk, NULL, "layer", 1, &h, 1, &ws, 0, &hs, NULL, &pol);
-    loss = tj_mean(tj_mul(hs, hs), "batch pos embed");
-    w[0] = wi; w[1] = ws;
-    tj_grad(loss, 2, w, gr);
+    o = tj_tanh(tj_dot(hs, wo, "embed")); /* (batch, pos, hd) */
+    loss = tj_mean(tj_mul(o, o), "batch pos hd");
+    w[0] = wi; w[1] = ws; w[2] = wo;
+    tj_grad(loss, 3, w, gr);
     tj_tree_set_v(out, "loss", loss);
     tj_tree_set_v(out, "g_wi", gr[0]);
     tj_tree_set_v(out, "g_ws", gr[1]);
+    tj_tree_set_v(out, "g_wo", gr[2]);
 }
 
 /* moving a mesh axis from batch to embed: one all-to-all each way */
@@ -159,6 +163,7 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
         tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 pos=8 hd=4", 11, -1, 1));
         tj_tree_set_array(in, "wi", tjt_rand(ctx, TJ_F32, "hd=4 embed=8", 12, -0.5, 0.5));
         tj_tree_set_array(in, "ws", tjt_rand(ctx, TJ_F32, "layer=3 embed=8 embed2=8", 10, -0.3, 0.3));
+        tj_tree_set_array(in, "wo", tjt_rand(ctx, TJ_F32, "embed=8 hd=4", 13, -0.5, 0.5));
     } else if (which == 3) {
         int32_t lab[4 * 8];
         for (i = 0; i < 32; i++) lab[i] = (i * 5) % 8;
