@@ -5986,13 +5986,20 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
 }
 /* cross_entropy_grad of row r: z[label] and the forward's loss, or 0 when
    the loss was stored narrower than f32 (bf16: too coarse to give the
-   softmax; the kernel then computes the row's max and sum of exps), or
-   when they do not give a finite lse (z[label] = -inf: an infinite loss) */
+   softmax; the kernel then computes the row's max and sum of exps), when
+   they do not give a finite lse (z[label] = -inf: an infinite loss), or
+   when the loss is over 16. The stored loss is rounded to its dtype, and
+   each probability exp((z - z[label]) - loss) inherits that rounding,
+   |loss| ulps; computed from the row's max, a probability above e^-16
+   has an exponent under 16 in magnitude. So the loss serves as long as it
+   is no larger (the label's probability above e^-16, as in training);
+   a row with the label's logit far below the others (a loss of 1177:
+   2e-5 relative error against JAX's 1e-7) gets its statistics again. */
 static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t lab, double *zl, double *loss) {
     if (k->n->op != TJ__OP_CROSS_ENTROPY_GRAD || (k->it[2]->dt != TJ_F32 && k->it[2]->dt != TJ_F64)) return 0;
     *zl = tj__ld(k->in[0], k->it[0]->dt, base + lab * s1);
     *loss = tj__ld(k->in[2], k->it[2]->dt, r);
-    return isfinite(*zl + *loss);
+    return isfinite(*zl + *loss) && fabs(*loss) <= 16.0;
 }
 /* row r of op k->n, in double (f64 results) */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {

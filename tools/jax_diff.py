@@ -1333,6 +1333,13 @@ EDGE = [
      "ops": [O("cross_entropy", ["x1", "x3"], "v0", axis="c", mean_axes="")], "outputs": ["v0"]},
     {"mode": "jit", "inputs": [X("x1", "f32", "a=2 c=3", ["-inf", 0.65, 0.25, 0.71, "-inf", -1.5]), X("x3", "i32", "a=2", [0, 1], grad=False)],
      "ops": [O("cross_entropy", ["x1", "x3"], "v0", axis="c")], "outputs": ["v0"]},
+    # ... and the loss, stored in f32, carries |loss| ulps into every
+    # probability: a label logit far below the row's max (loss 1177) gave
+    # 2e-5 relative error (seed 70010; now such rows recompute max and sum)
+    {"mode": "jit", "inputs": [X("x1", "f32", "a=2 c=8", [-0.0116, 1.1926, -1157.45, 19.449, -6.9716, 9.1641, 16.157, -0.0893,
+                                                           0.3, -0.2, 1.5, 0.7, -1.1, 0.05, 2.0, -0.4]),
+                               X("x3", "i32", "a=2", [2, 6], grad=False)],
+     "ops": [O("cross_entropy", ["x1", "x3"], "v0", axis="c")], "outputs": ["v0"]},
     # softmax and log_softmax of rows with -inf, a fully masked row (NaN in both)
     {"mode": "jit", "inputs": [X("x0", "f32", "q=3 k=3", ["-inf", 1.0, "-inf", "-inf", "-inf", "-inf", 0.5, 0.5, 2.0])],
      "ops": [O("softmax", ["x0"], "v0", axis="k"), O("log_softmax", ["x0"], "v1", axis="k")], "outputs": ["v0", "v1"]},
