@@ -8578,12 +8578,24 @@ static tj_node *tj__zeros(tj_graph *g, const tj__type *t, const char *f, int l) 
     if (g->manual) return tj__relayout(f, l, tj_scalar_at(f, l, g, t->dt, 0), t);
     return tj__node(g, TJ__OP_FILL, &z, 0, NULL, NULL, f, l);
 }
+/* Is v zero by construction: a fill of 0, seen through reshapes, layout
+   changes and pvary? A gradient of the backward body that is makes no
+   gradient outside: the scan's VJP gives none for that input (JAX's
+   symbolic zero) instead of a zero that the rules of later ops would carry
+   through, where 0 / 0 or 0 * inf is NaN (a second derivative through the
+   max of a row holding NaN: the mask's count is 0) and work is done for
+   nothing. */
+static int tj__zero_made(const tj_node *v) {
+    while (v && v->nin == 1 && (v->op == TJ__OP_RESHAPE || v->op == TJ__OP_RELAYOUT || v->op == TJ__OP_COPY || v->op == TJ__OP_PVARY)) v = v->in[0];
+    return v && v->op == TJ__OP_FILL && v->a.s == 0.0;
+}
 static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj_graph *G = n->g, *B = n->sub, *bk = NULL;
     tj_ctx *c = G->ctx;
     int nc = n->a.ncarry, nx = n->a.nx, ncap = n->a.ncap, ny = n->nproj - nc, i, k, nw = 0, nf = 0;
     tj_v *pct = n->g->ctx->proj_ct, cts[64], outs[64], wrt[128], grads[128], ctp[64];
     int wrt_kind[128], wrt_idx[128];
+    char zero[128] = {0}; /* backward body output i is zero by construction (tj__zero_made) */
     tj__bwd w;
     tj_node *binit[64], *bxs[64] = {0}, *bn, *bfinal[64];
     int nbinit = 0, first_row, first_vjp;
@@ -8708,20 +8720,30 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
             tj_node *gv = NULL;
             for (k = 0; k < nw; k++) if (wrt_kind[k] == 0 && wrt_idx[k] == i) gv = tj__clone(&w, grads[k]);
             if (!gv) gv = tj__zeros(bk, &B->outs[i]->t, n->file, n->line);
+            zero[bk->nout] = tj__zero_made(gv);
             if (tj__body_add_out(bk, tj__fit(n->file, n->line, gv, &B->outs[i]->t))) goto fail;
             ncar++;
         }
         for (k = 0; k < nw && capy; k++) /* a region: each capture's gradient is an output of its one iteration */
-            if (wrt_kind[k] == 2 && tj__body_add_out(bk, tj__clone(&w, grads[k]))) goto fail;
+            if (wrt_kind[k] == 2) {
+                tj_node *gk = tj__clone(&w, grads[k]);
+                zero[bk->nout] = tj__zero_made(gk);
+                if (tj__body_add_out(bk, gk)) goto fail;
+            }
         for (k = 0; k < nw && !capy; k++)
-            if (wrt_kind[k] == 2) { /* running sum of the capture's gradient */
+            if (wrt_kind[k] == 2) { /* running sum of the capture's gradient (its initial zeros: none made) */
                 tj_node *acc = bk->params[ncar++], *gk = tj__clone(&w, grads[k]);
+                if ((zero[bk->nout] = tj__zero_made(gk)) != 0) {
+                    if (tj__body_add_out(bk, acc)) goto fail;
+                    continue;
+                }
                 if (defensive && c->ndev > 1) gk = tj__manual_coll(TJ__OP_PSUM, gk, all, -1, -1, NULL, "check off: a captured value is replicated, so its gradient is summed over every mesh axis", n->file, n->line);
                 if (tj__body_add_out(bk, tj_add_at(n->file, n->line, acc, gk))) goto fail;
             }
         for (k = 0; k < nw; k++)
             if (wrt_kind[k] == 1) {
                 tj_node *gk = tj__clone(&w, grads[k]);
+                zero[bk->nout] = tj__zero_made(gk);
                 const tj__type *xt = &n->in[wrt_idx[k]]->t;
                 unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank) & ~xt->vary; /* a per-device input (a residual) is not replicated */
                 if (defensive && gk && tj__mesh_count(c, rep) > 1) {
@@ -8769,16 +8791,22 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
            second derivative, runs forward) */
         bn = tj__scan_node(n->file, n->line, G, bk, n->a.axis, n->a.length, !n->a.reverse, nbinit, binit, w.nbx, bxs, nyb, n->policy, smap ? yt : NULL);
         if (!bn) goto fail;
-        for (i = 0; i < nbinit; i++) bfinal[i] = bn->proj[i];
-        /* 5. cotangents of the forward scan's inputs */
+        for (i = 0; i < nbinit; i++) bfinal[i] = zero[i] ? NULL : bn->proj[i];
+        /* 5. cotangents of the forward scan's inputs (none for a gradient
+           that is zero by construction) */
         for (i = 0; i < nc; i++) gin[i] = bfinal[i];
         {
             int ci = nc, yi = nbinit;
             for (k = 0; k < nw; k++) /* in the order the backward body's outputs were added */
-                if (wrt_kind[k] == 2 && capy) gin[wrt_idx[k]] = tj__fit(n->file, n->line, bn->proj[yi++], &n->in[wrt_idx[k]]->t); /* drops the length-1 axis */
-                else if (wrt_kind[k] == 2) gin[wrt_idx[k]] = bfinal[ci++];
+                if (wrt_kind[k] == 2 && capy) {
+                    gin[wrt_idx[k]] = zero[yi] ? NULL : tj__fit(n->file, n->line, bn->proj[yi], &n->in[wrt_idx[k]]->t); /* drops the length-1 axis */
+                    yi++;
+                } else if (wrt_kind[k] == 2) gin[wrt_idx[k]] = bfinal[ci++];
             for (k = 0; k < nw; k++)
-                if (wrt_kind[k] == 1) gin[wrt_idx[k]] = bn->proj[yi++];
+                if (wrt_kind[k] == 1) {
+                    gin[wrt_idx[k]] = zero[yi] ? NULL : bn->proj[yi];
+                    yi++;
+                }
         }
     }
     TJ_FREE(w.map);

@@ -1422,6 +1422,15 @@ EDGE = [
     {"mode": "jit", "inputs": [X("x0", "f32", "t=2 h=2", [0.5, -1.0, -0.25, -0.5]), X("x1", "f32", "s=3 h=2", [0.5, 0.25, "-inf", "-inf", 1.0, 2.0]),
                                X("x2", "f32", "s=3 h=2", [0.3, -0.2, 1.0, 1.5, -0.5, 0.5])],
      "ops": [O("attention", ["x0", "x1", "x2"], "v0", qpos="t", kpos="s", dim="h", scale=1.0, causal=1)], "outputs": ["v0"]},
+    # a second derivative through a shard_map (or scan) whose backward body
+    # gives a zero by construction: tinyjax carried that zero through the
+    # forward body's VJP, where min's rule divides it by the count of
+    # minima, 0 on a device whose block holds a NaN: NaN (JAX: symbolic
+    # zero, 0; seed 72000). Now such a gradient is no gradient.
+    {"mode": "shard_map", "mesh": "x=4", "devices": 4, "in_specs": ["d:x"], "check": 1, "out_specs": [""], "out_axes": {"v1": []},
+     "inputs": [X("x0", "f32", "a=2 d=4", [NAN, 1.0, 2.0, 3.0, -1.0, 5.0, INF, 7.0])],
+     "ops": [O("min", ["x0"], "v0", axes="a d"), O("psum", ["v0"], "v1", mesh_axes="x")], "outputs": ["v1"],
+     "second": {"x0": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]}},
     # second derivatives ("second": grad2:x = d/dx sum_x sum(u_x dL/dx)) of
     # the ops whose first derivative is a fused kernel: layer_norm_grad (a
     # row of 2 too), softmax_grad, cross_entropy_grad, gelu_grad; and of
