@@ -8,23 +8,32 @@ typedef struct {
     const char *compute; /* logical rules for activations inside the function */
 } opts;
 
+/* out: "loss" and "g_NAME", the gradient of loss with respect to each
+   input leaf in names (space-separated) */
+static void loss_grads(const tj_tree *in, tj_tree *out, tj_v loss, const char *names) {
+    char nm[8][32], key[48];
+    tj_v w[8], gr[8];
+    int n = 0, i, used;
+    while (n < 8 && sscanf(names, "%31s%n", nm[n], &used) == 1) w[n] = tj_tree_v(in, nm[n]), n++, names += used;
+    tj_grad(loss, n, w, gr);
+    tj_tree_set_v(out, "loss", loss);
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "g_%.31s", nm[i]);
+        tj_tree_set_v(out, key, gr[i]);
+    }
+}
+
 /* 2-layer MLP: loss and gradients w.r.t. w1, w2 and x */
 static void mlp(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     opts *o = (opts *)u;
     tj_v x = tj_tree_v(in, "x"), w1 = tj_tree_v(in, "w1"), w2 = tj_tree_v(in, "w2"), y = tj_tree_v(in, "y");
     tj_v h = tj_gelu(tj_dot(x, w1, "embed"));                 /* (batch, mlp)   */
-    tj_v o2, d, loss, w[3], gr[3];
+    tj_v o2, d;
     (void)g;
     if (o && o->compute) h = tj_shard_by_rules(h, o->compute);
     o2 = tj_dot(h, w2, "mlp");                                /* (batch, embed2) */
     d = tj_sub(o2, y);
-    loss = tj_mean(tj_mul(d, d), "batch embed2");
-    w[0] = w1; w[1] = w2; w[2] = x;
-    tj_grad(loss, 3, w, gr);
-    tj_tree_set_v(out, "loss", loss);
-    tj_tree_set_v(out, "g_w1", gr[0]);
-    tj_tree_set_v(out, "g_w2", gr[1]);
-    tj_tree_set_v(out, "g_x", gr[2]);
+    loss_grads(in, out, tj_mean(tj_mul(d, d), "batch embed2"), "w1 w2 x");
 }
 /* attention-ish block with layer norm, softmax and cross-entropy */
 static void attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
@@ -34,14 +43,8 @@ static void attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v a = tj_softmax(tj_causal_mask(tj_muls(tj_dot(q, k, "hd"), 0.5), "pos", "kpos", -1e9), "kpos");
     tj_v v = tj_dot(a, tj_rename(xn, "pos", "kpos"), "kpos");          /* (batch, pos, embed) */
     tj_v logits = tj_dot(v, wo, "embed");                              /* (batch, pos, vocab) */
-    tj_v loss = tj_cross_entropy(logits, tj_tree_v(in, "labels"), "vocab", "batch pos"), w[3], gr[3];
     (void)g; (void)u;
-    w[0] = wq; w[1] = wk; w[2] = wo;
-    tj_grad(loss, 3, w, gr);
-    tj_tree_set_v(out, "loss", loss);
-    tj_tree_set_v(out, "g_wq", gr[0]);
-    tj_tree_set_v(out, "g_wk", gr[1]);
-    tj_tree_set_v(out, "g_wo", gr[2]);
+    loss_grads(in, out, tj_cross_entropy(logits, tj_tree_v(in, "labels"), "vocab", "batch pos"), "wq wk wo");
 }
 /* the same block with the fused attention op and heads: its batch axes
    (batch, heads) may stay sharded, pos/kpos/hd are gathered whole */
@@ -51,15 +54,8 @@ static void fattn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v q = tj_dot(xn, wq, "embed"), k = tj_rename(tj_dot(xn, wk, "embed"), "pos", "kpos"), v = tj_rename(tj_dot(xn, wv, "embed"), "pos", "kpos");
     tj_v o = tj_attention(q, k, v, "pos", "kpos", "hd", 0, 1);           /* (batch, heads, pos, hd) */
     tj_v logits = tj_dot(o, wo, "heads hd");                           /* (batch, pos, vocab) */
-    tj_v loss = tj_cross_entropy(logits, tj_tree_v(in, "labels"), "vocab", "batch pos"), w[4], gr[4];
     (void)g; (void)u;
-    w[0] = wq; w[1] = wk; w[2] = wv; w[3] = wo;
-    tj_grad(loss, 4, w, gr);
-    tj_tree_set_v(out, "loss", loss);
-    tj_tree_set_v(out, "g_wq", gr[0]);
-    tj_tree_set_v(out, "g_wk", gr[1]);
-    tj_tree_set_v(out, "g_wv", gr[2]);
-    tj_tree_set_v(out, "g_wo", gr[3]);
+    loss_grads(in, out, tj_cross_entropy(logits, tj_tree_v(in, "labels"), "vocab", "batch pos"), "wq wk wv wo");
 }
 /* embedding lookup + scan stack */
 static void blk(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
@@ -70,16 +66,11 @@ static int emb_take_line; /* where emb_scan's take is (the collectives it causes
 static void emb_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v wte = tj_tree_v(in, "wte"), tok = tj_tree_v(in, "tokens"), ws = tj_tree_v(in, "ws");
     tj_v h = tj_take(wte, "vocab", tok); emb_take_line = __LINE__;  /* (batch, pos, embed) */
-    tj_v hs = NULL, w[2], gr[2], loss;
+    tj_v hs = NULL;
     tj_policy pol = tj_nothing_saveable();
     (void)g; (void)u;
     tj_scan(blk, NULL, "layer", 1, &h, 1, &ws, 0, &hs, NULL, &pol);
-    loss = tj_mean(tj_mul(hs, hs), "batch pos embed");
-    w[0] = wte; w[1] = ws;
-    tj_grad(loss, 2, w, gr);
-    tj_tree_set_v(out, "loss", loss);
-    tj_tree_set_v(out, "g_wte", gr[0]);
-    tj_tree_set_v(out, "g_ws", gr[1]);
+    loss_grads(in, out, tj_mean(tj_mul(hs, hs), "batch pos embed"), "wte ws");
 }
 
 /* a scan whose initial carry is a partial sum (a dot contracting an axis
@@ -90,18 +81,12 @@ static void emb_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 static void dot_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v x = tj_tree_v(in, "x"), wi = tj_tree_v(in, "wi"), ws = tj_tree_v(in, "ws"), wo = tj_tree_v(in, "wo");
     tj_v h = tj_dot(x, wi, "hd"); /* (batch, pos, embed) */
-    tj_v hs = NULL, w[3], gr[3], loss, o;
+    tj_v hs = NULL, o;
     tj_policy pol = tj_nothing_saveable();
     (void)g; (void)u;
     tj_scan(blk, NULL, "layer", 1, &h, 1, &ws, 0, &hs, NULL, &pol);
     o = tj_tanh(tj_dot(hs, wo, "embed")); /* (batch, pos, hd) */
-    loss = tj_mean(tj_mul(o, o), "batch pos hd");
-    w[0] = wi; w[1] = ws; w[2] = wo;
-    tj_grad(loss, 3, w, gr);
-    tj_tree_set_v(out, "loss", loss);
-    tj_tree_set_v(out, "g_wi", gr[0]);
-    tj_tree_set_v(out, "g_ws", gr[1]);
-    tj_tree_set_v(out, "g_wo", gr[2]);
+    loss_grads(in, out, tj_mean(tj_mul(o, o), "batch pos hd"), "wi ws wo");
 }
 
 /* moving a mesh axis from batch to embed: one all-to-all each way */
