@@ -149,6 +149,7 @@ typedef struct {
     int backend;                /* the context has one (TJ_BACKEND=devsim): no rewrite */
 } cm_result;
 
+static int cm_threads; /* kernel threads per device (0: the default, cores / devices) */
 static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int on, cm_result *r) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
@@ -159,6 +160,7 @@ static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int
     cur_mesh = mesh != NULL;
     tj_set_devices(ctx, ndev);
     if (mesh) tj_set_mesh(ctx, mesh);
+    if (cm_threads) tj_set_threads(ctx, cm_threads * ndev);
     tj_set_collective_matmul(ctx, on);
     r->backend = tjt_ctx_backend(ctx) != NULL;
     TJT_CHECK(tj_get_collective_matmul(ctx) == (on && ndev > 1 && !r->backend && !getenv("TJ_NO_COLL_MATMUL")),
@@ -259,6 +261,17 @@ int main(void) {
                 TJT_CHECK(on.peak <= off.peak, "%s: the memory plan grew (%lld B, %lld B without)", what, (long long)on.peak, (long long)off.peak);
                 tjt_outs_compare(what, &ref.o, &on.o, tol);
                 tjt_outs_compare(what, &off.o, &on.o, tol);
+                if (mi == 0) { /* 2 kernel threads per device: the matmuls split their columns (and share the pool) */
+                    cm_result two;
+                    char w2[300];
+                    snprintf(w2, sizeof w2, "%s, 2 threads per device", what);
+                    cm_threads = 2;
+                    if (cm_run(&cases[ci], meshes[mi].ndev, meshes[mi].mesh, dt, 1, &two)) {
+                        tjt_outs_compare(w2, &ref.o, &two.o, tol);
+                        tjt_outs_free(&two.o);
+                    } else TJT_CHECK(0, "%s failed", w2);
+                    cm_threads = 0;
+                }
                 ag += on.has_ag_dot;
                 rs += on.has_dot_rs;
                 runs++;
