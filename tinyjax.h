@@ -12838,7 +12838,11 @@ static void tj__k_ppermute(tj__kern *k) {
      scattered rows or columns  C = sum over j of A_j[rows me] B_j  (or A_j B_j[:, cols me])
    Sums over j accumulate into C in rank order, the order the ranks' rows
    of k (the batch the dot contracts) have in the whole array. bf16 sums in
-   f32 scratch and rounds once, as the dot does. */
+   f32 scratch and rounds once, as the dot does. Where b (a weight) is the
+   gathered operand, along k or n, each rank may instead compute one block
+   of columns of every rank's product, so that the group packs b once
+   (tj__cdot_coop: when that packs fewer elements); every element is the
+   same sum either way. */
 typedef struct {
     int where;                 /* the distributed axis's group: 1 m, 2 k, 3 n (0: not eligible) */
     int64_t Bn, Mo, No;        /* batch, and the node's own output rows and columns */
