@@ -459,7 +459,10 @@ TJDEF tj_v tj_broadcast_at(const char *f, int l, tj_v x, const char *shape);
    result has x's axes with `axis` replaced by idx's axes (embedding lookup:
    take(wte[vocab,embed], "vocab", tokens[batch,pos]) -> [batch,pos,embed]).
    Out-of-range indices are a run-time error (jnp.take fills or clamps
-   them instead). Its transpose is scatter-add. */
+   them instead). Its transpose is scatter-add. Sharded, a table larger
+   than the result stays where it is (tj__sh_take): split along `axis`
+   too, each device takes the rows of its block (a vocab-parallel
+   embedding; the result is a partial sum its reader adds up). */
 #define tj_take(x, axis, idx) tj_take_at(TJ_AT, x, axis, idx)
 TJDEF tj_v tj_take_at(const char *f, int l, tj_v x, const char *axis, tj_v idx);
 /* one_hot(idx, "vocab=256", dt): idx's axes plus the new axis. */
