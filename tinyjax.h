@@ -3022,6 +3022,8 @@ static tj_node *tj__capture1(tj_graph *g, tj_node *v) {
             return NULL;
         }
         if (!(outer = tj__reshard(outer, none, "shard_map capture", v->file, v->line))) return NULL;
+    } else if (!g->manual && outer->t.partial) { /* a partial sum is added up once, outside (else its gradient is wrong) */
+        if (!(outer = tj__reshard(outer, outer->t.sh, "scan capture", v->file, v->line))) return NULL;
     }
     if (g->ncap == g->capcap) {
         int nc = g->capcap ? 2 * g->capcap : 8;
@@ -7772,6 +7774,7 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     }
     for (i = 0; i < nx; i++) {
         tj__type xt = tj__type_drop(&xs[i]->t, ax);
+        xt.partial = 0; /* a partial x is added up before the scan (below): the body sees whole slices */
         if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("x");
     }
