@@ -89,6 +89,24 @@ static void dot_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     loss_grads(in, out, tj_mean(tj_mul(o, o), "batch pos hd"), "wi ws wo");
 }
 
+/* partial sums as a scan's xs and as a value its body captures (a dot
+   over hd split over devices): each is added up once, outside; the body
+   added an x up again, and a captured one gave a wrong gradient */
+static void blk2(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v cap = *(tj_v *)u;
+    (void)g; (void)y;
+    co[0] = tj_tanh(tj_add(c[0], tj_mul(x[0], cap)));
+}
+static void xs_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v xs = tj_dot(tj_tree_v(in, "x"), tj_tree_v(in, "wi"), "hd");   /* (layer, batch, embed), partial */
+    tj_v cap = tj_dot(tj_tree_v(in, "z"), tj_tree_v(in, "wc"), "hd");  /* (embed), partial */
+    tj_v c0 = tj_tree_v(in, "c0"), hs = NULL;
+    tj_policy pol = tj_nothing_saveable();
+    (void)g; (void)u;
+    tj_scan(blk2, &cap, "layer", 1, &c0, 1, &xs, 0, &hs, NULL, &pol);
+    loss_grads(in, out, tj_mean(tj_mul(hs, hs), "batch embed"), "wi wc c0");
+}
+
 /* moving a mesh axis from batch to embed: one all-to-all each way */
 static void a2a_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v x = tj_tree_v(in, "x"), y = tj_with_sharding_constraint(x, "embed:data"), w = tj_tree_v(in, "w"), gx;
@@ -126,7 +144,7 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
     tj_prog *p;
     tj_collective cols[256];
     int i, nc, ok = 1;
-    tj_fn fn = which == 0 ? mlp : which == 1 ? attn : which == 2 || which == 4 ? emb_scan : which == 5 ? dot_scan : fattn;
+    tj_fn fn = which == 0 ? mlp : which == 1 ? attn : which == 2 || which == 4 ? emb_scan : which == 5 ? dot_scan : which == 6 ? xs_scan : fattn;
     (void)bf;
     memset(r, 0, sizeof *r);
     tj_set_devices(ctx, ndev);
@@ -149,6 +167,12 @@ static int run_prog(int which, int ndev, const char *mesh, const char *rules, op
         tj_tree_set_array(in, "wi", tjt_rand(ctx, TJ_F32, "hd=4 embed=8", 12, -0.5, 0.5));
         tj_tree_set_array(in, "ws", tjt_rand(ctx, TJ_F32, "layer=3 embed=8 embed2=8", 10, -0.3, 0.3));
         tj_tree_set_array(in, "wo", tjt_rand(ctx, TJ_F32, "embed=8 hd=4", 13, -0.5, 0.5));
+    } else if (which == 6) {
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "layer=3 batch=4 hd=4", 14, -1, 1));
+        tj_tree_set_array(in, "wi", tjt_rand(ctx, TJ_F32, "hd=4 embed=8", 15, -0.5, 0.5));
+        tj_tree_set_array(in, "z", tjt_rand(ctx, TJ_F32, "hd=4", 16, -1, 1));
+        tj_tree_set_array(in, "wc", tjt_rand(ctx, TJ_F32, "hd=4 embed=8", 17, -0.5, 0.5));
+        tj_tree_set_array(in, "c0", tjt_rand(ctx, TJ_F32, "batch=4 embed=8", 18, -1, 1));
     } else if (which == 3) {
         int32_t lab[4 * 8];
         for (i = 0; i < 32; i++) lab[i] = (i * 5) % 8;
@@ -356,7 +380,7 @@ int main(void) {
         {8, "data=2 model=4", "batch:data hd:model vocab:model", "data x head_dim, 2x4"},
     };
     tjt_current = "equivalence";
-    for (which = 0; which < 6; which++) {
+    for (which = 0; which < 7; which++) {
         if (!run_prog(which, 1, NULL, NULL, NULL, &ref, 0)) { TJT_CHECK(0, "single-device program %d failed", which); continue; }
         for (m = 0; m < (int)(sizeof cases / sizeof cases[0]); m++) {
             char what[128];
