@@ -40,6 +40,14 @@ static void region2(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     (void)g; (void)u;
     out[0] = tj_mul(tj_tanh(in[0]), in[1]);
 }
+/* out: "loss" and "g", its gradient with respect to the table (returned) */
+static tj_v set_loss_g(tj_tree *out, tj_v loss, tj_v wte) {
+    tj_v g = NULL;
+    tj_grad(loss, 1, &wte, &g);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g", g);
+    return g;
+}
 static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v wte = tj_tree_v(in, "wte"), tok = tj_tree_v(in, "tokens"), w = tj_tree_v(in, "w");
     tj_v h, loss, gr[2], gg;
@@ -50,9 +58,7 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         h = tj_take(wte, "vocab", tok);
         tj_tree_set_v(out, "h", h);
         loss = tj_sum_all(tj_mul(tj_mul(h, h), w));
-        tj_grad(loss, 1, &wte, gr);
-        tj_tree_set_v(out, "loss", loss);
-        tj_tree_set_v(out, "g", gr[0]);
+        gr[0] = set_loss_g(out, loss, wte);
         break;
     case 1: /* grad of grad */
         h = tj_take(wte, "vocab", tok);
@@ -112,9 +118,7 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         h = tj_take(wte, "vocab", tok);
         tj_tree_set_v(out, "h", h);
         loss = tj_sum_all(tj_cast(tj_mul(h, h), TJ_F32));
-        tj_grad(loss, 1, &wte, gr);
-        tj_tree_set_v(out, "loss", loss);
-        tj_tree_set_v(out, "g", gr[0]);
+        gr[0] = set_loss_g(out, loss, wte);
         break;
     case 7: /* tied: take and logits dot */
         h = tj_take(wte, "vocab", tok);
@@ -122,9 +126,7 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
             tj_v lg = tj_dot(tj_tanh(h), wte, "embed"); /* batch pos vocab */
             loss = tj_cross_entropy(lg, tj_tree_v(in, "labels"), "vocab", "batch pos");
         }
-        tj_grad(loss, 1, &wte, gr);
-        tj_tree_set_v(out, "loss", loss);
-        tj_tree_set_v(out, "g", gr[0]);
+        gr[0] = set_loss_g(out, loss, wte);
         tj_grad(tj_sum_all(tj_mul(gr[0], gr[0])), 1, &wte, &gr[1]);
         tj_tree_set_v(out, "gg", gr[1]);
         break;
