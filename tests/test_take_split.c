@@ -74,10 +74,8 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         tj_v c0 = tj_mul(tj_tree_v(in, "h0"), tj_tree_v(in, "h0")), fin;
         tj_scan(sbody, &wte, "layer", 1, &c0, 1, &tok, 0, &fin, NULL, CASE == 2 ? NULL : &POL);
         loss = tj_sum_all(tj_mul(fin, fin));
-        tj_grad(loss, 1, &wte, gr);
         tj_tree_set_v(out, "fin", fin);
-        tj_tree_set_v(out, "loss", loss);
-        tj_tree_set_v(out, "g", gr[0]);
+        gr[0] = set_loss_g(out, loss, wte);
         break;
     }
     case 3: { /* checkpoint region */
@@ -191,10 +189,8 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         tj_v cap = tj_take(wte, "vocab", tj_tree_v(in, "tok2"));
         tj_scan(sbody4, &cap, "layer", 1, &c0, 1, &hs, 0, &fin, NULL, &POL);
         loss = tj_sum_all(tj_mul(fin, fin));
-        tj_grad(loss, 1, &wte, gr);
         tj_tree_set_v(out, "fin", fin);
-        tj_tree_set_v(out, "loss", loss);
-        tj_tree_set_v(out, "g", gr[0]);
+        gr[0] = set_loss_g(out, loss, wte);
         break;
     }
     case 15: { /* take output into a checkpoint region */
