@@ -526,12 +526,15 @@ def eval_jax(spec, exact, perturb=None):
     # device: XLA's sharded min and max combine the devices' partial results
     # without NaN (jit or eager, a sharded min over rows holding NaN gives
     # inf where one device gives NaN: seed 77011), and a sharded program
-    # must equal the same program on one device
-    if mesh and mode != "shard_map" and not special_values(spec):
+    # must equal the same program on one device. The placement is still
+    # made (a spec that cannot be placed is an error on both sides).
+    if mesh and mode != "shard_map":
         for x in ins:
             s = NamedSharding(mesh, spec_to_P(x.get("spec", ""), axes_of[x["name"]]))
-            if x["name"] in gvals: gvals[x["name"]] = jax.device_put(gvals[x["name"]], s)
-            else: rest[x["name"]] = jax.device_put(rest[x["name"]], s)
+            placed = jax.device_put(gvals.get(x["name"], rest.get(x["name"])), s)
+            if special_values(spec): continue
+            if x["name"] in gvals: gvals[x["name"]] = placed
+            else: rest[x["name"]] = placed
     vg = jax.value_and_grad(loss_fn, has_aux=True)
     sec = spec.get("second") if gnames else None
     if sec:  # L2 = sum over x of sum(f32(d loss / d x) * u_x); its gradient is H u
