@@ -3611,9 +3611,11 @@ static int tj__sh_take(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, 
     tj__sh_want_out(t, in[1], want);
     return tj__sh_fit(&in[1], want, op, file, line);
 }
-/* a take or scatter_add whose indexed axis is split over devices (above):
-   the first row of this device's block and the whole axis's length */
-static void tj__take_block(const tj__kern *k, const tj__type *gt, int ax, int64_t V, int64_t *off, int64_t *Vg) {
+/* a take or scatter_add whose indexed axis (ax, V rows here) is split
+   over devices (above): the first row of this device's block and the
+   whole axis's length, from the table's global type */
+static void tj__take_block(const tj__kern *k, int ax, int64_t V, int64_t *off, int64_t *Vg) {
+    const tj__type *gt = k->n->op == TJ__OP_TAKE ? &k->n->in[0]->t : &k->n->t;
     *off = gt->sh[ax] ? (int64_t)tj__mesh_rank(k->ctx, k->dev, gt->sh[ax]) * V : 0;
     *Vg = gt->dim[ax];
 }
@@ -5771,7 +5773,7 @@ static void tj__k_take(tj__kern *k) {
     size_t es = tj_dtype_size(k->ot.dt);
     const int32_t *idx = (const int32_t *)k->in[1];
     tj__ppv(xt, ax, &pre, &V, &post);
-    tj__take_block(k, take ? &k->n->in[0]->t : &k->n->t, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
+    tj__take_block(k, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
     if (!take) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
     for (j = 0; j < ni; j++)
         if (idx[j] < 0 || idx[j] >= Vg) {
@@ -7702,7 +7704,7 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     int z;
     for (z = 0; final && z < nc; z++) final[z] = NULL; /* a failed scan leaves NULLs, never garbage */
     for (z = 0; ys && z < ny; z++) ys[z] = NULL;
-    tj_node *cp[32], *xp[32], *co[32], *yo[32], *xr[32], *ini[32], *n;
+    tj_node *cp[32], *xp[32], *co[32], *yo[32], *xr[32], *ini[32], *xin[32], *n;
     tj__type at;
     int i, ax;
     int64_t len = -1;
@@ -7716,15 +7718,16 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     }
     for (i = 0; i < nc; i++) if (!init[i]) return c->status ? c->status : TJ_ERR_ARG;
     for (i = 0; i < nx; i++) if (!xs[i]) return c->status ? c->status : TJ_ERR_ARG;
-    /* a carry's type is the same in every iteration: an initial value
-       that is a partial sum (a dot's over a split contracted axis, a
-       vocab-parallel take) is added up first, since what the body returns
-       is a whole value */
-    for (i = 0; i < nc; i++) {
-        ini[i] = init[i];
-        if (init[i]->t.partial && !(ini[i] = tj__reshard(init[i], init[i]->t.sh, "scan", f, l))) return c->status;
+    /* the body sees whole values: an initial carry or xs that is a partial
+       sum (a dot's over a split contracted axis, a vocab-parallel take) is
+       added up once, first (a carry's type is the same in every iteration,
+       and what the body returns is whole; captures: tj__capture1) */
+    for (i = 0; i < nc + nx; i++) {
+        tj_node *v = i < nc ? init[i] : xs[i - nc], **to = i < nc ? &ini[i] : &xin[i - nc];
+        if ((*to = v)->t.partial && !(*to = tj__reshard(v, v->t.sh, "scan", f, l))) return c->status;
     }
     init = ini;
+    xs = xin;
     /* the axis, and the length */
     if (axis && strchr(axis, '=')) {
         if (tj__parse_shape(c, axis, TJ_F32, &at, 0, "scan", f, l)) return c->status;
@@ -7774,7 +7777,6 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     }
     for (i = 0; i < nx; i++) {
         tj__type xt = tj__type_drop(&xs[i]->t, ax);
-        xt.partial = 0; /* a partial x is added up before the scan (below): the body sees whole slices */
         if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("x");
     }
@@ -7823,7 +7825,7 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
         tj__type lt = tj__type_lead(&xs[i]->t, ax, len);
         int k = tj__axis_index(&xs[i]->t, ax);
         xr[i] = xs[i];
-        if (xs[i]->t.sh[k] || xs[i]->t.partial) { /* each device runs every iteration */
+        if (xs[i]->t.sh[k]) { /* each device runs every iteration */
             uint8_t sh[TJ_MAXDIM];
             memcpy(sh, xs[i]->t.sh, sizeof sh);
             sh[k] = 0;
@@ -8749,9 +8751,9 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         for (k = 0; k < nw; k++)
             if (wrt_kind[k] == 1) {
                 tj_node *gk = tj__clone(&w, grads[k]);
-                zero[bk->nout] = tj__zero_made(gk);
                 const tj__type *xt = &n->in[wrt_idx[k]]->t;
                 unsigned rep = all & ~tj__sh_used(xt->sh, xt->rank) & ~xt->vary; /* a per-device input (a residual) is not replicated */
+                zero[bk->nout] = tj__zero_made(gk);
                 if (defensive && gk && tj__mesh_count(c, rep) > 1) {
                     char why[256], mb[64];
                     snprintf(why, sizeof why, "check off: input %d's in_spec does not name %s, so its gradient is summed over them", wrt_idx[k] - nc,
@@ -10754,16 +10756,15 @@ TJ__SGEMM_SMALL_LOOP(tj__bgemm_small, uint16_t, tj_bf16_to_f32)
 typedef struct {
     const tj__sgemm_cfg *cfg;
     int trans_a, trans_b, K;
-    const void *A, *B;    /* f32, or bf16 (uint16_t) when bf16 */
+    const void *B;        /* f32, or bf16 (uint16_t) when bf16; so are the As */
     int bf16;
     int lda, ldb, ldc, accumulate;
-    float *C;
     int m0[65], n0[65];   /* rectangle t = rows [m0[t],m0[t+1]) x cols [n0[t],n0[t+1]) */
     int split_n;          /* 1: rectangles split N (m0 = {0,M}), 0: split M */
     int nparts;
     char *ws;             /* ws_n pack buffers of tj__gemm_pack_bytes() (part t < ws_n */
     int ws_n;             /* uses buffer t; the others their thread's own)             */
-    int nseg;             /* > 1: nseg products As[s] B -> Cs[s] sharing B (split_n) */
+    int nseg;             /* nseg products As[s] B -> Cs[s] sharing B (> 1: split_n) */
     const void *const *As;
     float *const *Cs;
 } tj__sgemm_job;
@@ -10861,11 +10862,11 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, in
             int mc = m_hi - ic < MC ? m_hi - ic : MC;
             for (pc = 0; pc < K; pc += KC) {
                 int kc = K - pc < KC ? K - pc : KC;
-                cf->pack_a(jb->trans_a, jb->A, jb->lda, ic, mc, pc, kc, MR, Ap);
+                cf->pack_a(jb->trans_a, jb->As[0], jb->lda, ic, mc, pc, kc, MR, Ap);
                 for (jc = n_lo; jc < n_hi; jc += NC) {
                     int nc = n_hi - jc < NC ? n_hi - jc : NC;
                     cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
-                    tj__sgemm_block(cf, mc, kc, nc, Ap, Bp, jb->C + (size_t)ic * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
+                    tj__sgemm_block(cf, mc, kc, nc, Ap, Bp, jb->Cs[0] + (size_t)ic * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
                 }
             }
         }
@@ -10884,11 +10885,10 @@ static void tj__sgemm_run_part(const void *arg, int t, int nparts) {
         size_t es = jb->bf16 ? 2 : 4;
         const char *B = (const char *)jb->B + es * (jb->trans_b ? (size_t)n_lo * jb->ldb : (size_t)n_lo);
         int s;
-        for (s = 0; s < (jb->nseg > 1 ? jb->nseg : 1); s++) {
-            const char *A = (const char *)(jb->nseg > 1 ? jb->As[s] : jb->A) + es * (jb->trans_a ? (size_t)m_lo : (size_t)m_lo * jb->lda);
-            float *C = jb->nseg > 1 ? jb->Cs[s] : jb->C;
+        for (s = 0; s < jb->nseg; s++) {
+            const char *A = (const char *)jb->As[s] + es * (jb->trans_a ? (size_t)m_lo : (size_t)m_lo * jb->lda);
             (jb->bf16 ? tj__bgemm_small : tj__sgemm_small)(jb->trans_a, jb->trans_b, m_hi - m_lo, n_hi - n_lo, jb->K, A, jb->lda,
-                                                           B, jb->ldb, C + (size_t)m_lo * jb->ldc + n_lo, jb->ldc, jb->accumulate);
+                                                           B, jb->ldb, jb->Cs[s] + (size_t)m_lo * jb->ldc + n_lo, jb->ldc, jb->accumulate);
         }
     }
 }
@@ -11101,7 +11101,7 @@ static void tj__gemm_segs(int bf16, int trans_a, int trans_b, int nseg, int M, i
     jb.cfg = &cfg;
     jb.bf16 = bf16;
     jb.trans_a = trans_a; jb.trans_b = trans_b; jb.K = K;
-    jb.A = As[0]; jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.C = Cs[0]; jb.ldc = ldc;
+    jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc;
     jb.nseg = nseg; jb.As = As; jb.Cs = Cs;
     jb.accumulate = accumulate;
     jb.ws = ws; jb.ws_n = ws ? ws_n : 0;
@@ -12932,8 +12932,8 @@ static int tj__cdot_coop(const tj_node *n, const tj__cdot_dims *d, int G, int me
    tj_memory_analysis.pack_bytes; 0 for products the direct loop runs) */
 static void tj__cdot_ws(const tj_node *n, const tj__cdot_dims *d, int64_t *staging, int64_t *pack) {
     int64_t m, nn, kk;
-    tj__cdot_mnk(n, d, &m, &nn, &kk);
     int G = tj__mesh_count(n->g->ctx, n->a.mesh);
+    tj__cdot_mnk(n, d, &m, &nn, &kk);
     /* (a gathered b: room for my columns of each rank's rows, tj__cdot_coop) */
     *staging = n->t.dt != TJ_BF16 ? 0 : tj__align(d->Mo * (tj__cdot_b_gathered(n, d) ? (d->No + G - 1) / G * G : d->No) * 4);
     *pack = (double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
@@ -13028,18 +13028,47 @@ static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo
                 for (r = 0; r < d->Mo; r++) tj__f32_to_bf16_n(C[e] + r * w, (uint16_t *)po[e] + (bi * d->Mo + r) * d->No + lo, w);
     }
 }
+/* rank me's own product whole: one matmul per rank j on rank j's operands
+   (the table in the block comment above) */
+static void tj__cdot_own(tj__kern *k, const tj__cdot_dims *d, int G, int me, const void *const *pa, const void *const *pb) {
+    tj_node *n = k->n;
+    int ag = n->op == TJ__OP_AG_DOT, w = n->a.index, ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16, j, ws_n = 0;
+    int64_t m, nn, kk, bi, staging, pack, lda = ta ? d->Ma : d->Ka, ldb = tb ? d->Kb : d->Nb; /* every rank's operand has the same local shape */
+    size_t es = tj_dtype_size(k->ot.dt);
+    char *ws = NULL;
+    tj__cdot_mnk(n, d, &m, &nn, &kk);
+    tj__cdot_ws(n, d, &staging, &pack);
+    if (k->scratch && pack) {
+        ws = (char *)k->scratch + staging;
+        ws_n = n->pack_slots;
+    }
+    for (bi = 0; bi < d->Bn; bi++) {
+        float *C = bf16 ? (float *)k->scratch : (float *)k->out + bi * d->Mo * d->No;
+        for (j = 0; j < G; j++) {
+            /* rank j's operands (the node's own where nothing is gathered) at batch bi */
+            const char *A = (const char *)(ag && w == 1 ? k->in[0] : pa[j]) + (size_t)(bi * d->Ma * d->Ka) * es;
+            const char *B = (const char *)(ag && w == 0 ? k->in[1] : pb[j]) + (size_t)(bi * d->Kb * d->Nb) * es;
+            float *Cj = C;
+            int acc = j > 0;
+            if (ag && d->where == 1) Cj += (int64_t)j * d->Ma * d->No, acc = 0;     /* rows j   */
+            else if (ag && d->where == 3) Cj += (int64_t)j * d->Nb, acc = 0;        /* cols j   */
+            else if (ag && w == 0) B += (size_t)(tb ? j * kk : j * kk * d->Nb) * es; /* k block j of b */
+            else if (ag) A += (size_t)(ta ? j * kk * d->Ma : j * kk) * es;          /* k block j of a */
+            else if (d->where == 1) A += (size_t)(ta ? me * d->Mo : me * d->Mo * d->Ka) * es; /* my rows of a_j */
+            else B += (size_t)(tb ? me * d->No * d->Kb : me * d->No) * es;          /* my cols of b_j */
+            tj__gemm_ws(bf16, ta, tb, (int)m, (int)nn, (int)kk, A, (int)lda, B, (int)ldb, Cj, (int)d->No, acc, k->nthreads, ws, ws_n);
+        }
+        if (bf16) tj__f32_to_bf16_n(C, (uint16_t *)k->out + bi * d->Mo * d->No, d->Mo * d->No);
+    }
+}
 static void tj__k_cdot(tj__kern *k) {
     tj_node *n = k->n;
     struct tj__procs *P = k->ctx->procs;
-    int G = tj__mesh_count(k->ctx, n->a.mesh), me = tj__mesh_rank(k->ctx, k->dev, n->a.mesh), j, ws_n = 0;
-    int ag = n->op == TJ__OP_AG_DOT, w = n->a.index, ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16;
-    int64_t m, nn, kk, bi, lda, ldb, staging, pack, lo, hi;
-    size_t es = tj_dtype_size(k->ot.dt);
+    int G = tj__mesh_count(k->ctx, n->a.mesh), me = tj__mesh_rank(k->ctx, k->dev, n->a.mesh);
+    int64_t lo, hi;
     const void *pa[TJ_MAXDEV], *pb[TJ_MAXDEV];
     void *po[TJ_MAXDEV];
     tj__cdot_dims d;
-    char *ws = NULL;
-    float *C;
     tj__cdot_shape(n->op, &n->a, k->it[0], k->it[1], &k->ot, G, &d);
     if (!d.where) { /* the rewrite checked these shapes: a bug if reached, reported rather than run out of bounds */
         if (!k->err[0]) snprintf(k->err, TJ__MSG, "%s at %s:%d: the local shapes do not fit the collective matmul", tj__ops[n->op].name, tj__base(n->file), n->line);
@@ -13047,38 +13076,11 @@ static void tj__k_cdot(tj__kern *k) {
     }
     if (tj__cdot_meet(k, 0, pa, pb, po)) return;
     if (tj__cdot_coop(n, &d, G, me, &lo, &hi)) tj__cdot_cols(k, &d, G, lo, hi, pa, pb, po);
-    else {
-        tj__cdot_mnk(n, &d, &m, &nn, &kk);
-        tj__cdot_ws(n, &d, &staging, &pack);
-        if (k->scratch && pack) {
-            ws = (char *)k->scratch + staging;
-            ws_n = n->pack_slots;
-        }
-        lda = ta ? d.Ma : d.Ka; /* every rank's operand has the same local shape */
-        ldb = tb ? d.Kb : d.Nb;
-        for (bi = 0; bi < d.Bn; bi++) {
-            C = bf16 ? (float *)k->scratch : (float *)k->out + bi * d.Mo * d.No;
-            for (j = 0; j < G; j++) {
-                /* rank j's operands (the node's own where nothing is gathered) at batch bi */
-                const char *A = (const char *)(ag && w == 1 ? k->in[0] : pa[j]) + (size_t)(bi * d.Ma * d.Ka) * es;
-                const char *B = (const char *)(ag && w == 0 ? k->in[1] : pb[j]) + (size_t)(bi * d.Kb * d.Nb) * es;
-                float *Cj = C;
-                int acc = j > 0;
-                if (ag && d.where == 1) Cj += (int64_t)j * d.Ma * d.No, acc = 0;     /* rows j   */
-                else if (ag && d.where == 3) Cj += (int64_t)j * d.Nb, acc = 0;        /* cols j   */
-                else if (ag && w == 0) B += (size_t)(tb ? j * kk : j * kk * d.Nb) * es; /* k block j of b */
-                else if (ag) A += (size_t)(ta ? j * kk * d.Ma : j * kk) * es;        /* k block j of a */
-                else if (d.where == 1) A += (size_t)(ta ? me * d.Mo : me * d.Mo * d.Ka) * es; /* my rows of a_j */
-                else B += (size_t)(tb ? me * d.No * d.Kb : me * d.No) * es;          /* my cols of b_j */
-                tj__gemm_ws(bf16, ta, tb, (int)m, (int)nn, (int)kk, A, (int)lda, B, (int)ldb, Cj, (int)d.No, acc, k->nthreads, ws, ws_n);
-            }
-            if (bf16) tj__f32_to_bf16_n(C, (uint16_t *)k->out + bi * d.Mo * d.No, d.Mo * d.No);
-        }
-    }
+    else tj__cdot_own(k, &d, G, me, pa, pb);
     tj__cdot_meet(k, 1, NULL, NULL, NULL);
     if (P) { /* counted as the collective it replaces */
         P->ncoll[k->dev]++;
-        P->sent[k->dev] += (G - 1) * (ag ? tj__bytes(k->it[w]) : tj__bytes(&k->ot));
+        P->sent[k->dev] += (G - 1) * (n->op == TJ__OP_AG_DOT ? tj__bytes(k->it[n->a.index]) : tj__bytes(&k->ot));
     }
 }
 /* is the collective matmul on for programs compiled now */

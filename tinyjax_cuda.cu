@@ -1429,7 +1429,7 @@ static int tjc_take(tjc_state *s, tj__kern *k) {
     const int32_t *idx = (const int32_t *)k->in[1];
     if (ax < 0) return tjc_fail(k, "axis not found");
     tj__ppv(xt, ax, &pre, &V, &post);
-    tj__take_block(k, k->n->op == TJ__OP_TAKE ? &k->n->in[0]->t : &k->n->t, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
+    tj__take_block(k, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
     n = pre * ni * post;
     if (k->n->op == TJ__OP_TAKE) {
         if (k->it[0]->dt != k->ot.dt) return tjc_fail(k, "operand and result dtypes differ");
