@@ -2779,6 +2779,8 @@ typedef struct {
     X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                 \
     X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                           \
     X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                     \
+    X(XENT_PART, "cross_entropy_part", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, tj__sh_xent_part, tj__pr_axes)                     \
+    X(XENT_PART_GRAD, "cross_entropy_part_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_xent_part, tj__pr_axes)               \
     X(ATTENTION, "attention", TJ__MULTI | TJ__RERUN, tj__k_attention, tj__vjp_attention, tj__flops_attention, 0, tj__sh_given, tj__pr_attention)            \
     X(ATTENTION_GRAD, "attention_grad", TJ__MULTI, tj__k_attention_grad, tj__vjp_attention_grad, tj__flops_attention, tj__attention_scratch, tj__sh_given, tj__pr_attention) \
     X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                          \
@@ -3612,10 +3614,11 @@ static int tj__sh_take(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, 
     return tj__sh_fit(&in[1], want, op, file, line);
 }
 /* a take or scatter_add whose indexed axis (ax, V rows here) is split
-   over devices (above): the first row of this device's block and the
-   whole axis's length, from the table's global type */
-static void tj__take_block(const tj__kern *k, int ax, int64_t V, int64_t *off, int64_t *Vg) {
-    const tj__type *gt = k->n->op == TJ__OP_TAKE ? &k->n->in[0]->t : &k->n->t;
+   over devices (above), or a cross_entropy_part (or its gradient) whose
+   class axis is: the first row of this device's block and the whole
+   axis's length, from the table's (logits') global type */
+static void tj__split_block(const tj__kern *k, int ax, int64_t V, int64_t *off, int64_t *Vg) {
+    const tj__type *gt = k->n->op == TJ__OP_SCATTER_ADD ? &k->n->t : &k->n->in[0]->t;
     *off = gt->sh[ax] ? (int64_t)tj__mesh_rank(k->ctx, k->dev, gt->sh[ax]) * V : 0;
     *Vg = gt->dim[ax];
 }
@@ -3643,6 +3646,28 @@ static int tj__sh_scatter(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
     }
     if (tj__sh_fit(&in[1], want, op, file, line)) return -1;
     for (i = 0; i < in[1]->t.rank; i++) t->partial |= in[1]->t.sh[i];
+    return 0;
+}
+
+/* cross_entropy_part and its gradient (the vocab-parallel loss, [5]): the
+   logits keep their sharding, their split class axis (at->axis) included;
+   the statistics (the rows, _part, _stat) are split along _part as the
+   class axis is, and the labels follow the rows. */
+static int tj__sh_xent_part(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    uint8_t want[TJ_MAXDIM];
+    int i, j, k, part = tj__intern(g->ctx, "_part", 5);
+    unsigned cls;
+    for (i = 0; i < in[0]->t.rank; i++) want[i] = in[0]->t.sh[i];
+    if (tj__sh_fit(&in[0], want, op, file, line)) return -1; /* (partial logits are added up) */
+    cls = in[0]->t.sh[tj__axis_index(&in[0]->t, at->axis)];
+    for (j = 1; j <= nin; j++) { /* the labels (the statistics, the cotangent), then the output */
+        const tj__type *x = j < nin ? &in[j]->t : t;
+        for (i = 0; i < TJ_MAXDIM; i++) want[i] = 0;
+        for (i = 0; i < x->rank; i++) want[i] = (k = tj__axis_index(&in[0]->t, x->ax[i])) >= 0 ? in[0]->t.sh[k] : x->ax[i] == part ? (uint8_t)cls : 0;
+        if (j < nin && tj__sh_fit(&in[j], want, op, file, line)) return -1;
+    }
+    memcpy(t->sh, want, sizeof want);
+    t->partial = 0;
     return 0;
 }
 
@@ -5773,7 +5798,7 @@ static void tj__k_take(tj__kern *k) {
     size_t es = tj_dtype_size(k->ot.dt);
     const int32_t *idx = (const int32_t *)k->in[1];
     tj__ppv(xt, ax, &pre, &V, &post);
-    tj__take_block(k, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
+    tj__split_block(k, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
     if (!take) memset(k->out, 0, (size_t)tj__bytes(&k->ot));
     for (j = 0; j < ni; j++)
         if (idx[j] < 0 || idx[j] >= Vg) {
@@ -5880,6 +5905,47 @@ TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, doub
     }
     return tj__rowop(f, l, TJ__OP_LAYER_NORM, x, axis, eps);
 }
+/* ---- vocab-parallel cross-entropy: the class axis split over mesh axes
+   (Megatron-LM's loss for a vocabulary-parallel head). Gathering the
+   logits would move rows x classes; instead each of the P devices along
+   the split reduces its block of classes to three numbers per row
+   (cross_entropy_part: the block's max m_p, its sum s_p of exp(z - m_p),
+   and the label's logit zl_p if the label falls in the block, else 0).
+   Those statistics, rows x P x 3, are all-gathered, and every device
+   combines them in small ops:
+     M = max_p m_p,   loss = (M - sum_p zl_p) + log(sum_p s_p exp(m_p - M)).
+   The loss does not depend on the shifts m_p and M (they cancel), so they
+   carry no gradient (stop_gradient), and the gradient of each block,
+   cross_entropy_part_grad, is one pass over it:
+     dz = g_s exp(z - m_p) + g_zl [z is the label's logit],
+   where g_s = g exp(m_p - M) / S and g_zl = -g come from the VJP of the
+   combination (softmax(z) - onehot(label), times g). A block whose logits
+   are all -inf has m_p = -inf and adds nothing. ---- */
+static tj_v tj__xent_split(const char *f, int l, tj_node *z, tj_node *lab, int a, const tj__type *rows) {
+    tj_ctx *c = z->g->ctx;
+    tj__type t = *rows;
+    tj_node *in[2];
+    uint8_t want[TJ_MAXDIM];
+    tj_v st, mx, m, s, loss;
+    int i, k = tj__axis_index(&z->t, a);
+    t.ax[t.rank] = tj__intern(c, "_part", 5);
+    t.dim[t.rank] = tj__mesh_count(c, z->t.sh[k]);
+    t.sh[t.rank++] = z->t.sh[k];
+    t.ax[t.rank] = tj__intern(c, "_stat", 5);
+    t.dim[t.rank] = 3;
+    t.sh[t.rank++] = 0;
+    t.dt = z->t.dt == TJ_F64 ? TJ_F64 : TJ_F32; /* the statistics of bf16 logits in f32 */
+    in[0] = z;
+    in[1] = lab;
+    if (!(st = tj__rownode(f, l, TJ__OP_XENT_PART, 2, in, a, 0, &t))) return NULL;
+    for (i = 0; i < st->t.rank; i++) want[i] = i == st->t.rank - 2 ? 0 : st->t.sh[i];
+    if (!(st = tj__reshard(st, want, "cross_entropy", f, l))) return NULL; /* every device sees every block's statistics */
+    mx = tj_stop_gradient_at(f, l, tj_index_at(f, l, st, "_stat", 0));
+    m = tj_stop_gradient_at(f, l, tj_max_at(f, l, mx, "_part"));
+    s = tj_sum_at(f, l, tj_mul_at(f, l, tj_index_at(f, l, st, "_stat", 1), tj_exp_at(f, l, tj_sub_at(f, l, mx, m))), "_part");
+    loss = tj_add_at(f, l, tj_sub_at(f, l, m, tj_sum_at(f, l, tj_index_at(f, l, st, "_stat", 2), "_part")), tj_log_at(f, l, s));
+    return loss && loss->t.dt != z->t.dt ? tj_cast_at(f, l, loss, z->t.dt) : loss;
+}
 /* cross-entropy: per position lse(z) - z[label]; then the mean */
 TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
     int a, i;
@@ -5913,7 +5979,14 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     in[0] = z;
     in[1] = tj__fit(f, l, labels, &t); /* label r belongs to row r */
     t.dt = z->t.dt;
-    if (!in[1] || !(n = tj__rownode(f, l, TJ__OP_CROSS_ENTROPY, 2, in, a, 0, &t))) return NULL;
+    if (!in[1]) return NULL;
+    {   /* the class axis split over devices (outside shard_map): the vocab-parallel form above */
+        tj_graph *g = tj__cur(tj__inner(2, in, "cross_entropy", f, l));
+        int k = tj__axis_index(&z->t, a);
+        n = g && !g->manual && g->ctx->nmesh && tj__mesh_count(g->ctx, z->t.sh[k]) > 1 ? tj__xent_split(f, l, z, in[1], a, &t)
+                                                                                   : tj__rownode(f, l, TJ__OP_CROSS_ENTROPY, 2, in, a, 0, &t);
+    }
+    if (!n) return NULL;
     if (mean_axes && *mean_axes) { /* named in cross_entropy's words (the class axis is gone) */
         int ids[TJ_MAXDIM];
         if (tj__axes_of(n, mean_axes, ids, "cross_entropy mean_axes", f, l) < 0) return NULL;
@@ -5948,8 +6021,8 @@ static tj_status tj__vjp_layer_norm(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj__row_grad(n->file, n->line, TJ__OP_LAYER_NORM_GRAD, n, n->in[0], NULL, g);
     return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
 }
-static tj_status tj__vjp_cross_entropy(tj_node *n, tj_v g, tj_v *gin) {
-    gin[0] = tj__row_grad(n->file, n->line, TJ__OP_CROSS_ENTROPY_GRAD, n, n->in[0], n->in[1], g);
+static tj_status tj__vjp_cross_entropy(tj_node *n, tj_v g, tj_v *gin) { /* (and cross_entropy_part's) */
+    gin[0] = tj__row_grad(n->file, n->line, n->op == TJ__OP_XENT_PART ? TJ__OP_XENT_PART_GRAD : TJ__OP_CROSS_ENTROPY_GRAD, n, n->in[0], n->in[1], g);
     return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
 }
 /* What gradient op n computes from x and g, written in primitives: the
@@ -5964,6 +6037,20 @@ static tj_v tj__row_grad_composite(const char *f, int l, const tj_node *n, tj_v 
         tj_v r = tj_rsqrt_at(f, l, tj_adds_at(f, l, tj_mean_at(f, l, tj_mul_at(f, l, xc, xc), ax), n->a.s)), y = tj_mul_at(f, l, xc, r);
         tj_v mg = tj_mean_at(f, l, g, ax), mgy = tj_mean_at(f, l, tj_mul_at(f, l, g, y), ax);
         return tj_mul_at(f, l, r, tj_sub_at(f, l, tj_sub_at(f, l, g, mg), tj_mul_at(f, l, y, mgy)));
+    }
+    case TJ__OP_XENT_PART_GRAD: { /* by blocks (the class axis split into _part, _cls): dz = g_s exp(z - m_p) + g_zl onehot(label) */
+        const tj_node *st = n->in[2];
+        tj_dtype dt = st->t.dt;
+        char into[64], cls[128];
+        tj_v m = tj_index_at(f, l, (tj_v)st, "_stat", 0), z, oh;
+        snprintf(into, sizeof into, "_part=%lld _cls=0", (long long)st->t.dim[st->t.rank - 2]);
+        snprintf(cls, sizeof cls, "%s=%lld", ax, (long long)x->t.dim[tj__axis_index(&x->t, n->a.axis)]);
+        m = tj_select_at(f, l, tj_eq_at(f, l, m, tj_scalar_at(f, l, st->g, dt, -INFINITY)), tj_scalar_at(f, l, st->g, dt, 0), m);
+        z = tj_split_at(f, l, x->t.dt == dt ? x : tj_cast_at(f, l, x, dt), ax, into);
+        z = tj_mul_at(f, l, tj_exp_at(f, l, tj_sub_at(f, l, z, m)), tj_index_at(f, l, g, "_stat", 1));
+        oh = tj_split_at(f, l, tj_one_hot_at(f, l, n->in[1], cls, dt), ax, into);
+        z = tj_merge_at(f, l, tj_add_at(f, l, z, tj_mul_at(f, l, oh, tj_index_at(f, l, g, "_stat", 2))), "_part _cls", ax);
+        return z && z->t.dt != x->t.dt ? tj_cast_at(f, l, z, x->t.dt) : z;
     }
     default: { /* cross_entropy: dz = g (softmax(z) - onehot(label)) */
         char sh[128];
@@ -6008,18 +6095,40 @@ static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1
     *loss = tj__ld(k->in[2], k->it[2]->dt, r);
     return isfinite(*zl + *loss) && fabs(*loss) <= 16.0;
 }
+/* cross_entropy_part's rows: the first class of this device's block
+   (labels are global); 0 for the other row ops */
+static int64_t tj__class_off(const tj__kern *k, int64_t d) {
+    int64_t off = 0, Vg;
+    if (k->n->op == TJ__OP_XENT_PART || k->n->op == TJ__OP_XENT_PART_GRAD) tj__split_block(k, tj__axis_index(k->it[0], k->n->a.axis), d, &off, &Vg);
+    return off;
+}
+/* row r's statistics (max, sum of exps, label logit) out of cross_entropy_part */
+static void tj__xent_part_out(const tj__kern *k, int64_t r, double mx, double s, double zl) {
+    tj__st(k->out, k->ot.dt, 3 * r, mx);
+    tj__st(k->out, k->ot.dt, 3 * r + 1, s);
+    tj__st(k->out, k->ot.dt, 3 * r + 2, zl);
+}
+/* into cross_entropy_part_grad: row r's shift (its block's max; 0 for a
+   block of -inf) and the cotangents of its sum of exps and label logit */
+static void tj__xent_part_in(const tj__kern *k, int64_t r, double *mx, double *gs, double *gz) {
+    *mx = tj__ld(k->in[2], k->it[2]->dt, 3 * r);
+    if (*mx == -INFINITY) *mx = 0;
+    *gs = tj__ld(k->in[3], k->it[3]->dt, 3 * r + 1);
+    *gz = tj__ld(k->in[3], k->it[3]->dt, 3 * r + 2);
+}
 /* row r of op k->n, in double (f64 results) */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {
-    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0, ls = 0, ones = 0;
-    int op = k->n->op, g = k->nin - 1; /* g: the cotangent's input */
-    int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
-    int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;
+    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0, ls = 0, ones = 0;
+    int op = k->n->op, g = k->nin - 1, part = op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD; /* g: the cotangent's input */
+    int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || part, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
+    int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - tj__class_off(k, d) : -1; /* (in the block, for a part) */
     tj_dtype odt = k->ot.dt;
     int fast = odt != TJ_F64, stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);
-    if ((ce && !stats) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
+    if ((ce && !stats && op != TJ__OP_XENT_PART_GRAD) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++)
                 if (a[j] > mx) mx = a[j];
+        mraw = mx;
         if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */
         for (c0 = 0; c0 < d; c0 += m) { /* the max's own terms (exactly 1) apart: log s = log1p(the rest) keeps the digits of a loss near 0 */
             m = tj__row_get(k, 0, base, s1, d, c0, a);
@@ -6055,17 +6164,23 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
         tj__st(k->out, odt, r, (mx - tj__ld(k->in[0], k->it[0]->dt, base + lab * s1)) + ls); /* (0 + log s when the label is the max) */
         return;
     }
+    if (op == TJ__OP_XENT_PART) {
+        tj__xent_part_out(k, r, mraw, s, lab >= 0 && lab < d ? tj__ld(k->in[0], k->it[0]->dt, base + lab * s1) : 0.0);
+        return;
+    }
     if (op == TJ__OP_CROSS_ENTROPY_GRAD) gr = tj__ld(k->in[g], k->it[g]->dt, r);
+    if (op == TJ__OP_XENT_PART_GRAD) tj__xent_part_in(k, r, &mx, &gr, &gz);
     for (c0 = 0; c0 < d; c0 += m) {
         m = tj__row_get(k, 0, base, s1, d, c0, a);
         if (rowg) tj__row_get(k, g, base, s1, d, c0, b);
-        if (op == TJ__OP_SOFTMAX || (op == TJ__OP_CROSS_ENTROPY_GRAD && !stats)) tj__exp_n(fast, a, m, mx);
+        if (op == TJ__OP_SOFTMAX || (op == TJ__OP_CROSS_ENTROPY_GRAD && !stats) || part) tj__exp_n(fast, a, m, mx);
         for (j = 0; j < m; j++) switch (op) {
             case TJ__OP_SOFTMAX: a[j] /= s; break;
             case TJ__OP_LOG_SOFTMAX: a[j] = (a[j] - mx) - ls; break; /* (as JAX) */
             case TJ__OP_LAYER_NORM: a[j] = (a[j] - mean) * var; break;
             case TJ__OP_SOFTMAX_GRAD: a[j] *= b[j] - gy; break;
             case TJ__OP_LAYER_NORM_GRAD: a[j] = var * (b[j] - gr - (a[j] - mean) * var * gy); break;
+            case TJ__OP_XENT_PART_GRAD: a[j] = gr * a[j] + (c0 + j == lab ? gz : 0.0); break;
             default: /* cross_entropy_grad; with the loss: exp((x - z[label]) - loss), and expm1(-loss) at the label, as in float */
                 a[j] = !stats ? gr * (a[j] / s - (double)(c0 + j == lab)) : c0 + j == lab ? gr * expm1(-loss) : gr * exp((a[j] - zl) - loss);
                 break;
@@ -6114,14 +6229,14 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
 #define TJ__ROWF(name, attr)                                                                                                                    \
     attr static void name(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {                                                 \
         float a[TJ__FROW], b[TJ__FROW], lane[16], mxf = 0, meanf = 0, meanlo = 0, varf = 0, gyf = 0, grf = 0, grlo = 0, lsef = 0, zlf = 0, lossf = 0;   \
-        double mx = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, zl = 0, loss = 0;                                                      \
-        int op = k->n->op, g = k->nin - 1, l;                                                                                                   \
-        int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD; \
-        int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] : -1;                                                                       \
+        double mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0;                          \
+        int op = k->n->op, g = k->nin - 1, l, part = op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD;                                    \
+        int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || part, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD; \
+        int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - tj__class_off(k, d) : -1;                                                \
         int stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);                                                                            \
         const void *x = k->in[0];                                                                                                               \
         tj_dtype xdt = k->it[0]->dt;                                                                                                            \
-        if ((ce && !stats) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */                                 \
+        if ((ce && !stats && op != TJ__OP_XENT_PART_GRAD) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */  \
             for (l = 0; l < 16; l++) lane[l] = -INFINITY;                                                                                       \
             for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
                 m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
@@ -6129,6 +6244,7 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
                 for (j = 0; j < m; j++) lane[j & 15] = a[j] > lane[j & 15] ? a[j] : lane[j & 15];                                              \
             }                                                                                                                                   \
             for (l = 0; l < 16; l++) mx = lane[l] > mx ? lane[l] : mx;                                                                          \
+            mraw = mx;                                                                                                                          \
             if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */                                                                     \
             mxf = (float)mx;                                                                                                                    \
             for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
@@ -6171,7 +6287,12 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
             tj__st(k->out, k->ot.dt, r, (mx - tj__ld(x, xdt, base + lab * s1)) + log(s));                                                       \
             return;                                                                                                                             \
         }                                                                                                                                       \
+        if (op == TJ__OP_XENT_PART) {                                                                                                           \
+            tj__xent_part_out(k, r, mraw, s, lab >= 0 && lab < d ? tj__ld(x, xdt, base + lab * s1) : 0.0);                                     \
+            return;                                                                                                                             \
+        }                                                                                                                                       \
         if (op == TJ__OP_CROSS_ENTROPY_GRAD) grf = (float)tj__ld(k->in[g], k->it[g]->dt, r);                                                    \
+        if (op == TJ__OP_XENT_PART_GRAD) tj__xent_part_in(k, r, &mx, &gr, &gz), mxf = (float)mx, grf = (float)gr;                             \
         zlf = (float)zl, lossf = (float)loss, s = 1.0 / s;                                                                                      \
         for (c0 = 0; c0 < d; c0 += m) {                                                                                                         \
             float sf = (float)s;                                                                                                                \
@@ -6184,6 +6305,10 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
             case TJ__OP_LAYER_NORM: for (j = 0; j < m; j++) a[j] = ((a[j] - meanf) - meanlo) * varf; break;                                    \
             case TJ__OP_SOFTMAX_GRAD: for (j = 0; j < m; j++) a[j] *= b[j] - gyf; break;                                                       \
             case TJ__OP_LAYER_NORM_GRAD: for (j = 0; j < m; j++) a[j] = varf * (((b[j] - grf) - grlo) - ((a[j] - meanf) - meanlo) * varf * gyf); break; \
+            case TJ__OP_XENT_PART_GRAD:                                                                                                         \
+                for (j = 0; j < m; j++) a[j] = grf * tj__fexpf(a[j] - mxf);                                                                    \
+                if (lab >= c0 && lab < c0 + m) a[lab - c0] += (float)gz;                                                                       \
+                break;                                                                                                                          \
             default: /* cross_entropy_grad: exp(x - lse) = exp((x - z[label]) - loss), or from the max and sum */                              \
                 if (stats) for (j = 0; j < m; j++) a[j] = grf * tj__fexpf((a[j] - zlf) - lossf);                                               \
                 else for (j = 0; j < m; j++) a[j] = grf * (tj__fexpf(a[j] - mxf) * sf);                                                        \
@@ -6222,14 +6347,14 @@ static void tj__k_rowop(tj__kern *k) {
     e.st = st[ax];
     e.d = t->dim[ax];
     e.rows = e.d ? tj__numel(t) / e.d : 0;
-    if (k->n->op == TJ__OP_CROSS_ENTROPY || k->n->op == TJ__OP_CROSS_ENTROPY_GRAD)
+    if (k->n->op == TJ__OP_CROSS_ENTROPY || k->n->op == TJ__OP_CROSS_ENTROPY_GRAD || k->n->op == TJ__OP_XENT_PART || k->n->op == TJ__OP_XENT_PART_GRAD)
         for (r = 0; r < e.rows; r++) {
             int32_t lab = ((const int32_t *)k->in[1])[r];
-            if (lab < 0 || lab >= e.d) {
+            if (lab < 0 || lab >= k->n->in[0]->t.dim[ax]) { /* (the whole axis: a part's labels are global) */
                 char at[64];
                 tj__kpos(k, 1, r, at, sizeof at);
                 if (k->err) snprintf(k->err, TJ__MSG, "%s: label %d at %s is out of range [0, %lld) (at %s:%d)", TJ__OPNAME(k->n->op), (int)lab, at,
-                                     (long long)e.d, tj__base(k->n->file), k->n->line);
+                                     (long long)k->n->in[0]->t.dim[ax], tj__base(k->n->file), k->n->line);
                 return;
             }
         }

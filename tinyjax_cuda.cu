@@ -520,6 +520,44 @@ __global__ void tjc_k_cross_entropy(const void *z, int zdt, const int32_t *lab, 
     }
 }
 
+/* cross_entropy_part (g NULL) and its gradient: the vocab-parallel loss's
+   block statistics (tinyjax.h [5]: max, sum of exp(z - max) with 0 for the
+   shift of a block of -inf, the label's logit or 0; three per row, in
+   `st`'s dtype) and its one-pass gradient g_s exp(z - max) + g_zl at the
+   label, from the statistics st and their cotangent g. Labels are global,
+   this block's classes start at off; one block per row */
+template <typename T>
+__global__ void tjc_k_xent_part(const void *z, int zdt, const int32_t *lab, const void *st, int sdt, const void *g, int gdt, void *out, int odt,
+                                int64_t rows, int64_t d, int64_t stz, int64_t off, int64_t Vg, unsigned long long *errpos) {
+    __shared__ T sh[TJC_THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t base = (r / stz) * stz * d + r % stz, j, l = lab[r];
+        if (l < 0 || l >= Vg) { /* the whole block takes this branch */
+            if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
+            continue;
+        }
+        l -= off;
+        if (!g) {
+            T m = (T)(-INFINITY), s = 0, shift;
+            for (j = threadIdx.x; j < d; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(z, zdt, base + j * stz));
+            m = tjc_block_reduce(m, sh, 1);
+            shift = m == (T)(-INFINITY) ? (T)0 : m;
+            for (j = threadIdx.x; j < d; j += blockDim.x) s += tjc_exp(tjc_ld<T>(z, zdt, base + j * stz) - shift);
+            s = tjc_block_reduce(s, sh, 0);
+            if (threadIdx.x == 0) {
+                tjc_st<T>(out, odt, 3 * r, m);
+                tjc_st<T>(out, odt, 3 * r + 1, s);
+                tjc_st<T>(out, odt, 3 * r + 2, l >= 0 && l < d ? tjc_ld<T>(z, zdt, base + l * stz) : (T)0);
+            }
+        } else {
+            T m = tjc_ld<T>(st, sdt, 3 * r), gs = tjc_ld<T>(g, gdt, 3 * r + 1), gz = tjc_ld<T>(g, gdt, 3 * r + 2);
+            if (m == (T)(-INFINITY)) m = 0;
+            for (j = threadIdx.x; j < d; j += blockDim.x)
+                tjc_st<T>(out, odt, base + j * stz, gs * tjc_exp(tjc_ld<T>(z, zdt, base + j * stz) - m) + (j == l ? gz : (T)0));
+        }
+    }
+}
+
 /* the row ops' gradients (tj__row): softmax_grad(y, g), layer_norm_grad(x, g),
    cross_entropy_grad(z, labels, g); one block per row */
 template <typename T>
@@ -789,7 +827,7 @@ __global__ void tjc_k_xent_long(const void *z, int zdt, const int32_t *lab, cons
 }
 
 /* take: x = [pre, V, post], idx = [ni] -> out = [pre, ni, post]; x holds
-   rows [off, off + V) of Vg (tj__take_block), other rows read as zeros */
+   rows [off, off + V) of Vg (tj__split_block), other rows read as zeros */
 __global__ void tjc_k_take(const void *x, void *out, int es, const int32_t *idx, int64_t pre, int64_t off, int64_t V, int64_t Vg, int64_t post,
                            int64_t ni, unsigned long long *errpos) {
     int64_t n = pre * ni * post;
@@ -1429,7 +1467,7 @@ static int tjc_take(tjc_state *s, tj__kern *k) {
     const int32_t *idx = (const int32_t *)k->in[1];
     if (ax < 0) return tjc_fail(k, "axis not found");
     tj__ppv(xt, ax, &pre, &V, &post);
-    tj__take_block(k, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
+    tj__split_block(k, ax, V, &off, &Vg); /* rows [off, off + V) of Vg here */
     n = pre * ni * post;
     if (k->n->op == TJ__OP_TAKE) {
         if (k->it[0]->dt != k->ot.dt) return tjc_fail(k, "operand and result dtypes differ");
@@ -1581,6 +1619,32 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
                                                                             d, st[ax], (float)k->n->a.s, s->d_errpos);
     TJC_LAUNCHED(k, "tjc_k_row_grad");
     return ce ? tjc_index_check(s, k, lab, d) : 0;
+}
+
+/* tj__k_rowop: cross_entropy_part and cross_entropy_part_grad (the class
+   axis split over devices: this device's block of classes). f64 logits
+   compute in double, f32 and bf16 in float. */
+static int tjc_xent_part(tjc_state *s, tj__kern *k) {
+    const tj__type *t = k->it[0];
+    int ax = tj__axis_index(t, k->n->a.axis), grad = k->n->op == TJ__OP_XENT_PART_GRAD;
+    int64_t st[TJ_MAXDIM], d, rows, off, Vg;
+    const int32_t *lab = (const int32_t *)k->in[1];
+    const void *sv = grad ? k->in[2] : NULL, *g = grad ? k->in[3] : NULL;
+    int sdt = grad ? k->it[2]->dt : 0, gdt = grad ? k->it[3]->dt : 0;
+    if (ax < 0) return tjc_fail(k, "axis not found");
+    tj__strides(t, st);
+    d = t->dim[ax];
+    rows = d ? tj__numel(t) / d : 0;
+    tj__split_block(k, ax, d, &off, &Vg);
+    if (tjc_check_begin(s, k)) return 1;
+    if (t->dt == TJ_F64)
+        tjc_k_xent_part<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, sv, sdt, g, gdt, k->out, k->ot.dt, rows, d, st[ax], off,
+                                                                              Vg, s->d_errpos);
+    else
+        tjc_k_xent_part<float><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, sv, sdt, g, gdt, k->out, k->ot.dt, rows, d, st[ax], off,
+                                                                             Vg, s->d_errpos);
+    TJC_LAUNCHED(k, "tjc_k_xent_part");
+    return tjc_index_check(s, k, lab, Vg);
 }
 
 /* ---- attention (tj_attention, tinyjax.h [5] "attention (flash-style)") ----
@@ -3774,6 +3838,7 @@ static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
     case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: TJC_K(tjc_rowop);
     case TJ__OP_CROSS_ENTROPY: TJC_K(tjc_cross_entropy);
     case TJ__OP_SOFTMAX_GRAD: case TJ__OP_LAYER_NORM_GRAD: case TJ__OP_CROSS_ENTROPY_GRAD: TJC_K(tjc_row_grad);
+    case TJ__OP_XENT_PART: case TJ__OP_XENT_PART_GRAD: TJC_K(tjc_xent_part);
     case TJ__OP_ATTENTION: TJC_K(tjc_attention);
     case TJ__OP_ATTENTION_GRAD: TJC_K(tjc_attention_grad);
     case TJ__OP_SHARD_SLICE: TJC_K(tjc_shard_slice);

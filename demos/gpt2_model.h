@@ -308,53 +308,15 @@ static void gpt2_compute_params(const gpt2_config *c, const tj_tree *P, tj_tree 
         tj_tree_set_v(Pc, gpt2_params[i].name, c->bf16 ? tj_cast(p, TJ_BF16) : p);
     }
 }
+/* mean cross-entropy over batch and pos of logits (batch, pos, vocab).
+   With the vocabulary split over the mesh (vocab:model), tj_cross_entropy
+   is Megatron's vocab-parallel loss: each device reduces its slice of the
+   vocabulary to a max, a sum of exponentials and the target's logit per
+   position, and only those move, not the logits (tinyjax.h [5]). */
+static tj_v gpt2_xent(tj_v logits, tj_v targets) { return tj_cross_entropy(logits, targets, "vocab", "batch pos"); }
 /* mean loss of one batch (tokens, targets: (batch, pos)) from the params Pc
    in the compute dtype, times `scale`, and its gradients with respect to W's
    leaves (the values Pc was made from, or Pc itself) into G, same names */
-/* Cross-entropy with the vocabulary split over mesh axes (Megatron's
-   vocab-parallel loss), written with tj_shard_map: each device holds the
-   logits of its slice of the vocabulary, and the row max (pmax), the sum
-   of exponentials and the target's logit (psum) are all that moves, one
-   float per position each, instead of all-gathering the logits (batch x
-   pos x vocab). Checked, so autodiff adds no psum: the gradient of each
-   logit slice stays on its device. */
-static void vp_xent_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
-    const char *mesh = (const char *)u; /* the mesh axes the vocabulary is split over */
-    char vocab[64];
-    tj_v z = in[0], y = in[1]; /* (batch, pos, vocab slice), (batch, pos) */
-    int64_t vl = tj_v_dim(z, "vocab");
-    tj_v zs = tj_sub(z, tj_pmax(tj_stop_gradient(tj_max(z, "vocab")), mesh)); /* the max cancels: no gradient */
-    tj_v lse = tj_log(tj_psum(tj_sum(tj_exp(zs), "vocab"), mesh));
-    tj_v local = tj_sub(y, tj_muls(tj_axis_index(g, mesh), (double)vl)); /* the target's index in this slice */
-    snprintf(vocab, sizeof vocab, "vocab=%lld", (long long)vl);            /* (out of range: no entry) */
-    out[0] = tj_sub(lse, tj_psum(tj_sum(tj_mul(tj_one_hot(local, vocab, tj_v_dtype(z)), zs), "vocab"), mesh));
-}
-/* mean cross-entropy over batch and pos (batch, pos, vocab) -> (); the
-   vocab-parallel one when the logits' vocabulary is split over the mesh.
-   The shard_map's specs are the logits' own: s0 every axis, s1 all but
-   vocab (the targets' and the per-position loss's). */
-static tj_v gpt2_xent(tj_v logits, tj_v targets) {
-    char s0[256], s1[256], mesh[64], m[64];
-    const char *is[2], *os[1];
-    tj_v in[2], per = NULL;
-    size_t k0 = 0, k1 = 0;
-    int i;
-    if (!logits || !tj_v_axis_sharding(logits, "vocab", mesh, sizeof mesh) || !mesh[0]) return tj_cross_entropy(logits, targets, "vocab", "batch pos");
-    s0[0] = s1[0] = 0;
-    for (i = 0; i < tj_v_rank(logits); i++) {
-        const char *ax = tj_v_axis(logits, i);
-        tj_v_axis_sharding(logits, ax, m, sizeof m);
-        k0 += (size_t)snprintf(s0 + k0, sizeof s0 - k0, "%s%s:%s", k0 ? " " : "", ax, m[0] ? m : "-");
-        if (strcmp(ax, "vocab")) k1 += (size_t)snprintf(s1 + k1, sizeof s1 - k1, "%s%s:%s", k1 ? " " : "", ax, m[0] ? m : "-");
-    }
-    is[0] = s0;
-    is[1] = s1;
-    os[0] = s1;
-    in[0] = logits;
-    in[1] = targets;
-    if (tj_shard_map(vp_xent_body, mesh, 2, in, is, 1, &per, os, 1)) return NULL;
-    return tj_mean(per, "batch pos");
-}
 static tj_v gpt2_loss_grads(const gpt2_config *c, const tj_tree *Pc, const tj_tree *W, tj_v tokens, tj_v targets, double scale, tj_tree *G) {
     tj_v loss = gpt2_xent(gpt2_forward(c, Pc, tokens), targets);
     if (scale != 1.0) loss = tj_muls(loss, scale);

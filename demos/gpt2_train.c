@@ -991,7 +991,7 @@ static void usage(void) {
         "  --param-rules S     logical rules for parameters and optimizer state\n"
         "                      (\"embed:data mlp:model heads:model vocab:model\": FSDP + tensor)\n"
         "  --compute-rules S   logical rules for activations (\"batch:data mlp:model heads:model vocab:model\";\n"
-        "                      with vocab split, the loss is the vocab-parallel one, in tj_shard_map)\n"
+        "                      with vocab split, tj_cross_entropy is the vocab-parallel loss)\n"
         "  --seq-parallel      sequence parallelism (Megatron-LM style): the residual stream is\n"
         "                      also split along pos over mesh axis model, all-gathered before\n"
         "                      attention and the MLP, reduce-scattered after them\n"
