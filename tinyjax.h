@@ -480,7 +480,10 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
 /* normalise over `axis` (no scale/shift: multiply and add yours) */
 #define tj_layer_norm(x, axis, eps) tj_layer_norm_at(TJ_AT, x, axis, eps)
 /* mean over `mean_axes` of -log softmax(logits)[label] along class_axis;
-   labels are i32 with logits' axes minus class_axis. */
+   labels are i32 with logits' axes minus class_axis. Sharded, logits
+   split along class_axis stay split (a vocab-parallel head): each device
+   reduces its block of classes to a max, a sum of exponentials and the
+   label's logit per row, and only those move ([5]). */
 #define tj_cross_entropy(logits, labels, class_axis, mean_axes) \
     tj_cross_entropy_at(TJ_AT, logits, labels, class_axis, mean_axes)
 TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill);

@@ -837,14 +837,16 @@ static void check_seq_parallel(gpt2_trainer *sp, int tp_gather, int tp_scatter, 
     /* sequence parallel: also a gather before attention, the MLP and the
        head (layer-norm outputs), and the two psums became reduce-scatters */
     TJT_CHECK(ag == 3 && rs == 2 && ps == 0, "sequence parallel: %d all-gathers, %d reduce-scatters, %d psums over model, want 3, 2, 0", ag, rs, ps);
-    { /* the vocab-parallel loss: one pmax (row max) and two psums of one float per position, forward */
+    { /* the vocab-parallel loss: one all-gather over model of three floats per
+         position and vocabulary block (tj_cross_entropy's statistics), forward */
         tj_collective cols[512];
-        int n = tj_prog_collectives(sp->step, cols, 512), pmax = 0, lpsum = 0;
-        for (k = 0; k < n && k < 512; k++) {
-            pmax += !cols[k].backward && !strcmp(cols[k].kind, "pmax") && !strcmp(cols[k].axes, "model");
-            lpsum += !cols[k].backward && !strcmp(cols[k].kind, "psum") && !strcmp(cols[k].axes, "model") && !strcmp(cols[k].cause, "psum");
-        }
-        TJT_CHECK(pmax == 1 && lpsum == 2, "vocab-parallel loss: %d pmax, %d psums over model, want 1, 2", pmax, lpsum);
+        int n = tj_prog_collectives(sp->step, cols, 512), stats = 0, small = 1;
+        for (k = 0; k < n && k < 512; k++)
+            if (!cols[k].backward && !strcmp(cols[k].kind, "all_gather") && !strcmp(cols[k].axes, "model") && !strcmp(cols[k].cause, "cross_entropy")) {
+                stats++;
+                small &= cols[k].bytes <= (int64_t)sp->cfg.B * sp->cfg.T * 2 * 3 * 4;
+            }
+        TJT_CHECK(stats == 1 && small, "vocab-parallel loss: %d all-gathers of the statistics over model (want 1)%s", stats, small ? "" : ", larger than them");
     }
     /* along pos: the program text of the top level (the final layer norm's gather) */
     if (f) {

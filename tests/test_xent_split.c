@@ -32,7 +32,7 @@ static void region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
 static void grads(tj_tree *out, tj_v loss, int n, tj_v *wrt) {
     tj_v g[4];
     int i;
-    char nm[8];
+    char nm[16];
     tj_tree_set_v(out, "loss", loss);
     if (tj_grad(loss, n, wrt, g)) return;
     for (i = 0; i < n; i++) {
@@ -44,7 +44,7 @@ static void grads(tj_tree *out, tj_v loss, int n, tj_v *wrt) {
 static void grads2(tj_tree *out, tj_v loss, int n, tj_v *wrt) {
     tj_v g[4], gg[4], s = NULL;
     int i;
-    char nm[8];
+    char nm[16];
     tj_tree_set_v(out, "loss", loss);
     if (tj_grad(loss, n, wrt, g)) return;
     for (i = 0; i < n; i++) {
