@@ -10363,10 +10363,15 @@ static void tj__sgemm_kernel_portable(int kc, const void *Ap_, const void *Bp_,
    28 accumulators + 2 B vectors + 1 broadcast = 31 of 32 zmm registers. Per k
    step: 2 vector loads of B, 14 broadcasts of A (folded into the FMA as
    {1to16} memory operands), 28 FMAs; the FMA:load ratio keeps the FMA pipes
-   the bottleneck rather than the load ports. */
+   the bottleneck rather than the load ports. A tile of at most 4 or 8 rows
+   (the last of an M that 14 does not divide: 64 = 4 x 14 + 8) runs a
+   kernel of 4 or 8 rows, the same code over fewer rows (the same sums, in
+   the same order), instead of computing 14 and storing a few. */
 #define TJ__A5_MR 14
 #define TJ__A5_NR 32
-#define TJ__A5_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define TJ__A5_ROWS4(X) X(0) X(1) X(2) X(3)
+#define TJ__A5_ROWS8(X) TJ__A5_ROWS4(X) X(4) X(5) X(6) X(7)
+#define TJ__A5_ROWS(X) TJ__A5_ROWS8(X) X(8) X(9) X(10) X(11) X(12) X(13)
 /* the parts the f32 and the bf16 (below) kernels share: 28 accumulators
    c<row>_<half>, a prefetch of the C tile (touched only at the end), and the
    store (masks cover a partial N edge, mr cuts a partial M edge) */
@@ -10381,30 +10386,37 @@ static void tj__sgemm_kernel_portable(int kc, const void *Ap_, const void *Bp_,
                           c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, c + 16)); } \
             _mm512_mask_storeu_ps(c, m0, c##i##_0); _mm512_mask_storeu_ps(c + 16, m1, c##i##_1); \
             c += ldc; }
-#define TJ__A5_STORE() {                                                                        \
+#define TJ__A5_STORE(ROWS) {                                                                    \
         __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : ((1u << nr) - 1u));                     \
         __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : ((1u << (nr - 16)) - 1u)); \
         float *c = C;                                                                           \
-        TJ__A5_ROWS(TJ__A5_ST)                                                                  \
+        ROWS(TJ__A5_ST)                                                                         \
     }
-__attribute__((target("avx512f,fma")))
-TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx512(int kc, const void *Ap_, const void *Bp_,
-                                    float *C, int ldc, int mr, int nr, int load_c) {
-    const float *Ap = (const float *)Ap_, *Bp = (const float *)Bp_;
-    TJ__A5_ROWS(TJ__A5_DECL)
-    int k;
-    TJ__A5_PREFETCH_C()
-    for (k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
-        __m512 a;
 #define TJ__A5_FMA(i) a = _mm512_set1_ps(Ap[i]); \
         c##i##_0 = _mm512_fmadd_ps(a, b0, c##i##_0); c##i##_1 = _mm512_fmadd_ps(a, b1, c##i##_1);
-        TJ__A5_ROWS(TJ__A5_FMA)
-#undef TJ__A5_FMA
-        Ap += TJ__A5_MR;
-        Bp += TJ__A5_NR;
+/* the kernel over the rows ROWS lists (of a 14-row micro-panel) */
+#define TJ__A5_SGEMM(name, ROWS)                                                                          \
+    __attribute__((target("avx512f,fma"))) TJ__MAYBE_UNUSED static void name(int kc, const void *Ap_, const void *Bp_, \
+                                                                             float *C, int ldc, int mr, int nr, int load_c) { \
+        const float *Ap = (const float *)Ap_, *Bp = (const float *)Bp_;                                   \
+        ROWS(TJ__A5_DECL)                                                                                 \
+        int k;                                                                                            \
+        TJ__A5_PREFETCH_C()                                                                               \
+        for (k = 0; k < kc; k++) {                                                                        \
+            __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);                               \
+            __m512 a;                                                                                     \
+            ROWS(TJ__A5_FMA)                                                                              \
+            Ap += TJ__A5_MR;                                                                              \
+            Bp += TJ__A5_NR;                                                                              \
+        }                                                                                                 \
+        TJ__A5_STORE(ROWS)                                                                                \
     }
-    TJ__A5_STORE()
+TJ__A5_SGEMM(tj__sgemm_kernel_avx512_14, TJ__A5_ROWS)
+TJ__A5_SGEMM(tj__sgemm_kernel_avx512_8, TJ__A5_ROWS8)
+TJ__A5_SGEMM(tj__sgemm_kernel_avx512_4, TJ__A5_ROWS4)
+#undef TJ__A5_FMA
+TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx512(int kc, const void *Ap, const void *Bp, float *C, int ldc, int mr, int nr, int load_c) {
+    (mr <= 4 ? tj__sgemm_kernel_avx512_4 : mr <= 8 ? tj__sgemm_kernel_avx512_8 : tj__sgemm_kernel_avx512_14)(kc, Ap, Bp, C, ldc, mr, nr, load_c);
 }
 
 /* ---- AVX-512 packing ------------------------------------------------------------
@@ -10610,24 +10622,30 @@ TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx2(int kc, const void *Ap_, cons
    bf16 are exact in f32; the instruction treats denormal inputs and results
    as zero and adds in its own order, so sums differ from the widened f32
    path by f32 rounding (and denormals) only. */
-__attribute__((target("avx512f,avx512bf16")))
-TJ__MAYBE_UNUSED static void tj__bgemm_kernel_avx512(int kc, const void *Ap_, const void *Bp_,
-                                                     float *C, int ldc, int mr, int nr, int load_c) {
-    const uint32_t *Ap = (const uint32_t *)Ap_, *Bp = (const uint32_t *)Bp_;
-    TJ__A5_ROWS(TJ__A5_DECL)
-    int k, kp = (kc + 1) / 2;
-    TJ__A5_PREFETCH_C()
-    for (k = 0; k < kp; k++) {
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(Bp), b1 = (__m512bh)_mm512_loadu_si512(Bp + 16);
-        __m512bh a;
 #define TJ__A5_DP(i) a = (__m512bh)_mm512_set1_epi32((int)Ap[i]); \
         c##i##_0 = _mm512_dpbf16_ps(c##i##_0, a, b0); c##i##_1 = _mm512_dpbf16_ps(c##i##_1, a, b1);
-        TJ__A5_ROWS(TJ__A5_DP)
-#undef TJ__A5_DP
-        Ap += TJ__A5_MR;
-        Bp += TJ__A5_NR;
+#define TJ__A5_BGEMM(name, ROWS)                                                                                 \
+    __attribute__((target("avx512f,avx512bf16"))) TJ__MAYBE_UNUSED static void name(int kc, const void *Ap_, const void *Bp_, \
+                                                                                    float *C, int ldc, int mr, int nr, int load_c) { \
+        const uint32_t *Ap = (const uint32_t *)Ap_, *Bp = (const uint32_t *)Bp_;                                 \
+        ROWS(TJ__A5_DECL)                                                                                        \
+        int k, kp = (kc + 1) / 2;                                                                                \
+        TJ__A5_PREFETCH_C()                                                                                      \
+        for (k = 0; k < kp; k++) {                                                                               \
+            __m512bh b0 = (__m512bh)_mm512_loadu_si512(Bp), b1 = (__m512bh)_mm512_loadu_si512(Bp + 16);          \
+            __m512bh a;                                                                                          \
+            ROWS(TJ__A5_DP)                                                                                      \
+            Ap += TJ__A5_MR;                                                                                     \
+            Bp += TJ__A5_NR;                                                                                     \
+        }                                                                                                        \
+        TJ__A5_STORE(ROWS)                                                                                       \
     }
-    TJ__A5_STORE()
+TJ__A5_BGEMM(tj__bgemm_kernel_avx512_14, TJ__A5_ROWS)
+TJ__A5_BGEMM(tj__bgemm_kernel_avx512_8, TJ__A5_ROWS8)
+TJ__A5_BGEMM(tj__bgemm_kernel_avx512_4, TJ__A5_ROWS4)
+#undef TJ__A5_DP
+TJ__MAYBE_UNUSED static void tj__bgemm_kernel_avx512(int kc, const void *Ap, const void *Bp, float *C, int ldc, int mr, int nr, int load_c) {
+    (mr <= 4 ? tj__bgemm_kernel_avx512_4 : mr <= 8 ? tj__bgemm_kernel_avx512_8 : tj__bgemm_kernel_avx512_14)(kc, Ap, Bp, C, ldc, mr, nr, load_c);
 }
 
 /* Pair packing, any layout: X(r, k) = X[r*rs + k*cs] for rows r < rows and

@@ -1349,9 +1349,12 @@ static void f_train(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 }
 static const spec s_train[] = {
     {"x", TJ_F32, "batch=8 in=6", -1, 1},       {"lab", TJ_I32, "batch=8", 0, 5},           {"w1", TJ_F32, "in=6 hid=16", -0.5, 0.5},
-    {"b1", TJ_F32, "hid=16", -0.1, 0.1},        {"w2", TJ_F32, "hid=16 cls=5", -0.5, 0.5},
+    {"b1", TJ_F32, "hid=16", -0.1, 0.1},        {"w2", TJ_F32, "hid=16 cls=6", -0.5, 0.5},
 };
-static void test_sharded_train(void) {
+/* rules: "batch:data hid:model" (Megatron's MLP), or "batch:data
+   cls:model" (the logits split over their classes: the vocab-parallel
+   cross-entropy, cross_entropy_part and its gradient) */
+static void test_sharded_train(const char *rules) {
     static const char *names[4] = {"loss", "w1", "b1", "w2"};
     double *v[3][4];
     int64_t n[4] = {0, 0, 0, 0};
@@ -1366,9 +1369,9 @@ static void test_sharded_train(void) {
         tj_set_mesh(c, k == 2 ? "data=2 model=2" : "data=1 model=1");
         in = make_inputs(c, s_train, (int)(sizeof s_train / sizeof *s_train));
         out = tj_tree_new(c);
-        tj_filter_shard(in, "batch:data hid:model");
+        tj_filter_shard(in, rules);
         p = tj_jit(c, "sharded_train", f_train, NULL, in, NULL);
-        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[sharded train] %s: %s", k == 0 ? "1 cpu device" : k == 1 ? "1 device" : "4 devices", tj_error(c));
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[sharded train, %s] %s: %s", rules, k == 0 ? "1 cpu device" : k == 1 ? "1 device" : "4 devices", tj_error(c));
         if (p && k == 2) {
             tj_collective rows[64];
             ncoll = tj_prog_collectives(p, rows, 64);
@@ -1385,7 +1388,7 @@ static void test_sharded_train(void) {
         tj_tree_free(out);
         tj_ctx_free(c);
     }
-    TJT_CHECK(ncoll >= 3, "[sharded train] the 4-device program has %d collectives (the sharding should need psums forward and backward)", ncoll);
+    TJT_CHECK(ncoll >= 3, "[sharded train, %s] the 4-device program has %d collectives (the sharding should need collectives forward and backward)", rules, ncoll);
     for (k = 1; k < 3; k++)
         for (j = 0; j < 4; j++) {
             double worst = 0;
@@ -1394,8 +1397,8 @@ static void test_sharded_train(void) {
                 double d = fabs(v[0][j][i] - v[k][j][i]) / (1.0 + fabs(v[0][j][i]));
                 if (!(d <= worst)) worst = d;
             }
-            TJT_CHECK(!bad && worst <= 1e-5, "[sharded train] '%s' on %s differs from one CPU device by %g (relative)", names[j], k == 1 ? "one device" : "4 devices",
-                      worst);
+            TJT_CHECK(!bad && worst <= 1e-5, "[sharded train, %s] '%s' on %s differs from one CPU device by %g (relative)", rules, names[j],
+                      k == 1 ? "one device" : "4 devices", worst);
         }
     for (k = 0; k < 3; k++)
         for (j = 0; j < 4; j++) free(v[k][j]);
@@ -1978,7 +1981,8 @@ int main(int argc, char **argv) {
     test_scan_index_checks();
     test_rerun();
     test_collectives_sim();
-    test_sharded_train();
+    test_sharded_train("batch:data hid:model");
+    test_sharded_train("batch:data cls:model");
     test_collective_after_error();
     compare("long reductions", f_reduce_long, s_reduce_long, (int)(sizeof s_reduce_long / sizeof *s_reduce_long));
     test_gpt2_step("f32", 0, REMAT_BLOCK_OUT, 1);
