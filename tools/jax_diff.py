@@ -1339,6 +1339,22 @@ EDGE = [
                                                   1.06, -0.54, -0.58, -0.25, -1.35, 0.39, 0.78, 0.74, -0.34, -1.45, 0.81, -0.13], spec="b:data a:model"),
                 X("x2", "i32", "c=3 a=4", [1, 1, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1], grad=False)],
      "ops": [O("cross_entropy", ["x1", "x2"], "v0", axis="b", mean_axes="a c")], "outputs": ["v0"]},
+    # the vocab-parallel cross_entropy (class axis split: per-block
+    # statistics, gathered and combined): a block of -inf, labels at the
+    # blocks' edges, second derivatives; and a 4-way split
+    {"mode": "sharded", "mesh": "model=2", "devices": 2,
+     "inputs": [X("x1", "f32", "a=3 c=8", [0.5, -1.2, 2.0, 0.1, -0.3, 0.8, 1.1, -2.0,
+                                           1.5, 0.25, -0.75, 3.0, "-inf", "-inf", "-inf", "-inf",
+                                           -40.0, 12.0, 0.0, -3.5, 7.25, 30.0, -8.0, 1.0], spec="c:model"),
+                X("x2", "i32", "a=3", [3, 0, 4], grad=False)],
+     "ops": [O("cross_entropy", ["x1", "x2"], "v0", axis="c", mean_axes="")], "outputs": ["v0"],
+     "second": {"x1": [0.3, -1.1, 0.7, 0.2, -0.5, 1.3, -0.9, 0.4, 1.0, -0.2, 0.6, -1.4, 0.8, 0.1, -0.7, 0.5,
+                       -0.3, 0.9, -1.2, 0.25, 0.45, -0.65, 1.1, -0.15]}},
+    {"mode": "sharded", "mesh": "data=2 model=2", "devices": 4,
+     "inputs": [X("x1", "f32", "b=2 c=8", [0.35, 0.18, -0.62, 0.16, 0.34, -0.03, -0.63, -0.93,
+                                           0.17, 0.96, 1.06, 0.24, 1.06, -0.54, -0.58, -0.25], spec="c:data+model"),
+                X("x2", "i32", "b=2", [1, 6], grad=False)],
+     "ops": [O("cross_entropy", ["x1", "x2"], "v0", axis="c", mean_axes="b")], "outputs": ["v0"]},
     # cross_entropy's gradient recovered the row's lse as loss + z[label]:
     # inf + -inf = NaN for a label whose logit is -inf (JAX: softmax - onehot)
     {"mode": "checkpoint", "policy": "dots_saveable",
