@@ -1665,6 +1665,9 @@ static void tj__load_n(const void *p, tj_dtype t, int64_t i0, int64_t stride, in
     } else if (t == TJ_F64) {
         const double *s = (const double *)p + i0;
         for (k = 0; k < n; k++) dst[k] = s[k * stride];
+    } else if (t == TJ_BF16) {
+        const uint16_t *s = (const uint16_t *)p + i0;
+        for (k = 0; k < n; k++) dst[k] = tj_bf16_to_f32(s[k * stride]);
     } else {
         for (k = 0; k < n; k++) dst[k] = tj__ld(p, t, i0 + k * stride);
     }
@@ -1677,6 +1680,9 @@ static void tj__store_n(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_t
         else for (k = 0; k < n; k++) d[k * stride] = (float)src[k];
     } else if (t == TJ_F64 && stride == 1) {
         memcpy((double *)p + i0, src, (size_t)n * 8);
+    } else if (t == TJ_BF16) { /* (as tj__st: through f32) */
+        uint16_t *d = (uint16_t *)p + i0;
+        for (k = 0; k < n; k++) d[k * stride] = tj_f32_to_bf16((float)src[k]);
     } else {
         for (k = 0; k < n; k++) tj__st(p, t, i0 + k * stride, src[k]);
     }
