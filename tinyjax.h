@@ -1700,6 +1700,7 @@ static void tj__load_nf(const void *p, tj_dtype t, int64_t i0, int64_t stride, i
         for (k = 0; k < n; k++) dst[k] = (float)tj__ld(p, t, i0 + k * stride);
     }
 }
+static void tj__f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n); /* (vectorised, with the matmul kernels in [11]) */
 static void tj__store_nf(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_t n, const float *src) {
     int64_t k;
     if (t == TJ_F32) {
@@ -1708,7 +1709,8 @@ static void tj__store_nf(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_
         else for (k = 0; k < n; k++) d[k * stride] = src[k];
     } else if (t == TJ_BF16) {
         uint16_t *d = (uint16_t *)p + i0;
-        for (k = 0; k < n; k++) d[k * stride] = tj_f32_to_bf16(src[k]);
+        if (stride == 1) tj__f32_to_bf16_n(src, d, n);
+        else for (k = 0; k < n; k++) d[k * stride] = tj_f32_to_bf16(src[k]);
     } else {
         for (k = 0; k < n; k++) tj__st(p, t, i0 + k * stride, src[k]);
     }
@@ -5500,7 +5502,6 @@ static tj_status tj__vjp_concat(tj_node *n, tj_v g, tj_v *gin) {
    and b as [B,K,N] or [B,N,K]; any other layout gets an explicit relayout
    node, visible in the program text and counted by the memory plan. */
 /* the tuned f32 and bf16 kernels live with the CPU backend in [11] */
-static void tj__f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
 static void tj__gemm_ws(int bf16, int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
                         float *C, int ldc, int acc, int nth, char *ws, int ws_n);
 static int64_t tj__gemm_pack_bytes(void);
