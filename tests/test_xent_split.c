@@ -247,22 +247,7 @@ static void bad_label(void) {
 }
 
 int main(int argc, char **argv) {
-    struct { int ndev; const char *mesh, *rules; } cs[] = {
-        {2, "model=2", "vocab:model"},
-        {4, "model=4", "vocab:model"},
-        {8, "all=8", "vocab:all"},
-        {8, "data=2 model=4", "batch:data vocab:model"},
-        {4, "data=2 model=2", "vocab:data+model"},
-        {8, "data=2 model=4", "vocab:data+model"},
-        {8, "data=2 model=4", "vocab:model+data"},
-        {4, "data=2 model=2", "vocab:model batch:model"},
-        {4, "data=2 model=2", "vocab:model pos:model batch:data"},
-        {4, "data=2 model=2", "vocab:model embed:data"},
-        {8, "data=2 model=4", "vocab:model embed:data batch:data"},
-        {4, "data=2 model=2", "vocab:data batch:model embed:model"},
-        {8, "a=2 b=2 c=2", "vocab:a+c batch:b"},
-        {8, "a=2 b=2 c=2", "vocab:c+a pos:a batch:b"},
-    };
+    const tjt_mesh_case *cs = tjt_vocab_meshes;
     int Vs[] = {16, 64, 128};
     int c0 = argc > 1 ? atoi(argv[1]) : 0, c1 = argc > 1 ? c0 + 1 : 12, vi, m;
     POL = tj_nothing_saveable();
@@ -272,7 +257,7 @@ int main(int argc, char **argv) {
             int V = Vs[vi];
             tjt_current = "against one device";
             if (!run(1, NULL, NULL, &ref, V, 0)) { TJT_CHECK(0, "case %d V %d: 1 device failed", CASE, V); continue; }
-            for (m = 0; m < (int)(sizeof cs / sizeof cs[0]); m++) {
+            for (m = 0; m < TJT_NVOCAB_MESHES; m++) {
                 char what[200];
                 if (getenv("RV_M") && atoi(getenv("RV_M")) != m) continue;
                 snprintf(what, sizeof what, "case %d V=%d %s [%s]", CASE, V, cs[m].mesh, cs[m].rules);

@@ -239,6 +239,31 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
     return worst;
 }
 #define TJT_GRADCHECK(ctx, what, fn, user, in, wrt) tjt_gradcheck(__FILE__, __LINE__, ctx, what, fn, user, in, wrt, 1e-6)
+/* ---- meshes that split a "vocab" axis (test_take_split, test_xent_split):
+   2, 4 and 8 devices; the vocabulary over one, two and three mesh axes, in
+   either order; other axes (batch, pos, embed) split too, or competing for
+   the same mesh axis ---- */
+typedef struct {
+    int ndev;
+    const char *mesh, *rules;
+} tjt_mesh_case;
+static const tjt_mesh_case tjt_vocab_meshes[] = {
+    {2, "model=2", "vocab:model"},
+    {4, "model=4", "vocab:model"},
+    {8, "all=8", "vocab:all"},
+    {8, "data=2 model=4", "batch:data vocab:model"},
+    {4, "data=2 model=2", "vocab:data+model"},
+    {8, "data=2 model=4", "vocab:data+model"},
+    {8, "data=2 model=4", "vocab:model+data"},
+    {4, "data=2 model=2", "vocab:model batch:model"},
+    {4, "data=2 model=2", "vocab:model pos:model batch:data"},
+    {4, "data=2 model=2", "vocab:model embed:data"},
+    {8, "data=2 model=4", "vocab:model embed:data batch:data"},
+    {4, "data=2 model=2", "vocab:data batch:model embed:model"},
+    {8, "a=2 b=2 c=2", "vocab:a+c batch:b"},
+    {8, "a=2 b=2 c=2", "vocab:c+a pos:a batch:b"},
+};
+#define TJT_NVOCAB_MESHES ((int)(sizeof tjt_vocab_meshes / sizeof tjt_vocab_meshes[0]))
 /* ---- tests that write files (define TJT_FILES, and _POSIX_C_SOURCE
    200809L, before including): g_dir is a fresh mkdtemp directory the test
    makes; path_in names a file in it; remove_dir deletes it and its files
