@@ -5956,6 +5956,19 @@ static tj_v tj__xent_split(const char *f, int l, tj_node *z, tj_node *lab, int a
     loss = tj_add_at(f, l, tj_sub_at(f, l, m, tj_sum_at(f, l, tj_index_at(f, l, st, "_stat", 2), "_part")), tj_log_at(f, l, s));
     return loss && loss->t.dt != z->t.dt ? tj_cast_at(f, l, loss, z->t.dt) : loss;
 }
+/* Whether the vocab-parallel form above can take logits z: its statistics
+   add two axes (_part, _stat) to the rows, and its second-order VJP splits
+   the class axis in two (_part, _cls), so logits with TJ_MAXDIM axes, or
+   with an axis of one of those names (the sharding rule and the combine
+   ops find axes by name), take the gathering form instead. */
+static int tj__xent_split_fits(tj_ctx *c, const tj_node *z) {
+    int i;
+    const char *nm;
+    if (z->t.rank >= TJ_MAXDIM) return 0;
+    for (i = 0; i < z->t.rank; i++)
+        if (!strcmp(nm = tj__name(c, z->t.ax[i]), "_part") || !strcmp(nm, "_stat") || !strcmp(nm, "_cls")) return 0;
+    return 1;
+}
 /* cross-entropy: per position lse(z) - z[label]; then the mean */
 TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
     int a, i;
@@ -5993,8 +6006,9 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     {   /* the class axis split over devices (outside shard_map): the vocab-parallel form above */
         tj_graph *g = tj__cur(tj__inner(2, in, "cross_entropy", f, l));
         int k = tj__axis_index(&z->t, a);
-        n = g && !g->manual && g->ctx->nmesh && tj__mesh_count(g->ctx, z->t.sh[k]) > 1 ? tj__xent_split(f, l, z, in[1], a, &t)
-                                                                                   : tj__rownode(f, l, TJ__OP_CROSS_ENTROPY, 2, in, a, 0, &t);
+        n = g && !g->manual && g->ctx->nmesh && tj__mesh_count(g->ctx, z->t.sh[k]) > 1 && tj__xent_split_fits(g->ctx, z)
+                ? tj__xent_split(f, l, z, in[1], a, &t)
+                : tj__rownode(f, l, TJ__OP_CROSS_ENTROPY, 2, in, a, 0, &t);
     }
     if (!n) return NULL;
     if (mean_axes && *mean_axes) { /* named in cross_entropy's words (the class axis is gone) */

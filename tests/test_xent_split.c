@@ -9,7 +9,9 @@
    and three mesh axes; rows split too), with 3 class counts each. Then
    structure (no collective of the logits' size; the program uses
    cross_entropy_part), finite differences through the sharded program
-   (first and second order), and a label out of range.
+   (first and second order), a label out of range, and logits the
+   vocab-parallel form cannot take (8 axes; an axis named _part, _stat or
+   _cls), which must give one device's results through the gathering form.
    usage: test_xent_split [case]   (RV_PRINT=1: print the programs) */
 #include "../tinyjax.h"
 #include "tj_test.h"
@@ -220,6 +222,64 @@ static void fd_checks(void) {
     tj_ctx_free(ctx);
 }
 
+/* logits the vocab-parallel form cannot take (8 axes: its statistics would
+   need 9; an axis named like one of its own: _part, _stat, _cls) take the
+   gathering form: the same loss and gradients (and grad of grad) as one
+   device, not a broken type */
+static const char *ODD_SHAPE, *ODD_CLS;
+static void odd_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v z = tj_tree_v(in, "z"), gz, ggz, l;
+    (void)g; (void)u;
+    l = tj_sum_all(tj_cross_entropy(tj_mul(z, z), tj_tree_v(in, "labels"), ODD_CLS, ""));
+    tj_tree_set_v(out, "loss", l);
+    if (tj_grad(l, 1, &z, &gz) || tj_grad(tj_sum_all(tj_mul(gz, gz)), 1, &z, &ggz)) return;
+    tj_tree_set_v(out, "gz", gz);
+    tj_tree_set_v(out, "ggz", ggz);
+}
+static int odd_run(int ndev, tjt_outs *o) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    int32_t lab[64];
+    char rows[128], rule[32];
+    int i, ok;
+    memset(o, 0, sizeof *o);
+    for (i = 0; i < 64; i++) lab[i] = (i * 5 + 3) % 8;
+    snprintf(rows, sizeof rows, "%s", ODD_SHAPE);
+    *strstr(rows, ODD_CLS) = 0; /* (the class axis last) */
+    tj_set_devices(ctx, ndev);
+    tj_set_mesh(ctx, ndev > 1 ? "model=2" : "model=1");
+    tj_tree_set_array(in, "z", tjt_rand(ctx, TJ_F64, ODD_SHAPE, 7, -2, 2));
+    tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, rows, lab));
+    snprintf(rule, sizeof rule, "%s:model", ODD_CLS);
+    tj_filter_shard(in, rule);
+    p = tj_jit(ctx, "odd", odd_prog, NULL, in, NULL);
+    ok = p && tj_run(p, in, out) == TJ_OK;
+    if (!ok) fprintf(stderr, "%s on %d devices: %s\n", ODD_SHAPE, ndev, tj_error(ctx));
+    else tjt_outs_read(o, out);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+    return ok;
+}
+static void odd_logits(void) {
+    static const char *cs[][2] = {{"a=1 b=2 c=1 d=2 e=1 f=2 pos=2 vocab=8", "vocab"}, {"_part=2 vocab=8", "vocab"}, {"_stat=3 vocab=8", "vocab"},
+                                  {"_cls=3 vocab=8", "vocab"}, {"batch=2 _stat=8", "_stat"}};
+    int i;
+    tjt_current = "logits the vocab-parallel form cannot take";
+    for (i = 0; i < 5; i++) {
+        tjt_outs a, b;
+        ODD_SHAPE = cs[i][0];
+        ODD_CLS = cs[i][1];
+        if (!odd_run(1, &a)) { TJT_CHECK(0, "%s: one device failed", ODD_SHAPE); continue; }
+        if (odd_run(2, &b)) tjt_outs_compare(ODD_SHAPE, &a, &b, 1e-12);
+        else TJT_CHECK(0, "%s [%s:model]: 2 devices failed", ODD_SHAPE, ODD_CLS);
+        tjt_outs_free(&a);
+        tjt_outs_free(&b);
+    }
+}
+
 /* a label out of range is the same clear error as on one device */
 static void bad_label(void) {
     tj_ctx *ctx = tj_ctx_new();
@@ -270,6 +330,7 @@ int main(int argc, char **argv) {
     if (argc <= 1) {
         fd_checks();
         bad_label();
+        odd_logits();
     }
     return tjt_finish();
 }
