@@ -205,6 +205,15 @@ int main(void) {
             check((int)(rnd() & 1), (int)(rnd() & 1), M, N, K, (int)(rnd() % 3), (int)(rnd() & 1),
                   1 + (int)(rnd() & 1));
         }
+        /* every row count of the last tile (the 4-, 8- and 14-row kernels), in
+           products big enough to be packed (M N K >= 64^3): M = 1..30, odd N
+           (a partial column tile) and odd K, every layout, accumulate on/off */
+        for (i = 1; i <= 30; i++)
+            for (ta = 0; ta < 2; ta++)
+                for (tb = 0; tb < 2; tb++) {
+                    int N = i % 3 ? 257 : 95, K = (262144 / (i * N) + 2) | 1;
+                    check(ta, tb, i, N, K < 257 ? 257 : K, i % 3, (i + ta + tb) & 1, 1 + (i & 1));
+                }
         /* K == 0 with a big output must zero C (or leave it when accumulating) */
         check(0, 0, 100, 100, 0, 1, 0, 2);
         check(1, 1, 100, 100, 0, 1, 1, 2);
