@@ -11,7 +11,10 @@
    cross_entropy_part), finite differences through the sharded program
    (first and second order), a label out of range, and logits the
    vocab-parallel form cannot take (8 axes; an axis named _part, _stat or
-   _cls), which must give one device's results through the gathering form.
+   _cls), which must give one device's results through the gathering form;
+   rows of NaN, +-inf and large logits and blocks longer than the row
+   kernels' chunk (labels at the chunks' edges) against one device, with
+   the memory plan checked against the run's allocations.
    usage: test_xent_split [case]   (RV_PRINT=1: print the programs) */
 #include "../tinyjax.h"
 #include "tj_test.h"
@@ -280,6 +283,126 @@ static void odd_logits(void) {
     }
 }
 
+/* NaN, +-inf and large logits, row by row, and blocks longer than the row
+   kernels' chunk (256 doubles, 512 floats) with labels at the chunks' and
+   the blocks' edges: per-row losses and their gradient (f64: and grad of
+   grad) as on one device, NaN for NaN and inf for inf; and the memory plan
+   is what the run allocates */
+static tj_dtype SP_DT;
+static void sp_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v z = tj_tree_v(in, "z"), per, ct = tj_tree_v(in, "rw"), gz, ggz;
+    (void)g; (void)u;
+    per = tj_cross_entropy(z, tj_tree_v(in, "labels"), "vocab", "");
+    tj_tree_set_v(out, "per", per);
+    if (tj_vjp(1, &per, &ct, 1, &z, &gz)) return;
+    tj_tree_set_v(out, "gz", gz);
+    if (SP_DT != TJ_F64 || tj_grad(tj_sum_all(tj_mul(tj_tanh(gz), tj_tree_v(in, "wz"))), 1, &z, &ggz)) return;
+    tj_tree_set_v(out, "ggz", ggz);
+}
+static int sp_run(const tjt_mesh_case *mc, int V, tjt_outs *o) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    int32_t lab[12];
+    int ok, i, c, chunk[12] = {0, 255, 256, 511, 512, 513, 1023, 1024, 1099, 1100, 1101, 2199};
+    char shp[64];
+    double *zh = (double *)malloc(sizeof(double) * 12 * (size_t)V);
+    void *host = malloc(8 * 12 * (size_t)V);
+    tj_array *za;
+    memset(o, 0, sizeof *o);
+    tj_set_devices(ctx, mc ? mc->ndev : 1);
+    if (mc) tj_set_mesh(ctx, mc->mesh);
+    snprintf(shp, sizeof shp, "batch=2 pos=6 vocab=%d", V);
+    za = tjt_rand(ctx, TJ_F64, shp, 7, -3, 3);
+    tj_array_read(za, TJ_F64, zh);
+    tj_array_free(za);
+    for (i = 0; i < 12; i++) {
+        double *r = zh + (int64_t)i * V;
+        lab[i] = V > 2199 ? chunk[i] : (i * 5 + 3) % V;
+        switch (i) {
+        case 0: r[lab[i]] = NAN; break;                                         /* the label's logit NaN */
+        case 1: r[(lab[i] + 1) % V] = NAN; break;                               /* another logit NaN */
+        case 2: r[lab[i]] = -INFINITY; break;                                   /* the label's logit -inf: loss inf */
+        case 3: r[(lab[i] + V / 2) % V] = INFINITY; break;                      /* +inf in another block */
+        case 4: r[lab[i]] = INFINITY; break;                                    /* the label's logit +inf */
+        case 5: for (c = 0; c < V; c++) r[c] = -INFINITY; break;                /* a row of -inf */
+        case 6: for (c = 0; c < V; c++) if (c != lab[i]) r[c] = -INFINITY; break; /* all but the label */
+        case 7: for (c = 0; c < V / 2; c++) r[c] = -INFINITY; break;            /* the first half (whole blocks) */
+        case 8: for (c = 0; c < V; c++) r[c] *= 1e4; break;                     /* large */
+        case 9: for (c = 0; c < V; c++) r[c] = 1e4 + 0.01 * c; break;           /* large and close */
+        case 10: for (c = 0; c < V; c++) r[c] = c == lab[i] ? 40 : -40; break;  /* a loss near 0 */
+        default: break;
+        }
+    }
+    for (i = 0; i < 12 * V; i++) tjt_st(host, SP_DT, i, zh[i]);
+    tj_tree_set_array(in, "z", tj_array_new(ctx, SP_DT, shp, host));
+    tj_tree_set_array(in, "wz", tjt_rand(ctx, TJ_F64, shp, 9, -1, 1));
+    tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=2 pos=6", lab));
+    tj_tree_set_array(in, "rw", tjt_rand(ctx, SP_DT, "batch=2 pos=6", 8, -1, 1));
+    if (mc) tj_filter_shard(in, mc->rules);
+    p = tj_jit(ctx, "special", sp_prog, NULL, in, NULL);
+    tj_reset_alloc_peaks(ctx);
+    ok = p && tj_run(p, in, out) == TJ_OK;
+    if (!ok) fprintf(stderr, "special rows on %s: %s\n", mc ? mc->mesh : "one device", tj_error(ctx));
+    else {
+        tj_memory_analysis ma = tj_prog_memory(p);
+        tj_alloc_stats st = tj_get_alloc_stats(ctx);
+        int64_t peak = 0;
+        for (i = 0; i < tj_devices(ctx); i++) peak = st.device_peak_bytes[i] > peak ? st.device_peak_bytes[i] : peak;
+        TJT_CHECK(st.peak_arena_bytes == tj_devices(ctx) * ma.temp_bytes && peak == ma.peak_bytes,
+                  "%s V=%d: planned %lld temp, %lld peak per device; the run's arenas peaked at %lld on %d devices, a device at %lld",
+                  mc ? mc->mesh : "one device", V, (long long)ma.temp_bytes, (long long)ma.peak_bytes, (long long)st.peak_arena_bytes, tj_devices(ctx),
+                  (long long)peak);
+        tjt_outs_read(o, out);
+    }
+    free(zh);
+    free(host);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+    return ok;
+}
+/* b against a: NaN where a has NaN, the same infinities, else within tol of a's largest finite value */
+static void sp_compare(const char *what, const tjt_outs *a, const tjt_outs *b, double tol) {
+    int i;
+    int64_t j;
+    TJT_CHECK(a->n == b->n && a->n > 0, "%s: %d vs %d outputs", what, a->n, b->n);
+    for (i = 0; i < a->n && i < b->n; i++) {
+        double worst = 0, scale = 1e-9;
+        int64_t at = 0;
+        for (j = 0; j < a->len[i]; j++) if (isfinite(a->v[i][j]) && fabs(a->v[i][j]) > scale) scale = fabs(a->v[i][j]);
+        for (j = 0; j < a->len[i] && j < b->len[i]; j++) {
+            double x = a->v[i][j], y = b->v[i][j];
+            double d = isnan(x) || isnan(y) ? (isnan(x) && isnan(y) ? 0 : INFINITY) : isinf(x) || isinf(y) ? (x == y ? 0 : INFINITY) : fabs(x - y) / scale;
+            if (d > worst) worst = d, at = j;
+        }
+        TJT_CHECK(a->len[i] == b->len[i] && worst <= tol, "%s: output '%s' differs by %.3g at %lld (%g vs %g)", what, a->name[i], worst, (long long)at,
+                  a->v[i][at], b->v[i][at]);
+    }
+}
+static void special_rows(void) {
+    static const int meshes[] = {0, 2, 8, 13}, Vs[] = {16, 2200};
+    tj_dtype dts[] = {TJ_F32, TJ_F64, TJ_BF16};
+    int d, v, m;
+    tjt_current = "special values, long blocks";
+    for (d = 0; d < 3; d++)
+        for (v = 0; v < 2; v++) {
+            tjt_outs a, b;
+            SP_DT = dts[d];
+            if (!sp_run(NULL, Vs[v], &a)) { TJT_CHECK(0, "%s V=%d: one device failed", tj_dtype_name(SP_DT), Vs[v]); continue; }
+            for (m = 0; m < 4; m++) {
+                const tjt_mesh_case *mc = &tjt_vocab_meshes[meshes[m]];
+                char what[160];
+                snprintf(what, sizeof what, "%s V=%d %s [%s]", tj_dtype_name(SP_DT), Vs[v], mc->mesh, mc->rules);
+                if (!sp_run(mc, Vs[v], &b)) { TJT_CHECK(0, "%s failed", what); continue; }
+                sp_compare(what, &a, &b, SP_DT == TJ_F64 ? 1e-12 : SP_DT == TJ_F32 ? 2e-5 : 1e-2);
+                tjt_outs_free(&b);
+            }
+            tjt_outs_free(&a);
+        }
+}
+
 /* a label out of range is the same clear error as on one device */
 static void bad_label(void) {
     tj_ctx *ctx = tj_ctx_new();
@@ -331,6 +454,7 @@ int main(int argc, char **argv) {
         fd_checks();
         bad_label();
         odd_logits();
+        special_rows();
     }
     return tjt_finish();
 }
