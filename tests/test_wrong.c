@@ -559,7 +559,41 @@ static void test_grad_line(void) {
     tj_ctx_free(ctx);
 }
 
+/* ---- tanh's gradient near |tanh x| = 1: g (1 - y y) lost up to 566 f32
+   ulps of 1 - y^2 (for the y the forward computed) to cancellation; JAX's
+   (g + g y)(1 - y) loses at most about one (jax_diff seed 94008) ---- */
+static void tanh_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y = tj_tanh(x), gx;
+    (void)g; (void)u;
+    tj_grad(tj_sum_all(y), 1, &x, &gx);
+    tj_tree_set_v(out, "y", y);
+    tj_tree_set_v(out, "g", gx);
+}
+static void test_tanh_grad_near_one(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    float xs[8] = {2.5f, 3.0f, 3.5f, 4.0f, 4.5f, 5.0f, -5.0f, 6.0f}, y[8], gr[8];
+    tj_prog *p;
+    int i;
+    tjt_current = "tanh gradient near |y| = 1";
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "a=8", xs));
+    p = tj_jit(ctx, "tanh", tanh_fn, NULL, in, NULL);
+    if (!p || tj_run(p, in, out)) { TJT_CHECK(0, "run: %s", tj_error(ctx)); tj_prog_free(p); tj_tree_free(in); tj_tree_free(out); tj_ctx_free(ctx); return; }
+    tj_array_read(tj_tree_array(out, "y"), TJ_F32, y);
+    tj_array_read(tj_tree_array(out, "g"), TJ_F32, gr);
+    for (i = 0; i < 8; i++) {
+        double want = 1.0 - (double)y[i] * (double)y[i], ulp = nextafterf((float)want, 1.0f) - (float)want;
+        TJT_CHECK(fabs(gr[i] - want) <= 2 * ulp, "x = %g: d tanh / dx = %.9g, 1 - y^2 of the forward's y = %.9g (%.0f ulps off)", xs[i], gr[i], want,
+                  fabs(gr[i] - want) / ulp);
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
+    test_tanh_grad_near_one();
     test_captured_attr();
     test_grad_of_grad_scan();
     test_ys_sharded_sum();
