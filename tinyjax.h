@@ -10416,32 +10416,38 @@ static void tj__sgemm_kernel_portable(int kc, const void *Ap_, const void *Bp_,
         float *c = C;                                                                           \
         ROWS(TJ__A5_ST)                                                                         \
     }
+/* the kernel over the rows ROWS lists (of a 14-row micro-panel), for the
+   f32 kernel and the bf16 one below: the packs hold ET, KN steps of k
+   (pairs for bf16), the B vectors are VT loaded by LOADB, and STEP(i) is
+   row i's two multiply-adds */
+#define TJ__A5_KERNEL(name, TGT, ET, KN, VT, LOADB, STEP, ROWS)                                                    \
+    __attribute__((target(TGT))) TJ__MAYBE_UNUSED static void name(int kc, const void *Ap_, const void *Bp_, float *C, int ldc, \
+                                                                   int mr, int nr, int load_c) {                 \
+        const ET *Ap = (const ET *)Ap_, *Bp = (const ET *)Bp_;                                                   \
+        ROWS(TJ__A5_DECL)                                                                                        \
+        int k, kn = (KN);                                                                                        \
+        TJ__A5_PREFETCH_C()                                                                                      \
+        for (k = 0; k < kn; k++) {                                                                               \
+            VT b0 = LOADB(Bp), b1 = LOADB(Bp + 16);                                                              \
+            VT a;                                                                                                \
+            ROWS(STEP)                                                                                           \
+            Ap += TJ__A5_MR;                                                                                     \
+            Bp += TJ__A5_NR;                                                                                     \
+        }                                                                                                        \
+        TJ__A5_STORE(ROWS)                                                                                       \
+    }
+/* the kernels of 14, 8 and 4 rows, and the one that picks by mr */
+#define TJ__A5_KERNELS(name, TGT, ET, KN, VT, LOADB, STEP)                                                         \
+    TJ__A5_KERNEL(name##_14, TGT, ET, KN, VT, LOADB, STEP, TJ__A5_ROWS)                                            \
+    TJ__A5_KERNEL(name##_8, TGT, ET, KN, VT, LOADB, STEP, TJ__A5_ROWS8)                                            \
+    TJ__A5_KERNEL(name##_4, TGT, ET, KN, VT, LOADB, STEP, TJ__A5_ROWS4)                                            \
+    TJ__MAYBE_UNUSED static void name(int kc, const void *Ap, const void *Bp, float *C, int ldc, int mr, int nr, int load_c) { \
+        (mr <= 4 ? name##_4 : mr <= 8 ? name##_8 : name##_14)(kc, Ap, Bp, C, ldc, mr, nr, load_c);              \
+    }
 #define TJ__A5_FMA(i) a = _mm512_set1_ps(Ap[i]); \
         c##i##_0 = _mm512_fmadd_ps(a, b0, c##i##_0); c##i##_1 = _mm512_fmadd_ps(a, b1, c##i##_1);
-/* the kernel over the rows ROWS lists (of a 14-row micro-panel) */
-#define TJ__A5_SGEMM(name, ROWS)                                                                          \
-    __attribute__((target("avx512f,fma"))) TJ__MAYBE_UNUSED static void name(int kc, const void *Ap_, const void *Bp_, \
-                                                                             float *C, int ldc, int mr, int nr, int load_c) { \
-        const float *Ap = (const float *)Ap_, *Bp = (const float *)Bp_;                                   \
-        ROWS(TJ__A5_DECL)                                                                                 \
-        int k;                                                                                            \
-        TJ__A5_PREFETCH_C()                                                                               \
-        for (k = 0; k < kc; k++) {                                                                        \
-            __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);                               \
-            __m512 a;                                                                                     \
-            ROWS(TJ__A5_FMA)                                                                              \
-            Ap += TJ__A5_MR;                                                                              \
-            Bp += TJ__A5_NR;                                                                              \
-        }                                                                                                 \
-        TJ__A5_STORE(ROWS)                                                                                \
-    }
-TJ__A5_SGEMM(tj__sgemm_kernel_avx512_14, TJ__A5_ROWS)
-TJ__A5_SGEMM(tj__sgemm_kernel_avx512_8, TJ__A5_ROWS8)
-TJ__A5_SGEMM(tj__sgemm_kernel_avx512_4, TJ__A5_ROWS4)
+TJ__A5_KERNELS(tj__sgemm_kernel_avx512, "avx512f,fma", float, kc, __m512, _mm512_loadu_ps, TJ__A5_FMA)
 #undef TJ__A5_FMA
-TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx512(int kc, const void *Ap, const void *Bp, float *C, int ldc, int mr, int nr, int load_c) {
-    (mr <= 4 ? tj__sgemm_kernel_avx512_4 : mr <= 8 ? tj__sgemm_kernel_avx512_8 : tj__sgemm_kernel_avx512_14)(kc, Ap, Bp, C, ldc, mr, nr, load_c);
-}
 
 /* ---- AVX-512 packing ------------------------------------------------------------
    The generic packers move one float per iteration with strided stores, which
@@ -10648,29 +10654,10 @@ TJ__MAYBE_UNUSED static void tj__sgemm_kernel_avx2(int kc, const void *Ap_, cons
    path by f32 rounding (and denormals) only. */
 #define TJ__A5_DP(i) a = (__m512bh)_mm512_set1_epi32((int)Ap[i]); \
         c##i##_0 = _mm512_dpbf16_ps(c##i##_0, a, b0); c##i##_1 = _mm512_dpbf16_ps(c##i##_1, a, b1);
-#define TJ__A5_BGEMM(name, ROWS)                                                                                 \
-    __attribute__((target("avx512f,avx512bf16"))) TJ__MAYBE_UNUSED static void name(int kc, const void *Ap_, const void *Bp_, \
-                                                                                    float *C, int ldc, int mr, int nr, int load_c) { \
-        const uint32_t *Ap = (const uint32_t *)Ap_, *Bp = (const uint32_t *)Bp_;                                 \
-        ROWS(TJ__A5_DECL)                                                                                        \
-        int k, kp = (kc + 1) / 2;                                                                                \
-        TJ__A5_PREFETCH_C()                                                                                      \
-        for (k = 0; k < kp; k++) {                                                                               \
-            __m512bh b0 = (__m512bh)_mm512_loadu_si512(Bp), b1 = (__m512bh)_mm512_loadu_si512(Bp + 16);          \
-            __m512bh a;                                                                                          \
-            ROWS(TJ__A5_DP)                                                                                      \
-            Ap += TJ__A5_MR;                                                                                     \
-            Bp += TJ__A5_NR;                                                                                     \
-        }                                                                                                        \
-        TJ__A5_STORE(ROWS)                                                                                       \
-    }
-TJ__A5_BGEMM(tj__bgemm_kernel_avx512_14, TJ__A5_ROWS)
-TJ__A5_BGEMM(tj__bgemm_kernel_avx512_8, TJ__A5_ROWS8)
-TJ__A5_BGEMM(tj__bgemm_kernel_avx512_4, TJ__A5_ROWS4)
+#define TJ__A5_LDBH(p) ((__m512bh)_mm512_loadu_si512(p))
+TJ__A5_KERNELS(tj__bgemm_kernel_avx512, "avx512f,avx512bf16", uint32_t, (kc + 1) / 2, __m512bh, TJ__A5_LDBH, TJ__A5_DP)
 #undef TJ__A5_DP
-TJ__MAYBE_UNUSED static void tj__bgemm_kernel_avx512(int kc, const void *Ap, const void *Bp, float *C, int ldc, int mr, int nr, int load_c) {
-    (mr <= 4 ? tj__bgemm_kernel_avx512_4 : mr <= 8 ? tj__bgemm_kernel_avx512_8 : tj__bgemm_kernel_avx512_14)(kc, Ap, Bp, C, ldc, mr, nr, load_c);
-}
+#undef TJ__A5_LDBH
 
 /* Pair packing, any layout: X(r, k) = X[r*rs + k*cs] for rows r < rows and
    k < kc; dst[p*R + r] = (X(r, 2p), X(r, 2p+1)) for r < lanes, zero past rows
