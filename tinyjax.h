@@ -5941,12 +5941,10 @@ static tj_v tj__xent_split(const char *f, int l, tj_node *z, tj_node *lab, int a
     uint8_t want[TJ_MAXDIM];
     tj_v st, mx, m, s, loss;
     int i, k = tj__axis_index(&z->t, a);
-    t.ax[t.rank] = tj__intern(c, "_part", 5);
-    t.dim[t.rank] = tj__mesh_count(c, z->t.sh[k]);
-    t.sh[t.rank++] = z->t.sh[k];
+    t.ax[t.rank] = tj__intern(c, "_part", 5); /* (split as the class axis is: tj__sh_xent_part) */
+    t.dim[t.rank++] = tj__mesh_count(c, z->t.sh[k]);
     t.ax[t.rank] = tj__intern(c, "_stat", 5);
-    t.dim[t.rank] = 3;
-    t.sh[t.rank++] = 0;
+    t.dim[t.rank++] = 3;
     t.dt = z->t.dt == TJ_F64 ? TJ_F64 : TJ_F32; /* the statistics of bf16 logits in f32 */
     in[0] = z;
     in[1] = lab;
@@ -6122,13 +6120,6 @@ static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1
     *loss = tj__ld(k->in[2], k->it[2]->dt, r);
     return isfinite(*zl + *loss) && fabs(*loss) <= 16.0;
 }
-/* cross_entropy_part's rows: the first class of this device's block
-   (labels are global); 0 for the other row ops */
-static int64_t tj__class_off(const tj__kern *k, int64_t d) {
-    int64_t off = 0, Vg;
-    if (k->n->op == TJ__OP_XENT_PART || k->n->op == TJ__OP_XENT_PART_GRAD) tj__split_block(k, tj__axis_index(k->it[0], k->n->a.axis), d, &off, &Vg);
-    return off;
-}
 /* row r's statistics (max, sum of exps, label logit) out of cross_entropy_part */
 static void tj__xent_part_out(const tj__kern *k, int64_t r, double mx, double s, double zl) {
     tj__st(k->out, k->ot.dt, 3 * r, mx);
@@ -6143,12 +6134,14 @@ static void tj__xent_part_in(const tj__kern *k, int64_t r, double *mx, double *g
     *gs = tj__ld(k->in[3], k->it[3]->dt, 3 * r + 1);
     *gz = tj__ld(k->in[3], k->it[3]->dt, 3 * r + 2);
 }
-/* row r of op k->n, in double (f64 results) */
-static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {
+/* row r of op k->n, in double (f64 results); off: the first class of this
+   device's block (cross_entropy_part and its gradient: labels are global),
+   else 0 */
+static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d, int64_t off) {
     double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0, ls = 0, ones = 0;
     int op = k->n->op, g = k->nin - 1, part = op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD; /* g: the cotangent's input */
     int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || part, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
-    int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - tj__class_off(k, d) : -1; /* (in the block, for a part) */
+    int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - off : -1;
     tj_dtype odt = k->ot.dt;
     int fast = odt != TJ_F64, stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);
     if ((ce && !stats && op != TJ__OP_XENT_PART_GRAD) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
@@ -6254,12 +6247,12 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
     return s;
 }
 #define TJ__ROWF(name, attr)                                                                                                                    \
-    attr static void name(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d) {                                                 \
+    attr static void name(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d, int64_t off) {                                    \
         float a[TJ__FROW], b[TJ__FROW], lane[16], mxf = 0, meanf = 0, meanlo = 0, varf = 0, gyf = 0, grf = 0, grlo = 0, lsef = 0, zlf = 0, lossf = 0;   \
         double mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0;                          \
         int op = k->n->op, g = k->nin - 1, l, part = op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD;                                    \
         int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || part, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD; \
-        int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - tj__class_off(k, d) : -1;                                                \
+        int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - off : -1;                                                                 \
         int stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);                                                                            \
         const void *x = k->in[0];                                                                                                               \
         tj_dtype xdt = k->it[0]->dt;                                                                                                            \
@@ -6353,35 +6346,37 @@ TJ__ROWF(tj__row_f512, __attribute__((target("avx512f"))))
 #undef TJ__ROWF
 typedef struct {
     const tj__kern *k;
-    int64_t st, d, rows;
+    int64_t st, d, rows, off; /* off: as tj__row's */
 } tj__rows;
 static void tj__rows_part(const void *arg, int part, int nparts) {
     const tj__rows *e = (const tj__rows *)arg;
     int64_t r;
-    void (*row)(const tj__kern *, int64_t, int64_t, int64_t, int64_t) = e->k->ot.dt == TJ_F64 ? tj__row : tj__row_f;
+    void (*row)(const tj__kern *, int64_t, int64_t, int64_t, int64_t, int64_t) = e->k->ot.dt == TJ_F64 ? tj__row : tj__row_f;
 #if TJ__X86
     if (row == tj__row_f && __builtin_cpu_supports("avx512f")) row = tj__row_f512;
 #endif
-    for (r = e->rows * part / nparts; r < e->rows * (part + 1) / nparts; r++) row(e->k, r, (r / e->st) * e->st * e->d + r % e->st, e->st, e->d);
+    for (r = e->rows * part / nparts; r < e->rows * (part + 1) / nparts; r++) row(e->k, r, (r / e->st) * e->st * e->d + r % e->st, e->st, e->d, e->off);
 }
 static void tj__k_rowop(tj__kern *k) {
     const tj__type *t = k->it[0];
-    int64_t st[TJ_MAXDIM], r;
-    int ax = tj__axis_index(t, k->n->a.axis), np = tj__nparts(tj__numel(t), k->nthreads);
+    int64_t st[TJ_MAXDIM], r, V;
+    int op = k->n->op, ax = tj__axis_index(t, k->n->a.axis), np = tj__nparts(tj__numel(t), k->nthreads);
     tj__rows e;
     tj__strides(t, st);
     e.k = k;
     e.st = st[ax];
-    e.d = t->dim[ax];
+    e.d = V = t->dim[ax];
     e.rows = e.d ? tj__numel(t) / e.d : 0;
-    if (k->n->op == TJ__OP_CROSS_ENTROPY || k->n->op == TJ__OP_CROSS_ENTROPY_GRAD || k->n->op == TJ__OP_XENT_PART || k->n->op == TJ__OP_XENT_PART_GRAD)
+    e.off = 0;
+    if (op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD) tj__split_block(k, ax, e.d, &e.off, &V); /* this block of V classes */
+    if (op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD)
         for (r = 0; r < e.rows; r++) {
             int32_t lab = ((const int32_t *)k->in[1])[r];
-            if (lab < 0 || lab >= k->n->in[0]->t.dim[ax]) { /* (the whole axis: a part's labels are global) */
+            if (lab < 0 || lab >= V) {
                 char at[64];
                 tj__kpos(k, 1, r, at, sizeof at);
                 if (k->err) snprintf(k->err, TJ__MSG, "%s: label %d at %s is out of range [0, %lld) (at %s:%d)", TJ__OPNAME(k->n->op), (int)lab, at,
-                                     (long long)k->n->in[0]->t.dim[ax], tj__base(k->n->file), k->n->line);
+                                     (long long)V, tj__base(k->n->file), k->n->line);
                 return;
             }
         }
