@@ -48,6 +48,16 @@ static tj_v set_loss_g(tj_tree *out, tj_v loss, tj_v wte) {
     tj_tree_set_v(out, "g", g);
     return g;
 }
+/* out: "loss", and its gradients with respect to a and b as na and nb */
+static void set_loss_g2(tj_tree *out, tj_v loss, tj_v a, const char *na, tj_v b, const char *nb) {
+    tj_v wr[2], gr[2];
+    wr[0] = a;
+    wr[1] = b;
+    tj_tree_set_v(out, "loss", loss);
+    if (tj_grad(loss, 2, wr, gr)) return;
+    tj_tree_set_v(out, na, gr[0]);
+    tj_tree_set_v(out, nb, gr[1]);
+}
 static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v wte = tj_tree_v(in, "wte"), tok = tj_tree_v(in, "tokens"), w = tj_tree_v(in, "w");
     tj_v h, loss, gr[2], gg;
@@ -97,11 +107,7 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         c[1] = tj_sum(c[1], "embed");
         tj_scan(sbody2, NULL, "layer", 2, c, 1, &ws, 0, fin, NULL, &POL);
         loss = tj_add(tj_sum_all(tj_mul(fin[0], fin[0])), tj_sum_all(fin[1]));
-        tj_v wr[2] = {wte, ws};
-        tj_grad(loss, 2, wr, gr);
-        tj_tree_set_v(out, "loss", loss);
-        tj_tree_set_v(out, "g", gr[0]);
-        tj_tree_set_v(out, "gws", gr[1]);
+        set_loss_g2(out, loss, wte, "g", ws, "gws");
         tj_tree_set_v(out, "f1", fin[1]);
         break;
     }
@@ -133,12 +139,8 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         c0 = tj_take(wte, "vocab", tok);
         tj_scan(sbody3, NULL, "layer", 1, &c0, 1, &ws, 0, &fin, NULL, &POL);
         loss = tj_sum_all(tj_mul(fin, fin));
-        tj_v wr[2] = {wte, ws};
-        tj_grad(loss, 2, wr, gr);
         tj_tree_set_v(out, "c0", c0);
-        tj_tree_set_v(out, "loss", loss);
-        tj_tree_set_v(out, "g", gr[0]);
-        tj_tree_set_v(out, "gws", gr[1]);
+        set_loss_g2(out, loss, wte, "g", ws, "gws");
         break;
     }
     case 10: /* take + elementwise with another take; and sum over embed of take (reduction of partial) */
@@ -176,11 +178,7 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         h = tj_add(tj_take(wte, "vocab", tok), tj_take(w2, "vocab", tok));
         tj_tree_set_v(out, "h", h);
         loss = tj_sum_all(tj_tanh(h));
-        tj_v wr[2] = {wte, w2};
-        tj_grad(loss, 2, wr, gr);
-        tj_tree_set_v(out, "loss", loss);
-        tj_tree_set_v(out, "g", gr[0]);
-        tj_tree_set_v(out, "g2", gr[1]);
+        set_loss_g2(out, loss, wte, "g", w2, "g2");
         break;
     }
     case 14: { /* take output as scan xs and captured */
@@ -211,11 +209,8 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         tj_v tab = tj_dot(a, b, "hd"); /* vocab embed */
         h = tj_take(tab, "vocab", tok);
         loss = tj_sum_all(tj_mul(tj_tanh(h), w));
-        tj_v wr[2] = {a, b};
-        tj_grad(loss, 2, wr, gr);
         tj_tree_set_v(out, "h", h);
-        tj_tree_set_v(out, "ga", gr[0]);
-        tj_tree_set_v(out, "gb", gr[1]);
+        set_loss_g2(out, loss, a, "ga", b, "gb");
         break;
     }
     case 17: { /* scalar index, and index of rank 1 */
