@@ -10918,6 +10918,7 @@ typedef struct {
     int ws_n;             /* uses buffer t; the others their thread's own)             */
     int nseg;             /* nseg products As[s] B -> Cs[s] sharing B (> 1: split_n) */
     const void *const *As;
+    const char *const *Apk; /* or NULL: the As packed (tj__gemm_pack_a_all; only with nseg > 1) */
     float *const *Cs;
 } tj__sgemm_job;
 
@@ -10975,11 +10976,35 @@ static void tj__sgemm_block(const tj__sgemm_cfg *cf, int mc, int kc, int nc, con
         }
     }
 }
+/* bytes of M rows of A packed for a block of kc: whole micro-panels, whole
+   pairs of k for bf16 (the strides tj__sgemm_block walks) */
+static size_t tj__gemm_panel_bytes(const tj__sgemm_cfg *cf, int M, int kc) {
+    size_t kcp = cf->esz == 2 ? (size_t)(kc + 1) / 2 * 2 : (size_t)kc;
+    return (size_t)((M + cf->mr - 1) / cf->mr * cf->mr) * kcp * (size_t)cf->esz;
+}
+/* all of A (M x K) packed as tj__sgemm_rect's Apk reads it, one block of k
+   after another; the bytes (dst NULL: only counted) */
+static int64_t tj__gemm_pack_a_all(int bf16, int trans_a, const void *A, int lda, int M, int K, char *dst) {
+    tj__sgemm_cfg cf;
+    int64_t off = 0;
+    int pc;
+    tj__sgemm_get_cfg(&cf, bf16);
+    for (pc = 0; pc < K; pc += cf.kc) {
+        int kc = K - pc < cf.kc ? K - pc : cf.kc;
+        if (dst) cf.pack_a(trans_a, A, lda, 0, M, pc, kc, cf.mr, dst + off);
+        off += (int64_t)tj__gemm_panel_bytes(&cf, M, kc);
+    }
+    return off;
+}
 /* part t's rectangle; returns 0 on success, -1 if the pack buffer could not
    be allocated. One product packs a block of A once for all its columns
    (B once per row block: one for the M of a transformer's matmuls); nseg
    products sharing B pack each block of B once for all of them, GotoBLAS's
-   order (the collective matmul: one block of columns for each rank's rows) */
+   order (the collective matmul: one block of columns for each rank's rows).
+   There the As may come packed already (Apk: all rows, every k block in
+   turn, tj__gemm_pack_a_all), by the rank that owns each, once for all
+   the ranks that read it and all their blocks of columns: the same packed
+   numbers in the same order, so the same sums. */
 static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, int n_lo, int n_hi) {
     const tj__sgemm_cfg *cf = jb->cfg;
     const int MR = cf->mr, NR = cf->nr, KC = cf->kc, MC = cf->mc, NC = cf->nc;
@@ -10995,7 +11020,19 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, in
     Ap = (char *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     Bp = Ap + a_sz;
     /* the first K slice overwrites C unless the caller accumulates */
-    if (jb->nseg > 1)
+    if (jb->Apk) { /* split along N: all rows are ours */
+        size_t off = 0;
+        for (pc = 0; pc < K; pc += KC) {
+            int kc = K - pc < KC ? K - pc : KC;
+            for (jc = n_lo; jc < n_hi; jc += NC) {
+                int nc = n_hi - jc < NC ? n_hi - jc : NC;
+                cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
+                for (s = 0; s < jb->nseg; s++)
+                    tj__sgemm_block(cf, m_hi - m_lo, kc, nc, jb->Apk[s] + off, Bp, jb->Cs[s] + (size_t)m_lo * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
+            }
+            off += tj__gemm_panel_bytes(cf, m_hi - m_lo, kc);
+        }
+    } else if (jb->nseg > 1)
         for (pc = 0; pc < K; pc += KC) {
             int kc = K - pc < KC ? K - pc : KC;
             for (jc = n_lo; jc < n_hi; jc += NC) {
@@ -11229,7 +11266,7 @@ static int64_t tj__gemm_pack_bytes(void) {
    leading dimensions, sharing B: each block of B is packed once for all of
    them (nseg 1: one product, as tj__gemm_ws) */
 static void tj__gemm_segs(int bf16, int trans_a, int trans_b, int nseg, int M, int N, int K,
-                          const void *const *As, int lda, const void *B, int ldb,
+                          const void *const *As, const char *const *Apk, int lda, const void *B, int ldb,
                           float *const *Cs, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
     tj__sgemm_cfg cfg;
     tj__sgemm_job jb;
@@ -11254,7 +11291,7 @@ static void tj__gemm_segs(int bf16, int trans_a, int trans_b, int nseg, int M, i
     jb.bf16 = bf16;
     jb.trans_a = trans_a; jb.trans_b = trans_b; jb.K = K;
     jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc;
-    jb.nseg = nseg; jb.As = As; jb.Cs = Cs;
+    jb.nseg = nseg; jb.As = As; jb.Apk = nseg > 1 ? Apk : NULL; jb.Cs = Cs;
     jb.accumulate = accumulate;
     jb.ws = ws; jb.ws_n = ws ? ws_n : 0;
     /* waking a worker costs ~10-50 us, so give each thread at least ~8 MFLOP
@@ -11287,7 +11324,7 @@ static void tj__gemm_segs(int bf16, int trans_a, int trans_b, int nseg, int M, i
 static void tj__gemm_ws(int bf16, int trans_a, int trans_b, int M, int N, int K,
                         const void *A, int lda, const void *B, int ldb,
                         float *C, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
-    tj__gemm_segs(bf16, trans_a, trans_b, 1, M, N, K, &A, lda, B, ldb, &C, ldc, accumulate, nthreads, ws, ws_n);
+    tj__gemm_segs(bf16, trans_a, trans_b, 1, M, N, K, &A, NULL, lda, B, ldb, &C, ldc, accumulate, nthreads, ws, ws_n);
 }
 TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, int K,
                                        const float *A, int lda, const float *B, int ldb,
@@ -11683,12 +11720,18 @@ typedef struct tj__cgroup {
         const void *send;
         void *recv;
         void *out;             /* a collective matmul's output (tj__cdot_meet) */
+        const char *apk;       /* and its a packed for the group, or NULL       */
         int to, from;
     } slot[TJ_MAXDEV];
     char *sbuf, *rbuf;          /* the leader's messages                      */
     size_t scap, rcap, roff[TJ_MAXDEV];
     int wire_rc;
     char wire_err[400];
+    /* a small collective's inputs, copied by each member (see tj__ct_coll):
+       two generations, each member's buffer its own to grow */
+    char *stage[2][TJ_MAXDEV];
+    size_t stage_cap[2][TJ_MAXDEV];
+    unsigned long staged[TJ_MAXDEV]; /* per rank: its staged collectives so far */
 } tj__cgroup;
 typedef struct {
     tj__cgroup *g;
@@ -11722,7 +11765,8 @@ TJ__MAYBE_UNUSED static void tj__nap(int us) {
 /* the group's members of this process meet; nonzero on a timeout (which
    breaks the group: its other members fail at once).
    Simulated devices usually outnumber the cores (8 on 2), and a collective
-   meets twice, so this is the hot path of a sharded step. The last member
+   meets once or twice (tj__ct_coll), so this is the hot path of a sharded
+   step. The last member
    to arrive bumps the generation with an atomic store; the others first
    wait by yielding the core (to a device that has not arrived yet: the one
    everybody waits for) and see the bump without a system call to wake
@@ -11969,11 +12013,12 @@ static int tj__cg_wire(tj__cgroup *g, int kind, size_t S) {
     for (q = 0; q < g->nrem; q++) g->ct->wire_bytes += (int64_t)slen[q];
     return g->ct->wire->exchange(g->ct->wire, g->nrem, peer, sb, slen, rb, rlen, g->tag, g->ct->t.timeout_s, g->wire_err, sizeof g->wire_err);
 }
-/* where rank m's piece for rank me is */
-static const char *tj__cg_src(tj__cgroup *g, int kind, int m, int me, size_t S) {
+/* where rank m's piece for rank me is (in[m]: a member of this process's
+   input) */
+static const char *tj__cg_src(tj__cgroup *g, const void *const *in, int kind, int m, int me, size_t S) {
     int p = g->proc[m], l, pos = 0;
     if (p == g->me_proc) {
-        const char *s = (const char *)g->slot[m].send;
+        const char *s = (const char *)in[m];
         return kind == TJ__RS || kind == TJ__A2A ? s + (size_t)me * S : s;
     }
     if (kind == TJ__AG || kind == TJ__AR) return g->rbuf + g->roff[g->ridx[p]] + (size_t)g->lidx[m] * S;
@@ -11997,13 +12042,30 @@ typedef struct {
     const tj__type *it, *ot; /* one rank's block, the whole output */
     int ax, nthreads;
 } tj__ct_region;
+/* One collective among the members of this process: each publishes its
+   buffers, they meet, each reads what it needs from the others' inputs
+   into its own output, and they meet again, so that nobody overwrites an
+   input (or its slot) that a slower member still reads. A small input
+   (up to TJ__STAGE_MAX bytes, a group without other processes) is copied
+   first into the member's staging buffer, of which it has two, used in
+   turn: the members read the copies, and the second meeting goes. A
+   member's next staged collective writes the other buffer; the one after
+   that, this buffer again, but only after the next collective's meeting,
+   which every member reaches after it has read this one. Most of a
+   sharded step's collectives are small (a layer norm's gathered vectors,
+   a row's statistics), and on simulated devices each meeting is a round
+   of thread switches. */
+#ifndef TJ__STAGE_MAX
+#define TJ__STAGE_MAX ((size_t)64 << 10)
+#endif
 static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, void *recv, size_t S, size_t count, tj_dtype dt, int op, int to, int from,
                        char *err, size_t en, const tj__ct_region *reg) {
     tj__chandle *h = (tj__chandle *)comm;
     tj__cgroup *g = h->g;
     tj__ct *ct = (tj__ct *)t->state;
-    int me = h->rank, G = g->G, m, rc = 0;
-    const void *src[TJ_MAXDEV];
+    int me = h->rank, G = g->G, m, rc = 0, staged = 0;
+    size_t in_bytes = kind == TJ__RS || kind == TJ__A2A ? (size_t)G * S : S;
+    const void *src[TJ_MAXDEV], *in[TJ_MAXDEV];
     src[0] = send;
     if (ct->broken[0]) {
         snprintf(err, en, "the transport is broken: %s", ct->broken);
@@ -12013,7 +12075,18 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
     g->slot[me].recv = recv;
     g->slot[me].to = to;
     g->slot[me].from = from;
+    if (!g->nrem && in_bytes <= TJ__STAGE_MAX) {
+        int gen = (int)(g->staged[me]++ & 1);
+        if (tj__grow(&g->stage[gen][me], &g->stage_cap[gen][me], in_bytes ? in_bytes : 1)) {
+            snprintf(err, en, "out of memory for a collective's input (%zu B)", in_bytes);
+            tj__ct_break(ct, err);
+            return 1;
+        }
+        memcpy(g->stage[gen][me], send, in_bytes);
+        staged = 1 + gen;
+    }
     if (tj__cg_barrier(g, err, en)) return 1;
+    for (m = 0; m < G; m++) in[m] = staged ? g->stage[staged - 1][m] : g->slot[m].send;
     if (g->nrem) {
         if (me == g->loc[0]) g->wire_rc = tj__cg_wire(g, kind, S);
         if (tj__cg_barrier(g, err, en)) return 1;
@@ -12030,12 +12103,12 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
                 int64_t st[TJ_MAXDIM] = {0};
                 tj__strides(reg->ot, st);
                 for (m = 0; m < G; m++)
-                    tj__copy_region(tj__cg_src(g, kind, m, me, S), reg->it, 0, recv, reg->ot, m * reg->it->dim[reg->ax] * st[reg->ax], reg->it->dim,
+                    tj__copy_region(tj__cg_src(g, in, kind, m, me, S), reg->it, 0, recv, reg->ot, m * reg->it->dim[reg->ax] * st[reg->ax], reg->it->dim,
                                     reg->nthreads);
                 break;
             }
             for (m = 0; m < G; m++) {
-                const char *s = tj__cg_src(g, kind, m, me, S);
+                const char *s = tj__cg_src(g, in, kind, m, me, S);
                 if ((char *)recv + (size_t)m * S != s) memcpy((char *)recv + (size_t)m * S, s, S);
             }
             break;
@@ -12044,22 +12117,22 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
             if (reg) { /* reduce_scatter of views (reg is given with TJ__RS alone) */
                 int64_t ist[TJ_MAXDIM] = {0};
                 tj__strides(reg->it, ist);
-                for (m = 0; m < G; m++) src[m] = g->slot[m].send;
+                for (m = 0; m < G; m++) src[m] = in[m];
                 tj__reduce_steps_view(G, (const float *const *)src, me * reg->ot->dim[reg->ax] * ist[reg->ax], reg->it, reg->ot, (float *)recv, op);
                 break;
             }
-            for (m = 0; m < G; m++) src[m] = tj__cg_src(g, kind, m, me, S);
+            for (m = 0; m < G; m++) src[m] = tj__cg_src(g, in, kind, m, me, S);
             if (kind == TJ__AR) tj__reduce_once(G, src, recv, count, dt, op);
             else tj__reduce_steps(G, src, recv, count, dt, op);
             break;
         case TJ__PERM:
             if (from >= 0) {
-                const char *s = tj__cg_src(g, kind, from, me, S);
+                const char *s = tj__cg_src(g, in, kind, from, me, S);
                 if (s != recv) memcpy(recv, s, S);
             }
             break;
         }
-    if (tj__cg_barrier(g, err, en)) return 1;
+    if (!staged && tj__cg_barrier(g, err, en)) return 1;
     return rc;
 }
 static int tj__ct_all_gather(tj_transport *t, void *comm, const void *send, void *recv, size_t bytes, void *stream, char *err, size_t en) {
@@ -12104,6 +12177,7 @@ static int tj__ct_proc_allgather(tj_transport *t, const void *send, void *recv, 
 static void tj__ct_comm_free(tj_transport *t, void *comm) {
     tj__chandle *h = (tj__chandle *)comm;
     tj__cgroup *g = h->g;
+    int i;
     (void)t;
     TJ_FREE(h);
     if (--g->refs > 0) return;
@@ -12111,6 +12185,7 @@ static void tj__ct_comm_free(tj_transport *t, void *comm) {
     pthread_cond_destroy(&g->cv);
     TJ_FREE(g->sbuf);
     TJ_FREE(g->rbuf);
+    for (i = 0; i < 2 * TJ_MAXDEV; i++) TJ_FREE(g->stage[i / TJ_MAXDEV][i % TJ_MAXDEV]);
     TJ_FREE(g);
 }
 /* split: every process's devices, colors and keys (gathered over the wire),
@@ -12999,8 +13074,9 @@ static void tj__k_ppermute(tj__kern *k) {
    f32 scratch and rounds once, as the dot does. Where b (a weight) is the
    gathered operand, along k or n, each rank may instead compute one block
    of columns of every rank's product, so that the group packs b once
-   (tj__cdot_coop: when that packs fewer elements); every element is the
-   same sum either way. */
+   (tj__cdot_coop: when that packs fewer elements), and each rank packs its
+   own a once for the group before they meet (tj__cdot_prepack); every
+   element is the same sum either way. */
 typedef struct {
     int where;                 /* the distributed axis's group: 1 m, 2 k, 3 n (0: not eligible) */
     int64_t Bn, Mo, No;        /* batch, and the node's own output rows and columns */
@@ -13060,13 +13136,32 @@ static void tj__cdot_mnk(const tj_node *n, const tj__cdot_dims *d, int64_t *m, i
 static int tj__cdot_b_gathered(const tj_node *n, const tj__cdot_dims *d) {
     return n->op == TJ__OP_AG_DOT && n->a.index == 1 && (d->where == 2 || d->where == 3);
 }
+/* the bytes of one rank's a packed for one batch and block of k
+   (tj__gemm_pack_a_all), when b is gathered and each rank packs its own
+   a once for every rank's columns: a product large enough to pack, whose
+   rows (in whole micro-panels) fit the packed-A block tj__sgemm_rect keeps
+   in cache, and whose packs take no more memory than the gathered b
+   would have (the rewrite's memory plan is never larger). 0: each rank
+   packs every rank's a (tj__sgemm_rect's order). */
+static int64_t tj__cdot_prepack(const tj_node *n, const tj__cdot_dims *d) {
+    tj__sgemm_cfg cf;
+    int64_t m, nn, kk, apk;
+    int G = tj__mesh_count(n->g->ctx, n->a.mesh);
+    if (!tj__cdot_b_gathered(n, d)) return 0;
+    tj__cdot_mnk(n, d, &m, &nn, &kk);
+    tj__sgemm_get_cfg(&cf, n->t.dt == TJ_BF16);
+    if ((double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL || (m + cf.mr - 1) / cf.mr * cf.mr > cf.mc) return 0;
+    apk = tj__align(tj__gemm_pack_a_all(n->t.dt == TJ_BF16, n->a.trans_a, NULL, 0, (int)m, (int)kk, NULL));
+    return apk * (d->where == 3 ? 1 : G) <= (int64_t)(G - 1) * d->Kb * d->Nb * (int64_t)tj_dtype_size(n->t.dt) ? apk : 0;
+}
 /* When b (a weight) is gathered along k or n, rank me may compute, instead
    of its own product whole (packing all of b for its few rows), one block
    of columns of every rank's product: the group then packs b once in all,
-   and each rank packs the rows of a of every rank (G times as many as its
-   own). Chosen when that packs fewer elements per element of k, counted in
-   tj__sgemm_rect's orders: one product packs its a once and its b once per
-   MC rows; products sharing b pack b once and each a once per NC columns.
+   and a once in all when each rank packs its own for the group
+   (tj__cdot_prepack), else each rank packs the rows of a of every rank (G
+   times as many as its own, once per NC columns). Chosen when that packs
+   fewer elements per element of k, counted in tj__sgemm_rect's orders:
+   one product packs its a once and its b once per MC rows.
    [*lo, *hi): my columns. */
 static int tj__cdot_coop(const tj_node *n, const tj__cdot_dims *d, int G, int me, int64_t *lo, int64_t *hi) {
     tj__sgemm_cfg cf;
@@ -13074,29 +13169,34 @@ static int tj__cdot_coop(const tj_node *n, const tj__cdot_dims *d, int G, int me
     if (!tj__cdot_b_gathered(n, d) || G < 2) return 0;
     tj__sgemm_get_cfg(&cf, n->t.dt == TJ_BF16);
     own = (d->where == 3 ? G * m : m) + d->No * ((m + cf.mc - 1) / cf.mc); /* G products with all of a, or a's G blocks of k */
-    if (G * m * ((w + cf.nc - 1) / cf.nc) + w >= own) return 0;
+    if ((tj__cdot_prepack(n, d) ? m : G * m * ((w + cf.nc - 1) / cf.nc)) + w >= own) return 0;
     *lo = d->where == 3 ? me * d->Nb : d->No * me / G;
     *hi = d->where == 3 ? (me + 1) * d->Nb : d->No * (me + 1) / G;
     return 1;
 }
 /* workspace, from the dims: bf16's f32 sums of one batch (staging), then
    the matmul's pack buffers (pack, also counted by
-   tj_memory_analysis.pack_bytes; 0 for products the direct loop runs) */
-static void tj__cdot_ws(const tj_node *n, const tj__cdot_dims *d, int64_t *staging, int64_t *pack) {
-    int64_t m, nn, kk;
+   tj_memory_analysis.pack_bytes; 0 for products the direct loop runs),
+   of which the last are my a packed for the group (tj__cdot_prepack: one
+   block per batch and block of k, apk bytes each) */
+static void tj__cdot_ws(const tj_node *n, const tj__cdot_dims *d, int64_t *staging, int64_t *pack, int64_t *apk) {
+    int64_t m, nn, kk, lo, hi;
     int G = tj__mesh_count(n->g->ctx, n->a.mesh);
     tj__cdot_mnk(n, d, &m, &nn, &kk);
     /* (a gathered b: room for my columns of each rank's rows, tj__cdot_coop) */
     *staging = n->t.dt != TJ_BF16 ? 0 : tj__align(d->Mo * (tj__cdot_b_gathered(n, d) ? (d->No + G - 1) / G * G : d->No) * 4);
     *pack = (double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
+    *apk = tj__cdot_coop(n, d, G, 0, &lo, &hi) ? tj__cdot_prepack(n, d) : 0;
+    *pack += *apk * d->Bn * (d->where == 3 ? 1 : G);
 }
 /* the same for a node of the plan (local types from its global ones) */
 static void tj__cdot_plan_ws(const tj_node *n, int64_t *staging, int64_t *pack) {
     tj_ctx *c = n->g->ctx;
     tj__type at = tj__local(c, &n->in[0]->t), bt = tj__local(c, &n->in[1]->t), ot = tj__local(c, &n->t);
     tj__cdot_dims d;
+    int64_t apk;
     tj__cdot_shape(n->op, &n->a, &at, &bt, &ot, tj__mesh_count(c, n->a.mesh), &d);
-    tj__cdot_ws(n, &d, staging, pack);
+    tj__cdot_ws(n, &d, staging, pack, &apk);
 }
 static int64_t tj__cdot_scratch(const tj_node *n) {
     int64_t staging, pack;
@@ -13119,7 +13219,7 @@ static void tj__pr_cdot(const tj_node *n, FILE *f) {
    pa, pb, po with every rank's; phase 1 waits until every rank is done
    reading and writing. Nonzero (and k->err) on a timeout or a broken
    transport. */
-static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **pb, void **po) {
+static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **pb, void **po, const char *my_apk, const char **apk) {
     tj_ctx *c = k->ctx;
     tj__chandle *h = (tj__chandle *)tj__group_find(c, k->n->a.mesh, k->dev);
     char e[600], mb[64];
@@ -13133,6 +13233,7 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **p
             h->g->slot[h->rank].send = k->in[0];
             h->g->slot[h->rank].recv = (void *)k->in[1];
             h->g->slot[h->rank].out = k->out;
+            h->g->slot[h->rank].apk = my_apk;
         }
         rc = tj__cg_barrier(h->g, e, sizeof e);
         if (!rc && phase == 0)
@@ -13140,6 +13241,7 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **p
                 pa[m] = h->g->slot[m].send;
                 pb[m] = h->g->slot[m].recv;
                 po[m] = h->g->slot[m].out;
+                apk[m] = h->g->slot[m].apk;
             }
         c->procs->us[k->dev] += tj__now_us() - t0;
     }
@@ -13151,19 +13253,47 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **p
 /* rank me's columns [lo, hi) of every rank's product (tj__cdot_coop): one
    product per gathered block of b (one, the own block, when b is gathered
    along n), its block of b packed once for the G ranks' rows of a */
+/* rank j's a (k block j where b is gathered along k) at batch bi */
+static const char *tj__cdot_a(const tj_node *n, const tj__cdot_dims *d, const void *a, int64_t bi, int j) {
+    int64_t kk = d->Kb;
+    return (const char *)a + (size_t)(bi * d->Ma * d->Ka + (d->where == 2 ? (n->a.trans_a ? j * kk * d->Ma : j * kk) : 0)) * tj_dtype_size(n->t.dt);
+}
+/* where my a packed for the group goes (the last of the pack buffers), or
+   NULL (tj__cdot_prepack) */
+static char *tj__cdot_apk(tj__kern *k, const tj__cdot_dims *d, int64_t *apk) {
+    int64_t staging, pack;
+    tj__cdot_ws(k->n, d, &staging, &pack, apk);
+    return *apk && k->scratch ? (char *)k->scratch + staging + pack - *apk * d->Bn * (d->where == 3 ? 1 : tj__mesh_count(k->ctx, k->n->a.mesh)) : NULL;
+}
+/* before the group meets: my a packed, every batch and block of k, for
+   every rank's columns (tj__cdot_cols); NULL if it is not done */
+static const char *tj__cdot_pack_own(tj__kern *k, const tj__cdot_dims *d, int G) {
+    tj_node *n = k->n;
+    int64_t apk, bi;
+    int j, J = d->where == 3 ? 1 : G;
+    char *dst = tj__cdot_apk(k, d, &apk);
+    for (bi = 0; dst && bi < d->Bn; bi++)
+        for (j = 0; j < J; j++)
+            tj__gemm_pack_a_all(k->ot.dt == TJ_BF16, n->a.trans_a, tj__cdot_a(n, d, k->in[0], bi, j), (int)(n->a.trans_a ? d->Ma : d->Ka), (int)d->Mo,
+                                (int)d->Kb, dst + (bi * J + j) * apk);
+    return dst;
+}
 static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo, int64_t hi, const void *const *pa,
-                          const void *const *pb, void *const *po) {
+                          const void *const *pb, void *const *po, const char *const *pk) {
     tj_node *n = k->n;
     int ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16, e, j, J = d->where == 3 ? 1 : G;
     int64_t w = hi - lo, kk = d->Kb, bi, r, ldc = bf16 ? w : d->No;
     int64_t lda = ta ? d->Ma : d->Ka, ldb = tb ? d->Kb : d->Nb;
     size_t es = tj_dtype_size(k->ot.dt);
     const void *A[TJ_MAXDEV];
+    const char *Apk[TJ_MAXDEV];
     float *C[TJ_MAXDEV];
-    int64_t pack = 0, staging = 0;
+    int64_t pack = 0, staging = 0, apk = 0;
     char *ws = NULL;
-    tj__cdot_ws(n, d, &staging, &pack);
+    tj__cdot_ws(n, d, &staging, &pack, &apk);
     if (k->scratch && pack) ws = (char *)k->scratch + staging;
+    for (e = 0; pk && e < G; e++)
+        if (!pk[e]) pk = NULL; /* somebody did not pack: nobody's packs are read */
     for (bi = 0; bi < d->Bn; bi++) {
         for (e = 0; e < G; e++)
             C[e] = bf16 ? (float *)k->scratch + e * d->Mo * w : (float *)po[e] + bi * d->Mo * d->No + lo;
@@ -13171,9 +13301,12 @@ static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo
             /* k block j (rank j's b) or, gathered along n, my own b whole */
             const char *B = (const char *)(d->where == 3 ? k->in[1] : pb[j]) + (size_t)(bi * d->Kb * d->Nb) * es;
             if (d->where == 2) B += (size_t)(tb ? lo * ldb : lo) * es;
-            for (e = 0; e < G; e++)
-                A[e] = (const char *)pa[e] + (size_t)(bi * d->Ma * d->Ka + (d->where == 2 ? (ta ? j * kk * d->Ma : j * kk) : 0)) * es;
-            tj__gemm_segs(bf16, ta, tb, G, (int)d->Mo, (int)w, (int)kk, A, (int)lda, B, (int)ldb, C, (int)ldc, j > 0, k->nthreads, ws, ws ? n->pack_slots : 0);
+            for (e = 0; e < G; e++) {
+                A[e] = tj__cdot_a(n, d, pa[e], bi, j);
+                Apk[e] = pk ? pk[e] + (bi * J + j) * apk : NULL;
+            }
+            tj__gemm_segs(bf16, ta, tb, G, (int)d->Mo, (int)w, (int)kk, A, pk ? Apk : NULL, (int)lda, B, (int)ldb, C, (int)ldc, j > 0, k->nthreads, ws,
+                          ws ? n->pack_slots : 0);
         }
         if (bf16)
             for (e = 0; e < G; e++)
@@ -13185,11 +13318,11 @@ static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo
 static void tj__cdot_own(tj__kern *k, const tj__cdot_dims *d, int G, int me, const void *const *pa, const void *const *pb) {
     tj_node *n = k->n;
     int ag = n->op == TJ__OP_AG_DOT, w = n->a.index, ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16, j, ws_n = 0;
-    int64_t m, nn, kk, bi, staging, pack, lda = ta ? d->Ma : d->Ka, ldb = tb ? d->Kb : d->Nb; /* every rank's operand has the same local shape */
+    int64_t m, nn, kk, bi, staging, pack, apk, lda = ta ? d->Ma : d->Ka, ldb = tb ? d->Kb : d->Nb; /* every rank's operand has the same local shape */
     size_t es = tj_dtype_size(k->ot.dt);
     char *ws = NULL;
     tj__cdot_mnk(n, d, &m, &nn, &kk);
-    tj__cdot_ws(n, d, &staging, &pack);
+    tj__cdot_ws(n, d, &staging, &pack, &apk);
     if (k->scratch && pack) {
         ws = (char *)k->scratch + staging;
         ws_n = n->pack_slots;
@@ -13219,17 +13352,21 @@ static void tj__k_cdot(tj__kern *k) {
     int G = tj__mesh_count(k->ctx, n->a.mesh), me = tj__mesh_rank(k->ctx, k->dev, n->a.mesh);
     int64_t lo, hi;
     const void *pa[TJ_MAXDEV], *pb[TJ_MAXDEV];
+    const char *pk[TJ_MAXDEV], *mine = NULL;
     void *po[TJ_MAXDEV];
     tj__cdot_dims d;
+    int coop;
     tj__cdot_shape(n->op, &n->a, k->it[0], k->it[1], &k->ot, G, &d);
     if (!d.where) { /* the rewrite checked these shapes: a bug if reached, reported rather than run out of bounds */
         if (!k->err[0]) snprintf(k->err, TJ__MSG, "%s at %s:%d: the local shapes do not fit the collective matmul", tj__ops[n->op].name, tj__base(n->file), n->line);
         return;
     }
-    if (tj__cdot_meet(k, 0, pa, pb, po)) return;
-    if (tj__cdot_coop(n, &d, G, me, &lo, &hi)) tj__cdot_cols(k, &d, G, lo, hi, pa, pb, po);
+    coop = tj__cdot_coop(n, &d, G, me, &lo, &hi);
+    if (coop) mine = tj__cdot_pack_own(k, &d, G);
+    if (tj__cdot_meet(k, 0, pa, pb, po, mine, pk)) return;
+    if (coop) tj__cdot_cols(k, &d, G, lo, hi, pa, pb, po, pk);
     else tj__cdot_own(k, &d, G, me, pa, pb);
-    tj__cdot_meet(k, 1, NULL, NULL, NULL);
+    tj__cdot_meet(k, 1, NULL, NULL, NULL, NULL, NULL);
     if (P) { /* counted as the collective it replaces */
         P->ncoll[k->dev]++;
         P->sent[k->dev] += (G - 1) * (n->op == TJ__OP_AG_DOT ? tj__bytes(k->it[n->a.index]) : tj__bytes(&k->ot));
