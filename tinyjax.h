@@ -12082,7 +12082,7 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
             tj__ct_break(ct, err);
             return 1;
         }
-        memcpy(g->stage[gen][me], send, in_bytes);
+        if (in_bytes && (kind != TJ__PERM || to >= 0)) memcpy(g->stage[gen][me], send, in_bytes); /* (a member that sends nothing) */
         staged = 1 + gen;
     }
     if (tj__cg_barrier(g, err, en)) return 1;
