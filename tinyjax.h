@@ -11847,10 +11847,21 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
    step's gradients, has loops of its own with the same arithmetic (the
    generic load/store per chunk was a tenth of an 8-device step's CPU time):
    they vectorise. */
+static void tj__reduce_f32_run(int G, const float *const *s, int64_t off, float *o, int64_t c, int op);
 static void tj__reduce_once(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
     double acc[TJ__CHUNK], b[TJ__CHUNK];
     int64_t n = (int64_t)count, c0, c, j;
     int r;
+    if (dt == TJ_F32 && (G <= 2 || op == TJ_REDUCE_MAX)) {
+        /* a max, or the sum of two: the float op in rank order gives the same
+           bits as the double one rounded once (the sum of two floats rounded
+           to double and then to float is the float sum: 53 >= 2 * 24 + 2) */
+        for (c0 = 0; c0 < n; c0 += c) {
+            c = n - c0 < TJ__CHUNK * 4 ? n - c0 : TJ__CHUNK * 4;
+            tj__reduce_f32_run(G, (const float *const *)src, c0, (float *)dst + c0, c, op);
+        }
+        return;
+    }
     for (c0 = 0; c0 < n; c0 += c) {
         c = n - c0 < TJ__CHUNK ? n - c0 : TJ__CHUNK;
         if (dt == TJ_F32) {

@@ -267,6 +267,81 @@ static void test_collectives(void) {
     }
 }
 
+/* psum of f32 rounds once (the sum in double, in rank order, then to f32,
+   as the transport's all_reduce promises), over groups of 2 (where the
+   float add is that already), 4 and 8; pmax likewise. Columns where adding
+   in f32 one rank at a time would give other bits. */
+typedef struct { const char *axes; int op; } round_case;
+static void round_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const round_case *k = (const round_case *)u;
+    (void)g;
+    out[0] = k->op ? tj_pmax(in[0], k->axes) : tj_psum(in[0], k->axes);
+}
+static void round_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const round_case *k = (const round_case *)u;
+    char spec[64];
+    const char *is[1], *os[1] = {""};
+    tj_v x = tj_tree_v(in, "x"), y = NULL;
+    (void)g;
+    snprintf(spec, sizeof spec, "dev:%s", k->axes);
+    is[0] = spec;
+    tj_shard_map(round_body, (void *)k, 1, &x, is, 1, &y, os, 1);
+    tj_tree_set_v(out, "y", y);
+}
+static void test_rounding(void) {
+    static const struct { int ndev; const char *mesh, *axes; } ms[] = {{2, "model=2", "model"}, {4, "model=4", "model"}, {8, "data=2 model=4", "data+model"}};
+    int mi, op, r, c;
+    tjt_current = "psum and pmax of f32 round once";
+    for (mi = 0; mi < 3; mi++)
+        for (op = 0; op < 2; op++) {
+            enum { NC = 6 };
+            int G = ms[mi].ndev;
+            float x[8 * NC];
+            char shape[32];
+            round_case k;
+            tj_ctx *ctx = tj_ctx_new();
+            tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+            tj_prog *p;
+            uint64_t st = 12345;
+            k.axes = ms[mi].axes;
+            k.op = op;
+            for (r = 0; r < G; r++)
+                for (c = 0; c < NC; c++) {
+                    st = st * 6364136223846793005ull + 1442695040888963407ull;
+                    x[r * NC + c] = c == 0 ? (r ? 0x1p-24f : 1.0f)                        /* ties in f32 one rank at a time */
+                                  : c == 1 ? (r ? 0x1p-24f + 0x1p-40f * (float)r : 1.0f)
+                                  : c == 2 ? (r % 2 ? -3.0f : 3.0f) + 0x1p-30f * (float)r  /* cancellation */
+                                           : (float)((double)(st >> 11) / 9007199254740992.0 * 2 - 1) * (c == 5 ? 1e-8f : 1.0f);
+                }
+            snprintf(shape, sizeof shape, "dev=%d k=%d", G, NC);
+            tj_set_devices(ctx, G);
+            tj_set_mesh(ctx, ms[mi].mesh);
+            tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, shape, x));
+            p = tj_jit(ctx, "round", round_fn, &k, in, NULL);
+            if (!p || tj_run(p, in, out)) TJT_CHECK(0, "%s over %s: %s", op ? "pmax" : "psum", ms[mi].mesh, tj_error(ctx));
+            else {
+                float y[NC];
+                int ok = 1;
+                tj_array_read(tj_tree_array(out, "y"), TJ_F32, y);
+                for (c = 0; c < NC; c++) {
+                    double acc = x[c];
+                    float want;
+                    for (r = 1; r < G; r++) acc = op ? ((double)x[r * NC + c] > acc ? (double)x[r * NC + c] : acc) : acc + (double)x[r * NC + c];
+                    want = (float)acc;
+                    if (memcmp(&want, &y[c], sizeof want)) {
+                        ok = 0;
+                        fprintf(stderr, "  column %d: %a, want %a\n", c, (double)y[c], (double)want);
+                    }
+                }
+                TJT_CHECK(ok, "%s of f32 over %s (%d devices): the sum in double rounded once, bit for bit", op ? "pmax" : "psum", ms[mi].axes, G);
+            }
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+            tj_ctx_free(ctx);
+        }
+}
+
 /* ==== 3. shard_map against automatic sharding: the Megatron MLP ========== */
 static void mlp_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     tj_v h = tj_gelu(tj_dot(in[0], in[1], "embed"));          /* (batch, mlp/model) */
@@ -660,6 +735,7 @@ static void test_errors(void) {
 int main(void) {
     test_scenario();
     test_collectives();
+    test_rounding();
     test_megatron();
     test_attention();
     test_nesting();
