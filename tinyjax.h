@@ -13261,9 +13261,6 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **p
                  k->n->name ? k->n->name : "?", tj__base(k->n->file), k->n->line, k->dev, e);
     return rc;
 }
-/* rank me's columns [lo, hi) of every rank's product (tj__cdot_coop): one
-   product per gathered block of b (one, the own block, when b is gathered
-   along n), its block of b packed once for the G ranks' rows of a */
 /* rank j's a (k block j where b is gathered along k) at batch bi */
 static const char *tj__cdot_a(const tj_node *n, const tj__cdot_dims *d, const void *a, int64_t bi, int j) {
     int64_t kk = d->Kb;
@@ -13289,6 +13286,10 @@ static const char *tj__cdot_pack_own(tj__kern *k, const tj__cdot_dims *d, int G)
                                 (int)d->Kb, dst + (bi * J + j) * apk);
     return dst;
 }
+/* rank me's columns [lo, hi) of every rank's product (tj__cdot_coop): one
+   product per gathered block of b (one, the own block, when b is gathered
+   along n), its block of b packed once for the G ranks' rows of a (pk: those
+   rows packed by their ranks, or NULL) */
 static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo, int64_t hi, const void *const *pa,
                           const void *const *pb, void *const *po, const char *const *pk) {
     tj_node *n = k->n;

@@ -1677,7 +1677,7 @@ static int run_bench(gpt2_args *a) {
         if (!gpu)
             printf("bench: resident set %.1f MB now, %.1f MB at most: %+.1f MB beside the %d devices' plans (%.1f MB), of which %.1f MB were "
                    "resident before the first array (the program and the shared libraries it loaded%s); the rest is the matmul pack buffers, "
-                   "thread stacks and the allocator's own\n",
+                   "thread stacks, the staging buffers of small collectives and the allocator's own\n",
                    rss / 1e6, hwm / 1e6, (hwm - (double)plan.peak_bytes * ndev) / 1e6, ndev, (double)plan.peak_bytes * ndev / 1e6, rss0 / 1e6,
 #ifdef GPT2_CUDA
                    ": this build links CUDA, cuBLAS and NCCL"
