@@ -11020,33 +11020,26 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, in
     Ap = (char *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     Bp = Ap + a_sz;
     /* the first K slice overwrites C unless the caller accumulates */
-    if (jb->Apk) { /* split along N: all rows are ours */
-        size_t off = 0;
+    if (jb->nseg > 1) {
+        size_t off = 0; /* into each Apk[s]: the blocks of k before */
         for (pc = 0; pc < K; pc += KC) {
             int kc = K - pc < KC ? K - pc : KC;
             for (jc = n_lo; jc < n_hi; jc += NC) {
                 int nc = n_hi - jc < NC ? n_hi - jc : NC;
                 cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
                 for (s = 0; s < jb->nseg; s++)
-                    tj__sgemm_block(cf, m_hi - m_lo, kc, nc, jb->Apk[s] + off, Bp, jb->Cs[s] + (size_t)m_lo * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
+                    if (jb->Apk) /* packed already, all rows (split along N) */
+                        tj__sgemm_block(cf, m_hi - m_lo, kc, nc, jb->Apk[s] + off, Bp, jb->Cs[s] + (size_t)m_lo * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
+                    else
+                        for (ic = m_lo; ic < m_hi; ic += MC) {
+                            int mc = m_hi - ic < MC ? m_hi - ic : MC;
+                            cf->pack_a(jb->trans_a, jb->As[s], jb->lda, ic, mc, pc, kc, MR, Ap);
+                            tj__sgemm_block(cf, mc, kc, nc, Ap, Bp, jb->Cs[s] + (size_t)ic * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
+                        }
             }
             off += tj__gemm_panel_bytes(cf, m_hi - m_lo, kc);
         }
-    } else if (jb->nseg > 1)
-        for (pc = 0; pc < K; pc += KC) {
-            int kc = K - pc < KC ? K - pc : KC;
-            for (jc = n_lo; jc < n_hi; jc += NC) {
-                int nc = n_hi - jc < NC ? n_hi - jc : NC;
-                cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
-                for (s = 0; s < jb->nseg; s++)
-                    for (ic = m_lo; ic < m_hi; ic += MC) {
-                        int mc = m_hi - ic < MC ? m_hi - ic : MC;
-                        cf->pack_a(jb->trans_a, jb->As[s], jb->lda, ic, mc, pc, kc, MR, Ap);
-                        tj__sgemm_block(cf, mc, kc, nc, Ap, Bp, jb->Cs[s] + (size_t)ic * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
-                    }
-            }
-        }
-    else
+    } else
         for (ic = m_lo; ic < m_hi; ic += MC) {
             int mc = m_hi - ic < MC ? m_hi - ic : MC;
             for (pc = 0; pc < K; pc += KC) {
