@@ -620,8 +620,13 @@ typedef struct {
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max);
 
 /* ---- shard_map's explicit collectives (only inside tj_shard_map; see [7]) ----
-   mesh_axes: "model", or several ("data model" / "data+model"; groups and
-   block order follow the mesh order). In a checked shard_map the input is
+   mesh_axes: "model", or several ("data model" / "data+model"). As in JAX,
+   a group's ranks (axis_index) and the block order of all_gather,
+   psum_scatter and all_to_all follow the order given, the first axis most
+   major ("model data" numbers the devices model-major on a "data model"
+   mesh), and so does a shard_map spec "batch:model+data"; ppermute's pairs
+   are ranks in mesh order whatever the order given (JAX's numbering too).
+   In a checked shard_map the input is
    first made to vary over those axes (pvary), so psum of an invariant
    value is n times it, as in JAX. Types change as:
      psum, pmax      varying -> invariant over mesh_axes     (transpose: pvary)
@@ -3891,6 +3896,90 @@ static int tj__mesh_mask(tj_ctx *c, const char *axes, const char *what, const ch
     }
     return m;
 }
+/* Mesh axes listed out of mesh order ("model data" on the mesh "data=2
+   model=2"): JAX numbers a group's devices, and lays out an axis split over
+   several mesh axes, in the order given (the first most major), where the
+   collectives' kernels and the sharding types number them in mesh order.
+   tj__mesh_order writes the mesh axes of `axes` in the order given (after
+   tj__mesh_mask accepted them) and returns their count; tj__in_order says
+   whether that is mesh order (nothing to do). Elsewhere, the axis_index
+   and the blocks of an all_gather, psum_scatter or all_to_all, and of a
+   shard_map in_spec or out_spec, are renumbered from one order to the
+   other (tj__reorder). ppermute's pairs stay mesh-order ranks: JAX 0.10.2
+   numbers them so too (("model", "data") on a data=2 model=3 mesh: rank 1
+   is the device data=0 model=1, whose axis_index is 2). */
+static int tj__mesh_order(tj_ctx *c, const char *axes, int *ord) {
+    int n = 0, j;
+    const char *s = axes ? axes : "";
+    while (*s && n < TJ__MAXMESH) {
+        const char *e;
+        if (*s == ' ' || *s == '+' || *s == ',' || *s == '\t') { s++; continue; }
+        for (e = s; *e && tj__isname(*e); e++) {}
+        if (e == s) break;
+        for (j = 0; j < c->nmesh; j++)
+            if (strlen(tj__name(c, c->mesh_ax[j])) == (size_t)(e - s) && !strncmp(tj__name(c, c->mesh_ax[j]), s, (size_t)(e - s))) ord[n++] = j;
+        s = e;
+    }
+    return n;
+}
+static int tj__in_order(const int *ord, int n) {
+    int i;
+    for (i = 1; i < n; i++) if (ord[i] < ord[i - 1]) return 0;
+    return 1;
+}
+/* Renumber the blocks of `axis` of x (the group's devices, ord): to_mesh,
+   from the order given to mesh order (block r of the order given moves to
+   where the device of rank r sits in mesh order), else back. The axis is
+   split into one axis per mesh axis and the block, transposed, merged. */
+static tj_node *tj__reorder(const char *f, int l, tj_node *x, int axis, const int *ord, int n, int to_mesh) {
+    tj_ctx *c;
+    char into[256], order[512], grp[256];
+    int i, k, G = 1, sorted[TJ__MAXMESH], src[TJ__MAXMESH], dst[TJ__MAXMESH];
+    int64_t d;
+    size_t w;
+    if (!x || tj__in_order(ord, n)) return x;
+    c = x->g->ctx;
+    if ((k = tj__axis_index(&x->t, axis)) < 0) return x;
+    for (i = 0; i < n; i++) G *= c->mesh_size[ord[i]], sorted[i] = ord[i];
+    d = x->t.dim[k];
+    if (G <= 1 || d % G) return x; /* (the collective or the spec says why) */
+    for (i = 1; i < n; i++) { /* mesh order */
+        int v = sorted[i], j = i;
+        while (j > 0 && sorted[j - 1] > v) { sorted[j] = sorted[j - 1]; j--; }
+        sorted[j] = v;
+    }
+    for (i = 0; i < n; i++) src[i] = to_mesh ? ord[i] : sorted[i], dst[i] = to_mesh ? sorted[i] : ord[i];
+    for (i = 0, w = 0; i < n; i++) w += (size_t)snprintf(into + w, sizeof into - w, "_mo%d=%d ", src[i], c->mesh_size[src[i]]);
+    snprintf(into + w, sizeof into - w, "_mb=%lld", (long long)(d / G));
+    for (i = 0, w = 0; i < n; i++) w += (size_t)snprintf(grp + w, sizeof grp - w, "_mo%d ", dst[i]);
+    snprintf(grp + w, sizeof grp - w, "_mb");
+    for (i = 0, w = 0; i < x->t.rank; i++) {
+        w += (size_t)snprintf(order + w, sizeof order - w, "%s%s", w ? " " : "", i == k ? grp : tj__name(c, x->t.ax[i]));
+    }
+    x = tj_split_at(f, l, x, tj__name(c, axis), into);
+    x = x ? tj_transpose_at(f, l, x, order) : NULL;
+    return x ? tj_merge_at(f, l, x, grp, tj__name(c, axis)) : NULL;
+}
+/* A shard_map spec's tuples listed out of mesh order: renumber the blocks
+   of those axes of x (to_mesh: an input on its way in; else an output). */
+static tj_node *tj__spec_reorder(const char *f, int l, tj_node *x, const char *spec, int to_mesh) {
+    const char *s = spec ? spec : "";
+    while (x && *s) {
+        const char *b, *e;
+        char list[128];
+        int ord[TJ__MAXMESH], n, id;
+        if (*s == ' ' || *s == ',' || *s == '\t') { s++; continue; }
+        for (b = s; *s && *s != ':' && *s != ' ' && *s != ','; s++) {}
+        if (*s != ':') continue;
+        id = tj__intern(x->g->ctx, b, (size_t)(s - b));
+        for (e = ++s; *e && *e != ' ' && *e != ','; e++) {}
+        snprintf(list, sizeof list, "%.*s", (int)(e - s), s);
+        s = e;
+        n = tj__mesh_order(x->g->ctx, list, ord);
+        if (n > 1 && !tj__in_order(ord, n)) x = tj__reorder(f, l, x, id, ord, n, to_mesh);
+    }
+    return x;
+}
 static tj_node *tj__manual_coll(int op, tj_node *x, unsigned m, int axis, int axis2, const signed char *perm, const char *cause, const char *f, int l);
 static tj_node *tj__pvary(tj_node *x, unsigned m, const char *cause, const char *f, int l) {
     return tj__manual_coll(TJ__OP_PVARY, x, m, -1, -1, NULL, cause, f, l);
@@ -3955,7 +4044,7 @@ static tj_node *tj__manual_coll(int op, tj_node *x, unsigned m, int axis, int ax
 /* the public collectives: only inside shard_map */
 static tj_node *tj__mcoll(const char *what, int op, tj_v x, const char *mesh_axes, const char *axis, const char *axis2, const signed char *perm,
                           const char *f, int l) {
-    int m, a = -1, a2 = -1;
+    int m, a = -1, a2 = -1, ord[TJ__MAXMESH], n;
     if (!x) return NULL;
     if (!x->g->manual) {
         tj__err(x->g->ctx, TJ_ERR_STATE, f, l,
@@ -3971,7 +4060,12 @@ static tj_node *tj__mcoll(const char *what, int op, tj_v x, const char *mesh_axe
     }
     if (axis && (a = tj__one_axis(x, axis, what, f, l)) < 0) return NULL;
     if (axis2 && (a2 = tj__one_axis(x, axis2, what, f, l)) < 0) return NULL;
-    return tj__manual_coll(op, x, (unsigned)m, a, a2, perm, what, f, l);
+    n = tj__mesh_order(x->g->ctx, mesh_axes, ord);
+    if (op == TJ__OP_REDUCE_SCATTER || op == TJ__OP_ALL_TO_ALL) x = tj__reorder(f, l, x, a, ord, n, 1); /* (blocks sent in mesh order) */
+    x = tj__manual_coll(op, x, (unsigned)m, a, a2, perm, what, f, l);
+    if (op == TJ__OP_ALL_GATHER) x = tj__reorder(f, l, x, a, ord, n, 0); /* (blocks received in mesh order) */
+    if (op == TJ__OP_ALL_TO_ALL) x = tj__reorder(f, l, x, a2, ord, n, 0);
+    return x;
 }
 TJDEF tj_v tj_psum_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("psum", TJ__OP_PSUM, x, mesh_axes, NULL, NULL, NULL, f, l); }
 TJDEF tj_v tj_pmax_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("pmax", TJ__OP_PMAX, x, mesh_axes, NULL, NULL, NULL, f, l); }
@@ -4014,7 +4108,7 @@ TJDEF tj_v tj_ppermute_at(const char *f, int l, tj_v x, const char *mesh_axes, i
 }
 TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_axes) {
     tj__type t;
-    int m;
+    int m, ord[TJ__MAXMESH], k, i;
     tj_node *n;
     if (!g || g->ctx->status) return NULL;
     if (!g->manual) {
@@ -4022,6 +4116,14 @@ TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_
         return NULL;
     }
     if ((m = tj__mesh_mask(g->ctx, mesh_axes, "axis_index", f, l)) < 0) return NULL;
+    if (!tj__in_order(ord, k = tj__mesh_order(g->ctx, mesh_axes, ord))) { /* the rank in the order given: first axis most major */
+        tj_v r = NULL;
+        for (i = 0; i < k; i++) {
+            tj_v a = tj_axis_index_at(f, l, g, tj__name(g->ctx, g->ctx->mesh_ax[ord[i]]));
+            r = !r ? a : tj_add_at(f, l, tj_muls_at(f, l, r, g->ctx->mesh_size[ord[i]]), a);
+        }
+        return r;
+    }
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
     t.vary = g->check ? (uint8_t)m : 0;
@@ -8121,7 +8223,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
             tj__err(c, TJ_ERR_ARG, f, l, "shard_map: input %d %s is a per-device value", i, tj_v_describe(x, b1, sizeof b1));
             return TJ_ERR_ARG;
         }
-        if (!(x = tj__reshard(x, sh, "shard_map in_specs", f, l))) return c->status;
+        if (!(x = tj__spec_reorder(f, l, x, in_specs[i], 1)) || !(x = tj__reshard(x, sh, "shard_map in_specs", f, l))) return c->status;
         lt = tj__type_lead(&x->t, ax, 1);
         if (!(xs[i] = tj__reshape(f, l, x, &lt))) return c->status;
     }
@@ -8185,7 +8287,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
     tj__graph_free(b); /* the node holds its own reference */
     if (!n) return c->status ? c->status : TJ_ERR_OOM;
     for (i = 0; i < nout; i++)
-        if (!(out[i] = tj__reshape(f, l, n->proj[i], &gt[i]))) return c->status;
+        if (!(out[i] = tj__reshape(f, l, n->proj[i], &gt[i])) || !(out[i] = tj__spec_reorder(f, l, out[i], out_specs[i], 0))) return c->status;
     return TJ_OK;
 fail:
     tj__graph_free(b);

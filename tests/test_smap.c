@@ -732,6 +732,76 @@ static void test_errors(void) {
     tj_ctx_free(ctx);
 }
 
+/* Mesh axes listed out of mesh order ("model data" on "data=2 model=2"):
+   JAX numbers the group, and lays out an axis split over the tuple, in the
+   order given (the first axis most major). tinyjax used mesh order for
+   both, so axis_index, all_gather, all_to_all and shard_map specs such as
+   "batch:model+data" gave other numbers than JAX (the expected values
+   below are JAX 0.10.2's); ppermute's pairs are mesh-order ranks in JAX too. */
+static void order_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    int mode = *(int *)u;
+    tj_v x = in[0];
+    if (mode == 0) out[0] = tj_all_to_all(x, "model data", "e", "batch");
+    if (mode == 1) out[0] = tj_add(tj_muls(x, 0), tj_cast(tj_axis_index(g, "model"), TJ_F64));
+    if (mode == 2) {
+        out[0] = tj_add(x, tj_muls(tj_cast(tj_axis_index(g, "model data"), TJ_F64), 100));
+        out[1] = tj_split(tj_all_gather(x, "model data", "batch"), "batch", "one=1 b2=8");
+    }
+}
+static void order_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    int mode = *(int *)u;
+    tj_v x = tj_tree_v(in, "x"), o[2], gx;
+    const char *is[3] = {"batch:data+model", "batch:model+data", "batch:data+model"};
+    const char *os[3][2] = {{"e:data+model", ""}, {"batch:model+data", ""}, {"batch:data+model", "one:data+model"}};
+    (void)g;
+    if (tj_shard_map(order_body, u, 1, &x, &is[mode], mode == 2 ? 2 : 1, o, os[mode], mode != 2)) return;
+    tj_tree_set_v(out, "o", o[0]);
+    if (mode == 2) tj_tree_set_v(out, "g", o[1]);
+    if (mode == 0 && !tj_grad(tj_sum_all(tj_mul(o[0], tj_tree_v(in, "w"))), 1, &x, &gx)) tj_tree_set_v(out, "gx", gx);
+}
+static void test_axis_order(void) {
+    static const int perm[4] = {0, 2, 1, 3}; /* rank in the order (model, data) <-> mesh-order rank, on 2x2 */
+    static const double want1[8] = {0, 0, 0, 0, 1, 1, 1, 1}, want2[8] = {0, 1, 202, 203, 104, 105, 306, 307}, want3[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+    int mode, i, j;
+    tjt_current = "mesh axes out of mesh order";
+    for (mode = 0; mode < 3; mode++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        double x[16], w[16], o[32], gx[16];
+        tj_prog *p;
+        for (i = 0; i < 16; i++) x[i] = mode == 0 ? 10 * (i / 4) + i % 4 : i, w[i] = 100 * (i / 4) + i % 4;
+        tj_set_devices(ctx, 4);
+        tj_set_mesh(ctx, "data=2 model=2");
+        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, mode == 0 ? "batch=4 e=4" : "batch=8", x));
+        tj_tree_set_array(in, "w", tj_array_new(ctx, TJ_F64, "batch=4 e=4", w));
+        p = tj_jit(ctx, "order", order_fn, &mode, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "mode %d runs: %s", mode, tj_error(ctx));
+        if (p && tj_status_of(ctx) == TJ_OK) {
+            tj_array_read(tj_tree_array(out, "o"), TJ_F64, o);
+            if (mode == 0) {
+                tj_array_read(tj_tree_array(out, "gx"), TJ_F64, gx);
+                for (i = 0; i < 4; i++)
+                    for (j = 0; j < 4; j++) {
+                        TJT_CHECK(o[i * 4 + j] == 10 * perm[i] + perm[j], "all_to_all over \"model data\": out[%d][%d] = %g, JAX %d", i, j, o[i * 4 + j], 10 * perm[i] + perm[j]);
+                        TJT_CHECK(gx[i * 4 + j] == 100 * perm[i] + perm[j], "its gradient [%d][%d] = %g, want %d", i, j, gx[i * 4 + j], 100 * perm[i] + perm[j]);
+                    }
+            }
+            for (i = 0; mode == 1 && i < 8; i++) TJT_CHECK(o[i] == want1[i], "in/out_spec batch:model+data, axis_index(model): [%d] = %g, JAX %g", i, o[i], want1[i]);
+            for (i = 0; mode == 2 && i < 8; i++) TJT_CHECK(o[i] == want2[i], "axis_index(\"model data\"): [%d] = %g, JAX %g", i, o[i], want2[i]);
+            if (mode == 2) {
+                tj_array_read(tj_tree_array(out, "g"), TJ_F64, o);
+                for (j = 0; j < 4; j++)
+                    for (i = 0; i < 8; i++) TJT_CHECK(o[j * 8 + i] == want3[i], "all_gather over \"model data\", device %d: [%d] = %g, JAX %g", j, i, o[j * 8 + i], want3[i]);
+            }
+        }
+        tj_clear_error(ctx);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+    }
+}
+
 int main(void) {
     test_scenario();
     test_collectives();
@@ -741,5 +811,6 @@ int main(void) {
     test_nesting();
     test_custom();
     test_errors();
+    test_axis_order();
     return tjt_finish();
 }

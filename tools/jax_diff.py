@@ -669,6 +669,8 @@ MESHES = [("data=2 model=2", 4), ("data=8", 8), ("data=2 model=4", 8), ("x=4", 4
 class Gen:
     def __init__(self, seed, mode=None, dtype=None, big=False, attn=False):
         self.r = random.Random(seed)
+        # choices added later draw from r2, so r's stream (each seed's program) stays as it was
+        self.r2 = random.Random(seed * 7919 + 17)
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
         self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16", "bf16", "f64"])
@@ -952,6 +954,10 @@ class Gen:
         mesh = self.mesh_axes
         c = r.choice(["psum", "pmax", "all_gather", "psum_scatter", "ppermute", "axis_index", "all_to_all", "pvary"])
         sub = [a for a in mesh if r.random() < 0.6] or [r.choice(mesh)]
+        if len(sub) > 1 and self.r2.random() < 0.5:
+            # out of mesh order ("model data"): JAX numbers the group, and orders
+            # gathered or scattered blocks, in the order given (tinyjax used mesh order)
+            self.r2.shuffle(sub)
         n = int(np.prod([self.mesh_size[a] for a in sub]))
         ms = " ".join(sub)
         if c in ("psum", "pmax"):
@@ -1014,6 +1020,16 @@ class Gen:
         for a, d in parse_shape(x["shape"]):
             free = [m for m in self.mesh_axes if m not in parts.values() and (d % self.mesh_size[m] == 0 or r.random() < odd)]
             if free and r.random() < 0.6: parts[a] = r.choice(free)
+        if self.manual and len(self.mesh_axes) > 1 and not parts and self.r2.random() < 0.4:
+            # a shard_map spec splitting one axis over a tuple, in either order
+            # ("batch:model+data"): its blocks follow the order given, as in JAX
+            tup = list(self.mesh_axes); self.r2.shuffle(tup)
+            n = int(np.prod([self.mesh_size[m] for m in tup]))
+            ok = [a for a, d in parse_shape(x["shape"]) if d % n == 0]
+            if ok:
+                a = self.r2.choice(ok)
+                spec = "%s:%s" % (a, "+".join(tup))
+                return spec, {a: "+".join(tup)}
         return " ".join("%s:%s" % t for t in parts.items()), parts
 
     def make(self):
@@ -1048,9 +1064,9 @@ class Gen:
             for x in self.inputs:
                 sp, parts = self.random_spec(x, 0.03)
                 specs.append(sp)
-                self.vary[x["name"]] = set(parts.values())
+                self.vary[x["name"]] = set(m for v in parts.values() for m in v.split("+"))
                 # the body sees local blocks
-                self.vals[x["name"]] = (x["dtype"], [(a, d // self.mesh_size.get(parts.get(a), 1)) for a, d in parse_shape(x["shape"])])
+                self.vals[x["name"]] = (x["dtype"], [(a, d // int(np.prod([self.mesh_size[m] for m in parts[a].split("+")])) if a in parts else d) for a, d in parse_shape(x["shape"])])
             spec["in_specs"] = specs
             spec["check"] = self.check = 1 if r.random() < 0.75 else 0
         if "mesh" in spec and mode != "shard_map":
@@ -1073,6 +1089,7 @@ class Gen:
             for i, o in enumerate(outs):
                 dt_o, sh = self.vals[o]
                 vs = [m for m in self.mesh_axes if m in self.vary[o]]
+                if len(vs) > 1 and self.r2.random() < 0.3: self.r2.shuffle(vs)  # an out_spec tuple out of mesh order
                 if vs and not sh:  # (unchecked too: replicating a varying value is the caller's error, unspecified in both)
                     o = outs[i] = self.emit("psum", [o], dt_o, sh, mesh_axes=" ".join(vs)); vs = []
                 if vs and sh: ospecs.append("%s:%s" % (sh[0][0], "+".join(vs)))
