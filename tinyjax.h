@@ -11965,8 +11965,8 @@ static void tj__reduce_once(int G, const void *const *src, void *dst, size_t cou
             for (j = 0; j < c; j++) acc[j] = (double)s0[j];
             for (r = 1; r < G; r++) {
                 const float *s = (const float *)src[r] + c0;
-                if (op == TJ_REDUCE_MAX)
-                    for (j = 0; j < c; j++) acc[j] = (double)s[j] > acc[j] ? (double)s[j] : acc[j];
+                if (op == TJ_REDUCE_MAX) /* (a NaN on any rank wins, as in jnp.max) */
+                    for (j = 0; j < c; j++) acc[j] = (double)s[j] > acc[j] || s[j] != s[j] ? (double)s[j] : acc[j];
                 else
                     for (j = 0; j < c; j++) acc[j] += (double)s[j];
             }
@@ -11977,7 +11977,7 @@ static void tj__reduce_once(int G, const void *const *src, void *dst, size_t cou
         for (r = 1; r < G; r++) {
             tj__load_n(src[r], dt, c0, 1, c, b);
             if (op == TJ_REDUCE_MAX)
-                for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] ? b[j] : acc[j];
+                for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] || b[j] != b[j] ? b[j] : acc[j];
             else
                 for (j = 0; j < c; j++) acc[j] += b[j];
         }
@@ -11997,7 +11997,7 @@ static void tj__reduce_f32_run(int G, const float *const *s, int64_t off, float 
     for (r = 1; r < G; r++) {
         const float *a = r == 1 ? s[0] + off : o, *b = s[r] + off;
         if (op == TJ_REDUCE_MAX)
-            for (j = 0; j < c; j++) o[j] = b[j] > a[j] ? b[j] : a[j];
+            for (j = 0; j < c; j++) o[j] = b[j] > a[j] || b[j] != b[j] ? b[j] : a[j];
         else
             for (j = 0; j < c; j++) o[j] = a[j] + b[j];
     }
@@ -12020,7 +12020,7 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
             tj__load_n(dst, dt, c0, 1, c, acc);
             tj__load_n(src[r], dt, c0, 1, c, b);
             if (op == TJ_REDUCE_MAX)
-                for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] ? b[j] : acc[j];
+                for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] || b[j] != b[j] ? b[j] : acc[j];
             else
                 for (j = 0; j < c; j++) acc[j] += b[j];
             tj__store_n(dst, dt, c0, 1, c, acc);

@@ -3481,7 +3481,7 @@ __device__ __forceinline__ void tjc_reduce_loop(const Src &src, int G, void *out
         double acc = tjc_cpu_ld(src.at(0), dt, i);
         for (int r = 1; r < G; r++) {
             double b = tjc_cpu_ld(src.at(r), dt, i);
-            acc = ismax ? (b > acc ? b : acc) : acc + b;
+            acc = ismax ? (b > acc || b != b ? b : acc) : acc + b; /* (pmax: a NaN on any rank wins) */
             if (steps && r + 1 < G) {
                 double x[1];
                 tjc_cpu_st(x, dt, 0, acc);

@@ -802,6 +802,58 @@ static void test_axis_order(void) {
     }
 }
 
+/* pmax over a group where a device other than rank 0 holds a NaN: NaN, as
+   jnp.max gives (the rank-ordered max kept the other ranks' maximum: a NaN
+   counted only on rank 0; jax_diff seed 124057) */
+static void pmax_nan_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_pmax(in[0], "model");
+}
+static void pmax_nan_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y;
+    const char *is[1] = {"n:model"}, *os[1] = {""};
+    (void)g; (void)u;
+    if (!tj_shard_map(pmax_nan_body, NULL, 1, &x, is, 1, &y, os, 1)) tj_tree_set_v(out, "y", y);
+}
+static void test_pmax_nan(void) {
+    tj_dtype dts[3] = {TJ_F32, TJ_BF16, TJ_F64};
+    int d, at;
+    tjt_current = "pmax with a NaN";
+    for (d = 0; d < 3; d++)
+        for (at = 0; at < 4; at++) {
+            tj_ctx *ctx = tj_ctx_new();
+            tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+            double x[8] = {1, 3, 2, -1, 0.5, 4, 7, -2}, y[2] = {0, 0};
+            tj_prog *p;
+            x[2 * at] = NAN; /* device `at` of the model axis holds a NaN in column 0 */
+            tj_set_devices(ctx, 4);
+            tj_set_mesh(ctx, "model=4");
+            {
+                tj_array *a = tj_array_new(ctx, TJ_F64, "n=4 c=2", x);
+                tj_tree_set_array(in, "x", a);
+                if (dts[d] != TJ_F64) { /* (as the dtype) */
+                    void *h = malloc(64);
+                    int i;
+                    for (i = 0; i < 8; i++) tjt_st(h, dts[d], i, x[i]);
+                    tj_tree_set_array(in, "x", tj_array_new(ctx, dts[d], "n=4 c=2", h));
+                    free(h);
+                }
+            }
+            p = tj_jit(ctx, "pmax_nan", pmax_nan_fn, NULL, in, NULL);
+            TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "runs: %s", tj_error(ctx));
+            if (p && tj_status_of(ctx) == TJ_OK) {
+                tj_array_read(tj_tree_array(out, "y"), TJ_F64, y);
+                TJT_CHECK(y[0] != y[0], "%s, NaN on model rank %d: pmax is %g, want NaN", tj_dtype_name(dts[d]), at, y[0]);
+                TJT_CHECK(y[1] == 4, "%s: the other column's pmax is %g, want 4", tj_dtype_name(dts[d]), y[1]);
+            }
+            tj_clear_error(ctx);
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+            tj_ctx_free(ctx);
+        }
+}
+
 int main(void) {
     test_scenario();
     test_collectives();
@@ -812,5 +864,6 @@ int main(void) {
     test_custom();
     test_errors();
     test_axis_order();
+    test_pmax_nan();
     return tjt_finish();
 }
