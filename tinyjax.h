@@ -11950,7 +11950,8 @@ static void tj__reduce_once(int G, const void *const *src, void *dst, size_t cou
     if (dt == TJ_F32 && (G <= 2 || op == TJ_REDUCE_MAX)) {
         /* a max, or the sum of two: the float op in rank order gives the same
            bits as the double one rounded once (the sum of two floats rounded
-           to double and then to float is the float sum: 53 >= 2 * 24 + 2) */
+           to double and then to float is the float sum: 53 >= 2 * 24 + 2;
+           a NaN comes out quiet either way, unless it was a signalling one) */
         for (c0 = 0; c0 < n; c0 += c) {
             c = n - c0 < TJ__CHUNK * 4 ? n - c0 : TJ__CHUNK * 4;
             tj__reduce_f32_run(G, (const float *const *)src, c0, (float *)dst + c0, c, op);
@@ -11963,12 +11964,9 @@ static void tj__reduce_once(int G, const void *const *src, void *dst, size_t cou
             const float *s0 = (const float *)src[0] + c0;
             float *o = (float *)dst + c0;
             for (j = 0; j < c; j++) acc[j] = (double)s0[j];
-            for (r = 1; r < G; r++) {
+            for (r = 1; r < G; r++) { /* (a sum: a max took the path above) */
                 const float *s = (const float *)src[r] + c0;
-                if (op == TJ_REDUCE_MAX) /* (a NaN on any rank wins, as in jnp.max) */
-                    for (j = 0; j < c; j++) acc[j] = (double)s[j] > acc[j] || s[j] != s[j] ? (double)s[j] : acc[j];
-                else
-                    for (j = 0; j < c; j++) acc[j] += (double)s[j];
+                for (j = 0; j < c; j++) acc[j] += (double)s[j];
             }
             for (j = 0; j < c; j++) o[j] = (float)acc[j];
             continue;
