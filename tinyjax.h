@@ -11020,7 +11020,6 @@ typedef struct {
     int ws_n;             /* uses buffer t; the others their thread's own)             */
     int nseg;             /* nseg products As[s] B -> Cs[s] sharing B (> 1: split_n) */
     const void *const *As;
-    const char *const *Apk; /* or NULL: the As packed (tj__gemm_pack_a_all; only with nseg > 1) */
     float *const *Cs;
 } tj__sgemm_job;
 
@@ -11078,35 +11077,11 @@ static void tj__sgemm_block(const tj__sgemm_cfg *cf, int mc, int kc, int nc, con
         }
     }
 }
-/* bytes of M rows of A packed for a block of kc: whole micro-panels, whole
-   pairs of k for bf16 (the strides tj__sgemm_block walks) */
-static size_t tj__gemm_panel_bytes(const tj__sgemm_cfg *cf, int M, int kc) {
-    size_t kcp = cf->esz == 2 ? (size_t)(kc + 1) / 2 * 2 : (size_t)kc;
-    return (size_t)((M + cf->mr - 1) / cf->mr * cf->mr) * kcp * (size_t)cf->esz;
-}
-/* all of A (M x K) packed as tj__sgemm_rect's Apk reads it, one block of k
-   after another; the bytes (dst NULL: only counted) */
-static int64_t tj__gemm_pack_a_all(int bf16, int trans_a, const void *A, int lda, int M, int K, char *dst) {
-    tj__sgemm_cfg cf;
-    int64_t off = 0;
-    int pc;
-    tj__sgemm_get_cfg(&cf, bf16);
-    for (pc = 0; pc < K; pc += cf.kc) {
-        int kc = K - pc < cf.kc ? K - pc : cf.kc;
-        if (dst) cf.pack_a(trans_a, A, lda, 0, M, pc, kc, cf.mr, dst + off);
-        off += (int64_t)tj__gemm_panel_bytes(&cf, M, kc);
-    }
-    return off;
-}
 /* part t's rectangle; returns 0 on success, -1 if the pack buffer could not
    be allocated. One product packs a block of A once for all its columns
    (B once per row block: one for the M of a transformer's matmuls); nseg
    products sharing B pack each block of B once for all of them, GotoBLAS's
-   order (the collective matmul: one block of columns for each rank's rows).
-   There the As may come packed already (Apk: all rows, every k block in
-   turn, tj__gemm_pack_a_all), by the rank that owns each, once for all
-   the ranks that read it and all their blocks of columns: the same packed
-   numbers in the same order, so the same sums. */
+   order (the collective matmul: one block of columns for each rank's rows) */
 static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, int n_lo, int n_hi) {
     const tj__sgemm_cfg *cf = jb->cfg;
     const int MR = cf->mr, NR = cf->nr, KC = cf->kc, MC = cf->mc, NC = cf->nc;
@@ -11122,26 +11097,21 @@ static int tj__sgemm_rect(const tj__sgemm_job *jb, int t, int m_lo, int m_hi, in
     Ap = (char *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     Bp = Ap + a_sz;
     /* the first K slice overwrites C unless the caller accumulates */
-    if (jb->nseg > 1) {
-        size_t off = 0; /* into each Apk[s]: the blocks of k before */
+    if (jb->nseg > 1)
         for (pc = 0; pc < K; pc += KC) {
             int kc = K - pc < KC ? K - pc : KC;
             for (jc = n_lo; jc < n_hi; jc += NC) {
                 int nc = n_hi - jc < NC ? n_hi - jc : NC;
                 cf->pack_b(jb->trans_b, jb->B, jb->ldb, pc, kc, jc, nc, NR, Bp);
                 for (s = 0; s < jb->nseg; s++)
-                    if (jb->Apk) /* packed already, all rows (split along N) */
-                        tj__sgemm_block(cf, m_hi - m_lo, kc, nc, jb->Apk[s] + off, Bp, jb->Cs[s] + (size_t)m_lo * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
-                    else
-                        for (ic = m_lo; ic < m_hi; ic += MC) {
-                            int mc = m_hi - ic < MC ? m_hi - ic : MC;
-                            cf->pack_a(jb->trans_a, jb->As[s], jb->lda, ic, mc, pc, kc, MR, Ap);
-                            tj__sgemm_block(cf, mc, kc, nc, Ap, Bp, jb->Cs[s] + (size_t)ic * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
-                        }
+                    for (ic = m_lo; ic < m_hi; ic += MC) {
+                        int mc = m_hi - ic < MC ? m_hi - ic : MC;
+                        cf->pack_a(jb->trans_a, jb->As[s], jb->lda, ic, mc, pc, kc, MR, Ap);
+                        tj__sgemm_block(cf, mc, kc, nc, Ap, Bp, jb->Cs[s] + (size_t)ic * jb->ldc + jc, jb->ldc, pc > 0 || jb->accumulate);
+                    }
             }
-            off += tj__gemm_panel_bytes(cf, m_hi - m_lo, kc);
         }
-    } else
+    else
         for (ic = m_lo; ic < m_hi; ic += MC) {
             int mc = m_hi - ic < MC ? m_hi - ic : MC;
             for (pc = 0; pc < K; pc += KC) {
@@ -11361,7 +11331,7 @@ static int64_t tj__gemm_pack_bytes(void) {
    leading dimensions, sharing B: each block of B is packed once for all of
    them (nseg 1: one product, as tj__gemm_ws) */
 static void tj__gemm_segs(int bf16, int trans_a, int trans_b, int nseg, int M, int N, int K,
-                          const void *const *As, const char *const *Apk, int lda, const void *B, int ldb,
+                          const void *const *As, int lda, const void *B, int ldb,
                           float *const *Cs, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
     tj__sgemm_cfg cfg;
     tj__sgemm_job jb;
@@ -11386,7 +11356,7 @@ static void tj__gemm_segs(int bf16, int trans_a, int trans_b, int nseg, int M, i
     jb.bf16 = bf16;
     jb.trans_a = trans_a; jb.trans_b = trans_b; jb.K = K;
     jb.B = B; jb.lda = lda; jb.ldb = ldb; jb.ldc = ldc;
-    jb.nseg = nseg; jb.As = As; jb.Apk = nseg > 1 ? Apk : NULL; jb.Cs = Cs;
+    jb.nseg = nseg; jb.As = As; jb.Cs = Cs;
     jb.accumulate = accumulate;
     jb.ws = ws; jb.ws_n = ws ? ws_n : 0;
     /* waking a worker costs ~10-50 us, so give each thread at least ~8 MFLOP
@@ -11419,7 +11389,7 @@ static void tj__gemm_segs(int bf16, int trans_a, int trans_b, int nseg, int M, i
 static void tj__gemm_ws(int bf16, int trans_a, int trans_b, int M, int N, int K,
                         const void *A, int lda, const void *B, int ldb,
                         float *C, int ldc, int accumulate, int nthreads, char *ws, int ws_n) {
-    tj__gemm_segs(bf16, trans_a, trans_b, 1, M, N, K, &A, NULL, lda, B, ldb, &C, ldc, accumulate, nthreads, ws, ws_n);
+    tj__gemm_segs(bf16, trans_a, trans_b, 1, M, N, K, &A, lda, B, ldb, &C, ldc, accumulate, nthreads, ws, ws_n);
 }
 TJ__MAYBE_UNUSED static void tj__sgemm(int trans_a, int trans_b, int M, int N, int K,
                                        const float *A, int lda, const float *B, int ldb,
@@ -11815,7 +11785,6 @@ typedef struct tj__cgroup {
         const void *send;
         void *recv;
         void *out;             /* a collective matmul's output (tj__cdot_meet) */
-        const char *apk;       /* and its a packed for the group, or NULL       */
         int to, from;
     } slot[TJ_MAXDEV];
     char *sbuf, *rbuf;          /* the leader's messages                      */
@@ -13178,9 +13147,8 @@ static void tj__k_ppermute(tj__kern *k) {
    f32 scratch and rounds once, as the dot does. Where b (a weight) is the
    gathered operand, along k or n, each rank may instead compute one block
    of columns of every rank's product, so that the group packs b once
-   (tj__cdot_coop: when that packs fewer elements), and each rank packs its
-   own a once for the group before they meet (tj__cdot_prepack); every
-   element is the same sum either way. */
+   (tj__cdot_coop: when that packs fewer elements); every element is the
+   same sum either way. */
 typedef struct {
     int where;                 /* the distributed axis's group: 1 m, 2 k, 3 n (0: not eligible) */
     int64_t Bn, Mo, No;        /* batch, and the node's own output rows and columns */
@@ -13240,32 +13208,13 @@ static void tj__cdot_mnk(const tj_node *n, const tj__cdot_dims *d, int64_t *m, i
 static int tj__cdot_b_gathered(const tj_node *n, const tj__cdot_dims *d) {
     return n->op == TJ__OP_AG_DOT && n->a.index == 1 && (d->where == 2 || d->where == 3);
 }
-/* the bytes of one rank's a packed for one batch and block of k
-   (tj__gemm_pack_a_all), when b is gathered and each rank packs its own
-   a once for every rank's columns: a product large enough to pack, whose
-   rows (in whole micro-panels) fit the packed-A block tj__sgemm_rect keeps
-   in cache, and whose packs take no more memory than the gathered b
-   would have (the rewrite's memory plan is never larger). 0: each rank
-   packs every rank's a (tj__sgemm_rect's order). */
-static int64_t tj__cdot_prepack(const tj_node *n, const tj__cdot_dims *d) {
-    tj__sgemm_cfg cf;
-    int64_t m, nn, kk, apk;
-    int G = tj__mesh_count(n->g->ctx, n->a.mesh);
-    if (!tj__cdot_b_gathered(n, d)) return 0;
-    tj__cdot_mnk(n, d, &m, &nn, &kk);
-    tj__sgemm_get_cfg(&cf, n->t.dt == TJ_BF16);
-    if ((double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL || (m + cf.mr - 1) / cf.mr * cf.mr > cf.mc) return 0;
-    apk = tj__align(tj__gemm_pack_a_all(n->t.dt == TJ_BF16, n->a.trans_a, NULL, 0, (int)m, (int)kk, NULL));
-    return apk * (d->where == 3 ? 1 : G) <= (int64_t)(G - 1) * d->Kb * d->Nb * (int64_t)tj_dtype_size(n->t.dt) ? apk : 0;
-}
 /* When b (a weight) is gathered along k or n, rank me may compute, instead
    of its own product whole (packing all of b for its few rows), one block
    of columns of every rank's product: the group then packs b once in all,
-   and a once in all when each rank packs its own for the group
-   (tj__cdot_prepack), else each rank packs the rows of a of every rank (G
-   times as many as its own, once per NC columns). Chosen when that packs
-   fewer elements per element of k, counted in tj__sgemm_rect's orders:
-   one product packs its a once and its b once per MC rows.
+   and each rank packs the rows of a of every rank (G times as many as its
+   own). Chosen when that packs fewer elements per element of k, counted in
+   tj__sgemm_rect's orders: one product packs its a once and its b once per
+   MC rows; products sharing b pack b once and each a once per NC columns.
    [*lo, *hi): my columns. */
 static int tj__cdot_coop(const tj_node *n, const tj__cdot_dims *d, int G, int me, int64_t *lo, int64_t *hi) {
     tj__sgemm_cfg cf;
@@ -13273,34 +13222,29 @@ static int tj__cdot_coop(const tj_node *n, const tj__cdot_dims *d, int G, int me
     if (!tj__cdot_b_gathered(n, d) || G < 2) return 0;
     tj__sgemm_get_cfg(&cf, n->t.dt == TJ_BF16);
     own = (d->where == 3 ? G * m : m) + d->No * ((m + cf.mc - 1) / cf.mc); /* G products with all of a, or a's G blocks of k */
-    if ((tj__cdot_prepack(n, d) ? m : G * m * ((w + cf.nc - 1) / cf.nc)) + w >= own) return 0;
+    if (G * m * ((w + cf.nc - 1) / cf.nc) + w >= own) return 0;
     *lo = d->where == 3 ? me * d->Nb : d->No * me / G;
     *hi = d->where == 3 ? (me + 1) * d->Nb : d->No * (me + 1) / G;
     return 1;
 }
 /* workspace, from the dims: bf16's f32 sums of one batch (staging), then
    the matmul's pack buffers (pack, also counted by
-   tj_memory_analysis.pack_bytes; 0 for products the direct loop runs),
-   of which the last are my a packed for the group (tj__cdot_prepack: one
-   block per batch and block of k, apk bytes each) */
-static void tj__cdot_ws(const tj_node *n, const tj__cdot_dims *d, int64_t *staging, int64_t *pack, int64_t *apk) {
-    int64_t m, nn, kk, lo, hi;
+   tj_memory_analysis.pack_bytes; 0 for products the direct loop runs) */
+static void tj__cdot_ws(const tj_node *n, const tj__cdot_dims *d, int64_t *staging, int64_t *pack) {
+    int64_t m, nn, kk;
     int G = tj__mesh_count(n->g->ctx, n->a.mesh);
     tj__cdot_mnk(n, d, &m, &nn, &kk);
     /* (a gathered b: room for my columns of each rank's rows, tj__cdot_coop) */
     *staging = n->t.dt != TJ_BF16 ? 0 : tj__align(d->Mo * (tj__cdot_b_gathered(n, d) ? (d->No + G - 1) / G * G : d->No) * 4);
     *pack = (double)m * (double)nn * (double)kk < TJ__SGEMM_SMALL ? 0 : n->pack_slots * tj__gemm_pack_bytes();
-    *apk = tj__cdot_coop(n, d, G, 0, &lo, &hi) ? tj__cdot_prepack(n, d) : 0;
-    *pack += *apk * d->Bn * (d->where == 3 ? 1 : G);
 }
 /* the same for a node of the plan (local types from its global ones) */
 static void tj__cdot_plan_ws(const tj_node *n, int64_t *staging, int64_t *pack) {
     tj_ctx *c = n->g->ctx;
     tj__type at = tj__local(c, &n->in[0]->t), bt = tj__local(c, &n->in[1]->t), ot = tj__local(c, &n->t);
     tj__cdot_dims d;
-    int64_t apk;
     tj__cdot_shape(n->op, &n->a, &at, &bt, &ot, tj__mesh_count(c, n->a.mesh), &d);
-    tj__cdot_ws(n, &d, staging, pack, &apk);
+    tj__cdot_ws(n, &d, staging, pack);
 }
 static int64_t tj__cdot_scratch(const tj_node *n) {
     int64_t staging, pack;
@@ -13323,7 +13267,7 @@ static void tj__pr_cdot(const tj_node *n, FILE *f) {
    pa, pb, po with every rank's; phase 1 waits until every rank is done
    reading and writing. Nonzero (and k->err) on a timeout or a broken
    transport. */
-static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **pb, void **po, const char *my_apk, const char **apk) {
+static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **pb, void **po) {
     tj_ctx *c = k->ctx;
     tj__chandle *h = (tj__chandle *)tj__group_find(c, k->n->a.mesh, k->dev);
     char e[600], mb[64];
@@ -13337,7 +13281,6 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **p
             h->g->slot[h->rank].send = k->in[0];
             h->g->slot[h->rank].recv = (void *)k->in[1];
             h->g->slot[h->rank].out = k->out;
-            h->g->slot[h->rank].apk = my_apk;
         }
         rc = tj__cg_barrier(h->g, e, sizeof e);
         if (!rc && phase == 0)
@@ -13345,7 +13288,6 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **p
                 pa[m] = h->g->slot[m].send;
                 pb[m] = h->g->slot[m].recv;
                 po[m] = h->g->slot[m].out;
-                apk[m] = h->g->slot[m].apk;
             }
         c->procs->us[k->dev] += tj__now_us() - t0;
     }
@@ -13354,51 +13296,22 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **p
                  k->n->name ? k->n->name : "?", tj__base(k->n->file), k->n->line, k->dev, e);
     return rc;
 }
-/* rank j's a (k block j where b is gathered along k) at batch bi */
-static const char *tj__cdot_a(const tj_node *n, const tj__cdot_dims *d, const void *a, int64_t bi, int j) {
-    int64_t kk = d->Kb;
-    return (const char *)a + (size_t)(bi * d->Ma * d->Ka + (d->where == 2 ? (n->a.trans_a ? j * kk * d->Ma : j * kk) : 0)) * tj_dtype_size(n->t.dt);
-}
-/* where my a packed for the group goes (the last of the pack buffers), or
-   NULL (tj__cdot_prepack) */
-static char *tj__cdot_apk(tj__kern *k, const tj__cdot_dims *d, int64_t *apk) {
-    int64_t staging, pack;
-    tj__cdot_ws(k->n, d, &staging, &pack, apk);
-    return *apk && k->scratch ? (char *)k->scratch + staging + pack - *apk * d->Bn * (d->where == 3 ? 1 : tj__mesh_count(k->ctx, k->n->a.mesh)) : NULL;
-}
-/* before the group meets: my a packed, every batch and block of k, for
-   every rank's columns (tj__cdot_cols); NULL if it is not done */
-static const char *tj__cdot_pack_own(tj__kern *k, const tj__cdot_dims *d, int G) {
-    tj_node *n = k->n;
-    int64_t apk, bi;
-    int j, J = d->where == 3 ? 1 : G;
-    char *dst = tj__cdot_apk(k, d, &apk);
-    for (bi = 0; dst && bi < d->Bn; bi++)
-        for (j = 0; j < J; j++)
-            tj__gemm_pack_a_all(k->ot.dt == TJ_BF16, n->a.trans_a, tj__cdot_a(n, d, k->in[0], bi, j), (int)(n->a.trans_a ? d->Ma : d->Ka), (int)d->Mo,
-                                (int)d->Kb, dst + (bi * J + j) * apk);
-    return dst;
-}
 /* rank me's columns [lo, hi) of every rank's product (tj__cdot_coop): one
    product per gathered block of b (one, the own block, when b is gathered
-   along n), its block of b packed once for the G ranks' rows of a (pk: those
-   rows packed by their ranks, or NULL) */
+   along n), its block of b packed once for the G ranks' rows of a */
 static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo, int64_t hi, const void *const *pa,
-                          const void *const *pb, void *const *po, const char *const *pk) {
+                          const void *const *pb, void *const *po) {
     tj_node *n = k->n;
     int ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16, e, j, J = d->where == 3 ? 1 : G;
     int64_t w = hi - lo, kk = d->Kb, bi, r, ldc = bf16 ? w : d->No;
     int64_t lda = ta ? d->Ma : d->Ka, ldb = tb ? d->Kb : d->Nb;
     size_t es = tj_dtype_size(k->ot.dt);
     const void *A[TJ_MAXDEV];
-    const char *Apk[TJ_MAXDEV];
     float *C[TJ_MAXDEV];
-    int64_t pack = 0, staging = 0, apk = 0;
+    int64_t pack = 0, staging = 0;
     char *ws = NULL;
-    tj__cdot_ws(n, d, &staging, &pack, &apk);
+    tj__cdot_ws(n, d, &staging, &pack);
     if (k->scratch && pack) ws = (char *)k->scratch + staging;
-    for (e = 0; pk && e < G; e++)
-        if (!pk[e]) pk = NULL; /* somebody did not pack: nobody's packs are read */
     for (bi = 0; bi < d->Bn; bi++) {
         for (e = 0; e < G; e++)
             C[e] = bf16 ? (float *)k->scratch + e * d->Mo * w : (float *)po[e] + bi * d->Mo * d->No + lo;
@@ -13406,12 +13319,9 @@ static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo
             /* k block j (rank j's b) or, gathered along n, my own b whole */
             const char *B = (const char *)(d->where == 3 ? k->in[1] : pb[j]) + (size_t)(bi * d->Kb * d->Nb) * es;
             if (d->where == 2) B += (size_t)(tb ? lo * ldb : lo) * es;
-            for (e = 0; e < G; e++) {
-                A[e] = tj__cdot_a(n, d, pa[e], bi, j);
-                Apk[e] = pk ? pk[e] + (bi * J + j) * apk : NULL;
-            }
-            tj__gemm_segs(bf16, ta, tb, G, (int)d->Mo, (int)w, (int)kk, A, pk ? Apk : NULL, (int)lda, B, (int)ldb, C, (int)ldc, j > 0, k->nthreads, ws,
-                          ws ? n->pack_slots : 0);
+            for (e = 0; e < G; e++)
+                A[e] = (const char *)pa[e] + (size_t)(bi * d->Ma * d->Ka + (d->where == 2 ? (ta ? j * kk * d->Ma : j * kk) : 0)) * es;
+            tj__gemm_segs(bf16, ta, tb, G, (int)d->Mo, (int)w, (int)kk, A, (int)lda, B, (int)ldb, C, (int)ldc, j > 0, k->nthreads, ws, ws ? n->pack_slots : 0);
         }
         if (bf16)
             for (e = 0; e < G; e++)
@@ -13423,11 +13333,11 @@ static void tj__cdot_cols(tj__kern *k, const tj__cdot_dims *d, int G, int64_t lo
 static void tj__cdot_own(tj__kern *k, const tj__cdot_dims *d, int G, int me, const void *const *pa, const void *const *pb) {
     tj_node *n = k->n;
     int ag = n->op == TJ__OP_AG_DOT, w = n->a.index, ta = n->a.trans_a, tb = n->a.trans_b, bf16 = k->ot.dt == TJ_BF16, j, ws_n = 0;
-    int64_t m, nn, kk, bi, staging, pack, apk, lda = ta ? d->Ma : d->Ka, ldb = tb ? d->Kb : d->Nb; /* every rank's operand has the same local shape */
+    int64_t m, nn, kk, bi, staging, pack, lda = ta ? d->Ma : d->Ka, ldb = tb ? d->Kb : d->Nb; /* every rank's operand has the same local shape */
     size_t es = tj_dtype_size(k->ot.dt);
     char *ws = NULL;
     tj__cdot_mnk(n, d, &m, &nn, &kk);
-    tj__cdot_ws(n, d, &staging, &pack, &apk);
+    tj__cdot_ws(n, d, &staging, &pack);
     if (k->scratch && pack) {
         ws = (char *)k->scratch + staging;
         ws_n = n->pack_slots;
@@ -13457,21 +13367,17 @@ static void tj__k_cdot(tj__kern *k) {
     int G = tj__mesh_count(k->ctx, n->a.mesh), me = tj__mesh_rank(k->ctx, k->dev, n->a.mesh);
     int64_t lo, hi;
     const void *pa[TJ_MAXDEV], *pb[TJ_MAXDEV];
-    const char *pk[TJ_MAXDEV], *mine = NULL;
     void *po[TJ_MAXDEV];
     tj__cdot_dims d;
-    int coop;
     tj__cdot_shape(n->op, &n->a, k->it[0], k->it[1], &k->ot, G, &d);
     if (!d.where) { /* the rewrite checked these shapes: a bug if reached, reported rather than run out of bounds */
         if (!k->err[0]) snprintf(k->err, TJ__MSG, "%s at %s:%d: the local shapes do not fit the collective matmul", tj__ops[n->op].name, tj__base(n->file), n->line);
         return;
     }
-    coop = tj__cdot_coop(n, &d, G, me, &lo, &hi);
-    if (coop) mine = tj__cdot_pack_own(k, &d, G);
-    if (tj__cdot_meet(k, 0, pa, pb, po, mine, pk)) return;
-    if (coop) tj__cdot_cols(k, &d, G, lo, hi, pa, pb, po, pk);
+    if (tj__cdot_meet(k, 0, pa, pb, po)) return;
+    if (tj__cdot_coop(n, &d, G, me, &lo, &hi)) tj__cdot_cols(k, &d, G, lo, hi, pa, pb, po);
     else tj__cdot_own(k, &d, G, me, pa, pb);
-    tj__cdot_meet(k, 1, NULL, NULL, NULL, NULL, NULL);
+    tj__cdot_meet(k, 1, NULL, NULL, NULL);
     if (P) { /* counted as the collective it replaces */
         P->ncoll[k->dev]++;
         P->sent[k->dev] += (G - 1) * (n->op == TJ__OP_AG_DOT ? tj__bytes(k->it[n->a.index]) : tj__bytes(&k->ot));

@@ -65,8 +65,8 @@ static const cm_case cases[] = {
     /* the packed matmul (products past TJ__SGEMM_SMALL) on odd k: 37 per device */
     AUTO("fsdp, large enough to pack, 37 of k per device", "batch=256 embed=148", "embed=148 mlp=160", "batch:data embed:data", "embed", 0, NULL, 0, M4),
     AUTO("transposed b gathered along k, packed, 37 per device", "batch=256 embed=148", "mlp=160 embed=148", "batch:data embed:data", "embed", 0, NULL, 0, M4),
-    /* every rank's a packed once for the group (tj__cdot_prepack: two blocks
-       of columns per member, two of k; batches), and a too large for that */
+    /* the column split with two blocks of columns per member and two of k,
+       with 256 rows per rank, and with a batch axis */
     AUTO("fsdp, packed, past one block of columns and of k", "batch=64 embed=600", "embed=600 mlp=2100", "batch:data embed:data", "embed", 0, NULL, 0, M4),
     AUTO("fsdp, packed, 256 rows per rank", "batch=1024 embed=160", "embed=160 mlp=96", "batch:data embed:data", "embed", 0, NULL, 0, M4),
     AUTO("fsdp, packed, past one block of columns, a batch axis", "heads=2 batch=32 embed=600", "heads=2 embed=600 mlp=1100", "batch:data embed:data", "embed", 0,

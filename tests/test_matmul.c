@@ -92,9 +92,8 @@ static void check(int ta, int tb, int M, int N, int K, int pad, int acc, int nth
 
 /* products sharing B (tj__gemm_segs, the collective matmul's): each
    segment equals its own matmul bit for bit (the same sums in the same
-   order, B packed once for all; prepack: each A packed once beforehand,
-   tj__gemm_pack_a_all), in shapes that cross the cache blocks */
-static void check_segs(int bf16, int nseg, int ta, int tb, int M, int N, int K, int acc, int nthreads, int prepack) {
+   order, B packed once for all), in shapes that cross the cache blocks */
+static void check_segs(int bf16, int nseg, int ta, int tb, int M, int N, int K, int acc, int nthreads) {
     unsigned long long *st = &main_rng;
     int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3, s, ok = 1;
     size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc, x;
@@ -118,10 +117,10 @@ static void check_segs(int bf16, int nseg, int ta, int tb, int M, int N, int K, 
         if (bf16) tjt_bgemm(ta, tb, M, N, K, (const uint16_t *)As[s], lda, (const uint16_t *)B, ldb, R + (size_t)s * nc, ldc, acc, nthreads);
         else tjt_sgemm(ta, tb, M, N, K, (const float *)As[s], lda, (const float *)B, ldb, R + (size_t)s * nc, ldc, acc, nthreads);
     }
-    tjt_gemm_segs(bf16, ta, tb, nseg, M, N, K, As, lda, B, ldb, Cs, ldc, acc, nthreads, prepack);
+    tjt_gemm_segs(bf16, ta, tb, nseg, M, N, K, As, lda, B, ldb, Cs, ldc, acc, nthreads);
     ok = memcmp(C, R, nc * sizeof(float) * (size_t)nseg) == 0;
-    TJT_CHECK(ok, "%d products sharing B (%s, ta=%d tb=%d M=%d N=%d K=%d acc=%d, %d threads%s) equal their own matmuls bit for bit",
-              nseg, bf16 ? "bf16" : "f32", ta, tb, M, N, K, acc, nthreads, prepack ? ", As packed first" : "");
+    TJT_CHECK(ok, "%d products sharing B (%s, ta=%d tb=%d M=%d N=%d K=%d acc=%d, %d threads) equal their own matmuls bit for bit",
+              nseg, bf16 ? "bf16" : "f32", ta, tb, M, N, K, acc, nthreads);
     free(A); free(B); free(C); free(R);
 }
 
@@ -224,14 +223,12 @@ int main(void) {
     {
         /* rows, columns and k on both sides of the blocks (MC 280 or 672, NC 512, KC 256 or 512) */
         static const int seg_shapes[][3] = {{64, 288, 768}, {3, 17, 5}, {300, 530, 520}, {64, 1100, 70}, {700, 40, 257}, {65, 192, 3072}, {15, 1030, 1027}};
-        int bf, pre;
+        int bf;
         for (bf = 0; bf < 2; bf++)
             for (s = 0; s < (int)(sizeof(seg_shapes) / sizeof(seg_shapes[0])); s++)
                 for (ta = 0; ta < 2; ta++)
                     for (tb = 0; tb < 2; tb++)
-                        for (pre = 0; pre < 2; pre++)
-                            check_segs(bf, 2 + (s + ta) % 3 * 2, ta, tb, seg_shapes[s][0], seg_shapes[s][1], seg_shapes[s][2], (s + tb) & 1,
-                                       1 + ((s + ta + tb) & 1), pre);
+                        check_segs(bf, 2 + (s + ta) % 3 * 2, ta, tb, seg_shapes[s][0], seg_shapes[s][1], seg_shapes[s][2], (s + tb) & 1, 1 + ((s + ta + tb) & 1));
     }
     /* pool shutdown, restart, then concurrent callers mixing 1 and 2 threads */
     tjt_sgemm_shutdown();

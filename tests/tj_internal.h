@@ -67,7 +67,7 @@ void tjt_sgemm_shutdown(void);
    whether the CPU has vdpbf16ps (asked through cpuid here, separately) */
 void tjt_bgemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc, int acc, int nth);
 /* nseg products sharing B (the collective matmul's): bf16 operands are uint16_t */
-void tjt_gemm_segs(int bf16, int ta, int tb, int nseg, int M, int N, int K, const void *const *As, int lda, const void *B, int ldb, float *const *Cs, int ldc, int acc, int nth, int prepack);
+void tjt_gemm_segs(int bf16, int ta, int tb, int nseg, int M, int N, int K, const void *const *As, int lda, const void *B, int ldb, float *const *Cs, int ldc, int acc, int nth);
 const char *tjt_bgemm_path(void);
 void tjt_bgemm_force_f32(int force);
 /* attention's backward: 1 = dq summed in the dk/dv pass, 2 = in a pass of
@@ -139,17 +139,8 @@ void tjt_bgemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, 
     tj__bgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, nth);
 }
 const char *tjt_bgemm_path(void) { return tj__bgemm_path(); }
-/* prepack: each A packed first (tj__gemm_pack_a_all), as a collective
-   matmul's rank packs its own for the group */
-void tjt_gemm_segs(int bf16, int ta, int tb, int nseg, int M, int N, int K, const void *const *As, int lda, const void *B, int ldb, float *const *Cs, int ldc, int acc, int nth, int prepack) {
-    char *pk[64] = {0};
-    int s;
-    for (s = 0; prepack && s < nseg && s < 64; s++) {
-        pk[s] = (char *)tj__malloc((size_t)tj__gemm_pack_a_all(bf16, ta, NULL, lda, M, K, NULL) + 1);
-        tj__gemm_pack_a_all(bf16, ta, As[s], lda, M, K, pk[s]);
-    }
-    tj__gemm_segs(bf16, ta, tb, nseg, M, N, K, As, prepack ? (const char *const *)pk : NULL, lda, B, ldb, Cs, ldc, acc, nth, NULL, 0);
-    for (s = 0; s < 64; s++) TJ_FREE(pk[s]);
+void tjt_gemm_segs(int bf16, int ta, int tb, int nseg, int M, int N, int K, const void *const *As, int lda, const void *B, int ldb, float *const *Cs, int ldc, int acc, int nth) {
+    tj__gemm_segs(bf16, ta, tb, nseg, M, N, K, As, lda, B, ldb, Cs, ldc, acc, nth, NULL, 0);
 }
 void tjt_bgemm_force_f32(int force) { tj__bgemm_force_f32 = force; }
 void tjt_attn_passes(int n) { tj__attn_passes = n; }
