@@ -13417,9 +13417,18 @@ static tj_status tj__coll_matmul(tj_prog *p) {
         for (j = 0; n->sub && j < n->sub->ncap; j++) n->sub->cap_outer[j]->live++;
     }
     for (i = 0; i < p->nout; i++) p->outs[i]->live++;
+    /* A dot takes one collective: its result's reduce_scatter first, unless
+       an all_gather of an operand it could take instead moves more bytes
+       (sequence parallelism's weight gradient: the activation gathered
+       along pos over model, the gradient scattered over data) */
     for (i = 0; i < g->n; i++) {
         tj_node *n = g->nodes[i], *x;
-        if (n->op == TJ__OP_REDUCE_SCATTER && (x = n->in[0])->op == TJ__OP_DOT && x->live == 1 && tj__cdot_fits(p, x, n, TJ__OP_DOT_RS, 0)) {
+        int64_t ag = 0;
+        if (n->op != TJ__OP_REDUCE_SCATTER || (x = n->in[0])->op != TJ__OP_DOT || x->live != 1 || !tj__cdot_fits(p, x, n, TJ__OP_DOT_RS, 0)) continue;
+        for (w = 0; w < 2; w++)
+            if (x->in[w]->op == TJ__OP_ALL_GATHER && tj__cdot_fits(p, x, x->in[w], TJ__OP_AG_DOT, w) && tj__bytes(&x->in[w]->t) > ag) ag = tj__bytes(&x->in[w]->t);
+        if (tj__bytes(&x->t) < ag) continue;
+        {
             tj_node **in = (tj_node **)TJ_REALLOC(n->in, 2 * sizeof *in);
             tj__attr a = x->a;
             if (!in) {
@@ -13436,8 +13445,10 @@ static tj_status tj__coll_matmul(tj_prog *p) {
             n->a = a;
             n->op = TJ__OP_DOT_RS;
             x->live = 0;
-            continue;
         }
+    }
+    for (i = 0; i < g->n; i++) {
+        tj_node *n = g->nodes[i], *x;
         for (w = 0; n->op == TJ__OP_DOT && w < 2; w++)
             if ((x = n->in[w])->op == TJ__OP_ALL_GATHER && tj__cdot_fits(p, n, x, TJ__OP_AG_DOT, w)) {
                 x->live--;

@@ -35,15 +35,22 @@ typedef struct {
     const char *cmesh, *caxis, *psum;
     int extra;             /* the gathered w is also read by a non-dot */
     int fires;
+    /* op 'g': x gathered as by 'x', and the product then psum_scattered
+       along saxis over smesh; the dot can take one of the two, the one
+       that moves more bytes: want 'a' (the gather) or 's' (the scatter) */
+    const char *smesh, *saxis;
+    char want;
 } cm_case;
 
 enum { M2 = 1, M4 = 2, M42 = 4, M8 = 8, M24 = 16, M22 = 32 };
 static const struct { int ndev; const char *mesh; } meshes[] = {{2, "data=2"},  {4, "data=4"},        {8, "data=4 model=2"},
                                                                 {8, "data=8"}, {8, "data=2 model=4"}, {4, "data=2 model=2"}};
 #define NMESH ((int)(sizeof meshes / sizeof meshes[0]))
-#define AUTO(name, x, w, spec, contract, w_first, x_rules, scan, m) {name, x, w, spec, contract, w_first, x_rules, scan, m, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, 1}
+#define AUTO(name, x, w, spec, contract, w_first, x_rules, scan, m) {name, x, w, spec, contract, w_first, x_rules, scan, m, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, 1, NULL, NULL, 0}
 #define SMAP(name, x, w, contract, m, sx, sw, so, op, cmesh, caxis, psum, extra, fires) \
-    {name, x, w, NULL, contract, 0, NULL, 0, m, sx, sw, so, op, cmesh, caxis, psum, extra, fires}
+    {name, x, w, NULL, contract, 0, NULL, 0, m, sx, sw, so, op, cmesh, caxis, psum, extra, fires, NULL, NULL, 0}
+#define SMAP2(name, x, w, contract, m, sx, sw, so, cmesh, caxis, smesh, saxis, want) \
+    {name, x, w, NULL, contract, 0, NULL, 0, m, sx, sw, so, 'g', cmesh, caxis, NULL, 0, 1, smesh, saxis, want}
 
 static const cm_case cases[] = {
     AUTO("fsdp: b gathered along k, its gradient scattered along rows", "batch=8 embed=16", "embed=16 mlp=12", "batch:data embed:data", "embed", 0, NULL, 0, M4 | M42),
@@ -90,6 +97,12 @@ static const cm_case cases[] = {
          "heads:model hd:data", "batch:data heads:model", 'w', "data", "hd", NULL, 0, 1),
     SMAP("shard_map: gathered along a batch axis (not eligible)", "heads=2 batch=8 embed=8", "heads=2 embed=8 mlp=4", "embed", M2, "", "heads:data", "",
          'w', "data", "heads", NULL, 0, 0),
+    /* sequence parallelism's weight gradient: the activation gathered along
+       pos over model, the product (the gradient) scattered over data */
+    SMAP2("shard_map: x gathered along k and the product scattered, the product larger", "batch=2 pos=8 embed=32", "batch=2 pos=8 mlp=64",
+          "batch pos", M22 | M24, "batch:data pos:model", "batch:data mlp:model", "embed:data mlp:model", "model", "pos", "data", "embed", 's'),
+    SMAP2("shard_map: x gathered along k and the product scattered, x larger", "batch=2 pos=32 embed=8", "batch=2 pos=32 mlp=8", "batch pos",
+          M22 | M24, "batch:data pos:model", "batch:data mlp:model", "embed:data mlp:model", "model", "pos", "data", "embed", 'a'),
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -112,10 +125,11 @@ static void cm_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_
 static void cm_smap_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     tj_v x = in[0], w = in[1], y;
     (void)g; (void)u;
-    if (cur->op == 'x' || cur->op == 'b') x = tj_all_gather(x, cur->cmesh, cur->caxis);
+    if (cur->op == 'x' || cur->op == 'b' || cur->op == 'g') x = tj_all_gather(x, cur->cmesh, cur->caxis);
     if (cur->op == 'w' || cur->op == 'b') w = tj_all_gather(w, cur->cmesh, cur->caxis);
     y = cm_dot(x, w);
     if (cur->op == 's') y = tj_psum_scatter(y, cur->cmesh, cur->caxis);
+    if (cur->op == 'g') y = tj_psum_scatter(y, cur->smesh, cur->saxis);
     if (cur->psum) y = tj_psum(y, cur->psum);
     out[0] = y;
 }
@@ -150,6 +164,7 @@ typedef struct {
     tjt_outs o;
     tj_collective col[64];
     int ncol, in_dot, fwd_in_dot; /* rows run inside a dot (fwd: outside the gradient) */
+    int fwd_ag_in_dot, fwd_rs_in_dot; /* of those forward rows: gathers, scatters */
     int64_t peak, pack; /* the memory plan: peak, and the matmul pack buffers in it */
     int has_ag_dot, has_dot_rs; /* in the program text */
     int backend;                /* the context has one (TJ_BACKEND=devsim): no rewrite */
@@ -188,6 +203,8 @@ static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int
         for (i = 0; i < r->ncol && i < 64; i++) {
             r->in_dot += r->col[i].in_dot;
             r->fwd_in_dot += r->col[i].in_dot && !r->col[i].backward;
+            r->fwd_ag_in_dot += r->col[i].in_dot && !r->col[i].backward && strstr(r->col[i].kind, "gather");
+            r->fwd_rs_in_dot += r->col[i].in_dot && !r->col[i].backward && strstr(r->col[i].kind, "scatter");
         }
         r->peak = tj_prog_memory(p).peak_bytes;
         r->pack = tj_prog_memory(p).pack_bytes;
@@ -259,6 +276,10 @@ int main(void) {
                     TJT_CHECK(!on.in_dot && !on.has_ag_dot && !on.has_dot_rs, "%s: a collective ran inside its dot on a backend", what);
                 else if (cases[ci].fires) TJT_CHECK(on.in_dot > 0 && (on.has_ag_dot || on.has_dot_rs) && (!cases[ci].sx || on.fwd_in_dot > 0), "%s: no collective ran inside its dot", what);
                 else TJT_CHECK(!on.fwd_in_dot, "%s: the forward dot took a collective it cannot run", what);
+                if (cases[ci].want && !on.backend)
+                    TJT_CHECK(cases[ci].want == 'a' ? on.fwd_ag_in_dot == 1 && !on.fwd_rs_in_dot : on.fwd_rs_in_dot == 1 && !on.fwd_ag_in_dot,
+                              "%s: the forward dot should take the %s, the larger (it took %d gathers, %d scatters)", what, cases[ci].want == 'a' ? "gather" : "scatter",
+                              on.fwd_ag_in_dot, on.fwd_rs_in_dot);
                 TJT_CHECK(!off.in_dot && !off.has_ag_dot && !off.has_dot_rs, "%s: tj_set_collective_matmul(ctx, 0) did not turn it off", what);
                 TJT_CHECK(same_collectives(&off, &on), "%s: the collectives reported differ (%d without, %d with)", what, off.ncol, on.ncol);
                 /* a matmul big enough to pack holds its pack buffers in the node's
