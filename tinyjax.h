@@ -13417,10 +13417,12 @@ static tj_status tj__coll_matmul(tj_prog *p) {
         for (j = 0; n->sub && j < n->sub->ncap; j++) n->sub->cap_outer[j]->live++;
     }
     for (i = 0; i < p->nout; i++) p->outs[i]->live++;
-    /* A dot takes one collective: its result's reduce_scatter first, unless
-       an all_gather of an operand it could take instead moves more bytes
-       (sequence parallelism's weight gradient: the activation gathered
-       along pos over model, the gradient scattered over data) */
+    /* A dot takes one collective, the one that moves the most bytes: its
+       result's reduce_scatter unless an all_gather of an operand it could
+       take instead is larger (sequence parallelism's weight gradient: the
+       activation gathered along pos over model, the gradient scattered
+       over data), else the larger gathered operand (its forward: the
+       activation gathered along pos, the weight over data) */
     for (i = 0; i < g->n; i++) {
         tj_node *n = g->nodes[i], *x;
         int64_t ag = 0;
@@ -13447,21 +13449,25 @@ static tj_status tj__coll_matmul(tj_prog *p) {
             x->live = 0;
         }
     }
-    for (i = 0; i < g->n; i++) {
+    for (i = 0; i < g->n; i++) { /* the rest: the larger of two gathered operands */
         tj_node *n = g->nodes[i], *x;
+        int best = -1;
         for (w = 0; n->op == TJ__OP_DOT && w < 2; w++)
-            if ((x = n->in[w])->op == TJ__OP_ALL_GATHER && tj__cdot_fits(p, n, x, TJ__OP_AG_DOT, w)) {
-                x->live--;
-                if (!n->name && x->name && !(n->name = tj__strdup(x->name))) {
-                    tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory", p->name);
-                    return TJ_ERR_OOM;
-                }
-                n->in[w] = x->in[0];
-                n->a.index = w;
-                n->a.axis = x->a.axis;
-                n->a.mesh = x->a.mesh;
-                n->op = TJ__OP_AG_DOT;
-            }
+            if (n->in[w]->op == TJ__OP_ALL_GATHER && tj__cdot_fits(p, n, n->in[w], TJ__OP_AG_DOT, w) &&
+                (best < 0 || tj__bytes(&n->in[w]->t) > tj__bytes(&n->in[best]->t)))
+                best = w;
+        if (best < 0) continue;
+        x = n->in[best];
+        x->live--;
+        if (!n->name && x->name && !(n->name = tj__strdup(x->name))) {
+            tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory", p->name);
+            return TJ_ERR_OOM;
+        }
+        n->in[best] = x->in[0];
+        n->a.index = best;
+        n->a.axis = x->a.axis;
+        n->a.mesh = x->a.mesh;
+        n->op = TJ__OP_AG_DOT;
     }
     return TJ_OK;
 }

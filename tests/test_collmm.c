@@ -36,8 +36,10 @@ typedef struct {
     int extra;             /* the gathered w is also read by a non-dot */
     int fires;
     /* op 'g': x gathered as by 'x', and the product then psum_scattered
-       along saxis over smesh; the dot can take one of the two, the one
-       that moves more bytes: want 'a' (the gather) or 's' (the scatter) */
+       along saxis over smesh; op 'h': x gathered as by 'x', w along saxis
+       over smesh. The dot can take one of the two collectives, the one
+       that moves more bytes: want 'a' (the gather) or 's' (the scatter);
+       'x' or 'w' (which operand's gather) */
     const char *smesh, *saxis;
     char want;
 } cm_case;
@@ -51,6 +53,8 @@ static const struct { int ndev; const char *mesh; } meshes[] = {{2, "data=2"},  
     {name, x, w, NULL, contract, 0, NULL, 0, m, sx, sw, so, op, cmesh, caxis, psum, extra, fires, NULL, NULL, 0}
 #define SMAP2(name, x, w, contract, m, sx, sw, so, cmesh, caxis, smesh, saxis, want) \
     {name, x, w, NULL, contract, 0, NULL, 0, m, sx, sw, so, 'g', cmesh, caxis, NULL, 0, 1, smesh, saxis, want}
+#define SMAP3(name, x, w, contract, m, sx, sw, so, cmesh, caxis, smesh, saxis, want) \
+    {name, x, w, NULL, contract, 0, NULL, 0, m, sx, sw, so, 'h', cmesh, caxis, NULL, 0, 1, smesh, saxis, want}
 
 static const cm_case cases[] = {
     AUTO("fsdp: b gathered along k, its gradient scattered along rows", "batch=8 embed=16", "embed=16 mlp=12", "batch:data embed:data", "embed", 0, NULL, 0, M4 | M42),
@@ -103,6 +107,12 @@ static const cm_case cases[] = {
           "batch pos", M22 | M24, "batch:data pos:model", "batch:data mlp:model", "embed:data mlp:model", "model", "pos", "data", "embed", 's'),
     SMAP2("shard_map: x gathered along k and the product scattered, x larger", "batch=2 pos=32 embed=8", "batch=2 pos=32 mlp=8", "batch pos",
           M22 | M24, "batch:data pos:model", "batch:data mlp:model", "embed:data mlp:model", "model", "pos", "data", "embed", 'a'),
+    /* and its forward: the activation gathered along pos over model, the
+       weight along embed over data */
+    SMAP3("shard_map: x gathered along rows, w along k, w larger", "batch=2 pos=8 embed=8", "embed=8 mlp=64", "embed", M22 | M24, "batch:data pos:model",
+          "embed:data mlp:model", "batch:data mlp:model", "model", "pos", "data", "embed", 'w'),
+    SMAP3("shard_map: x gathered along rows, w along k, x larger", "batch=2 pos=64 embed=8", "embed=8 mlp=8", "embed", M22 | M24, "batch:data pos:model",
+          "embed:data mlp:model", "batch:data mlp:model", "model", "pos", "data", "embed", 'x'),
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -125,7 +135,8 @@ static void cm_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_
 static void cm_smap_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     tj_v x = in[0], w = in[1], y;
     (void)g; (void)u;
-    if (cur->op == 'x' || cur->op == 'b' || cur->op == 'g') x = tj_all_gather(x, cur->cmesh, cur->caxis);
+    if (cur->op == 'x' || cur->op == 'b' || cur->op == 'g' || cur->op == 'h') x = tj_all_gather(x, cur->cmesh, cur->caxis);
+    if (cur->op == 'h') w = tj_all_gather(w, cur->smesh, cur->saxis);
     if (cur->op == 'w' || cur->op == 'b') w = tj_all_gather(w, cur->cmesh, cur->caxis);
     y = cm_dot(x, w);
     if (cur->op == 's') y = tj_psum_scatter(y, cur->cmesh, cur->caxis);
@@ -165,6 +176,7 @@ typedef struct {
     tj_collective col[64];
     int ncol, in_dot, fwd_in_dot; /* rows run inside a dot (fwd: outside the gradient) */
     int fwd_ag_in_dot, fwd_rs_in_dot; /* of those forward rows: gathers, scatters */
+    char fwd_in_dot_axes[64];         /* and the mesh axes of the last one */
     int64_t peak, pack; /* the memory plan: peak, and the matmul pack buffers in it */
     int has_ag_dot, has_dot_rs; /* in the program text */
     int backend;                /* the context has one (TJ_BACKEND=devsim): no rewrite */
@@ -205,6 +217,7 @@ static int cm_run(const cm_case *c, int ndev, const char *mesh, tj_dtype dt, int
             r->fwd_in_dot += r->col[i].in_dot && !r->col[i].backward;
             r->fwd_ag_in_dot += r->col[i].in_dot && !r->col[i].backward && strstr(r->col[i].kind, "gather");
             r->fwd_rs_in_dot += r->col[i].in_dot && !r->col[i].backward && strstr(r->col[i].kind, "scatter");
+            if (r->col[i].in_dot && !r->col[i].backward) snprintf(r->fwd_in_dot_axes, sizeof r->fwd_in_dot_axes, "%s", r->col[i].axes);
         }
         r->peak = tj_prog_memory(p).peak_bytes;
         r->pack = tj_prog_memory(p).pack_bytes;
@@ -276,7 +289,11 @@ int main(void) {
                     TJT_CHECK(!on.in_dot && !on.has_ag_dot && !on.has_dot_rs, "%s: a collective ran inside its dot on a backend", what);
                 else if (cases[ci].fires) TJT_CHECK(on.in_dot > 0 && (on.has_ag_dot || on.has_dot_rs) && (!cases[ci].sx || on.fwd_in_dot > 0), "%s: no collective ran inside its dot", what);
                 else TJT_CHECK(!on.fwd_in_dot, "%s: the forward dot took a collective it cannot run", what);
-                if (cases[ci].want && !on.backend)
+                if ((cases[ci].want == 'x' || cases[ci].want == 'w') && !on.backend)
+                    TJT_CHECK(on.fwd_ag_in_dot == 1 && !strcmp(on.fwd_in_dot_axes, cases[ci].want == 'x' ? cases[ci].cmesh : cases[ci].smesh),
+                              "%s: the forward dot should take the gather of %s, the larger (it took %d gathers, the last over %s)", what,
+                              cases[ci].want == 'x' ? "x" : "w", on.fwd_ag_in_dot, on.fwd_in_dot_axes);
+                else if (cases[ci].want && !on.backend)
                     TJT_CHECK(cases[ci].want == 'a' ? on.fwd_ag_in_dot == 1 && !on.fwd_rs_in_dot : on.fwd_rs_in_dot == 1 && !on.fwd_ag_in_dot,
                               "%s: the forward dot should take the %s, the larger (it took %d gathers, %d scatters)", what, cases[ci].want == 'a' ? "gather" : "scatter",
                               on.fwd_ag_in_dot, on.fwd_rs_in_dot);
