@@ -3933,10 +3933,10 @@ static int tj__in_order(const int *ord, int n) {
    split into one axis per mesh axis and the block, transposed, merged. */
 static tj_node *tj__reorder(const char *f, int l, tj_node *x, int axis, const int *ord, int n, int to_mesh) {
     tj_ctx *c;
-    char into[256], order[512], grp[256];
+    char into[256], grp[256], *order;
     int i, k, G = 1, sorted[TJ__MAXMESH], src[TJ__MAXMESH], dst[TJ__MAXMESH];
     int64_t d;
-    size_t w;
+    size_t w, cap;
     if (!x || tj__in_order(ord, n)) return x;
     c = x->g->ctx;
     if ((k = tj__axis_index(&x->t, axis)) < 0) return x;
@@ -3953,11 +3953,15 @@ static tj_node *tj__reorder(const char *f, int l, tj_node *x, int axis, const in
     snprintf(into + w, sizeof into - w, "_mb=%lld", (long long)(d / G));
     for (i = 0, w = 0; i < n; i++) w += (size_t)snprintf(grp + w, sizeof grp - w, "_mo%d ", dst[i]);
     snprintf(grp + w, sizeof grp - w, "_mb");
-    for (i = 0, w = 0; i < x->t.rank; i++) {
-        w += (size_t)snprintf(order + w, sizeof order - w, "%s%s", w ? " " : "", i == k ? grp : tj__name(c, x->t.ax[i]));
+    for (i = 0, cap = strlen(grp) + 1; i < x->t.rank; i++) cap += strlen(tj__name(c, x->t.ax[i])) + 1; /* (axis names of any length) */
+    if (!(order = (char *)tj__malloc(cap))) {
+        tj__err(c, TJ_ERR_OOM, f, l, "out of memory");
+        return NULL;
     }
+    for (i = 0, w = 0; i < x->t.rank; i++) w += (size_t)snprintf(order + w, cap - w, "%s%s", w ? " " : "", i == k ? grp : tj__name(c, x->t.ax[i]));
     x = tj_split_at(f, l, x, tj__name(c, axis), into);
     x = x ? tj_transpose_at(f, l, x, order) : NULL;
+    TJ_FREE(order);
     return x ? tj_merge_at(f, l, x, grp, tj__name(c, axis)) : NULL;
 }
 /* A shard_map spec's tuples listed out of mesh order: renumber the blocks
