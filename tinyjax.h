@@ -3908,13 +3908,13 @@ static int tj__mesh_mask(tj_ctx *c, const char *axes, const char *what, const ch
    other (tj__reorder). ppermute's pairs stay mesh-order ranks: JAX 0.10.2
    numbers them so too (("model", "data") on a data=2 model=3 mesh: rank 1
    is the device data=0 model=1, whose axis_index is 2). */
-static int tj__mesh_order(tj_ctx *c, const char *axes, int *ord) {
+static int tj__mesh_order_n(tj_ctx *c, const char *axes, size_t len, int *ord) {
     int n = 0, j;
-    const char *s = axes ? axes : "";
-    while (*s && n < TJ__MAXMESH) {
+    const char *s = axes ? axes : "", *end = s + len;
+    while (s < end && n < TJ__MAXMESH) {
         const char *e;
         if (*s == ' ' || *s == '+' || *s == ',' || *s == '\t') { s++; continue; }
-        for (e = s; *e && tj__isname(*e); e++) {}
+        for (e = s; e < end && tj__isname(*e); e++) {}
         if (e == s) break;
         for (j = 0; j < c->nmesh; j++)
             if (strlen(tj__name(c, c->mesh_ax[j])) == (size_t)(e - s) && !strncmp(tj__name(c, c->mesh_ax[j]), s, (size_t)(e - s))) ord[n++] = j;
@@ -3922,6 +3922,7 @@ static int tj__mesh_order(tj_ctx *c, const char *axes, int *ord) {
     }
     return n;
 }
+static int tj__mesh_order(tj_ctx *c, const char *axes, int *ord) { return tj__mesh_order_n(c, axes, axes ? strlen(axes) : 0, ord); }
 static int tj__in_order(const int *ord, int n) {
     int i;
     for (i = 1; i < n; i++) if (ord[i] < ord[i - 1]) return 0;
@@ -3933,8 +3934,8 @@ static int tj__in_order(const int *ord, int n) {
    split into one axis per mesh axis and the block, transposed, merged. */
 static tj_node *tj__reorder(const char *f, int l, tj_node *x, int axis, const int *ord, int n, int to_mesh) {
     tj_ctx *c;
-    char into[256], grp[256], *order;
-    int i, k, G = 1, sorted[TJ__MAXMESH], src[TJ__MAXMESH], dst[TJ__MAXMESH];
+    char into[256], grp[256], tag[16], *order;
+    int i, k, sfx, G = 1, sorted[TJ__MAXMESH], src[TJ__MAXMESH], dst[TJ__MAXMESH];
     int64_t d;
     size_t w, cap;
     if (!x || tj__in_order(ord, n)) return x;
@@ -3949,10 +3950,24 @@ static tj_node *tj__reorder(const char *f, int l, tj_node *x, int axis, const in
         sorted[j] = v;
     }
     for (i = 0; i < n; i++) src[i] = to_mesh ? ord[i] : sorted[i], dst[i] = to_mesh ? sorted[i] : ord[i];
-    for (i = 0, w = 0; i < n; i++) w += (size_t)snprintf(into + w, sizeof into - w, "_mo%d=%d ", src[i], c->mesh_size[src[i]]);
-    snprintf(into + w, sizeof into - w, "_mb=%lld", (long long)(d / G));
-    for (i = 0, w = 0; i < n; i++) w += (size_t)snprintf(grp + w, sizeof grp - w, "_mo%d ", dst[i]);
-    snprintf(grp + w, sizeof grp - w, "_mb");
+    /* the helper axes' names: _mo<j> per mesh axis j and _mb, with a suffix
+       where x already has an axis of such a name */
+    for (sfx = 0;; sfx++) {
+        char nm[48];
+        int hit = 0, j, id;
+        snprintf(tag, sizeof tag, sfx ? "_%d" : "", sfx);
+        for (j = 0; j <= n && !hit; j++) {
+            if (j < n) snprintf(nm, sizeof nm, "_mo%d%s", ord[j], tag);
+            else snprintf(nm, sizeof nm, "_mb%s", tag);
+            if ((id = tj__intern_at(c, nm, strlen(nm), "shard_map", f, l)) < 0) return NULL;
+            hit = tj__axis_index(&x->t, id) >= 0;
+        }
+        if (!hit) break;
+    }
+    for (i = 0, w = 0; i < n; i++) w += (size_t)snprintf(into + w, sizeof into - w, "_mo%d%s=%d ", src[i], tag, c->mesh_size[src[i]]);
+    snprintf(into + w, sizeof into - w, "_mb%s=%lld", tag, (long long)(d / G));
+    for (i = 0, w = 0; i < n; i++) w += (size_t)snprintf(grp + w, sizeof grp - w, "_mo%d%s ", dst[i], tag);
+    snprintf(grp + w, sizeof grp - w, "_mb%s", tag);
     for (i = 0, cap = strlen(grp) + 1; i < x->t.rank; i++) cap += strlen(tj__name(c, x->t.ax[i])) + 1; /* (axis names of any length) */
     if (!(order = (char *)tj__malloc(cap))) {
         tj__err(c, TJ_ERR_OOM, f, l, "out of memory");
@@ -3970,16 +3985,14 @@ static tj_node *tj__spec_reorder(const char *f, int l, tj_node *x, const char *s
     const char *s = spec ? spec : "";
     while (x && *s) {
         const char *b, *e;
-        char list[128];
         int ord[TJ__MAXMESH], n, id;
         if (*s == ' ' || *s == ',' || *s == '\t') { s++; continue; }
         for (b = s; *s && *s != ':' && *s != ' ' && *s != ','; s++) {}
         if (*s != ':') continue;
         id = tj__intern(x->g->ctx, b, (size_t)(s - b));
         for (e = ++s; *e && *e != ' ' && *e != ','; e++) {}
-        snprintf(list, sizeof list, "%.*s", (int)(e - s), s);
+        n = tj__mesh_order_n(x->g->ctx, s, (size_t)(e - s), ord); /* (mesh axis names of any length) */
         s = e;
-        n = tj__mesh_order(x->g->ctx, list, ord);
         if (n > 1 && !tj__in_order(ord, n)) x = tj__reorder(f, l, x, id, ord, n, to_mesh);
     }
     return x;

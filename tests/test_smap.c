@@ -802,6 +802,66 @@ static void test_axis_order(void) {
     }
 }
 
+/* The same renumbering where x has axes named as the helper axes of the
+   renumbering ("_mb", "_mo0": the split failed, "is already an axis"), and
+   with mesh axis names of over 64 characters (a spec tuple longer than 127
+   characters was cut short and silently left in mesh order) */
+typedef struct { const char *ord, *spec; } order_names_cfg;
+static void order_names_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const order_names_cfg *c = (const order_names_cfg *)u;
+    out[0] = tj_all_gather(in[0], c->ord, "batch");
+    out[1] = tj_add(in[0], tj_muls(tj_cast(tj_axis_index(g, c->ord), TJ_F64), 1000));
+}
+static void order_names_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const order_names_cfg *c = (const order_names_cfg *)u;
+    tj_v x = tj_tree_v(in, "x"), o[2];
+    const char *is[1], *os[2];
+    char spec[300];
+    (void)g;
+    snprintf(spec, sizeof spec, "batch:%s", c->spec);
+    is[0] = spec, os[0] = "", os[1] = spec;
+    if (tj_shard_map(order_names_body, u, 1, &x, is, 2, o, os, 0)) return;
+    tj_tree_set_v(out, "g", o[0]);
+    tj_tree_set_v(out, "o", o[1]);
+}
+static void test_axis_order_names(void) {
+    static const char *xn[3] = {"_mb", "_mo0", "_mo1"};
+    char la[80], lb[80], mesh[200], ord[200], spec[200];
+    int t, i;
+    tjt_current = "mesh axes out of mesh order: odd names";
+    memset(la, 'a', 70), la[70] = 0;
+    memset(lb, 'b', 70), lb[70] = 0;
+    for (t = 0; t < 4; t++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        double x[16], o[16];
+        char shape[64];
+        order_names_cfg c;
+        tj_prog *p;
+        for (i = 0; i < 16; i++) x[i] = i;
+        if (t < 3) snprintf(mesh, sizeof mesh, "data=2 model=2"), snprintf(ord, sizeof ord, "model data"), snprintf(spec, sizeof spec, "model+data");
+        else snprintf(mesh, sizeof mesh, "%s=2 %s=2", la, lb), snprintf(ord, sizeof ord, "%s %s", lb, la), snprintf(spec, sizeof spec, "%s+%s", lb, la);
+        snprintf(shape, sizeof shape, "batch=8 %s=2", t < 3 ? xn[t] : "e");
+        c.ord = ord, c.spec = spec;
+        tj_set_devices(ctx, 4);
+        tj_set_mesh(ctx, mesh);
+        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, shape, x));
+        p = tj_jit(ctx, "order_names", order_names_fn, &c, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "x of %s, spec %.20s..: runs: %s", shape, spec, tj_error(ctx));
+        if (p && tj_status_of(ctx) == TJ_OK) {
+            tj_array_read(tj_tree_array(out, "g"), TJ_F64, o);
+            for (i = 0; i < 16; i++) TJT_CHECK(o[i] == x[i], "x of %s: all_gather in the spec's order: [%d] = %g, want %g", shape, i, o[i], x[i]);
+            tj_array_read(tj_tree_array(out, "o"), TJ_F64, o);
+            for (i = 0; i < 16; i++) TJT_CHECK(o[i] == x[i] + 1000 * (i / 4), "x of %s: axis_index in the spec's order: [%d] = %g, want %g", shape, i, o[i], x[i] + 1000 * (i / 4));
+        }
+        tj_clear_error(ctx);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+    }
+}
+
 /* pmax over a group where a device other than rank 0 holds a NaN: NaN, as
    jnp.max gives (the rank-ordered max kept the other ranks' maximum: a NaN
    counted only on rank 0; jax_diff seed 124057) */
@@ -864,6 +924,7 @@ int main(void) {
     test_custom();
     test_errors();
     test_axis_order();
+    test_axis_order_names();
     test_pmax_nan();
     return tjt_finish();
 }
