@@ -818,6 +818,7 @@ class Gen:
                 return self.emit("merge", [x], dt, sh[:i] + [(n, sh[i][1] * sh[i + 1][1])] + sh[i + 2:], axes="%s %s" % (sh[i][0], sh[i + 1][0]), into=n)
             if not sh: return None
             i = r.randrange(len(sh)); a, d = sh[i]
+            if d == 0 and s in ("slice", "index"): return None  # (a shard_map block of an odd split can be empty: nothing to slice or index)
             if s == "slice":
                 st = r.randrange(d); sp = r.randint(st + 1, d)
                 return self.emit("slice", [x], dt, sh[:i] + [(a, sp - st)] + sh[i + 1:], axis=a, start=st, stop=sp)
