@@ -13421,6 +13421,12 @@ static int tj__cdot_fits(tj_prog *p, tj_node *n, const tj_node *x, int op, int w
     tj__cdot_shape(op, &a, &at, &bt, &ot, tj__mesh_count(p->ctx, x->a.mesh), &d);
     return d.where != 0;
 }
+/* the bytes a collective over `mesh` moves to each device: (G - 1) / G
+   of its whole buffer (an all_gather's output, a reduce_scatter's input) */
+static int64_t tj__moved(tj_ctx *c, const tj__type *whole, unsigned mesh) {
+    int G = tj__mesh_count(c, mesh);
+    return G > 1 ? tj__bytes(whole) * (G - 1) / G : 0;
+}
 static tj_status tj__coll_matmul(tj_prog *p) {
     tj_graph *g = p->g;
     int i, j, w;
@@ -13434,7 +13440,8 @@ static tj_status tj__coll_matmul(tj_prog *p) {
         for (j = 0; n->sub && j < n->sub->ncap; j++) n->sub->cap_outer[j]->live++;
     }
     for (i = 0; i < p->nout; i++) p->outs[i]->live++;
-    /* A dot takes one collective, the one that moves the most bytes: its
+    /* A dot takes one collective, the one that moves the most bytes
+       (tj__moved: a group of 2 moves half its buffer, of 4 three quarters): its
        result's reduce_scatter unless an all_gather of an operand it could
        take instead is larger (sequence parallelism's weight gradient: the
        activation gathered along pos over model, the gradient scattered
@@ -13445,8 +13452,9 @@ static tj_status tj__coll_matmul(tj_prog *p) {
         int64_t ag = 0;
         if (n->op != TJ__OP_REDUCE_SCATTER || (x = n->in[0])->op != TJ__OP_DOT || x->live != 1 || !tj__cdot_fits(p, x, n, TJ__OP_DOT_RS, 0)) continue;
         for (w = 0; w < 2; w++)
-            if (x->in[w]->op == TJ__OP_ALL_GATHER && tj__cdot_fits(p, x, x->in[w], TJ__OP_AG_DOT, w) && tj__bytes(&x->in[w]->t) > ag) ag = tj__bytes(&x->in[w]->t);
-        if (tj__bytes(&x->t) < ag) continue;
+            if (x->in[w]->op == TJ__OP_ALL_GATHER && tj__cdot_fits(p, x, x->in[w], TJ__OP_AG_DOT, w) && tj__moved(p->ctx, &x->in[w]->t, x->in[w]->a.mesh) > ag)
+                ag = tj__moved(p->ctx, &x->in[w]->t, x->in[w]->a.mesh);
+        if (tj__moved(p->ctx, &x->t, n->a.mesh) < ag) continue;
         {
             tj_node **in = (tj_node **)TJ_REALLOC(n->in, 2 * sizeof *in);
             tj__attr a = x->a;
@@ -13471,7 +13479,7 @@ static tj_status tj__coll_matmul(tj_prog *p) {
         int best = -1;
         for (w = 0; n->op == TJ__OP_DOT && w < 2; w++)
             if (n->in[w]->op == TJ__OP_ALL_GATHER && tj__cdot_fits(p, n, n->in[w], TJ__OP_AG_DOT, w) &&
-                (best < 0 || tj__bytes(&n->in[w]->t) > tj__bytes(&n->in[best]->t)))
+                (best < 0 || tj__moved(p->ctx, &n->in[w]->t, n->in[w]->a.mesh) > tj__moved(p->ctx, &n->in[best]->t, n->in[best]->a.mesh)))
                 best = w;
         if (best < 0) continue;
         x = n->in[best];

@@ -113,6 +113,15 @@ static const cm_case cases[] = {
           "embed:data mlp:model", "batch:data mlp:model", "model", "pos", "data", "embed", 'w'),
     SMAP3("shard_map: x gathered along rows, w along k, x larger", "batch=2 pos=64 embed=8", "embed=8 mlp=8", "embed", M22 | M24, "batch:data pos:model",
           "embed:data mlp:model", "batch:data mlp:model", "model", "pos", "data", "embed", 'x'),
+    /* groups of other sizes: a collective over 4 devices moves 3/4 of its
+       buffer, over 2 a half, so the smaller buffer can move more bytes
+       (the gather over model=4: 96 of 128 elements; the scatter, or the
+       gather of w, over data=2: 80 of 160) */
+    SMAP2("shard_map: x gathered over 4, the product scattered over 2, the product larger but moving less", "batch=2 pos=16 embed=8",
+          "batch=2 pos=16 mlp=80", "batch pos", M24, "batch:data pos:model", "batch:data mlp:model", "embed:data mlp:model", "model", "pos", "data", "embed",
+          'a'),
+    SMAP3("shard_map: x gathered over 4, w over 2, w larger but moving less", "batch=2 pos=16 embed=8", "embed=8 mlp=80", "embed", M24,
+          "batch:data pos:model", "embed:data mlp:model", "batch:data mlp:model", "model", "pos", "data", "embed", 'x'),
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -291,11 +300,11 @@ int main(void) {
                 else TJT_CHECK(!on.fwd_in_dot, "%s: the forward dot took a collective it cannot run", what);
                 if ((cases[ci].want == 'x' || cases[ci].want == 'w') && !on.backend)
                     TJT_CHECK(on.fwd_ag_in_dot == 1 && !strcmp(on.fwd_in_dot_axes, cases[ci].want == 'x' ? cases[ci].cmesh : cases[ci].smesh),
-                              "%s: the forward dot should take the gather of %s, the larger (it took %d gathers, the last over %s)", what,
+                              "%s: the forward dot should take the gather of %s, moving more (it took %d gathers, the last over %s)", what,
                               cases[ci].want == 'x' ? "x" : "w", on.fwd_ag_in_dot, on.fwd_in_dot_axes);
                 else if (cases[ci].want && !on.backend)
                     TJT_CHECK(cases[ci].want == 'a' ? on.fwd_ag_in_dot == 1 && !on.fwd_rs_in_dot : on.fwd_rs_in_dot == 1 && !on.fwd_ag_in_dot,
-                              "%s: the forward dot should take the %s, the larger (it took %d gathers, %d scatters)", what, cases[ci].want == 'a' ? "gather" : "scatter",
+                              "%s: the forward dot should take the %s, moving more (it took %d gathers, %d scatters)", what, cases[ci].want == 'a' ? "gather" : "scatter",
                               on.fwd_ag_in_dot, on.fwd_rs_in_dot);
                 TJT_CHECK(!off.in_dot && !off.has_ag_dot && !off.has_dot_rs, "%s: tj_set_collective_matmul(ctx, 0) did not turn it off", what);
                 TJT_CHECK(same_collectives(&off, &on), "%s: the collectives reported differ (%d without, %d with)", what, off.ncol, on.ncol);
