@@ -11784,6 +11784,7 @@ typedef struct {
     pthread_mutex_t mu;
     int next_tag, tag_ub;
     char broken[512];   /* the first fatal error: later calls fail at once */
+    int isbroken;       /* set once broken is written (tj__ct_failed)      */
 } tj__ct;
 typedef struct tj__cgroup {
     tj__ct *ct;
@@ -11823,7 +11824,30 @@ enum { TJ__AG, TJ__AR, TJ__RS, TJ__A2A, TJ__PERM };
 static void tj__ct_break(tj__ct *ct, const char *msg) {
     pthread_mutex_lock(&ct->mu);
     if (!ct->broken[0]) snprintf(ct->broken, sizeof ct->broken, "%s", msg);
+#if defined(__GNUC__)
+    __atomic_store_n(&ct->isbroken, 1, __ATOMIC_RELEASE);
+#else
+    ct->isbroken = 1;
+#endif
     pthread_mutex_unlock(&ct->mu);
+}
+/* has the transport broken: then nonzero, and err says why (every call
+   checks: a flag read without the lock, the message copied under it, as
+   another device may be writing it) */
+static int tj__ct_failed(tj__ct *ct, char *err, size_t en) {
+#if defined(__GNUC__)
+    if (!__atomic_load_n(&ct->isbroken, __ATOMIC_ACQUIRE)) return 0;
+    pthread_mutex_lock(&ct->mu);
+#else
+    pthread_mutex_lock(&ct->mu);
+    if (!ct->isbroken) {
+        pthread_mutex_unlock(&ct->mu);
+        return 0;
+    }
+#endif
+    snprintf(err, en, "the transport is broken: %s", ct->broken);
+    pthread_mutex_unlock(&ct->mu);
+    return 1;
 }
 static void tj__deadline(struct timespec *ts, double s) {
     double t = tj__now_us() * 1e-6 + s;
@@ -12157,10 +12181,7 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
     size_t in_bytes = kind == TJ__RS || kind == TJ__A2A ? (size_t)G * S : S;
     const void *src[TJ_MAXDEV], *in[TJ_MAXDEV];
     src[0] = send;
-    if (ct->broken[0]) {
-        snprintf(err, en, "the transport is broken: %s", ct->broken);
-        return 1;
-    }
+    if (tj__ct_failed(ct, err, en)) return 1;
     g->slot[me].send = send;
     g->slot[me].recv = recv;
     g->slot[me].to = to;
@@ -12249,10 +12270,7 @@ static int tj__ct_send_recv(tj_transport *t, void *comm, const void *send, int t
 }
 static int tj__ct_proc_allgather(tj_transport *t, const void *send, void *recv, size_t bytes, char *err, size_t en) {
     tj__ct *ct = (tj__ct *)t->state;
-    if (ct->broken[0]) {
-        snprintf(err, en, "the transport is broken: %s", ct->broken);
-        return 1;
-    }
+    if (tj__ct_failed(ct, err, en)) return 1;
     if (!ct->wire) {
         memcpy(recv, send, bytes);
         return 0;
@@ -13292,7 +13310,7 @@ static int tj__cdot_meet(tj__kern *k, int phase, const void **pa, const void **p
     int m, rc = 1;
     if (!h) snprintf(e, sizeof e, "no device group for these mesh axes (was the program compiled under another mesh?)");
     else if (h->g->nrem) snprintf(e, sizeof e, "a collective matmul needs every member of its group in this process");
-    else if (h->g->ct->broken[0]) snprintf(e, sizeof e, "the transport is broken: %s", h->g->ct->broken);
+    else if (tj__ct_failed(h->g->ct, e, sizeof e)) rc = 1; /* (e says why) */
     else {
         if (phase == 0) {
             h->g->slot[h->rank].send = k->in[0];

@@ -3534,10 +3534,7 @@ static int tjc_dt_coll(tj_transport *t, void *comm, int kind, const void *send, 
     cudaError_t e = cudaSuccess;
     const char *what = "";
     int me = h->rank, G = g->G, dev = g->dev[me], m, readers[TJ_MAXDEV], nreaders = 0;
-    if (g->ct->broken[0]) {
-        snprintf(err, en, "the transport is broken: %s", g->ct->broken);
-        return 1;
-    }
+    if (tj__ct_failed(g->ct, err, en)) return 1;
     if (g->nrem) { /* a split by a transport with a wire: not this one's groups */
         snprintf(err, en, "the device-buffer transport serves the devices of one process; this group spans %d other process%s", g->nrem, g->nrem == 1 ? "" : "es");
         return 1;
