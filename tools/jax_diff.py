@@ -1288,6 +1288,10 @@ def main():
     a = ap.parse_args()
     if a.golden: return write_golden(a.golden, a.only.split(",") if a.only else None)
     if not os.path.exists(RUNNER): sys.exit("jax_diff.py: build the runner first: ./build.sh build (makes %s)" % RUNNER)
+    # a runner older than the library it was built from tests old code (./build.sh test does not rebuild it)
+    srcs = [os.path.join(ROOT, f) for f in ("tinyjax.h", os.path.join("tools", "jax_diff_run.c"))]
+    if "JAX_DIFF_RUNNER" not in os.environ and any(os.path.getmtime(f) > os.path.getmtime(RUNNER) for f in srcs if os.path.exists(f)):
+        sys.exit("jax_diff.py: %s is older than tinyjax.h or tools/jax_diff_run.c: rebuild it (./build.sh build)" % RUNNER)
     seeds = [a.seed] if a.seed is not None else range(a.start, a.start + a.seeds)
     nbad = nrun = 0
     for s in seeds:
