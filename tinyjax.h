@@ -11952,7 +11952,7 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
    step's gradients, has loops of its own with the same arithmetic (the
    generic load/store per chunk was a tenth of an 8-device step's CPU time):
    they vectorise. */
-static void tj__reduce_f32_run(int G, const float *const *s, int64_t off, float *o, int64_t c, int op);
+static void tj__reduce_f32(int G, const void *const *src, void *dst, size_t count, int op);
 static void tj__reduce_once(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
     double acc[TJ__CHUNK], b[TJ__CHUNK];
     int64_t n = (int64_t)count, c0, c, j;
@@ -11962,10 +11962,7 @@ static void tj__reduce_once(int G, const void *const *src, void *dst, size_t cou
            bits as the double one rounded once (the sum of two floats rounded
            to double and then to float is the float sum: 53 >= 2 * 24 + 2;
            a NaN comes out quiet either way, unless it was a signalling one) */
-        for (c0 = 0; c0 < n; c0 += c) {
-            c = n - c0 < TJ__CHUNK * 4 ? n - c0 : TJ__CHUNK * 4;
-            tj__reduce_f32_run(G, (const float *const *)src, c0, (float *)dst + c0, c, op);
-        }
+        tj__reduce_f32(G, src, dst, count, op);
         return;
     }
     for (c0 = 0; c0 < n; c0 += c) {
@@ -12010,15 +12007,21 @@ static void tj__reduce_f32_run(int G, const float *const *s, int64_t off, float 
             for (j = 0; j < c; j++) o[j] = a[j] + b[j];
     }
 }
+/* the same over whole f32 buffers, chunk by chunk: each chunk of dst stays
+   in cache across the G steps */
+static void tj__reduce_f32(int G, const void *const *src, void *dst, size_t count, int op) {
+    int64_t n = (int64_t)count, c0, c;
+    for (c0 = 0; c0 < n; c0 += c) {
+        c = n - c0 < TJ__CHUNK * 4 ? n - c0 : TJ__CHUNK * 4;
+        tj__reduce_f32_run(G, (const float *const *)src, c0, (float *)dst + c0, c, op);
+    }
+}
 static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
     double acc[TJ__CHUNK], b[TJ__CHUNK];
     int64_t n = (int64_t)count, c0, c, j;
     int r;
-    if (dt == TJ_F32) { /* chunk by chunk: each chunk of dst stays in cache across the G steps */
-        for (c0 = 0; c0 < n; c0 += c) {
-            c = n - c0 < TJ__CHUNK * 4 ? n - c0 : TJ__CHUNK * 4;
-            tj__reduce_f32_run(G, (const float *const *)src, c0, (float *)dst + c0, c, op);
-        }
+    if (dt == TJ_F32) {
+        tj__reduce_f32(G, src, dst, count, op);
         return;
     }
     if (dst != src[0]) memmove(dst, src[0], count * tj_dtype_size(dt));
