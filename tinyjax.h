@@ -12183,7 +12183,7 @@ static int tj__ct_coll(tj_transport *t, void *comm, int kind, const void *send, 
     int me = h->rank, G = g->G, m, rc = 0, staged = 0;
     size_t in_bytes = kind == TJ__RS || kind == TJ__A2A ? (size_t)G * S : S;
     const void *src[TJ_MAXDEV], *in[TJ_MAXDEV];
-    src[0] = send;
+    src[0] = send; /* (G >= 1 fills it below; gcc -O2 cannot see that: maybe-uninitialized) */
     if (tj__ct_failed(ct, err, en)) return 1;
     g->slot[me].send = send;
     g->slot[me].recv = recv;
