@@ -31,9 +31,19 @@ does not. Builds build/gpt2_train_cpu and build/hf_check (tools/hf_check.c), the
   4. the pre-tokenizer on every code point (each in several contexts)
      against tiktoken's regex and tokenizers' ByteLevel pre-tokenizer (whose
      Unicode 16.0 classes the table has); the code points where Python's
-     regex (GPT-2's encoder.py) differs are listed.
+     regex (GPT-2's encoder.py) differs are listed;
+  5. GPT-2's own vocabulary (50257 tokens), when its ranks are at hand:
+     --gpt2-ranks FILE (tiktoken's gpt2 file: base64 token, rank per line;
+     openai-whisper's pip package ships it as whisper/assets/gpt2.tiktoken),
+     else tiktoken.get_encoding("gpt2") (its cache or a download): the
+     vocab.json and merges.txt OpenAI published are rebuilt from the ranks,
+     loaded with --tokenizer, and thousands of random texts (many scripts,
+     combining marks, emoji, every Unicode space, contractions, special
+     tokens, long runs) are encoded by tinyjax and by tiktoken. Skipped, with
+     the reason printed, when neither is available.
 
-    python3 tools/compare_hf.py [--quick]     (--quick: every 97th code point in 4.)
+    python3 tools/compare_hf.py [--quick] [--gpt2-ranks FILE]
+                                              (--quick: every 97th code point in 4.)
 Prints one line per check and exits non-zero if a check fails.
 """
 import json, os, struct, subprocess, sys, tempfile
@@ -392,6 +402,85 @@ def summarize(cps):
     return "%d code points in %d ranges (%s%s)" % (len(cps), len(runs), txt, ", .." if len(runs) > 8 else "")
 
 
+def gpt2_ranks():
+    """GPT-2's mergeable ranks {bytes: rank}, or (None, why)"""
+    import base64
+    if "--gpt2-ranks" in sys.argv:
+        path = sys.argv[sys.argv.index("--gpt2-ranks") + 1]
+        with open(path) as f:
+            return {base64.b64decode(t): int(r) for t, r in (l.split() for l in f if l.strip())}, path
+    try:
+        return tiktoken.get_encoding("gpt2")._mergeable_ranks, "tiktoken.get_encoding('gpt2')"
+    except Exception as e:  # no cache and no network
+        return None, "tiktoken.get_encoding('gpt2') failed (%s) and no --gpt2-ranks FILE" % str(e).split("\n")[0][:80]
+
+
+def gpt2_vocab(tmp):
+    ranks, src = gpt2_ranks()
+    print("== GPT-2's vocabulary against tiktoken")
+    if ranks is None:
+        print("skipped: %s" % src)
+        return
+    import random
+    b2u = bytes_to_unicode()
+    u = lambda b: "".join(b2u[x] for x in b)
+    eot = len(ranks)
+    vocab = {u(b): r for b, r in ranks.items()}
+    vocab["<|endoftext|>"] = eot
+    def parts(tok, below):  # the merge that made tok: BPE with the ranks before it
+        p = [bytes([x]) for x in tok]
+        while True:
+            best = min(((ranks[p[i] + p[i + 1]], i) for i in range(len(p) - 1) if ranks.get(p[i] + p[i + 1], below) < below), default=None)
+            if best is None:
+                return p
+            i = best[1]
+            p[i:i + 2] = [p[i] + p[i + 1]]
+    merges = []
+    for b, r in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(b) > 1:
+            p = parts(b, r)
+            if len(p) != 2:
+                check(False, "GPT-2 ranks from %s: token %d is not one merge of earlier tokens" % (src, r))
+                return
+            merges.append(u(p[0]) + " " + u(p[1]))
+    vj, mt = os.path.join(tmp, "gpt2_vocab.json"), os.path.join(tmp, "gpt2_merges.txt")
+    with open(vj, "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(mt, "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "\n".join(merges) + "\n")
+    enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PAT, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": eot})
+    R = random.Random(5)
+    pools = ["abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
+             " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2009\u200a\u2028\u2029\u202f\u205f\u3000\u200b\ufeff",
+             "\u00e9\u00fc\u00df\u00f1\u00e7\u00f8\u00c6\u0152\u0153\u00ff\u0130\u0131\u0133\u01c5", "\u03b1\u03b2\u03a9\u03a3\u03c2\u03ac\u0390",
+             "\u0430\u0431\u0416\u0429\u042f\u0451\u0457", "\u65e5\u672c\u8a9e\u4e2d\ud55c\uad6d\u3072\u3089\u30ab\u30bf",
+             "\u0639\u0631\u0628\u064a\u0629", "\u0939\u093f\u0928\u094d\u0926\u0940", "\u0e01\u0e48\u0e02\u0e49\u0e33",
+             "\u0301\u0308\u0327\u20dd\u0903", "\u0660\u0661\u06f4\u07c0\u0966\u09e8", "\u00b2\u00b3\u00bc\u00bd\u2160\u216b\u2460",
+             "\U0001F600\U0001F44D\U0001F3FD\u200d\U0001F1EB\U0001F1F7\u2713\u2605", "\x00\x01\x07\x7f\u00ad\u200d\u200e\u2060",
+             "\U0001D518\U0001D52B\U0001D7D8", "\U0010FFFD\uFFFD\uE000"]
+    words = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", "\u2019s", "<|endoftext|>", "<|endoftext", "|>", " ", "  ", "\n", " \n ", "\t"]
+    def text():
+        out = []
+        for _ in range(R.choice([1, 2, 5, 20, 80, 300])):
+            if R.random() < 0.3:
+                out.append(R.choice(words))
+            else:
+                p = R.choice(pools)
+                out.append("".join(R.choice(p) for _ in range(R.choice([1, 1, 2, 3, 7]))))
+        return "".join(out)
+    texts = [text() for _ in range(3000)] + [" " * 1000, "a" * 5000, "\n" * 300 + "x", "1" * 999, " 'll" * 50, "\u00e9" * 2000]
+    texts += [corpus()[i:i + 3000] for i in range(0, 60000, 6000)]
+    rec = os.path.join(tmp, "gpt2_texts.bin")
+    write_records(rec, texts)
+    for allow in (1, 0):
+        got = [list(map(int, l.split())) for l in hf_check("encode", vj + "," + mt, rec, allow).splitlines()]
+        want = [enc.encode(t, allowed_special="all") if allow else enc.encode_ordinary(t) for t in texts]
+        bad = [i for i in range(len(texts)) if got[i] != want[i]]
+        check(not bad, "GPT-2's vocab.json + merges.txt (from %s), %s: %d of %d texts give tiktoken's ids%s" % (
+            src, "allowed_special='all'" if allow else "encode_ordinary", len(texts) - len(bad), len(texts),
+            "" if not bad else "; first difference: %r" % texts[bad[0]][:60]))
+
+
 def main():
     step = 97 if "--quick" in sys.argv else 1
     build()
@@ -400,6 +489,7 @@ def main():
         training(tmp)
         greedy(tmp)
         tokenizer(tmp)
+        gpt2_vocab(tmp)
         pretok(tmp, step)
     print("%d failed" % failures)
     return 1 if failures else 0
