@@ -1363,6 +1363,16 @@ TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *ten
 #else
 #define TJ__X86 0
 #endif
+/* gcc vectorises a loop at -O2 only where it needs no remainder loop (its
+   "very cheap" cost model), so the chunk loops of the elementwise, row and
+   fused kernels, whose length is any n, stayed scalar in -O2 builds (the
+   GPT-2 step 1.5x slower than at -O3). The implementation asks for -O3's
+   vectoriser, whatever the command line says; the results do not change
+   (it adds no contraction and no reassociation). */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 
 #if defined(TJ_MALLOC) && defined(TJ_REALLOC) && defined(TJ_FREE)
 #elif !defined(TJ_MALLOC) && !defined(TJ_REALLOC) && !defined(TJ_FREE)
@@ -3955,7 +3965,8 @@ static tj_node *tj__reorder(const char *f, int l, tj_node *x, int axis, const in
     for (sfx = 0;; sfx++) {
         char nm[48];
         int hit = 0, j, id;
-        snprintf(tag, sizeof tag, sfx ? "_%d" : "", sfx);
+        if (sfx) snprintf(tag, sizeof tag, "_%d", sfx);
+        else tag[0] = 0;
         for (j = 0; j <= n && !hit; j++) {
             if (j < n) snprintf(nm, sizeof nm, "_mo%d%s", ord[j], tag);
             else snprintf(nm, sizeof nm, "_mb%s", tag);
@@ -17027,5 +17038,8 @@ TJDEF tj_status tj_prog_write_trace(const tj_prog *p, const char *path) {
 }
 
 
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#endif
 #endif /* TINYJAX_IMPLEMENTATION_DONE */
 #endif /* TINYJAX_IMPLEMENTATION */
