@@ -264,6 +264,12 @@ test)
     fi
     spawn build/hdr_cpp.log $CXX -std=c++11 $WARN -I. -c build/hdr.cpp -o build/hdr_cpp.o
     spawn build/hdr_cpp17.log $CXX -std=c++17 $WARN -I. -fsyntax-only -x c++ tinyjax.h
+    hdr_logs="build/o2/obj/tj_impl.log build/hdr_cpp.log build/hdr_cpp17.log"
+    if [ $have_clang = 1 ]; then # CC=clang is supported: its warnings are errors too
+        cp build/hdr.cpp build/hdr_clang.c
+        spawn build/hdr_clang.log clang -std=c99 -O1 $WARN -I. -c build/hdr_clang.c -o build/hdr_clang.o
+        hdr_logs="$hdr_logs build/hdr_clang.log"
+    fi
     pool_wait
     link_tests build/o2 -O2 -g
     link_tests build/asan $ASAN
@@ -293,12 +299,13 @@ test)
 
     # C99: tests/tj_impl.c is the implementation (TINYJAX_IMPLEMENTATION),
     # compiled with -std=c99 $WARN for the tests above
-    section "header compiles as C99 (tests/tj_impl.c) and C++ with $WARN"
-    if done_ok build/o2/obj/tj_impl.log && done_ok build/hdr_cpp.log && done_ok build/hdr_cpp17.log; then
+    section "header compiles as C99 (tests/tj_impl.c) and C++ with $WARN$([ $have_clang = 1 ] && echo ", and with clang")"
+    hdr_ok=1; for f in $hdr_logs; do done_ok "$f" || hdr_ok=0; done
+    if [ $hdr_ok = 1 ]; then
         echo "  ok"; total_pass=$((total_pass + 1))
     else
         echo "  FAILED"; total_fail=$((total_fail + 1))
-        for f in build/o2/obj/tj_impl.log build/hdr_cpp.log build/hdr_cpp17.log; do done_ok "$f" || sed 's/^/    /' "$f"; done
+        for f in $hdr_logs; do done_ok "$f" || sed 's/^/    /' "$f"; done
     fi
 
     # The sanitized programs run in the background (one after the other,
