@@ -587,7 +587,9 @@ TJDEF tj_v tj_with_sharding_constraint_at(const char *f, int l, tj_v x, const ch
 #define tj_shard_by_rules(x, rules) tj_shard_by_rules_at(TJ_AT, x, rules)
 TJDEF tj_v tj_shard_by_rules_at(const char *f, int l, tj_v x, const char *rules);
 /* Outside tracing: a copy of array a placed with `spec` (each device gets
-   only its slice). spec NULL or "" replicates. */
+   only its slice). spec NULL or "" replicates. The copy keeps the order of
+   the spec's tuples ("batch:model+data"): it lays out the process-local
+   blocks as JAX does (tj_array_read_local, [11]). */
 #define tj_device_put(a, spec) tj_device_put_at(TJ_AT, a, spec)
 TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *spec);
 /* One call for a whole tree, inside or outside tracing: every array (or
@@ -595,7 +597,8 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
    untouched. Outside tracing the tree's arrays are replaced. */
 #define tj_filter_shard(t, rules) tj_filter_shard_at(TJ_AT, t, rules)
 TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char *rules);
-/* "batch:data embed:-" for a value or an array (buf returned). */
+/* "batch:data embed:-" for a value or an array (buf returned); an array's
+   tuples in its spec's order ("batch:model+data"), a value's in mesh order. */
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n);
 TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n);
 /* The same for one axis, as a spec writes it: the mesh axes that split
@@ -1039,11 +1042,25 @@ TJDEF int tj_nccl_transport_gpu(const tj_transport *t, int i);
    processes must call it; without processes it is tj_array_read).
    tj_device_put and tj_tree_save call it when needed, so call them in every
    process too; tj_tree_save writes the file from process 0 and every
-   process returns process 0's status. The process-local block of an array
-   is the box its local devices' shards cover (row-major); make an array
-   from each process's block with tj_array_from_local (JAX's
+   process returns process 0's status. Make an array from each process's
+   block of the data with tj_array_from_local (JAX's
    make_array_from_process_local_data: each process reads only its part of
-   a batch) and read it back with tj_array_read_local. */
+   a batch; `shape` is the global shape) and read it back with
+   tj_array_read_local. The process-local block is JAX's: along each axis
+   a device holds the global block of its rank along the axis's mesh axes
+   in the order the spec lists them, the FIRST most major ("batch:model+
+   data" on "data=2 model=2": block m*2+d on the device data=d model=m),
+   and a process's block is, per axis, the sorted distinct blocks its
+   devices hold, concatenated (2 processes of 2 devices on that mesh:
+   process 0 gives blocks 0 and 2 of batch, process 1 blocks 1 and 3; a
+   grid of blocks, not always a box of the array). The array keeps the
+   spec's order (tj_array_sharding prints it; tj_device_put,
+   tj_array_abstract and tj_filter_shard's rules set it too), while its
+   shards stay in mesh order ([4]) for the programs; so with a tuple out
+   of mesh order a process's block may be held by other processes'
+   devices, and then tj_array_from_local all-gathers every process's block
+   and tj_array_read_local gathers the array: call both in every process
+   (they move no data where each process's devices hold its block). */
 TJDEF int tj_array_spans_processes(const tj_array *a);
 TJDEF tj_status tj_array_read_all(tj_array *a, tj_dtype dt, void *dst);
 /* the shape of this process's block: "batch=4 pos=64" into buf */
