@@ -13001,15 +13001,6 @@ static void tj__shard_blk(const tj_array *a, int d, int *blk) {
     int i;
     for (i = 0; i < a->t.rank; i++) blk[i] = a->t.sh[i] ? tj__mesh_rank(a->ctx, d, a->t.sh[i]) : 0;
 }
-/* the next block of a in row-major order (blk: one per axis); 0 after the last */
-static int tj__blk_next(const tj_array *a, int *blk) {
-    int i;
-    for (i = a->t.rank - 1; i >= 0; i--) {
-        if (++blk[i] < (a->t.sh[i] ? tj__mesh_count(a->ctx, a->t.sh[i]) : 1)) return 1;
-        blk[i] = 0;
-    }
-    return 0;
-}
 /* every process's grid (NULL and an error when out of memory) */
 static tj__pgrid *tj__all_grids(const tj_array *a, const char *what) {
     int q, P = tj__nprocs_of(a->ctx);
@@ -13045,39 +13036,73 @@ static tj_status tj__shard_put(tj_array *a, int d, const void *src, const tj__ty
     }
     return TJ_OK;
 }
-/* Every cell of this process's grid (read) or every local device's shard
-   (write) is found in this process when, in every process, each shard's
-   block is held in JAX's layout by a device of the same process (write),
-   or each cell's block by a shard of the same process (read): then no
-   data moves. Every process computes the same answer. */
-static int tj__grids_local(const tj_array *a, const tj__pgrid *g, int read) {
-    int q, d, i, blk[TJ_MAXDIM], P = tj__nprocs_of(a->ctx);
-    for (q = 0; q < P; q++) {
-        if (!read) {
-            for (d = g[q].lo; d < g[q].hi; d++) {
-                tj__shard_blk(a, d, blk);
-                if (!tj__grid_holds(a, &g[q], blk, 1)) return 0;
-            }
-            continue;
-        }
-        /* every cell: odometer over the blocks each axis has */
-        for (i = 0; i < a->t.rank; i++) blk[i] = 0;
-        for (;;) {
-            int ok = 1;
-            for (i = 0; i < a->t.rank; i++) ok &= g[q].at[i][blk[i]] >= 0;
-            if (ok && !tj__grid_holds(a, &g[q], blk, 0)) return 0;
-            if (!tj__blk_next(a, blk)) break;
-        }
+/* Blocks between processes. Block k is the row-major index of a global
+   block (one per axis; at most TJ_MAXDEV of them, the mesh axes of the
+   axes being distinct). A process "has" a block in JAX's layout (how 1:
+   one of its devices holds it there, the block it was given), in a's
+   shards (0), or in its grid (2); each block that some process wants and
+   has not comes from the lowest process that has it. Every process makes
+   the same plan; each sends the blocks it is the source of, in block
+   order, padded to the most any process sends (one all-gather of just
+   those blocks, none when no block moves). */
+typedef struct {
+    int nblk, maxc;      /* blocks; the most blocks one process sends     */
+    int src[TJ_MAXDEV];  /* block k's source process (-1: nobody needs it) */
+    int slot[TJ_MAXDEV]; /* its place among its source's blocks           */
+} tj__xplan;
+static void tj__blk_of(const tj_array *a, int k, int *blk) {
+    int i;
+    for (i = a->t.rank - 1; i >= 0; i--) {
+        int n = a->t.sh[i] ? tj__mesh_count(a->ctx, a->t.sh[i]) : 1;
+        blk[i] = k % n;
+        k /= n;
     }
+}
+static int tj__proc_has(const tj_array *a, const tj__pgrid *g, const int *blk, int how) {
+    int i;
+    if (how < 2) return tj__grid_holds(a, g, blk, how);
+    for (i = 0; i < a->t.rank; i++)
+        if (g->at[i][blk[i]] < 0) return 0;
     return 1;
+}
+static void tj__xplan_make(const tj_array *a, const tj__pgrid *g, int has, int want, tj__xplan *x) {
+    int P = tj__nprocs_of(a->ctx), q, k, i, blk[TJ_MAXDIM], cnt[TJ_MAXDEV];
+    for (i = 0, x->nblk = 1; i < a->t.rank; i++) x->nblk *= a->t.sh[i] ? tj__mesh_count(a->ctx, a->t.sh[i]) : 1;
+    memset(cnt, 0, sizeof cnt);
+    x->maxc = 0;
+    for (k = 0; k < x->nblk; k++) {
+        int needed = 0;
+        x->src[k] = x->slot[k] = -1;
+        tj__blk_of(a, k, blk);
+        for (q = 0; q < P && !needed; q++) needed = tj__proc_has(a, &g[q], blk, want) && !tj__proc_has(a, &g[q], blk, has);
+        for (q = 0; needed && q < P; q++)
+            if (tj__proc_has(a, &g[q], blk, has)) {
+                x->src[k] = q;
+                x->slot[k] = cnt[q]++;
+                x->maxc = cnt[q] > x->maxc ? cnt[q] : x->maxc;
+                break;
+            }
+    }
+}
+/* the all-gather of the plan's blocks (lb bytes each; send holds this
+   process's, packed by the caller); recv gets every process's */
+static tj_status tj__xplan_move(tj_ctx *c, const tj__xplan *x, const void *send, void *recv, size_t lb, const char *what, const char *f, int l) {
+    char err[512];
+    if (!x->maxc) return TJ_OK;
+    if (c->procs->t->proc_allgather(c->procs->t, send, recv, lb * (size_t)x->maxc, err, sizeof err)) {
+        tj__err(c, TJ_ERR_IO, f, l, "%s: moving blocks between processes: %s", what, err);
+        return TJ_ERR_IO;
+    }
+    return TJ_OK;
 }
 TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
     tj_ctx *c;
-    tj__pgrid g;
-    tj__type bt, lt, gt;
-    void *tmp = NULL, *all = NULL;
-    tj__pgrid *grids;
-    int d, blk[TJ_MAXDIM], i, local;
+    tj__pgrid *g;
+    tj__xplan x;
+    tj__type bt, lt;
+    char *send = NULL, *recv = NULL, *tmp = NULL;
+    size_t lb;
+    int d, k, me, blk[TJ_MAXDIM];
     tj_status st = TJ_OK;
     if (!a) return TJ_ERR_ARG;
     c = a->ctx;
@@ -13086,108 +13111,92 @@ TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
         tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_array_read_local: bad dtype %d", (int)dt);
         return TJ_ERR_DTYPE;
     }
-    if (!(grids = tj__all_grids(a, "tj_array_read_local"))) return TJ_ERR_OOM;
-    g = grids[tj_process_index(c)];
-    local = tj__grids_local(a, grids, 1);
-    TJ_FREE(grids);
-    bt = tj__grid_type(a, &g, dt);
+    if (!(g = tj__all_grids(a, "tj_array_read_local"))) return TJ_ERR_OOM;
+    me = tj_process_index(c);
+    tj__xplan_make(a, g, 0, 2, &x); /* the grid's cells from the shards */
+    bt = tj__grid_type(a, &g[me], dt);
     lt = tj__local(c, &a->t);
-    if (!local) { /* some of the block lives in other processes: gather the array (every process calls this) */
-        gt = a->t;
-        memset(gt.sh, 0, sizeof gt.sh);
-        gt.dt = dt;
-        if (!(all = tj__malloc((size_t)tj__bytes(&gt) + 1))) {
-            tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_array_read_local: out of memory");
-            return TJ_ERR_OOM;
-        }
-        if ((st = tj_array_read_all(a, dt, all)) == TJ_OK) {
-            int64_t gs[TJ_MAXDIM], base = 0;
-            tj__strides(&gt, gs);
-            for (i = 0; i < a->t.rank; i++) blk[i] = 0;
-            for (;;) { /* each cell of the grid from the global array */
-                int ok = 1;
-                for (i = 0, base = 0; i < a->t.rank; i++) {
-                    ok &= g.at[i][blk[i]] >= 0;
-                    base += (int64_t)blk[i] * lt.dim[i] * gs[i];
-                }
-                if (ok) tj__copy_region(all, &gt, base, dst, &bt, tj__grid_base(a, &g, blk), lt.dim, 1);
-                if (!tj__blk_next(a, blk)) break;
-            }
-        }
-        TJ_FREE(all);
-        return st;
+    lb = (size_t)a->local_bytes;
+    send = (char *)tj__malloc(lb * (size_t)x.maxc + 1);
+    recv = (char *)tj__malloc(lb * (size_t)x.maxc * (size_t)tj__nprocs_of(c) + 1);
+    tmp = (char *)tj__malloc(lb + 1);
+    if (!send || !recv || !tmp) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_array_read_local: out of memory");
+        st = TJ_ERR_OOM;
     }
-    if (c->backend && !(tmp = tj__malloc((size_t)a->local_bytes))) return TJ_ERR_OOM;
-    for (d = g.lo; d < g.hi; d++) { /* each local shard whose block is in the grid, to its place */
+    for (d = g[me].lo; st == TJ_OK && d < g[me].hi; d++) { /* each local shard: to the grid, and out when this process sends it */
         const void *h;
-        int in = 1;
+        int in = 1, i;
         tj__shard_blk(a, d, blk);
-        for (i = 0; i < a->t.rank; i++) in &= g.at[i][blk[i]] >= 0;
-        if (!in || !a->data[d]) continue;
-        if (!(h = tj__shard_host(a, d, tmp))) {
+        for (i = 0, k = 0; i < a->t.rank; i++) {
+            in &= g[me].at[i][blk[i]] >= 0;
+            k = k * (a->t.sh[i] ? tj__mesh_count(c, a->t.sh[i]) : 1) + blk[i];
+        }
+        if (!in && x.src[k] != me) continue;
+        if (!a->data[d] || !(h = tj__shard_host(a, d, tmp))) {
             st = TJ_ERR_IO;
             break;
         }
-        tj__copy_region(h, &lt, 0, dst, &bt, tj__grid_base(a, &g, blk), lt.dim, 1);
+        if (in) tj__copy_region(h, &lt, 0, dst, &bt, tj__grid_base(a, &g[me], blk), lt.dim, 1);
+        if (x.src[k] == me) memcpy(send + lb * (size_t)x.slot[k], h, lb);
     }
+    /* (every process takes part in the move, even after a local failure: the others wait in it) */
+    if (send && recv && tj__xplan_move(c, &x, send, recv, lb, "tj_array_read_local", NULL, 0) && st == TJ_OK) st = TJ_ERR_IO;
+    for (k = 0; st == TJ_OK && k < x.nblk; k++) { /* the grid's cells this process's shards lack */
+        tj__blk_of(a, k, blk);
+        if (x.src[k] < 0 || x.src[k] == me || !tj__proc_has(a, &g[me], blk, 2) || tj__proc_has(a, &g[me], blk, 0)) continue;
+        tj__copy_region(recv + lb * (size_t)(x.src[k] * x.maxc + x.slot[k]), &lt, 0, dst, &bt, tj__grid_base(a, &g[me], blk), lt.dim, 1);
+    }
+    TJ_FREE(send);
+    TJ_FREE(recv);
     TJ_FREE(tmp);
+    TJ_FREE(g);
     return st;
 }
 TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec, const void *data) {
-    tj__type t, bt;
+    tj__type t, bt, lt;
     tj_array *a;
-    tj__pgrid *grids = NULL;
+    tj__pgrid *g = NULL;
+    tj__xplan x;
     unsigned char ord[TJ_MAXDIM][TJ__MAXMESH];
     void *zeros = NULL, *tmp = NULL;
     char *send = NULL, *recv = NULL;
-    int64_t nb, maxb = 0;
-    int d, q, i, P, me, blk[TJ_MAXDIM];
+    size_t lb;
+    int d, k, me, blk[TJ_MAXDIM];
     tj_status st = TJ_OK;
     if (!c) return NULL;
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_from_local", file, line)) return NULL;
     if (tj__parse_spec_ord(c, spec, &t, t.sh, ord, 1, "tj_array_from_local", file, line)) return NULL;
     if (!(a = tj__array_alloc(c, &t, file, line))) return NULL;
     tj__arr_set_order(a, ord);
-    P = tj__nprocs_of(c);
     me = tj_process_index(c);
-    if (!(grids = tj__all_grids(a, "tj_array_from_local"))) goto fail;
-    bt = tj__grid_type(a, &grids[me], dt);
-    nb = tj__bytes(&bt);
-    if (!data && !(data = zeros = tj__calloc((size_t)nb + 1))) { /* NULL: zeros */
+    if (!(g = tj__all_grids(a, "tj_array_from_local"))) goto fail;
+    tj__xplan_make(a, g, 1, 0, &x); /* the shards from the blocks the processes gave */
+    bt = tj__grid_type(a, &g[me], dt);
+    lt = tj__local(c, &a->t);
+    lb = (size_t)a->local_bytes;
+    if (!data) data = zeros = tj__calloc((size_t)tj__bytes(&bt) + 1); /* NULL: zeros */
+    send = (char *)tj__malloc(lb * (size_t)x.maxc + 1);
+    recv = (char *)tj__malloc(lb * (size_t)x.maxc * (size_t)tj__nprocs_of(c) + 1);
+    if (c->backend) tmp = tj__malloc(lb + 1);
+    if (!data || !send || !recv || (c->backend && !tmp)) {
         tj__err(c, TJ_ERR_OOM, file, line, "tj_array_from_local: out of memory");
-        goto fail;
+        st = TJ_ERR_OOM;
     }
-    if (c->backend && !(tmp = tj__malloc((size_t)a->local_bytes))) goto oom;
-    if (tj__grids_local(a, grids, 0)) { /* every shard's block is in this process's block */
-        for (d = grids[me].lo; st == TJ_OK && d < grids[me].hi; d++) {
-            tj__shard_blk(a, d, blk);
-            st = tj__shard_put(a, d, data, &bt, tj__grid_base(a, &grids[me], blk), tmp);
+    for (k = 0; st == TJ_OK && k < x.nblk; k++) /* the blocks this process sends */
+        if (x.src[k] == me) {
+            tj__blk_of(a, k, blk);
+            tj__copy_region(data, &bt, tj__grid_base(a, &g[me], blk), send + lb * (size_t)x.slot[k], &lt, 0, lt.dim, 1);
         }
-    } else {
-        /* Some shard's block was given by another process: every process
-           contributes its block (all-gather, padded to the largest), and
-           each device takes its block from its own process's when it holds
-           it in JAX's layout, else from the first process that does. */
-        struct tj__procs *PR = c->procs;
-        char err[512];
-        for (q = 0; q < P; q++) {
-            tj__type qt = tj__grid_type(a, &grids[q], dt);
-            maxb = tj__bytes(&qt) > maxb ? tj__bytes(&qt) : maxb;
-        }
-        send = (char *)tj__calloc((size_t)maxb + 1);
-        recv = (char *)tj__malloc((size_t)maxb * (size_t)P + 1);
-        if (!send || !recv) goto oom;
-        memcpy(send, data, (size_t)nb);
-        if (PR->t->proc_allgather(PR->t, send, recv, (size_t)maxb, err, sizeof err)) {
-            tj__err(c, TJ_ERR_IO, file, line, "tj_array_from_local: %s", err);
-            goto fail;
-        }
-        for (d = grids[me].lo; st == TJ_OK && d < grids[me].hi; d++) {
-            tj__type qt;
-            tj__shard_blk(a, d, blk);
-            for (q = me, i = 0; i < P && !tj__grid_holds(a, &grids[q], blk, 1); q = i++) {} /* (some process holds every block) */
-            qt = tj__grid_type(a, &grids[q], dt);
-            st = tj__shard_put(a, d, recv + (size_t)q * (size_t)maxb, &qt, tj__grid_base(a, &grids[q], blk), tmp);
+    /* (every process takes part in the move, even after a local failure: the others wait in it) */
+    if (send && recv && tj__xplan_move(c, &x, send, recv, lb, "tj_array_from_local", file, line) && st == TJ_OK) st = TJ_ERR_IO;
+    for (d = g[me].lo; st == TJ_OK && d < g[me].hi; d++) { /* each local shard: from this process's block, else from its source's */
+        tj__shard_blk(a, d, blk);
+        if (tj__proc_has(a, &g[me], blk, 1)) st = tj__shard_put(a, d, data, &bt, tj__grid_base(a, &g[me], blk), tmp);
+        else {
+            int i;
+            for (i = 0, k = 0; i < a->t.rank; i++) k = k * (a->t.sh[i] ? tj__mesh_count(c, a->t.sh[i]) : 1) + blk[i];
+            st = tj__shard_put(a, d, recv + lb * (size_t)(x.src[k] * x.maxc + x.slot[k]), &lt, 0, tmp);
         }
     }
     if (st != TJ_OK) goto fail;
@@ -13195,16 +13204,14 @@ TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj
     TJ_FREE(tmp);
     TJ_FREE(send);
     TJ_FREE(recv);
-    TJ_FREE(grids);
+    TJ_FREE(g);
     return a;
-oom:
-    tj__err(c, TJ_ERR_OOM, file, line, "tj_array_from_local: out of memory");
 fail:
     TJ_FREE(zeros);
     TJ_FREE(tmp);
     TJ_FREE(send);
     TJ_FREE(recv);
-    TJ_FREE(grids);
+    TJ_FREE(g);
     tj_array_free(a);
     return NULL;
 }

@@ -421,6 +421,8 @@ static void case_order(int devices, const char *mesh) {
     float *t1 = (float *)malloc(sizeof(float) * (size_t)E), *t2 = (float *)malloc(sizeof(float) * (size_t)E);
     char shape[64], wshape[64], what[160];
     tj_array *g1, *w1;
+    tj_transport_stats st0, st1;
+    int64_t moved = 0;
     omesh_parse(&m, mesh);
     sp = m.n == 3 ? three : two;
     ns = m.n == 3 ? (int)(sizeof three / sizeof three[0]) : (int)(sizeof two / sizeof two[0]);
@@ -459,7 +461,22 @@ static void case_order(int devices, const char *mesh) {
         for (i = 0; i < lb; i++) /* JAX's local block */
             for (j = 0; j < le; j++) L[i * le + j] = G[(bb[i / bs] * bs + i % bs) * E + eb[j / es] * es + j % es];
         snprintf(want, sizeof want, "batch=%d embed=%d", lb, le);
-        l = tj_array_from_local(pc, TJ_F32, shape, spec, L);
+        {   /* a spec in mesh order: every process's devices hold its block, nothing moves */
+            int inorder = 1, k, prev;
+            for (i = 0; i < 2; i++)
+                for (j = 0, prev = -1; (i ? eax : bax)[j]; j++) {
+                    for (k = 0; k < m.n && strcmp(m.name[k], (i ? eax : bax)[j]); k++) {}
+                    inorder &= k > prev;
+                    prev = k;
+                }
+            st0 = tj_get_transport_stats(pc);
+            l = tj_array_from_local(pc, TJ_F32, shape, spec, L);
+            st1 = tj_get_transport_stats(pc);
+            TJT_CHECK(!inorder || st1.wire_bytes == st0.wire_bytes, "from_local of a spec in mesh order sent %lld bytes", (long long)(st1.wire_bytes - st0.wire_bytes));
+            TJT_CHECK(st1.wire_bytes - st0.wire_bytes <= (int64_t)sizeof(float) * lb * le * (NP - 1), "from_local sent %lld bytes, more than its block to each process",
+                      (long long)(st1.wire_bytes - st0.wire_bytes));
+            moved += st1.wire_bytes - st0.wire_bytes;
+        }
         TJT_CHECK(l != NULL, "tj_array_from_local: %s", tj_error(pc));
         if (!l) {
             tj_clear_error(pc);
@@ -501,7 +518,7 @@ static void case_order(int devices, const char *mesh) {
         tj_array_free(l);
         tj_clear_error(pc);
     }
-    if (R == 0) printf("order: %d specs on mesh \"%s\" (%d devices, %d processes)\n", ns, mesh, devices, NP);
+    if (R == 0) printf("order: %d specs on mesh \"%s\" (%d devices, %d processes); from_local sent %lld bytes from process 0\n", ns, mesh, devices, NP, (long long)moved);
     tj_array_free(g1);
     tj_array_free(w1);
     free(G), free(W), free(L), free(back), free(y1), free(yp), free(s1), free(s2), free(t1), free(t2);
