@@ -3244,9 +3244,11 @@ static const char *tj__spec_str(const tj_ctx *c, const tj__type *t, char *buf, s
    order for an array made without one); returns their count */
 static int tj__arr_order(const tj_array *a, int i, int *ord) {
     int j, n = 0;
+    unsigned got = 0;
     for (j = 0; j < a->ctx->nmesh; j++)
         if (a->t.sh[i] >> j & 1) ord[n++] = j;
-    for (j = 0; a->ordered && j < n; j++) ord[j] = a->ord[i][j];
+    for (j = 0; a->ordered && j < n; j++) got |= a->ord[i][j] < TJ__MAXMESH ? 1u << a->ord[i][j] : 1u << 31;
+    for (j = 0; a->ordered && got == a->t.sh[i] && j < n; j++) ord[j] = a->ord[i][j]; /* (an order of these mesh axes only) */
     return n;
 }
 /* a takes the order a spec gave (tj__parse_spec_ord's ord); mesh order is
@@ -15055,6 +15057,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             *a = *args[d];
             a->t = p->outs[i]->t;
             a->in_tree = 0; /* a new array, nobody's yet */
+            a->ordered = 0; /* laid out as the program's outputs are: mesh order */
             outs[i] = a;
         } else if (!(outs[i] = tj__array_alloc(c, &p->outs[i]->t, file, line))) {
             st = TJ_ERR_OOM;

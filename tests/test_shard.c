@@ -244,6 +244,10 @@ static void dbl_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g, (void)u;
     tj_tree_set_v(out, "y", tj_sum(tj_mul(tj_tree_v(in, "x"), tj_tree_v(in, "x")), "embed"));
 }
+static void sq_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g, (void)u;
+    tj_tree_set_v(out, "x", tj_mul(tj_tree_v(in, "x"), tj_tree_v(in, "x")));
+}
 static void test_layout_order(void) {
     tj_ctx *ctx = tj_ctx_new();
     float G[8 * 4], back[8 * 4], y[8];
@@ -296,6 +300,22 @@ static void test_layout_order(void) {
     tj_prog_free(pr);
     tj_tree_free(in);
     tj_tree_free(out);
+    {   /* a program's output is laid out in mesh order, also where it takes over a donated argument's buffer */
+        tj_jit_opts o;
+        tj_array *x2;
+        memset(&o, 0, sizeof o);
+        o.donate = "x";
+        in = tj_tree_new(ctx);
+        out = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tj_array_from_local(ctx, TJ_F32, "batch=8 embed=4", "batch:model+data", G));
+        pr = tj_jit(ctx, "sq", sq_fn, NULL, in, &o);
+        ok = pr && !tj_run(pr, in, out) && (x2 = tj_tree_array(out, "x")) != NULL;
+        TJT_CHECK(ok && tj_array_is_deleted(tj_tree_array(in, "x")), "the donated run: %s", tj_error(ctx));
+        TJT_CHECK(ok && !strcmp(tj_array_sharding(x2, b, sizeof b), "batch:data+model embed:-"), "a program's output (donated buffer): \"%s\"", b);
+        tj_prog_free(pr);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
     tj_array_free(a);
     tj_array_free(p);
     tj_array_free(l);
