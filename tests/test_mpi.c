@@ -8,7 +8,11 @@
    mpirun -np N test_mpi --case C    one case (what the driver runs)
 
    Cases: every collective kind x mesh-axis mask x dtype (shard_map), an
-   automatically sharded MLP with gradients, process-local arrays; the
+   automatically sharded MLP with gradients, process-local arrays; JAX's
+   process-local blocks for specs whose tuples list mesh axes in any order
+   (meshes data=2 model=2, data=2 model=3, a=2 b=2 c=2 as 2, 3 and 4
+   processes: from_local, read_local, local_shape, device_put, a program
+   against one device, and the bytes moved); the
    GPT-2 training step on data=2 model=2 for 20 steps (plain, sequence
    parallel, remat offload, accum 2) as 4 processes x 1 device and 2 x 2,
    against 1 process x 4 threads; a checkpoint written by 4 processes
