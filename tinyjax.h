@@ -1058,9 +1058,10 @@ TJDEF int tj_nccl_transport_gpu(const tj_transport *t, int i);
    tj_array_abstract and tj_filter_shard's rules set it too), while its
    shards stay in mesh order ([4]) for the programs; so with a tuple out
    of mesh order a process's block may be held by other processes'
-   devices, and then tj_array_from_local all-gathers every process's block
-   and tj_array_read_local gathers the array: call both in every process
-   (they move no data where each process's devices hold its block). */
+   devices, and then the blocks a process lacks move between processes
+   (one all-gather of just those): call tj_array_from_local and
+   tj_array_read_local in every process (they move no data where each
+   process's devices hold its block). */
 TJDEF int tj_array_spans_processes(const tj_array *a);
 TJDEF tj_status tj_array_read_all(tj_array *a, tj_dtype dt, void *dst);
 /* the shape of this process's block: "batch=4 pos=64" into buf */
