@@ -587,7 +587,9 @@ TJDEF tj_v tj_with_sharding_constraint_at(const char *f, int l, tj_v x, const ch
 #define tj_shard_by_rules(x, rules) tj_shard_by_rules_at(TJ_AT, x, rules)
 TJDEF tj_v tj_shard_by_rules_at(const char *f, int l, tj_v x, const char *rules);
 /* Outside tracing: a copy of array a placed with `spec` (each device gets
-   only its slice). spec NULL or "" replicates. */
+   only its slice). spec NULL or "" replicates. The copy keeps the order of
+   the spec's tuples ("batch:model+data"): it lays out the process-local
+   blocks as JAX does (tj_array_read_local, [11]). */
 #define tj_device_put(a, spec) tj_device_put_at(TJ_AT, a, spec)
 TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *spec);
 /* One call for a whole tree, inside or outside tracing: every array (or
@@ -595,7 +597,8 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
    untouched. Outside tracing the tree's arrays are replaced. */
 #define tj_filter_shard(t, rules) tj_filter_shard_at(TJ_AT, t, rules)
 TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char *rules);
-/* "batch:data embed:-" for a value or an array (buf returned). */
+/* "batch:data embed:-" for a value or an array (buf returned); an array's
+   tuples in its spec's order ("batch:model+data"), a value's in mesh order. */
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n);
 TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n);
 /* The same for one axis, as a spec writes it: the mesh axes that split
@@ -1039,11 +1042,26 @@ TJDEF int tj_nccl_transport_gpu(const tj_transport *t, int i);
    processes must call it; without processes it is tj_array_read).
    tj_device_put and tj_tree_save call it when needed, so call them in every
    process too; tj_tree_save writes the file from process 0 and every
-   process returns process 0's status. The process-local block of an array
-   is the box its local devices' shards cover (row-major); make an array
-   from each process's block with tj_array_from_local (JAX's
+   process returns process 0's status. Make an array from each process's
+   block of the data with tj_array_from_local (JAX's
    make_array_from_process_local_data: each process reads only its part of
-   a batch) and read it back with tj_array_read_local. */
+   a batch; `shape` is the global shape) and read it back with
+   tj_array_read_local. The process-local block is JAX's: along each axis
+   a device holds the global block of its rank along the axis's mesh axes
+   in the order the spec lists them, the FIRST most major ("batch:model+
+   data" on "data=2 model=2": block m*2+d on the device data=d model=m),
+   and a process's block is, per axis, the sorted distinct blocks its
+   devices hold, concatenated (2 processes of 2 devices on that mesh:
+   process 0 gives blocks 0 and 2 of batch, process 1 blocks 1 and 3; a
+   grid of blocks, not always a box of the array). The array keeps the
+   spec's order (tj_array_sharding prints it; tj_device_put,
+   tj_array_abstract and tj_filter_shard's rules set it too), while its
+   shards stay in mesh order ([4]) for the programs; so with a tuple out
+   of mesh order a process's block may be held by other processes'
+   devices, and then the blocks a process lacks move between processes
+   (one all-gather of just those): call tj_array_from_local and
+   tj_array_read_local in every process (they move no data where each
+   process's devices hold its block). */
 TJDEF int tj_array_spans_processes(const tj_array *a);
 TJDEF tj_status tj_array_read_all(tj_array *a, tj_dtype dt, void *dst);
 /* the shape of this process's block: "batch=4 pos=64" into buf */
@@ -2004,6 +2022,11 @@ struct tj_array {
     tj_backend *backend;   /* the backend its buffers came from (NULL: CPU) */
     int in_tree;           /* a tree leaf owns it: a second owner would free
                               it twice, so tj_tree_set_array refuses one   */
+    int ordered;           /* ord holds a spec's order (else mesh order)   */
+    unsigned char ord[TJ_MAXDIM][TJ__MAXMESH]; /* per axis: its mesh axes in
+                              the order its spec gave them, which lays out
+                              its process-local blocks as JAX does (the
+                              shards themselves are in mesh order, [4])   */
 };
 
 static tj__type tj__local(const tj_ctx *c, const tj__type *t);
@@ -3228,6 +3251,43 @@ static const char *tj__spec_str(const tj_ctx *c, const tj__type *t, char *buf, s
     if (t->partial) snprintf(buf + k, n - k, " (partial sum over %s)", tj__mesh_names(c, t->partial, m, sizeof m));
     return buf;
 }
+/* axis i of array a: its mesh axes in the order its spec gave them (mesh
+   order for an array made without one); returns their count */
+static int tj__arr_order(const tj_array *a, int i, int *ord) {
+    int j, n = 0;
+    unsigned got = 0;
+    for (j = 0; j < a->ctx->nmesh; j++)
+        if (a->t.sh[i] >> j & 1) ord[n++] = j;
+    for (j = 0; a->ordered && j < n; j++) got |= a->ord[i][j] < TJ__MAXMESH ? 1u << a->ord[i][j] : 1u << 31;
+    for (j = 0; a->ordered && got == a->t.sh[i] && j < n; j++) ord[j] = a->ord[i][j]; /* (an order of these mesh axes only) */
+    return n;
+}
+/* a takes the order a spec gave (tj__parse_spec_ord's ord); mesh order is
+   kept as no order at all */
+static void tj__arr_set_order(tj_array *a, unsigned char (*ord)[TJ__MAXMESH]) {
+    int i, k, n, j;
+    a->ordered = 0;
+    memcpy(a->ord, ord, sizeof a->ord);
+    for (i = 0; i < a->t.rank; i++) {
+        for (j = 0, n = 0; j < a->ctx->nmesh; j++) n += a->t.sh[i] >> j & 1;
+        for (k = 1; k < n; k++) a->ordered |= ord[i][k] < ord[i][k - 1];
+    }
+}
+/* an array's spec as a spec writes it, its tuples in its order */
+static const char *tj__arr_spec_str(const tj_array *a, char *buf, size_t n) {
+    size_t k = 0;
+    int i, j, m, ord[TJ__MAXMESH];
+    buf[0] = 0;
+    for (i = 0; i < a->t.rank; i++) {
+        snprintf(buf + k, n - k, "%s%s:%s", i ? " " : "", tj__name(a->ctx, a->t.ax[i]), a->t.sh[i] ? "" : "-");
+        k = strlen(buf);
+        for (j = 0, m = tj__arr_order(a, i, ord); j < m; j++) {
+            snprintf(buf + k, n - k, "%s%s", j ? "+" : "", tj__name(a->ctx, a->ctx->mesh_ax[ord[j]]));
+            k = strlen(buf);
+        }
+    }
+    return buf;
+}
 /* Parse a spec into sh[] for type t. strict: every named axis must be an
    axis of t. Checks: known mesh axes, each used once, divisible sizes. */
 /* Levenshtein distance between a and the n bytes at b (short names only) */
@@ -3258,15 +3318,20 @@ static int tj__similar(const char *a, const char *b, size_t n) {
    logical rules: a rule's mesh axis missing from the mesh is skipped (one
    rule string serves every mesh), and when two rules claim the same mesh
    axis for one value, the first in the string wins. */
-static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, int strict, const char *what, const char *file, int line) {
+/* ord (NULL: not wanted) gets, per axis of t, its mesh axes in the order
+   the spec lists them (JAX's layout of the axis: the first most major). */
+static int tj__parse_spec_ord(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, unsigned char (*ord)[TJ__MAXMESH], int strict, const char *what,
+                              const char *file, int line) {
     const char *s = spec ? spec : "";
     unsigned used = 0, named = 0; /* mesh axes used; axes of t the spec named */
     int i;
     for (i = 0; i < TJ_MAXDIM; i++) sh[i] = 0;
+    if (ord) memset(ord, 0, sizeof(unsigned char[TJ__MAXMESH]) * TJ_MAXDIM);
     while (*s) {
         const char *b;
-        int id, k;
+        int id, k, no = 0;
         unsigned m = 0;
+        unsigned char lst[TJ__MAXMESH];
         if (*s == ' ' || *s == ',' || *s == '\t') { s++; continue; }
         b = s;
         while (*s && tj__isname(*s)) s++;
@@ -3312,6 +3377,7 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
                     return -1;
                 }
                 m |= 1u << found;
+                lst[no++] = (unsigned char)found;
             }
             s = *e == '+' ? e + 1 : e;
         }
@@ -3346,8 +3412,12 @@ static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_
         }
         used |= m;
         sh[k] = (uint8_t)m;
+        if (ord && m) memcpy(ord[k], lst, (size_t)no);
     }
     return 0;
+}
+static int tj__parse_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, int strict, const char *what, const char *file, int line) {
+    return tj__parse_spec_ord(c, spec, t, sh, NULL, strict, what, file, line);
 }
 
 /* ---- collectives as nodes ---- */
@@ -3793,10 +3863,14 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
     tj__type t;
     tj_array *b;
     void *host;
+    unsigned char ord[TJ_MAXDIM][TJ__MAXMESH];
     if (!a || (a->abstract ? !tj__array_mesh_ok(a, "device_put", f, l) : !tj__array_live(a, "device_put", f, l))) return NULL;
     t = a->t;
-    if (tj__parse_spec(a->ctx, spec, &a->t, t.sh, 1, "device_put", f, l)) return NULL;
-    if (a->abstract) return tj__array_make(a->ctx, &t, 1, f, l); /* a new sharding, still no data */
+    if (tj__parse_spec_ord(a->ctx, spec, &a->t, t.sh, ord, 1, "device_put", f, l)) return NULL;
+    if (a->abstract) { /* a new sharding, still no data */
+        if ((b = tj__array_make(a->ctx, &t, 1, f, l))) tj__arr_set_order(b, ord);
+        return b;
+    }
     host = tj__malloc((size_t)tj__bytes(&a->t));
     if (!host) {
         tj__err(a->ctx, TJ_ERR_OOM, f, l, "device_put: out of memory");
@@ -3809,15 +3883,20 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
         return NULL;
     }
     TJ_FREE(host);
+    tj__arr_set_order(b, ord);
     return b;
 }
 /* an array without buffers, placed by spec (tj_array_abstract, [2]) */
 TJDEF tj_array *tj_array_abstract_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec) {
     tj__type t;
+    tj_array *a;
+    unsigned char ord[TJ_MAXDIM][TJ__MAXMESH];
     if (!c) return NULL;
+    memset(ord, 0, sizeof ord);
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_abstract", file, line)) return NULL;
-    if (spec && *spec && tj__parse_spec(c, spec, &t, t.sh, 1, "tj_array_abstract", file, line)) return NULL;
-    return tj__array_make(c, &t, 1, file, line);
+    if (spec && *spec && tj__parse_spec_ord(c, spec, &t, t.sh, ord, 1, "tj_array_abstract", file, line)) return NULL;
+    if ((a = tj__array_make(c, &t, 1, file, line))) tj__arr_set_order(a, ord);
+    return a;
 }
 TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char *rules) {
     int i;
@@ -3829,18 +3908,13 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
             if (!v) return tj_status_of(t->ctx);
             x->v = v;
         } else if (x->kind == TJ_LEAF_ARRAY) {
-            uint8_t sh[TJ_MAXDIM];
+            tj_array r;
             char spec[512];
-            size_t k = 0;
-            int j;
             tj_array *b;
-            if (tj__parse_spec(t->ctx, rules, &x->arr->t, sh, 0, "filter_shard", f, l)) return t->ctx->status;
-            spec[0] = 0;
-            for (j = 0; j < x->arr->t.rank; j++) { /* the rules, restricted to this leaf's axes */
-                char mb[64];
-                snprintf(spec + k, sizeof spec - k, "%s:%s ", tj__name(t->ctx, x->arr->t.ax[j]), sh[j] ? tj__mesh_names(t->ctx, sh[j], mb, sizeof mb) : "-");
-                k = strlen(spec);
-            }
+            r = *x->arr; /* the rules, restricted to this leaf's axes, their tuples in the rules' order */
+            if (tj__parse_spec_ord(t->ctx, rules, &x->arr->t, r.t.sh, r.ord, 0, "filter_shard", f, l)) return t->ctx->status;
+            r.ordered = 1;
+            tj__arr_spec_str(&r, spec, sizeof spec);
             if (!(b = tj_device_put_at(f, l, x->arr, spec))) return t->ctx->status;
             if (x->owned) tj_array_free(x->arr);
             x->arr = b;
@@ -3857,7 +3931,7 @@ TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n) {
 TJDEF const char *tj_array_sharding(const tj_array *a, char *buf, size_t n) {
     if (!buf || !n) return "";
     if (!a) { snprintf(buf, n, "(null)"); return buf; }
-    return tj__spec_str(a->ctx, &a->t, buf, n);
+    return tj__arr_spec_str(a, buf, n); /* (an array is never a partial sum) */
 }
 TJDEF const char *tj_v_axis_sharding(tj_v v, const char *axis, char *buf, size_t n) {
     int i;
@@ -3882,57 +3956,77 @@ TJDEF const char *tj_v_axis_sharding(tj_v v, const char *axis, char *buf, size_t
    body calls collectives itself (tj_psum, tj_all_gather, ..); in manual
    graphs their VJPs are explicit transposes (tj__vjp_coll). */
 
-/* "data model" or "data+model" -> mesh axis bits; -1 and an error */
-static int tj__mesh_mask(tj_ctx *c, const char *axes, const char *what, const char *f, int l) {
-    char buf[256], *q;
-    int ids[TJ__MAXMESH], n, i, j, m = 0;
-    snprintf(buf, sizeof buf, "%s", axes ? axes : "");
-    for (q = buf; *q; q++) if (*q == '+') *q = ' ';
-    if ((n = tj__parse_names(c, buf, ids, TJ__MAXMESH, what, f, l)) < 0) return -1;
-    if (n == 0) {
-        tj__err(c, TJ_ERR_AXIS, f, l, "%s: no mesh axes given", what);
+/* The one parser of a list of mesh axes ("data model", "model+data",
+   "data,model"), read in place (len bytes at axes: a spec's tuple too):
+   ord[] gets the mesh axes in the order given, the count is returned, or
+   -1 and an error naming `what` (what NULL: quietly) for a NULL list, a bad
+   character, a name that is not an axis of the mesh, one named twice, or
+   no axes. Mesh axes listed out of mesh order ("model data" on the mesh
+   "data=2 model=2"): JAX numbers a group's devices, and lays out an axis
+   split over several mesh axes, in the order given (the first most major),
+   where the collectives' kernels and the sharding types number them in
+   mesh order. So the axis_index and the blocks of an all_gather,
+   psum_scatter or all_to_all, and of a shard_map in_spec or out_spec, are
+   renumbered from one order to the other (tj__reorder), and an array keeps
+   its spec's order for its process-local blocks (tj_array.ord).
+   ppermute's pairs stay mesh-order ranks: JAX 0.10.2 numbers them so too
+   (("model", "data") on a data=2 model=3 mesh: rank 1 is the device data=0
+   model=1, whose axis_index is 2). */
+static int tj__mesh_list(tj_ctx *c, const char *axes, size_t len, int *ord, const char *what, const char *f, int l) {
+    const char *s = axes, *end = axes ? axes + len : NULL;
+    unsigned seen = 0;
+    int n = 0, j;
+    if (!axes) {
+        if (what) tj__err(c, TJ_ERR_ARG, f, l, "%s: an axis-name argument is NULL", what);
         return -1;
     }
-    for (i = 0; i < n; i++) {
+    while (s < end) {
+        const char *b = s;
         int found = -1;
-        for (j = 0; j < c->nmesh; j++) if (c->mesh_ax[j] == ids[i]) found = j;
-        if (found < 0 || (m >> found & 1)) {
-            char mb[64];
-            tj__err(c, TJ_ERR_AXIS, f, l, "%s: '%s' %s (mesh axes: %s)", what, tj__name(c, ids[i]), found < 0 ? "is not an axis of the mesh" : "is named twice",
-                    tj__mesh_names(c, (1u << c->nmesh) - 1, mb, sizeof mb));
+        if (*s == ' ' || *s == '+' || *s == ',' || *s == '\t') {
+            s++;
+            continue;
+        }
+        while (s < end && tj__isname(*s)) s++;
+        if (s == b) {
+            if (what) tj__err(c, TJ_ERR_AXIS, f, l, "%s: bad character '%c' in axis list", what, *s);
             return -1;
         }
-        m |= 1 << found;
+        for (j = 0; j < c->nmesh; j++) {
+            const char *nm = tj__name(c, c->mesh_ax[j]);
+            if (strlen(nm) == (size_t)(s - b) && !strncmp(nm, b, (size_t)(s - b))) found = j;
+        }
+        if (found < 0 || (seen >> found & 1)) {
+            char mb[64];
+            if (what)
+                tj__err(c, TJ_ERR_AXIS, f, l, "%s: '%.*s' %s (mesh axes: %s)", what, (int)(s - b > 200 ? 200 : s - b), b,
+                        found < 0 ? "is not an axis of the mesh" : "is named twice", tj__mesh_names(c, (1u << c->nmesh) - 1, mb, sizeof mb));
+            return -1;
+        }
+        seen |= 1u << found;
+        ord[n++] = found; /* (at most nmesh: each once) */
     }
-    return m;
-}
-/* Mesh axes listed out of mesh order ("model data" on the mesh "data=2
-   model=2"): JAX numbers a group's devices, and lays out an axis split over
-   several mesh axes, in the order given (the first most major), where the
-   collectives' kernels and the sharding types number them in mesh order.
-   tj__mesh_order writes the mesh axes of `axes` in the order given (after
-   tj__mesh_mask accepted them) and returns their count; tj__in_order says
-   whether that is mesh order (nothing to do). Elsewhere, the axis_index
-   and the blocks of an all_gather, psum_scatter or all_to_all, and of a
-   shard_map in_spec or out_spec, are renumbered from one order to the
-   other (tj__reorder). ppermute's pairs stay mesh-order ranks: JAX 0.10.2
-   numbers them so too (("model", "data") on a data=2 model=3 mesh: rank 1
-   is the device data=0 model=1, whose axis_index is 2). */
-static int tj__mesh_order_n(tj_ctx *c, const char *axes, size_t len, int *ord) {
-    int n = 0, j;
-    const char *s = axes ? axes : "", *end = s + len;
-    while (s < end && n < TJ__MAXMESH) {
-        const char *e;
-        if (*s == ' ' || *s == '+' || *s == ',' || *s == '\t') { s++; continue; }
-        for (e = s; e < end && tj__isname(*e); e++) {}
-        if (e == s) break;
-        for (j = 0; j < c->nmesh; j++)
-            if (strlen(tj__name(c, c->mesh_ax[j])) == (size_t)(e - s) && !strncmp(tj__name(c, c->mesh_ax[j]), s, (size_t)(e - s))) ord[n++] = j;
-        s = e;
+    if (n == 0) {
+        if (what) tj__err(c, TJ_ERR_AXIS, f, l, "%s: no mesh axes given", what);
+        return -1;
     }
     return n;
 }
-static int tj__mesh_order(tj_ctx *c, const char *axes, int *ord) { return tj__mesh_order_n(c, axes, axes ? strlen(axes) : 0, ord); }
+/* the mesh axis bits of a list */
+static unsigned tj__list_mask(const int *ord, int n) {
+    unsigned m = 0;
+    int i;
+    for (i = 0; i < n; i++) m |= 1u << ord[i];
+    return m;
+}
+/* "data model" or "data+model" -> mesh axis bits (ord, when not NULL,
+   and *n get the order given); -1 and an error */
+static int tj__mesh_mask(tj_ctx *c, const char *axes, int *ord, int *n, const char *what, const char *f, int l) {
+    int o[TJ__MAXMESH], k = tj__mesh_list(c, axes, axes ? strlen(axes) : 0, ord ? ord : o, what, f, l);
+    if (k < 0) return -1;
+    if (n) *n = k;
+    return (int)tj__list_mask(ord ? ord : o, k);
+}
 static int tj__in_order(const int *ord, int n) {
     int i;
     for (i = 1; i < n; i++) if (ord[i] < ord[i - 1]) return 0;
@@ -4002,7 +4096,7 @@ static tj_node *tj__spec_reorder(const char *f, int l, tj_node *x, const char *s
         if (*s != ':') continue;
         id = tj__intern(x->g->ctx, b, (size_t)(s - b));
         for (e = ++s; *e && *e != ' ' && *e != ','; e++) {}
-        n = tj__mesh_order_n(x->g->ctx, s, (size_t)(e - s), ord); /* (mesh axis names of any length) */
+        n = tj__mesh_list(x->g->ctx, s, (size_t)(e - s), ord, NULL, f, l); /* (checked by the spec's parser; "-", "none": -1) */
         s = e;
         if (n > 1 && !tj__in_order(ord, n)) x = tj__reorder(f, l, x, id, ord, n, to_mesh);
     }
@@ -4072,14 +4166,14 @@ static tj_node *tj__manual_coll(int op, tj_node *x, unsigned m, int axis, int ax
 /* the public collectives: only inside shard_map */
 static tj_node *tj__mcoll(const char *what, int op, tj_v x, const char *mesh_axes, const char *axis, const char *axis2, const signed char *perm,
                           const char *f, int l) {
-    int m, a = -1, a2 = -1, ord[TJ__MAXMESH], n;
+    int m, a = -1, a2 = -1, ord[TJ__MAXMESH], n = 0;
     if (!x) return NULL;
     if (!x->g->manual) {
         tj__err(x->g->ctx, TJ_ERR_STATE, f, l,
                 "%s: explicit collectives exist only inside tj_shard_map (outside it, sharding rules insert them; use tj_with_sharding_constraint)", what);
         return NULL;
     }
-    if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, what, f, l)) < 0) return NULL;
+    if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, ord, &n, what, f, l)) < 0) return NULL;
     if ((op == TJ__OP_ALL_GATHER || op == TJ__OP_REDUCE_SCATTER || op == TJ__OP_ALL_TO_ALL) && (!axis || (op == TJ__OP_ALL_TO_ALL && !axis2))) {
         char b[256]; /* (the kernel indexed the axis -1) */
         tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "%s: the %saxis argument is NULL (name an axis of %s)", what,
@@ -4088,7 +4182,6 @@ static tj_node *tj__mcoll(const char *what, int op, tj_v x, const char *mesh_axe
     }
     if (axis && (a = tj__one_axis(x, axis, what, f, l)) < 0) return NULL;
     if (axis2 && (a2 = tj__one_axis(x, axis2, what, f, l)) < 0) return NULL;
-    n = tj__mesh_order(x->g->ctx, mesh_axes, ord);
     if (op == TJ__OP_REDUCE_SCATTER || op == TJ__OP_ALL_TO_ALL) x = tj__reorder(f, l, x, a, ord, n, 1); /* (blocks sent in mesh order) */
     x = tj__manual_coll(op, x, (unsigned)m, a, a2, perm, what, f, l);
     if (op == TJ__OP_ALL_GATHER) x = tj__reorder(f, l, x, a, ord, n, 0); /* (blocks received in mesh order) */
@@ -4116,7 +4209,7 @@ TJDEF tj_v tj_ppermute_at(const char *f, int l, tj_v x, const char *mesh_axes, i
     int m, G, i;
     if (!x) return NULL;
     if (!x->g->manual) return tj__mcoll("ppermute", TJ__OP_PPERMUTE, x, mesh_axes, NULL, NULL, NULL, f, l); /* the error */
-    if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, "ppermute", f, l)) < 0) return NULL;
+    if ((m = tj__mesh_mask(x->g->ctx, mesh_axes, NULL, NULL, "ppermute", f, l)) < 0) return NULL;
     G = tj__mesh_count(x->g->ctx, (unsigned)m);
     if (npairs < 0 || (npairs && !pairs)) {
         tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "ppermute: %d pairs (0..%d)%s", npairs, G, npairs > 0 ? ", and the list pairs is NULL" : "");
@@ -4143,8 +4236,8 @@ TJDEF tj_v tj_axis_index_at(const char *f, int l, tj_graph *g, const char *mesh_
         tj__err(g->ctx, TJ_ERR_STATE, f, l, "axis_index: only inside tj_shard_map");
         return NULL;
     }
-    if ((m = tj__mesh_mask(g->ctx, mesh_axes, "axis_index", f, l)) < 0) return NULL;
-    if (!tj__in_order(ord, k = tj__mesh_order(g->ctx, mesh_axes, ord))) { /* the rank in the order given: first axis most major */
+    if ((m = tj__mesh_mask(g->ctx, mesh_axes, ord, &k, "axis_index", f, l)) < 0) return NULL;
+    if (!tj__in_order(ord, k)) { /* the rank in the order given: first axis most major */
         tj_v r = NULL;
         for (i = 0; i < k; i++) {
             tj_v a = tj_axis_index_at(f, l, g, tj__name(g->ctx, g->ctx->mesh_ax[ord[i]]));
@@ -12850,123 +12943,291 @@ TJDEF tj_status tj_array_read_all(tj_array *a, tj_dtype dt, void *dst) {
     TJ_FREE(recv);
     return st;
 }
-/* the box of the global array this process's devices cover: start and size
-   per axis; nonzero (and an error) if their shards do not tile a box */
-static int tj__local_box(const tj_array *a, int64_t *start, int64_t *size, const char *what) {
+/* Process-local blocks, as JAX's make_array_from_process_local_data lays
+   them out. Along each axis a device holds one global block: its rank
+   along the axis's mesh axes in the order the spec gave them (the first
+   most major: "batch:model+data" on data=2 model=2 puts block m*2+d on the
+   device data=d model=m). A process's block is, per axis, the sorted
+   distinct blocks its devices hold, concatenated: a grid of global blocks
+   (not always a box of the array: blocks 0 and 2 of "batch:model+data"
+   for the process of the devices data=0). The shards themselves are in
+   mesh order ([4]: block d*2+m on that device), so where a spec lists
+   mesh axes out of mesh order a process's block may hold data that other
+   processes' devices keep; then the data moves through the transport. */
+typedef struct {
+    int lo, hi;                           /* the process's devices [lo, hi) */
+    int64_t size[TJ_MAXDIM];              /* its block's shape              */
+    signed char at[TJ_MAXDIM][TJ_MAXDEV]; /* global block b of axis i -> its
+                                             place in the process's block;
+                                             -1: not there                 */
+} tj__pgrid;
+/* JAX's block of device d along axis i of a (the spec's order) */
+static int tj__jblock(const tj_array *a, int i, int d) {
+    int ord[TJ__MAXMESH], n = tj__arr_order(a, i, ord), k, r = 0;
+    for (k = 0; k < n; k++) r = r * a->ctx->mesh_size[ord[k]] + tj__mesh_coord(a->ctx, d, ord[k]);
+    return r;
+}
+static int tj__nprocs_of(const tj_ctx *c) { return c->procs && c->procs->nprocs > 1 ? c->procs->nprocs : 1; }
+/* process q's grid of a */
+static void tj__proc_grid(const tj_array *a, int q, tj__pgrid *g) {
     tj_ctx *c = a->ctx;
     tj__type lt = tj__local(c, &a->t);
-    int i, d, lo = 0, hi = c->ndev, k = 0, want = 1;
-    unsigned char have[TJ_MAXDEV];
-    if (c->procs && c->procs->nprocs > 1) {
-        lo = c->procs->lo;
-        hi = c->procs->hi;
-    }
-    memset(have, 0, sizeof have);
+    int per = c->ndev / tj__nprocs_of(c), i, d, b, k;
+    g->lo = q * per;
+    g->hi = g->lo + per;
+    memset(g->at, -1, sizeof g->at);
     for (i = 0; i < a->t.rank; i++) {
-        int rmin = 1 << 30, rmax = -1;
-        for (d = lo; d < hi; d++)
-            if (a->t.sh[i]) {
-                int r = tj__mesh_rank(c, d, a->t.sh[i]);
-                rmin = r < rmin ? r : rmin;
-                rmax = r > rmax ? r : rmax;
-            }
-        if (!a->t.sh[i]) rmin = rmax = 0;
-        start[i] = (int64_t)rmin * lt.dim[i];
-        size[i] = (int64_t)(rmax - rmin + 1) * lt.dim[i];
-        want *= rmax - rmin + 1;
+        for (d = g->lo; d < g->hi; d++) g->at[i][tj__jblock(a, i, d)] = 0;
+        for (b = 0, k = 0; b < TJ_MAXDEV; b++)
+            if (g->at[i][b] >= 0) g->at[i][b] = (signed char)k++; /* (sorted) */
+        g->size[i] = (int64_t)k * lt.dim[i];
     }
-    for (d = lo; d < hi; d++) {
-        int s = tj__shard_id(c, &a->t, d);
-        if (!have[s]) k++;
-        have[s] = 1;
-    }
-    if (k != want) {
-        tj__err(c, TJ_ERR_SHAPE, NULL, 0, "%s: the shards of this process's devices do not form a box of the array (process %d)", what, tj_process_index(c));
-        return 1;
+}
+/* does a device of process grid g hold global block blk (one per axis) in
+   JAX's layout (jax) or in a's shards (else) */
+static int tj__grid_holds(const tj_array *a, const tj__pgrid *g, const int *blk, int jax) {
+    int d, i, ok;
+    for (d = g->lo; d < g->hi; d++) {
+        for (i = 0, ok = 1; ok && i < a->t.rank; i++) ok = (jax ? tj__jblock(a, i, d) : a->t.sh[i] ? tj__mesh_rank(a->ctx, d, a->t.sh[i]) : 0) == blk[i];
+        if (ok) return 1;
     }
     return 0;
 }
+/* global block blk's element offset inside grid g's block (row-major, type bt) */
+static int64_t tj__grid_base(const tj_array *a, const tj__pgrid *g, const int *blk) {
+    tj__type lt = tj__local(a->ctx, &a->t);
+    int64_t base = 0;
+    int i;
+    for (i = 0; i < a->t.rank; i++) base = base * g->size[i] + g->at[i][blk[i]] * lt.dim[i];
+    return base;
+}
+/* the type of grid g's block: a's axes at g's sizes, unsharded, dtype dt */
+static tj__type tj__grid_type(const tj_array *a, const tj__pgrid *g, tj_dtype dt) {
+    tj__type bt = a->t;
+    int i;
+    bt.dt = dt;
+    memset(bt.sh, 0, sizeof bt.sh);
+    for (i = 0; i < a->t.rank; i++) bt.dim[i] = g->size[i];
+    return bt;
+}
+/* device d's block of a's shards (mesh order), one per axis */
+static void tj__shard_blk(const tj_array *a, int d, int *blk) {
+    int i;
+    for (i = 0; i < a->t.rank; i++) blk[i] = a->t.sh[i] ? tj__mesh_rank(a->ctx, d, a->t.sh[i]) : 0;
+}
+/* every process's grid (NULL and an error when out of memory) */
+static tj__pgrid *tj__all_grids(const tj_array *a, const char *what) {
+    int q, P = tj__nprocs_of(a->ctx);
+    tj__pgrid *g = (tj__pgrid *)tj__malloc(sizeof *g * (size_t)P);
+    if (!g) {
+        tj__err(a->ctx, TJ_ERR_OOM, NULL, 0, "%s: out of memory", what);
+        return NULL;
+    }
+    for (q = 0; q < P; q++) tj__proc_grid(a, q, &g[q]);
+    return g;
+}
 TJDEF const char *tj_array_local_shape(const tj_array *a, char *buf, size_t n) {
-    int64_t start[TJ_MAXDIM], size[TJ_MAXDIM];
+    tj__pgrid g;
     int i;
     size_t k = 0;
     if (!buf || !n) return buf;
     buf[0] = 0;
-    if (!a || tj__local_box(a, start, size, "tj_array_local_shape")) return buf;
+    if (!a) return buf;
+    tj__proc_grid(a, tj_process_index(a->ctx), &g);
     for (i = 0; i < a->t.rank; i++) {
-        snprintf(buf + k, n - k, "%s%s=%lld", i ? " " : "", tj__name(a->ctx, a->t.ax[i]), (long long)size[i]);
+        snprintf(buf + k, n - k, "%s%s=%lld", i ? " " : "", tj__name(a->ctx, a->t.ax[i]), (long long)g.size[i]);
         k = strlen(buf);
     }
     return buf;
 }
-/* copy between the local box (row-major, dtype bt) and each local device's shard */
-static tj_status tj__box_copy(tj_array *a, tj_dtype bt, void *box, int to_box, const char *what) {
-    tj_ctx *c = a->ctx;
-    int64_t start[TJ_MAXDIM], size[TJ_MAXDIM], st[TJ_MAXDIM];
-    tj__type btype, lt = tj__local(c, &a->t);
-    int d, i;
-    void *tmp = NULL;
-    if (tj__local_box(a, start, size, what)) return c->status;
-    btype = a->t;
-    btype.dt = bt;
-    memset(btype.sh, 0, sizeof btype.sh);
-    for (i = 0; i < a->t.rank; i++) btype.dim[i] = size[i];
-    tj__strides(&btype, st);
-    if (c->backend && !(tmp = tj__malloc((size_t)a->local_bytes))) return TJ_ERR_OOM;
-    for (d = 0; d < c->ndev; d++) {
-        int64_t base = 0;
-        if (!a->data[d]) continue;
-        for (i = 0; i < a->t.rank; i++)
-            if (a->t.sh[i]) base += ((int64_t)tj__mesh_rank(c, d, a->t.sh[i]) * lt.dim[i] - start[i]) * st[i];
-        if (to_box) {
-            const void *h = tj__shard_host(a, d, tmp);
-            if (!h) {
-                TJ_FREE(tmp);
-                return TJ_ERR_IO;
-            }
-            tj__copy_region(h, &lt, 0, box, &btype, base, lt.dim, 1);
-        } else {
-            tj__copy_region(box, &btype, base, tmp ? tmp : a->data[d], &lt, 0, lt.dim, 1);
-            if (tmp && tj__mem_copy(c, a->data[d], TJ_SPACE_DEVICE, tmp, TJ_SPACE_USER, a->local_bytes)) {
-                TJ_FREE(tmp);
-                return TJ_ERR_IO;
-            }
-        }
+/* one local device's shard <-> host memory (through tmp with a backend) */
+static tj_status tj__shard_put(tj_array *a, int d, const void *src, const tj__type *st, int64_t sbase, void *tmp) {
+    tj__type lt = tj__local(a->ctx, &a->t);
+    tj__copy_region(src, st, sbase, tmp ? tmp : a->data[d], &lt, 0, lt.dim, 1);
+    if (tmp && tj__mem_copy(a->ctx, a->data[d], TJ_SPACE_DEVICE, tmp, TJ_SPACE_USER, a->local_bytes)) {
+        tj__err(a->ctx, TJ_ERR_IO, NULL, 0, "copying an array to device %d failed", d);
+        return TJ_ERR_IO;
     }
-    TJ_FREE(tmp);
+    return TJ_OK;
+}
+/* Blocks between processes. Block k is the row-major index of a global
+   block (one per axis; at most TJ_MAXDEV of them, the mesh axes of the
+   axes being distinct). A process "has" a block in JAX's layout (how 1:
+   one of its devices holds it there, the block it was given), in a's
+   shards (0), or in its grid (2); each block that some process wants and
+   has not comes from the lowest process that has it. Every process makes
+   the same plan; each sends the blocks it is the source of, in block
+   order, padded to the most any process sends (one all-gather of just
+   those blocks, none when no block moves). */
+typedef struct {
+    int nblk, maxc;      /* blocks; the most blocks one process sends     */
+    int src[TJ_MAXDEV];  /* block k's source process (-1: nobody needs it) */
+    int slot[TJ_MAXDEV]; /* its place among its source's blocks           */
+} tj__xplan;
+static void tj__blk_of(const tj_array *a, int k, int *blk) {
+    int i;
+    for (i = a->t.rank - 1; i >= 0; i--) {
+        int n = a->t.sh[i] ? tj__mesh_count(a->ctx, a->t.sh[i]) : 1;
+        blk[i] = k % n;
+        k /= n;
+    }
+}
+static int tj__proc_has(const tj_array *a, const tj__pgrid *g, const int *blk, int how) {
+    int i;
+    if (how < 2) return tj__grid_holds(a, g, blk, how);
+    for (i = 0; i < a->t.rank; i++)
+        if (g->at[i][blk[i]] < 0) return 0;
+    return 1;
+}
+static void tj__xplan_make(const tj_array *a, const tj__pgrid *g, int has, int want, tj__xplan *x) {
+    int P = tj__nprocs_of(a->ctx), q, k, i, blk[TJ_MAXDIM], cnt[TJ_MAXDEV];
+    for (i = 0, x->nblk = 1; i < a->t.rank; i++) x->nblk *= a->t.sh[i] ? tj__mesh_count(a->ctx, a->t.sh[i]) : 1;
+    memset(cnt, 0, sizeof cnt);
+    x->maxc = 0;
+    for (k = 0; k < x->nblk; k++) {
+        int needed = 0;
+        x->src[k] = x->slot[k] = -1;
+        tj__blk_of(a, k, blk);
+        for (q = 0; q < P && !needed; q++) needed = tj__proc_has(a, &g[q], blk, want) && !tj__proc_has(a, &g[q], blk, has);
+        for (q = 0; needed && q < P; q++)
+            if (tj__proc_has(a, &g[q], blk, has)) {
+                x->src[k] = q;
+                x->slot[k] = cnt[q]++;
+                x->maxc = cnt[q] > x->maxc ? cnt[q] : x->maxc;
+                break;
+            }
+    }
+}
+/* the all-gather of the plan's blocks (lb bytes each; send holds this
+   process's, packed by the caller); recv gets every process's */
+static tj_status tj__xplan_move(tj_ctx *c, const tj__xplan *x, const void *send, void *recv, size_t lb, const char *what, const char *f, int l) {
+    char err[512];
+    if (!x->maxc) return TJ_OK;
+    if (c->procs->t->proc_allgather(c->procs->t, send, recv, lb * (size_t)x->maxc, err, sizeof err)) {
+        tj__err(c, TJ_ERR_IO, f, l, "%s: moving blocks between processes: %s", what, err);
+        return TJ_ERR_IO;
+    }
     return TJ_OK;
 }
 TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
+    tj_ctx *c;
+    tj__pgrid *g;
+    tj__xplan x;
+    tj__type bt, lt;
+    char *send = NULL, *recv = NULL, *tmp = NULL;
+    size_t lb;
+    int d, k, me, blk[TJ_MAXDIM];
+    tj_status st = TJ_OK;
     if (!a) return TJ_ERR_ARG;
+    c = a->ctx;
     if (!tj__array_live(a, "tj_array_read_local", NULL, 0)) return TJ_ERR_STATE;
     if ((unsigned)dt >= TJ_NDTYPE) {
-        tj__err(a->ctx, TJ_ERR_DTYPE, NULL, 0, "tj_array_read_local: bad dtype %d", (int)dt);
+        tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_array_read_local: bad dtype %d", (int)dt);
         return TJ_ERR_DTYPE;
     }
-    return tj__box_copy(a, dt, dst, 1, "tj_array_read_local");
+    if (!(g = tj__all_grids(a, "tj_array_read_local"))) return TJ_ERR_OOM;
+    me = tj_process_index(c);
+    tj__xplan_make(a, g, 0, 2, &x); /* the grid's cells from the shards */
+    bt = tj__grid_type(a, &g[me], dt);
+    lt = tj__local(c, &a->t);
+    lb = (size_t)a->local_bytes;
+    send = (char *)tj__malloc(lb * (size_t)x.maxc + 1);
+    recv = (char *)tj__malloc(lb * (size_t)x.maxc * (size_t)tj__nprocs_of(c) + 1);
+    tmp = (char *)tj__malloc(lb + 1);
+    if (!send || !recv || !tmp) {
+        tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_array_read_local: out of memory");
+        st = TJ_ERR_OOM;
+    }
+    for (d = g[me].lo; st == TJ_OK && d < g[me].hi; d++) { /* each local shard: to the grid, and out when this process sends it */
+        const void *h;
+        int in = 1, i;
+        tj__shard_blk(a, d, blk);
+        for (i = 0, k = 0; i < a->t.rank; i++) {
+            in &= g[me].at[i][blk[i]] >= 0;
+            k = k * (a->t.sh[i] ? tj__mesh_count(c, a->t.sh[i]) : 1) + blk[i];
+        }
+        if (!in && x.src[k] != me) continue;
+        if (!a->data[d] || !(h = tj__shard_host(a, d, tmp))) {
+            st = TJ_ERR_IO;
+            break;
+        }
+        if (in) tj__copy_region(h, &lt, 0, dst, &bt, tj__grid_base(a, &g[me], blk), lt.dim, 1);
+        if (x.src[k] == me) memcpy(send + lb * (size_t)x.slot[k], h, lb);
+    }
+    /* (every process takes part in the move, even after a local failure: the others wait in it) */
+    if (send && recv && tj__xplan_move(c, &x, send, recv, lb, "tj_array_read_local", NULL, 0) && st == TJ_OK) st = TJ_ERR_IO;
+    for (k = 0; st == TJ_OK && k < x.nblk; k++) { /* the grid's cells this process's shards lack */
+        tj__blk_of(a, k, blk);
+        if (x.src[k] < 0 || x.src[k] == me || !tj__proc_has(a, &g[me], blk, 2) || tj__proc_has(a, &g[me], blk, 0)) continue;
+        tj__copy_region(recv + lb * (size_t)(x.src[k] * x.maxc + x.slot[k]), &lt, 0, dst, &bt, tj__grid_base(a, &g[me], blk), lt.dim, 1);
+    }
+    TJ_FREE(send);
+    TJ_FREE(recv);
+    TJ_FREE(tmp);
+    TJ_FREE(g);
+    return st;
 }
 TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *spec, const void *data) {
-    tj__type t;
+    tj__type t, bt, lt;
     tj_array *a;
-    void *zeros = NULL;
+    tj__pgrid *g = NULL;
+    tj__xplan x;
+    unsigned char ord[TJ_MAXDIM][TJ__MAXMESH];
+    void *zeros = NULL, *tmp = NULL;
+    char *send = NULL, *recv = NULL;
+    size_t lb;
+    int d, k, me, blk[TJ_MAXDIM];
+    tj_status st = TJ_OK;
     if (!c) return NULL;
     if (tj__parse_shape(c, shape, dt, &t, 0, "tj_array_from_local", file, line)) return NULL;
-    if (tj__parse_spec(c, spec, &t, t.sh, 1, "tj_array_from_local", file, line)) return NULL;
+    if (tj__parse_spec_ord(c, spec, &t, t.sh, ord, 1, "tj_array_from_local", file, line)) return NULL;
     if (!(a = tj__array_alloc(c, &t, file, line))) return NULL;
-    if (!data) { /* NULL: zeros */
-        int64_t start[TJ_MAXDIM], size[TJ_MAXDIM], nb = (int64_t)tj_dtype_size(dt);
-        int i;
-        if (!tj__local_box(a, start, size, "tj_array_from_local"))
-            for (i = 0; i < t.rank; i++) nb *= size[i];
-        if (!c->status && !(data = zeros = tj__calloc((size_t)nb))) tj__err(c, TJ_ERR_OOM, file, line, "tj_array_from_local: out of memory");
+    tj__arr_set_order(a, ord);
+    me = tj_process_index(c);
+    if (!(g = tj__all_grids(a, "tj_array_from_local"))) goto fail;
+    tj__xplan_make(a, g, 1, 0, &x); /* the shards from the blocks the processes gave */
+    bt = tj__grid_type(a, &g[me], dt);
+    lt = tj__local(c, &a->t);
+    lb = (size_t)a->local_bytes;
+    if (!data) data = zeros = tj__calloc((size_t)tj__bytes(&bt) + 1); /* NULL: zeros */
+    send = (char *)tj__malloc(lb * (size_t)x.maxc + 1);
+    recv = (char *)tj__malloc(lb * (size_t)x.maxc * (size_t)tj__nprocs_of(c) + 1);
+    if (c->backend) tmp = tj__malloc(lb + 1);
+    if (!data || !send || !recv || (c->backend && !tmp)) {
+        tj__err(c, TJ_ERR_OOM, file, line, "tj_array_from_local: out of memory");
+        st = TJ_ERR_OOM;
     }
-    if (!data || tj__box_copy(a, dt, (void *)data, 0, "tj_array_from_local")) {
-        TJ_FREE(zeros);
-        tj_array_free(a);
-        return NULL;
+    for (k = 0; st == TJ_OK && k < x.nblk; k++) /* the blocks this process sends */
+        if (x.src[k] == me) {
+            tj__blk_of(a, k, blk);
+            tj__copy_region(data, &bt, tj__grid_base(a, &g[me], blk), send + lb * (size_t)x.slot[k], &lt, 0, lt.dim, 1);
+        }
+    /* (every process takes part in the move, even after a local failure: the others wait in it) */
+    if (send && recv && tj__xplan_move(c, &x, send, recv, lb, "tj_array_from_local", file, line) && st == TJ_OK) st = TJ_ERR_IO;
+    for (d = g[me].lo; st == TJ_OK && d < g[me].hi; d++) { /* each local shard: from this process's block, else from its source's */
+        tj__shard_blk(a, d, blk);
+        if (tj__proc_has(a, &g[me], blk, 1)) st = tj__shard_put(a, d, data, &bt, tj__grid_base(a, &g[me], blk), tmp);
+        else {
+            int i;
+            for (i = 0, k = 0; i < a->t.rank; i++) k = k * (a->t.sh[i] ? tj__mesh_count(c, a->t.sh[i]) : 1) + blk[i];
+            st = tj__shard_put(a, d, recv + lb * (size_t)(x.src[k] * x.maxc + x.slot[k]), &lt, 0, tmp);
+        }
     }
+    if (st != TJ_OK) goto fail;
     TJ_FREE(zeros);
+    TJ_FREE(tmp);
+    TJ_FREE(send);
+    TJ_FREE(recv);
+    TJ_FREE(g);
     return a;
+fail:
+    TJ_FREE(zeros);
+    TJ_FREE(tmp);
+    TJ_FREE(send);
+    TJ_FREE(recv);
+    TJ_FREE(g);
+    tj_array_free(a);
+    return NULL;
 }
 
 /* tj_tree_save / tj_tree_load in process mode: the call itself (save reads
@@ -14808,6 +15069,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             *a = *args[d];
             a->t = p->outs[i]->t;
             a->in_tree = 0; /* a new array, nobody's yet */
+            a->ordered = 0; /* laid out as the program's outputs are: mesh order */
             outs[i] = a;
         } else if (!(outs[i] = tj__array_alloc(c, &p->outs[i]->t, file, line))) {
             st = TJ_ERR_OOM;

@@ -632,6 +632,20 @@ static void ppermute_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     BAD(c, tj_all_to_all(in[0], "data", "a", NULL) == NULL, "all_to_all", "concat axis argument is NULL");
     BAD(c, tj_all_to_all(in[0], "data", NULL, "a") == NULL, "all_to_all", "split axis argument is NULL");
     BAD(c, tj_ppermute(in[0], "data", 2, NULL) == NULL, "ppermute", "2 pairs", "pairs is NULL");
+    {   /* a mesh-axis list is read whole, in place (it was copied into 256
+           bytes: past them "nosuch" was cut off and "data" alone passed) */
+        char lng[400];
+        memset(lng, ' ', sizeof lng);
+        memcpy(lng, "data", 4);
+        memcpy(lng + 300, "nosuch", 6);
+        lng[306] = 0;
+        BAD(c, tj_psum(in[0], lng) == NULL, "psum", "'nosuch' is not an axis of the mesh", "mesh axes: data+model");
+        memcpy(lng + 300, "+data ", 6);
+        BAD(c, tj_all_gather(in[0], lng, "a") == NULL, "all_gather", "'data' is named twice");
+        BAD(c, tj_axis_index(g, " + ,") == NULL, "axis_index", "no mesh axes given");
+        BAD(c, tj_psum(in[0], "data;model") == NULL, "psum", "bad character ';' in axis list");
+        BAD(c, tj_pmax(in[0], NULL) == NULL, "pmax", "axis-name argument is NULL");
+    }
     tj_clear_error(c);
     out[0] = in[0];
 }

@@ -8,7 +8,11 @@
    mpirun -np N test_mpi --case C    one case (what the driver runs)
 
    Cases: every collective kind x mesh-axis mask x dtype (shard_map), an
-   automatically sharded MLP with gradients, process-local arrays; the
+   automatically sharded MLP with gradients, process-local arrays; JAX's
+   process-local blocks for specs whose tuples list mesh axes in any order
+   (meshes data=2 model=2, data=2 model=3, a=2 b=2 c=2 as 2, 3 and 4
+   processes: from_local, read_local, local_shape, device_put, a program
+   against one device, and the bytes moved); the
    GPT-2 training step on data=2 model=2 for 20 steps (plain, sequence
    parallel, remat offload, accum 2) as 4 processes x 1 device and 2 x 2,
    against 1 process x 4 threads; a checkpoint written by 4 processes
@@ -316,6 +320,214 @@ static void case_coll(int devices) {
     }
     tj_ctx_free(pc);
     tj_ctx_free(tc);
+}
+
+/* ==== 1b. process-local blocks follow the spec's order, as in JAX ==========
+   JAX lays out an array axis split over several mesh axes with the FIRST
+   listed mesh axis most major ("batch:model+data" on data=2 model=2: global
+   block m*2+d on the device data=d model=m), and a process's local block
+   (make_array_from_process_local_data) is, per axis, the sorted distinct
+   global blocks its devices hold, concatenated. Computed here from that
+   rule alone, independently of the library. */
+typedef struct {
+    const char *spec;
+    const char *b[4], *e[4]; /* the mesh axes of batch and embed, in the spec's order */
+} ospec;
+typedef struct {
+    int n, size[6];
+    char name[6][16];
+} omesh;
+static void omesh_parse(omesh *m, const char *s) {
+    int k;
+    m->n = 0;
+    while (*s && m->n < 6) {
+        while (*s == ' ') s++;
+        if (!*s) break;
+        k = (int)strcspn(s, "=");
+        snprintf(m->name[m->n], sizeof m->name[0], "%.*s", k, s);
+        m->size[m->n++] = atoi(s + k + 1);
+        s += k + 1;
+        while (*s && *s != ' ') s++;
+    }
+}
+/* JAX's rank of device d along the mesh axes `ax` (first most major; d row-major on the mesh) */
+static int jax_rank(const omesh *m, int d, const char *const *ax, int *count) {
+    int r = 0, n = 1, i, k, coord[6], st = 1;
+    for (k = m->n - 1; k >= 0; k--) {
+        coord[k] = d / st % m->size[k];
+        st *= m->size[k];
+    }
+    for (i = 0; ax[i]; i++)
+        for (k = 0; k < m->n; k++)
+            if (!strcmp(ax[i], m->name[k])) {
+                r = r * m->size[k] + coord[k];
+                n *= m->size[k];
+            }
+    if (count) *count = n;
+    return r;
+}
+/* the sorted distinct blocks the devices [lo, hi) hold along `ax`; returns how many */
+static int local_blocks(const omesh *m, int lo, int hi, const char *const *ax, int *blk) {
+    int n = 0, d, i, j;
+    for (d = lo; d < hi; d++) {
+        int r = jax_rank(m, d, ax, NULL), have = 0;
+        for (i = 0; i < n; i++) have |= blk[i] == r;
+        if (!have) blk[n++] = r;
+    }
+    for (i = 1; i < n; i++)
+        for (j = i; j > 0 && blk[j - 1] > blk[j]; j--) {
+            int t = blk[j];
+            blk[j] = blk[j - 1];
+            blk[j - 1] = t;
+        }
+    return n;
+}
+static void order_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "y", tj_dot(x, w, "embed"));
+    tj_tree_set_v(out, "s", tj_add(tj_mul(x, x), x));
+    tj_tree_set_v(out, "t", tj_sum(x, "batch"));
+}
+static void order_run(tj_ctx *c, tj_array *x, tj_array *w, float *y, float *s, float *t) {
+    tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
+    tj_prog *p;
+    tj_tree_set_array_ref(in, "x", x);
+    tj_tree_set_array_ref(in, "w", w);
+    p = tj_jit(c, "order", order_fn, NULL, in, NULL);
+    if (!p || tj_run(p, in, out) || tj_array_read_all(tj_tree_array(out, "y"), TJ_F32, y) || tj_array_read_all(tj_tree_array(out, "s"), TJ_F32, s) ||
+        tj_array_read_all(tj_tree_array(out, "t"), TJ_F32, t)) {
+        fprintf(stderr, "rank %d: order program: %s\n", R, tj_error(c));
+        tj_clear_error(c);
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+}
+static void case_order(int devices, const char *mesh) {
+    static const ospec two[] = {
+        {"batch:Y+X", {"Y", "X"}, {NULL}},          {"batch:X+Y", {"X", "Y"}, {NULL}},          {"embed:Y batch:X", {"X"}, {"Y"}},
+        {"batch:Y embed:X", {"Y"}, {"X"}},          {"embed:Y+X", {NULL}, {"Y", "X"}},          {"batch:Y+X embed:-", {"Y", "X"}, {NULL}},
+        {"embed:X+Y batch:-", {NULL}, {"X", "Y"}}, {"batch:Y", {"Y"}, {NULL}},
+    };
+    static const ospec three[] = {
+        {"batch:c+a embed:b", {"c", "a"}, {"b"}}, {"batch:b+a+c", {"b", "a", "c"}, {NULL}}, {"batch:c+b+a", {"c", "b", "a"}, {NULL}},
+        {"embed:c+a", {NULL}, {"c", "a"}},        {"batch:a embed:c+b", {"a"}, {"c", "b"}}, {"batch:a+b+c", {"a", "b", "c"}, {NULL}},
+    };
+    omesh m;
+    tj_ctx *pc = proc_ctx(devices, mesh), *one = thread_ctx(1, NULL);
+    int B = 2 * devices, E = devices, O = 3, si, ns, first, nl = tj_local_devices(pc, &first), i, j;
+    const ospec *sp;
+    float *G = (float *)malloc(sizeof(float) * (size_t)(B * E)), *W = (float *)malloc(sizeof(float) * (size_t)(E * O));
+    float *L = (float *)malloc(sizeof(float) * (size_t)(B * E)), *back = (float *)malloc(sizeof(float) * (size_t)(B * E));
+    float *y1 = (float *)malloc(sizeof(float) * (size_t)(B * O)), *yp = (float *)malloc(sizeof(float) * (size_t)(B * O));
+    float *s1 = (float *)malloc(sizeof(float) * (size_t)(B * E)), *s2 = (float *)malloc(sizeof(float) * (size_t)(B * E));
+    float *t1 = (float *)malloc(sizeof(float) * (size_t)E), *t2 = (float *)malloc(sizeof(float) * (size_t)E);
+    char shape[64], wshape[64], what[160];
+    tj_array *g1, *w1;
+    tj_transport_stats st0, st1;
+    int64_t moved = 0;
+    omesh_parse(&m, mesh);
+    sp = m.n == 3 ? three : two;
+    ns = m.n == 3 ? (int)(sizeof three / sizeof three[0]) : (int)(sizeof two / sizeof two[0]);
+    for (i = 0; i < B * E; i++) G[i] = (float)(i % 13 - 6); /* small integers: every sum is exact */
+    for (i = 0; i < E * O; i++) W[i] = (float)(i % 5 - 2);
+    snprintf(shape, sizeof shape, "batch=%d embed=%d", B, E);
+    snprintf(wshape, sizeof wshape, "embed=%d out=%d", E, O);
+    g1 = tj_array_new(one, TJ_F32, shape, G);
+    w1 = tj_array_new(one, TJ_F32, wshape, W);
+    order_run(one, g1, w1, y1, s1, t1);
+    for (si = 0; si < ns; si++) {
+        char spec[64], want[64], got[128];
+        const char *bax[4] = {NULL}, *eax[4] = {NULL};
+        int bb[64], eb[64], nbb, neb, nb, ne, bs, es, lb, le;
+        tj_array *l, *w, *gp, *pl;
+        /* the spec with this mesh's axis names (X, Y: the first and second axes of a 2-axis mesh) */
+        for (i = 0, j = 0; sp[si].spec[i]; i++) {
+            char ch = sp[si].spec[i];
+            const char *nm = m.n == 2 && ch == 'X' ? m.name[0] : m.n == 2 && ch == 'Y' ? m.name[1] : NULL;
+            if (nm) j += snprintf(spec + j, sizeof spec - (size_t)j, "%s", nm);
+            else spec[j++] = ch;
+            spec[j] = 0;
+        }
+        for (i = 0; i < 3 && sp[si].b[i]; i++) bax[i] = m.n == 2 ? m.name[sp[si].b[i][0] == 'Y'] : sp[si].b[i];
+        for (i = 0; i < 3 && sp[si].e[i]; i++) eax[i] = m.n == 2 ? m.name[sp[si].e[i][0] == 'Y'] : sp[si].e[i];
+        snprintf(what, sizeof what, "mesh \"%s\", %d processes, spec \"%s\"", mesh, NP, spec);
+        tjt_current = what;
+        jax_rank(&m, 0, bax, &nb);
+        jax_rank(&m, 0, eax, &ne);
+        bs = B / nb;
+        es = E / ne;
+        nbb = local_blocks(&m, first, first + nl, bax, bb);
+        neb = local_blocks(&m, first, first + nl, eax, eb);
+        lb = nbb * bs;
+        le = neb * es;
+        for (i = 0; i < lb; i++) /* JAX's local block */
+            for (j = 0; j < le; j++) L[i * le + j] = G[(bb[i / bs] * bs + i % bs) * E + eb[j / es] * es + j % es];
+        snprintf(want, sizeof want, "batch=%d embed=%d", lb, le);
+        {   /* a spec in mesh order: every process's devices hold its block, nothing moves */
+            int inorder = 1, k, prev;
+            for (i = 0; i < 2; i++)
+                for (j = 0, prev = -1; (i ? eax : bax)[j]; j++) {
+                    for (k = 0; k < m.n && strcmp(m.name[k], (i ? eax : bax)[j]); k++) {}
+                    inorder &= k > prev;
+                    prev = k;
+                }
+            st0 = tj_get_transport_stats(pc);
+            l = tj_array_from_local(pc, TJ_F32, shape, spec, L);
+            st1 = tj_get_transport_stats(pc);
+            TJT_CHECK(!inorder || st1.wire_bytes == st0.wire_bytes, "from_local of a spec in mesh order sent %lld bytes", (long long)(st1.wire_bytes - st0.wire_bytes));
+            TJT_CHECK(st1.wire_bytes - st0.wire_bytes <= (int64_t)sizeof(float) * lb * le * (NP - 1), "from_local sent %lld bytes, more than its block to each process",
+                      (long long)(st1.wire_bytes - st0.wire_bytes));
+            moved += st1.wire_bytes - st0.wire_bytes;
+        }
+        TJT_CHECK(l != NULL, "tj_array_from_local: %s", tj_error(pc));
+        if (!l) {
+            tj_clear_error(pc);
+            continue;
+        }
+        tj_array_local_shape(l, got, sizeof got);
+        TJT_CHECK(!strcmp(got, want), "local shape \"%s\", JAX's \"%s\"", got, want);
+        memset(back, 0, sizeof(float) * (size_t)(B * E));
+        TJT_CHECK(!tj_array_read_all(l, TJ_F32, back) && !memcmp(back, G, sizeof(float) * (size_t)(B * E)), "from_local + read_all: the global array JAX builds");
+        memset(back, 0, sizeof(float) * (size_t)(B * E));
+        TJT_CHECK(!tj_array_read_local(l, TJ_F32, back) && !memcmp(back, L, sizeof(float) * (size_t)(lb * le)), "read_local gives the block back");
+        tj_array_sharding(l, got, sizeof got);
+        for (i = 0; i < 2; i++) { /* tj_array_sharding names the tuples in the spec's order */
+            const char *const *ax = i ? eax : bax;
+            char tup[64];
+            int k, n = 0;
+            tup[0] = 0;
+            for (k = 0; ax[k]; k++) n += snprintf(tup + n, sizeof tup - (size_t)n, "%s%s", k ? "+" : "", ax[k]);
+            if (k > 1) TJT_CHECK(strstr(got, tup) != NULL, "tj_array_sharding \"%s\" names the tuple %s in the spec's order", got, tup);
+        }
+        /* a program on it = the same program on one device */
+        w = tj_array_new(pc, TJ_F32, wshape, W);
+        memset(yp, 0, sizeof(float) * (size_t)(B * O));
+        memset(s2, 0, sizeof(float) * (size_t)(B * E));
+        memset(t2, 0, sizeof(float) * (size_t)E);
+        order_run(pc, l, w, yp, s2, t2);
+        TJT_CHECK(!memcmp(yp, y1, sizeof(float) * (size_t)(B * O)) && !memcmp(s2, s1, sizeof(float) * (size_t)(B * E)) && !memcmp(t2, t1, sizeof(float) * (size_t)E),
+                  "jit on the from_local array = one device");
+        /* device_put of the global array by the same spec: the same local block and shape */
+        gp = tj_array_new(pc, TJ_F32, shape, G);
+        pl = gp ? tj_device_put(gp, spec) : NULL;
+        tj_array_local_shape(pl, got, sizeof got);
+        TJT_CHECK(!strcmp(got, want), "device_put: local shape \"%s\", JAX's \"%s\"", got, want);
+        memset(back, 0, sizeof(float) * (size_t)(B * E));
+        TJT_CHECK(pl && !tj_array_read_local(pl, TJ_F32, back) && !memcmp(back, L, sizeof(float) * (size_t)(lb * le)), "device_put: read_local gives JAX's block");
+        tj_array_free(pl);
+        tj_array_free(gp);
+        tj_array_free(w);
+        tj_array_free(l);
+        tj_clear_error(pc);
+    }
+    if (R == 0) printf("order: %d specs on mesh \"%s\" (%d devices, %d processes); from_local sent %lld bytes from process 0\n", ns, mesh, devices, NP, (long long)moved);
+    tj_array_free(g1);
+    tj_array_free(w1);
+    free(G), free(W), free(L), free(back), free(y1), free(yp), free(s1), free(s2), free(t1), free(t2);
+    tj_ctx_free(pc);
+    tj_ctx_free(one);
 }
 
 #if defined(TJ_MPI)
@@ -707,6 +919,12 @@ static int driver(const char *self) {
         {4, "--case gpt2 --devices 4", "GPT-2 20 steps x 4 configs, 4 processes x 1"},
         {2, "--case gpt2 --devices 4", "GPT-2 20 steps x 4 configs, 2 processes x 2"},
         {4, "--case faults", "faults: programs, out of memory, bad index"},
+        {4, "--case order --devices 4 --mesh 'data=2 model=2'", "local blocks in the spec's order, 4 x 1, data=2 model=2"},
+        {2, "--case order --devices 4 --mesh 'data=2 model=2'", "local blocks in the spec's order, 2 x 2, data=2 model=2"},
+        {2, "--case order --devices 6 --mesh 'data=2 model=3'", "local blocks in the spec's order, 2 x 3, data=2 model=3"},
+        {3, "--case order --devices 6 --mesh 'data=2 model=3'", "local blocks in the spec's order, 3 x 2, data=2 model=3"},
+        {2, "--case order --devices 8 --mesh 'a=2 b=2 c=2'", "local blocks in the spec's order, 2 x 4, a=2 b=2 c=2"},
+        {4, "--case order --devices 8 --mesh 'a=2 b=2 c=2'", "local blocks in the spec's order, 4 x 2, a=2 b=2 c=2"},
     };
     int i, ok;
     FILE *w = popen("command -v mpirun", "r");
@@ -898,11 +1116,13 @@ static void single_process(void) {
     tj_tree_free(tout);
     tj_ctx_free(c);
     case_coll(4);
+    case_order(4, "data=2 model=2");
+    case_order(6, "data=2 model=3");
     own_transport();
 }
 
 int main(int argc, char **argv) {
-    const char *cs = NULL, *path = "";
+    const char *cs = NULL, *path = "", *mesh = "data=2 model=2";
     int devices = 4, i;
     /* the bit-for-bit comparisons with 1 process x N threads: the threads
        side runs the separate collectives too (tj_set_collective_matmul) */
@@ -910,6 +1130,7 @@ int main(int argc, char **argv) {
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--case") && i + 1 < argc) cs = argv[++i];
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) devices = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mesh") && i + 1 < argc) mesh = argv[++i];
         else path = argv[i];
     }
 #if defined(TJ_MPI)
@@ -939,6 +1160,7 @@ int main(int argc, char **argv) {
         tj_ctx_free(c);
     }
     if (!strcmp(cs, "coll")) case_coll(devices);
+    else if (!strcmp(cs, "order")) case_order(devices, mesh);
 #if defined(TJ_MPI)
     else if (!strcmp(cs, "gpt2")) case_gpt2(devices);
     else if (!strcmp(cs, "ckpt-write")) case_ckpt_write(path);

@@ -237,6 +237,90 @@ static void mlp_init(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 /* Abstract arrays: a program compiled against shapes and shardings alone has
    the memory analysis and collectives of the same program compiled against
    real arrays; nothing can read, save or run on them. */
+/* Where the layout is observable in one process: an array keeps its spec's
+   tuple order (JAX's: "batch:model+data"), and its process-local block is
+   the whole array (one process holds every block), whatever the order. */
+static void dbl_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g, (void)u;
+    tj_tree_set_v(out, "y", tj_sum(tj_mul(tj_tree_v(in, "x"), tj_tree_v(in, "x")), "embed"));
+}
+static void sq_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    (void)g, (void)u;
+    tj_tree_set_v(out, "x", tj_mul(tj_tree_v(in, "x"), tj_tree_v(in, "x")));
+}
+static void test_layout_order(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    float G[8 * 4], back[8 * 4], y[8];
+    char b[128];
+    tj_array *a, *l, *p, *ab;
+    tj_tree *t, *in, *out;
+    tj_prog *pr;
+    int i, ok;
+    tjt_current = "layout order, one process";
+    tj_set_devices(ctx, 4);
+    tj_set_mesh(ctx, "data=2 model=2");
+    for (i = 0; i < 32; i++) G[i] = (float)(i % 7 - 3);
+    l = tj_array_from_local(ctx, TJ_F32, "batch=8 embed=4", "batch:model+data", G);
+    TJT_CHECK(l != NULL, "from_local: %s", tj_error(ctx));
+    TJT_CHECK(l && !strcmp(tj_array_sharding(l, b, sizeof b), "batch:model+data embed:-"), "from_local keeps the spec's order: \"%s\"", b);
+    TJT_CHECK(l && !strcmp(tj_array_local_shape(l, b, sizeof b), "batch=8 embed=4"), "one process: the local block is the array: \"%s\"", b);
+    memset(back, 0, sizeof back);
+    TJT_CHECK(l && !tj_array_read(l, TJ_F32, back) && !memcmp(back, G, sizeof G), "from_local in one process = the global array");
+    memset(back, 0, sizeof back);
+    TJT_CHECK(l && !tj_array_read_local(l, TJ_F32, back) && !memcmp(back, G, sizeof G), "read_local in one process = the global array");
+    a = tj_array_new(ctx, TJ_F32, "batch=8 embed=4", G);
+    p = tj_device_put(a, "embed:model+data batch:-");
+    TJT_CHECK(p && !strcmp(tj_array_sharding(p, b, sizeof b), "batch:- embed:model+data"), "device_put keeps the spec's order: \"%s\"", b);
+    memset(back, 0, sizeof back);
+    TJT_CHECK(p && !tj_array_read_local(p, TJ_F32, back) && !memcmp(back, G, sizeof G), "device_put: read_local = the global array");
+    ab = tj_array_abstract(ctx, TJ_F32, "batch=8 embed=4", "batch:model+data");
+    TJT_CHECK(ab && !strcmp(tj_array_sharding(ab, b, sizeof b), "batch:model+data embed:-"), "tj_array_abstract keeps the spec's order: \"%s\"", b);
+    tj_array_free(ab);
+    ab = tj_array_abstract(ctx, TJ_F32, "batch=8 embed=4", "batch:data+model");
+    TJT_CHECK(ab && !strcmp(tj_array_sharding(ab, b, sizeof b), "batch:data+model embed:-"), "mesh order stays mesh order: \"%s\"", b);
+    tj_array_free(ab);
+    t = tj_tree_new(ctx); /* logical rules keep theirs too */
+    tj_tree_set_array(t, "x", tj_array_new(ctx, TJ_F32, "batch=8 embed=4", G));
+    TJT_CHECK(!tj_filter_shard(t, "batch:model+data vocab:data"), "filter_shard: %s", tj_error(ctx));
+    TJT_CHECK(!strcmp(tj_array_sharding(tj_tree_array(t, "x"), b, sizeof b), "batch:model+data embed:-"), "filter_shard keeps the rules' order: \"%s\"", b);
+    tj_tree_free(t);
+    /* a program on it: its value is the global array's */
+    in = tj_tree_new(ctx);
+    out = tj_tree_new(ctx);
+    tj_tree_set_array_ref(in, "x", l);
+    pr = tj_jit(ctx, "dbl", dbl_fn, NULL, in, NULL);
+    ok = pr && !tj_run(pr, in, out) && !tj_array_read(tj_tree_array(out, "y"), TJ_F32, y);
+    for (i = 0; ok && i < 8; i++) {
+        float w = 0;
+        int j;
+        for (j = 0; j < 4; j++) w += G[i * 4 + j] * G[i * 4 + j];
+        ok = y[i] == w;
+    }
+    TJT_CHECK(ok, "a program on the from_local array computes on the global array: %s", tj_error(ctx));
+    tj_prog_free(pr);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    {   /* a program's output is laid out in mesh order, also where it takes over a donated argument's buffer */
+        tj_jit_opts o;
+        tj_array *x2;
+        memset(&o, 0, sizeof o);
+        o.donate = "x";
+        in = tj_tree_new(ctx);
+        out = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tj_array_from_local(ctx, TJ_F32, "batch=8 embed=4", "batch:model+data", G));
+        pr = tj_jit(ctx, "sq", sq_fn, NULL, in, &o);
+        ok = pr && !tj_run(pr, in, out) && (x2 = tj_tree_array(out, "x")) != NULL;
+        TJT_CHECK(ok && tj_array_is_deleted(tj_tree_array(in, "x")), "the donated run: %s", tj_error(ctx));
+        TJT_CHECK(ok && !strcmp(tj_array_sharding(x2, b, sizeof b), "batch:data+model embed:-"), "a program's output (donated buffer): \"%s\"", b);
+        tj_prog_free(pr);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+    tj_array_free(a);
+    tj_array_free(p);
+    tj_array_free(l);
+    tj_ctx_free(ctx);
+}
 static void test_abstract(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *none = tj_tree_new(ctx), *real = tj_tree_new(ctx), *abs_ = tj_tree_new(ctx), *out = tj_tree_new(ctx);
@@ -379,6 +463,7 @@ int main(void) {
         {4, "data=2 model=2", "batch:data heads:model", "data x heads, 2x2"},
         {8, "data=2 model=4", "batch:data hd:model vocab:model", "data x head_dim, 2x4"},
     };
+    test_layout_order();
     tjt_current = "equivalence";
     for (which = 0; which < 7; which++) {
         if (!run_prog(which, 1, NULL, NULL, NULL, &ref, 0)) { TJT_CHECK(0, "single-device program %d failed", which); continue; }
