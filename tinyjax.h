@@ -1802,7 +1802,9 @@ static int tj__parse_names(tj_ctx *c, const char *s, int *ids, int max, const ch
     return n;
 }
 
-static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) {
+/* ord (NULL: mesh order) lists, per axis, its mesh axes in the order to
+   print them (an array's spec order: tj_array_describe) */
+static void tj__type_str_ord(tj_ctx *c, const tj__type *t, const int (*ord)[TJ__MAXMESH], char *buf, size_t n) {
     size_t k;
     int i;
     snprintf(buf, n, "%s[", tj_dtype_name(t->dt));
@@ -1810,12 +1812,12 @@ static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) {
         k = strlen(buf);
         snprintf(buf + k, n - k, "%s%s=%lld", i ? "," : "", tj__name(c, t->ax[i]), (long long)t->dim[i]);
         if (t->sh[i]) { /* "@data+model": the mesh axes this axis is split over */
-            int j, first = 1;
+            int j, q = 0;
             for (j = 0; j < c->nmesh; j++)
                 if (t->sh[i] >> j & 1) {
                     k = strlen(buf);
-                    snprintf(buf + k, n - k, "%s%s", first ? "@" : "+", tj__name(c, c->mesh_ax[j]));
-                    first = 0;
+                    snprintf(buf + k, n - k, "%s%s", q ? "+" : "@", tj__name(c, c->mesh_ax[ord ? ord[i][q] : j]));
+                    q++;
                 }
         }
     }
@@ -1841,6 +1843,7 @@ static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) {
             }
     }
 }
+static void tj__type_str(tj_ctx *c, const tj__type *t, char *buf, size_t n) { tj__type_str_ord(c, t, NULL, buf, n); }
 
 /* Sizes. An axis has at most 2^40 elements (TJ__MAXDIM_SIZE), and a whole
    value at most TJ__MAXBYTES bytes: every element, byte and stride count
@@ -2286,10 +2289,16 @@ TJDEF int64_t tj_array_dim(const tj_array *a, const char *name) {
         if (strcmp(tj__name(a->ctx, a->t.ax[i]), name) == 0) return a->t.dim[i];
     return -1;
 }
+static int tj__arr_order(const tj_array *a, int i, int *ord);
 TJDEF const char *tj_array_describe(const tj_array *a, char *buf, size_t n) {
+    int ord[TJ_MAXDIM][TJ__MAXMESH], i;
     if (!buf || !n) return "";
-    if (!a) snprintf(buf, n, "(null)");
-    else tj__type_str(a->ctx, &a->t, buf, n);
+    if (!a) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
+    for (i = 0; i < a->t.rank; i++) tj__arr_order(a, i, ord[i]); /* tuples in the spec's order, as tj_array_sharding */
+    tj__type_str_ord(a->ctx, &a->t, (const int(*)[TJ__MAXMESH])ord, buf, n);
     return buf;
 }
 

@@ -271,6 +271,8 @@ static void test_layout_order(void) {
     a = tj_array_new(ctx, TJ_F32, "batch=8 embed=4", G);
     p = tj_device_put(a, "embed:model+data batch:-");
     TJT_CHECK(p && !strcmp(tj_array_sharding(p, b, sizeof b), "batch:- embed:model+data"), "device_put keeps the spec's order: \"%s\"", b);
+    TJT_CHECK(p && !strcmp(tj_array_describe(p, b, sizeof b), "f32[batch=8,embed=4@model+data]"), "tj_array_describe names the spec's order too: \"%s\"", b);
+    TJT_CHECK(l && !strcmp(tj_array_describe(l, b, sizeof b), "f32[batch=8@model+data,embed=4]"), "tj_array_describe of from_local: \"%s\"", b);
     memset(back, 0, sizeof back);
     TJT_CHECK(p && !tj_array_read_local(p, TJ_F32, back) && !memcmp(back, G, sizeof G), "device_put: read_local = the global array");
     ab = tj_array_abstract(ctx, TJ_F32, "batch=8 embed=4", "batch:model+data");
