@@ -8439,7 +8439,10 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
      recompute  its producer is cloned into the backward body (recursively,
                 down to saved values, xs and captured weights)
    A carry cannot be recomputed inside one iteration, so "recompute" on a
-   carry means save (and the report says so); it can be offloaded. */
+   carry means save (and the report says so); it can be offloaded. A saved
+   value that depends only on captured values and constants (loop-
+   invariant) is computed once more outside the scan and captured by the
+   backward body: one copy, not a stack (JAX hoists it too). */
 
 TJDEF tj_policy tj_everything_saveable(void) {
     tj_policy p;
@@ -8680,8 +8683,48 @@ typedef struct {
     int nbx;
     tj_node *via;         /* the forward value being recomputed right now     */
     int *row;             /* body node id -> its residual report row, or -1  */
+    signed char *inv;     /* body node id -> loop-invariant? (-1: not yet known) */
+    tj_node **hoist;      /* body node id -> its copy in the enclosing graph  */
     tj_status st;
 } tj__bwd;
+
+/* Loop-invariant residuals (JAX's scan hoists them): a forward value of a
+   scan body that depends only on captured values and constants is the same
+   in every iteration. Saved, it is computed once more in the enclosing graph
+   and the backward body captures it, instead of a stack of `length` equal
+   copies. Random numbers, collectives, nested scans and multi-output ops
+   are not treated as invariant. */
+static int tj__loop_invariant(tj__bwd *w, const tj_node *v) {
+    int i, r = 1;
+    if (v->g != w->b || v->id >= w->nmap || v->pass != 0) return 0;
+    if (w->inv[v->id] >= 0) return w->inv[v->id];
+    if (v->op == TJ__OP_PARAM) r = v->a.index >= w->nc + w->nx;
+    else if (v->op == TJ__OP_UNIFORM || v->op == TJ__OP_NORMAL || v->op == TJ__OP_AXIS_INDEX || v->op == TJ__OP_PROJ || v->op == TJ__OP_TO_HOST || v->sub ||
+             (tj__ops[v->op].flags & TJ__MULTI) || TJ__IS_COLL(v->op) || v->space != TJ_SPACE_DEVICE)
+        r = 0;
+    else
+        for (i = 0; i < v->nin && r; i++) r = tj__loop_invariant(w, v->in[i]);
+    w->inv[v->id] = (signed char)r;
+    return r;
+}
+/* The enclosing graph's copy of loop-invariant body value v. */
+static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
+    tj_node *in[64], *n = NULL;
+    int i, k;
+    if (w->hoist[v->id]) return w->hoist[v->id];
+    if (v->op == TJ__OP_PARAM) { /* a capture: the enclosing graph's value */
+        for (k = 0; k < w->b->ncap && !n; k++)
+            if (w->b->cap_param[k] == v) n = v->a.index < w->scan->nin ? w->scan->in[v->a.index] : w->b->cap_outer[k];
+        return w->hoist[v->id] = n;
+    }
+    if (v->nin > 64) return NULL;
+    for (i = 0; i < v->nin; i++)
+        if (!(in[i] = tj__hoist(w, v->in[i]))) return NULL;
+    n = tj__node(w->scan->g, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
+    if (!n) return NULL;
+    if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
+    return w->hoist[v->id] = n;
+}
 
 static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice, int space, const char *name) {
     tj_node *p;
@@ -8821,6 +8864,16 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_OFFLOAD;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
         }
+        if (d == TJ_SAVE && w->scan->a.length > 1 && w->inv && w->hoist && tj__loop_invariant(w, v)) {
+            /* the same in every iteration: kept once, not stacked */
+            tj_node *h = tj__hoist(w, v);
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; loop-invariant, kept once");
+            tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t), d, why, 0, w->via);
+            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            r = h ? tj__capture(w->bk, h) : NULL;
+            if (r && v->id < w->nmap) w->map[v->id] = r;
+            return r;
+        }
         tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
         if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
         if (d == TJ_RECOMPUTE) {
@@ -8927,8 +8980,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.nmap = B->n;
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
     w.row = (int *)tj__malloc(sizeof(int) * (size_t)(B->n + 1));
-    if (!w.map || !w.row) goto fail;
-    for (i = 0; i <= B->n; i++) w.row[i] = -1;
+    w.inv = (signed char *)tj__malloc((size_t)(B->n + 1));
+    w.hoist = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
+    if (!w.map || !w.row || !w.inv || !w.hoist) goto fail;
+    for (i = 0; i <= B->n; i++) w.row[i] = -1, w.inv[i] = -1;
     for (i = 0; i < nc; i++) { /* backward carry i: cotangent of carry i */
         tj__type ct = tj__ct_type(&B->outs[i]->t);
         tj_node *p = tj__node(bk, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
@@ -9085,11 +9140,15 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     }
     TJ_FREE(w.map);
     TJ_FREE(w.row);
+    TJ_FREE(w.inv);
+    TJ_FREE(w.hoist);
     tj__graph_free(bk);
     return TJ_OK;
 fail:
     TJ_FREE(w.map);
     TJ_FREE(w.row);
+    TJ_FREE(w.inv);
+    TJ_FREE(w.hoist);
     tj__graph_free(bk);
     if (!c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
     return c->status;

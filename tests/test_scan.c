@@ -187,6 +187,26 @@ static void remat_loss(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "loss", tj_mean(tj_dot(h, tj_tree_v(in, "wout"), "embed"), "batch"));
 }
 
+/* a body with a loop-invariant value: tanh(u) of a captured u, the same in
+   every iteration (JAX's scan saves such a residual once, not stacked) */
+static void inv_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    tj_v ut = tj_tanh(*(const tj_v *)u);                                   /* (embed, e2) */
+    tj_v h = tj_rename(tj_dot(carry[0], x[0], "embed"), "e2", "embed");
+    (void)g; (void)y;
+    carry_out[0] = tj_tanh(tj_rename(tj_dot(h, ut, "embed"), "e2", "embed"));
+}
+static void inv_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), u = tj_tree_v(in, "u"), fin = NULL, wrt[3], gr[3], loss;
+    (void)g;
+    tj_scan(inv_body, &u, "layer", 1, &x, 1, &w, 0, &fin, NULL, (const tj_policy *)pol);
+    loss = tj_sum_all(tj_mul(fin, fin));
+    wrt[0] = x, wrt[1] = w, wrt[2] = u;
+    tj_grad(loss, 3, wrt, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+    tj_tree_set_v(out, "g_u", gr[2]);
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     enum { L = 3, B = 4, E = 6, H = 8 };
@@ -381,6 +401,52 @@ int main(void) {
         TJT_CHECK(p == NULL, "unknown memory space accepted");
         TJT_ERROR_HAS(ctx, "nvme", "memory space", "test_scan.c");
         tj_prog_free(p);
+        tj_tree_free(in);
+    }
+
+    /* a loop-invariant residual (made from captured values alone) is kept
+       once, as JAX's scan hoists it, not stacked over the iterations */
+    tjt_current = "loop-invariant residual";
+    {
+        tj_policy ev = tj_everything_saveable(), no = tj_nothing_saveable();
+        const tj_policy *pols[3] = {NULL, &ev, &no};
+        tj_tree *o[3];
+        int i, k, j;
+        in = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 embed=8", 31, -1, 1));
+        tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
+        tj_tree_set_array(in, "u", tjt_rand(ctx, TJ_F32, "embed=8 e2=8", 33, -0.5, 0.5));
+        for (i = 0; i < 3; i++) {
+            tj_prog *p = tj_jit(ctx, "invariant", inv_grads, (void *)pols[i], in, NULL);
+            tj_residual rows[32];
+            int nr, found = 0;
+            o[i] = tj_tree_new(ctx);
+            TJT_CHECK(p && tj_run(p, in, o[i]) == TJ_OK, "policy %d: %s", i, tj_error(ctx));
+            if (!p) { tj_clear_error(ctx); continue; }
+            nr = tj_prog_residuals(p, rows, 32);
+            for (j = 0; j < nr && j < 32; j++)
+                if (strcmp(rows[j].op, "tanh") == 0 && strstr(rows[j].shape, "e2=8") && strstr(rows[j].shape, "embed=8") && !strstr(rows[j].shape, "batch")) {
+                    found = 1;
+                    if (i < 2)
+                        TJT_CHECK(rows[j].decision == TJ_SAVE && rows[j].bytes == 8 * 8 * 4, "policy %d: tanh(u) %s %lld B, want saved once (256 B, JAX hoists it): %s", i,
+                                  rows[j].decision == TJ_SAVE ? "saved" : "not saved", (long long)rows[j].bytes, rows[j].rule);
+                }
+            TJT_CHECK(found, "policy %d: no residual row for tanh(u)", i);
+            if (i > 0)
+                for (k = 0; k < 4; k++) {
+                    const char *nm[] = {"loss", "g_x", "g_w", "g_u"};
+                    TJT_CHECK(bits_equal(tj_tree_array(o[0], nm[k]), tj_tree_array(o[i], nm[k])), "policy %d: %s differs from no policy by %g", i, nm[k],
+                              maxdiff(tj_tree_array(o[0], nm[k]), tj_tree_array(o[i], nm[k])));
+                }
+            tj_prog_free(p);
+        }
+        for (i = 0; i < 3; i++) tj_tree_free(o[i]);
+        tj_tree_free(in);
+        in = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "batch=4 embed=8", 31, -1, 1));
+        tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
+        tj_tree_set_array(in, "u", tjt_rand(ctx, TJ_F64, "embed=8 e2=8", 33, -0.5, 0.5));
+        TJT_GRADCHECK(ctx, "loop-invariant residual, everything saveable", inv_grads, &ev, in, "x w u");
         tj_tree_free(in);
     }
 
