@@ -2225,7 +2225,11 @@ TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
         if (c->backend && !h) return TJ_ERR_OOM;
         memset(gt.sh, 0, sizeof gt.sh);
         gt.dt = dt;
-        for (d = 0; d < a->ndev; d++) {
+        /* the last copy written wins: going down to device 0, a block that
+           several devices hold is read from the first of them, as JAX reads
+           a replicated array (an unchecked shard_map's output whose copies
+           differ: the first device's, as in JAX) */
+        for (d = a->ndev - 1; d >= 0; d--) {
             const void *src = a->data[d];
             if (!src) continue; /* another process's device: its shards are here too (tj__spans) */
             if (h) {
@@ -7222,7 +7226,9 @@ static tj_status tj__vjp_coll(tj_node *n, tj_v g, tj_v *gin) {
         gin[0] = g;
         return TJ_OK;
     }
-    if (n->op == TJ__OP_PVARY)
+    if (n->op == TJ__OP_PVARY && n->name && strchr(n->name, ' ')) /* a pvary with its own reason (a shard_map out_spec) */
+        snprintf(why, sizeof why, "transpose of the pvary at %s:%d: %s", tj__base(n->file), n->line, n->name);
+    else if (n->op == TJ__OP_PVARY)
         snprintf(why, sizeof why, "transpose of the pvary that '%s' at %s:%d needed to mix %s values", n->name ? n->name : "?", tj__base(n->file), n->line,
                  n->in[0]->t.vary ? "less and more varying" : "invariant and varying");
     else
@@ -8290,6 +8296,15 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
                     "shard_map: output %d %s varies over %s, but out_specs[%d] \"%s\" replicates it there: psum it over %s, or name %s in the spec", i,
                     tj_v_describe(v, b1, sizeof b1), tj__mesh_names(c, v->t.vary & ~spread, mb, sizeof mb), i, out_specs[i], mb, mb);
             goto fail;
+        }
+        if (check && (spread & ~v->t.vary)) {
+            /* a spec that splits an output over mesh axes it is invariant
+               over: each device returns its copy as its block, a pvary (as in
+               JAX), whose transpose sums the blocks' cotangents */
+            char why[160], mb[64];
+            snprintf(why, sizeof why, "out_specs[%d] \"%.40s\" splits output %d over %s, which it does not vary over", i, out_specs[i], i,
+                     tj__mesh_names(c, spread & ~v->t.vary, mb, sizeof mb));
+            if (!(v = tj__pvary(v, spread & ~v->t.vary, why, f, l))) goto fail;
         }
         gt[i] = v->t;
         gt[i].vary = 0;
