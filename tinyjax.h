@@ -2648,6 +2648,10 @@ struct tj_node {
     const tj_policy *policy; /* scan: what its VJP keeps per iteration (-> pol) */
     tj_policy pol;           /* the caller's policy, copied                   */
     tj_node *repl;           /* an inlined region's output: the node that replaced it */
+    tj_node *rerun;          /* scan: the next node in the ring of scans that run
+                                this body (a region re-run by a backward body,
+                                [8] tj__rerun_region): an output one of them
+                                gains, all gain */
 };
 
 struct tj_graph {
@@ -8709,13 +8713,14 @@ typedef struct {
    and the backward body captures it, instead of a stack of `length` equal
    copies. Random numbers, collectives, nested scans and multi-output ops
    are not treated as invariant. */
+static int tj__same_type(const tj__type *a, const tj__type *b); /* in [9] */
 static int tj__loop_invariant(tj__bwd *w, const tj_node *v) {
     int i, r = 1;
     if (v->g != w->b || v->id >= w->nmap || v->pass != 0) return 0;
     if (w->inv[v->id] >= 0) return w->inv[v->id];
     if (v->op == TJ__OP_PARAM) r = v->a.index >= w->nc + w->nx;
     else if (v->op == TJ__OP_UNIFORM || v->op == TJ__OP_NORMAL || v->op == TJ__OP_AXIS_INDEX || v->op == TJ__OP_PROJ || v->op == TJ__OP_TO_HOST || v->sub ||
-             (tj__ops[v->op].flags & TJ__MULTI) || TJ__IS_COLL(v->op) || v->space != TJ_SPACE_DEVICE)
+             (tj__ops[v->op].flags & TJ__MULTI) || TJ__IS_COLL(v->op) || v->space != TJ_SPACE_DEVICE || v->t.partial || v->t.vary)
         r = 0;
     else
         for (i = 0; i < v->nin && r; i++) r = tj__loop_invariant(w, v->in[i]);
@@ -8736,7 +8741,7 @@ static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
     for (i = 0; i < v->nin; i++)
         if (!(in[i] = tj__hoist(w, v->in[i]))) return NULL;
     n = tj__node(w->scan->g, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
-    if (!n) return NULL;
+    if (!n || !tj__same_type(&n->t, &v->t) || n->space != v->space) return NULL; /* (the enclosing graph's rules laid it out otherwise: stack it) */
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
     return w->hoist[v->id] = n;
 }
@@ -8754,6 +8759,16 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
     w->bx_outer[w->nbx] = outer;
     w->bx_param[w->nbx++] = p;
     return p;
+}
+/* An output of a nested tj_checkpoint region (a scan of length one, not a
+   shard_map body) that the policy recomputes: the backward body re-runs the
+   region, as JAX re-runs a nested jax.checkpoint under the outer policy
+   (its residuals and outputs are not kept across the outer region). Scans,
+   shard_map bodies, custom ops and values the nested policy offloaded
+   stay saved. */
+static int tj__rerun_region(const tj__bwd *w, const tj_node *v) {
+    const tj_node *s = v->in[0];
+    return s->op == TJ__OP_SCAN && s->a.length == 1 && s->sub && !s->sub->manual && v->space == TJ_SPACE_DEVICE && s->pass == 0 && w->b;
 }
 /* A residual: make the forward body return it (offloaded if so decided),
    and give the backward body a slice parameter for it. */
@@ -8782,6 +8797,8 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
         if (w->b->manual && !w->b->check && !w->scan->g->manual) /* an unchecked shard_map's residual is per-device all the same */
             yt.vary = (uint8_t)((1u << w->b->ctx->nmesh) - 1);
         if (tj__add_proj(w->scan, &yt, space)) return NULL;
+        for (p = w->scan->rerun; p && p != w->scan; p = p->rerun) /* the clones that re-run this body return it too (unused) */
+            if (tj__add_proj(p, &yt, space)) return NULL;
     }
     /* the backward body sees a device buffer either way: for an offloaded
        residual the reverse scan copies each slice back from host memory one
@@ -8847,6 +8864,13 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
             r = tj__residual(w, v, d);
         }
+    } else if (v->op == TJ__OP_SCAN && v->pass == 0) { /* a nested region whose outputs the policy recomputes (tj__rerun_region) */
+        r = tj__clone_op(w, v);
+        if (r) {
+            r->remat = 1;
+            r->rerun = v->rerun ? v->rerun : v; /* join v's ring: they share one body */
+            v->rerun = r;
+        }
     } else if (tj__ops[v->op].flags & TJ__RERUN) { /* the node of outputs the policy recomputes (attention's out and lse) */
         r = tj__clone_op(w, v);
         if (r) r->remat = 1;
@@ -8871,7 +8895,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; the region returns it, so it is kept");
         }
-        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !(tj__ops[v->in[0]->op].flags & TJ__RERUN)) { /* never re-run a nested scan or custom op for one of its outputs */
+        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !(tj__ops[v->in[0]->op].flags & TJ__RERUN) && !tj__rerun_region(w, v)) { /* never re-run a nested scan or custom op for one of its outputs */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : v->in[0]->op == TJ__OP_CUSTOM ? "custom op" : "custom_vjp");
         }
@@ -8879,7 +8903,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_OFFLOAD;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
         }
-        if (d == TJ_SAVE && w->scan->a.length > 1 && w->inv && w->hoist && tj__loop_invariant(w, v)) {
+        if (d == TJ_SAVE && w->scan->a.length > 1 && w->inv && w->hoist && tj__loop_invariant(w, v) && tj__hoist(w, v)) {
             /* the same in every iteration: kept once, not stacked */
             tj_node *h = tj__hoist(w, v);
             snprintf(why + strlen(why), sizeof why - strlen(why), "; loop-invariant, kept once");

@@ -207,6 +207,31 @@ static void inv_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
     tj_tree_set_v(out, "g_w", gr[1]);
     tj_tree_set_v(out, "g_u", gr[2]);
 }
+/* nested remat regions: the outer policy decides whether the inner
+   region's outputs cross the outer boundary, as in JAX (an outer
+   nothing_saveable re-runs the inner region in the backward pass) */
+static tj_policy nest_pol[3];
+static void nest_inner(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_tanh(tj_checkpoint_name(tj_dot(in[0], in[1], "embed"), "h"));
+}
+static void nest_outer(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v a = NULL;
+    (void)g;
+    tj_checkpoint(nest_inner, NULL, 2, in, 1, &a, &nest_pol[((const int *)u)[1]]);
+    out[0] = tj_tanh(tj_dot(tj_checkpoint_name(tj_exp(a), "g"), in[2], "ff"));
+}
+static void nest_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[3], o = NULL, gr[3], loss;
+    int i;
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w1"), x[2] = tj_tree_v(in, "w2");
+    if (((const int *)u)[0] < 0) nest_outer(g, x, &o, u);
+    else tj_checkpoint(nest_outer, u, 3, x, 1, &o, &nest_pol[((const int *)u)[0]]);
+    loss = tj_sum_all(tj_mul(o, o));
+    tj_grad(loss, 3, x, gr);
+    tj_tree_set_v(out, "loss", loss);
+    for (i = 0; i < 3; i++) tj_tree_set_v(out, i == 0 ? "g_x" : i == 1 ? "g_w1" : "g_w2", gr[i]);
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     enum { L = 3, B = 4, E = 6, H = 8 };
@@ -447,6 +472,51 @@ int main(void) {
         tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
         tj_tree_set_array(in, "u", tjt_rand(ctx, TJ_F64, "embed=8 e2=8", 33, -0.5, 0.5));
         TJT_GRADCHECK(ctx, "loop-invariant residual, everything saveable", inv_grads, &ev, in, "x w u");
+        tj_tree_free(in);
+    }
+
+    tjt_current = "nested remat regions";
+    {
+        /* (outer, inner) policies: 0 everything, 1 nothing, 2 save "g" */
+        int cfgs[4][2] = {{-1, 0}, {1, 0}, {2, 1}, {0, 1}}, i, j, k;
+        tj_tree *o[4];
+        in = tj_tree_new(ctx);
+        nest_pol[0] = tj_everything_saveable();
+        nest_pol[1] = tj_nothing_saveable();
+        nest_pol[2] = tj_save_only_these_names("g");
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 embed=8", 41, -1, 1));
+        tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "embed=8 ff=16", 42, -0.5, 0.5));
+        tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F32, "ff=16 out=8", 43, -0.5, 0.5));
+        for (i = 0; i < 4; i++) {
+            tj_prog *p = tj_jit(ctx, "nested regions", nest_grads, cfgs[i], in, NULL);
+            tj_residual rows[32];
+            int nr, inner_out = -1;
+            o[i] = tj_tree_new(ctx);
+            TJT_CHECK(p && tj_run(p, in, o[i]) == TJ_OK, "outer %d inner %d: %s", cfgs[i][0], cfgs[i][1], tj_error(ctx));
+            if (!p) { tj_clear_error(ctx); continue; }
+            nr = tj_prog_residuals(p, rows, 32);
+            for (j = 0; j < nr && j < 32; j++)
+                if (strstr(rows[j].shape, "_remat=1") && strstr(rows[j].shape, "ff=16") && rows[j].decision != TJ_RECOMPUTE) inner_out = j;
+            /* the inner region's output crosses the outer boundary only
+               where the outer policy saves it (everything_saveable) */
+            if (cfgs[i][0] == 1 || cfgs[i][0] == 2)
+                TJT_CHECK(inner_out < 0, "outer %d inner %d: the inner region's output is kept across the outer region (%s), JAX recomputes it", cfgs[i][0], cfgs[i][1],
+                          inner_out >= 0 ? rows[inner_out].rule : "");
+            if (i > 0)
+                for (k = 0; k < 4; k++) {
+                    const char *nm[] = {"loss", "g_x", "g_w1", "g_w2"};
+                    TJT_CHECK(bits_equal(tj_tree_array(o[0], nm[k]), tj_tree_array(o[i], nm[k])), "outer %d inner %d: %s differs by %g", cfgs[i][0], cfgs[i][1],
+                              nm[k], maxdiff(tj_tree_array(o[0], nm[k]), tj_tree_array(o[i], nm[k])));
+                }
+            tj_prog_free(p);
+        }
+        for (i = 0; i < 4; i++) tj_tree_free(o[i]);
+        tj_tree_free(in);
+        in = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "batch=4 embed=8", 41, -1, 1));
+        tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F64, "embed=8 ff=16", 42, -0.5, 0.5));
+        tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F64, "ff=16 out=8", 43, -0.5, 0.5));
+        TJT_GRADCHECK(ctx, "nested regions, outer nothing_saveable", nest_grads, cfgs[1], in, "x w1 w2");
         tj_tree_free(in);
     }
 
