@@ -185,7 +185,7 @@ typedef struct {
     int64_t array_bytes;      /* live arrays (arguments, outputs)           */
     int64_t peak_arena_bytes; /* most arena bytes live at one time          */
     int64_t arena_allocs;     /* how many arenas were allocated             */
-    int64_t device_bytes[TJ_MAXDEV];      /* device d: arrays + arenas now  */
+    int64_t device_bytes[TJ_MAXDEV];      /* device d: arrays + device arenas now (host arenas: arena_bytes only) */
     int64_t device_peak_bytes[TJ_MAXDEV]; /* ... most at one time           */
 } tj_alloc_stats;
 TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *ctx);
@@ -13961,7 +13961,7 @@ static tj_status tj__arenas(tj__devrun *r) {
                              s ? "host" : "device", r->dev);
                     return r->st = TJ_ERR_OOM;
                 }
-                tj__count(c, 1, r->dev, p->arena_bytes[s]);
+                tj__count(c, 1, s == TJ_SPACE_HOST ? -1 : r->dev, p->arena_bytes[s]); /* (host memory is no device's: device_bytes is what peak_bytes predicts) */
             }
             r->arena[s] = c->backend ? (char *)*raw : (char *)(((uintptr_t)*raw + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
         }
@@ -14515,7 +14515,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
             if (p->arena_raw[i][s]) { /* to the backend that made it, even after a tj_set_backend */
                 if (p->backend) p->backend->free(p->backend, -1, s, p->arena_raw[i][s]);
                 else TJ_FREE(p->arena_raw[i][s]);
-                tj__count(p->ctx, 1, i, -p->arena_bytes[s]);
+                tj__count(p->ctx, 1, s == TJ_SPACE_HOST ? -1 : i, -p->arena_bytes[s]);
             }
     tj__graph_free(p->g);
     for (i = 0; i < p->nout; i++) TJ_FREE(p->out_names[i]);
