@@ -813,7 +813,9 @@ typedef struct {
     char name[64];      /* checkpoint name, or ""                          */
     char op[32];        /* op that made it ("param" for a carry)           */
     char shape[160];    /* named shape of one iteration's value            */
-    int64_t bytes;      /* bytes over all iterations                       */
+    int64_t bytes;      /* bytes over all iterations, of the global value
+                           (every device's block together), as JAX's
+                           saved_residuals shows global shapes           */
     tj_decision decision;
     char rule[160];     /* why                                             */
     const char *file;   /* where the value was made                        */
@@ -824,6 +826,8 @@ typedef struct {
                            needs it ("hidden (name) at f.c:12"): a chain
                            member, whose bytes a total of recomputed
                            values should not count again                 */
+    int64_t device_bytes; /* one device's share of bytes: what its memory
+                           plan holds (= bytes on one device)            */
 } tj_residual;
 /* Number of residual rows of p; copies up to max into rows. */
 TJDEF int tj_prog_residuals(const tj_prog *p, tj_residual *rows, int max);
@@ -8613,6 +8617,7 @@ static void tj__report_add(tj_graph *g, const tj_node *v, const char *name, int6
     snprintf(row->op, sizeof row->op, "%s", tj__ops[v->op].name);
     tj_v_describe((tj_v)v, row->shape, sizeof row->shape);
     row->bytes = bytes;
+    row->device_bytes = tj__bytes(&v->t) > 0 ? bytes / tj__bytes(&v->t) * tj__lbytes(v->g->ctx, &v->t) : 0;
     row->decision = d;
     snprintf(row->rule, sizeof row->rule, "%s", why);
     row->file = v->file;
@@ -15098,7 +15103,9 @@ TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *f) {
     fprintf(f, "residuals of '%s' (%d):\n", p ? p->name : "?", r ? r->n : 0);
     for (i = 0; r && i < r->n; i++) {
         const tj_residual *x = &r->rows[i];
-        fprintf(f, "  %-10s %-12s %-36s %10lld B  %-10s %s:%d  (%s)%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes,
+        char per[48] = "";
+        if (x->device_bytes != x->bytes) snprintf(per, sizeof per, " (%lld B per device)", (long long)x->device_bytes);
+        fprintf(f, "  %-10s %-12s %-36s %10lld B%s  %-10s %s:%d  (%s)%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes, per,
                 tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule, x->via[0] ? ", needed to recompute " : "", x->via);
     }
     if (r && r->nlint) fprintf(f, "policy lint:\n%s", r->lint);

@@ -232,6 +232,22 @@ static void nest_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "loss", loss);
     for (i = 0; i < 3; i++) tj_tree_set_v(out, i == 0 ? "g_x" : i == 1 ? "g_w1" : "g_w2", gr[i]);
 }
+/* a scan over a batch split over 4 devices, its carry offloaded */
+static void shb_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)y; (void)u;
+    co[0] = tj_rename(tj_checkpoint_name(tj_tanh(tj_dot(c[0], x[0], "embed")), "h"), "e2", "embed");
+}
+static void shb_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), fin = NULL, wrt[2], gr[2], loss;
+    (void)g;
+    tj_scan(shb_body, NULL, "layer", 1, &x, 1, &w, 0, &fin, NULL, (const tj_policy *)pol);
+    loss = tj_sum_all(tj_mul(fin, fin));
+    wrt[0] = x, wrt[1] = w;
+    tj_grad(loss, 2, wrt, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     enum { L = 3, B = 4, E = 6, H = 8 };
@@ -518,6 +534,39 @@ int main(void) {
         tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F64, "ff=16 out=8", 43, -0.5, 0.5));
         TJT_GRADCHECK(ctx, "nested regions, outer nothing_saveable", nest_grads, cfgs[1], in, "x w1 w2");
         tj_tree_free(in);
+    }
+
+    /* the report's bytes are the global value's (JAX's global shapes);
+       device_bytes one device's share, which its host memory holds */
+    tjt_current = "residual bytes per device";
+    {
+        tj_ctx *c4 = tj_ctx_new();
+        tj_policy off = tj_save_and_offload_only_these_names("", "h");
+        tj_prog *p;
+        tj_tree *o = tj_tree_new(c4);
+        tj_set_devices(c4, 4);
+        tj_set_mesh(c4, "data=4");
+        in = tj_tree_new(c4);
+        tj_tree_set_array(in, "x", tj_device_put(tjt_rand(c4, TJ_F32, "batch=16 embed=64", 51, -1, 1), "batch:data"));
+        tj_tree_set_array(in, "w", tjt_rand(c4, TJ_F32, "layer=3 embed=64 e2=64", 52, -0.2, 0.2));
+        p = tj_jit(c4, "sharded offload", shb_grads, &off, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, o) == TJ_OK, "sharded offload: %s", tj_error(c4));
+        if (p) {
+            tj_residual rows[16];
+            int nr = tj_prog_residuals(p, rows, 16), j, noff = 0;
+            int64_t host = 0;
+            for (j = 0; j < nr && j < 16; j++) {
+                TJT_CHECK(rows[j].bytes == 4 * rows[j].device_bytes, "row %d (%s): %lld B global, %lld B per device, want a quarter", j, rows[j].op,
+                          (long long)rows[j].bytes, (long long)rows[j].device_bytes);
+                if (rows[j].decision == TJ_OFFLOAD) host += tjt_align(rows[j].device_bytes), noff++;
+            }
+            TJT_CHECK(noff == 1 && host == tj_prog_memory(p).host_temp_bytes, "%d offloaded rows, %lld B per device, host temp %lld B", noff, (long long)host,
+                      (long long)tj_prog_memory(p).host_temp_bytes);
+        }
+        tj_prog_free(p);
+        tj_tree_free(o);
+        tj_tree_free(in);
+        tj_ctx_free(c4);
     }
 
     tj_ctx_free(ctx);
