@@ -8085,6 +8085,13 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
                     tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2), tj__mesh_names(c, v->t.vary & ~init[i]->t.vary, mb, sizeof mb));
             goto fail;
         }
+        if (init[i]->t.vary & ~v->t.vary) { /* nor become less varying: JAX's types must be equal too */
+            char b2[256], mb[64];
+            tj__err(c, TJ_ERR_ARG, f, l, "scan: carry %d goes in as %s but the body returns %s, which does not vary over %s: the carry's type must not change "
+                    "(pvary the value the body returns, tj_pvary, or psum the initial value)", i, tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2),
+                    tj__mesh_names(c, init[i]->t.vary & ~v->t.vary, mb, sizeof mb));
+            goto fail;
+        }
         if (tj__body_add_out(b, tj__fit(f, l, v, &init[i]->t))) goto oom;
     }
     for (i = 0; i < ny; i++) {

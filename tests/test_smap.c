@@ -660,6 +660,16 @@ static void carry_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     tj_scan(carry_step, NULL, "batch", 1, &c0, 1, in, 0, &cf, NULL, NULL); /* the carry starts invariant, the xs vary */
     out[0] = cf ? tj_psum(cf, "data") : NULL;
 }
+static void shrink_step(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)x; (void)y; (void)u;
+    co[0] = tj_psum(c[0], "data"); /* the carry went in varying over data and comes back invariant */
+}
+static void shrink_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v cf = NULL;
+    (void)g; (void)u;
+    tj_scan(shrink_step, NULL, "it=2", 1, in, 0, NULL, 0, &cf, NULL, NULL);
+    out[0] = cf;
+}
 static void misuse_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int which = *(int *)u;
     (void)g;
@@ -674,7 +684,7 @@ typedef struct {
 } err_case;
 static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     const err_case *e = (const err_case *)u;
-    tj_region_fn bodies[] = {norule_body, identity_body, carry_body, identity_body, misuse_body, misuse_body, misuse_body, NULL, identity_body};
+    tj_region_fn bodies[] = {norule_body, identity_body, carry_body, identity_body, misuse_body, misuse_body, misuse_body, NULL, identity_body, shrink_body};
     static int misuse[3] = {0, 1, 2};
     const char *is[1], *os[1];
     tj_v x = tj_tree_v(in, "x"), y = NULL;
@@ -694,7 +704,7 @@ static void test_errors(void) {
     err_case cases[] = {
         {0, "batch:data", "batch:data", 1}, {1, "batch:data", "", 1},          {2, "batch:data", "", 1},       {3, "batch:data pos:model", "batch:data", 1},
         {4, "batch:data", "batch:data", 1}, {5, "batch:data", "batch:data", 1}, {6, "batch:data", "batch:data", 1}, {7, "", "", 1},
-        {8, "batch:data", "batch:data heads:model", 1},
+        {8, "batch:data", "batch:data heads:model", 1}, {9, "batch:data", "batch:data", 1},
     };
     const char *want[][3] = {
         {"custom op 'copy_norule' has no replication rule", "tj_op_def.replication", "test_smap.c"},
@@ -706,6 +716,7 @@ static void test_errors(void) {
         {"all_to_all", "must differ", "test_smap.c"},
         {"psum", "only inside tj_shard_map", "test_smap.c"},
         {"out_specs[0]", "names axis 'heads'", "does not have"},
+        {"carry 0", "does not vary over data", "must not change"}, /* (JAX 0.10.2: "carry input and carry output must have equal types") */
     };
     int i;
     tjt_current = "errors";
