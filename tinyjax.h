@@ -4100,7 +4100,18 @@ TJDEF tj_v tj_psum_at(const char *f, int l, tj_v x, const char *mesh_axes) { ret
 TJDEF tj_v tj_pmax_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("pmax", TJ__OP_PMAX, x, mesh_axes, NULL, NULL, NULL, f, l); }
 /* unchecked, nothing is tracked and pvary is the identity (as in JAX) */
 TJDEF tj_v tj_pvary_at(const char *f, int l, tj_v x, const char *mesh_axes) {
-    tj_v y = tj__mcoll("pvary", TJ__OP_PVARY, x, mesh_axes, NULL, NULL, NULL, f, l);
+    tj_v y;
+    if (x && x->g->manual && x->g->check && x->g->ctx->status == TJ_OK) { /* checked: only over axes it is invariant over, as JAX's pcast(to='varying') */
+        int m = tj__mesh_mask(x->g->ctx, mesh_axes, "pvary", f, l);
+        if (m < 0) return NULL;
+        if (x->t.vary & (unsigned)m) {
+            char b[256], mb[64];
+            tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "pvary: %s already varies over %s (JAX refuses it too; its transpose would psum a gradient that is not replicated): "
+                    "pvary only over the mesh axes it is invariant over", tj_v_describe(x, b, sizeof b), tj__mesh_names(x->g->ctx, x->t.vary & (unsigned)m, mb, sizeof mb));
+            return NULL;
+        }
+    }
+    y = tj__mcoll("pvary", TJ__OP_PVARY, x, mesh_axes, NULL, NULL, NULL, f, l);
     return y && !y->g->check ? x : y;
 }
 TJDEF tj_v tj_all_gather_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *axis) {

@@ -675,6 +675,7 @@ static void misuse_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     (void)g;
     if (which == 0) out[0] = tj_psum(in[0], "pipeline");
     else if (which == 1) out[0] = tj_with_sharding_constraint(in[0], "batch:data");
+    else if (which == 3) out[0] = tj_pvary(in[0], "data"); /* already varying over data */
     else out[0] = tj_all_to_all(in[0], "data", "embed", "embed");
 }
 typedef struct {
@@ -684,8 +685,8 @@ typedef struct {
 } err_case;
 static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     const err_case *e = (const err_case *)u;
-    tj_region_fn bodies[] = {norule_body, identity_body, carry_body, identity_body, misuse_body, misuse_body, misuse_body, NULL, identity_body, shrink_body};
-    static int misuse[3] = {0, 1, 2};
+    tj_region_fn bodies[] = {norule_body, identity_body, carry_body, identity_body, misuse_body, misuse_body, misuse_body, NULL, identity_body, shrink_body, misuse_body};
+    static int misuse[4] = {0, 1, 2, 3};
     const char *is[1], *os[1];
     tj_v x = tj_tree_v(in, "x"), y = NULL;
     is[0] = e->in_spec;
@@ -695,7 +696,7 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         return;
     }
     (void)g;
-    tj_shard_map(bodies[e->which], e->which >= 4 && e->which <= 6 ? &misuse[e->which - 4] : NULL, 1, &x, is, 1, &y, os, e->check);
+    tj_shard_map(bodies[e->which], e->which >= 4 && e->which <= 6 ? &misuse[e->which - 4] : e->which == 10 ? &misuse[3] : NULL, 1, &x, is, 1, &y, os, e->check);
     tj_tree_set_v(out, "y", y);
 }
 static void test_errors(void) {
@@ -705,6 +706,7 @@ static void test_errors(void) {
         {0, "batch:data", "batch:data", 1}, {1, "batch:data", "", 1},          {2, "batch:data", "", 1},       {3, "batch:data pos:model", "batch:data", 1},
         {4, "batch:data", "batch:data", 1}, {5, "batch:data", "batch:data", 1}, {6, "batch:data", "batch:data", 1}, {7, "", "", 1},
         {8, "batch:data", "batch:data heads:model", 1}, {9, "batch:data", "batch:data", 1},
+        {10, "batch:data", "batch:data", 1},
     };
     const char *want[][3] = {
         {"custom op 'copy_norule' has no replication rule", "tj_op_def.replication", "test_smap.c"},
@@ -717,6 +719,7 @@ static void test_errors(void) {
         {"psum", "only inside tj_shard_map", "test_smap.c"},
         {"out_specs[0]", "names axis 'heads'", "does not have"},
         {"carry 0", "does not vary over data", "must not change"}, /* (JAX 0.10.2: "carry input and carry output must have equal types") */
+        {"pvary", "already varies over data", "test_smap.c"},               /* (JAX 0.10.2: "Unsupported pcast from=varying, to='varying'"; it gave a psummed gradient) */
     };
     int i;
     tjt_current = "errors";
