@@ -785,7 +785,8 @@ typedef enum {
     TJ_POLICY_SAVE_ANY_NAMES_BUT_THESE,
     TJ_POLICY_SAVE_AND_OFFLOAD_ONLY_THESE_NAMES,
     TJ_POLICY_SAVE_FROM_BOTH,
-    TJ_POLICY_FN
+    TJ_POLICY_FN,
+    TJ_POLICY_OFFLOAD_DOTS_NO_BATCH
 } tj_policy_kind;
 struct tj_policy {
     tj_policy_kind kind;
@@ -806,6 +807,9 @@ TJDEF tj_policy tj_save_and_offload_only_these_names(const char *save, const cha
 /* saves what either saves; offloads what either offloads and none saves */
 TJDEF tj_policy tj_save_from_both(const tj_policy *a, const tj_policy *b);
 TJDEF tj_policy tj_policy_from_fn(tj_policy_fn fn, void *user);
+/* JAX's offload_dot_with_no_batch_dims: offloads the outputs of dots that
+   have no batch axes (axes both operands share), recomputes the rest */
+TJDEF tj_policy tj_offload_dot_with_no_batch_dims(void);
 
 /* The saved-residuals report (JAX's print_saved_residuals, but after every
    decision): one row per residual of every differentiated scan. */
@@ -7918,7 +7922,7 @@ static int tj__same_axes(const tj__type *a, const tj__type *b) {
    0, or -1 and an error at the scan's line. */
 static int tj__policy_check(tj_ctx *c, const tj_policy *p, int depth, const char *f, int l) {
     if (!p) return 0;
-    if ((unsigned)p->kind > (unsigned)TJ_POLICY_FN) {
+    if ((unsigned)p->kind > (unsigned)TJ_POLICY_OFFLOAD_DOTS_NO_BATCH) {
         tj__err(c, TJ_ERR_ARG, f, l, "scan policy: kind %d is not a tj_policy_kind (make policies with tj_save_only_these_names and the like)", (int)p->kind);
         return -1;
     }
@@ -8532,6 +8536,11 @@ TJDEF tj_policy tj_save_from_both(const tj_policy *a, const tj_policy *b) {
     p.b = b;
     return p;
 }
+TJDEF tj_policy tj_offload_dot_with_no_batch_dims(void) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_OFFLOAD_DOTS_NO_BATCH;
+    return p;
+}
 TJDEF tj_policy tj_policy_from_fn(tj_policy_fn fn, void *user) {
     tj_policy p = tj_everything_saveable();
     p.kind = TJ_POLICY_FN;
@@ -8571,6 +8580,9 @@ static tj_decision tj__decide(const tj_policy *p, const tj_node *v, const char *
     case TJ_POLICY_DOTS_NO_BATCH_SAVEABLE:
         snprintf(why, wn, "dots_with_no_batch_dims_saveable: %s", v->op != TJ__OP_DOT ? "not a dot" : v->a.nb ? "a dot with batch axes" : "a dot, no batch axes");
         return v->op == TJ__OP_DOT && v->a.nb == 0 ? TJ_SAVE : TJ_RECOMPUTE;
+    case TJ_POLICY_OFFLOAD_DOTS_NO_BATCH:
+        snprintf(why, wn, "offload_dot_with_no_batch_dims: %s", v->op != TJ__OP_DOT ? "not a dot" : v->a.nb ? "a dot with batch axes" : "a dot, no batch axes");
+        return v->op == TJ__OP_DOT && v->a.nb == 0 ? TJ_OFFLOAD : TJ_RECOMPUTE;
     case TJ_POLICY_SAVE_ONLY_THESE_NAMES:
         snprintf(why, wn, "save_only_these_names: %s", tj__in_list(p->names, name) ? "named in the list" : *name ? "name not in the list" : "unnamed");
         return tj__in_list(p->names, name) ? TJ_SAVE : TJ_RECOMPUTE;

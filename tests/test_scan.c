@@ -569,6 +569,47 @@ int main(void) {
         tj_ctx_free(c4);
     }
 
+    /* JAX's offload_dot_with_no_batch_dims: the dots without batch axes
+       go to host memory, the rest is recomputed */
+    tjt_current = "offload_dot_with_no_batch_dims";
+    {
+        tj_policy od = tj_offload_dot_with_no_batch_dims(), ev = tj_everything_saveable();
+        cfg c0 = {&ev, 0, L}, c1 = {&od, 0, L};
+        tj_prog *p0, *p1;
+        tj_tree *o0, *o1;
+        in = make_inputs(ctx, TJ_F32, L, B, E, H);
+        p0 = tj_jit(ctx, "everything", stack_grads, &c0, in, NULL);
+        p1 = tj_jit(ctx, "offload dots", stack_grads, &c1, in, NULL);
+        o0 = tj_tree_new(ctx);
+        o1 = tj_tree_new(ctx);
+        TJT_CHECK(p0 && p1 && !tj_run(p0, in, o0) && !tj_run(p1, in, o1), "offload_dot_with_no_batch_dims: %s", tj_error(ctx));
+        if (p0 && p1) {
+            tj_residual rows[64];
+            int nr = tj_prog_residuals(p1, rows, 64), j, k;
+            int64_t off = 0, host = 0;
+            for (j = 0; j < nr && j < 64; j++) {
+                if (rows[j].decision == TJ_OFFLOAD) {
+                    TJT_CHECK(!strcmp(rows[j].op, "dot"), "offloaded a %s (%s), want only dots", rows[j].op, rows[j].rule);
+                    off += rows[j].bytes;
+                    host += tjt_align(rows[j].bytes);
+                }
+                if (rows[j].decision == TJ_SAVE) TJT_CHECK(rows[j].carry, "saved a %s (%s), want only the carry", rows[j].op, rows[j].rule);
+            }
+            /* (JAX: the first dot's output, which relu's recomputation needs, stacked on the host; the second is not needed) */
+            TJT_CHECK(off == (int64_t)L * B * H * 4, "offloaded %lld B, want L*size(hidden) = %lld", (long long)off, (long long)L * B * H * 4);
+            TJT_CHECK(host == tj_prog_memory(p1).host_temp_bytes, "host temp %lld B, offloaded %lld B", (long long)tj_prog_memory(p1).host_temp_bytes, (long long)host);
+            for (k = 0; k < 4; k++) {
+                const char *nm[] = {"loss", "g_w1", "g_w2", "g_x"};
+                TJT_CHECK(bits_equal(tj_tree_array(o0, nm[k]), tj_tree_array(o1, nm[k])), "%s differs from everything_saveable", nm[k]);
+            }
+        }
+        tj_prog_free(p0);
+        tj_prog_free(p1);
+        tj_tree_free(o0);
+        tj_tree_free(o1);
+        tj_tree_free(in);
+    }
+
     tj_ctx_free(ctx);
     return tjt_finish();
 }
