@@ -185,7 +185,7 @@ typedef struct {
     int64_t array_bytes;      /* live arrays (arguments, outputs)           */
     int64_t peak_arena_bytes; /* most arena bytes live at one time          */
     int64_t arena_allocs;     /* how many arenas were allocated             */
-    int64_t device_bytes[TJ_MAXDEV];      /* device d: arrays + arenas now  */
+    int64_t device_bytes[TJ_MAXDEV];      /* device d: arrays + device arenas now (host arenas: arena_bytes only) */
     int64_t device_peak_bytes[TJ_MAXDEV]; /* ... most at one time           */
 } tj_alloc_stats;
 TJDEF tj_alloc_stats tj_get_alloc_stats(tj_ctx *ctx);
@@ -788,7 +788,8 @@ typedef enum {
     TJ_POLICY_SAVE_ANY_NAMES_BUT_THESE,
     TJ_POLICY_SAVE_AND_OFFLOAD_ONLY_THESE_NAMES,
     TJ_POLICY_SAVE_FROM_BOTH,
-    TJ_POLICY_FN
+    TJ_POLICY_FN,
+    TJ_POLICY_OFFLOAD_DOTS_NO_BATCH
 } tj_policy_kind;
 struct tj_policy {
     tj_policy_kind kind;
@@ -809,6 +810,9 @@ TJDEF tj_policy tj_save_and_offload_only_these_names(const char *save, const cha
 /* saves what either saves; offloads what either offloads and none saves */
 TJDEF tj_policy tj_save_from_both(const tj_policy *a, const tj_policy *b);
 TJDEF tj_policy tj_policy_from_fn(tj_policy_fn fn, void *user);
+/* JAX's offload_dot_with_no_batch_dims: offloads the outputs of dots that
+   have no batch axes (axes both operands share), recomputes the rest */
+TJDEF tj_policy tj_offload_dot_with_no_batch_dims(void);
 
 /* The saved-residuals report (JAX's print_saved_residuals, but after every
    decision): one row per residual of every differentiated scan. */
@@ -816,7 +820,9 @@ typedef struct {
     char name[64];      /* checkpoint name, or ""                          */
     char op[32];        /* op that made it ("param" for a carry)           */
     char shape[160];    /* named shape of one iteration's value            */
-    int64_t bytes;      /* bytes over all iterations                       */
+    int64_t bytes;      /* bytes over all iterations, of the global value
+                           (every device's block together), as JAX's
+                           saved_residuals shows global shapes           */
     tj_decision decision;
     char rule[160];     /* why                                             */
     const char *file;   /* where the value was made                        */
@@ -827,6 +833,8 @@ typedef struct {
                            needs it ("hidden (name) at f.c:12"): a chain
                            member, whose bytes a total of recomputed
                            values should not count again                 */
+    int64_t device_bytes; /* one device's share of bytes: what its memory
+                           plan holds (= bytes on one device)            */
 } tj_residual;
 /* Number of residual rows of p; copies up to max into rows. */
 TJDEF int tj_prog_residuals(const tj_prog *p, tj_residual *rows, int max);
@@ -2261,7 +2269,11 @@ TJDEF tj_status tj_array_read(tj_array *a, tj_dtype dt, void *dst) {
         if (c->backend && !h) return TJ_ERR_OOM;
         memset(gt.sh, 0, sizeof gt.sh);
         gt.dt = dt;
-        for (d = 0; d < a->ndev; d++) {
+        /* the last copy written wins: going down to device 0, a block that
+           several devices hold is read from the first of them, as JAX reads
+           a replicated array (an unchecked shard_map's output whose copies
+           differ: the first device's, as in JAX) */
+        for (d = a->ndev - 1; d >= 0; d--) {
             const void *src = a->data[d];
             if (!src) continue; /* another process's device: its shards are here too (tj__spans) */
             if (h) {
@@ -2686,6 +2698,10 @@ struct tj_node {
     const tj_policy *policy; /* scan: what its VJP keeps per iteration (-> pol) */
     tj_policy pol;           /* the caller's policy, copied                   */
     tj_node *repl;           /* an inlined region's output: the node that replaced it */
+    tj_node *rerun;          /* scan: the next node in the ring of scans that run
+                                this body (a region re-run by a backward body,
+                                [8] tj__rerun_region): an output one of them
+                                gains, all gain */
 };
 
 struct tj_graph {
@@ -4201,7 +4217,18 @@ TJDEF tj_v tj_psum_at(const char *f, int l, tj_v x, const char *mesh_axes) { ret
 TJDEF tj_v tj_pmax_at(const char *f, int l, tj_v x, const char *mesh_axes) { return tj__mcoll("pmax", TJ__OP_PMAX, x, mesh_axes, NULL, NULL, NULL, f, l); }
 /* unchecked, nothing is tracked and pvary is the identity (as in JAX) */
 TJDEF tj_v tj_pvary_at(const char *f, int l, tj_v x, const char *mesh_axes) {
-    tj_v y = tj__mcoll("pvary", TJ__OP_PVARY, x, mesh_axes, NULL, NULL, NULL, f, l);
+    tj_v y;
+    if (x && x->g->manual && x->g->check && x->g->ctx->status == TJ_OK) { /* checked: only over axes it is invariant over, as JAX's pcast(to='varying') */
+        int m = tj__mesh_mask(x->g->ctx, mesh_axes, "pvary", f, l);
+        if (m < 0) return NULL;
+        if (x->t.vary & (unsigned)m) {
+            char b[256], mb[64];
+            tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "pvary: %s already varies over %s (JAX refuses it too; its transpose would psum a gradient that is not replicated): "
+                    "pvary only over the mesh axes it is invariant over", tj_v_describe(x, b, sizeof b), tj__mesh_names(x->g->ctx, x->t.vary & (unsigned)m, mb, sizeof mb));
+            return NULL;
+        }
+    }
+    y = tj__mcoll("pvary", TJ__OP_PVARY, x, mesh_axes, NULL, NULL, NULL, f, l);
     return y && !y->g->check ? x : y;
 }
 TJDEF tj_v tj_all_gather_at(const char *f, int l, tj_v x, const char *mesh_axes, const char *axis) {
@@ -7335,7 +7362,9 @@ static tj_status tj__vjp_coll(tj_node *n, tj_v g, tj_v *gin) {
         gin[0] = g;
         return TJ_OK;
     }
-    if (n->op == TJ__OP_PVARY)
+    if (n->op == TJ__OP_PVARY && n->name && strchr(n->name, ' ')) /* a pvary with its own reason (a shard_map out_spec) */
+        snprintf(why, sizeof why, "transpose of the pvary at %s:%d: %s", tj__base(n->file), n->line, n->name);
+    else if (n->op == TJ__OP_PVARY)
         snprintf(why, sizeof why, "transpose of the pvary that '%s' at %s:%d needed to mix %s values", n->name ? n->name : "?", tj__base(n->file), n->line,
                  n->in[0]->t.vary ? "less and more varying" : "invariant and varying");
     else
@@ -8006,7 +8035,7 @@ static int tj__same_axes(const tj__type *a, const tj__type *b) {
    0, or -1 and an error at the scan's line. */
 static int tj__policy_check(tj_ctx *c, const tj_policy *p, int depth, const char *f, int l) {
     if (!p) return 0;
-    if ((unsigned)p->kind > (unsigned)TJ_POLICY_FN) {
+    if ((unsigned)p->kind > (unsigned)TJ_POLICY_OFFLOAD_DOTS_NO_BATCH) {
         tj__err(c, TJ_ERR_ARG, f, l, "scan policy: kind %d is not a tj_policy_kind (make policies with tj_save_only_these_names and the like)", (int)p->kind);
         return -1;
     }
@@ -8182,6 +8211,13 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
             char b2[256], mb[64];
             tj__err(c, TJ_ERR_ARG, f, l, "scan: carry %d goes in as %s but the body returns %s, which varies over %s too: pvary the initial value (tj_pvary)", i,
                     tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2), tj__mesh_names(c, v->t.vary & ~init[i]->t.vary, mb, sizeof mb));
+            goto fail;
+        }
+        if (init[i]->t.vary & ~v->t.vary) { /* nor become less varying: JAX's types must be equal too */
+            char b2[256], mb[64];
+            tj__err(c, TJ_ERR_ARG, f, l, "scan: carry %d goes in as %s but the body returns %s, which does not vary over %s: the carry's type must not change "
+                    "(pvary the value the body returns, tj_pvary, or psum the initial value)", i, tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2),
+                    tj__mesh_names(c, init[i]->t.vary & ~v->t.vary, mb, sizeof mb));
             goto fail;
         }
         if (tj__body_add_out(b, tj__fit(f, l, v, &init[i]->t))) goto oom;
@@ -8404,6 +8440,15 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
                     tj_v_describe(v, b1, sizeof b1), tj__mesh_names(c, v->t.vary & ~spread, mb, sizeof mb), i, out_specs[i], mb, mb);
             goto fail;
         }
+        if (check && (spread & ~v->t.vary)) {
+            /* a spec that splits an output over mesh axes it is invariant
+               over: each device returns its copy as its block, a pvary (as in
+               JAX), whose transpose sums the blocks' cotangents */
+            char why[160], mb[64];
+            snprintf(why, sizeof why, "out_specs[%d] \"%.40s\" splits output %d over %s, which it does not vary over", i, out_specs[i], i,
+                     tj__mesh_names(c, spread & ~v->t.vary, mb, sizeof mb));
+            if (!(v = tj__pvary(v, spread & ~v->t.vary, why, f, l))) goto fail;
+        }
         gt[i] = v->t;
         gt[i].vary = 0;
         for (k = 0; k < v->t.rank; k++) {
@@ -8552,7 +8597,10 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
      recompute  its producer is cloned into the backward body (recursively,
                 down to saved values, xs and captured weights)
    A carry cannot be recomputed inside one iteration, so "recompute" on a
-   carry means save (and the report says so); it can be offloaded. */
+   carry means save (and the report says so); it can be offloaded. A saved
+   value that depends only on captured values and constants (loop-
+   invariant) is computed once more outside the scan and captured by the
+   backward body: one copy, not a stack (JAX hoists it too). */
 
 TJDEF tj_policy tj_everything_saveable(void) {
     tj_policy p;
@@ -8601,6 +8649,11 @@ TJDEF tj_policy tj_save_from_both(const tj_policy *a, const tj_policy *b) {
     p.b = b;
     return p;
 }
+TJDEF tj_policy tj_offload_dot_with_no_batch_dims(void) {
+    tj_policy p = tj_everything_saveable();
+    p.kind = TJ_POLICY_OFFLOAD_DOTS_NO_BATCH;
+    return p;
+}
 TJDEF tj_policy tj_policy_from_fn(tj_policy_fn fn, void *user) {
     tj_policy p = tj_everything_saveable();
     p.kind = TJ_POLICY_FN;
@@ -8640,6 +8693,9 @@ static tj_decision tj__decide(const tj_policy *p, const tj_node *v, const char *
     case TJ_POLICY_DOTS_NO_BATCH_SAVEABLE:
         snprintf(why, wn, "dots_with_no_batch_dims_saveable: %s", v->op != TJ__OP_DOT ? "not a dot" : v->a.nb ? "a dot with batch axes" : "a dot, no batch axes");
         return v->op == TJ__OP_DOT && v->a.nb == 0 ? TJ_SAVE : TJ_RECOMPUTE;
+    case TJ_POLICY_OFFLOAD_DOTS_NO_BATCH:
+        snprintf(why, wn, "offload_dot_with_no_batch_dims: %s", v->op != TJ__OP_DOT ? "not a dot" : v->a.nb ? "a dot with batch axes" : "a dot, no batch axes");
+        return v->op == TJ__OP_DOT && v->a.nb == 0 ? TJ_OFFLOAD : TJ_RECOMPUTE;
     case TJ_POLICY_SAVE_ONLY_THESE_NAMES:
         snprintf(why, wn, "save_only_these_names: %s", tj__in_list(p->names, name) ? "named in the list" : *name ? "name not in the list" : "unnamed");
         return tj__in_list(p->names, name) ? TJ_SAVE : TJ_RECOMPUTE;
@@ -8704,6 +8760,7 @@ static void tj__report_add(tj_graph *g, const tj_node *v, const char *name, int6
     snprintf(row->op, sizeof row->op, "%s", tj__ops[v->op].name);
     tj_v_describe((tj_v)v, row->shape, sizeof row->shape);
     row->bytes = bytes;
+    row->device_bytes = tj__bytes(&v->t) > 0 ? bytes / tj__bytes(&v->t) * tj__lbytes(v->g->ctx, &v->t) : 0;
     row->decision = d;
     snprintf(row->rule, sizeof row->rule, "%s", why);
     row->file = v->file;
@@ -8793,8 +8850,49 @@ typedef struct {
     int nbx;
     tj_node *via;         /* the forward value being recomputed right now     */
     int *row;             /* body node id -> its residual report row, or -1  */
+    signed char *inv;     /* body node id -> loop-invariant? (-1: not yet known) */
+    tj_node **hoist;      /* body node id -> its copy in the enclosing graph  */
     tj_status st;
 } tj__bwd;
+
+/* Loop-invariant residuals (JAX's scan hoists them): a forward value of a
+   scan body that depends only on captured values and constants is the same
+   in every iteration. Saved, it is computed once more in the enclosing graph
+   and the backward body captures it, instead of a stack of `length` equal
+   copies. Random numbers, collectives, nested scans and multi-output ops
+   are not treated as invariant. */
+static int tj__same_type(const tj__type *a, const tj__type *b); /* in [9] */
+static int tj__loop_invariant(tj__bwd *w, const tj_node *v) {
+    int i, r = 1;
+    if (v->g != w->b || v->id >= w->nmap || v->pass != 0) return 0;
+    if (w->inv[v->id] >= 0) return w->inv[v->id];
+    if (v->op == TJ__OP_PARAM) r = v->a.index >= w->nc + w->nx;
+    else if (v->op == TJ__OP_UNIFORM || v->op == TJ__OP_NORMAL || v->op == TJ__OP_AXIS_INDEX || v->op == TJ__OP_PROJ || v->op == TJ__OP_TO_HOST || v->sub ||
+             (tj__ops[v->op].flags & TJ__MULTI) || TJ__IS_COLL(v->op) || v->space != TJ_SPACE_DEVICE || v->t.partial || v->t.vary)
+        r = 0;
+    else
+        for (i = 0; i < v->nin && r; i++) r = tj__loop_invariant(w, v->in[i]);
+    w->inv[v->id] = (signed char)r;
+    return r;
+}
+/* The enclosing graph's copy of loop-invariant body value v. */
+static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
+    tj_node *in[64], *n = NULL;
+    int i, k;
+    if (w->hoist[v->id]) return w->hoist[v->id];
+    if (v->op == TJ__OP_PARAM) { /* a capture: the enclosing graph's value */
+        for (k = 0; k < w->b->ncap && !n; k++)
+            if (w->b->cap_param[k] == v) n = v->a.index < w->scan->nin ? w->scan->in[v->a.index] : w->b->cap_outer[k];
+        return w->hoist[v->id] = n;
+    }
+    if (v->nin > 64) return NULL;
+    for (i = 0; i < v->nin; i++)
+        if (!(in[i] = tj__hoist(w, v->in[i]))) return NULL;
+    n = tj__node(w->scan->g, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
+    if (!n || !tj__same_type(&n->t, &v->t) || n->space != v->space) return NULL; /* (the enclosing graph's rules laid it out otherwise: stack it) */
+    if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
+    return w->hoist[v->id] = n;
+}
 
 static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice, int space, const char *name) {
     tj_node *p;
@@ -8809,6 +8907,16 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
     w->bx_outer[w->nbx] = outer;
     w->bx_param[w->nbx++] = p;
     return p;
+}
+/* An output of a nested tj_checkpoint region (a scan of length one, not a
+   shard_map body) that the policy recomputes: the backward body re-runs the
+   region, as JAX re-runs a nested jax.checkpoint under the outer policy
+   (its residuals and outputs are not kept across the outer region). Scans,
+   shard_map bodies, custom ops and values the nested policy offloaded
+   stay saved. */
+static int tj__rerun_region(const tj__bwd *w, const tj_node *v) {
+    const tj_node *s = v->in[0];
+    return s->op == TJ__OP_SCAN && s->a.length == 1 && s->sub && !s->sub->manual && v->space == TJ_SPACE_DEVICE && s->pass == 0 && w->b;
 }
 /* A residual: make the forward body return it (offloaded if so decided),
    and give the backward body a slice parameter for it. */
@@ -8837,6 +8945,8 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
         if (w->b->manual && !w->b->check && !w->scan->g->manual) /* an unchecked shard_map's residual is per-device all the same */
             yt.vary = (uint8_t)((1u << w->b->ctx->nmesh) - 1);
         if (tj__add_proj(w->scan, &yt, space)) return NULL;
+        for (p = w->scan->rerun; p && p != w->scan; p = p->rerun) /* the clones that re-run this body return it too (unused) */
+            if (tj__add_proj(p, &yt, space)) return NULL;
     }
     /* the backward body sees a device buffer either way: for an offloaded
        residual the reverse scan copies each slice back from host memory one
@@ -8902,6 +9012,13 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
             r = tj__residual(w, v, d);
         }
+    } else if (v->op == TJ__OP_SCAN && v->pass == 0) { /* a nested region whose outputs the policy recomputes (tj__rerun_region) */
+        r = tj__clone_op(w, v);
+        if (r) {
+            r->remat = 1;
+            r->rerun = v->rerun ? v->rerun : v; /* join v's ring: they share one body */
+            v->rerun = r;
+        }
     } else if (tj__ops[v->op].flags & TJ__RERUN) { /* the node of outputs the policy recomputes (attention's out and lse) */
         r = tj__clone_op(w, v);
         if (r) r->remat = 1;
@@ -8926,13 +9043,23 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; the region returns it, so it is kept");
         }
-        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !(tj__ops[v->in[0]->op].flags & TJ__RERUN)) { /* never re-run a nested scan or custom op for one of its outputs */
+        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !(tj__ops[v->in[0]->op].flags & TJ__RERUN) && !tj__rerun_region(w, v)) { /* never re-run a nested scan or custom op for one of its outputs */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : v->in[0]->op == TJ__OP_CUSTOM ? "custom op" : "custom_vjp");
         }
         if (v->op == TJ__OP_PROJ && v->space == TJ_SPACE_HOST && d == TJ_SAVE) { /* a nested region's policy offloaded it: it stays on the host */
             d = TJ_OFFLOAD;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
+        }
+        if (d == TJ_SAVE && w->scan->a.length > 1 && w->inv && w->hoist && tj__loop_invariant(w, v) && tj__hoist(w, v)) {
+            /* the same in every iteration: kept once, not stacked */
+            tj_node *h = tj__hoist(w, v);
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; loop-invariant, kept once");
+            tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t), d, why, 0, w->via);
+            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            r = h ? tj__capture(w->bk, h) : NULL;
+            if (r && v->id < w->nmap) w->map[v->id] = r;
+            return r;
         }
         tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
         if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
@@ -9040,8 +9167,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.nmap = B->n;
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
     w.row = (int *)tj__malloc(sizeof(int) * (size_t)(B->n + 1));
-    if (!w.map || !w.row) goto fail;
-    for (i = 0; i <= B->n; i++) w.row[i] = -1;
+    w.inv = (signed char *)tj__malloc((size_t)(B->n + 1));
+    w.hoist = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
+    if (!w.map || !w.row || !w.inv || !w.hoist) goto fail;
+    for (i = 0; i <= B->n; i++) w.row[i] = -1, w.inv[i] = -1;
     for (i = 0; i < nc; i++) { /* backward carry i: cotangent of carry i */
         tj__type ct = tj__ct_type(&B->outs[i]->t);
         tj_node *p = tj__node(bk, TJ__OP_PARAM, &ct, 0, NULL, NULL, n->file, n->line);
@@ -9198,11 +9327,15 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     }
     TJ_FREE(w.map);
     TJ_FREE(w.row);
+    TJ_FREE(w.inv);
+    TJ_FREE(w.hoist);
     tj__graph_free(bk);
     return TJ_OK;
 fail:
     TJ_FREE(w.map);
     TJ_FREE(w.row);
+    TJ_FREE(w.inv);
+    TJ_FREE(w.hoist);
     tj__graph_free(bk);
     if (!c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
     return c->status;
@@ -14144,7 +14277,7 @@ static tj_status tj__arenas(tj__devrun *r) {
                              s ? "host" : "device", r->dev);
                     return r->st = TJ_ERR_OOM;
                 }
-                tj__count(c, 1, r->dev, p->arena_bytes[s]);
+                tj__count(c, 1, s == TJ_SPACE_HOST ? -1 : r->dev, p->arena_bytes[s]); /* (host memory is no device's: device_bytes is what peak_bytes predicts) */
             }
             r->arena[s] = c->backend ? (char *)*raw : (char *)(((uintptr_t)*raw + TJ__ALIGN - 1) & ~(uintptr_t)(TJ__ALIGN - 1));
         }
@@ -14698,7 +14831,7 @@ TJDEF void tj_prog_free(tj_prog *p) {
             if (p->arena_raw[i][s]) { /* to the backend that made it, even after a tj_set_backend */
                 if (p->backend) p->backend->free(p->backend, -1, s, p->arena_raw[i][s]);
                 else TJ_FREE(p->arena_raw[i][s]);
-                tj__count(p->ctx, 1, i, -p->arena_bytes[s]);
+                tj__count(p->ctx, 1, s == TJ_SPACE_HOST ? -1 : i, -p->arena_bytes[s]);
             }
     tj__graph_free(p->g);
     for (i = 0; i < p->nout; i++) TJ_FREE(p->out_names[i]);
@@ -15282,7 +15415,9 @@ TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *f) {
     fprintf(f, "residuals of '%s' (%d):\n", p ? p->name : "?", r ? r->n : 0);
     for (i = 0; r && i < r->n; i++) {
         const tj_residual *x = &r->rows[i];
-        fprintf(f, "  %-10s %-12s %-36s %10lld B  %-10s %s:%d  (%s)%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes,
+        char per[48] = "";
+        if (x->device_bytes != x->bytes) snprintf(per, sizeof per, " (%lld B per device)", (long long)x->device_bytes);
+        fprintf(f, "  %-10s %-12s %-36s %10lld B%s  %-10s %s:%d  (%s)%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes, per,
                 tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule, x->via[0] ? ", needed to recompute " : "", x->via);
     }
     if (r && r->nlint) fprintf(f, "policy lint:\n%s", r->lint);

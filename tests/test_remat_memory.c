@@ -104,6 +104,7 @@ static const char *var_names[NVAR] = {"everything_saveable", "nothing_saveable",
 typedef struct {
     int ok;
     int64_t temp, host_temp, measured;
+    int64_t peak, device_peak; /* the plan's peak per device; the most a device held during the run */
     int ndev;
     tjt_outs o;
 } result;
@@ -145,7 +146,14 @@ static void run(int prog, int variant, result *r) {
         tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "batch=16 embed=64", 2, -1, 1));
     }
     p = tj_jit(ctx, "remat_memory", step, &c, in, NULL);
+    tj_reset_alloc_peaks(ctx);
     if (!p || tj_run(p, in, o)) goto done;
+    {
+        tj_alloc_stats st = tj_get_alloc_stats(ctx);
+        int d;
+        for (d = 0; d < tj_devices(ctx); d++) r->device_peak = st.device_peak_bytes[d] > r->device_peak ? st.device_peak_bytes[d] : r->device_peak;
+        r->peak = tj_prog_memory(p).peak_bytes;
+    }
     r->temp = tj_prog_memory(p).temp_bytes;
     r->host_temp = tj_prog_memory(p).host_temp_bytes;
     r->measured = tj_get_alloc_stats(ctx).arena_bytes; /* the arenas the run allocated, on every device */
@@ -194,6 +202,12 @@ int main(void) {
             if (r->ok)
                 TJT_CHECK(r->measured == r->ndev * (r->temp + r->host_temp), "%s: the run holds %lld B of arenas, the analysis says %d x %lld B",
                           v < 0 ? "no region" : var_names[v], (long long)r->measured, r->ndev, (long long)(r->temp + r->host_temp));
+        }
+        for (v = -1; v < NVAR; v++) { /* and a device holds at most the plan's peak (arguments, outputs, device temp): host memory is no device's */
+            const result *r = v < 0 ? &none : &res[v];
+            if (r->ok)
+                TJT_CHECK(r->device_peak == r->peak, "%s: a device held %lld B at most, the analysis's peak is %lld B (host temp %lld B)", v < 0 ? "no region" : var_names[v],
+                          (long long)r->device_peak, (long long)r->peak, (long long)r->host_temp);
         }
         if (!none.ok) continue;
         /* (a) */

@@ -187,6 +187,67 @@ static void remat_loss(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "loss", tj_mean(tj_dot(h, tj_tree_v(in, "wout"), "embed"), "batch"));
 }
 
+/* a body with a loop-invariant value: tanh(u) of a captured u, the same in
+   every iteration (JAX's scan saves such a residual once, not stacked) */
+static void inv_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    tj_v ut = tj_tanh(*(const tj_v *)u);                                   /* (embed, e2) */
+    tj_v h = tj_rename(tj_dot(carry[0], x[0], "embed"), "e2", "embed");
+    (void)g; (void)y;
+    carry_out[0] = tj_tanh(tj_rename(tj_dot(h, ut, "embed"), "e2", "embed"));
+}
+static void inv_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), u = tj_tree_v(in, "u"), fin = NULL, wrt[3], gr[3], loss;
+    (void)g;
+    tj_scan(inv_body, &u, "layer", 1, &x, 1, &w, 0, &fin, NULL, (const tj_policy *)pol);
+    loss = tj_sum_all(tj_mul(fin, fin));
+    wrt[0] = x, wrt[1] = w, wrt[2] = u;
+    tj_grad(loss, 3, wrt, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+    tj_tree_set_v(out, "g_u", gr[2]);
+}
+/* nested remat regions: the outer policy decides whether the inner
+   region's outputs cross the outer boundary, as in JAX (an outer
+   nothing_saveable re-runs the inner region in the backward pass) */
+static tj_policy nest_pol[3];
+static void nest_inner(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_tanh(tj_checkpoint_name(tj_dot(in[0], in[1], "embed"), "h"));
+}
+static void nest_outer(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v a = NULL;
+    (void)g;
+    tj_checkpoint(nest_inner, NULL, 2, in, 1, &a, &nest_pol[((const int *)u)[1]]);
+    out[0] = tj_tanh(tj_dot(tj_checkpoint_name(tj_exp(a), "g"), in[2], "ff"));
+}
+static void nest_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[3], o = NULL, gr[3], loss;
+    int i;
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w1"), x[2] = tj_tree_v(in, "w2");
+    if (((const int *)u)[0] < 0) nest_outer(g, x, &o, u);
+    else tj_checkpoint(nest_outer, u, 3, x, 1, &o, &nest_pol[((const int *)u)[0]]);
+    loss = tj_sum_all(tj_mul(o, o));
+    tj_grad(loss, 3, x, gr);
+    tj_tree_set_v(out, "loss", loss);
+    for (i = 0; i < 3; i++) tj_tree_set_v(out, i == 0 ? "g_x" : i == 1 ? "g_w1" : "g_w2", gr[i]);
+}
+/* a scan over a batch split over 4 devices, its carry offloaded */
+static void shb_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)y; (void)u;
+    co[0] = tj_rename(tj_checkpoint_name(tj_tanh(tj_dot(c[0], x[0], "embed")), "h"), "e2", "embed");
+}
+static void shb_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), fin = NULL, wrt[2], gr[2], loss;
+    (void)g;
+    tj_scan(shb_body, NULL, "layer", 1, &x, 1, &w, 0, &fin, NULL, (const tj_policy *)pol);
+    loss = tj_sum_all(tj_mul(fin, fin));
+    wrt[0] = x, wrt[1] = w;
+    tj_grad(loss, 2, wrt, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     enum { L = 3, B = 4, E = 6, H = 8 };
@@ -381,6 +442,171 @@ int main(void) {
         TJT_CHECK(p == NULL, "unknown memory space accepted");
         TJT_ERROR_HAS(ctx, "nvme", "memory space", "test_scan.c");
         tj_prog_free(p);
+        tj_tree_free(in);
+    }
+
+    /* a loop-invariant residual (made from captured values alone) is kept
+       once, as JAX's scan hoists it, not stacked over the iterations */
+    tjt_current = "loop-invariant residual";
+    {
+        tj_policy ev = tj_everything_saveable(), no = tj_nothing_saveable();
+        const tj_policy *pols[3] = {NULL, &ev, &no};
+        tj_tree *o[3];
+        int i, k, j;
+        in = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 embed=8", 31, -1, 1));
+        tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
+        tj_tree_set_array(in, "u", tjt_rand(ctx, TJ_F32, "embed=8 e2=8", 33, -0.5, 0.5));
+        for (i = 0; i < 3; i++) {
+            tj_prog *p = tj_jit(ctx, "invariant", inv_grads, (void *)pols[i], in, NULL);
+            tj_residual rows[32];
+            int nr, found = 0;
+            o[i] = tj_tree_new(ctx);
+            TJT_CHECK(p && tj_run(p, in, o[i]) == TJ_OK, "policy %d: %s", i, tj_error(ctx));
+            if (!p) { tj_clear_error(ctx); continue; }
+            nr = tj_prog_residuals(p, rows, 32);
+            for (j = 0; j < nr && j < 32; j++)
+                if (strcmp(rows[j].op, "tanh") == 0 && strstr(rows[j].shape, "e2=8") && strstr(rows[j].shape, "embed=8") && !strstr(rows[j].shape, "batch")) {
+                    found = 1;
+                    if (i < 2)
+                        TJT_CHECK(rows[j].decision == TJ_SAVE && rows[j].bytes == 8 * 8 * 4, "policy %d: tanh(u) %s %lld B, want saved once (256 B, JAX hoists it): %s", i,
+                                  rows[j].decision == TJ_SAVE ? "saved" : "not saved", (long long)rows[j].bytes, rows[j].rule);
+                }
+            TJT_CHECK(found, "policy %d: no residual row for tanh(u)", i);
+            if (i > 0)
+                for (k = 0; k < 4; k++) {
+                    const char *nm[] = {"loss", "g_x", "g_w", "g_u"};
+                    TJT_CHECK(bits_equal(tj_tree_array(o[0], nm[k]), tj_tree_array(o[i], nm[k])), "policy %d: %s differs from no policy by %g", i, nm[k],
+                              maxdiff(tj_tree_array(o[0], nm[k]), tj_tree_array(o[i], nm[k])));
+                }
+            tj_prog_free(p);
+        }
+        for (i = 0; i < 3; i++) tj_tree_free(o[i]);
+        tj_tree_free(in);
+        in = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "batch=4 embed=8", 31, -1, 1));
+        tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
+        tj_tree_set_array(in, "u", tjt_rand(ctx, TJ_F64, "embed=8 e2=8", 33, -0.5, 0.5));
+        TJT_GRADCHECK(ctx, "loop-invariant residual, everything saveable", inv_grads, &ev, in, "x w u");
+        tj_tree_free(in);
+    }
+
+    tjt_current = "nested remat regions";
+    {
+        /* (outer, inner) policies: 0 everything, 1 nothing, 2 save "g" */
+        int cfgs[4][2] = {{-1, 0}, {1, 0}, {2, 1}, {0, 1}}, i, j, k;
+        tj_tree *o[4];
+        in = tj_tree_new(ctx);
+        nest_pol[0] = tj_everything_saveable();
+        nest_pol[1] = tj_nothing_saveable();
+        nest_pol[2] = tj_save_only_these_names("g");
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=4 embed=8", 41, -1, 1));
+        tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "embed=8 ff=16", 42, -0.5, 0.5));
+        tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F32, "ff=16 out=8", 43, -0.5, 0.5));
+        for (i = 0; i < 4; i++) {
+            tj_prog *p = tj_jit(ctx, "nested regions", nest_grads, cfgs[i], in, NULL);
+            tj_residual rows[32];
+            int nr, inner_out = -1;
+            o[i] = tj_tree_new(ctx);
+            TJT_CHECK(p && tj_run(p, in, o[i]) == TJ_OK, "outer %d inner %d: %s", cfgs[i][0], cfgs[i][1], tj_error(ctx));
+            if (!p) { tj_clear_error(ctx); continue; }
+            nr = tj_prog_residuals(p, rows, 32);
+            for (j = 0; j < nr && j < 32; j++)
+                if (strstr(rows[j].shape, "_remat=1") && strstr(rows[j].shape, "ff=16") && rows[j].decision != TJ_RECOMPUTE) inner_out = j;
+            /* the inner region's output crosses the outer boundary only
+               where the outer policy saves it (everything_saveable) */
+            if (cfgs[i][0] == 1 || cfgs[i][0] == 2)
+                TJT_CHECK(inner_out < 0, "outer %d inner %d: the inner region's output is kept across the outer region (%s), JAX recomputes it", cfgs[i][0], cfgs[i][1],
+                          inner_out >= 0 ? rows[inner_out].rule : "");
+            if (i > 0)
+                for (k = 0; k < 4; k++) {
+                    const char *nm[] = {"loss", "g_x", "g_w1", "g_w2"};
+                    TJT_CHECK(bits_equal(tj_tree_array(o[0], nm[k]), tj_tree_array(o[i], nm[k])), "outer %d inner %d: %s differs by %g", cfgs[i][0], cfgs[i][1],
+                              nm[k], maxdiff(tj_tree_array(o[0], nm[k]), tj_tree_array(o[i], nm[k])));
+                }
+            tj_prog_free(p);
+        }
+        for (i = 0; i < 4; i++) tj_tree_free(o[i]);
+        tj_tree_free(in);
+        in = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "batch=4 embed=8", 41, -1, 1));
+        tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F64, "embed=8 ff=16", 42, -0.5, 0.5));
+        tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F64, "ff=16 out=8", 43, -0.5, 0.5));
+        TJT_GRADCHECK(ctx, "nested regions, outer nothing_saveable", nest_grads, cfgs[1], in, "x w1 w2");
+        tj_tree_free(in);
+    }
+
+    /* the report's bytes are the global value's (JAX's global shapes);
+       device_bytes one device's share, which its host memory holds */
+    tjt_current = "residual bytes per device";
+    {
+        tj_ctx *c4 = tj_ctx_new();
+        tj_policy off = tj_save_and_offload_only_these_names("", "h");
+        tj_prog *p;
+        tj_tree *o = tj_tree_new(c4);
+        tj_set_devices(c4, 4);
+        tj_set_mesh(c4, "data=4");
+        in = tj_tree_new(c4);
+        tj_tree_set_array(in, "x", tj_device_put(tjt_rand(c4, TJ_F32, "batch=16 embed=64", 51, -1, 1), "batch:data"));
+        tj_tree_set_array(in, "w", tjt_rand(c4, TJ_F32, "layer=3 embed=64 e2=64", 52, -0.2, 0.2));
+        p = tj_jit(c4, "sharded offload", shb_grads, &off, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, o) == TJ_OK, "sharded offload: %s", tj_error(c4));
+        if (p) {
+            tj_residual rows[16];
+            int nr = tj_prog_residuals(p, rows, 16), j, noff = 0;
+            int64_t host = 0;
+            for (j = 0; j < nr && j < 16; j++) {
+                TJT_CHECK(rows[j].bytes == 4 * rows[j].device_bytes, "row %d (%s): %lld B global, %lld B per device, want a quarter", j, rows[j].op,
+                          (long long)rows[j].bytes, (long long)rows[j].device_bytes);
+                if (rows[j].decision == TJ_OFFLOAD) host += tjt_align(rows[j].device_bytes), noff++;
+            }
+            TJT_CHECK(noff == 1 && host == tj_prog_memory(p).host_temp_bytes, "%d offloaded rows, %lld B per device, host temp %lld B", noff, (long long)host,
+                      (long long)tj_prog_memory(p).host_temp_bytes);
+        }
+        tj_prog_free(p);
+        tj_tree_free(o);
+        tj_tree_free(in);
+        tj_ctx_free(c4);
+    }
+
+    /* JAX's offload_dot_with_no_batch_dims: the dots without batch axes
+       go to host memory, the rest is recomputed */
+    tjt_current = "offload_dot_with_no_batch_dims";
+    {
+        tj_policy od = tj_offload_dot_with_no_batch_dims(), ev = tj_everything_saveable();
+        cfg c0 = {&ev, 0, L}, c1 = {&od, 0, L};
+        tj_prog *p0, *p1;
+        tj_tree *o0, *o1;
+        in = make_inputs(ctx, TJ_F32, L, B, E, H);
+        p0 = tj_jit(ctx, "everything", stack_grads, &c0, in, NULL);
+        p1 = tj_jit(ctx, "offload dots", stack_grads, &c1, in, NULL);
+        o0 = tj_tree_new(ctx);
+        o1 = tj_tree_new(ctx);
+        TJT_CHECK(p0 && p1 && !tj_run(p0, in, o0) && !tj_run(p1, in, o1), "offload_dot_with_no_batch_dims: %s", tj_error(ctx));
+        if (p0 && p1) {
+            tj_residual rows[64];
+            int nr = tj_prog_residuals(p1, rows, 64), j, k;
+            int64_t off = 0, host = 0;
+            for (j = 0; j < nr && j < 64; j++) {
+                if (rows[j].decision == TJ_OFFLOAD) {
+                    TJT_CHECK(!strcmp(rows[j].op, "dot"), "offloaded a %s (%s), want only dots", rows[j].op, rows[j].rule);
+                    off += rows[j].bytes;
+                    host += tjt_align(rows[j].bytes);
+                }
+                if (rows[j].decision == TJ_SAVE) TJT_CHECK(rows[j].carry, "saved a %s (%s), want only the carry", rows[j].op, rows[j].rule);
+            }
+            /* (JAX: the first dot's output, which relu's recomputation needs, stacked on the host; the second is not needed) */
+            TJT_CHECK(off == (int64_t)L * B * H * 4, "offloaded %lld B, want L*size(hidden) = %lld", (long long)off, (long long)L * B * H * 4);
+            TJT_CHECK(host == tj_prog_memory(p1).host_temp_bytes, "host temp %lld B, offloaded %lld B", (long long)tj_prog_memory(p1).host_temp_bytes, (long long)host);
+            for (k = 0; k < 4; k++) {
+                const char *nm[] = {"loss", "g_w1", "g_w2", "g_x"};
+                TJT_CHECK(bits_equal(tj_tree_array(o0, nm[k]), tj_tree_array(o1, nm[k])), "%s differs from everything_saveable", nm[k]);
+            }
+        }
+        tj_prog_free(p0);
+        tj_prog_free(p1);
+        tj_tree_free(o0);
+        tj_tree_free(o1);
         tj_tree_free(in);
     }
 

@@ -660,11 +660,22 @@ static void carry_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     tj_scan(carry_step, NULL, "batch", 1, &c0, 1, in, 0, &cf, NULL, NULL); /* the carry starts invariant, the xs vary */
     out[0] = cf ? tj_psum(cf, "data") : NULL;
 }
+static void shrink_step(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)x; (void)y; (void)u;
+    co[0] = tj_psum(c[0], "data"); /* the carry went in varying over data and comes back invariant */
+}
+static void shrink_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v cf = NULL;
+    (void)g; (void)u;
+    tj_scan(shrink_step, NULL, "it=2", 1, in, 0, NULL, 0, &cf, NULL, NULL);
+    out[0] = cf;
+}
 static void misuse_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int which = *(int *)u;
     (void)g;
     if (which == 0) out[0] = tj_psum(in[0], "pipeline");
     else if (which == 1) out[0] = tj_with_sharding_constraint(in[0], "batch:data");
+    else if (which == 3) out[0] = tj_pvary(in[0], "data"); /* already varying over data */
     else out[0] = tj_all_to_all(in[0], "data", "embed", "embed");
 }
 typedef struct {
@@ -674,8 +685,8 @@ typedef struct {
 } err_case;
 static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     const err_case *e = (const err_case *)u;
-    tj_region_fn bodies[] = {norule_body, identity_body, carry_body, identity_body, misuse_body, misuse_body, misuse_body, NULL, identity_body};
-    static int misuse[3] = {0, 1, 2};
+    tj_region_fn bodies[] = {norule_body, identity_body, carry_body, identity_body, misuse_body, misuse_body, misuse_body, NULL, identity_body, shrink_body, misuse_body};
+    static int misuse[4] = {0, 1, 2, 3};
     const char *is[1], *os[1];
     tj_v x = tj_tree_v(in, "x"), y = NULL;
     is[0] = e->in_spec;
@@ -685,7 +696,7 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         return;
     }
     (void)g;
-    tj_shard_map(bodies[e->which], e->which >= 4 && e->which <= 6 ? &misuse[e->which - 4] : NULL, 1, &x, is, 1, &y, os, e->check);
+    tj_shard_map(bodies[e->which], e->which >= 4 && e->which <= 6 ? &misuse[e->which - 4] : e->which == 10 ? &misuse[3] : NULL, 1, &x, is, 1, &y, os, e->check);
     tj_tree_set_v(out, "y", y);
 }
 static void test_errors(void) {
@@ -694,7 +705,8 @@ static void test_errors(void) {
     err_case cases[] = {
         {0, "batch:data", "batch:data", 1}, {1, "batch:data", "", 1},          {2, "batch:data", "", 1},       {3, "batch:data pos:model", "batch:data", 1},
         {4, "batch:data", "batch:data", 1}, {5, "batch:data", "batch:data", 1}, {6, "batch:data", "batch:data", 1}, {7, "", "", 1},
-        {8, "batch:data", "batch:data heads:model", 1},
+        {8, "batch:data", "batch:data heads:model", 1}, {9, "batch:data", "batch:data", 1},
+        {10, "batch:data", "batch:data", 1},
     };
     const char *want[][3] = {
         {"custom op 'copy_norule' has no replication rule", "tj_op_def.replication", "test_smap.c"},
@@ -706,6 +718,8 @@ static void test_errors(void) {
         {"all_to_all", "must differ", "test_smap.c"},
         {"psum", "only inside tj_shard_map", "test_smap.c"},
         {"out_specs[0]", "names axis 'heads'", "does not have"},
+        {"carry 0", "does not vary over data", "must not change"}, /* (JAX 0.10.2: "carry input and carry output must have equal types") */
+        {"pvary", "already varies over data", "test_smap.c"},               /* (JAX 0.10.2: "Unsupported pcast from=varying, to='varying'"; it gave a psummed gradient) */
     };
     int i;
     tjt_current = "errors";
@@ -914,6 +928,74 @@ static void test_pmax_nan(void) {
         }
 }
 
+/* Programs whose out_specs and vary sets meet at the edge, against the
+   numbers JAX 0.10.2 gives (jax.shard_map on a 2x2 CPU mesh, x = 0, 0.1,
+   .., 1.5 as f32[4,4], loss = sum(y * arange(y.size))):
+   (a) an invariant value under an out_spec that splits it (in_specs P(),
+       out_specs P('data'), y = 2x): each device's copy is its block, so
+       the gradient sums both blocks' cotangents, checked or not
+       (g[0..3] = 32 36 40 44; checked, the gradient was one block's,
+       32 34 36 38);
+   (b) unchecked, a value that differs across devices under a replicated
+       out_spec: JAX's array holds the first device's copy (y = 2x of the
+       first data block), as tj_array_read now reads it (it read the last). */
+static void edge_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_muls(in[0], 2);
+}
+typedef struct { const char *in, *out; int check; } edge_cfg;
+static void edge_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const edge_cfg *e = (const edge_cfg *)u;
+    tj_v x = tj_tree_v(in, "x"), y = NULL, gx = NULL, w;
+    char sh[64];
+    if (tj_shard_map(edge_body, NULL, 1, &x, &e->in, 1, &y, &e->out, e->check)) return;
+    snprintf(sh, sizeof sh, "r=%lld c=%lld", (long long)tj_v_dim(y, "r"), (long long)tj_v_dim(y, "c"));
+    w = tj_add(tj_muls(tj_arange(g, TJ_F32, sh, "r"), (double)tj_v_dim(y, "c")), tj_arange(g, TJ_F32, sh, "c"));
+    tj_grad(tj_sum_all(tj_mul(y, w)), 1, &x, &gx);
+    tj_tree_set_v(out, "y", y);
+    tj_tree_set_v(out, "g", gx);
+}
+static void test_out_spec_edges(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    float xb[16], yb[32], gb[16];
+    int k, chk;
+    tjt_current = "out_specs against JAX";
+    for (k = 0; k < 16; k++) xb[k] = (float)k / 10.0f;
+    tj_set_devices(ctx, 4);
+    tj_set_mesh(ctx, "data=2 model=2");
+    for (chk = 1; chk >= 0; chk--) {
+        edge_cfg e[2] = {{"", "r:data", 0}, {"r:data", "", 0}};
+        int t;
+        for (t = 0; t < 2; t++) {
+            tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+            tj_prog *p;
+            e[t].check = chk;
+            tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "r=4 c=4", xb));
+            p = tj_jit(ctx, "edge", edge_fn, &e[t], in, NULL);
+            if (t == 1 && chk) { /* JAX refuses it too */
+                TJT_CHECK(p == NULL, "a varying value under a replicated out_spec was accepted with checking on");
+                tj_clear_error(ctx);
+            } else if (p && tj_run(p, in, out) == TJ_OK) {
+                tj_array_read(tj_tree_array(out, "y"), TJ_F32, yb);
+                tj_array_read(tj_tree_array(out, "g"), TJ_F32, gb);
+                for (k = 0; k < 16; k++) {
+                    double want_g = t == 0 ? 2.0 * (k + (k + 16)) : k < 8 ? k : 0, want_y = 2.0 * xb[k];
+                    if (t == 1 && k >= 8) break;
+                    TJT_CHECK(fabs(gb[k] - want_g) < 1e-4, "(%c) check %d: g[%d] = %g, JAX gives %g", 'a' + t, chk, k, gb[k], want_g);
+                    TJT_CHECK(fabs(yb[k] - want_y) < 1e-5, "(%c) check %d: y[%d] = %g, JAX gives %g", 'a' + t, chk, k, yb[k], want_y);
+                }
+            } else {
+                TJT_CHECK(0, "(%c) check %d: %s", 'a' + t, chk, tj_error(ctx));
+                tj_clear_error(ctx);
+            }
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+        }
+    }
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     test_scenario();
     test_collectives();
@@ -926,5 +1008,6 @@ int main(void) {
     test_axis_order();
     test_axis_order_names();
     test_pmax_nan();
+    test_out_spec_edges();
     return tjt_finish();
 }
