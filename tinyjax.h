@@ -4219,7 +4219,7 @@ TJDEF tj_v tj_pmax_at(const char *f, int l, tj_v x, const char *mesh_axes) { ret
 TJDEF tj_v tj_pvary_at(const char *f, int l, tj_v x, const char *mesh_axes) {
     tj_v y;
     if (x && x->g->manual && x->g->check && x->g->ctx->status == TJ_OK) { /* checked: only over axes it is invariant over, as JAX's pcast(to='varying') */
-        int m = tj__mesh_mask(x->g->ctx, mesh_axes, "pvary", f, l);
+        int m = tj__mesh_mask(x->g->ctx, mesh_axes, NULL, NULL, "pvary", f, l);
         if (m < 0) return NULL;
         if (x->t.vary & (unsigned)m) {
             char b[256], mb[64];
