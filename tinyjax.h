@@ -4121,7 +4121,16 @@ static tj_node *tj__spec_reorder(const char *f, int l, tj_node *x, const char *s
         if (*s != ':') continue;
         id = tj__intern(x->g->ctx, b, (size_t)(s - b));
         for (e = ++s; *e && *e != ' ' && *e != ','; e++) {}
-        n = tj__mesh_list(x->g->ctx, s, (size_t)(e - s), ord, NULL, f, l); /* (checked by the spec's parser; "-", "none": -1) */
+        for (n = 0; s < e && n < TJ__MAXMESH;) { /* the tuple's mesh axes, one name at a time: its "-" and "none" (replicated, which the
+                                                    spec's parser skips) stand for no mesh axis ("model+none+data" = "model+data") */
+            const char *q;
+            int one;
+            if (*s == '+' || *s == '-') { s++; continue; }
+            for (q = s; q < e && tj__isname(*q); q++) {}
+            if (q == s) break;
+            if (!(q - s == 4 && !strncmp(s, "none", 4)) && tj__mesh_list(x->g->ctx, s, (size_t)(q - s), &one, NULL, f, l) == 1) ord[n++] = one;
+            s = q;
+        }
         s = e;
         if (n > 1 && !tj__in_order(ord, n)) x = tj__reorder(f, l, x, id, ord, n, to_mesh);
     }

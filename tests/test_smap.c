@@ -751,12 +751,15 @@ static void test_errors(void) {
    order given (the first axis most major). tinyjax used mesh order for
    both, so axis_index, all_gather, all_to_all and shard_map specs such as
    "batch:model+data" gave other numbers than JAX (the expected values
-   below are JAX 0.10.2's); ppermute's pairs are mesh-order ranks in JAX too. */
+   below are JAX 0.10.2's); ppermute's pairs are mesh-order ranks in JAX too.
+   Mode 3 is mode 1 with "none" inside the tuples ("model+none+data", which
+   the spec's parser reads as "model+data"): the renumbering read such a
+   tuple as no list and left it in mesh order. */
 static void order_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int mode = *(int *)u;
     tj_v x = in[0];
     if (mode == 0) out[0] = tj_all_to_all(x, "model data", "e", "batch");
-    if (mode == 1) out[0] = tj_add(tj_muls(x, 0), tj_cast(tj_axis_index(g, "model"), TJ_F64));
+    if (mode == 1 || mode == 3) out[0] = tj_add(tj_muls(x, 0), tj_cast(tj_axis_index(g, "model"), TJ_F64));
     if (mode == 2) {
         out[0] = tj_add(x, tj_muls(tj_cast(tj_axis_index(g, "model data"), TJ_F64), 100));
         out[1] = tj_split(tj_all_gather(x, "model data", "batch"), "batch", "one=1 b2=8");
@@ -765,8 +768,8 @@ static void order_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
 static void order_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     int mode = *(int *)u;
     tj_v x = tj_tree_v(in, "x"), o[2], gx;
-    const char *is[3] = {"batch:data+model", "batch:model+data", "batch:data+model"};
-    const char *os[3][2] = {{"e:data+model", ""}, {"batch:model+data", ""}, {"batch:data+model", "one:data+model"}};
+    const char *is[4] = {"batch:data+model", "batch:model+data", "batch:data+model", "batch:model+none+data"};
+    const char *os[4][2] = {{"e:data+model", ""}, {"batch:model+data", ""}, {"batch:data+model", "one:data+model"}, {"batch:none+model+data", ""}};
     (void)g;
     if (tj_shard_map(order_body, u, 1, &x, &is[mode], mode == 2 ? 2 : 1, o, os[mode], mode != 2)) return;
     tj_tree_set_v(out, "o", o[0]);
@@ -778,7 +781,7 @@ static void test_axis_order(void) {
     static const double want1[8] = {0, 0, 0, 0, 1, 1, 1, 1}, want2[8] = {0, 1, 202, 203, 104, 105, 306, 307}, want3[8] = {0, 1, 4, 5, 2, 3, 6, 7};
     int mode, i, j;
     tjt_current = "mesh axes out of mesh order";
-    for (mode = 0; mode < 3; mode++) {
+    for (mode = 0; mode < 4; mode++) {
         tj_ctx *ctx = tj_ctx_new();
         tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
         double x[16], w[16], o[32], gx[16];
@@ -800,7 +803,8 @@ static void test_axis_order(void) {
                         TJT_CHECK(gx[i * 4 + j] == 100 * perm[i] + perm[j], "its gradient [%d][%d] = %g, want %d", i, j, gx[i * 4 + j], 100 * perm[i] + perm[j]);
                     }
             }
-            for (i = 0; mode == 1 && i < 8; i++) TJT_CHECK(o[i] == want1[i], "in/out_spec batch:model+data, axis_index(model): [%d] = %g, JAX %g", i, o[i], want1[i]);
+            for (i = 0; (mode == 1 || mode == 3) && i < 8; i++)
+                TJT_CHECK(o[i] == want1[i], "in/out_spec %s, axis_index(model): [%d] = %g, JAX %g", mode == 1 ? "batch:model+data" : "batch:model+none+data", i, o[i], want1[i]);
             for (i = 0; mode == 2 && i < 8; i++) TJT_CHECK(o[i] == want2[i], "axis_index(\"model data\"): [%d] = %g, JAX %g", i, o[i], want2[i]);
             if (mode == 2) {
                 tj_array_read(tj_tree_array(out, "g"), TJ_F64, o);
