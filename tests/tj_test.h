@@ -209,6 +209,15 @@ static inline double tjt_gradcheck(const char *file, int line, tj_ctx *ctx, cons
         if (tj_tree_find(out, gname) < 0) continue;
         ga = tj_tree_array(out, gname);
         n = tj_array_numel(a);
+        if (tjt_array_local_bytes(a) < n * (int64_t)tj_dtype_size(tj_array_dtype(a))) { /* tjt__set_all writes element k on every device */
+            tjt_fail++;
+            fprintf(stderr, "FAIL %s:%d [%s] gradcheck '%s': input '%s' is sharded; perturbing element by element needs replicated inputs "
+                    "(check the sharded program's gradients against one device instead)\n", file, line, tjt_current, what, tj_tree_name(in, i));
+            tj_prog_free(pg);
+            tj_prog_free(pl);
+            tj_tree_free(out);
+            return 1e9;
+        }
         step = n > 24 ? n / 24 : 1;
         for (k = 0; k < n; k += step) {
             double x0 = tjt_array_get(a, 0, k), h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1.0), lp, lm, fd, an, err;
