@@ -363,7 +363,13 @@ TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
    match (cast first). Compare ops give i32 0/1 masks. max2 and min2 (and
    relu) return NaN for a NaN operand, as JAX does; relu's gradient
    selects (0 where x <= 0 or NaN, whatever the cotangent: a NaN cotangent
-   there gives 0), as jax.nn.relu's, while max2's and min2's multiply. */
+   there gives 0), as jax.nn.relu's, while max2's and min2's multiply.
+   i32 add, sub, mul, div, neg (adds, muls) and sum are XLA's s32 ops (JAX's
+   lax ops, jnp's int32 + - *): they wrap around (INT32_MAX + 1 =
+   INT32_MIN); div truncates toward zero as lax.div (not jnp's
+   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. (A sum over a
+   sharded axis adds the devices' partial sums in the transport, which
+   still saturates there.) */
 #define tj_add(a, b) tj_add_at(TJ_AT, a, b)
 #define tj_sub(a, b) tj_sub_at(TJ_AT, a, b)
 #define tj_mul(a, b) tj_mul_at(TJ_AT, a, b)
@@ -4368,6 +4374,45 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
 #endif
     else tj__math_f(op, s, one, (const float *const *)in, (float *)out, n);
 }
+/* i32 arithmetic (add, sub, mul, div, neg with an i32 result) as XLA's s32
+   ops, which JAX's lax.add/mul/div/neg and jnp's int32 + - * are: two's
+   complement wraparound (INT32_MAX + 1 = INT32_MIN, -INT32_MIN =
+   INT32_MIN), division truncated toward zero (lax.div, not jnp's
+   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. The chunk math
+   in double would round products past 2^53 and the i32 store saturates (it
+   is the float -> i32 conversion), so these ops take this loop instead;
+   the operands are i32 values held in doubles, the results too. The CUDA
+   twin is tjc_i32_op. */
+static int tj__i32_arith(int op) { return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG; }
+static double tj__i32_op(int op, double a, double b) {
+    uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;
+    switch (op) {
+    case TJ__OP_ADD: r = x + y; break;
+    case TJ__OP_SUB: r = x - y; break;
+    case TJ__OP_MUL: r = x * y; break;
+    case TJ__OP_NEG: r = 0u - x; break;
+    default: /* TJ__OP_DIV */
+        if (y == 0) r = 0xffffffffu;
+        else if (x == 0x80000000u && y == 0xffffffffu) r = x;
+        else r = (uint32_t)((int32_t)x / (int32_t)y);
+        break;
+    }
+    return r >= 0x80000000u ? (double)r - 4294967296.0 : (double)r;
+}
+/* x mod 2^32 in [INT32_MIN, INT32_MAX]: an i32 sum accumulated exactly in
+   double (reductions), wrapped as XLA's s32 sum wraps */
+static double tj__i32_wrap(double v) {
+    double w = fmod(v, 4294967296.0); /* exact */
+    if (w >= 2147483648.0) w -= 4294967296.0;
+    if (w < -2147483648.0) w += 4294967296.0;
+    return w;
+}
+static void tj__imath(int op, unsigned one, const void *const *in, void *out, int64_t n) {
+    const double *A = (const double *)in[0], *B = (const double *)in[1];
+    double *o = (double *)out;
+    int64_t j;
+    for (j = 0; j < n; j++) o[j] = tj__i32_op(op, A[one & 1 ? 0 : j], op == TJ__OP_NEG ? 0.0 : B[one & 2 ? 0 : j]);
+}
 /* (kept out of tj__math: a large stack frame on every call costs more than
    the math); the spread values fill TJ__CHUNK doubles, so a longer n (the
    fused loop's float chunks) goes in pieces of that size */
@@ -4458,7 +4503,8 @@ static void tj__ew_rows(const tj__ew *e, int64_t lo, int64_t hi) {
                 continue;
             }
             if (e->flt && e->odt == TJ_F32 && osl == 1) dst = (float *)e->out + oo + c0; /* straight into the output */
-            tj__math(e->flt, e->op, e->s, one, ins, dst, m);
+            if (e->odt == TJ_I32 && tj__i32_arith(e->op)) tj__imath(e->op, one, ins, dst, m);
+            else tj__math(e->flt, e->op, e->s, one, ins, dst, m);
             if (dst == res) tj__unchunk(e->flt, e->out, e->odt, oo + c0 * osl, osl, m, res);
         }
         for (d = r - 2; d >= 0; d--) {
@@ -5210,6 +5256,7 @@ static void tj__red_part(const void *arg, int part, int nparts) {
                 tj__load_n(e->p, e->dt, r * e->on + c0, 1, m, buf);
                 for (j = 0; j < m; j++) acc[j] += buf[j];
             }
+            if (e->odt == TJ_I32) for (j = 0; j < m; j++) acc[j] = tj__i32_wrap(acc[j]); /* (exact in double: wraps as XLA's s32 sum) */
             tj__store_n(e->out, e->odt, c0, 1, m, acc);
         }
         return;
@@ -5226,7 +5273,8 @@ static void tj__red_part(const void *arg, int part, int nparts) {
         o /= e->od[i];
     }
     for (o = o0; o < o1; o++) {
-        tj__st(e->out, e->odt, o, tj__red_one(e, ob, 0, e->rn));
+        double v = tj__red_one(e, ob, 0, e->rn);
+        tj__st(e->out, e->odt, o, e->sum && e->odt == TJ_I32 ? tj__i32_wrap(v) : v);
         for (i = e->no - 1; i >= 0; i--) {
             oi[i]++;
             ob += e->os[i];
@@ -5284,7 +5332,7 @@ static void tj__reduce_run(tj__kern *k, void (*gen)(const void *, int64_t, int64
         double acc = tj__fold_identity(e.op);
         tj__parallel(k->nthreads < e.nblk ? k->nthreads : (int)e.nblk, tj__red_part, &e);
         for (i = 0; i < e.nblk; i++) acc = tj__fold(e.op, acc, part[i]);
-        tj__st(e.out, e.odt, 0, acc);
+        tj__st(e.out, e.odt, 0, e.sum && e.odt == TJ_I32 ? tj__i32_wrap(acc) : acc);
         return;
     }
     tj__parallel(tj__nparts(total, k->nthreads) < e.on ? tj__nparts(total, k->nthreads) : (int)e.on, tj__red_part, &e);
@@ -10238,7 +10286,8 @@ static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *
             }
         }
         res[mi] = fu->slot[mi] < 0 ? (void *)((float *)fu->storep[mi] + c0) : (void *)((char *)resbuf + (size_t)fu->slot[mi] * (size_t)fu->cm * es);
-        tj__math(flt, x->op, x->a.s, one, ins, res[mi], m);
+        if (x->lt.dt == TJ_I32 && tj__i32_arith(x->op)) tj__imath(x->op, one, ins, res[mi], m); /* (flt is 0: an i32 result) */
+        else tj__math(flt, x->op, x->a.s, one, ins, res[mi], m);
         tj__round_n(flt, res[mi], m, x->lt.dt);
     }
 }

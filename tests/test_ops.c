@@ -1356,6 +1356,84 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         tj_prog_free(p_);                                                                   \
     } while (0)
 
+/* i32 arithmetic is XLA's s32 arithmetic (JAX's lax.add/sub/mul/div/neg,
+   jnp's int32 + - *): it wraps around, division truncates toward zero
+   (lax.div, not jnp.floor_divide), x / 0 = -1 and INT32_MIN / -1 =
+   INT32_MIN; an i32 sum wraps. tinyjax computed them in double and stored
+   through the saturating float -> i32 conversion: INT32_MAX + 1 gave
+   INT32_MAX, 65536 * 65536 INT32_MAX, 5 / 0 INT32_MAX, 0 / 0 0, a product
+   past 2^53 lost its low bits. Unfused, fused into a chain (mul, add, div,
+   then a cast), and broadcast from a scalar. */
+static uint32_t i32w(int op, uint32_t x, uint32_t y) {
+    switch (op) {
+    case 0: return x + y;
+    case 1: return x - y;
+    case 2: return x * y;
+    case 3: return y == 0 ? 0xffffffffu : x == 0x80000000u && y == 0xffffffffu ? x : (uint32_t)((int32_t)x / (int32_t)y);
+    default: return 0u - x;
+    }
+}
+static int32_t i32s(uint32_t r) { return r >= 0x80000000u ? (int32_t)(r - 0x80000000u) + INT32_MIN : (int32_t)r; }
+static void i32_wrap_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = tj_tree_v(in, "a"), b = tj_tree_v(in, "b");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "add", tj_add(a, b));
+    tj_tree_set_v(out, "sub", tj_sub(a, b));
+    tj_tree_set_v(out, "mul", tj_mul(a, b));
+    tj_tree_set_v(out, "div", tj_div(a, b));
+    tj_tree_set_v(out, "neg", tj_neg(a));
+    tj_tree_set_v(out, "adds", tj_adds(a, 2147483647.0));
+    tj_tree_set_v(out, "muls", tj_muls(a, -65536.0));
+    tj_tree_set_v(out, "sum", tj_sum(a, "n"));
+    tj_tree_set_v(out, "sum_mul", tj_sum(tj_mul(a, b), "n"));
+    /* a fused chain: nothing stored between the members */
+    tj_tree_set_v(out, "chain", tj_cast(tj_div(tj_add(tj_mul(a, b), a), b), TJ_F64));
+}
+static void test_i32_wrap(tj_ctx *ctx) {
+    enum { N = 12 };
+    static const int32_t a[N] = {INT32_MAX, INT32_MIN, INT32_MIN, 65536, 46341, 7, -7, 7, -7, 5, 0, 2147483000};
+    static const int32_t b[N] = {1, -1, 1, 65536, 46341, 2, 2, -2, -2, 0, 0, 2147483001};
+    static const char *names[5] = {"add", "sub", "mul", "div", "neg"};
+    tj_tree *in = tj_tree_new(ctx), *out;
+    int32_t r[N];
+    int op, k, ok;
+    tjt_current = "values: i32 wraps as XLA's s32";
+    tj_tree_set_array(in, "a", tj_array_new(ctx, TJ_I32, "n=12", a));
+    tj_tree_set_array(in, "b", tj_array_new(ctx, TJ_I32, "n=12", b));
+    out = run_fn(ctx, "i32_wrap", i32_wrap_fn, NULL, in);
+    if (tj_tree_find(out, "add") >= 0) {
+        uint32_t s = 0, sm = 0;
+        double ch[N];
+        for (op = 0; op < 5; op++) {
+            tj_array_read(tj_tree_array(out, names[op]), TJ_I32, r);
+            for (k = 0, ok = 1; k < N; k++) ok &= r[k] == i32s(i32w(op, (uint32_t)a[k], (uint32_t)b[k]));
+            TJT_CHECK(ok, "i32 %s wraps (XLA: INT32_MAX + 1 = INT32_MIN, 65536^2 = 0, 5 / 0 = -1, INT32_MIN / -1 = INT32_MIN); "
+                      "element 0 %d, 3 %d, 9 %d", names[op], r[0], r[3], r[9]);
+        }
+        tj_array_read(tj_tree_array(out, "adds"), TJ_I32, r);
+        for (k = 0, ok = 1; k < N; k++) ok &= r[k] == i32s((uint32_t)a[k] + 2147483647u);
+        TJT_CHECK(ok, "i32 adds wraps: %d", r[0]);
+        tj_array_read(tj_tree_array(out, "muls"), TJ_I32, r);
+        for (k = 0, ok = 1; k < N; k++) ok &= r[k] == i32s((uint32_t)a[k] * (uint32_t)-65536);
+        TJT_CHECK(ok, "i32 muls wraps: %d", r[0]);
+        for (k = 0; k < N; k++) {
+            s += (uint32_t)a[k];
+            sm += (uint32_t)a[k] * (uint32_t)b[k];
+        }
+        tj_array_read(tj_tree_array(out, "sum"), TJ_I32, r);
+        TJT_CHECK(r[0] == i32s(s), "i32 sum wraps: %d, want %d", r[0], i32s(s));
+        tj_array_read(tj_tree_array(out, "sum_mul"), TJ_I32, r);
+        TJT_CHECK(r[0] == i32s(sm), "i32 sum of products (fused) wraps: %d, want %d", r[0], i32s(sm));
+        tj_array_read(tj_tree_array(out, "chain"), TJ_F64, ch);
+        for (k = 0, ok = 1; k < N; k++) {
+            uint32_t t = i32w(3, i32w(0, i32w(2, (uint32_t)a[k], (uint32_t)b[k]), (uint32_t)a[k]), (uint32_t)b[k]);
+            ok &= ch[k] == (double)i32s(t);
+        }
+        TJT_CHECK(ok, "i32 (a b + a) / b fused wraps at each step: element 0 %.17g, 11 %.17g", ch[0], ch[11]);
+    }
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
 static void test_errors(tj_ctx *ctx) {
     tj_tree *in, *out;
     tj_prog *p;
@@ -2033,6 +2111,7 @@ int main(void) {
     test_ties(ctx);
     test_sources(ctx);
     test_dtypes(ctx);
+    test_i32_wrap(ctx);
     test_errors(ctx);
     test_memory();
     TJT_CHECK(tj_status_of(ctx) == TJ_OK, "stray error left: %s", tj_error(ctx));
