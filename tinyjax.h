@@ -325,14 +325,16 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
    harness test (tests/test_harness.c) all come from the row. tanh's
    derivative is JAX's (g + g y)(1 - y), not g (1 - y y): 1 - y is exact
    near |y| = 1, so the product is 1 - y^2 of the rounded y within an ulp,
-   where 1 - y y loses up to hundreds of f32 ulps (566 at x = 5). */
+   where 1 - y y loses up to hundreds of f32 ulps (566 at x = 5). rsqrt's
+   is JAX's too, -0.5 y / x: at x = -0 (y = -inf) it is -inf, where
+   -0.5 y^3 gave +inf. */
 #define TJ__UNARY_OPS(X)                                                                                          \
     X(NEG, neg, -a, PUB, tj_neg(g), -1, 1)                                                                          \
     X(EXP, exp, TJ__EXP(a), PUB, tj_mul(g, y), -1, 1)                                                               \
     X(LOG, log, log(a), PUB, tj_div(g, x), 0.5, 2)                                                                  \
     X(TANH, tanh, TJ__TANH(a), PUB, tj_mul(tj_add(g, tj_mul(g, y)), tj_adds(tj_neg(y), 1.0)), -1, 1)                \
     X(SQRT, sqrt, sqrt(a), PUB, tj_div(tj_muls(g, 0.5), y), 0.5, 2)                                                 \
-    X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_mul(y, tj_mul(y, y)), -0.5)), 0.5, 2)                  \
+    X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_div(y, x), -0.5)), 0.5, 2)                              \
     X(RELU, relu, a > 0 || a != a ? a : 0.0, PUB, tj_select(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g, tj_scalar(g->g, g->t.dt, 0)), -1, 1) \
     X(GELU, gelu, 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))), PUB, tj_mul(g, tj__gelu_grad(TJ_AT, x)), -1, 1)       \
     X(GELU_D, gelu_grad, tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))), GRAD, tj__gelu_grad_vjp(TJ_AT, x, g), -1, 1)       \
@@ -416,8 +418,8 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v mask, tj_v a, tj_v b);
    test (tests/test_harness.c) come from the row. */
 #define TJ__REDUCE_OPS(X)                                                                               \
     X(SUM, sum, "sum", 0.0, acc + v, tj__sh_sum, tj__vjp_sum)                                          \
-    X(MAXR, max, "reduce_max", -INFINITY, (v > acc || v != v ? v : acc), tj__sh_whole, tj__vjp_ties)  \
-    X(MINR, min, "reduce_min", INFINITY, (v < acc || v != v ? v : acc), tj__sh_whole, tj__vjp_ties)
+    X(MAXR, max, "reduce_max", -INFINITY, (v > acc || v != v ? v : v == acc && v == 0.0 ? acc + v : acc), tj__sh_whole, tj__vjp_ties)  \
+    X(MINR, min, "reduce_min", INFINITY, (v < acc || v != v ? v : v == acc && v == 0.0 ? -(-acc - v) : acc), tj__sh_whole, tj__vjp_ties)
 #define TJ__R_DECL(op, nm, ...) TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x, const char *axes);
 TJ__REDUCE_OPS(TJ__R_DECL)
 #undef TJ__R_DECL
@@ -2765,14 +2767,17 @@ typedef struct {
    holding its builder (shape rule), CPU kernel, VJP rule and cost, and
    names its sharding rule ([4]). Formulas evaluate in double; TJ__EXP and
    TJ__TANH are libm's, or, for f32 and bf16 results, tj__fexp and
-   tj__ftanh (see there). max and min return a NaN operand, as JAX does. */
+   tj__ftanh (see there). max and min return a NaN operand, as JAX does,
+   and order -0 below +0 as JAX (XLA) does: max(-0, +0) = +0 and
+   min(+0, -0) = -0 in either order (the sum of two zeros is -0 only when
+   both are; the reductions' folds do the same). */
 #define TJ__BINARY_OPS(X)            \
     X(ADD, "add", a + b)             \
     X(SUB, "sub", a - b)             \
     X(MUL, "mul", a * b)             \
     X(DIV, "div", a / b)             \
-    X(MAX2, "max", a > b || a != a ? a : b) \
-    X(MIN2, "min", a < b || a != a ? a : b) \
+    X(MAX2, "max", a > b || a != a ? a : a == b && a == 0.0 ? a + b : b) \
+    X(MIN2, "min", a < b || a != a ? a : a == b && a == 0.0 ? -(-a - b) : b) \
     X(LT, "lt", (double)(a < b))     \
     X(LE, "le", (double)(a <= b))    \
     X(GT, "gt", (double)(a > b))     \

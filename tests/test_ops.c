@@ -1980,6 +1980,93 @@ static void test_relu_select(tj_ctx *ctx) {
     tj_tree_free(in);
     tj_tree_free(out);
 }
+/* max and min order -0 below +0, as JAX (XLA) does: max(-0, +0) = +0 and
+   min(+0, -0) = -0 in either order, elementwise and reduced; tinyjax kept
+   the first operand of a tie (max2(+0, -0) gave -0, so 1 / max2 was -inf) */
+static void signed_zero_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = leaf(in, "a"), b = leaf(in, "b"), r = leaf(in, "r");
+    (void)g, (void)u;
+    tj_tree_set_v(out, "max2", tj_max2(a, b));
+    tj_tree_set_v(out, "min2", tj_min2(a, b));
+    tj_tree_set_v(out, "inv_max2", tj_div(tj_scalar(g, tj_v_dtype(a), 1.0), tj_max2(a, b)));
+    tj_tree_set_v(out, "max", tj_max(r, "k"));
+    tj_tree_set_v(out, "min", tj_min(r, "k"));
+}
+static void test_signed_zero(tj_ctx *ctx) {
+    static const double a[6] = {-0.0, 0.0, -0.0, 0.0, 1.0, NAN}, b[6] = {0.0, -0.0, -0.0, 0.0, 1.0, -0.0};
+    static const double wmax[6] = {0.0, 0.0, -0.0, 0.0, 1.0, NAN}, wmin[6] = {-0.0, -0.0, -0.0, 0.0, 1.0, NAN};
+    static const double r[3][2] = {{-0.0, 0.0}, {0.0, -0.0}, {-0.0, -0.0}}, rmax[3] = {0.0, 0.0, -0.0}, rmin[3] = {-0.0, -0.0, -0.0};
+    static const tj_dtype dts[3] = {TJ_F64, TJ_F32, TJ_BF16};
+    int d, i;
+    tjt_current = "max and min: -0 < +0";
+    for (d = 0; d < 3; d++) {
+        tj_tree *in = tj_tree_new(ctx), *out;
+        float af[6], bf[6], rf[6];
+        uint16_t ah[6], bh[6], rh[6];
+        const void *pa = a, *pb = b, *pr = r;
+        double got[6];
+        int ok;
+        for (i = 0; i < 6; i++) {
+            af[i] = (float)a[i], bf[i] = (float)b[i], rf[i] = (float)r[i / 2][i % 2];
+            ah[i] = tj_f32_to_bf16(af[i]), bh[i] = tj_f32_to_bf16(bf[i]), rh[i] = tj_f32_to_bf16(rf[i]);
+        }
+        if (d == 1) pa = af, pb = bf, pr = rf;
+        if (d == 2) pa = ah, pb = bh, pr = rh;
+        tj_tree_set_array(in, "a", tj_array_new(ctx, dts[d], "n=6", pa));
+        tj_tree_set_array(in, "b", tj_array_new(ctx, dts[d], "n=6", pb));
+        tj_tree_set_array(in, "r", tj_array_new(ctx, dts[d], "m=3 k=2", pr));
+        out = run_fn(ctx, "signed zero", signed_zero_fn, NULL, in);
+        if (tj_tree_find(out, "max2") >= 0) {
+            tj_array_read(tj_tree_array(out, "max2"), TJ_F64, got);
+            for (i = 0, ok = 1; i < 6; i++) ok &= i == 5 ? got[i] != got[i] : got[i] == wmax[i] && signbit(got[i]) == signbit(wmax[i]);
+            TJT_CHECK(ok, "%s max2(-0, +0) = max2(+0, -0) = +0: %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+            tj_array_read(tj_tree_array(out, "min2"), TJ_F64, got);
+            for (i = 0, ok = 1; i < 6; i++) ok &= i == 5 ? got[i] != got[i] : got[i] == wmin[i] && signbit(got[i]) == signbit(wmin[i]);
+            TJT_CHECK(ok, "%s min2(-0, +0) = min2(+0, -0) = -0: %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+            tj_array_read(tj_tree_array(out, "inv_max2"), TJ_F64, got);
+            TJT_CHECK(got[0] == INFINITY && got[1] == INFINITY && got[2] == -INFINITY, "%s 1 / max2 of zeros (fused): %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+            tj_array_read(tj_tree_array(out, "max"), TJ_F64, got);
+            for (i = 0, ok = 1; i < 3; i++) ok &= got[i] == 0 && signbit(got[i]) == signbit(rmax[i]);
+            TJT_CHECK(ok, "%s reduce max of zeros: %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+            tj_array_read(tj_tree_array(out, "min"), TJ_F64, got);
+            for (i = 0, ok = 1; i < 3; i++) ok &= got[i] == 0 && signbit(got[i]) == signbit(rmin[i]);
+            TJT_CHECK(ok, "%s reduce min of zeros: %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+        }
+        tj_tree_free(out);
+        tj_tree_free(in);
+    }
+}
+/* rsqrt's gradient is JAX's -0.5 y / x: -inf at x = -0 (y = -inf) as at
+   +0; -0.5 y^3 gave +inf there */
+static void rsqrt_ct_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), ct = leaf(in, "ct"), y, gx;
+    (void)g, (void)u;
+    y = tj_rsqrt(x);
+    if (tj_vjp(1, &y, &ct, 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_rsqrt_zero(tj_ctx *ctx) {
+    static const double x[4] = {-0.0, 0.0, 4.0, INFINITY}, ct[4] = {1, 1, 1, 1}, want[4] = {-INFINITY, -INFINITY, -0.0625, 0};
+    static const tj_dtype dts[2] = {TJ_F64, TJ_F32};
+    int d, i;
+    tjt_current = "rsqrt gradient at +-0";
+    for (d = 0; d < 2; d++) {
+        double got[4];
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        float xf[4], cf[4];
+        for (i = 0; i < 4; i++) xf[i] = (float)x[i], cf[i] = (float)ct[i];
+        tj_tree_set_array(in, "x", tj_array_new(ctx, dts[d], "n=4", d ? (const void *)xf : (const void *)x));
+        tj_tree_set_array(in, "ct", tj_array_new(ctx, dts[d], "n=4", d ? (const void *)cf : (const void *)ct));
+        p = tj_jit(ctx, "rsqrt ct", rsqrt_ct_fn, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && !tj_array_read(tj_tree_array(out, "gx"), TJ_F64, got), "rsqrt ct: %s", tj_error(ctx));
+        for (i = 0; p && i < 4; i++)
+            TJT_CHECK(got[i] == want[i], "%s rsqrt gradient at x = %g: %g, want %g (JAX: -0.5 rsqrt(x) / x)", tj_dtype_name(dts[d]), x[i], got[i], want[i]);
+        tj_clear_error(ctx);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+}
 /* Keys that no query sees (causal, more keys than queries) get dk = dv = 0
    exactly, even where a cotangent row of a query is NaN: their pairs never
    meet (JAX gives 0 there too). Was NaN: a tile's weighted sums also ran
@@ -2101,6 +2188,8 @@ int main(void) {
     test_attention_values(ctx);
     test_attention_unseen_keys(ctx);
     test_relu_select(ctx);
+    test_rsqrt_zero(ctx);
+    test_signed_zero(ctx);
     test_xent_small_loss(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
