@@ -5170,6 +5170,13 @@ TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
         return NULL;
     }
     for (i = 0; i < n; i++) cnt *= (double)x->t.dim[tj__axis_index(&x->t, ids[i])];
+    /* as jnp.mean under jit: the sum times the reciprocal of the count (XLA
+       turns the division by a constant into that), and for bf16 both in
+       f32 with one rounding to bf16 at the end (jnp.mean upcasts bf16; the
+       bf16 sum, the bf16 reciprocal and the bf16 product rounded three
+       times: 40% of bf16 means were an ulp off JAX's) */
+    if (x->t.dt == TJ_BF16)
+        return tj_cast_at(f, l, tj_muls_at(f, l, tj__sum_ids(f, l, tj_cast_at(f, l, x, TJ_F32), ids, n), 1.0 / cnt), TJ_BF16);
     return tj_muls_at(f, l, tj__sum_ids(f, l, x, ids, n), 1.0 / cnt);
 }
 /* For each output element, loop over the reduced axes (innermost reduced

@@ -2036,6 +2036,52 @@ static void test_signed_zero(tj_ctx *ctx) {
         tj_tree_free(in);
     }
 }
+/* tj_mean of bf16 is jnp.mean's: the sum and the scaling in f32, one
+   rounding to bf16 (jnp.mean upcasts; XLA multiplies by the reciprocal of
+   the count). It rounded the sum to bf16, then multiplied by bf16(1/n):
+   40% of rows of 3 were an ulp off. Its gradient: g / n rounded once. */
+static void mean_bf16_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), ct = leaf(in, "ct"), m, gx;
+    (void)g, (void)u;
+    m = tj_mean(x, "c");
+    tj_tree_set_v(out, "m", m);
+    if (tj_vjp(1, &m, &ct, 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_mean_bf16(tj_ctx *ctx) {
+    enum { R = 64, C = 3 };
+    uint16_t x[R * C], ct[R], got[R], gx[R * C];
+    tj_tree *in = tj_tree_new(ctx), *out;
+    uint32_t z = 12345;
+    int r, c, bad = 0, badg = 0;
+    tjt_current = "mean of bf16: f32 inside, one rounding";
+    for (r = 0; r < R * C; r++) {
+        z = z * 1664525u + 1013904223u;
+        x[r] = tj_f32_to_bf16((float)((double)(z >> 8) / 16777216.0 * 8.0 - 4.0));
+        if (r < R) {
+            z = z * 1664525u + 1013904223u;
+            ct[r] = tj_f32_to_bf16((float)((double)(z >> 8) / 16777216.0 * 3.0 - 1.5));
+        }
+    }
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_BF16, "r=64 c=3", x));
+    tj_tree_set_array(in, "ct", tj_array_new(ctx, TJ_BF16, "r=64", ct));
+    out = run_fn(ctx, "mean bf16", mean_bf16_fn, NULL, in);
+    if (tj_tree_find(out, "m") >= 0 && tj_tree_find(out, "gx") >= 0) {
+        tj_array_read(tj_tree_array(out, "m"), TJ_BF16, got);
+        tj_array_read(tj_tree_array(out, "gx"), TJ_BF16, gx);
+        for (r = 0; r < R; r++) {
+            double sd = 0;
+            float want, wg = tj_bf16_to_f32(ct[r]) * (float)(1.0 / C);
+            for (c = 0; c < C; c++) sd += tj_bf16_to_f32(x[r * C + c]);
+            want = (float)sd * (float)(1.0 / C);
+            bad += got[r] != tj_f32_to_bf16(want);
+            for (c = 0; c < C; c++) badg += gx[r * C + c] != tj_f32_to_bf16(wg);
+        }
+        TJT_CHECK(bad == 0, "bf16 mean = bf16(f32(sum) * f32(1/n)) as jnp.mean: %d of %d rows differ", bad, R);
+        TJT_CHECK(badg == 0, "bf16 mean's gradient = bf16(f32(g) * f32(1/n)): %d of %d differ", badg, R * C);
+    }
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
 /* rsqrt's gradient is JAX's -0.5 y / x: -inf at x = -0 (y = -inf) as at
    +0; -0.5 y^3 gave +inf there */
 static void rsqrt_ct_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
@@ -2190,6 +2236,7 @@ int main(void) {
     test_relu_select(ctx);
     test_rsqrt_zero(ctx);
     test_signed_zero(ctx);
+    test_mean_bf16(ctx);
     test_xent_small_loss(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
