@@ -426,6 +426,7 @@ TJ__REDUCE_OPS(TJ__R_DECL)
 #define tj_sum(x, axes) tj_sum_at(TJ_AT, x, axes)
 #define tj_max(x, axes) tj_max_at(TJ_AT, x, axes)
 #define tj_min(x, axes) tj_min_at(TJ_AT, x, axes)
+/* mean: sum times 1/count, as jnp.mean under jit; bf16 in f32, one rounding */
 #define tj_mean(x, axes) tj_mean_at(TJ_AT, x, axes)
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes);
 /* the sum of every element: a rank-0 value */
