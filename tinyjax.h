@@ -369,9 +369,9 @@ TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
    i32 add, sub, mul, div, neg (adds, muls) and sum are XLA's s32 ops (JAX's
    lax ops, jnp's int32 + - *): they wrap around (INT32_MAX + 1 =
    INT32_MIN); div truncates toward zero as lax.div (not jnp's
-   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. (A sum over a
-   sharded axis adds the devices' partial sums in the transport, which
-   still saturates there.) */
+   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. (An i32 sum
+   gathers its sharded axes first; a tj_psum of i32 values in tj_shard_map
+   adds in the transport, which saturates.) */
 #define tj_add(a, b) tj_add_at(TJ_AT, a, b)
 #define tj_sub(a, b) tj_sub_at(TJ_AT, a, b)
 #define tj_mul(a, b) tj_mul_at(TJ_AT, a, b)
@@ -3579,6 +3579,9 @@ static int tj__sh_whole(tj_graph *g, int op, tj__type *t, int nin, tj_node **in,
 static int tj__sh_sum(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
     uint8_t want[TJ_MAXDIM];
     int i;
+    /* an i32 sum wraps around (XLA's s32), but the transport adds partial
+       sums with saturation: its reduced axes are gathered first */
+    if (in[0]->t.dt == TJ_I32) return tj__sh_whole(g, op, t, nin, in, at, file, line);
     (void)g, (void)nin;
     tj__sh_follow(t, 1, in, at, 0, 0);
     tj__sh_want_out(t, in[0], want);
