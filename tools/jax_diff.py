@@ -1548,6 +1548,22 @@ EDGE = [
                 "x1": [0.25, 1.0, -2.0, 0.5, 1.0, 0.5, -0.75, 0.3], "x2": [1.0, 1.0, -1.0, 0.0, 0.5, -0.25, 2.0, 1.0]}},
 ]
 
+# i32 add, sub, mul, div, neg and sum saturated (INT32_MAX + 1 gave
+# INT32_MAX, 5 / 0 INT32_MAX): XLA's s32 ops wrap, lax.div truncates,
+# x / 0 = -1, INT32_MIN / -1 = INT32_MIN; on a mesh too
+EDGE += [
+    {"mode": "jit", "inputs": [X("x0", "i32", "a=6", [2147483647, -2147483648, -2147483648, 65536, 5, 0], grad=False),
+                               X("x1", "i32", "a=6", [1, -1, 1, 65536, 0, 0], grad=False), X("x2", "f32", "a=6", [0.5, -1.0, 2.0, 0.25, 1.5, -0.75])],
+     "ops": [O("add", ["x0", "x1"], "v0"), O("sub", ["x1", "x0"], "v1"), O("mul", ["x0", "x1"], "v2"), O("div", ["x0", "x1"], "v3"),
+             O("neg", ["x0"], "v4"), O("sum", ["v2"], "v5", axes="a"), O("cast", ["v3"], "v6", dtype="f32"), O("mul", ["x2", "v6"], "v7")],
+     "outputs": ["v0", "v1", "v2", "v3", "v4", "v5", "v7"]},
+    {"mode": "sharded", "mesh": "data=2", "devices": 2,
+     "inputs": [X("x0", "i32", "a=4 b=2", [1073741824, 7, 1073741824, -3, 1073741824, 46341, 1073741824, 46341], grad=False, spec="a:data"),
+                X("x1", "f32", "b=2", [0.5, -0.25])],
+     "ops": [O("sum", ["x0"], "v0", axes="a"), O("mul", ["x0", "x0"], "v1"), O("sum", ["v1"], "v2", axes="a b"),
+             O("cast", ["v0"], "v3", dtype="f32"), O("mul", ["x1", "v3"], "v4")], "outputs": ["v0", "v2", "v4"]},
+]
+
 def write_golden(folder, only=None):
     """Programs with JAX's results for tests/test_jax_golden.c (only: the
     names of the files to write, e.g. ["edge"])"""
@@ -1599,7 +1615,7 @@ def num(v, digits=9):
     return float("%.*g" % (digits, v))
 
 def compact(exp):
-    return {k: {"dtype": e["dtype"], "axes": e["axes"], "dims": e["dims"], "data": [num(v, 17 if e["dtype"] == "f64" else 9) for v in e["data"]],
+    return {k: {"dtype": e["dtype"], "axes": e["axes"], "dims": e["dims"], "data": [int(v) if e["dtype"] == "i32" else num(v, 17 if e["dtype"] == "f64" else 9) for v in e["data"]],
                 "tol": [float("%.3g" % v) for v in e["tol"]]} for k, e in exp.items()}
 
 if __name__ == "__main__":
