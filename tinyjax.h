@@ -426,7 +426,8 @@ TJ__REDUCE_OPS(TJ__R_DECL)
 #define tj_sum(x, axes) tj_sum_at(TJ_AT, x, axes)
 #define tj_max(x, axes) tj_max_at(TJ_AT, x, axes)
 #define tj_min(x, axes) tj_min_at(TJ_AT, x, axes)
-/* mean: sum times 1/count, as jnp.mean under jit; bf16 in f32, one rounding */
+/* sum and mean as jnp's: bf16 in f32 (partial sums on a mesh too), one
+   rounding to bf16; mean is the sum times 1/count, as jnp.mean under jit */
 #define tj_mean(x, axes) tj_mean_at(TJ_AT, x, axes)
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes);
 /* the sum of every element: a rank-0 value */
@@ -5112,7 +5113,8 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
 
 /* ---- reductions over named axes (TJ__REDUCE_OPS) ---- */
 static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t);
-static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
+/* the reduction's result has dtype odt (a bf16 sum's f32, see tj__sum_pub) */
+static tj_v tj__reduce_ids_dt(const char *f, int l, int op, tj_v x, const int *ids, int nr, tj_dtype odt) {
     tj__type t;
     tj_node *n;
     tj__attr pa;
@@ -5131,14 +5133,29 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
             t.dim[t.rank++] = x->t.dim[i];
         } else size *= x->t.dim[i];
     }
-    if (size == 1) return tj__reshape(f, l, x, &t); /* axes of size 1: same elements, a view */
+    if (size == 1) { /* axes of size 1: same elements, a view */
+        tj_v v = tj__reshape(f, l, x, &t);
+        return odt == x->t.dt ? v : tj_cast_at(f, l, v, odt);
+    }
+    t.dt = odt;
     memset(&pa, 0, sizeof pa);
     pa.naxes = nr;
     for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
     n = tj__node(x->g, op, &t, 1, &x, &pa, f, l);
     return n;
 }
+static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) { return x ? tj__reduce_ids_dt(f, l, op, x, ids, nr, x->t.dt) : NULL; }
 static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n) { return tj__reduce_ids(f, l, TJ__OP_SUM, x, ids, n); }
+/* tj_sum and tj_sum_all as jnp.sum: a bf16 sum is an f32 sum rounded once
+   to bf16 (jnp.sum upcasts bf16). The kernel adds in double whatever the
+   dtypes, so on one device this is the sum rounded once either way; over a
+   sharded axis the devices' partial sums stay f32 and their psum is f32,
+   where bf16 partials rounded each device's share first (a quarter of the
+   rows of a sharded bf16 sum were an ulp off the one-device sum and JAX's) */
+static tj_v tj__sum_pub(const char *f, int l, tj_v x, const int *ids, int nr) {
+    if (x && x->t.dt == TJ_BF16 && nr > 0) return tj_cast_at(f, l, tj__reduce_ids_dt(f, l, TJ__OP_SUM, x, ids, nr, TJ_F32), TJ_BF16);
+    return tj__sum_ids(f, l, x, ids, nr);
+}
 /* an axis named twice in a list is a mistake (mean "x x" would divide twice) */
 static int tj__dup_axis(tj_v x, const int *ids, int n, const char *what, const char *f, int l) {
     int i, j;
@@ -5155,7 +5172,7 @@ static int tj__dup_axis(tj_v x, const int *ids, int n, const char *what, const c
     TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x, const char *axes) {                                   \
         int ids[TJ_MAXDIM], n;                                                                                   \
         if (!x || (n = tj__axes_of(x, axes, ids, #nm, f, l)) < 0 || tj__dup_axis(x, ids, n, #nm, f, l)) return NULL; \
-        return tj__reduce_ids(f, l, TJ__OP_##op, x, ids, n);                                                     \
+        return TJ__OP_##op == TJ__OP_SUM ? tj__sum_pub(f, l, x, ids, n) : tj__reduce_ids(f, l, TJ__OP_##op, x, ids, n); \
     }
 TJ__REDUCE_OPS(TJ__R_DEF)
 #undef TJ__R_DEF
@@ -5163,7 +5180,7 @@ TJDEF tj_v tj_sum_all_at(const char *f, int l, tj_v x) {
     int ids[TJ_MAXDIM], i;
     if (!x || x->t.rank == 0) return x;
     for (i = 0; i < x->t.rank; i++) ids[i] = x->t.ax[i];
-    return tj__sum_ids(f, l, x, ids, x->t.rank);
+    return tj__sum_pub(f, l, x, ids, x->t.rank);
 }
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
     int ids[TJ_MAXDIM], n, i;
@@ -5180,7 +5197,7 @@ TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
        bf16 sum, the bf16 reciprocal and the bf16 product rounded three
        times: 40% of bf16 means were an ulp off JAX's) */
     if (x->t.dt == TJ_BF16)
-        return tj_cast_at(f, l, tj_muls_at(f, l, tj__sum_ids(f, l, tj_cast_at(f, l, x, TJ_F32), ids, n), 1.0 / cnt), TJ_BF16);
+        return tj_cast_at(f, l, tj_muls_at(f, l, tj__reduce_ids_dt(f, l, TJ__OP_SUM, x, ids, n, TJ_F32), 1.0 / cnt), TJ_BF16);
     return tj_muls_at(f, l, tj__sum_ids(f, l, x, ids, n), 1.0 / cnt);
 }
 /* For each output element, loop over the reduced axes (innermost reduced
@@ -5355,6 +5372,7 @@ static void tj__reduce_run(tj__kern *k, void (*gen)(const void *, int64_t, int64
 }
 static void tj__k_reduce(tj__kern *k) { tj__reduce_run(k, NULL, NULL); }
 static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
+    if (g && g->t.dt != n->in[0]->t.dt) g = tj_cast_at(n->file, n->line, g, n->in[0]->t.dt); /* (a bf16 sum's f32 result: cast before the broadcast, not after) */
     gin[0] = tj__relayout(n->file, n->line, g, &n->in[0]->t); /* broadcast back */
     return TJ_OK;
 }
