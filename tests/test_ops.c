@@ -2082,6 +2082,56 @@ static void test_mean_bf16(tj_ctx *ctx) {
     tj_tree_free(out);
     tj_tree_free(in);
 }
+/* tj_pows' exponent takes x's dtype, as JAX's weak-typed x ** p: on bf16,
+   x ** 1.1 raises to bf16(1.1) = 1.1015625 (10% apart from x^1.1 at
+   1e30, where tinyjax used 1.1 in double); f32 rounds p to f32. Its
+   gradient p x^(p-1) too. */
+static double pw_p;
+static void pows_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), y, gx;
+    (void)g, (void)u;
+    y = tj_pows(x, pw_p);
+    tj_tree_set_v(out, "y", y);
+    if (tj_grad(tj_sum_all(tj_cast(y, TJ_F64)), 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_pows_weak(tj_ctx *ctx) {
+    static const double ps[3] = {1.1, 1.0 / 3.0, -0.7};
+    static const float xs[4] = {1e30f, 8.0f, 3.0f, 1e-20f};
+    int d, k, i;
+    tjt_current = "pows: the exponent in x's dtype";
+    for (d = 0; d < 2; d++)
+        for (k = 0; k < 3; k++) {
+            tj_dtype dt = d ? TJ_BF16 : TJ_F32;
+            tj_tree *in = tj_tree_new(ctx), *out;
+            uint16_t xb[4];
+            float xf[4], y[4], gx[4];
+            double p = d ? tj_bf16_to_f32(tj_f32_to_bf16((float)ps[k])) : (double)(float)ps[k], pm1;
+            int bad = 0, badg = 0;
+            pm1 = d ? tj_bf16_to_f32(tj_f32_to_bf16((float)(p - 1.0))) : (double)(float)(p - 1.0);
+            for (i = 0; i < 4; i++) xb[i] = tj_f32_to_bf16(xs[i]), xf[i] = d ? tj_bf16_to_f32(xb[i]) : xs[i];
+            tj_tree_set_array(in, "x", tj_array_new(ctx, dt, "n=4", d ? (const void *)xb : (const void *)xf));
+            pw_p = ps[k];
+            out = run_fn(ctx, "pows weak", pows_fn, NULL, in);
+            if (tj_tree_find(out, "y") >= 0 && tj_tree_find(out, "gx") >= 0) {
+                tj_array_read(tj_tree_array(out, "y"), TJ_F32, y);
+                tj_array_read(tj_tree_array(out, "gx"), TJ_F32, gx);
+                for (i = 0; i < 4; i++) {
+                    float want = (float)pow(xf[i], p), wg;
+                    if (d) want = tj_bf16_to_f32(tj_f32_to_bf16(want));
+                    wg = (float)pow(xf[i], pm1);
+                    if (d) wg = tj_bf16_to_f32(tj_f32_to_bf16(wg));
+                    wg = (float)((double)wg * p);
+                    if (d) wg = tj_bf16_to_f32(tj_f32_to_bf16(wg));
+                    bad += y[i] != want;
+                    badg += !(fabs(gx[i] - wg) <= 1e-6 * fabs(wg)) && !(gx[i] == wg);
+                }
+                TJT_CHECK(bad == 0, "%s x ** %g raises to %.9g (x's dtype): %d of 4 differ (x = 1e30: %g)", tj_dtype_name(dt), ps[k], p, bad, y[0]);
+                TJT_CHECK(badg == 0, "%s gradient of x ** %g is %.9g x ** %.9g: %d of 4 differ", tj_dtype_name(dt), ps[k], p, pm1, badg);
+            }
+            tj_tree_free(out);
+            tj_tree_free(in);
+        }
+}
 /* rsqrt's gradient is JAX's -0.5 y / x: -inf at x = -0 (y = -inf) as at
    +0; -0.5 y^3 gave +inf there */
 static void rsqrt_ct_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
@@ -2237,6 +2287,7 @@ int main(void) {
     test_rsqrt_zero(ctx);
     test_signed_zero(ctx);
     test_mean_bf16(ctx);
+    test_pows_weak(ctx);
     test_xent_small_loss(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
