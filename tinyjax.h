@@ -325,14 +325,16 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
    harness test (tests/test_harness.c) all come from the row. tanh's
    derivative is JAX's (g + g y)(1 - y), not g (1 - y y): 1 - y is exact
    near |y| = 1, so the product is 1 - y^2 of the rounded y within an ulp,
-   where 1 - y y loses up to hundreds of f32 ulps (566 at x = 5). */
+   where 1 - y y loses up to hundreds of f32 ulps (566 at x = 5). rsqrt's
+   is JAX's too, -0.5 y / x: at x = -0 (y = -inf) it is -inf, where
+   -0.5 y^3 gave +inf. */
 #define TJ__UNARY_OPS(X)                                                                                          \
     X(NEG, neg, -a, PUB, tj_neg(g), -1, 1)                                                                          \
     X(EXP, exp, TJ__EXP(a), PUB, tj_mul(g, y), -1, 1)                                                               \
     X(LOG, log, log(a), PUB, tj_div(g, x), 0.5, 2)                                                                  \
     X(TANH, tanh, TJ__TANH(a), PUB, tj_mul(tj_add(g, tj_mul(g, y)), tj_adds(tj_neg(y), 1.0)), -1, 1)                \
     X(SQRT, sqrt, sqrt(a), PUB, tj_div(tj_muls(g, 0.5), y), 0.5, 2)                                                 \
-    X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_mul(y, tj_mul(y, y)), -0.5)), 0.5, 2)                  \
+    X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_div(y, x), -0.5)), 0.5, 2)                              \
     X(RELU, relu, a > 0 || a != a ? a : 0.0, PUB, tj_select(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g, tj_scalar(g->g, g->t.dt, 0)), -1, 1) \
     X(GELU, gelu, 0.5 * a * (1.0 + TJ__TANH(TJ__GELU_U(a))), PUB, tj_mul(g, tj__gelu_grad(TJ_AT, x)), -1, 1)       \
     X(GELU_D, gelu_grad, tj__gelu_d(a, TJ__TANH(TJ__GELU_U(a))), GRAD, tj__gelu_grad_vjp(TJ_AT, x, g), -1, 1)       \
@@ -353,7 +355,7 @@ TJ__UNARY_OPS(TJ__U_DECL)
 #define tj_rsqrt(x) tj_rsqrt_at(TJ_AT, x)
 #define tj_relu(x) tj_relu_at(TJ_AT, x)
 #define tj_gelu(x) tj_gelu_at(TJ_AT, x)     /* tanh approximation (GPT-2)  */
-#define tj_pows(x, p) tj_pows_at(TJ_AT, x, p) /* x^p, p a constant          */
+#define tj_pows(x, p) tj_pows_at(TJ_AT, x, p) /* x^p, p a constant (rounded to x's dtype, as JAX's weak types) */
 #define tj_cast(x, dt) tj_cast_at(TJ_AT, x, dt)
 TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p);
 TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
@@ -363,7 +365,13 @@ TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
    match (cast first). Compare ops give i32 0/1 masks. max2 and min2 (and
    relu) return NaN for a NaN operand, as JAX does; relu's gradient
    selects (0 where x <= 0 or NaN, whatever the cotangent: a NaN cotangent
-   there gives 0), as jax.nn.relu's, while max2's and min2's multiply. */
+   there gives 0), as jax.nn.relu's, while max2's and min2's multiply.
+   i32 add, sub, mul, div, neg (adds, muls) and sum are XLA's s32 ops (JAX's
+   lax ops, jnp's int32 + - *): they wrap around (INT32_MAX + 1 =
+   INT32_MIN); div truncates toward zero as lax.div (not jnp's
+   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. (An i32 sum
+   gathers its sharded axes first; a tj_psum of i32 values in tj_shard_map
+   adds in the transport, which saturates.) */
 #define tj_add(a, b) tj_add_at(TJ_AT, a, b)
 #define tj_sub(a, b) tj_sub_at(TJ_AT, a, b)
 #define tj_mul(a, b) tj_mul_at(TJ_AT, a, b)
@@ -410,14 +418,16 @@ TJDEF tj_v tj_select_at(const char *f, int l, tj_v mask, tj_v a, tj_v b);
    test (tests/test_harness.c) come from the row. */
 #define TJ__REDUCE_OPS(X)                                                                               \
     X(SUM, sum, "sum", 0.0, acc + v, tj__sh_sum, tj__vjp_sum)                                          \
-    X(MAXR, max, "reduce_max", -INFINITY, (v > acc || v != v ? v : acc), tj__sh_whole, tj__vjp_ties)  \
-    X(MINR, min, "reduce_min", INFINITY, (v < acc || v != v ? v : acc), tj__sh_whole, tj__vjp_ties)
+    X(MAXR, max, "reduce_max", -INFINITY, (v > acc || v != v ? v : v == acc && v == 0.0 ? acc + v : acc), tj__sh_whole, tj__vjp_ties)  \
+    X(MINR, min, "reduce_min", INFINITY, (v < acc || v != v ? v : v == acc && v == 0.0 ? -(-acc - v) : acc), tj__sh_whole, tj__vjp_ties)
 #define TJ__R_DECL(op, nm, ...) TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x, const char *axes);
 TJ__REDUCE_OPS(TJ__R_DECL)
 #undef TJ__R_DECL
 #define tj_sum(x, axes) tj_sum_at(TJ_AT, x, axes)
 #define tj_max(x, axes) tj_max_at(TJ_AT, x, axes)
 #define tj_min(x, axes) tj_min_at(TJ_AT, x, axes)
+/* sum and mean as jnp's: bf16 in f32 (partial sums on a mesh too), one
+   rounding to bf16; mean is the sum times 1/count, as jnp.mean under jit */
 #define tj_mean(x, axes) tj_mean_at(TJ_AT, x, axes)
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes);
 /* the sum of every element: a rank-0 value */
@@ -2817,14 +2827,17 @@ typedef struct {
    holding its builder (shape rule), CPU kernel, VJP rule and cost, and
    names its sharding rule ([4]). Formulas evaluate in double; TJ__EXP and
    TJ__TANH are libm's, or, for f32 and bf16 results, tj__fexp and
-   tj__ftanh (see there). max and min return a NaN operand, as JAX does. */
+   tj__ftanh (see there). max and min return a NaN operand, as JAX does,
+   and order -0 below +0 as JAX (XLA) does: max(-0, +0) = +0 and
+   min(+0, -0) = -0 in either order (the sum of two zeros is -0 only when
+   both are; the reductions' folds do the same). */
 #define TJ__BINARY_OPS(X)            \
     X(ADD, "add", a + b)             \
     X(SUB, "sub", a - b)             \
     X(MUL, "mul", a * b)             \
     X(DIV, "div", a / b)             \
-    X(MAX2, "max", a > b || a != a ? a : b) \
-    X(MIN2, "min", a < b || a != a ? a : b) \
+    X(MAX2, "max", a > b || a != a ? a : a == b && a == 0.0 ? a + b : b) \
+    X(MIN2, "min", a < b || a != a ? a : a == b && a == 0.0 ? -(-a - b) : b) \
     X(LT, "lt", (double)(a < b))     \
     X(LE, "le", (double)(a <= b))    \
     X(GT, "gt", (double)(a > b))     \
@@ -3672,6 +3685,9 @@ static int tj__sh_whole(tj_graph *g, int op, tj__type *t, int nin, tj_node **in,
 static int tj__sh_sum(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
     uint8_t want[TJ_MAXDIM];
     int i;
+    /* an i32 sum wraps around (XLA's s32), but the transport adds partial
+       sums with saturation: its reduced axes are gathered first */
+    if (in[0]->t.dt == TJ_I32) return tj__sh_whole(g, op, t, nin, in, at, file, line);
     (void)g, (void)nin;
     tj__sh_follow(t, 1, in, at, 0, 0);
     tj__sh_want_out(t, in[0], want);
@@ -4517,6 +4533,45 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
 #endif
     else tj__math_f(op, s, one, (const float *const *)in, (float *)out, n);
 }
+/* i32 arithmetic (add, sub, mul, div, neg with an i32 result) as XLA's s32
+   ops, which JAX's lax.add/mul/div/neg and jnp's int32 + - * are: two's
+   complement wraparound (INT32_MAX + 1 = INT32_MIN, -INT32_MIN =
+   INT32_MIN), division truncated toward zero (lax.div, not jnp's
+   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. The chunk math
+   in double would round products past 2^53 and the i32 store saturates (it
+   is the float -> i32 conversion), so these ops take this loop instead;
+   the operands are i32 values held in doubles, the results too. The CUDA
+   twin is tjc_i32_op. */
+static int tj__i32_arith(int op) { return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG; }
+static double tj__i32_op(int op, double a, double b) {
+    uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;
+    switch (op) {
+    case TJ__OP_ADD: r = x + y; break;
+    case TJ__OP_SUB: r = x - y; break;
+    case TJ__OP_MUL: r = x * y; break;
+    case TJ__OP_NEG: r = 0u - x; break;
+    default: /* TJ__OP_DIV */
+        if (y == 0) r = 0xffffffffu;
+        else if (x == 0x80000000u && y == 0xffffffffu) r = x;
+        else r = (uint32_t)((int32_t)x / (int32_t)y);
+        break;
+    }
+    return r >= 0x80000000u ? (double)r - 4294967296.0 : (double)r;
+}
+/* x mod 2^32 in [INT32_MIN, INT32_MAX]: an i32 sum accumulated exactly in
+   double (reductions), wrapped as XLA's s32 sum wraps */
+static double tj__i32_wrap(double v) {
+    double w = fmod(v, 4294967296.0); /* exact */
+    if (w >= 2147483648.0) w -= 4294967296.0;
+    if (w < -2147483648.0) w += 4294967296.0;
+    return w;
+}
+static void tj__imath(int op, unsigned one, const void *const *in, void *out, int64_t n) {
+    const double *A = (const double *)in[0], *B = (const double *)in[1];
+    double *o = (double *)out;
+    int64_t j;
+    for (j = 0; j < n; j++) o[j] = tj__i32_op(op, A[one & 1 ? 0 : j], op == TJ__OP_NEG ? 0.0 : B[one & 2 ? 0 : j]);
+}
 /* (kept out of tj__math: a large stack frame on every call costs more than
    the math); the spread values fill TJ__CHUNK doubles, so a longer n (the
    fused loop's float chunks) goes in pieces of that size */
@@ -4607,7 +4662,8 @@ static void tj__ew_rows(const tj__ew *e, int64_t lo, int64_t hi) {
                 continue;
             }
             if (e->flt && e->odt == TJ_F32 && osl == 1) dst = (float *)e->out + oo + c0; /* straight into the output */
-            tj__math(e->flt, e->op, e->s, one, ins, dst, m);
+            if (e->odt == TJ_I32 && tj__i32_arith(e->op)) tj__imath(e->op, one, ins, dst, m);
+            else tj__math(e->flt, e->op, e->s, one, ins, dst, m);
             if (dst == res) tj__unchunk(e->flt, e->out, e->odt, oo + c0 * osl, osl, m, res);
         }
         for (d = r - 2; d >= 0; d--) {
@@ -4741,10 +4797,15 @@ TJ__UNARY_OPS(TJ__U_DEF)
 #undef TJ__U_DEF_OWN
 #undef TJ__U_DEF_GRAD
 TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p) {
-    if (x && !isfinite(p)) { /* x^NaN is NaN everywhere, x^inf 0 or inf: never what was meant */
-        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "pows: exponent %g is not a finite number", p);
+    if (x && (!isfinite(p) || (x->t.dt != TJ_F64 && fabs(p) > 3.4028234663852886e38))) { /* x^NaN is NaN everywhere, x^inf 0 or inf: never what was meant */
+        tj__err(x->g->ctx, TJ_ERR_ARG, f, l, "pows: exponent %g is not a finite number (in %s)", p, tj_dtype_name(x->t.dt));
         return NULL;
     }
+    /* the exponent takes x's dtype, as JAX's weak-typed x ** p does (as
+       tj_adds' and tj_muls' constants): x ** (1/3) on bf16 raises to
+       0.333984375 there, 4.7% apart from x^(1/3) at x = 1e30 */
+    if (x && x->t.dt == TJ_F32) p = (float)p;
+    else if (x && x->t.dt == TJ_BF16) p = tj_bf16_to_f32(tj_f32_to_bf16((float)p));
     return tj__unary(f, l, TJ__OP_POWS, x, x ? x->t.dt : TJ_F32, p);
 }
 TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt) {
@@ -5206,7 +5267,8 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
 
 /* ---- reductions over named axes (TJ__REDUCE_OPS) ---- */
 static tj_v tj__reshape(const char *f, int l, tj_v x, const tj__type *t);
-static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) {
+/* the reduction's result has dtype odt (a bf16 sum's f32, see tj__sum_pub) */
+static tj_v tj__reduce_ids_dt(const char *f, int l, int op, tj_v x, const int *ids, int nr, tj_dtype odt) {
     tj__type t;
     tj_node *n;
     tj__attr pa;
@@ -5225,14 +5287,29 @@ static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids,
             t.dim[t.rank++] = x->t.dim[i];
         } else size *= x->t.dim[i];
     }
-    if (size == 1) return tj__reshape(f, l, x, &t); /* axes of size 1: same elements, a view */
+    if (size == 1) { /* axes of size 1: same elements, a view */
+        tj_v v = tj__reshape(f, l, x, &t);
+        return odt == x->t.dt ? v : tj_cast_at(f, l, v, odt);
+    }
+    t.dt = odt;
     memset(&pa, 0, sizeof pa);
     pa.naxes = nr;
     for (j = 0; j < nr; j++) pa.axes[j] = ids[j];
     n = tj__node(x->g, op, &t, 1, &x, &pa, f, l);
     return n;
 }
+static tj_v tj__reduce_ids(const char *f, int l, int op, tj_v x, const int *ids, int nr) { return x ? tj__reduce_ids_dt(f, l, op, x, ids, nr, x->t.dt) : NULL; }
 static tj_v tj__sum_ids(const char *f, int l, tj_v x, const int *ids, int n) { return tj__reduce_ids(f, l, TJ__OP_SUM, x, ids, n); }
+/* tj_sum and tj_sum_all as jnp.sum: a bf16 sum is an f32 sum rounded once
+   to bf16 (jnp.sum upcasts bf16). The kernel adds in double whatever the
+   dtypes, so on one device this is the sum rounded once either way; over a
+   sharded axis the devices' partial sums stay f32 and their psum is f32,
+   where bf16 partials rounded each device's share first (a quarter of the
+   rows of a sharded bf16 sum were an ulp off the one-device sum and JAX's) */
+static tj_v tj__sum_pub(const char *f, int l, tj_v x, const int *ids, int nr) {
+    if (x && x->t.dt == TJ_BF16 && nr > 0) return tj_cast_at(f, l, tj__reduce_ids_dt(f, l, TJ__OP_SUM, x, ids, nr, TJ_F32), TJ_BF16);
+    return tj__sum_ids(f, l, x, ids, nr);
+}
 /* an axis named twice in a list is a mistake (mean "x x" would divide twice) */
 static int tj__dup_axis(tj_v x, const int *ids, int n, const char *what, const char *f, int l) {
     int i, j;
@@ -5249,7 +5326,7 @@ static int tj__dup_axis(tj_v x, const int *ids, int n, const char *what, const c
     TJDEF tj_v tj_##nm##_at(const char *f, int l, tj_v x, const char *axes) {                                   \
         int ids[TJ_MAXDIM], n;                                                                                   \
         if (!x || (n = tj__axes_of(x, axes, ids, #nm, f, l)) < 0 || tj__dup_axis(x, ids, n, #nm, f, l)) return NULL; \
-        return tj__reduce_ids(f, l, TJ__OP_##op, x, ids, n);                                                     \
+        return TJ__OP_##op == TJ__OP_SUM ? tj__sum_pub(f, l, x, ids, n) : tj__reduce_ids(f, l, TJ__OP_##op, x, ids, n); \
     }
 TJ__REDUCE_OPS(TJ__R_DEF)
 #undef TJ__R_DEF
@@ -5257,7 +5334,7 @@ TJDEF tj_v tj_sum_all_at(const char *f, int l, tj_v x) {
     int ids[TJ_MAXDIM], i;
     if (!x || x->t.rank == 0) return x;
     for (i = 0; i < x->t.rank; i++) ids[i] = x->t.ax[i];
-    return tj__sum_ids(f, l, x, ids, x->t.rank);
+    return tj__sum_pub(f, l, x, ids, x->t.rank);
 }
 TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
     int ids[TJ_MAXDIM], n, i;
@@ -5268,6 +5345,13 @@ TJDEF tj_v tj_mean_at(const char *f, int l, tj_v x, const char *axes) {
         return NULL;
     }
     for (i = 0; i < n; i++) cnt *= (double)x->t.dim[tj__axis_index(&x->t, ids[i])];
+    /* as jnp.mean under jit: the sum times the reciprocal of the count (XLA
+       turns the division by a constant into that), and for bf16 both in
+       f32 with one rounding to bf16 at the end (jnp.mean upcasts bf16; the
+       bf16 sum, the bf16 reciprocal and the bf16 product rounded three
+       times: 40% of bf16 means were an ulp off JAX's) */
+    if (x->t.dt == TJ_BF16)
+        return tj_cast_at(f, l, tj_muls_at(f, l, tj__reduce_ids_dt(f, l, TJ__OP_SUM, x, ids, n, TJ_F32), 1.0 / cnt), TJ_BF16);
     return tj_muls_at(f, l, tj__sum_ids(f, l, x, ids, n), 1.0 / cnt);
 }
 /* For each output element, loop over the reduced axes (innermost reduced
@@ -5359,6 +5443,7 @@ static void tj__red_part(const void *arg, int part, int nparts) {
                 tj__load_n(e->p, e->dt, r * e->on + c0, 1, m, buf);
                 for (j = 0; j < m; j++) acc[j] += buf[j];
             }
+            if (e->odt == TJ_I32) for (j = 0; j < m; j++) acc[j] = tj__i32_wrap(acc[j]); /* (exact in double: wraps as XLA's s32 sum) */
             tj__store_n(e->out, e->odt, c0, 1, m, acc);
         }
         return;
@@ -5375,7 +5460,8 @@ static void tj__red_part(const void *arg, int part, int nparts) {
         o /= e->od[i];
     }
     for (o = o0; o < o1; o++) {
-        tj__st(e->out, e->odt, o, tj__red_one(e, ob, 0, e->rn));
+        double v = tj__red_one(e, ob, 0, e->rn);
+        tj__st(e->out, e->odt, o, e->sum && e->odt == TJ_I32 ? tj__i32_wrap(v) : v);
         for (i = e->no - 1; i >= 0; i--) {
             oi[i]++;
             ob += e->os[i];
@@ -5433,13 +5519,14 @@ static void tj__reduce_run(tj__kern *k, void (*gen)(const void *, int64_t, int64
         double acc = tj__fold_identity(e.op);
         tj__parallel(k->nthreads < e.nblk ? k->nthreads : (int)e.nblk, tj__red_part, &e);
         for (i = 0; i < e.nblk; i++) acc = tj__fold(e.op, acc, part[i]);
-        tj__st(e.out, e.odt, 0, acc);
+        tj__st(e.out, e.odt, 0, e.sum && e.odt == TJ_I32 ? tj__i32_wrap(acc) : acc);
         return;
     }
     tj__parallel(tj__nparts(total, k->nthreads) < e.on ? tj__nparts(total, k->nthreads) : (int)e.on, tj__red_part, &e);
 }
 static void tj__k_reduce(tj__kern *k) { tj__reduce_run(k, NULL, NULL); }
 static tj_status tj__vjp_sum(tj_node *n, tj_v g, tj_v *gin) {
+    if (g && g->t.dt != n->in[0]->t.dt) g = tj_cast_at(n->file, n->line, g, n->in[0]->t.dt); /* (a bf16 sum's f32 result: cast before the broadcast, not after) */
     gin[0] = tj__relayout(n->file, n->line, g, &n->in[0]->t); /* broadcast back */
     return TJ_OK;
 }
@@ -10493,7 +10580,8 @@ static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *
             }
         }
         res[mi] = fu->slot[mi] < 0 ? (void *)((float *)fu->storep[mi] + c0) : (void *)((char *)resbuf + (size_t)fu->slot[mi] * (size_t)fu->cm * es);
-        tj__math(flt, x->op, x->a.s, one, ins, res[mi], m);
+        if (x->lt.dt == TJ_I32 && tj__i32_arith(x->op)) tj__imath(x->op, one, ins, res[mi], m); /* (flt is 0: an i32 result) */
+        else tj__math(flt, x->op, x->a.s, one, ins, res[mi], m);
         tj__round_n(flt, res[mi], m, x->lt.dt);
     }
 }

@@ -251,6 +251,33 @@ __device__ __forceinline__ T tjc_binary(int op, T a, T b) {
 #undef tj__gelu_d
 #undef TJC_UNARY_CASE
 #undef TJC_BINARY_CASE
+/* i32 add, sub, mul, div, neg: XLA's s32 arithmetic (the twin of
+   tj__i32_op: wraparound, division toward zero, x / 0 = -1, INT32_MIN / -1
+   = INT32_MIN), and an exact i32 sum wrapped (tj__i32_wrap) */
+__host__ __device__ __forceinline__ int tjc_i32_arith(int op) {
+    return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG;
+}
+__host__ __device__ __forceinline__ double tjc_i32_op(int op, double a, double b) {
+    uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;
+    switch (op) {
+    case TJ__OP_ADD: r = x + y; break;
+    case TJ__OP_SUB: r = x - y; break;
+    case TJ__OP_MUL: r = x * y; break;
+    case TJ__OP_NEG: r = 0u - x; break;
+    default:
+        if (y == 0) r = 0xffffffffu;
+        else if (x == 0x80000000u && y == 0xffffffffu) r = x;
+        else r = (uint32_t)((int32_t)x / (int32_t)y);
+        break;
+    }
+    return r >= 0x80000000u ? (double)r - 4294967296.0 : (double)r;
+}
+__host__ __device__ __forceinline__ double tjc_i32_wrap(double v) {
+    double w = fmod(v, 4294967296.0);
+    if (w >= 2147483648.0) w -= 4294967296.0;
+    if (w < -2147483648.0) w += 4294967296.0;
+    return w;
+}
 /* the max of tj__k_reduce: NaN wins */
 template <typename T>
 __device__ __forceinline__ T tjc_maxnan(T acc, T v) { return (v > acc || v != v) ? v : acc; }
@@ -306,6 +333,7 @@ __global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
             v[j] = tjc_ld<T>(e.in[j], e.dt[j], o);
         }
         if (op == TJ__OP_SELECT) r = v[0] != (T)0 ? v[1] : v[2];
+        else if (odt == TJ_I32 && tjc_i32_arith(op)) r = (T)tjc_i32_op(op, (double)v[0], (double)v[1]);
         else if (op >= TJ__OP_ADD && op <= TJ__OP_NE) r = tjc_binary<T>(op, v[0], v[1]);
         else r = tjc_unary<T>(op, v[0], s);
         tjc_st<T>(out, odt, i, r);
@@ -433,6 +461,7 @@ __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int 
             acc = tjc_fold<T>(op, acc, v);
         }
         acc = tjc_block_fold(acc, sh, op);
+        if (odt == TJ_I32 && op == TJ__OP_SUM) acc = (T)tjc_i32_wrap((double)acc);
         if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
     }
 }
@@ -461,6 +490,7 @@ __global__ void tjc_k_reduce_final(const T *part, int P, void *out, int odt, int
         T acc = tjc_fold_identity<T>(op);
         for (int p = threadIdx.x; p < P; p += blockDim.x) acc = tjc_fold<T>(op, acc, part[o * P + p]);
         acc = tjc_block_fold(acc, sh, op);
+        if (odt == TJ_I32 && op == TJ__OP_SUM) acc = (T)tjc_i32_wrap((double)acc);
         if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
     }
 }
@@ -2937,7 +2967,8 @@ __host__ __device__ __forceinline__ void tjc_fused_at(const tjc_fprog &p, const 
         const tjc_fmem &x = p.m[mi];
         T v[3] = {(T)0, (T)0, (T)0};
         for (int j = 0; j < x.nin; j++) v[j] = x.src[j] >= 0 ? r[x.src[j]] : tjc_fu_ld<T>(q.leaf[mi * 3 + j], x.ldt[j], x.lone[j] ? 0 : i);
-        r[mi] = tjc_fu_round<T>(tjc_fu_op<T>(x.op, x.s, v[0], v[1], v[2]), x.dt);
+        if (x.dt == TJ_I32 && tjc_i32_arith(x.op)) r[mi] = (T)tjc_i32_op(x.op, (double)v[0], (double)v[1]); /* (T is double: an i32 result) */
+        else r[mi] = tjc_fu_round<T>(tjc_fu_op<T>(x.op, x.s, v[0], v[1], v[2]), x.dt);
     }
     for (int mi = 0; mi < p.nm; mi++)
         if (q.store[mi]) tjc_fu_st<T>(q.store[mi], p.m[mi].dt, i, r[mi]);

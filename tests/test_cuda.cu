@@ -1753,8 +1753,13 @@ static void f_fused(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     /* f64: the exact ops */
     tj_tree_set_v(out, "f64", tj_add(tj_div(tj_sqrt(tj_add(tj_mul(xd, xd), tj_mul(yd, yd))), tj_adds(tj_relu(xd), 1.0)),
                                      tj_sub(tj_max2(xd, yd), tj_select(tj_lt(xd, yd), tj_min2(xd, tj_neg(yd)), tj_muls(yd, 3.0)))));
-    /* casts and compares: i32 results saturate as tj__st does */
+    /* casts and compares: a cast to i32 saturates as tj__st does (the add after it wraps) */
     tj_tree_set_v(out, "i32", tj_add(tj_cast(tj_muls(x, 3e9), TJ_I32), tj_cast(tj_lt(x, y), TJ_I32)));
+    { /* i32 arithmetic wraps (XLA's s32; tjc_i32_op), x / 0 = -1; a max and a min of +-0 ties give +0 and -0 */
+        tj_v ix = tj_cast(tj_muls(x, 1e9), TJ_I32), iy = tj_cast(tj_muls(y, 1e9), TJ_I32), m = tj_cast(tj_lt(x, y), TJ_I32);
+        tj_tree_set_v(out, "i32_wrap", tj_add(tj_div(tj_sub(tj_mul(ix, iy), tj_neg(ix)), m), tj_mul(ix, ix)));
+        tj_tree_set_v(out, "zero_ties", tj_add(tj_max2(tj_muls(x, 0.0), tj_neg(tj_muls(y, 0.0))), tj_min2(tj_muls(y, 0.0), tj_muls(x, 0.0))));
+    }
     tj_tree_set_v(out, "mixed", tj_add(tj_cast(tj_muls(xd, 7.0), TJ_F32), tj_cast(tj_cast(tj_mul(x, y), TJ_BF16), TJ_F32)));
     /* a broadcast add (its own kernel) feeding a group */
     tj_tree_set_v(out, "bcast", tj_muls(tj_gelu(tj_add(row, bias)), 2.0));

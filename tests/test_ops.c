@@ -1356,6 +1356,84 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         tj_prog_free(p_);                                                                   \
     } while (0)
 
+/* i32 arithmetic is XLA's s32 arithmetic (JAX's lax.add/sub/mul/div/neg,
+   jnp's int32 + - *): it wraps around, division truncates toward zero
+   (lax.div, not jnp.floor_divide), x / 0 = -1 and INT32_MIN / -1 =
+   INT32_MIN; an i32 sum wraps. tinyjax computed them in double and stored
+   through the saturating float -> i32 conversion: INT32_MAX + 1 gave
+   INT32_MAX, 65536 * 65536 INT32_MAX, 5 / 0 INT32_MAX, 0 / 0 0, a product
+   past 2^53 lost its low bits. Unfused, fused into a chain (mul, add, div,
+   then a cast), and broadcast from a scalar. */
+static uint32_t i32w(int op, uint32_t x, uint32_t y) {
+    switch (op) {
+    case 0: return x + y;
+    case 1: return x - y;
+    case 2: return x * y;
+    case 3: return y == 0 ? 0xffffffffu : x == 0x80000000u && y == 0xffffffffu ? x : (uint32_t)((int32_t)x / (int32_t)y);
+    default: return 0u - x;
+    }
+}
+static int32_t i32s(uint32_t r) { return r >= 0x80000000u ? (int32_t)(r - 0x80000000u) + INT32_MIN : (int32_t)r; }
+static void i32_wrap_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = tj_tree_v(in, "a"), b = tj_tree_v(in, "b");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "add", tj_add(a, b));
+    tj_tree_set_v(out, "sub", tj_sub(a, b));
+    tj_tree_set_v(out, "mul", tj_mul(a, b));
+    tj_tree_set_v(out, "div", tj_div(a, b));
+    tj_tree_set_v(out, "neg", tj_neg(a));
+    tj_tree_set_v(out, "adds", tj_adds(a, 2147483647.0));
+    tj_tree_set_v(out, "muls", tj_muls(a, -65536.0));
+    tj_tree_set_v(out, "sum", tj_sum(a, "n"));
+    tj_tree_set_v(out, "sum_mul", tj_sum(tj_mul(a, b), "n"));
+    /* a fused chain: nothing stored between the members */
+    tj_tree_set_v(out, "chain", tj_cast(tj_div(tj_add(tj_mul(a, b), a), b), TJ_F64));
+}
+static void test_i32_wrap(tj_ctx *ctx) {
+    enum { N = 12 };
+    static const int32_t a[N] = {INT32_MAX, INT32_MIN, INT32_MIN, 65536, 46341, 7, -7, 7, -7, 5, 0, 2147483000};
+    static const int32_t b[N] = {1, -1, 1, 65536, 46341, 2, 2, -2, -2, 0, 0, 2147483001};
+    static const char *names[5] = {"add", "sub", "mul", "div", "neg"};
+    tj_tree *in = tj_tree_new(ctx), *out;
+    int32_t r[N];
+    int op, k, ok;
+    tjt_current = "values: i32 wraps as XLA's s32";
+    tj_tree_set_array(in, "a", tj_array_new(ctx, TJ_I32, "n=12", a));
+    tj_tree_set_array(in, "b", tj_array_new(ctx, TJ_I32, "n=12", b));
+    out = run_fn(ctx, "i32_wrap", i32_wrap_fn, NULL, in);
+    if (tj_tree_find(out, "add") >= 0) {
+        uint32_t s = 0, sm = 0;
+        double ch[N];
+        for (op = 0; op < 5; op++) {
+            tj_array_read(tj_tree_array(out, names[op]), TJ_I32, r);
+            for (k = 0, ok = 1; k < N; k++) ok &= r[k] == i32s(i32w(op, (uint32_t)a[k], (uint32_t)b[k]));
+            TJT_CHECK(ok, "i32 %s wraps (XLA: INT32_MAX + 1 = INT32_MIN, 65536^2 = 0, 5 / 0 = -1, INT32_MIN / -1 = INT32_MIN); "
+                      "element 0 %d, 3 %d, 9 %d", names[op], r[0], r[3], r[9]);
+        }
+        tj_array_read(tj_tree_array(out, "adds"), TJ_I32, r);
+        for (k = 0, ok = 1; k < N; k++) ok &= r[k] == i32s((uint32_t)a[k] + 2147483647u);
+        TJT_CHECK(ok, "i32 adds wraps: %d", r[0]);
+        tj_array_read(tj_tree_array(out, "muls"), TJ_I32, r);
+        for (k = 0, ok = 1; k < N; k++) ok &= r[k] == i32s((uint32_t)a[k] * (uint32_t)-65536);
+        TJT_CHECK(ok, "i32 muls wraps: %d", r[0]);
+        for (k = 0; k < N; k++) {
+            s += (uint32_t)a[k];
+            sm += (uint32_t)a[k] * (uint32_t)b[k];
+        }
+        tj_array_read(tj_tree_array(out, "sum"), TJ_I32, r);
+        TJT_CHECK(r[0] == i32s(s), "i32 sum wraps: %d, want %d", r[0], i32s(s));
+        tj_array_read(tj_tree_array(out, "sum_mul"), TJ_I32, r);
+        TJT_CHECK(r[0] == i32s(sm), "i32 sum of products (fused) wraps: %d, want %d", r[0], i32s(sm));
+        tj_array_read(tj_tree_array(out, "chain"), TJ_F64, ch);
+        for (k = 0, ok = 1; k < N; k++) {
+            uint32_t t = i32w(3, i32w(0, i32w(2, (uint32_t)a[k], (uint32_t)b[k]), (uint32_t)a[k]), (uint32_t)b[k]);
+            ok &= ch[k] == (double)i32s(t);
+        }
+        TJT_CHECK(ok, "i32 (a b + a) / b fused wraps at each step: element 0 %.17g, 11 %.17g", ch[0], ch[11]);
+    }
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
 static void test_errors(tj_ctx *ctx) {
     tj_tree *in, *out;
     tj_prog *p;
@@ -1902,6 +1980,189 @@ static void test_relu_select(tj_ctx *ctx) {
     tj_tree_free(in);
     tj_tree_free(out);
 }
+/* max and min order -0 below +0, as JAX (XLA) does: max(-0, +0) = +0 and
+   min(+0, -0) = -0 in either order, elementwise and reduced; tinyjax kept
+   the first operand of a tie (max2(+0, -0) gave -0, so 1 / max2 was -inf) */
+static void signed_zero_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = leaf(in, "a"), b = leaf(in, "b"), r = leaf(in, "r");
+    (void)g, (void)u;
+    tj_tree_set_v(out, "max2", tj_max2(a, b));
+    tj_tree_set_v(out, "min2", tj_min2(a, b));
+    tj_tree_set_v(out, "inv_max2", tj_div(tj_scalar(g, tj_v_dtype(a), 1.0), tj_max2(a, b)));
+    tj_tree_set_v(out, "max", tj_max(r, "k"));
+    tj_tree_set_v(out, "min", tj_min(r, "k"));
+}
+static void test_signed_zero(tj_ctx *ctx) {
+    static const double a[6] = {-0.0, 0.0, -0.0, 0.0, 1.0, NAN}, b[6] = {0.0, -0.0, -0.0, 0.0, 1.0, -0.0};
+    static const double wmax[6] = {0.0, 0.0, -0.0, 0.0, 1.0, NAN}, wmin[6] = {-0.0, -0.0, -0.0, 0.0, 1.0, NAN};
+    static const double r[3][2] = {{-0.0, 0.0}, {0.0, -0.0}, {-0.0, -0.0}}, rmax[3] = {0.0, 0.0, -0.0}, rmin[3] = {-0.0, -0.0, -0.0};
+    static const tj_dtype dts[3] = {TJ_F64, TJ_F32, TJ_BF16};
+    int d, i;
+    tjt_current = "max and min: -0 < +0";
+    for (d = 0; d < 3; d++) {
+        tj_tree *in = tj_tree_new(ctx), *out;
+        float af[6], bf[6], rf[6];
+        uint16_t ah[6], bh[6], rh[6];
+        const void *pa = a, *pb = b, *pr = r;
+        double got[6];
+        int ok;
+        for (i = 0; i < 6; i++) {
+            af[i] = (float)a[i], bf[i] = (float)b[i], rf[i] = (float)r[i / 2][i % 2];
+            ah[i] = tj_f32_to_bf16(af[i]), bh[i] = tj_f32_to_bf16(bf[i]), rh[i] = tj_f32_to_bf16(rf[i]);
+        }
+        if (d == 1) pa = af, pb = bf, pr = rf;
+        if (d == 2) pa = ah, pb = bh, pr = rh;
+        tj_tree_set_array(in, "a", tj_array_new(ctx, dts[d], "n=6", pa));
+        tj_tree_set_array(in, "b", tj_array_new(ctx, dts[d], "n=6", pb));
+        tj_tree_set_array(in, "r", tj_array_new(ctx, dts[d], "m=3 k=2", pr));
+        out = run_fn(ctx, "signed zero", signed_zero_fn, NULL, in);
+        if (tj_tree_find(out, "max2") >= 0) {
+            tj_array_read(tj_tree_array(out, "max2"), TJ_F64, got);
+            for (i = 0, ok = 1; i < 6; i++) ok &= i == 5 ? got[i] != got[i] : got[i] == wmax[i] && signbit(got[i]) == signbit(wmax[i]);
+            TJT_CHECK(ok, "%s max2(-0, +0) = max2(+0, -0) = +0: %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+            tj_array_read(tj_tree_array(out, "min2"), TJ_F64, got);
+            for (i = 0, ok = 1; i < 6; i++) ok &= i == 5 ? got[i] != got[i] : got[i] == wmin[i] && signbit(got[i]) == signbit(wmin[i]);
+            TJT_CHECK(ok, "%s min2(-0, +0) = min2(+0, -0) = -0: %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+            tj_array_read(tj_tree_array(out, "inv_max2"), TJ_F64, got);
+            TJT_CHECK(got[0] == INFINITY && got[1] == INFINITY && got[2] == -INFINITY, "%s 1 / max2 of zeros (fused): %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+            tj_array_read(tj_tree_array(out, "max"), TJ_F64, got);
+            for (i = 0, ok = 1; i < 3; i++) ok &= got[i] == 0 && signbit(got[i]) == signbit(rmax[i]);
+            TJT_CHECK(ok, "%s reduce max of zeros: %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+            tj_array_read(tj_tree_array(out, "min"), TJ_F64, got);
+            for (i = 0, ok = 1; i < 3; i++) ok &= got[i] == 0 && signbit(got[i]) == signbit(rmin[i]);
+            TJT_CHECK(ok, "%s reduce min of zeros: %g %g %g", tj_dtype_name(dts[d]), got[0], got[1], got[2]);
+        }
+        tj_tree_free(out);
+        tj_tree_free(in);
+    }
+}
+/* tj_mean of bf16 is jnp.mean's: the sum and the scaling in f32, one
+   rounding to bf16 (jnp.mean upcasts; XLA multiplies by the reciprocal of
+   the count). It rounded the sum to bf16, then multiplied by bf16(1/n):
+   40% of rows of 3 were an ulp off. Its gradient: g / n rounded once. */
+static void mean_bf16_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), ct = leaf(in, "ct"), m, gx;
+    (void)g, (void)u;
+    m = tj_mean(x, "c");
+    tj_tree_set_v(out, "m", m);
+    if (tj_vjp(1, &m, &ct, 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_mean_bf16(tj_ctx *ctx) {
+    enum { R = 64, C = 3 };
+    uint16_t x[R * C], ct[R], got[R], gx[R * C];
+    tj_tree *in = tj_tree_new(ctx), *out;
+    uint32_t z = 12345;
+    int r, c, bad = 0, badg = 0;
+    tjt_current = "mean of bf16: f32 inside, one rounding";
+    for (r = 0; r < R * C; r++) {
+        z = z * 1664525u + 1013904223u;
+        x[r] = tj_f32_to_bf16((float)((double)(z >> 8) / 16777216.0 * 8.0 - 4.0));
+        if (r < R) {
+            z = z * 1664525u + 1013904223u;
+            ct[r] = tj_f32_to_bf16((float)((double)(z >> 8) / 16777216.0 * 3.0 - 1.5));
+        }
+    }
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_BF16, "r=64 c=3", x));
+    tj_tree_set_array(in, "ct", tj_array_new(ctx, TJ_BF16, "r=64", ct));
+    out = run_fn(ctx, "mean bf16", mean_bf16_fn, NULL, in);
+    if (tj_tree_find(out, "m") >= 0 && tj_tree_find(out, "gx") >= 0) {
+        tj_array_read(tj_tree_array(out, "m"), TJ_BF16, got);
+        tj_array_read(tj_tree_array(out, "gx"), TJ_BF16, gx);
+        for (r = 0; r < R; r++) {
+            double sd = 0;
+            float want, wg = tj_bf16_to_f32(ct[r]) * (float)(1.0 / C);
+            for (c = 0; c < C; c++) sd += tj_bf16_to_f32(x[r * C + c]);
+            want = (float)sd * (float)(1.0 / C);
+            bad += got[r] != tj_f32_to_bf16(want);
+            for (c = 0; c < C; c++) badg += gx[r * C + c] != tj_f32_to_bf16(wg);
+        }
+        TJT_CHECK(bad == 0, "bf16 mean = bf16(f32(sum) * f32(1/n)) as jnp.mean: %d of %d rows differ", bad, R);
+        TJT_CHECK(badg == 0, "bf16 mean's gradient = bf16(f32(g) * f32(1/n)): %d of %d differ", badg, R * C);
+    }
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
+/* tj_pows' exponent takes x's dtype, as JAX's weak-typed x ** p: on bf16,
+   x ** 1.1 raises to bf16(1.1) = 1.1015625 (10% apart from x^1.1 at
+   1e30, where tinyjax used 1.1 in double); f32 rounds p to f32. Its
+   gradient p x^(p-1) too. */
+static double pw_p;
+static void pows_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), y, gx;
+    (void)g, (void)u;
+    y = tj_pows(x, pw_p);
+    tj_tree_set_v(out, "y", y);
+    if (tj_grad(tj_sum_all(tj_cast(y, TJ_F64)), 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_pows_weak(tj_ctx *ctx) {
+    static const double ps[3] = {1.1, 1.0 / 3.0, -0.7};
+    static const float xs[4] = {1e30f, 8.0f, 3.0f, 1e-20f};
+    int d, k, i;
+    tjt_current = "pows: the exponent in x's dtype";
+    for (d = 0; d < 2; d++)
+        for (k = 0; k < 3; k++) {
+            tj_dtype dt = d ? TJ_BF16 : TJ_F32;
+            tj_tree *in = tj_tree_new(ctx), *out;
+            uint16_t xb[4];
+            float xf[4], y[4], gx[4];
+            double p = d ? tj_bf16_to_f32(tj_f32_to_bf16((float)ps[k])) : (double)(float)ps[k], pm1;
+            int bad = 0, badg = 0;
+            pm1 = d ? tj_bf16_to_f32(tj_f32_to_bf16((float)(p - 1.0))) : (double)(float)(p - 1.0);
+            for (i = 0; i < 4; i++) xb[i] = tj_f32_to_bf16(xs[i]), xf[i] = d ? tj_bf16_to_f32(xb[i]) : xs[i];
+            tj_tree_set_array(in, "x", tj_array_new(ctx, dt, "n=4", d ? (const void *)xb : (const void *)xf));
+            pw_p = ps[k];
+            out = run_fn(ctx, "pows weak", pows_fn, NULL, in);
+            if (tj_tree_find(out, "y") >= 0 && tj_tree_find(out, "gx") >= 0) {
+                tj_array_read(tj_tree_array(out, "y"), TJ_F32, y);
+                tj_array_read(tj_tree_array(out, "gx"), TJ_F32, gx);
+                for (i = 0; i < 4; i++) {
+                    float want = (float)pow(xf[i], p), wg;
+                    if (d) want = tj_bf16_to_f32(tj_f32_to_bf16(want));
+                    wg = (float)pow(xf[i], pm1);
+                    if (d) wg = tj_bf16_to_f32(tj_f32_to_bf16(wg));
+                    wg = (float)((double)wg * p);
+                    if (d) wg = tj_bf16_to_f32(tj_f32_to_bf16(wg));
+                    bad += y[i] != want;
+                    badg += !(fabs(gx[i] - wg) <= 1e-6 * fabs(wg)) && !(gx[i] == wg);
+                }
+                TJT_CHECK(bad == 0, "%s x ** %g raises to %.9g (x's dtype): %d of 4 differ (x = 1e30: %g)", tj_dtype_name(dt), ps[k], p, bad, y[0]);
+                TJT_CHECK(badg == 0, "%s gradient of x ** %g is %.9g x ** %.9g: %d of 4 differ", tj_dtype_name(dt), ps[k], p, pm1, badg);
+            }
+            tj_tree_free(out);
+            tj_tree_free(in);
+        }
+}
+/* rsqrt's gradient is JAX's -0.5 y / x: -inf at x = -0 (y = -inf) as at
+   +0; -0.5 y^3 gave +inf there */
+static void rsqrt_ct_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), ct = leaf(in, "ct"), y, gx;
+    (void)g, (void)u;
+    y = tj_rsqrt(x);
+    if (tj_vjp(1, &y, &ct, 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_rsqrt_zero(tj_ctx *ctx) {
+    static const double x[4] = {-0.0, 0.0, 4.0, INFINITY}, ct[4] = {1, 1, 1, 1}, want[4] = {-INFINITY, -INFINITY, -0.0625, 0};
+    static const tj_dtype dts[2] = {TJ_F64, TJ_F32};
+    int d, i;
+    tjt_current = "rsqrt gradient at +-0";
+    for (d = 0; d < 2; d++) {
+        double got[4];
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        float xf[4], cf[4];
+        for (i = 0; i < 4; i++) xf[i] = (float)x[i], cf[i] = (float)ct[i];
+        tj_tree_set_array(in, "x", tj_array_new(ctx, dts[d], "n=4", d ? (const void *)xf : (const void *)x));
+        tj_tree_set_array(in, "ct", tj_array_new(ctx, dts[d], "n=4", d ? (const void *)cf : (const void *)ct));
+        p = tj_jit(ctx, "rsqrt ct", rsqrt_ct_fn, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && !tj_array_read(tj_tree_array(out, "gx"), TJ_F64, got), "rsqrt ct: %s", tj_error(ctx));
+        for (i = 0; p && i < 4; i++)
+            TJT_CHECK(got[i] == want[i], "%s rsqrt gradient at x = %g: %g, want %g (JAX: -0.5 rsqrt(x) / x)", tj_dtype_name(dts[d]), x[i], got[i], want[i]);
+        tj_clear_error(ctx);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+}
 /* Keys that no query sees (causal, more keys than queries) get dk = dv = 0
    exactly, even where a cotangent row of a query is NaN: their pairs never
    meet (JAX gives 0 there too). Was NaN: a tile's weighted sums also ran
@@ -2023,6 +2284,10 @@ int main(void) {
     test_attention_values(ctx);
     test_attention_unseen_keys(ctx);
     test_relu_select(ctx);
+    test_rsqrt_zero(ctx);
+    test_signed_zero(ctx);
+    test_mean_bf16(ctx);
+    test_pows_weak(ctx);
     test_xent_small_loss(ctx);
     test_shape_values(ctx);
     test_index_values(ctx);
@@ -2033,6 +2298,7 @@ int main(void) {
     test_ties(ctx);
     test_sources(ctx);
     test_dtypes(ctx);
+    test_i32_wrap(ctx);
     test_errors(ctx);
     test_memory();
     TJT_CHECK(tj_status_of(ctx) == TJ_OK, "stray error left: %s", tj_error(ctx));

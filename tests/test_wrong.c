@@ -592,6 +592,111 @@ static void test_tanh_grad_near_one(void) {
     tj_ctx_free(ctx);
 }
 
+/* ---- an i32 sum over a sharded axis wraps as on one device (XLA's s32);
+   the partial sums were added by the transport, which saturated: 4 * 2^30
+   over two devices gave INT32_MIN (each device's 2^31 wrapped, then
+   INT32_MIN + INT32_MIN saturated), one device 0 ---- */
+static void isum_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "s", tj_sum(x, "n"));
+    tj_tree_set_v(out, "sp", tj_sum(tj_mul(x, x), "n m"));
+}
+static const char *isum_spec; /* x's placement (tj_filter_shard places floats only) */
+static tj_tree *isum_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    int32_t x[4 * 2] = {1 << 30, 7, 1 << 30, -3, 1 << 30, 46341, 1 << 30, 46341}; /* 4 * 2^30 = 2^32 wraps to 0; each device's partial to INT32_MIN */
+    tj_array *a = tj_array_new(ctx, TJ_I32, "n=4 m=2", x);
+    if (isum_spec) {
+        tj_array *b = tj_device_put(a, isum_spec);
+        tj_array_free(a);
+        a = b;
+    }
+    tj_tree_set_array(in, "x", a);
+    return in;
+}
+static void test_i32_sharded_sum(void) {
+    tjt_outs a, b;
+    const char *rules[3] = {"n:data", "n:data m:model", "m:data"};
+    const char *meshes[3] = {"data=2", "data=2 model=2", "data=2"};
+    const int ndev[3] = {2, 4, 2};
+    double want_s[2] = {0.0, 92686.0}; /* 4 * 2^30 wrapped, 7 - 3 + 2 * 46341 */
+    int k;
+    tjt_current = "i32 sum over a sharded axis wraps";
+    if (run1(isum_fn, NULL, isum_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "1-device run failed"); return; }
+    TJT_CHECK(all_near(&a, "s", want_s, 2, 0), "one device: the i32 sum wraps");
+    for (k = 0; k < 3; k++) {
+        char what[128];
+        isum_spec = rules[k];
+        if (run1(isum_fn, NULL, isum_in, ndev[k], meshes[k], NULL, &b)) { TJT_CHECK(0, "run failed (%s)", rules[k]); isum_spec = NULL; continue; }
+        isum_spec = NULL;
+        snprintf(what, sizeof what, "i32 sums on %s, %s", meshes[k], rules[k]);
+        tjt_outs_compare(what, &a, &b, 0);
+        tjt_outs_free(&b);
+    }
+    tjt_outs_free(&a);
+}
+/* ---- a bf16 sum over a sharded axis equals the one-device sum (JAX's
+   jnp.sum: an f32 sum rounded once to bf16); each device rounded its
+   partial sum to bf16 before the psum: a quarter of the rows an ulp off.
+   Its gradient too (the broadcast cotangent) ---- */
+static void bsum_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), s, loss, gx;
+    (void)g; (void)u;
+    s = tj_sum(x, "c");
+    loss = tj_sum_all(tj_cast(tj_mul(s, s), TJ_F32));
+    tj_tree_set_v(out, "s", s);
+    tj_tree_set_v(out, "all", tj_sum_all(x));
+    tj_tree_set_v(out, "m", tj_mean(x, "c"));
+    if (tj_grad(loss, 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static tj_tree *bsum_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    uint16_t x[32 * 64];
+    uint32_t z = 777;
+    int i;
+    for (i = 0; i < 32 * 64; i++) {
+        z = z * 1664525u + 1013904223u;
+        x[i] = tj_f32_to_bf16((float)((double)(z >> 8) / 16777216.0 * 4.0 - 1.4));
+    }
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_BF16, "r=32 c=64", x));
+    tj_tree_set_array(in, "xs", tj_array_new(ctx, TJ_BF16, "r=32 c=64", x)); /* (a copy for the closed form) */
+    return in;
+}
+static void test_bf16_sharded_sum(void) {
+    tjt_outs a, b;
+    const char *rules[3] = {"c:data", "c:data r:model", "c:data+model"};
+    const char *meshes[3] = {"data=2", "data=2 model=2", "data=2 model=2"};
+    const int ndev[3] = {2, 4, 4};
+    int k, i, j, bad = 0;
+    tjt_current = "bf16 sum over a sharded axis";
+    if (run1(bsum_fn, NULL, bsum_in, 1, NULL, NULL, &a)) { TJT_CHECK(0, "1-device run failed"); return; }
+    {   /* one device: bf16(f32(sum)) */
+        tj_ctx *c = tj_ctx_new();
+        tj_tree *in = bsum_in(c);
+        uint16_t x[32 * 64];
+        tj_array_read(tj_tree_array(in, "x"), TJ_BF16, x);
+        for (i = 0; i < a.n; i++)
+            if (!strcmp(a.name[i], "s"))
+                for (j = 0; j < 32; j++) {
+                    double sd = 0;
+                    int q;
+                    for (q = 0; q < 64; q++) sd += tj_bf16_to_f32(x[j * 64 + q]);
+                    bad += a.v[i][j] != tj_bf16_to_f32(tj_f32_to_bf16((float)sd));
+                }
+        tj_tree_free(in);
+        tj_ctx_free(c);
+        TJT_CHECK(bad == 0, "one device: bf16 sum = bf16(f32(sum)): %d of 32 rows differ", bad);
+    }
+    for (k = 0; k < 3; k++) {
+        char what[128];
+        if (run1(bsum_fn, NULL, bsum_in, ndev[k], meshes[k], rules[k], &b)) { TJT_CHECK(0, "run failed (%s)", rules[k]); continue; }
+        snprintf(what, sizeof what, "bf16 sums on %s, %s", meshes[k], rules[k]);
+        tjt_outs_compare(what, &a, &b, 0);
+        tjt_outs_free(&b);
+    }
+    tjt_outs_free(&a);
+}
 int main(void) {
     test_tanh_grad_near_one();
     test_captured_attr();
@@ -606,5 +711,7 @@ int main(void) {
     test_region_memory();
     test_gg_saved_partial_dot();
     test_grad_line();
+    test_i32_sharded_sum();
+    test_bf16_sharded_sum();
     return tjt_finish();
 }

@@ -181,6 +181,7 @@ class Evaluator:
                 return NV(self.round(a.a.astype(jnp.float64), op["dtype"]), a.axes)
             return NV(a.a.astype(self.dt(op["dtype"])), a.axes)
         B = {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide, "max2": jnp.maximum, "min2": jnp.minimum}
+        if nm == "div" and a.a.dtype == jnp.int32: return self.binary(lax.div, a, ins[1])  # i32: lax.div (truncation, x / 0 = -1)
         if nm in B: return self.binary(B[nm], a, ins[1])
         C = {"lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal, "eq": jnp.equal, "ne": jnp.not_equal}
         if nm in C: return self.binary(C[nm], a, ins[1], cmp=True)
@@ -194,6 +195,8 @@ class Evaluator:
         if nm in R:
             names = ax.split()
             idx = tuple(a.axes.index(n) for n in names)
+            if a.a.dtype == jnp.int32:  # an i32 sum stays i32 and wraps (jnp.sum would widen to int64 under x64)
+                return NV(R[nm](a.a, axis=idx, dtype=jnp.int32) if nm == "sum" else R[nm](a.a, axis=idx), [n for n in a.axes if n not in names])
             return NV(R[nm](a.a, axis=idx), [n for n in a.axes if n not in names])
         if nm == "sum_all": return NV(jnp.sum(a.a), [])
         if nm == "dot":
@@ -873,7 +876,8 @@ class Gen:
             return self.emit("cross_entropy", [x, lab], dt, [t for t in rest if t[0] not in ma], **kw)
         if k == "cast" and r.random() < 0.3:  # through i32: truncation toward zero, no gradient
             i = self.emit("cast", [self.emit("muls", [x], dt, sh, s=3.0)], "i32", sh, dtype="i32")
-            return self.emit("mul", [x, self.emit("cast", [i], dt, sh, dtype=dt)], dt, sh)
+            if not self.manual and self.r2.random() < 0.5: i = self.int_ops(i)  # (r2: each seed's program before it stays)
+            return self.emit("mul", [x, self.emit("cast", [i], dt, self.vals[i][1], dtype=dt)], dt, sh)
         if k == "cast":
             nd = r.choice(["bf16", "f64"]) if dt == "f32" else "f32"
             y = self.emit("cast", [x], nd, sh, dtype=nd)
@@ -942,6 +946,25 @@ class Gen:
         if r.random() < 0.5: v = self.shuffled(v)
         dv = dict(self.vals[v][1])[dm]
         return self.emit("attention", [x, k, v], dt, batch + [(qp, tq), (dm, dv)], qpos=qp, kpos=kp, dim=dm, **kw)
+
+    def int_ops(self, i):
+        """i32 arithmetic on i and a new i32 input of edge values (every draw
+        from r2): XLA's s32 ops wrap around, lax.div truncates and gives -1
+        for x / 0 and INT32_MIN for INT32_MIN / -1, an i32 sum wraps (tinyjax
+        saturated all of these until 2026-11-24)"""
+        r2 = self.r2
+        sh = self.vals[i][1]
+        n = int(np.prod([d for _, d in sh])) if sh else 1
+        edge = [0, 1, -1, 2, -3, 7, 46341, -65536, 2 ** 30, 2 ** 31 - 1, -2 ** 31, 1000000007]
+        big = self.add_input("i32", sh, data=[r2.choice(edge) for _ in range(n)], grad=False)
+        for _ in range(r2.randint(1, 3)):
+            op = r2.choice(["add", "sub", "mul", "div", "neg", "max2", "min2"])
+            a, b = (i, big) if r2.random() < 0.5 else (big, i)
+            i = self.emit("neg", [a], "i32", sh) if op == "neg" else self.emit(op, [a, b], "i32", sh)
+        if sh and r2.random() < 0.5:
+            ax = r2.choice([nm for nm, _ in sh])
+            i = self.emit("sum", [i], "i32", [t for t in sh if t[0] != ax], axes=ax)
+        return i
 
     def shuffled(self, x):
         """x transposed to a random order"""
@@ -1525,6 +1548,22 @@ EDGE = [
                 "x1": [0.25, 1.0, -2.0, 0.5, 1.0, 0.5, -0.75, 0.3], "x2": [1.0, 1.0, -1.0, 0.0, 0.5, -0.25, 2.0, 1.0]}},
 ]
 
+# i32 add, sub, mul, div, neg and sum saturated (INT32_MAX + 1 gave
+# INT32_MAX, 5 / 0 INT32_MAX): XLA's s32 ops wrap, lax.div truncates,
+# x / 0 = -1, INT32_MIN / -1 = INT32_MIN; on a mesh too
+EDGE += [
+    {"mode": "jit", "inputs": [X("x0", "i32", "a=6", [2147483647, -2147483648, -2147483648, 65536, 5, 0], grad=False),
+                               X("x1", "i32", "a=6", [1, -1, 1, 65536, 0, 0], grad=False), X("x2", "f32", "a=6", [0.5, -1.0, 2.0, 0.25, 1.5, -0.75])],
+     "ops": [O("add", ["x0", "x1"], "v0"), O("sub", ["x1", "x0"], "v1"), O("mul", ["x0", "x1"], "v2"), O("div", ["x0", "x1"], "v3"),
+             O("neg", ["x0"], "v4"), O("sum", ["v2"], "v5", axes="a"), O("cast", ["v3"], "v6", dtype="f32"), O("mul", ["x2", "v6"], "v7")],
+     "outputs": ["v0", "v1", "v2", "v3", "v4", "v5", "v7"]},
+    {"mode": "sharded", "mesh": "data=2", "devices": 2,
+     "inputs": [X("x0", "i32", "a=4 b=2", [1073741824, 7, 1073741824, -3, 1073741824, 46341, 1073741824, 46341], grad=False, spec="a:data"),
+                X("x1", "f32", "b=2", [0.5, -0.25])],
+     "ops": [O("sum", ["x0"], "v0", axes="a"), O("mul", ["x0", "x0"], "v1"), O("sum", ["v1"], "v2", axes="a b"),
+             O("cast", ["v0"], "v3", dtype="f32"), O("mul", ["x1", "v3"], "v4")], "outputs": ["v0", "v2", "v4"]},
+]
+
 def write_golden(folder, only=None):
     """Programs with JAX's results for tests/test_jax_golden.c (only: the
     names of the files to write, e.g. ["edge"])"""
@@ -1576,7 +1615,7 @@ def num(v, digits=9):
     return float("%.*g" % (digits, v))
 
 def compact(exp):
-    return {k: {"dtype": e["dtype"], "axes": e["axes"], "dims": e["dims"], "data": [num(v, 17 if e["dtype"] == "f64" else 9) for v in e["data"]],
+    return {k: {"dtype": e["dtype"], "axes": e["axes"], "dims": e["dims"], "data": [int(v) if e["dtype"] == "i32" else num(v, 17 if e["dtype"] == "f64" else 9) for v in e["data"]],
                 "tol": [float("%.3g" % v) for v in e["tol"]]} for k, e in exp.items()}
 
 if __name__ == "__main__":
