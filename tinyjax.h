@@ -9227,13 +9227,26 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_OFFLOAD;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
         }
-        if (d == TJ_SAVE && w->scan->a.length > 1 && w->inv && w->hoist && tj__loop_invariant(w, v) && tj__hoist(w, v)) {
-            /* the same in every iteration: kept once, not stacked */
+        if ((d == TJ_SAVE || d == TJ_OFFLOAD) && w->scan->a.length > 1 && w->inv && w->hoist && tj__loop_invariant(w, v) && tj__hoist(w, v)) {
+            /* the same in every iteration: kept once, not stacked; offloaded,
+               one host copy (made before the backward scan), which each
+               backward iteration fetches back (JAX: one device_put to the
+               host, one back in the backward body) */
             tj_node *h = tj__hoist(w, v);
             snprintf(why + strlen(why), sizeof why - strlen(why), "; loop-invariant, kept once");
             tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t), d, why, 0, w->via);
             if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            if (h && d == TJ_OFFLOAD) {
+                tj_node *hh = tj__node(w->scan->g, TJ__OP_TO_HOST, &h->t, 1, &h, NULL, v->file, v->line);
+                if (hh) hh->space = TJ_SPACE_HOST;
+                h = hh;
+            }
             r = h ? tj__capture(w->bk, h) : NULL;
+            if (r && d == TJ_OFFLOAD) {
+                r->space = TJ_SPACE_HOST;
+                r = tj__node(w->bk, TJ__OP_TO_DEVICE, &v->t, 1, &r, NULL, v->file, v->line);
+                if (r) r->space = TJ_SPACE_DEVICE;
+            }
             if (r && v->id < w->nmap) w->map[v->id] = r;
             return r;
         }

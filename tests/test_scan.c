@@ -195,6 +195,25 @@ static void inv_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_
     (void)g; (void)y;
     carry_out[0] = tj_tanh(tj_rename(tj_dot(h, ut, "embed"), "e2", "embed"));
 }
+/* the same, tanh(u) named "ut" (to offload it) */
+static void invo_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    tj_v ut = tj_checkpoint_name(tj_tanh(*(const tj_v *)u), "ut");
+    tj_v h = tj_rename(tj_dot(carry[0], x[0], "embed"), "e2", "embed");
+    (void)g; (void)y;
+    carry_out[0] = tj_tanh(tj_rename(tj_dot(h, ut, "embed"), "e2", "embed"));
+}
+static void invo_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), u = tj_tree_v(in, "u"), fin = NULL, wrt[3], gr[3], loss;
+    (void)g;
+    tj_scan(invo_body, &u, "layer", 1, &x, 1, &w, 0, &fin, NULL, (const tj_policy *)pol);
+    loss = tj_sum_all(tj_mul(fin, fin));
+    wrt[0] = x, wrt[1] = w, wrt[2] = u;
+    tj_grad(loss, 3, wrt, gr);
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+    tj_tree_set_v(out, "g_u", gr[2]);
+}
 static void inv_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
     tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), u = tj_tree_v(in, "u"), fin = NULL, wrt[3], gr[3], loss;
     (void)g;
@@ -599,6 +618,74 @@ int main(void) {
         tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
         tj_tree_set_array(in, "u", tjt_rand(ctx, TJ_F64, "embed=8 e2=8", 33, -0.5, 0.5));
         TJT_GRADCHECK(ctx, "loop-invariant residual, everything saveable", inv_grads, &ev, in, "x w u");
+        tj_tree_free(in);
+    }
+    /* an offloaded loop-invariant residual: one host copy, as JAX (0.10.2:
+       saved_residuals of lax.scan(jax.checkpoint(body, policy=
+       save_and_offload_only_these_names([], ['ut'], 'device',
+       'pinned_host'))) with ut = checkpoint_name(tanh(u), 'ut') of a
+       captured u f32[8,8], ws f32[5,8,8], x f32[4,8] lists "(8, 8) output of
+       device_put" once, and the gradient's jaxpr has one device_put to Host
+       and one back), not a stack of 5; on one device and on a 2x2 mesh */
+    tjt_current = "offloaded loop-invariant residual";
+    {
+        tj_policy ev = tj_everything_saveable(), off = tj_save_and_offload_only_these_names("", "ut");
+        int d;
+        for (d = 0; d < 2; d++) {
+            tj_ctx *cx = d ? tj_ctx_new() : ctx;
+            tj_prog *p0, *p1;
+            tj_tree *o0, *o1;
+            int nd = d ? 4 : 1;
+            tj_alloc_stats a0;
+            if (d) {
+                tj_set_devices(cx, 4);
+                tj_set_mesh(cx, "data=2 model=2");
+            }
+            in = tj_tree_new(cx);
+            tj_tree_set_array(in, "x", d ? tj_device_put(tjt_rand(cx, TJ_F32, "batch=4 embed=8", 31, -1, 1), "batch:data") : tjt_rand(cx, TJ_F32, "batch=4 embed=8", 31, -1, 1));
+            tj_tree_set_array(in, "w", tjt_rand(cx, TJ_F32, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
+            tj_tree_set_array(in, "u", d ? tj_device_put(tjt_rand(cx, TJ_F32, "embed=8 e2=8", 33, -0.5, 0.5), "e2:model") : tjt_rand(cx, TJ_F32, "embed=8 e2=8", 33, -0.5, 0.5));
+            o0 = tj_tree_new(cx);
+            o1 = tj_tree_new(cx);
+            a0 = tj_get_alloc_stats(cx);
+            p0 = tj_jit(cx, "invariant saved", invo_grads, &ev, in, NULL);
+            p1 = tj_jit(cx, "invariant offloaded", invo_grads, &off, in, NULL);
+            TJT_CHECK(p0 && p1 && !tj_run(p0, in, o0) && !tj_run(p1, in, o1), "%d devices: %s", nd, tj_error(cx));
+            if (p0 && p1 && tj_tree_size(o0) == 4 && tj_tree_size(o1) == 4) {
+                tj_residual rows[32];
+                int nr = tj_prog_residuals(p1, rows, 32), j, k, n = 0;
+                int64_t hb = -1;
+                tj_memory_analysis m0 = tj_prog_memory(p0), m1 = tj_prog_memory(p1);
+                for (j = 0; j < nr && j < 32; j++)
+                    if (rows[j].decision == TJ_OFFLOAD) {
+                        n++;
+                        hb = rows[j].device_bytes;
+                        TJT_CHECK(!strcmp(rows[j].name, "ut") && rows[j].bytes == 8 * 8 * 4, "%d devices: offloaded %s, %lld B (want ut, 256 B once)", nd, rows[j].name,
+                                  (long long)rows[j].bytes);
+                    }
+                TJT_CHECK(n == 1 && hb > 0 && m1.host_temp_bytes == tjt_align(hb), "%d devices: %d offloaded rows, host temp %lld B, want one copy (%lld B)", nd, n,
+                          (long long)m1.host_temp_bytes, (long long)tjt_align(hb));
+                TJT_CHECK(tj_get_alloc_stats(cx).arena_bytes - a0.arena_bytes == nd * (m0.temp_bytes + m1.temp_bytes + m1.host_temp_bytes),
+                          "%d devices: the arenas held (%lld B) are not what the analyses say (%lld B)", nd, (long long)(tj_get_alloc_stats(cx).arena_bytes - a0.arena_bytes),
+                          (long long)(nd * (m0.temp_bytes + m1.temp_bytes + m1.host_temp_bytes)));
+                for (k = 0; k < 4; k++) {
+                    const char *nm[] = {"loss", "g_x", "g_w", "g_u"};
+                    TJT_CHECK(bits_equal(tj_tree_array(o0, nm[k]), tj_tree_array(o1, nm[k])), "%d devices: %s differs from everything_saveable by %g", nd, nm[k],
+                              maxdiff(tj_tree_array(o0, nm[k]), tj_tree_array(o1, nm[k])));
+                }
+            }
+            tj_prog_free(p0);
+            tj_prog_free(p1);
+            tj_tree_free(o0);
+            tj_tree_free(o1);
+            tj_tree_free(in);
+            if (d) tj_ctx_free(cx);
+        }
+        in = tj_tree_new(ctx);
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "batch=4 embed=8", 31, -1, 1));
+        tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
+        tj_tree_set_array(in, "u", tjt_rand(ctx, TJ_F64, "embed=8 e2=8", 33, -0.5, 0.5));
+        TJT_GRADCHECK(ctx, "offloaded loop-invariant residual", invo_grads, &off, in, "x w u");
         tj_tree_free(in);
     }
 
