@@ -772,7 +772,13 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
    tj_checkpoint (a scan of length one) or a tj_shard_map body. A top-level
    program has no policy: the values its own tj_grad needs are saved, as
    in JAX without jax.checkpoint; wrap the part to rematerialise in a
-   tj_checkpoint. Policies are plain structs that tj_scan copies; the name
+   tj_checkpoint. Nested regions follow JAX: the outermost policy judges
+   every value, those inside nested tj_checkpoint regions too (an outer
+   save_only_these_names("h") keeps an "h" named inside a region whose
+   own policy is nothing_saveable), and each nested region's policy
+   decides what its own backward pass keeps when the enclosing backward
+   pass recomputes it; tj_prog_residuals marks the nested regions' own
+   rows (tj_residual.nested). Policies are plain structs that tj_scan copies; the name
    strings, and the two policies a save_from_both points to, must stay
    valid until tj_jit returns. Logical rules (tj_shard_by_rules,
    tj_filter_shard) skip mesh axes the mesh does not have, so one rule string
@@ -8619,7 +8625,21 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
    carry means save (and the report says so); it can be offloaded. A saved
    value that depends only on captured values and constants (loop-
    invariant) is computed once more outside the scan and captured by the
-   backward body: one copy, not a stack (JAX hoists it too). */
+   backward body: one copy, not a stack (JAX hoists it too); an offloaded
+   one is offloaded once there, one host copy, and each backward iteration
+   fetches it back.
+   Nested regions (tj_checkpoint inside a region or a scan with a policy),
+   as JAX's partial evaluation of a nested jax.checkpoint: the outermost
+   policy judges every value the backward pass needs, also those computed
+   inside nested regions. An output of a nested region is judged as the
+   value inside it that it stands for (tj__region_value); recomputed, that
+   value is cloned from its producers inside the region (tj__through, a
+   walker per nested body), where the values the outer policy keeps are
+   returned by the region and kept. Each region also keeps, for its own
+   backward pass, what an enclosing policy saves or offloads
+   (tj__decide_nested), and its own policy decides the rest: what its
+   backward pass keeps when the enclosing backward pass recomputes it.
+   Those rows of the report are marked nested. */
 
 TJDEF tj_policy tj_everything_saveable(void) {
     tj_policy p;
@@ -9038,7 +9058,10 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
             q = w->scan->proj[w->scan->nproj - 1];
         }
         p = q->id < w->up->nmap && w->up->map[q->id] ? w->up->map[q->id] : tj__residual(w->up, q, d);
-        if (p && q->id < w->up->nmap) w->up->map[q->id] = p;
+        if (p && q->id < w->up->nmap) {
+            w->up->map[q->id] = p;
+            if (w->up->row && w->row && v->id < w->nmap) w->up->row[q->id] = w->row[v->id]; /* (its row, if the backward pass reads it itself) */
+        }
         return p ? tj__reshape(v->file, v->line, p, &v->t) : NULL; /* (drops the length-1 axis) */
     }
     if (d == TJ_OFFLOAD && v->space != TJ_SPACE_HOST) {
@@ -9256,6 +9279,12 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             tj_node *outer = w->via;
             w->via = v; /* the values its producers need are rows "via" v */
             r = u != v && v->op == TJ__OP_PROJ && tj__rerun_region(w, v) ? tj__through(w, v) : tj__clone_op(w, v);
+            if (r && u != v && v->space == TJ_SPACE_HOST && r->space != TJ_SPACE_HOST) {
+                /* the nested region's own policy offloaded it: the recomputation
+                   offloads it again for the region's backward pass (as JAX) */
+                tj_node *o = r;
+                if ((r = tj__node(w->bk, TJ__OP_TO_HOST, &o->t, 1, &o, NULL, v->file, v->line)) != NULL) r->space = TJ_SPACE_HOST;
+            }
             w->via = outer;
             if (r) r->remat = 1;
         } else
@@ -15614,8 +15643,9 @@ TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *f) {
         const tj_residual *x = &r->rows[i];
         char per[48] = "";
         if (x->device_bytes != x->bytes) snprintf(per, sizeof per, " (%lld B per device)", (long long)x->device_bytes);
-        fprintf(f, "  %-10s %-12s %-36s %10lld B%s  %-10s %s:%d  (%s)%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes, per,
-                tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule, x->via[0] ? ", needed to recompute " : "", x->via);
+        fprintf(f, "  %-10s %-12s %-36s %10lld B%s  %-10s %s:%d  (%s)%s%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes, per,
+                tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule, x->via[0] ? ", needed to recompute " : "", x->via,
+                x->nested ? "  [nested: the region's own backward pass, inside the enclosing one's]" : "");
     }
     if (r && r->nlint) fprintf(f, "policy lint:\n%s", r->lint);
 }
