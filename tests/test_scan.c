@@ -710,7 +710,7 @@ int main(void) {
             if (!p) { tj_clear_error(ctx); continue; }
             nr = tj_prog_residuals(p, rows, 32);
             for (j = 0; j < nr && j < 32; j++)
-                if (strstr(rows[j].shape, "_remat=1") && strstr(rows[j].shape, "ff=16") && rows[j].decision != TJ_RECOMPUTE) inner_out = j;
+                if (!rows[j].nested && !strcmp(rows[j].op, "tanh") && strstr(rows[j].shape, "ff=16") && rows[j].decision != TJ_RECOMPUTE) inner_out = j; /* (rows name the value inside) */
             /* the inner region's output crosses the outer boundary only
                where the outer policy saves it (everything_saveable) */
             if (cfgs[i][0] == 1 || cfgs[i][0] == 2)
