@@ -782,7 +782,13 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
    tj_checkpoint (a scan of length one) or a tj_shard_map body. A top-level
    program has no policy: the values its own tj_grad needs are saved, as
    in JAX without jax.checkpoint; wrap the part to rematerialise in a
-   tj_checkpoint. Policies are plain structs that tj_scan copies; the name
+   tj_checkpoint. Nested regions follow JAX: the outermost policy judges
+   every value, those inside nested tj_checkpoint regions too (an outer
+   save_only_these_names("h") keeps an "h" named inside a region whose
+   own policy is nothing_saveable), and each nested region's policy
+   decides what its own backward pass keeps when the enclosing backward
+   pass recomputes it; tj_prog_residuals marks the nested regions' own
+   rows (tj_residual.nested). Policies are plain structs that tj_scan copies; the name
    strings, and the two policies a save_from_both points to, must stay
    valid until tj_jit returns. Logical rules (tj_shard_by_rules,
    tj_filter_shard) skip mesh axes the mesh does not have, so one rule string
@@ -845,6 +851,12 @@ typedef struct {
                            values should not count again                 */
     int64_t device_bytes; /* one device's share of bytes: what its memory
                            plan holds (= bytes on one device)            */
+    int nested;         /* 1: a decision of a region (or scan with a
+                           policy) nested in a region or scan with a
+                           policy: what its own backward pass keeps when
+                           the enclosing backward pass re-runs it. The
+                           rows with nested = 0 are what crosses the
+                           outermost boundary: JAX's saved_residuals */
 } tj_residual;
 /* Number of residual rows of p; copies up to max into rows. */
 TJDEF int tj_prog_residuals(const tj_prog *p, tj_residual *rows, int max);
@@ -2742,6 +2754,8 @@ struct tj_graph {
                               no longer add to it (tj__node; autodiff may) */
     int finished;          /* a top-level graph whose tj_jit has returned:
                               nothing may add to it or its bodies */
+    tj_node *owner;        /* a body: the first scan node made for it (the
+                              user's scan or region; [8] tj__enclosing) */
 };
 
 /* A compiled program: the schedule and the memory plan of a graph. */
@@ -8056,6 +8070,7 @@ struct tj__report {
     int n, cap;
     char lint[2048];
     int nlint;
+    int nested;  /* rows being added now belong to a nested region ([8]) */
 };
 static void tj__report_free(struct tj__report *r) {
     if (!r) return;
@@ -8166,6 +8181,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     n->sub = b;
     b->refs++;
     b->sealed = 1;
+    if (!b->owner) b->owner = n;
     n->a.ncarry = nc;
     n->a.nx = nx;
     n->a.ncap = b->ncap;
@@ -8696,7 +8712,21 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
    carry means save (and the report says so); it can be offloaded. A saved
    value that depends only on captured values and constants (loop-
    invariant) is computed once more outside the scan and captured by the
-   backward body: one copy, not a stack (JAX hoists it too). */
+   backward body: one copy, not a stack (JAX hoists it too); an offloaded
+   one is offloaded once there, one host copy, and each backward iteration
+   fetches it back.
+   Nested regions (tj_checkpoint inside a region or a scan with a policy),
+   as JAX's partial evaluation of a nested jax.checkpoint: the outermost
+   policy judges every value the backward pass needs, also those computed
+   inside nested regions. An output of a nested region is judged as the
+   value inside it that it stands for (tj__region_value); recomputed, that
+   value is cloned from its producers inside the region (tj__through, a
+   walker per nested body), where the values the outer policy keeps are
+   returned by the region and kept. Each region also keeps, for its own
+   backward pass, what an enclosing policy saves or offloads
+   (tj__decide_nested), and its own policy decides the rest: what its
+   backward pass keeps when the enclosing backward pass recomputes it.
+   Those rows of the report are marked nested. */
 
 TJDEF tj_policy tj_everything_saveable(void) {
     tj_policy p;
@@ -8862,8 +8892,55 @@ static void tj__report_add(tj_graph *g, const tj_node *v, const char *name, int6
     row->file = v->file;
     row->line = v->line;
     row->carry = carry;
+    row->nested = r->nested;
     if (via) snprintf(row->via, sizeof row->via, "%s (%s) at %s:%d", via->op == TJ__OP_NAME ? via->name : tj__ops[via->op].name, via->op == TJ__OP_NAME ? "name" : "op",
                       tj__base(via->file), via->line);
+}
+/* A tj_checkpoint region (a scan of length one, not a shard_map body):
+   its enclosing policy sees inside it, and may re-run it. */
+static int tj__is_region(const tj_node *s) {
+    return s->op == TJ__OP_SCAN && s->a.length == 1 && s->sub && !s->sub->manual;
+}
+/* Does body b, or a region nested in it, hold a value named nm? */
+static int tj__has_name(const tj_graph *b, const char *nm) {
+    int i;
+    for (i = 0; i < b->n; i++) {
+        const tj_node *v = b->nodes[i];
+        if ((v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (tj__is_region(v) && tj__has_name(v->sub, nm))) return 1;
+    }
+    return 0;
+}
+/* Nested regions, as in JAX: the outermost policy judges every value the
+   backward pass needs, those computed inside nested regions too (an
+   outer save_only_these_names("h") keeps an "h" named inside a region
+   whose own policy is nothing_saveable); each nested region's policy
+   decides what its own backward pass keeps when the enclosing backward
+   pass re-runs it. The policies that judge the residuals of region s
+   besides its own: those of the regions around it, nearest first, up to
+   and including the first scan with a policy or shard_map body (which its
+   enclosing region does not re-run: their outputs are kept). */
+static int tj__enclosing(const tj_node *s, const tj_policy **out, int max) {
+    const tj_graph *g = s->g;
+    int n = 0;
+    if (!tj__is_region(s) || s->pass != 0) return 0;
+    while (g && g->owner && n < max) {
+        const tj_node *o = g->owner;
+        if (o->policy) out[n++] = o->policy;
+        if (!tj__is_region(o)) break;
+        g = g->parent;
+    }
+    return n;
+}
+/* The value an output v of a nested region stands for: the value its body
+   returns (through regions nested in it), or v itself. */
+static const tj_node *tj__region_value(const tj_node *v) {
+    while (v->op == TJ__OP_PROJ && tj__is_region(v->in[0]) && v->a.index < v->in[0]->sub->nout) {
+        const tj_node *o = v->in[0]->sub->outs[v->a.index];
+        if (o->op == TJ__OP_TO_HOST) o = o->in[0];
+        if (o->op == TJ__OP_PARAM) break;
+        v = o;
+    }
+    return v;
 }
 /* Lint: every name a policy lists must be carried by some residual it saw. */
 static void tj__lint_names(tj_graph *g, const char *list, const char *policy_name, tj_graph *b, int ncarry);
@@ -8919,7 +8996,8 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
         snprintf(nm, sizeof nm, "%.*s", (int)(k < 63 ? k : 63), s);
         for (i = 0; i < b->n && !found; i++) {
             const tj_node *v = b->nodes[i];
-            found = (v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (v->op == TJ__OP_PARAM && strcmp(tj__resid_name(v, b, ncarry), nm) == 0);
+            found = (v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (v->op == TJ__OP_PARAM && strcmp(tj__resid_name(v, b, ncarry), nm) == 0) ||
+                    (tj__is_region(v) && tj__has_name(v->sub, nm)); /* the policy sees inside nested regions */
         }
         if (!found) {
             m = strlen(r->lint);
@@ -8934,7 +9012,7 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
 }
 
 /* ---- the VJP of scan ---- */
-typedef struct {
+typedef struct tj__bwd_s {
     tj_graph *b, *bk;     /* forward (now joint) body, backward body          */
     tj_node *scan;        /* the forward scan node in the outer graph         */
     tj_node **map;        /* body node id -> backward-body node               */
@@ -8948,8 +9026,32 @@ typedef struct {
     int *row;             /* body node id -> its residual report row, or -1  */
     signed char *inv;     /* body node id -> loop-invariant? (-1: not yet known) */
     tj_node **hoist;      /* body node id -> its copy in the enclosing graph  */
+    const tj_policy *encl[16]; /* the enclosing policies (tj__enclosing)      */
+    int nencl;
+    /* a walker of a nested region's body (tj__inner): its values are
+       recomputed in the backward body of `up`, whose policy judges them */
+    struct tj__bwd_s *up;
+    struct tj__bwd_s *kids[16]; /* the walkers of regions nested in b      */
+    int nkids;
     tj_status st;
 } tj__bwd;
+/* The decision for residual u of the body: its own policy's, but what an
+   enclosing policy saves or offloads is kept (on the device: that policy
+   decides where it goes when it judges the region's output). */
+static tj_decision tj__decide_nested(const tj__bwd *w, const tj_node *u, const char *nm, char *why, size_t wn) {
+    tj_decision d = tj__decide(w->policy, u, nm, why, wn);
+    int i;
+    for (i = 0; i < w->nencl && d != TJ_SAVE; i++) {
+        char ew[160];
+        tj_decision e = tj__decide(w->encl[i], u, nm, ew, sizeof ew);
+        if (e != TJ_RECOMPUTE) {
+            size_t m = strlen(why);
+            snprintf(why + m, wn - m, "; kept for the enclosing policy (%.80s)", ew);
+            d = TJ_SAVE;
+        }
+    }
+    return d;
+}
 
 /* Loop-invariant residuals (JAX's scan hoists them): a forward value of a
    scan body that depends only on captured values and constants is the same
@@ -9012,7 +9114,7 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
    stay saved. */
 static int tj__rerun_region(const tj__bwd *w, const tj_node *v) {
     const tj_node *s = v->in[0];
-    return s->op == TJ__OP_SCAN && s->a.length == 1 && s->sub && !s->sub->manual && v->space == TJ_SPACE_DEVICE && s->pass == 0 && w->b;
+    return tj__is_region(s) && s->pass == 0 && w->b; /* (an output its own policy offloaded too: the re-run offloads it again) */
 }
 /* A residual: make the forward body return it (offloaded if so decided),
    and give the backward body a slice parameter for it. */
@@ -9029,6 +9131,26 @@ static int tj__body_returns(const tj_graph *b, const tj_node *v) {
 static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     tj_node *out = v, *p;
     int space = d == TJ_OFFLOAD ? TJ_SPACE_HOST : TJ_SPACE_DEVICE;
+    if (w->up) { /* a value inside a nested region: the region returns it (once),
+                    and the enclosing body keeps that output as decided */
+        tj_node *q = NULL;
+        int i;
+        for (i = 0; i < w->b->nout && i < w->scan->nproj && !q; i++)
+            if (w->b->outs[i] == v && w->scan->proj[i]->space == TJ_SPACE_DEVICE) q = w->scan->proj[i];
+        if (!q) {
+            tj__type yt = tj__type_lead(&v->t, w->scan->a.axis, 1);
+            if (tj__body_add_out(w->b, v) || tj__add_proj(w->scan, &yt, TJ_SPACE_DEVICE)) return NULL;
+            for (p = w->scan->rerun; p && p != w->scan; p = p->rerun)
+                if (tj__add_proj(p, &yt, TJ_SPACE_DEVICE)) return NULL;
+            q = w->scan->proj[w->scan->nproj - 1];
+        }
+        p = q->id < w->up->nmap && w->up->map[q->id] ? w->up->map[q->id] : tj__residual(w->up, q, d);
+        if (p && q->id < w->up->nmap) {
+            w->up->map[q->id] = p;
+            if (w->up->row && w->row && v->id < w->nmap) w->up->row[q->id] = w->row[v->id]; /* (its row, if the backward pass reads it itself) */
+        }
+        return p ? tj__reshape(v->file, v->line, p, &v->t) : NULL; /* (drops the length-1 axis) */
+    }
     if (d == TJ_OFFLOAD && v->space != TJ_SPACE_HOST) {
         out = tj__node(w->b, TJ__OP_TO_HOST, &v->t, 1, &v, NULL, v->file, v->line);
         if (!out) return NULL;
@@ -9051,6 +9173,69 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     return p;
 }
 static tj_node *tj__clone(tj__bwd *w, tj_node *v);
+static tj_node *tj__clone_op(tj__bwd *w, tj_node *v);
+/* The length of the outermost scan whose backward body is being built. */
+static int64_t tj__wlen(const tj__bwd *w) {
+    while (w->up) w = w->up;
+    return w->scan->a.length;
+}
+/* The walker of region s nested in w's body (made at its first use). */
+static tj__bwd *tj__inner_walker(tj__bwd *w, tj_node *s) {
+    tj__bwd *k;
+    int i, n = s->sub->n;
+    for (i = 0; i < w->nkids; i++) if (w->kids[i]->scan == s) return w->kids[i];
+    if (w->nkids == 16) {
+        tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 16 nested regions recomputed in one body");
+        return NULL;
+    }
+    if (!(k = (tj__bwd *)tj__calloc(sizeof *k))) return NULL;
+    w->kids[w->nkids++] = k;
+    k->b = s->sub, k->bk = w->bk, k->scan = s, k->policy = w->policy, k->up = w;
+    k->nencl = w->nencl;
+    memcpy(k->encl, w->encl, sizeof k->encl);
+    k->nmap = n;
+    k->map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(n + 1));
+    k->row = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
+    if (!k->map || !k->row) return NULL;
+    for (i = 0; i <= n; i++) k->row[i] = -1;
+    return k;
+}
+static void tj__bwd_free_kids(tj__bwd *w) {
+    int i;
+    for (i = 0; i < w->nkids; i++) {
+        tj__bwd_free_kids(w->kids[i]);
+        TJ_FREE(w->kids[i]->map);
+        TJ_FREE(w->kids[i]->row);
+        TJ_FREE(w->kids[i]);
+    }
+    w->nkids = 0;
+}
+/* Recompute v, an output of a nested region that the policy recomputes,
+   from inside the region (JAX's partial evaluation sees through a nested
+   jax.checkpoint): the value it stands for is cloned into the backward
+   body from its producers in the region's body, each judged by this
+   walker's policy (values it saves are returned by the region and kept),
+   instead of re-running the whole region. */
+static tj_node *tj__through(tj__bwd *w, tj_node *v) {
+    tj__bwd *x = w;
+    tj_node *t = v, *r, *via;
+    while (t->op == TJ__OP_PROJ && tj__is_region(t->in[0]) && t->in[0]->pass == 0 && t->a.index < t->in[0]->sub->nout) {
+        tj_node *o = t->in[0]->sub->outs[t->a.index];
+        if (o->op == TJ__OP_TO_HOST) o = o->in[0];
+        if (o->op == TJ__OP_PARAM) break;
+        if (!(x = tj__inner_walker(x, t->in[0]))) return NULL;
+        t = o;
+    }
+    if (x == w) return tj__clone_op(w, v);
+    if (t->id < x->nmap && x->map[t->id]) return x->map[t->id];
+    via = x->via;
+    x->via = t; /* the values its producers need are rows "via" it */
+    r = tj__clone_op(x, t);
+    x->via = via;
+    if (r) r->remat = 1;
+    if (r && t->id < x->nmap) x->map[t->id] = r;
+    return r;
+}
 static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
     tj_node *in[64], *n;
     int i;
@@ -9095,7 +9280,10 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         } else if (idx >= w->nc + w->nx) { /* a captured outer value: capture it again (the scan's own input:
                a body shared by a clone of the scan has captures of another graph) */
             for (k = 0; k < w->b->ncap; k++)
-                if (w->b->cap_param[k] == v) r = tj__capture(w->bk, idx < w->scan->nin ? w->scan->in[idx] : w->b->cap_outer[k]);
+                if (w->b->cap_param[k] == v) {
+                    tj_node *o = idx < w->scan->nin ? w->scan->in[idx] : w->b->cap_outer[k];
+                    r = w->up ? tj__clone(w->up, o) /* a nested region's input: the enclosing body's value */ : tj__capture(w->bk, o);
+                }
         } else { /* a carry: a residual by nature */
             char why[160];
             const char *nm = tj__resid_name(v, w->b, w->nc);
@@ -9104,7 +9292,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
                 d = TJ_SAVE;
                 snprintf(why + strlen(why), sizeof why - strlen(why), "; a carry cannot be recomputed, saved");
             }
-            tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 1, w->via);
+            tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, 1, w->via);
             if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
             r = tj__residual(w, v, d);
         }
@@ -9119,21 +9307,23 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         r = tj__clone_op(w, v);
         if (r) r->remat = 1;
     } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
-        /* a forward value the backward pass needs */
+        /* a forward value the backward pass needs; an output of a nested
+           region is judged as the value inside it that it stands for */
         char why[160];
-        const char *nm = tj__resid_name(v, w->b, w->nc);
-        tj_decision d = tj__decide(w->policy, v, nm, why, sizeof why);
+        tj_node *u = (tj_node *)tj__region_value(v);
+        const char *nm = u == v ? tj__resid_name(v, w->b, w->nc) : tj__resid_name(u, u->g, 0);
+        tj_decision d = tj__decide_nested(w, u, nm, why, sizeof why);
         if (v->op == TJ__OP_PROJ && v->a.index > 0 && (tj__ops[v->in[0]->op].flags & TJ__RERUN)) {
             /* a rerunnable op's other outputs (attention's log-sum-exps) go
                as its first goes: saving the output but recomputing its
                small statistics would re-run the whole op for them */
             tj_node *o = v->in[0]->proj[0];
             char ow[160];
-            d = tj__decide(w->policy, o, tj__resid_name(o, w->b, w->nc), ow, sizeof ow);
+            d = tj__decide_nested(w, o, tj__resid_name(o, w->b, w->nc), ow, sizeof ow);
             snprintf(why, sizeof why, "as %s's first output: %.120s", tj__opname(v->in[0]->op), ow);
         }
         if ((tj__ops[v->op].flags & TJ__VIEW) && d != TJ_RECOMPUTE && !nm[0]) d = TJ_RECOMPUTE, snprintf(why, sizeof why, "a view: recomputed from its root");
-        else if (d == TJ_RECOMPUTE && w->scan->a.length == 1 && !w->b->manual && tj__body_returns(w->b, v)) {
+        else if (d == TJ_RECOMPUTE && w->scan->a.length == 1 && !w->b->manual && !w->up && tj__body_returns(w->b, v)) {
             /* a region (not a shard_map body) returns it: the program holds
                it anyway, and an inlined region's residual is that value */
             d = TJ_SAVE;
@@ -9147,22 +9337,41 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_OFFLOAD;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; offloaded by the nested region's own policy, kept in host memory");
         }
-        if (d == TJ_SAVE && w->scan->a.length > 1 && w->inv && w->hoist && tj__loop_invariant(w, v) && tj__hoist(w, v)) {
-            /* the same in every iteration: kept once, not stacked */
+        if ((d == TJ_SAVE || d == TJ_OFFLOAD) && w->scan->a.length > 1 && w->inv && w->hoist && tj__loop_invariant(w, v) && tj__hoist(w, v)) {
+            /* the same in every iteration: kept once, not stacked; offloaded,
+               one host copy (made before the backward scan), which each
+               backward iteration fetches back (JAX: one device_put to the
+               host, one back in the backward body) */
             tj_node *h = tj__hoist(w, v);
             snprintf(why + strlen(why), sizeof why - strlen(why), "; loop-invariant, kept once");
-            tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t), d, why, 0, w->via);
+            tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t), d, why, 0, w->via);
             if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            if (h && d == TJ_OFFLOAD) {
+                tj_node *hh = tj__node(w->scan->g, TJ__OP_TO_HOST, &h->t, 1, &h, NULL, v->file, v->line);
+                if (hh) hh->space = TJ_SPACE_HOST;
+                h = hh;
+            }
             r = h ? tj__capture(w->bk, h) : NULL;
+            if (r && d == TJ_OFFLOAD) {
+                r->space = TJ_SPACE_HOST;
+                r = tj__node(w->bk, TJ__OP_TO_DEVICE, &v->t, 1, &r, NULL, v->file, v->line);
+                if (r) r->space = TJ_SPACE_DEVICE;
+            }
             if (r && v->id < w->nmap) w->map[v->id] = r;
             return r;
         }
-        tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * w->scan->a.length, d, why, 0, w->via);
+        tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, 0, w->via);
         if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
         if (d == TJ_RECOMPUTE) {
             tj_node *outer = w->via;
             w->via = v; /* the values its producers need are rows "via" v */
-            r = tj__clone_op(w, v);
+            r = u != v && v->op == TJ__OP_PROJ && tj__rerun_region(w, v) ? tj__through(w, v) : tj__clone_op(w, v);
+            if (r && u != v && v->space == TJ_SPACE_HOST && r->space != TJ_SPACE_HOST) {
+                /* the nested region's own policy offloaded it: the recomputation
+                   offloads it again for the region's backward pass (as JAX) */
+                tj_node *o = r;
+                if ((r = tj__node(w->bk, TJ__OP_TO_HOST, &o->t, 1, &o, NULL, v->file, v->line)) != NULL) r->space = TJ_SPACE_HOST;
+            }
             w->via = outer;
             if (r) r->remat = 1;
         } else
@@ -9208,7 +9417,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     char zero[128] = {0}; /* backward body output i is zero by construction (tj__zero_made) */
     tj__bwd w;
     tj_node *binit[64], *bxs[64] = {0}, *bn, *bfinal[64];
-    int nbinit = 0, first_row, first_vjp;
+    int nbinit = 0, first_row, first_vjp, saved_nested = 0;
     /* the boundary of a shard_map body; unchecked, its transpose is defensive */
     int smap = B->manual && !G->manual, defensive = smap && !B->check;
     /* a region (one iteration, no shard_map boundary) returns its captures'
@@ -9260,6 +9469,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.policy = n->policy;
     w.nc = nc;
     w.nx = nx;
+    w.nencl = tj__enclosing(n, w.encl, 16);
     w.nmap = B->n;
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
     w.row = (int *)tj__malloc(sizeof(int) * (size_t)(B->n + 1));
@@ -9305,6 +9515,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         }
     /* 3. clone what the gradients need; residuals appear on the way */
     first_row = tj__report_of(G) ? tj__report_of(G)->n : 0;
+    if (tj__report_of(G)) { /* the rows of a region inside another (restored below) */
+        saved_nested = tj__report_of(G)->nested;
+        tj__report_of(G)->nested = w.nencl > 0;
+    }
     { /* the backward nodes the gradients need, cloned in the order autodiff
          made them (a reverse walk of the forward body), as in a program
          without a region: each cotangent is consumed soon after it is made
@@ -9368,6 +9582,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
                 if (tj__body_add_out(bk, gk)) goto fail;
             }
     }
+    if (tj__report_of(G)) tj__report_of(G)->nested = saved_nested;
     if (c->status) goto fail;
     /* the user's scan, not a backward scan being differentiated again, and
        at its first VJP (a second one, in a grad of grad, sees only the
@@ -9421,6 +9636,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
                 }
         }
     }
+    tj__bwd_free_kids(&w);
     TJ_FREE(w.map);
     TJ_FREE(w.row);
     TJ_FREE(w.inv);
@@ -9428,6 +9644,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj__graph_free(bk);
     return TJ_OK;
 fail:
+    tj__bwd_free_kids(&w);
     TJ_FREE(w.map);
     TJ_FREE(w.row);
     TJ_FREE(w.inv);
@@ -15514,8 +15731,9 @@ TJDEF void tj_prog_residuals_print(const tj_prog *p, FILE *f) {
         const tj_residual *x = &r->rows[i];
         char per[48] = "";
         if (x->device_bytes != x->bytes) snprintf(per, sizeof per, " (%lld B per device)", (long long)x->device_bytes);
-        fprintf(f, "  %-10s %-12s %-36s %10lld B%s  %-10s %s:%d  (%s)%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes, per,
-                tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule, x->via[0] ? ", needed to recompute " : "", x->via);
+        fprintf(f, "  %-10s %-12s %-36s %10lld B%s  %-10s %s:%d  (%s)%s%s%s\n", x->name[0] ? x->name : "-", x->carry ? "carry" : x->op, x->shape, (long long)x->bytes, per,
+                tj__decision_name(x->decision), tj__base(x->file), x->line, x->rule, x->via[0] ? ", needed to recompute " : "", x->via,
+                x->nested ? "  [nested: the region's own backward pass, inside the enclosing one's]" : "");
     }
     if (r && r->nlint) fprintf(f, "policy lint:\n%s", r->lint);
 }
