@@ -369,9 +369,8 @@ TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
    i32 add, sub, mul, div, neg (adds, muls) and sum are XLA's s32 ops (JAX's
    lax ops, jnp's int32 + - *): they wrap around (INT32_MAX + 1 =
    INT32_MIN); div truncates toward zero as lax.div (not jnp's
-   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. (An i32 sum
-   gathers its sharded axes first; a tj_psum of i32 values in tj_shard_map
-   adds in the transport, which saturates.) */
+   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. (Across devices
+   too: the transports add i32 partial sums, and tj_psum's, modulo 2^32.) */
 #define tj_add(a, b) tj_add_at(TJ_AT, a, b)
 #define tj_sub(a, b) tj_sub_at(TJ_AT, a, b)
 #define tj_mul(a, b) tj_mul_at(TJ_AT, a, b)
@@ -3699,9 +3698,6 @@ static int tj__sh_whole(tj_graph *g, int op, tj__type *t, int nin, tj_node **in,
 static int tj__sh_sum(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
     uint8_t want[TJ_MAXDIM];
     int i;
-    /* an i32 sum wraps around (XLA's s32), but the transport adds partial
-       sums with saturation: its reduced axes are gathered first */
-    if (in[0]->t.dt == TJ_I32) return tj__sh_whole(g, op, t, nin, in, at, file, line);
     (void)g, (void)nin;
     tj__sh_follow(t, 1, in, at, 0, 0);
     tj__sh_want_out(t, in[0], want);
@@ -12513,10 +12509,33 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
    generic load/store per chunk was a tenth of an 8-device step's CPU time):
    they vectorise. */
 static void tj__reduce_f32(int G, const void *const *src, void *dst, size_t count, int op);
+/* i32 across devices: a sum wraps modulo 2^32 like XLA's s32 add (so any
+   order gives the same bits, and psum of i32 equals the one-device sum);
+   a max is exact. Element j of every source is read before o[j] is
+   written, so o may be any of the sources. */
+static void tj__reduce_i32(int G, const void *const *src, void *dst, size_t count, int op) {
+    int32_t *o = (int32_t *)dst;
+    size_t j;
+    int r;
+    for (j = 0; j < count; j++) {
+        int32_t mx = ((const int32_t *)src[0])[j];
+        uint32_t acc = (uint32_t)mx;
+        for (r = 1; r < G; r++) {
+            int32_t v = ((const int32_t *)src[r])[j];
+            mx = v > mx ? v : mx;
+            acc += (uint32_t)v;
+        }
+        o[j] = op == TJ_REDUCE_MAX ? mx : acc <= 0x7FFFFFFFu ? (int32_t)acc : (int32_t)(acc - 0x80000000u) + INT32_MIN;
+    }
+}
 static void tj__reduce_once(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
     double acc[TJ__CHUNK], b[TJ__CHUNK];
     int64_t n = (int64_t)count, c0, c, j;
     int r;
+    if (dt == TJ_I32) {
+        tj__reduce_i32(G, src, dst, count, op);
+        return;
+    }
     if (dt == TJ_F32 && (G <= 2 || op == TJ_REDUCE_MAX)) {
         /* a max, or the sum of two: the float op in rank order gives the same
            bits as the double one rounded once (the sum of two floats rounded
@@ -12582,6 +12601,10 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
     int r;
     if (dt == TJ_F32) {
         tj__reduce_f32(G, src, dst, count, op);
+        return;
+    }
+    if (dt == TJ_I32) {
+        tj__reduce_i32(G, src, dst, count, op);
         return;
     }
     if (dst != src[0]) memmove(dst, src[0], count * tj_dtype_size(dt));

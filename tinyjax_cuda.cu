@@ -3509,6 +3509,17 @@ __device__ __forceinline__ void tjc_cpu_st(void *p, int dt, int64_t i, double v)
 template <typename Src>
 __device__ __forceinline__ void tjc_reduce_loop(const Src &src, int G, void *out, int dt, int64_t n, int ismax, int steps) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        if (dt == TJ_I32) { /* as the CPU's tj__reduce_i32: a sum wraps modulo 2^32 (XLA's s32), a max is exact */
+            int32_t mx = ((const int32_t *)src.at(0))[i];
+            uint32_t s = (uint32_t)mx;
+            for (int r = 1; r < G; r++) {
+                int32_t v = ((const int32_t *)src.at(r))[i];
+                mx = v > mx ? v : mx;
+                s += (uint32_t)v;
+            }
+            ((int32_t *)out)[i] = ismax ? mx : (int32_t)s;
+            continue;
+        }
         double acc = tjc_cpu_ld(src.at(0), dt, i);
         for (int r = 1; r < G; r++) {
             double b = tjc_cpu_ld(src.at(r), dt, i);

@@ -932,6 +932,64 @@ static void test_pmax_nan(void) {
         }
 }
 
+/* psum and pmax of i32 values wrap as XLA's s32 adds (JAX: lax.psum of
+   int32 in shard_map); the transport saturated through a double: 4 x 2^30
+   gave INT32_MAX, not 0. psum_scatter too. */
+static int i32_scatter = 0;
+static void psum_i32_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = i32_scatter ? tj_psum_scatter(in[0], "model", "c") : tj_psum(in[0], "model");
+    out[1] = tj_pmax(in[0], "model");
+}
+static void psum_i32_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), y[2];
+    const char *is[1] = {"n:model"}, *os[2] = {"c:model", ""};
+    (void)g; (void)u;
+    if (!i32_scatter) os[0] = "";
+    if (!tj_shard_map(psum_i32_body, NULL, 1, &x, is, 2, y, os, 1)) {
+        tj_tree_set_v(out, "s", y[0]);
+        tj_tree_set_v(out, "m", y[1]);
+    }
+}
+static void test_psum_i32(void) {
+    int32_t x[16] = {1 << 30, INT32_MAX, -5, 7, 1 << 30, 1, 3, -7, 1 << 30, 0, INT32_MIN, 9, 1 << 30, 0, -1, 11};
+    int sc;
+    tjt_current = "psum of i32 wraps";
+    for (sc = 0; sc < 2; sc++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        int32_t s[4] = {0}, m[4] = {0};
+        tj_prog *p;
+        int c, r;
+        i32_scatter = sc;
+        tj_set_devices(ctx, 4);
+        tj_set_mesh(ctx, "model=4");
+        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_I32, "n=4 c=4", x));
+        p = tj_jit(ctx, "psum_i32", psum_i32_fn, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "runs: %s", tj_error(ctx));
+        if (p && tj_status_of(ctx) == TJ_OK) {
+            tj_array_read(tj_tree_array(out, "s"), TJ_I32, s);
+            tj_array_read(tj_tree_array(out, "m"), TJ_I32, m);
+            for (c = 0; c < 4; c++) {
+                uint32_t want = 0;
+                int32_t mx = INT32_MIN;
+                for (r = 0; r < 4; r++) {
+                    want += (uint32_t)x[r * 4 + c];
+                    mx = x[r * 4 + c] > mx ? x[r * 4 + c] : mx;
+                }
+                TJT_CHECK((uint32_t)s[c] == want, "%s column %d: %d, want %d (modulo 2^32)", sc ? "psum_scatter" : "psum", c, s[c], (int32_t)want);
+                TJT_CHECK(m[c] == mx, "pmax column %d: %d, want %d", c, m[c], mx);
+            }
+        }
+        tj_clear_error(ctx);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+    }
+    i32_scatter = 0;
+}
+
 /* Programs whose out_specs and vary sets meet at the edge, against the
    numbers JAX 0.10.2 gives (jax.shard_map on a 2x2 CPU mesh, x = 0, 0.1,
    .., 1.5 as f32[4,4], loss = sum(y * arange(y.size))):
@@ -1012,6 +1070,7 @@ int main(void) {
     test_axis_order();
     test_axis_order_names();
     test_pmax_nan();
+    test_psum_i32();
     test_out_spec_edges();
     return tjt_finish();
 }
