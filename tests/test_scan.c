@@ -339,8 +339,8 @@ static void np_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 static tj_tree *np_inputs(tj_ctx *ctx, tj_dtype dt, int scan, int sharded) {
     tj_tree *in = tj_tree_new(ctx);
     tj_array *x = tjt_rand(ctx, dt, "batch=4 embed=8", 61, -1, 1), *w = tjt_rand(ctx, dt, scan ? "layer=3 embed=8 e2=8" : "embed=8 e2=8", 62, -0.5, 0.5);
-    tj_tree_set_array(in, "x", sharded ? tj_device_put(x, "batch:data") : x);
-    tj_tree_set_array(in, "w", sharded ? tj_device_put(w, "e2:model") : w);
+    tj_tree_set_array(in, "x", sharded ? tjt_put(x, "batch:data") : x);
+    tj_tree_set_array(in, "w", sharded ? tjt_put(w, "e2:model") : w);
     return in;
 }
 /* Checks the rows that cross the outermost boundary (nested = 0, not
@@ -642,9 +642,9 @@ int main(void) {
                 tj_set_mesh(cx, "data=2 model=2");
             }
             in = tj_tree_new(cx);
-            tj_tree_set_array(in, "x", d ? tj_device_put(tjt_rand(cx, TJ_F32, "batch=4 embed=8", 31, -1, 1), "batch:data") : tjt_rand(cx, TJ_F32, "batch=4 embed=8", 31, -1, 1));
+            tj_tree_set_array(in, "x", d ? tjt_put(tjt_rand(cx, TJ_F32, "batch=4 embed=8", 31, -1, 1), "batch:data") : tjt_rand(cx, TJ_F32, "batch=4 embed=8", 31, -1, 1));
             tj_tree_set_array(in, "w", tjt_rand(cx, TJ_F32, "layer=5 embed=8 e2=8", 32, -0.5, 0.5));
-            tj_tree_set_array(in, "u", d ? tj_device_put(tjt_rand(cx, TJ_F32, "embed=8 e2=8", 33, -0.5, 0.5), "e2:model") : tjt_rand(cx, TJ_F32, "embed=8 e2=8", 33, -0.5, 0.5));
+            tj_tree_set_array(in, "u", d ? tjt_put(tjt_rand(cx, TJ_F32, "embed=8 e2=8", 33, -0.5, 0.5), "e2:model") : tjt_rand(cx, TJ_F32, "embed=8 e2=8", 33, -0.5, 0.5));
             o0 = tj_tree_new(cx);
             o1 = tj_tree_new(cx);
             a0 = tj_get_alloc_stats(cx);
@@ -820,7 +820,7 @@ int main(void) {
         tj_set_devices(c4, 4);
         tj_set_mesh(c4, "data=4");
         in = tj_tree_new(c4);
-        tj_tree_set_array(in, "x", tj_device_put(tjt_rand(c4, TJ_F32, "batch=16 embed=64", 51, -1, 1), "batch:data"));
+        tj_tree_set_array(in, "x", tjt_put(tjt_rand(c4, TJ_F32, "batch=16 embed=64", 51, -1, 1), "batch:data"));
         tj_tree_set_array(in, "w", tjt_rand(c4, TJ_F32, "layer=3 embed=64 e2=64", 52, -0.2, 0.2));
         p = tj_jit(c4, "sharded offload", shb_grads, &off, in, NULL);
         TJT_CHECK(p && tj_run(p, in, o) == TJ_OK, "sharded offload: %s", tj_error(c4));

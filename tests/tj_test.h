@@ -173,6 +173,12 @@ static inline double tjt__run_loss(tj_prog *p, tj_tree *in) {
     tj_tree_free(o);
     return v;
 }
+/* a placed copy of a, and a freed (tj_device_put leaves its argument alone) */
+static inline tj_array *tjt_put(tj_array *a, const char *spec) {
+    tj_array *b = tj_device_put(a, spec);
+    tj_array_free(a);
+    return b;
+}
 /* set element k of a replicated array on every device (each holds a copy) */
 static inline void tjt__set_all(tj_array *a, int64_t k, double v) {
     int d;
