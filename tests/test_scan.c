@@ -202,10 +202,10 @@ static void invo_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry
     (void)g; (void)y;
     carry_out[0] = tj_tanh(tj_rename(tj_dot(h, ut, "embed"), "e2", "embed"));
 }
-static void invo_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
+/* the loss of a scan of `body` over w with the captured u, and its gradients */
+static void inv_grads_of(tj_scan_fn body, const tj_tree *in, tj_tree *out, void *pol) {
     tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), u = tj_tree_v(in, "u"), fin = NULL, wrt[3], gr[3], loss;
-    (void)g;
-    tj_scan(invo_body, &u, "layer", 1, &x, 1, &w, 0, &fin, NULL, (const tj_policy *)pol);
+    tj_scan(body, &u, "layer", 1, &x, 1, &w, 0, &fin, NULL, (const tj_policy *)pol);
     loss = tj_sum_all(tj_mul(fin, fin));
     wrt[0] = x, wrt[1] = w, wrt[2] = u;
     tj_grad(loss, 3, wrt, gr);
@@ -214,17 +214,13 @@ static void invo_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) 
     tj_tree_set_v(out, "g_w", gr[1]);
     tj_tree_set_v(out, "g_u", gr[2]);
 }
-static void inv_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
-    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), u = tj_tree_v(in, "u"), fin = NULL, wrt[3], gr[3], loss;
+static void invo_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
     (void)g;
-    tj_scan(inv_body, &u, "layer", 1, &x, 1, &w, 0, &fin, NULL, (const tj_policy *)pol);
-    loss = tj_sum_all(tj_mul(fin, fin));
-    wrt[0] = x, wrt[1] = w, wrt[2] = u;
-    tj_grad(loss, 3, wrt, gr);
-    tj_tree_set_v(out, "loss", loss);
-    tj_tree_set_v(out, "g_x", gr[0]);
-    tj_tree_set_v(out, "g_w", gr[1]);
-    tj_tree_set_v(out, "g_u", gr[2]);
+    inv_grads_of(invo_body, in, out, pol);
+}
+static void inv_grads(tj_graph *g, const tj_tree *in, tj_tree *out, void *pol) {
+    (void)g;
+    inv_grads_of(inv_body, in, out, pol);
 }
 /* nested remat regions: the outer policy decides whether the inner
    region's outputs cross the outer boundary, as in JAX (an outer
