@@ -523,7 +523,9 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
 /* ---- random numbers (counter-based) ----
    Element i of a random tensor (its row-major index in the full shape) has
    bits hash(key, i): the same key and index give the same number whatever
-   shape or sharding surrounds it. */
+   shape or sharding surrounds it. tj_dropout keeps x / (1 - rate) where
+   a uniform (f32 for bf16 x, which keeps 1 - rate of the elements, not
+   what 8-bit uniforms would) is >= rate, and 0 elsewhere. */
 #define tj_uniform(g, key, dt, shape) tj_uniform_at(TJ_AT, g, key, dt, shape)
 #define tj_normal(g, key, dt, shape) tj_normal_at(TJ_AT, g, key, dt, shape)
 #define tj_dropout(x, key, rate) tj_dropout_at(TJ_AT, x, key, rate)
@@ -5270,8 +5272,10 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
         snprintf(sh + k, sizeof sh - k, "%s=%lld ", tj__name(x->g->ctx, x->t.ax[i]), (long long)x->t.dim[i]);
         k = strlen(sh);
     }
-    u = tj_uniform_at(f, l, x->g, key, x->t.dt, sh);
-    keep = tj_ge_at(f, l, u, tj_scalar_at(f, l, x->g, x->t.dt, rate));
+    /* the mask from an f32 uniform for bf16 (a bf16 one has 8 bits, rounded
+       to nearest: at rate 0.5 it kept 2^-10 too many) */
+    u = tj_uniform_at(f, l, x->g, key, x->t.dt == TJ_F64 ? TJ_F64 : TJ_F32, sh);
+    keep = tj_ge_at(f, l, u, tj_scalar_at(f, l, x->g, tj_v_dtype(u), rate));
     return tj_select_at(f, l, keep, tj_muls_at(f, l, x, 1.0 / (1.0 - rate)), tj_scalar_at(f, l, x->g, x->t.dt, 0));
 }
 

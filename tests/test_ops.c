@@ -2094,6 +2094,40 @@ static void pows_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "y", y);
     if (tj_grad(tj_sum_all(tj_cast(y, TJ_F64)), 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
 }
+/* dropout keeps a fraction 1 - rate of the elements in every float dtype:
+   a bf16 uniform has 8 bits, and rounded to nearest it put values just
+   below the rate on it (at 0.5: 4157 of 2^22 too many kept, 4 sigma) */
+static double drop_rate;
+static void drop_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x");
+    (void)g; (void)u;
+    tj_tree_set_v(out, "k", tj_sum_all(tj_cast(tj_ne(tj_dropout(x, 99, drop_rate), tj_scalar(g, tj_v_dtype(x), 0)), TJ_F64)));
+}
+static void test_dropout_rate(tj_ctx *ctx) {
+    tj_dtype dts[3] = {TJ_F32, TJ_BF16, TJ_F64};
+    double rates[3] = {0.5, 0.1, 0.3};
+    const int64_t n = 1 << 22;
+    int d, r;
+    tjt_current = "dropout keeps 1 - rate";
+    for (d = 0; d < 3; d++)
+        for (r = 0; r < 3; r++) {
+            tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+            tj_array *a = tj_ones(ctx, dts[d], "n=4194304");
+            tj_prog *p;
+            double k = 0, want = (1 - rates[r]) * (double)n, sigma = sqrt((double)n * rates[r] * (1 - rates[r]));
+            tj_tree_set_array(in, "x", a);
+            drop_rate = rates[r];
+            p = tj_jit(ctx, "dropout rate", drop_fn, NULL, in, NULL);
+            TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "runs: %s", tj_error(ctx));
+            if (p && !tj_status_of(ctx)) tj_array_read(tj_tree_array(out, "k"), TJ_F64, &k);
+            if (getenv("DROP_PRINT")) printf("%s %g kept %.0f want %.0f sigma %.0f\n", tj_dtype_name(dts[d]), rates[r], k, want, sigma);
+            TJT_CHECK(fabs(k - want) < 3 * sigma, "%s rate %g: kept %.0f of %lld, want %.0f +- %.0f (3 sigma; the key is fixed, so this is deterministic)", tj_dtype_name(dts[d]), rates[r], k, (long long)n, want, 3 * sigma);
+            tj_clear_error(ctx);
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+        }
+}
 static void test_pows_weak(tj_ctx *ctx) {
     static const double ps[3] = {1.1, 1.0 / 3.0, -0.7};
     static const float xs[4] = {1e30f, 8.0f, 3.0f, 1e-20f};
@@ -2277,6 +2311,7 @@ int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_set_threads(ctx, 2);
     test_grads(ctx);
+    test_dropout_rate(ctx);
     test_stop_gradient(ctx);
     test_dot_values(ctx);
     test_row_values(ctx);
