@@ -3714,7 +3714,7 @@ static int tj__sh_sum(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, c
    names; a split or merge keeps sharded only the axes left where they are. */
 static int tj__sh_reshape(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
     uint8_t want[TJ_MAXDIM];
-    int i, k, moved = in[0]->t.rank != t->rank && !tj__same_but_ones(&in[0]->t, t);
+    int i, k, ones = tj__same_but_ones(&in[0]->t, t), moved = in[0]->t.rank != t->rank && !ones;
     (void)g, (void)nin;
     tj__sh_follow(t, 1, in, at, 0, 1);
     for (i = 0; moved && i < t->rank; i++) {
@@ -3725,6 +3725,13 @@ static int tj__sh_reshape(tj_graph *g, int op, tj__type *t, int nin, tj_node **i
     for (i = 0; moved && i < in[0]->t.rank; i++) {
         k = tj__axis_index(t, in[0]->t.ax[i]);
         if (k < 0 || k != i) want[i] = 0;
+    }
+    if (in[0]->t.partial && ones && !memcmp(want, in[0]->t.sh, (size_t)in[0]->t.rank)) {
+        /* a length-1 axis added or dropped (a nested region's residual, stacked
+           [_remat=1] and unstacked): a partial sum stays one, added up where
+           the region's body adds it up (summing it here too psummed it twice) */
+        t->partial = in[0]->t.partial;
+        return 0;
     }
     return tj__sh_fit(&in[0], want, op, file, line);
 }
@@ -8933,8 +8940,23 @@ static int tj__enclosing(const tj_node *s, const tj_policy **out, int max) {
 }
 /* The value an output v of a nested region stands for: the value its body
    returns (through regions nested in it), or v itself. */
+/* Can a walker see into region s: is every parameter of its body a capture
+   (a tj_checkpoint's)? A region that autodiff built (a region's backward
+   pass, met again by a second derivative) has slice parameters instead,
+   which the walker cannot map to the region's inputs: it is re-run whole. */
+static int tj__see_into(const tj_node *s) {
+    int i, k, ok;
+    if (!tj__is_region(s)) return 0;
+    for (i = 0; i < s->sub->n; i++) {
+        const tj_node *p = s->sub->nodes[i];
+        if (p->op != TJ__OP_PARAM || p->pass != 0) continue;
+        for (k = 0, ok = 0; k < s->sub->ncap && !ok; k++) ok = s->sub->cap_param[k] == p;
+        if (!ok) return 0;
+    }
+    return 1;
+}
 static const tj_node *tj__region_value(const tj_node *v) {
-    while (v->op == TJ__OP_PROJ && tj__is_region(v->in[0]) && v->a.index < v->in[0]->sub->nout) {
+    while (v->op == TJ__OP_PROJ && tj__see_into(v->in[0]) && v->a.index < v->in[0]->sub->nout) {
         const tj_node *o = v->in[0]->sub->outs[v->a.index];
         if (o->op == TJ__OP_TO_HOST) o = o->in[0];
         if (o->op == TJ__OP_PARAM) break;
@@ -9219,7 +9241,7 @@ static void tj__bwd_free_kids(tj__bwd *w) {
 static tj_node *tj__through(tj__bwd *w, tj_node *v) {
     tj__bwd *x = w;
     tj_node *t = v, *r, *via;
-    while (t->op == TJ__OP_PROJ && tj__is_region(t->in[0]) && t->in[0]->pass == 0 && t->a.index < t->in[0]->sub->nout) {
+    while (t->op == TJ__OP_PROJ && tj__see_into(t->in[0]) && t->in[0]->pass == 0 && t->a.index < t->in[0]->sub->nout) {
         tj_node *o = t->in[0]->sub->outs[t->a.index];
         if (o->op == TJ__OP_TO_HOST) o = o->in[0];
         if (o->op == TJ__OP_PARAM) break;
