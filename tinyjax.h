@@ -15252,9 +15252,18 @@ static tj_status tj__compile(tj_prog *p);
 static tj_status tj__compile_bodies(tj_prog *p) {
     int i;
     for (i = 0; i < p->nsched; i++) {
-        tj_graph *b = p->sched[i]->sub;
+        tj_node *n = p->sched[i];
+        tj_graph *b = n->sub;
         tj_prog *bp;
         if (!b || b->prog) continue;
+        if (n->op == TJ__OP_SCAN && (b->nparam > 128 || n->nproj > 64 || n->a.nx > 64 || n->a.ncarry > 32)) {
+            /* the runner's tables (tj__k_scan, tj__kern): refused here, at
+               tj_jit, not when the run reaches the scan */
+            tj__err(p->ctx, TJ_ERR_ARG, n->file, n->line,
+                    "scan: its body has %d parameters and %d outputs (%d carries, %d xs); the runner takes at most 128, 64, 32 and 64 (autodiff "
+                    "makes them: many tj_grad calls through nested regions can exceed them)", b->nparam, n->nproj, n->a.ncarry, n->a.nx);
+            return TJ_ERR_ARG;
+        }
         bp = (tj_prog *)tj__calloc(sizeof *bp);
         if (!bp) return TJ_ERR_OOM;
         b->prog = bp;

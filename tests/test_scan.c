@@ -432,6 +432,58 @@ static int rv_run(tj_ctx *ctx, tj_tree *in, int second, tj_tree *out) {
     return ok;
 }
 
+/* A program whose backward scan has more outputs than the runner's tables
+   hold (4 tj_grad calls through checkpoints 4 deep: 70 outputs) is refused
+   by tj_jit with the limits named; it was refused by tj_run, when the run
+   reached the scan ("scan: too many body parameters or outputs") */
+static const tj_policy *deep_pol[4];
+static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    int lev = (int)(intptr_t)u;
+    tj_v x = in[0], w = in[1], a = tj_checkpoint_name(tj_tanh(tj_rename(tj_dot(x, w, "h"), "h2", "h")), "h");
+    (void)g;
+    if (lev + 1 < 4) {
+        tj_v ins[2] = {a, w}, o;
+        tj_checkpoint(deep_level, (void *)(intptr_t)(lev + 1), 2, ins, 1, &o, deep_pol[lev + 1]);
+        out[0] = tj_add(tj_mul(tj_tanh(tj_muls(a, 1.3)), o), x);
+    } else
+        out[0] = tj_add(tj_mul(tj_exp(tj_muls(a, 0.3)), a), x);
+}
+static void deep_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v ins[2] = {c[0], x[0]}, o;
+    (void)g; (void)u;
+    tj_checkpoint(deep_level, (void *)(intptr_t)0, 2, ins, 1, &o, deep_pol[0]);
+    co[0] = o;
+    y[0] = tj_sum(tj_mul(o, o), "h");
+}
+static void deep_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), fin, ys, loss, gx, extra;
+    tj_policy ev = tj_everything_saveable();
+    int q;
+    (void)g; (void)u;
+    if (tj_scan(deep_body, NULL, "layer", 1, &x, 1, &w, 1, &fin, &ys, &ev)) return;
+    loss = tj_add(tj_sum_all(ys), tj_sum_all(tj_tanh(fin)));
+    if (tj_grad(loss, 1, &x, &gx)) return;
+    for (q = 1; q < 4; q++)
+        if (!tj_grad(loss, 1, &x, &extra)) gx = tj_add(gx, tj_muls(extra, 0.0));
+    tj_tree_set_v(out, "gx", gx);
+}
+static void test_deep_limit(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx);
+    tj_policy nothing = tj_nothing_saveable(), dots = tj_dots_saveable(), ev = tj_everything_saveable(), names = tj_save_only_these_names("h");
+    tj_prog *p;
+    deep_pol[0] = &nothing, deep_pol[1] = &dots, deep_pol[2] = &ev, deep_pol[3] = &names;
+    tjt_current = "a backward scan past the runner's tables";
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "b=4 h=8", 1, -1, 1));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "layer=3 h=8 h2=8", 2, -0.5, 0.5));
+    p = tj_jit(ctx, "deep", deep_fn, NULL, in, NULL);
+    TJT_CHECK(p == NULL && strstr(tj_error(ctx), "the runner takes at most") && strstr(tj_error(ctx), "test_scan.c"),
+              "tj_jit refuses it, naming the limits and the scan's line: %s", p ? "(compiled)" : tj_error(ctx));
+    tj_clear_error(ctx);
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     enum { L = 3, B = 4, E = 6, H = 8 };
@@ -440,6 +492,7 @@ int main(void) {
     tj_tree *in, *o1, *o2;
     tj_prog *p1, *p2;
 
+    test_deep_limit();
     tjt_current = "scan vs unrolled";
     in = make_inputs(ctx, TJ_F64, L, B, E, H);
     p1 = tj_jit(ctx, "scan", stack_grads, &cs, in, NULL);
