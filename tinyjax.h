@@ -4559,32 +4559,35 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
    floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. The chunk math
    in double would round products past 2^53 and the i32 store saturates (it
    is the float -> i32 conversion), so these ops take this loop instead;
-   the operands are i32 values held in doubles, the results too. The CUDA
-   twin is tjc_i32_op. */
-static int tj__i32_arith(int op) { return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG; }
-static double tj__i32_op(int op, double a, double b) {
-    uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;
-    switch (op) {
-    case TJ__OP_ADD: r = x + y; break;
-    case TJ__OP_SUB: r = x - y; break;
-    case TJ__OP_MUL: r = x * y; break;
-    case TJ__OP_NEG: r = 0u - x; break;
-    default: /* TJ__OP_DIV */
-        if (y == 0) r = 0xffffffffu;
-        else if (x == 0x80000000u && y == 0xffffffffu) r = x;
-        else r = (uint32_t)((int32_t)x / (int32_t)y);
-        break;
+   the operands are i32 values held in doubles, the results too. One
+   definition for both backends: tinyjax_cuda.cu expands TJ__I32_MATH as
+   __host__ __device__ tjc_i32_arith, tjc_i32_op and tjc_i32_wrap. */
+#define TJ__I32_MATH(Q, P)                                                                                            \
+    Q int P##i32_arith(int op) { return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG; } \
+    Q double P##i32_op(int op, double a, double b) {                                                                  \
+        uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;                                               \
+        switch (op) {                                                                                                 \
+        case TJ__OP_ADD: r = x + y; break;                                                                            \
+        case TJ__OP_SUB: r = x - y; break;                                                                            \
+        case TJ__OP_MUL: r = x * y; break;                                                                            \
+        case TJ__OP_NEG: r = 0u - x; break;                                                                           \
+        default: /* TJ__OP_DIV */                                                                                     \
+            if (y == 0) r = 0xffffffffu;                                                                              \
+            else if (x == 0x80000000u && y == 0xffffffffu) r = x;                                                     \
+            else r = (uint32_t)((int32_t)x / (int32_t)y);                                                             \
+            break;                                                                                                    \
+        }                                                                                                             \
+        return r >= 0x80000000u ? (double)r - 4294967296.0 : (double)r;                                               \
+    }                                                                                                                 \
+    /* x mod 2^32 in [INT32_MIN, INT32_MAX]: an i32 sum accumulated exactly in                                        \
+       double (reductions), wrapped as XLA's s32 sum wraps */                                                         \
+    Q double P##i32_wrap(double v) {                                                                                  \
+        double w = fmod(v, 4294967296.0); /* exact */                                                                 \
+        if (w >= 2147483648.0) w -= 4294967296.0;                                                                     \
+        if (w < -2147483648.0) w += 4294967296.0;                                                                     \
+        return w;                                                                                                     \
     }
-    return r >= 0x80000000u ? (double)r - 4294967296.0 : (double)r;
-}
-/* x mod 2^32 in [INT32_MIN, INT32_MAX]: an i32 sum accumulated exactly in
-   double (reductions), wrapped as XLA's s32 sum wraps */
-static double tj__i32_wrap(double v) {
-    double w = fmod(v, 4294967296.0); /* exact */
-    if (w >= 2147483648.0) w -= 4294967296.0;
-    if (w < -2147483648.0) w += 4294967296.0;
-    return w;
-}
+TJ__I32_MATH(static, tj__)
 static void tj__imath(int op, unsigned one, const void *const *in, void *out, int64_t n) {
     const double *A = (const double *)in[0], *B = (const double *)in[1];
     double *o = (double *)out;
@@ -12535,33 +12538,10 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
    generic load/store per chunk was a tenth of an 8-device step's CPU time):
    they vectorise. */
 static void tj__reduce_f32(int G, const void *const *src, void *dst, size_t count, int op);
-/* i32 across devices: a sum wraps modulo 2^32 like XLA's s32 add (so any
-   order gives the same bits, and psum of i32 equals the one-device sum);
-   a max is exact. Element j of every source is read before o[j] is
-   written, so o may be any of the sources. */
-static void tj__reduce_i32(int G, const void *const *src, void *dst, size_t count, int op) {
-    int32_t *o = (int32_t *)dst;
-    size_t j;
-    int r;
-    for (j = 0; j < count; j++) {
-        int32_t mx = ((const int32_t *)src[0])[j];
-        uint32_t acc = (uint32_t)mx;
-        for (r = 1; r < G; r++) {
-            int32_t v = ((const int32_t *)src[r])[j];
-            mx = v > mx ? v : mx;
-            acc += (uint32_t)v;
-        }
-        o[j] = op == TJ_REDUCE_MAX ? mx : acc <= 0x7FFFFFFFu ? (int32_t)acc : (int32_t)(acc - 0x80000000u) + INT32_MIN;
-    }
-}
 static void tj__reduce_once(int G, const void *const *src, void *dst, size_t count, tj_dtype dt, int op) {
     double acc[TJ__CHUNK], b[TJ__CHUNK];
     int64_t n = (int64_t)count, c0, c, j;
     int r;
-    if (dt == TJ_I32) {
-        tj__reduce_i32(G, src, dst, count, op);
-        return;
-    }
     if (dt == TJ_F32 && (G <= 2 || op == TJ_REDUCE_MAX)) {
         /* a max, or the sum of two: the float op in rank order gives the same
            bits as the double one rounded once (the sum of two floats rounded
@@ -12588,6 +12568,8 @@ static void tj__reduce_once(int G, const void *const *src, void *dst, size_t cou
             tj__load_n(src[r], dt, c0, 1, c, b);
             if (op == TJ_REDUCE_MAX)
                 for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] || b[j] != b[j] ? b[j] : acc[j];
+            else if (dt == TJ_I32) /* XLA's s32 psum wraps (tj__i32_op) */
+                for (j = 0; j < c; j++) acc[j] = tj__i32_op(TJ__OP_ADD, acc[j], b[j]);
             else
                 for (j = 0; j < c; j++) acc[j] += b[j];
         }
@@ -12629,10 +12611,6 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
         tj__reduce_f32(G, src, dst, count, op);
         return;
     }
-    if (dt == TJ_I32) {
-        tj__reduce_i32(G, src, dst, count, op);
-        return;
-    }
     if (dst != src[0]) memmove(dst, src[0], count * tj_dtype_size(dt));
     for (r = 1; r < G; r++)
         for (c0 = 0; c0 < n; c0 += c) {
@@ -12641,6 +12619,8 @@ static void tj__reduce_steps(int G, const void *const *src, void *dst, size_t co
             tj__load_n(src[r], dt, c0, 1, c, b);
             if (op == TJ_REDUCE_MAX)
                 for (j = 0; j < c; j++) acc[j] = b[j] > acc[j] || b[j] != b[j] ? b[j] : acc[j];
+            else if (dt == TJ_I32) /* XLA's s32 psum wraps (tj__i32_op) */
+                for (j = 0; j < c; j++) acc[j] = tj__i32_op(TJ__OP_ADD, acc[j], b[j]);
             else
                 for (j = 0; j < c; j++) acc[j] += b[j];
             tj__store_n(dst, dt, c0, 1, c, acc);

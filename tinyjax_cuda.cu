@@ -251,33 +251,10 @@ __device__ __forceinline__ T tjc_binary(int op, T a, T b) {
 #undef tj__gelu_d
 #undef TJC_UNARY_CASE
 #undef TJC_BINARY_CASE
-/* i32 add, sub, mul, div, neg: XLA's s32 arithmetic (the twin of
-   tj__i32_op: wraparound, division toward zero, x / 0 = -1, INT32_MIN / -1
-   = INT32_MIN), and an exact i32 sum wrapped (tj__i32_wrap) */
-__host__ __device__ __forceinline__ int tjc_i32_arith(int op) {
-    return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG;
-}
-__host__ __device__ __forceinline__ double tjc_i32_op(int op, double a, double b) {
-    uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;
-    switch (op) {
-    case TJ__OP_ADD: r = x + y; break;
-    case TJ__OP_SUB: r = x - y; break;
-    case TJ__OP_MUL: r = x * y; break;
-    case TJ__OP_NEG: r = 0u - x; break;
-    default:
-        if (y == 0) r = 0xffffffffu;
-        else if (x == 0x80000000u && y == 0xffffffffu) r = x;
-        else r = (uint32_t)((int32_t)x / (int32_t)y);
-        break;
-    }
-    return r >= 0x80000000u ? (double)r - 4294967296.0 : (double)r;
-}
-__host__ __device__ __forceinline__ double tjc_i32_wrap(double v) {
-    double w = fmod(v, 4294967296.0);
-    if (w >= 2147483648.0) w -= 4294967296.0;
-    if (w < -2147483648.0) w += 4294967296.0;
-    return w;
-}
+/* i32 add, sub, mul, div, neg as XLA's s32 ops, and an exact i32 sum
+   wrapped: the header's TJ__I32_MATH (tj__i32_op, tj__i32_wrap), here for
+   the device */
+TJ__I32_MATH(__host__ __device__ __forceinline__, tjc_)
 /* the max of tj__k_reduce: NaN wins */
 template <typename T>
 __device__ __forceinline__ T tjc_maxnan(T acc, T v) { return (v > acc || v != v) ? v : acc; }
@@ -3509,21 +3486,10 @@ __device__ __forceinline__ void tjc_cpu_st(void *p, int dt, int64_t i, double v)
 template <typename Src>
 __device__ __forceinline__ void tjc_reduce_loop(const Src &src, int G, void *out, int dt, int64_t n, int ismax, int steps) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        if (dt == TJ_I32) { /* as the CPU's tj__reduce_i32: a sum wraps modulo 2^32 (XLA's s32), a max is exact */
-            int32_t mx = ((const int32_t *)src.at(0))[i];
-            uint32_t s = (uint32_t)mx;
-            for (int r = 1; r < G; r++) {
-                int32_t v = ((const int32_t *)src.at(r))[i];
-                mx = v > mx ? v : mx;
-                s += (uint32_t)v;
-            }
-            ((int32_t *)out)[i] = ismax ? mx : (int32_t)s;
-            continue;
-        }
         double acc = tjc_cpu_ld(src.at(0), dt, i);
         for (int r = 1; r < G; r++) {
             double b = tjc_cpu_ld(src.at(r), dt, i);
-            acc = ismax ? (b > acc || b != b ? b : acc) : acc + b; /* (pmax: a NaN on any rank wins) */
+            acc = ismax ? (b > acc || b != b ? b : acc) : dt == TJ_I32 ? tjc_i32_op(TJ__OP_ADD, acc, b) : acc + b; /* (pmax: a NaN on any rank wins; an i32 psum wraps, as the CPU's) */
             if (steps && r + 1 < G) {
                 double x[1];
                 tjc_cpu_st(x, dt, 0, acc);
