@@ -2056,11 +2056,12 @@ struct tj_array {
     tj_backend *backend;   /* the backend its buffers came from (NULL: CPU) */
     int in_tree;           /* a tree leaf owns it: a second owner would free
                               it twice, so tj_tree_set_array refuses one   */
-    int ordered;           /* ord holds a spec's order (else mesh order)   */
     unsigned char ord[TJ_MAXDIM][TJ__MAXMESH]; /* per axis: its mesh axes in
                               the order its spec gave them, which lays out
                               its process-local blocks as JAX does (the
-                              shards themselves are in mesh order, [4])   */
+                              shards themselves are in mesh order, [4]);
+                              zeros, or a list that is not the axis's mesh
+                              axes: mesh order (tj__arr_order)            */
 };
 
 static tj__type tj__local(const tj_ctx *c, const tj__type *t);
@@ -3311,21 +3312,12 @@ static int tj__arr_order(const tj_array *a, int i, int *ord) {
     unsigned got = 0;
     for (j = 0; j < a->ctx->nmesh; j++)
         if (a->t.sh[i] >> j & 1) ord[n++] = j;
-    for (j = 0; a->ordered && j < n; j++) got |= a->ord[i][j] < TJ__MAXMESH ? 1u << a->ord[i][j] : 1u << 31;
-    for (j = 0; a->ordered && got == a->t.sh[i] && j < n; j++) ord[j] = a->ord[i][j]; /* (an order of these mesh axes only) */
+    for (j = 0; j < n; j++) got |= a->ord[i][j] < TJ__MAXMESH ? 1u << a->ord[i][j] : 1u << 31;
+    for (j = 0; got == a->t.sh[i] && j < n; j++) ord[j] = a->ord[i][j]; /* (an order of these mesh axes only) */
     return n;
 }
-/* a takes the order a spec gave (tj__parse_spec_ord's ord); mesh order is
-   kept as no order at all */
-static void tj__arr_set_order(tj_array *a, unsigned char (*ord)[TJ__MAXMESH]) {
-    int i, k, n, j;
-    a->ordered = 0;
-    memcpy(a->ord, ord, sizeof a->ord);
-    for (i = 0; i < a->t.rank; i++) {
-        for (j = 0, n = 0; j < a->ctx->nmesh; j++) n += a->t.sh[i] >> j & 1;
-        for (k = 1; k < n; k++) a->ordered |= ord[i][k] < ord[i][k - 1];
-    }
-}
+/* a takes the order a spec gave (tj__parse_spec_ord's ord) */
+static void tj__arr_set_order(tj_array *a, unsigned char (*ord)[TJ__MAXMESH]) { memcpy(a->ord, ord, sizeof a->ord); }
 /* an array's spec as a spec writes it, its tuples in its order */
 static const char *tj__arr_spec_str(const tj_array *a, char *buf, size_t n) {
     size_t k = 0;
@@ -3973,7 +3965,6 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
             tj_array *b;
             r = *x->arr; /* the rules, restricted to this leaf's axes, their tuples in the rules' order */
             if (tj__parse_spec_ord(t->ctx, rules, &x->arr->t, r.t.sh, r.ord, 0, "filter_shard", f, l)) return t->ctx->status;
-            r.ordered = 1;
             tj__arr_spec_str(&r, spec, sizeof spec);
             if (!(b = tj_device_put_at(f, l, x->arr, spec))) return t->ctx->status;
             if (x->owned) tj_array_free(x->arr);
@@ -15563,7 +15554,7 @@ TJDEF tj_status tj_run_at(const char *file, int line, tj_prog *p, const tj_tree 
             *a = *args[d];
             a->t = p->outs[i]->t;
             a->in_tree = 0; /* a new array, nobody's yet */
-            a->ordered = 0; /* laid out as the program's outputs are: mesh order */
+            memset(a->ord, 0, sizeof a->ord); /* laid out as the program's outputs are: mesh order */
             outs[i] = a;
         } else if (!(outs[i] = tj__array_alloc(c, &p->outs[i]->t, file, line))) {
             st = TJ_ERR_OOM;
