@@ -542,6 +542,10 @@ static void test_null_args(void) {
     FAILS_WITH(c, tj_iota(c, TJ_F32, NULL, "a") == NULL, "tj_iota", "shape", "NULL");
     FAILS_WITH(c, tj_array_read(a, TJ_F32, NULL) == TJ_ERR_ARG, "tj_array_read", "dst");
     TJT_CHECK(tj_array_read(NULL, TJ_F32, f) == TJ_ERR_ARG, "tj_array_read(NULL)");
+    FAILS_WITH(c, tj_array_read_local(a, TJ_F32, NULL) == TJ_ERR_ARG, "tj_array_read_local", "dst"); /* (it wrote through NULL) */
+    FAILS_WITH(c, tj_array_read_all(a, TJ_F32, NULL) == TJ_ERR_ARG, "tj_array_read_all", "dst");
+    TJT_CHECK(tj_array_read_local(NULL, TJ_F32, f) == TJ_ERR_ARG && tj_array_read_all(NULL, TJ_F32, f) == TJ_ERR_ARG, "read_local/read_all of NULL");
+    TJT_CHECK(tj_array_local_shape(NULL, buf, sizeof buf) == buf && !buf[0] && tj_array_local_shape(a, NULL, 0) == NULL, "tj_array_local_shape with NULL");
     tj_array_free(NULL);
     TJT_CHECK(tj_array_numel(NULL) == 0 && tj_array_rank(NULL) == 0 && tj_array_dim(NULL, "a") == -1 && tj_array_dim(a, NULL) == -1 &&
                   tj_array_is_deleted(NULL),
