@@ -1918,6 +1918,7 @@ static int tj__type_check(tj_ctx *c, const tj__type *t, const char *what, const 
 /* Parse "batch=4 embed=128" into a type. Sizes must be >= 1 (0 allowed only
    when allow_zero, for split's inferred size); names must be distinct. */
 static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, int allow_zero, const char *what, const char *file, int line) {
+    const char *s0 = s;
     memset(t, 0, sizeof *t);
     t->dt = dt;
     if ((unsigned)dt >= TJ_NDTYPE) {
@@ -1955,7 +1956,7 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
         s = e;
         for (i = 0; i < t->rank; i++)
             if (t->ax[i] == id) {
-                tj__err(c, TJ_ERR_AXIS, file, line, "%s: axis '%s' appears twice in \"%s\"", what, tj__name(c, id), b);
+                tj__err(c, TJ_ERR_AXIS, file, line, "%s: axis '%s' appears twice in \"%s\"", what, tj__name(c, id), s0); /* (the whole string, not its tail) */
                 return -1;
             }
         t->ax[t->rank] = id;
@@ -17269,7 +17270,8 @@ static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int
             goto done;
         }
         if (e->rank < 0 || e->rank > TJ_MAXDIM || (e->rank > 0 && !e->shape)) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor '%s': invalid rank %d", path, e->name, e->rank);
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor '%s': %s rank %d (0..%d)", path, e->name, e->rank >= 0 && e->rank <= TJ_MAXDIM ? "shape is NULL for" : "invalid",
+                    e->rank, TJ_MAXDIM);
             goto done;
         }
         for (k = 0; k < e->rank; k++) {

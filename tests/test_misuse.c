@@ -143,7 +143,7 @@ static void test_arrays(void) {
     BAD(c, tj_zeros(c, (tj_dtype)-1, "a=2") == NULL, "tj_full", "dtype -1");
     BAD(c, tj_array_new(c, TJ_F32, "a=0", NULL) == NULL, "tj_array_new", "'a'", "\"0\"");
     BAD(c, tj_array_new(c, TJ_F32, "a=-2", NULL) == NULL, "tj_array_new", "'a'", "-2");
-    BAD(c, tj_zeros(c, TJ_F32, "a=2 b=3 a=4") == NULL, "tj_full", "'a'", "twice");
+    BAD(c, tj_zeros(c, TJ_F32, "a=2 b=3 a=4") == NULL, "tj_full", "'a'", "twice", "\"a=2 b=3 a=4\""); /* (it quoted "a=4") */
     BAD(c, tj_zeros(c, TJ_F32, "a=2x") == NULL, "tj_full", "x");
     BAD(c, tj_zeros(c, TJ_F32, "a=1e3") == NULL, "tj_full", "e3");
     BAD(c, tj_zeros(c, TJ_F32, "a= 3") == NULL, "tj_full", "'a'");
