@@ -7955,7 +7955,7 @@ TJDEF tj_status tj_grad_tree_at(const char *f, int l, tj_v loss, const tj_tree *
     int i, k = 0;
     tj_status st;
     if (!loss || !params || !grads) {
-        if (loss) tj__err(loss->g->ctx, TJ_ERR_ARG, NULL, 0, "tj_grad_tree: argument %s is NULL", !params ? "params" : "grads");
+        if (loss) tj__err(loss->g->ctx, TJ_ERR_ARG, f, l, "tj_grad_tree: argument %s is NULL", !params ? "params" : "grads");
         return TJ_ERR_ARG;
     }
     w = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(params->n + 1));

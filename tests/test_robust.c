@@ -451,7 +451,7 @@ static void null_ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     FAILS_WITH(c, tj_vjp(1, &y, NULL, 1, &x, NULL) != TJ_OK, "vjp", "bad arguments");
     TJT_CHECK(tj_vjp(1, NULL, NULL, 1, &x, &gw) != TJ_OK, "vjp of NULL outputs fails");
     tj_clear_error(c);
-    FAILS_WITH(c, tj_grad_tree(y, NULL, out) != TJ_OK, "grad_tree", "NULL");
+    FAILS_WITH(c, tj_grad_tree(y, NULL, out) != TJ_OK, "grad_tree", "NULL", "test_robust.c:"); /* (the caller's line was missing) */
     FAILS_WITH(c, tj_grad_tree(y, in, NULL) != TJ_OK, "grad_tree", "NULL");
     {
         tj_v o = NULL;
