@@ -1918,6 +1918,7 @@ static int tj__type_check(tj_ctx *c, const tj__type *t, const char *what, const 
 /* Parse "batch=4 embed=128" into a type. Sizes must be >= 1 (0 allowed only
    when allow_zero, for split's inferred size); names must be distinct. */
 static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, int allow_zero, const char *what, const char *file, int line) {
+    const char *s0 = s;
     memset(t, 0, sizeof *t);
     t->dt = dt;
     if ((unsigned)dt >= TJ_NDTYPE) {
@@ -1955,7 +1956,7 @@ static int tj__parse_shape(tj_ctx *c, const char *s, tj_dtype dt, tj__type *t, i
         s = e;
         for (i = 0; i < t->rank; i++)
             if (t->ax[i] == id) {
-                tj__err(c, TJ_ERR_AXIS, file, line, "%s: axis '%s' appears twice in \"%s\"", what, tj__name(c, id), b);
+                tj__err(c, TJ_ERR_AXIS, file, line, "%s: axis '%s' appears twice in \"%s\"", what, tj__name(c, id), s0); /* (the whole string, not its tail) */
                 return -1;
             }
         t->ax[t->rank] = id;
@@ -2179,6 +2180,14 @@ TJDEF tj_array *tj_array_new_at(const char *file, int line, tj_ctx *c, tj_dtype 
     return a;
 }
 /* Fill an array from a host-side generator (value of element i). */
+/* A constant given for i32 values (a fill, a pad or mask value, adds and
+   muls) must be an i32 value: 0.5 would become 0, NaN 0 and 1e10
+   INT32_MAX, silently. of: what is i32, for the message. */
+static int tj__i32_const_ok(tj_ctx *c, tj_dtype dt, double s, const char *what, const char *of, const char *f, int l) {
+    if (dt != TJ_I32 || (s == floor(s) && s >= -2147483648.0 && s <= 2147483647.0)) return 1;
+    tj__err(c, TJ_ERR_DTYPE, f, l, "%s: constant %g is not an i32 value, but %s is i32 (cast it to a float dtype first)", what, s, of);
+    return 0;
+}
 static tj_array *tj__array_gen(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, double (*gen)(int64_t i, const tj__type *t, const void *u), const void *u,
                                const char *what) {
     tj__type t;
@@ -2206,6 +2215,7 @@ static double tj__gen_iota(int64_t i, const tj__type *t, const void *u) {
     return (double)((i / st[k]) % t->dim[k]);
 }
 TJDEF tj_array *tj_full_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, double v) {
+    if (c && !tj__i32_const_ok(c, dt, v, "tj_full", "the array", file, line)) return NULL;
     return tj__array_gen(file, line, c, dt, shape, tj__gen_const, &v, "tj_full");
 }
 TJDEF tj_array *tj_iota_at(const char *file, int line, tj_ctx *c, tj_dtype dt, const char *shape, const char *axis) {
@@ -3365,6 +3375,7 @@ static int tj__similar(const char *a, const char *b, size_t n) {
    axis for one value, the first in the string wins. */
 /* ord (NULL: not wanted) gets, per axis of t, its mesh axes in the order
    the spec lists them (JAX's layout of the axis: the first most major). */
+#define TJ__SPEC_SEP(ch) ((ch) == ' ' || (ch) == ',' || (ch) == '\t' || (ch) == '\n')
 static int tj__parse_spec_ord(tj_ctx *c, const char *spec, const tj__type *t, uint8_t *sh, unsigned char (*ord)[TJ__MAXMESH], int strict, const char *what,
                               const char *file, int line) {
     const char *s = spec ? spec : "";
@@ -3377,7 +3388,7 @@ static int tj__parse_spec_ord(tj_ctx *c, const char *spec, const tj__type *t, ui
         int id, k, no = 0;
         unsigned m = 0;
         unsigned char lst[TJ__MAXMESH];
-        if (*s == ' ' || *s == ',' || *s == '\t') { s++; continue; }
+        if (TJ__SPEC_SEP(*s)) { s++; continue; }
         b = s;
         while (*s && tj__isname(*s)) s++;
         if (s == b || *s != ':') {
@@ -3386,16 +3397,16 @@ static int tj__parse_spec_ord(tj_ctx *c, const char *spec, const tj__type *t, ui
         }
         id = tj__intern(c, b, (size_t)(s - b));
         s++;
-        while (*s && *s != ' ' && *s != ',') {
+        /* the tuple: items ("-", "none" or a mesh axis) joined by '+' ("a:" alone: replicated) */
+        while (*s && !TJ__SPEC_SEP(*s)) {
             const char *e = s;
             int j, mid, found = -1;
-            if (*s == '-') { /* "-": replicated */
-                s++;
-                continue;
-            }
-            while (*e && tj__isname(*e)) e++;
-            if (e == s) {
-                tj__err(c, TJ_ERR_ARG, file, line, "%s: bad mesh axis in spec near \"%s\"", what, s);
+            if (*s == '-') e++; /* "-": replicated */
+            else
+                while (*e && tj__isname(*e)) e++;
+            if (e == s || (*e && *e != '+' && !TJ__SPEC_SEP(*e)) || (*e == '+' && (!e[1] || TJ__SPEC_SEP(e[1])))) { /* ("a:data-model", "a:data+") */
+                const char *at = e == s ? s : e;
+                tj__err(c, TJ_ERR_ARG, file, line, "%s: bad mesh axis in spec near \"%s\" (want mesh axes joined by '+', \"none\" or \"-\")", what, at);
                 return -1;
             }
             if (!((e - s == 4 && strncmp(s, "none", 4) == 0) || (e - s == 1 && *s == '-'))) {
@@ -4988,9 +4999,7 @@ TJ__B(NE, ne, 0)
    value (x * 0.5 would multiply by 0, silently). */
 static int tj__const_fits(const char *f, int l, tj_v a, double s, const char *what) {
     char b[256];
-    if (a->t.dt != TJ_I32 || (s == floor(s) && s >= -2147483648.0 && s <= 2147483647.0)) return 1;
-    tj__err(a->g->ctx, TJ_ERR_DTYPE, f, l, "%s: constant %g is not an i32 value, but %s is i32 (cast it to a float dtype first)", what, s, tj_v_describe(a, b, sizeof b));
-    return 0;
+    return tj__i32_const_ok(a->g->ctx, a->t.dt, s, what, tj_v_describe(a, b, sizeof b), f, l);
 }
 TJDEF tj_v tj_adds_at(const char *f, int l, tj_v a, double s) { return a && tj__const_fits(f, l, a, s, "adds") ? tj_add_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
 TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s) { return a && tj__const_fits(f, l, a, s, "muls") ? tj_mul_at(f, l, a, tj_scalar_at(f, l, a->g, a->t.dt, s)) : NULL; }
@@ -5067,7 +5076,9 @@ static tj_v tj__source(const char *f, int l, tj_graph *g, int op, tj_dtype dt, c
     return tj__node(g, op, &t, 0, NULL, NULL, f, l);
 }
 TJDEF tj_v tj_fill_at(const char *f, int l, tj_graph *g, tj_dtype dt, const char *shape, double v) {
-    tj_node *n = tj__source(f, l, g, TJ__OP_FILL, dt, shape, "fill");
+    tj_node *n;
+    if (g && !tj__i32_const_ok(g->ctx, dt, v, "fill", "the value", f, l)) return NULL;
+    n = tj__source(f, l, g, TJ__OP_FILL, dt, shape, "fill");
     if (n) n->a.s = v;
     return n;
 }
@@ -5778,7 +5789,7 @@ TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo,
     int a, k;
     tj__type t;
     tj__attr pa;
-    if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0) return NULL;
+    if (!x || (a = tj__one_axis(x, axis, "pad", f, l)) < 0 || !tj__const_fits(f, l, x, value, "pad")) return NULL;
     if (lo < 0 || hi < 0) { /* negative padding crops, as in lax.pad: a slice, then the rest */
         int64_t d = x->t.dim[tj__axis_index(&x->t, a)];
         int64_t clo = lo < 0 ? (lo <= -d ? d : -lo) : 0, chi = hi < 0 ? (hi <= -d ? d : -hi) : 0; /* (no -INT64_MIN) */
@@ -6758,7 +6769,8 @@ static double tj__flops_row(const tj_node *n) { return 5.0 * (double)tj__numel(&
 TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill) {
     int q, kk;
     tj__attr pa;
-    if (!x || (q = tj__one_axis(x, q_axis, "causal_mask", f, l)) < 0 || (kk = tj__one_axis(x, k_axis, "causal_mask", f, l)) < 0) return NULL;
+    if (!x || (q = tj__one_axis(x, q_axis, "causal_mask", f, l)) < 0 || (kk = tj__one_axis(x, k_axis, "causal_mask", f, l)) < 0 ||
+        !tj__const_fits(f, l, x, fill, "causal_mask")) return NULL;
     if (q == kk) {
         tj__err(x->g->ctx, TJ_ERR_AXIS, f, l, "causal_mask: query and key axes must differ (rename one), both are '%s'", q_axis);
         return NULL;
@@ -7943,7 +7955,7 @@ TJDEF tj_status tj_grad_tree_at(const char *f, int l, tj_v loss, const tj_tree *
     int i, k = 0;
     tj_status st;
     if (!loss || !params || !grads) {
-        if (loss) tj__err(loss->g->ctx, TJ_ERR_ARG, NULL, 0, "tj_grad_tree: argument %s is NULL", !params ? "params" : "grads");
+        if (loss) tj__err(loss->g->ctx, TJ_ERR_ARG, f, l, "tj_grad_tree: argument %s is NULL", !params ? "params" : "grads");
         return TJ_ERR_ARG;
     }
     w = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)(params->n + 1));
@@ -13433,6 +13445,10 @@ TJDEF tj_status tj_array_read_all(tj_array *a, tj_dtype dt, void *dst) {
     tj_status st = TJ_OK;
     if (!a) return TJ_ERR_ARG;
     c = a->ctx;
+    if (!dst) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_array_read_all: argument dst is NULL");
+        return TJ_ERR_ARG;
+    }
     if (!tj__spans(c, &a->t)) return tj_array_read(a, dt, dst);
     if (!tj__array_live(a, "tj_array_read_all", NULL, 0)) return TJ_ERR_STATE;
     if ((unsigned)dt >= TJ_NDTYPE) {
@@ -13664,6 +13680,10 @@ TJDEF tj_status tj_array_read_local(tj_array *a, tj_dtype dt, void *dst) {
     tj_status st = TJ_OK;
     if (!a) return TJ_ERR_ARG;
     c = a->ctx;
+    if (!dst) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_array_read_local: argument dst is NULL");
+        return TJ_ERR_ARG;
+    }
     if (!tj__array_live(a, "tj_array_read_local", NULL, 0)) return TJ_ERR_STATE;
     if ((unsigned)dt >= TJ_NDTYPE) {
         tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_array_read_local: bad dtype %d", (int)dt);
@@ -17335,7 +17355,8 @@ static int tj__st_write(tj_ctx *c, const char *path, const tj_st_entry *ten, int
             goto done;
         }
         if (e->rank < 0 || e->rank > TJ_MAXDIM || (e->rank > 0 && !e->shape)) {
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor '%s': invalid rank %d", path, e->name, e->rank);
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "%s: tensor '%s': %s rank %d (0..%d)", path, e->name, e->rank >= 0 && e->rank <= TJ_MAXDIM ? "shape is NULL for" : "invalid",
+                    e->rank, TJ_MAXDIM);
             goto done;
         }
         for (k = 0; k < e->rank; k++) {

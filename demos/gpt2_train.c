@@ -904,11 +904,18 @@ GPT2_UNUSED static double unigram_entropy(const int32_t *d, size_t n, int V) {
     return h;
 }
 
-/* the devices of a mesh "data=4 model=2": the product of its sizes */
+/* the devices of a mesh "data=4 model=2": the product of its sizes (0 for
+   a size that is not a whole number from 1 to TJ_MAXDEV, or a product over
+   TJ_MAXDEV: tj_set_mesh then says what is wrong) */
 GPT2_UNUSED static int mesh_size(const char *m) {
-    int n = 1;
-    while ((m = strchr(m, '='))) n *= atoi(++m);
-    return n;
+    long n = 1;
+    while ((m = strchr(m, '='))) {
+        char *e;
+        long k = strtol(++m, &e, 10);
+        if (e == m || k < 1 || k > TJ_MAXDEV || n * k > TJ_MAXDEV) return 0;
+        n *= k;
+    }
+    return (int)n;
 }
 
 #if !defined(GPT2_NO_MAIN) || defined(GPT2_CLI)
@@ -1447,6 +1454,13 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         a->mesh = "";
     }
     if (!a->devices_set && a->mesh && strchr(a->mesh, '=')) a->devices = mesh_size(a->mesh); /* --mesh alone: as many devices as it has */
+    if (a->mesh_set && *a->mesh) { /* a mesh given is checked on the devices, also one device (it was ignored there, and "data=abc" divided by 0) */
+        tj_ctx *c = tj_ctx_new();
+        int bad = !c || tj_set_devices(c, a->devices > 0 ? a->devices : 1) || tj_set_mesh(c, a->mesh);
+        if (bad) fprintf(stderr, "gpt2_train: --mesh \"%s\"%s: %s\n", a->mesh, a->devices_set ? " and --devices" : "", c ? tj_error(c) : "out of memory");
+        tj_ctx_free(c);
+        if (bad) return 1;
+    }
     if (!a->init_from && a->cfg.C % a->cfg.H) {
         fprintf(stderr, "gpt2_train: --embed %d is not divisible by --heads %d\n", a->cfg.C, a->cfg.H);
         return 1;

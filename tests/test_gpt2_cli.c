@@ -234,6 +234,10 @@ static void test_validation(void) {
         {"--tokenizer only_one", "--tokenizer", "two files"},
         {"--embed 100 --heads 3", "--embed 100", "--heads 3"},
         {"--save-every 5", "--save-every", "--save FILE"},
+        /* a mesh is checked on one device too (it was ignored there; "data=abc" divided by zero) */
+        {"--mesh data=abc", "--mesh \"data=abc\"", "tj_set_mesh"},
+        {"--devices 1 --mesh data=3", "--mesh \"data=3\" and --devices", "there are 1"},
+        {"--mesh data=65536,model=65536", "--mesh \"data=65536,model=65536\"", "tj_set_mesh"},
     };
     size_t i;
     tjt_current = "CLI validation";

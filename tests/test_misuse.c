@@ -143,7 +143,7 @@ static void test_arrays(void) {
     BAD(c, tj_zeros(c, (tj_dtype)-1, "a=2") == NULL, "tj_full", "dtype -1");
     BAD(c, tj_array_new(c, TJ_F32, "a=0", NULL) == NULL, "tj_array_new", "'a'", "\"0\"");
     BAD(c, tj_array_new(c, TJ_F32, "a=-2", NULL) == NULL, "tj_array_new", "'a'", "-2");
-    BAD(c, tj_zeros(c, TJ_F32, "a=2 b=3 a=4") == NULL, "tj_full", "'a'", "twice");
+    BAD(c, tj_zeros(c, TJ_F32, "a=2 b=3 a=4") == NULL, "tj_full", "'a'", "twice", "\"a=2 b=3 a=4\""); /* (it quoted "a=4") */
     BAD(c, tj_zeros(c, TJ_F32, "a=2x") == NULL, "tj_full", "x");
     BAD(c, tj_zeros(c, TJ_F32, "a=1e3") == NULL, "tj_full", "e3");
     BAD(c, tj_zeros(c, TJ_F32, "a= 3") == NULL, "tj_full", "'a'");
@@ -190,6 +190,17 @@ static void test_specs(void) {
     BAD(c, tj_device_put(a, "a:data a:model") == NULL, "device_put", "'a'");
     BAD(c, tj_device_put(a, "a:data+model b:model") == NULL, "device_put", "'model'");
     BAD(c, tj_device_put(a, "a") == NULL, "device_put", "near \"a\"");
+    /* a tuple is mesh axes (or none, -) joined by '+' ("data-model" was data+model, "data+" and "-data" data) */
+    BAD(c, tj_device_put(a, "a:data-model") == NULL, "device_put", "bad mesh axis", "near \"-model\"");
+    BAD(c, tj_device_put(a, "a:data+ b:model") == NULL, "device_put", "bad mesh axis", "near \"+ b:model\"");
+    BAD(c, tj_device_put(a, "a:-data") == NULL, "device_put", "bad mesh axis", "near \"data\"");
+    BAD(c, tj_array_from_local(c, TJ_F32, "a=4 b=6", "a:data+", data) == NULL, "tj_array_from_local", "bad mesh axis");
+    {
+        char sb[64];
+        r = tj_device_put(a, "a:data\tb:model"); /* (a tab ended the spec's items but not a tuple) */
+        WORKS(c, r != NULL && !strcmp(tj_array_sharding(r, sb, sizeof sb), "a:data b:model"));
+        tj_array_free(r);
+    }
     r = tj_device_put(a, "a:data+model b:none");
     WORKS(c, r != NULL);
     BAD_NL(c, tj_array_read_local(r, (tj_dtype)9, data) != TJ_OK, "tj_array_read_local", "dtype 9");
@@ -312,6 +323,14 @@ static void ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_adds(i, 1e10) == NULL, "adds", "1e+10", "i32[a=4]");
     BAD(c, tj_adds(i, NAN) == NULL, "adds", "nan");
     WORKS(c, tj_muls(i, -3.0) != NULL && tj_adds(i, 2147483647.0) != NULL);
+    /* the same for the other constants of i32 values (they became 2, INT32_MAX, 0 silently) */
+    BAD(c, tj_scalar(g, TJ_I32, 2.5) == NULL, "fill", "2.5", "i32");
+    BAD(c, tj_fill(g, TJ_I32, "a=2", 1e20) == NULL, "fill", "1e+20", "i32");
+    BAD(c, tj_fill(g, TJ_I32, "a=2", NAN) == NULL, "fill", "nan");
+    BAD(c, tj_pad(i, "a", 1, 1, 0.5) == NULL, "pad", "0.5", "i32[a=4]");
+    BAD(c, tj_causal_mask(tj_broadcast(i, "a=4 q=4"), "a", "q", -INFINITY) == NULL, "causal_mask", "-inf", "i32[a=4,q=4]");
+    BAD(c, tj_full(c, TJ_I32, "a=2", 0.5) == NULL, "tj_full", "0.5", "i32");
+    WORKS(c, tj_fill(g, TJ_I32, "a=2", -2147483648.0) != NULL && tj_pad(i, "a", 1, 0, -1) != NULL && tj_pad(x, "a", 1, 0, NAN) != NULL);
     /* shape arguments that are NaN, infinite or out of range */
     BAD(c, tj_pows(x, NAN) == NULL, "pows", "nan");
     BAD(c, tj_pows(x, INFINITY) == NULL, "pows", "inf");

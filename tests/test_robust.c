@@ -451,7 +451,7 @@ static void null_ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     FAILS_WITH(c, tj_vjp(1, &y, NULL, 1, &x, NULL) != TJ_OK, "vjp", "bad arguments");
     TJT_CHECK(tj_vjp(1, NULL, NULL, 1, &x, &gw) != TJ_OK, "vjp of NULL outputs fails");
     tj_clear_error(c);
-    FAILS_WITH(c, tj_grad_tree(y, NULL, out) != TJ_OK, "grad_tree", "NULL");
+    FAILS_WITH(c, tj_grad_tree(y, NULL, out) != TJ_OK, "grad_tree", "NULL", "test_robust.c:"); /* (the caller's line was missing) */
     FAILS_WITH(c, tj_grad_tree(y, in, NULL) != TJ_OK, "grad_tree", "NULL");
     {
         tj_v o = NULL;
@@ -542,6 +542,10 @@ static void test_null_args(void) {
     FAILS_WITH(c, tj_iota(c, TJ_F32, NULL, "a") == NULL, "tj_iota", "shape", "NULL");
     FAILS_WITH(c, tj_array_read(a, TJ_F32, NULL) == TJ_ERR_ARG, "tj_array_read", "dst");
     TJT_CHECK(tj_array_read(NULL, TJ_F32, f) == TJ_ERR_ARG, "tj_array_read(NULL)");
+    FAILS_WITH(c, tj_array_read_local(a, TJ_F32, NULL) == TJ_ERR_ARG, "tj_array_read_local", "dst"); /* (it wrote through NULL) */
+    FAILS_WITH(c, tj_array_read_all(a, TJ_F32, NULL) == TJ_ERR_ARG, "tj_array_read_all", "dst");
+    TJT_CHECK(tj_array_read_local(NULL, TJ_F32, f) == TJ_ERR_ARG && tj_array_read_all(NULL, TJ_F32, f) == TJ_ERR_ARG, "read_local/read_all of NULL");
+    TJT_CHECK(tj_array_local_shape(NULL, buf, sizeof buf) == buf && !buf[0] && tj_array_local_shape(a, NULL, 0) == NULL, "tj_array_local_shape with NULL");
     tj_array_free(NULL);
     TJT_CHECK(tj_array_numel(NULL) == 0 && tj_array_rank(NULL) == 0 && tj_array_dim(NULL, "a") == -1 && tj_array_dim(a, NULL) == -1 &&
                   tj_array_is_deleted(NULL),
@@ -613,7 +617,7 @@ static void test_null_args(void) {
         FAILS_WITH(c, tj_st_save(c, path_in("n.st"), &e, 1, NULL, 0) != TJ_OK, "invalid name");
         e.name = "w";
         e.shape = NULL;
-        FAILS_WITH(c, tj_st_save(c, path_in("n.st"), &e, 1, NULL, 0) != TJ_OK, "rank");
+        FAILS_WITH(c, tj_st_save(c, path_in("n.st"), &e, 1, NULL, 0) != TJ_OK, "shape is NULL", "rank 2"); /* (it said "invalid rank 2") */
         e.shape = shape;
         TJT_CHECK(tj_st_save(NULL, path_in("n.st"), &e, 1, NULL, 0) == TJ_ERR_ARG, "tj_st_save(NULL ctx)");
         TJT_CHECK(!tj_st_save(c, path_in("n.st"), &e, 1, NULL, 0), "save: %s", tj_error(c));
