@@ -699,6 +699,13 @@ TJDEF tj_status tj_grad_tree_at(const char *f, int l, tj_v loss, const tj_tree *
    returned and the outputs' cotangents, and gives bwd's gin[i] (NULL:
    zero) to in[i]. Works inside tj_shard_map, scan and remat regions (the
    residuals are ordinary forward values there, so policies decide them).
+   A derivative of a derivative (tj_grad of a gradient) differentiates bwd's
+   ops, and reaches the outputs y through fwd's ops where the first
+   gradient's backward nodes read them (a residual that is y, a product's
+   rule), as JAX's grad(grad(f)) does; a cotangent that reaches y through
+   forward values alone goes to bwd (JAX: fwd's ops for a value computed
+   inside the inner grad, as value_and_grad's value; call the function
+   again outside it for bwd there).
    user must stay valid until tj_jit returns. */
 typedef void (*tj_vjp_fwd_fn)(tj_graph *g, const tj_v *in, tj_v *out, tj_v *res, void *user);
 typedef void (*tj_vjp_bwd_fn)(tj_graph *g, const tj_v *res, const tj_v *ct, tj_v *gin, void *user);
@@ -1488,6 +1495,8 @@ struct tj_ctx {
     int quiet;              /* TJ_QUIET: do not print warnings              */
     struct tj__procs *procs; /* processes, transport and groups ([11])      */
     int autodiff;           /* > 0 while tj_vjp builds nodes, also into sealed bodies */
+    int vjp_hi;             /* tj_vjp of a body for a cotangent that came through an
+                               earlier pass's backward nodes (see tj_vjp_at) */
 };
 
 static void *tj__malloc(size_t n) { return TJ_MALLOC(n ? n : 1); }
@@ -7808,12 +7817,23 @@ static tj__shard_fn tj__opshard(int op) { return tj__ops[op].shard; }
    new nodes belong to a fresh pass number, so the remat stage can tell the
    backward pass from the forward pass. */
 
+static int tj__cvjp_nin(const tj_node *n); /* a custom_vjp node's count of inputs x (below) */
+/* does g (or a body of its scans, regions and shard_maps) hold a custom_vjp node? */
+static int tj__has_cvjp(const tj_graph *g, int top, int depth) {
+    int i;
+    for (i = 0; i <= top && i < g->n; i++) {
+        const tj_node *n = g->nodes[i];
+        if (n->op == TJ__OP_CUSTOM_VJP) return 1;
+        if (n->op == TJ__OP_SCAN && n->sub && depth < 16 && tj__has_cvjp(n->sub, n->sub->n - 1, depth + 1)) return 1;
+    }
+    return 0;
+}
 TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
     tj_graph *g;
     tj_ctx *c;
-    int i, j, top = -1, n0, saved_pass;
+    int i, j, top = -1, n0, cap, saved_pass, hi_all = 0;
     unsigned char *needs = NULL, *reach = NULL;
-    tj_v *ct = NULL, *wrt = NULL;
+    tj_v *ct = NULL, *cth = NULL, *wrt = NULL;
     tj_graph *saved_cur;
     tj_status st = TJ_OK;
     if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
@@ -7873,7 +7893,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
             return TJ_ERR_DTYPE;
         }
     }
-    n0 = g->n;
+    n0 = cap = g->n;
     needs = (unsigned char *)tj__calloc((size_t)n0);
     reach = (unsigned char *)tj__calloc((size_t)n0);
     ct = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)n0);
@@ -7893,6 +7913,25 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     for (i = top; i >= 0; i--)
         if (reach[i])
             for (j = 0; j < g->nodes[i]->nin; j++) reach[g->nodes[i]->in[j]->id] = 1;
+    /* A derivative of a derivative through a tj_custom_vjp (JAX's
+       grad(grad(f)) over a jax.custom_vjp): what an earlier pass's
+       backward nodes read of the custom function's outputs was, in JAX,
+       computed by fwd's own ops inside the inner transformation, so a
+       cotangent that reaches those outputs through such nodes is
+       differentiated through fwd's ops; bwd serves the cotangents that
+       reach them through forward values alone. Where the graph has a
+       custom_vjp node to differentiate, cth carries the first kind
+       (ct the second) until the two meet at a wrt. */
+    /* A scan's (region's, shard_map's) VJP differentiates its body with a
+       tj_vjp of its own: for a cotangent of the first kind, c->vjp_hi
+       says so, and every cotangent of that tj_vjp is of the first kind. */
+    hi_all = c->vjp_hi;
+    c->vjp_hi = 0;
+    if ((hi_all || g->npass > 0) && tj__has_cvjp(g, top, 0) && !(cth = (tj_v *)tj__calloc(sizeof(tj_v) * (size_t)n0))) {
+        tj__err(c, TJ_ERR_OOM, f, l, "vjp: out of memory");
+        st = TJ_ERR_OOM;
+        goto done;
+    }
     saved_pass = g->cur_pass;
     g->cur_pass = ++g->npass;
     saved_cur = c->cur;
@@ -7901,42 +7940,77 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     for (i = 0; i < nout; i++) {
         tj_node *o = outs[i];
         tj_v v = cts ? tj__fit(o->file, o->line, cts[i], &o->t) : tj_scalar_at(o->file, o->line, g, o->t.dt, 1.0);
-        ct[o->id] = ct[o->id] ? tj_add_at(o->file, o->line, ct[o->id], v) : v;
+        tj_v *to = cth && hi_all ? cth : ct;
+        to[o->id] = to[o->id] ? tj_add_at(o->file, o->line, to[o->id], v) : v;
     }
     for (i = top; i >= 0 && c->status == TJ_OK; i--) {
         tj_node *n = g->nodes[i];
         tj_v gin[64];
         const tj__opdef *d = &tj__ops[n->op];
-        int any = 0;
-        if (d->flags & TJ__MULTI) { /* its cotangents sit on its projections */
-            for (j = 0; j < n->nproj; j++) any |= n->proj[j]->id < n0 && ct[n->proj[j]->id] != NULL;
-            if (!any) continue;
-            c->proj_ct = ct;
-        } else if (!ct[i] || n->op == TJ__OP_PROJ) continue;
-        if (!needs[i] || !reach[i] || (d->flags & TJ__NODIFF) || n->nin > 64) continue;
-        any = 0;
+        int any = 0, flow;
+        if (!needs[i] || !reach[i] || (d->flags & TJ__NODIFF) || n->nin > 64 || n->op == TJ__OP_PROJ) continue;
         for (j = 0; j < n->nin; j++) any |= needs[n->in[j]->id];
         if (!any) continue;
-        if (!d->vjp) {
-            tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: op '%s' has no VJP rule", d->name);
-            break;
+        if (cth && n->pass > 0 && !(d->flags & TJ__MULTI) && ct[i]) { /* a backward node: what passes it is of the first kind */
+            cth[i] = cth[i] ? tj_add_at(n->file, n->line, cth[i], ct[i]) : ct[i];
+            ct[i] = NULL;
         }
-        for (j = 0; j < 64; j++) gin[j] = NULL;
-        if ((st = d->vjp(n, ct[i], gin)) != TJ_OK) {
-            if (c->status == TJ_OK) tj__err(c, st, n->file, n->line, "vjp: the VJP rule of op '%s' failed", d->name); /* (else: no gradients, no error) */
-            break;
+        for (flow = 0; flow < (cth ? 2 : 1) && c->status == TJ_OK; flow++) {
+            tj_v *fc, *to;
+            if (cth && (d->flags & TJ__MULTI) && g->n > cap) {
+                /* the other flow's VJP of this node added outputs to it (a
+                   scan's residuals), which its VJP reads by id in proj_ct */
+                tj_v *a = (tj_v *)TJ_REALLOC(ct, sizeof(tj_v) * (size_t)g->n), *b;
+                if (a) ct = a;
+                b = a ? (tj_v *)TJ_REALLOC(cth, sizeof(tj_v) * (size_t)g->n) : NULL;
+                if (b) cth = b;
+                if (!a || !b) {
+                    tj__err(c, TJ_ERR_OOM, f, l, "vjp: out of memory");
+                    break;
+                }
+                for (j = cap; j < g->n; j++) ct[j] = cth[j] = NULL;
+                cap = g->n;
+            }
+            fc = flow ? cth : ct;
+            if (d->flags & TJ__MULTI) { /* its cotangents sit on its projections */
+                for (any = 0, j = 0; j < n->nproj; j++) any |= n->proj[j]->id < n0 && fc[n->proj[j]->id] != NULL;
+                if (!any) continue;
+                c->proj_ct = fc;
+            } else if (!fc[i]) continue;
+            to = cth && (flow || n->pass > 0) ? cth : ct;
+            for (j = 0; j < 64; j++) gin[j] = NULL;
+            if (flow && n->op == TJ__OP_CUSTOM_VJP) { /* through fwd's ops: its outputs y are inputs nin.. of the node */
+                int nin = tj__cvjp_nin(n);
+                for (j = 0; j < n->nproj; j++)
+                    if (n->proj[j]->id < n0 && cth[n->proj[j]->id]) gin[nin + j] = cth[n->proj[j]->id];
+            } else {
+                if (!d->vjp) {
+                    tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: op '%s' has no VJP rule", d->name);
+                    break;
+                }
+                c->vjp_hi = flow && (d->flags & TJ__MULTI);
+                st = d->vjp(n, fc[i], gin);
+                c->vjp_hi = 0;
+                if (st != TJ_OK) {
+                    if (c->status == TJ_OK) tj__err(c, st, n->file, n->line, "vjp: the VJP rule of op '%s' failed", d->name); /* (else: no gradients, no error) */
+                    break;
+                }
+            }
+            for (j = 0; j < n->nin; j++) {
+                tj_node *x = n->in[j];
+                tj_v v;
+                if (!gin[j] || !needs[x->id] || !tj__isfloat(x->t.dt)) continue;
+                v = tj__fit_ct(n->file, n->line, gin[j], &x->t);
+                to[x->id] = to[x->id] ? tj_add_at(n->file, n->line, to[x->id], v) : v;
+            }
         }
-        for (j = 0; j < n->nin; j++) {
-            tj_node *x = n->in[j];
-            tj_v v;
-            if (!gin[j] || !needs[x->id] || !tj__isfloat(x->t.dt)) continue;
-            v = tj__fit_ct(n->file, n->line, gin[j], &x->t);
-            ct[x->id] = ct[x->id] ? tj_add_at(n->file, n->line, ct[x->id], v) : v;
-        }
+        if (st != TJ_OK) break;
     }
     for (i = 0; i < nwrt && c->status == TJ_OK; i++) {
         tj_node *w = wrt[i];
-        grads[i] = w->id < n0 && ct[w->id] ? ct[w->id] : tj__relayout(w->file, w->line, tj_scalar_at(w->file, w->line, g, w->t.dt, 0.0), &w->t);
+        tj_v v = w->id < n0 ? ct[w->id] : NULL;
+        if (cth && w->id < n0 && cth[w->id]) v = v ? tj_add_at(w->file, w->line, v, cth[w->id]) : cth[w->id];
+        grads[i] = v ? v : tj__relayout(w->file, w->line, tj_scalar_at(w->file, w->line, g, w->t.dt, 0.0), &w->t);
     }
     g->cur_pass = saved_pass;
     c->cur = saved_cur;
@@ -7946,6 +8020,7 @@ done:
     TJ_FREE(needs);
     TJ_FREE(reach);
     TJ_FREE(ct);
+    TJ_FREE(cth);
     TJ_FREE(wrt);
     return st;
 }
@@ -8051,6 +8126,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
     }
     return TJ_OK;
 }
+static int tj__cvjp_nin(const tj_node *n) { return n->g->ctx->cvjps[n->a.reg].nin; }
 static void tj__k_custom_vjp(tj__kern *k) { /* hand y on */
     const struct tj__cvjp *cv = &k->ctx->cvjps[k->n->a.reg];
     int j;

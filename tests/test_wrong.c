@@ -697,6 +697,117 @@ static void test_bf16_sharded_sum(void) {
     }
     tjt_outs_free(&a);
 }
+/* grad of grad through tj_custom_vjp: f(x) = x^2 with a bwd of g * K x
+   (K = 3: a rule unlike the true derivative 2x, so the two paths differ;
+   K = 2: the true one, for finite differences). A backward pass reads
+   the custom function's outputs (a residual of a second application, a
+   factor of a product's rule); JAX computed those inside the inner grad
+   with fwd's own ops, so its outer derivative goes through fwd's ops
+   there, and through bwd only where a cotangent reaches them by forward
+   values. JAX 0.10.2: grad(grad(f . f))(2.0) = 108 = 27 x^2 (tinyjax gave
+   144 = 36 x^2, the rule's 3x where JAX differentiates x * x), and
+   grad(grad(x -> f(x) f(x)))(2.0) = 72 = 18 x^2 (tinyjax 96 = 24 x^2).
+   Each in plain jit, a scan of 2 (h -> f(h)), a remat region with
+   nothing_saveable and a checked shard_map, on one device and data=2. */
+static int cv_k, cv_where, cv_prod;
+static void cv_fwd(tj_graph *g, const tj_v *in, tj_v *out, tj_v *res, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_mul(in[0], in[0]);
+    res[0] = in[0];
+}
+static void cv_bwd(tj_graph *g, const tj_v *r, const tj_v *ct, tj_v *gin, void *u) {
+    (void)g; (void)u;
+    gin[0] = tj_mul(ct[0], tj_muls(r[0], (double)cv_k));
+}
+static tj_v cv_f(tj_v x) {
+    tj_v y = NULL;
+    tj_custom_vjp(cv_fwd, cv_bwd, NULL, 1, &x, 1, &y, 1);
+    return y;
+}
+static tj_v cv_ff(tj_v x) { return cv_prod ? tj_mul(cv_f(x), cv_f(x)) : cv_f(cv_f(x)); }
+static void cv_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *ys, void *u) {
+    (void)g; (void)x; (void)u; (void)ys;
+    co[0] = cv_f(c[0]);
+}
+static void cv_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = cv_ff(in[0]);
+}
+static tj_v cv_loss(tj_v x) {
+    tj_v y = NULL;
+    if (cv_where == 0) y = cv_ff(x);
+    else if (cv_where == 1) tj_scan(cv_body, NULL, "l=2", 1, &x, 0, NULL, 0, &y, NULL, NULL);
+    else if (cv_where == 2) {
+        tj_policy p = tj_nothing_saveable();
+        tj_checkpoint(cv_region, NULL, 1, &x, 1, &y, &p);
+    } else {
+        const char *is = "a:data", *os = "a:data";
+        tj_shard_map(cv_region, NULL, 1, &x, &is, 1, &y, &os, 1);
+    }
+    return y ? tj_sum(y, "a") : NULL;
+}
+static void cv_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), g1, g2, l2;
+    (void)g; (void)u;
+    if (tj_grad(cv_loss(x), 1, &x, &g1)) return;
+    l2 = tj_sum(g1, "a");
+    if (tj_grad(l2, 1, &x, &g2)) return;
+    tj_tree_set_v(out, "g1", g1);
+    tj_tree_set_v(out, "g2", g2);
+    tj_tree_set_v(out, "loss", l2); /* for the finite-difference check */
+}
+static void cv_fd_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) { /* loss = sum of the first derivative */
+    tj_v x = tj_tree_v(in, "x"), g1;
+    (void)g; (void)u;
+    if (tj_grad(cv_loss(x), 1, &x, &g1)) return;
+    tj_tree_set_v(out, "loss", tj_sum(g1, "a"));
+}
+static tj_tree *cv_in(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx);
+    double x[4] = {0.5, -1.0, 2.0, 1.5};
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "a=4", x));
+    return in;
+}
+static void test_gg_custom_vjp(void) {
+    static const char *where[4] = {"jit", "scan", "checkpoint", "shard_map"};
+    double x[4] = {0.5, -1.0, 2.0, 1.5};
+    tjt_current = "grad of grad through custom_vjp";
+    cv_k = 3;
+    for (cv_prod = 0; cv_prod < 2; cv_prod++)
+        for (cv_where = 0; cv_where < 4; cv_where++) {
+            int nd;
+            if (cv_prod && cv_where == 1) continue; /* (the scan composes f with itself) */
+            for (nd = 1; nd <= 2; nd++) {
+                tjt_outs o;
+                int i, j, bad1 = 0, bad2 = 0;
+                if (run1(cv_fn, NULL, cv_in, nd, nd == 2 ? "data=2" : (cv_where == 3 ? "data=1" : NULL), nd == 2 ? "a:data" : NULL, &o)) {
+                    TJT_CHECK(0, "%s (%d devices) failed", where[cv_where], nd);
+                    continue;
+                }
+                for (i = 0; i < o.n; i++)
+                    for (j = 0; j < 4; j++) {
+                        double v = x[j], f = v * v;
+                        /* d/dx through the rule: 3 f(x) 3x (composed) or 2 f(x) 3x (product); then JAX's outer derivative */
+                        double g1 = cv_prod ? 6 * v * f : 9 * v * f, g2 = cv_prod ? 18 * v * v : 27 * v * v;
+                        if (!strcmp(o.name[i], "g1")) bad1 += fabs(o.v[i][j] - g1) > 1e-12 * fabs(g1);
+                        if (!strcmp(o.name[i], "g2")) bad2 += fabs(o.v[i][j] - g2) > 1e-12 * fabs(g2);
+                    }
+                TJT_CHECK(bad1 == 0, "%s%s (%d devices): first derivative off the rule's in %d of 4", where[cv_where], cv_prod ? ", f(x) f(x)" : "", nd, bad1);
+                TJT_CHECK(bad2 == 0, "%s%s (%d devices): second derivative off JAX's 27 x^2 / 18 x^2 in %d of 4", where[cv_where], cv_prod ? ", f(x) f(x)" : "", nd, bad2);
+                tjt_outs_free(&o);
+            }
+        }
+    /* with the true rule (K = 2) the second derivative is the finite difference of the first */
+    cv_k = 2;
+    for (cv_prod = 0; cv_prod < 2; cv_prod++)
+        for (cv_where = 0; cv_where < 3; cv_where++) {
+            tj_ctx *ctx = tj_ctx_new();
+            tj_tree *in = cv_in(ctx);
+            TJT_GRADCHECK(ctx, where[cv_where], cv_fd_fn, NULL, in, "x");
+            tj_tree_free(in);
+            tj_ctx_free(ctx);
+        }
+}
 int main(void) {
     test_tanh_grad_near_one();
     test_captured_attr();
@@ -713,5 +824,6 @@ int main(void) {
     test_grad_line();
     test_i32_sharded_sum();
     test_bf16_sharded_sum();
+    test_gg_custom_vjp();
     return tjt_finish();
 }

@@ -246,6 +246,9 @@ class Evaluator:
         if nm == "take":
             k = a.axes.index(ax); idx = ins[1]
             return NV(jnp.take(a.a, idx.a, axis=k), a.axes[:k] + idx.axes + a.axes[k + 1:])
+        if nm == "arange":
+            sh = parse_shape(op["shape"]); names = [n for n, _ in sh]
+            return NV(lax.broadcasted_iota(self.dt(op["dtype"]), tuple(d for _, d in sh), names.index(op["axis"])), names)
         if nm == "one_hot":
             (n, size), = parse_shape(op["shape"])
             return NV(jax.nn.one_hot(a.a, size, dtype=self.dt(op["dtype"])), a.axes + [n])
@@ -734,6 +737,21 @@ class Gen:
         sa, sb = dict(self.vals[a][1]), dict(self.vals[b][1])
         return all(sa[n] == sb[n] for n in sa if n in sb) and len(set(sa) | set(sb)) <= 6
 
+    def arange_op(self, x):
+        """x times (or plus) tj_arange along one of its axes, in x's dtype or
+        as i32 cast to it (drawn from r2)"""
+        r2 = self.r2
+        dt, sh = self.vals[x]
+        if dt == "i32" or not sh: return x
+        a = r2.choice([n for n, _ in sh])
+        shape = " ".join("%s=%d" % t for t in sh)
+        if r2.random() < 0.3:
+            i = self.emit("arange", [], "i32", sh, shape=shape, axis=a, dtype="i32")
+            ar = self.emit("cast", [i], dt, sh, dtype=dt)
+        else:
+            ar = self.emit("arange", [], dt, sh, shape=shape, axis=a, dtype=dt)
+        return self.emit(r2.choice(["mul", "add"]), [x, ar], dt, sh)
+
     def positive(self, x):
         dt, sh = self.vals[x]
         return self.emit("adds", [self.emit("pows", [x], dt, sh, s=2.0)], dt, sh, s=0.5)
@@ -1108,7 +1126,8 @@ class Gen:
             self.attention(r.choice(self.floats()))
         while len([o for o in self.ops]) < nops and tries < 40:
             tries += 1
-            self.step()
+            y = self.step()
+            if y and not self.manual and self.r2.random() < 0.15: self.arange_op(y)  # (r2: each seed's program before it stays)
         made = [o["out"] for o in self.ops if self.vals[o["out"]][0] != "i32" or r.random() < 0.3]
         if not made: return None
         outs = [made[-1]] + [m for m in r.sample(made, min(len(made), r.randint(0, 2))) if m != made[-1]]
@@ -1169,7 +1188,7 @@ def result_dtype(spec, k):
     dt = {x["name"]: x["dtype"] for x in spec["inputs"]}
     for op in spec["ops"]:
         if op["op"] in ("lt", "le", "gt", "ge", "eq", "ne", "axis_index"): dt[op["out"]] = "i32"
-        elif op["op"] in ("cast", "one_hot"): dt[op["out"]] = op["dtype"]
+        elif op["op"] in ("cast", "one_hot", "arange"): dt[op["out"]] = op["dtype"]
         else: dt[op["out"]] = dt[op["in"][0]] if op["op"] != "select" else dt[op["in"][1]]
     return dt[k]
 

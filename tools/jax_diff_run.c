@@ -203,7 +203,7 @@ static tj_v jdr_apply(jdr_prog *p, tj_graph *g, const jdr_j *op) {
     U("pvary", tj_pvary(a, jdr_str(op, "mesh_axes", ""))) U("all_gather", tj_all_gather(a, jdr_str(op, "mesh_axes", ""), ax))
     U("psum_scatter", tj_psum_scatter(a, jdr_str(op, "mesh_axes", ""), ax))
     U("all_to_all", tj_all_to_all(a, jdr_str(op, "mesh_axes", ""), jdr_str(op, "split_axis", ""), jdr_str(op, "concat_axis", "")))
-    U("axis_index", tj_axis_index(g, jdr_str(op, "mesh_axes", "")))
+    U("axis_index", tj_axis_index(g, jdr_str(op, "mesh_axes", ""))) U("arange", tj_arange(g, dt, jdr_str(op, "shape", ""), ax))
 #undef U
     if (strcmp(nm, "ppermute") == 0) {
         const jdr_j *pr = jdr_get(op, "pairs");
