@@ -9350,6 +9350,7 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     int nc = s->a.ncarry, np = s->nproj, i, k, ny = 0, changed, *pj = NULL, nparam = 0;
     char *want = NULL;
     const tj_node *forcing = w->forcing;
+    tj_node *via = w->via;
     tj__bwd r;
     for (i = 0; i < w->nrrs; i++)
         if (w->rrs[i].s == s && w->rrs[i].pj[v->a.index] >= 0) return w->rrs[i].n->proj[w->rrs[i].pj[v->a.index]];
@@ -9442,10 +9443,12 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     }
     /* its inputs, in w's backward body: the stacks the policy keeps are
        judged there (kept across w's boundary) */
-    w->forcing = s;
     for (i = 0; i < nc; i++) init[i] = tj__clone(w, s->in[i]);
+    w->forcing = s;
+    w->via = NULL; /* (the backward pass reads the kept stacks itself) */
     for (i = 0; i < r.nbx; i++) xs[i] = tj__clone(w, r.bx_outer[i]);
     w->forcing = forcing;
+    w->via = via;
     for (i = 0; i < nc; i++) if (!init[i]) goto fail;
     for (i = 0; i < r.nbx; i++) if (!xs[i]) goto fail;
     if (!(n = tj__scan_node(s->file, s->line, w->bk, Bp, s->a.axis, s->a.length, s->a.reverse, nc, init, r.nbx, xs, ny, NULL, NULL))) goto fail;
@@ -9467,6 +9470,7 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     return n->proj[pj[v->a.index]];
 fail:
     w->forcing = forcing;
+    w->via = via;
     tj__graph_free(Bp);
     tj__rerun_free(&r);
     TJ_FREE(want);
@@ -9535,10 +9539,8 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             if (d == TJ_RECOMPUTE || prod->op == TJ__OP_PARAM) {
                 r = w->rcar[idx];
                 w->rcar_used[idx] = 1;
-            } else {
-                tj__report_add(w->scan->g, v, tj__resid_name(v, w->b, w->nc), tj__bytes(&v->t) * tj__wlen(w), d, why, 1, w->via);
-                r = tj__residual(w, v, d);
-            }
+            } else
+                r = tj__residual(w, v, d); /* (its row: the enclosing walker's, for the stack) */
         } else { /* a carry: a residual by nature */
             char why[160];
             const char *nm = tj__resid_name(v, w->b, w->nc);
@@ -9620,7 +9622,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             if (r && v->id < w->nmap) w->map[v->id] = r;
             return r;
         }
-        if (v != w->norow && !(sc && w->forcing == v->in[0])) { /* (a stack a re-run reads: its walker's row) */
+        if (v != w->norow && !(w->rr && d != TJ_RECOMPUTE)) { /* (a value a re-run keeps: the row of the enclosing walker, for the stack) */
             tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, carry, w->via);
             if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
         }
