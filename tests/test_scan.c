@@ -436,6 +436,113 @@ static int rv_run(tj_ctx *ctx, tj_tree *in, int second, tj_tree *out) {
    hold (4 tj_grad calls through checkpoints 4 deep: 70 outputs) is refused
    by tj_jit with the limits named; it was refused by tj_run, when the run
    reached the scan ("scan: too many body parameters or outputs") */
+/* checkpoint around a scan, as JAX 0.10.2 (the probe, x f32[2,4], ws
+   f32[L,4,4]):
+     def body(c, w):
+         h = checkpoint_name(c @ w, 'h'); a = checkpoint_name(jnp.tanh(h), 'a')
+         return a, None
+     f = lambda ws, x: lax.scan(body, x, ws)[0].sum()
+     print_saved_residuals(jax.checkpoint(f, policy=P), ws, x)
+   printed, besides the arguments, for L = 3 and L = 1, and reverse=True
+   alike: nothing_saveable none; dots_saveable,
+   dots_with_no_batch_dims_saveable, save_only_these_names('h'),
+   save_any_names_but_these('h') one f32[L,2,4];
+   save_and_offload_only_these_names([], ['h']) and
+   offload_dot_with_no_batch_dims one f32<host>[L,2,4] (everything_saveable:
+   JVP coefficients, not compared). The gradient's jaxpr: the forward scan
+   returns the final carry and that stack only; the backward pass runs a
+   forward scan (the carry chain recomputed from x and the stack) that
+   stacks what the reverse scan reads. With the body's own
+   jax.checkpoint(body, policy=Q) (tinyjax: the scan's policy) the same for
+   every Q. Under lax.scan(jax.checkpoint(ob, policy=P), x, ws2), ob running
+   that scan over its slice of ws2 f32[2,3,4,4]: the outer carry f32[2,2,4]
+   always, and one f32[2,3,2,4] more for the policies that keep one above
+   (<host> for the offloading ones). */
+enum { CS_NOTHING, CS_EVERYTHING, CS_DOTS, CS_DOTSNB, CS_NAMES, CS_ANYBUT, CS_OFFNAMES, CS_OFFDOTS, CS_N };
+static tj_policy cs_pol[CS_N];
+typedef struct { int p, q, outer; } cs_cfg; /* q: the scan's own policy, -1 none; outer: the scan runs in a scan with policy p */
+static void cs_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v h = tj_checkpoint_name(tj_rename(tj_dot(c[0], x[0], "embed"), "e2", "embed"), "h");
+    (void)g; (void)y; (void)u;
+    co[0] = tj_checkpoint_name(tj_tanh(h), "a");
+}
+static void cs_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const cs_cfg *c = (const cs_cfg *)u;
+    tj_v fin = NULL;
+    (void)g;
+    tj_scan(cs_body, NULL, "layer", 1, &in[0], 1, &in[1], 0, &fin, NULL, c->q >= 0 ? &cs_pol[c->q] : NULL);
+    out[0] = tj_sum_all(fin);
+}
+static void cs_obody(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)y; (void)u;
+    tj_scan(cs_body, NULL, "layer", 1, &c[0], 1, &x[0], 0, &co[0], NULL, NULL);
+}
+static void cs_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const cs_cfg *c = (const cs_cfg *)u;
+    tj_v x[2], l = NULL, gr[2];
+    (void)g;
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    if (c->outer) {
+        tj_v fin = NULL;
+        tj_scan(cs_obody, NULL, "outer", 1, &x[0], 1, &x[1], 0, &fin, NULL, &cs_pol[c->p]);
+        l = tj_sum_all(fin);
+    } else tj_checkpoint(cs_region, u, 2, x, 1, &l, &cs_pol[c->p]);
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+static tj_tree *cs_inputs(tj_ctx *ctx, tj_dtype dt, int L, int outer, int sharded) {
+    char ws[64];
+    tj_tree *in = tj_tree_new(ctx);
+    tj_array *x = tjt_rand(ctx, dt, "batch=2 embed=4", 71, -1, 1), *w;
+    snprintf(ws, sizeof ws, "%slayer=%d embed=4 e2=4", outer ? "outer=2 " : "", L);
+    w = tjt_rand(ctx, dt, ws, 72, -0.5, 0.5);
+    tj_tree_set_array(in, "x", sharded ? tjt_put(x, "batch:data") : x);
+    tj_tree_set_array(in, "w", sharded ? tjt_put(w, "e2:model") : w);
+    return in;
+}
+/* Runs cfg c; checks the rows that cross the outermost boundary against
+   JAX's (above) and the memory plan against what the run allocates. */
+static void cs_check(tj_ctx *ctx, const cs_cfg *c, int L, tj_tree *in, tj_tree *o, int ndev) {
+    static const char *pn[CS_N] = {"nothing", "everything", "dots", "dots no batch", "names h", "any names but h", "offload h", "offload dots"};
+    tj_prog *p = tj_jit(ctx, "checkpoint around a scan", cs_fn, (void *)c, in, NULL);
+    int K = c->outer ? 2 : 1, keep = c->p != CS_NOTHING, off = c->p == CS_OFFNAMES || c->p == CS_OFFDOTS;
+    int64_t stack = 2 * 4 * 4 * (int64_t)L * K, ocarry = 2 * 4 * 4 * 2;
+    char what[160];
+    snprintf(what, sizeof what, "%s %s over a scan (policy %s) of length %d (%d devices)", c->outer ? "scan" : "checkpoint", pn[c->p], c->q >= 0 ? pn[c->q] : "none", L, ndev);
+    TJT_CHECK(p && tj_run(p, in, o) == TJ_OK, "%s: %s", what, tj_error(ctx));
+    if (!p) { tj_clear_error(ctx); return; }
+    if (c->p != CS_EVERYTHING) {
+        tj_residual rows[128];
+        int nr = tj_prog_residuals(p, rows, 128), j, nstack = 0, ncar = 0, other = 0;
+        for (j = 0; j < nr && j < 128; j++) {
+            const tj_residual *r = &rows[j];
+            if (r->nested || r->decision == TJ_RECOMPUTE) continue;
+            if (r->bytes == stack && r->decision == (off ? TJ_OFFLOAD : TJ_SAVE) && (r->device_bytes * ndev >= stack)) nstack++;
+            else if (c->outer && r->carry && r->bytes == ocarry && r->decision == TJ_SAVE) ncar++;
+            else other++;
+        }
+        TJT_CHECK(nstack == keep && ncar == c->outer && !other, "%s: kept across the boundary %d stacks of %lld B, %d outer carries, %d others; JAX: %d, %d, 0", what,
+                  nstack, (long long)stack, ncar, other, keep, c->outer);
+    }
+    { /* the plan is what the run holds (every device's arenas); host memory
+         where the policy offloads, or where it recomputes a value that the
+         scan's own policy offloads (the re-run offloads it again: JAX's
+         gradient has a device_put to the host then too, and none where the
+         outer policy keeps h, or keeps the dot and the scan's policy
+         offloads dots; at length 1 the scan's backward pass keeps the tanh
+         its one iteration returns, tinyjax's refinement for regions, so
+         it needs no h) */
+        tj_memory_analysis m = tj_prog_memory(p);
+        int qoff = L > 1 && ((c->q == CS_OFFNAMES && c->p != CS_NAMES && c->p != CS_EVERYTHING) ||
+                                      (c->q == CS_OFFDOTS && c->p != CS_DOTS && c->p != CS_DOTSNB && c->p != CS_NAMES && c->p != CS_EVERYTHING));
+        TJT_CHECK(tj_get_alloc_stats(ctx).arena_bytes == ndev * (m.temp_bytes + m.host_temp_bytes), "%s: the arenas held (%lld B) are not %d x the plan's %lld + %lld B",
+                  what, (long long)tj_get_alloc_stats(ctx).arena_bytes, ndev, (long long)m.temp_bytes, (long long)m.host_temp_bytes);
+        TJT_CHECK((off || qoff) == (m.host_temp_bytes > 0), "%s: host temp %lld B", what, (long long)m.host_temp_bytes);
+    }
+    tj_prog_free(p);
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -1025,6 +1132,75 @@ int main(void) {
             tj_tree *in = rv_inputs(ctx, TJ_F64, NULL);
             TJT_GRADCHECK(ctx, "nested regions, second derivative", rv_fn, (void *)1, in, "x w");
             tj_tree_free(in);
+        }
+    }
+
+    /* checkpoint (or a scan with a policy) around a scan: the policy judges
+       the values inside the nested scan, as JAX (cs_check's comment); until
+       2026-11-24 tinyjax kept the nested scan's stacked residuals whatever
+       the policy said */
+    tjt_current = "checkpoint around a scan";
+    {
+        int pk, q, L, outer, k;
+        cs_pol[CS_NOTHING] = tj_nothing_saveable();
+        cs_pol[CS_EVERYTHING] = tj_everything_saveable();
+        cs_pol[CS_DOTS] = tj_dots_saveable();
+        cs_pol[CS_DOTSNB] = tj_dots_with_no_batch_dims_saveable();
+        cs_pol[CS_NAMES] = tj_save_only_these_names("h");
+        cs_pol[CS_ANYBUT] = tj_save_any_names_but_these("h");
+        cs_pol[CS_OFFNAMES] = tj_save_and_offload_only_these_names("", "h");
+        cs_pol[CS_OFFDOTS] = tj_offload_dot_with_no_batch_dims();
+        for (outer = 0; outer < 2; outer++)
+            for (L = outer ? 3 : 1; L <= 3; L += 2) {
+                tj_tree *cin = cs_inputs(ctx, TJ_F32, L, outer, 0), *ref = NULL;
+                for (pk = 0; pk < CS_N; pk++)
+                    for (q = -1; q < (outer ? 0 : CS_N); q++) {
+                        cs_cfg c = {pk, q, outer};
+                        tj_tree *out = tj_tree_new(ctx);
+                        cs_check(ctx, &c, L, cin, out, 1);
+                        if (!ref) ref = out, out = NULL;
+                        else if (tj_tree_size(out) == 3)
+                            for (k = 0; k < 3; k++) { /* the same math: the same bits */
+                                const char *nm[] = {"loss", "g_x", "g_w"};
+                                TJT_CHECK(bits_equal(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])), "%s %d over a scan (policy %d), length %d: %s differs by %g",
+                                          outer ? "scan" : "checkpoint", pk, q, L, nm[k], maxdiff(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])));
+                            }
+                        tj_tree_free(out);
+                    }
+                tj_tree_free(ref);
+                tj_tree_free(cin);
+            }
+        { /* finite differences (f64) */
+            static const cs_cfg fd[] = {{CS_NAMES, -1, 0}, {CS_OFFNAMES, CS_NOTHING, 0}, {CS_ANYBUT, -1, 0}, {CS_DOTS, -1, 1}, {CS_NOTHING, -1, 1}};
+            for (k = 0; k < (int)(sizeof fd / sizeof fd[0]); k++) {
+                tj_tree *cin = cs_inputs(ctx, TJ_F64, 3, fd[k].outer, 0);
+                TJT_GRADCHECK(ctx, "checkpoint around a scan", cs_fn, (void *)&fd[k], cin, "x w");
+                tj_tree_free(cin);
+            }
+        }
+        { /* a 2x2 mesh, the inputs sharded: the same rows, the values of one device */
+            tj_ctx *c4 = tj_ctx_new();
+            static const cs_cfg cs4[] = {{CS_NAMES, -1, 0}, {CS_DOTS, CS_NOTHING, 0}, {CS_OFFNAMES, -1, 0}, {CS_NOTHING, -1, 0}, {CS_NAMES, -1, 1}, {CS_OFFDOTS, -1, 1}};
+            tj_set_devices(c4, 4);
+            tj_set_mesh(c4, "data=2 model=2");
+            for (k = 0; k < (int)(sizeof cs4 / sizeof cs4[0]); k++) {
+                tj_tree *n1 = cs_inputs(ctx, TJ_F32, 3, cs4[k].outer, 0), *n4 = cs_inputs(c4, TJ_F32, 3, cs4[k].outer, 1);
+                tj_tree *o1 = tj_tree_new(ctx), *o4 = tj_tree_new(c4);
+                int j;
+                cs_check(ctx, &cs4[k], 3, n1, o1, 1);
+                cs_check(c4, &cs4[k], 3, n4, o4, 4);
+                for (j = 0; j < 3 && tj_tree_size(o1) == 3 && tj_tree_size(o4) == 3; j++) {
+                    const char *nm[] = {"loss", "g_x", "g_w"};
+                    tj_array *a = tj_tree_array(o1, nm[j]), *b = tj_tree_array(o4, nm[j]);
+                    double md = tj_array_numel(a) == tj_array_numel(b) ? maxdiff(a, b) : 1e30;
+                    TJT_CHECK(md < 1e-5, "config %d: %s on 2x2 devices differs from one device by %g", k, nm[j], md);
+                }
+                tj_tree_free(o1);
+                tj_tree_free(o4);
+                tj_tree_free(n1);
+                tj_tree_free(n4);
+            }
+            tj_ctx_free(c4);
         }
     }
 
