@@ -460,7 +460,8 @@ static int rv_run(tj_ctx *ctx, tj_tree *in, int second, tj_tree *out) {
    (<host> for the offloading ones). */
 enum { CS_NOTHING, CS_EVERYTHING, CS_DOTS, CS_DOTSNB, CS_NAMES, CS_ANYBUT, CS_OFFNAMES, CS_OFFDOTS, CS_N };
 static tj_policy cs_pol[CS_N];
-typedef struct { int p, q, outer; } cs_cfg; /* q: the scan's own policy, -1 none; outer: the scan runs in a scan with policy p */
+typedef struct { int p, q, outer, second; } cs_cfg; /* q: the scan's own policy, -1 none; outer: the scan runs in a scan with policy p;
+                                                       second: the gradient of the gradients' squared norm */
 static void cs_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
     tj_v h = tj_checkpoint_name(tj_rename(tj_dot(c[0], x[0], "embed"), "e2", "embed"), "h");
     (void)g; (void)y; (void)u;
@@ -488,6 +489,10 @@ static void cs_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         l = tj_sum_all(fin);
     } else tj_checkpoint(cs_region, u, 2, x, 1, &l, &cs_pol[c->p]);
     tj_grad(l, 2, x, gr);
+    if (c->second) {
+        l = tj_add(tj_sum_all(tj_mul(gr[0], gr[0])), tj_sum_all(tj_mul(gr[1], gr[1])));
+        tj_grad(l, 2, x, gr);
+    }
     tj_tree_set_v(out, "loss", l);
     tj_tree_set_v(out, "g_x", gr[0]);
     tj_tree_set_v(out, "g_w", gr[1]);
@@ -1155,7 +1160,7 @@ int main(void) {
                 tj_tree *cin = cs_inputs(ctx, TJ_F32, L, outer, 0), *ref = NULL;
                 for (pk = 0; pk < CS_N; pk++)
                     for (q = -1; q < (outer ? 0 : CS_N); q++) {
-                        cs_cfg c = {pk, q, outer};
+                        cs_cfg c = {pk, q, outer, 0};
                         tj_tree *out = tj_tree_new(ctx);
                         cs_check(ctx, &c, L, cin, out, 1);
                         if (!ref) ref = out, out = NULL;
@@ -1171,7 +1176,8 @@ int main(void) {
                 tj_tree_free(cin);
             }
         { /* finite differences (f64) */
-            static const cs_cfg fd[] = {{CS_NAMES, -1, 0}, {CS_OFFNAMES, CS_NOTHING, 0}, {CS_ANYBUT, -1, 0}, {CS_DOTS, -1, 1}, {CS_NOTHING, -1, 1}};
+            static const cs_cfg fd[] = {{CS_NAMES, -1, 0, 0}, {CS_OFFNAMES, CS_NOTHING, 0, 0}, {CS_ANYBUT, -1, 0, 0}, {CS_DOTS, -1, 1, 0}, {CS_NOTHING, -1, 1, 0},
+                                        {CS_NAMES, -1, 0, 1}, {CS_NOTHING, CS_DOTS, 0, 1}, {CS_OFFNAMES, -1, 1, 1}}; /* (the last three: second derivatives) */
             for (k = 0; k < (int)(sizeof fd / sizeof fd[0]); k++) {
                 tj_tree *cin = cs_inputs(ctx, TJ_F64, 3, fd[k].outer, 0);
                 TJT_GRADCHECK(ctx, "checkpoint around a scan", cs_fn, (void *)&fd[k], cin, "x w");
@@ -1180,7 +1186,8 @@ int main(void) {
         }
         { /* a 2x2 mesh, the inputs sharded: the same rows, the values of one device */
             tj_ctx *c4 = tj_ctx_new();
-            static const cs_cfg cs4[] = {{CS_NAMES, -1, 0}, {CS_DOTS, CS_NOTHING, 0}, {CS_OFFNAMES, -1, 0}, {CS_NOTHING, -1, 0}, {CS_NAMES, -1, 1}, {CS_OFFDOTS, -1, 1}};
+            static const cs_cfg cs4[] = {{CS_NAMES, -1, 0, 0}, {CS_DOTS, CS_NOTHING, 0, 0}, {CS_OFFNAMES, -1, 0, 0}, {CS_NOTHING, -1, 0, 0}, {CS_NAMES, -1, 1, 0},
+                                         {CS_OFFDOTS, -1, 1, 0}};
             tj_set_devices(c4, 4);
             tj_set_mesh(c4, "data=2 model=2");
             for (k = 0; k < (int)(sizeof cs4 / sizeof cs4[0]); k++) {
