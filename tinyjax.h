@@ -8933,7 +8933,7 @@ static int tj__see_into(const tj_node *s);
    recomputes (tj__rerun_scan). Shard_map bodies stay opaque. */
 static int tj__see_into_scan(const tj_node *s) {
     int i, np = 0;
-    if (s->op != TJ__OP_SCAN || !s->sub || s->sub->manual || s->g->manual || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
+    if (s->op != TJ__OP_SCAN || !s->sub || s->sub->manual != s->g->manual || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
     for (i = 0; i < s->sub->nparam; i++) np += s->sub->params[i]->pass == 0;
     return np == s->a.ncarry + s->a.nx + s->a.ncap && s->sub->nout == s->nproj;
 }
@@ -9384,6 +9384,8 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     }
     if (!(Bp = tj__graph_new(c, s->file, s->line))) goto fail;
     Bp->parent = w->bk;
+    Bp->manual = B->manual; /* (a scan inside a shard_map body) */
+    Bp->check = B->check;
     r.b = B, r.bk = Bp, r.scan = s, r.policy = w->policy, r.rr = w;
     r.nencl = w->nencl;
     memcpy(r.encl, w->encl, sizeof r.encl);
