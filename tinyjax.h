@@ -8933,7 +8933,7 @@ static int tj__see_into(const tj_node *s);
    recomputes (tj__rerun_scan). Shard_map bodies stay opaque. */
 static int tj__see_into_scan(const tj_node *s) {
     int i, np = 0;
-    if (s->op != TJ__OP_SCAN || !s->sub || s->sub->manual != s->g->manual || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
+    if (s->op != TJ__OP_SCAN || !s->sub || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
     for (i = 0; i < s->sub->nparam; i++) np += s->sub->params[i]->pass == 0;
     return np == s->a.ncarry + s->a.nx + s->a.ncap && s->sub->nout == s->nproj;
 }
@@ -8953,7 +8953,7 @@ static int tj__enclosing(const tj_node *s, const tj_policy **out, int max) {
     while (g && g->owner && n < max) {
         const tj_node *o = g->owner;
         if (o->policy) out[n++] = o->policy;
-        if (!tj__is_region(o)) break;
+        if (!tj__is_region(o) && !tj__see_into_scan(o)) break; /* (a scan or shard_map the enclosing policy sees into: on to its own enclosing one) */
         g = g->parent;
     }
     return n;
@@ -9193,6 +9193,8 @@ static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
             if (w->b->outs[i] == v && s->proj[i]->space == TJ_SPACE_DEVICE) q = s->proj[i];
         if (!q) {
             tj__type yt = tj__type_lead(&v->t, s->a.axis, s->a.length);
+            if (w->b->manual && !w->b->check && !s->g->manual) /* (an unchecked shard_map's residual is per-device all the same) */
+                yt.vary = (uint8_t)((1u << w->b->ctx->nmesh) - 1);
             if (tj__body_add_out(w->b, v) || tj__add_proj(s, &yt, TJ_SPACE_DEVICE)) return NULL;
             for (p = s->rerun; p && p != s; p = p->rerun)
                 if (tj__add_proj(p, &yt, TJ_SPACE_DEVICE)) return NULL;
@@ -9320,7 +9322,17 @@ static tj_node *tj__through(tj__bwd *w, tj_node *v) {
 static tj_decision tj__scan_out_decide(tj__bwd *w, tj_node *v, tj_node **u, const char **nm, int *carry, char *why, size_t wn) {
     tj_node *s = v->in[0], *o = v->a.index < s->sub->nout ? s->sub->outs[v->a.index] : v;
     const tj_node *judge;
-    if (o->op == TJ__OP_TO_HOST) o = o->in[0];
+    for (;;) { /* through the scans and regions nested in it (a stack a shard_map keeps of a scan inside it) */
+        tj_node *t;
+        if (o->op == TJ__OP_TO_HOST) o = o->in[0];
+        if (o->op == TJ__OP_PROJ && tj__see_into_scan(o->in[0]) && o->a.index < o->in[0]->sub->nout) {
+            s = o->in[0];
+            o = s->sub->outs[o->a.index];
+            continue;
+        }
+        if ((t = (tj_node *)tj__region_value(o)) == o) break;
+        o = t;
+    }
     *carry = o->op == TJ__OP_PARAM && o->pass == 0 && o->a.index < s->a.ncarry;
     judge = *carry ? tj__carry_value(s->sub, o->a.index) : o;
     *nm = *carry ? tj__resid_name(o, s->sub, s->a.ncarry) : tj__resid_name(o, s->sub, 0);
@@ -9453,7 +9465,15 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     w->via = via;
     for (i = 0; i < nc; i++) if (!init[i]) goto fail;
     for (i = 0; i < r.nbx; i++) if (!xs[i]) goto fail;
-    if (!(n = tj__scan_node(s->file, s->line, w->bk, Bp, s->a.axis, s->a.length, s->a.reverse, nc, init, r.nbx, xs, ny, NULL, NULL))) goto fail;
+    if (B->manual && !s->g->manual) { /* a shard_map: its outputs' outer types are the forward's */
+        tj__type *yt = (tj__type *)tj__malloc(sizeof(tj__type) * ((size_t)ny + 1));
+        if (!yt) goto fail;
+        for (i = nc; i < np; i++) if (pj[i] >= 0) yt[pj[i] - nc] = s->proj[i]->t;
+        n = tj__scan_node(s->file, s->line, w->bk, Bp, s->a.axis, s->a.length, s->a.reverse, nc, init, r.nbx, xs, ny, NULL, yt);
+        TJ_FREE(yt);
+    } else
+        n = tj__scan_node(s->file, s->line, w->bk, Bp, s->a.axis, s->a.length, s->a.reverse, nc, init, r.nbx, xs, ny, NULL, NULL);
+    if (!n) goto fail;
     n->remat = 1;
     s->reran = 1;
     for (i = 0; i < np; i++)
