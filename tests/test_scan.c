@@ -548,6 +548,47 @@ static void cs_check(tj_ctx *ctx, const cs_cfg *c, int L, tj_tree *in, tj_tree *
     }
     tj_prog_free(p);
 }
+/* ... and around or inside a shard_map. JAX 0.10.2, mesh d=2, x f32[4,4]
+   split over d, ws f32[3,4,4] replicated, in_specs (P('d'), P()), out_specs
+   P('d'), body and policies as above: saved_residuals of
+   jax.checkpoint(lambda ws, x: shard_map(scan)(x, ws).sum(), policy=P) and
+   of shard_map(jax.checkpoint(scan, policy=P)) alike: nothing_saveable
+   none; dots_saveable, save_only_these_names('h') and the offload of h one
+   f32[6,2,4] (each device's f32[3,2,4] stack, side by side). */
+typedef struct { int p, mode, check; } sm_cfg; /* mode 0: shard_map(checkpoint(scan)); 1: checkpoint(shard_map(scan)) */
+static void sm_scan(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    tj_scan(cs_body, NULL, "layer", 1, &in[0], 1, &in[1], 0, &out[0], NULL, NULL);
+}
+static void sm_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const sm_cfg *c = (const sm_cfg *)u;
+    if (c->mode == 0) tj_checkpoint(sm_scan, NULL, 2, in, 1, out, &cs_pol[c->p]);
+    else sm_scan(g, in, out, NULL);
+}
+static void sm_map(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const char *is[2] = {"batch:data", ""}, *os[1] = {"batch:data"};
+    (void)g;
+    tj_shard_map(sm_body, u, 2, in, is, 1, out, os, ((const sm_cfg *)u)->check);
+}
+static void sm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const sm_cfg *c = (const sm_cfg *)u;
+    tj_v x[2], y = NULL, l, gr[2];
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    if (c->mode == 0) sm_map(g, x, &y, u);
+    else tj_checkpoint(sm_map, u, 2, x, 1, &y, &cs_pol[c->p]);
+    l = tj_sum_all(tj_mul(y, y));
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+static tj_tree *sm_inputs(tj_ctx *ctx, tj_dtype dt, int sharded) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_array *x = tjt_rand(ctx, dt, "batch=4 embed=4", 73, -1, 1);
+    tj_tree_set_array(in, "x", sharded ? tjt_put(x, "batch:data") : x); /* (the shard_map splits it) */
+    tj_tree_set_array(in, "w", tjt_rand(ctx, dt, "layer=3 embed=4 e2=4", 74, -0.5, 0.5));
+    return in;
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -1208,6 +1249,65 @@ int main(void) {
                 tj_tree_free(n4);
             }
             tj_ctx_free(c4);
+        }
+        { /* around and inside a shard_map (2 devices): the rows JAX keeps
+             (a shard_map without a policy also lists, as "no policy", what
+             a region inside it keeps: not counted), the bits of
+             everything_saveable, finite differences */
+            tj_ctx *c2 = tj_ctx_new();
+            int mode, ck;
+            static const int sp[] = {CS_EVERYTHING, CS_NOTHING, CS_DOTS, CS_NAMES, CS_OFFNAMES};
+            tj_set_devices(c2, 2);
+            tj_set_mesh(c2, "data=2");
+            for (mode = 0; mode < 2; mode++)
+                for (ck = 0; ck < 2; ck++) {
+                    tj_tree *sin = sm_inputs(c2, TJ_F32, 1), *ref = NULL;
+                    for (k = 0; k < (int)(sizeof sp / sizeof sp[0]); k++) {
+                        sm_cfg c = {sp[k], mode, ck};
+                        tj_tree *out = tj_tree_new(c2);
+                        tj_prog *p = tj_jit(c2, "checkpoint and shard_map", sm_fn, &c, sin, NULL);
+                        char what[128];
+                        snprintf(what, sizeof what, "%s, policy %d, check %d", mode ? "checkpoint(shard_map(scan))" : "shard_map(checkpoint(scan))", sp[k], ck);
+                        TJT_CHECK(p && tj_run(p, sin, out) == TJ_OK, "%s: %s", what, tj_error(c2));
+                        if (!p) { tj_clear_error(c2); tj_tree_free(out); continue; }
+                        if (sp[k] != CS_EVERYTHING) {
+                            tj_residual rows[128];
+                            int nr = tj_prog_residuals(p, rows, 128), j, kept = 0, bad = 0;
+                            tj_memory_analysis m = tj_prog_memory(p);
+                            for (j = 0; j < nr && j < 128; j++) {
+                                const tj_residual *r = &rows[j];
+                                if (r->nested || r->decision == TJ_RECOMPUTE || !strncmp(r->rule, "no policy", 9)) continue;
+                                kept++;
+                                bad += r->decision != (sp[k] == CS_OFFNAMES ? TJ_OFFLOAD : TJ_SAVE) || r->device_bytes != 3 * 2 * 4 * 4;
+                            }
+                            TJT_CHECK(kept == (sp[k] != CS_NOTHING) && !bad, "%s: %d stacks kept (%d not as JAX's), JAX: %d", what, kept, bad, sp[k] != CS_NOTHING);
+                            TJT_CHECK(tj_get_alloc_stats(c2).arena_bytes == 2 * (m.temp_bytes + m.host_temp_bytes), "%s: the arenas held (%lld B) are not 2 x the plan's %lld + %lld B",
+                                      what, (long long)tj_get_alloc_stats(c2).arena_bytes, (long long)m.temp_bytes, (long long)m.host_temp_bytes);
+                        }
+                        tj_prog_free(p);
+                        if (!ref) ref = out, out = NULL;
+                        else if (tj_tree_size(out) == 3) {
+                            int j;
+                            for (j = 0; j < 3; j++) {
+                                const char *nm[] = {"loss", "g_x", "g_w"};
+                                TJT_CHECK(bits_equal(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])), "%s: %s differs from everything_saveable by %g", what, nm[j],
+                                          maxdiff(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])));
+                            }
+                        }
+                        tj_tree_free(out);
+                    }
+                    tj_tree_free(ref);
+                    tj_tree_free(sin);
+                }
+            {
+                static const sm_cfg fd[] = {{CS_NAMES, 1, 1}, {CS_NOTHING, 1, 0}, {CS_OFFNAMES, 0, 1}};
+                for (k = 0; k < (int)(sizeof fd / sizeof fd[0]); k++) {
+                    tj_tree *sin = sm_inputs(c2, TJ_F64, 0);
+                    TJT_GRADCHECK(c2, "checkpoint and shard_map", sm_fn, (void *)&fd[k], sin, "x w");
+                    tj_tree_free(sin);
+                }
+            }
+            tj_ctx_free(c2);
         }
     }
 
