@@ -9582,6 +9582,12 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             r->rerun = v->rerun ? v->rerun : v; /* join v's ring: they share one body */
             v->rerun = r;
         }
+    } else if (v->op == TJ__OP_PROJ && v->pass == 0 && v->in[0]->op == TJ__OP_CUSTOM_VJP && v->in[0]->a.reg < w->b->ctx->ncvjp &&
+               v->in[0]->nin > w->b->ctx->cvjps[v->in[0]->a.reg].nin + v->a.index) {
+        /* an output of a tj_custom_vjp is the value its fwd made (the node
+           hands it on): the policy judges that value, which it may keep or
+           recompute like any other, as JAX's policy sees into the fwd */
+        r = tj__clone(w, v->in[0]->in[w->b->ctx->cvjps[v->in[0]->a.reg].nin + v->a.index]);
     } else if (tj__ops[v->op].flags & TJ__RERUN) { /* the node of outputs the policy recomputes (attention's out and lse) */
         r = tj__clone_op(w, v);
         if (r) r->remat = 1;

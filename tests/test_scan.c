@@ -589,6 +589,42 @@ static tj_tree *sm_inputs(tj_ctx *ctx, tj_dtype dt, int sharded) {
     tj_tree_set_array(in, "w", tjt_rand(ctx, dt, "layer=3 embed=4 e2=4", 74, -0.5, 0.5));
     return in;
 }
+/* ... and around a tj_custom_vjp: JAX 0.10.2's policy sees into a
+   custom_vjp's fwd (f(x, w) = tanh(x @ w) with fwd naming x @ w 'h' and
+   returning (x, w, y) as residuals; loss sum(sin(f(x, w))), x f32[2,4],
+   w f32[4,4]): print_saved_residuals of jax.checkpoint(loss, policy=P)
+   shows, besides the arguments, nothing_saveable none, dots_saveable the
+   fwd's dot, save_only_these_names('h') h. (tinyjax kept the custom_vjp's
+   output until 2026-11-24.) */
+static const tj_policy *cv_pol;
+static void cv_fwd(tj_graph *g, const tj_v *in, tj_v *y, tj_v *r, void *u) {
+    tj_v h = tj_checkpoint_name(tj_rename(tj_dot(in[0], in[1], "embed"), "e2", "embed"), "h");
+    (void)g; (void)u;
+    y[0] = tj_tanh(h);
+    r[0] = in[0], r[1] = in[1], r[2] = y[0];
+}
+static void cv_bwd(tj_graph *g, const tj_v *r, const tj_v *ct, tj_v *gx, void *u) {
+    tj_v gh = tj_rename(tj_sub(ct[0], tj_mul(ct[0], tj_mul(r[2], r[2]))), "embed", "e2");
+    (void)g; (void)u;
+    gx[0] = tj_dot(gh, r[1], "e2");
+    gx[1] = tj_dot(r[0], gh, "batch");
+}
+static void cv_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v y = NULL;
+    (void)g; (void)u;
+    tj_custom_vjp(cv_fwd, cv_bwd, NULL, 2, in, 1, &y, 3);
+    out[0] = tj_sum_all(tj_exp(y));
+}
+static void cv_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[2], l = NULL, gr[2];
+    (void)g; (void)u;
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    tj_checkpoint(cv_region, NULL, 2, x, 1, &l, cv_pol);
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -1249,6 +1285,34 @@ int main(void) {
                 tj_tree_free(n4);
             }
             tj_ctx_free(c4);
+        }
+        { /* around a custom_vjp (cv_fn's comment) */
+            static const int cp[] = {CS_NOTHING, CS_DOTS, CS_NAMES};
+            tj_tree *cin = tj_tree_new(ctx);
+            tj_tree_set_array(cin, "x", tjt_rand(ctx, TJ_F64, "batch=2 embed=4", 75, -1, 1));
+            tj_tree_set_array(cin, "w", tjt_rand(ctx, TJ_F64, "embed=4 e2=4", 76, -0.5, 0.5));
+            for (k = 0; k < 3; k++) {
+                tj_prog *p;
+                tj_tree *out = tj_tree_new(ctx);
+                cv_pol = &cs_pol[cp[k]];
+                p = tj_jit(ctx, "checkpoint around a custom_vjp", cv_fn, NULL, cin, NULL);
+                TJT_CHECK(p && tj_run(p, cin, out) == TJ_OK, "custom_vjp, policy %d: %s", cp[k], tj_error(ctx));
+                if (p) {
+                    tj_residual rows[32];
+                    int nr = tj_prog_residuals(p, rows, 32), j, kept = 0, ok = 0;
+                    for (j = 0; j < nr && j < 32; j++)
+                        if (!rows[j].nested && rows[j].decision != TJ_RECOMPUTE) {
+                            kept++;
+                            ok += cp[k] == CS_DOTS ? !strcmp(rows[j].op, "dot") : !strcmp(rows[j].name, "h");
+                        }
+                    TJT_CHECK(kept == (cp[k] != CS_NOTHING) && ok == kept, "custom_vjp, policy %d: %d kept (%d as JAX's), JAX: %d", cp[k], kept, ok, cp[k] != CS_NOTHING);
+                    tj_prog_free(p);
+                } else
+                    tj_clear_error(ctx);
+                tj_tree_free(out);
+                TJT_GRADCHECK(ctx, "checkpoint around a custom_vjp", cv_fn, NULL, cin, "x w");
+            }
+            tj_tree_free(cin);
         }
         { /* around and inside a shard_map (2 devices): the rows JAX keeps
              (a shard_map without a policy also lists, as "no policy", what
