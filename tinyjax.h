@@ -784,12 +784,16 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
    program has no policy: the values its own tj_grad needs are saved, as
    in JAX without jax.checkpoint; wrap the part to rematerialise in a
    tj_checkpoint. Nested regions follow JAX: the outermost policy judges
-   every value, those inside nested tj_checkpoint regions too (an outer
+   every value, those inside nested tj_checkpoint regions, scans,
+   tj_shard_map bodies and tj_custom_vjp fwds too (an outer
    save_only_these_names("h") keeps an "h" named inside a region whose
-   own policy is nothing_saveable), and each nested region's policy
+   own policy is nothing_saveable; a tj_checkpoint around a scan over
+   layers with dots_saveable keeps the body's dots, stacked over the
+   layers, and the backward pass re-runs the scan forward for the rest,
+   its carries included), and each nested region's or scan's policy
    decides what its own backward pass keeps when the enclosing backward
-   pass recomputes it; tj_prog_residuals marks the nested regions' own
-   rows (tj_residual.nested). Policies are plain structs that tj_scan copies; the name
+   pass recomputes it; tj_prog_residuals marks the nested regions' and
+   scans' own rows (tj_residual.nested). Policies are plain structs that tj_scan copies; the name
    strings, and the two policies a save_from_both points to, must stay
    valid until tj_jit returns. Logical rules (tj_shard_by_rules,
    tj_filter_shard) skip mesh axes the mesh does not have, so one rule string
@@ -8730,7 +8734,21 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
    backward pass, what an enclosing policy saves or offloads
    (tj__decide_nested), and its own policy decides the rest: what its
    backward pass keeps when the enclosing backward pass recomputes it.
-   Those rows of the report are marked nested. */
+   Those rows of the report are marked nested.
+   Nested scans and shard_map bodies (tj__see_into_scan), as JAX's
+   partial evaluation of scan under an enclosing jax.checkpoint: an output
+   of a nested scan is judged as the value its body returns for it (a
+   stacked carry by the value the body returns for that carry, through
+   views). What the policy keeps the nested scan returns stacked and the
+   enclosing walker keeps (saved or offloaded whole); for the rest the
+   enclosing backward body runs a forward scan of its own over the same
+   iterations (tj__rerun_scan), whose body a re-run walker clones from the
+   nested body: kept values are read one slice per iteration, everything
+   else (carries included) is recomputed. The nested scan's own VJP keeps
+   what the enclosing policy keeps (tj__enclosing reaches it), and at
+   compile the forward scan stops returning the stacks nobody reads any
+   more (tj__drop_reran_outputs). An output of a tj_custom_vjp is the
+   value its fwd made: judged as that value. */
 
 TJDEF tj_policy tj_everything_saveable(void) {
     tj_policy p;
@@ -8918,19 +8936,19 @@ static int tj__has_name(const tj_graph *b, const char *nm) {
     int i;
     for (i = 0; i < b->n; i++) {
         const tj_node *v = b->nodes[i];
-        if ((v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (v->op == TJ__OP_SCAN && v->sub && !v->sub->manual && tj__has_name(v->sub, nm))) return 1;
+        if ((v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (v->op == TJ__OP_SCAN && v->sub && tj__has_name(v->sub, nm))) return 1;
     }
     return 0;
 }
 static int tj__see_into(const tj_node *s);
 /* A scan nested in a body whose policy sees into it, as JAX's partial
    evaluation of scan under an enclosing jax.checkpoint (its rule applies
-   the policy to the equations of the scan's body): a scan the user wrote
-   (not one autodiff made, not a re-run) over an automatically sharded
-   body, other than a tj_checkpoint region (tj__see_into's path). Its
-   outputs are judged as the values its body returns for them; what the
-   policy recomputes, a forward scan in the enclosing backward body
-   recomputes (tj__rerun_scan). Shard_map bodies stay opaque. */
+   the policy to the equations of the scan's body): a scan or tj_shard_map
+   the user wrote (not one autodiff made, not a re-run), other than a
+   tj_checkpoint region (tj__see_into's path). Its outputs are judged as
+   the values its body returns for them; what the policy recomputes, a
+   forward scan (or shard_map) in the enclosing backward body recomputes
+   (tj__rerun_scan). */
 static int tj__see_into_scan(const tj_node *s) {
     int i, np = 0;
     if (s->op != TJ__OP_SCAN || !s->sub || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
@@ -8942,10 +8960,10 @@ static int tj__see_into_scan(const tj_node *s) {
    outer save_only_these_names("h") keeps an "h" named inside a region
    whose own policy is nothing_saveable); each nested region's policy
    decides what its own backward pass keeps when the enclosing backward
-   pass re-runs it. The policies that judge the residuals of region s
-   besides its own: those of the regions around it, nearest first, up to
-   and including the first scan with a policy or shard_map body (which its
-   enclosing region does not re-run: their outputs are kept). */
+   pass re-runs it. The policies that judge the residuals of region or
+   scan s besides its own: those of the regions, scans and shard_map
+   bodies around it, nearest first, up to and including the first one its
+   own enclosing policy cannot see into (a scan autodiff made). */
 static int tj__enclosing(const tj_node *s, const tj_policy **out, int max) {
     const tj_graph *g = s->g;
     int n = 0;
@@ -9039,7 +9057,7 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
         for (i = 0; i < b->n && !found; i++) {
             const tj_node *v = b->nodes[i];
             found = (v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (v->op == TJ__OP_PARAM && strcmp(tj__resid_name(v, b, ncarry), nm) == 0) ||
-                    (v->op == TJ__OP_SCAN && v->sub && !v->sub->manual && tj__has_name(v->sub, nm)); /* the policy sees inside nested regions and scans */
+                    (v->op == TJ__OP_SCAN && v->sub && tj__has_name(v->sub, nm)); /* the policy sees inside nested regions, scans and shard_map bodies */
         }
         if (!found) {
             m = strlen(r->lint);
