@@ -8748,7 +8748,8 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
    what the enclosing policy keeps (tj__enclosing reaches it), and at
    compile the forward scan stops returning the stacks nobody reads any
    more (tj__drop_reran_outputs). An output of a tj_custom_vjp is the
-   value its fwd made: judged as that value. */
+   value its fwd made: judged as that value. A tj_custom kernel is re-run
+   where its outputs are recomputed (JAX re-runs any primitive). */
 
 TJDEF tj_policy tj_everything_saveable(void) {
     tj_policy p;
@@ -9606,7 +9607,9 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
            hands it on): the policy judges that value, which it may keep or
            recompute like any other, as JAX's policy sees into the fwd */
         r = tj__clone(w, v->in[0]->in[w->b->ctx->cvjps[v->in[0]->a.reg].nin + v->a.index]);
-    } else if (tj__ops[v->op].flags & TJ__RERUN) { /* the node of outputs the policy recomputes (attention's out and lse) */
+    } else if ((tj__ops[v->op].flags & TJ__RERUN) || (v->op == TJ__OP_CUSTOM && v->pass == 0)) {
+        /* the node of outputs the policy recomputes (attention's out and
+           lse; a user's kernel, which JAX's remat re-runs as any primitive) */
         r = tj__clone_op(w, v);
         if (r) r->remat = 1;
     } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
@@ -9637,7 +9640,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; read by the re-run, kept");
         }
-        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !sc && !(tj__ops[v->in[0]->op].flags & TJ__RERUN) && !tj__rerun_region(w, v)) { /* never re-run a nested scan or custom op for one of its outputs */
+        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !sc && !(tj__ops[v->in[0]->op].flags & TJ__RERUN) && v->in[0]->op != TJ__OP_CUSTOM && !tj__rerun_region(w, v)) { /* never re-run a nested scan or custom op for one of its outputs */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : v->in[0]->op == TJ__OP_CUSTOM ? "custom op" : "custom_vjp");
         }

@@ -625,6 +625,40 @@ static void cv_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "g_x", gr[0]);
     tj_tree_set_v(out, "g_w", gr[1]);
 }
+/* ... and around a kernel of the user's (tj_custom): JAX's remat judges
+   a primitive's output like any other (a jax.extend Primitive sq, x * x,
+   with a JVP rule: print_saved_residuals of jax.checkpoint(lambda x, w:
+   exp(sq(x @ w) * 0.1).sum(), policy=P) shows nothing_saveable none,
+   dots_saveable the dot), and re-runs the primitive for the rest. (tinyjax
+   kept a custom op's outputs until 2026-11-24.) */
+static void sq_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *u) {
+    int64_t n = 1, i;
+    int k;
+    (void)nin; (void)nout; (void)u;
+    for (k = 0; k < in[0].rank; k++) n *= in[0].dim[k];
+    for (i = 0; i < n; i++) ((double *)out[0].data)[i] = ((const double *)in[0].data)[i] * ((const double *)in[0].data)[i];
+}
+static tj_status sq_vjp(tj_graph *g, int nin, const tj_v *in, int nout, const tj_v *out, const tj_v *ct, tj_v *gin, void *u) {
+    (void)g; (void)nin; (void)nout; (void)out; (void)u;
+    gin[0] = tj_mul(tj_muls(in[0], 2.0), ct[0]);
+    return TJ_OK;
+}
+static void sq_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v h = tj_dot(in[0], in[1], "embed"), y = NULL;
+    (void)g; (void)u;
+    tj_custom("sq", 1, &h, &y);
+    out[0] = tj_sum_all(tj_exp(tj_muls(y, 0.1)));
+}
+static void sq_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[2], l = NULL, gr[2];
+    (void)g;
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    tj_checkpoint(sq_region, NULL, 2, x, 1, &l, (const tj_policy *)u);
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -1312,6 +1346,46 @@ int main(void) {
                 tj_tree_free(out);
                 TJT_GRADCHECK(ctx, "checkpoint around a custom_vjp", cv_fn, NULL, cin, "x w");
             }
+            tj_tree_free(cin);
+        }
+        { /* around a kernel of the user's (sq_fn's comment): the same bits as everything_saveable */
+            static const int cp[] = {CS_EVERYTHING, CS_NOTHING, CS_DOTS};
+            tj_tree *cin = tj_tree_new(ctx), *ref = NULL;
+            tj_op_def d;
+            memset(&d, 0, sizeof d);
+            d.name = "sq";
+            d.nout = 1;
+            d.cpu = sq_cpu;
+            d.vjp = sq_vjp;
+            d.replication = tj_rep_same;
+            tj_register_op(ctx, &d);
+            tj_tree_set_array(cin, "x", tjt_rand(ctx, TJ_F64, "batch=2 embed=4", 77, -1, 1));
+            tj_tree_set_array(cin, "w", tjt_rand(ctx, TJ_F64, "embed=4 e2=4", 78, -0.5, 0.5));
+            for (k = 0; k < 3; k++) {
+                tj_tree *out = tj_tree_new(ctx);
+                tj_prog *p = tj_jit(ctx, "checkpoint around a custom op", sq_fn, (void *)&cs_pol[cp[k]], cin, NULL);
+                TJT_CHECK(p && tj_run(p, cin, out) == TJ_OK, "custom op, policy %d: %s", cp[k], tj_error(ctx));
+                if (p && k) {
+                    tj_residual rows[32];
+                    int nr = tj_prog_residuals(p, rows, 32), j, kept = 0, dots = 0;
+                    for (j = 0; j < nr && j < 32; j++)
+                        if (!rows[j].nested && rows[j].decision != TJ_RECOMPUTE) kept++, dots += !strcmp(rows[j].op, "dot");
+                    TJT_CHECK(kept == dots && dots == (cp[k] == CS_DOTS), "custom op, policy %d: %d kept (%d dots), JAX: %d dots", cp[k], kept, dots, cp[k] == CS_DOTS);
+                }
+                if (!p) tj_clear_error(ctx);
+                tj_prog_free(p);
+                if (!ref) ref = out, out = NULL;
+                else if (tj_tree_size(out) == 3) {
+                    int j;
+                    for (j = 0; j < 3; j++) {
+                        const char *nm[] = {"loss", "g_x", "g_w"};
+                        TJT_CHECK(bits_equal(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])), "custom op, policy %d: %s differs from everything_saveable by %g", cp[k],
+                                  nm[j], maxdiff(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])));
+                    }
+                }
+                tj_tree_free(out);
+            }
+            tj_tree_free(ref);
             tj_tree_free(cin);
         }
         { /* around and inside a shard_map (2 devices): the rows JAX keeps
