@@ -9180,9 +9180,10 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
 /* An output of a nested tj_checkpoint region (a scan of length one, not a
    shard_map body) that the policy recomputes: the backward body re-runs the
    region, as JAX re-runs a nested jax.checkpoint under the outer policy
-   (its residuals and outputs are not kept across the outer region). Scans,
-   shard_map bodies, custom ops and values the nested policy offloaded
-   stay saved. */
+   (its residuals and outputs are not kept across the outer region). The
+   scans and shard_map bodies the policy sees into are re-run by
+   tj__rerun_scan, custom kernels like attention (tj__clone); the rest (a
+   scan autodiff made) stays saved. */
 static int tj__rerun_region(const tj__bwd *w, const tj_node *v) {
     const tj_node *s = v->in[0];
     return tj__is_region(s) && s->pass == 0 && w->b; /* (an output its own policy offloaded too: the re-run offloads it again) */
@@ -9640,7 +9641,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; read by the re-run, kept");
         }
-        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !sc && !(tj__ops[v->in[0]->op].flags & TJ__RERUN) && v->in[0]->op != TJ__OP_CUSTOM && !tj__rerun_region(w, v)) { /* never re-run a nested scan or custom op for one of its outputs */
+        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !sc && !(tj__ops[v->in[0]->op].flags & TJ__RERUN) && v->in[0]->op != TJ__OP_CUSTOM && !tj__rerun_region(w, v)) { /* (a scan autodiff made, a custom_vjp node: kept) */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : v->in[0]->op == TJ__OP_CUSTOM ? "custom op" : "custom_vjp");
         }
