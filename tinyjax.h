@@ -791,12 +791,16 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
    program has no policy: the values its own tj_grad needs are saved, as
    in JAX without jax.checkpoint; wrap the part to rematerialise in a
    tj_checkpoint. Nested regions follow JAX: the outermost policy judges
-   every value, those inside nested tj_checkpoint regions too (an outer
+   every value, those inside nested tj_checkpoint regions, scans,
+   tj_shard_map bodies and tj_custom_vjp fwds too (an outer
    save_only_these_names("h") keeps an "h" named inside a region whose
-   own policy is nothing_saveable), and each nested region's policy
+   own policy is nothing_saveable; a tj_checkpoint around a scan over
+   layers with dots_saveable keeps the body's dots, stacked over the
+   layers, and the backward pass re-runs the scan forward for the rest,
+   its carries included), and each nested region's or scan's policy
    decides what its own backward pass keeps when the enclosing backward
-   pass recomputes it; tj_prog_residuals marks the nested regions' own
-   rows (tj_residual.nested). Policies are plain structs that tj_scan copies; the name
+   pass recomputes it; tj_prog_residuals marks the nested regions' and
+   scans' own rows (tj_residual.nested). Policies are plain structs that tj_scan copies; the name
    strings, and the two policies a save_from_both points to, must stay
    valid until tj_jit returns. Logical rules (tj_shard_by_rules,
    tj_filter_shard) skip mesh axes the mesh does not have, so one rule string
@@ -2716,6 +2720,9 @@ struct tj_node {
     char *name;   /* checkpoint name (name op) or param leaf name           */
     int pass;     /* 0: forward; k: made by the k-th tj_vjp of the graph     */
     int remat;    /* a forward node that a backward body re-runs (recompute) */
+    int reran;    /* a nested scan an enclosing backward body recomputes with
+                     a scan of its own ([8] tj__rerun_scan): the outputs that
+                     no scheduled node reads are dropped when compiled     */
     tj_node *summed; /* a partial sum: the psum that added it up ([4]), which
                         later uses in the same graph share */
     /* filled by the later stages */
@@ -8815,7 +8822,22 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
    backward pass, what an enclosing policy saves or offloads
    (tj__decide_nested), and its own policy decides the rest: what its
    backward pass keeps when the enclosing backward pass recomputes it.
-   Those rows of the report are marked nested. */
+   Those rows of the report are marked nested.
+   Nested scans and shard_map bodies (tj__see_into_scan), as JAX's
+   partial evaluation of scan under an enclosing jax.checkpoint: an output
+   of a nested scan is judged as the value its body returns for it (a
+   stacked carry by the value the body returns for that carry, through
+   views). What the policy keeps the nested scan returns stacked and the
+   enclosing walker keeps (saved or offloaded whole); for the rest the
+   enclosing backward body runs a forward scan of its own over the same
+   iterations (tj__rerun_scan), whose body a re-run walker clones from the
+   nested body: kept values are read one slice per iteration, everything
+   else (carries included) is recomputed. The nested scan's own VJP keeps
+   what the enclosing policy keeps (tj__enclosing reaches it), and at
+   compile the forward scan stops returning the stacks nobody reads any
+   more (tj__drop_reran_outputs). An output of a tj_custom_vjp is the
+   value its fwd made: judged as that value. A tj_custom kernel is re-run
+   where its outputs are recomputed (JAX re-runs any primitive). */
 
 TJDEF tj_policy tj_everything_saveable(void) {
     tj_policy p;
@@ -8953,6 +8975,14 @@ static const char *tj__resid_name(const tj_node *v, const tj_graph *b, int ncarr
     }
     return "";
 }
+/* The value body b returns for carry i, seen through views and layout
+   changes: what a policy judges when it judges the carry (JAX stages a
+   scan's carry when the equation that makes it is not saveable). */
+static const tj_node *tj__carry_value(const tj_graph *b, int i) {
+    const tj_node *o = b->outs[i];
+    while (((tj__ops[o->op].flags & TJ__VIEW) || o->op == TJ__OP_RELAYOUT) && o->nin == 1) o = o->in[0];
+    return o;
+}
 static struct tj__report *tj__report_of(tj_graph *g) {
     while (g->parent) g = g->parent;
     if (!g->report) g->report = (struct tj__report *)tj__calloc(sizeof(struct tj__report));
@@ -8990,32 +9020,47 @@ static void tj__report_add(tj_graph *g, const tj_node *v, const char *name, int6
 static int tj__is_region(const tj_node *s) {
     return s->op == TJ__OP_SCAN && s->a.length == 1 && s->sub && !s->sub->manual;
 }
-/* Does body b, or a region nested in it, hold a value named nm? */
+/* Does body b, or a region or scan nested in it, hold a value named nm? */
 static int tj__has_name(const tj_graph *b, const char *nm) {
     int i;
     for (i = 0; i < b->n; i++) {
         const tj_node *v = b->nodes[i];
-        if ((v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (tj__is_region(v) && tj__has_name(v->sub, nm))) return 1;
+        if ((v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (v->op == TJ__OP_SCAN && v->sub && tj__has_name(v->sub, nm))) return 1;
     }
     return 0;
+}
+static int tj__see_into(const tj_node *s);
+/* A scan nested in a body whose policy sees into it, as JAX's partial
+   evaluation of scan under an enclosing jax.checkpoint (its rule applies
+   the policy to the equations of the scan's body): a scan or tj_shard_map
+   the user wrote (not one autodiff made, not a re-run), other than a
+   tj_checkpoint region (tj__see_into's path). Its outputs are judged as
+   the values its body returns for them; what the policy recomputes, a
+   forward scan (or shard_map) in the enclosing backward body recomputes
+   (tj__rerun_scan). */
+static int tj__see_into_scan(const tj_node *s) {
+    int i, np = 0;
+    if (s->op != TJ__OP_SCAN || !s->sub || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
+    for (i = 0; i < s->sub->nparam; i++) np += s->sub->params[i]->pass == 0;
+    return np == s->a.ncarry + s->a.nx + s->a.ncap && s->sub->nout == s->nproj;
 }
 /* Nested regions, as in JAX: the outermost policy judges every value the
    backward pass needs, those computed inside nested regions too (an
    outer save_only_these_names("h") keeps an "h" named inside a region
    whose own policy is nothing_saveable); each nested region's policy
    decides what its own backward pass keeps when the enclosing backward
-   pass re-runs it. The policies that judge the residuals of region s
-   besides its own: those of the regions around it, nearest first, up to
-   and including the first scan with a policy or shard_map body (which its
-   enclosing region does not re-run: their outputs are kept). */
+   pass re-runs it. The policies that judge the residuals of region or
+   scan s besides its own: those of the regions, scans and shard_map
+   bodies around it, nearest first, up to and including the first one its
+   own enclosing policy cannot see into (a scan autodiff made). */
 static int tj__enclosing(const tj_node *s, const tj_policy **out, int max) {
     const tj_graph *g = s->g;
     int n = 0;
-    if (!tj__is_region(s) || s->pass != 0) return 0;
+    if (s->pass != 0 || !(tj__is_region(s) || tj__see_into_scan(s))) return 0;
     while (g && g->owner && n < max) {
         const tj_node *o = g->owner;
         if (o->policy) out[n++] = o->policy;
-        if (!tj__is_region(o)) break;
+        if (!tj__is_region(o) && !tj__see_into_scan(o)) break; /* (a scan or shard_map the enclosing policy sees into: on to its own enclosing one) */
         g = g->parent;
     }
     return n;
@@ -9101,7 +9146,7 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
         for (i = 0; i < b->n && !found; i++) {
             const tj_node *v = b->nodes[i];
             found = (v->op == TJ__OP_NAME && strcmp(v->name, nm) == 0) || (v->op == TJ__OP_PARAM && strcmp(tj__resid_name(v, b, ncarry), nm) == 0) ||
-                    (tj__is_region(v) && tj__has_name(v->sub, nm)); /* the policy sees inside nested regions */
+                    (v->op == TJ__OP_SCAN && v->sub && tj__has_name(v->sub, nm)); /* the policy sees inside nested regions, scans and shard_map bodies */
         }
         if (!found) {
             m = strlen(r->lint);
@@ -9137,6 +9182,16 @@ typedef struct tj__bwd_s {
     struct tj__bwd_s *up;
     struct tj__bwd_s *kids[16]; /* the walkers of regions nested in b      */
     int nkids;
+    /* a re-run walker (tj__rerun_scan): b is the body of a scan nested in
+       rr's body, bk the body of the forward scan that rr's backward body
+       runs to recompute that scan's outputs; rr's policy judges b's values */
+    struct tj__bwd_s *rr;
+    tj_node **rcar;       /* its body's carry parameters                     */
+    char *rcar_used;      /* carry i's parameter was used                    */
+    struct tj__rerun_s { tj_node *s, *n; int *pj; } rrs[8]; /* scans nested in b re-run in bk: s's output j is n's pj[j] (-1: not made) */
+    int nrrs;
+    const tj_node *forcing; /* the nested scan whose kept outputs are being captured */
+    const tj_node *norow; /* a re-run's output: its row is the enclosing walker's */
     tj_status st;
 } tj__bwd;
 /* The decision for residual u of the body: its own policy's, but what an
@@ -9213,9 +9268,10 @@ static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice,
 /* An output of a nested tj_checkpoint region (a scan of length one, not a
    shard_map body) that the policy recomputes: the backward body re-runs the
    region, as JAX re-runs a nested jax.checkpoint under the outer policy
-   (its residuals and outputs are not kept across the outer region). Scans,
-   shard_map bodies, custom ops and values the nested policy offloaded
-   stay saved. */
+   (its residuals and outputs are not kept across the outer region). The
+   scans and shard_map bodies the policy sees into are re-run by
+   tj__rerun_scan, custom kernels like attention (tj__clone); the rest (a
+   scan autodiff made) stays saved. */
 static int tj__rerun_region(const tj__bwd *w, const tj_node *v) {
     const tj_node *s = v->in[0];
     return tj__is_region(s) && s->pass == 0 && w->b; /* (an output its own policy offloaded too: the re-run offloads it again) */
@@ -9235,6 +9291,26 @@ static int tj__body_returns(const tj_graph *b, const tj_node *v) {
 static tj_node *tj__residual(tj__bwd *w, tj_node *v, tj_decision d) {
     tj_node *out = v, *p;
     int space = d == TJ_OFFLOAD ? TJ_SPACE_HOST : TJ_SPACE_DEVICE;
+    if (w->rr) { /* a re-run walker: the nested scan returns v (stacked, on the
+                    device), the enclosing walker keeps that output as its
+                    policy decides (saved or offloaded whole), and the re-run
+                    scan reads it back one slice per iteration */
+        tj_node *s = w->scan, *q = NULL;
+        int i;
+        for (i = s->a.ncarry; i < w->b->nout && i < s->nproj && !q; i++)
+            if (w->b->outs[i] == v && s->proj[i]->space == TJ_SPACE_DEVICE) q = s->proj[i];
+        if (!q) {
+            tj__type yt = tj__type_lead(&v->t, s->a.axis, s->a.length);
+            if (w->b->manual && !w->b->check && !s->g->manual) /* (an unchecked shard_map's residual is per-device all the same) */
+                yt.vary = (uint8_t)((1u << w->b->ctx->nmesh) - 1);
+            if (tj__body_add_out(w->b, v) || tj__add_proj(s, &yt, TJ_SPACE_DEVICE)) return NULL;
+            for (p = s->rerun; p && p != s; p = p->rerun)
+                if (tj__add_proj(p, &yt, TJ_SPACE_DEVICE)) return NULL;
+            q = s->proj[s->nproj - 1];
+        }
+        (void)space;
+        return tj__bk_xparam(w, q, &v->t, TJ_SPACE_DEVICE, "residual");
+    }
     if (w->up) { /* a value inside a nested region: the region returns it (once),
                     and the enclosing body keeps that output as decided */
         tj_node *q = NULL;
@@ -9280,8 +9356,13 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v);
 static tj_node *tj__clone_op(tj__bwd *w, tj_node *v);
 /* The length of the outermost scan whose backward body is being built. */
 static int64_t tj__wlen(const tj__bwd *w) {
-    while (w->up) w = w->up;
-    return w->scan->a.length;
+    int64_t m = 1;
+    for (;;) {
+        while (w->up) w = w->up;
+        m *= w->scan->a.length;
+        if (!w->rr) return m;
+        w = w->rr; /* a re-run scan's values: per iteration of the scans around it too */
+    }
 }
 /* The walker of region s nested in w's body (made at its first use). */
 static tj__bwd *tj__inner_walker(tj__bwd *w, tj_node *s) {
@@ -9306,6 +9387,8 @@ static tj__bwd *tj__inner_walker(tj__bwd *w, tj_node *s) {
 }
 static void tj__bwd_free_kids(tj__bwd *w) {
     int i;
+    for (i = 0; i < w->nrrs; i++) TJ_FREE(w->rrs[i].pj);
+    w->nrrs = 0;
     for (i = 0; i < w->nkids; i++) {
         tj__bwd_free_kids(w->kids[i]);
         TJ_FREE(w->kids[i]->map);
@@ -9339,6 +9422,193 @@ static tj_node *tj__through(tj__bwd *w, tj_node *v) {
     if (r) r->remat = 1;
     if (r && t->id < x->nmap) x->map[t->id] = r;
     return r;
+}
+/* The decision for v, an output of a scan nested in w's body
+   (tj__see_into_scan): the value the nested body returns for it is judged
+   (*u; a stacked carry by the value the body returns for that carry, as
+   JAX stages a carry whose equation its policy does not save). */
+static tj_decision tj__scan_out_decide(tj__bwd *w, tj_node *v, tj_node **u, const char **nm, int *carry, char *why, size_t wn) {
+    tj_node *s = v->in[0], *o = v->a.index < s->sub->nout ? s->sub->outs[v->a.index] : v;
+    const tj_node *judge;
+    for (;;) { /* through the scans and regions nested in it (a stack a shard_map keeps of a scan inside it) */
+        tj_node *t;
+        if (o->op == TJ__OP_TO_HOST) o = o->in[0];
+        if (o->op == TJ__OP_PROJ && tj__see_into_scan(o->in[0]) && o->a.index < o->in[0]->sub->nout) {
+            s = o->in[0];
+            o = s->sub->outs[o->a.index];
+            continue;
+        }
+        if ((t = (tj_node *)tj__region_value(o)) == o) break;
+        o = t;
+    }
+    *carry = o->op == TJ__OP_PARAM && o->pass == 0 && o->a.index < s->a.ncarry;
+    judge = *carry ? tj__carry_value(s->sub, o->a.index) : o;
+    *nm = *carry ? tj__resid_name(o, s->sub, s->a.ncarry) : tj__resid_name(o, s->sub, 0);
+    *u = o;
+    return tj__decide_nested(w, judge, *nm, why, wn);
+}
+static void tj__rerun_free(tj__bwd *r) {
+    tj__bwd_free_kids(r);
+    TJ_FREE(r->map);
+    TJ_FREE(r->row);
+    TJ_FREE(r->rcar);
+    TJ_FREE(r->rcar_used);
+}
+/* Recompute v, an output of a scan nested in w's body (tj__see_into_scan)
+   that w's policy recomputes, as JAX's partial evaluation of scan inside
+   jax.checkpoint: w's backward body runs a forward scan over the same
+   iterations, whose body clones from the nested body what the outputs the
+   backward pass reads need, each value judged by w's policy. What it keeps
+   the nested scan returns stacked (w keeps the stack across its boundary,
+   saved or offloaded, and a row says so) and the re-run reads one slice
+   per iteration; the rest, carries included, it recomputes. One re-run
+   makes every output of the scan that the backward pass reads. */
+static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
+    tj_node *s = v->in[0], *n = NULL, *init[64], *xs[64], *ordered[256], **yo = NULL, **co = NULL;
+    tj_graph *B = s->sub, *Bp = NULL;
+    tj_ctx *c = B->ctx;
+    int nc = s->a.ncarry, np = s->nproj, i, k, ny = 0, changed, *pj = NULL, nparam = 0;
+    char *want = NULL;
+    const tj_node *forcing = w->forcing;
+    tj_node *via = w->via;
+    tj__bwd r;
+    for (i = 0; i < w->nrrs; i++)
+        if (w->rrs[i].s == s && w->rrs[i].pj[v->a.index] >= 0) return w->rrs[i].n->proj[w->rrs[i].pj[v->a.index]];
+    memset(&r, 0, sizeof r);
+    if (w->nrrs == 8) {
+        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 8 nested scans recomputed in one body");
+        return NULL;
+    }
+    if (nc > 64 || np > 128) {
+        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: a nested scan with more than 64 carries or 128 outputs cannot be recomputed");
+        return NULL;
+    }
+    want = (char *)tj__calloc((size_t)np + 1);
+    pj = (int *)tj__malloc(sizeof(int) * ((size_t)np + 1));
+    yo = (tj_node **)tj__calloc(sizeof(tj_node *) * ((size_t)np + 1));
+    co = (tj_node **)tj__calloc(sizeof(tj_node *) * ((size_t)nc + 1));
+    if (!want || !pj || !yo || !co) goto fail;
+    for (i = 0; i < np; i++) pj[i] = -1;
+    want[v->a.index] = 1;
+    for (i = 0; i < s->g->n; i++) { /* the other outputs the backward pass reads that the policy recomputes */
+        tj_node *x = s->g->nodes[i];
+        if (x->pass == 0) continue;
+        for (k = 0; k < x->nin; k++) {
+            tj_node *q = x->in[k], *u;
+            const char *nm;
+            int car;
+            char why[160];
+            if (q->op == TJ__OP_PROJ && q->in[0] == s && !want[q->a.index] && tj__scan_out_decide(w, q, &u, &nm, &car, why, sizeof why) == TJ_RECOMPUTE)
+                want[q->a.index] = 1;
+        }
+    }
+    if (!(Bp = tj__graph_new(c, s->file, s->line))) goto fail;
+    Bp->parent = w->bk;
+    Bp->manual = B->manual; /* (a scan inside a shard_map body) */
+    Bp->check = B->check;
+    r.b = B, r.bk = Bp, r.scan = s, r.policy = w->policy, r.rr = w;
+    r.nencl = w->nencl;
+    memcpy(r.encl, w->encl, sizeof r.encl);
+    r.nc = nc, r.nx = s->a.nx;
+    r.nmap = B->n;
+    r.map = (tj_node **)tj__calloc(sizeof(tj_node *) * ((size_t)B->n + 1));
+    r.row = (int *)tj__malloc(sizeof(int) * ((size_t)B->n + 1));
+    r.rcar = (tj_node **)tj__calloc(sizeof(tj_node *) * ((size_t)nc + 1));
+    r.rcar_used = (char *)tj__calloc((size_t)nc + 1);
+    if (!r.map || !r.row || !r.rcar || !r.rcar_used) goto fail;
+    for (i = 0; i <= B->n; i++) r.row[i] = -1;
+    for (i = 0; i < nc; i++) {
+        tj_node *p = tj__node(Bp, TJ__OP_PARAM, &B->params[i]->t, 0, NULL, NULL, s->file, s->line);
+        if (!p || tj__add_param(Bp, p) || !(p->name = tj__strdup("carry"))) goto fail;
+        r.rcar[i] = p;
+    }
+    for (i = nc; i < np; i++) /* the stacked outputs */
+        if (want[i]) {
+            tj_node *o = B->outs[i], *x;
+            int host = o->op == TJ__OP_TO_HOST;
+            if (host) o = o->in[0];
+            r.norow = o; /* (its row is w's, for v) */
+            x = tj__clone(&r, o);
+            r.norow = NULL;
+            if (x && host && (x = tj__node(Bp, TJ__OP_TO_HOST, &x->t, 1, &x, NULL, o->file, o->line)) != NULL) x->space = TJ_SPACE_HOST;
+            if (!x) goto fail;
+            yo[ny] = x;
+            pj[i] = nc + ny++;
+        }
+    do { /* the carries: chained where a recomputed value reads one, or its final value is read */
+        changed = 0;
+        for (i = 0; i < nc; i++)
+            if ((want[i] || r.rcar_used[i]) && !co[i]) {
+                if (!(co[i] = tj__clone(&r, B->outs[i]))) goto fail;
+                if (want[i]) pj[i] = i;
+                changed = 1;
+            }
+    } while (changed);
+    for (i = 0; i < nc; i++)
+        if (tj__body_add_out(Bp, co[i] ? co[i] : r.rcar[i])) goto fail; /* (a carry nothing reads: passed through) */
+    for (i = 0; i < ny; i++)
+        if (tj__body_add_out(Bp, yo[i])) goto fail;
+    if (Bp->nparam > 256 || r.nbx > 64) {
+        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: recomputing a nested scan needs more than 64 stacked inputs");
+        goto fail;
+    }
+    for (i = 0; i < nc; i++) ordered[nparam++] = r.rcar[i];
+    for (i = 0; i < r.nbx; i++) ordered[nparam++] = r.bx_param[i];
+    for (i = 0; i < Bp->ncap; i++) ordered[nparam++] = Bp->cap_param[i];
+    if (nparam != Bp->nparam) {
+        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: internal parameter bookkeeping mismatch re-running a nested scan (%d vs %d)", nparam, Bp->nparam);
+        goto fail;
+    }
+    for (i = 0; i < nparam; i++) {
+        Bp->params[i] = ordered[i];
+        ordered[i]->a.index = i;
+    }
+    /* its inputs, in w's backward body: the stacks the policy keeps are
+       judged there (kept across w's boundary) */
+    for (i = 0; i < nc; i++) init[i] = tj__clone(w, s->in[i]);
+    w->forcing = s;
+    w->via = NULL; /* (the backward pass reads the kept stacks itself) */
+    for (i = 0; i < r.nbx; i++) xs[i] = tj__clone(w, r.bx_outer[i]);
+    w->forcing = forcing;
+    w->via = via;
+    for (i = 0; i < nc; i++) if (!init[i]) goto fail;
+    for (i = 0; i < r.nbx; i++) if (!xs[i]) goto fail;
+    if (B->manual && !s->g->manual) { /* a shard_map: its outputs' outer types are the forward's */
+        tj__type *yt = (tj__type *)tj__malloc(sizeof(tj__type) * ((size_t)ny + 1));
+        if (!yt) goto fail;
+        for (i = nc; i < np; i++) if (pj[i] >= 0) yt[pj[i] - nc] = s->proj[i]->t;
+        n = tj__scan_node(s->file, s->line, w->bk, Bp, s->a.axis, s->a.length, s->a.reverse, nc, init, r.nbx, xs, ny, NULL, yt);
+        TJ_FREE(yt);
+    } else
+        n = tj__scan_node(s->file, s->line, w->bk, Bp, s->a.axis, s->a.length, s->a.reverse, nc, init, r.nbx, xs, ny, NULL, NULL);
+    if (!n) goto fail;
+    n->remat = 1;
+    s->reran = 1;
+    for (i = 0; i < np; i++)
+        if (pj[i] >= 0 && (!tj__same_type(&n->proj[pj[i]]->t, &s->proj[i]->t) || n->proj[pj[i]]->space != s->proj[i]->space)) {
+            tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: the re-run of a nested scan made output %d with another type or memory space", i);
+            goto fail;
+        }
+    tj__graph_free(Bp);
+    tj__rerun_free(&r);
+    w->rrs[w->nrrs].s = s;
+    w->rrs[w->nrrs].n = n;
+    w->rrs[w->nrrs++].pj = pj;
+    TJ_FREE(want);
+    TJ_FREE(yo);
+    TJ_FREE(co);
+    return n->proj[pj[v->a.index]];
+fail:
+    w->forcing = forcing;
+    w->via = via;
+    tj__graph_free(Bp);
+    tj__rerun_free(&r);
+    TJ_FREE(want);
+    TJ_FREE(pj);
+    TJ_FREE(yo);
+    TJ_FREE(co);
+    if (!c->status) tj__err(c, TJ_ERR_OOM, s->file, s->line, "remat: out of memory re-running a nested scan");
+    return NULL;
 }
 static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
     tj_node *in[64], *n;
@@ -9386,8 +9656,21 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             for (k = 0; k < w->b->ncap; k++)
                 if (w->b->cap_param[k] == v) {
                     tj_node *o = idx < w->scan->nin ? w->scan->in[idx] : w->b->cap_outer[k];
-                    r = w->up ? tj__clone(w->up, o) /* a nested region's input: the enclosing body's value */ : tj__capture(w->bk, o);
+                    r = w->rr   ? tj__capture(w->bk, tj__clone(w->rr, o)) /* a re-run scan's capture: the enclosing backward body's value */
+                        : w->up ? tj__clone(w->up, o) /* a nested region's input: the enclosing body's value */
+                                : tj__capture(w->bk, o);
                 }
+        } else if (w->rr) { /* a re-run scan's carry: recomputed by its own chain
+                               (JAX stages it), unless the policy keeps the value
+                               the body returns for it: then the stacked carry */
+            char why[160];
+            tj_node *prod = (tj_node *)tj__carry_value(w->b, idx);
+            tj_decision d = tj__decide_nested(w, prod, tj__resid_name(v, w->b, w->nc), why, sizeof why);
+            if (d == TJ_RECOMPUTE || prod->op == TJ__OP_PARAM) {
+                r = w->rcar[idx];
+                w->rcar_used[idx] = 1;
+            } else
+                r = tj__residual(w, v, d); /* (its row: the enclosing walker's, for the stack) */
         } else { /* a carry: a residual by nature */
             char why[160];
             const char *nm = tj__resid_name(v, w->b, w->nc);
@@ -9407,7 +9690,15 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             r->rerun = v->rerun ? v->rerun : v; /* join v's ring: they share one body */
             v->rerun = r;
         }
-    } else if (tj__ops[v->op].flags & TJ__RERUN) { /* the node of outputs the policy recomputes (attention's out and lse) */
+    } else if (v->op == TJ__OP_PROJ && v->pass == 0 && v->in[0]->op == TJ__OP_CUSTOM_VJP && v->in[0]->a.reg < w->b->ctx->ncvjp &&
+               v->in[0]->nin > w->b->ctx->cvjps[v->in[0]->a.reg].nin + v->a.index) {
+        /* an output of a tj_custom_vjp is the value its fwd made (the node
+           hands it on): the policy judges that value, which it may keep or
+           recompute like any other, as JAX's policy sees into the fwd */
+        r = tj__clone(w, v->in[0]->in[w->b->ctx->cvjps[v->in[0]->a.reg].nin + v->a.index]);
+    } else if ((tj__ops[v->op].flags & TJ__RERUN) || (v->op == TJ__OP_CUSTOM && v->pass == 0)) {
+        /* the node of outputs the policy recomputes (attention's out and
+           lse; a user's kernel, which JAX's remat re-runs as any primitive) */
         r = tj__clone_op(w, v);
         if (r) r->remat = 1;
     } else if (v->pass == 0 && !(tj__ops[v->op].flags & TJ__SOURCE)) {
@@ -9416,7 +9707,8 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         char why[160];
         tj_node *u = (tj_node *)tj__region_value(v);
         const char *nm = u == v ? tj__resid_name(v, w->b, w->nc) : tj__resid_name(u, u->g, 0);
-        tj_decision d = tj__decide_nested(w, u, nm, why, sizeof why);
+        int sc = v->op == TJ__OP_PROJ && tj__see_into_scan(v->in[0]), carry = 0;
+        tj_decision d = sc ? tj__scan_out_decide(w, v, &u, &nm, &carry, why, sizeof why) : tj__decide_nested(w, u, nm, why, sizeof why);
         if (v->op == TJ__OP_PROJ && v->a.index > 0 && (tj__ops[v->in[0]->op].flags & TJ__RERUN)) {
             /* a rerunnable op's other outputs (attention's log-sum-exps) go
                as its first goes: saving the output but recomputing its
@@ -9427,13 +9719,17 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             snprintf(why, sizeof why, "as %s's first output: %.120s", tj__opname(v->in[0]->op), ow);
         }
         if ((tj__ops[v->op].flags & TJ__VIEW) && d != TJ_RECOMPUTE && !nm[0]) d = TJ_RECOMPUTE, snprintf(why, sizeof why, "a view: recomputed from its root");
-        else if (d == TJ_RECOMPUTE && w->scan->a.length == 1 && !w->b->manual && !w->up && tj__body_returns(w->b, v)) {
+        else if (d == TJ_RECOMPUTE && w->scan->a.length == 1 && !w->b->manual && !w->up && !w->rr && tj__body_returns(w->b, v)) {
             /* a region (not a shard_map body) returns it: the program holds
                it anyway, and an inlined region's residual is that value */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; the region returns it, so it is kept");
         }
-        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !(tj__ops[v->in[0]->op].flags & TJ__RERUN) && !tj__rerun_region(w, v)) { /* never re-run a nested scan or custom op for one of its outputs */
+        if (sc && d == TJ_RECOMPUTE && w->forcing == v->in[0]) { /* (a re-run's input is what the policy keeps) */
+            d = TJ_SAVE;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; read by the re-run, kept");
+        }
+        if (v->op == TJ__OP_PROJ && d == TJ_RECOMPUTE && !sc && !(tj__ops[v->in[0]->op].flags & TJ__RERUN) && v->in[0]->op != TJ__OP_CUSTOM && !tj__rerun_region(w, v)) { /* (a scan autodiff made, a custom_vjp node: kept) */
             d = TJ_SAVE;
             snprintf(why + strlen(why), sizeof why - strlen(why), "; output of a nested %s, saved", v->in[0]->op == TJ__OP_SCAN ? "scan or region" : v->in[0]->op == TJ__OP_CUSTOM ? "custom op" : "custom_vjp");
         }
@@ -9464,12 +9760,14 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             if (r && v->id < w->nmap) w->map[v->id] = r;
             return r;
         }
-        tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, 0, w->via);
-        if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+        if (v != w->norow && !(w->rr && d != TJ_RECOMPUTE)) { /* (a value a re-run keeps: the row of the enclosing walker, for the stack) */
+            tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, carry, w->via);
+            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+        }
         if (d == TJ_RECOMPUTE) {
             tj_node *outer = w->via;
             w->via = v; /* the values its producers need are rows "via" v */
-            r = u != v && v->op == TJ__OP_PROJ && tj__rerun_region(w, v) ? tj__through(w, v) : tj__clone_op(w, v);
+            r = sc ? tj__rerun_scan(w, v) : u != v && v->op == TJ__OP_PROJ && tj__rerun_region(w, v) ? tj__through(w, v) : tj__clone_op(w, v);
             if (r && u != v && v->space == TJ_SPACE_HOST && r->space != TJ_SPACE_HOST) {
                 /* the nested region's own policy offloaded it: the recomputation
                    offloads it again for the region's backward pass (as JAX) */
@@ -15400,6 +15698,47 @@ static tj_status tj__own_outputs(tj_graph *g, tj_node **outs, int n, int resolve
     return TJ_OK;
 }
 static tj_status tj__compile(tj_prog *p);
+/* [8] A nested scan that an enclosing backward body recomputes (tj__rerun_scan)
+   keeps, as JAX's known scan does, only the outputs something reads: the
+   final carries, the ys the program uses and the stacks the enclosing
+   policy keeps. The stacks its own backward pass read, now read by the
+   re-run's copy of it, are dropped from its body before it is compiled (no
+   stacked buffer, no copy per iteration). Done at compile, after every
+   tj_grad: a later derivative may still clone the forward scan's outputs.
+   Returns 1 if anything was dropped (schedule again). */
+static int tj__drop_reran_outputs(tj_prog *p) {
+    int i, j, k, dropped = 0;
+    for (i = 0; i < p->nsched; i++) {
+        tj_node *n = p->sched[i];
+        tj_graph *b = n->sub;
+        char *used;
+        if (n->op != TJ__OP_SCAN || !n->reran || !b || b->prog || b->refs != 1 || n->rerun || b->nout != n->nproj) continue;
+        if (!(used = (char *)tj__calloc((size_t)n->nproj + 1))) return -1;
+        for (j = 0; j < n->a.ncarry; j++) used[j] = 1;
+        for (j = 0; j < p->nsched; j++)
+            for (k = 0; k < p->sched[j]->nin; k++) {
+                const tj_node *x = p->sched[j]->in[k];
+                if (x->op == TJ__OP_PROJ && x->in[0] == n && p->sched[j]->op != TJ__OP_PROJ) used[x->a.index] = 1;
+            }
+        for (j = 0; j < p->nout; j++)
+            for (k = 0; k < n->nproj; k++) {
+                const tj_node *o = p->outs[j];
+                while (o != n->proj[k] && (tj__ops[o->op].flags & TJ__VIEW) && o->nin == 1) o = o->in[0];
+                if (o == n->proj[k]) used[k] = 1;
+            }
+        for (j = k = 0; j < n->nproj; j++)
+            if (used[j]) {
+                b->outs[k] = b->outs[j];
+                n->proj[k] = n->proj[j];
+                n->proj[k]->a.index = k;
+                k++;
+            } else
+                n->proj[j]->live = 0, dropped = 1;
+        b->nout = n->nproj = k;
+        TJ_FREE(used);
+    }
+    return dropped;
+}
 /* compile the bodies of the scans this program runs */
 static tj_status tj__compile_bodies(tj_prog *p) {
     int i;
@@ -15444,6 +15783,7 @@ static tj_status tj__compile(tj_prog *p) {
     }
     st = tj__coll_matmul(p);
     if (!st) st = tj__schedule(p);
+    if (!st && tj__drop_reran_outputs(p)) st = tj__schedule(p); /* ([8]) */
     if (!st) st = tj__compile_bodies(p);
     if (!st) st = tj__plan(p);
     return st;

@@ -13,6 +13,14 @@
  *       step are the same for both, 40,960 B, and the 2,048 B margin comes
  *       from how the buffers pack; in two blocks re-gathering holds 6,144 B
  *       less per block while the other block runs);
+ *   (d) two checkpoints in a row, each around a scan over 6 layers (the
+ *       layer stack of Levanter or MaxText under one jax.checkpoint): the
+ *       policy judges the values inside the scan as JAX's does, so
+ *       nothing_saveable keeps none of the first scan's stacked residuals
+ *       while the second runs, and an offload policy moves the named
+ *       stack to host memory: each needs less temp than
+ *       everything_saveable (until 2026-11-24 the stacks were kept
+ *       whatever the policy said: the same temp for every policy);
  * and every variant gives the loss and gradients of the program without a
  * region.
  * TJ_TEST_VERBOSE=1 prints each program's temp (2: and the programs);
@@ -21,8 +29,10 @@
 #include "tj_test.h"
 
 /* ---- the programs: each is a region fn(in) -> out[0], and a loss of out[0] ---- */
-enum { P_SEQPAR, P_SEQPAR2, P_MLP, P_CHAIN, P_ATTN1, NPROG };
-static const char *prog_names[NPROG] = {"jax#25010 block", "two jax#25010 blocks", "mlp", "elementwise chain", "attention, one device"};
+enum { P_SEQPAR, P_SEQPAR2, P_MLP, P_CHAIN, P_ATTN1, P_SCAN2, NPROG };
+static const char *prog_names[NPROG] = {"jax#25010 block", "two jax#25010 blocks", "mlp", "elementwise chain", "attention, one device",
+                                        "two checkpointed scans"};
+enum { SL = 6, SB = 128, SE = 16 }; /* P_SCAN2: layers, batch, embed */
 #define SEQPAR(prog) ((prog) == P_SEQPAR || (prog) == P_SEQPAR2)
 enum { B = 4, P = 32, E = 32, H = 16 };
 
@@ -43,10 +53,16 @@ static void seqpar(const tj_v *in, tj_v *out, int sharded) {
     a = tj_softmax(tj_causal_mask(s, "pos", "kpos", -1e9), "kpos");
     out[0] = tj_dot(a, v, "kpos");
 }
+static void layer(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v h = tj_checkpoint_name(tj_rename(tj_dot(c[0], x[0], "embed"), "e2", "embed"), "hidden");
+    (void)g; (void)y; (void)u;
+    co[0] = tj_tanh(h);
+}
 static void region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     const cfg *c = (const cfg *)u;
     (void)g;
     switch (c->prog) {
+    case P_SCAN2: tj_scan(layer, NULL, "layer", 1, &in[0], 1, &in[1], 0, &out[0], NULL, NULL); break;
     case P_SEQPAR: case P_SEQPAR2: seqpar(in, out, 1); break;
     case P_ATTN1: seqpar(in, out, 0); break;
     case P_MLP: {
@@ -75,13 +91,13 @@ static void step(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     if (c->variant < 0) region(g, r, &y, (void *)c);
     else tj_checkpoint(region, (void *)c, n, r, 1, &y, c->policy);
     loss = tj_mean(tj_mul(y, y), SEQPAR(c->prog) || c->prog == P_ATTN1 ? "batch pos hd" : c->prog == P_MLP ? "batch embed2" : "batch embed");
-    if (c->prog == P_SEQPAR2) { /* a second block on x / 2: the first one's residuals wait across it */
+    if (c->prog == P_SEQPAR2 || c->prog == P_SCAN2) { /* a second block on x / 2: the first one's residuals wait across it */
         tj_v r2[5], y2 = NULL;
         for (i = 0; i < n; i++) r2[i] = r[i];
         r2[0] = tj_muls(r[0], 0.5);
         if (c->variant < 0) region(g, r2, &y2, (void *)c);
         else tj_checkpoint(region, (void *)c, n, r2, 1, &y2, c->policy);
-        loss = tj_add(loss, tj_mean(tj_mul(y2, y2), "batch pos hd"));
+        loss = tj_add(loss, tj_mean(tj_mul(y2, y2), c->prog == P_SCAN2 ? "batch embed" : "batch pos hd"));
     }
     tj_grad(loss, n, r, gr);
     tj_tree_set_v(out, "loss", loss);
@@ -115,7 +131,7 @@ static void run(int prog, int variant, result *r) {
     tj_prog *p = NULL;
     cfg c;
     tj_policy pol[NVAR];
-    const char *names = prog == P_MLP ? "hidden" : prog == P_CHAIN ? "e" : "scattered";
+    const char *names = prog == P_MLP || prog == P_SCAN2 ? "hidden" : prog == P_CHAIN ? "e" : "scattered";
     pol[V_ALL] = tj_everything_saveable();
     pol[V_NONE] = tj_nothing_saveable();
     pol[V_DOTS] = tj_dots_saveable();
@@ -141,6 +157,9 @@ static void run(int prog, int variant, result *r) {
         tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=16 embed=32", 1, -1, 1));
         tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "embed=32 ff=128", 2, -0.2, 0.2));
         tj_tree_set_array(in, "w2", tjt_rand(ctx, TJ_F32, "ff=128 embed2=32", 3, -0.2, 0.2));
+    } else if (prog == P_SCAN2) {
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=128 embed=16", 1, -1, 1));
+        tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "layer=6 embed=16 e2=16", 2, -0.4, 0.4));
     } else {
         tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "batch=16 embed=64", 1, -1, 1));
         tj_tree_set_array(in, "w1", tjt_rand(ctx, TJ_F32, "batch=16 embed=64", 2, -1, 1));
@@ -216,7 +235,23 @@ int main(void) {
         for (v = V_NONE; v <= V_OFFLOAD; v++)
             TJT_CHECK(!res[v].ok || res[v].temp <= res[V_ALL].temp, "(b) %s needs %lld B temp, everything_saveable %lld B", var_names[v], (long long)res[v].temp,
                       (long long)res[V_ALL].temp);
-        /* (c) */
+        /* (d): a stack is SL x SB x SE floats. everything_saveable's peak
+           holds the two stacks of each scan (carries, tanh outputs);
+           nothing_saveable's the two that one scan's re-run makes, with a
+           few per-iteration buffers: at least 1.5 stacks less; offloading
+           'hidden' puts one stack per scan in host memory (JAX: one
+           f32<host>[6,128,16] each) and keeps a stack less on the device.
+           (save_only_these_names("hidden") keeps one stack per scan, and the
+           re-run of the second makes two while the first's waits: the same
+           peak as everything_saveable here, as in JAX.) */
+        if (prog == P_SCAN2) {
+            int64_t stack = (int64_t)SL * SB * SE * 4;
+            TJT_CHECK(res[V_NONE].temp + 3 * stack / 2 <= res[V_ALL].temp, "(d) nothing_saveable needs %lld B temp, everything_saveable %lld B: want 1.5 stacks (%lld B) less",
+                      (long long)res[V_NONE].temp, (long long)res[V_ALL].temp, (long long)(3 * stack / 2));
+            TJT_CHECK(res[V_OFFLOAD].host_temp == 2 * stack && res[V_OFFLOAD].temp + stack <= res[V_ALL].temp,
+                      "(d) offloading 'hidden' holds %lld B of host memory (want two stacks, %lld B) and %lld B temp (everything_saveable %lld B)",
+                      (long long)res[V_OFFLOAD].host_temp, (long long)(2 * stack), (long long)res[V_OFFLOAD].temp, (long long)res[V_ALL].temp);
+        }
         /* (c) */
         if (SEQPAR(prog))
             TJT_CHECK(res[V_NAMES].temp < res[V_GATHERED].temp, "(c) re-gathering needs %lld B temp, saving the gathered activation %lld B",

@@ -436,6 +436,229 @@ static int rv_run(tj_ctx *ctx, tj_tree *in, int second, tj_tree *out) {
    hold (4 tj_grad calls through checkpoints 4 deep: 70 outputs) is refused
    by tj_jit with the limits named; it was refused by tj_run, when the run
    reached the scan ("scan: too many body parameters or outputs") */
+/* checkpoint around a scan, as JAX 0.10.2 (the probe, x f32[2,4], ws
+   f32[L,4,4]):
+     def body(c, w):
+         h = checkpoint_name(c @ w, 'h'); a = checkpoint_name(jnp.tanh(h), 'a')
+         return a, None
+     f = lambda ws, x: lax.scan(body, x, ws)[0].sum()
+     print_saved_residuals(jax.checkpoint(f, policy=P), ws, x)
+   printed, besides the arguments, for L = 3 and L = 1, and reverse=True
+   alike: nothing_saveable none; dots_saveable,
+   dots_with_no_batch_dims_saveable, save_only_these_names('h'),
+   save_any_names_but_these('h') one f32[L,2,4];
+   save_and_offload_only_these_names([], ['h']) and
+   offload_dot_with_no_batch_dims one f32<host>[L,2,4] (everything_saveable:
+   JVP coefficients, not compared). The gradient's jaxpr: the forward scan
+   returns the final carry and that stack only; the backward pass runs a
+   forward scan (the carry chain recomputed from x and the stack) that
+   stacks what the reverse scan reads. With the body's own
+   jax.checkpoint(body, policy=Q) (tinyjax: the scan's policy) the same for
+   every Q. Under lax.scan(jax.checkpoint(ob, policy=P), x, ws2), ob running
+   that scan over its slice of ws2 f32[2,3,4,4]: the outer carry f32[2,2,4]
+   always, and one f32[2,3,2,4] more for the policies that keep one above
+   (<host> for the offloading ones). */
+enum { CS_NOTHING, CS_EVERYTHING, CS_DOTS, CS_DOTSNB, CS_NAMES, CS_ANYBUT, CS_OFFNAMES, CS_OFFDOTS, CS_N };
+static tj_policy cs_pol[CS_N];
+typedef struct { int p, q, outer, second; } cs_cfg; /* q: the scan's own policy, -1 none; outer: the scan runs in a scan with policy p;
+                                                       second: the gradient of the gradients' squared norm */
+static void cs_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v h = tj_checkpoint_name(tj_rename(tj_dot(c[0], x[0], "embed"), "e2", "embed"), "h");
+    (void)g; (void)y; (void)u;
+    co[0] = tj_checkpoint_name(tj_tanh(h), "a");
+}
+static void cs_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const cs_cfg *c = (const cs_cfg *)u;
+    tj_v fin = NULL;
+    (void)g;
+    tj_scan(cs_body, NULL, "layer", 1, &in[0], 1, &in[1], 0, &fin, NULL, c->q >= 0 ? &cs_pol[c->q] : NULL);
+    out[0] = tj_sum_all(fin);
+}
+static void cs_obody(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)y; (void)u;
+    tj_scan(cs_body, NULL, "layer", 1, &c[0], 1, &x[0], 0, &co[0], NULL, NULL);
+}
+static void cs_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const cs_cfg *c = (const cs_cfg *)u;
+    tj_v x[2], l = NULL, gr[2];
+    (void)g;
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    if (c->outer) {
+        tj_v fin = NULL;
+        tj_scan(cs_obody, NULL, "outer", 1, &x[0], 1, &x[1], 0, &fin, NULL, &cs_pol[c->p]);
+        l = tj_sum_all(fin);
+    } else tj_checkpoint(cs_region, u, 2, x, 1, &l, &cs_pol[c->p]);
+    tj_grad(l, 2, x, gr);
+    if (c->second) {
+        l = tj_add(tj_sum_all(tj_mul(gr[0], gr[0])), tj_sum_all(tj_mul(gr[1], gr[1])));
+        tj_grad(l, 2, x, gr);
+    }
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+static tj_tree *cs_inputs(tj_ctx *ctx, tj_dtype dt, int L, int outer, int sharded) {
+    char ws[64];
+    tj_tree *in = tj_tree_new(ctx);
+    tj_array *x = tjt_rand(ctx, dt, "batch=2 embed=4", 71, -1, 1), *w;
+    snprintf(ws, sizeof ws, "%slayer=%d embed=4 e2=4", outer ? "outer=2 " : "", L);
+    w = tjt_rand(ctx, dt, ws, 72, -0.5, 0.5);
+    tj_tree_set_array(in, "x", sharded ? tjt_put(x, "batch:data") : x);
+    tj_tree_set_array(in, "w", sharded ? tjt_put(w, "e2:model") : w);
+    return in;
+}
+/* Runs cfg c; checks the rows that cross the outermost boundary against
+   JAX's (above) and the memory plan against what the run allocates. */
+static void cs_check(tj_ctx *ctx, const cs_cfg *c, int L, tj_tree *in, tj_tree *o, int ndev) {
+    static const char *pn[CS_N] = {"nothing", "everything", "dots", "dots no batch", "names h", "any names but h", "offload h", "offload dots"};
+    tj_prog *p = tj_jit(ctx, "checkpoint around a scan", cs_fn, (void *)c, in, NULL);
+    int K = c->outer ? 2 : 1, keep = c->p != CS_NOTHING, off = c->p == CS_OFFNAMES || c->p == CS_OFFDOTS;
+    int64_t stack = 2 * 4 * 4 * (int64_t)L * K, ocarry = 2 * 4 * 4 * 2;
+    char what[160];
+    snprintf(what, sizeof what, "%s %s over a scan (policy %s) of length %d (%d devices)", c->outer ? "scan" : "checkpoint", pn[c->p], c->q >= 0 ? pn[c->q] : "none", L, ndev);
+    TJT_CHECK(p && tj_run(p, in, o) == TJ_OK, "%s: %s", what, tj_error(ctx));
+    if (!p) { tj_clear_error(ctx); return; }
+    if (c->p != CS_EVERYTHING) {
+        tj_residual rows[128];
+        int nr = tj_prog_residuals(p, rows, 128), j, nstack = 0, ncar = 0, other = 0;
+        for (j = 0; j < nr && j < 128; j++) {
+            const tj_residual *r = &rows[j];
+            if (r->nested || r->decision == TJ_RECOMPUTE) continue;
+            if (r->bytes == stack && r->decision == (off ? TJ_OFFLOAD : TJ_SAVE) && (r->device_bytes * ndev >= stack)) nstack++;
+            else if (c->outer && r->carry && r->bytes == ocarry && r->decision == TJ_SAVE) ncar++;
+            else other++;
+        }
+        TJT_CHECK(nstack == keep && ncar == c->outer && !other, "%s: kept across the boundary %d stacks of %lld B, %d outer carries, %d others; JAX: %d, %d, 0", what,
+                  nstack, (long long)stack, ncar, other, keep, c->outer);
+    }
+    { /* the plan is what the run holds (every device's arenas); host memory
+         where the policy offloads, or where it recomputes a value that the
+         scan's own policy offloads (the re-run offloads it again: JAX's
+         gradient has a device_put to the host then too, and none where the
+         outer policy keeps h, or keeps the dot and the scan's policy
+         offloads dots; at length 1 the scan's backward pass keeps the tanh
+         its one iteration returns, tinyjax's refinement for regions, so
+         it needs no h) */
+        tj_memory_analysis m = tj_prog_memory(p);
+        int qoff = L > 1 && ((c->q == CS_OFFNAMES && c->p != CS_NAMES && c->p != CS_EVERYTHING) ||
+                                      (c->q == CS_OFFDOTS && c->p != CS_DOTS && c->p != CS_DOTSNB && c->p != CS_NAMES && c->p != CS_EVERYTHING));
+        TJT_CHECK(tj_get_alloc_stats(ctx).arena_bytes == ndev * (m.temp_bytes + m.host_temp_bytes), "%s: the arenas held (%lld B) are not %d x the plan's %lld + %lld B",
+                  what, (long long)tj_get_alloc_stats(ctx).arena_bytes, ndev, (long long)m.temp_bytes, (long long)m.host_temp_bytes);
+        TJT_CHECK((off || qoff) == (m.host_temp_bytes > 0), "%s: host temp %lld B", what, (long long)m.host_temp_bytes);
+    }
+    tj_prog_free(p);
+}
+/* ... and around or inside a shard_map. JAX 0.10.2, mesh d=2, x f32[4,4]
+   split over d, ws f32[3,4,4] replicated, in_specs (P('d'), P()), out_specs
+   P('d'), body and policies as above: saved_residuals of
+   jax.checkpoint(lambda ws, x: shard_map(scan)(x, ws).sum(), policy=P) and
+   of shard_map(jax.checkpoint(scan, policy=P)) alike: nothing_saveable
+   none; dots_saveable, save_only_these_names('h') and the offload of h one
+   f32[6,2,4] (each device's f32[3,2,4] stack, side by side). */
+typedef struct { int p, mode, check; } sm_cfg; /* mode 0: shard_map(checkpoint(scan)); 1: checkpoint(shard_map(scan)) */
+static void sm_scan(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    tj_scan(cs_body, NULL, "layer", 1, &in[0], 1, &in[1], 0, &out[0], NULL, NULL);
+}
+static void sm_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const sm_cfg *c = (const sm_cfg *)u;
+    if (c->mode == 0) tj_checkpoint(sm_scan, NULL, 2, in, 1, out, &cs_pol[c->p]);
+    else sm_scan(g, in, out, NULL);
+}
+static void sm_map(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const char *is[2] = {"batch:data", ""}, *os[1] = {"batch:data"};
+    (void)g;
+    tj_shard_map(sm_body, u, 2, in, is, 1, out, os, ((const sm_cfg *)u)->check);
+}
+static void sm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const sm_cfg *c = (const sm_cfg *)u;
+    tj_v x[2], y = NULL, l, gr[2];
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    if (c->mode == 0) sm_map(g, x, &y, u);
+    else tj_checkpoint(sm_map, u, 2, x, 1, &y, &cs_pol[c->p]);
+    l = tj_sum_all(tj_mul(y, y));
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+static tj_tree *sm_inputs(tj_ctx *ctx, tj_dtype dt, int sharded) {
+    tj_tree *in = tj_tree_new(ctx);
+    tj_array *x = tjt_rand(ctx, dt, "batch=4 embed=4", 73, -1, 1);
+    tj_tree_set_array(in, "x", sharded ? tjt_put(x, "batch:data") : x); /* (the shard_map splits it) */
+    tj_tree_set_array(in, "w", tjt_rand(ctx, dt, "layer=3 embed=4 e2=4", 74, -0.5, 0.5));
+    return in;
+}
+/* ... and around a tj_custom_vjp: JAX 0.10.2's policy sees into a
+   custom_vjp's fwd (f(x, w) = tanh(x @ w) with fwd naming x @ w 'h' and
+   returning (x, w, y) as residuals; loss sum(sin(f(x, w))), x f32[2,4],
+   w f32[4,4]): print_saved_residuals of jax.checkpoint(loss, policy=P)
+   shows, besides the arguments, nothing_saveable none, dots_saveable the
+   fwd's dot, save_only_these_names('h') h. (tinyjax kept the custom_vjp's
+   output until 2026-11-24.) */
+static const tj_policy *cv_pol;
+static void cv_fwd(tj_graph *g, const tj_v *in, tj_v *y, tj_v *r, void *u) {
+    tj_v h = tj_checkpoint_name(tj_rename(tj_dot(in[0], in[1], "embed"), "e2", "embed"), "h");
+    (void)g; (void)u;
+    y[0] = tj_tanh(h);
+    r[0] = in[0], r[1] = in[1], r[2] = y[0];
+}
+static void cv_bwd(tj_graph *g, const tj_v *r, const tj_v *ct, tj_v *gx, void *u) {
+    tj_v gh = tj_rename(tj_sub(ct[0], tj_mul(ct[0], tj_mul(r[2], r[2]))), "embed", "e2");
+    (void)g; (void)u;
+    gx[0] = tj_dot(gh, r[1], "e2");
+    gx[1] = tj_dot(r[0], gh, "batch");
+}
+static void cv_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v y = NULL;
+    (void)g; (void)u;
+    tj_custom_vjp(cv_fwd, cv_bwd, NULL, 2, in, 1, &y, 3);
+    out[0] = tj_sum_all(tj_exp(y));
+}
+static void cv_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[2], l = NULL, gr[2];
+    (void)g; (void)u;
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    tj_checkpoint(cv_region, NULL, 2, x, 1, &l, cv_pol);
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+/* ... and around a kernel of the user's (tj_custom): JAX's remat judges
+   a primitive's output like any other (a jax.extend Primitive sq, x * x,
+   with a JVP rule: print_saved_residuals of jax.checkpoint(lambda x, w:
+   exp(sq(x @ w) * 0.1).sum(), policy=P) shows nothing_saveable none,
+   dots_saveable the dot), and re-runs the primitive for the rest. (tinyjax
+   kept a custom op's outputs until 2026-11-24.) */
+static void sq_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *u) {
+    int64_t n = 1, i;
+    int k;
+    (void)nin; (void)nout; (void)u;
+    for (k = 0; k < in[0].rank; k++) n *= in[0].dim[k];
+    for (i = 0; i < n; i++) ((double *)out[0].data)[i] = ((const double *)in[0].data)[i] * ((const double *)in[0].data)[i];
+}
+static tj_status sq_vjp(tj_graph *g, int nin, const tj_v *in, int nout, const tj_v *out, const tj_v *ct, tj_v *gin, void *u) {
+    (void)g; (void)nin; (void)nout; (void)out; (void)u;
+    gin[0] = tj_mul(tj_muls(in[0], 2.0), ct[0]);
+    return TJ_OK;
+}
+static void sq_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v h = tj_dot(in[0], in[1], "embed"), y = NULL;
+    (void)g; (void)u;
+    tj_custom("sq", 1, &h, &y);
+    out[0] = tj_sum_all(tj_exp(tj_muls(y, 0.1)));
+}
+static void sq_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[2], l = NULL, gr[2];
+    (void)g;
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    tj_checkpoint(sq_region, NULL, 2, x, 1, &l, (const tj_policy *)u);
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -1025,6 +1248,204 @@ int main(void) {
             tj_tree *in = rv_inputs(ctx, TJ_F64, NULL);
             TJT_GRADCHECK(ctx, "nested regions, second derivative", rv_fn, (void *)1, in, "x w");
             tj_tree_free(in);
+        }
+    }
+
+    /* checkpoint (or a scan with a policy) around a scan: the policy judges
+       the values inside the nested scan, as JAX (cs_check's comment); until
+       2026-11-24 tinyjax kept the nested scan's stacked residuals whatever
+       the policy said */
+    tjt_current = "checkpoint around a scan";
+    {
+        int pk, q, L, outer, k;
+        cs_pol[CS_NOTHING] = tj_nothing_saveable();
+        cs_pol[CS_EVERYTHING] = tj_everything_saveable();
+        cs_pol[CS_DOTS] = tj_dots_saveable();
+        cs_pol[CS_DOTSNB] = tj_dots_with_no_batch_dims_saveable();
+        cs_pol[CS_NAMES] = tj_save_only_these_names("h");
+        cs_pol[CS_ANYBUT] = tj_save_any_names_but_these("h");
+        cs_pol[CS_OFFNAMES] = tj_save_and_offload_only_these_names("", "h");
+        cs_pol[CS_OFFDOTS] = tj_offload_dot_with_no_batch_dims();
+        for (outer = 0; outer < 2; outer++)
+            for (L = outer ? 3 : 1; L <= 3; L += 2) {
+                tj_tree *cin = cs_inputs(ctx, TJ_F32, L, outer, 0), *ref = NULL;
+                for (pk = 0; pk < CS_N; pk++)
+                    for (q = -1; q < (outer ? 0 : CS_N); q++) {
+                        cs_cfg c = {pk, q, outer, 0};
+                        tj_tree *out = tj_tree_new(ctx);
+                        cs_check(ctx, &c, L, cin, out, 1);
+                        if (!ref) ref = out, out = NULL;
+                        else if (tj_tree_size(out) == 3)
+                            for (k = 0; k < 3; k++) { /* the same math: the same bits */
+                                const char *nm[] = {"loss", "g_x", "g_w"};
+                                TJT_CHECK(bits_equal(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])), "%s %d over a scan (policy %d), length %d: %s differs by %g",
+                                          outer ? "scan" : "checkpoint", pk, q, L, nm[k], maxdiff(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])));
+                            }
+                        tj_tree_free(out);
+                    }
+                tj_tree_free(ref);
+                tj_tree_free(cin);
+            }
+        { /* finite differences (f64) */
+            static const cs_cfg fd[] = {{CS_NAMES, -1, 0, 0}, {CS_OFFNAMES, CS_NOTHING, 0, 0}, {CS_ANYBUT, -1, 0, 0}, {CS_DOTS, -1, 1, 0}, {CS_NOTHING, -1, 1, 0},
+                                        {CS_NAMES, -1, 0, 1}, {CS_NOTHING, CS_DOTS, 0, 1}, {CS_OFFNAMES, -1, 1, 1}}; /* (the last three: second derivatives) */
+            for (k = 0; k < (int)(sizeof fd / sizeof fd[0]); k++) {
+                tj_tree *cin = cs_inputs(ctx, TJ_F64, 3, fd[k].outer, 0);
+                TJT_GRADCHECK(ctx, "checkpoint around a scan", cs_fn, (void *)&fd[k], cin, "x w");
+                tj_tree_free(cin);
+            }
+        }
+        { /* a 2x2 mesh, the inputs sharded: the same rows, the values of one device */
+            tj_ctx *c4 = tj_ctx_new();
+            static const cs_cfg cs4[] = {{CS_NAMES, -1, 0, 0}, {CS_DOTS, CS_NOTHING, 0, 0}, {CS_OFFNAMES, -1, 0, 0}, {CS_NOTHING, -1, 0, 0}, {CS_NAMES, -1, 1, 0},
+                                         {CS_OFFDOTS, -1, 1, 0}};
+            tj_set_devices(c4, 4);
+            tj_set_mesh(c4, "data=2 model=2");
+            for (k = 0; k < (int)(sizeof cs4 / sizeof cs4[0]); k++) {
+                tj_tree *n1 = cs_inputs(ctx, TJ_F32, 3, cs4[k].outer, 0), *n4 = cs_inputs(c4, TJ_F32, 3, cs4[k].outer, 1);
+                tj_tree *o1 = tj_tree_new(ctx), *o4 = tj_tree_new(c4);
+                int j;
+                cs_check(ctx, &cs4[k], 3, n1, o1, 1);
+                cs_check(c4, &cs4[k], 3, n4, o4, 4);
+                for (j = 0; j < 3 && tj_tree_size(o1) == 3 && tj_tree_size(o4) == 3; j++) {
+                    const char *nm[] = {"loss", "g_x", "g_w"};
+                    tj_array *a = tj_tree_array(o1, nm[j]), *b = tj_tree_array(o4, nm[j]);
+                    double md = tj_array_numel(a) == tj_array_numel(b) ? maxdiff(a, b) : 1e30;
+                    TJT_CHECK(md < 1e-5, "config %d: %s on 2x2 devices differs from one device by %g", k, nm[j], md);
+                }
+                tj_tree_free(o1);
+                tj_tree_free(o4);
+                tj_tree_free(n1);
+                tj_tree_free(n4);
+            }
+            tj_ctx_free(c4);
+        }
+        { /* around a custom_vjp (cv_fn's comment) */
+            static const int cp[] = {CS_NOTHING, CS_DOTS, CS_NAMES};
+            tj_tree *cin = tj_tree_new(ctx);
+            tj_tree_set_array(cin, "x", tjt_rand(ctx, TJ_F64, "batch=2 embed=4", 75, -1, 1));
+            tj_tree_set_array(cin, "w", tjt_rand(ctx, TJ_F64, "embed=4 e2=4", 76, -0.5, 0.5));
+            for (k = 0; k < 3; k++) {
+                tj_prog *p;
+                tj_tree *out = tj_tree_new(ctx);
+                cv_pol = &cs_pol[cp[k]];
+                p = tj_jit(ctx, "checkpoint around a custom_vjp", cv_fn, NULL, cin, NULL);
+                TJT_CHECK(p && tj_run(p, cin, out) == TJ_OK, "custom_vjp, policy %d: %s", cp[k], tj_error(ctx));
+                if (p) {
+                    tj_residual rows[32];
+                    int nr = tj_prog_residuals(p, rows, 32), j, kept = 0, ok = 0;
+                    for (j = 0; j < nr && j < 32; j++)
+                        if (!rows[j].nested && rows[j].decision != TJ_RECOMPUTE) {
+                            kept++;
+                            ok += cp[k] == CS_DOTS ? !strcmp(rows[j].op, "dot") : !strcmp(rows[j].name, "h");
+                        }
+                    TJT_CHECK(kept == (cp[k] != CS_NOTHING) && ok == kept, "custom_vjp, policy %d: %d kept (%d as JAX's), JAX: %d", cp[k], kept, ok, cp[k] != CS_NOTHING);
+                    tj_prog_free(p);
+                } else
+                    tj_clear_error(ctx);
+                tj_tree_free(out);
+                TJT_GRADCHECK(ctx, "checkpoint around a custom_vjp", cv_fn, NULL, cin, "x w");
+            }
+            tj_tree_free(cin);
+        }
+        { /* around a kernel of the user's (sq_fn's comment): the same bits as everything_saveable */
+            static const int cp[] = {CS_EVERYTHING, CS_NOTHING, CS_DOTS};
+            tj_tree *cin = tj_tree_new(ctx), *ref = NULL;
+            tj_op_def d;
+            memset(&d, 0, sizeof d);
+            d.name = "sq";
+            d.nout = 1;
+            d.cpu = sq_cpu;
+            d.vjp = sq_vjp;
+            d.replication = tj_rep_same;
+            tj_register_op(ctx, &d);
+            tj_tree_set_array(cin, "x", tjt_rand(ctx, TJ_F64, "batch=2 embed=4", 77, -1, 1));
+            tj_tree_set_array(cin, "w", tjt_rand(ctx, TJ_F64, "embed=4 e2=4", 78, -0.5, 0.5));
+            for (k = 0; k < 3; k++) {
+                tj_tree *out = tj_tree_new(ctx);
+                tj_prog *p = tj_jit(ctx, "checkpoint around a custom op", sq_fn, (void *)&cs_pol[cp[k]], cin, NULL);
+                TJT_CHECK(p && tj_run(p, cin, out) == TJ_OK, "custom op, policy %d: %s", cp[k], tj_error(ctx));
+                if (p && k) {
+                    tj_residual rows[32];
+                    int nr = tj_prog_residuals(p, rows, 32), j, kept = 0, dots = 0;
+                    for (j = 0; j < nr && j < 32; j++)
+                        if (!rows[j].nested && rows[j].decision != TJ_RECOMPUTE) kept++, dots += !strcmp(rows[j].op, "dot");
+                    TJT_CHECK(kept == dots && dots == (cp[k] == CS_DOTS), "custom op, policy %d: %d kept (%d dots), JAX: %d dots", cp[k], kept, dots, cp[k] == CS_DOTS);
+                }
+                if (!p) tj_clear_error(ctx);
+                tj_prog_free(p);
+                if (!ref) ref = out, out = NULL;
+                else if (tj_tree_size(out) == 3) {
+                    int j;
+                    for (j = 0; j < 3; j++) {
+                        const char *nm[] = {"loss", "g_x", "g_w"};
+                        TJT_CHECK(bits_equal(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])), "custom op, policy %d: %s differs from everything_saveable by %g", cp[k],
+                                  nm[j], maxdiff(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])));
+                    }
+                }
+                tj_tree_free(out);
+            }
+            tj_tree_free(ref);
+            tj_tree_free(cin);
+        }
+        { /* around and inside a shard_map (2 devices): the rows JAX keeps
+             (a shard_map without a policy also lists, as "no policy", what
+             a region inside it keeps: not counted), the bits of
+             everything_saveable, finite differences */
+            tj_ctx *c2 = tj_ctx_new();
+            int mode, ck;
+            static const int sp[] = {CS_EVERYTHING, CS_NOTHING, CS_DOTS, CS_NAMES, CS_OFFNAMES};
+            tj_set_devices(c2, 2);
+            tj_set_mesh(c2, "data=2");
+            for (mode = 0; mode < 2; mode++)
+                for (ck = 0; ck < 2; ck++) {
+                    tj_tree *sin = sm_inputs(c2, TJ_F32, 1), *ref = NULL;
+                    for (k = 0; k < (int)(sizeof sp / sizeof sp[0]); k++) {
+                        sm_cfg c = {sp[k], mode, ck};
+                        tj_tree *out = tj_tree_new(c2);
+                        tj_prog *p = tj_jit(c2, "checkpoint and shard_map", sm_fn, &c, sin, NULL);
+                        char what[128];
+                        snprintf(what, sizeof what, "%s, policy %d, check %d", mode ? "checkpoint(shard_map(scan))" : "shard_map(checkpoint(scan))", sp[k], ck);
+                        TJT_CHECK(p && tj_run(p, sin, out) == TJ_OK, "%s: %s", what, tj_error(c2));
+                        if (!p) { tj_clear_error(c2); tj_tree_free(out); continue; }
+                        if (sp[k] != CS_EVERYTHING) {
+                            tj_residual rows[128];
+                            int nr = tj_prog_residuals(p, rows, 128), j, kept = 0, bad = 0;
+                            tj_memory_analysis m = tj_prog_memory(p);
+                            for (j = 0; j < nr && j < 128; j++) {
+                                const tj_residual *r = &rows[j];
+                                if (r->nested || r->decision == TJ_RECOMPUTE || !strncmp(r->rule, "no policy", 9)) continue;
+                                kept++;
+                                bad += r->decision != (sp[k] == CS_OFFNAMES ? TJ_OFFLOAD : TJ_SAVE) || r->device_bytes != 3 * 2 * 4 * 4;
+                            }
+                            TJT_CHECK(kept == (sp[k] != CS_NOTHING) && !bad, "%s: %d stacks kept (%d not as JAX's), JAX: %d", what, kept, bad, sp[k] != CS_NOTHING);
+                            TJT_CHECK(tj_get_alloc_stats(c2).arena_bytes == 2 * (m.temp_bytes + m.host_temp_bytes), "%s: the arenas held (%lld B) are not 2 x the plan's %lld + %lld B",
+                                      what, (long long)tj_get_alloc_stats(c2).arena_bytes, (long long)m.temp_bytes, (long long)m.host_temp_bytes);
+                        }
+                        tj_prog_free(p);
+                        if (!ref) ref = out, out = NULL;
+                        else if (tj_tree_size(out) == 3) {
+                            int j;
+                            for (j = 0; j < 3; j++) {
+                                const char *nm[] = {"loss", "g_x", "g_w"};
+                                TJT_CHECK(bits_equal(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])), "%s: %s differs from everything_saveable by %g", what, nm[j],
+                                          maxdiff(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])));
+                            }
+                        }
+                        tj_tree_free(out);
+                    }
+                    tj_tree_free(ref);
+                    tj_tree_free(sin);
+                }
+            {
+                static const sm_cfg fd[] = {{CS_NAMES, 1, 1}, {CS_NOTHING, 1, 0}, {CS_OFFNAMES, 0, 1}};
+                for (k = 0; k < (int)(sizeof fd / sizeof fd[0]); k++) {
+                    tj_tree *sin = sm_inputs(c2, TJ_F64, 0);
+                    TJT_GRADCHECK(c2, "checkpoint and shard_map", sm_fn, (void *)&fd[k], sin, "x w");
+                    tj_tree_free(sin);
+                }
+            }
+            tj_ctx_free(c2);
         }
     }
 
