@@ -71,7 +71,7 @@ check "a mesh of 4 devices in 2 processes: refused before any wait" \
 launch 2 "$dir/id" - "$MOCK" --cuda --dry-run
 check "2 processes without --mesh: refused (the default is one device)" eval 'all_rc 2 1 && has 0 "the default without --mesh has 1"'
 launch 2 "$dir/id" - "$MOCK" --cuda --devices 3 --mesh "data=2" --dry-run
-check "--devices 3 with a mesh of 2: refused, naming both" eval 'all_rc 2 1 && has 0 "mesh \"data=2\" has 2 devices but there are 3"'
+check "--devices 3 with a mesh of 2: refused, naming both" eval 'all_rc 2 2 && has 0 "mesh \"data=2\" has 2 devices but there are 3"'
 rm -f "$dir"/out.* "$dir"/rc.* "$dir"/id
 ( export TJ_NPROCS=2 TJ_COORD=$dir/id TJ_TIMEOUT=3
   TJ_RANK=0 TJ_LOCAL_RANK=0 "$MOCK" --cuda --mesh "data=2" --dry-run > "$dir/out.0" 2>&1; echo $? > "$dir/rc.0" ) &
