@@ -12739,21 +12739,9 @@ struct tj__wire {
     int (*allgather)(tj__wire *w, const void *send, void *recv, size_t bytes, double timeout_s, char *err, size_t en);
     void (*free)(tj__wire *w);
 };
-/* Run slots: with more devices than threads (8 simulated devices on 2
-   cores), at most `free` device threads compute at once. A device holds a
-   slot from its start to its end and gives it up only while it waits for
-   the others in a barrier, so it is never preempted in the middle of a
-   matmul by a device that will only wait for it, and a barrier costs a
-   handful of wake-ups instead of time slices of all the waiters. */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int on, free;
-} tj__slots;
 typedef struct {
     int64_t wire_bytes; /* bytes sent to other processes                   */
     tj_transport t;
-    tj__slots slots;    /* set by tj__execute for the run (see there)      */
     tj__wire *wire;
     pthread_mutex_t mu;
     int next_tag, tag_ub;
@@ -12859,55 +12847,12 @@ TJ__MAYBE_UNUSED static void tj__nap(int us) {
 #define TJ__CG_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
 #define TJ__CG_INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_ACQ_REL)
 #endif
-static void tj__slot_take(tj__slots *s) {
-    if (!s->on) return;
-    pthread_mutex_lock(&s->mu);
-    while (s->free == 0) pthread_cond_wait(&s->cv, &s->mu);
-    s->free--;
-    pthread_mutex_unlock(&s->mu);
-}
-static void tj__slot_give(tj__slots *s) {
-    if (!s->on) return;
-    pthread_mutex_lock(&s->mu);
-    s->free++;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
 static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
     unsigned long gen;
     int rc = 0;
     struct timespec ts;
     if (g->nloc <= 1) return 0;
 #if defined(__GNUC__)
-    if (g->ct->slots.on) {
-        /* run slots: a waiter gives its slot to a device that has not
-           arrived and sleeps (yielding would hand the core to nobody) */
-        gen = TJ__CG_LOAD(g->gen);
-        if (TJ__CG_LOAD(g->broken)) rc = 1;
-        else if (TJ__CG_INC(g->waiting) == g->nloc) {
-            TJ__CG_STORE(g->waiting, 0);
-            pthread_mutex_lock(&g->mu);
-            TJ__CG_STORE(g->gen, gen + 1);
-            if (g->sleepers) pthread_cond_broadcast(&g->cv);
-            pthread_mutex_unlock(&g->mu);
-            return 0;
-        } else {
-            tj__slot_give(&g->ct->slots);
-            pthread_mutex_lock(&g->mu);
-            tj__deadline(&ts, g->ct->t.timeout_s);
-            g->sleepers++;
-            while (g->gen == gen && !g->broken)
-                if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT && g->gen == gen) {
-                    TJ__CG_STORE(g->broken, 1);
-                    pthread_cond_broadcast(&g->cv);
-                }
-            g->sleepers--;
-            rc = g->gen == gen;
-            pthread_mutex_unlock(&g->mu);
-            tj__slot_take(&g->ct->slots);
-        }
-        goto done;
-    }
     gen = TJ__CG_LOAD(g->gen);
     if (TJ__CG_LOAD(g->broken)) rc = 1;
     else if (TJ__CG_INC(g->waiting) == g->nloc) {
@@ -12947,9 +12892,6 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
         g->gen++;
         pthread_cond_broadcast(&g->cv);
     } else {
-        pthread_mutex_unlock(&g->mu);
-        tj__slot_give(&g->ct->slots);
-        pthread_mutex_lock(&g->mu);
         tj__deadline(&ts, g->ct->t.timeout_s);
         while (gen == g->gen && !g->broken)
             if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT && gen == g->gen) {
@@ -12957,14 +12899,8 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
                 pthread_cond_broadcast(&g->cv);
             }
         rc = gen == g->gen;
-        pthread_mutex_unlock(&g->mu);
-        tj__slot_take(&g->ct->slots);
-        pthread_mutex_lock(&g->mu);
     }
     pthread_mutex_unlock(&g->mu);
-#endif
-#if defined(__GNUC__)
-done:
 #endif
     if (rc) {
         snprintf(err, en, "timed out after %g s waiting for the other devices of this process in the group (or the group broke earlier)", g->ct->t.timeout_s);
@@ -13442,8 +13378,6 @@ static void tj__ct_free(tj_transport *t) {
     tj__ct *ct = (tj__ct *)t->state;
     if (ct->wire && ct->wire->free) ct->wire->free(ct->wire);
     pthread_mutex_destroy(&ct->mu);
-    pthread_mutex_destroy(&ct->slots.mu);
-    pthread_cond_destroy(&ct->slots.cv);
     TJ_FREE(ct);
 }
 static tj_transport *tj__ct_new(const char *name, int nprocs, int rank, tj__wire *wire, int tag_ub, double timeout_s) {
@@ -13468,8 +13402,6 @@ static tj_transport *tj__ct_new(const char *name, int nprocs, int rank, tj__wire
     ct->wire = wire;
     ct->tag_ub = tag_ub;
     pthread_mutex_init(&ct->mu, NULL);
-    pthread_mutex_init(&ct->slots.mu, NULL);
-    pthread_cond_init(&ct->slots.cv, NULL);
     return t;
 }
 static tj_transport *tj__threads_transport(double timeout_s) { return tj__ct_new("threads", 1, 0, NULL, 0, timeout_s); }
@@ -15041,16 +14973,13 @@ typedef struct {
     void **args, **outs;
     char *arena[2];
     tj__rdv *rdv;
-    tj__slots *slots; /* the threads transport's run slots, or NULL         */
     char err[TJ__MSG];
     tj_status st;
 } tj__devrun;
 static void *tj__device_main(void *arg) {
     tj__devrun *r = (tj__devrun *)arg;
     tj_backend *b = r->p->ctx->backend;
-    if (r->slots) tj__slot_take(r->slots);
     tj__run_body(r->p, r->args, r->outs, r->arena, r->err, r->nth, r->dev, r->rdv);
-    if (r->slots) tj__slot_give(r->slots);
     if (b) { /* the device's streams may still run; its kernel errors come back here */
         char e[TJ__MSG];
         e[0] = 0;
@@ -15094,7 +15023,6 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
     tj_ctx *c = p->ctx;
     int lo, nl = tj_local_devices(c, &lo), d, i, j, np = p->g->nparam, nth, bad = -1, multi = tj__nprocs(c) > 1;
     tj__devrun *runs;
-    tj__slots *slots = NULL;
     void **bufs;
     pthread_t th[TJ_MAXDEV];
     tj__rdv rdv;
@@ -15112,13 +15040,6 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
     memset(&rdv, 0, sizeof rdv);
     rdv.t0 = c->profile ? tj__now_us() : 0;
     nth = c->threads / nl;
-    /* more devices than threads, in one process, meeting on the threads
-       transport (its barriers give the slots back): at most c->threads
-       compute at once. (Not with other processes: a device waiting on the
-       wire for a remote device would hold its slot while that remote waits
-       for one of ours that has none.) */
-    if (nl > c->threads && !multi && !c->backend && c->procs && c->procs->t && c->procs->t->free == tj__ct_free && !getenv("TJ_NO_SLOTS"))
-        slots = &((tj__ct *)c->procs->t->state)->slots;
     for (i = 0; i < nl; i++) {
         void **b = bufs + (size_t)i * (size_t)(np + p->nout + 1);
         d = lo + i;
@@ -15130,7 +15051,6 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
         runs[i].args = b;
         runs[i].outs = b + np + 1;
         runs[i].rdv = &rdv;
-        runs[i].slots = slots;
         if (tj__arenas(&runs[i]) && bad < 0) bad = i;
     }
     /* no device starts unless all can (in every process): a device that
@@ -15147,10 +15067,6 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
         st = runs[bad].st;
     }
     if (st == TJ_OK) {
-        if (slots) {
-            slots->free = c->threads > 1 ? c->threads : 1;
-            slots->on = 1;
-        }
         if (nl == 1) tj__device_main(&runs[0]);
         else {
             for (i = 0; i < nl; i++)
@@ -15165,7 +15081,6 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
                 }
             for (i = 0; i < nl && st == TJ_OK; i++) pthread_join(th[i], NULL);
         }
-        if (slots) slots->on = 0;
         for (i = 0, bad = -1; i < nl; i++)
             if (runs[i].st != TJ_OK && bad < 0) bad = i;
         if (multi) { /* an error anywhere is an error everywhere */
