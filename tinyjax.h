@@ -1340,8 +1340,14 @@ TJDEF tj_status tj_json_fail(tj_json *j, const char *fmt, ...)
    arrays are at most 64 characters, the readers' limit: tj_tree_save
    refuses longer ones (TJ_ERR_ARG), so every file it writes loads. tj_tree_load restores
    the same leaves: an array leaf already in the tree must have the file's
-   dtype and named shape exactly and is replaced; other leaves replace or
-   are appended in file order. It loads everything or nothing: on an error
+   dtype and named shape exactly (else an error naming the leaf) and is
+   replaced by an array with its sharding, abstract leaves included (a
+   restore with target shardings: each device gets only its block; in
+   process mode every process reads the file, whose checksum covers all of
+   it, and places its own devices' blocks; a leaf sharded under an earlier
+   mesh is an error); other leaves replace or are appended in file order,
+   replicated. tj_tree_save gathers sharded leaves (from every process) and
+   writes whole tensors. It loads everything or nothing: on an error
    the tree is unchanged. Files without tinyjax metadata (e.g. Hugging
    Face checkpoints) load as array leaves in header order, with the axis
    names of the tree's existing leaf, else "d0,d1,..". */
@@ -17606,13 +17612,23 @@ static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const 
     }
     return 1;
 }
-/* An array from a tensor whose dtype is dt's, or any dtype when convert. */
-static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes) {
+/* The type (named shape, dtype dt, replicated) of a tensor with these axis
+   names; 0 and an error naming `who` when they do not fit it. */
+static int tj__st_type(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes, tj__type *ty) {
     char shape[TJ_MAXDIM * 96];
+    if (!tj__st_shape_str(c, file, who, axes, t, shape, sizeof shape)) return 0;
+    return !tj__parse_shape(c, shape, dt, ty, 0, who, NULL, 0);
+}
+/* An array of type ty (its sharding included: each of this process's
+   devices gets only its block; ord: the spec's tuple order, or NULL) from a
+   tensor whose dtype is ty's, or any dtype when converted. The whole
+   tensor passes through the host once. */
+static tj_array *tj__st_fill_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, const tj__type *ty,
+                                   unsigned char (*ord)[TJ__MAXMESH]) {
+    tj_dtype dt = ty->dt;
     void *h;
     tj_array *a;
     int64_t i;
-    if (!tj__st_shape_str(c, file, who, axes, t, shape, sizeof shape)) return NULL;
     if (!(h = tj__malloc((size_t)t->numel * tj_dtype_size(dt)))) {
         tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
         return NULL;
@@ -17620,9 +17636,20 @@ static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who,
     if (tj_st_dtype_of(dt) == t->dtype) tj__st_copy_le(h, t->data, t->nbytes, tj_dtype_size(dt));
     else
         for (i = 0; i < t->numel; i++) tj__st(h, dt, i, tj__st_elem(t, i));
-    a = tj_array_new(c, dt, shape, h);
+    if ((a = tj__array_alloc(c, ty, NULL, 0)) && tj__array_upload(a, h)) {
+        if (!c->status) tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
+        tj_array_free(a);
+        a = NULL;
+    }
+    if (a && ord) tj__arr_set_order(a, ord);
     TJ_FREE(h);
     return a;
+}
+/* An array from a tensor whose dtype is dt's, or any dtype when convert. */
+static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes) {
+    tj__type ty;
+    if (!tj__st_type(c, file, who, t, dt, axes, &ty)) return NULL;
+    return tj__st_fill_array(c, file, who, t, &ty, NULL);
 }
 TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes) {
     const tj_st_tensor *t;
@@ -18068,9 +18095,12 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
         }
         if (ten) {
             tj_dtype dt;
+            tj__type ty;
+            unsigned char ord[TJ_MAXDIM][TJ__MAXMESH];
             char who[96], axbuf[TJ_MAXDIM * 72];
             const tj_array *old = ex >= 0 && t->leaf[ex].kind == TJ_LEAF_ARRAY ? t->leaf[ex].arr : NULL;
             int d;
+            memset(ord, 0, sizeof ord);
             snprintf(who, sizeof who, "leaf '%.64s'", nm);
             if (tj__st_to_tj(ten->dtype, &dt)) {
                 tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_tree_load: %s: leaf '%s' has dtype %s, which tinyjax arrays do not have (use tj_st_array to convert)", path, nm,
@@ -18092,24 +18122,43 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
                 rc = TJ_ERR_DTYPE;
                 goto done;
             }
-            l->arr = tj__st_make_array(c, path, who, ten, dt, axes);
+            if (!tj__st_type(c, path, who, ten, dt, axes, &ty)) {
+                rc = c->status ? c->status : TJ_ERR_IO;
+                goto done;
+            }
+            if (old) {
+                int same = old->t.dt == ty.dt && old->t.rank == ty.rank, sharded = 0;
+                for (d = 0; same && d < old->t.rank; d++) same = old->t.ax[d] == ty.ax[d] && old->t.dim[d] == ty.dim[d];
+                if (!same) {
+                    char a[256], b[256];
+                    tj__type_str(c, &old->t, a, sizeof a);
+                    tj__type_str(c, &ty, b, sizeof b);
+                    tj__err(c, TJ_ERR_SHAPE, NULL, 0, "tj_tree_load: %s: leaf '%s' is %s in the tree but %s in the file", path, nm, a, b);
+                    rc = TJ_ERR_SHAPE;
+                    goto done;
+                }
+                /* the tree's leaf keeps its sharding (abstract or not): each
+                   device gets only its block of the file's tensor */
+                for (d = 0; d < old->t.rank; d++) sharded |= old->t.sh[d] != 0;
+                if (sharded) {
+                    char a[256];
+                    if (old->mesh_gen != c->mesh_gen) {
+                        tj__type_str(c, &old->t, a, sizeof a);
+                        tj__err(c, TJ_ERR_STATE, NULL, 0, "tj_tree_load: %s: leaf '%s' (%s) was sharded under an earlier mesh (tj_set_mesh or tj_set_devices "
+                                "changed it since), so its sharding means nothing now: re-place it (tj_device_put) or set a new leaf before loading", path, nm, a);
+                        rc = TJ_ERR_STATE;
+                        goto done;
+                    }
+                    memcpy(ty.sh, old->t.sh, sizeof ty.sh);
+                    memcpy(ord, old->ord, sizeof ord);
+                }
+            }
+            l->arr = tj__st_fill_array(c, path, who, ten, &ty, ord);
             if (!l->arr) {
                 rc = c->status ? c->status : TJ_ERR_IO;
                 goto done;
             }
             l->owned = l->arr->in_tree = 1;
-            if (old) {
-                int same = old->t.dt == l->arr->t.dt && old->t.rank == l->arr->t.rank;
-                for (d = 0; same && d < old->t.rank; d++) same = old->t.ax[d] == l->arr->t.ax[d] && old->t.dim[d] == l->arr->t.dim[d];
-                if (!same) {
-                    char a[256], b[256];
-                    tj__type_str(c, &old->t, a, sizeof a);
-                    tj__type_str(c, &l->arr->t, b, sizeof b);
-                    tj__err(c, TJ_ERR_SHAPE, NULL, 0, "tj_tree_load: %s: leaf '%s' is %s in the tree but %s in the file", path, nm, a, b);
-                    rc = TJ_ERR_SHAPE;
-                    goto done;
-                }
-            }
         } else if (iv) {
             long long v;
             errno = 0;
