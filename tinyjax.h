@@ -4580,14 +4580,19 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
    ops, which JAX's lax.add/mul/div/neg and jnp's int32 + - * are: two's
    complement wraparound (INT32_MAX + 1 = INT32_MIN, -INT32_MIN =
    INT32_MIN), division truncated toward zero (lax.div, not jnp's
-   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. The chunk math
+   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN; pows (b the
+   exponent, an integer 0 .. INT32_MAX: tj_pows_at checks) is
+   lax.integer_pow's s32 power, by squaring with the same wrapping multiply
+   (0^0 = 1). The chunk math
    in double would round products past 2^53 and the i32 store saturates (it
    is the float -> i32 conversion), so these ops take this loop instead;
    the operands are i32 values held in doubles, the results too. One
    definition for both backends: tinyjax_cuda.cu expands TJ__I32_MATH as
    __host__ __device__ tjc_i32_arith, tjc_i32_op and tjc_i32_wrap. */
 #define TJ__I32_MATH(Q, P)                                                                                            \
-    Q int P##i32_arith(int op) { return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG; } \
+    Q int P##i32_arith(int op) {                                                                                      \
+        return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG || op == TJ__OP_POWS; \
+    }                                                                                                                 \
     Q double P##i32_op(int op, double a, double b) {                                                                  \
         uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;                                               \
         switch (op) {                                                                                                 \
@@ -4595,6 +4600,10 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
         case TJ__OP_SUB: r = x - y; break;                                                                            \
         case TJ__OP_MUL: r = x * y; break;                                                                            \
         case TJ__OP_NEG: r = 0u - x; break;                                                                           \
+        case TJ__OP_POWS:                                                                                             \
+            for (r = 1u; y; y >>= 1, x *= x)                                                                          \
+                if (y & 1u) r *= x;                                                                                   \
+            break;                                                                                                    \
         default: /* TJ__OP_DIV */                                                                                     \
             if (y == 0) r = 0xffffffffu;                                                                              \
             else if (x == 0x80000000u && y == 0xffffffffu) r = x;                                                     \
@@ -4612,11 +4621,12 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
         return w;                                                                                                     \
     }
 TJ__I32_MATH(static, tj__)
-static void tj__imath(int op, unsigned one, const void *const *in, void *out, int64_t n) {
+/* s: pows' exponent */
+static void tj__imath(int op, double s, unsigned one, const void *const *in, void *out, int64_t n) {
     const double *A = (const double *)in[0], *B = (const double *)in[1];
     double *o = (double *)out;
     int64_t j;
-    for (j = 0; j < n; j++) o[j] = tj__i32_op(op, A[one & 1 ? 0 : j], op == TJ__OP_NEG ? 0.0 : B[one & 2 ? 0 : j]);
+    for (j = 0; j < n; j++) o[j] = tj__i32_op(op, A[one & 1 ? 0 : j], op == TJ__OP_NEG ? 0.0 : op == TJ__OP_POWS ? s : B[one & 2 ? 0 : j]);
 }
 /* (kept out of tj__math: a large stack frame on every call costs more than
    the math); the spread values fill TJ__CHUNK doubles, so a longer n (the
@@ -4708,7 +4718,7 @@ static void tj__ew_rows(const tj__ew *e, int64_t lo, int64_t hi) {
                 continue;
             }
             if (e->flt && e->odt == TJ_F32 && osl == 1) dst = (float *)e->out + oo + c0; /* straight into the output */
-            if (e->odt == TJ_I32 && tj__i32_arith(e->op)) tj__imath(e->op, one, ins, dst, m);
+            if (e->odt == TJ_I32 && tj__i32_arith(e->op)) tj__imath(e->op, e->s, one, ins, dst, m);
             else tj__math(e->flt, e->op, e->s, one, ins, dst, m);
             if (dst == res) tj__unchunk(e->flt, e->out, e->odt, oo + c0 * osl, osl, m, res);
         }
@@ -4821,7 +4831,7 @@ static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double
     tj__type t;
     tj_node *n;
     if (!x) return NULL;
-    if (op != TJ__OP_CAST && op != TJ__OP_NEG && !tj__isfloat(x->t.dt)) {
+    if (op != TJ__OP_CAST && op != TJ__OP_NEG && !(op == TJ__OP_POWS && x->t.dt == TJ_I32) && !tj__isfloat(x->t.dt)) {
         char b[256];
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "%s: needs a float dtype, got %s (cast first)", TJ__OPNAME(op), tj_v_describe(x, b, sizeof b));
         return NULL;
@@ -4850,6 +4860,11 @@ TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p) {
     /* the exponent takes x's dtype, as JAX's weak-typed x ** p does (as
        tj_adds' and tj_muls' constants): x ** (1/3) on bf16 raises to
        0.333984375 there, 4.7% apart from x^(1/3) at x = 1e30 */
+    if (x && x->t.dt == TJ_I32 && (p != floor(p) || p < 0 || p > 2147483647.0)) { /* lax.integer_pow: an int exponent >= 0 */
+        tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "pows: exponent %g on i32 is not an integer >= 0 (x ** p on int32 is lax.integer_pow, which takes "
+                "integer exponents 0 .. INT32_MAX and wraps as i32 mul does; for %s, cast x to a float dtype first)", p, p < 0 ? "a negative power" : "this power");
+        return NULL;
+    }
     if (x && x->t.dt == TJ_F32) p = (float)p;
     else if (x && x->t.dt == TJ_BF16) p = tj_bf16_to_f32(tj_f32_to_bf16((float)p));
     return tj__unary(f, l, TJ__OP_POWS, x, x ? x->t.dt : TJ_F32, p);
@@ -11205,7 +11220,7 @@ static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *
             }
         }
         res[mi] = fu->slot[mi] < 0 ? (void *)((float *)fu->storep[mi] + c0) : (void *)((char *)resbuf + (size_t)fu->slot[mi] * (size_t)fu->cm * es);
-        if (x->lt.dt == TJ_I32 && tj__i32_arith(x->op)) tj__imath(x->op, one, ins, res[mi], m); /* (flt is 0: an i32 result) */
+        if (x->lt.dt == TJ_I32 && tj__i32_arith(x->op)) tj__imath(x->op, x->a.s, one, ins, res[mi], m); /* (flt is 0: an i32 result) */
         else tj__math(flt, x->op, x->a.s, one, ins, res[mi], m);
         tj__round_n(flt, res[mi], m, x->lt.dt);
     }

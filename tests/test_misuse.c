@@ -303,7 +303,8 @@ static void ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_sqrt(i) == NULL, "sqrt", "i32");
     BAD(c, tj_rsqrt(i) == NULL, "rsqrt", "i32");
     BAD(c, tj_gelu(i) == NULL, "gelu", "i32");
-    BAD(c, tj_pows(i, 2.0) == NULL, "pows", "i32");
+    BAD(c, tj_pows(i, 2.5) == NULL, "pows", "2.5 on i32", "cast x to a float dtype"); /* (i32 ** 2 is lax.integer_pow: test_ops) */
+    BAD(c, tj_pows(i, -2.0) == NULL, "pows", "-2 on i32", "negative power");
     BAD(c, tj_softmax(i, "a") == NULL, "softmax", "i32");
     BAD(c, tj_log_softmax(i, "a") == NULL, "softmax", "i32");
     BAD(c, tj_layer_norm(i, "a", 1e-5) == NULL, "layer_norm", "i32");
