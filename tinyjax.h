@@ -5884,7 +5884,12 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
     k = tj__axis_index(&xs[0]->t, a);
     t = xs[0]->t;
     for (i = 1; i < nx; i++) {
-        int ok = xs[i]->t.rank == t.rank && xs[i]->t.dt == t.dt;
+        int ok = xs[i]->t.rank == t.rank;
+        if (xs[i]->t.dt != t.dt) { /* no promotion: one dtype, as the binary ops want */
+            tj__err(xs[0]->g->ctx, TJ_ERR_DTYPE, f, l, "concat along '%s': dtypes differ: input %d is %s (%s), input 0 is %s (%s) (cast one)", axis,
+                    i, tj_dtype_name(xs[i]->t.dt), tj_v_describe(xs[i], b1, sizeof b1), tj_dtype_name(t.dt), tj_v_describe(xs[0], b2, sizeof b2));
+            return NULL;
+        }
         for (j = 0; ok && j < t.rank; j++) ok = xs[i]->t.ax[j] == t.ax[j] && (j == k || xs[i]->t.dim[j] == t.dim[j]);
         if (!ok) {
             tj__err(xs[0]->g->ctx, TJ_ERR_SHAPE, f, l, "concat: input %d %s does not match input 0 %s except along '%s'", i,
