@@ -608,6 +608,13 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
    untouched. Outside tracing the tree's arrays are replaced. */
 #define tj_filter_shard(t, rules) tj_filter_shard_at(TJ_AT, t, rules)
 TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char *rules);
+/* Check a rules string without a value (a command line's, say): the
+   parser's errors (TJ_ERR_ARG, "bad partition spec near ...") and warnings
+   (a mesh axis the context's mesh lacks but one it has resembles) as
+   tj_shard_by_rules and tj_filter_shard would give them; TJ_OK if fine.
+   Mesh axes the mesh lacks are skipped, as the rules skip them. */
+#define tj_check_rules(ctx, rules) tj_check_rules_at(TJ_AT, ctx, rules)
+TJDEF tj_status tj_check_rules_at(const char *f, int l, tj_ctx *ctx, const char *rules);
 /* "batch:data embed:-" for a value or an array (buf returned); an array's
    tuples in its spec's order ("batch:model+data"), a value's in mesh order. */
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n);
@@ -4006,6 +4013,17 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
         }
     }
     return TJ_OK;
+}
+TJDEF tj_status tj_check_rules_at(const char *f, int l, tj_ctx *c, const char *rules) {
+    tj__type t; /* a scalar: every rule is parsed, none applies */
+    uint8_t sh[TJ_MAXDIM];
+    if (!c) return TJ_ERR_ARG;
+    if (!rules) {
+        tj__err(c, TJ_ERR_ARG, f, l, "tj_check_rules: argument rules is NULL");
+        return TJ_ERR_ARG;
+    }
+    memset(&t, 0, sizeof t);
+    return tj__parse_spec(c, rules, &t, sh, 0, "rules", f, l) ? (c->status ? c->status : TJ_ERR_ARG) : TJ_OK;
 }
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n) {
     if (!buf || !n) return "";
