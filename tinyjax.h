@@ -355,7 +355,8 @@ TJ__UNARY_OPS(TJ__U_DECL)
 #define tj_rsqrt(x) tj_rsqrt_at(TJ_AT, x)
 #define tj_relu(x) tj_relu_at(TJ_AT, x)
 #define tj_gelu(x) tj_gelu_at(TJ_AT, x)     /* tanh approximation (GPT-2)  */
-#define tj_pows(x, p) tj_pows_at(TJ_AT, x, p) /* x^p, p a constant (rounded to x's dtype, as JAX's weak types) */
+#define tj_pows(x, p) tj_pows_at(TJ_AT, x, p) /* x^p, p a constant (rounded to x's dtype, as JAX's weak types); on i32
+                                                 p must be an integer >= 0: lax.integer_pow, wrapping as i32 mul */
 #define tj_cast(x, dt) tj_cast_at(TJ_AT, x, dt)
 TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p);
 TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
