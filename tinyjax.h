@@ -355,7 +355,8 @@ TJ__UNARY_OPS(TJ__U_DECL)
 #define tj_rsqrt(x) tj_rsqrt_at(TJ_AT, x)
 #define tj_relu(x) tj_relu_at(TJ_AT, x)
 #define tj_gelu(x) tj_gelu_at(TJ_AT, x)     /* tanh approximation (GPT-2)  */
-#define tj_pows(x, p) tj_pows_at(TJ_AT, x, p) /* x^p, p a constant (rounded to x's dtype, as JAX's weak types) */
+#define tj_pows(x, p) tj_pows_at(TJ_AT, x, p) /* x^p, p a constant (rounded to x's dtype, as JAX's weak types); on i32
+                                                 p must be an integer >= 0: lax.integer_pow, wrapping as i32 mul */
 #define tj_cast(x, dt) tj_cast_at(TJ_AT, x, dt)
 TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p);
 TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt);
@@ -608,6 +609,13 @@ TJDEF tj_array *tj_device_put_at(const char *f, int l, tj_array *a, const char *
    untouched. Outside tracing the tree's arrays are replaced. */
 #define tj_filter_shard(t, rules) tj_filter_shard_at(TJ_AT, t, rules)
 TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char *rules);
+/* Check a rules string without a value (a command line's, say): the
+   parser's errors (TJ_ERR_ARG, "bad partition spec near ...") and warnings
+   (a mesh axis the context's mesh lacks but one it has resembles) as
+   tj_shard_by_rules and tj_filter_shard would give them; TJ_OK if fine.
+   Mesh axes the mesh lacks are skipped, as the rules skip them. */
+#define tj_check_rules(ctx, rules) tj_check_rules_at(TJ_AT, ctx, rules)
+TJDEF tj_status tj_check_rules_at(const char *f, int l, tj_ctx *ctx, const char *rules);
 /* "batch:data embed:-" for a value or an array (buf returned); an array's
    tuples in its spec's order ("batch:model+data"), a value's in mesh order. */
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n);
@@ -1340,8 +1348,14 @@ TJDEF tj_status tj_json_fail(tj_json *j, const char *fmt, ...)
    arrays are at most 64 characters, the readers' limit: tj_tree_save
    refuses longer ones (TJ_ERR_ARG), so every file it writes loads. tj_tree_load restores
    the same leaves: an array leaf already in the tree must have the file's
-   dtype and named shape exactly and is replaced; other leaves replace or
-   are appended in file order. It loads everything or nothing: on an error
+   dtype and named shape exactly (else an error naming the leaf) and is
+   replaced by an array with its sharding, abstract leaves included (a
+   restore with target shardings: each device gets only its block; in
+   process mode every process reads the file, whose checksum covers all of
+   it, and places its own devices' blocks; a leaf sharded under an earlier
+   mesh is an error); other leaves replace or are appended in file order,
+   replicated. tj_tree_save gathers sharded leaves (from every process) and
+   writes whole tensors. It loads everything or nothing: on an error
    the tree is unchanged. Files without tinyjax metadata (e.g. Hugging
    Face checkpoints) load as array leaves in header order, with the axis
    names of the tree's existing leaf, else "d0,d1,..". */
@@ -4001,6 +4015,17 @@ TJDEF tj_status tj_filter_shard_at(const char *f, int l, tj_tree *t, const char 
     }
     return TJ_OK;
 }
+TJDEF tj_status tj_check_rules_at(const char *f, int l, tj_ctx *c, const char *rules) {
+    tj__type t; /* a scalar: every rule is parsed, none applies */
+    uint8_t sh[TJ_MAXDIM];
+    if (!c) return TJ_ERR_ARG;
+    if (!rules) {
+        tj__err(c, TJ_ERR_ARG, f, l, "tj_check_rules: argument rules is NULL");
+        return TJ_ERR_ARG;
+    }
+    memset(&t, 0, sizeof t);
+    return tj__parse_spec(c, rules, &t, sh, 0, "rules", f, l) ? (c->status ? c->status : TJ_ERR_ARG) : TJ_OK;
+}
 TJDEF const char *tj_v_sharding(tj_v v, char *buf, size_t n) {
     if (!buf || !n) return "";
     if (!v) { snprintf(buf, n, "(null)"); return buf; }
@@ -4574,14 +4599,19 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
    ops, which JAX's lax.add/mul/div/neg and jnp's int32 + - * are: two's
    complement wraparound (INT32_MAX + 1 = INT32_MIN, -INT32_MIN =
    INT32_MIN), division truncated toward zero (lax.div, not jnp's
-   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN. The chunk math
+   floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN; pows (b the
+   exponent, an integer 0 .. INT32_MAX: tj_pows_at checks) is
+   lax.integer_pow's s32 power, by squaring with the same wrapping multiply
+   (0^0 = 1). The chunk math
    in double would round products past 2^53 and the i32 store saturates (it
    is the float -> i32 conversion), so these ops take this loop instead;
    the operands are i32 values held in doubles, the results too. One
    definition for both backends: tinyjax_cuda.cu expands TJ__I32_MATH as
    __host__ __device__ tjc_i32_arith, tjc_i32_op and tjc_i32_wrap. */
 #define TJ__I32_MATH(Q, P)                                                                                            \
-    Q int P##i32_arith(int op) { return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG; } \
+    Q int P##i32_arith(int op) {                                                                                      \
+        return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG || op == TJ__OP_POWS; \
+    }                                                                                                                 \
     Q double P##i32_op(int op, double a, double b) {                                                                  \
         uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;                                               \
         switch (op) {                                                                                                 \
@@ -4589,6 +4619,10 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
         case TJ__OP_SUB: r = x - y; break;                                                                            \
         case TJ__OP_MUL: r = x * y; break;                                                                            \
         case TJ__OP_NEG: r = 0u - x; break;                                                                           \
+        case TJ__OP_POWS:                                                                                             \
+            for (r = 1u; y; y >>= 1, x *= x)                                                                          \
+                if (y & 1u) r *= x;                                                                                   \
+            break;                                                                                                    \
         default: /* TJ__OP_DIV */                                                                                     \
             if (y == 0) r = 0xffffffffu;                                                                              \
             else if (x == 0x80000000u && y == 0xffffffffu) r = x;                                                     \
@@ -4606,11 +4640,12 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
         return w;                                                                                                     \
     }
 TJ__I32_MATH(static, tj__)
-static void tj__imath(int op, unsigned one, const void *const *in, void *out, int64_t n) {
+/* s: pows' exponent */
+static void tj__imath(int op, double s, unsigned one, const void *const *in, void *out, int64_t n) {
     const double *A = (const double *)in[0], *B = (const double *)in[1];
     double *o = (double *)out;
     int64_t j;
-    for (j = 0; j < n; j++) o[j] = tj__i32_op(op, A[one & 1 ? 0 : j], op == TJ__OP_NEG ? 0.0 : B[one & 2 ? 0 : j]);
+    for (j = 0; j < n; j++) o[j] = tj__i32_op(op, A[one & 1 ? 0 : j], op == TJ__OP_NEG ? 0.0 : op == TJ__OP_POWS ? s : B[one & 2 ? 0 : j]);
 }
 /* (kept out of tj__math: a large stack frame on every call costs more than
    the math); the spread values fill TJ__CHUNK doubles, so a longer n (the
@@ -4702,7 +4737,7 @@ static void tj__ew_rows(const tj__ew *e, int64_t lo, int64_t hi) {
                 continue;
             }
             if (e->flt && e->odt == TJ_F32 && osl == 1) dst = (float *)e->out + oo + c0; /* straight into the output */
-            if (e->odt == TJ_I32 && tj__i32_arith(e->op)) tj__imath(e->op, one, ins, dst, m);
+            if (e->odt == TJ_I32 && tj__i32_arith(e->op)) tj__imath(e->op, e->s, one, ins, dst, m);
             else tj__math(e->flt, e->op, e->s, one, ins, dst, m);
             if (dst == res) tj__unchunk(e->flt, e->out, e->odt, oo + c0 * osl, osl, m, res);
         }
@@ -4815,7 +4850,7 @@ static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double
     tj__type t;
     tj_node *n;
     if (!x) return NULL;
-    if (op != TJ__OP_CAST && op != TJ__OP_NEG && !tj__isfloat(x->t.dt)) {
+    if (op != TJ__OP_CAST && op != TJ__OP_NEG && !(op == TJ__OP_POWS && x->t.dt == TJ_I32) && !tj__isfloat(x->t.dt)) {
         char b[256];
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "%s: needs a float dtype, got %s (cast first)", TJ__OPNAME(op), tj_v_describe(x, b, sizeof b));
         return NULL;
@@ -4844,6 +4879,11 @@ TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p) {
     /* the exponent takes x's dtype, as JAX's weak-typed x ** p does (as
        tj_adds' and tj_muls' constants): x ** (1/3) on bf16 raises to
        0.333984375 there, 4.7% apart from x^(1/3) at x = 1e30 */
+    if (x && x->t.dt == TJ_I32 && (p != floor(p) || p < 0 || p > 2147483647.0)) { /* lax.integer_pow: an int exponent >= 0 */
+        tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "pows: exponent %g on i32 is not an integer >= 0 (x ** p on int32 is lax.integer_pow, which takes "
+                "integer exponents 0 .. INT32_MAX and wraps as i32 mul does; for %s, cast x to a float dtype first)", p, p < 0 ? "a negative power" : "this power");
+        return NULL;
+    }
     if (x && x->t.dt == TJ_F32) p = (float)p;
     else if (x && x->t.dt == TJ_BF16) p = tj_bf16_to_f32(tj_f32_to_bf16((float)p));
     return tj__unary(f, l, TJ__OP_POWS, x, x ? x->t.dt : TJ_F32, p);
@@ -5863,7 +5903,12 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
     k = tj__axis_index(&xs[0]->t, a);
     t = xs[0]->t;
     for (i = 1; i < nx; i++) {
-        int ok = xs[i]->t.rank == t.rank && xs[i]->t.dt == t.dt;
+        int ok = xs[i]->t.rank == t.rank;
+        if (xs[i]->t.dt != t.dt) { /* no promotion: one dtype, as the binary ops want */
+            tj__err(xs[0]->g->ctx, TJ_ERR_DTYPE, f, l, "concat along '%s': dtypes differ: input %d is %s (%s), input 0 is %s (%s) (cast one)", axis,
+                    i, tj_dtype_name(xs[i]->t.dt), tj_v_describe(xs[i], b1, sizeof b1), tj_dtype_name(t.dt), tj_v_describe(xs[0], b2, sizeof b2));
+            return NULL;
+        }
         for (j = 0; ok && j < t.rank; j++) ok = xs[i]->t.ax[j] == t.ax[j] && (j == k || xs[i]->t.dim[j] == t.dim[j]);
         if (!ok) {
             tj__err(xs[0]->g->ctx, TJ_ERR_SHAPE, f, l, "concat: input %d %s does not match input 0 %s except along '%s'", i,
@@ -11199,7 +11244,7 @@ static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *
             }
         }
         res[mi] = fu->slot[mi] < 0 ? (void *)((float *)fu->storep[mi] + c0) : (void *)((char *)resbuf + (size_t)fu->slot[mi] * (size_t)fu->cm * es);
-        if (x->lt.dt == TJ_I32 && tj__i32_arith(x->op)) tj__imath(x->op, one, ins, res[mi], m); /* (flt is 0: an i32 result) */
+        if (x->lt.dt == TJ_I32 && tj__i32_arith(x->op)) tj__imath(x->op, x->a.s, one, ins, res[mi], m); /* (flt is 0: an i32 result) */
         else tj__math(flt, x->op, x->a.s, one, ins, res[mi], m);
         tj__round_n(flt, res[mi], m, x->lt.dt);
     }
@@ -17606,13 +17651,23 @@ static int tj__st_shape_str(tj_ctx *c, const char *file, const char *who, const 
     }
     return 1;
 }
-/* An array from a tensor whose dtype is dt's, or any dtype when convert. */
-static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes) {
+/* The type (named shape, dtype dt, replicated) of a tensor with these axis
+   names; 0 and an error naming `who` when they do not fit it. */
+static int tj__st_type(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes, tj__type *ty) {
     char shape[TJ_MAXDIM * 96];
+    if (!tj__st_shape_str(c, file, who, axes, t, shape, sizeof shape)) return 0;
+    return !tj__parse_shape(c, shape, dt, ty, 0, who, NULL, 0);
+}
+/* An array of type ty (its sharding included: each of this process's
+   devices gets only its block; ord: the spec's tuple order, or NULL) from a
+   tensor whose dtype is ty's, or any dtype when converted. The whole
+   tensor passes through the host once. */
+static tj_array *tj__st_fill_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, const tj__type *ty,
+                                   unsigned char (*ord)[TJ__MAXMESH]) {
+    tj_dtype dt = ty->dt;
     void *h;
     tj_array *a;
     int64_t i;
-    if (!tj__st_shape_str(c, file, who, axes, t, shape, sizeof shape)) return NULL;
     if (!(h = tj__malloc((size_t)t->numel * tj_dtype_size(dt)))) {
         tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
         return NULL;
@@ -17620,9 +17675,20 @@ static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who,
     if (tj_st_dtype_of(dt) == t->dtype) tj__st_copy_le(h, t->data, t->nbytes, tj_dtype_size(dt));
     else
         for (i = 0; i < t->numel; i++) tj__st(h, dt, i, tj__st_elem(t, i));
-    a = tj_array_new(c, dt, shape, h);
+    if ((a = tj__array_alloc(c, ty, NULL, 0)) && tj__array_upload(a, h)) {
+        if (!c->status) tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
+        tj_array_free(a);
+        a = NULL;
+    }
+    if (a && ord) tj__arr_set_order(a, ord);
     TJ_FREE(h);
     return a;
+}
+/* An array from a tensor whose dtype is dt's, or any dtype when convert. */
+static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes) {
+    tj__type ty;
+    if (!tj__st_type(c, file, who, t, dt, axes, &ty)) return NULL;
+    return tj__st_fill_array(c, file, who, t, &ty, NULL);
 }
 TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes) {
     const tj_st_tensor *t;
@@ -18068,9 +18134,12 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
         }
         if (ten) {
             tj_dtype dt;
+            tj__type ty;
+            unsigned char ord[TJ_MAXDIM][TJ__MAXMESH];
             char who[96], axbuf[TJ_MAXDIM * 72];
             const tj_array *old = ex >= 0 && t->leaf[ex].kind == TJ_LEAF_ARRAY ? t->leaf[ex].arr : NULL;
             int d;
+            memset(ord, 0, sizeof ord);
             snprintf(who, sizeof who, "leaf '%.64s'", nm);
             if (tj__st_to_tj(ten->dtype, &dt)) {
                 tj__err(c, TJ_ERR_DTYPE, NULL, 0, "tj_tree_load: %s: leaf '%s' has dtype %s, which tinyjax arrays do not have (use tj_st_array to convert)", path, nm,
@@ -18092,24 +18161,43 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
                 rc = TJ_ERR_DTYPE;
                 goto done;
             }
-            l->arr = tj__st_make_array(c, path, who, ten, dt, axes);
+            if (!tj__st_type(c, path, who, ten, dt, axes, &ty)) {
+                rc = c->status ? c->status : TJ_ERR_IO;
+                goto done;
+            }
+            if (old) {
+                int same = old->t.dt == ty.dt && old->t.rank == ty.rank, sharded = 0;
+                for (d = 0; same && d < old->t.rank; d++) same = old->t.ax[d] == ty.ax[d] && old->t.dim[d] == ty.dim[d];
+                if (!same) {
+                    char a[256], b[256];
+                    tj__type_str(c, &old->t, a, sizeof a);
+                    tj__type_str(c, &ty, b, sizeof b);
+                    tj__err(c, TJ_ERR_SHAPE, NULL, 0, "tj_tree_load: %s: leaf '%s' is %s in the tree but %s in the file", path, nm, a, b);
+                    rc = TJ_ERR_SHAPE;
+                    goto done;
+                }
+                /* the tree's leaf keeps its sharding (abstract or not): each
+                   device gets only its block of the file's tensor */
+                for (d = 0; d < old->t.rank; d++) sharded |= old->t.sh[d] != 0;
+                if (sharded) {
+                    char a[256];
+                    if (old->mesh_gen != c->mesh_gen) {
+                        tj__type_str(c, &old->t, a, sizeof a);
+                        tj__err(c, TJ_ERR_STATE, NULL, 0, "tj_tree_load: %s: leaf '%s' (%s) was sharded under an earlier mesh (tj_set_mesh or tj_set_devices "
+                                "changed it since), so its sharding means nothing now: re-place it (tj_device_put) or set a new leaf before loading", path, nm, a);
+                        rc = TJ_ERR_STATE;
+                        goto done;
+                    }
+                    memcpy(ty.sh, old->t.sh, sizeof ty.sh);
+                    memcpy(ord, old->ord, sizeof ord);
+                }
+            }
+            l->arr = tj__st_fill_array(c, path, who, ten, &ty, ord);
             if (!l->arr) {
                 rc = c->status ? c->status : TJ_ERR_IO;
                 goto done;
             }
             l->owned = l->arr->in_tree = 1;
-            if (old) {
-                int same = old->t.dt == l->arr->t.dt && old->t.rank == l->arr->t.rank;
-                for (d = 0; same && d < old->t.rank; d++) same = old->t.ax[d] == l->arr->t.ax[d] && old->t.dim[d] == l->arr->t.dim[d];
-                if (!same) {
-                    char a[256], b[256];
-                    tj__type_str(c, &old->t, a, sizeof a);
-                    tj__type_str(c, &l->arr->t, b, sizeof b);
-                    tj__err(c, TJ_ERR_SHAPE, NULL, 0, "tj_tree_load: %s: leaf '%s' is %s in the tree but %s in the file", path, nm, a, b);
-                    rc = TJ_ERR_SHAPE;
-                    goto done;
-                }
-            }
         } else if (iv) {
             long long v;
             errno = 0;

@@ -310,7 +310,7 @@ __global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
             v[j] = tjc_ld<T>(e.in[j], e.dt[j], o);
         }
         if (op == TJ__OP_SELECT) r = v[0] != (T)0 ? v[1] : v[2];
-        else if (odt == TJ_I32 && tjc_i32_arith(op)) r = (T)tjc_i32_op(op, (double)v[0], (double)v[1]);
+        else if (odt == TJ_I32 && tjc_i32_arith(op)) r = (T)tjc_i32_op(op, (double)v[0], op == TJ__OP_POWS ? (double)s : (double)v[1]); /* (pows: s the exponent) */
         else if (op >= TJ__OP_ADD && op <= TJ__OP_NE) r = tjc_binary<T>(op, v[0], v[1]);
         else r = tjc_unary<T>(op, v[0], s);
         tjc_st<T>(out, odt, i, r);
@@ -2944,7 +2944,7 @@ __host__ __device__ __forceinline__ void tjc_fused_at(const tjc_fprog &p, const 
         const tjc_fmem &x = p.m[mi];
         T v[3] = {(T)0, (T)0, (T)0};
         for (int j = 0; j < x.nin; j++) v[j] = x.src[j] >= 0 ? r[x.src[j]] : tjc_fu_ld<T>(q.leaf[mi * 3 + j], x.ldt[j], x.lone[j] ? 0 : i);
-        if (x.dt == TJ_I32 && tjc_i32_arith(x.op)) r[mi] = (T)tjc_i32_op(x.op, (double)v[0], (double)v[1]); /* (T is double: an i32 result) */
+        if (x.dt == TJ_I32 && tjc_i32_arith(x.op)) r[mi] = (T)tjc_i32_op(x.op, (double)v[0], x.op == TJ__OP_POWS ? (double)x.s : (double)v[1]); /* (T is double: an i32 result) */
         else r[mi] = tjc_fu_round<T>(tjc_fu_op<T>(x.op, x.s, v[0], v[1], v[2]), x.dt);
     }
     for (int mi = 0; mi < p.nm; mi++)

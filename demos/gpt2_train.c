@@ -1461,6 +1461,22 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         tj_ctx_free(c);
         if (bad) return 1;
     }
+    { /* the rules strings: their syntax now, not at the first tj_jit (mesh axes the mesh lacks are skipped there too) */
+        const char *rn[2] = {"--param-rules", "--compute-rules"}, *rv[2];
+        tj_ctx *c = tj_ctx_new();
+        int k, bad = !c;
+        rv[0] = a->cfg.param_rules;
+        rv[1] = a->cfg.compute_rules;
+        if (c && a->mesh && *a->mesh && (tj_set_devices(c, a->devices > 0 ? a->devices : 1) || tj_set_mesh(c, a->mesh))) tj_clear_error(c); /* (then no mesh) */
+        for (k = 0; k < 2 && !bad; k++)
+            if (rv[k] && tj_check_rules(c, rv[k]) != TJ_OK) {
+                fprintf(stderr, "gpt2_train: %s \"%s\": %s\n", rn[k], rv[k], tj_error(c));
+                bad = 1;
+            }
+        if (!c) fprintf(stderr, "gpt2_train: out of memory\n");
+        tj_ctx_free(c);
+        if (bad) return 1;
+    }
     if (!a->init_from && a->cfg.C % a->cfg.H) {
         fprintf(stderr, "gpt2_train: --embed %d is not divisible by --heads %d\n", a->cfg.C, a->cfg.H);
         return 1;

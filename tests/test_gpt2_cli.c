@@ -238,6 +238,10 @@ static void test_validation(void) {
         {"--mesh data=abc", "--mesh \"data=abc\"", "tj_set_mesh"},
         {"--devices 1 --mesh data=3", "--mesh \"data=3\" and --devices", "there are 1"},
         {"--mesh data=65536,model=65536", "--mesh \"data=65536,model=65536\"", "tj_set_mesh"},
+        /* rules strings are parsed with the command line (a bad one failed at the first tj_jit, exit 1) */
+        {"--param-rules embed", "--param-rules \"embed\"", "bad partition spec near \"embed\""},
+        {"--compute-rules batch:data+", "--compute-rules \"batch:data+\"", "bad mesh axis"},
+        {"--mesh data=4 --param-rules vocab:data,embed", "--param-rules", "near \"embed\""},
     };
     size_t i;
     tjt_current = "CLI validation";

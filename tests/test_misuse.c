@@ -303,7 +303,8 @@ static void ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_sqrt(i) == NULL, "sqrt", "i32");
     BAD(c, tj_rsqrt(i) == NULL, "rsqrt", "i32");
     BAD(c, tj_gelu(i) == NULL, "gelu", "i32");
-    BAD(c, tj_pows(i, 2.0) == NULL, "pows", "i32");
+    BAD(c, tj_pows(i, 2.5) == NULL, "pows", "2.5 on i32", "cast x to a float dtype"); /* (i32 ** 2 is lax.integer_pow: test_ops) */
+    BAD(c, tj_pows(i, -2.0) == NULL, "pows", "-2 on i32", "negative power");
     BAD(c, tj_softmax(i, "a") == NULL, "softmax", "i32");
     BAD(c, tj_log_softmax(i, "a") == NULL, "softmax", "i32");
     BAD(c, tj_layer_norm(i, "a", 1e-5) == NULL, "layer_norm", "i32");
@@ -400,7 +401,11 @@ static void ops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_concat(0, xs, "a") == NULL, "concat", "0");
     BAD(c, tj_concat(-1, xs, "a") == NULL, "concat", "-1");
     BAD(c, tj_concat(2, xs, "b") == NULL, "concat", "a=3", "a=4", "'b'");
-    BAD(c, tj_concat(3, xs, "a") == NULL, "concat", "f64");
+    BAD(c, tj_concat(3, xs, "a") == NULL && tj_status_of(c) == TJ_ERR_DTYPE, "concat along 'a'", "dtypes differ", "input 2 is f64 (f64[a=4,b=6])",
+        "input 0 is f32 (f32[a=4,b=6])", "cast one");
+    xs[1] = tj_cast(y, TJ_I32); /* a dtype mismatch is told before a shape one */
+    BAD(c, tj_concat(2, xs, "b") == NULL && tj_status_of(c) == TJ_ERR_DTYPE, "concat along 'b'", "input 1 is i32", "input 0 is f32");
+    xs[1] = y;
     BAD(c, tj_concat(2, xs, "c") == NULL, "concat", "'c'");
     xs[1] = tj_rename(y, "b", "q");
     BAD(c, tj_concat(2, xs, "a") == NULL, "concat", "q=6", "b=6");

@@ -12,7 +12,9 @@
    process-local blocks for specs whose tuples list mesh axes in any order
    (meshes data=2 model=2, data=2 model=3, a=2 b=2 c=2 as 2, 3 and 4
    processes: from_local, read_local, local_shape, device_put, a program
-   against one device, and the bytes moved); the
+   against one device, and the bytes moved); a sharded state saved and
+   loaded into sharded and abstract targets (4 x 1, 2 x 2: each process's
+   devices hold their blocks only); the
    GPT-2 training step on data=2 model=2 for 20 steps (plain, sequence
    parallel, remat offload, accum 2) as 4 processes x 1 device and 2 x 2,
    against 1 process x 4 threads; a checkpoint written by 4 processes
@@ -530,6 +532,79 @@ static void case_order(int devices, const char *mesh) {
     tj_ctx_free(one);
 }
 
+/* ==== 2b. a sharded state saved and loaded into a sharded target ========= */
+/* Every process saves (process 0 writes), then loads into a tree of
+   sharded and abstract targets: each leaf keeps the target's sharding and
+   each process's devices hold their blocks only. */
+static void case_sharded_load(int devices, const char *path) {
+    static const struct {
+        const char *name, *shape, *spec;
+        int64_t shard; /* elements per device on data=2 model=2 */
+        int abstract;
+    } lv[] = {
+        {"w", "embed=8 mlp=4", "embed:data mlp:model", 8, 0},
+        {"tok", "batch=8 pos=3", "batch:model+data", 6, 1},
+        {"b", "mlp=4", "mlp:model", 2, 1},
+    };
+    enum { NL = (int)(sizeof lv / sizeof lv[0]) };
+    tj_ctx *c = proc_ctx(devices, "data=2 model=2");
+    tj_tree *src = tj_tree_new(c), *t = tj_tree_new(c);
+    float *want[NL], *got;
+    int i, d, first, nl = tj_local_devices(c, &first);
+    int64_t k, blocks = 0;
+    tj_alloc_stats s;
+    char what[96];
+    snprintf(what, sizeof what, "sharded load, %d processes x %d devices", NP, nl);
+    tjt_current = what;
+    for (i = 0; i < NL; i++) {
+        tj_array *r, *z;
+        int64_t n;
+        r = tj_zeros(c, TJ_F32, lv[i].shape);
+        n = tj_array_numel(r);
+        tj_array_free(r);
+        want[i] = (float *)malloc(sizeof(float) * (size_t)n);
+        for (k = 0; k < n; k++) want[i][k] = (float)(k * 7 % 23) - 11 + 0.25f * (float)i;
+        r = tj_array_new(c, TJ_F32, lv[i].shape, want[i]);
+        tj_tree_set_array(src, lv[i].name, tj_device_put(r, lv[i].spec));
+        tj_array_free(r);
+        if (lv[i].abstract) tj_tree_set_array(t, lv[i].name, tj_array_abstract(c, TJ_F32, lv[i].shape, lv[i].spec));
+        else {
+            z = tj_zeros(c, TJ_F32, lv[i].shape);
+            tj_tree_set_array(t, lv[i].name, tj_device_put(z, lv[i].spec));
+            tj_array_free(z);
+        }
+        blocks += lv[i].shard * 4;
+    }
+    TJT_CHECK(tj_tree_save(src, path) == TJ_OK, "save: %s", tj_error(c));
+    tj_tree_free(src);
+    TJT_CHECK(tj_tree_load(t, path) == TJ_OK, "load: %s", tj_error(c));
+    s = tj_get_alloc_stats(c);
+    for (d = 0; d < devices; d++) {
+        int mine = d >= first && d < first + nl;
+        TJT_CHECK(s.device_bytes[d] == (mine ? blocks : 0), "device %d (%s) holds %lld bytes, want %lld", d, mine ? "this process's" : "another's",
+                  (long long)s.device_bytes[d], (long long)(mine ? blocks : 0));
+    }
+    for (i = 0; i < NL; i++) {
+        tj_array *a = tj_tree_array(t, lv[i].name), *z = tj_zeros(c, TJ_F32, lv[i].shape), *p = tj_device_put(z, lv[i].spec);
+        char b1[128], b2[128];
+        int64_t n = tj_array_numel(a), bad = 0;
+        tj_array_sharding(a, b1, sizeof b1);
+        tj_array_sharding(p, b2, sizeof b2);
+        TJT_CHECK(!strcmp(b1, b2) && !tj_array_is_abstract(a), "leaf %s is sharded \"%s\", its target \"%s\"", lv[i].name, b1, b2);
+        got = (float *)malloc(sizeof(float) * (size_t)n);
+        TJT_CHECK(tj_array_read_all(a, TJ_F32, got) == TJ_OK, "read %s: %s", lv[i].name, tj_error(c));
+        for (k = 0; k < n; k++) bad += got[k] != want[i][k];
+        TJT_CHECK(bad == 0, "leaf %s: %lld values differ from the saved ones", lv[i].name, (long long)bad);
+        free(got);
+        tj_array_free(z);
+        tj_array_free(p);
+        free(want[i]);
+    }
+    if (R == 0) printf("sharded load: %d processes, every leaf kept its target's sharding; %lld bytes per device\n", NP, (long long)blocks);
+    tj_tree_free(t);
+    tj_ctx_free(c);
+}
+
 #if defined(TJ_MPI)
 /* ==== 2. GPT-2: 20 steps in process mode = 1 process x 4 threads ========== */
 static int32_t *corpus(size_t *n) {
@@ -956,6 +1031,16 @@ static int driver(const char *self) {
             }
         }
     }
+    /* a sharded state saved and loaded into sharded targets: 4 x 1 and 2 x 2 */
+    for (i = 4; i >= 2; i -= 2) {
+        snprintf(ck, sizeof ck, "/tmp/tj_mpi_sharded_%d.safetensors", (int)getpid());
+        snprintf(cmd, sizeof cmd, "timeout -k 5 120 %s -np %d %s --case sharded-load --devices 4 %s 2>&1", mpi, i, self, ck);
+        run_cmd(cmd, L);
+        ok = add_counts(L, i);
+        if (!ok) tjt_fail++;
+        show(i == 4 ? "sharded save, load into sharded targets, 4 x 1" : "sharded save, load into sharded targets, 2 x 2", L, ok);
+        remove(ck);
+    }
     /* checkpoint: written by 4 processes, resumed in 1 and in 2 */
     snprintf(ck, sizeof ck, "/tmp/tj_mpi_ckpt_%d.safetensors", (int)getpid());
     snprintf(cmd, sizeof cmd, "timeout -k 5 120 %s -np 4 %s --case ckpt-write %s 2>&1", mpi, self, ck);
@@ -1118,6 +1203,12 @@ static void single_process(void) {
     case_coll(4);
     case_order(4, "data=2 model=2");
     case_order(6, "data=2 model=3");
+    {
+        char p[64];
+        snprintf(p, sizeof p, "/tmp/tj_mpi_sharded_%d.safetensors", (int)getpid());
+        case_sharded_load(4, p);
+        remove(p);
+    }
     own_transport();
 }
 
@@ -1161,6 +1252,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cs, "coll")) case_coll(devices);
     else if (!strcmp(cs, "order")) case_order(devices, mesh);
+    else if (!strcmp(cs, "sharded-load")) case_sharded_load(devices, path);
 #if defined(TJ_MPI)
     else if (!strcmp(cs, "gpt2")) case_gpt2(devices);
     else if (!strcmp(cs, "ckpt-write")) case_ckpt_write(path);

@@ -1335,6 +1335,8 @@ static void err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     if (IS("checkpoint_name")) y = tj_checkpoint_name(a, "");
     if (IS("softmax axis")) y = tj_softmax(a, "m k");
     if (IS("take axis")) y = tj_take(a, "vocab", tj_cast(b, TJ_I32));
+    if (IS("i32 pows -1")) y = tj_cast(tj_pows(tj_cast(a, TJ_I32), -1.0), TJ_F64);
+    if (IS("i32 pows 0.5")) y = tj_cast(tj_pows(tj_cast(a, TJ_I32), 0.5), TJ_F64);
     /* attention: a [m=3 k=4], b [m=2 k=5] */
     if (IS("attn batch")) y = tj_attention(a, tj_rename(b, "m", "j"), tj_rename(b, "m", "j"), "m", "j", "k", 0, 0);
     if (IS("attn size")) y = tj_attention(tj_rename(a, "k", "d"), tj_rename(b, "k", "d"), tj_rename(b, "k", "d"), "m", "m", "d", 0, 0);
@@ -1434,6 +1436,79 @@ static void test_i32_wrap(tj_ctx *ctx) {
     tj_tree_free(out);
     tj_tree_free(in);
 }
+/* i32 tj_pows is JAX's x ** p on int32 with a Python int p: lax.integer_pow,
+   an i32 result that wraps as i32 mul does (0 ** 0 = 1); a negative or
+   non-integer exponent is refused (JAX: an error, or a float result). The
+   want table is JAX 0.10.2's (x ** p).tolist(). Unfused, fused into a
+   chain, and inside a program differentiated for a float input (the i32
+   value carries no gradient, as in JAX). Refused until 2026-11-24. */
+#define NPI 13
+static const int32_t g_pi_x[NPI] = {0, 1, -1, 2, -2, 3, 7, -7, 46341, 65536, INT32_MAX, INT32_MIN, 12345};
+static const int g_pi_p[] = {0, 1, 2, 3, 5, 31, 32, 33, 1000000007};
+#define NPP ((int)(sizeof g_pi_p / sizeof g_pi_p[0]))
+static void i32_pows_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v a = tj_tree_v(in, "a"), x = tj_tree_v(in, "x"), gx = NULL, f;
+    char nm[16];
+    int k;
+    (void)g; (void)u;
+    for (k = 0; k < NPP; k++) {
+        snprintf(nm, sizeof nm, "p%d", k);
+        tj_tree_set_v(out, nm, tj_pows(a, (double)g_pi_p[k]));
+    }
+    tj_tree_set_v(out, "chain", tj_cast(tj_add(tj_pows(tj_add(a, a), 3.0), a), TJ_F64)); /* fused: (2a)^3 + a */
+    /* d/dx sum(x * f32(a^2)) = f32(a^2): the i32 pows is on the way, not differentiated */
+    f = tj_sum(tj_mul(x, tj_cast(tj_pows(tj_index(a, "n", 6), 2.0), TJ_F32)), "m");
+    if (tj_grad(f, 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_i32_pows(tj_ctx *ctx) {
+    static const int32_t want[NPP][NPI] = {
+        {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+        {0, 1, -1, 2, -2, 3, 7, -7, 46341, 65536, 2147483647, INT32_MIN, 12345},
+        {0, 1, 1, 4, 4, 9, 49, 49, -2147479015, 0, 1, 0, 152399025},
+        {0, 1, -1, 8, -8, 27, 343, -343, -1932785795, 0, 2147483647, 0, 170287977},
+        {0, 1, -1, 32, -32, 243, 16807, -16807, -1737259723, 0, 2147483647, 0, 253233049},
+        {0, 1, -1, INT32_MIN, INT32_MIN, 1264544299, 265001655, -265001655, -741033651, 0, 2147483647, 0, -388802295},
+        {0, 1, 1, 0, 0, -501334399, 1855011585, 1855011585, -1976889471, 0, 1, 0, 2009105153},
+        {0, 1, -1, 0, 0, -1504003197, 100179207, -100179207, 617448069, 0, 2147483647, 0, -1033020615},
+        {0, 1, -1, 0, 0, 577888395, 1254924535, -1254924535, -2021739475, 0, 2147483647, 0, -1129497399},
+    };
+    static const float xv[4] = {1, 2, 3, 4};
+    tj_tree *in = tj_tree_new(ctx), *out;
+    int32_t r[NPI];
+    double ch[NPI], gx[4];
+    char nm[16];
+    int k, j, bad;
+    tjt_current = "values: i32 pows is lax.integer_pow";
+    tj_tree_set_array(in, "a", tj_array_new(ctx, TJ_I32, "n=13", g_pi_x));
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "m=4", xv));
+    out = run_fn(ctx, "i32_pows", i32_pows_fn, NULL, in);
+    if (tj_tree_find(out, "p0") >= 0) {
+        for (k = 0; k < NPP; k++) {
+            tj_array *o;
+            snprintf(nm, sizeof nm, "p%d", k);
+            o = tj_tree_array(out, nm);
+            TJT_CHECK(tj_array_dtype(o) == TJ_I32, "x ** %d is %s, JAX's int32", g_pi_p[k], tj_dtype_name(tj_array_dtype(o)));
+            tj_array_read(o, TJ_I32, r);
+            for (j = 0, bad = -1; j < NPI; j++)
+                if (r[j] != want[k][j] && bad < 0) bad = j;
+            TJT_CHECK(bad < 0, "i32 x ** %d: element %d (x = %d) is %d, JAX %d", g_pi_p[k], bad, g_pi_x[bad < 0 ? 0 : bad], r[bad < 0 ? 0 : bad],
+                      want[k][bad < 0 ? 0 : bad]);
+        }
+        tj_array_read(tj_tree_array(out, "chain"), TJ_F64, ch);
+        for (j = 0, bad = 0; j < NPI; j++) {
+            uint32_t t = (uint32_t)g_pi_x[j] * 2u;
+            bad += ch[j] != (double)i32s(t * t * t + (uint32_t)g_pi_x[j]);
+        }
+        TJT_CHECK(bad == 0, "fused (2a)^3 + a wraps at each step: %d of %d elements differ (element 9: %.17g)", bad, NPI, ch[9]);
+        TJT_CHECK(tj_tree_find(out, "gx") >= 0, "a gradient through an i32 pows: %s", tj_error(ctx));
+        if (tj_tree_find(out, "gx") >= 0) {
+            tj_array_read(tj_tree_array(out, "gx"), TJ_F64, gx);
+            TJT_CHECK(gx[0] == 49 && gx[3] == 49, "d/dx sum(x * f32(7^2)) = %g, want 49", gx[0]);
+        }
+    }
+    tj_tree_free(out);
+    tj_tree_free(in);
+}
 static void test_errors(tj_ctx *ctx) {
     tj_tree *in, *out;
     tj_prog *p;
@@ -1475,6 +1550,8 @@ static void test_errors(tj_ctx *ctx) {
     EXPECT_JIT_ERROR(ctx, "checkpoint_name", in, "checkpoint_name", "empty", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "softmax axis", in, "softmax", "m k", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "take axis", in, "take", "'vocab'", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "i32 pows -1", in, "pows", "exponent -1 on i32", "integer >= 0", "negative power", "cast x to a float dtype", "test_ops.c");
+    EXPECT_JIT_ERROR(ctx, "i32 pows 0.5", in, "pows", "exponent 0.5 on i32", "integer >= 0", "cast x to a float dtype", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "attn batch", in, "attention", "k must have q's batch axes", "f64[m=3,k=4]", "f64[j=2,k=5]", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "attn size", in, "attention", "k must have", "'d'", "f64[m=2,d=5]", "test_ops.c");
     EXPECT_JIT_ERROR(ctx, "attn dtype", in, "attention", "float dtype", "f32[m=3,k=4]", "test_ops.c");
@@ -2334,6 +2411,7 @@ int main(void) {
     test_sources(ctx);
     test_dtypes(ctx);
     test_i32_wrap(ctx);
+    test_i32_pows(ctx);
     test_errors(ctx);
     test_memory();
     TJT_CHECK(tj_status_of(ctx) == TJ_OK, "stray error left: %s", tj_error(ctx));

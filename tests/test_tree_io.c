@@ -743,6 +743,130 @@ static void test_trace_file(void) {
     tj_ctx_free(c);
 }
 
+/* A load into a tree whose array leaves are sharded keeps their sharding
+   (Orbax's restore with target shardings): each device gets its block, not
+   the whole array, abstract targets included; mismatches name the leaf. */
+static const struct {
+    const char *name, *shape, *spec;
+    int64_t shard_elems; /* each device's block on data=2 model=2 */
+} g_sh_leaves[] = {
+    {"w", "embed=8 mlp=4", "embed:data mlp:model", 8},
+    {"b", "mlp=4", "mlp:model", 2},
+    {"tok", "batch=8 pos=3", "batch:model+data", 6}, /* a tuple out of mesh order */
+    {"s", "k=5", "", 5},                             /* replicated stays replicated */
+};
+#define NSH ((int)(sizeof g_sh_leaves / sizeof g_sh_leaves[0]))
+static tj_tree *sharded_target(tj_ctx *c, int abstract) {
+    tj_tree *t = tj_tree_new(c);
+    int i;
+    for (i = 0; i < NSH; i++) {
+        tj_dtype dt = i == 2 ? TJ_I32 : TJ_F32;
+        tj_array *z = abstract ? tj_array_abstract(c, dt, g_sh_leaves[i].shape, g_sh_leaves[i].spec) : tj_zeros(c, dt, g_sh_leaves[i].shape), *p;
+        if (abstract) p = z;
+        else {
+            p = tj_device_put(z, g_sh_leaves[i].spec);
+            tj_array_free(z);
+        }
+        tj_tree_set_array(t, g_sh_leaves[i].name, p);
+    }
+    return t;
+}
+static void test_sharded_load(void) {
+    tj_ctx *c = tj_ctx_new();
+    tj_tree *src, *t;
+    float *want[NSH], *got;
+    char b1[128], b2[128];
+    int i, d, abstract;
+    tjt_current = "sharded load";
+    TJT_CHECK(tj_set_devices(c, 4) == TJ_OK && tj_set_mesh(c, "data=2 model=2") == TJ_OK, "mesh: %s", tj_error(c));
+    /* the saved state: random values, sharded */
+    src = sharded_target(c, 0);
+    for (i = 0; i < NSH; i++) {
+        tj_array *a = tj_tree_array(src, g_sh_leaves[i].name), *r, *p;
+        int64_t n = tj_array_numel(a), k;
+        want[i] = (float *)malloc(sizeof(float) * (size_t)n);
+        for (k = 0; k < n; k++) want[i][k] = i == 2 ? (float)(int)(rnd() % 1000) - 500 : (float)(rnd() % 100000) / 1000.0f - 50;
+        if (i == 2) {
+            int32_t *iv = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+            for (k = 0; k < n; k++) iv[k] = (int32_t)want[i][k];
+            r = tj_array_new(c, TJ_I32, g_sh_leaves[i].shape, iv);
+            free(iv);
+        } else r = tj_array_new(c, TJ_F32, g_sh_leaves[i].shape, want[i]);
+        p = tj_device_put(r, g_sh_leaves[i].spec);
+        tj_array_free(r);
+        tj_tree_set_array(src, g_sh_leaves[i].name, p);
+    }
+    tj_tree_set_int(src, "step", 7);
+    TJT_CHECK(tj_tree_save(src, path_in("sharded.safetensors")) == TJ_OK, "save: %s", tj_error(c));
+    tj_tree_free(src);
+    for (abstract = 0; abstract < 2; abstract++) {
+        tj_alloc_stats s0, s1;
+        t = sharded_target(c, abstract);
+        s0 = tj_get_alloc_stats(c);
+        tj_reset_alloc_peaks(c);
+        TJT_CHECK(tj_tree_load(t, path_in("sharded.safetensors")) == TJ_OK && tj_tree_int(t, "step") == 7, "load (abstract %d): %s", abstract, tj_error(c));
+        s1 = tj_get_alloc_stats(c);
+        for (d = 0; d < 4; d++) {
+            int64_t shard = 0;
+            for (i = 0; i < NSH; i++) shard += g_sh_leaves[i].shard_elems * 4;
+            /* each device holds its blocks only: the whole state would be 32+4+24+5 elements */
+            TJT_CHECK(s1.device_bytes[d] == shard, "abstract %d: device %d holds %lld bytes, its blocks are %lld", abstract, d, (long long)s1.device_bytes[d],
+                      (long long)shard);
+            TJT_CHECK(s1.device_peak_bytes[d] <= s0.device_bytes[d] + shard, "abstract %d: device %d peaked at %lld bytes while loading (had %lld, blocks %lld)",
+                      abstract, d, (long long)s1.device_peak_bytes[d], (long long)s0.device_bytes[d], (long long)shard);
+        }
+        for (i = 0; i < NSH; i++) {
+            tj_array *a = tj_tree_array(t, g_sh_leaves[i].name);
+            int64_t n = tj_array_numel(a), k, bad = 0;
+            const char *spec = g_sh_leaves[i].spec;
+            got = (float *)malloc(sizeof(float) * (size_t)n);
+            tj_array_sharding(a, b1, sizeof b1);
+            /* what tj_device_put writes for the spec */
+            {
+                tj_array *z = tj_zeros(c, TJ_F32, g_sh_leaves[i].shape), *p = tj_device_put(z, spec);
+                tj_array_sharding(p, b2, sizeof b2);
+                tj_array_free(z);
+                tj_array_free(p);
+            }
+            TJT_CHECK(!strcmp(b1, b2) && !tj_array_is_abstract(a), "abstract %d: leaf %s is sharded \"%s\", the target \"%s\"", abstract, g_sh_leaves[i].name, b1, b2);
+            TJT_CHECK(tj_array_read(a, TJ_F32, got) == TJ_OK, "read %s: %s", g_sh_leaves[i].name, tj_error(c));
+            for (k = 0; k < n; k++) bad += got[k] != want[i][k];
+            TJT_CHECK(bad == 0, "abstract %d: leaf %s: %lld values differ from the saved ones", abstract, g_sh_leaves[i].name, (long long)bad);
+            free(got);
+        }
+        tj_tree_free(t);
+    }
+    /* mismatches on a sharded target name the leaf; the tree is unchanged */
+    t = sharded_target(c, 0);
+    {
+        tj_array *w = tj_zeros(c, TJ_F64, "embed=8 mlp=4"), *p = tj_device_put(w, "embed:data mlp:model");
+        tj_array *old;
+        tj_array_free(w);
+        tj_tree_set_array(t, "w", p);
+        old = tj_tree_array(t, "w");
+        TJT_CHECK(tj_tree_load(t, path_in("sharded.safetensors")) == TJ_ERR_DTYPE && tj_tree_array(t, "w") == old && tj_tree_find(t, "step") < 0, "dtype mismatch");
+        TJT_ERROR_HAS(c, "leaf 'w'", "f64 in the tree but f32 in the file");
+        w = tj_zeros(c, TJ_F32, "embed=8 mlp=2");
+        p = tj_device_put(w, "embed:data mlp:model");
+        tj_array_free(w);
+        tj_tree_set_array(t, "w", p);
+        TJT_CHECK(tj_tree_load(t, path_in("sharded.safetensors")) == TJ_ERR_SHAPE && tj_tree_array(t, "w") == p, "shape mismatch");
+        TJT_ERROR_HAS(c, "leaf 'w'", "mlp=2", "mlp=4");
+        tj_clear_error(c);
+    }
+    tj_tree_free(t);
+    /* a target sharded under an earlier mesh: its sharding means nothing now */
+    t = sharded_target(c, 0);
+    TJT_CHECK(tj_set_mesh(c, "data=4") == TJ_OK, "mesh data=4: %s", tj_error(c));
+    TJT_CHECK(tj_tree_load(t, path_in("sharded.safetensors")) == TJ_ERR_STATE, "a stale sharding was loaded into");
+    TJT_ERROR_HAS(c, "leaf 'w'", "earlier mesh");
+    tj_clear_error(c);
+    tj_tree_free(t);
+    for (i = 0; i < NSH; i++) free(want[i]);
+    TJT_CHECK(tj_get_alloc_stats(c).array_bytes == 0, "array bytes leaked: %lld", (long long)tj_get_alloc_stats(c).array_bytes);
+    tj_ctx_free(c);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     strcpy(g_dir, "/tmp/test_tree_io.XXXXXX");
@@ -755,6 +879,7 @@ int main(void) {
     test_corrupt(ctx);
     test_atomic(ctx);
     test_gpt2_names(ctx);
+    test_sharded_load();
     test_helpers();
     test_trace_file();
     tjt_current = "end";
