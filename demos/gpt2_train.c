@@ -388,19 +388,25 @@ static tj_status gpt2_save(gpt2_trainer *tr, const char *path) {
     tj_tree_free(ck);
     return st;
 }
-/* Load a checkpoint into the trainer's state (resharded for its mesh). Every
-   leaf must be present with the same shape; on any error nothing changes. */
+/* Load a checkpoint into the trainer's state. The state's arrays are the
+   load's targets: each leaf comes back with its leaf's sharding, every
+   device reading only its block (never a replicated copy first), on any
+   mesh and process count. Every leaf must be present with the same shape;
+   on any error nothing changes. */
 static tj_status gpt2_resume(gpt2_trainer *tr, const char *path) {
     tj_tree *ck = tj_tree_new(tr->ctx);
-    tj_status st = tj_tree_load(ck, path);
+    tj_status st = TJ_OK;
     int k;
-    if (!st && tr->cfg.param_rules) st = tj_filter_shard(ck, tr->cfg.param_rules);
+    for (k = 0; !st && k < tj_tree_size(tr->state); k++)
+        if (is_state_leaf(tj_tree_name(tr->state, k))) st = tj_tree_set_array_ref(ck, tj_tree_name(tr->state, k), tj_tree_array_at(tr->state, k));
+    if (!st) st = tj_tree_load(ck, path);
     for (k = 0; !st && k < tj_tree_size(tr->state); k++) {
         const char *n = tj_tree_name(tr->state, k);
         tj_array *old = tj_tree_array_at(tr->state, k), *nw;
         char b1[256], b2[256];
         if (!is_state_leaf(n)) continue;
-        nw = tj_tree_find(ck, n) >= 0 ? tj_tree_array(ck, n) : NULL;
+        nw = tj_tree_array(ck, n);
+        if (nw == old) nw = NULL; /* the target itself: the file lacks it */
         tj_array_describe(old, b1, sizeof b1); /* both described before use: "want %s" below */
         tj_array_describe(nw, b2, sizeof b2);
         if (!nw || strcmp(b1, b2)) {

@@ -638,6 +638,54 @@ static double ref_xent_real(gpt2_trainer *tr, const int32_t *x, const int32_t *y
     free(lg);
     return sum / (TB * TT);
 }
+/* resume on a mesh: the state's arrays are the load's targets, so each
+   leaf comes back with its sharding and no device ever holds a replicated
+   copy (until 2026-11-24 the checkpoint loaded replicated and was then
+   resharded: device 0 held the whole state for a moment) */
+static void test_resume_sharded(const int32_t *data, size_t n) {
+    gpt2_config c;
+    gpt2_trainer a, b;
+    char pbuf[600], s1[256], s2[256];
+    const char *path = tpath(pbuf, sizeof pbuf, "resume_sharded.safetensors");
+    int32_t x[TB * TT], y[TB * TT];
+    int s, k;
+    tjt_current = "resume on a mesh";
+    tiny_config(&c);
+    if (gpt2_trainer_init(&a, &c, 4, "data=2 model=2", 1)) { TJT_CHECK(0, "init"); return; }
+    for (s = 0; s < 2; s++) {
+        get_batch(data, n, TB, TT, 17, 1, (uint64_t)s, x, y);
+        gpt2_train_step(&a, x, y, 1e-2);
+    }
+    TJT_CHECK(gpt2_save(&a, path) == 0, "save: %s", tj_error(a.ctx));
+    if (!gpt2_trainer_init(&b, &c, 4, "data=2 model=2", 1)) {
+        tj_alloc_stats st0 = tj_get_alloc_stats(b.ctx), st1;
+        int64_t held = st0.device_bytes[0], grew;
+        tj_reset_alloc_peaks(b.ctx);
+        TJT_CHECK(gpt2_resume(&b, path) == 0, "resume: %s", tj_error(b.ctx));
+        st1 = tj_get_alloc_stats(b.ctx);
+        grew = st1.device_peak_bytes[0] - held;
+        /* the new leaves exist beside the old ones for a moment: at most
+           one more copy of device 0's share */
+        TJT_CHECK(grew <= held + held / 50, "device 0 held %lld bytes and grew by %lld while resuming (a replicated copy?)", (long long)held, (long long)grew);
+        TJT_CHECK(st1.device_bytes[0] == held, "device 0 holds %lld bytes after resuming, %lld before", (long long)st1.device_bytes[0], (long long)held);
+        for (k = 0; k < tj_tree_size(a.state); k++) {
+            const char *nm = tj_tree_name(a.state, k);
+            if (!is_state_leaf(nm)) continue;
+            tj_array_sharding(tj_tree_array(a.state, nm), s1, sizeof s1);
+            tj_array_sharding(tj_tree_array(b.state, nm), s2, sizeof s2);
+            TJT_CHECK(!strcmp(s1, s2), "%s resumed as %s, saved as %s", nm, s2, s1);
+        }
+        get_batch(data, n, TB, TT, 17, 1, 2, x, y);
+        {
+            float la = gpt2_train_step(&a, x, y, 1e-2), lb = gpt2_train_step(&b, x, y, 1e-2);
+            TJT_CHECK(la == lb, "the step after resuming: loss %.9g, uninterrupted %.9g", lb, la);
+        }
+        gpt2_trainer_free(&b);
+    } else TJT_CHECK(0, "init for the resume");
+    gpt2_trainer_free(&a);
+    remove(path);
+}
+
 static void test_padded_vocab(const int32_t *data, size_t n) {
     struct { int ndev; const char *mesh; const char *name; } ms[] = {
         {1, NULL, "one device"},
@@ -1169,6 +1217,7 @@ int main(void) {
     test_hf();
     test_hf_config();
     test_hf_export(data, n);
+    test_resume_sharded(data, n);
     test_padded_vocab(data, n);
     free(data);
     remove_tree(tdir);
