@@ -2821,10 +2821,11 @@ struct tj_prog {
    shard; kernels never look at global shapes.
    The tables it, in (nin entries) and pout (one per output: nproj, a
    fused group's nmembers) point into the kern's own arrays below when they
-   fit (every op but a big scan or concat: a fused group of TJ__MAXFUSE
-   members takes 3 inputs and 1 store each), else into one block the runner
-   allocated for this call (heap; [11] tj__kern_tables); so a copy of a kern
-   (devsim queues them) must set its tables again. */
+   fit (every op but a big scan: custom ops and concat take 16 inputs, a
+   fused group of TJ__MAXFUSE members 3 inputs and 1 store each), else into
+   one block the runner allocated for this call (heap; [11]
+   tj__kern_tables); so a copy of a kern (devsim queues them) must set its
+   tables again. */
 typedef struct tj__kern tj__kern;
 #define TJ__KIN 72  /* at least 3 * TJ__MAXFUSE ([11] checks) */
 #define TJ__KOUT 24 /* at least TJ__MAXFUSE */
@@ -3049,7 +3050,7 @@ static int tj__finished(tj_graph *g, const char *what, const char *file, int lin
 static tj_node *tj__node_t(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line,
                            tj_node **cin, tj_node **fin);
 /* tj__node_t with its two tables of nin inputs: on the stack up to 64 (every
-   op but a big scan or concat), else on the heap */
+   op but a big scan), else on the heap */
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
     tj_node *cin[64], *fin[64], **h, *n;
     if (nin <= 64) return tj__node_t(g, op, t, nin, in, a, file, line, cin, fin);
@@ -9720,7 +9721,7 @@ fail:
     return NULL;
 }
 static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
-    tj_node *in_s[64], **in = in_s, *n = NULL;
+    tj_node *in_s[64] = {NULL}, **in = in_s, *n = NULL; /* (initialised: gcc -O2 cannot tell a 0-input op reads none) */
     int i;
     if (v->op == TJ__OP_PROJ) { /* clone the multi-output node, then pick */
         tj_node *m = tj__clone(w, v->in[0]);
@@ -15032,7 +15033,7 @@ static void tj__backend_node(tj__kern *k) {
     if (prof) tj__record(k->rdv, k->dev, k->n, t0, tj__now_us(), m0, m0 < 0 ? -1 : tj__mark(c, k->rdv, k->dev, 0), 0, NULL);
 }
 /* k's tables for nin inputs and nout outputs: its own arrays (every op but
-   a big scan or concat), else one block for this call (k->heap, which
+   a big scan), else one block for this call (k->heap, which
    tj__kern_done frees): sized by the node, so no program overruns them.
    0, or -1 with the error in err. */
 static int tj__kern_tables(tj__kern *k, int nin, int nout, char *err) {
