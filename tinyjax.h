@@ -2832,25 +2832,39 @@ struct tj_prog {
 
 /* What a CPU kernel sees: the node (op, attributes), local types of inputs
    and output, and buffers. With sharding, local types are each device's
-   shard; kernels never look at global shapes. */
+   shard; kernels never look at global shapes.
+   The tables it, in (nin entries) and pout (one per output: nproj, a
+   fused group's nmembers) point into the kern's own arrays below when they
+   fit (every op but a big scan: custom ops and concat take 16 inputs, a
+   fused group of TJ__MAXFUSE members 3 inputs and 1 store each), else into
+   one block the runner allocated for this call (heap; [11]
+   tj__kern_tables); so a copy of a kern (devsim queues them) must set its
+   tables again. */
 typedef struct tj__kern tj__kern;
+#define TJ__KIN 72  /* at least 3 * TJ__MAXFUSE ([11] checks) */
+#define TJ__KOUT 24 /* at least TJ__MAXFUSE */
 struct tj__kern {
     tj_ctx *ctx;
     tj_node *n;
     int nin;
-    const tj__type *it[128];
-    const void *in[128];
+    const tj__type **it; /* the inputs' local types, nin of them           */
+    const void **in;     /* the inputs' buffers, nin of them               */
     tj__type ot;
     void *out;
     void *scratch;
     void *scratch_host; /* a scan's body temp in host memory (offload inside nested scans) */
-    void *pout[64]; /* multi-output ops: the buffers of their outputs        */
+    void **pout; /* multi-output ops: the buffers of their outputs (nproj)   */
     int nthreads;
     struct tj__rdv *rdv; /* where this device meets the others (collectives) */
     int dev;
     char *err; /* a kernel that finds bad data (index out of range) writes here */
     /* a GPU backend runs a custom op's launcher on its stream with this */
     int (*custom_gpu)(struct tj__kern *k, void *stream);
+    void *heap; /* the tables' block when they do not fit the arrays below */
+    /* the tables' own storage (not cleared per call: only [0, nin) is set) */
+    const tj__type *it_s[TJ__KIN];
+    const void *in_s[TJ__KIN];
+    void *pout_s[TJ__KOUT];
 };
 
 /* A VJP rule: given the cotangent g of node n, the cotangents of its
@@ -3047,10 +3061,25 @@ static int tj__finished(tj_graph *g, const char *what, const char *file, int lin
                 "its function is traced (pass arrays in as inputs instead)", what);
     return 1;
 }
+static tj_node *tj__node_t(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line,
+                           tj_node **cin, tj_node **fin);
+/* tj__node_t with its two tables of nin inputs: on the stack up to 64 (every
+   op but a big scan), else on the heap */
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
+    tj_node *cin[64], *fin[64], **h, *n;
+    if (nin <= 64) return tj__node_t(g, op, t, nin, in, a, file, line, cin, fin);
+    if (!(h = (tj_node **)tj__malloc(sizeof(tj_node *) * 2 * (size_t)nin))) {
+        if (g) tj__err(g->ctx, TJ_ERR_OOM, file, line, "%s: out of memory for %d inputs", TJ__OPNAME(op), nin);
+        return NULL;
+    }
+    n = tj__node_t(g, op, t, nin, in, a, file, line, h, h + nin);
+    TJ_FREE(h);
+    return n;
+}
+static tj_node *tj__node_t(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line,
+                           tj_node **cin, tj_node **fin) {
     tj_node *n;
     int i;
-    tj_node *cin[64], *fin[64];
     tj__type tt;
     tj__attr at;
     if (!g) return NULL;
@@ -3061,10 +3090,6 @@ static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_nod
         return NULL;
     }
     if (tj__finished(g, TJ__OPNAME(op), file, line)) return NULL;
-    if (nin > 64) {
-        tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: %d inputs (at most 64)", TJ__OPNAME(op), nin);
-        return NULL;
-    }
     for (i = 0; i < nin; i++) {
         if (!in[i]) { /* an earlier op failed (its message stands), or the caller passed NULL */
             if (g->ctx->status == TJ_OK) tj__err(g->ctx, TJ_ERR_ARG, file, line, "%s: input %d is NULL", TJ__OPNAME(op), i);
@@ -7885,7 +7910,8 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     tj_ctx *c;
     int i, j, top = -1, n0, cap, saved_pass, hi_all = 0;
     unsigned char *needs = NULL, *reach = NULL;
-    tj_v *ct = NULL, *cth = NULL, *wrt = NULL;
+    tj_v *ct = NULL, *cth = NULL, *wrt = NULL, *ginh = NULL; /* ginh: gin of a node of more than 64 inputs */
+    int nginh = 0;
     tj_graph *saved_cur;
     tj_status st = TJ_OK;
     if (nout < 1 || !outs || !outs[0] || nwrt < 0 || (nwrt && (!wrt_in || !grads))) {
@@ -7997,12 +8023,24 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     }
     for (i = top; i >= 0 && c->status == TJ_OK; i--) {
         tj_node *n = g->nodes[i];
-        tj_v gin[64];
+        tj_v gin_s[64], *gin = gin_s;
         const tj__opdef *d = &tj__ops[n->op];
-        int any = 0, flow;
-        if (!needs[i] || !reach[i] || (d->flags & TJ__NODIFF) || n->nin > 64 || n->op == TJ__OP_PROJ) continue;
+        int any = 0, flow, ngin = n->nin > 64 ? n->nin : 64;
+        if (!needs[i] || !reach[i] || (d->flags & TJ__NODIFF) || n->op == TJ__OP_PROJ) continue;
         for (j = 0; j < n->nin; j++) any |= needs[n->in[j]->id];
         if (!any) continue;
+        if (ngin > 64) { /* a big scan's: one table, grown as needed */
+            if (ngin > nginh) {
+                tj_v *a = (tj_v *)TJ_REALLOC(ginh, sizeof(tj_v) * (size_t)ngin);
+                if (!a) {
+                    tj__err(c, TJ_ERR_OOM, f, l, "vjp: out of memory");
+                    break;
+                }
+                ginh = a;
+                nginh = ngin;
+            }
+            gin = ginh;
+        }
         if (cth && n->pass > 0 && !(d->flags & TJ__MULTI) && ct[i]) { /* a backward node: what passes it is of the first kind */
             cth[i] = cth[i] ? tj_add_at(n->file, n->line, cth[i], ct[i]) : ct[i];
             ct[i] = NULL;
@@ -8030,7 +8068,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
                 c->proj_ct = fc;
             } else if (!fc[i]) continue;
             to = cth && (flow || n->pass > 0) ? cth : ct;
-            for (j = 0; j < 64; j++) gin[j] = NULL;
+            for (j = 0; j < ngin; j++) gin[j] = NULL;
             if (flow && n->op == TJ__OP_CUSTOM_VJP) { /* through fwd's ops: its outputs y are inputs nin.. of the node */
                 int nin = tj__cvjp_nin(n);
                 for (j = 0; j < n->nproj; j++)
@@ -8074,6 +8112,7 @@ done:
     TJ_FREE(ct);
     TJ_FREE(cth);
     TJ_FREE(wrt);
+    TJ_FREE(ginh);
     return st;
 }
 TJDEF tj_status tj_grad_at(const char *f, int l, tj_v loss, int nwrt, const tj_v *wrt, tj_v *grads) { return tj_vjp_at(f, l, 1, &loss, NULL, nwrt, wrt, grads); }
@@ -8304,12 +8343,12 @@ static int tj__policy_check(tj_ctx *c, const tj_policy *p, int depth, const char
 }
 static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, int axis, int64_t len, int reverse, int nc, tj_node *const *init,
                               int nx, tj_node *const *xs, int ny, const tj_policy *policy, const tj__type *yt) {
-    tj_node *in[64], *n;
+    tj_node *in_s[64], **in = in_s, *n;
     tj__type t;
     int i, nin = 0;
     if (tj__policy_check(g->ctx, policy, 0, f, l)) return NULL;
-    if (nc + nx + b->ncap > 64) {
-        tj__err(g->ctx, TJ_ERR_ARG, f, l, "scan: more than 64 carries, xs and captured values together");
+    if (nc + nx + b->ncap > 64 && !(in = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(nc + nx + b->ncap)))) {
+        tj__err(g->ctx, TJ_ERR_OOM, f, l, "scan: out of memory for %d carries, xs and captured values", nc + nx + b->ncap);
         return NULL;
     }
     for (i = 0; i < nc; i++) in[nin++] = init[i];
@@ -8318,6 +8357,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
     n = tj__node(g, TJ__OP_SCAN, &t, nin, in, NULL, f, l);
+    if (in != in_s) TJ_FREE(in);
     if (!n) return NULL;
     n->sub = b;
     b->refs++;
@@ -8347,36 +8387,65 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
 TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx, const tj_v *xs,
                            int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
     tj_graph *g = NULL;
-    tj_node *all[64];
+    tj_node *all_s[64], **all = all_s;
     int i, n = 0;
-    for (i = 0; i < nc && init && n < 64; i++) all[n++] = init[i];
-    for (i = 0; i < nx && xs && n < 64; i++) all[n++] = xs[i];
+    tj_status st;
+    if ((nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0) > 64 &&
+        !(all = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)((nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0))))) {
+        tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "scan: out of memory for %d carries and %d xs", nc, nx);
+        return TJ_ERR_OOM;
+    }
+    for (i = 0; i < nc && init; i++) all[n++] = init[i];
+    for (i = 0; i < nx && xs; i++) all[n++] = xs[i];
     if (!n) { /* no carry and no xs: no value to take the context from */
         tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "scan: %d carries and %d xs: give at least one (a scan needs a value to run over; see tj_checkpoint)", nc, nx);
         return TJ_ERR_ARG;
     }
-    if (!(g = tj__inner(n, all, "scan", f, l))) return tj__inner_status(n, all);
-    return tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy);
+    if (!(g = tj__inner(n, all, "scan", f, l))) st = tj__inner_status(n, all);
+    else st = tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy);
+    if (all != all_s) TJ_FREE(all);
+    return st;
 }
+static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
+                            const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, tj_node **tab);
+/* tj__scan_t with its tables, sized by the counts: on the stack up to 32
+   each, else on the heap */
 static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
                           const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
-    tj_graph *b = NULL;
-    tj_ctx *c;
-    int z;
+    tj_node *tab_s[7 * 32], **tab = tab_s;
+    tj_ctx *c = g->ctx;
+    tj_status st;
+    int z, m = nc > nx ? nc : nx;
     for (z = 0; final && z < nc; z++) final[z] = NULL; /* a failed scan leaves NULLs, never garbage */
     for (z = 0; ys && z < ny; z++) ys[z] = NULL;
-    tj_node *cp[32], *xp[32], *co[32], *yo[32], *xr[32], *ini[32], *xin[32], *n;
+    if (c->status) return c->status;
+    if (!body || nc < 0 || nx < 0 || ny < 0 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
+        tj__err(c, TJ_ERR_ARG, f, l, "scan: bad arguments (%d carries, %d xs, %d ys)", nc, nx, ny);
+        return TJ_ERR_ARG;
+    }
+    if (ny > m) m = ny;
+    if (m > 32 && !(tab = (tj_node **)tj__calloc(sizeof(tj_node *) * 7 * (size_t)m))) {
+        tj__err(c, TJ_ERR_OOM, f, l, "scan: out of memory for %d carries, %d xs and %d ys", nc, nx, ny);
+        return TJ_ERR_OOM;
+    }
+    st = tj__scan_t(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy, tab);
+    if (tab != tab_s) TJ_FREE(tab);
+    return st;
+}
+static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
+                            const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, tj_node **tab) {
+    tj_graph *b = NULL;
+    tj_ctx *c;
+    int m = nc > nx ? (nc > ny ? nc : ny) : (nx > ny ? nx : ny);
+    tj_node **cp, **xp, **co, **yo, **xr, **ini, **xin, *n;
     tj__type at;
     int i, ax;
     int64_t len = -1;
     char b1[256];
+    if (m < 32) m = 32;
+    cp = tab, xp = tab + m, co = tab + 2 * m, yo = tab + 3 * m, xr = tab + 4 * m, ini = tab + 5 * m, xin = tab + 6 * m;
     c = g->ctx;
-    if (c->status) return c->status;
     g = tj__cur(g); /* a scan written inside a body belongs to it */
-    if (!body || nc < 0 || nx < 0 || ny < 0 || nc > 32 || nx > 32 || ny > 32 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
-        tj__err(c, TJ_ERR_ARG, f, l, "scan: bad arguments (%d carries, %d xs, %d ys; at most 32 each)", nc, nx, ny);
-        return TJ_ERR_ARG;
-    }
     for (i = 0; i < nc; i++) if (!init[i]) return c->status ? c->status : TJ_ERR_ARG;
     for (i = 0; i < nx; i++) if (!xs[i]) return c->status ? c->status : TJ_ERR_ARG;
     /* the body sees whole values: an initial carry or xs that is a partial
@@ -8441,7 +8510,7 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
         if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &xt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("x");
     }
-    for (i = 0; i < 32; i++) co[i] = yo[i] = NULL;
+    for (i = 0; i < m; i++) co[i] = yo[i] = NULL;
     {
         tj_graph *saved = c->cur;
         c->cur = b; /* ops the body makes belong to it */
@@ -8526,18 +8595,23 @@ typedef struct {
 } tj__region;
 static void tj__region_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
     tj__region *r = (tj__region *)u;
-    tj_v cin[64];
+    tj_v cin_s[64], *cin = cin_s;
     int i;
     (void)carry; (void)x; (void)carry_out;
-    for (i = 0; i < r->nin && i < 64; i++) /* capture the inputs, so fn's ops are traced into the body */
-        if (!(cin[i] = tj__capture(g, r->in[i]))) return;
-    r->fn(g, cin, y, r->user);
+    if (r->nin > 64 && !(cin = (tj_v *)tj__malloc(sizeof(tj_v) * (size_t)r->nin))) {
+        tj__err(g->ctx, TJ_ERR_OOM, r->file, r->line, "checkpoint: out of memory for %d inputs", r->nin);
+        return;
+    }
+    for (i = 0; i < r->nin; i++) /* capture the inputs, so fn's ops are traced into the body */
+        if (!(cin[i] = tj__capture(g, r->in[i]))) break;
+    if (i == r->nin) r->fn(g, cin, y, r->user);
+    if (cin != cin_s) TJ_FREE(cin);
+    if (i < r->nin) return;
     for (i = 0; i < r->nout; i++) /* say it in the caller's words before the scan does */
         if (!y[i] && g->ctx->status == TJ_OK) tj__err(g->ctx, TJ_ERR_ARG, r->file, r->line, "checkpoint: fn returned no output %d (out[%d] is NULL)", i, i);
 }
 TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, int nout, tj_v *out, const tj_policy *policy) {
     tj__region r;
-    tj_v ys[32];
     tj_status st;
     tj_graph *g = NULL;
     int i, ax;
@@ -8546,8 +8620,8 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
         if (nin < 1 || !in) tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "checkpoint: %d inputs%s (at least 1)", nin, in ? "" : ", and the list in is NULL");
         return TJ_ERR_ARG;
     }
-    if (!fn || nout < 1 || nout > 32 || !out || nin < 0) {
-        tj__err(g->ctx, TJ_ERR_ARG, f, l, "checkpoint: bad arguments (%d inputs, %d outputs; 1..32 outputs)", nin, nout);
+    if (!fn || nout < 1 || !out || nin < 0) {
+        tj__err(g->ctx, TJ_ERR_ARG, f, l, "checkpoint: bad arguments (%d inputs, %d outputs; at least 1 output)", nin, nout);
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nin; i++) if (!in[i]) return tj__null_input(g->ctx, "checkpoint", "input", i, f, l);
@@ -8558,13 +8632,16 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
     r.in = in;
     r.file = f;
     r.line = l;
-    st = tj__scan(f, l, g, tj__region_body, &r, "_remat=1", 0, NULL, 0, NULL, nout, NULL, ys, policy);
+    st = tj__scan(f, l, g, tj__region_body, &r, "_remat=1", 0, NULL, 0, NULL, nout, NULL, out, policy); /* the stacked ys, reshaped in place */
     if (st) return st;
     ax = tj__intern(g->ctx, "_remat", 6);
     for (i = 0; i < nout; i++) {
-        tj__type t = tj__type_drop(&ys[i]->t, ax);
-        out[i] = tj__reshape(f, l, ys[i], &t);
-        if (!out[i]) return g->ctx->status;
+        tj__type t = tj__type_drop(&out[i]->t, ax);
+        out[i] = tj__reshape(f, l, out[i], &t);
+        if (!out[i]) {
+            for (; i < nout; i++) out[i] = NULL;
+            return g->ctx->status;
+        }
     }
     return TJ_OK;
 }
@@ -8769,15 +8846,36 @@ static void tj__k_scan(tj__kern *k) {
     tj_prog *bp = n->sub->prog;
     int nc = n->a.ncarry, nx = n->a.nx, ncap = n->a.ncap, ny = n->nproj - nc, i, s;
     int np = n->sub->nparam;
-    void *args[128], *outs[128], *buf[32][2];
-    int par[32];
-    char *stage[64][2];
+    /* the tables, sized by the node: on the stack up to these counts (every
+       scan but a big one), else one heap block for this run */
+    void *args_s[128], *outs_s[128], *buf_s[32][2];
+    int par_s[32];
+    char *stage_s[64][2];
+    int64_t xsl_s[64], ysl_s[128];
+    void **args = args_s, **outs = outs_s, *(*buf)[2] = buf_s;
+    int *par = par_s;
+    char *(*stage)[2] = stage_s;
+    int64_t *xsl = xsl_s, *ysl = ysl_s;
+    char *heap = NULL;
     char *arena[2];
     char *carry0 = (char *)k->scratch + tj__align(bp->arena_bytes[TJ_SPACE_DEVICE]);
-    int64_t off = 0, xsl[64], ysl[128];
-    if (np > 128 || n->nproj > 64 || nx > 64 || nc > 32) {
-        snprintf(k->err, TJ__MSG, "scan: too many body parameters or outputs");
-        return;
+    int64_t off = 0;
+    if (np > 128 || n->nproj > 128 || nx > 64 || nc > 32 || ny > 128) {
+        size_t na = (size_t)np + 1, no = (size_t)n->nproj + 1, nb = (size_t)nc + 1, ns = (size_t)nx + 1, ny1 = (size_t)ny + 1;
+        /* pointers first, then the int64s, then the ints (each part aligned for what follows) */
+        if (!(heap = (char *)tj__malloc(sizeof(void *) * (na + no + 2 * nb + 2 * ns) + sizeof(int64_t) * (ns + ny1) + sizeof(int) * nb))) {
+            if (!k->err[0])
+                snprintf(k->err, TJ__MSG, "scan: out of memory for the tables of a body of %d parameters and %d outputs (at %s:%d)", np, n->nproj,
+                         tj__base(n->file), n->line);
+            return;
+        }
+        args = (void **)heap;
+        outs = args + na;
+        buf = (void *(*)[2])(outs + no);
+        stage = (char *(*)[2])(buf + nb);
+        xsl = (int64_t *)(stage + ns);
+        ysl = xsl + ns;
+        par = (int *)(ysl + ny1);
     }
     arena[TJ_SPACE_DEVICE] = (char *)k->scratch;
     arena[TJ_SPACE_HOST] = (char *)k->scratch_host;
@@ -8834,6 +8932,7 @@ static void tj__k_scan(tj__kern *k) {
         if (last != k->pout[i])
             tj__dev_copy(k, k->pout[i], n->proj[i]->space, last, n->a.length ? TJ_SPACE_DEVICE : n->in[i]->space, tj__lbytes(n->g->ctx, &n->proj[i]->t));
     }
+    if (heap) TJ_FREE(heap);
 }
 /* offload and fetch: a move between memory spaces, which the runner makes
    on every backend, on the copy stream where the backend has one */
@@ -9214,8 +9313,8 @@ typedef struct tj__bwd_s {
     const tj_policy *policy;
     int nc, nx;
     /* the backward scan's xs, in order: (outer stacked value, body slice param) */
-    tj_node *bx_outer[64], *bx_param[64];
-    int nbx;
+    tj_node **bx_outer, **bx_param; /* (grown by tj__bk_xparam) */
+    int nbx, capbx;
     tj_node *via;         /* the forward value being recomputed right now     */
     int *row;             /* body node id -> its residual report row, or -1  */
     signed char *inv;     /* body node id -> loop-invariant? (-1: not yet known) */
@@ -9298,9 +9397,14 @@ static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
 
 static tj_node *tj__bk_xparam(tj__bwd *w, tj_node *outer, const tj__type *slice, int space, const char *name) {
     tj_node *p;
-    if (w->nbx >= 64) {
-        tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, w->scan->file, w->scan->line, "scan: more than 64 residuals per iteration");
-        return NULL;
+    if (w->nbx == w->capbx) {
+        int nc = w->capbx ? 2 * w->capbx : 16;
+        tj_node **a = (tj_node **)TJ_REALLOC(w->bx_outer, sizeof(tj_node *) * (size_t)nc), **b;
+        if (a) w->bx_outer = a;
+        b = a ? (tj_node **)TJ_REALLOC(w->bx_param, sizeof(tj_node *) * (size_t)nc) : NULL;
+        if (b) w->bx_param = b;
+        if (!a || !b) return NULL; /* (the caller's out of memory) */
+        w->capbx = nc;
     }
     p = tj__node(w->bk, TJ__OP_PARAM, slice, 0, NULL, NULL, w->scan->file, w->scan->line);
     if (!p || tj__add_param(w->bk, p)) return NULL;
@@ -9438,6 +9542,8 @@ static void tj__bwd_free_kids(tj__bwd *w) {
         tj__bwd_free_kids(w->kids[i]);
         TJ_FREE(w->kids[i]->map);
         TJ_FREE(w->kids[i]->row);
+        TJ_FREE(w->kids[i]->bx_outer);
+        TJ_FREE(w->kids[i]->bx_param);
         TJ_FREE(w->kids[i]);
     }
     w->nkids = 0;
@@ -9498,6 +9604,8 @@ static void tj__rerun_free(tj__bwd *r) {
     TJ_FREE(r->row);
     TJ_FREE(r->rcar);
     TJ_FREE(r->rcar_used);
+    TJ_FREE(r->bx_outer);
+    TJ_FREE(r->bx_param);
 }
 /* Recompute v, an output of a scan nested in w's body (tj__see_into_scan)
    that w's policy recomputes, as JAX's partial evaluation of scan inside
@@ -9509,7 +9617,7 @@ static void tj__rerun_free(tj__bwd *r) {
    per iteration; the rest, carries included, it recomputes. One re-run
    makes every output of the scan that the backward pass reads. */
 static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
-    tj_node *s = v->in[0], *n = NULL, *init[64], *xs[64], *ordered[256], **yo = NULL, **co = NULL;
+    tj_node *s = v->in[0], *n = NULL, **init = NULL, **xs = NULL, **ordered = NULL, **yo = NULL, **co = NULL; /* (sized by s and its body) */
     tj_graph *B = s->sub, *Bp = NULL;
     tj_ctx *c = B->ctx;
     int nc = s->a.ncarry, np = s->nproj, i, k, ny = 0, changed, *pj = NULL, nparam = 0;
@@ -9522,10 +9630,6 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     memset(&r, 0, sizeof r);
     if (w->nrrs == 8) {
         tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 8 nested scans recomputed in one body");
-        return NULL;
-    }
-    if (nc > 64 || np > 128) {
-        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: a nested scan with more than 64 carries or 128 outputs cannot be recomputed");
         return NULL;
     }
     want = (char *)tj__calloc((size_t)np + 1);
@@ -9593,10 +9697,10 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
         if (tj__body_add_out(Bp, co[i] ? co[i] : r.rcar[i])) goto fail; /* (a carry nothing reads: passed through) */
     for (i = 0; i < ny; i++)
         if (tj__body_add_out(Bp, yo[i])) goto fail;
-    if (Bp->nparam > 256 || r.nbx > 64) {
-        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: recomputing a nested scan needs more than 64 stacked inputs");
-        goto fail;
-    }
+    ordered = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)Bp->nparam + (size_t)nc + (size_t)r.nbx + (size_t)Bp->ncap + 1));
+    init = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)nc + 1));
+    xs = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)r.nbx + 1));
+    if (!ordered || !init || !xs) goto fail;
     for (i = 0; i < nc; i++) ordered[nparam++] = r.rcar[i];
     for (i = 0; i < r.nbx; i++) ordered[nparam++] = r.bx_param[i];
     for (i = 0; i < Bp->ncap; i++) ordered[nparam++] = Bp->cap_param[i];
@@ -9642,6 +9746,9 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     TJ_FREE(want);
     TJ_FREE(yo);
     TJ_FREE(co);
+    TJ_FREE(init);
+    TJ_FREE(xs);
+    TJ_FREE(ordered);
     return n->proj[pj[v->a.index]];
 fail:
     w->forcing = forcing;
@@ -9652,20 +9759,24 @@ fail:
     TJ_FREE(pj);
     TJ_FREE(yo);
     TJ_FREE(co);
+    TJ_FREE(init);
+    TJ_FREE(xs);
+    TJ_FREE(ordered);
     if (!c->status) tj__err(c, TJ_ERR_OOM, s->file, s->line, "remat: out of memory re-running a nested scan");
     return NULL;
 }
 static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
-    tj_node *in[64], *n;
+    tj_node *in_s[64] = {NULL}, **in = in_s, *n = NULL; /* (initialised: gcc -O2 cannot tell a 0-input op reads none) */
     int i;
     if (v->op == TJ__OP_PROJ) { /* clone the multi-output node, then pick */
         tj_node *m = tj__clone(w, v->in[0]);
         return m ? m->proj[v->a.index] : NULL;
     }
-    if (v->nin > 64) return NULL;
+    if (v->nin > 64 && !(in = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)v->nin))) return NULL; /* (a big scan's) */
     for (i = 0; i < v->nin; i++)
-        if (!(in[i] = tj__clone(w, v->in[i]))) return NULL;
-    n = tj__node(w->bk, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
+        if (!(in[i] = tj__clone(w, v->in[i]))) break;
+    if (i == v->nin) n = tj__node(w->bk, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
+    if (in != in_s) TJ_FREE(in);
     if (!n) return NULL;
     n->space = v->space;
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
@@ -9855,15 +9966,34 @@ static int tj__zero_made(const tj_node *v) {
     while (v && v->nin == 1 && (v->op == TJ__OP_RESHAPE || v->op == TJ__OP_RELAYOUT || v->op == TJ__OP_COPY || v->op == TJ__OP_PVARY)) v = v->in[0];
     return v && v->op == TJ__OP_FILL && v->a.s == 0.0;
 }
+/* tj__vjp_scan's tables (sized by its node) and its walker's stacked xs */
+static void tj__vjp_scan_free(tj__bwd *w, tj_v *cts, tj_v *outs, tj_v *ctp, tj_v *wrt, tj_v *grads, int *wrt_kind, int *wrt_idx, char *zero,
+                              tj_node **binit, tj_node **bfinal, tj_node **ordered, tj__type *yt) {
+    TJ_FREE(w->bx_outer);
+    TJ_FREE(w->bx_param);
+    TJ_FREE(cts);
+    TJ_FREE(outs);
+    TJ_FREE(ctp);
+    TJ_FREE(wrt);
+    TJ_FREE(grads);
+    TJ_FREE(wrt_kind);
+    TJ_FREE(wrt_idx);
+    TJ_FREE(zero);
+    TJ_FREE(binit);
+    TJ_FREE(bfinal);
+    TJ_FREE(ordered);
+    TJ_FREE(yt);
+}
 static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     tj_graph *G = n->g, *B = n->sub, *bk = NULL;
     tj_ctx *c = G->ctx;
     int nc = n->a.ncarry, nx = n->a.nx, ncap = n->a.ncap, ny = n->nproj - nc, i, k, nw = 0, nf = 0;
-    tj_v *pct = n->g->ctx->proj_ct, cts[64], outs[64], wrt[128], grads[128], ctp[64];
-    int wrt_kind[128], wrt_idx[128];
-    char zero[128] = {0}; /* backward body output i is zero by construction (tj__zero_made) */
+    /* tables sized by the node: outputs (nproj) and inputs (nin) */
+    tj_v *pct = n->g->ctx->proj_ct, *cts = NULL, *outs = NULL, *wrt = NULL, *grads = NULL, *ctp = NULL;
+    int *wrt_kind = NULL, *wrt_idx = NULL;
+    char *zero = NULL; /* backward body output i is zero by construction (tj__zero_made) */
     tj__bwd w;
-    tj_node *binit[64], *bxs[64] = {0}, *bn, *bfinal[64];
+    tj_node **binit = NULL, **bxs = NULL, *bn, **bfinal = NULL, **ordered = NULL;
     int nbinit = 0, first_row, first_vjp, saved_nested = 0;
     /* the boundary of a shard_map body; unchecked, its transpose is defensive */
     int smap = B->manual && !G->manual, defensive = smap && !B->check;
@@ -9871,13 +10001,16 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
        gradients as outputs: no zero-filled running sums, no carry buffers */
     int capy = n->a.length == 1 && !smap;
     unsigned all = (1u << c->nmesh) - 1;
-    tj__type yt[64];
+    tj__type *yt = NULL;
+    size_t no = (size_t)n->nproj + 1, ni = (size_t)n->nin + 1;
     (void)g_unused;
     memset(&w, 0, sizeof w);
-    if (n->nproj > 64 || nc + nx + ncap > 64) {
-        tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: too many outputs");
-        return TJ_ERR_UNSUPPORTED;
-    }
+    cts = (tj_v *)tj__calloc(sizeof(tj_v) * no), outs = (tj_v *)tj__calloc(sizeof(tj_v) * no), ctp = (tj_v *)tj__calloc(sizeof(tj_v) * no);
+    wrt = (tj_v *)tj__calloc(sizeof(tj_v) * ni), grads = (tj_v *)tj__calloc(sizeof(tj_v) * ni);
+    wrt_kind = (int *)tj__calloc(sizeof(int) * ni), wrt_idx = (int *)tj__calloc(sizeof(int) * ni), zero = (char *)tj__calloc(ni);
+    binit = (tj_node **)tj__calloc(sizeof(tj_node *) * ni), bfinal = (tj_node **)tj__calloc(sizeof(tj_node *) * ni);
+    yt = (tj__type *)tj__calloc(sizeof(tj__type) * ni);
+    if (!cts || !outs || !ctp || !wrt || !grads || !wrt_kind || !wrt_idx || !zero || !binit || !bfinal || !yt) goto fail;
     /* 1. differentiate the body in place: cotangent params in, grads out
        (a body differentiated before has cotangent params already) */
     first_vjp = B->nparam == nc + nx + ncap;
@@ -10039,14 +10172,13 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     /* the forward body's new outputs made new PROJ nodes of n; its
        captures are the same, so its inputs are unchanged */
     /* 4. the reverse scan */
-    for (i = 0; i < w.nbx; i++) bxs[i] = w.bx_outer[i];
+    bxs = w.bx_outer;
     {
         /* the backward body's params must be ordered carry, xs, captures: the
            slice params were added in discovery order after the carries, and
            captures after them as found. Reorder the param list to match. */
-        tj_node *ordered[256];
         int np = 0;
-        if (bk->nparam > 256) goto fail;
+        if (!(ordered = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)bk->nparam + (size_t)w.nbx + (size_t)bk->ncap + (size_t)nbinit + 1)))) goto fail;
         for (i = 0; i < nbinit; i++) ordered[np++] = bk->params[i];
         for (i = 0; i < w.nbx; i++) ordered[np++] = w.bx_param[i];
         for (i = 0; i < bk->ncap; i++) ordered[np++] = bk->cap_param[i];
@@ -10089,6 +10221,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     TJ_FREE(w.inv);
     TJ_FREE(w.hoist);
     tj__graph_free(bk);
+    tj__vjp_scan_free(&w, cts, outs, ctp, wrt, grads, wrt_kind, wrt_idx, zero, binit, bfinal, ordered, yt);
     return TJ_OK;
 fail:
     tj__bwd_free_kids(&w);
@@ -10097,6 +10230,7 @@ fail:
     TJ_FREE(w.inv);
     TJ_FREE(w.hoist);
     tj__graph_free(bk);
+    tj__vjp_scan_free(&w, cts, outs, ctp, wrt, grads, wrt_kind, wrt_idx, zero, binit, bfinal, ordered, yt);
     if (!c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
     return c->status;
 }
@@ -11055,6 +11189,9 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
    dtype as if it had been stored, so fused and unfused runs give the same
    bits. */
 #define TJ__MAXFUSE 24
+#if TJ__MAXFUSE * 3 > TJ__KIN || TJ__MAXFUSE > TJ__KOUT
+#error "a fused group's tables must fit tj__kern's own (TJ__KIN, TJ__KOUT)"
+#endif
 static int tj__is_ew(const tj_node *n) { return n->op < TJ__OP_PARAM || n->op == TJ__OP_SELECT; }
 static int tj__same_layout(const tj__type *a, const tj__type *b) {
     int i;
@@ -11337,7 +11474,10 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
     if (fu.cm > TJ__FMAX) fu.cm = TJ__FMAX;
     if (red) { /* the reduction's kernel, its input made by tj__fused_gen */
         tj__kern k;
-        memset(&k, 0, sizeof k);
+        memset(&k, 0, offsetof(tj__kern, it_s));
+        k.it = k.it_s;
+        k.in = k.in_s;
+        k.pout = k.pout_s;
         k.n = (tj_node *)r;
         k.nin = 1;
         k.it[0] = &r->members[fu.nm - 1]->lt;
@@ -14862,9 +15002,9 @@ static void tj__pend_node(tj__kern *k) {
             t = tj__pend_need(r, k->dev, k->pout[mi], tj__bytes(&x->lt), 1, t);
         }
     else {
-        for (j = 0; j < k->nin && j < 128; j++) t = tj__pend_need(r, k->dev, k->in[j], tj__bytes(k->it[j]), 0, t);
+        for (j = 0; j < k->nin; j++) t = tj__pend_need(r, k->dev, k->in[j], tj__bytes(k->it[j]), 0, t);
         t = tj__pend_need(r, k->dev, k->out, tj__bytes(&k->ot), 1, t);
-        for (j = 0; j < n->nproj && j < 64; j++) t = tj__pend_need(r, k->dev, k->pout[j], tj__bytes(&n->proj[j]->lt), 1, t);
+        for (j = 0; j < n->nproj; j++) t = tj__pend_need(r, k->dev, k->pout[j], tj__bytes(&n->proj[j]->lt), 1, t);
         if (k->scratch && tj__ops[n->op].scratch) t = tj__pend_need(r, k->dev, k->scratch, tj__ops[n->op].scratch(n), 1, t);
     }
     tj__pend_wait(k, t);
@@ -14937,6 +15077,33 @@ static void tj__backend_node(tj__kern *k) {
     }
     if (prof) tj__record(k->rdv, k->dev, k->n, t0, tj__now_us(), m0, m0 < 0 ? -1 : tj__mark(c, k->rdv, k->dev, 0), 0, NULL);
 }
+/* k's tables for nin inputs and nout outputs: its own arrays (every op but
+   a big scan), else one block for this call (k->heap, which
+   tj__kern_done frees): sized by the node, so no program overruns them.
+   0, or -1 with the error in err. */
+static int tj__kern_tables(tj__kern *k, int nin, int nout, char *err) {
+    void **h;
+    k->heap = NULL;
+    k->it = k->it_s;
+    k->in = k->in_s;
+    k->pout = k->pout_s;
+    if (nin <= TJ__KIN && nout <= TJ__KOUT) return 0;
+    if (!(h = (void **)tj__malloc(sizeof(void *) * ((size_t)nin * 2 + (size_t)nout + 1)))) {
+        if (!err[0])
+            snprintf(err, TJ__MSG, "%s: out of memory for the tables of %d inputs and %d outputs (at %s:%d)", tj__opname(k->n->op), nin, nout,
+                     tj__base(k->n->file), k->n->line);
+        return -1;
+    }
+    k->heap = h;
+    k->it = (const tj__type **)h;
+    k->in = (const void **)(h + nin);
+    k->pout = h + 2 * nin;
+    return 0;
+}
+static void tj__kern_done(tj__kern *k) {
+    if (k->heap) TJ_FREE(k->heap);
+    k->heap = NULL;
+}
 /* Run a compiled program on raw buffers: args[param index], outs[output
    index], arena[space]. Kernel errors land in err. */
 static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena, char *err, int nthreads, int dev, tj__rdv *rdv) {
@@ -14966,10 +15133,11 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
                 tj__k_fused(n, leafp, storep, nthreads);
                 if (prof) tj__record(rdv, dev, n, t0, tj__now_us(), -1, -1, 0, NULL);
             } else { /* a backend with fused_groups: the group as one call */
-                memset(&k, 0, sizeof k);
+                memset(&k, 0, offsetof(tj__kern, it_s));
                 k.ctx = p->ctx;
                 k.n = n;
                 k.nin = n->nmembers * 3;
+                tj__kern_tables(&k, 0, 0, err); /* its own arrays (TJ__MAXFUSE) */
                 for (j = 0; j < k.nin; j++) k.in[j] = j % 3 < n->members[j / 3]->nin ? leafp[j] : NULL;
                 for (j = 0; j < n->nmembers; j++) k.pout[j] = storep[j];
                 k.ot = n->lt;
@@ -14981,15 +15149,16 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
             }
             continue;
         }
-        memset(&k, 0, sizeof k);
+        memset(&k, 0, offsetof(tj__kern, it_s));
         k.ctx = p->ctx;
         k.n = n;
         k.nin = n->nin;
-        for (j = 0; j < n->nin && j < 128; j++) {
+        if (tj__kern_tables(&k, n->nin, n->nproj, err)) continue; /* (the device runs dry) */
+        for (j = 0; j < n->nin; j++) {
             k.it[j] = &n->in[j]->lt;
             k.in[j] = tj__buf(n->in[j], arena, args, outs);
         }
-        for (j = 0; j < n->nproj && j < 64; j++) k.pout[j] = tj__buf(n->proj[j], arena, args, outs);
+        for (j = 0; j < n->nproj; j++) k.pout[j] = tj__buf(n->proj[j], arena, args, outs);
         k.ot = n->lt;
         k.out = tj__buf(n, arena, args, outs);
         k.scratch = n->scratch_off >= 0 ? arena[TJ_SPACE_DEVICE] + n->scratch_off : NULL;
@@ -15004,6 +15173,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
             tj__ops[n->op].cpu(&k);
             if (prof) tj__record(rdv, dev, n, t0, tj__now_us(), -1, -1, 0, NULL);
         } else tj__backend_node(&k);
+        tj__kern_done(&k);
     }
     return err[0] ? TJ_ERR_ARG : TJ_OK;
 }
@@ -15315,6 +15485,10 @@ static void *tj__ds_worker(void *arg) {
             it->k.err = s->err;
             tj__ops[it->k.n->op].cpu(&it->k);
         }
+        if (it->kind == 0 && it->k.heap) {
+            free(it->k.heap); /* (tj__ds_run's) */
+            it->k.heap = NULL;
+        }
         pthread_mutex_lock(&s->mu);
         s->head = (s->head + 1) % TJ__DS_QUEUE;
         s->count--;
@@ -15513,16 +15687,35 @@ static int tj__ds_run(tj_backend *b, tj__kern *k) {
     tj__devsim *d = (tj__devsim *)b->state;
     tj__ds_stream *s = tj__ds_stream_of(d, k->dev, 0);
     tj__ds_item *it;
-    int j;
+    int j, nout;
     if (!s) {
         snprintf(k->err, TJ__MSG, "devsim: cannot start the streams of device %d", k->dev);
         return 1;
     }
     it = tj__ds_slot(s);
     it->kind = 0;
-    it->k = *k; /* the kernel runs later: a copy, with real addresses */
-    for (j = 0; j < k->nin && j < 128; j++) it->k.in[j] = tj__ds_real(k->in[j]);
-    for (j = 0; j < 64; j++) it->k.pout[j] = tj__ds_real(k->pout[j]);
+    it->k = *k; /* the kernel runs later: a copy, with real addresses, and tables of its own */
+    nout = k->n->members ? k->n->nmembers : k->n->nproj;
+    it->k.heap = NULL;
+    it->k.it = it->k.it_s;
+    it->k.in = it->k.in_s;
+    it->k.pout = it->k.pout_s;
+    if (k->nin > TJ__KIN || nout > TJ__KOUT) { /* the simulated device's memory: plain malloc, as its queue */
+        void **h = (void **)malloc(sizeof(void *) * ((size_t)k->nin * 2 + (size_t)nout + 1));
+        if (!h) {
+            snprintf(k->err, TJ__MSG, "devsim: out of memory queueing op '%s' on device %d", tj__opname(k->n->op), k->dev);
+            return 1;
+        }
+        it->k.heap = h;
+        it->k.it = (const tj__type **)h;
+        it->k.in = (const void **)(h + k->nin);
+        it->k.pout = h + 2 * k->nin;
+    }
+    for (j = 0; j < k->nin; j++) {
+        it->k.it[j] = k->it[j];
+        it->k.in[j] = tj__ds_real(k->in[j]);
+    }
+    for (j = 0; j < nout; j++) it->k.pout[j] = tj__ds_real(k->pout[j]);
     it->k.out = tj__ds_real(k->out);
     it->k.scratch = tj__ds_real(k->scratch);
     it->k.scratch_host = tj__ds_real(k->scratch_host);
@@ -15707,14 +15900,6 @@ static tj_status tj__compile_bodies(tj_prog *p) {
         tj_graph *b = n->sub;
         tj_prog *bp;
         if (!b || b->prog) continue;
-        if (n->op == TJ__OP_SCAN && (b->nparam > 128 || n->nproj > 64 || n->a.nx > 64 || n->a.ncarry > 32)) {
-            /* the runner's tables (tj__k_scan, tj__kern): refused here, at
-               tj_jit, not when the run reaches the scan */
-            tj__err(p->ctx, TJ_ERR_ARG, n->file, n->line,
-                    "scan: its body has %d parameters and %d outputs (%d carries, %d xs); the runner takes at most 128, 64, 32 and 64 (autodiff "
-                    "makes them: many tj_grad calls through nested regions can exceed them)", b->nparam, n->nproj, n->a.ncarry, n->a.nx);
-            return TJ_ERR_ARG;
-        }
         bp = (tj_prog *)tj__calloc(sizeof *bp);
         if (!bp) return TJ_ERR_OOM;
         b->prog = bp;
