@@ -9525,12 +9525,14 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     for (i = nc; i < np; i++) /* the stacked outputs */
         if (want[i]) {
             tj_node *o = B->outs[i], *x;
-            int host = o->op == TJ__OP_TO_HOST;
-            if (host) o = o->in[0];
+            int host = o->space == TJ_SPACE_HOST; /* (a to_host, or a region's output its own policy offloaded) */
+            if (o->op == TJ__OP_TO_HOST) o = o->in[0];
             r.norow = o; /* (its row is w's, for v) */
             x = tj__clone(&r, o);
             r.norow = NULL;
-            if (x && host && (x = tj__node(Bp, TJ__OP_TO_HOST, &x->t, 1, &x, NULL, o->file, o->line)) != NULL) x->space = TJ_SPACE_HOST;
+            if (x && !tj__same_type(&x->t, &o->t) && tj__numel(&x->t) == tj__numel(&o->t) && x->t.dt == o->t.dt)
+                x = tj__reshape(o->file, o->line, x, &o->t); /* (a residual of a region nested in it: the re-run's clone drops the region's length-1 axis) */
+            if (x && host && x->space != TJ_SPACE_HOST && (x = tj__node(Bp, TJ__OP_TO_HOST, &x->t, 1, &x, NULL, o->file, o->line)) != NULL) x->space = TJ_SPACE_HOST;
             if (!x) goto fail;
             yo[ny] = x;
             pj[i] = nc + ny++;
@@ -9540,10 +9542,11 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
         for (i = 0; i < nc; i++)
             if ((want[i] || r.rcar_used[i]) && !co[i]) {
                 if (!(co[i] = tj__clone(&r, B->outs[i]))) goto fail;
-                if (want[i]) pj[i] = i;
                 changed = 1;
             }
     } while (changed);
+    for (i = 0; i < nc; i++)
+        if (co[i]) pj[i] = i; /* (every chained carry's final value: a later use of one that was not wanted finds it here, not in a second re-run) */
     for (i = 0; i < nc; i++)
         if (tj__body_add_out(Bp, co[i] ? co[i] : r.rcar[i])) goto fail; /* (a carry nothing reads: passed through) */
     for (i = 0; i < ny; i++)
@@ -9680,7 +9683,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
                 snprintf(why + strlen(why), sizeof why - strlen(why), "; a carry cannot be recomputed, saved");
             }
             tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, 1, w->via);
-            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            if (w->row && v->id < w->nmap && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1; /* (a stack a re-run added is past the map) */
             r = tj__residual(w, v, d);
         }
     } else if (v->op == TJ__OP_SCAN && v->pass == 0) { /* a nested region whose outputs the policy recomputes (tj__rerun_region) */
@@ -9745,7 +9748,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             tj_node *h = tj__hoist(w, v);
             snprintf(why + strlen(why), sizeof why - strlen(why), "; loop-invariant, kept once");
             tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t), d, why, 0, w->via);
-            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            if (w->row && v->id < w->nmap && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1; /* (a stack a re-run added is past the map) */
             if (h && d == TJ_OFFLOAD) {
                 tj_node *hh = tj__node(w->scan->g, TJ__OP_TO_HOST, &h->t, 1, &h, NULL, v->file, v->line);
                 if (hh) hh->space = TJ_SPACE_HOST;
@@ -9762,7 +9765,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         }
         if (v != w->norow && !(w->rr && d != TJ_RECOMPUTE)) { /* (a value a re-run keeps: the row of the enclosing walker, for the stack) */
             tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, carry, w->via);
-            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            if (w->row && v->id < w->nmap && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1; /* (a stack a re-run added is past the map) */
         }
         if (d == TJ_RECOMPUTE) {
             tj_node *outer = w->via;
