@@ -2918,8 +2918,8 @@ typedef struct {
     X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                          \
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_name)                                                \
     X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                                      \
-    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
-    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
+    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_copy, tj__pr_axes)                                            \
+    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_copy, tj__pr_axes)                                            \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, tj__sh_given, tj__pr_axes)                              \
     X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)                                                 \
     X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                  \
@@ -3690,6 +3690,18 @@ static int tj__sh_ew(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, co
     (void)g;
     tj__sh_follow(t, nin, in, at, 0, 0);
     return tj__sh_fit_all(t, nin, in, op, file, line);
+}
+/* A copy between memory spaces (offload, fetch) of a value of the same
+   type: each device copies its block as it is, a partial sum included
+   (the residual an offloading policy keeps of a dot over a sharded axis:
+   adding it up here, where its reader adds it up again, summed it twice). */
+static int tj__sh_copy(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    int i, same = nin == 1 && in[0]->t.rank == t->rank;
+    for (i = 0; same && i < t->rank; i++) same = in[0]->t.ax[i] == t->ax[i] && in[0]->t.dim[i] == t->dim[i];
+    if (!same) return tj__sh_ew(g, op, t, nin, in, at, file, line);
+    for (i = 0; i < t->rank; i++) t->sh[i] = in[0]->t.sh[i];
+    t->partial = in[0]->t.partial;
+    return 0;
 }
 /* Binary ops: elementwise, except that a sum or difference of two partial
    sums over the same mesh axes, laid out alike, is itself one: it stays
@@ -9041,6 +9053,7 @@ static int tj__see_into(const tj_node *s);
 static int tj__see_into_scan(const tj_node *s) {
     int i, np = 0;
     if (s->op != TJ__OP_SCAN || !s->sub || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
+    if (s->sub->owner && s->sub->owner != s && (s->sub->owner->pass != 0 || s->sub->owner->remat)) return 0; /* (a backward body's clone of a scan autodiff made: pass 0 in that body) */
     for (i = 0; i < s->sub->nparam; i++) np += s->sub->params[i]->pass == 0;
     return np == s->a.ncarry + s->a.nx + s->a.ncap && s->sub->nout == s->nproj;
 }

@@ -832,6 +832,88 @@ static void test_nested_rerun(tj_ctx *ctx) {
         tj_tree_free(in);
     }
 }
+/* An offloading policy and a partial sum (found 2026-11-24): a dot over
+   an axis split over `model` leaves each device a partial sum, which an
+   offload copied to host memory after adding it up (the offload op's
+   sharding rule) while the backward pass read it back as the partial sum
+   and added it up again: gradients twice too large in that term, in a
+   plain tj_scan with an offloading policy as under a tj_checkpoint around
+   it. And in a second derivative of checkpoint(offloading policy)(scan),
+   the enclosing policy saw into the clone of the scan's backward scan (a
+   scan autodiff made, which it must not re-run), and re-ran it with that
+   partial sum. mode 0: scan(P); 1: checkpoint(P)(scan); 2: as 1, the
+   second derivative. */
+static tj_policy po_pol;
+static void po_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    int two = (int)(intptr_t)u;
+    (void)g; (void)y;
+    if (two) co[0] = tj_tanh(tj_dot(tj_tanh(tj_dot(c[0], x[0], "embed")), x[0], "e2")); /* the second dot: a partial sum over model */
+    else co[0] = tj_tanh(tj_rename(tj_dot(c[0], x[0], "embed"), "e2", "embed"));
+}
+static void po_reg(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g;
+    tj_scan(po_body, u, "layer", 1, &in[0], 1, &in[1], 0, &out[0], NULL, NULL);
+}
+static void po_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    int mode = (int)(intptr_t)u;
+    tj_v x[2] = {tj_tree_v(in, "x"), tj_tree_v(in, "w")}, o = NULL, l, gr[2];
+    (void)g;
+    if (mode == 0) tj_scan(po_body, (void *)1, "layer", 1, &x[0], 1, &x[1], 0, &o, NULL, &po_pol);
+    else tj_checkpoint(po_reg, (void *)(intptr_t)(mode == 1), 2, x, 1, &o, &po_pol);
+    l = tj_sum_all(tj_mul(o, o));
+    tj_grad(l, 2, x, gr);
+    if (mode == 2) {
+        l = tj_add(tj_sum_all(tj_mul(gr[0], gr[0])), tj_sum_all(tj_mul(gr[1], gr[1])));
+        tj_grad(l, 2, x, gr);
+    }
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+static tj_decision po_all_dots(const char *op, const char *name, const char *shape, void *u) {
+    (void)name, (void)shape, (void)u;
+    return strcmp(op, "dot") == 0 ? TJ_OFFLOAD : TJ_RECOMPUTE;
+}
+static void test_partial_offload(void) {
+    int mode, pk, k, j;
+    tjt_current = "offloading a partial sum";
+    for (pk = 0; pk < 2; pk++) {
+        po_pol = pk ? tj_offload_dot_with_no_batch_dims() : tj_policy_from_fn(po_all_dots, NULL);
+        for (mode = 0; mode < 3; mode++) {
+            tj_ctx *cs[2];
+            tj_tree *o[2];
+            for (k = 0; k < 2; k++) {
+                tj_ctx *c = cs[k] = tj_ctx_new();
+                tj_tree *in = tj_tree_new(c);
+                tj_array *x, *w;
+                tj_prog *p;
+                if (k) {
+                    tj_set_devices(c, 2);
+                    tj_set_mesh(c, "model=2");
+                }
+                x = tjt_rand(c, TJ_F64, "batch=2 embed=4", 1, -1, 1), w = tjt_rand(c, TJ_F64, "layer=2 embed=4 e2=4", 2, -0.7, 0.7);
+                if (k) w = tjt_put(w, "e2:model");
+                tj_tree_set_array(in, "x", x);
+                tj_tree_set_array(in, "w", w);
+                o[k] = tj_tree_new(c);
+                p = tj_jit(c, "partial offload", po_fn, (void *)(intptr_t)mode, in, NULL);
+                TJT_CHECK(p && tj_run(p, in, o[k]) == TJ_OK, "policy %d, mode %d on %d devices: %s", pk, mode, k + 1, tj_error(c));
+                if (p) TJT_CHECK(tj_prog_memory(p).host_temp_bytes > 0, "policy %d, mode %d: nothing offloaded", pk, mode);
+                tj_prog_free(p);
+                tj_tree_free(in);
+            }
+            for (j = 0; j < 3 && tj_tree_size(o[0]) == 3 && tj_tree_size(o[1]) == 3; j++) {
+                static const char *nm[] = {"loss", "g_x", "g_w"};
+                double d = maxdiff(tj_tree_array(o[0], nm[j]), tj_tree_array(o[1], nm[j]));
+                TJT_CHECK(d < 1e-12, "policy %d, mode %d: %s on 2 devices (model=2) differs from one device by %g", pk, mode, nm[j], d);
+            }
+            for (k = 0; k < 2; k++) {
+                tj_tree_free(o[k]);
+                tj_ctx_free(cs[k]);
+            }
+        }
+    }
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -890,6 +972,7 @@ int main(void) {
 
     test_deep_limit();
     test_nested_rerun(ctx);
+    test_partial_offload();
     tjt_current = "scan vs unrolled";
     in = make_inputs(ctx, TJ_F64, L, B, E, H);
     p1 = tj_jit(ctx, "scan", stack_grads, &cs, in, NULL);
