@@ -9846,7 +9846,8 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     (void)g_unused;
     memset(&w, 0, sizeof w);
     if (n->nproj > 64 || nc + nx + ncap > 64) {
-        tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: too many outputs");
+        tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: the scan has %d outputs and %d carries, xs and captured values; its VJP takes at most 64 of each (autodiff adds residual outputs: many tj_grad calls through nested scans can exceed them)",
+                n->nproj, nc + nx + ncap);
         return TJ_ERR_UNSUPPORTED;
     }
     /* 1. differentiate the body in place: cotangent params in, grads out

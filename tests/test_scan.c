@@ -675,7 +675,7 @@ static void sq_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
    asked for made a second re-run of the same scan, and so on). */
 enum { NR_EV, NR_NO, NR_DOTS, NR_NAMES, NR_OFFH, NR_SAVEA_OFFH, NR_OFFDOTS, NR_N };
 static tj_policy nr_pol[NR_N];
-typedef struct { int mode, p, q, k, ic, nograd; } nr_cfg; /* nograd: the loss alone (for tjt_gradcheck) */
+typedef struct { int mode, p, q, k, ic, nograd, extra; } nr_cfg; /* nograd: the loss alone (for tjt_gradcheck); extra: more tj_grad calls */
 static void nr_step(const nr_cfg *c, tj_v c0, tj_v c1, tj_v ci, tj_v w, tj_v b, tj_v *o0, tj_v *o1, tj_v *oi, tj_v *y) {
     tj_v h = tj_checkpoint_name(tj_rename(tj_dot(c0, w, "embed"), "e2", "embed"), "h");
     tj_v a = tj_checkpoint_name(tj_add(tj_tanh(h), tj_mul(b, c1)), "a");
@@ -747,6 +747,7 @@ static void nr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v x = tj_tree_v(in, "x"), cv = tj_tree_v(in, "c"), w = tj_tree_v(in, "w"), b = tj_tree_v(in, "b");
     tj_v wrt[4] = {x, cv, w, b}, gr[4], o[4] = {NULL, NULL, NULL, NULL}, loss;
     tj_v ins[5] = {x, cv, w, b, c->ic ? tj_fill(g, TJ_I32, "", 3) : NULL};
+    int i;
     if (c->mode == 2) {
         tj_v fin[3], ys = NULL;
         tj_scan(nr_mid, u, "outer", c->ic ? 3 : 2, ins, 2, &ins[2], 1, fin, &ys, &nr_pol[c->p]);
@@ -756,6 +757,10 @@ static void nr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     loss = tj_add(tj_add(tj_sum_all(tj_tanh(o[0])), tj_sum_all(tj_mul(o[1], o[1]))), tj_sum_all(tj_mul(o[2], o[2])));
     tj_tree_set_v(out, "loss", loss);
     if (c->nograd || tj_grad(loss, 4, wrt, gr)) return;
+    for (i = 0; i < c->extra; i++) { /* gradients of gradients: each tj_grad adds residual outputs to the scans */
+        loss = tj_add(loss, tj_sum_all(tj_mul(gr[i % 4], gr[i % 4])));
+        if (tj_grad(loss, 4, wrt, gr)) return;
+    }
     tj_tree_set_v(out, "g_x", gr[0]);
     tj_tree_set_v(out, "g_c", gr[1]);
     tj_tree_set_v(out, "g_w", gr[2]);
@@ -775,7 +780,7 @@ static double nr_reldiff(tj_array *a, tj_array *b) {
     return m;
 }
 static void test_nested_rerun(tj_ctx *ctx) {
-    static const nr_cfg cf[] = {{1, 0, -1, 1, 0, 0}, {1, 0, NR_OFFH, 1, 1, 0}, {2, 0, NR_NO, 2, 0, 0}, {3, 0, NR_OFFH, 3, 1, 0}, {3, 0, -1, 2, 0, 0}};
+    static const nr_cfg cf[] = {{1, 0, -1, 1, 0, 0, 0}, {1, 0, NR_OFFH, 1, 1, 0, 0}, {2, 0, NR_NO, 2, 0, 0, 0}, {3, 0, NR_OFFH, 3, 1, 0, 0}, {3, 0, -1, 2, 0, 0, 0}};
     static const int L[] = {3, 1, 2, 1, 2};
     int i, p;
     nr_pol[NR_EV] = tj_everything_saveable();
@@ -827,6 +832,20 @@ static void test_nested_rerun(tj_ctx *ctx) {
             c.p = NR_SAVEA_OFFH;
             c.nograd = 1;
             TJT_GRADCHECK(ctx, "checkpoint(scan(3 scans in series)), save a offload h", nr_fn, &c, in, "w"); /* (one wrt: each tj_grad adds its stacks to the scans, and four pass the runner's limits) */
+        }
+        if (i == 4) { /* derivatives of derivatives until a limit: an error naming it and the scan's line */
+            nr_cfg c = cf[i];
+            tj_tree *out = tj_tree_new(ctx);
+            tj_prog *pr;
+            c.p = NR_NO, c.extra = 3;
+            pr = tj_jit(ctx, "nested re-run, gradients of gradients", nr_fn, &c, in, NULL);
+            if (pr) TJT_CHECK(tj_run(pr, in, out) == TJ_OK, "%d derivatives: %s", 1 + c.extra, tj_error(ctx));
+            else
+                TJT_CHECK(strstr(tj_error(ctx), " 64") && strstr(tj_error(ctx), "test_scan.c:"), "%d derivatives: the error names the limit and the line: %s", 1 + c.extra,
+                          tj_error(ctx));
+            tj_clear_error(ctx);
+            tj_prog_free(pr);
+            tj_tree_free(out);
         }
         tj_tree_free(ref);
         tj_tree_free(in);
