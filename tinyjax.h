@@ -9605,6 +9605,10 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
             tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: the re-run of a nested scan made output %d with another type or memory space", i);
             goto fail;
         }
+    if (w->nrrs == 8) { /* (the re-runs of the scans that made its inputs, made since the check above) */
+        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 8 nested scans recomputed in one body");
+        goto fail;
+    }
     tj__graph_free(Bp);
     tj__rerun_free(&r);
     w->rrs[w->nrrs].s = s;

@@ -833,6 +833,23 @@ static void test_nested_rerun(tj_ctx *ctx) {
             c.nograd = 1;
             TJT_GRADCHECK(ctx, "checkpoint(scan(3 scans in series)), save a offload h", nr_fn, &c, in, "w"); /* (one wrt: each tj_grad adds its stacks to the scans, and four pass the runner's limits) */
         }
+        if (i == 4) { /* eight nested scans re-run in one body, and nine: the limit, named with the scan's line (nine wrote past the
+                         walker's table of re-runs when the re-runs of the scans before it were made during its own: a crash in mode 3) */
+            int m, k;
+            for (m = 0; m < 2; m++)
+                for (k = 8; k <= 9; k++) {
+                    nr_cfg c = {3, NR_NO, -1, k, 0, 0, 0}; /* (the second time with an i32 carry) */
+                    tj_prog *pr;
+                    c.ic = m;
+                    pr = tj_jit(ctx, "nested re-run, eight and nine scans", nr_fn, &c, in, NULL);
+                    if (k == 8) TJT_CHECK(pr != NULL, "8 nested scans: %s", tj_error(ctx));
+                    else
+                        TJT_CHECK(!pr && strstr(tj_error(ctx), "more than 8 nested scans") && strstr(tj_error(ctx), "test_scan.c:"), "9 nested scans: the error names the limit and the line: %s",
+                                  pr ? "(compiled)" : tj_error(ctx));
+                    tj_clear_error(ctx);
+                    tj_prog_free(pr);
+                }
+        }
         if (i == 4) { /* derivatives of derivatives until a limit: an error naming it and the scan's line */
             nr_cfg c = cf[i];
             tj_tree *out = tj_tree_new(ctx);
