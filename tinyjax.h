@@ -9042,6 +9042,13 @@ static int tj__has_name(const tj_graph *b, const char *nm) {
     return 0;
 }
 static int tj__see_into(const tj_node *s);
+/* A scan autodiff made (a backward scan or region, a re-run): pass > 0, or
+   a backward body's clone of one (pass 0 in that body, its body shared
+   with the scan that first ran it). */
+static int tj__autodiff_made(const tj_node *s) {
+    const tj_node *o = s->sub ? s->sub->owner : NULL;
+    return s->pass != 0 || (o && o != s && (o->pass != 0 || o->remat));
+}
 /* A scan nested in a body whose policy sees into it, as JAX's partial
    evaluation of scan under an enclosing jax.checkpoint (its rule applies
    the policy to the equations of the scan's body): a scan or tj_shard_map
@@ -9053,7 +9060,7 @@ static int tj__see_into(const tj_node *s);
 static int tj__see_into_scan(const tj_node *s) {
     int i, np = 0;
     if (s->op != TJ__OP_SCAN || !s->sub || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
-    if (s->sub->owner && s->sub->owner != s && (s->sub->owner->pass != 0 || s->sub->owner->remat)) return 0; /* (a backward body's clone of a scan autodiff made: pass 0 in that body) */
+    if (tj__autodiff_made(s)) return 0;
     for (i = 0; i < s->sub->nparam; i++) np += s->sub->params[i]->pass == 0;
     return np == s->a.ncarry + s->a.nx + s->a.ncap && s->sub->nout == s->nproj;
 }
@@ -10010,7 +10017,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     /* the user's scan, not a backward scan being differentiated again, and
        at its first VJP (a second one, in a grad of grad, sees only the
        outputs that the first made the second derivative need) */
-    if (n->pass == 0 && first_vjp) tj__lint_policy(G, n->policy, B, nc, first_row);
+    if (n->pass == 0 && first_vjp && !tj__autodiff_made(n)) tj__lint_policy(G, n->policy, B, nc, first_row); /* (not the forward policy on a backward body's names) */
     if (c->status) goto fail;
     /* the forward body's new outputs made new PROJ nodes of n; its
        captures are the same, so its inputs are unchanged */

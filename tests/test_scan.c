@@ -950,6 +950,41 @@ static void test_partial_offload(void) {
         }
     }
 }
+/* A second derivative through shard_map(checkpoint(save_only_these_names
+   "h")(scan)): the shard_map's backward body holds a clone of the
+   region's backward region (pass 0 there), whose first VJP linted the
+   forward policy's names against that backward body and warned "no value
+   in the scan or checkpoint body carries the name 'h'" (2026-11-24). */
+static void lb_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[2], y = NULL, l, gr[2];
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    sm_map(g, x, &y, u);
+    l = tj_sum_all(tj_mul(y, y));
+    tj_grad(l, 2, x, gr);
+    l = tj_add(tj_sum_all(tj_mul(gr[0], gr[0])), tj_sum_all(tj_mul(gr[1], gr[1])));
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+static void test_lint_backward(void) {
+    tj_ctx *c2 = tj_ctx_new();
+    sm_cfg c = {CS_NAMES, 0, 1};
+    tj_tree *sin;
+    tj_prog *p;
+    char lint[2048] = "";
+    tjt_current = "the policy's names, linted once";
+    tj_set_devices(c2, 2);
+    tj_set_mesh(c2, "data=2");
+    sin = sm_inputs(c2, TJ_F64, 1);
+    p = tj_jit(c2, "second derivative through shard_map(checkpoint(scan))", lb_fn, &c, sin, NULL);
+    TJT_CHECK(p != NULL, "%s", tj_error(c2));
+    if (p) tj_prog_lint(p, lint, sizeof lint);
+    TJT_CHECK(!strstr(tj_warnings(c2), "carries the name 'h'") && !strstr(lint, "names 'h'"), "no warning about 'h', which the body names: %s%s", tj_warnings(c2), lint);
+    tj_prog_free(p);
+    tj_tree_free(sin);
+    tj_ctx_free(c2);
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -1742,6 +1777,7 @@ int main(void) {
         }
     }
 
+    test_lint_backward(); /* (after cs_pol is set) */
     tj_ctx_free(ctx);
     return tjt_finish();
 }
