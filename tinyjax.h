@@ -10218,7 +10218,11 @@ static tj_status tj__inline_regions(tj_graph *g, tj_node **outs, int nout) {
                     c->name = v->name ? tj__strdup(v->name) : NULL;
                     c->members = NULL, c->nmembers = 0, c->fused = NULL, c->store = 0;
                     c->proj = NULL, c->nproj = 0, c->repl = NULL;
-                    if (v->sub) v->sub->refs++;
+                    if (v->sub && b->refs == 1 && !n->rerun && !v->rerun)
+                        v->sub = NULL; /* (the region is inlined once and its body nowhere else: v is dead, c holds its body alone, so
+                                          tj__drop_reran_outputs may drop the outputs of a nested scan nobody reads) */
+                    else if (v->sub)
+                        v->sub->refs++;
                     if (v->policy == &v->pol) c->policy = &c->pol;
                     if (v->nproj && !(c->proj = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)v->nproj))) goto oom;
                     if (v->op == TJ__OP_PROJ) { /* an output of a multi-output body node */

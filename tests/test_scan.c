@@ -985,6 +985,41 @@ static void test_lint_backward(void) {
     tj_tree_free(sin);
     tj_ctx_free(c2);
 }
+/* checkpoint(nothing_saveable)(scan): the forward scan returns its final
+   carry only (JAX's known scan), the stacks its own backward pass read being
+   the re-run's now (tj__drop_reran_outputs). Until 2026-11-24 the drop
+   never happened for a scan in a tj_checkpoint region, the common case:
+   the region is inlined and its copy of the scan shared its body with the
+   dead original, so the forward scan still wrote every residual stack. */
+static void test_drop_inlined(void) {
+    tj_ctx *c = tj_ctx_new();
+    cs_cfg cf = {CS_NOTHING, -1, 0, 0};
+    tj_tree *in = cs_inputs(c, TJ_F64, 3, 0, 0), *out = tj_tree_new(c);
+    tj_prog *p;
+    tjt_current = "checkpoint(scan): the forward scan's unread outputs dropped";
+    p = tj_jit(c, "checkpoint(scan)", cs_fn, &cf, in, NULL);
+    TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "%s", tj_error(c));
+    if (p) {
+        FILE *f = tmpfile();
+        char line[512];
+        char use[32] = "";
+        int nout = -1;
+        tj_prog_print(p, f);
+        rewind(f);
+        while (fgets(line, sizeof line, f)) {
+            int id;
+            if (strncmp(line, "  %", 3) != 0) continue; /* (top-level lines only) */
+            if (!use[0] && strstr(line, "= scan ") && !strstr(line, "bwd") && sscanf(line, "  %%%d", &id) == 1) snprintf(use, sizeof use, "(%%%d)", id), nout = 0;
+            else if (use[0] && strstr(line, "= out ") && strstr(line, use)) nout++;
+        }
+        fclose(f);
+        TJT_CHECK(nout == 1, "the forward scan writes %d outputs; its final carry alone is read", nout);
+    }
+    tj_prog_free(p);
+    tj_tree_free(out);
+    tj_tree_free(in);
+    tj_ctx_free(c);
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -1778,6 +1813,7 @@ int main(void) {
     }
 
     test_lint_backward(); /* (after cs_pol is set) */
+    test_drop_inlined();
     tj_ctx_free(ctx);
     return tjt_finish();
 }
