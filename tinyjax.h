@@ -2946,8 +2946,8 @@ typedef struct {
     X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                          \
     X(NAME, "name", TJ__VIEW, tj__k_none, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_name)                                                \
     X(COPY, "copy", 0, tj__k_copy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                                      \
-    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
-    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
+    X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_copy, tj__pr_axes)                                            \
+    X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_copy, tj__pr_axes)                                            \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, tj__sh_given, tj__pr_axes)                              \
     X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)                                                 \
     X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                  \
@@ -3729,6 +3729,18 @@ static int tj__sh_ew(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, co
     (void)g;
     tj__sh_follow(t, nin, in, at, 0, 0);
     return tj__sh_fit_all(t, nin, in, op, file, line);
+}
+/* A copy between memory spaces (offload, fetch) of a value of the same
+   type: each device copies its block as it is, a partial sum included
+   (the residual an offloading policy keeps of a dot over a sharded axis:
+   adding it up here, where its reader adds it up again, summed it twice). */
+static int tj__sh_copy(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    int i, same = nin == 1 && in[0]->t.rank == t->rank;
+    for (i = 0; same && i < t->rank; i++) same = in[0]->t.ax[i] == t->ax[i] && in[0]->t.dim[i] == t->dim[i];
+    if (!same) return tj__sh_ew(g, op, t, nin, in, at, file, line);
+    for (i = 0; i < t->rank; i++) t->sh[i] = in[0]->t.sh[i];
+    t->partial = in[0]->t.partial;
+    return 0;
 }
 /* Binary ops: elementwise, except that a sum or difference of two partial
    sums over the same mesh axes, laid out alike, is itself one: it stays
@@ -9174,6 +9186,13 @@ static int tj__has_name(const tj_graph *b, const char *nm) {
     return 0;
 }
 static int tj__see_into(const tj_node *s);
+/* A scan autodiff made (a backward scan or region, a re-run): pass > 0, or
+   a backward body's clone of one (pass 0 in that body, its body shared
+   with the scan that first ran it). */
+static int tj__autodiff_made(const tj_node *s) {
+    const tj_node *o = s->sub ? s->sub->owner : NULL;
+    return s->pass != 0 || (o && o != s && (o->pass != 0 || o->remat));
+}
 /* A scan nested in a body whose policy sees into it, as JAX's partial
    evaluation of scan under an enclosing jax.checkpoint (its rule applies
    the policy to the equations of the scan's body): a scan or tj_shard_map
@@ -9185,6 +9204,7 @@ static int tj__see_into(const tj_node *s);
 static int tj__see_into_scan(const tj_node *s) {
     int i, np = 0;
     if (s->op != TJ__OP_SCAN || !s->sub || s->pass != 0 || s->remat || tj__see_into(s)) return 0;
+    if (tj__autodiff_made(s)) return 0;
     for (i = 0; i < s->sub->nparam; i++) np += s->sub->params[i]->pass == 0;
     return np == s->a.ncarry + s->a.nx + s->a.ncap && s->sub->nout == s->nproj;
 }
@@ -9674,12 +9694,14 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     for (i = nc; i < np; i++) /* the stacked outputs */
         if (want[i]) {
             tj_node *o = B->outs[i], *x;
-            int host = o->op == TJ__OP_TO_HOST;
-            if (host) o = o->in[0];
+            int host = o->space == TJ_SPACE_HOST; /* (a to_host, or a region's output its own policy offloaded) */
+            if (o->op == TJ__OP_TO_HOST) o = o->in[0];
             r.norow = o; /* (its row is w's, for v) */
             x = tj__clone(&r, o);
             r.norow = NULL;
-            if (x && host && (x = tj__node(Bp, TJ__OP_TO_HOST, &x->t, 1, &x, NULL, o->file, o->line)) != NULL) x->space = TJ_SPACE_HOST;
+            if (x && !tj__same_type(&x->t, &o->t) && tj__numel(&x->t) == tj__numel(&o->t) && x->t.dt == o->t.dt)
+                x = tj__reshape(o->file, o->line, x, &o->t); /* (a residual of a region nested in it: the re-run's clone drops the region's length-1 axis) */
+            if (x && host && x->space != TJ_SPACE_HOST && (x = tj__node(Bp, TJ__OP_TO_HOST, &x->t, 1, &x, NULL, o->file, o->line)) != NULL) x->space = TJ_SPACE_HOST;
             if (!x) goto fail;
             yo[ny] = x;
             pj[i] = nc + ny++;
@@ -9689,10 +9711,11 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
         for (i = 0; i < nc; i++)
             if ((want[i] || r.rcar_used[i]) && !co[i]) {
                 if (!(co[i] = tj__clone(&r, B->outs[i]))) goto fail;
-                if (want[i]) pj[i] = i;
                 changed = 1;
             }
     } while (changed);
+    for (i = 0; i < nc; i++)
+        if (co[i]) pj[i] = i; /* (every chained carry's final value: a later use of one that was not wanted finds it here, not in a second re-run) */
     for (i = 0; i < nc; i++)
         if (tj__body_add_out(Bp, co[i] ? co[i] : r.rcar[i])) goto fail; /* (a carry nothing reads: passed through) */
     for (i = 0; i < ny; i++)
@@ -9738,6 +9761,10 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
             tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: the re-run of a nested scan made output %d with another type or memory space", i);
             goto fail;
         }
+    if (w->nrrs == 8) { /* (the re-runs of the scans that made its inputs, made since the check above) */
+        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 8 nested scans recomputed in one body");
+        goto fail;
+    }
     tj__graph_free(Bp);
     tj__rerun_free(&r);
     w->rrs[w->nrrs].s = s;
@@ -9836,7 +9863,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
                 snprintf(why + strlen(why), sizeof why - strlen(why), "; a carry cannot be recomputed, saved");
             }
             tj__report_add(w->scan->g, v, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, 1, w->via);
-            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            if (w->row && v->id < w->nmap && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1; /* (a stack a re-run added is past the map) */
             r = tj__residual(w, v, d);
         }
     } else if (v->op == TJ__OP_SCAN && v->pass == 0) { /* a nested region whose outputs the policy recomputes (tj__rerun_region) */
@@ -9901,7 +9928,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
             tj_node *h = tj__hoist(w, v);
             snprintf(why + strlen(why), sizeof why - strlen(why), "; loop-invariant, kept once");
             tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t), d, why, 0, w->via);
-            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            if (w->row && v->id < w->nmap && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1; /* (a stack a re-run added is past the map) */
             if (h && d == TJ_OFFLOAD) {
                 tj_node *hh = tj__node(w->scan->g, TJ__OP_TO_HOST, &h->t, 1, &h, NULL, v->file, v->line);
                 if (hh) hh->space = TJ_SPACE_HOST;
@@ -9918,7 +9945,7 @@ static tj_node *tj__clone(tj__bwd *w, tj_node *v) {
         }
         if (v != w->norow && !(w->rr && d != TJ_RECOMPUTE)) { /* (a value a re-run keeps: the row of the enclosing walker, for the stack) */
             tj__report_add(w->scan->g, u, nm, tj__bytes(&v->t) * tj__wlen(w), d, why, carry, w->via);
-            if (w->row && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1;
+            if (w->row && v->id < w->nmap && tj__report_of(w->scan->g)) w->row[v->id] = tj__report_of(w->scan->g)->n - 1; /* (a stack a re-run added is past the map) */
         }
         if (d == TJ_RECOMPUTE) {
             tj_node *outer = w->via;
@@ -10167,7 +10194,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     /* the user's scan, not a backward scan being differentiated again, and
        at its first VJP (a second one, in a grad of grad, sees only the
        outputs that the first made the second derivative need) */
-    if (n->pass == 0 && first_vjp) tj__lint_policy(G, n->policy, B, nc, first_row);
+    if (n->pass == 0 && first_vjp && !tj__autodiff_made(n)) tj__lint_policy(G, n->policy, B, nc, first_row); /* (not the forward policy on a backward body's names) */
     if (c->status) goto fail;
     /* the forward body's new outputs made new PROJ nodes of n; its
        captures are the same, so its inputs are unchanged */
@@ -10369,7 +10396,11 @@ static tj_status tj__inline_regions(tj_graph *g, tj_node **outs, int nout) {
                     c->name = v->name ? tj__strdup(v->name) : NULL;
                     c->members = NULL, c->nmembers = 0, c->fused = NULL, c->store = 0;
                     c->proj = NULL, c->nproj = 0, c->repl = NULL;
-                    if (v->sub) v->sub->refs++;
+                    if (v->sub && b->refs == 1 && !n->rerun && !v->rerun)
+                        v->sub = NULL; /* (the region is inlined once and its body nowhere else: v is dead, c holds its body alone, so
+                                          tj__drop_reran_outputs may drop the outputs of a nested scan nobody reads) */
+                    else if (v->sub)
+                        v->sub->refs++;
                     if (v->policy == &v->pol) c->policy = &c->pol;
                     if (v->nproj && !(c->proj = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)v->nproj))) goto oom;
                     if (v->op == TJ__OP_PROJ) { /* an output of a multi-output body node */

@@ -664,6 +664,367 @@ static void sq_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "g_x", gr[0]);
     tj_tree_set_v(out, "g_w", gr[1]);
 }
+/* Nested scans re-run under an enclosing policy (tj__rerun_scan), as an
+   adversarial review of 2026-11-24 broke them: a step with two carries
+   (c0 [batch embed], c1 [embed]) and an optional i32 counter, xs w and
+   b, ys; run as checkpoint(scan(checkpoint(step))) (mode 1), as
+   scan(checkpoint(K scans in series)) (mode 2) and as
+   checkpoint(scan(K scans in series)) (mode 3). Every policy must give
+   everything_saveable's values (f64, to rounding) and the plan what the
+   run allocates. Before the fixes: mode 1 failed to compile ("the re-run
+   of a nested scan made output 3 with another type or memory space": a
+   region's residual stacked [_remat=1], and one its own policy offloaded),
+   mode 2 with two scans wrote past a walker's row table (a stack a re-run
+   added; heap corruption), and mode 3 with three scans stopped at "more
+   than 8 nested scans recomputed" (a carry that was chained but not
+   asked for made a second re-run of the same scan, and so on). */
+enum { NR_EV, NR_NO, NR_DOTS, NR_NAMES, NR_OFFH, NR_SAVEA_OFFH, NR_OFFDOTS, NR_N };
+static tj_policy nr_pol[NR_N];
+typedef struct { int mode, p, q, k, ic, nograd, extra; } nr_cfg; /* nograd: the loss alone (for tjt_gradcheck); extra: more tj_grad calls */
+static void nr_step(const nr_cfg *c, tj_v c0, tj_v c1, tj_v ci, tj_v w, tj_v b, tj_v *o0, tj_v *o1, tj_v *oi, tj_v *y) {
+    tj_v h = tj_checkpoint_name(tj_rename(tj_dot(c0, w, "embed"), "e2", "embed"), "h");
+    tj_v a = tj_checkpoint_name(tj_add(tj_tanh(h), tj_mul(b, c1)), "a");
+    (void)c;
+    *o0 = tj_add(tj_mul(a, tj_tanh(c1)), tj_muls(c0, 0.5));
+    *o1 = tj_add(c1, tj_muls(tj_sum(tj_mul(a, a), "batch"), 0.1));
+    if (ci) {
+        *o1 = tj_add(*o1, tj_muls(tj_cast(ci, TJ_F64), 0.01));
+        *oi = tj_adds(ci, 1);
+    }
+    *y = tj_sum(a, "embed");
+}
+static void nr_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    const nr_cfg *cf = (const nr_cfg *)u;
+    (void)g;
+    nr_step(cf, c[0], c[1], cf->ic ? c[2] : NULL, x[0], x[1], &co[0], &co[1], cf->ic ? &co[2] : NULL, &y[0]);
+}
+static void nr_series(const nr_cfg *c, tj_v *car, tj_v W, tj_v Bv, tj_v *Y) { /* c->k scans in series */
+    int k;
+    tj_v xs[2] = {W, Bv};
+    *Y = NULL;
+    for (k = 0; k < c->k; k++) {
+        tj_v fin[3], ys = NULL;
+        tj_scan(nr_body, (void *)c, "layer", c->ic ? 3 : 2, car, 2, xs, 1, fin, &ys, NULL);
+        car[0] = fin[0], car[1] = fin[1];
+        if (c->ic) car[2] = fin[2];
+        if (!ys) return;
+        *Y = *Y ? tj_add(*Y, tj_mul(ys, ys)) : ys;
+    }
+}
+static void nr_reg_series(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const nr_cfg *c = (const nr_cfg *)u;
+    tj_v car[3] = {in[0], in[1], c->ic ? in[4] : NULL}, Y;
+    (void)g;
+    nr_series(c, car, in[2], in[3], &Y);
+    out[0] = car[0], out[1] = car[1], out[2] = Y;
+    if (c->ic) out[3] = car[2];
+}
+static void nr_reg_step(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const nr_cfg *c = (const nr_cfg *)u;
+    (void)g;
+    nr_step(c, in[0], in[1], c->ic ? in[4] : NULL, in[2], in[3], &out[0], &out[1], c->ic ? &out[3] : NULL, &out[2]);
+}
+static void nr_mid(tj_graph *g, const tj_v *cr, const tj_v *x, tj_v *co, tj_v *y, void *u) { /* mode 1's scan body, mode 2's and 3's outer body */
+    const nr_cfg *c = (const nr_cfg *)u;
+    tj_v in[5] = {cr[0], cr[1], x[0], x[1], c->ic ? cr[2] : NULL}, out[4] = {NULL, NULL, NULL, NULL};
+    (void)g;
+    if (c->mode == 1) tj_checkpoint(nr_reg_step, u, c->ic ? 5 : 4, in, c->ic ? 4 : 3, out, c->q >= 0 ? &nr_pol[c->q] : NULL);
+    else if (c->mode == 2) tj_checkpoint(nr_reg_series, u, c->ic ? 5 : 4, in, c->ic ? 4 : 3, out, c->q >= 0 ? &nr_pol[c->q] : NULL);
+    else {
+        tj_v car[3] = {cr[0], cr[1], c->ic ? cr[2] : NULL};
+        nr_series(c, car, x[0], x[1], &out[2]);
+        out[0] = car[0], out[1] = car[1], out[3] = car[2];
+    }
+    co[0] = out[0], co[1] = out[1];
+    if (c->ic) co[2] = out[3];
+    y[0] = out[2] && c->mode != 1 ? tj_sum(out[2], "layer") : out[2];
+}
+static void nr_reg_scan(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const nr_cfg *c = (const nr_cfg *)u;
+    tj_v car[3] = {in[0], in[1], c->ic ? in[4] : NULL}, xs[2] = {in[2], in[3]}, fin[3], ys = NULL;
+    (void)g;
+    tj_scan(nr_mid, u, c->mode == 1 ? "layer" : "outer", c->ic ? 3 : 2, car, 2, xs, 1, fin, &ys, NULL);
+    out[0] = fin[0], out[1] = fin[1], out[2] = ys;
+    if (c->ic) out[3] = fin[2];
+}
+static void nr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const nr_cfg *c = (const nr_cfg *)u;
+    tj_v x = tj_tree_v(in, "x"), cv = tj_tree_v(in, "c"), w = tj_tree_v(in, "w"), b = tj_tree_v(in, "b");
+    tj_v wrt[4] = {x, cv, w, b}, gr[4], o[4] = {NULL, NULL, NULL, NULL}, loss;
+    tj_v ins[5] = {x, cv, w, b, c->ic ? tj_fill(g, TJ_I32, "", 3) : NULL};
+    int i;
+    if (c->mode == 2) {
+        tj_v fin[3], ys = NULL;
+        tj_scan(nr_mid, u, "outer", c->ic ? 3 : 2, ins, 2, &ins[2], 1, fin, &ys, &nr_pol[c->p]);
+        o[0] = fin[0], o[1] = fin[1], o[2] = ys;
+    } else tj_checkpoint(nr_reg_scan, u, c->ic ? 5 : 4, ins, c->ic ? 4 : 3, o, &nr_pol[c->p]);
+    if (!o[0] || !o[1] || !o[2]) return;
+    loss = tj_add(tj_add(tj_sum_all(tj_tanh(o[0])), tj_sum_all(tj_mul(o[1], o[1]))), tj_sum_all(tj_mul(o[2], o[2])));
+    tj_tree_set_v(out, "loss", loss);
+    if (c->nograd || tj_grad(loss, 4, wrt, gr)) return;
+    for (i = 0; i < c->extra; i++) { /* gradients of gradients: each tj_grad adds residual outputs to the scans */
+        loss = tj_add(loss, tj_sum_all(tj_mul(gr[i % 4], gr[i % 4])));
+        if (tj_grad(loss, 4, wrt, gr)) return;
+    }
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_c", gr[1]);
+    tj_tree_set_v(out, "g_w", gr[2]);
+    tj_tree_set_v(out, "g_b", gr[3]);
+}
+static double nr_reldiff(tj_array *a, tj_array *b) {
+    int64_t n = tj_array_numel(a), i;
+    double *x = (double *)malloc(sizeof(double) * (size_t)n), *y = (double *)malloc(sizeof(double) * (size_t)n), m = 0;
+    tj_array_read(a, TJ_F64, x);
+    tj_array_read(b, TJ_F64, y);
+    for (i = 0; i < n; i++) {
+        double d = fabs(x[i] - y[i]) / (1e-12 + fabs(x[i]) + fabs(y[i]));
+        if (!(d <= m)) m = d;
+    }
+    free(x);
+    free(y);
+    return m;
+}
+static void test_nested_rerun(tj_ctx *ctx) {
+    static const nr_cfg cf[] = {{1, 0, -1, 1, 0, 0, 0}, {1, 0, NR_OFFH, 1, 1, 0, 0}, {2, 0, NR_NO, 2, 0, 0, 0}, {3, 0, NR_OFFH, 3, 1, 0, 0}, {3, 0, -1, 2, 0, 0, 0}};
+    static const int L[] = {3, 1, 2, 1, 2};
+    int i, p;
+    nr_pol[NR_EV] = tj_everything_saveable();
+    nr_pol[NR_NO] = tj_nothing_saveable();
+    nr_pol[NR_DOTS] = tj_dots_saveable();
+    nr_pol[NR_NAMES] = tj_save_only_these_names("h");
+    nr_pol[NR_OFFH] = tj_save_and_offload_only_these_names("", "h");
+    nr_pol[NR_SAVEA_OFFH] = tj_save_and_offload_only_these_names("a", "h");
+    nr_pol[NR_OFFDOTS] = tj_offload_dot_with_no_batch_dims();
+    tjt_current = "nested scans re-run: checkpoint(scan(checkpoint)), scans in series";
+    for (i = 0; i < (int)(sizeof cf / sizeof cf[0]); i++) {
+        tj_tree *in = tj_tree_new(ctx), *ref = NULL;
+        char s[96];
+        const char *outer = cf[i].mode == 1 ? "" : "outer=2 ";
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "batch=2 embed=4", 11, -1, 1));
+        tj_tree_set_array(in, "c", tjt_rand(ctx, TJ_F64, "embed=4", 14, -0.5, 0.5));
+        snprintf(s, sizeof s, "%slayer=%d embed=4 e2=4", outer, L[i]);
+        tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F64, s, 12, -0.7, 0.7));
+        snprintf(s, sizeof s, "%slayer=%d embed=4", outer, L[i]);
+        tj_tree_set_array(in, "b", tjt_rand(ctx, TJ_F64, s, 13, -0.5, 0.5));
+        for (p = 0; p < NR_N; p++) {
+            nr_cfg c = cf[i];
+            tj_tree *out = tj_tree_new(ctx);
+            tj_prog *pr;
+            char what[128];
+            c.p = p;
+            snprintf(what, sizeof what, "mode %d, %d scans, policy %d, inner %d, i32 carry %d", c.mode, c.k, p, c.q, c.ic);
+            pr = tj_jit(ctx, "nested re-run", nr_fn, &c, in, NULL);
+            TJT_CHECK(pr && tj_run(pr, in, out) == TJ_OK, "%s: %s", what, tj_error(ctx));
+            if (pr) {
+                tj_memory_analysis m = tj_prog_memory(pr);
+                TJT_CHECK(tj_get_alloc_stats(ctx).arena_bytes == m.temp_bytes + m.host_temp_bytes, "%s: the arenas held (%lld B) are not the plan's %lld + %lld B", what,
+                          (long long)tj_get_alloc_stats(ctx).arena_bytes, (long long)m.temp_bytes, (long long)m.host_temp_bytes);
+            }
+            tj_clear_error(ctx);
+            tj_prog_free(pr);
+            if (!ref) ref = out;
+            else {
+                static const char *nm[] = {"loss", "g_x", "g_c", "g_w", "g_b"};
+                int j;
+                for (j = 0; j < 5 && tj_tree_size(out) == 5; j++)
+                    TJT_CHECK(nr_reldiff(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])) < 1e-12, "%s: %s differs from everything_saveable by %g (relative)", what, nm[j],
+                              nr_reldiff(tj_tree_array(ref, nm[j]), tj_tree_array(out, nm[j])));
+                tj_tree_free(out);
+            }
+        }
+        if (i == 3) {
+            nr_cfg c = cf[i];
+            c.p = NR_SAVEA_OFFH;
+            c.nograd = 1;
+            TJT_GRADCHECK(ctx, "checkpoint(scan(3 scans in series)), save a offload h", nr_fn, &c, in, "w"); /* (one wrt: each tj_grad adds its stacks to the scans, and four pass the runner's limits) */
+        }
+        if (i == 4) { /* eight nested scans re-run in one body, and nine: the limit, named with the scan's line (nine wrote past the
+                         walker's table of re-runs when the re-runs of the scans before it were made during its own: a crash in mode 3) */
+            int m, k;
+            for (m = 0; m < 2; m++)
+                for (k = 8; k <= 9; k++) {
+                    nr_cfg c = {3, NR_NO, -1, k, 0, 0, 0}; /* (the second time with an i32 carry) */
+                    tj_prog *pr;
+                    c.ic = m;
+                    pr = tj_jit(ctx, "nested re-run, eight and nine scans", nr_fn, &c, in, NULL);
+                    if (k == 8) TJT_CHECK(pr != NULL, "8 nested scans: %s", tj_error(ctx));
+                    else
+                        TJT_CHECK(!pr && strstr(tj_error(ctx), "more than 8 nested scans") && strstr(tj_error(ctx), "test_scan.c:"), "9 nested scans: the error names the limit and the line: %s",
+                                  pr ? "(compiled)" : tj_error(ctx));
+                    tj_clear_error(ctx);
+                    tj_prog_free(pr);
+                }
+        }
+        if (i == 4) { /* derivatives of derivatives until a limit: an error naming it and the scan's line */
+            nr_cfg c = cf[i];
+            tj_tree *out = tj_tree_new(ctx);
+            tj_prog *pr;
+            c.p = NR_NO, c.extra = 3;
+            pr = tj_jit(ctx, "nested re-run, gradients of gradients", nr_fn, &c, in, NULL);
+            if (pr) TJT_CHECK(tj_run(pr, in, out) == TJ_OK, "%d derivatives: %s", 1 + c.extra, tj_error(ctx));
+            else
+                TJT_CHECK(strstr(tj_error(ctx), " 64") && strstr(tj_error(ctx), "test_scan.c:"), "%d derivatives: the error names the limit and the line: %s", 1 + c.extra,
+                          tj_error(ctx));
+            tj_clear_error(ctx);
+            tj_prog_free(pr);
+            tj_tree_free(out);
+        }
+        tj_tree_free(ref);
+        tj_tree_free(in);
+    }
+}
+/* An offloading policy and a partial sum (found 2026-11-24): a dot over
+   an axis split over `model` leaves each device a partial sum, which an
+   offload copied to host memory after adding it up (the offload op's
+   sharding rule) while the backward pass read it back as the partial sum
+   and added it up again: gradients twice too large in that term, in a
+   plain tj_scan with an offloading policy as under a tj_checkpoint around
+   it. And in a second derivative of checkpoint(offloading policy)(scan),
+   the enclosing policy saw into the clone of the scan's backward scan (a
+   scan autodiff made, which it must not re-run), and re-ran it with that
+   partial sum. mode 0: scan(P); 1: checkpoint(P)(scan); 2: as 1, the
+   second derivative. */
+static tj_policy po_pol;
+static void po_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    int two = (int)(intptr_t)u;
+    (void)g; (void)y;
+    if (two) co[0] = tj_tanh(tj_dot(tj_tanh(tj_dot(c[0], x[0], "embed")), x[0], "e2")); /* the second dot: a partial sum over model */
+    else co[0] = tj_tanh(tj_rename(tj_dot(c[0], x[0], "embed"), "e2", "embed"));
+}
+static void po_reg(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g;
+    tj_scan(po_body, u, "layer", 1, &in[0], 1, &in[1], 0, &out[0], NULL, NULL);
+}
+static void po_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    int mode = (int)(intptr_t)u;
+    tj_v x[2] = {tj_tree_v(in, "x"), tj_tree_v(in, "w")}, o = NULL, l, gr[2];
+    (void)g;
+    if (mode == 0) tj_scan(po_body, (void *)1, "layer", 1, &x[0], 1, &x[1], 0, &o, NULL, &po_pol);
+    else tj_checkpoint(po_reg, (void *)(intptr_t)(mode == 1), 2, x, 1, &o, &po_pol);
+    l = tj_sum_all(tj_mul(o, o));
+    tj_grad(l, 2, x, gr);
+    if (mode == 2) {
+        l = tj_add(tj_sum_all(tj_mul(gr[0], gr[0])), tj_sum_all(tj_mul(gr[1], gr[1])));
+        tj_grad(l, 2, x, gr);
+    }
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+static tj_decision po_all_dots(const char *op, const char *name, const char *shape, void *u) {
+    (void)name, (void)shape, (void)u;
+    return strcmp(op, "dot") == 0 ? TJ_OFFLOAD : TJ_RECOMPUTE;
+}
+static void test_partial_offload(void) {
+    int mode, pk, k, j;
+    tjt_current = "offloading a partial sum";
+    for (pk = 0; pk < 2; pk++) {
+        po_pol = pk ? tj_offload_dot_with_no_batch_dims() : tj_policy_from_fn(po_all_dots, NULL);
+        for (mode = 0; mode < 3; mode++) {
+            tj_ctx *cs[2];
+            tj_tree *o[2];
+            for (k = 0; k < 2; k++) {
+                tj_ctx *c = cs[k] = tj_ctx_new();
+                tj_tree *in = tj_tree_new(c);
+                tj_array *x, *w;
+                tj_prog *p;
+                if (k) {
+                    tj_set_devices(c, 2);
+                    tj_set_mesh(c, "model=2");
+                }
+                x = tjt_rand(c, TJ_F64, "batch=2 embed=4", 1, -1, 1), w = tjt_rand(c, TJ_F64, "layer=2 embed=4 e2=4", 2, -0.7, 0.7);
+                if (k) w = tjt_put(w, "e2:model");
+                tj_tree_set_array(in, "x", x);
+                tj_tree_set_array(in, "w", w);
+                o[k] = tj_tree_new(c);
+                p = tj_jit(c, "partial offload", po_fn, (void *)(intptr_t)mode, in, NULL);
+                TJT_CHECK(p && tj_run(p, in, o[k]) == TJ_OK, "policy %d, mode %d on %d devices: %s", pk, mode, k + 1, tj_error(c));
+                if (p) TJT_CHECK(tj_prog_memory(p).host_temp_bytes > 0, "policy %d, mode %d: nothing offloaded", pk, mode);
+                tj_prog_free(p);
+                tj_tree_free(in);
+            }
+            for (j = 0; j < 3 && tj_tree_size(o[0]) == 3 && tj_tree_size(o[1]) == 3; j++) {
+                static const char *nm[] = {"loss", "g_x", "g_w"};
+                double d = maxdiff(tj_tree_array(o[0], nm[j]), tj_tree_array(o[1], nm[j]));
+                TJT_CHECK(d < 1e-12, "policy %d, mode %d: %s on 2 devices (model=2) differs from one device by %g", pk, mode, nm[j], d);
+            }
+            for (k = 0; k < 2; k++) {
+                tj_tree_free(o[k]);
+                tj_ctx_free(cs[k]);
+            }
+        }
+    }
+}
+/* A second derivative through shard_map(checkpoint(save_only_these_names
+   "h")(scan)): the shard_map's backward body holds a clone of the
+   region's backward region (pass 0 there), whose first VJP linted the
+   forward policy's names against that backward body and warned "no value
+   in the scan or checkpoint body carries the name 'h'" (2026-11-24). */
+static void lb_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x[2], y = NULL, l, gr[2];
+    x[0] = tj_tree_v(in, "x"), x[1] = tj_tree_v(in, "w");
+    sm_map(g, x, &y, u);
+    l = tj_sum_all(tj_mul(y, y));
+    tj_grad(l, 2, x, gr);
+    l = tj_add(tj_sum_all(tj_mul(gr[0], gr[0])), tj_sum_all(tj_mul(gr[1], gr[1])));
+    tj_grad(l, 2, x, gr);
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+}
+static void test_lint_backward(void) {
+    tj_ctx *c2 = tj_ctx_new();
+    sm_cfg c = {CS_NAMES, 0, 1};
+    tj_tree *sin;
+    tj_prog *p;
+    char lint[2048] = "";
+    tjt_current = "the policy's names, linted once";
+    tj_set_devices(c2, 2);
+    tj_set_mesh(c2, "data=2");
+    sin = sm_inputs(c2, TJ_F64, 1);
+    p = tj_jit(c2, "second derivative through shard_map(checkpoint(scan))", lb_fn, &c, sin, NULL);
+    TJT_CHECK(p != NULL, "%s", tj_error(c2));
+    if (p) tj_prog_lint(p, lint, sizeof lint);
+    TJT_CHECK(!strstr(tj_warnings(c2), "carries the name 'h'") && !strstr(lint, "names 'h'"), "no warning about 'h', which the body names: %s%s", tj_warnings(c2), lint);
+    tj_prog_free(p);
+    tj_tree_free(sin);
+    tj_ctx_free(c2);
+}
+/* checkpoint(nothing_saveable)(scan): the forward scan returns its final
+   carry only (JAX's known scan), the stacks its own backward pass read being
+   the re-run's now (tj__drop_reran_outputs). Until 2026-11-24 the drop
+   never happened for a scan in a tj_checkpoint region, the common case:
+   the region is inlined and its copy of the scan shared its body with the
+   dead original, so the forward scan still wrote every residual stack. */
+static void test_drop_inlined(void) {
+    tj_ctx *c = tj_ctx_new();
+    cs_cfg cf = {CS_NOTHING, -1, 0, 0};
+    tj_tree *in = cs_inputs(c, TJ_F64, 3, 0, 0), *out = tj_tree_new(c);
+    tj_prog *p;
+    tjt_current = "checkpoint(scan): the forward scan's unread outputs dropped";
+    p = tj_jit(c, "checkpoint(scan)", cs_fn, &cf, in, NULL);
+    TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "%s", tj_error(c));
+    if (p) {
+        FILE *f = tmpfile();
+        char line[512];
+        char use[32] = "";
+        int nout = -1;
+        tj_prog_print(p, f);
+        rewind(f);
+        while (fgets(line, sizeof line, f)) {
+            int id;
+            if (strncmp(line, "  %", 3) != 0) continue; /* (top-level lines only) */
+            if (!use[0] && strstr(line, "= scan ") && !strstr(line, "bwd") && sscanf(line, "  %%%d", &id) == 1) snprintf(use, sizeof use, "(%%%d)", id), nout = 0;
+            else if (use[0] && strstr(line, "= out ") && strstr(line, use)) nout++;
+        }
+        fclose(f);
+        TJT_CHECK(nout == 1, "the forward scan writes %d outputs; its final carry alone is read", nout);
+    }
+    tj_prog_free(p);
+    tj_tree_free(out);
+    tj_tree_free(in);
+    tj_ctx_free(c);
+}
 static const tj_policy *deep_pol[4];
 static void deep_level(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     int lev = (int)(intptr_t)u;
@@ -892,6 +1253,8 @@ int main(void) {
     test_deep(1);
     test_deep(2);
     test_big_scan();
+    test_nested_rerun(ctx);
+    test_partial_offload();
     tjt_current = "scan vs unrolled";
     in = make_inputs(ctx, TJ_F64, L, B, E, H);
     p1 = tj_jit(ctx, "scan", stack_grads, &cs, in, NULL);
@@ -1625,6 +1988,8 @@ int main(void) {
         }
     }
 
+    test_lint_backward(); /* (after cs_pol is set) */
+    test_drop_inlined();
     tj_ctx_free(ctx);
     return tjt_finish();
 }
