@@ -707,7 +707,7 @@ def compare(exp, got):
 MESHES = [("data=2 model=2", 4), ("data=8", 8), ("data=2 model=4", 8), ("x=4", 4)]
 
 class Gen:
-    def __init__(self, seed, mode=None, dtype=None, big=False, attn=False, cvjp=False):
+    def __init__(self, seed, mode=None, dtype=None, big=False, attn=False, cvjp=0):
         self.r = random.Random(seed)
         # choices added later draw from r2, so r's stream (each seed's program) stays as it was
         self.r2 = random.Random(seed * 7919 + 17)
@@ -879,6 +879,36 @@ class Gen:
             self.vals[n] = (dt, list(tsh))
             if self.manual: self.vary[n] = set(vx)
         return name
+
+    def custom_vjp_tail(self, outs, spec):
+        """after the program (every draw of r and r2 made, so its ops, names,
+        outputs and their loss weights are the ones the seed made before
+        custom_vjp ops existed): a custom_vjp op on one of its values, maybe
+        an op reading its output (tanh, or a product, whose rule reads the
+        output: the path a second derivative takes through fwd's ops), one
+        output more. Draws from r3 alone."""
+        r3 = self.r3
+        fl = self.floats()
+        if not fl: return
+        c = self.custom_vjp_op(r3.choice(fl))
+        if c is None: return
+        dt, sh = self.vals[c]
+        k = r3.choice(["tanh", "mul", "mul_other", "none"])
+        if k == "tanh": c = self.emit("tanh", [c], dt, sh)
+        elif k == "mul": c = self.emit("mul", [c, c], dt, sh)
+        elif k == "mul_other":
+            cands = [y for y in self.floats(dt) if self.compat(c, y) and (not self.manual or self.vary.get(y, set()) <= self.vary[c])]
+            y = r3.choice(cands)
+            c = self.emit("mul", [c, y], dt, sh + [a for a in self.vals[y][1] if a[0] not in dict(sh)])
+        if c in outs: return
+        if self.mode == "shard_map":  # its out_spec as make() gives one (without r's draws)
+            dt, sh = self.vals[c]
+            vs = [m for m in self.mesh_axes if m in self.vary[c]]
+            if vs and not sh: c = self.emit("psum", [c], dt, sh, mesh_axes=" ".join(vs)); vs = []
+            spec["out_specs"].append("%s:%s" % (sh[0][0], "+".join(vs)) if vs else "")
+            spec["out_axes"][c] = [n for n, _ in sh]
+        outs.append(c)
+        spec["_tail"] = [c]
 
     def positive(self, x):
         dt, sh = self.vals[x]
@@ -1256,8 +1286,8 @@ class Gen:
             tries += 1
             y = self.step()
             if y and not self.manual and self.r2.random() < 0.15: self.arange_op(y)  # (r2: each seed's program before it stays)
-            if y and (self.r3.random() < 0.1 or self.cvjp and not any(o["op"] == "custom_vjp" for o in self.ops)):
-                self.custom_vjp_op(y)  # (r3: as above)
+            if y and self.cvjp == 1 and (self.r3.random() < 0.2 or not any(o["op"] == "custom_vjp" for o in self.ops)):
+                self.custom_vjp_op(y)  # (--custom-vjp: also inside the program, its outputs used by the ops after it)
         made = [o["out"] for o in self.ops if self.vals[o["out"]][0] != "i32" or r.random() < 0.3]
         if not made: return None
         outs = [made[-1]] + [m for m in r.sample(made, min(len(made), r.randint(0, 2))) if m != made[-1]]
@@ -1292,6 +1322,7 @@ class Gen:
                 half = nm.split(); k = len(half) // 2
                 nm = " ".join(half[:k]) + "|" + " ".join(half[k:])
             spec["policy"] = pol + (":" + nm if pol in ("save_only_these_names", "save_any_names_but_these", "save_and_offload_only_these_names", "save_from_both") else "")
+        if self.cvjp >= 0 and self.r3.random() < (1.0 if self.cvjp else 0.3): self.custom_vjp_tail(outs, spec)
         spec["inputs"], spec["ops"], spec["outputs"] = self.inputs, self.ops, outs
         return spec
 
@@ -1301,7 +1332,8 @@ def finish(spec, rnd):
     spec["weights"] = {}
     lo = eval_jax(spec, exact=False)
     spec["_dtypes"] = {k: result_dtype(spec, k) for k in lo}
-    for k, (a, axes) in lo.items():
+    tail = spec.get("_tail", [])  # (custom_vjp_tail's output draws last: the others' weights stay the seed's)
+    for k, (a, axes) in [kv for kv in lo.items() if kv[0] not in tail] + [kv for kv in lo.items() if kv[0] in tail]:
         if k == "loss" or k.startswith("grad:") or k.startswith("grad2:") or spec["_dtypes"][k] == "i32": continue
         shape = " ".join("%s=%d" % (n, s) for n, s in zip(axes, a.shape))
         spec["weights"][k] = {"shape": shape, "data": round_to(np.array([rnd.gauss(0, 1) for _ in range(a.size)]), "f32").tolist()}
@@ -1338,10 +1370,12 @@ def add_second(spec, seed):
                       for x in spec["inputs"] if x["dtype"] != "i32" and x.get("grad", True)}
     return spec
 
-def make_spec(seed, mode=None, dtype=None, big=False, attn=False, second=False, cvjp=False):
+def make_spec(seed, mode=None, dtype=None, big=False, attn=False, second=False, cvjp=0):
     """seed's program with its loss weights; a program JAX refuses comes back
     with expect_error (tinyjax must refuse it too). second: with the
-    second-order check (grad2:x, see add_second and eval_jax)"""
+    second-order check (grad2:x, see add_second and eval_jax). cvjp: 0, 3 in
+    10 programs end with a custom_vjp op (Gen.custom_vjp_tail); 1, also
+    custom_vjp ops among the others; -1, none"""
     for attempt in range(20):
         g = Gen(seed * 1000 + attempt, mode, dtype, big, attn, cvjp)
         spec = g.make()
@@ -1460,7 +1494,8 @@ def main():
     ap.add_argument("--show", action="store_true")
     ap.add_argument("--big", action="store_true", help="also dots of 65..130 (the packed matmul kernel)")
     ap.add_argument("--attention", action="store_true", help="every program has a tj_attention (its first op when it can)")
-    ap.add_argument("--custom-vjp", action="store_true", help="every program has a tj_custom_vjp (jax.custom_vjp) op (else about 1 in 3)")
+    ap.add_argument("--custom-vjp", action="store_true", help="every program has tj_custom_vjp (jax.custom_vjp) ops, also inside it (else 3 in 10 programs have one after the rest)")
+    ap.add_argument("--no-custom-vjp", action="store_true", help="no custom_vjp: each seed's program as before custom_vjp ops existed")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--second", action="store_true", help="every program also compares second derivatives: d L2 / d x, L2 = sum_x sum(u_x dL/dx)")
     ap.add_argument("--no-second", action="store_true", help="no second-order check (else 1 seed in %d has it)" % SECOND_SHARE)
@@ -1476,7 +1511,8 @@ def main():
     seeds = [a.seed] if a.seed is not None else range(a.start, a.start + a.seeds)
     nbad = nrun = 0
     for s in seeds:
-        spec = make_spec(s, a.mode, a.dtype, a.big, a.attention, a.second or (s % SECOND_SHARE == 0 and not a.no_second), a.custom_vjp)
+        spec = make_spec(s, a.mode, a.dtype, a.big, a.attention, a.second or (s % SECOND_SHARE == 0 and not a.no_second),
+                         1 if a.custom_vjp else -1 if a.no_custom_vjp else 0)
         if spec is None: continue
         spec["_seed"] = s
         if spec.get("_second_jax_error"): print("seed %d: JAX has no second derivative here (%s): first order only" % (s, spec["_second_jax_error"][:160]))
