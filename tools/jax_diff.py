@@ -1331,7 +1331,7 @@ class Gen:
                 vs = [m for m in self.mesh_axes if m in self.vary[o]]
                 if len(vs) > 1 and self.r2.random() < 0.3: self.r2.shuffle(vs)  # an out_spec tuple out of mesh order
                 if vs and not sh:  # (unchecked too: replicating a varying value is the caller's error, unspecified in both)
-                    o = outs[i] = self.emit("psum", [o], dt_o, sh, mesh_axes=" ".join(vs)); vs = []
+                    o = outs[i] = self.emit("psum", [o], dt_o, sh, mesh_axes=" ".join(vs)); vs = []; self.vary[o] = set()  # (invariant now: custom_vjp_tail reads it)
                 if vs and sh: ospecs.append("%s:%s" % (sh[0][0], "+".join(vs)))
                 elif not spec["check"] and sh and r.random() < 0.3: ospecs.append("%s:%s" % (sh[0][0], "+".join(self.mesh_axes)))
                 else: ospecs.append("")
