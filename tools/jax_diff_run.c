@@ -30,7 +30,9 @@
  * Hessian-vector product: tinyjax differentiates its own backward ops).
  * An error becomes {"error": "..."}.
  *
- * The attributes an op reads are named in jdr_apply's table below. */
+ * The attributes an op reads are named in jdr_apply's table below;
+ * "custom_vjp" (tj_custom_vjp, fwd and bwd given as op lists) at
+ * jdr_custom_vjp. */
 #define _POSIX_C_SOURCE 200809L
 #include "tinyjax.h"
 #include <math.h>
@@ -135,6 +137,8 @@ typedef struct {
     const char *vname[JDR_MAXV];
     tj_v v[JDR_MAXV];
     tj_policy pol, pol2[2];
+    struct jdr_cvu { void *p; const jdr_j *op; } cvu[64]; /* custom_vjp ops: user data of their fwd and bwd */
+    int ncvu;
     char save[256], off[256]; /* the policy's names (valid until tj_jit returns) */
 } jdr_prog;
 
@@ -214,15 +218,72 @@ static tj_v jdr_apply(jdr_prog *p, tj_graph *g, const jdr_j *op) {
     snprintf(p->err, sizeof p->err, "unknown op '%s'", nm);
     return NULL;
 }
-/* every op of the spec, in order; 0, or -1 at the first that fails */
-static int jdr_ops(jdr_prog *p, tj_graph *g) {
-    const jdr_j *ops = jdr_get(p->spec, "ops");
+static int jdr_custom_vjp(jdr_prog *p, const jdr_j *op);
+static int jdr_strings(const jdr_j *a, int n, int optional);
+/* the ops of a list, in order; 0, or -1 at the first that fails */
+static int jdr_ops_in(jdr_prog *p, tj_graph *g, const jdr_j *ops) {
     int i;
-    for (i = 0; ops && i < ops->n; i++) {
-        tj_v r = jdr_apply(p, g, ops->kid[i]);
-        if (!r) return -1;
+    for (i = 0; ops && ops->kind == JDR_ARR && i < ops->n; i++) {
+        tj_v r;
+        if (strcmp(jdr_str(ops->kid[i], "op", ""), "custom_vjp") == 0) {
+            if (jdr_custom_vjp(p, ops->kid[i])) return -1;
+            continue;
+        }
+        if (!(r = jdr_apply(p, g, ops->kid[i]))) return -1;
         jdr_bind(p, jdr_str(ops->kid[i], "out", ""), r);
     }
+    return 0;
+}
+/* every op of the spec */
+static int jdr_ops(jdr_prog *p, tj_graph *g) { return jdr_ops_in(p, g, jdr_get(p->spec, "ops")); }
+
+/* {"op": "custom_vjp", "in": [x, y], "out": "v7", "more_out": ["v8"],
+    "fwd": {"in": [local names of x, y], "ops": [...], "out": [names],
+            "res": [names]},
+    "bwd": {"res": [names], "ct": [names], "ops": [...], "out": [a name or
+            null per input]}}
+   tj_custom_vjp with fwd and bwd made of spec ops (their names are local:
+   the generator prefixes them with the op's out name) */
+static void jdr_cv_fwd(tj_graph *g, const tj_v *in, tj_v *out, tj_v *res, void *u) {
+    struct jdr_cvu *c = (struct jdr_cvu *)u;
+    jdr_prog *p = (jdr_prog *)c->p;
+    const jdr_j *fw = jdr_get(c->op, "fwd"), *fi = jdr_get(fw, "in"), *fo = jdr_get(fw, "out"), *fr = jdr_get(fw, "res");
+    int i;
+    for (i = 0; i < fi->n; i++) jdr_bind(p, fi->kid[i]->str, in[i]);
+    if (jdr_ops_in(p, g, jdr_get(fw, "ops"))) return; /* (out stays NULL: tj_custom_vjp says so) */
+    for (i = 0; i < fo->n; i++) out[i] = jdr_lookup(p, fo->kid[i]->str);
+    for (i = 0; fr && i < fr->n; i++) res[i] = jdr_lookup(p, fr->kid[i]->str);
+}
+static void jdr_cv_bwd(tj_graph *g, const tj_v *res, const tj_v *ct, tj_v *gin, void *u) {
+    struct jdr_cvu *c = (struct jdr_cvu *)u;
+    jdr_prog *p = (jdr_prog *)c->p;
+    const jdr_j *bw = jdr_get(c->op, "bwd"), *br = jdr_get(bw, "res"), *bc = jdr_get(bw, "ct"), *bo = jdr_get(bw, "out");
+    int i;
+    for (i = 0; br && i < br->n; i++) jdr_bind(p, br->kid[i]->str, res[i]);
+    for (i = 0; i < bc->n; i++) jdr_bind(p, bc->kid[i]->str, ct[i]);
+    if (jdr_ops_in(p, g, jdr_get(bw, "ops"))) return;
+    for (i = 0; i < bo->n; i++) gin[i] = bo->kid[i]->kind == JDR_STR ? jdr_lookup(p, bo->kid[i]->str) : NULL; /* null: no gradient */
+}
+static int jdr_custom_vjp(jdr_prog *p, const jdr_j *op) {
+    const jdr_j *ins = jdr_get(op, "in"), *fw = jdr_get(op, "fwd"), *bw = jdr_get(op, "bwd"), *fo = jdr_get(fw, "out"), *fr = jdr_get(fw, "res"), *more = jdr_get(op, "more_out");
+    tj_v in[16], out[16];
+    int i, k, nres = fr && fr->kind == JDR_ARR ? fr->n : 0;
+    if (!jdr_strings(ins, -1, 0) || ins->n > 16 || !jdr_strings(jdr_get(fw, "in"), ins->n, 0) || !jdr_strings(fo, -1, 0) || fo->n > 16 ||
+        !jdr_strings(fr, -1, 1) || !jdr_strings(jdr_get(bw, "res"), nres, 0) || !jdr_strings(jdr_get(bw, "ct"), fo->n, 0) ||
+        !jdr_get(bw, "out") || jdr_get(bw, "out")->kind != JDR_ARR || jdr_get(bw, "out")->n != ins->n || !jdr_strings(more, fo->n - 1, fo->n == 1)) {
+        snprintf(p->err, sizeof p->err, "custom_vjp: want in, fwd {in, ops, out, res}, bwd {res, ct, ops, out} and more_out, the counts matching");
+        return -1;
+    }
+    for (k = 0; k < p->ncvu && p->cvu[k].op != op; k++) {} /* (a scan body may be traced more than once) */
+    if (k == p->ncvu) {
+        if (k == 64) { snprintf(p->err, sizeof p->err, "more than 64 custom_vjp ops"); return -1; }
+        p->cvu[p->ncvu].p = p;
+        p->cvu[p->ncvu++].op = op;
+    }
+    for (i = 0; i < ins->n; i++) in[i] = jdr_lookup(p, ins->kid[i]->str);
+    if (tj_custom_vjp(jdr_cv_fwd, jdr_cv_bwd, &p->cvu[k], ins->n, in, fo->n, out, nres)) return -1;
+    jdr_bind(p, jdr_str(op, "out", ""), out[0]);
+    for (i = 1; i < fo->n; i++) jdr_bind(p, more->kid[i - 1]->str, out[i]);
     return 0;
 }
 static int jdr_is_float(tj_v v) { return v && (tj_v_dtype(v) == TJ_F32 || tj_v_dtype(v) == TJ_BF16 || tj_v_dtype(v) == TJ_F64); }
