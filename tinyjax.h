@@ -9627,6 +9627,25 @@ static void tj__rerun_free(tj__bwd *r) {
     TJ_FREE(r->bx_outer);
     TJ_FREE(r->bx_param);
 }
+/* A scan body's parameters in the order its node passes them: lead (the
+   carries), the slice parameters bx, then the captures. Returns how many it
+   placed (all of B's when that is B->nparam; else nothing is changed), or
+   -1 out of memory. */
+static int tj__order_params(tj_graph *B, tj_node *const *lead, int nlead, tj_node *const *bx, int nbx) {
+    int i, np = 0;
+    tj_node **o = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)nlead + (size_t)nbx + (size_t)B->ncap + 1));
+    if (!o) return -1;
+    for (i = 0; i < nlead; i++) o[np++] = lead[i];
+    for (i = 0; i < nbx; i++) o[np++] = bx[i];
+    for (i = 0; i < B->ncap; i++) o[np++] = B->cap_param[i];
+    if (np == B->nparam)
+        for (i = 0; i < np; i++) {
+            B->params[i] = o[i];
+            o[i]->a.index = i;
+        }
+    TJ_FREE(o);
+    return np;
+}
 /* Recompute v, an output of a scan nested in w's body (tj__see_into_scan)
    that w's policy recomputes, as JAX's partial evaluation of scan inside
    jax.checkpoint: w's backward body runs a forward scan over the same
@@ -9637,7 +9656,7 @@ static void tj__rerun_free(tj__bwd *r) {
    per iteration; the rest, carries included, it recomputes. One re-run
    makes every output of the scan that the backward pass reads. */
 static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
-    tj_node *s = v->in[0], *n = NULL, **init = NULL, **xs = NULL, **ordered = NULL, **yo = NULL, **co = NULL; /* (sized by s and its body) */
+    tj_node *s = v->in[0], *n = NULL, **init = NULL, **xs = NULL, **yo = NULL, **co = NULL; /* (sized by s and its body) */
     tj_graph *B = s->sub, *Bp = NULL;
     tj_ctx *c = B->ctx;
     int nc = s->a.ncarry, np = s->nproj, i, k, ny = 0, changed, *pj = NULL, nparam = 0;
@@ -9720,20 +9739,13 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
         if (tj__body_add_out(Bp, co[i] ? co[i] : r.rcar[i])) goto fail; /* (a carry nothing reads: passed through) */
     for (i = 0; i < ny; i++)
         if (tj__body_add_out(Bp, yo[i])) goto fail;
-    ordered = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)Bp->nparam + (size_t)nc + (size_t)r.nbx + (size_t)Bp->ncap + 1));
     init = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)nc + 1));
     xs = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)r.nbx + 1));
-    if (!ordered || !init || !xs) goto fail;
-    for (i = 0; i < nc; i++) ordered[nparam++] = r.rcar[i];
-    for (i = 0; i < r.nbx; i++) ordered[nparam++] = r.bx_param[i];
-    for (i = 0; i < Bp->ncap; i++) ordered[nparam++] = Bp->cap_param[i];
-    if (nparam != Bp->nparam) {
-        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: internal parameter bookkeeping mismatch re-running a nested scan (%d vs %d)", nparam, Bp->nparam);
+    if (!init || !xs) goto fail;
+    if ((nparam = tj__order_params(Bp, r.rcar, nc, r.bx_param, r.nbx)) != Bp->nparam) {
+        if (nparam >= 0)
+            tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: internal parameter bookkeeping mismatch re-running a nested scan (%d vs %d)", nparam, Bp->nparam);
         goto fail;
-    }
-    for (i = 0; i < nparam; i++) {
-        Bp->params[i] = ordered[i];
-        ordered[i]->a.index = i;
     }
     /* its inputs, in w's backward body: the stacks the policy keeps are
        judged there (kept across w's boundary) */
@@ -9775,7 +9787,6 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     TJ_FREE(co);
     TJ_FREE(init);
     TJ_FREE(xs);
-    TJ_FREE(ordered);
     return n->proj[pj[v->a.index]];
 fail:
     w->forcing = forcing;
@@ -9788,7 +9799,6 @@ fail:
     TJ_FREE(co);
     TJ_FREE(init);
     TJ_FREE(xs);
-    TJ_FREE(ordered);
     if (!c->status) tj__err(c, TJ_ERR_OOM, s->file, s->line, "remat: out of memory re-running a nested scan");
     return NULL;
 }
@@ -9995,7 +10005,7 @@ static int tj__zero_made(const tj_node *v) {
 }
 /* tj__vjp_scan's tables (sized by its node) and its walker's stacked xs */
 static void tj__vjp_scan_free(tj__bwd *w, tj_v *cts, tj_v *outs, tj_v *ctp, tj_v *wrt, tj_v *grads, int *wrt_kind, int *wrt_idx, char *zero,
-                              tj_node **binit, tj_node **bfinal, tj_node **ordered, tj__type *yt) {
+                              tj_node **binit, tj_node **bfinal, tj__type *yt) {
     TJ_FREE(w->bx_outer);
     TJ_FREE(w->bx_param);
     TJ_FREE(cts);
@@ -10008,7 +10018,6 @@ static void tj__vjp_scan_free(tj__bwd *w, tj_v *cts, tj_v *outs, tj_v *ctp, tj_v
     TJ_FREE(zero);
     TJ_FREE(binit);
     TJ_FREE(bfinal);
-    TJ_FREE(ordered);
     TJ_FREE(yt);
 }
 static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
@@ -10020,7 +10029,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     int *wrt_kind = NULL, *wrt_idx = NULL;
     char *zero = NULL; /* backward body output i is zero by construction (tj__zero_made) */
     tj__bwd w;
-    tj_node **binit = NULL, **bxs = NULL, *bn, **bfinal = NULL, **ordered = NULL;
+    tj_node **binit = NULL, **bxs = NULL, *bn, **bfinal = NULL;
     int nbinit = 0, first_row, first_vjp, saved_nested = 0;
     /* the boundary of a shard_map body; unchecked, its transpose is defensive */
     int smap = B->manual && !G->manual, defensive = smap && !B->check;
@@ -10204,18 +10213,10 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
         /* the backward body's params must be ordered carry, xs, captures: the
            slice params were added in discovery order after the carries, and
            captures after them as found. Reorder the param list to match. */
-        int np = 0;
-        if (!(ordered = (tj_node **)tj__malloc(sizeof(tj_node *) * ((size_t)bk->nparam + (size_t)w.nbx + (size_t)bk->ncap + (size_t)nbinit + 1)))) goto fail;
-        for (i = 0; i < nbinit; i++) ordered[np++] = bk->params[i];
-        for (i = 0; i < w.nbx; i++) ordered[np++] = w.bx_param[i];
-        for (i = 0; i < bk->ncap; i++) ordered[np++] = bk->cap_param[i];
+        int np = tj__order_params(bk, bk->params, nbinit, w.bx_param, w.nbx);
         if (np != bk->nparam) {
-            tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: internal parameter bookkeeping mismatch (%d vs %d)", np, bk->nparam);
+            if (np >= 0) tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: internal parameter bookkeeping mismatch (%d vs %d)", np, bk->nparam);
             goto fail;
-        }
-        for (i = 0; i < np; i++) {
-            bk->params[i] = ordered[i];
-            ordered[i]->a.index = i;
         }
     }
     {
@@ -10248,7 +10249,7 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     TJ_FREE(w.inv);
     TJ_FREE(w.hoist);
     tj__graph_free(bk);
-    tj__vjp_scan_free(&w, cts, outs, ctp, wrt, grads, wrt_kind, wrt_idx, zero, binit, bfinal, ordered, yt);
+    tj__vjp_scan_free(&w, cts, outs, ctp, wrt, grads, wrt_kind, wrt_idx, zero, binit, bfinal, yt);
     return TJ_OK;
 fail:
     tj__bwd_free_kids(&w);
@@ -10257,7 +10258,7 @@ fail:
     TJ_FREE(w.inv);
     TJ_FREE(w.hoist);
     tj__graph_free(bk);
-    tj__vjp_scan_free(&w, cts, outs, ctp, wrt, grads, wrt_kind, wrt_idx, zero, binit, bfinal, ordered, yt);
+    tj__vjp_scan_free(&w, cts, outs, ctp, wrt, grads, wrt_kind, wrt_idx, zero, binit, bfinal, yt);
     if (!c->status) tj__err(c, TJ_ERR_OOM, n->file, n->line, "scan vjp: out of memory");
     return c->status;
 }
