@@ -9221,8 +9221,9 @@ static int tj__enclosing(const tj_node *s, const tj_policy **out, int max) {
     const tj_graph *g = s->g;
     int n = 0;
     if (s->pass != 0 || !(tj__is_region(s) || tj__see_into_scan(s))) return 0;
-    while (g && g->owner && n < max) {
+    while (g && g->owner) {
         const tj_node *o = g->owner;
+        if (o->policy && n == max) return -1; /* (more enclosing policies than the table: the caller's error) */
         if (o->policy) out[n++] = o->policy;
         if (!tj__is_region(o) && !tj__see_into_scan(o)) break; /* (a scan or shard_map the enclosing policy sees into: on to its own enclosing one) */
         g = g->parent;
@@ -10085,7 +10086,11 @@ static tj_status tj__vjp_scan(tj_node *n, tj_v g_unused, tj_v *gin) {
     w.policy = n->policy;
     w.nc = nc;
     w.nx = nx;
-    w.nencl = tj__enclosing(n, w.encl, 16);
+    if ((w.nencl = tj__enclosing(n, w.encl, 16)) < 0) {
+        tj__err(c, TJ_ERR_UNSUPPORTED, n->file, n->line, "scan vjp: more than 16 enclosing remat policies (checkpoints or scans with a policy nested more than 16 deep)");
+        w.nencl = 0;
+        goto fail;
+    }
     w.nmap = B->n;
     w.map = (tj_node **)tj__calloc(sizeof(tj_node *) * (size_t)(B->n + 1));
     w.row = (int *)tj__malloc(sizeof(int) * (size_t)(B->n + 1));

@@ -1131,6 +1131,40 @@ static tj_ctx *ctx_on(int ndev) {
     }
     return ctx;
 }
+/* checkpoints nested deeper than the walker's table of enclosing policies
+   (16): refused with the limit and the line (past it, the outermost
+   policies were dropped silently until 2026-11-24); 16 deep runs */
+static tj_policy deep16_pol;
+static void deep16_region(tj_graph *g, const tj_v *in, tj_v *out, void *user) {
+    int depth = *(const int *)user - 1;
+    (void)g;
+    if (depth > 0) tj_checkpoint(deep16_region, &depth, 1, in, 1, out, &deep16_pol);
+    else out[0] = tj_tanh(in[0]);
+}
+static void deep16_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
+    tj_v x = tj_tree_v(in, "x"), y, gx;
+    (void)g;
+    if (tj_checkpoint(deep16_region, user, 1, &x, 1, &y, &deep16_pol) || tj_grad(tj_sum_all(y), 1, &x, &gx)) return;
+    tj_tree_set_v(out, "g_x", gx);
+}
+static void test_deep_policies(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx);
+    int depth;
+    deep16_pol = tj_nothing_saveable();
+    tjt_current = "checkpoints nested past 16 policies";
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "b=4", 1, -1, 1));
+    for (depth = 16; depth <= 18; depth += 2) {
+        tj_prog *p = tj_jit(ctx, "deep16", deep16_fn, &depth, in, NULL);
+        if (depth == 16) TJT_CHECK(p != NULL, "16 nested checkpoints: %s", tj_error(ctx));
+        else TJT_CHECK(p == NULL && strstr(tj_error(ctx), "more than 16 enclosing remat policies") && strstr(tj_error(ctx), "test_scan.c"),
+                       "18 nested checkpoints: refused naming the limit and the line: %s", p ? "(compiled)" : tj_error(ctx));
+        tj_clear_error(ctx);
+        tj_prog_free(p);
+    }
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+}
 static void test_deep(int ndev) {
     tj_ctx *ctx = ctx_on(ndev);
     tj_tree *in = deep_inputs(ctx, TJ_F64);
@@ -1252,6 +1286,7 @@ int main(void) {
 
     test_deep(1);
     test_deep(2);
+    test_deep_policies();
     test_big_scan();
     test_nested_rerun(ctx);
     test_partial_offload();
