@@ -125,6 +125,15 @@ static inline int bits_equal(tj_array *a, tj_array *b) {
     free(y);
     return eq;
 }
+/* loss, g_x and g_w of out equal ref's to the bit (the same math under
+   another policy) */
+static void same_bits3(tj_tree *ref, tj_tree *out, const char *what) {
+    static const char *nm[] = {"loss", "g_x", "g_w"};
+    int k;
+    for (k = 0; k < 3; k++)
+        TJT_CHECK(bits_equal(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])), "%s: %s differs by %g", what, nm[k],
+                  maxdiff(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])));
+}
 
 /* a body mixing its own values with outer ones, in either operand order */
 static void mix_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
@@ -1659,12 +1668,11 @@ int main(void) {
                         tj_tree *out = tj_tree_new(ctx);
                         np_check(ctx, &c, nin, out, 1);
                         if (!ref) ref = out, out = NULL;
-                        else if (tj_tree_size(out) == 3)
-                            for (k = 0; k < 3; k++) { /* the same math: the same bits */
-                                const char *nm[] = {"loss", "g_x", "g_w"};
-                                TJT_CHECK(bits_equal(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])), "%s outer %d middle %d inner %d: %s differs by %g",
-                                          sc ? "scan" : "region", o, m, i, nm[k], maxdiff(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])));
-                            }
+                        else if (tj_tree_size(out) == 3) { /* the same math: the same bits */
+                            char what[96];
+                            snprintf(what, sizeof what, "%s outer %d middle %d inner %d", sc ? "scan" : "region", o, m, i);
+                            same_bits3(ref, out, what);
+                        }
                         tj_tree_free(out);
                     }
             tj_tree_free(ref);
@@ -1849,12 +1857,11 @@ int main(void) {
                         tj_tree *out = tj_tree_new(ctx);
                         cs_check(ctx, &c, L, cin, out, 1);
                         if (!ref) ref = out, out = NULL;
-                        else if (tj_tree_size(out) == 3)
-                            for (k = 0; k < 3; k++) { /* the same math: the same bits */
-                                const char *nm[] = {"loss", "g_x", "g_w"};
-                                TJT_CHECK(bits_equal(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])), "%s %d over a scan (policy %d), length %d: %s differs by %g",
-                                          outer ? "scan" : "checkpoint", pk, q, L, nm[k], maxdiff(tj_tree_array(ref, nm[k]), tj_tree_array(out, nm[k])));
-                            }
+                        else if (tj_tree_size(out) == 3) { /* the same math: the same bits */
+                            char what[96];
+                            snprintf(what, sizeof what, "%s %d over a scan (policy %d), length %d", outer ? "scan" : "checkpoint", pk, q, L);
+                            same_bits3(ref, out, what);
+                        }
                         tj_tree_free(out);
                     }
                 tj_tree_free(ref);
