@@ -165,7 +165,10 @@ TJDEF void tj_clear_error(tj_ctx *ctx);
 TJDEF const char *tj_warnings(tj_ctx *ctx);
 /* Print each pipeline stage to stderr (also: environment TJ_DUMP=1). */
 TJDEF void tj_set_dump(tj_ctx *ctx, int on);
-/* Threads the CPU kernels of one device may use (default: all cores). */
+/* Threads the CPU kernels may use in all (default: the cores, at most
+   16), split evenly among this process's devices (each gets at least one).
+   When the devices outnumber them (8 simulated devices on 2 cores), the
+   devices run as fibers on that many threads ([11]: TJ_FIBERS). */
 TJDEF void tj_set_threads(tj_ctx *ctx, int n);
 
 TJDEF const char *tj_dtype_name(tj_dtype t);
@@ -1122,10 +1125,13 @@ TJDEF tj_array *tj_array_from_local_at(const char *file, int line, tj_ctx *ctx, 
 /* What the transport did, summed over this process's devices since the
    context was made: collective calls, bytes the devices sent to other
    devices, bytes this process sent to other processes, and the seconds
-   device threads spent inside the transport (waiting included). */
+   device threads spent inside the transport (waiting included); and the
+   runs whose devices ran as fibers ([11]: simulated devices as fibers)
+   and the times one of them handed its worker thread to another. */
 typedef struct {
     int64_t collectives, bytes_sent, wire_bytes;
     double transport_s;
+    int64_t fiber_runs, fiber_switches;
 } tj_transport_stats;
 TJDEF tj_transport_stats tj_get_transport_stats(tj_ctx *ctx);
 /* Collective matmul. Simulated devices of one process share its memory, so
@@ -12685,6 +12691,7 @@ struct tj__procs {
     double timeout_s;
     struct tj__gset *groups;
     int64_t ncoll[TJ_MAXDEV], sent[TJ_MAXDEV];
+    int64_t fiber_runs, fiber_switches;
     double us[TJ_MAXDEV];
     int in_tree_io;          /* inside tj__procs_tree_io                      */
 };
@@ -13051,6 +13058,186 @@ TJ__MAYBE_UNUSED static void tj__nap(int us) {
     pthread_cond_destroy(&cv);
     pthread_mutex_destroy(&m);
 }
+/* ---- simulated devices as fibers ----
+   Simulated devices usually outnumber the cores (8 on 2). As threads, the
+   kernel time-slices them: a device that waits at a collective for one
+   that is not running spins away its slice or sleeps (a system call to
+   wake it), and every slice switches caches between devices. So when
+   there are more devices than threads (tj_set_threads), the CPU backend
+   runs each device as a fiber instead, a stack of its own switched in user
+   space (ucontext), on W worker threads (W = the threads; device i on
+   worker i mod W; the caller is worker 0). A fiber runs until it must wait
+   at a barrier (tj__cg_barrier, where every collective and the collective
+   matmul meet), then hands its worker to the worker's next device, which
+   runs until it waits in turn; nothing slices a kernel, and nobody sleeps
+   while a device of its worker can run. Devices do the same work between
+   collectives, so W workers finish a round together.
+   Not used with a backend (a GPU keeps per-thread state; devsim's stream
+   waits block a worker), across processes (an MPI wait blocks its worker
+   too, and a device of the same worker may be the one its peer waits
+   for), under ThreadSanitizer, or with TJ_FIBERS=0 in the environment
+   (threads, as before). A fiber's stack is TJ_FIBER_STACK bytes, a
+   thread's default, with a guard page below it. */
+#if defined(__linux__) && defined(__GNUC__) && !defined(TJ_NO_FIBERS) && !defined(__SANITIZE_THREAD__) /* (the barrier's fiber wait needs atomics) */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TJ__NO_FIBERS_HERE 1
+#endif
+#endif
+#ifndef TJ__NO_FIBERS_HERE
+#define TJ__FIBERS 1
+#endif
+#endif
+#ifndef TJ__FIBERS
+#define TJ__FIBERS 0
+#endif
+#if TJ__FIBERS
+#include <ucontext.h>
+#include <sys/mman.h>
+#ifndef TJ_FIBER_STACK
+#define TJ_FIBER_STACK ((size_t)8 << 20)
+#endif
+/* AddressSanitizer must be told when the stack changes under it */
+#if defined(__SANITIZE_ADDRESS__)
+#define TJ__FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TJ__FIBER_ASAN 1
+#endif
+#endif
+#ifdef TJ__FIBER_ASAN
+#ifdef __cplusplus
+extern "C" {
+#endif
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+#ifdef __cplusplus
+}
+#endif
+#define TJ__SWITCH_START(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define TJ__SWITCH_DONE(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define TJ__SWITCH_START(save, bottom, size) ((void)0)
+#define TJ__SWITCH_DONE(save, bottom, size) ((void)0)
+#endif
+typedef struct tj__fworker tj__fworker;
+typedef struct {
+    ucontext_t uc;
+    char *mem, *stack;    /* TJ_MALLOC'd; the stack is page-aligned above a guard page */
+    void *run;            /* the device's tj__devrun */
+    tj__fworker *w;
+    int done;
+    int64_t switches;     /* times it handed its worker over */
+    void *fake;           /* ASan's: this fiber's fake stack while it is off  */
+    const void *wbot;     /* ASan's: the worker's stack                      */
+    size_t wsize;
+} tj__fiber;
+struct tj__fworker {
+    ucontext_t home;      /* the worker's loop, where a fiber that waits returns */
+    tj__fiber *f[TJ_MAXDEV], *cur;
+    int nf;
+    void *fake;
+};
+static pthread_key_t tj__fiber_key; /* a worker thread's tj__fworker */
+static pthread_once_t tj__fiber_once = PTHREAD_ONCE_INIT;
+static void tj__fiber_key_make(void) { (void)pthread_key_create(&tj__fiber_key, NULL); }
+static void *tj__device_main(void *arg);
+/* On a fiber: hand the worker to its next device, and return 1 when this
+   device's turn comes round again. On a thread of its own: 0 at once. */
+static int tj__fiber_yield(void) {
+    tj__fworker *w;
+    tj__fiber *f;
+    pthread_once(&tj__fiber_once, tj__fiber_key_make);
+    w = (tj__fworker *)pthread_getspecific(tj__fiber_key);
+    if (!w || !(f = w->cur)) return 0;
+    f->switches++;
+    TJ__SWITCH_START(&f->fake, f->wbot, f->wsize);
+    swapcontext(&f->uc, &w->home);
+    TJ__SWITCH_DONE(f->fake, &f->wbot, &f->wsize);
+    return 1;
+}
+static void tj__fiber_entry(void) {
+    tj__fworker *w = (tj__fworker *)pthread_getspecific(tj__fiber_key);
+    tj__fiber *f = w->cur;
+    TJ__SWITCH_DONE(NULL, &f->wbot, &f->wsize);
+    tj__device_main(f->run);
+    f->done = 1;
+    TJ__SWITCH_START(NULL, f->wbot, f->wsize); /* for good: ASan drops its fake stack */
+    setcontext(&f->w->home);
+}
+/* a worker: its fibers in turn, each until it waits or ends */
+static void *tj__fworker_main(void *arg) {
+    tj__fworker *w = (tj__fworker *)arg;
+    int i, live = 1;
+    pthread_once(&tj__fiber_once, tj__fiber_key_make);
+    pthread_setspecific(tj__fiber_key, w);
+    while (live)
+        for (i = 0, live = 0; i < w->nf; i++) {
+            tj__fiber *f = w->f[i];
+            if (f->done) continue;
+            w->cur = f;
+            TJ__SWITCH_START(&w->fake, f->stack, TJ_FIBER_STACK);
+            swapcontext(&w->home, &f->uc);
+            TJ__SWITCH_DONE(w->fake, NULL, NULL);
+            w->cur = NULL;
+            live += !f->done;
+        }
+    pthread_setspecific(tj__fiber_key, NULL);
+    return NULL;
+}
+/* a fiber's context on its stack (a function of its own: getcontext
+   returns twice, like setjmp, which would endanger the caller's locals) */
+static void tj__fiber_make(tj__fiber *f, size_t page) {
+    f->stack = (char *)(((uintptr_t)f->mem + page - 1) & ~(uintptr_t)(page - 1)) + page;
+    (void)mprotect(f->stack - page, page, PROT_NONE); /* an overflow faults */
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack;
+    f->uc.uc_stack.ss_size = TJ_FIBER_STACK;
+    f->uc.uc_link = NULL; /* (the entry ends with setcontext) */
+    makecontext(&f->uc, tj__fiber_entry, 0);
+}
+/* run nl devices (runs[i], each a tj__devrun of `rsize` bytes) as fibers
+   on W workers; 0 when they ran (*switches: the hand-overs), 1 when
+   nothing ran (out of memory for the stacks: the caller runs threads) */
+static int tj__fibers_run(void *runs, size_t rsize, int nl, int W, int64_t *switches) {
+    tj__fworker *ws = (tj__fworker *)tj__calloc(sizeof(tj__fworker) * (size_t)W);
+    tj__fiber *fs = (tj__fiber *)tj__calloc(sizeof(tj__fiber) * (size_t)nl);
+    pthread_t th[TJ_MAXDEV];
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    int i, started = 1, ok = ws && fs;
+    for (i = 0; ok && i < nl; i++) {
+        tj__fiber *f = &fs[i];
+        if (!(f->mem = (char *)TJ_MALLOC(TJ_FIBER_STACK + 2 * page))) ok = 0;
+        else {
+            tj__fiber_make(f, page);
+            f->run = (char *)runs + (size_t)i * rsize;
+            f->w = &ws[i % W];
+            f->w->f[f->w->nf++] = f;
+        }
+    }
+    if (ok) {
+        for (i = 1; i < W; i++, started++)
+            if (pthread_create(&th[i], NULL, tj__fworker_main, &ws[i])) break;
+        for (i = 0; i < nl; i++) /* workers that did not start: worker 0 runs their devices */
+            if (fs[i].w - ws >= started) {
+                fs[i].w = &ws[0];
+                ws[0].f[ws[0].nf++] = &fs[i];
+            }
+        tj__fworker_main(&ws[0]);
+        for (i = 1; i < started; i++) pthread_join(th[i], NULL);
+    }
+    for (i = 0; fs && i < nl; i++)
+        if (fs[i].mem) {
+            *switches += fs[i].switches;
+            (void)mprotect(fs[i].stack - page, page, PROT_READ | PROT_WRITE);
+            TJ_FREE(fs[i].mem);
+        }
+    TJ_FREE(ws);
+    TJ_FREE(fs);
+    return !ok;
+}
+#endif
 /* the group's members of this process meet; nonzero on a timeout (which
    breaks the group: its other members fail at once).
    Simulated devices usually outnumber the cores (8 on 2), and a collective
@@ -13068,6 +13255,32 @@ TJ__MAYBE_UNUSED static void tj__nap(int us) {
 #define TJ__CG_LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
 #define TJ__CG_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
 #define TJ__CG_INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_ACQ_REL)
+#endif
+#if TJ__FIBERS
+/* a fiber's wait at a barrier: its worker's other devices run meanwhile.
+   One that waits long (all of its worker's devices wait for the other
+   workers') lets the core go, and past the timeout breaks the group. */
+#ifndef TJ__FIBER_NAP_US
+#define TJ__FIBER_NAP_US 2000
+#endif
+static void tj__cg_fiber_wait(tj__cgroup *g, unsigned long gen) {
+    double t0 = tj__now_us(), w;
+    while (TJ__CG_LOAD(g->gen) == gen && !TJ__CG_LOAD(g->broken)) {
+        w = tj__now_us() - t0;
+        if (w > g->ct->t.timeout_s * 1e6) {
+            pthread_mutex_lock(&g->mu);
+            if (g->gen == gen) {
+                TJ__CG_STORE(g->broken, 1);
+                pthread_cond_broadcast(&g->cv);
+            }
+            pthread_mutex_unlock(&g->mu);
+            return;
+        }
+        if (w > TJ__FIBER_NAP_US) tj__nap(50);
+        else if (w > TJ__FIBER_NAP_US / 10) sched_yield();
+        tj__fiber_yield();
+    }
+}
 #endif
 static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
     unsigned long gen;
@@ -13087,6 +13300,10 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
         return 0;
     } else {
         int y;
+#if TJ__FIBERS
+        if (tj__fiber_yield()) tj__cg_fiber_wait(g, gen); /* (then gen moved on, or the group broke) */
+        else
+#endif
         for (y = 0; y < TJ__BARRIER_YIELDS; y++) {
             if (TJ__CG_LOAD(g->gen) != gen || TJ__CG_LOAD(g->broken)) break;
             sched_yield();
@@ -13638,6 +13855,8 @@ TJDEF tj_transport_stats tj_get_transport_stats(tj_ctx *c) {
         s.bytes_sent += c->procs->sent[d];
         s.transport_s += c->procs->us[d] * 1e-6;
     }
+    s.fiber_runs = c->procs->fiber_runs;
+    s.fiber_switches = c->procs->fiber_switches;
     if (c->procs->t->split == tj__ct_split) s.wire_bytes = ((const tj__ct *)c->procs->t->state)->wire_bytes;
     return s;
 }
@@ -15319,7 +15538,14 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
         st = runs[bad].st;
     }
     if (st == TJ_OK) {
+        const char *fe = getenv("TJ_FIBERS");
+        (void)fe;
         if (nl == 1) tj__device_main(&runs[0]);
+#if TJ__FIBERS
+        else if (c->threads < nl && !c->backend && !multi && !(fe && !strcmp(fe, "0")) && c->procs &&
+                 !tj__fibers_run(runs, sizeof *runs, nl, c->threads, &c->procs->fiber_switches))
+            c->procs->fiber_runs++; /* the devices ran as fibers (simulated devices as fibers, above) */
+#endif
         else {
             for (i = 0; i < nl; i++)
                 if (pthread_create(&th[i], NULL, tj__device_main, &runs[i])) {

@@ -205,8 +205,11 @@ static int gpt2_trainer_init_at(gpt2_trainer *tr, const gpt2_config *cfg, int de
     if (tj_status_of(tr->ctx)) return gpt2_fail(tr, "context"); /* e.g. a bad TJ_DEVICES */
     if (backend) tj_set_backend(tr->ctx, backend); /* before any array is made */
     if (cfg->distributed && tj_distributed_init(tr->ctx, &dopts)) return gpt2_fail(tr, "distributed init");
-    if (threads > 0) tj_set_threads(tr->ctx, threads);
     if (tj_set_devices(tr->ctx, devices)) return gpt2_fail(tr, "devices");
+    if (threads > 0) { /* per device; the library's count is the process's (its default: the cores) */
+        int lo;
+        tj_set_threads(tr->ctx, threads * tj_local_devices(tr->ctx, &lo));
+    }
     if (devices > 1 && mesh && *mesh) {
         if (tj_set_mesh(tr->ctx, mesh)) return gpt2_fail(tr, "mesh");
         /* the library's logical rules skip mesh axes this mesh lacks, so
@@ -1592,7 +1595,7 @@ static int run_bench(gpt2_args *a) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* one device unless --devices / --mesh are given; threads as training uses them */
     int ndev = a->devices_set || a->mesh_set ? a->devices : 1;
-    int threads = a->threads > 0 ? a->threads : (int)(ncpu / ndev > 0 ? ncpu / ndev : 1);
+    int threads = a->threads > 0 ? a->threads : (int)(ncpu / ndev > 0 ? ncpu / ndev : 1); /* per device, as printed */
     tj_backend *gpu = NULL;
     tj_memory_analysis plan;
     tj_alloc_stats st;
@@ -1614,10 +1617,12 @@ static int run_bench(gpt2_args *a) {
            ndev > 1 ? a->mesh : "", ndev > 1 ? ")" : "", gpu ? card : "CPU", remat_names[c.remat]);
     if (!gpu) {
         cpu_peak = bench_peak_gflops((int)ncpu);
-        printf("bench: %d thread%s per device, %ld cores; FP32 peak %.1f GFLOP/s measured (independent FMA chains, %ld threads)\n", threads,
-               threads > 1 ? "s" : "", ncpu, cpu_peak, ncpu);
+        if (!a->threads && ndev > ncpu)
+            printf("bench: %d devices as fibers on %ld threads, %ld cores; ", ndev, ncpu, ncpu);
+        else printf("bench: %d thread%s per device, %ld cores; ", threads, threads > 1 ? "s" : "", ncpu);
+        printf("FP32 peak %.1f GFLOP/s measured (independent FMA chains, %ld threads)\n", cpu_peak, ncpu);
     }
-    if (gpt2_trainer_init_on(&tr, &c, ndev, ndev > 1 ? a->mesh : NULL, threads, gpu)) {
+    if (gpt2_trainer_init_on(&tr, &c, ndev, ndev > 1 ? a->mesh : NULL, a->threads, gpu)) {
         gpt2_gpu_close(gpu);
         return 1;
     }
@@ -2114,7 +2119,8 @@ static int gpt2_main(int argc, char **argv) {
            unigram);
 
     /* ---- model, mesh, programs */
-    if (a.threads <= 0) a.threads = (int)(ncpu / a.devices > 0 ? ncpu / a.devices : 1);
+    /* a.threads 0: the library's default, all cores split among the devices
+       (as fibers on the cores when they are more) */
     t_start = now_ms();
     if (gpt2_trainer_init_at(&tr, &a.cfg, a.devices, a.mesh, a.threads, gpu, L.t)) { gpt2_launch_close(&L); return 1; }
     {
@@ -2129,8 +2135,13 @@ static int gpt2_main(int argc, char **argv) {
             printf("remat auto: %s (planned peak %.2f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
                    tr.auto_budget / 1e6);
         if (nprocs > 1) printf("processes: %d (transport %s), %d devices each; process 0 prints and writes files\n", nprocs, tj_transport_name(tr.ctx), a.devices / nprocs);
-        printf("mesh: %d devices%s%s, %d threads each; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
-               a.threads, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
+        char thr[64];
+        long cores = ncpu > 16 ? 16 : ncpu; /* the library's default */
+        if (a.threads > 0 || a.devices <= cores || a.cuda || nprocs > 1)
+            snprintf(thr, sizeof thr, "%d threads each", a.threads > 0 ? a.threads : (int)(cores / a.devices));
+        else snprintf(thr, sizeof thr, "as fibers on %ld threads", cores);
+        printf("mesh: %d devices%s%s, %s; params: %s; compute: %s%s\n", a.devices, a.devices > 1 ? ", " : "", a.devices > 1 ? a.mesh : "",
+               thr, tr.cfg.param_rules ? tr.cfg.param_rules : "replicated", tr.cfg.compute_rules ? tr.cfg.compute_rules : "replicated",
                tr.cfg.seq_parallel && tr.cfg.compute_rules ? "; residual stream: + pos:model (sequence parallel)" : "");
         printf("train step: one program, %.2f GFLOP; per device: args %.2f MB, temp %.2f MB, host temp %.2f MB, peak %.2f MB; compiled in %.0f ms\n",
                tj_prog_flops(tr.step) * 1e-9, m.argument_bytes / 1e6, m.temp_bytes / 1e6, m.host_temp_bytes / 1e6, m.peak_bytes / 1e6, now_ms() - t_start);
