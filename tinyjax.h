@@ -13168,8 +13168,10 @@ static void tj__fiber_entry(void) {
 /* a worker: its fibers in turn, each until it waits or ends */
 static void *tj__fworker_main(void *arg) {
     tj__fworker *w = (tj__fworker *)arg;
+    void *outer; /* a run inside a device's kernel: that device's worker */
     int i, live = 1;
     pthread_once(&tj__fiber_once, tj__fiber_key_make);
+    outer = pthread_getspecific(tj__fiber_key);
     pthread_setspecific(tj__fiber_key, w);
     while (live)
         for (i = 0, live = 0; i < w->nf; i++) {
@@ -13182,7 +13184,7 @@ static void *tj__fworker_main(void *arg) {
             w->cur = NULL;
             live += !f->done;
         }
-    pthread_setspecific(tj__fiber_key, NULL);
+    pthread_setspecific(tj__fiber_key, outer);
     return NULL;
 }
 /* a fiber's context on its stack (a function of its own: getcontext
