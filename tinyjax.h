@@ -336,6 +336,7 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
     X(EXP, exp, TJ__EXP(a), PUB, tj_mul(g, y), -1, 1)                                                               \
     X(LOG, log, log(a), PUB, tj_div(g, x), 0.5, 2)                                                                  \
     X(TANH, tanh, TJ__TANH(a), PUB, tj_mul(tj_add(g, tj_mul(g, y)), tj_adds(tj_neg(y), 1.0)), -1, 1)                \
+    X(SIGMOID, sigmoid, 1.0 / (1.0 + TJ__EXP(-a)), PUB, tj_mul(g, tj_mul(y, tj_adds(tj_neg(y), 1.0))), -1, 1)        \
     X(SQRT, sqrt, sqrt(a), PUB, tj_div(tj_muls(g, 0.5), y), 0.5, 2)                                                 \
     X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_div(y, x), -0.5)), 0.5, 2)                              \
     X(RELU, relu, a > 0 || a != a ? a : 0.0, PUB, tj_select(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g, tj_scalar(g->g, g->t.dt, 0)), -1, 1) \
@@ -354,6 +355,11 @@ TJ__UNARY_OPS(TJ__U_DECL)
 #define tj_exp(x) tj_exp_at(TJ_AT, x)
 #define tj_log(x) tj_log_at(TJ_AT, x)
 #define tj_tanh(x) tj_tanh_at(TJ_AT, x)
+/* logistic 1 / (1 + e^-x), as jax.nn.sigmoid (lax.logistic): 0 (not NaN)
+   far below zero, and its gradient g y (1 - y) is JAX's, finite where
+   the hand-written 1 / (1 + exp(-x)) has exp(-x) = inf (x < -88 in f32:
+   its gradient is 0 * inf = NaN). silu / swish: tj_mul(x, tj_sigmoid(x)). */
+#define tj_sigmoid(x) tj_sigmoid_at(TJ_AT, x)
 #define tj_sqrt(x) tj_sqrt_at(TJ_AT, x)
 #define tj_rsqrt(x) tj_rsqrt_at(TJ_AT, x)
 #define tj_relu(x) tj_relu_at(TJ_AT, x)

@@ -111,6 +111,7 @@ static tj_v op_y(const char *c, tj_v a, tj_v b, tj_v cc, tj_v idx) {
     if (IS("tanh")) return tj_tanh(a);
     if (IS("sqrt")) return tj_sqrt(a);
     if (IS("rsqrt")) return tj_rsqrt(a);
+    if (IS("sigmoid")) return tj_sigmoid(a);
     if (IS("relu")) return tj_relu(a);
     if (IS("gelu")) return tj_gelu(a);
     if (IS("pows3")) return tj_pows(a, 3.0);
@@ -256,6 +257,7 @@ static void test_grads(tj_ctx *ctx) {
     gc(ctx, "tanh", "r=3 c=4", NULL, NULL, -2, 2);
     gc(ctx, "sqrt", "r=3 c=4", NULL, NULL, 0.3, 2);
     gc(ctx, "rsqrt", "r=3 c=4", NULL, NULL, 0.3, 2);
+    gc(ctx, "sigmoid", "r=3 c=4", NULL, NULL, -4, 4);
     gc(ctx, "relu", "r=3 c=4", NULL, NULL, -1, 1);
     gc(ctx, "gelu", "r=3 c=4", NULL, NULL, -3, 3);
     gc(ctx, "pows3", "r=3 c=4", NULL, NULL, -1, 1);
@@ -2243,6 +2245,64 @@ static void test_pows_weak(tj_ctx *ctx) {
             tj_tree_free(in);
         }
 }
+/* tj_sigmoid is jax.nn.sigmoid (lax.logistic). silu = x sigmoid(x), its
+   gradient and sigmoid itself at x = -100, -50, 0, 100, 1e30, -inf against
+   JAX 0.10.2 (jax.nn.silu, jax.grad of its sum, jax.nn.sigmoid; f64 values
+   below; f32 and bf16 within 1 and 2 ulps, except that JAX flushes the
+   denormal results at -100 to 0, where tinyjax keeps them: README,
+   "Denormal numbers are kept"; at -inf silu is -inf * 0 = NaN in both).
+   Before tj_sigmoid the only way was 1 / (1 + exp(-x)), whose gradient at
+   x = -100 is 0 * inf = NaN in f32 (so is JAX's for that hand-written form). */
+static void silu_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), s, y, gx;
+    (void)g, (void)u;
+    s = tj_sigmoid(x);
+    y = tj_mul(x, s);
+    tj_tree_set_v(out, "s", s);
+    tj_tree_set_v(out, "y", y);
+    if (tj_grad(tj_sum_all(y), 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_sigmoid_extremes(tj_ctx *ctx) {
+    static const double x[6] = {-100.0, -50.0, 0.0, 100.0, 1e30, -INFINITY};
+    static const double want_y[6] = {-3.72007598e-42, -9.64374924e-21, 0.0, 100.0, 1e30, NAN};
+    static const double want_g[6] = {-3.68287522e-42, -9.45087426e-21, 0.5, 1.0, 1.0, NAN};
+    static const double want_s[6] = {3.72007598e-44, 1.92874985e-22, 0.5, 1.0, 1.0, 0.0};
+    static const tj_dtype dts[3] = {TJ_F32, TJ_F64, TJ_BF16};
+    int d, i, k;
+    tjt_current = "sigmoid (silu) at extremes";
+    for (d = 0; d < 3; d++) {
+        double got[3][6];
+        const double *want[3] = {want_y, want_g, want_s};
+        const char *names[3] = {"silu", "silu gradient", "sigmoid"};
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_array *a = tj_array_new(ctx, TJ_F64, "n=6", x);
+        tj_prog *p;
+        if (dts[d] != TJ_F64) { /* the same values in f32 / bf16 */
+            float xf[6];
+            uint16_t h[6];
+            for (i = 0; i < 6; i++) xf[i] = (float)x[i], h[i] = tj_f32_to_bf16(xf[i]);
+            tj_array_free(a);
+            a = tj_array_new(ctx, dts[d], "n=6", dts[d] == TJ_F32 ? (const void *)xf : (const void *)h);
+        }
+        tj_tree_set_array(in, "x", a);
+        p = tj_jit(ctx, "silu", silu_fn, NULL, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && !tj_array_read(tj_tree_array(out, "y"), TJ_F64, got[0]) &&
+                      !tj_array_read(tj_tree_array(out, "gx"), TJ_F64, got[1]) && !tj_array_read(tj_tree_array(out, "s"), TJ_F64, got[2]),
+                  "silu: %s", tj_error(ctx));
+        for (k = 0; p && k < 3; k++)
+            for (i = 0; i < 6; i++) {
+                double w = want[k][i], v = got[k][i], tol = dts[d] == TJ_BF16 ? 1.6e-2 : dts[d] == TJ_F32 ? 1.2e-7 : 1e-8;
+                int ok = isnan(w) ? isnan(v)
+                         : dts[d] != TJ_F64 && fabs(w) < 1.2e-38 ? !isnan(v) && fabs(v) < 1.2e-38 /* a denormal: JAX flushes it */
+                                                                  : fabs(v - w) <= tol * fabs(w);
+                TJT_CHECK(ok, "%s %s at x = %g: %.9g, want %.9g (JAX)", tj_dtype_name(dts[d]), names[k], x[i], v, w);
+            }
+        tj_clear_error(ctx);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+}
 /* rsqrt's gradient is JAX's -0.5 y / x: -inf at x = -0 (y = -inf) as at
    +0; -0.5 y^3 gave +inf there */
 static void rsqrt_ct_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
@@ -2397,6 +2457,7 @@ int main(void) {
     test_attention_unseen_keys(ctx);
     test_relu_select(ctx);
     test_rsqrt_zero(ctx);
+    test_sigmoid_extremes(ctx);
     test_signed_zero(ctx);
     test_mean_bf16(ctx);
     test_pows_weak(ctx);
