@@ -337,6 +337,14 @@ TJDEF tj_v tj_arange_at(const char *f, int l, tj_graph *g, tj_dtype dt, const ch
     X(LOG, log, log(a), PUB, tj_div(g, x), 0.5, 2)                                                                  \
     X(TANH, tanh, TJ__TANH(a), PUB, tj_mul(tj_add(g, tj_mul(g, y)), tj_adds(tj_neg(y), 1.0)), -1, 1)                \
     X(SIGMOID, sigmoid, 1.0 / (1.0 + TJ__EXP(-a)), PUB, tj_mul(g, tj_mul(y, tj_adds(tj_neg(y), 1.0))), -1, 1)        \
+    X(SIN, sin, sin(a), PUB, tj_mul(g, tj_cos(x)), -3, 3)                                                           \
+    X(COS, cos, cos(a), PUB, tj_mul(g, tj_neg(tj_sin(x))), -3, 3)                                                   \
+    X(ABS, abs, fabs(a), PUB, tj_select(tj_ge(x, tj_scalar(x->g, x->t.dt, 0)), g, tj_neg(g)), -1, 1)                  \
+    X(SIGN, sign, a > 0 ? 1.0 : a < 0 ? -1.0 : a, PUB, ((void)g, (tj_v)NULL), -1, 1)                                  \
+    X(LOG1P, log1p, log1p(a), PUB, tj_div(g, tj_adds(x, 1.0)), -0.5, 2)                                              \
+    X(EXPM1, expm1, expm1(a), PUB, tj_mul(g, tj_adds(y, 1.0)), -1, 1)                                               \
+    X(ERF, erf, erf(a), PUB, tj_mul(g, tj_muls(tj_exp(tj_neg(tj_mul(x, x))), 1.1283791670955126)), -2, 2)          \
+    X(SOFTPLUS, softplus, a > 0 ? a + log1p(TJ__EXP(-a)) : log1p(TJ__EXP(a)), PUB, tj_mul(g, tj_sigmoid(x)), -4, 4) \
     X(SQRT, sqrt, sqrt(a), PUB, tj_div(tj_muls(g, 0.5), y), 0.5, 2)                                                 \
     X(RSQRT, rsqrt, 1.0 / sqrt(a), PUB, tj_mul(g, tj_muls(tj_div(y, x), -0.5)), 0.5, 2)                              \
     X(RELU, relu, a > 0 || a != a ? a : 0.0, PUB, tj_select(tj_gt(x, tj_scalar(x->g, x->t.dt, 0)), g, tj_scalar(g->g, g->t.dt, 0)), -1, 1) \
@@ -360,6 +368,34 @@ TJ__UNARY_OPS(TJ__U_DECL)
    the hand-written 1 / (1 + exp(-x)) has exp(-x) = inf (x < -88 in f32:
    its gradient is 0 * inf = NaN). silu / swish: tj_mul(x, tj_sigmoid(x)). */
 #define tj_sigmoid(x) tj_sigmoid_at(TJ_AT, x)
+/* sin, cos: sin(x) and cos(x) in double, rounded once (XLA's f32 sin and
+   cos are within an ulp or two of that); large |x| is reduced exactly */
+#define tj_sin(x) tj_sin_at(TJ_AT, x)
+#define tj_cos(x) tj_cos_at(TJ_AT, x)
+/* |x|, as jnp.abs: abs(-0) = +0, abs(NaN) = NaN; on i32 an i32 result that
+   wraps as XLA's s32 abs (abs(INT32_MIN) = INT32_MIN). Its gradient is
+   JAX's select(x >= 0, g, -g): +g at x = 0 and -0 (not the 0 of sign(x) g),
+   -g at NaN. */
+#define tj_abs(x) tj_abs_at(TJ_AT, x)
+/* sign(x), as jnp.sign: -1, 0 or 1, with sign(-0) = -0, sign(+0) = +0 and
+   sign(NaN) = NaN; on i32 an i32 result. Its gradient is zero (JAX's
+   symbolic zero: 0 even where the cotangent is infinite or NaN). */
+#define tj_sign(x) tj_sign_at(TJ_AT, x)
+/* log(1 + x) and e^x - 1, accurate near 0 (jnp.log1p, jnp.expm1):
+   log1p(-1) = -inf, log1p(x < -1) = NaN, expm1(-inf) = -1; gradients
+   g / (1 + x) and g (y + 1), as JAX's */
+#define tj_log1p(x) tj_log1p_at(TJ_AT, x)
+#define tj_expm1(x) tj_expm1_at(TJ_AT, x)
+/* the error function (jax.scipy.special.erf, lax.erf): exact GELU is
+   0.5 x (1 + erf(x / sqrt 2)) (jax.nn.gelu(x, approximate=False)); its
+   gradient is JAX's g (2 / sqrt(pi)) exp(-x^2) */
+#define tj_erf(x) tj_erf_at(TJ_AT, x)
+/* log(1 + e^x), as jax.nn.softplus (logaddexp(x, 0)): max(x, 0) +
+   log1p(e^-|x|) in double, rounded once: x itself for large x (never
+   inf before x is), e^x for very negative x (not 0 from log(1 + tiny)),
+   softplus(-inf) = 0, softplus(inf) = inf. Gradient g sigmoid(x): 0 at
+   -inf, 1 at inf, NaN at NaN, as JAX's. */
+#define tj_softplus(x) tj_softplus_at(TJ_AT, x)
 #define tj_sqrt(x) tj_sqrt_at(TJ_AT, x)
 #define tj_rsqrt(x) tj_rsqrt_at(TJ_AT, x)
 #define tj_relu(x) tj_relu_at(TJ_AT, x)
@@ -4644,10 +4680,10 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
 #endif
     else tj__math_f(op, s, one, (const float *const *)in, (float *)out, n);
 }
-/* i32 arithmetic (add, sub, mul, div, neg with an i32 result) as XLA's s32
+/* i32 arithmetic (add, sub, mul, div, neg, abs with an i32 result) as XLA's s32
    ops, which JAX's lax.add/mul/div/neg and jnp's int32 + - * are: two's
    complement wraparound (INT32_MAX + 1 = INT32_MIN, -INT32_MIN =
-   INT32_MIN), division truncated toward zero (lax.div, not jnp's
+   INT32_MIN, abs(INT32_MIN) = INT32_MIN), division truncated toward zero (lax.div, not jnp's
    floor_divide), x / 0 = -1 and INT32_MIN / -1 = INT32_MIN; pows (b the
    exponent, an integer 0 .. INT32_MAX: tj_pows_at checks) is
    lax.integer_pow's s32 power, by squaring with the same wrapping multiply
@@ -4659,7 +4695,7 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
    __host__ __device__ tjc_i32_arith, tjc_i32_op and tjc_i32_wrap. */
 #define TJ__I32_MATH(Q, P)                                                                                            \
     Q int P##i32_arith(int op) {                                                                                      \
-        return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG || op == TJ__OP_POWS; \
+        return op == TJ__OP_ADD || op == TJ__OP_SUB || op == TJ__OP_MUL || op == TJ__OP_DIV || op == TJ__OP_NEG || op == TJ__OP_ABS || op == TJ__OP_POWS; \
     }                                                                                                                 \
     Q double P##i32_op(int op, double a, double b) {                                                                  \
         uint32_t x = (uint32_t)(int32_t)a, y = (uint32_t)(int32_t)b, r;                                               \
@@ -4668,6 +4704,7 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
         case TJ__OP_SUB: r = x - y; break;                                                                            \
         case TJ__OP_MUL: r = x * y; break;                                                                            \
         case TJ__OP_NEG: r = 0u - x; break;                                                                           \
+        case TJ__OP_ABS: r = x >= 0x80000000u ? 0u - x : x; break;                                                    \
         case TJ__OP_POWS:                                                                                             \
             for (r = 1u; y; y >>= 1, x *= x)                                                                          \
                 if (y & 1u) r *= x;                                                                                   \
@@ -4694,7 +4731,7 @@ static void tj__imath(int op, double s, unsigned one, const void *const *in, voi
     const double *A = (const double *)in[0], *B = (const double *)in[1];
     double *o = (double *)out;
     int64_t j;
-    for (j = 0; j < n; j++) o[j] = tj__i32_op(op, A[one & 1 ? 0 : j], op == TJ__OP_NEG ? 0.0 : op == TJ__OP_POWS ? s : B[one & 2 ? 0 : j]);
+    for (j = 0; j < n; j++) o[j] = tj__i32_op(op, A[one & 1 ? 0 : j], op == TJ__OP_NEG || op == TJ__OP_ABS ? 0.0 : op == TJ__OP_POWS ? s : B[one & 2 ? 0 : j]);
 }
 /* (kept out of tj__math: a large stack frame on every call costs more than
    the math); the spread values fill TJ__CHUNK doubles, so a longer n (the
@@ -4899,7 +4936,7 @@ static tj_v tj__unary(const char *f, int l, int op, tj_v x, tj_dtype odt, double
     tj__type t;
     tj_node *n;
     if (!x) return NULL;
-    if (op != TJ__OP_CAST && op != TJ__OP_NEG && !(op == TJ__OP_POWS && x->t.dt == TJ_I32) && !tj__isfloat(x->t.dt)) {
+    if (op != TJ__OP_CAST && op != TJ__OP_NEG && op != TJ__OP_ABS && op != TJ__OP_SIGN && !(op == TJ__OP_POWS && x->t.dt == TJ_I32) && !tj__isfloat(x->t.dt)) {
         char b[256];
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "%s: needs a float dtype, got %s (cast first)", TJ__OPNAME(op), tj_v_describe(x, b, sizeof b));
         return NULL;

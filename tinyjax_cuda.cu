@@ -2771,7 +2771,8 @@ struct tjc_rn {
 };
 typedef tjc_rn<double> tjc_rd;
 /* the libm calls of the unary formulas, in double: sqrt is correctly
-   rounded on both sides; log and pow are CUDA's on the device */
+   rounded on both sides; log, log1p, expm1, sin, cos, erf and pow are
+   CUDA's on the device */
 __host__ __device__ __forceinline__ tjc_rd sqrt(tjc_rd a) {
 #ifdef __CUDA_ARCH__
     return __dsqrt_rn(a.v);
@@ -2780,6 +2781,12 @@ __host__ __device__ __forceinline__ tjc_rd sqrt(tjc_rd a) {
 #endif
 }
 __host__ __device__ __forceinline__ tjc_rd log(tjc_rd a) { return ::log(a.v); }
+__host__ __device__ __forceinline__ tjc_rd log1p(tjc_rd a) { return ::log1p(a.v); }
+__host__ __device__ __forceinline__ tjc_rd expm1(tjc_rd a) { return ::expm1(a.v); }
+__host__ __device__ __forceinline__ tjc_rd sin(tjc_rd a) { return ::sin(a.v); }
+__host__ __device__ __forceinline__ tjc_rd cos(tjc_rd a) { return ::cos(a.v); }
+__host__ __device__ __forceinline__ tjc_rd erf(tjc_rd a) { return ::erf(a.v); }
+__host__ __device__ __forceinline__ tjc_rd fabs(tjc_rd a) { return ::fabs(a.v); }
 __host__ __device__ __forceinline__ tjc_rd pow(tjc_rd a, tjc_rd b) { return ::pow(a.v, b.v); }
 __host__ __device__ __forceinline__ uint64_t tjc_dbits(double d) {
 #ifdef __CUDA_ARCH__

@@ -399,10 +399,13 @@ static void prog_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 #define X0 x[0]
 #define X1 x[1]
 #define DT (c->dt)
+/* sign's gradient is zero (nothing to save, nothing to check): its row
+   multiplies it by its input, as the comparison rows do with their masks */
+static tj_v hx_u(const char *nm, tj_v y, tj_v x) { return strcmp(nm, "sign") ? y : tj_mul(y, x); }
 /* the unary ops with a public builder: one row each, from the header's
    table (TJ__UNARY_OPS: name, formula, derivative, input range) */
 #define HX_UBUILD(op, nm, fwd, kind, deriv, lo, hi) HX_UBUILD_##kind(nm)
-#define HX_UBUILD_PUB(nm) BUILD(nm, tj_##nm(X0))
+#define HX_UBUILD_PUB(nm) BUILD(nm, hx_u(#nm, tj_##nm(X0), X0))
 #define HX_UBUILD_OWN(nm)
 #define HX_UBUILD_GRAD(nm)
 TJ__UNARY_OPS(HX_UBUILD)
