@@ -448,6 +448,16 @@ TJDEF tj_v tj_muls_at(const char *f, int l, tj_v a, double s);
 /* where(mask != 0, a, b); mask is i32 and broadcasts by name too. */
 #define tj_select(m, a, b) tj_select_at(TJ_AT, m, a, b)
 TJDEF tj_v tj_select_at(const char *f, int l, tj_v mask, tj_v a, tj_v b);
+/* jnp.clip(x, lo, hi) with constant bounds: min(hi, max(x, lo)) (JAX
+   0.10.2's jnp.clip is that max and min, not lax.clamp), so NaN passes
+   through, lo > hi gives hi everywhere, and the gradient is max's and
+   min's: g inside, 0 outside, g/2 exactly at a bound (lax.clamp's would be
+   0 there). The bounds take x's dtype (rounded as tj_adds' constant); on
+   i32 they must be i32 values (jnp.clip with int bounds; a fractional
+   bound would make JAX's result a float: cast x first). +-inf bounds are
+   allowed on floats (no bound on that side). */
+#define tj_clip(x, lo, hi) tj_clip_at(TJ_AT, x, lo, hi)
+TJDEF tj_v tj_clip_at(const char *f, int l, tj_v x, double lo, double hi);
 
 /* ---- reductions over named axes ("pos" or "batch pos") ----
    One row per reduction; the op table of [3] is built from these rows.
@@ -471,6 +481,17 @@ TJ__REDUCE_OPS(TJ__R_DECL)
 #define tj_sum(x, axes) tj_sum_at(TJ_AT, x, axes)
 #define tj_max(x, axes) tj_max_at(TJ_AT, x, axes)
 #define tj_min(x, axes) tj_min_at(TJ_AT, x, axes)
+/* jnp.argmax / jnp.argmin along one axis: the i32 index of the largest
+   (smallest) element, the axis dropped; the first on ties (-0 and +0 tie),
+   a NaN counts as larger (smaller) than anything, so the first NaN wins,
+   as in JAX. For f32, f64, bf16 and i32 values. The result is an integer:
+   no gradient flows through it (as through compares: tj_grad gives zeros
+   for what reaches the loss only through it). Sharded, the reduced axis
+   is gathered first (as tj_max's) and other axes keep their sharding. */
+#define tj_argmax(x, axis) tj_argmax_at(TJ_AT, x, axis)
+#define tj_argmin(x, axis) tj_argmin_at(TJ_AT, x, axis)
+TJDEF tj_v tj_argmax_at(const char *f, int l, tj_v x, const char *axis);
+TJDEF tj_v tj_argmin_at(const char *f, int l, tj_v x, const char *axis);
 /* sum and mean as jnp's: bf16 in f32 (partial sums on a mesh too), one
    rounding to bf16; mean is the sum times 1/count, as jnp.mean under jit */
 #define tj_mean(x, axes) tj_mean_at(TJ_AT, x, axes)
@@ -506,6 +527,13 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
 #define tj_index(x, axis, i) tj_index_at(TJ_AT, x, axis, i)
 TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i);
 TJDEF tj_v tj_concat_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
+/* jnp.stack(xs, axis=0): n (1..256) values of one type (axes, sizes,
+   dtype) side by side along a new leading axis `axis` (a name none of them
+   has) of size n. Each gains a size-1 axis (a reshape: no copy) and they
+   are concatenated, so sharded inputs keep their sharding along their
+   own axes; the gradient is the cotangent sliced back per input. */
+#define tj_stack(n, xs, axis) tj_stack_at(TJ_AT, n, xs, axis)
+TJDEF tj_v tj_stack_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
 /* lo and hi elements of `value` before and after; a negative count crops
    (lax.pad's rule); an axis left with no element is an error */
 TJDEF tj_v tj_pad_at(const char *f, int l, tj_v x, const char *axis, int64_t lo, int64_t hi, double value);
@@ -2979,6 +3007,8 @@ typedef struct {
     X(TAKE, "take", 0, tj__k_take, tj__vjp_take, tj__flops_zero, 0, tj__sh_take, tj__pr_axes)                                                     \
     X(SCATTER_ADD, "scatter_add", 0, tj__k_take, tj__vjp_scatter, tj__flops_in, 0, tj__sh_scatter, tj__pr_axes)                                      \
     X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
+    X(ARGMAX, "argmax", TJ__NODIFF, tj__k_argm, 0, tj__flops_in, 0, tj__sh_whole, tj__pr_axes)                                               \
+    X(ARGMIN, "argmin", TJ__NODIFF, tj__k_argm, 0, tj__flops_in, 0, tj__sh_whole, tj__pr_axes)                                               \
     X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0, tj__sh_whole, tj__pr_axes)                                        \
     X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                            \
     X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                \
@@ -5173,6 +5203,13 @@ static tj_status tj__vjp_binary(tj_node *n, tj_v g, tj_v *gin) {
     return TJ_OK;
 }
 
+TJDEF tj_v tj_clip_at(const char *f, int l, tj_v x, double lo, double hi) {
+    if (!x) return NULL;
+    if (x->t.dt == TJ_I32 && (!tj__i32_const_ok(x->g->ctx, TJ_I32, lo, "clip", "x (the lower bound)", f, l) ||
+                              !tj__i32_const_ok(x->g->ctx, TJ_I32, hi, "clip", "x (the upper bound)", f, l)))
+        return NULL;
+    return tj_min2_at(f, l, tj_max2_at(f, l, x, tj_scalar_at(f, l, x->g, x->t.dt, lo)), tj_scalar_at(f, l, x->g, x->t.dt, hi));
+}
 /* ---- select(mask, a, b) ---- */
 TJDEF tj_v tj_select_at(const char *f, int l, tj_v m, tj_v a, tj_v b) {
     tj__type t, t2;
@@ -6007,6 +6044,52 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
     pa.axis = a;
     return tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, &pa, f, l);
 }
+TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
+    tj_v parts[256], grp[16];
+    int a[TJ_MAXDIM], i, j, ng = 0;
+    char b1[256], b2[256];
+    tj__type t;
+    if (nx < 1 || nx > 256 || !xs) {
+        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "stack: %d inputs (1..256 allowed)%s", nx,
+                xs ? "" : ", and the list xs is NULL");
+        return NULL;
+    }
+    for (i = 0; i < nx; i++)
+        if (!xs[i]) {
+            (void)tj__inner(nx, xs, "stack", f, l); /* reports a NULL the caller passed */
+            return NULL;
+        }
+    if (!tj__inner(nx, xs, "stack", f, l)) return NULL;
+    if ((j = tj__parse_names(xs[0]->g->ctx, axis, a, TJ_MAXDIM, "stack", f, l)) != 1) {
+        if (j >= 0) tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: want one new axis name, got \"%s\"", axis ? axis : "");
+        return NULL;
+    }
+    for (i = 0; i < nx; i++) {
+        int same = xs[i]->t.rank == xs[0]->t.rank && xs[i]->t.dt == xs[0]->t.dt;
+        for (j = 0; same && j < xs[0]->t.rank; j++) same = xs[i]->t.ax[j] == xs[0]->t.ax[j] && xs[i]->t.dim[j] == xs[0]->t.dim[j];
+        if (!same) {
+            tj__err(xs[0]->g->ctx, TJ_ERR_SHAPE, f, l, "stack: input %d %s differs from input 0 %s (stack wants one type: axes, sizes, dtype)", i,
+                    tj_v_describe(xs[i], b1, sizeof b1), tj_v_describe(xs[0], b2, sizeof b2));
+            return NULL;
+        }
+    }
+    if (tj__axis_index(&xs[0]->t, a[0]) >= 0 || xs[0]->t.rank >= TJ_MAXDIM) {
+        tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: %s", tj__axis_index(&xs[0]->t, a[0]) >= 0 ? "the new axis is already an axis of the inputs" : "the inputs have the most axes a value may have");
+        return NULL;
+    }
+    t = xs[0]->t;
+    for (j = t.rank; j > 0; j--) t.ax[j] = t.ax[j - 1], t.dim[j] = t.dim[j - 1], t.sh[j] = t.sh[j - 1];
+    t.ax[0] = a[0];
+    t.dim[0] = 1;
+    t.sh[0] = 0;
+    t.rank++;
+    for (i = 0; i < nx; i++)
+        if (!(parts[i] = tj__reshape(f, l, xs[i], &t))) return NULL;
+    if (nx <= 16) return tj_concat_at(f, l, nx, parts, axis);
+    for (i = 0; i < nx; i += 16)
+        if (!(grp[ng++] = tj_concat_at(f, l, nx - i < 16 ? nx - i : 16, parts + i, axis))) return NULL;
+    return tj_concat_at(f, l, ng, grp, axis);
+}
 static void tj__k_concat(tj__kern *k) {
     int64_t st[TJ_MAXDIM], at = 0;
     int ax = tj__axis_index(&k->ot, k->n->a.axis), i;
@@ -6401,6 +6484,52 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
     n = tj__node(idx->g, TJ__OP_ONE_HOT, &t, 1, &idx, NULL, f, l);
     if (n) n->a.axis = nt.ax[0];
     return n;
+}
+/* ---- argmax, argmin along one axis (i32 result, no VJP) ---- */
+static tj_v tj__argm(const char *f, int l, int op, tj_v x, const char *axis) {
+    tj__type t;
+    tj__attr pa;
+    int a, k;
+    if (!x || (a = tj__one_axis(x, axis, TJ__OPNAME(op), f, l)) < 0) return NULL;
+    k = tj__axis_index(&x->t, a);
+    if (x->t.dim[k] > 2147483647) {
+        tj__err(x->g->ctx, TJ_ERR_SHAPE, f, l, "%s: axis '%s' has %lld elements, more than an i32 index can name", TJ__OPNAME(op), axis, (long long)x->t.dim[k]);
+        return NULL;
+    }
+    t = x->t;
+    for (; k + 1 < t.rank; k++) t.ax[k] = t.ax[k + 1], t.dim[k] = t.dim[k + 1], t.sh[k] = t.sh[k + 1];
+    t.rank--;
+    t.dt = TJ_I32;
+    memset(&pa, 0, sizeof pa);
+    pa.axis = a;
+    pa.axes[0] = a;
+    pa.naxes = 1;
+    return tj__node(x->g, op, &t, 1, &x, &pa, f, l);
+}
+TJDEF tj_v tj_argmax_at(const char *f, int l, tj_v x, const char *axis) { return tj__argm(f, l, TJ__OP_ARGMAX, x, axis); }
+TJDEF tj_v tj_argmin_at(const char *f, int l, tj_v x, const char *axis) { return tj__argm(f, l, TJ__OP_ARGMIN, x, axis); }
+/* one output element per row along the axis; the first winner is kept:
+   a later element wins only if strictly better, or NaN where the best so
+   far is not (CUDA: tjc_k_argm, the same loop) */
+static void tj__k_argm(tj__kern *k) {
+    const tj__type *it = k->it[0];
+    int64_t ist[TJ_MAXDIM], ost[TJ_MAXDIM], st[TJ_MAXDIM], od[TJ_MAXDIM], m = tj__numel(&k->ot), o, j, d;
+    int ka = tj__axis_index(it, k->n->a.axis), i, mx = k->n->op == TJ__OP_ARGMAX;
+    tj__strides(it, ist);
+    tj__strides(&k->ot, ost);
+    for (i = 0; i < k->ot.rank; i++) st[i] = ist[tj__axis_index(it, k->ot.ax[i])], od[i] = k->ot.dim[i];
+    d = it->dim[ka];
+    for (o = 0; o < m; o++) {
+        int64_t base = 0, best = 0;
+        double bv;
+        for (i = 0; i < k->ot.rank; i++) base += (o / ost[i]) % od[i] * st[i];
+        bv = tj__ld(k->in[0], it->dt, base);
+        for (j = 1; j < d && bv == bv; j++) {
+            double v = tj__ld(k->in[0], it->dt, base + j * ist[ka]);
+            if (v != v || (mx ? v > bv : v < bv)) bv = v, best = j;
+        }
+        tj__st(k->out, TJ_I32, o, (double)best);
+    }
 }
 static void tj__k_one_hot(tj__kern *k) {
     int64_t ni = tj__numel(k->it[0]), V = k->ot.dim[k->ot.rank - 1], j, v;

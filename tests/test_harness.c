@@ -459,6 +459,11 @@ BUILD(slice, tj_slice(X0, "q", 2, 6))
 BUILD(pad, tj_pad(X0, "q", 1, 3, 0.5))
 BUILD(take, tj_take(X0, "v", X1))
 BUILD(one_hot, tj_mul(tj_one_hot(X0, "v=8", DT), X1))
+/* an integer result times the input: a gradient (the index) to check */
+BUILD(argmax, tj_mul(tj_cast(tj_argmax(X0, "q"), DT), X0))
+BUILD(argmin, tj_mul(tj_cast(tj_argmin(X0, "p"), DT), X0))
+BUILD(clip, tj_clip(X0, -0.5, 0.75))
+BUILD(stack, tj_stack(2, x, "s"))
 BUILD(causal, tj_causal_mask(X0, "qp", "kp", -2.0))
 BUILD(attention, tj_attention(X0, X1, x[2], "qp", "kp", "d", 0, 1))
 BUILD(softmax, tj_softmax(X0, "q"))
@@ -680,6 +685,10 @@ static const hx_row rows[] = {
     ROW("take", "take scatter_add", b_take, 2, "v=8 e=4", "r=4 s=2", "fi", 1, "e r s", .ihi = 8, .via = "scatter_add: tj_take's VJP"),
     ROW("take1", "take scatter_add", b_take, 2, "v=8 e=4", "s=4", "fi", 1, "e s", .ihi = 8, .via = "scatter_add: tj_take's VJP"),
     ROW("one_hot", "one_hot", b_one_hot, 2, "s=4", "s=4 v=8", "if", 2, "s", .ihi = 8),
+    UN(argmax, "argmax", "p"),
+    UN(argmin, "argmin", "q"),
+    UN(clip, "", PQ, .via = "tj_clip: max and min with constants"),
+    ROW("stack", "", b_stack, 2, A, A, "ff", 3, PQ, .via = "tj_stack: reshape and concat"),
     ROW("causal_mask", "causal_mask", b_causal, 1, "b=4 qp=4 kp=4", NULL, "f", 1, "b"),
     {.name = "attention", .ops = "attention attention_grad out", .via = "attention_grad: tj_attention's VJP", .build = b_attention, .nin = 3,
      .shape = {"b=2 h=2 qp=5 d=4", "kp=3 h=2 b=2 d=4", "b=2 h=2 kp=3 d=4"}, .kind = "fff", .diff = 7, .twice = 1, .smap = "b h", .lo = -2, .hi = 2},

@@ -120,6 +120,12 @@ static tj_v op_y(const char *c, tj_v a, tj_v b, tj_v cc, tj_v idx) {
     if (IS("expm1")) return tj_expm1(a);
     if (IS("erf")) return tj_erf(a);
     if (IS("softplus")) return tj_softplus(a);
+    if (IS("clip")) return tj_clip(a, -0.5, 0.75);
+    if (IS("stack")) {
+        tj_v xs[3];
+        xs[0] = a, xs[1] = b, xs[2] = cc;
+        return tj_stack(3, xs, "k");
+    }
     if (IS("gelu_exact")) return tj_mul(tj_muls(a, 0.5), tj_adds(tj_erf(tj_muls(a, 0.7071067811865476)), 1.0));
     if (IS("relu")) return tj_relu(a);
     if (IS("gelu")) return tj_gelu(a);
@@ -276,6 +282,8 @@ static void test_grads(tj_ctx *ctx) {
     gc(ctx, "expm1", "r=3 c=4", NULL, NULL, -2, 2);
     gc(ctx, "erf", "r=3 c=4", NULL, NULL, -2, 2);
     gc(ctx, "gelu_exact", "r=3 c=4", NULL, NULL, -3, 3);
+    gc(ctx, "clip", "r=3 c=4", NULL, NULL, -2, 2);
+    gc(ctx, "stack", "r=3 c=4", "r=3 c=4", "r=3 c=4", -2, 2);
     gc(ctx, "softplus", "r=3 c=4", NULL, NULL, -6, 6);
     gc(ctx, "relu", "r=3 c=4", NULL, NULL, -1, 1);
     gc(ctx, "gelu", "r=3 c=4", NULL, NULL, -3, 3);
@@ -2483,6 +2491,163 @@ static void test_unary_i32(tj_ctx *ctx) {
     tj_tree_free(in);
     tj_tree_free(out);
 }
+/* tj_clip is jnp.clip (JAX 0.10.2: max then min, not lax.clamp): NaN
+   passes, the gradient is 1/2 exactly at a bound and 0 at NaN; lo > hi
+   gives hi; the bounds take x's dtype; i32 with integer bounds stays i32,
+   a fractional bound on i32 is an error. Values from JAX 0.10.2. */
+static void clip_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), y, gx;
+    const double *b = (const double *)u;
+    (void)g;
+    y = tj_clip(x, b[0], b[1]);
+    tj_tree_set_v(out, "y", y);
+    if (tj_v_dtype(x) != TJ_I32 && tj_grad(tj_sum_all(y), 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_clip(tj_ctx *ctx) {
+    static const double x[12] = {-INFINITY, -3, -1, -0.5, -0.0, 0.0, 0.5, 1, 3, INFINITY, NAN, 0.3};
+    static const double b1[2] = {-1, 1}, b2[2] = {1, -1}, b3[2] = {0.0, 1}, b4[2] = {-1, -0.0}, b5[2] = {0.2, 0.3};
+    /* jnp.clip(x, -1., 1.), its gradient; jnp.clip(x, 1., -1.) */
+    static const double w1[12] = {-1, -1, -1, -0.5, -0.0, 0.0, 0.5, 1, 1, 1, NAN, 0.3}, g1[12] = {0, 0, 0.5, 1, 1, 1, 1, 0.5, 0, 0, 0, 1};
+    static const double w2[12] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, NAN, -1};
+    static const tj_dtype dts[3] = {TJ_F32, TJ_F64, TJ_BF16};
+    const double *bs[5] = {b1, b2, b3, b4, b5};
+    int d, c, i;
+    tjt_current = "clip (jnp.clip, JAX 0.10.2)";
+    for (d = 0; d < 3; d++)
+        for (c = 0; c < 5; c++) {
+            double y[12], gx[12];
+            float xf[12];
+            uint16_t h[12];
+            tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+            tj_prog *p;
+            for (i = 0; i < 12; i++) xf[i] = (float)x[i], h[i] = tj_f32_to_bf16(xf[i]);
+            tj_tree_set_array(in, "x", tj_array_new(ctx, dts[d], "n=12", d == 0 ? (const void *)xf : d == 1 ? (const void *)x : (const void *)h));
+            p = tj_jit(ctx, "clip", clip_fn, (void *)bs[c], in, NULL);
+            TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && !tj_array_read(tj_tree_array(out, "y"), TJ_F64, y) && !tj_array_read(tj_tree_array(out, "gx"), TJ_F64, gx),
+                      "clip %s: %s", tj_dtype_name(dts[d]), tj_error(ctx));
+            for (i = 0; p && i < 12; i++) {
+                /* the expected value: JAX's where given, else max then min in the dtype */
+                double lo = bs[c][0], hi = bs[c][1], xv = d == 2 ? tj_bf16_to_f32(h[i]) : d == 0 ? xf[i] : x[i], w, wg;
+                if (d == 0) lo = (float)lo, hi = (float)hi;
+                if (d == 2) lo = tj_bf16_to_f32(tj_f32_to_bf16((float)lo)), hi = tj_bf16_to_f32(tj_f32_to_bf16((float)hi));
+                if (c == 0) w = i == 11 ? xv : w1[i], wg = g1[i]; /* (0.3 as rounded to the dtype) */
+                else if (c == 1) w = w2[i], wg = 0;
+                else {
+                    w = xv != xv ? xv : xv < lo ? lo : xv > hi ? hi : xv == 0 && lo == 0 ? 0.0 : xv == 0 && hi == 0 ? -0.0 : xv;
+                    wg = xv != xv ? 0 : xv == lo || xv == hi ? 0.5 : xv > lo && xv < hi ? 1 : 0;
+                }
+                TJT_CHECK(isnan(w) ? isnan(y[i]) : y[i] == w && !signbit(y[i]) == !signbit(w), "%s clip(%g, %g, %g) = %.9g, want %.9g", tj_dtype_name(dts[d]), xv,
+                          bs[c][0], bs[c][1], y[i], w);
+                TJT_CHECK(gx[i] == wg, "%s clip'(%g, %g, %g) = %g, want %g (JAX: 1/2 at a bound)", tj_dtype_name(dts[d]), xv, bs[c][0], bs[c][1], gx[i], wg);
+            }
+            tj_clear_error(ctx);
+            tj_prog_free(p);
+            tj_tree_free(in);
+            tj_tree_free(out);
+        }
+    { /* i32: jnp.clip(x, -4, 2) */
+        static const int32_t xi[5] = {INT32_MIN, -5, 0, 3, INT32_MAX}, wi[5] = {-4, -4, 0, 2, 2};
+        static const double bi[2] = {-4, 2}, bf[2] = {1.5, 3};
+        int32_t yi[5];
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_I32, "n=5", xi));
+        p = tj_jit(ctx, "clip_i32", clip_fn, (void *)bi, in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && tj_array_dtype(tj_tree_array(out, "y")) == TJ_I32 && !tj_array_read(tj_tree_array(out, "y"), TJ_I32, yi),
+                  "clip i32: %s", tj_error(ctx));
+        for (i = 0; p && i < 5; i++) TJT_CHECK(yi[i] == wi[i], "i32 clip(%d, -4, 2) = %d, want %d", xi[i], yi[i], wi[i]);
+        tj_prog_free(p);
+        p = tj_jit(ctx, "clip_i32_frac", clip_fn, (void *)bf, in, NULL);
+        TJT_CHECK(!p && strstr(tj_error(ctx), "clip") && strstr(tj_error(ctx), "1.5") && strstr(tj_error(ctx), "cast"), "clip of i32 with 1.5: want an error, got %s",
+                  p ? "a program" : tj_error(ctx));
+        tj_prog_free(p);
+        tj_clear_error(ctx);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+}
+/* tj_argmax / tj_argmin are jnp.argmax / jnp.argmin: the first index on
+   ties (-0 ties +0), the first NaN wins both; i32 results; along either
+   axis; f32, bf16, f64 and i32 inputs. Values from JAX 0.10.2. No
+   gradient flows through the index: d/dx sum(argmax(x) * x) = argmax(x). */
+static void argm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), gx;
+    (void)g, (void)u;
+    tj_tree_set_v(out, "max1", tj_argmax(x, "c"));
+    tj_tree_set_v(out, "min1", tj_argmin(x, "c"));
+    tj_tree_set_v(out, "max0", tj_argmax(x, "r"));
+    tj_tree_set_v(out, "min0", tj_argmin(x, "r"));
+    if (tj_v_dtype(x) != TJ_I32 && tj_grad(tj_sum_all(tj_mul(tj_cast(tj_argmax(x, "r"), tj_v_dtype(x)), x)), 1, &x, &gx) == TJ_OK) tj_tree_set_v(out, "gx", gx);
+}
+static void test_argmax(tj_ctx *ctx) {
+    static const double x[5][4] = {{1, 3, 3, -INFINITY}, {NAN, 2, NAN, 5}, {-0.0, 0.0, -1, -1}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, {2, NAN, INFINITY, INFINITY}};
+    static const int32_t w_max1[5] = {1, 0, 0, 0, 1}, w_min1[5] = {3, 0, 2, 0, 1}, w_max0[4] = {1, 4, 1, 4}, w_min0[4] = {1, 4, 1, 0};
+    static const int32_t xi[2][4] = {{1, 3, 3, INT32_MIN}, {7, -5, 7, INT32_MAX}}, wi_max1[2] = {1, 3}, wi_min1[2] = {3, 1}, wi_max0[4] = {1, 0, 1, 1},
+                         wi_min0[4] = {0, 1, 0, 0};
+    static const tj_dtype dts[4] = {TJ_F32, TJ_F64, TJ_BF16, TJ_I32};
+    int d, i;
+    tjt_current = "argmax, argmin (jnp.argmax / argmin, JAX 0.10.2)";
+    for (d = 0; d < 4; d++) {
+        int32_t got[4][5];
+        double gx[20];
+        float xf[20];
+        uint16_t h[20];
+        int I = d == 3;
+        const char *names[4] = {"max1", "min1", "max0", "min0"};
+        const int32_t *want[4] = {I ? wi_max1 : w_max1, I ? wi_min1 : w_min1, I ? wi_max0 : w_max0, I ? wi_min0 : w_min0};
+        int len[4] = {I ? 2 : 5, I ? 2 : 5, 4, 4}, k, ok;
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        for (i = 0; i < 20; i++) xf[i] = (float)x[i / 4][i % 4], h[i] = tj_f32_to_bf16(xf[i]);
+        tj_tree_set_array(in, "x", tj_array_new(ctx, dts[d], I ? "r=2 c=4" : "r=5 c=4", d == 0 ? (const void *)xf : d == 1 ? (const void *)x : d == 2 ? (const void *)h : (const void *)xi));
+        p = tj_jit(ctx, "argm", argm_fn, NULL, in, NULL);
+        ok = p && tj_run(p, in, out) == TJ_OK;
+        for (k = 0; ok && k < 4; k++) ok = tj_array_dtype(tj_tree_array(out, names[k])) == TJ_I32 && !tj_array_read(tj_tree_array(out, names[k]), TJ_I32, got[k]);
+        TJT_CHECK(ok, "argmax/argmin %s: %s", tj_dtype_name(dts[d]), tj_error(ctx));
+        for (k = 0; ok && k < 4; k++)
+            for (i = 0; i < len[k]; i++) TJT_CHECK(got[k][i] == want[k][i], "%s arg%s [%d] = %d, want %d (JAX)", tj_dtype_name(dts[d]), names[k], i, got[k][i], want[k][i]);
+        if (ok && !I) {
+            TJT_CHECK(!tj_array_read(tj_tree_array(out, "gx"), TJ_F64, gx), "read gx: %s", tj_error(ctx));
+            for (i = 0; i < 20; i++) TJT_CHECK(gx[i] == w_max0[i % 4], "%s: gradient through argmax [%d] = %g, want %d", tj_dtype_name(dts[d]), i, gx[i], w_max0[i % 4]);
+        }
+        tj_clear_error(ctx);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+}
+/* tj_stack is jnp.stack(xs, axis=0): the new axis leads, input i at index i */
+static void stack_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v xs[20];
+    int i, n = *(const int *)u;
+    (void)g;
+    for (i = 0; i < n; i++) xs[i] = tj_muls(leaf(in, "x"), (double)i);
+    tj_tree_set_v(out, "y", tj_stack(n, xs, "k"));
+}
+static void test_stack(tj_ctx *ctx) {
+    static const int ns[3] = {1, 3, 20};
+    double x[6] = {1, 2, 3, 4, 5, 6}, y[120];
+    int c, i;
+    tjt_current = "stack (jnp.stack, axis 0)";
+    for (c = 0; c < 3; c++) {
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        tj_array *a;
+        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "r=2 c=3", x));
+        p = tj_jit(ctx, "stack", stack_fn, (void *)&ns[c], in, NULL);
+        TJT_CHECK(p && tj_run(p, in, out) == TJ_OK && (a = tj_tree_array(out, "y")) && !tj_array_read(a, TJ_F64, y), "stack of %d: %s", ns[c], tj_error(ctx));
+        if (p) {
+            char sh[64], got[128];
+            snprintf(sh, sizeof sh, "f64[k=%d,r=2,c=3]", ns[c]);
+            tj_array_describe(tj_tree_array(out, "y"), got, sizeof got);
+            TJT_CHECK(!strcmp(got, sh), "stack of %d: %s, want %s", ns[c], got, sh);
+            for (i = 0; i < 6 * ns[c]; i++) TJT_CHECK(y[i] == x[i % 6] * (i / 6), "stack of %d: [%d] = %g, want %g", ns[c], i, y[i], x[i % 6] * (i / 6));
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+}
 /* rsqrt's gradient is JAX's -0.5 y / x: -inf at x = -0 (y = -inf) as at
    +0; -0.5 y^3 gave +inf there */
 static void rsqrt_ct_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
@@ -2640,6 +2805,9 @@ int main(void) {
     test_sigmoid_extremes(ctx);
     test_unary_specials(ctx);
     test_unary_i32(ctx);
+    test_clip(ctx);
+    test_argmax(ctx);
+    test_stack(ctx);
     test_signed_zero(ctx);
     test_mean_bf16(ctx);
     test_pows_weak(ctx);
