@@ -3009,6 +3009,8 @@ typedef struct {
     X(ONE_HOT, "one_hot", TJ__NODIFF, tj__k_one_hot, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                                              \
     X(ARGMAX, "argmax", TJ__NODIFF, tj__k_argm, 0, tj__flops_in, 0, tj__sh_whole, tj__pr_axes)                                               \
     X(ARGMIN, "argmin", TJ__NODIFF, tj__k_argm, 0, tj__flops_in, 0, tj__sh_whole, tj__pr_axes)                                               \
+    X(ARGMAX_PART, "argmax_part", TJ__NODIFF, tj__k_argm, 0, tj__flops_in, 0, tj__sh_argm_part, tj__pr_axes)                                \
+    X(ARGMIN_PART, "argmin_part", TJ__NODIFF, tj__k_argm, 0, tj__flops_in, 0, tj__sh_argm_part, tj__pr_axes)                                \
     X(CAUSAL, "causal_mask", 0, tj__k_causal, tj__vjp_causal, tj__flops_zero, 0, tj__sh_whole, tj__pr_axes)                                        \
     X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                            \
     X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                \
@@ -3974,6 +3976,23 @@ static int tj__sh_xent_part(tj_graph *g, int op, tj__type *t, int nin, tj_node *
         if (j < nin && tj__sh_fit(&in[j], want, op, file, line)) return -1;
     }
     memcpy(t->sh, want, sizeof want);
+    t->partial = 0;
+    return 0;
+}
+
+/* argmax_part / argmin_part (a tj_argmax over a split axis, [5]): the
+   input keeps its sharding, its split reduced axis (at->axis) included;
+   the output's rows follow the input's axes, its _part axis is split as
+   the reduced axis is (device r holds block r's winner), _vi whole. */
+static int tj__sh_argm_part(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
+    uint8_t want[TJ_MAXDIM];
+    int i, k, part = tj__intern(g->ctx, "_part", 5);
+    (void)nin;
+    for (i = 0; i < in[0]->t.rank; i++) want[i] = in[0]->t.sh[i];
+    if (tj__sh_fit(&in[0], want, op, file, line)) return -1; /* (a partial input is added up) */
+    for (i = 0; i < TJ_MAXDIM; i++) t->sh[i] = 0;
+    for (i = 0; i < t->rank; i++)
+        t->sh[i] = (k = tj__axis_index(&in[0]->t, t->ax[i])) >= 0 ? in[0]->t.sh[k] : t->ax[i] == part ? in[0]->t.sh[tj__axis_index(&in[0]->t, at->axis)] : 0;
     t->partial = 0;
     return 0;
 }
@@ -6486,6 +6505,35 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
     return n;
 }
 /* ---- argmax, argmin along one axis (i32 result, no VJP) ---- */
+static tj_v tj__argm(const char *f, int l, int op, tj_v x, const char *axis);
+/* Over an axis split into P blocks over mesh axes, the axis is not
+   gathered: each device finds its block's winner, its value and its
+   global index (the block's offset added: argmax_part, one f64 pair per
+   row, along a new axis _part split as the reduced axis is, so device r
+   holds block r's pair); those pairs (rows x P x 2, where gathering would
+   move rows x the axis) are all-gathered and every device picks the
+   first block whose winner wins (an argmax over _part: blocks are in
+   index order, so the first global index on ties, the first NaN), and
+   takes that block's index. The values and indices are exact in f64. */
+static tj_v tj__argm_split(const char *f, int l, int op, tj_node *x, const tj__type *rows, const tj__attr *pa) {
+    tj_ctx *c = x->g->ctx;
+    tj__type t = *rows;
+    uint8_t want[TJ_MAXDIM];
+    tj_v st, win;
+    char ax[48];
+    int i, P = tj__mesh_count(c, x->t.sh[tj__axis_index(&x->t, pa->axis)]);
+    t.ax[t.rank] = tj__intern(c, "_part", 5);
+    t.dim[t.rank++] = P;
+    t.ax[t.rank] = tj__intern(c, "_vi", 3);
+    t.dim[t.rank++] = 2;
+    t.dt = TJ_F64;
+    if (!(st = tj__node(x->g, op == TJ__OP_ARGMAX ? TJ__OP_ARGMAX_PART : TJ__OP_ARGMIN_PART, &t, 1, &x, pa, f, l))) return NULL;
+    for (i = 0; i < st->t.rank; i++) want[i] = i == st->t.rank - 2 ? 0 : st->t.sh[i];
+    if (!(st = tj__reshard(st, want, TJ__OPNAME(op), f, l))) return NULL; /* every device sees every block's winner */
+    win = tj__argm(f, l, op, tj_index_at(f, l, st, "_vi", 0), "_part");
+    snprintf(ax, sizeof ax, "_part=%d", P);
+    return tj_cast_at(f, l, tj_sum_at(f, l, tj_mul_at(f, l, tj_one_hot_at(f, l, win, ax, TJ_F64), tj_index_at(f, l, st, "_vi", 1)), "_part"), TJ_I32);
+}
 static tj_v tj__argm(const char *f, int l, int op, tj_v x, const char *axis) {
     tj__type t;
     tj__attr pa;
@@ -6504,6 +6552,14 @@ static tj_v tj__argm(const char *f, int l, int op, tj_v x, const char *axis) {
     pa.axis = a;
     pa.axes[0] = a;
     pa.naxes = 1;
+    {   /* the reduced axis split over devices (outside shard_map): below */
+        tj_graph *g = tj__cur(x->g);
+        tj_ctx *c = x->g->ctx;
+        k = tj__axis_index(&x->t, a);
+        if (g && !g->manual && c->nmesh && tj__mesh_count(c, x->t.sh[k]) > 1 && x->t.rank < TJ_MAXDIM && tj__axis_index(&x->t, tj__intern(c, "_part", 5)) < 0 &&
+            tj__axis_index(&x->t, tj__intern(c, "_vi", 3)) < 0)
+            return tj__argm_split(f, l, op, x, &t, &pa);
+    }
     return tj__node(x->g, op, &t, 1, &x, &pa, f, l);
 }
 TJDEF tj_v tj_argmax_at(const char *f, int l, tj_v x, const char *axis) { return tj__argm(f, l, TJ__OP_ARGMAX, x, axis); }
@@ -6513,22 +6569,28 @@ TJDEF tj_v tj_argmin_at(const char *f, int l, tj_v x, const char *axis) { return
    far is not (CUDA: tjc_k_argm, the same loop) */
 static void tj__k_argm(tj__kern *k) {
     const tj__type *it = k->it[0];
-    int64_t ist[TJ_MAXDIM], ost[TJ_MAXDIM], st[TJ_MAXDIM], od[TJ_MAXDIM], m = tj__numel(&k->ot), o, j, d;
-    int ka = tj__axis_index(it, k->n->a.axis), i, mx = k->n->op == TJ__OP_ARGMAX;
+    int64_t ist[TJ_MAXDIM], ost[TJ_MAXDIM], st[TJ_MAXDIM], od[TJ_MAXDIM], m, o, j, d, off = 0, Vg;
+    int ka = tj__axis_index(it, k->n->a.axis), i, mx = k->n->op == TJ__OP_ARGMAX || k->n->op == TJ__OP_ARGMAX_PART;
+    int part = k->n->op == TJ__OP_ARGMAX_PART || k->n->op == TJ__OP_ARGMIN_PART;
+    tj__type rt = k->ot; /* the rows: a part's output without its _part (1 here) and _vi axes */
+    rt.rank -= part ? 2 : 0;
+    m = tj__numel(&rt);
     tj__strides(it, ist);
-    tj__strides(&k->ot, ost);
-    for (i = 0; i < k->ot.rank; i++) st[i] = ist[tj__axis_index(it, k->ot.ax[i])], od[i] = k->ot.dim[i];
+    tj__strides(&rt, ost);
+    for (i = 0; i < rt.rank; i++) st[i] = ist[tj__axis_index(it, rt.ax[i])], od[i] = rt.dim[i];
     d = it->dim[ka];
+    if (part) tj__split_block(k, ka, d, &off, &Vg);
     for (o = 0; o < m; o++) {
         int64_t base = 0, best = 0;
         double bv;
-        for (i = 0; i < k->ot.rank; i++) base += (o / ost[i]) % od[i] * st[i];
+        for (i = 0; i < rt.rank; i++) base += (o / ost[i]) % od[i] * st[i];
         bv = tj__ld(k->in[0], it->dt, base);
         for (j = 1; j < d && bv == bv; j++) {
             double v = tj__ld(k->in[0], it->dt, base + j * ist[ka]);
             if (v != v || (mx ? v > bv : v < bv)) bv = v, best = j;
         }
-        tj__st(k->out, TJ_I32, o, (double)best);
+        if (part) ((double *)k->out)[2 * o] = bv, ((double *)k->out)[2 * o + 1] = (double)(best + off);
+        else tj__st(k->out, TJ_I32, o, (double)best);
     }
 }
 static void tj__k_one_hot(tj__kern *k) {

@@ -931,14 +931,14 @@ __global__ void tjc_k_one_hot(const int32_t *idx, void *out, int dt, int64_t n, 
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         tjc_st<double>(out, dt, i, idx[i / V] == i % V ? 1.0 : 0.0);
 }
-/* argmax / argmin along one axis (tj__k_argm's loop): output o's row
+/* argmax / argmin (and their _part forms) along one axis (tj__k_argm's loop): output o's row
    starts at the offset sum over its axes of (o / ost[i]) % od[i] * st[i]
    and steps by ast; the first winner is kept, a NaN wins and ends the row */
 struct tjc_argm_geo {
     int rank;
     int64_t ost[TJ_MAXDIM], od[TJ_MAXDIM], st[TJ_MAXDIM];
 };
-__global__ void tjc_k_argm(const void *in, int idt, int32_t *out, int64_t m, int64_t d, int64_t ast, tjc_argm_geo g, int mx) {
+__global__ void tjc_k_argm(const void *in, int idt, void *out, int64_t m, int64_t d, int64_t ast, tjc_argm_geo g, int mx, int part, int64_t off) {
     for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < m; o += (int64_t)gridDim.x * blockDim.x) {
         int64_t base = 0, best = 0;
         for (int i = 0; i < g.rank; i++) base += (o / g.ost[i]) % g.od[i] * g.st[i];
@@ -947,7 +947,8 @@ __global__ void tjc_k_argm(const void *in, int idt, int32_t *out, int64_t m, int
             double v = tjc_ld<double>(in, idt, base + j * ast);
             if (v != v || (mx ? v > bv : v < bv)) bv = v, best = j;
         }
-        out[o] = (int32_t)best;
+        if (part) ((double *)out)[2 * o] = bv, ((double *)out)[2 * o + 1] = (double)(best + off); /* argmax_part: value, global index */
+        else ((int32_t *)out)[o] = (int32_t)best;
     }
 }
 /* causal mask: fill where key index > query index */
@@ -1515,15 +1516,20 @@ static int tjc_one_hot(tjc_state *s, tj__kern *k) {
 /* tj__k_argm */
 static int tjc_argm(tjc_state *s, tj__kern *k) {
     const tj__type *it = k->it[0];
-    int64_t ist[TJ_MAXDIM], m = tj__numel(&k->ot);
+    int op = k->n->op, part = op == TJ__OP_ARGMAX_PART || op == TJ__OP_ARGMIN_PART;
+    int64_t ist[TJ_MAXDIM], m, off = 0, Vg;
     int ka = tj__axis_index(it, k->n->a.axis);
+    tj__type rt = k->ot; /* the rows: a part's output without its _part (1 here) and _vi axes */
     tjc_argm_geo g;
+    rt.rank -= part ? 2 : 0;
+    m = tj__numel(&rt);
     tj__strides(it, ist);
-    tj__strides(&k->ot, g.ost);
-    g.rank = k->ot.rank;
-    for (int i = 0; i < k->ot.rank; i++) g.st[i] = ist[tj__axis_index(it, k->ot.ax[i])], g.od[i] = k->ot.dim[i];
-    tjc_k_argm<<<tjc_blocks(m, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], it->dt, (int32_t *)k->out, m, it->dim[ka], ist[ka], g,
-                                                                         k->n->op == TJ__OP_ARGMAX);
+    tj__strides(&rt, g.ost);
+    g.rank = rt.rank;
+    for (int i = 0; i < rt.rank; i++) g.st[i] = ist[tj__axis_index(it, rt.ax[i])], g.od[i] = rt.dim[i];
+    if (part) tj__split_block(k, ka, it->dim[ka], &off, &Vg);
+    tjc_k_argm<<<tjc_blocks(m, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->in[0], it->dt, k->out, m, it->dim[ka], ist[ka], g,
+                                                                         op == TJ__OP_ARGMAX || op == TJ__OP_ARGMAX_PART, part, off);
     TJC_LAUNCHED(k, "tjc_k_argm");
     return 0;
 }
@@ -3880,7 +3886,7 @@ static int tjc_path(int op, tjc_launch_fn *fn, const char **why) {
     case TJ__OP_PAD: TJC_K(tjc_pad);
     case TJ__OP_TAKE: case TJ__OP_SCATTER_ADD: TJC_K(tjc_take);
     case TJ__OP_ONE_HOT: TJC_K(tjc_one_hot);
-    case TJ__OP_ARGMAX: case TJ__OP_ARGMIN: TJC_K(tjc_argm);
+    case TJ__OP_ARGMAX: case TJ__OP_ARGMIN: case TJ__OP_ARGMAX_PART: case TJ__OP_ARGMIN_PART: TJC_K(tjc_argm);
     case TJ__OP_CAUSAL: TJC_K(tjc_causal);
     case TJ__OP_SOFTMAX: case TJ__OP_LOG_SOFTMAX: case TJ__OP_LAYER_NORM: TJC_K(tjc_rowop);
     case TJ__OP_CROSS_ENTROPY: TJC_K(tjc_cross_entropy);

@@ -447,6 +447,96 @@ static void test_one_psum_per_gradient(void) {
     tjt_outs_free(&o[1]);
 }
 
+/* sin .. softplus, clip, stack, argmax/argmin sharded: the same results
+   as one device. x's values are quarters in [-1, 1], so rows hold ties
+   (across device blocks too: argmax must pick the first global index);
+   z holds NaNs (the first NaN wins argmax and argmin) and -0 / +0 ties.
+   Over a split vocab axis argmax and argmin gather only each block's
+   winner (argmax_part: rows x blocks x 2 values), never x or z. */
+static void newops_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), z = tj_tree_v(in, "z"), xs[3], s, gx;
+    tj_v v = tj_add(tj_add(tj_softplus(x), tj_mul(tj_sin(x), tj_cos(x))), tj_mul(tj_abs(x), tj_sign(x)));
+    v = tj_add(tj_add(v, tj_log1p(tj_abs(x))), tj_add(tj_expm1(tj_muls(x, 0.5)), tj_erf(x)));
+    (void)g, (void)u;
+    xs[0] = x, xs[1] = v, xs[2] = tj_clip(x, -0.5, 0.5);
+    s = tj_stack(3, xs, "k");
+    tj_grad(tj_sum_all(tj_mul(s, s)), 1, &x, &gx);
+    tj_tree_set_v(out, "s", s);
+    tj_tree_set_v(out, "gx", gx);
+    tj_tree_set_v(out, "am_v", tj_argmax(x, "vocab"));
+    tj_tree_set_v(out, "an_v", tj_argmin(x, "vocab"));
+    tj_tree_set_v(out, "am_b", tj_argmax(x, "batch"));
+    tj_tree_set_v(out, "zm_v", tj_argmax(z, "vocab"));
+    tj_tree_set_v(out, "zn_v", tj_argmin(z, "vocab"));
+    tj_tree_set_v(out, "zn_b", tj_argmin(z, "batch"));
+}
+static int run_newops(int ndev, const char *mesh, const char *rules, tjt_outs *o, int *parts) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    double xv[128], zv[128];
+    int i, ok;
+    for (i = 0; i < 128; i++) {
+        xv[i] = (double)((i * 37 + 11) % 9 - 4) / 4.0;
+        zv[i] = (i * 13) % 11 == 3 ? NAN : (i * 29) % 7 == 1 ? -0.0 : (i * 29) % 7 == 2 ? 0.0 : (double)((i * 17) % 5) - 2.0;
+    }
+    memset(o, 0, sizeof *o);
+    tj_set_devices(ctx, ndev);
+    if (mesh) tj_set_mesh(ctx, mesh);
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "batch=8 vocab=16", xv));
+    tj_tree_set_array(in, "z", tj_array_new(ctx, TJ_F32, "batch=8 vocab=16", NULL));
+    {
+        float zf[128];
+        for (i = 0; i < 128; i++) zf[i] = (float)zv[i];
+        tj_tree_set_array(in, "z", tj_array_new(ctx, TJ_F32, "batch=8 vocab=16", zf));
+    }
+    ok = !(rules && tj_filter_shard(in, rules));
+    p = ok ? tj_jit(ctx, "newops", newops_fn, NULL, in, NULL) : NULL;
+    ok = p && tj_run(p, in, out) == TJ_OK;
+    TJT_CHECK(ok, "new ops on %s (%s): %s", mesh ? mesh : "one device", rules ? rules : "-", tj_error(ctx));
+    if (ok) tjt_outs_read(o, out);
+    *parts = 0; /* argmax_part / argmin_part nodes in the program */
+    if (p) {
+        FILE *f = tmpfile();
+        char line[1024];
+        if (f) {
+            tj_prog_print(p, f);
+            rewind(f);
+            while (fgets(line, sizeof line, f)) *parts += strstr(line, "argmax_part") != NULL || strstr(line, "argmin_part") != NULL;
+            fclose(f);
+        }
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+    return ok;
+}
+static void test_new_ops(void) {
+    static const struct { int ndev; const char *mesh, *rules; int parts; } cs[] = { /* parts: reductions over a split axis */
+        {2, "data=2", "vocab:data", 4},
+        {4, "data=4", "vocab:data", 4},
+        {2, "data=2", "batch:data", 2},
+        {4, "data=2 model=2", "batch:data vocab:model", 6},
+        {8, "data=2 model=4", "vocab:data+model", 4},
+        {8, "data=4 model=2", "batch:model vocab:data", 6},
+        {8, "data=8", "batch:data", 2},
+    };
+    tjt_outs ref, o;
+    int m, xg;
+    tjt_current = "new ops sharded (sin .. softplus, clip, stack, argmax, argmin)";
+    if (!run_newops(1, NULL, NULL, &ref, &xg)) return;
+    for (m = 0; m < (int)(sizeof cs / sizeof cs[0]); m++) {
+        char what[128];
+        snprintf(what, sizeof what, "new ops on %s (%s)", cs[m].mesh, cs[m].rules);
+        if (!run_newops(cs[m].ndev, cs[m].mesh, cs[m].rules, &o, &xg)) continue;
+        tjt_outs_compare(what, &ref, &o, 1e-12);
+        TJT_CHECK(xg == cs[m].parts, "%s: %d argmax/argmin reduce a split axis by blocks (argmax_part), want %d: the others gathered their input", what, xg,
+                  cs[m].parts);
+        tjt_outs_free(&o);
+    }
+    tjt_outs_free(&ref);
+}
 int main(void) {
     result ref, r, r2;
     int which, m;
@@ -465,6 +555,7 @@ int main(void) {
         {4, "data=2 model=2", "batch:data heads:model", "data x heads, 2x2"},
         {8, "data=2 model=4", "batch:data hd:model vocab:model", "data x head_dim, 2x4"},
     };
+    test_new_ops();
     test_layout_order();
     tjt_current = "equivalence";
     for (which = 0; which < 7; which++) {
