@@ -486,8 +486,11 @@ TJ__REDUCE_OPS(TJ__R_DECL)
    a NaN counts as larger (smaller) than anything, so the first NaN wins,
    as in JAX. For f32, f64, bf16 and i32 values. The result is an integer:
    no gradient flows through it (as through compares: tj_grad gives zeros
-   for what reaches the loss only through it). Sharded, the reduced axis
-   is gathered first (as tj_max's) and other axes keep their sharding. */
+   for what reaches the loss only through it). Sharded, other axes keep
+   their sharding, and a reduced axis split over devices is not gathered:
+   each device finds its block's winner and global index, and only those
+   pairs move (argmax_part, [5]). Inside tj_shard_map it is the local
+   block's index, as jnp.argmax there. */
 #define tj_argmax(x, axis) tj_argmax_at(TJ_AT, x, axis)
 #define tj_argmin(x, axis) tj_argmin_at(TJ_AT, x, axis)
 TJDEF tj_v tj_argmax_at(const char *f, int l, tj_v x, const char *axis);
