@@ -153,7 +153,7 @@ def bcast_axes(a, b): return a.axes + [n for n in b.axes if n not in a.axes]
 # --attention). (A custom_jvp computing d(x, y) from y = f(x) s does this
 # only to first order inside lax.scan: JAX's second derivative of a scan
 # body differentiates the rule's y as f(x), unmoved.)
-D = {"tanh": (jnp.tanh, lambda y: jnp.arctanh(jnp.clip(y, -1.0, 1.0))), "exp": (jnp.exp, jnp.log),
+D = {"tanh": (jnp.tanh, lambda y: jnp.arctanh(jnp.clip(y, -1.0, 1.0))), "exp": (jnp.exp, jnp.log), "expm1": (jnp.expm1, jnp.log1p),
      "sqrt": (jnp.sqrt, lambda y: y * y), "rsqrt": (lax.rsqrt, lambda y: 1.0 / (y * y))}
 
 def _rounded(f, finv):
@@ -200,10 +200,13 @@ class Evaluator:
         a = ins[0] if ins else None
         ax = op.get("axes", op.get("axis", ""))
         U = {"neg": lambda x: -x, "exp": jnp.exp, "log": jnp.log, "tanh": jnp.tanh, "sqrt": jnp.sqrt,
-             "rsqrt": lax.rsqrt, "relu": jax.nn.relu, "gelu": lambda x: jax.nn.gelu(x, approximate=True)}
+             "rsqrt": lax.rsqrt, "relu": jax.nn.relu, "gelu": lambda x: jax.nn.gelu(x, approximate=True),
+             "sin": jnp.sin, "cos": jnp.cos, "abs": jnp.abs, "sign": jnp.sign, "log1p": jnp.log1p, "expm1": jnp.expm1,
+             "erf": jax.scipy.special.erf, "softplus": jax.nn.softplus}
         if nm in D and self.perturb: return NV(self.rounded_unary(nm, a.a), a.axes)
         if nm in U: return NV(U[nm](a.a), a.axes)
         if nm == "pows": return NV(a.a ** self.const(a.a, op["s"]), a.axes)
+        if nm == "clip": return NV(jnp.clip(a.a, self.const(a.a, op["lo"]), self.const(a.a, op["hi"])), a.axes)
         if nm == "cast":
             if self.exact and op["dtype"] in ("f32", "bf16"):
                 return NV(self.round(a.a.astype(jnp.float64), op["dtype"]), a.axes)
@@ -746,6 +749,9 @@ class Gen:
         # tj_custom_vjp ops draw from r3 alone: a draw from r2 would move the
         # r2 draws after it (arange, int_ops, the shard_map shuffles)
         self.r3 = random.Random(seed * 104723 + 29)
+        # the unary ops added later (sin .. softplus, clip) draw from r4 alone,
+        # after a step (new_unary_op): each seed's program before it stays
+        self.r4 = random.Random(seed * 15485863 + 41)
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
         self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16", "bf16", "f64"])
@@ -815,6 +821,20 @@ class Gen:
         else:
             ar = self.emit("arange", [], dt, sh, shape=shape, axis=a, dtype=dt)
         return self.emit(r2.choice(["mul", "add"]), [x, ar], dt, sh)
+
+    def new_unary_op(self, x):
+        """sin, cos, abs, sign, log1p, expm1, erf, softplus or clip of x
+        (drawn from r4); log1p mostly on values > -1, expm1 on tanh(x)"""
+        r4 = self.r4
+        dt, sh = self.vals[x]
+        if dt == "i32": return x
+        u = r4.choice(["sin", "cos", "abs", "sign", "log1p", "expm1", "erf", "softplus", "clip"])
+        if u == "log1p" and r4.random() < 0.8: x = self.positive(x)
+        if u == "expm1" and r4.random() < 0.8: x = self.emit("tanh", [x], dt, sh)
+        if u == "clip":
+            lo, hi = r4.choice([(-1.0, 1.0), (0.0, 2.0), (-0.5, 0.25), (1.0, -1.0), (0.0, 1e30)])
+            return self.emit("clip", [x], dt, sh, lo=lo, hi=hi)
+        return self.emit(u, [x], dt, sh)
 
     def custom_vjp_op(self, x):
         """tj_custom_vjp (jax.custom_vjp) on x and maybe a second value y of
@@ -1318,6 +1338,7 @@ class Gen:
             tries += 1
             y = self.step()
             if y and not self.manual and self.r2.random() < 0.15: self.arange_op(y)  # (r2: each seed's program before it stays)
+            if y and self.r4.random() < 0.25: self.new_unary_op(y)  # (r4: each seed's program before it stays)
             if y and self.cvjp == 1 and (self.r3.random() < 0.2 or not any(o["op"] == "custom_vjp" for o in self.ops)):
                 self.custom_vjp_op(y)  # (--custom-vjp: also inside the program, its outputs used by the ops after it)
         made = [o["out"] for o in self.ops if self.vals[o["out"]][0] != "i32" or r.random() < 0.3]
