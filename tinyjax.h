@@ -6090,13 +6090,14 @@ TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char 
         int same = xs[i]->t.rank == xs[0]->t.rank && xs[i]->t.dt == xs[0]->t.dt;
         for (j = 0; same && j < xs[0]->t.rank; j++) same = xs[i]->t.ax[j] == xs[0]->t.ax[j] && xs[i]->t.dim[j] == xs[0]->t.dim[j];
         if (!same) {
-            tj__err(xs[0]->g->ctx, TJ_ERR_SHAPE, f, l, "stack: input %d %s differs from input 0 %s (stack wants one type: axes, sizes, dtype)", i,
+            tj__err(xs[0]->g->ctx, TJ_ERR_SHAPE, f, l, "stack: input %d %s differs from input 0 %s (stack wants one type: axes in one order, sizes, dtype)", i,
                     tj_v_describe(xs[i], b1, sizeof b1), tj_v_describe(xs[0], b2, sizeof b2));
             return NULL;
         }
     }
     if (tj__axis_index(&xs[0]->t, a[0]) >= 0 || xs[0]->t.rank >= TJ_MAXDIM) {
-        tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: %s", tj__axis_index(&xs[0]->t, a[0]) >= 0 ? "the new axis is already an axis of the inputs" : "the inputs have the most axes a value may have");
+        tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: the inputs %s %s", tj_v_describe(xs[0], b1, sizeof b1),
+                tj__axis_index(&xs[0]->t, a[0]) >= 0 ? "already have the new axis" : "have the most axes a value may have");
         return NULL;
     }
     t = xs[0]->t;

@@ -2616,6 +2616,42 @@ static void test_argmax(tj_ctx *ctx) {
         tj_tree_free(out);
     }
 }
+/* misuse of tj_stack and tj_argmax: a message naming the call */
+static int stack_err_case;
+static void stack_err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = leaf(in, "x"), xs[3], r = NULL;
+    (void)g, (void)u;
+    xs[0] = x, xs[1] = tj_muls(x, 2.0), xs[2] = NULL;
+    switch (stack_err_case) {
+    case 0: r = tj_stack(0, xs, "k"); break;
+    case 1: r = tj_stack(2, xs, "r"); break;
+    case 2: r = tj_stack(2, xs, "k j"); break;
+    case 3: xs[1] = tj_transpose(x, "c r"); r = tj_stack(2, xs, "k"); break;
+    case 4: xs[1] = tj_cast(x, TJ_F32); r = tj_stack(2, xs, "k"); break;
+    case 5: r = tj_argmax(x, "zz"); break;
+    default: r = tj_stack(257, xs, "k"); break;
+    }
+    tj_tree_set_v(out, "y", r);
+}
+static void test_stack_errors(tj_ctx *ctx) {
+    static const char *want[7][2] = {{"stack", "0 inputs"}, {"stack", "already have the new axis"}, {"stack", "one new axis"}, {"stack", "differs"},
+                                     {"stack", "differs"},  {"argmax", "'zz'"},                      {"stack", "257 inputs"}};
+    tj_tree *in = tj_tree_new(ctx);
+    int i;
+    tjt_current = "stack, argmax: errors";
+    tj_tree_set_array(in, "x", tj_zeros(ctx, TJ_F64, "r=2 c=3"));
+    for (i = 0; i < 7; i++) {
+        tj_prog *p;
+        stack_err_case = i;
+        tj_clear_error(ctx);
+        p = tj_jit(ctx, "stack_err", stack_err_fn, NULL, in, NULL);
+        TJT_CHECK(!p && strstr(tj_error(ctx), want[i][0]) && strstr(tj_error(ctx), want[i][1]) && strstr(tj_error(ctx), "test_ops.c"),
+                  "case %d: want an error with '%s', got %s", i, want[i][1], p ? "a program" : tj_error(ctx));
+        tj_prog_free(p);
+    }
+    tj_clear_error(ctx);
+    tj_tree_free(in);
+}
 /* tj_stack is jnp.stack(xs, axis=0): the new axis leads, input i at index i */
 static void stack_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v xs[20];
@@ -2808,6 +2844,7 @@ int main(void) {
     test_clip(ctx);
     test_argmax(ctx);
     test_stack(ctx);
+    test_stack_errors(ctx);
     test_signed_zero(ctx);
     test_mean_bf16(ctx);
     test_pows_weak(ctx);
