@@ -6629,7 +6629,7 @@ static void tj__xent_part_in(const tj__kern *k, int64_t r, double *mx, double *g
    device's block (cross_entropy_part and its gradient: labels are global),
    else 0 */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d, int64_t off) {
-    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0, ls = 0, ones = 0;
+    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, mlo = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0, ls = 0, ones = 0;
     int op = k->n->op, g = k->nin - 1, part = op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD; /* g: the cotangent's input */
     int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || part, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
     int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - off : -1;
@@ -6652,12 +6652,25 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
         s += ones;
     }
     if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */
+        double corr = 0;
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) mean += a[j];
         mean /= (double)d;
         for (c0 = 0; c0 < d; c0 += m)
-            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) var += (a[j] - mean) * (a[j] - mean);
-        var = 1.0 / sqrt(var / (double)d + k->n->a.s);
+            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) {
+                var += (a[j] - mean) * (a[j] - mean);
+                corr += a[j] - mean;
+            }
+        /* The mean in two parts, mean + mlo (as the float kernel's meanf +
+           meanlo): the first mean's rounding (an ulp of |mean|, which may
+           dwarf the row's spread) comes back as sum(x - mean), and x - mean
+           is taken as (x - mean) - mlo, so the centred row sums to ~0 and
+           the gradient is mean-free to rounding of its own size. A value
+           added to the whole row (x - c) then gets a gradient of ~0: JAX
+           gives 0 in f64 where this gave 1e-12 for a row of 2 whose mean
+           was 170 times its spread (jax_diff seed 400223). */
+        mlo = corr / (double)d;
+        var = 1.0 / sqrt((var - corr * corr / (double)d) / (double)d + k->n->a.s);
     }
     if (rowg) { /* sum(g), sum(g y) */
         for (c0 = 0; c0 < d; c0 += m) {
@@ -6665,7 +6678,7 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
             tj__row_get(k, g, base, s1, d, c0, b);
             for (j = 0; j < m; j++) {
                 gr += b[j];
-                gy += b[j] * (op == TJ__OP_SOFTMAX_GRAD ? a[j] : (a[j] - mean) * var);
+                gy += b[j] * (op == TJ__OP_SOFTMAX_GRAD ? a[j] : ((a[j] - mean) - mlo) * var);
             }
         }
         gr /= (double)d;
@@ -6688,9 +6701,9 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
         for (j = 0; j < m; j++) switch (op) {
             case TJ__OP_SOFTMAX: a[j] /= s; break;
             case TJ__OP_LOG_SOFTMAX: a[j] = (a[j] - mx) - ls; break; /* (as JAX) */
-            case TJ__OP_LAYER_NORM: a[j] = (a[j] - mean) * var; break;
+            case TJ__OP_LAYER_NORM: a[j] = ((a[j] - mean) - mlo) * var; break;
             case TJ__OP_SOFTMAX_GRAD: a[j] *= b[j] - gy; break;
-            case TJ__OP_LAYER_NORM_GRAD: a[j] = var * (b[j] - gr - (a[j] - mean) * var * gy); break;
+            case TJ__OP_LAYER_NORM_GRAD: a[j] = var * (b[j] - gr - ((a[j] - mean) - mlo) * var * gy); break;
             case TJ__OP_XENT_PART_GRAD: a[j] = gr * a[j] + (c0 + j == lab ? gz : 0.0); break;
             default: /* cross_entropy_grad; with the loss: exp((x - z[label]) - loss), and expm1(-loss) at the label, as in float */
                 a[j] = !stats ? gr * (a[j] / s - (double)(c0 + j == lab)) : c0 + j == lab ? gr * expm1(-loss) : gr * exp((a[j] - zl) - loss);
