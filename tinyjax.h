@@ -8270,7 +8270,13 @@ static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g_unused, tj_v *gin) {
    outputs are PROJ nodes: final carries, stacked ys, and (after autodiff)
    stacked residuals. The kernel runs the compiled body once per iteration
    on pointers: x slices and y slices are offsets into the stacked buffers,
-   and the carry ping-pongs between two buffers in the node's workspace. */
+   and the carry ping-pongs between two buffers in the node's workspace.
+   a.reverse runs the iterations from the last slice to the first (a user's
+   tj_scan_reverse, the backward pass of a forward scan or region): every
+   slice index, the staged prefetch of host slices included, is the
+   iteration's t, never its count s (tj__k_scan). Stacks are indexed by
+   slice either way, so a residual stacked by a forward pass is read back
+   by its backward pass, which runs the other way, at the same index. */
 
 struct tj__report {
     tj_residual *rows;
@@ -9009,8 +9015,8 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
    stacked carry by the value the body returns for that carry, through
    views). What the policy keeps the nested scan returns stacked and the
    enclosing walker keeps (saved or offloaded whole); for the rest the
-   enclosing backward body runs a forward scan of its own over the same
-   iterations (tj__rerun_scan), whose body a re-run walker clones from the
+   enclosing backward body runs a scan of its own over the same
+   iterations, in the nested scan's direction (tj__rerun_scan), whose body a re-run walker clones from the
    nested body: kept values are read one slice per iteration, everything
    else (carries included) is recomputed. The nested scan's own VJP keeps
    what the enclosing policy keeps (tj__enclosing reaches it), and at
@@ -9673,8 +9679,8 @@ static int tj__order_params(tj_graph *B, tj_node *const *lead, int nlead, tj_nod
 }
 /* Recompute v, an output of a scan nested in w's body (tj__see_into_scan)
    that w's policy recomputes, as JAX's partial evaluation of scan inside
-   jax.checkpoint: w's backward body runs a forward scan over the same
-   iterations, whose body clones from the nested body what the outputs the
+   jax.checkpoint: w's backward body runs a scan over the same iterations
+   in the same direction (a reverse scan's re-run runs in reverse), whose body clones from the nested body what the outputs the
    backward pass reads need, each value judged by w's policy. What it keeps
    the nested scan returns stacked (w keeps the stack across its boundary,
    saved or offloaded, and a row says so) and the re-run reads one slice
