@@ -1303,9 +1303,10 @@ typedef struct {
     int ckpt, smap;     /* the inner scan in a tj_checkpoint / a tj_shard_map  */
     int unrolled, second, loss_only;
 } rs_cfg;
+static tj_v rs_b; /* a weight every body captures (its tanh a loop-invariant residual) */
 static void rs_step(tj_v c, tj_v w, tj_v v, tj_v *co, tj_v *y0, tj_v *y1) {
     tj_v h = tj_checkpoint_name(tj_rename(tj_dot(c, w, "embed"), "e2", "embed"), "h");
-    tj_v a = tj_checkpoint_name(tj_tanh(tj_add(h, v)), "a");
+    tj_v a = tj_checkpoint_name(tj_tanh(tj_add(tj_add(h, v), tj_tanh(rs_b))), "a");
     *co = tj_add(tj_muls(a, 0.8), tj_mul(c, v));
     *y0 = tj_mul(a, c);
     *y1 = tj_sum(tj_mul(h, h), "embed");
@@ -1365,6 +1366,7 @@ static void rs_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     const rs_cfg *c = (const rs_cfg *)u;
     tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), v = tj_tree_v(in, "v"), r0 = tj_tree_v(in, "r0"), r1 = tj_tree_v(in, "r1");
     tj_v fin = NULL, ys[2] = {NULL, NULL}, l, wrt[4], gr[4];
+    rs_b = tj_tree_v(in, "b");
     if (c->unrolled) rs_unrolled(c, x, w, v, &fin, &ys[0], &ys[1]);
     else if (c->K) {
         tj_v xs[2];
@@ -1388,7 +1390,7 @@ static void rs_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         tj_tree_set_v(out, "loss", l);
         return;
     }
-    wrt[0] = x, wrt[1] = w, wrt[2] = v, wrt[3] = r0;
+    wrt[0] = x, wrt[1] = w, wrt[2] = v, wrt[3] = rs_b;
     tj_grad(l, 4, wrt, gr);
     if (c->second) {
         l = tj_add(tj_add(tj_sum_all(tj_mul(gr[0], gr[0])), tj_sum_all(tj_mul(gr[1], gr[1]))), tj_sum_all(tj_mul(gr[2], gr[2])));
@@ -1401,7 +1403,7 @@ static void rs_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "g_x", gr[0]);
     tj_tree_set_v(out, "g_w", gr[1]);
     tj_tree_set_v(out, "g_v", gr[2]);
-    tj_tree_set_v(out, "g_r0", gr[3]);
+    tj_tree_set_v(out, "g_b", gr[3]);
 }
 /* sharded: 0 none; 1 the batch over data and e2 over model where the mesh
    has them; 2 also the scanned axis over data (the scan gathers it) */
@@ -1422,6 +1424,7 @@ static tj_tree *rs_inputs(tj_ctx *ctx, tj_dtype dt, int L, int K, int sharded, i
     tj_tree_set_array(in, "r0", sharded ? tjt_put(a, "batch:data") : a);
     snprintf(s, sizeof s, "%slayer=%d batch=2", pre, L);
     tj_tree_set_array(in, "r1", tjt_rand(ctx, dt, s, 85, -1, 1));
+    tj_tree_set_array(in, "b", tjt_rand(ctx, dt, "embed=4", 86, -1, 1));
     return in;
 }
 static const char *rs_pn(int p) {
@@ -1491,6 +1494,7 @@ static void rs_rows(tj_ctx *ctx, const rs_cfg *c, tj_tree *in) {
 static void rs_donate_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v x = tj_tree_v(in, "x"), xs[2], fin = NULL, ys[2];
     (void)g; (void)u;
+    rs_b = tj_tree_v(in, "b");
     xs[0] = tj_tree_v(in, "w"), xs[1] = tj_tree_v(in, "v");
     tj_scan_reverse(rs_body, NULL, "layer", 1, &x, 2, xs, 2, &fin, ys, NULL);
     tj_tree_set_v(out, "x", fin);
@@ -1551,17 +1555,18 @@ static void test_reverse_print(void) {
 }
 /* JAX 0.10.2 (float64), the same body and loss as rs_fn:
      def step(c, xs):
-         w, v = xs; h = (c @ w); a = jnp.tanh(h + v)
+         w, v = xs; h = (c @ w); a = jnp.tanh(h + v + jnp.tanh(bb))
          return a * 0.8 + c * v, (a * c, (h * h).sum(-1))
      fin, (ys0, ys1) = lax.scan(step, x, (w, v), reverse=True)
      loss = (fin**2).sum() + (ys0 * r0).sum() + (ys1 * r1).sum()
    with x[b,e] = sin(1 + b*3 + e) / 2 (batch 2, embed 3), w[l,e,f] =
    cos(l*9 + e*3 + f) / 2, v[l,b,e] = sin(0.5 * (l*6 + b*3 + e)) / 3,
    r0[l,b,e] = cos(0.3 * (l*6 + b*3 + e)), r1[l,b] = sin(0.7 * (l*2 + b) + 1),
-   L = 3; the numbers jax.value_and_grad printed (rs_golden.py in the
-   commit message's words: run by hand, not in CI). */
+   bb[e] = cos(0.9 e + 0.2) / 2 (rs_b, captured), L = 3: the numbers
+   jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True)(x, w, v, bb)
+   printed with jax_enable_x64, run by hand (not in CI). */
 static void rs_fill(tj_ctx *ctx, tj_tree *in) {
-    double x[6], w[27], v[18], r0[18], r1[6];
+    double x[6], w[27], v[18], r0[18], r1[6], b[3];
     int i;
     for (i = 0; i < 6; i++) x[i] = sin(1.0 + i) / 2;
     for (i = 0; i < 27; i++) w[i] = cos((double)i) / 2;
@@ -1572,17 +1577,20 @@ static void rs_fill(tj_ctx *ctx, tj_tree *in) {
     tj_tree_set_array(in, "v", tj_array_new(ctx, TJ_F64, "layer=3 batch=2 embed=3", v));
     tj_tree_set_array(in, "r0", tj_array_new(ctx, TJ_F64, "layer=3 batch=2 embed=3", r0));
     tj_tree_set_array(in, "r1", tj_array_new(ctx, TJ_F64, "layer=3 batch=2", r1));
+    for (i = 0; i < 3; i++) b[i] = cos(0.9 * i + 0.2) / 2;
+    tj_tree_set_array(in, "b", tj_array_new(ctx, TJ_F64, "embed=3", b));
 }
-static const double rsg_loss[1] = {0.072161976413016249};
-static const double rsg_fin[6] = {-0.037677597211328573, 0.071142530344008942, 0.14238882472275186, 0.054380387479681186, 0.078989351993727822, 0.14082514924268558};
-static const double rsg_ys0[18] = {-0.0021901938620883642, -0.011672008520085804, -0.068509291620590218, -0.072013230476375589, -0.076555550871908018, -0.056453627845996938, -0.0057174982184567359, -0.01202685300381935, -0.047026154417629681, -0.041123926758128204, -0.032839383676046642, -0.043347421211184345, -0.026796643210532309, 0.039613954911249978, 0.014369725998524992, -0.10655516787619093, -0.14544477955739363, -0.0370253264581362};
-static const double rsg_ys1[6] = {0.0046846891679969381, 0.021069386802141783, 0.00058773809545444532, 0.014778761819819552, 0.0012620612021964463, 0.00084422709221210689};
-static const double rsg_gx[6] = {-0.21956450567915281, 0.19478249551297203, -0.298732075755333, 0.31147347169975326, -0.13075516254865163, 0.40490218858059046};
-static const double rsg_gw[27] = {0.11769134869876686, 0.044593227000775663, -0.094842781243657109, 0.13020397720282836, 0.054684456494273483, -0.09432012477282381, 0.10914712000642861, 0.051516720667722352, -0.067814632709183378, -0.01298552455548594, 0.010710383108979286, -0.03341829325946967, -0.018593673060829201, 0.026431870282347551, -0.022210214885131911, -0.036852719346502326, 0.051218071307204426, -0.046724329318871903, -0.33708870628337223, -0.19252897203044347, -0.035726701226801758, -0.39223675807390701, -0.22077323794497303, -0.049993869582710244, -0.086764143383778997, -0.046039607040845316, -0.018296904802817034};
-static const double rsg_gv[18] = {-0.017254002624330852, -0.0026813344199866107, -0.057455282558296135, -0.15752877361189202, -0.04954789702766535, 0.12935368478477696, -0.059983570324420005, 0.12532357337279937, 0.089108061344032832, -0.16665602268516028, 0.22796389818081156, -0.32041156054941949, -0.42601775775822198, -0.24688104301906488, 0.052182229080709887, 0.20842466063112963, 0.025144047737973189, 0.1303269717572976};
+static const double rsg_loss[1] = {0.37261087444009716};
+static const double rsg_fin[6] = {0.33934913445545312, 0.27071234441550457, -0.070392689896403834, 0.4461499381773123, 0.2731503615704256, -0.058346318845699574};
+static const double rsg_ys0[18] = {0.15999386927722981, 0.01916180027662855, -0.0099264049522206632, -0.05363968968232144, -0.084416424205255802, -0.0026407358027514035, 0.11782446560179158, 0.030940401880937642, -0.0068669745978563665, 0.017354284470908508, -0.037196503512963691, -0.0063622019211959048, 0.15641361386334865, 0.13673404263513031, 0.00010009055814259872, -0.23890285603744876, -0.23498466203122398, -0.0092599373850077594};
+static const double rsg_ys1[6] = {0.0040057595690952408, 0.016958898149695888, 0.00042202113827280555, 0.011244129917814373, 0.0012620612021964463, 0.00084422709221210689};
+static const double rsg_gx[6] = {-0.59741356638899867, 0.046103056540023613, -0.21814191828883095, -0.20065956849111199, 0.031049840572470094, 0.19310127953873718};
+static const double rsg_gw[27] = {0.26347525951629636, 0.12447059617929045, -0.16777727652815391, -0.0011682984901764696, -0.0069381952672118927, -0.009352971705525721, -0.32512909879938307, -0.16736453644726829, 0.18527059654899508, 0.26800940716849003, -0.10964086830063817, 0.12459135049880329, 0.22908787986669413, -0.095690854344757589, 0.1169534582033501, 0.014417103517838611, -0.0059992995384053225, 0.0072394495538939622, -0.17481207889954928, -0.14462866264231672, -0.061572039574003069, -0.18173133815903883, -0.164668329211211, -0.07830255899407583, -0.021567643212113366, -0.033312693310225759, -0.023042066785747353};
+static const double rsg_gv[18] = {1.0105629996848158, 0.46873325075867223, -0.34187129025486673, 0.34439549374671907, 0.18995465569520556, -0.078408379255261576, 0.84111928665717484, -0.30471130637720895, 0.34110396016987454, 0.64072946349152382, -0.07604232441727457, 0.085883525921606377, -0.55995615129709264, -0.16626611748974074, -0.0095642934414347583, 0.0063233105419764268, -0.0069006021848892051, 0.13690324298191553};
+static const double rsg_gb[3] = {1.1612511147448037, 0.22225912598590042, 0.073106450517775437};
 static void test_reverse_golden(void) {
     static const struct { const char *name; const double *v; int n; } want[] = {{"loss", rsg_loss, 1}, {"fin", rsg_fin, 6},   {"ys0", rsg_ys0, 18}, {"ys1", rsg_ys1, 6},
-                                                                                {"g_x", rsg_gx, 6},     {"g_w", rsg_gw, 27}, {"g_v", rsg_gv, 18}};
+                                                                                {"g_x", rsg_gx, 6},     {"g_w", rsg_gw, 27}, {"g_v", rsg_gv, 18}, {"g_b", rsg_gb, 3}};
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in = tj_tree_new(ctx);
     rs_cfg c = {3, 0, 1, 0, -1, -1, 0, 0, 0, 0, 0};
@@ -1662,7 +1670,7 @@ static void test_reverse(void) {
             tj_tree *in = rs_inputs(ctx, TJ_F64, fd[k].L, fd[k].K, 0, 0);
             char what[256];
             rs_what(&fd[k], 1, what, sizeof what);
-            TJT_GRADCHECK(ctx, what, rs_fn, (void *)&fd[k], in, "x w v r0");
+            TJT_GRADCHECK(ctx, what, rs_fn, (void *)&fd[k], in, "x w v r0 b");
             tj_tree_free(in);
         }
     }
