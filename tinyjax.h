@@ -824,13 +824,28 @@ TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *out);
    iteration keeps for the backward pass (its residuals, the carry included)
    is decided by `policy` (NULL: everything_saveable).
    axis: the scanned axis name, e.g. "layer" (length from xs), or
-   "layer=12" when there are no xs; at most 2^31-1 iterations. */
+   "layer=12" when there are no xs; at most 2^31-1 iterations.
+   tj_scan_reverse (same arguments) is JAX's lax.scan(..., reverse=True):
+   iteration i (i = 0 .. length-1) reads slice length-1-i of each x and its
+   y is stored at index length-1-i, so the ys come back in the xs' order
+   (not reversed); the final carry is the one after the iteration that read
+   slice 0. Everything else is tj_scan's: policies (offloaded slices are
+   fetched back in the order the iterations read them), gradients (the VJP
+   of a reverse scan is a forward scan over the body's VJP), nesting,
+   sharding. tj_scan_dir takes the direction as its last argument (0
+   forward, nonzero reverse), for a direction chosen at run time. */
 typedef struct tj_policy tj_policy;
 typedef void (*tj_scan_fn)(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *user);
 #define tj_scan(body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy) \
     tj_scan_at(TJ_AT, body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy)
+#define tj_scan_reverse(body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy) \
+    tj_scan_dir_at(TJ_AT, body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy, 1)
+#define tj_scan_dir(body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy, reverse) \
+    tj_scan_dir_at(TJ_AT, body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy, reverse)
 TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int ncarry, const tj_v *init, int nx,
                            const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy);
+TJDEF tj_status tj_scan_dir_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int ncarry, const tj_v *init, int nx,
+                               const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse);
 
 /* A remat region: checkpoint(fn, policy)(in) computes fn(in), and in the
    backward pass keeps only what the policy says, recomputing the rest from
@@ -6861,7 +6876,7 @@ static void tj__xent_part_in(const tj__kern *k, int64_t r, double *mx, double *g
    device's block (cross_entropy_part and its gradient: labels are global),
    else 0 */
 static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t d, int64_t off) {
-    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0, ls = 0, ones = 0;
+    double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, mlo = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0, ls = 0, ones = 0;
     int op = k->n->op, g = k->nin - 1, part = op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD; /* g: the cotangent's input */
     int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || part, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
     int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - off : -1;
@@ -6884,12 +6899,25 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
         s += ones;
     }
     if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) { /* mean, then var = 1 / sqrt(variance + eps) */
+        double corr = 0;
         for (c0 = 0; c0 < d; c0 += m)
             for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) mean += a[j];
         mean /= (double)d;
         for (c0 = 0; c0 < d; c0 += m)
-            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) var += (a[j] - mean) * (a[j] - mean);
-        var = 1.0 / sqrt(var / (double)d + k->n->a.s);
+            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++) {
+                var += (a[j] - mean) * (a[j] - mean);
+                corr += a[j] - mean;
+            }
+        /* The mean in two parts, mean + mlo (as the float kernel's meanf +
+           meanlo): the first mean's rounding (an ulp of |mean|, which may
+           dwarf the row's spread) comes back as sum(x - mean), and x - mean
+           is taken as (x - mean) - mlo, so the centred row sums to ~0 and
+           the gradient is mean-free to rounding of its own size. A value
+           added to the whole row (x - c) then gets a gradient of ~0: JAX
+           gives 0 in f64 where this gave 1e-12 for a row of 2 whose mean
+           was 170 times its spread (jax_diff seed 400223). */
+        mlo = corr / (double)d;
+        var = 1.0 / sqrt((var - corr * corr / (double)d) / (double)d + k->n->a.s);
     }
     if (rowg) { /* sum(g), sum(g y) */
         for (c0 = 0; c0 < d; c0 += m) {
@@ -6897,7 +6925,7 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
             tj__row_get(k, g, base, s1, d, c0, b);
             for (j = 0; j < m; j++) {
                 gr += b[j];
-                gy += b[j] * (op == TJ__OP_SOFTMAX_GRAD ? a[j] : (a[j] - mean) * var);
+                gy += b[j] * (op == TJ__OP_SOFTMAX_GRAD ? a[j] : ((a[j] - mean) - mlo) * var);
             }
         }
         gr /= (double)d;
@@ -6920,9 +6948,9 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
         for (j = 0; j < m; j++) switch (op) {
             case TJ__OP_SOFTMAX: a[j] /= s; break;
             case TJ__OP_LOG_SOFTMAX: a[j] = (a[j] - mx) - ls; break; /* (as JAX) */
-            case TJ__OP_LAYER_NORM: a[j] = (a[j] - mean) * var; break;
+            case TJ__OP_LAYER_NORM: a[j] = ((a[j] - mean) - mlo) * var; break;
             case TJ__OP_SOFTMAX_GRAD: a[j] *= b[j] - gy; break;
-            case TJ__OP_LAYER_NORM_GRAD: a[j] = var * (b[j] - gr - (a[j] - mean) * var * gy); break;
+            case TJ__OP_LAYER_NORM_GRAD: a[j] = var * (b[j] - gr - ((a[j] - mean) - mlo) * var * gy); break;
             case TJ__OP_XENT_PART_GRAD: a[j] = gr * a[j] + (c0 + j == lab ? gz : 0.0); break;
             default: /* cross_entropy_grad; with the loss: exp((x - z[label]) - loss), and expm1(-loss) at the label, as in float */
                 a[j] = !stats ? gr * (a[j] / s - (double)(c0 + j == lab)) : c0 + j == lab ? gr * expm1(-loss) : gr * exp((a[j] - zl) - loss);
@@ -8499,7 +8527,13 @@ static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g_unused, tj_v *gin) {
    outputs are PROJ nodes: final carries, stacked ys, and (after autodiff)
    stacked residuals. The kernel runs the compiled body once per iteration
    on pointers: x slices and y slices are offsets into the stacked buffers,
-   and the carry ping-pongs between two buffers in the node's workspace. */
+   and the carry ping-pongs between two buffers in the node's workspace.
+   a.reverse runs the iterations from the last slice to the first (a user's
+   tj_scan_reverse, the backward pass of a forward scan or region): every
+   slice index, the staged prefetch of host slices included, is the
+   iteration's t, never its count s (tj__k_scan). Stacks are indexed by
+   slice either way, so a residual stacked by a forward pass is read back
+   by its backward pass, which runs the other way, at the same index. */
 
 struct tj__report {
     tj_residual *rows;
@@ -8639,35 +8673,43 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
 }
 
 static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
-                          const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy);
+                          const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse);
 TJDEF tj_status tj_scan_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx, const tj_v *xs,
                            int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
+    return tj_scan_dir_at(f, l, body, user, axis, nc, init, nx, xs, ny, final, ys, policy, 0);
+}
+/* tj_scan, tj_scan_reverse and tj_scan_dir: one scan, either direction
+   (the SCAN node's a.reverse; the runner, the VJP and the re-run read it) */
+TJDEF tj_status tj_scan_dir_at(const char *f, int l, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
+                               const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse) {
+    const char *op = reverse ? "reverse scan" : "scan";
     tj_graph *g = NULL;
     tj_node *all_s[64], **all = all_s;
     int i, n = 0;
     tj_status st;
     if ((nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0) > 64 &&
         !(all = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)((nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0))))) {
-        tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "scan: out of memory for %d carries and %d xs", nc, nx);
+        tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "%s: out of memory for %d carries and %d xs", op, nc, nx);
         return TJ_ERR_OOM;
     }
     for (i = 0; i < nc && init; i++) all[n++] = init[i];
     for (i = 0; i < nx && xs; i++) all[n++] = xs[i];
     if (!n) { /* no carry and no xs: no value to take the context from */
-        tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "scan: %d carries and %d xs: give at least one (a scan needs a value to run over; see tj_checkpoint)", nc, nx);
+        tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "%s: %d carries and %d xs: give at least one (a scan needs a value to run over; see tj_checkpoint)", op, nc, nx);
         return TJ_ERR_ARG;
     }
-    if (!(g = tj__inner(n, all, "scan", f, l))) st = tj__inner_status(n, all);
-    else st = tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy);
+    if (!(g = tj__inner(n, all, op, f, l))) st = tj__inner_status(n, all);
+    else st = tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy, reverse != 0);
     if (all != all_s) TJ_FREE(all);
     return st;
 }
 static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
-                            const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, tj_node **tab);
+                            const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse, tj_node **tab);
 /* tj__scan_t with its tables, sized by the counts: on the stack up to 32
    each, else on the heap */
 static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
-                          const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy) {
+                          const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse) {
+    const char *op = reverse ? "reverse scan" : "scan";
     tj_node *tab_s[7 * 32], **tab = tab_s;
     tj_ctx *c = g->ctx;
     tj_status st;
@@ -8676,20 +8718,21 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     for (z = 0; ys && z < ny; z++) ys[z] = NULL;
     if (c->status) return c->status;
     if (!body || nc < 0 || nx < 0 || ny < 0 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
-        tj__err(c, TJ_ERR_ARG, f, l, "scan: bad arguments (%d carries, %d xs, %d ys)", nc, nx, ny);
+        tj__err(c, TJ_ERR_ARG, f, l, "%s: bad arguments (%d carries, %d xs, %d ys)", op, nc, nx, ny);
         return TJ_ERR_ARG;
     }
     if (ny > m) m = ny;
     if (m > 32 && !(tab = (tj_node **)tj__calloc(sizeof(tj_node *) * 7 * (size_t)m))) {
-        tj__err(c, TJ_ERR_OOM, f, l, "scan: out of memory for %d carries, %d xs and %d ys", nc, nx, ny);
+        tj__err(c, TJ_ERR_OOM, f, l, "%s: out of memory for %d carries, %d xs and %d ys", op, nc, nx, ny);
         return TJ_ERR_OOM;
     }
-    st = tj__scan_t(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy, tab);
+    st = tj__scan_t(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy, reverse, tab);
     if (tab != tab_s) TJ_FREE(tab);
     return st;
 }
 static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
-                            const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, tj_node **tab) {
+                            const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse, tj_node **tab) {
+    const char *op = reverse ? "reverse scan" : "scan";
     tj_graph *b = NULL;
     tj_ctx *c;
     int m = nc > nx ? (nc > ny ? nc : ny) : (nx > ny ? nx : ny);
@@ -8710,20 +8753,20 @@ static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, 
        and what the body returns is whole; captures: tj__capture1) */
     for (i = 0; i < nc + nx; i++) {
         tj_node *v = i < nc ? init[i] : xs[i - nc], **to = i < nc ? &ini[i] : &xin[i - nc];
-        if ((*to = v)->t.partial && !(*to = tj__reshard(v, v->t.sh, "scan", f, l))) return c->status;
+        if ((*to = v)->t.partial && !(*to = tj__reshard(v, v->t.sh, op, f, l))) return c->status;
     }
     init = ini;
     xs = xin;
     /* the axis, and the length */
     if (axis && strchr(axis, '=')) {
-        if (tj__parse_shape(c, axis, TJ_F32, &at, 0, "scan", f, l)) return c->status;
-        if (at.rank != 1) { tj__err(c, TJ_ERR_AXIS, f, l, "scan: want one axis, got \"%s\"", axis); return TJ_ERR_AXIS; }
+        if (tj__parse_shape(c, axis, TJ_F32, &at, 0, op, f, l)) return c->status;
+        if (at.rank != 1) { tj__err(c, TJ_ERR_AXIS, f, l, "%s: want one axis, got \"%s\"", op, axis); return TJ_ERR_AXIS; }
         ax = at.ax[0];
         len = at.dim[0];
     } else {
         int ids[TJ_MAXDIM];
-        if (tj__parse_names(c, axis, ids, TJ_MAXDIM, "scan", f, l) != 1) {
-            if (!c->status) tj__err(c, TJ_ERR_AXIS, f, l, "scan: want one axis name, got \"%s\"", axis ? axis : "(null)");
+        if (tj__parse_names(c, axis, ids, TJ_MAXDIM, op, f, l) != 1) {
+            if (!c->status) tj__err(c, TJ_ERR_AXIS, f, l, "%s: want one axis name, got \"%s\"", op, axis ? axis : "(null)");
             return c->status;
         }
         ax = ids[0];
@@ -8733,23 +8776,23 @@ static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, 
         if (k < 0 || (len >= 0 && xs[i]->t.dim[k] != len)) {
             char was[64] = "";
             if (k >= 0) snprintf(was, sizeof was, ": %lld, not %lld", (long long)xs[i]->t.dim[k], (long long)len);
-            tj__err(c, TJ_ERR_SHAPE, f, l, "scan: x %d %s %s axis '%s'%s%s", i, tj_v_describe(xs[i], b1, sizeof b1), k < 0 ? "has no" : "disagrees on the length of",
+            tj__err(c, TJ_ERR_SHAPE, f, l, "%s: x %d %s %s axis '%s'%s%s", op, i, tj_v_describe(xs[i], b1, sizeof b1), k < 0 ? "has no" : "disagrees on the length of",
                     tj__name(c, ax), k < 0 ? "" : " with the other xs or the length given", was);
             return TJ_ERR_SHAPE;
         }
         len = xs[i]->t.dim[k];
     }
     if (len < 1) {
-        tj__err(c, TJ_ERR_ARG, f, l, "scan: no xs to take the length of '%s' from: write \"%s=N\"", tj__name(c, ax), tj__name(c, ax));
+        tj__err(c, TJ_ERR_ARG, f, l, "%s: no xs to take the length of '%s' from: write \"%s=N\"", op, tj__name(c, ax), tj__name(c, ax));
         return TJ_ERR_ARG;
     }
     if (len > 2147483647) { /* the SCAN node counts iterations in an int */
-        tj__err(c, TJ_ERR_SHAPE, f, l, "scan: %lld iterations of '%s' (at most 2^31-1)", (long long)len, tj__name(c, ax));
+        tj__err(c, TJ_ERR_SHAPE, f, l, "%s: %lld iterations of '%s' (at most 2^31-1)", op, (long long)len, tj__name(c, ax));
         return TJ_ERR_SHAPE;
     }
     for (i = 0; i < nc; i++)
         if (tj__axis_index(&init[i]->t, ax) >= 0) {
-            tj__err(c, TJ_ERR_AXIS, f, l, "scan: carry %d %s must not have the scanned axis '%s'", i, tj_v_describe(init[i], b1, sizeof b1), tj__name(c, ax));
+            tj__err(c, TJ_ERR_AXIS, f, l, "%s: carry %d %s must not have the scanned axis '%s'", op, i, tj_v_describe(init[i], b1, sizeof b1), tj__name(c, ax));
             return TJ_ERR_AXIS;
         }
     /* trace the body once */
@@ -8777,24 +8820,24 @@ static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, 
     for (i = 0; i < nc; i++) {
         tj_node *v = co[i] ? tj__capture(b, co[i]) : NULL;
         if (!v) {
-            tj__err(c, TJ_ERR_ARG, f, l, "scan: the body returned no carry %d", i);
+            tj__err(c, TJ_ERR_ARG, f, l, "%s: the body returned no carry %d", op, i);
             goto fail;
         }
         if (!tj__same_axes(&v->t, &init[i]->t)) {
             char b2[256];
-            tj__err(c, TJ_ERR_SHAPE, f, l, "scan: carry %d goes in as %s but the body returns %s", i, tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2));
+            tj__err(c, TJ_ERR_SHAPE, f, l, "%s: carry %d goes in as %s but the body returns %s", op, i, tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2));
             goto fail;
         }
         if (v->t.vary & ~init[i]->t.vary) { /* shard_map: the carry's type must not change across iterations */
             char b2[256], mb[64];
-            tj__err(c, TJ_ERR_ARG, f, l, "scan: carry %d goes in as %s but the body returns %s, which varies over %s too: pvary the initial value (tj_pvary)", i,
+            tj__err(c, TJ_ERR_ARG, f, l, "%s: carry %d goes in as %s but the body returns %s, which varies over %s too: pvary the initial value (tj_pvary)", op, i,
                     tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2), tj__mesh_names(c, v->t.vary & ~init[i]->t.vary, mb, sizeof mb));
             goto fail;
         }
         if (init[i]->t.vary & ~v->t.vary) { /* nor become less varying: JAX's types must be equal too */
             char b2[256], mb[64];
-            tj__err(c, TJ_ERR_ARG, f, l, "scan: carry %d goes in as %s but the body returns %s, which does not vary over %s: the carry's type must not change "
-                    "(pvary the value the body returns, tj_pvary, or psum the initial value)", i, tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2),
+            tj__err(c, TJ_ERR_ARG, f, l, "%s: carry %d goes in as %s but the body returns %s, which does not vary over %s: the carry's type must not change "
+                    "(pvary the value the body returns, tj_pvary, or psum the initial value)", op, i, tj_v_describe(init[i], b1, sizeof b1), tj_v_describe(v, b2, sizeof b2),
                     tj__mesh_names(c, init[i]->t.vary & ~v->t.vary, mb, sizeof mb));
             goto fail;
         }
@@ -8803,11 +8846,11 @@ static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, 
     for (i = 0; i < ny; i++) {
         tj_node *v = yo[i] ? tj__capture(b, yo[i]) : NULL;
         if (!v) {
-            tj__err(c, TJ_ERR_ARG, f, l, "scan: the body returned no y %d", i);
+            tj__err(c, TJ_ERR_ARG, f, l, "%s: the body returned no y %d", op, i);
             goto fail;
         }
         if (tj__axis_index(&v->t, ax) >= 0 || v->t.rank >= TJ_MAXDIM) {
-            tj__err(c, TJ_ERR_AXIS, f, l, "scan: y %d %s already has the scanned axis '%s' (or too many axes)", i, tj_v_describe(v, b1, sizeof b1), tj__name(c, ax));
+            tj__err(c, TJ_ERR_AXIS, f, l, "%s: y %d %s already has the scanned axis '%s' (or too many axes)", op, i, tj_v_describe(v, b1, sizeof b1), tj__name(c, ax));
             goto fail;
         }
         if (tj__body_add_out(b, v)) goto oom;
@@ -8822,19 +8865,19 @@ static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, 
             uint8_t sh[TJ_MAXDIM];
             memcpy(sh, xs[i]->t.sh, sizeof sh);
             sh[k] = 0;
-            xr[i] = tj__reshard(xs[i], sh, "scan", f, l);
+            xr[i] = tj__reshard(xs[i], sh, op, f, l);
         }
         if (xr[i] && xr[i]->t.ax[0] != ax) xr[i] = tj__relayout(f, l, xr[i], &lt);
         if (!xr[i]) goto fail;
     }
-    n = tj__scan_node(f, l, g, b, ax, len, 0, nc, init, nx, xr, ny, policy, NULL);
+    n = tj__scan_node(f, l, g, b, ax, len, reverse, nc, init, nx, xr, ny, policy, NULL);
     tj__graph_free(b); /* the node holds its own reference */
     if (!n) return c->status ? c->status : TJ_ERR_OOM;
     for (i = 0; i < nc; i++) final[i] = n->proj[i];
     for (i = 0; i < ny; i++) ys[i] = n->proj[nc + i];
     return TJ_OK;
 oom:
-    tj__err(c, TJ_ERR_OOM, f, l, "scan: out of memory");
+    tj__err(c, TJ_ERR_OOM, f, l, "%s: out of memory", op);
 fail:
     tj__graph_free(b);
     return c->status ? c->status : TJ_ERR_ARG;
@@ -8888,7 +8931,7 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
     r.in = in;
     r.file = f;
     r.line = l;
-    st = tj__scan(f, l, g, tj__region_body, &r, "_remat=1", 0, NULL, 0, NULL, nout, NULL, out, policy); /* the stacked ys, reshaped in place */
+    st = tj__scan(f, l, g, tj__region_body, &r, "_remat=1", 0, NULL, 0, NULL, nout, NULL, out, policy, 0); /* the stacked ys, reshaped in place */
     if (st) return st;
     ax = tj__intern(g->ctx, "_remat", 6);
     for (i = 0; i < nout; i++) {
@@ -9229,8 +9272,8 @@ static void tj__k_memcpy(tj__kern *k) { tj__dev_copy_async(k, k->out, k->n->spac
    stacked carry by the value the body returns for that carry, through
    views). What the policy keeps the nested scan returns stacked and the
    enclosing walker keeps (saved or offloaded whole); for the rest the
-   enclosing backward body runs a forward scan of its own over the same
-   iterations (tj__rerun_scan), whose body a re-run walker clones from the
+   enclosing backward body runs a scan of its own over the same
+   iterations, in the nested scan's direction (tj__rerun_scan), whose body a re-run walker clones from the
    nested body: kept values are read one slice per iteration, everything
    else (carries included) is recomputed. The nested scan's own VJP keeps
    what the enclosing policy keeps (tj__enclosing reaches it), and at
@@ -9893,8 +9936,8 @@ static int tj__order_params(tj_graph *B, tj_node *const *lead, int nlead, tj_nod
 }
 /* Recompute v, an output of a scan nested in w's body (tj__see_into_scan)
    that w's policy recomputes, as JAX's partial evaluation of scan inside
-   jax.checkpoint: w's backward body runs a forward scan over the same
-   iterations, whose body clones from the nested body what the outputs the
+   jax.checkpoint: w's backward body runs a scan over the same iterations
+   in the same direction (a reverse scan's re-run runs in reverse), whose body clones from the nested body what the outputs the
    backward pass reads need, each value judged by w's policy. What it keeps
    the nested scan returns stacked (w keeps the stack across its boundary,
    saved or offloaded, and a row says so) and the re-run reads one slice
@@ -16888,6 +16931,14 @@ TJDEF void tj_graph_print(tj_graph *g, FILE *f) {
     if (!g || tj__no_stream(g->ctx, f, "tj_graph_print")) return;
     for (i = 0; g && i < g->n; i++) tj__node_line(g->nodes[i], f, 0, 0);
 }
+/* a scan body's kind: its direction, and whether autodiff made it (the
+   backward pass of a scan or region; a forward scan is the backward pass
+   of a reverse one) or a remat policy re-runs it */
+static const char *tj__scan_label(const tj_node *n) {
+    if (n->remat) return n->a.reverse ? "reverse scan (re-run)" : "scan (re-run)";
+    if (tj__autodiff_made(n)) return n->a.reverse ? "reverse scan (backward pass)" : "scan (backward pass)";
+    return n->a.reverse ? "reverse scan" : "scan";
+}
 /* a program's schedule, each scan body printed under its scan node */
 static void tj__sched_print(const tj_prog *p, FILE *f, int indent) {
     int i;
@@ -16898,7 +16949,7 @@ static void tj__sched_print(const tj_prog *p, FILE *f, int indent) {
             tj_graph *b = n->sub;
             fprintf(f, "%*s    body of %%%d: %s, %d iteration%s, temp %lld B\n", indent, "", n->id,
                     b->manual && !n->g->manual ? (b->check ? "shard_map, per-device blocks, vary sets checked" : "shard_map, per-device blocks, unchecked")
-                                               : n->a.reverse ? "reverse scan (backward pass)" : "scan",
+                                               : tj__scan_label(n),
                     n->a.length, n->a.length == 1 ? "" : "s", (long long)b->prog->arena_bytes[TJ_SPACE_DEVICE]);
             tj__sched_print(b->prog, f, indent + 4);
         }

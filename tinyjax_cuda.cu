@@ -480,15 +480,20 @@ __global__ void tjc_k_rowop(const void *in, int idt, void *out, int odt, int op,
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         int64_t base = (r / st) * st * d + r % st, j;
         if (op == TJ__OP_LAYER_NORM) {
-            T sum = 0, var = 0, mean, rs;
+            T sum = 0, var = 0, corr = 0, mean, mlo, rs;
             for (j = threadIdx.x; j < d; j += blockDim.x) sum += tjc_ld<T>(in, idt, base + j * st);
             mean = tjc_block_reduce(sum, sh, 0) / (T)d;
             for (j = threadIdx.x; j < d; j += blockDim.x) {
                 T x = tjc_ld<T>(in, idt, base + j * st) - mean;
                 var += x * x;
+                corr += x;
             }
-            rs = (T)1 / tjc_sqrt(tjc_block_reduce(var, sh, 0) / (T)d + eps);
-            for (j = threadIdx.x; j < d; j += blockDim.x) tjc_st<T>(out, odt, base + j * st, (tjc_ld<T>(in, idt, base + j * st) - mean) * rs);
+            /* the mean in two parts, mean + mlo, as the CPU's tj__row */
+            var = tjc_block_reduce(var, sh, 0);
+            corr = tjc_block_reduce(corr, sh, 0);
+            mlo = corr / (T)d;
+            rs = (T)1 / tjc_sqrt((var - corr * mlo) / (T)d + eps);
+            for (j = threadIdx.x; j < d; j += blockDim.x) tjc_st<T>(out, odt, base + j * st, ((tjc_ld<T>(in, idt, base + j * st) - mean) - mlo) * rs);
         } else {
             T m = (T)(-INFINITY), s = 0;
             for (j = threadIdx.x; j < d; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(in, idt, base + j * st));
@@ -588,23 +593,27 @@ __global__ void tjc_k_row_grad(const void *x, int xdt, const int32_t *lab, const
             for (j = threadIdx.x; j < d; j += blockDim.x)
                 tjc_st<T>(out, odt, base + j * st, gr * (tjc_exp(tjc_ld<T>(x, xdt, base + j * st) - m) / s - (T)(j == l)));
         } else if (op == TJ__OP_LAYER_NORM_GRAD) { /* dx = r (g - mean(g) - y mean(g y)) */
-            T sum = 0, var = 0, mg = 0, mgy = 0, mean, rs;
+            T sum = 0, var = 0, corr = 0, mg = 0, mgy = 0, mean, mlo, rs;
             for (j = threadIdx.x; j < d; j += blockDim.x) sum += tjc_ld<T>(x, xdt, base + j * st);
             mean = tjc_block_reduce(sum, sh, 0) / (T)d;
             for (j = threadIdx.x; j < d; j += blockDim.x) {
                 T v = tjc_ld<T>(x, xdt, base + j * st) - mean;
                 var += v * v;
+                corr += v;
             }
-            rs = (T)1 / tjc_sqrt(tjc_block_reduce(var, sh, 0) / (T)d + eps);
+            var = tjc_block_reduce(var, sh, 0);
+            corr = tjc_block_reduce(corr, sh, 0);
+            mlo = corr / (T)d; /* the mean in two parts, as the forward */
+            rs = (T)1 / tjc_sqrt((var - corr * mlo) / (T)d + eps);
             for (j = threadIdx.x; j < d; j += blockDim.x) {
                 T gv = tjc_ld<T>(g, gdt, base + j * st);
                 mg += gv;
-                mgy += gv * (tjc_ld<T>(x, xdt, base + j * st) - mean) * rs;
+                mgy += gv * ((tjc_ld<T>(x, xdt, base + j * st) - mean) - mlo) * rs;
             }
             mg = tjc_block_reduce(mg, sh, 0) / (T)d;
             mgy = tjc_block_reduce(mgy, sh, 0) / (T)d;
             for (j = threadIdx.x; j < d; j += blockDim.x)
-                tjc_st<T>(out, odt, base + j * st, rs * (tjc_ld<T>(g, gdt, base + j * st) - mg - (tjc_ld<T>(x, xdt, base + j * st) - mean) * rs * mgy));
+                tjc_st<T>(out, odt, base + j * st, rs * (tjc_ld<T>(g, gdt, base + j * st) - mg - ((tjc_ld<T>(x, xdt, base + j * st) - mean) - mlo) * rs * mgy));
         } else { /* softmax_grad: dx = y (g - sum(g y)) */
             T gy = 0;
             for (j = threadIdx.x; j < d; j += blockDim.x) gy += tjc_ld<T>(g, gdt, base + j * st) * tjc_ld<T>(x, xdt, base + j * st);
@@ -710,28 +719,37 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
                 for (int q = 0; q < PACK; q++) v[i + q] = w[i + q] = 0.f;
         }
         if (op == TJ__OP_LAYER_NORM || op == TJ__OP_LAYER_NORM_GRAD) {
-            float sum = 0, var = 0, mean, rs;
+            float sum = 0, var = 0, corr = 0, mean, rs;
 #pragma unroll
             for (int i = 0; i < NV; i++) sum += v[i]; /* the padding is 0 */
             mean = tjc_warp_sum(sum) / (float)d;
 #pragma unroll
             for (int i = 0; i < NV; i++)
-                if (TJC_COL(i) < d) var += (v[i] - mean) * (v[i] - mean);
-            rs = 1.f / sqrtf(tjc_warp_sum(var) / (float)d + eps);
+                if (TJC_COL(i) < d) {
+                    var += (v[i] - mean) * (v[i] - mean);
+                    corr += v[i] - mean;
+                }
+            /* the mean in two parts, as the CPU's: x - mean is (x - mean) - mlo */
+            var = tjc_warp_sum(var);
+            corr = tjc_warp_sum(corr);
+            rs = 1.f / sqrtf((var - corr * (corr / (float)d)) / (float)d + eps);
+            corr /= (float)d; /* (mlo) */
+#pragma unroll
+            for (int i = 0; i < NV; i++) v[i] = (v[i] - mean) - corr; /* (the padding is not read again) */
             if (op == TJ__OP_LAYER_NORM) {
 #pragma unroll
-                for (int i = 0; i < NV; i++) v[i] = (v[i] - mean) * rs;
+                for (int i = 0; i < NV; i++) v[i] = v[i] * rs;
             } else { /* dx = r (g - mean(g) - y mean(g y)) */
                 float mg = 0, mgy = 0;
 #pragma unroll
                 for (int i = 0; i < NV; i++) {
                     mg += w[i];
-                    mgy += w[i] * (v[i] - mean) * rs;
+                    mgy += w[i] * v[i] * rs;
                 }
                 mg = tjc_warp_sum(mg) / (float)d;
                 mgy = tjc_warp_sum(mgy) / (float)d;
 #pragma unroll
-                for (int i = 0; i < NV; i++) v[i] = rs * (w[i] - mg - (v[i] - mean) * rs * mgy);
+                for (int i = 0; i < NV; i++) v[i] = rs * (w[i] - mg - v[i] * rs * mgy);
             }
         } else if (op == TJ__OP_SOFTMAX_GRAD) { /* dx = y (g - sum(g y)) */
             float gy = 0;

@@ -550,6 +550,29 @@ static void ad_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     pol = tj_save_and_offload_only_these_names("", "h");
     pol.offload_dst = "disk";
     BAD(c, tj_scan(scan_body, NULL, "l=2", 1, &x, 0, NULL, 0, &fin, NULL, &pol) != TJ_OK, "scan", "disk");
+    /* the same mistakes in a reverse scan: the same messages, naming it */
+    for (g_body_kind = 0; g_body_kind < 6; g_body_kind++) {
+        static const char *want[6] = {"carry 0", "carry 0", "carry 0", "carry 0", "y 0", "carry 0"};
+        if (g_body_kind == 4) BAD(c, tj_scan_reverse(scan_body, NULL, "l=3", 1, &x, 0, NULL, 1, &fin, ys, NULL) != TJ_OK, "reverse scan", want[g_body_kind]);
+        else BAD(c, tj_scan_dir(scan_body, NULL, "l=3", 1, &x, 0, NULL, 0, &fin, NULL, NULL, 1) != TJ_OK, "reverse scan", want[g_body_kind]);
+    }
+    g_body_kind = 9;
+    BAD(c, tj_scan_reverse(scan_body, NULL, "a", 1, &x, 2, xs2, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "x 1", "axis 'a'", "3, not 4");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "a=3", 1, &x, 1, xs2, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "x 0", "axis 'a'", "4, not 3");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "l", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "'l'");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "l", 1, &x, 1, &x, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "'l'");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "l=0", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "'l'");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "l=4294967297", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "4294967297 iterations");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "l=2 m=2", 1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "l=2 m=2");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "l=2", -1, &x, 0, NULL, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "-1");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "a=4", 1, &x, 0, NULL, 1, &fin, ys, NULL) != TJ_OK, "reverse scan", "'a'");
+    BAD(c, tj_scan_reverse(scan_body, NULL, "l=2", 0, NULL, 0, NULL, 0, NULL, NULL, NULL) != TJ_OK, "reverse scan", "0 carries and 0 xs");
+    pol.kind = (tj_policy_kind)42;
+    BAD(c, tj_scan_reverse(scan_body, NULL, "l=2", 1, &x, 0, NULL, 0, &fin, NULL, &pol) != TJ_OK, "scan", "policy", "42");
+    {
+        tj_v nul[1] = {NULL};
+        BAD(c, tj_scan_reverse(scan_body, NULL, "a", 1, &x, 1, nul, 0, &fin, NULL, NULL) != TJ_OK, "reverse scan", "operand 1 is NULL");
+    }
     /* a value of a body whose tracing is over (these ops went into the finished body) */
     WORKS(c, tj_scan(leaky_body, NULL, "l=2", 1, &x, 0, NULL, 0, &fin, NULL, NULL) == TJ_OK);
     BAD(c, tj_add(x, g_leaked) == NULL, "add", "body that has finished tracing");

@@ -1285,6 +1285,473 @@ static void test_big_scan(void) {
     for (nd = 0; nd < 2; nd++)
         for (m = 0; m < 2; m++) tjt_outs_free(&o[m][nd]);
 }
+/* ---- reverse scans (tj_scan_reverse, JAX's lax.scan(reverse=True)) ----
+   Iteration i reads slice L-1-i of each x and stores its ys at L-1-i; the
+   final carry is the one after slice 0. rs_fn runs one body, either
+   direction, as a scan (rs_cfg.K = 0) or a scan nested in a scan over
+   "outer" (K > 0), the inner scan optionally inside a tj_checkpoint (a
+   reverse scan under a checkpoint under a scan) or a tj_shard_map; or the
+   same steps unrolled by hand in the order JAX's scan runs them. The loss
+   weighs every y by its own element of r0 / r1, so a y stored at the wrong
+   index changes the loss and the gradients. */
+typedef struct {
+    int L, K;           /* the scanned length; the outer scan's (0: none)      */
+    int din, dout;      /* directions (1: reverse) of the inner and outer scan */
+    int p, q;           /* cs_pol indices (-1: none): the outer scan's (or the
+                           only scan's) policy; the inner scan's, or with ckpt
+                           the checkpoint's                                   */
+    int ckpt, smap;     /* the inner scan in a tj_checkpoint / a tj_shard_map  */
+    int unrolled, second, loss_only;
+} rs_cfg;
+static tj_v rs_b; /* a weight every body captures (its tanh a loop-invariant residual) */
+static void rs_step(tj_v c, tj_v w, tj_v v, tj_v *co, tj_v *y0, tj_v *y1) {
+    tj_v h = tj_checkpoint_name(tj_rename(tj_dot(c, w, "embed"), "e2", "embed"), "h");
+    tj_v a = tj_checkpoint_name(tj_tanh(tj_add(tj_add(h, v), tj_tanh(rs_b))), "a");
+    *co = tj_add(tj_muls(a, 0.8), tj_mul(c, v));
+    *y0 = tj_mul(a, c);
+    *y1 = tj_sum(tj_mul(h, h), "embed");
+}
+static void rs_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g; (void)u;
+    rs_step(c[0], x[0], x[1], &co[0], &y[0], &y[1]);
+}
+/* in: c, w, v (w and v with the layer axis); out: final carry, ys0, ys1 */
+static void rs_scan(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const rs_cfg *c = (const rs_cfg *)u;
+    tj_v xs[2];
+    (void)g;
+    xs[0] = in[1], xs[1] = in[2];
+    tj_scan_dir(rs_body, NULL, "layer", 1, &in[0], 2, xs, 2, &out[0], &out[1], c->K && c->ckpt ? NULL : c->q >= 0 ? &cs_pol[c->q] : NULL, c->din);
+}
+static void rs_inner(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const rs_cfg *c = (const rs_cfg *)u;
+    if (c->ckpt) tj_checkpoint(rs_scan, u, 3, in, 3, out, c->q >= 0 ? &cs_pol[c->q] : NULL);
+    else if (c->smap) {
+        const char *is[3] = {"batch:data", "", "batch:data"}, *os[3] = {"batch:data", "batch:data", "batch:data"};
+        tj_shard_map(rs_scan, u, 3, in, is, 3, out, os, 1);
+    } else rs_scan(g, in, out, u);
+}
+static void rs_obody(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    tj_v in[3], out[3];
+    in[0] = c[0], in[1] = x[0], in[2] = x[1];
+    rs_inner(g, in, out, u);
+    co[0] = out[0], y[0] = out[1], y[1] = out[2];
+}
+/* the steps unrolled: JAX's order of the slices, the ys stacked by index */
+static void rs_unrolled(const rs_cfg *c, tj_v x, tj_v w, tj_v v, tj_v *fin, tj_v *ys0, tj_v *ys1) {
+    int K = c->K ? c->K : 1, i, j;
+    tj_v o0[8], o1[8], l0[8], l1[8], h = x;
+    char s0[96], s1[96];
+    for (i = 0; i < K; i++) {
+        int k = c->dout ? K - 1 - i : i;
+        tj_v wk = c->K ? tj_index(w, "outer", k) : w, vk = c->K ? tj_index(v, "outer", k) : v;
+        for (j = 0; j < c->L; j++) {
+            int l = c->din ? c->L - 1 - j : j;
+            tj_v y0, y1;
+            rs_step(h, tj_index(wk, "layer", l), tj_index(vk, "layer", l), &h, &y0, &y1);
+            l0[l] = tj_broadcast(y0, "layer=1 batch=2 embed=4");
+            l1[l] = tj_broadcast(y1, "layer=1 batch=2");
+        }
+        snprintf(s0, sizeof s0, "outer=1 layer=%d batch=2 embed=4", c->L);
+        snprintf(s1, sizeof s1, "outer=1 layer=%d batch=2", c->L);
+        o0[k] = tj_concat(c->L, l0, "layer");
+        o1[k] = tj_concat(c->L, l1, "layer");
+        if (c->K) o0[k] = tj_broadcast(o0[k], s0), o1[k] = tj_broadcast(o1[k], s1);
+    }
+    *fin = h;
+    *ys0 = c->K ? tj_concat(K, o0, "outer") : o0[0];
+    *ys1 = c->K ? tj_concat(K, o1, "outer") : o1[0];
+}
+static void rs_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const rs_cfg *c = (const rs_cfg *)u;
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), v = tj_tree_v(in, "v"), r0 = tj_tree_v(in, "r0"), r1 = tj_tree_v(in, "r1");
+    tj_v fin = NULL, ys[2] = {NULL, NULL}, l, wrt[4], gr[4];
+    rs_b = tj_tree_v(in, "b");
+    if (c->unrolled) rs_unrolled(c, x, w, v, &fin, &ys[0], &ys[1]);
+    else if (c->K) {
+        tj_v xs[2];
+        xs[0] = w, xs[1] = v;
+        tj_scan_dir(rs_obody, u, "outer", 1, &x, 2, xs, 2, &fin, ys, c->p >= 0 ? &cs_pol[c->p] : NULL, c->dout);
+    } else if (c->ckpt || c->smap) {
+        tj_v i3[3], o3[3];
+        rs_cfg ci = *c;
+        i3[0] = x, i3[1] = w, i3[2] = v;
+        ci.q = c->p; /* (the only policy: the checkpoint's, the scan's none) */
+        ci.K = c->ckpt; /* (rs_scan: the checkpoint has the policy) */
+        rs_inner(g, i3, o3, &ci);
+        fin = o3[0], ys[0] = o3[1], ys[1] = o3[2];
+    } else {
+        tj_v xs[2];
+        xs[0] = w, xs[1] = v;
+        tj_scan_dir(rs_body, NULL, "layer", 1, &x, 2, xs, 2, &fin, ys, c->p >= 0 ? &cs_pol[c->p] : NULL, c->din);
+    }
+    l = tj_add(tj_add(tj_sum_all(tj_mul(fin, fin)), tj_sum_all(tj_mul(ys[0], r0))), tj_sum_all(tj_mul(ys[1], r1)));
+    if (c->loss_only) {
+        tj_tree_set_v(out, "loss", l);
+        return;
+    }
+    wrt[0] = x, wrt[1] = w, wrt[2] = v, wrt[3] = rs_b;
+    tj_grad(l, 4, wrt, gr);
+    if (c->second) {
+        l = tj_add(tj_add(tj_sum_all(tj_mul(gr[0], gr[0])), tj_sum_all(tj_mul(gr[1], gr[1]))), tj_sum_all(tj_mul(gr[2], gr[2])));
+        tj_grad(l, 4, wrt, gr);
+    }
+    tj_tree_set_v(out, "loss", l);
+    tj_tree_set_v(out, "fin", fin);
+    tj_tree_set_v(out, "ys0", ys[0]);
+    tj_tree_set_v(out, "ys1", ys[1]);
+    tj_tree_set_v(out, "g_x", gr[0]);
+    tj_tree_set_v(out, "g_w", gr[1]);
+    tj_tree_set_v(out, "g_v", gr[2]);
+    tj_tree_set_v(out, "g_b", gr[3]);
+}
+/* sharded: 0 none; 1 the batch over data and e2 over model where the mesh
+   has them; 2 also the scanned axis over data (the scan gathers it) */
+static tj_tree *rs_inputs(tj_ctx *ctx, tj_dtype dt, int L, int K, int sharded, int model) {
+    char s[128], pre[32] = "";
+    tj_tree *in = tj_tree_new(ctx);
+    tj_array *a;
+    if (K) snprintf(pre, sizeof pre, "outer=%d ", K);
+    a = tjt_rand(ctx, dt, "batch=2 embed=4", 81, -1, 1);
+    tj_tree_set_array(in, "x", sharded ? tjt_put(a, "batch:data") : a);
+    snprintf(s, sizeof s, "%slayer=%d embed=4 e2=4", pre, L);
+    a = tjt_rand(ctx, dt, s, 82, -0.7, 0.7);
+    tj_tree_set_array(in, "w", sharded == 2 && L % 2 == 0 ? tjt_put(a, model ? "layer:data e2:model" : "layer:data") : sharded && model ? tjt_put(a, "e2:model") : a);
+    snprintf(s, sizeof s, "%slayer=%d batch=2 embed=4", pre, L);
+    a = tjt_rand(ctx, dt, s, 83, -0.5, 0.5);
+    tj_tree_set_array(in, "v", sharded ? tjt_put(a, "batch:data") : a);
+    a = tjt_rand(ctx, dt, s, 84, -1, 1);
+    tj_tree_set_array(in, "r0", sharded ? tjt_put(a, "batch:data") : a);
+    snprintf(s, sizeof s, "%slayer=%d batch=2", pre, L);
+    tj_tree_set_array(in, "r1", tjt_rand(ctx, dt, s, 85, -1, 1));
+    tj_tree_set_array(in, "b", tjt_rand(ctx, dt, "embed=4", 86, -1, 1));
+    return in;
+}
+static const char *rs_pn(int p) {
+    static const char *pn[CS_N] = {"nothing", "everything", "dots", "dots no batch", "names h", "any names but h", "offload h", "offload dots"};
+    return p < 0 ? "none" : pn[p];
+}
+static void rs_what(const rs_cfg *c, int ndev, char *b, size_t n) {
+    if (c->unrolled) snprintf(b, n, "unrolled, L=%d K=%d, %s/%s", c->L, c->K, c->din ? "rev" : "fwd", c->dout ? "rev" : "fwd");
+    else if (!c->K)
+        snprintf(b, n, "%s%s scan L=%d, policy %s%s, %d devices", c->ckpt ? "checkpoint(" : c->smap ? "shard_map(" : "", c->din ? "reverse" : "forward", c->L,
+                 rs_pn(c->p), c->ckpt || c->smap ? ")" : "", ndev);
+    else
+        snprintf(b, n, "%s scan (policy %s) over %s%s scan (policy %s)%s, K=%d L=%d, %d devices", c->dout ? "reverse" : "forward", rs_pn(c->p),
+                 c->ckpt ? "checkpoint(" : "", c->din ? "reverse" : "forward", rs_pn(c->q), c->ckpt ? ")" : "", c->K, c->L, ndev);
+    if (c->second) snprintf(b + strlen(b), n - strlen(b), ", second derivatives");
+}
+/* builds and runs cfg c on in; its outputs into o (0: it failed, a failed
+   check); the arenas held are the plan's, host memory where it offloads */
+static int rs_run(tj_ctx *ctx, const rs_cfg *c, tj_tree *in, tjt_outs *o, int ndev) {
+    char what[256];
+    tj_prog *p;
+    tj_tree *out = tj_tree_new(ctx);
+    int ok;
+    rs_what(c, ndev, what, sizeof what);
+    p = tj_jit(ctx, what, rs_fn, (void *)c, in, NULL);
+    ok = p && tj_run(p, in, out) == TJ_OK;
+    memset(o, 0, sizeof *o);
+    TJT_CHECK(ok, "%s: builds and runs: %s", what, ok ? "" : tj_error(ctx));
+    if (ok) {
+        tj_memory_analysis m = tj_prog_memory(p);
+        tjt_outs_read(o, out);
+        TJT_CHECK(tj_get_alloc_stats(ctx).arena_bytes == ndev * (m.temp_bytes + m.host_temp_bytes), "%s: the arenas held (%lld B) are not %d x the plan's %lld + %lld B",
+                  what, (long long)tj_get_alloc_stats(ctx).arena_bytes, ndev, (long long)m.temp_bytes, (long long)m.host_temp_bytes);
+        if (!c->K && !c->ckpt && !c->smap && c->L > 1 && (c->p == CS_OFFNAMES || c->p == CS_OFFDOTS))
+            TJT_CHECK(m.host_temp_bytes > 0, "%s: an offloading policy, no host memory", what);
+    } else tj_clear_error(ctx);
+    tj_prog_free(p);
+    tj_tree_free(out);
+    return ok;
+}
+/* the residual rows of c with the scan reversed equal those of the forward
+   scan (JAX's saved_residuals are the same for reverse=True) */
+static void rs_rows(tj_ctx *ctx, const rs_cfg *c, tj_tree *in) {
+    rs_cfg f = *c;
+    tj_prog *p[2];
+    tj_residual r[2][64];
+    int n[2], k, j;
+    char what[256];
+    rs_what(c, 1, what, sizeof what);
+    f.din = f.dout = 0;
+    p[0] = tj_jit(ctx, "forward", rs_fn, &f, in, NULL);
+    p[1] = tj_jit(ctx, "reverse", rs_fn, (void *)c, in, NULL);
+    TJT_CHECK(p[0] && p[1], "%s: %s", what, tj_error(ctx));
+    if (p[0] && p[1]) {
+        for (k = 0; k < 2; k++) n[k] = tj_prog_residuals(p[k], r[k], 64);
+        TJT_CHECK(n[0] == n[1] && n[0] <= 64, "%s: %d residual rows, the forward scan %d", what, n[1], n[0]);
+        for (j = 0; j < n[0] && j < n[1] && j < 64; j++)
+            TJT_CHECK(r[0][j].decision == r[1][j].decision && r[0][j].bytes == r[1][j].bytes && r[0][j].nested == r[1][j].nested &&
+                          strcmp(r[0][j].name, r[1][j].name) == 0 && strcmp(r[0][j].shape, r[1][j].shape) == 0,
+                      "%s: residual row %d is %s %s %lld B, the forward scan's %s %s %lld B", what, j, r[1][j].name, r[1][j].shape, (long long)r[1][j].bytes,
+                      r[0][j].name, r[0][j].shape, (long long)r[0][j].bytes);
+    } else tj_clear_error(ctx);
+    tj_prog_free(p[0]);
+    tj_prog_free(p[1]);
+}
+/* the final carry of a reverse scan written into its donated initial carry */
+static void rs_donate_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), xs[2], fin = NULL, ys[2];
+    (void)g; (void)u;
+    rs_b = tj_tree_v(in, "b");
+    xs[0] = tj_tree_v(in, "w"), xs[1] = tj_tree_v(in, "v");
+    tj_scan_reverse(rs_body, NULL, "layer", 1, &x, 2, xs, 2, &fin, ys, NULL);
+    tj_tree_set_v(out, "x", fin);
+    tj_tree_set_v(out, "ys0", ys[0]);
+}
+static void test_reverse_donated(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    int L;
+    tjt_current = "reverse scan: donated carry";
+    for (L = 1; L <= 4; L++) {
+        tj_tree *in0 = rs_inputs(ctx, TJ_F64, L, 0, 0, 0), *in1 = rs_inputs(ctx, TJ_F64, L, 0, 0, 0), *o0 = tj_tree_new(ctx), *o1 = tj_tree_new(ctx);
+        tj_jit_opts opt;
+        tj_prog *p0 = tj_jit(ctx, "kept", rs_donate_fn, NULL, in0, NULL), *p1;
+        opt.donate = "x";
+        p1 = tj_jit(ctx, "donated", rs_donate_fn, NULL, in1, &opt);
+        TJT_CHECK(p0 && p1 && tj_run(p0, in0, o0) == TJ_OK && tj_run(p1, in1, o1) == TJ_OK, "length %d: %s", L, tj_error(ctx));
+        if (tj_tree_size(o0) == 2 && tj_tree_size(o1) == 2) {
+            TJT_CHECK(bits_equal(tj_tree_array(o0, "x"), tj_tree_array(o1, "x")) && bits_equal(tj_tree_array(o0, "ys0"), tj_tree_array(o1, "ys0")),
+                      "length %d: donating the carry changes the reverse scan's results", L);
+            TJT_CHECK(tj_prog_memory(p1).alias_bytes > 0, "length %d: the donated carry is not reused", L);
+        }
+        tj_clear_error(ctx);
+        tj_prog_free(p0);
+        tj_prog_free(p1);
+        tj_tree_free(o0);
+        tj_tree_free(o1);
+        tj_tree_free(in0);
+        tj_tree_free(in1);
+    }
+    tj_ctx_free(ctx);
+}
+/* tj_prog_print names a reverse scan's body and its backward pass, a
+   forward scan */
+static void test_reverse_print(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    rs_cfg c = {3, 0, 1, 0, -1, -1, 0, 0, 0, 0, 0};
+    tj_tree *in = rs_inputs(ctx, TJ_F64, 3, 0, 0, 0);
+    tj_prog *p;
+    tjt_current = "reverse scan: printed";
+    p = tj_jit(ctx, "print", rs_fn, &c, in, NULL);
+    TJT_CHECK(p != NULL, "%s", tj_error(ctx));
+    if (p) {
+        FILE *f = tmpfile();
+        char line[512];
+        int fwd = 0, bwd = 0;
+        tj_prog_print(p, f);
+        rewind(f);
+        while (fgets(line, sizeof line, f)) {
+            if (strstr(line, "body of") && strstr(line, ": reverse scan, 3 iterations")) fwd++;
+            if (strstr(line, "body of") && strstr(line, ": scan (backward pass), 3 iterations")) bwd++;
+        }
+        fclose(f);
+        TJT_CHECK(fwd == 1 && bwd == 1, "tj_prog_print: %d reverse scan bodies, %d forward backward-pass bodies (want 1 and 1)", fwd, bwd);
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+}
+/* JAX 0.10.2 (float64), the same body and loss as rs_fn:
+     def step(c, xs):
+         w, v = xs; h = (c @ w); a = jnp.tanh(h + v + jnp.tanh(bb))
+         return a * 0.8 + c * v, (a * c, (h * h).sum(-1))
+     fin, (ys0, ys1) = lax.scan(step, x, (w, v), reverse=True)
+     loss = (fin**2).sum() + (ys0 * r0).sum() + (ys1 * r1).sum()
+   with x[b,e] = sin(1 + b*3 + e) / 2 (batch 2, embed 3), w[l,e,f] =
+   cos(l*9 + e*3 + f) / 2, v[l,b,e] = sin(0.5 * (l*6 + b*3 + e)) / 3,
+   r0[l,b,e] = cos(0.3 * (l*6 + b*3 + e)), r1[l,b] = sin(0.7 * (l*2 + b) + 1),
+   bb[e] = cos(0.9 e + 0.2) / 2 (rs_b, captured), L = 3: the numbers
+   jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True)(x, w, v, bb)
+   printed with jax_enable_x64, run by hand (not in CI). */
+static void rs_fill(tj_ctx *ctx, tj_tree *in) {
+    double x[6], w[27], v[18], r0[18], r1[6], b[3];
+    int i;
+    for (i = 0; i < 6; i++) x[i] = sin(1.0 + i) / 2;
+    for (i = 0; i < 27; i++) w[i] = cos((double)i) / 2;
+    for (i = 0; i < 18; i++) v[i] = sin(0.5 * i) / 3, r0[i] = cos(0.3 * i);
+    for (i = 0; i < 6; i++) r1[i] = sin(0.7 * i + 1);
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F64, "batch=2 embed=3", x));
+    tj_tree_set_array(in, "w", tj_array_new(ctx, TJ_F64, "layer=3 embed=3 e2=3", w));
+    tj_tree_set_array(in, "v", tj_array_new(ctx, TJ_F64, "layer=3 batch=2 embed=3", v));
+    tj_tree_set_array(in, "r0", tj_array_new(ctx, TJ_F64, "layer=3 batch=2 embed=3", r0));
+    tj_tree_set_array(in, "r1", tj_array_new(ctx, TJ_F64, "layer=3 batch=2", r1));
+    for (i = 0; i < 3; i++) b[i] = cos(0.9 * i + 0.2) / 2;
+    tj_tree_set_array(in, "b", tj_array_new(ctx, TJ_F64, "embed=3", b));
+}
+static const double rsg_loss[1] = {0.37261087444009716};
+static const double rsg_fin[6] = {0.33934913445545312, 0.27071234441550457, -0.070392689896403834, 0.4461499381773123, 0.2731503615704256, -0.058346318845699574};
+static const double rsg_ys0[18] = {0.15999386927722981, 0.01916180027662855, -0.0099264049522206632, -0.05363968968232144, -0.084416424205255802, -0.0026407358027514035, 0.11782446560179158, 0.030940401880937642, -0.0068669745978563665, 0.017354284470908508, -0.037196503512963691, -0.0063622019211959048, 0.15641361386334865, 0.13673404263513031, 0.00010009055814259872, -0.23890285603744876, -0.23498466203122398, -0.0092599373850077594};
+static const double rsg_ys1[6] = {0.0040057595690952408, 0.016958898149695888, 0.00042202113827280555, 0.011244129917814373, 0.0012620612021964463, 0.00084422709221210689};
+static const double rsg_gx[6] = {-0.59741356638899867, 0.046103056540023613, -0.21814191828883095, -0.20065956849111199, 0.031049840572470094, 0.19310127953873718};
+static const double rsg_gw[27] = {0.26347525951629636, 0.12447059617929045, -0.16777727652815391, -0.0011682984901764696, -0.0069381952672118927, -0.009352971705525721, -0.32512909879938307, -0.16736453644726829, 0.18527059654899508, 0.26800940716849003, -0.10964086830063817, 0.12459135049880329, 0.22908787986669413, -0.095690854344757589, 0.1169534582033501, 0.014417103517838611, -0.0059992995384053225, 0.0072394495538939622, -0.17481207889954928, -0.14462866264231672, -0.061572039574003069, -0.18173133815903883, -0.164668329211211, -0.07830255899407583, -0.021567643212113366, -0.033312693310225759, -0.023042066785747353};
+static const double rsg_gv[18] = {1.0105629996848158, 0.46873325075867223, -0.34187129025486673, 0.34439549374671907, 0.18995465569520556, -0.078408379255261576, 0.84111928665717484, -0.30471130637720895, 0.34110396016987454, 0.64072946349152382, -0.07604232441727457, 0.085883525921606377, -0.55995615129709264, -0.16626611748974074, -0.0095642934414347583, 0.0063233105419764268, -0.0069006021848892051, 0.13690324298191553};
+static const double rsg_gb[3] = {1.1612511147448037, 0.22225912598590042, 0.073106450517775437};
+static void test_reverse_golden(void) {
+    static const struct { const char *name; const double *v; int n; } want[] = {{"loss", rsg_loss, 1}, {"fin", rsg_fin, 6},   {"ys0", rsg_ys0, 18}, {"ys1", rsg_ys1, 6},
+                                                                                {"g_x", rsg_gx, 6},     {"g_w", rsg_gw, 27}, {"g_v", rsg_gv, 18}, {"g_b", rsg_gb, 3}};
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in = tj_tree_new(ctx);
+    rs_cfg c = {3, 0, 1, 0, -1, -1, 0, 0, 0, 0, 0};
+    tjt_outs o;
+    int p, k, i, j;
+    tjt_current = "reverse scan: JAX's numbers";
+    rs_fill(ctx, in);
+    for (p = -1; p < CS_N; p++) { /* every policy: JAX's numbers */
+        c.p = p;
+        if (!rs_run(ctx, &c, in, &o, 1)) continue;
+        for (k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
+            double worst = 0;
+            for (i = 0; i < o.n && strcmp(o.name[i], want[k].name) != 0; i++) {}
+            TJT_CHECK(i < o.n && o.len[i] == want[k].n, "policy %s: output %s missing or of another size", rs_pn(p), want[k].name);
+            if (i == o.n || o.len[i] != want[k].n) continue;
+            for (j = 0; j < want[k].n; j++)
+                if (!(fabs(o.v[i][j] - want[k].v[j]) <= worst)) worst = fabs(o.v[i][j] - want[k].v[j]);
+            TJT_CHECK(worst <= 1e-14, "policy %s: %s differs from JAX's by %.3g", rs_pn(p), want[k].name, worst);
+        }
+        tjt_outs_free(&o);
+    }
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+}
+/* values and gradients against the unrolled steps; every policy the same
+   bits as none; finite differences; 2 and 4 devices against one */
+static void test_reverse(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    static const int Ls[] = {1, 2, 3, 5};
+    int li, p, din, k;
+    tjt_current = "reverse scan vs unrolled, every policy";
+    for (li = 0; li < 4; li++)
+        for (din = 0; din < 2; din++) {
+            rs_cfg u = {Ls[li], 0, din, 0, -1, -1, 0, 0, 1, 0, 0};
+            tj_tree *in = rs_inputs(ctx, TJ_F64, Ls[li], 0, 0, 0);
+            tjt_outs ref, none;
+            char what[256];
+            if (!rs_run(ctx, &u, in, &ref, 1)) { tj_tree_free(in); continue; }
+            memset(&none, 0, sizeof none);
+            for (p = -1; p < CS_N; p++) {
+                rs_cfg c = u;
+                tjt_outs o;
+                c.unrolled = 0, c.p = p;
+                rs_what(&c, 1, what, sizeof what);
+                if (!rs_run(ctx, &c, in, &o, 1)) continue;
+                tjt_outs_compare(what, &ref, &o, 1e-13);
+                if (p < 0) none = o;
+                else {
+                    char w2[300];
+                    snprintf(w2, sizeof w2, "%s (the same bits as no policy)", what);
+                    if (none.n) tjt_outs_compare(w2, &none, &o, 0);
+                    if (din) rs_rows(ctx, &c, in);
+                    tjt_outs_free(&o);
+                }
+            }
+            for (k = 0; k < 2 && din; k++) { /* the same, second derivatives */
+                rs_cfg c = u, cu = u;
+                tjt_outs a, b;
+                c.unrolled = 0, c.p = k ? CS_OFFNAMES : CS_NOTHING, c.second = 1, cu.second = 1;
+                rs_what(&c, 1, what, sizeof what);
+                if (rs_run(ctx, &cu, in, &a, 1) && rs_run(ctx, &c, in, &b, 1)) tjt_outs_compare(what, &a, &b, 1e-12);
+                tjt_outs_free(&a);
+                tjt_outs_free(&b);
+            }
+            tjt_outs_free(&none);
+            tjt_outs_free(&ref);
+            tj_tree_free(in);
+        }
+    tjt_current = "reverse scan: finite differences";
+    {
+        static const rs_cfg fd[] = {
+            {3, 0, 1, 0, -1, -1, 0, 0, 0, 0, 1}, {1, 0, 1, 0, CS_NOTHING, -1, 0, 0, 0, 0, 1}, {2, 0, 1, 0, CS_OFFNAMES, -1, 0, 0, 0, 0, 1},
+            {5, 0, 1, 0, CS_OFFDOTS, -1, 0, 0, 0, 0, 1}, {3, 0, 1, 0, CS_NAMES, -1, 0, 0, 0, 1, 0}, {3, 0, 1, 0, CS_OFFNAMES, -1, 0, 0, 0, 1, 0},
+            {3, 2, 1, 0, CS_NOTHING, -1, 0, 0, 0, 0, 1}, {3, 2, 0, 1, CS_DOTS, CS_OFFNAMES, 0, 0, 0, 0, 1}, {3, 3, 1, 0, CS_OFFNAMES, CS_NOTHING, 1, 0, 0, 0, 1},
+            {2, 2, 1, 1, CS_NAMES, -1, 0, 0, 0, 1, 0}};
+        for (k = 0; k < (int)(sizeof fd / sizeof fd[0]); k++) {
+            tj_tree *in = rs_inputs(ctx, TJ_F64, fd[k].L, fd[k].K, 0, 0);
+            char what[256];
+            rs_what(&fd[k], 1, what, sizeof what);
+            TJT_GRADCHECK(ctx, what, rs_fn, (void *)&fd[k], in, "x w v r0 b");
+            tj_tree_free(in);
+        }
+    }
+    tjt_current = "reverse scans nested";
+    { /* both directions of both scans, the outer policy seeing into the
+         inner scan (the re-run of a reverse scan), the inner scan in a
+         checkpoint */
+        static const int pq[][2] = {{-1, -1}, {CS_NOTHING, -1}, {CS_NAMES, CS_NOTHING}, {CS_OFFNAMES, -1}, {CS_DOTS, CS_OFFDOTS}, {CS_NOTHING, CS_OFFNAMES}};
+        int dout, ck, j;
+        for (ck = 0; ck < 2; ck++)
+            for (dout = 0; dout < 2; dout++)
+                for (din = 0; din < 2; din++) {
+                    int K = 2 + din, L = 3 - dout;
+                    rs_cfg u = {L, K, din, dout, -1, -1, ck, 0, 1, 0, 0};
+                    tj_tree *in = rs_inputs(ctx, TJ_F64, L, K, 0, 0);
+                    tjt_outs ref, o;
+                    if (!rs_run(ctx, &u, in, &ref, 1)) { tj_tree_free(in); continue; }
+                    for (j = 0; j < (int)(sizeof pq / sizeof pq[0]); j++) {
+                        rs_cfg c = u;
+                        char what[256];
+                        c.unrolled = 0, c.p = pq[j][0], c.q = pq[j][1];
+                        rs_what(&c, 1, what, sizeof what);
+                        if (!rs_run(ctx, &c, in, &o, 1)) continue;
+                        tjt_outs_compare(what, &ref, &o, 1e-13);
+                        tjt_outs_free(&o);
+                        if (j == 2 && (din || dout)) { /* second derivatives */
+                            rs_cfg s = c, su = u;
+                            tjt_outs a;
+                            s.second = su.second = 1;
+                            rs_what(&s, 1, what, sizeof what);
+                            if (rs_run(ctx, &su, in, &a, 1) && rs_run(ctx, &s, in, &o, 1)) tjt_outs_compare(what, &a, &o, 1e-12);
+                            tjt_outs_free(&a);
+                            tjt_outs_free(&o);
+                        }
+                    }
+                    tjt_outs_free(&ref);
+                    tj_tree_free(in);
+                }
+    }
+    tjt_current = "reverse scan on 2 and 4 devices";
+    {
+        static const rs_cfg sc[] = {{3, 0, 1, 0, -1, -1, 0, 0, 0, 0, 0},        {4, 0, 1, 0, CS_NOTHING, -1, 0, 0, 0, 0, 0}, {3, 0, 1, 0, CS_OFFNAMES, -1, 0, 0, 0, 0, 0},
+                                    {2, 0, 1, 0, CS_OFFDOTS, -1, 0, 0, 0, 0, 0}, {1, 0, 1, 0, CS_DOTS, -1, 0, 0, 0, 0, 0},   {3, 0, 1, 0, CS_NAMES, -1, 0, 0, 0, 1, 0},
+                                    {3, 0, 1, 0, CS_OFFNAMES, -1, 1, 0, 0, 0, 0}, {3, 0, 1, 0, -1, -1, 0, 1, 0, 0, 0},       {2, 0, 1, 0, CS_NOTHING, -1, 0, 1, 0, 0, 0},
+                                    {3, 2, 1, 0, CS_NOTHING, -1, 0, 0, 0, 0, 0}, {2, 2, 0, 1, CS_OFFNAMES, CS_NOTHING, 0, 0, 0, 0, 0},
+                                    {3, 3, 1, 0, CS_DOTS, CS_OFFNAMES, 1, 0, 0, 0, 0}, {2, 2, 1, 1, CS_NAMES, -1, 0, 0, 0, 1, 0}};
+        int nd, sh;
+        for (nd = 2; nd <= 4; nd += 2) {
+            tj_ctx *cn = tj_ctx_new();
+            tj_set_devices(cn, nd);
+            tj_set_mesh(cn, nd == 2 ? "data=2" : "data=2 model=2");
+            for (k = 0; k < (int)(sizeof sc / sizeof sc[0]); k++)
+                for (sh = 0; sh < 3; sh++) {
+                    tj_tree *i1, *in;
+                    tjt_outs a, b;
+                    char what[300];
+                    if (sc[k].smap && sh == 0) continue; /* (the shard_map splits x itself) */
+                    i1 = rs_inputs(ctx, TJ_F64, sc[k].L, sc[k].K, 0, 0);
+                    in = rs_inputs(cn, TJ_F64, sc[k].L, sc[k].K, sh, nd == 4);
+                    {
+                        rs_cfg one = sc[k];
+                        one.smap = 0; /* (one device: the plain scan) */
+                        if (rs_run(ctx, &one, i1, &a, 1) && rs_run(cn, &sc[k], in, &b, nd)) {
+                            rs_what(&sc[k], nd, what, sizeof what);
+                            snprintf(what + strlen(what), sizeof what - strlen(what), ", inputs %s", sh == 0 ? "replicated" : sh == 1 ? "sharded" : "sharded, the scanned axis too");
+                            tjt_outs_compare(what, &a, &b, 1e-12);
+                        }
+                    }
+                    tjt_outs_free(&a);
+                    tjt_outs_free(&b);
+                    tj_tree_free(i1);
+                    tj_tree_free(in);
+                }
+            tj_ctx_free(cn);
+        }
+    }
+    tj_ctx_free(ctx);
+    test_reverse_donated();
+    test_reverse_print();
+    test_reverse_golden();
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     enum { L = 3, B = 4, E = 6, H = 8 };
@@ -2032,6 +2499,7 @@ int main(void) {
 
     test_lint_backward(); /* (after cs_pol is set) */
     test_drop_inlined();
+    test_reverse(); /* (after cs_pol is set) */
     tj_ctx_free(ctx);
     return tjt_finish();
 }

@@ -808,6 +808,54 @@ static void test_gg_custom_vjp(void) {
             tj_ctx_free(ctx);
         }
 }
+/* layer_norm of x - c: the gradient with respect to c (added to the whole
+   row) is 0 analytically. The row's mean rounds to an ulp of |mean|, and
+   where that is large against the row's spread, x - mean did not sum to 0
+   and neither did the gradient: 9.7e-13 in f64 for the row (0.0199,
+   0.0011) - (-1.6028), where JAX gives 0 (jax_diff seed 400223), 5.1e-11 for the rows below. Now the
+   mean is kept in two parts; each dtype's sum of the row's gradient must
+   be a few roundings of its terms. */
+static void ln_shift_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v c = tj_tree_v(in, "c"), x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), ins[2] = {c, x}, gr[2];
+    tj_v loss = tj_sum(tj_mul(tj_tanh(tj_layer_norm(tj_sub(x, c), "e", 1e-5)), w), "e b");
+    (void)g; (void)u;
+    tj_grad(loss, 2, ins, gr);
+    tj_tree_set_v(out, "gc", gr[0]);
+    tj_tree_set_v(out, "gx", gr[1]);
+}
+static tj_array *ln_arr(tj_ctx *ctx, tj_dtype dt, const char *shape, const double *v, int n) {
+    char host[8 * 10];
+    int i;
+    for (i = 0; i < n; i++) tjt_st(host, dt, i, v[i]);
+    return tj_array_new(ctx, dt, shape, host);
+}
+static void test_ln_shift_grad(void) {
+    static const tj_dtype dts[3] = {TJ_F64, TJ_F32, TJ_BF16};
+    int t, i;
+    tjt_current = "layer_norm: the gradient of a shift of the row is ~0";
+    for (t = 0; t < 3; t++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        /* rows of 2 whose means are 170 to 5000 times their spread */
+        double c = -1.60275785, x[5 * 2] = {0.019932222, 0.0010719689, 151.25, 151.2503, 151.2497, 151.2501, 0.5, 0.5001, 1000.1, 1000.1003};
+        double w[5 * 2] = {0.7, -1.3, 0.5, -0.25, 1.5, -2, 0.125, 0.75, -0.6, 0.3}, gc = 1, gx[10], terms = 0, eps = t == 0 ? 0x1p-53 : t == 1 ? 0x1p-24 : 0x1p-8;
+        tj_tree_set_array(in, "c", ln_arr(ctx, dts[t], "", &c, 1));
+        tj_tree_set_array(in, "x", ln_arr(ctx, dts[t], "b=5 e=2", x, 10));
+        tj_tree_set_array(in, "w", ln_arr(ctx, dts[t], "b=5 e=2", w, 10));
+        p = tj_jit(ctx, "ln_shift", ln_shift_fn, NULL, in, NULL);
+        TJT_CHECK(p && !tj_run(p, in, out) && !tj_array_read(tj_tree_array(out, "gc"), TJ_F64, &gc) && !tj_array_read(tj_tree_array(out, "gx"), TJ_F64, gx),
+                  "%s: ran (%s)", tj_dtype_name(dts[t]), tj_error(ctx));
+        for (i = 0; i < 10; i++) terms += fabs(gx[i]);
+        TJT_CHECK(terms > 1 && fabs(gc) <= 8 * eps * terms, "%s: d/dc layer_norm(x - c) = %.3g, want 0 to %.3g (8 roundings of its terms, %.3g)", tj_dtype_name(dts[t]),
+                  gc, 8 * eps * terms, terms);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+    }
+}
+
 int main(void) {
     test_tanh_grad_near_one();
     test_captured_attr();
@@ -825,5 +873,6 @@ int main(void) {
     test_i32_sharded_sum();
     test_bf16_sharded_sum();
     test_gg_custom_vjp();
+    test_ln_shift_grad();
     return tjt_finish();
 }

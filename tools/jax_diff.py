@@ -1237,6 +1237,11 @@ class Gen:
             ok = [i for i, (a, d) in enumerate(sh) if d % n == 0]
             if not ok: return None
             i = r.choice(ok); a, d = sh[i]
+            part = [m for m in sub if m not in self.vary[x]]
+            if self.check and 0 < len(part) < len(sub):
+                # as psum: tinyjax makes x vary over all of them first; JAX 0.10 refuses a mix (seed 400222)
+                x = self.emit("pvary", [x], dt, sh, mesh_axes=" ".join(part))
+                self.vary[x] = self.vary[x] | set(part)
             y = self.emit("psum_scatter", [x], dt, sh[:i] + [(a, d // n)] + sh[i + 1:], mesh_axes=ms, axis=a)
             self.vary[y] = self.vary[x] | set(sub)
             return y

@@ -310,15 +310,6 @@ static void jdr_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     jdr_ops(p, g);
     for (i = 0; i < outs->n; i++) out[i] = jdr_lookup(p, outs->kid[i]->str);
 }
-/* x with `axis` in reverse order */
-static tj_v jdr_reverse(tj_graph *g, tj_v x, const char *axis) {
-    char sh[96];
-    int64_t n = tj_v_dim(x, axis);
-    tj_v idx;
-    snprintf(sh, sizeof sh, "jdr_rev=%lld", (long long)n);
-    idx = tj_cast(tj_adds(tj_neg(tj_arange(g, TJ_F32, sh, "jdr_rev")), (double)(n - 1)), TJ_I32);
-    return tj_rename(tj_take(x, axis, idx), "jdr_rev", axis);
-}
 /* "nothing_saveable", "save_only_these_names:a b", "save_and_offload_only_
    these_names:a|b", "save_from_both:names", "dots_saveable", ... */
 static int jdr_policy(jdr_prog *p, const char *s) {
@@ -389,13 +380,8 @@ static void jdr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         for (i = 0; i < cs->n; i++) init[i] = jdr_lookup(p, cs->kid[i]->str);
         for (i = 0; i < nx; i++) xv[i] = jdr_lookup(p, xs->kid[i]->str);
         if (pj && jdr_policy(p, pj->str)) { snprintf(p->err, sizeof p->err, "unknown policy"); return; }
-        /* lax.scan(reverse=True): tj_scan has no reverse, so the xs go in
-           reversed and the ys come back reversed (a take with indices
-           T-1..0 each: its gradient is a scatter-add) */
-        if (rev && nx) for (i = 0; i < nx; i++) xv[i] = jdr_reverse(g, xv[i], ax);
-        if (tj_scan(jdr_scan_body, p, ax, cs->n, init, nx, xv, outs->n, fin, res, pj ? &p->pol : NULL)) return;
-        if (strchr(ax, '=')) *strchr(ax, '=') = 0; /* "L=3": the ys' axis is L */
-        if (rev) for (i = 0; i < outs->n; i++) res[i] = jdr_reverse(g, res[i], ax);
+        /* lax.scan(reverse=True): tinyjax's reverse scan (tj_scan_dir) */
+        if (tj_scan_dir(jdr_scan_body, p, ax, cs->n, init, nx, xv, outs->n, fin, res, pj ? &p->pol : NULL, rev)) return;
         for (i = 0; i < outs->n; i++) oname[nout++] = outs->kid[i]->str;
         names = (char *)calloc((size_t)cs->n, 300);
         for (i = 0; i < cs->n; i++) {
