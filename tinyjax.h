@@ -519,14 +519,20 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v logits, tj_v labels, c
    values: the kernel keeps a running max and sum per query (online softmax)
    and saves only the output and each query's log-sum-exp for the backward
    pass, which recomputes the probabilities. q is (batch..., qpos, dim), k
-   (batch..., kpos, dim) and v (batch..., kpos, dim') with the same batch
-   axes (any names, any order; dim' may differ in size from dim); out has
-   q's batch axes, qpos and dim' (its axis order: batch axes as in q, then
-   qpos, then dim). causal: query i sees keys j <= i only (JAX's is_causal,
+   (batch'..., kpos, dim) and v (batch'..., kpos, dim') where batch' is
+   some of q's batch axes, the same in k and v (any names, any order; dim'
+   may differ in size from dim). k and v are shared over the batch axes of
+   q they lack, without copies: grouped-query attention is q (batch,
+   kvheads, group, qpos, dim) with k, v (batch, kvheads, kpos, dim), and
+   multi-query q (batch, heads, qpos, dim) with k, v (batch, kpos, dim);
+   their gradients sum over those axes. out has q's batch axes, qpos and
+   dim' (its axis order: q's batch axes that k has, as in q, then those it
+   lacks, then qpos, then dim). causal: query i sees keys j <= i only (JAX's is_causal,
    top-left aligned). scale 0 means 1/sqrt(size of dim). f32 and bf16 compute
    in f32, f64 in f64; the same result as softmax(causal_mask(dot)) . v
    within rounding. On a mesh, batch axes may stay sharded (k and v follow
-   q); qpos, kpos and dim are gathered whole. dim and dim' at most 256. */
+   q, replicated along a sharded axis they lack); qpos, kpos and dim are
+   gathered whole. dim and dim' at most 256. */
 #define tj_attention(q, k, v, qpos, kpos, dim, scale, causal) tj_attention_at(TJ_AT, q, k, v, qpos, kpos, dim, scale, causal)
 TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const char *qpos, const char *kpos, const char *dim, double scale, int causal);
 
@@ -6949,19 +6955,14 @@ static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
    two threads ever add into one row and every run gives the same bits. */
 static int tj__add_proj(tj_node *m, const tj__type *t, int space); /* in [7] */
 #define TJ__ATTN_MAXD 256 /* dim and dim' (the kernels keep tiles on the stack; FlashAttention's limit too) */
-static tj_node *tj__attn_layout(const char *f, int l, tj_node *x, const tj__type *q, int qpos, int qdim, int pos, int dim) {
+/* x with its axes in the order of ord[0..n) (those x has; every axis of x is
+   in ord): a relayout node where they are not in that order already */
+static tj_node *tj__attn_layout(const char *f, int l, tj_node *x, const int *ord, int n) {
     tj__type t = x->t;
     int i, k, same = 1;
     t.rank = 0;
-    for (i = 0; i < q->rank; i++) /* q's batch axes in q's order, then pos, then dim */
-        if (q->ax[i] != qpos && q->ax[i] != qdim) {
-            k = tj__axis_index(&x->t, q->ax[i]);
-            t.ax[t.rank] = x->t.ax[k], t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
-        }
-    k = tj__axis_index(&x->t, pos);
-    t.ax[t.rank] = pos, t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
-    k = tj__axis_index(&x->t, dim);
-    t.ax[t.rank] = dim, t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
+    for (i = 0; i < n; i++)
+        if ((k = tj__axis_index(&x->t, ord[i])) >= 0) t.ax[t.rank] = x->t.ax[k], t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
     for (i = 0; i < t.rank; i++) same &= t.ax[i] == x->t.ax[i];
     return same ? x : tj__relayout(f, l, x, &t);
 }
@@ -6983,7 +6984,7 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
     tj_graph *ig;
     tj__type to, tl, dummy;
     tj__attr at;
-    int qp, kp, d, i, j;
+    int qp, kp, d, i, j, nsh, ord[TJ_MAXDIM + 2];
     unsigned u = 0;
     char b1[256], b2[256], b3[256];
     if (tj__any_null("attention", f, l, 3, q, k, v)) return NULL;
@@ -7006,19 +7007,32 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
                 tj_v_describe(q, b1, sizeof b1), qpos);
         return NULL;
     }
-    /* k and v: q's batch axes (same sizes), kpos and dim, nothing else */
+    /* k and v: kpos, dim and some of q's batch axes (the same sizes; the
+       same ones in both), nothing else: they are shared over the rest */
     for (j = 0; j < 2; j++) {
         tj_v y = j ? v : k;
-        int ok = y->t.rank == q->t.rank;
-        for (i = 0; ok && i < q->t.rank; i++) {
-            int a = q->t.ax[i], ky = tj__axis_index(&y->t, a == qp ? kp : a);
-            ok = ky >= 0 && (a == qp || (a == d && j) || y->t.dim[ky] == q->t.dim[i]);
+        for (i = 0; i < y->t.rank; i++) {
+            int a = y->t.ax[i], kq = tj__axis_index(&q->t, a);
+            if (a == kp || a == d) continue;
+            if (kq < 0 || a == qp || y->t.dim[i] != q->t.dim[kq] || (j && tj__axis_index(&k->t, a) < 0)) {
+                tj__err(c, TJ_ERR_SHAPE, f, l,
+                        "attention: %s's axis '%s' is %s: k and v have '%s', '%s' and some of q's batch axes (the same in both, of q's sizes; q's "
+                        "others are shared): q is %s, %s is %s",
+                        j ? "v" : "k", tj__name(c, a), kq < 0 || a == qp ? "not a batch axis of q" : y->t.dim[i] != q->t.dim[kq] ? "not of q's size" : "not one of k's",
+                        kpos, dim, tj_v_describe(q, b1, sizeof b1), j ? "v" : "k", tj_v_describe(y, b2, sizeof b2));
+                return NULL;
+            }
         }
-        if (!ok) {
-            tj__err(c, TJ_ERR_SHAPE, f, l, "attention: %s must have q's batch axes (same sizes), '%s' and '%s'%s: q is %s, %s is %s", j ? "v" : "k", kpos, dim,
-                    j ? "" : " (the size of q's)", tj_v_describe(q, b1, sizeof b1), j ? "v" : "k", tj_v_describe(y, b2, sizeof b2));
+        if (j && k->t.rank != v->t.rank) {
+            tj__err(c, TJ_ERR_SHAPE, f, l, "attention: k and v must have the same batch axes: k is %s, v is %s", tj_v_describe(k, b1, sizeof b1),
+                    tj_v_describe(v, b2, sizeof b2));
             return NULL;
         }
+    }
+    if (k->t.dim[tj__axis_index(&k->t, d)] != q->t.dim[tj__axis_index(&q->t, d)]) {
+        tj__err(c, TJ_ERR_SHAPE, f, l, "attention: '%s' has size %lld in q but %lld in k", dim, (long long)q->t.dim[tj__axis_index(&q->t, d)],
+                (long long)k->t.dim[tj__axis_index(&k->t, d)]);
+        return NULL;
     }
     if (k->t.dim[tj__axis_index(&k->t, kp)] != v->t.dim[tj__axis_index(&v->t, kp)]) {
         tj__err(c, TJ_ERR_SHAPE, f, l, "attention: '%s' has size %lld in k but %lld in v", kpos, (long long)k->t.dim[tj__axis_index(&k->t, kp)],
@@ -7046,8 +7060,20 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
         for (i = 0; i < 3; i++)
             if (x[i]->t.vary != u && !(x[i] = tj__pvary(x[i], u & ~x[i]->t.vary, "attention", f, l))) return NULL;
     }
-    for (i = 2; i >= 0; i--) /* q last: the others take its batch order */
-        if (!(x[i] = tj__attn_layout(f, l, x[i], &x[0]->t, qp, d, i ? kp : qp, d))) return NULL;
+    /* the layouts: q [shared..., q's own..., qpos, dim] (the batch axes k
+       and v have, then those they lack: q's batch row b uses k's and v's
+       row b / (the product of the sizes they lack)), k and v [shared...,
+       kpos, dim] */
+    for (i = 0, j = 0; i < q->t.rank; i++)
+        if (q->t.ax[i] != qp && q->t.ax[i] != d && tj__axis_index(&k->t, q->t.ax[i]) >= 0) ord[j++] = q->t.ax[i];
+    nsh = j;
+    for (i = 0; i < q->t.rank; i++)
+        if (q->t.ax[i] != qp && q->t.ax[i] != d && tj__axis_index(&k->t, q->t.ax[i]) < 0) ord[j++] = q->t.ax[i];
+    ord[j] = qp, ord[j + 1] = d;
+    if (!(x[0] = tj__attn_layout(f, l, x[0], ord, j + 2))) return NULL;
+    ord[nsh] = kp, ord[nsh + 1] = d;
+    for (i = 1; i < 3; i++)
+        if (!(x[i] = tj__attn_layout(f, l, x[i], ord, nsh + 2))) return NULL;
     memset(&at, 0, sizeof at);
     at.s = scale;
     at.causal = causal != 0;
@@ -7057,7 +7083,7 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
     dummy.dt = TJ_I32;
     if (!(ig = tj__inner(3, x, "attention", f, l)) || !(n = tj__node(ig, TJ__OP_ATTENTION, &dummy, 3, x, &at, f, l))) return NULL;
     to = n->in[0]->t; /* out: q's layout with dim' */
-    to.dim[to.rank - 1] = n->in[2]->t.dim[to.rank - 1];
+    to.dim[to.rank - 1] = n->in[2]->t.dim[n->in[2]->t.rank - 1];
     to.partial = 0;
     tl = to; /* lse: without dim */
     tl.rank--;
@@ -7080,7 +7106,12 @@ static tj_status tj__vjp_attention(tj_node *n, tj_v g, tj_v *gin) {
     if (!(m = tj__node(tj__inner(6, in, "attention", n->file, n->line), TJ__OP_ATTENTION_GRAD, &dummy, 6, in, &n->a, n->file, n->line)))
         return c->status ? c->status : TJ_ERR_OOM;
     for (i = 0; i < 3; i++) {
-        if (tj__add_proj(m, &m->in[i]->t, TJ_SPACE_DEVICE)) return c->status;
+        tj__type t = m->in[i]->t;
+        int a;
+        if (i) /* dk, dv: sums over q's batch axes k and v lack, partial where those are split */
+            for (a = 0; a < in[0]->t.rank - 2; a++)
+                if (tj__axis_index(&t, in[0]->t.ax[a]) < 0) t.partial |= in[0]->t.sh[a];
+        if (tj__add_proj(m, &t, TJ_SPACE_DEVICE)) return c->status;
         gin[i] = m->proj[i];
     }
     return TJ_OK;
@@ -7096,6 +7127,13 @@ static tj_status tj__attn_grad_composite(const char *f, int l, const tj_node *n,
     const char *qp = tj__name(c, n->a.axis), *kp = tj__name(c, n->a.axis2), *dim = tj__name(c, n->a.axes[0]);
     const char *kq = n->a.axis == n->a.axis2 ? "attention_keys_" : kp; /* the keys' axis apart from the queries' */
     tj_v s, p, dp, ds;
+    char over[TJ__MSG]; /* dk and dv sum over the queries and q's batch axes k lacks */
+    int i;
+    if (!q || !k) return tj_status_of(c);
+    snprintf(over, sizeof over, "%s", qp);
+    for (i = 0; i < q->t.rank; i++)
+        if (q->t.ax[i] != n->a.axis && q->t.ax[i] != n->a.axes[0] && tj__axis_index(&k->t, q->t.ax[i]) < 0)
+            snprintf(over + strlen(over), sizeof over - strlen(over), " %s", tj__name(c, q->t.ax[i]));
     if (kq != kp) k = tj_rename_at(f, l, k, kp, kq), v = tj_rename_at(f, l, v, kp, kq);
     s = tj_muls_at(f, l, tj_dot_at(f, l, q, k, dim), n->a.s);
     if (n->a.causal) s = tj_causal_mask_at(f, l, s, qp, kq, -INFINITY);
@@ -7103,8 +7141,8 @@ static tj_status tj__attn_grad_composite(const char *f, int l, const tj_node *n,
     dp = tj_dot_at(f, l, g, v, dim);
     ds = tj_mul_at(f, l, p, tj_sub_at(f, l, dp, tj_sum_at(f, l, tj_mul_at(f, l, p, dp), kq)));
     d[0] = tj_muls_at(f, l, tj_dot_at(f, l, ds, k, kq), n->a.s);
-    d[1] = tj_muls_at(f, l, tj_dot_at(f, l, ds, q, qp), n->a.s);
-    d[2] = tj_dot_at(f, l, p, g, qp);
+    d[1] = tj_muls_at(f, l, tj_dot_at(f, l, ds, q, over), n->a.s);
+    d[2] = tj_dot_at(f, l, p, g, over);
     if (kq != kp) d[1] = tj_rename_at(f, l, d[1], kq, kp), d[2] = tj_rename_at(f, l, d[2], kq, kp);
     return d[0] && d[1] && d[2] ? TJ_OK : tj_status_of(c);
 }
@@ -7130,6 +7168,7 @@ static tj_status tj__vjp_attention_grad(tj_node *n, tj_v g, tj_v *gin) {
 typedef struct {
     const tj__kern *k;
     int64_t nb, tq, tk, d, dv;
+    int64_t nbk, grp; /* k's and v's batch rows; q's batch row b uses their row b / grp */
     double scale;
     int causal;
     void *dl;   /* backward: D per query row (f32, or f64 for f64) */
@@ -7144,6 +7183,8 @@ static void tj__attn_init(const tj__kern *k, tj__attn *a) {
     a->tk = v->dim[v->rank - 2];
     a->dv = v->dim[v->rank - 1];
     a->nb = tj__numel(q) / (a->tq * a->d); /* (no axis is empty) */
+    a->nbk = tj__numel(v) / (a->tk * a->dv);
+    a->grp = a->nb / a->nbk;
     a->scale = k->n->a.s;
     a->causal = k->n->a.causal;
     a->dl = k->scratch;
@@ -7274,8 +7315,8 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
             for (c = 0; c < nq * a->dv; c++) acc[c] = 0;                                                                               \
             for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
                 m = nk - j0 < BLK ? nk - j0 : BLK;                                                                                     \
-                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
-                tj__attn_tile_##SFX(k, 2, b * a->tk + j0, m, a->dv, vb, vp, NULL, NULL);                                               \
+                tj__attn_tile_##SFX(k, 1, b / a->grp * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
+                tj__attn_tile_##SFX(k, 2, b / a->grp * a->tk + j0, m, a->dv, vb, vp, NULL, NULL);                                               \
                 for (u = 0; u < nq; u += 4) { /* 4 queries at a time */                                                                \
                     const T *ar[4];                                                                                                    \
                     T *sr[4], *orow[4];                                                                                                \
@@ -7364,18 +7405,21 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         T qb[BLK * TJ__ATTN_MAXD], gb[BLK * TJ__ATTN_MAXD], qt[TJ__ATTN_MAXD * BLK], gt[TJ__ATTN_MAXD * BLK];                         \
         T s[4 * BLK], dp[4 * BLK], lse[BLK], dump[TJ__ATTN_MAXD], sc = (T)a->scale, dsk[OWN * BLK], dst[BLK * OWN], *dq = NULL;       \
         const T *kp[OWN], *vp[OWN], *qp[BLK], *gp[BLK], *qtp[TJ__ATTN_MAXD], *gtp[TJ__ATTN_MAXD], *dl = (const T *)a->dl;             \
-        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->fuse ? a->nb : a->nb * nblk, w, u, g, t, c, i0, m, jb;                     \
-        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++)                                                          \
-            for (jb = a->fuse ? 0 : w % nblk; jb < (a->fuse ? nblk : w % nblk + 1); jb++) {                                           \
-            int64_t b = a->fuse ? w : w / nblk, j0 = jb * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                               \
-            if (a->fuse && !jb) { /* dq of batch row b: summed here over the key blocks, in order */                                  \
-                dq = a->dqs ? (T *)a->dqs + b * a->tq * a->d : (T *)k->pout[0] + b * a->tq * a->d;                                     \
-                for (c = 0; c < a->tq * a->d; c++) dq[c] = 0;                                                                          \
-            }                                                                                                                          \
-            tj__attn_tile_##SFX(k, 1, b * a->tk + j0, nk, a->d, kb, kp, NULL, NULL);                                                   \
-            tj__attn_tile_##SFX(k, 2, b * a->tk + j0, nk, a->dv, vb, vp, NULL, NULL);                                                  \
-            for (c = 0; c < nk * a->d; c++) dk[c] = 0;                                                                                 \
-            for (c = 0; c < nk * a->dv; c++) dv[c] = 0;                                                                                \
+        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->fuse ? a->nbk : a->nbk * nblk, w, u, g, t, c, i0, m, jb, gi;            \
+        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++)                                                      \
+            for (jb = a->fuse ? 0 : w % nblk; jb < (a->fuse ? nblk : w % nblk + 1); jb++) {                                        \
+            /* key row bk of k and v: the queries of q's batch rows bk grp .. bk grp + grp - 1 */                                  \
+            int64_t bk = a->fuse ? w : w / nblk, j0 = jb * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                          \
+            T *dqg = !a->fuse ? NULL : a->dqs ? (T *)a->dqs + bk * a->grp * a->tq * a->d : (T *)k->pout[0] + bk * a->grp * a->tq * a->d; \
+            if (a->fuse && !jb) /* dq of those batch rows: summed here over the key blocks, in order */                            \
+                for (c = 0; c < a->grp * a->tq * a->d; c++) dqg[c] = 0;                                                            \
+            tj__attn_tile_##SFX(k, 1, bk * a->tk + j0, nk, a->d, kb, kp, NULL, NULL);                                              \
+            tj__attn_tile_##SFX(k, 2, bk * a->tk + j0, nk, a->dv, vb, vp, NULL, NULL);                                             \
+            for (c = 0; c < nk * a->d; c++) dk[c] = 0;                                                                             \
+            for (c = 0; c < nk * a->dv; c++) dv[c] = 0;                                                                            \
+            for (gi = 0; gi < a->grp; gi++) {                                                                                      \
+            int64_t b = bk * a->grp + gi;                                                                                          \
+            dq = dqg ? dqg + gi * a->tq * a->d : NULL;                                                                             \
             for (i0 = a->causal ? j0 : 0; i0 < a->tq; i0 += m) { /* (causal: no query before j0 sees the block) */                     \
                 int64_t q0 = b * a->tq + i0;                                                                                           \
                 m = a->tq - i0 < BLK ? a->tq - i0 : BLK;                                                                               \
@@ -7425,20 +7469,21 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         dqr[g] = use[g] ? dq + (i0 + t + g) * a->d : dump;                                                             \
                         for (u = 0; u < vis[g]; u++) dsr[g][u] = dsk[u * BLK + t + g]; /* dS transposed */                             \
                     }                                                                                                                  \
-                    if (any) tj__attn_wsum_##SFX(dsr, lo, vis, use, kp, a->d, dqr);                                                    \
-                }                                                                                                                      \
-            }                                                                                                                          \
-            for (u = 0; u < nk; u++) {                                                                                                 \
-                for (c = 0; c < a->d; c++) dk[u * a->d + c] *= sc;                                                                     \
-                STOREN(k->pout[1], k->it[1]->dt, (b * a->tk + j0 + u) * a->d, 1, a->d, dk + u * a->d);                                 \
-                STOREN(k->pout[2], k->it[2]->dt, (b * a->tk + j0 + u) * a->dv, 1, a->dv, dv + u * a->dv);                              \
-            }                                                                                                                          \
-            if (a->fuse && jb == nblk - 1) { /* the batch row's dq is complete */                                                      \
-                for (c = 0; c < a->tq * a->d; c++) dq[c] *= sc;                                                                        \
-                if (a->dqs) STOREN(k->pout[0], k->it[0]->dt, b * a->tq * a->d, 1, a->tq * a->d, dq);                                   \
-            }                                                                                                                          \
-        }                                                                                                                              \
-    }                                                                                                                                  \
+                    if (any) tj__attn_wsum_##SFX(dsr, lo, vis, use, kp, a->d, dqr);                                                \
+                }                                                                                                                  \
+            }                                                                                                                      \
+            }                                                                                                                      \
+            for (u = 0; u < nk; u++) {                                                                                             \
+                for (c = 0; c < a->d; c++) dk[u * a->d + c] *= sc;                                                                 \
+                STOREN(k->pout[1], k->it[1]->dt, (bk * a->tk + j0 + u) * a->d, 1, a->d, dk + u * a->d);                            \
+                STOREN(k->pout[2], k->it[2]->dt, (bk * a->tk + j0 + u) * a->dv, 1, a->dv, dv + u * a->dv);                         \
+            }                                                                                                                      \
+            if (a->fuse && jb == nblk - 1) { /* the batch rows' dq is complete */                                                  \
+                for (c = 0; c < a->grp * a->tq * a->d; c++) dqg[c] *= sc;                                                          \
+                if (a->dqs) STOREN(k->pout[0], k->it[0]->dt, bk * a->grp * a->tq * a->d, 1, a->grp * a->tq * a->d, dqg);           \
+            }                                                                                                                      \
+        }                                                                                                                          \
+    }                                                                                                                              \
     /* dq_i: a block of queries against the blocks of keys they see:                                                                   \
        dq += dS k */                                                                                                                   \
     ATTR static void tj__attn_dq_##SFX(const void *arg, int part, int nparts) {                                                        \
@@ -7457,8 +7502,8 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
             for (c = 0; c < nq * a->d; c++) dq[c] = 0;                                                                                 \
             for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
                 m = nk - j0 < BLK ? nk - j0 : BLK;                                                                                     \
-                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
-                tj__attn_tile_##SFX(k, 2, b * a->tk + j0, m, a->dv, vb, vp, vt, vtp);                                                  \
+                tj__attn_tile_##SFX(k, 1, b / a->grp * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
+                tj__attn_tile_##SFX(k, 2, b / a->grp * a->tk + j0, m, a->dv, vb, vp, vt, vtp);                                                  \
                 for (u = 0; u < nq; u += 4) { /* 4 queries at a time */                                                                \
                     const T *aq[4], *ag[4];                                                                                            \
                     T *sr[4], *dr[4], *dqr[4];                                                                                         \
@@ -7536,10 +7581,10 @@ static void tj__k_attention_grad(tj__kern *k) {
     int np;
     tj__attn_init(k, &a);
     tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.dv), TJ__ATTN_PICK(k, tj__attn_dl), &a);
-    np = tj__attn_parts(k, a.nb * a.tk, a.tq * (a.d + a.dv));
+    np = tj__attn_parts(k, a.nbk * a.tk, a.grp * a.tq * (a.d + a.dv));
     /* one pass does 5 of the two passes' 7 products: worth rows of uneven count per thread while ceil(nb / np) 5 <= (nb / np) 7 */
-    a.fuse = tj__attn_passes ? tj__attn_passes == 1 : 5 * ((a.nb + np - 1) / np) * np <= 7 * a.nb;
-    tj__parallel(a.fuse && a.nb < np ? (int)a.nb : np, TJ__ATTN_PICK(k, tj__attn_dkv), &a);
+    a.fuse = tj__attn_passes ? tj__attn_passes == 1 : 5 * ((a.nbk + np - 1) / np) * np <= 7 * a.nbk;
+    tj__parallel(a.fuse && a.nbk < np ? (int)a.nbk : np, TJ__ATTN_PICK(k, tj__attn_dkv), &a);
     if (!a.fuse) tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_dq), &a);
 }
 /* the backward's workspace: D, one per query row (local shapes), and for a
