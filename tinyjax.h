@@ -535,6 +535,19 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v logits, tj_v labels, c
    gathered whole. dim and dim' at most 256. */
 #define tj_attention(q, k, v, qpos, kpos, dim, scale, causal) tj_attention_at(TJ_AT, q, k, v, qpos, kpos, dim, scale, causal)
 TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const char *qpos, const char *kpos, const char *dim, double scale, int causal);
+/* tj_attention with a mask, as jax.nn.dot_product_attention(q, k, v,
+   mask=..., is_causal=causal): mask is i32 (nonzero: attend), its axes any
+   of q's batch axes, qpos and kpos (it broadcasts over the rest; qpos and
+   kpos must then have different names); causal ANDs with it. A masked
+   score becomes -0.7 times f32's largest value (JAX's large negative), not
+   -inf: a query row with every key masked attends to ALL keys uniformly
+   (its output is the mean of v over kpos; dq of it and its share of dk are
+   0, dv gets 1/kpos of its cotangent), as JAX gives. The mask has no
+   gradient. On a mesh the mask is split like q's batch axes. */
+#define tj_attention_masked(q, k, v, mask, qpos, kpos, dim, scale, causal) \
+    tj_attention_masked_at(TJ_AT, q, k, v, mask, qpos, kpos, dim, scale, causal)
+TJDEF tj_v tj_attention_masked_at(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mask, const char *qpos, const char *kpos, const char *dim,
+                                  double scale, int causal);
 
 /* ---- random numbers (counter-based) ----
    Element i of a random tensor (its row-major index in the full shape) has
@@ -2967,11 +2980,11 @@ typedef struct {
     X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_copy, tj__pr_axes)                                            \
     X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_copy, tj__pr_axes)                                            \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, tj__sh_given, tj__pr_axes)                              \
-    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)                                                 \
+    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)                                                     \
     X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                  \
     X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                                    \
     X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)      \
-    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given, tj__pr_coll)                \
+    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given, tj__pr_coll)                    \
     X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                    \
     X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                          \
     X(AG_DOT, "all_gather_dot", 0, tj__k_cdot, 0, tj__flops_dot, tj__cdot_scratch, tj__sh_given, tj__pr_cdot)                                      \
@@ -6978,16 +6991,28 @@ static tj_node *tj__attn_fit(const char *f, int l, tj_node *x, const tj__type *q
     }
     return need ? tj__reshard(x, want, "attention", f, l) : x;
 }
+#define TJ__ATTN_MASKED (-0.7 * 3.4028234663852886e38) /* a masked pair's score: JAX's _get_large_negative (f32's range) */
+static tj_v tj__attention(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mask, int masked, const char *qpos, const char *kpos, const char *dim,
+                          double scale, int causal);
 TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const char *qpos, const char *kpos, const char *dim, double scale, int causal) {
+    return tj__attention(f, l, q, k, v, NULL, 0, qpos, kpos, dim, scale, causal);
+}
+TJDEF tj_v tj_attention_masked_at(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mask, const char *qpos, const char *kpos, const char *dim, double scale,
+                                  int causal) {
+    return tj__attention(f, l, q, k, v, mask, 1, qpos, kpos, dim, scale, causal);
+}
+static tj_v tj__attention(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mask, int masked, const char *qpos, const char *kpos, const char *dim,
+                          double scale, int causal) {
     tj_ctx *c;
-    tj_node *x[3], *n;
+    tj_node *x[4], *n;
     tj_graph *ig;
     tj__type to, tl, dummy;
     tj__attr at;
-    int qp, kp, d, i, j, nsh, ord[TJ_MAXDIM + 2];
+    int qp, kp, d, i, j, nsh, nin = 3 + masked, ord[TJ_MAXDIM + 2];
     unsigned u = 0;
     char b1[256], b2[256], b3[256];
-    if (tj__any_null("attention", f, l, 3, q, k, v)) return NULL;
+    x[0] = q, x[1] = k, x[2] = v, x[3] = mask;
+    if (tj__null_among(nin, x, "attention", f, l, 1)) return NULL;
     c = q->g->ctx;
     if (q->t.dt != k->t.dt || q->t.dt != v->t.dt || !tj__isfloat(q->t.dt)) {
         tj__err(c, TJ_ERR_DTYPE, f, l, "attention: q, k and v must share a float dtype: %s, %s, %s", tj_v_describe(q, b1, sizeof b1),
@@ -7048,16 +7073,37 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
         tj__err(c, TJ_ERR_ARG, f, l, "attention: scale %g is not finite (0: 1/sqrt(size of '%s'))", scale, dim);
         return NULL;
     }
+    if (masked) { /* the mask: i32, its axes q's batch axes, qpos and kpos (some of them) */
+        if (mask->t.dt != TJ_I32) {
+            tj__err(c, TJ_ERR_DTYPE, f, l, "attention: the mask must be i32 (nonzero: attend), not %s", tj_v_describe(mask, b1, sizeof b1));
+            return NULL;
+        }
+        for (i = 0; i < mask->t.rank; i++) {
+            int a = mask->t.ax[i], kq = tj__axis_index(&q->t, a);
+            int64_t want = a == kp ? k->t.dim[tj__axis_index(&k->t, kp)] : kq >= 0 && a != d ? q->t.dim[kq] : -1;
+            if (a == qp && qp == kp) {
+                tj__err(c, TJ_ERR_AXIS, f, l, "attention: the mask's axis '%s' is both the queries' and the keys' axis (name k's axis apart, as '%s' and another, "
+                        "to mask by position): mask is %s", qpos, qpos, tj_v_describe(mask, b1, sizeof b1));
+                return NULL;
+            }
+            if (want != mask->t.dim[i]) {
+                tj__err(c, TJ_ERR_SHAPE, f, l, "attention: the mask's axis '%s' is %s: a mask has some of q's batch axes, '%s' and '%s' (of their sizes) and "
+                        "broadcasts over the rest: mask is %s, q is %s, k is %s", tj__name(c, a),
+                        want < 0 ? (a == d ? "the contracted axis" : "neither a batch axis of q nor a position axis") : "of another size", qpos, kpos,
+                        tj_v_describe(mask, b1, sizeof b1), tj_v_describe(q, b2, sizeof b2), tj_v_describe(k, b3, sizeof b3));
+                return NULL;
+            }
+        }
+    }
     if (scale == 0) scale = 1.0 / sqrt((double)q->t.dim[tj__axis_index(&q->t, d)]);
-    x[0] = q, x[1] = k, x[2] = v;
-    if (!(ig = tj__inner(3, x, "attention", f, l))) return NULL;
+    if (!(ig = tj__inner(nin, x, "attention", f, l))) return NULL;
     if (c->nmesh && !ig->manual) { /* fit before the relayouts, so that they copy slices */
         if (!(x[0] = tj__attn_fit(f, l, q, &q->t, qp, d))) return NULL;
-        for (i = 1; i < 3; i++)
+        for (i = 1; i < nin; i++) /* (the mask too: split like q's batch axes, its positions whole) */
             if (!(x[i] = tj__attn_fit(f, l, x[i], &x[0]->t, qp, d))) return NULL;
     } else if (ig->manual && ig->check) { /* every output varies like the union of the inputs */
-        for (i = 0; i < 3; i++) u |= x[i]->t.vary;
-        for (i = 0; i < 3; i++)
+        for (i = 0; i < nin; i++) u |= x[i]->t.vary;
+        for (i = 0; i < nin; i++)
             if (x[i]->t.vary != u && !(x[i] = tj__pvary(x[i], u & ~x[i]->t.vary, "attention", f, l))) return NULL;
     }
     /* the layouts: q [shared..., q's own..., qpos, dim] (the batch axes k
@@ -7071,6 +7117,8 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
         if (q->t.ax[i] != qp && q->t.ax[i] != d && tj__axis_index(&k->t, q->t.ax[i]) < 0) ord[j++] = q->t.ax[i];
     ord[j] = qp, ord[j + 1] = d;
     if (!(x[0] = tj__attn_layout(f, l, x[0], ord, j + 2))) return NULL;
+    ord[j + 1] = kp; /* the mask: [its batch axes in q's order, qpos, kpos] */
+    if (masked && !(x[3] = tj__attn_layout(f, l, x[3], ord, j + 2))) return NULL;
     ord[nsh] = kp, ord[nsh + 1] = d;
     for (i = 1; i < 3; i++)
         if (!(x[i] = tj__attn_layout(f, l, x[i], ord, nsh + 2))) return NULL;
@@ -7081,7 +7129,7 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
     at.axes[0] = d, at.naxes = 1;
     memset(&dummy, 0, sizeof dummy);
     dummy.dt = TJ_I32;
-    if (!(ig = tj__inner(3, x, "attention", f, l)) || !(n = tj__node(ig, TJ__OP_ATTENTION, &dummy, 3, x, &at, f, l))) return NULL;
+    if (!(ig = tj__inner(nin, x, "attention", f, l)) || !(n = tj__node(ig, TJ__OP_ATTENTION, &dummy, nin, x, &at, f, l))) return NULL;
     to = n->in[0]->t; /* out: q's layout with dim' */
     to.dim[to.rank - 1] = n->in[2]->t.dim[n->in[2]->t.rank - 1];
     to.partial = 0;
@@ -7094,16 +7142,17 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
 }
 static tj_status tj__vjp_attention(tj_node *n, tj_v g, tj_v *gin) {
     tj_ctx *c = n->g->ctx;
-    tj_node *in[6], *m, *o = n->proj[0];
+    tj_node *in[7], *m, *o = n->proj[0];
     tj__type dummy;
-    int i;
+    int i, nin = n->nin == 4 ? 7 : 6; /* (the mask last: it has no gradient) */
     (void)g;
     for (i = 0; i < 3; i++) in[i] = n->in[i];
     in[3] = o, in[4] = n->proj[1]; /* (lse is no public value: only out has a cotangent) */
+    if (nin == 7) in[6] = n->in[3];
     if (!(in[5] = tj__fit(n->file, n->line, c->proj_ct[o->id], &o->t))) return c->status;
     memset(&dummy, 0, sizeof dummy);
     dummy.dt = TJ_I32;
-    if (!(m = tj__node(tj__inner(6, in, "attention", n->file, n->line), TJ__OP_ATTENTION_GRAD, &dummy, 6, in, &n->a, n->file, n->line)))
+    if (!(m = tj__node(tj__inner(nin, in, "attention", n->file, n->line), TJ__OP_ATTENTION_GRAD, &dummy, nin, in, &n->a, n->file, n->line)))
         return c->status ? c->status : TJ_ERR_OOM;
     for (i = 0; i < 3; i++) {
         tj__type t = m->in[i]->t;
@@ -7136,7 +7185,8 @@ static tj_status tj__attn_grad_composite(const char *f, int l, const tj_node *n,
             snprintf(over + strlen(over), sizeof over - strlen(over), " %s", tj__name(c, q->t.ax[i]));
     if (kq != kp) k = tj_rename_at(f, l, k, kp, kq), v = tj_rename_at(f, l, v, kp, kq);
     s = tj_muls_at(f, l, tj_dot_at(f, l, q, k, dim), n->a.s);
-    if (n->a.causal) s = tj_causal_mask_at(f, l, s, qp, kq, -INFINITY);
+    if (n->nin == 7) s = tj_select_at(f, l, n->in[6], s, tj_scalar_at(f, l, q->g, q->t.dt, TJ__ATTN_MASKED)); /* as JAX: a large negative, not -inf */
+    if (n->a.causal) s = tj_causal_mask_at(f, l, s, qp, kq, n->nin == 7 ? TJ__ATTN_MASKED : -INFINITY);
     p = tj_softmax_at(f, l, s, kq);
     dp = tj_dot_at(f, l, g, v, dim);
     ds = tj_mul_at(f, l, p, tj_sub_at(f, l, dp, tj_sum_at(f, l, tj_mul_at(f, l, p, dp), kq)));
@@ -7171,6 +7221,11 @@ typedef struct {
     int64_t nbk, grp; /* k's and v's batch rows; q's batch row b uses their row b / grp */
     double scale;
     int causal;
+    /* the mask (NULL: none): element (b, i, j) at tj__attn_mrow(a, b) + i mq + j mk,
+       b split over q's batch axes (sizes bdim, the mask's strides bst, 0 where it lacks one) */
+    const int32_t *mask;
+    int64_t mq, mk, bdim[TJ_MAXDIM], bst[TJ_MAXDIM];
+    int nbd;
     void *dl;   /* backward: D per query row (f32, or f64 for f64) */
     int fuse;   /* backward: dq summed in the dk/dv pass (one pass; see tj__k_attention_grad) */
     void *dqs;  /* ... into this (f32 sums of a bf16 dq, all rows), or into dq itself */
@@ -7189,7 +7244,31 @@ static void tj__attn_init(const tj__kern *k, tj__attn *a) {
     a->causal = k->n->a.causal;
     a->dl = k->scratch;
     a->fuse = 0;
+    a->mask = NULL;
+    a->mq = a->mk = 0;
+    a->nbd = q->rank - 2;
+    {
+        int mi = k->n->op == TJ__OP_ATTENTION ? 3 : 6, i, j;
+        const tj__type *m = k->n->nin > mi ? k->it[mi] : NULL;
+        int64_t st = 1;
+        for (i = 0; i < a->nbd; i++) a->bdim[i] = q->dim[i], a->bst[i] = 0;
+        for (j = m ? m->rank - 1 : -1; j >= 0; st *= m->dim[j--]) {
+            if (m->ax[j] == k->n->a.axis2 && j == m->rank - 1 && k->n->a.axis2 != k->n->a.axis) a->mk = st; /* (kpos: last, when the mask has it) */
+            else if (m->ax[j] == k->n->a.axis) a->mq = st;
+            else
+                for (i = 0; i < a->nbd; i++)
+                    if (q->ax[i] == m->ax[j]) a->bst[i] = st;
+        }
+        if (m) a->mask = (const int32_t *)k->in[mi];
+    }
     a->dqs = k->n->op != TJ__OP_ATTENTION_GRAD || q->dt == TJ_F32 || q->dt == TJ_F64 ? NULL : (char *)k->scratch + tj__align(a->nb * a->tq * 4);
+}
+/* the mask's row of query 0 of q's batch row b */
+static const int32_t *tj__attn_mrow(const tj__attn *a, int64_t b) {
+    int64_t off = 0;
+    int i;
+    for (i = a->nbd - 1; i >= 0; i--) off += b % a->bdim[i] * a->bst[i], b /= a->bdim[i];
+    return a->mask + off;
 }
 /* the keys query i sees */
 static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
@@ -7303,13 +7382,15 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
         T qb[OWN * TJ__ATTN_MAXD], kb[BLK * TJ__ATTN_MAXD], kt[TJ__ATTN_MAXD * BLK], vb[BLK * TJ__ATTN_MAXD];                          \
-        T acc[OWN * TJ__ATTN_MAXD], s[4 * BLK], dump[TJ__ATTN_MAXD], mx[OWN], sum[OWN], sc = (T)a->scale;                              \
+        T acc[OWN * TJ__ATTN_MAXD], s[4 * BLK], dump[TJ__ATTN_MAXD], mx[OWN], sum[OWN], sc = (T)a->scale, lneg = (T)TJ__ATTN_MASKED;   \
+        T scs = a->mask ? (T)1 : sc; /* (masked: scaled before, with the masked scores set) */                                         \
         const T *qp[OWN], *kp[BLK], *vp[BLK], *ktp[TJ__ATTN_MAXD];                                                                     \
         int nan[OWN];                                                                                                                  \
         int64_t nblk = (a->tq + OWN - 1) / OWN, units = a->nb * nblk, w, u, g, t, c, j0, m;                                            \
         for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
             int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;                                       \
             int64_t nk = tj__attn_nkeys(a, i0 + nq - 1); /* the keys the block's last query sees */                                    \
+            const int32_t *mb = a->mask ? tj__attn_mrow(a, b) : NULL;                                                                  \
             tj__attn_tile_##SFX(k, 0, b * a->tq + i0, nq, a->d, qb, qp, NULL, NULL);                                                   \
             for (u = 0; u < nq; u++) mx[u] = -INFINITY, sum[u] = 0, nan[u] = 0;                                                        \
             for (c = 0; c < nq * a->dv; c++) acc[c] = 0;                                                                               \
@@ -7339,13 +7420,17 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         int64_t ui = u + g;                                                                                            \
                         int l, bad = 0;                                                                                                \
                         for (l = 0; l < 16; l++) lm[l] = -INFINITY;                                                                    \
-                        for (t = 0; t + 16 <= lim[g]; t += 16) /* scaled, and the row's max in 16 lanes (vectorised) */               \
+                        if (mb && lim[g] > 0) { /* masked scores: JAX's large negative (a NaN there is gone too) */                    \
+                            const int32_t *mr = mb + (i0 + ui) * a->mq + j0 * a->mk;                                                   \
+                            for (t = 0; t < lim[g]; t++) row[t] = mr[t * a->mk] ? row[t] * sc : lneg;                                  \
+                        }                                                                                                              \
+                        for (t = 0; t + 16 <= lim[g]; t += 16) /* scaled, and the row's max in 16 lanes (vectorised) */                \
                             for (l = 0; l < 16; l++) {                                                                                 \
-                                T x = row[t + l] * sc;                                                                                 \
+                                T x = row[t + l] * scs;                                                                                \
                                 row[t + l] = x, bad |= x != x, lm[l] = x > lm[l] ? x : lm[l];                                          \
                             }                                                                                                          \
                         for (; t < lim[g]; t++) {                                                                                      \
-                            T x = row[t] * sc;                                                                                         \
+                            T x = row[t] * scs;                                                                                        \
                             row[t] = x, bad |= x != x, bm = x > bm ? x : bm;                                                           \
                         }                                                                                                              \
                         for (l = 0; l < 16; l++) bm = lm[l] > bm ? lm[l] : bm;                                                         \
@@ -7370,7 +7455,12 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
             }                                                                                                                          \
             for (u = 0; u < nq; u++) {                                                                                                 \
                 T *o = acc + u * a->dv, ls;                                                                                            \
-                if (nan[u] || sum[u] == 0 || mx[u] == INFINITY) { /* a NaN score, no finite one, or an infinite one: NaN, as softmax */ \
+                if (mb && !nan[u] && mx[u] == lneg) { /* every key masked: all scores equal, the mean of v over ALL keys (causal too), as JAX */ \
+                    T inv = (T)1 / (T)a->tk;                                                                                           \
+                    for (c = 0; c < a->dv; c++) o[c] = 0;                                                                              \
+                    for (t = 0; t < a->tk; t++) tj__attn_axpy_##SFX(o, inv, tj__attn_ld_##SFX(k, 2, b / a->grp * a->tk + t, a->dv, dump), a->dv); \
+                    ls = (T)INFINITY; /* (the backward: P 0 at every pair, and dv gets its 1 / tk share apart) */                      \
+                } else if (nan[u] || sum[u] == 0 || mx[u] == INFINITY) { /* a NaN score, no finite one, or an infinite one: NaN, as softmax */ \
                     for (c = 0; c < a->dv; c++) o[c] = (T)NAN;                                                                         \
                     ls = (T)NAN;                                                                                                       \
                 } else {                                                                                                               \
@@ -7405,21 +7495,22 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         T qb[BLK * TJ__ATTN_MAXD], gb[BLK * TJ__ATTN_MAXD], qt[TJ__ATTN_MAXD * BLK], gt[TJ__ATTN_MAXD * BLK];                         \
         T s[4 * BLK], dp[4 * BLK], lse[BLK], dump[TJ__ATTN_MAXD], sc = (T)a->scale, dsk[OWN * BLK], dst[BLK * OWN], *dq = NULL;       \
         const T *kp[OWN], *vp[OWN], *qp[BLK], *gp[BLK], *qtp[TJ__ATTN_MAXD], *gtp[TJ__ATTN_MAXD], *dl = (const T *)a->dl;             \
-        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->fuse ? a->nbk : a->nbk * nblk, w, u, g, t, c, i0, m, jb, gi;            \
-        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++)                                                      \
-            for (jb = a->fuse ? 0 : w % nblk; jb < (a->fuse ? nblk : w % nblk + 1); jb++) {                                        \
-            /* key row bk of k and v: the queries of q's batch rows bk grp .. bk grp + grp - 1 */                                  \
-            int64_t bk = a->fuse ? w : w / nblk, j0 = jb * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                          \
+        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->fuse ? a->nbk : a->nbk * nblk, w, u, g, t, c, i0, m, jb, gi;                \
+        for (w = units * part / nparts; w < units * (part + 1) / nparts; w++)                                                          \
+            for (jb = a->fuse ? 0 : w % nblk; jb < (a->fuse ? nblk : w % nblk + 1); jb++) {                                            \
+            /* key row bk of k and v: the queries of q's batch rows bk grp .. bk grp + grp - 1 */                                      \
+            int64_t bk = a->fuse ? w : w / nblk, j0 = jb * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                              \
             T *dqg = !a->fuse ? NULL : a->dqs ? (T *)a->dqs + bk * a->grp * a->tq * a->d : (T *)k->pout[0] + bk * a->grp * a->tq * a->d; \
-            if (a->fuse && !jb) /* dq of those batch rows: summed here over the key blocks, in order */                            \
-                for (c = 0; c < a->grp * a->tq * a->d; c++) dqg[c] = 0;                                                            \
-            tj__attn_tile_##SFX(k, 1, bk * a->tk + j0, nk, a->d, kb, kp, NULL, NULL);                                              \
-            tj__attn_tile_##SFX(k, 2, bk * a->tk + j0, nk, a->dv, vb, vp, NULL, NULL);                                             \
-            for (c = 0; c < nk * a->d; c++) dk[c] = 0;                                                                             \
-            for (c = 0; c < nk * a->dv; c++) dv[c] = 0;                                                                            \
-            for (gi = 0; gi < a->grp; gi++) {                                                                                      \
-            int64_t b = bk * a->grp + gi;                                                                                          \
-            dq = dqg ? dqg + gi * a->tq * a->d : NULL;                                                                             \
+            if (a->fuse && !jb) /* dq of those batch rows: summed here over the key blocks, in order */                                \
+                for (c = 0; c < a->grp * a->tq * a->d; c++) dqg[c] = 0;                                                                \
+            tj__attn_tile_##SFX(k, 1, bk * a->tk + j0, nk, a->d, kb, kp, NULL, NULL);                                                  \
+            tj__attn_tile_##SFX(k, 2, bk * a->tk + j0, nk, a->dv, vb, vp, NULL, NULL);                                                 \
+            for (c = 0; c < nk * a->d; c++) dk[c] = 0;                                                                                 \
+            for (c = 0; c < nk * a->dv; c++) dv[c] = 0;                                                                                \
+            for (gi = 0; gi < a->grp; gi++) {                                                                                          \
+            int64_t b = bk * a->grp + gi;                                                                                              \
+            const int32_t *mb = a->mask ? tj__attn_mrow(a, b) : NULL;                                                                  \
+            dq = dqg ? dqg + gi * a->tq * a->d : NULL;                                                                                 \
             for (i0 = a->causal ? j0 : 0; i0 < a->tq; i0 += m) { /* (causal: no query before j0 sees the block) */                     \
                 int64_t q0 = b * a->tq + i0;                                                                                           \
                 m = a->tq - i0 < BLK ? a->tq - i0 : BLK;                                                                               \
@@ -7453,6 +7544,11 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                             dg[t] = p * (dg[t] - dlq[t]);                                                                              \
                             sg[t] = p;                                                                                                 \
                         }                                                                                                              \
+                        if (mb && u + g < nk) { /* a masked pair: P 0 and no gradient through its score (JAX's where) */               \
+                            const int32_t *mc = mb + i0 * a->mq + (j0 + u + g) * a->mk;                                                \
+                            for (t = t0[g]; t < m; t++)                                                                                \
+                                if (!mc[t * a->mq]) sg[t] = 0, dg[t] = 0;                                                              \
+                        }                                                                                                              \
                     }                                                                                                                  \
                     tj__attn_wsum_##SFX(sr, t0, hi, use, gp, a->dv, dvr); /* dv += P d_out over the queries that see each key */       \
                     tj__attn_wsum_##SFX(dr, t0, hi, use, qp, a->d, dkr);  /* dk += dS q */                                             \
@@ -7469,21 +7565,35 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         dqr[g] = use[g] ? dq + (i0 + t + g) * a->d : dump;                                                             \
                         for (u = 0; u < vis[g]; u++) dsr[g][u] = dsk[u * BLK + t + g]; /* dS transposed */                             \
                     }                                                                                                                  \
-                    if (any) tj__attn_wsum_##SFX(dsr, lo, vis, use, kp, a->d, dqr);                                                \
-                }                                                                                                                  \
-            }                                                                                                                      \
-            }                                                                                                                      \
-            for (u = 0; u < nk; u++) {                                                                                             \
-                for (c = 0; c < a->d; c++) dk[u * a->d + c] *= sc;                                                                 \
-                STOREN(k->pout[1], k->it[1]->dt, (bk * a->tk + j0 + u) * a->d, 1, a->d, dk + u * a->d);                            \
-                STOREN(k->pout[2], k->it[2]->dt, (bk * a->tk + j0 + u) * a->dv, 1, a->dv, dv + u * a->dv);                         \
-            }                                                                                                                      \
-            if (a->fuse && jb == nblk - 1) { /* the batch rows' dq is complete */                                                  \
-                for (c = 0; c < a->grp * a->tq * a->d; c++) dqg[c] *= sc;                                                          \
-                if (a->dqs) STOREN(k->pout[0], k->it[0]->dt, bk * a->grp * a->tq * a->d, 1, a->grp * a->tq * a->d, dqg);           \
-            }                                                                                                                      \
-        }                                                                                                                          \
-    }                                                                                                                              \
+                    if (any) tj__attn_wsum_##SFX(dsr, lo, vis, use, kp, a->d, dqr);                                                    \
+                }                                                                                                                      \
+            }                                                                                                                          \
+            }                                                                                                                          \
+            if (a->mask) { /* the fully masked query rows (lse +inf): P = 1 / tk at every key, so dv += (their d_out summed) / tk */   \
+                T gs[TJ__ATTN_MAXD];                                                                                                   \
+                int any = 0;                                                                                                           \
+                for (c = 0; c < a->dv; c++) gs[c] = 0;                                                                                 \
+                for (gi = 0; gi < a->grp; gi++)                                                                                        \
+                    for (i0 = 0; i0 < a->tq; i0 += m) {                                                                                \
+                        int64_t q0 = (bk * a->grp + gi) * a->tq + i0;                                                                  \
+                        m = a->tq - i0 < BLK ? a->tq - i0 : BLK;                                                                       \
+                        LOADN(k->in[4], k->it[4]->dt, q0, 1, m, lse);                                                                  \
+                        for (t = 0; t < m; t++)                                                                                        \
+                            if (lse[t] == (T)INFINITY) tj__attn_axpy_##SFX(gs, 1, tj__attn_ld_##SFX(k, 5, q0 + t, a->dv, dump), a->dv), any = 1; \
+                    }                                                                                                                  \
+                for (u = 0; any && u < nk; u++) tj__attn_axpy_##SFX(dv + u * a->dv, (T)1 / (T)a->tk, gs, a->dv);                       \
+            }                                                                                                                          \
+            for (u = 0; u < nk; u++) {                                                                                                 \
+                for (c = 0; c < a->d; c++) dk[u * a->d + c] *= sc;                                                                     \
+                STOREN(k->pout[1], k->it[1]->dt, (bk * a->tk + j0 + u) * a->d, 1, a->d, dk + u * a->d);                                \
+                STOREN(k->pout[2], k->it[2]->dt, (bk * a->tk + j0 + u) * a->dv, 1, a->dv, dv + u * a->dv);                             \
+            }                                                                                                                          \
+            if (a->fuse && jb == nblk - 1) { /* the batch rows' dq is complete */                                                      \
+                for (c = 0; c < a->grp * a->tq * a->d; c++) dqg[c] *= sc;                                                              \
+                if (a->dqs) STOREN(k->pout[0], k->it[0]->dt, bk * a->grp * a->tq * a->d, 1, a->grp * a->tq * a->d, dqg);               \
+            }                                                                                                                          \
+        }                                                                                                                              \
+    }                                                                                                                                  \
     /* dq_i: a block of queries against the blocks of keys they see:                                                                   \
        dq += dS k */                                                                                                                   \
     ATTR static void tj__attn_dq_##SFX(const void *arg, int part, int nparts) {                                                        \
@@ -7496,6 +7606,7 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
             int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;                                       \
             int64_t nk = tj__attn_nkeys(a, i0 + nq - 1), q0 = b * a->tq + i0;                                                          \
+            const int32_t *mb = a->mask ? tj__attn_mrow(a, b) : NULL;                                                                  \
             tj__attn_tile_##SFX(k, 0, q0, nq, a->d, qb, qp, NULL, NULL);                                                               \
             tj__attn_tile_##SFX(k, 5, q0, nq, a->dv, gb, gp, NULL, NULL);                                                              \
             LOADN(k->in[4], k->it[4]->dt, q0, 1, nq, lse);                                                                             \
@@ -7528,6 +7639,11 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         const T *TJ__RESTRICT sg = sr[g];                                                                              \
                         for (t = 0; t < lim[g]; t++) dg[t] = EXP(sc * sg[t] - lq) * (dg[t] - dq0);                                     \
                         for (; t < mm; t++) dg[t] = 0;                                                                                 \
+                        if (mb && lim[g] > 0) { /* masked pairs: no gradient */                                                        \
+                            const int32_t *mr = mb + (i0 + u + g) * a->mq + j0 * a->mk;                                                \
+                            for (t = 0; t < lim[g]; t++)                                                                               \
+                                if (!mr[t * a->mk]) dg[t] = 0;                                                                         \
+                        }                                                                                                              \
                     }                                                                                                                  \
                     tj__attn_wsum_##SFX(dr, lo, lim, use, kp, a->d, dqr); /* dq += dS k over the keys each query sees */               \
                 }                                                                                                                      \
