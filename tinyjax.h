@@ -7190,6 +7190,10 @@ static tj_status tj__attn_grad_composite(const char *f, int l, const tj_node *n,
     p = tj_softmax_at(f, l, s, kq);
     dp = tj_dot_at(f, l, g, v, dim);
     ds = tj_mul_at(f, l, p, tj_sub_at(f, l, dp, tj_sum_at(f, l, tj_mul_at(f, l, p, dp), kq)));
+    if (n->nin == 7) { /* no gradient through a masked score (a fully masked row's P is 1 / tk there, not 0) */
+        ds = tj_select_at(f, l, n->in[6], ds, tj_scalar_at(f, l, q->g, q->t.dt, 0));
+        if (n->a.causal) ds = tj_causal_mask_at(f, l, ds, qp, kq, 0);
+    }
     d[0] = tj_muls_at(f, l, tj_dot_at(f, l, ds, k, kq), n->a.s);
     d[1] = tj_muls_at(f, l, tj_dot_at(f, l, ds, q, over), n->a.s);
     d[2] = tj_dot_at(f, l, p, g, over);

@@ -103,6 +103,12 @@ static void loss_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         init = tj_scalar(g, tj_v_dtype(q), 0);
         if (tj_scan(body, r, "step", 1, &init, 2, xs, 0, &fin, NULL, &pol)) fin = NULL;
         loss = tj_muls(fin, 0.5);
+    } else if (r->mode && !strcmp(r->mode, "grad2")) { /* second derivatives: the loss is the gradients' sum of squares */
+        tj_v g1[3];
+        wrt[0] = q, wrt[1] = k, wrt[2] = v;
+        loss = tj_sum_all(tj_mul(attn_any(r, q, k, v, m), w));
+        if (tj_grad(loss, 3, wrt, g1)) return;
+        for (i = 0; i < 3; i++) loss = i ? tj_add(loss, tj_sum_all(tj_mul(g1[i], g1[i]))) : tj_sum_all(tj_mul(g1[i], g1[i]));
     } else {
         o = attn_any(r, q, k, v, m);
         loss = tj_sum_all(tj_mul(o, w));
@@ -229,6 +235,11 @@ static void test_case(const acase *c) {
             }
             tjt_outs_free(&f), tjt_outs_free(&g);
         }
+        if (run_case(c, 0, "grad2", TJ_F64, 1, NULL, &f) && run_case(c, 1, "grad2", TJ_F64, 1, NULL, &g)) {
+            snprintf(what, sizeof what, "%s f64 second derivatives: fused vs composed", c->name);
+            compare_named(what, &g, &f, 1e-11);
+        }
+        tjt_outs_free(&f), tjt_outs_free(&g);
         for (i = 1; i <= 2; i++) { /* the backward in one pass and in two */
             tjt_attn_passes(i);
             if (run_case(c, 0, NULL, TJ_F32, 1, NULL, &f) && run_case(c, 1, NULL, TJ_F32, 1, NULL, &g)) {
@@ -280,8 +291,99 @@ static void test_case(const acase *c) {
     }
 }
 
+/* ---- against JAX 0.10.2: jax.nn.dot_product_attention(q, k, v, mask=m,
+   is_causal=causal, implementation='xla') with q (B=2, T=4, N=4, H=4), k
+   and v (B, S=5, K=2, H) (grouped: head n = kvhead * 2 + group), element i
+   of each sin(a i + b) c, and m (B, N, T, S): key padding (batch 1 keeps 2
+   keys), holes where (i 7919) % 11 == 3, and query 1 of head 3 in batch 0
+   fully masked (causal also masks all of query 0 of head 3 in batch 1).
+   Recorded: sum(out w) and the sums of squares of dq, dk, dv. ---- */
+static const struct { int causal; tj_dtype dt; double loss, ss[3]; } jax_rec[] = {
+    {0, TJ_F32, 11.847681491595795, {4.822367555788246, 24.984364468202198, 74.53173639087254}},
+    {0, TJ_BF16, 11.856569218795016, {4.821004768149578, 25.08793551567942, 74.64586361148395}},
+    {0, TJ_F64, 11.847681846151023, {4.822367719859957, 24.984365284449588, 74.53174023825046}},
+    {1, TJ_F32, 30.489881803291798, {1.1655474549167346, 1.6214983449892912, 99.66424430263842}},
+    {1, TJ_BF16, 30.509953212274525, {1.168460237691761, 1.622109331190586, 99.81886237859726}},
+    {1, TJ_F64, 30.489882033992153, {1.1655475467630496, 1.6214983266833656, 99.66424263334268}},
+};
+typedef struct { int causal; tj_dtype dt; } jcase;
+static tj_array *jfill(tj_ctx *ctx, const char *shape, int64_t n, double a, double b, double c) {
+    double *x = (double *)malloc(sizeof(double) * (size_t)n);
+    tj_array *r;
+    int64_t i;
+    for (i = 0; i < n; i++) x[i] = sin(a * (double)i + b) * c;
+    r = tj_array_new(ctx, TJ_F64, shape, x);
+    free(x);
+    return r;
+}
+static void jax_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const jcase *jc = (const jcase *)u;
+    tj_v x[3], o, loss, gr[3];
+    int i;
+    (void)g;
+    for (i = 0; i < 3; i++) x[i] = tj_tree_v(in, i == 0 ? "q" : i == 1 ? "k" : "v");
+    o = tj_attention_masked(tj_cast(x[0], jc->dt), tj_cast(x[1], jc->dt), tj_cast(x[2], jc->dt), tj_tree_v(in, "mask"), "t", "s", "h", 0, jc->causal);
+    loss = tj_sum_all(tj_mul(tj_cast(o, TJ_F64), tj_tree_v(in, "w")));
+    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "out", tj_cast(o, TJ_F64));
+    if (tj_grad(loss, 3, x, gr)) return;
+    for (i = 0; i < 3; i++) tj_tree_set_v(out, i == 0 ? "dq" : i == 1 ? "dk" : "dv", tj_sum_all(tj_mul(gr[i], gr[i])));
+}
+static void test_jax(void) {
+    int r;
+    tjt_current = "JAX 0.10.2";
+    for (r = 0; r < (int)(sizeof jax_rec / sizeof jax_rec[0]); r++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        int32_t m[2 * 4 * 4 * 5];
+        int64_t i;
+        jcase jc;
+        tj_prog *p;
+        double tol = jax_rec[r].dt == TJ_BF16 ? 1e-2 : jax_rec[r].dt == TJ_F32 ? 2e-6 : 1e-6; /* (JAX's f64 softmax is f32) */
+        jc.causal = jax_rec[r].causal, jc.dt = jax_rec[r].dt;
+        tj_tree_set_array(in, "q", jfill(ctx, "b=2 t=4 kvh=2 g=2 h=4", 128, 0.37, 0.1, 1.5));
+        tj_tree_set_array(in, "k", jfill(ctx, "b=2 s=5 kvh=2 h=4", 80, 0.23, 0.7, 1.5));
+        tj_tree_set_array(in, "v", jfill(ctx, "b=2 s=5 kvh=2 h=4", 80, 0.11, 0.3, 1.0));
+        tj_tree_set_array(in, "w", jfill(ctx, "b=2 t=4 kvh=2 g=2 h=4", 128, 0.05, 0.9, 1.0));
+        for (i = 0; i < 160; i++) { /* (b, n, t, s) */
+            int64_t b = i / 80, n = i / 20 % 4, t = i / 5 % 4, sj = i % 5;
+            m[i] = (i * 7919) % 11 != 3 && !(b == 1 && sj >= 2) && !(b == 0 && n == 3 && t == 1);
+        }
+        tj_tree_set_array(in, "mask", tj_array_new(ctx, TJ_I32, "b=2 kvh=2 g=2 t=4 s=5", m));
+        p = tj_jit(ctx, "jax", jax_fn, &jc, in, NULL);
+        if (!p || tj_run(p, in, out)) {
+            TJT_CHECK(0, "JAX case %d: %s", r, tj_error(ctx));
+        } else {
+            double l, ss, o[128], vv[80], mean;
+            int j, c;
+            tj_array_read(tj_tree_array(out, "loss"), TJ_F64, &l);
+            TJT_CHECK(fabs(l - jax_rec[r].loss) <= tol * fabs(jax_rec[r].loss), "causal %d %s: loss %.12g, JAX %.12g", jc.causal, tj_dtype_name(jc.dt), l,
+                      jax_rec[r].loss);
+            for (j = 0; j < 3; j++) {
+                tj_array_read(tj_tree_array(out, j == 0 ? "dq" : j == 1 ? "dk" : "dv"), TJ_F64, &ss);
+                TJT_CHECK(fabs(ss - jax_rec[r].ss[j]) <= tol * fabs(jax_rec[r].ss[j]), "causal %d %s: sum of d%c^2 %.12g, JAX %.12g", jc.causal,
+                          tj_dtype_name(jc.dt), "qkv"[j], ss, jax_rec[r].ss[j]);
+            }
+            /* the fully masked row (b 0, t 1, head 3 = kvh 1 g 1): the mean of v (kvh 1, batch 0) over all keys, as JAX gives */
+            tj_array_read(tj_tree_array(out, "out"), TJ_F64, o);
+            tj_array_read(tj_tree_array(in, "v"), TJ_F64, vv);
+            for (c = 0; c < 4 && jc.dt != TJ_BF16; c++) {
+                int64_t oi = (((0 * 2 + 1) * 2 + 1) * 4 + 1) * 4 + c; /* (out's axis order: b kvh (k's batch axes), g, t, h) */
+                for (mean = 0, j = 0; j < 5; j++) mean += vv[(j * 2 + 1) * 4 + c] / 5;
+                TJT_CHECK(fabs(o[oi] - mean) <= 1e-6, "causal %d %s: fully masked row, element %d: %.9g, the mean of v %.9g", jc.causal, tj_dtype_name(jc.dt), c,
+                          o[oi], mean);
+            }
+        }
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+    }
+}
+
 int main(void) {
     int i;
+    test_jax();
     for (i = 0; i < NCASES; i++) test_case(&cases[i]);
     return tjt_finish();
 }
