@@ -6965,7 +6965,16 @@ static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
    The CPU kernels below compute rows in f32 (f64 for f64): the forward
    splits the query rows over the threads, the backward first computes D
    (its workspace), then dk and dv by key rows and dq by query rows, so no
-   two threads ever add into one row and every run gives the same bits. */
+   two threads ever add into one row and every run gives the same bits.
+   Grouped k and v (they lack some of q's batch axes): q is laid out with
+   those axes last among its batch axes, so q's batch row b reads k's and
+   v's row b / grp, and the dk/dv pass of a k/v row walks the queries of
+   all grp rows of q. A mask is a 4th input (a 7th of attention_grad),
+   laid out [its batch axes, qpos, kpos] and read in place (tj__attn_mrow:
+   stride 0 over the axes it lacks): a masked score becomes
+   TJ__ATTN_MASKED, JAX's finite fill, and a row whose scores are all that
+   is the mean of v with lse +inf, which the backward reads as P = 0 at
+   every pair plus a 1/tk share of its d_out in every dv row. */
 static int tj__add_proj(tj_node *m, const tj__type *t, int space); /* in [7] */
 #define TJ__ATTN_MAXD 256 /* dim and dim' (the kernels keep tiles on the stack; FlashAttention's limit too) */
 /* x with its axes in the order of ord[0..n) (those x has; every axis of x is
@@ -7055,8 +7064,9 @@ static tj_v tj__attention(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mas
         }
     }
     if (k->t.dim[tj__axis_index(&k->t, d)] != q->t.dim[tj__axis_index(&q->t, d)]) {
-        tj__err(c, TJ_ERR_SHAPE, f, l, "attention: '%s' has size %lld in q but %lld in k", dim, (long long)q->t.dim[tj__axis_index(&q->t, d)],
-                (long long)k->t.dim[tj__axis_index(&k->t, d)]);
+        tj__err(c, TJ_ERR_SHAPE, f, l, "attention: k must have q's batch axes (or some of them), '%s' and '%s' (the size of q's: %lld, not %lld): q is %s, k is %s",
+                kpos, dim, (long long)q->t.dim[tj__axis_index(&q->t, d)], (long long)k->t.dim[tj__axis_index(&k->t, d)], tj_v_describe(q, b1, sizeof b1),
+                tj_v_describe(k, b2, sizeof b2));
         return NULL;
     }
     if (k->t.dim[tj__axis_index(&k->t, kp)] != v->t.dim[tj__axis_index(&v->t, kp)]) {

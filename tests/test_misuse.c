@@ -750,7 +750,7 @@ static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_attention(q, k, v4, "t", "s", "h", 0, 0) == NULL, "attention", "'s' has size 5 in k but 4 in v");
     /* kpos naming one of q's batch axes: k's 'b' would be both (this said "broadcast: ... does not fit") */
     BAD(c, tj_attention(q, kz, kz, "t", "b", "h", 0, 0) == NULL, "attention", "'b'");
-    BAD(c, tj_attention(q, tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=5 u=1"), v, "t", "s", "h", 0, 0) == NULL, "attention", "'h' has size 4 in q but 5 in k");
+    BAD(c, tj_attention(q, tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=5 u=1"), v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have", "'h' (the size of q's: 4, not 5)", "f32[b=2,s=5,h=5,u=1]");
     /* the scale; dim and dim' at most 256 */
     BAD(c, tj_attention(q, k, v, "t", "s", "h", NAN, 1) == NULL, "attention", "scale nan", "not finite", "'h'");
     BAD(c, tj_attention(q, k, v, "t", "s", "h", INFINITY, 1) == NULL, "attention", "scale inf", "not finite");
