@@ -586,16 +586,35 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v logits, tj_v labels, c
    values: the kernel keeps a running max and sum per query (online softmax)
    and saves only the output and each query's log-sum-exp for the backward
    pass, which recomputes the probabilities. q is (batch..., qpos, dim), k
-   (batch..., kpos, dim) and v (batch..., kpos, dim') with the same batch
-   axes (any names, any order; dim' may differ in size from dim); out has
-   q's batch axes, qpos and dim' (its axis order: batch axes as in q, then
-   qpos, then dim). causal: query i sees keys j <= i only (JAX's is_causal,
+   (batch'..., kpos, dim) and v (batch'..., kpos, dim') where batch' is
+   some of q's batch axes, the same in k and v (any names, any order; dim'
+   may differ in size from dim). k and v are shared over the batch axes of
+   q they lack, without copies: grouped-query attention is q (batch,
+   kvheads, group, qpos, dim) with k, v (batch, kvheads, kpos, dim), and
+   multi-query q (batch, heads, qpos, dim) with k, v (batch, kpos, dim);
+   their gradients sum over those axes. out has q's batch axes, qpos and
+   dim' (its axis order: q's batch axes that k has, as in q, then those it
+   lacks, then qpos, then dim). causal: query i sees keys j <= i only (JAX's is_causal,
    top-left aligned). scale 0 means 1/sqrt(size of dim). f32 and bf16 compute
    in f32, f64 in f64; the same result as softmax(causal_mask(dot)) . v
    within rounding. On a mesh, batch axes may stay sharded (k and v follow
-   q); qpos, kpos and dim are gathered whole. dim and dim' at most 256. */
+   q, replicated along a sharded axis they lack); qpos, kpos and dim are
+   gathered whole. dim and dim' at most 256. */
 #define tj_attention(q, k, v, qpos, kpos, dim, scale, causal) tj_attention_at(TJ_AT, q, k, v, qpos, kpos, dim, scale, causal)
 TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const char *qpos, const char *kpos, const char *dim, double scale, int causal);
+/* tj_attention with a mask, as jax.nn.dot_product_attention(q, k, v,
+   mask=..., is_causal=causal): mask is i32 (nonzero: attend), its axes any
+   of q's batch axes, qpos and kpos (it broadcasts over the rest; qpos and
+   kpos must then have different names); causal ANDs with it. A masked
+   score becomes -0.7 times f32's largest value (JAX's large negative), not
+   -inf: a query row with every key masked attends to ALL keys uniformly
+   (its output is the mean of v over kpos; dq of it and its share of dk are
+   0, dv gets 1/kpos of its cotangent), as JAX gives. The mask has no
+   gradient. On a mesh the mask is split like q's batch axes. */
+#define tj_attention_masked(q, k, v, mask, qpos, kpos, dim, scale, causal) \
+    tj_attention_masked_at(TJ_AT, q, k, v, mask, qpos, kpos, dim, scale, causal)
+TJDEF tj_v tj_attention_masked_at(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mask, const char *qpos, const char *kpos, const char *dim,
+                                  double scale, int causal);
 
 /* ---- random numbers (counter-based) ----
    Element i of a random tensor (its row-major index in the full shape) has
@@ -3047,11 +3066,11 @@ typedef struct {
     X(TO_HOST, "offload", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_copy, tj__pr_axes)                                            \
     X(TO_DEVICE, "fetch", 0, tj__k_memcpy, tj__vjp_id, tj__flops_zero, 0, tj__sh_copy, tj__pr_axes)                                            \
     X(SCAN, "scan", TJ__MULTI, tj__k_scan, tj__vjp_scan, tj__flops_scan, tj__scan_scratch, tj__sh_given, tj__pr_axes)                              \
-    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)                                                 \
+    X(PROJ, "out", 0, tj__k_none, 0, tj__flops_zero, 0, tj__sh_given, tj__pr_axes)                                                     \
     X(ALL_GATHER, "all_gather", 0, tj__k_all_gather, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                  \
     X(PSUM, "psum", 0, tj__k_psum, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                                    \
     X(REDUCE_SCATTER, "reduce_scatter", 0, tj__k_reduce_scatter, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)      \
-    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given, tj__pr_coll)                \
+    X(SHARD_SLICE, "shard_slice", 0, tj__k_shard_slice, tj__vjp_coll, tj__flops_zero, 0, tj__sh_given, tj__pr_coll)                    \
     X(ALL_TO_ALL, "all_to_all", 0, tj__k_all_to_all, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                    \
     X(PPERMUTE, "ppermute", 0, tj__k_ppermute, tj__vjp_coll, tj__flops_zero, tj__coll_scratch, tj__sh_given, tj__pr_coll)                          \
     X(AG_DOT, "all_gather_dot", 0, tj__k_cdot, 0, tj__flops_dot, tj__cdot_scratch, tj__sh_given, tj__pr_cdot)                                      \
@@ -7193,22 +7212,26 @@ static tj_status tj__vjp_causal(tj_node *n, tj_v g, tj_v *gin) {
    The CPU kernels below compute rows in f32 (f64 for f64): the forward
    splits the query rows over the threads, the backward first computes D
    (its workspace), then dk and dv by key rows and dq by query rows, so no
-   two threads ever add into one row and every run gives the same bits. */
+   two threads ever add into one row and every run gives the same bits.
+   Grouped k and v (they lack some of q's batch axes): q is laid out with
+   those axes last among its batch axes, so q's batch row b reads k's and
+   v's row b / grp, and the dk/dv pass of a k/v row walks the queries of
+   all grp rows of q. A mask is a 4th input (a 7th of attention_grad),
+   laid out [its batch axes, qpos, kpos] and read in place (tj__attn_mrow:
+   stride 0 over the axes it lacks): a masked score becomes
+   TJ__ATTN_MASKED, JAX's finite fill, and a row whose scores are all that
+   is the mean of v with lse +inf, which the backward reads as P = 0 at
+   every pair plus a 1/tk share of its d_out in every dv row. */
 static int tj__add_proj(tj_node *m, const tj__type *t, int space); /* in [7] */
 #define TJ__ATTN_MAXD 256 /* dim and dim' (the kernels keep tiles on the stack; FlashAttention's limit too) */
-static tj_node *tj__attn_layout(const char *f, int l, tj_node *x, const tj__type *q, int qpos, int qdim, int pos, int dim) {
+/* x with its axes in the order of ord[0..n) (those x has; every axis of x is
+   in ord): a relayout node where they are not in that order already */
+static tj_node *tj__attn_layout(const char *f, int l, tj_node *x, const int *ord, int n) {
     tj__type t = x->t;
     int i, k, same = 1;
     t.rank = 0;
-    for (i = 0; i < q->rank; i++) /* q's batch axes in q's order, then pos, then dim */
-        if (q->ax[i] != qpos && q->ax[i] != qdim) {
-            k = tj__axis_index(&x->t, q->ax[i]);
-            t.ax[t.rank] = x->t.ax[k], t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
-        }
-    k = tj__axis_index(&x->t, pos);
-    t.ax[t.rank] = pos, t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
-    k = tj__axis_index(&x->t, dim);
-    t.ax[t.rank] = dim, t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
+    for (i = 0; i < n; i++)
+        if ((k = tj__axis_index(&x->t, ord[i])) >= 0) t.ax[t.rank] = x->t.ax[k], t.dim[t.rank] = x->t.dim[k], t.sh[t.rank++] = x->t.sh[k];
     for (i = 0; i < t.rank; i++) same &= t.ax[i] == x->t.ax[i];
     return same ? x : tj__relayout(f, l, x, &t);
 }
@@ -7224,16 +7247,28 @@ static tj_node *tj__attn_fit(const char *f, int l, tj_node *x, const tj__type *q
     }
     return need ? tj__reshard(x, want, "attention", f, l) : x;
 }
+#define TJ__ATTN_MASKED (-0.7 * 3.4028234663852886e38) /* a masked pair's score: JAX's _get_large_negative (f32's range) */
+static tj_v tj__attention(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mask, int masked, const char *qpos, const char *kpos, const char *dim,
+                          double scale, int causal);
 TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const char *qpos, const char *kpos, const char *dim, double scale, int causal) {
+    return tj__attention(f, l, q, k, v, NULL, 0, qpos, kpos, dim, scale, causal);
+}
+TJDEF tj_v tj_attention_masked_at(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mask, const char *qpos, const char *kpos, const char *dim, double scale,
+                                  int causal) {
+    return tj__attention(f, l, q, k, v, mask, 1, qpos, kpos, dim, scale, causal);
+}
+static tj_v tj__attention(const char *f, int l, tj_v q, tj_v k, tj_v v, tj_v mask, int masked, const char *qpos, const char *kpos, const char *dim,
+                          double scale, int causal) {
     tj_ctx *c;
-    tj_node *x[3], *n;
+    tj_node *x[4], *n;
     tj_graph *ig;
     tj__type to, tl, dummy;
     tj__attr at;
-    int qp, kp, d, i, j;
+    int qp, kp, d, i, j, nsh, nin = 3 + masked, ord[TJ_MAXDIM + 2];
     unsigned u = 0;
     char b1[256], b2[256], b3[256];
-    if (tj__any_null("attention", f, l, 3, q, k, v)) return NULL;
+    x[0] = q, x[1] = k, x[2] = v, x[3] = mask;
+    if (tj__null_among(nin, x, "attention", f, l, 1)) return NULL;
     c = q->g->ctx;
     if (q->t.dt != k->t.dt || q->t.dt != v->t.dt || !tj__isfloat(q->t.dt)) {
         tj__err(c, TJ_ERR_DTYPE, f, l, "attention: q, k and v must share a float dtype: %s, %s, %s", tj_v_describe(q, b1, sizeof b1),
@@ -7253,19 +7288,33 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
                 tj_v_describe(q, b1, sizeof b1), qpos);
         return NULL;
     }
-    /* k and v: q's batch axes (same sizes), kpos and dim, nothing else */
+    /* k and v: kpos, dim and some of q's batch axes (the same sizes; the
+       same ones in both), nothing else: they are shared over the rest */
     for (j = 0; j < 2; j++) {
         tj_v y = j ? v : k;
-        int ok = y->t.rank == q->t.rank;
-        for (i = 0; ok && i < q->t.rank; i++) {
-            int a = q->t.ax[i], ky = tj__axis_index(&y->t, a == qp ? kp : a);
-            ok = ky >= 0 && (a == qp || (a == d && j) || y->t.dim[ky] == q->t.dim[i]);
+        for (i = 0; i < y->t.rank; i++) {
+            int a = y->t.ax[i], kq = tj__axis_index(&q->t, a);
+            if (a == kp || a == d) continue;
+            if (kq < 0 || a == qp || y->t.dim[i] != q->t.dim[kq] || (j && tj__axis_index(&k->t, a) < 0)) {
+                tj__err(c, TJ_ERR_SHAPE, f, l,
+                        "attention: %s's axis '%s' is %s: k and v have '%s', '%s' and some of q's batch axes (the same in both, of q's sizes; q's "
+                        "others are shared): q is %s, %s is %s",
+                        j ? "v" : "k", tj__name(c, a), kq < 0 || a == qp ? "not a batch axis of q" : y->t.dim[i] != q->t.dim[kq] ? "not of q's size" : "not one of k's",
+                        kpos, dim, tj_v_describe(q, b1, sizeof b1), j ? "v" : "k", tj_v_describe(y, b2, sizeof b2));
+                return NULL;
+            }
         }
-        if (!ok) {
-            tj__err(c, TJ_ERR_SHAPE, f, l, "attention: %s must have q's batch axes (same sizes), '%s' and '%s'%s: q is %s, %s is %s", j ? "v" : "k", kpos, dim,
-                    j ? "" : " (the size of q's)", tj_v_describe(q, b1, sizeof b1), j ? "v" : "k", tj_v_describe(y, b2, sizeof b2));
+        if (j && k->t.rank != v->t.rank) {
+            tj__err(c, TJ_ERR_SHAPE, f, l, "attention: k and v must have the same batch axes: k is %s, v is %s", tj_v_describe(k, b1, sizeof b1),
+                    tj_v_describe(v, b2, sizeof b2));
             return NULL;
         }
+    }
+    if (k->t.dim[tj__axis_index(&k->t, d)] != q->t.dim[tj__axis_index(&q->t, d)]) {
+        tj__err(c, TJ_ERR_SHAPE, f, l, "attention: k must have q's batch axes (or some of them), '%s' and '%s' (the size of q's: %lld, not %lld): q is %s, k is %s",
+                kpos, dim, (long long)q->t.dim[tj__axis_index(&q->t, d)], (long long)k->t.dim[tj__axis_index(&k->t, d)], tj_v_describe(q, b1, sizeof b1),
+                tj_v_describe(k, b2, sizeof b2));
+        return NULL;
     }
     if (k->t.dim[tj__axis_index(&k->t, kp)] != v->t.dim[tj__axis_index(&v->t, kp)]) {
         tj__err(c, TJ_ERR_SHAPE, f, l, "attention: '%s' has size %lld in k but %lld in v", kpos, (long long)k->t.dim[tj__axis_index(&k->t, kp)],
@@ -7281,20 +7330,55 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
         tj__err(c, TJ_ERR_ARG, f, l, "attention: scale %g is not finite (0: 1/sqrt(size of '%s'))", scale, dim);
         return NULL;
     }
+    if (masked) { /* the mask: i32, its axes q's batch axes, qpos and kpos (some of them) */
+        if (mask->t.dt != TJ_I32) {
+            tj__err(c, TJ_ERR_DTYPE, f, l, "attention: the mask must be i32 (nonzero: attend), not %s", tj_v_describe(mask, b1, sizeof b1));
+            return NULL;
+        }
+        for (i = 0; i < mask->t.rank; i++) {
+            int a = mask->t.ax[i], kq = tj__axis_index(&q->t, a);
+            int64_t want = a == kp ? k->t.dim[tj__axis_index(&k->t, kp)] : kq >= 0 && a != d ? q->t.dim[kq] : -1;
+            if (a == qp && qp == kp) {
+                tj__err(c, TJ_ERR_AXIS, f, l, "attention: the mask's axis '%s' is both the queries' and the keys' axis (name k's axis apart, as '%s' and another, "
+                        "to mask by position): mask is %s", qpos, qpos, tj_v_describe(mask, b1, sizeof b1));
+                return NULL;
+            }
+            if (want != mask->t.dim[i]) {
+                tj__err(c, TJ_ERR_SHAPE, f, l, "attention: the mask's axis '%s' is %s: a mask has some of q's batch axes, '%s' and '%s' (of their sizes) and "
+                        "broadcasts over the rest: mask is %s, q is %s, k is %s", tj__name(c, a),
+                        want < 0 ? (a == d ? "the contracted axis" : "neither a batch axis of q nor a position axis") : "of another size", qpos, kpos,
+                        tj_v_describe(mask, b1, sizeof b1), tj_v_describe(q, b2, sizeof b2), tj_v_describe(k, b3, sizeof b3));
+                return NULL;
+            }
+        }
+    }
     if (scale == 0) scale = 1.0 / sqrt((double)q->t.dim[tj__axis_index(&q->t, d)]);
-    x[0] = q, x[1] = k, x[2] = v;
-    if (!(ig = tj__inner(3, x, "attention", f, l))) return NULL;
+    if (!(ig = tj__inner(nin, x, "attention", f, l))) return NULL;
     if (c->nmesh && !ig->manual) { /* fit before the relayouts, so that they copy slices */
         if (!(x[0] = tj__attn_fit(f, l, q, &q->t, qp, d))) return NULL;
-        for (i = 1; i < 3; i++)
+        for (i = 1; i < nin; i++) /* (the mask too: split like q's batch axes, its positions whole) */
             if (!(x[i] = tj__attn_fit(f, l, x[i], &x[0]->t, qp, d))) return NULL;
     } else if (ig->manual && ig->check) { /* every output varies like the union of the inputs */
-        for (i = 0; i < 3; i++) u |= x[i]->t.vary;
-        for (i = 0; i < 3; i++)
+        for (i = 0; i < nin; i++) u |= x[i]->t.vary;
+        for (i = 0; i < nin; i++)
             if (x[i]->t.vary != u && !(x[i] = tj__pvary(x[i], u & ~x[i]->t.vary, "attention", f, l))) return NULL;
     }
-    for (i = 2; i >= 0; i--) /* q last: the others take its batch order */
-        if (!(x[i] = tj__attn_layout(f, l, x[i], &x[0]->t, qp, d, i ? kp : qp, d))) return NULL;
+    /* the layouts: q [shared..., q's own..., qpos, dim] (the batch axes k
+       and v have, then those they lack: q's batch row b uses k's and v's
+       row b / (the product of the sizes they lack)), k and v [shared...,
+       kpos, dim] */
+    for (i = 0, j = 0; i < q->t.rank; i++)
+        if (q->t.ax[i] != qp && q->t.ax[i] != d && tj__axis_index(&k->t, q->t.ax[i]) >= 0) ord[j++] = q->t.ax[i];
+    nsh = j;
+    for (i = 0; i < q->t.rank; i++)
+        if (q->t.ax[i] != qp && q->t.ax[i] != d && tj__axis_index(&k->t, q->t.ax[i]) < 0) ord[j++] = q->t.ax[i];
+    ord[j] = qp, ord[j + 1] = d;
+    if (!(x[0] = tj__attn_layout(f, l, x[0], ord, j + 2))) return NULL;
+    ord[j + 1] = kp; /* the mask: [its batch axes in q's order, qpos, kpos] */
+    if (masked && !(x[3] = tj__attn_layout(f, l, x[3], ord, j + 2))) return NULL;
+    ord[nsh] = kp, ord[nsh + 1] = d;
+    for (i = 1; i < 3; i++)
+        if (!(x[i] = tj__attn_layout(f, l, x[i], ord, nsh + 2))) return NULL;
     memset(&at, 0, sizeof at);
     at.s = scale;
     at.causal = causal != 0;
@@ -7302,9 +7386,9 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
     at.axes[0] = d, at.naxes = 1;
     memset(&dummy, 0, sizeof dummy);
     dummy.dt = TJ_I32;
-    if (!(ig = tj__inner(3, x, "attention", f, l)) || !(n = tj__node(ig, TJ__OP_ATTENTION, &dummy, 3, x, &at, f, l))) return NULL;
+    if (!(ig = tj__inner(nin, x, "attention", f, l)) || !(n = tj__node(ig, TJ__OP_ATTENTION, &dummy, nin, x, &at, f, l))) return NULL;
     to = n->in[0]->t; /* out: q's layout with dim' */
-    to.dim[to.rank - 1] = n->in[2]->t.dim[to.rank - 1];
+    to.dim[to.rank - 1] = n->in[2]->t.dim[n->in[2]->t.rank - 1];
     to.partial = 0;
     tl = to; /* lse: without dim */
     tl.rank--;
@@ -7315,19 +7399,25 @@ TJDEF tj_v tj_attention_at(const char *f, int l, tj_v q, tj_v k, tj_v v, const c
 }
 static tj_status tj__vjp_attention(tj_node *n, tj_v g, tj_v *gin) {
     tj_ctx *c = n->g->ctx;
-    tj_node *in[6], *m, *o = n->proj[0];
+    tj_node *in[7], *m, *o = n->proj[0];
     tj__type dummy;
-    int i;
+    int i, nin = n->nin == 4 ? 7 : 6; /* (the mask last: it has no gradient) */
     (void)g;
     for (i = 0; i < 3; i++) in[i] = n->in[i];
     in[3] = o, in[4] = n->proj[1]; /* (lse is no public value: only out has a cotangent) */
+    if (nin == 7) in[6] = n->in[3];
     if (!(in[5] = tj__fit(n->file, n->line, c->proj_ct[o->id], &o->t))) return c->status;
     memset(&dummy, 0, sizeof dummy);
     dummy.dt = TJ_I32;
-    if (!(m = tj__node(tj__inner(6, in, "attention", n->file, n->line), TJ__OP_ATTENTION_GRAD, &dummy, 6, in, &n->a, n->file, n->line)))
+    if (!(m = tj__node(tj__inner(nin, in, "attention", n->file, n->line), TJ__OP_ATTENTION_GRAD, &dummy, nin, in, &n->a, n->file, n->line)))
         return c->status ? c->status : TJ_ERR_OOM;
     for (i = 0; i < 3; i++) {
-        if (tj__add_proj(m, &m->in[i]->t, TJ_SPACE_DEVICE)) return c->status;
+        tj__type t = m->in[i]->t;
+        int a;
+        if (i) /* dk, dv: sums over q's batch axes k and v lack, partial where those are split */
+            for (a = 0; a < in[0]->t.rank - 2; a++)
+                if (tj__axis_index(&t, in[0]->t.ax[a]) < 0) t.partial |= in[0]->t.sh[a];
+        if (tj__add_proj(m, &t, TJ_SPACE_DEVICE)) return c->status;
         gin[i] = m->proj[i];
     }
     return TJ_OK;
@@ -7343,15 +7433,27 @@ static tj_status tj__attn_grad_composite(const char *f, int l, const tj_node *n,
     const char *qp = tj__name(c, n->a.axis), *kp = tj__name(c, n->a.axis2), *dim = tj__name(c, n->a.axes[0]);
     const char *kq = n->a.axis == n->a.axis2 ? "attention_keys_" : kp; /* the keys' axis apart from the queries' */
     tj_v s, p, dp, ds;
+    char over[TJ__MSG]; /* dk and dv sum over the queries and q's batch axes k lacks */
+    int i;
+    if (!q || !k) return tj_status_of(c);
+    snprintf(over, sizeof over, "%s", qp);
+    for (i = 0; i < q->t.rank; i++)
+        if (q->t.ax[i] != n->a.axis && q->t.ax[i] != n->a.axes[0] && tj__axis_index(&k->t, q->t.ax[i]) < 0)
+            snprintf(over + strlen(over), sizeof over - strlen(over), " %s", tj__name(c, q->t.ax[i]));
     if (kq != kp) k = tj_rename_at(f, l, k, kp, kq), v = tj_rename_at(f, l, v, kp, kq);
     s = tj_muls_at(f, l, tj_dot_at(f, l, q, k, dim), n->a.s);
-    if (n->a.causal) s = tj_causal_mask_at(f, l, s, qp, kq, -INFINITY);
+    if (n->nin == 7) s = tj_select_at(f, l, n->in[6], s, tj_scalar_at(f, l, q->g, q->t.dt, TJ__ATTN_MASKED)); /* as JAX: a large negative, not -inf */
+    if (n->a.causal) s = tj_causal_mask_at(f, l, s, qp, kq, n->nin == 7 ? TJ__ATTN_MASKED : -INFINITY);
     p = tj_softmax_at(f, l, s, kq);
     dp = tj_dot_at(f, l, g, v, dim);
     ds = tj_mul_at(f, l, p, tj_sub_at(f, l, dp, tj_sum_at(f, l, tj_mul_at(f, l, p, dp), kq)));
+    if (n->nin == 7) { /* no gradient through a masked score (a fully masked row's P is 1 / tk there, not 0) */
+        ds = tj_select_at(f, l, n->in[6], ds, tj_scalar_at(f, l, q->g, q->t.dt, 0));
+        if (n->a.causal) ds = tj_causal_mask_at(f, l, ds, qp, kq, 0);
+    }
     d[0] = tj_muls_at(f, l, tj_dot_at(f, l, ds, k, kq), n->a.s);
-    d[1] = tj_muls_at(f, l, tj_dot_at(f, l, ds, q, qp), n->a.s);
-    d[2] = tj_dot_at(f, l, p, g, qp);
+    d[1] = tj_muls_at(f, l, tj_dot_at(f, l, ds, q, over), n->a.s);
+    d[2] = tj_dot_at(f, l, p, g, over);
     if (kq != kp) d[1] = tj_rename_at(f, l, d[1], kq, kp), d[2] = tj_rename_at(f, l, d[2], kq, kp);
     return d[0] && d[1] && d[2] ? TJ_OK : tj_status_of(c);
 }
@@ -7377,8 +7479,14 @@ static tj_status tj__vjp_attention_grad(tj_node *n, tj_v g, tj_v *gin) {
 typedef struct {
     const tj__kern *k;
     int64_t nb, tq, tk, d, dv;
+    int64_t nbk, grp; /* k's and v's batch rows; q's batch row b uses their row b / grp */
     double scale;
     int causal;
+    /* the mask (NULL: none): element (b, i, j) at tj__attn_mrow(a, b) + i mq + j mk,
+       b split over q's batch axes (sizes bdim, the mask's strides bst, 0 where it lacks one) */
+    const int32_t *mask;
+    int64_t mq, mk, bdim[TJ_MAXDIM], bst[TJ_MAXDIM];
+    int nbd;
     void *dl;   /* backward: D per query row (f32, or f64 for f64) */
     int fuse;   /* backward: dq summed in the dk/dv pass (one pass; see tj__k_attention_grad) */
     void *dqs;  /* ... into this (f32 sums of a bf16 dq, all rows), or into dq itself */
@@ -7391,11 +7499,37 @@ static void tj__attn_init(const tj__kern *k, tj__attn *a) {
     a->tk = v->dim[v->rank - 2];
     a->dv = v->dim[v->rank - 1];
     a->nb = tj__numel(q) / (a->tq * a->d); /* (no axis is empty) */
+    a->nbk = tj__numel(v) / (a->tk * a->dv);
+    a->grp = a->nb / a->nbk;
     a->scale = k->n->a.s;
     a->causal = k->n->a.causal;
     a->dl = k->scratch;
     a->fuse = 0;
+    a->mask = NULL;
+    a->mq = a->mk = 0;
+    a->nbd = q->rank - 2;
+    {
+        int mi = k->n->op == TJ__OP_ATTENTION ? 3 : 6, i, j;
+        const tj__type *m = k->n->nin > mi ? k->it[mi] : NULL;
+        int64_t st = 1;
+        for (i = 0; i < a->nbd; i++) a->bdim[i] = q->dim[i], a->bst[i] = 0;
+        for (j = m ? m->rank - 1 : -1; j >= 0; st *= m->dim[j--]) {
+            if (m->ax[j] == k->n->a.axis2 && j == m->rank - 1 && k->n->a.axis2 != k->n->a.axis) a->mk = st; /* (kpos: last, when the mask has it) */
+            else if (m->ax[j] == k->n->a.axis) a->mq = st;
+            else
+                for (i = 0; i < a->nbd; i++)
+                    if (q->ax[i] == m->ax[j]) a->bst[i] = st;
+        }
+        if (m) a->mask = (const int32_t *)k->in[mi];
+    }
     a->dqs = k->n->op != TJ__OP_ATTENTION_GRAD || q->dt == TJ_F32 || q->dt == TJ_F64 ? NULL : (char *)k->scratch + tj__align(a->nb * a->tq * 4);
+}
+/* the mask's row of query 0 of q's batch row b */
+static const int32_t *tj__attn_mrow(const tj__attn *a, int64_t b) {
+    int64_t off = 0;
+    int i;
+    for (i = a->nbd - 1; i >= 0; i--) off += b % a->bdim[i] * a->bst[i], b /= a->bdim[i];
+    return a->mask + off;
 }
 /* the keys query i sees */
 static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
@@ -7509,20 +7643,22 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         const tj__attn *a = (const tj__attn *)arg;                                                                                     \
         const tj__kern *k = a->k;                                                                                                      \
         T qb[OWN * TJ__ATTN_MAXD], kb[BLK * TJ__ATTN_MAXD], kt[TJ__ATTN_MAXD * BLK], vb[BLK * TJ__ATTN_MAXD];                          \
-        T acc[OWN * TJ__ATTN_MAXD], s[4 * BLK], dump[TJ__ATTN_MAXD], mx[OWN], sum[OWN], sc = (T)a->scale;                              \
+        T acc[OWN * TJ__ATTN_MAXD], s[4 * BLK], dump[TJ__ATTN_MAXD], mx[OWN], sum[OWN], sc = (T)a->scale, lneg = (T)TJ__ATTN_MASKED;   \
+        T scs = a->mask ? (T)1 : sc; /* (masked: scaled before, with the masked scores set) */                                         \
         const T *qp[OWN], *kp[BLK], *vp[BLK], *ktp[TJ__ATTN_MAXD];                                                                     \
         int nan[OWN];                                                                                                                  \
         int64_t nblk = (a->tq + OWN - 1) / OWN, units = a->nb * nblk, w, u, g, t, c, j0, m;                                            \
         for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
             int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;                                       \
             int64_t nk = tj__attn_nkeys(a, i0 + nq - 1); /* the keys the block's last query sees */                                    \
+            const int32_t *mb = a->mask ? tj__attn_mrow(a, b) : NULL;                                                                  \
             tj__attn_tile_##SFX(k, 0, b * a->tq + i0, nq, a->d, qb, qp, NULL, NULL);                                                   \
             for (u = 0; u < nq; u++) mx[u] = -INFINITY, sum[u] = 0, nan[u] = 0;                                                        \
             for (c = 0; c < nq * a->dv; c++) acc[c] = 0;                                                                               \
             for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
                 m = nk - j0 < BLK ? nk - j0 : BLK;                                                                                     \
-                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
-                tj__attn_tile_##SFX(k, 2, b * a->tk + j0, m, a->dv, vb, vp, NULL, NULL);                                               \
+                tj__attn_tile_##SFX(k, 1, b / a->grp * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
+                tj__attn_tile_##SFX(k, 2, b / a->grp * a->tk + j0, m, a->dv, vb, vp, NULL, NULL);                                               \
                 for (u = 0; u < nq; u += 4) { /* 4 queries at a time */                                                                \
                     const T *ar[4];                                                                                                    \
                     T *sr[4], *orow[4];                                                                                                \
@@ -7545,13 +7681,17 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         int64_t ui = u + g;                                                                                            \
                         int l, bad = 0;                                                                                                \
                         for (l = 0; l < 16; l++) lm[l] = -INFINITY;                                                                    \
-                        for (t = 0; t + 16 <= lim[g]; t += 16) /* scaled, and the row's max in 16 lanes (vectorised) */               \
+                        if (mb && lim[g] > 0) { /* masked scores: JAX's large negative (a NaN there is gone too) */                    \
+                            const int32_t *mr = mb + (i0 + ui) * a->mq + j0 * a->mk;                                                   \
+                            for (t = 0; t < lim[g]; t++) row[t] = mr[t * a->mk] ? row[t] * sc : lneg;                                  \
+                        }                                                                                                              \
+                        for (t = 0; t + 16 <= lim[g]; t += 16) /* scaled, and the row's max in 16 lanes (vectorised) */                \
                             for (l = 0; l < 16; l++) {                                                                                 \
-                                T x = row[t + l] * sc;                                                                                 \
+                                T x = row[t + l] * scs;                                                                                \
                                 row[t + l] = x, bad |= x != x, lm[l] = x > lm[l] ? x : lm[l];                                          \
                             }                                                                                                          \
                         for (; t < lim[g]; t++) {                                                                                      \
-                            T x = row[t] * sc;                                                                                         \
+                            T x = row[t] * scs;                                                                                        \
                             row[t] = x, bad |= x != x, bm = x > bm ? x : bm;                                                           \
                         }                                                                                                              \
                         for (l = 0; l < 16; l++) bm = lm[l] > bm ? lm[l] : bm;                                                         \
@@ -7576,7 +7716,12 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
             }                                                                                                                          \
             for (u = 0; u < nq; u++) {                                                                                                 \
                 T *o = acc + u * a->dv, ls;                                                                                            \
-                if (nan[u] || sum[u] == 0 || mx[u] == INFINITY) { /* a NaN score, no finite one, or an infinite one: NaN, as softmax */ \
+                if (mb && !nan[u] && mx[u] == lneg) { /* every key masked: all scores equal, the mean of v over ALL keys (causal too), as JAX */ \
+                    T inv = (T)1 / (T)a->tk;                                                                                           \
+                    for (c = 0; c < a->dv; c++) o[c] = 0;                                                                              \
+                    for (t = 0; t < a->tk; t++) tj__attn_axpy_##SFX(o, inv, tj__attn_ld_##SFX(k, 2, b / a->grp * a->tk + t, a->dv, dump), a->dv); \
+                    ls = (T)INFINITY; /* (the backward: P 0 at every pair, and dv gets its 1 / tk share apart) */                      \
+                } else if (nan[u] || sum[u] == 0 || mx[u] == INFINITY) { /* a NaN score, no finite one, or an infinite one: NaN, as softmax */ \
                     for (c = 0; c < a->dv; c++) o[c] = (T)NAN;                                                                         \
                     ls = (T)NAN;                                                                                                       \
                 } else {                                                                                                               \
@@ -7611,18 +7756,22 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         T qb[BLK * TJ__ATTN_MAXD], gb[BLK * TJ__ATTN_MAXD], qt[TJ__ATTN_MAXD * BLK], gt[TJ__ATTN_MAXD * BLK];                         \
         T s[4 * BLK], dp[4 * BLK], lse[BLK], dump[TJ__ATTN_MAXD], sc = (T)a->scale, dsk[OWN * BLK], dst[BLK * OWN], *dq = NULL;       \
         const T *kp[OWN], *vp[OWN], *qp[BLK], *gp[BLK], *qtp[TJ__ATTN_MAXD], *gtp[TJ__ATTN_MAXD], *dl = (const T *)a->dl;             \
-        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->fuse ? a->nb : a->nb * nblk, w, u, g, t, c, i0, m, jb;                     \
+        int64_t nblk = (a->tk + OWN - 1) / OWN, units = a->fuse ? a->nbk : a->nbk * nblk, w, u, g, t, c, i0, m, jb, gi;                \
         for (w = units * part / nparts; w < units * (part + 1) / nparts; w++)                                                          \
-            for (jb = a->fuse ? 0 : w % nblk; jb < (a->fuse ? nblk : w % nblk + 1); jb++) {                                           \
-            int64_t b = a->fuse ? w : w / nblk, j0 = jb * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                               \
-            if (a->fuse && !jb) { /* dq of batch row b: summed here over the key blocks, in order */                                  \
-                dq = a->dqs ? (T *)a->dqs + b * a->tq * a->d : (T *)k->pout[0] + b * a->tq * a->d;                                     \
-                for (c = 0; c < a->tq * a->d; c++) dq[c] = 0;                                                                          \
-            }                                                                                                                          \
-            tj__attn_tile_##SFX(k, 1, b * a->tk + j0, nk, a->d, kb, kp, NULL, NULL);                                                   \
-            tj__attn_tile_##SFX(k, 2, b * a->tk + j0, nk, a->dv, vb, vp, NULL, NULL);                                                  \
+            for (jb = a->fuse ? 0 : w % nblk; jb < (a->fuse ? nblk : w % nblk + 1); jb++) {                                            \
+            /* key row bk of k and v: the queries of q's batch rows bk grp .. bk grp + grp - 1 */                                      \
+            int64_t bk = a->fuse ? w : w / nblk, j0 = jb * OWN, nk = a->tk - j0 < OWN ? a->tk - j0 : OWN;                              \
+            T *dqg = !a->fuse ? NULL : a->dqs ? (T *)a->dqs + bk * a->grp * a->tq * a->d : (T *)k->pout[0] + bk * a->grp * a->tq * a->d; \
+            if (a->fuse && !jb) /* dq of those batch rows: summed here over the key blocks, in order */                                \
+                for (c = 0; c < a->grp * a->tq * a->d; c++) dqg[c] = 0;                                                                \
+            tj__attn_tile_##SFX(k, 1, bk * a->tk + j0, nk, a->d, kb, kp, NULL, NULL);                                                  \
+            tj__attn_tile_##SFX(k, 2, bk * a->tk + j0, nk, a->dv, vb, vp, NULL, NULL);                                                 \
             for (c = 0; c < nk * a->d; c++) dk[c] = 0;                                                                                 \
             for (c = 0; c < nk * a->dv; c++) dv[c] = 0;                                                                                \
+            for (gi = 0; gi < a->grp; gi++) {                                                                                          \
+            int64_t b = bk * a->grp + gi;                                                                                              \
+            const int32_t *mb = a->mask ? tj__attn_mrow(a, b) : NULL;                                                                  \
+            dq = dqg ? dqg + gi * a->tq * a->d : NULL;                                                                                 \
             for (i0 = a->causal ? j0 : 0; i0 < a->tq; i0 += m) { /* (causal: no query before j0 sees the block) */                     \
                 int64_t q0 = b * a->tq + i0;                                                                                           \
                 m = a->tq - i0 < BLK ? a->tq - i0 : BLK;                                                                               \
@@ -7656,6 +7805,11 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                             dg[t] = p * (dg[t] - dlq[t]);                                                                              \
                             sg[t] = p;                                                                                                 \
                         }                                                                                                              \
+                        if (mb && u + g < nk) { /* a masked pair: P 0 and no gradient through its score (JAX's where) */               \
+                            const int32_t *mc = mb + i0 * a->mq + (j0 + u + g) * a->mk;                                                \
+                            for (t = t0[g]; t < m; t++)                                                                                \
+                                if (!mc[t * a->mq]) sg[t] = 0, dg[t] = 0;                                                              \
+                        }                                                                                                              \
                     }                                                                                                                  \
                     tj__attn_wsum_##SFX(sr, t0, hi, use, gp, a->dv, dvr); /* dv += P d_out over the queries that see each key */       \
                     tj__attn_wsum_##SFX(dr, t0, hi, use, qp, a->d, dkr);  /* dk += dS q */                                             \
@@ -7675,14 +7829,29 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                     if (any) tj__attn_wsum_##SFX(dsr, lo, vis, use, kp, a->d, dqr);                                                    \
                 }                                                                                                                      \
             }                                                                                                                          \
+            }                                                                                                                          \
+            if (a->mask) { /* the fully masked query rows (lse +inf): P = 1 / tk at every key, so dv += (their d_out summed) / tk */   \
+                T gs[TJ__ATTN_MAXD];                                                                                                   \
+                int any = 0;                                                                                                           \
+                for (c = 0; c < a->dv; c++) gs[c] = 0;                                                                                 \
+                for (gi = 0; gi < a->grp; gi++)                                                                                        \
+                    for (i0 = 0; i0 < a->tq; i0 += m) {                                                                                \
+                        int64_t q0 = (bk * a->grp + gi) * a->tq + i0;                                                                  \
+                        m = a->tq - i0 < BLK ? a->tq - i0 : BLK;                                                                       \
+                        LOADN(k->in[4], k->it[4]->dt, q0, 1, m, lse);                                                                  \
+                        for (t = 0; t < m; t++)                                                                                        \
+                            if (lse[t] == (T)INFINITY) tj__attn_axpy_##SFX(gs, 1, tj__attn_ld_##SFX(k, 5, q0 + t, a->dv, dump), a->dv), any = 1; \
+                    }                                                                                                                  \
+                for (u = 0; any && u < nk; u++) tj__attn_axpy_##SFX(dv + u * a->dv, (T)1 / (T)a->tk, gs, a->dv);                       \
+            }                                                                                                                          \
             for (u = 0; u < nk; u++) {                                                                                                 \
                 for (c = 0; c < a->d; c++) dk[u * a->d + c] *= sc;                                                                     \
-                STOREN(k->pout[1], k->it[1]->dt, (b * a->tk + j0 + u) * a->d, 1, a->d, dk + u * a->d);                                 \
-                STOREN(k->pout[2], k->it[2]->dt, (b * a->tk + j0 + u) * a->dv, 1, a->dv, dv + u * a->dv);                              \
+                STOREN(k->pout[1], k->it[1]->dt, (bk * a->tk + j0 + u) * a->d, 1, a->d, dk + u * a->d);                                \
+                STOREN(k->pout[2], k->it[2]->dt, (bk * a->tk + j0 + u) * a->dv, 1, a->dv, dv + u * a->dv);                             \
             }                                                                                                                          \
-            if (a->fuse && jb == nblk - 1) { /* the batch row's dq is complete */                                                      \
-                for (c = 0; c < a->tq * a->d; c++) dq[c] *= sc;                                                                        \
-                if (a->dqs) STOREN(k->pout[0], k->it[0]->dt, b * a->tq * a->d, 1, a->tq * a->d, dq);                                   \
+            if (a->fuse && jb == nblk - 1) { /* the batch rows' dq is complete */                                                      \
+                for (c = 0; c < a->grp * a->tq * a->d; c++) dqg[c] *= sc;                                                              \
+                if (a->dqs) STOREN(k->pout[0], k->it[0]->dt, bk * a->grp * a->tq * a->d, 1, a->grp * a->tq * a->d, dqg);               \
             }                                                                                                                          \
         }                                                                                                                              \
     }                                                                                                                                  \
@@ -7698,14 +7867,15 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
         for (w = units * part / nparts; w < units * (part + 1) / nparts; w++) {                                                        \
             int64_t b = w / nblk, i0 = w % nblk * OWN, nq = a->tq - i0 < OWN ? a->tq - i0 : OWN;                                       \
             int64_t nk = tj__attn_nkeys(a, i0 + nq - 1), q0 = b * a->tq + i0;                                                          \
+            const int32_t *mb = a->mask ? tj__attn_mrow(a, b) : NULL;                                                                  \
             tj__attn_tile_##SFX(k, 0, q0, nq, a->d, qb, qp, NULL, NULL);                                                               \
             tj__attn_tile_##SFX(k, 5, q0, nq, a->dv, gb, gp, NULL, NULL);                                                              \
             LOADN(k->in[4], k->it[4]->dt, q0, 1, nq, lse);                                                                             \
             for (c = 0; c < nq * a->d; c++) dq[c] = 0;                                                                                 \
             for (j0 = 0; j0 < nk; j0 += m) {                                                                                           \
                 m = nk - j0 < BLK ? nk - j0 : BLK;                                                                                     \
-                tj__attn_tile_##SFX(k, 1, b * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
-                tj__attn_tile_##SFX(k, 2, b * a->tk + j0, m, a->dv, vb, vp, vt, vtp);                                                  \
+                tj__attn_tile_##SFX(k, 1, b / a->grp * a->tk + j0, m, a->d, kb, kp, kt, ktp);                                                   \
+                tj__attn_tile_##SFX(k, 2, b / a->grp * a->tk + j0, m, a->dv, vb, vp, vt, vtp);                                                  \
                 for (u = 0; u < nq; u += 4) { /* 4 queries at a time */                                                                \
                     const T *aq[4], *ag[4];                                                                                            \
                     T *sr[4], *dr[4], *dqr[4];                                                                                         \
@@ -7730,6 +7900,11 @@ static int64_t tj__attn_nkeys(const tj__attn *a, int64_t i) { return a->causal ?
                         const T *TJ__RESTRICT sg = sr[g];                                                                              \
                         for (t = 0; t < lim[g]; t++) dg[t] = EXP(sc * sg[t] - lq) * (dg[t] - dq0);                                     \
                         for (; t < mm; t++) dg[t] = 0;                                                                                 \
+                        if (mb && lim[g] > 0) { /* masked pairs: no gradient */                                                        \
+                            const int32_t *mr = mb + (i0 + u + g) * a->mq + j0 * a->mk;                                                \
+                            for (t = 0; t < lim[g]; t++)                                                                               \
+                                if (!mr[t * a->mk]) dg[t] = 0;                                                                         \
+                        }                                                                                                              \
                     }                                                                                                                  \
                     tj__attn_wsum_##SFX(dr, lo, lim, use, kp, a->d, dqr); /* dq += dS k over the keys each query sees */               \
                 }                                                                                                                      \
@@ -7783,10 +7958,10 @@ static void tj__k_attention_grad(tj__kern *k) {
     int np;
     tj__attn_init(k, &a);
     tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.dv), TJ__ATTN_PICK(k, tj__attn_dl), &a);
-    np = tj__attn_parts(k, a.nb * a.tk, a.tq * (a.d + a.dv));
+    np = tj__attn_parts(k, a.nbk * a.tk, a.grp * a.tq * (a.d + a.dv));
     /* one pass does 5 of the two passes' 7 products: worth rows of uneven count per thread while ceil(nb / np) 5 <= (nb / np) 7 */
-    a.fuse = tj__attn_passes ? tj__attn_passes == 1 : 5 * ((a.nb + np - 1) / np) * np <= 7 * a.nb;
-    tj__parallel(a.fuse && a.nb < np ? (int)a.nb : np, TJ__ATTN_PICK(k, tj__attn_dkv), &a);
+    a.fuse = tj__attn_passes ? tj__attn_passes == 1 : 5 * ((a.nbk + np - 1) / np) * np <= 7 * a.nbk;
+    tj__parallel(a.fuse && a.nbk < np ? (int)a.nbk : np, TJ__ATTN_PICK(k, tj__attn_dkv), &a);
     if (!a.fuse) tj__parallel(tj__attn_parts(k, a.nb * a.tq, a.tk * (a.d + a.dv)), TJ__ATTN_PICK(k, tj__attn_dq), &a);
 }
 /* the backward's workspace: D, one per query row (local shapes), and for a

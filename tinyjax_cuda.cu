@@ -1732,19 +1732,33 @@ static int tjc_xent_part(tjc_state *s, tj__kern *k) {
 #define TJC_ATT_WPB 4 /* warps per block */
 typedef struct {
     int64_t nb, tq, tk, d, dv; /* batch rows, queries, keys, dim, dim' (tj__attn_init) */
+    int64_t nbk, grp;          /* k's and v's batch rows; q's row b uses their row b / grp */
     double scale;
     int causal, dt, ldt;       /* input dtype; lse's (and D's): f32, f64 for f64 */
+    const int32_t *mask;       /* NULL, or the mask: as tj__attn's (tj__attn_mrow) */
+    int64_t mq, mk, bdim[TJ_MAXDIM], bst[TJ_MAXDIM];
+    int nbd;
 } tjc_att;
 TJC_PARAMS_FIT(tjc_att);
 static void tjc_att_of(const tj__kern *k, tjc_att *a) {
     tj__attn x;
     tj__attn_init(k, &x);
     a->nb = x.nb, a->tq = x.tq, a->tk = x.tk, a->d = x.d, a->dv = x.dv;
+    a->nbk = x.nbk, a->grp = x.grp;
+    a->mask = x.mask, a->mq = x.mq, a->mk = x.mk, a->nbd = x.nbd;
+    for (int i = 0; i < TJ_MAXDIM; i++) a->bdim[i] = x.bdim[i], a->bst[i] = x.bst[i];
     a->scale = x.scale;
     a->causal = x.causal;
     a->dt = k->it[0]->dt;
     a->ldt = a->dt == TJ_F64 ? TJ_F64 : TJ_F32;
 }
+/* mask element (q's batch row b, query i, key j): nonzero = attend (tj__attn_mrow) */
+__device__ __forceinline__ int tjc_att_seen(const tjc_att &a, int64_t b, int64_t i, int64_t j) {
+    int64_t off = i * a.mq + j * a.mk;
+    for (int d = a.nbd - 1; d >= 0; d--) off += b % a.bdim[d] * a.bst[d], b /= a.bdim[d];
+    return a.mask[off] != 0;
+}
+#define TJC_ATT_MASKED (-0.7 * 3.4028234663852886e38) /* TJ__ATTN_MASKED: a masked pair's score (JAX's large negative) */
 /* the keys query i sees (tj__attn_nkeys) */
 __host__ __device__ static inline int64_t tjc_att_nkeys(const tjc_att *a, int64_t i) { return a->causal ? (i + 1 < a->tk ? i + 1 : a->tk) : a->tk; }
 template <typename T>
@@ -1785,8 +1799,9 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_fwd(tjc_att a, con
 #pragma unroll
         for (int i = 0; i < NV; i++) acc[i] = 0;
         for (int64_t j = 0; j < nk && !nan; j++) { /* s is the same in every lane: the branches are the warp's */
-            tjc_att_row<T, NV>(k, a.dt, (b * a.tk + j) * a.d, a.d, lane, kj);
+            tjc_att_row<T, NV>(k, a.dt, (b / a.grp * a.tk + j) * a.d, a.d, lane, kj);
             T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj), p;
+            if (a.mask && !tjc_att_seen(a, b, r % a.tq, j)) s = (T)TJC_ATT_MASKED; /* (a NaN score there is gone too) */
             if (s != s) nan = 1;
             if (nan) continue;
             if (s > m) { /* a new max: rescale what was summed so far */
@@ -1800,11 +1815,21 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_fwd(tjc_att a, con
                value (0 inf is NaN), as on the CPU and in JAX */
             p = s == -INFINITY ? (T)0 : tjc_exp(s - m);
             sum += p;
-            tjc_att_row<T, NV>(v, a.dt, (b * a.tk + j) * a.dv, a.dv, lane, vj);
+            tjc_att_row<T, NV>(v, a.dt, (b / a.grp * a.tk + j) * a.dv, a.dv, lane, vj);
 #pragma unroll
             for (int i = 0; i < NV; i++) acc[i] += p * vj[i];
         }
-        if (nan || sum == 0 || m == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */
+        if (a.mask && !nan && m == (T)TJC_ATT_MASKED) { /* every key masked: the mean of v over ALL keys, lse +inf (the CPU's rule) */
+            T inv = (T)1 / (T)a.tk;
+#pragma unroll
+            for (int i = 0; i < NV; i++) acc[i] = 0;
+            for (int64_t j = 0; j < a.tk; j++) {
+                tjc_att_row<T, NV>(v, a.dt, (b / a.grp * a.tk + j) * a.dv, a.dv, lane, vj);
+#pragma unroll
+                for (int i = 0; i < NV; i++) acc[i] += inv * vj[i];
+            }
+            ls = (T)INFINITY;
+        } else if (nan || sum == 0 || m == INFINITY) { /* a NaN score, no finite score, or an infinite one: NaN, as softmax gives */
 #pragma unroll
             for (int i = 0; i < NV; i++) acc[i] = (T)NAN;
             ls = (T)NAN;
@@ -1830,35 +1855,48 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dl(tjc_att a, cons
 }
 /* ds = P (dP - D) (and P in *p) of query row qr with key row kj, vj */
 template <typename T, int NV>
-__device__ __forceinline__ T tjc_att_ds(const tjc_att &a, const T *qi, const T *gi, const T *kj, const T *vj, const void *lse, const T *dl, int64_t qr, T *p) {
-    T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj);
+__device__ __forceinline__ T tjc_att_ds(const tjc_att &a, const T *qi, const T *gi, const T *kj, const T *vj, const void *lse, const T *dl, int64_t qr, int64_t j,
+                                        T *p) {
+    T s = (T)a.scale * tjc_att_dot<T, NV>(qi, kj), dp = tjc_att_dot<T, NV>(gi, vj);
+    if (a.mask && !tjc_att_seen(a, qr / a.tq, qr % a.tq, j)) return *p = 0, (T)0; /* a masked pair: P 0, no gradient (the CPU's rule) */
     *p = tjc_exp(s - tjc_ld<T>(lse, a.ldt, qr));
-    return *p * (tjc_att_dot<T, NV>(gi, vj) - dl[qr]);
+    return *p * (dp - dl[qr]);
 }
-/* backward, second: dk and dv of key row r = b tk + j, over the queries that see it */
+/* backward, second: dk and dv of key row r = b tk + j, over the queries that
+   see it in q's batch rows b grp .. b grp + grp - 1 */
 template <typename T, int NV>
 __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dkv(tjc_att a, const void *q, const void *k, const void *v, const void *lse, const void *g,
                                                                  const T *dl, void *dk, void *dv) {
     const int lane = threadIdx.x & 31;
-    TJC_ATT_ROWS(r, a.nb * a.tk) {
+    TJC_ATT_ROWS(r, a.nbk * a.tk) {
         int64_t b = r / a.tk, j = r % a.tk;
         T kj[NV], vj[NV], qi[NV], gi[NV], sk[NV], sv[NV];
         tjc_att_row<T, NV>(k, a.dt, r * a.d, a.d, lane, kj);
         tjc_att_row<T, NV>(v, a.dt, r * a.dv, a.dv, lane, vj);
 #pragma unroll
         for (int i = 0; i < NV; i++) sk[i] = sv[i] = 0;
+        for (int64_t h = 0; h < a.grp; h++)
         for (int64_t i = a.causal ? j : 0; i < a.tq; i++) {
-            int64_t qr = b * a.tq + i;
+            int64_t qr = (b * a.grp + h) * a.tq + i;
             T p, ds;
             tjc_att_row<T, NV>(q, a.dt, qr * a.d, a.d, lane, qi);
             tjc_att_row<T, NV>(g, a.dt, qr * a.dv, a.dv, lane, gi);
-            ds = tjc_att_ds<T, NV>(a, qi, gi, kj, vj, lse, dl, qr, &p);
+            ds = tjc_att_ds<T, NV>(a, qi, gi, kj, vj, lse, dl, qr, j, &p);
 #pragma unroll
             for (int c = 0; c < NV; c++) {
                 sv[c] += p * gi[c];
                 sk[c] += ds * qi[c];
             }
         }
+        if (a.mask) /* the fully masked query rows (lse +inf): P = 1 / tk at every key */
+            for (int64_t h = 0; h < a.grp; h++)
+                for (int64_t i = 0; i < a.tq; i++) {
+                    int64_t qr = (b * a.grp + h) * a.tq + i;
+                    if (tjc_ld<T>(lse, a.ldt, qr) != (T)INFINITY) continue;
+                    tjc_att_row<T, NV>(g, a.dt, qr * a.dv, a.dv, lane, gi);
+#pragma unroll
+                    for (int c = 0; c < NV; c++) sv[c] += (T)1 / (T)a.tk * gi[c];
+                }
 #pragma unroll
         for (int c = 0; c < NV; c++) sk[c] *= (T)a.scale;
         tjc_att_store<T, NV>(dk, a.dt, r * a.d, a.d, lane, sk);
@@ -1879,9 +1917,9 @@ __global__ void __launch_bounds__(32 * TJC_ATT_WPB) tjc_k_att_dq(tjc_att a, cons
         for (int c = 0; c < NV; c++) sq[c] = 0;
         for (int64_t j = 0; j < nk; j++) {
             T p, ds;
-            tjc_att_row<T, NV>(k, a.dt, (b * a.tk + j) * a.d, a.d, lane, kj);
-            tjc_att_row<T, NV>(v, a.dt, (b * a.tk + j) * a.dv, a.dv, lane, vj);
-            ds = tjc_att_ds<T, NV>(a, qi, gi, kj, vj, lse, dl, r, &p);
+            tjc_att_row<T, NV>(k, a.dt, (b / a.grp * a.tk + j) * a.d, a.d, lane, kj);
+            tjc_att_row<T, NV>(v, a.dt, (b / a.grp * a.tk + j) * a.dv, a.dv, lane, vj);
+            ds = tjc_att_ds<T, NV>(a, qi, gi, kj, vj, lse, dl, r, j, &p);
 #pragma unroll
             for (int c = 0; c < NV; c++) sq[c] += ds * kj[c];
         }
@@ -2551,7 +2589,7 @@ extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64
                                       const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv) {
     tjc_att a;
     memset(&a, 0, sizeof a);
-    a.nb = nb, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = dt, a.ldt = TJ_F32;
+    a.nb = a.nbk = nb, a.grp = 1, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = dt, a.ldt = TJ_F32;
     if (dt == TJ_BF16 && d == 64) return tjc_fa_host<tjc_fa_fmt_bf16, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     if (dt == TJ_BF16 && d == 128) return tjc_fa_host<tjc_fa_fmt_bf16, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     if (dt == TJ_F32 && d == 64) return tjc_fa_host<tjc_fa_fmt_tf32, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
@@ -2607,6 +2645,7 @@ static int tjc_fa_applies(tjc_state *s, const tjc_att *a, int n, const void *con
     int major = 0, smem = 0, kind = a->dt == TJ_BF16 ? 1 : a->dt == TJ_F32 && tjc_tf32() ? 2 : 0;
     size_t need;
     if (!kind || a->d != a->dv || (a->d != 64 && a->d != 128) || (e && !strcmp(e, "0"))) return 0;
+    if (a->grp != 1 || a->mask) return 0; /* (k and v shared over some of q's batch axes, or a mask: path 1) */
     need = kind == 1 ? (a->d == 64 ? tjc_fa_smem<tjc_fa_fmt_bf16, 64>(4) : tjc_fa_smem<tjc_fa_fmt_bf16, 128>(4))
                      : (a->d == 64 ? tjc_fa_smem<tjc_fa_fmt_tf32, 64>(4) : tjc_fa_smem<tjc_fa_fmt_tf32, 128>(4));
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, s->device) != cudaSuccess || major < 8) return 0;
@@ -2677,7 +2716,7 @@ static int tjc_attention_grad(tjc_state *s, tj__kern *k) {
         const double *dl = (const double *)k->scratch;
         tjc_k_att_dl<double><<<tjc_blocks(a.nb * a.tq, TJC_ATT_WPB), 32 * TJC_ATT_WPB, 0, s->compute>>>(a, k->in[3], k->in[5], (double *)k->scratch);
         TJC_LAUNCHED(k, "tjc_k_att_dl");
-        TJC_ATT_LAUNCH(tjc_k_att_dkv, double, a, a.nb * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
+        TJC_ATT_LAUNCH(tjc_k_att_dkv, double, a, a.nbk * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
         TJC_ATT_LAUNCH(tjc_k_att_dq, double, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[0]);
         return 0;
     }
@@ -2688,7 +2727,7 @@ static int tjc_attention_grad(tjc_state *s, tj__kern *k) {
     case 1: return tjc_fa_backward<tjc_fa_fmt_bf16>(s, k, a, dl);
     case 2: return tjc_fa_backward<tjc_fa_fmt_tf32>(s, k, a, dl);
     }
-    TJC_ATT_LAUNCH(tjc_k_att_dkv, float, a, a.nb * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
+    TJC_ATT_LAUNCH(tjc_k_att_dkv, float, a, a.nbk * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
     TJC_ATT_LAUNCH(tjc_k_att_dq, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[0]);
     return 0;
 }

@@ -747,14 +747,33 @@ static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     BAD(c, tj_attention(q, k, tj_cast(v, TJ_BF16), "t", "s", "h", 0, 0) == NULL, "attention", "float dtype", "bf16[b=2,s=5,h=3,u=1]");
     BAD(c, tj_attention(tj_cast(q, TJ_I32), tj_cast(k, TJ_I32), tj_cast(v, TJ_I32), "t", "s", "h", 0, 0) == NULL, "attention", "float dtype", "i32[b=2,t=3,h=4,u=1]");
     /* batch axes: another size, one missing, one more; kpos sizes */
-    BAD(c, tj_attention(q, kb, v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have q's batch axes", "f32[b=3,s=5,h=4,u=1]");
-    BAD(c, tj_attention(q, k, attn_grow(v), "t", "s", "h", 0, 0) == NULL, "attention", "v must have q's batch axes", "f32[b=3,s=5,h=3,u=1]");
-    BAD(c, tj_attention(q, kx, v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have q's batch axes", "f32[b=2,s=5,h=4]");
-    BAD(c, tj_attention(q, ke, v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have q's batch axes", "f32[b=2,s=5,h=4,u=1,c=2]");
+    BAD(c, tj_attention(q, kb, v, "t", "s", "h", 0, 0) == NULL, "attention", "k's axis 'b' is not of q's size", "f32[b=3,s=5,h=4,u=1]");
+    BAD(c, tj_attention(q, k, attn_grow(v), "t", "s", "h", 0, 0) == NULL, "attention", "v's axis 'b' is not of q's size", "f32[b=3,s=5,h=3,u=1]");
+    BAD(c, tj_attention(q, kx, v, "t", "s", "h", 0, 0) == NULL, "attention", "v's axis 'u' is not one of k's", "f32[b=2,s=5,h=3,u=1]");
+    BAD(c, tj_attention(q, k, tj_index(v, "u", 0), "t", "s", "h", 0, 0) == NULL, "attention", "k and v must have the same batch axes", "f32[b=2,s=5,h=4,u=1]",
+        "f32[b=2,s=5,h=3]");
+    /* k and v with a batch axis q lacks (k and v may lack some of q's: grouped-query attention) */
+    BAD(c, tj_attention(q, ke, v, "t", "s", "h", 0, 0) == NULL, "attention", "k's axis 'c' is not a batch axis of q", "f32[b=2,s=5,h=4,u=1,c=2]");
+    WORKS(c, tj_attention(q, kx, tj_index(v, "u", 0), "t", "s", "h", 0, 1) != NULL); /* (shared over u) */
+    /* the mask: i32, its axes q's batch axes, qpos and kpos (of their sizes), qpos and kpos apart */
+    {
+        tj_v m = tj_ge(tj_index(tj_dot(q, k, "h"), "u", 0), tj_scalar(g, TJ_F32, 0)); /* (b, t, s) */
+        tj_v mi = tj_cast(m, TJ_I32), kt = tj_rename(k, "s", "t"), vt = tj_rename(v, "s", "t");
+        WORKS(c, tj_attention_masked(q, k, v, mi, "t", "s", "h", 0, 1) != NULL);
+        WORKS(c, tj_attention_masked(q, kx, tj_index(v, "u", 0), tj_index(mi, "t", 0), "t", "s", "h", 0, 0) != NULL);
+        BAD(c, tj_attention_masked(q, k, v, NULL, "t", "s", "h", 0, 0) == NULL, "attention", "operand 3 is NULL");
+        BAD(c, tj_attention_masked(q, k, v, tj_cast(m, TJ_F32), "t", "s", "h", 0, 0) == NULL, "attention", "mask must be i32", "f32[b=2,t=3,s=5]");
+        BAD(c, tj_attention_masked(q, k, v, tj_broadcast(mi, "b=2 t=3 s=5 z=2"), "t", "s", "h", 0, 0) == NULL, "attention", "mask's axis 'z'",
+            "neither a batch axis of q nor a position axis", "i32[b=2,t=3,s=5,z=2]", "f32[b=2,t=3,h=4,u=1]");
+        BAD(c, tj_attention_masked(q, k, v, tj_broadcast(mi, "b=2 t=3 s=5 h=4"), "t", "s", "h", 0, 0) == NULL, "attention", "mask's axis 'h'", "the contracted axis");
+        BAD(c, tj_attention_masked(q, k, v, tj_slice(mi, "s", 0, 4), "t", "s", "h", 0, 0) == NULL, "attention", "mask's axis 's'", "of another size");
+        BAD(c, tj_attention_masked(q, kt, vt, tj_index(mi, "s", 0), "t", "t", "h", 0, 0) == NULL, "attention", "mask's axis 't'", "both the queries' and the keys'");
+        WORKS(c, tj_attention_masked(q, kt, vt, tj_index(tj_index(mi, "s", 0), "t", 0), "t", "t", "h", 0, 0) != NULL); /* (a mask over b only) */
+    }
     BAD(c, tj_attention(q, k, v4, "t", "s", "h", 0, 0) == NULL, "attention", "'s' has size 5 in k but 4 in v");
     /* kpos naming one of q's batch axes: k's 'b' would be both (this said "broadcast: ... does not fit") */
     BAD(c, tj_attention(q, kz, kz, "t", "b", "h", 0, 0) == NULL, "attention", "'b'");
-    BAD(c, tj_attention(q, tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=5 u=1"), v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have", "'h' (the size of q's)", "f32[b=2,s=5,h=5,u=1]");
+    BAD(c, tj_attention(q, tj_broadcast(tj_index(k, "h", 0), "b=2 s=5 h=5 u=1"), v, "t", "s", "h", 0, 0) == NULL, "attention", "k must have", "'h' (the size of q's: 4, not 5)", "f32[b=2,s=5,h=5,u=1]");
     /* the scale; dim and dim' at most 256 */
     BAD(c, tj_attention(q, k, v, "t", "s", "h", NAN, 1) == NULL, "attention", "scale nan", "not finite", "'h'");
     BAD(c, tj_attention(q, k, v, "t", "s", "h", INFINITY, 1) == NULL, "attention", "scale inf", "not finite");
@@ -771,7 +790,7 @@ static void attn_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 static void attn_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     tj_ctx *c = tj_graph_ctx(g);
     (void)u;
-    BAD(c, tj_attention(in[0], in[1], in[1], "t", "s", "h", 0, 1) == NULL, "attention", "k must have q's batch axes", "f32[b=1,t=3,h=4,u=1]", "f32[b=2,s=5,h=4,u=1]");
+    BAD(c, tj_attention(in[0], in[1], in[1], "t", "s", "h", 0, 1) == NULL, "attention", "k's axis 'b' is not of q's size", "f32[b=1,t=3,h=4,u=1]", "f32[b=2,s=5,h=4,u=1]");
     out[0] = in[0];
 }
 static void attn_mesh_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {

@@ -56,6 +56,14 @@ the cancellation in d_out_i . v_j - D_i is what rounds in tinyjax's
 gradient (false mismatches before). layer_norm's spread likewise runs its
 backward from a recomputed y = (x - mean) r moved by one rounding: on a
 row of 2, y is +-1 whatever x, and the gradient is all cancellation.
+An attention on new inputs may (stream r5 alone, so the rest of each
+seed's program is as before) index k and v along some batch axes
+(grouped-query: k, v shared over those) and take a mask, a new i32 input
+over some of the batch axes and positions with some rows all 0
+(tj_attention_masked; JAX's mask=, its -0.7 f32-max fill making a fully
+masked row the mean of v); a masked one's reference is the dense
+where/softmax form, in perturb mode unperturbed (its spread comes from
+the other ops).
 
 Second derivatives (--second: every program; else seeds that are
 multiples of 4, --no-second: none): the spec's "second" holds a fixed
@@ -330,7 +338,7 @@ class Evaluator:
         if nm == "axis_index": return NV(lax.axis_index(ma1).astype(jnp.int32), [])
         raise ValueError("unknown op " + nm)
 
-    def attention(self, op, q, k, v):
+    def attention(self, op, q, k, v, mask=None):
         """tj_attention: softmax(scale q.k, causal mask) . v per batch row,
         computed in f32 for bf16 (one rounding at the end, as tinyjax), out
         [batch axes in q's order, qpos, dim]. JAX's result is
@@ -341,15 +349,38 @@ class Evaluator:
         or infinity there reaches no result: README's Against JAX lists
         this); in perturb mode attention_rounded."""
         qp, kp, dm = op["qpos"], op["kpos"], op["dim"]
-        batch = [n for n in q.axes if n not in (qp, dm)]
-        lay = lambda x, pos: jnp.transpose(x.a, [x.axes.index(n) for n in batch + [pos, dm]])
-        qa, ka, va = lay(q, qp), lay(k, kp), lay(v, kp)
+        qb = [n for n in q.axes if n not in (qp, dm)]
+        batch = [n for n in qb if n in k.axes] + [n for n in qb if n not in k.axes]  # (tinyjax's out order)
+        size = dict(zip(q.axes, q.a.shape)); size[kp] = k.a.shape[k.axes.index(kp)]
+        def lay(x, names):  # x laid out as batch + names, broadcast over the batch axes it lacks (grouped k, v; the mask)
+            have = [n for n in batch + names if n in x.axes]
+            a = jnp.transpose(x.a, [x.axes.index(n) for n in have])
+            for i, n in enumerate(batch + names):
+                if n not in x.axes: a = jnp.expand_dims(a, i)
+            return jnp.broadcast_to(a, tuple(x.a.shape[x.axes.index(n)] if n in x.axes else size[n] for n in batch + names))
+        qa, ka, va = lay(q, [qp, dm]), lay(k, [kp, dm]), lay(v, [kp, dm])
         dt = qa.dtype
         up = jnp.float32 if dt == jnp.bfloat16 else dt
         qa, ka, va = qa.astype(up), ka.astype(up), va.astype(up)
         (tq, d), tk, dv = qa.shape[-2:], ka.shape[-2], va.shape[-1]
         scale = op.get("scale", 0.0) or 1.0 / np.sqrt(d)
         causal = bool(op.get("causal", 0))
+        if mask is not None:
+            # jax.nn.dot_product_attention's semantics: a masked score is
+            # -0.7 f32 max, so a row with every key masked is the mean of v
+            mf = lay(NV(mask.a != 0, mask.axes), [qp, kp]) if qp != kp else lay(NV(mask.a != 0, mask.axes), [])[..., None, None]
+            mf = jnp.broadcast_to(mf, qa.shape[:-2] + (tq, tk))
+            if not self.exact and not self.special and up == jnp.float32 and dv == d:
+                B = int(np.prod(qa.shape[:-2]))
+                r = jax.nn.dot_product_attention(qa.reshape(B, tq, 1, d), ka.reshape(B, tk, 1, d), va.reshape(B, tk, 1, d), mask=mf.reshape(B, 1, tq, tk),
+                                                 scale=float(scale), is_causal=causal, implementation="xla")
+                return NV(r.reshape(qa.shape[:-1] + (dv,)).astype(dt), batch + [qp, dm])
+            if causal: mf = mf & np.tril(np.ones((tq, tk), bool))
+            hp = lax.Precision.HIGHEST
+            s = jnp.einsum("...td,...sd->...ts", qa, ka, precision=hp) * jnp.asarray(scale, up)
+            s = jnp.where(mf, s, jnp.asarray(-0.7 * np.finfo(np.float32).max, up))
+            o = jnp.einsum("...ts,...sd->...td", jax.nn.softmax(s, axis=-1), va, precision=hp)
+            return NV(o.astype(dt), batch + [qp, dm])
         if not self.exact and not self.special and up == jnp.float32 and dv == d:
             B = int(np.prod(qa.shape[:-2]))
             r = jax.nn.dot_product_attention(qa.reshape(B, tq, 1, d), ka.reshape(B, tk, 1, d), va.reshape(B, tk, 1, d),
@@ -752,6 +783,9 @@ class Gen:
         # the unary ops added later (sin .. softplus, clip) draw from r4 alone,
         # after a step (new_unary_op): each seed's program before it stays
         self.r4 = random.Random(seed * 15485863 + 41)
+        # tj_attention's grouped k/v and mask draw from r5 alone (after the
+        # draws of r the op made before they existed)
+        self.r5 = random.Random(seed * 15485863 + 31)
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
         self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16", "bf16", "f64"])
@@ -1152,7 +1186,7 @@ class Gen:
             q = inp(batch + [(qp, tq), (dm, d)])
             k = inp(batch + [(kp, tk), (dm, d)])
             v = inp(batch + [(kp, tk), (dm, dv)])
-            return self.emit("attention", [q, k, v], dt, batch + [(qp, tq), (dm, dv)], qpos=qp, kpos=kp, dim=dm, **kw)
+            return self.attention_gqa_mask(q, k, v, dt, batch, qp, kp, dm, tq, tk, dv, kw)
         if len(sh) < 2: return None
         qp, dm = r.sample([n for n, _ in sh], 2)
         batch = [a for a in sh if a[0] not in (qp, dm)]
@@ -1179,6 +1213,41 @@ class Gen:
         if r.random() < 0.5: v = self.shuffled(v)
         dv = dict(self.vals[v][1])[dm]
         return self.emit("attention", [x, k, v], dt, batch + [(qp, tq), (dm, dv)], qpos=qp, kpos=kp, dim=dm, **kw)
+
+    def attention_gqa_mask(self, q, k, v, dt, batch, qp, kp, dm, tq, tk, dv, kw):
+        """the attention op on new inputs q, k, v, maybe (r5 alone) with k
+        and v indexed along some of the batch axes (grouped-query: shared
+        over those) and with a mask: a new i32 input (nonzero: attend) over
+        some of the batch axes, qpos and kpos, some of its rows all 0"""
+        r5 = self.r5
+        kb = [a for a in batch]
+        if batch and r5.random() < 0.4:
+            drop = r5.sample(batch, r5.randint(1, len(batch)))
+            for n, sz in drop:
+                i = r5.randrange(sz)
+                for j in (0, 1):
+                    x = k if j == 0 else v
+                    sh = self.vals[x][1]
+                    x = self.emit("index", [x], dt, [a for a in sh if a[0] != n], axis=n, i=i)
+                    if j == 0: k = x
+                    else: v = x
+            kb = [a for a in batch if a not in drop]
+        ins = [q, k, v]
+        if r5.random() < 0.5:
+            msh = [a for a in batch if r5.random() < 0.5]
+            if qp != kp:
+                if r5.random() < 0.6: msh.append((qp, tq))
+                if r5.random() < 0.8: msh.append((kp, tk))
+            r5.shuffle(msh)
+            n = int(np.prod([sz for _, sz in msh])) if msh else 1
+            data = [1 if r5.random() < 0.75 else 0 for _ in range(n)]
+            if msh and r5.random() < 0.5:  # a row of the last axis all masked
+                last = msh[-1][1]
+                row = r5.randrange(n // last)
+                data[row * last:(row + 1) * last] = [0] * last
+            ins.append(self.add_input("i32", msh, data=data, grad=False))
+        out = kb + [a for a in batch if a not in kb] + [(qp, tq), (dm, dv)]  # (tinyjax's order: k's batch axes first)
+        return self.emit("attention", ins, dt, out, qpos=qp, kpos=kp, dim=dm, **kw)
 
     def int_ops(self, i):
         """i32 arithmetic on i and a new i32 input of edge values (every draw

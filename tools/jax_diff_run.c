@@ -200,8 +200,10 @@ static tj_v jdr_apply(jdr_prog *p, tj_graph *g, const jdr_j *op) {
     U("pad", tj_pad(a, ax, (int64_t)jdr_num(op, "lo", 0), (int64_t)jdr_num(op, "hi", 0), jdr_num(op, "value", 0)))
     U("broadcast", tj_broadcast(a, jdr_str(op, "shape", ""))) U("take", tj_take(a, ax, b)) U("one_hot", tj_one_hot(a, jdr_str(op, "shape", ""), dt))
     U("causal_mask", tj_causal_mask(a, jdr_str(op, "q", ""), jdr_str(op, "k", ""), jdr_num(op, "fill", 0)))
-    U("attention", tj_attention(a, b, c, jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""), jdr_num(op, "scale", 0),
-                                (int)jdr_num(op, "causal", 0)))
+    U("attention", nin == 4 ? tj_attention_masked(a, b, c, in[3], jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""),
+                                                  jdr_num(op, "scale", 0), (int)jdr_num(op, "causal", 0))
+                            : tj_attention(a, b, c, jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""), jdr_num(op, "scale", 0),
+                                           (int)jdr_num(op, "causal", 0)))
     U("softmax", tj_softmax(a, ax)) U("log_softmax", tj_log_softmax(a, ax)) U("layer_norm", tj_layer_norm(a, ax, jdr_num(op, "eps", 1e-5)))
     U("cross_entropy", tj_cross_entropy(a, b, ax, jdr_get(op, "mean_axes") ? jdr_str(op, "mean_axes", "") : NULL))
     U("checkpoint_name", tj_checkpoint_name(a, jdr_str(op, "name", ""))) U("stop_gradient", tj_stop_gradient(a))
