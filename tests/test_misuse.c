@@ -1475,11 +1475,15 @@ int main(void) {
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
-    /* our own FAIL lines and documented warnings may be there; nothing else */
+    /* our own FAIL lines and documented warnings may be there; nothing else
+       (but AddressSanitizer's note, once per process, that it supports
+       swapcontext only partly: the fibers of simulated devices tell it of
+       each switch, [11]) */
     if ((f = fopen(errpath, "r")) != NULL) {
         while (fgets(line, sizeof line, f)) {
             fputs(line, stderr);
-            if (strncmp(line, "FAIL ", 5) && strncmp(line, "tinyjax: warning: ", 18)) stray++;
+            if (strncmp(line, "FAIL ", 5) && strncmp(line, "tinyjax: warning: ", 18) && !strstr(line, "ASan doesn't fully support makecontext/swapcontext"))
+                stray++;
         }
         fclose(f);
     }
