@@ -429,6 +429,12 @@ demo)
     ;;
 bench)
     ensure_tools
+    # OpenBLAS for bench_matmul's comparison (issue #16 item 4's figure;
+    # loaded with dlopen, so nothing links against it): installed if missing
+    if ! ldconfig -p 2>/dev/null | grep -q libopenblas.so.0 && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0 >/dev/null) ||
+            echo "build.sh: installing libopenblas0 failed: bench_matmul prints no OpenBLAS figure"
+    fi
     # every program's output goes to the screen and to build/bench.log; the
     # lines "figure: NAME; VALUE; TARGET; UNIT[; lower|higher|within 1%]"
     # become the closing table (issue #16's figures: measured, target, ratio)
