@@ -6063,21 +6063,27 @@ static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj_slice_at(n->file, n->line, tj__fit(n->file, n->line, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->a.start + n->in[0]->t.dim[k]);
     return TJ_OK;
 }
+/* a builder's list of nx inputs (1..max, none NULL): 1, or 0 after the error */
+static int tj__list_ok(int nx, int max, const tj_v *xs, const char *op, const char *f, int l) {
+    int i;
+    if (nx < 1 || nx > max || !xs) {
+        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "%s: %d inputs (1..%d allowed)%s", op, nx, max,
+                xs ? "" : ", and the list xs is NULL");
+        return 0;
+    }
+    for (i = 0; i < nx; i++)
+        if (!xs[i]) {
+            (void)tj__inner(nx, xs, op, f, l); /* reports a NULL the caller passed */
+            return 0;
+        }
+    return 1;
+}
 TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
     int a, k, i, j;
     tj__type t;
     tj__attr pa;
     char b1[256], b2[256];
-    if (nx < 1 || nx > 16 || !xs) {
-        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "concat: %d inputs (1..16 allowed)%s", nx,
-                xs ? "" : ", and the list xs is NULL");
-        return NULL;
-    }
-    for (i = 0; i < nx; i++)
-        if (!xs[i]) {
-            (void)tj__inner(nx, xs, "concat", f, l); /* reports a NULL the caller passed */
-            return NULL;
-        }
+    if (!tj__list_ok(nx, 16, xs, "concat", f, l)) return NULL;
     if ((a = tj__one_axis(xs[0], axis, "concat", f, l)) < 0) return NULL;
     k = tj__axis_index(&xs[0]->t, a);
     t = xs[0]->t;
@@ -6105,16 +6111,7 @@ TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char 
     int a[TJ_MAXDIM], i, j, ng = 0;
     char b1[256], b2[256];
     tj__type t;
-    if (nx < 1 || nx > 256 || !xs) {
-        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "stack: %d inputs (1..256 allowed)%s", nx,
-                xs ? "" : ", and the list xs is NULL");
-        return NULL;
-    }
-    for (i = 0; i < nx; i++)
-        if (!xs[i]) {
-            (void)tj__inner(nx, xs, "stack", f, l); /* reports a NULL the caller passed */
-            return NULL;
-        }
+    if (!tj__list_ok(nx, 256, xs, "stack", f, l)) return NULL;
     if (!tj__inner(nx, xs, "stack", f, l)) return NULL;
     if ((j = tj__parse_names(xs[0]->g->ctx, axis, a, TJ_MAXDIM, "stack", f, l)) != 1) {
         if (j >= 0) tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: want one new axis name, got \"%s\"", axis ? axis : "");
