@@ -3900,7 +3900,7 @@ static int tj__sh_sum(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, c
 /* reshape: renames and size-1 axes move no data, so sharding follows the
    names; a split or merge keeps sharded only the axes left where they are. */
 static int tj__sh_reshape(tj_graph *g, int op, tj__type *t, int nin, tj_node **in, const tj__attr *at, const char *file, int line) {
-    uint8_t want[TJ_MAXDIM];
+    uint8_t want[TJ_MAXDIM] = {0}; /* (tj__sh_want_out fills in[0]'s rank; g++ -O3 cannot see it) */
     int i, k, ones = tj__same_but_ones(&in[0]->t, t), moved = in[0]->t.rank != t->rank && !ones;
     (void)g, (void)nin;
     tj__sh_follow(t, 1, in, at, 0, 1);
