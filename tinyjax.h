@@ -13590,11 +13590,21 @@ struct tj__fworker {
     tj__fiber *f[TJ_MAXDEV], *cur;
     int nf;
     void *fake;
+    int64_t *progress;    /* the run's (us): when a device last arrived at a barrier or ended (tj__cg_fiber_wait) */
 };
 static pthread_key_t tj__fiber_key; /* a worker thread's tj__fworker */
 static pthread_once_t tj__fiber_once = PTHREAD_ONCE_INIT;
 static void tj__fiber_key_make(void) { (void)pthread_key_create(&tj__fiber_key, NULL); }
 static void *tj__device_main(void *arg);
+/* a device of this run got somewhere (arrived at a barrier, or ended):
+   the waits' timeout counts from the last such moment (tj__cg_fiber_wait) */
+static void tj__fiber_progress(tj__fworker *w) {
+    if (w && w->progress) __atomic_store_n(w->progress, (int64_t)tj__now_us(), __ATOMIC_RELAXED);
+}
+static double tj__fiber_last_progress(void) {
+    tj__fworker *w = (tj__fworker *)pthread_getspecific(tj__fiber_key);
+    return w && w->progress ? (double)__atomic_load_n(w->progress, __ATOMIC_RELAXED) : 0;
+}
 /* On a fiber: hand the worker to its next device, and return 1 when this
    device's turn comes round again. On a thread of its own: 0 at once. */
 static int tj__fiber_yield(void) {
@@ -13608,6 +13618,12 @@ static int tj__fiber_yield(void) {
     swapcontext(&f->uc, &w->home);
     TJ__SWITCH_DONE(f->fake, &f->wbot, &f->wsize);
     return 1;
+}
+/* tj__fiber_yield for a device that has just arrived at a barrier */
+static int tj__fiber_yield_arrived(void) {
+    pthread_once(&tj__fiber_once, tj__fiber_key_make);
+    tj__fiber_progress((tj__fworker *)pthread_getspecific(tj__fiber_key));
+    return tj__fiber_yield();
 }
 static void tj__fiber_entry(void) {
     tj__fworker *w = (tj__fworker *)pthread_getspecific(tj__fiber_key);
@@ -13635,6 +13651,7 @@ static void *tj__fworker_main(void *arg) {
             swapcontext(&w->home, &f->uc);
             TJ__SWITCH_DONE(w->fake, NULL, NULL);
             w->cur = NULL;
+            if (f->done) tj__fiber_progress(w);
             live += !f->done;
         }
     pthread_setspecific(tj__fiber_key, outer);
@@ -13661,6 +13678,8 @@ static int tj__fibers_run(void *runs, size_t rsize, int nl, int W, int64_t *swit
     long pg = sysconf(_SC_PAGESIZE);
     size_t page = pg > 0 ? (size_t)pg : 4096;
     int i, started = 1, ok = ws && fs;
+    int64_t progress = (int64_t)tj__now_us();
+    for (i = 0; ok && i < W; i++) ws[i].progress = &progress;
     for (i = 0; ok && i < nl; i++) {
         tj__fiber *f = &fs[i];
         if (!(f->mem = (char *)TJ_MALLOC(TJ_FIBER_STACK + 2 * page))) ok = 0;
@@ -13719,10 +13738,14 @@ static int tj__fibers_run(void *runs, size_t rsize, int nl, int W, int64_t *swit
 #define TJ__FIBER_NAP_US 2000
 #endif
 static void tj__cg_fiber_wait(tj__cgroup *g, unsigned long gen) {
-    double t0 = tj__now_us(), w;
+    double t0 = tj__now_us(), w, last;
     while (TJ__CG_LOAD(g->gen) == gen && !TJ__CG_LOAD(g->broken)) {
         w = tj__now_us() - t0;
-        if (w > g->ct->t.timeout_s * 1e6) {
+        /* the timeout counts from the last arrival of any device of the
+           run: a peer on another worker may be waiting for its turn behind
+           that worker's long kernels (threads would run them side by side) */
+        last = tj__fiber_last_progress();
+        if (tj__now_us() - (last > t0 ? last : t0) > g->ct->t.timeout_s * 1e6) {
             pthread_mutex_lock(&g->mu);
             if (g->gen == gen) {
                 TJ__CG_STORE(g->broken, 1);
@@ -13756,7 +13779,7 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
     } else {
         int y;
 #if TJ__FIBERS
-        if (tj__fiber_yield()) tj__cg_fiber_wait(g, gen); /* (then gen moved on, or the group broke) */
+        if (tj__fiber_yield_arrived()) tj__cg_fiber_wait(g, gen); /* (then gen moved on, or the group broke) */
         else
 #endif
         for (y = 0; y < TJ__BARRIER_YIELDS; y++) {

@@ -13,7 +13,8 @@
      TJ_BACKEND=devsim, as the suite runs again, every way is threads);
    - a device that does not come to a collective (a custom kernel sleeping
      past TJ_TIMEOUT on one device) makes the others time out with the
-     transport's message, on fibers as on threads;
+     transport's message, on fibers as on threads; devices that are slow
+     but running (long kernels one after another on one worker) do not;
    - many runs in a row (the sanitized build checks stacks and leaks). */
 #define _POSIX_C_SOURCE 200809L /* setenv, nanosleep */
 #include "../tinyjax.h" /* its implementation is linked in: tests/tj_impl.c */
@@ -254,6 +255,70 @@ static void test_timeout(void) {
     }
 }
 
+/* ---- long kernels on another worker are no hang ----
+   Devices 1 and 3 (worker 1 of 2) each run a 0.3 s kernel before a psum,
+   one after the other on their worker; device 0 waits 0.6 s in all, past
+   a TJ_TIMEOUT of 0.5 s, though no device ever stopped: as threads they
+   run side by side, and on fibers the timeout counts from the last time
+   any device arrived (it timed out here before). */
+static void slow_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *u) {
+    struct timespec ts = {0, 300000000L};
+    (void)nin; (void)nout; (void)u;
+    if ((int)((const float *)in[1].data)[0] % 2) nanosleep(&ts, NULL); /* odd devices */
+    memcpy(out[0].data, in[0].data, sizeof(float) * (size_t)in[0].dim[0]);
+}
+static void slow_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    tj_v a[2] = {in[0], tj_cast(tj_axis_index(g, "data"), TJ_F32)}, o;
+    (void)u;
+    tj_custom("slow", 2, a, &o);
+    out[0] = tj_psum(tj_sum(o, "batch"), "data");
+}
+static void slow_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), s;
+    const char *ispec[1] = {"batch:data"}, *ospec[1] = {""};
+    (void)g; (void)u;
+    tj_shard_map(slow_body, NULL, 1, &x, ispec, 1, &s, ospec, 1);
+    tj_tree_set_v(out, "s", s);
+}
+static void test_slow_peers(void) {
+    int way;
+    tjt_current = "long kernels on another worker";
+    for (way = 0; way < 2; way++) {
+        tj_ctx *ctx;
+        tj_tree *in, *out;
+        tj_prog *p;
+        tj_op_def d;
+        float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        double v = 0;
+        tj_status st;
+        setenv("TJ_TIMEOUT", "0.5", 1);
+        if (way) setenv("TJ_FIBERS", "0", 1);
+        ctx = tj_ctx_new();
+        in = tj_tree_new(ctx);
+        out = tj_tree_new(ctx);
+        tj_set_devices(ctx, 4);
+        tj_set_mesh(ctx, "data=4");
+        tj_set_threads(ctx, 2);
+        memset(&d, 0, sizeof d);
+        d.name = "slow";
+        d.nout = 1;
+        d.cpu = slow_cpu;
+        d.replication = tj_rep_same;
+        tj_register_op(ctx, &d);
+        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "batch=8", x));
+        p = tj_jit(ctx, "slow", slow_fn, NULL, in, NULL);
+        st = p ? tj_run(p, in, out) : TJ_ERR_ARG;
+        if (st == TJ_OK) tj_array_read(tj_tree_array(out, "s"), TJ_F64, &v);
+        TJT_CHECK(st == TJ_OK && v == 36, "%s: the run succeeds (status %d, %s), sum %g", way ? "threads" : "fibers", (int)st, tj_error(ctx), v);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+        unsetenv("TJ_TIMEOUT");
+        unsetenv("TJ_FIBERS");
+    }
+}
+
 /* ---- many runs: stacks made and freed each time ---- */
 static void test_many_runs(void) {
     tj_ctx *ctx = tj_ctx_new();
@@ -286,6 +351,7 @@ static void test_many_runs(void) {
 int main(void) {
     test_same_bits();
     test_timeout();
+    test_slow_peers();
     test_many_runs();
     return tjt_finish();
 }
