@@ -194,11 +194,21 @@ static void test_same_bits(void) {
     }
 }
 
-/* ---- a device that does not come: the others time out ---- */
+/* ---- devices that are slow to come to a collective ----
+   A custom kernel sleeps on some devices before a psum over data=4 (2
+   worker threads: devices 1 and 3 share worker 1). */
+typedef struct {
+    long ns;  /* how long the kernel sleeps */
+    int odd;  /* on every odd device (else on device 1 alone) */
+} nap_spec;
 static void nap_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *u) {
-    (void)nin; (void)nout; (void)u;
-    struct timespec ts = {1, 500000000L};
-    if (((const float *)in[1].data)[0] == 1.0f) nanosleep(&ts, NULL); /* device 1 only */
+    const nap_spec *sp = (const nap_spec *)u;
+    struct timespec ts;
+    int dev = (int)((const float *)in[1].data)[0];
+    (void)nin; (void)nout;
+    ts.tv_sec = sp->ns / 1000000000L;
+    ts.tv_nsec = sp->ns % 1000000000L;
+    if (sp->odd ? dev % 2 : dev == 1) nanosleep(&ts, NULL);
     memcpy(out[0].data, in[0].data, sizeof(float) * (size_t)in[0].dim[0]);
 }
 static void nap_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
@@ -214,108 +224,78 @@ static void nap_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_shard_map(nap_body, NULL, 1, &x, ispec, 1, &s, ospec, 1);
     tj_tree_set_v(out, "s", s);
 }
+/* run it with TJ_TIMEOUT `timeout`, on fibers or (threads) a thread per
+   device; the status, the sum (36 when it ran), the error, fiber runs */
+static tj_status nap_run(const char *timeout, const nap_spec *sp, int threads, double *sum, char *err, size_t en, long long *fiber_runs) {
+    tj_ctx *ctx;
+    tj_tree *in, *out;
+    tj_prog *p;
+    tj_op_def d;
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    tj_status st;
+    setenv("TJ_TIMEOUT", timeout, 1);
+    if (threads) setenv("TJ_FIBERS", "0", 1);
+    ctx = tj_ctx_new();
+    in = tj_tree_new(ctx);
+    out = tj_tree_new(ctx);
+    tj_set_devices(ctx, 4);
+    tj_set_mesh(ctx, "data=4");
+    tj_set_threads(ctx, 2);
+    memset(&d, 0, sizeof d);
+    d.name = "nap";
+    d.nout = 1;
+    d.cpu = nap_cpu;
+    d.replication = tj_rep_same;
+    d.user = (void *)sp;
+    tj_register_op(ctx, &d);
+    tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "batch=8", x));
+    p = tj_jit(ctx, "nap", nap_fn, NULL, in, NULL);
+    st = p ? tj_run(p, in, out) : TJ_ERR_ARG;
+    *sum = 0;
+    if (st == TJ_OK) tj_array_read(tj_tree_array(out, "s"), TJ_F64, sum);
+    snprintf(err, en, "%s", tj_error(ctx));
+    *fiber_runs = tj_get_transport_stats(ctx).fiber_runs;
+    if (tjt_ctx_backend(ctx)) *fiber_runs = -*fiber_runs - 1; /* (no fibers expected: -1 when none ran) */
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+    tj_ctx_free(ctx);
+    unsetenv("TJ_TIMEOUT");
+    unsetenv("TJ_FIBERS");
+    return st;
+}
+/* a device that does not come (1.5 s past a timeout of 0.3 s): the others
+   time out with the transport's message, on fibers as on threads */
 static void test_timeout(void) {
+    nap_spec sp = {1500000000L, 0};
+    char err[600];
+    double sum;
+    long long fr;
     int way;
     tjt_current = "a device that does not come to a collective";
     for (way = 0; way < 2; way++) {
-        tj_ctx *ctx;
-        tj_tree *in, *out;
-        tj_prog *p;
-        tj_op_def d;
-        tj_transport_stats s;
-        float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-        tj_status st;
-        setenv("TJ_TIMEOUT", "0.3", 1);
-        if (way) setenv("TJ_FIBERS", "0", 1);
-        ctx = tj_ctx_new();
-        in = tj_tree_new(ctx);
-        out = tj_tree_new(ctx);
-        tj_set_devices(ctx, 4);
-        tj_set_mesh(ctx, "data=4");
-        tj_set_threads(ctx, 2);
-        memset(&d, 0, sizeof d);
-        d.name = "nap";
-        d.nout = 1;
-        d.cpu = nap_cpu;
-        d.replication = tj_rep_same;
-        tj_register_op(ctx, &d);
-        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "batch=8", x));
-        p = tj_jit(ctx, "nap", nap_fn, NULL, in, NULL);
-        st = p ? tj_run(p, in, out) : TJ_ERR_ARG;
-        s = tj_get_transport_stats(ctx);
-        TJT_CHECK(p && st != TJ_OK, "%s: the run fails (status %d)", way ? "threads" : "fibers", (int)st);
-        TJT_ERROR_HAS(ctx, "timed out after 0.3 s", "psum");
-        TJT_CHECK(s.fiber_runs == (!way && tjt_ctx_backend(ctx) == NULL), "%s: fiber runs %lld", way ? "threads" : "fibers", (long long)s.fiber_runs);
-        tj_prog_free(p);
-        tj_tree_free(in);
-        tj_tree_free(out);
-        tj_ctx_free(ctx);
-        unsetenv("TJ_TIMEOUT");
-        unsetenv("TJ_FIBERS");
+        tj_status st = nap_run("0.3", &sp, way, &sum, err, sizeof err, &fr);
+        TJT_CHECK(st != TJ_OK && strstr(err, "timed out after 0.3 s") && strstr(err, "psum"), "%s: the run fails with the timeout (status %d: %s)",
+                  way ? "threads" : "fibers", (int)st, err);
+        TJT_CHECK(fr == (way ? 0 : 1) || fr == -1, "%s: fiber runs %lld", way ? "threads" : "fibers", fr);
     }
 }
-
-/* ---- long kernels on another worker are no hang ----
-   Devices 1 and 3 (worker 1 of 2) each run a 0.3 s kernel before a psum,
-   one after the other on their worker; device 0 waits 0.6 s in all, past
-   a TJ_TIMEOUT of 0.5 s, though no device ever stopped: as threads they
-   run side by side, and on fibers the timeout counts from the last time
-   any device arrived (it timed out here before). */
-static void slow_cpu(const tj_buf *in, int nin, tj_buf *out, int nout, void *u) {
-    struct timespec ts = {0, 300000000L};
-    (void)nin; (void)nout; (void)u;
-    if ((int)((const float *)in[1].data)[0] % 2) nanosleep(&ts, NULL); /* odd devices */
-    memcpy(out[0].data, in[0].data, sizeof(float) * (size_t)in[0].dim[0]);
-}
-static void slow_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
-    tj_v a[2] = {in[0], tj_cast(tj_axis_index(g, "data"), TJ_F32)}, o;
-    (void)u;
-    tj_custom("slow", 2, a, &o);
-    out[0] = tj_psum(tj_sum(o, "batch"), "data");
-}
-static void slow_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v x = tj_tree_v(in, "x"), s;
-    const char *ispec[1] = {"batch:data"}, *ospec[1] = {""};
-    (void)g; (void)u;
-    tj_shard_map(slow_body, NULL, 1, &x, ispec, 1, &s, ospec, 1);
-    tj_tree_set_v(out, "s", s);
-}
+/* long kernels on another worker are no hang: devices 1 and 3 (worker 1)
+   each sleep 0.3 s, one after the other on their worker, so device 0
+   waits 0.6 s, past a TJ_TIMEOUT of 0.5 s, though no device ever stopped:
+   as threads they run side by side, and on fibers the timeout counts from
+   the last time any device arrived (it timed out here before) */
 static void test_slow_peers(void) {
+    nap_spec sp = {300000000L, 1};
+    char err[600];
+    double sum;
+    long long fr;
     int way;
     tjt_current = "long kernels on another worker";
     for (way = 0; way < 2; way++) {
-        tj_ctx *ctx;
-        tj_tree *in, *out;
-        tj_prog *p;
-        tj_op_def d;
-        float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-        double v = 0;
-        tj_status st;
-        setenv("TJ_TIMEOUT", "0.5", 1);
-        if (way) setenv("TJ_FIBERS", "0", 1);
-        ctx = tj_ctx_new();
-        in = tj_tree_new(ctx);
-        out = tj_tree_new(ctx);
-        tj_set_devices(ctx, 4);
-        tj_set_mesh(ctx, "data=4");
-        tj_set_threads(ctx, 2);
-        memset(&d, 0, sizeof d);
-        d.name = "slow";
-        d.nout = 1;
-        d.cpu = slow_cpu;
-        d.replication = tj_rep_same;
-        tj_register_op(ctx, &d);
-        tj_tree_set_array(in, "x", tj_array_new(ctx, TJ_F32, "batch=8", x));
-        p = tj_jit(ctx, "slow", slow_fn, NULL, in, NULL);
-        st = p ? tj_run(p, in, out) : TJ_ERR_ARG;
-        if (st == TJ_OK) tj_array_read(tj_tree_array(out, "s"), TJ_F64, &v);
-        TJT_CHECK(st == TJ_OK && v == 36, "%s: the run succeeds (status %d, %s), sum %g", way ? "threads" : "fibers", (int)st, tj_error(ctx), v);
-        tj_prog_free(p);
-        tj_tree_free(in);
-        tj_tree_free(out);
-        tj_ctx_free(ctx);
-        unsetenv("TJ_TIMEOUT");
-        unsetenv("TJ_FIBERS");
+        tj_status st = nap_run("0.5", &sp, way, &sum, err, sizeof err, &fr);
+        TJT_CHECK(st == TJ_OK && sum == 36, "%s: the run succeeds (status %d, %s), sum %g", way ? "threads" : "fibers", (int)st, err, sum);
+        TJT_CHECK(fr == (way ? 0 : 1) || fr == -1, "%s: fiber runs %lld", way ? "threads" : "fibers", fr);
     }
 }
 
