@@ -1597,7 +1597,8 @@ static int run_bench(gpt2_args *a) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* one device unless --devices / --mesh are given; threads as training uses them */
     int ndev = a->devices_set || a->mesh_set ? a->devices : 1;
-    int threads = a->threads > 0 ? a->threads : (int)(ncpu / ndev > 0 ? ncpu / ndev : 1); /* per device, as printed */
+    long cores = ncpu > 16 ? 16 : ncpu; /* the library's default budget */
+    int threads = a->threads > 0 ? a->threads : (int)(cores / ndev > 0 ? cores / ndev : 1); /* per device, as printed */
     tj_backend *gpu = NULL;
     tj_memory_analysis plan;
     tj_alloc_stats st;
@@ -1619,8 +1620,8 @@ static int run_bench(gpt2_args *a) {
            ndev > 1 ? a->mesh : "", ndev > 1 ? ")" : "", gpu ? card : "CPU", remat_names[c.remat]);
     if (!gpu) {
         cpu_peak = bench_peak_gflops((int)ncpu);
-        if (!a->threads && ndev > ncpu)
-            printf("bench: %d devices as fibers on %ld threads, %ld cores; ", ndev, ncpu, ncpu);
+        if (!a->threads && ndev > cores)
+            printf("bench: %d devices as fibers on %ld threads, %ld cores; ", ndev, cores, ncpu);
         else printf("bench: %d thread%s per device, %ld cores; ", threads, threads > 1 ? "s" : "", ncpu);
         printf("FP32 peak %.1f GFLOP/s measured (independent FMA chains, %ld threads)\n", cpu_peak, ncpu);
     }
