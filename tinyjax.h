@@ -1607,6 +1607,7 @@ struct tj_ctx {
     int ndev;            /* simulated devices                             */
     int profile;         /* record a timeline of each run                 */
     int no_coll_matmul;  /* tj_set_collective_matmul(ctx, 0)              */
+    int no_fibers;       /* TJ_FIBERS=0: a thread per simulated device ([11]) */
     int nmesh;           /* mesh axes (0: no mesh)                         */
     int mesh_ax[TJ__MAXMESH];
     int mesh_size[TJ__MAXMESH];
@@ -1737,6 +1738,8 @@ TJDEF tj_ctx *tj_ctx_new(void) {
             tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_DEVICES=\"%.32s\" is not a device count from 1 to %d", d, TJ_MAXDEV);
         else c->ndev = (int)v;
     }
+    d = getenv("TJ_FIBERS");
+    c->no_fibers = d && !strcmp(d, "0");
     d = getenv("TJ_BACKEND"); /* devsim: the device-like CPU backend ([11]) */
     if (d && *d && strcmp(d, "cpu") != 0) {
         if (strcmp(d, "devsim") != 0)
@@ -13528,7 +13531,7 @@ TJ__MAYBE_UNUSED static void tj__nap(int us) {
    Not used with a backend (a GPU keeps per-thread state; devsim's stream
    waits block a worker), across processes (an MPI wait blocks its worker
    too, and a device of the same worker may be the one its peer waits
-   for), under ThreadSanitizer, or with TJ_FIBERS=0 in the environment
+   for), under ThreadSanitizer, or with TJ_FIBERS=0 in the environment when the context is made
    (threads, as before). A fiber's stack is TJ_FIBER_STACK bytes, a
    thread's default, with a guard page below it. */
 #if defined(__linux__) && defined(__GNUC__) && !defined(TJ_NO_FIBERS) && !defined(__SANITIZE_THREAD__) /* (the barrier's fiber wait needs atomics) */
@@ -13601,29 +13604,21 @@ static void *tj__device_main(void *arg);
 static void tj__fiber_progress(tj__fworker *w) {
     if (w && w->progress) __atomic_store_n(w->progress, (int64_t)tj__now_us(), __ATOMIC_RELAXED);
 }
-static double tj__fiber_last_progress(void) {
-    tj__fworker *w = (tj__fworker *)pthread_getspecific(tj__fiber_key);
-    return w && w->progress ? (double)__atomic_load_n(w->progress, __ATOMIC_RELAXED) : 0;
-}
-/* On a fiber: hand the worker to its next device, and return 1 when this
-   device's turn comes round again. On a thread of its own: 0 at once. */
-static int tj__fiber_yield(void) {
+/* this thread's worker when it runs a fiber now, else NULL */
+static tj__fworker *tj__fiber_here(void) {
     tj__fworker *w;
-    tj__fiber *f;
     pthread_once(&tj__fiber_once, tj__fiber_key_make);
     w = (tj__fworker *)pthread_getspecific(tj__fiber_key);
-    if (!w || !(f = w->cur)) return 0;
+    return w && w->cur ? w : NULL;
+}
+/* On a fiber (w from tj__fiber_here): hand the worker to its next device,
+   and return when this device's turn comes round again. */
+static void tj__fiber_yield(tj__fworker *w) {
+    tj__fiber *f = w->cur;
     f->switches++;
     TJ__SWITCH_START(&f->fake, f->wbot, f->wsize);
     swapcontext(&f->uc, &w->home);
     TJ__SWITCH_DONE(f->fake, &f->wbot, &f->wsize);
-    return 1;
-}
-/* tj__fiber_yield for a device that has just arrived at a barrier */
-static int tj__fiber_yield_arrived(void) {
-    pthread_once(&tj__fiber_once, tj__fiber_key_make);
-    tj__fiber_progress((tj__fworker *)pthread_getspecific(tj__fiber_key));
-    return tj__fiber_yield();
 }
 static void tj__fiber_entry(void) {
     tj__fworker *w = (tj__fworker *)pthread_getspecific(tj__fiber_key);
@@ -13737,14 +13732,16 @@ static int tj__fibers_run(void *runs, size_t rsize, int nl, int W, int64_t *swit
 #ifndef TJ__FIBER_NAP_US
 #define TJ__FIBER_NAP_US 2000
 #endif
-static void tj__cg_fiber_wait(tj__cgroup *g, unsigned long gen) {
+static void tj__cg_fiber_wait(tj__cgroup *g, unsigned long gen, tj__fworker *fw) {
     double t0 = tj__now_us(), w, last;
+    tj__fiber_progress(fw); /* (this device has arrived) */
+    tj__fiber_yield(fw);
     while (TJ__CG_LOAD(g->gen) == gen && !TJ__CG_LOAD(g->broken)) {
         w = tj__now_us() - t0;
         /* the timeout counts from the last arrival of any device of the
            run: a peer on another worker may be waiting for its turn behind
            that worker's long kernels (threads would run them side by side) */
-        last = tj__fiber_last_progress();
+        last = (double)__atomic_load_n(fw->progress, __ATOMIC_RELAXED);
         if (tj__now_us() - (last > t0 ? last : t0) > g->ct->t.timeout_s * 1e6) {
             pthread_mutex_lock(&g->mu);
             if (g->gen == gen) {
@@ -13756,7 +13753,7 @@ static void tj__cg_fiber_wait(tj__cgroup *g, unsigned long gen) {
         }
         if (w > TJ__FIBER_NAP_US) tj__nap(50);
         else if (w > TJ__FIBER_NAP_US / 10) sched_yield();
-        tj__fiber_yield();
+        tj__fiber_yield(fw);
     }
 }
 #endif
@@ -13779,7 +13776,8 @@ static int tj__cg_barrier(tj__cgroup *g, char *err, size_t en) {
     } else {
         int y;
 #if TJ__FIBERS
-        if (tj__fiber_yield_arrived()) tj__cg_fiber_wait(g, gen); /* (then gen moved on, or the group broke) */
+        tj__fworker *fw = tj__fiber_here();
+        if (fw) tj__cg_fiber_wait(g, gen, fw); /* (then gen moved on, or the group broke) */
         else
 #endif
         for (y = 0; y < TJ__BARRIER_YIELDS; y++) {
@@ -16016,11 +16014,9 @@ static tj_status tj__execute(tj_prog *p, tj_array *const *args, tj_array **outs)
         st = runs[bad].st;
     }
     if (st == TJ_OK) {
-        const char *fe = getenv("TJ_FIBERS");
-        (void)fe;
         if (nl == 1) tj__device_main(&runs[0]);
 #if TJ__FIBERS
-        else if (c->threads < nl && !c->backend && !multi && !(fe && !strcmp(fe, "0")) && c->procs &&
+        else if (c->threads < nl && !c->backend && !multi && !c->no_fibers && c->procs &&
                  !tj__fibers_run(runs, sizeof *runs, nl, c->threads, &c->procs->fiber_switches))
             c->procs->fiber_runs++; /* the devices ran as fibers (simulated devices as fibers, above) */
 #endif
