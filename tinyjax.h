@@ -1469,7 +1469,9 @@ TJDEF tj_status tj_json_fail(tj_json *j, const char *fmt, ...)
    mesh is an error); other leaves replace or are appended in file order,
    replicated. tj_tree_save gathers sharded leaves (from every process) and
    writes whole tensors. It loads everything or nothing: on an error
-   the tree is unchanged. Files without tinyjax metadata (e.g. Hugging
+   the tree is unchanged. It reads one tensor at a time (the checksum
+   streamed over the file), so it holds the arrays it makes and about one
+   tensor's bytes, not a copy of the file. Files without tinyjax metadata (e.g. Hugging
    Face checkpoints) load as array leaves in header order, with the axis
    names of the tree's existing leaf, else "d0,d1,..". */
 typedef enum {
@@ -18054,8 +18056,10 @@ typedef struct {
 struct tj_safetensors {
     tj_ctx *ctx;
     char *path;
-    unsigned char *buf; /* the whole file */
+    unsigned char *buf; /* the whole file, or only its header (fd >= 0)       */
     size_t len, data_start;
+    int fd;             /* tj__st_open's reader: the file, its tensors read   */
+    uint64_t flen;      /* one at a time (tj__st_data); -1 when all in buf; flen: the file's bytes */
     int n, cap;
     tj__st_ten *ten;     /* header order */
     int *by_name;        /* indices into ten, sorted by name */
@@ -18076,6 +18080,7 @@ TJDEF void tj_st_free(tj_safetensors *st) {
     TJ_FREE(st->meta);
     TJ_FREE(st->buf);
     TJ_FREE(st->path);
+    if (st->fd >= 0) close(st->fd);
     TJ_FREE(st);
 }
 /* Sort indices into base by name or by data offsets (a merge sort: qsort
@@ -18194,6 +18199,28 @@ static int tj__st_meta_hdr(tj_json *j, tj_safetensors *st) {
 }
 /* If the file carries tinyjax's checksum, it must be at its place and match
    the hash of the file with its 16 digits read as '0'. */
+/* n bytes at offset `at` of file fd (path); 1 and an error if the file
+   ends early or the read fails (it changed while it was read) */
+static int tj__pread_all(tj_ctx *c, int fd, const char *path, void *dst, size_t n, uint64_t at) {
+    size_t got = 0;
+    /* (lseek and read: pread is not declared in strict C99 builds; the
+       descriptor is this reader's own) */
+    if (n && lseek(fd, (off_t)at, SEEK_SET) == (off_t)-1) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot seek to byte %llu: %s", path, (unsigned long long)at, strerror(errno));
+        return 1;
+    }
+    while (got < n) {
+        ssize_t r = read(fd, (char *)dst + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            tj__err(c, TJ_ERR_IO, NULL, 0, "%s: read error at byte %llu: %s", path, (unsigned long long)(at + got),
+                    r < 0 ? strerror(errno) : "the file ended early (did it change while it was read?)");
+            return 1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
 static int tj__st_verify(tj_safetensors *st) {
     const char *v = tj_st_meta(st, TJ__ST_CKKEY);
     size_t p = 8 + sizeof tj__st_ckpre - 1;
@@ -18209,6 +18236,25 @@ static int tj__st_verify(tj_safetensors *st) {
     tj__hash_put(&h, st->buf, p);
     tj__hash_put(&h, "0000000000000000", 16);
     tj__hash_put(&h, st->buf + p + 16, st->len - p - 16);
+    if (st->fd >= 0) { /* the data section, streamed from the file */
+        uint64_t at = st->len;
+        size_t cap = (size_t)1 << 20;
+        unsigned char *chunk = (unsigned char *)tj__malloc(cap);
+        if (!chunk) {
+            tj__err(st->ctx, TJ_ERR_OOM, NULL, 0, "%s: out of memory", st->path);
+            return 1;
+        }
+        while (at < st->flen) {
+            size_t n = st->flen - at < cap ? (size_t)(st->flen - at) : cap;
+            if (tj__pread_all(st->ctx, st->fd, st->path, chunk, n, at)) {
+                TJ_FREE(chunk);
+                return 1;
+            }
+            tj__hash_put(&h, chunk, n);
+            at += n;
+        }
+        TJ_FREE(chunk);
+    }
     snprintf(want, sizeof want, "%016llx", (unsigned long long)tj__hash_end(&h));
     for (k = 0; k < 16; k++)
         if (want[k] != v[k]) {
@@ -18217,8 +18263,11 @@ static int tj__st_verify(tj_safetensors *st) {
         }
     return 0;
 }
-/* Takes ownership of buf (len bytes, from tj__malloc). */
-static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t len, const char *label) {
+/* Takes ownership of buf (len bytes, from tj__malloc) and of fd: fd < 0,
+   buf is the whole file; else buf is the first len bytes of the file fd of
+   flen bytes (tj__st_open: its header, or less where the header length
+   itself is bad), and the tensors' data stays in the file. */
+static tj_safetensors *tj__st_parse_in(tj_ctx *c, unsigned char *buf, size_t len, uint64_t flen, int fd, const char *label) {
     tj_safetensors *st = (tj_safetensors *)tj__calloc(sizeof *st);
     uint64_t hlen = 0, pos;
     size_t data_len;
@@ -18228,23 +18277,26 @@ static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t 
     int *by_off = NULL, *tmp = NULL;
     if (!st) {
         TJ_FREE(buf);
+        if (fd >= 0) close(fd);
         tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
         return NULL;
     }
     st->ctx = c;
     st->buf = buf;
     st->len = len;
+    st->fd = fd;
+    st->flen = fd >= 0 ? flen : len;
     if (!(st->path = tj__strdup(label))) {
         tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", label);
         goto fail;
     }
-    if (len < 8) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: file is %llu bytes, too short for the 8-byte header length", label, (unsigned long long)len);
+    if (st->flen < 8) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: file is %llu bytes, too short for the 8-byte header length", label, (unsigned long long)st->flen);
         goto fail;
     }
     for (k = 7; k >= 0; k--) hlen = (hlen << 8) | buf[k];
-    if (hlen > len - 8) {
-        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: header length %llu exceeds file size %llu (truncated file?)", label, (unsigned long long)hlen, (unsigned long long)len);
+    if (hlen > st->flen - 8) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: header length %llu exceeds file size %llu (truncated file?)", label, (unsigned long long)hlen, (unsigned long long)st->flen);
         goto fail;
     }
     if (hlen < 2) {
@@ -18252,7 +18304,7 @@ static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t 
         goto fail;
     }
     st->data_start = 8 + (size_t)hlen;
-    data_len = len - st->data_start;
+    data_len = (size_t)(st->flen - st->data_start);
     tj_json_init(&j, (const char *)buf + 8, (size_t)hlen, label, NULL, 0);
     j.base = 8;
     j.what = "safetensors header";
@@ -18325,7 +18377,7 @@ static tj_safetensors *tj__st_parse_owned(tj_ctx *c, unsigned char *buf, size_t 
         }
         x->t.numel = (int64_t)numel;
         x->t.nbytes = (size_t)nb;
-        x->t.data = buf + st->data_start + x->begin;
+        x->t.data = fd >= 0 ? NULL : buf + st->data_start + x->begin;
     }
     st->by_name = (int *)tj__malloc(sizeof(int) * (size_t)st->n);
     by_off = (int *)tj__malloc(sizeof(int) * (size_t)st->n);
@@ -18387,7 +18439,7 @@ TJDEF tj_safetensors *tj_st_parse(tj_ctx *c, const void *bytes, size_t len, cons
         return NULL;
     }
     if (len) memcpy(copy, bytes, len);
-    return tj__st_parse_owned(c, copy, len, label);
+    return tj__st_parse_in(c, copy, len, len, -1, label);
 }
 TJDEF tj_safetensors *tj_st_load(tj_ctx *c, const char *path) {
     char *buf, err[TJ__MSG];
@@ -18402,7 +18454,53 @@ TJDEF tj_safetensors *tj_st_load(tj_ctx *c, const char *path) {
         tj__err(c, st, NULL, 0, "%s", err);
         return NULL;
     }
-    return tj__st_parse_owned(c, (unsigned char *)buf, len, path);
+    return tj__st_parse_in(c, (unsigned char *)buf, len, len, -1, path);
+}
+/* tj_tree_load's reader: the header in memory and the tensors left in the
+   file, each read when its array is made (tj__st_data), so a load holds
+   one tensor's bytes beside the arrays, not the whole file: in process
+   mode every process reads the file. The checksum is still verified over
+   all of it, streamed (tj__st_verify). The file must not change while it
+   loads (tj_tree_save never changes one in place: it renames a new one
+   over it, and the open file stays the old one). */
+static tj_safetensors *tj__st_open(tj_ctx *c, const char *path) {
+    struct stat sb;
+    unsigned char *buf;
+    uint64_t hlen = 0, flen;
+    size_t n;
+    int fd, k;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: is a directory, not a file", path);
+        return NULL;
+    }
+    if ((fd = open(path, O_RDONLY)) < 0) {
+        tj__err(c, TJ_ERR_IO, NULL, 0, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a pipe or a device: the whole-file reader */
+        close(fd);
+        return tj_st_load(c, path);
+    }
+    flen = (uint64_t)sb.st_size;
+    if (!(buf = (unsigned char *)tj__malloc(8))) goto oom;
+    n = flen < 8 ? (size_t)flen : 8; /* (tj__st_parse_in explains a short file) */
+    for (k = 0; k < 8; k++) buf[k] = 0;
+    if (n && tj__pread_all(c, fd, path, buf, n, 0)) goto fail;
+    for (k = 7; k >= 0; k--) hlen = (hlen << 8) | buf[k];
+    if (flen >= 8 && hlen >= 2 && hlen <= flen - 8) { /* the whole header */
+        unsigned char *h = (unsigned char *)TJ_REALLOC(buf, (size_t)(8 + hlen));
+        if (!h) goto oom;
+        buf = h;
+        n = (size_t)(8 + hlen);
+        if (tj__pread_all(c, fd, path, buf + 8, n - 8, 8)) goto fail;
+    }
+    return tj__st_parse_in(c, buf, n, flen, fd, path);
+oom:
+    tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: out of memory", path);
+fail:
+    TJ_FREE(buf);
+    close(fd);
+    return NULL;
 }
 TJDEF int tj_st_count(const tj_safetensors *st) { return st ? st->n : 0; }
 TJDEF const tj_st_tensor *tj_st_at(const tj_safetensors *st, int i) { return st && i >= 0 && i < st->n ? &st->ten[i].t : NULL; }
@@ -18592,19 +18690,39 @@ static int tj__st_type(tj_ctx *c, const char *file, const char *who, const tj_st
    devices gets only its block; ord: the spec's tuple order, or NULL) from a
    tensor whose dtype is ty's, or any dtype when converted. The whole
    tensor passes through the host once. */
-static tj_array *tj__st_fill_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, const tj__type *ty,
+static tj_array *tj__st_fill_array(tj_ctx *c, const tj_safetensors *st, const char *who, const tj_st_tensor *t, const tj__type *ty,
                                    unsigned char (*ord)[TJ__MAXMESH]) {
+    const char *file = st->path;
     tj_dtype dt = ty->dt;
-    void *h;
+    void *h, *raw = NULL;
+    tj_st_tensor rt = *t;
     tj_array *a;
     int64_t i;
+    int same = tj_st_dtype_of(dt) == t->dtype;
     if (!(h = tj__malloc((size_t)t->numel * tj_dtype_size(dt)))) {
         tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
         return NULL;
     }
-    if (tj_st_dtype_of(dt) == t->dtype) tj__st_copy_le(h, t->data, t->nbytes, tj_dtype_size(dt));
+    if (!rt.data) { /* a lazy reader (tj__st_open): the tensor's bytes from the file, into h itself when they need no conversion */
+        uint64_t at = st->data_start + (uint64_t)((const tj__st_ten *)t)->begin;
+        if (same && tj__little_endian()) raw = NULL;
+        else if (!(raw = tj__malloc(t->nbytes ? t->nbytes : 1))) {
+            TJ_FREE(h);
+            tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
+            return NULL;
+        }
+        if (tj__pread_all(c, st->fd, file, raw ? raw : h, t->nbytes, at)) {
+            TJ_FREE(raw);
+            TJ_FREE(h);
+            return NULL;
+        }
+        rt.data = raw;
+    }
+    if (!rt.data) ; /* read straight into h */
+    else if (same) tj__st_copy_le(h, rt.data, t->nbytes, tj_dtype_size(dt));
     else
-        for (i = 0; i < t->numel; i++) tj__st(h, dt, i, tj__st_elem(t, i));
+        for (i = 0; i < t->numel; i++) tj__st(h, dt, i, tj__st_elem(&rt, i));
+    TJ_FREE(raw);
     if ((a = tj__array_alloc(c, ty, NULL, 0)) && tj__array_upload(a, h)) {
         if (!c->status) tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
         tj_array_free(a);
@@ -18614,14 +18732,9 @@ static tj_array *tj__st_fill_array(tj_ctx *c, const char *file, const char *who,
     TJ_FREE(h);
     return a;
 }
-/* An array from a tensor whose dtype is dt's, or any dtype when convert. */
-static tj_array *tj__st_make_array(tj_ctx *c, const char *file, const char *who, const tj_st_tensor *t, tj_dtype dt, const char *axes) {
-    tj__type ty;
-    if (!tj__st_type(c, file, who, t, dt, axes, &ty)) return NULL;
-    return tj__st_fill_array(c, file, who, t, &ty, NULL);
-}
 TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype dt, const char *axes) {
     const tj_st_tensor *t;
+    tj__type ty;
     char who[96];
     if (!st) return NULL;
     if ((unsigned)dt >= TJ_NDTYPE) {
@@ -18637,7 +18750,8 @@ TJDEF tj_array *tj_st_array(const tj_safetensors *st, const char *name, tj_dtype
         return NULL;
     }
     snprintf(who, sizeof who, "tensor '%.64s'", name);
-    return tj__st_make_array(st->ctx, st->path, who, t, dt, axes);
+    if (!tj__st_type(st->ctx, st->path, who, t, dt, axes, &ty)) return NULL;
+    return tj__st_fill_array(st->ctx, st, who, t, &ty, NULL);
 }
 
 /* -- writer -- */
@@ -18983,7 +19097,7 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
         return TJ_ERR_ARG;
     }
     if (tj_process_count(c) > 1 && !tj__procs_tree_io(t, path, -1)) return tj__procs_tree_io(t, path, 0);
-    if (!(st = tj_st_load(c, path))) return c->status ? c->status : TJ_ERR_IO;
+    if (!(st = tj__st_open(c, path))) return c->status ? c->status : TJ_ERR_IO;
     ord = tj_st_meta(st, "tinyjax.order");
     ver = tj_st_meta(st, "tinyjax.version");
     if (ver || ord) {
@@ -19122,7 +19236,7 @@ TJDEF tj_status tj_tree_load(tj_tree *t, const char *path) {
                     memcpy(ord, old->ord, sizeof ord);
                 }
             }
-            l->arr = tj__st_fill_array(c, path, who, ten, &ty, ord);
+            l->arr = tj__st_fill_array(c, st, who, ten, &ty, ord);
             if (!l->arr) {
                 rc = c->status ? c->status : TJ_ERR_IO;
                 goto done;
