@@ -13,8 +13,9 @@
       checkpoint, a mean over one axis with a wholly ignored row, every row
       ignored, NaN and inf logits in ignored rows) on the 14 vocab-parallel
       meshes and 3 data-parallel ones, with ignore_index -100 and 0; the scan
-      and the checkpoint under 6 remat policies; the vocab-parallel form
-      kept (cross_entropy_part, no collective of the logits' size).
+      and the checkpoint under 10 remat policies (every kind); the
+      vocab-parallel form kept (cross_entropy_part, no collective of the
+      logits' size).
    4. inside tj_shard_map (checked and not) against one device.
    5. errors: other labels out of range (run time, naming the op and the
       caller's line), bad operands (build time, naming cross_entropy_ignore).
@@ -396,24 +397,37 @@ static const tjt_mesh_case dp_meshes[] = {
     {4, "data=4", "batch:data"},
     {8, "data=2 seq=4", "batch:data pos:seq"},
 };
+#define NPOL 10
+static tj_policy POL_A, POL_B; /* (save_from_both points to them until tj_jit returns) */
+static tj_decision pol_fn(const char *op, const char *name, const char *shape, void *user) {
+    (void)name; (void)shape; (void)user;
+    return !strcmp(op, "select") ? TJ_OFFLOAD : !strcmp(op, "dot") ? TJ_SAVE : TJ_RECOMPUTE;
+}
 static void against_one_device(void) {
-    const char *polname[6] = {"nothing_saveable", "everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable", "save_only_these_names(h)",
-                              "offload_dot_with_no_batch_dims"};
+    const char *polname[NPOL] = {"nothing_saveable", "everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable", "save_only_these_names(h)",
+                                 "offload_dot_with_no_batch_dims", "save_any_names_but_these(h)", "save_and_offload_only_these_names(-, h)",
+                                 "save_from_both(dots, names h)", "policy_from_fn(offload selects, save dots)"};
     int Vs[2] = {16, 40}, IIs[2] = {-100, 0}, vi, m, pol;
     int nm = TJT_NVOCAB_MESHES + (int)(sizeof dp_meshes / sizeof dp_meshes[0]);
     tjt_current = "sharded against one device";
     for (CASE = 0; CASE < NCASES; CASE++)
-        for (pol = 0; pol < (CASE == 5 || CASE == 6 ? 6 : 1); pol++)
+        for (pol = 0; pol < (CASE == 5 || CASE == 6 ? NPOL : 1); pol++)
             for (vi = 0; vi < 2; vi++) {
                 tjt_outs ref, r;
                 int V = Vs[vi];
-                tj_policy pols[6];
+                tj_policy pols[NPOL];
                 pols[0] = tj_nothing_saveable();
                 pols[1] = tj_everything_saveable();
                 pols[2] = tj_dots_saveable();
                 pols[3] = tj_dots_with_no_batch_dims_saveable();
                 pols[4] = tj_save_only_these_names("h");
                 pols[5] = tj_offload_dot_with_no_batch_dims();
+                pols[6] = tj_save_any_names_but_these("h");
+                pols[7] = tj_save_and_offload_only_these_names("", "h");
+                POL_A = tj_dots_saveable();
+                POL_B = tj_save_only_these_names("h");
+                pols[8] = tj_save_from_both(&POL_A, &POL_B);
+                pols[9] = tj_policy_from_fn(pol_fn, NULL);
                 POL = pols[pol];
                 II = IIs[vi];
                 if (pol > 0 && vi > 0) continue; /* the policies: one class count */
