@@ -575,11 +575,24 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
    label's logit per row, and only those move ([5]). */
 #define tj_cross_entropy(logits, labels, class_axis, mean_axes) \
     tj_cross_entropy_at(TJ_AT, logits, labels, class_axis, mean_axes)
+/* tj_cross_entropy with PyTorch's ignore_index (F.cross_entropy(...,
+   ignore_index=-100), whose default is TJ_IGNORE_INDEX): a row whose label
+   is ignore_index has loss 0 and a logits gradient of exactly 0, whatever
+   its logits (NaN and infinities too: PyTorch's gradient there is NaN);
+   mean_axes average over the rows not ignored only (on a mesh: counted on
+   every device; a split class axis stays split, as in tj_cross_entropy),
+   and NaN when every row is ignored (0 / 0, as PyTorch; the gradient is
+   then 0). Any other label outside [0, classes) is cross_entropy's
+   run-time error; an ignore_index inside it ignores that class. */
+#define TJ_IGNORE_INDEX (-100)
+#define tj_cross_entropy_ignore(logits, labels, class_axis, mean_axes, ignore_index) \
+    tj_cross_entropy_ignore_at(TJ_AT, logits, labels, class_axis, mean_axes, ignore_index)
 TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill);
 TJDEF tj_v tj_softmax_at(const char *f, int l, tj_v x, const char *axis);
 TJDEF tj_v tj_log_softmax_at(const char *f, int l, tj_v x, const char *axis);
 TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, double eps);
 TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v logits, tj_v labels, const char *class_axis, const char *mean_axes);
+TJDEF tj_v tj_cross_entropy_ignore_at(const char *f, int l, tj_v logits, tj_v labels, const char *class_axis, const char *mean_axes, int ignore_index);
 /* Fused scaled dot-product attention, flash-style: for each query position
    out = sum over kpos of softmax_kpos(scale * q.k) v, where q.k sums over
    `dim`, without ever making the (qpos, kpos) scores or probabilities as
@@ -6729,17 +6742,19 @@ static int tj__xent_split_fits(tj_ctx *c, const tj_node *z) {
         if (!strcmp(nm = tj__name(c, z->t.ax[i]), "_part") || !strcmp(nm, "_stat") || !strcmp(nm, "_cls")) return 0;
     return 1;
 }
-/* cross-entropy: per position lse(z) - z[label]; then the mean */
-TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
+/* The checks of cross_entropy's operands (named `what` in errors): float
+   logits z with class_axis, i32 labels with z's other axes (any order).
+   Returns the class axis's id and sets *rows to the per-row type (z's
+   dtype and shardings without the class axis); -1 with an error. */
+static int tj__xent_operands(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *what, tj__type *rows) {
     int a, i;
     tj__type t;
-    tj_node *in[2], *n;
     char b1[256], b2[256];
-    if (tj__any_null("cross_entropy", f, l, 2, z, labels, NULL) || (a = tj__one_axis(z, class_axis, "cross_entropy", f, l)) < 0) return NULL;
+    if (tj__any_null(what, f, l, 2, z, labels, NULL) || (a = tj__one_axis(z, class_axis, what, f, l)) < 0) return -1;
     if (!tj__isfloat(z->t.dt) || labels->t.dt != TJ_I32) {
-        tj__err(z->g->ctx, TJ_ERR_DTYPE, f, l, "cross_entropy: want float logits and i32 labels, got %s and %s", tj_v_describe(z, b1, sizeof b1),
+        tj__err(z->g->ctx, TJ_ERR_DTYPE, f, l, "%s: want float logits and i32 labels, got %s and %s", what, tj_v_describe(z, b1, sizeof b1),
                 tj_v_describe(labels, b2, sizeof b2));
-        return NULL;
+        return -1;
     }
     t = z->t;
     t.rank = 0;
@@ -6753,11 +6768,20 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
             ok = k >= 0 && t.dim[k] == labels->t.dim[i];
         }
         if (!ok) {
-            tj__err(z->g->ctx, TJ_ERR_SHAPE, f, l, "cross_entropy: labels %s must have the axes of logits %s without '%s'", tj_v_describe(labels, b1, sizeof b1),
+            tj__err(z->g->ctx, TJ_ERR_SHAPE, f, l, "%s: labels %s must have the axes of logits %s without '%s'", what, tj_v_describe(labels, b1, sizeof b1),
                     tj_v_describe(z, b2, sizeof b2), class_axis);
-            return NULL;
+            return -1;
         }
     }
+    *rows = t;
+    return a;
+}
+/* cross-entropy: per position lse(z) - z[label]; then the mean */
+TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
+    int a;
+    tj__type t;
+    tj_node *in[2], *n;
+    if ((a = tj__xent_operands(f, l, z, labels, class_axis, "cross_entropy", &t)) < 0) return NULL;
     t.dt = TJ_I32;
     in[0] = z;
     in[1] = tj__fit(f, l, labels, &t); /* label r belongs to row r */
@@ -6776,6 +6800,41 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
         if (tj__axes_of(n, mean_axes, ids, "cross_entropy mean_axes", f, l) < 0) return NULL;
     }
     return mean_axes && *mean_axes ? tj_mean_at(f, l, n, mean_axes) : n;
+}
+/* cross-entropy with ignored rows (PyTorch's ignore_index), built from the
+   fused op above and one mask, keep = labels != ignore_index:
+     per = select(keep, cross_entropy(select(keep, z, 0), select(keep, labels, 0)), 0)
+   An ignored row reaches the fused op as logits of 0 and label 0, so its
+   loss and its gradient there are finite whatever its own logits were, and
+   the outer selects give it a loss of exactly 0 and logits' gradient of
+   exactly 0 (select's VJP selects; it does not multiply). Every other label
+   goes to the fused op as it is (out of range: its run-time error). The
+   mean is sum(per) / count(keep) over mean_axes (sums over split axes add
+   up across devices: the count is global), in f32 for bf16 and rounded
+   once; no row kept gives 0 / 0 = NaN, as PyTorch. Sharded, the selects
+   keep the logits' layout (a split class axis stays split: the fused op's
+   vocab-parallel form). */
+TJDEF tj_v tj_cross_entropy_ignore_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes, int ignore_index) {
+    tj__type t;
+    tj_v keep, per;
+    tj_dtype dt;
+    if (tj__xent_operands(f, l, z, labels, class_axis, "cross_entropy_ignore", &t) < 0) return NULL;
+    dt = z->t.dt;
+    keep = tj_ne_at(f, l, labels, tj_scalar_at(f, l, labels->g, TJ_I32, ignore_index));
+    per = tj_cross_entropy_at(f, l, tj_select_at(f, l, keep, z, tj_scalar_at(f, l, z->g, dt, 0)),
+                              tj_select_at(f, l, keep, labels, tj_scalar_at(f, l, labels->g, TJ_I32, 0)), class_axis, NULL);
+    if (!per || !(per = tj_select_at(f, l, keep, per, tj_scalar_at(f, l, z->g, dt, 0)))) return NULL;
+    if (mean_axes && *mean_axes) { /* named in cross_entropy's words (the class axis is gone) */
+        int ids[TJ_MAXDIM];
+        tj_dtype wdt = dt == TJ_BF16 ? TJ_F32 : dt;
+        tj_v sum, cnt;
+        if (tj__axes_of(per, mean_axes, ids, "cross_entropy_ignore mean_axes", f, l) < 0) return NULL;
+        sum = tj_sum_at(f, l, dt == wdt ? per : tj_cast_at(f, l, per, wdt), mean_axes);
+        cnt = tj_cast_at(f, l, tj_sum_at(f, l, keep, mean_axes), wdt); /* (an i32 count: exact) */
+        per = tj_div_at(f, l, sum, cnt);
+        if (per && dt != wdt) per = tj_cast_at(f, l, per, dt);
+    }
+    return per;
 }
 static tj_v tj__copy(const char *f, int l, tj_v x);
 /* The gradient op of row op n: dx from x (whose type the result takes), the

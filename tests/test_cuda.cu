@@ -257,6 +257,12 @@ static void f_xent(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "per_row", tj_cross_entropy(z, lab, "c", ""));
     tj_tree_set_v(out, "class_first", tj_cross_entropy(tj_tree_v(in, "zt"), lab, "c", "b"));
     tj_tree_set_v(out, "bf16", tj_cross_entropy(tj_tree_v(in, "zb"), lab, "c", "b"));
+    { /* ignore_index a class (3: about a tenth of the rows): the mean over the rest, and its gradient */
+        tj_v m = tj_cross_entropy_ignore(z, lab, "c", "b", 3), gz;
+        tj_tree_set_v(out, "ignore_mean", m);
+        tj_tree_set_v(out, "ignore_per_row", tj_cross_entropy_ignore(tj_tree_v(in, "zb"), lab, "c", NULL, 3));
+        if (tj_grad(m, 1, &z, &gz) == TJ_OK) tj_tree_set_v(out, "ignore_grad", gz);
+    }
 }
 static const spec s_xent[] = {
     {"z", TJ_F32, "b=8 c=10", -2, 2}, {"zt", TJ_F32, "c=10 b=8", -2, 2}, {"zb", TJ_BF16, "b=8 c=10", -2, 2}, {"lab", TJ_I32, "b=8", 0, 10},
