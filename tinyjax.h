@@ -18117,8 +18117,9 @@ struct tj_safetensors {
     char *path;
     unsigned char *buf; /* the whole file, or only its header (fd >= 0)       */
     size_t len, data_start;
-    int fd;             /* tj__st_open's reader: the file, its tensors read   */
-    uint64_t flen;      /* one at a time (tj__st_data); -1 when all in buf; flen: the file's bytes */
+    int fd;             /* tj__st_open's reader: the open file, whose tensors  */
+                        /* are read when used (data NULL); -1: all in buf      */
+    uint64_t flen;      /* the file's bytes                                    */
     int n, cap;
     tj__st_ten *ten;     /* header order */
     int *by_name;        /* indices into ten, sorted by name */
@@ -18256,8 +18257,6 @@ static int tj__st_meta_hdr(tj_json *j, tj_safetensors *st) {
     }
     return r < 0;
 }
-/* If the file carries tinyjax's checksum, it must be at its place and match
-   the hash of the file with its 16 digits read as '0'. */
 /* n bytes at offset `at` of file fd (path); 1 and an error if the file
    ends early or the read fails (it changed while it was read) */
 static int tj__pread_all(tj_ctx *c, int fd, const char *path, void *dst, size_t n, uint64_t at) {
@@ -18280,6 +18279,8 @@ static int tj__pread_all(tj_ctx *c, int fd, const char *path, void *dst, size_t 
     }
     return 0;
 }
+/* If the file carries tinyjax's checksum, it must be at its place and match
+   the hash of the file with its 16 digits read as '0'. */
 static int tj__st_verify(tj_safetensors *st) {
     const char *v = tj_st_meta(st, TJ__ST_CKKEY);
     size_t p = 8 + sizeof tj__st_ckpre - 1;
@@ -18516,7 +18517,7 @@ TJDEF tj_safetensors *tj_st_load(tj_ctx *c, const char *path) {
     return tj__st_parse_in(c, (unsigned char *)buf, len, len, -1, path);
 }
 /* tj_tree_load's reader: the header in memory and the tensors left in the
-   file, each read when its array is made (tj__st_data), so a load holds
+   file, each read when its array is made (tj__st_fill_array), so a load holds
    one tensor's bytes beside the arrays, not the whole file: in process
    mode every process reads the file. The checksum is still verified over
    all of it, streamed (tj__st_verify). The file must not change while it
