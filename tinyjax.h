@@ -641,6 +641,21 @@ TJDEF tj_v tj_attention_masked_at(const char *f, int l, tj_v q, tj_v k, tj_v v, 
 TJDEF tj_v tj_uniform_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape);
 TJDEF tj_v tj_normal_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape);
 TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate);
+/* The key above is fixed when the program is traced, so a compiled
+   program draws the same numbers every run, and a scan body the same in
+   every iteration. The _fold forms fold a traced i32 scalar into it
+   (jax.random.fold_in(key, step) with a traced step): the numbers are
+   those of the static form with key tj_key_fold(key, (uint32_t)fold).
+   Pass the step as an input of the training step, and inside a scan over
+   layers fold in the layer too (an arange slice as xs, or a counter
+   carry; e.g. fold = step * layers + layer), and every step and layer
+   draws a fresh dropout mask. fold may come from an enclosing graph. */
+#define tj_uniform_fold(key, fold, dt, shape) tj_uniform_fold_at(TJ_AT, key, fold, dt, shape)
+#define tj_normal_fold(key, fold, dt, shape) tj_normal_fold_at(TJ_AT, key, fold, dt, shape)
+#define tj_dropout_fold(x, key, fold, rate) tj_dropout_fold_at(TJ_AT, x, key, fold, rate)
+TJDEF tj_v tj_uniform_fold_at(const char *f, int l, uint64_t key, tj_v fold, tj_dtype dt, const char *shape);
+TJDEF tj_v tj_normal_fold_at(const char *f, int l, uint64_t key, tj_v fold, tj_dtype dt, const char *shape);
+TJDEF tj_v tj_dropout_fold_at(const char *f, int l, tj_v x, uint64_t key, tj_v fold, double rate);
 /* derive a new key from a key and a counter (fold_in) */
 TJDEF uint64_t tj_key_fold(uint64_t key, uint64_t data);
 
@@ -3698,7 +3713,7 @@ static tj_node *tj__regen(tj_node *x, const uint8_t *sh) {
     tj__type t = x->t;
     int i, j;
     for (i = 0; i < t.rank; i++) t.sh[i] = sh[i];
-    if (tj__ops_flags(x->op) & TJ__SOURCE) return tj__node(x->g, x->op, &t, 0, NULL, &x->a, x->file, x->line);
+    if (tj__ops_flags(x->op) & TJ__SOURCE) return tj__node(x->g, x->op, &t, x->nin, x->in, &x->a, x->file, x->line); /* (a random source's fold scalar) */
     for (j = 0; j < x->nin && j < 3; j++) {
         uint8_t w[TJ_MAXDIM];
         in[j] = x->in[j];
@@ -5377,15 +5392,34 @@ static int tj__random_dt(const char *f, int l, tj_graph *g, tj_dtype dt, const c
     tj__err(g->ctx, TJ_ERR_DTYPE, f, l, "%s: dtype %s is not a float dtype (make floats, then cast)", what, tj_dtype_name(dt));
     return -1;
 }
-TJDEF tj_v tj_uniform_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) {
-    tj_node *n = tj__random_dt(f, l, g, dt, "uniform") ? NULL : tj__source(f, l, g, TJ__OP_UNIFORM, dt, shape, "uniform");
+/* a uniform or normal source; fold (an i32 scalar, or NULL) is its one
+   input, folded into the key when it runs (tj__random_key) */
+static tj_v tj__random(const char *f, int l, tj_graph *g, int op, uint64_t key, tj_v fold, tj_dtype dt, const char *shape) {
+    const char *what = op == TJ__OP_UNIFORM ? "uniform" : "normal";
+    tj_node *n;
+    tj__type t;
+    if (fold) {
+        char b[256];
+        if (fold->t.dt != TJ_I32 || fold->t.rank != 0) {
+            tj__err(fold->g->ctx, TJ_ERR_SHAPE, f, l, "%s: fold %s must be an i32 scalar (the step, a layer index)", what, tj_v_describe(fold, b, sizeof b));
+            return NULL;
+        }
+        if (!(g = tj__cur(tj__inner(1, &fold, what, f, l)))) return NULL;
+    }
+    if (!g || tj__random_dt(f, l, g, dt, what) || tj__parse_shape(g->ctx, shape, dt, &t, 0, what, f, l)) return NULL;
+    n = tj__node(g, op, &t, fold ? 1 : 0, fold ? &fold : NULL, NULL, f, l);
     if (n) n->a.key = key;
     return n;
 }
-TJDEF tj_v tj_normal_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) {
-    tj_node *n = tj__random_dt(f, l, g, dt, "normal") ? NULL : tj__source(f, l, g, TJ__OP_NORMAL, dt, shape, "normal");
-    if (n) n->a.key = key;
-    return n;
+TJDEF tj_v tj_uniform_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) { return tj__random(f, l, g, TJ__OP_UNIFORM, key, NULL, dt, shape); }
+TJDEF tj_v tj_normal_at(const char *f, int l, tj_graph *g, uint64_t key, tj_dtype dt, const char *shape) { return tj__random(f, l, g, TJ__OP_NORMAL, key, NULL, dt, shape); }
+TJDEF tj_v tj_uniform_fold_at(const char *f, int l, uint64_t key, tj_v fold, tj_dtype dt, const char *shape) {
+    if (tj__any_null("uniform", f, l, 1, fold, NULL, NULL)) return NULL;
+    return tj__random(f, l, NULL, TJ__OP_UNIFORM, key, fold, dt, shape);
+}
+TJDEF tj_v tj_normal_fold_at(const char *f, int l, uint64_t key, tj_v fold, tj_dtype dt, const char *shape) {
+    if (tj__any_null("normal", f, l, 1, fold, NULL, NULL)) return NULL;
+    return tj__random(f, l, NULL, TJ__OP_NORMAL, key, fold, dt, shape);
 }
 /* Box-Muller's log and cos for f32 and bf16 results, without libm calls:
    double arithmetic with relative error below 1e-15, so the rounded
@@ -5476,7 +5510,7 @@ static void tj__random_part(const void *arg, int part, int nparts) {
     const tj__kern *k = (const tj__kern *)arg;
     int64_t m = tj__numel(&k->ot), lo = m * part / nparts, hi = m * (part + 1) / nparts, i, j;
     int64_t row = k->ot.rank ? k->ot.dim[k->ot.rank - 1] : 1;
-    uint64_t key = k->n->a.key;
+    uint64_t key = k->n->nin ? tj_key_fold(k->n->a.key, (uint32_t)*(const int32_t *)k->in[0]) : k->n->a.key; /* (the _fold forms) */
     int uni = k->n->op == TJ__OP_UNIFORM, fast = k->ot.dt == TJ_F32 || k->ot.dt == TJ_BF16;
     float *of = k->ot.dt == TJ_F32 ? (float *)k->out : NULL;
     double u1[TJ__CHUNK], u2[TJ__CHUNK], v[TJ__CHUNK];
@@ -5516,7 +5550,7 @@ static void tj__random_part(const void *arg, int part, int nparts) {
 #pragma GCC pop_options
 #endif
 static void tj__k_random(tj__kern *k) { tj__parallel(tj__nparts(tj__numel(&k->ot), k->nthreads), tj__random_part, k); }
-TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate) {
+static tj_v tj__dropout(const char *f, int l, tj_v x, uint64_t key, tj_v fold, double rate) {
     tj_v u, keep;
     char sh[512];
     size_t k = 0;
@@ -5539,9 +5573,14 @@ TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate
     }
     /* the mask from an f32 uniform for bf16 (a bf16 one has 8 bits, rounded
        to nearest: at rate 0.5 it kept 2^-10 too many) */
-    u = tj_uniform_at(f, l, x->g, key, x->t.dt == TJ_F64 ? TJ_F64 : TJ_F32, sh);
+    u = tj__random(f, l, x->g, TJ__OP_UNIFORM, key, fold, x->t.dt == TJ_F64 ? TJ_F64 : TJ_F32, sh);
     keep = tj_ge_at(f, l, u, tj_scalar_at(f, l, x->g, tj_v_dtype(u), rate));
     return tj_select_at(f, l, keep, tj_muls_at(f, l, x, 1.0 / (1.0 - rate)), tj_scalar_at(f, l, x->g, x->t.dt, 0));
+}
+TJDEF tj_v tj_dropout_at(const char *f, int l, tj_v x, uint64_t key, double rate) { return tj__dropout(f, l, x, key, NULL, rate); }
+TJDEF tj_v tj_dropout_fold_at(const char *f, int l, tj_v x, uint64_t key, tj_v fold, double rate) {
+    if (tj__any_null("dropout", f, l, 2, x, fold, NULL)) return NULL;
+    return tj__dropout(f, l, x, key, fold, rate);
 }
 
 /* ---- reductions over named axes (TJ__REDUCE_OPS) ---- */

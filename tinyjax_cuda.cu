@@ -368,7 +368,8 @@ __global__ void tjc_k_arange(void *out, int dt, int64_t n, tjc_gidx g, int64_t s
 }
 /* uniform in [0, 1): a draw that rounds up to 1 in f32 or bf16 is clamped
    to the largest value below 1, as the CPU does */
-__global__ void tjc_k_random(void *out, int dt, int64_t n, tjc_gidx g, uint64_t key, int normal) {
+__global__ void tjc_k_random(void *out, int dt, int64_t n, tjc_gidx g, uint64_t key, const int32_t *fold, int normal) {
+    if (fold) key = tjc_mix(key ^ tjc_mix((uint64_t)(uint32_t)*fold ^ 0x5851f42d4c957f2dull)); /* tj_key_fold: the _fold forms */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         uint64_t gi = (uint64_t)tjc_global(g, i);
         double v;
@@ -1229,7 +1230,8 @@ static int tjc_random(tjc_state *s, tj__kern *k) {
     int64_t n = tj__numel(&k->ot);
     tjc_gidx g;
     tjc_gidx_of(k, &g);
-    tjc_k_random<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, g, k->n->a.key, k->n->op == TJ__OP_NORMAL);
+    tjc_k_random<<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(k->out, k->ot.dt, n, g, k->n->a.key,
+                                                                                     k->n->nin ? (const int32_t *)k->in[0] : NULL, k->n->op == TJ__OP_NORMAL);
     TJC_LAUNCHED(k, "tjc_k_random");
     return 0;
 }

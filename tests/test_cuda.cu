@@ -176,6 +176,8 @@ static void f_elementwise(tj_graph *g, const tj_tree *in, tj_tree *out, void *u)
     tj_tree_set_v(out, "arange", tj_arange(g, TJ_F32, "a=3 b=4", "b"));
     tj_tree_set_v(out, "uniform", tj_uniform(g, 42, TJ_F32, "a=3 b=5"));
     tj_tree_set_v(out, "normal", tj_normal(g, 7, TJ_F32, "a=4 b=5"));
+    tj_tree_set_v(out, "uniform_fold", tj_uniform_fold(42, tj_sum_all(n), TJ_F32, "a=3 b=5")); /* the key folded with a traced i32 */
+    tj_tree_set_v(out, "normal_fold", tj_normal_fold(7, tj_sum_all(n), TJ_BF16, "a=4 b=5"));
     tj_tree_set_v(out, "f64", tj_tanh(tj_add(tj_mul(x64, b64), x64)));
     tj_tree_set_v(out, "bf16", tj_gelu(tj_add(tj_mul(xb, bb), xb)));
     tj_tree_set_v(out, "i32", tj_add(tj_mul(n, n), tj_neg(n)));
