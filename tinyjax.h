@@ -530,7 +530,7 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
 #define tj_index(x, axis, i) tj_index_at(TJ_AT, x, axis, i)
 TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i);
 TJDEF tj_v tj_concat_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
-/* jnp.stack(xs, axis=0): n (1..256) values of one type (axes, sizes,
+/* jnp.stack(xs, axis=0): n (at least 1) values of one type (axes, sizes,
    dtype) side by side along a new leading axis `axis` (a name none of them
    has) of size n. Each gains a size-1 axis (a reshape: no copy) and they
    are concatenated, so sharded inputs keep their sharding along their
@@ -645,7 +645,7 @@ typedef struct {
 } tj_buf;
 typedef struct {
     const char *name;
-    int nout;  /* outputs, 1..16 */
+    int nout;  /* outputs, at least 1 */
     /* Shape rule, NULL: every output has input 0's shape and dtype. Else
        write output j's shape ("batch=4 embed=128") and dtype; return 0, or
        nonzero after writing the reason into shape. */
@@ -1577,7 +1577,6 @@ TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *ten
    mesh axes a value varies over live in the type too, so every stage after
    tracing sees them. */
 
-#define TJ__MAXNAMES 256
 #define TJ__MSG 1024
 #define TJ__ALIGN 64
 
@@ -1594,8 +1593,8 @@ typedef struct {
 } tj__type;
 
 struct tj_ctx {
-    char *names[TJ__MAXNAMES];
-    int nnames;
+    char **names;           /* interned axis names, by id (grown)           */
+    int nnames, capnames;
     char msg[TJ__MSG];
     tj_status status;
     int dump;
@@ -1636,6 +1635,27 @@ static void *tj__calloc(size_t n) {
     void *p = tj__malloc(n);
     if (p) memset(p, 0, n ? n : 1);
     return p;
+}
+/* Tables sized by a caller's counts (inputs, outputs, carries: lists of
+   any length, as a pytree's leaves): tj__tab gives the stack array s (room
+   for cap entries of `size` bytes) when n entries fit, the common case,
+   else a heap block it records in h (NULL: out of memory, the caller's
+   error). tj__tabs_free frees h's blocks; the function that owns h calls
+   it on every path, errors included (a builder's wrapper around its
+   body). TJ__TAB(T, h, s, n): s's cap and size from its declaration. */
+typedef struct {
+    void *blk[8];
+    int n;
+} tj__tabs;
+static void *tj__tab(tj__tabs *h, void *s, size_t cap, size_t n, size_t size) {
+    void *p;
+    if (n <= cap) return s;
+    if (h->n == (int)(sizeof h->blk / sizeof h->blk[0]) || n > SIZE_MAX / 2 / size || !(p = tj__malloc(n * size))) return NULL;
+    return h->blk[h->n++] = p;
+}
+#define TJ__TAB(T, h, s, n) ((T)tj__tab((h), (s), sizeof(s) / sizeof *(s), (size_t)(n), sizeof *(s)))
+static void tj__tabs_free(tj__tabs *h) {
+    while (h->n > 0) TJ_FREE(h->blk[--h->n]);
 }
 static char *tj__strdup(const char *s) {
     size_t n = strlen(s) + 1;
@@ -1760,6 +1780,7 @@ TJDEF void tj_ctx_free(tj_ctx *c) {
     tj__procs_free(c);
     tj_devsim_backend_free(c->own_backend);
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
+    TJ_FREE(c->names);
     tj__free_ops(c);
     TJ_FREE(c->warn);
     pthread_mutex_destroy(&c->stats_mu);
@@ -1926,16 +1947,23 @@ static void tj__store_nf(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_
     }
 }
 
-/* The id of axis name s[0..n) (interned on first use); -1 and an error
-   naming `what` and the caller's file:line when the table is full. */
+/* The id of axis name s[0..n) (interned on first use; the table grows, so
+   a long-running process may use any number of names); -1 and an error
+   naming `what` and the caller's file:line when out of memory. */
 static int tj__intern_at(tj_ctx *c, const char *s, size_t n, const char *what, const char *file, int line) {
     int i;
     for (i = 0; i < c->nnames; i++)
         if (strlen(c->names[i]) == n && memcmp(c->names[i], s, n) == 0) return i;
-    if (c->nnames >= TJ__MAXNAMES) {
-        tj__err(c, TJ_ERR_ARG, file, line, "%s: more than %d distinct axis names in one context (\"%.*s\")", what ? what : "axis name", TJ__MAXNAMES,
-                (int)(n < 64 ? n : 64), s);
-        return -1;
+    if (c->nnames == c->capnames) {
+        int nc = c->capnames ? 2 * c->capnames : 64;
+        char **a = nc > c->capnames ? (char **)TJ_REALLOC(c->names, sizeof *a * (size_t)nc) : NULL;
+        if (!a) {
+            tj__err(c, TJ_ERR_OOM, file, line, "%s: out of memory recording axis name %d (\"%.*s\")", what ? what : "axis name", c->nnames + 1,
+                    (int)(n < 64 ? n : 64), s);
+            return -1;
+        }
+        c->names = a;
+        c->capnames = nc;
     }
     c->names[c->nnames] = (char *)tj__malloc(n + 1);
     if (!c->names[c->nnames]) {
@@ -2951,7 +2979,7 @@ struct tj_prog {
    shard; kernels never look at global shapes.
    The tables it, in (nin entries) and pout (one per output: nproj, a
    fused group's nmembers) point into the kern's own arrays below when they
-   fit (every op but a big scan: custom ops and concat take 16 inputs, a
+   fit (every op but a big scan, custom op, custom_vjp or concat; a
    fused group of TJ__MAXFUSE members 3 inputs and 1 store each), else into
    one block the runner allocated for this call (heap; [11]
    tj__kern_tables); so a copy of a kern (devsim queues them) must set its
@@ -6066,11 +6094,11 @@ static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj_slice_at(n->file, n->line, tj__fit(n->file, n->line, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->a.start + n->in[0]->t.dim[k]);
     return TJ_OK;
 }
-/* a builder's list of nx inputs (1..max, none NULL): 1, or 0 after the error */
-static int tj__list_ok(int nx, int max, const tj_v *xs, const char *op, const char *f, int l) {
+/* a builder's list of nx inputs (at least 1, none NULL): 1, or 0 after the error */
+static int tj__list_ok(int nx, const tj_v *xs, const char *op, const char *f, int l) {
     int i;
-    if (nx < 1 || nx > max || !xs) {
-        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "%s: %d inputs (1..%d allowed)%s", op, nx, max,
+    if (nx < 1 || !xs) {
+        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "%s: %d inputs (at least 1)%s", op, nx,
                 xs ? "" : ", and the list xs is NULL");
         return 0;
     }
@@ -6086,7 +6114,7 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
     tj__type t;
     tj__attr pa;
     char b1[256], b2[256];
-    if (!tj__list_ok(nx, 16, xs, "concat", f, l)) return NULL;
+    if (!tj__list_ok(nx, xs, "concat", f, l)) return NULL;
     if ((a = tj__one_axis(xs[0], axis, "concat", f, l)) < 0) return NULL;
     k = tj__axis_index(&xs[0]->t, a);
     t = xs[0]->t;
@@ -6110,11 +6138,12 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
     return tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, &pa, f, l);
 }
 TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
-    tj_v parts[256], grp[16];
-    int a[TJ_MAXDIM], i, j, ng = 0;
+    tj_v parts_s[64], *parts, r = NULL;
+    tj__tabs h = {{NULL}, 0};
+    int a[TJ_MAXDIM], i, j;
     char b1[256], b2[256];
     tj__type t;
-    if (!tj__list_ok(nx, 256, xs, "stack", f, l)) return NULL;
+    if (!tj__list_ok(nx, xs, "stack", f, l)) return NULL;
     if (!tj__inner(nx, xs, "stack", f, l)) return NULL;
     if ((j = tj__parse_names(xs[0]->g->ctx, axis, a, TJ_MAXDIM, "stack", f, l)) != 1) {
         if (j >= 0) tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: want one new axis name, got \"%s\"", axis ? axis : "");
@@ -6130,8 +6159,13 @@ TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char 
         }
     }
     if (tj__axis_index(&xs[0]->t, a[0]) >= 0 || xs[0]->t.rank >= TJ_MAXDIM) {
-        tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: the inputs %s %s", tj_v_describe(xs[0], b1, sizeof b1),
-                tj__axis_index(&xs[0]->t, a[0]) >= 0 ? "already have the new axis" : "have the most axes a value may have");
+        if (tj__axis_index(&xs[0]->t, a[0]) >= 0) tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: the inputs %s already have the new axis", tj_v_describe(xs[0], b1, sizeof b1));
+        else tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: the inputs %s have %d axes, the most a value may have (TJ_MAXDIM %d)", tj_v_describe(xs[0], b1, sizeof b1),
+                     xs[0]->t.rank, TJ_MAXDIM);
+        return NULL;
+    }
+    if (!(parts = TJ__TAB(tj_v *, &h, parts_s, nx))) {
+        tj__err(xs[0]->g->ctx, TJ_ERR_OOM, f, l, "stack: out of memory for %d inputs", nx);
         return NULL;
     }
     t = xs[0]->t;
@@ -6141,11 +6175,10 @@ TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char 
     t.sh[0] = 0;
     t.rank++;
     for (i = 0; i < nx; i++)
-        if (!(parts[i] = tj__reshape(f, l, xs[i], &t))) return NULL;
-    if (nx <= 16) return tj_concat_at(f, l, nx, parts, axis);
-    for (i = 0; i < nx; i += 16)
-        if (!(grp[ng++] = tj_concat_at(f, l, nx - i < 16 ? nx - i : 16, parts + i, axis))) return NULL;
-    return tj_concat_at(f, l, ng, grp, axis);
+        if (!(parts[i] = tj__reshape(f, l, xs[i], &t))) break;
+    if (i == nx) r = tj_concat_at(f, l, nx, parts, axis);
+    tj__tabs_free(&h);
+    return r;
 }
 static void tj__k_concat(tj__kern *k) {
     int64_t st[TJ_MAXDIM], at = 0;
@@ -8095,8 +8128,8 @@ static void tj__free_ops(tj_ctx *c) {
 TJDEF tj_status tj_register_op(tj_ctx *c, const tj_op_def *d) {
     int i;
     if (!c) return TJ_ERR_ARG;
-    if (!d || !d->name || !*d->name || d->nout < 1 || d->nout > 16) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "register_op: need a name and 1..16 outputs (got %s, %d)", d && d->name ? d->name : "no name", d ? d->nout : 0);
+    if (!d || !d->name || !*d->name || d->nout < 1) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "register_op: need a name and at least 1 output (got %s, %d)", d && d->name ? d->name : "no name", d ? d->nout : 0);
         return TJ_ERR_ARG;
     }
     for (i = 0; i < c->nops; i++)
@@ -8141,18 +8174,26 @@ static void tj__to_buf(tj_ctx *c, const tj__type *t, void *data, tj_buf *b) {
         b->axis[i] = tj__name(c, t->ax[i]);
     }
 }
+static tj_status tj__custom_t(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out, tj__tabs *h);
+/* tj__custom_t, with the heap blocks of its tables freed on every path */
 TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out) {
+    tj__tabs h = {{NULL}, 0};
+    tj_status st = tj__custom_t(f, l, name, nin, in, out, &h);
+    tj__tabs_free(&h);
+    return st;
+}
+static tj_status tj__custom_t(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out, tj__tabs *h) {
     tj_ctx *c;
     tj_graph *g;
     const tj_op_def *d = NULL;
-    tj_node *x[16], *n;
-    tj_buf ib[16];
-    tj__type t[16];
-    unsigned iv[16], ov[16];
+    tj_node *x_s[16], **x, *n;
+    tj_buf ib_s[16], *ib;
+    tj__type t_s[16], *t;
+    unsigned iv_s[16], ov_s[16], *iv, *ov;
     int i, j, k = -1;
-    if (nin < 1 || nin > 16 || !in || !out) {
+    if (nin < 1 || !in || !out) {
         tj__err(nin >= 1 && in && in[0] ? tj__vctx(in[0]) : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "custom '%s': %s (%d inputs)", name ? name : "(null)",
-                !out ? "argument out is NULL" : !in ? "argument in is NULL" : "1..16 inputs", nin);
+                !out ? "argument out is NULL" : !in ? "argument in is NULL" : "at least 1 input", nin);
         return TJ_ERR_ARG;
     }
     if (!(g = tj__cur(tj__inner(nin, in, name ? name : "custom", f, l)))) return tj__inner_status(nin, in);
@@ -8163,6 +8204,15 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
         return TJ_ERR_ARG;
     }
     d = &c->ops[k].d;
+    x = TJ__TAB(tj_node **, h, x_s, nin);
+    ib = TJ__TAB(tj_buf *, h, ib_s, nin);
+    iv = TJ__TAB(unsigned *, h, iv_s, nin);
+    t = TJ__TAB(tj__type *, h, t_s, d->nout);
+    ov = TJ__TAB(unsigned *, h, ov_s, d->nout);
+    if (!x || !ib || !iv || !t || !ov) {
+        tj__err(c, TJ_ERR_OOM, f, l, "custom op '%s': out of memory for %d inputs and %d outputs", d->name, nin, d->nout);
+        return TJ_ERR_OOM;
+    }
     for (i = 0; i < d->nout; i++) out[i] = NULL;
     for (i = 0; i < nin; i++) {
         uint8_t none[TJ_MAXDIM] = {0};
@@ -8232,31 +8282,48 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
     }
     return TJ_OK;
 }
-static void tj__custom_bufs(tj__kern *k, tj_buf *ib, tj_buf *ob) {
+/* the kernel's tj_bufs: in the tables ib_s, ob_s (16 each) or in blocks
+   of h; 0, or -1 with the kernel's error (out of memory) */
+static int tj__custom_bufs(tj__kern *k, tj__tabs *h, tj_buf *ib_s, tj_buf *ob_s, tj_buf **ib, tj_buf **ob) {
     int i;
-    for (i = 0; i < k->nin && i < 16; i++) tj__to_buf(k->ctx, k->it[i], (void *)k->in[i], &ib[i]);
-    for (i = 0; i < k->n->nproj && i < 16; i++) tj__to_buf(k->ctx, &k->n->proj[i]->lt, k->pout[i], &ob[i]);
+    *ib = (tj_buf *)tj__tab(h, ib_s, 16, (size_t)k->nin, sizeof(tj_buf));
+    *ob = (tj_buf *)tj__tab(h, ob_s, 16, (size_t)k->n->nproj, sizeof(tj_buf));
+    if (!*ib || !*ob) {
+        if (!k->err[0])
+            snprintf(k->err, TJ__MSG, "custom op '%s': out of memory for the buffers of %d inputs and %d outputs (at %s:%d)", k->ctx->ops[k->n->a.reg].d.name,
+                     k->nin, k->n->nproj, tj__base(k->n->file), k->n->line);
+        return -1;
+    }
+    for (i = 0; i < k->nin; i++) tj__to_buf(k->ctx, k->it[i], (void *)k->in[i], &(*ib)[i]);
+    for (i = 0; i < k->n->nproj; i++) tj__to_buf(k->ctx, &k->n->proj[i]->lt, k->pout[i], &(*ob)[i]);
+    return 0;
 }
 static void tj__k_custom(tj__kern *k) {
     const tj_op_def *d = &k->ctx->ops[k->n->a.reg].d;
-    tj_buf ib[16], ob[16];
+    tj_buf ib_s[16], ob_s[16], *ib, *ob;
+    tj__tabs h = {{NULL}, 0};
     if (!d->cpu) {
         snprintf(k->err, TJ__MSG, "custom op '%s' has no CPU kernel (at %s:%d)", d->name, tj__base(k->n->file), k->n->line);
         return;
     }
-    tj__custom_bufs(k, ib, ob);
-    d->cpu(ib, k->nin, ob, k->n->nproj, d->user);
+    if (!tj__custom_bufs(k, &h, ib_s, ob_s, &ib, &ob)) d->cpu(ib, k->nin, ob, k->n->nproj, d->user);
+    tj__tabs_free(&h);
 }
 /* for GPU backends: run a custom op's CUDA launcher on `stream` */
 static int tj__k_custom_gpu(tj__kern *k, void *stream) {
     const tj_op_def *d = &k->ctx->ops[k->n->a.reg].d;
-    tj_buf ib[16], ob[16];
+    tj_buf ib_s[16], ob_s[16], *ib, *ob;
+    tj__tabs h = {{NULL}, 0};
     if (!d->cuda) {
         snprintf(k->err, TJ__MSG, "custom op '%s' has no CUDA kernel (tj_op_def.cuda) (at %s:%d)", d->name, tj__base(k->n->file), k->n->line);
         return 1;
     }
-    tj__custom_bufs(k, ib, ob);
+    if (tj__custom_bufs(k, &h, ib_s, ob_s, &ib, &ob)) {
+        tj__tabs_free(&h);
+        return 1;
+    }
     d->cuda(ib, k->nin, ob, k->n->nproj, stream, d->user);
+    tj__tabs_free(&h);
     return 0;
 }
 /* output cotangents of a multi-output node: the accumulated ones, zeros
@@ -8286,15 +8353,19 @@ static int tj__user_grads_fit(tj_node *n, int nin, tj_node *const *in, const tj_
 }
 static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
     const tj_op_def *d = &n->g->ctx->ops[n->a.reg].d;
-    tj_v ct[16];
+    tj_v ct_s[16], *ct;
+    tj__tabs h = {{NULL}, 0};
     (void)g;
     if (!d->vjp) {
         tj__err(n->g->ctx, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: custom op '%s' has no VJP rule: set tj_op_def.vjp, or wrap the call in tj_custom_vjp", d->name);
         return TJ_ERR_UNSUPPORTED;
     }
+    if (!(ct = TJ__TAB(tj_v *, &h, ct_s, n->nproj))) {
+        tj__err(n->g->ctx, TJ_ERR_OOM, n->file, n->line, "vjp: custom op '%s': out of memory for the cotangents of %d outputs", d->name, n->nproj);
+        return TJ_ERR_OOM;
+    }
     tj__multi_cts(n, ct);
-    if (n->g->ctx->status) return n->g->ctx->status;
-    {
+    if (!n->g->ctx->status) {
         tj_status us = d->vjp(n->g, n->nin, n->in, n->nproj, n->proj, ct, gin, d->user);
         if (us != TJ_OK && !n->g->ctx->status) /* (the gradient was taken as zero) */
             tj__err(n->g->ctx, us, n->file, n->line, "custom op '%s': its vjp returned status %d without setting an error", d->name, (int)us);
@@ -8304,6 +8375,7 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
         snprintf(what, sizeof what, "custom op '%.64s': its vjp", d->name);
         (void)tj__user_grads_fit(n, n->nin, n->in, gin, what);
     }
+    tj__tabs_free(&h);
     return n->g->ctx->status;
 }
 
@@ -8618,17 +8690,27 @@ struct tj__cvjp {
     void *user;
     int nin, nout, nres;
 };
+static tj_status tj__custom_vjp_t(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
+                                  int nres, tj__tabs *h);
+/* tj__custom_vjp_t, with the heap blocks of its tables freed on every path */
 TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
                                  int nres) {
+    tj__tabs h = {{NULL}, 0};
+    tj_status st = tj__custom_vjp_t(f, l, fwd, bwd, user, nin, in, nout, out, nres, &h);
+    tj__tabs_free(&h);
+    return st;
+}
+static tj_status tj__custom_vjp_t(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
+                                  int nres, tj__tabs *h) {
     tj_graph *g;
     tj_ctx *c;
-    tj_node *all[64], *n;
-    tj_v y[16], r[16];
+    tj_node *all_s[64], **all, *n;
+    tj_v y_s[16], r_s[16], *y, *r;
     tj__type dummy;
     int i, k;
-    if (nin < 1 || !in || !out || nout < 1 || nout > 16 || nres < 0 || nres > 16 || nin + nout + nres > 64) {
+    if (nin < 1 || !in || !out || nout < 1 || nres < 0 || nin > INT32_MAX - nout - nres) {
         tj__err(nin >= 1 && in && in[0] ? tj__vctx(in[0]) : tj__tracing_ctx(), TJ_ERR_ARG, f, l,
-                "custom_vjp: %s (%d inputs, %d outputs, %d residuals: 1.., 1..16, 0..16, 64 in all)", !out ? "argument out is NULL" : !in ? "argument in is NULL" : "bad counts",
+                "custom_vjp: %s (%d inputs, %d outputs, %d residuals: at least 1, 1 and 0)", !out ? "argument out is NULL" : !in ? "argument in is NULL" : "bad counts",
                 nin, nout, nres);
         return TJ_ERR_ARG;
     }
@@ -8639,7 +8721,15 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
         tj__err(c, TJ_ERR_ARG, f, l, "custom_vjp: fwd and bwd are both needed");
         return TJ_ERR_ARG;
     }
-    for (i = 0; i < 16; i++) y[i] = r[i] = NULL;
+    all = TJ__TAB(tj_node **, h, all_s, (size_t)nin + (size_t)nout + (size_t)nres);
+    y = TJ__TAB(tj_v *, h, y_s, nout);
+    r = TJ__TAB(tj_v *, h, r_s, nres);
+    if (!all || !y || !r) {
+        tj__err(c, TJ_ERR_OOM, f, l, "custom_vjp: out of memory for %d inputs, %d outputs and %d residuals", nin, nout, nres);
+        return TJ_ERR_OOM;
+    }
+    for (i = 0; i < nout; i++) y[i] = NULL;
+    for (i = 0; i < nres; i++) r[i] = NULL;
     for (i = 0; i < nin; i++) if (!(all[i] = tj__capture(g, in[i]))) return c->status ? c->status : TJ_ERR_ARG;
     fwd(g, all, y, r, user);
     if (c->status) return c->status;
@@ -8684,15 +8774,23 @@ static void tj__k_custom_vjp(tj__kern *k) { /* hand y on */
 }
 static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g_unused, tj_v *gin) {
     const struct tj__cvjp *cv = &n->g->ctx->cvjps[n->a.reg];
-    tj_v ct[16], gx[64];
+    tj_v ct_s[16], gx_s[64], *ct, *gx;
+    tj__tabs h = {{NULL}, 0};
     int i;
     (void)g_unused;
-    for (i = 0; i < 64; i++) gx[i] = NULL;
+    ct = TJ__TAB(tj_v *, &h, ct_s, n->nproj);
+    gx = TJ__TAB(tj_v *, &h, gx_s, cv->nin);
+    if (!ct || !gx) {
+        tj__err(n->g->ctx, TJ_ERR_OOM, n->file, n->line, "vjp: custom_vjp: out of memory for %d inputs and %d outputs", cv->nin, n->nproj);
+        tj__tabs_free(&h);
+        return TJ_ERR_OOM;
+    }
+    for (i = 0; i < cv->nin; i++) gx[i] = NULL;
     tj__multi_cts(n, ct);
-    if (n->g->ctx->status) return n->g->ctx->status;
-    cv->bwd(n->g, n->in + cv->nin + cv->nout, ct, gx, cv->user);
+    if (!n->g->ctx->status) cv->bwd(n->g, n->in + cv->nin + cv->nout, ct, gx, cv->user);
     if (!n->g->ctx->status) (void)tj__user_grads_fit(n, cv->nin, n->in, gx, "custom_vjp's bwd");
     for (i = 0; i < cv->nin; i++) gin[i] = gx[i];
+    tj__tabs_free(&h);
     return n->g->ctx->status;
 }
 
@@ -9148,26 +9246,45 @@ static int tj__out_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t 
     for (k = 0; k < big.rank; k++) big.dim[k] *= c->ndev;
     return tj__parse_spec(c, spec, &big, sh, 1, what, f, l);
 }
+static tj_status tj__shard_map_t(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
+                                 tj_v *out, const char *const *out_specs, int check, tj__tabs *h);
+/* tj__shard_map_t, with the heap blocks of its tables freed on every path */
 TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
                                 tj_v *out, const char *const *out_specs, int check) {
+    tj__tabs h = {{NULL}, 0};
+    tj_status st = tj__shard_map_t(f, l, fn, user, nin, in, in_specs, nout, out, out_specs, check, &h);
+    tj__tabs_free(&h);
+    return st;
+}
+static tj_status tj__shard_map_t(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
+                                 tj_v *out, const char *const *out_specs, int check, tj__tabs *h) {
     tj_graph *g = NULL, *b = NULL;
     tj_ctx *c;
-    tj_node *xs[32], *xp[32], *yo[32], *n;
-    tj__type yt[32], gt[32];
+    tj_node *xs_s[32], *xp_s[32], *yo_s[32], **xs, **xp, **yo, *n;
+    tj__type yt_s[32], gt_s[32], *yt, *gt;
     tj__smap s;
     int i, ax;
     char b1[256], what[64];
-    for (i = 0; out && i < nout && i < 32; i++) out[i] = NULL;
+    for (i = 0; out && i < nout; i++) out[i] = NULL;
     for (i = 0; i < nin && !g; i++) if (in && in[i]) g = in[i]->g;
     if (!g) {
-        if (nin < 1 || !in) tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "shard_map: %d inputs%s (1..32)", nin, in ? "" : ", and the list in is NULL");
+        if (nin < 1 || !in) tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "shard_map: %d inputs%s (at least 1)", nin, in ? "" : ", and the list in is NULL");
         return TJ_ERR_ARG;
     }
     c = g->ctx;
     if (c->status) return c->status;
-    if (!fn || nin < 1 || nin > 32 || nout < 1 || nout > 32 || !out || !in_specs || !out_specs) {
-        tj__err(c, TJ_ERR_ARG, f, l, "shard_map: bad arguments (%d inputs, %d outputs: 1..32 each, with a spec for each)", nin, nout);
+    if (!fn || nin < 1 || nout < 1 || !out || !in_specs || !out_specs) {
+        tj__err(c, TJ_ERR_ARG, f, l, "shard_map: bad arguments (%d inputs, %d outputs: at least 1 each, with a spec for each)", nin, nout);
         return TJ_ERR_ARG;
+    }
+    xs = TJ__TAB(tj_node **, h, xs_s, nin);
+    xp = TJ__TAB(tj_node **, h, xp_s, nin);
+    yo = TJ__TAB(tj_node **, h, yo_s, nout);
+    yt = TJ__TAB(tj__type *, h, yt_s, nout);
+    gt = TJ__TAB(tj__type *, h, gt_s, nout);
+    if (!xs || !xp || !yo || !yt || !gt) {
+        tj__err(c, TJ_ERR_OOM, f, l, "shard_map: out of memory for %d inputs and %d outputs", nin, nout);
+        return TJ_ERR_OOM;
     }
     if (!c->nmesh) {
         tj__err(c, TJ_ERR_STATE, f, l, "shard_map: no mesh (tj_set_mesh)");
@@ -9210,7 +9327,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
         if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("block");
     }
-    for (i = 0; i < 32; i++) yo[i] = NULL;
+    for (i = 0; i < nout; i++) yo[i] = NULL;
     s.fn = fn;
     s.user = user;
     s.nout = nout;
@@ -9232,7 +9349,8 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
             goto fail;
         }
         if (v->t.rank >= TJ_MAXDIM) {
-            tj__err(c, TJ_ERR_SHAPE, f, l, "shard_map: output %d %s has too many axes", i, tj_v_describe(v, b1, sizeof b1));
+            tj__err(c, TJ_ERR_SHAPE, f, l, "shard_map: output %d %s has %d axes, the most a value may have (TJ_MAXDIM %d): the scan inside adds one", i,
+                    tj_v_describe(v, b1, sizeof b1), v->t.rank, TJ_MAXDIM);
             goto fail;
         }
         if (tj__out_spec(c, out_specs[i], &v->t, sh, i, f, l)) goto fail;
@@ -9788,6 +9906,7 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
 }
 
 /* ---- the VJP of scan ---- */
+struct tj__rerun_s { tj_node *s, *n; int *pj; }; /* a scan nested in b re-run in bk: s's output j is n's pj[j] (-1: not made) */
 typedef struct tj__bwd_s {
     tj_graph *b, *bk;     /* forward (now joint) body, backward body          */
     tj_node *scan;        /* the forward scan node in the outer graph         */
@@ -9807,16 +9926,16 @@ typedef struct tj__bwd_s {
     /* a walker of a nested region's body (tj__inner): its values are
        recomputed in the backward body of `up`, whose policy judges them */
     struct tj__bwd_s *up;
-    struct tj__bwd_s *kids[16]; /* the walkers of regions nested in b      */
-    int nkids;
+    struct tj__bwd_s **kids; /* the walkers of regions nested in b (grown) */
+    int nkids, capkids;
     /* a re-run walker (tj__rerun_scan): b is the body of a scan nested in
        rr's body, bk the body of the forward scan that rr's backward body
        runs to recompute that scan's outputs; rr's policy judges b's values */
     struct tj__bwd_s *rr;
     tj_node **rcar;       /* its body's carry parameters                     */
     char *rcar_used;      /* carry i's parameter was used                    */
-    struct tj__rerun_s { tj_node *s, *n; int *pj; } rrs[8]; /* scans nested in b re-run in bk: s's output j is n's pj[j] (-1: not made) */
-    int nrrs;
+    struct tj__rerun_s *rrs; /* scans nested in b re-run in bk (grown) */
+    int nrrs, caprrs;
     const tj_node *forcing; /* the nested scan whose kept outputs are being captured */
     const tj_node *norow; /* a re-run's output: its row is the enclosing walker's */
     tj_status st;
@@ -9861,7 +9980,8 @@ static int tj__loop_invariant(tj__bwd *w, const tj_node *v) {
 }
 /* The enclosing graph's copy of loop-invariant body value v. */
 static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
-    tj_node *in[64], *n = NULL;
+    tj_node *in_s[64], **in, *n = NULL;
+    tj__tabs h = {{NULL}, 0};
     int i, k;
     if (w->hoist[v->id]) return w->hoist[v->id];
     if (v->op == TJ__OP_PARAM) { /* a capture: the enclosing graph's value */
@@ -9869,10 +9989,12 @@ static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
             if (w->b->cap_param[k] == v) n = v->a.index < w->scan->nin ? w->scan->in[v->a.index] : w->b->cap_outer[k];
         return w->hoist[v->id] = n;
     }
-    if (v->nin > 64) return NULL;
+    if (!(in = TJ__TAB(tj_node **, &h, in_s, v->nin))) return NULL; /* (out of memory: stacked instead) */
     for (i = 0; i < v->nin; i++)
-        if (!(in[i] = tj__hoist(w, v->in[i]))) return NULL;
-    n = tj__node(w->scan->g, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
+        if (!(in[i] = tj__hoist(w, v->in[i]))) break;
+    if (i == v->nin) n = tj__node(w->scan->g, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
+    tj__tabs_free(&h);
+    if (i < v->nin) return NULL;
     if (!n || !tj__same_type(&n->t, &v->t) || n->space != v->space) return NULL; /* (the enclosing graph's rules laid it out otherwise: stack it) */
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
     return w->hoist[v->id] = n;
@@ -10001,9 +10123,12 @@ static tj__bwd *tj__inner_walker(tj__bwd *w, tj_node *s) {
     tj__bwd *k;
     int i, n = s->sub->n;
     for (i = 0; i < w->nkids; i++) if (w->kids[i]->scan == s) return w->kids[i];
-    if (w->nkids == 16) {
-        tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 16 nested regions recomputed in one body");
-        return NULL;
+    if (w->nkids == w->capkids) {
+        int nc = w->capkids ? 2 * w->capkids : 16;
+        tj__bwd **a = (tj__bwd **)TJ_REALLOC(w->kids, sizeof *a * (size_t)nc);
+        if (!a) return NULL; /* (the caller's out of memory) */
+        w->kids = a;
+        w->capkids = nc;
     }
     if (!(k = (tj__bwd *)tj__calloc(sizeof *k))) return NULL;
     w->kids[w->nkids++] = k;
@@ -10030,6 +10155,12 @@ static void tj__bwd_free_kids(tj__bwd *w) {
         TJ_FREE(w->kids[i]);
     }
     w->nkids = 0;
+    TJ_FREE(w->kids);
+    w->kids = NULL;
+    w->capkids = 0;
+    TJ_FREE(w->rrs);
+    w->rrs = NULL;
+    w->caprrs = 0;
 }
 /* Recompute v, an output of a nested region that the policy recomputes,
    from inside the region (JAX's partial evaluation sees through a nested
@@ -10130,10 +10261,6 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     for (i = 0; i < w->nrrs; i++)
         if (w->rrs[i].s == s && w->rrs[i].pj[v->a.index] >= 0) return w->rrs[i].n->proj[w->rrs[i].pj[v->a.index]];
     memset(&r, 0, sizeof r);
-    if (w->nrrs == 8) {
-        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 8 nested scans recomputed in one body");
-        return NULL;
-    }
     want = (char *)tj__calloc((size_t)np + 1);
     pj = (int *)tj__malloc(sizeof(int) * ((size_t)np + 1));
     yo = (tj_node **)tj__calloc(sizeof(tj_node *) * ((size_t)np + 1));
@@ -10236,9 +10363,12 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
             tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: the re-run of a nested scan made output %d with another type or memory space", i);
             goto fail;
         }
-    if (w->nrrs == 8) { /* (the re-runs of the scans that made its inputs, made since the check above) */
-        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 8 nested scans recomputed in one body");
-        goto fail;
+    if (w->nrrs == w->caprrs) {
+        int ncap = w->caprrs ? 2 * w->caprrs : 8;
+        struct tj__rerun_s *a = (struct tj__rerun_s *)TJ_REALLOC(w->rrs, sizeof *a * (size_t)ncap);
+        if (!a) goto fail;
+        w->rrs = a;
+        w->caprrs = ncap;
     }
     tj__graph_free(Bp);
     tj__rerun_free(&r);
