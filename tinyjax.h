@@ -680,7 +680,8 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
    together and inserts the collectives it needs (all-gather, psum, reduce-
    scatter) as graph nodes that remember which op and line caused them, so
    autodiff, remat policies and the program text all see them. */
-TJDEF tj_status tj_set_devices(tj_ctx *ctx, int n);
+#define tj_set_devices(ctx, n) tj_set_devices_at(TJ_AT, ctx, n)
+TJDEF tj_status tj_set_devices_at(const char *file, int line, tj_ctx *ctx, int n);
 TJDEF int tj_devices(tj_ctx *ctx);
 /* Set the mesh for everything traced or placed from now on. */
 #define tj_set_mesh(ctx, mesh) tj_set_mesh_at(TJ_AT, ctx, mesh)
@@ -3411,13 +3412,13 @@ static tj_status tj__procs_devices(tj_ctx *c); /* process mode: this process's d
 static tj__shard_fn tj__opshard(int op);        /* the op's sharding rule (the op table) */
 
 TJDEF int tj_devices(tj_ctx *c) { return c ? c->ndev : 0; }
-TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
+TJDEF tj_status tj_set_devices_at(const char *file, int line, tj_ctx *c, int n) {
     if (!c) return TJ_ERR_ARG;
     if (n < 1 || n > TJ_MAXDEV) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices (1..%d)", n, TJ_MAXDEV);
+        tj__err(c, TJ_ERR_ARG, file, line, "tj_set_devices: %d devices (1..%d: TJ_MAXDEV)", n, TJ_MAXDEV);
         return TJ_ERR_ARG;
     }
-    if ((c->nmesh || c->ndev != n) && tj__changing_while_tracing(c, "tj_set_devices", NULL, 0)) return TJ_ERR_STATE;
+    if ((c->nmesh || c->ndev != n) && tj__changing_while_tracing(c, "tj_set_devices", file, line)) return TJ_ERR_STATE;
     if (c->nmesh || c->ndev != n) c->mesh_gen++;
     c->ndev = n;
     c->nmesh = 0;
@@ -9123,7 +9124,10 @@ static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, 
             goto fail;
         }
         if (tj__axis_index(&v->t, ax) >= 0 || v->t.rank >= TJ_MAXDIM) {
-            tj__err(c, TJ_ERR_AXIS, f, l, "%s: y %d %s already has the scanned axis '%s' (or too many axes)", op, i, tj_v_describe(v, b1, sizeof b1), tj__name(c, ax));
+            if (v->t.rank >= TJ_MAXDIM)
+                tj__err(c, TJ_ERR_AXIS, f, l, "%s: y %d %s has %d axes, the most a value may have (TJ_MAXDIM %d): stacking it adds '%s'", op, i,
+                        tj_v_describe(v, b1, sizeof b1), v->t.rank, TJ_MAXDIM, tj__name(c, ax));
+            else tj__err(c, TJ_ERR_AXIS, f, l, "%s: y %d %s already has the scanned axis '%s'", op, i, tj_v_describe(v, b1, sizeof b1), tj__name(c, ax));
             goto fail;
         }
         if (tj__body_add_out(b, v)) goto oom;
@@ -9980,7 +9984,7 @@ static int tj__loop_invariant(tj__bwd *w, const tj_node *v) {
 }
 /* The enclosing graph's copy of loop-invariant body value v. */
 static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
-    tj_node *in_s[64], **in, *n = NULL;
+    tj_node *in_s[64] = {NULL}, **in, *n = NULL; /* (initialised: gcc -O3 cannot tell a 0-input op reads none) */
     tj__tabs h = {{NULL}, 0};
     int i, k;
     if (w->hoist[v->id]) return w->hoist[v->id];
