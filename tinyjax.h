@@ -8130,7 +8130,7 @@ TJDEF tj_status tj_register_op(tj_ctx *c, const tj_op_def *d) {
     int i;
     if (!c) return TJ_ERR_ARG;
     if (!d || !d->name || !*d->name || d->nout < 1) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "register_op: need a name and at least 1 output (got %s, %d)", d && d->name ? d->name : "no name", d ? d->nout : 0);
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "register_op: need a name and at least 1 output (got %s, %d outputs)", d && d->name ? d->name : "no name", d ? d->nout : 0);
         return TJ_ERR_ARG;
     }
     for (i = 0; i < c->nops; i++)

