@@ -3215,14 +3215,13 @@ static tj_node *tj__node_t(tj_graph *g, int op, const tj__type *t, int nin, tj_n
 /* tj__node_t with its two tables of nin inputs: on the stack up to 64 (every
    op but a big scan), else on the heap */
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
-    tj_node *cin[64], *fin[64], **h, *n;
-    if (nin <= 64) return tj__node_t(g, op, t, nin, in, a, file, line, cin, fin);
-    if (!(h = (tj_node **)tj__malloc(sizeof(tj_node *) * 2 * (size_t)nin))) {
-        if (g) tj__err(g->ctx, TJ_ERR_OOM, file, line, "%s: out of memory for %d inputs", TJ__OPNAME(op), nin);
-        return NULL;
-    }
-    n = tj__node_t(g, op, t, nin, in, a, file, line, h, h + nin);
-    TJ_FREE(h);
+    tj_node *cin_s[64], *fin_s[64], **cin, **fin, *n = NULL;
+    tj__tabs h = {{NULL}, 0};
+    cin = TJ__TAB(tj_node **, &h, cin_s, nin);
+    fin = TJ__TAB(tj_node **, &h, fin_s, nin);
+    if (cin && fin) n = tj__node_t(g, op, t, nin, in, a, file, line, cin, fin);
+    else if (g) tj__err(g->ctx, TJ_ERR_OOM, file, line, "%s: out of memory for %d inputs", TJ__OPNAME(op), nin);
+    tj__tabs_free(&h);
     return n;
 }
 static tj_node *tj__node_t(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line,
@@ -8907,11 +8906,12 @@ static int tj__policy_check(tj_ctx *c, const tj_policy *p, int depth, const char
 }
 static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, int axis, int64_t len, int reverse, int nc, tj_node *const *init,
                               int nx, tj_node *const *xs, int ny, const tj_policy *policy, const tj__type *yt) {
-    tj_node *in_s[64], **in = in_s, *n;
+    tj_node *in_s[64], **in, *n;
+    tj__tabs h = {{NULL}, 0};
     tj__type t;
     int i, nin = 0;
     if (tj__policy_check(g->ctx, policy, 0, f, l)) return NULL;
-    if (nc + nx + b->ncap > 64 && !(in = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(nc + nx + b->ncap)))) {
+    if (!(in = TJ__TAB(tj_node **, &h, in_s, nc + nx + b->ncap))) {
         tj__err(g->ctx, TJ_ERR_OOM, f, l, "scan: out of memory for %d carries, xs and captured values", nc + nx + b->ncap);
         return NULL;
     }
@@ -8921,7 +8921,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
     n = tj__node(g, TJ__OP_SCAN, &t, nin, in, NULL, f, l);
-    if (in != in_s) TJ_FREE(in);
+    tj__tabs_free(&h);
     if (!n) return NULL;
     n->sub = b;
     b->refs++;
@@ -8958,11 +8958,11 @@ TJDEF tj_status tj_scan_dir_at(const char *f, int l, tj_scan_fn body, void *user
                                const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse) {
     const char *op = reverse ? "reverse scan" : "scan";
     tj_graph *g = NULL;
-    tj_node *all_s[64], **all = all_s;
+    tj_node *all_s[64], **all;
+    tj__tabs h = {{NULL}, 0};
     int i, n = 0;
     tj_status st;
-    if ((nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0) > 64 &&
-        !(all = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)((nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0))))) {
+    if (!(all = TJ__TAB(tj_node **, &h, all_s, (nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0)))) {
         tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "%s: out of memory for %d carries and %d xs", op, nc, nx);
         return TJ_ERR_OOM;
     }
@@ -8974,7 +8974,7 @@ TJDEF tj_status tj_scan_dir_at(const char *f, int l, tj_scan_fn body, void *user
     }
     if (!(g = tj__inner(n, all, op, f, l))) st = tj__inner_status(n, all);
     else st = tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy, reverse != 0);
-    if (all != all_s) TJ_FREE(all);
+    tj__tabs_free(&h);
     return st;
 }
 static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
@@ -9171,17 +9171,18 @@ typedef struct {
 } tj__region;
 static void tj__region_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
     tj__region *r = (tj__region *)u;
-    tj_v cin_s[64], *cin = cin_s;
+    tj_v cin_s[64], *cin;
+    tj__tabs h = {{NULL}, 0};
     int i;
     (void)carry; (void)x; (void)carry_out;
-    if (r->nin > 64 && !(cin = (tj_v *)tj__malloc(sizeof(tj_v) * (size_t)r->nin))) {
+    if (!(cin = TJ__TAB(tj_v *, &h, cin_s, r->nin))) {
         tj__err(g->ctx, TJ_ERR_OOM, r->file, r->line, "checkpoint: out of memory for %d inputs", r->nin);
         return;
     }
     for (i = 0; i < r->nin; i++) /* capture the inputs, so fn's ops are traced into the body */
         if (!(cin[i] = tj__capture(g, r->in[i]))) break;
     if (i == r->nin) r->fn(g, cin, y, r->user);
-    if (cin != cin_s) TJ_FREE(cin);
+    tj__tabs_free(&h);
     if (i < r->nin) return;
     for (i = 0; i < r->nout; i++) /* say it in the caller's words before the scan does */
         if (!y[i] && g->ctx->status == TJ_OK) tj__err(g->ctx, TJ_ERR_ARG, r->file, r->line, "checkpoint: fn returned no output %d (out[%d] is NULL)", i, i);
@@ -10400,17 +10401,18 @@ fail:
     return NULL;
 }
 static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
-    tj_node *in_s[64] = {NULL}, **in = in_s, *n = NULL; /* (initialised: gcc -O2 cannot tell a 0-input op reads none) */
+    tj_node *in_s[64] = {NULL}, **in, *n = NULL; /* (initialised: gcc -O2 cannot tell a 0-input op reads none) */
+    tj__tabs h = {{NULL}, 0};
     int i;
     if (v->op == TJ__OP_PROJ) { /* clone the multi-output node, then pick */
         tj_node *m = tj__clone(w, v->in[0]);
         return m ? m->proj[v->a.index] : NULL;
     }
-    if (v->nin > 64 && !(in = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)v->nin))) return NULL; /* (a big scan's) */
+    if (!(in = TJ__TAB(tj_node **, &h, in_s, v->nin))) return NULL; /* (a big scan's, out of memory) */
     for (i = 0; i < v->nin; i++)
         if (!(in[i] = tj__clone(w, v->in[i]))) break;
     if (i == v->nin) n = tj__node(w->bk, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
-    if (in != in_s) TJ_FREE(in);
+    tj__tabs_free(&h);
     if (!n) return NULL;
     n->space = v->space;
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
@@ -15947,6 +15949,10 @@ static void tj__backend_node(tj__kern *k) {
    a big scan), else one block for this call (k->heap, which
    tj__kern_done frees): sized by the node, so no program overruns them.
    0, or -1 with the error in err. */
+/* the status of a run whose kernel wrote err: a kernel's tables that
+   could not be allocated (a big custom op's, scan's, custom_vjp's) are out
+   of memory, anything else bad data (an index out of range) */
+static tj_status tj__kerr_status(const char *err) { return !err[0] ? TJ_OK : strstr(err, "out of memory") ? TJ_ERR_OOM : TJ_ERR_ARG; }
 static int tj__kern_tables(tj__kern *k, int nin, int nout, char *err) {
     void **h;
     k->heap = NULL;
@@ -16041,7 +16047,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         } else tj__backend_node(&k);
         tj__kern_done(&k);
     }
-    return err[0] ? TJ_ERR_ARG : TJ_OK;
+    return tj__kerr_status(err);
 }
 
 /* One device's run: its arenas, its argument and output buffers. With
@@ -16068,7 +16074,7 @@ static void *tj__device_main(void *arg) {
             snprintf(r->err, sizeof r->err, "%s", e[0] ? e : "the backend failed to synchronise");
         if (r->p->ctx->profile) tj__marks_to_times(r->p->ctx, r->rdv, r->dev);
     }
-    if (r->err[0]) r->st = TJ_ERR_ARG;
+    if (r->err[0]) r->st = tj__kerr_status(r->err);
     return NULL;
 }
 /* the first run allocates exactly the planned bytes; later runs of the
@@ -17375,13 +17381,17 @@ TJDEF int tj_prog_transposes(const tj_prog *p, tj_transpose *rows, int max) {
     return n;
 }
 TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *f) {
-    tj_transpose r[256];
-    int i, n;
+    tj_transpose r_s[32], *r;
+    tj__tabs h = {{NULL}, 0};
+    int i, n, max;
     if (!p || tj__no_stream(p->ctx, f, "tj_prog_transposes_print")) return;
-    n = tj_prog_transposes(p, r, 256);
+    max = n = tj_prog_transposes(p, NULL, 0); /* (the count: every row, however many) */
+    if (!(r = TJ__TAB(tj_transpose *, &h, r_s, n))) r = r_s, max = 32; /* (out of memory: the first 32) */
+    n = tj_prog_transposes(p, r, max);
     fprintf(f, "transposes of '%s': %d inserted by autodiff inside shard_map\n", p ? p->name : "?", n);
-    for (i = 0; i < n && i < 256; i++)
+    for (i = 0; i < n && i < max; i++)
         fprintf(f, "  %-12s %-10s %s:%d  on %s\n      because %s\n", r[i].kind, r[i].axes[0] ? r[i].axes : "-", tj__base(r[i].file), r[i].line, r[i].value, r[i].rule);
+    tj__tabs_free(&h);
 }
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max) {
     int n = 0;
