@@ -530,7 +530,7 @@ TJDEF tj_v tj_slice_at(const char *f, int l, tj_v x, const char *axis, int64_t s
 #define tj_index(x, axis, i) tj_index_at(TJ_AT, x, axis, i)
 TJDEF tj_v tj_index_at(const char *f, int l, tj_v x, const char *axis, int64_t i);
 TJDEF tj_v tj_concat_at(const char *f, int l, int n, const tj_v *xs, const char *axis);
-/* jnp.stack(xs, axis=0): n (1..256) values of one type (axes, sizes,
+/* jnp.stack(xs, axis=0): n (at least 1) values of one type (axes, sizes,
    dtype) side by side along a new leading axis `axis` (a name none of them
    has) of size n. Each gains a size-1 axis (a reshape: no copy) and they
    are concatenated, so sharded inputs keep their sharding along their
@@ -673,7 +673,7 @@ typedef struct {
 } tj_buf;
 typedef struct {
     const char *name;
-    int nout;  /* outputs, 1..16 */
+    int nout;  /* outputs, at least 1 */
     /* Shape rule, NULL: every output has input 0's shape and dtype. Else
        write output j's shape ("batch=4 embed=128") and dtype; return 0, or
        nonzero after writing the reason into shape. */
@@ -708,7 +708,8 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
    together and inserts the collectives it needs (all-gather, psum, reduce-
    scatter) as graph nodes that remember which op and line caused them, so
    autodiff, remat policies and the program text all see them. */
-TJDEF tj_status tj_set_devices(tj_ctx *ctx, int n);
+#define tj_set_devices(ctx, n) tj_set_devices_at(TJ_AT, ctx, n)
+TJDEF tj_status tj_set_devices_at(const char *file, int line, tj_ctx *ctx, int n);
 TJDEF int tj_devices(tj_ctx *ctx);
 /* Set the mesh for everything traced or placed from now on. */
 #define tj_set_mesh(ctx, mesh) tj_set_mesh_at(TJ_AT, ctx, mesh)
@@ -1607,7 +1608,6 @@ TJDEF tj_status tj_st_save(tj_ctx *ctx, const char *path, const tj_st_entry *ten
    mesh axes a value varies over live in the type too, so every stage after
    tracing sees them. */
 
-#define TJ__MAXNAMES 256
 #define TJ__MSG 1024
 #define TJ__ALIGN 64
 
@@ -1624,8 +1624,8 @@ typedef struct {
 } tj__type;
 
 struct tj_ctx {
-    char *names[TJ__MAXNAMES];
-    int nnames;
+    char **names;           /* interned axis names, by id (grown)           */
+    int nnames, capnames;
     char msg[TJ__MSG];
     tj_status status;
     int dump;
@@ -1666,6 +1666,27 @@ static void *tj__calloc(size_t n) {
     void *p = tj__malloc(n);
     if (p) memset(p, 0, n ? n : 1);
     return p;
+}
+/* Tables sized by a caller's counts (inputs, outputs, carries: lists of
+   any length, as a pytree's leaves): tj__tab gives the stack array s (room
+   for cap entries of `size` bytes) when n entries fit, the common case,
+   else a heap block it records in h (NULL: out of memory, the caller's
+   error). tj__tabs_free frees h's blocks; the function that owns h calls
+   it on every path, errors included (a builder's wrapper around its
+   body). TJ__TAB(T, h, s, n): s's cap and size from its declaration. */
+typedef struct {
+    void *blk[8];
+    int n;
+} tj__tabs;
+static void *tj__tab(tj__tabs *h, void *s, size_t cap, size_t n, size_t size) {
+    void *p;
+    if (n <= cap) return s;
+    if (h->n == (int)(sizeof h->blk / sizeof h->blk[0]) || n > SIZE_MAX / 2 / size || !(p = tj__malloc(n * size))) return NULL;
+    return h->blk[h->n++] = p;
+}
+#define TJ__TAB(T, h, s, n) ((T)tj__tab((h), (s), sizeof(s) / sizeof *(s), (size_t)(n), sizeof *(s)))
+static void tj__tabs_free(tj__tabs *h) {
+    while (h->n > 0) TJ_FREE(h->blk[--h->n]);
 }
 static char *tj__strdup(const char *s) {
     size_t n = strlen(s) + 1;
@@ -1790,6 +1811,7 @@ TJDEF void tj_ctx_free(tj_ctx *c) {
     tj__procs_free(c);
     tj_devsim_backend_free(c->own_backend);
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
+    TJ_FREE(c->names);
     tj__free_ops(c);
     TJ_FREE(c->warn);
     pthread_mutex_destroy(&c->stats_mu);
@@ -1956,16 +1978,23 @@ static void tj__store_nf(void *p, tj_dtype t, int64_t i0, int64_t stride, int64_
     }
 }
 
-/* The id of axis name s[0..n) (interned on first use); -1 and an error
-   naming `what` and the caller's file:line when the table is full. */
+/* The id of axis name s[0..n) (interned on first use; the table grows, so
+   a long-running process may use any number of names); -1 and an error
+   naming `what` and the caller's file:line when out of memory. */
 static int tj__intern_at(tj_ctx *c, const char *s, size_t n, const char *what, const char *file, int line) {
     int i;
     for (i = 0; i < c->nnames; i++)
         if (strlen(c->names[i]) == n && memcmp(c->names[i], s, n) == 0) return i;
-    if (c->nnames >= TJ__MAXNAMES) {
-        tj__err(c, TJ_ERR_ARG, file, line, "%s: more than %d distinct axis names in one context (\"%.*s\")", what ? what : "axis name", TJ__MAXNAMES,
-                (int)(n < 64 ? n : 64), s);
-        return -1;
+    if (c->nnames == c->capnames) {
+        int nc = c->capnames ? 2 * c->capnames : 64;
+        char **a = nc > c->capnames ? (char **)TJ_REALLOC(c->names, sizeof *a * (size_t)nc) : NULL;
+        if (!a) {
+            tj__err(c, TJ_ERR_OOM, file, line, "%s: out of memory recording axis name %d (\"%.*s\")", what ? what : "axis name", c->nnames + 1,
+                    (int)(n < 64 ? n : 64), s);
+            return -1;
+        }
+        c->names = a;
+        c->capnames = nc;
     }
     c->names[c->nnames] = (char *)tj__malloc(n + 1);
     if (!c->names[c->nnames]) {
@@ -2981,7 +3010,7 @@ struct tj_prog {
    shard; kernels never look at global shapes.
    The tables it, in (nin entries) and pout (one per output: nproj, a
    fused group's nmembers) point into the kern's own arrays below when they
-   fit (every op but a big scan: custom ops and concat take 16 inputs, a
+   fit (every op but a big scan, custom op, custom_vjp or concat; a
    fused group of TJ__MAXFUSE members 3 inputs and 1 store each), else into
    one block the runner allocated for this call (heap; [11]
    tj__kern_tables); so a copy of a kern (devsim queues them) must set its
@@ -3216,14 +3245,13 @@ static tj_node *tj__node_t(tj_graph *g, int op, const tj__type *t, int nin, tj_n
 /* tj__node_t with its two tables of nin inputs: on the stack up to 64 (every
    op but a big scan), else on the heap */
 static tj_node *tj__node(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line) {
-    tj_node *cin[64], *fin[64], **h, *n;
-    if (nin <= 64) return tj__node_t(g, op, t, nin, in, a, file, line, cin, fin);
-    if (!(h = (tj_node **)tj__malloc(sizeof(tj_node *) * 2 * (size_t)nin))) {
-        if (g) tj__err(g->ctx, TJ_ERR_OOM, file, line, "%s: out of memory for %d inputs", TJ__OPNAME(op), nin);
-        return NULL;
-    }
-    n = tj__node_t(g, op, t, nin, in, a, file, line, h, h + nin);
-    TJ_FREE(h);
+    tj_node *cin_s[64], *fin_s[64], **cin, **fin, *n = NULL;
+    tj__tabs h = {{NULL}, 0};
+    cin = TJ__TAB(tj_node **, &h, cin_s, nin);
+    fin = TJ__TAB(tj_node **, &h, fin_s, nin);
+    if (cin && fin) n = tj__node_t(g, op, t, nin, in, a, file, line, cin, fin);
+    else if (g) tj__err(g->ctx, TJ_ERR_OOM, file, line, "%s: out of memory for %d inputs", TJ__OPNAME(op), nin);
+    tj__tabs_free(&h);
     return n;
 }
 static tj_node *tj__node_t(tj_graph *g, int op, const tj__type *t, int nin, tj_node *const *in, const tj__attr *a, const char *file, int line,
@@ -3413,13 +3441,13 @@ static tj_status tj__procs_devices(tj_ctx *c); /* process mode: this process's d
 static tj__shard_fn tj__opshard(int op);        /* the op's sharding rule (the op table) */
 
 TJDEF int tj_devices(tj_ctx *c) { return c ? c->ndev : 0; }
-TJDEF tj_status tj_set_devices(tj_ctx *c, int n) {
+TJDEF tj_status tj_set_devices_at(const char *file, int line, tj_ctx *c, int n) {
     if (!c) return TJ_ERR_ARG;
     if (n < 1 || n > TJ_MAXDEV) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_set_devices: %d devices (1..%d)", n, TJ_MAXDEV);
+        tj__err(c, TJ_ERR_ARG, file, line, "tj_set_devices: %d devices (1..%d: TJ_MAXDEV)", n, TJ_MAXDEV);
         return TJ_ERR_ARG;
     }
-    if ((c->nmesh || c->ndev != n) && tj__changing_while_tracing(c, "tj_set_devices", NULL, 0)) return TJ_ERR_STATE;
+    if ((c->nmesh || c->ndev != n) && tj__changing_while_tracing(c, "tj_set_devices", file, line)) return TJ_ERR_STATE;
     if (c->nmesh || c->ndev != n) c->mesh_gen++;
     c->ndev = n;
     c->nmesh = 0;
@@ -6120,11 +6148,11 @@ static tj_status tj__vjp_pad(tj_node *n, tj_v g, tj_v *gin) {
     gin[0] = tj_slice_at(n->file, n->line, tj__fit(n->file, n->line, g, &n->t), tj__name(n->g->ctx, n->a.axis), n->a.start, n->a.start + n->in[0]->t.dim[k]);
     return TJ_OK;
 }
-/* a builder's list of nx inputs (1..max, none NULL): 1, or 0 after the error */
-static int tj__list_ok(int nx, int max, const tj_v *xs, const char *op, const char *f, int l) {
+/* a builder's list of nx inputs (at least 1, none NULL): 1, or 0 after the error */
+static int tj__list_ok(int nx, const tj_v *xs, const char *op, const char *f, int l) {
     int i;
-    if (nx < 1 || nx > max || !xs) {
-        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "%s: %d inputs (1..%d allowed)%s", op, nx, max,
+    if (nx < 1 || !xs) {
+        tj__err(nx >= 1 && xs && xs[0] ? xs[0]->g->ctx : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "%s: %d inputs (at least 1)%s", op, nx,
                 xs ? "" : ", and the list xs is NULL");
         return 0;
     }
@@ -6140,7 +6168,7 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
     tj__type t;
     tj__attr pa;
     char b1[256], b2[256];
-    if (!tj__list_ok(nx, 16, xs, "concat", f, l)) return NULL;
+    if (!tj__list_ok(nx, xs, "concat", f, l)) return NULL;
     if ((a = tj__one_axis(xs[0], axis, "concat", f, l)) < 0) return NULL;
     k = tj__axis_index(&xs[0]->t, a);
     t = xs[0]->t;
@@ -6164,11 +6192,12 @@ TJDEF tj_v tj_concat_at(const char *f, int l, int nx, const tj_v *xs, const char
     return tj__node(tj__inner(nx, xs, "concat", f, l), TJ__OP_CONCAT, &t, nx, xs, &pa, f, l);
 }
 TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char *axis) {
-    tj_v parts[256], grp[16];
-    int a[TJ_MAXDIM], i, j, ng = 0;
+    tj_v parts_s[64], *parts, r = NULL;
+    tj__tabs h = {{NULL}, 0};
+    int a[TJ_MAXDIM], i, j;
     char b1[256], b2[256];
     tj__type t;
-    if (!tj__list_ok(nx, 256, xs, "stack", f, l)) return NULL;
+    if (!tj__list_ok(nx, xs, "stack", f, l)) return NULL;
     if (!tj__inner(nx, xs, "stack", f, l)) return NULL;
     if ((j = tj__parse_names(xs[0]->g->ctx, axis, a, TJ_MAXDIM, "stack", f, l)) != 1) {
         if (j >= 0) tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: want one new axis name, got \"%s\"", axis ? axis : "");
@@ -6184,8 +6213,13 @@ TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char 
         }
     }
     if (tj__axis_index(&xs[0]->t, a[0]) >= 0 || xs[0]->t.rank >= TJ_MAXDIM) {
-        tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: the inputs %s %s", tj_v_describe(xs[0], b1, sizeof b1),
-                tj__axis_index(&xs[0]->t, a[0]) >= 0 ? "already have the new axis" : "have the most axes a value may have");
+        if (tj__axis_index(&xs[0]->t, a[0]) >= 0) tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: the inputs %s already have the new axis", tj_v_describe(xs[0], b1, sizeof b1));
+        else tj__err(xs[0]->g->ctx, TJ_ERR_AXIS, f, l, "stack: the inputs %s have %d axes, the most a value may have (TJ_MAXDIM %d)", tj_v_describe(xs[0], b1, sizeof b1),
+                     xs[0]->t.rank, TJ_MAXDIM);
+        return NULL;
+    }
+    if (!(parts = TJ__TAB(tj_v *, &h, parts_s, nx))) {
+        tj__err(xs[0]->g->ctx, TJ_ERR_OOM, f, l, "stack: out of memory for %d inputs", nx);
         return NULL;
     }
     t = xs[0]->t;
@@ -6195,11 +6229,10 @@ TJDEF tj_v tj_stack_at(const char *f, int l, int nx, const tj_v *xs, const char 
     t.sh[0] = 0;
     t.rank++;
     for (i = 0; i < nx; i++)
-        if (!(parts[i] = tj__reshape(f, l, xs[i], &t))) return NULL;
-    if (nx <= 16) return tj_concat_at(f, l, nx, parts, axis);
-    for (i = 0; i < nx; i += 16)
-        if (!(grp[ng++] = tj_concat_at(f, l, nx - i < 16 ? nx - i : 16, parts + i, axis))) return NULL;
-    return tj_concat_at(f, l, ng, grp, axis);
+        if (!(parts[i] = tj__reshape(f, l, xs[i], &t))) break;
+    if (i == nx) r = tj_concat_at(f, l, nx, parts, axis);
+    tj__tabs_free(&h);
+    return r;
 }
 static void tj__k_concat(tj__kern *k) {
     int64_t st[TJ_MAXDIM], at = 0;
@@ -8195,8 +8228,8 @@ static void tj__free_ops(tj_ctx *c) {
 TJDEF tj_status tj_register_op(tj_ctx *c, const tj_op_def *d) {
     int i;
     if (!c) return TJ_ERR_ARG;
-    if (!d || !d->name || !*d->name || d->nout < 1 || d->nout > 16) {
-        tj__err(c, TJ_ERR_ARG, NULL, 0, "register_op: need a name and 1..16 outputs (got %s, %d)", d && d->name ? d->name : "no name", d ? d->nout : 0);
+    if (!d || !d->name || !*d->name || d->nout < 1) {
+        tj__err(c, TJ_ERR_ARG, NULL, 0, "register_op: need a name and at least 1 output (got %s, %d outputs)", d && d->name ? d->name : "no name", d ? d->nout : 0);
         return TJ_ERR_ARG;
     }
     for (i = 0; i < c->nops; i++)
@@ -8241,18 +8274,26 @@ static void tj__to_buf(tj_ctx *c, const tj__type *t, void *data, tj_buf *b) {
         b->axis[i] = tj__name(c, t->ax[i]);
     }
 }
+static tj_status tj__custom_t(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out, tj__tabs *h);
+/* tj__custom_t, with the heap blocks of its tables freed on every path */
 TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out) {
+    tj__tabs h = {{NULL}, 0};
+    tj_status st = tj__custom_t(f, l, name, nin, in, out, &h);
+    tj__tabs_free(&h);
+    return st;
+}
+static tj_status tj__custom_t(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out, tj__tabs *h) {
     tj_ctx *c;
     tj_graph *g;
     const tj_op_def *d = NULL;
-    tj_node *x[16], *n;
-    tj_buf ib[16];
-    tj__type t[16];
-    unsigned iv[16], ov[16];
+    tj_node *x_s[16], **x, *n;
+    tj_buf ib_s[16], *ib;
+    tj__type t_s[16], *t;
+    unsigned iv_s[16], ov_s[16], *iv, *ov;
     int i, j, k = -1;
-    if (nin < 1 || nin > 16 || !in || !out) {
+    if (nin < 1 || !in || !out) {
         tj__err(nin >= 1 && in && in[0] ? tj__vctx(in[0]) : tj__tracing_ctx(), TJ_ERR_ARG, f, l, "custom '%s': %s (%d inputs)", name ? name : "(null)",
-                !out ? "argument out is NULL" : !in ? "argument in is NULL" : "1..16 inputs", nin);
+                !out ? "argument out is NULL" : !in ? "argument in is NULL" : "at least 1 input", nin);
         return TJ_ERR_ARG;
     }
     if (!(g = tj__cur(tj__inner(nin, in, name ? name : "custom", f, l)))) return tj__inner_status(nin, in);
@@ -8263,6 +8304,15 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
         return TJ_ERR_ARG;
     }
     d = &c->ops[k].d;
+    x = TJ__TAB(tj_node **, h, x_s, nin);
+    ib = TJ__TAB(tj_buf *, h, ib_s, nin);
+    iv = TJ__TAB(unsigned *, h, iv_s, nin);
+    t = TJ__TAB(tj__type *, h, t_s, d->nout);
+    ov = TJ__TAB(unsigned *, h, ov_s, d->nout);
+    if (!x || !ib || !iv || !t || !ov) {
+        tj__err(c, TJ_ERR_OOM, f, l, "custom op '%s': out of memory for %d inputs and %d outputs", d->name, nin, d->nout);
+        return TJ_ERR_OOM;
+    }
     for (i = 0; i < d->nout; i++) out[i] = NULL;
     for (i = 0; i < nin; i++) {
         uint8_t none[TJ_MAXDIM] = {0};
@@ -8332,31 +8382,48 @@ TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, co
     }
     return TJ_OK;
 }
-static void tj__custom_bufs(tj__kern *k, tj_buf *ib, tj_buf *ob) {
+/* the kernel's tj_bufs: in the tables ib_s, ob_s (16 each) or in blocks
+   of h; 0, or -1 with the kernel's error (out of memory) */
+static int tj__custom_bufs(tj__kern *k, tj__tabs *h, tj_buf *ib_s, tj_buf *ob_s, tj_buf **ib, tj_buf **ob) {
     int i;
-    for (i = 0; i < k->nin && i < 16; i++) tj__to_buf(k->ctx, k->it[i], (void *)k->in[i], &ib[i]);
-    for (i = 0; i < k->n->nproj && i < 16; i++) tj__to_buf(k->ctx, &k->n->proj[i]->lt, k->pout[i], &ob[i]);
+    *ib = (tj_buf *)tj__tab(h, ib_s, 16, (size_t)k->nin, sizeof(tj_buf));
+    *ob = (tj_buf *)tj__tab(h, ob_s, 16, (size_t)k->n->nproj, sizeof(tj_buf));
+    if (!*ib || !*ob) {
+        if (!k->err[0])
+            snprintf(k->err, TJ__MSG, "custom op '%s': out of memory for the buffers of %d inputs and %d outputs (at %s:%d)", k->ctx->ops[k->n->a.reg].d.name,
+                     k->nin, k->n->nproj, tj__base(k->n->file), k->n->line);
+        return -1;
+    }
+    for (i = 0; i < k->nin; i++) tj__to_buf(k->ctx, k->it[i], (void *)k->in[i], &(*ib)[i]);
+    for (i = 0; i < k->n->nproj; i++) tj__to_buf(k->ctx, &k->n->proj[i]->lt, k->pout[i], &(*ob)[i]);
+    return 0;
 }
 static void tj__k_custom(tj__kern *k) {
     const tj_op_def *d = &k->ctx->ops[k->n->a.reg].d;
-    tj_buf ib[16], ob[16];
+    tj_buf ib_s[16], ob_s[16], *ib, *ob;
+    tj__tabs h = {{NULL}, 0};
     if (!d->cpu) {
         snprintf(k->err, TJ__MSG, "custom op '%s' has no CPU kernel (at %s:%d)", d->name, tj__base(k->n->file), k->n->line);
         return;
     }
-    tj__custom_bufs(k, ib, ob);
-    d->cpu(ib, k->nin, ob, k->n->nproj, d->user);
+    if (!tj__custom_bufs(k, &h, ib_s, ob_s, &ib, &ob)) d->cpu(ib, k->nin, ob, k->n->nproj, d->user);
+    tj__tabs_free(&h);
 }
 /* for GPU backends: run a custom op's CUDA launcher on `stream` */
 static int tj__k_custom_gpu(tj__kern *k, void *stream) {
     const tj_op_def *d = &k->ctx->ops[k->n->a.reg].d;
-    tj_buf ib[16], ob[16];
+    tj_buf ib_s[16], ob_s[16], *ib, *ob;
+    tj__tabs h = {{NULL}, 0};
     if (!d->cuda) {
         snprintf(k->err, TJ__MSG, "custom op '%s' has no CUDA kernel (tj_op_def.cuda) (at %s:%d)", d->name, tj__base(k->n->file), k->n->line);
         return 1;
     }
-    tj__custom_bufs(k, ib, ob);
+    if (tj__custom_bufs(k, &h, ib_s, ob_s, &ib, &ob)) {
+        tj__tabs_free(&h);
+        return 1;
+    }
     d->cuda(ib, k->nin, ob, k->n->nproj, stream, d->user);
+    tj__tabs_free(&h);
     return 0;
 }
 /* output cotangents of a multi-output node: the accumulated ones, zeros
@@ -8386,15 +8453,19 @@ static int tj__user_grads_fit(tj_node *n, int nin, tj_node *const *in, const tj_
 }
 static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
     const tj_op_def *d = &n->g->ctx->ops[n->a.reg].d;
-    tj_v ct[16];
+    tj_v ct_s[16], *ct;
+    tj__tabs h = {{NULL}, 0};
     (void)g;
     if (!d->vjp) {
         tj__err(n->g->ctx, TJ_ERR_UNSUPPORTED, n->file, n->line, "vjp: custom op '%s' has no VJP rule: set tj_op_def.vjp, or wrap the call in tj_custom_vjp", d->name);
         return TJ_ERR_UNSUPPORTED;
     }
+    if (!(ct = TJ__TAB(tj_v *, &h, ct_s, n->nproj))) {
+        tj__err(n->g->ctx, TJ_ERR_OOM, n->file, n->line, "vjp: custom op '%s': out of memory for the cotangents of %d outputs", d->name, n->nproj);
+        return TJ_ERR_OOM;
+    }
     tj__multi_cts(n, ct);
-    if (n->g->ctx->status) return n->g->ctx->status;
-    {
+    if (!n->g->ctx->status) {
         tj_status us = d->vjp(n->g, n->nin, n->in, n->nproj, n->proj, ct, gin, d->user);
         if (us != TJ_OK && !n->g->ctx->status) /* (the gradient was taken as zero) */
             tj__err(n->g->ctx, us, n->file, n->line, "custom op '%s': its vjp returned status %d without setting an error", d->name, (int)us);
@@ -8404,6 +8475,7 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
         snprintf(what, sizeof what, "custom op '%.64s': its vjp", d->name);
         (void)tj__user_grads_fit(n, n->nin, n->in, gin, what);
     }
+    tj__tabs_free(&h);
     return n->g->ctx->status;
 }
 
@@ -8718,17 +8790,27 @@ struct tj__cvjp {
     void *user;
     int nin, nout, nres;
 };
+static tj_status tj__custom_vjp_t(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
+                                  int nres, tj__tabs *h);
+/* tj__custom_vjp_t, with the heap blocks of its tables freed on every path */
 TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
                                  int nres) {
+    tj__tabs h = {{NULL}, 0};
+    tj_status st = tj__custom_vjp_t(f, l, fwd, bwd, user, nin, in, nout, out, nres, &h);
+    tj__tabs_free(&h);
+    return st;
+}
+static tj_status tj__custom_vjp_t(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
+                                  int nres, tj__tabs *h) {
     tj_graph *g;
     tj_ctx *c;
-    tj_node *all[64], *n;
-    tj_v y[16], r[16];
+    tj_node *all_s[64], **all, *n;
+    tj_v y_s[16], r_s[16], *y, *r;
     tj__type dummy;
     int i, k;
-    if (nin < 1 || !in || !out || nout < 1 || nout > 16 || nres < 0 || nres > 16 || nin + nout + nres > 64) {
+    if (nin < 1 || !in || !out || nout < 1 || nres < 0 || nin > INT32_MAX - nout - nres) {
         tj__err(nin >= 1 && in && in[0] ? tj__vctx(in[0]) : tj__tracing_ctx(), TJ_ERR_ARG, f, l,
-                "custom_vjp: %s (%d inputs, %d outputs, %d residuals: 1.., 1..16, 0..16, 64 in all)", !out ? "argument out is NULL" : !in ? "argument in is NULL" : "bad counts",
+                "custom_vjp: %s (%d inputs, %d outputs, %d residuals: at least 1, 1 and 0)", !out ? "argument out is NULL" : !in ? "argument in is NULL" : "bad counts",
                 nin, nout, nres);
         return TJ_ERR_ARG;
     }
@@ -8739,7 +8821,15 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
         tj__err(c, TJ_ERR_ARG, f, l, "custom_vjp: fwd and bwd are both needed");
         return TJ_ERR_ARG;
     }
-    for (i = 0; i < 16; i++) y[i] = r[i] = NULL;
+    all = TJ__TAB(tj_node **, h, all_s, (size_t)nin + (size_t)nout + (size_t)nres);
+    y = TJ__TAB(tj_v *, h, y_s, nout);
+    r = TJ__TAB(tj_v *, h, r_s, nres);
+    if (!all || !y || !r) {
+        tj__err(c, TJ_ERR_OOM, f, l, "custom_vjp: out of memory for %d inputs, %d outputs and %d residuals", nin, nout, nres);
+        return TJ_ERR_OOM;
+    }
+    for (i = 0; i < nout; i++) y[i] = NULL;
+    for (i = 0; i < nres; i++) r[i] = NULL;
     for (i = 0; i < nin; i++) if (!(all[i] = tj__capture(g, in[i]))) return c->status ? c->status : TJ_ERR_ARG;
     fwd(g, all, y, r, user);
     if (c->status) return c->status;
@@ -8784,15 +8874,23 @@ static void tj__k_custom_vjp(tj__kern *k) { /* hand y on */
 }
 static tj_status tj__vjp_custom_vjp(tj_node *n, tj_v g_unused, tj_v *gin) {
     const struct tj__cvjp *cv = &n->g->ctx->cvjps[n->a.reg];
-    tj_v ct[16], gx[64];
+    tj_v ct_s[16], gx_s[64], *ct, *gx;
+    tj__tabs h = {{NULL}, 0};
     int i;
     (void)g_unused;
-    for (i = 0; i < 64; i++) gx[i] = NULL;
+    ct = TJ__TAB(tj_v *, &h, ct_s, n->nproj);
+    gx = TJ__TAB(tj_v *, &h, gx_s, cv->nin);
+    if (!ct || !gx) {
+        tj__err(n->g->ctx, TJ_ERR_OOM, n->file, n->line, "vjp: custom_vjp: out of memory for %d inputs and %d outputs", cv->nin, n->nproj);
+        tj__tabs_free(&h);
+        return TJ_ERR_OOM;
+    }
+    for (i = 0; i < cv->nin; i++) gx[i] = NULL;
     tj__multi_cts(n, ct);
-    if (n->g->ctx->status) return n->g->ctx->status;
-    cv->bwd(n->g, n->in + cv->nin + cv->nout, ct, gx, cv->user);
+    if (!n->g->ctx->status) cv->bwd(n->g, n->in + cv->nin + cv->nout, ct, gx, cv->user);
     if (!n->g->ctx->status) (void)tj__user_grads_fit(n, cv->nin, n->in, gx, "custom_vjp's bwd");
     for (i = 0; i < cv->nin; i++) gin[i] = gx[i];
+    tj__tabs_free(&h);
     return n->g->ctx->status;
 }
 
@@ -8908,11 +9006,12 @@ static int tj__policy_check(tj_ctx *c, const tj_policy *p, int depth, const char
 }
 static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, int axis, int64_t len, int reverse, int nc, tj_node *const *init,
                               int nx, tj_node *const *xs, int ny, const tj_policy *policy, const tj__type *yt) {
-    tj_node *in_s[64], **in = in_s, *n;
+    tj_node *in_s[64], **in, *n;
+    tj__tabs h = {{NULL}, 0};
     tj__type t;
     int i, nin = 0;
     if (tj__policy_check(g->ctx, policy, 0, f, l)) return NULL;
-    if (nc + nx + b->ncap > 64 && !(in = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)(nc + nx + b->ncap)))) {
+    if (!(in = TJ__TAB(tj_node **, &h, in_s, nc + nx + b->ncap))) {
         tj__err(g->ctx, TJ_ERR_OOM, f, l, "scan: out of memory for %d carries, xs and captured values", nc + nx + b->ncap);
         return NULL;
     }
@@ -8922,7 +9021,7 @@ static tj_node *tj__scan_node(const char *f, int l, tj_graph *g, tj_graph *b, in
     memset(&t, 0, sizeof t);
     t.dt = TJ_I32;
     n = tj__node(g, TJ__OP_SCAN, &t, nin, in, NULL, f, l);
-    if (in != in_s) TJ_FREE(in);
+    tj__tabs_free(&h);
     if (!n) return NULL;
     n->sub = b;
     b->refs++;
@@ -8959,11 +9058,11 @@ TJDEF tj_status tj_scan_dir_at(const char *f, int l, tj_scan_fn body, void *user
                                const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse) {
     const char *op = reverse ? "reverse scan" : "scan";
     tj_graph *g = NULL;
-    tj_node *all_s[64], **all = all_s;
+    tj_node *all_s[64], **all;
+    tj__tabs h = {{NULL}, 0};
     int i, n = 0;
     tj_status st;
-    if ((nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0) > 64 &&
-        !(all = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)((nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0))))) {
+    if (!(all = TJ__TAB(tj_node **, &h, all_s, (nc > 0 && init ? nc : 0) + (nx > 0 && xs ? nx : 0)))) {
         tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "%s: out of memory for %d carries and %d xs", op, nc, nx);
         return TJ_ERR_OOM;
     }
@@ -8975,7 +9074,7 @@ TJDEF tj_status tj_scan_dir_at(const char *f, int l, tj_scan_fn body, void *user
     }
     if (!(g = tj__inner(n, all, op, f, l))) st = tj__inner_status(n, all);
     else st = tj__scan(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy, reverse != 0);
-    if (all != all_s) TJ_FREE(all);
+    tj__tabs_free(&h);
     return st;
 }
 static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
@@ -9125,7 +9224,10 @@ static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, 
             goto fail;
         }
         if (tj__axis_index(&v->t, ax) >= 0 || v->t.rank >= TJ_MAXDIM) {
-            tj__err(c, TJ_ERR_AXIS, f, l, "%s: y %d %s already has the scanned axis '%s' (or too many axes)", op, i, tj_v_describe(v, b1, sizeof b1), tj__name(c, ax));
+            if (v->t.rank >= TJ_MAXDIM)
+                tj__err(c, TJ_ERR_AXIS, f, l, "%s: y %d %s has %d axes, the most a value may have (TJ_MAXDIM %d): stacking it adds '%s'", op, i,
+                        tj_v_describe(v, b1, sizeof b1), v->t.rank, TJ_MAXDIM, tj__name(c, ax));
+            else tj__err(c, TJ_ERR_AXIS, f, l, "%s: y %d %s already has the scanned axis '%s'", op, i, tj_v_describe(v, b1, sizeof b1), tj__name(c, ax));
             goto fail;
         }
         if (tj__body_add_out(b, v)) goto oom;
@@ -9169,17 +9271,18 @@ typedef struct {
 } tj__region;
 static void tj__region_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
     tj__region *r = (tj__region *)u;
-    tj_v cin_s[64], *cin = cin_s;
+    tj_v cin_s[64], *cin;
+    tj__tabs h = {{NULL}, 0};
     int i;
     (void)carry; (void)x; (void)carry_out;
-    if (r->nin > 64 && !(cin = (tj_v *)tj__malloc(sizeof(tj_v) * (size_t)r->nin))) {
+    if (!(cin = TJ__TAB(tj_v *, &h, cin_s, r->nin))) {
         tj__err(g->ctx, TJ_ERR_OOM, r->file, r->line, "checkpoint: out of memory for %d inputs", r->nin);
         return;
     }
     for (i = 0; i < r->nin; i++) /* capture the inputs, so fn's ops are traced into the body */
         if (!(cin[i] = tj__capture(g, r->in[i]))) break;
     if (i == r->nin) r->fn(g, cin, y, r->user);
-    if (cin != cin_s) TJ_FREE(cin);
+    tj__tabs_free(&h);
     if (i < r->nin) return;
     for (i = 0; i < r->nout; i++) /* say it in the caller's words before the scan does */
         if (!y[i] && g->ctx->status == TJ_OK) tj__err(g->ctx, TJ_ERR_ARG, r->file, r->line, "checkpoint: fn returned no output %d (out[%d] is NULL)", i, i);
@@ -9248,26 +9351,45 @@ static int tj__out_spec(tj_ctx *c, const char *spec, const tj__type *t, uint8_t 
     for (k = 0; k < big.rank; k++) big.dim[k] *= c->ndev;
     return tj__parse_spec(c, spec, &big, sh, 1, what, f, l);
 }
+static tj_status tj__shard_map_t(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
+                                 tj_v *out, const char *const *out_specs, int check, tj__tabs *h);
+/* tj__shard_map_t, with the heap blocks of its tables freed on every path */
 TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
                                 tj_v *out, const char *const *out_specs, int check) {
+    tj__tabs h = {{NULL}, 0};
+    tj_status st = tj__shard_map_t(f, l, fn, user, nin, in, in_specs, nout, out, out_specs, check, &h);
+    tj__tabs_free(&h);
+    return st;
+}
+static tj_status tj__shard_map_t(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
+                                 tj_v *out, const char *const *out_specs, int check, tj__tabs *h) {
     tj_graph *g = NULL, *b = NULL;
     tj_ctx *c;
-    tj_node *xs[32], *xp[32], *yo[32], *n;
-    tj__type yt[32], gt[32];
+    tj_node *xs_s[32], *xp_s[32], *yo_s[32], **xs, **xp, **yo, *n;
+    tj__type yt_s[32], gt_s[32], *yt, *gt;
     tj__smap s;
     int i, ax;
     char b1[256], what[64];
-    for (i = 0; out && i < nout && i < 32; i++) out[i] = NULL;
+    for (i = 0; out && i < nout; i++) out[i] = NULL;
     for (i = 0; i < nin && !g; i++) if (in && in[i]) g = in[i]->g;
     if (!g) {
-        if (nin < 1 || !in) tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "shard_map: %d inputs%s (1..32)", nin, in ? "" : ", and the list in is NULL");
+        if (nin < 1 || !in) tj__err(tj__tracing_ctx(), TJ_ERR_ARG, f, l, "shard_map: %d inputs%s (at least 1)", nin, in ? "" : ", and the list in is NULL");
         return TJ_ERR_ARG;
     }
     c = g->ctx;
     if (c->status) return c->status;
-    if (!fn || nin < 1 || nin > 32 || nout < 1 || nout > 32 || !out || !in_specs || !out_specs) {
-        tj__err(c, TJ_ERR_ARG, f, l, "shard_map: bad arguments (%d inputs, %d outputs: 1..32 each, with a spec for each)", nin, nout);
+    if (!fn || nin < 1 || nout < 1 || !out || !in_specs || !out_specs) {
+        tj__err(c, TJ_ERR_ARG, f, l, "shard_map: bad arguments (%d inputs, %d outputs: at least 1 each, with a spec for each)", nin, nout);
         return TJ_ERR_ARG;
+    }
+    xs = TJ__TAB(tj_node **, h, xs_s, nin);
+    xp = TJ__TAB(tj_node **, h, xp_s, nin);
+    yo = TJ__TAB(tj_node **, h, yo_s, nout);
+    yt = TJ__TAB(tj__type *, h, yt_s, nout);
+    gt = TJ__TAB(tj__type *, h, gt_s, nout);
+    if (!xs || !xp || !yo || !yt || !gt) {
+        tj__err(c, TJ_ERR_OOM, f, l, "shard_map: out of memory for %d inputs and %d outputs", nin, nout);
+        return TJ_ERR_OOM;
     }
     if (!c->nmesh) {
         tj__err(c, TJ_ERR_STATE, f, l, "shard_map: no mesh (tj_set_mesh)");
@@ -9310,7 +9432,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
         if (!(xp[i] = tj__node(b, TJ__OP_PARAM, &lt, 0, NULL, NULL, f, l)) || tj__add_param(b, xp[i])) goto fail;
         xp[i]->name = tj__strdup("block");
     }
-    for (i = 0; i < 32; i++) yo[i] = NULL;
+    for (i = 0; i < nout; i++) yo[i] = NULL;
     s.fn = fn;
     s.user = user;
     s.nout = nout;
@@ -9332,7 +9454,8 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
             goto fail;
         }
         if (v->t.rank >= TJ_MAXDIM) {
-            tj__err(c, TJ_ERR_SHAPE, f, l, "shard_map: output %d %s has too many axes", i, tj_v_describe(v, b1, sizeof b1));
+            tj__err(c, TJ_ERR_SHAPE, f, l, "shard_map: output %d %s has %d axes, the most a value may have (TJ_MAXDIM %d): the scan inside adds one", i,
+                    tj_v_describe(v, b1, sizeof b1), v->t.rank, TJ_MAXDIM);
             goto fail;
         }
         if (tj__out_spec(c, out_specs[i], &v->t, sh, i, f, l)) goto fail;
@@ -9888,6 +10011,7 @@ static void tj__lint_names(tj_graph *g, const char *list, const char *policy_nam
 }
 
 /* ---- the VJP of scan ---- */
+struct tj__rerun_s { tj_node *s, *n; int *pj; }; /* a scan nested in b re-run in bk: s's output j is n's pj[j] (-1: not made) */
 typedef struct tj__bwd_s {
     tj_graph *b, *bk;     /* forward (now joint) body, backward body          */
     tj_node *scan;        /* the forward scan node in the outer graph         */
@@ -9907,16 +10031,16 @@ typedef struct tj__bwd_s {
     /* a walker of a nested region's body (tj__inner): its values are
        recomputed in the backward body of `up`, whose policy judges them */
     struct tj__bwd_s *up;
-    struct tj__bwd_s *kids[16]; /* the walkers of regions nested in b      */
-    int nkids;
+    struct tj__bwd_s **kids; /* the walkers of regions nested in b (grown) */
+    int nkids, capkids;
     /* a re-run walker (tj__rerun_scan): b is the body of a scan nested in
        rr's body, bk the body of the forward scan that rr's backward body
        runs to recompute that scan's outputs; rr's policy judges b's values */
     struct tj__bwd_s *rr;
     tj_node **rcar;       /* its body's carry parameters                     */
     char *rcar_used;      /* carry i's parameter was used                    */
-    struct tj__rerun_s { tj_node *s, *n; int *pj; } rrs[8]; /* scans nested in b re-run in bk: s's output j is n's pj[j] (-1: not made) */
-    int nrrs;
+    struct tj__rerun_s *rrs; /* scans nested in b re-run in bk (grown) */
+    int nrrs, caprrs;
     const tj_node *forcing; /* the nested scan whose kept outputs are being captured */
     const tj_node *norow; /* a re-run's output: its row is the enclosing walker's */
     tj_status st;
@@ -9961,7 +10085,8 @@ static int tj__loop_invariant(tj__bwd *w, const tj_node *v) {
 }
 /* The enclosing graph's copy of loop-invariant body value v. */
 static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
-    tj_node *in[64], *n = NULL;
+    tj_node *in_s[64] = {NULL}, **in, *n = NULL; /* (initialised: gcc -O3 cannot tell a 0-input op reads none) */
+    tj__tabs h = {{NULL}, 0};
     int i, k;
     if (w->hoist[v->id]) return w->hoist[v->id];
     if (v->op == TJ__OP_PARAM) { /* a capture: the enclosing graph's value */
@@ -9969,10 +10094,12 @@ static tj_node *tj__hoist(tj__bwd *w, tj_node *v) {
             if (w->b->cap_param[k] == v) n = v->a.index < w->scan->nin ? w->scan->in[v->a.index] : w->b->cap_outer[k];
         return w->hoist[v->id] = n;
     }
-    if (v->nin > 64) return NULL;
+    if (!(in = TJ__TAB(tj_node **, &h, in_s, v->nin))) return NULL; /* (out of memory: stacked instead) */
     for (i = 0; i < v->nin; i++)
-        if (!(in[i] = tj__hoist(w, v->in[i]))) return NULL;
-    n = tj__node(w->scan->g, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
+        if (!(in[i] = tj__hoist(w, v->in[i]))) break;
+    if (i == v->nin) n = tj__node(w->scan->g, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
+    tj__tabs_free(&h);
+    if (i < v->nin) return NULL;
     if (!n || !tj__same_type(&n->t, &v->t) || n->space != v->space) return NULL; /* (the enclosing graph's rules laid it out otherwise: stack it) */
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
     return w->hoist[v->id] = n;
@@ -10101,9 +10228,12 @@ static tj__bwd *tj__inner_walker(tj__bwd *w, tj_node *s) {
     tj__bwd *k;
     int i, n = s->sub->n;
     for (i = 0; i < w->nkids; i++) if (w->kids[i]->scan == s) return w->kids[i];
-    if (w->nkids == 16) {
-        tj__err(w->b->ctx, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 16 nested regions recomputed in one body");
-        return NULL;
+    if (w->nkids == w->capkids) {
+        int nc = w->capkids ? 2 * w->capkids : 16;
+        tj__bwd **a = (tj__bwd **)TJ_REALLOC(w->kids, sizeof *a * (size_t)nc);
+        if (!a) return NULL; /* (the caller's out of memory) */
+        w->kids = a;
+        w->capkids = nc;
     }
     if (!(k = (tj__bwd *)tj__calloc(sizeof *k))) return NULL;
     w->kids[w->nkids++] = k;
@@ -10130,6 +10260,12 @@ static void tj__bwd_free_kids(tj__bwd *w) {
         TJ_FREE(w->kids[i]);
     }
     w->nkids = 0;
+    TJ_FREE(w->kids);
+    w->kids = NULL;
+    w->capkids = 0;
+    TJ_FREE(w->rrs);
+    w->rrs = NULL;
+    w->caprrs = 0;
 }
 /* Recompute v, an output of a nested region that the policy recomputes,
    from inside the region (JAX's partial evaluation sees through a nested
@@ -10230,10 +10366,6 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
     for (i = 0; i < w->nrrs; i++)
         if (w->rrs[i].s == s && w->rrs[i].pj[v->a.index] >= 0) return w->rrs[i].n->proj[w->rrs[i].pj[v->a.index]];
     memset(&r, 0, sizeof r);
-    if (w->nrrs == 8) {
-        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 8 nested scans recomputed in one body");
-        return NULL;
-    }
     want = (char *)tj__calloc((size_t)np + 1);
     pj = (int *)tj__malloc(sizeof(int) * ((size_t)np + 1));
     yo = (tj_node **)tj__calloc(sizeof(tj_node *) * ((size_t)np + 1));
@@ -10336,9 +10468,12 @@ static tj_node *tj__rerun_scan(tj__bwd *w, tj_node *v) {
             tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: the re-run of a nested scan made output %d with another type or memory space", i);
             goto fail;
         }
-    if (w->nrrs == 8) { /* (the re-runs of the scans that made its inputs, made since the check above) */
-        tj__err(c, TJ_ERR_UNSUPPORTED, s->file, s->line, "remat: more than 8 nested scans recomputed in one body");
-        goto fail;
+    if (w->nrrs == w->caprrs) {
+        int ncap = w->caprrs ? 2 * w->caprrs : 8;
+        struct tj__rerun_s *a = (struct tj__rerun_s *)TJ_REALLOC(w->rrs, sizeof *a * (size_t)ncap);
+        if (!a) goto fail;
+        w->rrs = a;
+        w->caprrs = ncap;
     }
     tj__graph_free(Bp);
     tj__rerun_free(&r);
@@ -10366,17 +10501,18 @@ fail:
     return NULL;
 }
 static tj_node *tj__clone_op(tj__bwd *w, tj_node *v) {
-    tj_node *in_s[64] = {NULL}, **in = in_s, *n = NULL; /* (initialised: gcc -O2 cannot tell a 0-input op reads none) */
+    tj_node *in_s[64] = {NULL}, **in, *n = NULL; /* (initialised: gcc -O2 cannot tell a 0-input op reads none) */
+    tj__tabs h = {{NULL}, 0};
     int i;
     if (v->op == TJ__OP_PROJ) { /* clone the multi-output node, then pick */
         tj_node *m = tj__clone(w, v->in[0]);
         return m ? m->proj[v->a.index] : NULL;
     }
-    if (v->nin > 64 && !(in = (tj_node **)tj__malloc(sizeof(tj_node *) * (size_t)v->nin))) return NULL; /* (a big scan's) */
+    if (!(in = TJ__TAB(tj_node **, &h, in_s, v->nin))) return NULL; /* (a big scan's, out of memory) */
     for (i = 0; i < v->nin; i++)
         if (!(in[i] = tj__clone(w, v->in[i]))) break;
     if (i == v->nin) n = tj__node(w->bk, v->op, &v->t, v->nin, in, &v->a, v->file, v->line);
-    if (in != in_s) TJ_FREE(in);
+    tj__tabs_free(&h);
     if (!n) return NULL;
     n->space = v->space;
     if (v->name && !(n->name = tj__strdup(v->name))) return NULL;
@@ -15913,6 +16049,10 @@ static void tj__backend_node(tj__kern *k) {
    a big scan), else one block for this call (k->heap, which
    tj__kern_done frees): sized by the node, so no program overruns them.
    0, or -1 with the error in err. */
+/* the status of a run whose kernel wrote err: a kernel's tables that
+   could not be allocated (a big custom op's, scan's, custom_vjp's) are out
+   of memory, anything else bad data (an index out of range) */
+static tj_status tj__kerr_status(const char *err) { return !err[0] ? TJ_OK : strstr(err, "out of memory") ? TJ_ERR_OOM : TJ_ERR_ARG; }
 static int tj__kern_tables(tj__kern *k, int nin, int nout, char *err) {
     void **h;
     k->heap = NULL;
@@ -16007,7 +16147,7 @@ static tj_status tj__run_body(tj_prog *p, void **args, void **outs, char **arena
         } else tj__backend_node(&k);
         tj__kern_done(&k);
     }
-    return err[0] ? TJ_ERR_ARG : TJ_OK;
+    return tj__kerr_status(err);
 }
 
 /* One device's run: its arenas, its argument and output buffers. With
@@ -16034,7 +16174,7 @@ static void *tj__device_main(void *arg) {
             snprintf(r->err, sizeof r->err, "%s", e[0] ? e : "the backend failed to synchronise");
         if (r->p->ctx->profile) tj__marks_to_times(r->p->ctx, r->rdv, r->dev);
     }
-    if (r->err[0]) r->st = TJ_ERR_ARG;
+    if (r->err[0]) r->st = tj__kerr_status(r->err);
     return NULL;
 }
 /* the first run allocates exactly the planned bytes; later runs of the
@@ -17341,13 +17481,17 @@ TJDEF int tj_prog_transposes(const tj_prog *p, tj_transpose *rows, int max) {
     return n;
 }
 TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *f) {
-    tj_transpose r[256];
-    int i, n;
+    tj_transpose r_s[32], *r;
+    tj__tabs h = {{NULL}, 0};
+    int i, n, max;
     if (!p || tj__no_stream(p->ctx, f, "tj_prog_transposes_print")) return;
-    n = tj_prog_transposes(p, r, 256);
+    max = n = tj_prog_transposes(p, NULL, 0); /* (the count: every row, however many) */
+    if (!(r = TJ__TAB(tj_transpose *, &h, r_s, n))) r = r_s, max = 32; /* (out of memory: the first 32) */
+    n = tj_prog_transposes(p, r, max);
     fprintf(f, "transposes of '%s': %d inserted by autodiff inside shard_map\n", p ? p->name : "?", n);
-    for (i = 0; i < n && i < 256; i++)
+    for (i = 0; i < n && i < max; i++)
         fprintf(f, "  %-12s %-10s %s:%d  on %s\n      because %s\n", r[i].kind, r[i].axes[0] ? r[i].axes : "-", tj__base(r[i].file), r[i].line, r[i].value, r[i].rule);
+    tj__tabs_free(&h);
 }
 TJDEF int tj_prog_collectives(const tj_prog *p, tj_collective *rows, int max) {
     int n = 0;

@@ -2629,13 +2629,13 @@ static void stack_err_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) 
     case 3: xs[1] = tj_transpose(x, "c r"); r = tj_stack(2, xs, "k"); break;
     case 4: xs[1] = tj_cast(x, TJ_F32); r = tj_stack(2, xs, "k"); break;
     case 5: r = tj_argmax(x, "zz"); break;
-    default: r = tj_stack(257, xs, "k"); break;
+    default: r = tj_stack(3, xs, "k"); break; /* a NULL in the list (257 inputs were refused until 2026-11-24: any number now) */
     }
     tj_tree_set_v(out, "y", r);
 }
 static void test_stack_errors(tj_ctx *ctx) {
     static const char *want[7][2] = {{"stack", "0 inputs"}, {"stack", "already have the new axis"}, {"stack", "one new axis"}, {"stack", "differs"},
-                                     {"stack", "differs"},  {"argmax", "'zz'"},                      {"stack", "257 inputs"}};
+                                     {"stack", "differs"},  {"argmax", "'zz'"},                      {"stack", "operand 2 is NULL"}};
     tj_tree *in = tj_tree_new(ctx);
     int i;
     tjt_current = "stack, argmax: errors";

@@ -322,14 +322,18 @@ static void test_caller_lines(void) {
     FAILS_WITH(c, tj_tree_take(t, "step") == NULL, "tj_tree_take", "'step' is an int", "test_robust.c:");
     FAILS_WITH(c, tj_set_mesh(c, "data=3") != TJ_OK, "tj_set_mesh", "3 devices", "test_robust.c:");
     FAILS_WITH(c, tj_set_mesh(c, "data=x") != TJ_OK, "tj_set_mesh", "test_robust.c:");
-    /* running out of axis names */
+    /* axis names: the table grows (until 2026-11-24 the 257th distinct name was refused) */
     for (i = 0; i < 300 && tj_status_of(c) == TJ_OK; i++) {
         tj_array *a;
         snprintf(shape, sizeof shape, "axis%d=1", i);
         a = tj_zeros(c, TJ_F32, shape);
+        if (i == 299) {
+            char d[64];
+            TJT_CHECK(a && !strcmp(tj_array_describe(a, d, sizeof d), "f32[axis299=1]"), "the 300th axis name: %s", a ? d : tj_error(c));
+        }
         tj_array_free(a);
     }
-    TJT_ERROR_HAS(c, "more than 256 distinct axis names", "tj_full", "test_robust.c:");
+    TJT_CHECK(i == 300 && tj_status_of(c) == TJ_OK, "300 distinct axis names: %s", tj_error(c));
     tj_tree_free(t);
     tj_ctx_free(c);
 }
