@@ -3914,7 +3914,7 @@ static int tjc_custom(tjc_state *s, tj__kern *k) {
 }
 /* tj__k_custom_vjp: hands its inputs y on as outputs */
 static int tjc_custom_vjp(tjc_state *s, tj__kern *k) {
-    const struct tj__cvjp *cv = &k->ctx->cvjps[k->n->a.index];
+    const struct tj__cvjp *cv = &k->ctx->cvjps[k->n->a.reg];
     for (int j = 0; j < cv->nout; j++)
         TJC_CUDA(k, cudaMemcpyAsync(k->pout[j], k->in[cv->nin + j], (size_t)tj__bytes(&k->n->proj[j]->lt), cudaMemcpyDeviceToDevice, s->compute));
     return 0;

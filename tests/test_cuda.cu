@@ -331,11 +331,32 @@ static void scale3_bwd(tj_graph *g, const tj_v *res, const tj_v *ct, tj_v *gin, 
     (void)g; (void)res; (void)u;
     tj_custom("scale3", 1, ct, gin);
 }
+/* a second custom_vjp of another arity: each node must find its own entry
+   (the CUDA launcher read entry 0 for every one until 2026-11-24) */
+static void pair_fwd(tj_graph *g, const tj_v *in, tj_v *out, tj_v *res, void *u) {
+    (void)g; (void)u;
+    tj_custom("scale3", 1, &in[0], &out[0]);
+    out[1] = tj_mul(in[0], in[1]);
+    res[0] = in[0];
+    res[1] = in[1];
+}
+static void pair_bwd(tj_graph *g, const tj_v *res, const tj_v *ct, tj_v *gin, void *u) {
+    tj_v t;
+    (void)g; (void)u;
+    tj_custom("scale3", 1, &ct[0], &t);
+    gin[0] = tj_add(t, tj_mul(ct[1], res[1]));
+    gin[1] = tj_mul(ct[1], res[0]);
+}
 static void f_custom(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v x = tj_tree_v(in, "x"), y = NULL, gx;
+    tj_v x = tj_tree_v(in, "x"), y = NULL, gx, pin[2], pout[2] = {NULL, NULL};
     (void)g; (void)u;
     tj_custom_vjp(scale3_fwd, scale3_bwd, NULL, 1, &x, 1, &y, 0);
-    tj_v loss = tj_sum(tj_mul(tj_tanh(y), y), "rows cols");
+    pin[0] = x;
+    pin[1] = tj_muls(x, 0.5);
+    tj_custom_vjp(pair_fwd, pair_bwd, NULL, 2, pin, 2, pout, 2);
+    tj_tree_set_v(out, "pair0", pout[0]);
+    tj_tree_set_v(out, "pair1", pout[1]);
+    tj_v loss = tj_add(tj_sum(tj_mul(tj_tanh(y), y), "rows cols"), tj_sum(tj_mul(pout[0], pout[1]), "rows cols"));
     tj_grad(loss, 1, &x, &gx);
     tj_tree_set_v(out, "y", y);
     tj_tree_set_v(out, "gx", gx);
