@@ -114,7 +114,7 @@ static void scan_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
     scancfg *u = (scancfg *)user;
     tj_v h = tj_tree_v(in, "h"), w[L], loss, wrt[L + 1], gr[L + 1];
     int i;
-    char nm[8];
+    char nm[16];
     for (i = 0; i < L; i++) {
         snprintf(nm, sizeof nm, "w%d", i);
         w[i] = tj_tree_v(in, nm);
@@ -149,7 +149,7 @@ static void scan_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
 }
 static tj_tree *scan_in(tj_ctx *c, int32_t step, const char *hspec, const char *wspec) {
     tj_tree *t = tj_tree_new(c);
-    char nm[8];
+    char nm[16];
     int i;
     tj_array *h = tjt_rand(c, TJ_F64, "batch=6 embed=8", 3, -1, 1);
     tj_tree_set_array(t, "h", hspec ? tj_device_put(h, hspec) : h);

@@ -129,15 +129,22 @@ static void test_peak(tj_ctx *c) {
     TJT_CHECK(tj_tree_save(src, path) == TJ_OK, "save: %s", tj_error(c));
     tj_tree_free(src);
     fsz = file_size(path);
+    /* a first load, not measured: a backend's one-time set-up (devsim's
+       streams) is not the load's */
+    t = tj_tree_new(c);
+    TJT_CHECK(tj_tree_load(t, path) == TJ_OK, "load: %s", tj_error(c));
+    tj_tree_free(t);
     t = tj_tree_new(c);
     before = mem_reset_peak();
     TJT_CHECK(tj_tree_load(t, path) == TJ_OK, "load: %s", tj_error(c));
     peak = mem_peak - before;
     /* the arrays it made, one leaf's bytes (read straight into the upload
-       buffer), the 1 MiB checksum chunk (freed before the leaves), and
-       the header and bookkeeping: under 2 MiB besides the arrays and a
-       leaf. Reading the whole file first would add its 12.6 MB. */
-    bound = arrays + (long long)LEAF_N * 4 + (2 << 20);
+       buffer), with a backend (devsim) the upload's staging copy of a
+       device's block (tj__array_upload), the 1 MiB checksum chunk (freed
+       before the leaves), and the header and bookkeeping: at most two
+       leaves and 2 MiB besides the arrays. Reading the whole file first
+       added its 12.6 MB. */
+    bound = arrays + 2LL * LEAF_N * 4 + (2 << 20);
     TJT_CHECK(peak <= bound, "a load of a %lld-byte file peaked at %lld bytes of host memory; its arrays are %lld bytes (bound %lld)", fsz, peak, arrays, bound);
     TJT_CHECK(peak >= arrays, "the peak %lld is below the arrays' %lld bytes: the hooks miss the arrays", peak, arrays);
     TJT_CHECK(tree_differs(t) == 0, "%lld values differ after the load", tree_differs(t));
