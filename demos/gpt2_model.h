@@ -25,6 +25,15 @@
  *            padded vocabulary columns (>= the real vocab) set to -1e30
  *   loss   = mean cross-entropy(logits, targets) over batch, pos: training
  *            and evaluation use the same one (gpt2_xent)
+ *   dropout (training only, rate c->dropout > 0; GPT-2's embd_pdrop and
+ *            resid_pdrop, nanoGPT's `dropout`): on x after the embedding sum,
+ *            on o . wo + bo and on the MLP's output before each residual add,
+ *            and (attn_pdrop) on the attention probabilities with
+ *            attn_composed only: the fused tj_attention never makes them.
+ *            Each mask is tj_dropout_fold with one fixed key (from the seed)
+ *            folded with ((step * K + micro) * L + layer) * 4 + site, an i32
+ *            (wrapping), so every step, micro-batch, layer and site draws its
+ *            own mask, and a recompute (remat) the same one.
  *
  * The training step is one jitted program: forward, backward, global-norm
  * clipping, AdamW with bias correction (lr and the step count are rank-0
@@ -83,6 +92,8 @@ typedef struct {
                           (pos, kpos) scores as values) instead of the fused
                           tj_attention; the same results within rounding */
     int distributed;  /* process mode: one of several processes (mpirun)  */
+    double dropout;   /* training dropout rate in [0, 1) (0: none, and the
+                         step takes no step-number input)                 */
 } gpt2_config;
 enum { ACT_GELU = 0, ACT_RELU = 1 };
 /* the demo's sharding on a mesh "data=.. model=..": FSDP over data, tensor
@@ -214,9 +225,38 @@ static tj_v affine_ln(const gpt2_config *c, tj_v x, tj_v g, tj_v b) {
 /* the MLP's activation: GPT-2's gelu (tanh approximation, HF "gelu_new"), or relu */
 static tj_v gpt2_act(const gpt2_config *c, tj_v x) { return c->act == ACT_RELU ? tj_relu(x) : tj_gelu(x); }
 
+/* Dropout. Sites of one layer; DROP_EMBD is drawn once, before the layers,
+   with the fold of layer 0. The fold is ((step * K + micro) * L + layer) *
+   NDROP + site (i32, wrapping): `lb` below is the part before the site,
+   (step * K + micro) * L + layer, a traced i32 scalar, or NULL: no dropout
+   (evaluation, sampling, rate 0). */
+enum { DROP_EMBD = 0, DROP_ATTN, DROP_ATTN_OUT, DROP_MLP_OUT, NDROP };
+static uint64_t gpt2_drop_key(const gpt2_config *c) { return tj_key_fold(c->seed, 0x64726f70ull); /* "drop": apart from the init's 1..NPARAMS */ }
+static tj_v gpt2_dropout(const gpt2_config *c, tj_v x, tj_v lb, int site) {
+    tj_graph *g;
+    tj_v fold;
+    if (!lb || !x || !(c->dropout > 0)) return x;
+    g = tj_graph_of(x);
+    fold = tj_add(tj_mul(lb, tj_scalar(g, TJ_I32, NDROP)), tj_scalar(g, TJ_I32, site));
+    return tj_dropout_fold(x, gpt2_drop_key(c), fold, c->dropout);
+}
+/* the fold's base of one micro-batch, (step * K + micro) * L, from the step
+   (an i32 scalar input; NULL: no dropout) and the micro-batch index (an i32
+   scalar, or NULL for 0) */
+static tj_v gpt2_drop_base(const gpt2_config *c, tj_v step, tj_v micro) {
+    tj_graph *g;
+    tj_v b;
+    if (!step || !(c->dropout > 0)) return NULL;
+    g = tj_graph_of(step);
+    b = c->accum > 1 ? tj_mul(step, tj_scalar(g, TJ_I32, c->accum)) : step;
+    if (micro) b = tj_add(b, micro);
+    return tj_mul(b, tj_scalar(g, TJ_I32, c->L));
+}
+
 /* one transformer block, x (batch, pos, embed) in and out; p[] are this
-   layer's slices of the stacked params (the `layer` axis gone) */
-static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
+   layer's slices of the stacked params (the `layer` axis gone); lb the
+   dropout fold's base of this layer (NULL: none) */
+static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p, tj_v lb) {
     double scale = 1.0 / sqrt((double)(c->C / c->H));
     tj_v h, qkv, q, k, v, s, a, o, m;
     h = shard(c, affine_ln(c, x, tj_index(p[P_LN], "lnp", 0), tj_index(p[P_LN], "lnp", 1))); /* (batch, pos, embed) */
@@ -227,19 +267,26 @@ static tj_v gpt2_block(const gpt2_config *c, tj_v x, const tj_v *p) {
     if (c->attn_composed) { /* the same attention, step by step */
         s = tj_dot(tj_muls(q, scale), k, "head_dim");              /* (batch, heads, pos, kpos) */
         s = tj_causal_mask(shard(c, s), "pos", "kpos", -1e9);
-        a = tj_softmax(s, "kpos");
+        a = gpt2_dropout(c, tj_softmax(s, "kpos"), lb, DROP_ATTN); /* attn_pdrop */
         o = shard(c, tj_dot(a, v, "kpos"));                        /* (batch, heads, pos, head_dim) */
     } else
         o = shard(c, tj_attention(q, k, v, "pos", "kpos", "head_dim", scale, 1));
-    x = shard_resid(c, tj_add(x, tj_add(shard_resid(c, tj_dot(o, p[P_WO], "heads head_dim")), p[P_BO])));
+    x = shard_resid(c, tj_add(x, gpt2_dropout(c, tj_add(shard_resid(c, tj_dot(o, p[P_WO], "heads head_dim")), p[P_BO]), lb, DROP_ATTN_OUT)));
     h = shard(c, affine_ln(c, x, tj_index(p[P_LN], "lnp", 2), tj_index(p[P_LN], "lnp", 3)));
     m = shard(c, gpt2_act(c, tj_add(tj_dot(h, p[P_WFC], "embed"), p[P_BFC]))); /* (batch, pos, mlp) */
-    x = tj_add(x, tj_add(shard_resid(c, tj_dot(m, p[P_WPROJ], "mlp")), p[P_BPROJ]));
+    x = tj_add(x, gpt2_dropout(c, tj_add(shard_resid(c, tj_dot(m, p[P_WPROJ], "mlp")), p[P_BPROJ]), lb, DROP_MLP_OUT));
     return tj_checkpoint_name(shard_resid(c, x), "block_out");
 }
+/* the layer scan's body; with dropout xs[NBLOCKP] is the layer index (an
+   arange over `layer`) and base the micro-batch's fold base, captured */
+typedef struct {
+    const gpt2_config *c;
+    tj_v base;
+} gpt2_layers;
 static void gpt2_scan_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *user) {
+    const gpt2_layers *u = (const gpt2_layers *)user;
     (void)g; (void)y;
-    carry_out[0] = gpt2_block((const gpt2_config *)user, carry[0], xs);
+    carry_out[0] = gpt2_block(u->c, carry[0], xs, u->base ? tj_add(u->base, xs[NBLOCKP]) : NULL);
 }
 
 /* The vocabulary is padded (50257 -> 50304, 1000 -> 1024) so the vocab axis
@@ -267,9 +314,12 @@ static tj_decision gpt2_regather(const char *op, const char *name, const char *s
     return strcmp(op, "all_gather") ? TJ_SAVE : TJ_RECOMPUTE;
 }
 /* logits (batch, pos, vocab) in f32 from a tree of parameter values named
-   as in gpt2_params (already in the compute dtype) and tokens (batch, pos) */
-static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
-    tj_v x, wte = tj_tree_v(P, "wte"), wpe = tj_tree_v(P, "wpe"), xs[NBLOCKP], out = NULL, logits;
+   as in gpt2_params (already in the compute dtype) and tokens (batch, pos);
+   base: the dropout fold's base of this micro-batch (gpt2_drop_base), or
+   NULL (no dropout: evaluation, sampling, rate 0) */
+static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens, tj_v base) {
+    tj_v x, wte = tj_tree_v(P, "wte"), wpe = tj_tree_v(P, "wpe"), xs[NBLOCKP + 1], out = NULL, logits;
+    gpt2_layers u;
     /* static: tj_scan keeps a pointer to the policy until tj_jit returns */
     static tj_policy pol;
     int i, T = (int)tj_v_dim(tokens, "pos");
@@ -283,8 +333,16 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens) {
     }
     if (T < c->block) wpe = tj_slice(wpe, "pos", 0, T);
     x = shard_resid(c, tj_add(tj_take(wte, "vocab", tokens), wpe)); /* (batch, pos, embed) */
+    x = gpt2_dropout(c, x, base, DROP_EMBD);                       /* embd_pdrop: layer 0's fold */
     for (i = 0; i < NBLOCKP; i++) xs[i] = tj_tree_v(P, gpt2_params[i].name);
-    if (tj_scan(gpt2_scan_body, (void *)c, "layer", 1, &x, NBLOCKP, xs, 0, &out, NULL, &pol)) return NULL;
+    u.c = c;
+    u.base = c->dropout > 0 ? base : NULL;
+    if (u.base) { /* each layer's index, for its fold */
+        char shape[32];
+        snprintf(shape, sizeof shape, "layer=%d", c->L);
+        xs[NBLOCKP] = tj_arange(tj_graph_of(tokens), TJ_I32, shape, "layer");
+    }
+    if (tj_scan(gpt2_scan_body, &u, "layer", 1, &x, NBLOCKP + (u.base != NULL), xs, 0, &out, NULL, &pol)) return NULL;
     x = shard(c, affine_ln(c, out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
     logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
     if (tj_v_dtype(logits) == TJ_BF16) logits = tj_cast(logits, TJ_F32); /* f64 stays f64 (gradient checks) */
@@ -316,9 +374,10 @@ static void gpt2_compute_params(const gpt2_config *c, const tj_tree *P, tj_tree 
 static tj_v gpt2_xent(tj_v logits, tj_v targets) { return tj_cross_entropy(logits, targets, "vocab", "batch pos"); }
 /* mean loss of one batch (tokens, targets: (batch, pos)) from the params Pc
    in the compute dtype, times `scale`, and its gradients with respect to W's
-   leaves (the values Pc was made from, or Pc itself) into G, same names */
-static tj_v gpt2_loss_grads(const gpt2_config *c, const tj_tree *Pc, const tj_tree *W, tj_v tokens, tj_v targets, double scale, tj_tree *G) {
-    tj_v loss = gpt2_xent(gpt2_forward(c, Pc, tokens), targets);
+   leaves (the values Pc was made from, or Pc itself) into G, same names;
+   base: the dropout fold's base (gpt2_drop_base) or NULL */
+static tj_v gpt2_loss_grads(const gpt2_config *c, const tj_tree *Pc, const tj_tree *W, tj_v tokens, tj_v targets, double scale, tj_tree *G, tj_v base) {
+    tj_v loss = gpt2_xent(gpt2_forward(c, Pc, tokens, base), targets);
     if (scale != 1.0) loss = tj_muls(loss, scale);
     if (loss) tj_grad_tree(loss, W, G);
     return loss;
@@ -376,10 +435,15 @@ static void gpt2_init_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *use
    unrolled (--accum-unroll): the K micro-batches traced one after another;
    the schedule keeps creation order, so micro-batch j's activations are
    freed before j + 1's forward pass. Fewer parameter-sized buffers, but a
-   program K times as long. */
+   program K times as long.
+
+   With dropout, micro-batch j of step s folds (s * K + j) * L + layer into
+   its masks (the scan takes j from an arange over `micro`), so each draws
+   its own, and both ways draw the same ones. */
 typedef struct {
     const gpt2_config *c;
     const tj_tree *Pc; /* the step's params in the compute dtype */
+    tj_v step;         /* the step number (i32 scalar), or NULL: no dropout */
 } gpt2_accum;
 static void gpt2_accum_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v *carry_out, tj_v *y, void *user) {
     const gpt2_accum *a = (const gpt2_accum *)user;
@@ -387,7 +451,7 @@ static void gpt2_accum_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v
     tj_v loss;
     int i;
     (void)y;
-    loss = gpt2_loss_grads(a->c, a->Pc, a->Pc, xs[0], xs[1], 1.0 / a->c->accum, G);
+    loss = gpt2_loss_grads(a->c, a->Pc, a->Pc, xs[0], xs[1], 1.0 / a->c->accum, G, gpt2_drop_base(a->c, a->step, a->step ? xs[2] : NULL));
     for (i = 0; i < NPARAMS; i++) {
         tj_v gi = tj_tree_v(G, gpt2_params[i].name);
         carry_out[i] = tj_add(carry[i], tj_v_dtype(gi) == TJ_F32 ? gi : tj_cast(gi, TJ_F32));
@@ -396,28 +460,34 @@ static void gpt2_accum_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v
     tj_tree_free(G);
 }
 /* mean loss, and mean f32 gradients into G, by a scan over micro-batches */
-static tj_v gpt2_accum_scan(const gpt2_config *c, tj_graph *g, const tj_tree *Pc, tj_v tokens, tj_v targets, tj_tree *G) {
+static tj_v gpt2_accum_scan(const gpt2_config *c, tj_graph *g, const tj_tree *Pc, tj_v tokens, tj_v targets, tj_tree *G, tj_v step) {
     gpt2_accum a;
-    tj_v init[NPARAMS + 1], sum[NPARAMS + 1], xs[2];
+    tj_v init[NPARAMS + 1], sum[NPARAMS + 1], xs[3];
     char shape[256];
     int i;
     a.c = c;
     a.Pc = Pc;
+    a.step = c->dropout > 0 ? step : NULL;
     xs[0] = tokens;
     xs[1] = targets;
+    if (a.step) { /* the micro-batch index, for the dropout fold */
+        snprintf(shape, sizeof shape, "micro=%d", c->accum);
+        xs[2] = tj_arange(g, TJ_I32, shape, "micro");
+    }
     for (i = 0; i < NPARAMS; i++) init[i] = init_shard(c, tj_fill(g, TJ_F32, param_shape(c, i, shape, sizeof shape), 0.0));
     init[NPARAMS] = tj_scalar(g, TJ_F32, 0.0);
-    if (tj_scan(gpt2_accum_body, &a, "micro", NPARAMS + 1, init, 2, xs, 0, sum, NULL, NULL)) return NULL;
+    if (tj_scan(gpt2_accum_body, &a, "micro", NPARAMS + 1, init, a.step ? 3 : 2, xs, 0, sum, NULL, NULL)) return NULL;
     for (i = 0; i < NPARAMS; i++) tj_tree_set_v(G, gpt2_params[i].name, sum[i]);
     return sum[NPARAMS];
 }
 /* the same, unrolled: gradients with respect to the f32 params P */
-static tj_v gpt2_accum_unrolled(const gpt2_config *c, const tj_tree *Pc, const tj_tree *P, tj_v tokens, tj_v targets, tj_tree *G) {
+static tj_v gpt2_accum_unrolled(const gpt2_config *c, const tj_tree *Pc, const tj_tree *P, tj_v tokens, tj_v targets, tj_tree *G, tj_v step) {
     tj_v loss = NULL;
     int i, j;
     for (j = 0; j < c->accum; j++) {
         tj_tree *Gj = tj_tree_new(tj_graph_ctx(tj_graph_of(tokens)));
-        tj_v lj = gpt2_loss_grads(c, Pc, P, tj_index(tokens, "micro", j), tj_index(targets, "micro", j), 1.0 / c->accum, Gj);
+        tj_v base = step ? gpt2_drop_base(c, step, tj_scalar(tj_graph_of(step), TJ_I32, j)) : NULL;
+        tj_v lj = gpt2_loss_grads(c, Pc, P, tj_index(tokens, "micro", j), tj_index(targets, "micro", j), 1.0 / c->accum, Gj, base);
         loss = j ? tj_add(loss, lj) : lj;
         for (i = 0; i < NPARAMS; i++) {
             const char *pn = gpt2_params[i].name;
@@ -471,18 +541,21 @@ static tj_v gpt2_adamw(const gpt2_config *c, tj_graph *g, const tj_tree *in, con
 }
 
 /* one training step: loss, grads (accumulated over micro-batches when
-   accum > 1), clip, AdamW; new params, m, v */
+   accum > 1), clip, AdamW; new params, m, v. With dropout, in's "step" (an
+   i32 scalar: the steps taken before this one) seeds the masks; without,
+   the step has no such input. */
 static void gpt2_step_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *user) {
     const gpt2_config *c = (const gpt2_config *)user;
     tj_ctx *ctx = tj_graph_ctx(g);
     tj_tree *P = tj_tree_new(ctx), *Pc = tj_tree_new(ctx), *G = tj_tree_new(ctx);
     tj_v tokens = tj_tree_v(in, "tokens"), targets = tj_tree_v(in, "targets");
+    tj_v step = c->dropout > 0 ? tj_tree_v(in, "step") : NULL;
     tj_v loss, gnorm;
     gpt2_param_tree(in, P);
     gpt2_compute_params(c, P, Pc);
-    if (c->accum == 1) loss = gpt2_loss_grads(c, Pc, P, tokens, targets, 1.0, G);
-    else if (accum_unrolled(c)) loss = gpt2_accum_unrolled(c, Pc, P, tokens, targets, G);
-    else loss = gpt2_accum_scan(c, g, Pc, tokens, targets, G);
+    if (c->accum == 1) loss = gpt2_loss_grads(c, Pc, P, tokens, targets, 1.0, G, gpt2_drop_base(c, step, NULL));
+    else if (accum_unrolled(c)) loss = gpt2_accum_unrolled(c, Pc, P, tokens, targets, G, step);
+    else loss = gpt2_accum_scan(c, g, Pc, tokens, targets, G, step);
     gnorm = gpt2_adamw(c, g, in, P, G, out);
     /* the new state keeps the old one's sharding (so it can be donated and
        fed back to this same program) */
@@ -502,7 +575,7 @@ static void gpt2_forward_only(tj_graph *g, const tj_tree *in, tj_tree *out, cons
     tj_v logits;
     gpt2_param_tree(in, P);
     gpt2_compute_params(c, P, Pc);
-    logits = gpt2_forward(c, Pc, tj_tree_v(in, "tokens"));
+    logits = gpt2_forward(c, Pc, tj_tree_v(in, "tokens"), NULL); /* no dropout (model.eval()) */
     if (loss) tj_tree_set_v(out, "loss", gpt2_xent(logits, tj_tree_v(in, "targets")));
     else tj_tree_set_v(out, "logits", logits);
     tj_tree_free(P);

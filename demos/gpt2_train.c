@@ -170,6 +170,13 @@ static int gpt2_set_scalar(gpt2_trainer *tr, tj_tree *t, const char *name, doubl
     tj_array *a = tj_array_new(tr->ctx, TJ_F32, "", &f);
     return !a || tj_tree_set_array(t, name, a);
 }
+/* the step number, an i32 scalar (wrapping past 2^31 - 1: the dropout
+   fold's arithmetic wraps anyway) */
+static int gpt2_set_step(gpt2_trainer *tr, tj_tree *t, int64_t step) {
+    int32_t v = (int32_t)(uint32_t)(uint64_t)step;
+    tj_array *a = tj_array_new(tr->ctx, TJ_I32, "", &v);
+    return !a || tj_tree_set_array(t, "step", a);
+}
 /* a tree referring to the current params (for eval / sampling) */
 static tj_tree *gpt2_param_refs(gpt2_trainer *tr) {
     tj_tree *t = tj_tree_new(tr->ctx);
@@ -243,7 +250,8 @@ static int gpt2_trainer_init_at(gpt2_trainer *tr, const gpt2_config *cfg, int de
     if (!zeros) return 1;
     if (gpt2_set_tokens(tr, tr->state, "tokens", zeros, tr->cfg.accum, tr->cfg.B, tr->cfg.T) ||
         gpt2_set_tokens(tr, tr->state, "targets", zeros, tr->cfg.accum, tr->cfg.B, tr->cfg.T) ||
-        gpt2_set_scalar(tr, tr->state, "lr", 0.0) || gpt2_set_scalar(tr, tr->state, "t", 1.0)) {
+        gpt2_set_scalar(tr, tr->state, "lr", 0.0) || gpt2_set_scalar(tr, tr->state, "t", 1.0) ||
+        (tr->cfg.dropout > 0 && gpt2_set_step(tr, tr->state, 0))) { /* the masks' step: an input only with dropout */
         free(zeros);
         return gpt2_fail(tr, "inputs");
     }
@@ -316,7 +324,8 @@ static float gpt2_train_step(gpt2_trainer *tr, const int32_t *x, const int32_t *
     float loss = NAN, gn = NAN;
     int i, K = tr->cfg.accum;
     if (gpt2_set_tokens(tr, tr->state, "tokens", x, K, tr->cfg.B, tr->cfg.T) || gpt2_set_tokens(tr, tr->state, "targets", y, K, tr->cfg.B, tr->cfg.T) ||
-        gpt2_set_scalar(tr, tr->state, "lr", lr) || gpt2_set_scalar(tr, tr->state, "t", (double)(tr->step_no + 1)) || tj_run(tr->step, tr->state, out)) {
+        gpt2_set_scalar(tr, tr->state, "lr", lr) || gpt2_set_scalar(tr, tr->state, "t", (double)(tr->step_no + 1)) ||
+        (tr->cfg.dropout > 0 && gpt2_set_step(tr, tr->state, tr->step_no)) || tj_run(tr->step, tr->state, out)) {
         gpt2_fail(tr, "train step");
         tj_tree_free(out);
         return NAN;
@@ -982,7 +991,17 @@ static void usage(void) {
         "  --min-lr-frac X     final lr as a fraction of the peak (0.1)\n"
         "  --wd X              AdamW weight decay on matrices (0.1); betas 0.9, 0.95; eps 1e-8\n"
         "  --clip X            global gradient-norm clip (1.0)\n"
-        "  --seed N            init and batch-sampling seed (1337)\n"
+        "  --seed N            init, batch-sampling and dropout seed (1337)\n"
+        "  --dropout P         dropout rate in training, 0 <= P < 1 (0: none; the step is then\n"
+        "                      the one without the flag), where GPT-2 has it (embd_pdrop,\n"
+        "                      resid_pdrop): on the embedding sum, and on attention's and the\n"
+        "                      MLP's output projections (bias included) before each residual\n"
+        "                      add. A fresh mask every step, micro-batch, layer and site: one\n"
+        "                      key from --seed folded with them, so --resume draws the masks\n"
+        "                      the uninterrupted run would have. attn_pdrop (on the attention\n"
+        "                      probabilities) only with --attn-composed: the fused\n"
+        "                      tj_attention never makes them. Evaluation and sampling run\n"
+        "                      without dropout\n"
         "  --eval-every K      validation loss every K steps (50) and at the end\n"
         "  --eval-batches N    validation batches per evaluation (8)\n"
         "data\n"
@@ -1361,7 +1380,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         }
         if (i + 1 >= argc) {
             static const char *valued[] = {"--layers", "--heads", "--embed", "--context", "--batch", "--accum", "--remat", "--steps", "--lr", "--warmup",
-                                           "--min-lr-frac", "--wd", "--clip", "--seed", "--eval-every", "--eval-batches", "--data", "--tokens",
+                                           "--min-lr-frac", "--wd", "--clip", "--seed", "--dropout", "--eval-every", "--eval-batches", "--data", "--tokens",
                                            "--tokenizer", "--devices", "--mesh", "--param-rules", "--compute-rules", "--threads", "--sample", "--prompt",
                                            "--temperature", "--top-k", "--svg", "--trace", "--save", "--save-every", "--keep", "--resume",
                                            "--init-from", "--bench-steps", "--tokenizer-json", "--export-hf", "--memory-budget"};
@@ -1397,6 +1416,13 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--min-lr-frac")) bad = arg_dbl(f, v, 0, 1, &a->min_lr_frac);
         else if (!strcmp(f, "--wd")) bad = arg_dbl(f, v, 0, 10, &a->cfg.wd);
         else if (!strcmp(f, "--clip")) bad = arg_dbl(f, v, 0, 1e9, &a->cfg.clip);
+        else if (!strcmp(f, "--dropout")) {
+            bad = arg_dbl(f, v, 0, 1, &a->cfg.dropout);
+            if (!bad && a->cfg.dropout >= 1) {
+                fprintf(stderr, "gpt2_train: --dropout: \"%s\" would drop everything (the rate must be below 1)\n", v);
+                bad = 1;
+            }
+        }
         else if (!strcmp(f, "--seed")) {
             char *e;
             errno = 0;
@@ -2137,6 +2163,9 @@ static int gpt2_main(int argc, char **argv) {
         if (tr.auto_note)
             printf("remat auto: %s (planned peak %.2f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
                    tr.auto_budget / 1e6);
+        if (tr.cfg.dropout > 0)
+            printf("dropout: %g on the embeddings and on attention's and the MLP's outputs%s; a fresh mask every step, micro-batch and layer\n",
+                   tr.cfg.dropout, tr.cfg.attn_composed ? " and the attention probabilities" : " (not the attention probabilities: fused attention)");
         if (nprocs > 1) printf("processes: %d (transport %s), %d devices each; process 0 prints and writes files\n", nprocs, tj_transport_name(tr.ctx), a.devices / nprocs);
         char thr[64];
         long cores = ncpu > 16 ? 16 : ncpu; /* the library's default */

@@ -4,7 +4,10 @@
    a checkpoint round trip resumes exactly; gradient accumulation over K
    micro-batches of B equals one batch of K*B; Hugging Face GPT-2
    safetensors load (--init-from) to the same logits; --bf16 training
-   follows the f32 loss curve on both bf16 matmul paths. */
+   follows the f32 loss curve on both bf16 matmul paths; dropout (--dropout)
+   acts, draws a fresh mask every step and micro-batch, the same under every
+   remat policy, on meshes, after a resume and in bf16, and leaves the
+   evaluation alone. */
 /* the demo asks for both implementations; they are linked in instead
    (tests/tj_impl.c, tests/gpt2_io_impl.c) */
 #define TINYJAX_IMPLEMENTATION_DONE
@@ -1018,6 +1021,219 @@ static void test_bf16_curve(const int32_t *data, size_t n) {
               lf[0], lf[STEPS - 1], lb[0], lb[STEPS - 1]);
 }
 
+/* ---- dropout (--dropout): GPT-2's embd_pdrop and resid_pdrop (and
+   attn_pdrop with attn_composed), each mask tj_dropout_fold with the seed's
+   key folded with ((step * K + micro) * L + layer) * 4 + site */
+
+/* `steps` training steps of a fresh trainer (batches from gpt2_next_batch,
+   seed 5, at learning rate lr; `same`: the first batch every step), losses
+   into loss[]; 0 on success */
+static int drop_run(const gpt2_config *c, int ndev, const char *mesh, const int32_t *data, size_t n, int steps, double lr, int same, float *loss) {
+    gpt2_trainer tr;
+    size_t kbt = (size_t)c->accum * (size_t)c->B * (size_t)c->T;
+    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * kbt), *y = (int32_t *)malloc(sizeof(int32_t) * kbt);
+    int s, rc = 0;
+    if (gpt2_trainer_init(&tr, c, ndev, mesh, 1)) rc = 1;
+    for (s = 0; !rc && s < steps; s++) {
+        if (!same || s == 0) gpt2_next_batch(&tr, data, n, 5, x, y);
+        loss[s] = gpt2_train_step(&tr, x, y, lr);
+        if (loss[s] != loss[s]) rc = 1;
+    }
+    gpt2_trainer_free(&tr); /* (also a half-made one) */
+    free(x);
+    free(y);
+    return rc;
+}
+/* the largest relative difference of two loss curves */
+static double curve_rel(const float *a, const float *b, int steps) {
+    double m = 0;
+    int s;
+    for (s = 0; s < steps; s++) m = fmax(m, fabs((double)a[s] - b[s]) / fabs((double)b[s]));
+    return m;
+}
+static int prog_has(tj_prog *p, const char *what) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int has = 0;
+    if (f) {
+        tj_prog_print(p, f);
+        fclose(f);
+        has = text && strstr(text, what) != NULL;
+    }
+    free(text);
+    return has;
+}
+static void test_dropout(const int32_t *data, size_t n) {
+    enum { S = 4 };
+    gpt2_config c0, c1;
+    float l0[S], l1[S], lr0[S], lr1[S], lx[S];
+    int s, r;
+    tjt_current = "dropout";
+    tiny_config(&c0);
+    c1 = c0;
+    c1.dropout = 0.1;
+    { /* rate 0: no step input, no random numbers in the step; with a rate: both */
+        gpt2_trainer a, b;
+        if (!gpt2_trainer_init(&a, &c0, 1, NULL, 1)) {
+            TJT_CHECK(tj_tree_find(a.state, "step") < 0 && !prog_has(a.step, "uniform"), "--dropout 0: the step has a step input or draws random numbers");
+            if (!gpt2_trainer_init(&b, &c1, 1, NULL, 1)) {
+                TJT_CHECK(tj_tree_find(b.state, "step") >= 0 && prog_has(b.step, "uniform"), "--dropout 0.1: the step has no step input or draws no random numbers");
+                TJT_CHECK(!prog_has(b.eval, "uniform"), "--dropout 0.1: evaluation draws random numbers");
+                gpt2_trainer_free(&b);
+            } else TJT_CHECK(0, "init with dropout");
+            gpt2_trainer_free(&a);
+        } else TJT_CHECK(0, "init without dropout");
+    }
+    /* the masks act: the training loss with dropout is not the loss without */
+    if (drop_run(&c0, 1, NULL, data, n, S, 3e-3, 0, l0) || drop_run(&c1, 1, NULL, data, n, S, 3e-3, 0, l1)) { TJT_CHECK(0, "dropout: runs failed"); return; }
+    for (s = 0; s < S; s += S - 1) /* (at the init the loss is about ln 256 either way: 7e-4 apart) */
+        TJT_CHECK(fabs(l0[s] - l1[s]) > 1e-4, "step %d: loss %.7f with dropout 0.1, %.7f without: the masks do not act", s, l1[s], l0[s]);
+    if (getenv("TJ_TEST_VERBOSE")) printf("dropout: losses without %.5f .. %.5f, with 0.1 %.5f .. %.5f\n", l0[0], l0[S - 1], l1[0], l1[S - 1]);
+    /* a fresh mask every step: the same batch at lr 0 (params unchanged) gives
+       the same loss every step without dropout, a new one with it */
+    if (drop_run(&c0, 1, NULL, data, n, S, 0.0, 1, lr0) || drop_run(&c1, 1, NULL, data, n, S, 0.0, 1, lr1)) { TJT_CHECK(0, "dropout: lr 0 runs failed"); return; }
+    for (s = 1; s < S; s++) {
+        TJT_CHECK(lr0[s] == lr0[0], "no dropout, the same batch and params: step %d loss %.9g, step 0 %.9g", s, lr0[s], lr0[0]);
+        TJT_CHECK(lr1[s] != lr1[s - 1], "dropout 0.1, the same batch and params: step %d drew the mask of step %d (loss %.9g both)", s, s - 1, lr1[s]);
+    }
+    TJT_CHECK(l1[0] == lr1[0], "dropout: step 0 loss %.9g, and %.9g in another run (the masks are not deterministic)", lr1[0], l1[0]);
+    if (getenv("TJ_TEST_VERBOSE"))
+        printf("dropout: losses at lr 0 on one batch: without %.5f %.5f %.5f %.5f, with 0.1 %.5f %.5f %.5f %.5f\n", lr0[0], lr0[1], lr0[2], lr0[3], lr1[0], lr1[1],
+               lr1[2], lr1[3]);
+    /* every remat policy draws the same masks in its recompute */
+    for (r = 0; r < NREMAT; r++) {
+        gpt2_config cr = c1;
+        if (r == REMAT_AUTO) continue;
+        cr.remat = r;
+        if (drop_run(&cr, 1, NULL, data, n, S, 3e-3, 0, lx)) { TJT_CHECK(0, "dropout, remat %s: run failed", remat_names[r]); continue; }
+        TJT_CHECK(curve_rel(lx, l1, S) <= 1e-5, "dropout, remat %s: losses differ from remat block_out's by %.3g (rel)", remat_names[r], curve_rel(lx, l1, S));
+        if (getenv("TJ_TEST_VERBOSE")) printf("dropout, remat %s: losses within %.3g (rel) of block_out's\n", remat_names[r], curve_rel(lx, l1, S));
+    }
+    { /* meshes: the same masks, each device drawing its slice */
+        struct { int ndev; const char *mesh; int seq_parallel, remat; } ms[] = {
+            {8, "data=4 model=2", 0, REMAT_BLOCK_OUT},
+            {4, "data=2 model=2", 1, REMAT_NOTHING},
+            {2, "data=2", 0, REMAT_OFFLOAD},
+        };
+        int m;
+        for (m = 0; m < 3; m++) {
+            gpt2_config cm = c1;
+            cm.seq_parallel = ms[m].seq_parallel;
+            cm.remat = ms[m].remat;
+            if (drop_run(&cm, ms[m].ndev, ms[m].mesh, data, n, S, 3e-3, 0, lx)) { TJT_CHECK(0, "dropout on %s: run failed", ms[m].mesh); continue; }
+            TJT_CHECK(curve_rel(lx, l1, S) <= 1e-5, "dropout on %s%s, remat %s: losses differ from one device's by %.3g (rel)", ms[m].mesh,
+                      ms[m].seq_parallel ? " (sequence parallel)" : "", remat_names[ms[m].remat], curve_rel(lx, l1, S));
+            if (getenv("TJ_TEST_VERBOSE")) printf("dropout on %s: losses within %.3g (rel) of one device's\n", ms[m].mesh, curve_rel(lx, l1, S));
+        }
+    }
+    { /* accumulation: micro-batch j of step s draws the masks of step s * K + j
+         without it, so K = 2 on the same batch twice, at lr 0, is the mean of
+         the K = 1 losses of steps 2s and 2s + 1 on it; scanned, unrolled, and
+         scanned with the layer scan nested under remat nothing, on a mesh */
+        struct { int unroll, remat, ndev; const char *mesh; const char *name; } vs[] = {
+            {0, REMAT_BLOCK_OUT, 1, NULL, "scan"},
+            {1, REMAT_BLOCK_OUT, 1, NULL, "unrolled"},
+            {0, REMAT_NOTHING, 4, "data=2 model=2", "scan, remat nothing, data=2 x model=2"},
+        };
+        gpt2_config ck = c1;
+        gpt2_trainer tr;
+        int v;
+        int32_t x[2 * TB * TT], y[2 * TB * TT];
+        ck.accum = 2;
+        for (v = 0; v < 3; v++) {
+            ck.accum_unroll = vs[v].unroll;
+            ck.remat = vs[v].remat;
+            if (gpt2_trainer_init(&tr, &ck, vs[v].ndev, vs[v].mesh, 1)) { TJT_CHECK(0, "dropout, accum 2 %s: init", vs[v].name); continue; }
+            get_batch(data, n, TB, TT, 5, 1, 0, x, y); /* the batch of lr1's runs, twice */
+            memcpy(x + TB * TT, x, sizeof(int32_t) * TB * TT);
+            memcpy(y + TB * TT, y, sizeof(int32_t) * TB * TT);
+            for (s = 0; s < 2; s++) {
+                float l = gpt2_train_step(&tr, x, y, 0.0), want = (float)(0.5 * ((double)lr1[2 * s] + lr1[2 * s + 1]));
+                /* 1e-6: the mean of two different masks' losses is 6e-6 from one mask's here */
+                TJT_CHECK(fabs(l - want) <= 1e-6 * want, "dropout, accum 2 %s: step %d loss %.7f, the mean of steps %d and %d without accumulation %.7f", vs[v].name,
+                          s, l, 2 * s, 2 * s + 1, want);
+                if (getenv("TJ_TEST_VERBOSE")) printf("dropout, accum 2 %s: step %d loss %.7f, want %.7f\n", vs[v].name, s, l, want);
+            }
+            gpt2_trainer_free(&tr);
+        }
+    }
+    { /* attn_pdrop with attn_composed: the probabilities are dropped too,
+         and the recompute draws the same masks */
+        gpt2_config cc = c1;
+        float lc[S];
+        cc.attn_composed = 1;
+        if (!drop_run(&cc, 1, NULL, data, n, S, 3e-3, 0, lc)) {
+            TJT_CHECK(fabs(lc[0] - l1[0]) > 1e-4, "dropout with composed attention: step 0 loss %.7f, fused %.7f: the probabilities are not dropped", lc[0], l1[0]);
+            cc.remat = REMAT_EVERYTHING;
+            if (!drop_run(&cc, 1, NULL, data, n, S, 3e-3, 0, lx))
+                TJT_CHECK(curve_rel(lx, lc, S) <= 1e-5, "dropout with composed attention: remat everything vs block_out differ by %.3g", curve_rel(lx, lc, S));
+            else TJT_CHECK(0, "composed attention, remat everything: run failed");
+        } else TJT_CHECK(0, "composed attention with dropout: run failed");
+    }
+    { /* bf16: the f32 masks (tj_dropout draws f32 uniforms for bf16), losses
+         within bf16 rounding of f32's */
+        gpt2_config cb = c1;
+        cb.bf16 = 1;
+        if (!drop_run(&cb, 1, NULL, data, n, S, 3e-3, 0, lx)) {
+            double d = 0;
+            for (s = 0; s < S; s++) d = fmax(d, fabs((double)lx[s] - l1[s]));
+            TJT_CHECK(d <= 0.02, "dropout in bf16: losses differ from f32's by up to %.4f", d);
+            if (getenv("TJ_TEST_VERBOSE")) printf("dropout in bf16: losses within %.4f of f32's\n", d);
+        } else TJT_CHECK(0, "dropout in bf16: run failed");
+    }
+    { /* resume: 6 steps straight, or 3, save, resume in a new trainer, 3: the
+         same losses bit for bit (the masks follow the step number); and the
+         evaluation of the same params does not depend on --dropout */
+        gpt2_trainer a, b;
+        char pbuf[600];
+        const char *path = tpath(pbuf, sizeof pbuf, "dropout.safetensors");
+        float la[6];
+        int32_t x[TB * TT], y[TB * TT];
+        if (gpt2_trainer_init(&a, &c1, 1, NULL, 1)) { TJT_CHECK(0, "dropout resume: init"); return; }
+        for (s = 0; s < 6; s++) {
+            gpt2_next_batch(&a, data, n, 5, x, y);
+            la[s] = gpt2_train_step(&a, x, y, 3e-3);
+            if (s == 2) TJT_CHECK(gpt2_save(&a, path) == 0, "dropout: save: %s", tj_error(a.ctx));
+        }
+        if (!gpt2_trainer_init(&b, &c1, 4, "data=2 model=2", 1)) {
+            TJT_CHECK(gpt2_resume(&b, path) == 0 && b.step_no == 3, "dropout: resume: %s", tj_error(b.ctx));
+            for (s = 3; s < 6; s++) {
+                float l;
+                gpt2_next_batch(&b, data, n, 5, x, y);
+                l = gpt2_train_step(&b, x, y, 3e-3);
+                TJT_CHECK(fabs(l - la[s]) <= 1e-5 * la[s], "dropout: resumed on data=2 x model=2, step %d loss %.9g, uninterrupted %.9g", s, l, la[s]);
+            }
+            gpt2_trainer_free(&b);
+        } else TJT_CHECK(0, "dropout: init on a mesh for the resume");
+        if (!gpt2_trainer_init(&b, &c1, 1, NULL, 1)) {
+            TJT_CHECK(gpt2_resume(&b, path) == 0 && b.step_no == 3, "dropout: resume: %s", tj_error(b.ctx));
+            for (s = 3; s < 6; s++) {
+                float l;
+                gpt2_next_batch(&b, data, n, 5, x, y);
+                l = gpt2_train_step(&b, x, y, 3e-3);
+                TJT_CHECK(l == la[s], "dropout: resumed step %d loss %.9g, uninterrupted %.9g (want the same bits)", s, l, la[s]);
+            }
+            gpt2_trainer_free(&b);
+        } else TJT_CHECK(0, "dropout: init for the resume");
+        if (!gpt2_trainer_init(&b, &c0, 1, NULL, 1)) { /* the same params without dropout */
+            TJT_CHECK(gpt2_resume(&b, path) == 0, "resume without dropout: %s", tj_error(b.ctx));
+            if (gpt2_resume(&a, path) == 0) {
+                for (s = 0; s < 2; s++) {
+                    float ea, eb;
+                    get_batch(data, n, TB, TT, 5, 2, (uint64_t)s, x, y);
+                    ea = gpt2_eval_loss(&a, x, y);
+                    eb = gpt2_eval_loss(&b, x, y);
+                    TJT_CHECK(ea == eb && ea == ea, "eval loss of the same params: %.9g with --dropout 0.1, %.9g without", ea, eb);
+                }
+            } else TJT_CHECK(0, "dropout: resume into the first trainer: %s", tj_error(a.ctx));
+            gpt2_trainer_free(&b);
+        } else TJT_CHECK(0, "init without dropout for the evaluation");
+        gpt2_trainer_free(&a);
+        remove(path);
+    }
+}
+
 int main(void) {
     gpt2_config c;
     gpt2_trainer tr;
@@ -1219,6 +1435,7 @@ int main(void) {
     test_hf_export(data, n);
     test_resume_sharded(data, n);
     test_padded_vocab(data, n);
+    test_dropout(data, n);
     free(data);
     remove_tree(tdir);
     return tjt_finish();

@@ -6,7 +6,9 @@
    --save-every K keeps the newest --keep N checkpoints, --resume picks the
    newest valid one; and kill -9 at random moments of a run with
    --save-every loses at most K steps, with the losses after resuming equal
-   to an uninterrupted run's. Each case runs gpt2_main in a forked child
+   to an uninterrupted run's; --dropout 0 is the run without the flag, and
+   --dropout 0.1 resumed halfway ends with the uninterrupted run's losses and
+   checkpoint. Each case runs gpt2_main in a forked child
    (its output through a pipe). Files go to a fresh mkdtemp directory. */
 /* the demo asks for both implementations; they are linked in instead
    (tests/tj_impl.c, tests/gpt2_io_impl.c) */
@@ -219,6 +221,9 @@ static void test_validation(void) {
         {"--clip x", "--clip", "\"x\""},
         {"--seed abc", "--seed", "\"abc\""},
         {"--seed -1", "--seed", "\"-1\""},
+        {"--dropout 1", "--dropout", "\"1\""},
+        {"--dropout -0.1", "--dropout", "\"-0.1\""},
+        {"--dropout some", "--dropout", "\"some\""},
         {"--eval-every 0", "--eval-every", "\"0\""},
         {"--eval-batches 0", "--eval-batches", "\"0\""},
         {"--threads -1", "--threads", "\"-1\""},
@@ -386,6 +391,56 @@ static void test_runs(void) {
     }
 }
 
+/* --dropout: 0 is the run without the flag; with 0.1 the losses change, and
+   a run resumed halfway draws the masks the uninterrupted run drew: the same
+   losses and, at the end, the same checkpoint byte for byte */
+static void test_dropout(void) {
+    char args[2048], a[32], b[32];
+    run_result plain, zero, drop, resumed;
+    long s;
+    int same0 = 1, differ = 0, same = 1;
+    tjt_current = "CLI --dropout";
+    snprintf(args, sizeof args, "%s --steps 8 --eval-every 4", g_model);
+    plain = run_gpt2(args, NULL);
+    snprintf(args, sizeof args, "%s --steps 8 --eval-every 4 --dropout 0", g_model);
+    zero = run_gpt2(args, NULL);
+    snprintf(args, sizeof args, "%s --steps 8 --eval-every 4 --dropout 0.1 --save %s --save-every 4", g_model, path_in("dk"));
+    drop = run_gpt2(args, NULL);
+    TJT_CHECK(plain.rc == 0 && zero.rc == 0 && drop.rc == 0 && last_step(&drop) == 7 && has(&drop, "dropout: 0.1"), "runs: exit %d, %d, %d: %s", plain.rc,
+              zero.rc, drop.rc, drop.out);
+    TJT_CHECK(!has(&zero, "dropout:"), "--dropout 0 says it drops: %s", zero.out);
+    for (s = 0; s < 8; s++) {
+        if (!loss_of(&plain, s, a, sizeof a) || !loss_of(&zero, s, b, sizeof b) || strcmp(a, b)) same0 = 0;
+        if (loss_of(&drop, s, b, sizeof b) && strcmp(a, b)) differ++;
+    }
+    TJT_CHECK(same0, "--dropout 0 changed the losses of the run without the flag");
+    TJT_CHECK(differ >= 4, "--dropout 0.1 changed only %d of 8 printed losses", differ);
+    { /* the validation losses (no dropout) of the same params: step 0's */
+        const char *p = strstr(plain.out ? plain.out : "", "step     0 | val loss "), *q = strstr(drop.out ? drop.out : "", "step     0 | val loss ");
+        TJT_CHECK(p && q && !strncmp(p, q, 32), "the validation loss at step 0 depends on --dropout");
+    }
+    /* resume from step 4: the final checkpoint and the periodic one of step 8 set aside */
+    if (rename(path_in("dk"), path_in("dk_full"))) TJT_CHECK(0, "no final checkpoint dk");
+    unlink(path_in("dk.step00000008"));
+    snprintf(args, sizeof args, "%s --steps 8 --eval-every 4 --dropout 0.1 --save %s --save-every 4 --resume %s", g_model, path_in("dk"), path_in("dk"));
+    resumed = run_gpt2(args, NULL);
+    TJT_CHECK(resumed.rc == 0 && has(&resumed, "at step 4") && last_step(&resumed) == 7, "resume: exit %d: %s", resumed.rc, resumed.out);
+    for (s = 4; s < 8; s++)
+        if (!loss_of(&resumed, s, a, sizeof a) || !loss_of(&drop, s, b, sizeof b) || strcmp(a, b)) same = 0;
+    TJT_CHECK(same, "--dropout 0.1: the losses after resuming at step 4 differ from the uninterrupted run's");
+    {
+        size_t l1 = 0, l2 = 0;
+        unsigned char *c1 = read_all(path_in("dk_full"), &l1), *c2 = read_all(path_in("dk"), &l2);
+        TJT_CHECK(c1 && c2 && l1 == l2 && !memcmp(c1, c2, l1), "--dropout 0.1: the resumed run's final checkpoint differs from the uninterrupted run's");
+        free(c1);
+        free(c2);
+    }
+    run_free(&plain);
+    run_free(&zero);
+    run_free(&drop);
+    run_free(&resumed);
+}
+
 /* kill -9 at random moments of a run with --save-every K; resume (or start
    over if no checkpoint was written yet) and compare with a run that was
    never interrupted */
@@ -486,6 +541,7 @@ int main(void) {
              path_in("data.txt"));
     test_validation();
     test_runs();
+    test_dropout();
     test_kill();
     remove_dir();
     return tjt_finish();
