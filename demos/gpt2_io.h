@@ -137,6 +137,7 @@ typedef struct {
     int n_inner;                      /* -2: null (4 * n_embd)              */
     int bos_token_id, eos_token_id;   /* -2: null                           */
     double layer_norm_epsilon;
+    double resid_pdrop, embd_pdrop, attn_pdrop; /* written when >= 0 (not read) */
     char activation_function[32], model_type[32];
     int tie_word_embeddings, scale_attn_weights, scale_attn_by_inverse_layer_idx,
         reorder_and_upcast_attn, add_cross_attention;
@@ -370,11 +371,22 @@ int gio_tokens_write(const char *path, const int32_t *tokens, size_t n, char *er
 
 /* ---- Hugging Face GPT-2 config.json ---- */
 
+/* the shortest form of v that reads back as the same double (1e-05, not
+   1.0000000000000001e-05) */
+static const char *gio__shortest(char *num, size_t n, double v) {
+    int prec;
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(num, n, "%.*g", prec, v);
+        if (strtod(num, NULL) == v) break;
+    }
+    return num;
+}
 void gio_gpt2_config_init(gio_gpt2_config *c) {
     memset(c, 0, sizeof *c);
     c->n_layer = c->n_head = c->n_embd = c->n_positions = c->n_ctx = c->vocab_size = -1;
     c->n_inner = c->bos_token_id = c->eos_token_id = -1;
     c->layer_norm_epsilon = -1;
+    c->resid_pdrop = c->embd_pdrop = c->attn_pdrop = -1;
     c->tie_word_embeddings = c->scale_attn_weights = c->scale_attn_by_inverse_layer_idx = -1;
     c->reorder_and_upcast_attn = c->add_cross_attention = -1;
 }
@@ -469,14 +481,14 @@ int gio_gpt2_config_write(const char *path, const gio_gpt2_config *c, char *err,
     tj_strbuf_printf(&b, "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n", c->n_positions, c->n_positions, c->vocab_size);
     if (c->n_inner >= 0) tj_strbuf_printf(&b, "  \"n_inner\": %d,\n", c->n_inner);
     else tj_strbuf_puts(&b, "  \"n_inner\": null,\n");
-    {   /* the shortest form that reads back as the same double (1e-05, not 1.0000000000000001e-05) */
+    {
         char num[40];
-        int prec;
-        for (prec = 1; prec <= 17; prec++) {
-            snprintf(num, sizeof num, "%.*g", prec, c->layer_norm_epsilon);
-            if (strtod(num, NULL) == c->layer_norm_epsilon) break;
-        }
-        tj_strbuf_printf(&b, "  \"layer_norm_epsilon\": %s,\n", num);
+        tj_strbuf_printf(&b, "  \"layer_norm_epsilon\": %s,\n", gio__shortest(num, sizeof num, c->layer_norm_epsilon));
+        /* the dropout the model was trained with (transformers' default when
+           absent is 0.1) */
+        if (c->resid_pdrop >= 0) tj_strbuf_printf(&b, "  \"resid_pdrop\": %s,\n", gio__shortest(num, sizeof num, c->resid_pdrop));
+        if (c->embd_pdrop >= 0) tj_strbuf_printf(&b, "  \"embd_pdrop\": %s,\n", gio__shortest(num, sizeof num, c->embd_pdrop));
+        if (c->attn_pdrop >= 0) tj_strbuf_printf(&b, "  \"attn_pdrop\": %s,\n", gio__shortest(num, sizeof num, c->attn_pdrop));
     }
     tj_strbuf_puts(&b, "  \"activation_function\": ");
     tj_strbuf_json(&b, c->activation_function[0] ? c->activation_function : "gelu_new");

@@ -853,6 +853,8 @@ GPT2_UNUSED static int gpt2_export_hf(gpt2_trainer *tr, const char *dir, int eos
         hc.n_layer = c->L; hc.n_head = c->H; hc.n_embd = C; hc.n_positions = c->block; hc.vocab_size = c->V_real;
         hc.n_inner = M == 4 * C ? -2 : M;
         hc.layer_norm_epsilon = c->ln_eps > 0 ? c->ln_eps : 1e-5;
+        hc.resid_pdrop = hc.embd_pdrop = c->dropout; /* (--dropout; the fused attention drops no probabilities) */
+        hc.attn_pdrop = c->attn_composed ? c->dropout : 0;
         snprintf(hc.activation_function, sizeof hc.activation_function, "%s", c->act == ACT_RELU ? "relu" : "gelu_new");
         hc.tie_word_embeddings = 1;
         hc.bos_token_id = hc.eos_token_id = eos_id >= 0 && eos_id < c->V_real ? eos_id : -2;

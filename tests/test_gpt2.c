@@ -604,6 +604,15 @@ static void test_hf_export(const int32_t *data, size_t n) {
                       cf.tie_word_embeddings == 1 && !strcmp(cf.activation_function, "relu") && !strcmp(cf.model_type, "gpt2"),
                   "config.json: %s", err);
     }
+    {   /* the dropout it was trained with (none), not transformers' default 0.1 */
+        char *txt = NULL;
+        size_t len = 0;
+        snprintf(p1, sizeof p1, "%s/config.json", dir);
+        TJT_CHECK(tj_read_file(p1, &txt, &len, err, sizeof err) == TJ_OK && strstr(txt, "\"resid_pdrop\": 0,") && strstr(txt, "\"embd_pdrop\": 0,") &&
+                      strstr(txt, "\"attn_pdrop\": 0,"),
+                  "config.json lacks the dropout rates: %s", txt ? txt : err);
+        tj_free(txt);
+    }
     /* failures: a file where the directory should be, a missing parent */
     err[0] = 0;
     snprintf(p1, sizeof p1, "%s/config.json", dir);
