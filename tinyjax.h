@@ -5633,7 +5633,9 @@ static tj_v tj__reduce_ids_dt(const char *f, int l, int op, tj_v x, const int *i
             t.dim[t.rank++] = x->t.dim[i];
         } else size *= x->t.dim[i];
     }
-    if (size == 1) { /* axes of size 1: same elements, a view */
+    if (size == 1 && op == TJ__OP_SUM) { /* a sum over axes of size 1: same elements, a view (max and min
+                                              stay reductions: their gradient is JAX's g (x == y) / count,
+                                              NaN where x is NaN, which a view's would pass through) */
         tj_v v = tj__reshape(f, l, x, &t);
         return odt == x->t.dt ? v : tj_cast_at(f, l, v, odt);
     }

@@ -856,6 +856,50 @@ static void test_ln_shift_grad(void) {
     }
 }
 
+/* max / min over axes of size 1: the result is x itself, but the gradient is
+   JAX's g (x == y) / count, NaN where x is NaN (count 0). tinyjax made the
+   reduction a view there, whose gradient passed g through (jax_diff seed
+   503009 --attention: tinyjax 0.0637, JAX NaN). */
+static void size1_maxmin_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), w = tj_tree_v(in, "w"), gx[2], l;
+    (void)g; (void)u;
+    l = tj_sum_all(tj_mul(tj_max(x, "a"), w));
+    tj_grad(l, 1, &x, &gx[0]);
+    l = tj_sum_all(tj_mul(tj_min(x, "a b"), w));
+    tj_grad(l, 1, &x, &gx[1]);
+    tj_tree_set_v(out, "gmax", gx[0]);
+    tj_tree_set_v(out, "gmin", gx[1]);
+    tj_tree_set_v(out, "y", tj_max(x, "a b"));
+}
+static void test_size1_maxmin_nan_grad(void) {
+    static const tj_dtype dts[3] = {TJ_F64, TJ_F32, TJ_BF16};
+    int t, i, k;
+    tjt_current = "max / min over axes of size 1: NaN gradient at NaN, as JAX";
+    for (t = 0; t < 3; t++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        tj_prog *p;
+        double x[4] = {NAN, 2.0, INFINITY, -0.0}, w[4] = {0.5, -1.5, 2.0, 3.0}, gx[2][4], y[4];
+        tj_tree_set_array(in, "x", ln_arr(ctx, dts[t], "c=4 a=1 b=1", x, 4));
+        tj_tree_set_array(in, "w", ln_arr(ctx, dts[t], "c=4", w, 4));
+        p = tj_jit(ctx, "size1_maxmin", size1_maxmin_fn, NULL, in, NULL);
+        TJT_CHECK(p && !tj_run(p, in, out) && !tj_array_read(tj_tree_array(out, "gmax"), TJ_F64, gx[0]) &&
+                      !tj_array_read(tj_tree_array(out, "gmin"), TJ_F64, gx[1]) && !tj_array_read(tj_tree_array(out, "y"), TJ_F64, y),
+                  "%s: ran (%s)", tj_dtype_name(dts[t]), tj_error(ctx));
+        for (k = 0; k < 2; k++) {
+            TJT_CHECK(isnan(gx[k][0]), "%s: %s gradient at a NaN element is %g, JAX NaN", tj_dtype_name(dts[t]), k ? "min" : "max", gx[k][0]);
+            for (i = 1; i < 4; i++)
+                TJT_CHECK(gx[k][i] == w[i], "%s: %s gradient [%d] is %g, want %g", tj_dtype_name(dts[t]), k ? "min" : "max", i, gx[k][i], w[i]);
+        }
+        TJT_CHECK(isnan(y[0]) && y[1] == 2 && y[2] == INFINITY && y[3] == 0 && signbit(y[3]), "%s: max over size-1 axes is x (%g %g %g %g)",
+                  tj_dtype_name(dts[t]), y[0], y[1], y[2], y[3]);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+        tj_ctx_free(ctx);
+    }
+}
+
 int main(void) {
     test_tanh_grad_near_one();
     test_captured_attr();
@@ -874,5 +918,6 @@ int main(void) {
     test_bf16_sharded_sum();
     test_gg_custom_vjp();
     test_ln_shift_grad();
+    test_size1_maxmin_nan_grad();
     return tjt_finish();
 }

@@ -375,10 +375,28 @@ class Evaluator:
                 r = jax.nn.dot_product_attention(qa.reshape(B, tq, 1, d), ka.reshape(B, tk, 1, d), va.reshape(B, tk, 1, d), mask=mf.reshape(B, 1, tq, tk),
                                                  scale=float(scale), is_causal=causal, implementation="xla")
                 return NV(r.reshape(qa.shape[:-1] + (dv,)).astype(dt), batch + [qp, dm])
-            if causal: mf = mf & np.tril(np.ones((tq, tk), bool))
             hp = lax.Precision.HIGHEST
+            fill = jnp.asarray(-0.7 * np.finfo(np.float32).max, up)
+            if causal:
+                # README's Against JAX: causal pairs a query cannot see are
+                # skipped, not multiplied by 0 (a NaN or inf in such a key
+                # reaches neither the output nor dq; seed 505039 --second,
+                # f64, every row masked: JAX NaN in all of dq). Their
+                # factors are zeroed before they meet, as attention_pairs
+                # does; a row with every key masked (by the mask and causal
+                # together) still averages v over ALL keys, as JAX.
+                seen = np.tril(np.ones((tq, tk), bool))
+                mf = mf & seen
+                full = ~jnp.any(mf, axis=-1)  # [..., tq]
+                z = jnp.zeros((), up)
+                kz = jnp.where(seen[:, :, None], ka[..., None, :, :], z)
+                vz = jnp.where(seen[:, :, None] | full[..., :, None, None], va[..., None, :, :], z)
+                s = jnp.einsum("...td,...tsd->...ts", qa, kz, precision=hp) * jnp.asarray(scale, up)
+                s = jnp.where(mf, s, fill)
+                o = jnp.einsum("...ts,...tsd->...td", jax.nn.softmax(s, axis=-1), vz, precision=hp)
+                return NV(o.astype(dt), batch + [qp, dm])
             s = jnp.einsum("...td,...sd->...ts", qa, ka, precision=hp) * jnp.asarray(scale, up)
-            s = jnp.where(mf, s, jnp.asarray(-0.7 * np.finfo(np.float32).max, up))
+            s = jnp.where(mf, s, fill)
             o = jnp.einsum("...ts,...sd->...td", jax.nn.softmax(s, axis=-1), va, precision=hp)
             return NV(o.astype(dt), batch + [qp, dm])
         if not self.exact and not self.special and up == jnp.float32 and dv == d:
