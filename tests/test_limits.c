@@ -85,6 +85,25 @@ static void leaves_v(const tj_tree *in, const char *prefix, int n, tj_v *v) {
         v[i] = tj_tree_v(in, nm);
     }
 }
+/* the other way: out's leaves prefix00, prefix01, ... (width digits) = v[0..n) */
+static void set_leaves(tj_tree *out, const char *prefix, int width, int n, const tj_v *v) {
+    int i;
+    for (i = 0; i < n; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "%s%0*d", prefix, width, i);
+        tj_tree_set_v(out, nm, v[i]);
+    }
+}
+/* the sum over i < n of (1 + step i) sum(y_i^2) */
+static tj_v sq_loss(int n, const tj_v *y, double step) {
+    tj_v loss = NULL;
+    int i;
+    for (i = 0; i < n; i++) {
+        tj_v l = tj_muls(tj_sum_all(tj_mul(y[i], y[i])), 1.0 + step * i);
+        loss = loss ? tj_add(loss, l) : l;
+    }
+    return loss;
+}
 
 /* ==== 1. shard_map: 100 inputs, 70 outputs ============================== */
 #define SM_IN 100
@@ -99,7 +118,7 @@ static void sm_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     }
 }
 static void sm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v x[SM_IN], y[SM_OUT], gx[SM_IN], loss = NULL;
+    tj_v x[SM_IN], y[SM_OUT], gx[SM_IN], loss;
     const char *is[SM_IN], *os[SM_OUT];
     int i;
     (void)g; (void)u;
@@ -107,42 +126,24 @@ static void sm_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     for (i = 0; i < SM_IN; i++) is[i] = "batch:data";
     for (i = 0; i < SM_OUT; i++) os[i] = "batch:data";
     if (tj_shard_map(sm_body, NULL, SM_IN, x, is, SM_OUT, y, os, 1)) return;
-    for (i = 0; i < SM_OUT; i++) {
-        char nm[32];
-        tj_v l = tj_muls(tj_sum_all(tj_mul(y[i], y[i])), 1.0 + i * 0.01);
-        loss = loss ? tj_add(loss, l) : l;
-        snprintf(nm, sizeof nm, "y%02d", i);
-        tj_tree_set_v(out, nm, y[i]);
-    }
+    loss = sq_loss(SM_OUT, y, 0.01);
+    set_leaves(out, "y", 2, SM_OUT, y);
     if (tj_grad(loss, SM_IN, x, gx)) return;
     tj_tree_set_v(out, "loss", loss);
-    for (i = 0; i < SM_IN; i++) {
-        char nm[32];
-        snprintf(nm, sizeof nm, "g%02d", i);
-        tj_tree_set_v(out, nm, gx[i]);
-    }
+    set_leaves(out, "g", 2, SM_IN, gx);
 }
 /* the same outputs in plain ops (no shard_map), one device */
 static void sm_plain_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v x[SM_IN], gx[SM_IN], loss = NULL;
+    tj_v x[SM_IN], y[SM_OUT], gx[SM_IN], loss;
     int i;
     (void)g; (void)u;
     leaves_v(in, "x", SM_IN, x);
-    for (i = 0; i < SM_OUT; i++) {
-        char nm[32];
-        tj_v y = tj_add(tj_mul(x[i], tj_tanh(x[i + 30])), tj_muls(tj_sum(x[SM_IN - 1 - i], "batch"), 0.1));
-        tj_v l = tj_muls(tj_sum_all(tj_mul(y, y)), 1.0 + i * 0.01);
-        loss = loss ? tj_add(loss, l) : l;
-        snprintf(nm, sizeof nm, "y%02d", i);
-        tj_tree_set_v(out, nm, y);
-    }
+    for (i = 0; i < SM_OUT; i++) y[i] = tj_add(tj_mul(x[i], tj_tanh(x[i + 30])), tj_muls(tj_sum(x[SM_IN - 1 - i], "batch"), 0.1));
+    loss = sq_loss(SM_OUT, y, 0.01);
+    set_leaves(out, "y", 2, SM_OUT, y);
     if (tj_grad(loss, SM_IN, x, gx)) return;
     tj_tree_set_v(out, "loss", loss);
-    for (i = 0; i < SM_IN; i++) {
-        char nm[32];
-        snprintf(nm, sizeof nm, "g%02d", i);
-        tj_tree_set_v(out, nm, gx[i]);
-    }
+    set_leaves(out, "g", 2, SM_IN, gx);
 }
 static void test_shard_map(void) {
     tj_ctx *c1 = tj_ctx_new(), *c4 = tj_ctx_new();
@@ -218,16 +219,8 @@ static void sc_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     if (tj_grad(loss, SC_C + SC_X, wrt, gr)) return;
     tj_tree_set_v(out, "ys0", ys[0]);
     tj_tree_set_v(out, "ys1", ys[1]);
-    for (i = 0; i < SC_C; i++) {
-        char nm[32];
-        snprintf(nm, sizeof nm, "fin%03d", i);
-        tj_tree_set_v(out, nm, fin[i]);
-    }
-    for (i = 0; i < SC_C + SC_X; i++) {
-        char nm[32];
-        snprintf(nm, sizeof nm, "grad%03d", i);
-        tj_tree_set_v(out, nm, gr[i]);
-    }
+    set_leaves(out, "fin", 3, SC_C, fin);
+    set_leaves(out, "grad", 3, SC_C + SC_X, gr);
 }
 static void test_scan(void) {
     tj_ctx *ctx = tj_ctx_new();
@@ -311,12 +304,10 @@ static void co_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     } else if (tj_custom("wide", CO_IN, x, y))
         return;
     for (j = 0; j < CO_OUT; j++) {
-        char nm[32];
         tj_v l = tj_sum_all(tj_mul(tj_sin(y[j]), y[j]));
         loss = loss ? tj_add(loss, l) : l;
-        snprintf(nm, sizeof nm, "y%02d", j);
-        tj_tree_set_v(out, nm, y[j]);
     }
+    set_leaves(out, "y", 2, CO_OUT, y);
     tj_tree_set_v(out, "loss", loss);
 }
 static void test_custom_op(void) {
@@ -368,8 +359,8 @@ static void cv_bwd(tj_graph *g, const tj_v *res, const tj_v *ct, tj_v *gin, void
     }
 }
 static void cv_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    int plain = u ? *(const int *)u : 0, i, j;
-    tj_v x[CV_IN], y[CV_OUT], loss = NULL;
+    int plain = u ? *(const int *)u : 0;
+    tj_v x[CV_IN], y[CV_OUT], gx[CV_IN], loss;
     (void)g;
     leaves_v(in, "x", CV_IN, x);
     if (plain) {
@@ -377,35 +368,18 @@ static void cv_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         cv_fwd(g, x, y, r, NULL);
     } else if (tj_custom_vjp(cv_fwd, cv_bwd, NULL, CV_IN, x, CV_OUT, y, 2 * CV_IN))
         return;
-    for (j = 0; j < CV_OUT; j++) {
-        char nm[32];
-        tj_v l = tj_muls(tj_sum_all(tj_mul(y[j], y[j])), 1.0 + 0.1 * j);
-        loss = loss ? tj_add(loss, l) : l;
-        snprintf(nm, sizeof nm, "y%02d", j);
-        tj_tree_set_v(out, nm, y[j]);
-    }
+    loss = sq_loss(CV_OUT, y, 0.1);
+    set_leaves(out, "y", 2, CV_OUT, y);
     tj_tree_set_v(out, "loss", loss);
-    {
-        tj_v gx[CV_IN];
-        if (tj_grad(loss, CV_IN, x, gx)) return;
-        for (i = 0; i < CV_IN; i++) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "g%03d", i);
-            tj_tree_set_v(out, nm, gx[i]);
-        }
-    }
+    if (tj_grad(loss, CV_IN, x, gx)) return;
+    set_leaves(out, "g", 3, CV_IN, gx);
 }
 static void cv_loss_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v x[CV_IN], y[CV_OUT], loss = NULL;
-    int j;
+    tj_v x[CV_IN], y[CV_OUT];
     (void)g; (void)u;
     leaves_v(in, "x", CV_IN, x);
     if (tj_custom_vjp(cv_fwd, cv_bwd, NULL, CV_IN, x, CV_OUT, y, 2 * CV_IN)) return;
-    for (j = 0; j < CV_OUT; j++) {
-        tj_v l = tj_muls(tj_sum_all(tj_mul(y[j], y[j])), 1.0 + 0.1 * j);
-        loss = loss ? tj_add(loss, l) : l;
-    }
-    tj_tree_set_v(out, "loss", loss);
+    tj_tree_set_v(out, "loss", sq_loss(CV_OUT, y, 0.1));
 }
 static void test_custom_vjp(void) {
     tj_ctx *ctx = tj_ctx_new();

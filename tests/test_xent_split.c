@@ -18,78 +18,22 @@
    usage: test_xent_split [case]   (RV_PRINT=1: print the programs) */
 #include "../tinyjax.h"
 #include "tj_test.h"
-
-static int CASE, VV;
-static tj_policy POL;
+#include "xent_progs.h" /* the programs and the runner shared with test_xent_ignore.c */
 
 static tj_v xent(tj_v z, tj_v lab, const char *mean) { return tj_cross_entropy(z, lab, "vocab", mean); }
-static void sbody(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
-    tj_v lab = *(tj_v *)u;
-    (void)g; (void)y;
-    co[0] = tj_tanh(c[0]);
-    co[1] = tj_add(c[1], xent(tj_dot(c[0], x[0], "embed"), lab, "batch pos"));
+/* the programs: 0 the mean loss and its gradient; 1 per-row losses,
+   weighted; 2 a head (logits = h . w) with grad of grad, 3 the same in f64,
+   9 the same with partial logits (embed split too: the meshes' rules);
+   4 bf16 logits; 6 inside a scan; 7 inside a checkpoint (xent_progs.h);
+   and own() */
+static int kind(int c) {
+    static const int k[12] = {XP_MEAN, XP_PER_ROW, XP_HEAD, XP_HEAD_F64, XP_BF16, XP_OWN, XP_SCAN, XP_CHECKPOINT, XP_OWN, XP_HEAD, XP_OWN, XP_OWN};
+    return c >= 0 && c < (int)(sizeof k / sizeof k[0]) ? k[c] : XP_OWN;
 }
-static void region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
-    (void)g; (void)u;
-    out[0] = xent(tj_dot(tj_tanh(in[0]), in[1], "embed"), in[2], "");
-}
-/* out: "loss", and the gradients of loss with respect to wrt[0..n) as g0, g1 */
-static void grads(tj_tree *out, tj_v loss, int n, tj_v *wrt) {
-    tj_v g[4];
-    int i;
-    char nm[16];
-    tj_tree_set_v(out, "loss", loss);
-    if (tj_grad(loss, n, wrt, g)) return;
-    for (i = 0; i < n; i++) {
-        snprintf(nm, sizeof nm, "g%d", i);
-        tj_tree_set_v(out, nm, g[i]);
-    }
-}
-/* and the gradient of sum(g_i^2 w) (grad of grad) as gg0, gg1 */
-static void grads2(tj_tree *out, tj_v loss, int n, tj_v *wrt) {
-    tj_v g[4], gg[4], s = NULL;
-    int i;
-    char nm[16];
-    tj_tree_set_v(out, "loss", loss);
-    if (tj_grad(loss, n, wrt, g)) return;
-    for (i = 0; i < n; i++) {
-        tj_v t = tj_sum_all(tj_mul(tj_mul(g[i], g[i]), tj_tanh(wrt[i])));
-        s = s ? tj_add(s, t) : t;
-        snprintf(nm, sizeof nm, "g%d", i);
-        tj_tree_set_v(out, nm, g[i]);
-    }
-    if (tj_grad(s, n, wrt, gg)) return;
-    for (i = 0; i < n; i++) {
-        snprintf(nm, sizeof nm, "gg%d", i);
-        tj_tree_set_v(out, nm, gg[i]);
-    }
-}
-static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v z = tj_tree_v(in, "z"), lab = tj_tree_v(in, "labels"), h = tj_tree_v(in, "h"), w = tj_tree_v(in, "w");
-    tj_v wr[2], per;
-    (void)u;
+static void own(tj_graph *g, const tj_tree *in, tj_tree *out, tj_v z, tj_v lab, tj_v h, tj_v w) {
+    tj_v wr[1];
+    (void)h;
     switch (CASE) {
-    case 0: /* the mean loss and its gradient */
-        wr[0] = z;
-        grads(out, xent(z, lab, "batch pos"), 1, wr);
-        break;
-    case 1: /* per-row losses, weighted */
-        per = xent(z, lab, "");
-        tj_tree_set_v(out, "per", per);
-        wr[0] = z;
-        grads(out, tj_sum_all(tj_mul(per, tj_tree_v(in, "rw"))), 1, wr);
-        break;
-    case 2: /* a head: logits = h . w, grad of grad */
-    case 3: /* the same in f64 */
-    case 9: /* partial logits: embed split too (the meshes' rules) */
-        wr[0] = h;
-        wr[1] = w;
-        grads2(out, xent(tj_dot(h, w, "embed"), lab, "batch pos"), 2, wr);
-        break;
-    case 4: /* bf16 logits */
-        wr[0] = z;
-        grads(out, tj_cast(xent(tj_cast(z, TJ_BF16), lab, "batch pos"), TJ_F32), 1, wr);
-        break;
     case 5: { /* the upper half of the classes -inf (whole blocks, on most meshes), or -1e30 */
         char sh[32];
         tj_v col, keep, zm;
@@ -99,100 +43,41 @@ static void prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         zm = tj_select(keep, z, tj_scalar(g, TJ_F32, -INFINITY));
         zm = tj_add(zm, tj_select(tj_lt(col, tj_scalar(g, TJ_I32, VV / 2 - 1)), tj_mul(z, z), tj_scalar(g, TJ_F32, -1e30)));
         wr[0] = z;
-        grads2(out, xent(zm, lab, "batch pos"), 1, wr);
-        break;
-    }
-    case 6: { /* inside a scan: each layer's loss adds to a carry */
-        tj_v c[2], fin[2];
-        c[0] = h;
-        c[1] = tj_scalar(g, TJ_F32, 0);
-        if (tj_scan(sbody, &lab, "layer", 2, c, 1, &w, 0, fin, NULL, &POL)) return;
-        wr[0] = h;
-        wr[1] = w;
-        grads(out, fin[1], 2, wr);
-        break;
-    }
-    case 7: { /* inside a checkpoint */
-        tj_v ins[3] = {h, w, lab}, o;
-        if (tj_checkpoint(region, NULL, 3, ins, 1, &o, &POL)) return;
-        tj_tree_set_v(out, "per", o);
-        wr[0] = h;
-        wr[1] = w;
-        grads2(out, tj_sum_all(tj_mul(o, o)), 2, wr);
+        xp_grads2(out, xent(zm, lab, "batch pos"), 1, wr);
         break;
     }
     case 8: /* losses far over 16 */
         wr[0] = z;
-        grads(out, xent(tj_muls(z, 300.0), lab, "batch pos"), 1, wr);
+        xp_grads(out, xent(tj_muls(z, 300.0), lab, "batch pos"), 1, wr);
         break;
     case 10: /* the class axis first */
         wr[0] = z;
-        grads(out, xent(tj_transpose(z, "vocab pos batch"), lab, "batch pos"), 1, wr);
+        xp_grads(out, xent(tj_transpose(z, "vocab pos batch"), lab, "batch pos"), 1, wr);
         break;
     case 11: /* the loss of a tied embedding: take and logits from one table */
         wr[0] = w;
-        grads2(out, xent(tj_dot(tj_tanh(tj_take(w, "vocab", lab)), w, "embed"), tj_tree_v(in, "labels2"), "batch pos"), 1, wr);
+        xp_grads2(out, xent(tj_dot(tj_tanh(tj_take(w, "vocab", lab)), w, "embed"), tj_tree_v(in, "labels2"), "batch pos"), 1, wr);
         break;
     }
 }
-
-static int run(int ndev, const char *mesh, const char *rules, tjt_outs *o, int V, int check) {
-    tj_ctx *ctx = tj_ctx_new();
-    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
-    tj_prog *p = NULL;
-    tj_dtype dt = CASE == 3 ? TJ_F64 : TJ_F32;
-    int i, ok = 1;
-    int32_t lab[32], lab2[32];
-    char shp[64];
-    memset(o, 0, sizeof *o);
-    tj_set_devices(ctx, ndev);
-    if (mesh) tj_set_mesh(ctx, mesh);
-    for (i = 0; i < 32; i++) { /* every block's edges, and others */
-        int e[8] = {0, V - 1, V / 2 - 1, V / 2, V / 4 - 1, V / 4, 3 * V / 4, 3 * V / 4 - 1};
-        lab[i] = i < 8 ? e[i] : (i * 5 + 1) % V;
-        if (CASE == 5) lab[i] %= V / 2 - 1; /* (not masked) */
-        lab2[i] = (i * 7 + 2) % V;
-    }
-    VV = V;
-    snprintf(shp, sizeof shp, "batch=4 pos=8 vocab=%d", V);
-    tj_tree_set_array(in, "z", tjt_rand(ctx, dt, shp, 7, -3, 3));
-    tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=4 pos=8", lab));
-    tj_tree_set_array(in, "labels2", tj_array_new(ctx, TJ_I32, "batch=4 pos=8", lab2));
-    tj_tree_set_array(in, "rw", tjt_rand(ctx, TJ_F32, "batch=4 pos=8", 8, -1, 1));
-    tj_tree_set_array(in, "h", tjt_rand(ctx, dt, "batch=4 pos=8 embed=8", 3, -1, 1));
-    snprintf(shp, sizeof shp, CASE == 6 ? "layer=3 embed=8 vocab=%d" : CASE == 11 ? "vocab=%d embed=8" : "embed=8 vocab=%d", V);
-    tj_tree_set_array(in, "w", tjt_rand(ctx, dt, shp, 5, -1, 1));
-    if (rules && tj_filter_shard(in, rules)) { fprintf(stderr, "filter_shard: %s\n", tj_error(ctx)); ok = 0; }
-    p = ok ? tj_jit(ctx, "prog", prog, NULL, in, NULL) : NULL;
-    if (!p || tj_run(p, in, out)) {
-        fprintf(stderr, "case %d run(%d, %s, %s): %s\n", CASE, ndev, mesh ? mesh : "-", rules ? rules : "-", tj_error(ctx));
-        ok = 0;
-    }
-    if (ok && check) { /* the vocab-parallel form, and nothing of the logits' size moves */
-        FILE *f = tmpfile();
-        char line[4096];
-        int part = 0, big = 0;
-        tj_prog_print(p, f);
-        rewind(f);
-        while (fgets(line, sizeof line, f)) {
-            part |= strstr(line, "= cross_entropy_part(") != NULL;
-            big |= (strstr(line, "= all_gather") || strstr(line, "= psum") || strstr(line, "= reduce_scatter") || strstr(line, "= all_to_all")) &&
-                   strstr(line, "vocab=");
-        }
-        fclose(f);
-        TJT_CHECK(part && !big, "case %d on %s [%s]: cross_entropy_part %s, a collective of the logits' size %s", CASE, mesh, rules, part ? "used" : "NOT used",
-                  big ? "FOUND" : "not found");
-    }
-    if (ok) {
-        if (getenv("RV_PRINT")) tj_prog_print(p, stdout);
-        tjt_outs_read(o, out);
-    }
-    tj_prog_free(p);
-    tj_tree_free(in);
-    tj_tree_free(out);
-    tj_ctx_free(ctx);
-    return ok;
+static void labels(int32_t lab[32], int V) {
+    int i;
+    if (CASE == 5)
+        for (i = 0; i < 32; i++) lab[i] %= V / 2 - 1; /* (not masked) */
 }
+static void inputs(tj_ctx *ctx, tj_tree *in, const int32_t lab[32], int V, tj_dtype dt) {
+    int32_t lab2[32];
+    int i;
+    (void)lab;
+    for (i = 0; i < 32; i++) lab2[i] = (i * 7 + 2) % V;
+    tj_tree_set_array(in, "labels2", tj_array_new(ctx, TJ_I32, "batch=4 pos=8", lab2));
+    if (CASE == 11) { /* the table: classes first */
+        char shp[64];
+        snprintf(shp, sizeof shp, "vocab=%d embed=8", V);
+        tj_tree_set_array(in, "w", tjt_rand(ctx, dt, shp, 5, -1, 1));
+    }
+}
+static const xp_test SPLIT = {xent, kind, own, labels, inputs, NULL, ""};
 
 /* finite differences through the sharded program: the loss of logits split
    over model (and its gradient's weighted sum, for the second order) */
@@ -241,11 +126,10 @@ static void odd_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 }
 static int odd_run(int ndev, tjt_outs *o) {
     tj_ctx *ctx = tj_ctx_new();
-    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
-    tj_prog *p;
+    tj_tree *in = tj_tree_new(ctx);
     int32_t lab[64];
     char rows[128], rule[32];
-    int i, ok;
+    int i;
     memset(o, 0, sizeof *o);
     for (i = 0; i < 64; i++) lab[i] = (i * 5 + 3) % 8;
     snprintf(rows, sizeof rows, "%s", ODD_SHAPE);
@@ -256,15 +140,7 @@ static int odd_run(int ndev, tjt_outs *o) {
     tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, rows, lab));
     snprintf(rule, sizeof rule, "%s:model", ODD_CLS);
     tj_filter_shard(in, rule);
-    p = tj_jit(ctx, "odd", odd_prog, NULL, in, NULL);
-    ok = p && tj_run(p, in, out) == TJ_OK;
-    if (!ok) fprintf(stderr, "%s on %d devices: %s\n", ODD_SHAPE, ndev, tj_error(ctx));
-    else tjt_outs_read(o, out);
-    tj_prog_free(p);
-    tj_tree_free(in);
-    tj_tree_free(out);
-    tj_ctx_free(ctx);
-    return ok;
+    return xp_jit_run(ctx, in, "odd", odd_prog, o, ODD_SHAPE, ndev);
 }
 static void odd_logits(void) {
     static const char *cs[][2] = {{"a=1 b=2 c=1 d=2 e=1 f=2 pos=2 vocab=8", "vocab"}, {"_part=2 vocab=8", "vocab"}, {"_stat=3 vocab=8", "vocab"},
@@ -363,24 +239,6 @@ static int sp_run(const tjt_mesh_case *mc, int V, tjt_outs *o) {
     tj_ctx_free(ctx);
     return ok;
 }
-/* b against a: NaN where a has NaN, the same infinities, else within tol of a's largest finite value */
-static void sp_compare(const char *what, const tjt_outs *a, const tjt_outs *b, double tol) {
-    int i;
-    int64_t j;
-    TJT_CHECK(a->n == b->n && a->n > 0, "%s: %d vs %d outputs", what, a->n, b->n);
-    for (i = 0; i < a->n && i < b->n; i++) {
-        double worst = 0, scale = 1e-9;
-        int64_t at = 0;
-        for (j = 0; j < a->len[i]; j++) if (isfinite(a->v[i][j]) && fabs(a->v[i][j]) > scale) scale = fabs(a->v[i][j]);
-        for (j = 0; j < a->len[i] && j < b->len[i]; j++) {
-            double x = a->v[i][j], y = b->v[i][j];
-            double d = isnan(x) || isnan(y) ? (isnan(x) && isnan(y) ? 0 : INFINITY) : isinf(x) || isinf(y) ? (x == y ? 0 : INFINITY) : fabs(x - y) / scale;
-            if (d > worst) worst = d, at = j;
-        }
-        TJT_CHECK(a->len[i] == b->len[i] && worst <= tol, "%s: output '%s' differs by %.3g at %lld (%g vs %g)", what, a->name[i], worst, (long long)at,
-                  a->v[i][at], b->v[i][at]);
-    }
-}
 static void special_rows(void) {
     static const int meshes[] = {0, 2, 8, 13}, Vs[] = {16, 2200};
     tj_dtype dts[] = {TJ_F32, TJ_F64, TJ_BF16};
@@ -396,7 +254,7 @@ static void special_rows(void) {
                 char what[160];
                 snprintf(what, sizeof what, "%s V=%d %s [%s]", tj_dtype_name(SP_DT), Vs[v], mc->mesh, mc->rules);
                 if (!sp_run(mc, Vs[v], &b)) { TJT_CHECK(0, "%s failed", what); continue; }
-                sp_compare(what, &a, &b, SP_DT == TJ_F64 ? 1e-12 : SP_DT == TJ_F32 ? 2e-5 : 1e-2);
+                xp_compare(what, &a, &b, SP_DT == TJ_F64 ? 1e-12 : SP_DT == TJ_F32 ? 2e-5 : 1e-2);
                 tjt_outs_free(&b);
             }
             tjt_outs_free(&a);
@@ -420,7 +278,7 @@ static void bad_label(void) {
     tj_filter_shard(in, "vocab:model");
     CASE = 0;
     tjt_current = "label out of range";
-    p = tj_jit(ctx, "bad", prog, NULL, in, NULL);
+    p = tj_jit(ctx, "bad", xp_prog, NULL, in, NULL);
     TJT_CHECK(p && tj_run(p, in, out) != TJ_OK, "a label of 16 for 16 classes ran");
     TJT_ERROR_HAS(ctx, "label 16", "out of range [0, 16)", "test_xent_split.c");
     tj_prog_free(p);
@@ -433,20 +291,19 @@ int main(int argc, char **argv) {
     const tjt_mesh_case *cs = tjt_vocab_meshes;
     int Vs[] = {16, 64, 128};
     int c0 = argc > 1 ? atoi(argv[1]) : 0, c1 = argc > 1 ? c0 + 1 : 12, vi, m;
+    XP = &SPLIT;
     POL = tj_nothing_saveable();
     for (CASE = c0; CASE < c1; CASE++)
         for (vi = 0; vi < 3; vi++) {
-            tjt_outs ref, r;
+            tjt_outs ref;
             int V = Vs[vi];
             tjt_current = "against one device";
-            if (!run(1, NULL, NULL, &ref, V, 0)) { TJT_CHECK(0, "case %d V %d: 1 device failed", CASE, V); continue; }
+            if (!xp_one_device(&ref, V)) continue;
             for (m = 0; m < TJT_NVOCAB_MESHES; m++) {
                 char what[200];
                 if (getenv("RV_M") && atoi(getenv("RV_M")) != m) continue;
                 snprintf(what, sizeof what, "case %d V=%d %s [%s]", CASE, V, cs[m].mesh, cs[m].rules);
-                if (!run(cs[m].ndev, cs[m].mesh, cs[m].rules, &r, V, CASE <= 1 && (m == 0 || m == 3 || m == 5))) { TJT_CHECK(0, "%s failed", what); continue; }
-                tjt_outs_compare(what, &ref, &r, CASE == 4 ? 1e-2 : CASE == 3 ? 1e-12 : 2e-5);
-                tjt_outs_free(&r);
+                xp_on_mesh(&ref, &cs[m], V, CASE <= 1 && (m == 0 || m == 3 || m == 5), what, tjt_outs_compare);
             }
             tjt_outs_free(&ref);
         }
