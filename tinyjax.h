@@ -18949,7 +18949,7 @@ static tj_array *tj__st_fill_array(tj_ctx *c, const tj_safetensors *st, const ch
         return NULL;
     }
     if (!rt.data) { /* a lazy reader (tj__st_open): the tensor's bytes from the file, into h itself when they need no conversion */
-        uint64_t at = st->data_start + (uint64_t)((const tj__st_ten *)t)->begin;
+        uint64_t at = st->data_start + (uint64_t)((const tj__st_ten *)t)->begin; /* (t is the first member of its tj__st_ten) */
         if (same && tj__little_endian()) raw = NULL;
         else if (!(raw = tj__malloc(t->nbytes ? t->nbytes : 1))) {
             TJ_FREE(h);
@@ -18963,10 +18963,10 @@ static tj_array *tj__st_fill_array(tj_ctx *c, const tj_safetensors *st, const ch
         }
         rt.data = raw;
     }
-    if (!rt.data) ; /* read straight into h */
-    else if (same) tj__st_copy_le(h, rt.data, t->nbytes, tj_dtype_size(dt));
-    else
+    if (rt.data && same) tj__st_copy_le(h, rt.data, t->nbytes, tj_dtype_size(dt));
+    else if (rt.data)
         for (i = 0; i < t->numel; i++) tj__st(h, dt, i, tj__st_elem(&rt, i));
+    /* (else the lazy reader read the bytes straight into h) */
     TJ_FREE(raw);
     if ((a = tj__array_alloc(c, ty, NULL, 0)) && tj__array_upload(a, h)) {
         if (!c->status) tj__err(c, TJ_ERR_OOM, NULL, 0, "%s: %s: out of memory", file, who);
