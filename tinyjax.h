@@ -5421,7 +5421,7 @@ static int tj__random_dt(const char *f, int l, tj_graph *g, tj_dtype dt, const c
     return -1;
 }
 /* a uniform or normal source; fold (an i32 scalar, or NULL) is its one
-   input, folded into the key when it runs (tj__random_key) */
+   input, folded into the key when it runs (tj__random_part) */
 static tj_v tj__random(const char *f, int l, tj_graph *g, int op, uint64_t key, tj_v fold, tj_dtype dt, const char *shape) {
     const char *what = op == TJ__OP_UNIFORM ? "uniform" : "normal";
     tj_node *n;
