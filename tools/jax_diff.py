@@ -166,9 +166,14 @@ D = {"tanh": (jnp.tanh, lambda y: jnp.arctanh(jnp.clip(y, -1.0, 1.0))), "exp": (
      "sigmoid": (jax.nn.sigmoid, lambda y: jnp.log(y) - jnp.log1p(-y))}
 
 def _rounded(f, finv):
+    # where f(x) s is beyond f's range (tanh's y = 1 - 5e-11 moved up: an f32
+    # tanh there rounds to 1.0 exactly), no moved input gives it: y is f(x) s
+    # itself, its derivative f'(x) s (seed 800021, scan f32: tinyjax's f32
+    # tanh(12.15) = 1 exactly, XLA's 0.99999994; 3 y cast to i32 is 3 or 2)
     def g(x, s):
         c = lax.stop_gradient(finv(f(x) * s) - x)
-        return f(x + jnp.where(jnp.isfinite(c), c, jnp.zeros_like(c)))
+        ok = jnp.isfinite(c)
+        return jnp.where(ok, f(x + jnp.where(ok, c, jnp.zeros_like(c))), f(x) * s)
     return g
 ROUNDED = {nm: _rounded(f, finv) for nm, (f, finv) in D.items()}
 
