@@ -162,12 +162,18 @@ def bcast_axes(a, b): return a.axes + [n for n in b.axes if n not in a.axes]
 # only to first order inside lax.scan: JAX's second derivative of a scan
 # body differentiates the rule's y as f(x), unmoved.)
 D = {"tanh": (jnp.tanh, lambda y: jnp.arctanh(jnp.clip(y, -1.0, 1.0))), "exp": (jnp.exp, jnp.log), "expm1": (jnp.expm1, jnp.log1p),
-     "sqrt": (jnp.sqrt, lambda y: y * y), "rsqrt": (lax.rsqrt, lambda y: 1.0 / (y * y))}
+     "sqrt": (jnp.sqrt, lambda y: y * y), "rsqrt": (lax.rsqrt, lambda y: 1.0 / (y * y)),
+     "sigmoid": (jax.nn.sigmoid, lambda y: jnp.log(y) - jnp.log1p(-y))}
 
 def _rounded(f, finv):
+    # where f(x) s is beyond f's range (tanh's y = 1 - 5e-11 moved up: an f32
+    # tanh there rounds to 1.0 exactly), no moved input gives it: y is f(x) s
+    # itself, its derivative f'(x) s (seed 800021, scan f32: tinyjax's f32
+    # tanh(12.15) = 1 exactly, XLA's 0.99999994; 3 y cast to i32 is 3 or 2)
     def g(x, s):
         c = lax.stop_gradient(finv(f(x) * s) - x)
-        return f(x + jnp.where(jnp.isfinite(c), c, jnp.zeros_like(c)))
+        ok = jnp.isfinite(c)
+        return jnp.where(ok, f(x + jnp.where(ok, c, jnp.zeros_like(c))), f(x) * s)
     return g
 ROUNDED = {nm: _rounded(f, finv) for nm, (f, finv) in D.items()}
 
@@ -210,7 +216,7 @@ class Evaluator:
         U = {"neg": lambda x: -x, "exp": jnp.exp, "log": jnp.log, "tanh": jnp.tanh, "sqrt": jnp.sqrt,
              "rsqrt": lax.rsqrt, "relu": jax.nn.relu, "gelu": lambda x: jax.nn.gelu(x, approximate=True),
              "sin": jnp.sin, "cos": jnp.cos, "abs": jnp.abs, "sign": jnp.sign, "log1p": jnp.log1p, "expm1": jnp.expm1,
-             "erf": jax.scipy.special.erf, "softplus": jax.nn.softplus}
+             "erf": jax.scipy.special.erf, "softplus": jax.nn.softplus, "sigmoid": jax.nn.sigmoid}
         if nm in D and self.perturb: return NV(self.rounded_unary(nm, a.a), a.axes)
         if nm in U: return NV(U[nm](a.a), a.axes)
         if nm == "pows": return NV(a.a ** self.const(a.a, op["s"]), a.axes)
@@ -238,6 +244,10 @@ class Evaluator:
                 return NV(R[nm](a.a, axis=idx, dtype=jnp.int32) if nm == "sum" else R[nm](a.a, axis=idx), [n for n in a.axes if n not in names])
             return NV(R[nm](a.a, axis=idx), [n for n in a.axes if n not in names])
         if nm == "sum_all": return NV(jnp.sum(a.a), [])
+        if nm in ("argmax", "argmin"):  # first index on ties, the first NaN wins; i32
+            k = a.axes.index(ax)
+            return NV((jnp.argmax if nm == "argmax" else jnp.argmin)(a.a, axis=k).astype(jnp.int32), a.axes[:k] + a.axes[k + 1:])
+        if nm == "stack": return NV(jnp.stack([align(x, a.axes) for x in ins], axis=0), [ax] + a.axes)
         if nm == "dot":
             b = ins[1]; k = op["contract"].split()
             letters = {n: chr(97 + i) for i, n in enumerate(dict.fromkeys(a.axes + b.axes))}
@@ -804,6 +814,10 @@ class Gen:
         # tj_attention's grouped k/v and mask draw from r5 alone (after the
         # draws of r the op made before they existed)
         self.r5 = random.Random(seed * 15485863 + 31)
+        # tj_argmax, tj_argmin, tj_stack and tj_sigmoid draw from r6 alone,
+        # after the whole program (more_ops_tail): each seed's program, its
+        # names, outputs and loss weights stay, these ops and outputs follow
+        self.r6 = random.Random(seed * 49979687 + 67)
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
         self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16", "bf16", "f64"])
@@ -1013,6 +1027,102 @@ class Gen:
             spec["out_axes"][c] = [n for n, _ in sh]
         outs.append(c)
         spec["_tail"] = [c]
+
+    def more_ops_tail(self, outs, spec):
+        """after the program and custom_vjp_tail (every draw of r, r2, r3, r4
+        and r5 made, so its inputs, ops, names, outputs and their loss
+        weights are the ones the seed made before these ops existed): 1-3 of
+        tj_argmax / tj_argmin (of an input, often a new one of ties, +-0,
+        NaN and infinities, or of a computed value; the i32 result an output,
+        or cast to a float and multiplied by a value, so the gradient
+        crosses it: zero), tj_stack (x with other values of its type, maybe
+        argmax'd along the new axis) and tj_sigmoid (maybe of 20 x:
+        saturated; silu x sigmoid(x)); each result an output more (their
+        weights drawn last). Draws from r6 alone."""
+        r6 = self.r6
+        new = []
+        for _ in range(r6.randint(1, 3)):
+            fl = self.floats()
+            if not fl: break
+            x = r6.choice(fl); dt, sh = self.vals[x]
+            k = r6.choice(["argmax", "argmin", "argmax", "stack", "stack", "sigmoid", "sigmoid", "silu"])
+            if k in ("argmax", "argmin"): y = self.arg_op(k, x)
+            elif k == "stack": y = self.stack_op(x)
+            else:
+                if r6.random() < 0.3: x = self.emit("muls", [x], dt, sh, s=r6.choice([20.0, -30.0]))
+                y = self.emit("sigmoid", [x], dt, sh)
+                if k == "silu": y = self.emit("mul", [x, y], dt, sh)
+            if y and y not in outs and y not in new: new.append(y)
+        for c in new:
+            if self.mode == "shard_map":  # its out_spec as make() gives one (without r's draws)
+                dt, sh = self.vals[c]
+                vs = [m for m in self.mesh_axes if m in self.vary[c]]
+                if vs and not sh: c = self.emit("psum", [c], dt, sh, mesh_axes=" ".join(vs)); vs = []; self.vary[c] = set()
+                spec["out_specs"].append("%s:%s" % (sh[0][0], "+".join(vs)) if vs else "")
+                spec["out_axes"][c] = [n for n, _ in sh]
+            outs.append(c)
+            spec.setdefault("_tail", []).append(c)
+
+    def arg_op(self, k, x):
+        """tj_argmax or tj_argmin (k) along one axis of: a new input of x's
+        type (not in shard_map: its inputs are fixed) whose data has ties,
+        -0 next to +0, NaN and infinities; an input; or x itself (a
+        computed value: where it nearly ties, the tool's rounding model
+        widens the index's tolerance). Draws from r6."""
+        r6 = self.r6
+        dt, sh = self.vals[x]
+        src = r6.random()
+        if not self.manual and src < 0.5:
+            if not sh or r6.random() < 0.3: sh = [(self.fresh_axis(), r6.randint(1, 6))] + ([(self.fresh_axis(), r6.randint(1, 3))] if r6.random() < 0.5 else [])
+            n = int(np.prod([d for _, d in sh]))
+            kind = r6.choice(["ties", "ties", "special", "normal"])
+            if kind == "ties": v = [r6.choice([-1.0, 0.0, -0.0, 0.5, 1.0, 2.0]) for _ in range(n)]
+            elif kind == "special": v = [r6.choice([r6.gauss(0, 1), 1.0, -0.0, 0.0, float("nan"), float("inf"), float("-inf")]) for _ in range(n)]
+            else: v = [r6.gauss(0, 1) for _ in range(n)]
+            z = self.add_input(dt, sh, data=[num(t) for t in round_to(np.array(v), dt).tolist()])
+        elif src < 0.8:
+            ins = [i["name"] for i in self.inputs if self.vals[i["name"]][0] in ("f32", "bf16", "f64") and self.vals[i["name"]][1]]
+            z = r6.choice(ins) if ins else x
+        else: z = x
+        dt, sh = self.vals[z]
+        if not sh: return None
+        ax = r6.choice([n for n, _ in sh])
+        ish = [t for t in sh if t[0] != ax]
+        i = self.emit(k, [z], "i32", ish, axis=ax)
+        if self.manual or r6.random() < 0.4:
+            i = self.emit("cast", [i], dt, ish, dtype=dt)
+            cands = [y for y in self.floats(dt) if y != i and self.compat(i, y) and (not self.manual or self.vary.get(y, set()) <= self.vary[i])]
+            if cands and r6.random() < 0.7:
+                y = r6.choice(cands)
+                i = self.emit("mul", [i, y], dt, ish + [a for a in self.vals[y][1] if a[0] not in dict(ish)])
+        return i
+
+    def stack_op(self, x):
+        """tj_stack of x with 0-2 more values of its type (other values with
+        its axes, transposed to its order; sigmoid(x); a multiple of x;
+        x again) along a new axis, maybe argmax'd or summed along it (ties
+        where x is stacked with itself). Draws from r6."""
+        r6 = self.r6
+        dt, sh = self.vals[x]
+        same = lambda y: sorted(self.vals[y][1]) == sorted(sh) and (not self.manual or self.vary.get(y, set()) == self.vary.get(x, set()))
+        cands = [y for y in self.floats(dt) if y != x and same(y)]
+        parts = [x]
+        for _ in range(r6.randint(0, 2)):
+            h = r6.choice(["other", "other", "sigmoid", "muls", "same"])
+            if h == "other" and cands:
+                y = r6.choice(cands)
+                if self.vals[y][1] != sh: y = self.emit("transpose", [y], dt, sh, order=" ".join(n for n, _ in sh))
+            elif h == "sigmoid": y = self.emit("sigmoid", [x], dt, sh)
+            elif h == "muls": y = self.emit("muls", [x], dt, sh, s=r6.choice([-1.0, 0.5, 3.0]))
+            else: y = x
+            parts.append(y)
+        ax = self.fresh_axis()
+        y = self.emit("stack", parts, dt, [(ax, len(parts))] + sh, axis=ax)
+        w = r6.random()
+        if w < 0.25: y = self.emit(r6.choice(["argmax", "argmin"]), [y], "i32", sh, axis=ax)
+        elif w < 0.4: y = self.emit("sum", [y], dt, sh, axes=ax)
+        if self.manual and self.vals[y][0] == "i32": y = self.emit("cast", [y], dt, sh, dtype=dt)
+        return y
 
     def positive(self, x):
         dt, sh = self.vals[x]
@@ -1468,6 +1578,7 @@ class Gen:
                 nm = " ".join(half[:k]) + "|" + " ".join(half[k:])
             spec["policy"] = pol + (":" + nm if pol in ("save_only_these_names", "save_any_names_but_these", "save_and_offload_only_these_names", "save_from_both") else "")
         if self.cvjp >= 0 and self.r3.random() < (1.0 if self.cvjp else 0.3): self.custom_vjp_tail(outs, spec)
+        if self.r6.random() < 0.5: self.more_ops_tail(outs, spec)  # (r6: each seed's program before it stays)
         spec["inputs"], spec["ops"], spec["outputs"] = self.inputs, self.ops, outs
         return spec
 
@@ -1494,7 +1605,7 @@ def result_dtype(spec, k):
         return [x["dtype"] for x in spec["inputs"] if x["name"] == n][0]
     dt = {x["name"]: x["dtype"] for x in spec["inputs"]}
     for op in spec["ops"]:
-        if op["op"] in ("lt", "le", "gt", "ge", "eq", "ne", "axis_index"): dt[op["out"]] = "i32"
+        if op["op"] in ("lt", "le", "gt", "ge", "eq", "ne", "axis_index", "argmax", "argmin"): dt[op["out"]] = "i32"
         elif op["op"] in ("cast", "one_hot", "arange"): dt[op["out"]] = op["dtype"]
         else: dt[op["out"]] = dt[op["in"][0]] if op["op"] != "select" else dt[op["in"][1]]
         for n in op.get("more_out", []): dt[n] = dt[op["out"]]  # (custom_vjp: each output in its first input's dtype)

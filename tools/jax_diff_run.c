@@ -188,6 +188,7 @@ static tj_v jdr_apply(jdr_prog *p, tj_graph *g, const jdr_j *op) {
     U("relu", tj_relu(a)) U("gelu", tj_gelu(a)) U("pows", tj_pows(a, jdr_num(op, "s", 1))) U("cast", tj_cast(a, dt))
     U("sin", tj_sin(a)) U("cos", tj_cos(a)) U("abs", tj_abs(a)) U("sign", tj_sign(a)) U("log1p", tj_log1p(a)) U("expm1", tj_expm1(a))
     U("erf", tj_erf(a)) U("softplus", tj_softplus(a)) U("clip", tj_clip(a, jdr_num(op, "lo", 0), jdr_num(op, "hi", 0)))
+    U("sigmoid", tj_sigmoid(a)) U("argmax", tj_argmax(a, ax)) U("argmin", tj_argmin(a, ax)) U("stack", tj_stack(nin, in, ax))
     U("add", tj_add(a, b)) U("sub", tj_sub(a, b)) U("mul", tj_mul(a, b)) U("div", tj_div(a, b)) U("max2", tj_max2(a, b))
     U("min2", tj_min2(a, b)) U("lt", tj_lt(a, b)) U("le", tj_le(a, b)) U("gt", tj_gt(a, b)) U("ge", tj_ge(a, b)) U("eq", tj_eq(a, b))
     U("ne", tj_ne(a, b)) U("adds", tj_adds(a, jdr_num(op, "s", 0))) U("muls", tj_muls(a, jdr_num(op, "s", 1))) U("select", tj_select(a, b, c))
