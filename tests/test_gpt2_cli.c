@@ -527,11 +527,7 @@ int main(void) {
     FILE *f;
     int i;
     unsetenv("TJ_DEVICES");
-    snprintf(g_dir, sizeof g_dir, "/tmp/tj_cli_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        fprintf(stderr, "mkdtemp failed\n");
-        return 1;
-    }
+    if (make_dir("tj_cli")) return 1;
     /* data: 40 KB of text-like bytes */
     f = fopen(path_in("data.txt"), "wb");
     for (i = 0; f && i < 4000; i++) fprintf(f, "line %d: x = tj_add(x, y%d);\n", i, i % 7);

@@ -1083,11 +1083,7 @@ static void test_atomic(void) {
 }
 
 int main(void) {
-    strcpy(g_dir, "/tmp/test_gpt2_io.XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        printf("mkdtemp failed\n0 passed, 1 failed\n");
-        return 1;
-    }
+    if (make_dir("test_gpt2_io")) return 1;
     g_ctx = tj_ctx_new();
     test_dtypes();
     test_st_roundtrip();

@@ -1441,8 +1441,7 @@ int main(void) {
     FILE *f;
     char line[2048];
     int stray = 0;
-    snprintf(g_dir, sizeof g_dir, "/tmp/tj_misuse_XXXXXX"); /* mkdtemp fills in the Xs */
-    if (!mkdtemp(g_dir)) return 1;
+    if (make_dir("tj_misuse")) return 1;
     /* everything the library prints goes to a file, checked at the end */
     snprintf(errpath, sizeof errpath, "%s/stderr.txt", g_dir);
     fflush(stderr);

@@ -739,11 +739,7 @@ int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     unsetenv("TJ_DEVICES");
     c = tj_ctx_new();
-    snprintf(g_dir, sizeof g_dir, "/tmp/tj_robust_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        fprintf(stderr, "mkdtemp failed\n");
-        return 1;
-    }
+    if (make_dir("tj_robust")) return 1;
 #define SECTION(name, call) if (!only || !strcmp(only, name)) call
     SECTION("overflow", test_overflow(c));
     SECTION("f2i", test_f2i(c));

@@ -869,11 +869,7 @@ static void test_sharded_load(void) {
 
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
-    strcpy(g_dir, "/tmp/test_tree_io.XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        printf("mkdtemp failed\n0 passed, 1 failed\n");
-        return 1;
-    }
+    if (make_dir("test_tree_io")) return 1;
     test_roundtrip(ctx);
     test_mismatch(ctx);
     test_corrupt(ctx);

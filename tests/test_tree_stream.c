@@ -243,11 +243,7 @@ static void test_oom(tj_ctx *c) {
 
 int main(void) {
     tj_ctx *c = tj_ctx_new();
-    strcpy(g_dir, "/tmp/test_tree_stream.XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        printf("mkdtemp failed\n0 passed, 1 failed\n");
-        return 1;
-    }
+    if (make_dir("test_tree_stream")) return 1;
     test_peak(c);
     test_corrupt(c);
     test_oom(c);

@@ -281,13 +281,21 @@ static const tjt_mesh_case tjt_vocab_meshes[] = {
 #define TJT_NVOCAB_MESHES ((int)(sizeof tjt_vocab_meshes / sizeof tjt_vocab_meshes[0]))
 /* ---- tests that write files (define TJT_FILES, and _POSIX_C_SOURCE
    200809L, before including): g_dir is a fresh mkdtemp directory the test
-   makes; path_in names a file in it; remove_dir deletes it and its files
+   makes (make_dir); path_in names a file in it; remove_dir deletes it and its files
    (and empty subdirectories) at the end ---- */
 #ifdef TJT_FILES
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 static char g_dir[64];
+/* make g_dir, a fresh directory /tmp/<name>.<6 random characters>; 0, or
+   -1 after printing why and the closing line of a failed test */
+static inline int make_dir(const char *name) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/%.40s.XXXXXX", name); /* (mkdtemp's template) */
+    if (mkdtemp(g_dir)) return 0;
+    printf("mkdtemp %s failed\n0 passed, 1 failed\n", g_dir);
+    return -1;
+}
 static inline const char *path_in(const char *name) {
     static char bufs[8][512];
     static int k;
