@@ -17,6 +17,13 @@
 #   torch     PyTorch on the same model beside it (tools/bench_torch_gpt2.py,
 #             bf16 eager and compiled), and its scaled_dot_product_attention
 #             at the attention bench's size, when torch with CUDA is installed
+#   nccl      the NCCL transport (-DTJ_NCCL) built and run on this GPU:
+#             tests/test_nccl_boot.cu and tests/test_nccl.cu (one process, one
+#             GPU; the suite reaches them last, often past the time limit)
+#   demo      build/gpt2_train --cuda as a user runs it: the default training
+#             (dropout, checkpoints, sampling) against the CPU, resume against
+#             an uninterrupted run, and --remat offload, --accum 2, --bf16,
+#             --devices 4 on one GPU
 #   suite     ./build.sh test: the whole suite (its CUDA tests again, the NCCL
 #             transport on one process and one GPU, 2+ GPU tests where they exist)
 # cuda, memcheck and bench build what they need first when it is missing.
@@ -144,6 +151,36 @@ PY
     else
         note "torch: skipped (no PyTorch with CUDA, or no tools/bench_torch_gpt2.py)"
     fi
+fi
+
+if want nccl; then
+    step nccl_build 300 bash -c '"$NVCC" -std=c++17 -O2 $GPU_ARCH -DTJ_NCCL -Werror all-warnings -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda_nccl.o &&
+        "$NVCC" -std=c++17 $GPU_ARCH -Werror all-warnings -I. tests/test_nccl_boot.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl_boot &&
+        "$NVCC" -std=c++17 $GPU_ARCH -Werror all-warnings -I. tests/test_nccl.cu build/tinyjax_cuda_nccl.o -lcublas -lnccl -o build/test_nccl'
+    for t in test_nccl_boot test_nccl; do
+        [ -x build/$t ] && step $t 120 build/$t && true
+        grep -E "^(nccl|cuda|skip)|[0-9]+ passed, [0-9]+ failed|^FAIL" "$out/$t.log" | head -n 12 | sed "s/^/[$t] /" >>"$sum"
+    done
+fi
+
+if want demo; then
+    need_build
+    d=$(mktemp -d)
+    # last "step N ... loss X" lines and the eval/sample lines of each run
+    keep() { grep -E "^(step|trained|resum|error|tinyjax)" "$out/$1.log" | tail -n "${2:-4}" | sed "s/^/[$1] /" >>"$sum"; }
+    step demo_cpu 300 ./build/gpt2_train --steps 20 --eval-every 10 --dropout 0.1 --devices 1 && keep demo_cpu 6
+    step demo_cuda 300 ./build/gpt2_train --cuda --steps 20 --eval-every 10 --dropout 0.1 --save "$d/ck" --save-every 10 --sample 40 && keep demo_cuda 8
+    ls "$d" | tr '\n' ' ' >>"$sum"; echo >>"$sum"
+    rm -f "$d/ck" "$d"/ck.step*20 # as if killed after step 10: resume must give demo_cuda's steps 11-20
+    step demo_resume 300 ./build/gpt2_train --cuda --steps 20 --eval-every 10 --dropout 0.1 --resume "$d/ck" && keep demo_resume 6
+    for v in "offload:--remat offload" "accum2:--accum 2" "bf16:--bf16"; do
+        # shellcheck disable=SC2086
+        step "demo_${v%%:*}" 200 ./build/gpt2_train --cuda --steps 6 --eval-every 3 ${v#*:} && true
+        keep "demo_${v%%:*}" 3
+    done
+    step demo_dev4 200 ./build/gpt2_train --cuda --steps 6 --eval-every 3 --mesh "data=2 model=2" && true
+    keep demo_dev4 3
+    rm -rf "$d"
 fi
 
 if want suite; then
