@@ -200,14 +200,86 @@ __device__ __forceinline__ void tjc_move(void *dst, int64_t di, const void *src,
     else if (es == 4) ((uint32_t *)dst)[di] = ((const uint32_t *)src)[si];
     else ((uint64_t *)dst)[di] = ((const uint64_t *)src)[si];
 }
-/* offset of row-major index i of dims[rank] in a view with strides st */
-__device__ __forceinline__ int64_t tjc_offset(int64_t i, int rank, const int64_t *dim, const int64_t *st) {
-    int64_t o = 0;
-    for (int d = rank - 1; d >= 0; d--) {
-        o += (i % dim[d]) * st[d];
-        i /= dim[d];
+/* ---- element offsets without division ----
+   Kernels that walk an output row-major and read operands through strides
+   (broadcasts, transposed views) turn the flat index i into coordinates.
+   With int64 % and / per axis and per operand that costs far more than the
+   memory access: a bias add over (batch, pos, mlp) ran at an eighth of the
+   H100's bandwidth. tjc_ix does it once per element for all operands, over
+   axes merged wherever every operand steps through them as one (a bias's
+   (batch, pos) becomes one axis of stride 0), and, when every index is
+   below 2^32, divides by multiply and shift (tjc_udiv). tjc_ix_at is
+   __host__ __device__: build/test_cuda checks it against plain strides on
+   the host (tj_cuda_ix_host), no GPU needed. */
+/* n / d for n < 2^32 by multiply and shift (Granlund and Montgomery,
+   "Division by invariant integers using multiplication", 1994: l =
+   ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1, n / d = (mulhi(m, n) + n)
+   >> l, the sum in 64 bits) */
+typedef struct {
+    uint32_t d, m, l;
+} tjc_udiv;
+static tjc_udiv tjc_udiv_make(uint32_t d) {
+    tjc_udiv r;
+    r.d = d ? d : 1;
+    r.l = 0;
+    while ((1ull << r.l) < r.d) r.l++;
+    r.m = (uint32_t)((((1ull << r.l) - r.d) << 32) / r.d + 1);
+    return r;
+}
+__host__ __device__ __forceinline__ uint32_t tjc_udiv_q(const tjc_udiv &v, uint32_t n) {
+#ifdef __CUDA_ARCH__
+    uint32_t hi = __umulhi(v.m, n);
+#else
+    uint32_t hi = (uint32_t)(((uint64_t)v.m * n) >> 32);
+#endif
+    return (uint32_t)(((uint64_t)hi + n) >> v.l);
+}
+#define TJC_IXOPS 3 /* operands whose offsets one walk computes */
+typedef struct {
+    int rank, nops, small;      /* small: every flat index < 2^32           */
+    int64_t dim[TJ_MAXDIM];     /* merged axes, row-major                   */
+    tjc_udiv dv[TJ_MAXDIM];      /* their divisors (small walks)             */
+    int64_t st[TJC_IXOPS][TJ_MAXDIM]; /* each operand's stride per merged axis */
+} tjc_ix;
+/* the walk over dims[rank] (n elements) of nops operands with strides
+   st[j][rank]: size-1 axes dropped, an axis merged into the next (inner) one
+   where every operand's stride is the inner stride times the inner size */
+static void tjc_ix_make(tjc_ix *x, int rank, const int64_t *dim, int nops, const int64_t *const *st, int64_t n) {
+    memset(x, 0, sizeof *x);
+    x->nops = nops;
+    for (int d = 0; d < rank; d++) {
+        if (dim[d] == 1) continue;
+        int r = x->rank, merge = r > 0; /* into the axis before, r - 1 */
+        for (int j = 0; j < nops && merge; j++) merge = x->st[j][r - 1] == st[j][d] * dim[d];
+        if (merge) {
+            x->dim[r - 1] *= dim[d];
+            for (int j = 0; j < nops; j++) x->st[j][r - 1] = st[j][d];
+        } else {
+            x->dim[r] = dim[d];
+            for (int j = 0; j < nops; j++) x->st[j][r] = st[j][d];
+            x->rank++;
+        }
     }
-    return o;
+    x->small = n <= (int64_t)UINT32_MAX;
+    for (int d = 0; d < x->rank; d++) x->dv[d] = tjc_udiv_make(x->small ? (uint32_t)x->dim[d] : 1u);
+}
+/* the offsets o[0..nops) of flat index i */
+__host__ __device__ __forceinline__ void tjc_ix_at(const tjc_ix &x, int64_t i, int64_t *o) {
+    for (int j = 0; j < TJC_IXOPS; j++) o[j] = 0;
+    if (x.small) {
+        uint32_t r = (uint32_t)i;
+        for (int d = x.rank - 1; d >= 0; d--) {
+            uint32_t q = tjc_udiv_q(x.dv[d], r), c = r - q * x.dv[d].d;
+            for (int j = 0; j < x.nops; j++) o[j] += (int64_t)c * x.st[j][d];
+            r = q;
+        }
+    } else {
+        for (int d = x.rank - 1; d >= 0; d--) {
+            int64_t c = i % x.dim[d];
+            for (int j = 0; j < x.nops; j++) o[j] += c * x.st[j][d];
+            i /= x.dim[d];
+        }
+    }
 }
 
 /* float math in float, double math in double */
@@ -291,13 +363,12 @@ __device__ __forceinline__ double tjc_u01(uint64_t key, uint64_t i) {
 
 /* elementwise: up to 3 operands broadcast by strides (tj__bstrides) */
 typedef struct {
-    int rank, nin;
+    int nin, allcontig;
     int64_t n;                  /* output elements                         */
-    int64_t dim[TJ_MAXDIM];     /* output dims                             */
     const void *in[3];
     int dt[3];
     int contig[3];              /* operand laid out exactly as the output  */
-    int64_t st[3][TJ_MAXDIM];   /* operand strides per output axis         */
+    tjc_ix ix;                  /* the operands' offsets (tj__bstrides)    */
 } tjc_ew;
 TJC_PARAMS_FIT(tjc_ew);
 
@@ -305,10 +376,9 @@ template <typename T>
 __global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < e.n; i += (int64_t)gridDim.x * blockDim.x) {
         T v[3] = {(T)0, (T)0, (T)0}, r;
-        for (int j = 0; j < e.nin; j++) {
-            int64_t o = e.contig[j] ? i : tjc_offset(i, e.rank, e.dim, e.st[j]);
-            v[j] = tjc_ld<T>(e.in[j], e.dt[j], o);
-        }
+        int64_t o[TJC_IXOPS] = {i, i, i};
+        if (!e.allcontig) tjc_ix_at(e.ix, i, o);
+        for (int j = 0; j < e.nin; j++) v[j] = tjc_ld<T>(e.in[j], e.dt[j], e.contig[j] ? i : o[j]);
         if (op == TJ__OP_SELECT) r = v[0] != (T)0 ? v[1] : v[2];
         else if (odt == TJ_I32 && tjc_i32_arith(op)) r = (T)tjc_i32_op(op, (double)v[0], op == TJ__OP_POWS ? (double)s : (double)v[1]); /* (pows: s the exponent) */
         else if (op >= TJ__OP_ADD && op <= TJ__OP_NE) r = tjc_binary<T>(op, v[0], v[1]);
@@ -325,15 +395,12 @@ typedef struct {
 } tjc_cp;
 TJC_PARAMS_FIT(tjc_cp);
 
-__global__ void tjc_k_copy(tjc_cp c, const void *src, void *dst) {
+/* (the offsets walk c's dims with c.sst and c.dst: operands 0 and 1 of x) */
+__global__ void tjc_k_copy(tjc_cp c, tjc_ix x, const void *src, void *dst) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t so = c.sbase, dof = c.dbase, r = i;
-        for (int d = c.rank - 1; d >= 0; d--) {
-            int64_t x = r % c.dim[d];
-            r /= c.dim[d];
-            so += x * c.sst[d];
-            dof += x * c.dst[d];
-        }
+        int64_t o[TJC_IXOPS];
+        tjc_ix_at(x, i, o);
+        int64_t so = c.sbase + o[0], dof = c.dbase + o[1];
         if (c.sdt == c.ddt) tjc_move(dst, dof, src, so, c.es);
         else tjc_st<double>(dst, c.ddt, dof, tjc_ld<double>(src, c.sdt, so));
     }
@@ -425,6 +492,7 @@ typedef struct {
     int64_t rn, on;             /* reduced / kept element counts           */
     int64_t rd[TJ_MAXDIM], rs[TJ_MAXDIM]; /* reduced dims, input strides    */
     int64_t od[TJ_MAXDIM], os[TJ_MAXDIM]; /* kept dims, input strides       */
+    tjc_ix rx, ox;              /* walks of the reduced and kept axes      */
 } tjc_red;
 TJC_PARAMS_FIT(tjc_red);
 
@@ -432,10 +500,12 @@ template <typename T>
 __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int odt, int op) {
     __shared__ T sh[TJC_THREADS];
     for (int64_t o = blockIdx.x; o < r.on; o += gridDim.x) {
-        int64_t ob = tjc_offset(o, r.no, r.od, r.os);
+        int64_t ob[TJC_IXOPS], rb[TJC_IXOPS];
+        tjc_ix_at(r.ox, o, ob);
         T acc = tjc_fold_identity<T>(op);
         for (int64_t j = threadIdx.x; j < r.rn; j += blockDim.x) {
-            T v = tjc_ld<T>(in, idt, ob + tjc_offset(j, r.nr, r.rd, r.rs));
+            tjc_ix_at(r.rx, j, rb);
+            T v = tjc_ld<T>(in, idt, ob[0] + rb[0]);
             acc = tjc_fold<T>(op, acc, v);
         }
         acc = tjc_block_fold(acc, sh, op);
@@ -452,10 +522,13 @@ __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int 
 template <typename T>
 __global__ void tjc_k_reduce_part(tjc_red r, int rcontig, const void *in, int idt, T *part, int P, int op) {
     __shared__ T sh[TJC_THREADS];
-    const int64_t o = blockIdx.y, ob = tjc_offset(o, r.no, r.od, r.os);
+    const int64_t o = blockIdx.y;
+    int64_t ob[TJC_IXOPS], rb[TJC_IXOPS] = {0, 0, 0};
+    tjc_ix_at(r.ox, o, ob);
     T acc = tjc_fold_identity<T>(op);
     for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < r.rn; j += (int64_t)P * blockDim.x) {
-        T v = tjc_ld<T>(in, idt, ob + (rcontig ? j : tjc_offset(j, r.nr, r.rd, r.rs)));
+        if (!rcontig) tjc_ix_at(r.rx, j, rb);
+        T v = tjc_ld<T>(in, idt, ob[0] + (rcontig ? j : rb[0]));
         acc = tjc_fold<T>(op, acc, v);
     }
     acc = tjc_block_fold(acc, sh, op);
@@ -989,23 +1062,25 @@ __global__ void tjc_k_causal(const void *in, int idt, void *out, int odt, int64_
 /* tj__k_ew: unary and binary ops, select */
 static int tjc_elementwise(tjc_state *s, tj__kern *k) {
     tjc_ew e;
-    int64_t ost[TJ_MAXDIM];
+    int64_t ost[TJ_MAXDIM], st[3][TJ_MAXDIM];
+    const int64_t *stp[3] = {st[0], st[1], st[2]};
     int i, d, wide = k->ot.dt == TJ_F64, op = k->n->op;
     if (k->nin < 1 || k->nin > 3) return tjc_fail(k, "%d inputs (want 1 to 3)", k->nin);
     memset(&e, 0, sizeof e);
-    e.rank = k->ot.rank;
     e.nin = k->nin;
     e.n = tj__numel(&k->ot);
-    for (d = 0; d < e.rank; d++) e.dim[d] = k->ot.dim[d];
+    e.allcontig = 1;
     tj__strides(&k->ot, ost);
     for (i = 0; i < k->nin; i++) {
         e.in[i] = k->in[i];
         e.dt[i] = k->it[i]->dt;
-        tj__bstrides(k->it[i], &k->ot, e.st[i]);
+        tj__bstrides(k->it[i], &k->ot, st[i]);
         e.contig[i] = tj__numel(k->it[i]) == e.n;
-        for (d = 0; d < e.rank; d++) e.contig[i] &= e.st[i][d] == ost[d];
+        for (d = 0; d < k->ot.rank; d++) e.contig[i] &= st[i][d] == ost[d];
+        e.allcontig &= e.contig[i];
         if (!(op == TJ__OP_SELECT && i == 0)) wide |= tjc_wide(k->it[i]->dt); /* the mask is only tested for zero */
     }
+    tjc_ix_make(&e.ix, k->ot.rank, k->ot.dim, k->nin, stp, e.n);
     if (wide)
         tjc_k_elementwise<double><<<tjc_blocks(e.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(e, op, k->n->a.s, k->out, k->ot.dt);
     else
@@ -1014,6 +1089,15 @@ static int tjc_elementwise(tjc_state *s, tj__kern *k) {
     return 0;
 }
 
+/* tjc_k_copy over c's dims */
+static int tjc_copy_launch(tjc_state *s, tj__kern *k, const tjc_cp *c, const void *src, void *dst) {
+    tjc_ix x;
+    const int64_t *stp[2] = {c->sst, c->dst};
+    tjc_ix_make(&x, c->rank, c->dim, 2, stp, c->n);
+    tjc_k_copy<<<tjc_blocks(c->n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(*c, x, src, dst);
+    TJC_LAUNCHED(k, "tjc_k_copy");
+    return 0;
+}
 /* tj__copy_region: copy dims[] from src (type st, at sbase) into dst (type dt, at dbase) */
 static int tjc_copy_region(tjc_state *s, tj__kern *k, const void *src, const tj__type *st, int64_t sbase, void *dst, const tj__type *dt,
                            int64_t dbase, const int64_t *dims) {
@@ -1033,9 +1117,7 @@ static int tjc_copy_region(tjc_state *s, tj__kern *k, const void *src, const tj_
     }
     tj__strides(st, c.sst);
     tj__strides(dt, c.dst);
-    tjc_k_copy<<<tjc_blocks(c.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(c, src, dst);
-    TJC_LAUNCHED(k, "tjc_k_copy");
-    return 0;
+    return tjc_copy_launch(s, k, &c, src, dst);
 }
 /* ---- relayout as a tiled transpose ----
    A relayout whose output's innermost axis is not the source's innermost
@@ -1140,6 +1222,29 @@ static void tjc_tr_host(const tjc_tr *t, const E *src, E *dst) {
 }
 /* the host mirror: 1 when the tiled path applies (dst written), 0 when the
    plain copy would run (dst untouched), -1 for an element size it lacks */
+/* the host mirror of tjc_ix (no GPU needed): the offsets o[i * nops + j]
+   of every flat index i < n of dims[rank] for operands with strides
+   st[j * rank + d], by the walk the kernels take (big: the 64-bit one even
+   below 2^32); and tjc_udiv's quotient n / d */
+extern "C" void tj_cuda_ix_host(int rank, const int64_t *dims, int nops, const int64_t *st, int big, int64_t *o);
+extern "C" void tj_cuda_ix_host(int rank, const int64_t *dims, int nops, const int64_t *st, int big, int64_t *o) {
+    const int64_t *stp[TJC_IXOPS];
+    int64_t n = 1, i;
+    tjc_ix x;
+    for (int d = 0; d < rank; d++) n *= dims[d];
+    for (int j = 0; j < nops; j++) stp[j] = st + j * rank;
+    tjc_ix_make(&x, rank, dims, nops, stp, big ? (int64_t)UINT32_MAX + 1 : n);
+    for (i = 0; i < n; i++) {
+        int64_t oi[TJC_IXOPS];
+        tjc_ix_at(x, i, oi);
+        for (int j = 0; j < nops; j++) o[i * nops + j] = oi[j];
+    }
+}
+extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n);
+extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n) {
+    tjc_udiv v = tjc_udiv_make(d);
+    return tjc_udiv_q(v, n);
+}
 extern "C" int tj_cuda_transpose_host(int rank, const int64_t *dims, const int64_t *sst, int es, const void *src, void *dst);
 extern "C" int tj_cuda_transpose_host(int rank, const int64_t *dims, const int64_t *sst, int es, const void *src, void *dst) {
     tjc_tr t;
@@ -1189,9 +1294,7 @@ static int tjc_copy_op(tjc_state *s, tj__kern *k) {
         int rc = tjc_transpose(s, k, &c);
         if (rc >= 0) return rc;
     }
-    tjc_k_copy<<<tjc_blocks(c.n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(c, k->in[0], k->out);
-    TJC_LAUNCHED(k, "tjc_k_copy");
-    return 0;
+    return tjc_copy_launch(s, k, &c, k->in[0], k->out);
 }
 /* tj__k_fill */
 static int tjc_fill(tjc_state *s, tj__kern *k) {
@@ -1252,6 +1355,11 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
         else { r.od[r.no] = it->dim[i]; r.os[r.no++] = ist[i]; }
     }
     r.on = tj__numel(&k->ot);
+    {
+        const int64_t *rs = r.rs, *os = r.os;
+        tjc_ix_make(&r.rx, r.nr, r.rd, 1, &rs, r.rn);
+        tjc_ix_make(&r.ox, r.no, r.od, 1, &os, r.on);
+    }
     while (threads < r.rn && threads < TJC_THREADS) threads *= 2;
     if (r.on < 256 && r.rn >= 8 * 16 * TJC_THREADS) { /* few outputs, long reductions: in two stages (tjc_k_reduce_part) */
         int P = (int)(r.rn / (16 * TJC_THREADS) < 512 ? r.rn / (16 * TJC_THREADS) : 512), rcontig = r.rs[r.nr - 1] == 1, wide = tjc_wide(it->dt) || k->ot.dt == TJ_F64;

@@ -596,6 +596,91 @@ static void test_scatter_csr_host(void) {
     tjt_current = "";
 }
 
+/* element offsets without division (tjc_ix, tjc_div): the walk the
+   elementwise, copy and reduce kernels take, run on the host against plain
+   row-major strides, for broadcasts (stride 0), size-1 axes, transposed and
+   sliced strides, in the 32-bit and 64-bit forms; and the multiply-shift
+   quotient against '/' for divisors 1 .. 2^31 and numerators up to 2^32 - 1 */
+extern "C" void tj_cuda_ix_host(int rank, const int64_t *dims, int nops, const int64_t *st, int big, int64_t *o);
+extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n);
+static void test_ix_host(void) {
+    unsigned seed = 12345, bad = 0, checked = 0;
+    tjt_current = "ix";
+    /* the quotient: small divisors, powers of two and their neighbours, random ones */
+    for (uint64_t d = 1; d <= (1ull << 31); d = d < 300 ? d + 1 : d * 2 + (d & 1 ? 0 : 1)) {
+        for (int t = 0; t < 3; t++) {
+            uint32_t dd = (uint32_t)(t == 0 ? d : t == 1 ? (d > 1 ? d - 1 : 1) : d + (d >> 1) + 1);
+            const uint32_t ns[] = {0u, 1u, dd - 1u, dd, dd + 1u, 2u * dd - 1u, 0xffffffffu, 0xfffffffeu, 0x80000000u, 0x7fffffffu};
+            for (uint32_t n : ns) {
+                checked++;
+                if (tj_cuda_div_host(dd, n) != n / dd && bad++ < 5) TJT_CHECK(0, "tjc_div: %u / %u gave %u", n, dd, tj_cuda_div_host(dd, n));
+            }
+            for (int r = 0; r < 200; r++) {
+                seed = seed * 1664525u + 1013904223u;
+                uint32_t n = seed ^ (seed << 7);
+                checked++;
+                if (tj_cuda_div_host(dd, n) != n / dd && bad++ < 5) TJT_CHECK(0, "tjc_div: %u / %u gave %u", n, dd, tj_cuda_div_host(dd, n));
+            }
+        }
+    }
+    for (int r = 0; r < 100000; r++) { /* random divisors */
+        seed = seed * 1664525u + 1013904223u;
+        uint32_t dd = (seed >> (seed & 31)) | 1u, n = seed * 2654435761u;
+        if (r & 1) dd &= ~1u;
+        if (!dd) dd = 3;
+        checked++;
+        if (tj_cuda_div_host(dd, n) != n / dd && bad++ < 5) TJT_CHECK(0, "tjc_div: %u / %u gave %u", n, dd, tj_cuda_div_host(dd, n));
+    }
+    TJT_CHECK(bad == 0, "tjc_div: %u of %u quotients wrong", bad, checked);
+    /* the walks: random shapes of rank 0..6 with size-1 axes, operands broadcast, transposed, sliced */
+    for (int c = 0; c < 400; c++) {
+        int rank = c % 7, nops = 1 + c % 3;
+        int64_t dims[6], st[3 * 6], n = 1;
+        for (int d = 0; d < rank; d++) {
+            seed = seed * 1664525u + 1013904223u;
+            dims[d] = (seed >> 8) % 5 == 0 ? 1 : 1 + (seed >> 12) % 7;
+            n *= dims[d];
+        }
+        for (int j = 0; j < nops; j++) {
+            seed = seed * 1664525u + 1013904223u;
+            int kind = (seed >> 10) % 4; /* 0 row-major, 1 broadcast axes, 2 permuted axes, 3 sliced (padded) */
+            int64_t m = 1;
+            int perm[6];
+            for (int d = 0; d < rank; d++) perm[d] = d;
+            if (kind == 2)
+                for (int d = rank - 1; d > 0; d--) {
+                    seed = seed * 1664525u + 1013904223u;
+                    int e = (int)((seed >> 9) % (unsigned)(d + 1)), t = perm[d];
+                    perm[d] = perm[e];
+                    perm[e] = t;
+                }
+            for (int d = rank - 1; d >= 0; d--) {
+                int a = perm[d];
+                seed = seed * 1664525u + 1013904223u;
+                st[j * rank + a] = kind == 1 && (seed >> 11) % 2 ? 0 : m;
+                m *= dims[a] + (kind == 3 && (seed >> 13) % 2 ? 2 : 0);
+            }
+        }
+        int64_t *got = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n * nops + 1));
+        for (int big = 0; big < 2; big++) {
+            int wrong = 0;
+            tj_cuda_ix_host(rank, dims, nops, st, big, got);
+            for (int64_t i = 0; i < n && !wrong; i++)
+                for (int j = 0; j < nops; j++) {
+                    int64_t r = i, o = 0;
+                    for (int d = rank - 1; d >= 0; d--) {
+                        o += r % dims[d] * st[j * rank + d];
+                        r /= dims[d];
+                    }
+                    if (got[i * nops + j] != o) wrong = 1;
+                }
+            TJT_CHECK(!wrong, "tjc_ix: case %d rank %d, %d operands, %s walk: offsets differ from the strides", c, rank, nops, big ? "64-bit" : "32-bit");
+        }
+        free(got);
+    }
+    tjt_current = "";
+}
+
 /* relayouts as tiled transposes (tjc_k_transpose): the kernel's index steps
    run on the host (tj_cuda_transpose_host) against an element-by-element
    copy, for every permutation of rank 2..4 shapes with odd sizes (partial
@@ -1978,6 +2063,7 @@ int main(int argc, char **argv) {
     }
     test_scatter_csr_host(); /* the device's scatter_add index logic, on the host */
     test_transpose_host();   /* the tiled relayout's index steps, on the host */
+    test_ix_host();          /* the kernels' element offsets without division, on the host */
     test_attention_host();   /* the flash attention kernels' block code, on the host */
     test_fa_fragments();     /* their fragment layout against the PTX ISA's tables */
     if (!be && !selfcheck) {
