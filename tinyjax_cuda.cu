@@ -82,6 +82,7 @@ typedef struct {
 typedef struct {
     int device;                /* the CUDA device                            */
     int dev;                   /* the mesh device                            */
+    int sms;                   /* the device's multiprocessors (grid sizes)  */
     cudaStream_t compute;      /* every kernel, cuBLAS call and copy of it   */
     cudaStream_t copy;         /* offload, fetch, staged slices (copy_async) */
     cudaEvent_t issued;        /* the compute work so far, for the copy stream */
@@ -543,6 +544,46 @@ __global__ void tjc_k_reduce_final(const T *part, int P, void *out, int odt, int
         acc = tjc_block_fold(acc, sh, op);
         if (odt == TJ_I32 && op == TJ__OP_SUM) acc = (T)tjc_i32_wrap((double)acc);
         if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
+    }
+}
+
+/* A reduction over the outer axes of a row-major input, keeping the inner
+   ones: the input is [R][K] and output c folds column c (a bias's gradient:
+   the sum over batch and pos of (batch, pos, embed)). One block per output
+   would read a column, one 32-byte sector per element; here a warp reads
+   32 neighbouring columns of a row, coalesced. Block (32, 8), grid
+   (ceil(K / 32), P): thread (x, y) folds column c over rows y, y + 8P, ...
+   of its block's share; the block folds its 8 rows of partials in shared
+   memory; with P > 1 the partials part[p * K + c] are folded by
+   tjc_k_reduce_cols_final, one thread per column, p in order. */
+#define TJC_RC_ROWS 8
+template <typename T>
+__device__ __forceinline__ void tjc_reduce_store(void *out, int odt, int64_t o, T acc, int op) {
+    if (odt == TJ_I32 && op == TJ__OP_SUM) acc = (T)tjc_i32_wrap((double)acc);
+    tjc_st<T>(out, odt, o, acc);
+}
+template <typename T>
+__global__ void __launch_bounds__(32 * TJC_RC_ROWS) tjc_k_reduce_cols(const void *in, int idt, int64_t R, int64_t K, T *part, void *out, int odt, int op) {
+    __shared__ T sh[TJC_RC_ROWS][33];
+    const int64_t c = blockIdx.x * 32ll + threadIdx.x;
+    T acc = tjc_fold_identity<T>(op);
+    if (c < K)
+        for (int64_t j = blockIdx.y * (int64_t)TJC_RC_ROWS + threadIdx.y; j < R; j += (int64_t)gridDim.y * TJC_RC_ROWS)
+            acc = tjc_fold<T>(op, acc, tjc_ld<T>(in, idt, j * K + c));
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < K) {
+        for (int y = 1; y < TJC_RC_ROWS; y++) acc = tjc_fold<T>(op, acc, sh[y][threadIdx.x]);
+        if (gridDim.y == 1) tjc_reduce_store<T>(out, odt, c, acc, op);
+        else part[blockIdx.y * K + c] = acc;
+    }
+}
+template <typename T>
+__global__ void tjc_k_reduce_cols_final(const T *part, int P, int64_t K, void *out, int odt, int op) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < K; c += (int64_t)gridDim.x * blockDim.x) {
+        T acc = part[c];
+        for (int p = 1; p < P; p++) acc = tjc_fold<T>(op, acc, part[p * K + c]);
+        tjc_reduce_store<T>(out, odt, c, acc, op);
     }
 }
 
@@ -1361,6 +1402,29 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
         tjc_ix_make(&r.ox, r.no, r.od, 1, &os, r.on);
     }
     while (threads < r.rn && threads < TJC_THREADS) threads *= 2;
+    /* the kept axes inner and contiguous, the reduced ones outer: [R][K] columns */
+    if (r.rn > 1 && r.on > 1 && r.ox.rank == 1 && r.ox.st[0][0] == 1 && r.rx.rank == 1 && r.rx.st[0][0] == r.on) {
+        int64_t K = r.on, R = r.rn, bx = (K + 31) / 32, P = (4 * s->sms + bx - 1) / bx, maxp = R / (8 * TJC_RC_ROWS);
+        int wide = tjc_wide(it->dt) || k->ot.dt == TJ_F64;
+        void *part = NULL;
+        if (P > maxp) P = maxp;
+        if (P > 1024) P = 1024;
+        if (P < 1) P = 1;
+        if (bx > 65535 * 1024ll) goto general; /* (a grid of at most 2^31 - 1 blocks along x) */
+        if (P > 1) TJC_CUDA(k, cudaMallocAsync(&part, (size_t)(K * P) * (wide ? sizeof(double) : sizeof(float)), s->compute));
+        dim3 grid((unsigned)bx, (unsigned)P), block(32, TJC_RC_ROWS);
+        if (wide) {
+            tjc_k_reduce_cols<double><<<grid, block, 0, s->compute>>>(k->in[0], it->dt, R, K, (double *)part, k->out, k->ot.dt, op);
+            if (P > 1) tjc_k_reduce_cols_final<double><<<tjc_blocks(K, TJC_THREADS), TJC_THREADS, 0, s->compute>>>((const double *)part, (int)P, K, k->out, k->ot.dt, op);
+        } else {
+            tjc_k_reduce_cols<float><<<grid, block, 0, s->compute>>>(k->in[0], it->dt, R, K, (float *)part, k->out, k->ot.dt, op);
+            if (P > 1) tjc_k_reduce_cols_final<float><<<tjc_blocks(K, TJC_THREADS), TJC_THREADS, 0, s->compute>>>((const float *)part, (int)P, K, k->out, k->ot.dt, op);
+        }
+        TJC_LAUNCHED(k, "tjc_k_reduce_cols");
+        if (part) TJC_CUDA(k, cudaFreeAsync(part, s->compute));
+        return 0;
+    }
+general:
     if (r.on < 256 && r.rn >= 8 * 16 * TJC_THREADS) { /* few outputs, long reductions: in two stages (tjc_k_reduce_part) */
         int P = (int)(r.rn / (16 * TJC_THREADS) < 512 ? r.rn / (16 * TJC_THREADS) : 512), rcontig = r.rs[r.nr - 1] == 1, wide = tjc_wide(it->dt) || k->ot.dt == TJ_F64;
         void *part = NULL;
@@ -4182,6 +4246,7 @@ static tjc_state *tjc_state_of(tjc_backend *be, int dev, char *err, size_t errle
         return NULL;                                                                              \
     }
     TJC_INIT(cudaSetDevice(be->device));
+    TJC_INIT(cudaDeviceGetAttribute(&s->sms, cudaDevAttrMultiProcessorCount, be->device));
     TJC_INIT(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
     TJC_INIT(cudaStreamCreateWithFlags(&s->copy, cudaStreamNonBlocking));
     TJC_INIT(cudaEventCreateWithFlags(&s->issued, cudaEventDisableTiming));

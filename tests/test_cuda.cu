@@ -1831,9 +1831,15 @@ static void f_reduce_long(tj_graph *g, const tj_tree *in, tj_tree *out, void *u)
     tj_tree_set_v(out, "sum_strided", tj_sum(x, "p"));   /* 300 outputs: one block each */
     tj_tree_set_v(out, "sum_first", tj_sum(tj_transpose(y, "r a"), "r")); /* strided reduced axis */
     tj_tree_set_v(out, "sum_bf16", tj_sum_all(xb));
+    /* outer axes reduced, inner kept (tjc_k_reduce_cols): one stage, and partials folded after */
+    tj_tree_set_v(out, "sum_cols_bf16", tj_sum(xb, "p"));
+    tj_tree_set_v(out, "min_cols", tj_min(x, "p"));
+    tj_tree_set_v(out, "sum_cols_f64", tj_sum(tj_tree_v(in, "z"), "p"));
+    tj_tree_set_v(out, "sum_cols_i32", tj_sum(tj_tree_v(in, "n"), "p"));
 }
 static const spec s_reduce_long[] = {
     {"x", TJ_F32, "p=200 q=300", -1, 1}, {"y", TJ_F32, "a=3 r=40000", -1, 1}, {"xb", TJ_BF16, "p=256 q=257", 0, 1},
+    {"z", TJ_F64, "p=5000 q=7", -1, 1},  {"n", TJ_I32, "p=70 q=33", -1000, 1000},
 };
 
 /* ---- fused groups: one kernel per group, the CPU's bits ----
