@@ -3383,8 +3383,12 @@ static int tjc_fused(tjc_state *s, tj__kern *k) {
     if (tjc_fused_prog(k, &p, &q)) return 1;
     if (!n) return 0;
     if (!(dp = tjc_fprog_dev(&s->fused, s->compute, k, &p))) return 1;
-    if (p.flt) tjc_k_fused<float><<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(dp, q, n);
-    else tjc_k_fused<double><<<tjc_blocks(n, TJC_THREADS), TJC_THREADS, 0, s->compute>>>(dp, q, n);
+    /* every block copies the program first: enough blocks to fill the GPU
+       (8 of 256 threads per SM, 4 rounds), each looping over many elements */
+    unsigned grid = tjc_blocks(n, TJC_THREADS), fill = (unsigned)(s->sms > 0 ? 32 * s->sms : TJC_MAXGRID);
+    if (grid > fill) grid = fill;
+    if (p.flt) tjc_k_fused<float><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
+    else tjc_k_fused<double><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
     TJC_LAUNCHED(k, "tjc_k_fused");
     return 0;
 }
