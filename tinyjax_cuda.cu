@@ -264,23 +264,34 @@ static void tjc_ix_make(tjc_ix *x, int rank, const int64_t *dim, int nops, const
     x->small = n <= (int64_t)UINT32_MAX;
     for (int d = 0; d < x->rank; d++) x->dv[d] = tjc_udiv_make(x->small ? (uint32_t)x->dim[d] : 1u);
 }
-/* the offsets o[0..nops) of flat index i */
-__host__ __device__ __forceinline__ void tjc_ix_at(const tjc_ix &x, int64_t i, int64_t *o) {
-    for (int j = 0; j < TJC_IXOPS; j++) o[j] = 0;
+/* the offsets of flat index i, operands 0, 1, 2 (named fields, no array:
+   an array indexed by a loop variable would live in local memory, and its
+   traffic doubled the time of every elementwise kernel) */
+typedef struct {
+    int64_t a, b, c;
+} tjc_off3;
+__host__ __device__ __forceinline__ tjc_off3 tjc_ix_at(const tjc_ix &x, int64_t i) {
+    tjc_off3 o = {0, 0, 0};
     if (x.small) {
         uint32_t r = (uint32_t)i;
         for (int d = x.rank - 1; d >= 0; d--) {
-            uint32_t q = tjc_udiv_q(x.dv[d], r), c = r - q * x.dv[d].d;
-            for (int j = 0; j < x.nops; j++) o[j] += (int64_t)c * x.st[j][d];
+            uint32_t q = tjc_udiv_q(x.dv[d], r);
+            int64_t c = (int64_t)(r - q * x.dv[d].d);
+            o.a += c * x.st[0][d];
+            if (x.nops > 1) o.b += c * x.st[1][d];
+            if (x.nops > 2) o.c += c * x.st[2][d];
             r = q;
         }
     } else {
         for (int d = x.rank - 1; d >= 0; d--) {
             int64_t c = i % x.dim[d];
-            for (int j = 0; j < x.nops; j++) o[j] += c * x.st[j][d];
+            o.a += c * x.st[0][d];
+            if (x.nops > 1) o.b += c * x.st[1][d];
+            if (x.nops > 2) o.c += c * x.st[2][d];
             i /= x.dim[d];
         }
     }
+    return o;
 }
 
 /* float math in float, double math in double */
@@ -376,14 +387,16 @@ TJC_PARAMS_FIT(tjc_ew);
 template <typename T>
 __global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < e.n; i += (int64_t)gridDim.x * blockDim.x) {
-        T v[3] = {(T)0, (T)0, (T)0}, r;
-        int64_t o[TJC_IXOPS] = {i, i, i};
-        if (!e.allcontig) tjc_ix_at(e.ix, i, o);
-        for (int j = 0; j < e.nin; j++) v[j] = tjc_ld<T>(e.in[j], e.dt[j], e.contig[j] ? i : o[j]);
-        if (op == TJ__OP_SELECT) r = v[0] != (T)0 ? v[1] : v[2];
-        else if (odt == TJ_I32 && tjc_i32_arith(op)) r = (T)tjc_i32_op(op, (double)v[0], op == TJ__OP_POWS ? (double)s : (double)v[1]); /* (pows: s the exponent) */
-        else if (op >= TJ__OP_ADD && op <= TJ__OP_NE) r = tjc_binary<T>(op, v[0], v[1]);
-        else r = tjc_unary<T>(op, v[0], s);
+        T v0 = (T)0, v1 = (T)0, v2 = (T)0, r;
+        tjc_off3 o = {i, i, i};
+        if (!e.allcontig) o = tjc_ix_at(e.ix, i);
+        v0 = tjc_ld<T>(e.in[0], e.dt[0], e.contig[0] ? i : o.a);
+        if (e.nin > 1) v1 = tjc_ld<T>(e.in[1], e.dt[1], e.contig[1] ? i : o.b);
+        if (e.nin > 2) v2 = tjc_ld<T>(e.in[2], e.dt[2], e.contig[2] ? i : o.c);
+        if (op == TJ__OP_SELECT) r = v0 != (T)0 ? v1 : v2;
+        else if (odt == TJ_I32 && tjc_i32_arith(op)) r = (T)tjc_i32_op(op, (double)v0, op == TJ__OP_POWS ? (double)s : (double)v1); /* (pows: s the exponent) */
+        else if (op >= TJ__OP_ADD && op <= TJ__OP_NE) r = tjc_binary<T>(op, v0, v1);
+        else r = tjc_unary<T>(op, v0, s);
         tjc_st<T>(out, odt, i, r);
     }
 }
@@ -399,9 +412,8 @@ TJC_PARAMS_FIT(tjc_cp);
 /* (the offsets walk c's dims with c.sst and c.dst: operands 0 and 1 of x) */
 __global__ void tjc_k_copy(tjc_cp c, tjc_ix x, const void *src, void *dst) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t o[TJC_IXOPS];
-        tjc_ix_at(x, i, o);
-        int64_t so = c.sbase + o[0], dof = c.dbase + o[1];
+        tjc_off3 o = tjc_ix_at(x, i);
+        int64_t so = c.sbase + o.a, dof = c.dbase + o.b;
         if (c.sdt == c.ddt) tjc_move(dst, dof, src, so, c.es);
         else tjc_st<double>(dst, c.ddt, dof, tjc_ld<double>(src, c.sdt, so));
     }
@@ -501,12 +513,10 @@ template <typename T>
 __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int odt, int op) {
     __shared__ T sh[TJC_THREADS];
     for (int64_t o = blockIdx.x; o < r.on; o += gridDim.x) {
-        int64_t ob[TJC_IXOPS], rb[TJC_IXOPS];
-        tjc_ix_at(r.ox, o, ob);
+        const int64_t ob = tjc_ix_at(r.ox, o).a;
         T acc = tjc_fold_identity<T>(op);
         for (int64_t j = threadIdx.x; j < r.rn; j += blockDim.x) {
-            tjc_ix_at(r.rx, j, rb);
-            T v = tjc_ld<T>(in, idt, ob[0] + rb[0]);
+            T v = tjc_ld<T>(in, idt, ob + tjc_ix_at(r.rx, j).a);
             acc = tjc_fold<T>(op, acc, v);
         }
         acc = tjc_block_fold(acc, sh, op);
@@ -524,12 +534,10 @@ template <typename T>
 __global__ void tjc_k_reduce_part(tjc_red r, int rcontig, const void *in, int idt, T *part, int P, int op) {
     __shared__ T sh[TJC_THREADS];
     const int64_t o = blockIdx.y;
-    int64_t ob[TJC_IXOPS], rb[TJC_IXOPS] = {0, 0, 0};
-    tjc_ix_at(r.ox, o, ob);
+    const int64_t ob = tjc_ix_at(r.ox, o).a;
     T acc = tjc_fold_identity<T>(op);
     for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < r.rn; j += (int64_t)P * blockDim.x) {
-        if (!rcontig) tjc_ix_at(r.rx, j, rb);
-        T v = tjc_ld<T>(in, idt, ob[0] + (rcontig ? j : rb[0]));
+        T v = tjc_ld<T>(in, idt, ob + (rcontig ? j : tjc_ix_at(r.rx, j).a));
         acc = tjc_fold<T>(op, acc, v);
     }
     acc = tjc_block_fold(acc, sh, op);
@@ -1276,9 +1284,9 @@ extern "C" void tj_cuda_ix_host(int rank, const int64_t *dims, int nops, const i
     for (int j = 0; j < nops; j++) stp[j] = st + j * rank;
     tjc_ix_make(&x, rank, dims, nops, stp, big ? (int64_t)UINT32_MAX + 1 : n);
     for (i = 0; i < n; i++) {
-        int64_t oi[TJC_IXOPS];
-        tjc_ix_at(x, i, oi);
-        for (int j = 0; j < nops; j++) o[i * nops + j] = oi[j];
+        tjc_off3 oi = tjc_ix_at(x, i);
+        const int64_t v[TJC_IXOPS] = {oi.a, oi.b, oi.c};
+        for (int j = 0; j < nops; j++) o[i * nops + j] = v[j];
     }
 }
 extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n);
