@@ -3601,8 +3601,8 @@ static int tjc_sync(tj_backend *b, int dev, char *err, size_t errlen) {
    unset: off): a kernel that spins that long on the copy stream before each
    copy_async, as devsim's TJ_DEVSIM_COPY_DELAY_US, so a wait the runner
    forgot reads or overwrites bytes too early on a GPU too, where the small
-   copies of the tests would otherwise land before anyone looks (compiled
-   here, not yet run on a GPU). */
+   copies of the tests would otherwise land before anyone looks (run on an
+   H100 in build/test_cuda, 2026-11-24). */
 __global__ void tjc_k_spin(unsigned long long ns) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
