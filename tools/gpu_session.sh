@@ -30,11 +30,14 @@
 # Each step has its own time limit (STEP_LIMIT for the suite, default 560 s).
 #
 # On the device tool one command may run 10 minutes and $OUT brings back 8
-# files, so run it as three calls, most important first (build/ stays on the
-# machine between calls while it is warm):
-#   STEPS="build cuda memcheck" tools/gpu_session.sh    (about 5 minutes)
-#   STEPS="bench torch" tools/gpu_session.sh            (about 6 minutes)
-#   STEPS=suite tools/gpu_session.sh                    (up to STEP_LIMIT)
+# files, so run it as two calls, most important first (build/ stays on the
+# machine between calls while it is warm; name OUTDIR outside $OUT and copy
+# the logs you want into $OUT, as the 8-file limit drops the rest):
+#   STEPS="build cuda memcheck nccl" tools/gpu_session.sh   (about 6 minutes on an H100)
+#   STEPS="bench torch demo" tools/gpu_session.sh          (about 3 minutes)
+# The suite step does not fit one call: on 2026-11-24 `./build.sh test` on
+# the H100 machine reached its CUDA section after 545 s and was stopped at
+# the limit; the cuda and nccl steps run that section's GPU tests.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 out=${1:-${OUT:-build/gpu_session}}
