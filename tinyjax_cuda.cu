@@ -173,7 +173,7 @@ static int tjc_wide(tj_dtype t) { return t == TJ_F64 || t == TJ_I32; }
 
 /* element i of a buffer of dtype dt, as T (the device twin of tj__ld) */
 template <typename T>
-__device__ __forceinline__ T tjc_ld(const void *p, int dt, int64_t i) {
+__host__ __device__ __forceinline__ T tjc_ld(const void *p, int dt, int64_t i) {
     switch (dt) {
     case TJ_F32: return (T)((const float *)p)[i];
     case TJ_BF16: return (T)__bfloat162float(((const __nv_bfloat16 *)p)[i]);
@@ -183,7 +183,7 @@ __device__ __forceinline__ T tjc_ld(const void *p, int dt, int64_t i) {
 }
 /* the device twin of tj__st: bf16 rounds to nearest even, i32 saturates */
 template <typename T>
-__device__ __forceinline__ void tjc_st(void *p, int dt, int64_t i, T v) {
+__host__ __device__ __forceinline__ void tjc_st(void *p, int dt, int64_t i, T v) {
     switch (dt) {
     case TJ_F32: ((float *)p)[i] = (float)v; break;
     case TJ_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;
@@ -295,23 +295,23 @@ __host__ __device__ __forceinline__ tjc_off3 tjc_ix_at(const tjc_ix &x, int64_t 
 }
 
 /* float math in float, double math in double */
-__device__ __forceinline__ float tjc_exp(float x) { return expf(x); }
-__device__ __forceinline__ double tjc_exp(double x) { return exp(x); }
-__device__ __forceinline__ float tjc_log(float x) { return logf(x); }
-__device__ __forceinline__ double tjc_log(double x) { return log(x); }
-__device__ __forceinline__ float tjc_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double tjc_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float tjc_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double tjc_sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float tjc_pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double tjc_pow(double x, double y) { return pow(x, y); }
+__host__ __device__ __forceinline__ float tjc_exp(float x) { return expf(x); }
+__host__ __device__ __forceinline__ double tjc_exp(double x) { return exp(x); }
+__host__ __device__ __forceinline__ float tjc_log(float x) { return logf(x); }
+__host__ __device__ __forceinline__ double tjc_log(double x) { return log(x); }
+__host__ __device__ __forceinline__ float tjc_tanh(float x) { return tanhf(x); }
+__host__ __device__ __forceinline__ double tjc_tanh(double x) { return tanh(x); }
+__host__ __device__ __forceinline__ float tjc_sqrt(float x) { return sqrtf(x); }
+__host__ __device__ __forceinline__ double tjc_sqrt(double x) { return sqrt(x); }
+__host__ __device__ __forceinline__ float tjc_pow(float x, float y) { return powf(x, y); }
+__host__ __device__ __forceinline__ double tjc_pow(double x, double y) { return pow(x, y); }
 
 /* The unary and binary elementwise ops, expanded from the header's formula
    tables (TJ__UNARY_OPS, TJ__BINARY_OPS): an op added there gets its CUDA
    kernel here with no edit. The formulas are the CPU's, evaluated with the
    same promotions (double constants), on T = float for f32/bf16 and double
    for f64/i32. Every op of the tables has a case; anything else is NaN. */
-__device__ __forceinline__ double tjc_gelu_d(double a, double t) { return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a); }
+__host__ __device__ __forceinline__ double tjc_gelu_d(double a, double t) { return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * TJ__GELU_C * (1.0 + 3.0 * 0.044715 * a * a); }
 #define TJ__EXP(x) tjc_exp(x)
 #define TJ__TANH(x) tjc_tanh(x)
 #define tj__gelu_d(a, t) tjc_gelu_d(a, t)
@@ -320,13 +320,13 @@ __device__ __forceinline__ double tjc_gelu_d(double a, double t) { return 0.5 * 
 #define TJC_BINARY_CASE(op, nm, expr) \
     case TJ__OP_##op: return (T)(expr);
 template <typename T>
-__device__ __forceinline__ T tjc_unary(int op, T a, T s) {
+__host__ __device__ __forceinline__ T tjc_unary(int op, T a, T s) {
     (void)s;
     switch (op) { TJ__UNARY_OPS(TJC_UNARY_CASE) }
     return (T)NAN;
 }
 template <typename T>
-__device__ __forceinline__ T tjc_binary(int op, T a, T b) {
+__host__ __device__ __forceinline__ T tjc_binary(int op, T a, T b) {
     switch (op) { TJ__BINARY_OPS(TJC_BINARY_CASE) }
     return (T)NAN;
 }
@@ -390,19 +390,27 @@ TJC_PARAMS_FIT(tjc_ew);
    flight, and a contiguous bf16 add ran at a quarter of the H100's
    bandwidth, bound by load latency per wave of blocks, not by bytes. */
 #define TJC_EW_U 4
+/* #pragma unroll in code compiled for the host too (where gcc would warn) */
+#ifdef __CUDA_ARCH__
+#define TJC_UNROLL _Pragma("unroll")
+#else
+#define TJC_UNROLL
+#endif
 template <typename T>
-__device__ __forceinline__ T tjc_ew_val(int op, T s, int odt, T v0, T v1, T v2) {
+__host__ __device__ __forceinline__ T tjc_ew_val(int op, T s, int odt, T v0, T v1, T v2) {
     if (op == TJ__OP_SELECT) return v0 != (T)0 ? v1 : v2;
     if (odt == TJ_I32 && tjc_i32_arith(op)) return (T)tjc_i32_op(op, (double)v0, op == TJ__OP_POWS ? (double)s : (double)v1); /* (pows: s the exponent) */
     if (op >= TJ__OP_ADD && op <= TJ__OP_NE) return tjc_binary<T>(op, v0, v1);
     return tjc_unary<T>(op, v0, s);
 }
+/* thread t of stride threads (__host__ __device__: tj_cuda_ew_host runs it
+   thread by thread on the host, so build/test_cuda checks without a GPU
+   that the threads cover every element once) */
 template <typename T>
-__global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < e.n; i0 += TJC_EW_U * stride) {
+__host__ __device__ __forceinline__ void tjc_ew_thread(const tjc_ew &e, int op, T s, void *out, int odt, int64_t t, int64_t stride) {
+    for (int64_t i0 = t; i0 < e.n; i0 += TJC_EW_U * stride) {
         T v0[TJC_EW_U], v1[TJC_EW_U], v2[TJC_EW_U];
-#pragma unroll
+TJC_UNROLL
         for (int u = 0; u < TJC_EW_U; u++) {
             const int64_t i = i0 + u * stride;
             v0[u] = v1[u] = v2[u] = (T)0;
@@ -414,12 +422,16 @@ __global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
                 if (e.nin > 2) v2[u] = tjc_ld<T>(e.in[2], e.dt[2], e.contig[2] ? i : o.c);
             }
         }
-#pragma unroll
+TJC_UNROLL
         for (int u = 0; u < TJC_EW_U; u++) {
             const int64_t i = i0 + u * stride;
             if (i < e.n) tjc_st<T>(out, odt, i, tjc_ew_val<T>(op, s, odt, v0[u], v1[u], v2[u]));
         }
     }
+}
+template <typename T>
+__global__ void tjc_k_elementwise(tjc_ew e, int op, T s, void *out, int odt) {
+    tjc_ew_thread<T>(e, op, s, out, odt, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
 }
 
 /* strided copy of a region (tj__copy_region / tj__k_copy) */
@@ -1337,6 +1349,26 @@ extern "C" void tj_cuda_ix_host(int rank, const int64_t *dims, int nops, const i
     }
 }
 extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n);
+/* tjc_k_elementwise's threads on the host: out[i] = a[i] + b[i] (f32; b
+   broadcast along the inner axis of (rows, cols) when bcast: b[i % cols])
+   by `threads` threads, each running tjc_ew_thread as on the GPU */
+extern "C" void tj_cuda_ew_host(const float *a, const float *b, float *out, int64_t rows, int64_t cols, int bcast, int64_t threads);
+extern "C" void tj_cuda_ew_host(const float *a, const float *b, float *out, int64_t rows, int64_t cols, int bcast, int64_t threads) {
+    tjc_ew e;
+    const int64_t dims[2] = {rows, cols}, sa[2] = {cols, 1}, sb[2] = {bcast ? 0 : cols, 1};
+    const int64_t *stp[2] = {sa, sb};
+    memset(&e, 0, sizeof e);
+    e.nin = 2;
+    e.n = rows * cols;
+    e.in[0] = a;
+    e.in[1] = b;
+    e.dt[0] = e.dt[1] = TJ_F32;
+    e.contig[0] = 1;
+    e.contig[1] = !bcast;
+    e.allcontig = !bcast;
+    tjc_ix_make(&e.ix, 2, dims, 2, stp, e.n);
+    for (int64_t t = 0; t < threads; t++) tjc_ew_thread<float>(e, TJ__OP_ADD, 0.0f, out, TJ_F32, t, threads);
+}
 extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n) {
     tjc_udiv v = tjc_udiv_make(d);
     return tjc_udiv_q(v, n);

@@ -681,6 +681,38 @@ static void test_ix_host(void) {
     tjt_current = "";
 }
 
+/* tjc_k_elementwise's thread loop (TJC_EW_U elements a grid stride apart)
+   run on the host: every element written once and right, for sizes around
+   the thread count and its multiples, contiguous and with a broadcast
+   operand */
+extern "C" void tj_cuda_ew_host(const float *a, const float *b, float *out, int64_t rows, int64_t cols, int bcast, int64_t threads);
+static void test_ew_threads_host(void) {
+    static const int64_t sizes[][2] = {{1, 1}, {1, 7}, {3, 5}, {1, 255}, {2, 128}, {1, 1023}, {4, 256}, {1, 1025}, {7, 300}, {33, 97}};
+    static const int64_t threads[] = {1, 3, 32, 256, 1024};
+    tjt_current = "ew threads";
+    for (int c = 0; c < 10; c++)
+        for (int t = 0; t < 5; t++)
+            for (int bc = 0; bc < 2; bc++) {
+                int64_t R = sizes[c][0], C = sizes[c][1], n = R * C, bad = -1;
+                float *a = (float *)malloc(sizeof(float) * (size_t)n), *b = (float *)malloc(sizeof(float) * (size_t)n), *o = (float *)malloc(sizeof(float) * (size_t)(n + 1));
+                for (int64_t i = 0; i < n; i++) {
+                    a[i] = (float)i;
+                    b[i] = (float)(1000000 + i);
+                    o[i] = -1.0f;
+                }
+                o[n] = -7.0f; /* a guard past the end */
+                tj_cuda_ew_host(a, b, o, R, C, bc, threads[t]);
+                for (int64_t i = 0; i < n && bad < 0; i++)
+                    if (o[i] != a[i] + b[bc ? i % C : i]) bad = i;
+                TJT_CHECK(bad < 0 && o[n] == -7.0f, "[ew threads] %lld x %lld, %lld threads, %s: element %lld is %g", (long long)R, (long long)C, (long long)threads[t],
+                          bc ? "broadcast" : "contiguous", (long long)bad, bad >= 0 ? o[bad] : o[n]);
+                free(a);
+                free(b);
+                free(o);
+            }
+    tjt_current = "";
+}
+
 /* relayouts as tiled transposes (tjc_k_transpose): the kernel's index steps
    run on the host (tj_cuda_transpose_host) against an element-by-element
    copy, for every permutation of rank 2..4 shapes with odd sizes (partial
@@ -2070,6 +2102,7 @@ int main(int argc, char **argv) {
     test_scatter_csr_host(); /* the device's scatter_add index logic, on the host */
     test_transpose_host();   /* the tiled relayout's index steps, on the host */
     test_ix_host();          /* the kernels' element offsets without division, on the host */
+    test_ew_threads_host();  /* the elementwise kernel's thread loop, on the host */
     test_attention_host();   /* the flash attention kernels' block code, on the host */
     test_fa_fragments();     /* their fragment layout against the PTX ISA's tables */
     if (!be && !selfcheck) {
