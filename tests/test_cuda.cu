@@ -704,7 +704,7 @@ static void test_ew_threads_host(void) {
                 tj_cuda_ew_host(a, b, o, R, C, bc, threads[t]);
                 for (int64_t i = 0; i < n && bad < 0; i++)
                     if (o[i] != a[i] + b[bc ? i % C : i]) bad = i;
-                TJT_CHECK(bad < 0 && o[n] == -7.0f, "[ew threads] %lld x %lld, %lld threads, %s: element %lld is %g", (long long)R, (long long)C, (long long)threads[t],
+                TJT_CHECK(bad < 0 && o[n] == -7.0f, "%lld x %lld, %lld threads, %s: element %lld is %g", (long long)R, (long long)C, (long long)threads[t],
                           bc ? "broadcast" : "contiguous", (long long)bad, bad >= 0 ? o[bad] : o[n]);
                 free(a);
                 free(b);
