@@ -444,14 +444,14 @@ TJC_PARAMS_FIT(tjc_cp);
 
 /* (the offsets walk c's dims with c.sst and c.dst: operands 0 and 1 of x) */
 /* (TJC_EW_U elements per thread, as tjc_k_elementwise: the reads first;
-   same dtypes move bits, others convert through double) */
-__global__ void tjc_k_copy(tjc_cp c, tjc_ix x, const void *src, void *dst) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < c.n; i0 += TJC_EW_U * stride) {
+   same dtypes move bits, others convert through double; thread t of
+   stride, __host__ __device__ for tj_cuda_copy_host) */
+__host__ __device__ __forceinline__ void tjc_copy_thread(const tjc_cp &c, const tjc_ix &x, const void *src, void *dst, int64_t t, int64_t stride) {
+    for (int64_t i0 = t; i0 < c.n; i0 += TJC_EW_U * stride) {
         uint64_t b[TJC_EW_U];
         double v[TJC_EW_U];
         int64_t dof[TJC_EW_U];
-#pragma unroll
+        TJC_UNROLL
         for (int u = 0; u < TJC_EW_U; u++) {
             const int64_t i = i0 + u * stride;
             b[u] = 0;
@@ -467,7 +467,7 @@ __global__ void tjc_k_copy(tjc_cp c, tjc_ix x, const void *src, void *dst) {
                 else b[u] = ((const uint64_t *)src)[so];
             }
         }
-#pragma unroll
+        TJC_UNROLL
         for (int u = 0; u < TJC_EW_U; u++) {
             if (dof[u] < 0) continue;
             if (c.sdt != c.ddt) tjc_st<double>(dst, c.ddt, dof[u], v[u]);
@@ -476,6 +476,9 @@ __global__ void tjc_k_copy(tjc_cp c, tjc_ix x, const void *src, void *dst) {
             else ((uint64_t *)dst)[dof[u]] = b[u];
         }
     }
+}
+__global__ void tjc_k_copy(tjc_cp c, tjc_ix x, const void *src, void *dst) {
+    tjc_copy_thread(c, x, src, dst, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
 }
 
 /* fill, arange, uniform / normal */
@@ -1349,6 +1352,28 @@ extern "C" void tj_cuda_ix_host(int rank, const int64_t *dims, int nops, const i
     }
 }
 extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n);
+/* tjc_k_copy's threads on the host: dims[rank] elements from src (dtype
+   sdt, strides sst from sbase) to dst (dtype ddt, strides dst_st from
+   dbase), by `threads` threads */
+extern "C" void tj_cuda_copy_host(int rank, const int64_t *dims, int sdt, const int64_t *sst, int64_t sbase, const void *src, int ddt, const int64_t *dst_st,
+                                  int64_t dbase, void *dst, int64_t threads);
+extern "C" void tj_cuda_copy_host(int rank, const int64_t *dims, int sdt, const int64_t *sst, int64_t sbase, const void *src, int ddt, const int64_t *dst_st,
+                                  int64_t dbase, void *dst, int64_t threads) {
+    tjc_cp c;
+    tjc_ix x;
+    const int64_t *stp[2] = {sst, dst_st};
+    memset(&c, 0, sizeof c);
+    c.rank = rank;
+    c.sdt = sdt;
+    c.ddt = ddt;
+    c.es = (int)tj_dtype_size((tj_dtype)sdt);
+    c.sbase = sbase;
+    c.dbase = dbase;
+    c.n = 1;
+    for (int d = 0; d < rank; d++) c.n *= dims[d];
+    tjc_ix_make(&x, rank, dims, 2, stp, c.n);
+    for (int64_t t = 0; t < threads; t++) tjc_copy_thread(c, x, src, dst, t, threads);
+}
 /* tjc_k_elementwise's threads on the host: out[i] = a[i] + b[i] (f32; b
    broadcast along the inner axis of (rows, cols) when bcast: b[i % cols])
    by `threads` threads, each running tjc_ew_thread as on the GPU */

@@ -713,6 +713,58 @@ static void test_ew_threads_host(void) {
     tjt_current = "";
 }
 
+/* tjc_k_copy's thread loop on the host: a strided region (transposed,
+   sliced from an offset, into an offset) copied bit for bit in each
+   element size, and converted f32 -> bf16 and i32 -> f64, every element
+   once, nothing outside the region touched */
+extern "C" void tj_cuda_copy_host(int rank, const int64_t *dims, int sdt, const int64_t *sst, int64_t sbase, const void *src, int ddt, const int64_t *dst_st,
+                                  int64_t dbase, void *dst, int64_t threads);
+static void test_copy_threads_host(void) {
+    static const tj_dtype pairs[][2] = {{TJ_BF16, TJ_BF16}, {TJ_F32, TJ_F32}, {TJ_F64, TJ_F64}, {TJ_F32, TJ_BF16}, {TJ_I32, TJ_F64}};
+    static const int64_t threads[] = {1, 5, 64, 1000};
+    tjt_current = "copy threads";
+    for (int p = 0; p < 5; p++)
+        for (int t = 0; t < 4; t++)
+            for (int c = 0; c < 3; c++) {
+                /* src (A, B) row-major inside a (A+1, B+2) buffer at offset (1, 2); read transposed or not; dst a (R, C) region inside (R+2, C+3) at (2, 1) */
+                const int64_t A = 3 + c * 4, B = 5 + c * 7, W = B + 2, H = A + 1;
+                const int tr = c == 1;
+                const int64_t R = tr ? B : A, C = tr ? A : B, DW = C + 3, DH = R + 2;
+                const int64_t dims[2] = {R, C}, sst[2] = {tr ? 1 : W, tr ? W : 1}, dst_st[2] = {DW, 1};
+                const size_t ses = tj_dtype_size(pairs[p][0]), des = tj_dtype_size(pairs[p][1]);
+                unsigned char *src = (unsigned char *)malloc(ses * (size_t)(H * W)), *dst = (unsigned char *)malloc(des * (size_t)(DH * DW));
+                int bad = 0;
+                for (int64_t i = 0; i < H * W; i++) { /* small integers: exact in every dtype */
+                    double v = (double)(i % 97) - 40;
+                    if (pairs[p][0] == TJ_BF16) { uint16_t h = tj_f32_to_bf16((float)v); memcpy(src + i * ses, &h, 2); }
+                    else if (pairs[p][0] == TJ_F32) { float f = (float)v; memcpy(src + i * ses, &f, 4); }
+                    else if (pairs[p][0] == TJ_I32) { int32_t k = (int32_t)v; memcpy(src + i * ses, &k, 4); }
+                    else memcpy(src + i * ses, &v, 8);
+                }
+                memset(dst, 0x5A, des * (size_t)(DH * DW));
+                tj_cuda_copy_host(2, dims, pairs[p][0], sst, 1 * W + 2, src, pairs[p][1], dst_st, 2 * DW + 1, dst, threads[t]);
+                for (int64_t y = 0; y < DH && !bad; y++)
+                    for (int64_t x = 0; x < DW && !bad; x++) {
+                        const unsigned char *d = dst + (y * DW + x) * des;
+                        int inside = y >= 2 && y < 2 + R && x >= 1 && x < 1 + C;
+                        if (!inside) {
+                            for (size_t k = 0; k < des; k++) bad |= d[k] != 0x5A;
+                            continue;
+                        }
+                        int64_t r = y - 2, q = x - 1, si = 1 * W + 2 + r * sst[0] + q * sst[1];
+                        double want = (double)(si % 97) - 40, got;
+                        if (pairs[p][1] == TJ_BF16) { uint16_t h; memcpy(&h, d, 2); got = tj_bf16_to_f32(h); }
+                        else if (pairs[p][1] == TJ_F32) { float f; memcpy(&f, d, 4); got = f; }
+                        else memcpy(&got, d, 8);
+                        bad |= got != want;
+                    }
+                TJT_CHECK(!bad, "%s -> %s, case %d, %lld threads: wrong or stray bytes", tj_dtype_name(pairs[p][0]), tj_dtype_name(pairs[p][1]), c, (long long)threads[t]);
+                free(src);
+                free(dst);
+            }
+    tjt_current = "";
+}
+
 /* relayouts as tiled transposes (tjc_k_transpose): the kernel's index steps
    run on the host (tj_cuda_transpose_host) against an element-by-element
    copy, for every permutation of rank 2..4 shapes with odd sizes (partial
@@ -2103,6 +2155,7 @@ int main(int argc, char **argv) {
     test_transpose_host();   /* the tiled relayout's index steps, on the host */
     test_ix_host();          /* the kernels' element offsets without division, on the host */
     test_ew_threads_host();  /* the elementwise kernel's thread loop, on the host */
+    test_copy_threads_host(); /* the copy kernel's thread loop, on the host */
     test_attention_host();   /* the flash attention kernels' block code, on the host */
     test_fa_fragments();     /* their fragment layout against the PTX ISA's tables */
     if (!be && !selfcheck) {
