@@ -239,7 +239,7 @@ __host__ __device__ __forceinline__ uint32_t tjc_udiv_q(const tjc_udiv &v, uint3
 typedef struct {
     int rank, nops, small;      /* small: every flat index < 2^32           */
     int64_t dim[TJ_MAXDIM];     /* merged axes, row-major                   */
-    tjc_udiv dv[TJ_MAXDIM];      /* their divisors (small walks)             */
+    tjc_udiv dv[TJ_MAXDIM];     /* their divisors (small walks)             */
     int64_t st[TJC_IXOPS][TJ_MAXDIM]; /* each operand's stride per merged axis */
 } tjc_ix;
 /* the walk over dims[rank] (n elements) of nops operands with strides
@@ -410,7 +410,7 @@ template <typename T>
 __host__ __device__ __forceinline__ void tjc_ew_thread(const tjc_ew &e, int op, T s, void *out, int odt, int64_t t, int64_t stride) {
     for (int64_t i0 = t; i0 < e.n; i0 += TJC_EW_U * stride) {
         T v0[TJC_EW_U], v1[TJC_EW_U], v2[TJC_EW_U];
-TJC_UNROLL
+        TJC_UNROLL
         for (int u = 0; u < TJC_EW_U; u++) {
             const int64_t i = i0 + u * stride;
             v0[u] = v1[u] = v2[u] = (T)0;
@@ -422,7 +422,7 @@ TJC_UNROLL
                 if (e.nin > 2) v2[u] = tjc_ld<T>(e.in[2], e.dt[2], e.contig[2] ? i : o.c);
             }
         }
-TJC_UNROLL
+        TJC_UNROLL
         for (int u = 0; u < TJC_EW_U; u++) {
             const int64_t i = i0 + u * stride;
             if (i < e.n) tjc_st<T>(out, odt, i, tjc_ew_val<T>(op, s, odt, v0[u], v1[u], v2[u]));
@@ -442,10 +442,10 @@ typedef struct {
 } tjc_cp;
 TJC_PARAMS_FIT(tjc_cp);
 
-/* (the offsets walk c's dims with c.sst and c.dst: operands 0 and 1 of x) */
 /* (TJC_EW_U elements per thread, as tjc_k_elementwise: the reads first;
-   same dtypes move bits, others convert through double; thread t of
-   stride, __host__ __device__ for tj_cuda_copy_host) */
+   the walk x has operands 0 and 1: c.sst and c.dst; same dtypes move bits,
+   others convert through double; thread t of stride, __host__ __device__
+   for tj_cuda_copy_host) */
 __host__ __device__ __forceinline__ void tjc_copy_thread(const tjc_cp &c, const tjc_ix &x, const void *src, void *dst, int64_t t, int64_t stride) {
     for (int64_t i0 = t; i0 < c.n; i0 += TJC_EW_U * stride) {
         uint64_t b[TJC_EW_U];
