@@ -1331,8 +1331,6 @@ static void tjc_tr_host(const tjc_tr *t, const E *src, E *dst) {
             for (int tx = 0; tx < TJC_TILE; tx++) tjc_tr_store<E>(t, db, p0, q0, tx, ty, dst, tile);
     }
 }
-/* the host mirror: 1 when the tiled path applies (dst written), 0 when the
-   plain copy would run (dst untouched), -1 for an element size it lacks */
 /* the host mirror of tjc_ix (no GPU needed): the offsets o[i * nops + j]
    of every flat index i < n of dims[rank] for operands with strides
    st[j * rank + d], by the walk the kernels take (big: the 64-bit one even
@@ -1352,6 +1350,10 @@ extern "C" void tj_cuda_ix_host(int rank, const int64_t *dims, int nops, const i
     }
 }
 extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n);
+extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n) {
+    tjc_udiv v = tjc_udiv_make(d);
+    return tjc_udiv_q(v, n);
+}
 /* tjc_k_copy's threads on the host: dims[rank] elements from src (dtype
    sdt, strides sst from sbase) to dst (dtype ddt, strides dst_st from
    dbase), by `threads` threads */
@@ -1394,10 +1396,8 @@ extern "C" void tj_cuda_ew_host(const float *a, const float *b, float *out, int6
     tjc_ix_make(&e.ix, 2, dims, 2, stp, e.n);
     for (int64_t t = 0; t < threads; t++) tjc_ew_thread<float>(e, TJ__OP_ADD, 0.0f, out, TJ_F32, t, threads);
 }
-extern "C" uint32_t tj_cuda_div_host(uint32_t d, uint32_t n) {
-    tjc_udiv v = tjc_udiv_make(d);
-    return tjc_udiv_q(v, n);
-}
+/* the host mirror: 1 when the tiled path applies (dst written), 0 when the
+   plain copy would run (dst untouched), -1 for an element size it lacks */
 extern "C" int tj_cuda_transpose_host(int rank, const int64_t *dims, const int64_t *sst, int es, const void *src, void *dst);
 extern "C" int tj_cuda_transpose_host(int rank, const int64_t *dims, const int64_t *sst, int es, const void *src, void *dst) {
     tjc_tr t;
@@ -1522,7 +1522,7 @@ static int tjc_reduce(tjc_state *s, tj__kern *k) {
         if (P > maxp) P = maxp;
         if (P > 1024) P = 1024;
         if (P < 1) P = 1;
-        if (bx > 65535 * 1024ll) goto general; /* (a grid of at most 2^31 - 1 blocks along x) */
+        if (bx > 0x7fffffffll) goto general; /* (a grid of at most 2^31 - 1 blocks along x) */
         if (P > 1) TJC_CUDA(k, cudaMallocAsync(&part, (size_t)(K * P) * (wide ? sizeof(double) : sizeof(float)), s->compute));
         dim3 grid((unsigned)bx, (unsigned)P), block(32, TJC_RC_ROWS);
         if (wide) {
