@@ -18,6 +18,9 @@
 #                      with nvcc present build/gpt2_train also has --cuda: see below)
 #   ./build.sh bench   build and run the benchmark programs (bench N: N timed runs each)
 #   ./build.sh build   just build everything into build/
+#   ./build.sh gpu-suite  (a GPU machine) the test programs with the library of
+#                      tinyjax_cuda.cu (tests/tj_impl_cuda.cu), each run with
+#                      TJ_BACKEND=cuda: every context they make on GPU 0
 set -u
 cd "$(dirname "$0")"
 mode=${1:-build}
@@ -520,6 +523,47 @@ build)
     fi
     echo "built into build/"
     ;;
+gpu-suite)
+    # The suite's test programs on the CUDA backend: each links
+    # tests/tj_impl_cuda.cu (tinyjax_cuda.cu and the tests' internal
+    # wrappers) instead of tj_impl.c and runs with TJ_BACKEND=cuda, so every
+    # context it makes runs on GPU 0 (a mesh's simulated devices share the
+    # card). Tests that build the library themselves
+    # (TJT_INTERNAL_IMPLEMENTATION) are left out. Without a GPU every test
+    # fails at its first context, saying why.
+    ensure_tools
+    have_nvcc || { echo "build.sh gpu-suite: nvcc not found"; exit 1; }
+    dir=build/gpusuite
+    rm -rf "$dir"; mkdir -p "$dir/obj"
+    section "compiling the tests against tinyjax_cuda.cu on $JOBS cores"
+    spawn "$dir/obj/tj_impl.log" "$NVCC" -std=c++17 -O2 $CUDA_ARCH -I. -c tests/tj_impl_cuda.cu -o "$dir/obj/tj_impl.o"
+    spawn "$dir/obj/gpt2_io_impl.log" $CC -std=c99 -O2 -g $WARN -I. -c tests/gpt2_io_impl.c -o "$dir/obj/gpt2_io_impl.o"
+    for t in tests/test_*.c; do
+        n=$(basename "$t" .c)
+        standalone "$t" || spawn "$dir/obj/$n.log" $CC -std=c99 -O2 -g $WARN -I. -c "$t" -o "$dir/obj/$n.o"
+    done
+    pool_wait
+    for t in tests/test_*.c; do
+        n=$(basename "$t" .c)
+        standalone "$t" && continue
+        objs=$(objects_of "$t" "$dir")
+        ok=1; for o in "$dir/obj/$n.o" $objs; do done_ok "${o%.o}.log" || ok=0; done
+        if [ $ok = 1 ]; then spawn "$dir/obj/$n.link.log" "$NVCC" -o "$dir/$n" "$dir/obj/$n.o" $objs -lcublas -lm -lpthread
+        else echo "  $t: not built:"; cat "$dir/obj/$n.log" "$dir"/obj/tj_impl.log "$dir"/obj/gpt2_io_impl.log 2>/dev/null | sed 's/^/    /' | head -n 20; total_fail=$((total_fail + 1)); fi
+    done
+    pool_wait
+    section "tests on the CUDA backend (TJ_BACKEND=cuda, TJ_TEST_QUICK=1)"
+    for t in tests/test_*.c; do
+        n=$(basename "$t" .c)
+        if [ ! -x "$dir/$n" ]; then
+            [ -e "$dir/obj/$n.link.log" ] && { echo "  $t: failed to link:"; sed 's/^/    /' "$dir/obj/$n.link.log" | head -n 20; total_fail=$((total_fail + 1)); }
+            continue
+        fi
+        TJ_BACKEND=cuda TJ_TEST_QUICK=1 run_test "gpu/$n" timeout 300 "$dir/$n"
+    done
+    echo "total: $total_pass passed, $total_fail failed"
+    [ "$total_fail" = 0 ]
+    ;;
 *)
-    echo "usage: ./build.sh [test|demo|bench|build]"; exit 2 ;;
+    echo "usage: ./build.sh [test|demo|bench|build|gpu-suite]"; exit 2 ;;
 esac

@@ -1031,7 +1031,9 @@ TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n);
    host memory (the offload target). The CPU backend is built in and used
    when none is set; tinyjax_cuda.cu provides tj_cuda_backend(), and
    TJ_BACKEND=devsim in the environment gives every new context the
-   device-like CPU backend (tj_devsim_backend). The runner ([11]) owns the
+   device-like CPU backend (tj_devsim_backend); TJ_BACKEND=cuda, in a
+   program whose library is tinyjax_cuda.cu's, the CUDA backend on GPU 0
+   (so `./build.sh gpu-suite` runs the test programs there). The runner ([11]) owns the
    control flow: it runs scan iterations (and so tj_checkpoint and
    tj_shard_map regions), projections, views and moves between memory
    spaces (offload, fetch, a scan's staged slices and final carry) itself,
@@ -1633,7 +1635,8 @@ struct tj_ctx {
     pthread_mutex_t stats_mu;
     tj_alloc_stats stats;
     tj_backend *backend; /* NULL: the built-in CPU backend                */
-    tj_backend *own_backend; /* made by tj_ctx_new (TJ_BACKEND), freed with it */
+    tj_backend *own_backend; /* made by tj_ctx_new (TJ_BACKEND), freed with it by own_free */
+    void (*own_free)(tj_backend *);
     int ndev;            /* simulated devices                             */
     int profile;         /* record a timeline of each run                 */
     int no_coll_matmul;  /* tj_set_collective_matmul(ctx, 0)              */
@@ -1791,13 +1794,28 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     }
     d = getenv("TJ_FIBERS");
     c->no_fibers = d && !strcmp(d, "0");
-    d = getenv("TJ_BACKEND"); /* devsim: the device-like CPU backend ([11]) */
+#ifdef TJ__WITH_CUDA
+#define TJ__CUDA_NAMED ", cuda"
+#else
+#define TJ__CUDA_NAMED "; cuda where the library is built from tinyjax_cuda.cu"
+#endif
+    d = getenv("TJ_BACKEND"); /* devsim: the device-like CPU backend ([11]); cuda: GPU 0, where tinyjax_cuda.cu holds the library */
     if (d && *d && strcmp(d, "cpu") != 0) {
+#ifdef TJ__WITH_CUDA
+        if (!strcmp(d, "cuda")) {
+            char e[256];
+            if (!(c->backend = c->own_backend = tj_cuda_backend(0, e, sizeof e)))
+                tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_BACKEND=cuda: no CUDA backend on GPU 0: %s", e);
+            else c->own_free = tj_cuda_backend_free;
+        } else
+#endif
         if (strcmp(d, "devsim") != 0)
-            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_BACKEND=\"%.32s\" is not a backend (cpu, devsim)", d);
+            tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_BACKEND=\"%.32s\" is not a backend (cpu, devsim%s)", d, TJ__CUDA_NAMED);
         else if (!(c->backend = c->own_backend = tj_devsim_backend()))
             tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_ctx_new: out of memory starting the devsim backend (TJ_BACKEND)");
+        else c->own_free = tj_devsim_backend_free;
     }
+#undef TJ__CUDA_NAMED
     nc = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = nc > 0 ? (int)nc : 1;
     if (c->threads > 16) c->threads = 16;
@@ -1809,7 +1827,7 @@ TJDEF void tj_ctx_free(tj_ctx *c) {
     int i;
     if (!c) return;
     tj__procs_free(c);
-    tj_devsim_backend_free(c->own_backend);
+    if (c->own_backend) c->own_free(c->own_backend);
     for (i = 0; i < c->nnames; i++) TJ_FREE(c->names[i]);
     TJ_FREE(c->names);
     tj__free_ops(c);

@@ -49,6 +49,7 @@
  *   [11] CUDA backend: dispatch (the per-op table, coverage) and constructor
  */
 #define TINYJAX_IMPLEMENTATION
+#define TJ__WITH_CUDA /* TJ_BACKEND=cuda: every new context on GPU 0 (tj_ctx_new) */
 #include "tinyjax.h"
 
 #include <cub/device/device_radix_sort.cuh>

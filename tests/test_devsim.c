@@ -227,6 +227,14 @@ int main(void) {
         e = tj_ctx_new();
         TJT_ERROR_HAS(e, "TJ_BACKEND", "warp-drive", "devsim");
         tj_ctx_free(e);
+        /* cuda names GPU 0 only where tinyjax_cuda.cu holds the library (./build.sh gpu-suite) */
+        setenv("TJ_BACKEND", "cuda", 1);
+        e = tj_ctx_new();
+        if (tj_status_of(e) == TJ_OK) TJT_CHECK(tjt_ctx_backend(e) && !strcmp(tjt_ctx_backend(e)->name, "cuda"), "TJ_BACKEND=cuda: a new context on the GPU");
+        else
+            TJT_CHECK(strstr(tj_error(e), "TJ_BACKEND") && (strstr(tj_error(e), "cuda where the library is built from tinyjax_cuda.cu") || strstr(tj_error(e), "no CUDA backend on GPU 0")),
+                      "TJ_BACKEND=cuda without the CUDA library or a GPU: %s", tj_error(e));
+        tj_ctx_free(e);
         if (env) setenv("TJ_BACKEND", env, 1);
         else unsetenv("TJ_BACKEND");
     }

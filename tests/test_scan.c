@@ -780,9 +780,12 @@ static void nr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "g_w", gr[2]);
     tj_tree_set_v(out, "g_b", gr[3]);
 }
-static double nr_reldiff(tj_array *a, tj_array *b) {
-    int64_t n = tj_array_numel(a), i;
-    double *x = (double *)malloc(sizeof(double) * (size_t)n), *y = (double *)malloc(sizeof(double) * (size_t)n), m = 0;
+static double nr_reldiff(tj_array *a, tj_array *b) { /* (missing or unlike arrays: infinitely far) */
+    int64_t n = a && b ? tj_array_numel(a) : -1, i;
+    double *x, *y, m = 0;
+    if (n < 0 || tj_array_numel(b) != n) return INFINITY;
+    x = (double *)malloc(sizeof(double) * (size_t)(n + 1));
+    y = (double *)malloc(sizeof(double) * (size_t)(n + 1));
     tj_array_read(a, TJ_F64, x);
     tj_array_read(b, TJ_F64, y);
     for (i = 0; i < n; i++) {

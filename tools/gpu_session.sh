@@ -24,6 +24,9 @@
 #             (dropout, checkpoints, sampling) against the CPU, resume against
 #             an uninterrupted run, and --remat offload, --accum 2, --bf16,
 #             --devices 4 on one GPU
+#   gpusuite  ./build.sh gpu-suite: the suite's test programs with every
+#             context on this GPU (TJ_BACKEND=cuda); the summary keeps each
+#             test's closing line
 #   suite     ./build.sh test: the whole suite (its CUDA tests again, the NCCL
 #             transport on one process and one GPU, 2+ GPU tests where they exist)
 # cuda, memcheck and bench build what they need first when it is missing.
@@ -35,6 +38,7 @@
 # the logs you want into $OUT, as the 8-file limit drops the rest):
 #   STEPS="build cuda memcheck nccl" tools/gpu_session.sh   (about 6 minutes on an H100)
 #   STEPS="bench torch demo" tools/gpu_session.sh          (about 3 minutes)
+#   STEPS=gpusuite tools/gpu_session.sh                    (the test programs on the GPU)
 # The suite step does not fit one call: on 2026-11-24 `./build.sh test` on
 # the H100 machine reached its CUDA section after 545 s and was stopped at
 # the limit; the cuda and nccl steps run that section's GPU tests.
@@ -184,6 +188,12 @@ if want demo; then
     step demo_dev4 200 ./build/gpt2_train --cuda --steps 6 --eval-every 3 --mesh "data=2 model=2" && true
     keep demo_dev4 3
     rm -rf "$d"
+fi
+
+if want gpusuite; then
+    step gpusuite "${STEP_LIMIT:-560}" env CUDA_ARCH="$GPU_ARCH" ./build.sh gpu-suite
+    grep -E '^  \[gpu/[a-z0-9_]+\] [0-9]+ passed|no closing|exit code|not built|failed to link' "$out/gpusuite.log" | head -n 60 >>"$sum"
+    grep -E "^total: " "$out/gpusuite.log" | tail -n 1 | sed 's/^/gpusuite /' | tee -a "$sum"
 fi
 
 if want suite; then
