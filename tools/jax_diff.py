@@ -89,6 +89,18 @@ ops and fwd's in a second derivative; L2 is built from the gradients
 alone, so README's one difference from JAX there (a cotangent through
 forward values alone goes to bwd in tinyjax) never arises.
 
+--odd-meshes: 9 meshes in 10 are one of 3, 5, 6 or 7 devices (x=3, x=5,
+x=7, x=6, data=3 model=2, data=2 model=3; the first N of the 8 host
+devices), scan and checkpoint run on one in more programs, and 7 in 10
+of the input axes (and some attention batch axes) take a size its axes,
+their product or twice one divide, so the random shardings split them
+(stream r7 alone: without the flag each seed's program is as before).
+XLA's f32 tanh stops at 0.99999982 from |x| ~ 9 to 20 where the rounded
+tanh is 1: its derivative 1 - y^2 is 3.6e-7 in JAX, 0 in tinyjax, so an
+infinite cotangent through it gives inf in JAX and NaN here (seed 900016
+of --odd-meshes --mode scan, a carry through tanh(11.6) meeting an
+overflowed expm1: no mesh involved).
+
 On a mismatch it prints a minimal reproduction: ops are dropped (their
 result replaced by their first operand) while the mismatch persists.
 """
