@@ -89,6 +89,22 @@ ops and fwd's in a second derivative; L2 is built from the gradients
 alone, so README's one difference from JAX there (a cotangent through
 forward values alone goes to bwd in tinyjax) never arises.
 
+--odd-meshes: 9 meshes in 10 are one of 3, 5, 6 or 7 devices (x=3, x=5,
+x=7, x=6, data=3 model=2, data=2 model=3; the first N of the 8 host
+devices), scan and checkpoint run on one in more programs, and 7 in 10
+of the input axes (and some attention batch axes) take a size its axes,
+their product or twice one divide, so the random shardings split them
+(stream r7 alone: without the flag each seed's program is as before).
+XLA's f32 tanh stops at 0.99999982 from |x| ~ 9 to 20 where the rounded
+tanh is 1: its derivative 1 - y^2 is 3.6e-7 in JAX, 0 in tinyjax, so an
+infinite cotangent through it gives inf in JAX and NaN here (seed 900016
+of --odd-meshes --mode scan, a carry through tanh(11.6) meeting an
+overflowed expm1: no mesh involved). A masked attention is unperturbed in
+the spread, so in f64 (no JAX term) its own roundings have no tolerance:
+seed 901114 of --odd-meshes --mode sharded --dtype f64 (again on one
+device too) has dq 3e-14 off JAX where the terms are ~1e2 (JAX 8e-15 off
+a long-double reference, tinyjax 3e-14): a limit of the model.
+
 On a mismatch it prints a minimal reproduction: ops are dropped (their
 result replaced by their first operand) while the mismatch persists.
 """
@@ -799,9 +815,13 @@ def compare(exp, got):
 
 # -------------------------------------------------------------- generation --
 MESHES = [("data=2 model=2", 4), ("data=8", 8), ("data=2 model=4", 8), ("x=4", 4)]
+# --odd-meshes: meshes of 3, 5, 6 and 7 devices (the first N of the 8 host
+# devices), drawn from r7 alone after r's draw of a mesh, so each seed's
+# program without the flag stays as it was
+ODD_MESHES = [("x=3", 3), ("x=5", 5), ("x=7", 7), ("x=6", 6), ("data=3 model=2", 6), ("data=2 model=3", 6)]
 
 class Gen:
-    def __init__(self, seed, mode=None, dtype=None, big=False, attn=False, cvjp=0):
+    def __init__(self, seed, mode=None, dtype=None, big=False, attn=False, cvjp=0, odd=False):
         self.r = random.Random(seed)
         # choices added later draw from r2, so r's stream (each seed's program) stays as it was
         self.r2 = random.Random(seed * 7919 + 17)
@@ -818,6 +838,10 @@ class Gen:
         # after the whole program (more_ops_tail): each seed's program, its
         # names, outputs and loss weights stay, these ops and outputs follow
         self.r6 = random.Random(seed * 49979687 + 67)
+        # --odd-meshes draws from r7 alone: the odd mesh, and sizes of the
+        # input axes that its axes (and their products) divide
+        self.r7 = random.Random(seed * 67867967 + 89)
+        self.odd = odd
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
         self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16", "bf16", "f64"])
@@ -1298,6 +1322,7 @@ class Gen:
         if not self.manual and (len(sh) < 2 or r.random() < 0.6):
             bs = [1, 2, 3, 4, 8] if not self.big else [1, 2, 3]
             batch = [(self.fresh_axis(), r.choice(bs)) for _ in range(r.choice([0, 1, 1, 2, 2]))]
+            if self.odd: batch = [(n, self.odd_size(d)) for n, d in batch]  # (r7 alone)
             big = self.big and r.random() < 0.5  # several threads' rows, long dots
             tq = r.choice([1, 2, 3, 5, 8]) if not big else r.randint(20, 70)
             tk = r.choice([tq, tq, 1, r.randint(1, 9)]) if not big else r.choice([tq, r.randint(20, 90)])
@@ -1491,17 +1516,46 @@ class Gen:
                 return spec, {a: "+".join(tup)}
         return " ".join("%s:%s" % t for t in parts.items()), parts
 
+    def odd_size(self, d):
+        """--odd-meshes, an attention's batch axis: d, or (r7) a size the
+        mesh's axes divide"""
+        if self.r7.random() >= 0.6: return d
+        sz = list(getattr(self, "mesh_size", {}).values()) or [3, 5, 6, 7]
+        return self.r7.choice(sz + ([int(np.prod(sz))] if len(sz) > 1 else []))
+
+    def odd_pool(self, pool, spec):
+        """--odd-meshes (r7 alone): some of the input axes' sizes become a
+        mesh axis's size, a product of them, or twice one (3, 5, 6, 7, 14 ..),
+        so the random shardings can split them; without a mesh, 3, 5, 6 or 7"""
+        r7 = self.r7
+        if "mesh" in spec:
+            sz = list(self.mesh_size.values())
+            cands = sz + ([int(np.prod(sz))] if len(sz) > 1 else [])
+        else: cands = [3, 5, 6, 7]
+        out = []
+        for a, d in pool:
+            if r7.random() < 0.7:
+                d = r7.choice(cands) * r7.choice([1, 1, 1, 2])
+            out.append((a, d))
+        return out
+
     def make(self):
         r = self.r
         dt = self.dtype
         pool = [("a", r.randint(1, 4)), ("b", r.choice([2, 4])), ("c", r.randint(1, 3)), ("d", r.choice([2, 4, 8]))]
         mode = self.mode
         spec = {"mode": mode}
-        if mode in ("sharded", "shard_map") or (mode in ("scan", "checkpoint") and r.random() < 0.3):
-            mesh, ndev = r.choice(MESHES)
+        on = mode in ("sharded", "shard_map") or (mode in ("scan", "checkpoint") and r.random() < 0.3)
+        mesh = r.choice(MESHES) if on else None
+        # --odd-meshes (r7 alone): 9 in 10 meshes odd, and scan and checkpoint on one more often
+        if self.odd and (on or mode in ("scan", "checkpoint") and self.r7.random() < 0.5) and (not on or self.r7.random() < 0.9):
+            mesh = self.r7.choice(ODD_MESHES)
+        if mesh:
+            mesh, ndev = mesh
             spec["mesh"], spec["devices"] = mesh, ndev
             self.mesh_axes = [t.split("=")[0] for t in mesh.split()]
             self.mesh_size = {t.split("=")[0]: int(t.split("=")[1]) for t in mesh.split()}
+        if self.odd: pool = self.odd_pool(pool, spec)
         nin = r.randint(1, 3)
         for _ in range(nin):
             sh = r.sample(pool, r.randint(0, 3))
@@ -1626,14 +1680,14 @@ def add_second(spec, seed):
                       for x in spec["inputs"] if x["dtype"] != "i32" and x.get("grad", True)}
     return spec
 
-def make_spec(seed, mode=None, dtype=None, big=False, attn=False, second=False, cvjp=0):
+def make_spec(seed, mode=None, dtype=None, big=False, attn=False, second=False, cvjp=0, odd=False):
     """seed's program with its loss weights; a program JAX refuses comes back
     with expect_error (tinyjax must refuse it too). second: with the
     second-order check (grad2:x, see add_second and eval_jax). cvjp: 0, 3 in
     10 programs end with a custom_vjp op (Gen.custom_vjp_tail); 1, also
     custom_vjp ops among the others; -1, none"""
     for attempt in range(20):
-        g = Gen(seed * 1000 + attempt, mode, dtype, big, attn, cvjp)
+        g = Gen(seed * 1000 + attempt, mode, dtype, big, attn, cvjp, odd)
         spec = g.make()
         if spec is None: continue
         if second: add_second(spec, seed)
@@ -1755,6 +1809,7 @@ def main():
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--second", action="store_true", help="every program also compares second derivatives: d L2 / d x, L2 = sum_x sum(u_x dL/dx)")
     ap.add_argument("--no-second", action="store_true", help="no second-order check (else 1 seed in %d has it)" % SECOND_SHARE)
+    ap.add_argument("--odd-meshes", action="store_true", help="meshes of 3, 5, 6 and 7 devices (x=3, x=5, x=7, x=6, data=3 model=2, data=2 model=3) and input axes their sizes divide")
     ap.add_argument("--golden", help="write the CI goldens into this folder")
     ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map,attention)")
     a = ap.parse_args()
@@ -1768,7 +1823,7 @@ def main():
     nbad = nrun = 0
     for s in seeds:
         spec = make_spec(s, a.mode, a.dtype, a.big, a.attention, a.second or (s % SECOND_SHARE == 0 and not a.no_second),
-                         1 if a.custom_vjp else -1 if a.no_custom_vjp else 0)
+                         1 if a.custom_vjp else -1 if a.no_custom_vjp else 0, a.odd_meshes)
         if spec is None: continue
         spec["_seed"] = s
         if spec.get("_second_jax_error"): print("seed %d: JAX has no second derivative here (%s): first order only" % (s, spec["_second_jax_error"][:160]))
