@@ -1555,16 +1555,7 @@ static void test_reverse_print(void) {
     p = tj_jit(ctx, "print", rs_fn, &c, in, NULL);
     TJT_CHECK(p != NULL, "%s", tj_error(ctx));
     if (p) {
-        FILE *f = tmpfile();
-        char line[512];
-        int fwd = 0, bwd = 0;
-        tj_prog_print(p, f);
-        rewind(f);
-        while (fgets(line, sizeof line, f)) {
-            if (strstr(line, "body of") && strstr(line, ": reverse scan, 3 iterations")) fwd++;
-            if (strstr(line, "body of") && strstr(line, ": scan (backward pass), 3 iterations")) bwd++;
-        }
-        fclose(f);
+        int fwd = TJT_PROG_LINES(p, "body of", ": reverse scan, 3 iterations"), bwd = TJT_PROG_LINES(p, "body of", ": scan (backward pass), 3 iterations");
         TJT_CHECK(fwd == 1 && bwd == 1, "tj_prog_print: %d reverse scan bodies, %d forward backward-pass bodies (want 1 and 1)", fwd, bwd);
     }
     tj_prog_free(p);

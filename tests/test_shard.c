@@ -496,16 +496,7 @@ static int run_newops(int ndev, const char *mesh, const char *rules, tjt_outs *o
     TJT_CHECK(ok, "new ops on %s (%s): %s", mesh ? mesh : "one device", rules ? rules : "-", tj_error(ctx));
     if (ok) tjt_outs_read(o, out);
     *parts = 0; /* argmax_part / argmin_part nodes in the program */
-    if (p) {
-        FILE *f = tmpfile();
-        char line[1024];
-        if (f) {
-            tj_prog_print(p, f);
-            rewind(f);
-            while (fgets(line, sizeof line, f)) *parts += strstr(line, "argmax_part") != NULL || strstr(line, "argmin_part") != NULL;
-            fclose(f);
-        }
-    }
+    if (p) *parts = TJT_PROG_LINES(p, "argmax_part") + TJT_PROG_LINES(p, "argmin_part"); /* (one node per line) */
     tj_prog_free(p);
     tj_tree_free(in);
     tj_tree_free(out);

@@ -54,6 +54,28 @@ static inline void tjt_error_has(const char *file, int line, tj_ctx *ctx, ...) {
     }
     tj_clear_error(ctx);
 }
+/* How many lines of p's printed program (tj_prog_print) contain every one
+   of the given substrings; -1 when it cannot be printed. */
+#define TJT_PROG_LINES(p, ...) tjt_prog_lines(p, __VA_ARGS__, (const char *)NULL)
+static inline int tjt_prog_lines(const tj_prog *p, ...) {
+    FILE *f = tmpfile();
+    char line[4096];
+    int n = 0;
+    if (!f) return -1;
+    tj_prog_print(p, f);
+    rewind(f);
+    while (fgets(line, sizeof line, f)) {
+        va_list ap;
+        const char *s;
+        int all = 1;
+        va_start(ap, p);
+        while ((s = va_arg(ap, const char *)) != NULL) all &= strstr(line, s) != NULL;
+        va_end(ap);
+        n += all;
+    }
+    fclose(f);
+    return n;
+}
 
 static inline int tjt_finish(void) {
     printf("%d passed, %d failed\n", tjt_pass, tjt_fail);

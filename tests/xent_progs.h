@@ -129,17 +129,9 @@ static double xp_tol(void) {
 
 /* check: the program uses the vocab-parallel form, and nothing of the logits' size moves */
 static void xp_check_vocab_parallel(tj_prog *p, const char *mesh, const char *rules) {
-    FILE *f = tmpfile();
-    char line[4096];
-    int part = 0, big = 0;
-    tj_prog_print(p, f);
-    rewind(f);
-    while (fgets(line, sizeof line, f)) {
-        part |= strstr(line, "= cross_entropy_part(") != NULL;
-        big |= (strstr(line, "= all_gather") || strstr(line, "= psum") || strstr(line, "= reduce_scatter") || strstr(line, "= all_to_all")) &&
-               strstr(line, "vocab=");
-    }
-    fclose(f);
+    int part = TJT_PROG_LINES(p, "= cross_entropy_part(") > 0,
+        big = TJT_PROG_LINES(p, "= all_gather", "vocab=") + TJT_PROG_LINES(p, "= psum", "vocab=") + TJT_PROG_LINES(p, "= reduce_scatter", "vocab=") +
+                  TJT_PROG_LINES(p, "= all_to_all", "vocab=") > 0;
     TJT_CHECK(part && !big, "case %d on %s [%s]: cross_entropy_part %s, a collective of the logits' size %s", CASE, mesh, rules, part ? "used" : "NOT used",
               big ? "FOUND" : "not found");
 }
