@@ -572,6 +572,12 @@ typedef struct {
 } tjc_red;
 TJC_PARAMS_FIT(tjc_red);
 
+/* a reduction's result into out[o]: an i32 sum wraps as XLA's s32 does */
+template <typename T>
+__device__ __forceinline__ void tjc_reduce_store(void *out, int odt, int64_t o, T acc, int op) {
+    if (odt == TJ_I32 && op == TJ__OP_SUM) acc = (T)tjc_i32_wrap((double)acc);
+    tjc_st<T>(out, odt, o, acc);
+}
 template <typename T>
 __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int odt, int op) {
     __shared__ T sh[TJC_THREADS];
@@ -583,8 +589,7 @@ __global__ void tjc_k_reduce(tjc_red r, const void *in, int idt, void *out, int 
             acc = tjc_fold<T>(op, acc, v);
         }
         acc = tjc_block_fold(acc, sh, op);
-        if (odt == TJ_I32 && op == TJ__OP_SUM) acc = (T)tjc_i32_wrap((double)acc);
-        if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
+        if (threadIdx.x == 0) tjc_reduce_store<T>(out, odt, o, acc, op);
     }
 }
 
@@ -613,8 +618,7 @@ __global__ void tjc_k_reduce_final(const T *part, int P, void *out, int odt, int
         T acc = tjc_fold_identity<T>(op);
         for (int p = threadIdx.x; p < P; p += blockDim.x) acc = tjc_fold<T>(op, acc, part[o * P + p]);
         acc = tjc_block_fold(acc, sh, op);
-        if (odt == TJ_I32 && op == TJ__OP_SUM) acc = (T)tjc_i32_wrap((double)acc);
-        if (threadIdx.x == 0) tjc_st<T>(out, odt, o, acc);
+        if (threadIdx.x == 0) tjc_reduce_store<T>(out, odt, o, acc, op);
     }
 }
 
@@ -628,11 +632,6 @@ __global__ void tjc_k_reduce_final(const T *part, int P, void *out, int odt, int
    memory; with P > 1 the partials part[p * K + c] are folded by
    tjc_k_reduce_cols_final, one thread per column, p in order. */
 #define TJC_RC_ROWS 8
-template <typename T>
-__device__ __forceinline__ void tjc_reduce_store(void *out, int odt, int64_t o, T acc, int op) {
-    if (odt == TJ_I32 && op == TJ__OP_SUM) acc = (T)tjc_i32_wrap((double)acc);
-    tjc_st<T>(out, odt, o, acc);
-}
 template <typename T>
 __global__ void __launch_bounds__(32 * TJC_RC_ROWS) tjc_k_reduce_cols(const void *in, int idt, int64_t R, int64_t K, T *part, void *out, int odt, int op) {
     __shared__ T sh[TJC_RC_ROWS][33];
