@@ -117,6 +117,7 @@
 #endif
 
 #define TJ_MAXDIM 8   /* axes per value */
+#define TJ_FUSED_BCAST 6 /* a fused group's leaves not laid out like it (tj_backend) */
 #define TJ_MAXDEV 64  /* simulated devices */
 
 /* ==== [1] basics ========================================================= */
@@ -1070,7 +1071,11 @@ struct tj_backend {
     /* nonzero: run() also takes fused groups (k->n->members; the group's
        leaf inputs in k->in[member * 3 + j], NULL where a member reads
        another member, its stores in k->pout[member], NULL if none); zero:
-       programs for this backend are compiled with one node per kernel */
+       programs for this backend are compiled with one node per kernel.
+       1: every leaf is laid out like the group or is a scalar; 2: a leaf
+       may also be laid out otherwise (member->in[j]->lt: a bias, a row's
+       mean, a transposed operand), read by axis name as an elementwise
+       op reads it; a group then has at most TJ_FUSED_BCAST such leaves */
     int fused_groups;
     /* Optional (NULL: every copy goes through copy, on the device's stream).
        copy_async queues a copy on device dev's copy stream, after the work
@@ -11257,9 +11262,12 @@ static void tj__heap_free(tj__heap *h, int64_t off) {
 
 /* Can output node o (a root) take the buffer of param p? Every use of p
    must come before o is computed, or o must be an elementwise op reading p
-   in exactly o's layout (in place is then safe). */
+   in exactly o's layout (in place is then safe). The members of o's fused
+   group run with o, element by element: each must read p in o's layout
+   too (a transposed or broadcast read would see elements already
+   overwritten). */
 static int tj__can_donate(tj_node *p, tj_node *o) {
-    int i, j, ok = 1, ew = o->op < TJ__OP_LT || o->op == TJ__OP_SELECT;
+    int i, j, mi, ok = 1;
     tj_graph *g = p->g;
     if (p->t.dt != o->t.dt || memcmp(p->t.sh, o->t.sh, TJ_MAXDIM) || tj__bytes(&p->t) != tj__bytes(&o->t) || o->space != TJ_SPACE_DEVICE) return 0;
     for (i = 0; i < g->n && ok; i++) {
@@ -11268,13 +11276,17 @@ static int tj__can_donate(tj_node *p, tj_node *o) {
         for (j = 0; j < u->nin; j++)
             if (tj__root(u->in[j]) == p && u->sched > o->sched) ok = 0;
     }
-    for (j = 0; ok && j < o->nin; j++) {
-        tj_node *x = o->in[j];
-        if (tj__root(x) != p) continue;
-        if (!ew || x->t.rank != o->t.rank) ok = 0;
-        else {
-            int k;
-            for (k = 0; k < o->t.rank; k++) ok &= x->t.ax[k] == o->t.ax[k];
+    for (mi = 0; ok && mi < (o->members ? o->nmembers : 1); mi++) {
+        tj_node *u = o->members ? o->members[mi] : o;
+        int ew = u->op < TJ__OP_LT || u->op == TJ__OP_SELECT;
+        for (j = 0; ok && j < u->nin; j++) {
+            tj_node *x = u->in[j];
+            if (tj__root(x) != p) continue;
+            if (!ew || x->t.rank != o->t.rank) ok = 0;
+            else {
+                int k;
+                for (k = 0; k < o->t.rank; k++) ok &= x->t.ax[k] == o->t.ax[k];
+            }
         }
     }
     return ok;
@@ -11936,7 +11948,12 @@ TJDEF double tj_prog_flops(const tj_prog *p) { return p ? p->flops : 0; }
    schedule (AdamW: the moments, the update and the new parameters in one
    pass over memory; GELU's backward; bias adds). A member read outside its
    group (an output, or an input of another node) is also written to its
-   buffer (it is "stored"); the others never touch memory. A producer's
+   buffer (it is "stored"); the others never touch memory. Leaves (inputs
+   computed outside the group) are laid out like the group, scalars, or,
+   where the backend takes them (tj_backend.fused_groups 2: the CPU's own
+   loop does), laid out otherwise and read by axis name as an elementwise
+   op reads them: a bias, a row's mean and scale in a layer norm's
+   backward, at most TJ_FUSED_BCAST of them per group. A producer's
    group joins its consumer's when every node outside both that reads a
    member comes after the consumer, and the group only moves past scalars
    and elementwise nodes of its layout (moving past other work would keep
@@ -11959,26 +11976,31 @@ static tj_node *tj__froot(tj_node *n) {
     while (n->fused) n = n->fused;
     return n;
 }
-/* elementwise, on the device, every input laid out like it or a scalar */
-static int tj__fusable(const tj_node *n) {
+/* input j of elementwise node n is a broadcast leaf: not a scalar, laid
+   out unlike n */
+static int tj__bcast_in(const tj_node *n, int j) { return n->in[j]->lt.rank && !tj__same_layout(&n->in[j]->lt, &n->lt); }
+/* elementwise, on the device, every input laid out like it or a scalar, or
+   (bc: the backend reads broadcast leaves) any input */
+static int tj__fusable(const tj_node *n, int bc) {
     int j;
     if (!tj__is_ew(n) || n->space != TJ_SPACE_DEVICE || n->nin > 3) return 0;
-    for (j = 0; j < n->nin; j++)
-        if (n->in[j]->lt.rank && !tj__same_layout(&n->in[j]->lt, &n->lt)) return 0;
+    for (j = 0; j < n->nin && !bc; j++)
+        if (tj__bcast_in(n, j)) return 0;
     return 1;
 }
 typedef struct {
     tj_node **cons;   /* the scheduled readers of node id: cons[at[id] .. at[id + 1]) */
     int *at;
     int *next, *tail; /* each group as a list of node ids from its root */
-    int *size;
+    int *size, *nbc;  /* members, and broadcast leaves read (tj__bcast_in) */
+    int bc;           /* the backend reads broadcast leaves */
 } tj__fusion;
 /* may group rx join group c? */
 static int tj__fuse_ok(const tj_prog *p, const tj__fusion *f, tj_node *rx, tj_node *c) {
     int y, k, g;
     for (k = rx->sched + 1; k < c->sched; k++) {
         tj_node *z = p->sched[k], *r = tj__froot(z);
-        if (r != rx && r != c && z->lt.rank && !(tj__fusable(z) && tj__same_layout(&z->lt, &c->lt))) return 0;
+        if (r != rx && r != c && z->lt.rank && !(tj__fusable(z, f->bc) && tj__same_layout(&z->lt, &c->lt))) return 0;
     }
     for (g = 0; g < 2; g++) /* members' other readers come after c */
         for (y = (g ? c : rx)->id; y >= 0; y = f->next[y])
@@ -11999,12 +12021,12 @@ static void tj__fuse_reduce(tj_prog *p, const tj__fusion *f) {
     for (i = 0; i < p->nsched; i++) {
         tj_node *c = p->sched[i], *x = c->nin == 1 ? c->in[0] : NULL;
         int ok;
-        if (!x || tj__ops[c->op].cpu != tj__k_reduce || c->lt.rank || x->g != p->g || !x->live || x->fused || !tj__fusable(x) || c->space != x->space ||
+        if (!x || tj__ops[c->op].cpu != tj__k_reduce || c->lt.rank || x->g != p->g || !x->live || x->fused || !tj__fusable(x, f->bc) || c->space != x->space ||
             f->size[x->id] + 1 > TJ__MAXFUSE)
             continue;
         for (ok = 1, k = x->sched + 1; k < c->sched && ok; k++) {
             tj_node *z = p->sched[k];
-            ok = tj__froot(z) == x || !z->lt.rank || (tj__fusable(z) && tj__same_layout(&z->lt, &x->lt));
+            ok = tj__froot(z) == x || !z->lt.rank || (tj__fusable(z, f->bc) && tj__same_layout(&z->lt, &x->lt));
         }
         for (y = x->id; y >= 0 && ok; y = f->next[y]) { /* the members' readers: the group's own and c */
             for (k = f->at[y]; k < f->at[y + 1] && ok; k++) ok = f->cons[k] == c || tj__froot(f->cons[k]) == x;
@@ -12022,7 +12044,9 @@ static tj_status tj__fuse(tj_prog *p) {
     f.next = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
     f.tail = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
     f.size = (int *)tj__malloc(sizeof(int) * (size_t)(n + 1));
-    if (!f.at || !f.next || !f.tail || !f.size) goto oom;
+    f.nbc = (int *)tj__calloc(sizeof(int) * (size_t)(n + 1));
+    f.bc = !p->ctx->backend || p->ctx->backend->fused_groups >= 2;
+    if (!f.at || !f.next || !f.tail || !f.size || !f.nbc) goto oom;
     for (i = 0; i < p->nsched; i++) /* readers: counted, then placed */
         for (j = 0; j < p->sched[i]->nin; j++) f.at[p->sched[i]->in[j]->id + 2]++;
     for (i = 2; i <= n + 1; i++) f.at[i] += f.at[i - 1];
@@ -12034,18 +12058,22 @@ static tj_status tj__fuse(tj_prog *p) {
         f.tail[i] = i;
         f.size[i] = 1;
     }
+    for (i = 0; i < p->nsched; i++)
+        for (j = 0; j < p->sched[i]->nin; j++) f.nbc[p->sched[i]->id] += tj__is_ew(p->sched[i]) && tj__bcast_in(p->sched[i], j);
     for (i = 0; i < p->nsched; i++) {
         tj_node *c = p->sched[i];
-        if (!tj__fusable(c)) continue;
+        if (!tj__fusable(c, f.bc)) continue;
         for (j = 0; j < c->nin; j++) {
             tj_node *x = c->in[j], *rx;
-            if (x->g != p->g || !x->live || !tj__fusable(x) || !tj__same_layout(&x->lt, &c->lt)) continue;
+            if (x->g != p->g || !x->live || !tj__fusable(x, f.bc) || !tj__same_layout(&x->lt, &c->lt)) continue;
             rx = tj__froot(x);
-            if (rx == c || f.size[c->id] + f.size[rx->id] > TJ__MAXFUSE || !tj__fuse_ok(p, &f, rx, c)) continue;
+            if (rx == c || f.size[c->id] + f.size[rx->id] > TJ__MAXFUSE || f.nbc[c->id] + f.nbc[rx->id] > TJ_FUSED_BCAST || !tj__fuse_ok(p, &f, rx, c))
+                continue;
             rx->fused = c;
             f.next[f.tail[c->id]] = rx->id;
             f.tail[c->id] = f.tail[rx->id];
             f.size[c->id] += f.size[rx->id];
+            f.nbc[c->id] += f.nbc[rx->id];
         }
     }
     if (!p->ctx->backend) tj__fuse_reduce(p, &f);
@@ -12065,6 +12093,7 @@ static tj_status tj__fuse(tj_prog *p) {
     TJ_FREE(f.next);
     TJ_FREE(f.tail);
     TJ_FREE(f.size);
+    TJ_FREE(f.nbc);
     return TJ_OK;
 oom:
     TJ_FREE(f.cons);
@@ -12072,6 +12101,7 @@ oom:
     TJ_FREE(f.next);
     TJ_FREE(f.tail);
     TJ_FREE(f.size);
+    TJ_FREE(f.nbc);
     tj__err(p->ctx, TJ_ERR_OOM, p->file, p->line, "jit '%s': out of memory fusing", p->name);
     return TJ_ERR_OOM;
 }
@@ -12102,7 +12132,8 @@ static void tj__round_n(int flt, void *v, int64_t n, tj_dtype dt) {
    of resbuf that is reused once no later member reads it (AdamW's 17
    members need 3 slots), and a stored f32 member computes straight into
    its output when that is safe (tj__fused_direct). The chunk length never
-   changes a result: every member is elementwise.
+   changes a result: every member is elementwise. A broadcast leaf's chunk
+   is gathered through its strides in the group's layout (tj__gather).
    A group whose root is a reduction over every axis (tj__fuse_reduce)
    runs the reduction's own kernel, which asks for its input a chunk at a
    time (tj__fused_gen): the elementwise members are computed then, never
@@ -12116,8 +12147,35 @@ typedef struct {
     int flt, nm;             /* nm: the elementwise members (all but a reduction root) */
     int64_t n, cm;           /* their elements, and elements per chunk */
     int src[TJ__MAXFUSE][3]; /* where each operand comes from: a member's result, or a leaf (-1) */
+    int bc[TJ__MAXFUSE][3];  /* a broadcast leaf's strides: bst[bc], or -1 */
     int slot[TJ__MAXFUSE];   /* the member's slot in resbuf, or -1: computed straight into its output */
+    const tj__type *gt;      /* the group's layout (its elementwise members') */
+    int64_t bst[TJ__MAXFUSE * 3][TJ_MAXDIM];
 } tj__fused;
+/* elements [at, at + m) of the group's layout gt of a leaf read through
+   strides st (tj__bstrides: 0 along the axes it lacks), in the compute
+   type, into buf: a run along the last axis at a time */
+static void tj__gather(int flt, const void *p, tj_dtype dt, const tj__type *gt, const int64_t *st, int64_t at, int64_t m, double *buf) {
+    int64_t c[TJ_MAXDIM], off = 0, q, run, rest = at;
+    int d, r = gt->rank;
+    for (d = r - 1; d >= 0; d--) {
+        c[d] = rest % gt->dim[d];
+        rest /= gt->dim[d];
+        off += c[d] * st[d];
+    }
+    for (q = 0; q < m; q += run) {
+        run = gt->dim[r - 1] - c[r - 1] < m - q ? gt->dim[r - 1] - c[r - 1] : m - q;
+        if (flt) tj__load_nf(p, dt, off, st[r - 1], run, (float *)buf + q);
+        else tj__load_n(p, dt, off, st[r - 1], run, buf + q);
+        off += run * st[r - 1];
+        c[r - 1] += run;
+        for (d = r - 1; d > 0 && c[d] == gt->dim[d]; d--) { /* carry */
+            off += st[d - 1] - c[d] * st[d];
+            c[d] = 0;
+            c[d - 1]++;
+        }
+    }
+}
 /* the members' results for elements [c0, c0 + m) into res[]; resbuf holds
    TJ__FRES doubles, opnd 3 x TJ__FMAX / 2 */
 static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *resbuf, double (*opnd)[TJ__FMAX / 2], void **res) {
@@ -12130,7 +12188,10 @@ static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *
         for (j = 0; j < x->nin; j++) {
             const tj_node *y = x->in[j];
             if (fu->src[mi][j] >= 0) ins[j] = res[fu->src[mi][j]];
-            else { /* a leaf; a scalar is one value, broadcast */
+            else if (fu->bc[mi][j] >= 0) {
+                tj__gather(flt, fu->leafp[mi * 3 + j], y->lt.dt, fu->gt, fu->bst[fu->bc[mi][j]], c0, m, opnd[j]);
+                ins[j] = opnd[j];
+            } else { /* a leaf; a scalar is one value, broadcast */
                 ins[j] = tj__chunk(flt, fu->leafp[mi * 3 + j], y->lt.dt, y->lt.rank ? c0 : 0, 1, y->lt.rank ? m : 1, opnd[j]);
                 one |= (unsigned)!y->lt.rank << j;
             }
@@ -12182,29 +12243,34 @@ static int tj__fused_direct(const tj__fused *fu, int mi) {
             const tj_node *y = r->members[k]->in[j];
             const char *l = (const char *)fu->leafp[k * 3 + j];
             if (fu->src[k][j] >= 0 || !l) continue;
-            if (l == s && y->lt.dt == TJ_F32 && y->lt.rank && k <= mi) continue;
+            if (l == s && y->lt.dt == TJ_F32 && y->lt.rank && fu->bc[k][j] < 0 && k <= mi) continue;
             if (l < s + nb && s < l + tj__bytes(&y->lt)) return 0;
         }
     return 1;
 }
 static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const *storep, int nthreads) {
     tj__fused fu;
-    int mi, j, k, nslot = 0, lastuse[TJ__MAXFUSE], holder[TJ__MAXFUSE], red = tj__ops[r->op].cpu == tj__k_reduce;
+    int mi, j, k, nslot = 0, nbc = 0, lastuse[TJ__MAXFUSE], holder[TJ__MAXFUSE], red = tj__ops[r->op].cpu == tj__k_reduce;
     fu.r = r;
     fu.leafp = leafp;
     fu.storep = storep;
     fu.flt = 1;
     fu.nm = r->nmembers - red;
-    fu.n = tj__numel(&r->members[fu.nm - 1]->lt);
+    fu.gt = &r->members[fu.nm - 1]->lt;
+    fu.n = tj__numel(fu.gt);
     for (mi = 0; mi < fu.nm; mi++) {
         const tj_node *x = r->members[mi];
         tj_dtype idt[3];
         lastuse[mi] = storep[mi] || mi == fu.nm - 1 ? fu.nm : mi; /* a stored result is kept to the chunk's end */
         for (j = 0; j < x->nin; j++) {
             idt[j] = x->in[j]->lt.dt;
-            fu.src[mi][j] = -1;
+            fu.src[mi][j] = fu.bc[mi][j] = -1;
             for (k = 0; k < mi; k++)
                 if (r->members[k] == x->in[j]) fu.src[mi][j] = k, lastuse[k] = lastuse[k] > mi ? lastuse[k] : mi;
+            if (fu.src[mi][j] < 0 && tj__bcast_in(x, j)) {
+                fu.bc[mi][j] = nbc;
+                tj__bstrides(&x->in[j]->lt, fu.gt, fu.bst[nbc++]);
+            }
         }
         fu.flt &= tj__flt_ok(x->op, x->lt.dt, x->nin, idt);
     }
@@ -16749,7 +16815,7 @@ TJDEF tj_backend *tj_devsim_backend(void) {
     d->b.copy = tj__ds_copy;
     d->b.run = tj__ds_run;
     d->b.sync = tj__ds_sync;
-    d->b.fused_groups = 1;
+    d->b.fused_groups = 2; /* tj__k_fused: broadcast leaves too */
     d->b.copy_async = tj__ds_copy_async;
     d->b.wait = tj__ds_wait;
     d->b.mark = tj__ds_mark;

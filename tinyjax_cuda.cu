@@ -3026,8 +3026,13 @@ static int tjc_attention_grad(tjc_state *s, tj__kern *k) {
    Here it is one kernel: each thread computes its elements through every
    member in thread-private storage (registers, spilling to the thread's
    local memory), so members that are not stored never touch a buffer.
-   Every leaf operand is laid out like the group (element i) or is a scalar
-   (element 0), as tj__fusable guarantees; the builder checks it.
+   A leaf operand is laid out like the group (element i), a scalar (element
+   0), or laid out otherwise (a bias, a row's mean, a transposed operand:
+   tj_backend.fused_groups 2), read through its strides in the group's
+   layout (tj__bstrides). Leaves of the same strides share one offset; the
+   distinct ones (at most TJ_FUSED_BCAST, as tj__fuse keeps them) are
+   computed per element by two walks of three operands (tjc_ix), only in
+   groups that have them.
 
    Bits: the CPU computes a group in float when every member passes
    tj__flt_ok, else in double, and rounds each member's result to its dtype
@@ -3063,6 +3068,7 @@ typedef struct {
     int8_t src[3];     /* operand j: an earlier member's index, or -1: a leaf */
     int8_t ldt[3];     /* a leaf's dtype                                    */
     int8_t lone[3];    /* a leaf that is a scalar: element 0 for every i    */
+    int8_t lbc[3];     /* a broadcast leaf: its offset (tjc_fptr.bix), or -1 */
 } tjc_fmem;
 typedef struct {
     int32_t nm, flt;   /* members (the root last); compute in float        */
@@ -3070,11 +3076,22 @@ typedef struct {
 } tjc_fprog;
 /* tjc_k_fused copies it into static shared memory in 4-byte words */
 static_assert(sizeof(tjc_fprog) % 4 == 0 && sizeof(tjc_fprog) <= 16384, "tjc_fprog: whole 4-byte words, well under 48 KB of static shared memory");
+#define TJC_FBIX ((TJ_FUSED_BCAST + TJC_IXOPS - 1) / TJC_IXOPS) /* walks of broadcast leaves */
 typedef struct {
     const void *leaf[TJC_FMAX * 3]; /* member mi's operand j: leaf[mi * 3 + j] */
     void *store[TJC_FMAX];          /* member mi's buffer, or NULL: not stored */
+    int nbix;                       /* walks in use: broadcast offset b is operand b % 3 of walk b / 3 */
+    tjc_ix bix[TJC_FBIX];
 } tjc_fptr;
 TJC_PARAMS_FIT(tjc_fptr);
+static_assert(TJC_FBIX == 2 && TJC_IXOPS == 3, "tjc_fbc_off picks among two walks of three offsets");
+/* broadcast offset b of walks 0 and 1 (named values, no array indexed at
+   run time: it would live in local memory) */
+__host__ __device__ __forceinline__ int64_t tjc_fbc_off(const tjc_off3 &o0, const tjc_off3 &o1, int b) {
+    int c = b < 3 ? b : b - 3;
+    int64_t a = b < 3 ? o0.a : o1.a, m = b < 3 ? o0.b : o1.b, z = b < 3 ? o0.c : o1.c;
+    return c == 0 ? a : c == 1 ? m : z;
+}
 
 /* + - * / rounded to nearest, never contracted (the CPU's float or double
    arithmetic, op by op); comparisons as usual */
@@ -3327,25 +3344,31 @@ __host__ __device__ __forceinline__ void tjc_fu_st(void *p, int dt, int64_t i, T
 }
 /* element i of every member, then the stores (after all members: a member
    may be stored over a donated argument that a later member reads) */
-template <typename T>
+/* (BC: the group has broadcast leaves; a kernel without them keeps the
+   registers the offsets would take, and with them its occupancy) */
+template <typename T, bool BC>
 __host__ __device__ __forceinline__ void tjc_fused_at(const tjc_fprog &p, const tjc_fptr &q, int64_t i) {
     T r[TJC_FMAX];
+    tjc_off3 o0 = {0, 0, 0}, o1 = {0, 0, 0};
+    if (BC && q.nbix > 0) o0 = tjc_ix_at(q.bix[0], i);
+    if (BC && q.nbix > 1) o1 = tjc_ix_at(q.bix[1], i);
     for (int mi = 0; mi < p.nm; mi++) {
         const tjc_fmem &x = p.m[mi];
         T v[3] = {(T)0, (T)0, (T)0};
-        for (int j = 0; j < x.nin; j++) v[j] = x.src[j] >= 0 ? r[x.src[j]] : tjc_fu_ld<T>(q.leaf[mi * 3 + j], x.ldt[j], x.lone[j] ? 0 : i);
+        for (int j = 0; j < x.nin; j++)
+            v[j] = x.src[j] >= 0 ? r[x.src[j]] : tjc_fu_ld<T>(q.leaf[mi * 3 + j], x.ldt[j], x.lone[j] ? 0 : BC && x.lbc[j] >= 0 ? tjc_fbc_off(o0, o1, x.lbc[j]) : i);
         if (x.dt == TJ_I32 && tjc_i32_arith(x.op)) r[mi] = (T)tjc_i32_op(x.op, (double)v[0], x.op == TJ__OP_POWS ? (double)x.s : (double)v[1]); /* (T is double: an i32 result) */
         else r[mi] = tjc_fu_round<T>(tjc_fu_op<T>(x.op, x.s, v[0], v[1], v[2]), x.dt);
     }
     for (int mi = 0; mi < p.nm; mi++)
         if (q.store[mi]) tjc_fu_st<T>(q.store[mi], p.m[mi].dt, i, r[mi]);
 }
-template <typename T>
+template <typename T, bool BC>
 __global__ void __launch_bounds__(TJC_THREADS) tjc_k_fused(const tjc_fprog *gp, const __grid_constant__ tjc_fptr q, int64_t n) {
     __shared__ tjc_fprog p;
     for (int w = threadIdx.x; w < (int)(sizeof p / sizeof(int32_t)); w += blockDim.x) ((int32_t *)&p)[w] = ((const int32_t *)gp)[w];
     __syncthreads();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) tjc_fused_at<T>(p, q, i);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) tjc_fused_at<T, BC>(p, q, i);
 }
 
 /* The program and pointers of fused group k->n (the runner's layout: member
@@ -3354,6 +3377,8 @@ __global__ void __launch_bounds__(TJC_THREADS) tjc_k_fused(const tjc_fprog *gp, 
    writing k->err. */
 static int tjc_fused_prog(tj__kern *k, tjc_fprog *p, tjc_fptr *q) {
     const tj_node *r = k->n;
+    int64_t bst[TJ_FUSED_BCAST][TJ_MAXDIM]; /* the broadcast leaves' distinct strides */
+    int nbc = 0;
     memset(p, 0, sizeof *p); /* the table compares the bytes, padding included */
     memset(q, 0, sizeof *q);
     if (r->nmembers < 1 || r->nmembers > TJC_FMAX || r->members[r->nmembers - 1] != r)
@@ -3373,13 +3398,21 @@ static int tjc_fused_prog(tj__kern *k, tjc_fprog *p, tjc_fptr *q) {
         for (int j = 0; j < x->nin; j++) {
             const tj_node *y = x->in[j];
             idt[j] = y->lt.dt;
-            m->src[j] = -1;
+            m->src[j] = m->lbc[j] = -1;
             for (int c = 0; c < mi; c++)
                 if (r->members[c] == y) m->src[j] = (int8_t)c;
             if (m->src[j] >= 0) continue;
             if (!k->in[mi * 3 + j]) return tjc_fail(k, "fused member %d ('%s'): operand %d has no buffer", mi, tj__opname(x->op), j);
-            if (y->lt.rank && !tj__same_layout(&y->lt, &r->lt))
-                return tjc_fail(k, "fused member %d ('%s'): operand %d is neither laid out like the group nor a scalar", mi, tj__opname(x->op), j);
+            if (y->lt.rank && !tj__same_layout(&y->lt, &r->lt)) { /* a broadcast leaf: its strides, shared with any leaf of the same */
+                int64_t st[TJ_MAXDIM] = {0};
+                int b;
+                tj__bstrides(&y->lt, &r->lt, st);
+                for (b = 0; b < nbc && memcmp(bst[b], st, sizeof st); b++) continue;
+                if (b == TJ_FUSED_BCAST)
+                    return tjc_fail(k, "fused member %d ('%s'): more than %d broadcast leaves in one group", mi, tj__opname(x->op), TJ_FUSED_BCAST);
+                if (b == nbc) memcpy(bst[nbc++], st, sizeof st);
+                m->lbc[j] = (int8_t)b;
+            }
             m->ldt[j] = (int8_t)y->lt.dt;
             m->lone[j] = (int8_t)!y->lt.rank;
             q->leaf[mi * 3 + j] = k->in[mi * 3 + j];
@@ -3388,6 +3421,13 @@ static int tjc_fused_prog(tj__kern *k, tjc_fprog *p, tjc_fptr *q) {
         p->flt &= tj__flt_ok(x->op, x->lt.dt, x->nin, idt);
     }
     if (!q->store[r->nmembers - 1]) return tjc_fail(k, "the fused group's root has no buffer");
+    for (int w = 0; w * TJC_IXOPS < nbc; w++) { /* the walks: three broadcast leaves each */
+        const int64_t *st[TJC_IXOPS];
+        int nops = nbc - w * TJC_IXOPS < TJC_IXOPS ? nbc - w * TJC_IXOPS : TJC_IXOPS;
+        for (int c = 0; c < nops; c++) st[c] = bst[w * TJC_IXOPS + c];
+        tjc_ix_make(&q->bix[w], r->lt.rank, r->lt.dim, nops, st, tj__numel(&r->lt));
+        q->nbix = w + 1;
+    }
     return 0;
 }
 
@@ -3499,8 +3539,10 @@ static int tjc_fused(tjc_state *s, tj__kern *k) {
        (8 of 256 threads per SM, 4 rounds), each looping over many elements */
     unsigned grid = tjc_blocks(n, TJC_THREADS), fill = (unsigned)(s->sms > 0 ? 32 * s->sms : TJC_MAXGRID);
     if (grid > fill) grid = fill;
-    if (p.flt) tjc_k_fused<float><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
-    else tjc_k_fused<double><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
+    if (p.flt && q.nbix) tjc_k_fused<float, true><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
+    else if (p.flt) tjc_k_fused<float, false><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
+    else if (q.nbix) tjc_k_fused<double, true><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
+    else tjc_k_fused<double, false><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
     TJC_LAUNCHED(k, "tjc_k_fused");
     return 0;
 }
@@ -3545,8 +3587,10 @@ static int tjc_emu_run(tj_backend *b, tj__kern *k) {
     }
     if (tjc_fused_prog(k, &p, &q)) return 1;
     for (int64_t i = 0; i < n; i++)
-        if (p.flt) tjc_fused_at<float>(p, q, i);
-        else tjc_fused_at<double>(p, q, i);
+        if (p.flt && q.nbix) tjc_fused_at<float, true>(p, q, i);
+        else if (p.flt) tjc_fused_at<float, false>(p, q, i);
+        else if (q.nbix) tjc_fused_at<double, true>(p, q, i);
+        else tjc_fused_at<double, false>(p, q, i);
     return 0;
 }
 static int tjc_emu_sync(tj_backend *b, int dev, char *err, size_t errlen) {
@@ -3565,7 +3609,7 @@ extern "C" tj_backend *tj_cuda_fused_emulator(void) {
     b->copy = tjc_emu_copy;
     b->run = tjc_emu_run;
     b->sync = tjc_emu_sync;
-    b->fused_groups = 1;
+    b->fused_groups = 2; /* broadcast leaves too */
     return b;
 }
 extern "C" void tj_cuda_fused_emulator_free(tj_backend *b) { TJ_FREE(b); }
@@ -4458,7 +4502,7 @@ extern "C" tj_backend *tj_cuda_backend(int device, char *err, size_t errlen) {
     be->b.copy = tjc_copy;
     be->b.run = tjc_run;
     be->b.sync = tjc_sync;
-    be->b.fused_groups = 1; /* tjc_fused */
+    be->b.fused_groups = 2; /* tjc_fused, broadcast leaves too */
     be->b.copy_async = tjc_copy_async;
     be->b.wait = tjc_wait;
     be->b.mark = tjc_mark;

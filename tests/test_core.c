@@ -218,6 +218,138 @@ static void test_fused_reduce(tj_ctx *ctx) {
     }
 }
 
+/* Fused groups with broadcast leaves: a chain over (b, pos, e) that reads a
+   gain and a bias along e, a mean along (b, pos), a transposed operand
+   (e, b, pos) and a mask along pos runs as one fused group (tj__fuse: the
+   CPU's loop, devsim and CUDA read such leaves), and every result, the
+   root and a stored member, has the bits of the same ops run as one
+   program each (nothing to fuse), in every dtype, over several chunks and
+   threads. Donated, the transposed operand is not overwritten in place
+   (a later chunk would read elements an earlier one overwrote): the
+   result is the same. */
+enum { FB_MUL, FB_ADD, FB_SUB, FB_MAX, FB_TANH, FB_SELECT, FB_ADDS };
+enum { FB_NOPS = 7 }; /* the chain's ops (fb_op) */
+static tj_v fb_apply(int op, tj_v a, tj_v b, tj_v m) {
+    switch (op) {
+    case FB_MUL: return tj_mul(a, b);
+    case FB_ADD: return tj_add(a, b);
+    case FB_SUB: return tj_sub(a, b);
+    case FB_MAX: return tj_max2(a, b);
+    case FB_TANH: return tj_tanh(a);
+    case FB_SELECT: return tj_select(m, a, b);
+    default: return tj_adds(a, 3.0);
+    }
+}
+static void fb_one(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    int op = *(const int *)u;
+    (void)g;
+    tj_tree_set_v(out, "y", fb_apply(op, tj_tree_v(in, "a"), tj_tree_find(in, "b") >= 0 ? tj_tree_v(in, "b") : NULL,
+                                     tj_tree_find(in, "m") >= 0 ? tj_tree_v(in, "m") : NULL));
+}
+/* the chain: op k reads the previous result and leaf fb_leaf[k] ("" none);
+   the select picks between its input and the result of op 1 (stored) */
+static const char *fb_leaf[] = {"g", "bias", "mu", "t", "mu", "mask", ""};
+static int fb_op(int k, tj_dtype dt) {
+    static const int ops[] = {FB_MUL, FB_ADD, FB_SUB, FB_MUL, FB_MAX, FB_SELECT, FB_ADDS};
+    return k == 4 && dt != TJ_I32 ? FB_TANH : ops[k];
+}
+static void fb_chain(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_dtype dt = *(const tj_dtype *)u;
+    tj_v v = tj_tree_v(in, "x"), a2 = NULL;
+    int k;
+    (void)g;
+    for (k = 0; k < FB_NOPS; k++) {
+        int op = fb_op(k, dt);
+        if (op == FB_SELECT) v = fb_apply(op, v, a2, tj_tree_v(in, "mask"));
+        else v = fb_apply(op, v, *fb_leaf[k] ? tj_tree_v(in, fb_leaf[k]) : NULL, NULL);
+        if (k == 1) a2 = v;
+    }
+    tj_tree_set_v(out, "y", v);
+    tj_tree_set_v(out, "a2", a2);
+}
+static void test_fused_bcast(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_dtype dts[4] = {TJ_F32, TJ_BF16, TJ_F64, TJ_I32};
+    int d, k, pass;
+    tjt_current = "fused groups with broadcast leaves";
+    tj_set_threads(ctx, 3);
+    for (d = 0; d < 4; d++) {
+        tj_dtype dt = dts[d];
+        double lo = dt == TJ_I32 ? -9 : -1.5, hi = dt == TJ_I32 ? 9 : 1.5;
+        tj_tree *in = tj_tree_new(ctx), *ref = tj_tree_new(ctx);
+        tj_array *want[2] = {NULL, NULL};
+        const char *nm[2] = {"y", "a2"};
+        tj_tree_set_array(in, "x", tjt_rand(ctx, dt, "b=3 pos=37 e=1031", 51, lo, hi));
+        tj_tree_set_array(in, "g", tjt_rand(ctx, dt, "e=1031", 52, lo, hi));
+        tj_tree_set_array(in, "bias", tjt_rand(ctx, dt, "e=1031", 53, lo, hi));
+        tj_tree_set_array(in, "mu", tjt_rand(ctx, dt, "b=3 pos=37", 54, lo, hi));
+        tj_tree_set_array(in, "t", tjt_rand(ctx, dt, "e=1031 b=3 pos=37", 55, lo, hi));
+        tj_tree_set_array(in, "mask", tjt_rand(ctx, TJ_I32, "pos=37", 56, 0, 2));
+        /* the reference: one program per op */
+        tj_tree_set_array_ref(ref, "a", tj_tree_array(in, "x"));
+        for (k = 0; k < FB_NOPS; k++) {
+            tj_tree *o = tj_tree_new(ctx);
+            int op = fb_op(k, dt);
+            tj_prog *p;
+            if (op == FB_SELECT) {
+                tj_tree_set_array_ref(ref, "b", want[1]);
+                tj_tree_set_array_ref(ref, "m", tj_tree_array(in, "mask"));
+            } else if (*fb_leaf[k]) tj_tree_set_array_ref(ref, "b", tj_tree_array(in, fb_leaf[k]));
+            p = tj_jit(ctx, "one op", fb_one, &op, ref, NULL);
+            TJT_CHECK(p && !tj_run(p, ref, o), "%s op %d alone: %s", tj_dtype_name(dt), k, tj_error(ctx));
+            tj_prog_free(p);
+            tj_tree_clear(ref);
+            if (want[0] && k != 2) tj_array_free(want[0]);
+            want[0] = tj_tree_find(o, "y") >= 0 ? tj_tree_take(o, "y") : NULL;
+            if (k == 1) want[1] = want[0];
+            tj_tree_free(o);
+            if (!want[0]) break;
+            tj_tree_set_array_ref(ref, "a", want[0]);
+        }
+        for (pass = 0; pass < 2 && want[0]; pass++) { /* not donated, then t donated */
+            tj_tree *o = tj_tree_new(ctx), *in2 = tj_tree_new(ctx);
+            tj_jit_opts jo = {pass ? "t" : NULL};
+            tj_event ev[16];
+            tj_prog *p;
+            int i, n, groups = 0, members = 0;
+            for (i = 0; i < tj_tree_size(in); i++) tj_tree_set_array_ref(in2, tj_tree_name(in, i), tj_tree_array_at(in, i));
+            if (pass) tj_tree_set_array(in2, "t", tjt_rand(ctx, dt, "e=1031 b=3 pos=37", 55, lo, hi)); /* (a copy: the run deletes it) */
+            tj_set_profile(ctx, 1);
+            p = tj_jit(ctx, "chain", fb_chain, &dt, in2, &jo);
+            TJT_CHECK(p && !tj_run(p, in2, o), "%s chain: %s", tj_dtype_name(dt), tj_error(ctx));
+            tj_set_profile(ctx, 0);
+            if (!p) break;
+            n = tj_prog_events(p, ev, 16);
+            for (i = 0; i < n && i < 16; i++)
+                if (!strncmp(ev[i].op, "fused x", 7)) groups++, members = atoi(ev[i].op + 7);
+            TJT_CHECK(groups == 1 && members == FB_NOPS, "%s: the chain runs as one fused group of %d members (%d groups, the last of %d; %d events)",
+                      tj_dtype_name(dt), FB_NOPS, groups, members, n);
+            if (pass) TJT_CHECK(tj_prog_memory(p).alias_bytes == 0, "%s: donated t, read transposed inside the group, is not overwritten (%lld B aliased)",
+                                tj_dtype_name(dt), (long long)tj_prog_memory(p).alias_bytes);
+            for (k = 0; k < 2; k++) {
+                int64_t ne = tj_array_numel(want[k]), bad = 0;
+                double *a = (double *)malloc(sizeof(double) * (size_t)ne), *b = (double *)malloc(sizeof(double) * (size_t)ne);
+                TJT_CHECK(a && b && tj_tree_find(o, nm[k]) >= 0 && tj_array_numel(tj_tree_array(o, nm[k])) == ne, "%s %s: an output of %lld elements",
+                          tj_dtype_name(dt), nm[k], (long long)ne);
+                if (a && b && tj_tree_find(o, nm[k]) >= 0 && !tj_array_read(want[k], TJ_F64, a) && !tj_array_read(tj_tree_array(o, nm[k]), TJ_F64, b))
+                    for (i = 0; i < ne; i++) bad += memcmp(&a[i], &b[i], sizeof(double)) != 0;
+                TJT_CHECK(!bad, "%s %s%s: %lld of %lld elements differ from the ops run one program each", tj_dtype_name(dt), nm[k],
+                          pass ? " (t donated)" : "", (long long)bad, (long long)ne);
+                free(a);
+                free(b);
+            }
+            tj_prog_free(p);
+            tj_tree_free(o);
+            tj_tree_free(in2);
+        }
+        if (want[0] != want[1]) tj_array_free(want[1]);
+        tj_array_free(want[0]);
+        tj_tree_free(ref);
+        tj_tree_free(in);
+    }
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -253,6 +385,7 @@ int main(void) {
     test_fused_adamw();
     test_fused_reduce(ctx);
     test_fused_select(ctx);
+    test_fused_bcast();
 
     /* the axis-name table grows: a long-running process may make any number
        of distinct names (until 2026-11-24 the 257th was refused) */

@@ -1967,8 +1967,21 @@ static void f_fused(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         tj_tree_set_v(out, "zero_ties", tj_add(tj_max2(tj_muls(x, 0.0), tj_neg(tj_muls(y, 0.0))), tj_min2(tj_muls(y, 0.0), tj_muls(x, 0.0))));
     }
     tj_tree_set_v(out, "mixed", tj_add(tj_cast(tj_muls(xd, 7.0), TJ_F32), tj_cast(tj_cast(tj_mul(x, y), TJ_BF16), TJ_F32)));
-    /* a broadcast add (its own kernel) feeding a group */
+    /* broadcast leaves (tj_backend.fused_groups 2): a bias along c, a mean
+       along r (two reads, one offset), a transposed operand (c, r); in
+       bf16 and f64; a chain of 7 broadcast reads, which tj__fuse splits
+       (at most TJ_FUSED_BCAST per group) */
     tj_tree_set_v(out, "bcast", tj_muls(tj_gelu(tj_add(row, bias)), 2.0));
+    {
+        tj_v rowm = tj_tree_v(in, "rowm"), rowt = tj_tree_v(in, "rowt"), rowb = tj_tree_v(in, "rowb"), biasb = tj_tree_v(in, "biasb");
+        tj_v rowd = tj_tree_v(in, "rowd"), rowmd = tj_tree_v(in, "rowmd"), c;
+        tj_tree_set_v(out, "bcast_rows", tj_add(tj_mul(tj_sub(tj_mul(row, bias), rowm), rowt), tj_tanh(tj_mul(row, rowm))));
+        tj_tree_set_v(out, "bcast_bf16", tj_sub(tj_mul(rowb, biasb), tj_gelu(tj_add(rowb, biasb))));
+        tj_tree_set_v(out, "bcast_f64", tj_div(tj_sub(rowd, rowmd), tj_adds(tj_mul(rowmd, rowmd), 1.0)));
+        c = tj_sub(tj_mul(tj_add(row, bias), rowm), rowt);
+        c = tj_sub(tj_add(tj_mul(c, bias), rowm), rowt);
+        tj_tree_set_v(out, "bcast_many", tj_mul(c, bias));
+    }
     /* a group feeding a reduction (its last member is stored for the sum) */
     tj_tree_set_v(out, "tol_sum", tj_sum(tj_gelu(tj_adds(tj_mul(x, y), 1.0)), "n"));
     /* libm in double: CUDA's may differ in the last bit */
@@ -1990,16 +2003,20 @@ static int fused_events(const tj_prog *p) {
     return k;
 }
 static void fused_case(tj_ctx *ref, tj_ctx *test, const char *label, int64_t n) {
-    char sx[64], sr[64];
+    char sx[64], sr[64], sm[64], st[64];
     tj_ctx *cs[2] = {ref, test};
     tj_tree *in[2], *out[2];
     tj_prog *p[2];
     int b, i, ok = 1;
     snprintf(sx, sizeof sx, "n=%lld", (long long)n);
     snprintf(sr, sizeof sr, "r=%lld c=3", (long long)(n + 2) / 3);
+    snprintf(sm, sizeof sm, "r=%lld", (long long)(n + 2) / 3);
+    snprintf(st, sizeof st, "c=3 r=%lld", (long long)(n + 2) / 3);
     const spec sp[] = {
         {"x", TJ_F32, sx, -2, 2},   {"y", TJ_F32, sx, -2, 2},   {"xb", TJ_BF16, sx, -2, 2}, {"yb", TJ_BF16, sx, -2, 2},
         {"xd", TJ_F64, sx, -2, 2},  {"yd", TJ_F64, sx, -2, 2},  {"row", TJ_F32, sr, -2, 2}, {"bias", TJ_F32, "c=3", -1, 1},
+        {"rowm", TJ_F32, sm, -1, 1}, {"rowt", TJ_F32, st, -1, 1}, {"rowb", TJ_BF16, sr, -2, 2}, {"biasb", TJ_BF16, "c=3", -1, 1},
+        {"rowd", TJ_F64, sr, -2, 2}, {"rowmd", TJ_F64, sm, -1, 1},
     };
     for (b = 0; b < 2; b++) {
         tj_set_profile(cs[b], 1);
