@@ -170,15 +170,19 @@ static void test_fused_select(tj_ctx *ctx) {
 /* A reduction over every axis of an elementwise chain joins the chain's
    fused loop on the CPU backend (the squares are never stored): the same
    bits as when the chain is stored first (an output), in f32 and f64, for
-   sum and max, over several blocks of the reduction */
+   sum and max, over several blocks of the reduction; also a chain that
+   reads broadcast leaves (a row's mean, a column's gain) */
 static void sumsq(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v x = tj_tree_v(in, "x"), sq = tj_mul(tj_muls(x, 3.0), x), sq2 = tj_mul(tj_muls(x, 3.0), x);
+    tj_v sb = tj_mul(tj_sub(tj_muls(x, 0.5), tj_tree_v(in, "mu")), tj_tree_v(in, "gain"));
     (void)g;
     tj_tree_set_v(out, "s", tj_sum(sq, "r c"));
     tj_tree_set_v(out, "mx", tj_max(tj_neg(sq2), "r c"));
+    tj_tree_set_v(out, "sb", tj_sum(sb, "r c"));
     if (u) { /* stored: the reductions read them from memory */
         tj_tree_set_v(out, "sq", sq);
         tj_tree_set_v(out, "sq2", sq2);
+        tj_tree_set_v(out, "sbv", sb);
     }
 }
 static void test_fused_reduce(tj_ctx *ctx) {
@@ -191,6 +195,8 @@ static void test_fused_reduce(tj_ctx *ctx) {
         tj_event ev[16];
         int n, i, fused = 0;
         tj_tree_set_array(in, "x", tjt_rand(ctx, dts[d], "r=7 c=50001", 31 + (unsigned)d, -2, 2));
+        tj_tree_set_array(in, "mu", tjt_rand(ctx, dts[d], "r=7", 33 + (unsigned)d, -1, 1));
+        tj_tree_set_array(in, "gain", tjt_rand(ctx, dts[d], "c=50001", 35 + (unsigned)d, -1, 1));
         tj_set_profile(ctx, 1);
         for (k = 0; k < 2; k++) {
             o[k] = tj_tree_new(ctx);
@@ -199,11 +205,11 @@ static void test_fused_reduce(tj_ctx *ctx) {
         }
         tj_set_profile(ctx, 0);
         if (pr[0] && pr[1]) {
-            const char *nm[2] = {"s", "mx"};
+            const char *nm[3] = {"s", "mx", "sb"};
             n = tj_prog_events(pr[0], ev, 16);
             for (i = 0; i < n && i < 16; i++) fused += !strncmp(ev[i].op, "fused x3", 8) + !strncmp(ev[i].op, "fused x4", 8);
-            TJT_CHECK(!cpu || fused == 2, "%s: the CPU runs each chain and its reduction as one loop (%d of %d events)", tj_dtype_name(dts[d]), fused, n);
-            for (k = 0; k < 2; k++) {
+            TJT_CHECK(!cpu || fused == 3, "%s: the CPU runs each chain and its reduction as one loop (%d of %d events)", tj_dtype_name(dts[d]), fused, n);
+            for (k = 0; k < 3; k++) {
                 double a = 0, b = 0;
                 tj_array_read(tj_tree_array(o[0], nm[k]), TJ_F64, &a);
                 tj_array_read(tj_tree_array(o[1], nm[k]), TJ_F64, &b);
