@@ -3276,11 +3276,47 @@ __host__ __device__ __forceinline__ T tjc_fu_op(int op, double s, T v0, T v1, T 
     default: return (T)NAN;
     }
 }
+/* the same on U elements at once (tjc_fused_small): one switch, each
+   formula written out U times */
+#define TJC_FU_UNARY_U(op_, nm, expr, ...)    \
+    case TJ__OP_##op_:                        \
+        TJC_UNROLL                            \
+        for (int u = 0; u < U; u++) {         \
+            tjc_rd a = (double)v[u][0];       \
+            o[u] = (T)(double)(tjc_rd)(expr); \
+        }                                     \
+        return;
+#define TJC_FU_BINARY_U(op_, nm, expr)         \
+    case TJ__OP_##op_:                         \
+        TJC_UNROLL                             \
+        for (int u = 0; u < U; u++) {          \
+            tjc_rn<T> a = v[u][0], b = v[u][1]; \
+            o[u] = (T)(tjc_rn<T>)(expr);       \
+        }                                      \
+        return;
+template <typename T, int U>
+__host__ __device__ __forceinline__ void tjc_fu_op_u(int op, double s, const T (&v)[U][3], T (&o)[U]) {
+    (void)s;
+    switch (op) {
+        TJ__UNARY_OPS(TJC_FU_UNARY_U)
+        TJ__BINARY_OPS(TJC_FU_BINARY_U)
+    case TJ__OP_SELECT:
+        TJC_UNROLL
+        for (int u = 0; u < U; u++) o[u] = v[u][0] != (T)0 ? v[u][1] : v[u][2];
+        return;
+    default:
+        TJC_UNROLL
+        for (int u = 0; u < U; u++) o[u] = (T)NAN;
+        return;
+    }
+}
 #undef TJ__EXP
 #undef TJ__TANH
 #undef tj__gelu_d
 #undef TJC_FU_UNARY
 #undef TJC_FU_BINARY
+#undef TJC_FU_UNARY_U
+#undef TJC_FU_BINARY_U
 /* bf16 as tj_f32_to_bf16 (NaN kept quiet with its sign) and back */
 __host__ __device__ __forceinline__ uint32_t tjc_fbits(float f) {
 #ifdef __CUDA_ARCH__
@@ -3363,13 +3399,111 @@ __host__ __device__ __forceinline__ void tjc_fused_at(const tjc_fprog &p, const 
     for (int mi = 0; mi < p.nm; mi++)
         if (q.store[mi]) tjc_fu_st<T>(q.store[mi], p.m[mi].dt, i, r[mi]);
 }
+/* Groups of at most TJC_FSMALL members (most groups: a bias add and its
+   activation, a cast and a scale) keep every result in registers and take
+   TJC_FSMALL_U elements per thread a grid stride apart (the elementwise
+   kernel's reason: more loads in flight per thread). Results are written
+   and read by unrolled selects over the TJC_FSMALL slots (tjc_fpick), so
+   every index is a constant: tjc_fused_at's results array, indexed by each
+   operand's source at run time, lives in local memory. The member loop is
+   not unrolled (one copy of the formulas, U elements wide: tjc_fu_op_u).
+   Same members, same formulas, same rounding: the same bits.
+   TJ_CUDA_FUSED_SMALL=0 in the environment (read at each launch) runs
+   every group one element at a time, to compare the two. */
+#define TJC_FSMALL 4
+#define TJC_FSMALL_U(BC) ((BC) ? 2 : 4) /* (a broadcast walk's offsets take registers per element) */
+template <typename T>
+__host__ __device__ __forceinline__ T tjc_fpick(const T (&r)[TJC_FSMALL], int k) {
+    T v = r[0];
+    TJC_UNROLL
+    for (int c = 1; c < TJC_FSMALL; c++) v = c == k ? r[c] : v;
+    return v;
+}
+/* thread t of stride threads (__host__ __device__: the fused-group emulator
+   runs it thread by thread) */
 template <typename T, bool BC>
+__host__ __device__ __forceinline__ void tjc_fused_small(const tjc_fprog &p, const tjc_fptr &q, int64_t n, int64_t t, int64_t stride) {
+    enum { U = TJC_FSMALL_U(BC) };
+    for (int64_t i0 = t; i0 < n; i0 += U * stride) {
+        T r[U][TJC_FSMALL];
+        tjc_off3 o0[U], o1[U];
+        TJC_UNROLL
+        for (int u = 0; u < U; u++) {
+            const tjc_off3 z = {0, 0, 0};
+            o0[u] = o1[u] = z;
+            if (BC && q.nbix > 0 && i0 + u * stride < n) o0[u] = tjc_ix_at(q.bix[0], i0 + u * stride);
+            if (BC && q.nbix > 1 && i0 + u * stride < n) o1[u] = tjc_ix_at(q.bix[1], i0 + u * stride);
+            TJC_UNROLL
+            for (int mi = 0; mi < TJC_FSMALL; mi++) r[u][mi] = (T)0;
+        }
+        for (int mi = 0; mi < p.nm; mi++) {
+            const tjc_fmem &x = p.m[mi];
+            T v[U][3], res[U];
+            TJC_UNROLL
+            for (int u = 0; u < U; u++) { /* every element's operands first: the loads in flight together */
+                const int64_t i = i0 + u * stride;
+                TJC_UNROLL
+                for (int j = 0; j < 3; j++) {
+                    v[u][j] = (T)0;
+                    if (j >= x.nin || i >= n) continue;
+                    if (x.src[j] >= 0) v[u][j] = tjc_fpick<T>(r[u], x.src[j]);
+                    else v[u][j] = tjc_fu_ld<T>(q.leaf[mi * 3 + j], x.ldt[j], x.lone[j] ? 0 : BC && x.lbc[j] >= 0 ? tjc_fbc_off(o0[u], o1[u], x.lbc[j]) : i);
+                }
+            }
+            tjc_fu_op_u<T, U>(x.op, x.s, v, res);
+            TJC_UNROLL
+            for (int u = 0; u < U; u++) {
+                if (x.dt == TJ_I32 && tjc_i32_arith(x.op)) res[u] = (T)tjc_i32_op(x.op, (double)v[u][0], x.op == TJ__OP_POWS ? (double)x.s : (double)v[u][1]);
+                else res[u] = tjc_fu_round<T>(res[u], x.dt);
+                TJC_UNROLL
+                for (int c = 0; c < TJC_FSMALL; c++) r[u][c] = c == mi ? res[u] : r[u][c];
+            }
+        }
+        TJC_UNROLL
+        for (int u = 0; u < U; u++) {
+            const int64_t i = i0 + u * stride;
+            if (i >= n) continue;
+            TJC_UNROLL
+            for (int mi = 0; mi < TJC_FSMALL; mi++)
+                if (mi < p.nm && q.store[mi]) tjc_fu_st<T>(q.store[mi], p.m[mi].dt, i, r[u][mi]);
+        }
+    }
+}
+/* thread t of stride: a small group (SMALL) or one element at a time */
+template <typename T, bool BC, bool SMALL>
+__host__ __device__ __forceinline__ void tjc_fused_thread(const tjc_fprog &p, const tjc_fptr &q, int64_t n, int64_t t, int64_t stride) {
+    if (SMALL) tjc_fused_small<T, BC>(p, q, n, t, stride);
+    else
+        for (int64_t i = t; i < n; i += stride) tjc_fused_at<T, BC>(p, q, i);
+}
+template <typename T, bool BC, bool SMALL>
 __global__ void __launch_bounds__(TJC_THREADS) tjc_k_fused(const tjc_fprog *gp, const __grid_constant__ tjc_fptr q, int64_t n) {
     __shared__ tjc_fprog p;
     for (int w = threadIdx.x; w < (int)(sizeof p / sizeof(int32_t)); w += blockDim.x) ((int32_t *)&p)[w] = ((const int32_t *)gp)[w];
     __syncthreads();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) tjc_fused_at<T, BC>(p, q, i);
+    tjc_fused_thread<T, BC, SMALL>(p, q, n, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
 }
+static bool tjc_fsmall_on(void) {
+    const char *e = getenv("TJ_CUDA_FUSED_SMALL");
+    return !(e && !strcmp(e, "0"));
+}
+/* the kernel (or, on the host, the thread loop) for program p: float or
+   double, broadcast walks or not, small or not */
+#define TJC_FUSED_DISPATCH(p, q, CALL)                                                   \
+    do {                                                                                 \
+        const bool small_ = (p).nm <= TJC_FSMALL && tjc_fsmall_on(), bc_ = (q).nbix > 0; \
+        if ((p).flt) {                                                  \
+            if (small_ && bc_) CALL(float, true, true);                 \
+            else if (small_) CALL(float, false, true);                  \
+            else if (bc_) CALL(float, true, false);                     \
+            else CALL(float, false, false);                             \
+        } else {                                                        \
+            if (small_ && bc_) CALL(double, true, true);                \
+            else if (small_) CALL(double, false, true);                 \
+            else if (bc_) CALL(double, true, false);                    \
+            else CALL(double, false, false);                            \
+        }                                                               \
+    } while (0)
 
 /* The program and pointers of fused group k->n (the runner's layout: member
    mi's operand j in k->in[mi * 3 + j], NULL where it reads a member; its
@@ -3539,10 +3673,9 @@ static int tjc_fused(tjc_state *s, tj__kern *k) {
        (8 of 256 threads per SM, 4 rounds), each looping over many elements */
     unsigned grid = tjc_blocks(n, TJC_THREADS), fill = (unsigned)(s->sms > 0 ? 32 * s->sms : TJC_MAXGRID);
     if (grid > fill) grid = fill;
-    if (p.flt && q.nbix) tjc_k_fused<float, true><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
-    else if (p.flt) tjc_k_fused<float, false><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
-    else if (q.nbix) tjc_k_fused<double, true><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
-    else tjc_k_fused<double, false><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n);
+#define TJC_FUSED_LAUNCH(T, BC, SMALL) tjc_k_fused<T, BC, SMALL><<<grid, TJC_THREADS, 0, s->compute>>>(dp, q, n)
+    TJC_FUSED_DISPATCH(p, q, TJC_FUSED_LAUNCH);
+#undef TJC_FUSED_LAUNCH
     TJC_LAUNCHED(k, "tjc_k_fused");
     return 0;
 }
@@ -3586,11 +3719,11 @@ static int tjc_emu_run(tj_backend *b, tj__kern *k) {
         return 0;
     }
     if (tjc_fused_prog(k, &p, &q)) return 1;
-    for (int64_t i = 0; i < n; i++)
-        if (p.flt && q.nbix) tjc_fused_at<float, true>(p, q, i);
-        else if (p.flt) tjc_fused_at<float, false>(p, q, i);
-        else if (q.nbix) tjc_fused_at<double, true>(p, q, i);
-        else tjc_fused_at<double, false>(p, q, i);
+    /* the kernel's threads one after another: 37 of them, so a thread's
+       elements a stride apart reach every case of its last round */
+#define TJC_FUSED_HOST(T, BC, SMALL) for (int64_t t = 0; t < 37; t++) tjc_fused_thread<T, BC, SMALL>(p, q, n, t, 37)
+    TJC_FUSED_DISPATCH(p, q, TJC_FUSED_HOST);
+#undef TJC_FUSED_HOST
     return 0;
 }
 static int tjc_emu_sync(tj_backend *b, int dev, char *err, size_t errlen) {

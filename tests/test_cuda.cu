@@ -2166,6 +2166,9 @@ int main(int argc, char **argv) {
         tj_set_backend(c0, NULL); /* the CPU backend, even under TJ_BACKEND=devsim */
         tj_set_backend(c1, emu);
         test_fused(c0, c1, "emulator");
+        setenv("TJ_CUDA_FUSED_SMALL", "0", 1); /* small groups one element at a time too */
+        test_fused(c0, c1, "emulator, TJ_CUDA_FUSED_SMALL=0");
+        unsetenv("TJ_CUDA_FUSED_SMALL");
         tj_ctx_free(c0);
         tj_ctx_free(c1);
         tj_cuda_fused_emulator_free(emu);
@@ -2195,6 +2198,9 @@ int main(int argc, char **argv) {
     compare("relayout", f_relayout, s_relayout, (int)(sizeof s_relayout / sizeof *s_relayout));
     test_attention_gpu();
     test_fused(cpu, gpu, "cuda");
+    setenv("TJ_CUDA_FUSED_SMALL", "0", 1);
+    test_fused(cpu, gpu, "cuda, TJ_CUDA_FUSED_SMALL=0");
+    unsetenv("TJ_CUDA_FUSED_SMALL");
     test_fused_table();
     register_scale3(cpu);
     register_scale3(gpu);

@@ -122,6 +122,10 @@ if want bench; then
             step "bench_$n" 240 ./build/gpt2_train --bench --cuda --bench-steps 10 ${v#*:}
             grep -E "^bench: (median|GPT-2|memory)|MFU|^  " "$out/bench_$n.log" | head -n 16 | sed "s/^/[$n] /" >>"$sum"
         done
+        # the small fused groups one element at a time (as before 2026-11-24's
+        # session 21), to compare: written without a GPU, first timed here
+        step bench_bf16_fsmall0 240 env TJ_CUDA_FUSED_SMALL=0 ./build/gpt2_train --bench --cuda --bench-steps 10 --bf16
+        grep -E "^bench: median|MFU" "$out/bench_bf16_fsmall0.log" | head -n 4 | sed "s/^/[bf16, TJ_CUDA_FUSED_SMALL=0] /" >>"$sum"
     else
         note "bench: skipped (build/gpt2_train did not build: see build.log)"
     fi
