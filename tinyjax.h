@@ -1034,7 +1034,11 @@ TJDEF int tj_prog_lint(const tj_prog *p, char *buf, size_t n);
    TJ_BACKEND=devsim in the environment gives every new context the
    device-like CPU backend (tj_devsim_backend); TJ_BACKEND=cuda, in a
    program whose library is tinyjax_cuda.cu's, the CUDA backend on GPU 0
-   (so `./build.sh gpu-suite` runs the test programs there). The runner ([11]) owns the
+   (so `./build.sh gpu-suite` runs the test programs there), and
+   TJ_BACKEND=cuda-emulator there a host backend that runs fused groups
+   through the CUDA backend's own program builder and per-thread code and
+   every other node through its CPU kernel (no GPU needed; test hook of
+   tinyjax_cuda.cu). The runner ([11]) owns the
    control flow: it runs scan iterations (and so tj_checkpoint and
    tj_shard_map regions), projections, views and moves between memory
    spaces (offload, fetch, a scan's staged slices and final carry) itself,
@@ -1115,6 +1119,11 @@ TJDEF void tj_set_backend(tj_ctx *ctx, tj_backend *b);
    reason in err (no GPU, driver too old, ...). */
 TJDEF tj_backend *tj_cuda_backend(int device, char *err, size_t errlen);
 TJDEF void tj_cuda_backend_free(tj_backend *b);
+/* In tinyjax_cuda.cu, no GPU needed: a host backend that runs fused groups
+   through the CUDA backend's program builder and per-thread code, every
+   other node through its CPU kernel (TJ_BACKEND=cuda-emulator; tests). */
+TJDEF tj_backend *tj_cuda_fused_emulator(void);
+TJDEF void tj_cuda_fused_emulator_free(tj_backend *b);
 /* In tinyjax_cuda.cu, no GPU needed: one line per op of the op table, "name:
    how" (kernel, runner, view, or why it has no CUDA path yet) into buf;
    returns the number of ops with no entry at all; *gaps the known gaps. */
@@ -1800,7 +1809,7 @@ TJDEF tj_ctx *tj_ctx_new(void) {
     d = getenv("TJ_FIBERS");
     c->no_fibers = d && !strcmp(d, "0");
 #ifdef TJ__WITH_CUDA
-#define TJ__CUDA_NAMED ", cuda"
+#define TJ__CUDA_NAMED ", cuda, cuda-emulator"
 #else
 #define TJ__CUDA_NAMED "; cuda where the library is built from tinyjax_cuda.cu"
 #endif
@@ -1812,6 +1821,10 @@ TJDEF tj_ctx *tj_ctx_new(void) {
             if (!(c->backend = c->own_backend = tj_cuda_backend(0, e, sizeof e)))
                 tj__err(c, TJ_ERR_ARG, NULL, 0, "tj_ctx_new: environment variable TJ_BACKEND=cuda: no CUDA backend on GPU 0: %s", e);
             else c->own_free = tj_cuda_backend_free;
+        } else if (!strcmp(d, "cuda-emulator")) { /* no GPU needed: fused groups through the CUDA path's host code */
+            if (!(c->backend = c->own_backend = tj_cuda_fused_emulator()))
+                tj__err(c, TJ_ERR_OOM, NULL, 0, "tj_ctx_new: out of memory starting the cuda-emulator backend (TJ_BACKEND)");
+            else c->own_free = tj_cuda_fused_emulator_free;
         } else
 #endif
         if (strcmp(d, "devsim") != 0)

@@ -3682,12 +3682,11 @@ static int tjc_fused(tjc_state *s, tj__kern *k) {
 
 /* ---- the fused-group emulator (a test hook; no GPU needed) ----
    A backend in plain host memory that runs every fused group through
-   tjc_fused_prog and the host build of tjc_fused_at (the CUDA path's own
+   tjc_fused_prog and the host build of tjc_fused_thread (the CUDA path's own
    code), and every other node through its CPU kernel. test_cuda compares it
-   with the CPU backend bit for bit where no GPU exists. Declared here and in
-   tests/test_cuda.cu only. */
-extern "C" tj_backend *tj_cuda_fused_emulator(void);
-extern "C" void tj_cuda_fused_emulator_free(tj_backend *b);
+   with the CPU backend bit for bit where no GPU exists, and
+   TJ_BACKEND=cuda-emulator runs whole test programs on it (tinyjax.h
+   declares both). */
 static void *tjc_emu_alloc(tj_backend *b, int dev, int space, size_t bytes) {
     void *p = NULL;
     (void)b;

@@ -1935,8 +1935,6 @@ static const spec s_reduce_long[] = {
    ("fused xN" events), so the comparison is of the fused paths. ref is the
    CPU backend; test the GPU, or the fused-group emulator (the CUDA path's
    program builder and per-element code on the host) where no GPU exists. */
-extern "C" tj_backend *tj_cuda_fused_emulator(void);
-extern "C" void tj_cuda_fused_emulator_free(tj_backend *b);
 static void f_fused(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v x = tj_tree_v(in, "x"), y = tj_tree_v(in, "y"), xb = tj_tree_v(in, "xb"), yb = tj_tree_v(in, "yb");
     tj_v xd = tj_tree_v(in, "xd"), yd = tj_tree_v(in, "yd"), row = tj_tree_v(in, "row"), bias = tj_tree_v(in, "bias");

@@ -79,7 +79,8 @@ int main(void) {
     TJT_CHECK(b && cpu && ds, "devsim backend or contexts not made");
     if (!b || !cpu || !ds) return tjt_finish();
     TJT_CHECK(!strcmp(b->name, "devsim") && b->fused_groups, "devsim should be named devsim and run fused groups");
-    if (!under_devsim) TJT_CHECK(tjt_ctx_backend(cpu) == NULL, "a context without TJ_BACKEND uses the CPU backend");
+    if (env && *env && strcmp(env, "cpu") && !under_devsim) TJT_CHECK(tjt_ctx_backend(cpu) != NULL, "TJ_BACKEND=%s: a new context uses it", env);
+    else if (!under_devsim) TJT_CHECK(tjt_ctx_backend(cpu) == NULL, "a context without TJ_BACKEND uses the CPU backend");
     else TJT_CHECK(tjt_ctx_backend(cpu) && !strcmp(tjt_ctx_backend(cpu)->name, "devsim"), "TJ_BACKEND=devsim: a new context uses devsim");
     tj_set_backend(ds, b);
 

@@ -77,6 +77,14 @@ static inline int tjt_prog_lines(const tj_prog *p, ...) {
     return n;
 }
 
+/* does ctx run the CPU's kernels (the CPU backend, or devsim)? Then its
+   dots pack into planned workspace (tj_memory_analysis.pack_bytes); the
+   CUDA backend's (cuBLAS) and the cuda-emulator's (TJ_BACKEND) do not */
+static inline int tjt_cpu_kernels(const tj_ctx *ctx) {
+    const tj_backend *b = tjt_ctx_backend(ctx);
+    return !b || !strcmp(b->name, "devsim");
+}
+
 static inline int tjt_finish(void) {
     printf("%d passed, %d failed\n", tjt_pass, tjt_fail);
     return tjt_fail ? 1 : 0;
