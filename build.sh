@@ -162,13 +162,13 @@ done_ok() { [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; } # done_ok LOG: that job succ
 
 # ---- test programs ----
 # They link one compiled copy of the library instead of compiling its
-# implementation each: tests/tj_impl.c (the implementation, and the wrappers
-# of tests/tj_internal.h that reach its statics) and, for the tests that
-# include demos/gpt2_train.c (they define GPT2_IO_IMPLEMENTATION_DONE),
-# tests/gpt2_io_impl.c. A test that defines TJT_INTERNAL_IMPLEMENTATION
-# compiles the implementation itself (it sets TJ_MALLOC hooks or TJ_MPI, or
-# its fuzz targets reach parser statics) and links neither.
-standalone() { grep -q '^#define TJT_INTERNAL_IMPLEMENTATION' "$1"; }
+# implementation each: tests/tj_impl.c (the implementation, the wrappers
+# of tests/tj_internal.h that reach its statics, and allocation hooks a
+# test may set at run time: test_oom, test_tree_stream, test_mpi) and,
+# for the tests that define GPT2_IO_IMPLEMENTATION_DONE (those that include
+# demos/gpt2_train.c, and test_fuzz_smoke), tests/gpt2_io_impl.c. No test
+# compiles the implementation itself (only the mpicc build of test_mpi
+# below, through the demo it includes, and libFuzzer's fuzz_all.c).
 links_gpt2_io() { grep -q '^#define GPT2_IO_IMPLEMENTATION_DONE' "$1"; }
 
 compile_tests() { # DIR FLAGS...: queue the compiles (objects and logs in DIR/obj)
@@ -176,14 +176,10 @@ compile_tests() { # DIR FLAGS...: queue the compiles (objects and logs in DIR/ob
     rm -rf "$dir/obj" "$dir"/test_*
     mkdir -p "$dir/obj"
     spawn "$dir/obj/tj_impl.log" $CC -std=c99 "$@" $WARN -I. -c tests/tj_impl.c -o "$dir/obj/tj_impl.o"
-    for t in tests/test_*.c; do # the standalone ones first: the long compiles
-        n=$(basename "$t" .c)
-        standalone "$t" && spawn "$dir/obj/$n.log" $CC -std=c99 "$@" $WARN -I. -o "$dir/$n" "$t" $LIBS
-    done
     spawn "$dir/obj/gpt2_io_impl.log" $CC -std=c99 "$@" $WARN -I. -c tests/gpt2_io_impl.c -o "$dir/obj/gpt2_io_impl.o"
     for t in tests/test_*.c; do
         n=$(basename "$t" .c)
-        standalone "$t" || spawn "$dir/obj/$n.log" $CC -std=c99 "$@" $WARN -I. -c "$t" -o "$dir/obj/$n.o"
+        spawn "$dir/obj/$n.log" $CC -std=c99 "$@" $WARN -I. -c "$t" -o "$dir/obj/$n.o"
     done
 }
 objects_of() { # TEST DIR: the shared objects TEST links
@@ -194,7 +190,6 @@ link_tests() { # DIR FLAGS...: after compile_tests and pool_wait: queue the link
     local dir=$1 t n o objs; shift
     for t in tests/test_*.c; do
         n=$(basename "$t" .c)
-        standalone "$t" && continue
         done_ok "$dir/obj/$n.log" || continue
         objs=$(objects_of "$t" "$dir")
         for o in $objs; do done_ok "${o%.o}.log" || continue 2; done
@@ -210,7 +205,7 @@ check_tests() { # DIR: after link_tests and pool_wait: report what did not build
         n=$(basename "$t" .c)
         if ! done_ok "$dir/obj/$n.log"; then
             echo "build.sh: $t failed to compile:"; sed 's/^/    /' "$dir/obj/$n.log"
-        elif standalone "$t" || done_ok "$dir/obj/$n.link.log"; then continue
+        elif done_ok "$dir/obj/$n.link.log"; then continue
         elif [ -e "$dir/obj/$n.link.log" ]; then
             echo "build.sh: $t failed to link:"; sed 's/^/    /' "$dir/obj/$n.link.log"
         else echo "build.sh: $t not linked: $(objects_of "$t" "$dir" | tr '\n' ' ')did not build"; fi
@@ -528,12 +523,10 @@ gpu-suite)
     # tests/tj_impl_cuda.cu (tinyjax_cuda.cu and the tests' internal
     # wrappers) instead of tj_impl.c and runs with TJ_BACKEND=cuda, so every
     # context it makes runs on GPU 0 (a mesh's simulated devices share the
-    # card). Tests that build the library themselves
-    # (TJT_INTERNAL_IMPLEMENTATION) are left out. Without a GPU every test
-    # fails at its first context, saying why. GPU_SUITE_BACKEND=cuda-emulator
-    # runs them with no GPU: fused groups through the CUDA backend's own
-    # program builder and per-thread code on the host, every other node on
-    # its CPU kernel.
+    # card). Without a GPU every test fails at its first context, saying
+    # why. GPU_SUITE_BACKEND=cuda-emulator runs them with no GPU: fused
+    # groups through the CUDA backend's own program builder and per-thread
+    # code on the host, every other node on its CPU kernel.
     ensure_tools
     gbe=${GPU_SUITE_BACKEND:-cuda}
     have_nvcc || { echo "build.sh gpu-suite: nvcc not found"; exit 1; }
@@ -544,12 +537,11 @@ gpu-suite)
     spawn "$dir/obj/gpt2_io_impl.log" $CC -std=c99 -O2 -g $WARN -I. -c tests/gpt2_io_impl.c -o "$dir/obj/gpt2_io_impl.o"
     for t in tests/test_*.c; do
         n=$(basename "$t" .c)
-        standalone "$t" || spawn "$dir/obj/$n.log" $CC -std=c99 -O2 -g $WARN -I. -c "$t" -o "$dir/obj/$n.o"
+        spawn "$dir/obj/$n.log" $CC -std=c99 -O2 -g $WARN -I. -c "$t" -o "$dir/obj/$n.o"
     done
     pool_wait
     for t in tests/test_*.c; do
         n=$(basename "$t" .c)
-        standalone "$t" && continue
         objs=$(objects_of "$t" "$dir")
         ok=1; for o in "$dir/obj/$n.o" $objs; do done_ok "${o%.o}.log" || ok=0; done
         if [ $ok = 1 ]; then spawn "$dir/obj/$n.link.log" "$NVCC" -o "$dir/$n" "$dir/obj/$n.o" $objs -lcublas -lm -lpthread

@@ -8,15 +8,18 @@
    TJ_FUZZ_RUNS inputs per target. A crash, a sanitizer report or a broken
    property (TJF_ASSERT) fails the test. Longer runs: libFuzzer with clang,
    see tests/fuzz/README.md. */
+/* the implementations the targets ask for (tests/fuzz/tjf_common.h) are
+   linked instead: the library and tj_internal.h's wrappers from
+   tests/tj_impl.c, gpt2_io.h's from tests/gpt2_io_impl.c */
+#define TINYJAX_IMPLEMENTATION_DONE
+#define GPT2_IO_IMPLEMENTATION_DONE
+#define TJT_INTERNAL_IMPLEMENTATION_DONE
 #define TJF_NO_ENTRY
 #include "fuzz/fuzz_safetensors.c"
 #include "fuzz/fuzz_tree_load.c"
 #include "fuzz/fuzz_bpe.c"
 #include "fuzz/fuzz_tokens.c"
 #include "fuzz/fuzz_parsers.c"
-/* the fuzz targets compile the implementation here (they reach its parsers'
-   statics), so this test does not link tests/tj_impl.c */
-#define TJT_INTERNAL_IMPLEMENTATION
 #include "tj_test.h"
 
 #include <time.h>
@@ -254,7 +257,8 @@ int main(void) {
         size_t nid = 0, lv = (size_t)bpe[0].p[0] | (size_t)bpe[0].p[1] << 8;
         const unsigned char *mz = (const unsigned char *)memchr(bpe[0].p + 2 + lv, 0, bpe[0].n - 2 - lv);
         char err[256];
-        tj__type ty;
+        int rank;
+        int64_t dims[TJ_MAXDIM];
         TJT_CHECK(x && y, "safetensors seeds parse: %s", tj_error(c));
         TJT_CHECK(!tj_tree_load(t, tjf_file(13, tr[0].p, tr[0].n)) && tj_tree_size(t) == 5, "tree seed loads: %s", tj_error(c));
         TJT_CHECK(mz && !gio_tok_load_gpt2(&gt, tjf_file(14, bpe[0].p + 2, lv), tjf_file(15, bpe[0].p + 2 + lv, (size_t)(mz - (bpe[0].p + 2 + lv))), err, sizeof err),
@@ -266,7 +270,7 @@ int main(void) {
         free(ids);
         TJT_CHECK(!gio_tokens_read(tjf_file(16, tok[0].p, tok[0].n), &ids, &nid, err, sizeof err) && nid == 5, "token seed reads: %s", err);
         free(ids);
-        TJT_CHECK(!tj__parse_shape(c, (const char *)par[0].p, TJ_F32, &ty, 0, "seed", NULL, 0), "parser seed: %s", tj_error(c));
+        TJT_CHECK(!tjt_parse_shape(c, (const char *)par[0].p, TJ_F32, &rank, dims, "seed"), "parser seed: %s", tj_error(c));
         tj_clear_error(c);
         tj_st_free(x);
         tj_st_free(y);

@@ -33,23 +33,27 @@
 #include <unistd.h>
 #include <sys/wait.h>
 #include <sys/time.h>
+#include <pthread.h>
 
 /* allocation hook: "fail every allocation of at least oom_bytes" */
 static size_t oom_bytes = 0;
 static void *tmalloc(size_t n) { return oom_bytes && n >= oom_bytes ? NULL : malloc(n); }
 static void *trealloc(void *p, size_t n) { return oom_bytes && n >= oom_bytes ? NULL : realloc(p, n); }
+#if defined(TJ_MPI)
+/* the GPT-2 cases use the demo's trainer, which compiles the library here
+   (build.sh's mpicc build): with the hooks above, and the wrappers
+   tj_test.h uses */
 #define TJ_MALLOC(n) tmalloc(n)
 #define TJ_REALLOC(p, n) trealloc(p, n)
 #define TJ_FREE(p) free(p)
-#if defined(TJ_MPI) /* the GPT-2 cases use the demo's trainer */
 #define GPT2_NO_MAIN
 #include "../demos/gpt2_train.c"
-#else /* one process: the library alone (compiles faster, twice in build.sh) */
+#define TJT_INTERNAL_IMPLEMENTATION
+#else
+/* one process: the library of tests/tj_impl.c, the hooks set by main */
 #include <math.h>
-#define TINYJAX_IMPLEMENTATION /* here, with the hooks above, not tests/tj_impl.c */
 #include "../tinyjax.h"
 #endif
-#define TJT_INTERNAL_IMPLEMENTATION /* the wrappers tj_test.h uses */
 #include "tj_test.h"
 
 static int R = 0, NP = 1; /* this process, processes */
@@ -81,11 +85,13 @@ static uint64_t digest_tree(tj_tree *t) {
     }
     return h;
 }
-TJ__MAYBE_UNUSED static double now_s(void) {
+#if defined(TJ_MPI)
+static double now_s(void) {
     struct timeval tv;
     gettimeofday(&tv, NULL);
     return (double)tv.tv_sec + tv.tv_usec * 1e-6;
 }
+#endif
 static void fill(void *h, tj_dtype dt, int64_t n, unsigned seed) {
     uint64_t st = seed;
     int64_t i;
@@ -1215,6 +1221,9 @@ static void single_process(void) {
 int main(int argc, char **argv) {
     const char *cs = NULL, *path = "", *mesh = "data=2 model=2";
     int devices = 4, i;
+#if !defined(TJ_MPI)
+    tjt_set_alloc(tmalloc, trealloc, free); /* before the library's first allocation */
+#endif
     /* the bit-for-bit comparisons with 1 process x N threads: the threads
        side runs the separate collectives too (tj_set_collective_matmul) */
     setenv("TJ_NO_COLL_MATMUL", "1", 1);

@@ -2,18 +2,14 @@
    compiling and running a program is made to fail in turn; each time the
    call must return an error that says "out of memory", never crash, and
    leave the context usable. The allocation hooks are the library's own
-   TJ_MALLOC / TJ_REALLOC / TJ_FREE. */
+   TJ_MALLOC / TJ_REALLOC / TJ_FREE, set by main (tjt_set_alloc:
+   tests/tj_impl.c calls them for every allocation). */
 #include <stdlib.h>
+#include "../tinyjax.h"
+#include "tj_test.h"
 static long oom_count, oom_fail_at = -1;
 static void *oom_malloc(size_t n) { return oom_count++ == oom_fail_at ? NULL : malloc(n); }
 static void *oom_realloc(void *p, size_t n) { return oom_count++ == oom_fail_at ? NULL : realloc(p, n); }
-#define TJ_MALLOC(n) oom_malloc(n)
-#define TJ_REALLOC(p, n) oom_realloc(p, n)
-#define TJ_FREE(p) free(p)
-#define TINYJAX_IMPLEMENTATION /* here, with the hooks above, not tests/tj_impl.c */
-#include "../tinyjax.h"
-#define TJT_INTERNAL_IMPLEMENTATION /* and the wrappers tj_test.h uses */
-#include "tj_test.h"
 
 static void body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
     (void)g; (void)y; (void)u;
@@ -166,6 +162,7 @@ static void sweep(const char *what, tj_fn fn, void (*inputs)(tj_ctx *, tj_tree *
 }
 
 int main(void) {
+    tjt_set_alloc(oom_malloc, oom_realloc, free);
     sweep("step", step, step_inputs);
     sweep("wide", wide, wide_inputs);
     return tjt_finish();

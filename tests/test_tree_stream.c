@@ -3,7 +3,8 @@
    checksum streamed over the whole file. So a load holds the arrays it
    makes and about one tensor's bytes, not a copy of the whole file (in
    process mode every process loads the file). Checked here with the
-   library's allocation hooks (TJ_MALLOC): the peak of host memory during
+   library's allocation hooks (TJ_MALLOC, set by main with tjt_set_alloc
+   of tests/tj_internal.h): the peak of host memory during
    a load, the values bit for bit, corruption and truncation in a file
    of several read chunks, and every allocation of a load failing in
    turn (an error, the tree unchanged, the context usable). */
@@ -46,12 +47,7 @@ static void *mem_realloc(void *q, size_t n) {
     mem_free(q);
     return p;
 }
-#define TJ_MALLOC(n) mem_malloc(n)
-#define TJ_REALLOC(p, n) mem_realloc(p, n)
-#define TJ_FREE(p) mem_free(p)
-#define TINYJAX_IMPLEMENTATION /* here, with the hooks above, not tests/tj_impl.c */
 #include "../tinyjax.h"
-#define TJT_INTERNAL_IMPLEMENTATION
 #define TJT_FILES
 #include "tj_test.h"
 
@@ -242,7 +238,11 @@ static void test_oom(tj_ctx *c) {
 }
 
 int main(void) {
-    tj_ctx *c = tj_ctx_new();
+    tj_ctx *c;
+    /* the library's hooks (TJ_MALLOC...), before its first allocation: every
+       block it frees must carry the size mem_malloc put in front */
+    tjt_set_alloc(mem_malloc, mem_realloc, mem_free);
+    c = tj_ctx_new();
     if (make_dir("test_tree_stream")) return 1;
     test_peak(c);
     test_corrupt(c);

@@ -1,7 +1,6 @@
-/* tj_impl_cuda.cu — the library for `./build.sh gpu-suite`: tinyjax_cuda.cu
- * (the implementation with the CUDA backend) and the wrappers of
- * tj_internal.h, in place of tj_impl.c, so the test programs run with
- * TJ_BACKEND=cuda on GPU 0. */
-#include "../tinyjax_cuda.cu"
-#define TJT_INTERNAL_IMPLEMENTATION
-#include "tj_internal.h"
+/* tj_impl_cuda.cu — the library for `./build.sh gpu-suite`: tests/tj_impl.c
+ * (the wrappers of tj_internal.h, the allocation hooks) with tinyjax_cuda.cu
+ * (the implementation with the CUDA backend) in place of tinyjax.h's, so the
+ * test programs run with TJ_BACKEND=cuda on GPU 0. */
+#define TJT_IMPL_CUDA
+#include "tj_impl.c"

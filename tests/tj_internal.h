@@ -5,14 +5,14 @@
  * build.sh: build/o2/tj_impl.o, build/asan/tj_impl.o) instead of compiling
  * its implementation each. What they check beyond the public API (an
  * array's per-device buffers, the op table, the matmul kernel, the JSON
- * reader...) is `static` in tinyjax.h, so it is reached through these thin
- * wrappers. The header's STB convention again:
+ * reader, the string parsers...) is `static` in tinyjax.h, so it is
+ * reached through these thin wrappers. The header's STB convention again:
  * this file declares them; the translation unit that holds the library's
  * implementation defines TJT_INTERNAL_IMPLEMENTATION before including it to
  * define them there, where the statics and the struct layouts are visible.
- * tests/tj_impl.c does; so do the few tests that compile the implementation
- * themselves because they configure it (TJ_MALLOC, TJ_MPI) or reach statics
- * no wrapper covers (the fuzz targets). Include after tinyjax.h. */
+ * tests/tj_impl.c does; so does tests/fuzz/tjf_common.h, for the fuzz
+ * programs built with clang that compile the implementation themselves
+ * (tests/fuzz/README.md). Include after tinyjax.h. */
 #ifndef TJ_INTERNAL_H
 #define TJ_INTERNAL_H
 #include <stddef.h>
@@ -84,6 +84,27 @@ long tjt_pack_unplanned(void);
 
 /* a parsed safetensors file's data section: [*begin, *end) of its bytes */
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end);
+
+/* the string parsers, as the library calls them (the fuzz targets,
+   tests/fuzz/fuzz_parsers.c). Each returns 0, or -1 with ctx's error set
+   (its message starts with `what`). A named shape of dtype dt ("a=2 b=3"):
+   its rank and its axes' sizes (dims: TJ_MAXDIM of them) (tj__parse_shape); */
+int tjt_parse_shape(tj_ctx *ctx, const char *shape, tj_dtype dt, int *rank, int64_t *dims, const char *what);
+/* an axis list ("a b" or "a,b") into at most max name ids: how many, or -1
+   (tj__parse_names); */
+int tjt_parse_names(tj_ctx *ctx, const char *names, int *ids, int max, const char *what);
+/* a partition spec ("embed:data batch:data+model"; strict = 1) or logical
+   rules (strict = 0) for a value of the f32 named shape `shape`: per axis,
+   the bits of the mesh axes it is split over, into sh (tj__parse_spec) */
+int tjt_parse_spec(tj_ctx *ctx, const char *spec, const char *shape, uint8_t *sh, int strict, const char *what);
+
+/* The library's allocation hooks (TJ_MALLOC, TJ_REALLOC, TJ_FREE): every
+   allocation it makes calls m, r and f from here on (malloc, realloc and
+   free until then). Set them before the library's first allocation and
+   keep them: a block goes back to the hooks it came from. Defined by
+   tests/tj_impl.c (not where a program compiles the implementation
+   itself: it would define TJ_MALLOC there). */
+void tjt_set_alloc(void *(*m)(size_t), void *(*r)(void *, size_t), void (*f)(void *));
 
 #ifdef __cplusplus
 }
@@ -164,5 +185,18 @@ long tjt_pack_unplanned(void) {
 void tjt_st_data_section(const tj_safetensors *st, const unsigned char **begin, const unsigned char **end) {
     *begin = st->buf + st->data_start;
     *end = st->buf + st->len;
+}
+int tjt_parse_shape(tj_ctx *ctx, const char *shape, tj_dtype dt, int *rank, int64_t *dims, const char *what) {
+    tj__type t;
+    int r = tj__parse_shape(ctx, shape, dt, &t, 0, what, NULL, 0), k;
+    *rank = r ? 0 : t.rank;
+    for (k = 0; k < *rank; k++) dims[k] = t.dim[k];
+    return r;
+}
+int tjt_parse_names(tj_ctx *ctx, const char *names, int *ids, int max, const char *what) { return tj__parse_names(ctx, names, ids, max, what, NULL, 0); }
+int tjt_parse_spec(tj_ctx *ctx, const char *spec, const char *shape, uint8_t *sh, int strict, const char *what) {
+    tj__type t;
+    if (tj__parse_shape(ctx, shape, TJ_F32, &t, 0, what, NULL, 0)) return -1;
+    return tj__parse_spec(ctx, spec, &t, sh, strict, what, NULL, 0);
 }
 #endif /* TJT_INTERNAL_IMPLEMENTATION */

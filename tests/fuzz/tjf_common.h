@@ -1,6 +1,11 @@
 /* Shared by the fuzz targets in tests/fuzz/ (see README.md there): the
-   library and gpt2_io.h implementations, once per program, and scratch
-   files for parsers that read from a path. */
+   library, gpt2_io.h and tests/tj_internal.h (the parsers' wrappers), each
+   with its implementation once per program, and scratch files for parsers
+   that read from a path. A program that links the implementations instead
+   (tests/test_fuzz_smoke.c: tests/tj_impl.c, tests/gpt2_io_impl.c) defines
+   TINYJAX_IMPLEMENTATION_DONE, GPT2_IO_IMPLEMENTATION_DONE and
+   TJT_INTERNAL_IMPLEMENTATION_DONE before including a target: the requests
+   below are then skipped. */
 #ifndef TJF_COMMON_H
 #define TJF_COMMON_H
 #define _POSIX_C_SOURCE 200809L
@@ -8,6 +13,8 @@
 #include "../../tinyjax.h"
 #define GPT2_IO_IMPLEMENTATION
 #include "../../demos/gpt2_io.h"
+#define TJT_INTERNAL_IMPLEMENTATION
+#include "../tj_internal.h"
 
 #include <stdint.h>
 #include <stdio.h>
