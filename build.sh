@@ -2,9 +2,9 @@
 # tinyjax build driver.
 #   ./build.sh test    build and run every tests/test_*.c (-O2, warnings as errors;
 #                      they link one compiled copy of the library, tests/tj_impl.c),
-#                      again on the device-like backend (TJ_BACKEND=devsim),
-#                      again under -fsanitize=address,undefined (with TJ_TEST_QUICK=1,
-#                      see tests/tj_test.h), run the fuzz
+#                      again on the device-like backend (TJ_BACKEND=devsim) and
+#                      under -fsanitize=address,undefined (both with
+#                      TJ_TEST_QUICK=1, see tests/tj_test.h), run the fuzz
 #                      targets of tests/fuzz under libFuzzer when clang is
 #                      present (TJ_LIBFUZZER_SECONDS each, default 3), check the header
 #                      compiles as C99 and C++, compile the CUDA backend with nvcc
@@ -111,23 +111,30 @@ run_test() {
     out=$("$@" 2>&1); rc=$?
     report_test "$name" "$rc" "$out"
 }
-# run_tests_to_files DIR [VAR=VALUE...]: run every test binary of DIR one
-# after the other (in the environment given), each one's output and exit
-# code into DIR/obj/NAME.out and NAME.out.rc, for report_tests
+# run_tests_to_files BIN OUT [VAR=VALUE...]: run the test binaries of BIN
+# (build/o2, build/asan) one after the other, in the environment given,
+# each one's output and exit code into OUT/NAME.out and NAME.out.rc, for
+# report_tests. Several runners may share OUT: each runs the next binary no
+# runner has taken (mkdir is atomic), so one started later helps finish the
+# list. The slowest (SLOW_TESTS) go first: the runners then end together.
+SLOW_TESTS="test_harness test_xent_ignore test_gpt2 test_xent_split"
 run_tests_to_files() {
-    local dir=$1 b; shift
-    for b in "$dir"/test_*; do
+    local bin=$1 out=$2 b n; shift 2
+    mkdir -p "$out"
+    for b in $(for n in $SLOW_TESTS; do echo "$bin/$n"; done) "$bin"/test_*; do
         [ -x "$b" ] || continue
-        env "$@" "$b" > "$dir/obj/$(basename "$b").out" 2>&1
-        echo $? > "$dir/obj/$(basename "$b").out.rc"
+        n=$(basename "$b")
+        mkdir "$out/$n.taken" 2>/dev/null || continue
+        env "$@" "$b" > "$out/$n.out" 2>&1
+        echo $? > "$out/$n.out.rc"
     done
 }
-report_tests() { # DIR PREFIX: report_test for each output run_tests_to_files left
+report_tests() { # BIN OUT PREFIX: report_test for each output run_tests_to_files left
     local b n
     for b in "$1"/test_*; do
         [ -x "$b" ] || continue
         n=$(basename "$b")
-        report_test "$2$n" "$(cat "$1/obj/$n.out.rc" 2>/dev/null || echo 1)" "$(cat "$1/obj/$n.out" 2>/dev/null)"
+        report_test "$3$n" "$(cat "$2/$n.out.rc" 2>/dev/null || echo 1)" "$(cat "$2/$n.out" 2>/dev/null)"
     done
 }
 # report_test NAME EXIT OUTPUT: echo the output, add its closing line to the totals
@@ -146,18 +153,24 @@ report_test() {
 }
 
 # ---- a pool of background jobs, at most JOBS (default: the cores) at once ----
+# (its own jobs only: `./build.sh test` has test runners in the background too)
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-pool_n=0
+pool_pids=()
+pool_running() { # how many of the pool's jobs have not been waited for
+    local p n=0
+    for p in "${pool_pids[@]}"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+    echo $n
+}
 # spawn LOG CMD...: run CMD in the background, its output into LOG and its
 # exit status into LOG.rc (waits first while JOBS jobs are running)
 spawn() {
     local log=$1; shift
-    while [ "$pool_n" -ge "$JOBS" ]; do wait -n; pool_n=$((pool_n - 1)); done
+    while [ "$(pool_running)" -ge "$JOBS" ]; do wait -n; done
     rm -f "$log.rc"
     ( "$@" > "$log" 2>&1; echo $? > "$log.rc" ) &
-    pool_n=$((pool_n + 1))
+    pool_pids+=($!)
 }
-pool_wait() { wait; pool_n=0; }
+pool_wait() { [ ${#pool_pids[@]} -eq 0 ] || wait "${pool_pids[@]}"; pool_pids=(); }
 done_ok() { [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; } # done_ok LOG: that job succeeded
 
 # ---- test programs ----
@@ -230,10 +243,25 @@ test)
     printf '#define TINYJAX_IMPLEMENTATION\n#include "tinyjax.h"\nint main(void){return 0;}\n' > build/hdr.cpp
     cp build/hdr.cpp build/mpi/hdr.c; cp build/hdr.cpp build/mpi/hdr.cpp
 
-    # Everything is compiled first, on every core at once (the longest
-    # compiles first); then the programs run: the -O2 tests and the
-    # libFuzzer runs alongside the sanitized tests, then the MPI cases alone.
-    section "compiling on $JOBS cores: tests (-O2, sanitized), header checks$([ $have_cuda = 1 ] && echo ", CUDA")$([ $have_clang = 1 ] && echo ", libFuzzer")$([ $have_mpi = 1 ] && echo ", MPI")"
+    # The sanitized tests are compiled first, then run in the background one
+    # after the other (TJ_TEST_QUICK=1, still the longest chain of the run)
+    # while everything else compiles, on every core at once, the longest
+    # compiles first. Then the -O2 tests run here and the devsim pass in the
+    # background; then libFuzzer, CUDA and MPI here; then this shell helps the
+    # background runners finish their lists (so both cores stay busy to the
+    # end), and reports those two passes last.
+    rm -rf build/devsim
+    section "compiling the sanitized tests on $JOBS cores"
+    compile_tests build/asan $ASAN
+    pool_wait
+    link_tests build/asan $ASAN
+    pool_wait
+    asan_env=(ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TJ_TEST_QUICK=1)
+    asan_from=$SECONDS
+    run_tests_to_files build/asan build/asan/obj "${asan_env[@]}" &
+    asan_runs=$!
+
+    section "compiling on $JOBS cores, the sanitized tests running: tests (-O2), header checks$([ $have_cuda = 1 ] && echo ", CUDA")$([ $have_clang = 1 ] && echo ", libFuzzer")$([ $have_mpi = 1 ] && echo ", MPI")"
     if [ $have_cuda = 1 ]; then
         spawn build/tinyjax_cuda.log "$NVCC" -std=c++17 $CUDA_ARCH -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda.o
         spawn build/tinyjax_cuda_nccl.log "$NVCC" -std=c++17 -DTJ_NCCL -Werror all-warnings -Xcompiler -Wall,-Wextra -I. -c tinyjax_cuda.cu -o build/tinyjax_cuda_nccl.o
@@ -249,7 +277,6 @@ test)
             spawn build/mpi/tinyjax_cuda_nccl.log "$NVCC" -std=c++17 -DTJ_NCCL -DTJ_MPI $MPINV -Werror all-warnings -I. -c tinyjax_cuda.cu -o build/mpi/tinyjax_cuda_nccl.o
         fi
     fi
-    compile_tests build/asan $ASAN
     if [ $have_clang = 1 ]; then
         spawn build/fuzz/compile.log clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. tests/fuzz/fuzz_all.c -lm -pthread \
             -o build/fuzz/fuzz_all
@@ -273,7 +300,6 @@ test)
     fi
     pool_wait
     link_tests build/o2 -O2 -g
-    link_tests build/asan $ASAN
     if [ $have_cuda = 1 ] && done_ok build/tinyjax_cuda.log && [ -f tests/test_cuda.cu ]; then
         spawn build/test_cuda.log "$NVCC" -std=c++17 $CUDA_ARCH -Werror all-warnings -I. tests/test_cuda.cu build/tinyjax_cuda.o -lcublas -o build/test_cuda
     fi
@@ -309,19 +335,20 @@ test)
         for f in $hdr_logs; do done_ok "$f" || sed 's/^/    /' "$f"; done
     fi
 
-    # The sanitized programs run in the background (one after the other,
-    # reported after the libFuzzer runs) while the -O2 ones run here.
-    run_tests_to_files build/asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TJ_TEST_QUICK=1 &
-    asan_runs=$!
+    # the same programs on the device-like CPU backend (tinyjax.h [11]): memory
+    # the host cannot touch, kernels and copies on asynchronous streams, so
+    # the runner's control flow and waits are tested without a GPU. With
+    # TJ_TEST_QUICK=1 as the sanitizer pass: the backend's paths are the same
+    # in the long tests' fewer repetitions (the -O2 pass runs them all).
+    # In the background, reported below.
+    devsim_env=(TJ_BACKEND=devsim TJ_TEST_QUICK=1)
+    devsim_from=$SECONDS
+    run_tests_to_files build/o2 build/devsim "${devsim_env[@]}" &
+    devsim_runs=$!
+
     section "tests, -O2"
     check_tests build/o2
     for b in build/o2/test_*; do [ -x "$b" ] && run_test "$(basename "$b")" "$b"; done
-
-    # the same programs on the device-like CPU backend (tinyjax.h [11]): memory
-    # the host cannot touch, kernels and copies on asynchronous streams, so
-    # the runner's control flow and waits are tested without a GPU
-    section "tests on the device-like backend (TJ_BACKEND=devsim)"
-    for b in build/o2/test_*; do [ -x "$b" ] && TJ_BACKEND=devsim run_test "devsim/$(basename "$b")" "$b"; done
 
     section "fuzz targets under libFuzzer (tests/fuzz, clang; a few seconds each)"
     if [ $have_clang = 1 ]; then
@@ -341,11 +368,6 @@ test)
     else
         echo "  clang not found: skipped (test_fuzz_smoke above runs the same targets with gcc)"
     fi
-
-    section "tests, -fsanitize=address,undefined (TJ_TEST_QUICK=1: the long tests do less work, see tests/tj_test.h)"
-    wait "$asan_runs"
-    check_tests build/asan
-    report_tests build/asan asan/
 
     section "CUDA backend"
     if [ $have_cuda = 1 ]; then
@@ -414,6 +436,16 @@ test)
     else
         echo "  skipped: $MPI_SKIP"
     fi
+
+    # the background passes: their tests not yet started run here too
+    run_tests_to_files build/o2 build/devsim "${devsim_env[@]}"
+    run_tests_to_files build/asan build/asan/obj "${asan_env[@]}"
+    wait "$devsim_runs" "$asan_runs"
+    section "tests on the device-like backend (TJ_BACKEND=devsim, TJ_TEST_QUICK=1; run since $devsim_from s, in the background and here)"
+    report_tests build/o2 build/devsim devsim/
+    section "tests, -fsanitize=address,undefined (TJ_TEST_QUICK=1: the long tests do less work, see tests/tj_test.h; run since $asan_from s, in the background and here)"
+    check_tests build/asan
+    report_tests build/asan build/asan/obj asan/
     echo "== done in ${SECONDS} s"
     echo "total: $total_pass passed, $total_fail failed"
     [ "$total_fail" -eq 0 ]

@@ -8,11 +8,16 @@
  * tinyjax.h. The library's insides it needs come through tj_internal.h.
  *
  * TJ_TEST_QUICK=1 (build.sh sets it for the sanitizer pass, where every
- * program runs several times slower; the -O2 pass runs everything in full)
- * asks the long tests for less work: test_harness runs 3 of its 4 meshes and
- * at most 2 placements on the larger ones, test_gpt2_cli 3 kill trials
- * instead of 5, test_gpt2_train 6 training steps instead of 40 (checking
- * only that they run), test_fuzz_smoke 0.5 s per target instead of 1 s. */
+ * program runs several times slower, and for the devsim pass, which runs
+ * the same code paths again on another backend; the -O2 pass runs
+ * everything in full) asks the long tests for less work: test_harness runs
+ * 3 of its 4 meshes and at most 2 placements on the larger ones (every row,
+ * every context, every kind of check), test_gpt2_cli 3 kill trials instead
+ * of 5, test_fibers 20 runs of a program instead of 100, test_fuzz_smoke
+ * 0.5 s per target instead of 1 s, and test_gpt2_train 6 training steps
+ * instead of 40, checking only that they run: its bounds on the loss curve
+ * (a property of the demo's default settings, not of the backend) are
+ * checked by the -O2 pass alone. */
 #ifndef TJ_TEST_H
 #define TJ_TEST_H
 #include "tj_internal.h"
