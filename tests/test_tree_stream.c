@@ -142,7 +142,9 @@ static void test_peak(tj_ctx *c) {
        added its 12.6 MB. */
     bound = arrays + 2LL * LEAF_N * 4 + (2 << 20);
     TJT_CHECK(peak <= bound, "a load of a %lld-byte file peaked at %lld bytes of host memory; its arrays are %lld bytes (bound %lld)", fsz, peak, arrays, bound);
-    TJT_CHECK(peak >= arrays, "the peak %lld is below the arrays' %lld bytes: the hooks miss the arrays", peak, arrays);
+    /* (the arrays are host memory, through the hooks, on the CPU backend and
+       devsim; the CUDA backend and its emulator allocate their own) */
+    if (tjt_cpu_kernels(c)) TJT_CHECK(peak >= arrays, "the peak %lld is below the arrays' %lld bytes: the hooks miss the arrays", peak, arrays);
     TJT_CHECK(tree_differs(t) == 0, "%lld values differ after the load", tree_differs(t));
     printf("  load of a %.1f MB file: host peak %.1f MB above the start, arrays %.1f MB\n", fsz / 1e6, peak / 1e6, arrays / 1e6);
     tj_tree_free(t);
