@@ -246,10 +246,10 @@ test)
     # The sanitized tests are compiled first, then run in the background one
     # after the other (TJ_TEST_QUICK=1, still the longest chain of the run)
     # while everything else compiles, on every core at once, the longest
-    # compiles first. Then the -O2 tests run here and the devsim pass in the
-    # background; then libFuzzer, CUDA and MPI here; then this shell helps the
-    # background runners finish their lists (so both cores stay busy to the
-    # end), and reports those two passes last.
+    # compiles first. Then a second background runner takes the -O2 tests
+    # and the devsim pass while libFuzzer, CUDA and MPI run here; then this
+    # shell helps the runners finish their lists (so both cores stay busy to
+    # the end), and reports the three passes last.
     rm -rf build/devsim
     section "compiling the sanitized tests on $JOBS cores"
     compile_tests build/asan $ASAN
@@ -335,20 +335,25 @@ test)
         for f in $hdr_logs; do done_ok "$f" || sed 's/^/    /' "$f"; done
     fi
 
-    # the same programs on the device-like CPU backend (tinyjax.h [11]): memory
-    # the host cannot touch, kernels and copies on asynchronous streams, so
-    # the runner's control flow and waits are tested without a GPU. With
-    # TJ_TEST_QUICK=1 as the sanitizer pass: the backend's paths are the same
-    # in the long tests' fewer repetitions (the -O2 pass runs them all).
-    # In the background, reported below.
+    # The -O2 tests, then the same programs on the device-like CPU backend
+    # (tinyjax.h [11]: memory the host cannot touch, kernels and copies on
+    # asynchronous streams, so the runner's control flow and waits are
+    # tested without a GPU), run by a second background runner (which also
+    # helps with the sanitized tests at the end), while libFuzzer, CUDA and
+    # MPI run here: they wait on timeouts and other processes more than
+    # they compute. Then this shell takes what no runner has started, and
+    # the three passes are reported last. The devsim pass runs with
+    # TJ_TEST_QUICK=1 as the sanitizer pass: the backend's paths are the
+    # same in the long tests' fewer repetitions (the -O2 pass runs them all).
     devsim_env=(TJ_BACKEND=devsim TJ_TEST_QUICK=1)
-    devsim_from=$SECONDS
-    run_tests_to_files build/o2 build/devsim "${devsim_env[@]}" &
-    devsim_runs=$!
-
-    section "tests, -O2"
-    check_tests build/o2
-    for b in build/o2/test_*; do [ -x "$b" ] && run_test "$(basename "$b")" "$b"; done
+    run_all_tests() { # every pass's list, as a runner among others
+        run_tests_to_files build/o2 build/o2/obj
+        run_tests_to_files build/o2 build/devsim "${devsim_env[@]}"
+        run_tests_to_files build/asan build/asan/obj "${asan_env[@]}"
+    }
+    o2_from=$SECONDS
+    run_all_tests &
+    o2_runs=$!
 
     section "fuzz targets under libFuzzer (tests/fuzz, clang; a few seconds each)"
     if [ $have_clang = 1 ]; then
@@ -437,11 +442,13 @@ test)
         echo "  skipped: $MPI_SKIP"
     fi
 
-    # the background passes: their tests not yet started run here too
-    run_tests_to_files build/o2 build/devsim "${devsim_env[@]}"
-    run_tests_to_files build/asan build/asan/obj "${asan_env[@]}"
-    wait "$devsim_runs" "$asan_runs"
-    section "tests on the device-like backend (TJ_BACKEND=devsim, TJ_TEST_QUICK=1; run since $devsim_from s, in the background and here)"
+    # the three passes: their tests no runner has started yet run here too
+    run_all_tests
+    wait "$o2_runs" "$asan_runs"
+    section "tests, -O2 (run since $o2_from s, in the background and here)"
+    check_tests build/o2
+    report_tests build/o2 build/o2/obj ""
+    section "tests on the device-like backend (TJ_BACKEND=devsim, TJ_TEST_QUICK=1; run since $o2_from s, after the -O2 ones, in the background and here)"
     report_tests build/o2 build/devsim devsim/
     section "tests, -fsanitize=address,undefined (TJ_TEST_QUICK=1: the long tests do less work, see tests/tj_test.h; run since $asan_from s, in the background and here)"
     check_tests build/asan

@@ -10,9 +10,10 @@
  * this file declares them; the translation unit that holds the library's
  * implementation defines TJT_INTERNAL_IMPLEMENTATION before including it to
  * define them there, where the statics and the struct layouts are visible.
- * tests/tj_impl.c does; so does tests/fuzz/tjf_common.h, for the fuzz
- * programs built with clang that compile the implementation themselves
- * (tests/fuzz/README.md). Include after tinyjax.h. */
+ * tests/tj_impl.c does; so do the two programs that compile the
+ * implementation themselves: the fuzz targets built with clang
+ * (tests/fuzz/tjf_common.h, README.md there) and test_mpi.c's mpicc build
+ * (its library comes from the demo it includes). Include after tinyjax.h. */
 #ifndef TJ_INTERNAL_H
 #define TJ_INTERNAL_H
 #include <stddef.h>

@@ -11,13 +11,17 @@
  * program runs several times slower, and for the devsim pass, which runs
  * the same code paths again on another backend; the -O2 pass runs
  * everything in full) asks the long tests for less work: test_harness runs
- * 3 of its 4 meshes and at most 2 placements on the larger ones (every row,
- * every context, every kind of check), test_gpt2_cli 3 kill trials instead
- * of 5, test_fibers 20 runs of a program instead of 100, test_fuzz_smoke
- * 0.5 s per target instead of 1 s, and test_gpt2_train 6 training steps
- * instead of 40, checking only that they run: its bounds on the loss curve
- * (a property of the demo's default settings, not of the backend) are
- * checked by the -O2 pass alone. */
+ * 3 of its 4 meshes, and on the 4- and 8-device ones one placement per
+ * row, a different one from row to row (every row in every context; over
+ * the rows, every kind of placement on each mesh and context),
+ * test_xent_split one of its 3 class counts on each mesh (by turns: every
+ * program on every mesh, each count on a third of them), test_xent_ignore
+ * each remat policy on 3 of its 6 meshes (each mesh under half of them),
+ * test_gpt2_cli 3 kill trials instead of 5, test_fibers 20 runs of a
+ * program instead of 100, test_fuzz_smoke 0.5 s per target instead of 1 s,
+ * and test_gpt2_train 6 training steps instead of 40, checking only that
+ * they run: its bounds on the loss curve (a property of the demo's default
+ * settings, not of the backend) are checked by the -O2 pass alone. */
 #ifndef TJ_TEST_H
 #define TJ_TEST_H
 #include "tj_internal.h"
@@ -28,6 +32,11 @@
 #include <string.h>
 
 static int tjt_pass, tjt_fail;
+/* TJ_TEST_QUICK is set (and not 0): see above */
+static inline int tjt_quick(void) {
+    const char *q = getenv("TJ_TEST_QUICK");
+    return q && *q && strcmp(q, "0");
+}
 static const char *tjt_current = "";
 
 #define TJT_CHECK(cond, ...)                                                  \
