@@ -3069,9 +3069,12 @@ typedef struct {
     int8_t ldt[3];     /* a leaf's dtype                                    */
     int8_t lone[3];    /* a leaf that is a scalar: element 0 for every i    */
     int8_t lbc[3];     /* a broadcast leaf: its offset (tjc_fptr.bix), or -1 */
+    int8_t slot;       /* the register slot of its result (tjc_fused_small) */
+    int8_t rs[3];      /* operand j's register slot, where src[j] >= 0     */
 } tjc_fmem;
 typedef struct {
     int32_t nm, flt;   /* members (the root last); compute in float        */
+    int32_t nslot;     /* register slots tjc_fused_small needs (tjc_fslots) */
     tjc_fmem m[TJC_FMAX];
 } tjc_fprog;
 /* tjc_k_fused copies it into static shared memory in 4-byte words */
@@ -3399,17 +3402,23 @@ __host__ __device__ __forceinline__ void tjc_fused_at(const tjc_fprog &p, const 
     for (int mi = 0; mi < p.nm; mi++)
         if (q.store[mi]) tjc_fu_st<T>(q.store[mi], p.m[mi].dt, i, r[mi]);
 }
-/* Groups of at most TJC_FSMALL members (most groups: a bias add and its
-   activation, a cast and a scale) keep every result in registers and take
-   TJC_FSMALL_U elements per thread a grid stride apart (the elementwise
-   kernel's reason: more loads in flight per thread). Results are written
-   and read by unrolled selects over the TJC_FSMALL slots (tjc_fpick), so
-   every index is a constant: tjc_fused_at's results array, indexed by each
-   operand's source at run time, lives in local memory. The member loop is
-   not unrolled (one copy of the formulas, U elements wide: tjc_fu_op_u).
-   Same members, same formulas, same rounding: the same bits.
-   TJ_CUDA_FUSED_SMALL=0 in the environment (read at each launch) runs
-   every group one element at a time, to compare the two. */
+/* Groups whose live results fit TJC_FSMALL register slots keep every
+   result in registers and take TJC_FSMALL_U elements per thread a grid
+   stride apart (the elementwise kernel's reason: more loads in flight per
+   thread). The host gives each member a slot (tjc_fslots: the lowest free
+   one once the operands that die at this member are freed; a stored
+   member keeps its slot to the end, where the stores are), so the member
+   count does not matter: in the GPT-2 step, groups of 2 need 1 slot and
+   AdamW's 17 members 4. Results are written and read by unrolled selects
+   over the slots (tjc_fpick), so every index is a constant: tjc_fused_at's
+   results array, indexed by each operand's source at run time, lives in
+   local memory. The member loop is not unrolled (one copy of the formulas,
+   U elements wide: tjc_fu_op_u). Same members, same formulas, same
+   rounding: the same bits. TJ_CUDA_FUSED_SMALL=0 in the environment (read
+   at each launch) runs every group one element at a time, to compare the
+   two. Each slot costs a select per operand read and per result written:
+   by count, 8 slots would make AdamW's group compute-bound on an H100
+   (about 370 instructions per element against 170 with 4; not measured). */
 #define TJC_FSMALL 4
 #define TJC_FSMALL_U(BC) ((BC) ? 2 : 4) /* (a broadcast walk's offsets take registers per element) */
 template <typename T>
@@ -3434,7 +3443,7 @@ __host__ __device__ __forceinline__ void tjc_fused_small(const tjc_fprog &p, con
             if (BC && q.nbix > 0 && i0 + u * stride < n) o0[u] = tjc_ix_at(q.bix[0], i0 + u * stride);
             if (BC && q.nbix > 1 && i0 + u * stride < n) o1[u] = tjc_ix_at(q.bix[1], i0 + u * stride);
             TJC_UNROLL
-            for (int mi = 0; mi < TJC_FSMALL; mi++) r[u][mi] = (T)0;
+            for (int c = 0; c < TJC_FSMALL; c++) r[u][c] = (T)0;
         }
         for (int mi = 0; mi < p.nm; mi++) {
             const tjc_fmem &x = p.m[mi];
@@ -3446,7 +3455,7 @@ __host__ __device__ __forceinline__ void tjc_fused_small(const tjc_fprog &p, con
                 for (int j = 0; j < 3; j++) {
                     v[u][j] = (T)0;
                     if (j >= x.nin || i >= n) continue;
-                    if (x.src[j] >= 0) v[u][j] = tjc_fpick<T>(r[u], x.src[j]);
+                    if (x.src[j] >= 0) v[u][j] = tjc_fpick<T>(r[u], x.rs[j]);
                     else v[u][j] = tjc_fu_ld<T>(q.leaf[mi * 3 + j], x.ldt[j], x.lone[j] ? 0 : BC && x.lbc[j] >= 0 ? tjc_fbc_off(o0[u], o1[u], x.lbc[j]) : i);
                 }
             }
@@ -3456,18 +3465,63 @@ __host__ __device__ __forceinline__ void tjc_fused_small(const tjc_fprog &p, con
                 if (x.dt == TJ_I32 && tjc_i32_arith(x.op)) res[u] = (T)tjc_i32_op(x.op, (double)v[u][0], x.op == TJ__OP_POWS ? (double)x.s : (double)v[u][1]);
                 else res[u] = tjc_fu_round<T>(res[u], x.dt);
                 TJC_UNROLL
-                for (int c = 0; c < TJC_FSMALL; c++) r[u][c] = c == mi ? res[u] : r[u][c];
+                for (int c = 0; c < TJC_FSMALL; c++) r[u][c] = c == x.slot ? res[u] : r[u][c];
             }
         }
-        TJC_UNROLL
-        for (int u = 0; u < U; u++) {
-            const int64_t i = i0 + u * stride;
-            if (i >= n) continue;
+        for (int mi = 0; mi < p.nm; mi++) {
+            if (!q.store[mi]) continue;
             TJC_UNROLL
-            for (int mi = 0; mi < TJC_FSMALL; mi++)
-                if (mi < p.nm && q.store[mi]) tjc_fu_st<T>(q.store[mi], p.m[mi].dt, i, r[u][mi]);
+            for (int u = 0; u < U; u++)
+                if (i0 + u * stride < n) tjc_fu_st<T>(q.store[mi], p.m[mi].dt, i0 + u * stride, tjc_fpick<T>(r[u], p.m[mi].slot));
         }
     }
+}
+/* The register slots of program p's members (p->m[].slot, .rs[]) and how
+   many it needs (p->nslot; above TJC_FSMALL: tjc_fused_at runs it). A
+   member's operands are read before its result is written, so the slot of
+   an operand read for the last time is free for the result; a stored
+   member's slot is held to the end, where the stores are (a member may be
+   stored over a donated argument that a later member reads). */
+static void tjc_fslots(tjc_fprog *p, void *const *store) {
+    int last[TJC_FMAX], holder[TJC_FMAX], nslot = 0;
+    for (int mi = 0; mi < p->nm; mi++) last[mi] = store[mi] ? p->nm : mi;
+    for (int mi = 0; mi < p->nm; mi++)
+        for (int j = 0; j < p->m[mi].nin; j++)
+            if (p->m[mi].src[j] >= 0 && last[p->m[mi].src[j]] < mi) last[p->m[mi].src[j]] = mi;
+    for (int c = 0; c < TJC_FMAX; c++) holder[c] = -1;
+    for (int mi = 0; mi < p->nm; mi++) {
+        tjc_fmem *m = &p->m[mi];
+        int c;
+        for (int j = 0; j < m->nin; j++) m->rs[j] = m->src[j] >= 0 ? p->m[m->src[j]].slot : (int8_t)-1;
+        for (c = 0; c < TJC_FMAX; c++) /* operands read for the last time here */
+            if (holder[c] >= 0 && last[holder[c]] <= mi) holder[c] = -1;
+        for (c = 0; holder[c] >= 0; c++) continue;
+        holder[c] = mi;
+        m->slot = (int8_t)c;
+        nslot = c + 1 > nslot ? c + 1 : nslot;
+    }
+    p->nslot = nslot;
+}
+/* test hook (test_cuda, no GPU needed): the slots of a program of nm
+   members, operand j of member mi reading member src[mi * 3 + j] (-1: a
+   leaf), member mi stored where stored[mi]; returns the slots needed */
+extern "C" int tj_cuda_fslots_host(int nm, const int *nin, const int *src, const int *stored, int *slot, int *rs);
+extern "C" int tj_cuda_fslots_host(int nm, const int *nin, const int *src, const int *stored, int *slot, int *rs) {
+    tjc_fprog p;
+    void *store[TJC_FMAX];
+    memset(&p, 0, sizeof p);
+    p.nm = nm;
+    for (int mi = 0; mi < nm; mi++) {
+        p.m[mi].nin = (int8_t)nin[mi];
+        for (int j = 0; j < 3; j++) p.m[mi].src[j] = (int8_t)(j < nin[mi] ? src[mi * 3 + j] : -1);
+        store[mi] = stored[mi] ? (void *)&p : NULL;
+    }
+    tjc_fslots(&p, store);
+    for (int mi = 0; mi < nm; mi++) {
+        slot[mi] = p.m[mi].slot;
+        for (int j = 0; j < 3; j++) rs[mi * 3 + j] = p.m[mi].rs[j];
+    }
+    return p.nslot;
 }
 /* thread t of stride: a small group (SMALL) or one element at a time */
 template <typename T, bool BC, bool SMALL>
@@ -3491,7 +3545,7 @@ static bool tjc_fsmall_on(void) {
    double, broadcast walks or not, small or not */
 #define TJC_FUSED_DISPATCH(p, q, CALL)                                                   \
     do {                                                                                 \
-        const bool small_ = (p).nm <= TJC_FSMALL && tjc_fsmall_on(), bc_ = (q).nbix > 0; \
+        const bool small_ = (p).nslot <= TJC_FSMALL && tjc_fsmall_on(), bc_ = (q).nbix > 0; \
         if ((p).flt) {                                                  \
             if (small_ && bc_) CALL(float, true, true);                 \
             else if (small_) CALL(float, false, true);                  \
@@ -3555,6 +3609,7 @@ static int tjc_fused_prog(tj__kern *k, tjc_fprog *p, tjc_fptr *q) {
         p->flt &= tj__flt_ok(x->op, x->lt.dt, x->nin, idt);
     }
     if (!q->store[r->nmembers - 1]) return tjc_fail(k, "the fused group's root has no buffer");
+    tjc_fslots(p, q->store);
     for (int w = 0; w * TJC_IXOPS < nbc; w++) { /* the walks: three broadcast leaves each */
         const int64_t *st[TJC_IXOPS];
         int nops = nbc - w * TJC_IXOPS < TJC_IXOPS ? nbc - w * TJC_IXOPS : TJC_IXOPS;

@@ -596,6 +596,60 @@ static void test_scatter_csr_host(void) {
     tjt_current = "";
 }
 
+/* the register slots of a fused group's members (tjc_fslots, for
+   tjc_fused_small) on random programs: every operand read from the slot
+   that still holds the member it names, every stored member's slot
+   holding it at the end (the stores come last), the count right; and
+   AdamW's group, 17 members in 4 slots */
+extern "C" int tj_cuda_fslots_host(int nm, const int *nin, const int *src, const int *stored, int *slot, int *rs);
+static unsigned fs_rand(unsigned *seed) {
+    *seed = *seed * 1664525u + 1013904223u;
+    return *seed >> 8;
+}
+static void test_fslots_host(void) {
+    unsigned seed = 4242;
+    int bad = 0, within = 0, t;
+    tjt_current = "fused-group register slots";
+    for (t = 0; t < 20000; t++) {
+        int nm = 1 + (int)(fs_rand(&seed) % 24), nin[24], src[72], stored[24], slot[24], rs[72], hold[24], most = -1, ns, mi, j;
+        for (mi = 0; mi < nm; mi++) {
+            nin[mi] = 1 + (int)(fs_rand(&seed) % 3);
+            for (j = 0; j < 3; j++) src[mi * 3 + j] = mi && j < nin[mi] && fs_rand(&seed) % 4 ? (int)(fs_rand(&seed) % (unsigned)mi) : -1;
+            stored[mi] = mi == nm - 1 || fs_rand(&seed) % 5 == 0;
+        }
+        ns = tj_cuda_fslots_host(nm, nin, src, stored, slot, rs);
+        for (j = 0; j < 24; j++) hold[j] = -1;
+        for (mi = 0; mi < nm; mi++) { /* the kernel's order: operands read, then the result written */
+            for (j = 0; j < nin[mi]; j++) {
+                int s = src[mi * 3 + j];
+                if (s >= 0 && (rs[mi * 3 + j] != slot[s] || slot[s] < 0 || slot[s] >= 24 || hold[slot[s]] != s)) bad++;
+            }
+            if (slot[mi] < 0 || slot[mi] >= 24) {
+                bad++;
+                continue;
+            }
+            hold[slot[mi]] = mi;
+            most = slot[mi] > most ? slot[mi] : most;
+        }
+        for (mi = 0; mi < nm; mi++)
+            if (stored[mi] && (slot[mi] < 0 || slot[mi] >= 24 || hold[slot[mi]] != mi)) bad++;
+        if (ns != most + 1) bad++;
+        within += ns <= 4;
+    }
+    TJT_CHECK(bad == 0, "%d wrong slot assignments in 20000 random programs", bad);
+    TJT_CHECK(within > 2000 && within < 18000, "%d of 20000 random programs within 4 slots (want both kinds)", within);
+    { /* AdamW (demos/gpt2_model.h): m' = b1 m + (1-b1) g, v' = b2 v + (1-b2) g^2, p' = p - lr (m'/(sqrt(v')+eps) + wd p) */
+        static const int nin[14] = {1, 1, 2, 2, 1, 1, 2, 1, 1, 2, 1, 2, 1, 2};
+        static const int src[42] = {-1, 0, 0, -1, 0, 0, 0, 1, 0, -1, -1, 0, 3, 0, 0, -1, 0, 0, 5, 4, 0,
+                                    6, 0, 0, 7, 0, 0, 2, 8, 0, -1, 0, 0, 9, 10, 0, 11, 0, 0, -1, 12, 0};
+        static const int stored[14] = {0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1};
+        int slot[14], rs[42];
+        int ns = tj_cuda_fslots_host(14, nin, src, stored, slot, rs);
+        TJT_CHECK(ns == 4, "AdamW's 14-member chain takes %d register slots (want 4)", ns);
+    }
+    tjt_current = "";
+}
+
 /* element offsets without division (tjc_ix, tjc_div): the walk the
    elementwise, copy and reduce kernels take, run on the host against plain
    row-major strides, for broadcasts (stride 0), size-1 axes, transposed and
@@ -1980,6 +2034,26 @@ static void f_fused(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         c = tj_sub(tj_add(tj_mul(c, bias), rowm), rowt);
         tj_tree_set_v(out, "bcast_many", tj_mul(c, bias));
     }
+    { /* AdamW's shape: moments and the param updated, all three stored,
+         in one group of 14 members that needs 4 register slots
+         (tjc_fused_small); and 6 stored members summed, which needs more
+         than 4 (tjc_fused_at) */
+        tj_v am = tj_tree_v(in, "am"), av = tj_tree_v(in, "av"), m1, v1, w;
+        m1 = tj_add(tj_muls(am, 0.9), tj_muls(y, 0.1));
+        v1 = tj_add(tj_muls(av, 0.95), tj_muls(tj_mul(y, y), 0.05));
+        tj_tree_set_v(out, "adam_m", m1);
+        tj_tree_set_v(out, "adam_v", v1);
+        tj_tree_set_v(out, "adam_p", tj_sub(x, tj_muls(tj_add(tj_div(m1, tj_adds(tj_sqrt(v1), 1e-8)), tj_muls(x, 0.1)), 3e-3)));
+        w = NULL;
+        for (int k = 0; k < 6; k++) {
+            char name[16];
+            tj_v t = tj_muls(tj_add(x, am), 1.0 + k);
+            snprintf(name, sizeof name, "wide_%d", k);
+            tj_tree_set_v(out, name, t);
+            w = w ? tj_add(w, t) : t;
+        }
+        tj_tree_set_v(out, "wide", w);
+    }
     /* a group feeding a reduction (its last member is stored for the sum) */
     tj_tree_set_v(out, "tol_sum", tj_sum(tj_gelu(tj_adds(tj_mul(x, y), 1.0)), "n"));
     /* libm in double: CUDA's may differ in the last bit */
@@ -1994,10 +2068,17 @@ static double elem(const void *p, tj_dtype dt, int64_t j) {
     default: return ((const double *)p)[j];
     }
 }
-static int fused_events(const tj_prog *p) {
+/* the fused groups a profiled run ran, and (*most) the most members in one */
+static int fused_events(const tj_prog *p, int *most) {
     tj_event ev[4096];
-    int n = tj_prog_events(p, ev, 4096), i, k = 0;
-    for (i = 0; i < n && i < 4096; i++) k += !strncmp(ev[i].op, "fused", 5);
+    int n = tj_prog_events(p, ev, 4096), i, k = 0, m;
+    *most = 0;
+    for (i = 0; i < n && i < 4096; i++)
+        if (!strncmp(ev[i].op, "fused", 5)) {
+            k++;
+            if (sscanf(ev[i].op, "fused x%d", &m) == 1 && m > *most) *most = m;
+            if (getenv("FEV")) printf("EV %s\n", ev[i].op);
+        }
     return k;
 }
 static void fused_case(tj_ctx *ref, tj_ctx *test, const char *label, int64_t n) {
@@ -2014,7 +2095,7 @@ static void fused_case(tj_ctx *ref, tj_ctx *test, const char *label, int64_t n) 
         {"x", TJ_F32, sx, -2, 2},   {"y", TJ_F32, sx, -2, 2},   {"xb", TJ_BF16, sx, -2, 2}, {"yb", TJ_BF16, sx, -2, 2},
         {"xd", TJ_F64, sx, -2, 2},  {"yd", TJ_F64, sx, -2, 2},  {"row", TJ_F32, sr, -2, 2}, {"bias", TJ_F32, "c=3", -1, 1},
         {"rowm", TJ_F32, sm, -1, 1}, {"rowt", TJ_F32, st, -1, 1}, {"rowb", TJ_BF16, sr, -2, 2}, {"biasb", TJ_BF16, "c=3", -1, 1},
-        {"rowd", TJ_F64, sr, -2, 2}, {"rowmd", TJ_F64, sm, -1, 1},
+        {"rowd", TJ_F64, sr, -2, 2}, {"rowmd", TJ_F64, sm, -1, 1}, {"am", TJ_F32, sx, -1, 1}, {"av", TJ_F32, sx, 0, 1},
     };
     for (b = 0; b < 2; b++) {
         tj_set_profile(cs[b], 1);
@@ -2024,9 +2105,11 @@ static void fused_case(tj_ctx *ref, tj_ctx *test, const char *label, int64_t n) 
         if (!p[b] || tj_run(p[b], in[b], out[b]) != TJ_OK) {
             TJT_CHECK(0, "[fused %s n=%lld] %s: %s", label, (long long)n, b ? label : "cpu", tj_error(cs[b]));
             ok = 0;
-        } else
-            TJT_CHECK(fused_events(p[b]) >= 5, "[fused %s n=%lld] %s ran %d fused groups (want at least 5)", label, (long long)n, b ? label : "cpu",
-                      fused_events(p[b]));
+        } else {
+            int most, nf = fused_events(p[b], &most);
+            TJT_CHECK(nf >= 5 && most >= 14, "[fused %s n=%lld] %s ran %d fused groups of at most %d members (want at least 5, one of 14 or more)", label,
+                      (long long)n, b ? label : "cpu", nf, most);
+        }
         tj_set_profile(cs[b], 0);
     }
     for (i = 0; ok && i < tj_tree_size(out[0]); i++) {
@@ -2108,7 +2191,10 @@ static void test_fused_table(void) {
             out[b + r] = tj_tree_new(cs[b]);
             TJT_CHECK(p[b] && tj_run(p[b], in[b], out[b + r]) == TJ_OK, "%s run %d: %s", b ? "cuda" : "cpu", r, tj_error(cs[b]));
         }
-        TJT_CHECK(!p[b] || fused_events(p[b]) >= FTAB_N, "%s ran %d fused groups (want %d)", b ? "cuda" : "cpu", p[b] ? fused_events(p[b]) : 0, FTAB_N);
+        {
+            int most, nf = p[b] ? fused_events(p[b], &most) : 0;
+            TJT_CHECK(nf >= FTAB_N, "%s ran %d fused groups (want %d)", b ? "cuda" : "cpu", nf, FTAB_N);
+        }
         tj_set_profile(cs[b], 0);
     }
     for (i = 0; i < FTAB_N; i++) {
@@ -2174,6 +2260,7 @@ int main(int argc, char **argv) {
     test_scatter_csr_host(); /* the device's scatter_add index logic, on the host */
     test_transpose_host();   /* the tiled relayout's index steps, on the host */
     test_ix_host();          /* the kernels' element offsets without division, on the host */
+    test_fslots_host();      /* fused groups' register slots, on the host */
     test_ew_threads_host();  /* the elementwise kernel's thread loop, on the host */
     test_copy_threads_host(); /* the copy kernel's thread loop, on the host */
     test_attention_host();   /* the flash attention kernels' block code, on the host */
