@@ -2413,13 +2413,46 @@ __host__ __device__ static inline int tjc_fa_lane(int x) {
 }
 /* Stage rows [r0, r0 + 64) of a [rows, D] matrix in shared memory (pitch
    D + PAD), zeros past `rows`: thread `tid` of `nt` copies elements. With
-   `check`, returns whether one of them was an inf or NaN (0 without). */
+   `check`, returns whether one of them was an inf or NaN (0 without).
+   Where src is 16-byte aligned (every row then is: D elements are 128 to
+   512 bytes, and so is every staged row's pitch) a thread moves 16 bytes
+   at a time (8 bf16 or 4 f32), one load and one store instead of 8 or 4;
+   else an element at a time. Both give the same staged bits. */
 template <class F, int D>
 __host__ __device__ static inline int tjc_fa_stage(typename F::E *sh, const typename F::E *src, int64_t r0, int64_t rows, int tid, int nt, int check = 0) {
+    typedef typename F::E E;
+    enum { V = 16 / sizeof(E), DV = D / V }; /* elements per 16 bytes, 16-byte pieces per row */
     int nf = 0;
+    if (!((uintptr_t)src & 15)) {
+        for (int i = tid; i < TJC_FA_ROWS * DV; i += nt) {
+            const int r = i / DV, c = i % DV * V;
+            union {
+                uint4 u;
+                E e[V];
+            } w;
+            if (r0 + r < rows) {
+#ifdef __CUDA_ARCH__
+                w.u = *(const uint4 *)(src + (r0 + r) * D + c);
+#else
+                memcpy(&w, src + (r0 + r) * D + c, 16);
+#endif
+            } else
+                w.u = make_uint4(0, 0, 0, 0);
+            for (int j = 0; j < V; j++) {
+                w.e[j] = F::stage(w.e[j]);
+                if (check) nf |= !(F::val(w.e[j]) - F::val(w.e[j]) == 0.f);
+            }
+#ifdef __CUDA_ARCH__
+            *(uint4 *)(sh + r * (D + F::PAD) + c) = w.u;
+#else
+            memcpy(sh + r * (D + F::PAD) + c, &w, 16);
+#endif
+        }
+        return nf;
+    }
     for (int i = tid; i < TJC_FA_ROWS * D; i += nt) {
         int r = i / D, c = i % D;
-        typename F::E x = r0 + r < rows ? F::stage(src[(r0 + r) * D + c]) : (typename F::E)0;
+        E x = r0 + r < rows ? F::stage(src[(r0 + r) * D + c]) : (E)0;
         sh[r * (D + F::PAD) + c] = x;
         if (check) nf |= !(F::val(x) - F::val(x) == 0.f);
     }

@@ -934,6 +934,27 @@ static void attn_host_case(tj_ctx *c, tj_dtype dt, int64_t nb, int64_t tq, int64
     TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[attention host] the CPU reference: %s", tj_error(c));
     TJT_CHECK(tj_cuda_attention_host(dt, nb, tq, tk, d, 1.0 / sqrt((double)d), causal, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
               "[attention host] %s d=%lld has a flash kernel", tj_dtype_name(dt), (long long)d);
+    { /* inputs one element past 16-byte alignment: the kernels stage them an
+         element at a time instead of 16 bytes at a time, the same bits */
+        size_t es = tj_dtype_size(dt);
+        int64_t nin[4] = {nq, nk, nk, nq};
+        char *mh[4], *me[4];
+        float *mlse = (float *)malloc(sizeof(float) * (size_t)(nb * tq));
+        int same = 1;
+        for (int i = 0; i < 4; i++) {
+            mh[i] = (char *)malloc(es * (size_t)(nin[i] + 1));
+            me[i] = (char *)malloc(es * (size_t)n[i]);
+            memcpy(mh[i] + es, h[i], es * (size_t)nin[i]);
+        }
+        TJT_CHECK(tj_cuda_attention_host(dt, nb, tq, tk, d, 1.0 / sqrt((double)d), causal, mh[0] + es, mh[1] + es, mh[2] + es, me[0], mlse, mh[3] + es, me[1],
+                                         me[2], me[3]) == 0, "[attention host] %s d=%lld, unaligned inputs", tj_dtype_name(dt), (long long)d);
+        for (int i = 0; i < 4; i++) same &= !memcmp(me[i], e[i], es * (size_t)n[i]);
+        same &= !memcmp(mlse, lse, sizeof(float) * (size_t)(nb * tq));
+        TJT_CHECK(same, "[attention host] %s b=%lld tq=%lld tk=%lld d=%lld causal=%d: unaligned inputs (staged an element at a time) give other bits",
+                  tj_dtype_name(dt), (long long)nb, (long long)tq, (long long)tk, (long long)d, causal);
+        for (int i = 0; i < 4; i++) free(mh[i]), free(me[i]);
+        free(mlse);
+    }
     for (int i = 0; p && i < 4; i++) {
         tj_array *a = tj_tree_array(out, names[i]);
         double big = 0, diff = 0;
