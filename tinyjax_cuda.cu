@@ -2012,9 +2012,11 @@ static int tjc_xent_part(tjc_state *s, tj__kern *k) {
    compute in float, f64 in double, as the CPU. Rows are visited
    grid-stride with 64-bit offsets (any number of rows, a 1-D grid).
    Path 2 (the flash kernels, after this) takes dim = dim' of 64 or 128 on
-   tensor cores: bf16, and f32 with TJ_CUDA_TF32=1. Neither path has run on
-   a GPU yet: only their compilation and the flash path's host emulation
-   are tested without one. */
+   tensor cores: bf16, f32 as TF32 with TJ_CUDA_TF32=1, and f32 as 3xTF32
+   otherwise (since 2026-11-24, session 22; f32 had taken path 1 before,
+   13x slower than the composed form on the H100). Both paths ran on an
+   H100 on 2026-11-24 (session 20); the 3xTF32 kernels have not yet, only
+   their host emulation. */
 #define TJC_ATT_WPB 4 /* warps per block */
 typedef struct {
     int64_t nb, tq, tk, d, dv; /* batch rows, queries, keys, dim, dim' (tj__attn_init) */
@@ -2227,11 +2229,12 @@ static_assert(TJ__ATTN_MAXD <= 8 * 32, "path 1's rows: at most 8 slots per lane"
         TJC_LAUNCHED(k, #KERN);                                                                                 \
     } while (0)
 
-/* ---- attention, path 2: flash kernels on tensor cores (bf16, or f32 as TF32; dim = dim' of 64 or 128) ----
+/* ---- attention, path 2: flash kernels on tensor cores (bf16, or f32 as TF32 or 3xTF32; dim = dim' of 64 or 128) ----
    FlashAttention-2's tiling with mma.sync (f32 sums; sm_80 and newer): bf16
    inputs through m16n8k16, f32 inputs through m16n8k8 on TF32 (their
    mantissas rounded to 10 bits, to nearest, ties away) when TJ_CUDA_TF32=1
-   allows it as for dots; f32 stays on path 1 otherwise. A block of 4 warps
+   allows it as for dots, else each f32 product as three TF32 ones
+   (tjc_fa_fmt_f32x3: about f32's accuracy). A block of 4 warps
    owns 64 rows of one batch row (the forward and dq: queries; dk/dv: keys),
    16 rows per warp, and walks the other side in tiles of 64 that it stages
    in shared memory:
@@ -2273,7 +2276,7 @@ static_assert(TJ__ATTN_MAXD <= 8 * 32, "path 1's rows: at most 8 slots per lane"
    code that way, block by block, warp by warp, and test_cuda compares it
    with the CPU op. What that cannot check is the layout itself against the
    hardware, the PTX, and the shared-memory timing: that needs a GPU run
-   (test_cuda's GPU part), which has not happened yet. */
+   (test_cuda's GPU part): bf16 and TF32 passed on an H100 (2026-11-24). */
 #define TJC_FA_ROWS 64 /* rows per block (4 warps x 16) and per tile of the other side */
 #define TJC_FA_WARPS 4
 __host__ __device__ static inline float tjc_fa_bits_f32(uint32_t u) {
@@ -2311,7 +2314,7 @@ __host__ __device__ static inline float tjc_fa_round_tf32(float x) {
    float rounded to the format (as P and dS go into a product). */
 struct tjc_fa_fmt_bf16 {
     typedef uint16_t E;
-    enum { EPR = 2, PAD = 8 };
+    enum { EPR = 2, PAD = 8, SPLIT = 0 };
     __host__ __device__ static E stage(E x) { return x; }
     __host__ __device__ static E out(float x) { return tjc_fa_bf16(x); }
     __host__ __device__ static float val(E x) { return tjc_fa_bits_f32((uint32_t)x << 16); }
@@ -2326,7 +2329,7 @@ struct tjc_fa_fmt_bf16 {
 };
 struct tjc_fa_fmt_tf32 {
     typedef float E;
-    enum { EPR = 1, PAD = 4 };
+    enum { EPR = 1, PAD = 4, SPLIT = 0 };
     __host__ __device__ static E stage(E x) { return tjc_fa_round_tf32(x); }
     __host__ __device__ static E out(float x) { return x; }
     __host__ __device__ static float val(E x) { return x; }
@@ -2334,6 +2337,29 @@ struct tjc_fa_fmt_tf32 {
     __host__ __device__ static float dec(uint32_t r, int h) { return (void)h, tjc_fa_bits_f32(r); }
     __host__ __device__ static float rnd(float x) { return tjc_fa_round_tf32(x); }
 };
+/* f32 without TF32's rounding (the default for f32): staged, P and dS kept
+   as f32, and each product of fragments a b taken on the TF32 tensor
+   cores as three, a_lo b_hi + a_hi b_lo + a_hi b_hi, where x_hi is x
+   rounded to TF32 and x_lo the rest rounded to TF32 (tjc_fa_split): 22 of
+   f32's 24 significant bits of each operand, the a_lo b_lo term (below
+   2^-22 of the product) dropped, f32 sums ("3xTF32", as CUTLASS's
+   emulation of f32 products). Three times TF32's tensor-core work. */
+struct tjc_fa_fmt_f32x3 {
+    typedef float E;
+    enum { EPR = 1, PAD = 4, SPLIT = 1 };
+    __host__ __device__ static E stage(E x) { return x; }
+    __host__ __device__ static E out(float x) { return x; }
+    __host__ __device__ static float val(E x) { return x; }
+    __host__ __device__ static uint32_t reg(const E *p, int next) { return (void)next, tjc_fa_f32_bits(p[0]); }
+    __host__ __device__ static float dec(uint32_t r, int h) { return (void)h, tjc_fa_bits_f32(r); }
+    __host__ __device__ static float rnd(float x) { return x; }
+};
+/* a register's f32 value as TF32 hi + lo (lo 0 where hi is inf or NaN) */
+__host__ __device__ static __forceinline__ void tjc_fa_split(uint32_t r, uint32_t *hi, uint32_t *lo) {
+    float x = tjc_fa_bits_f32(r), h = tjc_fa_round_tf32(x);
+    *hi = tjc_fa_f32_bits(h);
+    *lo = tjc_fa_f32_bits(h - h == 0.f ? tjc_fa_round_tf32(x - h) : 0.f); /* (x - h is exact) */
+}
 #define TJC_FA_E typename F::E /* F's element, in the templates below */
 /* where a fragment's values sit (the layout above; e: values per register) */
 __host__ __device__ static inline int tjc_fa_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
@@ -2345,7 +2371,7 @@ __host__ __device__ static inline int tjc_fa_ccol(int lane, int e) { return 2 * 
 /* c += a b for the L lanes: the tensor-core instruction on the device, the
    product of the rebuilt matrices (k in order) on the host */
 template <class F, int L>
-__host__ __device__ static inline void tjc_fa_mma(float (*c)[4], const uint32_t (*a)[4], const uint32_t (*b)[2]) {
+__host__ __device__ static __forceinline__ void tjc_fa_mma1(float (*c)[4], const uint32_t (*a)[4], const uint32_t (*b)[2]) {
 #ifdef __CUDA_ARCH__
 #if __CUDA_ARCH__ >= 800
     if (F::EPR == 2)
@@ -2376,9 +2402,25 @@ __host__ __device__ static inline void tjc_fa_mma(float (*c)[4], const uint32_t 
         }
 #endif
 }
+/* the same, or three products for a SPLIT format */
+template <class F, int L>
+__host__ __device__ static __forceinline__ void tjc_fa_mma(float (*c)[4], const uint32_t (*a)[4], const uint32_t (*b)[2]) {
+    if (F::SPLIT) { /* three TF32 products, the small ones first */
+        uint32_t ah[L][4], al[L][4], bh[L][2], bl[L][2];
+        for (int x = 0; x < L; x++) {
+            for (int r = 0; r < 4; r++) tjc_fa_split(a[x][r], &ah[x][r], &al[x][r]);
+            for (int r = 0; r < 2; r++) tjc_fa_split(b[x][r], &bh[x][r], &bl[x][r]);
+        }
+        tjc_fa_mma1<tjc_fa_fmt_tf32, L>(c, al, bh);
+        tjc_fa_mma1<tjc_fa_fmt_tf32, L>(c, ah, bl);
+        tjc_fa_mma1<tjc_fa_fmt_tf32, L>(c, ah, bh);
+        return;
+    }
+    tjc_fa_mma1<F, L>(c, a, b);
+}
 /* c[.][n] += a b: the n-th 8-column tile of an accumulator of N tiles */
 template <class F, int L, int N>
-__host__ __device__ static inline void tjc_fa_mma_at(float (*c)[N][4], int n, const uint32_t (*a)[4], const uint32_t (*b)[2]) {
+__host__ __device__ static __forceinline__ void tjc_fa_mma_at(float (*c)[N][4], int n, const uint32_t (*a)[4], const uint32_t (*b)[2]) {
     float t[L][4];
     for (int x = 0; x < L; x++)
         for (int e = 0; e < 4; e++) t[x][e] = c[x][n][e];
@@ -2486,6 +2528,17 @@ __host__ __device__ static inline void tjc_fa_bfrag_kn(const typename F::E *sh, 
         for (int r = 0; r < 2; r++) b[x][r] = F::reg(sh + (k0 + tjc_fa_brow(lane, r, F::EPR)) * (D + F::PAD) + n0 + tjc_fa_bcol(lane), D + F::PAD);
     }
 }
+/* (on the device, loops over fragments are unrolled: an accumulator indexed
+   in a loop that is not lives in local memory) */
+#ifdef __CUDA_ARCH__
+#define TJC_FA_UNROLL _Pragma("unroll")
+#define TJC_FA_ROLLED _Pragma("unroll 1") /* (fewer registers for a path that is seldom taken) */
+#define TJC_FA_SYNCWARP() __syncwarp()
+#else
+#define TJC_FA_UNROLL
+#define TJC_FA_ROLLED
+#define TJC_FA_SYNCWARP() (void)0 /* (the lanes' loops below run one after the other) */
+#endif
 /* C[16 x 64] = A[16 x D] B where A's rows are w0.. of staged `as` and B = M^T
    of staged `ms` (rows are the 64 columns of C): S = Q K^T and its kin */
 template <class F, int D, int L>
@@ -2494,9 +2547,9 @@ __host__ __device__ static inline void tjc_fa_sgemm(const typename F::E *as, int
     for (int x = 0; x < L; x++)
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) c[x][n][e] = 0.f;
-    for (int kk = 0; kk < D / (8 * F::EPR); kk++) {
+    TJC_FA_UNROLL for (int kk = 0; kk < D / (8 * F::EPR); kk++) {
         tjc_fa_afrag<F, D, L>(as, w0, kk, a);
-        for (int n = 0; n < 8; n++) {
+        TJC_FA_UNROLL for (int n = 0; n < 8; n++) {
             tjc_fa_bfrag_nk<F, D, L>(ms, n * 8, kk * 8 * F::EPR, b);
             tjc_fa_mma_at<F, L, 8>(c, n, a, b);
         }
@@ -2518,9 +2571,9 @@ __host__ __device__ static inline void tjc_fa_pfrag(const float (*p)[8][4], int 
 #ifdef __CUDA_ARCH__
         int lane = threadIdx.x & 31, src = tjc_fa_tf32_src(lane, r);
         float v0 = __shfl_sync(0xffffffffu, p[0][kc][2 * (r & 1)], src), v1 = __shfl_sync(0xffffffffu, p[0][kc][2 * (r & 1) + 1], src);
-        a[0][r] = tjc_fa_f32_bits(tjc_fa_round_tf32(lane & 1 ? v1 : v0));
+        a[0][r] = tjc_fa_f32_bits(F::rnd(lane & 1 ? v1 : v0));
 #else
-        for (int x = 0; x < L; x++) a[x][r] = tjc_fa_f32_bits(tjc_fa_round_tf32(p[tjc_fa_tf32_src(x, r)][kc][2 * (r & 1) + (x & 1)]));
+        for (int x = 0; x < L; x++) a[x][r] = tjc_fa_f32_bits(F::rnd(p[tjc_fa_tf32_src(x, r)][kc][2 * (r & 1) + (x & 1)]));
 #endif
     }
 }
@@ -2529,9 +2582,9 @@ __host__ __device__ static inline void tjc_fa_pfrag(const float (*p)[8][4], int 
 template <class F, int D, int L>
 __host__ __device__ static inline void tjc_fa_pgemm(const float (*p)[8][4], const typename F::E *ms, float (*acc)[D / 8][4]) {
     uint32_t a[L][4], b[L][2];
-    for (int kc = 0; kc < 8 / F::EPR; kc++) {
+    TJC_FA_UNROLL for (int kc = 0; kc < 8 / F::EPR; kc++) {
         tjc_fa_pfrag<F, L>(p, kc, a);
-        for (int n = 0; n < D / 8; n++) {
+        TJC_FA_UNROLL for (int n = 0; n < D / 8; n++) {
             tjc_fa_bfrag_kn<F, D, L>(ms, kc * 8 * F::EPR, n * 8, b);
             tjc_fa_mma_at<F, L, D / 8>(acc, n, a, b);
         }
@@ -2560,15 +2613,6 @@ __host__ __device__ static inline int64_t tjc_fa_qtile0(int64_t k0, int causal) 
    whose staged M holds an inf or NaN (rare, and slow: CUDA cores). P goes
    8 columns at a time through sc, the warp's 16 x 8 floats of shared
    memory, to the lanes that need its values. */
-#ifdef __CUDA_ARCH__
-#define TJC_FA_UNROLL _Pragma("unroll")
-#define TJC_FA_ROLLED _Pragma("unroll 1") /* (fewer registers for a path that is seldom taken) */
-#define TJC_FA_SYNCWARP() __syncwarp()
-#else
-#define TJC_FA_UNROLL
-#define TJC_FA_ROLLED
-#define TJC_FA_SYNCWARP() (void)0 /* (the lanes' loops below run one after the other) */
-#endif
 template <class F, int D, int L>
 __host__ __device__ static inline void tjc_fa_pgemm_met(const float (*p)[8][4], const TJC_FA_E *ms, float (*acc)[D / 8][4], float *sc, int rq, int64_t r0,
                                                        int64_t c0, int64_t tq, int64_t tk, int causal) {
@@ -2915,6 +2959,18 @@ extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64
     if (dt == TJ_F32 && d == 128) return tjc_fa_host<tjc_fa_fmt_tf32, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     return -1;
 }
+/* the same for f32 on the 3xTF32 kernels (tjc_fa_fmt_f32x3) */
+extern "C" int tj_cuda_attention_host_f32x3(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const float *q, const float *k,
+                                            const float *v, float *out, float *lse, const float *dout, float *dq, float *dk, float *dv);
+extern "C" int tj_cuda_attention_host_f32x3(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const float *q, const float *k,
+                                            const float *v, float *out, float *lse, const float *dout, float *dq, float *dk, float *dv) {
+    tjc_att a;
+    memset(&a, 0, sizeof a);
+    a.nb = a.nbk = nb, a.grp = 1, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = TJ_F32, a.ldt = TJ_F32;
+    if (d == 64) return tjc_fa_host<tjc_fa_fmt_f32x3, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    if (d == 128) return tjc_fa_host<tjc_fa_fmt_f32x3, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
+    return -1;
+}
 /* The fragment steps alone on the host (a test hook; no GPU needed), for a
    test that checks them against the PTX ISA's fragment tables written out
    on its own (tj_cuda_attention_host cannot: its products rebuild the
@@ -2953,15 +3009,15 @@ extern "C" int tj_cuda_fa_frag_host(int tf32, int op, const float *m, int i0, in
                 : tjc_fa_frag_host<tjc_fa_fmt_bf16>(op, m, i0, i1, (uint32_t(*)[4])a, (uint32_t(*)[2])b, c);
 }
 
-/* Which flash kernels apply: 1 bf16, 2 TF32 (f32 with TJ_CUDA_TF32=1), 0
-   none (path 1). They need dim = dim' of 64 or 128, a GPU with mma.sync
-   (sm_80 on) and the backward's shared memory per block (up to 135 KB:
-   TF32, dim 128; not on sm_86 / sm_89 cards), and 16-byte aligned
-   buffers; TJ_CUDA_FLASH=0 in the environment (read at each launch) keeps
-   path 1, to compare the two. */
+/* Which flash kernels apply: 1 bf16, 2 TF32 (f32 with TJ_CUDA_TF32=1), 3
+   3xTF32 (f32 otherwise), 0 none (path 1). They need dim = dim' of 64 or
+   128, a GPU with mma.sync (sm_80 on) and the backward's shared memory per
+   block (up to 135 KB: f32, dim 128; not on sm_86 / sm_89 cards), and
+   16-byte aligned buffers; TJ_CUDA_FLASH=0 in the environment (read at
+   each launch) keeps path 1, to compare the two. */
 static int tjc_fa_applies(tjc_state *s, const tjc_att *a, int n, const void *const *p) {
     const char *e = getenv("TJ_CUDA_FLASH");
-    int major = 0, smem = 0, kind = a->dt == TJ_BF16 ? 1 : a->dt == TJ_F32 && tjc_tf32() ? 2 : 0;
+    int major = 0, smem = 0, kind = a->dt == TJ_BF16 ? 1 : a->dt == TJ_F32 ? (tjc_tf32() ? 2 : 3) : 0;
     size_t need;
     if (!kind || a->d != a->dv || (a->d != 64 && a->d != 128) || (e && !strcmp(e, "0"))) return 0;
     if (a->grp != 1 || a->mask) return 0; /* (k and v shared over some of q's batch axes, or a mask: path 1) */
@@ -3018,6 +3074,7 @@ static int tjc_attention(tjc_state *s, tj__kern *k) {
     switch (tjc_fa_applies(s, &a, 5, p)) {
     case 1: return tjc_fa_forward<tjc_fa_fmt_bf16>(s, k, a);
     case 2: return tjc_fa_forward<tjc_fa_fmt_tf32>(s, k, a);
+    case 3: return tjc_fa_forward<tjc_fa_fmt_f32x3>(s, k, a);
     }
     if (a.dt == TJ_F64) TJC_ATT_LAUNCH(tjc_k_att_fwd, double, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
     else TJC_ATT_LAUNCH(tjc_k_att_fwd, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->pout[0], k->pout[1]);
@@ -3045,6 +3102,7 @@ static int tjc_attention_grad(tjc_state *s, tj__kern *k) {
     switch (tjc_fa_applies(s, &a, 9, p)) {
     case 1: return tjc_fa_backward<tjc_fa_fmt_bf16>(s, k, a, dl);
     case 2: return tjc_fa_backward<tjc_fa_fmt_tf32>(s, k, a, dl);
+    case 3: return tjc_fa_backward<tjc_fa_fmt_f32x3>(s, k, a, dl);
     }
     TJC_ATT_LAUNCH(tjc_k_att_dkv, float, a, a.nbk * a.tk, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[1], k->pout[2]);
     TJC_ATT_LAUNCH(tjc_k_att_dq, float, a, a.nb * a.tq, k->in[0], k->in[1], k->in[2], k->in[4], k->in[5], dl, k->pout[0]);

@@ -900,8 +900,21 @@ static void test_transpose_host(void) {
    and dk are 0 up to the rounding). */
 extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
                                       const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv);
+extern "C" int tj_cuda_attention_host_f32x3(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const float *q, const float *k,
+                                            const float *v, float *out, float *lse, const float *dout, float *dq, float *dk, float *dv);
 #define ATT_TOL 0.02
 #define ATT_TOL_TF32 0.003
+#define ATT_TOL_F32X3 2e-5
+/* the host emulation of the kernels for dt; f32 on 3xTF32 (the default
+   for f32 on the GPU) while att_x3 is set, else on TF32 */
+static int att_x3;
+static int att_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k, const void *v, void *out,
+                    float *lse, const void *dout, void *dq, void *dk, void *dv) {
+    if (att_x3 && dt == TJ_F32)
+        return tj_cuda_attention_host_f32x3(nb, tq, tk, d, scale, causal, (const float *)q, (const float *)k, (const float *)v, (float *)out, lse,
+                                            (const float *)dout, (float *)dq, (float *)dk, (float *)dv);
+    return tj_cuda_attention_host(dt, nb, tq, tk, d, scale, causal, q, k, v, out, lse, dout, dq, dk, dv);
+}
 static void f_attn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v q = tj_tree_v(in, "q"), k = tj_tree_v(in, "k"), v = tj_tree_v(in, "v"), wrt[3] = {q, k, v}, gr[3];
     tj_v o = tj_attention(q, k, v, "q", "k", "d", 0, *(const int *)u);
@@ -921,7 +934,7 @@ static void attn_host_case(tj_ctx *c, tj_dtype dt, int64_t nb, int64_t tq, int64
     static const char *names[4] = {"out", "dq", "dk", "dv"};
     int64_t nq = nb * tq * d, nk = nb * tk * d, n[4] = {nq, nq, nk, nk};
     void *h[4], *e[4];
-    double tol = dt == TJ_BF16 ? ATT_TOL : ATT_TOL_TF32;
+    double tol = dt == TJ_BF16 ? ATT_TOL : att_x3 ? ATT_TOL_F32X3 : ATT_TOL_TF32;
     float *lse = (float *)malloc(sizeof(float) * (size_t)(nb * tq)), *ref;
     tj_tree *in = tj_tree_new(c), *out = tj_tree_new(c);
     tj_prog *p;
@@ -932,7 +945,7 @@ static void attn_host_case(tj_ctx *c, tj_dtype dt, int64_t nb, int64_t tq, int64
     }
     p = tj_jit(c, "attention (reference)", f_attn, &causal, in, NULL);
     TJT_CHECK(p && tj_run(p, in, out) == TJ_OK, "[attention host] the CPU reference: %s", tj_error(c));
-    TJT_CHECK(tj_cuda_attention_host(dt, nb, tq, tk, d, 1.0 / sqrt((double)d), causal, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
+    TJT_CHECK(att_host(dt, nb, tq, tk, d, 1.0 / sqrt((double)d), causal, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
               "[attention host] %s d=%lld has a flash kernel", tj_dtype_name(dt), (long long)d);
     { /* inputs one element past 16-byte alignment: the kernels stage them an
          element at a time instead of 16 bytes at a time, the same bits */
@@ -946,8 +959,9 @@ static void attn_host_case(tj_ctx *c, tj_dtype dt, int64_t nb, int64_t tq, int64
             me[i] = (char *)malloc(es * (size_t)n[i]);
             memcpy(mh[i] + es, h[i], es * (size_t)nin[i]);
         }
-        TJT_CHECK(tj_cuda_attention_host(dt, nb, tq, tk, d, 1.0 / sqrt((double)d), causal, mh[0] + es, mh[1] + es, mh[2] + es, me[0], mlse, mh[3] + es, me[1],
-                                         me[2], me[3]) == 0, "[attention host] %s d=%lld, unaligned inputs", tj_dtype_name(dt), (long long)d);
+        TJT_CHECK(att_host(dt, nb, tq, tk, d, 1.0 / sqrt((double)d), causal, mh[0] + es, mh[1] + es, mh[2] + es, me[0], mlse, mh[3] + es, me[1], me[2], me[3]) ==
+                      0,
+                  "[attention host] %s d=%lld, unaligned inputs", tj_dtype_name(dt), (long long)d);
         for (int i = 0; i < 4; i++) same &= !memcmp(me[i], e[i], es * (size_t)n[i]);
         same &= !memcmp(mlse, lse, sizeof(float) * (size_t)(nb * tq));
         TJT_CHECK(same, "[attention host] %s b=%lld tq=%lld tk=%lld d=%lld causal=%d: unaligned inputs (staged an element at a time) give other bits",
@@ -1030,7 +1044,7 @@ static void attn_nonfinite_case(tj_ctx *c, tj_ctx *dev, const char *path, tj_dty
         void *e[4];
         float *lse = (float *)malloc(sizeof(float) * (size_t)(2 * t));
         for (int i = 0; i < 4; i++) e[i] = malloc(tj_dtype_size(dt) * (size_t)n);
-        TJT_CHECK(tj_cuda_attention_host(dt, 2, t, t, d, 1.0 / sqrt((double)d), 1, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
+        TJT_CHECK(att_host(dt, 2, t, t, d, 1.0 / sqrt((double)d), 1, h[0], h[1], h[2], e[0], lse, h[3], e[1], e[2], e[3]) == 0,
                   "[attention %s, non-finite] %s d=%lld has a flash kernel", path, tj_dtype_name(dt), (long long)d);
         for (int i = 0; i < 4; i++)
             for (int64_t j = 0; j < n; j++) got[i][j] = at_f64(e[i], dt, j);
@@ -1071,7 +1085,7 @@ static void attn_nonfinite_case(tj_ctx *c, tj_ctx *dev, const char *path, tj_dty
 }
 static void test_attention_host(void) {
     static const int64_t sizes[] = {1, 17, 64, 65, 130};
-    double worst[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    double worst[3][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}};
     tj_ctx *c = tj_ctx_new();
     tj_set_backend(c, NULL); /* the CPU backend, even under TJ_BACKEND=devsim */
     for (int causal = 0; causal < 2; causal++) {
@@ -1082,16 +1096,26 @@ static void test_attention_host(void) {
         attn_host_case(c, TJ_F32, 2, 65, 130, 64, causal, worst[1]);
         attn_host_case(c, TJ_F32, 1, 130, 17, 128, causal, worst[1]);
         attn_host_case(c, TJ_F32, 2, 1, 64, 64, causal, worst[1]);
+        att_x3 = 1; /* f32 on 3xTF32 */
+        attn_host_case(c, TJ_F32, 2, 65, 130, 64, causal, worst[2]);
+        attn_host_case(c, TJ_F32, 1, 130, 17, 128, causal, worst[2]);
+        attn_host_case(c, TJ_F32, 2, 1, 64, 64, causal, worst[2]);
+        att_x3 = 0;
     }
     for (int which = 0; which < 6; which++) {
         attn_nonfinite_case(c, NULL, "host", TJ_BF16, 130, 64, which, ATT_TOL);
         attn_nonfinite_case(c, NULL, "host", TJ_BF16, 128, 128, which, ATT_TOL);
         attn_nonfinite_case(c, NULL, "host", TJ_F32, 130, 64, which, ATT_TOL_TF32);
         attn_nonfinite_case(c, NULL, "host", TJ_F32, 128, 128, which, ATT_TOL_TF32);
+        att_x3 = 1;
+        attn_nonfinite_case(c, NULL, "host, 3xTF32", TJ_F32, 130, 64, which, ATT_TOL_F32X3);
+        attn_nonfinite_case(c, NULL, "host, 3xTF32", TJ_F32, 128, 128, which, ATT_TOL_F32X3);
+        att_x3 = 0;
     }
-    for (int f = 0; f < 2; f++)
+    for (int f = 0; f < 3; f++)
         printf("attention host emulation, %s: largest difference / (largest magnitude + 0.1): out %.2e, dq %.2e, dk %.2e, dv %.2e (tolerance %g)\n",
-               f ? "f32 on TF32" : "bf16", worst[f][0], worst[f][1], worst[f][2], worst[f][3], f ? ATT_TOL_TF32 : ATT_TOL);
+               f == 2 ? "f32 on 3xTF32" : f ? "f32 on TF32" : "bf16", worst[f][0], worst[f][1], worst[f][2], worst[f][3],
+               f == 2 ? ATT_TOL_F32X3 : f ? ATT_TOL_TF32 : ATT_TOL);
     TJT_CHECK(tj_cuda_attention_host(TJ_F64, 1, 1, 1, 64, 1.0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL) < 0 &&
                   tj_cuda_attention_host(TJ_BF16, 1, 1, 1, 32, 1.0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL) < 0,
               "[attention host] f64, or d = 32, has no flash kernel");
@@ -1227,11 +1251,11 @@ static void test_fa_fragments(void) {
 /* attention on the GPU against the CPU backend, out and the gradients of
    sum(out w): path 1 in every dtype (dim 40, dim' 24; and the widest rows,
    256 / 250, the builder's limit), path 1 on the flash shapes (TJ_CUDA_FLASH=0) and the flash
-   path (bf16, and f32 with TJ_CUDA_TF32=1; dim 64 and 128), causal or not,
-   tq = tk of 1, 31, 257 (and 1024 for flash), and tq != tk; and an inf or
-   NaN that a causal query does not see (attn_nonfinite_case), flash and
-   path 1. Tolerances as scaled in compare_at. (Run without TJ_CUDA_TF32 set: the f32 cases of
-   path 1 with dim 64 would take the TF32 kernels.) */
+   path (bf16, f32 with TJ_CUDA_TF32=1, f32 on 3xTF32 without it; dim 64
+   and 128), causal or not, tq = tk of 1, 31, 257 (and 1024 for flash), and
+   tq != tk; and an inf or NaN that a causal query does not see
+   (attn_nonfinite_case), flash and path 1. Tolerances as scaled in
+   compare_at. (Run without TJ_CUDA_TF32 set: it picks TF32 over 3xTF32.) */
 static void attn_gpu_case(const char *path, tj_dtype dt, int64_t tq, int64_t tk, int64_t d, int64_t dv, int causal, double scaled) {
     char what[160], sq[64], sk[64], sv[64], sw[64];
     snprintf(what, sizeof what, "attention %s %s tq=%lld tk=%lld d=%lld dv=%lld%s", path, tj_dtype_name(dt), (long long)tq, (long long)tk, (long long)d,
@@ -1251,11 +1275,16 @@ static void test_attention_gpu(void) {
             attn_gpu_case("path 1", TJ_F64, sizes[i], sizes[i], 40, 24, causal, 1e-9);
             attn_gpu_case("path 1", TJ_BF16, sizes[i], sizes[i], 40, 24, causal, 1e-2);
         }
-        attn_gpu_case("path 1", TJ_F32, 257, 31, 64, 64, causal, 1e-4);
         attn_gpu_case("path 1", TJ_F32, 31, 31, 256, 250, causal, 1e-4);
         setenv("TJ_CUDA_FLASH", "0", 1);
         for (int i = 1; i < 3; i++) attn_gpu_case("path 1 (TJ_CUDA_FLASH=0)", TJ_BF16, sizes[i], sizes[i], 64, 64, causal, 1e-2);
+        attn_gpu_case("path 1 (TJ_CUDA_FLASH=0)", TJ_F32, 257, 31, 64, 64, causal, 1e-4);
         unsetenv("TJ_CUDA_FLASH");
+        for (int i = 0; i < 4; i++) { /* f32 without TJ_CUDA_TF32: the flash kernels on 3xTF32 */
+            attn_gpu_case("flash (3xTF32)", TJ_F32, sizes[i], sizes[i], 64, 64, causal, 1e-4);
+            attn_gpu_case("flash (3xTF32)", TJ_F32, sizes[i], sizes[i], 128, 128, causal, 1e-4);
+        }
+        attn_gpu_case("flash (3xTF32)", TJ_F32, 257, 31, 64, 64, causal, 1e-4);
         for (int i = 0; i < 4; i++) {
             attn_gpu_case("flash", TJ_BF16, sizes[i], sizes[i], 64, 64, causal, ATT_TOL);
             attn_gpu_case("flash", TJ_BF16, sizes[i], sizes[i], 128, 128, causal, ATT_TOL);
@@ -1279,13 +1308,15 @@ static void test_attention_gpu(void) {
         setenv("TJ_CUDA_TF32", "1", 1);
         attn_nonfinite_case(cpu, gpu, "flash (TJ_CUDA_TF32=1)", TJ_F32, 130, 128, which, ATT_TOL_TF32);
         unsetenv("TJ_CUDA_TF32");
+        attn_nonfinite_case(cpu, gpu, "flash (3xTF32)", TJ_F32, 130, 64, which, ATT_TOL_F32X3);
     }
 }
 
 /* `test_cuda --bench-attention` (tools/gpu_session.sh's bench step): one
    training step's attention, forward and backward (the gradients of
-   sum(out w) for q, k and v), at GPT-2's B=16 H=12 T=1024 D=64 in bf16,
-   causal: tj_attention on the flash path, on path 1 (TJ_CUDA_FLASH=0), and
+   sum(out w) for q, k and v), at GPT-2's B=16 H=12 T=1024 D=64 in bf16
+   and in f32 (whose flash path is 3xTF32), causal: tj_attention on the
+   flash path, on path 1 (TJ_CUDA_FLASH=0), and
    composed as dot, causal_mask, softmax and dot. Prints the median, min and
    max of 7 runs after a warm-up (tj_run waits for the device). */
 static void f_attn_bench(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
@@ -1302,18 +1333,11 @@ static void f_attn_bench(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) 
     tj_tree_set_v(out, "dv", gr[2]);
 }
 static int cmp_double(const void *a, const void *b) { return *(const double *)a < *(const double *)b ? -1 : *(const double *)a > *(const double *)b; }
-static int bench_attention(void) {
-    static const spec sp[4] = {{"q", TJ_BF16, "b=16 h=12 q=1024 d=64", -3, 3}, {"k", TJ_BF16, "b=16 h=12 k=1024 d=64", -3, 3},
-                               {"v", TJ_BF16, "b=16 h=12 k=1024 d=64", -1, 1}, {"w", TJ_BF16, "b=16 h=12 q=1024 d=64", -1, 1}};
+/* the three forms in dtype dt (f32: the flash path on 3xTF32) */
+static void bench_attention_dt(tj_ctx *c, tj_dtype dt) {
     static const char *modes[3] = {"tj_attention, flash path", "tj_attention, path 1 (TJ_CUDA_FLASH=0)", "composed: dot, causal_mask, softmax, dot"};
-    char why[512];
-    tj_backend *be = tj_cuda_backend(0, why, sizeof why);
-    if (!be) {
-        printf("attention bench: no GPU (%s)\n", why);
-        return 1;
-    }
-    tj_ctx *c = tj_ctx_new();
-    tj_set_backend(c, be);
+    const spec sp[4] = {{"q", dt, "b=16 h=12 q=1024 d=64", -3, 3}, {"k", dt, "b=16 h=12 k=1024 d=64", -3, 3},
+                        {"v", dt, "b=16 h=12 k=1024 d=64", -1, 1}, {"w", dt, "b=16 h=12 q=1024 d=64", -1, 1}};
     tj_tree *in = make_inputs(c, sp, 4);
     for (int mode = 0; mode < 3; mode++) {
         int composed = mode == 2;
@@ -1332,14 +1356,27 @@ static int bench_attention(void) {
         unsetenv("TJ_CUDA_FLASH");
         if (ok) {
             qsort(ms, 7, sizeof *ms, cmp_double);
-            printf("attention bench: B=16 H=12 T=1024 D=64 bf16 causal, fwd+bwd: %s: median %.2f ms (min %.2f, max %.2f, 7 runs)\n", modes[mode], ms[3], ms[0], ms[6]);
+            printf("attention bench: B=16 H=12 T=1024 D=64 %s causal, fwd+bwd: %s%s: median %.2f ms (min %.2f, max %.2f, 7 runs)\n", tj_dtype_name(dt), modes[mode],
+                   dt == TJ_F32 && mode == 0 ? " (3xTF32)" : "", ms[3], ms[0], ms[6]);
         } else
-            printf("attention bench: %s failed: %s\n", modes[mode], tj_error(c));
+            printf("attention bench: %s %s failed: %s\n", tj_dtype_name(dt), modes[mode], tj_error(c));
         tj_prog_free(p);
         tj_tree_free(out);
         tj_clear_error(c);
     }
     tj_tree_free(in);
+}
+static int bench_attention(void) {
+    char why[512];
+    tj_backend *be = tj_cuda_backend(0, why, sizeof why);
+    if (!be) {
+        printf("attention bench: no GPU (%s)\n", why);
+        return 1;
+    }
+    tj_ctx *c = tj_ctx_new();
+    tj_set_backend(c, be);
+    bench_attention_dt(c, TJ_BF16);
+    bench_attention_dt(c, TJ_F32);
     tj_ctx_free(c);
     tj_cuda_backend_free(be);
     return 0;
