@@ -8563,6 +8563,53 @@ static tj__shard_fn tj__opshard(int op) { return tj__ops[op].shard; }
    new nodes belong to a fresh pass number, so the remat stage can tell the
    backward pass from the forward pass. */
 
+/* Fan-out is a sum, but the cotangents that slices of one array send back
+   are pads of its pieces: where two are pads of adjacent pieces along one
+   axis (the q, k and v thirds of an attention's projection, a layer norm's
+   gain and bias), their sum is the pad of the pieces' concatenation, one
+   write instead of two whole-array pads and an add; a piece that arrives
+   later joins the concatenation, also past an add of pieces that were not
+   adjacent when they met. The same values, but for a piece's -0.0, which
+   the add would make +0.0. Only for pads of 0 of one type (dtype, axes,
+   sharding, vary set; no partial sums, the axis not split over the mesh);
+   otherwise, and for pieces with a gap or an overlap, the add. */
+static tj_v tj__pad_merge(const char *f, int l, tj_v a, tj_v b) { /* the merged pad, or NULL */
+    tj_node *lo, *hi;
+    tj_v xs[64], c;
+    int k, j, nx = 0, same;
+    if (!a || !b || a->op != TJ__OP_PAD || b->op != TJ__OP_PAD || a->g != b->g || a->a.s != 0 || b->a.s != 0 || a->a.axis != b->a.axis) return NULL;
+    lo = a->a.start <= b->a.start ? a : b;
+    hi = lo == a ? b : a;
+    k = tj__axis_index(&a->t, a->a.axis);
+    same = a->t.dt == b->t.dt && a->t.rank == b->t.rank && !a->t.partial && !b->t.partial && a->t.vary == b->t.vary && !a->t.sh[k] &&
+           lo->in[0]->t.dt == a->t.dt && hi->in[0]->t.dt == a->t.dt && lo->in[0]->t.rank == a->t.rank && hi->in[0]->t.rank == a->t.rank &&
+           !lo->in[0]->t.partial && !hi->in[0]->t.partial && lo->in[0]->t.vary == a->t.vary && hi->in[0]->t.vary == a->t.vary &&
+           lo->a.start + lo->in[0]->t.dim[k] == hi->a.start; /* adjacent pieces */
+    for (j = 0; same && j < a->t.rank; j++)
+        same = a->t.ax[j] == b->t.ax[j] && a->t.dim[j] == b->t.dim[j] && a->t.sh[j] == b->t.sh[j] && lo->in[0]->t.ax[j] == a->t.ax[j] &&
+               hi->in[0]->t.ax[j] == a->t.ax[j] && lo->in[0]->t.sh[j] == a->t.sh[j] && hi->in[0]->t.sh[j] == a->t.sh[j] &&
+               (j == k || (lo->in[0]->t.dim[j] == a->t.dim[j] && hi->in[0]->t.dim[j] == a->t.dim[j]));
+    if (!same) return NULL;
+    for (j = 0; j < 2; j++) { /* a piece that is itself a concatenation along the axis gives its pieces */
+        tj_node *p = (j ? hi : lo)->in[0];
+        if (p->op == TJ__OP_CONCAT && p->a.axis == a->a.axis && nx + p->nin <= 64) {
+            int i;
+            for (i = 0; i < p->nin; i++) xs[nx++] = p->in[i];
+        } else xs[nx++] = p;
+    }
+    c = tj_concat_at(f, l, nx, xs, tj__name(a->g->ctx, a->a.axis));
+    return lo->a.start || hi->a.stop ? tj_pad_at(f, l, c, tj__name(a->g->ctx, a->a.axis), lo->a.start, hi->a.stop, 0.0) : c;
+}
+static tj_v tj__ct_sum(const char *f, int l, tj_v a, tj_v b) {
+    tj_v m;
+    int side;
+    if (!a) return b;
+    if ((m = tj__pad_merge(f, l, a, b))) return m;
+    if (a->op == TJ__OP_ADD && a->pass == a->g->cur_pass) /* an earlier sum: b may join one of its pieces */
+        for (side = 0; side < 2; side++)
+            if ((m = tj__pad_merge(f, l, a->in[side], b))) return tj__ct_sum(f, l, a->in[1 - side], m);
+    return tj_add_at(f, l, a, b);
+}
 static int tj__cvjp_nin(const tj_node *n); /* a custom_vjp node's count of inputs x (below) */
 /* does g (or a body of its scans, regions and shard_maps) hold a custom_vjp node? */
 static int tj__has_cvjp(const tj_graph *g, int top, int depth) {
@@ -8760,7 +8807,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
                 tj_v v;
                 if (!gin[j] || !needs[x->id] || !tj__isfloat(x->t.dt)) continue;
                 v = tj__fit_ct(n->file, n->line, gin[j], &x->t);
-                to[x->id] = to[x->id] ? tj_add_at(n->file, n->line, to[x->id], v) : v;
+                to[x->id] = tj__ct_sum(n->file, n->line, to[x->id], v);
             }
         }
         if (st != TJ_OK) break;

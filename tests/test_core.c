@@ -356,6 +356,83 @@ static void test_fused_bcast(void) {
     tj_ctx_free(ctx);
 }
 
+/* The cotangents of slices of one array (tj__ct_sum): adjacent pieces go
+   back as one concatenation, however they arrive (case 1's first two meet
+   with a gap between them, then the third fills it); with a gap or an
+   overlap, pads and adds. Each case: finite differences, the gradient
+   against its closed form (the weights in place, summed where slices
+   overlap; exact in f64), and the program's ops: no pad where the pieces
+   cover the axis, one concat. */
+static const int sl_cuts[4][3][2] = {
+    {{0, 2}, {2, 5}, {5, 9}}, /* adjacent, in order */
+    {{2, 4}, {0, 2}, {4, 9}}, /* adjacent, the first two to arrive ([4, 9), [0, 2)) with a gap */
+    {{0, 2}, {3, 6}, {6, 9}}, /* a gap at 2 */
+    {{0, 5}, {3, 7}, {7, 9}}, /* an overlap at 3, 4 */
+};
+static tj_v sl_loss_of(tj_graph *g, const tj_tree *in, int c) {
+    tj_v y = tj_tanh(tj_tree_v(in, "x")), loss = NULL;
+    int k;
+    (void)g;
+    for (k = 0; k < 3; k++) {
+        char name[8];
+        tj_v t;
+        snprintf(name, sizeof name, "w%d", k);
+        t = tj_sum(tj_mul(tj_slice(y, "a", sl_cuts[c][k][0], sl_cuts[c][k][1]), tj_tree_v(in, name)), "a b");
+        loss = loss ? tj_add(loss, t) : t;
+    }
+    return loss;
+}
+static void sl_loss(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) { tj_tree_set_v(out, "loss", sl_loss_of(g, in, *(const int *)u)); }
+static void sl_grad(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v x = tj_tree_v(in, "x"), dx = NULL;
+    tj_grad(sl_loss_of(g, in, *(const int *)u), 1, &x, &dx);
+    tj_tree_set_v(out, "dx", dx);
+}
+static void test_slice_cotangents(tj_ctx *ctx) {
+    int c, k, i, j;
+    tjt_current = "slice cotangents";
+    for (c = 0; c < 4; c++) {
+        tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+        double x[27], w[3][27], want[27], got[27];
+        char what[64];
+        tj_prog *p;
+        tj_event ev[64];
+        int n, pads = 0, cats = 0;
+        tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "a=9 b=3", 40 + (unsigned)c, -1, 1));
+        for (k = 0; k < 3; k++) {
+            char name[8], shape[32];
+            snprintf(name, sizeof name, "w%d", k);
+            snprintf(shape, sizeof shape, "a=%d b=3", sl_cuts[c][k][1] - sl_cuts[c][k][0]);
+            tj_tree_set_array(in, name, tjt_rand(ctx, TJ_F64, shape, 50 + 3 * (unsigned)c + (unsigned)k, -1, 1));
+            tj_array_read(tj_tree_array(in, name), TJ_F64, w[k]);
+        }
+        tj_array_read(tj_tree_array(in, "x"), TJ_F64, x);
+        snprintf(what, sizeof what, "slices of x, case %d", c);
+        TJT_GRADCHECK(ctx, what, sl_loss, &c, in, "x w0 w1 w2");
+        for (i = 0; i < 27; i++) want[i] = 0;
+        for (k = 0; k < 3; k++)
+            for (i = sl_cuts[c][k][0]; i < sl_cuts[c][k][1]; i++)
+                for (j = 0; j < 3; j++) want[i * 3 + j] += w[k][(i - sl_cuts[c][k][0]) * 3 + j];
+        for (i = 0; i < 27; i++) want[i] *= 1 - tanh(x[i]) * tanh(x[i]); /* tanh's backward, (1 - y^2) g, as tinyjax writes it */
+        tj_set_profile(ctx, 1);
+        p = tj_jit(ctx, "slice cotangents", sl_grad, &c, in, NULL);
+        TJT_CHECK(p && !tj_run(p, in, out), "%s: %s", what, tj_error(ctx));
+        tj_set_profile(ctx, 0);
+        n = p ? tj_prog_events(p, ev, 64) : 0;
+        for (i = 0; i < n && i < 64; i++) pads += !strcmp(ev[i].op, "pad"), cats += !strcmp(ev[i].op, "concat");
+        if (p && tj_tree_array(out, "dx")) {
+            double bad = 0;
+            tj_array_read(tj_tree_array(out, "dx"), TJ_F64, got);
+            for (i = 0; i < 27; i++) bad = fabs(got[i] - want[i]) > bad ? fabs(got[i] - want[i]) : bad;
+            TJT_CHECK(bad <= 1e-15, "%s: the gradient is off its closed form by %g", what, bad);
+        }
+        if (c < 2) TJT_CHECK(pads == 0 && cats == 1, "%s: the cotangent is one concat (%d pads, %d concats ran)", what, pads, cats);
+        else TJT_CHECK(pads >= 1, "%s: pads and adds where the pieces do not tile the axis (%d pads ran)", what, pads);
+        tj_prog_free(p);
+        tj_tree_free(in);
+        tj_tree_free(out);
+    }
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -392,6 +469,7 @@ int main(void) {
     test_fused_reduce(ctx);
     test_fused_select(ctx);
     test_fused_bcast();
+    test_slice_cotangents(ctx);
 
     /* the axis-name table grows: a long-running process may make any number
        of distinct names (until 2026-11-24 the 257th was refused) */
