@@ -2354,11 +2354,18 @@ struct tjc_fa_fmt_f32x3 {
     __host__ __device__ static float dec(uint32_t r, int h) { return (void)h, tjc_fa_bits_f32(r); }
     __host__ __device__ static float rnd(float x) { return x; }
 };
-/* a register's f32 value as TF32 hi + lo (lo 0 where hi is inf or NaN) */
-__host__ __device__ static __forceinline__ void tjc_fa_split(uint32_t r, uint32_t *hi, uint32_t *lo) {
+/* a register's f32 value as TF32 hi + lo, and hc: hi for the cross terms,
+   0 where hi is inf or NaN (lo is 0 there too), so that only hi hi meets
+   an inf or NaN, as on TF32 (else 0 inf or inf - inf would make a NaN
+   where the CPU has inf or a finite value: found in review, session 22);
+   a finite x that TF32 rounds up to inf keeps its truncated hi */
+__host__ __device__ static __forceinline__ void tjc_fa_split(uint32_t r, uint32_t *hi, uint32_t *hc, uint32_t *lo) {
     float x = tjc_fa_bits_f32(r), h = tjc_fa_round_tf32(x);
+    if (h - h != 0.f && x - x == 0.f) h = tjc_fa_bits_f32(r & 0xffffe000u); /* finite x rounded up to inf: truncated */
+    const int fin = h - h == 0.f;
     *hi = tjc_fa_f32_bits(h);
-    *lo = tjc_fa_f32_bits(h - h == 0.f ? tjc_fa_round_tf32(x - h) : 0.f); /* (x - h is exact) */
+    *hc = fin ? *hi : 0u; /* hi in the cross terms: 0 for inf and NaN, so that only hi hi meets them */
+    *lo = fin ? tjc_fa_f32_bits(tjc_fa_round_tf32(x - h)) : 0u; /* (x - h is exact) */
 }
 #define TJC_FA_E typename F::E /* F's element, in the templates below */
 /* where a fragment's values sit (the layout above; e: values per register) */
@@ -2406,13 +2413,13 @@ __host__ __device__ static __forceinline__ void tjc_fa_mma1(float (*c)[4], const
 template <class F, int L>
 __host__ __device__ static __forceinline__ void tjc_fa_mma(float (*c)[4], const uint32_t (*a)[4], const uint32_t (*b)[2]) {
     if (F::SPLIT) { /* three TF32 products, the small ones first */
-        uint32_t ah[L][4], al[L][4], bh[L][2], bl[L][2];
+        uint32_t ah[L][4], ac[L][4], al[L][4], bh[L][2], bc[L][2], bl[L][2];
         for (int x = 0; x < L; x++) {
-            for (int r = 0; r < 4; r++) tjc_fa_split(a[x][r], &ah[x][r], &al[x][r]);
-            for (int r = 0; r < 2; r++) tjc_fa_split(b[x][r], &bh[x][r], &bl[x][r]);
+            for (int r = 0; r < 4; r++) tjc_fa_split(a[x][r], &ah[x][r], &ac[x][r], &al[x][r]);
+            for (int r = 0; r < 2; r++) tjc_fa_split(b[x][r], &bh[x][r], &bc[x][r], &bl[x][r]);
         }
-        tjc_fa_mma1<tjc_fa_fmt_tf32, L>(c, al, bh);
-        tjc_fa_mma1<tjc_fa_fmt_tf32, L>(c, ah, bl);
+        tjc_fa_mma1<tjc_fa_fmt_tf32, L>(c, al, bc);
+        tjc_fa_mma1<tjc_fa_fmt_tf32, L>(c, ac, bl);
         tjc_fa_mma1<tjc_fa_fmt_tf32, L>(c, ah, bh);
         return;
     }

@@ -1010,13 +1010,20 @@ static void attn_nonfinite_case(tj_ctx *c, tj_ctx *dev, const char *path, tj_dty
     snprintf(shk, sizeof shk, "b=2 k=%lld d=%lld", (long long)t, (long long)d);
     const spec sp[4] = {{"q", dt, sh, -3, 3}, {"k", dt, shk, -3, 3}, {"v", dt, shk, -1, 1}, {"w", dt, sh, -1, 1}};
     static const char *names[4] = {"out", "dq", "dk", "dv"},
-                      *what[6] = {"v inf", "q NaN", "d_out -inf", "k NaN", "v inf in the last, ragged tile", "q NaN in the last, ragged tile"};
+                      *what[10] = {"v inf", "q NaN", "d_out -inf", "k NaN", "v inf in the last, ragged tile", "q NaN in the last, ragged tile",
+                                   "v inf seen by the tiles below", "k -inf seen by the tiles below", "d_out inf seeing the tiles above",
+                                   "q -inf seeing the tiles above"};
     /* (input, batch row, position, column, value), one per case: v inf (the
        forward's P v), q NaN (dk's dS^T q), d_out -inf (dv's P^T d_out), k
        NaN (dq's dS k), each seen only by the later rows of its tile; and
-       (t = 130) v and q in the tile of rows 128 and 129 */
-    static const struct { int in, b, pos, col; double x; } put[6] = {{2, 0, 40, 3, INFINITY}, {0, 0, 85, 5, NAN},  {3, 1, 10, 7, -INFINITY},
-                                                                     {1, 1, 100, 2, NAN},      {2, 1, 129, 1, INFINITY}, {0, 0, 128, 4, NAN}};
+       (t = 130) v and q in the tile of rows 128 and 129; then a v inf and
+       a k -inf of the first tile, which the later tiles' queries see (a
+       product off the diagonal, where no pair is masked: 3xTF32's cross
+       terms made 0 inf = NaN there, session 22), and a d_out inf and a q
+       -inf of the second tile, which see keys of the first */
+    static const struct { int in, b, pos, col; double x; } put[10] = {
+        {2, 0, 40, 3, INFINITY}, {0, 0, 85, 5, NAN},       {3, 1, 10, 7, -INFINITY}, {1, 1, 100, 2, NAN},  {2, 1, 129, 1, INFINITY},
+        {0, 0, 128, 4, NAN},     {2, 0, 3, 3, INFINITY},   {1, 1, 5, 2, -INFINITY},  {3, 0, 100, 1, INFINITY}, {0, 1, 70, 6, -INFINITY}};
     int64_t n = 2 * t * d, at = ((int64_t)put[which].b * t + put[which].pos) * d + put[which].col;
     int icausal = 1;
     void *h[4];
@@ -1102,7 +1109,7 @@ static void test_attention_host(void) {
         attn_host_case(c, TJ_F32, 2, 1, 64, 64, causal, worst[2]);
         att_x3 = 0;
     }
-    for (int which = 0; which < 6; which++) {
+    for (int which = 0; which < 10; which++) {
         attn_nonfinite_case(c, NULL, "host", TJ_BF16, 130, 64, which, ATT_TOL);
         attn_nonfinite_case(c, NULL, "host", TJ_BF16, 128, 128, which, ATT_TOL);
         attn_nonfinite_case(c, NULL, "host", TJ_F32, 130, 64, which, ATT_TOL_TF32);
@@ -1299,7 +1306,7 @@ static void test_attention_gpu(void) {
         attn_gpu_case("flash (TJ_CUDA_TF32=1)", TJ_F32, 257, 31, 64, 64, causal, ATT_TOL_TF32);
         unsetenv("TJ_CUDA_TF32");
     }
-    for (int which = 0; which < 6; which++) { /* an inf or NaN a causal query does not see (attn_nonfinite_case) */
+    for (int which = 0; which < 10; which++) { /* an inf or NaN a causal query does not see, or sees off the diagonal (attn_nonfinite_case) */
         attn_nonfinite_case(cpu, gpu, "flash", TJ_BF16, 130, 64, which, ATT_TOL);
         attn_nonfinite_case(cpu, gpu, "flash", TJ_BF16, 128, 128, which, ATT_TOL);
         setenv("TJ_CUDA_FLASH", "0", 1);
