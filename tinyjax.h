@@ -5157,12 +5157,20 @@ TJDEF tj_v tj_pows_at(const char *f, int l, tj_v x, double p) {
     else if (x && x->t.dt == TJ_BF16) p = tj_bf16_to_f32(tj_f32_to_bf16((float)p));
     return tj__unary(f, l, TJ__OP_POWS, x, x ? x->t.dt : TJ_F32, p);
 }
+/* does every value of dtype a convert to dtype b exactly? */
+static int tj__cast_exact(tj_dtype a, tj_dtype b) {
+    return a == b || (a == TJ_BF16 && (b == TJ_F32 || b == TJ_F64)) || (a == TJ_F32 && b == TJ_F64) || (a == TJ_I32 && b == TJ_F64);
+}
 TJDEF tj_v tj_cast_at(const char *f, int l, tj_v x, tj_dtype dt) {
     if (x && (unsigned)dt >= TJ_NDTYPE) {
         tj__err(x->g->ctx, TJ_ERR_DTYPE, f, l, "cast: bad dtype %d", (int)dt);
         return NULL;
     }
     if (x && x->t.dt == dt) return x;
+    /* a cast of an exact widening (bf16 -> f32, i32 -> f64, ...) is the
+       cast of what was widened: the same value, rounded once either way
+       (a bf16 sum over an axis of size 1 widens to f32 and back: no copy) */
+    if (x && x->op == TJ__OP_CAST && tj__cast_exact(x->in[0]->t.dt, x->t.dt)) return tj_cast_at(f, l, x->in[0], dt);
     return tj__unary(f, l, TJ__OP_CAST, x, dt, 0);
 }
 /* gelu's derivative is an op of its own (gelu_grad, one fused pass); its

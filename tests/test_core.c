@@ -433,6 +433,59 @@ static void test_slice_cotangents(tj_ctx *ctx) {
         tj_tree_free(out);
     }
 }
+/* A cast of an exact widening is the cast of what was widened (tj_cast):
+   bf16 -> f32 -> bf16 is no op at all (a bf16 tj_index, a sum over an axis
+   of size 1, made two casts and a copy), bf16 -> f32 -> f64 one cast, and a
+   narrowing in the chain (f32 -> bf16 -> f32) keeps its rounding. */
+static void casts_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v xb = tj_tree_v(in, "xb"), xf = tj_tree_v(in, "xf");
+    (void)g, (void)u;
+    tj_tree_set_v(out, "same", tj_muls(tj_cast(tj_cast(xb, TJ_F32), TJ_BF16), 1.0));
+    tj_tree_set_v(out, "index", tj_muls(tj_index(xb, "a", 2), 1.0));
+    tj_tree_set_v(out, "f64", tj_cast(tj_cast(xb, TJ_F32), TJ_F64));
+    tj_tree_set_v(out, "rounded", tj_cast(tj_cast(xf, TJ_BF16), TJ_F32));
+}
+static void test_cast_chains(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx), *out = tj_tree_new(ctx);
+    tj_prog *p;
+    int i, casts = 0;
+    float xf[12];
+    uint16_t xb[12], got_b[12];
+    double got_d[12];
+    float got_f[12];
+    tjt_current = "cast chains";
+    for (i = 0; i < 12; i++) xf[i] = (float)(0.3 + 0.123456789 * i), xb[i] = tj_f32_to_bf16(-1.7f + 0.37f * (float)i);
+    tj_tree_set_array(in, "xb", tj_array_new(ctx, TJ_BF16, "a=4 b=3", xb));
+    tj_tree_set_array(in, "xf", tj_array_new(ctx, TJ_F32, "a=4 b=3", xf));
+    p = tj_jit(ctx, "cast chains", casts_fn, NULL, in, NULL);
+    TJT_CHECK(p && !tj_run(p, in, out), "cast chains: %s", tj_error(ctx));
+    if (p) { /* the program's cast nodes: bf16 -> f64, and f32 -> bf16 -> f32's two */
+        FILE *f = tmpfile();
+        char line[512];
+        if (f) {
+            tj_prog_print(p, f);
+            rewind(f);
+            while (fgets(line, sizeof line, f)) casts += strstr(line, "= cast ") != NULL;
+            fclose(f);
+        }
+        TJT_CHECK(casts == 3, "cast chains: 3 cast nodes (want bf16 -> f64 and f32 -> bf16 -> f32), the program has %d", casts);
+    }
+    if (p) {
+        tj_array_read(tj_tree_array(out, "same"), TJ_BF16, got_b);
+        TJT_CHECK(!memcmp(got_b, xb, sizeof xb), "bf16 -> f32 -> bf16 gives the same bits");
+        tj_array_read(tj_tree_array(out, "index"), TJ_BF16, got_b);
+        TJT_CHECK(!memcmp(got_b, xb + 6, 3 * sizeof *xb), "a bf16 tj_index gives the row's bits");
+        tj_array_read(tj_tree_array(out, "f64"), TJ_F64, got_d);
+        for (i = 0; i < 12 && got_d[i] == (double)tj_bf16_to_f32(xb[i]); i++) continue;
+        TJT_CHECK(i == 12, "bf16 -> f32 -> f64 is the bf16 value, element %d", i);
+        tj_array_read(tj_tree_array(out, "rounded"), TJ_F32, got_f);
+        for (i = 0; i < 12 && got_f[i] == tj_bf16_to_f32(tj_f32_to_bf16(xf[i])); i++) continue;
+        TJT_CHECK(i == 12, "f32 -> bf16 -> f32 keeps the rounding to bf16, element %d", i);
+    }
+    tj_prog_free(p);
+    tj_tree_free(in);
+    tj_tree_free(out);
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -470,6 +523,7 @@ int main(void) {
     test_fused_select(ctx);
     test_fused_bcast();
     test_slice_cotangents(ctx);
+    test_cast_chains(ctx);
 
     /* the axis-name table grows: a long-running process may make any number
        of distinct names (until 2026-11-24 the 257th was refused) */
