@@ -374,7 +374,7 @@ static tj_v sl_loss_of(tj_graph *g, const tj_tree *in, int c) {
     int k;
     (void)g;
     for (k = 0; k < 3; k++) {
-        char name[8];
+        char name[16];
         tj_v t;
         snprintf(name, sizeof name, "w%d", k);
         t = tj_sum(tj_mul(tj_slice(y, "a", sl_cuts[c][k][0], sl_cuts[c][k][1]), tj_tree_v(in, name)), "a b");
@@ -400,7 +400,7 @@ static void test_slice_cotangents(tj_ctx *ctx) {
         int n, pads = 0, cats = 0;
         tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F64, "a=9 b=3", 40 + (unsigned)c, -1, 1));
         for (k = 0; k < 3; k++) {
-            char name[8], shape[32];
+            char name[16], shape[32];
             snprintf(name, sizeof name, "w%d", k);
             snprintf(shape, sizeof shape, "a=%d b=3", sl_cuts[c][k][1] - sl_cuts[c][k][0]);
             tj_tree_set_array(in, name, tjt_rand(ctx, TJ_F64, shape, 50 + 3 * (unsigned)c + (unsigned)k, -1, 1));
