@@ -207,6 +207,9 @@ static tj_v jdr_apply(jdr_prog *p, tj_graph *g, const jdr_j *op) {
                                            (int)jdr_num(op, "causal", 0)))
     U("softmax", tj_softmax(a, ax)) U("log_softmax", tj_log_softmax(a, ax)) U("layer_norm", tj_layer_norm(a, ax, jdr_num(op, "eps", 1e-5)))
     U("cross_entropy", tj_cross_entropy(a, b, ax, jdr_get(op, "mean_axes") ? jdr_str(op, "mean_axes", "") : NULL))
+    U("cross_entropy_ignore", tj_cross_entropy_ignore(a, b, ax, jdr_get(op, "mean_axes") ? jdr_str(op, "mean_axes", "") : NULL,
+                                                      (int)jdr_num(op, "ignore", TJ_IGNORE_INDEX)))
+    U("wsc", tj_with_sharding_constraint(a, jdr_str(op, "spec", "")))
     U("checkpoint_name", tj_checkpoint_name(a, jdr_str(op, "name", ""))) U("stop_gradient", tj_stop_gradient(a))
     U("psum", tj_psum(a, jdr_str(op, "mesh_axes", ""))) U("pmax", tj_pmax(a, jdr_str(op, "mesh_axes", "")))
     U("pvary", tj_pvary(a, jdr_str(op, "mesh_axes", ""))) U("all_gather", tj_all_gather(a, jdr_str(op, "mesh_axes", ""), ax))
@@ -325,6 +328,7 @@ static int jdr_policy(jdr_prog *p, const char *s) {
     else if (P("nothing_saveable")) p->pol = tj_nothing_saveable();
     else if (P("dots_saveable")) p->pol = tj_dots_saveable();
     else if (P("dots_with_no_batch_dims_saveable")) p->pol = tj_dots_with_no_batch_dims_saveable();
+    else if (P("offload_dot_with_no_batch_dims")) p->pol = tj_offload_dot_with_no_batch_dims();
     else if (P("save_only_these_names")) p->pol = tj_save_only_these_names(arg);
     else if (P("save_any_names_but_these")) p->pol = tj_save_any_names_but_these(arg);
     else if (P("save_and_offload_only_these_names")) {
