@@ -105,6 +105,22 @@ seed 901114 of --odd-meshes --mode sharded --dtype f64 (again on one
 device too) has dq 3e-14 off JAX where the terms are ~1e2 (JAX 8e-15 off
 a long-double reference, tinyjax 3e-14): a limit of the model.
 
+--more-ops (stream r8 alone, after every other draw: without the flag
+each seed's program is as before): 1-3 more results at the end, each an
+output: tj_cross_entropy_ignore (not in shard_map; a new i32 labels input
+with none, some or all rows ignored, ignore_index -100, -1 or one of the
+classes; JAX's form is the documented one: an ignored row's logits and
+label replaced by 0 before log_softmax, where(keep, per-row loss, 0), the
+mean over the rows kept in f32 for bf16, so 0 / 0 = NaN with every row
+of a mean ignored), and on a mesh outside shard_map
+tj_with_sharding_constraint (jax.lax.with_sharding_constraint with a
+random spec of mesh axes dividing the value's axes; no rounding in the
+spread), maybe followed by a reduction, product, softmax or dot whose
+sharding rule reads the new layout. In checkpoint and scan with a remat
+policy, 3 in 10 take tj_offload_dot_with_no_batch_dims (JAX's
+offload_dot_with_no_batch_dims; CPU JAX has no host memory, and where a
+residual lives changes no value: dots_with_no_batch_dims_saveable).
+
 On a mismatch it prints a minimal reproduction: ops are dropped (their
 result replaced by their first operand) while the mismatch persists.
 """
