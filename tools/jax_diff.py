@@ -1500,7 +1500,16 @@ class Gen:
                 row = r5.randrange(n // last)
                 data[row * last:(row + 1) * last] = [0] * last
             ins.append(self.add_input("i32", msh, data=data, grad=False))
-        out = kb + [a for a in batch if a not in kb] + [(qp, tq), (dm, dv)]  # (tinyjax's order: k's batch axes first)
+        out = kb + [a for a in batch if a not in kb] + [(qp, tq), (dm, dv)]  # (k's batch axes first)
+        # tinyjax lays its out as q's batch axes that k has, in q's order,
+        # then the others, then qpos, dim; q's axes were shuffled, so that
+        # may not be the order recorded above, which later draws read (a
+        # stack of it with a value in the recorded order, tinyjax's one-type
+        # stack, failed: seed 980905 --attention --mode checkpoint). Keeping
+        # each seed's draws, the op then transposes to the recorded order.
+        qb = [n for n, _ in self.vals[q][1] if n in dict(batch)]
+        true = [n for n in qb if n in dict(kb)] + [n for n in qb if n not in dict(kb)] + [qp, dm]
+        if true != [n for n, _ in out]: kw = dict(kw, order=" ".join(n for n, _ in out))
         return self.emit("attention", ins, dt, out, qpos=qp, kpos=kp, dim=dm, **kw)
 
     def int_ops(self, i):

@@ -201,6 +201,13 @@ static tj_v jdr_apply(jdr_prog *p, tj_graph *g, const jdr_j *op) {
     U("pad", tj_pad(a, ax, (int64_t)jdr_num(op, "lo", 0), (int64_t)jdr_num(op, "hi", 0), jdr_num(op, "value", 0)))
     U("broadcast", tj_broadcast(a, jdr_str(op, "shape", ""))) U("take", tj_take(a, ax, b)) U("one_hot", tj_one_hot(a, jdr_str(op, "shape", ""), dt))
     U("causal_mask", tj_causal_mask(a, jdr_str(op, "q", ""), jdr_str(op, "k", ""), jdr_num(op, "fill", 0)))
+    if (strcmp(nm, "attention") == 0 && jdr_get(op, "order")) { /* (the generator's order of its result: a transpose after) */
+        tj_v r = nin == 4 ? tj_attention_masked(a, b, c, in[3], jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""),
+                                                jdr_num(op, "scale", 0), (int)jdr_num(op, "causal", 0))
+                          : tj_attention(a, b, c, jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""), jdr_num(op, "scale", 0),
+                                         (int)jdr_num(op, "causal", 0));
+        return r ? tj_transpose(r, jdr_str(op, "order", "")) : NULL;
+    }
     U("attention", nin == 4 ? tj_attention_masked(a, b, c, in[3], jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""),
                                                   jdr_num(op, "scale", 0), (int)jdr_num(op, "causal", 0))
                             : tj_attention(a, b, c, jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""), jdr_num(op, "scale", 0),
@@ -237,7 +244,10 @@ static int jdr_ops_in(jdr_prog *p, tj_graph *g, const jdr_j *ops) {
             if (jdr_custom_vjp(p, ops->kid[i])) return -1;
             continue;
         }
-        if (!(r = jdr_apply(p, g, ops->kid[i]))) return -1;
+        if (!(r = jdr_apply(p, g, ops->kid[i]))) { /* tinyjax's own error, not a later lookup's */
+            if (!p->err[0]) snprintf(p->err, sizeof p->err, "%s", tj_error(tj_graph_ctx(g)));
+            return -1;
+        }
         jdr_bind(p, jdr_str(ops->kid[i], "out", ""), r);
     }
     return 0;
