@@ -121,6 +121,13 @@ policy, 3 in 10 take tj_offload_dot_with_no_batch_dims (JAX's
 offload_dot_with_no_batch_dims; CPU JAX has no host memory, and where a
 residual lives changes no value: dots_with_no_batch_dims_saveable).
 
+--vjp: the same programs, but the runner takes the first gradients with
+tj_vjp, each weighted float output's loss weight (cast to its dtype, in
+JAX's axis order, replicated) its cotangent, instead of tj_grad of the
+loss: the cotangents reach the outputs as a caller's would, in another
+axis order and layout than the outputs' (jax.vjp). Second derivatives
+differentiate those gradients as before.
+
 On a mismatch it prints a minimal reproduction: ops are dropped (their
 result replaced by their first operand) while the mismatch persists.
 """
@@ -1922,6 +1929,7 @@ def main():
     ap.add_argument("--no-second", action="store_true", help="no second-order check (else 1 seed in %d has it)" % SECOND_SHARE)
     ap.add_argument("--odd-meshes", action="store_true", help="meshes of 3, 5, 6 and 7 devices (x=3, x=5, x=7, x=6, data=3 model=2, data=2 model=3) and input axes their sizes divide")
     ap.add_argument("--more-ops", action="store_true", help="also tj_cross_entropy_ignore, tj_with_sharding_constraint and the offload_dot_with_no_batch_dims policy, after the rest (stream r8: without the flag each seed's program is as before)")
+    ap.add_argument("--vjp", action="store_true", help="tinyjax's gradients by tj_vjp with the loss weights as the outputs' cotangents (as given: JAX's axis order, replicated), not tj_grad of the loss; the programs are the same")
     ap.add_argument("--golden", help="write the CI goldens into this folder")
     ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map,attention)")
     a = ap.parse_args()
@@ -1937,6 +1945,7 @@ def main():
         spec = make_spec(s, a.mode, a.dtype, a.big, a.attention, a.second or (s % SECOND_SHARE == 0 and not a.no_second),
                          1 if a.custom_vjp else -1 if a.no_custom_vjp else 0, a.odd_meshes, a.more_ops)
         if spec is None: continue
+        if a.vjp: spec["vjp"] = 1
         spec["_seed"] = s
         if spec.get("_second_jax_error"): print("seed %d: JAX has no second derivative here (%s): first order only" % (s, spec["_second_jax_error"][:160]))
         nrun += 1

@@ -19,7 +19,8 @@
  *    "scan": {"axis": "layer", "carry": ["x0"], "carry_out": ["v3"],
  *             "xs": ["x1"], "reverse": 1},          (scan: body = the ops)
  *    "in_specs": [...], "out_specs": [...], "check": 1,   (shard_map)
- *    "second": {"x0": [...row-major, x0's shape], ...}}   (optional)
+ *    "second": {"x0": [...row-major, x0's shape], ...},   (optional)
+ *    "vjp": 1}   (optional: the gradients by tj_vjp, the weights the cotangents)
  * The loss is the sum over outputs o of sum(f32(o) * weights[o]) (i32
  * outputs have no weights); the result has every output, the loss and
  * d loss / d x for each float input with "grad" (default true). In scan
@@ -422,7 +423,17 @@ static void jdr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     if (loss) tj_tree_set_v(out, "loss", loss);
     for (i = 0; loss && i < nin; i++)
         if (jdr_is_float(xin[i]) && jdr_num(ins->kid[i], "grad", 1) != 0) wname[nwrt] = jdr_str(ins->kid[i], "name", ""), wrt[nwrt++] = xin[i];
-    if (loss && nwrt && tj_grad(loss, nwrt, wrt, grads) == TJ_OK) {
+    if (loss && nwrt && jdr_num(spec, "vjp", 0) != 0) { /* "vjp": 1: tj_vjp with the weights as the outputs' cotangents (the same
+                                                           gradient: the weight is d loss / d out, cast to out's dtype; its axes in
+                                                           JAX's order, replicated: tj_vjp fits it to the output's order and layout) */
+        tj_v vo[96], vc[96];
+        int nvo = 0;
+        for (i = 0; i < nout; i++)
+            if (res[i] && jdr_is_float(res[i]) && jdr_get(wts, oname[i]))
+                vo[nvo] = res[i], vc[nvo++] = tj_cast(tj_tree_v(in, wname_of(oname[i], wn, sizeof wn)), tj_v_dtype(res[i]));
+        if (tj_vjp(nvo, vo, vc, nwrt, wrt, grads) != TJ_OK) return;
+    } else if (loss && nwrt && tj_grad(loss, nwrt, wrt, grads) != TJ_OK) return;
+    if (loss && nwrt) {
         char gn[300];
         for (i = 0; i < nwrt; i++) {
             snprintf(gn, sizeof gn, "grad:%s", wname[i]);
