@@ -103,7 +103,22 @@ overflowed expm1: no mesh involved). A masked attention is unperturbed in
 the spread, so in f64 (no JAX term) its own roundings have no tolerance:
 seed 901114 of --odd-meshes --mode sharded --dtype f64 (again on one
 device too) has dq 3e-14 off JAX where the terms are ~1e2 (JAX 8e-15 off
-a long-double reference, tinyjax 3e-14): a limit of the model.
+a long-double reference, tinyjax 3e-14): a limit of the model. The same
+limit in f32 and bf16, where a masked query's probabilities are nearly
+one-hot: dq_i = scale sum_j P_ij (dout_i . v_j - D_i) k_j cancels, and
+tinyjax's D_i = dout_i . out_i (FlashAttention's, from the stored output,
+rounded to the output's dtype) carries that output's rounding and a sum of
+dim terms of |dout||out| into it, where JAX's softmax VJP subtracts
+sum_j P_ij dP_ij: seed 982207 of --more-ops --second --mode jit (bf16
+attention, mask (1, 1) on a query with scores 43.6 and 55.8, scale -0.7):
+dq 1.62e-4 here, 2.8e-5 in JAX, 2.75e-5 in float64; float64 with out
+rounded to bf16 in D alone gives 1.622e-4 (tinyjax 1.621e-4), and the
+program in f32 agrees (3.01e-5 both; its second derivatives, where a
+cross entropy of the output adds cotangents of 90, are 4e-6 off in f32
+the same way). Also known and left as it is (README, tj_attention_masked):
+a row whose visible scores are all -inf while others are masked is the
+mean of all of v in tinyjax, of the masked keys' v in JAX (seed 983111 of
+--mode sharded: a q holding +inf, scale -0.7, mask (0, 1, 0)).
 
 --more-ops (stream r8 alone, after every other draw: without the flag
 each seed's program is as before): 1-3 more results at the end, each an
