@@ -99,7 +99,16 @@ XLA's f32 tanh stops at 0.99999982 from |x| ~ 9 to 20 where the rounded
 tanh is 1: its derivative 1 - y^2 is 3.6e-7 in JAX, 0 in tinyjax, so an
 infinite cotangent through it gives inf in JAX and NaN here (seed 900016
 of --odd-meshes --mode scan, a carry through tanh(11.6) meeting an
-overflowed expm1: no mesh involved). A masked attention is unperturbed in
+overflowed expm1: no mesh involved). XLA's f64 tanh is an ulp off
+too: tanh(11.949142544760) is 0.9999999999164135 in JAX, ...4134 in
+tinyjax (libm; a long-double tanh rounds to it), and the derivative
+(1 + y)(1 - y) of the rounded y is then 1.6717294e-10 in JAX,
+1.6717316e-10 here (1.6717320e-10 exactly), 1.5e-6 apart relative; f64
+results have no JAX term, and the spread's y moved up past 1 (an f64
+tanh there rounds to 1) keeps f'(x) s, so where all 3 patterns move it up
+nothing models 1 - y's rounding: seed 982808 of --more-ops --odd-meshes
+--second --mode scan (f64 carry through tanh(9 x + 12)), grad and grad2
+of the carry 1.5e-6 off relative, tinyjax the closer. A masked attention is unperturbed in
 the spread, so in f64 (no JAX term) its own roundings have no tolerance:
 seed 901114 of --odd-meshes --mode sharded --dtype f64 (again on one
 device too) has dq 3e-14 off JAX where the terms are ~1e2 (JAX 8e-15 off
