@@ -104,9 +104,9 @@ too: tanh(11.949142544760) is 0.9999999999164135 in JAX, ...4134 in
 tinyjax (libm; a long-double tanh rounds to it), and the derivative
 (1 + y)(1 - y) of the rounded y is then 1.6717294e-10 in JAX,
 1.6717316e-10 here (1.6717320e-10 exactly), 1.5e-6 apart relative; f64
-results have no JAX term, and the spread's y moved up past 1 (an f64
-tanh there rounds to 1) keeps f'(x) s, so where all 3 patterns move it up
-nothing models 1 - y's rounding: seed 982808 of --more-ops --odd-meshes
+results have no JAX term, and the spread's y moved up past 1 keeps
+f'(x) s (only a pattern moving y down models 1 - y's rounding; that the
+three patterns all moved it up there is likely, not checked): seed 982808 of --more-ops --odd-meshes
 --second --mode scan (f64 carry through tanh(9 x + 12)), grad and grad2
 of the carry 1.5e-6 off relative, tinyjax the closer. A masked attention is unperturbed in
 the spread, so in f64 (no JAX term) its own roundings have no tolerance:
