@@ -19,7 +19,8 @@
  *    "scan": {"axis": "layer", "carry": ["x0"], "carry_out": ["v3"],
  *             "xs": ["x1"], "reverse": 1},          (scan: body = the ops)
  *    "in_specs": [...], "out_specs": [...], "check": 1,   (shard_map)
- *    "second": {"x0": [...row-major, x0's shape], ...}}   (optional)
+ *    "second": {"x0": [...row-major, x0's shape], ...},   (optional)
+ *    "vjp": 1}   (optional: the gradients by tj_vjp, the weights the cotangents)
  * The loss is the sum over outputs o of sum(f32(o) * weights[o]) (i32
  * outputs have no weights); the result has every output, the loss and
  * d loss / d x for each float input with "grad" (default true). In scan
@@ -201,12 +202,22 @@ static tj_v jdr_apply(jdr_prog *p, tj_graph *g, const jdr_j *op) {
     U("pad", tj_pad(a, ax, (int64_t)jdr_num(op, "lo", 0), (int64_t)jdr_num(op, "hi", 0), jdr_num(op, "value", 0)))
     U("broadcast", tj_broadcast(a, jdr_str(op, "shape", ""))) U("take", tj_take(a, ax, b)) U("one_hot", tj_one_hot(a, jdr_str(op, "shape", ""), dt))
     U("causal_mask", tj_causal_mask(a, jdr_str(op, "q", ""), jdr_str(op, "k", ""), jdr_num(op, "fill", 0)))
+    if (strcmp(nm, "attention") == 0 && jdr_get(op, "order")) { /* (the generator's order of its result: a transpose after) */
+        tj_v r = nin == 4 ? tj_attention_masked(a, b, c, in[3], jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""),
+                                                jdr_num(op, "scale", 0), (int)jdr_num(op, "causal", 0))
+                          : tj_attention(a, b, c, jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""), jdr_num(op, "scale", 0),
+                                         (int)jdr_num(op, "causal", 0));
+        return r ? tj_transpose(r, jdr_str(op, "order", "")) : NULL;
+    }
     U("attention", nin == 4 ? tj_attention_masked(a, b, c, in[3], jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""),
                                                   jdr_num(op, "scale", 0), (int)jdr_num(op, "causal", 0))
                             : tj_attention(a, b, c, jdr_str(op, "qpos", ""), jdr_str(op, "kpos", ""), jdr_str(op, "dim", ""), jdr_num(op, "scale", 0),
                                            (int)jdr_num(op, "causal", 0)))
     U("softmax", tj_softmax(a, ax)) U("log_softmax", tj_log_softmax(a, ax)) U("layer_norm", tj_layer_norm(a, ax, jdr_num(op, "eps", 1e-5)))
     U("cross_entropy", tj_cross_entropy(a, b, ax, jdr_get(op, "mean_axes") ? jdr_str(op, "mean_axes", "") : NULL))
+    U("cross_entropy_ignore", tj_cross_entropy_ignore(a, b, ax, jdr_get(op, "mean_axes") ? jdr_str(op, "mean_axes", "") : NULL,
+                                                      (int)jdr_num(op, "ignore", TJ_IGNORE_INDEX)))
+    U("wsc", tj_with_sharding_constraint(a, jdr_str(op, "spec", "")))
     U("checkpoint_name", tj_checkpoint_name(a, jdr_str(op, "name", ""))) U("stop_gradient", tj_stop_gradient(a))
     U("psum", tj_psum(a, jdr_str(op, "mesh_axes", ""))) U("pmax", tj_pmax(a, jdr_str(op, "mesh_axes", "")))
     U("pvary", tj_pvary(a, jdr_str(op, "mesh_axes", ""))) U("all_gather", tj_all_gather(a, jdr_str(op, "mesh_axes", ""), ax))
@@ -234,7 +245,10 @@ static int jdr_ops_in(jdr_prog *p, tj_graph *g, const jdr_j *ops) {
             if (jdr_custom_vjp(p, ops->kid[i])) return -1;
             continue;
         }
-        if (!(r = jdr_apply(p, g, ops->kid[i]))) return -1;
+        if (!(r = jdr_apply(p, g, ops->kid[i]))) { /* tinyjax's own error, not a later lookup's */
+            if (!p->err[0]) snprintf(p->err, sizeof p->err, "%s", tj_error(tj_graph_ctx(g)));
+            return -1;
+        }
         jdr_bind(p, jdr_str(ops->kid[i], "out", ""), r);
     }
     return 0;
@@ -325,6 +339,7 @@ static int jdr_policy(jdr_prog *p, const char *s) {
     else if (P("nothing_saveable")) p->pol = tj_nothing_saveable();
     else if (P("dots_saveable")) p->pol = tj_dots_saveable();
     else if (P("dots_with_no_batch_dims_saveable")) p->pol = tj_dots_with_no_batch_dims_saveable();
+    else if (P("offload_dot_with_no_batch_dims")) p->pol = tj_offload_dot_with_no_batch_dims();
     else if (P("save_only_these_names")) p->pol = tj_save_only_these_names(arg);
     else if (P("save_any_names_but_these")) p->pol = tj_save_any_names_but_these(arg);
     else if (P("save_and_offload_only_these_names")) {
@@ -408,7 +423,17 @@ static void jdr_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     if (loss) tj_tree_set_v(out, "loss", loss);
     for (i = 0; loss && i < nin; i++)
         if (jdr_is_float(xin[i]) && jdr_num(ins->kid[i], "grad", 1) != 0) wname[nwrt] = jdr_str(ins->kid[i], "name", ""), wrt[nwrt++] = xin[i];
-    if (loss && nwrt && tj_grad(loss, nwrt, wrt, grads) == TJ_OK) {
+    if (loss && nwrt && jdr_num(spec, "vjp", 0) != 0) { /* "vjp": 1: tj_vjp with the weights as the outputs' cotangents (the same
+                                                           gradient: the weight is d loss / d out, cast to out's dtype; its axes in
+                                                           JAX's order, replicated: tj_vjp fits it to the output's order and layout) */
+        tj_v vo[96], vc[96];
+        int nvo = 0;
+        for (i = 0; i < nout; i++)
+            if (res[i] && jdr_is_float(res[i]) && jdr_get(wts, oname[i]))
+                vo[nvo] = res[i], vc[nvo++] = tj_cast(tj_tree_v(in, wname_of(oname[i], wn, sizeof wn)), tj_v_dtype(res[i]));
+        if (tj_vjp(nvo, vo, vc, nwrt, wrt, grads) != TJ_OK) return;
+    } else if (loss && nwrt && tj_grad(loss, nwrt, wrt, grads) != TJ_OK) return;
+    if (loss && nwrt) {
         char gn[300];
         for (i = 0; i < nwrt; i++) {
             snprintf(gn, sizeof gn, "grad:%s", wname[i]);
