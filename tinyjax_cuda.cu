@@ -2302,7 +2302,8 @@ __host__ __device__ static inline uint16_t tjc_fa_bf16(float x) {
    from zero (cvt.rna.tf32.f32), the same bit steps on both sides */
 __host__ __device__ static inline float tjc_fa_round_tf32(float x) {
     uint32_t u = tjc_fa_f32_bits(x);
-    if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf and NaN as they are */
+    if ((u & 0x7f800000u) == 0x7f800000u) /* inf as it is; a NaN as the quiet NaN (the tensor core reads 19 bits: a payload in the rest alone would read as inf) */
+        return u & 0x007fffffu ? tjc_fa_bits_f32(0x7fc00000u | (u & 0x80000000u)) : x;
     return tjc_fa_bits_f32((u + 0x1000u) & 0xffffe000u);
 }
 /* The two input formats. E: the element in memory; EPR: values per

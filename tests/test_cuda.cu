@@ -1254,6 +1254,14 @@ static void test_fa_fragments(void) {
         }
         TJT_CHECK(bad == 0, "[fragments] %s: P's A fragments from its C fragments: %d values not where the PTX tables put them", fmt, bad);
     }
+    { /* a NaN whose payload lies only in the 13 bits the TF32 tensor core
+         ignores is staged as the quiet NaN, not left to read as inf */
+        uint32_t nanbits = 0x7f800001u, b[32][2];
+        memset(m, 0, sizeof m);
+        memcpy(&m[0], &nanbits, 4);
+        TJT_CHECK(tj_cuda_fa_frag_host(1, 2, m, 0, 0, NULL, &b[0][0], NULL) == 0 && b[0][0] == 0x7fc00000u,
+                  "[fragments] TF32: a NaN of payload 1 is staged as 0x%08x (want the quiet NaN 0x7fc00000)", b[0][0]);
+    }
 }
 /* attention on the GPU against the CPU backend, out and the gradients of
    sum(out w): path 1 in every dtype (dim 40, dim' 24; and the widest rows,
