@@ -2536,8 +2536,6 @@ __host__ __device__ static inline void tjc_fa_bfrag_kn(const typename F::E *sh, 
         for (int r = 0; r < 2; r++) b[x][r] = F::reg(sh + (k0 + tjc_fa_brow(lane, r, F::EPR)) * (D + F::PAD) + n0 + tjc_fa_bcol(lane), D + F::PAD);
     }
 }
-/* (on the device, loops over fragments are unrolled: an accumulator indexed
-   in a loop that is not lives in local memory) */
 #ifdef __CUDA_ARCH__
 #define TJC_FA_UNROLL _Pragma("unroll")
 #define TJC_FA_ROLLED _Pragma("unroll 1") /* (fewer registers for a path that is seldom taken) */
@@ -2555,9 +2553,9 @@ __host__ __device__ static inline void tjc_fa_sgemm(const typename F::E *as, int
     for (int x = 0; x < L; x++)
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) c[x][n][e] = 0.f;
-    TJC_FA_UNROLL for (int kk = 0; kk < D / (8 * F::EPR); kk++) {
+    for (int kk = 0; kk < D / (8 * F::EPR); kk++) {
         tjc_fa_afrag<F, D, L>(as, w0, kk, a);
-        TJC_FA_UNROLL for (int n = 0; n < 8; n++) {
+        for (int n = 0; n < 8; n++) {
             tjc_fa_bfrag_nk<F, D, L>(ms, n * 8, kk * 8 * F::EPR, b);
             tjc_fa_mma_at<F, L, 8>(c, n, a, b);
         }
@@ -2590,9 +2588,9 @@ __host__ __device__ static inline void tjc_fa_pfrag(const float (*p)[8][4], int 
 template <class F, int D, int L>
 __host__ __device__ static inline void tjc_fa_pgemm(const float (*p)[8][4], const typename F::E *ms, float (*acc)[D / 8][4]) {
     uint32_t a[L][4], b[L][2];
-    TJC_FA_UNROLL for (int kc = 0; kc < 8 / F::EPR; kc++) {
+    for (int kc = 0; kc < 8 / F::EPR; kc++) {
         tjc_fa_pfrag<F, L>(p, kc, a);
-        TJC_FA_UNROLL for (int n = 0; n < D / 8; n++) {
+        for (int n = 0; n < D / 8; n++) {
             tjc_fa_bfrag_kn<F, D, L>(ms, kc * 8 * F::EPR, n * 8, b);
             tjc_fa_mma_at<F, L, D / 8>(acc, n, a, b);
         }
