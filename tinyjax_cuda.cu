@@ -2954,11 +2954,16 @@ static int tjc_fa_host(const tjc_att *a, const void *q_, const void *k_, const v
     free(sh), free(fst), free(bst), free(dl);
     return rc;
 }
-extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
-                                      const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv) {
+/* the attention the host hooks below run: nb rows of [tq, d] against [tk, d] */
+static tjc_att tjc_fa_host_att(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal) {
     tjc_att a;
     memset(&a, 0, sizeof a);
     a.nb = a.nbk = nb, a.grp = 1, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = dt, a.ldt = TJ_F32;
+    return a;
+}
+extern "C" int tj_cuda_attention_host(tj_dtype dt, int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const void *q, const void *k,
+                                      const void *v, void *out, float *lse, const void *dout, void *dq, void *dk, void *dv) {
+    tjc_att a = tjc_fa_host_att(dt, nb, tq, tk, d, scale, causal);
     if (dt == TJ_BF16 && d == 64) return tjc_fa_host<tjc_fa_fmt_bf16, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     if (dt == TJ_BF16 && d == 128) return tjc_fa_host<tjc_fa_fmt_bf16, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     if (dt == TJ_F32 && d == 64) return tjc_fa_host<tjc_fa_fmt_tf32, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
@@ -2970,9 +2975,7 @@ extern "C" int tj_cuda_attention_host_f32x3(int64_t nb, int64_t tq, int64_t tk, 
                                             const float *v, float *out, float *lse, const float *dout, float *dq, float *dk, float *dv);
 extern "C" int tj_cuda_attention_host_f32x3(int64_t nb, int64_t tq, int64_t tk, int64_t d, double scale, int causal, const float *q, const float *k,
                                             const float *v, float *out, float *lse, const float *dout, float *dq, float *dk, float *dv) {
-    tjc_att a;
-    memset(&a, 0, sizeof a);
-    a.nb = a.nbk = nb, a.grp = 1, a.tq = tq, a.tk = tk, a.d = a.dv = d, a.scale = scale, a.causal = causal != 0, a.dt = TJ_F32, a.ldt = TJ_F32;
+    tjc_att a = tjc_fa_host_att(TJ_F32, nb, tq, tk, d, scale, causal);
     if (d == 64) return tjc_fa_host<tjc_fa_fmt_f32x3, 64>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     if (d == 128) return tjc_fa_host<tjc_fa_fmt_f32x3, 128>(&a, q, k, v, out, lse, dout, dq, dk, dv);
     return -1;
