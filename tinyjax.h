@@ -4863,6 +4863,45 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
 #endif
     else tj__math_f(op, s, one, (const float *const *)in, (float *)out, n);
 }
+/* The fused loop's short chunks (TJ__CHUNK) of the cheapest ops: add, sub,
+   mul and div of floats (either operand may be a scalar: bit j of `one`)
+   and sqrt, n a multiple of 16, on AVX-512 without the general loop's
+   set-up (alias checks, peeling, remainder), which costs as much as the
+   work at this length. Each is the IEEE operation the general loop does,
+   so the bits are the same. Returns 0 where it does not apply (tj__math
+   then). */
+#if TJ__X86
+#define TJ__ARITH512(op_, f)                                                                                       \
+    case TJ__OP_##op_:                                                                                             \
+        for (j = 0; j < n; j += 16)                                                                                \
+            _mm512_storeu_ps(out + j, f(one & 1 ? _mm512_set1_ps(*A) : _mm512_loadu_ps(A + j), one & 2 ? _mm512_set1_ps(*B) : _mm512_loadu_ps(B + j))); \
+        return 1;
+__attribute__((target("avx512f"))) static int tj__arith_f512(int op, unsigned one, const float *A, const float *B, float *out, int64_t n) {
+    int64_t j;
+    switch (op) {
+        TJ__ARITH512(ADD, _mm512_add_ps)
+        TJ__ARITH512(SUB, _mm512_sub_ps)
+        TJ__ARITH512(MUL, _mm512_mul_ps)
+        TJ__ARITH512(DIV, _mm512_div_ps)
+    default: return 0;
+    }
+}
+#undef TJ__ARITH512
+#endif
+static int tj__arith_short(int flt, int op, unsigned one, const void *const *in, void *out, int64_t n) {
+#if TJ__X86
+    if (!flt || n % 16 || !__builtin_cpu_supports("avx512f")) return 0;
+    if (op == TJ__OP_SQRT && !one) {
+        tj__sqrt_f512((const float *)in[0], (float *)out, n);
+        return 1;
+    }
+    if (op < TJ__OP_ADD || op > TJ__OP_DIV || one == 3) return 0;
+    return tj__arith_f512(op, one, (const float *)in[0], (const float *)in[1], (float *)out, n);
+#else
+    (void)flt, (void)op, (void)one, (void)in, (void)out, (void)n;
+    return 0;
+#endif
+}
 /* i32 arithmetic (add, sub, mul, div, neg, abs with an i32 result) as XLA's s32
    ops, which JAX's lax.add/mul/div/neg and jnp's int32 + - * are: two's
    complement wraparound (INT32_MAX + 1 = INT32_MIN, -INT32_MIN =
@@ -11328,33 +11367,31 @@ static void tj__heap_free(tj__heap *h, int64_t off) {
         }
 }
 
-/* Can output node o (a root) take the buffer of param p? Every use of p
-   must come before o is computed, or o must be an elementwise op reading p
-   in exactly o's layout (in place is then safe). The members of o's fused
-   group run with o, element by element: each must read p in o's layout
-   too (a transposed or broadcast read would see elements already
-   overwritten). */
+static tj_node *tj__froot(tj_node *n); /* a fused node's group root ([11]) */
+/* Can output node o (a root) take the buffer of param p? o is written when
+   its fused group runs (o's own step, or its group root's), and a fused
+   reader of p reads when its group runs, not at its own place in the
+   schedule. Every read of p must come before o is written, or run in the
+   same loop, element by element: an elementwise op reading p in exactly
+   o's layout (a transposed or broadcast read would see elements already
+   overwritten). Until 2026-11-25 a reader fused into a later group counted
+   at its own place: o overwrote p before that group read it. */
 static int tj__can_donate(tj_node *p, tj_node *o) {
-    int i, j, mi, ok = 1;
+    int i, j, k, w, ok = 1;
     tj_graph *g = p->g;
     if (p->t.dt != o->t.dt || memcmp(p->t.sh, o->t.sh, TJ_MAXDIM) || tj__bytes(&p->t) != tj__bytes(&o->t) || o->space != TJ_SPACE_DEVICE) return 0;
+    w = (o->fused ? tj__froot(o) : o)->sched;
     for (i = 0; i < g->n && ok; i++) {
         tj_node *u = g->nodes[i];
-        if (!u->live || u == o) continue;
-        for (j = 0; j < u->nin; j++)
-            if (tj__root(u->in[j]) == p && u->sched > o->sched) ok = 0;
-    }
-    for (mi = 0; ok && mi < (o->members ? o->nmembers : 1); mi++) {
-        tj_node *u = o->members ? o->members[mi] : o;
-        int ew = u->op < TJ__OP_LT || u->op == TJ__OP_SELECT;
-        for (j = 0; ok && j < u->nin; j++) {
+        int at, ew = u->op < TJ__OP_LT || u->op == TJ__OP_SELECT;
+        if (!u->live) continue;
+        at = (u->fused ? tj__froot(u) : u)->sched;
+        for (j = 0; j < u->nin && ok; j++) {
             tj_node *x = u->in[j];
-            if (tj__root(x) != p) continue;
-            if (!ew || x->t.rank != o->t.rank) ok = 0;
-            else {
-                int k;
+            if (tj__root(x) != p || at < w) continue;
+            if (at > w || !ew || x->t.rank != o->t.rank) ok = 0;
+            else
                 for (k = 0; k < o->t.rank; k++) ok &= x->t.ax[k] == o->t.ax[k];
-            }
         }
     }
     return ok;
@@ -11366,7 +11403,6 @@ static int tj__needs_buffer(const tj_node *n) {
 /* fusion groups (which elementwise nodes run as one loop) are the CPU
    backend's decision; the plan asks for them first: [11] */
 static tj_status tj__fuse(tj_prog *p);
-static tj_node *tj__froot(tj_node *n);
 
 /* ---- placement ----
    The plan first walks the schedule and records each buffer's interval:
@@ -12193,31 +12229,48 @@ static void tj__round_n(int flt, void *v, int64_t n, tj_dtype dt) {
     }
 }
 /* The fused loop of group root r: leaves are read from their buffers.
-   The device's threads take slices of the elements, a chunk at a time, and
-   each member computes the whole chunk (one tj__math call) before the next
-   one starts. A call costs about as much as a hundred elements of work, so
-   float chunks are long (up to TJ__FMAX): a member's result lives in a slot
-   of resbuf that is reused once no later member reads it (AdamW's 17
-   members need 3 slots), and a stored f32 member computes straight into
-   its output when that is safe (tj__fused_direct). The chunk length never
-   changes a result: every member is elementwise. A broadcast leaf's chunk
-   is gathered through its strides in the group's layout (tj__gather).
-   A group whose root is a reduction over every axis (tj__fuse_reduce)
-   runs the reduction's own kernel, which asks for its input a chunk at a
-   time (tj__fused_gen): the elementwise members are computed then, never
-   stored. */
+   The device's threads take slices of the elements, a chunk of TJ__CHUNK
+   at a time, and each member computes the whole chunk (one tj__math call)
+   before the next one starts: its result lives in a slot of resbuf that is
+   reused once no later member reads it (AdamW's 17 members need 3 slots),
+   and a stored f32 member computes straight into its output when that is
+   safe (tj__fused_direct). Short chunks keep a chunk's working set in L1,
+   so that the loop is not far from one hand-written loop over the
+   elements; a member's pass over long chunks (16 KiB and more), as this
+   loop did before, took twice as long on AdamW. What each operand is and
+   where it comes from is worked out once per run (tj__fstep), not per
+   chunk: at this chunk length the per-member overhead is what there is to
+   lose. The chunk length never changes a result: every member is
+   elementwise. A broadcast leaf's chunk is gathered through its strides in
+   the group's layout (tj__gather). A group whose root is a reduction over
+   every axis (tj__fuse_reduce) runs the reduction's own kernel, which asks
+   for its input a chunk at a time (tj__fused_gen): the elementwise members
+   are computed then, never stored. */
 #define TJ__FRES (TJ__MAXFUSE * TJ__CHUNK) /* resbuf, in doubles */
-#define TJ__FMAX (16 * TJ__CHUNK)          /* the longest float chunk */
+typedef struct {
+    int from;         /* a member's result, or -1: a leaf */
+    int bc;           /* a broadcast leaf's strides: bst[bc], or -1 */
+    tj_dtype dt;
+    const void *leaf;
+    double v;         /* a scalar leaf's value (its bit of `one` set), */
+    float f;          /* and in float */
+} tj__fin;
+typedef struct {      /* one member of the loop */
+    int op, nin, i32; /* i32: tj__imath's wrapping i32 arithmetic */
+    int slot;         /* its place in resbuf, or -1: computed straight into store */
+    unsigned one;     /* bit j: operand j is a scalar leaf */
+    int round;        /* its results are rounded to dt (tj__round_n) */
+    tj_dtype dt;
+    double s;
+    void *store;      /* the buffer it is stored to, or NULL */
+    tj__fin in[3];
+} tj__fstep;
 typedef struct {
     const tj_node *r;
-    const void *const *leafp; /* per member and input: a leaf's buffer (NULL: a member's result) */
-    void *const *storep;      /* per member: the buffer it is stored to, or NULL */
-    int flt, nm;             /* nm: the elementwise members (all but a reduction root) */
-    int64_t n, cm;           /* their elements, and elements per chunk */
-    int src[TJ__MAXFUSE][3]; /* where each operand comes from: a member's result, or a leaf (-1) */
-    int bc[TJ__MAXFUSE][3];  /* a broadcast leaf's strides: bst[bc], or -1 */
-    int slot[TJ__MAXFUSE];   /* the member's slot in resbuf, or -1: computed straight into its output */
-    const tj__type *gt;      /* the group's layout (its elementwise members') */
+    int flt, nm;        /* nm: the elementwise members (all but a reduction root) */
+    int64_t n;          /* their elements */
+    tj__fstep st[TJ__MAXFUSE];
+    const tj__type *gt; /* the group's layout (its elementwise members') */
     int64_t bst[TJ__MAXFUSE * 3][TJ_MAXDIM];
 } tj__fused;
 /* elements [at, at + m) of the group's layout gt of a leaf read through
@@ -12244,123 +12297,132 @@ static void tj__gather(int flt, const void *p, tj_dtype dt, const tj__type *gt, 
         }
     }
 }
-/* the members' results for elements [c0, c0 + m) into res[]; resbuf holds
-   TJ__FRES doubles, opnd 3 x TJ__FMAX / 2 */
-static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *resbuf, double (*opnd)[TJ__FMAX / 2], void **res) {
-    size_t es = fu->flt ? sizeof(float) : sizeof(double); /* results packed densely: the chunk's working set stays in cache */
+/* member k's values for the chunk at c0: its slot of resbuf, or its output */
+static void *tj__fres(const tj__fused *fu, int k, int64_t c0, double *resbuf) {
+    const tj__fstep *x = &fu->st[k];
+    if (x->slot < 0) return (float *)x->store + c0;
+    return (char *)resbuf + (size_t)x->slot * TJ__CHUNK * (fu->flt ? sizeof(float) : sizeof(double));
+}
+/* the members' results for elements [c0, c0 + m), m <= TJ__CHUNK */
+static void tj__fused_chunk(const tj__fused *fu, int64_t c0, int64_t m, double *resbuf, double (*opnd)[TJ__CHUNK]) {
     int mi, j, flt = fu->flt;
     for (mi = 0; mi < fu->nm; mi++) {
-        const tj_node *x = fu->r->members[mi];
+        const tj__fstep *x = &fu->st[mi];
         const void *ins[3] = {NULL, NULL, NULL};
-        unsigned one = 0;
+        void *out = tj__fres(fu, mi, c0, resbuf);
         for (j = 0; j < x->nin; j++) {
-            const tj_node *y = x->in[j];
-            if (fu->src[mi][j] >= 0) ins[j] = res[fu->src[mi][j]];
-            else if (fu->bc[mi][j] >= 0) {
-                tj__gather(flt, fu->leafp[mi * 3 + j], y->lt.dt, fu->gt, fu->bst[fu->bc[mi][j]], c0, m, opnd[j]);
+            const tj__fin *a = &x->in[j];
+            if (a->from >= 0) ins[j] = tj__fres(fu, a->from, c0, resbuf);
+            else if (x->one >> j & 1) ins[j] = flt ? (const void *)&a->f : (const void *)&a->v;
+            else if (a->bc >= 0) {
+                tj__gather(flt, a->leaf, a->dt, fu->gt, fu->bst[a->bc], c0, m, opnd[j]);
                 ins[j] = opnd[j];
-            } else { /* a leaf; a scalar is one value, broadcast */
-                ins[j] = tj__chunk(flt, fu->leafp[mi * 3 + j], y->lt.dt, y->lt.rank ? c0 : 0, 1, y->lt.rank ? m : 1, opnd[j]);
-                one |= (unsigned)!y->lt.rank << j;
-            }
+            } else ins[j] = tj__chunk(flt, a->leaf, a->dt, c0, 1, m, opnd[j]);
         }
-        res[mi] = fu->slot[mi] < 0 ? (void *)((float *)fu->storep[mi] + c0) : (void *)((char *)resbuf + (size_t)fu->slot[mi] * (size_t)fu->cm * es);
-        if (x->lt.dt == TJ_I32 && tj__i32_arith(x->op)) tj__imath(x->op, x->a.s, one, ins, res[mi], m); /* (flt is 0: an i32 result) */
-        else tj__math(flt, x->op, x->a.s, one, ins, res[mi], m);
-        tj__round_n(flt, res[mi], m, x->lt.dt);
+        if (x->i32) tj__imath(x->op, x->s, x->one, ins, out, m); /* (flt is 0: an i32 result) */
+        else if (!tj__arith_short(flt, x->op, x->one, ins, out, m)) tj__math(flt, x->op, x->s, x->one, ins, out, m);
+        if (x->round) tj__round_n(flt, out, m, x->dt);
     }
 }
 static void tj__fused_part(const void *arg, int part, int nparts) {
     const tj__fused *fu = (const tj__fused *)arg;
-    double resbuf[TJ__FRES], opnd[3][TJ__FMAX / 2]; /* opnd: a converted leaf chunk (TJ__CHUNK doubles or TJ__FMAX floats) */
-    void *res[TJ__MAXFUSE];                          /* this chunk's result of each member */
-    int64_t lo = fu->n * part / nparts, hi = fu->n * (part + 1) / nparts, c0, m, cm = fu->cm;
+    double resbuf[TJ__FRES], opnd[3][TJ__CHUNK]; /* opnd: a converted leaf chunk */
+    int64_t lo = fu->n * part / nparts, hi = fu->n * (part + 1) / nparts, c0, m;
     int mi;
     for (c0 = lo; c0 < hi; c0 += m) {
-        m = hi - c0 < cm ? hi - c0 : cm;
-        tj__fused_chunk(fu, c0, m, resbuf, opnd, res);
+        m = hi - c0 < TJ__CHUNK ? hi - c0 : TJ__CHUNK;
+        tj__fused_chunk(fu, c0, m, resbuf, opnd);
         /* the others are stored after the whole chunk is computed: a member
            may overwrite a donated argument that a later member reads */
         for (mi = 0; mi < fu->nm; mi++)
-            if (fu->storep[mi] && fu->slot[mi] >= 0) tj__unchunk(fu->flt, fu->storep[mi], fu->r->members[mi]->lt.dt, c0, 1, m, res[mi]);
+            if (fu->st[mi].store && fu->st[mi].slot >= 0) tj__unchunk(fu->flt, fu->st[mi].store, fu->st[mi].dt, c0, 1, m, tj__fres(fu, mi, c0, resbuf));
     }
 }
 /* a reduction root's input, elements [at, at + m) (m <= TJ__CHUNK), as
    doubles: the last elementwise member's values as stored in its dtype */
 static void tj__fused_gen(const void *arg, int64_t at, int64_t m, double *buf) {
     const tj__fused *fu = (const tj__fused *)arg;
-    double resbuf[TJ__FRES], opnd[3][TJ__FMAX / 2];
-    void *res[TJ__MAXFUSE];
+    double resbuf[TJ__FRES], opnd[3][TJ__CHUNK];
+    const void *last;
     int64_t j;
-    tj__fused_chunk(fu, at, m, resbuf, opnd, res);
-    if (!fu->flt) memcpy(buf, res[fu->nm - 1], sizeof(double) * (size_t)m);
-    else for (j = 0; j < m; j++) buf[j] = ((const float *)res[fu->nm - 1])[j];
+    tj__fused_chunk(fu, at, m, resbuf, opnd);
+    last = tj__fres(fu, fu->nm - 1, at, resbuf);
+    if (!fu->flt) memcpy(buf, last, sizeof(double) * (size_t)m);
+    else for (j = 0; j < m; j++) buf[j] = ((const float *)last)[j];
 }
 /* may member mi compute straight into its stored buffer? When it is f32 in
    a float loop and no leaf overlaps the buffer, other than the very same
    array read only by members up to mi (a donated argument updated in place:
    each chunk of it is read before mi writes that chunk) */
 static int tj__fused_direct(const tj__fused *fu, int mi) {
-    const tj_node *r = fu->r;
-    const char *s = (const char *)fu->storep[mi];
+    const char *s = (const char *)fu->st[mi].store;
     int64_t nb = fu->n * 4;
     int k, j;
-    if (!fu->flt || !s || r->members[mi]->lt.dt != TJ_F32) return 0;
+    if (!fu->flt || !s || fu->st[mi].dt != TJ_F32) return 0;
     for (k = 0; k < fu->nm; k++)
-        for (j = 0; j < r->members[k]->nin; j++) {
-            const tj_node *y = r->members[k]->in[j];
-            const char *l = (const char *)fu->leafp[k * 3 + j];
-            if (fu->src[k][j] >= 0 || !l) continue;
-            if (l == s && y->lt.dt == TJ_F32 && y->lt.rank && fu->bc[k][j] < 0 && k <= mi) continue;
+        for (j = 0; j < fu->st[k].nin; j++) {
+            const tj_node *y = fu->r->members[k]->in[j];
+            const tj__fin *a = &fu->st[k].in[j];
+            const char *l = (const char *)a->leaf;
+            if (a->from >= 0 || !l) continue;
+            if (l == s && y->lt.dt == TJ_F32 && y->lt.rank && a->bc < 0 && k <= mi) continue;
             if (l < s + nb && s < l + tj__bytes(&y->lt)) return 0;
         }
     return 1;
 }
 static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const *storep, int nthreads) {
     tj__fused fu;
-    int mi, j, k, nslot = 0, nbc = 0, lastuse[TJ__MAXFUSE], holder[TJ__MAXFUSE], red = tj__ops[r->op].cpu == tj__k_reduce;
+    int mi, j, k, nbc = 0, lastuse[TJ__MAXFUSE], holder[TJ__MAXFUSE], red = tj__ops[r->op].cpu == tj__k_reduce;
     fu.r = r;
-    fu.leafp = leafp;
-    fu.storep = storep;
     fu.flt = 1;
     fu.nm = r->nmembers - red;
     fu.gt = &r->members[fu.nm - 1]->lt;
     fu.n = tj__numel(fu.gt);
     for (mi = 0; mi < fu.nm; mi++) {
         const tj_node *x = r->members[mi];
+        tj__fstep *st = &fu.st[mi];
         tj_dtype idt[3];
+        st->op = x->op, st->nin = x->nin, st->dt = x->lt.dt, st->s = x->a.s, st->one = 0, st->store = storep[mi];
         lastuse[mi] = storep[mi] || mi == fu.nm - 1 ? fu.nm : mi; /* a stored result is kept to the chunk's end */
         for (j = 0; j < x->nin; j++) {
-            idt[j] = x->in[j]->lt.dt;
-            fu.src[mi][j] = fu.bc[mi][j] = -1;
+            const tj_node *y = x->in[j];
+            tj__fin *a = &st->in[j];
+            idt[j] = a->dt = y->lt.dt;
+            a->leaf = leafp[mi * 3 + j];
+            a->from = a->bc = -1;
             for (k = 0; k < mi; k++)
-                if (r->members[k] == x->in[j]) fu.src[mi][j] = k, lastuse[k] = lastuse[k] > mi ? lastuse[k] : mi;
-            if (fu.src[mi][j] < 0 && tj__bcast_in(x, j)) {
-                fu.bc[mi][j] = nbc;
-                tj__bstrides(&x->in[j]->lt, fu.gt, fu.bst[nbc++]);
+                if (r->members[k] == y) a->from = k, lastuse[k] = lastuse[k] > mi ? lastuse[k] : mi;
+            if (a->from >= 0) continue;
+            if (tj__bcast_in(x, j)) {
+                a->bc = nbc;
+                tj__bstrides(&y->lt, fu.gt, fu.bst[nbc++]);
+            } else if (!y->lt.rank) { /* a scalar: one value for every element */
+                st->one |= 1u << j;
+                a->v = tj__ld(a->leaf, y->lt.dt, 0);
+                a->f = (float)a->v;
             }
         }
         fu.flt &= tj__flt_ok(x->op, x->lt.dt, x->nin, idt);
+    }
+    for (mi = 0; mi < fu.nm; mi++) {
+        tj__fstep *st = &fu.st[mi];
+        st->i32 = st->dt == TJ_I32 && tj__i32_arith(st->op);
+        st->round = fu.flt ? st->dt == TJ_BF16 : st->dt != TJ_F64;
     }
     /* slots: a member takes the lowest free one while its operands still
        hold theirs (it never writes over an operand), then frees those that
        no later member reads */
     for (k = 0; k < TJ__MAXFUSE; k++) holder[k] = -1;
     for (mi = 0; mi < fu.nm; mi++) {
-        fu.slot[mi] = -1;
+        fu.st[mi].slot = -1;
         if (!tj__fused_direct(&fu, mi)) {
             for (k = 0; holder[k] >= 0; k++) continue;
             holder[k] = mi;
-            fu.slot[mi] = k;
-            nslot = k + 1 > nslot ? k + 1 : nslot;
+            fu.st[mi].slot = k;
         }
         for (k = 0; k < TJ__MAXFUSE; k++)
             if (holder[k] >= 0 && lastuse[holder[k]] <= mi) holder[k] = -1;
     }
-    /* doubles: TJ__CHUNK; floats: as many as the slots hold, up to TJ__FMAX, whole cache lines */
-    fu.cm = TJ__CHUNK;
-    if (fu.flt) fu.cm = nslot ? (int64_t)TJ__FRES * 2 / nslot / 16 * 16 : TJ__FMAX;
-    if (fu.cm > TJ__FMAX) fu.cm = TJ__FMAX;
     if (red) { /* the reduction's kernel, its input made by tj__fused_gen */
         tj__kern k;
         memset(&k, 0, offsetof(tj__kern, it_s));

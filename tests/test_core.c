@@ -486,6 +486,140 @@ static void test_cast_chains(tj_ctx *ctx) {
     tj_tree_free(in);
     tj_tree_free(out);
 }
+/* Random fused chains against one program per op: each op reads earlier
+   results or leaves (dense, a scalar on either side, a leaf broadcast
+   along r), some results are stored, and in a second pass x0 is donated
+   so a stored member may be computed straight into it. Bits must agree
+   (NaN with NaN) in f32, bf16 and f64, over chunk tails that are not a
+   multiple of the vector width, with 3 threads. */
+enum { FR_ADD, FR_SUB, FR_MUL, FR_DIV, FR_MAX, FR_SQRT, FR_NEG, FR_EXP, FR_SELECT, FR_MULS, FR_NOPS };
+enum { FR_MAXLEN = 14, FR_NLEAF = 5 };
+static const char *fr_leaf[FR_NLEAF] = {"x0", "x1", "pos", "s", "row"};
+typedef struct {
+    int len, op[FR_MAXLEN], a[FR_MAXLEN], b[FR_MAXLEN], stored[FR_MAXLEN]; /* operands: < 0 leaf -1 - i, else a step */
+    int k;         /* fr_one: the step to run */
+    tj_dtype dt;
+} fr_recipe;
+static tj_v fr_op(int op, tj_v a, tj_v b) {
+    switch (op) {
+    case FR_ADD: return tj_add(a, b);
+    case FR_SUB: return tj_sub(a, b);
+    case FR_MUL: return tj_mul(a, b);
+    case FR_DIV: return tj_div(a, b);
+    case FR_MAX: return tj_max2(a, b);
+    case FR_SQRT: return tj_sqrt(a);
+    case FR_NEG: return tj_neg(a);
+    case FR_EXP: return tj_exp(a);
+    case FR_SELECT: return tj_select(tj_gt(a, b), a, b);
+    default: return tj_muls(a, 0.75);
+    }
+}
+static void fr_one(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const fr_recipe *r = (const fr_recipe *)u;
+    (void)g;
+    tj_tree_set_v(out, "y", fr_op(r->op[r->k], tj_tree_v(in, "a"), tj_tree_find(in, "b") >= 0 ? tj_tree_v(in, "b") : NULL));
+}
+static void fr_chain(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const fr_recipe *r = (const fr_recipe *)u;
+    tj_v v[FR_MAXLEN];
+    int k;
+    char nm[16];
+    (void)g;
+    for (k = 0; k < r->len; k++) {
+        tj_v a = r->a[k] < 0 ? tj_tree_v(in, fr_leaf[-1 - r->a[k]]) : v[r->a[k]];
+        tj_v b = r->b[k] < 0 ? tj_tree_v(in, fr_leaf[-1 - r->b[k]]) : v[r->b[k]];
+        v[k] = fr_op(r->op[k], a, b);
+        snprintf(nm, sizeof nm, "o%d", k);
+        if (r->stored[k] || k == r->len - 1) tj_tree_set_v(out, nm, v[k]);
+    }
+}
+static uint64_t fr_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int fr_unary(int op) { return op == FR_SQRT || op == FR_NEG || op == FR_EXP || op == FR_MULS; }
+static void test_fused_random(void) {
+    static double gv[3 * 1031], wv[3 * 1031];
+    tj_ctx *ctx = tj_ctx_new();
+    const tj_dtype dts[4] = {TJ_F32, TJ_F32, TJ_BF16, TJ_F64};
+    uint64_t rng = 12345;
+    int c, k, pass, fails = 0;
+    tjt_current = "random fused chains";
+    tj_set_threads(ctx, 3);
+    for (c = 0; c < 96 && !fails; c++) {
+        fr_recipe r;
+        tj_tree *in = tj_tree_new(ctx);
+        tj_array *want[FR_MAXLEN];
+        memset(&r, 0, sizeof r);
+        r.dt = dts[c % 4];
+        r.len = 6 + (int)(fr_next(&rng) % (FR_MAXLEN - 5));
+        for (k = 0; k < r.len; k++) {
+            int pick = (int)(fr_next(&rng) % 10);
+            r.op[k] = (int)(fr_next(&rng) % FR_NOPS);
+            /* a: mostly the previous result; b: any earlier result or leaf (the scalar on the left sometimes) */
+            r.a[k] = k && pick < 7 ? k - 1 : k && pick < 8 ? (int)(fr_next(&rng) % (uint64_t)k) : -1 - (int)(fr_next(&rng) % 3);
+            r.b[k] = fr_next(&rng) % 3 == 0 && k ? (int)(fr_next(&rng) % (uint64_t)k) : -1 - (int)(fr_next(&rng) % FR_NLEAF);
+            if (!fr_unary(r.op[k]) && fr_next(&rng) % 5 == 0) { int t = r.a[k]; r.a[k] = -4; r.b[k] = t; } /* scalar op tensor */
+            if (r.a[k] == -5) r.a[k] = -1; /* the broadcast leaf stays on the right: the result keeps (r, c) */
+            r.stored[k] = fr_next(&rng) % 4 == 0;
+        }
+        if (r.a[0] == -4) r.b[0] = -1; /* (one operand at least is (r, c)) */
+        tj_tree_set_array(in, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 61 + (unsigned)c, -2, 2));
+        tj_tree_set_array(in, "x1", tjt_rand(ctx, r.dt, "r=3 c=1031", 62 + (unsigned)c, -2, 2));
+        tj_tree_set_array(in, "pos", tjt_rand(ctx, r.dt, "r=3 c=1031", 63 + (unsigned)c, 0.5, 2));
+        tj_tree_set_array(in, "s", tjt_rand(ctx, r.dt, "", 64 + (unsigned)c, -1.5, 1.5));
+        tj_tree_set_array(in, "row", tjt_rand(ctx, r.dt, "c=1031", 65 + (unsigned)c, -2, 2));
+        for (k = 0; k < r.len; k++) { /* the reference: one program per op */
+            tj_tree *ref = tj_tree_new(ctx), *o = tj_tree_new(ctx);
+            tj_prog *p;
+            r.k = k;
+            tj_tree_set_array_ref(ref, "a", r.a[k] < 0 ? tj_tree_array(in, fr_leaf[-1 - r.a[k]]) : want[r.a[k]]);
+            if (!fr_unary(r.op[k])) tj_tree_set_array_ref(ref, "b", r.b[k] < 0 ? tj_tree_array(in, fr_leaf[-1 - r.b[k]]) : want[r.b[k]]);
+            p = tj_jit(ctx, "one op", fr_one, &r, ref, NULL);
+            TJT_CHECK(p && !tj_run(p, ref, o), "chain %d op %d alone: %s", c, k, tj_error(ctx));
+            want[k] = p ? tj_tree_take(o, "y") : NULL;
+            tj_prog_free(p);
+            tj_tree_free(ref);
+            tj_tree_free(o);
+            if (!want[k]) { r.len = k; fails++; }
+        }
+        for (pass = 0; pass < 2 && !fails; pass++) { /* then x0 donated */
+            tj_tree *o = tj_tree_new(ctx), *in2 = tj_tree_new(ctx);
+            tj_jit_opts jo = {pass ? "x0" : NULL};
+            tj_prog *p;
+            int i;
+            for (i = 0; i < tj_tree_size(in); i++) tj_tree_set_array_ref(in2, tj_tree_name(in, i), tj_tree_array_at(in, i));
+            if (pass) tj_tree_set_array(in2, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 61 + (unsigned)c, -2, 2)); /* (a copy: the run deletes it) */
+            p = tj_jit(ctx, "chain", fr_chain, &r, in2, &jo);
+            TJT_CHECK(p && !tj_run(p, in2, o), "chain %d: %s", c, tj_error(ctx));
+            for (k = 0; k < r.len && p; k++) {
+                char nm[16];
+                tj_array *got;
+                int64_t ne, e, bad = 0, first = -1;
+                snprintf(nm, sizeof nm, "o%d", k);
+                if (tj_tree_find(o, nm) < 0) continue;
+                got = tj_tree_array(o, nm);
+                ne = tj_array_numel(got);
+                tj_array_read(got, TJ_F64, gv);
+                tj_array_read(want[k], TJ_F64, wv);
+                for (e = 0; e < ne; e++) /* bit for bit: the same value and sign, or both NaN */
+                    if (!(gv[e] == wv[e] || (gv[e] != gv[e] && wv[e] != wv[e])) || signbit(gv[e]) != signbit(wv[e])) bad++, first = first < 0 ? e : first;
+                TJT_CHECK(!bad, "chain %d (%s, %d ops%s): result %d (op %d) differs from the op alone in %lld of %lld elements (first %lld)", c, tj_dtype_name(r.dt),
+                          r.len, pass ? ", x0 donated" : "", k, r.op[k], (long long)bad, (long long)ne, (long long)first);
+                fails += bad > 0;
+            }
+            tj_prog_free(p);
+            tj_tree_free(in2);
+            tj_tree_free(o);
+        }
+        for (k = 0; k < r.len; k++) tj_array_free(want[k]);
+        tj_tree_free(in);
+    }
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -522,6 +656,7 @@ int main(void) {
     test_fused_reduce(ctx);
     test_fused_select(ctx);
     test_fused_bcast();
+    test_fused_random();
     test_slice_cotangents(ctx);
     test_cast_chains(ctx);
 
