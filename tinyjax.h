@@ -12370,9 +12370,41 @@ static int tj__fused_direct(const tj__fused *fu, int mi) {
         }
     return 1;
 }
+/* The slots of a fused loop's members, for the CPU's loop (buffers of a
+   chunk) and CUDA's (registers, tjc_fslots): member mi reads member
+   src[mi * 3 + j] (-1: a leaf) and holds its value in slot[mi] from then
+   until its last reader, or to the end where keep[mi] (stored, or the
+   group's result); none[mi]: it needs none (-1: the CPU's members computed
+   straight into their output). A member takes the lowest free slot. With
+   `early`, operands read for the last time at mi free theirs first (a
+   member that reads all its operands before it writes: CUDA's); without,
+   it never takes an operand's. Returns the number of slots used. */
+static int tj__fslots(int nm, const int *nin, const int *src, const int *keep, const int *none, int early, int *slot) {
+    int last[TJ__MAXFUSE], holder[TJ__MAXFUSE], mi, j, c, pass, nslot = 0;
+    for (mi = 0; mi < nm; mi++) last[mi] = keep[mi] ? nm : mi;
+    for (mi = 0; mi < nm; mi++)
+        for (j = 0; j < nin[mi]; j++)
+            if (src[mi * 3 + j] >= 0 && last[src[mi * 3 + j]] < mi) last[src[mi * 3 + j]] = mi;
+    for (c = 0; c < nm; c++) holder[c] = -1;
+    for (mi = 0; mi < nm; mi++) {
+        slot[mi] = -1;
+        for (pass = 0; pass < 2; pass++) {
+            if (pass == !early) /* free the slots no later member reads */
+                for (c = 0; c < nm; c++)
+                    if (holder[c] >= 0 && last[holder[c]] <= mi) holder[c] = -1;
+            if (pass == 0 && !none[mi]) {
+                for (c = 0; holder[c] >= 0; c++) continue;
+                holder[c] = mi;
+                slot[mi] = c;
+                nslot = c + 1 > nslot ? c + 1 : nslot;
+            }
+        }
+    }
+    return nslot;
+}
 static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const *storep, int nthreads) {
     tj__fused fu;
-    int mi, j, k, nbc = 0, lastuse[TJ__MAXFUSE], holder[TJ__MAXFUSE], red = tj__ops[r->op].cpu == tj__k_reduce;
+    int mi, j, k, nbc = 0, red = tj__ops[r->op].cpu == tj__k_reduce;
     fu.r = r;
     fu.flt = 1;
     fu.nm = r->nmembers - red;
@@ -12383,7 +12415,6 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
         tj__fstep *st = &fu.st[mi];
         tj_dtype idt[3];
         st->op = x->op, st->nin = x->nin, st->dt = x->lt.dt, st->s = x->a.s, st->one = 0, st->store = storep[mi];
-        lastuse[mi] = storep[mi] || mi == fu.nm - 1 ? fu.nm : mi; /* a stored result is kept to the chunk's end */
         for (j = 0; j < x->nin; j++) {
             const tj_node *y = x->in[j];
             tj__fin *a = &st->in[j];
@@ -12391,7 +12422,7 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
             a->leaf = leafp[mi * 3 + j];
             a->from = a->bc = -1;
             for (k = 0; k < mi; k++)
-                if (r->members[k] == y) a->from = k, lastuse[k] = lastuse[k] > mi ? lastuse[k] : mi;
+                if (r->members[k] == y) a->from = k;
             if (a->from >= 0) continue;
             if (tj__bcast_in(x, j)) {
                 a->bc = nbc;
@@ -12409,19 +12440,16 @@ static void tj__k_fused(const tj_node *r, const void *const *leafp, void *const 
         st->i32 = st->dt == TJ_I32 && tj__i32_arith(st->op);
         st->round = fu.flt ? st->dt == TJ_BF16 : st->dt != TJ_F64;
     }
-    /* slots: a member takes the lowest free one while its operands still
-       hold theirs (it never writes over an operand), then frees those that
-       no later member reads */
-    for (k = 0; k < TJ__MAXFUSE; k++) holder[k] = -1;
-    for (mi = 0; mi < fu.nm; mi++) {
-        fu.st[mi].slot = -1;
-        if (!tj__fused_direct(&fu, mi)) {
-            for (k = 0; holder[k] >= 0; k++) continue;
-            holder[k] = mi;
-            fu.st[mi].slot = k;
+    { /* slots: a member never takes one of its operands' (tj__fslots) */
+        int nin[TJ__MAXFUSE], src[TJ__MAXFUSE * 3], keep[TJ__MAXFUSE], none[TJ__MAXFUSE], slot[TJ__MAXFUSE];
+        for (mi = 0; mi < fu.nm; mi++) {
+            nin[mi] = fu.st[mi].nin;
+            for (j = 0; j < 3; j++) src[mi * 3 + j] = j < nin[mi] ? fu.st[mi].in[j].from : -1;
+            keep[mi] = storep[mi] || mi == fu.nm - 1; /* a stored result is kept to the chunk's end */
+            none[mi] = tj__fused_direct(&fu, mi);
         }
-        for (k = 0; k < TJ__MAXFUSE; k++)
-            if (holder[k] >= 0 && lastuse[holder[k]] <= mi) holder[k] = -1;
+        tj__fslots(fu.nm, nin, src, keep, none, 0, slot);
+        for (mi = 0; mi < fu.nm; mi++) fu.st[mi].slot = slot[mi];
     }
     if (red) { /* the reduction's kernel, its input made by tj__fused_gen */
         tj__kern k;

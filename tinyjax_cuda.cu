@@ -3582,25 +3582,17 @@ __host__ __device__ __forceinline__ void tjc_fused_small(const tjc_fprog &p, con
    an operand read for the last time is free for the result; a stored
    member's slot is held to the end, where the stores are (a member may be
    stored over a donated argument that a later member reads). */
-static void tjc_fslots(tjc_fprog *p, void *const *store) {
-    int last[TJC_FMAX], holder[TJC_FMAX], nslot = 0;
-    for (int mi = 0; mi < p->nm; mi++) last[mi] = store[mi] ? p->nm : mi;
-    for (int mi = 0; mi < p->nm; mi++)
-        for (int j = 0; j < p->m[mi].nin; j++)
-            if (p->m[mi].src[j] >= 0 && last[p->m[mi].src[j]] < mi) last[p->m[mi].src[j]] = mi;
-    for (int c = 0; c < TJC_FMAX; c++) holder[c] = -1;
+static void tjc_fslots(tjc_fprog *p, void *const *store) { /* the header's tj__fslots, operands freed first */
+    int nin[TJC_FMAX], src[TJC_FMAX * 3], keep[TJC_FMAX], none[TJC_FMAX] = {0}, slot[TJC_FMAX];
     for (int mi = 0; mi < p->nm; mi++) {
-        tjc_fmem *m = &p->m[mi];
-        int c;
-        for (int j = 0; j < m->nin; j++) m->rs[j] = m->src[j] >= 0 ? p->m[m->src[j]].slot : (int8_t)-1;
-        for (c = 0; c < TJC_FMAX; c++) /* operands read for the last time here */
-            if (holder[c] >= 0 && last[holder[c]] <= mi) holder[c] = -1;
-        for (c = 0; holder[c] >= 0; c++) continue;
-        holder[c] = mi;
-        m->slot = (int8_t)c;
-        nslot = c + 1 > nslot ? c + 1 : nslot;
+        nin[mi] = p->m[mi].nin;
+        for (int j = 0; j < 3; j++) src[mi * 3 + j] = j < nin[mi] ? p->m[mi].src[j] : -1;
+        keep[mi] = store[mi] != NULL;
     }
-    p->nslot = nslot;
+    p->nslot = tj__fslots(p->nm, nin, src, keep, none, 1, slot);
+    for (int mi = 0; mi < p->nm; mi++) p->m[mi].slot = (int8_t)slot[mi];
+    for (int mi = 0; mi < p->nm; mi++)
+        for (int j = 0; j < p->m[mi].nin; j++) p->m[mi].rs[j] = p->m[mi].src[j] >= 0 ? p->m[p->m[mi].src[j]].slot : (int8_t)-1;
 }
 /* test hook (test_cuda, no GPU needed): the slots of a program of nm
    members, operand j of member mi reading member src[mi * 3 + j] (-1: a
