@@ -4868,8 +4868,10 @@ static void tj__math(int flt, int op, double s, unsigned one, const void *const 
    and sqrt, n a multiple of 16, on AVX-512 without the general loop's
    set-up (alias checks, peeling, remainder), which costs as much as the
    work at this length. Each is the IEEE operation the general loop does,
-   so the bits are the same. Returns 0 where it does not apply (tj__math
-   then). */
+   so the bits are the same, but for which NaN an op of two NaNs returns
+   (x86 returns the first operand, and compilers may swap the operands of
+   a commutative op: IEEE leaves the sign and payload open, as does XLA).
+   Returns 0 where it does not apply (tj__math then). */
 #if TJ__X86
 #define TJ__ARITH512(op_, f)                                                                                       \
     case TJ__OP_##op_:                                                                                             \
