@@ -546,6 +546,24 @@ static uint64_t fr_next(uint64_t *s) {
     return z ^ (z >> 31);
 }
 static int fr_unary(int op) { return op == FR_SQRT || op == FR_NEG || op == FR_EXP || op == FR_MULS || op == FR_SUBROW || op == FR_SCALEALL; }
+/* a random chain of dtype dt (without the reducing ops unless `reduce`) */
+static void fr_make(fr_recipe *r, tj_dtype dt, int reduce, uint64_t *rng) {
+    int k;
+    memset(r, 0, sizeof *r);
+    r->dt = dt;
+    r->len = 6 + (int)(fr_next(rng) % (FR_MAXLEN - 5));
+    for (k = 0; k < r->len; k++) {
+        int pick = (int)(fr_next(rng) % 10);
+        r->op[k] = (int)(fr_next(rng) % (uint64_t)(reduce ? FR_NOPS : FR_SUBROW));
+        /* a: mostly the previous result; b: any earlier result or leaf (the scalar on the left sometimes) */
+        r->a[k] = k && pick < 7 ? k - 1 : k && pick < 8 ? (int)(fr_next(rng) % (uint64_t)k) : -1 - (int)(fr_next(rng) % 3);
+        r->b[k] = fr_next(rng) % 3 == 0 && k ? (int)(fr_next(rng) % (uint64_t)k) : -1 - (int)(fr_next(rng) % FR_NLEAF);
+        if (!fr_unary(r->op[k]) && fr_next(rng) % 5 == 0) { int t = r->a[k]; r->a[k] = -4; r->b[k] = t; } /* scalar op tensor */
+        if (r->a[k] == -5) r->a[k] = -1; /* the broadcast leaf stays on the right: the result keeps (r, c) */
+        r->stored[k] = fr_next(rng) % 4 == 0;
+    }
+    if (r->a[0] == -4) r->b[0] = -1; /* (one operand at least is (r, c)) */
+}
 static void test_fused_random(void) {
     static double gv[3 * 1031], wv[3 * 1031];
     tj_ctx *ctx = tj_ctx_new();
@@ -558,20 +576,7 @@ static void test_fused_random(void) {
         fr_recipe r;
         tj_tree *in = tj_tree_new(ctx);
         tj_array *want[FR_MAXLEN];
-        memset(&r, 0, sizeof r);
-        r.dt = dts[c % 4];
-        r.len = 6 + (int)(fr_next(&rng) % (FR_MAXLEN - 5));
-        for (k = 0; k < r.len; k++) {
-            int pick = (int)(fr_next(&rng) % 10);
-            r.op[k] = (int)(fr_next(&rng) % FR_NOPS);
-            /* a: mostly the previous result; b: any earlier result or leaf (the scalar on the left sometimes) */
-            r.a[k] = k && pick < 7 ? k - 1 : k && pick < 8 ? (int)(fr_next(&rng) % (uint64_t)k) : -1 - (int)(fr_next(&rng) % 3);
-            r.b[k] = fr_next(&rng) % 3 == 0 && k ? (int)(fr_next(&rng) % (uint64_t)k) : -1 - (int)(fr_next(&rng) % FR_NLEAF);
-            if (!fr_unary(r.op[k]) && fr_next(&rng) % 5 == 0) { int t = r.a[k]; r.a[k] = -4; r.b[k] = t; } /* scalar op tensor */
-            if (r.a[k] == -5) r.a[k] = -1; /* the broadcast leaf stays on the right: the result keeps (r, c) */
-            r.stored[k] = fr_next(&rng) % 4 == 0;
-        }
-        if (r.a[0] == -4) r.b[0] = -1; /* (one operand at least is (r, c)) */
+        fr_make(&r, dts[c % 4], 1, &rng);
         tj_tree_set_array(in, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 61 + (unsigned)c, -2, 2));
         tj_tree_set_array(in, "x1", tjt_rand(ctx, r.dt, "r=3 c=1031", 62 + (unsigned)c, -2, 2));
         tj_tree_set_array(in, "pos", tjt_rand(ctx, r.dt, "r=3 c=1031", 63 + (unsigned)c, 0.5, 2));
@@ -627,6 +632,63 @@ static void test_fused_random(void) {
     tj_ctx_free(ctx);
 }
 
+/* The same chains (without reductions) on 4 devices, their inputs sharded
+   over a 2 x 2 mesh along both axes and donated, against the chain on one
+   device: bit for bit (elementwise, so nothing may differ). */
+static void test_fused_sharded(void) {
+    static double gv[4 * 1030], wv[4 * 1030];
+    tj_ctx *c1 = tj_ctx_new(), *c4 = tj_ctx_new();
+    const tj_dtype dts[3] = {TJ_F32, TJ_BF16, TJ_F64};
+    const char *spec[FR_NLEAF] = {"r:a c:b", "r:b c:a", "r:a c:b", "", "c:b"}, *shape[FR_NLEAF] = {"r=4 c=1030", "r=4 c=1030", "r=4 c=1030", "", "c=1030"};
+    uint64_t rng = 777;
+    int c, k, fails = 0;
+    long long donated = 0;
+    tjt_current = "random fused chains, sharded and donated";
+    tj_set_threads(c1, 2);
+    tj_set_devices(c4, 4);
+    tj_set_mesh(c4, "a=2 b=2");
+    for (c = 0; c < 48 && !fails; c++) {
+        fr_recipe r;
+        tj_tree *in1 = tj_tree_new(c1), *in4 = tj_tree_new(c4), *o1 = tj_tree_new(c1), *o4 = tj_tree_new(c4);
+        tj_jit_opts jo = {"x0 x1 pos"};
+        tj_prog *p1, *p4;
+        fr_make(&r, dts[c % 3], 0, &rng);
+        for (k = 0; k < FR_NLEAF; k++) {
+            double lo = k == 2 ? 0.5 : -2, hi = 2;
+            tj_tree_set_array(in1, fr_leaf[k], tjt_rand(c1, r.dt, shape[k], 300 + (unsigned)(c * 8 + k), lo, hi));
+            tj_tree_set_array(in4, fr_leaf[k], tjt_put(tjt_rand(c4, r.dt, shape[k], 300 + (unsigned)(c * 8 + k), lo, hi), spec[k]));
+        }
+        p1 = tj_jit(c1, "chain", fr_chain, &r, in1, NULL);
+        p4 = tj_jit(c4, "chain", fr_chain, &r, in4, &jo);
+        TJT_CHECK(p1 && !tj_run(p1, in1, o1), "chain %d on one device: %s", c, tj_error(c1));
+        TJT_CHECK(p4 && !tj_run(p4, in4, o4), "chain %d on 4 devices: %s", c, tj_error(c4));
+        if (p4) donated += tj_prog_memory(p4).alias_bytes;
+        for (k = 0; k < r.len && p1 && p4; k++) {
+            char nm[16];
+            int64_t ne, e, bad = 0, first = -1;
+            snprintf(nm, sizeof nm, "o%d", k);
+            if (tj_tree_find(o1, nm) < 0) continue;
+            ne = tj_array_numel(tj_tree_array(o1, nm));
+            tj_array_read(tj_tree_array(o4, nm), TJ_F64, gv);
+            tj_array_read(tj_tree_array(o1, nm), TJ_F64, wv);
+            for (e = 0; e < ne; e++) /* (as test_fused_random) */
+                if (gv[e] == gv[e] || wv[e] == wv[e] ? !(gv[e] == wv[e] && signbit(gv[e]) == signbit(wv[e])) : 0) bad++, first = first < 0 ? e : first;
+            TJT_CHECK(!bad, "chain %d (%s, %d ops): result %d (op %d) on 4 devices differs from one device in %lld of %lld elements (first %lld)", c,
+                      tj_dtype_name(r.dt), r.len, k, r.op[k], (long long)bad, (long long)ne, (long long)first);
+            fails += bad > 0;
+        }
+        tj_prog_free(p1);
+        tj_prog_free(p4);
+        tj_tree_free(in1);
+        tj_tree_free(in4);
+        tj_tree_free(o1);
+        tj_tree_free(o4);
+    }
+    TJT_CHECK(donated > 0, "some outputs took donated buffers (%lld B)", donated);
+    tj_ctx_free(c1);
+    tj_ctx_free(c4);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -664,6 +726,7 @@ int main(void) {
     test_fused_select(ctx);
     test_fused_bcast();
     test_fused_random();
+    test_fused_sharded();
     test_slice_cotangents(ctx);
     test_cast_chains(ctx);
 
