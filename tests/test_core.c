@@ -525,16 +525,19 @@ static void fr_one(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     (void)g;
     tj_tree_set_v(out, "y", fr_op(r->op[r->k], tj_tree_v(in, "a"), tj_tree_find(in, "b") >= 0 ? tj_tree_v(in, "b") : NULL));
 }
+static void fr_apply(const fr_recipe *r, const tj_v *leaf, tj_v *v) {
+    int k;
+    for (k = 0; k < r->len; k++) v[k] = fr_op(r->op[k], r->a[k] < 0 ? leaf[-1 - r->a[k]] : v[r->a[k]], r->b[k] < 0 ? leaf[-1 - r->b[k]] : v[r->b[k]]);
+}
 static void fr_chain(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     const fr_recipe *r = (const fr_recipe *)u;
-    tj_v v[FR_MAXLEN];
+    tj_v v[FR_MAXLEN], leaf[FR_NLEAF];
     int k;
     char nm[16];
     (void)g;
+    for (k = 0; k < FR_NLEAF; k++) leaf[k] = tj_tree_v(in, fr_leaf[k]);
+    fr_apply(r, leaf, v);
     for (k = 0; k < r->len; k++) {
-        tj_v a = r->a[k] < 0 ? tj_tree_v(in, fr_leaf[-1 - r->a[k]]) : v[r->a[k]];
-        tj_v b = r->b[k] < 0 ? tj_tree_v(in, fr_leaf[-1 - r->b[k]]) : v[r->b[k]];
-        v[k] = fr_op(r->op[k], a, b);
         snprintf(nm, sizeof nm, "o%d", k);
         if (r->stored[k] || k == r->len - 1) tj_tree_set_v(out, nm, v[k]);
     }
@@ -689,6 +692,99 @@ static void test_fused_sharded(void) {
     tj_ctx_free(c4);
 }
 
+/* The same chains (with reductions) as the body of a scan of 3 steps whose
+   carry is x0 (the chain's last result is the next x0; the other leaves
+   are captured), donated, and again with the chain inside a remat region
+   in the body: bit for bit against the chain run 3 times as a program. */
+typedef struct {
+    const fr_recipe *r;
+    tj_v leaf[FR_NLEAF];
+    int remat;
+} fr_scan_u;
+static void fr_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const fr_scan_u *s = (const fr_scan_u *)u;
+    tj_v leaf[FR_NLEAF], v[FR_MAXLEN];
+    (void)g;
+    memcpy(leaf, s->leaf, sizeof leaf);
+    leaf[0] = in[0];
+    fr_apply(s->r, leaf, v);
+    out[0] = v[s->r->len - 1];
+}
+static void fr_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    const fr_scan_u *s = (const fr_scan_u *)u;
+    (void)x; (void)y;
+    if (s->remat) tj_checkpoint(fr_region, u, 1, carry, 1, carry_out, NULL);
+    else fr_region(g, carry, carry_out, u);
+}
+static void fr_scan_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    fr_scan_u *s = (fr_scan_u *)u;
+    tj_v h = NULL;
+    int k;
+    (void)g;
+    for (k = 0; k < FR_NLEAF; k++) s->leaf[k] = tj_tree_v(in, fr_leaf[k]);
+    tj_scan(fr_body, s, "it=3", 1, &s->leaf[0], 0, NULL, 0, &h, NULL, NULL);
+    tj_tree_set_v(out, "h", h);
+}
+static void test_fused_scan(void) {
+    static double gv[3 * 1031], wv[3 * 1031];
+    tj_ctx *ctx = tj_ctx_new();
+    const tj_dtype dts[3] = {TJ_F32, TJ_BF16, TJ_F64};
+    uint64_t rng = 4242;
+    int c, k, it, fails = 0;
+    tjt_current = "random fused chains in a scan";
+    tj_set_threads(ctx, 3);
+    for (c = 0; c < 48 && !fails; c++) {
+        fr_recipe r;
+        fr_scan_u su;
+        tj_tree *in = tj_tree_new(ctx);
+        tj_array *want = NULL;
+        fr_make(&r, dts[c % 3], 1, &rng);
+        for (k = 0; k < FR_NLEAF; k++)
+            tj_tree_set_array(in, fr_leaf[k], tjt_rand(ctx, r.dt, k == 3 ? "" : k == 4 ? "c=1031" : "r=3 c=1031", 500 + (unsigned)(c * 8 + k), k == 2 ? 0.5 : -2, 2));
+        for (it = 0; it < 3; it++) { /* the reference: the chain 3 times, x0 <- its last result */
+            tj_tree *ref = tj_tree_new(ctx), *o = tj_tree_new(ctx);
+            tj_prog *p;
+            char nm[16];
+            for (k = 0; k < FR_NLEAF; k++) tj_tree_set_array_ref(ref, fr_leaf[k], k == 0 && want ? want : tj_tree_array(in, fr_leaf[k]));
+            p = tj_jit(ctx, "chain", fr_chain, &r, ref, NULL);
+            TJT_CHECK(p && !tj_run(p, ref, o), "chain %d step %d: %s", c, it, tj_error(ctx));
+            tj_array_free(want);
+            snprintf(nm, sizeof nm, "o%d", r.len - 1);
+            want = p ? tj_tree_take(o, nm) : NULL;
+            tj_prog_free(p);
+            tj_tree_free(ref);
+            tj_tree_free(o);
+            if (!want) break;
+        }
+        for (su.remat = 0; su.remat < 2 && want; su.remat++) {
+            tj_tree *o = tj_tree_new(ctx), *in2 = tj_tree_new(ctx);
+            tj_jit_opts jo = {"x0"};
+            tj_prog *p;
+            int64_t ne = tj_array_numel(want), e, bad = 0, first = -1;
+            su.r = &r;
+            for (k = 1; k < FR_NLEAF; k++) tj_tree_set_array_ref(in2, fr_leaf[k], tj_tree_array(in, fr_leaf[k]));
+            tj_tree_set_array(in2, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 500 + (unsigned)(c * 8), -2, 2)); /* (a copy: donated) */
+            p = tj_jit(ctx, "scan", fr_scan_fn, &su, in2, &jo);
+            TJT_CHECK(p && !tj_run(p, in2, o), "chain %d in a scan%s: %s", c, su.remat ? " (remat)" : "", tj_error(ctx));
+            if (p) {
+                tj_array_read(tj_tree_array(o, "h"), TJ_F64, gv);
+                tj_array_read(want, TJ_F64, wv);
+                for (e = 0; e < ne; e++) /* (as test_fused_random) */
+                    if (gv[e] == gv[e] || wv[e] == wv[e] ? !(gv[e] == wv[e] && signbit(gv[e]) == signbit(wv[e])) : 0) bad++, first = first < 0 ? e : first;
+                TJT_CHECK(!bad, "chain %d (%s, %d ops) as a scan's body%s: the final carry differs from 3 runs in %lld of %lld elements (first %lld)", c,
+                          tj_dtype_name(r.dt), r.len, su.remat ? " in a remat region" : "", (long long)bad, (long long)ne, (long long)first);
+                fails += bad > 0;
+            }
+            tj_prog_free(p);
+            tj_tree_free(in2);
+            tj_tree_free(o);
+        }
+        tj_array_free(want);
+        tj_tree_free(in);
+    }
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -727,6 +823,7 @@ int main(void) {
     test_fused_bcast();
     test_fused_random();
     test_fused_sharded();
+    test_fused_scan();
     test_slice_cotangents(ctx);
     test_cast_chains(ctx);
 
