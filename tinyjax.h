@@ -8670,7 +8670,24 @@ static int tj__has_cvjp(const tj_graph *g, int top, int depth) {
     }
     return 0;
 }
+static tj_status tj__vjp(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads);
+/* wrt is copied first: grads may be wrt (tj_grad(loss, 1, &x, &x)), and is cleared first */
 TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
+    tj__tabs h = {{NULL}, 0};
+    tj_v w_s[32], *w = wrt_in && nwrt > 0 ? TJ__TAB(tj_v *, &h, w_s, nwrt) : NULL;
+    tj_status st;
+    int i;
+    if (w) memcpy(w, wrt_in, sizeof(tj_v) * (size_t)nwrt);
+    else if (wrt_in && nwrt > 0) { /* (out of memory for the copy) */
+        for (i = 0; grads && i < nwrt; i++) grads[i] = NULL;
+        tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "vjp: out of memory for %d wrt", nwrt);
+        return TJ_ERR_OOM;
+    }
+    st = tj__vjp(f, l, nout, outs, cts, nwrt, w ? w : wrt_in, grads);
+    tj__tabs_free(&h);
+    return st;
+}
+static tj_status tj__vjp(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
     tj_graph *g;
     tj_ctx *c;
     int i, j, top = -1, n0, cap, saved_pass, hi_all = 0;
@@ -9219,23 +9236,32 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
                           const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse) {
     const char *op = reverse ? "reverse scan" : "scan";
     tj_node *tab_s[7 * 32], **tab = tab_s;
+    tj_v in_s[32], *in = NULL;
+    tj__tabs h = {{NULL}, 0};
     tj_ctx *c = g->ctx;
     tj_status st;
-    int z, m = nc > nx ? nc : nx;
+    int z, m = nc > nx ? nc : nx, nci = nc > 0 && init ? nc : 0, nxi = nx > 0 && xs ? nx : 0;
+    /* the inputs are copied before final and ys are cleared: they may be
+       the same lists (tj_scan(body, u, "layer", 1, &x, ..., &x, ...)) */
+    if ((in = TJ__TAB(tj_v *, &h, in_s, nci + nxi))) {
+        if (nci) memcpy(in, init, sizeof(tj_v) * (size_t)nci);
+        if (nxi) memcpy(in + nci, xs, sizeof(tj_v) * (size_t)nxi);
+    }
     for (z = 0; final && z < nc; z++) final[z] = NULL; /* a failed scan leaves NULLs, never garbage */
     for (z = 0; ys && z < ny; z++) ys[z] = NULL;
-    if (c->status) return c->status;
-    if (!body || nc < 0 || nx < 0 || ny < 0 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
+    if (c->status) st = c->status;
+    else if (!body || nc < 0 || nx < 0 || ny < 0 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
         tj__err(c, TJ_ERR_ARG, f, l, "%s: bad arguments (%d carries, %d xs, %d ys)", op, nc, nx, ny);
-        return TJ_ERR_ARG;
-    }
-    if (ny > m) m = ny;
-    if (m > 32 && !(tab = (tj_node **)tj__calloc(sizeof(tj_node *) * 7 * (size_t)m))) {
+        st = TJ_ERR_ARG;
+    } else if (ny > m) m = ny;
+    if (!c->status && (!in || (m > 32 && !(tab = (tj_node **)tj__calloc(sizeof(tj_node *) * 7 * (size_t)m))))) {
         tj__err(c, TJ_ERR_OOM, f, l, "%s: out of memory for %d carries, %d xs and %d ys", op, nc, nx, ny);
-        return TJ_ERR_OOM;
+        tab = tab_s;
     }
-    st = tj__scan_t(f, l, g, body, user, axis, nc, init, nx, xs, ny, final, ys, policy, reverse, tab);
+    if (!c->status) st = tj__scan_t(f, l, g, body, user, axis, nc, in, nx, in + nci, ny, final, ys, policy, reverse, tab);
+    else st = c->status;
     if (tab != tab_s) TJ_FREE(tab);
+    tj__tabs_free(&h);
     return st;
 }
 static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, void *user, const char *axis, int nc, const tj_v *init, int nx,
@@ -9253,8 +9279,8 @@ static tj_status tj__scan_t(const char *f, int l, tj_graph *g, tj_scan_fn body, 
     cp = tab, xp = tab + m, co = tab + 2 * m, yo = tab + 3 * m, xr = tab + 4 * m, ini = tab + 5 * m, xin = tab + 6 * m;
     c = g->ctx;
     g = tj__cur(g); /* a scan written inside a body belongs to it */
-    for (i = 0; i < nc; i++) if (!init[i]) return c->status ? c->status : TJ_ERR_ARG;
-    for (i = 0; i < nx; i++) if (!xs[i]) return c->status ? c->status : TJ_ERR_ARG;
+    for (i = 0; i < nc; i++) if (!init[i]) return tj__null_input(c, op, "initial carry", i, f, l);
+    for (i = 0; i < nx; i++) if (!xs[i]) return tj__null_input(c, op, "xs", i, f, l);
     /* the body sees whole values: an initial carry or xs that is a partial
        sum (a dot's over a split contracted axis, a vocab-parallel take) is
        added up once, first (a carry's type is the same in every iteration,
@@ -9425,6 +9451,8 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
     tj__region r;
     tj_status st;
     tj_graph *g = NULL;
+    tj_v in_s[16], *inc;
+    tj__tabs h = {{NULL}, 0};
     int i, ax;
     for (i = 0; i < nin && !g; i++) if (in && in[i]) g = in[i]->g;
     if (!g) {
@@ -9436,14 +9464,20 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nin; i++) if (!in[i]) return tj__null_input(g->ctx, "checkpoint", "input", i, f, l);
+    if (!(inc = TJ__TAB(tj_v *, &h, in_s, nin))) { /* a copy: out may be in (tj_checkpoint(fn, u, 1, &x, 1, &x, p)), and the scan clears out first */
+        tj__err(g->ctx, TJ_ERR_OOM, f, l, "checkpoint: out of memory for %d inputs", nin);
+        return TJ_ERR_OOM;
+    }
+    memcpy(inc, in, sizeof(tj_v) * (size_t)nin);
     r.fn = fn;
     r.user = user;
     r.nin = nin;
     r.nout = nout;
-    r.in = in;
+    r.in = inc;
     r.file = f;
     r.line = l;
     st = tj__scan(f, l, g, tj__region_body, &r, "_remat=1", 0, NULL, 0, NULL, nout, NULL, out, policy, 0); /* the stacked ys, reshaped in place */
+    tj__tabs_free(&h);
     if (st) return st;
     ax = tj__intern(g->ctx, "_remat", 6);
     for (i = 0; i < nout; i++) {
@@ -9491,7 +9525,16 @@ static tj_status tj__shard_map_t(const char *f, int l, tj_region_fn fn, void *us
 TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
                                 tj_v *out, const char *const *out_specs, int check) {
     tj__tabs h = {{NULL}, 0};
-    tj_status st = tj__shard_map_t(f, l, fn, user, nin, in, in_specs, nout, out, out_specs, check, &h);
+    tj_v in_s[32], *inc = in && nin > 0 ? TJ__TAB(tj_v *, &h, in_s, nin) : NULL;
+    tj_status st;
+    int i;
+    if (inc) memcpy(inc, in, sizeof(tj_v) * (size_t)nin); /* out may be in (tj_shard_map(fn, u, 1, &x, s, 1, &x, s, 1)), and is cleared first */
+    else if (in && nin > 0) { /* (out of memory for the copy) */
+        for (i = 0; out && i < nout; i++) out[i] = NULL;
+        tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "shard_map: out of memory for %d inputs", nin);
+        return TJ_ERR_OOM;
+    }
+    st = tj__shard_map_t(f, l, fn, user, nin, inc ? inc : in, in_specs, nout, out, out_specs, check, &h);
     tj__tabs_free(&h);
     return st;
 }

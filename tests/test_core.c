@@ -785,6 +785,165 @@ static void test_fused_scan(void) {
     tj_ctx_free(ctx);
 }
 
+/* Gradients of the scanned chains under remat and offload policies: loss =
+   sum(h w) after 3 steps; the gradients with respect to every leaf, with
+   the scan under everything_saveable, nothing_saveable, offload-everything
+   and a policy that mixes the three (x0 donated), against the same three
+   steps unrolled in one program (no scan, no policy). Equal values (a
+   zero's sign aside): the policy decides what is kept, recomputed or
+   copied to the host, never the values. */
+static tj_decision fr_offload_all(const char *op, const char *name, const char *shape, void *u) {
+    (void)op; (void)name; (void)shape; (void)u;
+    return TJ_OFFLOAD;
+}
+static tj_decision fr_mixed(const char *op, const char *name, const char *shape, void *u) {
+    unsigned h = 2166136261u;
+    const char *q;
+    (void)name; (void)u;
+    for (q = op; *q; q++) h = (h ^ (unsigned char)*q) * 16777619u;
+    for (q = shape; *q; q++) h = (h ^ (unsigned char)*q) * 16777619u;
+    return (tj_decision)(h % 3);
+}
+typedef struct {
+    fr_scan_u su;
+    const tj_policy *policy; /* NULL: the steps unrolled, no scan */
+} fr_grad_u;
+static void fr_grad_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    fr_grad_u *gu = (fr_grad_u *)u;
+    tj_v h = NULL, gr[FR_NLEAF], wrt[FR_NLEAF];
+    int k;
+    (void)g;
+    for (k = 0; k < FR_NLEAF; k++) gu->su.leaf[k] = wrt[k] = tj_tree_v(in, fr_leaf[k]);
+    if (gu->policy) tj_scan(fr_body, &gu->su, "it=3", 1, &gu->su.leaf[0], 0, NULL, 0, &h, NULL, gu->policy);
+    else {
+        h = gu->su.leaf[0];
+        for (k = 0; k < 3; k++) fr_body(g, &h, NULL, &h, NULL, &gu->su);
+    }
+    h = tj_sum(tj_mul(h, tj_tree_v(in, "w")), "r c");
+    tj_tree_set_v(out, "loss", h);
+    if (tj_grad(h, FR_NLEAF, wrt, gr)) return;
+    for (k = 0; k < FR_NLEAF; k++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "d%s", fr_leaf[k]);
+        tj_tree_set_v(out, nm, gr[k]);
+    }
+}
+static void test_fused_grad(void) {
+    static double gv[3 * 1031], wv[3 * 1031];
+    tj_ctx *ctx = tj_ctx_new();
+    const tj_dtype dts[2] = {TJ_F32, TJ_F64};
+    tj_policy pol[4];
+    const char *pname[4] = {"everything_saveable", "nothing_saveable", "offload everything", "mixed"};
+    uint64_t rng = 9191;
+    int c, k, q, fails = 0;
+    tjt_current = "gradients of random fused chains in a scan, under policies";
+    tj_set_threads(ctx, 3);
+    pol[0] = tj_everything_saveable();
+    pol[1] = tj_nothing_saveable();
+    pol[2] = tj_policy_from_fn(fr_offload_all, NULL);
+    pol[3] = tj_policy_from_fn(fr_mixed, NULL);
+    for (c = 0; c < 24 && !fails; c++) {
+        fr_recipe r;
+        fr_grad_u gu;
+        tj_tree *in = tj_tree_new(ctx), *ref = tj_tree_new(ctx);
+        tj_prog *p;
+        fr_make(&r, dts[c % 2], 1, &rng);
+        for (k = 0; k < FR_NLEAF; k++)
+            tj_tree_set_array(in, fr_leaf[k], tjt_rand(ctx, r.dt, k == 3 ? "" : k == 4 ? "c=1031" : "r=3 c=1031", 700 + (unsigned)(c * 8 + k), k == 2 ? 0.5 : -2, 2));
+        tj_tree_set_array(in, "w", tjt_rand(ctx, r.dt, "r=3 c=1031", 707 + (unsigned)(c * 8), -1, 1));
+        memset(&gu, 0, sizeof gu);
+        gu.su.r = &r;
+        gu.su.remat = c % 3 == 2; /* sometimes a remat region inside the body too */
+        p = tj_jit(ctx, "unrolled", fr_grad_fn, &gu, in, NULL);
+        TJT_CHECK(p && !tj_run(p, in, ref), "chain %d unrolled: %s", c, tj_error(ctx));
+        tj_prog_free(p);
+        for (q = 0; q < 4 && tj_tree_size(ref); q++) {
+            tj_tree *o = tj_tree_new(ctx), *in2 = tj_tree_new(ctx);
+            tj_jit_opts jo = {"x0"};
+            for (k = 0; k < tj_tree_size(in); k++) tj_tree_set_array_ref(in2, tj_tree_name(in, k), tj_tree_array_at(in, k));
+            tj_tree_set_array(in2, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 700 + (unsigned)(c * 8), -2, 2)); /* (a copy: donated) */
+            gu.policy = &pol[q];
+            p = tj_jit(ctx, "scan", fr_grad_fn, &gu, in2, &jo);
+            TJT_CHECK(p && !tj_run(p, in2, o), "chain %d scanned, %s: %s", c, pname[q], tj_error(ctx));
+            for (k = 0; k < tj_tree_size(ref) && p; k++) {
+                const char *nm = tj_tree_name(ref, k);
+                int64_t ne = tj_array_numel(tj_tree_array(ref, nm)), e, bad = 0, first = -1;
+                tj_array_read(tj_tree_array(o, nm), TJ_F64, gv);
+                tj_array_read(tj_tree_array(ref, nm), TJ_F64, wv);
+                for (e = 0; e < ne; e++) /* as test_fused_random, but -0 = +0: a scan sums a captured leaf's gradient from +0 (as JAX's) */
+                    if (gv[e] == gv[e] || wv[e] == wv[e] ? gv[e] != wv[e] : 0) bad++, first = first < 0 ? e : first;
+                TJT_CHECK(!bad, "chain %d (%s, %d ops%s), scanned under %s: %s differs from the unrolled steps in %lld of %lld elements (first %lld: %.17g, want %.17g)", c,
+                          tj_dtype_name(r.dt), r.len, gu.su.remat ? ", a remat region in the body" : "", pname[q], nm, (long long)bad, (long long)ne, (long long)first,
+                          first >= 0 ? gv[first] : 0.0, first >= 0 ? wv[first] : 0.0);
+                fails += bad > 0;
+            }
+            tj_prog_free(p);
+            tj_tree_free(in2);
+            tj_tree_free(o);
+        }
+        tj_tree_free(in);
+        tj_tree_free(ref);
+    }
+    tj_ctx_free(ctx);
+}
+
+/* The same list as input and output: x = scan(x), x = checkpoint(x),
+   x = shard_map(x), x = grad(.., x). Each clears its outputs before it
+   runs; until 2026-11-25 that cleared the inputs too (a NULL result, a
+   crash in tj_checkpoint, "wrt 0 is NULL" from tj_grad). Each against the
+   same call with separate lists. */
+static void ia_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
+    (void)g; (void)x; (void)y; (void)u;
+    carry_out[0] = tj_tanh(tj_muls(carry[0], 1.5));
+}
+static void ia_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_mul(in[0], tj_exp(in[0]));
+}
+static void ia_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    int alias = *(const int *)u, k;
+    const char *sp = "r:d";
+    tj_v x[4], y[4];
+    (void)g;
+    for (k = 0; k < 4; k++) x[k] = y[k] = tj_tree_v(in, "x");
+    tj_scan(ia_body, NULL, "it=3", 1, &x[0], 0, NULL, 0, alias ? &x[0] : &y[0], NULL, NULL);
+    tj_checkpoint(ia_region, NULL, 1, &x[1], 1, alias ? &x[1] : &y[1], NULL);
+    tj_shard_map(ia_region, NULL, 1, &x[2], &sp, 1, alias ? &x[2] : &y[2], &sp, 1);
+    tj_grad(tj_sum(tj_mul(x[3], tj_tanh(x[3])), "r"), 1, &x[3], alias ? &x[3] : &y[3]);
+    for (k = 0; k < 4; k++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "y%d", k);
+        tj_tree_set_v(out, nm, alias ? x[k] : y[k]);
+    }
+}
+static void test_inout_alias(void) {
+    tj_ctx *ctx = tj_ctx_new();
+    tj_tree *in, *o[2];
+    int alias, k;
+    tjt_current = "the same list as input and output";
+    tj_set_devices(ctx, 2);
+    tj_set_mesh(ctx, "d=2");
+    in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "r=6", 91, -1, 1));
+    for (alias = 0; alias < 2; alias++) {
+        tj_prog *p = tj_jit(ctx, alias ? "aliased" : "separate", ia_fn, &alias, in, NULL);
+        o[alias] = tj_tree_new(ctx);
+        TJT_CHECK(p && !tj_run(p, in, o[alias]), "%s lists: %s", alias ? "the same" : "separate", tj_error(ctx));
+        tj_prog_free(p);
+    }
+    for (k = 0; k < 4 && tj_tree_size(o[0]) == 4 && tj_tree_size(o[1]) == 4; k++) {
+        static const char *what[4] = {"scan", "checkpoint", "shard_map", "grad"};
+        float a[6], b[6];
+        tj_array_read(tj_tree_array_at(o[0], k), TJ_F32, a);
+        tj_array_read(tj_tree_array_at(o[1], k), TJ_F32, b);
+        TJT_CHECK(!memcmp(a, b, sizeof a), "%s with its output list its input list: %g, want %g", what[k], b[0], a[0]);
+    }
+    tj_tree_free(o[0]);
+    tj_tree_free(o[1]);
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+}
+
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -824,6 +983,8 @@ int main(void) {
     test_fused_random();
     test_fused_sharded();
     test_fused_scan();
+    test_fused_grad();
+    test_inout_alias();
     test_slice_cotangents(ctx);
     test_cast_chains(ctx);
 
