@@ -882,7 +882,11 @@ TJDEF void tj_prog_transposes_print(const tj_prog *p, FILE *out);
    fetched back in the order the iterations read them), gradients (the VJP
    of a reverse scan is a forward scan over the body's VJP), nesting,
    sharding. tj_scan_dir takes the direction as its last argument (0
-   forward, nonzero reverse), for a direction chosen at run time. */
+   forward, nonzero reverse), for a direction chosen at run time.
+   final may be init (x = scan(x): tj_scan(body, u, "layer", 1, &x, nx,
+   xs, 0, &x, NULL, p)), and ys may be xs; so for tj_checkpoint's,
+   tj_shard_map's and tj_custom_vjp's out and in, and tj_vjp's grads and
+   wrt. */
 typedef struct tj_policy tj_policy;
 typedef void (*tj_scan_fn)(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *user);
 #define tj_scan(body, user, axis, ncarry, init, nx, xs, ny, final, ys, policy) \
@@ -1705,6 +1709,18 @@ static void *tj__tab(tj__tabs *h, void *s, size_t cap, size_t n, size_t size) {
 static void tj__tabs_free(tj__tabs *h) {
     while (h->n > 0) TJ_FREE(h->blk[--h->n]);
 }
+/* A copy of a list of n values, for the calls that clear their outputs
+   before they read their inputs (tj_scan, tj_checkpoint, tj_shard_map,
+   tj_vjp, tj_custom, tj_custom_vjp): the caller may pass the same list as
+   both (x = scan(x)). in itself where there is nothing to copy (NULL, or
+   n < 1); NULL only when out of memory. */
+static tj_v *tj__vcopy(tj__tabs *h, tj_v *s, size_t cap, const tj_v *in, int n) {
+    tj_v *c;
+    if (!in || n < 1) return (tj_v *)in;
+    if ((c = (tj_v *)tj__tab(h, s, cap, (size_t)n, sizeof *s))) memcpy(c, in, sizeof *c * (size_t)n);
+    return c;
+}
+#define TJ__VCOPY(h, s, in, n) tj__vcopy((h), (s), sizeof(s) / sizeof *(s), (in), (n))
 static char *tj__strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *p = (char *)tj__malloc(n);
@@ -1731,6 +1747,10 @@ static void tj__err(tj_ctx *ctx, tj_status st, const char *file, int line, const
         snprintf(ctx->msg + k, sizeof ctx->msg - k, " (at %s:%d)", tj__base(file), line);
     }
     if (ctx->dump) fprintf(stderr, "tinyjax: error: %s\n", ctx->msg);
+}
+static tj_status tj__oom_at(tj_ctx *c, const char *f, int l, const char *what) {
+    tj__err(c, TJ_ERR_OOM, f, l, "out of memory for %s", what);
+    return TJ_ERR_OOM;
 }
 /* Record a warning (once per distinct text) and print it. */
 static void tj__warn(tj_ctx *ctx, const char *file, int line, const char *fmt, ...) {
@@ -8365,7 +8385,8 @@ static tj_status tj__custom_t(const char *f, int l, const char *name, int nin, c
 /* tj__custom_t, with the heap blocks of its tables freed on every path */
 TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out) {
     tj__tabs h = {{NULL}, 0};
-    tj_status st = tj__custom_t(f, l, name, nin, in, out, &h);
+    tj_v in_s[16], *inc = TJ__VCOPY(&h, in_s, in, nin); /* (out may be in) */
+    tj_status st = inc || !in ? tj__custom_t(f, l, name, nin, inc, out, &h) : tj__oom_at(tj__tracing_ctx(), f, l, "custom: a copy of the inputs");
     tj__tabs_free(&h);
     return st;
 }
@@ -8674,16 +8695,15 @@ static tj_status tj__vjp(const char *f, int l, int nout, const tj_v *outs, const
 /* wrt is copied first: grads may be wrt (tj_grad(loss, 1, &x, &x)), and is cleared first */
 TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, const tj_v *cts, int nwrt, const tj_v *wrt_in, tj_v *grads) {
     tj__tabs h = {{NULL}, 0};
-    tj_v w_s[32], *w = wrt_in && nwrt > 0 ? TJ__TAB(tj_v *, &h, w_s, nwrt) : NULL;
+    tj_v w_s[32], *w = TJ__VCOPY(&h, w_s, wrt_in, nwrt);
     tj_status st;
     int i;
-    if (w) memcpy(w, wrt_in, sizeof(tj_v) * (size_t)nwrt);
-    else if (wrt_in && nwrt > 0) { /* (out of memory for the copy) */
+    if (!w && wrt_in) { /* (out of memory for the copy) */
         for (i = 0; grads && i < nwrt; i++) grads[i] = NULL;
         tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "vjp: out of memory for %d wrt", nwrt);
         return TJ_ERR_OOM;
     }
-    st = tj__vjp(f, l, nout, outs, cts, nwrt, w ? w : wrt_in, grads);
+    st = tj__vjp(f, l, nout, outs, cts, nwrt, w, grads);
     tj__tabs_free(&h);
     return st;
 }
@@ -8947,7 +8967,9 @@ static tj_status tj__custom_vjp_t(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vj
 TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp_bwd_fn bwd, void *user, int nin, const tj_v *in, int nout, tj_v *out,
                                  int nres) {
     tj__tabs h = {{NULL}, 0};
-    tj_status st = tj__custom_vjp_t(f, l, fwd, bwd, user, nin, in, nout, out, nres, &h);
+    tj_v in_s[16], *inc = TJ__VCOPY(&h, in_s, in, nin); /* (out may be in) */
+    tj_status st = inc || !in ? tj__custom_vjp_t(f, l, fwd, bwd, user, nin, inc, nout, out, nres, &h)
+                              : tj__oom_at(tj__tracing_ctx(), f, l, "custom_vjp: a copy of the inputs");
     tj__tabs_free(&h);
     return st;
 }
@@ -9236,17 +9258,13 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
                           const tj_v *xs, int ny, tj_v *final, tj_v *ys, const tj_policy *policy, int reverse) {
     const char *op = reverse ? "reverse scan" : "scan";
     tj_node *tab_s[7 * 32], **tab = tab_s;
-    tj_v in_s[32], *in = NULL;
+    tj_v ini_s[16], xs_s[16], *ini, *xsc;
     tj__tabs h = {{NULL}, 0};
     tj_ctx *c = g->ctx;
     tj_status st;
-    int z, m = nc > nx ? nc : nx, nci = nc > 0 && init ? nc : 0, nxi = nx > 0 && xs ? nx : 0;
-    /* the inputs are copied before final and ys are cleared: they may be
-       the same lists (tj_scan(body, u, "layer", 1, &x, ..., &x, ...)) */
-    if ((in = TJ__TAB(tj_v *, &h, in_s, nci + nxi))) {
-        if (nci) memcpy(in, init, sizeof(tj_v) * (size_t)nci);
-        if (nxi) memcpy(in + nci, xs, sizeof(tj_v) * (size_t)nxi);
-    }
+    int z, m = nc > nx ? nc : nx;
+    ini = TJ__VCOPY(&h, ini_s, init, nc); /* before final and ys are cleared: they may be the same lists */
+    xsc = TJ__VCOPY(&h, xs_s, xs, nx);
     for (z = 0; final && z < nc; z++) final[z] = NULL; /* a failed scan leaves NULLs, never garbage */
     for (z = 0; ys && z < ny; z++) ys[z] = NULL;
     if (c->status) st = c->status;
@@ -9254,11 +9272,11 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
         tj__err(c, TJ_ERR_ARG, f, l, "%s: bad arguments (%d carries, %d xs, %d ys)", op, nc, nx, ny);
         st = TJ_ERR_ARG;
     } else if (ny > m) m = ny;
-    if (!c->status && (!in || (m > 32 && !(tab = (tj_node **)tj__calloc(sizeof(tj_node *) * 7 * (size_t)m))))) {
+    if (!c->status && ((!ini && init && nc > 0) || (!xsc && xs && nx > 0) || (m > 32 && !(tab = (tj_node **)tj__calloc(sizeof(tj_node *) * 7 * (size_t)m))))) {
         tj__err(c, TJ_ERR_OOM, f, l, "%s: out of memory for %d carries, %d xs and %d ys", op, nc, nx, ny);
         tab = tab_s;
     }
-    if (!c->status) st = tj__scan_t(f, l, g, body, user, axis, nc, in, nx, in + nci, ny, final, ys, policy, reverse, tab);
+    if (!c->status) st = tj__scan_t(f, l, g, body, user, axis, nc, ini, nx, xsc, ny, final, ys, policy, reverse, tab);
     else st = c->status;
     if (tab != tab_s) TJ_FREE(tab);
     tj__tabs_free(&h);
@@ -9464,11 +9482,10 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nin; i++) if (!in[i]) return tj__null_input(g->ctx, "checkpoint", "input", i, f, l);
-    if (!(inc = TJ__TAB(tj_v *, &h, in_s, nin))) { /* a copy: out may be in (tj_checkpoint(fn, u, 1, &x, 1, &x, p)), and the scan clears out first */
+    if (!(inc = TJ__VCOPY(&h, in_s, in, nin))) { /* out may be in, and the scan clears out first */
         tj__err(g->ctx, TJ_ERR_OOM, f, l, "checkpoint: out of memory for %d inputs", nin);
         return TJ_ERR_OOM;
     }
-    memcpy(inc, in, sizeof(tj_v) * (size_t)nin);
     r.fn = fn;
     r.user = user;
     r.nin = nin;
@@ -9525,16 +9542,15 @@ static tj_status tj__shard_map_t(const char *f, int l, tj_region_fn fn, void *us
 TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *user, int nin, const tj_v *in, const char *const *in_specs, int nout,
                                 tj_v *out, const char *const *out_specs, int check) {
     tj__tabs h = {{NULL}, 0};
-    tj_v in_s[32], *inc = in && nin > 0 ? TJ__TAB(tj_v *, &h, in_s, nin) : NULL;
+    tj_v in_s[32], *inc = TJ__VCOPY(&h, in_s, in, nin);
     tj_status st;
     int i;
-    if (inc) memcpy(inc, in, sizeof(tj_v) * (size_t)nin); /* out may be in (tj_shard_map(fn, u, 1, &x, s, 1, &x, s, 1)), and is cleared first */
-    else if (in && nin > 0) { /* (out of memory for the copy) */
+    if (!inc && in) { /* (out of memory for the copy) */
         for (i = 0; out && i < nout; i++) out[i] = NULL;
         tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "shard_map: out of memory for %d inputs", nin);
         return TJ_ERR_OOM;
     }
-    st = tj__shard_map_t(f, l, fn, user, nin, inc ? inc : in, in_specs, nout, out, out_specs, check, &h);
+    st = tj__shard_map_t(f, l, fn, user, nin, inc, in_specs, nout, out, out_specs, check, &h);
     tj__tabs_free(&h);
     return st;
 }

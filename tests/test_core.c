@@ -888,10 +888,10 @@ static void test_fused_grad(void) {
 }
 
 /* The same list as input and output: x = scan(x), x = checkpoint(x),
-   x = shard_map(x), x = grad(.., x). Each clears its outputs before it
-   runs; until 2026-11-25 that cleared the inputs too (a NULL result, a
-   crash in tj_checkpoint, "wrt 0 is NULL" from tj_grad). Each against the
-   same call with separate lists. */
+   x = shard_map(x), x = grad(.., x), x = custom_vjp(x). Each clears its
+   outputs before it runs; until 2026-11-25 that cleared the inputs too (a
+   NULL result, a crash in tj_checkpoint, "wrt 0 is NULL" from tj_grad).
+   Each against the same call with separate lists. */
 static void ia_body(tj_graph *g, const tj_v *carry, const tj_v *x, tj_v *carry_out, tj_v *y, void *u) {
     (void)g; (void)x; (void)y; (void)u;
     carry_out[0] = tj_tanh(tj_muls(carry[0], 1.5));
@@ -900,17 +900,27 @@ static void ia_region(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
     (void)g; (void)u;
     out[0] = tj_mul(in[0], tj_exp(in[0]));
 }
+static void ia_fwd(tj_graph *g, const tj_v *in, tj_v *out, tj_v *res, void *u) {
+    (void)g; (void)u;
+    out[0] = tj_sin(in[0]);
+    res[0] = in[0];
+}
+static void ia_bwd(tj_graph *g, const tj_v *res, const tj_v *ct, tj_v *gin, void *u) {
+    (void)g; (void)u;
+    gin[0] = tj_mul(ct[0], tj_cos(res[0]));
+}
 static void ia_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     int alias = *(const int *)u, k;
     const char *sp = "r:d";
-    tj_v x[4], y[4];
+    tj_v x[5], y[5];
     (void)g;
-    for (k = 0; k < 4; k++) x[k] = y[k] = tj_tree_v(in, "x");
+    for (k = 0; k < 5; k++) x[k] = y[k] = tj_tree_v(in, "x");
     tj_scan(ia_body, NULL, "it=3", 1, &x[0], 0, NULL, 0, alias ? &x[0] : &y[0], NULL, NULL);
     tj_checkpoint(ia_region, NULL, 1, &x[1], 1, alias ? &x[1] : &y[1], NULL);
     tj_shard_map(ia_region, NULL, 1, &x[2], &sp, 1, alias ? &x[2] : &y[2], &sp, 1);
     tj_grad(tj_sum(tj_mul(x[3], tj_tanh(x[3])), "r"), 1, &x[3], alias ? &x[3] : &y[3]);
-    for (k = 0; k < 4; k++) {
+    tj_custom_vjp(ia_fwd, ia_bwd, NULL, 1, &x[4], 1, alias ? &x[4] : &y[4], 1);
+    for (k = 0; k < 5; k++) {
         char nm[8];
         snprintf(nm, sizeof nm, "y%d", k);
         tj_tree_set_v(out, nm, alias ? x[k] : y[k]);
@@ -931,8 +941,8 @@ static void test_inout_alias(void) {
         TJT_CHECK(p && !tj_run(p, in, o[alias]), "%s lists: %s", alias ? "the same" : "separate", tj_error(ctx));
         tj_prog_free(p);
     }
-    for (k = 0; k < 4 && tj_tree_size(o[0]) == 4 && tj_tree_size(o[1]) == 4; k++) {
-        static const char *what[4] = {"scan", "checkpoint", "shard_map", "grad"};
+    for (k = 0; k < 5 && tj_tree_size(o[0]) == 5 && tj_tree_size(o[1]) == 5; k++) {
+        static const char *what[5] = {"scan", "checkpoint", "shard_map", "grad", "custom_vjp"};
         float a[6], b[6];
         tj_array_read(tj_tree_array_at(o[0], k), TJ_F32, a);
         tj_array_read(tj_tree_array_at(o[1], k), TJ_F32, b);
