@@ -921,7 +921,7 @@ static void ia_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_grad(tj_sum(tj_mul(x[3], tj_tanh(x[3])), "r"), 1, &x[3], alias ? &x[3] : &y[3]);
     tj_custom_vjp(ia_fwd, ia_bwd, NULL, 1, &x[4], 1, alias ? &x[4] : &y[4], 1);
     for (k = 0; k < 5; k++) {
-        char nm[8];
+        char nm[16];
         snprintf(nm, sizeof nm, "y%d", k);
         tj_tree_set_v(out, nm, alias ? x[k] : y[k]);
     }
