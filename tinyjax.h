@@ -1748,10 +1748,6 @@ static void tj__err(tj_ctx *ctx, tj_status st, const char *file, int line, const
     }
     if (ctx->dump) fprintf(stderr, "tinyjax: error: %s\n", ctx->msg);
 }
-static tj_status tj__oom_at(tj_ctx *c, const char *f, int l, const char *what) {
-    tj__err(c, TJ_ERR_OOM, f, l, "out of memory for %s", what);
-    return TJ_ERR_OOM;
-}
 /* Record a warning (once per distinct text) and print it. */
 static void tj__warn(tj_ctx *ctx, const char *file, int line, const char *fmt, ...) {
     char m[TJ__MSG + 64];
@@ -1793,6 +1789,13 @@ static void tj__set_tracing(struct tj_graph *g) {
     (void)pthread_setspecific(tj__trace_key, g);
 }
 static tj_ctx *tj__tracing_ctx(void);
+/* tj__vcopy failed: the call's outputs are NULL, as after any failure */
+static tj_status tj__vcopy_oom(const char *f, int l, const char *what, tj_v *out, int nout) {
+    int i;
+    for (i = 0; out && i < nout; i++) out[i] = NULL;
+    tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "%s: out of memory for a copy of the inputs", what);
+    return TJ_ERR_OOM;
+}
 
 /* Add "(<what> at file:line)" to the recorded message unless it already
    names that line: errors found deep inside a call (a run's kernels, its
@@ -8386,7 +8389,7 @@ static tj_status tj__custom_t(const char *f, int l, const char *name, int nin, c
 TJDEF tj_status tj_custom_at(const char *f, int l, const char *name, int nin, const tj_v *in, tj_v *out) {
     tj__tabs h = {{NULL}, 0};
     tj_v in_s[16], *inc = TJ__VCOPY(&h, in_s, in, nin); /* (out may be in) */
-    tj_status st = inc || !in ? tj__custom_t(f, l, name, nin, inc, out, &h) : tj__oom_at(tj__tracing_ctx(), f, l, "custom: a copy of the inputs");
+    tj_status st = inc || !in ? tj__custom_t(f, l, name, nin, inc, out, &h) : tj__vcopy_oom(f, l, "custom", NULL, 0);
     tj__tabs_free(&h);
     return st;
 }
@@ -8697,12 +8700,7 @@ TJDEF tj_status tj_vjp_at(const char *f, int l, int nout, const tj_v *outs, cons
     tj__tabs h = {{NULL}, 0};
     tj_v w_s[32], *w = TJ__VCOPY(&h, w_s, wrt_in, nwrt);
     tj_status st;
-    int i;
-    if (!w && wrt_in) { /* (out of memory for the copy) */
-        for (i = 0; grads && i < nwrt; i++) grads[i] = NULL;
-        tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "vjp: out of memory for %d wrt", nwrt);
-        return TJ_ERR_OOM;
-    }
+    if (!w && wrt_in) return tj__vcopy_oom(f, l, "vjp", grads, nwrt);
     st = tj__vjp(f, l, nout, outs, cts, nwrt, w, grads);
     tj__tabs_free(&h);
     return st;
@@ -8968,8 +8966,7 @@ TJDEF tj_status tj_custom_vjp_at(const char *f, int l, tj_vjp_fwd_fn fwd, tj_vjp
                                  int nres) {
     tj__tabs h = {{NULL}, 0};
     tj_v in_s[16], *inc = TJ__VCOPY(&h, in_s, in, nin); /* (out may be in) */
-    tj_status st = inc || !in ? tj__custom_vjp_t(f, l, fwd, bwd, user, nin, inc, nout, out, nres, &h)
-                              : tj__oom_at(tj__tracing_ctx(), f, l, "custom_vjp: a copy of the inputs");
+    tj_status st = inc || !in ? tj__custom_vjp_t(f, l, fwd, bwd, user, nin, inc, nout, out, nres, &h) : tj__vcopy_oom(f, l, "custom_vjp", out, nout);
     tj__tabs_free(&h);
     return st;
 }
@@ -9482,10 +9479,7 @@ TJDEF tj_status tj_checkpoint_at(const char *f, int l, tj_region_fn fn, void *us
         return TJ_ERR_ARG;
     }
     for (i = 0; i < nin; i++) if (!in[i]) return tj__null_input(g->ctx, "checkpoint", "input", i, f, l);
-    if (!(inc = TJ__VCOPY(&h, in_s, in, nin))) { /* out may be in, and the scan clears out first */
-        tj__err(g->ctx, TJ_ERR_OOM, f, l, "checkpoint: out of memory for %d inputs", nin);
-        return TJ_ERR_OOM;
-    }
+    if (!(inc = TJ__VCOPY(&h, in_s, in, nin))) return tj__vcopy_oom(f, l, "checkpoint", out, nout); /* out may be in, and the scan clears out first */
     r.fn = fn;
     r.user = user;
     r.nin = nin;
@@ -9544,12 +9538,7 @@ TJDEF tj_status tj_shard_map_at(const char *f, int l, tj_region_fn fn, void *use
     tj__tabs h = {{NULL}, 0};
     tj_v in_s[32], *inc = TJ__VCOPY(&h, in_s, in, nin);
     tj_status st;
-    int i;
-    if (!inc && in) { /* (out of memory for the copy) */
-        for (i = 0; out && i < nout; i++) out[i] = NULL;
-        tj__err(tj__tracing_ctx(), TJ_ERR_OOM, f, l, "shard_map: out of memory for %d inputs", nin);
-        return TJ_ERR_OOM;
-    }
+    if (!inc && in) return tj__vcopy_oom(f, l, "shard_map", out, nout);
     st = tj__shard_map_t(f, l, fn, user, nin, inc, in_specs, nout, out, out_specs, check, &h);
     tj__tabs_free(&h);
     return st;
