@@ -567,8 +567,22 @@ static void fr_make(fr_recipe *r, tj_dtype dt, int reduce, uint64_t *rng) {
     }
     if (r->a[0] == -4) r->b[0] = -1; /* (one operand at least is (r, c)) */
 }
+/* the elements of got that differ from want in their bits (a NaN equals any
+   NaN: of two NaN operands x86 returns the first, and compilers swap a
+   commutative op's operands); *ne: the elements, *first: the first that differs */
+static int64_t fr_differ(tj_array *got, tj_array *want, int64_t *ne, int64_t *first) {
+    static double gv[4 * 1031], wv[4 * 1031];
+    int64_t e, bad = 0;
+    *ne = tj_array_numel(want);
+    *first = -1;
+    if (*ne > 4 * 1031 || tj_array_numel(got) != *ne) return *ne ? *ne : 1;
+    tj_array_read(got, TJ_F64, gv);
+    tj_array_read(want, TJ_F64, wv);
+    for (e = 0; e < *ne; e++)
+        if (gv[e] == gv[e] || wv[e] == wv[e] ? !(gv[e] == wv[e] && signbit(gv[e]) == signbit(wv[e])) : 0) bad++, *first = *first < 0 ? e : *first;
+    return bad;
+}
 static void test_fused_random(void) {
-    static double gv[3 * 1031], wv[3 * 1031];
     tj_ctx *ctx = tj_ctx_new();
     const tj_dtype dts[4] = {TJ_F32, TJ_F32, TJ_BF16, TJ_F64};
     uint64_t rng = 12345;
@@ -610,17 +624,10 @@ static void test_fused_random(void) {
             TJT_CHECK(p && !tj_run(p, in2, o), "chain %d: %s", c, tj_error(ctx));
             for (k = 0; k < r.len && p; k++) {
                 char nm[16];
-                tj_array *got;
-                int64_t ne, e, bad = 0, first = -1;
+                int64_t ne, bad, first;
                 snprintf(nm, sizeof nm, "o%d", k);
                 if (tj_tree_find(o, nm) < 0) continue;
-                got = tj_tree_array(o, nm);
-                ne = tj_array_numel(got);
-                tj_array_read(got, TJ_F64, gv);
-                tj_array_read(want[k], TJ_F64, wv);
-                for (e = 0; e < ne; e++) /* bit for bit: the same value and sign, or both NaN (of two NaN operands, x86
-                                            returns the first, and compilers swap a commutative op's operands) */
-                    if (gv[e] == gv[e] || wv[e] == wv[e] ? !(gv[e] == wv[e] && signbit(gv[e]) == signbit(wv[e])) : 0) bad++, first = first < 0 ? e : first;
+                bad = fr_differ(tj_tree_array(o, nm), want[k], &ne, &first);
                 TJT_CHECK(!bad, "chain %d (%s, %d ops%s): result %d (op %d) differs from the op alone in %lld of %lld elements (first %lld)", c, tj_dtype_name(r.dt),
                           r.len, pass ? ", x0 donated" : "", k, r.op[k], (long long)bad, (long long)ne, (long long)first);
                 fails += bad > 0;
@@ -635,59 +642,89 @@ static void test_fused_random(void) {
     tj_ctx_free(ctx);
 }
 
-/* The same chains (without reductions) on 4 devices, their inputs sharded
-   over a 2 x 2 mesh along both axes and donated, against the chain on one
-   device: bit for bit (elementwise, so nothing may differ). */
-static void test_fused_sharded(void) {
-    static double gv[4 * 1030], wv[4 * 1030];
+/* The same chains (without reductions) on 4 devices of a 2 x 2 mesh,
+   against the chain on one device, bit for bit (elementwise, so nothing
+   may differ): as a sharded program, the inputs sharded along both axes
+   and x0, x1, pos donated; and as a tj_shard_map body, each device's
+   block through the same ops (x1 and row arrive laid out otherwise and
+   are resharded to its in_specs; x0 donated). */
+static void fr_smap_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
+    const fr_recipe *r = (const fr_recipe *)u;
+    tj_v v[FR_MAXLEN];
+    int k, n = 0;
+    (void)g;
+    fr_apply(r, in, v);
+    for (k = 0; k < r->len; k++)
+        if (r->stored[k] || k == r->len - 1) out[n++] = v[k];
+}
+static void fr_smap_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    const fr_recipe *r = (const fr_recipe *)u;
+    static const char *ins[FR_NLEAF] = {"r:a c:b", "r:a c:b", "r:a c:b", "", "c:b"}, *outs[FR_MAXLEN] = {
+        "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b"};
+    tj_v leaf[FR_NLEAF], o[FR_MAXLEN];
+    int k, n = 0;
+    char nm[16];
+    (void)g;
+    for (k = 0; k < FR_NLEAF; k++) leaf[k] = tj_tree_v(in, fr_leaf[k]);
+    for (k = 0; k < r->len; k++) n += r->stored[k] || k == r->len - 1;
+    if (tj_shard_map(fr_smap_body, (void *)r, FR_NLEAF, leaf, ins, n, o, outs, 1)) return;
+    for (k = 0, n = 0; k < r->len; k++) {
+        if (!(r->stored[k] || k == r->len - 1)) continue;
+        snprintf(nm, sizeof nm, "o%d", k);
+        tj_tree_set_v(out, nm, o[n++]);
+    }
+}
+static void test_fused_mesh(void) {
     tj_ctx *c1 = tj_ctx_new(), *c4 = tj_ctx_new();
     const tj_dtype dts[3] = {TJ_F32, TJ_BF16, TJ_F64};
-    const char *spec[FR_NLEAF] = {"r:a c:b", "r:b c:a", "r:a c:b", "", "c:b"}, *shape[FR_NLEAF] = {"r=4 c=1030", "r=4 c=1030", "r=4 c=1030", "", "c=1030"};
-    uint64_t rng = 777;
-    int c, k, fails = 0;
-    long long donated = 0;
-    tjt_current = "random fused chains, sharded and donated";
+    const char *spec[2][FR_NLEAF] = {{"r:a c:b", "r:b c:a", "r:a c:b", "", "c:b"}, {"r:a c:b", "r:b c:a", "r:a c:b", "", "c:a"}};
+    const char *shape[FR_NLEAF] = {"r=4 c=1030", "r=4 c=1030", "r=4 c=1030", "", "c=1030"}, *donate[2] = {"x0 x1 pos", "x0"};
+    const char *where[2] = {"on 4 devices", "in shard_map"};
+    const uint64_t seed[2] = {777, 31337};
+    const unsigned base[2] = {300, 900};
+    int c, k, smap, fails;
     tj_set_threads(c1, 2);
     tj_set_devices(c4, 4);
     tj_set_mesh(c4, "a=2 b=2");
-    for (c = 0; c < 48 && !fails; c++) {
-        fr_recipe r;
-        tj_tree *in1 = tj_tree_new(c1), *in4 = tj_tree_new(c4), *o1 = tj_tree_new(c1), *o4 = tj_tree_new(c4);
-        tj_jit_opts jo = {"x0 x1 pos"};
-        tj_prog *p1, *p4;
-        fr_make(&r, dts[c % 3], 0, &rng);
-        for (k = 0; k < FR_NLEAF; k++) {
-            double lo = k == 2 ? 0.5 : -2, hi = 2;
-            tj_tree_set_array(in1, fr_leaf[k], tjt_rand(c1, r.dt, shape[k], 300 + (unsigned)(c * 8 + k), lo, hi));
-            tj_tree_set_array(in4, fr_leaf[k], tjt_put(tjt_rand(c4, r.dt, shape[k], 300 + (unsigned)(c * 8 + k), lo, hi), spec[k]));
+    for (smap = 0; smap < 2; smap++) {
+        uint64_t rng = seed[smap];
+        long long donated = 0;
+        tjt_current = smap ? "random fused chains in a shard_map body" : "random fused chains, sharded and donated";
+        for (c = 0, fails = 0; c < (smap ? 32 : 48) && !fails; c++) {
+            fr_recipe r;
+            tj_tree *in1 = tj_tree_new(c1), *in4 = tj_tree_new(c4), *o1 = tj_tree_new(c1), *o4 = tj_tree_new(c4);
+            tj_jit_opts jo = {donate[smap]};
+            tj_prog *p1, *p4;
+            fr_make(&r, dts[c % 3], 0, &rng);
+            for (k = 0; k < FR_NLEAF; k++) {
+                double lo = k == 2 ? 0.5 : -2, hi = 2;
+                tj_tree_set_array(in1, fr_leaf[k], tjt_rand(c1, r.dt, shape[k], base[smap] + (unsigned)(c * 8 + k), lo, hi));
+                tj_tree_set_array(in4, fr_leaf[k], tjt_put(tjt_rand(c4, r.dt, shape[k], base[smap] + (unsigned)(c * 8 + k), lo, hi), spec[smap][k]));
+            }
+            p1 = tj_jit(c1, "chain", fr_chain, &r, in1, NULL);
+            p4 = tj_jit(c4, smap ? "shard_map chain" : "chain", smap ? fr_smap_fn : fr_chain, &r, in4, &jo);
+            TJT_CHECK(p1 && !tj_run(p1, in1, o1), "chain %d on one device: %s", c, tj_error(c1));
+            TJT_CHECK(p4 && !tj_run(p4, in4, o4), "chain %d %s: %s", c, where[smap], tj_error(c4));
+            if (p4) donated += tj_prog_memory(p4).alias_bytes;
+            for (k = 0; k < r.len && p1 && p4; k++) {
+                char nm[16];
+                int64_t ne, bad, first;
+                snprintf(nm, sizeof nm, "o%d", k);
+                if (tj_tree_find(o1, nm) < 0) continue;
+                bad = fr_differ(tj_tree_array(o4, nm), tj_tree_array(o1, nm), &ne, &first);
+                TJT_CHECK(!bad, "chain %d (%s, %d ops): result %d (op %d) %s differs from one device in %lld of %lld elements (first %lld)", c,
+                          tj_dtype_name(r.dt), r.len, k, r.op[k], where[smap], (long long)bad, (long long)ne, (long long)first);
+                fails += bad > 0;
+            }
+            tj_prog_free(p1);
+            tj_prog_free(p4);
+            tj_tree_free(in1);
+            tj_tree_free(in4);
+            tj_tree_free(o1);
+            tj_tree_free(o4);
         }
-        p1 = tj_jit(c1, "chain", fr_chain, &r, in1, NULL);
-        p4 = tj_jit(c4, "chain", fr_chain, &r, in4, &jo);
-        TJT_CHECK(p1 && !tj_run(p1, in1, o1), "chain %d on one device: %s", c, tj_error(c1));
-        TJT_CHECK(p4 && !tj_run(p4, in4, o4), "chain %d on 4 devices: %s", c, tj_error(c4));
-        if (p4) donated += tj_prog_memory(p4).alias_bytes;
-        for (k = 0; k < r.len && p1 && p4; k++) {
-            char nm[16];
-            int64_t ne, e, bad = 0, first = -1;
-            snprintf(nm, sizeof nm, "o%d", k);
-            if (tj_tree_find(o1, nm) < 0) continue;
-            ne = tj_array_numel(tj_tree_array(o1, nm));
-            tj_array_read(tj_tree_array(o4, nm), TJ_F64, gv);
-            tj_array_read(tj_tree_array(o1, nm), TJ_F64, wv);
-            for (e = 0; e < ne; e++) /* (as test_fused_random) */
-                if (gv[e] == gv[e] || wv[e] == wv[e] ? !(gv[e] == wv[e] && signbit(gv[e]) == signbit(wv[e])) : 0) bad++, first = first < 0 ? e : first;
-            TJT_CHECK(!bad, "chain %d (%s, %d ops): result %d (op %d) on 4 devices differs from one device in %lld of %lld elements (first %lld)", c,
-                      tj_dtype_name(r.dt), r.len, k, r.op[k], (long long)bad, (long long)ne, (long long)first);
-            fails += bad > 0;
-        }
-        tj_prog_free(p1);
-        tj_prog_free(p4);
-        tj_tree_free(in1);
-        tj_tree_free(in4);
-        tj_tree_free(o1);
-        tj_tree_free(o4);
+        if (!smap) TJT_CHECK(donated > 0, "some outputs took donated buffers (%lld B)", donated);
     }
-    TJT_CHECK(donated > 0, "some outputs took donated buffers (%lld B)", donated);
     tj_ctx_free(c1);
     tj_ctx_free(c4);
 }
@@ -726,7 +763,6 @@ static void fr_scan_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_tree_set_v(out, "h", h);
 }
 static void test_fused_scan(void) {
-    static double gv[3 * 1031], wv[3 * 1031];
     tj_ctx *ctx = tj_ctx_new();
     const tj_dtype dts[3] = {TJ_F32, TJ_BF16, TJ_F64};
     uint64_t rng = 4242;
@@ -760,17 +796,14 @@ static void test_fused_scan(void) {
             tj_tree *o = tj_tree_new(ctx), *in2 = tj_tree_new(ctx);
             tj_jit_opts jo = {"x0"};
             tj_prog *p;
-            int64_t ne = tj_array_numel(want), e, bad = 0, first = -1;
+            int64_t ne, bad, first;
             su.r = &r;
             for (k = 1; k < FR_NLEAF; k++) tj_tree_set_array_ref(in2, fr_leaf[k], tj_tree_array(in, fr_leaf[k]));
             tj_tree_set_array(in2, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 500 + (unsigned)(c * 8), -2, 2)); /* (a copy: donated) */
             p = tj_jit(ctx, "scan", fr_scan_fn, &su, in2, &jo);
             TJT_CHECK(p && !tj_run(p, in2, o), "chain %d in a scan%s: %s", c, su.remat ? " (remat)" : "", tj_error(ctx));
             if (p) {
-                tj_array_read(tj_tree_array(o, "h"), TJ_F64, gv);
-                tj_array_read(want, TJ_F64, wv);
-                for (e = 0; e < ne; e++) /* (as test_fused_random) */
-                    if (gv[e] == gv[e] || wv[e] == wv[e] ? !(gv[e] == wv[e] && signbit(gv[e]) == signbit(wv[e])) : 0) bad++, first = first < 0 ? e : first;
+                bad = fr_differ(tj_tree_array(o, "h"), want, &ne, &first);
                 TJT_CHECK(!bad, "chain %d (%s, %d ops) as a scan's body%s: the final carry differs from 3 runs in %lld of %lld elements (first %lld)", c,
                           tj_dtype_name(r.dt), r.len, su.remat ? " in a remat region" : "", (long long)bad, (long long)ne, (long long)first);
                 fails += bad > 0;
@@ -976,87 +1009,6 @@ static void test_inout_alias(void) {
     tj_ctx_free(ctx);
 }
 
-/* The chains (without reductions) as a tj_shard_map body on the 2x2 mesh:
-   each device's block through the same ops (x0 donated), bit for bit
-   against the chain on one device. */
-static void fr_smap_body(tj_graph *g, const tj_v *in, tj_v *out, void *u) {
-    const fr_recipe *r = (const fr_recipe *)u;
-    tj_v v[FR_MAXLEN];
-    int k, n = 0;
-    (void)g;
-    fr_apply(r, in, v);
-    for (k = 0; k < r->len; k++)
-        if (r->stored[k] || k == r->len - 1) out[n++] = v[k];
-}
-static void fr_smap_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    const fr_recipe *r = (const fr_recipe *)u;
-    static const char *ins[FR_NLEAF] = {"r:a c:b", "r:a c:b", "r:a c:b", "", "c:b"}, *outs[FR_MAXLEN] = {
-        "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b", "r:a c:b"};
-    tj_v leaf[FR_NLEAF], o[FR_MAXLEN];
-    int k, n = 0;
-    char nm[16];
-    (void)g;
-    for (k = 0; k < FR_NLEAF; k++) leaf[k] = tj_tree_v(in, fr_leaf[k]);
-    for (k = 0; k < r->len; k++) n += r->stored[k] || k == r->len - 1;
-    if (tj_shard_map(fr_smap_body, (void *)r, FR_NLEAF, leaf, ins, n, o, outs, 1)) return;
-    for (k = 0, n = 0; k < r->len; k++) {
-        if (!(r->stored[k] || k == r->len - 1)) continue;
-        snprintf(nm, sizeof nm, "o%d", k);
-        tj_tree_set_v(out, nm, o[n++]);
-    }
-}
-static void test_fused_smap(void) {
-    static double gv[4 * 1030], wv[4 * 1030];
-    tj_ctx *c1 = tj_ctx_new(), *c4 = tj_ctx_new();
-    const tj_dtype dts[3] = {TJ_F32, TJ_BF16, TJ_F64};
-    /* x1 and row arrive laid out otherwise: shard_map reshards them to its in_specs */
-    const char *spec[FR_NLEAF] = {"r:a c:b", "r:b c:a", "r:a c:b", "", "c:a"}, *shape[FR_NLEAF] = {"r=4 c=1030", "r=4 c=1030", "r=4 c=1030", "", "c=1030"};
-    uint64_t rng = 31337;
-    int c, k, fails = 0;
-    tjt_current = "random fused chains in a shard_map body";
-    tj_set_threads(c1, 2);
-    tj_set_devices(c4, 4);
-    tj_set_mesh(c4, "a=2 b=2");
-    for (c = 0; c < 32 && !fails; c++) {
-        fr_recipe r;
-        tj_tree *in1 = tj_tree_new(c1), *in4 = tj_tree_new(c4), *o1 = tj_tree_new(c1), *o4 = tj_tree_new(c4);
-        tj_jit_opts jo = {"x0"};
-        tj_prog *p1, *p4;
-        fr_make(&r, dts[c % 3], 0, &rng);
-        for (k = 0; k < FR_NLEAF; k++) {
-            double lo = k == 2 ? 0.5 : -2, hi = 2;
-            tj_tree_set_array(in1, fr_leaf[k], tjt_rand(c1, r.dt, shape[k], 900 + (unsigned)(c * 8 + k), lo, hi));
-            tj_tree_set_array(in4, fr_leaf[k], tjt_put(tjt_rand(c4, r.dt, shape[k], 900 + (unsigned)(c * 8 + k), lo, hi), spec[k]));
-        }
-        p1 = tj_jit(c1, "chain", fr_chain, &r, in1, NULL);
-        p4 = tj_jit(c4, "shard_map chain", fr_smap_fn, &r, in4, &jo);
-        TJT_CHECK(p1 && !tj_run(p1, in1, o1), "chain %d on one device: %s", c, tj_error(c1));
-        TJT_CHECK(p4 && !tj_run(p4, in4, o4), "chain %d in shard_map: %s", c, tj_error(c4));
-        for (k = 0; k < r.len && p1 && p4; k++) {
-            char nm[16];
-            int64_t ne, e, bad = 0, first = -1;
-            snprintf(nm, sizeof nm, "o%d", k);
-            if (tj_tree_find(o1, nm) < 0) continue;
-            ne = tj_array_numel(tj_tree_array(o1, nm));
-            tj_array_read(tj_tree_array(o4, nm), TJ_F64, gv);
-            tj_array_read(tj_tree_array(o1, nm), TJ_F64, wv);
-            for (e = 0; e < ne; e++) /* (as test_fused_random) */
-                if (gv[e] == gv[e] || wv[e] == wv[e] ? !(gv[e] == wv[e] && signbit(gv[e]) == signbit(wv[e])) : 0) bad++, first = first < 0 ? e : first;
-            TJT_CHECK(!bad, "chain %d (%s, %d ops): result %d (op %d) in shard_map differs from one device in %lld of %lld elements (first %lld)", c,
-                      tj_dtype_name(r.dt), r.len, k, r.op[k], (long long)bad, (long long)ne, (long long)first);
-            fails += bad > 0;
-        }
-        tj_prog_free(p1);
-        tj_prog_free(p4);
-        tj_tree_free(in1);
-        tj_tree_free(in4);
-        tj_tree_free(o1);
-        tj_tree_free(o4);
-    }
-    tj_ctx_free(c1);
-    tj_ctx_free(c4);
-}
-
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -1094,10 +1046,9 @@ int main(void) {
     test_fused_select(ctx);
     test_fused_bcast();
     test_fused_random();
-    test_fused_sharded();
+    test_fused_mesh();
     test_fused_scan();
     test_fused_grad();
-    test_fused_smap();
     test_inout_alias();
     test_slice_cotangents(ctx);
     test_cast_chains(ctx);
