@@ -9264,17 +9264,14 @@ static tj_status tj__scan(const char *f, int l, tj_graph *g, tj_scan_fn body, vo
     xsc = TJ__VCOPY(&h, xs_s, xs, nx);
     for (z = 0; final && z < nc; z++) final[z] = NULL; /* a failed scan leaves NULLs, never garbage */
     for (z = 0; ys && z < ny; z++) ys[z] = NULL;
-    if (c->status) st = c->status;
-    else if (!body || nc < 0 || nx < 0 || ny < 0 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)) {
+    if (ny > m) m = ny;
+    if (!c->status && (!body || nc < 0 || nx < 0 || ny < 0 || (nc && !init) || (nx && !xs) || (nc && !final) || (ny && !ys)))
         tj__err(c, TJ_ERR_ARG, f, l, "%s: bad arguments (%d carries, %d xs, %d ys)", op, nc, nx, ny);
-        st = TJ_ERR_ARG;
-    } else if (ny > m) m = ny;
-    if (!c->status && ((!ini && init && nc > 0) || (!xsc && xs && nx > 0) || (m > 32 && !(tab = (tj_node **)tj__calloc(sizeof(tj_node *) * 7 * (size_t)m))))) {
+    if (!c->status && ((init && !ini) || (xs && !xsc) || (m > 32 && !(tab = (tj_node **)tj__calloc(sizeof(tj_node *) * 7 * (size_t)m))))) {
         tj__err(c, TJ_ERR_OOM, f, l, "%s: out of memory for %d carries, %d xs and %d ys", op, nc, nx, ny);
         tab = tab_s;
     }
-    if (!c->status) st = tj__scan_t(f, l, g, body, user, axis, nc, ini, nx, xsc, ny, final, ys, policy, reverse, tab);
-    else st = c->status;
+    st = c->status ? c->status : tj__scan_t(f, l, g, body, user, axis, nc, ini, nx, xsc, ny, final, ys, policy, reverse, tab);
     if (tab != tab_s) TJ_FREE(tab);
     tj__tabs_free(&h);
     return st;
@@ -11430,12 +11427,12 @@ static int tj__can_donate(tj_node *p, tj_node *o) {
     int i, j, k, w, ok = 1;
     tj_graph *g = p->g;
     if (p->t.dt != o->t.dt || memcmp(p->t.sh, o->t.sh, TJ_MAXDIM) || tj__bytes(&p->t) != tj__bytes(&o->t) || o->space != TJ_SPACE_DEVICE) return 0;
-    w = (o->fused ? tj__froot(o) : o)->sched;
+    w = tj__froot(o)->sched;
     for (i = 0; i < g->n && ok; i++) {
         tj_node *u = g->nodes[i];
         int at, ew = u->op < TJ__OP_LT || u->op == TJ__OP_SELECT;
         if (!u->live) continue;
-        at = (u->fused ? tj__froot(u) : u)->sched;
+        at = tj__froot(u)->sched;
         for (j = 0; j < u->nin && ok; j++) {
             tj_node *x = u->in[j];
             if (tj__root(x) != p || at < w) continue;
@@ -12280,8 +12277,8 @@ static void tj__round_n(int flt, void *v, int64_t n, tj_dtype dt) {
 }
 /* The fused loop of group root r: leaves are read from their buffers.
    The device's threads take slices of the elements, a chunk of TJ__CHUNK
-   at a time, and each member computes the whole chunk (one tj__math call)
-   before the next one starts: its result lives in a slot of resbuf that is
+   at a time, and each member computes the whole chunk (one call of
+   tj__arith_short or tj__math) before the next one starts: its result lives in a slot of resbuf that is
    reused once no later member reads it (AdamW's 17 members need 3 slots),
    and a stored f32 member computes straight into its output when that is
    safe (tj__fused_direct). Short chunks keep a chunk's working set in L1,
