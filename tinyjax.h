@@ -573,7 +573,9 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
    labels are i32 with logits' axes minus class_axis. Sharded, logits
    split along class_axis stay split (a vocab-parallel head): each device
    reduces its block of classes to a max, a sum of exponentials and the
-   label's logit per row, and only those move ([5]). */
+   label's logit per row, and only those move ([5]). For bf16 logits in
+   f32 (tj_cross_entropy(tj_cast(z, TJ_F32), ...)), the op reads z itself:
+   no f32 copy of the logits, the same loss, and z's gradient in bf16. */
 #define tj_cross_entropy(logits, labels, class_axis, mean_axes) \
     tj_cross_entropy_at(TJ_AT, logits, labels, class_axis, mean_axes)
 /* tj_cross_entropy with PyTorch's ignore_index (F.cross_entropy(...,
@@ -1351,6 +1353,24 @@ TJDEF void tj_prog_free(tj_prog *p);
 TJDEF tj_memory_analysis tj_prog_memory(const tj_prog *p);
 /* Estimated floating point ops of one call (from each op's cost rule). */
 TJDEF double tj_prog_flops(const tj_prog *p);
+/* Cost analysis of one call, per device (XLA's cost_analysis, with the
+   kernels counted): what the schedule computes and moves, kernel by kernel
+   as a profiler sees them. A kernel is a node that runs or a fused group
+   (one, however many members); a scan body's kernels count once per
+   iteration. A kernel reads each input buffer once and writes its outputs:
+   a fused group reads its leaves and writes its stored members and root,
+   a take reads its indices and the rows it takes. Views, parameters and a
+   scan's own outputs move nothing. These are the bytes no implementation of
+   the kernel can avoid (a matmul's tiles re-read from cache are not
+   counted), so the time they give is a lower bound. */
+typedef struct {
+    double flops;      /* as tj_prog_flops                                 */
+    double bytes;      /* read and written by all the kernels              */
+    double kernels;    /* launches                                         */
+    double coll_bytes; /* of bytes: the collectives' (read and written)    */
+    double copy_bytes; /* of bytes: copies between memory spaces (offload) */
+} tj_cost;
+TJDEF tj_cost tj_prog_cost(const tj_prog *p);
 
 /* ==== [13] program text ================================================== */
 
@@ -1359,6 +1379,13 @@ TJDEF double tj_prog_flops(const tj_prog *p);
 TJDEF void tj_prog_print(const tj_prog *p, FILE *out);
 TJDEF void tj_graph_print(tj_graph *g, FILE *out);
 TJDEF void tj_memory_print(const tj_prog *p, FILE *out);
+/* tj_prog_cost by op (fused groups by their member count, as the profiler
+   names them: "fused x4") with a roofline estimate of the time on a machine
+   of flop_s FLOP/s and byte_s bytes/s of memory bandwidth: each kernel
+   takes the longer of flops / flop_s and bytes / byte_s, plus launch_s. The
+   `top` ops of longest estimated time, then the sum. Returns the estimate
+   in seconds (0 for a NULL program). */
+TJDEF double tj_cost_print(const tj_prog *p, double flop_s, double byte_s, double launch_s, int top, FILE *out);
 /* Profiling: with tj_set_profile(ctx, 1), each run records a timeline, one
    event per kernel, fused group, collective and memory-space copy on every
    device (scan bodies included, each iteration). tj_prog_events returns the
@@ -6909,7 +6936,7 @@ static tj_v tj__xent_split(const char *f, int l, tj_node *z, tj_node *lab, int a
     m = tj_stop_gradient_at(f, l, tj_max_at(f, l, mx, "_part"));
     s = tj_sum_at(f, l, tj_mul_at(f, l, tj_index_at(f, l, st, "_stat", 1), tj_exp_at(f, l, tj_sub_at(f, l, mx, m))), "_part");
     loss = tj_add_at(f, l, tj_sub_at(f, l, m, tj_sum_at(f, l, tj_index_at(f, l, st, "_stat", 2), "_part")), tj_log_at(f, l, s));
-    return loss && loss->t.dt != z->t.dt ? tj_cast_at(f, l, loss, z->t.dt) : loss;
+    return loss && loss->t.dt != rows->dt ? tj_cast_at(f, l, loss, rows->dt) : loss;
 }
 /* Whether the vocab-parallel form above can take logits z: its statistics
    add two axes (_part, _stat) to the rows, and its second-order VJP splits
@@ -6958,16 +6985,27 @@ static int tj__xent_operands(const char *f, int l, tj_v z, tj_v labels, const ch
     *rows = t;
     return a;
 }
-/* cross-entropy: per position lse(z) - z[label]; then the mean */
+/* cross-entropy: per position lse(z) - z[label]; then the mean.
+   Logits widened from bf16 (z = cast(y, f32), the usual mixed-precision
+   loss) are read as y: the kernels load any float dtype and compute in
+   f32 for bf16 and f32 alike, so the loss has the same bits, and the
+   gradient comes out in bf16 with the bits the cast's VJP would have
+   given it (a value rounded to bf16 once). The f32 copy of the logits is
+   not made unless something else reads it, as XLA fuses such a convert
+   into the reduction reading it: in the GPT-2 step that is 6.6 GB of
+   the 91 GB the bf16 step moves at B=16, T=1024 (tj_cost_print). */
 TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
     int a;
     tj__type t;
     tj_node *in[2], *n;
+    tj_dtype dt;
     if ((a = tj__xent_operands(f, l, z, labels, class_axis, "cross_entropy", &t)) < 0) return NULL;
+    dt = t.dt; /* the loss's */
+    if (z->op == TJ__OP_CAST && z->t.dt == TJ_F32 && z->in[0]->t.dt == TJ_BF16) z = z->in[0];
     t.dt = TJ_I32;
     in[0] = z;
     in[1] = tj__fit(f, l, labels, &t); /* label r belongs to row r */
-    t.dt = z->t.dt;
+    t.dt = dt;
     if (!in[1]) return NULL;
     {   /* the class axis split over devices (outside shard_map): the vocab-parallel form above */
         tj_graph *g = tj__cur(tj__inner(2, in, "cross_entropy", f, l));
@@ -17802,6 +17840,132 @@ TJDEF void tj_memory_print(const tj_prog *p, FILE *f) {
     fprintf(f, "memory '%s': arguments %lld B, outputs %lld B, aliased %lld B, temp %lld B (matmul packs %lld B), peak %lld B; host temp %lld B\n",
             p->name, (long long)m->argument_bytes, (long long)m->output_bytes, (long long)m->alias_bytes, (long long)m->temp_bytes,
             (long long)m->pack_bytes, (long long)m->peak_bytes, (long long)m->host_temp_bytes);
+}
+
+/* ---- cost analysis (tj_prog_cost, tj_cost_print) ----
+   One walk over the schedule calls `each` once per kernel with its flops
+   and bytes and how many times it runs (a scan body's: the product of the
+   lengths of the scans around it). */
+typedef void (*tj__cost_fn)(void *u, const tj_node *n, double times, double flops, double bytes);
+/* input j of member x, unless it is computed in the same kernel, and
+   unless an earlier operand of the kernel already read its buffer */
+static const tj_node *tj__cost_read(const tj_node *n, int mi, int j) {
+    const tj_node *x = n->members ? n->members[mi] : n, *y = x->in[j];
+    int m2, j2;
+    if (n->members && y->fused && tj__froot((tj_node *)y) == n) return NULL;
+    for (m2 = 0; m2 <= mi; m2++) {
+        const tj_node *x2 = n->members ? n->members[m2] : n;
+        for (j2 = 0; j2 < (m2 < mi ? x2->nin : j); j2++)
+            if (x2->in[j2]->root == y->root && tj__same_layout(&x2->in[j2]->lt, &y->lt)) return NULL;
+    }
+    return y;
+}
+static void tj__cost_walk(const tj_prog *p, double times, tj__cost_fn each, void *u) {
+    int i, j, mi;
+    for (i = 0; i < p->nsched; i++) {
+        const tj_node *n = p->sched[i];
+        double flops = 0, bytes = 0;
+        if (n->op == TJ__OP_PARAM || n->op == TJ__OP_PROJ || (tj__ops[n->op].flags & TJ__VIEW) || n->fused) continue;
+        if (n->op == TJ__OP_SCAN) {
+            if (n->sub && n->sub->prog) tj__cost_walk(n->sub->prog, times * n->a.length, each, u);
+            continue;
+        }
+        for (mi = 0; mi < (n->members ? n->nmembers : 1); mi++) {
+            const tj_node *x = n->members ? n->members[mi] : n;
+            flops += tj__ops[x->op].flops(x);
+            if (tj__ops[x->op].flags & TJ__MULTI)
+                for (j = 0; j < x->nproj; j++) bytes += (double)tj__bytes(&x->proj[j]->lt);
+            else if (x == n || x->store) bytes += (double)tj__bytes(&x->lt);
+            for (j = 0; j < x->nin; j++) {
+                const tj_node *y = tj__cost_read(n, mi, j);
+                if (!y) continue;
+                if (x->op == TJ__OP_TAKE && j == 0) bytes += (double)tj__bytes(&x->lt); /* the rows taken */
+                else bytes += (double)tj__bytes(&y->lt);
+            }
+        }
+        each(u, n, times, flops, bytes);
+    }
+}
+static void tj__cost_add(void *u, const tj_node *n, double times, double flops, double bytes) {
+    tj_cost *c = (tj_cost *)u;
+    c->flops += times * flops;
+    c->bytes += times * bytes;
+    c->kernels += times;
+    if (TJ__IS_COLL(n->op)) c->coll_bytes += times * bytes;
+    if (n->op == TJ__OP_TO_HOST || n->op == TJ__OP_TO_DEVICE) c->copy_bytes += times * bytes;
+}
+TJDEF tj_cost tj_prog_cost(const tj_prog *p) {
+    tj_cost c;
+    memset(&c, 0, sizeof c);
+    if (p) tj__cost_walk(p, 1, tj__cost_add, &c);
+    return c;
+}
+/* tj_cost_print's table: a row per op name (fused groups per member
+   count), filled by the cost walk of [10] */
+#define TJ__COST_ROWS 64
+typedef struct {
+    char op[24];
+    double kernels, flops, bytes, secs;
+} tj__cost_row;
+typedef struct {
+    tj__cost_row r[TJ__COST_ROWS + 1]; /* the last: every op past the table's size */
+    int n;
+    double flop_s, byte_s, launch_s;
+} tj__cost_table;
+static void tj__cost_row_add(void *u, const tj_node *n, double times, double flops, double bytes) {
+    tj__cost_table *t = (tj__cost_table *)u;
+    char op[24];
+    int i;
+    double f = flops / t->flop_s, b = bytes / t->byte_s;
+    if (n->members) snprintf(op, sizeof op, "fused x%d", n->nmembers);
+    else snprintf(op, sizeof op, "%s", tj__ops[n->op].name);
+    for (i = 0; i < t->n && strcmp(t->r[i].op, op); i++) {}
+    if (i == t->n) {
+        if (t->n < TJ__COST_ROWS) t->n++;
+        else i = TJ__COST_ROWS, strcpy(op, "(other ops)");
+        strcpy(t->r[i].op, op);
+    }
+    t->r[i].kernels += times;
+    t->r[i].flops += times * flops;
+    t->r[i].bytes += times * bytes;
+    t->r[i].secs += times * ((f > b ? f : b) + t->launch_s);
+}
+static int tj__cost_cmp(const void *a, const void *b) {
+    double x = ((const tj__cost_row *)a)->secs, y = ((const tj__cost_row *)b)->secs;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+TJDEF double tj_cost_print(const tj_prog *p, double flop_s, double byte_s, double launch_s, int top, FILE *f) {
+    tj__cost_table *t;
+    tj_cost c;
+    double secs = 0;
+    int i;
+    if (!p || tj__no_stream(p->ctx, f, "tj_cost_print")) return 0;
+    if (!(flop_s > 0) || !(byte_s > 0) || !(launch_s >= 0) || top < 0) {
+        tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_cost_print: flop_s %g and byte_s %g must be > 0, launch_s %g >= 0, top %d >= 0", flop_s, byte_s, launch_s, top);
+        return 0;
+    }
+    if (!(t = (tj__cost_table *)tj__calloc(sizeof *t))) {
+        tj__err(p->ctx, TJ_ERR_OOM, NULL, 0, "tj_cost_print: out of memory");
+        return 0;
+    }
+    t->flop_s = flop_s, t->byte_s = byte_s, t->launch_s = launch_s;
+    tj__cost_walk(p, 1, tj__cost_row_add, t);
+    if (t->r[TJ__COST_ROWS].kernels > 0) t->r[t->n++] = t->r[TJ__COST_ROWS];
+    qsort(t->r, (size_t)t->n, sizeof t->r[0], tj__cost_cmp);
+    for (i = 0; i < t->n; i++) secs += t->r[i].secs;
+    c = tj_prog_cost(p);
+    fprintf(f, "cost '%s' per device: %.4g GFLOP, %.4g GB moved (collectives %.4g, between memory spaces %.4g), %.0f kernels; "
+               "at %.4g TFLOP/s, %.4g GB/s and %.3g us a launch: at least %.4g ms\n",
+            p->name, c.flops * 1e-9, c.bytes * 1e-9, c.coll_bytes * 1e-9, c.copy_bytes * 1e-9, c.kernels, flop_s * 1e-12, byte_s * 1e-9, launch_s * 1e6, secs * 1e3);
+    if (top > 0) fprintf(f, "  %-24s %9s %10s %10s %10s %6s %s\n", "op", "kernels", "GFLOP", "GB", "ms", "share", "bound by");
+    for (i = 0; i < t->n && i < top; i++) {
+        const tj__cost_row *r = &t->r[i];
+        double fs = r->flops / flop_s, bs = r->bytes / byte_s, ls = r->kernels * launch_s;
+        fprintf(f, "  %-24s %9.0f %10.4g %10.4g %10.4g %5.1f%% %s\n", r->op, r->kernels, r->flops * 1e-9, r->bytes * 1e-9, r->secs * 1e3, secs > 0 ? 100 * r->secs / secs : 0,
+                ls > fs && ls > bs ? "launches" : fs > bs ? "flops" : "bytes");
+    }
+    TJ_FREE(t);
+    return secs;
 }
 
 /* ==== [A] appendix: files, JSON, safetensors, tree save/load =========== */

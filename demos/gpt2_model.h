@@ -344,9 +344,10 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens, tj
     }
     if (tj_scan(gpt2_scan_body, &u, "layer", 1, &x, NBLOCKP + (u.base != NULL), xs, 0, &out, NULL, &pol)) return NULL;
     x = shard(c, affine_ln(c, out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
-    logits = shard(c, tj_dot(x, wte, "embed"));                   /* (batch, pos, vocab) */
-    if (tj_v_dtype(logits) == TJ_BF16) logits = tj_cast(logits, TJ_F32); /* f64 stays f64 (gradient checks) */
-    return gpt2_mask_padded(c, logits);
+    logits = gpt2_mask_padded(c, shard(c, tj_dot(x, wte, "embed"))); /* (batch, pos, vocab) */
+    /* in f32 (f64 stays f64: gradient checks); tj_cross_entropy reads bf16
+       logits through this cast, so the loss makes no f32 copy of them */
+    return tj_v_dtype(logits) == TJ_BF16 ? tj_cast(logits, TJ_F32) : logits;
 }
 
 /* the "params." leaves of `in` as a tree P named without the prefix */

@@ -53,21 +53,25 @@ static int gpt2_cuda_dev; /* --cuda: the CUDA device this process runs on */
 #endif
 /* The card's dense peak in TFLOP/s for the compute dtype (bf16, TF32 when
    TJ_CUDA_TF32=1 lets cuBLAS use it for f32 dots, else plain f32), from its
-   name (cudaGetDeviceProperties); 0 when not in this table.
-   GPT2_PEAK_TFLOPS=X overrides it. */
-GPT2_UNUSED static double gpt2_peak_tflops(const char *name, int bf16, int tf32) {
-    static const struct { const char *has, *has2; double bf16, tf32, f32; } cards[] = {
-        {"H100", "PCIe", 756, 378, 51},   /* H100 PCIe                       */
-        {"H100", "", 989, 494, 67},       /* H100 SXM (80GB HBM3)            */
-        {"H200", "", 989, 494, 67},       /* H200, GH200                     */
-        {"A100", "", 312, 156, 19.5},     /* A100 SXM and PCIe               */
+   name (cudaGetDeviceProperties; --cost takes the names too), and its
+   memory bandwidth in GB/s into *gbs (may be NULL); 0 when not in this
+   table. GPT2_PEAK_TFLOPS=X overrides the peak. */
+GPT2_UNUSED static double gpt2_peak_tflops(const char *name, int bf16, int tf32, double *gbs) {
+    static const struct { const char *has, *has2; double bf16, tf32, f32, gbs; } cards[] = {
+        {"H100", "PCIe", 756, 378, 51, 2000},  /* H100 PCIe                       */
+        {"H100", "", 989, 494, 67, 3350},      /* H100 SXM (80GB HBM3)            */
+        {"H200", "", 989, 494, 67, 4800},      /* H200, GH200                     */
+        {"A100", "", 312, 156, 19.5, 2039},    /* A100 SXM and PCIe (80GB)        */
     };
     const char *env = getenv("GPT2_PEAK_TFLOPS");
     size_t i;
-    if (env && atof(env) > 0) return atof(env);
+    if (gbs) *gbs = 0;
     for (i = 0; i < sizeof cards / sizeof cards[0]; i++)
-        if (strstr(name, cards[i].has) && strstr(name, cards[i].has2)) return bf16 ? cards[i].bf16 : tf32 ? cards[i].tf32 : cards[i].f32;
-    return 0;
+        if (strstr(name, cards[i].has) && strstr(name, cards[i].has2)) {
+            if (gbs) *gbs = cards[i].gbs;
+            return env && atof(env) > 0 ? atof(env) : bf16 ? cards[i].bf16 : tf32 ? cards[i].tf32 : cards[i].f32;
+        }
+    return env && atof(env) > 0 ? atof(env) : 0;
 }
 /* TJ_CUDA_TF32=1: f32 dots may use TF32 tensor cores (tinyjax_cuda.cu) */
 GPT2_UNUSED static int gpt2_tf32_on(void) {
@@ -945,6 +949,7 @@ GPT2_UNUSED static int mesh_size(const char *m) {
 typedef struct {
     gpt2_config cfg;
     int steps, warmup, eval_every, eval_batches, sample_len, top_k, devices, threads, bench, bench_steps, print_program;
+    const char *cost; /* --cost: the machine whose roofline the step's cost analysis is set against */
     int heads_set, layers_set, embed_set, context_set, devices_set, batch_set, mesh_set; /* given by flag */
     int cuda; /* --cuda: every array and run on a GPU (GPU 0; one per process under a launcher) */
     int dry_run; /* --dry-run: check the launch, then stop */
@@ -1091,6 +1096,12 @@ static void usage(void) {
         "                      with --trace FILE: one more step profiled, written to FILE, and\n"
         "                      the ops that took longest printed (on a GPU: the kernels' own\n"
         "                      times, from CUDA events, a trace track per stream)\n"
+        "  --cost M            with --bench: the step program's cost analysis (tj_cost_print: FLOPs,\n"
+        "                      bytes moved and kernels per op) against machine M's roofline (H100,\n"
+        "                      H100-PCIe, H200, A100, or TFLOPS:GBPS), a lower bound on its step\n"
+        "                      time and so an upper bound on MFU, then stop; needs no GPU (without\n"
+        "                      --cuda the program is the CPU's: the same but for sums of squares,\n"
+        "                      which the CPU's fused loops also take)\n"
         "  --help              this text\n"
         "Numbers must be whole and in range (every flag says its range when it is not).\n"
         "Exit status: 0 success; 2 a bad command line; 1 anything else: bad input files,\n"
@@ -1188,6 +1199,19 @@ static int arg_ll(const char *flag, const char *v, long long lo, long long hi, l
     }
     *out = x;
     return 0;
+}
+/* --cost's machine: a card of gpt2_peak_tflops's table by name (its peak
+   for the compute dtype) or "TFLOPS:GBPS"; 1 when it is one */
+static int cost_machine(const char *v, int bf16, double *tflops, double *gbs) {
+    char *end;
+    *tflops = strtod(v, &end);
+    if (end != v && *end == ':') {
+        const char *g = end + 1;
+        *gbs = strtod(g, &end);
+        return *end == 0 && end != g && *tflops > 0 && *gbs > 0 && *tflops < 1e9 && *gbs < 1e12;
+    }
+    *tflops = gpt2_peak_tflops(v, bf16, gpt2_tf32_on(), gbs);
+    return *tflops > 0 && *gbs > 0;
 }
 static int arg_int(const char *flag, const char *v, int lo, int hi, int *out) {
     long long x;
@@ -1385,7 +1409,7 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
                                            "--min-lr-frac", "--wd", "--clip", "--seed", "--dropout", "--eval-every", "--eval-batches", "--data", "--tokens",
                                            "--tokenizer", "--devices", "--mesh", "--param-rules", "--compute-rules", "--threads", "--sample", "--prompt",
                                            "--temperature", "--top-k", "--svg", "--trace", "--save", "--save-every", "--keep", "--resume",
-                                           "--init-from", "--bench-steps", "--tokenizer-json", "--export-hf", "--memory-budget"};
+                                           "--init-from", "--bench-steps", "--tokenizer-json", "--export-hf", "--memory-budget", "--cost"};
             size_t k;
             for (k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 if (!strcmp(f, valued[k])) {
@@ -1481,6 +1505,14 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
             if (!*v) { fprintf(stderr, "gpt2_train: --export-hf: empty directory name\n"); return 1; }
         }
         else if (!strcmp(f, "--bench-steps")) bad = arg_int(f, v, 1, 1000000, &a->bench_steps);
+        else if (!strcmp(f, "--cost")) {
+            double tf, gbs;
+            a->cost = v;
+            if (!cost_machine(v, 1, &tf, &gbs)) {
+                fprintf(stderr, "gpt2_train: --cost %s: not a machine (H100, H100-PCIe, H200, A100, or TFLOPS:GBPS, both > 0, e.g. 989:3350)\n", v);
+                return 1;
+            }
+        }
         else {
             fprintf(stderr, "gpt2_train: unknown flag %s (see --help)\n", f);
             return 1;
@@ -1620,7 +1652,7 @@ static int run_bench(gpt2_args *a) {
     gpt2_config c = a->cfg;
     gpt2_trainer tr;
     int32_t *x, *y;
-    double *ms, t0, peak = 0, cpu_peak = 0, u0 = 0, s0 = 0, u1 = 0, s1 = 0, rss0, hwm0;
+    double *ms, t0, peak = 0, cpu_peak = 0, u0 = 0, s0 = 0, u1 = 0, s1 = 0, rss0, hwm0, model;
     int i, d, n = a->bench_steps < 1 ? 10 : a->bench_steps, warm = 2, ntok, rc = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* one device unless --devices / --mesh are given; threads as training uses them */
@@ -1638,9 +1670,10 @@ static int run_bench(gpt2_args *a) {
     if (c.T > c.block) c.block = c.T;
     c.bf16 = a->cfg.bf16;
     ntok = c.accum * c.B * c.T;
+    model = (6.0 * ((double)gpt2_num_params(&c) - (double)c.block * c.C) + 12.0 * c.L * c.C * c.T) * ntok; /* model FLOPs of one step (wpe aside) */
     if (a->cuda) {
         if (!(gpu = gpt2_gpu_open(card, sizeof card))) return 1;
-        peak = gpt2_peak_tflops(card, c.bf16, gpt2_tf32_on());
+        peak = gpt2_peak_tflops(card, c.bf16, gpt2_tf32_on(), NULL);
     }
     printf("bench: GPT-2 124M shape: %lld params, L=%d H=%d C=%d V=%d (50257 padded), B=%d T=%d, accum %d, %s, %d device%s%s%s, %s, remat %s\n",
            (long long)gpt2_num_params(&c), c.L, c.H, c.C, c.V, c.B, c.T, c.accum,
@@ -1665,6 +1698,20 @@ static int run_bench(gpt2_args *a) {
     if (tr.auto_note)
         printf("bench: remat auto: %s (planned peak %.0f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,
                tr.auto_budget / 1e6);
+    if (a->print_program) {
+        tj_prog_print(tr.step, stdout);
+        tj_memory_print(tr.step, stdout);
+    }
+    if (a->cost) { /* the step's cost analysis against a machine's roofline, then stop */
+        double tf, gbs, ms;
+        cost_machine(a->cost, c.bf16, &tf, &gbs);
+        ms = 1e3 * tj_cost_print(tr.step, tf * 1e12, gbs * 1e9, 2e-6, 20, stdout);
+        printf("bench: --cost %s: the step at least %.1f ms there (2 us a launch), %.1f%% MFU at most (%.4g model TFLOP at %.4g TFLOP/s)\n", a->cost, ms,
+               100 * model / (ms * 1e-3 * tf * 1e12), model * 1e-12, tf);
+        gpt2_trainer_free(&tr);
+        gpt2_gpu_close(gpu);
+        return 0;
+    }
     x = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     y = (int32_t *)malloc(sizeof(int32_t) * (size_t)ntok);
     ms = (double *)malloc(sizeof(double) * (size_t)(n + warm));
@@ -1711,8 +1758,7 @@ static int run_bench(gpt2_args *a) {
         fflush(stdout);
     }
     if (!rc) {
-        double med, fl = tj_prog_flops(tr.step), nparam = (double)gpt2_num_params(&c) - (double)c.block * c.C, sum = 0, rss, hwm, worst = 0;
-        double model = (6.0 * nparam + 12.0 * c.L * c.C * c.T) * ntok; /* model FLOPs of one step */
+        double med, fl = tj_prog_flops(tr.step), sum = 0, rss, hwm, worst = 0;
         for (i = warm; i < warm + n; i++) sum += ms[i];
         qsort(ms + warm, (size_t)n, sizeof(double), cmp_double);
         med = n % 2 ? ms[warm + n / 2] : 0.5 * (ms[warm + n / 2 - 1] + ms[warm + n / 2]);
@@ -2048,6 +2094,10 @@ static int gpt2_main(int argc, char **argv) {
     memset(&hf, 0, sizeof hf);
     if (parse_args(argc, argv, &a)) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (a.cost && !a.bench) {
+        fprintf(stderr, "gpt2_train: --cost needs --bench (it analyses the benchmark's step program)\n");
+        return 2;
+    }
     if (a.bench) return run_bench(&a);
     if (gpt2_launch_open(&a, &L)) return 1;
     if (a.dry_run) return gpt2_dry_run(&a, &L);

@@ -1009,6 +1009,80 @@ static void test_inout_alias(void) {
     tj_ctx_free(ctx);
 }
 
+/* tj_prog_cost and tj_cost_print: kernels, flops and bytes by their
+   rules, counted by hand. Each scalar constant (2 and 1) is a kernel
+   writing 4 B (1 flop). The fused tanh(2x + 1) of x (4 x 8 f32) reads x
+   and the two scalars and writes its result: 264 B, 96 flops. The dot of
+   that with w (8 x 3) reads 128 + 96 B and writes 48 B, 2 * 4 * 8 * 3
+   flops. A take of 3 rows of 4 from a 10 x 4 table reads the 3 indices and
+   the 3 rows and writes 3 rows (108 B; nothing of the rest of the table).
+   A scan of 5 steps of c * 2 (c: 8 f32) runs its 2 kernels 5 times: the
+   scalar (4 B) and the product (32 + 4 + 32 B, 8 flops). */
+static void cost_fn(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v y = tj_tanh(tj_adds(tj_muls(tj_tree_v(in, "x"), 2.0), 1.0));
+    (void)g;
+    (void)u;
+    tj_tree_set_v(out, "y", y);
+    tj_tree_set_v(out, "d", tj_dot(y, tj_tree_v(in, "w"), "b"));
+    tj_tree_set_v(out, "t", tj_take(tj_tree_v(in, "table"), "v", tj_tree_v(in, "idx")));
+}
+static void cost_body(tj_graph *g, const tj_v *c, const tj_v *x, tj_v *co, tj_v *y, void *u) {
+    (void)g, (void)x, (void)y, (void)u;
+    co[0] = tj_muls(c[0], 2.0);
+}
+static void cost_scan(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v c = tj_tree_v(in, "c");
+    (void)g;
+    (void)u;
+    if (!tj_scan(cost_body, NULL, "it=5", 1, &c, 0, NULL, 0, &c, NULL, NULL)) tj_tree_set_v(out, "c", c);
+}
+static void test_cost(tj_ctx *ctx) {
+    tj_tree *in = tj_tree_new(ctx), *in2 = tj_tree_new(ctx);
+    int32_t idx[3] = {7, 0, 7};
+    tj_prog *p, *ps;
+    tjt_current = "cost analysis";
+    tj_tree_set_array(in, "x", tjt_rand(ctx, TJ_F32, "a=4 b=8", 1, -1, 1));
+    tj_tree_set_array(in, "w", tjt_rand(ctx, TJ_F32, "b=8 c=3", 2, -1, 1));
+    tj_tree_set_array(in, "table", tjt_rand(ctx, TJ_F32, "v=10 e=4", 3, -1, 1));
+    tj_tree_set_array(in, "idx", tj_array_new(ctx, TJ_I32, "n=3", idx));
+    tj_tree_set_array(in2, "c", tjt_rand(ctx, TJ_F32, "b=8", 4, -1, 1));
+    p = tj_jit(ctx, "cost", cost_fn, NULL, in, NULL);
+    ps = tj_jit(ctx, "cost scan", cost_scan, NULL, in2, NULL);
+    TJT_CHECK(p && ps, "cost programs: %s", tj_error(ctx));
+    if (p && ps) {
+        tj_cost c = tj_prog_cost(p), cs = tj_prog_cost(ps);
+        FILE *f = tmpfile();
+        char text[4096];
+        size_t n;
+        double secs, want;
+        TJT_CHECK(c.kernels == 5 && c.flops == 2 + 96 + 192 && c.bytes == 8 + 264 + 272 + 108 && c.coll_bytes == 0 && c.copy_bytes == 0,
+                  "cost: %g kernels, %g flops, %g bytes; want 5, 290, 652", c.kernels, c.flops, c.bytes);
+        TJT_CHECK(c.flops == tj_prog_flops(p), "cost: %g flops, tj_prog_flops %g", c.flops, tj_prog_flops(p));
+        TJT_CHECK(cs.kernels == 10 && cs.flops == 45 && cs.bytes == 360, "cost of the scan: %g kernels, %g flops, %g bytes; want 10, 45, 360", cs.kernels,
+                  cs.flops, cs.bytes);
+        /* at 1 GFLOP/s, 0.5 GB/s and 1 us a launch: each kernel max(flops, 2 bytes) ns + 1000 */
+        want = (2 * (2.0 * 4 + 1000) + (2.0 * 264 + 1000) + (2.0 * 272 + 1000) + (2.0 * 108 + 1000)) * 1e-9;
+        secs = f ? tj_cost_print(p, 1e9, 0.5e9, 1e-6, 3, f) : 0;
+        TJT_CHECK(fabs(secs - want) < 1e-15, "tj_cost_print's estimate %.12g s, want %.12g", secs, want);
+        if (f) {
+            rewind(f);
+            n = fread(text, 1, sizeof text - 1, f);
+            text[n] = 0;
+            fclose(f);
+            TJT_CHECK(strstr(text, "cost 'cost' per device: 2.9e-07 GFLOP, 6.52e-07 GB moved") && strstr(text, "\n  fill ") && strstr(text, "\n  dot ") &&
+                          strstr(text, "\n  fused x3 ") && !strstr(text, "\n  take "),
+                      "tj_cost_print (top 3: the scalars' launches, the dot and the fused group, not the take):\n%s", text);
+        }
+        TJT_CHECK(tj_cost_print(p, 0, 1e9, 0, 1, stdout) == 0, "flop_s 0 is refused");
+        TJT_ERROR_HAS(ctx, "tj_cost_print", "flop_s 0");
+        TJT_CHECK(tj_cost_print(p, 1e9, 1e9, 0, 1, NULL) == 0, "a NULL stream is refused");
+        TJT_ERROR_HAS(ctx, "tj_cost_print", "NULL");
+    }
+    tj_prog_free(p);
+    tj_prog_free(ps);
+    tj_tree_free(in);
+    tj_tree_free(in2);
+}
 int main(void) {
     tj_ctx *ctx = tj_ctx_new();
     tj_tree *in;
@@ -1041,6 +1115,7 @@ int main(void) {
     tj_tree_free(in);
 
     test_fusion(ctx);
+    test_cost(ctx);
     test_fused_adamw();
     test_fused_reduce(ctx);
     test_fused_select(ctx);

@@ -230,6 +230,10 @@ static void test_validation(void) {
         {"--sample -1", "--sample", "\"-1\""},
         {"--top-k -1", "--top-k", "\"-1\""},
         {"--bench-steps 0", "--bench-steps", "\"0\""},
+        {"--bench --cost H800", "--cost H800", "not a machine"},
+        {"--bench --cost 989:", "--cost 989:", "not a machine"},
+        {"--bench --cost 0:3350", "--cost 0:3350", "not a machine"},
+        {"--cost H100", "--cost", "needs --bench"},
         {"--save-every 0 --save x", "--save-every", "\"0\""},
         {"--keep 0", "--keep", "\"0\""},
         {"--remat most", "--remat", "\"most\""},
@@ -291,6 +295,12 @@ static void test_runs(void) {
     snprintf(args, sizeof args, "%s --steps 6", g_model);
     r = run_gpt2(args, NULL);
     TJT_CHECK(r.rc == 0 && has(&r, "trained 6 steps"), "a good run: exit %d: %s", r.rc, r.out);
+    run_free(&r);
+    /* --bench --cost: the cost analysis of the benchmark's step (a small one here), and no step runs */
+    r = run_gpt2("--bench --cost H100 --batch 1 --context 16 --threads 1", NULL);
+    TJT_CHECK(r.rc == 0 && has(&r, "cost 'gpt2_train_step' per device:") && has(&r, "\n  dot ") && has(&r, "--cost H100: the step at least") &&
+                  !has(&r, "bench step"),
+              "--bench --cost H100: exit %d: %s", r.rc, r.out);
     run_free(&r);
     /* a bad TJ_DEVICES is an error, not silently ignored */
     memset(&o, 0, sizeof o);

@@ -28,7 +28,7 @@ static tj_v xent(tj_v z, tj_v lab, const char *mean) { return tj_cross_entropy(z
    4 bf16 logits; 6 inside a scan; 7 inside a checkpoint (xent_progs.h);
    and own() */
 static int kind(int c) {
-    static const int k[12] = {XP_MEAN, XP_PER_ROW, XP_HEAD, XP_HEAD_F64, XP_BF16, XP_OWN, XP_SCAN, XP_CHECKPOINT, XP_OWN, XP_HEAD, XP_OWN, XP_OWN};
+    static const int k[13] = {XP_MEAN, XP_PER_ROW, XP_HEAD, XP_HEAD_F64, XP_BF16, XP_OWN, XP_SCAN, XP_CHECKPOINT, XP_OWN, XP_HEAD, XP_OWN, XP_OWN, XP_BF16_F32};
     return c >= 0 && c < (int)(sizeof k / sizeof k[0]) ? k[c] : XP_OWN;
 }
 static void own(tj_graph *g, const tj_tree *in, tj_tree *out, tj_v z, tj_v lab, tj_v h, tj_v w) {
@@ -288,10 +288,75 @@ static void bad_label(void) {
     tj_ctx_free(ctx);
 }
 
+/* bf16 logits widened to f32 (tj_cross_entropy(tj_cast(z, TJ_F32), ...)):
+   the op reads the bf16 logits and no f32 copy is made, with the same bits
+   as the loss of f32 logits holding the same values: per-row losses, the
+   mean, and the gradient (z's in bf16, the f32 program's rounded to bf16
+   once), with the class axis in the middle, -1e30 masks and a row of
+   large logits; also when the f32 logits are an output too (the copy is
+   then made for that reader) */
+static int WIDE_KEEP; /* the f32 logits are an output too */
+static void wide_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v z = tj_tree_v(in, "z"), zf = tj_v_dtype(z) == TJ_BF16 ? tj_cast(z, TJ_F32) : z, per, gz = NULL;
+    (void)g;
+    (void)u;
+    per = tj_cross_entropy(zf, tj_tree_v(in, "labels"), "vocab", NULL);
+    tj_tree_set_v(out, "per", per);
+    if (!tj_grad(tj_mean(per, "pos batch"), 1, &z, &gz)) tj_tree_set_v(out, "dz", gz);
+    if (WIDE_KEEP) tj_tree_set_v(out, "zf", zf);
+}
+static void widened(void) {
+    enum { P = 5, V = 37, B = 3, N = P * V * B };
+    static uint16_t zb[N], dzb[N];
+    static float zf[N], dzf[N], per_b[P * B], per_f[P * B];
+    int32_t lab[P * B];
+    int i, keep;
+    tjt_current = "widened bf16 logits";
+    for (i = 0; i < N; i++) zb[i] = tj_f32_to_bf16((float)(8.0 * sin(0.37 * i + 0.1)));
+    for (i = 0; i < N; i++) /* (pos, vocab, batch): a masked class in every row, row (pos 1, batch 2) large */
+        if (i / B % V == 3) zb[i] = tj_f32_to_bf16(-1e30f);
+        else if (i / (V * B) == 1 && i % B == 2) zb[i] = tj_f32_to_bf16(3e4f + (float)(i % 7));
+    for (i = 0; i < N; i++) zf[i] = tj_bf16_to_f32(zb[i]);
+    for (i = 0; i < P * B; i++) lab[i] = (i * 7 + 1) % V == 3 ? 4 : (i * 7 + 1) % V;
+    for (keep = 0; keep < 2; keep++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *ib = tj_tree_new(ctx), *iff = tj_tree_new(ctx), *ob = tj_tree_new(ctx), *of = tj_tree_new(ctx);
+        tj_prog *pb, *pf;
+        WIDE_KEEP = keep;
+        tj_tree_set_array(ib, "z", tj_array_new(ctx, TJ_BF16, "pos=5 vocab=37 batch=3", zb));
+        tj_tree_set_array(ib, "labels", tj_array_new(ctx, TJ_I32, "pos=5 batch=3", lab));
+        tj_tree_set_array(iff, "z", tj_array_new(ctx, TJ_F32, "pos=5 vocab=37 batch=3", zf));
+        tj_tree_set_array(iff, "labels", tj_array_new(ctx, TJ_I32, "pos=5 batch=3", lab));
+        pb = tj_jit(ctx, "wide bf16", wide_prog, NULL, ib, NULL);
+        pf = tj_jit(ctx, "wide f32", wide_prog, NULL, iff, NULL);
+        TJT_CHECK(pb && pf && !tj_run(pb, ib, ob) && !tj_run(pf, iff, of), "keep %d: %s", keep, tj_error(ctx));
+        if (pb && pf && tj_tree_array(ob, "dz") && tj_tree_array(of, "dz")) {
+            int casts = TJT_PROG_LINES(pb, "= cast ", "vocab=");
+            TJT_CHECK(casts == keep, "keep %d: %d casts of the logits in the bf16 program, want %d", keep, casts, keep);
+            tj_array_read(tj_tree_array(ob, "per"), TJ_F32, per_b);
+            tj_array_read(tj_tree_array(of, "per"), TJ_F32, per_f);
+            TJT_CHECK(tj_array_dtype(tj_tree_array(ob, "per")) == TJ_F32, "keep %d: the loss of widened bf16 logits is f32", keep);
+            TJT_CHECK(!memcmp(per_b, per_f, sizeof per_b), "keep %d: per-row losses differ from the f32 logits' (row 0: %.9g vs %.9g)", keep, per_b[0], per_f[0]);
+            tj_array_read(tj_tree_array(ob, "dz"), TJ_BF16, dzb);
+            tj_array_read(tj_tree_array(of, "dz"), TJ_F32, dzf);
+            for (i = 0; i < N && dzb[i] == tj_f32_to_bf16(dzf[i]); i++) continue;
+            TJT_CHECK(i == N, "keep %d: dz element %d: %a, the f32 program's rounded to bf16: %a", keep, i, i < N ? tj_bf16_to_f32(dzb[i]) : 0.0,
+                      i < N ? tj_bf16_to_f32(tj_f32_to_bf16(dzf[i])) : 0.0);
+        }
+        tj_prog_free(pb);
+        tj_prog_free(pf);
+        tj_tree_free(ib);
+        tj_tree_free(iff);
+        tj_tree_free(ob);
+        tj_tree_free(of);
+        tj_ctx_free(ctx);
+    }
+}
+
 int main(int argc, char **argv) {
     const tjt_mesh_case *cs = tjt_vocab_meshes;
     int Vs[] = {16, 64, 128};
-    int c0 = argc > 1 ? atoi(argv[1]) : 0, c1 = argc > 1 ? c0 + 1 : 12, vi, m;
+    int c0 = argc > 1 ? atoi(argv[1]) : 0, c1 = argc > 1 ? c0 + 1 : 13, vi, m;
     XP = &SPLIT;
     POL = tj_nothing_saveable();
     for (CASE = c0; CASE < c1; CASE++)
@@ -316,6 +381,7 @@ int main(int argc, char **argv) {
         bad_label();
         odd_logits();
         special_rows();
+        widened();
     }
     return tjt_finish();
 }

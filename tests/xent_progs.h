@@ -16,7 +16,7 @@ static int CASE, VV;  /* the program (in the including test's numbering); the cl
 static tj_policy POL; /* the scan's and the checkpoint's remat policy */
 
 /* the shared programs; XP_OWN: one the test builds itself */
-enum { XP_OWN, XP_MEAN, XP_PER_ROW, XP_HEAD, XP_HEAD_F64, XP_BF16, XP_SCAN, XP_CHECKPOINT };
+enum { XP_OWN, XP_MEAN, XP_PER_ROW, XP_HEAD, XP_HEAD_F64, XP_BF16, XP_SCAN, XP_CHECKPOINT, XP_BF16_F32 };
 
 typedef struct {
     tj_v (*loss)(tj_v z, tj_v labels, const char *mean_axes); /* class axis "vocab" */
@@ -98,6 +98,10 @@ static void xp_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         wr[0] = z;
         xp_grads(out, tj_cast(XP->loss(tj_cast(z, TJ_BF16), lab, "batch pos"), TJ_F32), 1, wr);
         break;
+    case XP_BF16_F32: /* bf16 logits widened to f32 (the op reads them as bf16: tj_cross_entropy) */
+        wr[0] = z;
+        xp_grads(out, XP->loss(tj_cast(tj_cast(z, TJ_BF16), TJ_F32), lab, "batch pos"), 1, wr);
+        break;
     case XP_SCAN: { /* inside a scan: each layer's loss adds to a carry */
         tj_v c[2], fin[2];
         c[0] = h;
@@ -124,7 +128,7 @@ static void xp_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
 /* the tolerance of CASE's outputs against one device's (relative to the largest) */
 static double xp_tol(void) {
     int k = XP->kind(CASE);
-    return k == XP_BF16 ? 1e-2 : k == XP_HEAD_F64 ? 1e-12 : 2e-5;
+    return k == XP_BF16 || k == XP_BF16_F32 ? 1e-2 : k == XP_HEAD_F64 ? 1e-12 : 2e-5;
 }
 
 /* check: the program uses the vocab-parallel form, and nothing of the logits' size moves */
