@@ -7115,10 +7115,13 @@ static tj_v tj__row_grad_composite(const char *f, int l, const tj_node *n, tj_v 
         z = tj_merge_at(f, l, tj_add_at(f, l, z, tj_mul_at(f, l, oh, tj_index_at(f, l, g, "_stat", 2))), "_part _cls", ax);
         return z && z->t.dt != x->t.dt ? tj_cast_at(f, l, z, x->t.dt) : z;
     }
-    default: { /* cross_entropy: dz = g (softmax(z) - onehot(label)) */
+    default: { /* cross_entropy: dz = g (softmax(z) - onehot(label)), in the loss's dtype (f32 for bf16 logits widened: tj_cross_entropy) */
         char sh[128];
+        tj_dtype dt = g->t.dt;
+        tj_v z;
         snprintf(sh, sizeof sh, "%s=%lld", ax, (long long)x->t.dim[tj__axis_index(&x->t, n->a.axis)]);
-        return tj_mul_at(f, l, g, tj_sub_at(f, l, tj_softmax_at(f, l, x, ax), tj_one_hot_at(f, l, n->in[1], sh, x->t.dt)));
+        z = tj_mul_at(f, l, g, tj_sub_at(f, l, tj_softmax_at(f, l, x->t.dt == dt ? x : tj_cast_at(f, l, x, dt), ax), tj_one_hot_at(f, l, n->in[1], sh, dt)));
+        return z && z->t.dt != x->t.dt ? tj_cast_at(f, l, z, x->t.dt) : z;
     }
     }
 }

@@ -295,14 +295,18 @@ static void bad_label(void) {
    once), with the class axis in the middle, -1e30 masks and a row of
    large logits; also when the f32 logits are an output too (the copy is
    then made for that reader) */
-static int WIDE_KEEP; /* the f32 logits are an output too */
+static int WIDE_KEEP, WIDE_D2; /* the f32 logits are an output too; a second derivative too */
 static void wide_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v z = tj_tree_v(in, "z"), zf = tj_v_dtype(z) == TJ_BF16 ? tj_cast(z, TJ_F32) : z, per, gz = NULL;
     (void)g;
     (void)u;
     per = tj_cross_entropy(zf, tj_tree_v(in, "labels"), "vocab", NULL);
     tj_tree_set_v(out, "per", per);
-    if (!tj_grad(tj_mean(per, "pos batch"), 1, &z, &gz)) tj_tree_set_v(out, "dz", gz);
+    if (!tj_grad(tj_mean(per, "pos batch"), 1, &z, &gz) && WIDE_D2) {
+        tj_v h = NULL, w = tj_cos(tj_cast(tj_tree_v(in, "z"), TJ_F32)); /* a second derivative: d/dz of sum(dz w) */
+        if (!tj_grad(tj_sum_all(tj_mul(tj_v_dtype(gz) == TJ_F32 ? gz : tj_cast(gz, TJ_F32), tj_stop_gradient(w))), 1, &z, &h)) tj_tree_set_v(out, "d2", h);
+    }
+    if (gz) tj_tree_set_v(out, "dz", gz);
     if (WIDE_KEEP) tj_tree_set_v(out, "zf", zf);
 }
 static void widened(void) {
@@ -318,11 +322,12 @@ static void widened(void) {
         else if (i / (V * B) == 1 && i % B == 2) zb[i] = tj_f32_to_bf16(3e4f + (float)(i % 7));
     for (i = 0; i < N; i++) zf[i] = tj_bf16_to_f32(zb[i]);
     for (i = 0; i < P * B; i++) lab[i] = (i * 7 + 1) % V == 3 ? 4 : (i * 7 + 1) % V;
-    for (keep = 0; keep < 2; keep++) {
+    for (keep = 0; keep < 3; keep++) { /* 2: the first program with a second derivative */
         tj_ctx *ctx = tj_ctx_new();
         tj_tree *ib = tj_tree_new(ctx), *iff = tj_tree_new(ctx), *ob = tj_tree_new(ctx), *of = tj_tree_new(ctx);
         tj_prog *pb, *pf;
-        WIDE_KEEP = keep;
+        WIDE_KEEP = keep == 1;
+        WIDE_D2 = keep == 2;
         tj_tree_set_array(ib, "z", tj_array_new(ctx, TJ_BF16, "pos=5 vocab=37 batch=3", zb));
         tj_tree_set_array(ib, "labels", tj_array_new(ctx, TJ_I32, "pos=5 batch=3", lab));
         tj_tree_set_array(iff, "z", tj_array_new(ctx, TJ_F32, "pos=5 vocab=37 batch=3", zf));
@@ -332,7 +337,7 @@ static void widened(void) {
         TJT_CHECK(pb && pf && !tj_run(pb, ib, ob) && !tj_run(pf, iff, of), "keep %d: %s", keep, tj_error(ctx));
         if (pb && pf && tj_tree_array(ob, "dz") && tj_tree_array(of, "dz")) {
             int casts = TJT_PROG_LINES(pb, "= cast ", "vocab=");
-            TJT_CHECK(casts == keep, "keep %d: %d casts of the logits in the bf16 program, want %d", keep, casts, keep);
+            if (keep < 2) TJT_CHECK(casts == keep, "keep %d: %d casts of the logits in the bf16 program, want %d", keep, casts, keep);
             tj_array_read(tj_tree_array(ob, "per"), TJ_F32, per_b);
             tj_array_read(tj_tree_array(of, "per"), TJ_F32, per_f);
             TJT_CHECK(tj_array_dtype(tj_tree_array(ob, "per")) == TJ_F32, "keep %d: the loss of widened bf16 logits is f32", keep);
@@ -342,6 +347,16 @@ static void widened(void) {
             for (i = 0; i < N && dzb[i] == tj_f32_to_bf16(dzf[i]); i++) continue;
             TJT_CHECK(i == N, "keep %d: dz element %d: %a, the f32 program's rounded to bf16: %a", keep, i, i < N ? tj_bf16_to_f32(dzb[i]) : 0.0,
                       i < N ? tj_bf16_to_f32(tj_f32_to_bf16(dzf[i])) : 0.0);
+            /* the second derivative within bf16's rounding of the largest (the f32 program's in f32 throughout) */
+            if (keep == 2) TJT_CHECK(tj_tree_array(ob, "d2") && tj_tree_array(of, "d2"), "second derivatives: %s", tj_error(ctx));
+            if (keep == 2 && tj_tree_array(ob, "d2") && tj_tree_array(of, "d2")) {
+                double big = 0, worst = 0;
+                tj_array_read(tj_tree_array(ob, "d2"), TJ_BF16, dzb);
+                tj_array_read(tj_tree_array(of, "d2"), TJ_F32, dzf);
+                for (i = 0; i < N; i++) big = fabs(dzf[i]) > big ? fabs(dzf[i]) : big;
+                for (i = 0; i < N; i++) worst = fabs(tj_bf16_to_f32(dzb[i]) - dzf[i]) > worst ? fabs(tj_bf16_to_f32(dzb[i]) - dzf[i]) : worst;
+                TJT_CHECK(big > 0 && worst <= 1e-2 * big, "keep %d: second derivatives differ by %g of the largest %g", keep, worst, big);
+            }
         }
         tj_prog_free(pb);
         tj_prog_free(pf);
