@@ -588,6 +588,16 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
    then 0). Any other label outside [0, classes) is cross_entropy's
    run-time error; an ignore_index inside it ignores that class. */
 #define TJ_IGNORE_INDEX (-100)
+/* tj_cross_entropy over the first `classes` entries of class_axis: the
+   rest are padding (a vocabulary padded to a multiple of 64 for the
+   matmuls, as llm.c's Vp against V). They take no part in the softmax,
+   their gradient is exactly 0, and a label must be below `classes`. The
+   loss, and the gradient's first `classes` columns, are those of the
+   logits sliced to `classes` (tj_slice), without a pass over the logits
+   to slice or to mask them: a masking select over GPT-2's padded logits
+   is 6.6 GB of the bf16 step's 76 GB at B=16, T=1024. */
+#define tj_cross_entropy_padded(logits, labels, class_axis, mean_axes, classes) \
+    tj_cross_entropy_padded_at(TJ_AT, logits, labels, class_axis, mean_axes, classes)
 #define tj_cross_entropy_ignore(logits, labels, class_axis, mean_axes, ignore_index) \
     tj_cross_entropy_ignore_at(TJ_AT, logits, labels, class_axis, mean_axes, ignore_index)
 TJDEF tj_v tj_causal_mask_at(const char *f, int l, tj_v x, const char *q_axis, const char *k_axis, double fill);
@@ -596,6 +606,7 @@ TJDEF tj_v tj_log_softmax_at(const char *f, int l, tj_v x, const char *axis);
 TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, double eps);
 TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v logits, tj_v labels, const char *class_axis, const char *mean_axes);
 TJDEF tj_v tj_cross_entropy_ignore_at(const char *f, int l, tj_v logits, tj_v labels, const char *class_axis, const char *mean_axes, int ignore_index);
+TJDEF tj_v tj_cross_entropy_padded_at(const char *f, int l, tj_v logits, tj_v labels, const char *class_axis, const char *mean_axes, int64_t classes);
 /* Fused scaled dot-product attention, flash-style: for each query position
    out = sum over kpos of softmax_kpos(scale * q.k) v, where q.k sums over
    `dim`, without ever making the (qpos, kpos) scores or probabilities as
@@ -2970,7 +2981,7 @@ typedef struct {
     int axis, axis2;             /* axis name ids (slice, concat, take, ...) */
     int axes[TJ_MAXDIM], naxes;  /* reduced / contracted axes                */
     int64_t start, stop;         /* slice bounds; pad lo, hi                 */
-    double s;                    /* constant, exponent, eps, fill            */
+    double s;                    /* constant, exponent, eps, fill; cross-entropy: its classes (0: all) */
     uint64_t key;                /* random key                               */
     int nb, nm, nk, nn;          /* dot: batch, m, k, n axis counts          */
     int trans_a, trans_b;        /* dot: operand layouts                     */
@@ -3200,12 +3211,12 @@ typedef struct {
     X(SOFTMAX, "softmax", 0, tj__k_rowop, tj__vjp_softmax, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                            \
     X(LOG_SOFTMAX, "log_softmax", 0, tj__k_rowop, tj__vjp_log_softmax, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                \
     X(LAYER_NORM, "layer_norm", 0, tj__k_rowop, tj__vjp_layer_norm, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                   \
-    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                          \
+    X(CROSS_ENTROPY, "cross_entropy", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, tj__sh_whole, tj__pr_xent)                          \
     X(SOFTMAX_GRAD, "softmax_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                                 \
     X(LAYER_NORM_GRAD, "layer_norm_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                           \
-    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_axes)                     \
-    X(XENT_PART, "cross_entropy_part", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, tj__sh_xent_part, tj__pr_axes)                     \
-    X(XENT_PART_GRAD, "cross_entropy_part_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_xent_part, tj__pr_axes)               \
+    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_whole, tj__pr_xent)                     \
+    X(XENT_PART, "cross_entropy_part", 0, tj__k_rowop, tj__vjp_cross_entropy, tj__flops_row, 0, tj__sh_xent_part, tj__pr_xent)                     \
+    X(XENT_PART_GRAD, "cross_entropy_part_grad", 0, tj__k_rowop, tj__vjp_row_grad, tj__flops_row, 0, tj__sh_xent_part, tj__pr_xent)               \
     X(ATTENTION, "attention", TJ__MULTI | TJ__RERUN, tj__k_attention, tj__vjp_attention, tj__flops_attention, 0, tj__sh_given, tj__pr_attention)            \
     X(ATTENTION_GRAD, "attention_grad", TJ__MULTI, tj__k_attention_grad, tj__vjp_attention_grad, tj__flops_attention, tj__attention_scratch, tj__sh_given, tj__pr_attention) \
     X(STOP_GRADIENT, "stop_gradient", TJ__VIEW | TJ__NODIFF, tj__k_none, 0, tj__flops_zero, 0, tj__sh_ew, tj__pr_axes)                          \
@@ -6915,7 +6926,7 @@ TJDEF tj_v tj_layer_norm_at(const char *f, int l, tj_v x, const char *axis, doub
    where g_s = g exp(m_p - M) / S and g_zl = -g come from the VJP of the
    combination (softmax(z) - onehot(label), times g). A block whose logits
    are all -inf has m_p = -inf and adds nothing. ---- */
-static tj_v tj__xent_split(const char *f, int l, tj_node *z, tj_node *lab, int a, const tj__type *rows) {
+static tj_v tj__xent_split(const char *f, int l, tj_node *z, tj_node *lab, int a, const tj__type *rows, double classes) {
     tj_ctx *c = z->g->ctx;
     tj__type t = *rows;
     tj_node *in[2];
@@ -6929,7 +6940,7 @@ static tj_v tj__xent_split(const char *f, int l, tj_node *z, tj_node *lab, int a
     t.dt = z->t.dt == TJ_F64 ? TJ_F64 : TJ_F32; /* the statistics of bf16 logits in f32 */
     in[0] = z;
     in[1] = lab;
-    if (!(st = tj__rownode(f, l, TJ__OP_XENT_PART, 2, in, a, 0, &t))) return NULL;
+    if (!(st = tj__rownode(f, l, TJ__OP_XENT_PART, 2, in, a, classes, &t))) return NULL;
     for (i = 0; i < st->t.rank; i++) want[i] = i == st->t.rank - 2 ? 0 : st->t.sh[i];
     if (!(st = tj__reshard(st, want, "cross_entropy", f, l))) return NULL; /* every device sees every block's statistics */
     mx = tj_stop_gradient_at(f, l, tj_index_at(f, l, st, "_stat", 0));
@@ -6993,13 +7004,25 @@ static int tj__xent_operands(const char *f, int l, tj_v z, tj_v labels, const ch
    given it (a value rounded to bf16 once). The f32 copy of the logits is
    not made unless something else reads it, as XLA fuses such a convert
    into the reduction reading it: in the GPT-2 step that is 6.6 GB of
-   the 91 GB the bf16 step moves at B=16, T=1024 (tj_cost_print). */
-TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
+   the 91 GB the bf16 step moves at B=16, T=1024 (tj_cost_print).
+   tj_cross_entropy_padded's classes are the op's s (0: all): the kernels
+   take the row's max and sum of exponentials over the first s classes of
+   the row and write a gradient of 0 past them. classes -1: all of them. */
+static tj_v tj__cross_entropy(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes, int64_t classes, const char *what) {
     int a;
     tj__type t;
     tj_node *in[2], *n;
     tj_dtype dt;
-    if ((a = tj__xent_operands(f, l, z, labels, class_axis, "cross_entropy", &t)) < 0) return NULL;
+    int64_t V;
+    if ((a = tj__xent_operands(f, l, z, labels, class_axis, what, &t)) < 0) return NULL;
+    V = z->t.dim[tj__axis_index(&z->t, a)];
+    if (classes == -1) classes = V; /* (tj_cross_entropy: all) */
+    else if (classes < 1 || classes > V) {
+        char b[256];
+        tj__err(z->g->ctx, TJ_ERR_ARG, f, l, "%s: classes %lld must be in [1, %lld], the size of class axis '%s' of logits %s", what, (long long)classes,
+                (long long)V, class_axis, tj_v_describe(z, b, sizeof b));
+        return NULL;
+    }
     dt = t.dt; /* the loss's */
     if (z->op == TJ__OP_CAST && z->t.dt == TJ_F32 && z->in[0]->t.dt == TJ_BF16) z = z->in[0];
     t.dt = TJ_I32;
@@ -7010,9 +7033,10 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
     {   /* the class axis split over devices (outside shard_map): the vocab-parallel form above */
         tj_graph *g = tj__cur(tj__inner(2, in, "cross_entropy", f, l));
         int k = tj__axis_index(&z->t, a);
+        double cl = classes < V ? (double)classes : 0; /* (the op's s: 0 for all) */
         n = g && !g->manual && g->ctx->nmesh && tj__mesh_count(g->ctx, z->t.sh[k]) > 1 && tj__xent_split_fits(g->ctx, z)
-                ? tj__xent_split(f, l, z, in[1], a, &t)
-                : tj__rownode(f, l, TJ__OP_CROSS_ENTROPY, 2, in, a, 0, &t);
+                ? tj__xent_split(f, l, z, in[1], a, &t, cl)
+                : tj__rownode(f, l, TJ__OP_CROSS_ENTROPY, 2, in, a, cl, &t);
     }
     if (!n) return NULL;
     if (mean_axes && *mean_axes) { /* named in cross_entropy's words (the class axis is gone) */
@@ -7020,6 +7044,12 @@ TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const 
         if (tj__axes_of(n, mean_axes, ids, "cross_entropy mean_axes", f, l) < 0) return NULL;
     }
     return mean_axes && *mean_axes ? tj_mean_at(f, l, n, mean_axes) : n;
+}
+TJDEF tj_v tj_cross_entropy_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes) {
+    return tj__cross_entropy(f, l, z, labels, class_axis, mean_axes, -1, "cross_entropy");
+}
+TJDEF tj_v tj_cross_entropy_padded_at(const char *f, int l, tj_v z, tj_v labels, const char *class_axis, const char *mean_axes, int64_t classes) {
+    return tj__cross_entropy(f, l, z, labels, class_axis, mean_axes, classes, "cross_entropy_padded");
 }
 /* cross-entropy with ignored rows (PyTorch's ignore_index), built from the
    fused op above and one mask, keep = labels != ignore_index:
@@ -7088,6 +7118,18 @@ static tj_status tj__vjp_cross_entropy(tj_node *n, tj_v g, tj_v *gin) { /* (and 
     gin[0] = tj__row_grad(n->file, n->line, n->op == TJ__OP_XENT_PART ? TJ__OP_XENT_PART_GRAD : TJ__OP_CROSS_ENTROPY_GRAD, n, n->in[0], n->in[1], g);
     return gin[0] ? TJ_OK : tj_status_of(n->g->ctx);
 }
+/* logits x of cross-entropy op n in dtype dt, the padding classes of
+   tj_cross_entropy_padded (past its n->a.s) -inf */
+static tj_v tj__xent_unpadded(const char *f, int l, const tj_node *n, tj_v x, tj_dtype dt) {
+    char sh[128];
+    const char *ax = tj__name(n->g->ctx, n->a.axis);
+    tj_v col;
+    if (x && x->t.dt != dt) x = tj_cast_at(f, l, x, dt);
+    if (!x || n->a.s <= 0) return x;
+    snprintf(sh, sizeof sh, "%s=%lld", ax, (long long)x->t.dim[tj__axis_index(&x->t, n->a.axis)]);
+    col = tj_arange_at(f, l, x->g, TJ_I32, sh, ax);
+    return tj_select_at(f, l, tj_lt_at(f, l, col, tj_scalar_at(f, l, x->g, TJ_I32, n->a.s)), x, tj_scalar_at(f, l, x->g, dt, -INFINITY));
+}
 /* What gradient op n computes from x and g, written in primitives: the
    reference for its kernel, and the graph its own VJP differentiates. */
 static tj_v tj__row_grad_composite(const char *f, int l, const tj_node *n, tj_v x, tj_v g) {
@@ -7109,7 +7151,7 @@ static tj_v tj__row_grad_composite(const char *f, int l, const tj_node *n, tj_v 
         snprintf(into, sizeof into, "_part=%lld _cls=0", (long long)st->t.dim[st->t.rank - 2]);
         snprintf(cls, sizeof cls, "%s=%lld", ax, (long long)x->t.dim[tj__axis_index(&x->t, n->a.axis)]);
         m = tj_select_at(f, l, tj_eq_at(f, l, m, tj_scalar_at(f, l, st->g, dt, -INFINITY)), tj_scalar_at(f, l, st->g, dt, 0), m);
-        z = tj_split_at(f, l, x->t.dt == dt ? x : tj_cast_at(f, l, x, dt), ax, into);
+        z = tj_split_at(f, l, tj__xent_unpadded(f, l, n, x, dt), ax, into);
         z = tj_mul_at(f, l, tj_exp_at(f, l, tj_sub_at(f, l, z, m)), tj_index_at(f, l, g, "_stat", 1));
         oh = tj_split_at(f, l, tj_one_hot_at(f, l, n->in[1], cls, dt), ax, into);
         z = tj_merge_at(f, l, tj_add_at(f, l, z, tj_mul_at(f, l, oh, tj_index_at(f, l, g, "_stat", 2))), "_part _cls", ax);
@@ -7120,7 +7162,7 @@ static tj_v tj__row_grad_composite(const char *f, int l, const tj_node *n, tj_v 
         tj_dtype dt = g->t.dt;
         tj_v z;
         snprintf(sh, sizeof sh, "%s=%lld", ax, (long long)x->t.dim[tj__axis_index(&x->t, n->a.axis)]);
-        z = tj_mul_at(f, l, g, tj_sub_at(f, l, tj_softmax_at(f, l, x->t.dt == dt ? x : tj_cast_at(f, l, x, dt), ax), tj_one_hot_at(f, l, n->in[1], sh, dt)));
+        z = tj_mul_at(f, l, g, tj_sub_at(f, l, tj_softmax_at(f, l, tj__xent_unpadded(f, l, n, x, dt), ax), tj_one_hot_at(f, l, n->in[1], sh, dt)));
         return z && z->t.dt != x->t.dt ? tj_cast_at(f, l, z, x->t.dt) : z;
     }
     }
@@ -7155,6 +7197,16 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
    is no larger (the label's probability above e^-16, as in training);
    a row with the label's logit far below the others (a loss of 1177:
    2e-5 relative error against JAX's 1e-7) gets its statistics again. */
+/* how many of a row's d classes (its block's, from class off on) a
+   cross-entropy op reduces: tj_cross_entropy_padded's first a.s classes
+   of all; every other row op, and the plain cross-entropy, all d */
+static int64_t tj__xent_cols(const tj__kern *k, int64_t d, int64_t off) {
+    int op = k->n->op;
+    int64_t n;
+    if (k->n->a.s <= 0 || (op != TJ__OP_CROSS_ENTROPY && op != TJ__OP_CROSS_ENTROPY_GRAD && op != TJ__OP_XENT_PART && op != TJ__OP_XENT_PART_GRAD)) return d;
+    n = (int64_t)k->n->a.s - off;
+    return n < 0 ? 0 : n > d ? d : n;
+}
 static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t lab, double *zl, double *loss) {
     if (k->n->op != TJ__OP_CROSS_ENTROPY_GRAD || (k->it[2]->dt != TJ_F32 && k->it[2]->dt != TJ_F64)) return 0;
     *zl = tj__ld(k->in[0], k->it[0]->dt, base + lab * s1);
@@ -7182,17 +7234,17 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
     double a[TJ__CHUNK], b[TJ__CHUNK], mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, mlo = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0, ls = 0, ones = 0;
     int op = k->n->op, g = k->nin - 1, part = op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD; /* g: the cotangent's input */
     int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || part, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD;
-    int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - off : -1;
+    int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - off : -1, dn = tj__xent_cols(k, d, off); /* dn: the classes it reduces */
     tj_dtype odt = k->ot.dt;
     int fast = odt != TJ_F64, stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);
     if ((ce && !stats && op != TJ__OP_XENT_PART_GRAD) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */
-        for (c0 = 0; c0 < d; c0 += m)
-            for (m = tj__row_get(k, 0, base, s1, d, c0, a), j = 0; j < m; j++)
+        for (c0 = 0; c0 < dn; c0 += m)
+            for (m = tj__row_get(k, 0, base, s1, dn, c0, a), j = 0; j < m; j++)
                 if (a[j] > mx) mx = a[j];
         mraw = mx;
         if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */
-        for (c0 = 0; c0 < d; c0 += m) { /* the max's own terms (exactly 1) apart: log s = log1p(the rest) keeps the digits of a loss near 0 */
-            m = tj__row_get(k, 0, base, s1, d, c0, a);
+        for (c0 = 0; c0 < dn; c0 += m) { /* the max's own terms (exactly 1) apart: log s = log1p(the rest) keeps the digits of a loss near 0 */
+            m = tj__row_get(k, 0, base, s1, dn, c0, a);
             tj__exp_n(fast, a, m, mx);
             for (j = 0; j < m; j++)
                 if (a[j] == 1) ones++;
@@ -7259,6 +7311,7 @@ static void tj__row(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int6
                 a[j] = !stats ? gr * (a[j] / s - (double)(c0 + j == lab)) : c0 + j == lab ? gr * expm1(-loss) : gr * exp((a[j] - zl) - loss);
                 break;
             }
+        for (j = dn - c0 > 0 ? dn - c0 : 0; j < m; j++) a[j] = 0; /* padding classes (dn < d: cross-entropy only) */
         tj__store_n(k->out, odt, base + c0 * s1, s1, m, a);
     }
 }
@@ -7306,14 +7359,14 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
         double mx = -INFINITY, mraw = -INFINITY, s = 0, mean = 0, var = 0, gy = 0, gr = 0, gz = 0, zl = 0, loss = 0;                          \
         int op = k->n->op, g = k->nin - 1, l, part = op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD;                                    \
         int ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || part, rowg = op == TJ__OP_LAYER_NORM_GRAD || op == TJ__OP_SOFTMAX_GRAD; \
-        int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - off : -1;                                                                 \
+        int64_t c0, m, j, lab = ce ? ((const int32_t *)k->in[1])[r] - off : -1, dn = tj__xent_cols(k, d, off);                                  \
         int stats = tj__xent_stats(k, r, base, s1, lab, &zl, &loss);                                                                            \
         const void *x = k->in[0];                                                                                                               \
         tj_dtype xdt = k->it[0]->dt;                                                                                                            \
         if ((ce && !stats && op != TJ__OP_XENT_PART_GRAD) || op == TJ__OP_SOFTMAX || op == TJ__OP_LOG_SOFTMAX) { /* max, sum(exp(x - max)) */  \
             for (l = 0; l < 16; l++) lane[l] = -INFINITY;                                                                                       \
-            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
-                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+            for (c0 = 0; c0 < dn; c0 += m) {                                                                                                    \
+                m = dn - c0 < TJ__FROW ? dn - c0 : TJ__FROW;                                                                                    \
                 tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
                 for (j = 0; j < m; j++) lane[j & 15] = a[j] > lane[j & 15] ? a[j] : lane[j & 15];                                              \
             }                                                                                                                                   \
@@ -7321,8 +7374,8 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
             mraw = mx;                                                                                                                          \
             if (mx == -INFINITY) mx = 0; /* a fully masked row: all -inf */                                                                     \
             mxf = (float)mx;                                                                                                                    \
-            for (c0 = 0; c0 < d; c0 += m) {                                                                                                     \
-                m = d - c0 < TJ__FROW ? d - c0 : TJ__FROW;                                                                                      \
+            for (c0 = 0; c0 < dn; c0 += m) {                                                                                                    \
+                m = dn - c0 < TJ__FROW ? dn - c0 : TJ__FROW;                                                                                    \
                 tj__load_nf(x, xdt, base + c0 * s1, s1, m, a);                                                                                  \
                 for (j = 0; j < m; j++) a[j] = tj__fexpf(a[j] - mxf);                                                                           \
                 s += tj__fsum(a, m);                                                                                                            \
@@ -7390,6 +7443,7 @@ static TJ__INLINE double tj__fsum(const float *v, int64_t m) {
                     a[lab - c0] = stats ? (float)((double)grf * expm1(-loss)) : a[lab - c0] - grf;                                              \
                 break;                                                                                                                          \
             }                                                                                                                                   \
+            for (j = dn - c0 > 0 ? dn - c0 : 0; j < m; j++) a[j] = 0; /* padding classes (dn < d: cross-entropy only) */                      \
             tj__store_nf(k->out, k->ot.dt, base + c0 * s1, s1, m, a);                                                                           \
         }                                                                                                                                       \
     }
@@ -7424,7 +7478,7 @@ static void tj__k_rowop(tj__kern *k) {
     e.off = 0;
     if (op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD) tj__split_block(k, ax, e.d, &e.off, &V); /* this block of V classes */
     if (op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD)
-        for (r = 0; r < e.rows; r++) {
+        for (r = 0, V = k->n->a.s > 0 ? (int64_t)k->n->a.s : V; r < e.rows; r++) { /* (tj_cross_entropy_padded: its classes) */
             int32_t lab = ((const int32_t *)k->in[1])[r];
             if (lab < 0 || lab >= V) {
                 char at[64];
@@ -8637,6 +8691,7 @@ static tj_status tj__vjp_custom(tj_node *n, tj_v g, tj_v *gin) {
 /* ops whose blocks live in other sections */
 static void tj__pr_axes(const tj_node *n, FILE *f); /* attribute printers: [13] */
 static void tj__pr_name(const tj_node *n, FILE *f);
+static void tj__pr_xent(const tj_node *n, FILE *f);
 static void tj__pr_const(const tj_node *n, FILE *f);
 static void tj__pr_dot(const tj_node *n, FILE *f);
 static void tj__pr_custom(const tj_node *n, FILE *f);
@@ -17640,6 +17695,9 @@ static void tj__pr_axes(const tj_node *n, FILE *f) { /* the axes it reduces or n
     for (j = 0; j < n->a.naxes; j++) fprintf(f, " %s", tj__name(n->g->ctx, n->a.axes[j]));
 }
 static void tj__pr_name(const tj_node *n, FILE *f) { fprintf(f, " '%s'", n->name); }
+static void tj__pr_xent(const tj_node *n, FILE *f) { /* tj_cross_entropy_padded's */
+    if (n->a.s > 0) fprintf(f, " over the first %lld classes", (long long)n->a.s);
+}
 static void tj__pr_const(const tj_node *n, FILE *f) { /* fill's value, pows' exponent */
     if (n->op == TJ__OP_FILL || n->a.s != 0) fprintf(f, " %g", n->a.s);
 }

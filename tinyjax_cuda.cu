@@ -696,22 +696,24 @@ __global__ void tjc_k_rowop(const void *in, int idt, void *out, int odt, int op,
     }
 }
 
-/* cross_entropy per row: lse(z) - z[label]; a bad label records its row */
+/* cross_entropy per row: lse(z) - z[label] over the row's first dn
+   classes (tj_cross_entropy_padded's; d for all); a bad label records its
+   row */
 template <typename T>
-__global__ void tjc_k_cross_entropy(const void *z, int zdt, const int32_t *lab, void *out, int odt, int64_t rows, int64_t d, int64_t st,
+__global__ void tjc_k_cross_entropy(const void *z, int zdt, const int32_t *lab, void *out, int odt, int64_t rows, int64_t d, int64_t dn, int64_t st,
                                     unsigned long long *errpos) {
     __shared__ T sh[TJC_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         int64_t base = (r / st) * st * d + r % st, j;
         int32_t l = lab[r];
         T m = (T)(-INFINITY), s = 0;
-        if (l < 0 || l >= d) { /* the whole block takes this branch */
+        if (l < 0 || l >= dn) { /* the whole block takes this branch */
             if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
             continue;
         }
-        for (j = threadIdx.x; j < d; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(z, zdt, base + j * st));
+        for (j = threadIdx.x; j < dn; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(z, zdt, base + j * st));
         m = tjc_block_reduce(m, sh, 1);
-        for (j = threadIdx.x; j < d; j += blockDim.x) s += tjc_exp(tjc_ld<T>(z, zdt, base + j * st) - m);
+        for (j = threadIdx.x; j < dn; j += blockDim.x) s += tjc_exp(tjc_ld<T>(z, zdt, base + j * st) - m);
         s = tjc_block_reduce(s, sh, 0);
         if (threadIdx.x == 0) tjc_st<T>(out, odt, r, (m - tjc_ld<T>(z, zdt, base + (int64_t)l * st)) + tjc_log(s));
     }
@@ -722,24 +724,27 @@ __global__ void tjc_k_cross_entropy(const void *z, int zdt, const int32_t *lab, 
    shift of a block of -inf, the label's logit or 0; three per row, in
    `st`'s dtype) and its one-pass gradient g_s exp(z - max) + g_zl at the
    label, from the statistics st and their cotangent g. Labels are global,
-   this block's classes start at off; one block per row */
+   this block's classes start at off, and only classes below cl take part
+   (tj_cross_entropy_padded's; Vg for all: the rest have a gradient of 0);
+   one block per row */
 template <typename T>
 __global__ void tjc_k_xent_part(const void *z, int zdt, const int32_t *lab, const void *st, int sdt, const void *g, int gdt, void *out, int odt,
-                                int64_t rows, int64_t d, int64_t stz, int64_t off, int64_t Vg, unsigned long long *errpos) {
+                                int64_t rows, int64_t d, int64_t stz, int64_t off, int64_t cl, unsigned long long *errpos) {
     __shared__ T sh[TJC_THREADS];
+    const int64_t dn = cl - off < 0 ? 0 : cl - off > d ? d : cl - off; /* this block's classes that take part */
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         int64_t base = (r / stz) * stz * d + r % stz, j, l = lab[r];
-        if (l < 0 || l >= Vg) { /* the whole block takes this branch */
+        if (l < 0 || l >= cl) { /* the whole block takes this branch */
             if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
             continue;
         }
         l -= off;
         if (!g) {
             T m = (T)(-INFINITY), s = 0, shift;
-            for (j = threadIdx.x; j < d; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(z, zdt, base + j * stz));
+            for (j = threadIdx.x; j < dn; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(z, zdt, base + j * stz));
             m = tjc_block_reduce(m, sh, 1);
             shift = m == (T)(-INFINITY) ? (T)0 : m;
-            for (j = threadIdx.x; j < d; j += blockDim.x) s += tjc_exp(tjc_ld<T>(z, zdt, base + j * stz) - shift);
+            for (j = threadIdx.x; j < dn; j += blockDim.x) s += tjc_exp(tjc_ld<T>(z, zdt, base + j * stz) - shift);
             s = tjc_block_reduce(s, sh, 0);
             if (threadIdx.x == 0) {
                 tjc_st<T>(out, odt, 3 * r, m);
@@ -750,33 +755,34 @@ __global__ void tjc_k_xent_part(const void *z, int zdt, const int32_t *lab, cons
             T m = tjc_ld<T>(st, sdt, 3 * r), gs = tjc_ld<T>(g, gdt, 3 * r + 1), gz = tjc_ld<T>(g, gdt, 3 * r + 2);
             if (m == (T)(-INFINITY)) m = 0;
             for (j = threadIdx.x; j < d; j += blockDim.x)
-                tjc_st<T>(out, odt, base + j * stz, gs * tjc_exp(tjc_ld<T>(z, zdt, base + j * stz) - m) + (j == l ? gz : (T)0));
+                tjc_st<T>(out, odt, base + j * stz, j < dn ? gs * tjc_exp(tjc_ld<T>(z, zdt, base + j * stz) - m) + (j == l ? gz : (T)0) : (T)0);
         }
     }
 }
 
 /* the row ops' gradients (tj__row): softmax_grad(y, g), layer_norm_grad(x, g),
-   cross_entropy_grad(z, labels, g); one block per row */
+   cross_entropy_grad(z, labels, g) over the row's first dn classes (0
+   past them); one block per row */
 template <typename T>
 __global__ void tjc_k_row_grad(const void *x, int xdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int op, int64_t rows, int64_t d,
-                               int64_t st, T eps, unsigned long long *errpos) {
+                               int64_t dn, int64_t st, T eps, unsigned long long *errpos) {
     __shared__ T sh[TJC_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         int64_t base = (r / st) * st * d + r % st, j;
         if (op == TJ__OP_CROSS_ENTROPY_GRAD) {
             int32_t l = lab[r];
             T m = (T)(-INFINITY), s = 0, gr = tjc_ld<T>(g, gdt, r);
-            if (l < 0 || l >= d) { /* the whole block takes this branch */
+            if (l < 0 || l >= dn) { /* the whole block takes this branch */
                 if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
                 continue;
             }
-            for (j = threadIdx.x; j < d; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(x, xdt, base + j * st));
+            for (j = threadIdx.x; j < dn; j += blockDim.x) m = tjc_maxnan(m, tjc_ld<T>(x, xdt, base + j * st));
             m = tjc_block_reduce(m, sh, 1);
             if (m == (T)(-INFINITY)) m = 0;
-            for (j = threadIdx.x; j < d; j += blockDim.x) s += tjc_exp(tjc_ld<T>(x, xdt, base + j * st) - m);
+            for (j = threadIdx.x; j < dn; j += blockDim.x) s += tjc_exp(tjc_ld<T>(x, xdt, base + j * st) - m);
             s = tjc_block_reduce(s, sh, 0);
             for (j = threadIdx.x; j < d; j += blockDim.x)
-                tjc_st<T>(out, odt, base + j * st, gr * (tjc_exp(tjc_ld<T>(x, xdt, base + j * st) - m) / s - (T)(j == l)));
+                tjc_st<T>(out, odt, base + j * st, j < dn ? gr * (tjc_exp(tjc_ld<T>(x, xdt, base + j * st) - m) / s - (T)(j == l)) : (T)0);
         } else if (op == TJ__OP_LAYER_NORM_GRAD) { /* dx = r (g - mean(g) - y mean(g y)) */
             T sum = 0, var = 0, corr = 0, mg = 0, mgy = 0, mean, mlo, rs;
             for (j = threadIdx.x; j < d; j += blockDim.x) sum += tjc_ld<T>(x, xdt, base + j * st);
@@ -879,15 +885,16 @@ __device__ __forceinline__ void tjc_stp(void *p, int dt, int64_t i, const float 
 #define TJC_COL(i) ((lane + 32 * ((i) / PACK)) * PACK + (i) % PACK)
 template <int NV, int PACK>
 __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int op, int64_t rows, int d,
-                               float eps, unsigned long long *errpos) {
+                               int dn, float eps, unsigned long long *errpos) {
     const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+    const int lim = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD ? dn : d; /* the classes cross-entropy reduces */
     for (int64_t r = blockIdx.x * (int64_t)wpb + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * wpb) {
         const int64_t base = r * d;
         float v[NV], w[NV];
         int l = -1;
         if (op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD) {
             l = lab[r];
-            if (l < 0 || l >= d) { /* the whole warp takes this branch */
+            if (l < 0 || l >= dn) { /* the whole warp takes this branch */
                 if (lane == 0) atomicMin(errpos, (unsigned long long)r);
                 continue;
             }
@@ -947,12 +954,12 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
             float m = -INFINITY, s = 0;
 #pragma unroll
             for (int i = 0; i < NV; i++)
-                if (TJC_COL(i) < d) m = tjc_maxnan(m, v[i]);
+                if (TJC_COL(i) < lim) m = tjc_maxnan(m, v[i]);
             m = tjc_warp_max(m);
             if (m == -INFINITY) m = 0; /* a fully masked row: all -inf */
 #pragma unroll
             for (int i = 0; i < NV; i++) {
-                w[i] = TJC_COL(i) < d ? expf(v[i] - m) : 0.f;
+                w[i] = TJC_COL(i) < lim ? expf(v[i] - m) : 0.f;
                 s += w[i];
             }
             s = tjc_warp_sum(s);
@@ -964,7 +971,10 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
                 float gr = op == TJ__OP_CROSS_ENTROPY_GRAD ? tjc_ldf(g, gdt, r) : 0.f, ls = logf(s);
 #pragma unroll
                 for (int i = 0; i < NV; i++)
-                    v[i] = op == TJ__OP_SOFTMAX ? w[i] / s : op == TJ__OP_LOG_SOFTMAX ? (v[i] - m) - ls : gr * (w[i] / s - (float)(TJC_COL(i) == l));
+                    v[i] = op == TJ__OP_SOFTMAX           ? w[i] / s
+                           : op == TJ__OP_LOG_SOFTMAX     ? (v[i] - m) - ls
+                           : TJC_COL(i) < lim             ? gr * (w[i] / s - (float)(TJC_COL(i) == l))
+                                                          : 0.f; /* (cross_entropy_padded's padding: +0, as the CPU's) */
             }
         }
 #pragma unroll
@@ -978,15 +988,15 @@ __global__ void tjc_k_row_warp(const void *x, int xdt, const int32_t *lab, const
    One pass for the max and the sum of exponentials, a second one for the
    gradient; f32 rows whose length is a multiple of 4 load float4s. */
 __global__ void tjc_k_xent_long(const void *z, int zdt, const int32_t *lab, const void *g, int gdt, void *out, int odt, int grad, int64_t rows, int64_t d,
-                                unsigned long long *errpos) {
+                                int64_t dn, unsigned long long *errpos) {
     __shared__ float shm[32], shs[32];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int vec = zdt == TJ_F32 && d % 4 == 0 && ((uintptr_t)z & 15) == 0;
+    const int vec = zdt == TJ_F32 && d % 4 == 0 && dn == d && ((uintptr_t)z & 15) == 0; /* (dn: the classes that take part, d for all) */
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t base = r * d;
         const int32_t l = lab[r];
         float m = -INFINITY, s = 0;
-        if (l < 0 || l >= d) { /* the whole block takes this branch */
+        if (l < 0 || l >= dn) { /* the whole block takes this branch */
             if (threadIdx.x == 0) atomicMin(errpos, (unsigned long long)r);
             continue;
         }
@@ -1000,7 +1010,7 @@ __global__ void tjc_k_xent_long(const void *z, int zdt, const int32_t *lab, cons
                 tjc_lse_add(m, s, q.w);
             }
         } else
-            for (int64_t j = threadIdx.x; j < d; j += blockDim.x) tjc_lse_add(m, s, tjc_ldf(z, zdt, base + j));
+            for (int64_t j = threadIdx.x; j < dn; j += blockDim.x) tjc_lse_add(m, s, tjc_ldf(z, zdt, base + j));
         for (int o = 16; o > 0; o >>= 1) {
             float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
             tjc_lse_merge(m, s, m2, s2);
@@ -1031,7 +1041,7 @@ __global__ void tjc_k_xent_long(const void *z, int zdt, const int32_t *lab, cons
                 }
             } else
                 for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-                    tjc_stf(out, odt, base + j, gr * (expf(tjc_ldf(z, zdt, base + j) - m) / s - (float)(j == l)));
+                    tjc_stf(out, odt, base + j, j < dn ? gr * (expf(tjc_ldf(z, zdt, base + j) - m) / s - (float)(j == l)) : 0.f);
         }
     }
 }
@@ -1882,7 +1892,8 @@ static int tjc_concat(tjc_state *s, tj__kern *k) {
    lab / g NULL where the op has none. */
 static int tjc_rows_fast(tjc_state *s, tj__kern *k, int64_t st, int64_t d, int64_t rows, const int32_t *lab, const void *g, int gdt) {
     int op = k->n->op, xdt = k->it[0]->dt, odt = k->ot.dt, ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD;
-    float eps = (float)k->n->a.s;
+    int64_t dn = tj__xent_cols(k, d, 0); /* the classes cross-entropy reduces (tj_cross_entropy_padded) */
+    float eps = ce ? 0.f : (float)k->n->a.s;
     if (st != 1 || d < 1 || rows < 1) return 0;
     if ((xdt != TJ_F32 && xdt != TJ_BF16) || (odt != TJ_F32 && odt != TJ_BF16) || (g && gdt != TJ_F32 && gdt != TJ_BF16)) return 0;
     if (d <= TJC_WARP_ROW) {
@@ -1891,7 +1902,7 @@ static int tjc_rows_fast(tjc_state *s, tj__kern *k, int64_t st, int64_t d, int64
         /* packs of 4: rows of a multiple of 4 elements, every buffer 16-byte aligned */
         int pack = d % 4 == 0 && ((uintptr_t)k->in[0] & 15) == 0 && ((uintptr_t)k->out & 15) == 0 && (!g || ((uintptr_t)g & 15) == 0);
 #define TJC_ROW_WARP(NV, P) \
-    tjc_k_row_warp<NV, P><<<grid, 32 * wpb, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op, rows, (int)d, eps, s->d_errpos)
+    tjc_k_row_warp<NV, P><<<grid, 32 * wpb, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op, rows, (int)d, (int)dn, eps, s->d_errpos)
         if (d <= 128) pack ? TJC_ROW_WARP(4, 4) : TJC_ROW_WARP(4, 1);
         else if (d <= 256) pack ? TJC_ROW_WARP(8, 4) : TJC_ROW_WARP(8, 1);
         else if (d <= 512) pack ? TJC_ROW_WARP(16, 4) : TJC_ROW_WARP(16, 1);
@@ -1900,7 +1911,7 @@ static int tjc_rows_fast(tjc_state *s, tj__kern *k, int64_t st, int64_t d, int64
         return 1;
     }
     if (!ce) return 0;
-    tjc_k_xent_long<<<tjc_grid(rows), 512, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op == TJ__OP_CROSS_ENTROPY_GRAD, rows, d, s->d_errpos);
+    tjc_k_xent_long<<<tjc_grid(rows), 512, 0, s->compute>>>(k->in[0], xdt, lab, g, gdt, k->out, odt, op == TJ__OP_CROSS_ENTROPY_GRAD, rows, d, dn, s->d_errpos);
     return 1;
 }
 /* tj__k_rowop: softmax, log_softmax, layer_norm */
@@ -1928,48 +1939,50 @@ static int tjc_rowop(tjc_state *s, tj__kern *k) {
 static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
     const tj__type *t = k->it[0];
     int ax = tj__axis_index(t, k->n->a.axis);
-    int64_t st[TJ_MAXDIM], d, rows;
+    int64_t st[TJ_MAXDIM], d, dn, rows;
     const int32_t *lab = (const int32_t *)k->in[1];
     if (ax < 0) return tjc_fail(k, "axis not found");
     tj__strides(t, st);
     d = t->dim[ax];
     rows = tj__numel(t) / d;
+    dn = tj__xent_cols(k, d, 0);
     if (tjc_check_begin(s, k)) return 1;
     if (tjc_rows_fast(s, k, st[ax], d, rows, lab, NULL, 0)) {
         TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
-        return tjc_index_check(s, k, lab, d);
+        return tjc_index_check(s, k, lab, dn);
     }
     if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
-        tjc_k_cross_entropy<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, st[ax], s->d_errpos);
+        tjc_k_cross_entropy<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, dn, st[ax], s->d_errpos);
     else
-        tjc_k_cross_entropy<float><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, st[ax], s->d_errpos);
+        tjc_k_cross_entropy<float><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->out, k->ot.dt, rows, d, dn, st[ax], s->d_errpos);
     TJC_LAUNCHED(k, "tjc_k_cross_entropy");
-    return tjc_index_check(s, k, lab, d);
+    return tjc_index_check(s, k, lab, dn);
 }
 
 /* tj__k_rowop: softmax_grad, layer_norm_grad, cross_entropy_grad */
 static int tjc_row_grad(tjc_state *s, tj__kern *k) {
     const tj__type *t = k->it[0];
     int ax = tj__axis_index(t, k->n->a.axis), ce = k->n->op == TJ__OP_CROSS_ENTROPY_GRAD, gi = k->nin - 1;
-    int64_t st[TJ_MAXDIM], d, rows;
+    int64_t st[TJ_MAXDIM], d, dn, rows;
     const int32_t *lab = ce ? (const int32_t *)k->in[1] : NULL;
     if (ax < 0) return tjc_fail(k, "axis not found");
     tj__strides(t, st);
     d = t->dim[ax];
     rows = tj__numel(t) / d;
+    dn = tj__xent_cols(k, d, 0);
     if (ce && tjc_check_begin(s, k)) return 1;
     if (tjc_rows_fast(s, k, st[ax], d, rows, lab, k->in[gi], k->it[gi]->dt)) {
         TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
-        return ce ? tjc_index_check(s, k, lab, d) : 0;
+        return ce ? tjc_index_check(s, k, lab, dn) : 0;
     }
     if (t->dt == TJ_F64 || k->ot.dt == TJ_F64)
         tjc_k_row_grad<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->in[gi], k->it[gi]->dt, k->out, k->ot.dt, k->n->op, rows,
-                                                                             d, st[ax], k->n->a.s, s->d_errpos);
+                                                                             d, dn, st[ax], ce ? 0.0 : k->n->a.s, s->d_errpos);
     else
         tjc_k_row_grad<float><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, k->in[gi], k->it[gi]->dt, k->out, k->ot.dt, k->n->op, rows,
-                                                                            d, st[ax], (float)k->n->a.s, s->d_errpos);
+                                                                            d, dn, st[ax], ce ? 0.f : (float)k->n->a.s, s->d_errpos);
     TJC_LAUNCHED(k, "tjc_k_row_grad");
-    return ce ? tjc_index_check(s, k, lab, d) : 0;
+    return ce ? tjc_index_check(s, k, lab, dn) : 0;
 }
 
 /* tj__k_rowop: cross_entropy_part and cross_entropy_part_grad (the class
@@ -1987,6 +2000,7 @@ static int tjc_xent_part(tjc_state *s, tj__kern *k) {
     d = t->dim[ax];
     rows = d ? tj__numel(t) / d : 0;
     tj__split_block(k, ax, d, &off, &Vg);
+    if (k->n->a.s > 0) Vg = (int64_t)k->n->a.s; /* tj_cross_entropy_padded: the classes that take part */
     if (tjc_check_begin(s, k)) return 1;
     if (t->dt == TJ_F64)
         tjc_k_xent_part<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, sv, sdt, g, gdt, k->out, k->ot.dt, rows, d, st[ax], off,

@@ -21,10 +21,11 @@
  *     x = x + o . wo + bo                                    contract heads head_dim
  *     x = x + gelu(LN(x) g2 + b2) . wfc + bfc) . wproj + bproj
  *     x is named "block_out" (what the default remat policy saves)
- *   logits = LN(x) gf + bf . wte                             (batch, pos, vocab), tied LM head;
- *            padded vocabulary columns (>= the real vocab) set to -1e30
- *   loss   = mean cross-entropy(logits, targets) over batch, pos: training
- *            and evaluation use the same one (gpt2_xent)
+ *   logits = LN(x) gf + bf . wte                             (batch, pos, vocab), tied LM head
+ *   loss   = mean cross-entropy(logits, targets) over batch, pos and the real
+ *            vocabulary (the padded columns take no part): training and
+ *            evaluation use the same one (gpt2_xent); sampling sets the
+ *            padded columns' logits to -1e30
  *   dropout (training only, rate c->dropout > 0; GPT-2's embd_pdrop and
  *            resid_pdrop, nanoGPT's `dropout`): on x after the embedding sum,
  *            on o . wo + bo and on the MLP's output before each residual add,
@@ -290,12 +291,14 @@ static void gpt2_scan_body(tj_graph *g, const tj_v *carry, const tj_v *xs, tj_v 
 }
 
 /* The vocabulary is padded (50257 -> 50304, 1000 -> 1024) so the vocab axis
-   divides the mesh; the padded columns are no tokens. Their logits become
-   GPT2_PAD_LOGIT, so every loss (training, evaluation, the vocab-parallel
-   one) is the softmax over the real vocabulary only, as in transformers,
-   and select's gradient gives the padded columns (and the padded rows of
-   the tied wte) exactly zero. The mask is built from an arange constrained
-   right at its source, so each device makes only its slice. */
+   divides the mesh; the padded columns are no tokens. The loss
+   (gpt2_xent: training, evaluation, the vocab-parallel one) is
+   tj_cross_entropy_padded over the real vocabulary, the softmax of
+   transformers, and gives the padded columns (and the padded rows of the
+   tied wte) a gradient of exactly zero, with no pass over the logits to
+   mask them. Sampling reads the logits themselves: there the padded
+   columns become GPT2_PAD_LOGIT, by a mask built from an arange
+   constrained right at its source, so each device makes only its slice. */
 #define GPT2_PAD_LOGIT (-1e30)
 static tj_v gpt2_mask_padded(const gpt2_config *c, tj_v logits) {
     tj_graph *g;
@@ -313,7 +316,7 @@ static tj_decision gpt2_regather(const char *op, const char *name, const char *s
     (void)name; (void)shape; (void)u;
     return strcmp(op, "all_gather") ? TJ_SAVE : TJ_RECOMPUTE;
 }
-/* logits (batch, pos, vocab) in f32 from a tree of parameter values named
+/* logits (batch, pos, vocab) in f32, the padded columns too, from a tree of parameter values named
    as in gpt2_params (already in the compute dtype) and tokens (batch, pos);
    base: the dropout fold's base of this micro-batch (gpt2_drop_base), or
    NULL (no dropout: evaluation, sampling, rate 0) */
@@ -344,7 +347,7 @@ static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens, tj
     }
     if (tj_scan(gpt2_scan_body, &u, "layer", 1, &x, NBLOCKP + (u.base != NULL), xs, 0, &out, NULL, &pol)) return NULL;
     x = shard(c, affine_ln(c, out, tj_tree_v(P, "lnf_g"), tj_tree_v(P, "lnf_b"))); /* pos whole again for the vocab-parallel head */
-    logits = gpt2_mask_padded(c, shard(c, tj_dot(x, wte, "embed"))); /* (batch, pos, vocab) */
+    logits = shard(c, tj_dot(x, wte, "embed")); /* (batch, pos, vocab) */
     /* in f32 (f64 stays f64: gradient checks); tj_cross_entropy reads bf16
        logits through this cast, so the loss makes no f32 copy of them */
     return tj_v_dtype(logits) == TJ_BF16 ? tj_cast(logits, TJ_F32) : logits;
@@ -371,14 +374,18 @@ static void gpt2_compute_params(const gpt2_config *c, const tj_tree *P, tj_tree 
    With the vocabulary split over the mesh (vocab:model), tj_cross_entropy
    is Megatron's vocab-parallel loss: each device reduces its slice of the
    vocabulary to a max, a sum of exponentials and the target's logit per
-   position, and only those move, not the logits (tinyjax.h [5]). */
-static tj_v gpt2_xent(tj_v logits, tj_v targets) { return tj_cross_entropy(logits, targets, "vocab", "batch pos"); }
+   position, and only those move, not the logits (tinyjax.h [5]). The
+   padded columns take no part (tj_cross_entropy_padded). */
+static tj_v gpt2_xent(const gpt2_config *c, tj_v logits, tj_v targets) {
+    if (c->V_real > 0 && c->V_real < c->V) return tj_cross_entropy_padded(logits, targets, "vocab", "batch pos", c->V_real);
+    return tj_cross_entropy(logits, targets, "vocab", "batch pos");
+}
 /* mean loss of one batch (tokens, targets: (batch, pos)) from the params Pc
    in the compute dtype, times `scale`, and its gradients with respect to W's
    leaves (the values Pc was made from, or Pc itself) into G, same names;
    base: the dropout fold's base (gpt2_drop_base) or NULL */
 static tj_v gpt2_loss_grads(const gpt2_config *c, const tj_tree *Pc, const tj_tree *W, tj_v tokens, tj_v targets, double scale, tj_tree *G, tj_v base) {
-    tj_v loss = gpt2_xent(gpt2_forward(c, Pc, tokens, base), targets);
+    tj_v loss = gpt2_xent(c, gpt2_forward(c, Pc, tokens, base), targets);
     if (scale != 1.0) loss = tj_muls(loss, scale);
     if (loss) tj_grad_tree(loss, W, G);
     return loss;
@@ -577,8 +584,8 @@ static void gpt2_forward_only(tj_graph *g, const tj_tree *in, tj_tree *out, cons
     gpt2_param_tree(in, P);
     gpt2_compute_params(c, P, Pc);
     logits = gpt2_forward(c, Pc, tj_tree_v(in, "tokens"), NULL); /* no dropout (model.eval()) */
-    if (loss) tj_tree_set_v(out, "loss", gpt2_xent(logits, tj_tree_v(in, "targets")));
-    else tj_tree_set_v(out, "logits", logits);
+    if (loss) tj_tree_set_v(out, "loss", gpt2_xent(c, logits, tj_tree_v(in, "targets")));
+    else tj_tree_set_v(out, "logits", gpt2_mask_padded(c, logits));
     tj_tree_free(P);
     tj_tree_free(Pc);
 }

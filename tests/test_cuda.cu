@@ -265,9 +265,22 @@ static void f_xent(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
         tj_tree_set_v(out, "ignore_per_row", tj_cross_entropy_ignore(tj_tree_v(in, "zb"), lab, "c", NULL, 3));
         if (tj_grad(m, 1, &z, &gz) == TJ_OK) tj_tree_set_v(out, "ignore_grad", gz);
     }
+    { /* tj_cross_entropy_padded over 7 of 10 classes (the warp kernel), the class axis first (the general kernels), and 1203 of
+         1500 (the long-row kernel; in bf16 widened to f32 too, the GPT-2 head's form): losses and gradients, 0 past the classes */
+        tj_v l7 = tj_tree_v(in, "lab7"), zl = tj_tree_v(in, "zl"), ll = tj_tree_v(in, "labl"), zlb = tj_tree_v(in, "zlb"), w[2] = {z, tj_tree_v(in, "zt")}, gw[2];
+        tj_v m = tj_add(tj_cross_entropy_padded(z, l7, "c", "b", 7), tj_cross_entropy_padded(w[1], l7, "c", "b", 7)), gl, glb;
+        tj_v ml = tj_cross_entropy_padded(zl, ll, "c", "b", 1203), mlb = tj_cross_entropy_padded(tj_cast(zlb, TJ_F32), ll, "c", "b", 1203);
+        tj_tree_set_v(out, "padded_mean", m);
+        tj_tree_set_v(out, "padded_long", ml);
+        tj_tree_set_v(out, "padded_long_bf16", mlb);
+        if (tj_grad(m, 2, w, gw) == TJ_OK) tj_tree_set_v(out, "padded_grad", gw[0]), tj_tree_set_v(out, "padded_grad_t", gw[1]);
+        if (tj_grad(ml, 1, &zl, &gl) == TJ_OK) tj_tree_set_v(out, "padded_long_grad", gl);
+        if (tj_grad(mlb, 1, &zlb, &glb) == TJ_OK) tj_tree_set_v(out, "padded_long_bf16_grad", glb);
+    }
 }
 static const spec s_xent[] = {
     {"z", TJ_F32, "b=8 c=10", -2, 2}, {"zt", TJ_F32, "c=10 b=8", -2, 2}, {"zb", TJ_BF16, "b=8 c=10", -2, 2}, {"lab", TJ_I32, "b=8", 0, 10},
+    {"lab7", TJ_I32, "b=8", 0, 7},    {"zl", TJ_F32, "b=4 c=1500", -4, 4}, {"zlb", TJ_BF16, "b=4 c=1500", -4, 4}, {"labl", TJ_I32, "b=4", 0, 1203},
 };
 
 /* embedding -> dense + gelu -> layer norm -> dense -> cross entropy, and its
@@ -1662,10 +1675,11 @@ static void test_collectives_sim(void) {
    psums and gathers, forward and backward. One SGD step (loss and updated
    weights) must equal the same program on one device, on the CPU and on
    the backend under test (sums in another order: f32 tolerance). */
+static int TRAIN_PAD; /* the loss tj_cross_entropy_padded over 5 of the 6 classes (the second model block of 3 partly padding) */
 static void f_train(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     tj_v w1 = tj_tree_v(in, "w1"), b1 = tj_tree_v(in, "b1"), w2 = tj_tree_v(in, "w2"), wrt[3] = {w1, b1, w2}, gr[3];
-    tj_v h = tj_gelu(tj_add(tj_dot(tj_tree_v(in, "x"), w1, "in"), b1));
-    tj_v loss = tj_cross_entropy(tj_dot(h, w2, "hid"), tj_tree_v(in, "lab"), "cls", "batch");
+    tj_v h = tj_gelu(tj_add(tj_dot(tj_tree_v(in, "x"), w1, "in"), b1)), z = tj_dot(h, w2, "hid");
+    tj_v loss = TRAIN_PAD ? tj_cross_entropy_padded(z, tj_tree_v(in, "lab"), "cls", "batch", 5) : tj_cross_entropy(z, tj_tree_v(in, "lab"), "cls", "batch");
     (void)g;
     (void)u;
     tj_grad(loss, 3, wrt, gr);
@@ -2378,6 +2392,9 @@ int main(int argc, char **argv) {
     test_collectives_sim();
     test_sharded_train("batch:data hid:model");
     test_sharded_train("batch:data cls:model");
+    TRAIN_PAD = 1;
+    test_sharded_train("batch:data cls:model");
+    TRAIN_PAD = 0;
     test_collective_after_error();
     compare("long reductions", f_reduce_long, s_reduce_long, (int)(sizeof s_reduce_long / sizeof *s_reduce_long));
     test_gpt2_step("f32", 0, REMAT_BLOCK_OUT, 1);

@@ -28,7 +28,7 @@ static tj_v xent(tj_v z, tj_v lab, const char *mean) { return tj_cross_entropy(z
    4 bf16 logits; 6 inside a scan; 7 inside a checkpoint (xent_progs.h);
    and own() */
 static int kind(int c) {
-    static const int k[13] = {XP_MEAN, XP_PER_ROW, XP_HEAD, XP_HEAD_F64, XP_BF16, XP_OWN, XP_SCAN, XP_CHECKPOINT, XP_OWN, XP_HEAD, XP_OWN, XP_OWN, XP_BF16_F32};
+    static const int k[15] = {XP_MEAN, XP_PER_ROW, XP_HEAD, XP_HEAD_F64, XP_BF16, XP_OWN, XP_SCAN, XP_CHECKPOINT, XP_OWN, XP_HEAD, XP_OWN, XP_OWN, XP_BF16_F32, XP_OWN, XP_OWN};
     return c >= 0 && c < (int)(sizeof k / sizeof k[0]) ? k[c] : XP_OWN;
 }
 static void own(tj_graph *g, const tj_tree *in, tj_tree *out, tj_v z, tj_v lab, tj_v h, tj_v w) {
@@ -55,6 +55,14 @@ static void own(tj_graph *g, const tj_tree *in, tj_tree *out, tj_v z, tj_v lab, 
         wr[0] = z;
         xp_grads(out, xent(tj_transpose(z, "vocab pos batch"), lab, "batch pos"), 1, wr);
         break;
+    case 13: /* tj_cross_entropy_padded over 3/4 of the classes less one (the edge inside a block), grad of grad */
+        wr[0] = z;
+        xp_grads2(out, tj_cross_entropy_padded(z, lab, "vocab", "batch pos", VV * 3 / 4 - 1), 1, wr);
+        break;
+    case 14: /* the same over half of them (whole blocks of padding on most meshes), per-row losses, weighted */
+        wr[0] = z;
+        xp_grads(out, tj_sum_all(tj_mul(tj_cross_entropy_padded(z, lab, "vocab", "", VV / 2), tj_tanh(tj_tree_v(in, "labels2f")))), 1, wr);
+        break;
     case 11: /* the loss of a tied embedding: take and logits from one table */
         wr[0] = w;
         xp_grads2(out, xent(tj_dot(tj_tanh(tj_take(w, "vocab", lab)), w, "embed"), tj_tree_v(in, "labels2"), "batch pos"), 1, wr);
@@ -65,6 +73,8 @@ static void labels(int32_t lab[32], int V) {
     int i;
     if (CASE == 5)
         for (i = 0; i < 32; i++) lab[i] %= V / 2 - 1; /* (not masked) */
+    if (CASE == 13 || CASE == 14)
+        for (i = 0; i < 32; i++) lab[i] %= CASE == 13 ? V * 3 / 4 - 1 : V / 2; /* (not padding) */
 }
 static void inputs(tj_ctx *ctx, tj_tree *in, const int32_t lab[32], int V, tj_dtype dt) {
     int32_t lab2[32];
@@ -72,6 +82,7 @@ static void inputs(tj_ctx *ctx, tj_tree *in, const int32_t lab[32], int V, tj_dt
     (void)lab;
     for (i = 0; i < 32; i++) lab2[i] = (i * 7 + 2) % V;
     tj_tree_set_array(in, "labels2", tj_array_new(ctx, TJ_I32, "batch=4 pos=8", lab2));
+    if (CASE == 14) tj_tree_set_array(in, "labels2f", tjt_rand(ctx, dt, "batch=4 pos=8", 6, -2, 2)); /* the rows' weights */
     if (CASE == 11) { /* the table: classes first */
         char shp[64];
         snprintf(shp, sizeof shp, "vocab=%d embed=8", V);
@@ -82,15 +93,19 @@ static const xp_test SPLIT = {xent, kind, own, labels, inputs, NULL, ""};
 
 /* finite differences through the sharded program: the loss of logits split
    over model (and its gradient's weighted sum, for the second order) */
+static int FD_PAD; /* > 0: tj_cross_entropy_padded over that many classes */
+static tj_v fd_xent(tj_v z, tj_v lab) { return FD_PAD ? tj_cross_entropy_padded(z, lab, "vocab", "batch pos", FD_PAD) : xent(z, lab, "batch pos"); }
+static int FD_ONE; /* one device: nothing to shard */
+static tj_v fd_shard(tj_v z) { return FD_ONE ? z : tj_shard_by_rules(z, "vocab:model batch:data"); }
 static void fd_first(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v z = tj_shard_by_rules(tj_tree_v(in, "z"), "vocab:model batch:data");
+    tj_v z = fd_shard(tj_tree_v(in, "z"));
     (void)g; (void)u;
-    tj_tree_set_v(out, "loss", xent(tj_mul(z, z), tj_tree_v(in, "labels"), "batch pos"));
+    tj_tree_set_v(out, "loss", fd_xent(tj_mul(z, z), tj_tree_v(in, "labels")));
 }
 static void fd_second(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
-    tj_v z = tj_shard_by_rules(tj_tree_v(in, "z"), "vocab:model batch:data"), gz;
+    tj_v z = fd_shard(tj_tree_v(in, "z")), gz;
     (void)g; (void)u;
-    tj_grad(xent(tj_mul(z, z), tj_tree_v(in, "labels"), "batch pos"), 1, &z, &gz);
+    tj_grad(fd_xent(tj_mul(z, z), tj_tree_v(in, "labels")), 1, &z, &gz);
     tj_tree_set_v(out, "loss", tj_sum_all(tj_mul(gz, tj_tree_v(in, "wz"))));
 }
 static void fd_checks(void) {
@@ -107,6 +122,22 @@ static void fd_checks(void) {
     tjt_current = "finite differences";
     TJT_GRADCHECK(ctx, "vocab-parallel cross_entropy", fd_first, NULL, in, "z");
     TJT_GRADCHECK(ctx, "vocab-parallel cross_entropy, grad of grad", fd_second, NULL, in, "z");
+    for (i = 0; i < 32; i++) lab[i] = (i * 5 + 3) % 11; /* padded: 11 of 16 classes (the second block of 8 partly padding) */
+    tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=4 pos=8", lab));
+    FD_PAD = 11;
+    TJT_GRADCHECK(ctx, "vocab-parallel cross_entropy_padded", fd_first, NULL, in, "z");
+    TJT_GRADCHECK(ctx, "vocab-parallel cross_entropy_padded, grad of grad", fd_second, NULL, in, "z");
+    tj_tree_free(in);
+    tj_ctx_free(ctx);
+    ctx = tj_ctx_new(); /* and on one device, the class axis in the middle */
+    in = tj_tree_new(ctx);
+    tj_tree_set_array(in, "z", tjt_rand(ctx, TJ_F64, "batch=4 vocab=16 pos=8", 21, -1.5, 1.5));
+    tj_tree_set_array(in, "wz", tjt_rand(ctx, TJ_F64, "batch=4 vocab=16 pos=8", 22, -1, 1));
+    tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "batch=4 pos=8", lab));
+    FD_ONE = 1;
+    TJT_GRADCHECK(ctx, "cross_entropy_padded, one device", fd_first, NULL, in, "z");
+    TJT_GRADCHECK(ctx, "cross_entropy_padded, one device, grad of grad", fd_second, NULL, in, "z");
+    FD_ONE = FD_PAD = 0;
     tj_tree_free(in);
     tj_ctx_free(ctx);
 }
@@ -368,10 +399,93 @@ static void widened(void) {
     }
 }
 
+/* tj_cross_entropy_padded against tj_cross_entropy of the logits sliced
+   to its classes: per-row losses bit for bit, and the gradient bit for bit
+   (the sliced program's is 0 past the slice too), in f32, f64 and bf16
+   widened to f32 (the GPT-2 demo's head); rows of 600 classes, longer than
+   the kernels' chunk, 333 of them real (the edge inside a chunk), the
+   class axis in the middle; then its errors: classes outside [1, 600], and
+   a label past the classes at run time */
+static tj_dtype PAD_DT;
+static int PAD_SLICE, PAD_CLASSES = 333;
+/* a and b hold the same bits (shapes, dtypes and values) */
+static int same_bits(tj_array *a, tj_array *b) {
+    int64_t n = tj_array_numel(a);
+    size_t sz = (size_t)n * tj_dtype_size(tj_array_dtype(a));
+    char *x = (char *)malloc(sz + 1), *y = (char *)malloc(sz + 1);
+    int ok = x && y && n == tj_array_numel(b) && tj_array_dtype(a) == tj_array_dtype(b) && !tj_array_read(a, tj_array_dtype(a), x) &&
+             !tj_array_read(b, tj_array_dtype(a), y) && !memcmp(x, y, sz);
+    free(x);
+    free(y);
+    return ok;
+}
+static void pad_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
+    tj_v z = tj_tree_v(in, "z"), zz = PAD_DT == TJ_BF16 ? tj_cast(z, TJ_F32) : z, lab = tj_tree_v(in, "labels"), per, gz = NULL;
+    (void)g;
+    (void)u;
+    per = PAD_SLICE ? tj_cross_entropy(tj_slice(zz, "vocab", 0, PAD_CLASSES), lab, "vocab", NULL) : tj_cross_entropy_padded(zz, lab, "vocab", NULL, PAD_CLASSES);
+    tj_tree_set_v(out, "per", per);
+    if (!tj_grad(tj_mean(per, "pos batch"), 1, &z, &gz)) tj_tree_set_v(out, "dz", gz);
+}
+static void padded(void) {
+    static const tj_dtype dts[3] = {TJ_F32, TJ_F64, TJ_BF16};
+    int32_t lab[6] = {0, 332, 331, 17, 100, 256};
+    int di;
+    tjt_current = "cross_entropy_padded";
+    for (di = 0; di < 3; di++) {
+        tj_ctx *ctx = tj_ctx_new();
+        tj_tree *in = tj_tree_new(ctx), *o[2];
+        tj_prog *p[2];
+        int k;
+        PAD_DT = dts[di];
+        tj_tree_set_array(in, "z", tjt_rand(ctx, PAD_DT, "pos=3 vocab=600 batch=2", 31 + di, -6, 6));
+        tj_tree_set_array(in, "labels", tj_array_new(ctx, TJ_I32, "pos=3 batch=2", lab));
+        for (k = 0; k < 2; k++) {
+            PAD_SLICE = k;
+            o[k] = tj_tree_new(ctx);
+            p[k] = tj_jit(ctx, k ? "sliced" : "padded", pad_prog, NULL, in, NULL);
+            TJT_CHECK(p[k] && !tj_run(p[k], in, o[k]), "%s, %s: %s", tj_dtype_name(PAD_DT), k ? "sliced" : "padded", tj_error(ctx));
+        }
+        if (p[0] && p[1] && tj_tree_array(o[0], "dz") && tj_tree_array(o[1], "dz")) {
+            TJT_CHECK(same_bits(tj_tree_array(o[0], "per"), tj_tree_array(o[1], "per")), "%s: per-row losses differ from the sliced logits'", tj_dtype_name(PAD_DT));
+            TJT_CHECK(same_bits(tj_tree_array(o[0], "dz"), tj_tree_array(o[1], "dz")), "%s: the gradient differs from the sliced logits'", tj_dtype_name(PAD_DT));
+            TJT_CHECK(TJT_PROG_LINES(p[0], "= slice") + TJT_PROG_LINES(p[0], "= select") + TJT_PROG_LINES(p[0], "= pad") == 0 &&
+                          TJT_PROG_LINES(p[0], "cross_entropy(", "over the first 333 classes") == 1,
+                      "%s: the padded program slices, pads or selects, or its op does not say its classes", tj_dtype_name(PAD_DT));
+        }
+        for (k = 0; k < 2; k++) {
+            tj_prog_free(p[k]);
+            tj_tree_free(o[k]);
+        }
+        if (di == 0) { /* the errors */
+            tj_tree *out = tj_tree_new(ctx);
+            int bad[2] = {0, 601}, b;
+            PAD_SLICE = 0;
+            for (b = 0; b < 2; b++) {
+                tj_prog *q;
+                PAD_CLASSES = bad[b];
+                q = tj_jit(ctx, "bad classes", pad_prog, NULL, in, NULL);
+                TJT_CHECK(!q, "classes %d was taken", bad[b]);
+                TJT_ERROR_HAS(ctx, "cross_entropy_padded", "must be in [1, 600]", "'vocab'", "test_xent_split.c");
+                tj_prog_free(q);
+            }
+            PAD_CLASSES = 332; /* label 332 is past them */
+            p[0] = tj_jit(ctx, "label past", pad_prog, NULL, in, NULL);
+            TJT_CHECK(p[0] && tj_run(p[0], in, out) != TJ_OK, "a label of 332 for 332 classes ran");
+            TJT_ERROR_HAS(ctx, "label 332", "out of range [0, 332)");
+            tj_prog_free(p[0]);
+            PAD_CLASSES = 333;
+            tj_tree_free(out);
+        }
+        tj_tree_free(in);
+        tj_ctx_free(ctx);
+    }
+}
+
 int main(int argc, char **argv) {
     const tjt_mesh_case *cs = tjt_vocab_meshes;
     int Vs[] = {16, 64, 128};
-    int c0 = argc > 1 ? atoi(argv[1]) : 0, c1 = argc > 1 ? c0 + 1 : 13, vi, m;
+    int c0 = argc > 1 ? atoi(argv[1]) : 0, c1 = argc > 1 ? c0 + 1 : 15, vi, m;
     XP = &SPLIT;
     POL = tj_nothing_saveable();
     for (CASE = c0; CASE < c1; CASE++)
@@ -397,6 +511,7 @@ int main(int argc, char **argv) {
         odd_logits();
         special_rows();
         widened();
+        padded();
     }
     return tjt_finish();
 }
