@@ -1382,6 +1382,15 @@ typedef struct {
     double copy_bytes; /* of bytes: copies between memory spaces (offload) */
 } tj_cost;
 TJDEF tj_cost tj_prog_cost(const tj_prog *p);
+/* The same by op, as the profiler names them (tj_event.op: "dot", "fused
+   x4"), in the order they first run: fills rows[0 .. max) and returns how
+   many ops there are (rows may be NULL to count). A profile's time per op
+   against its bytes gives the bandwidth each op reached. */
+typedef struct {
+    char op[24];
+    double kernels, flops, bytes;
+} tj_cost_op;
+TJDEF int tj_prog_cost_ops(const tj_prog *p, tj_cost_op *rows, int max);
 
 /* ==== [13] program text ================================================== */
 
@@ -17995,6 +18004,31 @@ static int tj__cost_cmp(const void *a, const void *b) {
     double x = ((const tj__cost_row *)a)->secs, y = ((const tj__cost_row *)b)->secs;
     return x < y ? 1 : x > y ? -1 : 0;
 }
+/* p's table at (flop_s, byte_s, launch_s), in schedule order; NULL after
+   an error named by `what` */
+static tj__cost_table *tj__cost_rows(const tj_prog *p, double flop_s, double byte_s, double launch_s, const char *what) {
+    tj__cost_table *t = (tj__cost_table *)tj__calloc(sizeof *t);
+    if (!t) {
+        tj__err(p->ctx, TJ_ERR_OOM, NULL, 0, "%s: out of memory", what);
+        return NULL;
+    }
+    t->flop_s = flop_s, t->byte_s = byte_s, t->launch_s = launch_s;
+    tj__cost_walk(p, 1, tj__cost_row_add, t);
+    if (t->r[TJ__COST_ROWS].kernels > 0) t->r[t->n++] = t->r[TJ__COST_ROWS];
+    return t;
+}
+TJDEF int tj_prog_cost_ops(const tj_prog *p, tj_cost_op *rows, int max) {
+    tj__cost_table *t;
+    int i, n;
+    if (!p || !(t = tj__cost_rows(p, 1, 1, 0, "tj_prog_cost_ops"))) return 0;
+    for (i = 0; rows && i < t->n && i < max; i++) {
+        memcpy(rows[i].op, t->r[i].op, sizeof rows[i].op);
+        rows[i].kernels = t->r[i].kernels, rows[i].flops = t->r[i].flops, rows[i].bytes = t->r[i].bytes;
+    }
+    n = t->n;
+    TJ_FREE(t);
+    return n;
+}
 TJDEF double tj_cost_print(const tj_prog *p, double flop_s, double byte_s, double launch_s, int top, FILE *f) {
     tj__cost_table *t;
     tj_cost c;
@@ -18005,13 +18039,7 @@ TJDEF double tj_cost_print(const tj_prog *p, double flop_s, double byte_s, doubl
         tj__err(p->ctx, TJ_ERR_ARG, NULL, 0, "tj_cost_print: flop_s %g and byte_s %g must be > 0, launch_s %g >= 0, top %d >= 0", flop_s, byte_s, launch_s, top);
         return 0;
     }
-    if (!(t = (tj__cost_table *)tj__calloc(sizeof *t))) {
-        tj__err(p->ctx, TJ_ERR_OOM, NULL, 0, "tj_cost_print: out of memory");
-        return 0;
-    }
-    t->flop_s = flop_s, t->byte_s = byte_s, t->launch_s = launch_s;
-    tj__cost_walk(p, 1, tj__cost_row_add, t);
-    if (t->r[TJ__COST_ROWS].kernels > 0) t->r[t->n++] = t->r[TJ__COST_ROWS];
+    if (!(t = tj__cost_rows(p, flop_s, byte_s, launch_s, "tj_cost_print"))) return 0;
     qsort(t->r, (size_t)t->n, sizeof t->r[0], tj__cost_cmp);
     for (i = 0; i < t->n; i++) secs += t->r[i].secs;
     c = tj_prog_cost(p);

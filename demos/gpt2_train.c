@@ -1592,7 +1592,9 @@ static int cmp_prof(const void *a, const void *b) {
     double x = ((const prof_row *)a)->us, y = ((const prof_row *)b)->us;
     return x < y ? 1 : x > y ? -1 : 0;
 }
-static void print_profile(const tj_event *ev, int n, int by_line, int top) {
+/* cops (ncops of them, or NULL): the program's cost by op (tj_prog_cost_ops),
+   for the bandwidth each op reached (by op, one device) */
+static void print_profile(const tj_event *ev, int n, int by_line, int top, const tj_cost_op *cops, int ncops) {
     prof_row *r = (prof_row *)calloc((size_t)n + 1, sizeof *r);
     double total = 0;
     int i, j, nr = 0;
@@ -1611,8 +1613,13 @@ static void print_profile(const tj_event *ev, int n, int by_line, int top) {
     qsort(r, (size_t)nr, sizeof *r, cmp_prof);
     printf("profile: %d events, %.2f ms on the compute streams; by %s, the largest first (%% of that):\n", n, total * 1e-3,
            by_line ? "op and source line" : "op");
-    for (i = 0; i < nr && i < top; i++)
-        printf("  %8.3f ms %5.1f%%  %5d x  %s\n", r[i].us * 1e-3, total > 0 ? 100 * r[i].us / total : 0.0, r[i].n, r[i].key);
+    for (i = 0; i < nr && i < top; i++) {
+        printf("  %8.3f ms %5.1f%%  %5d x  %s", r[i].us * 1e-3, total > 0 ? 100 * r[i].us / total : 0.0, r[i].n, r[i].key);
+        for (j = 0; !by_line && j < ncops && strcmp(cops[j].op, r[i].key); j++) {}
+        if (!by_line && j < ncops && r[i].us > 0) /* the bytes it must move, over its time */
+            printf("  (%.3g GB: %.0f GB/s, %.0f GFLOP/s)", cops[j].bytes * 1e-9, cops[j].bytes / (r[i].us * 1e-6) * 1e-9, cops[j].flops / (r[i].us * 1e-6) * 1e-9);
+        printf("\n");
+    }
     free(r);
 }
 
@@ -1741,9 +1748,13 @@ static int run_bench(gpt2_args *a) {
             tj_set_profile(tr.ctx, 0);
             printf("bench: a profiled step (not timed above): %.1f ms%s\n", now_ms() - t0, gpu ? " (the times below are the GPU's, from CUDA events)" : "");
             if (ev) {
+                int nc = ndev == 1 ? tj_prog_cost_ops(tr.step, NULL, 0) : 0; /* (the profile's times are every device's) */
+                tj_cost_op *cops = nc > 0 ? (tj_cost_op *)malloc(sizeof(tj_cost_op) * (size_t)nc) : NULL;
+                if (cops) nc = tj_prog_cost_ops(tr.step, cops, nc);
                 ne = tj_prog_events(tr.step, ev, ne);
-                print_profile(ev, ne, 0, 10);
-                if (a->trace) print_profile(ev, ne, 1, 25);
+                print_profile(ev, ne, 0, 10, cops, cops ? nc : 0);
+                if (a->trace) print_profile(ev, ne, 1, 25, NULL, 0);
+                free(cops);
                 free(ev);
             }
             if (a->trace && tj_prog_write_trace(tr.step, a->trace)) {

@@ -1058,6 +1058,15 @@ static void test_cost(tj_ctx *ctx) {
         TJT_CHECK(c.kernels == 5 && c.flops == 2 + 96 + 192 && c.bytes == 8 + 264 + 272 + 108 && c.coll_bytes == 0 && c.copy_bytes == 0,
                   "cost: %g kernels, %g flops, %g bytes; want 5, 290, 652", c.kernels, c.flops, c.bytes);
         TJT_CHECK(c.flops == tj_prog_flops(p), "cost: %g flops, tj_prog_flops %g", c.flops, tj_prog_flops(p));
+        { /* by op, in schedule order: the two scalars, the group, the dot, the take */
+            tj_cost_op ops[8];
+            int nops = tj_prog_cost_ops(p, ops, 8);
+            TJT_CHECK(nops == 4 && tj_prog_cost_ops(p, NULL, 0) == 4 && !strcmp(ops[0].op, "fill") && ops[0].kernels == 2 && ops[0].bytes == 8 &&
+                          !strcmp(ops[1].op, "fused x3") && ops[1].bytes == 264 && ops[1].flops == 96 && !strcmp(ops[2].op, "dot") && ops[2].flops == 192 &&
+                          ops[2].bytes == 272 && !strcmp(ops[3].op, "take") && ops[3].bytes == 108,
+                      "tj_prog_cost_ops: %d ops (%s %g B, %s %g B, ...)", nops, nops > 0 ? ops[0].op : "-", nops > 0 ? ops[0].bytes : 0.0,
+                      nops > 1 ? ops[1].op : "-", nops > 1 ? ops[1].bytes : 0.0);
+        }
         TJT_CHECK(cs.kernels == 10 && cs.flops == 45 && cs.bytes == 360, "cost of the scan: %g kernels, %g flops, %g bytes; want 10, 45, 360", cs.kernels,
                   cs.flops, cs.bytes);
         /* at 1 GFLOP/s, 0.5 GB/s and 1 us a launch: each kernel max(flops, 2 bytes) ns + 1000 */

@@ -671,7 +671,7 @@ static void test_null_args(void) {
     tj_prog_free(NULL);
     (void)tj_prog_memory(NULL);
     (void)tj_prog_flops(NULL);
-    TJT_CHECK(tj_prog_cost(NULL).kernels == 0 && tj_cost_print(NULL, 1, 1, 0, 1, stdout) == 0, "the cost of no program is 0");
+    TJT_CHECK(tj_prog_cost(NULL).kernels == 0 && tj_cost_print(NULL, 1, 1, 0, 1, stdout) == 0 && tj_prog_cost_ops(NULL, NULL, 0) == 0, "the cost of no program is 0");
     if (p) {
         tj_residual r[2];
         tj_collective col[2];
