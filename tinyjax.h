@@ -7012,8 +7012,9 @@ static int tj__xent_operands(const char *f, int l, tj_v z, tj_v labels, const ch
    gradient comes out in bf16 with the bits the cast's VJP would have
    given it (a value rounded to bf16 once). The f32 copy of the logits is
    not made unless something else reads it, as XLA fuses such a convert
-   into the reduction reading it: in the GPT-2 step that is 6.6 GB of
-   the 91 GB the bf16 step moves at B=16, T=1024 (tj_cost_print).
+   into the reduction reading it: in the bf16 GPT-2 step at B=16, T=1024
+   a 3.3 GB copy, written, read twice, and its gradient narrowed again
+   (14.8 GB of the 91.3 GB the step moved: tj_cost_print).
    tj_cross_entropy_padded's classes are the op's s (0: all): the kernels
    take the row's max and sum of exponentials over the first s classes of
    the row and write a gradient of 0 past them. classes -1: all of them. */
@@ -7195,6 +7196,16 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
     tj__load_n(k->in[i], k->it[i]->dt, base + c0 * s1, s1, m, buf);
     return m;
 }
+/* how many of a row's d classes (its block's, from class off on) a
+   cross-entropy op reduces: tj_cross_entropy_padded's first a.s classes
+   of all; every other row op, and the plain cross-entropy, all d */
+static int64_t tj__xent_cols(const tj__kern *k, int64_t d, int64_t off) {
+    int op = k->n->op;
+    int64_t n;
+    if (k->n->a.s <= 0 || (op != TJ__OP_CROSS_ENTROPY && op != TJ__OP_CROSS_ENTROPY_GRAD && op != TJ__OP_XENT_PART && op != TJ__OP_XENT_PART_GRAD)) return d;
+    n = (int64_t)k->n->a.s - off;
+    return n < 0 ? 0 : n > d ? d : n;
+}
 /* cross_entropy_grad of row r: z[label] and the forward's loss, or 0 when
    the loss was stored narrower than f32 (bf16: too coarse to give the
    softmax; the kernel then computes the row's max and sum of exps), when
@@ -7206,16 +7217,6 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
    is no larger (the label's probability above e^-16, as in training);
    a row with the label's logit far below the others (a loss of 1177:
    2e-5 relative error against JAX's 1e-7) gets its statistics again. */
-/* how many of a row's d classes (its block's, from class off on) a
-   cross-entropy op reduces: tj_cross_entropy_padded's first a.s classes
-   of all; every other row op, and the plain cross-entropy, all d */
-static int64_t tj__xent_cols(const tj__kern *k, int64_t d, int64_t off) {
-    int op = k->n->op;
-    int64_t n;
-    if (k->n->a.s <= 0 || (op != TJ__OP_CROSS_ENTROPY && op != TJ__OP_CROSS_ENTROPY_GRAD && op != TJ__OP_XENT_PART && op != TJ__OP_XENT_PART_GRAD)) return d;
-    n = (int64_t)k->n->a.s - off;
-    return n < 0 ? 0 : n > d ? d : n;
-}
 static int tj__xent_stats(const tj__kern *k, int64_t r, int64_t base, int64_t s1, int64_t lab, double *zl, double *loss) {
     if (k->n->op != TJ__OP_CROSS_ENTROPY_GRAD || (k->it[2]->dt != TJ_F32 && k->it[2]->dt != TJ_F64)) return 0;
     *zl = tj__ld(k->in[0], k->it[0]->dt, base + lab * s1);

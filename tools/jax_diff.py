@@ -378,9 +378,10 @@ class Evaluator:
                 mu = jnp.mean(up, axis=k, keepdims=True); xc = up - mu
                 r = xc * lax.rsqrt(jnp.mean(xc * xc, axis=k, keepdims=True) + jnp.asarray(op.get("eps", 1e-5), up.dtype))
             return NV(r.astype(x.dtype), a.axes)
-        if nm == "cross_entropy":
+        if nm in ("cross_entropy", "cross_entropy_padded"):  # (padded: over the first `classes`, the logits sliced)
             lab = ins[1]; k = a.axes.index(ax); x = a.a
             up = x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
+            if nm == "cross_entropy_padded": up = lax.slice_in_dim(up, 0, int(op["classes"]), axis=k)
             rest = [n for n in a.axes if n != ax]
             ls = jax.nn.log_softmax(up, axis=k)
             ls = jnp.moveaxis(ls, k, -1)
@@ -893,7 +894,7 @@ MESHES = [("data=2 model=2", 4), ("data=8", 8), ("data=2 model=4", 8), ("x=4", 4
 ODD_MESHES = [("x=3", 3), ("x=5", 5), ("x=7", 7), ("x=6", 6), ("data=3 model=2", 6), ("data=2 model=3", 6)]
 
 class Gen:
-    def __init__(self, seed, mode=None, dtype=None, big=False, attn=False, cvjp=0, odd=False, more=False):
+    def __init__(self, seed, mode=None, dtype=None, big=False, attn=False, cvjp=0, odd=False, more=False, xpad=False):
         self.r = random.Random(seed)
         # choices added later draw from r2, so r's stream (each seed's program) stays as it was
         self.r2 = random.Random(seed * 7919 + 17)
@@ -915,7 +916,9 @@ class Gen:
         self.r7 = random.Random(seed * 67867967 + 89)
         # --more-ops draws from r8 alone, after the whole program (more2_tail)
         self.r8 = random.Random(seed * 86028121 + 97)
-        self.odd, self.more = odd, more
+        # --xent-padded draws from r9 alone, after everything (xpad_tail)
+        self.r9 = random.Random(seed * 93281587 + 101)
+        self.odd, self.more, self.xpad = odd, more, xpad
         self.seed = seed
         self.mode = mode or self.r.choice(["jit", "jit", "sharded", "scan", "checkpoint", "shard_map"])
         self.dtype = dtype or self.r.choice(["f32", "f32", "f32", "bf16", "bf16", "f64"])
@@ -1215,6 +1218,36 @@ class Gen:
                         if len(out) <= 6: y = self.emit("dot", [y, z], dt, out, contract=" ".join(con))
             else: continue
             if y and y not in outs and y not in new: new.append(y)
+        for c in new:
+            outs.append(c)
+            spec.setdefault("_tail", []).append(c)
+
+    def xpad_tail(self, outs, spec):
+        """--xent-padded, after everything else (draws from r9 alone): 1-2
+        tj_cross_entropy_padded (not in shard_map: a new labels input) over
+        the first `classes` of a class axis of 2 or more (some padding
+        always), labels below classes; bf16 logits widened to f32 first in
+        6 of 10 (the op then reads the bf16 logits through the cast, and
+        its loss is f32). JAX: the cross-entropy of the logits sliced to
+        classes. Each result an output more."""
+        r9 = self.r9
+        new = []
+        for _ in range(r9.randint(1, 2)):
+            fl = [x for x in self.floats() if any(d >= 2 for _, d in self.vals[x][1])]
+            if not fl or self.manual: break
+            x = r9.choice(fl); dt, sh = self.vals[x]
+            i = r9.choice([j for j, (_, d) in enumerate(sh) if d >= 2]); a, c = sh[i]
+            rest = sh[:i] + sh[i + 1:]
+            classes = r9.randint(1, c - 1)
+            n = int(np.prod([d for _, d in rest])) if rest else 1
+            li = self.add_input("i32", rest, data=[float(r9.randrange(classes)) for _ in range(n)], grad=False)
+            if dt == "bf16" and r9.random() < 0.6:
+                x = self.emit("cast", [x], "f32", sh, dtype="f32"); dt = "f32"
+            ma = r9.sample([m for m, _ in rest], r9.randint(0, len(rest))) if rest else []
+            kw = {"axis": a, "classes": classes}
+            if ma or r9.random() < 0.5: kw["mean_axes"] = " ".join(ma)
+            y = self.emit("cross_entropy_padded", [x, li], dt, [t for t in rest if t[0] not in ma], **kw)
+            if y not in outs and y not in new: new.append(y)
         for c in new:
             outs.append(c)
             spec.setdefault("_tail", []).append(c)
@@ -1775,6 +1808,7 @@ class Gen:
         if self.cvjp >= 0 and self.r3.random() < (1.0 if self.cvjp else 0.3): self.custom_vjp_tail(outs, spec)
         if self.r6.random() < 0.5: self.more_ops_tail(outs, spec)  # (r6: each seed's program before it stays)
         if self.more: self.more2_tail(outs, spec)  # (--more-ops, r8 alone: each seed's program without the flag stays)
+        if self.xpad: self.xpad_tail(outs, spec)  # (--xent-padded, r9 alone)
         spec["inputs"], spec["ops"], spec["outputs"] = self.inputs, self.ops, outs
         return spec
 
@@ -1822,14 +1856,14 @@ def add_second(spec, seed):
                       for x in spec["inputs"] if x["dtype"] != "i32" and x.get("grad", True)}
     return spec
 
-def make_spec(seed, mode=None, dtype=None, big=False, attn=False, second=False, cvjp=0, odd=False, more=False):
+def make_spec(seed, mode=None, dtype=None, big=False, attn=False, second=False, cvjp=0, odd=False, more=False, xpad=False):
     """seed's program with its loss weights; a program JAX refuses comes back
     with expect_error (tinyjax must refuse it too). second: with the
     second-order check (grad2:x, see add_second and eval_jax). cvjp: 0, 3 in
     10 programs end with a custom_vjp op (Gen.custom_vjp_tail); 1, also
     custom_vjp ops among the others; -1, none"""
     for attempt in range(20):
-        g = Gen(seed * 1000 + attempt, mode, dtype, big, attn, cvjp, odd, more)
+        g = Gen(seed * 1000 + attempt, mode, dtype, big, attn, cvjp, odd, more, xpad)
         spec = g.make()
         if spec is None: continue
         if second: add_second(spec, seed)
@@ -1953,6 +1987,7 @@ def main():
     ap.add_argument("--no-second", action="store_true", help="no second-order check (else 1 seed in %d has it)" % SECOND_SHARE)
     ap.add_argument("--odd-meshes", action="store_true", help="meshes of 3, 5, 6 and 7 devices (x=3, x=5, x=7, x=6, data=3 model=2, data=2 model=3) and input axes their sizes divide")
     ap.add_argument("--more-ops", action="store_true", help="also tj_cross_entropy_ignore, tj_with_sharding_constraint and the offload_dot_with_no_batch_dims policy, after the rest (stream r8: without the flag each seed's program is as before)")
+    ap.add_argument("--xent-padded", action="store_true", help="also 1-2 tj_cross_entropy_padded ops after the rest (bf16 logits widened to f32 in 6 of 10), against the cross-entropy of the logits sliced to their classes (stream r9)")
     ap.add_argument("--vjp", action="store_true", help="tinyjax's gradients by tj_vjp with the loss weights as the outputs' cotangents (as given: JAX's axis order, replicated), not tj_grad of the loss; the programs are the same")
     ap.add_argument("--golden", help="write the CI goldens into this folder")
     ap.add_argument("--only", help="with --golden: these files only (edge,jit_f32,jit_bf16,sharded,scan,checkpoint,shard_map,attention)")
@@ -1967,7 +2002,7 @@ def main():
     nbad = nrun = 0
     for s in seeds:
         spec = make_spec(s, a.mode, a.dtype, a.big, a.attention, a.second or (s % SECOND_SHARE == 0 and not a.no_second),
-                         1 if a.custom_vjp else -1 if a.no_custom_vjp else 0, a.odd_meshes, a.more_ops)
+                         1 if a.custom_vjp else -1 if a.no_custom_vjp else 0, a.odd_meshes, a.more_ops, a.xent_padded)
         if spec is None: continue
         if a.vjp: spec["vjp"] = 1
         spec["_seed"] = s

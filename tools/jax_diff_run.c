@@ -215,6 +215,7 @@ static tj_v jdr_apply(jdr_prog *p, tj_graph *g, const jdr_j *op) {
                                            (int)jdr_num(op, "causal", 0)))
     U("softmax", tj_softmax(a, ax)) U("log_softmax", tj_log_softmax(a, ax)) U("layer_norm", tj_layer_norm(a, ax, jdr_num(op, "eps", 1e-5)))
     U("cross_entropy", tj_cross_entropy(a, b, ax, jdr_get(op, "mean_axes") ? jdr_str(op, "mean_axes", "") : NULL))
+    U("cross_entropy_padded", tj_cross_entropy_padded(a, b, ax, jdr_get(op, "mean_axes") ? jdr_str(op, "mean_axes", "") : NULL, (int64_t)jdr_num(op, "classes", 1)))
     U("cross_entropy_ignore", tj_cross_entropy_ignore(a, b, ax, jdr_get(op, "mean_axes") ? jdr_str(op, "mean_axes", "") : NULL,
                                                       (int)jdr_num(op, "ignore", TJ_IGNORE_INDEX)))
     U("wsc", tj_with_sharding_constraint(a, jdr_str(op, "spec", "")))
