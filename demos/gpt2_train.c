@@ -1098,7 +1098,8 @@ static void usage(void) {
         "                      times, from CUDA events, a trace track per stream)\n"
         "  --cost M            with --bench: the step program's cost analysis (tj_cost_print: FLOPs,\n"
         "                      bytes moved and kernels per op) against machine M's roofline (H100,\n"
-        "                      H100-PCIe, H200, A100, or TFLOPS:GBPS), a lower bound on its step\n"
+        "                      H100-PCIe, H200, A100, card: with --cuda the GPU's own, or\n"
+        "                      TFLOPS:GBPS), a lower bound on its step\n"
         "                      time and so an upper bound on MFU, then stop; needs no GPU (without\n"
         "                      --cuda the program is the CPU's: the same but for sums of squares,\n"
         "                      which the CPU's fused loops also take)\n"
@@ -1508,8 +1509,8 @@ static int parse_args(int argc, char **argv, gpt2_args *a) {
         else if (!strcmp(f, "--cost")) {
             double tf, gbs;
             a->cost = v;
-            if (!cost_machine(v, 1, &tf, &gbs)) {
-                fprintf(stderr, "gpt2_train: --cost %s: not a machine (H100, H100-PCIe, H200, A100, or TFLOPS:GBPS, both > 0, e.g. 989:3350)\n", v);
+            if (strcmp(v, "card") && !cost_machine(v, 1, &tf, &gbs)) {
+                fprintf(stderr, "gpt2_train: --cost %s: not a machine (H100, H100-PCIe, H200, A100, card (with --cuda: the GPU's own), or TFLOPS:GBPS, both > 0, e.g. 989:3350)\n", v);
                 return 1;
             }
         }
@@ -1711,7 +1712,12 @@ static int run_bench(gpt2_args *a) {
     }
     if (a->cost) { /* the step's cost analysis against a machine's roofline, then stop */
         double tf, gbs, ms;
-        cost_machine(a->cost, c.bf16, &tf, &gbs);
+        if (!cost_machine(strcmp(a->cost, "card") ? a->cost : card, c.bf16, &tf, &gbs)) { /* ("card": needs --cuda; a card not in the table) */
+            fprintf(stderr, "gpt2_train: --cost card: no peak or bandwidth known for %s: give its figures as TFLOPS:GBPS\n", card);
+            gpt2_trainer_free(&tr);
+            gpt2_gpu_close(gpu);
+            return 2;
+        }
         ms = 1e3 * tj_cost_print(tr.step, tf * 1e12, gbs * 1e9, 2e-6, 20, stdout);
         printf("bench: --cost %s: the step at least %.1f ms there (2 us a launch), %.1f%% MFU at most (%.4g model TFLOP at %.4g TFLOP/s)\n", a->cost, ms,
                100 * model / (ms * 1e-3 * tf * 1e12), model * 1e-12, tf);
@@ -2107,6 +2113,10 @@ static int gpt2_main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (a.cost && !a.bench) {
         fprintf(stderr, "gpt2_train: --cost needs --bench (it analyses the benchmark's step program)\n");
+        return 2;
+    }
+    if (a.cost && !strcmp(a.cost, "card") && !a.cuda) {
+        fprintf(stderr, "gpt2_train: --cost card needs --cuda (the GPU's own peak and bandwidth)\n");
         return 2;
     }
     if (a.bench) return run_bench(&a);

@@ -234,6 +234,7 @@ static void test_validation(void) {
         {"--bench --cost 989:", "--cost 989:", "not a machine"},
         {"--bench --cost 0:3350", "--cost 0:3350", "not a machine"},
         {"--cost H100", "--cost", "needs --bench"},
+        {"--bench --cost card", "--cost card", "needs --cuda"},
         {"--save-every 0 --save x", "--save-every", "\"0\""},
         {"--keep 0", "--keep", "\"0\""},
         {"--remat most", "--remat", "\"most\""},

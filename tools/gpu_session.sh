@@ -122,6 +122,11 @@ if want bench; then
             step "bench_$n" 240 ./build/gpt2_train --bench --cuda --bench-steps 10 ${v#*:}
             grep -E "^bench: (median|GPT-2|memory)|MFU|^  " "$out/bench_$n.log" | head -n 16 | sed "s/^/[$n] /" >>"$sum"
         done
+        # the bf16 step's own lower bound on this card (tj_cost_print: the
+        # bytes and flops of the CUDA program at the card's peak and
+        # bandwidth), beside the measured step above
+        step bench_cost 240 ./build/gpt2_train --bench --cuda --bf16 --cost card
+        grep -E "^cost |^bench: --cost" "$out/bench_cost.log" | sed "s/^/[bf16 bound] /" >>"$sum"
         # the small fused groups one element at a time (as before 2026-11-24's
         # session 21), to compare: written without a GPU, first timed here
         step bench_bf16_fsmall0 240 env TJ_CUDA_FUSED_SMALL=0 ./build/gpt2_train --bench --cuda --bench-steps 10 --bf16
