@@ -17971,8 +17971,8 @@ TJDEF tj_cost tj_prog_cost(const tj_prog *p) {
     if (p) tj__cost_walk(p, 1, tj__cost_add, &c);
     return c;
 }
-/* tj_cost_print's table: a row per op name (fused groups per member
-   count), filled by the cost walk of [10] */
+/* tj_cost_print's and tj_prog_cost_ops's table: a row per op name (fused
+   groups per member count), filled by the cost walk above */
 #define TJ__COST_ROWS 64
 typedef struct {
     char op[24];

@@ -316,8 +316,9 @@ static tj_decision gpt2_regather(const char *op, const char *name, const char *s
     (void)name; (void)shape; (void)u;
     return strcmp(op, "all_gather") ? TJ_SAVE : TJ_RECOMPUTE;
 }
-/* logits (batch, pos, vocab) in f32, the padded columns too, from a tree of parameter values named
-   as in gpt2_params (already in the compute dtype) and tokens (batch, pos);
+/* logits (batch, pos, vocab) in f32, the padded columns too, from a tree
+   of parameter values named as in gpt2_params (already in the compute
+   dtype) and tokens (batch, pos);
    base: the dropout fold's base of this micro-batch (gpt2_drop_base), or
    NULL (no dropout: evaluation, sampling, rate 0) */
 static tj_v gpt2_forward(const gpt2_config *c, const tj_tree *P, tj_v tokens, tj_v base) {
