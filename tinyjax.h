@@ -7005,16 +7005,8 @@ static int tj__xent_operands(const char *f, int l, tj_v z, tj_v labels, const ch
     *rows = t;
     return a;
 }
-/* cross-entropy: per position lse(z) - z[label]; then the mean.
-   Logits widened from bf16 (z = cast(y, f32), the usual mixed-precision
-   loss) are read as y: the kernels load any float dtype and compute in
-   f32 for bf16 and f32 alike, so the loss has the same bits, and the
-   gradient comes out in bf16 with the bits the cast's VJP would have
-   given it (a value rounded to bf16 once). The f32 copy of the logits is
-   not made unless something else reads it, as XLA fuses such a convert
-   into the reduction reading it: in the bf16 GPT-2 step at B=16, T=1024
-   a 3.3 GB copy, written, read twice, and its gradient narrowed again
-   (14.8 GB of the 91.3 GB the step moved: tj_cost_print).
+/* cross-entropy: per position lse(z) - z[label]; then the mean. Logits
+   widened from bf16 are read as bf16 once compiled (tj__xent_narrow, [9]).
    tj_cross_entropy_padded's classes are the op's s (0: all): the kernels
    take the row's max and sum of exponentials over the first s classes of
    the row and write a gradient of 0 past them. classes -1: all of them. */
@@ -7033,8 +7025,7 @@ static tj_v tj__cross_entropy(const char *f, int l, tj_v z, tj_v labels, const c
                 (long long)V, class_axis, tj_v_describe(z, b, sizeof b));
         return NULL;
     }
-    dt = t.dt; /* the loss's */
-    if (z->op == TJ__OP_CAST && z->t.dt == TJ_F32 && z->in[0]->t.dt == TJ_BF16) z = z->in[0];
+    dt = t.dt;
     t.dt = TJ_I32;
     in[0] = z;
     in[1] = tj__fit(f, l, labels, &t); /* label r belongs to row r */
@@ -11261,6 +11252,53 @@ fail:
 static tj_node *tj__root(tj_node *n) {
     while (tj__ops[n->op].flags & TJ__VIEW) n = n->in[0];
     return n;
+}
+/* ---- bf16 logits read through their cast ----
+   cross_entropy(cast(y, f32)) of bf16 logits y, the usual mixed-precision
+   loss, reads y: the row kernels load any float dtype and compute bf16 and
+   f32 in f32 alike, so the loss has the same bits, and the f32 copy of the
+   logits is not made unless something else reads it (XLA fuses such a
+   convert into the reduction that reads it). The gradient op reads y too,
+   and where its only reader is the cast's VJP (a cast back to bf16) it
+   writes bf16 itself: one rounding of the same value either way. In the
+   bf16 GPT-2 step at B=16, T=1024 that is a 3.3 GB copy written, read
+   twice, and its gradient narrowed again: 14.8 GB of the 91.3 GB the step
+   moved (tj_cost_print). Done when compiling, after autodiff, so a
+   gradient taken with respect to the f32 logits themselves is still
+   there (their cast then keeps a reader). */
+static void tj__xent_narrow(tj_prog *p) {
+    tj_graph *g = p->g;
+    int i, j, k;
+    for (i = 0; i < g->n; i++) g->nodes[i]->live = 0; /* uses (->live, which the schedule sets afresh) */
+    for (i = 0; i < g->n; i++) {
+        tj_node *n = g->nodes[i];
+        for (j = 0; j < n->nin; j++) n->in[j]->live++;
+        for (j = 0; n->sub && j < n->sub->ncap; j++) n->sub->cap_outer[j]->live++;
+    }
+    for (i = 0; i < p->nout; i++) p->outs[i]->live++;
+    for (i = 0; i < g->n; i++) {
+        tj_node *n = g->nodes[i], *c = n->nin ? n->in[0] : NULL, *q = NULL;
+        int grad = n->op == TJ__OP_CROSS_ENTROPY_GRAD || n->op == TJ__OP_XENT_PART_GRAD;
+        if ((n->op != TJ__OP_CROSS_ENTROPY && n->op != TJ__OP_XENT_PART && !grad) || !c || c->op != TJ__OP_CAST || c->t.dt != TJ_F32 ||
+            c->in[0]->t.dt != TJ_BF16 || c->space != c->in[0]->space)
+            continue;
+        n->in[0] = c->in[0];
+        if (!grad || n->live != 1) continue;
+        for (k = i + 1; k < g->n && !q; k++) /* its one reader, if that is a cast to bf16 */
+            for (j = 0; j < g->nodes[k]->nin; j++)
+                if (g->nodes[k]->in[j] == n) q = g->nodes[k];
+        if (!q || q->op != TJ__OP_CAST || q->t.dt != TJ_BF16) continue;
+        n->t.dt = TJ_BF16; /* q's readers read n */
+        for (k = 0; k < g->n; k++) {
+            tj_node *r = g->nodes[k];
+            for (j = 0; j < r->nin; j++)
+                if (r->in[j] == q) r->in[j] = n;
+            for (j = 0; r->sub && j < r->sub->ncap; j++)
+                if (r->sub->cap_outer[j] == q) r->sub->cap_outer[j] = n;
+        }
+        for (k = 0; k < p->nout; k++)
+            if (p->outs[k] == q) p->outs[k] = n;
+    }
 }
 /* ---- regions inline ----
    A scan of one iteration over an automatically sharded body (a
@@ -17300,6 +17338,7 @@ static tj_status tj__compile(tj_prog *p) {
         }
         if (tj__own_outputs(p->g, p->outs, p->nout, 0)) return p->ctx->status ? p->ctx->status : TJ_ERR_OOM;
     }
+    tj__xent_narrow(p);
     st = tj__coll_matmul(p);
     if (!st) st = tj__schedule(p);
     if (!st && tj__drop_reran_outputs(p)) st = tj__schedule(p); /* ([8]) */

@@ -339,6 +339,10 @@ static void wide_prog(tj_graph *g, const tj_tree *in, tj_tree *out, void *u) {
     }
     if (gz) tj_tree_set_v(out, "dz", gz);
     if (WIDE_KEEP) tj_tree_set_v(out, "zf", zf);
+    if (WIDE_KEEP && tj_v_dtype(z) == TJ_BF16) { /* the gradient with respect to the f32 logits themselves */
+        tj_v gf = NULL;
+        if (!tj_grad(tj_mean(per, "pos batch"), 1, &zf, &gf)) tj_tree_set_v(out, "dzf", gf);
+    }
 }
 static void widened(void) {
     enum { P = 5, V = 37, B = 3, N = P * V * B };
@@ -378,6 +382,14 @@ static void widened(void) {
             for (i = 0; i < N && dzb[i] == tj_f32_to_bf16(dzf[i]); i++) continue;
             TJT_CHECK(i == N, "keep %d: dz element %d: %a, the f32 program's rounded to bf16: %a", keep, i, i < N ? tj_bf16_to_f32(dzb[i]) : 0.0,
                       i < N ? tj_bf16_to_f32(tj_f32_to_bf16(dzf[i])) : 0.0);
+            if (keep == 1) { /* d loss / d (the f32 logits): the f32 program's gradient, bit for bit */
+                static float gf[N];
+                TJT_CHECK(tj_tree_array(ob, "dzf") != NULL, "keep 1: no gradient with respect to the f32 logits: %s", tj_error(ctx));
+                if (tj_tree_array(ob, "dzf")) {
+                    tj_array_read(tj_tree_array(ob, "dzf"), TJ_F32, gf);
+                    TJT_CHECK(!memcmp(gf, dzf, sizeof gf), "keep 1: the gradient with respect to the f32 logits differs from the f32 program's (element 0: %g vs %g)", gf[0], dzf[0]);
+                }
+            }
             /* the second derivative within bf16's rounding of the largest (the f32 program's in f32 throughout) */
             if (keep == 2) TJT_CHECK(tj_tree_array(ob, "d2") && tj_tree_array(of, "d2"), "second derivatives: %s", tj_error(ctx));
             if (keep == 2 && tj_tree_array(ob, "d2") && tj_tree_array(of, "d2")) {
