@@ -574,8 +574,9 @@ TJDEF tj_v tj_one_hot_at(const char *f, int l, tj_v idx, const char *axis, tj_dt
    split along class_axis stay split (a vocab-parallel head): each device
    reduces its block of classes to a max, a sum of exponentials and the
    label's logit per row, and only those move ([5]). For bf16 logits in
-   f32 (tj_cross_entropy(tj_cast(z, TJ_F32), ...)), the op reads z itself:
-   no f32 copy of the logits, the same loss, and z's gradient in bf16. */
+   f32 (tj_cross_entropy(tj_cast(z, TJ_F32), ...)), the compiled op reads
+   z itself: no f32 copy of the logits, the same loss, and z's gradient
+   in bf16 ([9]). */
 #define tj_cross_entropy(logits, labels, class_axis, mean_axes) \
     tj_cross_entropy_at(TJ_AT, logits, labels, class_axis, mean_axes)
 /* tj_cross_entropy with PyTorch's ignore_index (F.cross_entropy(...,
