@@ -1702,6 +1702,11 @@ static int run_bench(gpt2_args *a) {
     printf("bench: init %.0f ms (random init of the params, zero optimizer state: the init program's compile and run); compile %.0f ms "
            "(the training step and eval); step program: %.1f GFLOP/step (cost model), temp %.1f MB, peak %.1f MB per device\n",
            tr.init_ms, tr.compile_ms, tj_prog_flops(tr.step) * 1e-9, plan.temp_bytes / 1e6, plan.peak_bytes / 1e6);
+    {
+        tj_cost k = tj_prog_cost(tr.step);
+        printf("bench: the step moves %.2f GB in %.0f kernels per device (tj_prog_cost: each kernel's inputs read once and outputs written; "
+               "--cost M prints them by op against machine M)\n", k.bytes * 1e-9, k.kernels);
+    }
     printf("figure: init; %.0f; 500; ms\nfigure: compile; %.0f; 200; ms\n", tr.init_ms, tr.compile_ms);
     if (tr.auto_note)
         printf("bench: remat auto: %s (planned peak %.0f MB per device; budget %.0f MB)\n", tr.auto_note, tr.auto_peak / 1e6,

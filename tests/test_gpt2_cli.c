@@ -305,7 +305,8 @@ static void test_runs(void) {
     run_free(&r);
     /* --bench's profile: each op's time, and the bandwidth it reached on the bytes it must move (tj_prog_cost_ops) */
     r = run_gpt2("--bench --batch 1 --context 16 --threads 1 --bench-steps 1", NULL);
-    TJT_CHECK(r.rc == 0 && has(&r, "profile: ") && has(&r, "x  dot  (") && has(&r, " GB/s, "), "--bench's profile with bandwidths: exit %d: %s", r.rc, r.out);
+    TJT_CHECK(r.rc == 0 && has(&r, "profile: ") && has(&r, "x  dot  (") && has(&r, " GB/s, ") && has(&r, "bench: the step moves "),
+              "--bench's bytes and profile with bandwidths: exit %d: %s", r.rc, r.out);
     run_free(&r);
     /* a bad TJ_DEVICES is an error, not silently ignored */
     memset(&o, 0, sizeof o);
