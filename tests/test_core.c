@@ -499,6 +499,12 @@ static void test_cast_chains(tj_ctx *ctx) {
 enum { FR_ADD, FR_SUB, FR_MUL, FR_DIV, FR_MAX, FR_SQRT, FR_NEG, FR_EXP, FR_SELECT, FR_MULS, FR_SUBROW, FR_SCALEALL, FR_NOPS };
 enum { FR_MAXLEN = 14, FR_NLEAF = 5 };
 static const char *fr_leaf[FR_NLEAF] = {"x0", "x1", "pos", "s", "row"};
+/* leaf k's random values, in `shape` (NULL: r=3 c=1031, a scalar s, a row
+   along c); pos positive (sqrt and div read it) */
+static tj_array *fr_leaf_rand(tj_ctx *ctx, tj_dtype dt, int k, const char *shape, unsigned seed) {
+    static const char *shp[FR_NLEAF] = {"r=3 c=1031", "r=3 c=1031", "r=3 c=1031", "", "c=1031"};
+    return tjt_rand(ctx, dt, shape ? shape : shp[k], seed, k == 2 ? 0.5 : -2, 2);
+}
 typedef struct {
     int len, op[FR_MAXLEN], a[FR_MAXLEN], b[FR_MAXLEN], stored[FR_MAXLEN]; /* operands: < 0 leaf -1 - i, else a step */
     int k;         /* fr_one: the step to run */
@@ -594,11 +600,7 @@ static void test_fused_random(void) {
         tj_tree *in = tj_tree_new(ctx);
         tj_array *want[FR_MAXLEN];
         fr_make(&r, dts[c % 4], 1, &rng);
-        tj_tree_set_array(in, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 61 + (unsigned)c, -2, 2));
-        tj_tree_set_array(in, "x1", tjt_rand(ctx, r.dt, "r=3 c=1031", 62 + (unsigned)c, -2, 2));
-        tj_tree_set_array(in, "pos", tjt_rand(ctx, r.dt, "r=3 c=1031", 63 + (unsigned)c, 0.5, 2));
-        tj_tree_set_array(in, "s", tjt_rand(ctx, r.dt, "", 64 + (unsigned)c, -1.5, 1.5));
-        tj_tree_set_array(in, "row", tjt_rand(ctx, r.dt, "c=1031", 65 + (unsigned)c, -2, 2));
+        for (k = 0; k < FR_NLEAF; k++) tj_tree_set_array(in, fr_leaf[k], fr_leaf_rand(ctx, r.dt, k, NULL, 61 + (unsigned)(c + k)));
         for (k = 0; k < r.len; k++) { /* the reference: one program per op */
             tj_tree *ref = tj_tree_new(ctx), *o = tj_tree_new(ctx);
             tj_prog *p;
@@ -619,7 +621,7 @@ static void test_fused_random(void) {
             tj_prog *p;
             int i;
             for (i = 0; i < tj_tree_size(in); i++) tj_tree_set_array_ref(in2, tj_tree_name(in, i), tj_tree_array_at(in, i));
-            if (pass) tj_tree_set_array(in2, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 61 + (unsigned)c, -2, 2)); /* (a copy: the run deletes it) */
+            if (pass) tj_tree_set_array(in2, "x0", fr_leaf_rand(ctx, r.dt, 0, NULL, 61 + (unsigned)c)); /* (a copy: the run deletes it) */
             p = tj_jit(ctx, "chain", fr_chain, &r, in2, &jo);
             TJT_CHECK(p && !tj_run(p, in2, o), "chain %d: %s", c, tj_error(ctx));
             for (k = 0; k < r.len && p; k++) {
@@ -697,9 +699,8 @@ static void test_fused_mesh(void) {
             tj_prog *p1, *p4;
             fr_make(&r, dts[c % 3], 0, &rng);
             for (k = 0; k < FR_NLEAF; k++) {
-                double lo = k == 2 ? 0.5 : -2, hi = 2;
-                tj_tree_set_array(in1, fr_leaf[k], tjt_rand(c1, r.dt, shape[k], base[smap] + (unsigned)(c * 8 + k), lo, hi));
-                tj_tree_set_array(in4, fr_leaf[k], tjt_put(tjt_rand(c4, r.dt, shape[k], base[smap] + (unsigned)(c * 8 + k), lo, hi), spec[smap][k]));
+                tj_tree_set_array(in1, fr_leaf[k], fr_leaf_rand(c1, r.dt, k, shape[k], base[smap] + (unsigned)(c * 8 + k)));
+                tj_tree_set_array(in4, fr_leaf[k], tjt_put(fr_leaf_rand(c4, r.dt, k, shape[k], base[smap] + (unsigned)(c * 8 + k)), spec[smap][k]));
             }
             p1 = tj_jit(c1, "chain", fr_chain, &r, in1, NULL);
             p4 = tj_jit(c4, smap ? "shard_map chain" : "chain", smap ? fr_smap_fn : fr_chain, &r, in4, &jo);
@@ -776,7 +777,7 @@ static void test_fused_scan(void) {
         tj_array *want = NULL;
         fr_make(&r, dts[c % 3], 1, &rng);
         for (k = 0; k < FR_NLEAF; k++)
-            tj_tree_set_array(in, fr_leaf[k], tjt_rand(ctx, r.dt, k == 3 ? "" : k == 4 ? "c=1031" : "r=3 c=1031", 500 + (unsigned)(c * 8 + k), k == 2 ? 0.5 : -2, 2));
+            tj_tree_set_array(in, fr_leaf[k], fr_leaf_rand(ctx, r.dt, k, NULL, 500 + (unsigned)(c * 8 + k)));
         for (it = 0; it < 3; it++) { /* the reference: the chain 3 times, x0 <- its last result */
             tj_tree *ref = tj_tree_new(ctx), *o = tj_tree_new(ctx);
             tj_prog *p;
@@ -799,7 +800,7 @@ static void test_fused_scan(void) {
             int64_t ne, bad, first;
             su.r = &r;
             for (k = 1; k < FR_NLEAF; k++) tj_tree_set_array_ref(in2, fr_leaf[k], tj_tree_array(in, fr_leaf[k]));
-            tj_tree_set_array(in2, "x0", tjt_rand(ctx, r.dt, "r=3 c=1031", 500 + (unsigned)(c * 8), -2, 2)); /* (a copy: donated) */
+            tj_tree_set_array(in2, "x0", fr_leaf_rand(ctx, r.dt, 0, NULL, 500 + (unsigned)(c * 8))); /* (a copy: donated) */
             p = tj_jit(ctx, "scan", fr_scan_fn, &su, in2, &jo);
             TJT_CHECK(p && !tj_run(p, in2, o), "chain %d in a scan%s: %s", c, su.remat ? " (remat)" : "", tj_error(ctx));
             if (p) {
@@ -886,7 +887,7 @@ static void test_fused_grad(void) {
         tj_prog *p;
         fr_make(&r, dts[c % 2], 1, &rng);
         for (k = 0; k < FR_NLEAF; k++)
-            tj_tree_set_array(in, fr_leaf[k], tjt_rand(ctx, r.dt, k == 3 ? "" : k == 4 ? "c=1031" : "r=3 c=1031", 700 + (unsigned)(c * 8 + k), k == 2 ? 0.5 : -2, 2));
+            tj_tree_set_array(in, fr_leaf[k], fr_leaf_rand(ctx, r.dt, k, NULL, 700 + (unsigned)(c * 8 + k)));
         tj_tree_set_array(in, "w", tjt_rand(ctx, r.dt, "r=3 c=1031", 707 + (unsigned)(c * 8), -1, 1));
         memset(&gu, 0, sizeof gu);
         gu.su.r = &r;
