@@ -7015,7 +7015,6 @@ static tj_v tj__cross_entropy(const char *f, int l, tj_v z, tj_v labels, const c
     int a;
     tj__type t;
     tj_node *in[2], *n;
-    tj_dtype dt;
     int64_t V;
     if ((a = tj__xent_operands(f, l, z, labels, class_axis, what, &t)) < 0) return NULL;
     V = z->t.dim[tj__axis_index(&z->t, a)];
@@ -7026,11 +7025,10 @@ static tj_v tj__cross_entropy(const char *f, int l, tj_v z, tj_v labels, const c
                 (long long)V, class_axis, tj_v_describe(z, b, sizeof b));
         return NULL;
     }
-    dt = t.dt;
     t.dt = TJ_I32;
     in[0] = z;
     in[1] = tj__fit(f, l, labels, &t); /* label r belongs to row r */
-    t.dt = dt;
+    t.dt = z->t.dt;
     if (!in[1]) return NULL;
     {   /* the class axis split over devices (outside shard_map): the vocab-parallel form above */
         tj_graph *g = tj__cur(tj__inner(2, in, "cross_entropy", f, l));
@@ -7159,13 +7157,10 @@ static tj_v tj__row_grad_composite(const char *f, int l, const tj_node *n, tj_v 
         z = tj_merge_at(f, l, tj_add_at(f, l, z, tj_mul_at(f, l, oh, tj_index_at(f, l, g, "_stat", 2))), "_part _cls", ax);
         return z && z->t.dt != x->t.dt ? tj_cast_at(f, l, z, x->t.dt) : z;
     }
-    default: { /* cross_entropy: dz = g (softmax(z) - onehot(label)), in the loss's dtype (f32 for bf16 logits widened: tj_cross_entropy) */
+    default: { /* cross_entropy: dz = g (softmax(z) - onehot(label)) */
         char sh[128];
-        tj_dtype dt = g->t.dt;
-        tj_v z;
         snprintf(sh, sizeof sh, "%s=%lld", ax, (long long)x->t.dim[tj__axis_index(&x->t, n->a.axis)]);
-        z = tj_mul_at(f, l, g, tj_sub_at(f, l, tj_softmax_at(f, l, tj__xent_unpadded(f, l, n, x, dt), ax), tj_one_hot_at(f, l, n->in[1], sh, dt)));
-        return z && z->t.dt != x->t.dt ? tj_cast_at(f, l, z, x->t.dt) : z;
+        return tj_mul_at(f, l, g, tj_sub_at(f, l, tj_softmax_at(f, l, tj__xent_unpadded(f, l, n, x, x->t.dt), ax), tj_one_hot_at(f, l, n->in[1], sh, x->t.dt)));
     }
     }
 }
@@ -7190,12 +7185,14 @@ static int64_t tj__row_get(const tj__kern *k, int i, int64_t base, int64_t s1, i
 }
 /* how many of a row's d classes (its block's, from class off on) a
    cross-entropy op reduces: tj_cross_entropy_padded's first a.s classes
-   of all; every other row op, and the plain cross-entropy, all d */
+   of all (tj__xent_classes); every other row op, and the plain
+   cross-entropy, all d */
+static int64_t tj__xent_classes(const tj_node *n, int64_t V) { return n->a.s > 0 ? (int64_t)n->a.s : V; } /* of V (labels below it) */
 static int64_t tj__xent_cols(const tj__kern *k, int64_t d, int64_t off) {
     int op = k->n->op;
     int64_t n;
-    if (k->n->a.s <= 0 || (op != TJ__OP_CROSS_ENTROPY && op != TJ__OP_CROSS_ENTROPY_GRAD && op != TJ__OP_XENT_PART && op != TJ__OP_XENT_PART_GRAD)) return d;
-    n = (int64_t)k->n->a.s - off;
+    if (op != TJ__OP_CROSS_ENTROPY && op != TJ__OP_CROSS_ENTROPY_GRAD && op != TJ__OP_XENT_PART && op != TJ__OP_XENT_PART_GRAD) return d;
+    n = tj__xent_classes(k->n, off + d) - off;
     return n < 0 ? 0 : n > d ? d : n;
 }
 /* cross_entropy_grad of row r: z[label] and the forward's loss, or 0 when
@@ -7480,7 +7477,7 @@ static void tj__k_rowop(tj__kern *k) {
     e.off = 0;
     if (op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD) tj__split_block(k, ax, e.d, &e.off, &V); /* this block of V classes */
     if (op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD || op == TJ__OP_XENT_PART || op == TJ__OP_XENT_PART_GRAD)
-        for (r = 0, V = k->n->a.s > 0 ? (int64_t)k->n->a.s : V; r < e.rows; r++) { /* (tj_cross_entropy_padded: its classes) */
+        for (r = 0, V = tj__xent_classes(k->n, V); r < e.rows; r++) {
             int32_t lab = ((const int32_t *)k->in[1])[r];
             if (lab < 0 || lab >= V) {
                 char at[64];
@@ -11254,6 +11251,20 @@ static tj_node *tj__root(tj_node *n) {
     while (tj__ops[n->op].flags & TJ__VIEW) n = n->in[0];
     return n;
 }
+/* The compile-time rewrites below (tj__xent_narrow; tj__coll_matmul, [11])
+   need each node's uses, in ->live (which the schedule sets afresh): its
+   consumers', the outputs, and values the bodies capture. */
+static void tj__count_uses(tj_prog *p) {
+    tj_graph *g = p->g;
+    int i, j;
+    for (i = 0; i < g->n; i++) g->nodes[i]->live = 0;
+    for (i = 0; i < g->n; i++) {
+        tj_node *n = g->nodes[i];
+        for (j = 0; j < n->nin; j++) n->in[j]->live++;
+        for (j = 0; n->sub && j < n->sub->ncap; j++) n->sub->cap_outer[j]->live++;
+    }
+    for (i = 0; i < p->nout; i++) p->outs[i]->live++;
+}
 /* ---- bf16 logits read through their cast ----
    cross_entropy(cast(y, f32)) of bf16 logits y, the usual mixed-precision
    loss, reads y: the row kernels load any float dtype and compute bf16 and
@@ -11270,13 +11281,7 @@ static tj_node *tj__root(tj_node *n) {
 static void tj__xent_narrow(tj_prog *p) {
     tj_graph *g = p->g;
     int i, j, k;
-    for (i = 0; i < g->n; i++) g->nodes[i]->live = 0; /* uses (->live, which the schedule sets afresh) */
-    for (i = 0; i < g->n; i++) {
-        tj_node *n = g->nodes[i];
-        for (j = 0; j < n->nin; j++) n->in[j]->live++;
-        for (j = 0; n->sub && j < n->sub->ncap; j++) n->sub->cap_outer[j]->live++;
-    }
-    for (i = 0; i < p->nout; i++) p->outs[i]->live++;
+    tj__count_uses(p);
     for (i = 0; i < g->n; i++) {
         tj_node *n = g->nodes[i], *c = n->nin ? n->in[0] : NULL, *q = NULL;
         int grad = n->op == TJ__OP_CROSS_ENTROPY_GRAD || n->op == TJ__OP_XENT_PART_GRAD;
@@ -16181,17 +16186,9 @@ static int64_t tj__moved(tj_ctx *c, const tj__type *whole, unsigned mesh) {
 }
 static tj_status tj__coll_matmul(tj_prog *p) {
     tj_graph *g = p->g;
-    int i, j, w;
+    int i, w;
     if (!tj__coll_matmul_on(p->ctx)) return TJ_OK;
-    /* uses of each node (in ->live, which the schedule sets afresh): its
-       consumers', the outputs, and values the bodies capture */
-    for (i = 0; i < g->n; i++) g->nodes[i]->live = 0;
-    for (i = 0; i < g->n; i++) {
-        tj_node *n = g->nodes[i];
-        for (j = 0; j < n->nin; j++) n->in[j]->live++;
-        for (j = 0; n->sub && j < n->sub->ncap; j++) n->sub->cap_outer[j]->live++;
-    }
-    for (i = 0; i < p->nout; i++) p->outs[i]->live++;
+    tj__count_uses(p);
     /* A dot takes one collective, the one that moves the most bytes
        (tj__moved: a group of 2 moves half its buffer, of 4 three quarters): its
        result's reduce_scatter unless an all_gather of an operand it could

@@ -1888,11 +1888,11 @@ static int tjc_concat(tjc_state *s, tj__kern *k) {
 }
 /* Launch the fast row kernels when they apply: rows along the last axis
    (stride 1), f32 or bf16 operands; returns 1 if launched, 0 if the
-   caller's general kernel is needed. rows and d as tjc_rowop computes them;
+   caller's general kernel is needed. rows and d as tjc_rowop computes them,
+   dn of the d the op reduces (tj__xent_cols: cross-entropy's classes);
    lab / g NULL where the op has none. */
-static int tjc_rows_fast(tjc_state *s, tj__kern *k, int64_t st, int64_t d, int64_t rows, const int32_t *lab, const void *g, int gdt) {
+static int tjc_rows_fast(tjc_state *s, tj__kern *k, int64_t st, int64_t d, int64_t dn, int64_t rows, const int32_t *lab, const void *g, int gdt) {
     int op = k->n->op, xdt = k->it[0]->dt, odt = k->ot.dt, ce = op == TJ__OP_CROSS_ENTROPY || op == TJ__OP_CROSS_ENTROPY_GRAD;
-    int64_t dn = tj__xent_cols(k, d, 0); /* the classes cross-entropy reduces (tj_cross_entropy_padded) */
     float eps = ce ? 0.f : (float)k->n->a.s;
     if (st != 1 || d < 1 || rows < 1) return 0;
     if ((xdt != TJ_F32 && xdt != TJ_BF16) || (odt != TJ_F32 && odt != TJ_BF16) || (g && gdt != TJ_F32 && gdt != TJ_BF16)) return 0;
@@ -1923,7 +1923,7 @@ static int tjc_rowop(tjc_state *s, tj__kern *k) {
     tj__strides(t, st);
     d = t->dim[ax];
     rows = tj__numel(t) / d;
-    if (tjc_rows_fast(s, k, st[ax], d, rows, NULL, NULL, 0)) {
+    if (tjc_rows_fast(s, k, st[ax], d, d, rows, NULL, NULL, 0)) {
         TJC_LAUNCHED(k, "tjc_k_row_warp");
         return 0;
     }
@@ -1947,7 +1947,7 @@ static int tjc_cross_entropy(tjc_state *s, tj__kern *k) {
     rows = tj__numel(t) / d;
     dn = tj__xent_cols(k, d, 0);
     if (tjc_check_begin(s, k)) return 1;
-    if (tjc_rows_fast(s, k, st[ax], d, rows, lab, NULL, 0)) {
+    if (tjc_rows_fast(s, k, st[ax], d, dn, rows, lab, NULL, 0)) {
         TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
         return tjc_index_check(s, k, lab, dn);
     }
@@ -1971,7 +1971,7 @@ static int tjc_row_grad(tjc_state *s, tj__kern *k) {
     rows = tj__numel(t) / d;
     dn = tj__xent_cols(k, d, 0);
     if (ce && tjc_check_begin(s, k)) return 1;
-    if (tjc_rows_fast(s, k, st[ax], d, rows, lab, k->in[gi], k->it[gi]->dt)) {
+    if (tjc_rows_fast(s, k, st[ax], d, dn, rows, lab, k->in[gi], k->it[gi]->dt)) {
         TJC_LAUNCHED(k, "tjc_k_row_warp / tjc_k_xent_long");
         return ce ? tjc_index_check(s, k, lab, dn) : 0;
     }
@@ -2000,7 +2000,7 @@ static int tjc_xent_part(tjc_state *s, tj__kern *k) {
     d = t->dim[ax];
     rows = d ? tj__numel(t) / d : 0;
     tj__split_block(k, ax, d, &off, &Vg);
-    if (k->n->a.s > 0) Vg = (int64_t)k->n->a.s; /* tj_cross_entropy_padded: the classes that take part */
+    Vg = tj__xent_classes(k->n, Vg); /* tj_cross_entropy_padded: the classes that take part */
     if (tjc_check_begin(s, k)) return 1;
     if (t->dt == TJ_F64)
         tjc_k_xent_part<double><<<tjc_grid(rows), TJC_THREADS, 0, s->compute>>>(k->in[0], t->dt, lab, sv, sdt, g, gdt, k->out, k->ot.dt, rows, d, st[ax], off,

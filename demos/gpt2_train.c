@@ -64,14 +64,15 @@ GPT2_UNUSED static double gpt2_peak_tflops(const char *name, int bf16, int tf32,
         {"A100", "", 312, 156, 19.5, 2039},    /* A100 SXM and PCIe (80GB)        */
     };
     const char *env = getenv("GPT2_PEAK_TFLOPS");
+    double given = env && atof(env) > 0 ? atof(env) : 0;
     size_t i;
     if (gbs) *gbs = 0;
     for (i = 0; i < sizeof cards / sizeof cards[0]; i++)
         if (strstr(name, cards[i].has) && strstr(name, cards[i].has2)) {
             if (gbs) *gbs = cards[i].gbs;
-            return env && atof(env) > 0 ? atof(env) : bf16 ? cards[i].bf16 : tf32 ? cards[i].tf32 : cards[i].f32;
+            return given > 0 ? given : bf16 ? cards[i].bf16 : tf32 ? cards[i].tf32 : cards[i].f32;
         }
-    return env && atof(env) > 0 ? atof(env) : 0;
+    return given;
 }
 /* TJ_CUDA_TF32=1: f32 dots may use TF32 tensor cores (tinyjax_cuda.cu) */
 GPT2_UNUSED static int gpt2_tf32_on(void) {
